@@ -1,0 +1,26 @@
+"""The contract between the network layer and whoever handles requests.
+
+The network layer decodes a frame into a :class:`kafkatw.network.request.Request`,
+hands it to an :class:`IRequestHandler` and writes the :class:`Response` it gets back.
+"""
+
+from zope.interface import Interface
+
+
+class IRequestHandler(Interface):
+    """Handles decoded requests (Kafka's ``KafkaApis.handle``)."""
+
+    def api_versions():
+        """Return ``{api_key: (min_version, max_version)}`` this broker supports.
+
+        The network layer uses it to reject unknown APIs/versions before decoding the
+        body, and to answer an ApiVersions request of an unsupported version.
+        """
+
+    def handle(request):
+        """Handle one ``Request``; return a ``Deferred`` firing with a ``Response``.
+
+        An errback (or a raised exception) closes that connection, as Kafka does for an
+        unexpected handler failure.  The handler runs on the reactor thread; any blocking
+        work is the handler's concern (``deferToThreadPool``).
+        """

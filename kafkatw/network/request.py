@@ -1,0 +1,69 @@
+"""Value objects crossing the network/handler boundary: Request, RequestContext, Response.
+
+Owns only data and timing marks (Kafka's ``RequestChannel.Request`` fields); the
+computation of request-log times lives in ``request_log``.
+"""
+
+import attr
+
+ANONYMOUS_PRINCIPAL = "User:ANONYMOUS"
+
+
+@attr.s(slots=True, frozen=True)
+class RequestContext:
+    """Who sent a request and over what (Kafka's ``RequestContext``)."""
+
+    connection_id = attr.ib()
+    listener_name = attr.ib()
+    security_protocol = attr.ib()
+    principal = attr.ib(default=ANONYMOUS_PRINCIPAL)
+    client_address = attr.ib(default=("", 0))  # (host, port)
+    client_software_name = attr.ib(default="unknown")
+    client_software_version = attr.ib(default="unknown")
+
+
+@attr.s(slots=True)
+class Request:
+    """One decoded request plus its timing marks (``time.monotonic_ns`` of the clock).
+
+    Timing marks, as Kafka's ``RequestChannel.Request``:
+    ``start_ns`` the frame was fully read; ``dequeue_ns`` a handler took it;
+    ``api_local_complete_ns`` the handler returned (its synchronous part);
+    ``api_remote_complete_ns`` its Deferred fired; ``response_dequeue_ns`` the
+    response was handed to the connection for writing; ``response_complete_ns`` the
+    response was fully written to the socket.
+    """
+
+    header = attr.ib()
+    api_key = attr.ib()
+    api_version = attr.ib()
+    correlation_id = attr.ib()
+    client_id = attr.ib()
+    body = attr.ib()
+    size = attr.ib()
+    context = attr.ib()
+    start_ns = attr.ib(default=0)
+    dequeue_ns = attr.ib(default=0)
+    api_local_complete_ns = attr.ib(default=0)
+    api_remote_complete_ns = attr.ib(default=0)
+    response_dequeue_ns = attr.ib(default=0)
+    response_complete_ns = attr.ib(default=0)
+    # -1 until known; set by the connection from the response
+    throttle_time_ms = attr.ib(default=0)
+
+
+@attr.s(slots=True)
+class Response:
+    """What a handler answers.
+
+    ``body`` is a generated response message (encoded with the request's version);
+    ``noop=True`` sends nothing and unmutes (acks=0 produce); ``close_connection``
+    closes the connection after anything in ``body`` is written (``body`` may be
+    ``None``); ``summary`` is an optional short string/dict for the request log.
+    """
+
+    body = attr.ib()
+    close_connection = attr.ib(default=False)
+    throttle_time_ms = attr.ib(default=0)
+    noop = attr.ib(default=False)
+    summary = attr.ib(default=None)
