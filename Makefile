@@ -1,0 +1,33 @@
+# kafkatw — the two commands the README documents are `make run` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+SCHEMAS ?= ../shared/kafka-protocol
+CONFIG ?= etc/server.properties
+
+.PHONY: install run test codec bench clean
+
+$(STAMP): setup.cfg pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]' --config-settings editable_mode=compat
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/twistd -n --pidfile= kafka --config $(CONFIG)
+
+test: $(STAMP)
+	@$(BIN)/python tools/run_tests.py $(TESTS)
+
+codec:
+	$(BIN)/python tools/gen_protocol.py $(SCHEMAS)/message kafkatw/protocol/messages.py
+	$(BIN)/python tools/gen_errors.py $(SCHEMAS)/errors.tsv > kafkatw/protocol/errors.py
+
+bench: $(STAMP)
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) _trial_temp* build *.egg-info
