@@ -1,0 +1,431 @@
+"""The single-node metadata store: cluster id, topics (name, id, partitions, configs,
+leader epochs), producer-id blocks, and Kafka's topic-name rules.
+
+Persists itself as one JSON file under the first log dir and ``meta.properties`` in every
+log dir; it never touches partition logs (listeners do, see :meth:`ClusterMetadata.add_listener`).
+"""
+
+import base64
+import json
+import os
+import re
+import uuid
+
+import attr
+from twisted.logger import Logger
+
+from kafkatw.protocol import errors
+from kafkatw.protocol.errors import KafkaError
+
+log = Logger()
+
+METADATA_FILE = "__kafkatw_metadata.json"
+META_PROPERTIES = "meta.properties"
+PARTITION_METADATA = "partition.metadata"
+
+MAX_NAME_LENGTH = 249
+_LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
+_PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
+
+GROUP_METADATA_TOPIC_NAME = "__consumer_offsets"
+TRANSACTION_STATE_TOPIC_NAME = "__transaction_state"
+INTERNAL_TOPICS = frozenset([GROUP_METADATA_TOPIC_NAME, TRANSACTION_STATE_TOPIC_NAME])
+
+ZERO_UUID = bytes(16)
+# Kafka's ProducerIdManager hands out ids in blocks; we persist the end of the current block.
+PRODUCER_ID_BLOCK_SIZE = 1000
+
+TOPIC_CREATED = "created"
+TOPIC_DELETED = "deleted"
+
+
+def uuid_to_base64(raw):
+    """Kafka's printable form of a uuid (base64url, no padding): 22 characters."""
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def uuid_from_base64(text):
+    raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    if len(raw) != 16:
+        raise ValueError("not a uuid: %r" % (text,))
+    return raw
+
+
+def random_uuid():
+    """A random uuid that is neither zero nor Kafka's reserved METADATA_TOPIC_ID (1)."""
+    while True:
+        raw = uuid.uuid4().bytes
+        if raw != ZERO_UUID and raw != bytes(15) + b"\x01" and not uuid_to_base64(raw).startswith("-"):
+            return raw
+
+
+def validate_topic_name(name):
+    """Raise ``KafkaError(INVALID_TOPIC_EXCEPTION)`` unless ``name`` is legal (Kafka's Topic.validate)."""
+    if name is None or name == "":
+        raise KafkaError(errors.INVALID_TOPIC_EXCEPTION, "Topic name is illegal, it can't be empty")
+    if name in (".", ".."):
+        raise KafkaError(errors.INVALID_TOPIC_EXCEPTION, "Topic name cannot be \".\" or \"..\"")
+    if len(name) > MAX_NAME_LENGTH:
+        raise KafkaError(
+            errors.INVALID_TOPIC_EXCEPTION,
+            "Topic name is illegal, it can't be longer than %d characters, topic name: %s"
+            % (MAX_NAME_LENGTH, name),
+        )
+    if not _LEGAL_NAME.match(name):
+        raise KafkaError(
+            errors.INVALID_TOPIC_EXCEPTION,
+            "Topic name \"%s\" is illegal, it contains a character other than ASCII "
+            "alphanumerics, '.', '_' and '-'" % (name,),
+        )
+
+
+def is_valid_topic_name(name):
+    try:
+        validate_topic_name(name)
+    except KafkaError:
+        return False
+    return True
+
+
+def unify_collision_chars(name):
+    """Kafka's ``Topic.unifyCollisionChars``: '.' and '_' collide in metric names."""
+    return name.replace(".", "_")
+
+
+@attr.s(slots=True)
+class TopicInfo:
+    """One topic as the single-node controller knows it; this node leads every partition."""
+
+    name = attr.ib()
+    topic_id = attr.ib()  # 16 bytes
+    num_partitions = attr.ib()
+    configs = attr.ib(factory=dict)  # str -> str, topic-level overrides only
+    leader_epochs = attr.ib(factory=list)  # per partition
+    is_internal = attr.ib(default=False)
+
+    def to_json(self):
+        return {
+            "name": self.name,
+            "topic_id": uuid_to_base64(self.topic_id),
+            "num_partitions": self.num_partitions,
+            "configs": dict(self.configs),
+            "leader_epochs": list(self.leader_epochs),
+            "is_internal": self.is_internal,
+        }
+
+    @classmethod
+    def from_json(cls, d):
+        n = int(d["num_partitions"])
+        epochs = [int(e) for e in d.get("leader_epochs", [])]
+        epochs += [0] * (n - len(epochs))
+        return cls(
+            name=d["name"],
+            topic_id=uuid_from_base64(d["topic_id"]),
+            num_partitions=n,
+            configs={str(k): (None if v is None else str(v)) for k, v in d.get("configs", {}).items()},
+            leader_epochs=epochs[:n],
+            is_internal=bool(d.get("is_internal", d["name"] in INTERNAL_TOPICS)),
+        )
+
+
+def read_properties(path):
+    props = {}
+    with open(path, "r", encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if not line or line.startswith("#") or line.startswith("!"):
+                continue
+            key, sep, value = line.partition("=")
+            if sep:
+                props[key.strip()] = value.strip()
+    return props
+
+
+def write_atomically(path, data):
+    """Write ``data`` (bytes) to ``path``: temp file, fsync, rename, fsync the directory."""
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def read_partition_metadata_topic_id(partition_dir):
+    """The topic id in a ``partition.metadata`` file (``version: 0`` / ``topic_id: ...``), or None."""
+    path = os.path.join(partition_dir, PARTITION_METADATA)
+    try:
+        with open(path, "r", encoding="utf-8") as f:
+            for line in f:
+                key, sep, value = line.partition(":")
+                if sep and key.strip() == "topic_id":
+                    return uuid_from_base64(value.strip())
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+class ClusterMetadata:
+    """Single-node metadata: what Kafka's MetadataCache and controller hold, for one node.
+
+    ``ClusterMetadata.load(log_dirs, node_id)`` reads (or initialises) the persisted state.
+    Mutations (:meth:`create_topic`, :meth:`delete_topic`, :meth:`next_producer_id`) are
+    persisted before they return. The writes are small and rare, so they run on the caller's
+    thread (fsync included).
+    """
+
+    def __init__(self, log_dirs, node_id, cluster_id=None, rack=None):
+        if isinstance(log_dirs, str):
+            log_dirs = [d for d in log_dirs.split(",") if d]
+        self.log_dirs = list(log_dirs)
+        self.node_id = node_id
+        self.cluster_id = cluster_id
+        self.rack = rack
+        self.topics = {}  # name -> TopicInfo
+        self._by_id = {}  # topic id -> TopicInfo
+        self._producer_id_next = 0
+        self._producer_id_block_end = 0  # persisted: ids below it may have been handed out
+        self._listeners = []
+
+    # -- loading / persistence ---------------------------------------------------------
+
+    @classmethod
+    def load(cls, log_dirs, node_id, rack=None):
+        self = cls(log_dirs, node_id, rack=rack)
+        for d in self.log_dirs:
+            os.makedirs(d, exist_ok=True)
+        self._load_meta_properties()
+        self._load_metadata_file()
+        self._cross_check_partition_dirs()
+        self._write_meta_properties()
+        self._persist()
+        return self
+
+    @property
+    def metadata_path(self):
+        return os.path.join(self.log_dirs[0], METADATA_FILE)
+
+    def _load_meta_properties(self):
+        for d in self.log_dirs:
+            path = os.path.join(d, META_PROPERTIES)
+            if not os.path.exists(path):
+                continue
+            props = read_properties(path)
+            cid = props.get("cluster.id")
+            nid = props.get("node.id", props.get("broker.id"))
+            if nid is not None and int(nid) != self.node_id:
+                raise ValueError(
+                    "Stored node id %s in %s doesn't match configured node.id %d" % (nid, path, self.node_id)
+                )
+            if cid:
+                if self.cluster_id is not None and cid != self.cluster_id:
+                    raise ValueError(
+                        "Inconsistent cluster.id in %s: %s, others have %s" % (path, cid, self.cluster_id)
+                    )
+                self.cluster_id = cid
+        if self.cluster_id is None:
+            self.cluster_id = uuid_to_base64(random_uuid())
+
+    def _write_meta_properties(self):
+        for d in self.log_dirs:
+            path = os.path.join(d, META_PROPERTIES)
+            if os.path.exists(path):
+                continue
+            text = "#\n#Written by kafkatw\nversion=1\ncluster.id=%s\nnode.id=%d\n" % (self.cluster_id, self.node_id)
+            write_atomically(path, text.encode("utf-8"))
+
+    def _load_metadata_file(self):
+        path = self.metadata_path
+        if not os.path.exists(path):
+            return
+        with open(path, "rb") as f:
+            state = json.loads(f.read().decode("utf-8"))
+        if state.get("cluster_id") and state["cluster_id"] != self.cluster_id:
+            log.warn("metadata file cluster id {a} differs from meta.properties {b}",
+                     a=state["cluster_id"], b=self.cluster_id)
+        for d in state.get("topics", []):
+            info = TopicInfo.from_json(d)
+            self._add(info)
+        self._producer_id_block_end = int(state.get("producer_id_block_end", 0))
+        self._producer_id_next = self._producer_id_block_end
+
+    def _cross_check_partition_dirs(self):
+        """Recover topics whose partition directories exist but the metadata file lost."""
+        found = {}  # name -> (max partition, topic id or None)
+        for d in self.log_dirs:
+            try:
+                entries = os.listdir(d)
+            except OSError:
+                continue
+            for entry in entries:
+                m = _PARTITION_DIR.match(entry)
+                if not m or not os.path.isdir(os.path.join(d, entry)):
+                    continue
+                name, partition = m.group(1), int(m.group(2))
+                if not is_valid_topic_name(name):
+                    continue  # "-delete", "-future", "-stray" and the like
+                topic_id = read_partition_metadata_topic_id(os.path.join(d, entry))
+                prev = found.get(name, (-1, None))
+                found[name] = (max(prev[0], partition), prev[1] or topic_id)
+        for name, (max_partition, topic_id) in sorted(found.items()):
+            info = self.topics.get(name)
+            if info is None:
+                if topic_id is None or topic_id in self._by_id:
+                    topic_id = random_uuid()
+                info = TopicInfo(name, topic_id, max_partition + 1, {}, [0] * (max_partition + 1),
+                                 name in INTERNAL_TOPICS)
+                log.warn("recovered topic {name} ({n} partitions) from its log directories",
+                         name=name, n=info.num_partitions)
+                self._add(info)
+            else:
+                if topic_id is not None and topic_id != info.topic_id:
+                    log.error("topic {name}: partition.metadata topic id {a} differs from metadata {b}",
+                              name=name, a=uuid_to_base64(topic_id), b=uuid_to_base64(info.topic_id))
+                if max_partition >= info.num_partitions:
+                    log.warn("topic {name}: log directory for partition {p} beyond {n} partitions",
+                             name=name, p=max_partition, n=info.num_partitions)
+
+    def _persist(self):
+        state = {
+            "version": 1,
+            "cluster_id": self.cluster_id,
+            "node_id": self.node_id,
+            "producer_id_block_end": self._producer_id_block_end,
+            "topics": [t.to_json() for t in sorted(self.topics.values(), key=lambda t: t.name)],
+        }
+        write_atomically(self.metadata_path, json.dumps(state, indent=1, sort_keys=True).encode("utf-8"))
+
+    def _add(self, info):
+        self.topics[info.name] = info
+        self._by_id[info.topic_id] = info
+
+    # -- listeners --------------------------------------------------------------------
+
+    def add_listener(self, listener):
+        """``listener(event, topic_info)`` with event TOPIC_CREATED / TOPIC_DELETED, after persisting."""
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener):
+        self._listeners.remove(listener)
+
+    def _notify(self, event, info):
+        for listener in list(self._listeners):
+            try:
+                listener(event, info)
+            except Exception:
+                log.failure("metadata listener failed on {event} {topic}", event=event, topic=info.name)
+
+    # -- queries (what the replica manager and handlers ask) -----------------------------
+
+    def get_topic(self, name):
+        return self.topics.get(name)
+
+    def topic_by_id(self, topic_id):
+        return self._by_id.get(topic_id)
+
+    def topic_id(self, name):
+        info = self.topics.get(name)
+        return ZERO_UUID if info is None else info.topic_id
+
+    def topic_name(self, topic_id):
+        info = self._by_id.get(topic_id)
+        return None if info is None else info.name
+
+    def contains_topic(self, name):
+        return name in self.topics
+
+    def contains_partition(self, topic, partition):
+        info = self.topics.get(topic)
+        return info is not None and 0 <= partition < info.num_partitions
+
+    def partition_count(self, topic):
+        info = self.topics.get(topic)
+        return None if info is None else info.num_partitions
+
+    def leader(self, topic, partition):
+        """The leader node id of a partition, or None if the partition is unknown."""
+        return self.node_id if self.contains_partition(topic, partition) else None
+
+    def leader_epoch(self, topic, partition):
+        info = self.topics.get(topic)
+        if info is None or not 0 <= partition < info.num_partitions:
+            return None
+        return info.leader_epochs[partition]
+
+    def topic_configs(self, topic):
+        info = self.topics.get(topic)
+        return {} if info is None else info.configs
+
+    def is_internal(self, topic):
+        info = self.topics.get(topic)
+        return info.is_internal if info is not None else topic in INTERNAL_TOPICS
+
+    def all_partitions(self):
+        for info in self.topics.values():
+            for p in range(info.num_partitions):
+                yield info.name, p
+
+    # -- mutations ---------------------------------------------------------------------
+
+    def check_new_topic(self, name):
+        """Raise KafkaError if a topic ``name`` may not be created now (name rules, existence, collision)."""
+        validate_topic_name(name)
+        if name in self.topics:
+            raise KafkaError(errors.TOPIC_ALREADY_EXISTS, "Topic '%s' already exists." % (name,))
+        unified = unify_collision_chars(name)
+        for other in self.topics:
+            if unify_collision_chars(other) == unified:
+                raise KafkaError(
+                    errors.INVALID_TOPIC_EXCEPTION,
+                    "Topic '%s' collides with existing topic: %s" % (name, other),
+                )
+
+    def create_topic(self, name, num_partitions, configs=None, topic_id=None):
+        """Create and persist a topic; returns its :class:`TopicInfo`. Raises KafkaError."""
+        self.check_new_topic(name)
+        if num_partitions < 1:
+            raise KafkaError(errors.INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
+        if topic_id is None:
+            topic_id = random_uuid()
+            while topic_id in self._by_id:
+                topic_id = random_uuid()
+        info = TopicInfo(name, topic_id, num_partitions, dict(configs or {}), [0] * num_partitions,
+                         name in INTERNAL_TOPICS)
+        self._add(info)
+        try:
+            self._persist()
+        except Exception:
+            del self.topics[name]
+            del self._by_id[topic_id]
+            raise
+        self._notify(TOPIC_CREATED, info)
+        return info
+
+    def delete_topic(self, name):
+        """Delete and persist; returns the deleted :class:`TopicInfo`. Raises KafkaError."""
+        info = self.topics.get(name)
+        if info is None:
+            raise KafkaError(errors.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
+        del self.topics[name]
+        del self._by_id[info.topic_id]
+        try:
+            self._persist()
+        except Exception:
+            self._add(info)
+            raise
+        self._notify(TOPIC_DELETED, info)
+        return info
+
+    def next_producer_id(self):
+        """A producer id never handed out before, even across restarts (block high-water persisted)."""
+        if self._producer_id_next >= self._producer_id_block_end:
+            self._producer_id_block_end = self._producer_id_next + PRODUCER_ID_BLOCK_SIZE
+            self._persist()
+        pid = self._producer_id_next
+        self._producer_id_next += 1
+        return pid

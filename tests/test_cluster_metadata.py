@@ -1,0 +1,118 @@
+"""Tests for kafkatw.cluster.metadata: name rules, create/delete, persistence and reload."""
+
+import json
+import os
+
+from twisted.trial import unittest
+
+from kafkatw.cluster import metadata as md
+from kafkatw.protocol import errors
+from kafkatw.protocol.errors import KafkaError
+
+
+class TopicNameRulesTests(unittest.SynchronousTestCase):
+    def assertInvalid(self, name):
+        with self.assertRaises(KafkaError) as cm:
+            md.validate_topic_name(name)
+        self.assertEqual(cm.exception.code, errors.INVALID_TOPIC_EXCEPTION)
+        return cm.exception
+
+    def test_legal(self):
+        for name in ["a", "A.b_c-9", "x" * 249, "__consumer_offsets"]:
+            md.validate_topic_name(name)
+
+    def test_illegal(self):
+        self.assertIn("empty", self.assertInvalid("").message)
+        self.assertInvalid(".")
+        self.assertInvalid("..")
+        self.assertIn("249", self.assertInvalid("x" * 250).message)
+        self.assertIn("ASCII alphanumerics", self.assertInvalid("a b").message)
+        self.assertInvalid("a/b")
+        self.assertInvalid("tópico")
+
+    def test_uuid_base64_round_trip(self):
+        raw = md.random_uuid()
+        text = md.uuid_to_base64(raw)
+        self.assertEqual(len(text), 22)
+        self.assertEqual(md.uuid_from_base64(text), raw)
+
+
+class ClusterMetadataTests(unittest.SynchronousTestCase):
+    def setUp(self):
+        base = self.mktemp()
+        self.dirs = [os.path.join(base, "d0"), os.path.join(base, "d1")]
+        self.meta = md.ClusterMetadata.load(self.dirs, node_id=1)
+
+    def test_meta_properties_written_in_every_dir(self):
+        for d in self.dirs:
+            props = md.read_properties(os.path.join(d, "meta.properties"))
+            self.assertEqual(props, {"version": "1", "cluster.id": self.meta.cluster_id, "node.id": "1"})
+        self.assertEqual(len(self.meta.cluster_id), 22)
+
+    def test_create_and_query(self):
+        events = []
+        self.meta.add_listener(lambda ev, info: events.append((ev, info.name)))
+        info = self.meta.create_topic("t1", 3, {"cleanup.policy": "compact"})
+        self.assertEqual(len(info.topic_id), 16)
+        self.assertEqual(self.meta.partition_count("t1"), 3)
+        self.assertEqual(self.meta.leader("t1", 2), 1)
+        self.assertIsNone(self.meta.leader("t1", 3))
+        self.assertEqual(self.meta.leader_epoch("t1", 0), 0)
+        self.assertEqual(self.meta.topic_name(info.topic_id), "t1")
+        self.assertEqual(self.meta.topic_id("nope"), bytes(16))
+        self.assertEqual(events, [(md.TOPIC_CREATED, "t1")])
+
+    def test_duplicate_and_collision(self):
+        self.meta.create_topic("a.b", 1)
+        with self.assertRaises(KafkaError) as cm:
+            self.meta.create_topic("a.b", 1)
+        self.assertEqual(cm.exception.code, errors.TOPIC_ALREADY_EXISTS)
+        with self.assertRaises(KafkaError) as cm:
+            self.meta.create_topic("a_b", 1)
+        self.assertEqual(cm.exception.code, errors.INVALID_TOPIC_EXCEPTION)
+        self.assertEqual(cm.exception.message, "Topic 'a_b' collides with existing topic: a.b")
+
+    def test_internal_flag(self):
+        self.assertTrue(self.meta.create_topic("__consumer_offsets", 2).is_internal)
+        self.assertFalse(self.meta.create_topic("plain", 1).is_internal)
+
+    def test_reload(self):
+        info = self.meta.create_topic("t1", 2, {"retention.ms": "1000"})
+        self.meta.create_topic("gone", 1)
+        self.meta.delete_topic("gone")
+        pid = self.meta.next_producer_id()
+        again = md.ClusterMetadata.load(self.dirs, node_id=1)
+        self.assertEqual(again.cluster_id, self.meta.cluster_id)
+        self.assertEqual(list(again.topics), ["t1"])
+        self.assertEqual(again.get_topic("t1"), info)
+        self.assertGreater(again.next_producer_id(), pid)
+
+    def test_producer_ids_unique_across_restarts(self):
+        seen = {self.meta.next_producer_id() for _ in range(5)}
+        for _ in range(3):
+            m = md.ClusterMetadata.load(self.dirs, node_id=1)
+            ids = {m.next_producer_id() for _ in range(3)}
+            self.assertFalse(ids & seen)
+            seen |= ids
+
+    def test_node_id_mismatch_refuses(self):
+        self.assertRaises(ValueError, md.ClusterMetadata.load, self.dirs, 2)
+
+    def test_recover_topics_from_partition_dirs(self):
+        tid = md.random_uuid()
+        for p in (0, 3):
+            pdir = os.path.join(self.dirs[1], "lost-%d" % p)
+            os.makedirs(pdir)
+            with open(os.path.join(pdir, "partition.metadata"), "w") as f:
+                f.write("version: 0\ntopic_id: %s\n" % md.uuid_to_base64(tid))
+        os.makedirs(os.path.join(self.dirs[0], "lost-1.abc-delete"))
+        again = md.ClusterMetadata.load(self.dirs, node_id=1)
+        info = again.get_topic("lost")
+        self.assertEqual((info.num_partitions, info.topic_id), (4, tid))
+        with open(again.metadata_path) as f:
+            self.assertEqual([t["name"] for t in json.load(f)["topics"]], ["lost"])
+
+    def test_delete_unknown(self):
+        with self.assertRaises(KafkaError) as cm:
+            self.meta.delete_topic("nope")
+        self.assertEqual(cm.exception.code, errors.UNKNOWN_TOPIC_OR_PARTITION)
