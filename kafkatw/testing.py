@@ -188,3 +188,41 @@ class KafkaBroker:
             except OSError:
                 pass
         return "\n".join(out)
+
+
+_class_brokers = {}
+
+
+def _stop_class_brokers():
+    for broker in list(_class_brokers.values()):
+        broker.close()
+    _class_brokers.clear()
+
+
+class KafkaBrokerMixin:
+    """A trial/unittest mixin giving ``self.broker``.
+
+    ``broker_scope = "class"`` (default) shares one broker among the tests of a class; it
+    starts with the first test and stops when the test process exits (trial has no
+    ``setUpClass``). ``broker_scope = "test"`` starts a fresh broker for every test.
+    ``broker_overrides`` holds broker properties.
+    """
+
+    broker_scope = "class"
+    broker_overrides = {}
+
+    def setUp(self):
+        super().setUp()
+        if self.broker_scope == "test":
+            self.broker = KafkaBroker(overrides=self.broker_overrides).start()
+            self.addCleanup(self.broker.close)
+            return
+        key = type(self)
+        broker = _class_brokers.get(key)
+        if broker is None or broker.process is None:
+            if not _class_brokers:
+                import atexit
+
+                atexit.register(_stop_class_brokers)
+            broker = _class_brokers[key] = KafkaBroker(overrides=self.broker_overrides).start()
+        self.broker = broker
