@@ -1,0 +1,200 @@
+"""Delayed operations and the purgatory that holds them (Kafka's DelayedOperation and
+DelayedOperationPurgatory). Owns completion-exactly-once, watch lists by key, expiry timers
+on an injected clock and purging; it knows nothing about fetches or produces themselves.
+
+Single-threaded (the reactor thread), so Kafka's locks are not needed: "check, then watch"
+cannot race with an append.
+"""
+
+from twisted.internet import defer
+from twisted.logger import Logger
+
+import attr
+
+log = Logger()
+
+
+@attr.s(slots=True, frozen=True)
+class TopicPartitionOperationKey:
+    """The watch key of an operation that waits on one partition."""
+
+    topic = attr.ib()
+    partition = attr.ib()
+
+    @property
+    def key_label(self):
+        return "%s-%d" % (self.topic, self.partition)
+
+
+class DelayedOperation:
+    """An operation that completes later, either because ``try_complete`` found its condition
+    met or because ``delay_ms`` expired.
+
+    Subclasses implement ``try_complete()`` (check the condition; if met call and return
+    ``self.force_complete()``, else return False), ``on_complete()`` (produce the result; its
+    return value fires :attr:`deferred`) and optionally ``on_expiration()``.
+    Completion happens exactly once. Cancelling :attr:`deferred` (the client went away)
+    completes the operation without calling ``on_complete``.
+    """
+
+    def __init__(self, delay_ms):
+        self.delay_ms = delay_ms
+        self.deferred = defer.Deferred(self._cancelled)
+        self._completed = False
+        self._timer = None
+
+    @property
+    def is_completed(self):
+        return self._completed
+
+    def force_complete(self):
+        """Complete the operation if nobody has yet; True if this call completed it."""
+        if self._completed:
+            return False
+        self._completed = True
+        self._cancel_timer()
+        try:
+            result = self.on_complete()
+        except Exception:
+            self.deferred.errback()
+        else:
+            self.deferred.callback(result)
+        return True
+
+    def try_complete(self):
+        raise NotImplementedError
+
+    def on_complete(self):
+        raise NotImplementedError
+
+    def on_expiration(self):
+        """Called after ``on_complete`` when completion came from the timer."""
+
+    def _expire(self):
+        self._timer = None
+        if self.force_complete():
+            self.on_expiration()
+
+    def _cancelled(self, d):
+        # Deferred.cancel(): errback with CancelledError follows; just stop everything.
+        self._completed = True
+        self._cancel_timer()
+
+    def _cancel_timer(self):
+        if self._timer is not None:
+            if self._timer.active():
+                self._timer.cancel()
+            self._timer = None
+
+
+class DelayedOperationPurgatory:
+    """Holds delayed operations until they complete.
+
+    ``try_complete_else_watch(op, keys)`` tries once, otherwise watches ``op`` under every key
+    and arms its expiry timer; ``check_and_complete(key)`` retries the operations watched under
+    ``key``. Completed operations linger in other keys' watch lists until the next
+    ``check_and_complete`` of that key or the next purge, which runs once the estimated number
+    of watched operations exceeds the live delayed ones by ``purge_interval_requests``.
+    """
+
+    def __init__(self, name, clock, purge_interval_requests=1000, timer_enabled=True):
+        self.name = name
+        self._clock = clock
+        self.purge_interval_requests = purge_interval_requests
+        self._timer_enabled = timer_enabled
+        self._watchers = {}  # key -> list[DelayedOperation]
+        self._delayed = set()  # operations with a live timer
+        self._estimated_total_operations = 0
+
+    # -- metrics ---------------------------------------------------------------------------
+
+    def watched(self):
+        """Number of entries in all watch lists (Kafka's PurgatorySize; may count completed ops)."""
+        return sum(len(ops) for ops in self._watchers.values())
+
+    def num_delayed(self):
+        """Number of operations waiting on a timer (Kafka's NumDelayedOperations)."""
+        return len(self._delayed)
+
+    def watched_keys(self):
+        return list(self._watchers)
+
+    # -- operations ------------------------------------------------------------------------
+
+    def try_complete_else_watch(self, operation, watch_keys):
+        """Complete ``operation`` now if it can, else watch it under ``watch_keys`` and arm its
+        timer. Returns True if it completed here."""
+        if operation.try_complete():
+            return True
+        if operation.is_completed:
+            return True
+        for key in watch_keys:
+            self._watchers.setdefault(key, []).append(operation)
+        if watch_keys:
+            self._estimated_total_operations += 1
+        if self._timer_enabled:
+            self._arm(operation)
+        self._maybe_purge()
+        return False
+
+    def check_and_complete(self, key):
+        """Retry the operations watched under ``key``; returns how many completed now."""
+        ops = self._watchers.get(key)
+        if not ops:
+            return 0
+        completed = 0
+        for op in list(ops):
+            if op.is_completed:
+                continue
+            if op.try_complete():
+                completed += 1
+        # Operations may have been added (reentrantly) while we iterated: prune the live list.
+        ops = self._watchers.get(key)
+        if ops is not None:
+            live = [op for op in ops if not op.is_completed]
+            if live:
+                self._watchers[key] = live
+            else:
+                del self._watchers[key]
+        return completed
+
+    def purge_completed(self):
+        """Drop completed operations from every watch list; returns how many were dropped."""
+        purged = 0
+        for key in list(self._watchers):
+            ops = self._watchers[key]
+            live = [op for op in ops if not op.is_completed]
+            purged += len(ops) - len(live)
+            if live:
+                self._watchers[key] = live
+            else:
+                del self._watchers[key]
+        self._estimated_total_operations = self.num_delayed()
+        return purged
+
+    def shutdown(self):
+        """Stop all timers (the operations stay incomplete)."""
+        for op in list(self._delayed):
+            op._cancel_timer()
+        self._delayed.clear()
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _arm(self, operation):
+        def expire():
+            self._delayed.discard(operation)
+            operation._expire()
+            self._maybe_purge()
+
+        operation._timer = self._clock.callLater(max(operation.delay_ms, 0) / 1000.0, expire)
+        self._delayed.add(operation)
+        # Remove from the delayed set when completed by other means.
+        operation.deferred.addBoth(self._forget, operation)
+
+    def _forget(self, result, operation):
+        self._delayed.discard(operation)
+        return result
+
+    def _maybe_purge(self):
+        if self._estimated_total_operations - self.num_delayed() > self.purge_interval_requests:
+            self.purge_completed()

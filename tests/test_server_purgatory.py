@@ -1,0 +1,190 @@
+"""Tests for kafkatw.server.purgatory: exactly-once completion, expiry, wake by key, purge."""
+
+from twisted.internet import defer, task
+from twisted.trial import unittest
+
+from kafkatw.server.purgatory import (
+    DelayedOperation,
+    DelayedOperationPurgatory,
+    TopicPartitionOperationKey,
+)
+
+
+class MockOp(DelayedOperation):
+    def __init__(self, delay_ms, ready=False):
+        super().__init__(delay_ms)
+        self.ready = ready
+        self.completions = 0
+        self.expirations = 0
+        self.tries = 0
+
+    def try_complete(self):
+        self.tries += 1
+        if self.ready:
+            return self.force_complete()
+        return False
+
+    def on_complete(self):
+        self.completions += 1
+        return "done-%d" % self.completions
+
+    def on_expiration(self):
+        self.expirations += 1
+
+
+K1 = TopicPartitionOperationKey("t", 0)
+K2 = TopicPartitionOperationKey("t", 1)
+
+
+class PurgatoryTests(unittest.SynchronousTestCase):
+    def setUp(self):
+        self.clock = task.Clock()
+        self.p = DelayedOperationPurgatory("Fetch", self.clock, purge_interval_requests=1000)
+
+    def result(self, op):
+        return self.successResultOf(op.deferred)
+
+    def test_completes_immediately_without_watching(self):
+        op = MockOp(500, ready=True)
+        self.assertTrue(self.p.try_complete_else_watch(op, [K1]))
+        self.assertEqual(self.result(op), "done-1")
+        self.assertEqual(self.p.watched(), 0)
+        self.assertEqual(self.p.num_delayed(), 0)
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
+    def test_watch_then_check_and_complete(self):
+        op = MockOp(500)
+        self.assertFalse(self.p.try_complete_else_watch(op, [K1, K2]))
+        self.assertNoResult(op.deferred)
+        self.assertEqual(self.p.watched(), 2)
+        self.assertEqual(self.p.num_delayed(), 1)
+        self.assertEqual(self.p.check_and_complete(K1), 0)
+        op.ready = True
+        self.assertEqual(self.p.check_and_complete(K1), 1)
+        self.assertEqual(self.result(op), "done-1")
+        # the timer is cancelled and K1's list pruned; K2 keeps a stale entry
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+        self.assertEqual(self.p.num_delayed(), 0)
+        self.assertEqual(self.p.watched(), 1)
+        self.assertEqual(self.p.check_and_complete(K2), 0)
+        self.assertEqual(self.p.watched(), 0)
+        self.assertEqual(op.completions, 1)
+        self.assertEqual(op.expirations, 0)
+
+    def test_check_unknown_key(self):
+        self.assertEqual(self.p.check_and_complete(K1), 0)
+
+    def test_expiry_completes_once(self):
+        op = MockOp(300)
+        self.p.try_complete_else_watch(op, [K1])
+        self.clock.advance(0.299)
+        self.assertNoResult(op.deferred)
+        self.clock.advance(0.001)
+        self.assertEqual(self.result(op), "done-1")
+        self.assertEqual((op.completions, op.expirations), (1, 1))
+        self.assertEqual(self.p.num_delayed(), 0)
+        # stale watch entry until next check
+        self.assertEqual(self.p.watched(), 1)
+        op.ready = True
+        self.assertEqual(self.p.check_and_complete(K1), 0)
+        self.assertEqual(op.completions, 1)
+        self.assertEqual(self.p.watched(), 0)
+
+    def test_force_complete_exactly_once(self):
+        op = MockOp(100)
+        self.assertTrue(op.force_complete())
+        self.assertFalse(op.force_complete())
+        self.assertEqual(op.completions, 1)
+
+    def test_zero_delay_expires_on_next_tick(self):
+        op = MockOp(0)
+        self.p.try_complete_else_watch(op, [K1])
+        self.assertNoResult(op.deferred)
+        self.clock.advance(0)
+        self.assertEqual(self.result(op), "done-1")
+
+    def test_on_complete_error_goes_to_errback(self):
+        class Boom(MockOp):
+            def on_complete(self):
+                raise ValueError("x")
+
+        op = Boom(100, ready=True)
+        self.p.try_complete_else_watch(op, [K1])
+        self.failureResultOf(op.deferred, ValueError)
+
+    def test_cancel_stops_timer_and_never_completes(self):
+        op = MockOp(100)
+        self.p.try_complete_else_watch(op, [K1])
+        op.deferred.cancel()
+        self.failureResultOf(op.deferred, defer.CancelledError)
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+        self.assertEqual(self.p.num_delayed(), 0)
+        op.ready = True
+        self.assertEqual(self.p.check_and_complete(K1), 0)
+        self.assertEqual(op.completions, 0)
+
+    def test_reentrant_watch_during_check(self):
+        """Completing an op may (synchronously) park a new op on the same key."""
+        new_ops = []
+
+        class Chain(MockOp):
+            def on_complete(inner):
+                nxt = MockOp(100)
+                new_ops.append(nxt)
+                self.p.try_complete_else_watch(nxt, [K1])
+                return "chained"
+
+        op = Chain(100)
+        self.p.try_complete_else_watch(op, [K1])
+        op.ready = True
+        self.assertEqual(self.p.check_and_complete(K1), 1)
+        self.assertEqual(self.result(op), "chained")
+        self.assertEqual(self.p.watched(), 1)
+        new_ops[0].ready = True
+        self.assertEqual(self.p.check_and_complete(K1), 1)
+
+    def test_many_ops_one_key_all_complete(self):
+        ops = [MockOp(1000) for _ in range(5)]
+        for op in ops:
+            self.p.try_complete_else_watch(op, [K1])
+        self.assertEqual(self.p.num_delayed(), 5)
+        for op in ops[:3]:
+            op.ready = True
+        self.assertEqual(self.p.check_and_complete(K1), 3)
+        self.assertEqual(self.p.watched(), 2)
+        self.assertEqual(self.p.num_delayed(), 2)
+        self.clock.advance(1)
+        self.assertEqual([o.expirations for o in ops], [0, 0, 0, 1, 1])
+
+    def test_purge_after_interval(self):
+        p = DelayedOperationPurgatory("Fetch", self.clock, purge_interval_requests=3)
+        # expire ops watched under two keys, leaving stale entries under K2
+        for _ in range(3):
+            op = MockOp(10)
+            p.try_complete_else_watch(op, [K1, K2])
+            self.clock.advance(0.01)
+        self.assertEqual(p.watched(), 6)
+        # next watch: estimated (4) - delayed (1) = 3, not > 3 -> no purge yet
+        live = MockOp(1000)
+        p.try_complete_else_watch(live, [K1])
+        self.assertEqual(p.watched(), 7)
+        # one more expiry pushes it over: purge leaves only the live op
+        op = MockOp(10)
+        p.try_complete_else_watch(op, [K2])
+        self.clock.advance(0.01)
+        self.assertEqual(p.watched(), 1)
+        self.assertEqual(p.watched_keys(), [K1])
+
+    def test_purge_completed_explicit(self):
+        op = MockOp(10)
+        self.p.try_complete_else_watch(op, [K1, K2])
+        self.clock.advance(0.01)
+        self.assertEqual(self.p.purge_completed(), 2)
+        self.assertEqual(self.p.watched(), 0)
+
+    def test_shutdown_cancels_timers(self):
+        op = MockOp(1000)
+        self.p.try_complete_else_watch(op, [K1])
+        self.p.shutdown()
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+        self.assertEqual(self.p.num_delayed(), 0)
