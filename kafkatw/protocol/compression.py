@@ -1,0 +1,220 @@
+"""Compression codecs of Kafka record batches: gzip, snappy (raw and xerial), lz4 frame, zstd.
+
+Owns the byte formats as Kafka's Java client writes them and every variant clients send.
+Does not know batch layout (records.py); it maps bytes to bytes and raises record errors.
+"""
+
+import gzip
+import struct
+import zlib
+
+import cramjam
+import lz4.frame
+import zstandard
+
+from kafkatw.protocol import records as _records
+
+__all__ = ["NONE", "GZIP", "SNAPPY", "LZ4", "ZSTD", "CODEC_NAMES", "codec_name", "compress",
+           "decompress"]
+
+NONE = 0
+GZIP = 1
+SNAPPY = 2
+LZ4 = 3
+ZSTD = 4
+
+CODEC_NAMES = {NONE: "none", GZIP: "gzip", SNAPPY: "snappy", LZ4: "lz4", ZSTD: "zstd"}
+CODEC_IDS = {name: codec for codec, name in CODEC_NAMES.items()}
+
+# xerial snappy-java block framing (SnappyOutputStream): 8 magic bytes, version and
+# compatible version as int32, then blocks of [int32 length][raw snappy].
+XERIAL_MAGIC = b"\x82SNAPPY\x00"
+XERIAL_HEADER = XERIAL_MAGIC + struct.pack(">ii", 1, 1)
+XERIAL_BLOCK_SIZE = 32 * 1024
+_INT32 = struct.Struct(">i")
+
+# Java's GZIPOutputStream uses Deflater.DEFAULT_COMPRESSION (zlib level 6).
+GZIP_LEVEL = 6
+ZSTD_LEVEL = 3
+
+LZ4_MAGIC = b"\x04\x22\x4d\x18"
+
+
+def codec_name(codec):
+    return CODEC_NAMES.get(codec, "unknown(%s)" % (codec,))
+
+
+def compress(codec, data):
+    """Compress ``data`` (bytes-like) the way Kafka's Java producer does for ``codec``."""
+    if codec == NONE:
+        return bytes(data)
+    if codec == GZIP:
+        return gzip.compress(data, compresslevel=GZIP_LEVEL, mtime=0)
+    if codec == SNAPPY:
+        return _xerial_compress(data)
+    if codec == LZ4:
+        # KafkaLZ4BlockOutputStream: 64 KiB independent blocks, no content size.
+        return lz4.frame.compress(
+            data, block_size=lz4.frame.BLOCKSIZE_MAX64KB, block_linked=False,
+            content_checksum=False, store_size=False)
+    if codec == ZSTD:
+        return zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(data)
+    raise _records.InvalidRecordError("unknown compression codec id %r" % (codec,))
+
+
+def decompress(codec, data, magic=2):
+    """Decompress ``data`` written with ``codec`` by any client; bad input raises
+    :class:`~kafkatw.protocol.records.CorruptRecordError`.
+
+    ``magic`` matters for lz4 only: magic v0 messages carry a wrongly computed frame
+    descriptor checksum, which is repaired before decoding.
+    """
+    try:
+        if codec == NONE:
+            return bytes(data)
+        if codec == GZIP:
+            return _gunzip(data)
+        if codec == SNAPPY:
+            return _snappy_decompress(data)
+        if codec == LZ4:
+            if magic == 0:
+                data = _fix_lz4_header_checksum(data)
+            return lz4.frame.decompress(data)
+        if codec == ZSTD:
+            return _zstd_decompress(data)
+    except _records.CorruptRecordError:
+        raise
+    except Exception as e:
+        raise _records.CorruptRecordError(
+            "cannot decompress %s data: %s: %s" % (codec_name(codec), type(e).__name__, e))
+    raise _records.CorruptRecordError("unknown compression codec id %r" % (codec,))
+
+
+# -- gzip ---------------------------------------------------------------------------------
+
+def _gunzip(data):
+    # Concatenated gzip members are one stream (as GZIPInputStream reads them).
+    out = []
+    data = bytes(data)
+    while True:
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        out.append(d.decompress(data))
+        if not d.eof:
+            raise _records.CorruptRecordError("truncated gzip stream")
+        data = d.unused_data.lstrip(b"\x00")
+        if not data:
+            return b"".join(out)
+
+
+# -- snappy -------------------------------------------------------------------------------
+
+def _xerial_compress(data):
+    view = memoryview(data)
+    out = [XERIAL_HEADER]
+    for start in range(0, len(view), XERIAL_BLOCK_SIZE):
+        block = bytes(cramjam.snappy.compress_raw(view[start:start + XERIAL_BLOCK_SIZE]))
+        out.append(_INT32.pack(len(block)))
+        out.append(block)
+    return b"".join(out)
+
+
+def _snappy_decompress(data):
+    view = memoryview(data)
+    if len(view) >= 16 and view[:8] == XERIAL_MAGIC:
+        out = []
+        pos = 16
+        end = len(view)
+        while pos < end:
+            if end - pos < 4:
+                raise _records.CorruptRecordError("truncated xerial snappy block length")
+            size = _INT32.unpack_from(view, pos)[0]
+            pos += 4
+            if size < 0 or size > end - pos:
+                raise _records.CorruptRecordError("invalid xerial snappy block size %d" % size)
+            out.append(bytes(cramjam.snappy.decompress_raw(view[pos:pos + size])))
+            pos += size
+        return b"".join(out)
+    return bytes(cramjam.snappy.decompress_raw(view))
+
+
+# -- lz4 ----------------------------------------------------------------------------------
+
+def _fix_lz4_header_checksum(data):
+    """Rewrite the frame descriptor checksum old (magic v0) Kafka clients computed over the
+    magic number too; a correct checksum is left alone."""
+    view = memoryview(data)
+    if len(view) < 7 or view[:4] != LZ4_MAGIC:
+        return data
+    flg = view[4]
+    end = 6 + (8 if flg & 0x08 else 0) + (4 if flg & 0x01 else 0)
+    if len(view) <= end:
+        return data
+    correct = (xxh32(view[4:end]) >> 8) & 0xFF
+    if view[end] == correct:
+        return data
+    fixed = bytearray(view)
+    fixed[end] = correct
+    return fixed
+
+
+_P1, _P2, _P3, _P4, _P5 = 2654435761, 2246822519, 3266489917, 668265263, 374761393
+_M32 = 0xFFFFFFFF
+
+
+def _rotl(x, r):
+    return ((x << r) | (x >> (32 - r))) & _M32
+
+
+def xxh32(data, seed=0):
+    """XXH32 of a short bytes-like (used only for lz4 frame descriptors)."""
+    data = bytes(data)
+    n = len(data)
+    pos = 0
+    if n >= 16:
+        v1 = (seed + _P1 + _P2) & _M32
+        v2 = (seed + _P2) & _M32
+        v3 = seed & _M32
+        v4 = (seed - _P1) & _M32
+        while pos + 16 <= n:
+            lanes = struct.unpack_from("<4I", data, pos)
+            v1 = (_rotl((v1 + lanes[0] * _P2) & _M32, 13) * _P1) & _M32
+            v2 = (_rotl((v2 + lanes[1] * _P2) & _M32, 13) * _P1) & _M32
+            v3 = (_rotl((v3 + lanes[2] * _P2) & _M32, 13) * _P1) & _M32
+            v4 = (_rotl((v4 + lanes[3] * _P2) & _M32, 13) * _P1) & _M32
+            pos += 16
+        h = (_rotl(v1, 1) + _rotl(v2, 7) + _rotl(v3, 12) + _rotl(v4, 18)) & _M32
+    else:
+        h = (seed + _P5) & _M32
+    h = (h + n) & _M32
+    while pos + 4 <= n:
+        h = (h + struct.unpack_from("<I", data, pos)[0] * _P3) & _M32
+        h = (_rotl(h, 17) * _P4) & _M32
+        pos += 4
+    while pos < n:
+        h = (h + data[pos] * _P5) & _M32
+        h = (_rotl(h, 11) * _P1) & _M32
+        pos += 1
+    h ^= h >> 15
+    h = (h * _P2) & _M32
+    h ^= h >> 13
+    h = (h * _P3) & _M32
+    h ^= h >> 16
+    return h
+
+
+# -- zstd ---------------------------------------------------------------------------------
+
+def _zstd_decompress(data):
+    # A streaming decompressor needs no content size in the frame header (zstd-jni omits
+    # it); concatenated frames are one stream, a truncated frame is an error.
+    dctx = zstandard.ZstdDecompressor()
+    data = bytes(data)
+    out = []
+    while True:
+        dobj = dctx.decompressobj()
+        out.append(dobj.decompress(data))
+        if not dobj.eof:
+            raise _records.CorruptRecordError("truncated zstd frame")
+        data = dobj.unused_data
+        if not data:
+            return b"".join(out)
