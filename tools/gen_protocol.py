@@ -1,0 +1,1030 @@
+"""Generate kafkatw/protocol/messages.py from Kafka's JSON message schemas.
+
+usage: python tools/gen_protocol.py ../shared/kafka-protocol/message kafkatw/protocol/messages.py
+
+Each struct gets straight-line reader/writer functions per variant (``_r0``/``_w0`` for
+non-flexible versions, ``_r1``/``_w1`` for flexible ones) with the version checks
+specialised to the variant, fixed-width runs packed by one ``struct.Struct`` call.
+"""
+
+import glob
+import json
+import keyword
+import os
+import re
+import sys
+
+INF = 0x7FFF
+
+FIXED = {
+    "int8": ("b", 1),
+    "int16": ("h", 2),
+    "int32": ("i", 4),
+    "int64": ("q", 8),
+    "uint16": ("H", 2),
+    "uint32": ("I", 4),
+    "float64": ("d", 8),
+    "bool": ("?", 1),
+    "uuid": ("16s", 16),
+}
+VARIABLE = ("string", "bytes", "records")
+
+
+# ---------------------------------------------------------------------------
+# schema model
+
+
+def parse_versions(s):
+    """'0+', '3-5', '7', 'none' -> (lo, hi) or None."""
+    if s is None or s == "none":
+        return None
+    s = s.strip()
+    if s.endswith("+"):
+        return (int(s[:-1]), INF)
+    if "-" in s:
+        lo, hi = s.split("-")
+        return (int(lo), int(hi))
+    return (int(s), int(s))
+
+
+def intersect(a, b):
+    if a is None or b is None:
+        return None
+    lo, hi = max(a[0], b[0]), min(a[1], b[1])
+    return (lo, hi) if lo <= hi else None
+
+
+def covers(a, b):
+    """a contains all of b."""
+    return b is None or (a is not None and a[0] <= b[0] and a[1] >= b[1])
+
+
+def snake(name):
+    s = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", name)
+    s = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", s).lower()
+    if keyword.iskeyword(s):
+        s += "_"
+    return s
+
+
+def load_json(path):
+    text = open(path, encoding="utf-8").read()
+    lines = [l for l in text.split("\n") if not l.strip().startswith("//")]
+    return json.loads("\n".join(lines))
+
+
+class Field:
+    def __init__(self, spec, msg):
+        self.name = spec["name"]
+        self.attr = snake(self.name)
+        self.type = spec["type"]
+        self.versions = parse_versions(spec.get("versions"))
+        self.nullable = parse_versions(spec.get("nullableVersions"))
+        self.tagged = parse_versions(spec.get("taggedVersions"))
+        self.tag = int(spec["tag"]) if "tag" in spec else None
+        self.ignorable = bool(spec.get("ignorable", False))
+        self.flex_override = parse_versions(spec["flexibleVersions"]) if "flexibleVersions" in spec else "inherit"
+        self.zero_copy = bool(spec.get("zeroCopy", False))
+        self.raw_default = spec.get("default")
+        self.is_array = self.type.startswith("[]")
+        self.elem = self.type[2:] if self.is_array else None
+        base = self.elem if self.is_array else self.type
+        self.struct = None  # StructDef for struct or array-of-struct
+        self.base = base
+        if base not in FIXED and base not in VARIABLE:
+            self.struct_name = base
+        else:
+            self.struct_name = None
+        if self.tagged is not None:
+            assert self.tagged[1] == INF or self.tagged == self.versions, (msg, self.name)
+            assert self.tag is not None
+        # regular (non-tagged) versions
+        if self.tagged is None:
+            self.regular = self.versions
+        elif self.tagged == self.versions:
+            self.regular = None
+        else:
+            self.regular = intersect(self.versions, (0, self.tagged[0] - 1))
+
+    # -- defaults
+    def default_src(self):
+        """Python source of the default value (fresh for mutable kinds)."""
+        d = self.raw_default
+        if self.is_array:
+            if d == "null":
+                return "None"
+            return "[]"
+        if self.struct_name:
+            if d == "null":
+                return "None"
+            return "%s()" % self.struct.alias
+        t = self.type
+        if t in ("int8", "int16", "int32", "int64", "uint16", "uint32"):
+            return repr(int(str(d), 0)) if d is not None else "0"
+        if t == "float64":
+            return repr(float(d)) if d is not None else "0.0"
+        if t == "bool":
+            if d is None:
+                return "False"
+            return "True" if str(d).lower() == "true" else "False"
+        if t == "uuid":
+            return "_ZERO_UUID"
+        if t == "string":
+            if d == "null":
+                return "None"
+            return repr(d if d is not None else "")
+        if t == "bytes":
+            return "None" if d == "null" else "b''"
+        if t == "records":
+            if d == "null" or (d is None and self.nullable is not None):
+                return "None"
+            return "b''"
+        raise AssertionError(t)
+
+    def mutable_default(self):
+        src = self.default_src()
+        return src == "[]" or src.endswith("()")
+
+    def is_default_src(self, expr):
+        """Source of a boolean: expr equals the default."""
+        src = self.default_src()
+        if src == "None":
+            return "%s is None" % expr
+        if src == "[]":
+            return "not %s" % expr if False else "%s == []" % expr
+        return "%s == %s" % (expr, src)
+
+    def schema_tuple(self):
+        sub = self.struct.alias if self.struct else "None"
+        return "(%r, %r, %r, %r, %r, %r, %r, %r, %s)" % (
+            self.attr,
+            self.type,
+            self.versions,
+            self.nullable,
+            self.tagged,
+            self.tag,
+            self.ignorable,
+            self.flex_override if self.flex_override != "inherit" else "inherit",
+            sub,
+        )
+
+
+class StructDef:
+    def __init__(self, name, fields_spec, msg, parent):
+        self.name = name
+        self.msg = msg
+        self.parent = parent
+        self.fields = [Field(f, msg.name) for f in fields_spec]
+        self.alias = "_S_%s_%s" % (msg.name, name) if parent is not None else msg.name
+        self.children = []
+
+
+class Message:
+    def __init__(self, spec):
+        self.name = spec["name"]
+        self.kind = spec["type"]
+        self.api_key = spec.get("apiKey")
+        self.valid = parse_versions(spec["validVersions"])
+        self.flexible = parse_versions(spec.get("flexibleVersions", "none"))
+        self.structs = {}  # name -> StructDef (nested + common)
+        self.order = []
+        self.root = StructDef(self.name, [], self, None)
+        for cs in spec.get("commonStructs", []):
+            sd = StructDef(cs["name"], [], self, self.root)
+            self._register(sd)
+            sd.fields = [Field(f, self.name) for f in cs["fields"]]
+            self._walk(sd, cs["fields"])
+        self.root.fields = [Field(f, self.name) for f in spec.get("fields", [])]
+        self._walk(self.root, spec.get("fields", []))
+        self._resolve(self.root)
+        for sd in self.order:
+            self._resolve(sd)
+
+    def _register(self, sd):
+        assert sd.name not in self.structs, (self.name, sd.name)
+        assert sd.name != self.name
+        self.structs[sd.name] = sd
+        self.order.append(sd)
+
+    def _walk(self, owner, fields_spec):
+        for f in fields_spec:
+            if "fields" in f:
+                t = f["type"][2:] if f["type"].startswith("[]") else f["type"]
+                sd = StructDef(t, f["fields"], self, owner)
+                self._register(sd)
+                owner.children.append(sd)
+                self._walk(sd, f["fields"])
+
+    def _resolve(self, sd):
+        for f in sd.fields:
+            if f.struct_name:
+                f.struct = self.structs[f.struct_name]
+
+    @property
+    def api_name(self):
+        for suf in ("Request", "Response"):
+            if self.kind in ("request", "response") and self.name.endswith(suf):
+                return self.name[: -len(suf)]
+        return None
+
+
+# ---------------------------------------------------------------------------
+# code emission
+
+
+class Emitter:
+    def __init__(self):
+        self.lines = []
+        self.structs = {}  # fmt -> name
+        self.ind = 0
+
+    def __call__(self, line):
+        self.lines.append("    " * self.ind + line if line else "")
+
+    def struct(self, fmt):
+        if fmt not in self.structs:
+            self.structs[fmt] = "_T%d" % len(self.structs)
+        return self.structs[fmt]
+
+
+def cond(r, v):
+    """Python boolean source for 'v in r' over variant range v; 'True'/'False' when static."""
+    if r is None or intersect(r, v) is None:
+        return "False"
+    if covers(r, v):
+        return "True"
+    terms = []
+    if r[0] > v[0]:
+        terms.append("v >= %d" % r[0])
+    if r[1] < v[1]:
+        terms.append("v <= %d" % r[1])
+    return " and ".join(terms)
+
+
+def field_flexible(f, msg, V, flex):
+    """Whether the field uses compact encodings in this variant: 'True'/'False'/expr."""
+    if not flex:
+        return "False"
+    if f.flex_override == "inherit":
+        return "True"
+    return cond(f.flex_override, V)
+
+
+class StructGen:
+    """Emit reader/writer for one struct in one variant."""
+
+    def __init__(self, em, msg, sd, flex, V):
+        self.em, self.msg, self.sd, self.flex, self.V = em, msg, sd, flex, V
+        self.suffix = "1" if flex else "0"
+
+    # ---- writer ------------------------------------------------------------
+    def gen_writer(self):
+        em, sd, V = self.em, self.sd, self.V
+        em("def _w%s(self, buf, parts, v):" % self.suffix)
+        em.ind += 1
+        start = len(em.lines)
+        fields = sd.fields
+        i = 0
+        while i < len(fields):
+            f = fields[i]
+            c_reg = cond(f.regular, V)
+            # fixed-width run with the same condition
+            if f.base in FIXED and not f.is_array and c_reg != "False":
+                run = [f]
+                j = i + 1
+                while (
+                    j < len(fields)
+                    and fields[j].base in FIXED
+                    and not fields[j].is_array
+                    and cond(fields[j].regular, V) == c_reg
+                ):
+                    run.append(fields[j])
+                    j += 1
+                self._open(c_reg)
+                fmt = ">" + "".join(FIXED[x.base][0] for x in run)
+                em("buf += %s(%s)" % (em.struct(fmt) + "p", ", ".join("self." + x.attr for x in run)))
+                self._close(c_reg)
+                for x in run:
+                    self._absent_check(x)
+                i = j
+                continue
+            if c_reg != "False":
+                self._open(c_reg)
+                self._narrowed(f.regular, self.write_value, f, "self." + f.attr, "buf", "parts")
+                self._close(c_reg)
+            self._absent_check(f)
+            i += 1
+        if self.flex:
+            tagged = sorted([f for f in fields if cond(f.tagged, V) != "False"], key=lambda f: f.tag)
+            if not tagged:
+                em("if self.unknown_tagged_fields:")
+                em("    _write_tags(buf, [], self.unknown_tagged_fields)")
+                em("else:")
+                em("    buf.append(0)")
+            else:
+                em("tags = []")
+                for f in tagged:
+                    c = cond(f.tagged, V)
+                    test = "not (%s)" % f.is_default_src("self." + f.attr)
+                    em("if %s%s:" % ("" if c == "True" else "(%s) and " % c, test))
+                    em.ind += 1
+                    em("t = bytearray()")
+                    self._narrowed(f.tagged, self.write_value, f, "self." + f.attr, "t", "None")
+                    em("tags.append((%d, bytes(t)))" % f.tag)
+                    em.ind -= 1
+                em("if tags or self.unknown_tagged_fields:")
+                em("    _write_tags(buf, tags, self.unknown_tagged_fields)")
+                em("else:")
+                em("    buf.append(0)")
+        if len(em.lines) == start:
+            em("pass")
+        em.ind -= 1
+        em("")
+
+    def _narrowed(self, r, fn, *args):
+        saved = self.V
+        self.V = intersect(saved, r)
+        try:
+            fn(*args)
+        finally:
+            self.V = saved
+
+    def _open(self, c):
+        if c != "True":
+            self.em("if %s:" % c)
+            self.em.ind += 1
+
+    def _close(self, c):
+        if c != "True":
+            self.em.ind -= 1
+
+    def _absent_check(self, f):
+        if f.ignorable:
+            return
+        c_present = cond(f.versions, self.V)
+        if c_present == "True":
+            return
+        c_abs = "True" if c_present == "False" else "not (%s)" % c_present
+        test = "not (%s)" % f.is_default_src("self." + f.attr)
+        self.em("if %s%s:" % ("" if c_abs == "True" else "(%s) and " % c_abs, test))
+        self.em("    raise _absent(self, %r, v)" % f.attr)
+
+    def _null_branch(self, f, buf, null_bytes):
+        """Emit handling of x is None: write null if nullable (maybe conditionally) else raise."""
+        em = self.em
+        cn = cond(f.nullable, self.V)
+        if cn == "True":
+            em("%s += %r" % (buf, null_bytes))
+        elif cn == "False":
+            em("raise _not_nullable(self, %r, v)" % f.attr)
+        else:
+            em("if not (%s):" % cn)
+            em("    raise _not_nullable(self, %r, v)" % f.attr)
+            em("%s += %r" % (buf, null_bytes))
+
+    def _len_prefix(self, fflex, buf, nexpr, classic_fmt):
+        """Emit a length prefix for a non-null value of length nexpr."""
+        em = self.em
+        if fflex == "True":
+            em("n = %s + 1" % nexpr)
+            em("if n < 128:")
+            em("    %s.append(n)" % buf)
+            em("else:")
+            em("    %s += _wuv(n)" % buf)
+        elif fflex == "False":
+            em("%s += %s(%s)" % (buf, "_pi16" if classic_fmt == "h" else "_pi32", nexpr))
+        else:
+            em("if %s:" % fflex)
+            em.ind += 1
+            self._len_prefix("True", buf, nexpr, classic_fmt)
+            em.ind -= 1
+            em("else:")
+            em.ind += 1
+            self._len_prefix("False", buf, nexpr, classic_fmt)
+            em.ind -= 1
+
+    def _null_bytes(self, fflex, classic):
+        if fflex == "True":
+            return b"\x00"
+        if fflex == "False":
+            return classic
+        return None
+
+    def write_value(self, f, expr, buf, parts):
+        em = self.em
+        V = self.V
+        fflex = field_flexible(f, self.msg, V, self.flex)
+        if f.is_array:
+            em("x = %s" % expr)
+            em("if x is None:")
+            em.ind += 1
+            self._write_null(f, fflex, buf, b"\xff\xff\xff\xff")
+            em.ind -= 1
+            em("else:")
+            em.ind += 1
+            self._len_prefix(fflex, buf, "len(x)", "i")
+            if f.struct:
+                em("for e in x:")
+                em("    e._w%s(%s, %s, v)" % (self.suffix, buf, parts))
+            elif f.elem in FIXED:
+                code, size = FIXED[f.elem]
+                if f.elem == "uuid":
+                    em("for e in x:")
+                    em("    %s += e" % buf)
+                else:
+                    em("%s += _pack('>%%d%s' %% len(x), *x)" % (buf, code))
+            elif f.elem == "string":
+                em("for e in x:")
+                em.ind += 1
+                em("e = e.encode('utf-8')")
+                self._len_prefix(fflex, buf, "len(e)", "h")
+                em("%s += e" % buf)
+                em.ind -= 1
+            else:
+                raise AssertionError(f.type)
+            em.ind -= 1
+        elif f.struct:
+            cn = cond(f.nullable, V)
+            if cn == "False":
+                em("%s._w%s(%s, %s, v)" % (expr, self.suffix, buf, parts))
+            else:
+                em("x = %s" % expr)
+                em("if x is None:")
+                em.ind += 1
+                self._null_branch(f, buf, b"\xff")
+                em.ind -= 1
+                em("else:")
+                em("    %s.append(1)" % buf)
+                em("    x._w%s(%s, %s, v)" % (self.suffix, buf, parts))
+        elif f.type in FIXED:
+            code, size = FIXED[f.type]
+            em("%s += %s(%s)" % (buf, em.struct(">" + code) + "p", expr))
+        elif f.type == "string":
+            em("x = %s" % expr)
+            em("if x is None:")
+            em.ind += 1
+            self._write_null(f, fflex, buf, b"\xff\xff")
+            em.ind -= 1
+            em("else:")
+            em.ind += 1
+            em("x = x.encode('utf-8')")
+            self._len_prefix(fflex, buf, "len(x)", "h")
+            em("%s += x" % buf)
+            em.ind -= 1
+        elif f.type == "bytes":
+            em("x = %s" % expr)
+            em("if x is None:")
+            em.ind += 1
+            self._write_null(f, fflex, buf, b"\xff\xff\xff\xff")
+            em.ind -= 1
+            em("else:")
+            em.ind += 1
+            self._len_prefix(fflex, buf, "len(x)", "i")
+            em("%s += x" % buf)
+            em.ind -= 1
+        elif f.type == "records":
+            em("x = %s" % expr)
+            em("if x is None:")
+            em.ind += 1
+            self._write_null(f, fflex, buf, b"\xff\xff\xff\xff")
+            em.ind -= 1
+            em("else:")
+            em.ind += 1
+            self._len_prefix(fflex, buf, "_records_size(x)", "i")
+            em("_emit_records(%s, %s, x)" % (buf, parts))
+            em.ind -= 1
+        else:
+            raise AssertionError(f.type)
+
+    def _write_null(self, f, fflex, buf, classic):
+        nb = self._null_bytes(fflex, classic)
+        if nb is not None:
+            self._null_branch(f, buf, nb)
+        else:
+            self.em("if %s:" % fflex)
+            self.em.ind += 1
+            self._null_branch(f, buf, b"\x00")
+            self.em.ind -= 1
+            self.em("else:")
+            self.em.ind += 1
+            self._null_branch(f, buf, classic)
+            self.em.ind -= 1
+
+    # ---- reader ------------------------------------------------------------
+    def gen_reader(self):
+        em, sd, V = self.em, self.sd, self.V
+        em("@staticmethod")
+        em("def _r%s(buf, pos, v):" % self.suffix)
+        em.ind += 1
+        em("o = _new(%s)" % sd.alias)
+        em("lb = len(buf)")
+        em("f = ''")
+        em("_i = -1")
+        em("try:")
+        em.ind += 1
+        fields = sd.fields
+        i = 0
+        while i < len(fields):
+            f = fields[i]
+            c_reg = cond(f.regular, V)
+            if f.base in FIXED and not f.is_array and c_reg != "False":
+                run = [f]
+                j = i + 1
+                while (
+                    j < len(fields)
+                    and fields[j].base in FIXED
+                    and not fields[j].is_array
+                    and cond(fields[j].regular, V) == c_reg
+                ):
+                    run.append(fields[j])
+                    j += 1
+                fmt = ">" + "".join(FIXED[x.base][0] for x in run)
+                size = sum(FIXED[x.base][1] for x in run)
+                self._open(c_reg)
+                em("f = %r" % run[0].attr)
+                targets = ", ".join("o." + x.attr for x in run)
+                if len(run) == 1:
+                    targets += ","
+                em("%s = %s(buf, pos)" % (targets, em.struct(fmt) + "u"))
+                em("pos += %d" % size)
+                self._close(c_reg)
+                if c_reg != "True":
+                    em("else:")
+                    em.ind += 1
+                    for x in run:
+                        em("o.%s = %s" % (x.attr, x.default_src()))
+                    em.ind -= 1
+                i = j
+                continue
+            if c_reg == "False":
+                em("o.%s = %s" % (f.attr, f.default_src()))
+            else:
+                self._open(c_reg)
+                em("f = %r" % f.attr)
+                self._narrowed(f.regular, self.read_value, f, "o." + f.attr)
+                self._close(c_reg)
+                if c_reg != "True":
+                    em("else:")
+                    em("    o.%s = %s" % (f.attr, f.default_src()))
+            i += 1
+        if self.flex:
+            tagged = sorted([f for f in fields if cond(f.tagged, V) != "False"], key=lambda f: f.tag)
+            em("f = '<tagged fields>'")
+            em("u = {}")
+            em("n = buf[pos]")
+            em("pos += 1")
+            em("if n:")
+            em.ind += 1
+            em("if n >= 128:")
+            em("    n, pos = _ruv(buf, pos - 1)")
+            em("for _ in range(n):")
+            em.ind += 1
+            em("tag, size, pos = _rtag(buf, pos)")
+            em("end = pos + size")
+            kw = "if"
+            for f in tagged:
+                c = cond(f.tagged, V)
+                em("%s tag == %d%s:" % (kw, f.tag, "" if c == "True" else " and (%s)" % c))
+                em.ind += 1
+                em("f = %r" % f.attr)
+                self._narrowed(f.tagged, self.read_value, f, "o." + f.attr)
+                em("if pos != end:")
+                em("    raise _tag_size(%d, size, pos - end + size)" % f.tag)
+                em.ind -= 1
+                kw = "elif"
+            if tagged:
+                em("else:")
+                em.ind += 1
+            em("u[tag] = bytes(buf[pos:end])")
+            em("pos = end")
+            if tagged:
+                em.ind -= 1
+            em.ind -= 2
+            em("o.unknown_tagged_fields = u")
+        else:
+            em("o.unknown_tagged_fields = {}")
+        em.ind -= 1
+        em("except _CATCH as e:")
+        em("    raise _fail(e, f, _i) from None")
+        em("return o, pos")
+        em.ind -= 1
+        em("")
+
+    def _read_len(self, f, fflex, classic_code):
+        """Emit code leaving the length (or -1 for null) in n."""
+        em = self.em
+        if fflex == "True":
+            em("n = buf[pos]")
+            em("pos += 1")
+            em("if n >= 128:")
+            em("    n, pos = _ruv(buf, pos - 1)")
+            em("n -= 1")
+        elif fflex == "False":
+            if classic_code == "h":
+                em("n, = _ui16(buf, pos)")
+                em("pos += 2")
+            else:
+                em("n, = _ui32(buf, pos)")
+                em("pos += 4")
+        else:
+            em("if %s:" % fflex)
+            em.ind += 1
+            self._read_len(f, "True", classic_code)
+            em.ind -= 1
+            em("else:")
+            em.ind += 1
+            self._read_len(f, "False", classic_code)
+            em.ind -= 1
+
+    def _null_read(self, f, target):
+        """Emit: if n == -1 (null) handle; leaves an open else block? No: emits full if/elif."""
+        em = self.em
+        cn = cond(f.nullable, self.V)
+        if cn == "True":
+            em("if n == -1:")
+            em("    %s = None" % target)
+        elif cn == "False":
+            em("if n == -1:")
+            em("    raise _DecodeFailure('null value for non-nullable field', [])")
+        else:
+            em("if n == -1:")
+            em("    if not (%s):" % cn)
+            em("        raise _DecodeFailure('null value for non-nullable field', [])")
+            em("    %s = None" % target)
+
+    def read_value(self, f, target):
+        em = self.em
+        V = self.V
+        fflex = field_flexible(f, self.msg, V, self.flex)
+        if f.is_array:
+            self._read_len(f, fflex, "i")
+            self._null_read(f, target)
+            em("else:")
+            em.ind += 1
+            em("_i = -1")
+            if f.struct or f.elem in ("string", "uuid"):
+                minsize = 16 if f.elem == "uuid" else 1
+                if f.struct and not self.flex and not self._has_mandatory_bytes(f.struct):
+                    em("if n < 0:")
+                else:
+                    em("if n < 0 or n * %d > lb - pos:" % minsize)
+                em("    raise _bad_len(n, lb - pos)")
+                em("lst = []")
+                em("for _i in range(n):")
+                em.ind += 1
+                if f.struct:
+                    em("e, pos = %s._r%s(buf, pos, v)" % (f.struct.alias, self.suffix))
+                elif f.elem == "uuid":
+                    em("e = bytes(buf[pos:pos + 16])")
+                    em("pos += 16")
+                else:
+                    self._read_len(f, fflex, "h")
+                    em("if n < 0 or n > lb - pos:")
+                    em("    raise _bad_len(n, lb - pos)")
+                    em("e = str(buf[pos:pos + n], 'utf-8')")
+                    em("pos += n")
+                em("lst.append(e)")
+                em.ind -= 1
+                em("_i = -1")
+                em("%s = lst" % target)
+            else:
+                code, size = FIXED[f.elem]
+                em("if n < 0 or n * %d > lb - pos:" % size)
+                em("    raise _bad_len(n * %d, lb - pos)" % size)
+                em("%s = list(_unpack_from('>%%d%s' %% n, buf, pos))" % (target, code))
+                em("pos += n * %d" % size)
+            em.ind -= 1
+        elif f.struct:
+            cn = cond(f.nullable, V)
+            if cn == "False":
+                em("%s, pos = %s._r%s(buf, pos, v)" % (target, f.struct.alias, self.suffix))
+            else:
+                em("n, = _ui8(buf, pos)")
+                em("pos += 1")
+                em("if n < 0:")
+                if cn != "True":
+                    em("    if not (%s):" % cn)
+                    em("        raise _DecodeFailure('null value for non-nullable field', [])")
+                em("    %s = None" % target)
+                em("else:")
+                em("    %s, pos = %s._r%s(buf, pos, v)" % (target, f.struct.alias, self.suffix))
+        elif f.type in FIXED:
+            code, size = FIXED[f.type]
+            em("%s, = %s(buf, pos)" % (target, em.struct(">" + code) + "u"))
+            em("pos += %d" % size)
+        elif f.type in VARIABLE:
+            self._read_len(f, fflex, "h" if f.type == "string" else "i")
+            self._null_read(f, target)
+            em("else:")
+            em.ind += 1
+            em("if n < -1 or n > lb - pos:")
+            em("    raise _bad_len(n, lb - pos)")
+            if f.type == "string":
+                em("%s = str(buf[pos:pos + n], 'utf-8')" % target)
+            elif f.type == "records" or f.zero_copy:
+                em("%s = buf[pos:pos + n]" % target)
+            else:
+                em("%s = bytes(buf[pos:pos + n])" % target)
+            em("pos += n")
+            em.ind -= 1
+        else:
+            raise AssertionError(f.type)
+
+    def _has_mandatory_bytes(self, sd):
+        for f in sd.fields:
+            if covers(f.regular, self.V):
+                return True
+        return False
+
+
+def variants(msg):
+    """[(flex, V)] for the message's valid range."""
+    out = []
+    valid = msg.valid
+    fl = msg.flexible
+    if fl is None:
+        out.append((False, valid))
+    else:
+        nonflex = intersect(valid, (0, fl[0] - 1)) if fl[0] > 0 else None
+        if nonflex:
+            out.append((False, nonflex))
+        flex = intersect(valid, fl)
+        if flex:
+            out.append((True, flex))
+    return out
+
+
+def gen_class(em, msg, sd, qual):
+    em("class %s(_Struct):" % sd.name)
+    em.ind += 1
+    attrs = [f.attr for f in sd.fields]
+    assert len(set(attrs)) == len(attrs), (msg.name, sd.name)
+    em("__slots__ = %r" % (tuple(attrs + ["unknown_tagged_fields"]),))
+    em("_FIELDS = __slots__")
+    em("API_KEY = %r" % msg.api_key)
+    em("API_NAME = %r" % msg.api_name)
+    em("VALID_VERSIONS = %r" % (msg.valid,))
+    em("FLEXIBLE_VERSIONS_START = %r" % (msg.flexible[0] if msg.flexible else None))
+    em("")
+    params = []
+    body = []
+    for f in sd.fields:
+        if f.mutable_default():
+            params.append("%s=_MISSING" % f.attr)
+            body.append("self.%s = %s if %s is _MISSING else %s" % (f.attr, f.default_src(), f.attr, f.attr))
+        else:
+            params.append("%s=%s" % (f.attr, f.default_src()))
+            body.append("self.%s = %s" % (f.attr, f.attr))
+    params.append("unknown_tagged_fields=None")
+    body.append("self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields")
+    em("def __init__(self, %s):" % ", ".join(params))
+    for b in body:
+        em("    " + b)
+    em("")
+    for flex, V in variants(msg):
+        g = StructGen(em, msg, sd, flex, V)
+        g.gen_writer()
+        g.gen_reader()
+    if sd.parent is None:
+        for child in msg.order:
+            gen_class(em, msg, child, qual + "." + child.name)
+    em.ind -= 1
+    em("")
+
+
+PRELUDE = '''"""Kafka protocol messages (generated by tools/gen_protocol.py from the JSON schemas; do not edit).
+
+One class per schema with nested struct classes; ``encode(version) -> parts``,
+``decode(buf, version)``, ``decode_from(buf, pos, version)``. Primitives live in ``codec``.
+"""
+
+import struct as _struct
+
+from kafkatw.protocol import codec as _codec
+from kafkatw.protocol.codec import (
+    DecodeFailure as _DecodeFailure,
+    ProtocolDecodeError,
+    UnsupportedVersionError,
+    ZERO_UUID as _ZERO_UUID,
+    emit_records as _emit_records,
+    fail as _fail,
+    read_tag_header as _rtag,
+    read_uvarint as _ruv,
+    records_size as _records_size,
+    write_tags as _write_tags,
+    write_uvarint as _wuv,
+)
+
+_new = object.__new__
+_pack = _struct.pack
+_unpack_from = _struct.unpack_from
+_pi16 = _struct.Struct(">h").pack
+_pi32 = _struct.Struct(">i").pack
+_ui8 = _struct.Struct(">b").unpack_from
+_ui16 = _struct.Struct(">h").unpack_from
+_ui32 = _struct.Struct(">i").unpack_from
+_CATCH = (_DecodeFailure, _struct.error, IndexError, ValueError, OverflowError)
+_MISSING = object()
+
+__all__ = ["ProtocolDecodeError", "UnsupportedVersionError", "REQUESTS", "RESPONSES", "API_NAMES",
+           "request_header_version", "response_header_version"]
+
+
+def _bad_len(n, remaining):
+    if n < 0:
+        return _DecodeFailure("invalid length %d" % n, [])
+    return _DecodeFailure("length %d exceeds remaining %d bytes" % (n, remaining), [])
+
+
+def _tag_size(tag, size, used):
+    return _DecodeFailure("tagged field %d declared %d bytes but its value used %d" % (tag, size, used), [])
+
+
+def _absent(obj, attr, v):
+    return UnsupportedVersionError(
+        "%s v%d: field %s has a non-default value but does not exist in this version"
+        % (type(obj).__qualname__, v, attr))
+
+
+def _not_nullable(obj, attr, v):
+    return UnsupportedVersionError(
+        "%s v%d: field %s is null but not nullable in this version" % (type(obj).__qualname__, v, attr))
+
+
+class _Struct:
+    __slots__ = ()
+    _FIELDS = ()
+    SCHEMA = ()
+
+    def encode(self, version):
+        """Encode at ``version`` into a list of parts (bytes chunks and FileRegions)."""
+        lo, hi = self.VALID_VERSIONS
+        if not lo <= version <= hi:
+            raise UnsupportedVersionError("%s: version %d not in %d-%d" % (type(self).__qualname__, version, lo, hi))
+        buf = bytearray()
+        parts = []
+        fv = self.FLEXIBLE_VERSIONS_START
+        if fv is not None and version >= fv:
+            self._w1(buf, parts, version)
+        else:
+            self._w0(buf, parts, version)
+        if buf or not parts:
+            parts.append(bytes(buf))
+        return parts
+
+    def encode_bytes(self, version):
+        """Encode at ``version`` into one ``bytes`` (reads FileRegions; tests and small messages)."""
+        parts = self.encode(version)
+        if len(parts) == 1 and type(parts[0]) is bytes:
+            return parts[0]
+        out = bytearray()
+        for p in parts:
+            out += p.read() if isinstance(p, _FileRegion) else p
+        return bytes(out)
+
+    @classmethod
+    def decode_from(cls, buf, pos, version):
+        """Decode one message at ``pos``; returns ``(obj, new_pos)``."""
+        lo, hi = cls.VALID_VERSIONS
+        if not lo <= version <= hi:
+            raise ProtocolDecodeError("%s v%d: unsupported version (valid %d-%d)" % (cls.__qualname__, version, lo, hi))
+        if type(buf) is not memoryview:
+            buf = memoryview(buf)
+        if buf.format != "B" or buf.ndim != 1:
+            buf = buf.cast("B")
+        fv = cls.FLEXIBLE_VERSIONS_START
+        try:
+            if fv is not None and version >= fv:
+                return cls._r1(buf, pos, version)
+            return cls._r0(buf, pos, version)
+        except _DecodeFailure as e:
+            raise _codec.decode_error(cls.__qualname__, version, e) from None
+
+    @classmethod
+    def decode(cls, buf, version):
+        """Decode a whole buffer holding exactly one message."""
+        buf = _codec.to_memoryview(buf)
+        obj, pos = cls.decode_from(buf, 0, version)
+        if pos != len(buf):
+            raise ProtocolDecodeError("%s v%d: %d trailing bytes after message" % (cls.__qualname__, version, len(buf) - pos))
+        return obj
+
+    def __eq__(self, other):
+        if type(other) is not type(self):
+            return NotImplemented
+        for a in self._FIELDS:
+            if getattr(self, a) != getattr(other, a):
+                return False
+        return True
+
+    def __ne__(self, other):
+        r = self.__eq__(other)
+        return r if r is NotImplemented else not r
+
+    __hash__ = None
+
+    def __repr__(self):
+        items = []
+        for a in self._FIELDS:
+            val = getattr(self, a)
+            if a == "unknown_tagged_fields" and not val:
+                continue
+            if isinstance(val, memoryview):
+                val = "<memoryview %d bytes>" % val.nbytes
+            else:
+                val = repr(val)
+            items.append("%s=%s" % (a, val))
+        return "%s(%s)" % (type(self).__qualname__, ", ".join(items))
+
+
+from kafkatw.protocol.parts import FileRegion as _FileRegion  # noqa: E402
+
+'''
+
+
+def generate(schema_dir):
+    msgs = []
+    for path in sorted(glob.glob(os.path.join(schema_dir, "*.json"))):
+        spec = load_json(path)
+        msgs.append(Message(spec))
+    em = Emitter()
+    body = Emitter()
+    body.structs = em.structs
+    for m in msgs:
+        gen_class(body, m, m.root, m.name)
+    for m in msgs:
+        for sd in m.order:
+            body("%s = %s.%s" % (sd.alias, m.name, sd.name))
+            if sd.parent is not None and sd.parent is not m.root:
+                body("%s.%s = %s" % (sd.parent.alias, sd.name, sd.alias))
+    body("")
+    body("")
+    body("# Field descriptions: (attr, type, versions, nullableVersions, taggedVersions, tag,")
+    body("# ignorable, flexibleVersions override or 'inherit', struct class); version ranges are")
+    body("# (lo, hi) with hi=%d for 'N+', None for 'none'." % INF)
+    for m in msgs:
+        for sd in [m.root] + m.order:
+            body("%s.SCHEMA = (" % sd.alias)
+            for f in sd.fields:
+                body("    %s," % f.schema_tuple())
+            body(")")
+    body("")
+    body("")
+    body("REQUESTS = {")
+    for m in msgs:
+        if m.kind == "request":
+            body("    %d: %s," % (m.api_key, m.name))
+    body("}")
+    body("RESPONSES = {")
+    for m in msgs:
+        if m.kind == "response":
+            body("    %d: %s," % (m.api_key, m.name))
+    body("}")
+    body("API_NAMES = {")
+    for m in msgs:
+        if m.kind == "request":
+            body("    %d: %r," % (m.api_key, m.api_name))
+    body("}")
+    body("ALL_MESSAGES = (%s,)" % ", ".join(m.name for m in msgs))
+    body(HEADER_FUNCS)
+    out = [PRELUDE]
+    for fmt, name in sorted(em.structs.items(), key=lambda kv: int(kv[1][2:])):
+        out.append("%su = _struct.Struct(%r).unpack_from" % (name, fmt))
+        out.append("%sp = _struct.Struct(%r).pack" % (name, fmt))
+    out.append("")
+    out.append("")
+    out.extend(body.lines)
+    return "\n".join(out).rstrip() + "\n"
+
+
+HEADER_FUNCS = '''
+
+def request_header_version(api_key, version):
+    """RequestHeader version for a request: 2 if flexible else 1 (ControlledShutdown v0: 0)."""
+    if api_key == 7 and version == 0:
+        return 0
+    fv = REQUESTS[api_key].FLEXIBLE_VERSIONS_START
+    return 2 if fv is not None and version >= fv else 1
+
+
+def response_header_version(api_key, version):
+    """ResponseHeader version for a response: 1 if flexible else 0 (ApiVersions: always 0)."""
+    if api_key == 18:
+        return 0
+    fv = RESPONSES[api_key].FLEXIBLE_VERSIONS_START
+    return 1 if fv is not None and version >= fv else 0
+'''
+
+
+def main(argv):
+    if len(argv) != 3:
+        sys.stderr.write(__doc__)
+        return 2
+    src = generate(argv[1])
+    with open(argv[2], "w", encoding="utf-8") as f:
+        f.write(src)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
