@@ -48,8 +48,22 @@ class Request:
     api_remote_complete_ns = attr.ib(default=0)
     response_dequeue_ns = attr.ib(default=0)
     response_complete_ns = attr.ib(default=0)
-    # -1 until known; set by the connection from the response
     throttle_time_ms = attr.ib(default=0)
+    # optional short description for the request log (a handler may set it)
+    summary = attr.ib(default=None)
+    # set by the request channel: releases this request's handler slot
+    _on_local_complete = attr.ib(default=None, repr=False, eq=False)
+
+    def mark_api_local_complete(self, now_ns=None):
+        """The handler's own work is done; the rest is waiting (a purgatory, a remote).
+
+        A handler that parks a request (DelayedFetch, acks=all produce) calls this, so
+        the wait counts as ``remoteTimeMs`` and no longer occupies one of the
+        ``num.io.threads`` handler slots.  Calling it again has no effect.
+        """
+        hook, self._on_local_complete = self._on_local_complete, None
+        if hook is not None:
+            hook(self, now_ns)
 
 
 @attr.s(slots=True)

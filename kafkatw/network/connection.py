@@ -1,0 +1,276 @@
+"""One client connection: framing, header checks, the mute state machine, ordered responses.
+
+Owns what Kafka's Processor does for one channel (read a request, mute, write the
+response, unmute, idle expiry, request log line); the queue and handler concurrency are
+the request channel's, the bytes-on-the-wire the transport layer's.
+
+Mute means stop reading: ``transport.pauseProducing()``.  Frames that arrived with an
+earlier read wait unparsed in the :class:`FrameDecoder` until the connection unmutes,
+which happens only after the previous response is fully written (its transport-layer
+Deferred fired: last part handed over and the transport buffer drained), after a NoOp
+response, or never (close_connection).
+"""
+
+import socket
+
+import attr
+from twisted.internet.protocol import Protocol
+from twisted.logger import Logger
+
+from kafkatw.network.framing import FrameDecoder, InvalidReceive
+from kafkatw.network.mute import ChannelMute, ChannelMuteEvent
+from kafkatw.network.request import Request, RequestContext
+from kafkatw.network.wire import (
+    API_VERSIONS_KEY,
+    peek_client_id,
+    peek_header,
+    unsupported_api_versions_response,
+)
+
+
+class KafkaConnection(Protocol):
+    log = Logger(namespace="kafkatw.network.connection")
+
+    def __init__(self, server, endpoint, peer_host, peer_port):
+        self.server = server
+        self.endpoint = endpoint
+        self.peer_host = peer_host
+        self.peer_port = peer_port
+        self.connection_id = None
+        self.context = None
+        self.decoder = FrameDecoder(server.settings.socket_request_max_bytes)
+        self.mute = ChannelMute()
+        self.closing = False
+        self.closed = False
+        self._paused = False
+        self.last_activity = 0.0
+        self._idle_call = None
+        self._throttle_call = None
+        self.in_flight = None  # the request being handled / answered
+
+    # -- connection life ------------------------------------------------------
+
+    def connectionMade(self):
+        server = self.server
+        handle = getattr(self.transport, "getHandle", None)
+        if handle is not None:
+            sock = handle()
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except (OSError, AttributeError):
+                pass
+        host = self.transport.getHost()
+        self.connection_id = "%s:%d-%s:%d-%d-%d" % (
+            host.host, host.port, self.peer_host, self.peer_port, 0, server.next_connection_seq(self.endpoint))
+        self.context = RequestContext(
+            connection_id=self.connection_id,
+            listener_name=self.endpoint.listener_name,
+            security_protocol=self.endpoint.security_protocol,
+            client_address=(self.peer_host, self.peer_port),
+        )
+        self.transport_layer = server.transport_layer_for(self.endpoint)
+        self.last_activity = server.reactor.seconds()
+        self._schedule_idle(server.settings.connections_max_idle_ms / 1000.0)
+        server.connection_made(self)
+
+    def connectionLost(self, reason=None):
+        if self.closed:
+            return
+        self.closed = True
+        self.closing = True
+        for call in (self._idle_call, self._throttle_call):
+            if call is not None and call.active():
+                call.cancel()
+        self._idle_call = self._throttle_call = None
+        self.server.channel.cancel(self)
+        self.server.connection_lost(self)
+
+    def close(self, why, **fields):
+        """Close this connection (only this one) with a log line naming the peer."""
+        if self.closing:
+            return
+        self.closing = True
+        self.log.info("Closing connection {connection_id} from {peer}: " + why,
+                      connection_id=self.connection_id, peer="%s:%d" % (self.peer_host, self.peer_port), **fields)
+        self.transport.loseConnection()
+
+    # -- idle expiry (connections.max.idle.ms) -------------------------------
+
+    def _schedule_idle(self, delay):
+        if self.server.settings.connections_max_idle_ms is None or self.server.settings.connections_max_idle_ms < 0:
+            return
+        self._idle_call = self.server.reactor.callLater(delay, self._check_idle)
+
+    def _check_idle(self):
+        self._idle_call = None
+        if self.closing:
+            return
+        idle_s = self.server.settings.connections_max_idle_ms / 1000.0
+        if self.in_flight is not None:
+            self._schedule_idle(idle_s)  # a request is being answered: not idle
+            return
+        idle_for = self.server.reactor.seconds() - self.last_activity
+        if idle_for >= idle_s:
+            self.close("idle for {idle_ms:.0f} ms (connections.max.idle.ms)", idle_ms=idle_for * 1000)
+        else:
+            self._schedule_idle(idle_s - idle_for)
+
+    # -- reading ------------------------------------------------------------
+
+    def dataReceived(self, data):
+        if self.closing:
+            return
+        self.server.metrics.bytes_in += len(data)
+        self.last_activity = self.server.reactor.seconds()
+        self.decoder.feed(data)
+        self._process_frames()
+
+    def _pause(self):
+        if not self._paused:
+            self._paused = True
+            self.transport.pauseProducing()
+
+    def _resume(self):
+        if self._paused and not self.closing:
+            self._paused = False
+            self.transport.resumeProducing()
+
+    def _process_frames(self):
+        """Cut and handle frames while not muted (at most one request outstanding)."""
+        while not self.mute.muted and not self.closing:
+            try:
+                frame = self.decoder.next_frame()
+            except InvalidReceive as e:
+                self.server.metrics.invalid_frames += 1
+                self.close("invalid frame size {size} (socket.request.max.bytes={max_size})",
+                           size=e.size, max_size=e.max_size)
+                return
+            if frame is None:
+                break
+            self._handle_frame(frame)
+        if not self.mute.muted:
+            self._resume()
+
+    def _handle_frame(self, frame):
+        server = self.server
+        now = server.clock_ns()
+        api_key, api_version, correlation_id = peek_header(frame)
+        supported = server.api_versions()
+        rng = supported.get(api_key)
+        if api_key == API_VERSIONS_KEY and rng is not None and not (rng[0] <= api_version <= rng[1]):
+            # Kafka lets ApiVersions of any version through and answers UNSUPPORTED_VERSION
+            # in a v0 body, so the client can negotiate down.
+            request = Request(header=None, api_key=api_key, api_version=api_version,
+                              correlation_id=correlation_id, client_id=peek_client_id(frame),
+                              body=None, size=len(frame), context=self.context, start_ns=now,
+                              dequeue_ns=now, api_local_complete_ns=now, api_remote_complete_ns=now)
+            self._received(request)
+            request.response_dequeue_ns = now
+            self._write(request, None, [unsupported_api_versions_response(correlation_id, rng)])
+            return
+        if rng is None or not (rng[0] <= api_version <= rng[1]):
+            self.close("unsupported API {api_key} version {api_version} (correlation {cid})",
+                       api_key=api_key, api_version=api_version, cid=correlation_id)
+            return
+        try:
+            header, body = server.wire.decode_request(frame, api_key, api_version)
+        except Exception as e:
+            self.close("cannot decode {api_key} v{api_version} (correlation {cid}): {err}",
+                       api_key=api_key, api_version=api_version, cid=correlation_id, err=e)
+            return
+        if api_key == API_VERSIONS_KEY and api_version >= 3:
+            name = getattr(body, "client_software_name", None)
+            version = getattr(body, "client_software_version", None)
+            if name or version:
+                # KIP-511: recorded on the channel, seen by this and later requests.
+                self.context = attr.evolve(self.context, client_software_name=name or "unknown",
+                                           client_software_version=version or "unknown")
+        request = Request(header=header, api_key=api_key, api_version=api_version,
+                          correlation_id=correlation_id, client_id=getattr(header, "client_id", None),
+                          body=body, size=len(frame), context=self.context, start_ns=now)
+        self._received(request)
+        server.channel.send_request(request, self)
+
+    def _received(self, request):
+        self.mute.mute()
+        self._pause()
+        self.mute.handle_event(ChannelMuteEvent.REQUEST_RECEIVED)
+        self.in_flight = request
+
+    # -- writing ------------------------------------------------------------
+
+    def send_response(self, request, response):
+        """Called by the request channel with the handler's response."""
+        if self.closed or request is not self.in_flight:
+            return  # connection gone: the response is dropped, as Kafka does
+        server = self.server
+        request.response_dequeue_ns = server.clock_ns()
+        request.throttle_time_ms = response.throttle_time_ms or 0
+        if request.throttle_time_ms > 0:
+            self._start_throttle(request.throttle_time_ms)
+        if response.noop:
+            request.response_complete_ns = request.response_dequeue_ns
+            self._completed(request, response)
+            return
+        if response.body is None:
+            request.response_complete_ns = request.response_dequeue_ns
+            self._log_request(request, response)
+            self.close("the handler asked to close the connection")
+            return
+        try:
+            parts = server.wire.encode_response(request, response.body)
+        except Exception as e:
+            self.log.failure("cannot encode the response to {api_key} v{api_version}",
+                             api_key=request.api_key, api_version=request.api_version)
+            self.close("cannot encode response: {err}", err=e)
+            return
+        self._write(request, response, parts)
+
+    def handler_failed(self, request, failure):
+        if not self.closed:
+            self.close("the request handler failed: {err}", err=failure.getErrorMessage())
+
+    def _write(self, request, response, parts):
+        d = self.transport_layer.send(self.transport, parts)
+
+        def written(nbytes):
+            self.server.metrics.bytes_out += nbytes
+            request.response_complete_ns = self.server.clock_ns()
+            if response is not None and response.close_connection:
+                self._log_request(request, response)
+                self.close("the handler asked to close the connection")
+                return
+            self._completed(request, response)
+
+        def failed(failure):
+            if not self.closing:
+                self.close("sending the response failed: {err}", err=failure.getErrorMessage())
+
+        d.addCallbacks(written, failed)
+        d.addErrback(lambda f: self.log.failure("after-send processing failed", f))
+
+    def _completed(self, request, response):
+        """The response is fully written (or there was none): RESPONSE_SENT, maybe unmute."""
+        self.last_activity = self.server.reactor.seconds()
+        self._log_request(request, response)
+        self.in_flight = None
+        self.mute.handle_event(ChannelMuteEvent.RESPONSE_SENT)
+        if self.mute.maybe_unmute():
+            self._process_frames()
+
+    def _log_request(self, request, response):
+        self.server.request_completed(request, response)
+
+    # -- throttling (quota violations mute the channel for the throttle time) ---
+
+    def _start_throttle(self, throttle_ms):
+        self.mute.handle_event(ChannelMuteEvent.THROTTLE_STARTED)
+        self._throttle_call = self.server.reactor.callLater(throttle_ms / 1000.0, self._end_throttle)
+
+    def _end_throttle(self):
+        self._throttle_call = None
+        if self.closing:
+            return
+        self.mute.handle_event(ChannelMuteEvent.THROTTLE_ENDED)
+        if self.mute.maybe_unmute():
+            self._process_frames()

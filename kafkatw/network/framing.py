@@ -1,0 +1,103 @@
+"""Kafka's size-delimited framing: a 4-byte big-endian length, then that many bytes.
+
+Owns buffering of received chunks and the size checks of ``NetworkReceive``; it knows
+nothing about headers beyond their minimum size, nor about sockets.
+"""
+
+import collections
+import struct
+
+_SIZE = struct.Struct(">i")
+
+# api_key int16 + api_version int16 + correlation_id int32: every header version has them.
+MIN_HEADER_SIZE = 8
+
+
+class InvalidReceive(Exception):
+    """A frame length outside ``[MIN_HEADER_SIZE, max_size]`` (Kafka's ``InvalidReceiveException``)."""
+
+    def __init__(self, size, max_size):
+        Exception.__init__(self, "invalid frame size %d (allowed %d..%d)" % (size, MIN_HEADER_SIZE, max_size))
+        self.size = size
+        self.max_size = max_size
+
+
+class FrameDecoder:
+    """Accumulates received chunks and cuts complete frames, one at a time.
+
+    Chunks are kept in a list and copied exactly once: into the ``bytearray`` of the
+    frame they belong to (writable, so storage may rewrite offsets in place).  A frame
+    is only cut when asked (:meth:`next_frame`), so a muted connection leaves later
+    frames unparsed in the buffer.  The length is checked before any allocation.
+    """
+
+    __slots__ = ("max_size", "_chunks", "_offset", "_buffered", "_need")
+
+    def __init__(self, max_size):
+        self.max_size = max_size
+        self._chunks = collections.deque()  # bytes-like; the first one is consumed from _offset
+        self._offset = 0
+        self._buffered = 0  # bytes available after _offset
+        self._need = -1  # size of the frame being read, -1 while reading the length
+
+    @property
+    def buffered(self):
+        """Bytes received and not yet returned as frames (including a partial length)."""
+        return self._buffered
+
+    @property
+    def receiving(self):
+        """True while some bytes of an incomplete frame (or its length) are buffered."""
+        return self._buffered > 0
+
+    def feed(self, data):
+        if data:
+            self._chunks.append(data)
+            self._buffered += len(data)
+
+    def _take(self, n):
+        """Remove and return the next ``n`` buffered bytes as one bytearray (one copy)."""
+        out = bytearray(n)
+        filled = 0
+        chunks = self._chunks
+        while filled < n:
+            chunk = chunks[0]
+            avail = len(chunk) - self._offset
+            step = min(avail, n - filled)
+            out[filled:filled + step] = memoryview(chunk)[self._offset:self._offset + step]
+            filled += step
+            if step == avail:
+                chunks.popleft()
+                self._offset = 0
+            else:
+                self._offset += step
+        self._buffered -= n
+        return out
+
+    def next_frame(self):
+        """Return the next complete frame (without its length) or ``None``.
+
+        Raises :class:`InvalidReceive` as soon as an out-of-range length is read.
+        """
+        if self._need < 0:
+            if self._buffered < 4:
+                return None
+            chunk = self._chunks[0]
+            if len(chunk) - self._offset >= 4:
+                size = _SIZE.unpack_from(chunk, self._offset)[0]
+                self._offset += 4
+                self._buffered -= 4
+                if self._offset == len(chunk):
+                    self._chunks.popleft()
+                    self._offset = 0
+            else:
+                size = _SIZE.unpack(bytes(self._take(4)))[0]
+            if size < MIN_HEADER_SIZE or size > self.max_size:
+                self._need = -1
+                raise InvalidReceive(size, self.max_size)
+            self._need = size
+        if self._buffered < self._need:
+            return None
+        frame = self._take(self._need)
+        self._need = -1
+        return frame

@@ -1,0 +1,202 @@
+"""Listeners: one Twisted ``ServerFactory`` per endpoint, connection quotas, the SocketServer.
+
+Owns accepting (``socket.listen.backlog.size``, ``max.connections``,
+``max.connections.per.ip`` + overrides), connection ids and the wiring of connections to
+the request channel, request log and metrics; not the handling of requests.
+"""
+
+import collections
+import time
+
+from twisted.internet import defer
+from twisted.internet.protocol import ServerFactory
+from twisted.logger import Logger
+
+from kafkatw.network.channel import RequestChannel
+from kafkatw.network.metrics import NetworkMetrics
+from kafkatw.network.request_log import RequestLogger
+from kafkatw.network.settings import SocketServerSettings
+from kafkatw.network.transport import transport_layer_for
+
+
+class ConnectionQuotas:
+    """Counts connections per IP and in total (Kafka's ``ConnectionQuotas``)."""
+
+    def __init__(self, settings):
+        self.settings = settings
+        self.per_ip = collections.Counter()
+        self.total = 0
+
+    def limit_for(self, ip):
+        return self.settings.max_connections_per_ip_overrides.get(ip, self.settings.max_connections_per_ip)
+
+    def try_inc(self, listener_name, ip):
+        """Count a new connection; return None if accepted, else the reason it is refused."""
+        if self.per_ip[ip] >= self.limit_for(ip):
+            return "max.connections.per.ip (%d) reached for %s" % (self.limit_for(ip), ip)
+        exempt = listener_name == self.settings.inter_broker_listener_name
+        if not exempt and self.total >= self.settings.max_connections:
+            return "max.connections (%d) reached" % self.settings.max_connections
+        self.per_ip[ip] += 1
+        self.total += 1
+        return None
+
+    def dec(self, ip):
+        self.per_ip[ip] -= 1
+        if self.per_ip[ip] <= 0:
+            del self.per_ip[ip]
+        self.total -= 1
+
+    def full(self):
+        return self.total >= self.settings.max_connections
+
+
+class KafkaListenerFactory(ServerFactory):
+    """The factory of one listener; refuses connections over the quotas."""
+
+    log = Logger(namespace="kafkatw.network.listener")
+
+    def __init__(self, server, endpoint):
+        self.server = server
+        self.endpoint = endpoint
+        self.seq = 0
+        self.port = None
+
+    def buildProtocol(self, addr):
+        from kafkatw.network.connection import KafkaConnection
+
+        host = getattr(addr, "host", "?")
+        refused = self.server.quotas.try_inc(self.endpoint.listener_name, host)
+        if refused is not None:
+            self.server.metrics.connections_rejected[self.endpoint.listener_name] += 1
+            self.log.info("Refusing connection from {peer} on {listener}: {why}",
+                          peer="%s:%s" % (host, getattr(addr, "port", "?")),
+                          listener=self.endpoint.listener_name, why=refused)
+            return None
+        conn = KafkaConnection(self.server, self.endpoint, host, getattr(addr, "port", 0))
+        conn.factory = self
+        self.server.after_accept()
+        return conn
+
+
+class SocketServer:
+    """All listeners of a broker with their shared request channel (Kafka's ``SocketServer``).
+
+    ``endpoints``: objects with ``listener_name``, ``security_protocol``, ``host``,
+    ``port``.  ``handler`` provides ``IRequestHandler``.  ``reactor`` provides
+    ``listenTCP``/``listenSSL``, ``callLater`` and ``seconds``; ``clock_ns`` gives the
+    nanosecond marks of the request log (``time.monotonic_ns`` by default).
+    ``ssl_context_factories`` maps a listener name to a TLS context factory.
+    """
+
+    log = Logger(namespace="kafkatw.network.socket_server")
+
+    def __init__(self, endpoints, handler, reactor, settings=None, clock_ns=None, wire=None,
+                 request_logger=None, metrics=None, ssl_context_factories=None):
+        self.endpoints = list(endpoints)
+        self.handler = handler
+        self.reactor = reactor
+        self.settings = settings or SocketServerSettings()
+        self.clock_ns = clock_ns or time.monotonic_ns
+        if wire is None:
+            from kafkatw.network.wire import MessagesWire
+
+            wire = MessagesWire()
+        self.wire = wire
+        self.request_logger = request_logger or RequestLogger(enabled=False)
+        self.metrics = metrics or NetworkMetrics()
+        self.ssl_context_factories = ssl_context_factories or {}
+        self.quotas = ConnectionQuotas(self.settings)
+        self.channel = RequestChannel(handler, self.clock_ns, self.settings.queued_max_requests,
+                                      self.settings.num_io_threads, self.metrics)
+        self.factories = {}
+        self.connections = set()
+        self._accepting_paused = False
+        self._api_versions = None
+
+    # -- lifecycle ----------------------------------------------------------
+
+    def start(self):
+        """Bind every listener; return ``{listener_name: port object}``."""
+        for ep in self.endpoints:
+            factory = self.factory_for(ep)
+            backlog = self.settings.socket_listen_backlog_size
+            interface = ep.host or ""
+            if ep.security_protocol in ("SSL", "SASL_SSL"):
+                ctx = self.ssl_context_factories.get(ep.listener_name)
+                if ctx is None:
+                    raise ValueError("listener %s needs an SSL context factory" % ep.listener_name)
+                factory.port = self.reactor.listenSSL(ep.port, factory, ctx, backlog=backlog, interface=interface)
+            else:
+                factory.port = self.reactor.listenTCP(ep.port, factory, backlog=backlog, interface=interface)
+            self.log.info("Listening on {listener} {proto}://{host}:{port}", listener=ep.listener_name,
+                          proto=ep.security_protocol, host=interface, port=factory.port.getHost().port)
+        return {name: f.port for name, f in self.factories.items()}
+
+    def factory_for(self, endpoint):
+        """The (new) factory of ``endpoint``, registered but not listening (tests use it directly)."""
+        factory = KafkaListenerFactory(self, endpoint)
+        self.factories[endpoint.listener_name] = factory
+        return factory
+
+    def bound_port(self, listener_name):
+        """The actual port of a listener (useful with port 0)."""
+        return self.factories[listener_name].port.getHost().port
+
+    def stop(self):
+        """Stop listening and close all connections; Deferred fires when the ports are closed."""
+        ds = [defer.maybeDeferred(f.port.stopListening) for f in self.factories.values() if f.port]
+        for conn in list(self.connections):
+            conn.transport.loseConnection()
+        self.request_logger.close()
+        return defer.DeferredList(ds)
+
+    # -- used by connections ------------------------------------------------
+
+    def api_versions(self):
+        return self.handler.api_versions()
+
+    def transport_layer_for(self, endpoint):
+        return transport_layer_for(endpoint.security_protocol)
+
+    def next_connection_seq(self, endpoint):
+        factory = self.factories.get(endpoint.listener_name)
+        if factory is None:
+            return 0
+        seq = factory.seq
+        factory.seq += 1
+        return seq
+
+    def after_accept(self):
+        # Kafka's Acceptor waits for a slot when max.connections is reached: stop
+        # accepting (the kernel backlog holds new connections) until one closes.
+        if self.quotas.full() and not self._accepting_paused:
+            self._accepting_paused = True
+            for name, f in self.factories.items():
+                if f.port is not None and name != self.settings.inter_broker_listener_name:
+                    f.port.stopReading()
+
+    def connection_made(self, conn):
+        self.connections.add(conn)
+        name = conn.endpoint.listener_name
+        self.metrics.connections[name] += 1
+        self.metrics.connections_created[name] += 1
+
+    def connection_lost(self, conn):
+        if conn in self.connections:
+            self.connections.discard(conn)
+            name = conn.endpoint.listener_name
+            self.metrics.connections[name] -= 1
+            self.metrics.connections_closed[name] += 1
+        self.quotas.dec(conn.peer_host)
+        if self._accepting_paused and not self.quotas.full():
+            self._accepting_paused = False
+            for f in self.factories.values():
+                if f.port is not None:
+                    f.port.startReading()
+
+    def request_completed(self, request, response):
+        api_name = self.wire.api_name(request.api_key)
+        total_ms = max(0, request.response_complete_ns - request.start_ns) / 1e6
+        self.metrics.record_request(api_name, total_ms)
+        self.request_logger.log_request(request, api_name, response)

@@ -1,0 +1,64 @@
+"""The network layer's settings (Kafka's SocketServer configs), read from a config object.
+
+Owns names and defaults of the settings this package uses; parsing and validation of the
+broker configuration belong to ``kafkatw.config``.
+"""
+
+import attr
+
+
+@attr.s(slots=True, frozen=True)
+class Endpoint:
+    """One listener: ``PLAINTEXT://host:port`` with its listener name and security protocol."""
+
+    listener_name = attr.ib()
+    security_protocol = attr.ib()
+    host = attr.ib()
+    port = attr.ib()
+
+
+@attr.s(slots=True, frozen=True)
+class SocketServerSettings:
+    socket_request_max_bytes = attr.ib(default=100 * 1024 * 1024)
+    socket_listen_backlog_size = attr.ib(default=50)
+    queued_max_requests = attr.ib(default=500)
+    num_io_threads = attr.ib(default=8)
+    max_connections = attr.ib(default=2 ** 31 - 1)
+    max_connections_per_ip = attr.ib(default=2 ** 31 - 1)
+    max_connections_per_ip_overrides = attr.ib(default=attr.Factory(dict))  # host/ip -> limit
+    connections_max_idle_ms = attr.ib(default=10 * 60 * 1000)
+    inter_broker_listener_name = attr.ib(default=None)  # exempt from max.connections
+
+    @classmethod
+    def from_config(cls, config):
+        """Read Kafka's property names from ``config``.
+
+        Accepts an object with snake_case attributes (``config.socket_request_max_bytes``)
+        or a mapping / ``get()`` of dotted names (``"socket.request.max.bytes"``).
+        """
+        values = {}
+        for field in attr.fields(cls):
+            dotted = field.name.replace("_", ".")
+            value = getattr(config, field.name, None)
+            if value is None and hasattr(config, "get"):
+                try:
+                    value = config.get(dotted)
+                except Exception:
+                    value = None
+            if value is not None:
+                values[field.name] = value
+        overrides = values.get("max_connections_per_ip_overrides")
+        if isinstance(overrides, str):
+            values["max_connections_per_ip_overrides"] = parse_overrides(overrides)
+        return cls(**values)
+
+
+def parse_overrides(text):
+    """``"host1:10,127.0.0.1:200"`` -> ``{"host1": 10, "127.0.0.1": 200}``."""
+    out = {}
+    for item in text.split(","):
+        item = item.strip()
+        if item:
+            host, _, limit = item.rpartition(":")
+            out[host.strip()] = int(limit)
+    return out

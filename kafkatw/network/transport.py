@@ -1,0 +1,291 @@
+"""How a response (a list of bytes and ``FileRegion`` parts) reaches the socket.
+
+Owns ``ITransportLayer`` and its two implementations: plaintext (``os.sendfile`` from a
+pull producer on the TCP transport) and TLS (32 KiB ``os.pread`` chunks written through
+the TLS transport).  It does not know where regions come from, nor anything about Kafka.
+
+"Fully written" is learnt from Twisted's pull-producer contract: a non-streaming
+producer registered on a ``FileDescriptor`` transport gets ``resumeProducing()`` from
+``doWrite`` each time the transport's own buffer has drained to the socket.  So every
+response is sent by a producer; it finishes (and its Deferred fires) only when it is
+called with nothing left to hand over, i.e. the last part was handed over *and* the
+buffer is empty.  ``registerProducer(p, False)`` also calls ``resumeProducing()`` once
+synchronously while earlier bytes may still be buffered; that first call only asks for
+a write event (``startWriting``), so nothing overtakes bytes written before.
+"""
+
+import errno
+import os
+
+from twisted.internet import defer
+from twisted.internet.interfaces import IPullProducer, IPushProducer
+from twisted.logger import Logger
+from zope.interface import Interface, implementer
+
+from kafkatw.protocol.parts import FileRegion
+
+CHUNK_SIZE = 32 * 1024
+SENDFILE_MAX = 1 << 30
+
+
+class ITransportLayer(Interface):
+    """Writes one response's parts to a connection's transport."""
+
+    def send(transport, parts):
+        """Send ``parts`` in order; return a Deferred firing (with the byte count) when
+        everything is handed to the kernel, or failing if the connection is lost."""
+
+
+class TransferError(Exception):
+    """Sending a part failed; ``disk_error`` tells a file error from a broken socket."""
+
+    def __init__(self, message, disk_error=False):
+        Exception.__init__(self, message)
+        self.disk_error = disk_error
+
+
+def _lowest_transport(transport):
+    """The TCP-level transport under wrappers such as ``TLSMemoryBIOProtocol``."""
+    while getattr(transport, "wrappedProtocol", None) is not None and getattr(transport, "transport", None) is not None:
+        transport = transport.transport
+    return transport
+
+
+class _Sender:
+    """Common bookkeeping: remaining parts, the Deferred, stop handling."""
+
+    def __init__(self, transport, parts):
+        self.transport = transport
+        self.parts = list(parts)
+        self.index = 0
+        self.region_sent = 0
+        self.bytes_sent = 0
+        self.done = defer.Deferred()
+        self._finished = False
+        self._first = True
+
+    def start(self):
+        self.transport.registerProducer(self, False)
+        return self.done
+
+    def _finish(self, failure=None):
+        if self._finished:
+            return
+        self._finished = True
+        try:
+            self.transport.unregisterProducer()
+        except Exception:  # pragma: no cover - transport already gone
+            pass
+        if failure is None:
+            self.done.callback(self.bytes_sent)
+        else:
+            self.done.errback(failure)
+
+    def stopProducing(self):
+        # Called when the connection is lost with the producer still registered.
+        if not self._finished:
+            self._finished = True
+            self.done.errback(TransferError("connection lost while sending a response"))
+
+    def pauseProducing(self):
+        # Only streaming wrappers (TLS's _PullToPush) pause us; pulling stops by itself.
+        pass
+
+
+@implementer(IPullProducer)
+class PlaintextSender(_Sender):
+    """Bytes through ``transport.write``; regions with ``os.sendfile`` on the socket."""
+
+    log = Logger(namespace="kafkatw.network.transport")
+
+    def resumeProducing(self):
+        if self._finished:
+            return
+        if self._first:
+            # registerProducer's synchronous call: the buffer may hold earlier bytes.
+            self._first = False
+            self.transport.startWriting()
+            return
+        # Here the transport's buffer is empty (called from doWrite).
+        parts = self.parts
+        while self.index < len(parts):
+            part = parts[self.index]
+            if isinstance(part, FileRegion):
+                if not self._sendfile(part):
+                    return  # partial send: woken again when writable
+                continue
+            # Write the run of consecutive byte parts, then wait for the drain.
+            run = []
+            while self.index < len(parts) and not isinstance(parts[self.index], FileRegion):
+                if len(parts[self.index]):
+                    run.append(bytes(parts[self.index]) if not isinstance(parts[self.index], bytes) else parts[self.index])
+                self.index += 1
+            if run:
+                n = sum(len(b) for b in run)
+                self.bytes_sent += n
+                self.transport.writeSequence(run)
+                return
+        self._finish()
+
+    def _sendfile(self, region):
+        """Send what the socket takes of ``region``; True when the region is complete."""
+        sock_fd = self.transport.getHandle().fileno()
+        while self.region_sent < region.count:
+            remaining = region.count - self.region_sent
+            try:
+                n = os.sendfile(sock_fd, region.file.fileno(), region.position + self.region_sent,
+                                min(remaining, SENDFILE_MAX))
+            except BlockingIOError:
+                self.transport.startWriting()
+                return False
+            except OSError as e:
+                if e.errno == errno.EINTR:
+                    continue
+                self._fail_region(region, e)
+                return False
+            if n == 0:
+                # The file ended before the region did (truncated segment).
+                self._fail_region(region, OSError(errno.EIO, "file shorter than region"))
+                return False
+            self.region_sent += n
+            self.bytes_sent += n
+            if n < remaining:
+                self.transport.startWriting()
+                return False
+        self.index += 1
+        self.region_sent = 0
+        return True
+
+    def _fail_region(self, region, err):
+        # Tell a disk error from a broken socket by re-reading the range (seed 000).
+        disk_error = False
+        try:
+            os.pread(region.file.fileno(), 1, region.position + self.region_sent)
+        except OSError:
+            disk_error = True
+        self.log.warn("sendfile failed: {err} (disk_error={disk})", err=err, disk=disk_error)
+        self._finished = True
+        self.done.errback(TransferError(str(err), disk_error=disk_error))
+        try:
+            self.transport.unregisterProducer()
+        finally:
+            self.transport.abortConnection() if hasattr(self.transport, "abortConnection") else self.transport.loseConnection()
+
+
+@implementer(IPullProducer)
+class ChunkedSender(_Sender):
+    """FileSender-style: one 32 KiB ``os.pread`` chunk of a region per ``resumeProducing``.
+
+    Registered as a pull producer on the (TLS) transport, which pauses it while its
+    buffer is above the high-water mark, so a large region never sits whole in memory.
+    Completion waits for the TCP transport underneath to drain (:class:`DrainWaiter`).
+    """
+
+    def __init__(self, transport, parts, chunk_size=CHUNK_SIZE):
+        _Sender.__init__(self, transport, parts)
+        self.chunk_size = chunk_size
+        self._draining = False
+
+    def resumeProducing(self):
+        if self._finished or self._draining:
+            return
+        parts = self.parts
+        while self.index < len(parts):
+            part = parts[self.index]
+            if isinstance(part, FileRegion):
+                remaining = part.count - self.region_sent
+                try:
+                    chunk = os.pread(part.file.fileno(), min(self.chunk_size, remaining),
+                                     part.position + self.region_sent)
+                except OSError as e:
+                    self._finished = True
+                    self.transport.unregisterProducer()
+                    self.done.errback(TransferError(str(e), disk_error=True))
+                    self.transport.loseConnection()
+                    return
+                if not chunk:
+                    self._finished = True
+                    self.transport.unregisterProducer()
+                    self.done.errback(TransferError("file shorter than region", disk_error=True))
+                    self.transport.loseConnection()
+                    return
+                self.region_sent += len(chunk)
+                self.bytes_sent += len(chunk)
+                if self.region_sent == part.count:
+                    self.index += 1
+                    self.region_sent = 0
+                self.transport.write(chunk)
+                return
+            if len(part):
+                self.bytes_sent += len(part)
+                self.transport.write(bytes(part))
+            self.index += 1
+        # Everything handed over: unregister and wait for the TCP buffer to drain.
+        self._draining = True
+        self._finished = True
+        self.transport.unregisterProducer()
+        d = wait_for_drain(_lowest_transport(self.transport))
+        d.addCallback(lambda _: self.bytes_sent)
+        d.chainDeferred(self.done)
+
+
+@implementer(IPullProducer)
+class DrainWaiter:
+    """Fires ``done`` once a ``FileDescriptor`` transport's write buffer is empty."""
+
+    def __init__(self, transport):
+        self.transport = transport
+        self.done = defer.Deferred()
+        self._first = True
+        self._fired = False
+
+    def resumeProducing(self):
+        if self._fired:
+            return
+        if self._first:
+            self._first = False
+            self.transport.startWriting()
+            return
+        self._fired = True
+        self.transport.unregisterProducer()
+        self.done.callback(None)
+
+    def stopProducing(self):
+        if not self._fired:
+            self._fired = True
+            self.done.errback(TransferError("connection lost before the response drained"))
+
+
+def wait_for_drain(transport):
+    """Deferred firing when ``transport``'s buffer has drained (or failing on loss)."""
+    if getattr(transport, "registerProducer", None) is None or getattr(transport, "startWriting", None) is None:
+        return defer.succeed(None)  # a transport we cannot watch (tests' StringTransport)
+    waiter = DrainWaiter(transport)
+    transport.registerProducer(waiter, False)
+    return waiter.done
+
+
+@implementer(ITransportLayer)
+class PlaintextTransportLayer:
+    """PLAINTEXT / SASL_PLAINTEXT: regions go out with ``os.sendfile``."""
+
+    def send(self, transport, parts):
+        return PlaintextSender(transport, parts).start()
+
+
+@implementer(ITransportLayer)
+class TlsTransportLayer:
+    """SSL / SASL_SSL: regions are read in 32 KiB chunks and written through TLS."""
+
+    def __init__(self, chunk_size=CHUNK_SIZE):
+        self.chunk_size = chunk_size
+
+    def send(self, transport, parts):
+        return ChunkedSender(transport, parts, self.chunk_size).start()
+
+
+def transport_layer_for(security_protocol):
+    """The transport layer a listener with ``security_protocol`` uses."""
+    if security_protocol in ("SSL", "SASL_SSL"):
+        return TlsTransportLayer()
+    return PlaintextTransportLayer()

@@ -1,0 +1,72 @@
+"""The seam between framing and the generated codec: header/body decode, response encode.
+
+Owns the use of ``kafkatw.protocol.messages`` by the network layer (imported lazily so
+this package imports before the codec exists); tests substitute a fake with the same
+four methods.  The UNSUPPORTED_VERSION ApiVersions answer is built here with ``struct``.
+"""
+
+import struct
+
+API_VERSIONS_KEY = 18
+UNSUPPORTED_VERSION = 35
+
+_HDR = struct.Struct(">hhi")
+_SIZE = struct.Struct(">i")
+
+
+def peek_header(frame):
+    """``(api_key, api_version, correlation_id)``: the first 8 bytes of every request header."""
+    return _HDR.unpack_from(frame, 0)
+
+
+def peek_client_id(frame):
+    """Best-effort client id of header v1+ (a non-compact nullable string at offset 8)."""
+    if len(frame) < 10:
+        return None
+    (n,) = struct.unpack_from(">h", frame, 8)
+    if n < 0 or 10 + n > len(frame):
+        return None
+    return bytes(frame[10:10 + n]).decode("utf-8", "replace")
+
+
+def unsupported_api_versions_response(correlation_id, api_versions_range):
+    """Size-prefixed ApiVersions v0 response (header v0) with UNSUPPORTED_VERSION.
+
+    As Kafka's ``ApiVersionsRequest.getErrorResponse``: the body lists the supported
+    range of ApiVersions itself so the client can retry with a version it shares.
+    """
+    lo, hi = api_versions_range
+    body = struct.pack(">ihihhh", correlation_id, UNSUPPORTED_VERSION, 1, API_VERSIONS_KEY, lo, hi)
+    return _SIZE.pack(len(body)) + body
+
+
+class MessagesWire:
+    """The production seam over ``kafkatw.protocol.messages``."""
+
+    def __init__(self):
+        from kafkatw.protocol import messages
+
+        self.messages = messages
+
+    def api_name(self, api_key):
+        return self.messages.API_NAMES.get(api_key, "Unknown%d" % api_key) if hasattr(
+            self.messages.API_NAMES, "get") else self.messages.API_NAMES[api_key]
+
+    def decode_request(self, frame, api_key, api_version):
+        """``(header, body)`` of a whole frame; raises on a malformed one."""
+        m = self.messages
+        view = memoryview(frame)
+        header, pos = m.RequestHeader.decode_from(view, 0, m.request_header_version(api_key, api_version))
+        body = m.REQUESTS[api_key].decode(view[pos:], api_version)
+        return header, body
+
+    def encode_response(self, request, body):
+        """Size prefix, response header and body as a list of parts."""
+        m = self.messages
+        hv = m.response_header_version(request.api_key, request.api_version)
+        head = m.ResponseHeader(correlation_id=request.correlation_id).encode(hv)
+        parts = list(head) + list(body.encode(request.api_version))
+        size = 0
+        for p in parts:
+            size += len(p)
+        return [_SIZE.pack(size)] + parts
