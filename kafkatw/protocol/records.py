@@ -308,3 +308,337 @@ def set_max_timestamp(buf, pos, timestamp_type, ts):
 def _rewrite_crc(buf, pos):
     length = _INT32.unpack_from(buf, pos + BATCH_LENGTH_OFFSET)[0]
     _UINT32.pack_into(buf, pos + CRC_OFFSET, compute_crc(buf, pos, length))
+
+
+# -- varints (zigzag, as in protobuf; Kafka's ByteUtils) ----------------------------------
+
+def _read_varint(buf, pos, max_shift=28):
+    """Read a zigzag varint (max_shift 28: int32, 63: int64); IndexError if truncated."""
+    b = buf[pos]
+    if b < 0x80:
+        return (b >> 1) ^ -(b & 1), pos + 1
+    result = b & 0x7F
+    shift = 7
+    pos += 1
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (result >> 1) ^ -(result & 1), pos
+        shift += 7
+        if shift > max_shift:
+            raise CorruptRecordError("varint is too long (more than %d bits)" % (max_shift + 7))
+
+
+def _read_varlong(buf, pos):
+    return _read_varint(buf, pos, 63)
+
+
+def _write_varint(out, n):
+    """Append the zigzag varint (or varlong) encoding of ``n`` to bytearray ``out``."""
+    z = (n << 1) ^ (n >> 63)
+    while z >= 0x80:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+
+
+def _size_of_varint(n):
+    z = (n << 1) ^ (n >> 63)
+    size = 1
+    while z >= 0x80:
+        z >>= 7
+        size += 1
+    return size
+
+
+# -- records -------------------------------------------------------------------------------
+
+@attr.s(slots=True, frozen=True)
+class Record:
+    """One record of a v2 batch. ``offset``/``timestamp`` are absolute when decoded from a
+    batch; when building, they may replace the deltas (see :func:`build_batch`)."""
+
+    attributes = attr.ib(default=0)
+    timestamp_delta = attr.ib(default=0)
+    offset_delta = attr.ib(default=None)
+    key = attr.ib(default=None)
+    value = attr.ib(default=None)
+    headers = attr.ib(default=attr.Factory(list))
+    offset = attr.ib(default=None)
+    timestamp = attr.ib(default=None)
+
+
+def _decode_records(body, count, base_offset, base_timestamp, log_append_time):
+    """Decode ``count`` records from ``body`` (bytes) which must hold exactly them."""
+    out = []
+    append = out.append
+    pos = 0
+    end_of_body = len(body)
+    try:
+        for _ in range(count):
+            length, pos = _read_varint(body, pos)
+            end = pos + length
+            if length < 0 or end > end_of_body:
+                raise CorruptRecordError(
+                    "invalid record size %d at byte %d of %d" % (length, pos, end_of_body))
+            attributes = body[pos]
+            pos += 1
+            timestamp_delta, pos = _read_varint(body, pos, 63)
+            offset_delta, pos = _read_varint(body, pos)
+            size, pos = _read_varint(body, pos)
+            if size < 0:
+                key = None
+            else:
+                if pos + size > end:
+                    raise CorruptRecordError("record key overruns the record")
+                key = body[pos:pos + size]
+                pos += size
+            size, pos = _read_varint(body, pos)
+            if size < 0:
+                value = None
+            else:
+                if pos + size > end:
+                    raise CorruptRecordError("record value overruns the record")
+                value = body[pos:pos + size]
+                pos += size
+            header_count, pos = _read_varint(body, pos)
+            if header_count < 0:
+                raise CorruptRecordError("invalid number of record headers %d" % header_count)
+            headers = []
+            for _ in range(header_count):
+                size, pos = _read_varint(body, pos)
+                if size < 0:
+                    raise CorruptRecordError("invalid negative header key size %d" % size)
+                if pos + size > end:
+                    raise CorruptRecordError("header key overruns the record")
+                header_key = body[pos:pos + size].decode("utf-8")
+                pos += size
+                size, pos = _read_varint(body, pos)
+                if size < 0:
+                    header_value = None
+                else:
+                    if pos + size > end:
+                        raise CorruptRecordError("header value overruns the record")
+                    header_value = body[pos:pos + size]
+                    pos += size
+                headers.append((header_key, header_value))
+            if pos != end:
+                raise CorruptRecordError(
+                    "invalid record size: expected %d bytes in record payload, read %d"
+                    % (length, length - (end - pos)))
+            append(Record(
+                attributes, timestamp_delta, offset_delta, key, value, headers,
+                base_offset + offset_delta,
+                log_append_time if log_append_time is not None
+                else base_timestamp + timestamp_delta))
+    except IndexError:
+        raise CorruptRecordError("record batch body ends inside record %d of %d"
+                                 % (len(out), count))
+    except UnicodeDecodeError as e:
+        raise CorruptRecordError("record header key is not UTF-8: %s" % (e,))
+    if pos != end_of_body:
+        raise CorruptRecordError(
+            "%d bytes left after the %d records of the batch" % (end_of_body - pos, count))
+    return out
+
+
+def decode_batch(buf, pos=0, verify=True):
+    """Decode the v2 batch at ``pos``: ``(BatchHeader, [Record])``, decompressing as needed.
+
+    Raises :class:`CorruptRecordError` for anything malformed (including a CRC mismatch
+    when ``verify``).
+    """
+    header = read_batch_header(buf, pos)
+    end = pos + header.size_in_bytes
+    if end > len(buf):
+        raise CorruptRecordError(
+            "truncated record batch: %d bytes of %d" % (len(buf) - pos, header.size_in_bytes))
+    if verify and not verify_crc(buf, pos, header):
+        raise CorruptRecordError(
+            "record batch is corrupt (stored crc = %d, computed crc = %d)"
+            % (header.crc, compute_crc(buf, pos, header.batch_length)))
+    if header.records_count < 0:
+        raise CorruptRecordError("invalid record count %d" % (header.records_count,))
+    body = memoryview(buf)[pos + RECORDS_OFFSET:end]
+    codec = header.compression
+    if codec:
+        from kafkatw.protocol import compression
+        body = compression.decompress(codec, body)
+    else:
+        body = bytes(body)
+    if header.records_count > len(body):  # every record takes at least one byte
+        raise CorruptRecordError(
+            "record count %d cannot fit in %d bytes" % (header.records_count, len(body)))
+    log_append_time = header.max_timestamp if header.timestamp_type == LOG_APPEND_TIME else None
+    return header, _decode_records(body, header.records_count, header.base_offset,
+                                   header.base_timestamp, log_append_time)
+
+
+def iter_batches(buf, allow_partial_tail=False, verify=True):
+    """Yield ``(BatchHeader, [Record])`` for each v2 batch in ``buf``."""
+    for pos, _ in iter_batch_headers(buf, allow_partial_tail):
+        yield decode_batch(buf, pos, verify)
+
+
+def _encode_record(out, attributes, timestamp_delta, offset_delta, key, value, headers):
+    body = bytearray()
+    body.append(attributes & 0xFF)
+    _write_varint(body, timestamp_delta)
+    _write_varint(body, offset_delta)
+    if key is None:
+        body.append(1)  # varint -1
+    else:
+        _write_varint(body, len(key))
+        body += key
+    if value is None:
+        body.append(1)
+    else:
+        _write_varint(body, len(value))
+        body += value
+    _write_varint(body, len(headers))
+    for header_key, header_value in headers:
+        if isinstance(header_key, str):
+            header_key = header_key.encode("utf-8")
+        _write_varint(body, len(header_key))
+        body += header_key
+        if header_value is None:
+            body.append(1)
+        else:
+            _write_varint(body, len(header_value))
+            body += header_value
+    _write_varint(out, len(body))
+    out += body
+
+
+def build_batch(records, *, base_offset=0, compression=0, producer_id=NO_PRODUCER_ID,
+                producer_epoch=NO_PRODUCER_EPOCH, base_sequence=NO_SEQUENCE,
+                is_transactional=False, is_control=False, timestamp_type=CREATE_TIME,
+                base_timestamp=None, partition_leader_epoch=NO_PARTITION_LEADER_EPOCH,
+                max_timestamp=None, last_offset_delta=None):
+    """Encode ``records`` (:class:`Record`) as one v2 batch and return its bytes.
+
+    Per record, the offset delta is ``offset_delta`` if set, else ``offset - base_offset``
+    if ``offset`` is set, else its index. The timestamp is ``timestamp`` (absolute) if set,
+    else ``base_timestamp + timestamp_delta``. ``base_timestamp`` defaults to the first
+    record's absolute timestamp (else NO_TIMESTAMP); ``max_timestamp`` to the largest record
+    timestamp.
+    """
+    records = list(records)
+    if base_timestamp is None:
+        base_timestamp = NO_TIMESTAMP
+        if records and records[0].timestamp is not None:
+            base_timestamp = records[0].timestamp
+    body = bytearray()
+    max_ts = None
+    offset_delta = -1
+    for index, r in enumerate(records):
+        if r.offset_delta is not None:
+            offset_delta = r.offset_delta
+        elif r.offset is not None:
+            offset_delta = r.offset - base_offset
+        else:
+            offset_delta = index
+        if r.timestamp is not None:
+            timestamp_delta = r.timestamp - base_timestamp
+            ts = r.timestamp
+        else:
+            timestamp_delta = r.timestamp_delta
+            ts = base_timestamp + timestamp_delta
+        if max_ts is None or ts > max_ts:
+            max_ts = ts
+        _encode_record(body, r.attributes, timestamp_delta, offset_delta, r.key, r.value,
+                       r.headers)
+    count = len(records)
+    if last_offset_delta is None:
+        last_offset_delta = max(offset_delta, 0)
+    if max_timestamp is None:
+        max_timestamp = max_ts if max_ts is not None else base_timestamp
+    if compression:
+        from kafkatw.protocol import compression as _compression
+        body = _compression.compress(compression, body)
+    attributes = compression & COMPRESSION_CODEC_MASK
+    if timestamp_type == LOG_APPEND_TIME:
+        attributes |= TIMESTAMP_TYPE_MASK
+    if is_transactional:
+        attributes |= TRANSACTIONAL_FLAG_MASK
+    if is_control:
+        attributes |= CONTROL_FLAG_MASK
+    out = bytearray(BATCH_HEADER_SIZE)
+    out += body
+    _HEADER.pack_into(
+        out, 0, base_offset, len(out) - LOG_OVERHEAD, partition_leader_epoch, MAGIC_VALUE_V2,
+        0, attributes, last_offset_delta, base_timestamp, max_timestamp, producer_id,
+        producer_epoch, base_sequence, count)
+    _UINT32.pack_into(out, CRC_OFFSET, compute_crc(out, 0, len(out) - LOG_OVERHEAD))
+    return bytes(out)
+
+
+# -- control batches (transaction markers and KRaft control records) ----------------------
+
+ABORT = 0
+COMMIT = 1
+LEADER_CHANGE = 2
+SNAPSHOT_HEADER = 3
+SNAPSHOT_FOOTER = 4
+KRAFT_VERSION = 5
+KRAFT_VOTERS = 6
+
+CONTROL_RECORD_KEY_VERSION = 0
+END_TXN_MARKER_VERSION = 0
+
+_CONTROL_KEY = struct.Struct(">hh")
+_END_TXN_VALUE = struct.Struct(">hi")
+
+
+@attr.s(slots=True, frozen=True)
+class ControlRecord:
+    """The key of a control record; ``coordinator_epoch`` only for COMMIT/ABORT markers."""
+
+    version = attr.ib()
+    type = attr.ib()
+    coordinator_epoch = attr.ib(default=None)
+
+    @property
+    def is_commit(self):
+        return self.type == COMMIT
+
+    @property
+    def is_abort(self):
+        return self.type == ABORT
+
+
+def build_control_batch(marker_type, coordinator_epoch, producer_id, producer_epoch, *,
+                        base_offset=0, timestamp=NO_TIMESTAMP,
+                        partition_leader_epoch=NO_PARTITION_LEADER_EPOCH):
+    """A transactional control batch holding one COMMIT (1) or ABORT (0) marker."""
+    if marker_type not in (ABORT, COMMIT):
+        raise InvalidRecordError("not a transaction marker type: %r" % (marker_type,))
+    record = Record(
+        key=_CONTROL_KEY.pack(CONTROL_RECORD_KEY_VERSION, marker_type),
+        value=_END_TXN_VALUE.pack(END_TXN_MARKER_VERSION, coordinator_epoch),
+        timestamp=timestamp)
+    return build_batch(
+        [record], base_offset=base_offset, producer_id=producer_id,
+        producer_epoch=producer_epoch, is_transactional=True, is_control=True,
+        base_timestamp=timestamp, partition_leader_epoch=partition_leader_epoch)
+
+
+def decode_control_record(record):
+    """Parse the key (and for markers the value) of a record of a control batch."""
+    key = record.key
+    if key is None or len(key) < _CONTROL_KEY.size:
+        raise InvalidRecordError("control record key must hold at least 4 bytes")
+    version, control_type = _CONTROL_KEY.unpack_from(key, 0)
+    if version < 0:
+        raise InvalidRecordError("invalid version %d in control record" % (version,))
+    if control_type not in (ABORT, COMMIT):
+        return ControlRecord(version, control_type)
+    value = record.value
+    if value is None or len(value) < _END_TXN_VALUE.size:
+        raise InvalidRecordError("end transaction marker value must hold at least 6 bytes")
+    marker_version, coordinator_epoch = _END_TXN_VALUE.unpack_from(value, 0)
+    if marker_version < 0:
+        raise InvalidRecordError("invalid end transaction marker version %d" % marker_version)
+    return ControlRecord(version, control_type, coordinator_epoch)
