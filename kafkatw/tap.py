@@ -1,0 +1,72 @@
+"""``twistd kafka``: command-line options and the top of the service tree.
+
+Owns option parsing (``--config FILE``, repeatable ``--override key=value``), loading the
+configuration and turning a configuration error into one line on stderr. The wiring of the
+broker itself belongs to :func:`kafkatw.service.make_broker_service`.
+"""
+
+import sys
+
+from twisted.application import service
+from twisted.python import usage
+
+from kafkatw.config import ConfigError, KafkaConfig, parse_override
+
+#: Exit status when the configuration is invalid.
+CONFIG_ERROR_EXIT = 2
+
+
+class Options(usage.Options):
+    synopsis = "[--config FILE] [--override key=value ...]"
+    longdesc = (
+        "Run a kafkatw broker. Properties use Apache Kafka's names (server.properties syntax); "
+        "without --config the built-in defaults are used (PLAINTEXT on 127.0.0.1:9092)."
+    )
+    optParameters = [
+        ["config", "c", None,
+         "Broker properties file (Java .properties syntax, Kafka's property names)."],
+    ]
+
+    def __init__(self):
+        usage.Options.__init__(self)
+        self["overrides"] = []
+
+    def opt_override(self, value):
+        """Set a broker property, overriding the config file (key=value; repeatable)."""
+        try:
+            self["overrides"].append(parse_override(value))
+        except ConfigError as e:
+            raise usage.UsageError(str(e))
+
+    def load_config(self):
+        """The validated :class:`KafkaConfig` (raises :class:`ConfigError`)."""
+        return KafkaConfig.from_file(self["config"], overrides=self["overrides"])
+
+
+def _fail(message, stderr=None):
+    stream = stderr if stderr is not None else sys.stderr
+    stream.write("kafkatw: %s\n" % (message,))
+    stream.flush()
+    raise SystemExit(CONFIG_ERROR_EXIT)
+
+
+def makeService(options, stderr=None):
+    """Load the configuration and build the broker's service tree.
+
+    A bad configuration writes one line to stderr and exits with status 2; no traceback.
+    """
+    try:
+        config = options.load_config()
+    except ConfigError as e:
+        _fail(e, stderr)
+    from kafkatw import service as broker_service  # imported late: nothing runs at import time
+
+    try:
+        broker = broker_service.make_broker_service(config)
+    except ConfigError as e:
+        _fail(e, stderr)
+    if isinstance(broker, service.MultiService):
+        return broker
+    top = service.MultiService()
+    broker.setServiceParent(top)
+    return top
