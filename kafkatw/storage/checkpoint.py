@@ -1,0 +1,80 @@
+"""Kafka's text checkpoint files: per-partition offsets (recovery point, log start offset,
+replication offset, cleaner offset) and leader-epoch entries, written atomically
+(tmp file, fsync, rename). Only the file format lives here.
+"""
+
+import os
+
+CURRENT_VERSION = 0
+
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
+CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
+LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+
+
+class CheckpointError(Exception):
+    pass
+
+
+def _write_lines(path, lines, sync=True):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write("%d\n%d\n" % (CURRENT_VERSION, len(lines)))
+        for line in lines:
+            f.write(line + "\n")
+        f.flush()
+        if sync:
+            os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _read_lines(path):
+    try:
+        with open(path) as f:
+            text = f.read()
+    except FileNotFoundError:
+        return []
+    lines = text.split("\n")
+    try:
+        version = int(lines[0])
+        count = int(lines[1])
+    except (IndexError, ValueError):
+        raise CheckpointError("malformed checkpoint file %s" % (path,))
+    if version != CURRENT_VERSION:
+        raise CheckpointError("unrecognised version %d in %s" % (version, path))
+    entries = lines[2:2 + count]
+    if len(entries) != count or any(not e.strip() for e in entries):
+        raise CheckpointError("expected %d entries in %s" % (count, path))
+    return [e.split() for e in entries]
+
+
+def write_offsets(path, offsets, sync=True):
+    """``offsets``: {(topic, partition): offset}."""
+    lines = ["%s %d %d" % (t, p, o) for (t, p), o in sorted(offsets.items())]
+    _write_lines(path, lines, sync)
+
+
+def read_offsets(path):
+    out = {}
+    for fields in _read_lines(path):
+        if len(fields) != 3:
+            raise CheckpointError("malformed line %r in %s" % (" ".join(fields), path))
+        out[(fields[0], int(fields[1]))] = int(fields[2])
+    return out
+
+
+def write_epochs(path, entries, sync=True):
+    """``entries``: [(epoch, start_offset)]."""
+    _write_lines(path, ["%d %d" % (e, o) for e, o in entries], sync)
+
+
+def read_epochs(path):
+    out = []
+    for fields in _read_lines(path):
+        if len(fields) != 2:
+            raise CheckpointError("malformed line %r in %s" % (" ".join(fields), path))
+        out.append((int(fields[0]), int(fields[1])))
+    return out

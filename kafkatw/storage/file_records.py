@@ -1,0 +1,120 @@
+"""FileRecords: one segment's .log file. Appends a buffer with one positional write, hands out
+slices as FileRegions (no bytes read), and scans batch headers (61 bytes each) to find offsets
+and timestamps. It knows the v2 batch layout only through kafkatw.protocol.records.
+"""
+
+import os
+
+from kafkatw.protocol import records
+from kafkatw.protocol.parts import FileRegion
+
+_HDR = records.BATCH_HEADER_SIZE
+
+
+class FileRecords:
+    def __init__(self, path, preallocate_size=0):
+        self.path = path
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._file = os.fdopen(fd, "r+b", buffering=0)
+        self._size = os.fstat(fd).st_size
+
+    @property
+    def file(self):
+        return self._file
+
+    @property
+    def fd(self):
+        return self._file.fileno()
+
+    def size_in_bytes(self):
+        return self._size
+
+    # -- write --------------------------------------------------------------------------
+
+    def append(self, buf):
+        """Write all of ``buf`` at the end (one pwrite unless the kernel writes short)."""
+        view = memoryview(buf)
+        total = len(view)
+        written = 0
+        fd = self.fd
+        while written < total:
+            n = os.pwrite(fd, view[written:] if written else view, self._size + written)
+            if n <= 0:
+                raise OSError("short write to %s" % (self.path,))
+            written += n
+        self._size += total
+        return total
+
+    def flush(self):
+        os.fsync(self.fd)
+
+    def truncate_to(self, size):
+        """Cut the file to ``size`` bytes; returns the bytes removed."""
+        if size > self._size or size < 0:
+            raise ValueError("cannot truncate %s of %d bytes to %d" % (self.path, self._size, size))
+        removed = self._size - size
+        if removed or os.fstat(self.fd).st_size != size:
+            os.ftruncate(self.fd, size)
+        self._size = size
+        return removed
+
+    def trim(self):
+        self.truncate_to(self._size)
+
+    def close(self):
+        if not self._file.closed:
+            self._file.close()
+
+    def rename_to(self, path):
+        os.rename(self.path, path)
+        self.path = path
+
+    # -- read ---------------------------------------------------------------------------
+
+    def slice(self, position, size):
+        """A FileRegion of up to ``size`` bytes from ``position`` (clamped to the file end)."""
+        if position < 0 or position > self._size:
+            raise ValueError("slice position %d outside [0, %d]" % (position, self._size))
+        available = min(size, self._size - position)
+        return FileRegion(self._file, position, max(0, available))
+
+    def read(self, position, size):
+        return os.pread(self.fd, size, position)
+
+    def read_header(self, position, end=None):
+        """The batch header at ``position``, or None if no complete batch starts there."""
+        end = self._size if end is None else end
+        if position + _HDR > end:
+            return None
+        raw = os.pread(self.fd, _HDR, position)
+        if len(raw) < _HDR:
+            return None
+        header = records.read_batch_header(raw)
+        if position + header.size_in_bytes > end:
+            return None
+        return header
+
+    def batches_from(self, position=0, end=None):
+        """Yield ``(position, BatchHeader)`` for each complete batch from ``position``."""
+        end = self._size if end is None else end
+        while position < end:
+            header = self.read_header(position, end)
+            if header is None:
+                return
+            yield position, header
+            position += header.size_in_bytes
+
+    def search_for_offset_from_position(self, target_offset, start_position):
+        """(position, BatchHeader) of the first batch whose last offset >= target, or None."""
+        for position, header in self.batches_from(start_position):
+            if header.last_offset >= target_offset:
+                return position, header
+        return None
+
+    def search_for_timestamp(self, target_ts, start_position, starting_offset):
+        """(position, BatchHeader) of the first batch at/after ``start_position`` with
+        max timestamp >= target_ts and last offset >= starting_offset, or None."""
+        for position, header in self.batches_from(start_position):
+            if header.max_timestamp >= target_ts and header.last_offset >= starting_offset:
+                return position, header
+        return None

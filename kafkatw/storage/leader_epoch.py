@@ -1,0 +1,97 @@
+"""LeaderEpochFileCache: (leader epoch -> start offset) entries of one partition, persisted in
+its leader-epoch-checkpoint; answers OffsetForLeaderEpoch. No log access of its own.
+"""
+
+import bisect
+import os
+
+from . import checkpoint
+
+UNDEFINED_EPOCH = -1
+UNDEFINED_EPOCH_OFFSET = -1
+
+
+class LeaderEpochFileCache:
+    def __init__(self, path, sync=True):
+        self.path = path
+        self._sync = sync
+        self._epochs = []   # ascending
+        self._offsets = []  # start offsets, same order
+        if path is not None and os.path.exists(path):
+            for epoch, offset in checkpoint.read_epochs(path):
+                self._epochs.append(epoch)
+                self._offsets.append(offset)
+
+    def entries(self):
+        return list(zip(self._epochs, self._offsets))
+
+    def flush(self):
+        if self.path is not None:
+            checkpoint.write_epochs(self.path, self.entries(), self._sync)
+
+    def latest_epoch(self):
+        return self._epochs[-1] if self._epochs else None
+
+    def earliest_entry(self):
+        return (self._epochs[0], self._offsets[0]) if self._epochs else None
+
+    def assign(self, epoch, start_offset, flush=True):
+        """Record that ``epoch`` starts at ``start_offset`` if it is new (Kafka's assign)."""
+        if epoch < 0:
+            return False
+        if self._epochs and (epoch <= self._epochs[-1]):
+            if epoch == self._epochs[-1] or start_offset >= self._offsets[-1]:
+                return False
+        # Remove entries that conflict (higher epoch or offset >= start_offset).
+        while self._epochs and (self._epochs[-1] >= epoch or self._offsets[-1] >= start_offset):
+            self._epochs.pop()
+            self._offsets.pop()
+        self._epochs.append(epoch)
+        self._offsets.append(start_offset)
+        if flush:
+            self.flush()
+        return True
+
+    def epoch_for_offset(self, offset):
+        i = bisect.bisect_right(self._offsets, offset) - 1
+        return self._epochs[i] if i >= 0 else None
+
+    def end_offset_for(self, requested_epoch, log_end_offset):
+        """(epoch, end offset) as Kafka's LeaderEpochFileCache.endOffsetFor."""
+        if not self._epochs or requested_epoch == UNDEFINED_EPOCH:
+            return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+        if requested_epoch == self._epochs[-1]:
+            return requested_epoch, log_end_offset
+        i = bisect.bisect_right(self._epochs, requested_epoch)
+        if i == 0:
+            # Requested epoch is older than anything we know.
+            return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+        if i == len(self._epochs):
+            return self._epochs[-1], log_end_offset
+        return self._epochs[i - 1], self._offsets[i]
+
+    def truncate_from_end(self, end_offset):
+        """Drop entries starting at or after ``end_offset``."""
+        changed = False
+        while self._offsets and self._offsets[-1] >= end_offset:
+            self._epochs.pop()
+            self._offsets.pop()
+            changed = True
+        if changed:
+            self.flush()
+
+    def truncate_from_start(self, start_offset):
+        """Entries wholly below ``start_offset`` go; the one spanning it starts there."""
+        i = bisect.bisect_right(self._offsets, start_offset) - 1
+        if i < 0:
+            return
+        if i > 0 or self._offsets[0] < start_offset:
+            del self._epochs[:i]
+            del self._offsets[:i]
+            self._offsets[0] = start_offset
+            self.flush()
+
+    def clear(self):
+        self._epochs = []
+        self._offsets = []
+        self.flush()

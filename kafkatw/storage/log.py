@@ -1,0 +1,751 @@
+"""UnifiedLog: one partition's log (Kafka's UnifiedLog + LocalLog + LogLoader): segments in a
+directory, append (validate, assign offsets, roll, index), read (cut at LEO/HW/LSO byte
+positions, FileRegion only), high watermark, retention/DeleteRecords/truncation, leader epochs,
+loading and recovery. Scheduling, checkpoints across partitions and threads belong to LogManager.
+"""
+
+import base64
+import bisect
+import os
+import shutil
+import time
+import uuid
+
+from twisted.logger import Logger
+
+from kafkatw.protocol import errors
+from kafkatw.protocol.errors import KafkaError
+
+from . import checkpoint
+from .config import LogConfig
+from .leader_epoch import LeaderEpochFileCache
+from .offsets import FetchDataInfo, FetchIsolation, LogOffsetMetadata
+from .segment import (CLEANED_SUFFIX, DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, SWAP_SUFFIX,
+                      TIME_INDEX_SUFFIX, LogSegment)
+from .validator import validate_and_assign
+
+log = Logger()
+
+PARTITION_METADATA_FILE = "partition.metadata"
+DELETE_DIR_SUFFIX = "-delete"
+FUTURE_DIR_SUFFIX = "-future"
+
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+LATEST_TIERED_TIMESTAMP = -5
+
+
+def parse_topic_partition(dirname):
+    """``"<topic>-<partition>"`` (optionally with a ``.<uuid>-delete`` tail) -> (topic, partition)."""
+    name = dirname
+    if name.endswith(DELETE_DIR_SUFFIX) and "." in name:
+        name = name[:name.rindex(".")]
+    topic, _, part = name.rpartition("-")
+    if not topic or not part.isdigit():
+        raise ValueError("directory %r is not <topic>-<partition>" % (dirname,))
+    return topic, int(part)
+
+
+def _system_ms():
+    return int(time.time() * 1000)
+
+
+def read_partition_metadata(path):
+    try:
+        with open(path) as f:
+            text = f.read()
+    except FileNotFoundError:
+        return None
+    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+    raw = fields.get("topic_id", "").strip()
+    if not raw:
+        return None
+    return base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4))
+
+
+def write_partition_metadata(path, topic_id):
+    text = "version: 0\ntopic_id: %s\n" % (
+        base64.urlsafe_b64encode(topic_id).decode("ascii").rstrip("="),)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class UnifiedLog:
+    def __init__(self, directory, config=None, topic=None, partition=None, topic_id=None,
+                 clock=None, recovery_point=0, log_start_offset=0, high_watermark=None,
+                 needs_recovery=False, dir_failure_handler=None, scheduler=None,
+                 sync_metadata=True):
+        """``clock()`` returns milliseconds; ``scheduler(delay_ms, fn)`` runs ``fn`` later
+        (file deletes); without one, deleted files are removed at once."""
+        self.dir = directory
+        if topic is None:
+            topic, partition = parse_topic_partition(os.path.basename(directory))
+        self.topic = topic
+        self.partition = partition
+        self.config = config if config is not None else LogConfig()
+        self._clock = clock or _system_ms
+        self._scheduler = scheduler
+        self._dir_failure_handler = dir_failure_handler
+        self._sync = sync_metadata
+        self._offline = False
+        self.first_unstable_offset = None  # hook for transactions (offset or LogOffsetMetadata)
+        self.producer_state_manager = None
+        self.recovery_log = []  # what loading recovered, for the start-up log
+        os.makedirs(directory, exist_ok=True)
+        self.leader_epoch_cache = LeaderEpochFileCache(
+            os.path.join(directory, checkpoint.LEADER_EPOCH_CHECKPOINT), sync_metadata)
+        self._metadata_path = os.path.join(directory, PARTITION_METADATA_FILE)
+        stored_id = read_partition_metadata(self._metadata_path)
+        if topic_id is not None and stored_id is not None and stored_id != topic_id:
+            raise KafkaError(errors.INCONSISTENT_TOPIC_ID,
+                             "topic id %s in %s differs from %s"
+                             % (uuid.UUID(bytes=stored_id), self._metadata_path,
+                                uuid.UUID(bytes=topic_id)))
+        self.topic_id = stored_id if stored_id is not None else topic_id
+        if stored_id is None and topic_id is not None:
+            write_partition_metadata(self._metadata_path, topic_id)
+        self._segments = {}
+        self._bases = []
+        self._log_start_offset = log_start_offset
+        self._recovery_point = recovery_point
+        self._unflushed_messages = 0
+        self._last_flush_ms = self._clock()
+        self._load(needs_recovery)
+        hw = high_watermark if high_watermark is not None else self._log_start_offset
+        self._hw_metadata = LogOffsetMetadata(
+            max(self._log_start_offset, min(hw, self.log_end_offset)))
+
+    # -- segments -----------------------------------------------------------------------
+
+    def _add_segment(self, segment):
+        base = segment.base_offset
+        if base not in self._segments:
+            bisect.insort(self._bases, base)
+        self._segments[base] = segment
+
+    def _remove_segment(self, base):
+        del self._segments[base]
+        self._bases.pop(bisect.bisect_left(self._bases, base))
+
+    @property
+    def segments(self):
+        """Segments in offset order (for tools and tests)."""
+        return [self._segments[b] for b in self._bases]
+
+    @property
+    def active_segment(self):
+        return self._segments[self._bases[-1]]
+
+    def _floor_index(self, offset):
+        return bisect.bisect_right(self._bases, offset) - 1
+
+    def floor_segment(self, offset):
+        i = self._floor_index(offset)
+        return self._segments[self._bases[i]] if i >= 0 else None
+
+    @property
+    def size(self):
+        return sum(s.size for s in self._segments.values())
+
+    @property
+    def number_of_segments(self):
+        return len(self._bases)
+
+    # -- loading ------------------------------------------------------------------------
+
+    def _new_segment(self, base, suffix=""):
+        return LogSegment.open(self.dir, base, self.config, created_ms=self._clock(),
+                               suffix=suffix)
+
+    def _load(self, needs_recovery):
+        names = os.listdir(self.dir)
+        # Leftovers of interrupted operations (Kafka's removeTempFilesAndCollectSwapFiles).
+        for name in names:
+            path = os.path.join(self.dir, name)
+            if name.endswith(DELETED_SUFFIX) or name.endswith(CLEANED_SUFFIX) \
+                    or name.endswith(".tmp"):
+                os.unlink(path)
+        names = os.listdir(self.dir)
+        for name in names:
+            if name.endswith(SWAP_SUFFIX):
+                # A finished cleaning that was not yet swapped in: complete the swap.
+                target = os.path.join(self.dir, name[:-len(SWAP_SUFFIX)])
+                os.replace(os.path.join(self.dir, name), target)
+        names = os.listdir(self.dir)
+        bases = []
+        for name in names:
+            if name.endswith(LOG_SUFFIX):
+                try:
+                    bases.append(int(name[:-len(LOG_SUFFIX)]))
+                except ValueError:
+                    continue
+            elif name.endswith(INDEX_SUFFIX) or name.endswith(TIME_INDEX_SUFFIX):
+                stem = name.rsplit(".", 1)[0]
+                if stem + LOG_SUFFIX not in names:
+                    os.unlink(os.path.join(self.dir, name))  # orphan index
+        bases.sort()
+        to_recover = set()
+        for base in bases:
+            seg = self._new_segment(base)
+            if not os.path.exists(seg.offset_index.path) or \
+                    not os.path.exists(seg.time_index.path):
+                to_recover.add(base)
+            self._add_segment(seg)
+        if not self._bases:
+            self._add_segment(self._new_segment(self._log_start_offset))
+        # Which segments to scan: all from the one holding the recovery point (unclean stop),
+        # plus any with missing or corrupt indexes.
+        if needs_recovery:
+            i = max(0, self._floor_index(self._recovery_point))
+            to_recover.update(self._bases[i:])
+        else:
+            i = max(0, self._floor_index(self._recovery_point))
+            for base in self._bases[i:]:
+                try:
+                    self._segments[base].sanity_check()
+                except Exception as e:  # CorruptIndexError, FileNotFoundError
+                    self.recovery_log.append("segment %d: index check failed (%s)" % (base, e))
+                    to_recover.add(base)
+        for base in sorted(to_recover):
+            if base not in self._segments:
+                continue  # removed by an earlier truncation
+            seg = self._segments[base]
+            truncated = seg.recover(self.config.max_message_bytes, self.leader_epoch_cache)
+            self.recovery_log.append("segment %d: recovered %d bytes, truncated %d bytes"
+                                     % (base, seg.size, truncated))
+            if truncated:
+                # Everything after a corrupt point is suspect: drop later segments.
+                for later in [b for b in self._bases if b > base]:
+                    self.recovery_log.append("segment %d: deleted after corruption in %d"
+                                             % (later, base))
+                    self._segments[later].delete_if_exists()
+                    self._remove_segment(later)
+        active = self.active_segment
+        leo = active.read_next_offset()
+        if active.size == 0:
+            leo = active.base_offset
+        self._log_start_offset = max(self._log_start_offset, self._bases[0])
+        if leo < self._log_start_offset:
+            # Everything was deleted: start afresh at the log start offset.
+            for seg in self.segments:
+                seg.delete_if_exists()
+            self._segments, self._bases = {}, []
+            self._add_segment(self._new_segment(self._log_start_offset))
+            leo = self._log_start_offset
+        self._recovery_point = min(leo, self._recovery_point) if not needs_recovery else leo
+        self._leo_metadata = LogOffsetMetadata(leo, self.active_segment.base_offset,
+                                               self.active_segment.size)
+        self.leader_epoch_cache.truncate_from_end(leo)
+        self.leader_epoch_cache.truncate_from_start(self._log_start_offset)
+        if self.recovery_log:
+            log.info("{tp}: {lines}", tp="%s-%d" % (self.topic, self.partition),
+                     lines="; ".join(self.recovery_log))
+
+    # -- offsets ------------------------------------------------------------------------
+
+    @property
+    def log_start_offset(self):
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self):
+        return self._leo_metadata.message_offset
+
+    @property
+    def log_end_offset_metadata(self):
+        return self._leo_metadata
+
+    @property
+    def recovery_point(self):
+        return self._recovery_point
+
+    @property
+    def high_watermark(self):
+        return self._hw_metadata.message_offset
+
+    @property
+    def high_watermark_metadata(self):
+        return self.fetch_high_watermark_metadata()
+
+    def fetch_high_watermark_metadata(self):
+        meta = self._hw_metadata
+        if meta.message_offset_only:
+            if meta.message_offset >= self.log_end_offset:
+                meta = self._leo_metadata
+            else:
+                try:
+                    meta = self._convert_to_offset_metadata(meta.message_offset)
+                except KafkaError:
+                    return meta
+            self._hw_metadata = meta
+        return meta
+
+    def update_high_watermark(self, offset):
+        """Set the HW, clamped to [log start, LEO]; returns the new value."""
+        if hasattr(offset, "message_offset"):
+            offset = offset.message_offset
+        offset = max(self._log_start_offset, min(offset, self.log_end_offset))
+        if offset == self.log_end_offset:
+            self._hw_metadata = self._leo_metadata
+        elif offset != self._hw_metadata.message_offset:
+            self._hw_metadata = LogOffsetMetadata(offset)
+        return offset
+
+    def maybe_increment_high_watermark(self, offset):
+        """Raise the HW (never lower it); True if it moved."""
+        old = self.high_watermark
+        if offset > old:
+            return self.update_high_watermark(offset) != old
+        return False
+
+    @property
+    def last_stable_offset(self):
+        fuo = self.first_unstable_offset
+        if fuo is None:
+            return self.high_watermark
+        fuo = getattr(fuo, "message_offset", fuo)
+        return min(fuo, self.high_watermark)
+
+    @property
+    def last_stable_offset_metadata(self):
+        fuo = self.first_unstable_offset
+        hw = self.fetch_high_watermark_metadata()
+        if fuo is None:
+            return hw
+        offset = getattr(fuo, "message_offset", fuo)
+        if offset >= hw.message_offset:
+            return hw
+        if isinstance(fuo, LogOffsetMetadata) and not fuo.message_offset_only:
+            return fuo
+        try:
+            return self._convert_to_offset_metadata(offset)
+        except KafkaError:
+            return LogOffsetMetadata(offset)
+
+    def _reset_cached_metadata(self):
+        hw = self._hw_metadata.message_offset
+        self._hw_metadata = LogOffsetMetadata(hw)
+        if hw >= self.log_end_offset:
+            self._hw_metadata = self._leo_metadata
+
+    def _convert_to_offset_metadata(self, offset):
+        self._check_log_start_offset(offset)
+        return self._local_read(offset, 1, False, self._leo_metadata).fetch_offset_metadata
+
+    # -- failure handling ---------------------------------------------------------------
+
+    @property
+    def is_offline(self):
+        return self._offline
+
+    def mark_offline(self):
+        self._offline = True
+
+    def _check_online(self):
+        if self._offline:
+            raise KafkaError(errors.KAFKA_STORAGE_ERROR,
+                             "Log dir of %s-%d is offline" % (self.topic, self.partition))
+
+    def _io_failed(self, exc):
+        self._offline = True
+        if self._dir_failure_handler is not None:
+            self._dir_failure_handler(os.path.dirname(self.dir), exc)
+        return KafkaError(errors.KAFKA_STORAGE_ERROR,
+                          "I/O error on %s: %s" % (self.dir, exc))
+
+    # -- append -------------------------------------------------------------------------
+
+    def append_as_leader(self, buf, leader_epoch):
+        """Validate the batches in ``buf``, assign offsets in place and write them."""
+        return self._append(buf, leader_epoch, assign_offsets=True)
+
+    def append_as_follower(self, buf, leader_epoch=None):
+        """Write batches whose offsets the leader assigned."""
+        return self._append(buf, None, assign_offsets=False)
+
+    def _append(self, buf, leader_epoch, assign_offsets):
+        self._check_online()
+        now = self._clock()
+        info, batches = validate_and_assign(
+            buf, self.config, now, self.log_end_offset, leader_epoch, assign_offsets,
+            self._log_start_offset)
+        if not batches:
+            return info
+        if not assign_offsets and info.first_offset < self.log_end_offset:
+            raise KafkaError(errors.INVALID_RECORD,
+                             "follower append at %d below the log end offset %d"
+                             % (info.first_offset, self.log_end_offset))
+        try:
+            segment = self._maybe_roll(len(buf), info, now)
+            segment.append(buf, batches)
+        except OSError as e:
+            raise self._io_failed(e)
+        if assign_offsets:
+            if leader_epoch is not None:
+                self.leader_epoch_cache.assign(leader_epoch, info.first_offset)
+        else:
+            header = info.first_batch_header
+            epochs = {}
+            # Each batch's epoch: read back from the buffer (headers were not rewritten).
+            from kafkatw.protocol import records
+            for pos, _size, _last, _ts in batches:
+                h = records.read_batch_header(buf, pos)
+                if h.partition_leader_epoch >= 0 and h.partition_leader_epoch not in epochs:
+                    epochs[h.partition_leader_epoch] = h.base_offset
+            for epoch in sorted(epochs):
+                latest = self.leader_epoch_cache.latest_epoch()
+                if latest is None or epoch > latest:
+                    self.leader_epoch_cache.assign(epoch, epochs[epoch])
+            del header
+        self._leo_metadata = LogOffsetMetadata(info.last_offset + 1, segment.base_offset,
+                                               segment.size)
+        self._unflushed_messages += info.record_count
+        if self._unflushed_messages >= self.config.flush_messages:
+            self.flush()
+        return info
+
+    def _maybe_roll(self, messages_size, info, now):
+        segment = self.active_segment
+        if segment.should_roll(self.config, now, messages_size, info.last_offset,
+                               info.max_timestamp):
+            return self.roll(info.first_offset)
+        return segment
+
+    def roll(self, expected_next_offset=None):
+        """Start a new active segment at max(expected, LEO)."""
+        self._check_online()
+        leo = self.log_end_offset
+        new_base = max(expected_next_offset or 0, leo)
+        active = self.active_segment
+        if active.base_offset == new_base:
+            if active.size == 0:
+                return active
+            raise KafkaError(errors.KAFKA_STORAGE_ERROR,
+                             "trying to roll a new segment at %d which exists" % (new_base,))
+        try:
+            active.on_become_inactive_segment()
+            for path in (os.path.join(self.dir, "%020d%s" % (new_base, s))
+                         for s in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)):
+                if os.path.exists(path):
+                    os.unlink(path)
+            segment = self._new_segment(new_base)
+        except OSError as e:
+            raise self._io_failed(e)
+        self._add_segment(segment)
+        self._leo_metadata = LogOffsetMetadata(leo, new_base, 0)
+        if self._hw_metadata.message_offset == leo:
+            self._hw_metadata = self._leo_metadata
+        return segment
+
+    # -- read ---------------------------------------------------------------------------
+
+    def _check_log_start_offset(self, offset):
+        if offset < self._log_start_offset:
+            raise KafkaError(errors.OFFSET_OUT_OF_RANGE,
+                             "Received request for offset %d for partition %s-%d, but we only "
+                             "have log segments starting from offset: %d."
+                             % (offset, self.topic, self.partition, self._log_start_offset))
+
+    def read(self, start_offset, max_length, isolation=FetchIsolation.LOG_END,
+             min_one_message=False):
+        """FetchDataInfo for a fetch from ``start_offset``; no record byte is read."""
+        self._check_online()
+        self._check_log_start_offset(start_offset)
+        try:
+            if isolation is FetchIsolation.LOG_END:
+                max_meta = self._leo_metadata
+            elif isolation is FetchIsolation.HIGH_WATERMARK:
+                max_meta = self.fetch_high_watermark_metadata()
+            else:
+                max_meta = self.last_stable_offset_metadata
+            return self._local_read(start_offset, max_length, min_one_message, max_meta)
+        except OSError as e:
+            raise self._io_failed(e)
+
+    def _empty(self, metadata):
+        seg = self._segments.get(metadata.segment_base_offset) or self.active_segment
+        pos = metadata.relative_position_in_segment
+        if pos < 0 or pos > seg.size:
+            pos = seg.size
+        return FetchDataInfo(metadata, seg.log.slice(pos, 0))
+
+    def _local_read(self, start_offset, max_length, min_one_message, max_meta):
+        end_offset = self._leo_metadata.message_offset
+        i = self._floor_index(start_offset)
+        if start_offset > end_offset or i < 0:
+            raise KafkaError(errors.OFFSET_OUT_OF_RANGE,
+                             "Received request for offset %d for partition %s-%d, but we only "
+                             "have log segments upto %d." % (start_offset, self.topic,
+                                                            self.partition, end_offset))
+        if start_offset == max_meta.message_offset:
+            return self._empty(max_meta)
+        if start_offset > max_meta.message_offset:
+            return self._empty(self._convert_to_offset_metadata(start_offset))
+        bases = self._bases
+        while i < len(bases):
+            segment = self._segments[bases[i]]
+            if segment.base_offset < max_meta.segment_base_offset:
+                max_position = segment.size
+            elif segment.base_offset == max_meta.segment_base_offset \
+                    and not max_meta.message_offset_only:
+                max_position = max_meta.relative_position_in_segment
+            else:
+                max_position = None
+            info = segment.read(start_offset, max_length, max_position, min_one_message)
+            if info is not None:
+                return info
+            i += 1
+        return self._empty(self._leo_metadata)
+
+    # -- timestamps and epochs ---------------------------------------------------------------
+
+    def fetch_offset_by_timestamp(self, timestamp):
+        """(offset, timestamp, leader_epoch) for ListOffsets, or None."""
+        self._check_online()
+        cache = self.leader_epoch_cache
+        if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+            epoch = cache.epoch_for_offset(self._log_start_offset)
+            return self._log_start_offset, -1, -1 if epoch is None else epoch
+        if timestamp in (LATEST_TIMESTAMP, LATEST_TIERED_TIMESTAMP):
+            epoch = cache.latest_epoch()
+            return self.log_end_offset, -1, -1 if epoch is None else epoch
+        if timestamp == MAX_TIMESTAMP:
+            best = None
+            for seg in self.segments:
+                if seg.size and (best is None or seg.max_timestamp_so_far > best.max_timestamp_so_far):
+                    best = seg
+            if best is None or best.max_timestamp_so_far < 0:
+                return None
+            found = best.find_offset_by_timestamp(best.max_timestamp_so_far,
+                                                  self._log_start_offset)
+            if found is None:
+                return None
+            ts, offset, epoch = found
+            return offset, ts, epoch
+        for seg in self.segments:
+            if seg.size and seg.largest_timestamp() >= timestamp:
+                found = seg.find_offset_by_timestamp(timestamp, self._log_start_offset)
+                if found is not None:
+                    ts, offset, epoch = found
+                    return offset, ts, epoch
+        return None
+
+    def latest_epoch(self):
+        return self.leader_epoch_cache.latest_epoch()
+
+    def end_offset_for_epoch(self, epoch):
+        return self.leader_epoch_cache.end_offset_for(epoch, self.log_end_offset)
+
+    # -- log start, truncation, retention ----------------------------------------------------
+
+    def maybe_increment_log_start_offset(self, new_start):
+        if new_start > self._log_start_offset:
+            self._log_start_offset = new_start
+            self.leader_epoch_cache.truncate_from_start(new_start)
+            if self._recovery_point < new_start:
+                self._recovery_point = new_start
+            return True
+        return False
+
+    def delete_records_before(self, offset):
+        """DeleteRecords: advance the log start offset (segments go at the next retention run)."""
+        self._check_online()
+        if offset > self.high_watermark:
+            raise KafkaError(errors.OFFSET_OUT_OF_RANGE,
+                             "Cannot increment the log start offset to %d of partition %s-%d "
+                             "since it is larger than the high watermark %d"
+                             % (offset, self.topic, self.partition, self.high_watermark))
+        self.maybe_increment_log_start_offset(offset)
+        return self._log_start_offset
+
+    def truncate_to(self, target_offset):
+        """Remove everything at and after ``target_offset``; True if anything was removed."""
+        self._check_online()
+        if target_offset < 0:
+            raise ValueError("cannot truncate to a negative offset %d" % (target_offset,))
+        if target_offset >= self.log_end_offset:
+            return False
+        if target_offset < self._bases[0] or target_offset < self._log_start_offset:
+            self.truncate_fully_and_start_at(target_offset)
+            return True
+        try:
+            doomed = [self._segments[b] for b in self._bases if b > target_offset]
+            for seg in doomed:
+                self._remove_segment(seg.base_offset)
+            self._async_delete(doomed)
+            active = self.active_segment
+            active.truncate_to(target_offset)
+            leo = active.read_next_offset() if active.size else active.base_offset
+        except OSError as e:
+            raise self._io_failed(e)
+        self._leo_metadata = LogOffsetMetadata(leo, active.base_offset, active.size)
+        self._recovery_point = min(self._recovery_point, leo)
+        self.leader_epoch_cache.truncate_from_end(leo)
+        self._hw_metadata = LogOffsetMetadata(min(self.high_watermark, leo))
+        self._reset_cached_metadata()
+        return True
+
+    def truncate_fully_and_start_at(self, new_offset):
+        self._check_online()
+        doomed = self.segments
+        self._segments, self._bases = {}, []
+        try:
+            self._async_delete(doomed)
+            self._add_segment(self._new_segment(new_offset))
+        except OSError as e:
+            raise self._io_failed(e)
+        self._log_start_offset = new_offset
+        self._recovery_point = new_offset
+        self._leo_metadata = LogOffsetMetadata(new_offset, new_offset, 0)
+        self._hw_metadata = self._leo_metadata
+        self.leader_epoch_cache.clear()
+
+    def _async_delete(self, segments):
+        """Kafka's two-step delete: rename to .deleted now, remove after file.delete.delay.ms."""
+        for seg in segments:
+            seg.change_file_suffixes("", DELETED_SUFFIX)
+
+        def delete():
+            for seg in segments:
+                seg.delete_if_exists()
+
+        if self._scheduler is not None and segments:
+            self._scheduler(self.config.file_delete_delay_ms, delete)
+        else:
+            delete()
+
+    def _deletable_segments(self, predicate):
+        result = []
+        hw = self.high_watermark
+        bases = self._bases
+        for i, base in enumerate(bases):
+            seg = self._segments[base]
+            nxt = self._segments[bases[i + 1]] if i + 1 < len(bases) else None
+            upper = nxt.base_offset if nxt is not None else self.log_end_offset
+            last_and_empty = nxt is None and seg.size == 0
+            if upper <= hw and not last_and_empty and predicate(seg, nxt):
+                result.append(seg)
+            else:
+                break
+        return result
+
+    def delete_old_segments(self, now_ms=None):
+        """Retention: log start offset breach, then retention.ms and retention.bytes (when the
+        policy includes delete). Returns the number of segments deleted."""
+        self._check_online()
+        now_ms = self._clock() if now_ms is None else now_ms
+        start = self._log_start_offset
+        deleted = self._delete_segments(self._deletable_segments(
+            lambda seg, nxt: nxt is not None and nxt.base_offset <= start), "log start offset")
+        if not self.config.delete:
+            return deleted
+        retention_ms = self.config.retention_ms
+        if retention_ms >= 0:
+            deleted += self._delete_segments(self._deletable_segments(
+                lambda seg, nxt: now_ms - seg.largest_timestamp() > retention_ms),
+                "retention time %dms" % retention_ms)
+        retention_bytes = self.config.retention_bytes
+        if retention_bytes >= 0:
+            state = {"diff": self.size - retention_bytes}
+
+            def size_breach(seg, nxt):
+                if state["diff"] - seg.size >= 0:
+                    state["diff"] -= seg.size
+                    return True
+                return False
+            deleted += self._delete_segments(self._deletable_segments(size_breach),
+                                             "retention size %d bytes" % retention_bytes)
+        return deleted
+
+    def _delete_segments(self, doomed, reason):
+        if not doomed:
+            return 0
+        try:
+            if len(doomed) == len(self._bases):
+                self.roll()
+            for seg in doomed:
+                self._remove_segment(seg.base_offset)
+            self.maybe_increment_log_start_offset(self._bases[0])
+            self._async_delete(doomed)
+        except OSError as e:
+            raise self._io_failed(e)
+        self._reset_cached_metadata()
+        log.info("{tp}: deleted {n} segment(s) {bases} due to {reason}",
+                 tp="%s-%d" % (self.topic, self.partition), n=len(doomed),
+                 bases=[s.base_offset for s in doomed], reason=reason)
+        return len(doomed)
+
+    # -- flush, close, delete -----------------------------------------------------------
+
+    def flush(self, offset=None):
+        """fsync segments holding offsets below ``offset`` (default: LEO); advance the
+        recovery point. Safe to run in a thread while the reactor appends."""
+        self._check_online()
+        offset = self.log_end_offset if offset is None else offset
+        if offset <= self._recovery_point:
+            return
+        try:
+            bases = list(self._bases)
+            lo = max(0, bisect.bisect_right(bases, self._recovery_point) - 1)
+            for base in bases[lo:]:
+                if base >= offset:
+                    break
+                seg = self._segments.get(base)
+                if seg is not None:
+                    seg.flush()
+            self.leader_epoch_cache.flush()
+        except OSError as e:
+            raise self._io_failed(e)
+        except ValueError:  # a segment closed under us (deleted); it needs no flush
+            pass
+        self._recovery_point = max(self._recovery_point, offset)
+        self._unflushed_messages = 0
+        self._last_flush_ms = self._clock()
+
+    @property
+    def last_flush_ms(self):
+        return self._last_flush_ms
+
+    @property
+    def unflushed_messages(self):
+        return self._unflushed_messages
+
+    def close(self):
+        for seg in self.segments:
+            try:
+                seg.close()
+            except (OSError, ValueError):
+                seg.close_handlers()
+
+    def close_handlers(self):
+        for seg in self.segments:
+            seg.close_handlers()
+
+    def rename_dir(self, new_dir):
+        os.rename(self.dir, new_dir)
+        self.dir = new_dir
+        for seg in self.segments:
+            for obj in (seg.log, seg.offset_index, seg.time_index):
+                obj.path = os.path.join(new_dir, os.path.basename(obj.path))
+        self.leader_epoch_cache.path = os.path.join(new_dir, checkpoint.LEADER_EPOCH_CHECKPOINT)
+        self._metadata_path = os.path.join(new_dir, PARTITION_METADATA_FILE)
+
+    def delete(self):
+        """Close and remove the whole directory."""
+        self.close_handlers()
+        self._segments, self._bases = {}, []
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def update_config(self, config):
+        self.config = config
+
+    def __repr__(self):
+        return "UnifiedLog(%s-%d, start=%d, hw=%d, leo=%d)" % (
+            self.topic, self.partition, self._log_start_offset, self.high_watermark,
+            self.log_end_offset)

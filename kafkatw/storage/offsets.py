@@ -1,0 +1,82 @@
+"""Value objects of the log read/append path: LogOffsetMetadata, FetchIsolation, FetchDataInfo,
+LogAppendInfo (Kafka's names). Pure data; no file access and no policy lives here.
+"""
+
+import enum
+
+import attr
+
+UNKNOWN_OFFSET = -1
+UNIFIED_LOG_UNKNOWN_OFFSET = -1
+
+
+class FetchIsolation(enum.Enum):
+    LOG_END = 0
+    HIGH_WATERMARK = 1
+    TXN_COMMITTED = 2
+
+
+@attr.s(slots=True, frozen=True)
+class LogOffsetMetadata:
+    """An offset plus, when known, the segment holding it and its byte position there."""
+
+    message_offset = attr.ib()
+    segment_base_offset = attr.ib(default=UNIFIED_LOG_UNKNOWN_OFFSET)
+    relative_position_in_segment = attr.ib(default=UNKNOWN_OFFSET)
+
+    @property
+    def message_offset_only(self):
+        return (self.segment_base_offset == UNIFIED_LOG_UNKNOWN_OFFSET
+                and self.relative_position_in_segment == UNKNOWN_OFFSET)
+
+    def _require_positions(self, that):
+        if self.message_offset_only or that.message_offset_only:
+            raise ValueError("%r or %r has only the message offset" % (self, that))
+
+    def on_older_segment(self, that):
+        """True if this offset is on a segment older than ``that``'s."""
+        self._require_positions(that)
+        return self.segment_base_offset < that.segment_base_offset
+
+    def on_same_segment(self, that):
+        self._require_positions(that)
+        return self.segment_base_offset == that.segment_base_offset
+
+    def position_diff(self, that):
+        """Bytes between ``that`` and this position; both must be on the same segment."""
+        if not self.on_same_segment(that):
+            raise ValueError("%r and %r are not on the same segment" % (self, that))
+        return self.relative_position_in_segment - that.relative_position_in_segment
+
+    def __str__(self):
+        return "(offset=%d segment=[%d:%d])" % (
+            self.message_offset, self.segment_base_offset, self.relative_position_in_segment)
+
+
+UNKNOWN_OFFSET_METADATA = LogOffsetMetadata(-1, 0, 0)
+
+
+@attr.s(slots=True)
+class FetchDataInfo:
+    """The result of a log read: where it starts and a FileRegion of whole (or a cut) batches."""
+
+    fetch_offset_metadata = attr.ib()
+    records = attr.ib()
+    first_entry_incomplete = attr.ib(default=False)
+    aborted_transactions = attr.ib(default=None)
+
+
+@attr.s(slots=True)
+class LogAppendInfo:
+    """What an append did: offsets assigned, timestamps, counts (Kafka's LogAppendInfo)."""
+
+    first_offset = attr.ib()
+    last_offset = attr.ib()
+    max_timestamp = attr.ib()
+    offset_of_max_timestamp = attr.ib()
+    log_append_time = attr.ib()
+    log_start_offset = attr.ib()
+    record_count = attr.ib()
+    valid_bytes = attr.ib()
+    first_batch_header = attr.ib()
+    leader_epoch = attr.ib(default=-1)

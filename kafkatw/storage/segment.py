@@ -1,0 +1,317 @@
+"""LogSegment: one .log file with its .index and .timeindex (Kafka's LogSegment). Appends already
+validated batches, translates offsets to positions (index lookup then header scan), slices reads,
+recovers (rebuilds indexes, truncates a torn tail), truncates, and rolls its indexes to inactive.
+"""
+
+import os
+
+from kafkatw.protocol import records
+
+from .file_records import FileRecords
+from .index import OffsetIndex, TimeIndex
+from .offsets import FetchDataInfo, LogOffsetMetadata
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+TXN_INDEX_SUFFIX = ".txnindex"
+DELETED_SUFFIX = ".deleted"
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+
+_INT32_MAX = 2 ** 31 - 1
+
+
+def filename_prefix(offset):
+    return "%020d" % offset
+
+
+def log_file(directory, offset, suffix=""):
+    return os.path.join(directory, filename_prefix(offset) + LOG_SUFFIX + suffix)
+
+
+def offset_index_file(directory, offset, suffix=""):
+    return os.path.join(directory, filename_prefix(offset) + INDEX_SUFFIX + suffix)
+
+
+def time_index_file(directory, offset, suffix=""):
+    return os.path.join(directory, filename_prefix(offset) + TIME_INDEX_SUFFIX + suffix)
+
+
+class LogSegment:
+    def __init__(self, directory, base_offset, index_interval_bytes, max_index_size,
+                 created_ms=0, suffix=""):
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self.log = FileRecords(log_file(directory, base_offset, suffix))
+        self.offset_index = OffsetIndex(offset_index_file(directory, base_offset, suffix),
+                                        base_offset, max_index_size)
+        self.time_index = TimeIndex(time_index_file(directory, base_offset, suffix),
+                                    base_offset, max_index_size)
+        self.created_ms = created_ms
+        self.rolling_based_timestamp = None
+        self._bytes_since_last_index_entry = 0
+        self._max_ts_and_offset = None  # lazily from the time index
+
+    @classmethod
+    def open(cls, directory, base_offset, config, created_ms=0, suffix=""):
+        return cls(directory, base_offset, config.index_interval_bytes,
+                   config.segment_index_bytes, created_ms, suffix)
+
+    # -- metadata -----------------------------------------------------------------------
+
+    @property
+    def size(self):
+        return self.log.size_in_bytes()
+
+    def _max_ts(self):
+        if self._max_ts_and_offset is None:
+            self._max_ts_and_offset = self.time_index.last_entry
+        return self._max_ts_and_offset
+
+    @property
+    def max_timestamp_so_far(self):
+        return self._max_ts()[0]
+
+    @property
+    def offset_of_max_timestamp_so_far(self):
+        return self._max_ts()[1]
+
+    def largest_timestamp(self, now_ms=None):
+        """Max timestamp in the segment, or its file's mtime if none was recorded."""
+        ts = self.max_timestamp_so_far
+        if ts >= 0:
+            return ts
+        return self.last_modified_ms
+
+    @property
+    def last_modified_ms(self):
+        return int(os.stat(self.log.path).st_mtime * 1000)
+
+    def time_waited_for_roll(self, now_ms, first_batch_max_ts):
+        if self.rolling_based_timestamp is None and self.size > 0:
+            header = self.log.read_header(0)
+            if header is not None:
+                self.rolling_based_timestamp = header.max_timestamp
+        base = self.rolling_based_timestamp
+        if base is None or base < 0:
+            base = self.created_ms
+        return now_ms - base
+
+    def can_convert_to_relative_offset(self, offset):
+        return 0 <= offset - self.base_offset <= _INT32_MAX
+
+    def should_roll(self, config, now_ms, messages_size, max_offset, max_ts, jitter=0):
+        reached_time = (self.size > 0 and
+                        self.time_waited_for_roll(now_ms, max_ts) > config.segment_ms - jitter)
+        return (self.size > config.segment_bytes - messages_size
+                or reached_time
+                or self.offset_index.is_full or self.time_index.is_full
+                or not self.can_convert_to_relative_offset(max_offset))
+
+    # -- append -------------------------------------------------------------------------
+
+    def append(self, buf, batches):
+        """Write ``buf`` (whole batches) and index it.
+
+        ``batches`` lists ``(position_in_buf, size, last_offset, max_timestamp)`` per batch.
+        """
+        physical = self.log.size_in_bytes()
+        if physical == 0 and batches:
+            self.rolling_based_timestamp = batches[0][3]
+        self.log.append(buf)
+        self._index_batches(physical, batches)
+
+    def _index_batches(self, physical, batches):
+        max_ts, max_off = self._max_ts()
+        since = self._bytes_since_last_index_entry
+        interval = self.index_interval_bytes
+        for pos, size, last_offset, batch_max_ts in batches:
+            if batch_max_ts > max_ts:
+                max_ts, max_off = batch_max_ts, last_offset
+            if since > interval:
+                self.offset_index.append(last_offset, physical + pos)
+                self.time_index.maybe_append(max_ts, max_off)
+                since = 0
+            since += size
+        self._bytes_since_last_index_entry = since
+        self._max_ts_and_offset = (max_ts, max_off)
+
+    # -- read ---------------------------------------------------------------------------
+
+    def translate_offset(self, offset, starting_position=0):
+        """(position, BatchHeader) of the batch holding ``offset`` (or the first after it)."""
+        _, position = self.offset_index.lookup(offset)
+        return self.log.search_for_offset_from_position(offset, max(position, starting_position))
+
+    def read(self, start_offset, max_size, max_position=None, min_one_message=False):
+        """FetchDataInfo from ``start_offset``, or None if no batch at/after it is here."""
+        if max_size < 0:
+            raise ValueError("invalid max size %d for log read from segment %s"
+                             % (max_size, self.log.path))
+        found = self.translate_offset(start_offset)
+        if found is None:
+            return None
+        position, header = found
+        metadata = LogOffsetMetadata(start_offset, self.base_offset, position)
+        batch_size = header.size_in_bytes
+        adjusted = max(max_size, batch_size) if min_one_message else max_size
+        if adjusted == 0 or max_position is None:
+            return FetchDataInfo(metadata, self.log.slice(position, 0))
+        fetch_size = max(0, min(max_position - position, adjusted))
+        return FetchDataInfo(metadata, self.log.slice(position, fetch_size),
+                             adjusted < batch_size)
+
+    def read_next_offset(self):
+        """The offset after the last batch (scans from the last index entry)."""
+        _, position = self.offset_index.last_entry
+        next_offset = self.base_offset
+        for _, header in self.log.batches_from(position):
+            next_offset = header.next_offset
+        return next_offset
+
+    def find_offset_by_timestamp(self, timestamp, starting_offset):
+        """(timestamp, offset, leader_epoch) of the first record with ts >= ``timestamp`` whose
+        offset >= ``starting_offset``, or None."""
+        _, ts_offset = self.time_index.lookup(timestamp)
+        _, position = self.offset_index.lookup(max(ts_offset, starting_offset))
+        found = self.log.search_for_timestamp(timestamp, position, starting_offset)
+        if found is None:
+            return None
+        pos, header = found
+        if header.timestamp_type == records.LOG_APPEND_TIME or not hasattr(records, "decode_batch"):
+            offset = max(header.base_offset, starting_offset)
+            return header.max_timestamp, offset, header.partition_leader_epoch
+        buf = self.log.read(pos, header.size_in_bytes)
+        _, recs = records.decode_batch(buf, 0)
+        for rec in recs:
+            if rec.timestamp >= timestamp and rec.offset >= starting_offset:
+                return rec.timestamp, rec.offset, header.partition_leader_epoch
+        return None
+
+    # -- maintenance --------------------------------------------------------------------
+
+    def recover(self, max_message_size=None, leader_epoch_cache=None):
+        """Rebuild the indexes from the log, stop at the first invalid batch and truncate there.
+
+        Returns the number of bytes truncated.
+        """
+        self.offset_index.reset()
+        self.time_index.reset()
+        self._bytes_since_last_index_entry = 0
+        self._max_ts_and_offset = (-1, self.base_offset)
+        valid = 0
+        end = self.log.size_in_bytes()
+        batches = []
+        while valid < end:
+            try:
+                header = self.log.read_header(valid, end)
+                if header is None:
+                    break
+                raw = self.log.read(valid, header.size_in_bytes)
+                records.validate_batch(raw, 0, header, allow_empty=True)
+            except records.CorruptRecordError:
+                break
+            except records.InvalidRecordError:
+                break
+            if header.base_offset < self.base_offset or not self.can_convert_to_relative_offset(
+                    header.last_offset):
+                break
+            if leader_epoch_cache is not None and header.partition_leader_epoch >= 0:
+                leader_epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
+            batches.append((valid, header.size_in_bytes, header.last_offset,
+                            header.max_timestamp))
+            valid += header.size_in_bytes
+            if len(batches) >= 1024:
+                self._index_batches(0, batches)
+                batches = []
+        self._index_batches(0, batches)
+        truncated = end - valid
+        if truncated:
+            self.log.truncate_to(valid)
+        max_ts, max_off = self._max_ts()
+        if max_ts >= 0:
+            self.time_index.maybe_append(max_ts, max_off, skip_full_check=True)
+        return truncated
+
+    def sanity_check(self):
+        """Raise if the indexes look corrupt (Kafka checks on load; recovery fixes)."""
+        for path in (self.offset_index.path, self.time_index.path):
+            if not os.path.exists(path):
+                raise FileNotFoundError(path)
+        self.offset_index.sanity_check(self.size)
+        self.time_index.sanity_check()
+
+    def truncate_to(self, offset):
+        """Remove everything from the batch holding ``offset`` on; returns bytes removed."""
+        found = self.translate_offset(offset)
+        if found is None:
+            return 0
+        position, _ = found
+        self.offset_index.truncate_to(offset)
+        self.time_index.truncate_to(offset)
+        self.offset_index.reset_size_to_max()
+        self.time_index.reset_size_to_max()
+        removed = self.log.truncate_to(position)
+        if self.log.size_in_bytes() == 0:
+            self.rolling_based_timestamp = None
+        _, last_pos = self.offset_index.last_entry
+        self._bytes_since_last_index_entry = max(0, position - last_pos)
+        self._max_ts_and_offset = None
+        if self.time_index.entries == 0 and position > 0:
+            # Rebuild the max timestamp from the remaining headers (small: below one interval).
+            max_ts, max_off = -1, self.base_offset
+            for _, header in self.log.batches_from(0):
+                if header.max_timestamp > max_ts:
+                    max_ts, max_off = header.max_timestamp, header.last_offset
+            self._max_ts_and_offset = (max_ts, max_off)
+        return removed
+
+    def on_become_inactive_segment(self):
+        ts, off = self._max_ts()
+        if ts >= 0:
+            self.time_index.maybe_append(ts, off, skip_full_check=True)
+        self.offset_index.trim_to_valid_size()
+        self.time_index.trim_to_valid_size()
+        self.log.trim()
+
+    def flush(self):
+        self.log.flush()
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def close(self):
+        if self._max_ts_and_offset is not None and self._max_ts_and_offset[0] >= 0:
+            try:
+                self.time_index.maybe_append(*self._max_ts_and_offset, skip_full_check=True)
+            except Exception:
+                pass
+        self.offset_index.close()
+        self.time_index.close()
+        self.log.close()
+
+    def close_handlers(self):
+        self.offset_index.close_handler()
+        self.time_index.close_handler()
+        self.log.close()
+
+    def change_file_suffixes(self, old_suffix, new_suffix):
+        for obj in (self.log, self.offset_index, self.time_index):
+            path = obj.path
+            if old_suffix and path.endswith(old_suffix):
+                path = path[:-len(old_suffix)]
+            if os.path.exists(obj.path):
+                obj.rename_to(path + new_suffix)
+            else:
+                obj.path = path + new_suffix
+
+    def delete_if_exists(self):
+        self.close_handlers()
+        for path in (self.log.path, self.offset_index.path, self.time_index.path):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+    def __repr__(self):
+        return "LogSegment(base_offset=%d, size=%d)" % (self.base_offset, self.size)

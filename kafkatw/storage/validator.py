@@ -1,0 +1,95 @@
+"""LogValidator: checks the batches of one append and, for a leader, assigns offsets by rewriting
+each v2 header in place (base offset, partition leader epoch, LogAppendTime). Header-only work:
+no record is decoded and nothing is recompressed. Raises KafkaError with Kafka's codes.
+"""
+
+from kafkatw.protocol import errors, records
+from kafkatw.protocol.errors import KafkaError
+
+from .offsets import LogAppendInfo
+
+
+def validate_and_assign(buf, config, now_ms, next_offset, leader_epoch=None,
+                        assign_offsets=True, log_start_offset=0):
+    """Validate every batch in ``buf``; returns ``(LogAppendInfo, batches)`` where ``batches``
+    lists ``(position, size, last_offset, max_timestamp)`` for the segment's indexes."""
+    total = len(buf)
+    if total > config.segment_bytes:
+        raise KafkaError(errors.RECORD_LIST_TOO_LARGE,
+                         "Message batch size is %d bytes in append to partition which exceeds "
+                         "the maximum configured segment size of %d." % (total, config.segment_bytes))
+    max_message_bytes = config.max_message_bytes
+    log_append = config.log_append_time
+    lower = upper = None
+    if not log_append:
+        before = config.message_timestamp_before_max_ms
+        after = config.message_timestamp_after_max_ms
+        lower = now_ms - before
+        upper = now_ms + after
+    batches = []
+    first_header = None
+    first_offset = -1
+    last_offset = -1
+    max_ts = -1
+    offset_of_max_ts = -1
+    record_count = 0
+    pos = 0
+    expected_next = next_offset
+    while pos < total:
+        if total - pos < records.LOG_OVERHEAD:
+            raise records.CorruptRecordError(
+                "%d trailing bytes are too few for a record batch" % (total - pos,))
+        header = records.read_batch_header(buf, pos)
+        size = header.size_in_bytes
+        if size > max_message_bytes:
+            raise KafkaError(errors.MESSAGE_TOO_LARGE,
+                             "The record batch size of %d bytes exceeds the maximum allowed "
+                             "batch size %d." % (size, max_message_bytes))
+        records.validate_batch(buf, pos, header)
+        if not log_append:
+            if header.max_timestamp > upper or header.base_timestamp > upper \
+                    or (header.base_timestamp < lower and header.base_timestamp != -1):
+                raise KafkaError(errors.INVALID_TIMESTAMP,
+                                 "Timestamp %d of a record batch is out of range "
+                                 "[%d, %d]" % (header.max_timestamp, lower, upper))
+        if assign_offsets:
+            base = expected_next
+            records.set_base_offset(buf, pos, base)
+            if leader_epoch is not None:
+                records.set_partition_leader_epoch(buf, pos, leader_epoch)
+            if log_append:
+                records.set_log_append_time(buf, pos, now_ms)
+                batch_max_ts = now_ms
+            else:
+                batch_max_ts = header.max_timestamp
+        else:
+            base = header.base_offset
+            if base < expected_next:
+                raise KafkaError(errors.INVALID_RECORD, "Out of order offsets: batch base offset %d below %d"
+                                % (base, expected_next))
+            batch_max_ts = header.max_timestamp
+        if first_header is None:
+            first_header = records.read_batch_header(buf, pos) if assign_offsets else header
+        batch_last = base + header.last_offset_delta
+        if first_offset < 0:
+            first_offset = base
+        if batch_max_ts > max_ts:
+            max_ts, offset_of_max_ts = batch_max_ts, batch_last
+        record_count += header.records_count
+        batches.append((pos, size, batch_last, batch_max_ts))
+        last_offset = batch_last
+        expected_next = batch_last + 1
+        pos += size
+    info = LogAppendInfo(
+        first_offset=first_offset,
+        last_offset=last_offset,
+        max_timestamp=max_ts,
+        offset_of_max_timestamp=offset_of_max_ts,
+        log_append_time=now_ms if log_append else -1,
+        log_start_offset=log_start_offset,
+        record_count=record_count,
+        valid_bytes=pos,
+        first_batch_header=first_header,
+        leader_epoch=leader_epoch if leader_epoch is not None else -1,
+    )
+    return info, batches
