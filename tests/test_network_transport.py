@@ -58,6 +58,9 @@ class SendfileTests(unittest.TestCase):
         factory.pre = b"P" * 700000
         # region starts at 7 to check positions; a second small region and a bytes part follow
         factory.parts = [head, FileRegion(f, 7, size - 7), b"mid", FileRegion(f, 0, 5), tail]
+        if self.region_first:
+            factory.pre += head
+            factory.parts = factory.parts[1:]
         factory.sent = defer.Deferred()
         port = reactor.listenTCP(0, factory, interface="127.0.0.1")
         self.addCleanup(port.stopListening)
@@ -71,6 +74,14 @@ class SendfileTests(unittest.TestCase):
         self.assertEqual(len(got), len(expected))
         self.assertEqual(hashlib.sha256(got).hexdigest(), hashlib.sha256(expected).hexdigest())
         self.assertEqual(nbytes, len(expected) - len(factory.pre))
+
+    region_first = False
+
+    def test_region_first_does_not_overtake_buffered_bytes(self):
+        # registerProducer's synchronous resumeProducing must not sendfile while the
+        # transport still buffers earlier bytes (DESIGN.md's pitfall).
+        self.region_first = True
+        return self.test_20mb_region_between_byte_parts()
 
 
 class _FakeConsumer:
