@@ -551,3 +551,194 @@ class PropertyTests(SynchronousTestCase):
                     validate_batch(candidate, 0, h)
                 except ALLOWED:
                     pass
+
+
+# -- legacy message sets ------------------------------------------------------------------
+
+import zlib  # noqa: E402
+
+from aiokafka.record import legacy_records as aio_legacy  # noqa: E402
+from kafka.record.legacy_records import LegacyRecordBatchBuilder as KpLegacyBuilder  # noqa: E402
+from kafka.record.memory_records import MemoryRecords as KpMemoryRecords  # noqa: E402
+
+from kafkatw.protocol import compression  # noqa: E402
+from kafkatw.protocol.records import (  # noqa: E402
+    build_legacy_message_set, iter_legacy_messages, legacy_to_batch,
+)
+
+LEGACY = [(1000 + i, b"key%d" % i if i % 3 else None, b"value %d " % i * 20) for i in range(12)]
+
+
+def legacy_set(builder_cls, magic, codec, messages=LEGACY, first_offset=0):
+    builder = builder_cls(magic, codec, 1 << 20)
+    for i, (ts, key, value) in enumerate(messages):
+        builder.append(first_offset + i, ts, key, value, [])
+    return bytes(builder.build())
+
+
+def legacy_view(msgs):
+    return [(m.offset, m.timestamp, m.key, m.value) for m in msgs]
+
+
+class LegacyReadTests(SynchronousTestCase):
+
+    def _expected(self, magic, first_offset=0):
+        return [(first_offset + i, ts if magic else -1, k, v)
+                for i, (ts, k, v) in enumerate(LEGACY)]
+
+    def test_uncompressed(self):
+        for magic in (0, 1):
+            buf = legacy_set(KpLegacyBuilder, magic, 0, first_offset=40)
+            msgs = list(iter_legacy_messages(buf))
+            self.assertEqual(legacy_view(msgs), self._expected(magic, 40))
+            self.assertEqual({m.magic for m in msgs}, {magic})
+            self.assertEqual({m.timestamp_type for m in msgs}, {0 if magic else -1})
+            self.assertEqual([m.crc for m in msgs], [r.checksum for r in
+                                                     _kp_legacy_records(buf)])
+
+    def test_compressed_wrappers(self):
+        cases = [(KpLegacyBuilder, 0, 1), (KpLegacyBuilder, 1, 1),
+                 (aio_legacy._LegacyRecordBatchBuilderPy, 1, 2),
+                 (aio_legacy._LegacyRecordBatchBuilderPy, 0, 2),
+                 (aio_legacy._LegacyRecordBatchBuilderPy, 1, 3)]
+        for builder_cls, magic, codec in cases:
+            buf = legacy_set(builder_cls, magic, codec)
+            shallow = list(iter_legacy_messages(buf, deep=False))
+            self.assertEqual(len(shallow), 1)
+            self.assertEqual(shallow[0].compression, codec)
+            # The client leaves the wrapper offset at 0; v1 inner offsets are relative to it
+            # (so they end at 0), v0 inner offsets are taken as they are.
+            got = legacy_view(iter_legacy_messages(buf))
+            shift = -(len(LEGACY) - 1) if magic else 0
+            self.assertEqual(got, self._expected(magic, shift), (builder_cls, magic, codec))
+
+    def test_v1_relative_offsets_against_wrapper(self):
+        buf = bytearray(legacy_set(KpLegacyBuilder, 1, 1))
+        struct.pack_into(">q", buf, 0, 500)  # the broker's offset: that of the last inner
+        got = [m.offset for m in iter_legacy_messages(buf, verify=True)]
+        self.assertEqual(got, list(range(500 - len(LEGACY) + 1, 501)))
+        self.assertEqual(got, [r.offset for r in _kp_legacy_records(bytes(buf))])
+
+    def test_wrapper_log_append_time(self):
+        inner = bytearray()
+        records._encode_legacy_message(inner, 0, 1, 0, 5, b"a", b"b")
+        records._encode_legacy_message(inner, 1, 1, 0, 6, b"c", b"d")
+        out = bytearray()
+        records._encode_legacy_message(out, 9, 1, 0x08 | 1, 777, None,
+                                       compression.compress(1, inner))
+        msgs = list(iter_legacy_messages(out))
+        self.assertEqual([(m.offset, m.timestamp, m.timestamp_type) for m in msgs],
+                         [(8, 777, 1), (9, 777, 1)])
+
+    def test_lz4_v0_with_broken_header_checksum(self):
+        inner = bytearray()
+        for i in range(3):
+            records._encode_legacy_message(inner, i, 0, 0, -1, None, b"m%d" % i)
+        frame = bytearray(compression.compress(compression.LZ4, inner))
+        frame[6] = (compression.xxh32(bytes(frame[:6])) >> 8) & 0xFF  # Kafka 0.8 style
+        out = bytearray()
+        records._encode_legacy_message(out, 2, 0, 3, -1, None, bytes(frame))
+        self.assertEqual([m.value for m in iter_legacy_messages(out)], [b"m0", b"m1", b"m2"])
+
+    def test_crc_and_structure_errors(self):
+        buf = legacy_set(KpLegacyBuilder, 1, 0)
+        for i in (16, 17, 20, 30, len(buf) - 1):
+            bad = bytearray(buf)
+            bad[i] ^= 0x01
+            self.assertRaises(CorruptRecordError, list, iter_legacy_messages(bad))
+        bad = bytearray(buf)
+        bad[16] = 2
+        self.assertRaises(CorruptRecordError, list, iter_legacy_messages(bad, verify=False))
+
+    def test_partial_tail(self):
+        buf = legacy_set(KpLegacyBuilder, 1, 0)
+        for cut in (3, 12, 20, 40):
+            part = buf[:len(buf) - cut]
+            self.assertRaises(CorruptRecordError, list, iter_legacy_messages(part))
+            got = list(iter_legacy_messages(part, allow_partial_tail=True))
+            self.assertEqual(len(got), len(LEGACY) - 1)
+
+    def test_double_compressed(self):
+        inner = bytearray()
+        records._encode_legacy_message(inner, 0, 1, 1, 0, None, compression.compress(1, b"x"))
+        out = bytearray()
+        records._encode_legacy_message(out, 0, 1, 1, 0, None, compression.compress(1, inner))
+        self.assertRaises(CorruptRecordError, list, iter_legacy_messages(out))
+
+    @FUZZ
+    @given(st.binary(max_size=300))
+    def test_fuzz(self, data):
+        for verify in (True, False):
+            try:
+                list(iter_legacy_messages(data, verify=verify))
+            except ALLOWED:
+                pass
+        try:
+            legacy_to_batch(data)
+        except ALLOWED:
+            pass
+
+
+def _kp_legacy_records(buf):
+    out = []
+    mr = KpMemoryRecords(buf)
+    while mr.has_next():
+        out.extend(mr.next_batch())
+    return out
+
+
+class LegacyConversionTests(SynchronousTestCase):
+
+    def test_up_convert(self):
+        for magic in (0, 1):
+            for codec in (0, 1):
+                buf = legacy_set(KpLegacyBuilder, magic, codec)
+                batch = legacy_to_batch(buf, base_offset=100)
+                h, recs = decode_batch(batch)
+                validate_batch(batch, 0, h)
+                self.assertEqual(h.compression, codec)
+                self.assertEqual([(r.offset, r.timestamp, r.key, r.value, r.headers)
+                                  for r in recs],
+                                 [(100 + i, ts if magic else -1, k, v, [])
+                                  for i, (ts, k, v) in enumerate(LEGACY)])
+        self.assertEqual(legacy_to_batch(b""), b"")
+        buf = legacy_set(KpLegacyBuilder, 1, 1)
+        h, _ = decode_batch(legacy_to_batch(buf, compression=4))
+        self.assertEqual(h.compression, 4)
+
+    def test_down_convert_read_by_clients(self):
+        recs = [Record(offset=70 + i, timestamp=ts, key=k, value=v, headers=[("h", b"x")])
+                for i, (ts, k, v) in enumerate(LEGACY)]
+        for magic in (0, 1):
+            for codec in (0, 1, 2):
+                buf = build_legacy_message_set(recs, magic, compression=codec)
+                expected = [(70 + i, ts if magic else -1, k, v)
+                            for i, (ts, k, v) in enumerate(LEGACY)]
+                self.assertEqual(legacy_view(iter_legacy_messages(buf)), expected)
+                if codec != 2:  # kafka-python's snappy needs python-snappy
+                    kp = _kp_legacy_records(buf)
+                    self.assertTrue(all(r.validate_crc() for r in kp))
+                    # kafka-python reports "no timestamp" of v0 as None.
+                    self.assertEqual([(r.offset, -1 if r.timestamp is None else r.timestamp,
+                                       r.key, r.value) for r in kp], expected)
+                shallow = list(iter_legacy_messages(buf, deep=False))
+                self.assertEqual(len(shallow), 1 if codec else len(LEGACY))
+                for m in shallow:
+                    self.assertEqual(m.crc, zlib.crc32(_message_bytes(buf, m)))
+        self.assertRaises(InvalidRecordError, build_legacy_message_set, recs, 0, compression=3)
+        self.assertEqual(build_legacy_message_set([], 1), b"")
+
+
+def _message_bytes(buf, message):
+    for pos in _positions(buf):
+        if struct.unpack_from(">q", buf, pos)[0] == message.offset:
+            size = struct.unpack_from(">i", buf, pos + 8)[0]
+            return buf[pos + 16:pos + 12 + size]
+    raise AssertionError("message not found")
+
+
+def _positions(buf):
+    pos = 0
+    while pos < len(buf):
+        yield pos
+        pos += 12 + struct.unpack_from(">i", buf, pos + 8)[0]

@@ -5,6 +5,7 @@ Does not own compression codecs (compression.py), offsets assignment policy or s
 """
 
 import struct
+import zlib
 
 import attr
 import crc32c as _crc32c
@@ -18,7 +19,10 @@ __all__ = [
     "NO_SEQUENCE", "NO_PARTITION_LEADER_EPOCH", "CREATE_TIME", "LOG_APPEND_TIME",
     "CorruptRecordError", "InvalidRecordError", "BatchHeader", "read_batch_header",
     "read_magic", "iter_batch_headers", "compute_crc", "verify_crc", "validate_batch",
-    "set_base_offset", "set_partition_leader_epoch", "set_log_append_time",
+    "set_base_offset", "set_partition_leader_epoch", "set_log_append_time", "set_max_timestamp",
+    "Record", "decode_batch", "iter_batches", "build_batch", "ABORT", "COMMIT", "ControlRecord",
+    "build_control_batch", "decode_control_record", "NO_TIMESTAMP_TYPE", "LegacyMessage",
+    "iter_legacy_messages", "legacy_to_batch", "build_legacy_message_set",
 ]
 
 # -- layout ------------------------------------------------------------------------------
@@ -642,3 +646,239 @@ def decode_control_record(record):
     if marker_version < 0:
         raise InvalidRecordError("invalid end transaction marker version %d" % marker_version)
     return ControlRecord(version, control_type, coordinator_epoch)
+
+
+# -- legacy message sets (magic v0 and v1) --------------------------------------------------
+
+NO_TIMESTAMP_TYPE = -1
+
+# offset, message size, crc, magic, attributes [, timestamp]
+_LEGACY_V0 = struct.Struct(">qiIbb")
+_LEGACY_V1 = struct.Struct(">qiIbbq")
+LEGACY_MAGIC_OFFSET = 16  # the CRC32 covers from the magic to the end of the message
+LEGACY_RECORD_OVERHEAD_V0 = 14  # crc, magic, attributes, key length, value length
+LEGACY_RECORD_OVERHEAD_V1 = 22  # plus the timestamp
+_LEGACY_OVERHEAD = {MAGIC_VALUE_V0: LEGACY_RECORD_OVERHEAD_V0,
+                    MAGIC_VALUE_V1: LEGACY_RECORD_OVERHEAD_V1}
+
+
+@attr.s(slots=True, frozen=True)
+class LegacyMessage:
+    """A v0/v1 message; inner messages of a compressed wrapper carry absolute offsets."""
+
+    offset = attr.ib()
+    magic = attr.ib()
+    attributes = attr.ib()
+    timestamp = attr.ib()
+    key = attr.ib()
+    value = attr.ib()
+    crc = attr.ib()
+
+    @property
+    def compression(self):
+        return self.attributes & COMPRESSION_CODEC_MASK
+
+    @property
+    def timestamp_type(self):
+        if self.magic == MAGIC_VALUE_V0:
+            return NO_TIMESTAMP_TYPE
+        return LOG_APPEND_TIME if self.attributes & TIMESTAMP_TYPE_MASK else CREATE_TIME
+
+
+def _read_legacy_message(buf, pos, size, verify):
+    magic = buf[pos + LEGACY_MAGIC_OFFSET]
+    if magic not in _LEGACY_OVERHEAD:
+        raise CorruptRecordError("unsupported legacy message magic %d" % (magic,))
+    if size < _LEGACY_OVERHEAD[magic]:
+        raise CorruptRecordError("message size %d is less than the minimum %d for magic %d"
+                                 % (size, _LEGACY_OVERHEAD[magic], magic))
+    end = pos + LOG_OVERHEAD + size
+    if magic == MAGIC_VALUE_V0:
+        offset, _, crc, _, attributes = _LEGACY_V0.unpack_from(buf, pos)
+        timestamp = NO_TIMESTAMP
+        p = pos + _LEGACY_V0.size
+    else:
+        offset, _, crc, _, attributes, timestamp = _LEGACY_V1.unpack_from(buf, pos)
+        p = pos + _LEGACY_V1.size
+    if verify:
+        computed = zlib.crc32(memoryview(buf)[pos + LEGACY_MAGIC_OFFSET:end])
+        if computed != crc:
+            raise CorruptRecordError(
+                "message is corrupt (stored crc = %d, computed crc = %d)" % (crc, computed))
+    key_size = _INT32.unpack_from(buf, p)[0]
+    p += 4
+    if key_size < 0:
+        key = None
+    else:
+        if p + key_size + 4 > end:
+            raise CorruptRecordError("message key overruns the message")
+        key = bytes(buf[p:p + key_size])
+        p += key_size
+    value_size = _INT32.unpack_from(buf, p)[0]
+    p += 4
+    if value_size < 0:
+        value = None
+    else:
+        if p + value_size > end:
+            raise CorruptRecordError("message value overruns the message")
+        value = bytes(buf[p:p + value_size])
+        p += value_size
+    if p != end:
+        raise CorruptRecordError("%d unexpected bytes at the end of the message" % (end - p,))
+    return LegacyMessage(offset, magic, attributes & 0xFF, timestamp, key, value, crc)
+
+
+def _iter_shallow_legacy(buf, allow_partial_tail, verify):
+    end = len(buf)
+    pos = 0
+    while pos < end:
+        remaining = end - pos
+        if remaining < LOG_OVERHEAD + LEGACY_RECORD_OVERHEAD_V0:
+            if remaining >= LOG_OVERHEAD:
+                size = _INT32.unpack_from(buf, pos + BATCH_LENGTH_OFFSET)[0]
+                if size < LEGACY_RECORD_OVERHEAD_V0:
+                    raise CorruptRecordError("message size %d too small" % (size,))
+            if allow_partial_tail:
+                return
+            raise CorruptRecordError("truncated message at position %d" % (pos,))
+        size = _INT32.unpack_from(buf, pos + BATCH_LENGTH_OFFSET)[0]
+        if size < LEGACY_RECORD_OVERHEAD_V0:
+            raise CorruptRecordError("message size %d too small" % (size,))
+        if LOG_OVERHEAD + size > remaining:
+            if allow_partial_tail:
+                return
+            raise CorruptRecordError(
+                "truncated message at position %d: %d bytes of %d"
+                % (pos, remaining, LOG_OVERHEAD + size))
+        yield _read_legacy_message(buf, pos, size, verify)
+        pos += LOG_OVERHEAD + size
+
+
+def _unpack_wrapper(wrapper, verify):
+    from kafkatw.protocol import compression
+    if wrapper.value is None:
+        raise InvalidRecordError("compressed message at offset %d has a null value"
+                                 % (wrapper.offset,))
+    inner_bytes = compression.decompress(wrapper.compression, wrapper.value, wrapper.magic)
+    inner = list(_iter_shallow_legacy(inner_bytes, False, verify))
+    if not inner:
+        raise InvalidRecordError("compressed message at offset %d holds no messages"
+                                 % (wrapper.offset,))
+    shift = 0
+    if wrapper.magic >= MAGIC_VALUE_V1:
+        shift = wrapper.offset - inner[-1].offset  # inner offsets are relative
+    log_append = wrapper.timestamp_type == LOG_APPEND_TIME
+    for m in inner:
+        if m.compression:
+            raise CorruptRecordError("message at offset %d appears double-compressed"
+                                     % (wrapper.offset,))
+        if m.magic != wrapper.magic:
+            raise CorruptRecordError(
+                "compressed message has magic %d but an inner message has magic %d"
+                % (wrapper.magic, m.magic))
+        attributes = m.attributes
+        timestamp = m.timestamp
+        if log_append:
+            attributes |= TIMESTAMP_TYPE_MASK
+            timestamp = wrapper.timestamp
+        yield LegacyMessage(m.offset + shift, m.magic, attributes, timestamp, m.key, m.value,
+                            m.crc)
+
+
+def iter_legacy_messages(buf, allow_partial_tail=False, verify=True, deep=True):
+    """Yield :class:`LegacyMessage` for each v0/v1 message of a message set.
+
+    With ``deep`` (default), compressed wrapper messages are unpacked into their inner
+    messages with absolute offsets (v1 stores them relative to the wrapper's offset, which
+    is that of the last inner message) and the wrapper's log-append time. CRC32 is checked
+    when ``verify``. Malformed input raises :class:`CorruptRecordError`.
+    """
+    for message in _iter_shallow_legacy(buf, allow_partial_tail, verify):
+        if deep and message.compression:
+            yield from _unpack_wrapper(message, verify)
+        else:
+            yield message
+
+
+def legacy_to_batch(buf, *, base_offset=None, compression=None,
+                    partition_leader_epoch=NO_PARTITION_LEADER_EPOCH):
+    """Up-convert a v0/v1 message set into one v2 batch (bytes), as Kafka does on produce.
+
+    Offset deltas are assigned in order; ``base_offset`` defaults to the first message's
+    offset, ``compression`` to the codec the message set used. v0 messages get
+    NO_TIMESTAMP. Returns b"" for an empty message set.
+    """
+    source_codec = 0
+    messages = []
+    for shallow in _iter_shallow_legacy(buf, False, True):
+        if shallow.compression:
+            source_codec = shallow.compression
+            messages.extend(_unpack_wrapper(shallow, True))
+        else:
+            messages.append(shallow)
+    if not messages:
+        return b""
+    if compression is None:
+        compression = source_codec
+    if base_offset is None:
+        base_offset = messages[0].offset
+    log_append = messages[-1].timestamp_type == LOG_APPEND_TIME
+    recs = [Record(offset_delta=i, key=m.key, value=m.value, headers=[], timestamp=m.timestamp)
+            for i, m in enumerate(messages)]
+    return build_batch(recs, base_offset=base_offset, compression=compression,
+                       timestamp_type=LOG_APPEND_TIME if log_append else CREATE_TIME,
+                       partition_leader_epoch=partition_leader_epoch)
+
+
+def _encode_legacy_message(out, offset, magic, attributes, timestamp, key, value):
+    start = len(out)
+    header = _LEGACY_V0 if magic == MAGIC_VALUE_V0 else _LEGACY_V1
+    out += bytes(header.size)
+    for field in (key, value):
+        if field is None:
+            out += b"\xff\xff\xff\xff"
+        else:
+            out += _INT32.pack(len(field))
+            out += field
+    size = len(out) - start - LOG_OVERHEAD
+    if magic == MAGIC_VALUE_V0:
+        header.pack_into(out, start, offset, size, 0, magic, attributes)
+    else:
+        header.pack_into(out, start, offset, size, 0, magic, attributes, timestamp)
+    crc = zlib.crc32(memoryview(out)[start + LEGACY_MAGIC_OFFSET:])
+    _UINT32.pack_into(out, start + 12, crc)
+
+
+def build_legacy_message_set(records, magic, *, compression=0, timestamp_type=CREATE_TIME):
+    """Down-convert absolute-offset :class:`Record`s (as decoded) to a v0/v1 message set.
+
+    Headers are dropped (v0/v1 have none). Compressed sets are one wrapper message whose
+    offset is the last inner offset; v1 inner offsets are relative to the first.
+    """
+    if magic not in (MAGIC_VALUE_V0, MAGIC_VALUE_V1):
+        raise ValueError("legacy magic must be 0 or 1, not %r" % (magic,))
+    records = list(records)
+    out = bytearray()
+    ts_bit = TIMESTAMP_TYPE_MASK if (magic and timestamp_type == LOG_APPEND_TIME) else 0
+    if not records:
+        return b""
+    if not compression:
+        for r in records:
+            ts = r.timestamp if magic else NO_TIMESTAMP
+            _encode_legacy_message(out, r.offset, magic, ts_bit, ts, r.key, r.value)
+        return bytes(out)
+    from kafkatw.protocol import compression as _compression
+    first = records[0].offset
+    inner = bytearray()
+    max_ts = NO_TIMESTAMP
+    for r in records:
+        ts = r.timestamp if magic else NO_TIMESTAMP
+        max_ts = max(max_ts, ts)
+        offset = r.offset - first if magic else r.offset
+        _encode_legacy_message(inner, offset, magic, 0, ts, r.key, r.value)
+    if compression == _compression.LZ4 and magic == MAGIC_VALUE_V0:
+        raise InvalidRecordError("lz4 is not supported with magic v0 (broken framing)")
+    value = _compression.compress(compression, inner)
+    _encode_legacy_message(out, records[-1].offset, magic, (compression & 7) | ts_bit,
+                           max_ts if magic else NO_TIMESTAMP, None, value)
+    return bytes(out)
