@@ -32,10 +32,11 @@ DAY_MS = 24 * HOUR_MS
 class ConfigError(ValueError):
     """A configuration problem; ``str()`` is one line naming key, value and what is allowed."""
 
-    def __init__(self, message, name=None, value=None):
+    def __init__(self, message, name=None, value=None, reason=None):
         super().__init__(_one_line(message))
         self.name = name
         self.value = value
+        self.reason = reason
 
     @classmethod
     def invalid(cls, name, value, reason=None):
@@ -44,7 +45,7 @@ class ConfigError(ValueError):
         text = "Invalid value %s for configuration %s" % (shown, name)
         if reason:
             text += ": " + reason
-        return cls(text, name, value)
+        return cls(text, name, value, reason)
 
 
 def _one_line(text):
@@ -267,7 +268,12 @@ class ConfigKey:
     def parse(self, value):
         typed = parse_type(self.name, self.type, value)
         if typed is not None and self.validator is not None:
-            self.validator(self.name, typed)
+            try:
+                self.validator(self.name, typed)
+            except ConfigError as e:
+                if isinstance(value, str):  # name the value as it was written
+                    raise ConfigError.invalid(self.name, value.strip(), e.reason) from None
+                raise
         return typed
 
     @property
@@ -1063,7 +1069,9 @@ class KafkaConfig:
             raise ConfigError.invalid("listeners", v["listeners"], "at least one listener is "
                                       "required")
         if v["advertised.listeners"] is None:
-            self.advertised_listeners = list(self.listeners)
+            # the meta-address is advertised like an empty host: the service names the host
+            self.advertised_listeners = [
+                attr.evolve(e, host="") if e.host == "0.0.0.0" else e for e in self.listeners]
         else:
             self.advertised_listeners = parse_listeners(
                 "advertised.listeners", v["advertised.listeners"],
