@@ -64,6 +64,20 @@ class ScriptedHandler:
         self.responder = responder
         self.calls = []
         self.pending = {}
+        self._call_waiters = []
+
+    def wait_calls(self, n):
+        """Deferred firing once ``n`` requests have reached the handler."""
+        d = defer.Deferred()
+        self._call_waiters.append((n, d))
+        self._fire_waiters()
+        return d
+
+    def _fire_waiters(self):
+        for n, d in list(self._call_waiters):
+            if len(self.calls) >= n:
+                self._call_waiters.remove((n, d))
+                d.callback(None)
 
     def api_versions(self):
         return self.versions
@@ -80,6 +94,7 @@ class ScriptedHandler:
 
     def handle(self, request):
         self.calls.append(request)
+        self._fire_waiters()
         if self.hold_all or request.correlation_id in self.hold:
             d = defer.Deferred()
             self.pending[request.correlation_id] = (request, d)

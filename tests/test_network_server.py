@@ -1,0 +1,138 @@
+"""The SocketServer on real loopback sockets: seed 003's pipelining example, bad clients
+closing only their own connection, the request log written to a file."""
+
+import json
+import os
+import struct
+import tempfile
+
+from twisted.internet import defer, protocol, reactor
+from twisted.trial import unittest
+
+from kafkatw.network.listener import SocketServer
+from kafkatw.network.request_log import RequestLogger
+from kafkatw.network.settings import SocketServerSettings
+from kafkatw.protocol import messages as m
+
+from tests.test_network_support import PLAINTEXT, ScriptedHandler, api_versions_frame, frame, split_responses
+
+
+class _Client(protocol.Protocol):
+    def __init__(self):
+        self.buf = b""
+        self.waiters = []
+        self.closed = defer.Deferred()
+
+    def dataReceived(self, data):
+        self.buf += data
+        self._check()
+
+    def responses(self):
+        return split_responses(self.buf)
+
+    def wait_for(self, n):
+        d = defer.Deferred()
+        self.waiters.append((n, d))
+        self._check()
+        return d
+
+    def _check(self):
+        have = len(self.responses())
+        for n, d in list(self.waiters):
+            if have >= n:
+                self.waiters.remove((n, d))
+                d.callback(self.responses())
+
+    def connectionLost(self, reason):
+        self.closed.callback(None)
+
+
+class ServerTests(unittest.TestCase):
+    timeout = 20
+
+    def start(self, handler, settings=None, request_logger=None):
+        server = SocketServer([PLAINTEXT], handler, reactor, settings=settings, request_logger=request_logger)
+        server.start()
+        self.addCleanup(server.stop)
+        return server
+
+    @defer.inlineCallbacks
+    def connect(self, server):
+        client = _Client()
+        yield protocol.ClientCreator(reactor, lambda: client).connectTCP(
+            "127.0.0.1", server.bound_port("PLAINTEXT"))
+        self.addCleanup(lambda: client.transport.loseConnection())
+        return client
+
+    @defer.inlineCallbacks
+    def test_seed_003_example_3(self):
+        fd, path = tempfile.mkstemp()
+        os.close(fd)
+        self.addCleanup(os.unlink, path)
+        handler = ScriptedHandler(hold={1})
+        server = self.start(handler, request_logger=RequestLogger(path=path))
+        a = yield self.connect(server)
+        b = yield self.connect(server)
+        fetch = m.REQUESTS[1](replica_id=-1, max_wait_ms=2000, min_bytes=1)
+        a.transport.write(frame(1, 12, 1, fetch, "u04-a") + api_versions_frame(2, client_id="u04-a"))
+        # wait until A's Fetch is with the handler
+        yield handler.wait_calls(1)
+        b.transport.write(api_versions_frame(3, client_id="u04-b", software=("u04", "1.0")))
+        got_b = yield b.wait_for(1)
+        self.assertEqual([cid for cid, _ in got_b], [3])
+        self.assertEqual(a.responses(), [])
+        self.assertEqual([r.correlation_id for r in handler.calls], [1, 3])  # A's #2 not even parsed
+        handler.release(1)
+        got_a = yield a.wait_for(2)
+        self.assertEqual([cid for cid, _ in got_a], [1, 2])
+        yield server.stop()
+        with open(path) as f:
+            lines = [json.loads(line.split(":", 1)[1]) for line in f]
+        by_corr = {e["requestHeader"]["correlationId"]: e for e in lines}
+        self.assertEqual(sorted(by_corr), [1, 2, 3])
+        av = by_corr[2]
+        self.assertEqual(av["requestHeader"], {"requestApiKey": 18, "requestApiVersion": 3, "correlationId": 2,
+                                               "clientId": "u04-a", "requestApiKeyName": "API_VERSIONS"})
+        self.assertLess(av["totalTimeMs"], 100)
+        self.assertGreaterEqual(by_corr[1]["remoteTimeMs"], 0)
+        self.assertEqual(by_corr[3]["clientInformation"], {"softwareName": "u04", "softwareVersion": "1.0"})
+        self.assertEqual(by_corr[1]["requestHeader"]["requestApiKeyName"], "FETCH")
+        for e in lines:
+            self.assertEqual((e["securityProtocol"], e["principal"], e["listener"]),
+                             ("PLAINTEXT", "User:ANONYMOUS", "PLAINTEXT"))
+            self.assertRegex(e["connection"], r"^127\.0\.0\.1:\d+-127\.0\.0\.1:\d+-0-\d+$")
+            for k in ("totalTimeMs", "requestQueueTimeMs", "localTimeMs", "remoteTimeMs", "throttleTimeMs",
+                      "responseQueueTimeMs", "sendTimeMs"):
+                self.assertIn(k, e)
+        self.assertEqual(server.metrics.requests_total["ApiVersions"], 2)
+        self.assertEqual(server.metrics.requests_total["Fetch"], 1)
+
+    @defer.inlineCallbacks
+    def test_bad_clients_close_only_their_connection(self):
+        handler = ScriptedHandler()
+        server = self.start(handler, settings=SocketServerSettings(socket_request_max_bytes=1 << 20))
+        good = yield self.connect(server)
+        bad_inputs = [
+            b"\x16\x03\x01\x02\x00garbage-tls-hello" * 3,  # garbage: a huge length
+            struct.pack(">i", (1 << 20) + 1) + b"x" * 100,  # oversize length
+            struct.pack(">i", 8) + struct.pack(">hhi", 999, 0, 1),  # unknown api key
+            frame(3, 12, 1)[:4] + struct.pack(">hhi", 3, 13, 1) + frame(3, 12, 1)[12:],  # Metadata v13
+        ]
+        bads = []
+        for data in bad_inputs:
+            c = yield self.connect(server)
+            c.transport.write(data)
+            bads.append(c)
+        truncated = yield self.connect(server)
+        truncated.transport.write(api_versions_frame(9)[:-3])
+        for i in range(20):
+            good.transport.write(api_versions_frame(100 + i))
+            yield good.wait_for(i + 1)
+        for c in bads:
+            yield c.closed
+            self.assertEqual(c.responses(), [])
+        truncated.transport.loseConnection()
+        yield truncated.closed
+        self.assertEqual([cid for cid, _ in good.responses()], list(range(100, 120)))
+        self.assertNotIn(9, [r.correlation_id for r in handler.calls])
+
