@@ -185,6 +185,19 @@ class BatchHeaderTests(SynchronousTestCase):
         self.assertRaises(InvalidRecordError, validate_batch, buf, 0, h)
         self.assertIs(validate_batch(buf, 0, h, allow_empty=True), h)
 
+    def test_ensure_valid_accepts_compacted_batch(self):
+        # Compaction keeps last_offset_delta but drops records.
+        buf = build_batch([Record(offset_delta=0, value=b"a"), Record(offset_delta=4, value=b"b")],
+                          base_timestamp=0)
+        h = read_batch_header(buf)
+        self.assertEqual((h.records_count, h.last_offset_delta), (2, 4))
+        self.assertIs(records.ensure_valid(buf, 0, h), h)
+        self.assertRaises(InvalidRecordError, validate_batch, buf, 0, h)
+        bad = bytearray(buf)
+        bad[-1] ^= 1
+        self.assertRaises(CorruptRecordError, records.ensure_valid, bad, 0, h)
+        self.assertRaises(CorruptRecordError, records.ensure_valid, buf[:-1], 0, h)
+
     def test_validate_too_many_records_for_size(self):
         buf = kp_batch(SAMPLE[:1])
         bad = self._with_header_field(buf, ">i", 57, 1000)

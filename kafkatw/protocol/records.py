@@ -18,7 +18,7 @@ __all__ = [
     "MAGIC_VALUE_V1", "MAGIC_VALUE_V2", "NO_TIMESTAMP", "NO_PRODUCER_ID", "NO_PRODUCER_EPOCH",
     "NO_SEQUENCE", "NO_PARTITION_LEADER_EPOCH", "CREATE_TIME", "LOG_APPEND_TIME",
     "CorruptRecordError", "InvalidRecordError", "BatchHeader", "read_batch_header",
-    "read_magic", "iter_batch_headers", "compute_crc", "verify_crc", "validate_batch",
+    "read_magic", "iter_batch_headers", "compute_crc", "verify_crc", "ensure_valid", "validate_batch",
     "set_base_offset", "set_partition_leader_epoch", "set_log_append_time", "set_max_timestamp",
     "Record", "decode_batch", "iter_batches", "build_batch", "ABORT", "COMMIT", "ControlRecord",
     "build_control_batch", "decode_control_record", "NO_TIMESTAMP_TYPE", "LegacyMessage",
@@ -232,6 +232,25 @@ def verify_crc(buf, pos, header):
     if len(buf) < pos + header.batch_length + LOG_OVERHEAD:
         return False
     return compute_crc(buf, pos, header.batch_length) == header.crc
+
+
+def ensure_valid(buf, pos, header):
+    """Kafka's ``RecordBatch.ensureValid``: size and CRC only, as log recovery checks.
+
+    Unlike :func:`validate_batch` it accepts compacted batches whose record count no longer
+    matches their offset range. Raises :class:`CorruptRecordError`.
+    """
+    if header.batch_length < MIN_BATCH_LENGTH:
+        raise CorruptRecordError("record batch length %d too small" % (header.batch_length,))
+    if header.size_in_bytes > len(buf) - pos:
+        raise CorruptRecordError(
+            "record batch of %d bytes but only %d available"
+            % (header.size_in_bytes, len(buf) - pos))
+    if not verify_crc(buf, pos, header):
+        raise CorruptRecordError(
+            "record batch is corrupt (stored crc = %d, computed crc = %d)"
+            % (header.crc, compute_crc(buf, pos, header.batch_length)))
+    return header
 
 
 def validate_batch(buf, pos, header, allow_empty=False):
