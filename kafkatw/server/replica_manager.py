@@ -1,0 +1,477 @@
+"""The replica manager: appends produced batches to local logs (with idempotent-producer checks)
+and serves Fetch and ListOffsets from them (Kafka's ReplicaManager, fetchMessages/readFromLog,
+Partition.fetchOffsetForTimestamp). Owns isolation, limitBytes/minOneMessage, long polling via
+the fetch purgatory and the wake-up after appends; not request decoding, sessions or storage.
+
+Topics are named by ``metadata`` (the cluster metadata store or a test double) through:
+``node_id``, ``contains_partition(topic, p)``, ``topic_id(topic)`` (zero uuid if unknown),
+``leader(topic, p)`` (node id or None), ``leader_epoch(topic, p)``, ``topic_configs(topic)``,
+``is_internal(topic)``.
+"""
+
+import attr
+from twisted.internet import defer
+from twisted.logger import Logger
+
+from kafkatw.protocol import errors
+from kafkatw.protocol.errors import KafkaError
+from kafkatw.server.delayed_fetch import DelayedFetch, FetchPartitionStatus
+from kafkatw.server.purgatory import DelayedOperationPurgatory, TopicPartitionOperationKey
+from kafkatw.storage.offsets import UNKNOWN_OFFSET_METADATA, FetchDataInfo, FetchIsolation
+from kafkatw.storage.producer_state import (
+    DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+    ProducerStateManager,
+)
+
+log = Logger()
+
+ZERO_UUID = bytes(16)
+CONSUMER_REPLICA_ID = -1
+DEBUGGING_REPLICA_ID = -2
+FUTURE_LOCAL_REPLICA_ID = -3
+NO_PARTITION_LEADER_EPOCH = -1
+UNKNOWN_OFFSET = -1
+EMPTY_RECORDS = b""
+
+READ_UNCOMMITTED = 0
+READ_COMMITTED = 1
+
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+LATEST_TIERED_TIMESTAMP = -5
+
+
+def fetch_isolation_of(replica_id, isolation_level):
+    """Kafka's FetchIsolation.of: followers read to the log end, consumers to the HW or LSO."""
+    is_consumer = replica_id < 0 and replica_id != FUTURE_LOCAL_REPLICA_ID
+    if not is_consumer:
+        return FetchIsolation.LOG_END
+    if isolation_level == READ_COMMITTED:
+        return FetchIsolation.TXN_COMMITTED
+    return FetchIsolation.HIGH_WATERMARK
+
+
+@attr.s(slots=True, frozen=True)
+class FetchParams:
+    replica_id = attr.ib(default=CONSUMER_REPLICA_ID)
+    max_wait_ms = attr.ib(default=0)
+    min_bytes = attr.ib(default=1)
+    max_bytes = attr.ib(default=0x7FFFFFFF)
+    isolation_level = attr.ib(default=READ_UNCOMMITTED)
+    replica_epoch = attr.ib(default=-1)
+    client_metadata = attr.ib(default=None)
+    hard_max_bytes_limit = attr.ib(default=False)  # Fetch v0-2: never hand out a cut first batch
+
+    @property
+    def fetch_isolation(self):
+        return fetch_isolation_of(self.replica_id, self.isolation_level)
+
+    @property
+    def is_from_follower(self):
+        return self.replica_id >= 0
+
+
+@attr.s(slots=True, frozen=True)
+class PartitionData:
+    """One partition of a Fetch request."""
+
+    fetch_offset = attr.ib()
+    log_start_offset = attr.ib(default=-1)
+    max_bytes = attr.ib(default=1048576)
+    current_leader_epoch = attr.ib(default=NO_PARTITION_LEADER_EPOCH)
+    last_fetched_epoch = attr.ib(default=-1)
+    topic_id = attr.ib(default=ZERO_UUID)
+
+
+@attr.s(slots=True)
+class FetchPartitionData:
+    """One partition of a Fetch response, before encoding."""
+
+    error = attr.ib()
+    high_watermark = attr.ib()
+    last_stable_offset = attr.ib()
+    log_start_offset = attr.ib()
+    records = attr.ib()  # FileRegion / bytes-like; b"" when empty
+    aborted_transactions = attr.ib(default=None)
+    diverging_epoch = attr.ib(default=None)  # (epoch, end_offset) or None
+    preferred_read_replica = attr.ib(default=-1)
+    error_message = attr.ib(default=None)
+
+
+@attr.s(slots=True)
+class LogReadResult:
+    info = attr.ib()  # FetchDataInfo
+    high_watermark = attr.ib(default=UNKNOWN_OFFSET)
+    leader_log_start_offset = attr.ib(default=UNKNOWN_OFFSET)
+    leader_log_end_offset = attr.ib(default=UNKNOWN_OFFSET)
+    last_stable_offset = attr.ib(default=UNKNOWN_OFFSET)
+    diverging_epoch = attr.ib(default=None)
+    error = attr.ib(default=errors.NONE)
+    error_message = attr.ib(default=None)
+
+    @property
+    def records_size(self):
+        records = self.info.records
+        return 0 if records is None else len(records)
+
+    def to_fetch_partition_data(self):
+        return FetchPartitionData(
+            error=self.error,
+            high_watermark=self.high_watermark,
+            last_stable_offset=self.last_stable_offset,
+            log_start_offset=self.leader_log_start_offset,
+            records=self.info.records if self.info.records is not None else EMPTY_RECORDS,
+            aborted_transactions=self.info.aborted_transactions,
+            diverging_epoch=self.diverging_epoch,
+            error_message=self.error_message,
+        )
+
+
+def _error_read_result(code, message=None):
+    return LogReadResult(FetchDataInfo(UNKNOWN_OFFSET_METADATA, EMPTY_RECORDS),
+                         error=code, error_message=message)
+
+
+@attr.s(slots=True)
+class PartitionResponse:
+    """One partition of a Produce response."""
+
+    error_code = attr.ib(default=errors.NONE)
+    base_offset = attr.ib(default=-1)
+    log_append_time = attr.ib(default=-1)
+    log_start_offset = attr.ib(default=-1)
+    record_errors = attr.ib(factory=list)  # [(batch_index, message)]
+    error_message = attr.ib(default=None)
+
+
+@attr.s(slots=True, frozen=True)
+class ListOffsetsPartitionResult:
+    error = attr.ib(default=errors.NONE)
+    timestamp = attr.ib(default=-1)
+    offset = attr.ib(default=-1)
+    leader_epoch = attr.ib(default=-1)
+
+
+def _iter_batch_headers(buf):
+    from kafkatw.protocol.records import iter_batch_headers
+
+    return [h for _, h in iter_batch_headers(buf)]
+
+
+def _config_get(config, name, default):
+    if config is None:
+        return default
+    getter = getattr(config, "get", None)
+    if getter is not None:
+        value = getter(name, None)
+        return default if value is None else value
+    return getattr(config, name.replace(".", "_"), default)
+
+
+class ReplicaManager:
+    """``config``: a mapping (or object) with Kafka property names:
+    ``fetch.purgatory.purge.interval.requests``, ``producer.id.expiration.ms``."""
+
+    def __init__(self, log_manager, metadata, clock, config=None, batch_headers=_iter_batch_headers):
+        self.log_manager = log_manager
+        self.metadata = metadata
+        self.clock = clock
+        self.config = config
+        self._batch_headers = batch_headers
+        self.fetch_purgatory = DelayedOperationPurgatory(
+            "Fetch", clock, _config_get(config, "fetch.purgatory.purge.interval.requests", 1000))
+        self.producer_id_expiration_ms = _config_get(
+            config, "producer.id.expiration.ms", DEFAULT_PRODUCER_ID_EXPIRATION_MS)
+        self._producer_states = {}  # (topic, partition) -> ProducerStateManager
+
+    # -- partitions ------------------------------------------------------------------------
+
+    @property
+    def node_id(self):
+        return self.metadata.node_id
+
+    def now_ms(self):
+        return int(self.clock.seconds() * 1000)
+
+    def get_partition_or_error(self, topic, partition, topic_id=None):
+        """``(log, NONE)`` for a partition led here, else ``(None, error code)``."""
+        md = self.metadata
+        if not md.contains_partition(topic, partition):
+            return None, errors.UNKNOWN_TOPIC_OR_PARTITION
+        if topic_id is not None and topic_id != ZERO_UUID and md.topic_id(topic) != topic_id:
+            return None, errors.INCONSISTENT_TOPIC_ID
+        if md.leader(topic, partition) != md.node_id:
+            return None, errors.NOT_LEADER_OR_FOLLOWER
+        log_ = self.log_manager.get_log(topic, partition)
+        if log_ is None:
+            log_ = self.log_manager.get_or_create_log(
+                topic, partition, md.topic_id(topic), md.topic_configs(topic))
+        return log_, errors.NONE
+
+    def check_leader_epoch(self, topic, partition, requested_epoch):
+        """FENCED_LEADER_EPOCH if the client's epoch is older than ours, UNKNOWN_LEADER_EPOCH if newer."""
+        if requested_epoch is None or requested_epoch == NO_PARTITION_LEADER_EPOCH:
+            return errors.NONE
+        current = self.metadata.leader_epoch(topic, partition)
+        if current is None:
+            return errors.NONE
+        if requested_epoch < current:
+            return errors.FENCED_LEADER_EPOCH
+        if requested_epoch > current:
+            return errors.UNKNOWN_LEADER_EPOCH
+        return errors.NONE
+
+    def producer_state(self, topic, partition, log_=None):
+        """The producer state of a partition, loaded from its snapshot and the log on first use."""
+        key = (topic, partition)
+        ps = self._producer_states.get(key)
+        if ps is None:
+            if log_ is None:
+                log_ = self.log_manager.get_log(topic, partition)
+            ps = ProducerStateManager(log_.dir, self.producer_id_expiration_ms)
+            start = ps.load(log_.log_start_offset, log_.log_end_offset)
+            if start < log_.log_end_offset:
+                self._rebuild_producer_state(ps, log_, start)
+            self._producer_states[key] = ps
+        return ps
+
+    def _rebuild_producer_state(self, ps, log_, offset):
+        end = log_.log_end_offset
+        while offset < end:
+            try:
+                info = log_.read(offset, 1 << 20, FetchIsolation.LOG_END, True)
+            except KafkaError:
+                break
+            records = info.records
+            data = records.read() if hasattr(records, "read") else bytes(records or b"")
+            if not data:
+                break
+            from kafkatw.protocol.records import iter_batch_headers
+
+            last = None
+            for _, h in iter_batch_headers(data, allow_partial_tail=True):
+                if h.next_offset > ps.map_end_offset:
+                    ps.update(h, h.base_offset, h.last_offset)
+                last = h
+            if last is None or last.next_offset <= offset:
+                break
+            offset = last.next_offset
+        ps.map_end_offset = max(ps.map_end_offset, end)
+
+    def take_producer_snapshots(self):
+        """Write every partition's producer snapshot (clean shutdown; segment roll calls the
+        per-partition :meth:`take_producer_snapshot`)."""
+        for ps in self._producer_states.values():
+            ps.take_snapshot()
+
+    def take_producer_snapshot(self, topic, partition):
+        ps = self._producer_states.get((topic, partition))
+        return ps.take_snapshot() if ps is not None else None
+
+    def forget_partition(self, topic, partition):
+        """Drop in-memory state of a deleted partition (and wake fetches waiting on it)."""
+        self._producer_states.pop((topic, partition), None)
+        self.fetch_purgatory.check_and_complete(TopicPartitionOperationKey(topic, partition))
+
+    def remove_expired_producers(self):
+        now = self.now_ms()
+        for ps in self._producer_states.values():
+            ps.remove_expired_producers(now)
+
+    def shutdown(self):
+        self.fetch_purgatory.shutdown()
+        self.take_producer_snapshots()
+
+    # -- produce ---------------------------------------------------------------------------
+
+    def append_records(self, timeout_ms, required_acks, entries, internal_topics_allowed=False):
+        """Append ``entries`` ({(topic, partition): writable buffer of v2 batches}).
+
+        Returns a Deferred firing with {(topic, partition): PartitionResponse}. On a single node
+        every acks value completes once written: the ISR is this broker and the HW moves to the
+        log end right after the append. Fetches parked on an appended partition are retried
+        before this returns (within the same reactor turn).
+        """
+        if required_acks not in (-1, 0, 1):
+            return defer.succeed({tp: PartitionResponse(errors.INVALID_REQUIRED_ACKS)
+                                  for tp in entries})
+        results = {}
+        appended = []
+        for tp, buf in entries.items():
+            resp = self._append_to_local_log(tp[0], tp[1], buf, internal_topics_allowed)
+            results[tp] = resp
+            if resp.error_code == errors.NONE:
+                appended.append(tp)
+        for topic, partition in appended:
+            self.fetch_purgatory.check_and_complete(TopicPartitionOperationKey(topic, partition))
+        return defer.succeed(results)
+
+    def _append_to_local_log(self, topic, partition, buf, internal_topics_allowed):
+        if not internal_topics_allowed and self.metadata.is_internal(topic):
+            return PartitionResponse(errors.INVALID_TOPIC_EXCEPTION,
+                                     error_message="Cannot append to internal topic %s" % topic)
+        log_, error = self.get_partition_or_error(topic, partition)
+        if error != errors.NONE:
+            return PartitionResponse(error)
+        try:
+            try:
+                headers = self._batch_headers(buf)
+            except KafkaError:
+                headers = None  # let the log's validation report it
+            ps = None
+            if headers and any(h.producer_id >= 0 for h in headers):
+                ps = self.producer_state(topic, partition, log_)
+                check = ps.check_batches(headers)
+                if check.duplicate is not None:
+                    return PartitionResponse(errors.NONE, check.duplicate.first_offset, -1,
+                                             log_.log_start_offset)
+                if check.error != errors.NONE:
+                    return PartitionResponse(check.error, error_message=check.message)
+            epoch = self.metadata.leader_epoch(topic, partition)
+            info = log_.append_as_leader(buf, epoch)
+            if ps is not None:
+                offset = info.first_offset
+                for h in headers:
+                    n = h.last_offset_delta + 1
+                    ts = info.log_append_time if info.log_append_time != -1 else h.max_timestamp
+                    ps.update(h, offset, offset + n - 1, ts)
+                    offset += n
+            elif (topic, partition) in self._producer_states:
+                self._producer_states[(topic, partition)].map_end_offset = info.last_offset + 1
+            # Single node: the ISR is {us}, so the HW follows the log end at once.
+            log_.update_high_watermark(log_.log_end_offset)
+            return PartitionResponse(errors.NONE, info.first_offset, info.log_append_time,
+                                     info.log_start_offset)
+        except KafkaError as e:
+            return PartitionResponse(e.code, record_errors=list(getattr(e, "record_errors", None) or []),
+                                     error_message=e.message)
+        except OSError as e:
+            log.failure("I/O error appending to {topic}-{partition}", topic=topic, partition=partition)
+            return PartitionResponse(errors.KAFKA_STORAGE_ERROR, error_message=str(e))
+        except Exception as e:
+            log.failure("Error appending to {topic}-{partition}", topic=topic, partition=partition)
+            return PartitionResponse(errors.UNKNOWN_SERVER_ERROR, error_message=str(e))
+
+    # -- fetch -----------------------------------------------------------------------------
+
+    def fetch_messages(self, params, fetch_infos):
+        """Read ``fetch_infos`` ([((topic, partition), PartitionData)] in request order).
+
+        Returns a Deferred of [((topic, partition), FetchPartitionData)]. Answers at once if
+        the request does not want to wait, asks for nothing, already has min_bytes, hit an
+        error or a diverging epoch; otherwise parks a DelayedFetch that reads again when it
+        completes (enough bytes, a partition change, or max_wait_ms)."""
+        fetch_infos = list(fetch_infos)
+        results = self.read_from_log(params, fetch_infos)
+        bytes_readable = 0
+        error_reading = False
+        diverging = False
+        for _, r in results:
+            bytes_readable += r.records_size
+            if r.error != errors.NONE:
+                error_reading = True
+            if r.diverging_epoch is not None:
+                diverging = True
+        if (params.max_wait_ms <= 0 or not fetch_infos or bytes_readable >= params.min_bytes
+                or error_reading or diverging):
+            return defer.succeed([(tp, r.to_fetch_partition_data()) for tp, r in results])
+        status = [(tp, FetchPartitionStatus(r.info.fetch_offset_metadata, info))
+                  for (tp, info), (_, r) in zip(fetch_infos, results)]
+        op = DelayedFetch(params, status, self)
+        keys = [TopicPartitionOperationKey(tp[0], tp[1]) for tp, _ in fetch_infos]
+        self.fetch_purgatory.try_complete_else_watch(op, keys)
+        return op.deferred
+
+    def read_from_log(self, params, fetch_infos):
+        """Read each partition in order; the request's byte budget shrinks by what each read
+        returned, and the first non-empty partition may exceed it by one whole batch."""
+        limit_bytes = params.max_bytes
+        min_one_message = True
+        results = []
+        for tp, info in fetch_infos:
+            r = self._read(params, tp[0], tp[1], info, limit_bytes, min_one_message)
+            size = r.records_size
+            if size > 0:
+                min_one_message = False
+            limit_bytes = max(0, limit_bytes - size)
+            results.append((tp, r))
+        return results
+
+    def diverging_epoch(self, log_, info):
+        """(epoch, end_offset) if the follower's last fetched epoch ends before its fetch offset."""
+        res = log_.end_offset_for_epoch(info.last_fetched_epoch)
+        if res is None:
+            return (-1, -1)
+        epoch, end_offset = res
+        if epoch < info.last_fetched_epoch or end_offset < info.fetch_offset:
+            return (epoch, end_offset)
+        return None
+
+    def _read(self, params, topic, partition, info, limit_bytes, min_one_message):
+        log_, error = self.get_partition_or_error(topic, partition, info.topic_id)
+        if error == errors.NONE:
+            error = self.check_leader_epoch(topic, partition, info.current_leader_epoch)
+        if error != errors.NONE:
+            return _error_read_result(error)
+        try:
+            # Offsets as of before the read (Kafka: appends racing the read don't matter).
+            hw = log_.high_watermark
+            lso = log_.last_stable_offset
+            log_start = log_.log_start_offset
+            leo = log_.log_end_offset
+            if info.last_fetched_epoch >= 0:
+                div = self.diverging_epoch(log_, info)
+                if div is not None:
+                    return LogReadResult(FetchDataInfo(UNKNOWN_OFFSET_METADATA, EMPTY_RECORDS),
+                                         hw, log_start, leo, lso, diverging_epoch=div)
+            max_bytes = min(info.max_bytes, limit_bytes)
+            data = log_.read(info.fetch_offset, max_bytes, params.fetch_isolation, min_one_message)
+            if not params.hard_max_bytes_limit and data.first_entry_incomplete:
+                # v3+: a cut first batch is useless to the consumer; send nothing instead
+                data = FetchDataInfo(data.fetch_offset_metadata, EMPTY_RECORDS)
+            return LogReadResult(data, hw, log_start, leo, lso)
+        except KafkaError as e:
+            return _error_read_result(e.code, e.message)
+        except OSError as e:
+            log.failure("I/O error reading {topic}-{partition}", topic=topic, partition=partition)
+            return _error_read_result(errors.KAFKA_STORAGE_ERROR, str(e))
+        except Exception as e:
+            log.failure("Error reading {topic}-{partition}", topic=topic, partition=partition)
+            return _error_read_result(errors.UNKNOWN_SERVER_ERROR, str(e))
+
+    # -- list offsets ----------------------------------------------------------------------
+
+    def fetch_offset_for_timestamp(self, topic, partition, timestamp, isolation_level=None,
+                                   current_leader_epoch=NO_PARTITION_LEADER_EPOCH, topic_id=None):
+        """ListOffsets for one partition. ``isolation_level`` None means a replica asks (reads
+        to the log end); 0/1 a consumer (to the HW / LSO). Not found -> offset -1, NONE."""
+        log_, error = self.get_partition_or_error(topic, partition, topic_id)
+        if error == errors.NONE:
+            error = self.check_leader_epoch(topic, partition, current_leader_epoch)
+        if error != errors.NONE:
+            return ListOffsetsPartitionResult(error)
+        if isolation_level is None:
+            last_fetchable = log_.log_end_offset
+        elif isolation_level == READ_COMMITTED:
+            last_fetchable = log_.last_stable_offset
+        else:
+            last_fetchable = log_.high_watermark
+        leader_epoch = self.metadata.leader_epoch(topic, partition)
+        if leader_epoch is None:
+            leader_epoch = -1
+        try:
+            if timestamp == LATEST_TIMESTAMP:
+                return ListOffsetsPartitionResult(errors.NONE, -1, last_fetchable, leader_epoch)
+            if timestamp == EARLIEST_LOCAL_TIMESTAMP:
+                timestamp = EARLIEST_TIMESTAMP
+            found = log_.fetch_offset_by_timestamp(timestamp)
+        except KafkaError as e:
+            return ListOffsetsPartitionResult(e.code)
+        if found is None:
+            return ListOffsetsPartitionResult(errors.NONE)
+        offset, ts, epoch = found
+        if timestamp != EARLIEST_TIMESTAMP and offset >= last_fetchable:
+            return ListOffsetsPartitionResult(errors.NONE)
+        return ListOffsetsPartitionResult(errors.NONE, ts, offset, -1 if epoch is None else epoch)

@@ -1,0 +1,454 @@
+"""Tests for kafkatw.server.replica_manager and delayed_fetch against an in-memory fake log
+with the storage contract's names: fetch logic (limitBytes, minOneMessage, immediate vs delayed,
+wake on append, expiry), errors and leader epochs, idempotent produce, ListOffsets."""
+
+import struct
+
+import attr
+from twisted.internet import task
+from twisted.trial import unittest
+
+from kafkatw.protocol import errors
+from kafkatw.protocol.errors import KafkaError
+from kafkatw.protocol.records import iter_batch_headers, set_base_offset
+from kafkatw.server.purgatory import TopicPartitionOperationKey
+from kafkatw.server.replica_manager import (
+    FetchParams,
+    PartitionData,
+    ReplicaManager,
+    fetch_isolation_of,
+)
+from kafkatw.storage.offsets import FetchDataInfo, FetchIsolation, LogAppendInfo, LogOffsetMetadata
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+
+
+def batch(count=1, payload=20, pid=-1, epoch=-1, seq=-1, ts=1000):
+    """A v2 batch whose records section is ``payload`` opaque bytes (the fake log never decodes)."""
+    body_len = 49 + payload
+    head = _HEADER.pack(0, body_len, -1, 2, 0, 0, count - 1, ts, ts, pid, epoch, seq, count)
+    return bytearray(head + b"r" * payload)
+
+
+class FakeLog:
+    """In-memory UnifiedLog stand-in: segments of concatenated batches, HW set from outside."""
+
+    def __init__(self, topic, partition, directory):
+        self.topic, self.partition, self.dir = topic, partition, directory
+        self.topic_id = b"\x07" * 16
+        self.segments = [[0, bytearray(), []]]  # [base offset, bytes, [(base, last, pos, size)]]
+        self.log_start_offset = 0
+        self.log_end_offset = 0
+        self.high_watermark = 0
+        self.epochs = [(0, 0)]  # (epoch, start offset)
+        self.appends = 0
+
+    @property
+    def last_stable_offset(self):
+        return self.high_watermark
+
+    def roll(self):
+        self.segments.append([self.log_end_offset, bytearray(), []])
+
+    def _metadata(self, offset):
+        for base, data, batches in reversed(self.segments):
+            if offset >= base:
+                for b0, last, pos, size in batches:
+                    if b0 <= offset <= last:
+                        return LogOffsetMetadata(offset, base, pos)
+                return LogOffsetMetadata(offset, base, len(data))
+        return LogOffsetMetadata(offset)
+
+    @property
+    def log_end_offset_metadata(self):
+        return self._metadata(self.log_end_offset)
+
+    @property
+    def high_watermark_metadata(self):
+        return self._metadata(self.high_watermark)
+
+    def update_high_watermark(self, offset):
+        self.high_watermark = min(offset, self.log_end_offset)
+
+    def append_as_leader(self, buf, leader_epoch):
+        self.appends += 1
+        base, data, batches = self.segments[-1]
+        first = self.log_end_offset
+        headers = list(iter_batch_headers(buf))
+        count = 0
+        for pos, h in headers:
+            set_base_offset(buf, pos, self.log_end_offset)
+            batches.append((self.log_end_offset, self.log_end_offset + h.last_offset_delta,
+                            len(data) + pos, h.size_in_bytes))
+            self.log_end_offset += h.last_offset_delta + 1
+            count += h.records_count
+        data += buf
+        return LogAppendInfo(first, self.log_end_offset - 1, 1000, first, -1, self.log_start_offset,
+                             count, len(buf), headers[0][1])
+
+    def read(self, start_offset, max_length, isolation, min_one_message):
+        if start_offset > self.log_end_offset or start_offset < self.log_start_offset:
+            raise KafkaError(errors.OFFSET_OUT_OF_RANGE, "offset %d" % start_offset)
+        end = {FetchIsolation.LOG_END: self.log_end_offset}.get(isolation, self.high_watermark)
+        meta = self._metadata(start_offset)
+        if start_offset >= end:
+            return FetchDataInfo(meta, b"")
+        for base, data, batches in self.segments:
+            for b0, last, pos, size in batches:
+                if b0 <= start_offset <= last:
+                    end_meta = self._metadata(end)
+                    max_pos = end_meta.relative_position_in_segment if end_meta.segment_base_offset == base else len(data)
+                    limit = max(max_length, size) if min_one_message else max_length
+                    n = min(max_pos - pos, limit)
+                    return FetchDataInfo(meta, bytes(data[pos:pos + n]), limit < size)
+        return FetchDataInfo(meta, b"")
+
+    def fetch_offset_by_timestamp(self, ts):
+        if ts == -2:
+            return (self.log_start_offset, -1, 0)
+        if ts == -3:
+            return (self.log_end_offset - 1, 5000, 0) if self.log_end_offset else None
+        return (ts // 1000, ts, 0) if ts // 1000 < self.log_end_offset else None
+
+    def latest_epoch(self):
+        return self.epochs[-1][0]
+
+    def end_offset_for_epoch(self, epoch):
+        for i, (e, start) in enumerate(self.epochs):
+            if e > epoch:
+                return (self.epochs[i - 1][0], start) if i else None
+        return (self.epochs[-1][0], self.log_end_offset)
+
+
+class FakeLogManager:
+    def __init__(self, base_dir):
+        self.base_dir = base_dir
+        self.logs = {}
+
+    def get_log(self, topic, partition):
+        return self.logs.get((topic, partition))
+
+    def get_or_create_log(self, topic, partition, topic_id=None, overrides=None):
+        import os
+
+        key = (topic, partition)
+        if key not in self.logs:
+            d = os.path.join(self.base_dir, "%s-%d" % key)
+            os.makedirs(d, exist_ok=True)
+            self.logs[key] = FakeLog(topic, partition, d)
+        return self.logs[key]
+
+
+@attr.s
+class FakeMetadata:
+    topics = attr.ib(factory=dict)  # name -> partitions
+    node_id = attr.ib(default=1)
+    epochs = attr.ib(factory=dict)
+    leaders = attr.ib(factory=dict)
+
+    def contains_partition(self, topic, p):
+        return topic in self.topics and 0 <= p < self.topics[topic]
+
+    def topic_id(self, topic):
+        return b"\x07" * 16 if topic in self.topics else bytes(16)
+
+    def leader(self, topic, p):
+        return self.leaders.get((topic, p), self.node_id) if self.contains_partition(topic, p) else None
+
+    def leader_epoch(self, topic, p):
+        return self.epochs.get((topic, p), 0) if self.contains_partition(topic, p) else None
+
+    def topic_configs(self, topic):
+        return {}
+
+    def is_internal(self, topic):
+        return topic.startswith("__")
+
+
+BATCH = len(batch())  # 81 bytes
+
+
+class Base(unittest.TestCase):
+    def setUp(self):
+        self.clock = task.Clock()
+        self.md = FakeMetadata({"t": 3, "__consumer_offsets": 1})
+        self.lm = FakeLogManager(self.mktemp())
+        self.rm = ReplicaManager(self.lm, self.md, self.clock)
+
+    def produce(self, tp, *batches, acks=-1):
+        buf = bytearray(b"".join(batches))
+        d = self.rm.append_records(1000, acks, {tp: buf})
+        return self.successResultOf(d)[tp]
+
+    def fetch(self, parts, max_wait=500, min_bytes=1, max_bytes=1 << 20, replica_id=-1, isolation=0):
+        params = FetchParams(replica_id=replica_id, max_wait_ms=max_wait, min_bytes=min_bytes,
+                             max_bytes=max_bytes, isolation_level=isolation)
+        return self.rm.fetch_messages(params, parts)
+
+
+class IsolationTests(unittest.SynchronousTestCase):
+    def test_of(self):
+        self.assertEqual(fetch_isolation_of(1, 0), FetchIsolation.LOG_END)
+        self.assertEqual(fetch_isolation_of(-3, 0), FetchIsolation.LOG_END)
+        self.assertEqual(fetch_isolation_of(-1, 0), FetchIsolation.HIGH_WATERMARK)
+        self.assertEqual(fetch_isolation_of(-1, 1), FetchIsolation.TXN_COMMITTED)
+        self.assertEqual(fetch_isolation_of(-2, 1), FetchIsolation.TXN_COMMITTED)
+
+
+class ProduceTests(Base):
+    def test_append_advances_hw(self):
+        r = self.produce(("t", 0), batch(count=3), batch(count=2))
+        self.assertEqual((r.error_code, r.base_offset, r.log_append_time, r.log_start_offset),
+                         (errors.NONE, 0, -1, 0))
+        log_ = self.lm.get_log("t", 0)
+        self.assertEqual((log_.log_end_offset, log_.high_watermark), (5, 5))
+        self.assertEqual(self.produce(("t", 0), batch(), acks=1).base_offset, 5)
+        self.assertEqual(self.produce(("t", 0), batch(), acks=0).base_offset, 6)
+
+    def test_unknown_partition_and_invalid_acks_and_internal(self):
+        self.assertEqual(self.produce(("t", 3), batch()).error_code, errors.UNKNOWN_TOPIC_OR_PARTITION)
+        self.assertEqual(self.produce(("nope", 0), batch()).error_code, errors.UNKNOWN_TOPIC_OR_PARTITION)
+        self.assertEqual(self.produce(("t", 0), batch(), acks=2).error_code, errors.INVALID_REQUIRED_ACKS)
+        self.assertEqual(self.produce(("__consumer_offsets", 0), batch()).error_code,
+                         errors.INVALID_TOPIC_EXCEPTION)
+        self.md.leaders[("t", 1)] = 2
+        self.assertEqual(self.produce(("t", 1), batch()).error_code, errors.NOT_LEADER_OR_FOLLOWER)
+
+    def test_storage_error_code_passes_through(self):
+        log_ = self.lm.get_or_create_log("t", 0)
+
+        def boom(buf, epoch):
+            raise KafkaError(errors.RECORD_LIST_TOO_LARGE, "too big")
+
+        log_.append_as_leader = boom
+        r = self.produce(("t", 0), batch())
+        self.assertEqual((r.error_code, r.error_message), (errors.RECORD_LIST_TOO_LARGE, "too big"))
+
+    def test_idempotent_duplicate_answers_original_offset(self):
+        tp = ("t", 0)
+        self.produce(tp, batch())  # offset 0, non-idempotent
+        r1 = self.produce(tp, batch(count=2, pid=5, epoch=0, seq=0))
+        r2 = self.produce(tp, batch(count=2, pid=5, epoch=0, seq=2))
+        self.assertEqual((r1.base_offset, r2.base_offset), (1, 3))
+        appends = self.lm.get_log(*tp).appends
+        dup = self.produce(tp, batch(count=2, pid=5, epoch=0, seq=0))
+        self.assertEqual((dup.error_code, dup.base_offset), (errors.NONE, 1))
+        self.assertEqual(self.lm.get_log(*tp).appends, appends)  # nothing written
+        self.assertEqual(self.lm.get_log(*tp).log_end_offset, 5)
+
+    def test_idempotent_errors(self):
+        tp = ("t", 0)
+        self.produce(tp, batch(pid=5, epoch=1, seq=0))
+        self.assertEqual(self.produce(tp, batch(pid=5, epoch=1, seq=5)).error_code,
+                         errors.OUT_OF_ORDER_SEQUENCE_NUMBER)
+        self.assertEqual(self.produce(tp, batch(pid=5, epoch=0, seq=1)).error_code,
+                         errors.INVALID_PRODUCER_EPOCH)
+        self.assertEqual(self.lm.get_log(*tp).log_end_offset, 1)
+        self.assertEqual(self.produce(tp, batch(pid=5, epoch=1, seq=1)).base_offset, 1)
+
+    def test_producer_state_snapshot_and_rebuild(self):
+        tp = ("t", 0)
+        self.produce(tp, batch(pid=5, epoch=0, seq=0))
+        self.produce(tp, batch(pid=5, epoch=0, seq=1))
+        self.rm.shutdown()
+        # restart on the same logs: state comes back from the snapshot
+        rm2 = ReplicaManager(self.lm, self.md, self.clock)
+        ps = rm2.producer_state(*tp)
+        self.assertEqual(ps.last_entry(5).last_seq, 1)
+        # and without a snapshot it is rebuilt from the log's batch headers
+        rm3 = ReplicaManager(self.lm, self.md, self.clock)
+        import os
+
+        log_ = self.lm.get_log(*tp)
+        for name in os.listdir(log_.dir):
+            os.unlink(os.path.join(log_.dir, name))
+        ps = rm3.producer_state(*tp)
+        self.assertEqual(ps.last_entry(5).last_seq, 1)
+        d = rm3.append_records(1000, -1, {tp: batch(pid=5, epoch=0, seq=1)})
+        self.assertEqual(self.successResultOf(d)[tp].base_offset, 1)
+
+
+class FetchTests(Base):
+    def setUp(self):
+        super().setUp()
+        for p in range(3):
+            self.lm.get_or_create_log("t", p)
+
+    def pd(self, offset, max_bytes=1 << 20, **kw):
+        return PartitionData(offset, max_bytes=max_bytes, **kw)
+
+    def test_immediate_when_data(self):
+        self.produce(("t", 0), batch(), batch())
+        res = self.successResultOf(self.fetch([(("t", 0), self.pd(0))]))
+        (tp, data), = res
+        self.assertEqual(tp, ("t", 0))
+        self.assertEqual((data.error, data.high_watermark, data.log_start_offset, data.last_stable_offset),
+                         (errors.NONE, 2, 0, 2))
+        self.assertEqual(len(data.records), 2 * BATCH)
+        self.assertEqual(data.preferred_read_replica, -1)
+
+    def test_consumer_reads_only_below_hw_follower_to_leo(self):
+        self.produce(("t", 0), batch(), batch())
+        log_ = self.lm.get_log("t", 0)
+        log_.high_watermark = 1
+        data = self.successResultOf(self.fetch([(("t", 0), self.pd(0))], max_wait=0))[0][1]
+        self.assertEqual(len(data.records), BATCH)
+        data = self.successResultOf(self.fetch([(("t", 0), self.pd(0))], max_wait=0, replica_id=2))[0][1]
+        self.assertEqual(len(data.records), 2 * BATCH)
+
+    def test_limit_bytes_shrinks_in_request_order_and_min_one_message(self):
+        for p in range(3):
+            self.produce(("t", p), batch(), batch())
+        parts = [(("t", 2), self.pd(0, max_bytes=10)), (("t", 0), self.pd(0)), (("t", 1), self.pd(0))]
+        res = self.successResultOf(self.fetch(parts, max_bytes=BATCH + 10, max_wait=0))
+        sizes = [(tp, len(d.records)) for tp, d in res]
+        # t-2 first: partition max 10 < batch, but minOneMessage gives one whole batch (81);
+        # t-0 then has 10 bytes of budget and minOneMessage is off: a cut batch -> nothing;
+        # t-1: budget still 10 -> nothing
+        self.assertEqual(sizes, [(("t", 2), BATCH), (("t", 0), 0), (("t", 1), 0)])
+
+    def test_min_one_message_stays_on_until_first_non_empty(self):
+        self.produce(("t", 1), batch(payload=200))
+        parts = [(("t", 0), self.pd(0)), (("t", 1), self.pd(0, max_bytes=50))]
+        res = self.successResultOf(self.fetch(parts, max_wait=0))
+        self.assertEqual([len(d.records) for _, d in res], [0, 261])
+
+    def test_partial_tail_batch_is_returned_cut(self):
+        self.produce(("t", 0), batch(), batch())
+        res = self.successResultOf(self.fetch([(("t", 0), self.pd(0, max_bytes=BATCH + 30))], max_wait=0))
+        self.assertEqual(len(res[0][1].records), BATCH + 30)
+
+    def test_errors_answer_immediately(self):
+        self.produce(("t", 0), batch())
+        self.md.epochs[("t", 0)] = 3
+        parts = [(("t", 0), self.pd(1)), (("t", 7), self.pd(0)), (("t", 0), self.pd(5)),
+                 (("t", 0), self.pd(0, current_leader_epoch=2)),
+                 (("t", 0), self.pd(0, current_leader_epoch=4)),
+                 (("t", 0), self.pd(0, topic_id=b"\x09" * 16))]
+        res = self.successResultOf(self.fetch(parts, min_bytes=1000))
+        self.assertEqual([d.error for _, d in res], [
+            errors.NONE, errors.UNKNOWN_TOPIC_OR_PARTITION, errors.OFFSET_OUT_OF_RANGE,
+            errors.FENCED_LEADER_EPOCH, errors.UNKNOWN_LEADER_EPOCH, errors.INCONSISTENT_TOPIC_ID])
+        self.assertEqual((res[2][1].high_watermark, res[2][1].log_start_offset), (-1, -1))
+        self.assertEqual(res[2][1].records, b"")
+
+    def test_nothing_requested_or_no_wait(self):
+        self.successResultOf(self.fetch([], min_bytes=10))
+        res = self.successResultOf(self.fetch([(("t", 0), self.pd(0))], max_wait=0))
+        self.assertEqual(len(res[0][1].records), 0)
+
+    def test_waits_then_wakes_on_append_same_turn(self):
+        d = self.fetch([(("t", 0), self.pd(0)), (("t", 1), self.pd(0))], max_wait=10000)
+        self.assertNoResult(d)
+        self.assertEqual(self.rm.fetch_purgatory.num_delayed(), 1)
+        self.assertEqual(self.rm.fetch_purgatory.watched(), 2)
+        self.produce(("t", 1), batch())
+        res = self.successResultOf(d)
+        self.assertEqual([(tp, len(x.records), x.high_watermark) for tp, x in res],
+                         [(("t", 0), 0, 0), (("t", 1), BATCH, 1)])
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+        self.assertEqual(self.rm.fetch_purgatory.num_delayed(), 0)
+
+    def test_min_bytes_accumulates_across_partitions(self):
+        d = self.fetch([(("t", 0), self.pd(0)), (("t", 1), self.pd(0))], min_bytes=2 * BATCH)
+        self.produce(("t", 0), batch())
+        self.assertNoResult(d)
+        self.produce(("t", 1), batch())
+        res = self.successResultOf(d)
+        self.assertEqual([len(x.records) for _, x in res], [BATCH, BATCH])
+
+    def test_accumulation_capped_by_partition_max_bytes(self):
+        d = self.fetch([(("t", 0), self.pd(0, max_bytes=50))], min_bytes=100)
+        self.produce(("t", 0), batch(), batch())  # 162 new bytes, but at most 50 count
+        self.assertNoResult(d)
+        self.clock.advance(0.5)
+        self.assertEqual(len(self.successResultOf(d)[0][1].records), BATCH)  # minOneMessage
+
+    def test_expiry_answers_with_what_is_there(self):
+        self.produce(("t", 0), batch())
+        d = self.fetch([(("t", 0), self.pd(0))], min_bytes=1 << 20, max_wait=3000)
+        self.clock.advance(2.999)
+        self.assertNoResult(d)
+        self.clock.advance(0.001)
+        self.assertEqual(len(self.successResultOf(d)[0][1].records), BATCH)
+
+    def test_expiry_with_nothing(self):
+        d = self.fetch([(("t", 0), self.pd(0))], max_wait=500)
+        self.clock.advance(0.5)
+        (tp, data), = self.successResultOf(d)
+        self.assertEqual((data.error, len(data.records), data.high_watermark), (errors.NONE, 0, 0))
+
+    def test_segment_roll_completes(self):
+        self.produce(("t", 0), batch())
+        d = self.fetch([(("t", 0), self.pd(0))], min_bytes=1 << 20)
+        self.lm.get_log("t", 0).roll()
+        self.produce(("t", 0), batch())
+        self.assertEqual(len(self.successResultOf(d)[0][1].records), BATCH)
+
+    def test_leader_epoch_change_completes(self):
+        d = self.fetch([(("t", 0), self.pd(0, current_leader_epoch=0))], min_bytes=1 << 20)
+        self.md.epochs[("t", 0)] = 1
+        self.assertEqual(self.rm.fetch_purgatory.check_and_complete(TopicPartitionOperationKey("t", 0)), 1)
+        self.assertEqual(self.successResultOf(d)[0][1].error, errors.FENCED_LEADER_EPOCH)
+
+    def test_partition_gone_completes(self):
+        d = self.fetch([(("t", 2), self.pd(0))], min_bytes=1 << 20)
+        self.md.topics["t"] = 2
+        self.rm.forget_partition("t", 2)
+        self.assertEqual(self.successResultOf(d)[0][1].error, errors.UNKNOWN_TOPIC_OR_PARTITION)
+
+    def test_truncated_below_fetch_offset_completes(self):
+        self.produce(("t", 0), batch(), batch())
+        d = self.fetch([(("t", 0), self.pd(2))], min_bytes=1 << 20)
+        log_ = self.lm.get_log("t", 0)
+        log_.high_watermark = 1
+        self.rm.fetch_purgatory.check_and_complete(TopicPartitionOperationKey("t", 0))
+        self.successResultOf(d)
+
+    def test_cancel_waiting_fetch(self):
+        d = self.fetch([(("t", 0), self.pd(0))])
+        d.cancel()
+        self.failureResultOf(d)
+        self.produce(("t", 0), batch())
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
+    def test_diverging_epoch_answers_immediately(self):
+        log_ = self.lm.get_log("t", 0)
+        self.produce(("t", 0), batch(count=5))
+        log_.epochs = [(0, 0), (2, 3)]
+        res = self.successResultOf(self.fetch(
+            [(("t", 0), self.pd(5, last_fetched_epoch=1))], replica_id=2, min_bytes=1000))
+        self.assertEqual(res[0][1].diverging_epoch, (0, 3))
+        self.assertEqual(len(res[0][1].records), 0)
+
+
+class ListOffsetsTests(Base):
+    def setUp(self):
+        super().setUp()
+        self.produce(("t", 0), batch(count=4))
+        self.log = self.lm.get_log("t", 0)
+        self.log.high_watermark = 3
+
+    def lo(self, ts, iso=0, **kw):
+        return self.rm.fetch_offset_for_timestamp("t", 0, ts, iso, **kw)
+
+    def test_special_timestamps(self):
+        self.md.epochs[("t", 0)] = 4
+        r = self.lo(-1)
+        self.assertEqual((r.error, r.offset, r.timestamp, r.leader_epoch), (errors.NONE, 3, -1, 4))
+        self.assertEqual(self.lo(-1, None).offset, 4)  # replica: log end
+        self.assertEqual(self.lo(-2).offset, 0)
+        self.assertEqual(self.lo(-3).offset, -1)  # max-ts at offset 3 is not below the HW
+        self.assertEqual(self.lo(-3, None).offset, 3)
+
+    def test_by_timestamp(self):
+        r = self.lo(2000)
+        self.assertEqual((r.offset, r.timestamp), (2, 2000))
+        self.assertEqual(self.lo(9000).offset, -1)
+
+    def test_errors(self):
+        self.md.epochs[("t", 0)] = 2
+        self.assertEqual(self.lo(-1, current_leader_epoch=1).error, errors.FENCED_LEADER_EPOCH)
+        self.assertEqual(self.lo(-1, current_leader_epoch=3).error, errors.UNKNOWN_LEADER_EPOCH)
+        self.assertEqual(self.rm.fetch_offset_for_timestamp("x", 0, -1).error,
+                         errors.UNKNOWN_TOPIC_OR_PARTITION)
