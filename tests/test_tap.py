@@ -1,0 +1,180 @@
+"""Tests for kafkatw.tap and the ``twistd kafka`` plugin: option parsing, config errors as one
+line on stderr, the call into kafkatw.service, and the plugin as twistd sees it."""
+
+import io
+import os
+import subprocess
+import sys
+import types
+
+from twisted.application import service
+from twisted.python import usage
+from twisted.trial.unittest import SynchronousTestCase
+
+import kafkatw
+from kafkatw import tap
+from kafkatw.config import ConfigError, KafkaConfig
+
+VENV_BIN = os.path.dirname(sys.executable)
+TWISTD = os.path.join(VENV_BIN, "twistd")
+
+
+class OptionsTests(SynchronousTestCase):
+    def test_defaults(self):
+        options = tap.Options()
+        options.parseOptions([])
+        self.assertEqual((options["config"], options["overrides"]), (None, []))
+
+    def test_config_and_repeated_overrides(self):
+        options = tap.Options()
+        options.parseOptions(["--config", "etc/x.properties", "--override", "num.partitions=3",
+                              "--override=log.dirs=/a=b", "--override", "num.partitions=4"])
+        self.assertEqual(options["config"], "etc/x.properties")
+        self.assertEqual(options["overrides"], [("num.partitions", "3"), ("log.dirs", "/a=b"),
+                                                ("num.partitions", "4")])
+
+    def test_short_config(self):
+        options = tap.Options()
+        options.parseOptions(["-c", "f.properties"])
+        self.assertEqual(options["config"], "f.properties")
+
+    def test_overrides_not_shared_between_instances(self):
+        first = tap.Options()
+        first.parseOptions(["--override", "a=1"])
+        second = tap.Options()
+        second.parseOptions([])
+        self.assertEqual(second["overrides"], [])
+
+    def test_bad_override(self):
+        options = tap.Options()
+        e = self.assertRaises(usage.UsageError, options.parseOptions, ["--override", "novalue"])
+        self.assertEqual(str(e), "Invalid override 'novalue': expected key=value")
+
+    def test_load_config_last_override_wins(self):
+        path = self.mktemp()
+        with open(path, "w") as f:
+            f.write("num.partitions=2\nnode.id=3\n")
+        options = tap.Options()
+        options.parseOptions(["--config", path, "--override", "num.partitions=5",
+                              "--override", "num.partitions=6"])
+        config = options.load_config()
+        self.assertEqual((config["num.partitions"], config.node_id), (6, 3))
+
+    def test_help_lists_options(self):
+        text = str(tap.Options())
+        self.assertIn("--config=", text)
+        self.assertIn("--override=", text)
+
+
+class FakeBrokerModule:
+    """Stands in for kafkatw.service (the integrator's module) in sys.modules."""
+
+    def __init__(self, testcase, result=None, error=None):
+        self.calls = []
+        self.result = result
+        self.error = error
+        module = types.ModuleType("kafkatw.service")
+        module.make_broker_service = self.make_broker_service
+        saved_module = sys.modules.get("kafkatw.service")
+        saved_attr = getattr(kafkatw, "service", None)
+        sys.modules["kafkatw.service"] = module
+        kafkatw.service = module
+
+        def restore():
+            if saved_module is None:
+                sys.modules.pop("kafkatw.service", None)
+            else:
+                sys.modules["kafkatw.service"] = saved_module
+            if saved_attr is None:
+                if hasattr(kafkatw, "service"):
+                    del kafkatw.service
+            else:
+                kafkatw.service = saved_attr
+
+        testcase.addCleanup(restore)
+
+    def make_broker_service(self, config):
+        self.calls.append(config)
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
+class MakeServiceTests(SynchronousTestCase):
+    def options(self, *argv):
+        options = tap.Options()
+        options.parseOptions(list(argv))
+        return options
+
+    def test_calls_make_broker_service_with_config(self):
+        inner = service.Service()
+        fake = FakeBrokerModule(self, result=inner)
+        top = tap.makeService(self.options("--override", "num.partitions=4"))
+        self.assertIsInstance(top, service.MultiService)
+        self.assertEqual(list(top), [inner])
+        self.assertFalse(top.running)
+        (config,) = fake.calls
+        self.assertIsInstance(config, KafkaConfig)
+        self.assertEqual(config["num.partitions"], 4)
+
+    def test_multiservice_returned_as_is(self):
+        multi = service.MultiService()
+        FakeBrokerModule(self, result=multi)
+        self.assertIs(tap.makeService(self.options()), multi)
+
+    def test_bad_config_is_one_line_and_exit_2(self):
+        fake = FakeBrokerModule(self, result=service.Service())
+        err = io.StringIO()
+        e = self.assertRaises(SystemExit, tap.makeService,
+                              self.options("--override", "num.partitions=abc"), stderr=err)
+        self.assertEqual(e.code, 2)
+        self.assertEqual(err.getvalue(), "kafkatw: Invalid value abc for configuration "
+                                         "num.partitions: Not a number of type INT\n")
+        self.assertEqual(fake.calls, [])
+
+    def test_missing_config_file(self):
+        FakeBrokerModule(self, result=service.Service())
+        err = io.StringIO()
+        e = self.assertRaises(SystemExit, tap.makeService,
+                              self.options("--config", "/nonexistent/server.properties"),
+                              stderr=err)
+        self.assertEqual(e.code, 2)
+        self.assertEqual(err.getvalue(), "kafkatw: Cannot read config file "
+                                         "/nonexistent/server.properties: No such file or "
+                                         "directory\n")
+
+    def test_config_error_from_service_is_one_line(self):
+        FakeBrokerModule(self, error=ConfigError("log.dirs /x is not writable"))
+        err = io.StringIO()
+        e = self.assertRaises(SystemExit, tap.makeService, self.options(), stderr=err)
+        self.assertEqual(e.code, 2)
+        self.assertEqual(err.getvalue(), "kafkatw: log.dirs /x is not writable\n")
+
+
+class TwistdPluginTests(SynchronousTestCase):
+    """The plugin as twistd finds it, from a directory other than the project root."""
+
+    def run_twistd(self, *args):
+        cwd = self.mktemp()
+        os.makedirs(cwd)
+        env = dict(os.environ)
+        env.pop("PYTHONPATH", None)
+        proc = subprocess.run([TWISTD] + list(args), cwd=cwd, env=env, capture_output=True,
+                              text=True, timeout=60)
+        return proc
+
+    def test_help_lists_config_and_override(self):
+        if not os.path.exists(TWISTD):
+            raise self.skipTest("no twistd next to %s" % (sys.executable,))
+        proc = self.run_twistd("kafka", "--help")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertIn("--config=", proc.stdout)
+        self.assertIn("--override=", proc.stdout)
+
+    def test_bad_config_one_line_on_stderr(self):
+        if not os.path.exists(TWISTD):
+            raise self.skipTest("no twistd next to %s" % (sys.executable,))
+        proc = self.run_twistd("-n", "--pidfile=", "kafka", "--override", "num.io.threads=0")
+        self.assertEqual(proc.returncode, 2, proc.stdout + proc.stderr)
+        self.assertEqual(proc.stderr, "kafkatw: Invalid value 0 for configuration "
+                                      "num.io.threads: Value must be at least 1\n")
