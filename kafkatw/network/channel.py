@@ -87,7 +87,7 @@ class RequestChannel:
             self._dispatching = False
 
     def _release(self, request, now_ns):
-        if request.api_local_complete_ns == 0:
+        if request.api_local_complete_ns is None:
             request.api_local_complete_ns = now_ns if now_ns is not None else self.clock_ns()
         self.busy -= 1
         self._dispatch()

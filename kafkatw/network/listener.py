@@ -197,6 +197,6 @@ class SocketServer:
 
     def request_completed(self, request, response):
         api_name = self.wire.api_name(request.api_key)
-        total_ms = max(0, request.response_complete_ns - request.start_ns) / 1e6
+        total_ms = max(0, (request.response_complete_ns or request.start_ns) - request.start_ns) / 1e6
         self.metrics.record_request(api_name, total_ms)
         self.request_logger.log_request(request, api_name, response)

@@ -26,10 +26,11 @@ class RequestContext:
 class Request:
     """One decoded request plus its timing marks (``time.monotonic_ns`` of the clock).
 
-    Timing marks, as Kafka's ``RequestChannel.Request``:
+    Timing marks (``None`` until reached), as Kafka's ``RequestChannel.Request``:
     ``start_ns`` the frame was fully read; ``dequeue_ns`` a handler took it;
-    ``api_local_complete_ns`` the handler returned (its synchronous part);
-    ``api_remote_complete_ns`` its Deferred fired; ``response_dequeue_ns`` the
+    ``api_local_complete_ns`` the handler's own work ended (``handle()`` returned an
+    already-fired Deferred, or the handler called :meth:`mark_api_local_complete`, or
+    else when its Deferred fired); ``api_remote_complete_ns`` its Deferred fired; ``response_dequeue_ns`` the
     response was handed to the connection for writing; ``response_complete_ns`` the
     response was fully written to the socket.
     """
@@ -43,11 +44,11 @@ class Request:
     size = attr.ib()
     context = attr.ib()
     start_ns = attr.ib(default=0)
-    dequeue_ns = attr.ib(default=0)
-    api_local_complete_ns = attr.ib(default=0)
-    api_remote_complete_ns = attr.ib(default=0)
-    response_dequeue_ns = attr.ib(default=0)
-    response_complete_ns = attr.ib(default=0)
+    dequeue_ns = attr.ib(default=None)
+    api_local_complete_ns = attr.ib(default=None)
+    api_remote_complete_ns = attr.ib(default=None)
+    response_dequeue_ns = attr.ib(default=None)
+    response_complete_ns = attr.ib(default=None)
     throttle_time_ms = attr.ib(default=0)
     # optional short description for the request log (a handler may set it)
     summary = attr.ib(default=None)

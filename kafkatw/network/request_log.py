@@ -23,15 +23,19 @@ def _api_key_name(api_name):
 
 
 def _ms(later_ns, earlier_ns):
-    if not later_ns or not earlier_ns:
+    if later_ns is None or earlier_ns is None:
         return 0.0
     return round(max(0, later_ns - earlier_ns) / 1e6, 3)
 
 
 def request_times(request):
     """The request log's times (ms) from a completed request's marks, as Kafka computes them."""
-    local_done = request.api_local_complete_ns or request.api_remote_complete_ns
-    remote_done = request.api_remote_complete_ns or local_done
+    local_done = request.api_local_complete_ns
+    if local_done is None:
+        local_done = request.api_remote_complete_ns
+    remote_done = request.api_remote_complete_ns
+    if remote_done is None:
+        remote_done = local_done
     return {
         "totalTimeMs": _ms(request.response_complete_ns, request.start_ns),
         "requestQueueTimeMs": _ms(request.dequeue_ns, request.start_ns),
