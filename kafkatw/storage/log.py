@@ -96,6 +96,7 @@ class UnifiedLog:
         self._offline = False
         self.first_unstable_offset = None  # hook for transactions (offset or LogOffsetMetadata)
         self.producer_state_manager = None
+        self.roll_listener = None  # called with the new segment's base offset after a roll
         self.recovery_log = []  # what loading recovered, for the start-up log
         os.makedirs(directory, exist_ok=True)
         self.leader_epoch_cache = LeaderEpochFileCache(
@@ -441,6 +442,8 @@ class UnifiedLog:
         self._leo_metadata = LogOffsetMetadata(leo, new_base, 0)
         if self._hw_metadata.message_offset == leo:
             self._hw_metadata = self._leo_metadata
+        if self.roll_listener is not None:
+            self.roll_listener(self, new_base)
         return segment
 
     # -- read ---------------------------------------------------------------------------

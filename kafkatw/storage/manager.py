@@ -1,0 +1,378 @@
+"""LogManager: the logs of every log dir. Loads them (recovery after an unclean stop), creates
+and deletes partitions, runs retention, flushes, checkpoints, delayed file deletes and the
+cleaner on the injected reactor, with blocking work in a thread pool; marks failing dirs offline.
+"""
+
+import os
+import uuid
+
+from twisted.internet import defer, task, threads
+from twisted.logger import Logger
+
+from kafkatw.protocol import errors
+from kafkatw.protocol.errors import KafkaError
+
+from . import checkpoint
+from .config import LogConfig
+from .log import DELETE_DIR_SUFFIX, FUTURE_DIR_SUFFIX, UnifiedLog, parse_topic_partition
+
+log = Logger()
+
+_LONG_MAX = 2 ** 63 - 1
+
+
+def _int(props, name, default):
+    value = props.get(name)
+    return default if value is None else int(value)
+
+
+class LogManager:
+    def __init__(self, log_dirs, broker_defaults=None, reactor=None, threadpool=None):
+        if reactor is None:
+            from twisted.internet import reactor
+        self.log_dirs = [os.path.abspath(d) for d in log_dirs]
+        self.broker_defaults = dict(broker_defaults or {})
+        self._reactor = reactor
+        self._threadpool = threadpool
+        self._logs = {}
+        self._overrides = {}
+        self._offline_dirs = set()
+        self._loops = []
+        self._busy = set()
+        self._pending_deletes = []
+        self.cleaner = None
+        self.default_config = LogConfig.from_props(self.broker_defaults, {})
+        self.recovery_summary = []
+
+    # -- time and threads ---------------------------------------------------------------
+
+    def now_ms(self):
+        return int(self._reactor.seconds() * 1000)
+
+    def run_blocking(self, fn, *args):
+        """Run ``fn`` in the thread pool (inline without one, as in tests); a Deferred."""
+        if self._threadpool is None:
+            return defer.maybeDeferred(fn, *args)
+        return threads.deferToThreadPool(self._reactor, self._threadpool, fn, *args)
+
+    def _schedule(self, delay_ms, fn):
+        call = self._reactor.callLater(max(0, delay_ms) / 1000.0, self._run_delete, fn)
+        self._pending_deletes.append(call)
+
+    def _run_delete(self, fn):
+        self._pending_deletes = [c for c in self._pending_deletes if c.active()]
+        d = self.run_blocking(fn)
+        d.addErrback(lambda f: log.failure("delayed file delete failed", f))
+
+    # -- offline dirs -------------------------------------------------------------------
+
+    @property
+    def offline_dirs(self):
+        return frozenset(self._offline_dirs)
+
+    @property
+    def online_dirs(self):
+        return [d for d in self.log_dirs if d not in self._offline_dirs]
+
+    def _dir_of(self, lg):
+        return os.path.dirname(lg.dir)
+
+    def handle_dir_failure(self, directory, exc=None):
+        directory = os.path.abspath(directory)
+        if directory in self._offline_dirs:
+            return
+        self._offline_dirs.add(directory)
+        log.error("log dir {dir} is offline after an I/O error: {exc}", dir=directory, exc=exc)
+        for lg in self._logs.values():
+            if self._dir_of(lg) == directory:
+                lg.mark_offline()
+                lg.close_handlers()
+
+    # -- loading ------------------------------------------------------------------------
+
+    def _config_for(self, topic):
+        return LogConfig.from_props(self.broker_defaults, self._overrides.get(topic, {}))
+
+    def load_logs(self):
+        """Open every log in every dir (recovering after an unclean stop)."""
+        for directory in self.log_dirs:
+            try:
+                self._load_dir(directory)
+            except OSError as e:
+                self.handle_dir_failure(directory, e)
+        return self.recovery_summary
+
+    def _load_dir(self, directory):
+        os.makedirs(directory, exist_ok=True)
+        marker = os.path.join(directory, checkpoint.CLEAN_SHUTDOWN_FILE)
+        clean = os.path.exists(marker)
+        recovery_points = self._read_checkpoint(directory, checkpoint.RECOVERY_POINT_CHECKPOINT)
+        start_offsets = self._read_checkpoint(directory, checkpoint.LOG_START_OFFSET_CHECKPOINT)
+        hws = self._read_checkpoint(directory, checkpoint.REPLICATION_OFFSET_CHECKPOINT)
+        for name in sorted(os.listdir(directory)):
+            path = os.path.join(directory, name)
+            if not os.path.isdir(path):
+                continue
+            if name.endswith(DELETE_DIR_SUFFIX):
+                self._schedule(0, lambda p=path: _rmtree(p))
+                continue
+            if name.endswith(FUTURE_DIR_SUFFIX):
+                continue
+            try:
+                topic, partition = parse_topic_partition(name)
+            except ValueError:
+                continue
+            tp = (topic, partition)
+            lg = UnifiedLog(path, self._config_for(topic), topic, partition,
+                            clock=self.now_ms,
+                            recovery_point=recovery_points.get(tp, 0),
+                            log_start_offset=start_offsets.get(tp, 0),
+                            high_watermark=hws.get(tp),
+                            needs_recovery=not clean,
+                            dir_failure_handler=self.handle_dir_failure,
+                            scheduler=self._schedule)
+            self._attach(lg)
+            if lg.recovery_log:
+                self.recovery_summary.append((tp, list(lg.recovery_log)))
+        if clean:
+            os.unlink(marker)
+        log.info("loaded {n} log(s) from {dir} ({how})",
+                 n=sum(1 for lg in self._logs.values() if self._dir_of(lg) == directory),
+                 dir=directory, how="clean shutdown" if clean else "recovered after unclean stop")
+
+    def _read_checkpoint(self, directory, name):
+        try:
+            return checkpoint.read_offsets(os.path.join(directory, name))
+        except checkpoint.CheckpointError as e:
+            log.warn("ignoring {name} in {dir}: {e}", name=name, dir=directory, e=e)
+            return {}
+
+    def _attach(self, lg):
+        lg.roll_listener = self._on_roll
+        self._logs[(lg.topic, lg.partition)] = lg
+
+    def _on_roll(self, lg, new_base):
+        """Flush the segments before the new one in a thread (Kafka's flushUptoOffsetExclusive)."""
+        d = self.run_blocking(lg.flush, new_base)
+        d.addErrback(self._log_error, "flush after roll of %s-%d" % (lg.topic, lg.partition))
+
+    def _log_error(self, failure, what):
+        if not failure.check(KafkaError):
+            log.failure("{what} failed", failure, what=what)
+
+    # -- partitions ---------------------------------------------------------------------
+
+    def get_log(self, topic, partition):
+        return self._logs.get((topic, partition))
+
+    def all_logs(self):
+        return list(self._logs.values())
+
+    def _next_log_dir(self):
+        online = self.online_dirs
+        if not online:
+            raise KafkaError(errors.KAFKA_STORAGE_ERROR, "no online log dir")
+        counts = {d: 0 for d in online}
+        for lg in self._logs.values():
+            d = self._dir_of(lg)
+            if d in counts:
+                counts[d] += 1
+        return min(online, key=lambda d: (counts[d], online.index(d)))
+
+    def get_or_create_log(self, topic, partition, topic_id=None, overrides=None):
+        lg = self._logs.get((topic, partition))
+        if lg is not None:
+            if lg.topic_id is None and topic_id is not None:
+                from .log import write_partition_metadata
+                write_partition_metadata(lg._metadata_path, topic_id)
+                lg.topic_id = topic_id
+            return lg
+        if overrides is not None:
+            self._overrides[topic] = dict(overrides)
+        directory = self._next_log_dir()
+        path = os.path.join(directory, "%s-%d" % (topic, partition))
+        try:
+            lg = UnifiedLog(path, self._config_for(topic), topic, partition, topic_id=topic_id,
+                            clock=self.now_ms, dir_failure_handler=self.handle_dir_failure,
+                            scheduler=self._schedule)
+        except OSError as e:
+            self.handle_dir_failure(directory, e)
+            raise KafkaError(errors.KAFKA_STORAGE_ERROR, "cannot create log %s: %s" % (path, e))
+        self._attach(lg)
+        log.info("created log for {topic}-{partition} in {dir}", topic=topic,
+                 partition=partition, dir=directory)
+        return lg
+
+    def delete_log(self, topic, partition):
+        """Rename the partition dir to ``<tp>.<uuid>-delete`` and remove it later."""
+        lg = self._logs.pop((topic, partition), None)
+        if lg is None:
+            return None
+        if lg.is_offline:
+            return lg
+        new_dir = os.path.join(os.path.dirname(lg.dir), "%s-%d.%s%s" % (
+            topic, partition, uuid.uuid4().hex, DELETE_DIR_SUFFIX))
+        try:
+            lg.rename_dir(new_dir)
+        except OSError as e:
+            self.handle_dir_failure(self._dir_of(lg), e)
+            return lg
+        lg.mark_offline()
+        delay = lg.config.file_delete_delay_ms
+        self._schedule(delay, lg.delete)
+        if self.cleaner is not None:
+            self.cleaner.abort(lg)
+        return lg
+
+    def update_log_config(self, topic, overrides):
+        self._overrides[topic] = dict(overrides or {})
+        config = self._config_for(topic)
+        for (t, _p), lg in self._logs.items():
+            if t == topic:
+                lg.update_config(config)
+        return config
+
+    def update_broker_defaults(self, broker_defaults):
+        self.broker_defaults.update(broker_defaults)
+        self.default_config = LogConfig.from_props(self.broker_defaults, {})
+        for lg in self._logs.values():
+            lg.update_config(self._config_for(lg.topic))
+
+    # -- background work ----------------------------------------------------------------
+
+    def start(self):
+        props = self.broker_defaults
+        self._loop(self.cleanup_logs, _int(props, "log.retention.check.interval.ms", 300000))
+        flush_interval = _int(props, "log.flush.scheduler.interval.ms", _LONG_MAX)
+        if flush_interval < _LONG_MAX:
+            self._loop(self.flush_dirty_logs, flush_interval)
+        self._loop(self.checkpoint_recovery_offsets,
+                   _int(props, "log.flush.offset.checkpoint.interval.ms", 60000))
+        self._loop(self.checkpoint_log_start_offsets,
+                   _int(props, "log.flush.start.offset.checkpoint.interval.ms", 60000))
+        self._loop(self.checkpoint_high_watermarks,
+                   _int(props, "replica.high.watermark.checkpoint.interval.ms", 5000))
+        if str(props.get("log.cleaner.enable", "true")).lower() == "true":
+            from .cleaner import LogCleaner
+            self.cleaner = LogCleaner(self, _int(props, "log.cleaner.backoff.ms", 15000))
+            self._loop(self.cleaner.run_once, self.cleaner.backoff_ms)
+
+    def _loop(self, fn, interval_ms):
+        name = fn.__name__
+
+        def guarded():
+            if name in self._busy:
+                return None
+            self._busy.add(name)
+            d = defer.maybeDeferred(fn)
+            d.addErrback(lambda f: log.failure("{name} failed", f, name=name))
+            d.addBoth(lambda _: self._busy.discard(name))
+            return None
+
+        loop = task.LoopingCall(guarded)
+        loop.clock = self._reactor
+        loop.start(interval_ms / 1000.0, now=False)
+        self._loops.append(loop)
+
+    def cleanup_logs(self):
+        """Retention for every online log; returns the number of segments deleted."""
+        total = 0
+        now = self.now_ms()
+        for lg in list(self._logs.values()):
+            if lg.is_offline:
+                continue
+            try:
+                total += lg.delete_old_segments(now)
+            except KafkaError:
+                pass
+        return total
+
+    def flush_dirty_logs(self):
+        now = self.now_ms()
+        due = [lg for lg in self._logs.values()
+               if not lg.is_offline and now - lg.last_flush_ms >= lg.config.flush_ms]
+
+        def work():
+            for lg in due:
+                try:
+                    lg.flush()
+                except KafkaError:
+                    pass
+        return self.run_blocking(work)
+
+    def _offsets_by_dir(self, getter):
+        out = {d: {} for d in self.online_dirs}
+        for (topic, partition), lg in self._logs.items():
+            d = self._dir_of(lg)
+            if d in out and not lg.is_offline:
+                out[d][(topic, partition)] = getter(lg)
+        return out
+
+    def _write_checkpoints(self, name, getter):
+        snapshot = self._offsets_by_dir(getter)
+
+        def work():
+            failed = []
+            for d, offsets in snapshot.items():
+                try:
+                    checkpoint.write_offsets(os.path.join(d, name), offsets)
+                except OSError as e:
+                    failed.append((d, e))
+            return failed
+
+        d = self.run_blocking(work)
+        d.addCallback(lambda failed: [self.handle_dir_failure(p, e) for p, e in failed])
+        return d
+
+    def checkpoint_recovery_offsets(self):
+        return self._write_checkpoints(checkpoint.RECOVERY_POINT_CHECKPOINT,
+                                       lambda lg: lg.recovery_point)
+
+    def checkpoint_log_start_offsets(self):
+        return self._write_checkpoints(checkpoint.LOG_START_OFFSET_CHECKPOINT,
+                                       lambda lg: lg.log_start_offset)
+
+    def checkpoint_high_watermarks(self):
+        return self._write_checkpoints(checkpoint.REPLICATION_OFFSET_CHECKPOINT,
+                                       lambda lg: lg.high_watermark)
+
+    def shutdown(self):
+        """Flush and close every log, write checkpoints and the clean-shutdown markers."""
+        for loop in self._loops:
+            if loop.running:
+                loop.stop()
+        self._loops = []
+        if self.cleaner is not None:
+            self.cleaner.shutdown()
+        for call in self._pending_deletes:
+            if call.active():
+                call.cancel()  # .deleted files and -delete dirs are removed on the next load
+        self._pending_deletes = []
+        for lg in self._logs.values():
+            if lg.is_offline:
+                continue
+            try:
+                lg.flush()
+                lg.close()
+            except (KafkaError, OSError) as e:
+                self.handle_dir_failure(self._dir_of(lg), e)
+        for d in self.online_dirs:
+            offsets = self._offsets_by_dir
+            try:
+                checkpoint.write_offsets(os.path.join(d, checkpoint.RECOVERY_POINT_CHECKPOINT),
+                                         offsets(lambda lg: lg.recovery_point).get(d, {}))
+                checkpoint.write_offsets(os.path.join(d, checkpoint.LOG_START_OFFSET_CHECKPOINT),
+                                         offsets(lambda lg: lg.log_start_offset).get(d, {}))
+                checkpoint.write_offsets(
+                    os.path.join(d, checkpoint.REPLICATION_OFFSET_CHECKPOINT),
+                    offsets(lambda lg: lg.high_watermark).get(d, {}))
+                with open(os.path.join(d, checkpoint.CLEAN_SHUTDOWN_FILE), "w") as f:
+                    f.flush()
+                    os.fsync(f.fileno())
+            except OSError as e:
+                self.handle_dir_failure(d, e)
+
+
+def _rmtree(path):
+    import shutil
+    shutil.rmtree(path, ignore_errors=True)
