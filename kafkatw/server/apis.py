@@ -1,0 +1,181 @@
+"""KafkaApis: dispatch of decoded requests by API key to the handler modules, the advertised
+API versions, and turning handler failures into error responses (Kafka's ``KafkaApis.handle``).
+
+It owns no protocol logic of its own: each family lives in ``kafkatw.server.handlers.*``.
+"""
+
+from twisted.internet import defer
+from twisted.logger import Logger
+from zope.interface import implementer
+
+from kafkatw.network.interfaces import IRequestHandler
+from kafkatw.network.request import Response
+from kafkatw.protocol import errors
+from kafkatw.protocol import messages
+from kafkatw.protocol.errors import KafkaError
+from kafkatw.server.handlers import (
+    api_versions,
+    fetch,
+    init_producer_id,
+    list_offsets,
+    metadata,
+    produce,
+    topics,
+)
+
+log = Logger()
+
+DEFAULT_HANDLERS = (
+    api_versions,
+    metadata,
+    topics.CREATE_TOPICS,
+    topics.DELETE_TOPICS,
+    produce,
+    fetch,
+    list_offsets,
+    init_producer_id,
+)
+
+
+class _Registered:
+    __slots__ = ("handler", "versions")
+
+    def __init__(self, handler, versions):
+        self.handler = handler
+        self.versions = versions
+
+
+@implementer(IRequestHandler)
+class KafkaApis:
+    """The broker's :class:`IRequestHandler`.
+
+    A handler is any object (usually a module) with ``API_KEY``, ``VERSIONS`` (Kafka 4.0's
+    served range), ``handle(apis, request)`` returning a response body, a
+    :class:`Response` or a Deferred of either, and ``error_response(request, code, message)``
+    building that API's body with every error code set (or ``None`` when the API has none,
+    in which case a failure closes the connection, as Kafka does).
+
+    The advertised range is Kafka's range clipped to what the generated codec can encode,
+    so nothing is advertised that cannot be answered.
+    """
+
+    def __init__(self, config, metadata, replica_manager=None, fetch_manager=None, clock=None,
+                 log_manager=None, txn_coordinator=None, supported_features=(),
+                 finalized_features=(), finalized_features_epoch=-1, handlers=DEFAULT_HANDLERS):
+        self.config = config
+        self.metadata = metadata
+        self.replica_manager = replica_manager
+        self.fetch_manager = fetch_manager
+        self.clock = clock
+        self.log_manager = log_manager
+        self.txn_coordinator = txn_coordinator
+        # ApiVersions v3+ feature lists: [(name, min, max)] / [(name, min_level, max_level)]
+        self.supported_features = list(supported_features)
+        self.finalized_features = list(finalized_features)
+        self.finalized_features_epoch = finalized_features_epoch
+        self._handlers = {}
+        for handler in handlers:
+            self.register(handler)
+        if log_manager is not None and metadata is not None:
+            metadata.add_listener(self._sync_logs)
+
+    # -- registry ------------------------------------------------------------------------
+
+    def register(self, handler, versions=None):
+        """Serve ``handler.API_KEY``; ``versions`` overrides ``handler.VERSIONS``."""
+        lo, hi = versions if versions is not None else handler.VERSIONS
+        cls = messages.REQUESTS.get(handler.API_KEY)
+        if cls is not None:
+            lo = max(lo, cls.VALID_VERSIONS[0])
+            hi = min(hi, cls.VALID_VERSIONS[1])
+            resp = messages.RESPONSES[handler.API_KEY]
+            hi = min(hi, resp.VALID_VERSIONS[1])
+        if lo > hi:
+            raise ValueError("no version of API %d can be served" % handler.API_KEY)
+        self._handlers[handler.API_KEY] = _Registered(handler, (lo, hi))
+
+    def api_versions(self):
+        return {key: reg.versions for key, reg in self._handlers.items()}
+
+    # -- config access -------------------------------------------------------------------
+
+    def config_value(self, name, default=None):
+        """A typed broker config value, or ``default`` when the config doesn't know the name."""
+        try:
+            value = self.config[name]
+        except (KeyError, TypeError, AttributeError):
+            return default
+        return default if value is None else value
+
+    @property
+    def node_id(self):
+        return self.metadata.node_id
+
+    def now_ms(self):
+        if self.clock is None:
+            import time
+
+            return int(time.time() * 1000)
+        return int(self.clock.seconds() * 1000)
+
+    # -- dispatch ------------------------------------------------------------------------
+
+    def handle(self, request):
+        reg = self._handlers.get(request.api_key)
+        if reg is None:
+            # The network layer rejects unknown keys first; if one slips through, close as Kafka does.
+            log.error("no handler for API key {key}", key=request.api_key)
+            return defer.succeed(Response(None, close_connection=True))
+        d = defer.maybeDeferred(reg.handler.handle, self, request)
+        d.addCallback(_as_response)
+        d.addErrback(self._on_failure, request, reg.handler)
+        return d
+
+    def _on_failure(self, failure, request, handler):
+        exc = failure.value
+        if isinstance(exc, KafkaError):
+            code, message = exc.code, exc.message
+        else:
+            code, message = errors.UNKNOWN_SERVER_ERROR, None
+            log.failure(
+                "Error when handling request: clientId={client_id}, correlationId={corr}, "
+                "api={api}, version={version}",
+                failure, client_id=request.client_id, corr=request.correlation_id,
+                api=messages.API_NAMES.get(request.api_key, request.api_key), version=request.api_version,
+            )
+        build = getattr(handler, "error_response", None)
+        body = None
+        if build is not None:
+            try:
+                body = build(request, code, message)
+            except Exception:
+                log.failure("building the error response failed")
+                body = None
+        if body is None:
+            return Response(None, close_connection=True)
+        return Response(body)
+
+    # -- topic lifecycle -> partition logs -----------------------------------------------
+
+    def _sync_logs(self, event, info):
+        from kafkatw.cluster.metadata import TOPIC_CREATED, TOPIC_DELETED
+
+        if event == TOPIC_CREATED:
+            for p in range(info.num_partitions):
+                self.log_manager.get_or_create_log(info.name, p, info.topic_id, info.configs)
+        elif event == TOPIC_DELETED:
+            for p in range(info.num_partitions):
+                self.log_manager.delete_log(info.name, p)
+
+
+def _as_response(result):
+    if isinstance(result, Response):
+        return result
+    return Response(result)
+
+
+def throttle_response(body, throttle_time_ms):
+    """Set ``throttle_time_ms`` on a body that has the field (quota hook; 0 without quotas)."""
+    if hasattr(body, "throttle_time_ms"):
+        body.throttle_time_ms = throttle_time_ms
+    return body

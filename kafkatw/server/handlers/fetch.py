@@ -1,0 +1,224 @@
+"""Fetch (key 1, v4-v17), as seed 000 describes KafkaApis.handleFetchRequest: resolve topic
+ids, let the fetch session (KIP-227) decide what to read, split unknown partitions off, bound the
+read by min(request, ``fetch.max.bytes``), hand the rest to the replica manager (long polling
+happens there) and build the response with the records as file regions, never read here.
+"""
+
+import attr
+from twisted.internet import defer
+from twisted.logger import Logger
+
+from kafkatw.network.request import Response
+from kafkatw.protocol import errors
+from kafkatw.protocol.messages import FetchResponse
+from kafkatw.server.fetch_session import (
+    LEGACY,
+    ZERO_UUID,
+    FetchMetadata,
+    SessionlessFetchContext,
+    TopicIdPartition,
+)
+
+try:  # the replica manager owns these value types
+    from kafkatw.server.replica_manager import FetchParams, PartitionData
+except ImportError:  # pragma: no cover - until the replica manager lands
+
+    @attr.s(slots=True, frozen=True)
+    class FetchParams:
+        replica_id = attr.ib()
+        max_wait_ms = attr.ib()
+        min_bytes = attr.ib()
+        max_bytes = attr.ib()
+        isolation_level = attr.ib()
+        replica_epoch = attr.ib(default=-1)
+
+    @attr.s(slots=True, frozen=True)
+    class PartitionData:
+        fetch_offset = attr.ib()
+        log_start_offset = attr.ib()
+        max_bytes = attr.ib()
+        current_leader_epoch = attr.ib()
+        last_fetched_epoch = attr.ib()
+        topic_id = attr.ib()
+
+log = Logger()
+
+API_KEY = 1
+VERSIONS = (4, 17)
+
+INVALID_HIGH_WATERMARK = -1
+INVALID_LAST_STABLE_OFFSET = -1
+INVALID_LOG_START_OFFSET = -1
+DEFAULT_FETCH_MAX_BYTES = 55 * 1024 * 1024
+
+
+@attr.s(slots=True)
+class ErrorPartitionData:
+    """A partition answered with an error without reading (the fields the session looks at)."""
+
+    error = attr.ib()
+    high_watermark = attr.ib(default=INVALID_HIGH_WATERMARK)
+    last_stable_offset = attr.ib(default=INVALID_LAST_STABLE_OFFSET)
+    log_start_offset = attr.ib(default=INVALID_LOG_START_OFFSET)
+    records = attr.ib(default=None)
+    aborted_transactions = attr.ib(default=None)
+    diverging_epoch = attr.ib(default=None)
+    preferred_read_replica = attr.ib(default=-1)
+
+
+def replica_id_of(request):
+    body = request.body
+    if request.api_version >= 15:
+        return body.replica_state.replica_id
+    return body.replica_id
+
+
+def decode_fetch_data(apis, request):
+    """(FetchMetadata, [(TopicIdPartition, PartitionData)], [TopicIdPartition]) of a request."""
+    body = request.body
+    version = request.api_version
+    meta = apis.metadata
+    uses_topic_ids = version >= 13
+    fetch_data = []
+    for t in body.topics:
+        if uses_topic_ids:
+            topic_id, name = t.topic_id, meta.topic_name(t.topic_id)
+        else:
+            topic_id, name = ZERO_UUID, t.topic
+        for p in t.partitions:
+            key = TopicIdPartition(topic_id, name, p.partition)
+            fetch_data.append((key, PartitionData(
+                fetch_offset=p.fetch_offset,
+                log_start_offset=p.log_start_offset,
+                max_bytes=p.partition_max_bytes,
+                current_leader_epoch=p.current_leader_epoch,
+                last_fetched_epoch=p.last_fetched_epoch,
+                topic_id=topic_id,
+            )))
+    to_forget = []
+    if version >= 7:
+        for t in body.forgotten_topics_data:
+            if uses_topic_ids:
+                topic_id, name = t.topic_id, meta.topic_name(t.topic_id)
+            else:
+                topic_id, name = ZERO_UUID, t.topic
+            for p in t.partitions:
+                to_forget.append(TopicIdPartition(topic_id, name, p))
+        metadata = FetchMetadata(body.session_id, body.session_epoch)
+    else:
+        metadata = LEGACY
+    return metadata, fetch_data, to_forget
+
+
+def handle(apis, request):
+    body = request.body
+    version = request.api_version
+    meta = apis.metadata
+    replica_id = replica_id_of(request)
+    is_follower = replica_id >= 0
+    metadata, fetch_data, to_forget = decode_fetch_data(apis, request)
+    if apis.fetch_manager is not None:
+        context = apis.fetch_manager.new_context(metadata, fetch_data, to_forget, is_follower,
+                                                 uses_topic_ids=version >= 13)
+    else:
+        context = SessionlessFetchContext(fetch_data)
+
+    interesting = []  # ((topic, partition), PartitionData)
+    keys = {}  # (topic, partition) -> TopicIdPartition
+    erroneous = []  # (TopicIdPartition, ErrorPartitionData)
+    for key, data in context.partitions_to_fetch():
+        if key.topic is None:
+            erroneous.append((key, ErrorPartitionData(errors.UNKNOWN_TOPIC_ID)))
+        elif not meta.contains_partition(key.topic, key.partition):
+            erroneous.append((key, ErrorPartitionData(errors.UNKNOWN_TOPIC_OR_PARTITION)))
+        else:
+            tp = (key.topic, key.partition)
+            keys[tp] = key
+            interesting.append((tp, data))
+
+    fetch_max_bytes = min(body.max_bytes, int(apis.config_value("fetch.max.bytes", DEFAULT_FETCH_MAX_BYTES)))
+    fetch_min_bytes = min(body.min_bytes, fetch_max_bytes)
+    params = FetchParams(
+        replica_id=replica_id,
+        max_wait_ms=body.max_wait_ms,
+        min_bytes=fetch_min_bytes,
+        max_bytes=fetch_max_bytes,
+        isolation_level=body.isolation_level,
+    )
+
+    if interesting and context.error == errors.NONE:
+        d = defer.maybeDeferred(apis.replica_manager.fetch_messages, params, interesting)
+    else:
+        d = defer.succeed([])
+
+    def respond(results):
+        updates = []
+        for tp, data in results:
+            key = keys.get(tp, tp) if not isinstance(tp, TopicIdPartition) else tp
+            updates.append((key, data))
+        updates.extend(erroneous)
+        response_data = context.update_and_generate_response_data(updates)
+        return Response(build_response(version, response_data.error, response_data.session_id,
+                                       response_data.partitions))
+
+    d.addCallback(respond)
+    return d
+
+
+def _partition_response(key, data):
+    records = data.records
+    if records is None or len(records) == 0:
+        records = b""
+    aborted = data.aborted_transactions
+    if aborted is not None:
+        aborted = [
+            a if isinstance(a, FetchResponse.AbortedTransaction) else FetchResponse.AbortedTransaction(
+                producer_id=a[0] if isinstance(a, tuple) else a.producer_id,
+                first_offset=a[1] if isinstance(a, tuple) else a.first_offset)
+            for a in aborted
+        ]
+    out = FetchResponse.PartitionData(
+        partition_index=key.partition,
+        error_code=data.error,
+        high_watermark=data.high_watermark,
+        last_stable_offset=data.last_stable_offset,
+        log_start_offset=data.log_start_offset,
+        aborted_transactions=aborted,
+        preferred_read_replica=data.preferred_read_replica if data.preferred_read_replica is not None else -1,
+        records=records,
+    )
+    diverging = data.diverging_epoch
+    if diverging is not None:
+        epoch = diverging[0] if isinstance(diverging, tuple) else diverging.epoch
+        end_offset = diverging[1] if isinstance(diverging, tuple) else diverging.end_offset
+        out.diverging_epoch = FetchResponse.EpochEndOffset(epoch=epoch, end_offset=end_offset)
+    return out
+
+
+def build_response(version, error, session_id, partitions):
+    """FetchResponse of [(TopicIdPartition, data)], consecutive partitions of a topic grouped."""
+    topics = []
+    last = None
+    for key, data in partitions:
+        ident = key.topic_id if version >= 13 else key.topic
+        if last is None or last[0] != ident:
+            entry = FetchResponse.FetchableTopicResponse(
+                topic=key.topic or "", topic_id=key.topic_id, partitions=[])
+            topics.append(entry)
+            last = (ident, entry)
+        last[1].partitions.append(_partition_response(key, data))
+    return FetchResponse(throttle_time_ms=0, error_code=error, session_id=session_id, responses=topics)
+
+
+def error_response(request, code, message):
+    """Kafka's FetchRequest.getErrorResponse: the top-level error (v7+), and before v13 the same
+    error on every requested partition too."""
+    version = request.api_version
+    body = request.body
+    parts = []
+    if version < 13:
+        for t in body.topics:
+            for p in t.partitions:
+                parts.append((TopicIdPartition(ZERO_UUID, t.topic, p.partition), ErrorPartitionData(code)))
+    session_id = body.session_id if version >= 7 else 0
+    return build_response(version, code, session_id, parts)

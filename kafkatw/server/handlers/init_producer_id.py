@@ -1,0 +1,42 @@
+"""InitProducerId (key 22, v0-v5) for idempotent producers: a fresh producer id (never reused,
+the metadata store persists the id block high-water) and epoch 0. Transactional ids go to the
+transaction coordinator when there is one; without it they are refused clearly.
+"""
+
+from twisted.logger import Logger
+
+from kafkatw.protocol import errors
+from kafkatw.protocol.errors import KafkaError
+from kafkatw.protocol.messages import InitProducerIdResponse
+
+log = Logger()
+
+API_KEY = 22
+VERSIONS = (0, 5)
+
+
+def handle(apis, request):
+    body = request.body
+    transactional_id = body.transactional_id
+    if transactional_id is None:
+        # Kafka's TransactionCoordinator.handleInitProducerId: without a transactional id the
+        # request is accepted blindly with a new producer id at epoch 0, even when it names an
+        # existing producer id/epoch (KIP-360 bumps only apply to transactional producers).
+        try:
+            producer_id = apis.metadata.next_producer_id()
+        except KafkaError as e:
+            return error_response(request, e.code, e.message)
+        return InitProducerIdResponse(throttle_time_ms=0, error_code=errors.NONE,
+                                      producer_id=producer_id, producer_epoch=0)
+    if transactional_id == "":
+        return error_response(request, errors.INVALID_REQUEST, None)
+    coordinator = apis.txn_coordinator
+    if coordinator is not None:
+        return coordinator.handle_init_producer_id(request)
+    log.info("InitProducerId for transactional id {tid} refused: transactions are not supported",
+             tid=transactional_id)
+    return error_response(request, errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, None)
+
+
+def error_response(request, code, message):
+    return InitProducerIdResponse(throttle_time_ms=0, error_code=code, producer_id=-1, producer_epoch=-1)

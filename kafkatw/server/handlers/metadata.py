@@ -1,0 +1,165 @@
+"""Metadata (key 3, v0-v12): brokers of the request's listener, cluster and controller id,
+topics with ids, partitions led by this node, auto-creation (``auto.create.topics.enable``).
+Topic creation itself is the metadata store's; this module only decides when to ask for it.
+"""
+
+from twisted.logger import Logger
+
+from kafkatw.cluster.metadata import INTERNAL_TOPICS, ZERO_UUID, is_valid_topic_name
+from kafkatw.protocol import errors
+from kafkatw.protocol.errors import KafkaError
+from kafkatw.protocol.messages import MetadataResponse
+
+log = Logger()
+
+API_KEY = 3
+VERSIONS = (0, 13)
+
+AUTHORIZED_OPERATIONS_OMITTED = -2147483648
+# AclOperation codes supported on each resource type (Kafka's AclEntry.supportedOperations).
+READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE = 3, 4, 5, 6, 7, 8
+CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE = 9, 10, 11, 12
+TOPIC_OPERATIONS = (READ, WRITE, CREATE, DESCRIBE, DELETE, ALTER, DESCRIBE_CONFIGS, ALTER_CONFIGS)
+CLUSTER_OPERATIONS = (CREATE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE, ALTER, DESCRIBE)
+
+
+def operations_bitfield(ops):
+    bits = 0
+    for op in ops:
+        bits |= 1 << op
+    return bits
+
+
+def listener_endpoint(apis, listener_name):
+    """This node's advertised (host, port) on ``listener_name``, or None."""
+    endpoints = list(getattr(apis.config, "advertised_listeners", None) or [])
+    for ep in endpoints:
+        if ep.listener_name == listener_name:
+            return ep
+    if listener_name is None and endpoints:
+        return endpoints[0]
+    return None
+
+
+def brokers(apis, request):
+    ep = listener_endpoint(apis, getattr(request.context, "listener_name", None))
+    if ep is None:
+        return []
+    return [MetadataResponse.MetadataResponseBroker(
+        node_id=apis.node_id, host=ep.host, port=ep.port, rack=apis.config_value("broker.rack"))]
+
+
+def maybe_auto_create(apis, name):
+    """Create topic ``name`` with the broker defaults; returns an error code (NONE on success)."""
+    if name in INTERNAL_TOPICS:
+        # Internal topics are created by their coordinators with their own settings.
+        return errors.UNKNOWN_TOPIC_OR_PARTITION
+    try:
+        apis.metadata.create_topic(name, int(apis.config_value("num.partitions", 1)))
+    except KafkaError as e:
+        if e.code == errors.TOPIC_ALREADY_EXISTS:
+            return errors.NONE
+        log.info("auto-creation of topic {name} failed: {err}", name=name, err=e)
+        return e.code
+    log.info("auto-created topic {name}", name=name)
+    return errors.NONE
+
+
+def topic_response(apis, request, info, include_ops, has_endpoint):
+    version = request.api_version
+    partition_error = errors.NONE
+    if not has_endpoint:
+        partition_error = errors.LISTENER_NOT_FOUND if version >= 6 else errors.LEADER_NOT_AVAILABLE
+    node = apis.node_id
+    partitions = []
+    for p in range(info.num_partitions):
+        partitions.append(MetadataResponse.MetadataResponsePartition(
+            error_code=partition_error,
+            partition_index=p,
+            leader_id=node if partition_error == errors.NONE else -1,
+            leader_epoch=info.leader_epochs[p],
+            replica_nodes=[node],
+            isr_nodes=[node],
+            offline_replicas=[],
+        ))
+    return MetadataResponse.MetadataResponseTopic(
+        error_code=errors.NONE,
+        name=info.name,
+        topic_id=info.topic_id,
+        is_internal=info.is_internal,
+        partitions=partitions,
+        topic_authorized_operations=(operations_bitfield(TOPIC_OPERATIONS) if include_ops
+                                     else AUTHORIZED_OPERATIONS_OMITTED),
+    )
+
+
+def error_topic(request, name, code, topic_id=ZERO_UUID):
+    if name is None and request.api_version < 12:
+        name = ""
+    return MetadataResponse.MetadataResponseTopic(
+        error_code=code, name=name, topic_id=topic_id,
+        is_internal=name in INTERNAL_TOPICS if name else False, partitions=[])
+
+
+def handle(apis, request):
+    body = request.body
+    version = request.api_version
+    meta = apis.metadata
+    include_ops = bool(getattr(body, "include_topic_authorized_operations", False)) and version >= 8
+    allow_auto = True if version < 4 else bool(body.allow_auto_topic_creation)
+    auto_create = allow_auto and bool(apis.config_value("auto.create.topics.enable", True))
+
+    broker_list = brokers(apis, request)
+    has_endpoint = bool(broker_list)
+    topics_out = []
+    requested = body.topics
+    if requested is None or (version == 0 and not requested):
+        for name in sorted(meta.topics):
+            topics_out.append(topic_response(apis, request, meta.topics[name], include_ops, has_endpoint))
+    else:
+        seen = set()
+        for t in requested:
+            topic_id = getattr(t, "topic_id", ZERO_UUID) or ZERO_UUID
+            name = t.name
+            if topic_id != ZERO_UUID and name is None:
+                info = meta.topic_by_id(topic_id)
+                if info is None:
+                    if ("id", topic_id) not in seen:
+                        seen.add(("id", topic_id))
+                        topics_out.append(error_topic(request, None, errors.UNKNOWN_TOPIC_ID, topic_id))
+                    continue
+                name = info.name
+            if name in seen:
+                continue
+            seen.add(name)
+            info = meta.get_topic(name)
+            if info is None:
+                if not is_valid_topic_name(name):
+                    topics_out.append(error_topic(request, name, errors.INVALID_TOPIC_EXCEPTION))
+                    continue
+                code = maybe_auto_create(apis, name) if auto_create else errors.UNKNOWN_TOPIC_OR_PARTITION
+                info = meta.get_topic(name) if code == errors.NONE else None
+                if info is None:
+                    topics_out.append(error_topic(request, name, code or errors.UNKNOWN_TOPIC_OR_PARTITION))
+                    continue
+            topics_out.append(topic_response(apis, request, info, include_ops, has_endpoint))
+
+    response = MetadataResponse(
+        throttle_time_ms=0,
+        brokers=broker_list,
+        cluster_id=meta.cluster_id,
+        # KRaft brokers report a live broker as "controller"; on one node that is this node.
+        controller_id=apis.node_id,
+        topics=topics_out,
+    )
+    if 8 <= version <= 10 and getattr(body, "include_cluster_authorized_operations", False):
+        response.cluster_authorized_operations = operations_bitfield(CLUSTER_OPERATIONS)
+    return response
+
+
+def error_response(request, code, message):
+    body = request.body
+    topics = []
+    for t in (getattr(body, "topics", None) or []):
+        topics.append(error_topic(request, t.name, code, getattr(t, "topic_id", ZERO_UUID) or ZERO_UUID))
+    return MetadataResponse(throttle_time_ms=0, brokers=[], cluster_id=None, controller_id=-1, topics=topics)

@@ -1,0 +1,149 @@
+"""Produce (key 0; v0-v2 advertised for old librdkafka and answered UNSUPPORTED_VERSION as
+Kafka 4.0 does, KAFKA-18659; v3+ served): acks, per-partition checks, record-set shape
+(one v2 batch) and the response. Appending, producer state and recompression belong to the
+replica manager and the log; record bytes are passed through as the decoded memoryview.
+"""
+
+from twisted.internet import defer
+from twisted.logger import Logger
+
+from kafkatw.network.request import Response
+from kafkatw.protocol import errors
+from kafkatw.protocol import records as rec
+from kafkatw.protocol.errors import KafkaError
+from kafkatw.protocol.messages import ProduceResponse
+
+log = Logger()
+
+API_KEY = 0
+VERSIONS = (0, 12)
+FIRST_SERVED_VERSION = 3
+ZSTD = 4
+
+
+def validate_records(version, records):
+    """Kafka's ProduceRequest.validateRecords: exactly one magic-2 batch per partition (v3+).
+
+    Reads only the 61-byte batch header. Raises KafkaError.
+    """
+    if records is None or len(records) == 0:
+        raise KafkaError(errors.INVALID_RECORD, "Produce requests with version %d must have at least "
+                         "one record batch per partition" % version)
+    magic = rec.read_magic(records, 0)
+    if magic != rec.MAGIC_VALUE_V2:
+        raise KafkaError(errors.INVALID_RECORD, "Produce requests with version %d are only allowed to "
+                         "contain record batches with magic version 2" % version)
+    header = rec.read_batch_header(records, 0)
+    if version < 7 and header.compression == ZSTD:
+        raise KafkaError(errors.UNSUPPORTED_COMPRESSION_TYPE, "Produce requests with version %d are not "
+                         "allowed to use ZStandard compression" % version)
+    size = header.batch_length + rec.LOG_OVERHEAD
+    if size < len(records):
+        raise KafkaError(errors.INVALID_RECORD, "Produce requests with version %d are only allowed to "
+                         "contain exactly one record batch per partition" % version)
+    if size > len(records):
+        raise KafkaError(errors.CORRUPT_MESSAGE, "truncated record batch: %d bytes of %d" % (len(records), size))
+
+
+def _error(code, message=None):
+    return (code, -1, -1, -1, [], message)
+
+
+def handle(apis, request):
+    body = request.body
+    version = request.api_version
+    results = {}  # (topic, partition) -> (error, base_offset, log_append_time, log_start, record_errors, msg)
+    order = []  # (topic, partition) in request order
+    entries = {}
+
+    acks = body.acks
+    uniform_error = None
+    if version < FIRST_SERVED_VERSION:
+        uniform_error = (errors.UNSUPPORTED_VERSION, None)
+    elif acks not in (0, 1, -1):
+        uniform_error = (errors.INVALID_REQUIRED_ACKS, None)
+    elif body.transactional_id is not None and apis.txn_coordinator is None:
+        # No transaction coordinator: no InitProducerId with a transactional id ever succeeds,
+        # so a transactional produce cannot be legitimate here.
+        uniform_error = (errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                         "Transactions are not supported by this broker")
+
+    meta = apis.metadata
+    for topic in body.topic_data:
+        for pd in topic.partition_data:
+            tp = (topic.name, pd.index)
+            order.append(tp)
+            if uniform_error is not None:
+                results[tp] = _error(*uniform_error)
+                continue
+            if not meta.contains_partition(topic.name, pd.index):
+                results[tp] = _error(errors.UNKNOWN_TOPIC_OR_PARTITION)
+                continue
+            try:
+                validate_records(version, pd.records)
+            except rec.CorruptRecordError as e:
+                results[tp] = _error(errors.CORRUPT_MESSAGE, str(e))
+                continue
+            except KafkaError as e:
+                results[tp] = _error(e.code, e.message)
+                continue
+            entries[tp] = pd.records
+
+    if entries:
+        d = defer.maybeDeferred(apis.replica_manager.append_records, body.timeout_ms, acks, entries)
+    else:
+        d = defer.succeed({})
+
+    def respond(appended):
+        for tp, pr in appended.items():
+            results[tp] = (pr.error_code, pr.base_offset, pr.log_append_time, pr.log_start_offset,
+                           list(pr.record_errors or []), pr.error_message)
+        if acks == 0:
+            if all(results[tp][0] == errors.NONE for tp in order):
+                return Response(None, noop=True)
+            log.info("closing connection {conn}: acks=0 produce failed: {errs}",
+                     conn=getattr(request.context, "connection_id", None),
+                     errs={tp: errors.error_name(results[tp][0]) for tp in order if results[tp][0]})
+            return Response(None, close_connection=True)
+        return Response(build_response(version, order, results))
+
+    d.addCallback(respond)
+    return d
+
+
+def _record_error(e):
+    if isinstance(e, tuple):
+        index, message = e
+    else:
+        index, message = e.batch_index, getattr(e, "message", getattr(e, "batch_index_error_message", None))
+    return ProduceResponse.BatchIndexAndErrorMessage(batch_index=index, batch_index_error_message=message)
+
+
+def build_response(version, order, results):
+    topics = {}
+    out = []
+    for topic, partition in order:
+        t = topics.get(topic)
+        if t is None:
+            t = topics[topic] = ProduceResponse.TopicProduceResponse(name=topic, partition_responses=[])
+            out.append(t)
+        code, base_offset, append_time, log_start, record_errors, message = results[(topic, partition)]
+        t.partition_responses.append(ProduceResponse.PartitionProduceResponse(
+            index=partition,
+            error_code=code,
+            base_offset=base_offset,
+            log_append_time_ms=append_time,
+            log_start_offset=log_start,
+            record_errors=[_record_error(e) for e in record_errors] if version >= 8 else [],
+            error_message=message if version >= 8 else None,
+        ))
+    return ProduceResponse(responses=out, throttle_time_ms=0)
+
+
+def error_response(request, code, message):
+    body = request.body
+    if body.acks == 0:
+        return None  # close the connection, as Kafka does for a failed acks=0 produce
+    order = [(t.name, pd.index) for t in body.topic_data for pd in t.partition_data]
+    results = {tp: _error(code, message) for tp in order}
+    return build_response(request.api_version, order, results)

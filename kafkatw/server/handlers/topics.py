@@ -1,0 +1,236 @@
+"""CreateTopics (key 19, v2-v7) and DeleteTopics (key 20, v1-v6) on a single node: request
+validation, replication factor 1, explicit assignments, topic configs, validate-only, deletion
+by name and by id. The metadata store persists; listeners create and delete the partition logs.
+"""
+
+from twisted.logger import Logger
+
+from kafkatw.cluster.metadata import ZERO_UUID, uuid_to_base64
+from kafkatw.protocol import errors
+from kafkatw.protocol.errors import KafkaError, error_name
+from kafkatw.protocol.messages import CreateTopicsResponse, DeleteTopicsResponse
+from kafkatw.config import (
+    DEFAULT_CONFIG,
+    TOPIC_CONFIG,
+    TOPIC_CONFIG_DEF,
+    TOPIC_CONFIG_SYNONYMS,
+    ConfigError,
+    to_config_string,
+    validate_topic_config,
+)
+
+log = Logger()
+
+
+def validate_topic_configs(apis, configs):
+    """Raise KafkaError(INVALID_CONFIG) unless ``configs`` (name -> str) is a valid override set."""
+    for name, value in configs.items():
+        if value is None:
+            raise KafkaError(errors.INVALID_CONFIG, "Null value not supported for topic configs: %s" % name)
+    try:
+        validate_topic_config(dict(configs))
+    except ConfigError as e:
+        raise KafkaError(errors.INVALID_CONFIG, str(e))
+
+
+def effective_configs(apis, overrides):
+    """CreatableTopicConfigs for v5+: every topic config with its value and source."""
+    config = apis.config
+    defaults = config.topic_defaults() if hasattr(config, "topic_defaults") else {}
+    out = []
+    for key in TOPIC_CONFIG_DEF:
+        name = key.name
+        if name in overrides:
+            value, source = overrides[name], TOPIC_CONFIG
+        else:
+            typed = defaults.get(name, key.parse(key.default))
+            value = None if typed is None else to_config_string(key.type, typed)
+            source = DEFAULT_CONFIG
+            is_set = getattr(config, "is_set", None)
+            for synonym in TOPIC_CONFIG_SYNONYMS.get(name, ()):
+                if is_set is not None and is_set(synonym):
+                    source = config.source(synonym)
+                    break
+        out.append(CreateTopicsResponse.CreatableTopicConfigs(
+            name=name, value=value, read_only=False, config_source=source,
+            is_sensitive=key.sensitive))
+    return out
+
+
+def _check_assignments(apis, topic):
+    """Number of partitions from explicit assignments, or raise KafkaError."""
+    indexes = sorted(a.partition_index for a in topic.assignments)
+    if indexes != list(range(len(indexes))):
+        raise KafkaError(errors.INVALID_REPLICA_ASSIGNMENT,
+                         "Partitions should be a consecutive 0-based integer sequence")
+    for a in topic.assignments:
+        if not a.broker_ids:
+            raise KafkaError(errors.INVALID_REPLICA_ASSIGNMENT,
+                             "The manual partition assignment includes an empty replica list.")
+        seen = set()
+        for b in a.broker_ids:
+            if b in seen:
+                raise KafkaError(errors.INVALID_REPLICA_ASSIGNMENT,
+                                 "The manual partition assignment includes the broker %d more than once." % b)
+            seen.add(b)
+            if b != apis.node_id:
+                raise KafkaError(errors.INVALID_REPLICA_ASSIGNMENT,
+                                 "The manual partition assignment includes broker %d, but no broker "
+                                 "with that ID was found." % b)
+    return len(indexes)
+
+
+def _create_one(apis, topic, validate_only):
+    """Validate (and unless validate_only create) one topic; returns (TopicInfo-ish, n, rf, configs)."""
+    meta = apis.metadata
+    meta.check_new_topic(topic.name)
+    if topic.assignments:
+        if topic.num_partitions != -1 or topic.replication_factor != -1:
+            raise KafkaError(errors.INVALID_REQUEST,
+                             "Both numPartitions or replicationFactor and replicasAssignments were set. "
+                             "Both cannot be used at the same time.")
+        num_partitions = _check_assignments(apis, topic)
+        replication_factor = len(topic.assignments[0].broker_ids)
+    else:
+        num_partitions = topic.num_partitions
+        if num_partitions == -1:
+            num_partitions = int(apis.config_value("num.partitions", 1))
+        elif num_partitions <= 0:
+            raise KafkaError(errors.INVALID_PARTITIONS,
+                             "Number of partitions was set to an invalid non-positive value.")
+        replication_factor = topic.replication_factor
+        if replication_factor == -1:
+            replication_factor = int(apis.config_value("default.replication.factor", 1))
+        elif replication_factor <= 0:
+            raise KafkaError(errors.INVALID_REPLICATION_FACTOR,
+                             "Replication factor must be larger than 0, or -1 to use the default value.")
+        if replication_factor > 1:
+            raise KafkaError(errors.INVALID_REPLICATION_FACTOR,
+                             "Unable to replicate the partition %d time(s): The target replication factor "
+                             "of %d cannot be reached because only 1 broker(s) are registered."
+                             % (replication_factor, replication_factor))
+    configs = {}
+    for c in topic.configs:
+        configs[c.name] = c.value
+    validate_topic_configs(apis, configs)
+    if validate_only:
+        return ZERO_UUID, num_partitions, replication_factor, configs
+    info = meta.create_topic(topic.name, num_partitions, configs)
+    log.info("created topic {name} ({id}) with {n} partitions",
+             name=info.name, id=uuid_to_base64(info.topic_id), n=num_partitions)
+    return info.topic_id, num_partitions, replication_factor, configs
+
+
+class CreateTopics:
+    API_KEY = 19
+    VERSIONS = (2, 7)
+
+    @staticmethod
+    def handle(apis, request):
+        body = request.body
+        version = request.api_version
+        counts = {}
+        for t in body.topics:
+            counts[t.name] = counts.get(t.name, 0) + 1
+        results = []
+        for t in body.topics:
+            result = CreateTopicsResponse.CreatableTopicResult(name=t.name, error_code=errors.NONE)
+            if counts[t.name] > 1:
+                result.error_code = errors.INVALID_REQUEST
+                result.error_message = "Duplicate topic name."
+                results.append(result)
+                continue
+            try:
+                topic_id, n, rf, configs = _create_one(apis, t, body.validate_only)
+            except KafkaError as e:
+                result.error_code = e.code
+                result.error_message = e.message if e.message is not None else error_name(e.code)
+                results.append(result)
+                continue
+            result.topic_id = topic_id
+            if version >= 5:
+                result.num_partitions = n
+                result.replication_factor = rf
+                result.configs = effective_configs(apis, configs)
+            results.append(result)
+        return CreateTopicsResponse(throttle_time_ms=0, topics=results)
+
+    @staticmethod
+    def error_response(request, code, message):
+        return CreateTopicsResponse(throttle_time_ms=0, topics=[
+            CreateTopicsResponse.CreatableTopicResult(name=t.name, error_code=code, error_message=message)
+            for t in request.body.topics])
+
+
+class DeleteTopics:
+    API_KEY = 20
+    VERSIONS = (1, 6)
+
+    @staticmethod
+    def _requested(request):
+        """[(name or None, topic id or ZERO_UUID)] in request order."""
+        body = request.body
+        if request.api_version >= 6:
+            return [(t.name, t.topic_id or ZERO_UUID) for t in body.topics]
+        return [(name, ZERO_UUID) for name in body.topic_names]
+
+    @staticmethod
+    def handle(apis, request):
+        meta = apis.metadata
+        version = request.api_version
+        requested = DeleteTopics._requested(request)
+        name_counts, id_counts = {}, {}
+        for name, tid in requested:
+            if name is not None:
+                name_counts[name] = name_counts.get(name, 0) + 1
+            if tid != ZERO_UUID:
+                id_counts[tid] = id_counts.get(tid, 0) + 1
+        deletion_enabled = bool(apis.config_value("delete.topic.enable", True))
+        results = []
+        for name, tid in requested:
+            result = DeleteTopicsResponse.DeletableTopicResult(name=name, topic_id=tid, error_code=errors.NONE)
+            results.append(result)
+            try:
+                if name is not None and tid != ZERO_UUID:
+                    raise KafkaError(errors.INVALID_REQUEST, "You may not specify both topic name and topic id.")
+                if name is None and tid == ZERO_UUID:
+                    raise KafkaError(errors.INVALID_REQUEST, "Neither topic name nor id were specified.")
+                if name is not None and name_counts[name] > 1:
+                    raise KafkaError(errors.INVALID_REQUEST, "Duplicate topic name.")
+                if tid != ZERO_UUID and id_counts[tid] > 1:
+                    raise KafkaError(errors.INVALID_REQUEST, "Duplicate topic id.")
+                if name is None:
+                    info = meta.topic_by_id(tid)
+                    if info is None:
+                        raise KafkaError(errors.UNKNOWN_TOPIC_ID, "This server does not host this topic ID.")
+                    result.name = info.name
+                else:
+                    info = meta.get_topic(name)
+                    if info is None:
+                        raise KafkaError(errors.UNKNOWN_TOPIC_OR_PARTITION,
+                                         "This server does not host this topic-partition.")
+                    result.topic_id = info.topic_id
+                if not deletion_enabled:
+                    raise KafkaError(errors.TOPIC_DELETION_DISABLED, "Topic deletion is disabled.")
+                meta.delete_topic(info.name)
+                log.info("deleted topic {name}", name=info.name)
+            except KafkaError as e:
+                result.error_code = e.code
+                if version >= 5:
+                    result.error_message = e.message
+        for result in results:
+            if result.name is None and version < 6:
+                result.name = ""
+        return DeleteTopicsResponse(throttle_time_ms=0, responses=results)
+
+    @staticmethod
+    def error_response(request, code, message):
+        return DeleteTopicsResponse(throttle_time_ms=0, responses=[
+            DeleteTopicsResponse.DeletableTopicResult(
+                name=name if name is not None or request.api_version >= 6 else "", topic_id=tid,
+                error_code=code, error_message=message if request.api_version >= 5 else None)
+            for name, tid in DeleteTopics._requested(request)])
+
+
+CREATE_TOPICS = CreateTopics
+DELETE_TOPICS = DeleteTopics

@@ -1,0 +1,272 @@
+"""Tests for kafkatw.server.apis: dispatch, advertised versions, ApiVersions contents, error
+mapping of handler failures. Also holds the fakes the handler test modules share."""
+
+import os
+
+import attr
+from twisted.internet import defer, task
+from twisted.trial import unittest
+from zope.interface.verify import verifyObject
+
+from kafkatw.cluster.metadata import ClusterMetadata
+from kafkatw.config import KafkaConfig
+from kafkatw.network.interfaces import IRequestHandler
+from kafkatw.network.request import Request, RequestContext, Response
+from kafkatw.protocol import errors, messages
+from kafkatw.protocol.errors import KafkaError
+from kafkatw.server.apis import KafkaApis
+
+
+@attr.s
+class FakePartitionResponse:
+    error_code = attr.ib(default=0)
+    base_offset = attr.ib(default=0)
+    log_append_time = attr.ib(default=-1)
+    log_start_offset = attr.ib(default=0)
+    record_errors = attr.ib(factory=list)
+    error_message = attr.ib(default=None)
+
+
+@attr.s
+class FakeFetchPartitionData:
+    error = attr.ib(default=0)
+    high_watermark = attr.ib(default=0)
+    last_stable_offset = attr.ib(default=0)
+    log_start_offset = attr.ib(default=0)
+    records = attr.ib(default=None)
+    aborted_transactions = attr.ib(default=None)
+    diverging_epoch = attr.ib(default=None)
+    preferred_read_replica = attr.ib(default=-1)
+
+
+@attr.s
+class FakeTimestampAndOffset:
+    timestamp = attr.ib()
+    offset = attr.ib()
+    leader_epoch = attr.ib(default=0)
+
+
+class FakeReplicaManager:
+    """Records calls; answers from canned tables."""
+
+    def __init__(self):
+        self.appends = []
+        self.fetches = []
+        self.offset_queries = []
+        self.append_result = None  # dict or callable(entries)
+        self.fetch_result = None  # callable(params, infos) -> list
+        self.offsets = {}  # ((topic, p), timestamp) -> FakeTimestampAndOffset | None | KafkaError
+
+    def append_records(self, timeout_ms, required_acks, entries):
+        self.appends.append((timeout_ms, required_acks, dict(entries)))
+        if callable(self.append_result):
+            return self.append_result(entries)
+        if self.append_result is not None:
+            return defer.succeed(self.append_result)
+        return defer.succeed({tp: FakePartitionResponse(base_offset=10 * i) for i, tp in enumerate(entries)})
+
+    def fetch_messages(self, params, fetch_infos):
+        self.fetches.append((params, list(fetch_infos)))
+        if self.fetch_result is not None:
+            return defer.succeed(self.fetch_result(params, fetch_infos))
+        return defer.succeed([(tp, FakeFetchPartitionData(high_watermark=5)) for tp, _ in fetch_infos])
+
+    def fetch_offset_for_timestamp(self, tp, timestamp, isolation_level, current_leader_epoch,
+                                   fetch_only_from_leader):
+        self.offset_queries.append((tp, timestamp, isolation_level, current_leader_epoch,
+                                    fetch_only_from_leader))
+        result = self.offsets.get((tp, timestamp))
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+
+class FakeLogManager:
+    def __init__(self):
+        self.created = []
+        self.deleted = []
+
+    def get_or_create_log(self, topic, partition, topic_id, overrides):
+        self.created.append((topic, partition, topic_id, dict(overrides)))
+
+    def delete_log(self, topic, partition):
+        self.deleted.append((topic, partition))
+
+
+class ApisFixture:
+    """Mixin: a KafkaApis on a real metadata store and config, fake lower layers."""
+
+    node_id = 1
+    properties = {}
+
+    def setUp(self):
+        base = self.mktemp()
+        os.makedirs(base)
+        props = {"node.id": str(self.node_id), "log.dirs": os.path.join(base, "logs"),
+                 "listeners": "PLAINTEXT://localhost:9092,SECURE://localhost:9093",
+                 "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SECURE:SSL",
+                 "advertised.listeners": "PLAINTEXT://broker.example:19092,SECURE://broker.example:19093"}
+        props.update(self.properties)
+        self.config = KafkaConfig.from_properties(props)
+        self.metadata = ClusterMetadata.load(self.config.log_dirs, self.node_id)
+        self.replica_manager = FakeReplicaManager()
+        self.log_manager = FakeLogManager()
+        self.clock = task.Clock()
+        self.apis = self.make_apis()
+
+    def make_apis(self, **kwargs):
+        kw = dict(config=self.config, metadata=self.metadata, replica_manager=self.replica_manager,
+                  clock=self.clock, log_manager=self.log_manager)
+        kw.update(kwargs)
+        return KafkaApis(**kw)
+
+    def request(self, body, version, listener="PLAINTEXT", wire=True, **context):
+        """A Request as the network layer would make it (body round-tripped through the codec)."""
+        if wire:
+            body = type(body).decode(body.encode_bytes(version), version)
+        ctx = RequestContext(connection_id="c1", listener_name=listener, security_protocol=listener,
+                             **context)
+        return Request(header=None, api_key=body.API_KEY, api_version=version, correlation_id=7,
+                       client_id="test", body=body, size=0, context=ctx)
+
+    def call(self, body, version, **kw):
+        """Handle a request; return the Response (its body re-decoded through the codec)."""
+        result = self.successResultOf(self.apis.handle(self.request(body, version, **kw)))
+        self.assertIsInstance(result, Response)
+        if result.body is not None:
+            cls = type(result.body)
+            result.body = cls.decode(result.body.encode_bytes(version), version)
+        return result
+
+    def create_topic(self, name, partitions=1, configs=None):
+        return self.metadata.create_topic(name, partitions, configs)
+
+
+class BoomHandler:
+    API_KEY = 3
+    VERSIONS = (0, 12)
+
+    def __init__(self, exc):
+        self.exc = exc
+
+    def handle(self, apis, request):
+        raise self.exc
+
+    def error_response(self, request, code, message):
+        from kafkatw.server.handlers import metadata
+
+        return metadata.error_response(request, code, message)
+
+
+class NoErrorFieldHandler:
+    API_KEY = 3
+    VERSIONS = (0, 12)
+
+    def handle(self, apis, request):
+        return defer.fail(RuntimeError("boom"))
+
+
+class KafkaApisTests(ApisFixture, unittest.TestCase):
+    def test_provides_interface(self):
+        self.assertTrue(verifyObject(IRequestHandler, self.apis))
+
+    def test_advertised_versions(self):
+        versions = self.apis.api_versions()
+        self.assertEqual(versions[18], (0, 4))
+        # Produce from v0 for old librdkafka (KAFKA-18659); max clipped to what the codec encodes.
+        self.assertEqual(versions[0], (0, messages.ProduceRequest.VALID_VERSIONS[1]))
+        self.assertEqual(versions[1], (4, 17))
+        self.assertEqual(versions[2], (1, 10))
+        self.assertEqual(versions[3], (0, 12))
+        self.assertEqual(versions[19], (2, 7))
+        self.assertEqual(versions[20], (1, 6))
+        self.assertEqual(versions[22], (0, 5))
+        self.assertEqual(sorted(versions), [0, 1, 2, 3, 18, 19, 20, 22])
+
+    def test_unknown_api_closes(self):
+        req = self.request(messages.ApiVersionsRequest(), 0)
+        req.api_key = 999
+        resp = self.successResultOf(self.apis.handle(req))
+        self.assertTrue(resp.close_connection)
+
+    def test_unexpected_exception_becomes_unknown_server_error(self):
+        apis = self.make_apis(handlers=[BoomHandler(ValueError("bad"))])
+        topics = [messages.MetadataRequest.MetadataRequestTopic(name="a")]
+        resp = self.successResultOf(apis.handle(self.request(messages.MetadataRequest(topics=topics), 12)))
+        self.assertFalse(resp.close_connection)
+        self.assertEqual([(t.name, t.error_code) for t in resp.body.topics], [("a", errors.UNKNOWN_SERVER_ERROR)])
+        self.assertEqual(len(self.flushLoggedErrors(ValueError)), 1)
+
+    def test_kafka_error_keeps_its_code(self):
+        apis = self.make_apis(handlers=[BoomHandler(KafkaError(errors.NOT_CONTROLLER, "x"))])
+        topics = [messages.MetadataRequest.MetadataRequestTopic(name="a")]
+        resp = self.successResultOf(apis.handle(self.request(messages.MetadataRequest(topics=topics), 12)))
+        self.assertEqual(resp.body.topics[0].error_code, errors.NOT_CONTROLLER)
+
+    def test_failure_without_error_field_closes(self):
+        apis = self.make_apis(handlers=[NoErrorFieldHandler()])
+        resp = self.successResultOf(apis.handle(self.request(messages.MetadataRequest(), 12)))
+        self.assertEqual((resp.body, resp.close_connection), (None, True))
+        self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
+
+    def test_logs_follow_topic_lifecycle(self):
+        info = self.create_topic("t", 2, {"retention.ms": "5"})
+        self.assertEqual(self.log_manager.created,
+                         [("t", 0, info.topic_id, {"retention.ms": "5"}), ("t", 1, info.topic_id, {"retention.ms": "5"})])
+        self.metadata.delete_topic("t")
+        self.assertEqual(self.log_manager.deleted, [("t", 0), ("t", 1)])
+
+
+class ApiVersionsTests(ApisFixture, unittest.TestCase):
+    def features_apis(self):
+        return self.make_apis(supported_features=[("metadata.version", 1, 25), ("kraft.version", 0, 1)],
+                              finalized_features=[("metadata.version", 25, 25)],
+                              finalized_features_epoch=42)
+
+    def test_v0_lists_everything(self):
+        resp = self.call(messages.ApiVersionsRequest(), 0)
+        self.assertEqual(resp.body.error_code, 0)
+        got = {k.api_key: (k.min_version, k.max_version) for k in resp.body.api_keys}
+        self.assertEqual(got, self.apis.api_versions())
+        self.assertEqual(got[0][0], 0)
+
+    def test_v3_records_software_and_has_no_features_by_default(self):
+        body = messages.ApiVersionsRequest(client_software_name="apache-kafka-java",
+                                           client_software_version="4.0.0")
+        resp = self.call(body, 3)
+        self.assertEqual(resp.body.error_code, 0)
+        self.assertEqual(resp.body.supported_features, [])
+        # no tagged fields at all: the body ends with an empty tag section
+        self.assertEqual(resp.body.encode_bytes(3)[-1:], b"\x00")
+
+    def test_invalid_software_name(self):
+        body = messages.ApiVersionsRequest(client_software_name="bad name!", client_software_version="1")
+        resp = self.call(body, 3)
+        self.assertEqual((resp.body.error_code, resp.body.api_keys), (errors.INVALID_REQUEST, []))
+
+    def test_features_for_modern_clients(self):
+        self.apis = self.features_apis()
+        body = messages.ApiVersionsRequest(client_software_name="librdkafka", client_software_version="2.3.0")
+        v3 = self.call(body, 3).body
+        self.assertEqual([f.name for f in v3.supported_features], ["metadata.version"])
+        self.assertEqual(v3.finalized_features_epoch, 42)
+        v4 = self.call(body, 4).body
+        self.assertEqual([f.name for f in v4.supported_features], ["metadata.version", "kraft.version"])
+
+    def test_no_tagged_fields_for_old_librdkafka(self):
+        self.apis = self.features_apis()
+        body = messages.ApiVersionsRequest(client_software_name="librdkafka", client_software_version="2.0.2")
+        resp = self.call(body, 3).body
+        self.assertEqual((resp.supported_features, resp.finalized_features, resp.finalized_features_epoch),
+                         ([], [], -1))
+        self.assertEqual(resp.encode_bytes(3)[-1:], b"\x00")
+
+    def test_mis_skips_rule(self):
+        from kafkatw.server.handlers.api_versions import mis_skips_tagged_fields, parse_version
+
+        self.assertEqual(parse_version("2.0.2"), (2, 0, 2))
+        self.assertEqual(parse_version("2.1.2-RC1"), (2, 1, 2))
+        self.assertTrue(mis_skips_tagged_fields("librdkafka", "1.9.2"))
+        self.assertTrue(mis_skips_tagged_fields("librdkafka", "2.1.1"))
+        self.assertFalse(mis_skips_tagged_fields("librdkafka", "2.1.2"))
+        self.assertFalse(mis_skips_tagged_fields("apache-kafka-java", "1.0"))
