@@ -452,3 +452,59 @@ class ListOffsetsTests(Base):
         self.assertEqual(self.lo(-1, current_leader_epoch=3).error, errors.UNKNOWN_LEADER_EPOCH)
         self.assertEqual(self.rm.fetch_offset_for_timestamp("x", 0, -1).error,
                          errors.UNKNOWN_TOPIC_OR_PARTITION)
+
+
+class RealStorageTests(unittest.TestCase):
+    """The same paths against kafkatw.storage's UnifiedLog/LogManager and real batches."""
+
+    def setUp(self):
+        from kafkatw.storage.manager import LogManager
+
+        self.clock = task.Clock()
+        self.clock.advance(1700000000)
+        self.md = FakeMetadata({"t": 2})
+        self.lm = LogManager([self.mktemp()], {}, reactor=self.clock)
+        self.rm = ReplicaManager(self.lm, self.md, self.clock)
+
+    def batch(self, n=1, **kw):
+        from kafkatw.protocol.records import Record, build_batch
+
+        recs = [Record(key=b"k%d" % i, value=b"v" * 50) for i in range(n)]
+        return bytearray(build_batch(recs, base_timestamp=1700000000000, **kw))
+
+    def test_produce_fetch_wake_and_idempotence(self):
+        tp = ("t", 0)
+        d = self.rm.fetch_messages(FetchParams(max_wait_ms=10000, min_bytes=1),
+                                   [(tp, PartitionData(0))])
+        self.assertNoResult(d)
+        b = self.batch(3, producer_id=9, producer_epoch=0, base_sequence=0)
+        size = len(b)
+        r = self.successResultOf(self.rm.append_records(1000, -1, {tp: b}))[tp]
+        self.assertEqual((r.error_code, r.base_offset), (errors.NONE, 0))
+        (_, data), = self.successResultOf(d)
+        self.assertEqual((data.error, data.high_watermark, len(data.records)), (errors.NONE, 3, size))
+        # duplicate retry answers offset 0, writes nothing
+        dup = self.batch(3, producer_id=9, producer_epoch=0, base_sequence=0)
+        r = self.successResultOf(self.rm.append_records(1000, -1, {tp: dup}))[tp]
+        self.assertEqual((r.error_code, r.base_offset), (errors.NONE, 0))
+        self.assertEqual(self.lm.get_log(*tp).log_end_offset, 3)
+        bad = self.batch(1, producer_id=9, producer_epoch=0, base_sequence=7)
+        r = self.successResultOf(self.rm.append_records(1000, -1, {tp: bad}))[tp]
+        self.assertEqual(r.error_code, errors.OUT_OF_ORDER_SEQUENCE_NUMBER)
+        # ListOffsets
+        self.assertEqual(self.rm.fetch_offset_for_timestamp("t", 0, -1, 0).offset, 3)
+        self.assertEqual(self.rm.fetch_offset_for_timestamp("t", 0, -2, 0).offset, 0)
+        # fetch at the end waits, expiry answers empty with the HW
+        d = self.rm.fetch_messages(FetchParams(max_wait_ms=500, min_bytes=1), [(tp, PartitionData(3))])
+        self.assertNoResult(d)
+        self.clock.advance(0.5)
+        (_, data), = self.successResultOf(d)
+        self.assertEqual((data.error, len(data.records), data.high_watermark), (errors.NONE, 0, 3))
+        # out of range
+        d = self.rm.fetch_messages(FetchParams(max_wait_ms=500), [(tp, PartitionData(4))])
+        self.assertEqual(self.successResultOf(d)[0][1].error, errors.OFFSET_OUT_OF_RANGE)
+        # clean shutdown writes a snapshot at the log end
+        self.rm.shutdown()
+        import os
+
+        self.assertIn("%020d.snapshot" % 3, os.listdir(self.lm.get_log(*tp).dir))

@@ -235,7 +235,28 @@ class ReplicaManager:
             if start < log_.log_end_offset:
                 self._rebuild_producer_state(ps, log_, start)
             self._producer_states[key] = ps
+            self._hook_roll(log_, ps)
         return ps
+
+    def _hook_roll(self, log_, ps):
+        """Snapshot the producer state when the log rolls a segment (Kafka does this inside
+        UnifiedLog.roll); chains any listener the log manager installed."""
+        if not hasattr(log_, "roll_listener"):
+            return
+        previous = log_.roll_listener
+
+        def on_roll(lg, new_base):
+            if previous is not None:
+                previous(lg, new_base)
+            if ps.map_end_offset == new_base:
+                try:
+                    ps.take_snapshot()
+                    ps.delete_snapshots_before(lg.log_start_offset)
+                except OSError:
+                    log.failure("producer snapshot of {topic}-{partition} failed",
+                                topic=lg.topic, partition=lg.partition)
+
+        log_.roll_listener = on_roll
 
     def _rebuild_producer_state(self, ps, log_, offset):
         end = log_.log_end_offset
