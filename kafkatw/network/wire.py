@@ -49,8 +49,7 @@ class MessagesWire:
         self.messages = messages
 
     def api_name(self, api_key):
-        return self.messages.API_NAMES.get(api_key, "Unknown%d" % api_key) if hasattr(
-            self.messages.API_NAMES, "get") else self.messages.API_NAMES[api_key]
+        return self.messages.API_NAMES.get(api_key, "Unknown%d" % api_key)
 
     def decode_request(self, frame, api_key, api_version):
         """``(header, body)`` of a whole frame; raises on a malformed one."""
