@@ -430,7 +430,11 @@ class ListOffsetsTests(Base):
         self.log.high_watermark = 3
 
     def lo(self, ts, iso=0, **kw):
-        return self.rm.fetch_offset_for_timestamp("t", 0, ts, iso, **kw)
+        return self.rm.fetch_offset_for_timestamp(("t", 0), ts, iso, **kw)
+
+    def lo_error(self, ts, iso=0, tp=("t", 0), **kw):
+        e = self.assertRaises(KafkaError, self.rm.fetch_offset_for_timestamp, tp, ts, iso, **kw)
+        return e.code
 
     def test_special_timestamps(self):
         self.md.epochs[("t", 0)] = 4
@@ -448,10 +452,10 @@ class ListOffsetsTests(Base):
 
     def test_errors(self):
         self.md.epochs[("t", 0)] = 2
-        self.assertEqual(self.lo(-1, current_leader_epoch=1).error, errors.FENCED_LEADER_EPOCH)
-        self.assertEqual(self.lo(-1, current_leader_epoch=3).error, errors.UNKNOWN_LEADER_EPOCH)
-        self.assertEqual(self.rm.fetch_offset_for_timestamp("x", 0, -1).error,
-                         errors.UNKNOWN_TOPIC_OR_PARTITION)
+        self.assertEqual(self.lo_error(-1, current_leader_epoch=1), errors.FENCED_LEADER_EPOCH)
+        self.assertEqual(self.lo_error(-1, current_leader_epoch=3), errors.UNKNOWN_LEADER_EPOCH)
+        self.assertEqual(self.lo_error(-1, tp=("x", 0)), errors.UNKNOWN_TOPIC_OR_PARTITION)
+        self.assertEqual(self.lo(-1, current_leader_epoch=2).offset, 3)
 
 
 class RealStorageTests(unittest.TestCase):
@@ -492,8 +496,8 @@ class RealStorageTests(unittest.TestCase):
         r = self.successResultOf(self.rm.append_records(1000, -1, {tp: bad}))[tp]
         self.assertEqual(r.error_code, errors.OUT_OF_ORDER_SEQUENCE_NUMBER)
         # ListOffsets
-        self.assertEqual(self.rm.fetch_offset_for_timestamp("t", 0, -1, 0).offset, 3)
-        self.assertEqual(self.rm.fetch_offset_for_timestamp("t", 0, -2, 0).offset, 0)
+        self.assertEqual(self.rm.fetch_offset_for_timestamp(("t", 0), -1, 0).offset, 3)
+        self.assertEqual(self.rm.fetch_offset_for_timestamp(("t", 0), -2, 0).offset, 0)
         # fetch at the end waits, expiry answers empty with the HW
         d = self.rm.fetch_messages(FetchParams(max_wait_ms=500, min_bytes=1), [(tp, PartitionData(3))])
         self.assertNoResult(d)

@@ -464,15 +464,19 @@ class ReplicaManager:
 
     # -- list offsets ----------------------------------------------------------------------
 
-    def fetch_offset_for_timestamp(self, topic, partition, timestamp, isolation_level=None,
-                                   current_leader_epoch=NO_PARTITION_LEADER_EPOCH, topic_id=None):
-        """ListOffsets for one partition. ``isolation_level`` None means a replica asks (reads
-        to the log end); 0/1 a consumer (to the HW / LSO). Not found -> offset -1, NONE."""
+    def fetch_offset_for_timestamp(self, tp, timestamp, isolation_level=None,
+                                   current_leader_epoch=NO_PARTITION_LEADER_EPOCH,
+                                   fetch_only_from_leader=True, topic_id=None):
+        """ListOffsets for one partition ``tp`` = (topic, partition). ``isolation_level`` None
+        means a replica asks (reads to the log end); 0/1 a consumer (to the HW / LSO).
+        Returns a ListOffsetsPartitionResult (offset -1 when nothing matches); raises
+        KafkaError for partition errors (unknown, not leader, fenced/unknown leader epoch)."""
+        topic, partition = tp
         log_, error = self.get_partition_or_error(topic, partition, topic_id)
         if error == errors.NONE:
             error = self.check_leader_epoch(topic, partition, current_leader_epoch)
         if error != errors.NONE:
-            return ListOffsetsPartitionResult(error)
+            raise KafkaError(error)
         if isolation_level is None:
             last_fetchable = log_.log_end_offset
         elif isolation_level == READ_COMMITTED:
@@ -482,14 +486,11 @@ class ReplicaManager:
         leader_epoch = self.metadata.leader_epoch(topic, partition)
         if leader_epoch is None:
             leader_epoch = -1
-        try:
-            if timestamp == LATEST_TIMESTAMP:
-                return ListOffsetsPartitionResult(errors.NONE, -1, last_fetchable, leader_epoch)
-            if timestamp == EARLIEST_LOCAL_TIMESTAMP:
-                timestamp = EARLIEST_TIMESTAMP
-            found = log_.fetch_offset_by_timestamp(timestamp)
-        except KafkaError as e:
-            return ListOffsetsPartitionResult(e.code)
+        if timestamp == LATEST_TIMESTAMP:
+            return ListOffsetsPartitionResult(errors.NONE, -1, last_fetchable, leader_epoch)
+        if timestamp == EARLIEST_LOCAL_TIMESTAMP:
+            timestamp = EARLIEST_TIMESTAMP
+        found = log_.fetch_offset_by_timestamp(timestamp)
         if found is None:
             return ListOffsetsPartitionResult(errors.NONE)
         offset, ts, epoch = found
