@@ -82,3 +82,14 @@ class RequestLogTests(unittest.SynchronousTestCase):
         proto, tr = h.connect()
         proto.dataReceived(api_versions_frame(1))
         self.assertEqual(logger.entries_written, 0)
+
+    def test_from_config(self):
+        class Cfg:
+            request_log_enabled = True
+            request_log_file = None
+
+        logger = RequestLogger.from_config(Cfg())
+        self.assertTrue(logger.enabled)
+        self.assertIsNone(logger._file)
+        Cfg.request_log_enabled = False
+        self.assertFalse(RequestLogger.from_config(Cfg()).enabled)

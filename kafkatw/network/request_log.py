@@ -98,6 +98,13 @@ class RequestLogger:
         self._log = Logger(namespace=NAMESPACE) if to_logger else None
         self.entries_written = 0
 
+    @classmethod
+    def from_config(cls, config):
+        """From ``request.log.enabled`` / ``request.log.file`` (logger namespace if no file)."""
+        enabled = bool(getattr(config, "request_log_enabled", False))
+        path = getattr(config, "request_log_file", None) or None
+        return cls(path=path, to_logger=path is None, enabled=enabled)
+
     def log_request(self, request, api_name, response=None):
         if not self.enabled:
             return
