@@ -1,0 +1,99 @@
+"""Tests for the Metadata handler: brokers per listener, topics, ids, auto-creation, errors."""
+
+from twisted.trial import unittest
+
+from kafkatw.protocol import errors
+from kafkatw.protocol.messages import MetadataRequest
+from tests.test_server_apis import ApisFixture
+
+T = MetadataRequest.MetadataRequestTopic
+
+
+class MetadataTests(ApisFixture, unittest.TestCase):
+    def test_brokers_of_the_request_listener(self):
+        resp = self.call(MetadataRequest(topics=[]), 12).body
+        self.assertEqual([(b.node_id, b.host, b.port, b.rack) for b in resp.brokers],
+                         [(1, "broker.example", 19092, None)])
+        self.assertEqual((resp.cluster_id, resp.controller_id, resp.topics),
+                         (self.metadata.cluster_id, 1, []))
+        resp = self.call(MetadataRequest(topics=[]), 12, listener="SECURE").body
+        self.assertEqual([b.port for b in resp.brokers], [19093])
+
+    def test_existing_topic(self):
+        info = self.create_topic("t", 2)
+        resp = self.call(MetadataRequest(topics=[T(name="t")], allow_auto_topic_creation=False), 12).body
+        (topic,) = resp.topics
+        self.assertEqual((topic.error_code, topic.name, topic.topic_id, topic.is_internal),
+                         (0, "t", info.topic_id, False))
+        self.assertEqual(topic.topic_authorized_operations, -2147483648)
+        self.assertEqual([(p.partition_index, p.leader_id, p.leader_epoch, p.replica_nodes, p.isr_nodes)
+                          for p in topic.partitions], [(0, 1, 0, [1], [1]), (1, 1, 0, [1], [1])])
+
+    def test_all_topics(self):
+        self.create_topic("b")
+        self.create_topic("a")
+        for version, topics in [(0, []), (1, None), (12, None)]:
+            resp = self.call(MetadataRequest(topics=topics), version).body
+            self.assertEqual([t.name for t in resp.topics], ["a", "b"], version)
+        self.assertEqual(self.call(MetadataRequest(topics=[]), 1).body.topics, [])
+
+    def test_auto_create(self):
+        resp = self.call(MetadataRequest(topics=[T(name="new")], allow_auto_topic_creation=True), 12).body
+        self.assertEqual(resp.topics[0].error_code, 0)
+        self.assertEqual(len(resp.topics[0].partitions), 1)
+        self.assertIsNotNone(self.metadata.get_topic("new"))
+        self.assertEqual(self.log_manager.created[0][:2], ("new", 0))
+
+    def test_auto_create_always_allowed_before_v4(self):
+        resp = self.call(MetadataRequest(topics=[T(name="old")]), 3).body
+        self.assertEqual(resp.topics[0].error_code, 0)
+
+    def test_no_auto_create_when_request_forbids(self):
+        resp = self.call(MetadataRequest(topics=[T(name="new")], allow_auto_topic_creation=False), 12).body
+        self.assertEqual((resp.topics[0].error_code, resp.topics[0].partitions),
+                         (errors.UNKNOWN_TOPIC_OR_PARTITION, []))
+        self.assertIsNone(self.metadata.get_topic("new"))
+
+    def test_invalid_topic_name(self):
+        resp = self.call(MetadataRequest(topics=[T(name="bad name")]), 12).body
+        self.assertEqual(resp.topics[0].error_code, errors.INVALID_TOPIC_EXCEPTION)
+
+    def test_auto_create_collision(self):
+        self.create_topic("a.b")
+        resp = self.call(MetadataRequest(topics=[T(name="a_b")]), 12).body
+        self.assertEqual(resp.topics[0].error_code, errors.INVALID_TOPIC_EXCEPTION)
+
+    def test_authorized_operations_when_asked(self):
+        self.create_topic("t")
+        resp = self.call(MetadataRequest(topics=[T(name="t")], include_topic_authorized_operations=True), 10).body
+        ops = resp.topics[0].topic_authorized_operations
+        self.assertEqual(ops, sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11)))
+
+    def test_topic_by_id(self):
+        info = self.create_topic("t")
+        resp = self.call(MetadataRequest(topics=[T(topic_id=info.topic_id, name=None),
+                                                 T(topic_id=b"\x07" * 16, name=None)]), 12).body
+        self.assertEqual([(t.name, t.error_code) for t in resp.topics],
+                         [("t", 0), (None, errors.UNKNOWN_TOPIC_ID)])
+
+    def test_unknown_listener(self):
+        self.create_topic("t")
+        resp = self.call(MetadataRequest(topics=[T(name="t")]), 12, listener="OTHER").body
+        self.assertEqual(resp.brokers, [])
+        self.assertEqual(resp.topics[0].partitions[0].error_code, errors.LISTENER_NOT_FOUND)
+
+
+class MetadataAutoCreateDisabledTests(ApisFixture, unittest.TestCase):
+    properties = {"auto.create.topics.enable": "false", "num.partitions": "3"}
+
+    def test_disabled(self):
+        resp = self.call(MetadataRequest(topics=[T(name="new")]), 12).body
+        self.assertEqual(resp.topics[0].error_code, errors.UNKNOWN_TOPIC_OR_PARTITION)
+
+
+class MetadataNumPartitionsTests(ApisFixture, unittest.TestCase):
+    properties = {"num.partitions": "3"}
+
+    def test_num_partitions(self):
+        resp = self.call(MetadataRequest(topics=[T(name="new")]), 12).body
+        self.assertEqual(len(resp.topics[0].partitions), 3)
