@@ -623,6 +623,17 @@ class UnifiedLog:
         else:
             delete()
 
+    def _async_delete_renamed(self, segments):
+        """Schedule removal of segments already renamed to .deleted."""
+        def delete():
+            for seg in segments:
+                seg.delete_if_exists()
+
+        if self._scheduler is not None and segments:
+            self._scheduler(self.config.file_delete_delay_ms, delete)
+        else:
+            delete()
+
     def _deletable_segments(self, predicate):
         result = []
         hw = self.high_watermark

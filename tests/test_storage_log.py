@@ -1,0 +1,259 @@
+"""UnifiedLog and its parts: validation error codes, offset assignment, indexes, rolls,
+recovery of a torn tail and of deleted indexes, timestamps, leader epochs, partition.metadata."""
+
+import os
+import uuid
+
+from twisted.trial import unittest
+
+from kafkatw.protocol import errors, records
+from kafkatw.protocol.errors import KafkaError
+from kafkatw.storage import FetchIsolation, LogConfig, LogOffsetMetadata, UnifiedLog
+from kafkatw.storage.index import OffsetIndex, TimeIndex
+
+from .test_storage_helpers import MsClock, make_batch
+
+
+class Base(unittest.TestCase):
+    def open_log(self, overrides=None, path=None, **kw):
+        self.path = path or os.path.join(self.mktemp(), "t-0")
+        self.clock = kw.pop("clock", None) or MsClock()
+        self.config = LogConfig.from_props({}, overrides or {})
+        lg = UnifiedLog(self.path, self.config, clock=self.clock, **kw)
+        self.addCleanup(lg.close)
+        return lg
+
+
+class IndexTest(unittest.TestCase):
+    def test_offset_index_lookup_truncate_reopen(self):
+        path = self.mktemp()
+        idx = OffsetIndex(path, 100, 80)
+        for i in range(5):
+            idx.append(100 + i * 10, i * 1000 + 50)
+        self.assertEqual(idx.lookup(99), (100, 0))
+        self.assertEqual(idx.lookup(100), (100, 50))
+        self.assertEqual(idx.lookup(125), (120, 2050))
+        self.assertEqual(idx.lookup(1000), (140, 4050))
+        self.assertEqual(os.path.getsize(path), 80)  # preallocated
+        idx.truncate_to(130)
+        self.assertEqual(idx.entries, 3)
+        idx.close()
+        self.assertEqual(os.path.getsize(path), 24)  # trimmed
+        again = OffsetIndex(path, 100, 80)
+        self.assertEqual(again.entries, 3)
+        self.assertEqual(again.lookup(1000), (120, 2050))
+        again.append(150, 9000)
+        self.assertEqual(again.entries, 4)
+        again.close_handler()  # unclean: file stays at full size, zero tail
+        third = OffsetIndex(path, 100, 80)
+        self.assertEqual(third.entries, 4)
+        third.close()
+
+    def test_index_full_and_time_index(self):
+        idx = OffsetIndex(self.mktemp(), 0, 16)
+        idx.append(1, 10)
+        idx.append(2, 20)
+        self.assertTrue(idx.is_full)
+        t = TimeIndex(self.mktemp(), 0, 120)
+        t.maybe_append(1000, 3)
+        t.maybe_append(1000, 5)  # not larger: ignored
+        t.maybe_append(2000, 7)
+        self.assertEqual(t.entries, 2)
+        self.assertEqual(t.lookup(1500), (1000, 3))
+        self.assertEqual(t.lookup(999), (-1, 0))
+        idx.close()
+        t.close()
+
+
+class AppendTest(Base):
+    def test_offsets_assigned_in_place_and_epoch(self):
+        lg = self.open_log()
+        buf = make_batch(3) + make_batch(2)
+        info = lg.append_as_leader(buf, 7)
+        self.assertEqual((info.first_offset, info.last_offset, info.record_count), (0, 4, 5))
+        headers = [h for _, h in records.iter_batch_headers(bytes(buf))]
+        self.assertEqual([h.base_offset for h in headers], [0, 3])
+        self.assertEqual([h.partition_leader_epoch for h in headers], [7, 7])
+        self.assertEqual(lg.log_end_offset, 5)
+        self.assertEqual(lg.read(0, 10000).records.read(), bytes(buf))
+        self.assertEqual(lg.latest_epoch(), 7)
+        lg.append_as_leader(make_batch(1), 9)
+        self.assertEqual(lg.end_offset_for_epoch(7), (7, 5))
+        self.assertEqual(lg.end_offset_for_epoch(9), (9, 6))
+        self.assertEqual(lg.end_offset_for_epoch(3), (-1, -1))
+
+    def test_log_append_time(self):
+        lg = self.open_log({"message.timestamp.type": "LogAppendTime"})
+        self.clock.now = 5_000_000
+        buf = make_batch(2, timestamp=1)
+        info = lg.append_as_leader(buf, 0)
+        self.assertEqual(info.log_append_time, 5_000_000)
+        header = records.read_batch_header(bytes(buf))
+        self.assertEqual(header.max_timestamp, 5_000_000)
+        self.assertEqual(header.timestamp_type, records.LOG_APPEND_TIME)
+        self.assertTrue(records.verify_crc(bytes(buf), 0, header))
+
+    def assertCode(self, code, fn, *args):
+        with self.assertRaises(KafkaError) as cm:
+            fn(*args)
+        self.assertEqual(cm.exception.code, code)
+
+    def test_errors(self):
+        lg = self.open_log({"max.message.bytes": 500, "segment.bytes": 2000,
+                            "message.timestamp.after.max.ms": 1000})
+        self.assertCode(errors.MESSAGE_TOO_LARGE, lg.append_as_leader, make_batch(1, 600), 0)
+        bad = make_batch(2)
+        bad[-1] ^= 0xFF
+        self.assertCode(errors.CORRUPT_MESSAGE, lg.append_as_leader, bad, 0)
+        self.assertCode(errors.INVALID_TIMESTAMP, lg.append_as_leader,
+                        make_batch(1, timestamp=self.clock.now + 5000), 0)
+        big = bytearray()
+        for _ in range(6):
+            big += make_batch(1, 400)
+        self.assertCode(errors.RECORD_LIST_TOO_LARGE, lg.append_as_leader, big, 0)
+        self.assertCode(errors.CORRUPT_MESSAGE, lg.append_as_leader, make_batch(1)[:-3], 0)
+        self.assertEqual(lg.log_end_offset, 0)
+        self.assertEqual(lg.segments[0].size, 0)
+
+    def test_roll_by_size_time_and_index_full(self):
+        lg = self.open_log({"segment.bytes": 1000, "segment.ms": 10000,
+                            "index.interval.bytes": 1, "segment.index.bytes": 24})
+        for _ in range(3):
+            lg.append_as_leader(make_batch(1, 400, timestamp=self.clock.now), 0)
+        self.assertEqual([s.base_offset for s in lg.segments], [0, 2])
+        self.clock.now += 20000
+        lg.append_as_leader(make_batch(1, 10, timestamp=self.clock.now), 0)
+        self.assertEqual([s.base_offset for s in lg.segments], [0, 2, 3])
+        for _ in range(5):
+            lg.append_as_leader(make_batch(1, 10, timestamp=self.clock.now), 0)
+        # 24 bytes: 2 time-index slots, one kept spare; each segment takes one indexed batch
+        # (the first batch of a segment is never indexed), then rolls because the index is full.
+        self.assertEqual([s.base_offset for s in lg.segments], [0, 2, 3, 5, 7])
+        self.assertEqual(os.path.getsize(lg.segments[0].offset_index.path), 0)
+        self.assertEqual(lg.read(3, 100000).records.count, lg.segments[2].size)
+
+
+class ReadTest(Base):
+    def test_hw_cut_and_min_one_message(self):
+        lg = self.open_log()
+        sizes = []
+        for n in (2, 3, 4):
+            b = make_batch(n, 100)
+            sizes.append(len(b))
+            lg.append_as_leader(b, 0)
+        lg.update_high_watermark(5)  # the start of the third batch
+        hw = lg.high_watermark_metadata
+        self.assertEqual((hw.message_offset, hw.segment_base_offset,
+                          hw.relative_position_in_segment), (5, 0, sizes[0] + sizes[1]))
+        info = lg.read(0, 100000, FetchIsolation.HIGH_WATERMARK, False)
+        self.assertEqual(info.records.count, sizes[0] + sizes[1])
+        info = lg.read(0, 100000, FetchIsolation.LOG_END, False)
+        self.assertEqual(info.records.count, sum(sizes))
+        info = lg.read(0, 10, FetchIsolation.HIGH_WATERMARK, False)
+        self.assertEqual((info.records.count, info.first_entry_incomplete), (10, True))
+        info = lg.read(0, 10, FetchIsolation.HIGH_WATERMARK, True)
+        self.assertEqual((info.records.count, info.first_entry_incomplete), (sizes[0], False))
+        info = lg.read(5, 100, FetchIsolation.HIGH_WATERMARK, True)
+        self.assertEqual(info.records.count, 0)
+        self.assertEqual(info.fetch_offset_metadata, hw)
+        with self.assertRaises(KafkaError) as cm:
+            lg.read(10, 100)
+        self.assertEqual(cm.exception.code, errors.OFFSET_OUT_OF_RANGE)
+        leo = lg.read(9, 100).fetch_offset_metadata
+        self.assertEqual(leo, lg.log_end_offset_metadata)
+        self.assertTrue(hw.on_same_segment(leo))
+        self.assertEqual(leo.position_diff(hw), sizes[2])
+        self.assertTrue(LogOffsetMetadata(5).message_offset_only)
+
+    def test_lso_hook(self):
+        lg = self.open_log()
+        lg.append_as_leader(make_batch(2), 0)
+        first = len(make_batch(2))
+        lg.append_as_leader(make_batch(2), 0)
+        lg.update_high_watermark(4)
+        lg.first_unstable_offset = 2
+        self.assertEqual(lg.last_stable_offset, 2)
+        info = lg.read(0, 10000, FetchIsolation.TXN_COMMITTED)
+        self.assertEqual(info.records.count, first)
+
+    def test_offset_by_timestamp(self):
+        lg = self.open_log({"index.interval.bytes": 1})
+        for i in range(10):
+            lg.append_as_leader(make_batch(2, timestamp=1000 + i * 10), 0)
+        self.assertEqual(lg.fetch_offset_by_timestamp(1035), (8, 1040, 0))
+        self.assertEqual(lg.fetch_offset_by_timestamp(1000), (0, 1000, 0))
+        self.assertIsNone(lg.fetch_offset_by_timestamp(5000))
+        self.assertEqual(lg.fetch_offset_by_timestamp(-2), (0, -1, 0))
+        self.assertEqual(lg.fetch_offset_by_timestamp(-1), (20, -1, 0))
+        self.assertEqual(lg.fetch_offset_by_timestamp(-3), (18, 1090, 0))
+
+
+class RecoveryTest(Base):
+    def fill(self, lg, n=30):
+        for i in range(n):
+            lg.append_as_leader(make_batch(3, 50, timestamp=self.clock.now), 1)
+
+    def test_torn_tail_truncated(self):
+        lg = self.open_log({"segment.bytes": 3000, "index.interval.bytes": 200})
+        self.fill(lg)
+        leo, size = lg.log_end_offset, lg.active_segment.size
+        active = lg.active_segment.log.path
+        lg.close()
+        whole = make_batch(3, 50)
+        records.set_base_offset(whole, 0, leo)
+        with open(active, "ab") as f:
+            f.write(bytes(whole[:len(whole) // 2]))
+        lg2 = self.open_log({"segment.bytes": 3000, "index.interval.bytes": 200},
+                            path=self.path, needs_recovery=True)
+        self.assertEqual(lg2.log_end_offset, leo)
+        self.assertEqual(lg2.active_segment.size, size)
+        self.assertTrue(any("truncated %d bytes" % (len(whole) // 2) in line
+                            for line in lg2.recovery_log))
+        info = lg2.append_as_leader(make_batch(1), 2)
+        self.assertEqual(info.first_offset, leo)
+
+    def test_corrupt_middle_drops_later_segments(self):
+        lg = self.open_log({"segment.bytes": 3000})
+        self.fill(lg)
+        segs = [(s.base_offset, s.log.path) for s in lg.segments]
+        lg.close()
+        with open(segs[1][1], "r+b") as f:
+            f.seek(400)
+            f.write(b"\xff" * 4)
+        lg2 = self.open_log({"segment.bytes": 3000}, path=self.path, needs_recovery=True)
+        self.assertEqual([s.base_offset for s in lg2.segments], [segs[0][0], segs[1][0]])
+        self.assertLess(lg2.log_end_offset, segs[2][0])
+        self.assertEqual(lg2.read(0, 10 ** 6).records.count,
+                         sum(s.size for s in lg2.segments[:1]))
+
+    def test_deleted_index_rebuilt(self):
+        overrides = {"segment.bytes": 3000, "index.interval.bytes": 200}
+        lg = self.open_log(overrides)
+        self.fill(lg)
+        seg = lg.segments[1]
+        entries = seg.offset_index.entries
+        expected = [lg.read(o, 10 ** 6).fetch_offset_metadata for o in range(0, 90, 7)]
+        index_path, time_path = seg.offset_index.path, seg.time_index.path
+        lg.close()
+        os.unlink(index_path)
+        os.unlink(time_path)
+        lg2 = self.open_log(overrides, path=self.path, recovery_point=90)
+        self.assertEqual(lg2.segments[1].offset_index.entries, entries)
+        self.assertTrue(entries > 0)
+        self.assertTrue(os.path.exists(time_path))
+        self.assertEqual([lg2.read(o, 10 ** 6).fetch_offset_metadata for o in range(0, 90, 7)],
+                         expected)
+
+
+class MetadataTest(Base):
+    def test_partition_metadata(self):
+        tid = uuid.uuid4().bytes
+        lg = self.open_log(topic_id=tid)
+        with open(os.path.join(self.path, "partition.metadata")) as f:
+            text = f.read()
+        self.assertTrue(text.startswith("version: 0\ntopic_id: "))
+        lg.close()
+        lg2 = self.open_log(path=self.path)
+        self.assertEqual(lg2.topic_id, tid)
+        with self.assertRaises(KafkaError):
+            self.open_log(path=self.path, topic_id=uuid.uuid4().bytes)
