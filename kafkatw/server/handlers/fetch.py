@@ -19,27 +19,7 @@ from kafkatw.server.fetch_session import (
     TopicIdPartition,
 )
 
-try:  # the replica manager owns these value types
-    from kafkatw.server.replica_manager import FetchParams, PartitionData
-except ImportError:  # pragma: no cover - until the replica manager lands
-
-    @attr.s(slots=True, frozen=True)
-    class FetchParams:
-        replica_id = attr.ib()
-        max_wait_ms = attr.ib()
-        min_bytes = attr.ib()
-        max_bytes = attr.ib()
-        isolation_level = attr.ib()
-        replica_epoch = attr.ib(default=-1)
-
-    @attr.s(slots=True, frozen=True)
-    class PartitionData:
-        fetch_offset = attr.ib()
-        log_start_offset = attr.ib()
-        max_bytes = attr.ib()
-        current_leader_epoch = attr.ib()
-        last_fetched_epoch = attr.ib()
-        topic_id = attr.ib()
+from kafkatw.server.replica_manager import FetchParams, PartitionData
 
 log = Logger()
 
@@ -66,11 +46,12 @@ class ErrorPartitionData:
     preferred_read_replica = attr.ib(default=-1)
 
 
-def replica_id_of(request):
+def replica_of(request):
+    """(replica id, replica epoch) of the sender: -1 for consumers."""
     body = request.body
     if request.api_version >= 15:
-        return body.replica_state.replica_id
-    return body.replica_id
+        return body.replica_state.replica_id, body.replica_state.replica_epoch
+    return body.replica_id, -1
 
 
 def decode_fetch_data(apis, request):
@@ -114,7 +95,7 @@ def handle(apis, request):
     body = request.body
     version = request.api_version
     meta = apis.metadata
-    replica_id = replica_id_of(request)
+    replica_id, replica_epoch = replica_of(request)
     is_follower = replica_id >= 0
     metadata, fetch_data, to_forget = decode_fetch_data(apis, request)
     if apis.fetch_manager is not None:
@@ -144,6 +125,7 @@ def handle(apis, request):
         min_bytes=fetch_min_bytes,
         max_bytes=fetch_max_bytes,
         isolation_level=body.isolation_level,
+        replica_epoch=replica_epoch,
     )
 
     if interesting and context.error == errors.NONE:

@@ -1,0 +1,119 @@
+"""Tests for the Produce handler: served versions, acks, per-partition errors, record checks."""
+
+from twisted.internet import defer
+from twisted.trial import unittest
+
+from kafkatw.protocol import errors
+from kafkatw.protocol import records as rec
+from kafkatw.protocol.messages import ProduceRequest
+from tests.test_server_apis import ApisFixture, FakePartitionResponse
+
+TPD = ProduceRequest.TopicProduceData
+PPD = ProduceRequest.PartitionProduceData
+
+
+def batch(n=1, compression=0):
+    return rec.build_batch([rec.Record(value=b"v%d" % i) for i in range(n)], compression=compression,
+                           base_timestamp=1000)
+
+
+def produce(parts, acks=1, transactional_id=None):
+    """parts: [(topic, partition, records)]"""
+    topics = {}
+    for topic, partition, records in parts:
+        topics.setdefault(topic, []).append(PPD(index=partition, records=records))
+    return ProduceRequest(transactional_id=transactional_id, acks=acks, timeout_ms=1500,
+                          topic_data=[TPD(name=t, partition_data=p) for t, p in topics.items()])
+
+
+class ProduceTests(ApisFixture, unittest.TestCase):
+    def setUp(self):
+        ApisFixture.setUp(self)
+        self.create_topic("t", 2)
+
+    def partitions(self, body):
+        return [(t.name, p.index, p.error_code, p.base_offset)
+                for t in body.responses for p in t.partition_responses]
+
+    def test_append(self):
+        b = batch(3)
+        resp = self.call(produce([("t", 0, b), ("t", 1, b)], acks=-1), 9).body
+        self.assertEqual(self.partitions(resp), [("t", 0, 0, 0), ("t", 1, 0, 10)])
+        ((timeout, acks, entries),) = self.replica_manager.appends
+        self.assertEqual((timeout, acks, sorted(entries)), (1500, -1, [("t", 0), ("t", 1)]))
+        self.assertEqual(bytes(entries[("t", 0)]), b)
+        self.assertEqual(resp.throttle_time_ms, 0)
+
+    def test_records_passed_as_memoryview(self):
+        self.call(produce([("t", 0, batch())]), 9)
+        buf = self.replica_manager.appends[0][2][("t", 0)]
+        self.assertIsInstance(buf, memoryview)
+
+    def test_old_versions_unsupported(self):
+        for version in (0, 1, 2):
+            resp = self.call(produce([("t", 0, batch())]), version).body
+            self.assertEqual(self.partitions(resp), [("t", 0, errors.UNSUPPORTED_VERSION, -1)])
+        self.assertEqual(self.replica_manager.appends, [])
+
+    def test_invalid_acks(self):
+        resp = self.call(produce([("t", 0, batch())], acks=2), 9).body
+        self.assertEqual(self.partitions(resp), [("t", 0, errors.INVALID_REQUIRED_ACKS, -1)])
+
+    def test_unknown_partition_and_mixed(self):
+        resp = self.call(produce([("t", 0, batch()), ("t", 5, batch()), ("nope", 0, batch())]), 9).body
+        self.assertEqual(self.partitions(resp), [("t", 0, 0, 0), ("t", 5, errors.UNKNOWN_TOPIC_OR_PARTITION, -1),
+                                                 ("nope", 0, errors.UNKNOWN_TOPIC_OR_PARTITION, -1)])
+        self.assertEqual(list(self.replica_manager.appends[0][2]), [("t", 0)])
+        self.assertIsNone(self.metadata.get_topic("nope"))  # produce never auto-creates
+
+    def test_record_checks(self):
+        two = batch() + batch()
+        legacy = bytearray(batch())
+        legacy[rec.MAGIC_OFFSET] = 1
+        resp = self.call(produce([("t", 0, two), ("t", 1, bytes(legacy))]), 9).body
+        self.assertEqual([p[2] for p in self.partitions(resp)], [errors.INVALID_RECORD, errors.INVALID_RECORD])
+        resp = self.call(produce([("t", 0, batch()[:-3])]), 9).body
+        self.assertEqual(self.partitions(resp)[0][2], errors.CORRUPT_MESSAGE)
+        resp = self.call(produce([("t", 0, None)]), 9).body
+        self.assertEqual(self.partitions(resp)[0][2], errors.INVALID_RECORD)
+        self.assertEqual(self.replica_manager.appends, [])
+
+    def test_zstd_needs_v7(self):
+        resp = self.call(produce([("t", 0, batch(compression=4))]), 6).body
+        self.assertEqual(self.partitions(resp)[0][2], errors.UNSUPPORTED_COMPRESSION_TYPE)
+        resp = self.call(produce([("t", 0, batch(compression=4))]), 7).body
+        self.assertEqual(self.partitions(resp)[0][2], 0)
+
+    def test_record_errors_v8(self):
+        self.replica_manager.append_result = {("t", 0): FakePartitionResponse(
+            error_code=errors.INVALID_RECORD, base_offset=-1, record_errors=[(0, "bad key")],
+            error_message="One or more records have been rejected")}
+        resp = self.call(produce([("t", 0, batch())]), 8).body
+        p = resp.responses[0].partition_responses[0]
+        self.assertEqual((p.error_code, [(e.batch_index, e.batch_index_error_message) for e in p.record_errors],
+                          p.error_message),
+                         (errors.INVALID_RECORD, [(0, "bad key")], "One or more records have been rejected"))
+
+    def test_acks_zero_success_is_noop(self):
+        resp = self.call(produce([("t", 0, batch())], acks=0), 9)
+        self.assertEqual((resp.body, resp.noop, resp.close_connection), (None, True, False))
+
+    def test_acks_zero_failure_closes(self):
+        resp = self.call(produce([("nope", 0, batch())], acks=0), 9)
+        self.assertEqual((resp.body, resp.noop, resp.close_connection), (None, False, True))
+
+    def test_acks_zero_handler_exception_closes(self):
+        self.replica_manager.append_result = lambda entries: defer.fail(RuntimeError("disk"))
+        resp = self.call(produce([("t", 0, batch())], acks=0), 9)
+        self.assertTrue(resp.close_connection)
+        self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
+
+    def test_handler_exception_maps_to_unknown_server_error(self):
+        self.replica_manager.append_result = lambda entries: defer.fail(RuntimeError("disk"))
+        resp = self.call(produce([("t", 0, batch())]), 9)
+        self.assertEqual(self.partitions(resp.body), [("t", 0, errors.UNKNOWN_SERVER_ERROR, -1)])
+        self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
+
+    def test_transactional_refused_without_coordinator(self):
+        resp = self.call(produce([("t", 0, batch())], transactional_id="tx"), 9).body
+        self.assertEqual(self.partitions(resp)[0][2], errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
