@@ -1,0 +1,224 @@
+"""LogManager and LogCleaner: load with/without the clean-shutdown marker, checkpoints,
+retention (time, size, two-step delete after file.delete.delay.ms) on task.Clock, delete_log,
+offline log dirs, compaction."""
+
+import errno
+import os
+
+from twisted.internet import task
+from twisted.trial import unittest
+
+from kafkatw.protocol import errors, records
+from kafkatw.protocol.errors import KafkaError
+from kafkatw.storage import FetchIsolation, LogManager
+from kafkatw.storage import checkpoint
+
+from .test_storage_helpers import make_batch
+
+
+class ManagerBase(unittest.TestCase):
+    def make(self, dirs=None, props=None):
+        self.base = self.base if hasattr(self, "base") else self.mktemp()
+        self.dirs = dirs or [os.path.join(self.base, "d1"), os.path.join(self.base, "d2")]
+        self.clock = getattr(self, "clock", None) or task.Clock()
+        if self.clock.seconds() == 0:
+            self.clock.advance(1_000_000)
+        mgr = LogManager(self.dirs, props or {}, reactor=self.clock)
+        mgr.load_logs()
+        return mgr
+
+    def now(self):
+        return int(self.clock.seconds() * 1000)
+
+
+class LoadTest(ManagerBase):
+    def test_clean_shutdown_and_checkpoints(self):
+        mgr = self.make()
+        a = mgr.get_or_create_log("a", 0, b"\x01" * 16, {})
+        b = mgr.get_or_create_log("b", 0, None, {})
+        self.assertNotEqual(os.path.dirname(a.dir), os.path.dirname(b.dir))
+        for _ in range(5):
+            a.append_as_leader(make_batch(2, timestamp=self.now()), 0)
+        a.update_high_watermark(6)
+        mgr.shutdown()
+        d = os.path.dirname(a.dir)
+        self.assertTrue(os.path.exists(os.path.join(d, checkpoint.CLEAN_SHUTDOWN_FILE)))
+        self.assertEqual(checkpoint.read_offsets(
+            os.path.join(d, checkpoint.REPLICATION_OFFSET_CHECKPOINT)), {("a", 0): 6})
+        self.assertEqual(checkpoint.read_offsets(
+            os.path.join(d, checkpoint.RECOVERY_POINT_CHECKPOINT)), {("a", 0): 10})
+        with open(os.path.join(d, checkpoint.RECOVERY_POINT_CHECKPOINT)) as f:
+            self.assertEqual(f.read(), "0\n1\na 0 10\n")
+        mgr2 = self.make()
+        self.assertFalse(os.path.exists(os.path.join(d, checkpoint.CLEAN_SHUTDOWN_FILE)))
+        a2 = mgr2.get_log("a", 0)
+        self.assertEqual((a2.log_end_offset, a2.high_watermark, a2.topic_id),
+                         (10, 6, b"\x01" * 16))
+        self.assertEqual(mgr2.recovery_summary, [])
+        mgr2.shutdown()
+
+    def test_unclean_recovers_from_recovery_point(self):
+        mgr = self.make(props={"log.segment.bytes": "2000"})
+        a = mgr.get_or_create_log("a", 0)
+        for _ in range(20):
+            a.append_as_leader(make_batch(2, 100, timestamp=self.now()), 0)
+        leo = a.log_end_offset
+        mgr.checkpoint_recovery_offsets()
+        rp = a.recovery_point
+        self.assertTrue(0 < rp < leo)  # flushed on roll
+        a.close()  # no marker: an unclean stop
+        mgr2 = self.make(props={"log.segment.bytes": "2000"})
+        a2 = mgr2.get_log("a", 0)
+        self.assertEqual(a2.log_end_offset, leo)
+        recovered = [line for _tp, lines in mgr2.recovery_summary for line in lines]
+        self.assertEqual(len(recovered), len([s for s in a2.segments if s.base_offset >= rp]))
+        mgr2.shutdown()
+
+    def test_delete_log(self):
+        mgr = self.make(props={"log.segment.delete.delay.ms": "1000"})
+        a = mgr.get_or_create_log("a", 3)
+        a.append_as_leader(make_batch(1), 0)
+        old = a.dir
+        mgr.delete_log("a", 3)
+        self.assertIsNone(mgr.get_log("a", 3))
+        self.assertFalse(os.path.exists(old))
+        renamed = [n for n in os.listdir(os.path.dirname(old)) if n.endswith("-delete")]
+        self.assertEqual(len(renamed), 1)
+        self.assertTrue(renamed[0].startswith("a-3."))
+        self.clock.advance(1.0)
+        self.assertEqual([n for n in os.listdir(os.path.dirname(old)) if n.endswith("-delete")],
+                         [])
+
+
+class RetentionTest(ManagerBase):
+    def test_time_and_size_retention_two_step(self):
+        props = {"log.segment.bytes": "1000", "log.retention.check.interval.ms": "1000",
+                 "log.segment.delete.delay.ms": "5000", "log.retention.ms": "60000",
+                 "log.cleaner.enable": "false"}
+        mgr = self.make(dirs=[os.path.join(self.mktemp(), "d")], props=props)
+        mgr.start()
+        a = mgr.get_or_create_log("a", 0)
+        for _ in range(10):
+            a.append_as_leader(make_batch(1, 300, timestamp=self.now()), 0)
+        a.update_high_watermark(a.log_end_offset)
+        nsegs = len(a.segments)
+        self.assertTrue(nsegs > 3)
+        first = a.segments[0].log.path
+        # Hold a slice of the first segment: it must stay readable until the delayed delete.
+        held = a.read(0, 100000).records
+        self.clock.advance(30)  # 30 s: nothing is old enough
+        self.assertEqual(len(a.segments), nsegs)
+        self.clock.advance(31)
+        # Everything expired: the active segment was rolled and all old ones deleted.
+        self.assertEqual(len(a.segments), 1)
+        self.assertEqual(a.log_start_offset, 10)
+        self.assertTrue(os.path.exists(first + ".deleted"))
+        self.assertEqual(len(held.read()), held.count)
+        with self.assertRaises(KafkaError) as cm:
+            a.read(0, 100)
+        self.assertEqual(cm.exception.code, errors.OFFSET_OUT_OF_RANGE)
+        self.clock.advance(5)
+        self.assertFalse(os.path.exists(first + ".deleted"))
+        mgr.update_log_config("a", {"retention.ms": "-1", "retention.bytes": "1500"})
+        for _ in range(10):
+            a.append_as_leader(make_batch(1, 300, timestamp=self.now()), 0)
+        a.update_high_watermark(a.log_end_offset)
+        self.clock.advance(1)
+        self.assertLessEqual(a.size, 1500 + a.active_segment.size)
+        self.assertTrue(a.size >= 1500 - 1000)
+        mgr.shutdown()
+
+    def test_delete_records(self):
+        mgr = self.make(dirs=[os.path.join(self.mktemp(), "d")],
+                        props={"log.segment.bytes": "1000"})
+        a = mgr.get_or_create_log("a", 0)
+        for _ in range(10):
+            a.append_as_leader(make_batch(1, 300, timestamp=self.now()), 0)
+        with self.assertRaises(KafkaError):
+            a.delete_records_before(5)  # above the HW
+        a.update_high_watermark(10)
+        a.delete_records_before(5)
+        self.assertEqual(a.log_start_offset, 5)
+        self.assertEqual(a.read(5, 1).fetch_offset_metadata.message_offset, 5)
+        self.assertEqual(a.fetch_offset_by_timestamp(-2)[0], 5)
+        mgr.cleanup_logs()
+        self.assertTrue(a.segments[0].base_offset <= 5 < a.segments[1].base_offset
+                        if len(a.segments) > 1 else True)
+        mgr.shutdown()
+
+
+class OfflineTest(ManagerBase):
+    def test_io_error_takes_one_dir_offline(self):
+        mgr = self.make()
+        a = mgr.get_or_create_log("a", 0)
+        b = mgr.get_or_create_log("b", 0)
+        a.append_as_leader(make_batch(1, timestamp=self.now()), 0)
+
+        def fail(buf):
+            raise OSError(errno.EIO, "Input/output error")
+        a.active_segment.log.append = fail
+        with self.assertRaises(KafkaError) as cm:
+            a.append_as_leader(make_batch(1, timestamp=self.now()), 0)
+        self.assertEqual(cm.exception.code, errors.KAFKA_STORAGE_ERROR)
+        self.assertEqual(mgr.offline_dirs, frozenset([os.path.dirname(a.dir)]))
+        with self.assertRaises(KafkaError) as cm:
+            mgr.get_log("a", 0).read(0, 100)
+        self.assertEqual(cm.exception.code, errors.KAFKA_STORAGE_ERROR)
+        b.append_as_leader(make_batch(1), 0)
+        self.assertEqual(b.read(0, 1000).records.count, len(make_batch(1)))
+        c = mgr.get_or_create_log("c", 0)  # goes to the surviving dir
+        self.assertEqual(os.path.dirname(c.dir), os.path.dirname(b.dir))
+        mgr.shutdown()
+        self.assertFalse(os.path.exists(
+            os.path.join(os.path.dirname(a.dir), checkpoint.CLEAN_SHUTDOWN_FILE)))
+
+
+class CompactionTest(ManagerBase):
+    def test_compaction_keeps_last_per_key_and_offsets(self):
+        props = {"log.segment.bytes": "600", "log.cleaner.enable": "false",
+                 "log.segment.delete.delay.ms": "0"}
+        mgr = self.make(dirs=[os.path.join(self.mktemp(), "d")], props=props)
+        a = mgr.get_or_create_log("c", 0, overrides={"cleanup.policy": "compact",
+                                                      "delete.retention.ms": "1000"})
+        from kafkatw.storage.cleaner import LogCleaner
+        cleaner = LogCleaner(mgr)
+        written = []
+        for i in range(40):
+            key = b"k%d" % (i % 5)
+            value = None if i == 36 else b"v%d" % i  # k1 tombstone at offset 36
+            a.append_as_leader(make_batch(1, keys=[key], values=[value], timestamp=self.now(),
+                                          compression=i % 2 * 3), 0)
+            written.append((i, key, value))
+        a.update_high_watermark(40)
+        active_base = a.active_segment.base_offset
+        before = a.size
+        stats = self.successResultOf(cleaner.clean(a))
+        self.assertTrue(stats.records_kept < stats.records_read)
+        self.assertLess(a.size, before)
+        got = self.read_all(a)
+        latest = {}
+        for off, key, value in written:
+            if off < active_base:
+                latest[key] = off
+        expected = [(o, k, v) for o, k, v in written
+                    if o >= active_base or latest.get(k) == o]
+        self.assertEqual(got, expected)
+        self.assertEqual(a.log_end_offset, 40)
+        # Tombstones go once older than delete.retention.ms.
+        a.roll()
+        self.clock.advance(5)
+        a.append_as_leader(make_batch(1, keys=[b"z"], timestamp=self.now()), 0)
+        a.update_high_watermark(a.log_end_offset)
+        cleaner._checkpoints.clear()
+        self.successResultOf(cleaner.clean(a, rng=None))
+        keys = [(o, k, v) for o, k, v in self.read_all(a)]
+        self.assertNotIn((36, b"k1", None), keys)
+        mgr.shutdown()
+
+    def read_all(self, a):
+        out = []
+        data = b"".join(s.log.read(0, s.size) for s in a.segments)
+        for pos, _h in records.iter_batch_headers(data):
+            _, recs = records.decode_batch(data, pos)
+            out.extend((r.offset, r.key, r.value) for r in recs)
+        return out
