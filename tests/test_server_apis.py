@@ -123,7 +123,7 @@ class ApisFixture:
     def request(self, body, version, listener="PLAINTEXT", wire=True, **context):
         """A Request as the network layer would make it (body round-tripped through the codec)."""
         if wire:
-            body = type(body).decode(body.encode_bytes(version), version)
+            body = type(body).decode(memoryview(bytearray(body.encode_bytes(version))), version)
         ctx = RequestContext(connection_id="c1", listener_name=listener, security_protocol=listener,
                              **context)
         return Request(header=None, api_key=body.API_KEY, api_version=version, correlation_id=7,

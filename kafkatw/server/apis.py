@@ -164,8 +164,11 @@ class KafkaApis:
             for p in range(info.num_partitions):
                 self.log_manager.get_or_create_log(info.name, p, info.topic_id, info.configs)
         elif event == TOPIC_DELETED:
+            forget = getattr(self.replica_manager, "forget_partition", None)
             for p in range(info.num_partitions):
                 self.log_manager.delete_log(info.name, p)
+                if forget is not None:
+                    forget(info.name, p)
 
 
 def _as_response(result):
