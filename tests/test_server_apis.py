@@ -92,6 +92,9 @@ class FakeLogManager:
     def delete_log(self, topic, partition):
         self.deleted.append((topic, partition))
 
+    def get_log(self, topic, partition):
+        return "log" if any(c[:2] == (topic, partition) for c in self.created) else None
+
 
 class ApisFixture:
     """Mixin: a KafkaApis on a real metadata store and config, fake lower layers."""
@@ -209,6 +212,13 @@ class KafkaApisTests(ApisFixture, unittest.TestCase):
         self.assertEqual((resp.body, resp.close_connection), (None, True))
         self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
 
+    def test_create_missing_logs(self):
+        self.log_manager.created.append(("a", 0, None, {}))
+        self.metadata.remove_listener(self.apis._sync_logs)
+        self.create_topic("a", 2)
+        self.apis.create_missing_logs()
+        self.assertEqual([c[:2] for c in self.log_manager.created], [("a", 0), ("a", 1)])
+
     def test_logs_follow_topic_lifecycle(self):
         info = self.create_topic("t", 2, {"retention.ms": "5"})
         self.assertEqual(self.log_manager.created,
@@ -230,7 +240,7 @@ class ApiVersionsTests(ApisFixture, unittest.TestCase):
         self.assertEqual(got, self.apis.api_versions())
         self.assertEqual(got[0][0], 0)
 
-    def test_v3_records_software_and_has_no_features_by_default(self):
+    def test_v3_has_no_features_by_default(self):
         body = messages.ApiVersionsRequest(client_software_name="apache-kafka-java",
                                            client_software_version="4.0.0")
         resp = self.call(body, 3)

@@ -117,3 +117,36 @@ class ProduceTests(ApisFixture, unittest.TestCase):
     def test_transactional_refused_without_coordinator(self):
         resp = self.call(produce([("t", 0, batch())], transactional_id="tx"), 9).body
         self.assertEqual(self.partitions(resp)[0][2], errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+
+
+class ProduceCompressionTypeTests(ApisFixture, unittest.TestCase):
+    properties = {"compression.type": "lz4"}
+
+    def codec_of_append(self):
+        buf = self.replica_manager.appends[-1][2][("t", 0)]
+        return rec.read_batch_header(buf, 0).compression, buf
+
+    def test_broker_default_recompresses(self):
+        self.create_topic("t", 1)
+        self.call(produce([("t", 0, batch(3, compression=1))]), 9)
+        codec, buf = self.codec_of_append()
+        self.assertEqual(codec, 3)
+        self.assertEqual([r.value for r in rec.decode_batch(buf, 0)[1]], [b"v0", b"v1", b"v2"])
+
+    def test_topic_producer_keeps_bytes(self):
+        self.create_topic("t", 1, {"compression.type": "producer"})
+        b = batch(2, compression=2)
+        self.call(produce([("t", 0, b)]), 9)
+        codec, buf = self.codec_of_append()
+        self.assertEqual((codec, bytes(buf)), (2, b))
+        self.assertIsInstance(buf, memoryview)
+
+    def test_topic_uncompressed(self):
+        self.create_topic("t", 1, {"compression.type": "uncompressed"})
+        self.call(produce([("t", 0, batch(2, compression=4))]), 9)
+        self.assertEqual(self.codec_of_append()[0], 0)
+
+    def test_same_codec_untouched(self):
+        self.create_topic("t", 1)
+        self.call(produce([("t", 0, batch(2, compression=3))]), 9)
+        self.assertIsInstance(self.codec_of_append()[1], memoryview)

@@ -157,6 +157,14 @@ class KafkaApis:
 
     # -- topic lifecycle -> partition logs -----------------------------------------------
 
+    def create_missing_logs(self):
+        """At startup, after ``log_manager.load_logs()``: a log for every known partition
+        (a crash between persisting a topic and creating its logs leaves some missing)."""
+        for info in list(self.metadata.topics.values()):
+            for p in range(info.num_partitions):
+                if self.log_manager.get_log(info.name, p) is None:
+                    self.log_manager.get_or_create_log(info.name, p, info.topic_id, info.configs)
+
     def _sync_logs(self, event, info):
         from kafkatw.cluster.metadata import TOPIC_CREATED, TOPIC_DELETED
 

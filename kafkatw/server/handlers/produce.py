@@ -1,7 +1,8 @@
 """Produce (key 0; v0-v2 advertised for old librdkafka and answered UNSUPPORTED_VERSION as
 Kafka 4.0 does, KAFKA-18659; v3+ served): acks, per-partition checks, record-set shape
-(one v2 batch) and the response. Appending, producer state and recompression belong to the
-replica manager and the log; record bytes are passed through as the decoded memoryview.
+(one v2 batch), the topic's ``compression.type`` (``recompress``) and the response. Appending
+and producer state belong to the replica manager; record bytes pass through as the decoded
+memoryview unless the topic's codec differs from the producer's.
 """
 
 from twisted.internet import defer
@@ -12,6 +13,7 @@ from kafkatw.protocol import errors
 from kafkatw.protocol import records as rec
 from kafkatw.protocol.errors import KafkaError
 from kafkatw.protocol.messages import ProduceResponse
+from kafkatw.server.handlers.recompress import maybe_recompress, topic_compression_type
 
 log = Logger()
 
@@ -87,7 +89,12 @@ def handle(apis, request):
             except KafkaError as e:
                 results[tp] = _error(e.code, e.message)
                 continue
-            entries[tp] = pd.records
+            try:
+                entries[tp] = maybe_recompress(pd.records, topic_compression_type(apis, topic.name))
+            except rec.CorruptRecordError as e:
+                results[tp] = _error(errors.CORRUPT_MESSAGE, str(e))
+            except KafkaError as e:
+                results[tp] = _error(e.code, e.message)
 
     if entries:
         d = defer.maybeDeferred(apis.replica_manager.append_records, body.timeout_ms, acks, entries)

@@ -1,0 +1,58 @@
+"""The ``compression.type`` policy of a produce (Kafka's BrokerCompressionType and the
+recompressing branch of LogValidator): which codec a topic stores, and rebuilding a batch in
+that codec when it differs from the producer's. Untouched batches are never read.
+"""
+
+from kafkatw.protocol import compression, errors
+from kafkatw.protocol import records as rec
+from kafkatw.protocol.errors import KafkaError
+
+PRODUCER = "producer"
+UNCOMPRESSED = "uncompressed"
+
+
+def target_codec(compression_type, source_codec):
+    """The codec a batch compressed with ``source_codec`` is stored with."""
+    if compression_type in (None, "", PRODUCER):
+        return source_codec
+    if compression_type == UNCOMPRESSED:
+        return compression.NONE
+    return compression.CODEC_IDS[compression_type]
+
+
+def topic_compression_type(apis, topic):
+    overrides = apis.metadata.topic_configs(topic)
+    value = overrides.get("compression.type")
+    if value is None:
+        value = apis.config_value("compression.type", PRODUCER)
+    return value
+
+
+def maybe_recompress(buf, compression_type):
+    """``buf`` (one v2 batch) unchanged when its codec is the target, else a new bytearray with
+    the same records, producer fields and timestamps in the target codec. Raises KafkaError."""
+    header = rec.read_batch_header(buf, 0)
+    target = target_codec(compression_type, header.compression)
+    if target == header.compression or header.is_control:
+        return buf
+    try:
+        _, records = rec.decode_batch(buf, 0)  # records keep their offset deltas and timestamps
+    except KafkaError:
+        raise
+    except Exception as e:
+        raise KafkaError(errors.CORRUPT_MESSAGE, "cannot decompress record batch: %s" % (e,))
+    out = rec.build_batch(
+        records,
+        base_offset=header.base_offset,
+        compression=target,
+        producer_id=header.producer_id,
+        producer_epoch=header.producer_epoch,
+        base_sequence=header.base_sequence,
+        is_transactional=header.is_transactional,
+        timestamp_type=header.timestamp_type,
+        base_timestamp=header.base_timestamp,
+        partition_leader_epoch=header.partition_leader_epoch,
+        max_timestamp=header.max_timestamp,
+        last_offset_delta=header.last_offset_delta,
+    )
+    return bytearray(out)
