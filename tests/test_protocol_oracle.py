@@ -20,7 +20,7 @@ from kafka.protocol.old import metadata as old_metadata
 from kafka.protocol.old import produce as old_produce
 
 from kafkatw.protocol import messages as m
-from tests.test_protocol_codec import is_flexible, struct_strategy
+from tests.test_protocol_codec import struct_strategy
 
 SETTINGS = settings(
     max_examples=8,

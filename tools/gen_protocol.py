@@ -151,7 +151,9 @@ class Field:
         if src == "None":
             return "%s is None" % expr
         if src == "[]":
-            return "not %s" % expr if False else "%s == []" % expr
+            return "%s == []" % expr
+        if src.endswith("()"):
+            return "(%s is not None and %s._is_default())" % (expr, expr)
         return "%s == %s" % (expr, src)
 
     def schema_tuple(self):
@@ -304,15 +306,14 @@ class StructGen:
                 fmt = ">" + "".join(FIXED[x.base][0] for x in run)
                 em("buf += %s(%s)" % (em.struct(fmt) + "p", ", ".join("self." + x.attr for x in run)))
                 self._close(c_reg)
-                for x in run:
-                    self._absent_check(x)
+                self._absent_checks(run, c_reg)
                 i = j
                 continue
             if c_reg != "False":
                 self._open(c_reg)
                 self._narrowed(f.regular, self.write_value, f, "self." + f.attr, "buf", "parts")
                 self._close(c_reg)
-            self._absent_check(f)
+            self._absent_checks([f], c_reg)
             i += 1
         if self.flex:
             tagged = sorted([f for f in fields if cond(f.tagged, V) != "False"], key=lambda f: f.tag)
@@ -357,6 +358,22 @@ class StructGen:
     def _close(self, c):
         if c != "True":
             self.em.ind -= 1
+
+    def _absent_checks(self, run, c_reg):
+        """Absent-field checks; in the else branch of the write when that is exact."""
+        run = [f for f in run if not f.ignorable]
+        if not run:
+            return
+        if c_reg not in ("True", "False") and all(f.tagged is None for f in run):
+            self.em("else:")
+            self.em.ind += 1
+            for f in run:
+                self.em("if not (%s):" % f.is_default_src("self." + f.attr))
+                self.em("    raise _absent(self, %r, v)" % f.attr)
+            self.em.ind -= 1
+            return
+        for f in run:
+            self._absent_check(f)
 
     def _absent_check(self, f):
         if f.ignorable:
@@ -488,6 +505,15 @@ class StructGen:
             em.ind += 1
             self._write_null(f, fflex, buf, b"\xff\xff\xff\xff")
             em.ind -= 1
+            if parts != "None":
+                # Fast path: a FileRegion becomes its own part, never read.
+                em("elif type(x) is _FileRegion:")
+                em.ind += 1
+                self._len_prefix(fflex, buf, "x.count", "i")
+                em("parts.append(bytes(%s))" % buf)
+                em("del %s[:]" % buf)
+                em("parts.append(x)")
+                em.ind -= 1
             em("else:")
             em.ind += 1
             self._len_prefix(fflex, buf, "_records_size(x)", "i")
@@ -781,6 +807,10 @@ def gen_class(em, msg, sd, qual):
     for b in body:
         em("    " + b)
     em("")
+    em("def _is_default(self):")
+    terms = [f.is_default_src("self." + f.attr) for f in sd.fields] + ["not self.unknown_tagged_fields"]
+    em("    return (%s)" % "\n            and ".join(terms))
+    em("")
     for flex, V in variants(msg):
         g = StructGen(em, msg, sd, flex, V)
         g.gen_writer()
@@ -801,6 +831,7 @@ One class per schema with nested struct classes; ``encode(version) -> parts``,
 import struct as _struct
 
 from kafkatw.protocol import codec as _codec
+from kafkatw.protocol.parts import FileRegion as _FileRegion
 from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
     ProtocolDecodeError,
@@ -937,7 +968,6 @@ class _Struct:
         return "%s(%s)" % (type(self).__qualname__, ", ".join(items))
 
 
-from kafkatw.protocol.parts import FileRegion as _FileRegion  # noqa: E402
 
 '''
 

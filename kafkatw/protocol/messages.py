@@ -7,6 +7,7 @@ One class per schema with nested struct classes; ``encode(version) -> parts``,
 import struct as _struct
 
 from kafkatw.protocol import codec as _codec
+from kafkatw.protocol.parts import FileRegion as _FileRegion
 from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
     ProtocolDecodeError,
@@ -143,7 +144,6 @@ class _Struct:
         return "%s(%s)" % (type(self).__qualname__, ", ".join(items))
 
 
-from kafkatw.protocol.parts import FileRegion as _FileRegion  # noqa: E402
 
 
 _T0u = _struct.Struct('>qh').unpack_from
@@ -297,6 +297,13 @@ class AddOffsetsToTxnRequest(_Struct):
         self.group_id = group_id
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.transactional_id == ''
+            and self.producer_id == 0
+            and self.producer_epoch == 0
+            and self.group_id == ''
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         x = self.transactional_id
         if x is None:
@@ -445,6 +452,11 @@ class AddOffsetsToTxnResponse(_Struct):
         self.error_code = error_code
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.error_code == 0
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         buf += _T1p(self.throttle_time_ms, self.error_code)
 
@@ -513,6 +525,14 @@ class AddPartitionsToTxnRequest(_Struct):
         self.v3_and_below_producer_epoch = v3_and_below_producer_epoch
         self.v3_and_below_topics = [] if v3_and_below_topics is _MISSING else v3_and_below_topics
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.transactions == []
+            and self.v3_and_below_transactional_id == ''
+            and self.v3_and_below_producer_id == 0
+            and self.v3_and_below_producer_epoch == 0
+            and self.v3_and_below_topics == []
+            and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
         if not (self.transactions == []):
@@ -587,8 +607,9 @@ class AddPartitionsToTxnRequest(_Struct):
                     buf += _wuv(n)
                 for e in x:
                     e._w1(buf, parts, v)
-        if (not (v >= 4)) and not (self.transactions == []):
-            raise _absent(self, 'transactions', v)
+        else:
+            if not (self.transactions == []):
+                raise _absent(self, 'transactions', v)
         if v <= 3:
             x = self.v3_and_below_transactional_id
             if x is None:
@@ -601,14 +622,16 @@ class AddPartitionsToTxnRequest(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-        if (not (v <= 3)) and not (self.v3_and_below_transactional_id == ''):
-            raise _absent(self, 'v3_and_below_transactional_id', v)
+        else:
+            if not (self.v3_and_below_transactional_id == ''):
+                raise _absent(self, 'v3_and_below_transactional_id', v)
         if v <= 3:
             buf += _T0p(self.v3_and_below_producer_id, self.v3_and_below_producer_epoch)
-        if (not (v <= 3)) and not (self.v3_and_below_producer_id == 0):
-            raise _absent(self, 'v3_and_below_producer_id', v)
-        if (not (v <= 3)) and not (self.v3_and_below_producer_epoch == 0):
-            raise _absent(self, 'v3_and_below_producer_epoch', v)
+        else:
+            if not (self.v3_and_below_producer_id == 0):
+                raise _absent(self, 'v3_and_below_producer_id', v)
+            if not (self.v3_and_below_producer_epoch == 0):
+                raise _absent(self, 'v3_and_below_producer_epoch', v)
         if v <= 3:
             x = self.v3_and_below_topics
             if x is None:
@@ -621,8 +644,9 @@ class AddPartitionsToTxnRequest(_Struct):
                     buf += _wuv(n)
                 for e in x:
                     e._w1(buf, parts, v)
-        if (not (v <= 3)) and not (self.v3_and_below_topics == []):
-            raise _absent(self, 'v3_and_below_topics', v)
+        else:
+            if not (self.v3_and_below_topics == []):
+                raise _absent(self, 'v3_and_below_topics', v)
         if self.unknown_tagged_fields:
             _write_tags(buf, [], self.unknown_tagged_fields)
         else:
@@ -729,6 +753,11 @@ class AddPartitionsToTxnRequest(_Struct):
             self.name = name
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.name == ''
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             x = self.name
@@ -873,6 +902,14 @@ class AddPartitionsToTxnRequest(_Struct):
             self.topics = [] if topics is _MISSING else topics
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.transactional_id == ''
+            and self.producer_id == 0
+            and self.producer_epoch == 0
+            and self.verify_only == False
+            and self.topics == []
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             if not (self.transactional_id == ''):
                 raise _absent(self, 'transactional_id', v)
@@ -915,16 +952,18 @@ class AddPartitionsToTxnRequest(_Struct):
                     else:
                         buf += _wuv(n)
                     buf += x
-            if (not (v >= 4)) and not (self.transactional_id == ''):
-                raise _absent(self, 'transactional_id', v)
+            else:
+                if not (self.transactional_id == ''):
+                    raise _absent(self, 'transactional_id', v)
             if v >= 4:
                 buf += _T2p(self.producer_id, self.producer_epoch, self.verify_only)
-            if (not (v >= 4)) and not (self.producer_id == 0):
-                raise _absent(self, 'producer_id', v)
-            if (not (v >= 4)) and not (self.producer_epoch == 0):
-                raise _absent(self, 'producer_epoch', v)
-            if (not (v >= 4)) and not (self.verify_only == False):
-                raise _absent(self, 'verify_only', v)
+            else:
+                if not (self.producer_id == 0):
+                    raise _absent(self, 'producer_id', v)
+                if not (self.producer_epoch == 0):
+                    raise _absent(self, 'producer_epoch', v)
+                if not (self.verify_only == False):
+                    raise _absent(self, 'verify_only', v)
             if v >= 4:
                 x = self.topics
                 if x is None:
@@ -937,8 +976,9 @@ class AddPartitionsToTxnRequest(_Struct):
                         buf += _wuv(n)
                     for e in x:
                         e._w1(buf, parts, v)
-            if (not (v >= 4)) and not (self.topics == []):
-                raise _absent(self, 'topics', v)
+            else:
+                if not (self.topics == []):
+                    raise _absent(self, 'topics', v)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -1030,6 +1070,13 @@ class AddPartitionsToTxnResponse(_Struct):
         self.results_by_topic_v3_and_below = [] if results_by_topic_v3_and_below is _MISSING else results_by_topic_v3_and_below
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.error_code == 0
+            and self.results_by_transaction == []
+            and self.results_by_topic_v3_and_below == []
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         buf += _T3p(self.throttle_time_ms)
         if not (self.results_by_transaction == []):
@@ -1090,8 +1137,9 @@ class AddPartitionsToTxnResponse(_Struct):
                     buf += _wuv(n)
                 for e in x:
                     e._w1(buf, parts, v)
-        if (not (v >= 4)) and not (self.results_by_transaction == []):
-            raise _absent(self, 'results_by_transaction', v)
+        else:
+            if not (self.results_by_transaction == []):
+                raise _absent(self, 'results_by_transaction', v)
         if v <= 3:
             x = self.results_by_topic_v3_and_below
             if x is None:
@@ -1104,8 +1152,9 @@ class AddPartitionsToTxnResponse(_Struct):
                     buf += _wuv(n)
                 for e in x:
                     e._w1(buf, parts, v)
-        if (not (v <= 3)) and not (self.results_by_topic_v3_and_below == []):
-            raise _absent(self, 'results_by_topic_v3_and_below', v)
+        else:
+            if not (self.results_by_topic_v3_and_below == []):
+                raise _absent(self, 'results_by_topic_v3_and_below', v)
         if self.unknown_tagged_fields:
             _write_tags(buf, [], self.unknown_tagged_fields)
         else:
@@ -1198,6 +1247,11 @@ class AddPartitionsToTxnResponse(_Struct):
             self.name = name
             self.results_by_partition = [] if results_by_partition is _MISSING else results_by_partition
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.name == ''
+            and self.results_by_partition == []
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             x = self.name
@@ -1349,6 +1403,11 @@ class AddPartitionsToTxnResponse(_Struct):
             self.partition_error_code = partition_error_code
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.partition_index == 0
+            and self.partition_error_code == 0
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             buf += _T1p(self.partition_index, self.partition_error_code)
 
@@ -1415,6 +1474,11 @@ class AddPartitionsToTxnResponse(_Struct):
             self.topic_results = [] if topic_results is _MISSING else topic_results
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.transactional_id == ''
+            and self.topic_results == []
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             if not (self.transactional_id == ''):
                 raise _absent(self, 'transactional_id', v)
@@ -1448,8 +1512,9 @@ class AddPartitionsToTxnResponse(_Struct):
                     else:
                         buf += _wuv(n)
                     buf += x
-            if (not (v >= 4)) and not (self.transactional_id == ''):
-                raise _absent(self, 'transactional_id', v)
+            else:
+                if not (self.transactional_id == ''):
+                    raise _absent(self, 'transactional_id', v)
             if v >= 4:
                 x = self.topic_results
                 if x is None:
@@ -1462,8 +1527,9 @@ class AddPartitionsToTxnResponse(_Struct):
                         buf += _wuv(n)
                     for e in x:
                         e._w1(buf, parts, v)
-            if (not (v >= 4)) and not (self.topic_results == []):
-                raise _absent(self, 'topic_results', v)
+            else:
+                if not (self.topic_results == []):
+                    raise _absent(self, 'topic_results', v)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -1547,6 +1613,14 @@ class AddRaftVoterRequest(_Struct):
         self.voter_directory_id = voter_directory_id
         self.listeners = [] if listeners is _MISSING else listeners
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.cluster_id == ''
+            and self.timeout_ms == 0
+            and self.voter_id == 0
+            and self.voter_directory_id == _ZERO_UUID
+            and self.listeners == []
+            and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
         x = self.cluster_id
@@ -1649,6 +1723,12 @@ class AddRaftVoterRequest(_Struct):
             self.port = port
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.name == ''
+            and self.host == ''
+            and self.port == 0
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             x = self.name
             if x is None:
@@ -1747,6 +1827,12 @@ class AddRaftVoterResponse(_Struct):
         self.error_message = error_message
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.error_code == 0
+            and self.error_message == ''
+            and not self.unknown_tagged_fields)
+
     def _w1(self, buf, parts, v):
         buf += _T1p(self.throttle_time_ms, self.error_code)
         x = self.error_message
@@ -1819,6 +1905,11 @@ class AllocateProducerIdsRequest(_Struct):
         self.broker_epoch = broker_epoch
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.broker_id == 0
+            and self.broker_epoch == -1
+            and not self.unknown_tagged_fields)
+
     def _w1(self, buf, parts, v):
         buf += _T7p(self.broker_id, self.broker_epoch)
         if self.unknown_tagged_fields:
@@ -1869,6 +1960,13 @@ class AllocateProducerIdsResponse(_Struct):
         self.producer_id_len = producer_id_len
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.error_code == 0
+            and self.producer_id_start == 0
+            and self.producer_id_len == 0
+            and not self.unknown_tagged_fields)
+
     def _w1(self, buf, parts, v):
         buf += _T8p(self.throttle_time_ms, self.error_code, self.producer_id_start, self.producer_id_len)
         if self.unknown_tagged_fields:
@@ -1916,6 +2014,11 @@ class AlterClientQuotasRequest(_Struct):
         self.entries = [] if entries is _MISSING else entries
         self.validate_only = validate_only
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.entries == []
+            and self.validate_only == False
+            and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
         x = self.entries
@@ -2032,6 +2135,11 @@ class AlterClientQuotasRequest(_Struct):
             self.entity = [] if entity is _MISSING else entity
             self.ops = [] if ops is _MISSING else ops
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.entity == []
+            and self.ops == []
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             x = self.entity
@@ -2193,6 +2301,11 @@ class AlterClientQuotasRequest(_Struct):
             self.entity_name = entity_name
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.entity_type == ''
+            and self.entity_name == ''
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             x = self.entity_type
             if x is None:
@@ -2334,6 +2447,12 @@ class AlterClientQuotasRequest(_Struct):
             self.remove = remove
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.key == ''
+            and self.value == 0.0
+            and self.remove == False
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             x = self.key
             if x is None:
@@ -2441,6 +2560,11 @@ class AlterClientQuotasResponse(_Struct):
         self.throttle_time_ms = throttle_time_ms
         self.entries = [] if entries is _MISSING else entries
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.entries == []
+            and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
         buf += _T3p(self.throttle_time_ms)
@@ -2558,6 +2682,12 @@ class AlterClientQuotasResponse(_Struct):
             self.error_message = error_message
             self.entity = [] if entity is _MISSING else entity
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.error_code == 0
+            and self.error_message == ''
+            and self.entity == []
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             buf += _T4p(self.error_code)
@@ -2717,6 +2847,11 @@ class AlterClientQuotasResponse(_Struct):
             self.entity_name = entity_name
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.entity_type == ''
+            and self.entity_name == ''
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             x = self.entity_type
             if x is None:
@@ -2858,6 +2993,11 @@ class AlterConfigsRequest(_Struct):
         self.validate_only = validate_only
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.resources == []
+            and self.validate_only == False
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         x = self.resources
         if x is None:
@@ -2974,6 +3114,12 @@ class AlterConfigsRequest(_Struct):
             self.resource_name = resource_name
             self.configs = [] if configs is _MISSING else configs
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.resource_type == 0
+            and self.resource_name == ''
+            and self.configs == []
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             buf += _T11p(self.resource_type)
@@ -3133,6 +3279,11 @@ class AlterConfigsRequest(_Struct):
             self.value = value
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.name == ''
+            and self.value == ''
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             x = self.name
             if x is None:
@@ -3274,6 +3425,11 @@ class AlterConfigsResponse(_Struct):
         self.responses = [] if responses is _MISSING else responses
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.responses == []
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         buf += _T3p(self.throttle_time_ms)
         x = self.responses
@@ -3391,6 +3547,13 @@ class AlterConfigsResponse(_Struct):
             self.resource_type = resource_type
             self.resource_name = resource_name
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.error_code == 0
+            and self.error_message == ''
+            and self.resource_type == 0
+            and self.resource_name == ''
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             buf += _T4p(self.error_code)
@@ -3549,6 +3712,11 @@ class AlterPartitionReassignmentsRequest(_Struct):
         self.topics = [] if topics is _MISSING else topics
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.timeout_ms == 60000
+            and self.topics == []
+            and not self.unknown_tagged_fields)
+
     def _w1(self, buf, parts, v):
         buf += _T3p(self.timeout_ms)
         x = self.topics
@@ -3624,6 +3792,11 @@ class AlterPartitionReassignmentsRequest(_Struct):
             self.name = name
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.name == ''
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
             x = self.name
@@ -3722,6 +3895,11 @@ class AlterPartitionReassignmentsRequest(_Struct):
             self.replicas = replicas
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.partition_index == 0
+            and self.replicas is None
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             buf += _T3p(self.partition_index)
             x = self.replicas
@@ -3796,6 +3974,13 @@ class AlterPartitionReassignmentsResponse(_Struct):
         self.error_message = error_message
         self.responses = [] if responses is _MISSING else responses
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.error_code == 0
+            and self.error_message == ''
+            and self.responses == []
+            and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
         buf += _T1p(self.throttle_time_ms, self.error_code)
@@ -3897,6 +4082,11 @@ class AlterPartitionReassignmentsResponse(_Struct):
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.name == ''
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             x = self.name
             if x is None:
@@ -3995,6 +4185,12 @@ class AlterPartitionReassignmentsResponse(_Struct):
             self.error_message = error_message
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.partition_index == 0
+            and self.error_code == 0
+            and self.error_message == ''
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             buf += _T1p(self.partition_index, self.error_code)
             x = self.error_message
@@ -4068,6 +4264,12 @@ class AlterPartitionRequest(_Struct):
         self.broker_epoch = broker_epoch
         self.topics = [] if topics is _MISSING else topics
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.broker_id == 0
+            and self.broker_epoch == -1
+            and self.topics == []
+            and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
         buf += _T7p(self.broker_id, self.broker_epoch)
@@ -4145,6 +4347,12 @@ class AlterPartitionRequest(_Struct):
             self.topic_id = topic_id
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.topic_name == ''
+            and self.topic_id == _ZERO_UUID
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
             if v <= 1:
@@ -4259,6 +4467,15 @@ class AlterPartitionRequest(_Struct):
             self.partition_epoch = partition_epoch
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.partition_index == 0
+            and self.leader_epoch == 0
+            and self.new_isr == []
+            and self.new_isr_with_epochs == []
+            and self.leader_recovery_state == 0
+            and self.partition_epoch == 0
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             buf += _T13p(self.partition_index, self.leader_epoch)
             if v <= 2:
@@ -4272,8 +4489,9 @@ class AlterPartitionRequest(_Struct):
                     else:
                         buf += _wuv(n)
                     buf += _pack('>%di' % len(x), *x)
-            if (not (v <= 2)) and not (self.new_isr == []):
-                raise _absent(self, 'new_isr', v)
+            else:
+                if not (self.new_isr == []):
+                    raise _absent(self, 'new_isr', v)
             if v >= 3:
                 x = self.new_isr_with_epochs
                 if x is None:
@@ -4286,12 +4504,14 @@ class AlterPartitionRequest(_Struct):
                         buf += _wuv(n)
                     for e in x:
                         e._w1(buf, parts, v)
-            if (not (v >= 3)) and not (self.new_isr_with_epochs == []):
-                raise _absent(self, 'new_isr_with_epochs', v)
+            else:
+                if not (self.new_isr_with_epochs == []):
+                    raise _absent(self, 'new_isr_with_epochs', v)
             if v >= 1:
                 buf += _T11p(self.leader_recovery_state)
-            if (not (v >= 1)) and not (self.leader_recovery_state == 0):
-                raise _absent(self, 'leader_recovery_state', v)
+            else:
+                if not (self.leader_recovery_state == 0):
+                    raise _absent(self, 'leader_recovery_state', v)
             buf += _T3p(self.partition_epoch)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
@@ -4386,13 +4606,19 @@ class AlterPartitionRequest(_Struct):
             self.broker_epoch = broker_epoch
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.broker_id == 0
+            and self.broker_epoch == -1
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             if v >= 3:
                 buf += _T7p(self.broker_id, self.broker_epoch)
-            if (not (v >= 3)) and not (self.broker_id == 0):
-                raise _absent(self, 'broker_id', v)
-            if (not (v >= 3)) and not (self.broker_epoch == -1):
-                raise _absent(self, 'broker_epoch', v)
+            else:
+                if not (self.broker_id == 0):
+                    raise _absent(self, 'broker_id', v)
+                if not (self.broker_epoch == -1):
+                    raise _absent(self, 'broker_epoch', v)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -4444,6 +4670,12 @@ class AlterPartitionResponse(_Struct):
         self.error_code = error_code
         self.topics = [] if topics is _MISSING else topics
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.error_code == 0
+            and self.topics == []
+            and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
         buf += _T1p(self.throttle_time_ms, self.error_code)
@@ -4521,6 +4753,12 @@ class AlterPartitionResponse(_Struct):
             self.topic_id = topic_id
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.topic_name == ''
+            and self.topic_id == _ZERO_UUID
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
             if v <= 1:
@@ -4636,6 +4874,16 @@ class AlterPartitionResponse(_Struct):
             self.partition_epoch = partition_epoch
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.partition_index == 0
+            and self.error_code == 0
+            and self.leader_id == 0
+            and self.leader_epoch == 0
+            and self.isr == []
+            and self.leader_recovery_state == 0
+            and self.partition_epoch == 0
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             buf += _T14p(self.partition_index, self.error_code, self.leader_id, self.leader_epoch)
             x = self.isr
@@ -4719,6 +4967,10 @@ class AlterReplicaLogDirsRequest(_Struct):
     def __init__(self, dirs=_MISSING, unknown_tagged_fields=None):
         self.dirs = [] if dirs is _MISSING else dirs
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.dirs == []
+            and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
         x = self.dirs
@@ -4827,6 +5079,11 @@ class AlterReplicaLogDirsRequest(_Struct):
             self.path = path
             self.topics = [] if topics is _MISSING else topics
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.path == ''
+            and self.topics == []
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             x = self.path
@@ -4978,6 +5235,11 @@ class AlterReplicaLogDirsRequest(_Struct):
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.name == ''
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             x = self.name
             if x is None:
@@ -5119,6 +5381,11 @@ class AlterReplicaLogDirsResponse(_Struct):
         self.results = [] if results is _MISSING else results
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.results == []
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         buf += _T3p(self.throttle_time_ms)
         x = self.results
@@ -5234,6 +5501,11 @@ class AlterReplicaLogDirsResponse(_Struct):
             self.topic_name = topic_name
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.topic_name == ''
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             x = self.topic_name
@@ -5385,6 +5657,11 @@ class AlterReplicaLogDirsResponse(_Struct):
             self.error_code = error_code
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.partition_index == 0
+            and self.error_code == 0
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             buf += _T1p(self.partition_index, self.error_code)
 
@@ -5451,6 +5728,11 @@ class AlterUserScramCredentialsRequest(_Struct):
         self.deletions = [] if deletions is _MISSING else deletions
         self.upsertions = [] if upsertions is _MISSING else upsertions
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.deletions == []
+            and self.upsertions == []
+            and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
         x = self.deletions
@@ -5553,6 +5835,11 @@ class AlterUserScramCredentialsRequest(_Struct):
             self.mechanism = mechanism
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.name == ''
+            and self.mechanism == 0
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             x = self.name
             if x is None:
@@ -5627,6 +5914,14 @@ class AlterUserScramCredentialsRequest(_Struct):
             self.salt = salt
             self.salted_password = salted_password
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.name == ''
+            and self.mechanism == 0
+            and self.iterations == 0
+            and self.salt == b''
+            and self.salted_password == b''
+            and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
             x = self.name
@@ -5747,6 +6042,11 @@ class AlterUserScramCredentialsResponse(_Struct):
         self.results = [] if results is _MISSING else results
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.results == []
+            and not self.unknown_tagged_fields)
+
     def _w1(self, buf, parts, v):
         buf += _T3p(self.throttle_time_ms)
         x = self.results
@@ -5823,6 +6123,12 @@ class AlterUserScramCredentialsResponse(_Struct):
             self.error_code = error_code
             self.error_message = error_message
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.user == ''
+            and self.error_code == 0
+            and self.error_message == ''
+            and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
             x = self.user
@@ -5920,6 +6226,11 @@ class ApiVersionsRequest(_Struct):
         self.client_software_name = client_software_name
         self.client_software_version = client_software_version
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.client_software_name == ''
+            and self.client_software_version == ''
+            and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
         pass
@@ -6034,6 +6345,16 @@ class ApiVersionsResponse(_Struct):
         self.finalized_features = [] if finalized_features is _MISSING else finalized_features
         self.zk_migration_ready = zk_migration_ready
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.error_code == 0
+            and self.api_keys == []
+            and self.throttle_time_ms == 0
+            and self.supported_features == []
+            and self.finalized_features_epoch == -1
+            and self.finalized_features == []
+            and self.zk_migration_ready == False
+            and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
         buf += _T4p(self.error_code)
@@ -6264,6 +6585,12 @@ class ApiVersionsResponse(_Struct):
             self.max_version = max_version
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.api_key == 0
+            and self.min_version == 0
+            and self.max_version == 0
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             buf += _T17p(self.api_key, self.min_version, self.max_version)
 
@@ -6330,6 +6657,12 @@ class ApiVersionsResponse(_Struct):
             self.min_version = min_version
             self.max_version = max_version
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.name == ''
+            and self.min_version == 0
+            and self.max_version == 0
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             if not (self.name == ''):
@@ -6426,6 +6759,12 @@ class ApiVersionsResponse(_Struct):
             self.max_version_level = max_version_level
             self.min_version_level = min_version_level
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.name == ''
+            and self.max_version_level == 0
+            and self.min_version_level == 0
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             if not (self.name == ''):
@@ -6524,6 +6863,12 @@ class AssignReplicasToDirsRequest(_Struct):
         self.directories = [] if directories is _MISSING else directories
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.broker_id == 0
+            and self.broker_epoch == -1
+            and self.directories == []
+            and not self.unknown_tagged_fields)
+
     def _w1(self, buf, parts, v):
         buf += _T7p(self.broker_id, self.broker_epoch)
         x = self.directories
@@ -6599,6 +6944,11 @@ class AssignReplicasToDirsRequest(_Struct):
             self.id = id
             self.topics = [] if topics is _MISSING else topics
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.id == _ZERO_UUID
+            and self.topics == []
+            and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
             buf += _T12p(self.id)
@@ -6677,6 +7027,11 @@ class AssignReplicasToDirsRequest(_Struct):
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.topic_id == _ZERO_UUID
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             buf += _T12p(self.topic_id)
             x = self.partitions
@@ -6753,6 +7108,10 @@ class AssignReplicasToDirsRequest(_Struct):
             self.partition_index = partition_index
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.partition_index == 0
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             buf += _T3p(self.partition_index)
             if self.unknown_tagged_fields:
@@ -6802,6 +7161,12 @@ class AssignReplicasToDirsResponse(_Struct):
         self.error_code = error_code
         self.directories = [] if directories is _MISSING else directories
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.error_code == 0
+            and self.directories == []
+            and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
         buf += _T1p(self.throttle_time_ms, self.error_code)
@@ -6878,6 +7243,11 @@ class AssignReplicasToDirsResponse(_Struct):
             self.id = id
             self.topics = [] if topics is _MISSING else topics
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.id == _ZERO_UUID
+            and self.topics == []
+            and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
             buf += _T12p(self.id)
@@ -6956,6 +7326,11 @@ class AssignReplicasToDirsResponse(_Struct):
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.topic_id == _ZERO_UUID
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             buf += _T12p(self.topic_id)
             x = self.partitions
@@ -7033,6 +7408,11 @@ class AssignReplicasToDirsResponse(_Struct):
             self.error_code = error_code
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.partition_index == 0
+            and self.error_code == 0
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             buf += _T1p(self.partition_index, self.error_code)
             if self.unknown_tagged_fields:
@@ -7083,6 +7463,13 @@ class BeginQuorumEpochRequest(_Struct):
         self.topics = [] if topics is _MISSING else topics
         self.leader_endpoints = [] if leader_endpoints is _MISSING else leader_endpoints
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.cluster_id is None
+            and self.voter_id == -1
+            and self.topics == []
+            and self.leader_endpoints == []
+            and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
         x = self.cluster_id
@@ -7268,6 +7655,11 @@ class BeginQuorumEpochRequest(_Struct):
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.topic_name == ''
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             x = self.topic_name
             if x is None:
@@ -7420,6 +7812,13 @@ class BeginQuorumEpochRequest(_Struct):
             self.leader_epoch = leader_epoch
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.partition_index == 0
+            and self.voter_directory_id == _ZERO_UUID
+            and self.leader_id == 0
+            and self.leader_epoch == 0
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             buf += _T3p(self.partition_index)
             buf += _T13p(self.leader_id, self.leader_epoch)
@@ -7491,6 +7890,12 @@ class BeginQuorumEpochRequest(_Struct):
             self.host = host
             self.port = port
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.name == ''
+            and self.host == ''
+            and self.port == 0
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             if not (self.name == ''):
@@ -7612,6 +8017,12 @@ class BeginQuorumEpochResponse(_Struct):
         self.topics = [] if topics is _MISSING else topics
         self.node_endpoints = [] if node_endpoints is _MISSING else node_endpoints
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.error_code == 0
+            and self.topics == []
+            and self.node_endpoints == []
+            and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
         buf += _T4p(self.error_code)
@@ -7770,6 +8181,11 @@ class BeginQuorumEpochResponse(_Struct):
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.topic_name == ''
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             x = self.topic_name
             if x is None:
@@ -7922,6 +8338,13 @@ class BeginQuorumEpochResponse(_Struct):
             self.leader_epoch = leader_epoch
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.partition_index == 0
+            and self.error_code == 0
+            and self.leader_id == 0
+            and self.leader_epoch == 0
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             buf += _T14p(self.partition_index, self.error_code, self.leader_id, self.leader_epoch)
 
@@ -7988,6 +8411,12 @@ class BeginQuorumEpochResponse(_Struct):
             self.host = host
             self.port = port
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.node_id == 0
+            and self.host == ''
+            and self.port == 0
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             if not (self.node_id == 0):
@@ -8093,6 +8522,15 @@ class BrokerHeartbeatRequest(_Struct):
         self.offline_log_dirs = [] if offline_log_dirs is _MISSING else offline_log_dirs
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.broker_id == 0
+            and self.broker_epoch == -1
+            and self.current_metadata_offset == 0
+            and self.want_fence == False
+            and self.want_shut_down == False
+            and self.offline_log_dirs == []
+            and not self.unknown_tagged_fields)
+
     def _w1(self, buf, parts, v):
         buf += _T20p(self.broker_id, self.broker_epoch, self.current_metadata_offset, self.want_fence, self.want_shut_down)
         if (not (v >= 1)) and not (self.offline_log_dirs == []):
@@ -8185,6 +8623,14 @@ class BrokerHeartbeatResponse(_Struct):
         self.should_shut_down = should_shut_down
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.error_code == 0
+            and self.is_caught_up == False
+            and self.is_fenced == True
+            and self.should_shut_down == False
+            and not self.unknown_tagged_fields)
+
     def _w1(self, buf, parts, v):
         buf += _T21p(self.throttle_time_ms, self.error_code, self.is_caught_up, self.is_fenced, self.should_shut_down)
         if self.unknown_tagged_fields:
@@ -8240,6 +8686,18 @@ class BrokerRegistrationRequest(_Struct):
         self.previous_broker_epoch = previous_broker_epoch
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.broker_id == 0
+            and self.cluster_id == ''
+            and self.incarnation_id == _ZERO_UUID
+            and self.listeners == []
+            and self.features == []
+            and self.rack == ''
+            and self.is_migrating_zk_broker == False
+            and self.log_dirs == []
+            and self.previous_broker_epoch == -1
+            and not self.unknown_tagged_fields)
+
     def _w1(self, buf, parts, v):
         buf += _T3p(self.broker_id)
         x = self.cluster_id
@@ -8289,8 +8747,9 @@ class BrokerRegistrationRequest(_Struct):
             buf += x
         if v >= 1:
             buf += _T9p(self.is_migrating_zk_broker)
-        if (not (v >= 1)) and not (self.is_migrating_zk_broker == False):
-            raise _absent(self, 'is_migrating_zk_broker', v)
+        else:
+            if not (self.is_migrating_zk_broker == False):
+                raise _absent(self, 'is_migrating_zk_broker', v)
         if v >= 2:
             x = self.log_dirs
             if x is None:
@@ -8451,6 +8910,13 @@ class BrokerRegistrationRequest(_Struct):
             self.security_protocol = security_protocol
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.name == ''
+            and self.host == ''
+            and self.port == 0
+            and self.security_protocol == 0
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             x = self.name
             if x is None:
@@ -8548,6 +9014,12 @@ class BrokerRegistrationRequest(_Struct):
             self.max_supported_version = max_supported_version
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.name == ''
+            and self.min_supported_version == 0
+            and self.max_supported_version == 0
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             x = self.name
             if x is None:
@@ -8622,6 +9094,12 @@ class BrokerRegistrationResponse(_Struct):
         self.broker_epoch = broker_epoch
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.error_code == 0
+            and self.broker_epoch == -1
+            and not self.unknown_tagged_fields)
+
     def _w1(self, buf, parts, v):
         buf += _T23p(self.throttle_time_ms, self.error_code, self.broker_epoch)
         if self.unknown_tagged_fields:
@@ -8669,6 +9147,11 @@ class ConsumerGroupDescribeRequest(_Struct):
         self.group_ids = [] if group_ids is _MISSING else group_ids
         self.include_authorized_operations = include_authorized_operations
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.group_ids == []
+            and self.include_authorized_operations == False
+            and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
         x = self.group_ids
@@ -8761,6 +9244,11 @@ class ConsumerGroupDescribeResponse(_Struct):
         self.groups = [] if groups is _MISSING else groups
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.groups == []
+            and not self.unknown_tagged_fields)
+
     def _w1(self, buf, parts, v):
         buf += _T3p(self.throttle_time_ms)
         x = self.groups
@@ -8837,6 +9325,12 @@ class ConsumerGroupDescribeResponse(_Struct):
             self.topic_name = topic_name
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.topic_id == _ZERO_UUID
+            and self.topic_name == ''
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
             buf += _T12p(self.topic_id)
@@ -8933,6 +9427,10 @@ class ConsumerGroupDescribeResponse(_Struct):
             self.topic_partitions = [] if topic_partitions is _MISSING else topic_partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.topic_partitions == []
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             x = self.topic_partitions
             if x is None:
@@ -9012,6 +9510,18 @@ class ConsumerGroupDescribeResponse(_Struct):
             self.members = [] if members is _MISSING else members
             self.authorized_operations = authorized_operations
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.error_code == 0
+            and self.error_message is None
+            and self.group_id == ''
+            and self.group_state == ''
+            and self.group_epoch == 0
+            and self.assignment_epoch == 0
+            and self.assignor_name == ''
+            and self.members == []
+            and self.authorized_operations == -2147483648
+            and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
             buf += _T4p(self.error_code)
@@ -9201,6 +9711,19 @@ class ConsumerGroupDescribeResponse(_Struct):
             self.assignment = _S_ConsumerGroupDescribeResponse_Assignment() if assignment is _MISSING else assignment
             self.target_assignment = _S_ConsumerGroupDescribeResponse_Assignment() if target_assignment is _MISSING else target_assignment
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.member_id == ''
+            and self.instance_id is None
+            and self.rack_id is None
+            and self.member_epoch == 0
+            and self.client_id == ''
+            and self.client_host == ''
+            and self.subscribed_topic_names == []
+            and self.subscribed_topic_regex is None
+            and (self.assignment is not None and self.assignment._is_default())
+            and (self.target_assignment is not None and self.target_assignment._is_default())
+            and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
             x = self.member_id
@@ -9452,6 +9975,19 @@ class ConsumerGroupHeartbeatRequest(_Struct):
         self.topic_partitions = topic_partitions
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.group_id == ''
+            and self.member_id == ''
+            and self.member_epoch == 0
+            and self.instance_id is None
+            and self.rack_id is None
+            and self.rebalance_timeout_ms == -1
+            and self.subscribed_topic_names is None
+            and self.subscribed_topic_regex is None
+            and self.server_assignor is None
+            and self.topic_partitions is None
+            and not self.unknown_tagged_fields)
+
     def _w1(self, buf, parts, v):
         x = self.group_id
         if x is None:
@@ -9528,8 +10064,9 @@ class ConsumerGroupHeartbeatRequest(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-        if (not (v >= 1)) and not (self.subscribed_topic_regex is None):
-            raise _absent(self, 'subscribed_topic_regex', v)
+        else:
+            if not (self.subscribed_topic_regex is None):
+                raise _absent(self, 'subscribed_topic_regex', v)
         x = self.server_assignor
         if x is None:
             buf += b'\x00'
@@ -9725,6 +10262,11 @@ class ConsumerGroupHeartbeatRequest(_Struct):
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.topic_id == _ZERO_UUID
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             buf += _T12p(self.topic_id)
             x = self.partitions
@@ -9802,6 +10344,16 @@ class ConsumerGroupHeartbeatResponse(_Struct):
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.assignment = assignment
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.error_code == 0
+            and self.error_message is None
+            and self.member_id is None
+            and self.member_epoch == 0
+            and self.heartbeat_interval_ms == 0
+            and self.assignment is None
+            and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
         buf += _T1p(self.throttle_time_ms, self.error_code)
@@ -9915,6 +10467,11 @@ class ConsumerGroupHeartbeatResponse(_Struct):
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.topic_id == _ZERO_UUID
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             buf += _T12p(self.topic_id)
             x = self.partitions
@@ -9985,6 +10542,10 @@ class ConsumerGroupHeartbeatResponse(_Struct):
         def __init__(self, topic_partitions=_MISSING, unknown_tagged_fields=None):
             self.topic_partitions = [] if topic_partitions is _MISSING else topic_partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.topic_partitions == []
+            and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
             x = self.topic_partitions
@@ -10060,6 +10621,11 @@ class ConsumerProtocolAssignment(_Struct):
         self.user_data = user_data
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.assigned_partitions == []
+            and self.user_data is None
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         x = self.assigned_partitions
         if x is None:
@@ -10124,6 +10690,11 @@ class ConsumerProtocolAssignment(_Struct):
             self.topic = topic
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.topic == ''
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             x = self.topic
@@ -10190,6 +10761,14 @@ class ConsumerProtocolSubscription(_Struct):
         self.generation_id = generation_id
         self.rack_id = rack_id
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.topics == []
+            and self.user_data is None
+            and self.owned_partitions == []
+            and self.generation_id == -1
+            and self.rack_id is None
+            and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
         x = self.topics
@@ -10318,6 +10897,11 @@ class ConsumerProtocolSubscription(_Struct):
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.topic == ''
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             if v >= 1:
                 x = self.topic
@@ -10327,8 +10911,9 @@ class ConsumerProtocolSubscription(_Struct):
                     x = x.encode('utf-8')
                     buf += _pi16(len(x))
                     buf += x
-            if (not (v >= 1)) and not (self.topic == ''):
-                raise _absent(self, 'topic', v)
+            else:
+                if not (self.topic == ''):
+                    raise _absent(self, 'topic', v)
             if v >= 1:
                 x = self.partitions
                 if x is None:
@@ -10336,8 +10921,9 @@ class ConsumerProtocolSubscription(_Struct):
                 else:
                     buf += _pi32(len(x))
                     buf += _pack('>%di' % len(x), *x)
-            if (not (v >= 1)) and not (self.partitions == []):
-                raise _absent(self, 'partitions', v)
+            else:
+                if not (self.partitions == []):
+                    raise _absent(self, 'partitions', v)
 
         @staticmethod
         def _r0(buf, pos, v):
@@ -10392,6 +10978,11 @@ class ControlledShutdownRequest(_Struct):
         self.broker_id = broker_id
         self.broker_epoch = broker_epoch
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.broker_id == 0
+            and self.broker_epoch == -1
+            and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
         buf += _T3p(self.broker_id)
@@ -10466,6 +11057,11 @@ class ControlledShutdownResponse(_Struct):
         self.error_code = error_code
         self.remaining_partitions = [] if remaining_partitions is _MISSING else remaining_partitions
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.error_code == 0
+            and self.remaining_partitions == []
+            and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
         buf += _T4p(self.error_code)
@@ -10583,6 +11179,11 @@ class ControlledShutdownResponse(_Struct):
             self.partition_index = partition_index
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.topic_name == ''
+            and self.partition_index == 0
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             x = self.topic_name
             if x is None:
@@ -10694,6 +11295,14 @@ class ControllerRegistrationRequest(_Struct):
         self.features = [] if features is _MISSING else features
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.controller_id == 0
+            and self.incarnation_id == _ZERO_UUID
+            and self.zk_migration_ready == False
+            and self.listeners == []
+            and self.features == []
+            and not self.unknown_tagged_fields)
+
     def _w1(self, buf, parts, v):
         buf += _T24p(self.controller_id, self.incarnation_id, self.zk_migration_ready)
         x = self.listeners
@@ -10801,6 +11410,13 @@ class ControllerRegistrationRequest(_Struct):
             self.security_protocol = security_protocol
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.name == ''
+            and self.host == ''
+            and self.port == 0
+            and self.security_protocol == 0
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             x = self.name
             if x is None:
@@ -10898,6 +11514,12 @@ class ControllerRegistrationRequest(_Struct):
             self.max_supported_version = max_supported_version
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.name == ''
+            and self.min_supported_version == 0
+            and self.max_supported_version == 0
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             x = self.name
             if x is None:
@@ -10972,6 +11594,12 @@ class ControllerRegistrationResponse(_Struct):
         self.error_message = error_message
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.error_code == 0
+            and self.error_message == ''
+            and not self.unknown_tagged_fields)
+
     def _w1(self, buf, parts, v):
         buf += _T1p(self.throttle_time_ms, self.error_code)
         x = self.error_message
@@ -11042,6 +11670,10 @@ class CreateAclsRequest(_Struct):
     def __init__(self, creations=_MISSING, unknown_tagged_fields=None):
         self.creations = [] if creations is _MISSING else creations
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.creations == []
+            and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
         x = self.creations
@@ -11156,6 +11788,16 @@ class CreateAclsRequest(_Struct):
             self.permission_type = permission_type
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.resource_type == 0
+            and self.resource_name == ''
+            and self.resource_pattern_type == 3
+            and self.principal == ''
+            and self.host == ''
+            and self.operation == 0
+            and self.permission_type == 0
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             buf += _T11p(self.resource_type)
             x = self.resource_name
@@ -11167,8 +11809,9 @@ class CreateAclsRequest(_Struct):
                 buf += x
             if v >= 1:
                 buf += _T11p(self.resource_pattern_type)
-            if (not (v >= 1)) and not (self.resource_pattern_type == 3):
-                raise _absent(self, 'resource_pattern_type', v)
+            else:
+                if not (self.resource_pattern_type == 3):
+                    raise _absent(self, 'resource_pattern_type', v)
             x = self.principal
             if x is None:
                 raise _not_nullable(self, 'principal', v)
@@ -11368,6 +12011,11 @@ class CreateAclsResponse(_Struct):
         self.results = [] if results is _MISSING else results
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.results == []
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         buf += _T3p(self.throttle_time_ms)
         x = self.results
@@ -11484,6 +12132,11 @@ class CreateAclsResponse(_Struct):
             self.error_message = error_message
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.error_code == 0
+            and self.error_message == ''
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             buf += _T4p(self.error_code)
             x = self.error_message
@@ -11594,6 +12247,13 @@ class CreateDelegationTokenRequest(_Struct):
         self.max_lifetime_ms = max_lifetime_ms
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.owner_principal_type == ''
+            and self.owner_principal_name == ''
+            and self.renewers == []
+            and self.max_lifetime_ms == 0
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         if not (self.owner_principal_type == ''):
             raise _absent(self, 'owner_principal_type', v)
@@ -11653,8 +12313,9 @@ class CreateDelegationTokenRequest(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-        if (not (v >= 3)) and not (self.owner_principal_type == ''):
-            raise _absent(self, 'owner_principal_type', v)
+        else:
+            if not (self.owner_principal_type == ''):
+                raise _absent(self, 'owner_principal_type', v)
         if v >= 3:
             x = self.owner_principal_name
             if x is None:
@@ -11667,8 +12328,9 @@ class CreateDelegationTokenRequest(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-        if (not (v >= 3)) and not (self.owner_principal_name == ''):
-            raise _absent(self, 'owner_principal_name', v)
+        else:
+            if not (self.owner_principal_name == ''):
+                raise _absent(self, 'owner_principal_name', v)
         x = self.renewers
         if x is None:
             raise _not_nullable(self, 'renewers', v)
@@ -11775,6 +12437,11 @@ class CreateDelegationTokenRequest(_Struct):
             self.principal_type = principal_type
             self.principal_name = principal_name
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.principal_type == ''
+            and self.principal_name == ''
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             x = self.principal_type
@@ -11926,6 +12593,20 @@ class CreateDelegationTokenResponse(_Struct):
         self.throttle_time_ms = throttle_time_ms
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.error_code == 0
+            and self.principal_type == ''
+            and self.principal_name == ''
+            and self.token_requester_principal_type == ''
+            and self.token_requester_principal_name == ''
+            and self.issue_timestamp_ms == 0
+            and self.expiry_timestamp_ms == 0
+            and self.max_timestamp_ms == 0
+            and self.token_id == ''
+            and self.hmac == b''
+            and self.throttle_time_ms == 0
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         buf += _T4p(self.error_code)
         x = self.principal_type
@@ -12061,8 +12742,9 @@ class CreateDelegationTokenResponse(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-        if (not (v >= 3)) and not (self.token_requester_principal_type == ''):
-            raise _absent(self, 'token_requester_principal_type', v)
+        else:
+            if not (self.token_requester_principal_type == ''):
+                raise _absent(self, 'token_requester_principal_type', v)
         if v >= 3:
             x = self.token_requester_principal_name
             if x is None:
@@ -12075,8 +12757,9 @@ class CreateDelegationTokenResponse(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-        if (not (v >= 3)) and not (self.token_requester_principal_name == ''):
-            raise _absent(self, 'token_requester_principal_name', v)
+        else:
+            if not (self.token_requester_principal_name == ''):
+                raise _absent(self, 'token_requester_principal_name', v)
         buf += _T26p(self.issue_timestamp_ms, self.expiry_timestamp_ms, self.max_timestamp_ms)
         x = self.token_id
         if x is None:
@@ -12237,6 +12920,12 @@ class CreatePartitionsRequest(_Struct):
         self.validate_only = validate_only
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.topics == []
+            and self.timeout_ms == 0
+            and self.validate_only == False
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         x = self.topics
         if x is None:
@@ -12353,6 +13042,12 @@ class CreatePartitionsRequest(_Struct):
             self.count = count
             self.assignments = [] if assignments is _MISSING else assignments
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.name == ''
+            and self.count == 0
+            and self.assignments == []
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             x = self.name
@@ -12511,6 +13206,10 @@ class CreatePartitionsRequest(_Struct):
             self.broker_ids = [] if broker_ids is _MISSING else broker_ids
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.broker_ids == []
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             x = self.broker_ids
             if x is None:
@@ -12610,6 +13309,11 @@ class CreatePartitionsResponse(_Struct):
         self.throttle_time_ms = throttle_time_ms
         self.results = [] if results is _MISSING else results
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.results == []
+            and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
         buf += _T3p(self.throttle_time_ms)
@@ -12727,6 +13431,12 @@ class CreatePartitionsResponse(_Struct):
             self.error_code = error_code
             self.error_message = error_message
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.name == ''
+            and self.error_code == 0
+            and self.error_message is None
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             x = self.name
@@ -12878,6 +13588,12 @@ class CreateTopicsRequest(_Struct):
         self.validate_only = validate_only
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.topics == []
+            and self.timeout_ms == 60000
+            and self.validate_only == False
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         x = self.topics
         if x is None:
@@ -12889,8 +13605,9 @@ class CreateTopicsRequest(_Struct):
         buf += _T3p(self.timeout_ms)
         if v >= 1:
             buf += _T9p(self.validate_only)
-        if (not (v >= 1)) and not (self.validate_only == False):
-            raise _absent(self, 'validate_only', v)
+        else:
+            if not (self.validate_only == False):
+                raise _absent(self, 'validate_only', v)
 
     @staticmethod
     def _r0(buf, pos, v):
@@ -13006,6 +13723,14 @@ class CreateTopicsRequest(_Struct):
             self.assignments = [] if assignments is _MISSING else assignments
             self.configs = [] if configs is _MISSING else configs
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.name == ''
+            and self.num_partitions == 0
+            and self.replication_factor == 0
+            and self.assignments == []
+            and self.configs == []
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             x = self.name
@@ -13216,6 +13941,11 @@ class CreateTopicsRequest(_Struct):
             self.broker_ids = [] if broker_ids is _MISSING else broker_ids
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.partition_index == 0
+            and self.broker_ids == []
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             buf += _T3p(self.partition_index)
             x = self.broker_ids
@@ -13322,6 +14052,11 @@ class CreateTopicsRequest(_Struct):
             self.name = name
             self.value = value
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.name == ''
+            and self.value == ''
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             x = self.name
@@ -13464,6 +14199,11 @@ class CreateTopicsResponse(_Struct):
         self.topics = [] if topics is _MISSING else topics
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.topics == []
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         if v >= 2:
             buf += _T3p(self.throttle_time_ms)
@@ -13589,6 +14329,17 @@ class CreateTopicsResponse(_Struct):
             self.replication_factor = replication_factor
             self.configs = [] if configs is _MISSING else configs
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.name == ''
+            and self.topic_id == _ZERO_UUID
+            and self.error_code == 0
+            and self.error_message == ''
+            and self.topic_config_error_code == 0
+            and self.num_partitions == -1
+            and self.replication_factor == -1
+            and self.configs == []
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             x = self.name
@@ -13804,6 +14555,14 @@ class CreateTopicsResponse(_Struct):
             self.is_sensitive = is_sensitive
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.name == ''
+            and self.value == ''
+            and self.read_only == False
+            and self.config_source == -1
+            and self.is_sensitive == False
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             if not (self.name == ''):
                 raise _absent(self, 'name', v)
@@ -13929,6 +14688,12 @@ class DefaultPrincipalData(_Struct):
         self.token_authenticated = token_authenticated
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.type == ''
+            and self.name == ''
+            and self.token_authenticated == False
+            and not self.unknown_tagged_fields)
+
     def _w1(self, buf, parts, v):
         x = self.type
         if x is None:
@@ -14023,6 +14788,10 @@ class DeleteAclsRequest(_Struct):
     def __init__(self, filters=_MISSING, unknown_tagged_fields=None):
         self.filters = [] if filters is _MISSING else filters
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.filters == []
+            and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
         x = self.filters
@@ -14137,6 +14906,16 @@ class DeleteAclsRequest(_Struct):
             self.permission_type = permission_type
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.resource_type_filter == 0
+            and self.resource_name_filter == ''
+            and self.pattern_type_filter == 3
+            and self.principal_filter == ''
+            and self.host_filter == ''
+            and self.operation == 0
+            and self.permission_type == 0
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             buf += _T11p(self.resource_type_filter)
             x = self.resource_name_filter
@@ -14148,8 +14927,9 @@ class DeleteAclsRequest(_Struct):
                 buf += x
             if v >= 1:
                 buf += _T11p(self.pattern_type_filter)
-            if (not (v >= 1)) and not (self.pattern_type_filter == 3):
-                raise _absent(self, 'pattern_type_filter', v)
+            else:
+                if not (self.pattern_type_filter == 3):
+                    raise _absent(self, 'pattern_type_filter', v)
             x = self.principal_filter
             if x is None:
                 buf += b'\xff\xff'
@@ -14349,6 +15129,11 @@ class DeleteAclsResponse(_Struct):
         self.filter_results = [] if filter_results is _MISSING else filter_results
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.filter_results == []
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         buf += _T3p(self.throttle_time_ms)
         x = self.filter_results
@@ -14465,6 +15250,12 @@ class DeleteAclsResponse(_Struct):
             self.error_message = error_message
             self.matching_acls = [] if matching_acls is _MISSING else matching_acls
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.error_code == 0
+            and self.error_message == ''
+            and self.matching_acls == []
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             buf += _T4p(self.error_code)
@@ -14631,6 +15422,18 @@ class DeleteAclsResponse(_Struct):
             self.permission_type = permission_type
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.error_code == 0
+            and self.error_message == ''
+            and self.resource_type == 0
+            and self.resource_name == ''
+            and self.pattern_type == 3
+            and self.principal == ''
+            and self.host == ''
+            and self.operation == 0
+            and self.permission_type == 0
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             buf += _T4p(self.error_code)
             x = self.error_message
@@ -14650,8 +15453,9 @@ class DeleteAclsResponse(_Struct):
                 buf += x
             if v >= 1:
                 buf += _T11p(self.pattern_type)
-            if (not (v >= 1)) and not (self.pattern_type == 3):
-                raise _absent(self, 'pattern_type', v)
+            else:
+                if not (self.pattern_type == 3):
+                    raise _absent(self, 'pattern_type', v)
             x = self.principal
             if x is None:
                 raise _not_nullable(self, 'principal', v)
@@ -14891,6 +15695,10 @@ class DeleteGroupsRequest(_Struct):
         self.groups_names = [] if groups_names is _MISSING else groups_names
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.groups_names == []
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         x = self.groups_names
         if x is None:
@@ -15021,6 +15829,11 @@ class DeleteGroupsResponse(_Struct):
         self.results = [] if results is _MISSING else results
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.results == []
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         buf += _T3p(self.throttle_time_ms)
         x = self.results
@@ -15137,6 +15950,11 @@ class DeleteGroupsResponse(_Struct):
             self.error_code = error_code
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.group_id == ''
+            and self.error_code == 0
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             x = self.group_id
             if x is None:
@@ -15244,6 +16062,11 @@ class DeleteRecordsRequest(_Struct):
         self.topics = [] if topics is _MISSING else topics
         self.timeout_ms = timeout_ms
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.topics == []
+            and self.timeout_ms == 0
+            and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
         x = self.topics
@@ -15360,6 +16183,11 @@ class DeleteRecordsRequest(_Struct):
             self.name = name
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.name == ''
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             x = self.name
@@ -15511,6 +16339,11 @@ class DeleteRecordsRequest(_Struct):
             self.offset = offset
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.partition_index == 0
+            and self.offset == 0
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             buf += _T7p(self.partition_index, self.offset)
 
@@ -15577,6 +16410,11 @@ class DeleteRecordsResponse(_Struct):
         self.throttle_time_ms = throttle_time_ms
         self.topics = [] if topics is _MISSING else topics
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.topics == []
+            and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
         buf += _T3p(self.throttle_time_ms)
@@ -15693,6 +16531,11 @@ class DeleteRecordsResponse(_Struct):
             self.name = name
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.name == ''
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             x = self.name
@@ -15845,6 +16688,12 @@ class DeleteRecordsResponse(_Struct):
             self.error_code = error_code
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.partition_index == 0
+            and self.low_watermark == 0
+            and self.error_code == 0
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             buf += _T29p(self.partition_index, self.low_watermark, self.error_code)
 
@@ -15911,6 +16760,11 @@ class DeleteShareGroupStateRequest(_Struct):
         self.group_id = group_id
         self.topics = [] if topics is _MISSING else topics
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.group_id == ''
+            and self.topics == []
+            and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
         x = self.group_id
@@ -16008,6 +16862,11 @@ class DeleteShareGroupStateRequest(_Struct):
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.topic_id == _ZERO_UUID
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             buf += _T12p(self.topic_id)
             x = self.partitions
@@ -16084,6 +16943,10 @@ class DeleteShareGroupStateRequest(_Struct):
             self.partition = partition
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.partition == 0
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             buf += _T3p(self.partition)
             if self.unknown_tagged_fields:
@@ -16131,6 +16994,10 @@ class DeleteShareGroupStateResponse(_Struct):
     def __init__(self, results=_MISSING, unknown_tagged_fields=None):
         self.results = [] if results is _MISSING else results
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.results == []
+            and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
         x = self.results
@@ -16203,6 +17070,11 @@ class DeleteShareGroupStateResponse(_Struct):
             self.topic_id = topic_id
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.topic_id == _ZERO_UUID
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
             buf += _T12p(self.topic_id)
@@ -16282,6 +17154,12 @@ class DeleteShareGroupStateResponse(_Struct):
             self.error_message = error_message
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.partition == 0
+            and self.error_code == 0
+            and self.error_message is None
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             buf += _T1p(self.partition, self.error_code)
             x = self.error_message
@@ -16356,6 +17234,12 @@ class DeleteTopicsRequest(_Struct):
         self.timeout_ms = timeout_ms
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.topics == []
+            and self.topic_names == []
+            and self.timeout_ms == 0
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         if not (self.topics == []):
             raise _absent(self, 'topics', v)
@@ -16419,8 +17303,9 @@ class DeleteTopicsRequest(_Struct):
                     buf += _wuv(n)
                 for e in x:
                     e._w1(buf, parts, v)
-        if (not (v >= 6)) and not (self.topics == []):
-            raise _absent(self, 'topics', v)
+        else:
+            if not (self.topics == []):
+                raise _absent(self, 'topics', v)
         if v <= 5:
             x = self.topic_names
             if x is None:
@@ -16535,6 +17420,11 @@ class DeleteTopicsRequest(_Struct):
             self.topic_id = topic_id
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.name is None
+            and self.topic_id == _ZERO_UUID
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             if not (self.name is None):
                 raise _absent(self, 'name', v)
@@ -16568,12 +17458,14 @@ class DeleteTopicsRequest(_Struct):
                     else:
                         buf += _wuv(n)
                     buf += x
-            if (not (v >= 6)) and not (self.name is None):
-                raise _absent(self, 'name', v)
+            else:
+                if not (self.name is None):
+                    raise _absent(self, 'name', v)
             if v >= 6:
                 buf += _T12p(self.topic_id)
-            if (not (v >= 6)) and not (self.topic_id == _ZERO_UUID):
-                raise _absent(self, 'topic_id', v)
+            else:
+                if not (self.topic_id == _ZERO_UUID):
+                    raise _absent(self, 'topic_id', v)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -16639,6 +17531,11 @@ class DeleteTopicsResponse(_Struct):
         self.throttle_time_ms = throttle_time_ms
         self.responses = [] if responses is _MISSING else responses
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.responses == []
+            and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
         if v >= 1:
@@ -16761,6 +17658,13 @@ class DeleteTopicsResponse(_Struct):
             self.error_code = error_code
             self.error_message = error_message
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.name == ''
+            and self.topic_id == _ZERO_UUID
+            and self.error_code == 0
+            and self.error_message is None
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             x = self.name
@@ -16917,6 +17821,16 @@ class DescribeAclsRequest(_Struct):
         self.permission_type = permission_type
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.resource_type_filter == 0
+            and self.resource_name_filter == ''
+            and self.pattern_type_filter == 3
+            and self.principal_filter == ''
+            and self.host_filter == ''
+            and self.operation == 0
+            and self.permission_type == 0
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         buf += _T11p(self.resource_type_filter)
         x = self.resource_name_filter
@@ -16928,8 +17842,9 @@ class DescribeAclsRequest(_Struct):
             buf += x
         if v >= 1:
             buf += _T11p(self.pattern_type_filter)
-        if (not (v >= 1)) and not (self.pattern_type_filter == 3):
-            raise _absent(self, 'pattern_type_filter', v)
+        else:
+            if not (self.pattern_type_filter == 3):
+                raise _absent(self, 'pattern_type_filter', v)
         x = self.principal_filter
         if x is None:
             buf += b'\xff\xff'
@@ -17130,6 +18045,13 @@ class DescribeAclsResponse(_Struct):
         self.resources = [] if resources is _MISSING else resources
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.error_code == 0
+            and self.error_message == ''
+            and self.resources == []
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         buf += _T1p(self.throttle_time_ms, self.error_code)
         x = self.error_message
@@ -17289,6 +18211,13 @@ class DescribeAclsResponse(_Struct):
             self.acls = [] if acls is _MISSING else acls
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.resource_type == 0
+            and self.resource_name == ''
+            and self.pattern_type == 3
+            and self.acls == []
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             buf += _T11p(self.resource_type)
             x = self.resource_name
@@ -17300,8 +18229,9 @@ class DescribeAclsResponse(_Struct):
                 buf += x
             if v >= 1:
                 buf += _T11p(self.pattern_type)
-            if (not (v >= 1)) and not (self.pattern_type == 3):
-                raise _absent(self, 'pattern_type', v)
+            else:
+                if not (self.pattern_type == 3):
+                    raise _absent(self, 'pattern_type', v)
             x = self.acls
             if x is None:
                 raise _not_nullable(self, 'acls', v)
@@ -17463,6 +18393,13 @@ class DescribeAclsResponse(_Struct):
             self.permission_type = permission_type
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.principal == ''
+            and self.host == ''
+            and self.operation == 0
+            and self.permission_type == 0
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             x = self.principal
             if x is None:
@@ -17612,6 +18549,11 @@ class DescribeClientQuotasRequest(_Struct):
         self.strict = strict
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.components == []
+            and self.strict == False
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         x = self.components
         if x is None:
@@ -17728,6 +18670,12 @@ class DescribeClientQuotasRequest(_Struct):
             self.match_type = match_type
             self.match = match
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.entity_type == ''
+            and self.match_type == 0
+            and self.match == ''
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             x = self.entity_type
@@ -17879,6 +18827,13 @@ class DescribeClientQuotasResponse(_Struct):
         self.error_message = error_message
         self.entries = [] if entries is _MISSING else entries
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.error_code == 0
+            and self.error_message == ''
+            and self.entries == []
+            and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
         buf += _T1p(self.throttle_time_ms, self.error_code)
@@ -18036,6 +18991,11 @@ class DescribeClientQuotasResponse(_Struct):
             self.entity = [] if entity is _MISSING else entity
             self.values = [] if values is _MISSING else values
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.entity == []
+            and self.values == []
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             x = self.entity
@@ -18197,6 +19157,11 @@ class DescribeClientQuotasResponse(_Struct):
             self.entity_name = entity_name
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.entity_type == ''
+            and self.entity_name == ''
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             x = self.entity_type
             if x is None:
@@ -18337,6 +19302,11 @@ class DescribeClientQuotasResponse(_Struct):
             self.value = value
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.key == ''
+            and self.value == 0.0
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             x = self.key
             if x is None:
@@ -18445,12 +19415,18 @@ class DescribeClusterRequest(_Struct):
         self.endpoint_type = endpoint_type
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.include_cluster_authorized_operations == False
+            and self.endpoint_type == 1
+            and not self.unknown_tagged_fields)
+
     def _w1(self, buf, parts, v):
         buf += _T9p(self.include_cluster_authorized_operations)
         if v >= 1:
             buf += _T11p(self.endpoint_type)
-        if (not (v >= 1)) and not (self.endpoint_type == 1):
-            raise _absent(self, 'endpoint_type', v)
+        else:
+            if not (self.endpoint_type == 1):
+                raise _absent(self, 'endpoint_type', v)
         if self.unknown_tagged_fields:
             _write_tags(buf, [], self.unknown_tagged_fields)
         else:
@@ -18509,6 +19485,17 @@ class DescribeClusterResponse(_Struct):
         self.cluster_authorized_operations = cluster_authorized_operations
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.error_code == 0
+            and self.error_message is None
+            and self.endpoint_type == 1
+            and self.cluster_id == ''
+            and self.controller_id == -1
+            and self.brokers == []
+            and self.cluster_authorized_operations == -2147483648
+            and not self.unknown_tagged_fields)
+
     def _w1(self, buf, parts, v):
         buf += _T1p(self.throttle_time_ms, self.error_code)
         x = self.error_message
@@ -18524,8 +19511,9 @@ class DescribeClusterResponse(_Struct):
             buf += x
         if v >= 1:
             buf += _T11p(self.endpoint_type)
-        if (not (v >= 1)) and not (self.endpoint_type == 1):
-            raise _absent(self, 'endpoint_type', v)
+        else:
+            if not (self.endpoint_type == 1):
+                raise _absent(self, 'endpoint_type', v)
         x = self.cluster_id
         if x is None:
             raise _not_nullable(self, 'cluster_id', v)
@@ -18653,6 +19641,13 @@ class DescribeClusterResponse(_Struct):
             self.rack = rack
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.broker_id == 0
+            and self.host == ''
+            and self.port == 0
+            and self.rack is None
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             buf += _T3p(self.broker_id)
             x = self.host
@@ -18755,6 +19750,12 @@ class DescribeConfigsRequest(_Struct):
         self.include_documentation = include_documentation
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.resources == []
+            and self.include_synonyms == False
+            and self.include_documentation == False
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         x = self.resources
         if x is None:
@@ -18765,12 +19766,14 @@ class DescribeConfigsRequest(_Struct):
                 e._w0(buf, parts, v)
         if v >= 1:
             buf += _T9p(self.include_synonyms)
-        if (not (v >= 1)) and not (self.include_synonyms == False):
-            raise _absent(self, 'include_synonyms', v)
+        else:
+            if not (self.include_synonyms == False):
+                raise _absent(self, 'include_synonyms', v)
         if v >= 3:
             buf += _T9p(self.include_documentation)
-        if (not (v >= 3)) and not (self.include_documentation == False):
-            raise _absent(self, 'include_documentation', v)
+        else:
+            if not (self.include_documentation == False):
+                raise _absent(self, 'include_documentation', v)
 
     @staticmethod
     def _r0(buf, pos, v):
@@ -18887,6 +19890,12 @@ class DescribeConfigsRequest(_Struct):
             self.resource_name = resource_name
             self.configuration_keys = [] if configuration_keys is _MISSING else configuration_keys
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.resource_type == 0
+            and self.resource_name == ''
+            and self.configuration_keys == []
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             buf += _T11p(self.resource_type)
@@ -19068,6 +20077,11 @@ class DescribeConfigsResponse(_Struct):
         self.results = [] if results is _MISSING else results
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.results == []
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         buf += _T3p(self.throttle_time_ms)
         x = self.results
@@ -19186,6 +20200,14 @@ class DescribeConfigsResponse(_Struct):
             self.resource_name = resource_name
             self.configs = [] if configs is _MISSING else configs
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.error_code == 0
+            and self.error_message == ''
+            and self.resource_type == 0
+            and self.resource_name == ''
+            and self.configs == []
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             buf += _T4p(self.error_code)
@@ -19401,6 +20423,18 @@ class DescribeConfigsResponse(_Struct):
             self.documentation = documentation
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.name == ''
+            and self.value == ''
+            and self.read_only == False
+            and self.is_default == False
+            and self.config_source == -1
+            and self.is_sensitive == False
+            and self.synonyms == []
+            and self.config_type == 0
+            and self.documentation == ''
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             x = self.name
             if x is None:
@@ -19419,8 +20453,9 @@ class DescribeConfigsResponse(_Struct):
             buf += _T9p(self.read_only)
             if v <= 0:
                 buf += _T9p(self.is_default)
-            if (not (v <= 0)) and not (self.is_default == False):
-                raise _absent(self, 'is_default', v)
+            else:
+                if not (self.is_default == False):
+                    raise _absent(self, 'is_default', v)
             if v >= 1:
                 buf += _T11p(self.config_source)
             buf += _T9p(self.is_sensitive)
@@ -19691,6 +20726,12 @@ class DescribeConfigsResponse(_Struct):
             self.source = source
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.name == ''
+            and self.value == ''
+            and self.source == 0
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             if v >= 1:
                 x = self.name
@@ -19700,8 +20741,9 @@ class DescribeConfigsResponse(_Struct):
                     x = x.encode('utf-8')
                     buf += _pi16(len(x))
                     buf += x
-            if (not (v >= 1)) and not (self.name == ''):
-                raise _absent(self, 'name', v)
+            else:
+                if not (self.name == ''):
+                    raise _absent(self, 'name', v)
             if v >= 1:
                 x = self.value
                 if x is None:
@@ -19710,12 +20752,14 @@ class DescribeConfigsResponse(_Struct):
                     x = x.encode('utf-8')
                     buf += _pi16(len(x))
                     buf += x
-            if (not (v >= 1)) and not (self.value == ''):
-                raise _absent(self, 'value', v)
+            else:
+                if not (self.value == ''):
+                    raise _absent(self, 'value', v)
             if v >= 1:
                 buf += _T11p(self.source)
-            if (not (v >= 1)) and not (self.source == 0):
-                raise _absent(self, 'source', v)
+            else:
+                if not (self.source == 0):
+                    raise _absent(self, 'source', v)
 
         @staticmethod
         def _r0(buf, pos, v):
@@ -19857,6 +20901,10 @@ class DescribeDelegationTokenRequest(_Struct):
         self.owners = [] if owners is _MISSING else owners
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.owners == []
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         x = self.owners
         if x is None:
@@ -19964,6 +21012,11 @@ class DescribeDelegationTokenRequest(_Struct):
             self.principal_type = principal_type
             self.principal_name = principal_name
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.principal_type == ''
+            and self.principal_name == ''
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             x = self.principal_type
@@ -20107,6 +21160,12 @@ class DescribeDelegationTokenResponse(_Struct):
         self.throttle_time_ms = throttle_time_ms
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.error_code == 0
+            and self.tokens == []
+            and self.throttle_time_ms == 0
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         buf += _T4p(self.error_code)
         x = self.tokens
@@ -20238,6 +21297,19 @@ class DescribeDelegationTokenResponse(_Struct):
             self.hmac = hmac
             self.renewers = [] if renewers is _MISSING else renewers
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.principal_type == ''
+            and self.principal_name == ''
+            and self.token_requester_principal_type == ''
+            and self.token_requester_principal_name == ''
+            and self.issue_timestamp == 0
+            and self.expiry_timestamp == 0
+            and self.max_timestamp == 0
+            and self.token_id == ''
+            and self.hmac == b''
+            and self.renewers == []
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             x = self.principal_type
@@ -20387,8 +21459,9 @@ class DescribeDelegationTokenResponse(_Struct):
                     else:
                         buf += _wuv(n)
                     buf += x
-            if (not (v >= 3)) and not (self.token_requester_principal_type == ''):
-                raise _absent(self, 'token_requester_principal_type', v)
+            else:
+                if not (self.token_requester_principal_type == ''):
+                    raise _absent(self, 'token_requester_principal_type', v)
             if v >= 3:
                 x = self.token_requester_principal_name
                 if x is None:
@@ -20401,8 +21474,9 @@ class DescribeDelegationTokenResponse(_Struct):
                     else:
                         buf += _wuv(n)
                     buf += x
-            if (not (v >= 3)) and not (self.token_requester_principal_name == ''):
-                raise _absent(self, 'token_requester_principal_name', v)
+            else:
+                if not (self.token_requester_principal_name == ''):
+                    raise _absent(self, 'token_requester_principal_name', v)
             buf += _T26p(self.issue_timestamp, self.expiry_timestamp, self.max_timestamp)
             x = self.token_id
             if x is None:
@@ -20584,6 +21658,11 @@ class DescribeDelegationTokenResponse(_Struct):
             self.principal_name = principal_name
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.principal_type == ''
+            and self.principal_name == ''
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             x = self.principal_type
             if x is None:
@@ -20725,6 +21804,11 @@ class DescribeGroupsRequest(_Struct):
         self.include_authorized_operations = include_authorized_operations
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.groups == []
+            and self.include_authorized_operations == False
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         x = self.groups
         if x is None:
@@ -20737,8 +21821,9 @@ class DescribeGroupsRequest(_Struct):
                 buf += e
         if v >= 3:
             buf += _T9p(self.include_authorized_operations)
-        if (not (v >= 3)) and not (self.include_authorized_operations == False):
-            raise _absent(self, 'include_authorized_operations', v)
+        else:
+            if not (self.include_authorized_operations == False):
+                raise _absent(self, 'include_authorized_operations', v)
 
     @staticmethod
     def _r0(buf, pos, v):
@@ -20869,6 +21954,11 @@ class DescribeGroupsResponse(_Struct):
         self.groups = [] if groups is _MISSING else groups
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.groups == []
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         if v >= 1:
             buf += _T3p(self.throttle_time_ms)
@@ -20994,6 +22084,16 @@ class DescribeGroupsResponse(_Struct):
             self.authorized_operations = authorized_operations
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.error_code == 0
+            and self.group_id == ''
+            and self.group_state == ''
+            and self.protocol_type == ''
+            and self.protocol_data == ''
+            and self.members == []
+            and self.authorized_operations == -2147483648
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             buf += _T4p(self.error_code)
             x = self.group_id
@@ -21033,8 +22133,9 @@ class DescribeGroupsResponse(_Struct):
                     e._w0(buf, parts, v)
             if v >= 3:
                 buf += _T3p(self.authorized_operations)
-            if (not (v >= 3)) and not (self.authorized_operations == -2147483648):
-                raise _absent(self, 'authorized_operations', v)
+            else:
+                if not (self.authorized_operations == -2147483648):
+                    raise _absent(self, 'authorized_operations', v)
 
         @staticmethod
         def _r0(buf, pos, v):
@@ -21292,6 +22393,15 @@ class DescribeGroupsResponse(_Struct):
             self.member_metadata = member_metadata
             self.member_assignment = member_assignment
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.member_id == ''
+            and self.group_instance_id is None
+            and self.client_id == ''
+            and self.client_host == ''
+            and self.member_metadata == b''
+            and self.member_assignment == b''
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             x = self.member_id
@@ -21597,6 +22707,10 @@ class DescribeLogDirsRequest(_Struct):
         self.topics = [] if topics is _MISSING else topics
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.topics == []
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         x = self.topics
         if x is None:
@@ -21704,6 +22818,11 @@ class DescribeLogDirsRequest(_Struct):
             self.topic = topic
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.topic == ''
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             x = self.topic
@@ -21847,6 +22966,12 @@ class DescribeLogDirsResponse(_Struct):
         self.results = [] if results is _MISSING else results
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.error_code == 0
+            and self.results == []
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         buf += _T3p(self.throttle_time_ms)
         x = self.results
@@ -21974,6 +23099,14 @@ class DescribeLogDirsResponse(_Struct):
             self.total_bytes = total_bytes
             self.usable_bytes = usable_bytes
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.error_code == 0
+            and self.log_dir == ''
+            and self.topics == []
+            and self.total_bytes == -1
+            and self.usable_bytes == -1
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             buf += _T4p(self.error_code)
@@ -22144,6 +23277,11 @@ class DescribeLogDirsResponse(_Struct):
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.name == ''
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             x = self.name
             if x is None:
@@ -22296,6 +23434,13 @@ class DescribeLogDirsResponse(_Struct):
             self.is_future_key = is_future_key
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.partition_index == 0
+            and self.partition_size == 0
+            and self.offset_lag == 0
+            and self.is_future_key == False
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             buf += _T34p(self.partition_index, self.partition_size, self.offset_lag, self.is_future_key)
 
@@ -22361,6 +23506,10 @@ class DescribeProducersRequest(_Struct):
     def __init__(self, topics=_MISSING, unknown_tagged_fields=None):
         self.topics = [] if topics is _MISSING else topics
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.topics == []
+            and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
         x = self.topics
@@ -22433,6 +23582,11 @@ class DescribeProducersRequest(_Struct):
             self.name = name
             self.partition_indexes = [] if partition_indexes is _MISSING else partition_indexes
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.name == ''
+            and self.partition_indexes == []
+            and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
             x = self.name
@@ -22527,6 +23681,11 @@ class DescribeProducersResponse(_Struct):
         self.topics = [] if topics is _MISSING else topics
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.topics == []
+            and not self.unknown_tagged_fields)
+
     def _w1(self, buf, parts, v):
         buf += _T3p(self.throttle_time_ms)
         x = self.topics
@@ -22602,6 +23761,11 @@ class DescribeProducersResponse(_Struct):
             self.name = name
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.name == ''
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
             x = self.name
@@ -22701,6 +23865,13 @@ class DescribeProducersResponse(_Struct):
             self.error_message = error_message
             self.active_producers = [] if active_producers is _MISSING else active_producers
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.partition_index == 0
+            and self.error_code == 0
+            and self.error_message is None
+            and self.active_producers == []
+            and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
             buf += _T1p(self.partition_index, self.error_code)
@@ -22807,6 +23978,15 @@ class DescribeProducersResponse(_Struct):
             self.current_txn_start_offset = current_txn_start_offset
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.producer_id == 0
+            and self.producer_epoch == 0
+            and self.last_sequence == -1
+            and self.last_timestamp == -1
+            and self.coordinator_epoch == 0
+            and self.current_txn_start_offset == -1
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             buf += _T35p(self.producer_id, self.producer_epoch, self.last_sequence, self.last_timestamp, self.coordinator_epoch, self.current_txn_start_offset)
             if self.unknown_tagged_fields:
@@ -22854,6 +24034,10 @@ class DescribeQuorumRequest(_Struct):
     def __init__(self, topics=_MISSING, unknown_tagged_fields=None):
         self.topics = [] if topics is _MISSING else topics
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.topics == []
+            and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
         x = self.topics
@@ -22926,6 +24110,11 @@ class DescribeQuorumRequest(_Struct):
             self.topic_name = topic_name
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.topic_name == ''
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
             x = self.topic_name
@@ -23023,6 +24212,10 @@ class DescribeQuorumRequest(_Struct):
             self.partition_index = partition_index
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.partition_index == 0
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             buf += _T3p(self.partition_index)
             if self.unknown_tagged_fields:
@@ -23074,6 +24267,13 @@ class DescribeQuorumResponse(_Struct):
         self.nodes = [] if nodes is _MISSING else nodes
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.error_code == 0
+            and self.error_message == ''
+            and self.topics == []
+            and self.nodes == []
+            and not self.unknown_tagged_fields)
+
     def _w1(self, buf, parts, v):
         buf += _T4p(self.error_code)
         if v >= 2:
@@ -23111,8 +24311,9 @@ class DescribeQuorumResponse(_Struct):
                     buf += _wuv(n)
                 for e in x:
                     e._w1(buf, parts, v)
-        if (not (v >= 2)) and not (self.nodes == []):
-            raise _absent(self, 'nodes', v)
+        else:
+            if not (self.nodes == []):
+                raise _absent(self, 'nodes', v)
         if self.unknown_tagged_fields:
             _write_tags(buf, [], self.unknown_tagged_fields)
         else:
@@ -23216,12 +24417,21 @@ class DescribeQuorumResponse(_Struct):
             self.last_caught_up_timestamp = last_caught_up_timestamp
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.replica_id == 0
+            and self.replica_directory_id == _ZERO_UUID
+            and self.log_end_offset == 0
+            and self.last_fetch_timestamp == -1
+            and self.last_caught_up_timestamp == -1
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             buf += _T3p(self.replica_id)
             if v >= 2:
                 buf += _T12p(self.replica_directory_id)
-            if (not (v >= 2)) and not (self.replica_directory_id == _ZERO_UUID):
-                raise _absent(self, 'replica_directory_id', v)
+            else:
+                if not (self.replica_directory_id == _ZERO_UUID):
+                    raise _absent(self, 'replica_directory_id', v)
             buf += _T16p(self.log_end_offset)
             if v >= 1:
                 buf += _T33p(self.last_fetch_timestamp, self.last_caught_up_timestamp)
@@ -23286,6 +24496,11 @@ class DescribeQuorumResponse(_Struct):
             self.topic_name = topic_name
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.topic_name == ''
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
             x = self.topic_name
@@ -23389,6 +24604,17 @@ class DescribeQuorumResponse(_Struct):
             self.current_voters = [] if current_voters is _MISSING else current_voters
             self.observers = [] if observers is _MISSING else observers
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.partition_index == 0
+            and self.error_code == 0
+            and self.error_message == ''
+            and self.leader_id == 0
+            and self.leader_epoch == 0
+            and self.high_watermark == 0
+            and self.current_voters == []
+            and self.observers == []
+            and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
             buf += _T1p(self.partition_index, self.error_code)
@@ -23528,11 +24754,17 @@ class DescribeQuorumResponse(_Struct):
             self.listeners = [] if listeners is _MISSING else listeners
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.node_id == 0
+            and self.listeners == []
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             if v >= 2:
                 buf += _T3p(self.node_id)
-            if (not (v >= 2)) and not (self.node_id == 0):
-                raise _absent(self, 'node_id', v)
+            else:
+                if not (self.node_id == 0):
+                    raise _absent(self, 'node_id', v)
             if v >= 2:
                 x = self.listeners
                 if x is None:
@@ -23545,8 +24777,9 @@ class DescribeQuorumResponse(_Struct):
                         buf += _wuv(n)
                     for e in x:
                         e._w1(buf, parts, v)
-            if (not (v >= 2)) and not (self.listeners == []):
-                raise _absent(self, 'listeners', v)
+            else:
+                if not (self.listeners == []):
+                    raise _absent(self, 'listeners', v)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -23618,6 +24851,12 @@ class DescribeQuorumResponse(_Struct):
             self.port = port
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.name == ''
+            and self.host == ''
+            and self.port == 0
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             if v >= 2:
                 x = self.name
@@ -23631,8 +24870,9 @@ class DescribeQuorumResponse(_Struct):
                     else:
                         buf += _wuv(n)
                     buf += x
-            if (not (v >= 2)) and not (self.name == ''):
-                raise _absent(self, 'name', v)
+            else:
+                if not (self.name == ''):
+                    raise _absent(self, 'name', v)
             if v >= 2:
                 x = self.host
                 if x is None:
@@ -23645,12 +24885,14 @@ class DescribeQuorumResponse(_Struct):
                     else:
                         buf += _wuv(n)
                     buf += x
-            if (not (v >= 2)) and not (self.host == ''):
-                raise _absent(self, 'host', v)
+            else:
+                if not (self.host == ''):
+                    raise _absent(self, 'host', v)
             if v >= 2:
                 buf += _T6p(self.port)
-            if (not (v >= 2)) and not (self.port == 0):
-                raise _absent(self, 'port', v)
+            else:
+                if not (self.port == 0):
+                    raise _absent(self, 'port', v)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -23733,6 +24975,12 @@ class DescribeTopicPartitionsRequest(_Struct):
         self.response_partition_limit = response_partition_limit
         self.cursor = cursor
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.topics == []
+            and self.response_partition_limit == 2000
+            and self.cursor is None
+            and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
         x = self.topics
@@ -23822,6 +25070,10 @@ class DescribeTopicPartitionsRequest(_Struct):
             self.name = name
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.name == ''
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             x = self.name
             if x is None:
@@ -23889,6 +25141,11 @@ class DescribeTopicPartitionsRequest(_Struct):
             self.topic_name = topic_name
             self.partition_index = partition_index
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.topic_name == ''
+            and self.partition_index == 0
+            and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
             x = self.topic_name
@@ -23963,6 +25220,12 @@ class DescribeTopicPartitionsResponse(_Struct):
         self.topics = [] if topics is _MISSING else topics
         self.next_cursor = next_cursor
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.topics == []
+            and self.next_cursor is None
+            and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
         buf += _T3p(self.throttle_time_ms)
@@ -24056,6 +25319,15 @@ class DescribeTopicPartitionsResponse(_Struct):
             self.partitions = [] if partitions is _MISSING else partitions
             self.topic_authorized_operations = topic_authorized_operations
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.error_code == 0
+            and self.name == ''
+            and self.topic_id == _ZERO_UUID
+            and self.is_internal == False
+            and self.partitions == []
+            and self.topic_authorized_operations == -2147483648
+            and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
             buf += _T4p(self.error_code)
@@ -24172,6 +25444,18 @@ class DescribeTopicPartitionsResponse(_Struct):
             self.last_known_elr = last_known_elr
             self.offline_replicas = [] if offline_replicas is _MISSING else offline_replicas
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.error_code == 0
+            and self.partition_index == 0
+            and self.leader_id == 0
+            and self.leader_epoch == -1
+            and self.replica_nodes == []
+            and self.isr_nodes == []
+            and self.eligible_leader_replicas is None
+            and self.last_known_elr is None
+            and self.offline_replicas == []
+            and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
             buf += _T38p(self.error_code, self.partition_index, self.leader_id, self.leader_epoch)
@@ -24341,6 +25625,11 @@ class DescribeTopicPartitionsResponse(_Struct):
             self.partition_index = partition_index
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.topic_name == ''
+            and self.partition_index == 0
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             x = self.topic_name
             if x is None:
@@ -24412,6 +25701,10 @@ class DescribeTransactionsRequest(_Struct):
     def __init__(self, transactional_ids=_MISSING, unknown_tagged_fields=None):
         self.transactional_ids = [] if transactional_ids is _MISSING else transactional_ids
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.transactional_ids == []
+            and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
         x = self.transactional_ids
@@ -24500,6 +25793,11 @@ class DescribeTransactionsResponse(_Struct):
         self.transaction_states = [] if transaction_states is _MISSING else transaction_states
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.transaction_states == []
+            and not self.unknown_tagged_fields)
+
     def _w1(self, buf, parts, v):
         buf += _T3p(self.throttle_time_ms)
         x = self.transaction_states
@@ -24581,6 +25879,17 @@ class DescribeTransactionsResponse(_Struct):
             self.producer_epoch = producer_epoch
             self.topics = [] if topics is _MISSING else topics
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.error_code == 0
+            and self.transactional_id == ''
+            and self.transaction_state == ''
+            and self.transaction_timeout_ms == 0
+            and self.transaction_start_time_ms == 0
+            and self.producer_id == 0
+            and self.producer_epoch == 0
+            and self.topics == []
+            and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
             buf += _T4p(self.error_code)
@@ -24711,6 +26020,11 @@ class DescribeTransactionsResponse(_Struct):
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.topic == ''
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             x = self.topic
             if x is None:
@@ -24803,6 +26117,10 @@ class DescribeUserScramCredentialsRequest(_Struct):
         self.users = [] if users is _MISSING else users
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.users == []
+            and not self.unknown_tagged_fields)
+
     def _w1(self, buf, parts, v):
         x = self.users
         if x is None:
@@ -24874,6 +26192,10 @@ class DescribeUserScramCredentialsRequest(_Struct):
             self.name = name
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.name == ''
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             x = self.name
             if x is None:
@@ -24944,6 +26266,13 @@ class DescribeUserScramCredentialsResponse(_Struct):
         self.error_message = error_message
         self.results = [] if results is _MISSING else results
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.error_code == 0
+            and self.error_message == ''
+            and self.results == []
+            and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
         buf += _T1p(self.throttle_time_ms, self.error_code)
@@ -25046,6 +26375,13 @@ class DescribeUserScramCredentialsResponse(_Struct):
             self.error_message = error_message
             self.credential_infos = [] if credential_infos is _MISSING else credential_infos
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.user == ''
+            and self.error_code == 0
+            and self.error_message == ''
+            and self.credential_infos == []
+            and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
             x = self.user
@@ -25172,6 +26508,11 @@ class DescribeUserScramCredentialsResponse(_Struct):
             self.iterations = iterations
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.mechanism == 0
+            and self.iterations == 0
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             buf += _T15p(self.mechanism, self.iterations)
             if self.unknown_tagged_fields:
@@ -25222,11 +26563,18 @@ class ElectLeadersRequest(_Struct):
         self.timeout_ms = timeout_ms
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.election_type == 0
+            and self.topic_partitions == []
+            and self.timeout_ms == 60000
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         if v >= 1:
             buf += _T11p(self.election_type)
-        if (not (v >= 1)) and not (self.election_type == 0):
-            raise _absent(self, 'election_type', v)
+        else:
+            if not (self.election_type == 0):
+                raise _absent(self, 'election_type', v)
         x = self.topic_partitions
         if x is None:
             buf += b'\xff\xff\xff\xff'
@@ -25351,6 +26699,11 @@ class ElectLeadersRequest(_Struct):
             self.topic = topic
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.topic == ''
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             x = self.topic
@@ -25494,12 +26847,19 @@ class ElectLeadersResponse(_Struct):
         self.replica_election_results = [] if replica_election_results is _MISSING else replica_election_results
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.error_code == 0
+            and self.replica_election_results == []
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         buf += _T3p(self.throttle_time_ms)
         if v >= 1:
             buf += _T4p(self.error_code)
-        if (not (v >= 1)) and not (self.error_code == 0):
-            raise _absent(self, 'error_code', v)
+        else:
+            if not (self.error_code == 0):
+                raise _absent(self, 'error_code', v)
         x = self.replica_election_results
         if x is None:
             raise _not_nullable(self, 'replica_election_results', v)
@@ -25619,6 +26979,11 @@ class ElectLeadersResponse(_Struct):
             self.topic = topic
             self.partition_result = [] if partition_result is _MISSING else partition_result
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.topic == ''
+            and self.partition_result == []
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             x = self.topic
@@ -25771,6 +27136,12 @@ class ElectLeadersResponse(_Struct):
             self.error_message = error_message
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.partition_id == 0
+            and self.error_code == 0
+            and self.error_message == ''
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             buf += _T1p(self.partition_id, self.error_code)
             x = self.error_message
@@ -25879,6 +27250,12 @@ class EndQuorumEpochRequest(_Struct):
         self.topics = [] if topics is _MISSING else topics
         self.leader_endpoints = [] if leader_endpoints is _MISSING else leader_endpoints
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.cluster_id is None
+            and self.topics == []
+            and self.leader_endpoints == []
+            and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
         x = self.cluster_id
@@ -26059,6 +27436,11 @@ class EndQuorumEpochRequest(_Struct):
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.topic_name == ''
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             x = self.topic_name
             if x is None:
@@ -26212,6 +27594,14 @@ class EndQuorumEpochRequest(_Struct):
             self.preferred_candidates = [] if preferred_candidates is _MISSING else preferred_candidates
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.partition_index == 0
+            and self.leader_id == 0
+            and self.leader_epoch == 0
+            and self.preferred_successors == []
+            and self.preferred_candidates == []
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             buf += _T40p(self.partition_index, self.leader_id, self.leader_epoch)
             x = self.preferred_successors
@@ -26326,6 +27716,11 @@ class EndQuorumEpochRequest(_Struct):
             self.candidate_directory_id = candidate_directory_id
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.candidate_id == 0
+            and self.candidate_directory_id == _ZERO_UUID
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             if not (self.candidate_id == 0):
                 raise _absent(self, 'candidate_id', v)
@@ -26394,6 +27789,12 @@ class EndQuorumEpochRequest(_Struct):
             self.host = host
             self.port = port
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.name == ''
+            and self.host == ''
+            and self.port == 0
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             if not (self.name == ''):
@@ -26515,6 +27916,12 @@ class EndQuorumEpochResponse(_Struct):
         self.topics = [] if topics is _MISSING else topics
         self.node_endpoints = [] if node_endpoints is _MISSING else node_endpoints
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.error_code == 0
+            and self.topics == []
+            and self.node_endpoints == []
+            and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
         buf += _T4p(self.error_code)
@@ -26673,6 +28080,11 @@ class EndQuorumEpochResponse(_Struct):
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.topic_name == ''
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             x = self.topic_name
             if x is None:
@@ -26825,6 +28237,13 @@ class EndQuorumEpochResponse(_Struct):
             self.leader_epoch = leader_epoch
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.partition_index == 0
+            and self.error_code == 0
+            and self.leader_id == 0
+            and self.leader_epoch == 0
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             buf += _T14p(self.partition_index, self.error_code, self.leader_id, self.leader_epoch)
 
@@ -26891,6 +28310,12 @@ class EndQuorumEpochResponse(_Struct):
             self.host = host
             self.port = port
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.node_id == 0
+            and self.host == ''
+            and self.port == 0
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             if not (self.node_id == 0):
@@ -26993,6 +28418,13 @@ class EndTxnRequest(_Struct):
         self.producer_epoch = producer_epoch
         self.committed = committed
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.transactional_id == ''
+            and self.producer_id == 0
+            and self.producer_epoch == 0
+            and self.committed == False
+            and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
         x = self.transactional_id
@@ -27103,6 +28535,13 @@ class EndTxnResponse(_Struct):
         self.producer_epoch = producer_epoch
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.error_code == 0
+            and self.producer_id == -1
+            and self.producer_epoch == -1
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         buf += _T1p(self.throttle_time_ms, self.error_code)
 
@@ -27180,6 +28619,12 @@ class EnvelopeRequest(_Struct):
         self.request_principal = request_principal
         self.client_host_address = client_host_address
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.request_data == b''
+            and self.request_principal == b''
+            and self.client_host_address == b''
+            and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
         x = self.request_data
@@ -27294,6 +28739,11 @@ class EnvelopeResponse(_Struct):
         self.error_code = error_code
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.response_data is None
+            and self.error_code == 0
+            and not self.unknown_tagged_fields)
+
     def _w1(self, buf, parts, v):
         x = self.response_data
         if x is None:
@@ -27364,6 +28814,11 @@ class ExpireDelegationTokenRequest(_Struct):
         self.hmac = hmac
         self.expiry_time_period_ms = expiry_time_period_ms
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.hmac == b''
+            and self.expiry_time_period_ms == 0
+            and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
         x = self.hmac
@@ -27471,6 +28926,12 @@ class ExpireDelegationTokenResponse(_Struct):
         self.throttle_time_ms = throttle_time_ms
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.error_code == 0
+            and self.expiry_timestamp_ms == 0
+            and self.throttle_time_ms == 0
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         buf += _T42p(self.error_code, self.expiry_timestamp_ms, self.throttle_time_ms)
 
@@ -27547,9 +29008,24 @@ class FetchRequest(_Struct):
         self.rack_id = rack_id
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.cluster_id is None
+            and self.replica_id == -1
+            and (self.replica_state is not None and self.replica_state._is_default())
+            and self.max_wait_ms == 0
+            and self.min_bytes == 0
+            and self.max_bytes == 2147483647
+            and self.isolation_level == 0
+            and self.session_id == 0
+            and self.session_epoch == -1
+            and self.topics == []
+            and self.forgotten_topics_data == []
+            and self.rack_id == ''
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         buf += _T3p(self.replica_id)
-        if not (self.replica_state == _S_FetchRequest_ReplicaState()):
+        if not ((self.replica_state is not None and self.replica_state._is_default())):
             raise _absent(self, 'replica_state', v)
         buf += _T13p(self.max_wait_ms, self.min_bytes)
         if v >= 3:
@@ -27573,8 +29049,9 @@ class FetchRequest(_Struct):
                 buf += _pi32(len(x))
                 for e in x:
                     e._w0(buf, parts, v)
-        if (not (v >= 7)) and not (self.forgotten_topics_data == []):
-            raise _absent(self, 'forgotten_topics_data', v)
+        else:
+            if not (self.forgotten_topics_data == []):
+                raise _absent(self, 'forgotten_topics_data', v)
         if v >= 11:
             x = self.rack_id
             if x is None:
@@ -27672,9 +29149,10 @@ class FetchRequest(_Struct):
     def _w1(self, buf, parts, v):
         if v <= 14:
             buf += _T3p(self.replica_id)
-        if (not (v <= 14)) and not (self.replica_id == -1):
-            raise _absent(self, 'replica_id', v)
-        if (not (v >= 15)) and not (self.replica_state == _S_FetchRequest_ReplicaState()):
+        else:
+            if not (self.replica_id == -1):
+                raise _absent(self, 'replica_id', v)
+        if (not (v >= 15)) and not ((self.replica_state is not None and self.replica_state._is_default())):
             raise _absent(self, 'replica_state', v)
         buf += _T43p(self.max_wait_ms, self.min_bytes, self.max_bytes, self.isolation_level, self.session_id, self.session_epoch)
         x = self.topics
@@ -27725,7 +29203,7 @@ class FetchRequest(_Struct):
                     t += _wuv(n)
                 t += x
             tags.append((0, bytes(t)))
-        if (v >= 15) and not (self.replica_state == _S_FetchRequest_ReplicaState()):
+        if (v >= 15) and not ((self.replica_state is not None and self.replica_state._is_default())):
             t = bytearray()
             self.replica_state._w1(t, None, v)
             tags.append((1, bytes(t)))
@@ -27853,6 +29331,11 @@ class FetchRequest(_Struct):
             self.replica_epoch = replica_epoch
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.replica_id == -1
+            and self.replica_epoch == -1
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             if not (self.replica_id == -1):
                 raise _absent(self, 'replica_id', v)
@@ -27876,10 +29359,11 @@ class FetchRequest(_Struct):
         def _w1(self, buf, parts, v):
             if v >= 15:
                 buf += _T7p(self.replica_id, self.replica_epoch)
-            if (not (v >= 15)) and not (self.replica_id == -1):
-                raise _absent(self, 'replica_id', v)
-            if (not (v >= 15)) and not (self.replica_epoch == -1):
-                raise _absent(self, 'replica_epoch', v)
+            else:
+                if not (self.replica_id == -1):
+                    raise _absent(self, 'replica_id', v)
+                if not (self.replica_epoch == -1):
+                    raise _absent(self, 'replica_epoch', v)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -27930,6 +29414,12 @@ class FetchRequest(_Struct):
             self.topic_id = topic_id
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.topic == ''
+            and self.topic_id == _ZERO_UUID
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             x = self.topic
@@ -28099,6 +29589,16 @@ class FetchRequest(_Struct):
             self.replica_directory_id = replica_directory_id
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.partition == 0
+            and self.current_leader_epoch == -1
+            and self.fetch_offset == 0
+            and self.last_fetched_epoch == -1
+            and self.log_start_offset == -1
+            and self.partition_max_bytes == 0
+            and self.replica_directory_id == _ZERO_UUID
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             buf += _T3p(self.partition)
             if v >= 9:
@@ -28207,6 +29707,12 @@ class FetchRequest(_Struct):
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.topic == ''
+            and self.topic_id == _ZERO_UUID
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             if v >= 7:
                 x = self.topic
@@ -28223,8 +29729,9 @@ class FetchRequest(_Struct):
                 else:
                     buf += _pi32(len(x))
                     buf += _pack('>%di' % len(x), *x)
-            if (not (v >= 7)) and not (self.partitions == []):
-                raise _absent(self, 'partitions', v)
+            else:
+                if not (self.partitions == []):
+                    raise _absent(self, 'partitions', v)
 
         @staticmethod
         def _r0(buf, pos, v):
@@ -28374,13 +29881,22 @@ class FetchResponse(_Struct):
         self.node_endpoints = [] if node_endpoints is _MISSING else node_endpoints
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.error_code == 0
+            and self.session_id == 0
+            and self.responses == []
+            and self.node_endpoints == []
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         if v >= 1:
             buf += _T3p(self.throttle_time_ms)
         if v >= 7:
             buf += _T45p(self.error_code, self.session_id)
-        if (not (v >= 7)) and not (self.session_id == 0):
-            raise _absent(self, 'session_id', v)
+        else:
+            if not (self.session_id == 0):
+                raise _absent(self, 'session_id', v)
         x = self.responses
         if x is None:
             raise _not_nullable(self, 'responses', v)
@@ -28548,6 +30064,12 @@ class FetchResponse(_Struct):
             self.topic_id = topic_id
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.topic == ''
+            and self.topic_id == _ZERO_UUID
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             x = self.topic
@@ -28721,17 +30243,31 @@ class FetchResponse(_Struct):
             self.records = records
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.partition_index == 0
+            and self.error_code == 0
+            and self.high_watermark == 0
+            and self.last_stable_offset == -1
+            and self.log_start_offset == -1
+            and (self.diverging_epoch is not None and self.diverging_epoch._is_default())
+            and (self.current_leader is not None and self.current_leader._is_default())
+            and (self.snapshot_id is not None and self.snapshot_id._is_default())
+            and self.aborted_transactions == []
+            and self.preferred_read_replica == -1
+            and self.records is None
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             buf += _T23p(self.partition_index, self.error_code, self.high_watermark)
             if v >= 4:
                 buf += _T16p(self.last_stable_offset)
             if v >= 5:
                 buf += _T16p(self.log_start_offset)
-            if not (self.diverging_epoch == _S_FetchResponse_EpochEndOffset()):
+            if not ((self.diverging_epoch is not None and self.diverging_epoch._is_default())):
                 raise _absent(self, 'diverging_epoch', v)
-            if not (self.current_leader == _S_FetchResponse_LeaderIdAndEpoch()):
+            if not ((self.current_leader is not None and self.current_leader._is_default())):
                 raise _absent(self, 'current_leader', v)
-            if not (self.snapshot_id == _S_FetchResponse_SnapshotId()):
+            if not ((self.snapshot_id is not None and self.snapshot_id._is_default())):
                 raise _absent(self, 'snapshot_id', v)
             if v >= 4:
                 x = self.aborted_transactions
@@ -28743,11 +30279,17 @@ class FetchResponse(_Struct):
                         e._w0(buf, parts, v)
             if v >= 11:
                 buf += _T3p(self.preferred_read_replica)
-            if (not (v >= 11)) and not (self.preferred_read_replica == -1):
-                raise _absent(self, 'preferred_read_replica', v)
+            else:
+                if not (self.preferred_read_replica == -1):
+                    raise _absent(self, 'preferred_read_replica', v)
             x = self.records
             if x is None:
                 buf += b'\xff\xff\xff\xff'
+            elif type(x) is _FileRegion:
+                buf += _pi32(x.count)
+                parts.append(bytes(buf))
+                del buf[:]
+                parts.append(x)
             else:
                 buf += _pi32(_records_size(x))
                 _emit_records(buf, parts, x)
@@ -28833,6 +30375,15 @@ class FetchResponse(_Struct):
             x = self.records
             if x is None:
                 buf += b'\x00'
+            elif type(x) is _FileRegion:
+                n = x.count + 1
+                if n < 128:
+                    buf.append(n)
+                else:
+                    buf += _wuv(n)
+                parts.append(bytes(buf))
+                del buf[:]
+                parts.append(x)
             else:
                 n = _records_size(x) + 1
                 if n < 128:
@@ -28841,15 +30392,15 @@ class FetchResponse(_Struct):
                     buf += _wuv(n)
                 _emit_records(buf, parts, x)
             tags = []
-            if not (self.diverging_epoch == _S_FetchResponse_EpochEndOffset()):
+            if not ((self.diverging_epoch is not None and self.diverging_epoch._is_default())):
                 t = bytearray()
                 self.diverging_epoch._w1(t, None, v)
                 tags.append((0, bytes(t)))
-            if not (self.current_leader == _S_FetchResponse_LeaderIdAndEpoch()):
+            if not ((self.current_leader is not None and self.current_leader._is_default())):
                 t = bytearray()
                 self.current_leader._w1(t, None, v)
                 tags.append((1, bytes(t)))
-            if not (self.snapshot_id == _S_FetchResponse_SnapshotId()):
+            if not ((self.snapshot_id is not None and self.snapshot_id._is_default())):
                 t = bytearray()
                 self.snapshot_id._w1(t, None, v)
                 tags.append((2, bytes(t)))
@@ -28952,6 +30503,11 @@ class FetchResponse(_Struct):
             self.end_offset = end_offset
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.epoch == -1
+            and self.end_offset == -1
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             if not (self.epoch == -1):
                 raise _absent(self, 'epoch', v)
@@ -29019,6 +30575,11 @@ class FetchResponse(_Struct):
             self.leader_id = leader_id
             self.leader_epoch = leader_epoch
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.leader_id == -1
+            and self.leader_epoch == -1
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             if not (self.leader_id == -1):
@@ -29088,6 +30649,11 @@ class FetchResponse(_Struct):
             self.epoch = epoch
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.end_offset == -1
+            and self.epoch == -1
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             buf += _T48p(self.end_offset, self.epoch)
 
@@ -29154,13 +30720,19 @@ class FetchResponse(_Struct):
             self.first_offset = first_offset
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.producer_id == 0
+            and self.first_offset == 0
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             if v >= 4:
                 buf += _T33p(self.producer_id, self.first_offset)
-            if (not (v >= 4)) and not (self.producer_id == 0):
-                raise _absent(self, 'producer_id', v)
-            if (not (v >= 4)) and not (self.first_offset == 0):
-                raise _absent(self, 'first_offset', v)
+            else:
+                if not (self.producer_id == 0):
+                    raise _absent(self, 'producer_id', v)
+                if not (self.first_offset == 0):
+                    raise _absent(self, 'first_offset', v)
 
         @staticmethod
         def _r0(buf, pos, v):
@@ -29231,6 +30803,13 @@ class FetchResponse(_Struct):
             self.rack = rack
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.node_id == 0
+            and self.host == ''
+            and self.port == 0
+            and self.rack is None
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             if not (self.node_id == 0):
                 raise _absent(self, 'node_id', v)
@@ -29260,8 +30839,9 @@ class FetchResponse(_Struct):
         def _w1(self, buf, parts, v):
             if v >= 16:
                 buf += _T3p(self.node_id)
-            if (not (v >= 16)) and not (self.node_id == 0):
-                raise _absent(self, 'node_id', v)
+            else:
+                if not (self.node_id == 0):
+                    raise _absent(self, 'node_id', v)
             if v >= 16:
                 x = self.host
                 if x is None:
@@ -29274,12 +30854,14 @@ class FetchResponse(_Struct):
                     else:
                         buf += _wuv(n)
                     buf += x
-            if (not (v >= 16)) and not (self.host == ''):
-                raise _absent(self, 'host', v)
+            else:
+                if not (self.host == ''):
+                    raise _absent(self, 'host', v)
             if v >= 16:
                 buf += _T3p(self.port)
-            if (not (v >= 16)) and not (self.port == 0):
-                raise _absent(self, 'port', v)
+            else:
+                if not (self.port == 0):
+                    raise _absent(self, 'port', v)
             if v >= 16:
                 x = self.rack
                 if x is None:
@@ -29292,8 +30874,9 @@ class FetchResponse(_Struct):
                     else:
                         buf += _wuv(n)
                     buf += x
-            if (not (v >= 16)) and not (self.rack is None):
-                raise _absent(self, 'rack', v)
+            else:
+                if not (self.rack is None):
+                    raise _absent(self, 'rack', v)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -29383,6 +30966,13 @@ class FetchSnapshotRequest(_Struct):
         self.max_bytes = max_bytes
         self.topics = [] if topics is _MISSING else topics
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.cluster_id is None
+            and self.replica_id == -1
+            and self.max_bytes == 2147483647
+            and self.topics == []
+            and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
         buf += _T13p(self.replica_id, self.max_bytes)
@@ -29493,6 +31083,11 @@ class FetchSnapshotRequest(_Struct):
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.name == ''
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             x = self.name
             if x is None:
@@ -29593,6 +31188,14 @@ class FetchSnapshotRequest(_Struct):
             self.replica_directory_id = replica_directory_id
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.partition == 0
+            and self.current_leader_epoch == 0
+            and (self.snapshot_id is not None and self.snapshot_id._is_default())
+            and self.position == 0
+            and self.replica_directory_id == _ZERO_UUID
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             buf += _T13p(self.partition, self.current_leader_epoch)
             self.snapshot_id._w1(buf, parts, v)
@@ -29661,6 +31264,11 @@ class FetchSnapshotRequest(_Struct):
             self.epoch = epoch
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.end_offset == 0
+            and self.epoch == 0
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             buf += _T48p(self.end_offset, self.epoch)
             if self.unknown_tagged_fields:
@@ -29711,6 +31319,13 @@ class FetchSnapshotResponse(_Struct):
         self.topics = [] if topics is _MISSING else topics
         self.node_endpoints = [] if node_endpoints is _MISSING else node_endpoints
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.error_code == 0
+            and self.topics == []
+            and self.node_endpoints == []
+            and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
         buf += _T1p(self.throttle_time_ms, self.error_code)
@@ -29828,6 +31443,11 @@ class FetchSnapshotResponse(_Struct):
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.name == ''
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             x = self.name
             if x is None:
@@ -29930,6 +31550,16 @@ class FetchSnapshotResponse(_Struct):
             self.unaligned_records = unaligned_records
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.index == 0
+            and self.error_code == 0
+            and (self.snapshot_id is not None and self.snapshot_id._is_default())
+            and (self.current_leader is not None and self.current_leader._is_default())
+            and self.size == 0
+            and self.position == 0
+            and self.unaligned_records == b''
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             buf += _T1p(self.index, self.error_code)
             self.snapshot_id._w1(buf, parts, v)
@@ -29937,6 +31567,15 @@ class FetchSnapshotResponse(_Struct):
             x = self.unaligned_records
             if x is None:
                 raise _not_nullable(self, 'unaligned_records', v)
+            elif type(x) is _FileRegion:
+                n = x.count + 1
+                if n < 128:
+                    buf.append(n)
+                else:
+                    buf += _wuv(n)
+                parts.append(bytes(buf))
+                del buf[:]
+                parts.append(x)
             else:
                 n = _records_size(x) + 1
                 if n < 128:
@@ -29945,7 +31584,7 @@ class FetchSnapshotResponse(_Struct):
                     buf += _wuv(n)
                 _emit_records(buf, parts, x)
             tags = []
-            if not (self.current_leader == _S_FetchSnapshotResponse_LeaderIdAndEpoch()):
+            if not ((self.current_leader is not None and self.current_leader._is_default())):
                 t = bytearray()
                 self.current_leader._w1(t, None, v)
                 tags.append((0, bytes(t)))
@@ -30020,6 +31659,11 @@ class FetchSnapshotResponse(_Struct):
             self.epoch = epoch
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.end_offset == 0
+            and self.epoch == 0
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             buf += _T48p(self.end_offset, self.epoch)
             if self.unknown_tagged_fields:
@@ -30067,6 +31711,11 @@ class FetchSnapshotResponse(_Struct):
             self.leader_id = leader_id
             self.leader_epoch = leader_epoch
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.leader_id == 0
+            and self.leader_epoch == 0
+            and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
             buf += _T13p(self.leader_id, self.leader_epoch)
@@ -30117,11 +31766,18 @@ class FetchSnapshotResponse(_Struct):
             self.port = port
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.node_id == 0
+            and self.host == ''
+            and self.port == 0
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             if v >= 1:
                 buf += _T3p(self.node_id)
-            if (not (v >= 1)) and not (self.node_id == 0):
-                raise _absent(self, 'node_id', v)
+            else:
+                if not (self.node_id == 0):
+                    raise _absent(self, 'node_id', v)
             if v >= 1:
                 x = self.host
                 if x is None:
@@ -30134,12 +31790,14 @@ class FetchSnapshotResponse(_Struct):
                     else:
                         buf += _wuv(n)
                     buf += x
-            if (not (v >= 1)) and not (self.host == ''):
-                raise _absent(self, 'host', v)
+            else:
+                if not (self.host == ''):
+                    raise _absent(self, 'host', v)
             if v >= 1:
                 buf += _T6p(self.port)
-            if (not (v >= 1)) and not (self.port == 0):
-                raise _absent(self, 'port', v)
+            else:
+                if not (self.port == 0):
+                    raise _absent(self, 'port', v)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -30213,6 +31871,12 @@ class FindCoordinatorRequest(_Struct):
         self.coordinator_keys = [] if coordinator_keys is _MISSING else coordinator_keys
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.key == ''
+            and self.key_type == 0
+            and self.coordinator_keys == []
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         x = self.key
         if x is None:
@@ -30223,8 +31887,9 @@ class FindCoordinatorRequest(_Struct):
             buf += x
         if v >= 1:
             buf += _T11p(self.key_type)
-        if (not (v >= 1)) and not (self.key_type == 0):
-            raise _absent(self, 'key_type', v)
+        else:
+            if not (self.key_type == 0):
+                raise _absent(self, 'key_type', v)
         if not (self.coordinator_keys == []):
             raise _absent(self, 'coordinator_keys', v)
 
@@ -30270,8 +31935,9 @@ class FindCoordinatorRequest(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-        if (not (v <= 3)) and not (self.key == ''):
-            raise _absent(self, 'key', v)
+        else:
+            if not (self.key == ''):
+                raise _absent(self, 'key', v)
         buf += _T11p(self.key_type)
         if v >= 4:
             x = self.coordinator_keys
@@ -30291,8 +31957,9 @@ class FindCoordinatorRequest(_Struct):
                     else:
                         buf += _wuv(n)
                     buf += e
-        if (not (v >= 4)) and not (self.coordinator_keys == []):
-            raise _absent(self, 'coordinator_keys', v)
+        else:
+            if not (self.coordinator_keys == []):
+                raise _absent(self, 'coordinator_keys', v)
         if self.unknown_tagged_fields:
             _write_tags(buf, [], self.unknown_tagged_fields)
         else:
@@ -30389,6 +32056,16 @@ class FindCoordinatorResponse(_Struct):
         self.coordinators = [] if coordinators is _MISSING else coordinators
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.error_code == 0
+            and self.error_message == ''
+            and self.node_id == 0
+            and self.host == ''
+            and self.port == 0
+            and self.coordinators == []
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         if v >= 1:
             buf += _T3p(self.throttle_time_ms)
@@ -30468,8 +32145,9 @@ class FindCoordinatorResponse(_Struct):
         buf += _T3p(self.throttle_time_ms)
         if v <= 3:
             buf += _T4p(self.error_code)
-        if (not (v <= 3)) and not (self.error_code == 0):
-            raise _absent(self, 'error_code', v)
+        else:
+            if not (self.error_code == 0):
+                raise _absent(self, 'error_code', v)
         if v <= 3:
             x = self.error_message
             if x is None:
@@ -30484,8 +32162,9 @@ class FindCoordinatorResponse(_Struct):
                 buf += x
         if v <= 3:
             buf += _T3p(self.node_id)
-        if (not (v <= 3)) and not (self.node_id == 0):
-            raise _absent(self, 'node_id', v)
+        else:
+            if not (self.node_id == 0):
+                raise _absent(self, 'node_id', v)
         if v <= 3:
             x = self.host
             if x is None:
@@ -30498,12 +32177,14 @@ class FindCoordinatorResponse(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-        if (not (v <= 3)) and not (self.host == ''):
-            raise _absent(self, 'host', v)
+        else:
+            if not (self.host == ''):
+                raise _absent(self, 'host', v)
         if v <= 3:
             buf += _T3p(self.port)
-        if (not (v <= 3)) and not (self.port == 0):
-            raise _absent(self, 'port', v)
+        else:
+            if not (self.port == 0):
+                raise _absent(self, 'port', v)
         if v >= 4:
             x = self.coordinators
             if x is None:
@@ -30516,8 +32197,9 @@ class FindCoordinatorResponse(_Struct):
                     buf += _wuv(n)
                 for e in x:
                     e._w1(buf, parts, v)
-        if (not (v >= 4)) and not (self.coordinators == []):
-            raise _absent(self, 'coordinators', v)
+        else:
+            if not (self.coordinators == []):
+                raise _absent(self, 'coordinators', v)
         if self.unknown_tagged_fields:
             _write_tags(buf, [], self.unknown_tagged_fields)
         else:
@@ -30638,6 +32320,15 @@ class FindCoordinatorResponse(_Struct):
             self.error_message = error_message
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.key == ''
+            and self.node_id == 0
+            and self.host == ''
+            and self.port == 0
+            and self.error_code == 0
+            and self.error_message == ''
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             if not (self.key == ''):
                 raise _absent(self, 'key', v)
@@ -30681,12 +32372,14 @@ class FindCoordinatorResponse(_Struct):
                     else:
                         buf += _wuv(n)
                     buf += x
-            if (not (v >= 4)) and not (self.key == ''):
-                raise _absent(self, 'key', v)
+            else:
+                if not (self.key == ''):
+                    raise _absent(self, 'key', v)
             if v >= 4:
                 buf += _T3p(self.node_id)
-            if (not (v >= 4)) and not (self.node_id == 0):
-                raise _absent(self, 'node_id', v)
+            else:
+                if not (self.node_id == 0):
+                    raise _absent(self, 'node_id', v)
             if v >= 4:
                 x = self.host
                 if x is None:
@@ -30699,14 +32392,16 @@ class FindCoordinatorResponse(_Struct):
                     else:
                         buf += _wuv(n)
                     buf += x
-            if (not (v >= 4)) and not (self.host == ''):
-                raise _absent(self, 'host', v)
+            else:
+                if not (self.host == ''):
+                    raise _absent(self, 'host', v)
             if v >= 4:
                 buf += _T1p(self.port, self.error_code)
-            if (not (v >= 4)) and not (self.port == 0):
-                raise _absent(self, 'port', v)
-            if (not (v >= 4)) and not (self.error_code == 0):
-                raise _absent(self, 'error_code', v)
+            else:
+                if not (self.port == 0):
+                    raise _absent(self, 'port', v)
+                if not (self.error_code == 0):
+                    raise _absent(self, 'error_code', v)
             if v >= 4:
                 x = self.error_message
                 if x is None:
@@ -30823,6 +32518,10 @@ class GetTelemetrySubscriptionsRequest(_Struct):
         self.client_instance_id = client_instance_id
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.client_instance_id == _ZERO_UUID
+            and not self.unknown_tagged_fields)
+
     def _w1(self, buf, parts, v):
         buf += _T12p(self.client_instance_id)
         if self.unknown_tagged_fields:
@@ -30877,6 +32576,18 @@ class GetTelemetrySubscriptionsResponse(_Struct):
         self.delta_temporality = delta_temporality
         self.requested_metrics = [] if requested_metrics is _MISSING else requested_metrics
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.error_code == 0
+            and self.client_instance_id == _ZERO_UUID
+            and self.subscription_id == 0
+            and self.accepted_compression_types == []
+            and self.push_interval_ms == 0
+            and self.telemetry_max_bytes == 0
+            and self.delta_temporality == False
+            and self.requested_metrics == []
+            and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
         buf += _T49p(self.throttle_time_ms, self.error_code, self.client_instance_id, self.subscription_id)
@@ -30999,6 +32710,13 @@ class HeartbeatRequest(_Struct):
         self.group_instance_id = group_instance_id
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.group_id == ''
+            and self.generation_id == 0
+            and self.member_id == ''
+            and self.group_instance_id is None
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         x = self.group_id
         if x is None:
@@ -31023,8 +32741,9 @@ class HeartbeatRequest(_Struct):
                 x = x.encode('utf-8')
                 buf += _pi16(len(x))
                 buf += x
-        if (not (v >= 3)) and not (self.group_instance_id is None):
-            raise _absent(self, 'group_instance_id', v)
+        else:
+            if not (self.group_instance_id is None):
+                raise _absent(self, 'group_instance_id', v)
 
     @staticmethod
     def _r0(buf, pos, v):
@@ -31194,6 +32913,11 @@ class HeartbeatResponse(_Struct):
         self.error_code = error_code
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.error_code == 0
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         if v >= 1:
             buf += _T3p(self.throttle_time_ms)
@@ -31267,6 +32991,11 @@ class IncrementalAlterConfigsRequest(_Struct):
         self.resources = [] if resources is _MISSING else resources
         self.validate_only = validate_only
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.resources == []
+            and self.validate_only == False
+            and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
         x = self.resources
@@ -31384,6 +33113,12 @@ class IncrementalAlterConfigsRequest(_Struct):
             self.resource_name = resource_name
             self.configs = [] if configs is _MISSING else configs
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.resource_type == 0
+            and self.resource_name == ''
+            and self.configs == []
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             buf += _T11p(self.resource_type)
@@ -31544,6 +33279,12 @@ class IncrementalAlterConfigsRequest(_Struct):
             self.value = value
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.name == ''
+            and self.config_operation == 0
+            and self.value == ''
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             x = self.name
             if x is None:
@@ -31693,6 +33434,11 @@ class IncrementalAlterConfigsResponse(_Struct):
         self.responses = [] if responses is _MISSING else responses
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.responses == []
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         buf += _T3p(self.throttle_time_ms)
         x = self.responses
@@ -31810,6 +33556,13 @@ class IncrementalAlterConfigsResponse(_Struct):
             self.resource_type = resource_type
             self.resource_name = resource_name
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.error_code == 0
+            and self.error_message == ''
+            and self.resource_type == 0
+            and self.resource_name == ''
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             buf += _T4p(self.error_code)
@@ -31970,6 +33723,13 @@ class InitProducerIdRequest(_Struct):
         self.producer_epoch = producer_epoch
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.transactional_id == ''
+            and self.transaction_timeout_ms == 0
+            and self.producer_id == -1
+            and self.producer_epoch == -1
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         x = self.transactional_id
         if x is None:
@@ -32026,10 +33786,11 @@ class InitProducerIdRequest(_Struct):
         buf += _T3p(self.transaction_timeout_ms)
         if v >= 3:
             buf += _T0p(self.producer_id, self.producer_epoch)
-        if (not (v >= 3)) and not (self.producer_id == -1):
-            raise _absent(self, 'producer_id', v)
-        if (not (v >= 3)) and not (self.producer_epoch == -1):
-            raise _absent(self, 'producer_epoch', v)
+        else:
+            if not (self.producer_id == -1):
+                raise _absent(self, 'producer_id', v)
+            if not (self.producer_epoch == -1):
+                raise _absent(self, 'producer_epoch', v)
         if self.unknown_tagged_fields:
             _write_tags(buf, [], self.unknown_tagged_fields)
         else:
@@ -32098,6 +33859,13 @@ class InitProducerIdResponse(_Struct):
         self.producer_epoch = producer_epoch
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.error_code == 0
+            and self.producer_id == -1
+            and self.producer_epoch == 0
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         buf += _T51p(self.throttle_time_ms, self.error_code, self.producer_id, self.producer_epoch)
 
@@ -32163,6 +33931,11 @@ class InitializeShareGroupStateRequest(_Struct):
         self.group_id = group_id
         self.topics = [] if topics is _MISSING else topics
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.group_id == ''
+            and self.topics == []
+            and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
         x = self.group_id
@@ -32260,6 +34033,11 @@ class InitializeShareGroupStateRequest(_Struct):
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.topic_id == _ZERO_UUID
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             buf += _T12p(self.topic_id)
             x = self.partitions
@@ -32338,6 +34116,12 @@ class InitializeShareGroupStateRequest(_Struct):
             self.start_offset = start_offset
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.partition == 0
+            and self.state_epoch == 0
+            and self.start_offset == 0
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             buf += _T36p(self.partition, self.state_epoch, self.start_offset)
             if self.unknown_tagged_fields:
@@ -32385,6 +34169,10 @@ class InitializeShareGroupStateResponse(_Struct):
     def __init__(self, results=_MISSING, unknown_tagged_fields=None):
         self.results = [] if results is _MISSING else results
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.results == []
+            and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
         x = self.results
@@ -32457,6 +34245,11 @@ class InitializeShareGroupStateResponse(_Struct):
             self.topic_id = topic_id
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.topic_id == _ZERO_UUID
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
             buf += _T12p(self.topic_id)
@@ -32535,6 +34328,12 @@ class InitializeShareGroupStateResponse(_Struct):
             self.error_code = error_code
             self.error_message = error_message
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.partition == 0
+            and self.error_code == 0
+            and self.error_message is None
+            and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
             buf += _T1p(self.partition, self.error_code)
@@ -32615,6 +34414,17 @@ class JoinGroupRequest(_Struct):
         self.reason = reason
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.group_id == ''
+            and self.session_timeout_ms == 0
+            and self.rebalance_timeout_ms == -1
+            and self.member_id == ''
+            and self.group_instance_id is None
+            and self.protocol_type == ''
+            and self.protocols == []
+            and self.reason is None
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         x = self.group_id
         if x is None:
@@ -32641,8 +34451,9 @@ class JoinGroupRequest(_Struct):
                 x = x.encode('utf-8')
                 buf += _pi16(len(x))
                 buf += x
-        if (not (v >= 5)) and not (self.group_instance_id is None):
-            raise _absent(self, 'group_instance_id', v)
+        else:
+            if not (self.group_instance_id is None):
+                raise _absent(self, 'group_instance_id', v)
         x = self.protocol_type
         if x is None:
             raise _not_nullable(self, 'protocol_type', v)
@@ -32938,6 +34749,11 @@ class JoinGroupRequest(_Struct):
             self.metadata = metadata
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.name == ''
+            and self.metadata == b''
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             x = self.name
             if x is None:
@@ -33084,6 +34900,18 @@ class JoinGroupResponse(_Struct):
         self.members = [] if members is _MISSING else members
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.error_code == 0
+            and self.generation_id == -1
+            and self.protocol_type is None
+            and self.protocol_name == ''
+            and self.leader == ''
+            and self.skip_assignment == False
+            and self.member_id == ''
+            and self.members == []
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         if v >= 2:
             buf += _T3p(self.throttle_time_ms)
@@ -33227,8 +35055,9 @@ class JoinGroupResponse(_Struct):
             buf += x
         if v >= 9:
             buf += _T9p(self.skip_assignment)
-        if (not (v >= 9)) and not (self.skip_assignment == False):
-            raise _absent(self, 'skip_assignment', v)
+        else:
+            if not (self.skip_assignment == False):
+                raise _absent(self, 'skip_assignment', v)
         x = self.member_id
         if x is None:
             raise _not_nullable(self, 'member_id', v)
@@ -33377,6 +35206,12 @@ class JoinGroupResponse(_Struct):
             self.group_instance_id = group_instance_id
             self.metadata = metadata
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.member_id == ''
+            and self.group_instance_id is None
+            and self.metadata == b''
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             x = self.member_id
@@ -33562,6 +35397,11 @@ class KRaftVersionRecord(_Struct):
         self.k_raft_version = k_raft_version
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.version == 0
+            and self.k_raft_version == 0
+            and not self.unknown_tagged_fields)
+
     def _w1(self, buf, parts, v):
         buf += _T18p(self.version, self.k_raft_version)
         if self.unknown_tagged_fields:
@@ -33616,6 +35456,17 @@ class LeaderAndIsrRequest(_Struct):
         self.live_leaders = [] if live_leaders is _MISSING else live_leaders
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.controller_id == 0
+            and self.is_k_raft_controller == False
+            and self.controller_epoch == 0
+            and self.broker_epoch == -1
+            and self.type == 0
+            and self.ungrouped_partition_states == []
+            and self.topic_states == []
+            and self.live_leaders == []
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         buf += _T3p(self.controller_id)
         if not (self.is_k_raft_controller == False):
@@ -33633,8 +35484,9 @@ class LeaderAndIsrRequest(_Struct):
                 buf += _pi32(len(x))
                 for e in x:
                     e._w0(buf, parts, v)
-        if (not (v <= 1)) and not (self.ungrouped_partition_states == []):
-            raise _absent(self, 'ungrouped_partition_states', v)
+        else:
+            if not (self.ungrouped_partition_states == []):
+                raise _absent(self, 'ungrouped_partition_states', v)
         if v >= 2:
             x = self.topic_states
             if x is None:
@@ -33643,8 +35495,9 @@ class LeaderAndIsrRequest(_Struct):
                 buf += _pi32(len(x))
                 for e in x:
                     e._w0(buf, parts, v)
-        if (not (v >= 2)) and not (self.topic_states == []):
-            raise _absent(self, 'topic_states', v)
+        else:
+            if not (self.topic_states == []):
+                raise _absent(self, 'topic_states', v)
         x = self.live_leaders
         if x is None:
             raise _not_nullable(self, 'live_leaders', v)
@@ -33734,13 +35587,15 @@ class LeaderAndIsrRequest(_Struct):
         buf += _T3p(self.controller_id)
         if v >= 7:
             buf += _T9p(self.is_k_raft_controller)
-        if (not (v >= 7)) and not (self.is_k_raft_controller == False):
-            raise _absent(self, 'is_k_raft_controller', v)
+        else:
+            if not (self.is_k_raft_controller == False):
+                raise _absent(self, 'is_k_raft_controller', v)
         buf += _T7p(self.controller_epoch, self.broker_epoch)
         if v >= 5:
             buf += _T11p(self.type)
-        if (not (v >= 5)) and not (self.type == 0):
-            raise _absent(self, 'type', v)
+        else:
+            if not (self.type == 0):
+                raise _absent(self, 'type', v)
         if not (self.ungrouped_partition_states == []):
             raise _absent(self, 'ungrouped_partition_states', v)
         x = self.topic_states
@@ -33871,6 +35726,21 @@ class LeaderAndIsrRequest(_Struct):
             self.is_new = is_new
             self.leader_recovery_state = leader_recovery_state
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.topic_name == ''
+            and self.partition_index == 0
+            and self.controller_epoch == 0
+            and self.leader == 0
+            and self.leader_epoch == 0
+            and self.isr == []
+            and self.partition_epoch == 0
+            and self.replicas == []
+            and self.adding_replicas == []
+            and self.removing_replicas == []
+            and self.is_new == False
+            and self.leader_recovery_state == 0
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             if v <= 1:
@@ -34048,8 +35918,9 @@ class LeaderAndIsrRequest(_Struct):
             buf += _T9p(self.is_new)
             if v >= 6:
                 buf += _T11p(self.leader_recovery_state)
-            if (not (v >= 6)) and not (self.leader_recovery_state == 0):
-                raise _absent(self, 'leader_recovery_state', v)
+            else:
+                if not (self.leader_recovery_state == 0):
+                    raise _absent(self, 'leader_recovery_state', v)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -34166,6 +36037,12 @@ class LeaderAndIsrRequest(_Struct):
             self.partition_states = [] if partition_states is _MISSING else partition_states
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.topic_name == ''
+            and self.topic_id == _ZERO_UUID
+            and self.partition_states == []
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             if v >= 2:
                 x = self.topic_name
@@ -34175,8 +36052,9 @@ class LeaderAndIsrRequest(_Struct):
                     x = x.encode('utf-8')
                     buf += _pi16(len(x))
                     buf += x
-            if (not (v >= 2)) and not (self.topic_name == ''):
-                raise _absent(self, 'topic_name', v)
+            else:
+                if not (self.topic_name == ''):
+                    raise _absent(self, 'topic_name', v)
             if v >= 2:
                 x = self.partition_states
                 if x is None:
@@ -34185,8 +36063,9 @@ class LeaderAndIsrRequest(_Struct):
                     buf += _pi32(len(x))
                     for e in x:
                         e._w0(buf, parts, v)
-            if (not (v >= 2)) and not (self.partition_states == []):
-                raise _absent(self, 'partition_states', v)
+            else:
+                if not (self.partition_states == []):
+                    raise _absent(self, 'partition_states', v)
 
         @staticmethod
         def _r0(buf, pos, v):
@@ -34338,6 +36217,12 @@ class LeaderAndIsrRequest(_Struct):
             self.port = port
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.broker_id == 0
+            and self.host_name == ''
+            and self.port == 0
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             buf += _T3p(self.broker_id)
             x = self.host_name
@@ -34455,6 +36340,12 @@ class LeaderAndIsrResponse(_Struct):
         self.topics = [] if topics is _MISSING else topics
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.error_code == 0
+            and self.partition_errors == []
+            and self.topics == []
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         buf += _T4p(self.error_code)
         x = self.partition_errors
@@ -34512,8 +36403,9 @@ class LeaderAndIsrResponse(_Struct):
                     buf += _wuv(n)
                 for e in x:
                     e._w1(buf, parts, v)
-        if (not (v <= 4)) and not (self.partition_errors == []):
-            raise _absent(self, 'partition_errors', v)
+        else:
+            if not (self.partition_errors == []):
+                raise _absent(self, 'partition_errors', v)
         if v >= 5:
             x = self.topics
             if x is None:
@@ -34526,8 +36418,9 @@ class LeaderAndIsrResponse(_Struct):
                     buf += _wuv(n)
                 for e in x:
                     e._w1(buf, parts, v)
-        if (not (v >= 5)) and not (self.topics == []):
-            raise _absent(self, 'topics', v)
+        else:
+            if not (self.topics == []):
+                raise _absent(self, 'topics', v)
         if self.unknown_tagged_fields:
             _write_tags(buf, [], self.unknown_tagged_fields)
         else:
@@ -34615,6 +36508,12 @@ class LeaderAndIsrResponse(_Struct):
             self.partition_index = partition_index
             self.error_code = error_code
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.topic_name == ''
+            and self.partition_index == 0
+            and self.error_code == 0
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             x = self.topic_name
@@ -34727,6 +36626,11 @@ class LeaderAndIsrResponse(_Struct):
             self.partition_errors = [] if partition_errors is _MISSING else partition_errors
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.topic_id == _ZERO_UUID
+            and self.partition_errors == []
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             if not (self.topic_id == _ZERO_UUID):
                 raise _absent(self, 'topic_id', v)
@@ -34750,8 +36654,9 @@ class LeaderAndIsrResponse(_Struct):
         def _w1(self, buf, parts, v):
             if v >= 5:
                 buf += _T12p(self.topic_id)
-            if (not (v >= 5)) and not (self.topic_id == _ZERO_UUID):
-                raise _absent(self, 'topic_id', v)
+            else:
+                if not (self.topic_id == _ZERO_UUID):
+                    raise _absent(self, 'topic_id', v)
             if v >= 5:
                 x = self.partition_errors
                 if x is None:
@@ -34764,8 +36669,9 @@ class LeaderAndIsrResponse(_Struct):
                         buf += _wuv(n)
                     for e in x:
                         e._w1(buf, parts, v)
-            if (not (v >= 5)) and not (self.partition_errors == []):
-                raise _absent(self, 'partition_errors', v)
+            else:
+                if not (self.partition_errors == []):
+                    raise _absent(self, 'partition_errors', v)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -34838,6 +36744,13 @@ class LeaderChangeMessage(_Struct):
         self.voters = [] if voters is _MISSING else voters
         self.granting_voters = [] if granting_voters is _MISSING else granting_voters
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.version == 0
+            and self.leader_id == 0
+            and self.voters == []
+            and self.granting_voters == []
+            and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
         buf += _T45p(self.version, self.leader_id)
@@ -34944,12 +36857,18 @@ class LeaderChangeMessage(_Struct):
             self.voter_directory_id = voter_directory_id
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.voter_id == 0
+            and self.voter_directory_id == _ZERO_UUID
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             buf += _T3p(self.voter_id)
             if v >= 1:
                 buf += _T12p(self.voter_directory_id)
-            if (not (v >= 1)) and not (self.voter_directory_id == _ZERO_UUID):
-                raise _absent(self, 'voter_directory_id', v)
+            else:
+                if not (self.voter_directory_id == _ZERO_UUID):
+                    raise _absent(self, 'voter_directory_id', v)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -35004,6 +36923,12 @@ class LeaveGroupRequest(_Struct):
         self.members = [] if members is _MISSING else members
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.group_id == ''
+            and self.member_id == ''
+            and self.members == []
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         x = self.group_id
         if x is None:
@@ -35020,8 +36945,9 @@ class LeaveGroupRequest(_Struct):
                 x = x.encode('utf-8')
                 buf += _pi16(len(x))
                 buf += x
-        if (not (v <= 2)) and not (self.member_id == ''):
-            raise _absent(self, 'member_id', v)
+        else:
+            if not (self.member_id == ''):
+                raise _absent(self, 'member_id', v)
         if v >= 3:
             x = self.members
             if x is None:
@@ -35030,8 +36956,9 @@ class LeaveGroupRequest(_Struct):
                 buf += _pi32(len(x))
                 for e in x:
                     e._w0(buf, parts, v)
-        if (not (v >= 3)) and not (self.members == []):
-            raise _absent(self, 'members', v)
+        else:
+            if not (self.members == []):
+                raise _absent(self, 'members', v)
 
     @staticmethod
     def _r0(buf, pos, v):
@@ -35186,6 +37113,12 @@ class LeaveGroupRequest(_Struct):
             self.reason = reason
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.member_id == ''
+            and self.group_instance_id is None
+            and self.reason is None
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             if v >= 3:
                 x = self.member_id
@@ -35195,8 +37128,9 @@ class LeaveGroupRequest(_Struct):
                     x = x.encode('utf-8')
                     buf += _pi16(len(x))
                     buf += x
-            if (not (v >= 3)) and not (self.member_id == ''):
-                raise _absent(self, 'member_id', v)
+            else:
+                if not (self.member_id == ''):
+                    raise _absent(self, 'member_id', v)
             if v >= 3:
                 x = self.group_instance_id
                 if x is None:
@@ -35205,8 +37139,9 @@ class LeaveGroupRequest(_Struct):
                     x = x.encode('utf-8')
                     buf += _pi16(len(x))
                     buf += x
-            if (not (v >= 3)) and not (self.group_instance_id is None):
-                raise _absent(self, 'group_instance_id', v)
+            else:
+                if not (self.group_instance_id is None):
+                    raise _absent(self, 'group_instance_id', v)
 
         @staticmethod
         def _r0(buf, pos, v):
@@ -35369,6 +37304,12 @@ class LeaveGroupResponse(_Struct):
         self.members = [] if members is _MISSING else members
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.error_code == 0
+            and self.members == []
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         if v >= 1:
             buf += _T3p(self.throttle_time_ms)
@@ -35381,8 +37322,9 @@ class LeaveGroupResponse(_Struct):
                 buf += _pi32(len(x))
                 for e in x:
                     e._w0(buf, parts, v)
-        if (not (v >= 3)) and not (self.members == []):
-            raise _absent(self, 'members', v)
+        else:
+            if not (self.members == []):
+                raise _absent(self, 'members', v)
 
     @staticmethod
     def _r0(buf, pos, v):
@@ -35500,6 +37442,12 @@ class LeaveGroupResponse(_Struct):
             self.error_code = error_code
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.member_id == ''
+            and self.group_instance_id == ''
+            and self.error_code == 0
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             if v >= 3:
                 x = self.member_id
@@ -35509,8 +37457,9 @@ class LeaveGroupResponse(_Struct):
                     x = x.encode('utf-8')
                     buf += _pi16(len(x))
                     buf += x
-            if (not (v >= 3)) and not (self.member_id == ''):
-                raise _absent(self, 'member_id', v)
+            else:
+                if not (self.member_id == ''):
+                    raise _absent(self, 'member_id', v)
             if v >= 3:
                 x = self.group_instance_id
                 if x is None:
@@ -35519,12 +37468,14 @@ class LeaveGroupResponse(_Struct):
                     x = x.encode('utf-8')
                     buf += _pi16(len(x))
                     buf += x
-            if (not (v >= 3)) and not (self.group_instance_id == ''):
-                raise _absent(self, 'group_instance_id', v)
+            else:
+                if not (self.group_instance_id == ''):
+                    raise _absent(self, 'group_instance_id', v)
             if v >= 3:
                 buf += _T4p(self.error_code)
-            if (not (v >= 3)) and not (self.error_code == 0):
-                raise _absent(self, 'error_code', v)
+            else:
+                if not (self.error_code == 0):
+                    raise _absent(self, 'error_code', v)
 
         @staticmethod
         def _r0(buf, pos, v):
@@ -35665,6 +37616,9 @@ class ListClientMetricsResourcesRequest(_Struct):
     def __init__(self, unknown_tagged_fields=None):
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (not self.unknown_tagged_fields)
+
     def _w1(self, buf, parts, v):
         if self.unknown_tagged_fields:
             _write_tags(buf, [], self.unknown_tagged_fields)
@@ -35709,6 +37663,12 @@ class ListClientMetricsResourcesResponse(_Struct):
         self.error_code = error_code
         self.client_metrics_resources = [] if client_metrics_resources is _MISSING else client_metrics_resources
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.error_code == 0
+            and self.client_metrics_resources == []
+            and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
         buf += _T1p(self.throttle_time_ms, self.error_code)
@@ -35785,6 +37745,10 @@ class ListClientMetricsResourcesResponse(_Struct):
             self.name = name
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.name == ''
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             x = self.name
             if x is None:
@@ -35854,6 +37818,11 @@ class ListGroupsRequest(_Struct):
         self.types_filter = [] if types_filter is _MISSING else types_filter
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.states_filter == []
+            and self.types_filter == []
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         if not (self.states_filter == []):
             raise _absent(self, 'states_filter', v)
@@ -35893,8 +37862,9 @@ class ListGroupsRequest(_Struct):
                     else:
                         buf += _wuv(n)
                     buf += e
-        if (not (v >= 4)) and not (self.states_filter == []):
-            raise _absent(self, 'states_filter', v)
+        else:
+            if not (self.states_filter == []):
+                raise _absent(self, 'states_filter', v)
         if v >= 5:
             x = self.types_filter
             if x is None:
@@ -35913,8 +37883,9 @@ class ListGroupsRequest(_Struct):
                     else:
                         buf += _wuv(n)
                     buf += e
-        if (not (v >= 5)) and not (self.types_filter == []):
-            raise _absent(self, 'types_filter', v)
+        else:
+            if not (self.types_filter == []):
+                raise _absent(self, 'types_filter', v)
         if self.unknown_tagged_fields:
             _write_tags(buf, [], self.unknown_tagged_fields)
         else:
@@ -36016,6 +37987,12 @@ class ListGroupsResponse(_Struct):
         self.error_code = error_code
         self.groups = [] if groups is _MISSING else groups
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.error_code == 0
+            and self.groups == []
+            and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
         if v >= 1:
@@ -36142,6 +38119,13 @@ class ListGroupsResponse(_Struct):
             self.group_state = group_state
             self.group_type = group_type
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.group_id == ''
+            and self.protocol_type == ''
+            and self.group_state == ''
+            and self.group_type == ''
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             x = self.group_id
@@ -36344,12 +38328,20 @@ class ListOffsetsRequest(_Struct):
         self.timeout_ms = timeout_ms
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.replica_id == 0
+            and self.isolation_level == 0
+            and self.topics == []
+            and self.timeout_ms == 0
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         buf += _T3p(self.replica_id)
         if v >= 2:
             buf += _T11p(self.isolation_level)
-        if (not (v >= 2)) and not (self.isolation_level == 0):
-            raise _absent(self, 'isolation_level', v)
+        else:
+            if not (self.isolation_level == 0):
+                raise _absent(self, 'isolation_level', v)
         x = self.topics
         if x is None:
             raise _not_nullable(self, 'topics', v)
@@ -36478,6 +38470,11 @@ class ListOffsetsRequest(_Struct):
             self.name = name
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.name == ''
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             x = self.name
@@ -36631,6 +38628,13 @@ class ListOffsetsRequest(_Struct):
             self.max_num_offsets = max_num_offsets
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.partition_index == 0
+            and self.current_leader_epoch == -1
+            and self.timestamp == 0
+            and self.max_num_offsets == 1
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             buf += _T3p(self.partition_index)
             if v >= 4:
@@ -36638,8 +38642,9 @@ class ListOffsetsRequest(_Struct):
             buf += _T16p(self.timestamp)
             if v <= 0:
                 buf += _T3p(self.max_num_offsets)
-            if (not (v <= 0)) and not (self.max_num_offsets == 1):
-                raise _absent(self, 'max_num_offsets', v)
+            else:
+                if not (self.max_num_offsets == 1):
+                    raise _absent(self, 'max_num_offsets', v)
 
         @staticmethod
         def _r0(buf, pos, v):
@@ -36722,6 +38727,11 @@ class ListOffsetsResponse(_Struct):
         self.throttle_time_ms = throttle_time_ms
         self.topics = [] if topics is _MISSING else topics
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.topics == []
+            and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
         if v >= 2:
@@ -36842,6 +38852,11 @@ class ListOffsetsResponse(_Struct):
             self.name = name
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.name == ''
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             x = self.name
@@ -36997,6 +39012,15 @@ class ListOffsetsResponse(_Struct):
             self.leader_epoch = leader_epoch
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.partition_index == 0
+            and self.error_code == 0
+            and self.old_style_offsets == []
+            and self.timestamp == -1
+            and self.offset == -1
+            and self.leader_epoch == -1
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             buf += _T1p(self.partition_index, self.error_code)
             if v <= 0:
@@ -37006,18 +39030,21 @@ class ListOffsetsResponse(_Struct):
                 else:
                     buf += _pi32(len(x))
                     buf += _pack('>%dq' % len(x), *x)
-            if (not (v <= 0)) and not (self.old_style_offsets == []):
-                raise _absent(self, 'old_style_offsets', v)
+            else:
+                if not (self.old_style_offsets == []):
+                    raise _absent(self, 'old_style_offsets', v)
             if v >= 1:
                 buf += _T33p(self.timestamp, self.offset)
-            if (not (v >= 1)) and not (self.timestamp == -1):
-                raise _absent(self, 'timestamp', v)
-            if (not (v >= 1)) and not (self.offset == -1):
-                raise _absent(self, 'offset', v)
+            else:
+                if not (self.timestamp == -1):
+                    raise _absent(self, 'timestamp', v)
+                if not (self.offset == -1):
+                    raise _absent(self, 'offset', v)
             if v >= 4:
                 buf += _T3p(self.leader_epoch)
-            if (not (v >= 4)) and not (self.leader_epoch == -1):
-                raise _absent(self, 'leader_epoch', v)
+            else:
+                if not (self.leader_epoch == -1):
+                    raise _absent(self, 'leader_epoch', v)
 
         @staticmethod
         def _r0(buf, pos, v):
@@ -37117,6 +39144,11 @@ class ListPartitionReassignmentsRequest(_Struct):
         self.topics = topics
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.timeout_ms == 60000
+            and self.topics is None
+            and not self.unknown_tagged_fields)
+
     def _w1(self, buf, parts, v):
         buf += _T3p(self.timeout_ms)
         x = self.topics
@@ -37192,6 +39224,11 @@ class ListPartitionReassignmentsRequest(_Struct):
             self.name = name
             self.partition_indexes = [] if partition_indexes is _MISSING else partition_indexes
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.name == ''
+            and self.partition_indexes == []
+            and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
             x = self.name
@@ -37287,6 +39324,13 @@ class ListPartitionReassignmentsResponse(_Struct):
         self.error_message = error_message
         self.topics = [] if topics is _MISSING else topics
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.error_code == 0
+            and self.error_message == ''
+            and self.topics == []
+            and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
         buf += _T1p(self.throttle_time_ms, self.error_code)
@@ -37388,6 +39432,11 @@ class ListPartitionReassignmentsResponse(_Struct):
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.name == ''
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             x = self.name
             if x is None:
@@ -37486,6 +39535,13 @@ class ListPartitionReassignmentsResponse(_Struct):
             self.adding_replicas = [] if adding_replicas is _MISSING else adding_replicas
             self.removing_replicas = [] if removing_replicas is _MISSING else removing_replicas
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.partition_index == 0
+            and self.replicas == []
+            and self.adding_replicas == []
+            and self.removing_replicas == []
+            and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
             buf += _T3p(self.partition_index)
@@ -37609,6 +39665,12 @@ class ListTransactionsRequest(_Struct):
         self.duration_filter = duration_filter
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.state_filters == []
+            and self.producer_id_filters == []
+            and self.duration_filter == -1
+            and not self.unknown_tagged_fields)
+
     def _w1(self, buf, parts, v):
         x = self.state_filters
         if x is None:
@@ -37639,8 +39701,9 @@ class ListTransactionsRequest(_Struct):
             buf += _pack('>%dq' % len(x), *x)
         if v >= 1:
             buf += _T16p(self.duration_filter)
-        if (not (v >= 1)) and not (self.duration_filter == -1):
-            raise _absent(self, 'duration_filter', v)
+        else:
+            if not (self.duration_filter == -1):
+                raise _absent(self, 'duration_filter', v)
         if self.unknown_tagged_fields:
             _write_tags(buf, [], self.unknown_tagged_fields)
         else:
@@ -37731,6 +39794,13 @@ class ListTransactionsResponse(_Struct):
         self.unknown_state_filters = [] if unknown_state_filters is _MISSING else unknown_state_filters
         self.transaction_states = [] if transaction_states is _MISSING else transaction_states
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.error_code == 0
+            and self.unknown_state_filters == []
+            and self.transaction_states == []
+            and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
         buf += _T1p(self.throttle_time_ms, self.error_code)
@@ -37852,6 +39922,12 @@ class ListTransactionsResponse(_Struct):
             self.transaction_state = transaction_state
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.transactional_id == ''
+            and self.producer_id == 0
+            and self.transaction_state == ''
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             x = self.transactional_id
             if x is None:
@@ -37951,6 +40027,13 @@ class MetadataRequest(_Struct):
         self.include_topic_authorized_operations = include_topic_authorized_operations
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.topics == []
+            and self.allow_auto_topic_creation == True
+            and self.include_cluster_authorized_operations == False
+            and self.include_topic_authorized_operations == False
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         x = self.topics
         if x is None:
@@ -37963,14 +40046,16 @@ class MetadataRequest(_Struct):
                 e._w0(buf, parts, v)
         if v >= 4:
             buf += _T9p(self.allow_auto_topic_creation)
-        if (not (v >= 4)) and not (self.allow_auto_topic_creation == True):
-            raise _absent(self, 'allow_auto_topic_creation', v)
+        else:
+            if not (self.allow_auto_topic_creation == True):
+                raise _absent(self, 'allow_auto_topic_creation', v)
         if v >= 8:
             buf += _T31p(self.include_cluster_authorized_operations, self.include_topic_authorized_operations)
-        if (not (v >= 8)) and not (self.include_cluster_authorized_operations == False):
-            raise _absent(self, 'include_cluster_authorized_operations', v)
-        if (not (v >= 8)) and not (self.include_topic_authorized_operations == False):
-            raise _absent(self, 'include_topic_authorized_operations', v)
+        else:
+            if not (self.include_cluster_authorized_operations == False):
+                raise _absent(self, 'include_cluster_authorized_operations', v)
+            if not (self.include_topic_authorized_operations == False):
+                raise _absent(self, 'include_topic_authorized_operations', v)
 
     @staticmethod
     def _r0(buf, pos, v):
@@ -38029,8 +40114,9 @@ class MetadataRequest(_Struct):
         buf += _T9p(self.allow_auto_topic_creation)
         if v <= 10:
             buf += _T9p(self.include_cluster_authorized_operations)
-        if (not (v <= 10)) and not (self.include_cluster_authorized_operations == False):
-            raise _absent(self, 'include_cluster_authorized_operations', v)
+        else:
+            if not (self.include_cluster_authorized_operations == False):
+                raise _absent(self, 'include_cluster_authorized_operations', v)
         buf += _T9p(self.include_topic_authorized_operations)
         if self.unknown_tagged_fields:
             _write_tags(buf, [], self.unknown_tagged_fields)
@@ -38103,6 +40189,11 @@ class MetadataRequest(_Struct):
             self.topic_id = topic_id
             self.name = name
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.topic_id == _ZERO_UUID
+            and self.name == ''
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             x = self.name
@@ -38221,6 +40312,15 @@ class MetadataResponse(_Struct):
         self.cluster_authorized_operations = cluster_authorized_operations
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.brokers == []
+            and self.cluster_id is None
+            and self.controller_id == -1
+            and self.topics == []
+            and self.cluster_authorized_operations == -2147483648
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         if v >= 3:
             buf += _T3p(self.throttle_time_ms)
@@ -38250,8 +40350,9 @@ class MetadataResponse(_Struct):
                 e._w0(buf, parts, v)
         if v >= 8:
             buf += _T3p(self.cluster_authorized_operations)
-        if (not (v >= 8)) and not (self.cluster_authorized_operations == -2147483648):
-            raise _absent(self, 'cluster_authorized_operations', v)
+        else:
+            if not (self.cluster_authorized_operations == -2147483648):
+                raise _absent(self, 'cluster_authorized_operations', v)
 
     @staticmethod
     def _r0(buf, pos, v):
@@ -38364,8 +40465,9 @@ class MetadataResponse(_Struct):
                 e._w1(buf, parts, v)
         if v <= 10:
             buf += _T3p(self.cluster_authorized_operations)
-        if (not (v <= 10)) and not (self.cluster_authorized_operations == -2147483648):
-            raise _absent(self, 'cluster_authorized_operations', v)
+        else:
+            if not (self.cluster_authorized_operations == -2147483648):
+                raise _absent(self, 'cluster_authorized_operations', v)
         if self.unknown_tagged_fields:
             _write_tags(buf, [], self.unknown_tagged_fields)
         else:
@@ -38470,6 +40572,13 @@ class MetadataResponse(_Struct):
             self.port = port
             self.rack = rack
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.node_id == 0
+            and self.host == ''
+            and self.port == 0
+            and self.rack is None
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             buf += _T3p(self.node_id)
@@ -38635,6 +40744,15 @@ class MetadataResponse(_Struct):
             self.topic_authorized_operations = topic_authorized_operations
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.error_code == 0
+            and self.name == ''
+            and self.topic_id == _ZERO_UUID
+            and self.is_internal == False
+            and self.partitions == []
+            and self.topic_authorized_operations == -2147483648
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             buf += _T4p(self.error_code)
             x = self.name
@@ -38655,8 +40773,9 @@ class MetadataResponse(_Struct):
                     e._w0(buf, parts, v)
             if v >= 8:
                 buf += _T3p(self.topic_authorized_operations)
-            if (not (v >= 8)) and not (self.topic_authorized_operations == -2147483648):
-                raise _absent(self, 'topic_authorized_operations', v)
+            else:
+                if not (self.topic_authorized_operations == -2147483648):
+                    raise _absent(self, 'topic_authorized_operations', v)
 
         @staticmethod
         def _r0(buf, pos, v):
@@ -38836,6 +40955,16 @@ class MetadataResponse(_Struct):
             self.isr_nodes = [] if isr_nodes is _MISSING else isr_nodes
             self.offline_replicas = [] if offline_replicas is _MISSING else offline_replicas
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.error_code == 0
+            and self.partition_index == 0
+            and self.leader_id == 0
+            and self.leader_epoch == -1
+            and self.replica_nodes == []
+            and self.isr_nodes == []
+            and self.offline_replicas == []
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             buf += _T55p(self.error_code, self.partition_index, self.leader_id)
@@ -39043,6 +41172,15 @@ class OffsetCommitRequest(_Struct):
         self.topics = [] if topics is _MISSING else topics
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.group_id == ''
+            and self.generation_id_or_member_epoch == -1
+            and self.member_id == ''
+            and self.group_instance_id is None
+            and self.retention_time_ms == -1
+            and self.topics == []
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         x = self.group_id
         if x is None:
@@ -39069,8 +41207,9 @@ class OffsetCommitRequest(_Struct):
                 x = x.encode('utf-8')
                 buf += _pi16(len(x))
                 buf += x
-        if (not (v >= 7)) and not (self.group_instance_id is None):
-            raise _absent(self, 'group_instance_id', v)
+        else:
+            if not (self.group_instance_id is None):
+                raise _absent(self, 'group_instance_id', v)
         if v >= 2 and v <= 4:
             buf += _T16p(self.retention_time_ms)
         x = self.topics
@@ -39305,6 +41444,11 @@ class OffsetCommitRequest(_Struct):
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.name == ''
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             x = self.name
             if x is None:
@@ -39458,14 +41602,23 @@ class OffsetCommitRequest(_Struct):
             self.committed_metadata = committed_metadata
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.partition_index == 0
+            and self.committed_offset == 0
+            and self.committed_leader_epoch == -1
+            and self.commit_timestamp == -1
+            and self.committed_metadata == ''
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             buf += _T7p(self.partition_index, self.committed_offset)
             if v >= 6:
                 buf += _T3p(self.committed_leader_epoch)
             if v >= 1 and v <= 1:
                 buf += _T16p(self.commit_timestamp)
-            if (not (v >= 1 and v <= 1)) and not (self.commit_timestamp == -1):
-                raise _absent(self, 'commit_timestamp', v)
+            else:
+                if not (self.commit_timestamp == -1):
+                    raise _absent(self, 'commit_timestamp', v)
             x = self.committed_metadata
             if x is None:
                 buf += b'\xff\xff'
@@ -39587,6 +41740,11 @@ class OffsetCommitResponse(_Struct):
         self.topics = [] if topics is _MISSING else topics
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.topics == []
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         if v >= 3:
             buf += _T3p(self.throttle_time_ms)
@@ -39706,6 +41864,11 @@ class OffsetCommitResponse(_Struct):
             self.name = name
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.name == ''
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             x = self.name
@@ -39857,6 +42020,11 @@ class OffsetCommitResponse(_Struct):
             self.error_code = error_code
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.partition_index == 0
+            and self.error_code == 0
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             buf += _T1p(self.partition_index, self.error_code)
 
@@ -39924,6 +42092,11 @@ class OffsetDeleteRequest(_Struct):
         self.topics = [] if topics is _MISSING else topics
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.group_id == ''
+            and self.topics == []
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         x = self.group_id
         if x is None:
@@ -39989,6 +42162,11 @@ class OffsetDeleteRequest(_Struct):
             self.name = name
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.name == ''
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             x = self.name
@@ -40056,6 +42234,10 @@ class OffsetDeleteRequest(_Struct):
             self.partition_index = partition_index
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.partition_index == 0
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             buf += _T3p(self.partition_index)
 
@@ -40089,6 +42271,12 @@ class OffsetDeleteResponse(_Struct):
         self.throttle_time_ms = throttle_time_ms
         self.topics = [] if topics is _MISSING else topics
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.error_code == 0
+            and self.throttle_time_ms == 0
+            and self.topics == []
+            and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
         buf += _T45p(self.error_code, self.throttle_time_ms)
@@ -40142,6 +42330,11 @@ class OffsetDeleteResponse(_Struct):
             self.name = name
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.name == ''
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             x = self.name
@@ -40210,6 +42403,11 @@ class OffsetDeleteResponse(_Struct):
             self.error_code = error_code
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.partition_index == 0
+            and self.error_code == 0
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             buf += _T1p(self.partition_index, self.error_code)
 
@@ -40244,6 +42442,13 @@ class OffsetFetchRequest(_Struct):
         self.groups = [] if groups is _MISSING else groups
         self.require_stable = require_stable
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.group_id == ''
+            and self.topics == []
+            and self.groups == []
+            and self.require_stable == False
+            and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
         x = self.group_id
@@ -40321,8 +42526,9 @@ class OffsetFetchRequest(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-        if (not (v <= 7)) and not (self.group_id == ''):
-            raise _absent(self, 'group_id', v)
+        else:
+            if not (self.group_id == ''):
+                raise _absent(self, 'group_id', v)
         if v <= 7:
             x = self.topics
             if x is None:
@@ -40335,8 +42541,9 @@ class OffsetFetchRequest(_Struct):
                     buf += _wuv(n)
                 for e in x:
                     e._w1(buf, parts, v)
-        if (not (v <= 7)) and not (self.topics == []):
-            raise _absent(self, 'topics', v)
+        else:
+            if not (self.topics == []):
+                raise _absent(self, 'topics', v)
         if v >= 8:
             x = self.groups
             if x is None:
@@ -40349,12 +42556,14 @@ class OffsetFetchRequest(_Struct):
                     buf += _wuv(n)
                 for e in x:
                     e._w1(buf, parts, v)
-        if (not (v >= 8)) and not (self.groups == []):
-            raise _absent(self, 'groups', v)
+        else:
+            if not (self.groups == []):
+                raise _absent(self, 'groups', v)
         if v >= 7:
             buf += _T9p(self.require_stable)
-        if (not (v >= 7)) and not (self.require_stable == False):
-            raise _absent(self, 'require_stable', v)
+        else:
+            if not (self.require_stable == False):
+                raise _absent(self, 'require_stable', v)
         if self.unknown_tagged_fields:
             _write_tags(buf, [], self.unknown_tagged_fields)
         else:
@@ -40461,6 +42670,11 @@ class OffsetFetchRequest(_Struct):
             self.partition_indexes = [] if partition_indexes is _MISSING else partition_indexes
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.name == ''
+            and self.partition_indexes == []
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             x = self.name
             if x is None:
@@ -40522,8 +42736,9 @@ class OffsetFetchRequest(_Struct):
                     else:
                         buf += _wuv(n)
                     buf += x
-            if (not (v <= 7)) and not (self.name == ''):
-                raise _absent(self, 'name', v)
+            else:
+                if not (self.name == ''):
+                    raise _absent(self, 'name', v)
             if v <= 7:
                 x = self.partition_indexes
                 if x is None:
@@ -40535,8 +42750,9 @@ class OffsetFetchRequest(_Struct):
                     else:
                         buf += _wuv(n)
                     buf += _pack('>%di' % len(x), *x)
-            if (not (v <= 7)) and not (self.partition_indexes == []):
-                raise _absent(self, 'partition_indexes', v)
+            else:
+                if not (self.partition_indexes == []):
+                    raise _absent(self, 'partition_indexes', v)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -40615,6 +42831,13 @@ class OffsetFetchRequest(_Struct):
             self.topics = [] if topics is _MISSING else topics
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.group_id == ''
+            and self.member_id is None
+            and self.member_epoch == -1
+            and self.topics == []
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             if not (self.group_id == ''):
                 raise _absent(self, 'group_id', v)
@@ -40650,8 +42873,9 @@ class OffsetFetchRequest(_Struct):
                     else:
                         buf += _wuv(n)
                     buf += x
-            if (not (v >= 8)) and not (self.group_id == ''):
-                raise _absent(self, 'group_id', v)
+            else:
+                if not (self.group_id == ''):
+                    raise _absent(self, 'group_id', v)
             if v >= 9:
                 x = self.member_id
                 if x is None:
@@ -40678,8 +42902,9 @@ class OffsetFetchRequest(_Struct):
                         buf += _wuv(n)
                     for e in x:
                         e._w1(buf, parts, v)
-            if (not (v >= 8)) and not (self.topics == []):
-                raise _absent(self, 'topics', v)
+            else:
+                if not (self.topics == []):
+                    raise _absent(self, 'topics', v)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -40782,6 +43007,11 @@ class OffsetFetchRequest(_Struct):
             self.partition_indexes = [] if partition_indexes is _MISSING else partition_indexes
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.name == ''
+            and self.partition_indexes == []
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             if not (self.name == ''):
                 raise _absent(self, 'name', v)
@@ -40815,8 +43045,9 @@ class OffsetFetchRequest(_Struct):
                     else:
                         buf += _wuv(n)
                     buf += x
-            if (not (v >= 8)) and not (self.name == ''):
-                raise _absent(self, 'name', v)
+            else:
+                if not (self.name == ''):
+                    raise _absent(self, 'name', v)
             if v >= 8:
                 x = self.partition_indexes
                 if x is None:
@@ -40828,8 +43059,9 @@ class OffsetFetchRequest(_Struct):
                     else:
                         buf += _wuv(n)
                     buf += _pack('>%di' % len(x), *x)
-            if (not (v >= 8)) and not (self.partition_indexes == []):
-                raise _absent(self, 'partition_indexes', v)
+            else:
+                if not (self.partition_indexes == []):
+                    raise _absent(self, 'partition_indexes', v)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -40909,6 +43141,13 @@ class OffsetFetchResponse(_Struct):
         self.groups = [] if groups is _MISSING else groups
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.topics == []
+            and self.error_code == 0
+            and self.groups == []
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         if v >= 3:
             buf += _T3p(self.throttle_time_ms)
@@ -40978,8 +43217,9 @@ class OffsetFetchResponse(_Struct):
                     buf += _wuv(n)
                 for e in x:
                     e._w1(buf, parts, v)
-        if (not (v <= 7)) and not (self.topics == []):
-            raise _absent(self, 'topics', v)
+        else:
+            if not (self.topics == []):
+                raise _absent(self, 'topics', v)
         if v <= 7:
             buf += _T4p(self.error_code)
         if v >= 8:
@@ -40994,8 +43234,9 @@ class OffsetFetchResponse(_Struct):
                     buf += _wuv(n)
                 for e in x:
                     e._w1(buf, parts, v)
-        if (not (v >= 8)) and not (self.groups == []):
-            raise _absent(self, 'groups', v)
+        else:
+            if not (self.groups == []):
+                raise _absent(self, 'groups', v)
         if self.unknown_tagged_fields:
             _write_tags(buf, [], self.unknown_tagged_fields)
         else:
@@ -41089,6 +43330,11 @@ class OffsetFetchResponse(_Struct):
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.name == ''
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             x = self.name
             if x is None:
@@ -41155,8 +43401,9 @@ class OffsetFetchResponse(_Struct):
                     else:
                         buf += _wuv(n)
                     buf += x
-            if (not (v <= 7)) and not (self.name == ''):
-                raise _absent(self, 'name', v)
+            else:
+                if not (self.name == ''):
+                    raise _absent(self, 'name', v)
             if v <= 7:
                 x = self.partitions
                 if x is None:
@@ -41169,8 +43416,9 @@ class OffsetFetchResponse(_Struct):
                         buf += _wuv(n)
                     for e in x:
                         e._w1(buf, parts, v)
-            if (not (v <= 7)) and not (self.partitions == []):
-                raise _absent(self, 'partitions', v)
+            else:
+                if not (self.partitions == []):
+                    raise _absent(self, 'partitions', v)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -41254,6 +43502,14 @@ class OffsetFetchResponse(_Struct):
             self.error_code = error_code
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.partition_index == 0
+            and self.committed_offset == 0
+            and self.committed_leader_epoch == -1
+            and self.metadata == ''
+            and self.error_code == 0
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             buf += _T7p(self.partition_index, self.committed_offset)
             if v >= 5:
@@ -41304,10 +43560,11 @@ class OffsetFetchResponse(_Struct):
         def _w1(self, buf, parts, v):
             if v <= 7:
                 buf += _T56p(self.partition_index, self.committed_offset, self.committed_leader_epoch)
-            if (not (v <= 7)) and not (self.partition_index == 0):
-                raise _absent(self, 'partition_index', v)
-            if (not (v <= 7)) and not (self.committed_offset == 0):
-                raise _absent(self, 'committed_offset', v)
+            else:
+                if not (self.partition_index == 0):
+                    raise _absent(self, 'partition_index', v)
+                if not (self.committed_offset == 0):
+                    raise _absent(self, 'committed_offset', v)
             if v <= 7:
                 x = self.metadata
                 if x is None:
@@ -41320,12 +43577,14 @@ class OffsetFetchResponse(_Struct):
                     else:
                         buf += _wuv(n)
                     buf += x
-            if (not (v <= 7)) and not (self.metadata == ''):
-                raise _absent(self, 'metadata', v)
+            else:
+                if not (self.metadata == ''):
+                    raise _absent(self, 'metadata', v)
             if v <= 7:
                 buf += _T4p(self.error_code)
-            if (not (v <= 7)) and not (self.error_code == 0):
-                raise _absent(self, 'error_code', v)
+            else:
+                if not (self.error_code == 0):
+                    raise _absent(self, 'error_code', v)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -41400,6 +43659,12 @@ class OffsetFetchResponse(_Struct):
             self.error_code = error_code
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.group_id == ''
+            and self.topics == []
+            and self.error_code == 0
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             if not (self.group_id == ''):
                 raise _absent(self, 'group_id', v)
@@ -41436,8 +43701,9 @@ class OffsetFetchResponse(_Struct):
                     else:
                         buf += _wuv(n)
                     buf += x
-            if (not (v >= 8)) and not (self.group_id == ''):
-                raise _absent(self, 'group_id', v)
+            else:
+                if not (self.group_id == ''):
+                    raise _absent(self, 'group_id', v)
             if v >= 8:
                 x = self.topics
                 if x is None:
@@ -41450,12 +43716,14 @@ class OffsetFetchResponse(_Struct):
                         buf += _wuv(n)
                     for e in x:
                         e._w1(buf, parts, v)
-            if (not (v >= 8)) and not (self.topics == []):
-                raise _absent(self, 'topics', v)
+            else:
+                if not (self.topics == []):
+                    raise _absent(self, 'topics', v)
             if v >= 8:
                 buf += _T4p(self.error_code)
-            if (not (v >= 8)) and not (self.error_code == 0):
-                raise _absent(self, 'error_code', v)
+            else:
+                if not (self.error_code == 0):
+                    raise _absent(self, 'error_code', v)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -41542,6 +43810,11 @@ class OffsetFetchResponse(_Struct):
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.name == ''
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             if not (self.name == ''):
                 raise _absent(self, 'name', v)
@@ -41575,8 +43848,9 @@ class OffsetFetchResponse(_Struct):
                     else:
                         buf += _wuv(n)
                     buf += x
-            if (not (v >= 8)) and not (self.name == ''):
-                raise _absent(self, 'name', v)
+            else:
+                if not (self.name == ''):
+                    raise _absent(self, 'name', v)
             if v >= 8:
                 x = self.partitions
                 if x is None:
@@ -41589,8 +43863,9 @@ class OffsetFetchResponse(_Struct):
                         buf += _wuv(n)
                     for e in x:
                         e._w1(buf, parts, v)
-            if (not (v >= 8)) and not (self.partitions == []):
-                raise _absent(self, 'partitions', v)
+            else:
+                if not (self.partitions == []):
+                    raise _absent(self, 'partitions', v)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -41674,6 +43949,14 @@ class OffsetFetchResponse(_Struct):
             self.error_code = error_code
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.partition_index == 0
+            and self.committed_offset == 0
+            and self.committed_leader_epoch == -1
+            and self.metadata == ''
+            and self.error_code == 0
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             if not (self.partition_index == 0):
                 raise _absent(self, 'partition_index', v)
@@ -41704,10 +43987,11 @@ class OffsetFetchResponse(_Struct):
         def _w1(self, buf, parts, v):
             if v >= 8:
                 buf += _T56p(self.partition_index, self.committed_offset, self.committed_leader_epoch)
-            if (not (v >= 8)) and not (self.partition_index == 0):
-                raise _absent(self, 'partition_index', v)
-            if (not (v >= 8)) and not (self.committed_offset == 0):
-                raise _absent(self, 'committed_offset', v)
+            else:
+                if not (self.partition_index == 0):
+                    raise _absent(self, 'partition_index', v)
+                if not (self.committed_offset == 0):
+                    raise _absent(self, 'committed_offset', v)
             if v >= 8:
                 x = self.metadata
                 if x is None:
@@ -41720,12 +44004,14 @@ class OffsetFetchResponse(_Struct):
                     else:
                         buf += _wuv(n)
                     buf += x
-            if (not (v >= 8)) and not (self.metadata == ''):
-                raise _absent(self, 'metadata', v)
+            else:
+                if not (self.metadata == ''):
+                    raise _absent(self, 'metadata', v)
             if v >= 8:
                 buf += _T4p(self.error_code)
-            if (not (v >= 8)) and not (self.error_code == 0):
-                raise _absent(self, 'error_code', v)
+            else:
+                if not (self.error_code == 0):
+                    raise _absent(self, 'error_code', v)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -41799,6 +44085,11 @@ class OffsetForLeaderEpochRequest(_Struct):
         self.replica_id = replica_id
         self.topics = [] if topics is _MISSING else topics
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.replica_id == -2
+            and self.topics == []
+            and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
         if v >= 3:
@@ -41919,6 +44210,11 @@ class OffsetForLeaderEpochRequest(_Struct):
             self.topic = topic
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.topic == ''
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             x = self.topic
@@ -42071,6 +44367,12 @@ class OffsetForLeaderEpochRequest(_Struct):
             self.leader_epoch = leader_epoch
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.partition == 0
+            and self.current_leader_epoch == -1
+            and self.leader_epoch == 0
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             buf += _T3p(self.partition)
             if v >= 2:
@@ -42149,6 +44451,11 @@ class OffsetForLeaderEpochResponse(_Struct):
         self.throttle_time_ms = throttle_time_ms
         self.topics = [] if topics is _MISSING else topics
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.topics == []
+            and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
         if v >= 2:
@@ -42269,6 +44576,11 @@ class OffsetForLeaderEpochResponse(_Struct):
             self.topic = topic
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.topic == ''
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             x = self.topic
@@ -42422,6 +44734,13 @@ class OffsetForLeaderEpochResponse(_Struct):
             self.end_offset = end_offset
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.error_code == 0
+            and self.partition == 0
+            and self.leader_epoch == -1
+            and self.end_offset == -1
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             buf += _T45p(self.error_code, self.partition)
             if v >= 1:
@@ -42503,6 +44822,13 @@ class ProduceRequest(_Struct):
         self.topic_data = [] if topic_data is _MISSING else topic_data
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.transactional_id is None
+            and self.acks == 0
+            and self.timeout_ms == 0
+            and self.topic_data == []
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         if v >= 3:
             x = self.transactional_id
@@ -42512,8 +44838,9 @@ class ProduceRequest(_Struct):
                 x = x.encode('utf-8')
                 buf += _pi16(len(x))
                 buf += x
-        if (not (v >= 3)) and not (self.transactional_id is None):
-            raise _absent(self, 'transactional_id', v)
+        else:
+            if not (self.transactional_id is None):
+                raise _absent(self, 'transactional_id', v)
         buf += _T45p(self.acks, self.timeout_ms)
         x = self.topic_data
         if x is None:
@@ -42666,6 +44993,11 @@ class ProduceRequest(_Struct):
             self.partition_data = [] if partition_data is _MISSING else partition_data
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.name == ''
+            and self.partition_data == []
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             x = self.name
             if x is None:
@@ -42816,11 +45148,21 @@ class ProduceRequest(_Struct):
             self.records = records
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.index == 0
+            and self.records is None
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             buf += _T3p(self.index)
             x = self.records
             if x is None:
                 buf += b'\xff\xff\xff\xff'
+            elif type(x) is _FileRegion:
+                buf += _pi32(x.count)
+                parts.append(bytes(buf))
+                del buf[:]
+                parts.append(x)
             else:
                 buf += _pi32(_records_size(x))
                 _emit_records(buf, parts, x)
@@ -42855,6 +45197,15 @@ class ProduceRequest(_Struct):
             x = self.records
             if x is None:
                 buf += b'\x00'
+            elif type(x) is _FileRegion:
+                n = x.count + 1
+                if n < 128:
+                    buf.append(n)
+                else:
+                    buf += _wuv(n)
+                parts.append(bytes(buf))
+                del buf[:]
+                parts.append(x)
             else:
                 n = _records_size(x) + 1
                 if n < 128:
@@ -42922,6 +45273,12 @@ class ProduceResponse(_Struct):
         self.throttle_time_ms = throttle_time_ms
         self.node_endpoints = [] if node_endpoints is _MISSING else node_endpoints
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.responses == []
+            and self.throttle_time_ms == 0
+            and self.node_endpoints == []
+            and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
         x = self.responses
@@ -43086,6 +45443,11 @@ class ProduceResponse(_Struct):
             self.partition_responses = [] if partition_responses is _MISSING else partition_responses
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.name == ''
+            and self.partition_responses == []
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             x = self.name
             if x is None:
@@ -43242,6 +45604,17 @@ class ProduceResponse(_Struct):
             self.current_leader = _S_ProduceResponse_LeaderIdAndEpoch() if current_leader is _MISSING else current_leader
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.index == 0
+            and self.error_code == 0
+            and self.base_offset == 0
+            and self.log_append_time_ms == -1
+            and self.log_start_offset == -1
+            and self.record_errors == []
+            and self.error_message is None
+            and (self.current_leader is not None and self.current_leader._is_default())
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             buf += _T23p(self.index, self.error_code, self.base_offset)
             if v >= 2:
@@ -43264,7 +45637,7 @@ class ProduceResponse(_Struct):
                     x = x.encode('utf-8')
                     buf += _pi16(len(x))
                     buf += x
-            if not (self.current_leader == _S_ProduceResponse_LeaderIdAndEpoch()):
+            if not ((self.current_leader is not None and self.current_leader._is_default())):
                 raise _absent(self, 'current_leader', v)
 
         @staticmethod
@@ -43350,10 +45723,10 @@ class ProduceResponse(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            if (not (v >= 10)) and not (self.current_leader == _S_ProduceResponse_LeaderIdAndEpoch()):
+            if (not (v >= 10)) and not ((self.current_leader is not None and self.current_leader._is_default())):
                 raise _absent(self, 'current_leader', v)
             tags = []
-            if (v >= 10) and not (self.current_leader == _S_ProduceResponse_LeaderIdAndEpoch()):
+            if (v >= 10) and not ((self.current_leader is not None and self.current_leader._is_default())):
                 t = bytearray()
                 self.current_leader._w1(t, None, v)
                 tags.append((0, bytes(t)))
@@ -43441,11 +45814,17 @@ class ProduceResponse(_Struct):
             self.batch_index_error_message = batch_index_error_message
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.batch_index == 0
+            and self.batch_index_error_message is None
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             if v >= 8:
                 buf += _T3p(self.batch_index)
-            if (not (v >= 8)) and not (self.batch_index == 0):
-                raise _absent(self, 'batch_index', v)
+            else:
+                if not (self.batch_index == 0):
+                    raise _absent(self, 'batch_index', v)
             if v >= 8:
                 x = self.batch_index_error_message
                 if x is None:
@@ -43454,8 +45833,9 @@ class ProduceResponse(_Struct):
                     x = x.encode('utf-8')
                     buf += _pi16(len(x))
                     buf += x
-            if (not (v >= 8)) and not (self.batch_index_error_message is None):
-                raise _absent(self, 'batch_index_error_message', v)
+            else:
+                if not (self.batch_index_error_message is None):
+                    raise _absent(self, 'batch_index_error_message', v)
 
         @staticmethod
         def _r0(buf, pos, v):
@@ -43560,6 +45940,11 @@ class ProduceResponse(_Struct):
             self.leader_epoch = leader_epoch
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.leader_id == -1
+            and self.leader_epoch == -1
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             if not (self.leader_id == -1):
                 raise _absent(self, 'leader_id', v)
@@ -43583,10 +45968,11 @@ class ProduceResponse(_Struct):
         def _w1(self, buf, parts, v):
             if v >= 10:
                 buf += _T13p(self.leader_id, self.leader_epoch)
-            if (not (v >= 10)) and not (self.leader_id == -1):
-                raise _absent(self, 'leader_id', v)
-            if (not (v >= 10)) and not (self.leader_epoch == -1):
-                raise _absent(self, 'leader_epoch', v)
+            else:
+                if not (self.leader_id == -1):
+                    raise _absent(self, 'leader_id', v)
+                if not (self.leader_epoch == -1):
+                    raise _absent(self, 'leader_epoch', v)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -43639,6 +46025,13 @@ class ProduceResponse(_Struct):
             self.rack = rack
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.node_id == 0
+            and self.host == ''
+            and self.port == 0
+            and self.rack is None
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             if not (self.node_id == 0):
                 raise _absent(self, 'node_id', v)
@@ -43668,8 +46061,9 @@ class ProduceResponse(_Struct):
         def _w1(self, buf, parts, v):
             if v >= 10:
                 buf += _T3p(self.node_id)
-            if (not (v >= 10)) and not (self.node_id == 0):
-                raise _absent(self, 'node_id', v)
+            else:
+                if not (self.node_id == 0):
+                    raise _absent(self, 'node_id', v)
             if v >= 10:
                 x = self.host
                 if x is None:
@@ -43682,12 +46076,14 @@ class ProduceResponse(_Struct):
                     else:
                         buf += _wuv(n)
                     buf += x
-            if (not (v >= 10)) and not (self.host == ''):
-                raise _absent(self, 'host', v)
+            else:
+                if not (self.host == ''):
+                    raise _absent(self, 'host', v)
             if v >= 10:
                 buf += _T3p(self.port)
-            if (not (v >= 10)) and not (self.port == 0):
-                raise _absent(self, 'port', v)
+            else:
+                if not (self.port == 0):
+                    raise _absent(self, 'port', v)
             if v >= 10:
                 x = self.rack
                 if x is None:
@@ -43700,8 +46096,9 @@ class ProduceResponse(_Struct):
                     else:
                         buf += _wuv(n)
                     buf += x
-            if (not (v >= 10)) and not (self.rack is None):
-                raise _absent(self, 'rack', v)
+            else:
+                if not (self.rack is None):
+                    raise _absent(self, 'rack', v)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -43793,6 +46190,14 @@ class PushTelemetryRequest(_Struct):
         self.metrics = metrics
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.client_instance_id == _ZERO_UUID
+            and self.subscription_id == 0
+            and self.terminating == False
+            and self.compression_type == 0
+            and self.metrics == b''
+            and not self.unknown_tagged_fields)
+
     def _w1(self, buf, parts, v):
         buf += _T58p(self.client_instance_id, self.subscription_id, self.terminating, self.compression_type)
         x = self.metrics
@@ -43864,6 +46269,11 @@ class PushTelemetryResponse(_Struct):
         self.error_code = error_code
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.error_code == 0
+            and not self.unknown_tagged_fields)
+
     def _w1(self, buf, parts, v):
         buf += _T1p(self.throttle_time_ms, self.error_code)
         if self.unknown_tagged_fields:
@@ -43911,6 +46321,11 @@ class ReadShareGroupStateRequest(_Struct):
         self.group_id = group_id
         self.topics = [] if topics is _MISSING else topics
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.group_id == ''
+            and self.topics == []
+            and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
         x = self.group_id
@@ -44008,6 +46423,11 @@ class ReadShareGroupStateRequest(_Struct):
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.topic_id == _ZERO_UUID
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             buf += _T12p(self.topic_id)
             x = self.partitions
@@ -44085,6 +46505,11 @@ class ReadShareGroupStateRequest(_Struct):
             self.leader_epoch = leader_epoch
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.partition == 0
+            and self.leader_epoch == 0
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             buf += _T13p(self.partition, self.leader_epoch)
             if self.unknown_tagged_fields:
@@ -44132,6 +46557,10 @@ class ReadShareGroupStateResponse(_Struct):
     def __init__(self, results=_MISSING, unknown_tagged_fields=None):
         self.results = [] if results is _MISSING else results
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.results == []
+            and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
         x = self.results
@@ -44204,6 +46633,11 @@ class ReadShareGroupStateResponse(_Struct):
             self.topic_id = topic_id
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.topic_id == _ZERO_UUID
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
             buf += _T12p(self.topic_id)
@@ -44285,6 +46719,15 @@ class ReadShareGroupStateResponse(_Struct):
             self.start_offset = start_offset
             self.state_batches = [] if state_batches is _MISSING else state_batches
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.partition == 0
+            and self.error_code == 0
+            and self.error_message is None
+            and self.state_epoch == 0
+            and self.start_offset == 0
+            and self.state_batches == []
+            and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
             buf += _T1p(self.partition, self.error_code)
@@ -44393,6 +46836,13 @@ class ReadShareGroupStateResponse(_Struct):
             self.delivery_count = delivery_count
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.first_offset == 0
+            and self.last_offset == 0
+            and self.delivery_state == 0
+            and self.delivery_count == 0
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             buf += _T59p(self.first_offset, self.last_offset, self.delivery_state, self.delivery_count)
             if self.unknown_tagged_fields:
@@ -44441,6 +46891,11 @@ class ReadShareGroupStateSummaryRequest(_Struct):
         self.group_id = group_id
         self.topics = [] if topics is _MISSING else topics
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.group_id == ''
+            and self.topics == []
+            and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
         x = self.group_id
@@ -44538,6 +46993,11 @@ class ReadShareGroupStateSummaryRequest(_Struct):
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.topic_id == _ZERO_UUID
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             buf += _T12p(self.topic_id)
             x = self.partitions
@@ -44615,6 +47075,11 @@ class ReadShareGroupStateSummaryRequest(_Struct):
             self.leader_epoch = leader_epoch
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.partition == 0
+            and self.leader_epoch == 0
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             buf += _T13p(self.partition, self.leader_epoch)
             if self.unknown_tagged_fields:
@@ -44662,6 +47127,10 @@ class ReadShareGroupStateSummaryResponse(_Struct):
     def __init__(self, results=_MISSING, unknown_tagged_fields=None):
         self.results = [] if results is _MISSING else results
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.results == []
+            and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
         x = self.results
@@ -44734,6 +47203,11 @@ class ReadShareGroupStateSummaryResponse(_Struct):
             self.topic_id = topic_id
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.topic_id == _ZERO_UUID
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
             buf += _T12p(self.topic_id)
@@ -44815,6 +47289,14 @@ class ReadShareGroupStateSummaryResponse(_Struct):
             self.start_offset = start_offset
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.partition == 0
+            and self.error_code == 0
+            and self.error_message is None
+            and self.state_epoch == 0
+            and self.start_offset == 0
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             buf += _T1p(self.partition, self.error_code)
             x = self.error_message
@@ -44893,6 +47375,12 @@ class RemoveRaftVoterRequest(_Struct):
         self.voter_directory_id = voter_directory_id
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.cluster_id == ''
+            and self.voter_id == 0
+            and self.voter_directory_id == _ZERO_UUID
+            and not self.unknown_tagged_fields)
+
     def _w1(self, buf, parts, v):
         x = self.cluster_id
         if x is None:
@@ -44966,6 +47454,12 @@ class RemoveRaftVoterResponse(_Struct):
         self.error_message = error_message
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.error_code == 0
+            and self.error_message == ''
+            and not self.unknown_tagged_fields)
+
     def _w1(self, buf, parts, v):
         buf += _T1p(self.throttle_time_ms, self.error_code)
         x = self.error_message
@@ -45037,6 +47531,11 @@ class RenewDelegationTokenRequest(_Struct):
         self.hmac = hmac
         self.renew_period_ms = renew_period_ms
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.hmac == b''
+            and self.renew_period_ms == 0
+            and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
         x = self.hmac
@@ -45144,6 +47643,12 @@ class RenewDelegationTokenResponse(_Struct):
         self.throttle_time_ms = throttle_time_ms
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.error_code == 0
+            and self.expiry_timestamp_ms == 0
+            and self.throttle_time_ms == 0
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         buf += _T42p(self.error_code, self.expiry_timestamp_ms, self.throttle_time_ms)
 
@@ -45211,6 +47716,13 @@ class RequestHeader(_Struct):
         self.correlation_id = correlation_id
         self.client_id = client_id
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.request_api_key == 0
+            and self.request_api_version == 0
+            and self.correlation_id == 0
+            and self.client_id == ''
+            and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
         buf += _T60p(self.request_api_key, self.request_api_version, self.correlation_id)
@@ -45315,6 +47827,10 @@ class ResponseHeader(_Struct):
         self.correlation_id = correlation_id
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.correlation_id == 0
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         buf += _T3p(self.correlation_id)
 
@@ -45379,6 +47895,10 @@ class SaslAuthenticateRequest(_Struct):
     def __init__(self, auth_bytes=b'', unknown_tagged_fields=None):
         self.auth_bytes = auth_bytes
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.auth_bytes == b''
+            and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
         x = self.auth_bytes
@@ -45478,6 +47998,13 @@ class SaslAuthenticateResponse(_Struct):
         self.auth_bytes = auth_bytes
         self.session_lifetime_ms = session_lifetime_ms
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.error_code == 0
+            and self.error_message == ''
+            and self.auth_bytes == b''
+            and self.session_lifetime_ms == 0
+            and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
         buf += _T4p(self.error_code)
@@ -45636,6 +48163,10 @@ class SaslHandshakeRequest(_Struct):
         self.mechanism = mechanism
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.mechanism == ''
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         x = self.mechanism
         if x is None:
@@ -45680,6 +48211,11 @@ class SaslHandshakeResponse(_Struct):
         self.error_code = error_code
         self.mechanisms = [] if mechanisms is _MISSING else mechanisms
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.error_code == 0
+            and self.mechanisms == []
+            and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
         buf += _T4p(self.error_code)
@@ -45743,6 +48279,13 @@ class ShareAcknowledgeRequest(_Struct):
         self.share_session_epoch = share_session_epoch
         self.topics = [] if topics is _MISSING else topics
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.group_id is None
+            and self.member_id == ''
+            and self.share_session_epoch == 0
+            and self.topics == []
+            and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
         x = self.group_id
@@ -45868,6 +48411,11 @@ class ShareAcknowledgeRequest(_Struct):
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.topic_id == _ZERO_UUID
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             buf += _T12p(self.topic_id)
             x = self.partitions
@@ -45944,6 +48492,11 @@ class ShareAcknowledgeRequest(_Struct):
             self.partition_index = partition_index
             self.acknowledgement_batches = [] if acknowledgement_batches is _MISSING else acknowledgement_batches
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.partition_index == 0
+            and self.acknowledgement_batches == []
+            and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
             buf += _T3p(self.partition_index)
@@ -46023,6 +48576,12 @@ class ShareAcknowledgeRequest(_Struct):
             self.acknowledge_types = [] if acknowledge_types is _MISSING else acknowledge_types
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.first_offset == 0
+            and self.last_offset == 0
+            and self.acknowledge_types == []
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             buf += _T33p(self.first_offset, self.last_offset)
             x = self.acknowledge_types
@@ -46098,6 +48657,14 @@ class ShareAcknowledgeResponse(_Struct):
         self.responses = [] if responses is _MISSING else responses
         self.node_endpoints = [] if node_endpoints is _MISSING else node_endpoints
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.error_code == 0
+            and self.error_message is None
+            and self.responses == []
+            and self.node_endpoints == []
+            and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
         buf += _T1p(self.throttle_time_ms, self.error_code)
@@ -46228,6 +48795,11 @@ class ShareAcknowledgeResponse(_Struct):
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.topic_id == _ZERO_UUID
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             buf += _T12p(self.topic_id)
             x = self.partitions
@@ -46307,6 +48879,13 @@ class ShareAcknowledgeResponse(_Struct):
             self.current_leader = _S_ShareAcknowledgeResponse_LeaderIdAndEpoch() if current_leader is _MISSING else current_leader
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.partition_index == 0
+            and self.error_code == 0
+            and self.error_message is None
+            and (self.current_leader is not None and self.current_leader._is_default())
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             buf += _T1p(self.partition_index, self.error_code)
             x = self.error_message
@@ -46382,6 +48961,11 @@ class ShareAcknowledgeResponse(_Struct):
             self.leader_epoch = leader_epoch
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.leader_id == 0
+            and self.leader_epoch == 0
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             buf += _T13p(self.leader_id, self.leader_epoch)
             if self.unknown_tagged_fields:
@@ -46431,6 +49015,13 @@ class ShareAcknowledgeResponse(_Struct):
             self.port = port
             self.rack = rack
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.node_id == 0
+            and self.host == ''
+            and self.port == 0
+            and self.rack is None
+            and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
             buf += _T3p(self.node_id)
@@ -46538,6 +49129,17 @@ class ShareFetchRequest(_Struct):
         self.topics = [] if topics is _MISSING else topics
         self.forgotten_topics_data = [] if forgotten_topics_data is _MISSING else forgotten_topics_data
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.group_id is None
+            and self.member_id == ''
+            and self.share_session_epoch == 0
+            and self.max_wait_ms == 0
+            and self.min_bytes == 0
+            and self.max_bytes == 2147483647
+            and self.topics == []
+            and self.forgotten_topics_data == []
+            and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
         x = self.group_id
@@ -46692,6 +49294,11 @@ class ShareFetchRequest(_Struct):
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.topic_id == _ZERO_UUID
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             buf += _T12p(self.topic_id)
             x = self.partitions
@@ -46769,6 +49376,12 @@ class ShareFetchRequest(_Struct):
             self.partition_max_bytes = partition_max_bytes
             self.acknowledgement_batches = [] if acknowledgement_batches is _MISSING else acknowledgement_batches
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.partition_index == 0
+            and self.partition_max_bytes == 0
+            and self.acknowledgement_batches == []
+            and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
             buf += _T13p(self.partition_index, self.partition_max_bytes)
@@ -46848,6 +49461,12 @@ class ShareFetchRequest(_Struct):
             self.acknowledge_types = [] if acknowledge_types is _MISSING else acknowledge_types
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.first_offset == 0
+            and self.last_offset == 0
+            and self.acknowledge_types == []
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             buf += _T33p(self.first_offset, self.last_offset)
             x = self.acknowledge_types
@@ -46919,6 +49538,11 @@ class ShareFetchRequest(_Struct):
             self.topic_id = topic_id
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.topic_id == _ZERO_UUID
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
             buf += _T12p(self.topic_id)
@@ -46995,6 +49619,14 @@ class ShareFetchResponse(_Struct):
         self.responses = [] if responses is _MISSING else responses
         self.node_endpoints = [] if node_endpoints is _MISSING else node_endpoints
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.error_code == 0
+            and self.error_message is None
+            and self.responses == []
+            and self.node_endpoints == []
+            and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
         buf += _T1p(self.throttle_time_ms, self.error_code)
@@ -47125,6 +49757,11 @@ class ShareFetchResponse(_Struct):
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.topic_id == _ZERO_UUID
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             buf += _T12p(self.topic_id)
             x = self.partitions
@@ -47208,6 +49845,17 @@ class ShareFetchResponse(_Struct):
             self.acquired_records = [] if acquired_records is _MISSING else acquired_records
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.partition_index == 0
+            and self.error_code == 0
+            and self.error_message is None
+            and self.acknowledge_error_code == 0
+            and self.acknowledge_error_message is None
+            and (self.current_leader is not None and self.current_leader._is_default())
+            and self.records is None
+            and self.acquired_records == []
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             buf += _T1p(self.partition_index, self.error_code)
             x = self.error_message
@@ -47237,6 +49885,15 @@ class ShareFetchResponse(_Struct):
             x = self.records
             if x is None:
                 buf += b'\x00'
+            elif type(x) is _FileRegion:
+                n = x.count + 1
+                if n < 128:
+                    buf.append(n)
+                else:
+                    buf += _wuv(n)
+                parts.append(bytes(buf))
+                del buf[:]
+                parts.append(x)
             else:
                 n = _records_size(x) + 1
                 if n < 128:
@@ -47363,6 +50020,11 @@ class ShareFetchResponse(_Struct):
             self.leader_epoch = leader_epoch
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.leader_id == 0
+            and self.leader_epoch == 0
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             buf += _T13p(self.leader_id, self.leader_epoch)
             if self.unknown_tagged_fields:
@@ -47411,6 +50073,12 @@ class ShareFetchResponse(_Struct):
             self.last_offset = last_offset
             self.delivery_count = delivery_count
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.first_offset == 0
+            and self.last_offset == 0
+            and self.delivery_count == 0
+            and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
             buf += _T61p(self.first_offset, self.last_offset, self.delivery_count)
@@ -47461,6 +50129,13 @@ class ShareFetchResponse(_Struct):
             self.port = port
             self.rack = rack
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.node_id == 0
+            and self.host == ''
+            and self.port == 0
+            and self.rack is None
+            and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
             buf += _T3p(self.node_id)
@@ -47563,6 +50238,11 @@ class ShareGroupDescribeRequest(_Struct):
         self.include_authorized_operations = include_authorized_operations
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.group_ids == []
+            and self.include_authorized_operations == False
+            and not self.unknown_tagged_fields)
+
     def _w1(self, buf, parts, v):
         x = self.group_ids
         if x is None:
@@ -47654,6 +50334,11 @@ class ShareGroupDescribeResponse(_Struct):
         self.groups = [] if groups is _MISSING else groups
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.groups == []
+            and not self.unknown_tagged_fields)
+
     def _w1(self, buf, parts, v):
         buf += _T3p(self.throttle_time_ms)
         x = self.groups
@@ -47730,6 +50415,12 @@ class ShareGroupDescribeResponse(_Struct):
             self.topic_name = topic_name
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.topic_id == _ZERO_UUID
+            and self.topic_name == ''
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
             buf += _T12p(self.topic_id)
@@ -47826,6 +50517,10 @@ class ShareGroupDescribeResponse(_Struct):
             self.topic_partitions = [] if topic_partitions is _MISSING else topic_partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.topic_partitions == []
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             x = self.topic_partitions
             if x is None:
@@ -47905,6 +50600,18 @@ class ShareGroupDescribeResponse(_Struct):
             self.members = [] if members is _MISSING else members
             self.authorized_operations = authorized_operations
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.error_code == 0
+            and self.error_message is None
+            and self.group_id == ''
+            and self.group_state == ''
+            and self.group_epoch == 0
+            and self.assignment_epoch == 0
+            and self.assignor_name == ''
+            and self.members == []
+            and self.authorized_operations == -2147483648
+            and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
             buf += _T4p(self.error_code)
@@ -48091,6 +50798,16 @@ class ShareGroupDescribeResponse(_Struct):
             self.subscribed_topic_names = [] if subscribed_topic_names is _MISSING else subscribed_topic_names
             self.assignment = _S_ShareGroupDescribeResponse_Assignment() if assignment is _MISSING else assignment
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.member_id == ''
+            and self.rack_id is None
+            and self.member_epoch == 0
+            and self.client_id == ''
+            and self.client_host == ''
+            and self.subscribed_topic_names == []
+            and (self.assignment is not None and self.assignment._is_default())
+            and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
             x = self.member_id
@@ -48286,6 +51003,14 @@ class ShareGroupHeartbeatRequest(_Struct):
         self.subscribed_topic_names = subscribed_topic_names
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.group_id == ''
+            and self.member_id == ''
+            and self.member_epoch == 0
+            and self.rack_id is None
+            and self.subscribed_topic_names is None
+            and not self.unknown_tagged_fields)
+
     def _w1(self, buf, parts, v):
         x = self.group_id
         if x is None:
@@ -48454,6 +51179,16 @@ class ShareGroupHeartbeatResponse(_Struct):
         self.assignment = assignment
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.error_code == 0
+            and self.error_message is None
+            and self.member_id is None
+            and self.member_epoch == 0
+            and self.heartbeat_interval_ms == 0
+            and self.assignment is None
+            and not self.unknown_tagged_fields)
+
     def _w1(self, buf, parts, v):
         buf += _T1p(self.throttle_time_ms, self.error_code)
         x = self.error_message
@@ -48566,6 +51301,11 @@ class ShareGroupHeartbeatResponse(_Struct):
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.topic_id == _ZERO_UUID
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             buf += _T12p(self.topic_id)
             x = self.partitions
@@ -48636,6 +51376,10 @@ class ShareGroupHeartbeatResponse(_Struct):
         def __init__(self, topic_partitions=_MISSING, unknown_tagged_fields=None):
             self.topic_partitions = [] if topic_partitions is _MISSING else topic_partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.topic_partitions == []
+            and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
             x = self.topic_partitions
@@ -48710,6 +51454,10 @@ class SnapshotFooterRecord(_Struct):
         self.version = version
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.version == 0
+            and not self.unknown_tagged_fields)
+
     def _w1(self, buf, parts, v):
         buf += _T4p(self.version)
         if self.unknown_tagged_fields:
@@ -48757,6 +51505,11 @@ class SnapshotHeaderRecord(_Struct):
         self.version = version
         self.last_contained_log_timestamp = last_contained_log_timestamp
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.version == 0
+            and self.last_contained_log_timestamp == 0
+            and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
         buf += _T62p(self.version, self.last_contained_log_timestamp)
@@ -48812,6 +51565,17 @@ class StopReplicaRequest(_Struct):
         self.topic_states = [] if topic_states is _MISSING else topic_states
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.controller_id == 0
+            and self.is_k_raft_controller == False
+            and self.controller_epoch == 0
+            and self.broker_epoch == -1
+            and self.delete_partitions == False
+            and self.ungrouped_partitions == []
+            and self.topics == []
+            and self.topic_states == []
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         buf += _T3p(self.controller_id)
         if not (self.is_k_raft_controller == False):
@@ -48828,8 +51592,9 @@ class StopReplicaRequest(_Struct):
                 buf += _pi32(len(x))
                 for e in x:
                     e._w0(buf, parts, v)
-        if (not (v <= 0)) and not (self.ungrouped_partitions == []):
-            raise _absent(self, 'ungrouped_partitions', v)
+        else:
+            if not (self.ungrouped_partitions == []):
+                raise _absent(self, 'ungrouped_partitions', v)
         if v >= 1:
             x = self.topics
             if x is None:
@@ -48838,8 +51603,9 @@ class StopReplicaRequest(_Struct):
                 buf += _pi32(len(x))
                 for e in x:
                     e._w0(buf, parts, v)
-        if (not (v >= 1)) and not (self.topics == []):
-            raise _absent(self, 'topics', v)
+        else:
+            if not (self.topics == []):
+                raise _absent(self, 'topics', v)
         if not (self.topic_states == []):
             raise _absent(self, 'topic_states', v)
 
@@ -48912,13 +51678,15 @@ class StopReplicaRequest(_Struct):
         buf += _T3p(self.controller_id)
         if v >= 4:
             buf += _T9p(self.is_k_raft_controller)
-        if (not (v >= 4)) and not (self.is_k_raft_controller == False):
-            raise _absent(self, 'is_k_raft_controller', v)
+        else:
+            if not (self.is_k_raft_controller == False):
+                raise _absent(self, 'is_k_raft_controller', v)
         buf += _T7p(self.controller_epoch, self.broker_epoch)
         if v <= 2:
             buf += _T9p(self.delete_partitions)
-        if (not (v <= 2)) and not (self.delete_partitions == False):
-            raise _absent(self, 'delete_partitions', v)
+        else:
+            if not (self.delete_partitions == False):
+                raise _absent(self, 'delete_partitions', v)
         if not (self.ungrouped_partitions == []):
             raise _absent(self, 'ungrouped_partitions', v)
         if v <= 2:
@@ -48933,8 +51701,9 @@ class StopReplicaRequest(_Struct):
                     buf += _wuv(n)
                 for e in x:
                     e._w1(buf, parts, v)
-        if (not (v <= 2)) and not (self.topics == []):
-            raise _absent(self, 'topics', v)
+        else:
+            if not (self.topics == []):
+                raise _absent(self, 'topics', v)
         if v >= 3:
             x = self.topic_states
             if x is None:
@@ -48947,8 +51716,9 @@ class StopReplicaRequest(_Struct):
                     buf += _wuv(n)
                 for e in x:
                     e._w1(buf, parts, v)
-        if (not (v >= 3)) and not (self.topic_states == []):
-            raise _absent(self, 'topic_states', v)
+        else:
+            if not (self.topic_states == []):
+                raise _absent(self, 'topic_states', v)
         if self.unknown_tagged_fields:
             _write_tags(buf, [], self.unknown_tagged_fields)
         else:
@@ -49052,6 +51822,11 @@ class StopReplicaRequest(_Struct):
             self.partition_index = partition_index
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.topic_name == ''
+            and self.partition_index == 0
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             if v <= 0:
                 x = self.topic_name
@@ -49061,12 +51836,14 @@ class StopReplicaRequest(_Struct):
                     x = x.encode('utf-8')
                     buf += _pi16(len(x))
                     buf += x
-            if (not (v <= 0)) and not (self.topic_name == ''):
-                raise _absent(self, 'topic_name', v)
+            else:
+                if not (self.topic_name == ''):
+                    raise _absent(self, 'topic_name', v)
             if v <= 0:
                 buf += _T3p(self.partition_index)
-            if (not (v <= 0)) and not (self.partition_index == 0):
-                raise _absent(self, 'partition_index', v)
+            else:
+                if not (self.partition_index == 0):
+                    raise _absent(self, 'partition_index', v)
 
         @staticmethod
         def _r0(buf, pos, v):
@@ -49149,6 +51926,11 @@ class StopReplicaRequest(_Struct):
             self.partition_indexes = [] if partition_indexes is _MISSING else partition_indexes
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.name == ''
+            and self.partition_indexes == []
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             if v >= 1:
                 x = self.name
@@ -49158,8 +51940,9 @@ class StopReplicaRequest(_Struct):
                     x = x.encode('utf-8')
                     buf += _pi16(len(x))
                     buf += x
-            if (not (v >= 1)) and not (self.name == ''):
-                raise _absent(self, 'name', v)
+            else:
+                if not (self.name == ''):
+                    raise _absent(self, 'name', v)
             if v >= 1:
                 x = self.partition_indexes
                 if x is None:
@@ -49167,8 +51950,9 @@ class StopReplicaRequest(_Struct):
                 else:
                     buf += _pi32(len(x))
                     buf += _pack('>%di' % len(x), *x)
-            if (not (v >= 1)) and not (self.partition_indexes == []):
-                raise _absent(self, 'partition_indexes', v)
+            else:
+                if not (self.partition_indexes == []):
+                    raise _absent(self, 'partition_indexes', v)
 
         @staticmethod
         def _r0(buf, pos, v):
@@ -49222,8 +52006,9 @@ class StopReplicaRequest(_Struct):
                     else:
                         buf += _wuv(n)
                     buf += x
-            if (not (v <= 2)) and not (self.name == ''):
-                raise _absent(self, 'name', v)
+            else:
+                if not (self.name == ''):
+                    raise _absent(self, 'name', v)
             if v <= 2:
                 x = self.partition_indexes
                 if x is None:
@@ -49235,8 +52020,9 @@ class StopReplicaRequest(_Struct):
                     else:
                         buf += _wuv(n)
                     buf += _pack('>%di' % len(x), *x)
-            if (not (v <= 2)) and not (self.partition_indexes == []):
-                raise _absent(self, 'partition_indexes', v)
+            else:
+                if not (self.partition_indexes == []):
+                    raise _absent(self, 'partition_indexes', v)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -49313,6 +52099,11 @@ class StopReplicaRequest(_Struct):
             self.partition_states = [] if partition_states is _MISSING else partition_states
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.topic_name == ''
+            and self.partition_states == []
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             if not (self.topic_name == ''):
                 raise _absent(self, 'topic_name', v)
@@ -49346,8 +52137,9 @@ class StopReplicaRequest(_Struct):
                     else:
                         buf += _wuv(n)
                     buf += x
-            if (not (v >= 3)) and not (self.topic_name == ''):
-                raise _absent(self, 'topic_name', v)
+            else:
+                if not (self.topic_name == ''):
+                    raise _absent(self, 'topic_name', v)
             if v >= 3:
                 x = self.partition_states
                 if x is None:
@@ -49360,8 +52152,9 @@ class StopReplicaRequest(_Struct):
                         buf += _wuv(n)
                     for e in x:
                         e._w1(buf, parts, v)
-            if (not (v >= 3)) and not (self.partition_states == []):
-                raise _absent(self, 'partition_states', v)
+            else:
+                if not (self.partition_states == []):
+                    raise _absent(self, 'partition_states', v)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -49443,6 +52236,12 @@ class StopReplicaRequest(_Struct):
             self.delete_partition = delete_partition
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.partition_index == 0
+            and self.leader_epoch == -1
+            and self.delete_partition == False
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             if not (self.partition_index == 0):
                 raise _absent(self, 'partition_index', v)
@@ -49469,12 +52268,13 @@ class StopReplicaRequest(_Struct):
         def _w1(self, buf, parts, v):
             if v >= 3:
                 buf += _T50p(self.partition_index, self.leader_epoch, self.delete_partition)
-            if (not (v >= 3)) and not (self.partition_index == 0):
-                raise _absent(self, 'partition_index', v)
-            if (not (v >= 3)) and not (self.leader_epoch == -1):
-                raise _absent(self, 'leader_epoch', v)
-            if (not (v >= 3)) and not (self.delete_partition == False):
-                raise _absent(self, 'delete_partition', v)
+            else:
+                if not (self.partition_index == 0):
+                    raise _absent(self, 'partition_index', v)
+                if not (self.leader_epoch == -1):
+                    raise _absent(self, 'leader_epoch', v)
+                if not (self.delete_partition == False):
+                    raise _absent(self, 'delete_partition', v)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -49526,6 +52326,11 @@ class StopReplicaResponse(_Struct):
         self.error_code = error_code
         self.partition_errors = [] if partition_errors is _MISSING else partition_errors
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.error_code == 0
+            and self.partition_errors == []
+            and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
         buf += _T4p(self.error_code)
@@ -49644,6 +52449,12 @@ class StopReplicaResponse(_Struct):
             self.error_code = error_code
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.topic_name == ''
+            and self.partition_index == 0
+            and self.error_code == 0
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             x = self.topic_name
             if x is None:
@@ -49757,6 +52568,16 @@ class SyncGroupRequest(_Struct):
         self.assignments = [] if assignments is _MISSING else assignments
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.group_id == ''
+            and self.generation_id == 0
+            and self.member_id == ''
+            and self.group_instance_id is None
+            and self.protocol_type is None
+            and self.protocol_name is None
+            and self.assignments == []
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         x = self.group_id
         if x is None:
@@ -49781,8 +52602,9 @@ class SyncGroupRequest(_Struct):
                 x = x.encode('utf-8')
                 buf += _pi16(len(x))
                 buf += x
-        if (not (v >= 3)) and not (self.group_instance_id is None):
-            raise _absent(self, 'group_instance_id', v)
+        else:
+            if not (self.group_instance_id is None):
+                raise _absent(self, 'group_instance_id', v)
         x = self.assignments
         if x is None:
             raise _not_nullable(self, 'assignments', v)
@@ -50060,6 +52882,11 @@ class SyncGroupRequest(_Struct):
             self.assignment = assignment
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.member_id == ''
+            and self.assignment == b''
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             x = self.member_id
             if x is None:
@@ -50201,6 +53028,14 @@ class SyncGroupResponse(_Struct):
         self.protocol_name = protocol_name
         self.assignment = assignment
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.error_code == 0
+            and self.protocol_type is None
+            and self.protocol_name is None
+            and self.assignment == b''
+            and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
         if v >= 1:
@@ -50378,6 +53213,17 @@ class TxnOffsetCommitRequest(_Struct):
         self.group_instance_id = group_instance_id
         self.topics = [] if topics is _MISSING else topics
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.transactional_id == ''
+            and self.group_id == ''
+            and self.producer_id == 0
+            and self.producer_epoch == 0
+            and self.generation_id == -1
+            and self.member_id == ''
+            and self.group_instance_id is None
+            and self.topics == []
+            and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
         x = self.transactional_id
@@ -50634,6 +53480,11 @@ class TxnOffsetCommitRequest(_Struct):
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.name == ''
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             x = self.name
             if x is None:
@@ -50786,6 +53637,13 @@ class TxnOffsetCommitRequest(_Struct):
             self.committed_metadata = committed_metadata
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.partition_index == 0
+            and self.committed_offset == 0
+            and self.committed_leader_epoch == -1
+            and self.committed_metadata == ''
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             buf += _T7p(self.partition_index, self.committed_offset)
             if v >= 2:
@@ -50902,6 +53760,11 @@ class TxnOffsetCommitResponse(_Struct):
         self.topics = [] if topics is _MISSING else topics
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.topics == []
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         buf += _T3p(self.throttle_time_ms)
         x = self.topics
@@ -51017,6 +53880,11 @@ class TxnOffsetCommitResponse(_Struct):
             self.name = name
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.name == ''
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             x = self.name
@@ -51168,6 +54036,11 @@ class TxnOffsetCommitResponse(_Struct):
             self.error_code = error_code
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.partition_index == 0
+            and self.error_code == 0
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             buf += _T1p(self.partition_index, self.error_code)
 
@@ -51234,6 +54107,10 @@ class UnregisterBrokerRequest(_Struct):
         self.broker_id = broker_id
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.broker_id == 0
+            and not self.unknown_tagged_fields)
+
     def _w1(self, buf, parts, v):
         buf += _T3p(self.broker_id)
         if self.unknown_tagged_fields:
@@ -51282,6 +54159,12 @@ class UnregisterBrokerResponse(_Struct):
         self.error_code = error_code
         self.error_message = error_message
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.error_code == 0
+            and self.error_message == ''
+            and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
         buf += _T1p(self.throttle_time_ms, self.error_code)
@@ -51356,6 +54239,12 @@ class UpdateFeaturesRequest(_Struct):
         self.validate_only = validate_only
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.timeout_ms == 60000
+            and self.feature_updates == []
+            and self.validate_only == False
+            and not self.unknown_tagged_fields)
+
     def _w1(self, buf, parts, v):
         buf += _T3p(self.timeout_ms)
         x = self.feature_updates
@@ -51371,8 +54260,9 @@ class UpdateFeaturesRequest(_Struct):
                 e._w1(buf, parts, v)
         if v >= 1:
             buf += _T9p(self.validate_only)
-        if (not (v >= 1)) and not (self.validate_only == False):
-            raise _absent(self, 'validate_only', v)
+        else:
+            if not (self.validate_only == False):
+                raise _absent(self, 'validate_only', v)
         if self.unknown_tagged_fields:
             _write_tags(buf, [], self.unknown_tagged_fields)
         else:
@@ -51444,6 +54334,13 @@ class UpdateFeaturesRequest(_Struct):
             self.upgrade_type = upgrade_type
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.feature == ''
+            and self.max_version_level == 0
+            and self.allow_downgrade == False
+            and self.upgrade_type == 1
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             x = self.feature
             if x is None:
@@ -51459,12 +54356,14 @@ class UpdateFeaturesRequest(_Struct):
             buf += _T4p(self.max_version_level)
             if v <= 0:
                 buf += _T9p(self.allow_downgrade)
-            if (not (v <= 0)) and not (self.allow_downgrade == False):
-                raise _absent(self, 'allow_downgrade', v)
+            else:
+                if not (self.allow_downgrade == False):
+                    raise _absent(self, 'allow_downgrade', v)
             if v >= 1:
                 buf += _T11p(self.upgrade_type)
-            if (not (v >= 1)) and not (self.upgrade_type == 1):
-                raise _absent(self, 'upgrade_type', v)
+            else:
+                if not (self.upgrade_type == 1):
+                    raise _absent(self, 'upgrade_type', v)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -51538,6 +54437,13 @@ class UpdateFeaturesResponse(_Struct):
         self.error_message = error_message
         self.results = [] if results is _MISSING else results
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.error_code == 0
+            and self.error_message == ''
+            and self.results == []
+            and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
         buf += _T1p(self.throttle_time_ms, self.error_code)
@@ -51644,6 +54550,12 @@ class UpdateFeaturesResponse(_Struct):
             self.error_message = error_message
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.feature == ''
+            and self.error_code == 0
+            and self.error_message == ''
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             x = self.feature
             if x is None:
@@ -51747,6 +54659,17 @@ class UpdateMetadataRequest(_Struct):
         self.live_brokers = [] if live_brokers is _MISSING else live_brokers
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.controller_id == 0
+            and self.is_k_raft_controller == False
+            and self.type == 0
+            and self.controller_epoch == 0
+            and self.broker_epoch == -1
+            and self.ungrouped_partition_states == []
+            and self.topic_states == []
+            and self.live_brokers == []
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         buf += _T3p(self.controller_id)
         if not (self.is_k_raft_controller == False):
@@ -51764,8 +54687,9 @@ class UpdateMetadataRequest(_Struct):
                 buf += _pi32(len(x))
                 for e in x:
                     e._w0(buf, parts, v)
-        if (not (v <= 4)) and not (self.ungrouped_partition_states == []):
-            raise _absent(self, 'ungrouped_partition_states', v)
+        else:
+            if not (self.ungrouped_partition_states == []):
+                raise _absent(self, 'ungrouped_partition_states', v)
         if v >= 5:
             x = self.topic_states
             if x is None:
@@ -51774,8 +54698,9 @@ class UpdateMetadataRequest(_Struct):
                 buf += _pi32(len(x))
                 for e in x:
                     e._w0(buf, parts, v)
-        if (not (v >= 5)) and not (self.topic_states == []):
-            raise _absent(self, 'topic_states', v)
+        else:
+            if not (self.topic_states == []):
+                raise _absent(self, 'topic_states', v)
         x = self.live_brokers
         if x is None:
             raise _not_nullable(self, 'live_brokers', v)
@@ -51865,8 +54790,9 @@ class UpdateMetadataRequest(_Struct):
         buf += _T3p(self.controller_id)
         if v >= 8:
             buf += _T9p(self.is_k_raft_controller)
-        if (not (v >= 8)) and not (self.is_k_raft_controller == False):
-            raise _absent(self, 'is_k_raft_controller', v)
+        else:
+            if not (self.is_k_raft_controller == False):
+                raise _absent(self, 'is_k_raft_controller', v)
         if (not (v >= 8)) and not (self.type == 0):
             raise _absent(self, 'type', v)
         buf += _T7p(self.controller_epoch, self.broker_epoch)
@@ -52004,6 +54930,18 @@ class UpdateMetadataRequest(_Struct):
             self.replicas = [] if replicas is _MISSING else replicas
             self.offline_replicas = [] if offline_replicas is _MISSING else offline_replicas
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.topic_name == ''
+            and self.partition_index == 0
+            and self.controller_epoch == 0
+            and self.leader == 0
+            and self.leader_epoch == 0
+            and self.isr == []
+            and self.zk_version == 0
+            and self.replicas == []
+            and self.offline_replicas == []
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             if v <= 4:
@@ -52229,6 +55167,12 @@ class UpdateMetadataRequest(_Struct):
             self.partition_states = [] if partition_states is _MISSING else partition_states
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.topic_name == ''
+            and self.topic_id == _ZERO_UUID
+            and self.partition_states == []
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             if v >= 5:
                 x = self.topic_name
@@ -52238,8 +55182,9 @@ class UpdateMetadataRequest(_Struct):
                     x = x.encode('utf-8')
                     buf += _pi16(len(x))
                     buf += x
-            if (not (v >= 5)) and not (self.topic_name == ''):
-                raise _absent(self, 'topic_name', v)
+            else:
+                if not (self.topic_name == ''):
+                    raise _absent(self, 'topic_name', v)
             if v >= 5:
                 x = self.partition_states
                 if x is None:
@@ -52248,8 +55193,9 @@ class UpdateMetadataRequest(_Struct):
                     buf += _pi32(len(x))
                     for e in x:
                         e._w0(buf, parts, v)
-            if (not (v >= 5)) and not (self.partition_states == []):
-                raise _absent(self, 'partition_states', v)
+            else:
+                if not (self.partition_states == []):
+                    raise _absent(self, 'partition_states', v)
 
         @staticmethod
         def _r0(buf, pos, v):
@@ -52402,6 +55348,14 @@ class UpdateMetadataRequest(_Struct):
             self.endpoints = [] if endpoints is _MISSING else endpoints
             self.rack = rack
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.id == 0
+            and self.v0_host == ''
+            and self.v0_port == 0
+            and self.endpoints == []
+            and self.rack == ''
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             buf += _T3p(self.id)
@@ -52602,11 +55556,19 @@ class UpdateMetadataRequest(_Struct):
             self.security_protocol = security_protocol
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.port == 0
+            and self.host == ''
+            and self.listener == ''
+            and self.security_protocol == 0
+            and not self.unknown_tagged_fields)
+
         def _w0(self, buf, parts, v):
             if v >= 1:
                 buf += _T3p(self.port)
-            if (not (v >= 1)) and not (self.port == 0):
-                raise _absent(self, 'port', v)
+            else:
+                if not (self.port == 0):
+                    raise _absent(self, 'port', v)
             if v >= 1:
                 x = self.host
                 if x is None:
@@ -52615,8 +55577,9 @@ class UpdateMetadataRequest(_Struct):
                     x = x.encode('utf-8')
                     buf += _pi16(len(x))
                     buf += x
-            if (not (v >= 1)) and not (self.host == ''):
-                raise _absent(self, 'host', v)
+            else:
+                if not (self.host == ''):
+                    raise _absent(self, 'host', v)
             if v >= 3:
                 x = self.listener
                 if x is None:
@@ -52627,8 +55590,9 @@ class UpdateMetadataRequest(_Struct):
                     buf += x
             if v >= 1:
                 buf += _T4p(self.security_protocol)
-            if (not (v >= 1)) and not (self.security_protocol == 0):
-                raise _absent(self, 'security_protocol', v)
+            else:
+                if not (self.security_protocol == 0):
+                    raise _absent(self, 'security_protocol', v)
 
         @staticmethod
         def _r0(buf, pos, v):
@@ -52780,6 +55744,10 @@ class UpdateMetadataResponse(_Struct):
         self.error_code = error_code
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.error_code == 0
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         buf += _T4p(self.error_code)
 
@@ -52849,6 +55817,15 @@ class UpdateRaftVoterRequest(_Struct):
         self.listeners = [] if listeners is _MISSING else listeners
         self.k_raft_version_feature = _S_UpdateRaftVoterRequest_KRaftVersionFeature() if k_raft_version_feature is _MISSING else k_raft_version_feature
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.cluster_id == ''
+            and self.current_leader_epoch == 0
+            and self.voter_id == 0
+            and self.voter_directory_id == _ZERO_UUID
+            and self.listeners == []
+            and (self.k_raft_version_feature is not None and self.k_raft_version_feature._is_default())
+            and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
         x = self.cluster_id
@@ -52954,6 +55931,12 @@ class UpdateRaftVoterRequest(_Struct):
             self.port = port
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.name == ''
+            and self.host == ''
+            and self.port == 0
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             x = self.name
             if x is None:
@@ -53050,6 +56033,11 @@ class UpdateRaftVoterRequest(_Struct):
             self.max_supported_version = max_supported_version
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.min_supported_version == 0
+            and self.max_supported_version == 0
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             buf += _T18p(self.min_supported_version, self.max_supported_version)
             if self.unknown_tagged_fields:
@@ -53100,10 +56088,16 @@ class UpdateRaftVoterResponse(_Struct):
         self.current_leader = _S_UpdateRaftVoterResponse_CurrentLeader() if current_leader is _MISSING else current_leader
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.throttle_time_ms == 0
+            and self.error_code == 0
+            and (self.current_leader is not None and self.current_leader._is_default())
+            and not self.unknown_tagged_fields)
+
     def _w1(self, buf, parts, v):
         buf += _T1p(self.throttle_time_ms, self.error_code)
         tags = []
-        if not (self.current_leader == _S_UpdateRaftVoterResponse_CurrentLeader()):
+        if not ((self.current_leader is not None and self.current_leader._is_default())):
             t = bytearray()
             self.current_leader._w1(t, None, v)
             tags.append((0, bytes(t)))
@@ -53160,6 +56154,13 @@ class UpdateRaftVoterResponse(_Struct):
             self.host = host
             self.port = port
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.leader_id == -1
+            and self.leader_epoch == -1
+            and self.host == ''
+            and self.port == 0
+            and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
             buf += _T13p(self.leader_id, self.leader_epoch)
@@ -53238,6 +56239,12 @@ class VoteRequest(_Struct):
         self.voter_id = voter_id
         self.topics = [] if topics is _MISSING else topics
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.cluster_id is None
+            and self.voter_id == -1
+            and self.topics == []
+            and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
         x = self.cluster_id
@@ -53343,6 +56350,11 @@ class VoteRequest(_Struct):
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.topic_name == ''
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             x = self.topic_name
             if x is None:
@@ -53445,6 +56457,16 @@ class VoteRequest(_Struct):
             self.last_offset = last_offset
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.partition_index == 0
+            and self.candidate_epoch == 0
+            and self.candidate_id == 0
+            and self.candidate_directory_id == _ZERO_UUID
+            and self.voter_directory_id == _ZERO_UUID
+            and self.last_offset_epoch == 0
+            and self.last_offset == 0
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             buf += _T40p(self.partition_index, self.candidate_epoch, self.candidate_id)
             if v >= 1:
@@ -53507,6 +56529,12 @@ class VoteResponse(_Struct):
         self.topics = [] if topics is _MISSING else topics
         self.node_endpoints = [] if node_endpoints is _MISSING else node_endpoints
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.error_code == 0
+            and self.topics == []
+            and self.node_endpoints == []
+            and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
         buf += _T4p(self.error_code)
@@ -53624,6 +56652,11 @@ class VoteResponse(_Struct):
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.topic_name == ''
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             x = self.topic_name
             if x is None:
@@ -53724,6 +56757,14 @@ class VoteResponse(_Struct):
             self.vote_granted = vote_granted
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.partition_index == 0
+            and self.error_code == 0
+            and self.leader_id == 0
+            and self.leader_epoch == 0
+            and self.vote_granted == False
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             buf += _T65p(self.partition_index, self.error_code, self.leader_id, self.leader_epoch, self.vote_granted)
             if self.unknown_tagged_fields:
@@ -53773,11 +56814,18 @@ class VoteResponse(_Struct):
             self.port = port
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.node_id == 0
+            and self.host == ''
+            and self.port == 0
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             if v >= 1:
                 buf += _T3p(self.node_id)
-            if (not (v >= 1)) and not (self.node_id == 0):
-                raise _absent(self, 'node_id', v)
+            else:
+                if not (self.node_id == 0):
+                    raise _absent(self, 'node_id', v)
             if v >= 1:
                 x = self.host
                 if x is None:
@@ -53790,12 +56838,14 @@ class VoteResponse(_Struct):
                     else:
                         buf += _wuv(n)
                     buf += x
-            if (not (v >= 1)) and not (self.host == ''):
-                raise _absent(self, 'host', v)
+            else:
+                if not (self.host == ''):
+                    raise _absent(self, 'host', v)
             if v >= 1:
                 buf += _T6p(self.port)
-            if (not (v >= 1)) and not (self.port == 0):
-                raise _absent(self, 'port', v)
+            else:
+                if not (self.port == 0):
+                    raise _absent(self, 'port', v)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -53867,6 +56917,11 @@ class VotersRecord(_Struct):
         self.version = version
         self.voters = [] if voters is _MISSING else voters
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.version == 0
+            and self.voters == []
+            and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
         buf += _T4p(self.version)
@@ -53945,6 +57000,13 @@ class VotersRecord(_Struct):
             self.endpoints = [] if endpoints is _MISSING else endpoints
             self.k_raft_version_feature = _S_VotersRecord_KRaftVersionFeature() if k_raft_version_feature is _MISSING else k_raft_version_feature
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.voter_id == 0
+            and self.voter_directory_id == _ZERO_UUID
+            and self.endpoints == []
+            and (self.k_raft_version_feature is not None and self.k_raft_version_feature._is_default())
+            and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
             buf += _T41p(self.voter_id, self.voter_directory_id)
@@ -54026,6 +57088,12 @@ class VotersRecord(_Struct):
             self.host = host
             self.port = port
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.name == ''
+            and self.host == ''
+            and self.port == 0
+            and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
             x = self.name
@@ -54123,6 +57191,11 @@ class VotersRecord(_Struct):
             self.max_supported_version = max_supported_version
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.min_supported_version == 0
+            and self.max_supported_version == 0
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             buf += _T18p(self.min_supported_version, self.max_supported_version)
             if self.unknown_tagged_fields:
@@ -54171,6 +57244,11 @@ class WriteShareGroupStateRequest(_Struct):
         self.group_id = group_id
         self.topics = [] if topics is _MISSING else topics
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.group_id == ''
+            and self.topics == []
+            and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
         x = self.group_id
@@ -54268,6 +57346,11 @@ class WriteShareGroupStateRequest(_Struct):
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.topic_id == _ZERO_UUID
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             buf += _T12p(self.topic_id)
             x = self.partitions
@@ -54348,6 +57431,14 @@ class WriteShareGroupStateRequest(_Struct):
             self.state_batches = [] if state_batches is _MISSING else state_batches
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.partition == 0
+            and self.state_epoch == 0
+            and self.leader_epoch == 0
+            and self.start_offset == 0
+            and self.state_batches == []
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             buf += _T66p(self.partition, self.state_epoch, self.leader_epoch, self.start_offset)
             x = self.state_batches
@@ -54427,6 +57518,13 @@ class WriteShareGroupStateRequest(_Struct):
             self.delivery_count = delivery_count
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.first_offset == 0
+            and self.last_offset == 0
+            and self.delivery_state == 0
+            and self.delivery_count == 0
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             buf += _T59p(self.first_offset, self.last_offset, self.delivery_state, self.delivery_count)
             if self.unknown_tagged_fields:
@@ -54474,6 +57572,10 @@ class WriteShareGroupStateResponse(_Struct):
     def __init__(self, results=_MISSING, unknown_tagged_fields=None):
         self.results = [] if results is _MISSING else results
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.results == []
+            and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
         x = self.results
@@ -54546,6 +57648,11 @@ class WriteShareGroupStateResponse(_Struct):
             self.topic_id = topic_id
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.topic_id == _ZERO_UUID
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
             buf += _T12p(self.topic_id)
@@ -54625,6 +57732,12 @@ class WriteShareGroupStateResponse(_Struct):
             self.error_message = error_message
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+        def _is_default(self):
+            return (self.partition == 0
+            and self.error_code == 0
+            and self.error_message is None
+            and not self.unknown_tagged_fields)
+
         def _w1(self, buf, parts, v):
             buf += _T1p(self.partition, self.error_code)
             x = self.error_message
@@ -54696,6 +57809,10 @@ class WriteTxnMarkersRequest(_Struct):
     def __init__(self, markers=_MISSING, unknown_tagged_fields=None):
         self.markers = [] if markers is _MISSING else markers
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+    def _is_default(self):
+        return (self.markers == []
+            and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
         x = self.markers
@@ -54807,6 +57924,14 @@ class WriteTxnMarkersRequest(_Struct):
             self.topics = [] if topics is _MISSING else topics
             self.coordinator_epoch = coordinator_epoch
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.producer_id == 0
+            and self.producer_epoch == 0
+            and self.transaction_result == False
+            and self.topics == []
+            and self.coordinator_epoch == 0
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             buf += _T2p(self.producer_id, self.producer_epoch, self.transaction_result)
@@ -54932,6 +58057,11 @@ class WriteTxnMarkersRequest(_Struct):
             self.name = name
             self.partition_indexes = [] if partition_indexes is _MISSING else partition_indexes
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.name == ''
+            and self.partition_indexes == []
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             x = self.name
@@ -55073,6 +58203,10 @@ class WriteTxnMarkersResponse(_Struct):
         self.markers = [] if markers is _MISSING else markers
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
+    def _is_default(self):
+        return (self.markers == []
+            and not self.unknown_tagged_fields)
+
     def _w0(self, buf, parts, v):
         x = self.markers
         if x is None:
@@ -55180,6 +58314,11 @@ class WriteTxnMarkersResponse(_Struct):
             self.producer_id = producer_id
             self.topics = [] if topics is _MISSING else topics
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.producer_id == 0
+            and self.topics == []
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             buf += _T16p(self.producer_id)
@@ -55297,6 +58436,11 @@ class WriteTxnMarkersResponse(_Struct):
             self.name = name
             self.partitions = [] if partitions is _MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.name == ''
+            and self.partitions == []
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             x = self.name
@@ -55447,6 +58591,11 @@ class WriteTxnMarkersResponse(_Struct):
             self.partition_index = partition_index
             self.error_code = error_code
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
+
+        def _is_default(self):
+            return (self.partition_index == 0
+            and self.error_code == 0
+            and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
             buf += _T1p(self.partition_index, self.error_code)
