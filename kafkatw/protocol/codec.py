@@ -12,18 +12,7 @@ from kafkatw.protocol.parts import FileRegion
 # copied into the surrounding chunk.
 LARGE_PART = 4096
 
-pack_i8 = struct.Struct(">b").pack
-pack_i16 = struct.Struct(">h").pack
-pack_i32 = struct.Struct(">i").pack
-unpack_i8 = struct.Struct(">b").unpack_from
-unpack_i16 = struct.Struct(">h").unpack_from
-unpack_i32 = struct.Struct(">i").unpack_from
-
-NULL_I16 = b"\xff\xff"
-NULL_I32 = b"\xff\xff\xff\xff"
 ZERO_UUID = bytes(16)
-
-_new = object.__new__
 
 
 class ProtocolDecodeError(ValueError):
@@ -188,9 +177,6 @@ def read_tag_header(buf, pos):
     if size > remaining:
         raise DecodeFailure("tagged field %d size %d exceeds remaining %d bytes" % (tag, size, remaining), [])
     return tag, size, pos
-
-
-
 
 
 def to_memoryview(buf):
