@@ -246,6 +246,20 @@ class ProduceTests(Base):
         self.assertEqual(self.lm.get_log(*tp).log_end_offset, 1)
         self.assertEqual(self.produce(tp, batch(pid=5, epoch=1, seq=1)).base_offset, 1)
 
+    def test_producer_expiry_loop(self):
+        rm = ReplicaManager(self.lm, self.md, self.clock, {"producer.id.expiration.ms": 1000,
+                                                          "producer.id.expiration.check.interval.ms": 500})
+        rm.start()
+        self.clock.advance(1)  # now = 1000 ms
+        d = rm.append_records(1000, -1, {("t", 0): batch(pid=5, epoch=0, seq=0, ts=1000)})
+        self.successResultOf(d)
+        self.clock.advance(0.5)
+        self.assertIn(5, rm.producer_state("t", 0).producers)
+        self.clock.advance(0.5)  # now = 2000: idle for 1000 ms
+        self.assertNotIn(5, rm.producer_state("t", 0).producers)
+        rm.shutdown()
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
     def test_producer_state_snapshot_and_rebuild(self):
         tp = ("t", 0)
         self.produce(tp, batch(pid=5, epoch=0, seq=0))

@@ -301,7 +301,20 @@ class ReplicaManager:
         for ps in self._producer_states.values():
             ps.remove_expired_producers(now)
 
+    def start(self):
+        """Expire idle producers every producer.id.expiration.check.interval.ms."""
+        from twisted.internet import task
+
+        interval = _config_get(self.config, "producer.id.expiration.check.interval.ms", 600000)
+        self._expiry_loop = task.LoopingCall(self.remove_expired_producers)
+        self._expiry_loop.clock = self.clock
+        self._expiry_loop.start(interval / 1000.0, now=False)
+
     def shutdown(self):
+        """Stop timers and write every producer snapshot (call before the log manager's shutdown)."""
+        loop = getattr(self, "_expiry_loop", None)
+        if loop is not None and loop.running:
+            loop.stop()
         self.fetch_purgatory.shutdown()
         self.take_producer_snapshots()
 
