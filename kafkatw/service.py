@@ -91,6 +91,7 @@ class BrokerService(service.MultiService):
         self.log_manager.start()
 
         self.replica_manager = ReplicaManager(self.log_manager, self.metadata, self.reactor, config)
+        self.replica_manager.start()
         cache = FetchSessionCache(max_entries=config["max.incremental.fetch.session.cache.slots"])
         fetch_manager = FetchManager(self.reactor, cache)
         self.apis = KafkaApis(config, self.metadata, self.replica_manager, fetch_manager,
@@ -135,6 +136,8 @@ class BrokerService(service.MultiService):
         yield defer.maybeDeferred(super().stopService)
         if self.socket_server is not None:
             yield self.socket_server.stop()
+        if self.replica_manager is not None:
+            self.replica_manager.shutdown()  # producer-state snapshots
         if self.log_manager is not None:
             self.log_manager.shutdown()
         if self.threadpool is not None:
