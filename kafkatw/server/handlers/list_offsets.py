@@ -77,6 +77,8 @@ def handle(apis, request):
             if result is None:
                 return _partition(p.partition_index)
             epoch = getattr(result, "leader_epoch", None)
+            if request.api_version < 4:  # the field exists from v4 and is not ignorable
+                epoch = None
             return _partition(p.partition_index, errors.NONE, result.timestamp, result.offset,
                               -1 if epoch is None else epoch)
 
