@@ -198,14 +198,15 @@ class UnifiedLog:
                     not os.path.exists(seg.time_index.path):
                 to_recover.add(base)
             self._add_segment(seg)
-        if not self._bases:
+        new_log = not self._bases
+        if new_log:
             self._add_segment(self._new_segment(self._log_start_offset))
         # Which segments to scan: all from the one holding the recovery point (unclean stop),
         # plus any with missing or corrupt indexes.
         if needs_recovery:
             i = max(0, self._floor_index(self._recovery_point))
             to_recover.update(self._bases[i:])
-        else:
+        elif not new_log:
             i = max(0, self._floor_index(self._recovery_point))
             for base in self._bases[i:]:
                 try:

@@ -209,7 +209,7 @@ class LogSegment:
                 if header is None:
                     break
                 raw = self.log.read(valid, header.size_in_bytes)
-                records.validate_batch(raw, 0, header, allow_empty=True)
+                records.ensure_valid(raw, 0, header)  # size + CRC, as Kafka; compacted batches pass
             except records.CorruptRecordError:
                 break
             except records.InvalidRecordError:
@@ -238,6 +238,8 @@ class LogSegment:
         """Raise if the indexes look corrupt (Kafka checks on load; recovery fixes)."""
         for path in (self.offset_index.path, self.time_index.path):
             if not os.path.exists(path):
+                if self.size == 0:
+                    return  # an empty segment's indexes are created when first written
                 raise FileNotFoundError(path)
         self.offset_index.sanity_check(self.size)
         self.time_index.sanity_check()
