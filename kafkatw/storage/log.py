@@ -194,8 +194,8 @@ class UnifiedLog:
         to_recover = set()
         for base in bases:
             seg = self._new_segment(base)
-            if not os.path.exists(seg.offset_index.path) or \
-                    not os.path.exists(seg.time_index.path):
+            if seg.size > 0 and (not os.path.exists(seg.offset_index.path) or
+                                 not os.path.exists(seg.time_index.path)):
                 to_recover.add(base)
             self._add_segment(seg)
         new_log = not self._bases
