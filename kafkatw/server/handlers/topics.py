@@ -6,9 +6,6 @@ by name and by id. The metadata store persists; listeners create and delete the 
 from twisted.logger import Logger
 
 from kafkatw.cluster.metadata import ZERO_UUID, uuid_to_base64
-from kafkatw.protocol import errors
-from kafkatw.protocol.errors import KafkaError, error_name
-from kafkatw.protocol.messages import CreateTopicsResponse, DeleteTopicsResponse
 from kafkatw.config import (
     DEFAULT_CONFIG,
     TOPIC_CONFIG,
@@ -18,6 +15,9 @@ from kafkatw.config import (
     to_config_string,
     validate_topic_config,
 )
+from kafkatw.protocol import errors
+from kafkatw.protocol.errors import KafkaError, error_name
+from kafkatw.protocol.messages import CreateTopicsResponse, DeleteTopicsResponse
 
 log = Logger()
 
