@@ -49,9 +49,12 @@ class ConfluentKafkaTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
     """librdkafka through confluent-kafka."""
 
     def admin(self):
+        # keep the client alive: a destroyed AdminClient fails its pending futures
         from confluent_kafka.admin import AdminClient
 
-        return AdminClient({"bootstrap.servers": self.broker.bootstrap_servers})
+        if getattr(self, "_admin", None) is None:
+            self._admin = AdminClient({"bootstrap.servers": self.broker.bootstrap_servers})
+        return self._admin
 
     def create_topic(self, name, partitions=1):
         from confluent_kafka.admin import NewTopic

@@ -56,7 +56,9 @@ class MessagesWire:
         m = self.messages
         view = memoryview(frame)
         header, pos = m.RequestHeader.decode_from(view, 0, m.request_header_version(api_key, api_version))
-        body = m.REQUESTS[api_key].decode(view[pos:], api_version)
+        # Like Kafka, bytes after the body are ignored: librdkafka 2.x sends Metadata v12
+        # with 3 of them, and Apache Kafka's parser never checks for leftovers.
+        body, _ = m.REQUESTS[api_key].decode_from(view, pos, api_version)
         return header, body
 
     def encode_response(self, request, body):
