@@ -87,8 +87,6 @@ class BrokerService(service.MultiService):
         self.log_manager.load_logs()
         for line in self.log_manager.recovery_summary:
             log.info("recovery: {line}", line=line)
-        self._ensure_partition_logs()
-        self.log_manager.start()
 
         self.replica_manager = ReplicaManager(self.log_manager, self.metadata, self.reactor, config)
         self.replica_manager.start()
@@ -96,6 +94,8 @@ class BrokerService(service.MultiService):
         fetch_manager = FetchManager(self.reactor, cache)
         self.apis = KafkaApis(config, self.metadata, self.replica_manager, fetch_manager,
                               clock=self.reactor, log_manager=self.log_manager)
+        self.apis.create_missing_logs()
+        self.log_manager.start()
         self.socket_server = SocketServer(
             config.listeners, self.apis, self.reactor,
             settings=SocketServerSettings.from_config(config),
@@ -111,13 +111,6 @@ class BrokerService(service.MultiService):
         self._write_ready_file(bound)
         log.info("kafkatw broker {node} started (cluster {cluster})", node=config.node_id,
                  cluster=self.metadata.cluster_id)
-
-    def _ensure_partition_logs(self):
-        """Every partition the metadata knows has a log (a crash may fall between the two)."""
-        for topic, partition in self.metadata.all_partitions():
-            if self.log_manager.get_log(topic, partition) is None:
-                info = self.metadata.get_topic(topic)
-                self.log_manager.get_or_create_log(topic, partition, info.topic_id, info.configs)
 
     def _write_ready_file(self, bound):
         path = self.config["kafkatw.ready.file"]
