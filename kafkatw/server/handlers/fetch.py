@@ -130,6 +130,9 @@ def handle(apis, request):
 
     if interesting and context.error == errors.NONE:
         d = defer.maybeDeferred(apis.replica_manager.fetch_messages, params, interesting)
+        if not d.called:
+            # Parked in the fetch purgatory: the wait is remoteTimeMs and holds no handler slot.
+            request.mark_api_local_complete()
     else:
         d = defer.succeed([])
 
