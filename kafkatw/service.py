@@ -83,6 +83,10 @@ class BrokerService(service.MultiService):
         self.threadpool.start()
 
         self.metadata = ClusterMetadata.load(config.log_dirs, config.node_id)
+        if self.metadata.broker_configs or self.metadata.default_broker_configs:
+            # dynamic broker configs (AlterConfigs) persisted by an earlier run
+            config = self.config = config.with_dynamic(self.metadata.broker_configs,
+                                                       self.metadata.default_broker_configs)
         self.log_manager = LogManager(config.log_dirs, config.values(), self.reactor, self.threadpool)
         self.log_manager.load_logs()
         for line in self.log_manager.recovery_summary:

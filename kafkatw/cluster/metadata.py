@@ -37,6 +37,8 @@ PRODUCER_ID_BLOCK_SIZE = 1000
 
 TOPIC_CREATED = "created"
 TOPIC_DELETED = "deleted"
+TOPIC_CONFIGS_CHANGED = "configs-changed"
+TOPIC_PARTITIONS_ADDED = "partitions-added"
 
 
 def uuid_to_base64(raw):
@@ -190,6 +192,10 @@ class ClusterMetadata:
         self._by_id = {}  # topic id -> TopicInfo
         self._producer_id_next = 0
         self._producer_id_block_end = 0  # persisted: ids below it may have been handed out
+        # dynamic broker configs (AlterConfigs on BROKER resources): this node's and the
+        # cluster-wide default (resource name ""), name -> string, as Kafka's ConfigRecords
+        self.broker_configs = {}
+        self.default_broker_configs = {}
         self._listeners = []
 
     # -- loading / persistence ---------------------------------------------------------
@@ -253,6 +259,9 @@ class ClusterMetadata:
             self._add(info)
         self._producer_id_block_end = int(state.get("producer_id_block_end", 0))
         self._producer_id_next = self._producer_id_block_end
+        self.broker_configs = {str(k): str(v) for k, v in state.get("broker_configs", {}).items()}
+        self.default_broker_configs = {
+            str(k): str(v) for k, v in state.get("default_broker_configs", {}).items()}
 
     def _cross_check_partition_dirs(self):
         """Recover topics whose partition directories exist but the metadata file lost."""
@@ -296,6 +305,8 @@ class ClusterMetadata:
             "cluster_id": self.cluster_id,
             "node_id": self.node_id,
             "producer_id_block_end": self._producer_id_block_end,
+            "broker_configs": dict(self.broker_configs),
+            "default_broker_configs": dict(self.default_broker_configs),
             "topics": [t.to_json() for t in sorted(self.topics.values(), key=lambda t: t.name)],
         }
         write_atomically(self.metadata_path, json.dumps(state, indent=1, sort_keys=True).encode("utf-8"))
@@ -307,7 +318,8 @@ class ClusterMetadata:
     # -- listeners --------------------------------------------------------------------
 
     def add_listener(self, listener):
-        """``listener(event, topic_info)`` with event TOPIC_CREATED / TOPIC_DELETED, after persisting."""
+        """``listener(event, topic_info)`` after persisting; event is TOPIC_CREATED, TOPIC_DELETED,
+        TOPIC_CONFIGS_CHANGED or TOPIC_PARTITIONS_ADDED (listeners ignore events they don't know)."""
         self._listeners.append(listener)
 
     def remove_listener(self, listener):
@@ -420,6 +432,55 @@ class ClusterMetadata:
             raise
         self._notify(TOPIC_DELETED, info)
         return info
+
+    def alter_topic_configs(self, name, configs):
+        """Replace the topic-level overrides of ``name`` (name -> str) and persist."""
+        info = self.topics.get(name)
+        if info is None:
+            raise KafkaError(errors.UNKNOWN_TOPIC_OR_PARTITION, "Topic %s does not exist." % (name,))
+        previous = info.configs
+        info.configs = {k: v for k, v in configs.items() if v is not None}
+        try:
+            self._persist()
+        except Exception:
+            info.configs = previous
+            raise
+        self._notify(TOPIC_CONFIGS_CHANGED, info)
+        return info
+
+    def create_partitions(self, name, total):
+        """Grow topic ``name`` to ``total`` partitions (increase only) and persist."""
+        info = self.topics.get(name)
+        if info is None:
+            raise KafkaError(errors.UNKNOWN_TOPIC_OR_PARTITION, "Topic %s does not exist." % (name,))
+        if total <= info.num_partitions:
+            raise KafkaError(errors.INVALID_PARTITIONS,
+                             "Topic currently has %d partitions, which is higher than the requested %d."
+                             % (info.num_partitions, total) if total < info.num_partitions else
+                             "Topic already has %d partitions." % (info.num_partitions,))
+        previous = info.num_partitions
+        info.num_partitions = total
+        info.leader_epochs.extend([0] * (total - previous))
+        try:
+            self._persist()
+        except Exception:
+            info.num_partitions = previous
+            del info.leader_epochs[previous:]
+            raise
+        self._notify(TOPIC_PARTITIONS_ADDED, info)
+        return info
+
+    def set_broker_configs(self, configs, default=False):
+        """Replace this node's (or, with ``default``, the cluster-default) dynamic broker configs."""
+        clean = {k: v for k, v in configs.items() if v is not None}
+        attr_name = "default_broker_configs" if default else "broker_configs"
+        previous = getattr(self, attr_name)
+        setattr(self, attr_name, clean)
+        try:
+            self._persist()
+        except Exception:
+            setattr(self, attr_name, previous)
+            raise
 
     def next_producer_id(self):
         """A producer id never handed out before, even across restarts (block high-water persisted)."""

@@ -14,7 +14,10 @@ from kafkatw.protocol import errors
 from kafkatw.protocol import messages
 from kafkatw.protocol.errors import KafkaError
 from kafkatw.server.handlers import (
+    admin_configs,
+    admin_partitions,
     api_versions,
+    describe_cluster,
     fetch,
     init_producer_id,
     list_offsets,
@@ -34,6 +37,16 @@ DEFAULT_HANDLERS = (
     fetch,
     list_offsets,
     init_producer_id,
+    admin_configs.DescribeConfigs,
+    admin_configs.AlterConfigs,
+    admin_configs.IncrementalAlterConfigs,
+    admin_partitions.CreatePartitions,
+    admin_partitions.DeleteRecords,
+    admin_partitions.DescribeLogDirs,
+    admin_partitions.OffsetForLeaderEpoch,
+    admin_partitions.DescribeProducers,
+    admin_partitions.ElectLeaders,
+    describe_cluster,
 )
 
 

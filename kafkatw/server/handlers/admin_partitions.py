@@ -1,0 +1,317 @@
+"""Partition administration on a single node: CreatePartitions (key 37, v0-v3), DeleteRecords
+(21, v0-v2), DescribeLogDirs (35, v1-v4), OffsetForLeaderEpoch (23, v2-v4), DescribeProducers
+(61, v0) and ElectLeaders (43, v0-v2). Logs are reached through the replica/log managers only.
+"""
+
+import os
+
+from twisted.logger import Logger
+
+from kafkatw.protocol import errors
+from kafkatw.protocol.errors import KafkaError
+from kafkatw.protocol.messages import (
+    CreatePartitionsResponse,
+    DeleteRecordsResponse,
+    DescribeLogDirsResponse,
+    DescribeProducersResponse,
+    ElectLeadersResponse,
+    OffsetForLeaderEpochResponse,
+)
+
+log = Logger()
+
+UNDEFINED_EPOCH = -1
+UNDEFINED_EPOCH_OFFSET = -1
+HIGH_WATERMARK = -1  # DeleteRecords offset meaning "up to the high watermark"
+
+
+def _message(code):
+    return _DEFAULT_MESSAGES.get(code)
+
+
+_DEFAULT_MESSAGES = {
+    errors.UNKNOWN_TOPIC_OR_PARTITION: "This server does not host this topic-partition.",
+    errors.ELECTION_NOT_NEEDED: "Leader election not needed for topic partition.",
+}
+
+
+# -- CreatePartitions --------------------------------------------------------------------------
+
+def _create_partitions_one(apis, topic, validate_only):
+    meta = apis.metadata
+    info = meta.get_topic(topic.name)
+    if info is None:
+        raise KafkaError(errors.UNKNOWN_TOPIC_OR_PARTITION, "The topic '%s' does not exist." % topic.name)
+    current = info.num_partitions
+    if topic.count < current:
+        raise KafkaError(errors.INVALID_PARTITIONS,
+                         "The topic %s currently has %d partition(s); %d would not be an increase."
+                         % (topic.name, current, topic.count))
+    if topic.count == current:
+        raise KafkaError(errors.INVALID_PARTITIONS, "Topic already has %d partition(s)." % current)
+    if topic.assignments is not None:
+        added = topic.count - current
+        if len(topic.assignments) != added:
+            raise KafkaError(errors.INVALID_REPLICA_ASSIGNMENT,
+                             "Attempted to add %d additional partition(s), but only %d assignment(s) "
+                             "were specified." % (added, len(topic.assignments)))
+        for a in topic.assignments:
+            for b in a.broker_ids:
+                if b != apis.node_id:
+                    raise KafkaError(errors.INVALID_REPLICA_ASSIGNMENT,
+                                     "The manual partition assignment includes broker %d, but no broker "
+                                     "with that ID was found." % b)
+            if len(a.broker_ids) != 1:
+                raise KafkaError(errors.INVALID_REPLICA_ASSIGNMENT,
+                                 "The manual partition assignment includes a partition with %d replica(s), "
+                                 "but this is not consistent with previous partitions, which have 1 "
+                                 "replica(s)." % len(a.broker_ids))
+    if validate_only:
+        return
+    meta.create_partitions(topic.name, topic.count)
+    if apis.log_manager is not None:
+        for p in range(current, topic.count):
+            apis.log_manager.get_or_create_log(info.name, p, info.topic_id, info.configs)
+    log.info("topic {name}: {a} -> {b} partitions", name=topic.name, a=current, b=topic.count)
+
+
+class CreatePartitions:
+    API_KEY = 37
+    VERSIONS = (0, 3)
+
+    @staticmethod
+    def handle(apis, request):
+        body = request.body
+        counts = {}
+        for t in body.topics:
+            counts[t.name] = counts.get(t.name, 0) + 1
+        results = []
+        for t in body.topics:
+            result = CreatePartitionsResponse.CreatePartitionsTopicResult(
+                name=t.name, error_code=errors.NONE, error_message=None)
+            results.append(result)
+            try:
+                if counts[t.name] > 1:
+                    raise KafkaError(errors.INVALID_REQUEST, "Duplicate topic in request.")
+                _create_partitions_one(apis, t, body.validate_only)
+            except KafkaError as e:
+                result.error_code, result.error_message = e.code, e.message
+        return CreatePartitionsResponse(throttle_time_ms=0, results=results)
+
+    @staticmethod
+    def error_response(request, code, message):
+        return CreatePartitionsResponse(throttle_time_ms=0, results=[
+            CreatePartitionsResponse.CreatePartitionsTopicResult(
+                name=t.name, error_code=code, error_message=message) for t in request.body.topics])
+
+
+# -- DeleteRecords -----------------------------------------------------------------------------
+
+def delete_records(apis, topic, partition, offset):
+    """(low watermark, error code) after deleting records of one partition below ``offset``."""
+    rm = apis.replica_manager
+    log_, code = rm.get_partition_or_error(topic, partition)
+    if code != errors.NONE:
+        return -1, code
+    if not log_.config.delete:
+        return -1, errors.POLICY_VIOLATION
+    target = log_.high_watermark if offset == HIGH_WATERMARK else offset
+    if target < 0:
+        return -1, errors.OFFSET_OUT_OF_RANGE
+    try:
+        low = log_.delete_records_before(target)
+    except KafkaError as e:
+        return -1, e.code
+    return low, errors.NONE
+
+
+class DeleteRecords:
+    API_KEY = 21
+    VERSIONS = (0, 2)
+
+    @staticmethod
+    def handle(apis, request):
+        topics = []
+        for t in request.body.topics:
+            result = DeleteRecordsResponse.DeleteRecordsTopicResult(name=t.name, partitions=[])
+            for p in t.partitions:
+                low, code = delete_records(apis, t.name, p.partition_index, p.offset)
+                result.partitions.append(DeleteRecordsResponse.DeleteRecordsPartitionResult(
+                    partition_index=p.partition_index, low_watermark=low, error_code=code))
+            topics.append(result)
+        return DeleteRecordsResponse(throttle_time_ms=0, topics=topics)
+
+    @staticmethod
+    def error_response(request, code, message):
+        return DeleteRecordsResponse(throttle_time_ms=0, topics=[
+            DeleteRecordsResponse.DeleteRecordsTopicResult(name=t.name, partitions=[
+                DeleteRecordsResponse.DeleteRecordsPartitionResult(
+                    partition_index=p.partition_index, low_watermark=-1, error_code=code)
+                for p in t.partitions]) for t in request.body.topics])
+
+
+# -- DescribeLogDirs ---------------------------------------------------------------------------
+
+class DescribeLogDirs:
+    API_KEY = 35
+    VERSIONS = (1, 4)
+
+    @staticmethod
+    def handle(apis, request):
+        lm = apis.log_manager
+        wanted = None
+        if request.body.topics is not None:
+            wanted = {}
+            for t in request.body.topics:
+                wanted.setdefault(t.topic, set()).update(t.partitions)
+        by_dir = {d: {} for d in lm.log_dirs}
+        for lg in lm.all_logs():
+            if wanted is not None and lg.partition not in wanted.get(lg.topic, ()):
+                continue
+            directory = os.path.dirname(lg.dir)
+            by_dir.setdefault(directory, {}).setdefault(lg.topic, []).append(lg)
+        results = []
+        offline = lm.offline_dirs
+        for directory in lm.log_dirs:
+            result = DescribeLogDirsResponse.DescribeLogDirsResult(
+                error_code=errors.NONE, log_dir=directory, topics=[])
+            if directory in offline:
+                result.error_code = errors.KAFKA_STORAGE_ERROR
+                results.append(result)
+                continue
+            if request.api_version >= 4:
+                try:
+                    st = os.statvfs(directory)
+                    result.total_bytes = st.f_blocks * st.f_frsize
+                    result.usable_bytes = st.f_bavail * st.f_frsize
+                except OSError:
+                    pass
+            for topic, logs in sorted(by_dir.get(directory, {}).items()):
+                result.topics.append(DescribeLogDirsResponse.DescribeLogDirsTopic(
+                    name=topic, partitions=[
+                        DescribeLogDirsResponse.DescribeLogDirsPartition(
+                            partition_index=lg.partition, partition_size=lg.size, offset_lag=0,
+                            is_future_key=False)
+                        for lg in sorted(logs, key=lambda lg: lg.partition)]))
+            results.append(result)
+        return DescribeLogDirsResponse(throttle_time_ms=0, error_code=errors.NONE, results=results)
+
+    @staticmethod
+    def error_response(request, code, message):
+        if request.api_version < 3:
+            return None  # no top-level error code before v3: close, as Kafka does
+        return DescribeLogDirsResponse(throttle_time_ms=0, error_code=code, results=[])
+
+
+# -- OffsetForLeaderEpoch ----------------------------------------------------------------------
+
+class OffsetForLeaderEpoch:
+    API_KEY = 23
+    VERSIONS = (2, 4)
+
+    @staticmethod
+    def handle(apis, request):
+        rm = apis.replica_manager
+        topics = []
+        for t in request.body.topics:
+            result = OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult(topic=t.topic, partitions=[])
+            for p in t.partitions:
+                out = OffsetForLeaderEpochResponse.EpochEndOffset(
+                    error_code=errors.NONE, partition=p.partition, leader_epoch=UNDEFINED_EPOCH,
+                    end_offset=UNDEFINED_EPOCH_OFFSET)
+                result.partitions.append(out)
+                log_, code = rm.get_partition_or_error(t.topic, p.partition)
+                if code == errors.NONE:
+                    code = rm.check_leader_epoch(t.topic, p.partition, p.current_leader_epoch)
+                if code != errors.NONE:
+                    out.error_code = code
+                    continue
+                epoch, offset = log_.end_offset_for_epoch(p.leader_epoch)
+                out.leader_epoch, out.end_offset = epoch, offset
+            topics.append(result)
+        return OffsetForLeaderEpochResponse(throttle_time_ms=0, topics=topics)
+
+    @staticmethod
+    def error_response(request, code, message):
+        return OffsetForLeaderEpochResponse(throttle_time_ms=0, topics=[
+            OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult(topic=t.topic, partitions=[
+                OffsetForLeaderEpochResponse.EpochEndOffset(
+                    error_code=code, partition=p.partition, leader_epoch=UNDEFINED_EPOCH,
+                    end_offset=UNDEFINED_EPOCH_OFFSET) for p in t.partitions])
+            for t in request.body.topics])
+
+
+# -- DescribeProducers -------------------------------------------------------------------------
+
+class DescribeProducers:
+    API_KEY = 61
+    VERSIONS = (0, 0)
+
+    @staticmethod
+    def handle(apis, request):
+        rm = apis.replica_manager
+        topics = []
+        for t in request.body.topics:
+            result = DescribeProducersResponse.TopicResponse(name=t.name, partitions=[])
+            for index in t.partition_indexes:
+                out = DescribeProducersResponse.PartitionResponse(
+                    partition_index=index, error_code=errors.NONE, error_message=None, active_producers=[])
+                result.partitions.append(out)
+                log_, code = rm.get_partition_or_error(t.name, index)
+                if code != errors.NONE:
+                    out.error_code, out.error_message = code, _message(code)
+                    continue
+                ps = rm.producer_state(t.name, index, log_)
+                for entry in sorted(ps.producers.values(), key=lambda e: e.producer_id):
+                    out.active_producers.append(DescribeProducersResponse.ProducerState(
+                        producer_id=entry.producer_id, producer_epoch=entry.producer_epoch,
+                        last_sequence=entry.last_seq, last_timestamp=entry.last_timestamp,
+                        coordinator_epoch=entry.coordinator_epoch,
+                        current_txn_start_offset=entry.current_txn_first_offset))
+            topics.append(result)
+        return DescribeProducersResponse(throttle_time_ms=0, topics=topics)
+
+    @staticmethod
+    def error_response(request, code, message):
+        return DescribeProducersResponse(throttle_time_ms=0, topics=[
+            DescribeProducersResponse.TopicResponse(name=t.name, partitions=[
+                DescribeProducersResponse.PartitionResponse(
+                    partition_index=i, error_code=code, error_message=message, active_producers=[])
+                for i in t.partition_indexes]) for t in request.body.topics])
+
+
+# -- ElectLeaders ------------------------------------------------------------------------------
+
+class ElectLeaders:
+    """One node leads every partition, which is always its preferred (only) replica."""
+
+    API_KEY = 43
+    VERSIONS = (0, 2)
+
+    @staticmethod
+    def handle(apis, request):
+        meta = apis.metadata
+        results = []
+        if request.body.topic_partitions is None:
+            # Kafka leaves out partitions that already have the desired leader: all of them here.
+            return ElectLeadersResponse(throttle_time_ms=0, error_code=errors.NONE,
+                                        replica_election_results=[])
+        for t in request.body.topic_partitions:
+            out = ElectLeadersResponse.ReplicaElectionResult(topic=t.topic, partition_result=[])
+            for p in t.partitions:
+                code = (errors.ELECTION_NOT_NEEDED if meta.contains_partition(t.topic, p)
+                        else errors.UNKNOWN_TOPIC_OR_PARTITION)
+                out.partition_result.append(ElectLeadersResponse.PartitionResult(
+                    partition_id=p, error_code=code, error_message=_message(code)))
+            results.append(out)
+        return ElectLeadersResponse(throttle_time_ms=0, error_code=errors.NONE,
+                                    replica_election_results=results)
+
+    @staticmethod
+    def error_response(request, code, message):
+        return ElectLeadersResponse(
+            throttle_time_ms=0, error_code=code if request.api_version >= 1 else errors.NONE,
+            replica_election_results=[
+            ElectLeadersResponse.ReplicaElectionResult(topic=t.topic, partition_result=[
+                ElectLeadersResponse.PartitionResult(partition_id=p, error_code=code, error_message=message)
+                for p in t.partitions]) for t in (request.body.topic_partitions or [])])

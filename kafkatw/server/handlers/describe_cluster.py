@@ -1,0 +1,49 @@
+"""DescribeCluster (key 60, v0-v1): this node as the only broker on the request's listener,
+the cluster id, the controller id (a live broker, as a KRaft broker answers) and the cluster's
+authorized operations. Listener selection is shared with ``handlers.metadata``.
+"""
+
+from kafkatw.protocol import errors
+from kafkatw.protocol.messages import DescribeClusterResponse
+from kafkatw.server.handlers.metadata import (
+    AUTHORIZED_OPERATIONS_OMITTED,
+    CLUSTER_OPERATIONS,
+    listener_endpoint,
+    operations_bitfield,
+)
+
+API_KEY = 60
+VERSIONS = (0, 1)
+
+BROKERS_ENDPOINT, CONTROLLERS_ENDPOINT = 1, 2
+
+
+def handle(apis, request):
+    body = request.body
+    endpoint_type = body.endpoint_type if request.api_version >= 1 else BROKERS_ENDPOINT
+    if endpoint_type == CONTROLLERS_ENDPOINT:
+        return error_response(request, errors.MISMATCHED_ENDPOINT_TYPE,
+                              "The request was sent to an endpoint of type BROKER, but we wanted "
+                              "an endpoint of type CONTROLLER")
+    if endpoint_type != BROKERS_ENDPOINT:
+        return error_response(request, errors.UNSUPPORTED_ENDPOINT_TYPE,
+                              "Unsupported endpoint type %d" % endpoint_type)
+    brokers = []
+    ep = listener_endpoint(apis, getattr(request.context, "listener_name", None))
+    if ep is not None:
+        brokers.append(DescribeClusterResponse.DescribeClusterBroker(
+            broker_id=apis.node_id, host=ep.host, port=ep.port, rack=apis.config_value("broker.rack")))
+    ops = AUTHORIZED_OPERATIONS_OMITTED
+    if body.include_cluster_authorized_operations:
+        ops = operations_bitfield(CLUSTER_OPERATIONS)
+    return DescribeClusterResponse(
+        throttle_time_ms=0, error_code=errors.NONE, error_message=None, endpoint_type=endpoint_type,
+        cluster_id=apis.metadata.cluster_id, controller_id=apis.node_id, brokers=brokers,
+        cluster_authorized_operations=ops)
+
+
+def error_response(request, code, message):
+    endpoint_type = request.body.endpoint_type if request.api_version >= 1 else BROKERS_ENDPOINT
+    return DescribeClusterResponse(throttle_time_ms=0, error_code=code, error_message=message,
+                                   endpoint_type=endpoint_type, cluster_id="", controller_id=-1,
+                                   brokers=[], cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
