@@ -1,13 +1,15 @@
-"""A real kafkatw broker for any Python test suite.
+"""A real kafkatw broker for any Python test suite: ``KafkaBroker`` and the trial mixin.
 
-``KafkaBroker`` starts ``twistd -n kafka`` as a subprocess on a free loopback port with a
-temporary data folder, waits until it answers ApiVersions, and stops it on exit. A subprocess
-(not an in-process reactor) keeps the broker independent of the test's own event loop
-(asyncio, threads, Twisted's trial reactor) and makes ``kill()`` a real SIGKILL crash.
+Owns starting ``twistd -n kafka`` as a subprocess on free loopback ports with a temporary data
+folder, waiting until it answers ApiVersions, creating start-up topics over the wire, and turning
+a failed start into one clear exception. The pytest fixtures live in :mod:`kafkatw.pytest_plugin`.
+A subprocess (not an in-process reactor) keeps the broker independent of the test's own event
+loop (asyncio, threads, Twisted's trial reactor) and makes ``kill()`` a real SIGKILL crash.
 """
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -17,9 +19,28 @@ import sys
 import tempfile
 import time
 
+__all__ = ["KafkaBroker", "KafkaBrokerMixin", "BrokerStartError", "api_versions_ok"]
+
+#: Kafka's TOPIC_ALREADY_EXISTS: start-up topics survive a restart on the same data.
+_TOPIC_ALREADY_EXISTS = 36
+_CREATE_TOPICS_VERSION = 4  # non-flexible, supported by every kafkatw and Kafka broker
+
 
 class BrokerStartError(RuntimeError):
-    """The broker process did not come up; the message carries the tail of its log."""
+    """The broker did not come up.
+
+    ``reason`` is one line naming the cause (a bad property, a port clash, a crash), ``log_tail``
+    the last lines of the broker's log and stderr; ``str()`` holds both.
+    """
+
+    def __init__(self, reason, log_tail="", log_path=None):
+        self.reason = reason
+        self.log_tail = log_tail
+        self.log_path = log_path
+        message = reason
+        if log_tail:
+            message += "\n--- last lines of the broker log (%s) ---\n%s" % (log_path, log_tail)
+        RuntimeError.__init__(self, message)
 
 
 def _twistd():
@@ -27,21 +48,34 @@ def _twistd():
     return [candidate] if os.path.exists(candidate) else [sys.executable, "-m", "twisted.scripts.twistd"]
 
 
-def api_versions_ok(host, port, timeout=2.0):
-    """True when the broker at host:port answers an ApiVersions v0 request with error 0."""
-    client_id = b"kafkatw.testing"
-    body = struct.pack(">hhih", 18, 0, 1, len(client_id)) + client_id
-    try:
-        with socket.create_connection((host, port), timeout=timeout) as s:
-            s.sendall(struct.pack(">i", len(body)) + body)
-            head = _recv_exact(s, 4)
-            (size,) = struct.unpack(">i", head)
-            payload = _recv_exact(s, size)
-    except OSError:
-        return False
-    correlation_id, error_code = struct.unpack_from(">ih", payload, 0)
-    return correlation_id == 1 and error_code == 0
+_bytecode_checked = False
 
+
+def _ensure_bytecode():
+    """Compile kafkatw once when its bytecode is missing (e.g. PYTHONDONTWRITEBYTECODE=1).
+
+    The generated codec is ~2 MB of source: without a .pyc every broker start spends about a
+    second compiling it. A read-only install is left alone.
+    """
+    global _bytecode_checked
+    if _bytecode_checked:
+        return
+    _bytecode_checked = True
+    try:
+        import importlib.util
+
+        source = importlib.util.find_spec("kafkatw.protocol.messages").origin
+        cached = importlib.util.cache_from_source(source)
+        if os.path.exists(cached) and os.path.getmtime(cached) >= os.path.getmtime(source):
+            return
+        import compileall
+
+        compileall.compile_dir(os.path.dirname(os.path.dirname(source)), quiet=2)
+    except Exception:  # best effort: a slower start is not an error
+        pass
+
+
+# -- talking to the broker -----------------------------------------------------------------------
 
 def _recv_exact(sock, n):
     buf = bytearray()
@@ -53,48 +87,249 @@ def _recv_exact(sock, n):
     return bytes(buf)
 
 
+def _connect(host, port, timeout, ssl_context=None):
+    sock = socket.create_connection((host, port), timeout=timeout)
+    if ssl_context is not None:
+        try:
+            sock = ssl_context.wrap_socket(sock, server_hostname=host)
+        except BaseException:
+            sock.close()
+            raise
+    return sock
+
+
+def _request(sock, body):
+    sock.sendall(struct.pack(">i", len(body)) + body)
+    (size,) = struct.unpack(">i", _recv_exact(sock, 4))
+    return _recv_exact(sock, size)
+
+
+def api_versions_ok(host, port, timeout=2.0, ssl_context=None):
+    """True when the broker at host:port answers an ApiVersions v0 request with error 0."""
+    client_id = b"kafkatw.testing"
+    body = struct.pack(">hhih", 18, 0, 1, len(client_id)) + client_id
+    try:
+        with _connect(host, port, timeout, ssl_context) as s:
+            payload = _request(s, body)
+    except OSError:
+        return False
+    correlation_id, error_code = struct.unpack_from(">ih", payload, 0)
+    return correlation_id == 1 and error_code == 0
+
+
+def _topic_spec(spec, default_partitions):
+    """``"name"`` | ``(name, partitions)`` | ``(name, partitions, {config: value})``."""
+    if isinstance(spec, str):
+        return spec, default_partitions, {}
+    spec = tuple(spec)
+    name = spec[0]
+    partitions = spec[1] if len(spec) > 1 and spec[1] is not None else default_partitions
+    configs = dict(spec[2]) if len(spec) > 2 and spec[2] else {}
+    return name, partitions, configs
+
+
+def create_topics(host, port, topics, timeout=10.0, ssl_context=None):
+    """Create ``topics`` (see :func:`_topic_spec`) with CreateTopics over the wire.
+
+    An existing topic is fine; any other error raises ``RuntimeError`` naming topic and error.
+    """
+    from kafkatw.protocol import messages as m  # the codec is big: load it only when needed
+
+    req = m.CreateTopicsRequest(timeout_ms=int(timeout * 1000))
+    for name, partitions, configs in topics:
+        req.topics.append(m.CreateTopicsRequest.CreatableTopic(
+            name=name, num_partitions=-1 if partitions is None else int(partitions),
+            replication_factor=-1,
+            configs=[m.CreateTopicsRequest.CreatableTopicConfig(name=k, value=str(v))
+                     for k, v in configs.items()]))
+    version = _CREATE_TOPICS_VERSION
+    header = m.RequestHeader(request_api_key=19, request_api_version=version, correlation_id=7,
+                             client_id="kafkatw.testing")
+    body = header.encode_bytes(m.request_header_version(19, version)) + req.encode_bytes(version)
+    with _connect(host, port, timeout, ssl_context) as s:
+        payload = _request(s, body)
+    resp_header, pos = m.ResponseHeader.decode_from(payload, 0, m.response_header_version(19, version))
+    resp, _ = m.CreateTopicsResponse.decode_from(payload, pos, version)
+    failures = []
+    for t in resp.topics:
+        if t.error_code not in (0, _TOPIC_ALREADY_EXISTS):
+            from kafkatw.protocol.errors import error_name
+
+            err = error_name(t.error_code)
+            failures.append("%s: %s%s" % (t.name, err, " (%s)" % t.error_message if t.error_message else ""))
+    if failures:
+        raise RuntimeError("cannot create topics: " + "; ".join(failures))
+
+
+# -- failure diagnosis ---------------------------------------------------------------------------
+
+_EXCEPTION_LINE = re.compile(r"(?:^|\s)((?:[\w.]+\.)?(\w+(?:Error|Exception))): (.+)$")
+
+
+def _failure_reason(stderr_lines, log_lines, returncode):
+    """One line naming why the broker exited: its own config message, a port clash, or the error."""
+    for line in reversed(stderr_lines):
+        if line.startswith("kafkatw: "):
+            return "bad broker configuration: " + line[len("kafkatw: "):]
+    for line in reversed(log_lines + stderr_lines):
+        m = _EXCEPTION_LINE.search(line)
+        if m:
+            kind, text = m.group(2), m.group(3).strip()
+            if kind == "CannotListenError" or "Address already in use" in text:
+                return "port clash: " + text
+            if kind == "ConfigError":
+                return "bad broker configuration: " + text
+            return "%s: %s" % (kind, text)
+    return "broker exited with status %s during start" % (returncode,)
+
+
+def _read_lines(path):
+    try:
+        with open(path, errors="replace") as f:
+            return f.read().splitlines()
+    except OSError:
+        return []
+
+
 class KafkaBroker:
-    """One broker process. Use as a context manager or call start()/stop().
+    """One broker process. Use as a context manager or call ``start()``/``close()``.
 
     :param overrides: broker properties (Kafka names) as a dict, e.g. ``{"num.partitions": 3}``.
     :param num_partitions: shorthand for the ``num.partitions`` override.
-    :param data_dir: where logs live; a temporary folder (removed on stop) by default.
-    :param keep_data: keep the data folder after stop.
+    :param listeners: security protocols to listen with, e.g. ``("PLAINTEXT", "SSL")`` (each on
+        a free loopback port), or full Kafka listener entries ``"NAME://host:port"``. An SSL
+        listener gets a throwaway CA and server certificate (``ssl_ca_path``).
+    :param topics: topics to create at start: ``"name"``, ``("name", partitions)`` or
+        ``("name", partitions, {"cleanup.policy": "compact"})``.
+    :param data_dir: where logs live; a temporary folder (removed on close) by default.
+    :param keep_data: keep the temporary folder after close.
+    :param log_path: the broker's log file (default ``broker.log`` in the work folder).
+    :param request_log: ``True`` (``request.log`` in the work folder) or a path: log every request.
     :param host: loopback address to listen on.
+    :param start_timeout: seconds to wait for the first answered ApiVersions.
+    :param config_file: a server.properties file; ``overrides`` win over it.
     """
 
     def __init__(self, overrides=None, num_partitions=None, data_dir=None, keep_data=False,
-                 host="127.0.0.1", start_timeout=30.0, config_file=None):
+                 host="127.0.0.1", start_timeout=30.0, config_file=None, listeners=("PLAINTEXT",),
+                 topics=(), log_path=None, request_log=False):
         self.overrides = dict(overrides or {})
         if num_partitions is not None:
             self.overrides["num.partitions"] = num_partitions
         self._own_dir = data_dir is None
-        self.work_dir = data_dir or tempfile.mkdtemp(prefix="kafkatw-")
-        self.data_dir = os.path.join(self.work_dir, "kafka-logs") if self._own_dir else self.work_dir
+        self.work_dir = tempfile.mkdtemp(prefix="kafkatw-") if self._own_dir else None
+        self.data_dir = os.path.join(self.work_dir, "kafka-logs") if self._own_dir else data_dir
+        if self.work_dir is None:
+            self.work_dir = tempfile.mkdtemp(prefix="kafkatw-run-")
         self.keep_data = keep_data
         self.host = host
-        self.port = 0
         self.start_timeout = start_timeout
         self.config_file = config_file
         self.process = None
-        self.log_path = os.path.join(self.work_dir, "broker.log") if self._own_dir else None
-        if self.log_path is None:
-            fd, self.log_path = tempfile.mkstemp(prefix="kafkatw-broker-", suffix=".log")
-            os.close(fd)
-        self._ready_path = self.log_path + ".ready"
+        self.log_path = log_path or os.path.join(self.work_dir, "broker.log")
+        self.stderr_path = self.log_path + ".stderr"
+        self._ready_path = os.path.join(self.work_dir, "ready.json")
+        if request_log is True:
+            request_log = os.path.join(self.work_dir, "request.log")
+        self.request_log_path = request_log or None
+        if isinstance(listeners, str):
+            listeners = [x.strip() for x in listeners.split(",") if x.strip()]
+        self._listeners = [self._listener_entry(x) for x in listeners]
+        self.ports = {}  # listener name -> bound port, kept for restarts
+        self.topics = [_topic_spec(t, None) for t in topics]
+        self.ssl_ca_path = self.ssl_client_cert_path = self.ssl_client_key_path = None
+        self.pki = None
 
-    # -- life cycle -------------------------------------------------------------------------
+    def _listener_entry(self, item):
+        if "://" in item:
+            name, _, rest = item.partition("://")
+            host, _, port = rest.rpartition(":")
+            return name.strip().upper(), host or self.host, int(port)
+        return item.strip().upper(), self.host, 0
+
+    # -- addresses ---------------------------------------------------------------------------
+    def _protocol(self, name):
+        mapping = str(self.overrides.get("listener.security.protocol.map", ""))
+        for pair in mapping.split(","):
+            listener, _, proto = pair.partition(":")
+            if listener.strip().upper() == name:
+                return proto.strip().upper()
+        return name
+
+    def _address(self, protocol):
+        for name, host, _ in self._listeners:
+            if self._protocol(name) == protocol and name in self.ports:
+                return host, self.ports[name]
+        return None
+
+    @property
+    def port(self):
+        """The PLAINTEXT listener's port (the first listener's without one; 0 before start)."""
+        addr = self._address("PLAINTEXT") or (
+            (self._listeners[0][1], self.ports.get(self._listeners[0][0], 0)) if self._listeners else None)
+        return addr[1] if addr else 0
+
     @property
     def bootstrap_servers(self):
-        return "%s:%d" % (self.host, self.port)
+        """``host:port`` of the PLAINTEXT listener (of the first listener when there is none)."""
+        addr = self._address("PLAINTEXT")
+        if addr is None and self._listeners:
+            addr = (self._listeners[0][1], self.ports.get(self._listeners[0][0], 0))
+        return "%s:%d" % addr if addr else "%s:0" % self.host
+
+    @property
+    def ssl_bootstrap_servers(self):
+        """``host:port`` of the SSL listener, or None without one."""
+        addr = self._address("SSL")
+        return "%s:%d" % addr if addr else None
+
+    def ssl_context(self):
+        """A client ``ssl.SSLContext`` trusting the throwaway CA (for the readiness probe, tests)."""
+        import ssl
+
+        ctx = ssl.create_default_context(cafile=self.ssl_ca_path)
+        if self.ssl_client_cert_path:
+            ctx.load_cert_chain(self.ssl_client_cert_path, self.ssl_client_key_path)
+        return ctx
+
+    # -- life cycle ----------------------------------------------------------------------------
+    def _needs_pki(self):
+        return any(self._protocol(name) in ("SSL", "SASL_SSL") for name, _, _ in self._listeners)
+
+    def _make_pki(self):
+        if self.pki is not None or not self._needs_pki():
+            return
+        from kafkatw.tls_certs import make_test_pki
+
+        directory = os.path.join(self.work_dir, "pki")
+        os.makedirs(directory, exist_ok=True)
+        self.pki = make_test_pki(directory)
+        self.ssl_ca_path = self.pki.ca_cert
+        self.ssl_client_cert_path = self.pki.client_cert
+        self.ssl_client_key_path = self.pki.client_key
+
+    def _ssl_props(self):
+        if self.pki is None:
+            return {}
+        return {
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": self.pki.server_keystore,
+            "ssl.key.password": self.pki.key_password,
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": self.pki.ca_cert,
+        }
 
     def command(self):
-        props = {
-            "listeners": "PLAINTEXT://%s:%d" % (self.host, self.port),
-            "log.dirs": self.data_dir,
-            "kafkatw.ready.file": self._ready_path,
-        }
-        props.update({k: str(v) for k, v in self.overrides.items()})
+        listeners = ",".join("%s://%s:%d" % (name, host, self.ports.get(name, port) or port)
+                             for name, host, port in self._listeners)
+        props = {"listeners": listeners, "log.dirs": self.data_dir,
+                 "kafkatw.ready.file": self._ready_path}
+        if self.request_log_path:
+            props["kafkatw.request.log.enable"] = "true"
+            props["kafkatw.request.log.file"] = self.request_log_path
+        props.update(self._ssl_props())
+        props.update({k: str(v).lower() if isinstance(v, bool) else str(v)
+                      for k, v in self.overrides.items()})
         cmd = _twistd() + ["-n", "--pidfile=", "--logfile=" + self.log_path, "kafka"]
         if self.config_file:
             cmd += ["--config", self.config_file]
@@ -103,39 +338,69 @@ class KafkaBroker:
         return cmd
 
     def start(self):
+        """Start the broker (again, on the same data and ports) and wait until it answers."""
         if self.process is not None and self.process.poll() is None:
             raise RuntimeError("broker already running (pid %d)" % self.process.pid)
+        _ensure_bytecode()
+        self._make_pki()
         if os.path.exists(self._ready_path):
             os.unlink(self._ready_path)
-        self.process = subprocess.Popen(
-            self.command(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=open(self.log_path + ".stderr", "wb"), cwd=self.work_dir,
-        )
+        with open(self.stderr_path, "wb") as stderr:
+            self.process = subprocess.Popen(
+                self.command(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=stderr, cwd=self.work_dir,
+            )
         deadline = time.monotonic() + self.start_timeout
+        delay = 0.002
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise BrokerStartError("broker exited with %s during start:\n%s"
-                                       % (self.process.returncode, self.log_tail()))
-            ready = self._read_ready()
-            if ready is not None:
-                self.port = ready
-                if api_versions_ok(self.host, self.port):
-                    return self
-            time.sleep(0.02)
+                self._fail_exited()
+            if self._read_ready() and self._answers():
+                self._create_topics()
+                return self
+            time.sleep(delay)
+            delay = min(delay * 2, 0.02)
         self.kill()
-        raise BrokerStartError("broker did not answer ApiVersions within %.0f s:\n%s"
-                               % (self.start_timeout, self.log_tail()))
+        raise BrokerStartError("broker did not answer ApiVersions within %.0f s" % self.start_timeout,
+                               self.log_tail(), self.log_path)
+
+    def _answers(self):
+        addr = self._address("PLAINTEXT")
+        if addr is not None:
+            return api_versions_ok(addr[0], addr[1])
+        addr = self._address("SSL")
+        if addr is not None:
+            return api_versions_ok(addr[0], addr[1], ssl_context=self.ssl_context())
+        return True  # SASL-only: the listener is bound, which is all we can check without creds
+
+    def _create_topics(self):
+        if not self.topics:
+            return
+        addr = self._address("PLAINTEXT")
+        ctx = None
+        if addr is None:
+            addr, ctx = self._address("SSL"), self.ssl_context()
+        try:
+            create_topics(addr[0], addr[1], self.topics, ssl_context=ctx)
+        except (RuntimeError, OSError) as e:
+            self.stop()
+            raise BrokerStartError(str(e), self.log_tail(), self.log_path) from None
+
+    def _fail_exited(self):
+        returncode = self.process.returncode
+        self.process = None
+        reason = _failure_reason(_read_lines(self.stderr_path), _read_lines(self.log_path), returncode)
+        raise BrokerStartError(reason, self.log_tail(), self.log_path)
 
     def _read_ready(self):
         try:
             with open(self._ready_path) as f:
                 info = json.load(f)
         except (OSError, ValueError):
-            return None
+            return False
         for listener in info.get("listeners", []):
-            if listener.get("security_protocol", "PLAINTEXT") == "PLAINTEXT":
-                return int(listener["port"])
-        return None
+            self.ports[listener["name"].upper()] = int(listener["port"])
+        return True
 
     def stop(self, timeout=30.0):
         """SIGTERM and wait: a clean shutdown (flush, checkpoints, clean-shutdown marker)."""
@@ -151,7 +416,7 @@ class KafkaBroker:
         self.process = None
 
     def kill(self):
-        """SIGKILL: a crash, for recovery tests."""
+        """SIGKILL: a crash, for recovery tests. ``start()`` recovers the same data."""
         if self.process is None:
             return
         if self.process.poll() is None:
@@ -160,12 +425,18 @@ class KafkaBroker:
         self.process = None
 
     def restart(self):
+        """A clean stop and a start on the same data and ports."""
         self.stop()
         return self.start()
 
+    @property
+    def running(self):
+        return self.process is not None and self.process.poll() is None
+
     def close(self):
+        """Stop and remove the temporary folder (unless ``keep_data``)."""
         self.stop()
-        if not self.keep_data and self._own_dir:
+        if not self.keep_data:
             shutil.rmtree(self.work_dir, ignore_errors=True)
 
     def __enter__(self):
@@ -178,15 +449,16 @@ class KafkaBroker:
     def __exit__(self, *exc):
         self.close()
 
-    # -- diagnostics ------------------------------------------------------------------------
+    def __repr__(self):
+        state = "running" if self.running else "stopped"
+        return "<KafkaBroker %s %s data=%s>" % (self.bootstrap_servers, state, self.data_dir)
+
+    # -- diagnostics ---------------------------------------------------------------------------
     def log_tail(self, lines=40):
+        """The last ``lines`` lines of the broker log and of its stderr."""
         out = []
-        for path in (self.log_path, self.log_path + ".stderr"):
-            try:
-                with open(path, errors="replace") as f:
-                    out.extend(f.read().splitlines()[-lines:])
-            except OSError:
-                pass
+        for path in (self.log_path, self.stderr_path):
+            out.extend(_read_lines(path)[-lines:])
         return "\n".join(out)
 
 
@@ -200,29 +472,36 @@ def _stop_class_brokers():
 
 
 class KafkaBrokerMixin:
-    """A trial/unittest mixin giving ``self.broker``.
+    """A trial/unittest mixin giving ``self.broker`` (a running :class:`KafkaBroker`).
 
     ``broker_scope = "class"`` (default) shares one broker among the tests of a class; it
     starts with the first test and stops when the test process exits (trial has no
-    ``setUpClass``). ``broker_scope = "test"`` starts a fresh broker for every test.
-    ``broker_overrides`` holds broker properties.
+    ``setUpClass``). ``broker_scope = "test"`` starts a fresh broker for every test and closes
+    it after. ``broker_overrides`` holds broker properties, ``broker_options`` any other
+    :class:`KafkaBroker` keyword (``topics``, ``listeners``, ``num_partitions``...).
     """
 
     broker_scope = "class"
     broker_overrides = {}
+    broker_options = {}
+
+    def _make_broker(self):
+        return KafkaBroker(overrides=self.broker_overrides, **self.broker_options).start()
 
     def setUp(self):
         super().setUp()
         if self.broker_scope == "test":
-            self.broker = KafkaBroker(overrides=self.broker_overrides).start()
+            self.broker = self._make_broker()
             self.addCleanup(self.broker.close)
             return
         key = type(self)
         broker = _class_brokers.get(key)
-        if broker is None or broker.process is None:
+        if broker is None or not broker.running:
+            if broker is not None:
+                broker.close()  # a test killed it: start afresh
             if not _class_brokers:
                 import atexit
 
                 atexit.register(_stop_class_brokers)
-            broker = _class_brokers[key] = KafkaBroker(overrides=self.broker_overrides).start()
+            broker = _class_brokers[key] = self._make_broker()
         self.broker = broker
