@@ -98,6 +98,10 @@ def handle(apis, request):
     replica_id, replica_epoch = replica_of(request)
     is_follower = replica_id >= 0
     metadata, fetch_data, to_forget = decode_fetch_data(apis, request)
+    # request-log summary (the fields seed 000's example 1 reads from kafka.request.logger)
+    request.summary = {"maxWaitMs": body.max_wait_ms, "minBytes": body.min_bytes,
+                       "sessionId": metadata.session_id, "sessionEpoch": metadata.epoch,
+                       "partitions": len(fetch_data), "forgotten": len(to_forget)}
     if apis.fetch_manager is not None:
         context = apis.fetch_manager.new_context(metadata, fetch_data, to_forget, is_follower,
                                                  uses_topic_ids=version >= 13)
@@ -144,7 +148,9 @@ def handle(apis, request):
         updates.extend(erroneous)
         response_data = context.update_and_generate_response_data(updates)
         return Response(build_response(version, response_data.error, response_data.session_id,
-                                       response_data.partitions))
+                                       response_data.partitions),
+                        summary={"errorCode": response_data.error, "sessionId": response_data.session_id,
+                                 "partitions": len(response_data.partitions)})
 
     d.addCallback(respond)
     return d
