@@ -139,7 +139,7 @@ def api_versions_body():
 
 
 def create_topic(broker, name, partitions=1, configs=None):
-    c = RawClient(broker, "e2e-admin")
+    c = RawClient(broker, "e2e-admin", timeout=60)
     try:
         body = m.CreateTopicsRequest(topics=[m.CreateTopicsRequest.CreatableTopic(
             name=name, num_partitions=partitions, replication_factor=1, assignments=[],
