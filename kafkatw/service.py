@@ -79,6 +79,10 @@ class BrokerService(service.MultiService):
             if not os.access(d, os.W_OK):
                 raise ConfigError("log dir %s is not writable" % d)
 
+        # [tls] key/trust stores are read before anything starts: a bad file fails fast.
+        from kafkatw.network.tls import context_factories
+        ssl_context_factories = context_factories(config)
+
         self.threadpool = ThreadPool(minthreads=0, maxthreads=4, name="kafkatw-io")
         self.threadpool.start()
 
@@ -104,6 +108,8 @@ class BrokerService(service.MultiService):
             config.listeners, self.apis, self.reactor,
             settings=SocketServerSettings.from_config(config),
             request_logger=RequestLogger.from_config(config),
+            ssl_context_factories=ssl_context_factories,  # [tls]
+            transfer_failure_handler=self._on_transfer_failure,  # [tls] seed 000 §6
         )
         self.socket_server.start()
         bound = {ep.listener_name: self.socket_server.bound_port(ep.listener_name)
@@ -115,6 +121,15 @@ class BrokerService(service.MultiService):
         self._write_ready_file(bound)
         log.info("kafkatw broker {node} started (cluster {cluster})", node=config.node_id,
                  cluster=self.metadata.cluster_id)
+
+    def _on_transfer_failure(self, region, error):
+        """A disk error while sending a fetched FileRegion: its log dir goes offline (KAFKA-16304)."""
+        name = getattr(getattr(region, "file", None), "name", None)
+        if not isinstance(name, str) or self.log_manager is None:
+            return
+        log_dir = os.path.dirname(os.path.dirname(os.path.abspath(name)))
+        log.error("disk error sending {file} to a client: {err}", file=name, err=error)
+        self.log_manager.handle_dir_failure(log_dir, error)
 
     def _write_ready_file(self, bound):
         path = self.config["kafkatw.ready.file"]

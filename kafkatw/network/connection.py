@@ -14,12 +14,15 @@ response, or never (close_connection).
 import socket
 
 import attr
+from twisted.internet.interfaces import IHandshakeListener
 from twisted.internet.protocol import Protocol
 from twisted.logger import Logger
+from zope.interface import implementer
 
 from kafkatw.network.framing import FrameDecoder, InvalidReceive
 from kafkatw.network.mute import ChannelMute, ChannelMuteEvent
 from kafkatw.network.request import Request, RequestContext
+from kafkatw.network.tls import peer_principal
 from kafkatw.network.wire import (
     API_VERSIONS_KEY,
     peek_client_id,
@@ -28,6 +31,7 @@ from kafkatw.network.wire import (
 )
 
 
+@implementer(IHandshakeListener)
 class KafkaConnection(Protocol):
     log = Logger(namespace="kafkatw.network.connection")
 
@@ -72,6 +76,12 @@ class KafkaConnection(Protocol):
         self.last_activity = server.reactor.seconds()
         self._schedule_idle(server.settings.connections_max_idle_ms / 1000.0)
         server.connection_made(self)
+
+    def handshakeCompleted(self):
+        """TLS is up (before any request can arrive): the principal is the client
+        certificate's subject, ``User:CN=...`` (ANONYMOUS without one)."""
+        if self.context is not None:
+            self.context = attr.evolve(self.context, principal=peer_principal(self.transport))
 
     def connectionLost(self, reason=None):
         if self.closed:
@@ -243,6 +253,13 @@ class KafkaConnection(Protocol):
             self._completed(request, response)
 
         def failed(failure):
+            err = failure.value
+            handler = self.server.transfer_failure_handler
+            if getattr(err, "disk_error", False) and handler is not None:
+                try:
+                    handler(err.region, err)
+                except Exception:
+                    self.log.failure("transfer failure handler failed")
             if not self.closing:
                 self.close("sending the response failed: {err}", err=failure.getErrorMessage())
 

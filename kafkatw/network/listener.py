@@ -87,12 +87,15 @@ class SocketServer:
     ``listenTCP``/``listenSSL``, ``callLater`` and ``seconds``; ``clock_ns`` gives the
     nanosecond marks of the request log (``time.monotonic_ns`` by default).
     ``ssl_context_factories`` maps a listener name to a TLS context factory.
+    ``transfer_failure_handler(region, error)`` is told when sending a ``FileRegion`` failed
+    on a disk error (Kafka's ``TransferFailureHandler``: the service marks the log dir offline).
     """
 
     log = Logger(namespace="kafkatw.network.socket_server")
 
     def __init__(self, endpoints, handler, reactor, settings=None, clock_ns=None, wire=None,
-                 request_logger=None, metrics=None, ssl_context_factories=None):
+                 request_logger=None, metrics=None, ssl_context_factories=None,
+                 transfer_failure_handler=None):
         self.endpoints = list(endpoints)
         self.handler = handler
         self.reactor = reactor
@@ -106,6 +109,7 @@ class SocketServer:
         self.request_logger = request_logger or RequestLogger(enabled=False)
         self.metrics = metrics or NetworkMetrics()
         self.ssl_context_factories = ssl_context_factories or {}
+        self.transfer_failure_handler = transfer_failure_handler
         self.quotas = ConnectionQuotas(self.settings)
         self.channel = RequestChannel(handler, self.clock_ns, self.settings.queued_max_requests,
                                       self.settings.num_io_threads, self.metrics)

@@ -39,9 +39,10 @@ class ITransportLayer(Interface):
 class TransferError(Exception):
     """Sending a part failed; ``disk_error`` tells a file error from a broken socket."""
 
-    def __init__(self, message, disk_error=False):
+    def __init__(self, message, disk_error=False, region=None):
         Exception.__init__(self, message)
         self.disk_error = disk_error
+        self.region = region  # the FileRegion being sent, if a region failed
 
 
 def _lowest_transport(transport):
@@ -165,7 +166,7 @@ class PlaintextSender(_Sender):
             disk_error = True
         self.log.warn("sendfile failed: {err} (disk_error={disk})", err=err, disk=disk_error)
         self._finished = True
-        self.done.errback(TransferError(str(err), disk_error=disk_error))
+        self.done.errback(TransferError(str(err), disk_error=disk_error, region=region))
         try:
             self.transport.unregisterProducer()
         finally:
@@ -200,13 +201,15 @@ class ChunkedSender(_Sender):
                 except OSError as e:
                     self._finished = True
                     self.transport.unregisterProducer()
-                    self.done.errback(TransferError(str(e), disk_error=True))
+                    self.done.errback(TransferError(str(e), disk_error=True, region=part))
                     self.transport.loseConnection()
                     return
                 if not chunk:
                     self._finished = True
                     self.transport.unregisterProducer()
-                    self.done.errback(TransferError("file shorter than region", disk_error=True))
+                    # Truncated under us (as Kafka's "truncated during write"): not a disk error.
+                    self.done.errback(TransferError("file shorter than region", disk_error=False,
+                                                    region=part))
                     self.transport.loseConnection()
                     return
                 self.region_sent += len(chunk)
