@@ -128,6 +128,9 @@ class FakeLogManager:
     def get_log(self, topic, partition):
         return self.logs.get((topic, partition))
 
+    def all_logs(self):
+        return list(self.logs.values())
+
     def get_or_create_log(self, topic, partition, topic_id=None, overrides=None):
         import os
 

@@ -302,8 +302,15 @@ class ReplicaManager:
             ps.remove_expired_producers(now)
 
     def start(self):
-        """Expire idle producers every producer.id.expiration.check.interval.ms."""
+        """Lead every loaded partition, and expire idle producers every
+        producer.id.expiration.check.interval.ms."""
         from twisted.internet import task
+
+        # Kafka's Partition.makeLeader -> maybeIncrementLeaderHW: the ISR is this broker, so the
+        # HW is the log end at once. The HW checkpoint lags (replica.high.watermark.checkpoint.
+        # interval.ms); without this, records acknowledged before a crash stay invisible.
+        for log_ in self.log_manager.all_logs():
+            log_.maybe_increment_high_watermark(log_.log_end_offset)
 
         interval = _config_get(self.config, "producer.id.expiration.check.interval.ms", 600000)
         self._expiry_loop = task.LoopingCall(self.remove_expired_producers)
