@@ -1,0 +1,177 @@
+"""Committed-offset APIs of groups: OffsetCommit (8), OffsetFetch (9, several groups at once
+v8+), OffsetDelete (47). Request/response shapes per version and the topic existence checks
+Kafka's KafkaApis makes; validation and storage are the group coordinator's.
+"""
+
+from twisted.internet import defer
+
+from kafkatw.protocol import errors
+from kafkatw.protocol.messages import (
+    OffsetCommitResponse,
+    OffsetDeleteResponse,
+    OffsetFetchResponse,
+)
+
+INVALID_OFFSET = -1
+
+
+def _topic_partition_known(apis, topic, partition):
+    return apis.metadata.contains_partition(topic, partition)
+
+
+class OffsetCommit:
+    API_KEY = 8
+    VERSIONS = (2, 9)  # Kafka 4.0 dropped v0-v1
+
+    @staticmethod
+    def handle(apis, request):
+        body, version = request.body, request.api_version
+        errors_by_tp = {}
+        to_commit = {}
+        order = []
+        for t in body.topics:
+            for p in t.partitions:
+                tp = (t.name, p.partition_index)
+                order.append(tp)
+                if not _topic_partition_known(apis, t.name, p.partition_index):
+                    errors_by_tp[tp] = errors.UNKNOWN_TOPIC_OR_PARTITION
+                    continue
+                epoch = p.committed_leader_epoch if version >= 6 else -1
+                to_commit[tp] = (p.committed_offset, epoch, p.committed_metadata)
+        retention = body.retention_time_ms if 2 <= version <= 4 else -1
+        if to_commit:
+            d = apis.group_coordinator.handle_commit_offsets(
+                body.group_id, body.member_id, body.group_instance_id if version >= 7 else None,
+                body.generation_id_or_member_epoch, to_commit, retention)
+        else:
+            d = defer.succeed({})
+
+        def respond(results):
+            errors_by_tp.update(results)
+            return _commit_response(order, errors_by_tp)
+
+        return d.addCallback(respond)
+
+    @staticmethod
+    def error_response(request, code, message):
+        order = [(t.name, p.partition_index) for t in request.body.topics for p in t.partitions]
+        return _commit_response(order, {tp: code for tp in order})
+
+
+def _commit_response(order, codes):
+    topics = {}
+    for tp in order:
+        topics.setdefault(tp[0], []).append(OffsetCommitResponse.OffsetCommitResponsePartition(
+            partition_index=tp[1], error_code=codes.get(tp, errors.NONE)))
+    return OffsetCommitResponse(topics=[
+        OffsetCommitResponse.OffsetCommitResponseTopic(name=name, partitions=parts)
+        for name, parts in topics.items()])
+
+
+class OffsetFetch:
+    API_KEY = 9
+    VERSIONS = (1, 9)  # Kafka 4.0 dropped v0
+
+    @staticmethod
+    def handle(apis, request):
+        body, version = request.body, request.api_version
+        coordinator = apis.group_coordinator
+        if version >= 8:
+            groups = []
+            for g in body.groups:
+                wanted = None if g.topics is None else [
+                    (t.name, p) for t in g.topics for p in t.partition_indexes]
+                code, offsets = coordinator.handle_fetch_offsets(g.group_id, wanted, body.require_stable)
+                topics = [] if code != errors.NONE else _fetch_topics(
+                    offsets, wanted, OffsetFetchResponse.OffsetFetchResponseTopics,
+                    OffsetFetchResponse.OffsetFetchResponsePartitions)
+                groups.append(OffsetFetchResponse.OffsetFetchResponseGroup(
+                    group_id=g.group_id, topics=topics, error_code=code))
+            return OffsetFetchResponse(groups=groups)
+        wanted = None if body.topics is None else [
+            (t.name, p) for t in body.topics for p in t.partition_indexes]
+        code, offsets = coordinator.handle_fetch_offsets(
+            body.group_id, wanted, body.require_stable if version >= 7 else False)
+        if code != errors.NONE:
+            return OffsetFetch.error_response(request, code, None)
+        return OffsetFetchResponse(
+            error_code=code if version >= 2 else errors.NONE,
+            topics=_fetch_topics(offsets, wanted, OffsetFetchResponse.OffsetFetchResponseTopic,
+                                 OffsetFetchResponse.OffsetFetchResponsePartition))
+
+    @staticmethod
+    def error_response(request, code, message):
+        body, version = request.body, request.api_version
+        if version >= 8:
+            return OffsetFetchResponse(groups=[
+                OffsetFetchResponse.OffsetFetchResponseGroup(group_id=g.group_id, topics=[], error_code=code)
+                for g in body.groups])
+        if version >= 2:
+            return OffsetFetchResponse(error_code=code, topics=[])
+        # v1: the error on every requested partition
+        topics = []
+        for t in body.topics or []:
+            topics.append(OffsetFetchResponse.OffsetFetchResponseTopic(name=t.name, partitions=[
+                OffsetFetchResponse.OffsetFetchResponsePartition(
+                    partition_index=p, committed_offset=INVALID_OFFSET, metadata="", error_code=code)
+                for p in t.partition_indexes]))
+        return OffsetFetchResponse(topics=topics)
+
+
+def _fetch_topics(offsets, wanted, topic_cls, partition_cls):
+    order = wanted if wanted is not None else sorted(offsets)
+    topics = {}
+    for tp in order:
+        om = offsets.get(tp)
+        if om is None:
+            part = partition_cls(partition_index=tp[1], committed_offset=INVALID_OFFSET,
+                                 committed_leader_epoch=-1, metadata="", error_code=errors.NONE)
+        else:
+            part = partition_cls(partition_index=tp[1], committed_offset=om.offset,
+                                 committed_leader_epoch=om.leader_epoch, metadata=om.metadata,
+                                 error_code=errors.NONE)
+        topics.setdefault(tp[0], []).append(part)
+    return [topic_cls(name=name, partitions=parts) for name, parts in topics.items()]
+
+
+class OffsetDelete:
+    API_KEY = 47
+    VERSIONS = (0, 0)
+
+    @staticmethod
+    def handle(apis, request):
+        body = request.body
+        order = []
+        known = []
+        codes = {}
+        for t in body.topics:
+            for p in t.partitions:
+                tp = (t.name, p.partition_index)
+                order.append(tp)
+                if _topic_partition_known(apis, t.name, p.partition_index):
+                    known.append(tp)
+                else:
+                    codes[tp] = errors.UNKNOWN_TOPIC_OR_PARTITION
+        d = apis.group_coordinator.handle_delete_offsets(body.group_id, known)
+
+        def respond(result):
+            group_error, partition_errors = result
+            if group_error != errors.NONE:
+                return OffsetDeleteResponse(error_code=group_error, topics=[])
+            codes.update(partition_errors)
+            topics = {}
+            for tp in order:
+                topics.setdefault(tp[0], []).append(OffsetDeleteResponse.OffsetDeleteResponsePartition(
+                    partition_index=tp[1], error_code=codes.get(tp, errors.NONE)))
+            return OffsetDeleteResponse(error_code=errors.NONE, topics=[
+                OffsetDeleteResponse.OffsetDeleteResponseTopic(name=n, partitions=ps)
+                for n, ps in topics.items()])
+
+        return d.addCallback(respond)
+
+    @staticmethod
+    def error_response(request, code, message):
+        return OffsetDeleteResponse(error_code=code, topics=[])
+
+
+HANDLERS = (OffsetCommit, OffsetFetch, OffsetDelete)
