@@ -65,6 +65,7 @@ class BrokerService(service.MultiService):
 
     def _start(self):
         from kafkatw.cluster.metadata import ClusterMetadata
+        from kafkatw.coordinator.group.coordinator import GroupCoordinator  # [groups]
         from kafkatw.network.listener import SocketServer
         from kafkatw.network.request_log import RequestLogger
         from kafkatw.network.settings import SocketServerSettings
@@ -100,9 +101,14 @@ class BrokerService(service.MultiService):
         self.replica_manager.start()
         cache = FetchSessionCache(max_entries=config["max.incremental.fetch.session.cache.slots"])
         fetch_manager = FetchManager(self.reactor, cache)
+        # [groups] the group coordinator on __consumer_offsets (loads it after start-up)
+        self.group_coordinator = GroupCoordinator(config, self.metadata, self.replica_manager,
+                                                  self.log_manager, self.reactor)
         self.apis = KafkaApis(config, self.metadata, self.replica_manager, fetch_manager,
-                              clock=self.reactor, log_manager=self.log_manager)
+                              clock=self.reactor, log_manager=self.log_manager,
+                              group_coordinator=self.group_coordinator)
         self.apis.create_missing_logs()
+        self.group_coordinator.startup()  # [groups]
         self.log_manager.start()
         self.socket_server = SocketServer(
             config.listeners, self.apis, self.reactor,
@@ -148,6 +154,8 @@ class BrokerService(service.MultiService):
         yield defer.maybeDeferred(super().stopService)
         if self.socket_server is not None:
             yield self.socket_server.stop()
+        if getattr(self, "group_coordinator", None) is not None:
+            self.group_coordinator.shutdown()  # [groups]
         if self.replica_manager is not None:
             self.replica_manager.shutdown()  # producer-state snapshots
         if self.log_manager is not None:

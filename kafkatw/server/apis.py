@@ -19,6 +19,8 @@ from kafkatw.server.handlers import (
     api_versions,
     describe_cluster,
     fetch,
+    group_offsets,
+    groups,
     init_producer_id,
     list_offsets,
     metadata,
@@ -47,6 +49,8 @@ DEFAULT_HANDLERS = (
     admin_partitions.DescribeProducers,
     admin_partitions.ElectLeaders,
     describe_cluster,
+    *groups.HANDLERS,  # group coordinator: Find/Join/Sync/Heartbeat/Leave/Describe/List/DeleteGroups
+    *group_offsets.HANDLERS,  # OffsetCommit/OffsetFetch/OffsetDelete
 )
 
 
@@ -73,7 +77,7 @@ class KafkaApis:
     """
 
     def __init__(self, config, metadata, replica_manager=None, fetch_manager=None, clock=None,
-                 log_manager=None, txn_coordinator=None, supported_features=(),
+                 log_manager=None, txn_coordinator=None, group_coordinator=None, supported_features=(),
                  finalized_features=(), finalized_features_epoch=-1, handlers=DEFAULT_HANDLERS):
         self.config = config
         self.metadata = metadata
@@ -82,6 +86,7 @@ class KafkaApis:
         self.clock = clock
         self.log_manager = log_manager
         self.txn_coordinator = txn_coordinator
+        self.group_coordinator = group_coordinator
         # ApiVersions v3+ feature lists: [(name, min, max)] / [(name, min_level, max_level)]
         self.supported_features = list(supported_features)
         self.finalized_features = list(finalized_features)
