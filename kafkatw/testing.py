@@ -218,20 +218,21 @@ class KafkaBroker:
             self.overrides["num.partitions"] = num_partitions
         self._own_dir = data_dir is None
         self.work_dir = tempfile.mkdtemp(prefix="kafkatw-") if self._own_dir else None
-        self.data_dir = os.path.join(self.work_dir, "kafka-logs") if self._own_dir else data_dir
+        self.data_dir = (os.path.join(self.work_dir, "kafka-logs") if self._own_dir
+                         else os.path.abspath(data_dir))
         if self.work_dir is None:
             self.work_dir = tempfile.mkdtemp(prefix="kafkatw-run-")
         self.keep_data = keep_data
         self.host = host
         self.start_timeout = start_timeout
-        self.config_file = config_file
+        self.config_file = config_file and os.path.abspath(config_file)
         self.process = None
-        self.log_path = log_path or os.path.join(self.work_dir, "broker.log")
+        self.log_path = os.path.abspath(log_path or os.path.join(self.work_dir, "broker.log"))
         self.stderr_path = self.log_path + ".stderr"
         self._ready_path = os.path.join(self.work_dir, "ready.json")
         if request_log is True:
             request_log = os.path.join(self.work_dir, "request.log")
-        self.request_log_path = request_log or None
+        self.request_log_path = os.path.abspath(request_log) if request_log else None
         if isinstance(listeners, str):
             listeners = [x.strip() for x in listeners.split(",") if x.strip()]
         self._listeners = [self._listener_entry(x) for x in listeners]

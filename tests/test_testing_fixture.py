@@ -1,0 +1,245 @@
+"""kafkatw.testing through its public API only: life cycle, options, failure messages, crashes.
+
+Every test starts real broker processes and talks to them with real clients (kafka-python,
+confluent-kafka); the crash test SIGKILLs the broker mid-stream and checks that every
+acknowledged record survives at its acknowledged offset.
+"""
+
+import os
+import socket
+import time
+
+from twisted.trial import reporter, runner, unittest
+
+from kafkatw.testing import BrokerStartError, KafkaBroker, KafkaBrokerMixin, api_versions_ok
+
+
+def _host_port(bootstrap):
+    host, _, port = bootstrap.rpartition(":")
+    return host, int(port)
+
+
+def _consume_all(bootstrap, topic, partitions=(0,), timeout=30.0):
+    """Every record of ``topic`` up to its end offsets, as {partition: [(offset, key, value)]}."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
+                             auto_offset_reset="earliest", fetch_max_wait_ms=100)
+    try:
+        tps = [TopicPartition(topic, p) for p in partitions]
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        end = consumer.end_offsets(tps)
+        out = {p: [] for p in partitions}
+        deadline = time.monotonic() + timeout
+        while any(consumer.position(tp) < end[tp] for tp in tps):
+            if time.monotonic() > deadline:
+                raise AssertionError("timed out consuming %s (end offsets %s)" % (topic, end))
+            for tp, records in consumer.poll(timeout_ms=200).items():
+                out[tp.partition].extend((r.offset, r.key, r.value) for r in records)
+        return out
+    finally:
+        consumer.close()
+
+
+def _produce(bootstrap, topic, values, partition=0):
+    """Send ``values`` with acks=all; returns the acknowledged offsets in order."""
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=2)
+    try:
+        futures = [producer.send(topic, value=v, partition=partition) for v in values]
+        return [f.get(timeout=30).offset for f in futures]
+    finally:
+        producer.close(timeout=5)
+
+
+class LifeCycleTests(unittest.SynchronousTestCase):
+
+    def test_context_manager_starts_and_cleans_up(self):
+        with KafkaBroker() as broker:
+            host, port = _host_port(broker.bootstrap_servers)
+            self.assertEqual(host, "127.0.0.1")
+            self.assertEqual(port, broker.port)
+            self.assertNotEqual(port, 0)
+            self.assertTrue(broker.running)
+            self.assertTrue(api_versions_ok(host, port))
+            self.assertTrue(os.path.isdir(broker.data_dir))
+            self.assertIsNone(broker.ssl_bootstrap_servers)
+            work_dir = broker.work_dir
+        self.assertFalse(broker.running)
+        self.assertFalse(os.path.exists(work_dir))
+        self.assertFalse(api_versions_ok(host, port, timeout=0.5))
+
+    def test_keep_data_keeps_the_folder(self):
+        broker = KafkaBroker(keep_data=True, topics=["kept"])
+        self.addCleanup(__import__("shutil").rmtree, broker.work_dir, True)
+        with broker:
+            data_dir = broker.data_dir
+        self.assertTrue(os.path.isdir(os.path.join(data_dir, "kept-0")))
+
+    def test_given_data_dir_is_never_removed(self):
+        data_dir = self.mktemp()
+        with KafkaBroker(data_dir=data_dir, topics=["mine"]) as broker:
+            self.assertEqual(broker.data_dir, os.path.abspath(data_dir))
+        self.assertTrue(os.path.isdir(os.path.join(data_dir, "mine-0")))
+
+    def test_restart_keeps_port_and_data(self):
+        with KafkaBroker(topics=["t"]) as broker:
+            offsets = _produce(broker.bootstrap_servers, "t", [b"a", b"b", b"c"])
+            self.assertEqual(offsets, [0, 1, 2])
+            port = broker.port
+            broker.restart()
+            self.assertEqual(broker.port, port)
+            broker.stop()
+            self.assertFalse(broker.running)
+            broker.start()
+            self.assertEqual(broker.port, port)
+            got = _consume_all(broker.bootstrap_servers, "t")
+            self.assertEqual(got, {0: [(0, None, b"a"), (1, None, b"b"), (2, None, b"c")]})
+
+    def test_topics_created_at_start(self):
+        from confluent_kafka.admin import AdminClient
+
+        topics = ["plain", ("three", 3), ("compacted", 2, {"cleanup.policy": "compact"})]
+        with KafkaBroker(topics=topics, num_partitions=4) as broker:
+            md = AdminClient({"bootstrap.servers": broker.bootstrap_servers}).list_topics(timeout=10)
+            got = {name: sorted(md.topics[name].partitions) for name in ("plain", "three", "compacted")}
+            self.assertEqual(got, {"plain": [0, 1, 2, 3], "three": [0, 1, 2], "compacted": [0, 1]})
+            from confluent_kafka.admin import ConfigResource
+
+            admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+            resource = ConfigResource(ConfigResource.Type.TOPIC, "compacted")
+            configs = admin.describe_configs([resource])[resource].result(timeout=10)
+            self.assertEqual(configs["cleanup.policy"].value, "compact")
+            broker.restart()  # the same topics again: TOPIC_ALREADY_EXISTS is fine
+
+    def test_request_log_and_log_path(self):
+        log_path = os.path.abspath(self.mktemp())
+        with KafkaBroker(request_log=True, log_path=log_path) as broker:
+            _produce(broker.bootstrap_servers, "logged", [b"x"])
+            request_log = broker.request_log_path
+            with open(request_log) as f:
+                text = f.read()
+            self.assertIn('"requestApiKeyName":"API_VERSIONS"', text)
+            self.assertIn('"requestApiKeyName":"PRODUCE"', text)
+        with open(log_path) as f:
+            self.assertIn("kafkatw broker 1 started", f.read())
+
+
+class FailureMessageTests(unittest.SynchronousTestCase):
+
+    def test_bad_override_is_named(self):
+        broker = KafkaBroker(overrides={"num.partitions": "many"})
+        with self.assertRaises(BrokerStartError) as cm:
+            with broker:
+                pass
+        self.assertEqual(cm.exception.reason, "bad broker configuration: Invalid value many for "
+                         "configuration num.partitions: Not a number of type INT")
+        self.assertIn(cm.exception.reason, str(cm.exception))
+        self.assertIn("num.partitions", cm.exception.log_tail)
+        self.assertFalse(os.path.exists(broker.work_dir))
+
+    def test_port_clash_is_named(self):
+        blocker = socket.socket()
+        self.addCleanup(blocker.close)
+        blocker.bind(("127.0.0.1", 0))
+        blocker.listen(1)
+        port = blocker.getsockname()[1]
+        with self.assertRaises(BrokerStartError) as cm:
+            with KafkaBroker(listeners=["PLAINTEXT://127.0.0.1:%d" % port]):
+                pass
+        self.assertTrue(cm.exception.reason.startswith("port clash: "), cm.exception.reason)
+        self.assertIn("127.0.0.1:%d" % port, cm.exception.reason)
+        self.assertIn("Address already in use", cm.exception.reason)
+        self.assertIn("CannotListenError", str(cm.exception))  # the log tail rides along
+
+    def test_bad_topic_is_named(self):
+        with self.assertRaises(BrokerStartError) as cm:
+            with KafkaBroker(topics=[("zero", 0)]):
+                pass
+        self.assertTrue(cm.exception.reason.startswith("cannot create topics: zero: INVALID_PARTITIONS"),
+                        cm.exception.reason)
+
+    def test_start_twice_is_refused(self):
+        with KafkaBroker() as broker:
+            self.assertRaises(RuntimeError, broker.start)
+
+
+class CrashTests(unittest.SynchronousTestCase):
+    """produce (acks=all) -> kill() -> start() -> every acknowledged record is there."""
+
+    def test_acknowledged_records_survive_sigkill(self):
+        from confluent_kafka import Producer
+
+        with KafkaBroker(topics=[("crash", 2)]) as broker:
+            producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "acks": "all",
+                                 "linger.ms": 1, "message.timeout.ms": 3000,
+                                 "reconnect.backoff.max.ms": 100})
+            acked = []  # (partition, offset, value)
+
+            def on_delivery(err, msg):
+                if err is None:
+                    acked.append((msg.partition(), msg.offset(), msg.value()))
+
+            for i in range(600):
+                producer.produce("crash", value=b"v%d" % i, partition=i % 2, on_delivery=on_delivery)
+                producer.poll(0)
+            self.assertEqual(producer.flush(30), 0)
+            self.assertEqual(len(acked), 600)
+            # more records in flight while the broker dies
+            for i in range(600, 2600):
+                producer.produce("crash", value=b"v%d" % i, partition=i % 2, on_delivery=on_delivery)
+                producer.poll(0)
+            broker.kill()
+            producer.flush(10)  # unacknowledged sends time out
+            self.assertFalse(broker.running)
+
+            broker.start()
+            got = _consume_all(broker.bootstrap_servers, "crash", partitions=(0, 1))
+            for partition in (0, 1):
+                offsets = [o for o, _, _ in got[partition]]
+                self.assertEqual(offsets, list(range(len(offsets))))  # no holes after recovery
+            stored = {(p, o): v for p in (0, 1) for o, _, v in got[p]}
+            missing = [(p, o, v) for p, o, v in acked if stored.get((p, o)) != v]
+            self.assertEqual(missing, [])
+            self.assertGreaterEqual(len(stored), len(acked))
+
+
+class _Probe:
+    """Records each test's broker (a mixin client run inside the tests below)."""
+
+    seen = []
+
+    def test_one(self):
+        self.seen.append((self.broker, self.broker.running, self.broker.bootstrap_servers))
+
+    def test_two(self):
+        self.seen.append((self.broker, self.broker.running, self.broker.bootstrap_servers))
+
+
+class MixinTests(unittest.SynchronousTestCase):
+
+    def run_probe(self, scope):
+        class Probe(KafkaBrokerMixin, _Probe, unittest.SynchronousTestCase):
+            broker_scope = scope
+            broker_options = {"topics": ["probe"]}
+            seen = []
+
+        result = reporter.TestResult()
+        runner.TestSuite([Probe("test_one"), Probe("test_two")]).run(result)
+        self.assertEqual((result.errors, result.failures), ([], []))
+        return Probe.seen
+
+    def test_scope_test_gives_each_test_its_own_broker(self):
+        seen = self.run_probe("test")
+        self.assertEqual([running for _, running, _ in seen], [True, True])
+        self.assertIsNot(seen[0][0], seen[1][0])
+        self.assertEqual([b.running for b, _, _ in seen], [False, False])  # closed after each
+
+    def test_scope_class_shares_one_broker(self):
+        seen = self.run_probe("class")
+        self.assertIs(seen[0][0], seen[1][0])
+        self.assertEqual(seen[0][2], seen[1][2])
+        self.assertTrue(seen[0][0].running)
+        seen[0][0].close()
