@@ -243,3 +243,33 @@ class MixinTests(unittest.SynchronousTestCase):
         self.assertEqual(seen[0][2], seen[1][2])
         self.assertTrue(seen[0][0].running)
         seen[0][0].close()
+
+
+class SslListenerTests(unittest.SynchronousTestCase):
+
+    def test_ssl_listener_with_throwaway_ca_and_client_auth(self):
+        from confluent_kafka import Producer
+
+        options = dict(listeners=("PLAINTEXT", "SSL"), topics=["tls"],
+                       overrides={"ssl.client.auth": "required"})
+        with KafkaBroker(**options) as broker:
+            self.assertNotEqual(broker.ssl_bootstrap_servers, broker.bootstrap_servers)
+            self.assertTrue(os.path.exists(broker.ssl_ca_path))
+            producer = Producer({
+                "bootstrap.servers": broker.ssl_bootstrap_servers, "security.protocol": "SSL",
+                "ssl.ca.location": broker.ssl_ca_path,
+                "ssl.certificate.location": broker.ssl_client_cert_path,
+                "ssl.key.location": broker.ssl_client_key_path,
+            })
+            acked = []
+            for v in (b"s0", b"s1"):
+                producer.produce("tls", v, on_delivery=lambda err, msg: acked.append((err, msg.offset())))
+            self.assertEqual(producer.flush(15), 0)
+            self.assertEqual(acked, [(None, 0), (None, 1)])
+            got = _consume_all(broker.bootstrap_servers, "tls")
+            self.assertEqual(got, {0: [(0, None, b"s0"), (1, None, b"s1")]})
+            ssl_port = broker.ssl_bootstrap_servers
+            broker.restart()
+            self.assertEqual(broker.ssl_bootstrap_servers, ssl_port)  # same port, same CA
+            host, port = _host_port(broker.ssl_bootstrap_servers)
+            self.assertTrue(api_versions_ok(host, port, ssl_context=broker.ssl_context()))
