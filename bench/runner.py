@@ -1,0 +1,291 @@
+"""Interleaved rounds: every workload runs against kafkatw then Tansu (A B A B ...) in each
+of N rounds, each trial in a fresh client process and on a fresh topic; then medians,
+min-max, the kafkatw/Tansu ratio and CPU seconds per GB. The machine's ceilings are measured
+once per round in the same run. Owns the plan and the report, not the workloads."""
+
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+from bench import machine
+from bench.brokers import Kafkatw, Tansu
+from bench.procstat import rss_bytes
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GB = 1e9
+
+
+def call(name, **args):
+    out = subprocess.run([sys.executable, "-m", "bench.workloads", name, json.dumps(args)],
+                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=600)
+    if out.returncode != 0:
+        tail = out.stderr.decode(errors="replace").strip().splitlines()[-3:]
+        raise RuntimeError("%s failed: %s" % (name, " | ".join(tail)))
+    return json.loads(out.stdout.decode().strip().splitlines()[-1])
+
+
+def topic(prefix):
+    return "%s-%s" % (prefix, uuid.uuid4().hex[:8])
+
+
+def per_gb(r):
+    """Add client/broker CPU seconds per GB to a throughput result."""
+    if r.get("bytes"):
+        r["client_cpu_s_per_gb"] = r["client_cpu_s"] / (r["bytes"] / GB)
+        r["broker_cpu_s_per_gb"] = r["broker_cpu_s"] / (r["bytes"] / GB)
+    return r
+
+
+class Plan:
+    """The workloads in run order; each ``(name, fn(broker, state) -> metrics dict)``."""
+
+    def __init__(self, quick):
+        self.quick = quick
+        q = quick
+        self.produce_s = 2.0 if q else 5.0
+        self.small_s = 2.0 if q else 4.0
+        self.sync_count = 500 if q else 2000
+        self.e2e_count = 200 if q else 500
+        self.rate_s = 2.0 if q else 4.0
+        self.part_s = 1.5 if q else 3.0
+        self.partition_counts = (1, 1000) if q else (1, 100, 1000)
+
+    def workloads(self):
+        w = [
+            ("produce 1 KiB acks=1", self.produce_acks1),
+            ("consume 1 KiB", self.consume),
+            ("produce 1 KiB acks=all", self.produce_acks_all),
+            ("produce 100 B acks=1", self.produce_small),
+            ("sync produce latency 100 B", self.sync_latency),
+            ("end-to-end latency", self.e2e),
+            ("request rate (8 procs, 1 msg/request)", self.request_rate),
+        ]
+        for n in self.partition_counts:
+            w.append(("produce 1 KiB, %d partitions" % n, self._partitions(n)))
+        w.append(("1,000 idle connections", self.idle))
+        return w
+
+    def produce_acks1(self, b, state):
+        t = topic("p1")
+        r = per_gb(call("produce", bootstrap=b.bootstrap, broker_pid=b.pid, topic=t, acks=1,
+                        seconds=self.produce_s))
+        state["consume_topic"] = (t, r["messages"])
+        state["produced_bytes"] = r["bytes"]
+        return r
+
+    def consume(self, b, state):
+        t, n = state.pop("consume_topic")
+        try:
+            return per_gb(call("consume", bootstrap=b.bootstrap, broker_pid=b.pid, topic=t, expected=n))
+        finally:
+            self.delete(b, t)
+
+    def produce_acks_all(self, b, state):
+        t = topic("pall")
+        try:
+            return per_gb(call("produce", bootstrap=b.bootstrap, broker_pid=b.pid, topic=t, acks=-1,
+                               seconds=self.produce_s))
+        finally:
+            self.delete(b, t)
+
+    def produce_small(self, b, state):
+        t = topic("p100")
+        try:
+            return per_gb(call("produce", bootstrap=b.bootstrap, broker_pid=b.pid, topic=t, acks=1,
+                               size=100, seconds=self.small_s))
+        finally:
+            self.delete(b, t)
+
+    def sync_latency(self, b, state):
+        t = topic("sync")
+        try:
+            return call("sync_latency", bootstrap=b.bootstrap, broker_pid=b.pid, topic=t,
+                        count=self.sync_count)
+        finally:
+            self.delete(b, t)
+
+    def e2e(self, b, state):
+        t = topic("e2e")
+        try:
+            return call("e2e_latency", bootstrap=b.bootstrap, broker_pid=b.pid, topic=t,
+                        count=self.e2e_count)
+        finally:
+            self.delete(b, t)
+
+    def request_rate(self, b, state):
+        t = topic("rate")
+        try:
+            return call("request_rate", bootstrap=b.bootstrap, broker_pid=b.pid, topic=t,
+                        seconds=self.rate_s)
+        finally:
+            self.delete(b, t)
+
+    def _partitions(self, n):
+        def run(b, state):
+            t = topic("parts%d" % n)
+            try:
+                create_s = call("create_partitions_topic", bootstrap=b.bootstrap, topic=t, partitions=n)
+                r = per_gb(call("partitions_produce", bootstrap=b.bootstrap, broker_pid=b.pid, topic=t,
+                                partitions=n, seconds=self.part_s))
+                r["create_topic_s"] = create_s
+                return r
+            finally:
+                self.delete(b, t)
+        return run
+
+    def idle(self, b, state):
+        return call("idle_connections", bootstrap=b.bootstrap, broker_pid=b.pid, count=1000)
+
+    @staticmethod
+    def delete(b, t):
+        try:
+            from bench.workloads import delete_topic
+
+            delete_topic(b.bootstrap, t)
+        except Exception:
+            pass
+
+
+# metric name -> (label, unit, higher is better)
+HEADLINE = {
+    "mb_s": ("MB/s", True),
+    "msgs_s": ("msgs/s", True),
+    "requests_s": ("requests/s", True),
+    "p50_ms": ("p50 ms", False),
+    "p99_ms": ("p99 ms", False),
+    "max_ms": ("max ms", False),
+    "client_cpu_s_per_gb": ("client CPU s/GB", False),
+    "broker_cpu_s_per_gb": ("broker CPU s/GB", False),
+    "rss_before_mb": ("RSS before MB", False),
+    "rss_delta_mb": ("RSS +1000 conns MB", False),
+    "create_topic_s": ("create topic s", False),
+}
+METRICS_OF = {
+    "produce 100 B acks=1": ["msgs_s", "mb_s", "client_cpu_s_per_gb", "broker_cpu_s_per_gb"],
+}
+
+
+def summarize(values):
+    values = [v for v in values if v is not None]
+    if not values:
+        return None
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
+
+
+def fmt(x):
+    if x is None:
+        return "-"
+    if abs(x) >= 1000:
+        return "%.0f" % x
+    if abs(x) >= 10:
+        return "%.1f" % x
+    return "%.2f" % x
+
+
+def report(results, machine_rounds, idle_rss, out=sys.stdout):
+    lines = ["| workload | metric | kafkatw median (min-max) | Tansu median (min-max) | kafkatw/Tansu |",
+             "|---|---|---|---|---|"]
+    summary = {}
+    for wl, per_broker in results.items():
+        keys = METRICS_OF.get(wl)
+        if keys is None:
+            keys = [k for k in HEADLINE if any(k in r for rs in per_broker.values() for r in rs if "error" not in r)]
+        for k in keys:
+            cells = []
+            meds = {}
+            for name in ("kafkatw", "tansu"):
+                rs = per_broker.get(name, [])
+                s = summarize([r.get(k) for r in rs if "error" not in r])
+                summary.setdefault(wl, {}).setdefault(name, {})[k] = s
+                errs = [r["error"] for r in rs if "error" in r]
+                if s is None:
+                    cells.append("failed: %s" % (errs[0][:60] if errs else "-"))
+                else:
+                    meds[name] = s["median"]
+                    cells.append("%s (%s-%s)" % (fmt(s["median"]), fmt(s["min"]), fmt(s["max"])))
+            ratio = (meds["kafkatw"] / meds["tansu"]) if len(meds) == 2 and meds["tansu"] else None
+            lines.append("| %s | %s | %s | %s | %s |" % (wl, HEADLINE[k][0], cells[0], cells[1],
+                                                        "%.2fx" % ratio if ratio is not None else "-"))
+    lines.append("")
+    lines.append("| machine limit | median (min-max) |")
+    lines.append("|---|---|")
+    for key, label in (("append", "raw append, os.write 1 MiB chunks, MB/s"),
+                       ("sendfile", "sendfile loopback -> recv_into, MB/s")):
+        s = summarize([m[key]["mb_s"] for m in machine_rounds if key in m])
+        summary.setdefault("machine", {})[key] = s
+        if s:
+            lines.append("| %s | %s (%s-%s) |" % (label, fmt(s["median"]), fmt(s["min"]), fmt(s["max"])))
+    lines.append("")
+    lines.append("Idle RSS at start: " + ", ".join("%s %.1f MB" % (k, v / 1e6) for k, v in idle_rss.items()))
+    k = summary.get("produce 1 KiB acks=1", {}).get("kafkatw", {}).get("mb_s")
+    a = summary.get("machine", {}).get("append")
+    s = summary.get("machine", {}).get("sendfile")
+    c = summary.get("consume 1 KiB", {}).get("kafkatw", {}).get("mb_s")
+    if k and a:
+        lines.append("kafkatw produce acks=1 / raw append: %.0f%%" % (100 * k["median"] / a["median"]))
+    if c and s:
+        lines.append("kafkatw consume / sendfile ceiling: %.0f%%" % (100 * c["median"] / s["median"]))
+    text = "\n".join(lines)
+    out.write(text + "\n")
+    return text, summary
+
+
+def run(quick=False, rounds=3, only=None, json_path=None):
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 65536)), hard))
+    plan = Plan(quick)
+    workloads = [(n, f) for n, f in plan.workloads() if not only or any(o in n for o in only)]
+    if only and any("consume" in o for o in only):
+        workloads.insert(0, ("produce 1 KiB acks=1", plan.produce_acks1))
+    kt = Kafkatw().start()
+    ta = Tansu().start()
+    brokers = [kt, ta]
+    idle_rss = {b.name: rss_bytes(b.pid) for b in brokers}
+    results = {n: {b.name: [] for b in brokers} for n, _ in workloads}
+    machine_rounds = []
+    state = {b.name: {} for b in brokers}
+    t_start = time.monotonic()
+    try:
+        for rnd in range(rounds):
+            if rss_bytes(ta.pid) > 3 * GB:  # Tansu keeps records in memory; bound the run's RAM
+                ta.stop()
+                ta.start()
+            for name, fn in workloads:
+                for b in brokers:
+                    t0 = time.monotonic()
+                    try:
+                        r = fn(b, state[b.name])
+                    except Exception as e:
+                        r = {"error": str(e)}
+                    results[name][b.name].append(r)
+                    sys.stderr.write("round %d %-40s %-8s %5.1fs %s\n" % (
+                        rnd + 1, name, b.name, time.monotonic() - t0,
+                        json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in r.items()})))
+            m = {}
+            folder = kt.work
+            try:
+                size = max(1 << 30, (state["kafkatw"].get("produced_bytes") or 0) // (1 << 20) * (1 << 20))
+                if quick:
+                    size = 1 << 30
+                m["append"] = machine.append_rate(folder, size)
+                m["sendfile"] = machine.sendfile_rate(folder, (512 if quick else 1024) << 20)
+            except Exception as e:
+                m["error"] = str(e)
+            machine_rounds.append(m)
+            sys.stderr.write("round %d machine %s\n" % (rnd + 1, json.dumps(m)))
+    finally:
+        for b in brokers:
+            b.stop()
+    sys.stderr.write("total %.0f s\n" % (time.monotonic() - t_start))
+    text, summary = report(results, machine_rounds, idle_rss)
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump({"results": results, "machine": machine_rounds, "idle_rss": idle_rss,
+                       "summary": summary, "quick": quick, "rounds": rounds}, f, indent=1)
+    return summary
