@@ -1,0 +1,165 @@
+"""``kafkatw groups list|describe|delete|reset-offsets`` over ListGroups, DescribeGroups,
+OffsetFetch, OffsetCommit, DeleteGroups and ListOffsets, as Kafka's kafka-consumer-groups
+(reset is a dry run unless ``--execute``). It never joins a group.
+"""
+
+from kafkatw.cli.client import ClientError, check
+from kafkatw.cli.consume import EARLIEST, LATEST, commit_offsets, parse_timestamp
+from kafkatw.cli.main import print_table
+from kafkatw.protocol import messages
+
+
+def add_parser(sub):
+    p = sub.add_parser("groups", help="list, describe, delete consumer groups and reset their offsets")
+    gsub = p.add_subparsers(dest="action", metavar="ACTION")
+    gsub.required = True
+    q = gsub.add_parser("list", help="list group ids")
+    q.add_argument("--state", action="store_true", help="show the group states")
+    q.set_defaults(func=cmd_list)
+    q = gsub.add_parser("describe", help="offsets and lag per partition, and members")
+    q.add_argument("--group", required=True, action="append")
+    q.add_argument("--members", action="store_true", help="show members instead of offsets")
+    q.set_defaults(func=cmd_describe)
+    q = gsub.add_parser("delete", help="delete empty groups")
+    q.add_argument("--group", required=True, action="append")
+    q.set_defaults(func=cmd_delete)
+    q = gsub.add_parser("reset-offsets", help="reset committed offsets (dry run unless --execute)")
+    q.add_argument("--group", required=True)
+    scope = q.add_mutually_exclusive_group(required=True)
+    scope.add_argument("--topic", action="append", metavar="TOPIC[:P,P]")
+    scope.add_argument("--all-topics", action="store_true")
+    to = q.add_mutually_exclusive_group(required=True)
+    to.add_argument("--to-earliest", action="store_true")
+    to.add_argument("--to-latest", action="store_true")
+    to.add_argument("--to-offset", type=int)
+    to.add_argument("--to-datetime", metavar="ISO-8601|MS")
+    run = q.add_mutually_exclusive_group()
+    run.add_argument("--execute", action="store_true", help="commit the new offsets")
+    run.add_argument("--dry-run", action="store_true", help="only show them (default)")
+    q.set_defaults(func=cmd_reset)
+
+
+def cmd_list(client, args):
+    resp = client.call(messages.ListGroupsRequest())
+    check(resp.error_code, what="ListGroups")
+    groups = sorted(resp.groups, key=lambda g: g.group_id)
+    if args.state:
+        print_table(["GROUP", "STATE"], [[g.group_id, g.group_state or "-"] for g in groups], args.out)
+    else:
+        for g in groups:
+            args.out.write(g.group_id + "\n")
+
+
+def _fetch_all_offsets(client, conn, group):
+    """{(topic, partition): committed} of every partition the group has committed."""
+    resp = client.call(messages.OffsetFetchRequest(group_id=group, topics=None), conn)
+    check(getattr(resp, "error_code", 0), what="OffsetFetch for group %s" % group)
+    out = {}
+    for t in resp.topics:
+        for p in t.partitions:
+            check(p.error_code, what="OffsetFetch %s-%d" % (t.name, p.partition_index))
+            if p.committed_offset >= 0:
+                out[(t.name, p.partition_index)] = p.committed_offset
+    return out
+
+
+def _describe_group(client, conn, group):
+    resp = client.call(messages.DescribeGroupsRequest(groups=[group]), conn)
+    g = resp.groups[0]
+    check(g.error_code, what="DescribeGroups %s" % group)
+    return g
+
+
+def cmd_describe(client, args):
+    for group in args.group:
+        conn = client.coordinator(group)
+        g = _describe_group(client, conn, group)
+        if g.group_state == "Dead":
+            raise ClientError("Consumer group '%s' does not exist." % group)
+        if args.members:
+            print_table(["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID"],
+                        [[group, m.member_id, m.client_host, m.client_id] for m in g.members], args.out)
+            continue
+        committed = _fetch_all_offsets(client, conn, group)
+        if not committed:
+            args.out.write("Consumer group '%s' has no committed offsets (state %s).\n" % (group, g.group_state))
+            continue
+        rows = []
+        for topic in sorted({t for t, _ in committed}):
+            parts = sorted(p for t, p in committed if t == topic)
+            ends = client.list_offsets(topic, parts, LATEST)
+            for p in parts:
+                cur = committed[(topic, p)]
+                rows.append([group, topic, p, cur, ends[p], ends[p] - cur, "-", "-", "-"])
+        print_table(["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
+                     "CONSUMER-ID", "HOST", "CLIENT-ID"], rows, args.out)
+
+
+def cmd_delete(client, args):
+    failed = False
+    for group in args.group:
+        conn = client.coordinator(group)
+        resp = client.call(messages.DeleteGroupsRequest(groups_names=[group]), conn)
+        for r in resp.results:
+            if r.error_code:
+                from kafkatw.protocol.errors import error_name
+                args.out.write("Deletion of group '%s' failed: %s\n" % (r.group_id, error_name(r.error_code)))
+                failed = True
+            else:
+                args.out.write("Deletion of requested consumer groups ('%s') was successful.\n" % r.group_id)
+    if failed:
+        raise ClientError("some groups could not be deleted")
+
+
+def _scope(client, conn, args):
+    """[(topic, [partitions])] the reset applies to."""
+    if args.all_topics:
+        committed = _fetch_all_offsets(client, conn, args.group)
+        topics = sorted({t for t, _ in committed})
+        return [(t, sorted(client.topic_partitions(t))) for t in topics]
+    out = []
+    for item in args.topic:
+        topic, sep, parts = item.partition(":")
+        all_parts = sorted(client.topic_partitions(topic))
+        if sep:
+            try:
+                wanted = sorted(int(x) for x in parts.split(",") if x.strip())
+            except ValueError:
+                raise ClientError("invalid partition list in %r" % (item,))
+            for p in wanted:
+                if p not in all_parts:
+                    raise ClientError("topic %s has no partition %d" % (topic, p))
+            out.append((topic, wanted))
+        else:
+            out.append((topic, all_parts))
+    return out
+
+
+def cmd_reset(client, args):
+    conn = client.coordinator(args.group)
+    g = _describe_group(client, conn, args.group)
+    if args.execute and g.group_state not in ("Empty", "Dead", ""):
+        raise ClientError("Assignments can only be reset if the group '%s' is inactive, but the "
+                          "current state is %s." % (args.group, g.group_state))
+    rows = []
+    plan = {}
+    for topic, parts in _scope(client, conn, args):
+        if not parts:
+            continue
+        earliest = client.list_offsets(topic, parts, EARLIEST)
+        latest = client.list_offsets(topic, parts, LATEST)
+        if args.to_earliest:
+            new = earliest
+        elif args.to_latest:
+            new = latest
+        elif args.to_offset is not None:
+            new = {p: min(max(args.to_offset, earliest[p]), latest[p]) for p in parts}
+        else:
+            found = client.list_offsets(topic, parts, parse_timestamp(args.to_datetime))
+            new = {p: found[p] if found[p] >= 0 else latest[p] for p in parts}
+        plan[topic] = new
+        rows += [[args.group, topic, p, new[p]] for p in parts]
+    print_table(["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"], rows, args.out)
+    if args.execute:
+        for topic, offsets in plan.items():
+            commit_offsets(client, conn, args.group, topic, offsets)

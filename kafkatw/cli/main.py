@@ -1,0 +1,123 @@
+"""Argument parsing and dispatch of the ``kafkatw`` command; shared output helpers (aligned
+tables, progress bar) and ``--command-config`` loading. The commands live in sibling modules.
+"""
+
+import argparse
+import sys
+
+from kafkatw.cli.client import ClientError, KafkaClient
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+
+
+def print_table(headers, rows, out=None):
+    """Rows of strings under ``headers``, columns left-aligned and separated by two spaces."""
+    out = out or sys.stdout
+    rows = [["" if c is None else str(c) for c in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in rows:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], len(cell))
+    for row in [list(headers)] + rows:
+        out.write("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() + "\n")
+
+
+class Progress:
+    """A one-line progress bar on stderr, only when stdout is a terminal."""
+
+    def __init__(self, total=None, label="", enabled=None, stream=None):
+        self.total = total
+        self.label = label
+        self.count = 0
+        self.stream = stream or sys.stderr
+        self.enabled = sys.stdout.isatty() if enabled is None else enabled
+
+    def update(self, n=1):
+        self.count += n
+        if not self.enabled:
+            return
+        if self.total:
+            width = 30
+            done = int(width * min(self.count, self.total) / self.total)
+            bar = "[%s%s] %d/%d" % ("#" * done, "." * (width - done), self.count, self.total)
+        else:
+            bar = "%d" % self.count
+        self.stream.write("\r%s %s" % (self.label, bar))
+        self.stream.flush()
+
+    def close(self):
+        if self.enabled:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def read_command_config(path):
+    """Client properties (``key=value`` lines) from ``--command-config``."""
+    from kafkatw.config import parse_properties
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            return {k: str(v) for k, v in parse_properties(f.read(), path).items()}
+    except OSError as e:
+        raise ClientError("cannot read --command-config %s: %s" % (path, e.strerror))
+
+
+def parse_kv(items, what="property"):
+    """``["k=v", ...]`` (each may hold comma-separated pairs) -> dict; values may contain '='."""
+    out = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ClientError("invalid %s %r (expected key=value)" % (what, item))
+        out[key.strip()] = value
+    return out
+
+
+def build_parser():
+    from kafkatw.cli import configs, consume, groups, logdump, produce, topics
+
+    parser = argparse.ArgumentParser(
+        prog="kafkatw", description="Administer, produce to and consume from Kafka-compatible brokers.")
+    parser.add_argument("--bootstrap-server", "--bootstrap-servers", dest="bootstrap_server",
+                        metavar="HOST:PORT", help="broker(s) to connect to, comma-separated")
+    parser.add_argument("--command-config", metavar="FILE",
+                        help="client properties file (security.protocol, ssl.cafile, "
+                             "ssl.truststore.location (PEM), ssl.certificate.location, ...)")
+    parser.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
+                        help="socket timeout (default 30)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for module in (topics, groups, configs, produce, consume, logdump):
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv=None, stdin=None, stdout=None, stderr=None):
+    stdout = stdout or sys.stdout
+    stderr = stderr or sys.stderr
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.stdin = stdin or sys.stdin
+    args.out = stdout
+    client = None
+    try:
+        if getattr(args, "needs_client", True):
+            if not args.bootstrap_server:
+                parser.error("--bootstrap-server is required for '%s'" % args.command)
+            config = read_command_config(args.command_config) if args.command_config else {}
+            client = KafkaClient(args.bootstrap_server, config, timeout=args.timeout)
+        return args.func(client, args) or EXIT_OK
+    except ClientError as e:
+        stderr.write("Error: %s\n" % (e,))
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK
+    finally:
+        if client is not None:
+            client.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,167 @@
+"""``kafkatw topics list|describe|create|delete|alter``: Metadata, CreateTopics, DeleteTopics,
+CreatePartitions, DescribeConfigs and IncrementalAlterConfigs as Kafka's kafka-topics does.
+"""
+
+from kafkatw.cli.client import ClientError, check
+from kafkatw.cli.main import parse_kv, print_table
+from kafkatw.protocol import messages
+
+TOPIC_RESOURCE = 2
+TOPIC_CONFIG_SOURCE = 1
+
+
+def add_parser(sub):
+    p = sub.add_parser("topics", help="list, describe, create, delete and alter topics")
+    tsub = p.add_subparsers(dest="action", metavar="ACTION")
+    tsub.required = True
+
+    q = tsub.add_parser("list", help="list topic names")
+    q.add_argument("--exclude-internal", action="store_true", help="leave out internal topics")
+    q.set_defaults(func=cmd_list)
+
+    q = tsub.add_parser("describe", help="partitions, leaders, replicas and overridden configs")
+    q.add_argument("--topic", action="append", help="topic(s) to describe (default: all)")
+    q.add_argument("--exclude-internal", action="store_true")
+    q.set_defaults(func=cmd_describe)
+
+    q = tsub.add_parser("create", help="create a topic")
+    q.add_argument("--topic", required=True)
+    q.add_argument("--partitions", type=int, default=-1, help="default: the broker's num.partitions")
+    q.add_argument("--replication-factor", type=int, default=-1)
+    q.add_argument("--config", action="append", metavar="KEY=VALUE", help="topic config override")
+    q.add_argument("--if-not-exists", action="store_true")
+    q.add_argument("--validate-only", action="store_true")
+    q.set_defaults(func=cmd_create)
+
+    q = tsub.add_parser("delete", help="delete a topic")
+    q.add_argument("--topic", required=True, action="append")
+    q.add_argument("--if-exists", action="store_true")
+    q.set_defaults(func=cmd_delete)
+
+    q = tsub.add_parser("alter", help="add partitions or change topic configs")
+    q.add_argument("--topic", required=True)
+    q.add_argument("--partitions", type=int, help="new total number of partitions (increase only)")
+    q.add_argument("--config", action="append", metavar="KEY=VALUE", help="set a topic config")
+    q.add_argument("--delete-config", action="append", metavar="KEY", help="remove a topic config override")
+    q.set_defaults(func=cmd_alter)
+
+
+def _topics(client, names=None):
+    md = client.metadata(names)
+    out = []
+    for t in md.topics:
+        if names is not None:
+            check(t.error_code, what="topic %s" % t.name)
+        out.append(t)
+    return sorted(out, key=lambda t: t.name)
+
+
+def cmd_list(client, args):
+    for t in _topics(client):
+        if args.exclude_internal and t.is_internal:
+            continue
+        args.out.write(t.name + "\n")
+
+
+def describe_configs(client, topic):
+    """{name: value} of a topic's overridden configs (or {} when the broker can't say)."""
+    conn = client.any_connection()
+    if 32 not in conn.api_versions:
+        return {}
+    req = messages.DescribeConfigsRequest(resources=[messages.DescribeConfigsRequest.DescribeConfigsResource(
+        resource_type=TOPIC_RESOURCE, resource_name=topic, configuration_keys=None)])
+    resp, version = client.request(req)
+    out = {}
+    for r in resp.results:
+        check(r.error_code, r.error_message, "DescribeConfigs %s" % topic)
+        for c in r.configs:
+            dynamic = (c.config_source == TOPIC_CONFIG_SOURCE) if version >= 1 else not c.is_default
+            if dynamic:
+                out[c.name] = c.value
+    return out
+
+
+def cmd_describe(client, args):
+    topics = _topics(client, args.topic)
+    for t in topics:
+        if args.exclude_internal and t.is_internal:
+            continue
+        configs = describe_configs(client, t.name)
+        from kafkatw.cluster.metadata import uuid_to_base64
+
+        rf = len(t.partitions[0].replica_nodes) if t.partitions else 0
+        tid = uuid_to_base64(t.topic_id) if getattr(t, "topic_id", None) else "-"
+        args.out.write("Topic: %s\tTopicId: %s\tPartitionCount: %d\tReplicationFactor: %d\tConfigs: %s\n"
+                       % (t.name, tid, len(t.partitions), rf,
+                          ",".join("%s=%s" % kv for kv in sorted(configs.items()))))
+        rows = [[t.name, p.partition_index, p.leader_id, ",".join(map(str, p.replica_nodes)),
+                 ",".join(map(str, p.isr_nodes))]
+                for p in sorted(t.partitions, key=lambda p: p.partition_index)]
+        print_table(["TOPIC", "PARTITION", "LEADER", "REPLICAS", "ISR"], rows, args.out)
+
+
+def cmd_create(client, args):
+    configs = parse_kv(args.config, "config")
+    R = messages.CreateTopicsRequest
+    req = R(topics=[R.CreatableTopic(
+        name=args.topic, num_partitions=args.partitions, replication_factor=args.replication_factor,
+        configs=[R.CreatableTopicConfig(name=k, value=v) for k, v in configs.items()])],
+        timeout_ms=30000, validate_only=args.validate_only)
+    conn = client.any_connection()
+    version = conn.version_for(19)
+    if version < 4 and (args.partitions == -1 or args.replication_factor == -1):
+        req.topics[0].num_partitions = 1 if args.partitions == -1 else args.partitions
+        req.topics[0].replication_factor = 1 if args.replication_factor == -1 else args.replication_factor
+    if version == 0:
+        req.validate_only = False
+    resp = conn.send(req, version)
+    for r in resp.topics:
+        if r.error_code == 36 and args.if_not_exists:  # TOPIC_ALREADY_EXISTS
+            return
+        check(r.error_code, getattr(r, "error_message", None), "create topic %s" % r.name)
+    args.out.write("%s topic %s.\n" % ("Validated" if args.validate_only else "Created", args.topic))
+
+
+def cmd_delete(client, args):
+    conn = client.any_connection()
+    version = conn.version_for(20)
+    R = messages.DeleteTopicsRequest
+    if version >= 6:
+        req = R(topics=[R.DeleteTopicState(name=t) for t in args.topic], timeout_ms=30000)
+    else:
+        req = R(topic_names=list(args.topic), timeout_ms=30000)
+    resp = conn.send(req, version)
+    for r in resp.responses:
+        if r.error_code == 3 and args.if_exists:  # UNKNOWN_TOPIC_OR_PARTITION
+            continue
+        check(r.error_code, getattr(r, "error_message", None), "delete topic %s" % r.name)
+        args.out.write("Deleted topic %s.\n" % r.name)
+
+
+def alter_configs(client, resource_type, name, sets, deletes, what):
+    """IncrementalAlterConfigs: SET ``sets`` and DELETE ``deletes`` on one resource."""
+    R = messages.IncrementalAlterConfigsRequest
+    ops = [R.AlterableConfig(name=k, config_operation=0, value=v) for k, v in sets.items()]
+    ops += [R.AlterableConfig(name=k, config_operation=1, value=None) for k in deletes]
+    req = R(resources=[R.AlterConfigsResource(resource_type=resource_type, resource_name=name,
+                                              configs=ops)], validate_only=False)
+    resp = client.call(req)
+    for r in resp.responses:
+        check(r.error_code, r.error_message, what)
+
+
+def cmd_alter(client, args):
+    if args.partitions is None and not args.config and not args.delete_config:
+        raise ClientError("nothing to alter: give --partitions, --config or --delete-config")
+    if args.partitions is not None:
+        R = messages.CreatePartitionsRequest
+        req = R(topics=[R.CreatePartitionsTopic(name=args.topic, count=args.partitions, assignments=None)],
+                timeout_ms=30000, validate_only=False)
+        resp = client.call(req)
+        for r in resp.results:
+            check(r.error_code, r.error_message, "alter partitions of %s" % r.name)
+        args.out.write("Topic %s now has %d partitions.\n" % (args.topic, args.partitions))
+    if args.config or args.delete_config:
+        alter_configs(client, TOPIC_RESOURCE, args.topic, parse_kv(args.config, "config"),
+                      args.delete_config or [], "alter configs of topic %s" % args.topic)
+        args.out.write("Completed updating config for topic %s.\n" % args.topic)
