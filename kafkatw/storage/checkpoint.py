@@ -4,6 +4,7 @@ replication offset, cleaner offset) and leader-epoch entries, written atomically
 """
 
 import os
+import threading
 
 CURRENT_VERSION = 0
 
@@ -19,16 +20,31 @@ class CheckpointError(Exception):
     pass
 
 
+_locks_guard = threading.Lock()
+_locks = {}  # path -> Lock
+
+
+def _lock_for(path):
+    with _locks_guard:
+        lock = _locks.get(path)
+        if lock is None:
+            lock = _locks[path] = threading.Lock()
+        return lock
+
+
 def _write_lines(path, lines, sync=True):
+    # One writer per file at a time: the flush thread and the reactor both write a log's
+    # leader-epoch checkpoint, and two writers sharing the tmp file made os.replace fail.
     tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write("%d\n%d\n" % (CURRENT_VERSION, len(lines)))
-        for line in lines:
-            f.write(line + "\n")
-        f.flush()
-        if sync:
-            os.fsync(f.fileno())
-    os.replace(tmp, path)
+    with _lock_for(path):
+        with open(tmp, "w") as f:
+            f.write("%d\n%d\n" % (CURRENT_VERSION, len(lines)))
+            for line in lines:
+                f.write(line + "\n")
+            f.flush()
+            if sync:
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
 
 
 def _read_lines(path):
