@@ -143,6 +143,7 @@ class GroupCoordinator:
         self.loading_partitions = set()
         self._expiry_loop = None
         self._load_call = None
+        self._listening = False
 
     # -- life cycle ------------------------------------------------------------------------
     def now_ms(self):
@@ -152,8 +153,9 @@ class GroupCoordinator:
         """Become active; if ``__consumer_offsets`` exists, load its partitions one per reactor
         turn (COORDINATOR_LOAD_IN_PROGRESS for their groups meanwhile)."""
         self.is_active = True
-        if self.metadata is not None and hasattr(self.metadata, "add_listener"):
+        if self.metadata is not None and hasattr(self.metadata, "add_listener") and not self._listening:
             self.metadata.add_listener(self._on_topic_event)
+            self._listening = True
         if self._offsets_topic_exists():
             n = self.metadata.partition_count(GROUP_METADATA_TOPIC_NAME)
             self.loading_partitions = set(range(n))
@@ -170,7 +172,8 @@ class GroupCoordinator:
             self._load_call.cancel()
         self.heartbeat_purgatory.shutdown()
         self.rebalance_purgatory.shutdown()
-        if self.metadata is not None and hasattr(self.metadata, "remove_listener"):
+        if self._listening:
+            self._listening = False
             self.metadata.remove_listener(self._on_topic_event)
 
     def _offsets_topic_exists(self):
