@@ -154,7 +154,8 @@ def create_topic(broker, name, partitions=1, configs=None):
 
 def produce_body(topic, partition, values, acks=1, keys=None, **batch_args):
     records = [rec.Record(key=None if keys is None else keys[i], value=v) for i, v in enumerate(values)]
-    batch = rec.build_batch(records, base_timestamp=int(time.time() * 1000), **batch_args)
+    batch_args.setdefault("base_timestamp", int(time.time() * 1000))
+    batch = rec.build_batch(records, **batch_args)
     return m.ProduceRequest(transactional_id=None, acks=acks, timeout_ms=10000, topic_data=[
         m.ProduceRequest.TopicProduceData(name=topic, partition_data=[
             m.ProduceRequest.PartitionProduceData(index=partition, records=batch)])])
