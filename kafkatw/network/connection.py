@@ -103,6 +103,11 @@ class KafkaConnection(Protocol):
         self.log.info("Closing connection {connection_id} from {peer}: " + why,
                       connection_id=self.connection_id, peer="%s:%d" % (self.peer_host, self.peer_port), **fields)
         self.transport.loseConnection()
+        lower = getattr(self.transport, "transport", None)
+        if lower is not None and getattr(self.transport, "wrappedProtocol", None) is self:
+            # TLS: loseConnection sent close_notify and waits for the peer's, which a muted
+            # (paused) connection never reads. Like Kafka, close the socket without waiting.
+            lower.loseConnection()
 
     # -- idle expiry (connections.max.idle.ms) -------------------------------
 
