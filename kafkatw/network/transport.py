@@ -93,11 +93,71 @@ class _Sender:
         pass
 
 
+def _idle_socket(transport):
+    """The socket of a TCP transport with nothing buffered and no producer, else None."""
+    if getattr(transport, "producer", 1) is not None or getattr(transport, "disconnecting", True):
+        return None
+    if getattr(transport, "_tempDataBuffer", True) or len(transport.dataBuffer) != transport.offset:
+        return None
+    return transport.getHandle()
+
+
 @implementer(IPullProducer)
 class PlaintextSender(_Sender):
-    """Bytes through ``transport.write``; regions with ``os.sendfile`` on the socket."""
+    """Bytes through ``transport.write``; regions with ``os.sendfile`` on the socket.
+
+    When the transport buffers nothing, :meth:`start` hands the parts to the kernel at once
+    (``sendmsg`` of each run of byte parts, ``sendfile`` of each region) and fires without
+    a reactor turn or epoll change; only what the socket does not take waits for a write
+    event through the producer.
+    """
 
     log = Logger(namespace="kafkatw.network.transport")
+
+    def start(self):
+        sock = _idle_socket(self.transport)
+        if sock is not None:
+            self._first = False
+            if self._send_now(sock):
+                self._finished = True
+                self.done.callback(self.bytes_sent)
+                return self.done
+            if self._finished:
+                return self.done  # a region failed; the Deferred has failed
+            self._first = True  # the rest waits for the buffer to drain
+        self.transport.registerProducer(self, False)
+        return self.done
+
+    def _send_now(self, sock):
+        """Send parts while the socket takes them; True when all are sent. A byte run the
+        socket takes only partly is left in the transport's buffer."""
+        parts = self.parts
+        while self.index < len(parts):
+            part = parts[self.index]
+            if isinstance(part, FileRegion):
+                if not self._sendfile(part, wake=False):
+                    return False
+                continue
+            run = []
+            while self.index < len(parts) and not isinstance(parts[self.index], FileRegion):
+                if len(parts[self.index]):
+                    run.append(parts[self.index])
+                self.index += 1
+            if not run:
+                continue
+            n = sum(len(b) for b in run)
+            try:
+                sent = sock.sendmsg(run)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            except OSError:
+                sent = 0  # let the transport meet the error and close as usual
+            self.bytes_sent += n
+            if sent < n:
+                rest = b"".join(bytes(b) for b in run)[sent:]
+                self.transport.write(rest)
+                return False
+        return True
 
     def resumeProducing(self):
         if self._finished:
@@ -128,8 +188,9 @@ class PlaintextSender(_Sender):
                 return
         self._finish()
 
-    def _sendfile(self, region):
-        """Send what the socket takes of ``region``; True when the region is complete."""
+    def _sendfile(self, region, wake=True):
+        """Send what the socket takes of ``region``; True when the region is complete.
+        ``wake`` asks the transport for a write event on a partial send."""
         sock_fd = self.transport.getHandle().fileno()
         while self.region_sent < region.count:
             remaining = region.count - self.region_sent
@@ -137,7 +198,8 @@ class PlaintextSender(_Sender):
                 n = os.sendfile(sock_fd, region.file.fileno(), region.position + self.region_sent,
                                 min(remaining, SENDFILE_MAX))
             except BlockingIOError:
-                self.transport.startWriting()
+                if wake:
+                    self.transport.startWriting()
                 return False
             except OSError as e:
                 if e.errno == errno.EINTR:
@@ -151,7 +213,8 @@ class PlaintextSender(_Sender):
             self.region_sent += n
             self.bytes_sent += n
             if n < remaining:
-                self.transport.startWriting()
+                if wake:
+                    self.transport.startWriting()
                 return False
         self.index += 1
         self.region_sent = 0
