@@ -51,6 +51,7 @@ class KafkaConnection(Protocol):
         self._idle_call = None
         self._throttle_call = None
         self.in_flight = None  # the request being handled / answered
+        self._processing = False  # inside _process_frames (a synchronous answer loops, not recurses)
 
     # -- connection life ------------------------------------------------------
 
@@ -151,7 +152,23 @@ class KafkaConnection(Protocol):
             self.transport.resumeProducing()
 
     def _process_frames(self):
-        """Cut and handle frames while not muted (at most one request outstanding)."""
+        """Cut and handle frames while not muted (at most one request outstanding).
+
+        Reading stops (``pauseProducing``) only if a request is still outstanding when the
+        loop ends: a request answered synchronously costs no epoll change."""
+        if self._processing:
+            return
+        self._processing = True
+        try:
+            self._cut_frames()
+        finally:
+            self._processing = False
+        if not self.mute.muted:
+            self._resume()
+        elif not self.closing:
+            self._pause()
+
+    def _cut_frames(self):
         while not self.mute.muted and not self.closing:
             try:
                 frame = self.decoder.next_frame()
@@ -163,8 +180,6 @@ class KafkaConnection(Protocol):
             if frame is None:
                 break
             self._handle_frame(frame)
-        if not self.mute.muted:
-            self._resume()
 
     def _handle_frame(self, frame):
         server = self.server
@@ -208,7 +223,6 @@ class KafkaConnection(Protocol):
 
     def _received(self, request):
         self.mute.mute()
-        self._pause()
         self.mute.handle_event(ChannelMuteEvent.REQUEST_RECEIVED)
         self.in_flight = request
 
