@@ -66,13 +66,14 @@ def read_partition_metadata(path):
 
 
 def write_partition_metadata(path, topic_id):
+    """Write (temp + rename) without fsync: the topic id is durable in the cluster metadata
+    store, which re-writes this file if a crash leaves it empty; an fsync per partition made
+    creating a 1,000-partition topic take seconds."""
     text = "version: 0\ntopic_id: %s\n" % (
         base64.urlsafe_b64encode(topic_id).decode("ascii").rstrip("="),)
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
         f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
     os.replace(tmp, path)
 
 

@@ -172,6 +172,8 @@ class LogManager:
         online = self.online_dirs
         if not online:
             raise KafkaError(errors.KAFKA_STORAGE_ERROR, "no online log dir")
+        if len(online) == 1:
+            return online[0]
         counts = {d: 0 for d in online}
         for lg in self._logs.values():
             d = self._dir_of(lg)
