@@ -31,6 +31,9 @@ from kafkatw.network.wire import (
 )
 
 
+RECV_BUFFER_SIZE = 1 << 20
+
+
 @implementer(IHandshakeListener)
 class KafkaConnection(Protocol):
     log = Logger(namespace="kafkatw.network.connection")
@@ -64,6 +67,9 @@ class KafkaConnection(Protocol):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             except (OSError, AttributeError):
                 pass
+            # one recv per MiB instead of sixteen: fewer syscalls and dataReceived calls
+            # for large produce requests (bytes are copied once into the frame either way)
+            self.transport.bufferSize = RECV_BUFFER_SIZE
         host = self.transport.getHost()
         self.connection_id = "%s:%d-%s:%d-%d-%d" % (
             host.host, host.port, self.peer_host, self.peer_port, 0, server.next_connection_seq(self.endpoint))
