@@ -273,3 +273,60 @@ class SslListenerTests(unittest.SynchronousTestCase):
             self.assertEqual(broker.ssl_bootstrap_servers, ssl_port)  # same port, same CA
             host, port = _host_port(broker.ssl_bootstrap_servers)
             self.assertTrue(api_versions_ok(host, port, ssl_context=broker.ssl_context()))
+
+
+class ProcessModeTests(unittest.SynchronousTestCase):
+    """The fork server (default) and plain twistd subprocesses behave the same."""
+
+    def check_mode(self, fork_server):
+        with KafkaBroker(fork_server=fork_server, topics=["m"]) as broker:
+            process = broker.process
+            self.assertIsNone(process.poll())
+            with open("/proc/%d/cmdline" % process.pid, "rb") as f:
+                self.assertIn(b"python", f.read())
+            self.assertEqual(_produce(broker.bootstrap_servers, "m", [b"1"]), [0])
+            broker.kill()
+            self.assertEqual(process.returncode, -9)
+            broker.start()
+            process = broker.process
+            self.assertEqual(_consume_all(broker.bootstrap_servers, "m"), {0: [(0, None, b"1")]})
+            broker.stop()
+            # a clean stop: twistd shuts down, then re-raises SIGTERM as its exit status
+            self.assertEqual(process.returncode, -15)
+            self.assertIn("kafkatw broker stopped cleanly", broker.log_tail())
+
+    def test_fork_server(self):
+        from kafkatw import testing_forkserver
+
+        if not testing_forkserver.available():
+            raise unittest.SkipTest("no pidfd on this platform")
+        KafkaBroker().close()  # the fork server warms up while a first broker starts
+        from kafkatw import testing
+
+        self.assertTrue(testing._fork_server().ready(timeout=60))
+        self.check_mode(True)
+        with KafkaBroker() as broker:
+            self.assertIsInstance(broker.process, testing_forkserver.ForkedProcess)
+
+    def test_plain_subprocess(self):
+        self.check_mode(False)
+        with KafkaBroker(fork_server=False) as broker:
+            self.assertIsInstance(broker.process, __import__("subprocess").Popen)
+
+    def test_bad_config_through_the_fork_server(self):
+        from kafkatw import testing
+
+        if testing._fork_server() is None or not testing._fork_server().ready(timeout=60):
+            raise unittest.SkipTest("no fork server")
+        with self.assertRaises(BrokerStartError) as cm:
+            KafkaBroker(overrides={"log.retention.hours": "x"}).__enter__()
+        self.assertIn("log.retention.hours", cm.exception.reason)
+
+    def test_many_starts(self):
+        ports = set()
+        for _ in range(10):
+            with KafkaBroker() as broker:
+                host, port = _host_port(broker.bootstrap_servers)
+                self.assertTrue(api_versions_ok(host, port))
+                ports.add(port)
+        self.assertEqual(len(ports), 10)
