@@ -83,11 +83,28 @@ def _fork_server():
     if _fork_server_instance is None:
         if not testing_forkserver.available():
             return None
+        _register_exit()
+        _fork_server_instance = testing_forkserver.ForkServer()
+    return _fork_server_instance
+
+
+_exit_registered = False
+
+
+def _register_exit():
+    """At exit: stop the class-scoped brokers first, then the fork server that reaps them."""
+    global _exit_registered
+    if not _exit_registered:
         import atexit
 
-        _fork_server_instance = testing_forkserver.ForkServer()
-        atexit.register(_fork_server_instance.close)
-    return _fork_server_instance
+        atexit.register(_at_exit)
+        _exit_registered = True
+
+
+def _at_exit():
+    _stop_class_brokers()
+    if _fork_server_instance is not None:
+        _fork_server_instance.close()
 
 
 # -- talking to the broker -----------------------------------------------------------------------
@@ -544,11 +561,8 @@ class KafkaBrokerMixin:
         broker = _class_brokers.get(key)
         if broker is None or not broker.running:
             if broker is not None:
-                broker.close()  # a test killed it: start afresh
-            if not _class_brokers:
-                import atexit
-
-                atexit.register(_stop_class_brokers)
+                broker.close()  # a test stopped it: start afresh
+            _register_exit()
             broker = _class_brokers[key] = self._make_broker()
         self.broker = broker
 

@@ -57,17 +57,32 @@ def _reap(statuses):
             return
         path = statuses.pop(pid, None)
         if path:
-            code = os.waitstatus_to_exitcode(status)
             tmp = path + ".tmp"
-            with open(tmp, "w") as f:
-                f.write(str(code))
-            os.replace(tmp, path)
+            try:
+                with open(tmp, "w") as f:
+                    f.write(str(os.waitstatus_to_exitcode(status)))
+                os.replace(tmp, path)
+            except OSError:  # its folder is gone: nobody is waiting
+                pass
 
 
-def _run_child(request):
+def _die_with_parent():
+    """PR_SET_PDEATHSIG: a broker never outlives the fork server, hence the test process."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+def _run_child(request, server_pid):
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     code = 1
     try:
+        _die_with_parent()
+        if os.getppid() != server_pid:  # the server died before prctl took effect
+            raise SystemExit(1)
         devnull = os.open(os.devnull, os.O_RDWR)
         os.dup2(devnull, 0)
         os.dup2(devnull, 1)
@@ -100,7 +115,10 @@ def _run_child(request):
 def serve():
     """The helper's main loop: one JSON request per stdin line, the child's pid per reply."""
     _preload()
+    import ctypes  # noqa: F401 -- loaded once here, used by every child
+
     statuses = {}
+    server_pid = os.getpid()
     signal.signal(signal.SIGCHLD, lambda *_: _reap(statuses))
     out = sys.stdout
     out.write("ready\n")
@@ -112,7 +130,7 @@ def serve():
             pid = os.fork()
             if pid == 0:
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGCHLD])
-                _run_child(request)
+                _run_child(request, server_pid)
             statuses[pid] = request["status"]
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGCHLD])
@@ -125,16 +143,18 @@ def serve():
 class ForkedProcess:
     """The ``subprocess.Popen`` subset KafkaBroker and its users need, for a forked broker."""
 
-    def __init__(self, pid, status_path):
+    def __init__(self, pid, status_path, server_alive=lambda: True):
         self.pid = pid
         self.returncode = None
         self._status_path = status_path
+        self._server_alive = server_alive
         self._pidfd = os.pidfd_open(pid)
 
     def _exited(self, timeout):
         return bool(select.select([self._pidfd], [], [], timeout)[0])
 
     def _collect(self):
+        # the fork server reaps the process and writes its status; without a server, no status
         deadline = time.monotonic() + 2.0
         code = None
         while code is None and time.monotonic() < deadline:
@@ -142,6 +162,8 @@ class ForkedProcess:
                 with open(self._status_path) as f:
                     code = int(f.read())
             except (OSError, ValueError):
+                if not self._server_alive():
+                    break
                 time.sleep(0.002)
         self.returncode = code if code is not None else -1
         os.close(self._pidfd)
@@ -183,7 +205,8 @@ class ForkServer:
     def __init__(self):
         self._lock = threading.Lock()
         self._proc = subprocess.Popen(
-            [sys.executable, "-c", "from kafkatw.testing_forkserver import serve; serve()"],
+            [sys.executable, "-c", "from kafkatw.testing_forkserver import serve; serve()",
+             "kafkatw-testing-fork-server"],  # forked brokers show this command line in ps
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             close_fds=True, text=True, bufsize=1,
         )
@@ -216,7 +239,7 @@ class ForkServer:
             except (OSError, ValueError):
                 self._dead, self._ready = True, False
                 return None
-        return ForkedProcess(pid, status_path)
+        return ForkedProcess(pid, status_path, lambda: self._proc.poll() is None)
 
     def close(self):
         if self._proc.poll() is None:
