@@ -304,20 +304,23 @@ class KafkaBroker:
                 return host, self.ports[name]
         return None
 
+    def _main_address(self):
+        """The PLAINTEXT listener's (host, port), else the first listener's; port 0 before start."""
+        addr = self._address("PLAINTEXT")
+        if addr is None and self._listeners:
+            name, host, _ = self._listeners[0]
+            addr = (host, self.ports.get(name, 0))
+        return addr or (self.host, 0)
+
     @property
     def port(self):
         """The PLAINTEXT listener's port (the first listener's without one; 0 before start)."""
-        addr = self._address("PLAINTEXT") or (
-            (self._listeners[0][1], self.ports.get(self._listeners[0][0], 0)) if self._listeners else None)
-        return addr[1] if addr else 0
+        return self._main_address()[1]
 
     @property
     def bootstrap_servers(self):
         """``host:port`` of the PLAINTEXT listener (of the first listener when there is none)."""
-        addr = self._address("PLAINTEXT")
-        if addr is None and self._listeners:
-            addr = (self._listeners[0][1], self.ports.get(self._listeners[0][0], 0))
-        return "%s:%d" % addr if addr else "%s:0" % self.host
+        return "%s:%d" % self._main_address()
 
     @property
     def ssl_bootstrap_servers(self):
