@@ -5,15 +5,15 @@ live effect (retention deletes segments, max.message.bytes admits a 5 MB record)
 import glob
 import os
 import time
-import uuid
 
 from twisted.trial import unittest
 
 from kafkatw.cli.client import KafkaClient, KafkaResponseError, check
 from kafkatw.protocol import messages
 from kafkatw.testing import KafkaBrokerMixin
+from tests.support import futures_error, futures_result, poll_until, unique_name
 
-from confluent_kafka import KafkaException, Producer, TopicPartition  # noqa: E402
+from confluent_kafka import Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import (  # noqa: E402
     AdminClient,
     AlterConfigOpType,
@@ -24,49 +24,26 @@ from confluent_kafka.admin import (  # noqa: E402
 )
 
 
-def wait_for(predicate, timeout=15.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError("timed out waiting for %s" % what)
-
-
-def result(futures, timeout=15):
-    """Results of a dict of futures (kept referenced until done, as confluent-kafka needs)."""
-    return {k: f.result(timeout) for k, f in futures.items()}
-
-
-def error_of(futures):
-    try:
-        result(futures)
-    except KafkaException as e:
-        return e.args[0]
-    raise AssertionError("no error")
-
-
 class _Admin(KafkaBrokerMixin):
     def setUp(self):
         super().setUp()
         self.admin = AdminClient({"bootstrap.servers": self.broker.bootstrap_servers})
 
     def topic(self, configs=None, partitions=1):
-        name = "t-" + uuid.uuid4().hex[:10]
-        result(self.admin.create_topics([NewTopic(name, partitions, config=configs or {})]))
+        name = unique_name("t")
+        futures_result(self.admin.create_topics([NewTopic(name, partitions, config=configs or {})]))
         return name
 
     def describe(self, rtype, name):
         res = ConfigResource(rtype, name)
-        return result(self.admin.describe_configs([res]))[res]
+        return futures_result(self.admin.describe_configs([res]))[res]
 
     def incremental(self, rtype, name, entries, validate_only=False):
         return self.admin.incremental_alter_configs(
             [ConfigResource(rtype, name, incremental_configs=entries)], validate_only=validate_only)
 
     def node_id(self):
-        return result({"c": self.admin.describe_cluster()})["c"].controller.id
+        return futures_result({"c": self.admin.describe_cluster()})["c"].controller.id
 
 
 def raw_describe(broker, rtype, name, keys):
@@ -128,7 +105,7 @@ class DescribeConfigsTests(_Admin, unittest.TestCase):
 
     def test_unknown_topic(self):
         res = ConfigResource("TOPIC", "no-such-topic")
-        self.assertEqual(error_of(self.admin.describe_configs([res])).code(), 3)  # UNKNOWN_TOPIC_OR_PARTITION
+        self.assertEqual(futures_error(self.admin.describe_configs([res])).code(), 3)  # UNKNOWN_TOPIC_OR_PARTITION
 
     def test_broker_configs(self):
         configs = self.describe("BROKER", str(self.node_id()))
@@ -163,12 +140,12 @@ class AlterConfigsTests(_Admin, unittest.TestCase):
 
     def test_incremental_set_append_subtract_delete(self):
         name = self.topic()
-        result(self.incremental("TOPIC", name, [op("retention.ms", "5000"),
+        futures_result(self.incremental("TOPIC", name, [op("retention.ms", "5000"),
                                                 op("cleanup.policy", "compact", AlterConfigOpType.APPEND)]))
         configs = self.describe("TOPIC", name)
         self.assertEqual(configs["retention.ms"].value, "5000")
         self.assertEqual(configs["cleanup.policy"].value, "delete,compact")
-        result(self.incremental("TOPIC", name, [op("cleanup.policy", "delete", AlterConfigOpType.SUBTRACT),
+        futures_result(self.incremental("TOPIC", name, [op("cleanup.policy", "delete", AlterConfigOpType.SUBTRACT),
                                                 op("retention.ms", None, AlterConfigOpType.DELETE)]))
         configs = self.describe("TOPIC", name)
         self.assertEqual(configs["cleanup.policy"].value, "compact")
@@ -177,26 +154,26 @@ class AlterConfigsTests(_Admin, unittest.TestCase):
 
     def test_invalid_configs_name_the_key(self):
         name = self.topic()
-        err = error_of(self.incremental("TOPIC", name, [op("retention.ms", "soon")]))
+        err = futures_error(self.incremental("TOPIC", name, [op("retention.ms", "soon")]))
         self.assertEqual(err.code(), 40)  # INVALID_CONFIG
         self.assertIn("retention.ms", err.str())
-        err = error_of(self.incremental("TOPIC", name, [op("no.such.config", "1")]))
+        err = futures_error(self.incremental("TOPIC", name, [op("no.such.config", "1")]))
         self.assertEqual(err.code(), 40)
         self.assertIn("no.such.config", err.str())
-        err = error_of(self.incremental("TOPIC", name, [op("retention.ms", "1", AlterConfigOpType.APPEND)]))
+        err = futures_error(self.incremental("TOPIC", name, [op("retention.ms", "1", AlterConfigOpType.APPEND)]))
         self.assertEqual(err.code(), 40)
         self.assertIn("retention.ms", err.str())
         self.assertEqual(self.describe("TOPIC", name)["retention.ms"].source, ConfigSource.DEFAULT_CONFIG.value)
 
     def test_validate_only_changes_nothing(self):
         name = self.topic()
-        result(self.incremental("TOPIC", name, [op("retention.ms", "5000")], validate_only=True))
+        futures_result(self.incremental("TOPIC", name, [op("retention.ms", "5000")], validate_only=True))
         self.assertEqual(self.describe("TOPIC", name)["retention.ms"].value, "604800000")
 
     def test_legacy_alter_configs_replaces_the_set(self):
         name = self.topic({"retention.ms": "5000", "segment.ms": "7000"})
         res = ConfigResource("TOPIC", name, set_config={"segment.ms": "8000"})
-        result(self.admin.alter_configs([res]))
+        futures_result(self.admin.alter_configs([res]))
         configs = self.describe("TOPIC", name)
         self.assertEqual(configs["segment.ms"].value, "8000")
         self.assertEqual(configs["retention.ms"].source, ConfigSource.DEFAULT_CONFIG.value)
@@ -212,17 +189,17 @@ class AlterConfigsTests(_Admin, unittest.TestCase):
 
     def test_broker_dynamic_config(self):
         node = str(self.node_id())
-        result(self.incremental("BROKER", node, [op("log.retention.ms", "86400000")]))
+        futures_result(self.incremental("BROKER", node, [op("log.retention.ms", "86400000")]))
         entry = self.describe("BROKER", node)["log.retention.ms"]
         self.assertEqual((entry.value, entry.source), ("86400000", ConfigSource.DYNAMIC_BROKER_CONFIG.value))
         # topics without an override follow it
         topic_entry = self.describe("TOPIC", self.topic())["retention.ms"]
         self.assertEqual((topic_entry.value, topic_entry.source),
                          ("86400000", ConfigSource.DYNAMIC_BROKER_CONFIG.value))
-        err = error_of(self.incremental("BROKER", node, [op("log.dirs", "/elsewhere")]))
+        err = futures_error(self.incremental("BROKER", node, [op("log.dirs", "/elsewhere")]))
         self.assertEqual(err.code(), 40)
         self.assertIn("log.dirs", err.str())
-        result(self.incremental("BROKER", node, [op("log.retention.ms", None, AlterConfigOpType.DELETE)]))
+        futures_result(self.incremental("BROKER", node, [op("log.retention.ms", None, AlterConfigOpType.DELETE)]))
         self.assertEqual(self.describe("BROKER", node)["log.retention.ms"].source,
                          ConfigSource.DEFAULT_CONFIG.value)
 
@@ -238,9 +215,9 @@ class AlterConfigsTests(_Admin, unittest.TestCase):
         self.assertEqual(len(logs()), 3)  # old timestamps roll a segment per batch
         tp = TopicPartition(name, 0)
         self.assertEqual(self._low(tp), 0)
-        result(self.incremental("TOPIC", name, [op("retention.ms", "600000")]))
-        wait_for(lambda: self._low(tp) == 3, what="log start offset 3 after retention")
-        wait_for(lambda: len(logs()) == 1, what="old segment files deleted")
+        futures_result(self.incremental("TOPIC", name, [op("retention.ms", "600000")]))
+        poll_until(lambda: self._low(tp) == 3, 15.0, 0.05, "log start offset 3 after retention")
+        poll_until(lambda: len(logs()) == 1, 15.0, 0.05, "old segment files deleted")
 
     def _low(self, tp):
         from confluent_kafka import Consumer
@@ -263,7 +240,7 @@ class AlterConfigsTests(_Admin, unittest.TestCase):
         self.assertEqual(len(outcome), 1)
         self.assertIsNotNone(outcome[0])
         self.assertEqual(outcome[0].name(), "MSG_SIZE_TOO_LARGE")
-        result(self.incremental("TOPIC", name, [op("max.message.bytes", str(6 * 1024 * 1024))]))
+        futures_result(self.incremental("TOPIC", name, [op("max.message.bytes", str(6 * 1024 * 1024))]))
         outcome.clear()
         producer.produce(name, big, partition=0, on_delivery=lambda err, msg: outcome.append((err, msg.offset())))
         producer.flush(20)
@@ -274,7 +251,7 @@ class AlterConfigsTests(_Admin, unittest.TestCase):
                       "auto.offset.reset": "earliest", "enable.auto.commit": False})
         self.addCleanup(c.close)
         c.assign([TopicPartition(name, 0, 0)])
-        msg = wait_for(lambda: c.poll(0.5), what="the 5 MB record")
+        msg = poll_until(lambda: c.poll(0.5), 15.0, 0.05, "the 5 MB record")
         self.assertIsNone(msg.error())
         self.assertEqual(msg.value(), big)
 
@@ -285,8 +262,8 @@ class ConfigRestartTests(_Admin, unittest.TestCase):
     def test_configs_survive_restart(self):
         name = self.topic()
         node = str(self.node_id())
-        result(self.incremental("TOPIC", name, [op("retention.ms", "4242000")]))
-        result(self.incremental("BROKER", node, [op("log.retention.bytes", "123456789")]))
+        futures_result(self.incremental("TOPIC", name, [op("retention.ms", "4242000")]))
+        futures_result(self.incremental("BROKER", node, [op("log.retention.bytes", "123456789")]))
         raw_incremental(self.broker, 4, "", "log.cleaner.backoff.ms", "16000")  # the cluster default
         self.broker.restart()
         self.admin = AdminClient({"bootstrap.servers": self.broker.bootstrap_servers})

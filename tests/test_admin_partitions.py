@@ -2,29 +2,15 @@
 DescribeProducers, ElectLeaders and the advertised ApiVersions against a real broker, through
 confluent-kafka, kafka-python and (for APIs neither exposes) kafkatw's own wire client."""
 
-import time
-import uuid
-
 from twisted.trial import unittest
 
 from kafkatw.cli.client import KafkaClient
 from kafkatw.protocol import messages
 from kafkatw.testing import KafkaBrokerMixin
+from tests.support import futures_error, futures_result, poll_until, unique_name
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
-
-
-def result(futures, timeout=15):
-    return {k: f.result(timeout) for k, f in futures.items()}
-
-
-def error_of(futures):
-    try:
-        result(futures)
-    except KafkaException as e:
-        return e.args[0]
-    raise AssertionError("no error")
 
 
 class AdminPartitionsTests(KafkaBrokerMixin, unittest.TestCase):
@@ -33,8 +19,8 @@ class AdminPartitionsTests(KafkaBrokerMixin, unittest.TestCase):
         self.admin = AdminClient({"bootstrap.servers": self.broker.bootstrap_servers})
 
     def topic(self, partitions=1):
-        name = "p-" + uuid.uuid4().hex[:10]
-        result(self.admin.create_topics([NewTopic(name, partitions)]))
+        name = unique_name("p")
+        futures_result(self.admin.create_topics([NewTopic(name, partitions)]))
         return name
 
     def produce(self, name, n, partition=0, idempotent=False):
@@ -50,17 +36,17 @@ class AdminPartitionsTests(KafkaBrokerMixin, unittest.TestCase):
 
     def test_create_partitions(self):
         name = self.topic(1)
-        result(self.admin.create_partitions([NewPartitions(name, 3)], validate_only=True))
+        futures_result(self.admin.create_partitions([NewPartitions(name, 3)], validate_only=True))
         self.assertEqual(len(self.admin.list_topics(name, timeout=10).topics[name].partitions), 1)
-        result(self.admin.create_partitions([NewPartitions(name, 3)]))
+        futures_result(self.admin.create_partitions([NewPartitions(name, 3)]))
         self.assertEqual(sorted(self.admin.list_topics(name, timeout=10).topics[name].partitions), [0, 1, 2])
         self.produce(name, 2, partition=2)
-        err = error_of(self.admin.create_partitions([NewPartitions(name, 2)]))
+        err = futures_error(self.admin.create_partitions([NewPartitions(name, 2)]))
         self.assertEqual((err.code(), err.str()), (37, "The topic %s currently has 3 partition(s); "
                                                        "2 would not be an increase." % name))
-        err = error_of(self.admin.create_partitions([NewPartitions(name, 3)]))
+        err = futures_error(self.admin.create_partitions([NewPartitions(name, 3)]))
         self.assertEqual((err.code(), err.str()), (37, "Topic already has 3 partition(s)."))
-        err = error_of(self.admin.create_partitions([NewPartitions("missing-" + name, 3)]))
+        err = futures_error(self.admin.create_partitions([NewPartitions("missing-" + name, 3)]))
         self.assertEqual(err.code(), 3)
 
     def test_kafka_python_create_partitions(self):
@@ -76,21 +62,18 @@ class AdminPartitionsTests(KafkaBrokerMixin, unittest.TestCase):
         name = self.topic()
         self.produce(name, 10)
         tp = TopicPartition(name, 0, 4)
-        [deleted] = result(self.admin.delete_records([tp])).values()
+        [deleted] = futures_result(self.admin.delete_records([tp])).values()
         self.assertEqual(deleted.low_watermark, 4)
         c = Consumer({"bootstrap.servers": self.broker.bootstrap_servers, "group.id": "g-" + name,
                       "auto.offset.reset": "earliest"})
         self.addCleanup(c.close)
         self.assertEqual(c.get_watermark_offsets(TopicPartition(name, 0), timeout=10), (4, 10))
         c.assign([TopicPartition(name, 0, -2)])  # OFFSET_BEGINNING
-        deadline = time.monotonic() + 15
-        msg = None
-        while msg is None and time.monotonic() < deadline:
-            msg = c.poll(0.5)
+        msg = poll_until(lambda: c.poll(0.5), 15.0, 0.0, "the record at the new log start offset")
         self.assertEqual((msg.offset(), msg.value()), (4, b"v4"))
-        err = error_of(self.admin.delete_records([TopicPartition(name, 0, 11)]))
+        err = futures_error(self.admin.delete_records([TopicPartition(name, 0, 11)]))
         self.assertEqual(err.code(), 1)  # OFFSET_OUT_OF_RANGE beyond the high watermark
-        [deleted] = result(self.admin.delete_records([TopicPartition(name, 0, -1)])).values()
+        [deleted] = futures_result(self.admin.delete_records([TopicPartition(name, 0, -1)])).values()
         self.assertEqual(deleted.low_watermark, 10)  # -1: up to the high watermark
 
     def test_kafka_python_delete_records(self):
@@ -105,7 +88,7 @@ class AdminPartitionsTests(KafkaBrokerMixin, unittest.TestCase):
         self.assertEqual(out[KPTopicPartition(name, 0)]["low_watermark"], 3)
 
     def test_describe_cluster(self):
-        d = result({"c": self.admin.describe_cluster(include_authorized_operations=True)})["c"]
+        d = futures_result({"c": self.admin.describe_cluster(include_authorized_operations=True)})["c"]
         md = self.admin.list_topics(timeout=10)
         self.assertEqual(d.cluster_id, md.cluster_id)
         self.assertEqual(d.controller.id, md.controller_id)
@@ -168,7 +151,7 @@ class AdminPartitionsTests(KafkaBrokerMixin, unittest.TestCase):
         from confluent_kafka import ElectionType
 
         name = self.topic(2)
-        out = result({"e": self.admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(name, 0)])})["e"]
+        out = futures_result({"e": self.admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(name, 0)])})["e"]
         [(tp, err)] = out.items()
         self.assertEqual((tp.topic, tp.partition, err.code()), (name, 0, 84))  # ELECTION_NOT_NEEDED
         R = messages.ElectLeadersRequest

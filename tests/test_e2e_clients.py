@@ -10,11 +10,11 @@ import itertools
 import shutil
 import subprocess
 import time
-import uuid
 
 from twisted.trial import unittest
 
 from kafkatw.testing import KafkaBrokerMixin
+from tests.support import poll_until, unique_name
 
 N = 1000
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
@@ -30,19 +30,6 @@ def expected_records(n=N, tag=""):
         )
         for i in range(n)
     ]
-
-
-def topic_name(prefix):
-    return "%s-%s" % (prefix, uuid.uuid4().hex[:8])
-
-
-def poll_until(predicate, timeout=20.0, interval=0.02, message="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(interval)
-    raise AssertionError("timed out after %.0f s waiting for %s" % (timeout, message))
 
 
 class ConfluentKafkaTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
@@ -111,7 +98,7 @@ class ConfluentKafkaTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
         return out
 
     def test_metadata_lists_broker_and_topic(self):
-        name = topic_name("meta")
+        name = unique_name("meta")
         self.create_topic(name, partitions=3)
         md = self.admin().list_topics(timeout=10)
         self.assertEqual(list(md.brokers), [1])
@@ -121,14 +108,14 @@ class ConfluentKafkaTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
         self.assertEqual(md.topics[name].partitions[0].leader, 1)
 
     def test_delete_topic(self):
-        name = topic_name("del")
+        name = unique_name("del")
         self.create_topic(name)
         self.admin().delete_topics([name])[name].result(timeout=10)
         poll_until(lambda: name not in self.admin().list_topics(timeout=10).topics, message="topic gone")
 
     def test_produce_consume_every_codec_and_acks(self):
         for codec, acks in itertools.product(CODECS, ACKS):
-            name = topic_name("cfk-%s" % codec)
+            name = unique_name("cfk-%s" % codec)
             self.create_topic(name)
             records = expected_records(tag=codec)
             offsets = self.produce(name, records, acks, codec)
@@ -142,7 +129,7 @@ class ConfluentKafkaTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
     def test_list_offsets_earliest_latest_and_by_timestamp(self):
         from confluent_kafka import Consumer, TopicPartition
 
-        name = topic_name("offs")
+        name = unique_name("offs")
         self.create_topic(name)
         from confluent_kafka import Producer
 
@@ -173,7 +160,7 @@ class KafkaPythonTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
         admin = KafkaAdminClient(bootstrap_servers=self.broker.bootstrap_servers)
         self.addCleanup(admin.close)
         for codec, acks in itertools.product(CODECS, ACKS):
-            name = topic_name("kp-%s" % codec)
+            name = unique_name("kp-%s" % codec)
             admin.create_topics([NewTopic(name, 1, 1)])
             records = expected_records(tag=codec)
             producer = KafkaProducer(
@@ -213,7 +200,7 @@ class AIOKafkaTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
         bootstrap = self.broker.bootstrap_servers
 
         async def scenario(codec, acks):
-            name = topic_name("aio-%s" % codec)
+            name = unique_name("aio-%s" % codec)
             admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
             await admin.start()
             try:
@@ -273,7 +260,7 @@ class KcatTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
 
     def test_produce_consume_every_codec(self):
         for codec, acks in itertools.product(CODECS, ACKS):
-            name = topic_name("kcat-%s" % codec)
+            name = unique_name("kcat-%s" % codec)
             lines = ["k%d:v-%s-%d" % (i % 37, codec, i) for i in range(N)]
             self.kcat("-P", "-t", name, "-K", ":", "-z", codec, "-X", "request.required.acks=%d" % acks,
                       "-H", "h1=x", "-X", "topic.metadata.refresh.interval.ms=100",

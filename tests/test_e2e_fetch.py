@@ -12,7 +12,7 @@ import time
 from twisted.trial import unittest
 
 from kafkatw.testing import KafkaBrokerMixin
-from tests.test_e2e_network import (
+from tests.support import (
     FETCH,
     FETCH_V,
     RawClient,
@@ -23,7 +23,7 @@ from tests.test_e2e_network import (
     produce,
     request_log,
     tmp_path,
-    topic_name,
+    unique_name,
 )
 
 REQUEST_LOG = tmp_path("fetch-request.log")
@@ -39,7 +39,7 @@ class LongPollTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
     broker_overrides = {"kafkatw.request.log.enable": "true", "kafkatw.request.log.file": REQUEST_LOG}
 
     def ten_records(self):
-        topic = create_topic(self.broker, topic_name("u08"))
+        topic = create_topic(self.broker, unique_name("u08"))
         c = RawClient(self.broker, "u08-producer")
         for i in range(10):
             produce(c, topic, 0, [b"record-%d" % i])
@@ -171,7 +171,7 @@ class LongPollTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
 class ThousandPartitionSessionTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
     def test_incremental_fetch_carries_only_changed_partitions(self):
         n = 1000
-        topic = create_topic(self.broker, topic_name("wide"), partitions=n)
+        topic = create_topic(self.broker, unique_name("wide"), partitions=n)
         producer = RawClient(self.broker, "wide-producer")
         self.addCleanup(producer.close)
         seeded = [3, 141, 592, 653, 999]

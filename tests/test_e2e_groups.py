@@ -6,16 +6,15 @@ describe, reset and delete groups; a static member restarting in time causes no 
 """
 
 import asyncio
-import os
 import signal
 import subprocess
 import sys
 import time
-import uuid
 
 from twisted.trial import unittest
 
 from kafkatw.testing import KafkaBroker, KafkaBrokerMixin
+from tests.support import poll_until, unique_name
 
 PARTITIONS = 6
 OVERRIDES = {
@@ -23,19 +22,6 @@ OVERRIDES = {
     "group.min.session.timeout.ms": 1000,
     "offsets.topic.num.partitions": 10,
 }
-
-
-def name(prefix):
-    return "%s-%s" % (prefix, uuid.uuid4().hex[:8])
-
-
-def poll_until(predicate, timeout=20.0, interval=0.02, message="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(interval)
-    raise AssertionError("timed out after %.0f s waiting for %s" % (timeout, message))
 
 
 def create_topic(bootstrap, topic, partitions=PARTITIONS):
@@ -118,7 +104,7 @@ class ConfluentGroupTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
         return [assignment_of(c) for c in consumers]
 
     def test_split_join_leave_and_commit(self):
-        topic, group = name("cg"), name("g")
+        topic, group = unique_name("cg"), unique_name("g")
         bs = self.broker.bootstrap_servers
         create_topic(bs, topic)
         produced = produce(bs, topic, 300)
@@ -149,7 +135,7 @@ class ConfluentGroupTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
         self.assertEqual([tp.offset for tp in committed], [60] * PARTITIONS)
 
     def test_crashed_member_found_by_session_timeout(self):
-        topic, group = name("crash"), name("g")
+        topic, group = unique_name("crash"), unique_name("g")
         bs = self.broker.bootstrap_servers
         create_topic(bs, topic)
         proc = subprocess.Popen([sys.executable, "-c", _CRASH_SCRIPT, bs, group, topic],
@@ -177,7 +163,7 @@ class ConfluentGroupTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
         self.assertIn("has failed, removing it from the group", self.broker.log_tail(400))
 
     def test_static_member_restart_causes_no_rebalance(self):
-        topic, group = name("static"), name("g")
+        topic, group = unique_name("static"), unique_name("g")
         bs = self.broker.bootstrap_servers
         create_topic(bs, topic)
         assigns = []
@@ -210,7 +196,7 @@ class ConfluentGroupTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
         from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
         from confluent_kafka.admin import AdminClient
 
-        topic, group = name("adm"), name("g")
+        topic, group = unique_name("adm"), unique_name("g")
         bs = self.broker.bootstrap_servers
         create_topic(bs, topic)
         produce(bs, topic, 60)
@@ -262,7 +248,7 @@ class RestartTests(unittest.SynchronousTestCase):
         broker = KafkaBroker(overrides=OVERRIDES).start()
         self.addCleanup(broker.close)
         bs = broker.bootstrap_servers
-        topic, group = name("rs"), name("g")
+        topic, group = unique_name("rs"), unique_name("g")
         create_topic(bs, topic)
         produce(bs, topic, 120)
         c = confluent_consumer(bs, group, topic)
@@ -301,7 +287,7 @@ class KafkaPythonGroupTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
         from kafka.admin import KafkaAdminClient
         from kafka.structs import OffsetAndMetadata
 
-        topic, group = name("kp"), name("g")
+        topic, group = unique_name("kp"), unique_name("g")
         bs = self.broker.bootstrap_servers
         create_topic(bs, topic)
         produced = produce(bs, topic, 120)
@@ -356,7 +342,7 @@ class AIOKafkaGroupTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
     def test_group_split_and_commit(self):
         from aiokafka import AIOKafkaConsumer
 
-        topic, group = name("aio"), name("g")
+        topic, group = unique_name("aio"), unique_name("g")
         bs = self.broker.bootstrap_servers
         create_topic(bs, topic)
         produced = produce(bs, topic, 120)

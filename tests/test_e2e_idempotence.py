@@ -14,7 +14,7 @@ import time
 from twisted.trial import unittest
 
 from kafkatw.testing import KafkaBroker
-from tests.test_e2e_network import create_topic, poll_until, read_all, topic_name
+from tests.support import create_topic, poll_until, read_all, unique_name
 
 
 class CuttingProxy:
@@ -139,7 +139,7 @@ class IdempotentProducerTests(unittest.SynchronousTestCase):
         proxy = CuttingProxy(cut_every=12000, max_cuts=6)
         self.addCleanup(proxy.close)
         broker = self.start(proxy)
-        topic = create_topic(broker, topic_name("idem-cut"))
+        topic = create_topic(broker, unique_name("idem-cut"))
         delivered, errors = [], []
         p, cb = self.producer(proxy, delivered, errors)
         n = 6000
@@ -163,7 +163,7 @@ class IdempotentProducerTests(unittest.SynchronousTestCase):
         proxy = CuttingProxy()
         self.addCleanup(proxy.close)
         broker = self.start(proxy)
-        topic = create_topic(broker, topic_name("idem-restart"))
+        topic = create_topic(broker, unique_name("idem-restart"))
         delivered, errors = [], []
         p, cb = self.producer(proxy, delivered, errors)
         n = 0

@@ -20,6 +20,7 @@ from twisted.trial import unittest
 from kafkatw.protocol import errors, messages, records
 from kafkatw.protocol.compression import GZIP, LZ4, NONE, SNAPPY, ZSTD
 from kafkatw.testing import KafkaBroker
+from tests.support import recv_exact
 
 CODECS = {"none": NONE, "gzip": GZIP, "snappy": SNAPPY, "lz4": LZ4, "zstd": ZSTD}
 N = 200
@@ -122,22 +123,12 @@ def _request(sock, api_key, version, body, correlation_id):
     hv = messages.request_header_version(api_key, version)
     payload = header.encode_bytes(hv) + body.encode_bytes(version)
     sock.sendall(struct.pack(">i", len(payload)) + payload)
-    (size,) = struct.unpack(">i", _recv(sock, 4))
-    frame = _recv(sock, size)
+    (size,) = struct.unpack(">i", recv_exact(sock, 4))
+    frame = recv_exact(sock, size)
     rhv = messages.response_header_version(api_key, version)
     rheader, pos = messages.ResponseHeader.decode_from(memoryview(frame), 0, rhv)
     assert rheader.correlation_id == correlation_id
     return messages.RESPONSES[api_key].decode(memoryview(frame)[pos:], version)
-
-
-def _recv(sock, n):
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("closed")
-        buf += chunk
-    return bytes(buf)
 
 
 class CorruptBatchOverTheWireTests(unittest.SynchronousTestCase):

@@ -17,7 +17,7 @@ from twisted.trial import unittest
 from kafkatw.protocol import messages as m
 from kafkatw.protocol import records as rec
 from kafkatw.testing import KafkaBrokerMixin
-from tests.test_e2e_network import (
+from tests.support import (
     FETCH,
     FETCH_V,
     LIST_OFFSETS,
@@ -27,7 +27,7 @@ from tests.test_e2e_network import (
     poll_until,
     produce,
     read_all,
-    topic_name,
+    unique_name,
 )
 
 OFFSET_OUT_OF_RANGE = 1
@@ -113,7 +113,7 @@ class CrashRecoveryTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
 
     def test_kill_mid_stream_then_torn_tail(self):
         partitions = 3
-        topic = create_topic(self.broker, topic_name("crash"), partitions=partitions)
+        topic = create_topic(self.broker, unique_name("crash"), partitions=partitions)
         acked = self.produce_until_killed(topic, partitions, kill_after=3000)
         total_acked = sum(len(a) for a in acked.values())
         self.broker.start()
@@ -154,7 +154,7 @@ class RetentionAndCompactionTests(KafkaBrokerMixin, unittest.SynchronousTestCase
     def test_retention_moves_the_log_start_offset(self):
         from kafka import KafkaConsumer, TopicPartition
 
-        topic = create_topic(self.broker, topic_name("retention"),
+        topic = create_topic(self.broker, unique_name("retention"),
                              configs={"retention.ms": 1500, "segment.ms": 300})
         c = RawClient(self.broker, "retention-producer")
         self.addCleanup(c.close)
@@ -191,7 +191,7 @@ class RetentionAndCompactionTests(KafkaBrokerMixin, unittest.SynchronousTestCase
     def test_compaction_keeps_the_last_value_per_key(self):
         from kafka import KafkaConsumer, TopicPartition
 
-        topic = create_topic(self.broker, topic_name("compact"), configs={
+        topic = create_topic(self.broker, unique_name("compact"), configs={
             "cleanup.policy": "compact", "segment.ms": 250, "min.cleanable.dirty.ratio": 0.01,
             "delete.retention.ms": 60000})
         c = RawClient(self.broker, "compact-producer")

@@ -1,12 +1,16 @@
 """Shared fakes for the network tests (no tests here): a scripted handler, frame builders,
-a transport layer whose 'fully written' the test decides, and a StringTransport harness."""
+a transport layer whose 'fully written' the test decides, a StringTransport harness, and
+Twisted's test certificate (``SERVER_PEM``) with a ``RawBody`` for in-process SSL listeners."""
 
+import os
 import struct
 
 from twisted.internet import defer, task
 from twisted.internet.address import IPv4Address
 from twisted.internet.testing import StringTransport
 from zope.interface import implementer
+
+import twisted.test
 
 from kafkatw.network.interfaces import IRequestHandler
 from kafkatw.network.listener import SocketServer
@@ -17,6 +21,17 @@ from kafkatw.protocol.parts import join_parts
 
 SUPPORTED = {0: (3, 11), 1: (4, 17), 3: (0, 12), 18: (0, 4)}
 PLAINTEXT = Endpoint("PLAINTEXT", "PLAINTEXT", "127.0.0.1", 0)
+SERVER_PEM = os.path.join(os.path.dirname(twisted.test.__file__), "server.pem")
+
+
+class RawBody:
+    """A response 'message' whose encoding is the given parts (the wire adds the header)."""
+
+    def __init__(self, parts):
+        self.parts = parts
+
+    def encode(self, version):
+        return list(self.parts)
 
 
 def frame(api_key, version, correlation_id, body=None, client_id="test"):

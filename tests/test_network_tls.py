@@ -7,25 +7,12 @@ import tempfile
 from twisted.internet import defer, protocol, reactor, ssl
 from twisted.trial import unittest
 
-import twisted.test
 from kafkatw.network.listener import SocketServer
 from kafkatw.network.request import Response
 from kafkatw.network.settings import Endpoint
 from kafkatw.protocol.parts import FileRegion, join_parts
 
-from tests.test_network_support import ScriptedHandler, api_versions_frame, split_responses
-
-SERVER_PEM = os.path.join(os.path.dirname(twisted.test.__file__), "server.pem")
-
-
-class _RawBody:
-    """A response 'message' whose encoding is given parts (header included by the wire)."""
-
-    def __init__(self, parts):
-        self.parts = parts
-
-    def encode(self, version):
-        return list(self.parts)
+from tests.test_network_support import SERVER_PEM, RawBody, ScriptedHandler, api_versions_frame, split_responses
 
 
 class _Client(protocol.Protocol):
@@ -50,7 +37,7 @@ class TlsListenerTests(unittest.TestCase):
         f.write(data)
         f.flush()
         self.addCleanup(f.close)
-        body = _RawBody([b"\x00\x00", FileRegion(f, 0, len(data)), b"\x01"])
+        body = RawBody([b"\x00\x00", FileRegion(f, 0, len(data)), b"\x01"])
         handler = ScriptedHandler(responder=lambda r: Response(body))
         ctx = ssl.DefaultOpenSSLContextFactory(SERVER_PEM, SERVER_PEM)
         ep = Endpoint("SSL", "SSL", "127.0.0.1", 0)

@@ -19,6 +19,7 @@ from kafkatw.network.request import ANONYMOUS_PRINCIPAL
 from kafkatw.testing import BrokerStartError, KafkaBroker, KafkaBrokerMixin
 from kafkatw.tls_certs import CLIENT_PRINCIPAL, make_test_pki
 
+from tests.support import recv_exact
 from tests.tls_support import MTLS_LISTENERS, MTLS_OVERRIDES
 
 _PKI = {}
@@ -174,16 +175,6 @@ def api_versions_request(correlation_id=7):
     client_id = b"tls-test"
     body = struct.pack(">hhih", 18, 0, correlation_id, len(client_id)) + client_id
     return struct.pack(">i", len(body)) + body
-
-
-def recv_exact(sock, n):
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("closed after %d of %d bytes" % (len(buf), n))
-        buf += chunk
-    return bytes(buf)
 
 
 class SslBrokerTests(KafkaBrokerMixin, unittest.SynchronousTestCase):

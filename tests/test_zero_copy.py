@@ -14,7 +14,6 @@ from twisted.internet import defer, protocol, reactor
 from twisted.internet import ssl as tssl
 from twisted.trial import unittest
 
-import twisted.test
 from kafkatw.config import KafkaConfig
 from kafkatw.network.listener import SocketServer
 from kafkatw.network.request import Response
@@ -24,7 +23,8 @@ from kafkatw.protocol.parts import FileRegion
 from kafkatw.testing import KafkaBrokerMixin
 
 from tests import tls_support as ts
-from tests.test_network_support import ScriptedHandler, api_versions_frame, frame
+from tests.support import recv_exact
+from tests.test_network_support import SERVER_PEM, RawBody, ScriptedHandler, api_versions_frame, frame
 
 MiB = 1024 * 1024
 TOTAL = 200 * MiB
@@ -157,28 +157,7 @@ class ZeroCopyBrokerTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
             self.assertEqual(records, f.read(len(records)))
 
 
-def recv_exact(sock, n):
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(min(n - len(buf), MiB))
-        if not chunk:
-            raise ConnectionError("closed after %d of %d bytes" % (len(buf), n))
-        buf += chunk
-    return bytes(buf)
-
-
 # -- transfer failures (in-process SocketServer) ------------------------------------------------
-SERVER_PEM = os.path.join(os.path.dirname(twisted.test.__file__), "server.pem")
-
-
-class _RawBody:
-    def __init__(self, parts):
-        self.parts = parts
-
-    def encode(self, version):
-        return list(self.parts)
-
-
 class _BrokenFile:
     """A 'segment' whose reads fail with EISDIR: a directory descriptor stands in for a disk
     that returns errors (sendfile and pread both fail on it)."""
@@ -214,7 +193,7 @@ class TransferFailureTests(unittest.TestCase):
 
     def serve(self, parts, security_protocol="PLAINTEXT"):
         failures = []
-        handler = ScriptedHandler(responder=lambda r: Response(_RawBody(parts)))
+        handler = ScriptedHandler(responder=lambda r: Response(RawBody(parts)))
         ep = Endpoint(security_protocol, security_protocol, "127.0.0.1", 0)
         ctx = {}
         if security_protocol == "SSL":
