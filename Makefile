@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 SCHEMAS ?= ../shared/kafka-protocol
 CONFIG ?= etc/server.properties
 
-.PHONY: install run test codec bench clean
+.PHONY: install compile run test codec bench clean
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -14,12 +14,17 @@ $(STAMP): setup.cfg pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[test]' --config-settings editable_mode=compat
 	touch $(STAMP)
 
+# Byte-compile the package (the generated codec is 2 MB of source): every broker start reads
+# the .pyc instead of compiling, also where PYTHONDONTWRITEBYTECODE is set.
+compile: $(STAMP)
+	@$(BIN)/python -m compileall -q kafkatw
+
 install: $(STAMP)
 
-run: $(STAMP)
+run: compile
 	$(BIN)/twistd -n --pidfile= kafka --config $(CONFIG)
 
-test: $(STAMP)
+test: compile
 	@$(BIN)/python tools/run_tests.py $(TESTS)
 
 codec:
