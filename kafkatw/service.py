@@ -104,9 +104,13 @@ class BrokerService(service.MultiService):
         # [groups] the group coordinator on __consumer_offsets (loads it after start-up)
         self.group_coordinator = GroupCoordinator(config, self.metadata, self.replica_manager,
                                                   self.log_manager, self.reactor)
+        from kafkatw.server import features  # [features] ApiVersions v3+ feature lists
         self.apis = KafkaApis(config, self.metadata, self.replica_manager, fetch_manager,
                               clock=self.reactor, log_manager=self.log_manager,
-                              group_coordinator=self.group_coordinator)
+                              group_coordinator=self.group_coordinator,
+                              supported_features=features.supported_features(),
+                              finalized_features=features.finalized_features(),
+                              finalized_features_epoch=features.FINALIZED_FEATURES_EPOCH)
         self.apis.create_missing_logs()
         self.group_coordinator.startup()  # [groups]
         self.log_manager.start()
