@@ -836,8 +836,23 @@ One class per schema with nested struct classes; ``encode(version) -> parts``,
 
 import struct as _struct
 
-from kafkatw.protocol import codec as _codec
-from kafkatw.protocol.parts import FileRegion as _FileRegion
+from kafkatw.protocol._runtime import (
+    CATCH as _CATCH,
+    MISSING as _MISSING,
+    Struct as _Struct,
+    absent as _absent,
+    bad_len as _bad_len,
+    new as _new,
+    not_nullable as _not_nullable,
+    pack as _pack,
+    pi16 as _pi16,
+    pi32 as _pi32,
+    tag_size as _tag_size,
+    ui8 as _ui8,
+    ui16 as _ui16,
+    ui32 as _ui32,
+    unpack_from as _unpack_from,
+)
 from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
     ProtocolDecodeError,
@@ -851,128 +866,10 @@ from kafkatw.protocol.codec import (
     write_tags as _write_tags,
     write_uvarint as _wuv,
 )
-
-_new = object.__new__
-_pack = _struct.pack
-_unpack_from = _struct.unpack_from
-_pi16 = _struct.Struct(">h").pack
-_pi32 = _struct.Struct(">i").pack
-_ui8 = _struct.Struct(">b").unpack_from
-_ui16 = _struct.Struct(">h").unpack_from
-_ui32 = _struct.Struct(">i").unpack_from
-_CATCH = (_DecodeFailure, _struct.error, IndexError, ValueError, OverflowError)
-_MISSING = object()
+from kafkatw.protocol.parts import FileRegion as _FileRegion
 
 __all__ = ["ProtocolDecodeError", "UnsupportedVersionError", "REQUESTS", "RESPONSES", "API_NAMES",
            "request_header_version", "response_header_version"]
-
-
-def _bad_len(n, remaining):
-    if n < 0:
-        return _DecodeFailure("invalid length %d" % n, [])
-    return _DecodeFailure("length %d exceeds remaining %d bytes" % (n, remaining), [])
-
-
-def _tag_size(tag, size, used):
-    return _DecodeFailure("tagged field %d declared %d bytes but its value used %d" % (tag, size, used), [])
-
-
-def _absent(obj, attr, v):
-    return UnsupportedVersionError(
-        "%s v%d: field %s has a non-default value but does not exist in this version"
-        % (type(obj).__qualname__, v, attr))
-
-
-def _not_nullable(obj, attr, v):
-    return UnsupportedVersionError(
-        "%s v%d: field %s is null but not nullable in this version" % (type(obj).__qualname__, v, attr))
-
-
-class _Struct:
-    __slots__ = ()
-    _FIELDS = ()
-    SCHEMA = ()
-
-    def encode(self, version):
-        """Encode at ``version`` into a list of parts (bytes chunks and FileRegions)."""
-        lo, hi = self.VALID_VERSIONS
-        if not lo <= version <= hi:
-            raise UnsupportedVersionError("%s: version %d not in %d-%d" % (type(self).__qualname__, version, lo, hi))
-        buf = bytearray()
-        parts = []
-        fv = self.FLEXIBLE_VERSIONS_START
-        if fv is not None and version >= fv:
-            self._w1(buf, parts, version)
-        else:
-            self._w0(buf, parts, version)
-        if buf or not parts:
-            parts.append(bytes(buf))
-        return parts
-
-    def encode_bytes(self, version):
-        """Encode at ``version`` into one ``bytes`` (reads FileRegions; tests and small messages)."""
-        parts = self.encode(version)
-        if len(parts) == 1 and type(parts[0]) is bytes:
-            return parts[0]
-        out = bytearray()
-        for p in parts:
-            out += p.read() if isinstance(p, _FileRegion) else p
-        return bytes(out)
-
-    @classmethod
-    def decode_from(cls, buf, pos, version):
-        """Decode one message at ``pos``; returns ``(obj, new_pos)``."""
-        lo, hi = cls.VALID_VERSIONS
-        if not lo <= version <= hi:
-            raise ProtocolDecodeError("%s v%d: unsupported version (valid %d-%d)" % (cls.__qualname__, version, lo, hi))
-        if type(buf) is not memoryview:
-            buf = memoryview(buf)
-        if buf.format != "B" or buf.ndim != 1:
-            buf = buf.cast("B")
-        fv = cls.FLEXIBLE_VERSIONS_START
-        try:
-            if fv is not None and version >= fv:
-                return cls._r1(buf, pos, version)
-            return cls._r0(buf, pos, version)
-        except _DecodeFailure as e:
-            raise _codec.decode_error(cls.__qualname__, version, e) from None
-
-    @classmethod
-    def decode(cls, buf, version):
-        """Decode a whole buffer holding exactly one message."""
-        buf = _codec.to_memoryview(buf)
-        obj, pos = cls.decode_from(buf, 0, version)
-        if pos != len(buf):
-            raise ProtocolDecodeError("%s v%d: %d trailing bytes after message" % (cls.__qualname__, version, len(buf) - pos))
-        return obj
-
-    def __eq__(self, other):
-        if type(other) is not type(self):
-            return NotImplemented
-        for a in self._FIELDS:
-            if getattr(self, a) != getattr(other, a):
-                return False
-        return True
-
-    def __ne__(self, other):
-        r = self.__eq__(other)
-        return r if r is NotImplemented else not r
-
-    __hash__ = None
-
-    def __repr__(self):
-        items = []
-        for a in self._FIELDS:
-            val = getattr(self, a)
-            if a == "unknown_tagged_fields" and not val:
-                continue
-            if isinstance(val, memoryview):
-                val = "<memoryview %d bytes>" % val.nbytes
-            else:
-                val = repr(val)
-            items.append("%s=%s" % (a, val))
-        return "%s(%s)" % (type(self).__qualname__, ", ".join(items))
-
 
 
 '''
