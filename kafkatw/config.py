@@ -237,15 +237,6 @@ class IntOneOfOrRange:
         return "%s or %s" % (self.range, " or ".join(str(s) for s in self.specials))
 
 
-class NonEmptyString:
-    def __call__(self, name, value):
-        if not value:
-            raise ConfigError.invalid(name, value, "String must be non-empty")
-
-    def __str__(self):
-        return "non-empty string"
-
-
 # -- definitions ----------------------------------------------------------------------------------
 HIGH, MEDIUM, LOW = "HIGH", "MEDIUM", "LOW"
 

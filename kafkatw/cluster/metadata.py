@@ -377,11 +377,6 @@ class ClusterMetadata:
         info = self.topics.get(topic)
         return info.is_internal if info is not None else topic in INTERNAL_TOPICS
 
-    def all_partitions(self):
-        for info in self.topics.values():
-            for p in range(info.num_partitions):
-                yield info.name, p
-
     # -- mutations ---------------------------------------------------------------------
 
     def check_new_topic(self, name):

@@ -253,9 +253,6 @@ class GroupMetadata:
         self.static_members[group_instance_id] = new_member_id
         return member
 
-    def all_static_members(self):
-        return set(self.static_members)
-
     def not_yet_rejoined_members(self):
         return [m for m in self.members.values() if not m.is_awaiting_join]
 
