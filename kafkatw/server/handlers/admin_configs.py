@@ -4,6 +4,8 @@ sensitive values hidden), validation naming the key, persistence in the metadata
 application to the logs. Config definitions live in ``kafkatw.config``; storage is untouched here.
 """
 
+from collections import Counter
+
 from twisted.logger import Logger
 
 from kafkatw.cluster.metadata import validate_topic_name
@@ -284,10 +286,7 @@ def install_broker_config(apis, updated):
 
 def _alter(apis, request, incremental, response_cls):
     body = request.body
-    counts = {}
-    for res in body.resources:
-        counts[(res.resource_type, res.resource_name)] = counts.get(
-            (res.resource_type, res.resource_name), 0) + 1
+    counts = Counter((res.resource_type, res.resource_name) for res in body.resources)
     responses = []
     for res in body.resources:
         out = response_cls.AlterConfigsResourceResponse(

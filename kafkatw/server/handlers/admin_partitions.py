@@ -4,6 +4,7 @@
 """
 
 import os
+from collections import Counter
 
 from twisted.logger import Logger
 
@@ -82,9 +83,7 @@ class CreatePartitions:
     @staticmethod
     def handle(apis, request):
         body = request.body
-        counts = {}
-        for t in body.topics:
-            counts[t.name] = counts.get(t.name, 0) + 1
+        counts = Counter(t.name for t in body.topics)
         results = []
         for t in body.topics:
             result = CreatePartitionsResponse.CreatePartitionsTopicResult(
@@ -205,6 +204,11 @@ class DescribeLogDirs:
 
 # -- OffsetForLeaderEpoch ----------------------------------------------------------------------
 
+def _epoch_end_offset(partition, code=errors.NONE):
+    return OffsetForLeaderEpochResponse.EpochEndOffset(
+        error_code=code, partition=partition, leader_epoch=UNDEFINED_EPOCH, end_offset=UNDEFINED_EPOCH_OFFSET)
+
+
 class OffsetForLeaderEpoch:
     API_KEY = 23
     VERSIONS = (2, 4)
@@ -216,9 +220,7 @@ class OffsetForLeaderEpoch:
         for t in request.body.topics:
             result = OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult(topic=t.topic, partitions=[])
             for p in t.partitions:
-                out = OffsetForLeaderEpochResponse.EpochEndOffset(
-                    error_code=errors.NONE, partition=p.partition, leader_epoch=UNDEFINED_EPOCH,
-                    end_offset=UNDEFINED_EPOCH_OFFSET)
+                out = _epoch_end_offset(p.partition)
                 result.partitions.append(out)
                 log_, code = rm.get_partition_or_error(t.topic, p.partition)
                 if code == errors.NONE:
@@ -235,13 +237,16 @@ class OffsetForLeaderEpoch:
     def error_response(request, code, message):
         return OffsetForLeaderEpochResponse(throttle_time_ms=0, topics=[
             OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult(topic=t.topic, partitions=[
-                OffsetForLeaderEpochResponse.EpochEndOffset(
-                    error_code=code, partition=p.partition, leader_epoch=UNDEFINED_EPOCH,
-                    end_offset=UNDEFINED_EPOCH_OFFSET) for p in t.partitions])
+                _epoch_end_offset(p.partition, code) for p in t.partitions])
             for t in request.body.topics])
 
 
 # -- DescribeProducers -------------------------------------------------------------------------
+
+def _producers_partition(index, code=errors.NONE, message=None):
+    return DescribeProducersResponse.PartitionResponse(
+        partition_index=index, error_code=code, error_message=message, active_producers=[])
+
 
 class DescribeProducers:
     API_KEY = 61
@@ -254,8 +259,7 @@ class DescribeProducers:
         for t in request.body.topics:
             result = DescribeProducersResponse.TopicResponse(name=t.name, partitions=[])
             for index in t.partition_indexes:
-                out = DescribeProducersResponse.PartitionResponse(
-                    partition_index=index, error_code=errors.NONE, error_message=None, active_producers=[])
+                out = _producers_partition(index)
                 result.partitions.append(out)
                 log_, code = rm.get_partition_or_error(t.name, index)
                 if code != errors.NONE:
@@ -275,9 +279,8 @@ class DescribeProducers:
     def error_response(request, code, message):
         return DescribeProducersResponse(throttle_time_ms=0, topics=[
             DescribeProducersResponse.TopicResponse(name=t.name, partitions=[
-                DescribeProducersResponse.PartitionResponse(
-                    partition_index=i, error_code=code, error_message=message, active_producers=[])
-                for i in t.partition_indexes]) for t in request.body.topics])
+                _producers_partition(i, code, message) for i in t.partition_indexes])
+            for t in request.body.topics])
 
 
 # -- ElectLeaders ------------------------------------------------------------------------------

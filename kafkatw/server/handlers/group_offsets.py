@@ -15,8 +15,13 @@ from kafkatw.protocol.messages import (
 INVALID_OFFSET = -1
 
 
-def _topic_partition_known(apis, topic, partition):
-    return apis.metadata.contains_partition(topic, partition)
+def _by_topic(order, partition_result, topic_cls):
+    """Topic results in first-seen order of ``order`` ((topic, partition) pairs), each holding
+    ``partition_result(tp)`` of its partitions in that order."""
+    topics = {}
+    for tp in order:
+        topics.setdefault(tp[0], []).append(partition_result(tp))
+    return [topic_cls(name=name, partitions=parts) for name, parts in topics.items()]
 
 
 class OffsetCommit:
@@ -33,7 +38,7 @@ class OffsetCommit:
             for p in t.partitions:
                 tp = (t.name, p.partition_index)
                 order.append(tp)
-                if not _topic_partition_known(apis, t.name, p.partition_index):
+                if not apis.metadata.contains_partition(t.name, p.partition_index):
                     errors_by_tp[tp] = errors.UNKNOWN_TOPIC_OR_PARTITION
                     continue
                 epoch = p.committed_leader_epoch if version >= 6 else -1
@@ -59,13 +64,10 @@ class OffsetCommit:
 
 
 def _commit_response(order, codes):
-    topics = {}
-    for tp in order:
-        topics.setdefault(tp[0], []).append(OffsetCommitResponse.OffsetCommitResponsePartition(
-            partition_index=tp[1], error_code=codes.get(tp, errors.NONE)))
-    return OffsetCommitResponse(topics=[
-        OffsetCommitResponse.OffsetCommitResponseTopic(name=name, partitions=parts)
-        for name, parts in topics.items()])
+    return OffsetCommitResponse(topics=_by_topic(
+        order, lambda tp: OffsetCommitResponse.OffsetCommitResponsePartition(
+            partition_index=tp[1], error_code=codes.get(tp, errors.NONE)),
+        OffsetCommitResponse.OffsetCommitResponseTopic))
 
 
 class OffsetFetch:
@@ -119,19 +121,16 @@ class OffsetFetch:
 
 
 def _fetch_topics(offsets, wanted, topic_cls, partition_cls):
-    order = wanted if wanted is not None else sorted(offsets)
-    topics = {}
-    for tp in order:
+    def partition_result(tp):
         om = offsets.get(tp)
         if om is None:
-            part = partition_cls(partition_index=tp[1], committed_offset=INVALID_OFFSET,
+            return partition_cls(partition_index=tp[1], committed_offset=INVALID_OFFSET,
                                  committed_leader_epoch=-1, metadata="", error_code=errors.NONE)
-        else:
-            part = partition_cls(partition_index=tp[1], committed_offset=om.offset,
-                                 committed_leader_epoch=om.leader_epoch, metadata=om.metadata,
-                                 error_code=errors.NONE)
-        topics.setdefault(tp[0], []).append(part)
-    return [topic_cls(name=name, partitions=parts) for name, parts in topics.items()]
+        return partition_cls(partition_index=tp[1], committed_offset=om.offset,
+                             committed_leader_epoch=om.leader_epoch, metadata=om.metadata,
+                             error_code=errors.NONE)
+
+    return _by_topic(wanted if wanted is not None else sorted(offsets), partition_result, topic_cls)
 
 
 class OffsetDelete:
@@ -148,7 +147,7 @@ class OffsetDelete:
             for p in t.partitions:
                 tp = (t.name, p.partition_index)
                 order.append(tp)
-                if _topic_partition_known(apis, t.name, p.partition_index):
+                if apis.metadata.contains_partition(t.name, p.partition_index):
                     known.append(tp)
                 else:
                     codes[tp] = errors.UNKNOWN_TOPIC_OR_PARTITION
@@ -159,13 +158,10 @@ class OffsetDelete:
             if group_error != errors.NONE:
                 return OffsetDeleteResponse(error_code=group_error, topics=[])
             codes.update(partition_errors)
-            topics = {}
-            for tp in order:
-                topics.setdefault(tp[0], []).append(OffsetDeleteResponse.OffsetDeleteResponsePartition(
-                    partition_index=tp[1], error_code=codes.get(tp, errors.NONE)))
-            return OffsetDeleteResponse(error_code=errors.NONE, topics=[
-                OffsetDeleteResponse.OffsetDeleteResponseTopic(name=n, partitions=ps)
-                for n, ps in topics.items()])
+            return OffsetDeleteResponse(error_code=errors.NONE, topics=_by_topic(
+                order, lambda tp: OffsetDeleteResponse.OffsetDeleteResponsePartition(
+                    partition_index=tp[1], error_code=codes.get(tp, errors.NONE)),
+                OffsetDeleteResponse.OffsetDeleteResponseTopic))
 
         return d.addCallback(respond)
 

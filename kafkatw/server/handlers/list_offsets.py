@@ -3,6 +3,8 @@
 from the replica manager (``fetch_offset_for_timestamp``); this module maps requests and errors.
 """
 
+from collections import Counter
+
 from twisted.internet import defer
 from twisted.logger import Logger
 
@@ -56,11 +58,7 @@ def handle(apis, request):
     isolation_level = body.isolation_level if replica_id == CONSUMER_REPLICA_ID else None
     fetch_only_from_leader = replica_id != DEBUGGING_REPLICA_ID
 
-    counts = {}
-    for t in body.topics:
-        for p in t.partitions:
-            key = (t.name, p.partition_index)
-            counts[key] = counts.get(key, 0) + 1
+    counts = Counter((t.name, p.partition_index) for t in body.topics for p in t.partitions)
 
     def one(topic, p):
         if counts[(topic, p.partition_index)] > 1:

@@ -3,6 +3,8 @@ validation, replication factor 1, explicit assignments, topic configs, validate-
 by name and by id. The metadata store persists; listeners create and delete the partition logs.
 """
 
+from collections import Counter
+
 from twisted.logger import Logger
 
 from kafkatw.cluster.metadata import ZERO_UUID, uuid_to_base64
@@ -129,9 +131,7 @@ class CreateTopics:
     def handle(apis, request):
         body = request.body
         version = request.api_version
-        counts = {}
-        for t in body.topics:
-            counts[t.name] = counts.get(t.name, 0) + 1
+        counts = Counter(t.name for t in body.topics)
         results = []
         for t in body.topics:
             result = CreateTopicsResponse.CreatableTopicResult(name=t.name, error_code=errors.NONE)
@@ -179,12 +179,8 @@ class DeleteTopics:
         meta = apis.metadata
         version = request.api_version
         requested = DeleteTopics._requested(request)
-        name_counts, id_counts = {}, {}
-        for name, tid in requested:
-            if name is not None:
-                name_counts[name] = name_counts.get(name, 0) + 1
-            if tid != ZERO_UUID:
-                id_counts[tid] = id_counts.get(tid, 0) + 1
+        name_counts = Counter(name for name, _ in requested if name is not None)
+        id_counts = Counter(tid for _, tid in requested if tid != ZERO_UUID)
         deletion_enabled = bool(apis.config_value("delete.topic.enable", True))
         results = []
         for name, tid in requested:
