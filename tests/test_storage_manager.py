@@ -204,7 +204,15 @@ class CompactionTest(ManagerBase):
                     if o >= active_base or latest.get(k) == o]
         self.assertEqual(got, expected)
         self.assertEqual(a.log_end_offset, 40)
-        # Tombstones go once older than delete.retention.ms.
+        # Tombstones go on a pass after delete.retention.ms past the pass that first kept
+        # them (KIP-534's delete horizon).
+        a.roll()
+        self.clock.advance(5)
+        a.append_as_leader(make_batch(1, keys=[b"z"], timestamp=self.now()), 0)
+        a.update_high_watermark(a.log_end_offset)
+        cleaner._checkpoints.clear()
+        self.successResultOf(cleaner.clean(a, rng=None))
+        self.assertIn((36, b"k1", None), self.read_all(a))
         a.roll()
         self.clock.advance(5)
         a.append_as_leader(make_batch(1, keys=[b"z"], timestamp=self.now()), 0)

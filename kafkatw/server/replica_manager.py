@@ -236,6 +236,7 @@ class ReplicaManager:
                 self._rebuild_producer_state(ps, log_, start)
             self._producer_states[key] = ps
             self._hook_roll(log_, ps)
+            log_.producer_state_manager = ps  # the cleaner keeps each producer's last batch
         return ps
 
     def _hook_roll(self, log_, ps):
@@ -335,9 +336,14 @@ class ReplicaManager:
         log end right after the append. Fetches parked on an appended partition are retried
         before this returns (within the same reactor turn).
         """
+        return defer.succeed(self.append_records_now(timeout_ms, required_acks, entries,
+                                                     internal_topics_allowed))
+
+    def append_records_now(self, timeout_ms, required_acks, entries, internal_topics_allowed=False):
+        """:meth:`append_records` without the Deferred: the results dict itself (every append
+        completes synchronously on a single node; the produce path calls this)."""
         if required_acks not in (-1, 0, 1):
-            return defer.succeed({tp: PartitionResponse(errors.INVALID_REQUIRED_ACKS)
-                                  for tp in entries})
+            return {tp: PartitionResponse(errors.INVALID_REQUIRED_ACKS) for tp in entries}
         results = {}
         appended = []
         for tp, buf in entries.items():
@@ -347,7 +353,7 @@ class ReplicaManager:
                 appended.append(tp)
         for topic, partition in appended:
             self.fetch_purgatory.check_and_complete(TopicPartitionOperationKey(topic, partition))
-        return defer.succeed(results)
+        return results
 
     def _append_to_local_log(self, topic, partition, buf, internal_topics_allowed):
         if not internal_topics_allowed and self.metadata.is_internal(topic):

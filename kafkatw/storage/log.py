@@ -18,6 +18,7 @@ from kafkatw.protocol.errors import KafkaError
 
 from . import checkpoint
 from .config import LogConfig
+from .file_records import FileRecords
 from .leader_epoch import LeaderEpochFileCache
 from .offsets import FetchDataInfo, FetchIsolation, LogOffsetMetadata
 from .segment import (CLEANED_SUFFIX, DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, SWAP_SUFFIX,
@@ -174,11 +175,9 @@ class UnifiedLog:
                     or name.endswith(".tmp"):
                 os.unlink(path)
         names = os.listdir(self.dir)
-        for name in names:
+        for name in sorted(names):
             if name.endswith(SWAP_SUFFIX):
-                # A finished cleaning that was not yet swapped in: complete the swap.
-                target = os.path.join(self.dir, name[:-len(SWAP_SUFFIX)])
-                os.replace(os.path.join(self.dir, name), target)
+                self._complete_swap(name)
         names = os.listdir(self.dir)
         bases = []
         for name in names:
@@ -249,6 +248,44 @@ class UnifiedLog:
         if self.recovery_log:
             log.info("{tp}: {lines}", tp="%s-%d" % (self.topic, self.partition),
                      lines="; ".join(self.recovery_log))
+
+    def _complete_swap(self, name):
+        """A cleaned segment renamed to ``.swap`` but not yet swapped in (Kafka's LogLoader):
+        index files are dropped (rebuilt on recovery); a ``.log.swap`` replaces every segment
+        whose base offset lies in its offset range, then takes its final name."""
+        path = os.path.join(self.dir, name)
+        target = path[:-len(SWAP_SUFFIX)]
+        stem = os.path.basename(target).rsplit(".", 1)[0]
+        if not target.endswith(LOG_SUFFIX):
+            os.unlink(path)
+            if os.path.exists(target):
+                os.unlink(target)
+            return
+        base = int(stem)
+        swap = FileRecords(path)
+        try:
+            next_offset = base
+            for _, header in swap.batches_from(0):
+                next_offset = header.next_offset
+        finally:
+            swap.close()
+        for other in os.listdir(self.dir):
+            if not other.endswith(LOG_SUFFIX):
+                continue
+            try:
+                other_base = int(other[:-len(LOG_SUFFIX)])
+            except ValueError:
+                continue
+            if base <= other_base < max(next_offset, base + 1):
+                for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                    p = os.path.join(self.dir, "%020d%s" % (other_base, suffix))
+                    if os.path.exists(p):
+                        os.unlink(p)
+        os.replace(path, target)
+        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            p = os.path.join(self.dir, stem + suffix)
+            if os.path.exists(p):
+                os.unlink(p)  # rebuilt: the segment has no index, so it is recovered
 
     # -- offsets ------------------------------------------------------------------------
 
@@ -377,7 +414,7 @@ class UnifiedLog:
         now = self._clock()
         info, batches = validate_and_assign(
             buf, self.config, now, self.log_end_offset, leader_epoch, assign_offsets,
-            self._log_start_offset)
+            self._log_start_offset, (self.topic, self.partition))
         if not batches:
             return info
         if not assign_offsets and info.first_offset < self.log_end_offset:

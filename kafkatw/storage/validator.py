@@ -1,6 +1,7 @@
 """LogValidator: checks the batches of one append and, for a leader, assigns offsets by rewriting
-each v2 header in place (base offset, partition leader epoch, LogAppendTime). Header-only work:
-no record is decoded and nothing is recompressed. Raises KafkaError with Kafka's codes.
+each v2 header in place (base offset, partition leader epoch, LogAppendTime). Header-only work
+(no record decoded, nothing recompressed) except on compacted topics, whose records must have
+keys. Raises KafkaError with Kafka's codes.
 """
 
 from kafkatw.protocol import errors, records
@@ -10,9 +11,10 @@ from .offsets import LogAppendInfo
 
 
 def validate_and_assign(buf, config, now_ms, next_offset, leader_epoch=None,
-                        assign_offsets=True, log_start_offset=0):
+                        assign_offsets=True, log_start_offset=0, topic_partition=None):
     """Validate every batch in ``buf``; returns ``(LogAppendInfo, batches)`` where ``batches``
-    lists ``(position, size, last_offset, max_timestamp)`` for the segment's indexes."""
+    lists ``(position, size, last_offset, max_timestamp)`` for the segment's indexes.
+    ``topic_partition`` ((topic, partition)) names the partition in record errors."""
     total = len(buf)
     if total > config.segment_bytes:
         raise KafkaError(errors.RECORD_LIST_TOO_LARGE,
@@ -26,6 +28,7 @@ def validate_and_assign(buf, config, now_ms, next_offset, leader_epoch=None,
         after = config.message_timestamp_after_max_ms
         lower = now_ms - before
         upper = now_ms + after
+    compacted = assign_offsets and config.compact  # only compacted topics decode records
     batches = []
     first_header = None
     first_offset = -1
@@ -46,6 +49,8 @@ def validate_and_assign(buf, config, now_ms, next_offset, leader_epoch=None,
                              "The record batch size of %d bytes exceeds the maximum allowed "
                              "batch size %d." % (size, max_message_bytes))
         records.validate_batch(buf, pos, header)
+        if compacted and not header.is_control:
+            _check_keys(buf, pos, topic_partition)
         if not log_append:
             if header.max_timestamp > upper or header.base_timestamp > upper \
                     or (header.base_timestamp < lower and header.base_timestamp != -1):
@@ -93,3 +98,20 @@ def validate_and_assign(buf, config, now_ms, next_offset, leader_epoch=None,
         leader_epoch=leader_epoch if leader_epoch is not None else -1,
     )
     return info, batches
+
+
+def _check_keys(buf, pos, topic_partition):
+    """Kafka's LogValidator.validateKey for a compacted topic: every record needs a key;
+    INVALID_RECORD with one record error (record index in the batch) per keyless record."""
+    _, recs = records.decode_batch(buf, pos, verify=False)
+    tp = "%s-%s" % tuple(topic_partition) if topic_partition else "unknown"
+    bad = [(i, "Compacted topic cannot accept message without key in topic partition %s" % tp)
+           for i, r in enumerate(recs) if r.key is None]
+    if bad:
+        shown = ", ".join("RecordError(batchIndex=%d, message='%s')" % e for e in bad[:3])
+        error = KafkaError(errors.INVALID_RECORD,
+                           "One or more records have been rejected due to %d record errors in "
+                           "total, and only showing the first three errors at most: [%s]"
+                           % (len(bad), shown))
+        error.record_errors = bad
+        raise error
