@@ -12,6 +12,7 @@ import time
 from twisted.trial import reporter, runner, unittest
 
 from kafkatw.testing import BrokerStartError, KafkaBroker, KafkaBrokerMixin, api_versions_ok
+from tests.support import poll_until
 
 
 def _host_port(bootstrap):
@@ -119,10 +120,15 @@ class LifeCycleTests(unittest.SynchronousTestCase):
         with KafkaBroker(request_log=True, log_path=log_path) as broker:
             _produce(broker.bootstrap_servers, "logged", [b"x"])
             request_log = broker.request_log_path
-            with open(request_log) as f:
-                text = f.read()
+
+            def logged_produce():
+                # a line is written once its response has been sent, so it may trail the ack
+                with open(request_log) as f:
+                    text = f.read()
+                return text if '"requestApiKeyName":"PRODUCE"' in text else None
+
+            text = poll_until(logged_produce, 10, message="the PRODUCE line in the request log")
             self.assertIn('"requestApiKeyName":"API_VERSIONS"', text)
-            self.assertIn('"requestApiKeyName":"PRODUCE"', text)
         with open(log_path) as f:
             self.assertIn("kafkatw broker 1 started", f.read())
 
