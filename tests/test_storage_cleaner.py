@@ -20,8 +20,6 @@ from kafkatw.storage.cleaner import LogCleaner, group_segments_by_size
 from kafkatw.storage.producer_state import ProducerStateManager
 from kafkatw.storage.segment import CLEANED_SUFFIX, DELETED_SUFFIX, SWAP_SUFFIX
 
-DAY = 86400000
-
 
 def batch(keys, values=None, ts=0, compression=0, producer_id=-1, producer_epoch=-1,
           base_sequence=-1, transactional=False):
