@@ -140,6 +140,13 @@ def serve():
 
 # -- the client side (runs in the test process) ---------------------------------------------------
 
+def _readable(fd, timeout):
+    """poll(), not select(): a test process holding many sockets has descriptors past 1024."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(None if timeout is None else int(timeout * 1000)))
+
+
 class ForkedProcess:
     """The ``subprocess.Popen`` subset KafkaBroker and its users need, for a forked broker."""
 
@@ -151,7 +158,7 @@ class ForkedProcess:
         self._pidfd = os.pidfd_open(pid)
 
     def _exited(self, timeout):
-        return bool(select.select([self._pidfd], [], [], timeout)[0])
+        return _readable(self._pidfd, timeout)
 
     def _collect(self):
         # the fork server reaps the process and writes its status; without a server, no status
@@ -219,7 +226,7 @@ class ForkServer:
         if self._proc.poll() is not None:
             self._dead = True
             return False
-        if select.select([self._proc.stdout], [], [], timeout)[0]:
+        if _readable(self._proc.stdout.fileno(), timeout):
             self._ready = self._proc.stdout.readline().strip() == "ready"
             self._dead = not self._ready
         return self._ready
