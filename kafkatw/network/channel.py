@@ -96,7 +96,24 @@ class RequestChannel:
         self.busy += 1
         request.dequeue_ns = self.clock_ns()
         request._on_local_complete = self._release
-        d = defer.maybeDeferred(self.handler.handle, request)
+        handler = self.handler
+        # handle_now answers a Response when it can (no Deferred per request); see IRequestHandler
+        handle = getattr(handler, "handle_now", None) or handler.handle
+        try:
+            result = handle(request)
+        except Exception:
+            result = defer.fail()
+        if not isinstance(result, defer.Deferred):
+            # answered synchronously: no Deferred, the slot is released before the write
+            now = self.clock_ns()
+            request.api_remote_complete_ns = now
+            request.mark_api_local_complete(now)
+            try:
+                connection.send_response(request, result)
+            except Exception:
+                self.log.failure("sending a response failed")
+            return
+        d = result
         if d.called:
             request.mark_api_local_complete()
 

@@ -23,4 +23,8 @@ class IRequestHandler(Interface):
         An errback (or a raised exception) closes that connection, as Kafka does for an
         unexpected handler failure.  The handler runs on the reactor thread; any blocking
         work is the handler's concern (``deferToThreadPool``).
+
+        A handler may also provide ``handle_now(request)``, returning the ``Response``
+        itself when it is ready at once (else a Deferred, as ``handle``); the request
+        channel then prefers it, so a synchronous answer costs no Deferred.
         """

@@ -6,6 +6,7 @@ It owns no protocol logic of its own: each family lives in ``kafkatw.server.hand
 
 from twisted.internet import defer
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from kafkatw.network.interfaces import IRequestHandler
@@ -139,15 +140,32 @@ class KafkaApis:
     # -- dispatch ------------------------------------------------------------------------
 
     def handle(self, request):
+        """A Deferred firing with the :class:`Response` (see :meth:`handle_now`)."""
+        result = self.handle_now(request)
+        if isinstance(result, defer.Deferred):
+            return result
+        return defer.succeed(result)
+
+    def handle_now(self, request):
+        """The :class:`Response` when the handler answers synchronously, else a Deferred of it.
+
+        The request channel calls this, so the common synchronous answer allocates no Deferred."""
         reg = self._handlers.get(request.api_key)
         if reg is None:
             # The network layer rejects unknown keys first; if one slips through, close as Kafka does.
             log.error("no handler for API key {key}", key=request.api_key)
-            return defer.succeed(Response(None, close_connection=True))
-        d = defer.maybeDeferred(reg.handler.handle, self, request)
-        d.addCallback(_as_response)
-        d.addErrback(self._on_failure, request, reg.handler)
-        return d
+            return Response(None, close_connection=True)
+        try:
+            result = reg.handler.handle(self, request)
+        except Exception:
+            return self._on_failure(Failure(), request, reg.handler)
+        if isinstance(result, defer.Deferred):
+            result.addCallback(_as_response)
+            result.addErrback(self._on_failure, request, reg.handler)
+            return result
+        if type(result) is Response:
+            return result
+        return _as_response(result)
 
     def _on_failure(self, failure, request, handler):
         exc = failure.value
