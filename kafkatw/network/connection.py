@@ -266,16 +266,16 @@ class KafkaConnection(Protocol):
             self.close("the request handler failed: {err}", err=failure.getErrorMessage())
 
     def _write(self, request, response, parts):
-        d = self.transport_layer.send(self.transport, parts)
-
-        def written(nbytes):
-            self.server.metrics.bytes_out += nbytes
-            request.response_complete_ns = self.server.clock_ns()
-            if response is not None and response.close_connection:
-                self._log_request(request, response)
-                self.close("the handler asked to close the connection")
-                return
-            self._completed(request, response)
+        layer = self.transport_layer
+        send = getattr(layer, "send_now", None) or layer.send
+        d = send(self.transport, parts)
+        if type(d) is int:
+            # everything went to the kernel at once: no Deferred
+            try:
+                self._written(d, request, response)
+            except Exception:
+                self.log.failure("after-send processing failed")
+            return
 
         def failed(failure):
             err = failure.value
@@ -288,8 +288,18 @@ class KafkaConnection(Protocol):
             if not self.closing:
                 self.close("sending the response failed: {err}", err=failure.getErrorMessage())
 
-        d.addCallbacks(written, failed)
+        d.addCallbacks(self._written, failed, callbackArgs=(request, response))
         d.addErrback(lambda f: self.log.failure("after-send processing failed", f))
+
+    def _written(self, nbytes, request, response):
+        server = self.server
+        server.metrics.bytes_out += nbytes
+        request.response_complete_ns = server.clock_ns()
+        if response is not None and response.close_connection:
+            self._log_request(request, response)
+            self.close("the handler asked to close the connection")
+            return
+        self._completed(request, response)
 
     def _completed(self, request, response):
         """The response is fully written (or there was none): RESPONSE_SENT, maybe unmute."""

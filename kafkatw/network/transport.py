@@ -33,7 +33,10 @@ class ITransportLayer(Interface):
 
     def send(transport, parts):
         """Send ``parts`` in order; return a Deferred firing (with the byte count) when
-        everything is handed to the kernel, or failing if the connection is lost."""
+        everything is handed to the kernel, or failing if the connection is lost.
+
+        A layer may also have ``send_now(transport, parts)``, returning the byte count (an
+        ``int``) instead when everything was handed over at once, else the Deferred."""
 
 
 class TransferError(Exception):
@@ -115,13 +118,21 @@ class PlaintextSender(_Sender):
     log = Logger(namespace="kafkatw.network.transport")
 
     def start(self):
+        result = self.start_now()
+        if result is self.done:
+            return result
+        self.done.callback(result)
+        return self.done
+
+    def start_now(self):
+        """The byte count when everything went to the kernel at once (``done`` is then never
+        fired), else ``done``, firing when the rest has been written."""
         sock = _idle_socket(self.transport)
         if sock is not None:
             self._first = False
             if self._send_now(sock):
                 self._finished = True
-                self.done.callback(self.bytes_sent)
-                return self.done
+                return self.bytes_sent
             if self._finished:
                 return self.done  # a region failed; the Deferred has failed
             self._first = True  # the rest waits for the buffer to drain
@@ -337,6 +348,11 @@ class PlaintextTransportLayer:
 
     def send(self, transport, parts):
         return PlaintextSender(transport, parts).start()
+
+    def send_now(self, transport, parts):
+        """As :meth:`send`, but the byte count itself (an ``int``) when the socket took
+        everything at once: the common small response costs no Deferred."""
+        return PlaintextSender(transport, parts).start_now()
 
 
 @implementer(ITransportLayer)
