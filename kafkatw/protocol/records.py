@@ -4,6 +4,7 @@ Owns the byte layout of a batch and of legacy v0/v1 message sets (read and up-co
 Does not own compression codecs (compression.py), offsets assignment policy or storage.
 """
 
+import collections
 import struct
 import zlib
 
@@ -94,23 +95,20 @@ class InvalidRecordError(KafkaError):
 
 # -- the batch header --------------------------------------------------------------------
 
-@attr.s(slots=True, frozen=True)
-class BatchHeader:
-    """The 61 bytes in front of the records of a v2 batch, as read from the wire or a log."""
+_BATCH_HEADER_FIELDS = (
+    "base_offset", "batch_length", "partition_leader_epoch", "magic", "crc", "attributes",
+    "last_offset_delta", "base_timestamp", "max_timestamp", "producer_id", "producer_epoch",
+    "base_sequence", "records_count")
 
-    base_offset = attr.ib()
-    batch_length = attr.ib()
-    partition_leader_epoch = attr.ib()
-    magic = attr.ib()
-    crc = attr.ib()
-    attributes = attr.ib()
-    last_offset_delta = attr.ib()
-    base_timestamp = attr.ib()
-    max_timestamp = attr.ib()
-    producer_id = attr.ib()
-    producer_epoch = attr.ib()
-    base_sequence = attr.ib()
-    records_count = attr.ib()
+
+class BatchHeader(collections.namedtuple("BatchHeader", _BATCH_HEADER_FIELDS)):
+    """The 61 bytes in front of the records of a v2 batch, as read from the wire or a log.
+
+    Immutable; a named tuple (not attrs) because several are built per produce request:
+    :func:`read_batch_header` makes one from the unpacked fields without a Python ``__init__``.
+    """
+
+    __slots__ = ()
 
     @property
     def compression(self):
@@ -161,6 +159,9 @@ class BatchHeader:
         return self.producer_id > NO_PRODUCER_ID
 
 
+_new_header = tuple.__new__  # BatchHeader from the 13 unpacked fields, all in C
+
+
 def read_magic(buf, pos=0):
     """The magic byte of the batch or legacy message at ``pos`` (same place in every format)."""
     if pos < 0 or len(buf) < pos + MAGIC_OFFSET + 1:
@@ -184,7 +185,7 @@ def read_batch_header(buf, pos=0):
             "record batch length %d is smaller than the minimum %d" % (fields[1], MIN_BATCH_LENGTH))
     if fields[3] != MAGIC_VALUE_V2:
         raise CorruptRecordError("unsupported record batch magic %d (expected 2)" % (fields[3],))
-    return BatchHeader(*fields)
+    return _new_header(BatchHeader, fields)
 
 
 def iter_batch_headers(buf, allow_partial_tail=False):
