@@ -8,6 +8,8 @@ import enum
 
 
 class ChannelMuteState(enum.Enum):
+    __hash__ = object.__hash__  # identity, in C (Enum hashes its name in Python): per-request lookups
+
     NOT_MUTED = "NOT_MUTED"
     MUTED = "MUTED"
     MUTED_AND_RESPONSE_PENDING = "MUTED_AND_RESPONSE_PENDING"
@@ -16,6 +18,8 @@ class ChannelMuteState(enum.Enum):
 
 
 class ChannelMuteEvent(enum.Enum):
+    __hash__ = object.__hash__
+
     REQUEST_RECEIVED = "REQUEST_RECEIVED"
     RESPONSE_SENT = "RESPONSE_SENT"
     THROTTLE_STARTED = "THROTTLE_STARTED"

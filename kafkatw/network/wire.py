@@ -47,9 +47,13 @@ class MessagesWire:
         from kafkatw.protocol import messages
 
         self.messages = messages
+        self._api_names = dict(messages.API_NAMES)
 
     def api_name(self, api_key):
-        return self.messages.API_NAMES.get(api_key, "Unknown%d" % api_key)
+        name = self._api_names.get(api_key)
+        if name is None:
+            name = "Unknown%d" % api_key
+        return name
 
     def decode_request(self, frame, api_key, api_version):
         """``(header, body)`` of a whole frame; raises on a malformed one."""

@@ -93,6 +93,7 @@ class KafkaApis:
         self.finalized_features = list(finalized_features)
         self.finalized_features_epoch = finalized_features_epoch
         self._handlers = {}
+        self._api_versions = None
         for handler in handlers:
             self.register(handler)
         if log_manager is not None and metadata is not None:
@@ -112,9 +113,15 @@ class KafkaApis:
         if lo > hi:
             raise ValueError("no version of API %d can be served" % handler.API_KEY)
         self._handlers[handler.API_KEY] = _Registered(handler, (lo, hi))
+        self._api_versions = None
 
     def api_versions(self):
-        return {key: reg.versions for key, reg in self._handlers.items()}
+        """``{api_key: (lo, hi)}``; built once per registration (the network layer asks per
+        request). Treat it as read-only."""
+        versions = self._api_versions
+        if versions is None:
+            versions = self._api_versions = {key: reg.versions for key, reg in self._handlers.items()}
+        return versions
 
     # -- config access -------------------------------------------------------------------
 
