@@ -125,9 +125,12 @@ class LogConfig:
             raise AttributeError(attr_name)
         name = attr_name.replace("_", ".")
         try:
-            return self._values[name]
+            value = self._values[name]
         except KeyError:
             raise AttributeError(attr_name)
+        # immutable once built: later reads are plain attribute hits (several per append)
+        self.__dict__[attr_name] = value
+        return value
 
     @property
     def compact(self):
