@@ -1,8 +1,9 @@
 """kafkajs (Node.js) against a real broker: the scripts in tests/js run one client scenario each
 and print JSON, asserted here exactly. Admin topics; 1,000 keyed records with headers at acks
 -1/1/0, uncompressed and GZIP, read back raw; the idempotent producer; a two-member group that
-splits six partitions, commits, resumes and is inspected and reset through the admin client; a
-consumer parked at the log end woken by a produce.
+splits six partitions, commits, resumes and is inspected and reset through the admin client;
+fetches parked at the log end (woken by a produce, held by minBytes); small fetches ending in
+partial batches and a record larger than the fetch, in plaintext and over TLS.
 
 kafkajs is pinned in tests/js/package-lock.json and installed into tests/js/node_modules on first
 use (once per test run, under a lock: trial runs two workers). Without node/npm, or when the
@@ -81,9 +82,9 @@ def kafkajs_ready():
         raise unittest.SkipTest(_ready)
 
 
-def run_js(script, *args):
+def run_js(script, *args, env=None):
     """The JSON a tests/js script printed; a failed script fails the test with its stderr."""
-    env = dict(os.environ)
+    env = dict(os.environ, **(env or {}))
     env.setdefault("KAFKAJS_LOG_LEVEL", "WARN")
     proc = subprocess.run(["node", os.path.join(JS_DIR, script)] + [str(a) for a in args],
                           cwd=JS_DIR, stdin=subprocess.DEVNULL, capture_output=True, text=True,
@@ -301,17 +302,55 @@ class KafkajsGroupTests(KafkajsTestCase):
 
 
 class KafkajsFetchWaitTests(KafkajsTestCase):
-    def test_parked_fetch_wakes_on_produce(self):
-        """maxWaitTimeInMs 5000: no empty fetch comes back while parked, and a record produced
-        then arrives at once (the produce completes the delayed fetch)."""
+    def parked_topic(self):
         topic = create_topic(self.broker, unique_name("kjs-wait"), partitions=1)
         client = RawClient(self.broker, "kafkajs-seed")
         try:
             produce(client, topic, 0, [b"old-%d" % i for i in range(5)])
         finally:
             client.close()
-        out = run_js("wait.js", self.broker.bootstrap_servers, topic, unique_name("kjs-wait"))
+        return topic
+
+    def test_parked_fetch_wakes_on_produce(self):
+        """minBytes 1, maxWaitTimeInMs 5000: no empty fetch comes back while parked, and a
+        record produced then arrives at once (the produce completes the delayed fetch)."""
+        topic = self.parked_topic()
+        out = run_js("wait.js", self.broker.bootstrap_servers, topic, unique_name("kjs-wait"), "wake")
         self.assertGreaterEqual(out["parkedMs"], 1500)
         self.assertEqual(out["fetchesWhileParked"], 0)
-        self.assertEqual(out["records"], [[0, 5, "wake-up"]])
-        self.assertLess(out["latencyMs"], 1000)
+        self.assertEqual(out["record"], [0, 5, len("wake-up")])
+        self.assertLess(out["sinceSendMs"], 1000)
+
+    def test_min_bytes_holds_the_fetch_until_reached_or_max_wait(self):
+        """minBytes 4096, maxWaitTimeInMs 3000: 10 bytes wait for the end of the wait; 8 KiB
+        complete the fetch at once."""
+        topic = self.parked_topic()
+        out = run_js("wait.js", self.broker.bootstrap_servers, topic, unique_name("kjs-wait"), "minbytes")
+        self.assertEqual(out["small"]["record"], [0, 5, 10])
+        self.assertGreaterEqual(out["small"]["sinceFetchStartMs"], 2900)
+        self.assertEqual(out["large"]["record"], [0, 6, 8192])
+        self.assertLess(out["large"]["sinceSendMs"], 1000)
+
+
+ROUNDTRIP = ([[i, "k%d" % i, len("v%d-" % i) + 300, ("v%d-" % i + "x" * 8)[:8]] for i in range(50)]
+             + [[50, "big", 200000, "B" * 8]]
+             + [[51 + i, "g%d" % i, len("gzip-%d" % i), ("gzip-%d" % i)[:8]] for i in range(20)])
+
+
+class KafkajsSmallFetchTests(KafkajsTestCase):
+    def test_partial_batches_and_a_record_larger_than_the_fetch(self):
+        topic = create_topic(self.broker, unique_name("kjs-rt"), partitions=1)
+        out = run_js("roundtrip.js", self.broker.bootstrap_servers, topic, unique_name("kjs-rt"))
+        self.assertEqual(out, ROUNDTRIP)
+
+
+class KafkajsTlsTests(KafkajsTestCase):
+    broker_options = {"listeners": ("PLAINTEXT", "SSL")}
+
+    def test_roundtrip_over_tls(self):
+        """The same round trip through the SSL listener (kafkajs ssl: {ca}); metadata must
+        advertise the SSL listener to a client that connected there."""
+        topic = create_topic(self.broker, unique_name("kjs-tls"), partitions=1)
+        out = run_js("roundtrip.js", self.broker.ssl_bootstrap_servers, topic, unique_name("kjs-tls"),
+                     env={"KAFKAJS_SSL_CA": self.broker.ssl_ca_path})
+        self.assertEqual(out, ROUNDTRIP)

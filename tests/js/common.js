@@ -1,6 +1,8 @@
 'use strict'
-// Shared by the kafkajs scripts: a client on argv's bootstrap address whose logs go to stderr
-// (stdout carries only the JSON result), a bounded wait, and a main() that prints the result.
+// Shared by the kafkajs scripts: a client on argv's bootstrap address (TLS trusting the CA in
+// KAFKAJS_SSL_CA when set) whose logs go to stderr (stdout carries only the JSON result), a
+// bounded wait, and a main() that prints the result.
+const fs = require('fs')
 const { Kafka, logLevel } = require('kafkajs')
 
 process.env.KAFKAJS_NO_PARTITIONER_WARNING = '1'
@@ -8,7 +10,8 @@ process.env.KAFKAJS_NO_PARTITIONER_WARNING = '1'
 function stderrLogger () {
   return ({ namespace, label, log }) => {
     const { message, timestamp, logger, ...extra } = log
-    process.stderr.write(`${timestamp} ${label} [${namespace}] ${message} ${JSON.stringify(extra)}\n`)
+    const json = JSON.stringify(extra, (k, v) => typeof v === 'bigint' ? v.toString() : v)
+    process.stderr.write(`${timestamp} ${label} [${namespace}] ${message} ${json}\n`)
   }
 }
 
@@ -16,6 +19,7 @@ function kafka (bootstrap, clientId) {
   return new Kafka({
     clientId,
     brokers: [bootstrap],
+    ssl: process.env.KAFKAJS_SSL_CA ? { ca: [fs.readFileSync(process.env.KAFKAJS_SSL_CA)] } : undefined,
     connectionTimeout: 3000,
     requestTimeout: 15000,
     logLevel: logLevel[process.env.KAFKAJS_LOG_LEVEL || 'WARN'],
