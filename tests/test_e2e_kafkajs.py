@@ -2,8 +2,9 @@
 and print JSON, asserted here exactly. Admin topics; 1,000 keyed records with headers at acks
 -1/1/0, uncompressed and GZIP, read back raw; the idempotent producer; a two-member group that
 splits six partitions, commits, resumes and is inspected and reset through the admin client;
-fetches parked at the log end (woken by a produce, held by minBytes); small fetches ending in
-partial batches and a record larger than the fetch, in plaintext and over TLS.
+a SIGKILLed member's partitions moving to the survivor after its session expires; fetches
+parked at the log end (woken by a produce, held by minBytes); small fetches ending in partial
+batches and a record larger than the fetch, in plaintext and over TLS.
 
 kafkajs is pinned in tests/js/package-lock.json and installed into tests/js/node_modules on first
 use (once per test run, under a lock: trial runs two workers). Without node/npm, or when the
@@ -14,8 +15,11 @@ failure instead.
 import fcntl
 import json
 import os
+import selectors
 import shutil
+import signal
 import subprocess
+import time
 
 from twisted.trial import unittest
 
@@ -299,6 +303,56 @@ class KafkajsGroupTests(KafkajsTestCase):
         reread = by_partition(admin["reread"])
         self.assertEqual(reread, {p: [r[:3] for r in rs] for p, rs in
                                   by_partition(group_record(i) for i in range(first + more)).items()})
+
+
+class Members:
+    """kafkajs group members in their own node processes, read line by line as they join."""
+
+    def __init__(self, test, bootstrap, topic, group, count):
+        self.procs = []
+        for _ in range(count):
+            proc = subprocess.Popen(["node", os.path.join(JS_DIR, "member.js"), bootstrap, topic, group],
+                                    cwd=JS_DIR, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.DEVNULL, text=True)
+            test.addCleanup(self._stop, proc)
+            self.procs.append(proc)
+        self.selector = selectors.DefaultSelector()
+        for proc in self.procs:
+            self.selector.register(proc.stdout, selectors.EVENT_READ)
+        self.assignment = {}  # pid -> latest assignment
+
+    @staticmethod
+    def _stop(proc):
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+
+    def wait_for(self, predicate, timeout=20.0, what="assignments"):
+        deadline = time.monotonic() + timeout
+        while not predicate(self.assignment):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError("timed out waiting for %s; last: %r" % (what, self.assignment))
+            for key, _ in self.selector.select(min(left, 0.5)):
+                line = key.fileobj.readline()
+                if not line:
+                    self.selector.unregister(key.fileobj)
+                    continue
+                event = json.loads(line)
+                self.assignment[event["pid"]] = event["assignment"]
+
+
+class KafkajsGroupFailureTests(KafkajsTestCase):
+    def test_killed_member_partitions_move_to_the_survivor(self):
+        """SIGKILL one of two members: after its 2 s session expires the other holds all six."""
+        topic = create_topic(self.broker, unique_name("kjs-kill"), partitions=6)
+        members = Members(self, self.broker.bootstrap_servers, topic, unique_name("kjs-kill"), 2)
+        victim, survivor = members.procs
+        members.wait_for(lambda a: sorted(map(len, a.values())) == [3, 3] and
+                         sorted(sum(a.values(), [])) == list(range(6)), what="a 3/3 split")
+        victim.send_signal(signal.SIGKILL)
+        members.wait_for(lambda a: a[survivor.pid] == list(range(6)), what="the survivor to own all")
+        self.assertEqual(len(members.assignment[victim.pid]), 3)  # it never rejoined
 
 
 class KafkajsFetchWaitTests(KafkajsTestCase):
