@@ -21,6 +21,15 @@ log = Logger()
 _LONG_MAX = 2 ** 63 - 1
 
 
+def log_delete_dir_name(topic, partition):
+    """``<topic>-<partition>.<uuid>-delete`` with the topic cut so the name fits 255 bytes, as
+    Kafka's LocalLog.logDeleteDirName does: a 249-character topic's would be 291 and the rename
+    would fail with ENAMETOOLONG, taking the whole log dir offline."""
+    suffix = "-%d.%s%s" % (partition, uuid.uuid4().hex, DELETE_DIR_SUFFIX)
+    prefix = topic.encode("utf-8")[:max(0, 255 - len(suffix))].decode("utf-8", "ignore")
+    return prefix + suffix
+
+
 def _int(props, name, default):
     value = props.get(name)
     return default if value is None else int(value)
@@ -212,8 +221,7 @@ class LogManager:
             return None
         if lg.is_offline:
             return lg
-        new_dir = os.path.join(os.path.dirname(lg.dir), "%s-%d.%s%s" % (
-            topic, partition, uuid.uuid4().hex, DELETE_DIR_SUFFIX))
+        new_dir = os.path.join(os.path.dirname(lg.dir), log_delete_dir_name(topic, partition))
         try:
             lg.rename_dir(new_dir)
         except OSError as e:
