@@ -65,13 +65,15 @@ def _install():
         try:
             proc = subprocess.run(
                 ["npm", "install", "--no-audit", "--no-fund", "--no-progress", "--ignore-scripts",
-                 "--loglevel=error"],
+                 "--loglevel=error", "--fetch-retries=2", "--fetch-retry-mintimeout=1000",
+                 "--fetch-retry-maxtimeout=5000"],
                 cwd=JS_DIR, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
         except (OSError, subprocess.TimeoutExpired) as e:
             return "npm install of kafkajs %s failed: %s" % (wanted, e)
         if proc.returncode != 0 or _installed_version() != wanted:
+            lines = (proc.stderr or proc.stdout).strip().splitlines()
             return "npm install of kafkajs %s failed (exit %d): %s" % (
-                wanted, proc.returncode, (proc.stderr or proc.stdout).strip()[-600:])
+                wanted, proc.returncode, " / ".join(lines[:4])[:600])
     return ""
 
 
