@@ -18,6 +18,7 @@ from kafkatw.protocol.messages import (
     ElectLeadersResponse,
     OffsetForLeaderEpochResponse,
 )
+from kafkatw.server.handlers.topics import EXCESSIVE_PARTITIONS, MAX_PARTITIONS_PER_BATCH
 
 log = Logger()
 
@@ -50,6 +51,8 @@ def _create_partitions_one(apis, topic, validate_only):
                          % (topic.name, current, topic.count))
     if topic.count == current:
         raise KafkaError(errors.INVALID_PARTITIONS, "Topic already has %d partition(s)." % current)
+    if topic.count - current > MAX_PARTITIONS_PER_BATCH:
+        raise KafkaError(errors.POLICY_VIOLATION, EXCESSIVE_PARTITIONS)
     if topic.assignments is not None:
         added = topic.count - current
         if len(topic.assignments) != added:

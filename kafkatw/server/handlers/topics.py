@@ -23,6 +23,25 @@ from kafkatw.protocol.messages import CreateTopicsResponse, DeleteTopicsResponse
 
 log = Logger()
 
+#: Kafka's ReplicationControlManager.MAX_PARTITIONS_PER_BATCH: more partitions in one
+#: CreateTopics/CreatePartitions request are refused with POLICY_VIOLATION.
+MAX_PARTITIONS_PER_BATCH = 10000
+EXCESSIVE_PARTITIONS = "Excessively large number of partitions per request."
+
+
+def requested_partitions(apis, topics):
+    """Kafka's validateTotalNumberOfPartitions count: assignments, else the partition count
+    (-1: num.partitions; zero and negative counts add nothing)."""
+    total = 0
+    for t in topics:
+        if t.assignments:
+            total += len(t.assignments)
+        elif t.num_partitions == -1:
+            total += int(apis.config_value("num.partitions", 1))
+        elif t.num_partitions > 0:
+            total += t.num_partitions
+    return total
+
 
 def validate_topic_configs(apis, configs):
     """Raise KafkaError(INVALID_CONFIG) unless ``configs`` (name -> str) is a valid override set."""
@@ -131,6 +150,8 @@ class CreateTopics:
     def handle(apis, request):
         body = request.body
         version = request.api_version
+        if requested_partitions(apis, body.topics) > MAX_PARTITIONS_PER_BATCH:
+            return CreateTopics.error_response(request, errors.POLICY_VIOLATION, EXCESSIVE_PARTITIONS)
         counts = Counter(t.name for t in body.topics)
         results = []
         for t in body.topics:
