@@ -80,9 +80,12 @@ class BrokerService(service.MultiService):
             if not os.access(d, os.W_OK):
                 raise ConfigError("log dir %s is not writable" % d)
 
-        # [tls] key/trust stores are read before anything starts: a bad file fails fast.
-        from kafkatw.network.tls import context_factories
-        ssl_context_factories = context_factories(config)
+        # [tls] key/trust stores are read before anything starts: a bad file fails fast. The
+        # TLS stack (pyOpenSSL, cryptography) is imported only when a listener needs it.
+        ssl_context_factories = {}
+        if any(ep.security_protocol in ("SSL", "SASL_SSL") for ep in config.listeners):
+            from kafkatw.network.tls import context_factories
+            ssl_context_factories = context_factories(config)
 
         self.threadpool = ThreadPool(minthreads=0, maxthreads=4, name="kafkatw-io")
         self.threadpool.start()

@@ -22,7 +22,6 @@ from zope.interface import implementer
 from kafkatw.network.framing import FrameDecoder, InvalidReceive
 from kafkatw.network.mute import ChannelMute, ChannelMuteEvent
 from kafkatw.network.request import Request, RequestContext
-from kafkatw.network.tls import peer_principal
 from kafkatw.network.wire import (
     API_VERSIONS_KEY,
     peek_client_id,
@@ -88,6 +87,9 @@ class KafkaConnection(Protocol):
         """TLS is up (before any request can arrive): the principal is the client
         certificate's subject, ``User:CN=...`` (ANONYMOUS without one)."""
         if self.context is not None:
+            # imported here: plaintext-only brokers never load pyOpenSSL/cryptography (~RSS)
+            from kafkatw.network.tls import peer_principal
+
             self.context = attr.evolve(self.context, principal=peer_principal(self.transport))
 
     def connectionLost(self, reason=None):
