@@ -295,6 +295,7 @@ class Bystander:
 
     def finish(self, test):
         """Stop producing, wait for the consumer to catch up, compare exact contents."""
+        poll_until(lambda: len(self.delivered) >= 20 or self.errors, 30, message="bystander deliveries")
         self.stop_producing.set()
         self.producer.join(60)
         test.assertFalse(self.producer.is_alive())
@@ -305,7 +306,7 @@ class Bystander:
             self.stop_consuming.set()
             self.consumer.join(30)
         test.assertEqual(self.errors, [])
-        test.assertGreater(len(self.delivered), 10)
+        test.assertGreaterEqual(len(self.delivered), 20)
         test.assertEqual(len(self.received), len(set(self.received)), "duplicates consumed")
         test.assertEqual(sorted(self.received), sorted(self.delivered))
         for partition in (0, 1):
