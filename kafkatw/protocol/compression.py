@@ -39,6 +39,17 @@ ZSTD_LEVEL = 3
 
 LZ4_MAGIC = b"\x04\x22\x4d\x18"
 
+#: What the produce path lets one batch decompress to: a bomb (1 GiB of zeros in 32 kB of
+#: zstd) is refused before it is held in memory. 64 MiB is far above what producers batch
+#: (librdkafka and Java batch ~1 MB uncompressed by default).
+MAX_DECOMPRESSED_BATCH_BYTES = 64 * 1024 * 1024
+
+
+def _check_size(total, max_size):
+    if max_size is not None and total > max_size:
+        raise _records.CorruptRecordError(
+            "record batch decompresses to more than %d bytes" % (max_size,))
+
 
 def codec_name(codec):
     return CODEC_NAMES.get(codec, "unknown(%s)" % (codec,))
@@ -62,9 +73,10 @@ def compress(codec, data):
     raise _records.InvalidRecordError("unknown compression codec id %r" % (codec,))
 
 
-def decompress(codec, data, magic=2):
+def decompress(codec, data, magic=2, max_size=None):
     """Decompress ``data`` written with ``codec`` by any client; bad input raises
-    :class:`~kafkatw.protocol.records.CorruptRecordError`.
+    :class:`~kafkatw.protocol.records.CorruptRecordError`, and so does output beyond
+    ``max_size`` bytes (checked before it is held in memory).
 
     ``magic`` matters for lz4 only: magic v0 messages carry a wrongly computed frame
     descriptor checksum, which is repaired before decoding.
@@ -73,14 +85,18 @@ def decompress(codec, data, magic=2):
         if codec == NONE:
             return bytes(data)
         if codec == GZIP:
-            return _gunzip(data)
+            return _gunzip(data, max_size)
         if codec == SNAPPY:
-            return _snappy_decompress(data)
+            return _snappy_decompress(data, max_size)
         if codec == LZ4:
             if magic == 0:
                 data = _fix_lz4_header_checksum(data)
+            if max_size is not None:
+                return _lz4_bounded(data, max_size)
             return lz4.frame.decompress(data)
         if codec == ZSTD:
+            if max_size is not None:
+                _zstd_size_within(data, max_size)
             return _zstd_decompress(data)
     except _records.CorruptRecordError:
         raise
@@ -92,13 +108,22 @@ def decompress(codec, data, magic=2):
 
 # -- gzip ---------------------------------------------------------------------------------
 
-def _gunzip(data):
+def _gunzip(data, max_size=None):
     # Concatenated gzip members are one stream (as GZIPInputStream reads them).
     out = []
+    total = 0
     data = bytes(data)
     while True:
         d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        out.append(d.decompress(data))
+        pending = data
+        while True:
+            chunk = d.decompress(pending, 0 if max_size is None else max_size - total + 1)
+            total += len(chunk)
+            _check_size(total, max_size)
+            out.append(chunk)
+            if d.eof or not d.unconsumed_tail:
+                break
+            pending = d.unconsumed_tail
         if not d.eof:
             raise _records.CorruptRecordError("truncated gzip stream")
         data = d.unused_data.lstrip(b"\x00")
@@ -118,8 +143,14 @@ def _xerial_compress(data):
     return b"".join(out)
 
 
-def _snappy_decompress(data):
+def _snappy_len(block, total, max_size):
+    if max_size is not None:
+        _check_size(total + cramjam.snappy.decompress_raw_len(block), max_size)
+
+
+def _snappy_decompress(data, max_size=None):
     view = memoryview(data)
+    total = 0
     if len(view) >= 16 and view[:8] == XERIAL_MAGIC:
         out = []
         pos = 16
@@ -131,10 +162,31 @@ def _snappy_decompress(data):
             pos += 4
             if size < 0 or size > end - pos:
                 raise _records.CorruptRecordError("invalid xerial snappy block size %d" % size)
+            _snappy_len(view[pos:pos + size], total, max_size)
             out.append(bytes(cramjam.snappy.decompress_raw(view[pos:pos + size])))
+            total += len(out[-1])
             pos += size
         return b"".join(out)
+    _snappy_len(view, 0, max_size)
     return bytes(cramjam.snappy.decompress_raw(view))
+
+
+# -- lz4 (bounded) ------------------------------------------------------------------------
+
+def _lz4_bounded(data, max_size):
+    out = []
+    total = 0
+    data = bytes(data)
+    while data:
+        d = lz4.frame.LZ4FrameDecompressor()
+        chunk = d.decompress(data, max_length=max_size - total + 1)
+        total += len(chunk)
+        _check_size(total, max_size)
+        out.append(chunk)
+        if not d.eof:
+            raise _records.CorruptRecordError("truncated lz4 frame")
+        data = d.unused_data
+    return b"".join(out)
 
 
 # -- lz4 ----------------------------------------------------------------------------------
@@ -203,6 +255,19 @@ def xxh32(data, seed=0):
 
 
 # -- zstd ---------------------------------------------------------------------------------
+
+def _zstd_size_within(data, max_size):
+    """Stream through ``data`` counting output (64 kB at a time, nothing kept); raises once
+    more than ``max_size`` bytes come out."""
+    reader = zstandard.ZstdDecompressor().stream_reader(bytes(data), read_across_frames=True)
+    total = 0
+    while True:
+        chunk = reader.read(65536)
+        if not chunk:
+            return total
+        total += len(chunk)
+        _check_size(total, max_size)
+
 
 def _zstd_decompress(data):
     # A streaming decompressor needs no content size in the frame header (zstd-jni omits

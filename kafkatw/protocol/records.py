@@ -468,11 +468,11 @@ def _decode_records(body, count, base_offset, base_timestamp, log_append_time):
     return out
 
 
-def decode_batch(buf, pos=0, verify=True):
+def decode_batch(buf, pos=0, verify=True, max_size=None):
     """Decode the v2 batch at ``pos``: ``(BatchHeader, [Record])``, decompressing as needed.
 
     Raises :class:`CorruptRecordError` for anything malformed (including a CRC mismatch
-    when ``verify``).
+    when ``verify``, and a body decompressing to more than ``max_size`` bytes).
     """
     header = read_batch_header(buf, pos)
     end = pos + header.size_in_bytes
@@ -489,7 +489,7 @@ def decode_batch(buf, pos=0, verify=True):
     codec = header.compression
     if codec:
         from kafkatw.protocol import compression
-        body = compression.decompress(codec, body)
+        body = compression.decompress(codec, body, max_size=max_size)
     else:
         body = bytes(body)
     if header.records_count > len(body):  # every record takes at least one byte
@@ -498,6 +498,35 @@ def decode_batch(buf, pos=0, verify=True):
     log_append_time = header.max_timestamp if header.timestamp_type == LOG_APPEND_TIME else None
     return header, _decode_records(body, header.records_count, header.base_offset,
                                    header.base_timestamp, log_append_time)
+
+
+MIN_RECORD_BODY = 6  # attributes + five one-byte varints (timestamp/offset deltas, key, value, headers)
+
+
+def check_records(buf, pos, header, max_size):
+    """Kafka's walk over a produced batch's records (LogValidator's skipKeyValueIterator)
+    reduced to framing: the (decompressed, at most ``max_size`` bytes) body holds exactly
+    ``records_count`` length-prefixed records. Raises CorruptRecordError / InvalidRecordError."""
+    body = memoryview(buf)[pos + RECORDS_OFFSET:pos + header.size_in_bytes]
+    if header.compression:
+        from kafkatw.protocol import compression
+        body = compression.decompress(header.compression, body, max_size=max_size)
+    count = header.records_count
+    end = len(body)
+    p = 0
+    read_varint = _read_varint
+    try:
+        for i in range(count):
+            length, p = read_varint(body, p)
+            if length < MIN_RECORD_BODY or p + length > end:
+                raise InvalidRecordError("Incorrect declared batch size, premature EOF reached "
+                                         "(record %d of %d claims %d bytes)" % (i, count, length))
+            p += length
+    except IndexError:
+        raise InvalidRecordError("Incorrect declared batch size, premature EOF reached")
+    if p != end:
+        raise InvalidRecordError("Incorrect declared batch size, records still remaining in file "
+                                 "(%d bytes after %d records)" % (end - p, count))
 
 
 def iter_batches(buf, allow_partial_tail=False, verify=True):

@@ -1,10 +1,10 @@
 """LogValidator: checks the batches of one append and, for a leader, assigns offsets by rewriting
-each v2 header in place (base offset, partition leader epoch, LogAppendTime). Header-only work
-(no record decoded, nothing recompressed) except on compacted topics, whose records must have
-keys. Raises KafkaError with Kafka's codes.
+each v2 header in place (base offset, partition leader epoch, LogAppendTime). Records are walked
+by their length prefixes only (decompressed, bounded), nothing recompressed, except on compacted
+topics, whose records are decoded for their keys. Raises KafkaError with Kafka's codes.
 """
 
-from kafkatw.protocol import errors, records
+from kafkatw.protocol import compression, errors, records
 from kafkatw.protocol.errors import KafkaError
 
 from .offsets import LogAppendInfo
@@ -51,6 +51,10 @@ def validate_and_assign(buf, config, now_ms, next_offset, leader_epoch=None,
         records.validate_batch(buf, pos, header)
         if compacted and not header.is_control:
             _check_keys(buf, pos, topic_partition)
+        elif assign_offsets:
+            # Kafka walks every produced batch's records; a garbage or bomb body, or a count
+            # the records don't match, is refused here instead of stored for consumers to trip on
+            records.check_records(buf, pos, header, compression.MAX_DECOMPRESSED_BATCH_BYTES)
         if not log_append:
             if header.max_timestamp > upper or header.base_timestamp > upper \
                     or (header.base_timestamp < lower and header.base_timestamp != -1):
@@ -103,7 +107,8 @@ def validate_and_assign(buf, config, now_ms, next_offset, leader_epoch=None,
 def _check_keys(buf, pos, topic_partition):
     """Kafka's LogValidator.validateKey for a compacted topic: every record needs a key;
     INVALID_RECORD with one record error (record index in the batch) per keyless record."""
-    _, recs = records.decode_batch(buf, pos, verify=False)
+    _, recs = records.decode_batch(buf, pos, verify=False,
+                                   max_size=compression.MAX_DECOMPRESSED_BATCH_BYTES)
     tp = "%s-%s" % tuple(topic_partition) if topic_partition else "unknown"
     bad = [(i, "Compacted topic cannot accept message without key in topic partition %s" % tp)
            for i, r in enumerate(recs) if r.key is None]

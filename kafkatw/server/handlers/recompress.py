@@ -36,7 +36,8 @@ def maybe_recompress(buf, compression_type):
     if target == header.compression or header.is_control:
         return buf
     try:
-        _, records = rec.decode_batch(buf, 0)  # records keep their offset deltas and timestamps
+        # records keep their offset deltas and timestamps; a bomb stops at the cap
+        _, records = rec.decode_batch(buf, 0, max_size=compression.MAX_DECOMPRESSED_BATCH_BYTES)
     except KafkaError:
         raise
     except Exception as e:
