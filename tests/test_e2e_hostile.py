@@ -523,3 +523,192 @@ class HostileInputTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
         self.assertEqual(c.request(37, 3, body).results[0].error_code, 0)  # +10,000 is allowed
         self.bystander.finish(self)
         self._assert_clean_log()
+
+    # -- 2. length fields claiming gigabytes in small frames --------------------------------------
+
+    def test_huge_length_claims_allocate_nothing(self):
+        pid = self.broker.process.pid
+        self._control_ok("start")
+        before = rss_kb(pid)
+        name = b"\x00\x10" + b"hostile-target"[:14] + b"xx"  # int16-length topic name
+        cases = [
+            ("Metadata v4 array of 2^31-1 topics", 3, 4, struct.pack(">i", I31) + b"\x00" * 8),
+            ("DeleteTopics v4 compact array of 2^32-2 names", 20, 4, _uvarint(0xFFFFFFFF) + b"\x01" * 8),
+            ("CreateTopics v5 compact array of 2^32-2 topics", 19, 5, _uvarint(0xFFFFFFFF) + b"\x00" * 16),
+            ("Fetch v12 compact array of 2^32-2 topics", 1, 12,
+             struct.pack(">iiiibii", -1, 0, 1, 1024, 0, 0, -1) + _uvarint(0xFFFFFFFF) + b"\x00" * 8),
+            ("Produce v3 records of 2^31-1 bytes", 0, 3,
+             struct.pack(">hhii", -1, 1, 1000, 1) + name + struct.pack(">iii", 1, 0, I31) + b"\x00" * 64),
+            ("Produce v9 compact records of 2^32-2 bytes", 0, 9,
+             b"\x00" + struct.pack(">hi", 1, 1000) + _uvarint(2) + _uvarint(15) + b"hostile-target"
+             + _uvarint(2) + struct.pack(">i", 0) + _uvarint(0xFFFFFFFF) + b"\x00" * 64),
+            ("ApiVersions v3 2^32-16 tagged fields", 18, 3,
+             b"\x02a\x02b" + _uvarint(0xFFFFFFF0) + b"\x00" * 8),
+            ("OffsetCommit v8 compact string of 2^32-2 bytes", 8, 8, _uvarint(0xFFFFFFFF) + b"g" * 32),
+        ]
+        answered = []
+        for what, api_key, version, body in cases:
+            started = time.monotonic()
+            got = self.exchange(api_key, version, body, what)
+            self.assertLess(time.monotonic() - started, SOCKET_TIMEOUT, what)
+            if got is not None:
+                answered.append(what)
+        # a header whose client id claims 32,767 bytes in a 20-byte frame
+        header = struct.pack(">hhih", 18, 0, 7, 32767) + b"short"
+        s = socket.create_connection((self.broker.host, self.broker.port), timeout=SOCKET_TIMEOUT)
+        self.addCleanup(s.close)
+        s.sendall(_frame(header))
+        self.assertIsNone(_read_frame(s))
+        self._control_ok("client id claim")
+        after = rss_kb(pid)
+        print("\n  RSS %d -> %d kB over %d claims (%d answered, the rest closed)"
+              % (before, after, len(cases) + 1, len(answered)))
+        self.assertLess(after - before, 50 * 1024)
+        self.assertEqual(len(self.closed), len(cases) - len(answered))
+        self.bystander.finish(self)
+        self._assert_clean_log()
+
+    # -- 3. corrupt record batches at every acks level ---------------------------------------------
+
+    def test_corrupt_batches_store_nothing(self):
+        c = RawClient(self.broker, "hostile-corrupt", timeout=SOCKET_TIMEOUT)
+        self.addCleanup(c.close)
+        plain = create_topic(self.broker, unique_name("corrupt"), partitions=2)
+        gzip_topic = create_topic(self.broker, unique_name("corrupt-gz"), partitions=2,
+                                  configs={"compression.type": "gzip"})
+        compacted = create_topic(self.broker, unique_name("corrupt-cmp"), partitions=2,
+                                 configs={"cleanup.policy": "compact"})
+        pid = self.broker.process.pid
+        rss_before = rss_kb(pid)
+        good = {topic: [] for topic in (plain, gzip_topic, compacted)}
+        results = []
+        for topic in (plain, gzip_topic, compacted):
+            for what, batch, expected in _corrupt_batches():
+                for acks in (0, 1, -1):
+                    value = b"good-%d" % len(good[topic])
+                    good[topic].append(value)
+                    leo = self._leo(c, topic, 0)
+                    body = m.ProduceRequest(transactional_id=None, acks=acks, timeout_ms=5000, topic_data=[
+                        m.ProduceRequest.TopicProduceData(name=topic, partition_data=[
+                            m.ProduceRequest.PartitionProduceData(index=0, records=batch),
+                            m.ProduceRequest.PartitionProduceData(index=1, records=_valid_batch_of(value))])])
+                    label = "%s acks=%d on %s" % (what, acks, topic)
+                    resp = self.exchange(PRODUCE, PRODUCE_V, body.encode_bytes(PRODUCE_V), label,
+                                         may_be_silent=True)
+                    if acks == 0:
+                        self.assertIsNone(resp, label)
+                        self.assertEqual(self.closed[-1:], ["Produce v%d (%s)" % (PRODUCE_V, label)])
+                    else:
+                        self.assertIsNotNone(resp, label)
+                        p0, p1 = resp.responses[0].partition_responses
+                        results.append((label, p0.error_code))
+                        self.assertIn(p0.error_code, expected, "%s: %s" % (label, p0))
+                        self.assertTrue(p0.error_message, label)
+                        self.assertEqual(p1.error_code, 0, label)
+                    self.assertEqual(self._leo(c, topic, 0), leo, "%s stored something" % label)
+        rss_after = rss_kb(pid)
+        print("\n  %d corrupt produces answered: %s; RSS %d -> %d kB"
+              % (len(results), sorted(set((r[0].split(" acks")[0], r[1]) for r in results)),
+                 rss_before, rss_after))
+        self.assertLess(rss_after - rss_before, 100 * 1024)
+        for topic, values in good.items():
+            self.assertEqual([v for _, _, v in read_all(self.broker, topic, 1)], values)
+            self.assertEqual(read_all(self.broker, topic, 0), [])
+        self.bystander.finish(self)
+        self._assert_clean_log()
+
+    def _leo(self, client, topic, partition):
+        body = m.ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[m.ListOffsetsRequest.ListOffsetsTopic(
+            name=topic, partitions=[m.ListOffsetsRequest.ListOffsetsPartition(
+                partition_index=partition, current_leader_epoch=-1, timestamp=-1)])])
+        p = client.request(LIST_OFFSETS, 7, body).topics[0].partitions[0]
+        self.assertEqual(p.error_code, 0)
+        return p.offset
+
+
+def _uvarint(n):
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _valid_batch_of(value):
+    return rec.build_batch([rec.Record(key=b"k", value=value)], base_timestamp=_now_ms())
+
+
+def _patched(batch, offset, fmt, value, crc=True):
+    """``batch`` with ``value`` packed at ``offset``; the CRC recomputed unless ``crc`` is False."""
+    out = bytearray(batch)
+    struct.pack_into(fmt, out, offset, value)
+    if crc:
+        _fix_crc(out)
+    return bytes(out)
+
+
+def _fix_crc(out):
+    header = rec.read_batch_header(out, 0)
+    struct.pack_into(">I", out, rec.CRC_OFFSET, rec.compute_crc(out, 0, header.batch_length))
+
+
+def _with_body(codec, body, count=1):
+    """A v2 batch header for ``count`` records over ``body`` (already compressed) with a valid CRC."""
+    template = bytearray(rec.build_batch([rec.Record(key=b"k%d" % i, value=b"v") for i in range(count)],
+                                         base_timestamp=_now_ms()))
+    out = template[:rec.RECORDS_OFFSET] + body
+    struct.pack_into(">i", out, rec.BATCH_LENGTH_OFFSET, len(out) - rec.LOG_OVERHEAD)
+    struct.pack_into(">h", out, rec.ATTRIBUTES_OFFSET, codec)
+    _fix_crc(out)
+    return bytes(out)
+
+
+_BOMB = None
+
+
+def _zstd_bomb():
+    """1 GiB of zeros as one zstd frame (about 32 kB), made once."""
+    global _BOMB
+    if _BOMB is None:
+        cobj = zstandard.ZstdCompressor(level=1).compressobj()
+        chunk = bytes(1 << 20)
+        parts = [cobj.compress(chunk) for _ in range(1024)]
+        parts.append(cobj.flush())
+        _BOMB = b"".join(parts)
+    return _BOMB
+
+
+def _corrupt_batches():
+    """(what, batch bytes, accepted error codes) - Kafka's codes for each corruption."""
+    good = _valid_batch(3)
+    corrupt = {CORRUPT_MESSAGE}
+    either = {CORRUPT_MESSAGE, INVALID_RECORD}
+    out = [
+        ("bad CRC", _patched(good, rec.CRC_OFFSET, ">I", 12345, crc=False), corrupt),
+        ("batch length beyond the data", _patched(good, rec.BATCH_LENGTH_OFFSET, ">i", len(good), crc=False),
+         either),
+        ("batch length short of the data", _patched(good, rec.BATCH_LENGTH_OFFSET, ">i", len(good) - 20,
+                                                    crc=False), either),
+        ("batch length below the header", _patched(good, rec.BATCH_LENGTH_OFFSET, ">i", 10, crc=False), either),
+        ("count above the records", _patched(_patched(good, rec.RECORDS_COUNT_OFFSET, ">i", 4),
+                                             rec.LAST_OFFSET_DELTA_OFFSET, ">i", 3), either),
+        ("count below the records", _patched(_patched(good, rec.RECORDS_COUNT_OFFSET, ">i", 2),
+                                             rec.LAST_OFFSET_DELTA_OFFSET, ">i", 1), either),
+        ("negative count", _patched(good, rec.RECORDS_COUNT_OFFSET, ">i", -1), either),
+        ("garbage records, valid CRC", _with_body(0, os.urandom(40), 3), either),
+        ("zstd bomb: 1 GiB of zeros", _with_body(compression.ZSTD, _zstd_bomb()), either),
+    ]
+    for magic in (0, 1, 3):
+        out.append(("magic %d" % magic, _patched(good, rec.MAGIC_OFFSET, ">b", magic, crc=False),
+                    {INVALID_RECORD} if magic < 2 else either))
+    for codec in (5, 6, 7):
+        out.append(("compression codec id %d" % codec, _patched(good, rec.ATTRIBUTES_OFFSET, ">h", codec),
+                    {CORRUPT_MESSAGE, INVALID_RECORD, UNSUPPORTED_COMPRESSION_TYPE}))
+    for codec in (1, 2, 3, 4):
+        out.append(("%s body of garbage, valid CRC" % compression.codec_name(codec),
+                    _with_body(codec, os.urandom(64), 3), either))
+        real = compression.compress(codec, bytes(good[rec.RECORDS_OFFSET:]))
+        out.append(("%s body cut short, valid CRC" % compression.codec_name(codec),
+                    _with_body(codec, real[:len(real) // 2], 3), either))
+    return out
