@@ -173,6 +173,28 @@ class OfflineTest(ManagerBase):
             os.path.join(os.path.dirname(a.dir), checkpoint.CLEAN_SHUTDOWN_FILE)))
 
 
+    def test_io_error_of_a_deleted_log_leaves_the_dir_online(self):
+        # a flush or checkpoint started in a thread before DeleteTopics renamed the partition
+        # dir fails on the old path: expected for a deleted log, not a disk failure
+        mgr = self.make()
+        a = mgr.get_or_create_log("a", 0)
+        a.append_as_leader(make_batch(1, timestamp=self.now()), 0)
+        leader_epoch_tmp = os.path.join(a.dir, checkpoint.LEADER_EPOCH_CHECKPOINT + ".tmp")
+        mgr.delete_log("a", 0)
+
+        def flush_on_the_old_path():
+            with open(leader_epoch_tmp, "w"):
+                pass
+        with self.assertRaises(OSError) as cm:
+            flush_on_the_old_path()
+        error = a._io_failed(cm.exception)
+        self.assertEqual(error.code, errors.KAFKA_STORAGE_ERROR)
+        self.assertEqual(mgr.offline_dirs, frozenset())
+        b = mgr.get_or_create_log("b", 0)
+        b.append_as_leader(make_batch(1, timestamp=self.now()), 0)
+        mgr.shutdown()
+
+
 class CompactionTest(ManagerBase):
     def test_compaction_keeps_last_per_key_and_offsets(self):
         props = {"log.segment.bytes": "600", "log.cleaner.enable": "false",

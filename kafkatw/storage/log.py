@@ -96,6 +96,7 @@ class UnifiedLog:
         self._dir_failure_handler = dir_failure_handler
         self._sync = sync_metadata
         self._offline = False
+        self._deleted = False
         self.first_unstable_offset = None  # hook for transactions (offset or LogOffsetMetadata)
         self.producer_state_manager = None
         self.roll_listener = None  # called with the new segment's base offset after a roll
@@ -387,6 +388,13 @@ class UnifiedLog:
     def mark_offline(self):
         self._offline = True
 
+    def mark_deleted(self):
+        """The log is being deleted: its files move away under background work (a flush after
+        a roll, a checkpoint) that may still be running in a thread; an I/O error from that work
+        is expected and must not take the whole log dir offline."""
+        self._deleted = True
+        self._offline = True
+
     def _check_online(self):
         if self._offline:
             raise KafkaError(errors.KAFKA_STORAGE_ERROR,
@@ -394,6 +402,8 @@ class UnifiedLog:
 
     def _io_failed(self, exc):
         self._offline = True
+        if self._deleted:
+            return KafkaError(errors.KAFKA_STORAGE_ERROR, "log %s-%d was deleted" % (self.topic, self.partition))
         if self._dir_failure_handler is not None:
             self._dir_failure_handler(os.path.dirname(self.dir), exc)
         return KafkaError(errors.KAFKA_STORAGE_ERROR,

@@ -222,12 +222,12 @@ class LogManager:
         if lg.is_offline:
             return lg
         new_dir = os.path.join(os.path.dirname(lg.dir), log_delete_dir_name(topic, partition))
+        lg.mark_deleted()  # before the rename: a flush in a thread may trip over the move
         try:
             lg.rename_dir(new_dir)
         except OSError as e:
             self.handle_dir_failure(self._dir_of(lg), e)
             return lg
-        lg.mark_offline()
         delay = lg.config.file_delete_delay_ms
         self._schedule(delay, lg.delete)
         if self.cleaner is not None:
