@@ -18,6 +18,7 @@ from kafkatw.server.replica_manager import (
     ReplicaManager,
     fetch_isolation_of,
 )
+from kafkatw.storage.config import LogConfig
 from kafkatw.storage.offsets import FetchDataInfo, FetchIsolation, LogAppendInfo, LogOffsetMetadata
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -36,6 +37,7 @@ class FakeLog:
     def __init__(self, topic, partition, directory):
         self.topic, self.partition, self.dir = topic, partition, directory
         self.topic_id = b"\x07" * 16
+        self.config = LogConfig()
         self.segments = [[0, bytearray(), []]]  # [base offset, bytes, [(base, last, pos, size)]]
         self.log_start_offset = 0
         self.log_end_offset = 0

@@ -30,6 +30,7 @@ CONSUMER_REPLICA_ID = -1
 DEBUGGING_REPLICA_ID = -2
 FUTURE_LOCAL_REPLICA_ID = -3
 NO_PARTITION_LEADER_EPOCH = -1
+ISR_SIZE = 1  # a single node: every partition's ISR is this broker alone
 UNKNOWN_OFFSET = -1
 EMPTY_RECORDS = b""
 
@@ -347,7 +348,8 @@ class ReplicaManager:
         results = {}
         appended = []
         for tp, buf in entries.items():
-            resp = self._append_to_local_log(tp[0], tp[1], buf, internal_topics_allowed)
+            resp = self._append_to_local_log(tp[0], tp[1], buf, internal_topics_allowed,
+                                             required_acks)
             results[tp] = resp
             if resp.error_code == errors.NONE:
                 appended.append(tp)
@@ -355,13 +357,19 @@ class ReplicaManager:
             self.fetch_purgatory.check_and_complete(TopicPartitionOperationKey(topic, partition))
         return results
 
-    def _append_to_local_log(self, topic, partition, buf, internal_topics_allowed):
+    def _append_to_local_log(self, topic, partition, buf, internal_topics_allowed, required_acks=1):
         if not internal_topics_allowed and self.metadata.is_internal(topic):
             return PartitionResponse(errors.INVALID_TOPIC_EXCEPTION,
                                      error_message="Cannot append to internal topic %s" % topic)
         log_, error = self.get_partition_or_error(topic, partition)
         if error != errors.NONE:
             return PartitionResponse(error)
+        if required_acks == -1 and log_.config.min_insync_replicas > ISR_SIZE:
+            min_isr = log_.config.min_insync_replicas
+            # Kafka's Partition.appendRecordsToLeader: acks=all needs min.insync.replicas in sync
+            return PartitionResponse(errors.NOT_ENOUGH_REPLICAS, error_message=(
+                "The size of the current ISR {%d} is insufficient to satisfy the min.isr "
+                "requirement of %d for partition %s-%d" % (self.node_id, min_isr, topic, partition)))
         try:
             try:
                 headers = self._batch_headers(buf)
