@@ -50,6 +50,7 @@ class BrokerService(service.MultiService):
         self.metadata = None
         self.log_manager = None
         self.replica_manager = None
+        self.group_coordinator = None
         self.apis = None
         self.socket_server = None
 
@@ -65,10 +66,11 @@ class BrokerService(service.MultiService):
 
     def _start(self):
         from kafkatw.cluster.metadata import ClusterMetadata
-        from kafkatw.coordinator.group.coordinator import GroupCoordinator  # [groups]
+        from kafkatw.coordinator.group.coordinator import GroupCoordinator
         from kafkatw.network.listener import SocketServer
         from kafkatw.network.request_log import RequestLogger
         from kafkatw.network.settings import SocketServerSettings
+        from kafkatw.server import features
         from kafkatw.server.apis import KafkaApis
         from kafkatw.server.fetch_session import FetchManager, FetchSessionCache
         from kafkatw.server.replica_manager import ReplicaManager
@@ -80,7 +82,7 @@ class BrokerService(service.MultiService):
             if not os.access(d, os.W_OK):
                 raise ConfigError("log dir %s is not writable" % d)
 
-        # [tls] key/trust stores are read before anything starts: a bad file fails fast. The
+        # TLS key/trust stores are read before anything starts: a bad file fails fast. The
         # TLS stack (pyOpenSSL, cryptography) is imported only when a listener needs it.
         ssl_context_factories = {}
         if any(ep.security_protocol in ("SSL", "SASL_SSL") for ep in config.listeners):
@@ -104,10 +106,9 @@ class BrokerService(service.MultiService):
         self.replica_manager.start()
         cache = FetchSessionCache(max_entries=config["max.incremental.fetch.session.cache.slots"])
         fetch_manager = FetchManager(self.reactor, cache)
-        # [groups] the group coordinator on __consumer_offsets (loads it after start-up)
+        # the group coordinator on __consumer_offsets (loads it after start-up)
         self.group_coordinator = GroupCoordinator(config, self.metadata, self.replica_manager,
                                                   self.log_manager, self.reactor)
-        from kafkatw.server import features  # [features] ApiVersions v3+ feature lists
         self.apis = KafkaApis(config, self.metadata, self.replica_manager, fetch_manager,
                               clock=self.reactor, log_manager=self.log_manager,
                               group_coordinator=self.group_coordinator,
@@ -115,14 +116,14 @@ class BrokerService(service.MultiService):
                               finalized_features=features.finalized_features(),
                               finalized_features_epoch=features.FINALIZED_FEATURES_EPOCH)
         self.apis.create_missing_logs()
-        self.group_coordinator.startup()  # [groups]
+        self.group_coordinator.startup()
         self.log_manager.start()
         self.socket_server = SocketServer(
             config.listeners, self.apis, self.reactor,
             settings=SocketServerSettings.from_config(config),
             request_logger=RequestLogger.from_config(config),
-            ssl_context_factories=ssl_context_factories,  # [tls]
-            transfer_failure_handler=self._on_transfer_failure,  # [tls] seed 000 §6
+            ssl_context_factories=ssl_context_factories,
+            transfer_failure_handler=self._on_transfer_failure,  # seed 000 §6
         )
         self.socket_server.start()
         bound = {ep.listener_name: self.socket_server.bound_port(ep.listener_name)
@@ -161,8 +162,8 @@ class BrokerService(service.MultiService):
         yield defer.maybeDeferred(super().stopService)
         if self.socket_server is not None:
             yield self.socket_server.stop()
-        if getattr(self, "group_coordinator", None) is not None:
-            self.group_coordinator.shutdown()  # [groups]
+        if self.group_coordinator is not None:
+            self.group_coordinator.shutdown()
         if self.replica_manager is not None:
             self.replica_manager.shutdown()  # producer-state snapshots
         if self.log_manager is not None:
