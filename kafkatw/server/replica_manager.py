@@ -156,9 +156,13 @@ class ListOffsetsPartitionResult:
 
 
 def _iter_batch_headers(buf):
-    from kafkatw.protocol.records import iter_batch_headers
+    from kafkatw.protocol import records
 
-    return [h for _, h in iter_batch_headers(buf)]
+    if len(buf) >= records.BATCH_HEADER_SIZE:
+        header = records.read_batch_header(buf, 0)
+        if header.batch_length + records.LOG_OVERHEAD == len(buf):
+            return [header]  # one batch: what every v3+ produce carries per partition
+    return [h for _, h in records.iter_batch_headers(buf)]
 
 
 def _config_get(config, name, default):

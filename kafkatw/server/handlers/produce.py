@@ -26,7 +26,7 @@ ZSTD = 4
 def validate_records(version, records):
     """Kafka's ProduceRequest.validateRecords: exactly one magic-2 batch per partition (v3+).
 
-    Reads only the 61-byte batch header. Raises KafkaError.
+    Reads only the 61-byte batch header and returns it. Raises KafkaError.
     """
     if records is None or len(records) == 0:
         raise KafkaError(errors.INVALID_RECORD, "Produce requests with version %d must have at least "
@@ -45,6 +45,7 @@ def validate_records(version, records):
                          "contain exactly one record batch per partition" % version)
     if size > len(records):
         raise KafkaError(errors.CORRUPT_MESSAGE, "truncated record batch: %d bytes of %d" % (len(records), size))
+    return header
 
 
 def _error(code, message=None):
@@ -72,6 +73,7 @@ def handle(apis, request):
 
     meta = apis.metadata
     for topic in body.topic_data:
+        compression_type = None  # the topic's, looked up once for all its partitions
         for pd in topic.partition_data:
             tp = (topic.name, pd.index)
             order.append(tp)
@@ -82,7 +84,7 @@ def handle(apis, request):
                 results[tp] = _error(errors.UNKNOWN_TOPIC_OR_PARTITION)
                 continue
             try:
-                validate_records(version, pd.records)
+                header = validate_records(version, pd.records)
             except rec.CorruptRecordError as e:
                 results[tp] = _error(errors.CORRUPT_MESSAGE, str(e))
                 continue
@@ -90,7 +92,9 @@ def handle(apis, request):
                 results[tp] = _error(e.code, e.message)
                 continue
             try:
-                entries[tp] = maybe_recompress(pd.records, topic_compression_type(apis, topic.name))
+                if compression_type is None:
+                    compression_type = topic_compression_type(apis, topic.name)
+                entries[tp] = maybe_recompress(pd.records, compression_type, header)
             except rec.CorruptRecordError as e:
                 results[tp] = _error(errors.CORRUPT_MESSAGE, str(e))
             except KafkaError as e:

@@ -28,10 +28,12 @@ def topic_compression_type(apis, topic):
     return value
 
 
-def maybe_recompress(buf, compression_type):
+def maybe_recompress(buf, compression_type, header=None):
     """``buf`` (one v2 batch) unchanged when its codec is the target, else a new bytearray with
-    the same records, producer fields and timestamps in the target codec. Raises KafkaError."""
-    header = rec.read_batch_header(buf, 0)
+    the same records, producer fields and timestamps in the target codec. ``header``: the
+    batch's header when the caller has read it already. Raises KafkaError."""
+    if header is None:
+        header = rec.read_batch_header(buf, 0)
     target = target_codec(compression_type, header.compression)
     if target == header.compression or header.is_control:
         return buf
