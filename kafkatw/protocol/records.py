@@ -507,17 +507,35 @@ def check_records(buf, pos, header, max_size):
     """Kafka's walk over a produced batch's records (LogValidator's skipKeyValueIterator)
     reduced to framing: the (decompressed, at most ``max_size`` bytes) body holds exactly
     ``records_count`` length-prefixed records. Raises CorruptRecordError / InvalidRecordError."""
-    body = memoryview(buf)[pos + RECORDS_OFFSET:pos + header.size_in_bytes]
+    p = pos + RECORDS_OFFSET
+    end = pos + header.batch_length + LOG_OVERHEAD
     if header.compression:
         from kafkatw.protocol import compression
-        body = compression.decompress(header.compression, body, max_size=max_size)
+        body = compression.decompress(header.compression, memoryview(buf)[p:end], max_size=max_size)
+        p = 0
+        end = len(body)
+    else:
+        body = buf  # walked in place: no slice, no copy
+        if end > len(buf):
+            end = len(buf)
     count = header.records_count
-    end = len(body)
-    p = 0
     read_varint = _read_varint
     try:
         for i in range(count):
-            length, p = read_varint(body, p)
+            if p >= end:
+                raise IndexError(p)
+            b = body[p]
+            if b < 0x80:  # one- and two-byte length prefixes inline (records under 8 KiB)
+                length = (b >> 1) ^ -(b & 1)
+                p += 1
+            else:
+                b2 = body[p + 1]
+                if b2 < 0x80:
+                    raw = (b & 0x7F) | (b2 << 7)
+                    length = (raw >> 1) ^ -(raw & 1)
+                    p += 2
+                else:
+                    length, p = read_varint(body, p)
             if length < MIN_RECORD_BODY or p + length > end:
                 raise InvalidRecordError("Incorrect declared batch size, premature EOF reached "
                                          "(record %d of %d claims %d bytes)" % (i, count, length))
