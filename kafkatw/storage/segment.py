@@ -102,12 +102,13 @@ class LogSegment:
         return 0 <= offset - self.base_offset <= _INT32_MAX
 
     def should_roll(self, config, now_ms, messages_size, max_offset, max_ts, jitter=0):
-        reached_time = (self.size > 0 and
-                        self.time_waited_for_roll(now_ms, max_ts) > config.segment_ms - jitter)
-        return (self.size > config.segment_bytes - messages_size
-                or reached_time
-                or self.offset_index.is_full or self.time_index.is_full
-                or not self.can_convert_to_relative_offset(max_offset))
+        size = self.log.size_in_bytes()  # read once: this runs on every append
+        if size > config.segment_bytes - messages_size:
+            return True
+        if size > 0 and self.time_waited_for_roll(now_ms, max_ts) > config.segment_ms - jitter:
+            return True
+        return (self.offset_index.is_full or self.time_index.is_full
+                or not 0 <= max_offset - self.base_offset <= _INT32_MAX)
 
     # -- append -------------------------------------------------------------------------
 
