@@ -15,6 +15,7 @@ from kafkatw.network.request import Request, RequestContext, Response
 from kafkatw.protocol import errors, messages
 from kafkatw.protocol.errors import KafkaError
 from kafkatw.server.apis import KafkaApis
+from kafkatw.server.replica_manager import ReplicaManager
 
 
 @attr.s
@@ -75,6 +76,10 @@ class FakeReplicaManager:
                                    fetch_only_from_leader):
         self.offset_queries.append((tp, timestamp, isolation_level, current_leader_epoch,
                                     fetch_only_from_leader))
+        # the real leader-epoch rule (the handler relies on the replica manager for it)
+        code = ReplicaManager.check_leader_epoch(self, tp[0], tp[1], current_leader_epoch)
+        if code != errors.NONE:
+            raise KafkaError(code)
         result = self.offsets.get((tp, timestamp))
         if isinstance(result, Exception):
             raise result
@@ -113,6 +118,7 @@ class ApisFixture:
         self.config = KafkaConfig.from_properties(props)
         self.metadata = ClusterMetadata.load(self.config.log_dirs, self.node_id)
         self.replica_manager = FakeReplicaManager()
+        self.replica_manager.metadata = self.metadata
         self.log_manager = FakeLogManager()
         self.clock = task.Clock()
         self.apis = self.make_apis()

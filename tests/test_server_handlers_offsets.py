@@ -55,8 +55,10 @@ class ListOffsetsTests(ApisFixture, unittest.TestCase):
         self.replica_manager.offsets[(("t", 1), -1)] = KafkaError(errors.KAFKA_STORAGE_ERROR)
         body = self.call(list_offsets([("t", 0, -1, 3), ("t", 2, -1, -5), ("nope", 0, -1, -1),
                                        ("t", 1, -1, -1), ("t", 9, -1, -1)]), 9).body
+        # epoch 3 is newer than the partition's 0; -5 is not "none" (-1) and older: fenced,
+        # as Kafka's Partition.checkCurrentLeaderEpoch answers
         self.assertEqual([p[2] for p in self.parts(body)],
-                         [errors.UNKNOWN_LEADER_EPOCH, 0, errors.KAFKA_STORAGE_ERROR,
+                         [errors.UNKNOWN_LEADER_EPOCH, errors.FENCED_LEADER_EPOCH, errors.KAFKA_STORAGE_ERROR,
                           errors.UNKNOWN_TOPIC_OR_PARTITION, errors.UNKNOWN_TOPIC_OR_PARTITION])
 
     def test_fenced_epoch(self):

@@ -33,19 +33,6 @@ _EXPECTED = frozenset([
 ])
 
 
-def check_leader_epoch(meta, topic, partition, current_leader_epoch):
-    """Kafka's Partition.checkCurrentLeaderEpoch against this node's leader epoch."""
-    if current_leader_epoch is None or current_leader_epoch < 0:
-        return
-    epoch = meta.leader_epoch(topic, partition)
-    if current_leader_epoch < epoch:
-        raise KafkaError(errors.FENCED_LEADER_EPOCH,
-                         "leader epoch %d is older than the current %d" % (current_leader_epoch, epoch))
-    if current_leader_epoch > epoch:
-        raise KafkaError(errors.UNKNOWN_LEADER_EPOCH,
-                         "leader epoch %d is newer than the current %d" % (current_leader_epoch, epoch))
-
-
 def _partition(index, code=errors.NONE, timestamp=UNKNOWN, offset=UNKNOWN, leader_epoch=-1):
     return ListOffsetsResponse.ListOffsetsPartitionResponse(
         partition_index=index, error_code=code, timestamp=timestamp, offset=offset, leader_epoch=leader_epoch)
@@ -65,7 +52,6 @@ def handle(apis, request):
             return _partition(p.partition_index, errors.INVALID_REQUEST)
         if not meta.contains_partition(topic, p.partition_index):
             return _partition(p.partition_index, errors.UNKNOWN_TOPIC_OR_PARTITION)
-        check_leader_epoch(meta, topic, p.partition_index, p.current_leader_epoch)
         d = defer.maybeDeferred(
             apis.replica_manager.fetch_offset_for_timestamp,
             (topic, p.partition_index), p.timestamp, isolation_level, p.current_leader_epoch,
