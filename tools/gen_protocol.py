@@ -278,6 +278,20 @@ def field_flexible(f, msg, V, flex):
     return cond(f.flex_override, V)
 
 
+
+def fixed_run(fields, i, c_reg, V):
+    """The run of fixed-width scalar fields starting at ``fields[i]`` that share the presence
+    condition ``c_reg`` (packed or unpacked with one struct call), and the index after it;
+    ``([], i)`` when ``fields[i]`` does not start such a run."""
+    f = fields[i]
+    if f.base not in FIXED or f.is_array or c_reg == "False":
+        return [], i
+    j = i + 1
+    while (j < len(fields) and fields[j].base in FIXED and not fields[j].is_array
+           and cond(fields[j].regular, V) == c_reg):
+        j += 1
+    return fields[i:j], j
+
 class StructGen:
     """Emit reader/writer for one struct in one variant."""
 
@@ -296,18 +310,8 @@ class StructGen:
         while i < len(fields):
             f = fields[i]
             c_reg = cond(f.regular, V)
-            # fixed-width run with the same condition
-            if f.base in FIXED and not f.is_array and c_reg != "False":
-                run = [f]
-                j = i + 1
-                while (
-                    j < len(fields)
-                    and fields[j].base in FIXED
-                    and not fields[j].is_array
-                    and cond(fields[j].regular, V) == c_reg
-                ):
-                    run.append(fields[j])
-                    j += 1
+            run, j = fixed_run(fields, i, c_reg, V)
+            if run:
                 self._open(c_reg)
                 fmt = ">" + "".join(FIXED[x.base][0] for x in run)
                 em("buf += %s(%s)" % (em.struct(fmt) + "p", ", ".join("self." + x.attr for x in run)))
@@ -559,17 +563,8 @@ class StructGen:
         while i < len(fields):
             f = fields[i]
             c_reg = cond(f.regular, V)
-            if f.base in FIXED and not f.is_array and c_reg != "False":
-                run = [f]
-                j = i + 1
-                while (
-                    j < len(fields)
-                    and fields[j].base in FIXED
-                    and not fields[j].is_array
-                    and cond(fields[j].regular, V) == c_reg
-                ):
-                    run.append(fields[j])
-                    j += 1
+            run, j = fixed_run(fields, i, c_reg, V)
+            if run:
                 fmt = ">" + "".join(FIXED[x.base][0] for x in run)
                 size = sum(FIXED[x.base][1] for x in run)
                 self._open(c_reg)
