@@ -86,7 +86,7 @@ class FakeLog:
             count += h.records_count
         data += buf
         return LogAppendInfo(first, self.log_end_offset - 1, 1000, first, -1, self.log_start_offset,
-                             count, len(buf), headers[0][1])
+                             count, len(buf))
 
     def read(self, start_offset, max_length, isolation, min_one_message):
         if start_offset > self.log_end_offset or start_offset < self.log_start_offset:

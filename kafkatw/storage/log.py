@@ -440,7 +440,6 @@ class UnifiedLog:
             if leader_epoch is not None:
                 self.leader_epoch_cache.assign(leader_epoch, info.first_offset)
         else:
-            header = info.first_batch_header
             epochs = {}
             # Each batch's epoch: read back from the buffer (headers were not rewritten).
             from kafkatw.protocol import records
@@ -452,7 +451,6 @@ class UnifiedLog:
                 latest = self.leader_epoch_cache.latest_epoch()
                 if latest is None or epoch > latest:
                     self.leader_epoch_cache.assign(epoch, epochs[epoch])
-            del header
         self._leo_metadata = LogOffsetMetadata(info.last_offset + 1, segment.base_offset,
                                                segment.size)
         self._unflushed_messages += info.record_count

@@ -78,5 +78,4 @@ class LogAppendInfo:
     log_start_offset = attr.ib()
     record_count = attr.ib()
     valid_bytes = attr.ib()
-    first_batch_header = attr.ib()
     leader_epoch = attr.ib(default=-1)

@@ -30,7 +30,6 @@ def validate_and_assign(buf, config, now_ms, next_offset, leader_epoch=None,
         upper = now_ms + after
     compacted = assign_offsets and config.compact  # only compacted topics decode records
     batches = []
-    first_header = None
     first_offset = -1
     last_offset = -1
     max_ts = -1
@@ -77,8 +76,6 @@ def validate_and_assign(buf, config, now_ms, next_offset, leader_epoch=None,
                 raise KafkaError(errors.INVALID_RECORD, "Out of order offsets: batch base offset %d below %d"
                                 % (base, expected_next))
             batch_max_ts = header.max_timestamp
-        if first_header is None:
-            first_header = records.read_batch_header(buf, pos) if assign_offsets else header
         batch_last = base + header.last_offset_delta
         if first_offset < 0:
             first_offset = base
@@ -98,7 +95,6 @@ def validate_and_assign(buf, config, now_ms, next_offset, leader_epoch=None,
         log_start_offset=log_start_offset,
         record_count=record_count,
         valid_bytes=pos,
-        first_batch_header=first_header,
         leader_epoch=leader_epoch if leader_epoch is not None else -1,
     )
     return info, batches
