@@ -1,6 +1,11 @@
 """FileRecords: one segment's .log file. Appends a buffer with one positional write, hands out
 slices as FileRegions (no bytes read), and scans batch headers (61 bytes each) to find offsets
 and timestamps. It knows the v2 batch layout only through kafkatw.protocol.records.
+
+An offset search starts from the last batch it found when that batch is at or below the
+target: a caught-up consumer asks for the offset after the one it read last, and the sparse
+index (one entry per ``index.interval.bytes``) would otherwise make every such read scan all
+the small batches since the last index entry, one ``pread`` each.
 """
 
 import os
@@ -17,6 +22,9 @@ class FileRecords:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         self._file = os.fdopen(fd, "r+b", buffering=0)
         self._size = os.fstat(fd).st_size
+        #: (position, base offset) of the batch the last offset search found: a true fact
+        #: about the file until it is truncated at or below that position.
+        self._search_hint = (-1, 0)
 
     @property
     def file(self):
@@ -53,6 +61,8 @@ class FileRecords:
         if size > self._size or size < 0:
             raise ValueError("cannot truncate %s of %d bytes to %d" % (self.path, self._size, size))
         removed = self._size - size
+        if self._search_hint[0] >= size:
+            self._search_hint = (-1, 0)
         if removed or os.fstat(self.fd).st_size != size:
             os.ftruncate(self.fd, size)
         self._size = size
@@ -105,9 +115,17 @@ class FileRecords:
             position += header.size_in_bytes
 
     def search_for_offset_from_position(self, target_offset, start_position):
-        """(position, BatchHeader) of the first batch whose last offset >= target, or None."""
+        """(position, BatchHeader) of the first batch whose last offset >= target, or None.
+
+        Every batch before one whose base offset is <= target ends below target, so the scan
+        may begin at the last found batch instead of ``start_position`` when that is later.
+        """
+        hint_position, hint_base = self._search_hint
+        if hint_position > start_position and hint_base <= target_offset:
+            start_position = hint_position
         for position, header in self.batches_from(start_position):
             if header.last_offset >= target_offset:
+                self._search_hint = (position, header.base_offset)
                 return position, header
         return None
 
