@@ -190,13 +190,19 @@ def sync_latency(bootstrap, broker_pid, topic, count=2000, size=100):
 
 
 def e2e_latency(bootstrap, broker_pid, topic, count=500, interval_s=0.010):
-    """A consumer parked at the log end; ``count`` records ``interval_s`` apart; receive - send."""
+    """A consumer parked at the log end; ``count`` records ``interval_s`` apart; receive - send.
+
+    The producer runs in its own process (``e2e_producer``) so it never holds this process's
+    GIL when a record arrives; both stamp ``CLOCK_MONOTONIC``, which is system-wide.
+    """
+    import subprocess
+
     create_topic(bootstrap, topic)
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-e2e", "enable.auto.commit": False,
                   "fetch.queue.backoff.ms": 10, "fetch.wait.max.ms": 500})
     c.assign([TopicPartition(topic, 0, OFFSET_END)])
-    p = _producer(bootstrap, acks=1, **{"linger.ms": 0})
     # warm up: a record that the consumer must see (its fetch position is set by then)
+    p = _producer(bootstrap, acks=1, **{"linger.ms": 0})
     deadline = time.monotonic() + 30
     seen = False
     while not seen and time.monotonic() < deadline:
@@ -206,32 +212,43 @@ def e2e_latency(bootstrap, broker_pid, topic, count=500, interval_s=0.010):
         seen = m is not None and m.error() is None
     if not seen:
         raise RuntimeError("consumer never received the warm-up record")
+    del p
     while c.poll(0.2) is not None:
         pass
 
-    def send():
-        for _ in range(count):
-            p.produce(topic, struct.pack(">q", time.monotonic_ns()))
-            p.poll(0)
-            time.sleep(interval_s)
-        p.flush(10)
-
+    args = json.dumps({"bootstrap": bootstrap, "topic": topic, "count": count, "interval_s": interval_s})
     samples = []
     with Window(broker_pid) as w:
-        t = threading.Thread(target=send)
-        t.start()
+        proc = subprocess.Popen([sys.executable, "-m", "bench.workloads", "e2e_producer", args],
+                                stdout=subprocess.PIPE)
         end = time.monotonic() + count * interval_s + 30
         while len(samples) < count and time.monotonic() < end:
             m = c.poll(0.5)
             if m is None or m.error() is not None:
                 continue
             now = time.monotonic_ns()
-            samples.append((now - struct.unpack(">q", m.value())[0]) / 1e6)
-        t.join()
+            sent = struct.unpack(">q", m.value())[0]
+            if sent:
+                samples.append((now - sent) / 1e6)
+        proc.communicate(timeout=60)
     c.close()
     if len(samples) < count:
         raise RuntimeError("received %d of %d" % (len(samples), count))
     return w.result(**_percentiles(samples))
+
+
+def e2e_producer(bootstrap, topic, count, interval_s):
+    """The sending side of ``e2e_latency``: ``count`` records carrying ``monotonic_ns``."""
+    p = _producer(bootstrap, acks=1, **{"linger.ms": 0})
+    p.produce(topic, struct.pack(">q", 0))  # connection and metadata warm-up: not a sample
+    p.flush(10)
+    time.sleep(interval_s)
+    for _ in range(count):
+        p.produce(topic, struct.pack(">q", time.monotonic_ns()))
+        p.poll(0)
+        time.sleep(interval_s)
+    p.flush(10)
+    return {"sent": count}
 
 
 def request_rate_worker(bootstrap, topic, seconds, size=100, window=64):
@@ -315,7 +332,7 @@ def idle_connections(bootstrap, broker_pid, count=1000):
     return {"rss_before_mb": rss0 / 1e6, "rss_after_mb": rss1 / 1e6, "rss_delta_mb": (rss1 - rss0) / 1e6}
 
 
-WORKLOADS = {f.__name__: f for f in (produce, consume, sync_latency, e2e_latency, request_rate,
+WORKLOADS = {f.__name__: f for f in (produce, consume, sync_latency, e2e_latency, e2e_producer, request_rate,
                                      request_rate_worker, partitions_produce, create_partitions_topic,
                                      idle_connections)}
 
