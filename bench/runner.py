@@ -14,7 +14,7 @@ import time
 import uuid
 
 from bench import machine
-from bench.brokers import Kafkatw, Tansu
+from bench.brokers import Kafkatw, KafkatwStart, Tansu
 from bench.procstat import rss_bytes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -221,6 +221,11 @@ def report(results, machine_rounds, idle_rss, out=sys.stdout):
         summary.setdefault("machine", {})[key] = s
         if s:
             lines.append("| %s | %s (%s-%s) |" % (label, fmt(s["median"]), fmt(s["min"]), fmt(s["max"])))
+    s = summarize([m["start_1000"]["s"] for m in machine_rounds if "start_1000" in m])
+    summary.setdefault("machine", {})["start_1000"] = s
+    if s:
+        lines.append("| kafkatw start to first answer, 1,000 partitions on disk, s | %s (%s-%s) |"
+                     % (fmt(s["median"]), fmt(s["min"]), fmt(s["max"])))
     lines.append("")
     lines.append("Idle RSS at start: " + ", ".join("%s %.1f MB" % (k, v / 1e6) for k, v in idle_rss.items()))
     k = summary.get("produce 1 KiB acks=1", {}).get("kafkatw", {}).get("mb_s")
@@ -251,6 +256,11 @@ def run(quick=False, rounds=3, only=None, json_path=None):
     machine_rounds = []
     state = {b.name: {} for b in brokers}
     t_start = time.monotonic()
+    starter = None
+    try:
+        starter = KafkatwStart(1000) if not only or any("start" in o for o in only) else None
+    except Exception as e:
+        sys.stderr.write("start-with-partitions measurement unavailable: %s\n" % e)
     try:
         for rnd in range(rounds):
             if rss_bytes(ta.pid) > 3 * GB:  # Tansu keeps records in memory; bound the run's RAM
@@ -277,11 +287,18 @@ def run(quick=False, rounds=3, only=None, json_path=None):
                 m["sendfile"] = machine.sendfile_rate(folder, (512 if quick else 1024) << 20)
             except Exception as e:
                 m["error"] = str(e)
+            if starter is not None:
+                try:
+                    m["start_1000"] = {"s": statistics.median(starter.measure() for _ in range(3))}
+                except Exception as e:
+                    m["start_error"] = str(e)
             machine_rounds.append(m)
             sys.stderr.write("round %d machine %s\n" % (rnd + 1, json.dumps(m)))
     finally:
         for b in brokers:
             b.stop()
+        if starter is not None:
+            starter.close()
     sys.stderr.write("total %.0f s\n" % (time.monotonic() - t_start))
     text, summary = report(results, machine_rounds, idle_rss)
     if json_path:
