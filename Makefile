@@ -28,7 +28,7 @@ test: compile
 	@$(BIN)/python tools/run_tests.py $(TESTS)
 
 codec:
-	$(BIN)/python tools/gen_protocol.py $(SCHEMAS)/message kafkatw/protocol/messages.py
+	$(BIN)/python tools/gen_protocol.py $(SCHEMAS)/message kafkatw/protocol/messages
 	$(BIN)/python tools/gen_protocol.py --records $(SCHEMAS)/coordinator-records kafkatw/protocol/coordinator_records.py
 	$(BIN)/python tools/gen_errors.py $(SCHEMAS)/errors.tsv > kafkatw/protocol/errors.py
 

@@ -4,7 +4,10 @@ Round trips every schema class at every valid version with hypothesis values bui
 the generated ``SCHEMA`` descriptions, plus targeted wire-format checks.
 """
 
+import os
 import struct
+import subprocess
+import sys
 import tempfile
 
 from hypothesis import HealthCheck, given, settings
@@ -108,7 +111,7 @@ class RoundTripTests(SynchronousTestCase):
     """decode(encode(x)) == x for every schema class at every valid version."""
 
 
-for _cls in m.ALL_MESSAGES:
+for _cls in m.all_messages():
     setattr(RoundTripTests, "test_roundtrip_" + _cls.__name__, make_roundtrip_test(_cls))
 
 
@@ -137,6 +140,47 @@ class RegistryTests(SynchronousTestCase):
         self.assertIsNone(m.ConsumerProtocolSubscription.FLEXIBLE_VERSIONS_START)
         self.assertEqual(set(m.REQUESTS), set(m.RESPONSES))
         self.assertEqual(set(m.REQUESTS), set(m.API_NAMES))
+
+    def test_registries_are_read_only_mappings_of_every_key(self):
+        self.assertEqual(len(m.REQUESTS), len(m.API_NAMES))
+        self.assertIn(0, m.REQUESTS)
+        self.assertNotIn(9999, m.REQUESTS)
+        self.assertIsNone(m.REQUESTS.get(9999))
+        self.assertIs(m.REQUESTS.get(1), m.FetchRequest)
+        with self.assertRaises(KeyError):
+            m.RESPONSES[9999]
+        with self.assertRaises(KeyError):
+            m.request_header_version(9999, 0)
+        self.assertEqual(dict(m.RESPONSES)[18], m.ApiVersionsResponse)
+        with self.assertRaises(TypeError):
+            m.REQUESTS[0] = m.FetchRequest
+
+    def test_all_messages(self):
+        everything = m.all_messages()
+        self.assertEqual(len(everything), 186)
+        self.assertEqual(len(set(everything)), 186)
+        self.assertIs(m.ALL_MESSAGES, everything)
+        self.assertEqual(everything[:2], (m.AddOffsetsToTxnRequest, m.AddOffsetsToTxnResponse))
+        self.assertEqual({cls for cls in everything if cls.API_KEY is not None},
+                         set(m.REQUESTS.values()) | set(m.RESPONSES.values()))
+        self.assertIn("ProduceRequest", dir(m))
+        with self.assertRaises(AttributeError):
+            m.NoSuchRequest
+        with self.assertRaises(ImportError):
+            from kafkatw.protocol.messages import NoSuchResponse  # noqa: F401
+
+    def test_header_versions_match_the_classes(self):
+        for key, cls in m.REQUESTS.items():
+            fv = cls.FLEXIBLE_VERSIONS_START
+            for v in range(cls.VALID_VERSIONS[0], cls.VALID_VERSIONS[1] + 1):
+                flexible = fv is not None and v >= fv
+                self.assertEqual(m.request_header_version(key, v),
+                                 0 if (key, v) == (7, 0) else 2 if flexible else 1, (key, v))
+        for key, cls in m.RESPONSES.items():
+            fv = cls.FLEXIBLE_VERSIONS_START
+            for v in range(cls.VALID_VERSIONS[0], cls.VALID_VERSIONS[1] + 1):
+                flexible = fv is not None and v >= fv and key != 18
+                self.assertEqual(m.response_header_version(key, v), 1 if flexible else 0, (key, v))
 
     def test_nested_class_names(self):
         self.assertIs(m.ProduceRequest.TopicProduceData.PartitionProduceData, m.ProduceRequest.PartitionProduceData)
@@ -178,6 +222,43 @@ class RegistryTests(SynchronousTestCase):
         self.assertEqual(m.RequestHeader.decode_from(h.encode_bytes(2) + b"body", 0, 2), (h, 13))
         h.client_id = None
         self.assertEqual(h.encode_bytes(1), b"\x00\x12\x00\x03\x00\x00\x00\x01\xff\xff")
+
+
+LAZY_PROBE = r"""
+import sys
+loaded = lambda: sorted(n.rsplit(".", 1)[1] for n in sys.modules
+                        if n.startswith("kafkatw.protocol.messages."))
+from kafkatw.protocol import messages
+print(loaded())
+print(sorted(messages.REQUESTS) == sorted(messages.API_NAMES), len(messages.RESPONSES), loaded())
+print(messages.request_header_version(0, 9), messages.response_header_version(1, 12), loaded())
+produce = messages.ProduceRequest
+print(produce.__name__, "ProduceResponse" in vars(messages), messages.ProduceResponse.API_KEY, loaded())
+from kafkatw.protocol.messages import FetchResponse
+print(messages.REQUESTS[1] is messages.FetchRequest, messages.RESPONSES.get(3).__name__, loaded())
+print(len(messages.all_messages()), len(loaded()))
+"""
+
+
+class LazyLoadingTests(SynchronousTestCase):
+    """A fresh interpreter loads an API's classes only when one of them is first used."""
+
+    def test_submodules_load_on_first_use(self):
+        out = subprocess.run([sys.executable, "-c", LAZY_PROBE], capture_output=True, text=True,
+                             check=True, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        self.assertEqual(out.stdout.splitlines(), [
+            "[]",
+            "True 88 []",
+            "2 1 []",
+            "ProduceRequest True 0 ['produce']",
+            "True MetadataResponse ['fetch', 'metadata', 'produce']",
+            "186 98",
+        ])
+
+    def test_loaded_classes_are_package_globals(self):
+        cls = m.DescribeClusterRequest
+        self.assertIs(vars(m)["DescribeClusterRequest"], cls)
+        self.assertIs(vars(m)["DescribeClusterResponse"], m.DescribeClusterResponse)
 
 
 class WireFormatTests(SynchronousTestCase):

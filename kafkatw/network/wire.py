@@ -40,6 +40,21 @@ def unsupported_api_versions_response(correlation_id, api_versions_range):
     return _SIZE.pack(len(body)) + body
 
 
+class _ByApiKey(dict):
+    """api key -> message class, copied from the codec's lazy registry on a key's first use, so
+    each later lookup is a plain dict hit and an API never asked for is never loaded."""
+
+    __slots__ = ("_registry",)
+
+    def __init__(self, registry):
+        super().__init__()
+        self._registry = registry
+
+    def __missing__(self, api_key):
+        cls = self[api_key] = self._registry[api_key]
+        return cls
+
+
 class MessagesWire:
     """The production seam over ``kafkatw.protocol.messages``."""
 
@@ -48,6 +63,11 @@ class MessagesWire:
 
         self.messages = messages
         self._api_names = dict(messages.API_NAMES)
+        self._requests = _ByApiKey(messages.REQUESTS)
+        self._request_header = messages.RequestHeader
+        self._response_header = messages.ResponseHeader
+        self._request_header_version = messages.request_header_version
+        self._response_header_version = messages.response_header_version
 
     def api_name(self, api_key):
         name = self._api_names.get(api_key)
@@ -57,19 +77,18 @@ class MessagesWire:
 
     def decode_request(self, frame, api_key, api_version):
         """``(header, body)`` of a whole frame; raises on a malformed one."""
-        m = self.messages
         view = memoryview(frame)
-        header, pos = m.RequestHeader.decode_from(view, 0, m.request_header_version(api_key, api_version))
+        header, pos = self._request_header.decode_from(
+            view, 0, self._request_header_version(api_key, api_version))
         # Like Kafka, bytes after the body are ignored: librdkafka 2.x sends Metadata v12
         # with 3 of them, and Apache Kafka's parser never checks for leftovers.
-        body, _ = m.REQUESTS[api_key].decode_from(view, pos, api_version)
+        body, _ = self._requests[api_key].decode_from(view, pos, api_version)
         return header, body
 
     def encode_response(self, request, body):
         """Size prefix, response header and body as a list of parts."""
-        m = self.messages
-        hv = m.response_header_version(request.api_key, request.api_version)
-        head = m.ResponseHeader(correlation_id=request.correlation_id).encode(hv)
+        hv = self._response_header_version(request.api_key, request.api_version)
+        head = self._response_header(correlation_id=request.correlation_id).encode(hv)
         parts = list(head) + list(body.encode(request.api_version))
         size = 0
         for p in parts:
