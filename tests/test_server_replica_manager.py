@@ -72,8 +72,9 @@ class FakeLog:
     def update_high_watermark(self, offset):
         self.high_watermark = min(offset, self.log_end_offset)
 
-    def append_as_leader(self, buf, leader_epoch):
+    def append_as_leader(self, buf, leader_epoch, batch_headers=None):
         self.appends += 1
+        self.batch_headers = batch_headers
         base, data, batches = self.segments[-1]
         first = self.log_end_offset
         headers = list(iter_batch_headers(buf))
@@ -210,6 +211,19 @@ class ProduceTests(Base):
         self.assertEqual(self.produce(("t", 0), batch(), acks=1).base_offset, 5)
         self.assertEqual(self.produce(("t", 0), batch(), acks=0).base_offset, 6)
 
+    def test_batch_headers_read_once(self):
+        tp = ("t", 0)
+        buf = bytearray(batch(count=2)) + batch(count=1)
+        expected = list(iter_batch_headers(bytes(buf)))
+        self.rm.append_records_now(1000, 1, {tp: buf})
+        log_ = self.lm.get_log(*tp)
+        self.assertEqual(log_.batch_headers, expected)  # read here, handed to the log
+        buf = bytearray(batch(count=2))
+        given = list(iter_batch_headers(bytes(buf)))
+        r = self.rm.append_records_now(1000, 1, {tp: buf}, batch_headers={tp: given})[tp]
+        self.assertEqual((r.error_code, r.base_offset), (errors.NONE, 3))
+        self.assertIs(log_.batch_headers, given)  # the caller's, not read again
+
     def test_unknown_partition_and_invalid_acks_and_internal(self):
         self.assertEqual(self.produce(("t", 3), batch()).error_code, errors.UNKNOWN_TOPIC_OR_PARTITION)
         self.assertEqual(self.produce(("nope", 0), batch()).error_code, errors.UNKNOWN_TOPIC_OR_PARTITION)
@@ -222,7 +236,7 @@ class ProduceTests(Base):
     def test_storage_error_code_passes_through(self):
         log_ = self.lm.get_or_create_log("t", 0)
 
-        def boom(buf, epoch):
+        def boom(buf, epoch, batch_headers=None):
             raise KafkaError(errors.RECORD_LIST_TOO_LARGE, "too big")
 
         log_.append_as_leader = boom

@@ -82,6 +82,23 @@ class AppendTest(Base):
         self.assertEqual(lg.end_offset_for_epoch(9), (9, 6))
         self.assertEqual(lg.end_offset_for_epoch(3), (-1, -1))
 
+    def test_batch_headers_from_the_caller(self):
+        lg = self.open_log()
+        buf = make_batch(3) + make_batch(2)
+        info = lg.append_as_leader(buf, 7, list(records.iter_batch_headers(bytes(buf))))
+        self.assertEqual((info.first_offset, info.last_offset, info.record_count), (0, 4, 5))
+        # a header listed at its position is used as given; a batch at a position not listed is read
+        buf = make_batch(2) + make_batch(1)
+        first = records.read_batch_header(bytes(buf))
+        info = lg.append_as_leader(buf, 7, [(0, first._replace(max_timestamp=1234)), (999, first)])
+        self.assertEqual((info.first_offset, info.last_offset, info.max_timestamp), (5, 7, 1234))
+        self.assertEqual([h.base_offset for _, h in records.iter_batch_headers(bytes(buf))], [5, 7])
+        bad = make_batch(1)
+        bad[-1] ^= 1
+        e = self.assertRaises(KafkaError, lg.append_as_leader, bad, 7,
+                              list(records.iter_batch_headers(bytes(bad))))
+        self.assertEqual(e.code, errors.CORRUPT_MESSAGE)
+
     def test_log_append_time(self):
         lg = self.open_log({"message.timestamp.type": "LogAppendTime"})
         self.clock.now = 5_000_000

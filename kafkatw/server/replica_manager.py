@@ -13,7 +13,7 @@ import attr
 from twisted.internet import defer
 from twisted.logger import Logger
 
-from kafkatw.protocol import errors
+from kafkatw.protocol import errors, records
 from kafkatw.protocol.errors import KafkaError
 from kafkatw.server.delayed_fetch import DelayedFetch, FetchPartitionStatus
 from kafkatw.server.purgatory import DelayedOperationPurgatory, TopicPartitionOperationKey
@@ -156,13 +156,12 @@ class ListOffsetsPartitionResult:
 
 
 def _iter_batch_headers(buf):
-    from kafkatw.protocol import records
-
+    """``[(position, BatchHeader)]`` of every batch in ``buf``; raises CorruptRecordError."""
     if len(buf) >= records.BATCH_HEADER_SIZE:
         header = records.read_batch_header(buf, 0)
         if header.batch_length + records.LOG_OVERHEAD == len(buf):
-            return [header]  # one batch: what every v3+ produce carries per partition
-    return [h for _, h in records.iter_batch_headers(buf)]
+            return [(0, header)]  # one batch: what every v3+ produce carries per partition
+    return list(records.iter_batch_headers(buf))
 
 
 def _config_get(config, name, default):
@@ -344,16 +343,22 @@ class ReplicaManager:
         return defer.succeed(self.append_records_now(timeout_ms, required_acks, entries,
                                                      internal_topics_allowed))
 
-    def append_records_now(self, timeout_ms, required_acks, entries, internal_topics_allowed=False):
+    def append_records_now(self, timeout_ms, required_acks, entries, internal_topics_allowed=False,
+                           batch_headers=None):
         """:meth:`append_records` without the Deferred: the results dict itself (every append
-        completes synchronously on a single node; the produce path calls this)."""
+        completes synchronously on a single node; the produce path calls this).
+
+        ``batch_headers``: {(topic, partition): [(position, BatchHeader)]} for entries whose
+        caller read every batch header of the buffer already (the produce handler has, for the
+        single batch of a partition it did not recompress); the others are read here."""
         if required_acks not in (-1, 0, 1):
             return {tp: PartitionResponse(errors.INVALID_REQUIRED_ACKS) for tp in entries}
         results = {}
         appended = []
+        known = batch_headers or {}
         for tp, buf in entries.items():
             resp = self._append_to_local_log(tp[0], tp[1], buf, internal_topics_allowed,
-                                             required_acks)
+                                             required_acks, known.get(tp))
             results[tp] = resp
             if resp.error_code == errors.NONE:
                 appended.append(tp)
@@ -361,7 +366,8 @@ class ReplicaManager:
             self.fetch_purgatory.check_and_complete(TopicPartitionOperationKey(topic, partition))
         return results
 
-    def _append_to_local_log(self, topic, partition, buf, internal_topics_allowed, required_acks=1):
+    def _append_to_local_log(self, topic, partition, buf, internal_topics_allowed, required_acks=1,
+                             batch_headers=None):
         if not internal_topics_allowed and self.metadata.is_internal(topic):
             return PartitionResponse(errors.INVALID_TOPIC_EXCEPTION,
                                      error_message="Cannot append to internal topic %s" % topic)
@@ -375,24 +381,30 @@ class ReplicaManager:
                 "The size of the current ISR {%d} is insufficient to satisfy the min.isr "
                 "requirement of %d for partition %s-%d" % (self.node_id, min_isr, topic, partition)))
         try:
-            try:
-                headers = self._batch_headers(buf)
-            except KafkaError:
-                headers = None  # let the log's validation report it
+            headers = batch_headers  # [(position, header)], read once for this and the log
+            if headers is None:
+                try:
+                    headers = self._batch_headers(buf)
+                except KafkaError:
+                    headers = None  # let the log's validation report it
             ps = None
-            if headers and any(h.producer_id >= 0 for h in headers):
-                ps = self.producer_state(topic, partition, log_)
-                check = ps.check_batches(headers)
+            if headers:
+                for _, h in headers:
+                    if h.producer_id >= 0:
+                        ps = self.producer_state(topic, partition, log_)
+                        break
+            if ps is not None:
+                check = ps.check_batches([h for _, h in headers])
                 if check.duplicate is not None:
                     return PartitionResponse(errors.NONE, check.duplicate.first_offset, -1,
                                              log_.log_start_offset)
                 if check.error != errors.NONE:
                     return PartitionResponse(check.error, error_message=check.message)
             epoch = self.metadata.leader_epoch(topic, partition)
-            info = log_.append_as_leader(buf, epoch)
+            info = log_.append_as_leader(buf, epoch, headers)
             if ps is not None:
                 offset = info.first_offset
-                for h in headers:
+                for _, h in headers:
                     n = h.last_offset_delta + 1
                     ts = info.log_append_time if info.log_append_time != -1 else h.max_timestamp
                     ps.update(h, offset, offset + n - 1, ts)

@@ -411,20 +411,23 @@ class UnifiedLog:
 
     # -- append -------------------------------------------------------------------------
 
-    def append_as_leader(self, buf, leader_epoch):
-        """Validate the batches in ``buf``, assign offsets in place and write them."""
-        return self._append(buf, leader_epoch, assign_offsets=True)
+    def append_as_leader(self, buf, leader_epoch, batch_headers=None):
+        """Validate the batches in ``buf``, assign offsets in place and write them.
+
+        ``batch_headers``: ``[(position, BatchHeader)]`` the caller already read from ``buf``
+        (the replica manager has, for producer state); each is used instead of a new read."""
+        return self._append(buf, leader_epoch, True, batch_headers)
 
     def append_as_follower(self, buf, leader_epoch=None):
         """Write batches whose offsets the leader assigned."""
         return self._append(buf, None, assign_offsets=False)
 
-    def _append(self, buf, leader_epoch, assign_offsets):
+    def _append(self, buf, leader_epoch, assign_offsets, batch_headers=None):
         self._check_online()
         now = self._clock()
         info, batches = validate_and_assign(
             buf, self.config, now, self.log_end_offset, leader_epoch, assign_offsets,
-            self._log_start_offset, (self.topic, self.partition))
+            self._log_start_offset, (self.topic, self.partition), batch_headers)
         if not batches:
             return info
         if not assign_offsets and info.first_offset < self.log_end_offset:

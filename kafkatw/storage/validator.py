@@ -11,10 +11,13 @@ from .offsets import LogAppendInfo
 
 
 def validate_and_assign(buf, config, now_ms, next_offset, leader_epoch=None,
-                        assign_offsets=True, log_start_offset=0, topic_partition=None):
+                        assign_offsets=True, log_start_offset=0, topic_partition=None,
+                        batch_headers=None):
     """Validate every batch in ``buf``; returns ``(LogAppendInfo, batches)`` where ``batches``
     lists ``(position, size, last_offset, max_timestamp)`` for the segment's indexes.
-    ``topic_partition`` ((topic, partition)) names the partition in record errors."""
+    ``topic_partition`` ((topic, partition)) names the partition in record errors.
+    ``batch_headers``: ``[(position, BatchHeader)]`` read from ``buf`` (as ``read_batch_header``
+    does) by the caller; a batch at a position not listed there is read here."""
     total = len(buf)
     if total > config.segment_bytes:
         raise KafkaError(errors.RECORD_LIST_TOO_LARGE,
@@ -37,11 +40,18 @@ def validate_and_assign(buf, config, now_ms, next_offset, leader_epoch=None,
     record_count = 0
     pos = 0
     expected_next = next_offset
+    known = batch_headers or ()
+    n_known = len(known)
+    i = 0
     while pos < total:
-        if total - pos < records.LOG_OVERHEAD:
-            raise records.CorruptRecordError(
-                "%d trailing bytes are too few for a record batch" % (total - pos,))
-        header = records.read_batch_header(buf, pos)
+        if i < n_known and known[i][0] == pos:
+            header = known[i][1]
+        else:
+            if total - pos < records.LOG_OVERHEAD:
+                raise records.CorruptRecordError(
+                    "%d trailing bytes are too few for a record batch" % (total - pos,))
+            header = records.read_batch_header(buf, pos)
+        i += 1
         size = header.size_in_bytes
         if size > max_message_bytes:
             raise KafkaError(errors.MESSAGE_TOO_LARGE,

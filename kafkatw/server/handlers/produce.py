@@ -58,6 +58,7 @@ def handle(apis, request):
     results = {}  # (topic, partition) -> (error, base_offset, log_append_time, log_start, record_errors, msg)
     order = []  # (topic, partition) in request order
     entries = {}
+    headers = {}  # (topic, partition) -> [(0, header)] when the batch goes on as produced
 
     acks = body.acks
     uniform_error = None
@@ -94,7 +95,9 @@ def handle(apis, request):
             try:
                 if compression_type is None:
                     compression_type = topic_compression_type(apis, topic.name)
-                entries[tp] = maybe_recompress(pd.records, compression_type, header)
+                records = entries[tp] = maybe_recompress(pd.records, compression_type, header)
+                if records is pd.records:
+                    headers[tp] = [(0, header)]  # the replica manager and log need not read it again
             except rec.CorruptRecordError as e:
                 results[tp] = _error(errors.CORRUPT_MESSAGE, str(e))
             except KafkaError as e:
@@ -119,7 +122,7 @@ def handle(apis, request):
     append_now = getattr(rm, "append_records_now", None)
     if append_now is not None:
         # synchronous on a single node: the response without a Deferred
-        return respond(append_now(body.timeout_ms, acks, entries))
+        return respond(append_now(body.timeout_ms, acks, entries, batch_headers=headers))
     d = defer.maybeDeferred(rm.append_records, body.timeout_ms, acks, entries)
     d.addCallback(respond)
     return d
