@@ -14,6 +14,8 @@ from kafkatw.config import ConfigError, KafkaConfig, parse_override
 
 #: Exit status when the configuration is invalid.
 CONFIG_ERROR_EXIT = 2
+#: Security protocols whose listeners speak TLS.
+TLS_PROTOCOLS = ("SSL", "SASL_SSL")
 
 
 class Options(usage.Options):
@@ -50,15 +52,42 @@ def _fail(message, stderr=None):
     raise SystemExit(CONFIG_ERROR_EXIT)
 
 
+def import_twisted_tcp_without_tls():
+    """First-import Twisted's TCP and reactor base modules with pyOpenSSL unimportable.
+
+    ``twisted.internet.tcp`` (startTLS) and ``twisted.internet.posixbase`` (listenSSL) try to
+    import pyOpenSSL when they are first imported, TLS used or not, which loads pyOpenSSL and
+    cryptography (~12 MB RSS, ~0.1 s). Imported while ``sys.modules["OpenSSL"]`` is None (an
+    import of it then fails), they take their own ``except ImportError`` branch: TCP transports
+    without startTLS, which the broker never calls. OpenSSL stays importable afterwards; SSL
+    listeners wrap their factory in TLS themselves (``SocketServer.start``). Does nothing when
+    those modules or pyOpenSSL are loaded already (``--reactor``, a fork server, trial).
+    """
+    loaded = sys.modules
+    if "OpenSSL" in loaded or "twisted.internet.tcp" in loaded or "twisted.internet.posixbase" in loaded:
+        return
+    loaded["OpenSSL"] = None
+    try:
+        import twisted.internet.posixbase  # noqa: F401
+        import twisted.internet.tcp  # noqa: F401
+    finally:
+        if loaded.get("OpenSSL", False) is None:
+            del loaded["OpenSSL"]
+
+
 def makeService(options, stderr=None):
     """Load the configuration and build the broker's service tree.
 
     A bad configuration writes one line to stderr and exits with status 2; no traceback.
+    twistd calls this before it imports the reactor: without an SSL listener, the reactor
+    comes without pyOpenSSL (:func:`import_twisted_tcp_without_tls`).
     """
     try:
         config = options.load_config()
     except ConfigError as e:
         _fail(e, stderr)
+    if not any(ep.security_protocol in TLS_PROTOCOLS for ep in config.listeners):
+        import_twisted_tcp_without_tls()
     from kafkatw import service as broker_service  # imported late: nothing runs at import time
 
     try:

@@ -178,3 +178,56 @@ class TwistdPluginTests(SynchronousTestCase):
         self.assertEqual(proc.returncode, 2, proc.stdout + proc.stderr)
         self.assertEqual(proc.stderr, "kafkatw: Invalid value 0 for configuration "
                                       "num.io.threads: Value must be at least 1\n")
+
+
+#: What pyOpenSSL loads: cryptography's compiled bindings (pyOpenSSL itself is pure Python).
+CRYPTOGRAPHY_BINDINGS = "cryptography/hazmat/bindings/_rust"
+
+HIDDEN_TLS_PROBE = r"""
+import sys
+from kafkatw import tap
+tap.import_twisted_tcp_without_tls()
+import twisted.internet.posixbase as posixbase, twisted.internet.tcp as tcp
+print(posixbase.tls is None, tcp.ITLSTransport.__name__, sorted(
+    m for m in sys.modules if m.split(".")[0] in ("OpenSSL", "cryptography")))
+from twisted.protocols.tls import TLSMemoryBIOFactory
+import OpenSSL.SSL
+print(TLSMemoryBIOFactory.__name__, "OpenSSL" in sys.modules)
+"""
+
+
+class TlsStackTests(SynchronousTestCase):
+    """A twistd broker loads pyOpenSSL/cryptography only when it has an SSL listener."""
+
+    def broker(self, listeners):
+        from kafkatw.testing import KafkaBroker
+
+        # not forked from the fork server, which has the TLS stack loaded for every broker
+        broker = KafkaBroker(listeners=listeners, fork_server=False)
+        self.addCleanup(broker.close)
+        return broker.start()
+
+    def mapped_files(self, pid):
+        with open("/proc/%d/maps" % pid) as f:
+            return {line.split()[-1] for line in f if line.count(" ") > 4 and "/" in line}
+
+    def test_plaintext_broker_loads_no_tls_stack(self):
+        broker = self.broker(("PLAINTEXT",))
+        from kafkatw.testing import api_versions_ok
+
+        self.assertTrue(api_versions_ok("127.0.0.1", broker.port))
+        files = self.mapped_files(broker.process.pid)
+        self.assertTrue(any("/lib-dynload/_socket" in f for f in files), sorted(files))
+        self.assertEqual([f for f in files if CRYPTOGRAPHY_BINDINGS in f], [])
+
+    def test_ssl_broker_serves_tls(self):
+        broker = self.broker(("SSL",))  # start() waits for an ApiVersions answer over TLS
+        self.assertEqual(set(broker.ports), {"SSL"})
+        files = self.mapped_files(broker.process.pid)
+        self.assertEqual(len([f for f in files if CRYPTOGRAPHY_BINDINGS in f]), 1, sorted(files))
+
+    def test_tcp_imported_without_tls_leaves_openssl_importable(self):
+        out = subprocess.run([sys.executable, "-c", HIDDEN_TLS_PROBE], capture_output=True,
+                             text=True, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(out.stdout.splitlines(), ["True Interface []", "TLSMemoryBIOFactory True"])

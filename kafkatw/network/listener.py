@@ -84,7 +84,7 @@ class SocketServer:
 
     ``endpoints``: objects with ``listener_name``, ``security_protocol``, ``host``,
     ``port``.  ``handler`` provides ``IRequestHandler``.  ``reactor`` provides
-    ``listenTCP``/``listenSSL``, ``callLater`` and ``seconds``; ``clock_ns`` gives the
+    ``listenTCP``, ``callLater`` and ``seconds``; ``clock_ns`` gives the
     nanosecond marks of the request log (``time.monotonic_ns`` by default).
     ``ssl_context_factories`` maps a listener name to a TLS context factory.
     ``transfer_failure_handler(region, error)`` is told when sending a ``FileRegion`` failed
@@ -130,7 +130,13 @@ class SocketServer:
                 ctx = self.ssl_context_factories.get(ep.listener_name)
                 if ctx is None:
                     raise ValueError("listener %s needs an SSL context factory" % ep.listener_name)
-                factory.port = self.reactor.listenSSL(ep.port, factory, ctx, backlog=backlog, interface=interface)
+                # What reactor.listenSSL does, without depending on whether the reactor's module
+                # found pyOpenSSL when it was imported (kafkatw.tap imports it without, when the
+                # config has no SSL listener).
+                from twisted.protocols.tls import TLSMemoryBIOFactory
+
+                factory.port = self.reactor.listenTCP(ep.port, TLSMemoryBIOFactory(ctx, False, factory),
+                                                      backlog=backlog, interface=interface)
             else:
                 factory.port = self.reactor.listenTCP(ep.port, factory, backlog=backlog, interface=interface)
             self.log.info("Listening on {listener} {proto}://{host}:{port}", listener=ep.listener_name,
