@@ -5,7 +5,7 @@ from twisted.trial import unittest
 
 from kafkatw.protocol import errors
 from kafkatw.protocol import records as rec
-from kafkatw.protocol.messages import ProduceRequest
+from kafkatw.protocol.messages import ProduceRequest, ProduceResponse
 from tests.test_server_apis import ApisFixture, FakePartitionResponse
 
 TPD = ProduceRequest.TopicProduceData
@@ -34,6 +34,37 @@ class ProduceTests(ApisFixture, unittest.TestCase):
     def partitions(self, body):
         return [(t.name, p.index, p.error_code, p.base_offset)
                 for t in body.responses for p in t.partition_responses]
+
+    def test_answer_encodes_as_the_generated_message(self):
+        from kafkatw.server.handlers.produce import ProduceAnswer, build_response
+
+        long_name = "x" * 200
+        cases = [
+            ([("t", 0)], {("t", 0): (0, 5, -1, 0, [], None)}),
+            # topics grouped in first-appearance order, a long name, a repeated partition
+            ([("t", 0), (long_name, 3), ("t", 1), ("t", 0)],
+             {("t", 0): (0, 5, 1234, 2, [], None), (long_name, 3): (3, -1, -1, -1, [], None),
+              ("t", 1): (0, 2 ** 40, -1, 0, [], None)}),
+            ([("t", p) for p in range(130)], {("t", p): (0, p, -1, 0, [], None) for p in range(130)}),
+            # a message or record errors: the generated message's bytes
+            ([("t", 0), ("t", 1)], {("t", 0): (0, 5, -1, 0, [], None),
+                                    ("t", 1): (errors.INVALID_RECORD, -1, -1, -1, [(0, "no key")], "bad")}),
+            ([("t", 0)], {("t", 0): (errors.NOT_ENOUGH_REPLICAS, -1, -1, -1, [], "isr")}),
+        ]
+        for order, results in cases:
+            for version in range(0, 12):
+                expected = b"".join(build_response(version, order, results).encode(version))
+                got = b"".join(ProduceAnswer(version, order, results).encode(version))
+                self.assertEqual(got, expected, (version, order))
+        answer = ProduceAnswer(9, *cases[1])
+        self.assertEqual([(t.name, [p.index for p in t.partition_responses]) for t in answer.responses],
+                         [("t", [0, 1, 0]), (long_name, [3])])
+        answer = ProduceAnswer(9, *cases[0])
+        answer.throttle_time_ms = 25  # set before any read: the generated message's field
+        self.assertEqual(answer.encode_bytes(9), build_response(9, *cases[0]).encode_bytes(9)[:-5]
+                         + b"\x00\x00\x00\x19\x00")
+        self.assertIsInstance(answer, ProduceResponse)
+        self.assertRaises(AttributeError, getattr, answer, "no_such_field")
 
     def test_append(self):
         b = batch(3)
