@@ -119,6 +119,10 @@ class DelayedOperationPurgatory:
     def watched_keys(self):
         return list(self._watchers)
 
+    def watching(self):
+        """True if any key has operations watched (a produce checks this before building keys)."""
+        return bool(self._watchers)
+
     # -- operations ------------------------------------------------------------------------
 
     def try_complete_else_watch(self, operation, watch_keys):

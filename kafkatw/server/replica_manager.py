@@ -362,8 +362,10 @@ class ReplicaManager:
             results[tp] = resp
             if resp.error_code == errors.NONE:
                 appended.append(tp)
-        for topic, partition in appended:
-            self.fetch_purgatory.check_and_complete(TopicPartitionOperationKey(topic, partition))
+        purgatory = self.fetch_purgatory
+        if appended and purgatory.watching():
+            for topic, partition in appended:
+                purgatory.check_and_complete(TopicPartitionOperationKey(topic, partition))
         return results
 
     def _append_to_local_log(self, topic, partition, buf, internal_topics_allowed, required_acks=1,

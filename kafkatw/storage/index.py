@@ -98,7 +98,10 @@ class _Index:
 
     @property
     def is_full(self):
-        return self.entries >= self.max_entries
+        # the active segment asks on every append: entries and max_entries inline
+        if self._fd is None:
+            self._open()
+        return self._entries >= self._max_size // self.ENTRY.size
 
     @property
     def size_in_bytes(self):
@@ -295,7 +298,9 @@ class TimeIndex(_Index):
     @property
     def is_full(self):
         # Kafka keeps one slot for the final entry written when the segment rolls.
-        return self.entries >= self.max_entries - 1
+        if self._fd is None:
+            self._open()
+        return self._entries >= self._max_size // self.ENTRY.size - 1
 
     def lookup(self, target_timestamp):
         """(timestamp, offset) of the largest entry with timestamp <= target, or (-1, base)."""

@@ -329,10 +329,14 @@ class UnifiedLog:
 
     def update_high_watermark(self, offset):
         """Set the HW, clamped to [log start, LEO]; returns the new value."""
-        if hasattr(offset, "message_offset"):
+        if type(offset) is not int and hasattr(offset, "message_offset"):
             offset = offset.message_offset
-        offset = max(self._log_start_offset, min(offset, self.log_end_offset))
-        if offset == self.log_end_offset:
+        leo = self._leo_metadata.message_offset
+        if offset > leo:
+            offset = leo
+        if offset < self._log_start_offset:
+            offset = self._log_start_offset
+        if offset == leo:
             self._hw_metadata = self._leo_metadata
         elif offset != self._hw_metadata.message_offset:
             self._hw_metadata = LogOffsetMetadata(offset)
@@ -425,17 +429,21 @@ class UnifiedLog:
     def _append(self, buf, leader_epoch, assign_offsets, batch_headers=None):
         self._check_online()
         now = self._clock()
+        config = self.config
+        leo = self._leo_metadata.message_offset
         info, batches = validate_and_assign(
-            buf, self.config, now, self.log_end_offset, leader_epoch, assign_offsets,
+            buf, config, now, leo, leader_epoch, assign_offsets,
             self._log_start_offset, (self.topic, self.partition), batch_headers)
         if not batches:
             return info
-        if not assign_offsets and info.first_offset < self.log_end_offset:
+        if not assign_offsets and info.first_offset < leo:
             raise KafkaError(errors.INVALID_RECORD,
                              "follower append at %d below the log end offset %d"
-                             % (info.first_offset, self.log_end_offset))
+                             % (info.first_offset, leo))
         try:
-            segment = self._maybe_roll(len(buf), info, now)
+            segment = self._segments[self._bases[-1]]
+            if segment.should_roll(config, now, len(buf), info.last_offset, info.max_timestamp):
+                segment = self.roll(info.first_offset)
             segment.append(buf, batches)
         except OSError as e:
             raise self._io_failed(e)
@@ -457,16 +465,9 @@ class UnifiedLog:
         self._leo_metadata = LogOffsetMetadata(info.last_offset + 1, segment.base_offset,
                                                segment.size)
         self._unflushed_messages += info.record_count
-        if self._unflushed_messages >= self.config.flush_messages:
+        if self._unflushed_messages >= config.flush_messages:
             self.flush()
         return info
-
-    def _maybe_roll(self, messages_size, info, now):
-        segment = self.active_segment
-        if segment.should_roll(self.config, now, messages_size, info.last_offset,
-                               info.max_timestamp):
-            return self.roll(info.first_offset)
-        return segment
 
     def roll(self, expected_next_offset=None):
         """Start a new active segment at max(expected, LEO)."""

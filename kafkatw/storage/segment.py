@@ -105,8 +105,14 @@ class LogSegment:
         size = self.log.size_in_bytes()  # read once: this runs on every append
         if size > config.segment_bytes - messages_size:
             return True
-        if size > 0 and self.time_waited_for_roll(now_ms, max_ts) > config.segment_ms - jitter:
-            return True
+        if size > 0:
+            base = self.rolling_based_timestamp
+            if base is None:
+                waited = self.time_waited_for_roll(now_ms, max_ts)
+            else:
+                waited = now_ms - (base if base >= 0 else self.created_ms)
+            if waited > config.segment_ms - jitter:
+                return True
         return (self.offset_index.is_full or self.time_index.is_full
                 or not 0 <= max_offset - self.base_offset <= _INT32_MAX)
 
