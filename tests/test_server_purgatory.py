@@ -54,9 +54,11 @@ class PurgatoryTests(unittest.SynchronousTestCase):
 
     def test_watch_then_check_and_complete(self):
         op = MockOp(500)
+        self.assertFalse(self.p.watching())
         self.assertFalse(self.p.try_complete_else_watch(op, [K1, K2]))
         self.assertNoResult(op.deferred)
         self.assertEqual(self.p.watched(), 2)
+        self.assertTrue(self.p.watching())
         self.assertEqual(self.p.num_delayed(), 1)
         self.assertEqual(self.p.check_and_complete(K1), 0)
         op.ready = True
@@ -66,8 +68,10 @@ class PurgatoryTests(unittest.SynchronousTestCase):
         self.assertEqual(self.clock.getDelayedCalls(), [])
         self.assertEqual(self.p.num_delayed(), 0)
         self.assertEqual(self.p.watched(), 1)
+        self.assertTrue(self.p.watching())  # a stale entry still counts until its key is checked
         self.assertEqual(self.p.check_and_complete(K2), 0)
         self.assertEqual(self.p.watched(), 0)
+        self.assertFalse(self.p.watching())
         self.assertEqual(op.completions, 1)
         self.assertEqual(op.expirations, 0)
 
