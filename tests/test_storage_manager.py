@@ -57,6 +57,23 @@ class LoadTest(ManagerBase):
         self.assertEqual(mgr2.recovery_summary, [])
         mgr2.shutdown()
 
+    def test_partitions_of_a_topic_load_with_one_config(self):
+        mgr = self.make(props={"log.segment.bytes": "4096"})
+        for topic, partition in [("a", 0), ("a", 1), ("a", 2), ("a", 3), ("b", 0), ("b", 1)]:
+            mgr.get_or_create_log(topic, partition)
+        mgr.shutdown()
+        mgr2 = self.make(props={"log.segment.bytes": "4096"})
+        a = [mgr2.get_log("a", p) for p in range(4)]
+        b = [mgr2.get_log("b", p) for p in range(2)]
+        # one object per topic and log dir (partitions are spread over the two dirs)
+        self.assertEqual(len({id(lg.config) for lg in a}), 2)
+        self.assertEqual(len({id(lg.config) for lg in a + b}), 4)
+        self.assertEqual({lg.config.segment_bytes for lg in a + b}, {4096})
+        # a topic's new config still reaches every partition and only that topic's
+        mgr2.update_log_config("a", {"segment.bytes": "8192"})
+        self.assertEqual([lg.config.segment_bytes for lg in a + b], [8192] * 4 + [4096] * 2)
+        mgr2.shutdown()
+
     def test_unclean_recovers_from_recovery_point(self):
         mgr = self.make(props={"log.segment.bytes": "2000"})
         a = mgr.get_or_create_log("a", 0)

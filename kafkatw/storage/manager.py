@@ -118,6 +118,7 @@ class LogManager:
         recovery_points = self._read_checkpoint(directory, checkpoint.RECOVERY_POINT_CHECKPOINT)
         start_offsets = self._read_checkpoint(directory, checkpoint.LOG_START_OFFSET_CHECKPOINT)
         hws = self._read_checkpoint(directory, checkpoint.REPLICATION_OFFSET_CHECKPOINT)
+        configs = {}  # topic -> its LogConfig, shared by its partitions (as update_log_config does)
         for name in sorted(os.listdir(directory)):
             path = os.path.join(directory, name)
             if not os.path.isdir(path):
@@ -132,7 +133,10 @@ class LogManager:
             except ValueError:
                 continue
             tp = (topic, partition)
-            lg = UnifiedLog(path, self._config_for(topic), topic, partition,
+            config = configs.get(topic)
+            if config is None:
+                config = configs[topic] = self._config_for(topic)
+            lg = UnifiedLog(path, config, topic, partition,
                             clock=self.now_ms,
                             recovery_point=recovery_points.get(tp, 0),
                             log_start_offset=start_offsets.get(tp, 0),
