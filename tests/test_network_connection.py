@@ -3,15 +3,19 @@ close_connection, header checks, back pressure, idle expiry, quotas, throttling.
 
 import struct
 
+from twisted.internet import defer
 from twisted.trial import unittest
 
 from kafkatw.network.mute import ChannelMuteState as S
 from kafkatw.network.request import Response
 from kafkatw.network.settings import SocketServerSettings
 from kafkatw.protocol import messages as m
+from kafkatw.protocol.parts import FileRegion, join_parts
 
 from tests.test_network_support import (
     Harness,
+    ManualTransportLayer,
+    RawBody,
     ScriptedHandler,
     api_versions_frame,
     frame,
@@ -264,3 +268,94 @@ class ConnectionLimitTests(unittest.SynchronousTestCase):
         handler.release(1)
         h.clock.advance(1.01)
         self.assertTrue(tr.disconnecting)
+
+
+class SendNowLayer(ManualTransportLayer):
+    """A layer with ``send_now`` like the plaintext one: records each call; the byte count
+    when 'the socket took everything', else (``full``) a Deferred the test drains."""
+
+    def __init__(self):
+        ManualTransportLayer.__init__(self)
+        self.calls = []
+        self.full = False
+
+    def send_now(self, transport, parts):
+        data = join_parts(parts)
+        self.calls.append(data)
+        transport.write(data)
+        if not self.full:
+            return len(data)
+        d = defer.Deferred()
+        self.sends.append((data, d))
+        return d
+
+
+class HeldResponseTests(unittest.SynchronousTestCase):
+    """Byte-only responses answered in one frame loop leave in one send, in order."""
+
+    def setUp(self):
+        self.handler = ScriptedHandler()
+        self.h = Harness(self.handler)
+        self.layer = self.h.layer = SendNowLayer()
+        self.proto, self.tr = self.h.connect()
+
+    def test_pipelined_answers_leave_in_one_send(self):
+        self.proto.dataReceived(b"".join(api_versions_frame(cid) for cid in range(1, 6)))
+        self.assertEqual([r.correlation_id for r in self.handler.calls], [1, 2, 3, 4, 5])
+        self.assertEqual(len(self.layer.calls), 1)
+        self.assertEqual([cid for cid, _ in split_responses(self.layer.calls[0])], [1, 2, 3, 4, 5])
+        self.assertEqual(self.h.server.metrics.bytes_out, len(self.layer.calls[0]))
+        self.assertEqual(self.tr.producerState, "producing")
+        self.assertIs(self.proto.mute.state, S.NOT_MUTED)
+        self.proto.dataReceived(api_versions_frame(6))
+        self.assertEqual(len(self.layer.calls), 2)
+        self.assertEqual([cid for cid, _ in split_responses(self.tr.value())], [1, 2, 3, 4, 5, 6])
+
+    def test_a_held_send_the_socket_does_not_take_stops_reading_until_drained(self):
+        self.layer.full = True
+        self.proto.dataReceived(api_versions_frame(1) + api_versions_frame(2))
+        self.assertEqual(len(self.layer.calls), 1)
+        self.assertEqual(self.tr.producerState, "paused")
+        self.proto.dataReceived(api_versions_frame(3))  # already in the kernel's buffer
+        self.assertEqual([r.correlation_id for r in self.handler.calls], [1, 2])
+        self.layer.full = False
+        self.layer.drain()
+        self.assertEqual([r.correlation_id for r in self.handler.calls], [1, 2, 3])
+        self.assertEqual([cid for cid, _ in split_responses(self.tr.value())], [1, 2, 3])
+        self.assertEqual(self.tr.producerState, "producing")
+
+    def test_a_response_with_a_file_region_goes_out_after_the_held_ones_in_one_send(self):
+        with open(self.mktemp(), "w+b") as f:
+            f.write(b"RECORDS")
+            f.flush()
+            region = FileRegion(f, 0, 7)
+
+            def responder(request):
+                if request.api_key == 1:
+                    return Response(RawBody([b"\x00\x00", region, b"\x01"]))
+                return ScriptedHandler().respond(request)
+
+            self.handler.responder = responder
+            self.proto.dataReceived(api_versions_frame(1) + frame(1, 12, 2) + api_versions_frame(3))
+            self.assertEqual(len(self.layer.calls), 2)
+            self.assertEqual([cid for cid, _ in split_responses(self.layer.calls[0])], [1, 2])
+            self.assertTrue(self.layer.calls[0].endswith(b"\x00\x00RECORDS\x01"))
+            self.assertEqual([cid for cid, _ in split_responses(self.layer.calls[1])], [3])
+            self.assertEqual(self.h.server.metrics.bytes_out, len(self.tr.value()))
+
+    def test_answers_before_a_bad_frame_still_go_out_then_the_connection_closes(self):
+        raw = struct.pack(">hhih", 999, 0, 3, -1)  # an unknown API key
+        self.proto.dataReceived(api_versions_frame(1) + api_versions_frame(2)
+                                + struct.pack(">i", len(raw)) + raw)
+        self.assertEqual([cid for cid, _ in split_responses(self.tr.value())], [1, 2])
+        self.assertEqual(len(self.layer.calls), 1)
+        self.assertTrue(self.tr.disconnecting)
+
+    def test_a_parked_request_ends_the_loop_and_flushes_what_was_held(self):
+        self.handler.hold = {2}
+        self.proto.dataReceived(api_versions_frame(1) + api_versions_frame(2) + api_versions_frame(3))
+        self.assertEqual([cid for cid, _ in split_responses(self.tr.value())], [1])
+        self.assertEqual(self.tr.producerState, "paused")
+        self.handler.release(2)  # answered outside any frame loop: sent at once, then 3
+        self.assertEqual([cid for cid, _ in split_responses(self.tr.value())], [1, 2, 3])
+        self.assertEqual(len(self.layer.calls), 3)

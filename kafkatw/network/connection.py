@@ -9,6 +9,10 @@ earlier read wait unparsed in the :class:`FrameDecoder` until the connection unm
 which happens only after the previous response is fully written (its transport-layer
 Deferred fired: last part handed over and the transport buffer drained), after a NoOp
 response, or never (close_connection).
+
+Pipelined requests answered synchronously within one read count as written when their
+bytes are held for the end of that frame loop: the loop's answers leave in one ``sendmsg``
+(plaintext), and if the socket does not take them whole, reading stops until they drain.
 """
 
 import socket
@@ -20,6 +24,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from kafkatw.network.framing import FrameDecoder, InvalidReceive
+from kafkatw.protocol.parts import FileRegion
 from kafkatw.network.mute import ChannelMute, ChannelMuteEvent
 from kafkatw.network.request import Request, RequestContext
 from kafkatw.network.wire import (
@@ -31,6 +36,8 @@ from kafkatw.network.wire import (
 
 
 RECV_BUFFER_SIZE = 1 << 20
+#: held responses are flushed mid-loop past this many bytes
+HELD_BYTES_MAX = 256 * 1024
 
 
 @implementer(IHandshakeListener)
@@ -54,6 +61,15 @@ class KafkaConnection(Protocol):
         self._throttle_call = None
         self.in_flight = None  # the request being handled / answered
         self._processing = False  # inside _process_frames (a synchronous answer loops, not recurses)
+        # Byte-only responses answered inside one frame loop are held and handed to the
+        # kernel together when the loop ends (one sendmsg, one segment, one client wake-up
+        # for a pipelined burst) instead of one sendmsg each. Plaintext only (TLS coalesces
+        # in its own buffer); a held send the socket does not take whole stops reading
+        # until it drains, as a response in flight does.
+        self._can_hold = False
+        self._held = None  # parts held in this loop, in order
+        self._held_bytes = 0
+        self._held_drain = None  # Deferred of a held send still draining
 
     # -- connection life ------------------------------------------------------
 
@@ -79,6 +95,7 @@ class KafkaConnection(Protocol):
             client_address=(self.peer_host, self.peer_port),
         )
         self.transport_layer = server.transport_layer_for(self.endpoint)
+        self._can_hold = getattr(self.transport_layer, "send_now", None) is not None
         self.last_activity = server.reactor.seconds()
         self._schedule_idle(server.settings.connections_max_idle_ms / 1000.0)
         server.connection_made(self)
@@ -108,6 +125,8 @@ class KafkaConnection(Protocol):
         """Close this connection (only this one) with a log line naming the peer."""
         if self.closing:
             return
+        if self._held and not self.closed:
+            self._flush_held()  # answers given before the reason to close still go out
         self.closing = True
         self.log.info("Closing connection {connection_id} from {peer}: " + why,
                       connection_id=self.connection_id, peer="%s:%d" % (self.peer_host, self.peer_port), **fields)
@@ -171,13 +190,15 @@ class KafkaConnection(Protocol):
             self._cut_frames()
         finally:
             self._processing = False
-        if not self.mute.muted:
+            if self._held:
+                self._flush_held()
+        if not self.mute.muted and self._held_drain is None:
             self._resume()
         elif not self.closing:
             self._pause()
 
     def _cut_frames(self):
-        while not self.mute.muted and not self.closing:
+        while not self.mute.muted and not self.closing and self._held_drain is None:
             try:
                 frame = self.decoder.next_frame()
             except InvalidReceive as e:
@@ -268,13 +289,40 @@ class KafkaConnection(Protocol):
             self.close("the request handler failed: {err}", err=failure.getErrorMessage())
 
     def _write(self, request, response, parts):
+        if self._processing and self._can_hold:
+            for part in parts:
+                if type(part) is FileRegion:
+                    break
+            else:
+                # held until the frame loop ends; for the mute state machine it is sent
+                n = 0
+                for part in parts:
+                    n += len(part)
+                if self._held is None:
+                    self._held = list(parts)
+                else:
+                    self._held.extend(parts)
+                self._held_bytes += n
+                try:
+                    self._written(n, request, response)
+                except Exception:
+                    self.log.failure("after-send processing failed")
+                if self._held_bytes >= HELD_BYTES_MAX and self._held:
+                    self._flush_held()
+                return
+        held_bytes = 0
+        if self._held:
+            parts = self._held + list(parts)  # in order, in one send; counted when held
+            held_bytes = self._held_bytes
+            self._held = None
+            self._held_bytes = 0
         layer = self.transport_layer
         send = getattr(layer, "send_now", None) or layer.send
         d = send(self.transport, parts)
         if type(d) is int:
             # everything went to the kernel at once: no Deferred
             try:
-                self._written(d, request, response)
+                self._written(d - held_bytes, request, response)
             except Exception:
                 self.log.failure("after-send processing failed")
             return
@@ -290,7 +338,33 @@ class KafkaConnection(Protocol):
             if not self.closing:
                 self.close("sending the response failed: {err}", err=failure.getErrorMessage())
 
+        if held_bytes:
+            d.addCallback(lambda n: n - held_bytes)
         d.addCallbacks(self._written, failed, callbackArgs=(request, response))
+        d.addErrback(lambda f: self.log.failure("after-send processing failed", f))
+
+    def _flush_held(self):
+        """Hand the held responses to the kernel; if the socket does not take them whole,
+        stop reading until they have drained (no new request before then)."""
+        parts = self._held
+        self._held = None
+        self._held_bytes = 0
+        d = self.transport_layer.send_now(self.transport, parts)
+        if type(d) is int:
+            return
+        self._held_drain = d
+
+        def drained(_):
+            self._held_drain = None
+            if not self.closing:
+                self._process_frames()
+
+        def failed(failure):
+            self._held_drain = None
+            if not self.closing:
+                self.close("sending the response failed: {err}", err=failure.getErrorMessage())
+
+        d.addCallbacks(drained, failed)
         d.addErrback(lambda f: self.log.failure("after-send processing failed", f))
 
     def _written(self, nbytes, request, response):
