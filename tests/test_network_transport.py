@@ -3,6 +3,7 @@ socket, and the 32 KiB chunked (TLS-style) writer against a fake pull consumer."
 
 import hashlib
 import os
+import socket
 import tempfile
 
 from twisted.internet import defer, protocol, reactor
@@ -82,6 +83,51 @@ class SendfileTests(unittest.TestCase):
         # transport still buffers earlier bytes (DESIGN.md's pitfall).
         self.region_first = True
         return self.test_20mb_region_between_byte_parts()
+
+
+class _SendNow(protocol.Protocol):
+    def connectionMade(self):
+        self.factory.result = PlaintextTransportLayer().send_now(self.transport, self.factory.parts)
+        sock = self.transport.getHandle()
+        self.factory.cork_after = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CORK)
+
+
+class _Counting(protocol.Protocol):
+    def __init__(self, expected):
+        self.expected = expected
+        self.data = b""
+        self.done = defer.Deferred()
+
+    def dataReceived(self, data):
+        self.data += data
+        if len(self.data) >= self.expected and not self.done.called:
+            self.done.callback(self.data)
+
+
+class CorkTests(unittest.TestCase):
+    """Bytes + region + bytes of one response are corked into one segment, then uncorked."""
+
+    timeout = 30
+
+    @defer.inlineCallbacks
+    def test_a_small_mixed_response_goes_at_once_and_leaves_the_socket_uncorked(self):
+        path = self.mktemp()
+        with open(path, "wb") as f:
+            f.write(b"0123456789RECORDS")
+        f = open(path, "rb")
+        self.addCleanup(f.close)
+        factory = protocol.ServerFactory.forProtocol(_SendNow)
+        factory.parts = [b"\x00\x00\x00\x10head", FileRegion(f, 10, 7), b"tail"]
+        port = reactor.listenTCP(0, factory, interface="127.0.0.1")
+        self.addCleanup(port.stopListening)
+        client = _Counting(19)
+        conn = yield protocol.ClientCreator(reactor, lambda: client).connectTCP(
+            "127.0.0.1", port.getHost().port)
+        self.addCleanup(conn.transport.loseConnection)
+        got = yield client.done
+        self.assertEqual(got, b"\x00\x00\x00\x10headRECORDStail")
+        self.assertEqual(factory.result, 19)  # all handed to the kernel at once
+        self.assertEqual(factory.cork_after, 0)
 
 
 class _FakeConsumer:

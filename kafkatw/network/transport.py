@@ -16,6 +16,7 @@ a write event (``startWriting``), so nothing overtakes bytes written before.
 
 import errno
 import os
+import socket
 
 from twisted.internet import defer
 from twisted.internet.interfaces import IPullProducer, IPushProducer
@@ -25,6 +26,8 @@ from zope.interface import Interface, implementer
 from kafkatw.protocol.parts import FileRegion
 
 CHUNK_SIZE = 32 * 1024
+_IPPROTO_TCP = socket.IPPROTO_TCP
+_TCP_CORK = getattr(socket, "TCP_CORK", 3)
 SENDFILE_MAX = 1 << 30
 
 
@@ -96,6 +99,13 @@ class _Sender:
         pass
 
 
+def _cork(sock, on):
+    try:
+        sock.setsockopt(_IPPROTO_TCP, _TCP_CORK, on)
+    except OSError:
+        pass  # a socket already failing: the send itself reports it
+
+
 def _idle_socket(transport):
     """The socket of a TCP transport with nothing buffered and no producer, else None."""
     if getattr(transport, "producer", 1) is not None or getattr(transport, "disconnecting", True):
@@ -130,7 +140,18 @@ class PlaintextSender(_Sender):
         sock = _idle_socket(self.transport)
         if sock is not None:
             self._first = False
-            if self._send_now(sock):
+            parts = self.parts
+            if len(parts) > 1 and any(type(p) is FileRegion for p in parts):
+                # bytes + region + bytes leave as one segment (one wake-up of the reader)
+                # instead of one per syscall under TCP_NODELAY
+                _cork(sock, 1)
+                try:
+                    sent = self._send_now(sock)
+                finally:
+                    _cork(sock, 0)
+            else:
+                sent = self._send_now(sock)
+            if sent:
                 self._finished = True
                 return self.bytes_sent
             if self._finished:
