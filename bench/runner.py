@@ -60,6 +60,7 @@ class Plan:
         w = [
             ("produce 1 KiB acks=1", self.produce_acks1),
             ("consume 1 KiB", self.consume),
+            ("consume 1 KiB, raw Fetch loop (no record parsing)", self.consume_raw),
             ("produce 1 KiB acks=all", self.produce_acks_all),
             ("produce 100 B acks=1", self.produce_small),
             ("sync produce latency 100 B", self.sync_latency),
@@ -80,9 +81,13 @@ class Plan:
         return r
 
     def consume(self, b, state):
+        t, n = state["consume_topic"]
+        return per_gb(call("consume", bootstrap=b.bootstrap, broker_pid=b.pid, topic=t, expected=n))
+
+    def consume_raw(self, b, state):
         t, n = state.pop("consume_topic")
         try:
-            return per_gb(call("consume", bootstrap=b.bootstrap, broker_pid=b.pid, topic=t, expected=n))
+            return per_gb(call("fetch_raw", bootstrap=b.bootstrap, broker_pid=b.pid, topic=t, expected=n))
         finally:
             self.delete(b, t)
 
