@@ -1,4 +1,4 @@
-"""Broker CPU per Produce request, in process: a ``BrokerService`` with real segment files, Produce
+"""Broker CPU per Produce request (or per parked Fetch woken by a Produce), in process: a ``BrokerService`` with real segment files, Produce
 v9 acks=1 frames fed straight to ``KafkaConnection.dataReceived`` (no epoll/recv), responses sent
 by ``sendmsg`` to a real loopback socket that is drained. What docs/performance.md
 "Per-request cost" reports; not a client benchmark (``python -m bench`` is).
@@ -7,10 +7,17 @@ Each request carries P partitions x one batch of R records of V bytes; the defau
 100 B) are the one-message request of issue 9, ``--partitions 200 --records 2 --value-bytes 1024``
 the many-partition case (what librdkafka sends to a 1,000-partition topic).
 
+``--wake`` measures the end-to-end path instead, per *pair*: on a second connection a Fetch v16
+as confluent-kafka 2.16 (librdkafka) sends it while a consumer waits at the log end (no fetch
+session: session 0, epoch -1; topic id, read_committed, current leader epoch, max_wait_ms 500,
+min_bytes 1) parks in the fetch purgatory, then a one-record Produce (P, R, V as above, default
+one 8 B record) on the first connection appends and completes it; both responses are drained.
+
     python bench/per_request.py                      # µs of process CPU per request (best of 5)
     python bench/per_request.py --profile out.prof   # cProfile of N requests
     python bench/per_request.py --instructions       # valgrind: instructions per request
     python bench/per_request.py --instructions --tree /tmp/old   # the same for another tree
+    python bench/per_request.py --wake --instructions            # per parked-Fetch + Produce pair
 
 ``--instructions`` runs this script twice under ``valgrind --tool=cachegrind --cache-sim=no``,
 after the same warm-up, with N requests and with none, and prints (I(N) - I(0)) / N (and / N / P
@@ -54,20 +61,14 @@ class InProcessBroker:
 
         self.reactor = reactor
         self.messages = messages
+        self.waker = None
         self.dir = tempfile.mkdtemp(prefix="per-request-")
         cfg = KafkaConfig.from_properties({"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": self.dir,
                                            "kafkatw.request.log.enable": "false"})
         self.service = BrokerService(cfg, reactor=reactor)
         self.service.startService()
         server = self.service.socket_server
-        self.sock = socket.create_connection(("127.0.0.1", server.bound_port("PLAINTEXT")))
-        self.sock.setblocking(False)
-        for _ in range(500):
-            reactor.iterate(0.01)
-            if server.connections:
-                break
-        conn = next(iter(server.connections))
-        self.conn = getattr(conn, "protocol", conn)
+        self.sock, self.conn = self.connect()
         m = messages
         create = m.CreateTopicsRequest(topics=[m.CreateTopicsRequest.CreatableTopic(
             name=TOPIC, num_partitions=partitions, replication_factor=1, assignments=[], configs=[])],
@@ -76,6 +77,19 @@ class InProcessBroker:
         for _ in range(20):
             reactor.iterate(0.01)
         self.drain()
+
+    def connect(self):
+        """(client socket, the broker's KafkaConnection of it) of a new connection."""
+        server = self.service.socket_server
+        before = set(server.connections)
+        sock = socket.create_connection(("127.0.0.1", server.bound_port("PLAINTEXT")))
+        sock.setblocking(False)
+        for _ in range(500):
+            self.reactor.iterate(0.01)
+            if set(server.connections) - before:
+                break
+        conn = (set(server.connections) - before).pop()
+        return sock, getattr(conn, "protocol", conn)
 
     def produce_frame(self, partitions, records, value_bytes):
         from kafkatw.protocol import records as rec
@@ -90,9 +104,10 @@ class InProcessBroker:
                 for p in range(partitions)])])
         return _frame(m, 0, 9, 7, body)
 
-    def drain(self):
+    def drain(self, sock=None):
+        sock = sock or self.sock
         try:
-            while self.sock.recv(1 << 20):
+            while sock.recv(1 << 20):
                 pass
         except BlockingIOError:
             pass
@@ -107,9 +122,57 @@ class InProcessBroker:
         self.drain()
 
     def stop(self):
+        if self.waker is not None:
+            self.waker.sock.close()
         self.service.stopService()
         self.sock.close()
         shutil.rmtree(self.dir, True)
+
+
+class Waker:
+    """A second connection whose Fetch parks at the log end of every partition, so that the
+    broker's Produce on the first one completes it (the end-to-end latency path)."""
+
+    OFFSET_MARK = 0x0123456789ABCDEF
+
+    def __init__(self, broker, partitions):
+        m = broker.messages
+        self.broker = broker
+        self.sock, self.conn = broker.connect()
+        service = broker.service
+        topic_id = service.metadata.topic_id(TOPIC)
+        epoch = service.metadata.leader_epoch(TOPIC, 0)
+        F = m.FetchRequest
+        body = F(replica_id=-1, max_wait_ms=500, min_bytes=1, max_bytes=52428800, isolation_level=1,
+                 session_id=0, session_epoch=-1, rack_id="", forgotten_topics_data=[],
+                 topics=[F.FetchTopic(topic_id=topic_id, partitions=[F.FetchPartition(
+                     partition=p, current_leader_epoch=epoch, fetch_offset=self.OFFSET_MARK,
+                     last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1048576)
+                     for p in range(partitions)])])
+        frame = _frame(m, 1, 16, 9, body, client_id="rdkafka")
+        mark = struct.pack(">q", self.OFFSET_MARK)
+        # every partition's fetch_offset at the log end of the partition before each pair
+        self.pieces = frame.split(mark)
+        self.logs = [service.log_manager.get_log(TOPIC, p) for p in range(partitions)]
+
+    def fetch_frame(self):
+        pieces = self.pieces
+        out = [pieces[0]]
+        for log_, piece in zip(self.logs, pieces[1:]):
+            out.append(struct.pack(">q", log_.log_end_offset))
+            out.append(piece)
+        return b"".join(out)
+
+    def run(self, produce, n):
+        broker = self.broker
+        fetch_received = self.conn.dataReceived
+        produce_received = broker.conn.dataReceived
+        sock = self.sock
+        for _ in range(n):
+            fetch_received(self.fetch_frame())
+            produce_received(produce)
+            broker.drain(sock)
+            broker.drain()
 
 
 def _count_instructions(args, n, tree):
@@ -119,7 +182,7 @@ def _count_instructions(args, n, tree):
     cmd = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
            sys.executable, os.path.abspath(__file__), "--count", str(n), "--warm", str(args.warm),
            "--partitions", str(args.partitions), "--records", str(args.records),
-           "--value-bytes", str(args.value_bytes)]
+           "--value-bytes", str(args.value_bytes)] + (["--wake"] if args.wake else [])
     out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          universal_newlines=True, check=True).stdout
     found = re.search(r"I\s+refs:\s+([\d,]+)", out)
@@ -134,13 +197,17 @@ def main():
                     help="requests measured (default 20000 timed, 2000 counted / P)")
     ap.add_argument("--partitions", type=int, default=1)
     ap.add_argument("--records", type=int, default=1, help="records per batch (one batch per partition)")
-    ap.add_argument("--value-bytes", type=int, default=100)
+    ap.add_argument("--value-bytes", type=int, default=None, help="default 100, with --wake 8")
+    ap.add_argument("--wake", action="store_true",
+                    help="per pair of a parked Fetch (second connection) and the Produce completing it")
     ap.add_argument("--warm", type=int, default=None, help="requests before measuring (default 500 / P + 5)")
     ap.add_argument("--profile", metavar="OUT", help="write a cProfile of the measured requests")
     ap.add_argument("--instructions", action="store_true", help="count instructions under valgrind")
     ap.add_argument("--tree", help="with --instructions: a directory holding another tree's kafkatw")
     ap.add_argument("--count", type=int, help=argparse.SUPPRESS)  # one valgrind child
     args = ap.parse_args()
+    if args.value_bytes is None:
+        args.value_bytes = 8 if args.wake else 100
     if args.warm is None:
         args.warm = 500 // args.partitions + 5
     if args.instructions:
@@ -150,24 +217,30 @@ def main():
         per = (total - base) / n
         import kafkatw  # noqa: F401 (only to name the tree measured)
 
+        what = "pair" if args.wake else "request"
         where = args.tree or os.path.dirname(os.path.dirname(os.path.abspath(kafkatw.__file__)))
-        print("%s: %d instructions/request, %d/partition (%d requests of %d partition(s) x %d record(s) "
-              "of %d B)" % (where, per, per / args.partitions, n, args.partitions, args.records,
-                            args.value_bytes))
+        print("%s: %d instructions/%s, %d/partition (%d %ss of %d partition(s) x %d record(s) "
+              "of %d B)" % (where, per, what, per / args.partitions, n, what, args.partitions,
+                            args.records, args.value_bytes))
         return
     broker = InProcessBroker(args.partitions)
     frame = broker.produce_frame(args.partitions, args.records, args.value_bytes)
-    broker.run(frame, args.warm)
+    if args.wake:
+        broker.waker = Waker(broker, args.partitions)
+        run = lambda n: broker.waker.run(frame, n)  # noqa: E731
+    else:
+        run = lambda n: broker.run(frame, n)  # noqa: E731
+    run(args.warm)
     try:
         if args.count is not None:
-            broker.run(frame, args.count)
+            run(args.count)
         elif args.profile:
             import cProfile
 
             n = args.requests or 20000 // args.partitions
             prof = cProfile.Profile()
             prof.enable()
-            broker.run(frame, n)
+            run(n)
             prof.disable()
             prof.dump_stats(args.profile)
         else:
@@ -175,11 +248,11 @@ def main():
             best = None
             for _ in range(5):
                 t0 = time.process_time()
-                broker.run(frame, n)
+                run(n)
                 elapsed = time.process_time() - t0
                 best = elapsed if best is None else min(best, elapsed)
-            print("%.1f µs of process CPU per request, %.2f per partition (best of 5 x %d)"
-                  % (best / n * 1e6, best / n / args.partitions * 1e6, n))
+            print("%.1f µs of process CPU per %s, %.2f per partition (best of 5 x %d)"
+                  % (best / n * 1e6, "pair" if args.wake else "request", best / n / args.partitions * 1e6, n))
     finally:
         broker.stop()
 

@@ -192,3 +192,47 @@ class PurgatoryTests(unittest.SynchronousTestCase):
         self.p.shutdown()
         self.assertEqual(self.clock.getDelayedCalls(), [])
         self.assertEqual(self.p.num_delayed(), 0)
+
+    def test_when_complete_without_a_deferred(self):
+        op = MockOp(500)
+        got = []
+        op.when_complete(got.append, lambda f: got.append(("failed", f)))
+        self.p.try_complete_else_watch(op, [K1])
+        self.assertEqual(got, [])
+        op.ready = True
+        self.assertEqual(self.p.check_and_complete(K1), 1)
+        self.assertEqual(got, ["done-1"])
+        self.assertEqual(self.p.num_delayed(), 0)  # left the timed set with its timer
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+        self.assertEqual(self.result(op), "done-1")  # a Deferred asked for later has it too
+
+    def test_when_complete_after_completion_and_on_expiry(self):
+        op = MockOp(100, ready=True)
+        self.p.try_complete_else_watch(op, [K1])
+        got = []
+        op.when_complete(got.append, got.append)
+        self.assertEqual(got, ["done-1"])
+        late = MockOp(100)
+        self.p.try_complete_else_watch(late, [K1])
+        late.when_complete(got.append, got.append)
+        self.clock.advance(0.1)
+        self.assertEqual(got, ["done-1", "done-1"])
+        self.assertEqual((late.expirations, self.p.num_delayed()), (1, 0))
+
+    def test_when_complete_errback_and_a_raising_listener(self):
+        class Boom(MockOp):
+            def on_complete(self):
+                raise ValueError("x")
+
+        op = Boom(100)
+        failures = []
+        op.when_complete(lambda r: self.fail("no result"), failures.append)
+        self.p.try_complete_else_watch(op, [K1])
+        op.ready = True
+        self.assertEqual(self.p.check_and_complete(K1), 1)
+        self.assertEqual([f.type for f in failures], [ValueError])
+        # a listener that raises is logged; the completing call goes on
+        op2 = MockOp(100, ready=True)
+        op2.when_complete(lambda r: 1 / 0, failures.append)
+        self.assertTrue(self.p.try_complete_else_watch(op2, [K1]))
+        self.assertEqual(len(self.flushLoggedErrors(ZeroDivisionError)), 1)

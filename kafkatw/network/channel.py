@@ -9,6 +9,8 @@ import collections
 from twisted.internet import defer
 from twisted.logger import Logger
 
+from kafkatw.network.request import Response
+
 
 class RequestChannel:
     """Kafka's ``RequestChannel`` + ``KafkaRequestHandlerPool`` on one reactor thread.
@@ -18,6 +20,8 @@ class RequestChannel:
     connection with a request outstanding, reads nothing more meanwhile.  Up to ``num_io_threads`` requests are with
     the handler at once; a slot is freed when the handler's Deferred fires or when the
     handler calls ``request.mark_api_local_complete()`` (the request is parked).  The
+    handler answers a ``Response``, a Deferred of one, or a pending answer (any object with
+    ``when_complete(callback, errback)`` calling one of them once, e.g. a parked fetch).  The
     response goes back with ``connection.send_response(request, response)``, a handler
     failure with ``connection.handler_failed(request, failure)``.
     """
@@ -103,7 +107,8 @@ class RequestChannel:
             result = handle(request)
         except Exception:
             result = defer.fail()
-        if not isinstance(result, defer.Deferred):
+        if type(result) is Response or not (isinstance(result, defer.Deferred)
+                                             or hasattr(result, "when_complete")):
             # answered synchronously: no Deferred, the slot is released before the write
             now = self.clock_ns()
             request.api_remote_complete_ns = now
@@ -113,9 +118,6 @@ class RequestChannel:
             except Exception:
                 self.log.failure("sending a response failed")
             return
-        d = result
-        if d.called:
-            request.mark_api_local_complete()
 
         def done(response):
             request.api_remote_complete_ns = self.clock_ns()
@@ -130,5 +132,24 @@ class RequestChannel:
                              cid=request.correlation_id, conn=request.context.connection_id)
             connection.handler_failed(request, failure)
 
+        if not isinstance(result, defer.Deferred):
+            # a pending answer (a parked fetch): completed by a direct call, no Deferred
+            def answered(response):
+                try:
+                    done(response)
+                except Exception:
+                    self.log.failure("sending a response failed")
+
+            def answer_failed(failure):
+                try:
+                    failed(failure)
+                except Exception:
+                    self.log.failure("sending a response failed")
+
+            result.when_complete(answered, answer_failed)
+            return
+        d = result
+        if d.called:
+            request.mark_api_local_complete()
         d.addCallbacks(done, failed)
         d.addErrback(lambda f: self.log.failure("sending a response failed", f))

@@ -151,12 +151,19 @@ class KafkaApis:
         result = self.handle_now(request)
         if isinstance(result, defer.Deferred):
             return result
+        if type(result) is PendingResponse:
+            d = defer.Deferred()
+            result.when_complete(d.callback, d.errback)
+            return d
         return defer.succeed(result)
 
     def handle_now(self, request):
-        """The :class:`Response` when the handler answers synchronously, else a Deferred of it.
+        """The :class:`Response` when the handler answers synchronously, else a Deferred of it,
+        or a :class:`PendingResponse` when the handler gave a pending answer (an object with
+        ``when_complete(callback, errback)``, such as a Fetch parked in the purgatory).
 
-        The request channel calls this, so the common synchronous answer allocates no Deferred."""
+        The request channel calls this, so the common synchronous answer allocates no Deferred,
+        and a parked fetch is answered from the call that completes it without one."""
         reg = self._handlers.get(request.api_key)
         if reg is None:
             # The network layer rejects unknown keys first; if one slips through, close as Kafka does.
@@ -172,6 +179,8 @@ class KafkaApis:
             return result
         if type(result) is Response:
             return result
+        if hasattr(result, "when_complete"):
+            return PendingResponse(self, request, reg.handler, result)
         return _as_response(result)
 
     def _on_failure(self, failure, request, handler):
@@ -220,6 +229,34 @@ class KafkaApis:
                 self.log_manager.delete_log(info.name, p)
                 if forget is not None:
                     forget(info.name, p)
+
+
+class PendingResponse:
+    """A handler's pending answer as the request channel takes it: ``when_complete(callback,
+    errback)`` calls ``callback`` once with the :class:`Response` (a handler failure becomes the
+    API's error response, as for a Deferred) or ``errback`` if even that failed."""
+
+    __slots__ = ("apis", "request", "handler", "pending")
+
+    def __init__(self, apis, request, handler, pending):
+        self.apis = apis
+        self.request = request
+        self.handler = handler
+        self.pending = pending
+
+    def when_complete(self, callback, errback):
+        def completed(result):
+            callback(_as_response(result))
+
+        def failed(failure):
+            try:
+                response = self.apis._on_failure(failure, self.request, self.handler)
+            except Exception:
+                errback(Failure())
+                return
+            callback(response)
+
+        self.pending.when_complete(completed, failed)
 
 
 def _as_response(result):

@@ -8,6 +8,7 @@ cannot race with an append.
 
 from twisted.internet import defer
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 import attr
 
@@ -31,35 +32,80 @@ class DelayedOperation:
     met or because ``delay_ms`` expired.
 
     Subclasses implement ``try_complete()`` (check the condition; if met call and return
-    ``self.force_complete()``, else return False), ``on_complete()`` (produce the result; its
-    return value fires :attr:`deferred`) and optionally ``on_expiration()``.
-    Completion happens exactly once. Cancelling :attr:`deferred` (the client went away)
-    completes the operation without calling ``on_complete``.
+    ``self.force_complete()``, else return False), ``on_complete()`` (produce the result: the
+    operation's outcome) and optionally ``on_expiration()``. The outcome goes to the pair
+    registered with :meth:`when_complete` (no Deferred) and fires :attr:`deferred` if anyone
+    asked for it. Completion happens exactly once. Cancelling :attr:`deferred` (the client went
+    away) completes the operation without calling ``on_complete``.
     """
 
     def __init__(self, delay_ms):
         self.delay_ms = delay_ms
-        self.deferred = defer.Deferred(self._cancelled)
+        self._deferred = None  # made on first use of .deferred
+        self._listener = None  # (callback, errback) of when_complete
+        self._outcome = None  # (succeeded, result or Failure) once completed
         self._completed = False
         self._timer = None
+        self._delayed_in = None  # the purgatory's set of timed operations, while in it
 
     @property
     def is_completed(self):
         return self._completed
+
+    @property
+    def deferred(self):
+        """A Deferred of the outcome (made on first use, fired at once if completed)."""
+        d = self._deferred
+        if d is None:
+            d = self._deferred = defer.Deferred(self._cancelled)
+            outcome = self._outcome
+            if outcome is not None:
+                if outcome[0]:
+                    d.callback(outcome[1])
+                else:
+                    d.errback(outcome[1])
+        return d
+
+    def when_complete(self, callback, errback):
+        """Call ``callback(result)`` or ``errback(failure)`` once the operation completes, from
+        the call that completes it (at once if it has). What they raise is logged."""
+        self._listener = (callback, errback)
+        outcome = self._outcome
+        if outcome is not None:
+            self._tell(outcome)
 
     def force_complete(self):
         """Complete the operation if nobody has yet; True if this call completed it."""
         if self._completed:
             return False
         self._completed = True
-        self._cancel_timer()
+        if self._timer is not None or self._delayed_in is not None:
+            self._cancel_timer()
         try:
-            result = self.on_complete()
+            outcome = self._outcome = (True, self.on_complete())
         except Exception:
-            self.deferred.errback()
-        else:
-            self.deferred.callback(result)
+            outcome = self._outcome = (False, Failure())
+        if self._listener is not None:
+            self._tell(outcome)
+        d = self._deferred
+        if d is not None:
+            if outcome[0]:
+                d.callback(outcome[1])
+            else:
+                d.errback(outcome[1])
+        elif not outcome[0] and self._listener is None:
+            self.deferred  # nobody listens: an unhandled Deferred failure reports it, as before
         return True
+
+    def _tell(self, outcome):
+        callback, errback = self._listener
+        try:
+            if outcome[0]:
+                callback(outcome[1])
+            else:
+                errback(outcome[1])
+        except Exception:
+            log.failure("the completion listener of {op} failed", op=type(self).__name__)
 
     def try_complete(self):
         raise NotImplementedError
@@ -85,6 +131,10 @@ class DelayedOperation:
             if self._timer.active():
                 self._timer.cancel()
             self._timer = None
+        delayed = self._delayed_in
+        if delayed is not None:
+            self._delayed_in = None
+            delayed.discard(self)
 
 
 class DelayedOperationPurgatory:
@@ -192,12 +242,7 @@ class DelayedOperationPurgatory:
 
         operation._timer = self._clock.callLater(max(operation.delay_ms, 0) / 1000.0, expire)
         self._delayed.add(operation)
-        # Remove from the delayed set when completed by other means.
-        operation.deferred.addBoth(self._forget, operation)
-
-    def _forget(self, result, operation):
-        self._delayed.discard(operation)
-        return result
+        operation._delayed_in = self._delayed  # completion by other means takes it out
 
     def _maybe_purge(self):
         if self._estimated_total_operations - self.num_delayed() > self.purge_interval_requests:

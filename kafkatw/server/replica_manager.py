@@ -436,6 +436,14 @@ class ReplicaManager:
         the request does not want to wait, asks for nothing, already has min_bytes, hit an
         error or a diverging epoch; otherwise parks a DelayedFetch that reads again when it
         completes (enough bytes, a partition change, or max_wait_ms)."""
+        result = self.fetch_messages_now(params, fetch_infos)
+        if isinstance(result, DelayedFetch):
+            return result.deferred
+        return defer.succeed(result)
+
+    def fetch_messages_now(self, params, fetch_infos):
+        """:meth:`fetch_messages` without a Deferred: the result list when answered at once,
+        else the parked :class:`DelayedFetch` (its ``when_complete`` gets the list)."""
         fetch_infos = list(fetch_infos)
         results = self.read_from_log(params, fetch_infos)
         bytes_readable = 0
@@ -449,13 +457,13 @@ class ReplicaManager:
                 diverging = True
         if (params.max_wait_ms <= 0 or not fetch_infos or bytes_readable >= params.min_bytes
                 or error_reading or diverging):
-            return defer.succeed([(tp, r.to_fetch_partition_data()) for tp, r in results])
+            return [(tp, r.to_fetch_partition_data()) for tp, r in results]
         status = [(tp, FetchPartitionStatus(r.info.fetch_offset_metadata, info))
                   for (tp, info), (_, r) in zip(fetch_infos, results)]
         op = DelayedFetch(params, status, self)
         keys = [TopicPartitionOperationKey(tp[0], tp[1]) for tp, _ in fetch_infos]
         self.fetch_purgatory.try_complete_else_watch(op, keys)
-        return op.deferred
+        return op
 
     def read_from_log(self, params, fetch_infos):
         """Read each partition in order; the request's byte budget shrinks by what each read

@@ -7,6 +7,7 @@ happens there) and build the response with the records as file regions, never re
 import attr
 from twisted.internet import defer
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from kafkatw.network.request import Response
 from kafkatw.protocol import errors
@@ -132,14 +133,6 @@ def handle(apis, request):
         replica_epoch=replica_epoch,
     )
 
-    if interesting and context.error == errors.NONE:
-        d = defer.maybeDeferred(apis.replica_manager.fetch_messages, params, interesting)
-        if not d.called:
-            # Parked in the fetch purgatory: the wait is remoteTimeMs and holds no handler slot.
-            request.mark_api_local_complete()
-    else:
-        d = defer.succeed([])
-
     def respond(results):
         updates = []
         for tp, data in results:
@@ -152,8 +145,47 @@ def handle(apis, request):
                         summary={"errorCode": response_data.error, "sessionId": response_data.session_id,
                                  "partitions": len(response_data.partitions)})
 
-    d.addCallback(respond)
-    return d
+    if not interesting or context.error != errors.NONE:
+        return respond([])
+    rm = apis.replica_manager
+    fetch_now = getattr(rm, "fetch_messages_now", None)
+    if fetch_now is None:  # a replica manager answering with Deferreds only
+        d = defer.maybeDeferred(rm.fetch_messages, params, interesting)
+        if not d.called:
+            request.mark_api_local_complete()
+        d.addCallback(respond)
+        return d
+    result = fetch_now(params, interesting)
+    if type(result) is list:
+        return respond(result)
+    # Parked in the fetch purgatory: the wait is remoteTimeMs and holds no handler slot.
+    request.mark_api_local_complete()
+    return ParkedFetch(result, respond)
+
+
+class ParkedFetch:
+    """The answer to a Fetch parked in the purgatory: ``when_complete`` (what KafkaApis and the
+    request channel call) goes to the DelayedFetch, and its results become the Response, with
+    no Deferred in between."""
+
+    __slots__ = ("operation", "respond")
+
+    def __init__(self, operation, respond):
+        self.operation = operation
+        self.respond = respond
+
+    def when_complete(self, callback, errback):
+        respond = self.respond
+
+        def completed(results):
+            try:
+                response = respond(results)
+            except Exception:
+                errback(Failure())
+                return
+            callback(response)
+
+        self.operation.when_complete(completed, errback)
 
 
 def _partition_response(key, data):
