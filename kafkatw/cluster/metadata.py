@@ -361,7 +361,16 @@ class ClusterMetadata:
 
     def leader(self, topic, partition):
         """The leader node id of a partition, or None if the partition is unknown."""
-        return self.node_id if self.contains_partition(topic, partition) else None
+        info = self.topics.get(topic)
+        return self.node_id if info is not None and 0 <= partition < info.num_partitions else None
+
+    def leader_state(self, topic, partition):
+        """``(topic_id, leader, leader_epoch)`` of a partition in one look-up (what
+        :meth:`topic_id`, :meth:`leader` and :meth:`leader_epoch` answer), None if unknown."""
+        info = self.topics.get(topic)
+        if info is None or not 0 <= partition < info.num_partitions:
+            return None
+        return info.topic_id, self.node_id, info.leader_epochs[partition]
 
     def leader_epoch(self, topic, partition):
         info = self.topics.get(topic)

@@ -6,7 +6,7 @@ the fetch purgatory and the wake-up after appends; not request decoding, session
 Topics are named by ``metadata`` (the cluster metadata store or a test double) through:
 ``node_id``, ``contains_partition(topic, p)``, ``topic_id(topic)`` (zero uuid if unknown),
 ``leader(topic, p)`` (node id or None), ``leader_epoch(topic, p)``, ``topic_configs(topic)``,
-``is_internal(topic)``.
+``is_internal(topic)``, and optionally ``leader_state(topic, p)`` (those three in one look-up).
 """
 
 import attr
@@ -212,6 +212,38 @@ class ReplicaManager:
         if log_ is None:
             log_ = self.log_manager.get_or_create_log(
                 topic, partition, md.topic_id(topic), md.topic_configs(topic))
+        return log_, errors.NONE
+
+    def leader_log_or_error(self, topic, partition, topic_id, requested_epoch):
+        """:meth:`get_partition_or_error` then :meth:`check_leader_epoch` (the read path's
+        checks, in that order) with one metadata look-up when the metadata offers
+        ``leader_state``."""
+        md = self.metadata
+        state_of = getattr(md, "leader_state", None)
+        if state_of is None:
+            log_, error = self.get_partition_or_error(topic, partition, topic_id)
+            if error == errors.NONE:
+                error = self.check_leader_epoch(topic, partition, requested_epoch)
+                if error != errors.NONE:
+                    return None, error
+            return log_, error
+        state = state_of(topic, partition)
+        if state is None:
+            return None, errors.UNKNOWN_TOPIC_OR_PARTITION
+        known_id, leader, current = state
+        if topic_id is not None and topic_id != ZERO_UUID and known_id != topic_id:
+            return None, errors.INCONSISTENT_TOPIC_ID
+        if leader != md.node_id:
+            return None, errors.NOT_LEADER_OR_FOLLOWER
+        log_ = self.log_manager.get_log(topic, partition)
+        if log_ is None:
+            log_ = self.log_manager.get_or_create_log(
+                topic, partition, known_id, md.topic_configs(topic))
+        if requested_epoch is not None and requested_epoch != NO_PARTITION_LEADER_EPOCH and current is not None:
+            if requested_epoch < current:
+                return None, errors.FENCED_LEADER_EPOCH
+            if requested_epoch > current:
+                return None, errors.UNKNOWN_LEADER_EPOCH
         return log_, errors.NONE
 
     def check_leader_epoch(self, topic, partition, requested_epoch):
@@ -491,9 +523,7 @@ class ReplicaManager:
         return None
 
     def _read(self, params, topic, partition, info, limit_bytes, min_one_message):
-        log_, error = self.get_partition_or_error(topic, partition, info.topic_id)
-        if error == errors.NONE:
-            error = self.check_leader_epoch(topic, partition, info.current_leader_epoch)
+        log_, error = self.leader_log_or_error(topic, partition, info.topic_id, info.current_leader_epoch)
         if error != errors.NONE:
             return _error_read_result(error)
         try:
