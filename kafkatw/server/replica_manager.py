@@ -64,10 +64,10 @@ class FetchParams:
     replica_epoch = attr.ib(default=-1)
     client_metadata = attr.ib(default=None)
     hard_max_bytes_limit = attr.ib(default=False)  # Fetch v0-2: never hand out a cut first batch
+    fetch_isolation = attr.ib(init=False, eq=False, repr=False)  # of replica_id, isolation_level
 
-    @property
-    def fetch_isolation(self):
-        return fetch_isolation_of(self.replica_id, self.isolation_level)
+    def __attrs_post_init__(self):
+        object.__setattr__(self, "fetch_isolation", fetch_isolation_of(self.replica_id, self.isolation_level))
 
     @property
     def is_from_follower(self):
