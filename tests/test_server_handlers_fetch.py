@@ -133,3 +133,68 @@ class FetchTests(ApisFixture, unittest.TestCase):
         body = fetch.error_response(req, errors.UNKNOWN_SERVER_ERROR, None)
         self.assertEqual(body.responses, [])
         FetchResponse.decode(body.encode_bytes(13), 13)
+
+
+class FetchAnswerTests(unittest.TestCase):
+    """FetchAnswer encodes v12+ straight from the read results: the same parts and bytes as
+    the generated FetchResponse, falling back to it for what it does not write itself."""
+
+    def test_same_bytes_as_the_generated_message(self):
+        from kafkatw.server.fetch_session import TopicIdPartition
+        from kafkatw.server.handlers.fetch import (
+            ErrorPartitionData,
+            FetchAnswer,
+            build_generated_response,
+        )
+        from kafkatw.server.replica_manager import FetchPartitionData
+
+        path = os.path.join(self.mktemp())
+        with open(path, "wb") as f:
+            f.write(os.urandom(300))
+        f = open(path, "rb")
+        self.addCleanup(f.close)
+        a, b = b"\x01" * 16, b"\x02" * 16
+
+        def data(records=b"", aborted=None, diverging=None, replica=-1, error=0, hw=7):
+            return FetchPartitionData(error=error, high_watermark=hw, last_stable_offset=hw - 1,
+                                      log_start_offset=2, records=records, aborted_transactions=aborted,
+                                      diverging_epoch=diverging, preferred_read_replica=replica)
+
+        big = FileRegion(f, 10, 200)
+        cases = [
+            [],
+            [(TopicIdPartition(a, "t", 0), data())],
+            [(TopicIdPartition(a, "t", 0), data(FileRegion(f, 0, 61)))],
+            [(TopicIdPartition(a, "t", 3), data(big, aborted=[], replica=None)),
+             (TopicIdPartition(a, "t", 1), data(FileRegion(f, 0, 0), error=errors.NONE, hw=9)),
+             (TopicIdPartition(b, "u", 0), data(FileRegion(f, 0, 5), replica=2)),
+             (TopicIdPartition(a, "t", 2), data(None)),
+             (TopicIdPartition(bytes(16), None, 4), ErrorPartitionData(errors.UNKNOWN_TOPIC_ID)),
+             (TopicIdPartition(b, "u", 1), ErrorPartitionData(errors.NOT_LEADER_OR_FOLLOWER))],
+            # the generated message writes these
+            [(TopicIdPartition(a, "t", 0), data(FileRegion(f, 0, 61), aborted=[(5, 10)]))],
+            [(TopicIdPartition(a, "t", 0), data(diverging=(1, 20)))],
+            [(TopicIdPartition(a, "t", 0), data(b"\x00" * 61))],
+        ]
+
+        def flat(parts):
+            return [(p.position, p.count) if type(p) is FileRegion else p for p in parts]
+
+        for version in range(12, 18):
+            for i, partitions in enumerate(cases):
+                for error, session in ((0, 0), (errors.FETCH_SESSION_ID_NOT_FOUND, 77)):
+                    want = build_generated_response(version, error, session, partitions).encode(version)
+                    answer = FetchAnswer(version, error, session, partitions)
+                    got = answer.encode(version)
+                    self.assertEqual(flat(got), flat(want), (version, partitions))
+                    # written directly (no generated objects made) for the first four
+                    self.assertEqual(answer._partitions is not None, i < 4)
+        # any field access turns it into the generated message
+        answer = FetchAnswer(16, 0, 5, cases[3])
+        self.assertEqual([t.topic_id for t in answer.responses], [a, b, a, bytes(16), b])
+        self.assertEqual(answer.session_id, 5)
+        answer.throttle_time_ms = 30
+        self.assertEqual(FetchResponse.decode(answer.encode_bytes(16), 16).throttle_time_ms, 30)
+        # another version than the request's goes through the generated writer
+        self.assertEqual(flat(FetchAnswer(12, 0, 0, cases[2]).encode(13)),
+                         flat(build_generated_response(12, 0, 0, cases[2]).encode(13)))
