@@ -97,7 +97,10 @@ class DelayedOperation:
         return True
 
     def _tell(self, outcome):
+        # dropped once told: the listener's closures usually reach this operation back
+        # (channel -> pending answer -> operation), a cycle only the cyclic GC would free
         callback, errback = self._listener
+        self._listener = None
         try:
             if outcome[0]:
                 callback(outcome[1])
