@@ -117,6 +117,24 @@ class ClusterMetadataTests(unittest.SynchronousTestCase):
         with open(again.metadata_path) as f:
             self.assertEqual([t["name"] for t in json.load(f)["topics"]], ["lost"])
 
+    def test_recover_topic_id_from_any_partition_dir(self):
+        """Partitions without a partition.metadata, a plain file and a symlinked directory
+        named like partitions: the id comes from whichever partition has one, files are not
+        partitions, symlinked directories are."""
+        tid = md.random_uuid()
+        for p in range(6):
+            os.makedirs(os.path.join(self.dirs[0], "half-%d" % p))
+        with open(os.path.join(self.dirs[0], "half-4", "partition.metadata"), "w") as f:
+            f.write("version: 0\ntopic_id: %s\n" % md.uuid_to_base64(tid))
+        with open(os.path.join(self.dirs[0], "half-9"), "w") as f:
+            f.write("not a partition")
+        target = os.path.abspath(os.path.join(self.mktemp(), "elsewhere"))
+        os.makedirs(target)
+        os.symlink(target, os.path.join(self.dirs[1], "half-7"))
+        again = md.ClusterMetadata.load(self.dirs, node_id=1)
+        info = again.get_topic("half")
+        self.assertEqual((info.num_partitions, info.topic_id), (8, tid))
+
     def test_delete_unknown(self):
         with self.assertRaises(KafkaError) as cm:
             self.meta.delete_topic("nope")

@@ -268,19 +268,27 @@ class ClusterMetadata:
         found = {}  # name -> (max partition, topic id or None)
         for d in self.log_dirs:
             try:
-                entries = os.listdir(d)
+                entries = list(os.scandir(d))
             except OSError:
                 continue
             for entry in entries:
-                m = _PARTITION_DIR.match(entry)
-                if not m or not os.path.isdir(os.path.join(d, entry)):
+                m = _PARTITION_DIR.match(entry.name)
+                if not m:
+                    continue
+                try:
+                    if not entry.is_dir():  # follows symlinks, as os.path.isdir
+                        continue
+                except OSError:
                     continue
                 name, partition = m.group(1), int(m.group(2))
                 if not is_valid_topic_name(name):
                     continue  # "-delete", "-future", "-stray" and the like
-                topic_id = read_partition_metadata_topic_id(os.path.join(d, entry))
                 prev = found.get(name, (-1, None))
-                found[name] = (max(prev[0], partition), prev[1] or topic_id)
+                # The first topic id found wins: once a topic has one, its other partitions'
+                # files would not change it, so they are not read (one read per topic, not
+                # one per partition: LogManager reads every file again when it opens the logs).
+                topic_id = prev[1] or read_partition_metadata_topic_id(entry.path)
+                found[name] = (max(prev[0], partition), topic_id)
         for name, (max_partition, topic_id) in sorted(found.items()):
             info = self.topics.get(name)
             if info is None:
