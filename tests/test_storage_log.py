@@ -261,6 +261,32 @@ class RecoveryTest(Base):
         self.assertEqual([lg2.read(o, 10 ** 6).fetch_offset_metadata for o in range(0, 90, 7)],
                          expected)
 
+    def test_leftovers_removed_on_load(self):
+        """.deleted/.cleaned/.tmp files and indexes without a .log go; the rest loads as it was,
+        and a second load of the tidied directory changes nothing."""
+        overrides = {"segment.bytes": 3000, "index.interval.bytes": 200}
+        lg = self.open_log(overrides)
+        self.fill(lg)
+        bases = [s.base_offset for s in lg.segments]
+        leo = lg.log_end_offset
+        lg.close()
+        before = sorted(os.listdir(self.path))
+        leftovers = ["%020d.log.deleted" % bases[0], "%020d.index.deleted" % bases[0],
+                     "%020d.log.cleaned" % bases[1], "x.tmp", "%020d.index" % 999999,
+                     "%020d.timeindex" % 999999]
+        for name in leftovers:
+            with open(os.path.join(self.path, name), "wb") as f:
+                f.write(b"junk")
+        lg2 = self.open_log(overrides, path=self.path, recovery_point=leo)
+        self.assertEqual(sorted(os.listdir(self.path)), before)
+        self.assertEqual(([s.base_offset for s in lg2.segments], lg2.log_end_offset),
+                         (bases, leo))
+        self.assertEqual(lg2.recovery_log, [])
+        lg2.close()
+        lg3 = self.open_log(overrides, path=self.path, recovery_point=leo)
+        self.assertEqual(sorted(os.listdir(self.path)), before)
+        self.assertEqual(lg3.log_end_offset, leo)
+
 
 class MetadataTest(Base):
     def test_partition_metadata(self):

@@ -168,18 +168,23 @@ class UnifiedLog:
                                suffix=suffix)
 
     def _load(self, needs_recovery):
+        # The directory is listed again only after a step below changed it.
         names = os.listdir(self.dir)
         # Leftovers of interrupted operations (Kafka's removeTempFilesAndCollectSwapFiles).
+        removed = False
         for name in names:
-            path = os.path.join(self.dir, name)
             if name.endswith(DELETED_SUFFIX) or name.endswith(CLEANED_SUFFIX) \
                     or name.endswith(".tmp"):
-                os.unlink(path)
-        names = os.listdir(self.dir)
-        for name in sorted(names):
-            if name.endswith(SWAP_SUFFIX):
-                self._complete_swap(name)
-        names = os.listdir(self.dir)
+                os.unlink(os.path.join(self.dir, name))
+                removed = True
+        if removed:
+            names = os.listdir(self.dir)
+        swaps = [name for name in sorted(names) if name.endswith(SWAP_SUFFIX)]
+        for name in swaps:
+            self._complete_swap(name)
+        if swaps:
+            names = os.listdir(self.dir)
+        present = set(names)
         bases = []
         for name in names:
             if name.endswith(LOG_SUFFIX):
@@ -189,7 +194,7 @@ class UnifiedLog:
                     continue
             elif name.endswith(INDEX_SUFFIX) or name.endswith(TIME_INDEX_SUFFIX):
                 stem = name.rsplit(".", 1)[0]
-                if stem + LOG_SUFFIX not in names:
+                if stem + LOG_SUFFIX not in present:
                     os.unlink(os.path.join(self.dir, name))  # orphan index
         bases.sort()
         to_recover = set()
