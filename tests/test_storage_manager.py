@@ -57,6 +57,27 @@ class LoadTest(ManagerBase):
         self.assertEqual(mgr2.recovery_summary, [])
         mgr2.shutdown()
 
+    def test_only_partition_directories_load(self):
+        """Files named like partitions, other directories and -future dirs are skipped; a
+        symlinked partition directory loads; nothing new is created in the log dir."""
+        d = os.path.join(self.mktemp(), "d")
+        os.makedirs(os.path.join(d, "a-0"))
+        os.makedirs(os.path.join(d, "not_a_partition"))
+        os.makedirs(os.path.join(d, "a-3.0123456789abcdef-future"))
+        with open(os.path.join(d, "a-1"), "w") as f:
+            f.write("a file")
+        target = os.path.abspath(os.path.join(self.mktemp(), "elsewhere"))
+        os.makedirs(target)
+        os.symlink(target, os.path.join(d, "a-2"))
+        before = sorted(os.listdir(d))
+        mgr = self.make(dirs=[d])
+        self.assertEqual(sorted((lg.topic, lg.partition) for lg in mgr.all_logs()),
+                         [("a", 0), ("a", 2)])
+        self.assertEqual(sorted(os.listdir(d)), before)
+        self.assertIn("00000000000000000000.log", os.listdir(target))
+        self.assertEqual(mgr.offline_dirs, frozenset())
+        mgr.shutdown()
+
     def test_partitions_of_a_topic_load_with_one_config(self):
         mgr = self.make(props={"log.segment.bytes": "4096"})
         for topic, partition in [("a", 0), ("a", 1), ("a", 2), ("a", 3), ("b", 0), ("b", 1)]:

@@ -82,9 +82,10 @@ class UnifiedLog:
     def __init__(self, directory, config=None, topic=None, partition=None, topic_id=None,
                  clock=None, recovery_point=0, log_start_offset=0, high_watermark=None,
                  needs_recovery=False, dir_failure_handler=None, scheduler=None,
-                 sync_metadata=True):
+                 sync_metadata=True, dir_exists=False):
         """``clock()`` returns milliseconds; ``scheduler(delay_ms, fn)`` runs ``fn`` later
-        (file deletes); without one, deleted files are removed at once."""
+        (file deletes); without one, deleted files are removed at once. ``dir_exists``: the
+        caller has just listed ``directory`` (loading), so it is not created."""
         self.dir = directory
         if topic is None:
             topic, partition = parse_topic_partition(os.path.basename(directory))
@@ -101,7 +102,8 @@ class UnifiedLog:
         self.producer_state_manager = None
         self.roll_listener = None  # called with the new segment's base offset after a roll
         self.recovery_log = []  # what loading recovered, for the start-up log
-        os.makedirs(directory, exist_ok=True)
+        if not dir_exists:
+            os.makedirs(directory, exist_ok=True)
         self.leader_epoch_cache = LeaderEpochFileCache(
             os.path.join(directory, checkpoint.LEADER_EPOCH_CHECKPOINT), sync_metadata)
         self._metadata_path = os.path.join(directory, PARTITION_METADATA_FILE)

@@ -119,9 +119,14 @@ class LogManager:
         start_offsets = self._read_checkpoint(directory, checkpoint.LOG_START_OFFSET_CHECKPOINT)
         hws = self._read_checkpoint(directory, checkpoint.REPLICATION_OFFSET_CHECKPOINT)
         configs = {}  # topic -> its LogConfig, shared by its partitions (as update_log_config does)
-        for name in sorted(os.listdir(directory)):
-            path = os.path.join(directory, name)
-            if not os.path.isdir(path):
+        with os.scandir(directory) as it:
+            entries = sorted(it, key=lambda e: e.name)
+        for entry in entries:
+            name, path = entry.name, entry.path
+            try:
+                if not entry.is_dir():  # follows symlinks, as os.path.isdir; no stat on most fs
+                    continue
+            except OSError:
                 continue
             if name.endswith(DELETE_DIR_SUFFIX):
                 self._schedule(0, lambda p=path: _rmtree(p))
@@ -143,7 +148,7 @@ class LogManager:
                             high_watermark=hws.get(tp),
                             needs_recovery=not clean,
                             dir_failure_handler=self.handle_dir_failure,
-                            scheduler=self._schedule)
+                            scheduler=self._schedule, dir_exists=True)
             self._attach(lg)
             if lg.recovery_log:
                 self.recovery_summary.append((tp, list(lg.recovery_log)))
