@@ -45,10 +45,10 @@ class _Index:
         size = self.ENTRY.size
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            existing = os.fstat(fd).st_size
-            existing -= existing % size
+            file_size = os.fstat(fd).st_size
+            existing = file_size - file_size % size
             length = max(existing, self._max_size)
-            if os.fstat(fd).st_size != length:
+            if file_size != length:
                 os.ftruncate(fd, length)
             if existing == 0 and length:
                 # Allocate the first page now: a first write through the mapping to a sparse
