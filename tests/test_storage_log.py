@@ -1,6 +1,7 @@
 """UnifiedLog and its parts: validation error codes, offset assignment, indexes, rolls,
 recovery of a torn tail and of deleted indexes, timestamps, leader epochs, partition.metadata."""
 
+import base64
 import os
 import uuid
 
@@ -300,3 +301,21 @@ class MetadataTest(Base):
         self.assertEqual(lg2.topic_id, tid)
         with self.assertRaises(KafkaError):
             self.open_log(path=self.path, topic_id=uuid.uuid4().bytes)
+
+    def test_partition_metadata_line_ends_and_errors(self):
+        """\r\n line ends read as \n; a file without a topic id reads as none; a directory in
+        its place is an error, as it was with open()."""
+        from kafkatw.storage.log import read_partition_metadata
+        tid = uuid.uuid4().bytes
+        path = self.mktemp()
+        text = "version: 0\r\ntopic_id: %s\r\n" % (
+            base64.urlsafe_b64encode(tid).decode("ascii").rstrip("="),)
+        with open(path, "wb") as f:
+            f.write(text.encode("ascii"))
+        self.assertEqual(read_partition_metadata(path), tid)
+        with open(path, "wb") as f:
+            f.write(b"version: 0\n")
+        self.assertIsNone(read_partition_metadata(path))
+        self.assertIsNone(read_partition_metadata(path + ".missing"))
+        os.makedirs(path + ".dir")
+        self.assertRaises(IsADirectoryError, read_partition_metadata, path + ".dir")
