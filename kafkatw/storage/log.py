@@ -211,19 +211,12 @@ class UnifiedLog:
                 stem = name.rsplit(".", 1)[0]
                 if stem + LOG_SUFFIX not in present:
                     os.unlink(os.path.join(self.dir, name))  # orphan index
-                    present.discard(name)
         bases.sort()
-
-        # Whether an index file exists, from the listing (nothing below creates or removes
-        # one before the checks that ask): a stat per index per segment, twice, saved.
-        def listed(path):
-            return os.path.basename(path) in present
-
         to_recover = set()
         for base in bases:
             seg = self._new_segment(base)
-            if seg.size > 0 and (not listed(seg.offset_index.path) or
-                                 not listed(seg.time_index.path)):
+            if seg.size > 0 and (not os.path.exists(seg.offset_index.path) or
+                                 not os.path.exists(seg.time_index.path)):
                 to_recover.add(base)
             self._add_segment(seg)
         new_log = not self._bases
@@ -238,7 +231,7 @@ class UnifiedLog:
             i = max(0, self._floor_index(self._recovery_point))
             for base in self._bases[i:]:
                 try:
-                    self._segments[base].sanity_check(exists=listed)
+                    self._segments[base].sanity_check()
                 except Exception as e:  # CorruptIndexError, FileNotFoundError
                     self.recovery_log.append("segment %d: index check failed (%s)" % (base, e))
                     to_recover.add(base)

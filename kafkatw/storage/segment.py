@@ -241,11 +241,10 @@ class LogSegment:
             self.time_index.maybe_append(max_ts, max_off, skip_full_check=True)
         return truncated
 
-    def sanity_check(self, exists=os.path.exists):
-        """Raise if the indexes look corrupt (Kafka checks on load; recovery fixes).
-        ``exists(path)``: whether an index file is there (the loader answers from its listing)."""
+    def sanity_check(self):
+        """Raise if the indexes look corrupt (Kafka checks on load; recovery fixes)."""
         for path in (self.offset_index.path, self.time_index.path):
-            if not exists(path):
+            if not os.path.exists(path):
                 if self.size == 0:
                     return  # an empty segment's indexes are created when first written
                 raise FileNotFoundError(path)
