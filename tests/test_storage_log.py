@@ -262,6 +262,22 @@ class RecoveryTest(Base):
         self.assertEqual([lg2.read(o, 10 ** 6).fetch_offset_metadata for o in range(0, 90, 7)],
                          expected)
 
+    def test_one_missing_index_file_recovers_its_segment_only(self):
+        overrides = {"segment.bytes": 3000, "index.interval.bytes": 200}
+        lg = self.open_log(overrides)
+        self.fill(lg)
+        bases = [s.base_offset for s in lg.segments]
+        leo = lg.log_end_offset
+        time_path = lg.segments[1].time_index.path
+        lg.close()
+        os.unlink(time_path)
+        lg2 = self.open_log(overrides, path=self.path, recovery_point=leo)
+        self.assertEqual([line.split(":")[0] for line in lg2.recovery_log],
+                         ["segment %d" % bases[1]])
+        self.assertTrue(os.path.exists(time_path))
+        self.assertEqual(([s.base_offset for s in lg2.segments], lg2.log_end_offset),
+                         (bases, leo))
+
     def test_leftovers_removed_on_load(self):
         """.deleted/.cleaned/.tmp files and indexes without a .log go; the rest loads as it was,
         and a second load of the tidied directory changes nothing."""
