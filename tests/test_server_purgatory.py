@@ -231,6 +231,9 @@ class PurgatoryTests(unittest.SynchronousTestCase):
         op.ready = True
         self.assertEqual(self.p.check_and_complete(K1), 1)
         self.assertEqual([f.type for f in failures], [ValueError])
+        # told to its listener, the failure makes no Deferred that would report it again as
+        # unhandled when collected (in whatever test runs then)
+        self.assertIsNone(op._deferred)
         # a listener that raises is logged; the completing call goes on
         op2 = MockOp(100, ready=True)
         op2.when_complete(lambda r: 1 / 0, failures.append)

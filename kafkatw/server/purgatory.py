@@ -84,15 +84,16 @@ class DelayedOperation:
             outcome = self._outcome = (True, self.on_complete())
         except Exception:
             outcome = self._outcome = (False, Failure())
-        if self._listener is not None:
-            self._tell(outcome)
+        listener = self._listener
+        if listener is not None:
+            self._tell(outcome)  # drops it
         d = self._deferred
         if d is not None:
             if outcome[0]:
                 d.callback(outcome[1])
             else:
                 d.errback(outcome[1])
-        elif not outcome[0] and self._listener is None:
+        elif not outcome[0] and listener is None:
             self.deferred  # nobody listens: an unhandled Deferred failure reports it, as before
         return True
 
