@@ -178,59 +178,15 @@ def consume(bootstrap, broker_pid, topic, expected, size=1024, timeout=120.0):
 def fetch_raw(bootstrap, broker_pid, topic, expected, size=1024, max_bytes=16 * MIB):
     """Read ``expected`` records of partition 0 from offset 0 with back-to-back Fetch v11
     requests (``max_bytes`` each, as the consumer above) that only walk batch headers to find
-    the next offset: what a broker delivers to a client that does not parse records."""
-    from kafkatw.protocol import messages as m
-    from kafkatw.protocol.records import iter_batch_headers
+    the next offset: what a broker delivers to a client that does not parse records. Waits up
+    to 500 ms per fetch: Tansu answers ``max_wait_ms=0`` fetches empty."""
+    from bench.zero_copy import raw_fetch
 
     host, port = bootstrap.rsplit(":", 1)
-    sock = socket.create_connection((host, int(port)))
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * MIB)
-    buf = bytearray(max_bytes + MIB)
-    view = memoryview(buf)
-    hv = m.request_header_version(1, 11)
-
-    def recv_into(v):
-        got = 0
-        while got < len(v):
-            n = sock.recv_into(v[got:got + MIB])
-            if not n:
-                raise ConnectionError("broker closed the connection")
-            got += n
-
-    offset = cid = 0
     with Window(broker_pid) as w:
-        while offset < expected:
-            cid += 1
-            body = m.FetchRequest(
-                replica_id=-1, max_wait_ms=500, min_bytes=1, max_bytes=max_bytes, isolation_level=0,
-                session_id=0, session_epoch=-1,
-                topics=[m.FetchRequest.FetchTopic(topic=topic, partitions=[
-                    m.FetchRequest.FetchPartition(partition=0, fetch_offset=offset,
-                                                  partition_max_bytes=max_bytes)])])
-            header = m.RequestHeader(request_api_key=1, request_api_version=11,
-                                     correlation_id=cid, client_id="bench-fetch-raw")
-            payload = header.encode_bytes(hv) + body.encode_bytes(11)
-            sock.sendall(struct.pack(">i", len(payload)) + payload)
-            recv_into(view[:4])
-            (n,) = struct.unpack_from(">i", buf, 0)
-            if n > len(buf):
-                raise RuntimeError("response of %d bytes over the %d asked for" % (n, max_bytes))
-            recv_into(view[:n])
-            response = m.FetchResponse.decode(view[4:n], 11)
-            if not response.responses:
-                raise RuntimeError("no topics in the fetch response at offset %d: %r" % (offset, response))
-            part = response.responses[0].partitions[0]
-            if part.error_code:
-                raise RuntimeError("fetch error %d at offset %d" % (part.error_code, offset))
-            last = None
-            for _, h in iter_batch_headers(part.records or b"", allow_partial_tail=True):
-                last = h
-            if last is None:
-                raise RuntimeError("empty fetch at offset %d of %d" % (offset, expected))
-            offset = last.next_offset
-    sock.close()
+        raw_fetch(host, int(port), expected, topic=topic, max_bytes=max_bytes, max_wait_ms=500)
     nbytes = expected * size
-    return w.result(messages=expected, bytes=nbytes, mb_s=nbytes / w.elapsed / 1e6, requests=cid)
+    return w.result(messages=expected, bytes=nbytes, mb_s=nbytes / w.elapsed / 1e6)
 
 
 def _percentiles(samples_ms):

@@ -48,13 +48,13 @@ def produce(bootstrap, total, value_size=64 * 1024):
     return count
 
 
-def _fetch_frame(offset, correlation_id):
+def _fetch_frame(topic, offset, correlation_id, max_bytes, max_wait_ms):
     body = m.FetchRequest(
-        replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=FETCH_MAX, isolation_level=0,
+        replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=max_bytes, isolation_level=0,
         session_id=0, session_epoch=-1,
-        topics=[m.FetchRequest.FetchTopic(topic=TOPIC, partitions=[
+        topics=[m.FetchRequest.FetchTopic(topic=topic, partitions=[
             m.FetchRequest.FetchPartition(partition=0, fetch_offset=offset,
-                                          partition_max_bytes=FETCH_MAX)])])
+                                          partition_max_bytes=max_bytes)])])
     header = m.RequestHeader(request_api_key=1, request_api_version=11,
                              correlation_id=correlation_id, client_id="zero-copy-bench")
     payload = header.encode_bytes(m.request_header_version(1, 11)) + body.encode_bytes(11)
@@ -71,30 +71,37 @@ def _recv_into(sock, view):
         got += n
 
 
-def raw_fetch(host, port, count, ssl_context=None):
-    """Fetch the whole topic with back-to-back Fetch requests; return bytes received."""
+def raw_fetch(host, port, count, ssl_context=None, topic=TOPIC, max_bytes=FETCH_MAX, max_wait_ms=0):
+    """Fetch offsets [0, count) of partition 0 with back-to-back Fetch v11 requests that only
+    walk batch headers to find the next offset; return the bytes received."""
     sock = socket.create_connection((host, port))
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * MIB)
     if ssl_context is not None:
         sock = ssl_context.wrap_socket(sock, server_hostname="localhost")
-    buf = bytearray(FETCH_MAX + MIB)
+    buf = bytearray(max_bytes + MIB)
     view = memoryview(buf)
     offset, received, cid = 0, 0, 0
     with sock:
         while offset < count:
             cid += 1
-            sock.sendall(_fetch_frame(offset, cid))
+            sock.sendall(_fetch_frame(topic, offset, cid, max_bytes, max_wait_ms))
             _recv_into(sock, view[:4])
             (size,) = struct.unpack_from(">i", buf, 0)
+            if size > len(buf):
+                raise RuntimeError("response of %d bytes over the %d asked for" % (size, max_bytes))
             _recv_into(sock, view[:size])
             received += size + 4
             response = m.FetchResponse.decode(view[4:size], 11)
-            records = response.responses[0].partitions[0].records
+            if not response.responses:
+                raise RuntimeError("no topics in the fetch response at offset %d: %r" % (offset, response))
+            part = response.responses[0].partitions[0]
+            if part.error_code:
+                raise RuntimeError("fetch error %d at offset %d" % (part.error_code, offset))
             last = None
-            for _, header in iter_batch_headers(records, allow_partial_tail=True):
+            for _, header in iter_batch_headers(part.records or b"", allow_partial_tail=True):
                 last = header
             if last is None:
-                raise RuntimeError("empty fetch at offset %d" % offset)
+                raise RuntimeError("empty fetch at offset %d of %d" % (offset, count))
             offset = last.next_offset
     return received
 
