@@ -290,14 +290,13 @@ class KafkaConnection(Protocol):
 
     def _write(self, request, response, parts):
         if self._processing and self._can_hold:
+            n = 0
             for part in parts:
                 if type(part) is FileRegion:
                     break
+                n += len(part)
             else:
                 # held until the frame loop ends; for the mute state machine it is sent
-                n = 0
-                for part in parts:
-                    n += len(part)
                 if self._held is None:
                     self._held = list(parts)
                 else:
@@ -326,22 +325,22 @@ class KafkaConnection(Protocol):
             except Exception:
                 self.log.failure("after-send processing failed")
             return
-
-        def failed(failure):
-            err = failure.value
-            handler = self.server.transfer_failure_handler
-            if getattr(err, "disk_error", False) and handler is not None:
-                try:
-                    handler(err.region, err)
-                except Exception:
-                    self.log.failure("transfer failure handler failed")
-            if not self.closing:
-                self.close("sending the response failed: {err}", err=failure.getErrorMessage())
-
         if held_bytes:
             d.addCallback(lambda n: n - held_bytes)
-        d.addCallbacks(self._written, failed, callbackArgs=(request, response))
+        d.addCallbacks(self._written, self._send_failed, callbackArgs=(request, response))
         d.addErrback(lambda f: self.log.failure("after-send processing failed", f))
+
+    def _send_failed(self, failure):
+        """A send failed: tell the transfer failure handler of a disk error, close."""
+        err = failure.value
+        handler = self.server.transfer_failure_handler
+        if getattr(err, "disk_error", False) and handler is not None:
+            try:
+                handler(err.region, err)
+            except Exception:
+                self.log.failure("transfer failure handler failed")
+        if not self.closing:
+            self.close("sending the response failed: {err}", err=failure.getErrorMessage())
 
     def _flush_held(self):
         """Hand the held responses to the kernel; if the socket does not take them whole,
@@ -361,8 +360,7 @@ class KafkaConnection(Protocol):
 
         def failed(failure):
             self._held_drain = None
-            if not self.closing:
-                self.close("sending the response failed: {err}", err=failure.getErrorMessage())
+            self._send_failed(failure)
 
         d.addCallbacks(drained, failed)
         d.addErrback(lambda f: self.log.failure("after-send processing failed", f))
