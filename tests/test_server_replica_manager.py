@@ -164,6 +164,11 @@ class FakeMetadata:
     def leader_epoch(self, topic, p):
         return self.epochs.get((topic, p), 0) if self.contains_partition(topic, p) else None
 
+    def leader_state(self, topic, p):
+        if not self.contains_partition(topic, p):
+            return None
+        return self.topic_id(topic), self.leader(topic, p), self.leader_epoch(topic, p)
+
     def topic_configs(self, topic):
         return {}
 
@@ -547,19 +552,10 @@ class RealStorageTests(unittest.TestCase):
         self.assertIn("%020d.snapshot" % 3, os.listdir(self.lm.get_log(*tp).dir))
 
 
-@attr.s
-class FakeMetadataWithLeaderState(FakeMetadata):
-    def leader_state(self, topic, p):
-        if not self.contains_partition(topic, p):
-            return None
-        return self.topic_id(topic), self.leader(topic, p), self.leader_epoch(topic, p)
-
-
 class LeaderLogOrErrorTests(unittest.TestCase):
-    """leader_log_or_error answers what get_partition_or_error + check_leader_epoch answer,
-    with and without the metadata's one-look-up ``leader_state``."""
+    """leader_log_or_error answers what get_partition_or_error + check_leader_epoch answer."""
 
-    def test_same_answers_both_ways(self):
+    def test_same_answers_as_the_two_checks(self):
         cases = [
             (("t", 0, None, -1), errors.NONE),
             (("t", 0, b"\x07" * 16, 0), errors.NONE),
@@ -574,18 +570,17 @@ class LeaderLogOrErrorTests(unittest.TestCase):
             (("t", 2, None, 5), errors.NONE),
             (("t", 2, b"\x08" * 16, 4), errors.INCONSISTENT_TOPIC_ID),
         ]
-        for cls in (FakeMetadata, FakeMetadataWithLeaderState):
-            md = cls({"t": 3}, epochs={("t", 2): 5}, leaders={("t", 1): 2})
-            lm = FakeLogManager(self.mktemp())
-            rm = ReplicaManager(lm, md, task.Clock())
-            for (topic, p, topic_id, epoch), code in cases:
-                log_, error = rm.leader_log_or_error(topic, p, topic_id, epoch)
-                self.assertEqual(error, code, (cls.__name__, topic, p, topic_id, epoch))
-                if code == errors.NONE:
-                    self.assertIs(log_, lm.logs[(topic, p)])
-                else:
-                    self.assertIsNone(log_)
-                    expected = rm.get_partition_or_error(topic, p, topic_id)[1]
-                    if expected == errors.NONE:
-                        expected = rm.check_leader_epoch(topic, p, epoch)
-                    self.assertEqual(error, expected)
+        md = FakeMetadata({"t": 3}, epochs={("t", 2): 5}, leaders={("t", 1): 2})
+        lm = FakeLogManager(self.mktemp())
+        rm = ReplicaManager(lm, md, task.Clock())
+        for (topic, p, topic_id, epoch), code in cases:
+            log_, error = rm.leader_log_or_error(topic, p, topic_id, epoch)
+            self.assertEqual(error, code, (topic, p, topic_id, epoch))
+            if code == errors.NONE:
+                self.assertIs(log_, lm.logs[(topic, p)])
+            else:
+                self.assertIsNone(log_)
+                expected = rm.get_partition_or_error(topic, p, topic_id)[1]
+                if expected == errors.NONE:
+                    expected = rm.check_leader_epoch(topic, p, epoch)
+                self.assertEqual(error, expected)

@@ -5,8 +5,9 @@ the fetch purgatory and the wake-up after appends; not request decoding, session
 
 Topics are named by ``metadata`` (the cluster metadata store or a test double) through:
 ``node_id``, ``contains_partition(topic, p)``, ``topic_id(topic)`` (zero uuid if unknown),
-``leader(topic, p)`` (node id or None), ``leader_epoch(topic, p)``, ``topic_configs(topic)``,
-``is_internal(topic)``, and optionally ``leader_state(topic, p)`` (those three in one look-up).
+``leader(topic, p)`` (node id or None), ``leader_epoch(topic, p)``, ``leader_state(topic, p)``
+(topic id, leader, leader epoch in one look-up; None if unknown), ``topic_configs(topic)`` and
+``is_internal(topic)``.
 """
 
 import attr
@@ -174,6 +175,18 @@ def _config_get(config, name, default):
     return getattr(config, name.replace(".", "_"), default)
 
 
+
+def _epoch_error(requested_epoch, current):
+    """The error for a client's ``current_leader_epoch`` against ours (None: unknown, no check)."""
+    if requested_epoch is None or requested_epoch == NO_PARTITION_LEADER_EPOCH or current is None:
+        return errors.NONE
+    if requested_epoch < current:
+        return errors.FENCED_LEADER_EPOCH
+    if requested_epoch > current:
+        return errors.UNKNOWN_LEADER_EPOCH
+    return errors.NONE
+
+
 class ReplicaManager:
     """``config``: a mapping (or object) with Kafka property names:
     ``fetch.purgatory.purge.interval.requests``, ``producer.id.expiration.ms``."""
@@ -201,63 +214,41 @@ class ReplicaManager:
 
     def get_partition_or_error(self, topic, partition, topic_id=None):
         """``(log, NONE)`` for a partition led here, else ``(None, error code)``."""
-        md = self.metadata
-        if not md.contains_partition(topic, partition):
-            return None, errors.UNKNOWN_TOPIC_OR_PARTITION
-        if topic_id is not None and topic_id != ZERO_UUID and md.topic_id(topic) != topic_id:
-            return None, errors.INCONSISTENT_TOPIC_ID
-        if md.leader(topic, partition) != md.node_id:
-            return None, errors.NOT_LEADER_OR_FOLLOWER
-        log_ = self.log_manager.get_log(topic, partition)
-        if log_ is None:
-            log_ = self.log_manager.get_or_create_log(
-                topic, partition, md.topic_id(topic), md.topic_configs(topic))
-        return log_, errors.NONE
+        log_, error, _ = self._leader_log(topic, partition, topic_id)
+        return log_, error
 
     def leader_log_or_error(self, topic, partition, topic_id, requested_epoch):
         """:meth:`get_partition_or_error` then :meth:`check_leader_epoch` (the read path's
-        checks, in that order) with one metadata look-up when the metadata offers
-        ``leader_state``."""
+        checks, in that order) from one metadata look-up."""
+        log_, error, current = self._leader_log(topic, partition, topic_id)
+        if error == errors.NONE:
+            error = _epoch_error(requested_epoch, current)
+            if error != errors.NONE:
+                return None, error
+        return log_, error
+
+    def _leader_log(self, topic, partition, topic_id):
+        """``(log, NONE, leader epoch)`` for a partition led here, else ``(None, error, None)``."""
         md = self.metadata
-        state_of = getattr(md, "leader_state", None)
-        if state_of is None:
-            log_, error = self.get_partition_or_error(topic, partition, topic_id)
-            if error == errors.NONE:
-                error = self.check_leader_epoch(topic, partition, requested_epoch)
-                if error != errors.NONE:
-                    return None, error
-            return log_, error
-        state = state_of(topic, partition)
+        state = md.leader_state(topic, partition)
         if state is None:
-            return None, errors.UNKNOWN_TOPIC_OR_PARTITION
+            return None, errors.UNKNOWN_TOPIC_OR_PARTITION, None
         known_id, leader, current = state
         if topic_id is not None and topic_id != ZERO_UUID and known_id != topic_id:
-            return None, errors.INCONSISTENT_TOPIC_ID
+            return None, errors.INCONSISTENT_TOPIC_ID, None
         if leader != md.node_id:
-            return None, errors.NOT_LEADER_OR_FOLLOWER
+            return None, errors.NOT_LEADER_OR_FOLLOWER, None
         log_ = self.log_manager.get_log(topic, partition)
         if log_ is None:
             log_ = self.log_manager.get_or_create_log(
                 topic, partition, known_id, md.topic_configs(topic))
-        if requested_epoch is not None and requested_epoch != NO_PARTITION_LEADER_EPOCH and current is not None:
-            if requested_epoch < current:
-                return None, errors.FENCED_LEADER_EPOCH
-            if requested_epoch > current:
-                return None, errors.UNKNOWN_LEADER_EPOCH
-        return log_, errors.NONE
+        return log_, errors.NONE, current
 
     def check_leader_epoch(self, topic, partition, requested_epoch):
         """FENCED_LEADER_EPOCH if the client's epoch is older than ours, UNKNOWN_LEADER_EPOCH if newer."""
         if requested_epoch is None or requested_epoch == NO_PARTITION_LEADER_EPOCH:
             return errors.NONE
-        current = self.metadata.leader_epoch(topic, partition)
-        if current is None:
-            return errors.NONE
-        if requested_epoch < current:
-            return errors.FENCED_LEADER_EPOCH
-        if requested_epoch > current:
-            return errors.UNKNOWN_LEADER_EPOCH
-        return errors.NONE
+        return _epoch_error(requested_epoch, self.metadata.leader_epoch(topic, partition))
 
     def producer_state(self, topic, partition, log_=None):
         """The producer state of a partition, loaded from its snapshot and the log on first use."""
