@@ -7,6 +7,7 @@ from twisted.logger import Logger, formatEvent
 from twisted.trial.unittest import SynchronousTestCase
 
 from kafkatw import config as cfg
+from kafkatw.config import kafka_config
 from kafkatw.config import (
     BROKER_CONFIG_DEF,
     ConfigError,
@@ -269,7 +270,7 @@ class ValidatorTests(SynchronousTestCase):
 class UnknownKeyTests(SynchronousTestCase):
     def setUp(self):
         self.events = []
-        self.patch(cfg, "log", Logger(namespace="kafkatw.config", observer=self.events.append))
+        self.patch(kafka_config, "log", Logger(namespace="kafkatw.config", observer=self.events.append))
 
     def test_unknown_key_warns_and_is_kept(self):
         c = KafkaConfig.from_properties({"num.partitions": "2", "no.such.thing": "x"})

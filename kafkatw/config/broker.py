@@ -1,0 +1,324 @@
+"""The broker configs: Kafka's property names with their types, defaults, validators,
+importance and documentation (what ``server.properties`` may say), in one table.
+
+Only definitions: typing and layering are in ``kafka_config.py``, topic configs in ``topic.py``.
+"""
+
+from kafkatw.config.listeners import SECURITY_PROTOCOLS
+from kafkatw.config.topic import (
+    CLEANUP_POLICIES,
+    COMPRESSION_TYPES,
+    GZIP_LEVEL,
+    LZ4_LEVEL,
+    TIMESTAMP_TYPES,
+    ZSTD_LEVEL,
+)
+from kafkatw.config.types import (
+    BOOLEAN,
+    CLASS,
+    DAY_MS,
+    DOUBLE,
+    GiB,
+    HIGH,
+    HOUR_MS,
+    INT,
+    INT_MAX,
+    KiB,
+    LIST,
+    LONG,
+    LONG_MAX,
+    LOW,
+    MEDIUM,
+    MINUTE_MS,
+    MiB,
+    PASSWORD,
+    SHORT,
+    STRING,
+    ConfigDef,
+    ListOf,
+    OneOf,
+    at_least,
+    between,
+)
+
+BROKER_CONFIG_DEF = ConfigDef()
+_d = BROKER_CONFIG_DEF.define
+
+# server / KRaft identity
+_d("node.id", INT, 1, at_least(0), HIGH,
+   "The node id of this server (kafkatw default 1; Kafka requires it to be set).")
+_d("broker.id", INT, -1, None, HIGH,
+   "Older name of node.id; if set it must equal node.id.")
+_d("process.roles", LIST, "broker,controller", ListOf("broker", "controller"), HIGH,
+   "Roles of this process. kafkatw always runs broker and embedded controller; informational.")
+_d("controller.listener.names", LIST, "", None, HIGH,
+   "Listener names used by the controller (informational in single-node mode).")
+_d("broker.rack", STRING, None, None, MEDIUM, "Rack of the broker, used in rack-aware assignment.")
+
+# listeners / socket server
+_d("listeners", STRING, "PLAINTEXT://127.0.0.1:9092", None, HIGH,
+   "Comma-separated URIs NAME://host:port to listen on; an empty host binds all interfaces.")
+_d("advertised.listeners", STRING, None, None, HIGH,
+   "Listeners published to clients in Metadata; defaults to listeners.")
+_d("listener.security.protocol.map", STRING,
+   "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL", None, LOW,
+   "Map of listener name to security protocol, NAME:PROTOCOL pairs separated by commas.")
+_d("inter.broker.listener.name", STRING, None, None, MEDIUM,
+   "Listener used between brokers; defaults to the one named by security.inter.broker.protocol.")
+_d("security.inter.broker.protocol", STRING, "PLAINTEXT", OneOf(*SECURITY_PROTOCOLS), MEDIUM,
+   "Security protocol between brokers when inter.broker.listener.name is not set.")
+_d("control.plane.listener.name", STRING, None, None, HIGH,
+   "Listener for controller traffic (unused in single-node mode).")
+_d("early.start.listeners", STRING, None, None, HIGH,
+   "Listeners that may start before authorizer initialisation.")
+_d("socket.send.buffer.bytes", INT, 100 * KiB, None, HIGH,
+   "SO_SNDBUF of server sockets; -1 uses the OS default.")
+_d("socket.receive.buffer.bytes", INT, 100 * KiB, None, HIGH,
+   "SO_RCVBUF of server sockets; -1 uses the OS default.")
+_d("socket.request.max.bytes", INT, 100 * MiB, at_least(1), HIGH,
+   "The largest request size the server accepts.")
+_d("socket.listen.backlog.size", INT, 50, at_least(1), MEDIUM,
+   "Maximum number of pending connections on a listening socket.")
+_d("queued.max.requests", INT, 500, at_least(1), HIGH,
+   "Requests that may wait for the handlers before the network layer stops reading.")
+_d("queued.max.request.bytes", LONG, -1, None, MEDIUM,
+   "Bytes of queued requests allowed before no more are read; -1 means no limit.")
+_d("num.network.threads", INT, 3, at_least(1), HIGH,
+   "Network threads (kafkatw runs one reactor; accepted for compatibility).")
+_d("num.io.threads", INT, 8, at_least(1), HIGH,
+   "Maximum number of requests handled concurrently.")
+_d("background.threads", INT, 10, at_least(1), HIGH, "Threads for background work.")
+_d("connections.max.idle.ms", LONG, 10 * MINUTE_MS, None, MEDIUM,
+   "Idle connections are closed after this many milliseconds.")
+_d("connection.failed.authentication.delay.ms", INT, 100, at_least(0), LOW,
+   "Delay before closing a connection that failed authentication.")
+_d("max.connections", INT, INT_MAX, at_least(0), MEDIUM,
+   "Maximum connections accepted at any time (per listener overrides aside).")
+_d("max.connections.per.ip", INT, INT_MAX, at_least(0), MEDIUM,
+   "Maximum connections from one IP address.")
+_d("max.connections.per.ip.overrides", STRING, "", None, MEDIUM,
+   "Per-IP or hostname overrides of max.connections.per.ip, as host:count pairs.")
+_d("max.connection.creation.rate", INT, INT_MAX, at_least(0), MEDIUM,
+   "Maximum rate of new connections per second.")
+_d("request.timeout.ms", INT, 30000, None, MEDIUM, "Client-side request timeout of the broker's own clients.")
+
+# message size / fetch
+_d("message.max.bytes", INT, 1024 * 1024 + 12, at_least(0), HIGH,
+   "Largest record batch size allowed (topic config max.message.bytes).")
+_d("fetch.max.bytes", INT, 55 * MiB, at_least(1024), MEDIUM,
+   "Maximum bytes returned for a fetch request.")
+_d("max.incremental.fetch.session.cache.slots", INT, 1000, at_least(0), MEDIUM,
+   "Maximum number of incremental fetch sessions cached.")
+_d("max.request.partition.size.limit", INT, 2000, at_least(1), MEDIUM,
+   "Maximum number of partitions in one request (share fetch, produce limits).")
+_d("fetch.purgatory.purge.interval.requests", INT, 1000, None, MEDIUM,
+   "Purge interval (in requests) of the fetch purgatory.")
+_d("producer.purgatory.purge.interval.requests", INT, 1000, None, MEDIUM,
+   "Purge interval (in requests) of the produce purgatory.")
+_d("delete.records.purgatory.purge.interval.requests", INT, 1, None, MEDIUM,
+   "Purge interval (in requests) of the delete records purgatory.")
+_d("compression.type", STRING, "producer", OneOf(*COMPRESSION_TYPES), HIGH,
+   "Final compression of topic data; 'producer' keeps what the producer used.")
+_d("compression.gzip.level", INT, -1, GZIP_LEVEL, MEDIUM, "Compression level for gzip.")
+_d("compression.lz4.level", INT, 9, LZ4_LEVEL, MEDIUM, "Compression level for lz4.")
+_d("compression.zstd.level", INT, 3, ZSTD_LEVEL, MEDIUM, "Compression level for zstd.")
+
+# replication
+_d("default.replication.factor", INT, 1, at_least(1), MEDIUM,
+   "Replication factor of automatically created topics.")
+_d("min.insync.replicas", INT, 1, at_least(1), HIGH,
+   "Minimum in-sync replicas for an acks=all produce to succeed.")
+_d("unclean.leader.election.enable", BOOLEAN, False, None, HIGH,
+   "Whether an out-of-sync replica may become leader as a last resort.")
+_d("replica.lag.time.max.ms", LONG, 30000, None, HIGH,
+   "A follower not caught up for this long leaves the ISR.")
+_d("replica.fetch.max.bytes", INT, 1 * MiB, at_least(0), MEDIUM,
+   "Bytes per partition a follower fetches.")
+_d("replica.fetch.response.max.bytes", INT, 10 * MiB, at_least(0), MEDIUM,
+   "Maximum bytes of a whole follower fetch response.")
+_d("replica.fetch.wait.max.ms", INT, 500, None, MEDIUM, "Max wait of follower fetch requests.")
+_d("replica.fetch.min.bytes", INT, 1, None, MEDIUM, "Min bytes of follower fetch responses.")
+_d("replica.fetch.backoff.ms", INT, 1000, at_least(0), MEDIUM, "Backoff after a follower fetch error.")
+_d("replica.socket.timeout.ms", INT, 30000, None, HIGH, "Socket timeout of follower fetches.")
+_d("replica.high.watermark.checkpoint.interval.ms", LONG, 5000, None, HIGH,
+   "How often the high watermark is checkpointed to disk.")
+_d("num.replica.fetchers", INT, 1, None, HIGH, "Fetcher connections per source broker.")
+_d("auto.leader.rebalance.enable", BOOLEAN, True, None, HIGH,
+   "Whether the controller moves leadership back to preferred replicas.")
+
+# topics / logs
+_d("num.partitions", INT, 1, at_least(1), MEDIUM, "Default number of partitions per topic.")
+_d("auto.create.topics.enable", BOOLEAN, True, None, HIGH,
+   "Create a topic when Metadata or Produce names one that does not exist.")
+_d("delete.topic.enable", BOOLEAN, True, None, HIGH, "Whether DeleteTopics is allowed.")
+_d("log.dir", STRING, "/tmp/kafka-logs", None, HIGH,
+   "The directory holding log data (used when log.dirs is not set).")
+_d("log.dirs", STRING, None, None, HIGH,
+   "Comma-separated directories holding log data; relative paths are relative to the working "
+   "directory of the process.")
+_d("num.recovery.threads.per.data.dir", INT, 2, at_least(1), HIGH,
+   "Threads per log dir for recovery at start-up and flushing at shutdown.")
+_d("log.segment.bytes", INT, 1 * GiB, at_least(1 * MiB), HIGH, "Maximum size of one log segment file.")
+_d("log.roll.ms", LONG, None, None, HIGH,
+   "Maximum age of a segment before a new one is rolled; overrides log.roll.hours.")
+_d("log.roll.hours", INT, 168, at_least(1), HIGH, "Maximum age of a segment in hours.")
+_d("log.roll.jitter.ms", LONG, None, None, HIGH, "Jitter subtracted from the roll time (ms).")
+_d("log.roll.jitter.hours", INT, 0, at_least(0), HIGH, "Jitter subtracted from the roll time (hours).")
+_d("log.retention.ms", LONG, None, None, HIGH,
+   "Milliseconds to keep a log segment; -1 keeps forever. Takes precedence over minutes/hours.")
+_d("log.retention.minutes", INT, None, None, HIGH,
+   "Minutes to keep a log segment; takes precedence over log.retention.hours.")
+_d("log.retention.hours", INT, 168, None, HIGH, "Hours to keep a log segment.")
+_d("log.retention.bytes", LONG, -1, None, HIGH,
+   "Maximum size of a partition's log before old segments are deleted; -1 means no limit.")
+_d("log.retention.check.interval.ms", LONG, 5 * MINUTE_MS, at_least(1), MEDIUM,
+   "How often segments are checked for deletion.")
+_d("log.cleanup.policy", LIST, "delete", ListOf(*CLEANUP_POLICIES), MEDIUM,
+   "Default cleanup policy of segments beyond retention: delete, compact or both.")
+_d("log.index.size.max.bytes", INT, 10 * MiB, at_least(4), MEDIUM, "Maximum size of an offset index.")
+_d("log.index.interval.bytes", INT, 4096, at_least(0), MEDIUM,
+   "Bytes of log between offset index entries.")
+_d("log.flush.interval.messages", LONG, LONG_MAX, at_least(1), HIGH,
+   "Messages accumulated on a partition before they are flushed to disk.")
+_d("log.flush.interval.ms", LONG, None, None, HIGH,
+   "Maximum time a message stays unflushed; defaults to log.flush.scheduler.interval.ms.")
+_d("log.flush.scheduler.interval.ms", LONG, LONG_MAX, None, HIGH,
+   "How often the flusher checks whether logs need flushing.")
+_d("log.flush.offset.checkpoint.interval.ms", INT, 60000, at_least(0), HIGH,
+   "How often the recovery point checkpoint is written.")
+_d("log.flush.start.offset.checkpoint.interval.ms", INT, 60000, at_least(0), HIGH,
+   "How often the log start offset checkpoint is written.")
+_d("log.segment.delete.delay.ms", LONG, 60000, at_least(0), HIGH,
+   "Time to wait before deleting a file from the file system.")
+_d("log.preallocate", BOOLEAN, False, None, MEDIUM, "Preallocate segment files.")
+_d("log.message.timestamp.type", STRING, "CreateTime", OneOf(*TIMESTAMP_TYPES), MEDIUM,
+   "Whether record timestamps are the producer's CreateTime or the broker's LogAppendTime.")
+_d("log.message.timestamp.before.max.ms", LONG, LONG_MAX, at_least(0), MEDIUM,
+   "How far in the past a CreateTime timestamp may be.")
+_d("log.message.timestamp.after.max.ms", LONG, HOUR_MS, at_least(0), MEDIUM,
+   "How far in the future a CreateTime timestamp may be.")
+_d("log.local.retention.ms", LONG, -2, at_least(-2), MEDIUM,
+   "Local retention with tiered storage; -2 means log.retention.ms.")
+_d("log.local.retention.bytes", LONG, -2, at_least(-2), MEDIUM,
+   "Local retention bytes with tiered storage; -2 means log.retention.bytes.")
+_d("log.dir.failure.timeout.ms", LONG, 30000, at_least(1), LOW,
+   "Time before a broker with an offline log dir shuts down.")
+_d("log.cleaner.enable", BOOLEAN, True, None, MEDIUM, "Run the log cleaner (compaction).")
+_d("log.cleaner.threads", INT, 1, at_least(0), MEDIUM, "Log cleaner threads.")
+_d("log.cleaner.dedupe.buffer.size", LONG, 128 * MiB, None, MEDIUM,
+   "Memory for deduplication across all cleaner threads.")
+_d("log.cleaner.io.buffer.size", INT, 512 * KiB, at_least(0), MEDIUM, "I/O buffer of cleaner threads.")
+_d("log.cleaner.backoff.ms", LONG, 15000, at_least(0), MEDIUM, "Sleep when no log needs cleaning.")
+_d("log.cleaner.delete.retention.ms", LONG, DAY_MS, at_least(0), MEDIUM,
+   "How long delete tombstones are retained on compacted topics.")
+_d("log.cleaner.min.cleanable.ratio", DOUBLE, 0.5, between(0, 1), MEDIUM,
+   "Minimum dirty/total ratio for a log to be eligible for cleaning.")
+_d("log.cleaner.min.compaction.lag.ms", LONG, 0, at_least(0), MEDIUM,
+   "Minimum time a message stays uncompacted.")
+_d("log.cleaner.max.compaction.lag.ms", LONG, LONG_MAX, at_least(1), MEDIUM,
+   "Maximum time a message stays ineligible for compaction.")
+_d("create.topic.policy.class.name", CLASS, None, None, LOW, "Policy class validating CreateTopics.")
+_d("alter.config.policy.class.name", CLASS, None, None, LOW, "Policy class validating AlterConfigs.")
+
+# group coordinator
+_d("offsets.topic.num.partitions", INT, 50, at_least(1), HIGH, "Partitions of __consumer_offsets.")
+_d("offsets.topic.replication.factor", SHORT, 1, at_least(1), HIGH,
+   "Replication factor of __consumer_offsets (kafkatw default 1 for a single node; Kafka's is 3).")
+_d("offsets.topic.segment.bytes", INT, 100 * MiB, at_least(1), HIGH,
+   "Segment size of __consumer_offsets.")
+_d("offsets.topic.compression.codec", INT, 0, None, HIGH,
+   "Compression codec id of offset commit batches (0 none).")
+_d("offsets.load.buffer.size", INT, 5 * MiB, at_least(1), HIGH,
+   "Batch size when loading offsets.")
+_d("offsets.retention.minutes", INT, 7 * 24 * 60, at_least(1), HIGH,
+   "Committed offsets of an empty group are kept this long.")
+_d("offsets.retention.check.interval.ms", LONG, 600000, at_least(1), HIGH,
+   "How often stale offsets are checked.")
+_d("offsets.commit.timeout.ms", INT, 5000, at_least(1), HIGH,
+   "Offset commit wait time for replication.")
+_d("offset.metadata.max.bytes", INT, 4096, None, HIGH, "Maximum size of offset commit metadata.")
+_d("group.initial.rebalance.delay.ms", INT, 3000, None, MEDIUM,
+   "Delay of the first rebalance of a new classic group.")
+_d("group.min.session.timeout.ms", INT, 6000, None, MEDIUM, "Minimum session timeout of members.")
+_d("group.max.session.timeout.ms", INT, 1800000, None, MEDIUM, "Maximum session timeout of members.")
+_d("group.max.size", INT, INT_MAX, at_least(1), MEDIUM, "Maximum members of a classic group.")
+_d("group.coordinator.rebalance.protocols", LIST, "classic,consumer",
+   ListOf("classic", "consumer", "share", "streams"), MEDIUM, "Enabled rebalance protocols.")
+_d("group.consumer.session.timeout.ms", INT, 45000, at_least(1), MEDIUM,
+   "Session timeout of consumer-protocol members.")
+_d("group.consumer.heartbeat.interval.ms", INT, 5000, at_least(1), MEDIUM,
+   "Heartbeat interval of consumer-protocol members.")
+_d("group.consumer.max.size", INT, INT_MAX, at_least(1), MEDIUM,
+   "Maximum members of a consumer-protocol group.")
+
+# transactions / producer state
+_d("transaction.state.log.num.partitions", INT, 50, at_least(1), HIGH,
+   "Partitions of __transaction_state.")
+_d("transaction.state.log.replication.factor", SHORT, 1, at_least(1), HIGH,
+   "Replication factor of __transaction_state (kafkatw default 1; Kafka's is 3).")
+_d("transaction.state.log.min.isr", INT, 1, at_least(1), HIGH,
+   "min.insync.replicas of __transaction_state (kafkatw default 1; Kafka's is 2).")
+_d("transaction.state.log.segment.bytes", INT, 100 * MiB, at_least(1), HIGH,
+   "Segment size of __transaction_state.")
+_d("transaction.state.log.load.buffer.size", INT, 5 * MiB, at_least(1), HIGH,
+   "Batch size when loading transaction state.")
+_d("transaction.max.timeout.ms", INT, 15 * MINUTE_MS, at_least(1), HIGH,
+   "Maximum transaction timeout a producer may ask for.")
+_d("transactional.id.expiration.ms", INT, 7 * DAY_MS, at_least(1), HIGH,
+   "A transactional id without updates for this long expires.")
+_d("transaction.abort.timed.out.transaction.cleanup.interval.ms", INT, 10000, at_least(1), LOW,
+   "How often timed-out transactions are rolled back.")
+_d("transaction.remove.expired.transaction.cleanup.interval.ms", INT, HOUR_MS, at_least(1), LOW,
+   "How often expired transactional ids are removed.")
+_d("transaction.partition.verification.enable", BOOLEAN, True, None, LOW,
+   "Verify that a partition was added to a transaction before a transactional write.")
+_d("producer.id.expiration.ms", INT, DAY_MS, at_least(1), LOW,
+   "Producer id state without writes is kept this long.")
+_d("producer.id.expiration.check.interval.ms", INT, 600000, at_least(1), LOW,
+   "How often expired producer ids are removed.")
+
+# security
+_d("ssl.protocol", STRING, "TLSv1.3", None, MEDIUM, "TLS protocol used to create the context.")
+_d("ssl.enabled.protocols", LIST, "TLSv1.2,TLSv1.3", None, MEDIUM, "TLS protocol versions enabled.")
+_d("ssl.cipher.suites", LIST, "", None, LOW, "Allowed cipher suites; empty means all supported.")
+_d("ssl.keystore.type", STRING, "JKS", None, MEDIUM, "Key store format (kafkatw reads PEM and PKCS12).")
+_d("ssl.keystore.location", STRING, None, None, HIGH, "Key store file.")
+_d("ssl.keystore.password", PASSWORD, None, None, HIGH, "Key store password.")
+_d("ssl.keystore.certificate.chain", PASSWORD, None, None, HIGH,
+   "Certificate chain in PEM format (with ssl.keystore.type=PEM).")
+_d("ssl.keystore.key", PASSWORD, None, None, HIGH,
+   "Private key in PEM format (with ssl.keystore.type=PEM).")
+_d("ssl.key.password", PASSWORD, None, None, HIGH, "Password of the private key.")
+_d("ssl.truststore.type", STRING, "JKS", None, MEDIUM, "Trust store format.")
+_d("ssl.truststore.location", STRING, None, None, HIGH, "Trust store file.")
+_d("ssl.truststore.password", PASSWORD, None, None, HIGH, "Trust store password.")
+_d("ssl.truststore.certificates", PASSWORD, None, None, HIGH, "Trusted certificates in PEM format.")
+_d("ssl.client.auth", STRING, "none", OneOf("required", "requested", "none"), MEDIUM,
+   "Whether TLS clients must (required), may (requested) or need not present a certificate.")
+_d("ssl.endpoint.identification.algorithm", STRING, "https", None, LOW,
+   "Endpoint identification of the server's own TLS clients.")
+_d("ssl.principal.mapping.rules", STRING, "DEFAULT", None, LOW,
+   "Rules mapping a certificate's distinguished name to a principal.")
+_d("sasl.enabled.mechanisms", LIST, "GSSAPI", None, MEDIUM, "SASL mechanisms enabled on the server.")
+_d("sasl.mechanism.inter.broker.protocol", STRING, "GSSAPI", None, MEDIUM,
+   "SASL mechanism for inter-broker traffic.")
+_d("authorizer.class.name", STRING, "", None, LOW,
+   "Dotted name of the authorizer; empty disables authorization.")
+_d("super.users", STRING, None, None, LOW,
+   "Semicolon-separated principals (User:name) that bypass ACLs.")
+_d("allow.everyone.if.no.acl.found", BOOLEAN, False, None, LOW,
+   "Allow an operation on a resource that has no ACL.")
+
+# kafkatw additions
+_d("kafkatw.request.log.enable", BOOLEAN, False, None, LOW,
+   "Log every completed request (Kafka's kafka.request.logger at DEBUG).")
+_d("kafkatw.request.log.file", STRING, None, None, LOW,
+   "File for the request log; unset logs through the twisted logger namespace "
+   "'kafka.request.logger'.")
+_d("kafkatw.ready.file", STRING, None, None, LOW,
+   "When set, a JSON file describing the bound listeners is written once the broker listens.")
+
+del _d
+
+#: Prefixes of per-listener and per-mechanism overrides (kept in originals, no warning).
+KNOWN_PREFIXES = ("listener.name.",)
