@@ -618,3 +618,101 @@ class TopicConfigTests(SynchronousTestCase):
                               {"min.compaction.lag.ms": "10", "max.compaction.lag.ms": "5"})
         self.assertEqual(str(e), "conflict topic config setting min.compaction.lag.ms (10) > "
                                  "max.compaction.lag.ms (5)")
+
+
+class OneTopicTableTests(SynchronousTestCase):
+    """The topic configs are defined once (kafkatw.config.topic); storage's LogConfig, the
+    DescribeConfigs defaults and the AlterConfigs validation all read that table."""
+
+    def test_log_config_has_exactly_the_table(self):
+        from kafkatw.storage import LogConfig
+
+        values = LogConfig().to_dict()
+        self.assertEqual(sorted(values), sorted(TOPIC_CONFIG_DEF.names()))
+        for key in TOPIC_CONFIG_DEF:
+            default = key.parse(key.default)
+            self.assertEqual(values[key.name], tuple(default) if isinstance(default, list)
+                             else default, key.name)
+
+    def test_broker_defaults_resolve_the_same_for_storage_and_describe(self):
+        from kafkatw.storage import LogConfig
+
+        config = KafkaConfig.from_properties({
+            "log.retention.minutes": "30", "log.roll.hours": "2", "log.cleanup.policy": "compact",
+            "log.cleaner.min.cleanable.ratio": "0.25", "compression.type": "zstd",
+            "log.flush.scheduler.interval.ms": "5000", "message.max.bytes": "2000000"})
+        described = config.topic_defaults()
+        stored = LogConfig.from_props(config.values()).to_dict()
+        expected = {"retention.ms": 30 * 60000, "segment.ms": 2 * 3600000,
+                    "min.cleanable.dirty.ratio": 0.25, "compression.type": "zstd",
+                    "flush.ms": 5000, "max.message.bytes": 2000000}
+        for name, value in expected.items():
+            self.assertEqual((described[name], stored[name]), (value, value), name)
+        self.assertEqual(described["cleanup.policy"], ["compact"])
+        self.assertEqual(stored["cleanup.policy"], ("compact",))
+        self.assertEqual(set(described), set(stored))
+        # unlimited retention from any synonym is -1
+        config = KafkaConfig.from_properties({"log.retention.hours": "-1"})
+        self.assertEqual(config.topic_defaults()["retention.ms"], -1)
+        self.assertEqual(LogConfig.from_props(config.values()).retention_ms, -1)
+
+    def test_log_config_validates_with_the_table(self):
+        from kafkatw.storage import LogConfig
+
+        e = self.assertRaises(ConfigError, LogConfig, {"compression.type": "brotli"})
+        self.assertEqual(str(e), "Invalid value brotli for configuration compression.type: String "
+                                 "must be one of: uncompressed, zstd, lz4, snappy, gzip, producer")
+        e = self.assertRaises(ConfigError, LogConfig, {"retention.ms": "soon"})
+        self.assertEqual(str(e), "Invalid value soon for configuration retention.ms: Not a number "
+                                 "of type LONG")
+        self.assertRaises(ConfigError, LogConfig, {"min.cleanable.dirty.ratio": 1.5})
+
+    def test_segment_floor_is_lower_for_storage_than_for_admins(self):
+        from kafkatw.storage import LogConfig
+
+        self.assertEqual(LogConfig({"segment.bytes": "14"}).segment_bytes, 14)
+        e = self.assertRaises(ConfigError, LogConfig, {"segment.bytes": 13})
+        self.assertEqual(str(e), "Invalid value 13 for configuration segment.bytes: Value must be "
+                                 "at least 14")
+        self.assertRaises(ConfigError, validate_topic_config, {"segment.bytes": "14"})
+
+
+def _imports(path):
+    """Names of the kafkatw modules a source file imports (relative imports resolved)."""
+    import ast
+
+    package = os.path.relpath(os.path.dirname(path), _ROOT).replace(os.sep, ".")
+    out = set()
+    for node in ast.walk(ast.parse(open(path).read())):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                out.add(base + ("." + node.module if node.module else ""))
+            else:
+                out.add(node.module)
+    return {name for name in out if name == "kafkatw" or name.startswith("kafkatw.")}
+
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(cfg.__file__))))
+
+
+class LayeringTests(SynchronousTestCase):
+    """docs/architecture.md: storage imports protocol and the config definitions that import
+    nothing else of the broker (kafkatw.config.types and kafkatw.config.topic)."""
+
+    def test_config_definitions_import_nothing_else(self):
+        config_dir = os.path.dirname(cfg.__file__)
+        self.assertEqual(_imports(os.path.join(config_dir, "types.py")), set())
+        self.assertEqual(_imports(os.path.join(config_dir, "topic.py")), {"kafkatw.config.types"})
+
+    def test_storage_imports_only_protocol_and_config_definitions(self):
+        storage_dir = os.path.join(_ROOT, "kafkatw", "storage")
+        allowed = ("kafkatw.protocol", "kafkatw.storage", "kafkatw.config.types",
+                   "kafkatw.config.topic")
+        for name in sorted(os.listdir(storage_dir)):
+            if name.endswith(".py"):
+                bad = [m for m in _imports(os.path.join(storage_dir, name))
+                       if not any(m == a or m.startswith(a + ".") for a in allowed)]
+                self.assertEqual(bad, [], name)

@@ -14,7 +14,7 @@ from kafkatw.config.broker import BROKER_CONFIG_DEF, KNOWN_PREFIXES
 from kafkatw.config.dynamic import DYNAMIC_BROKER_CONFIGS
 from kafkatw.config.listeners import parse_listeners, parse_protocol_map
 from kafkatw.config.properties import parse_override, read_properties_file
-from kafkatw.config.topic import SYNONYM_MULTIPLIERS, TOPIC_CONFIG_DEF, TOPIC_CONFIG_SYNONYMS
+from kafkatw.config.topic import SYNONYM_MULTIPLIERS, TOPIC_CONFIG_SYNONYMS, topic_defaults
 from kafkatw.config.types import (
     CONFIG_SOURCE_NAMES,
     CONFIG_TYPE_CODES,
@@ -267,23 +267,8 @@ class KafkaConfig:
         return overrides
 
     def topic_defaults(self):
-        """Topic config name -> typed default derived from the broker config (LogConfig)."""
-        out = {}
-        for key in TOPIC_CONFIG_DEF:
-            synonyms = TOPIC_CONFIG_SYNONYMS.get(key.name)
-            if not synonyms:
-                out[key.name] = key.parse(key.default)
-                continue
-            for name in synonyms:
-                value = self._values[name]
-                if value is not None:
-                    if name in SYNONYM_MULTIPLIERS:
-                        value = value * SYNONYM_MULTIPLIERS[name]
-                    break
-            if key.name == "retention.ms" and value < 0:
-                value = -1
-            out[key.name] = value
-        return out
+        """Topic config name -> typed default derived from this broker config (LogConfig)."""
+        return topic_defaults(self._values)
 
     # -- describe -------------------------------------------------------------------------------
     def describe(self, names=None, include_synonyms=False, include_documentation=True):

@@ -27,6 +27,7 @@ from kafkatw.config.types import (
     Range,
     at_least,
     between,
+    parse_type,
 )
 
 COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
@@ -152,3 +153,30 @@ def validate_topic_config(configs):
     return typed
 
 
+
+
+def topic_defaults(broker_values):
+    """Topic config name -> its default from broker properties (Kafka's LogConfig defaults).
+
+    ``broker_values`` maps broker property names to typed values or strings (``None`` or absent
+    means unset). For each topic config the first of its broker synonyms with a value wins,
+    converted to milliseconds where the synonym counts hours or minutes; a topic config without
+    a synonym (or with none set) takes the table's default. Values are typed by the topic table.
+    """
+    out = {}
+    for key in TOPIC_CONFIG_DEF:
+        value = key.default
+        for name in TOPIC_CONFIG_SYNONYMS.get(key.name, ()):
+            raw = broker_values.get(name)
+            if raw is None:
+                continue
+            value = raw
+            if name in SYNONYM_MULTIPLIERS:
+                number = parse_type(name, LONG, raw)
+                value = number * SYNONYM_MULTIPLIERS[name] if number >= 0 else number
+            break
+        typed = parse_type(key.name, key.type, value)
+        if key.name == "retention.ms" and typed < 0:
+            typed = -1  # any negative retention means unlimited
+        out[key.name] = typed
+    return out

@@ -12,10 +12,10 @@ import attr
 from twisted.internet import defer
 from twisted.logger import Logger
 
+from kafkatw.config.types import LONG_MAX
 from kafkatw.protocol import records
 
 from . import checkpoint
-from .config import LONG_MAX
 from .segment import CLEANED_SUFFIX, DELETED_SUFFIX, SWAP_SUFFIX, LogSegment
 
 log = Logger()
