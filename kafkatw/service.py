@@ -16,6 +16,7 @@ from twisted.logger import Logger
 from twisted.python.threadpool import ThreadPool
 
 from kafkatw.config import ConfigError
+from kafkatw.config.dynamic import DynamicBrokerConfig, split_persisted
 
 log = Logger(namespace="kafkatw.service")
 
@@ -53,6 +54,7 @@ class BrokerService(service.MultiService):
         self.group_coordinator = None
         self.apis = None
         self.socket_server = None
+        self.dynamic_config = None
 
     # -- start -------------------------------------------------------------------------------
     def startService(self):
@@ -66,6 +68,8 @@ class BrokerService(service.MultiService):
 
     def _start(self):
         from kafkatw.cluster.metadata import ClusterMetadata
+        from kafkatw.network.dynamic import DynamicSocketServerConfig
+        from kafkatw.server.dynamic_config import DynamicLogCleanerConfig, DynamicLogConfig
         from kafkatw.coordinator.group.coordinator import GroupCoordinator
         from kafkatw.network.listener import SocketServer
         from kafkatw.network.request_log import RequestLogger
@@ -95,8 +99,11 @@ class BrokerService(service.MultiService):
         self.metadata = ClusterMetadata.load(config.log_dirs, config.node_id)
         if self.metadata.broker_configs or self.metadata.default_broker_configs:
             # dynamic broker configs (AlterConfigs) persisted by an earlier run
-            config = self.config = config.with_dynamic(self.metadata.broker_configs,
-                                                       self.metadata.default_broker_configs)
+            config = self.config = config.with_dynamic(
+                self._persisted_dynamic(self.metadata.broker_configs, "broker"),
+                self._persisted_dynamic(self.metadata.default_broker_configs, "default cluster"))
+        self.dynamic_config = DynamicBrokerConfig(config)
+        self.dynamic_config.add_config_listener(self._config_changed)
         self.log_manager = LogManager(config.log_dirs, config.values(), self.reactor, self.threadpool)
         self.log_manager.load_logs()
         for line in self.log_manager.recovery_summary:
@@ -114,7 +121,8 @@ class BrokerService(service.MultiService):
                               group_coordinator=self.group_coordinator,
                               supported_features=features.supported_features(),
                               finalized_features=features.finalized_features(),
-                              finalized_features_epoch=features.FINALIZED_FEATURES_EPOCH)
+                              finalized_features_epoch=features.FINALIZED_FEATURES_EPOCH,
+                              dynamic_config=self.dynamic_config)
         self.apis.create_missing_logs()
         self.group_coordinator.startup()
         self.log_manager.start()
@@ -126,6 +134,10 @@ class BrokerService(service.MultiService):
             transfer_failure_handler=self._on_transfer_failure,  # seed 000 §6
         )
         self.socket_server.start()
+        # the components that apply dynamic broker configs live (AlterConfigs)
+        self.dynamic_config.add_reconfigurable(DynamicLogConfig(self.log_manager))
+        self.dynamic_config.add_reconfigurable(DynamicLogCleanerConfig(self.log_manager))
+        self.dynamic_config.add_reconfigurable(DynamicSocketServerConfig(self.socket_server))
         bound = {ep.listener_name: self.socket_server.bound_port(ep.listener_name)
                  for ep in config.listeners}
         config.advertised_listeners = _advertised(config.advertised_listeners, bound)
@@ -135,6 +147,20 @@ class BrokerService(service.MultiService):
         self._write_ready_file(bound)
         log.info("kafkatw broker {node} started (cluster {cluster})", node=config.node_id,
                  cluster=self.metadata.cluster_id)
+
+    @staticmethod
+    def _persisted_dynamic(props, level):
+        kept, ignored = split_persisted(props)
+        if ignored:
+            log.error("Non-dynamic configs in the {level} dynamic configs will be ignored: {names}",
+                      level=level, names=", ".join(ignored))
+        return kept
+
+    def _config_changed(self, config):
+        """A dynamic broker config update is in force: holders of the config see the new one."""
+        self.config = config
+        if self.replica_manager is not None:
+            self.replica_manager.config = config
 
     def _on_transfer_failure(self, region, error):
         """A disk error while sending a fetched FileRegion: its log dir goes offline (KAFKA-16304)."""

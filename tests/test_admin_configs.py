@@ -197,8 +197,10 @@ class AlterConfigsTests(_Admin, unittest.TestCase):
         self.assertEqual((topic_entry.value, topic_entry.source),
                          ("86400000", ConfigSource.DYNAMIC_BROKER_CONFIG.value))
         err = futures_error(self.incremental("BROKER", node, [op("log.dirs", "/elsewhere")]))
-        self.assertEqual(err.code(), 40)
-        self.assertIn("log.dirs", err.str())
+        self.assertEqual(err.code(), 42)  # INVALID_REQUEST, as Kafka refuses read-only keys
+        self.assertEqual(err.str(), "Invalid config value for resource ConfigResource(type=BROKER, "
+                                    "name='%s'): Cannot update these configs dynamically: "
+                                    "Set(log.dirs)" % node)
         futures_result(self.incremental("BROKER", node, [op("log.retention.ms", None, AlterConfigOpType.DELETE)]))
         self.assertEqual(self.describe("BROKER", node)["log.retention.ms"].source,
                          ConfigSource.DEFAULT_CONFIG.value)

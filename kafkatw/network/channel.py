@@ -70,6 +70,12 @@ class RequestChannel:
         if self._blocked:
             self._blocked = collections.deque(p for p in self._blocked if p[1] is not connection)
 
+    def resize(self, num_io_threads):
+        """Change the number of handler slots (dynamic ``num.io.threads``); more slots take
+        waiting requests at once, fewer let the busy ones finish."""
+        self.num_io_threads = num_io_threads
+        self._dispatch()
+
     def _update_size(self):
         if self.metrics is not None:
             self.metrics.request_queue_size = len(self._queue)

@@ -177,6 +177,21 @@ class SocketServer:
         factory.seq += 1
         return seq
 
+    def update_settings(self, settings):
+        """New limits from a dynamic broker config: connection limits count from the next
+        accept (open connections stay, as in Kafka) and ``num.io.threads`` from the next
+        dispatch."""
+        self.settings = settings
+        self.quotas.settings = settings
+        self.channel.resize(settings.num_io_threads)
+        if self.quotas.full():
+            self.after_accept()
+        elif self._accepting_paused:
+            self._accepting_paused = False
+            for f in self.factories.values():
+                if f.port is not None:
+                    f.port.startReading()
+
     def after_accept(self):
         # Kafka's Acceptor waits for a slot when max.connections is reached: stop
         # accepting (the kernel backlog holds new connections) until one closes.

@@ -9,6 +9,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from kafkatw.config.dynamic import DynamicBrokerConfig
 from kafkatw.network.interfaces import IRequestHandler
 from kafkatw.network.request import Response
 from kafkatw.protocol import errors
@@ -79,8 +80,12 @@ class KafkaApis:
 
     def __init__(self, config, metadata, replica_manager=None, fetch_manager=None, clock=None,
                  log_manager=None, txn_coordinator=None, group_coordinator=None, supported_features=(),
-                 finalized_features=(), finalized_features_epoch=-1, handlers=DEFAULT_HANDLERS):
+                 finalized_features=(), finalized_features_epoch=-1, handlers=DEFAULT_HANDLERS,
+                 dynamic_config=None):
         self.config = config
+        # the live config: AlterConfigs updates it, and each new one becomes self.config
+        self.dynamic_config = dynamic_config if dynamic_config is not None else DynamicBrokerConfig(config)
+        self.dynamic_config.add_config_listener(self._config_changed)
         self.metadata = metadata
         self.replica_manager = replica_manager
         self.fetch_manager = fetch_manager
@@ -124,6 +129,9 @@ class KafkaApis:
         return versions
 
     # -- config access -------------------------------------------------------------------
+
+    def _config_changed(self, config):
+        self.config = config
 
     def config_value(self, name, default=None):
         """A typed broker config value, or ``default`` when the config doesn't know the name."""

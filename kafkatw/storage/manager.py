@@ -50,6 +50,7 @@ class LogManager:
         self._busy = set()
         self._pending_deletes = []
         self.cleaner = None
+        self._cleaner_loop = None
         self.default_config = LogConfig.from_props(self.broker_defaults, {})
         self.recovery_summary = []
 
@@ -274,7 +275,20 @@ class LogManager:
         if str(props.get("log.cleaner.enable", "true")).lower() == "true":
             from .cleaner import LogCleaner
             self.cleaner = LogCleaner(self, _int(props, "log.cleaner.backoff.ms", 15000))
-            self._loop(self.cleaner.run_once, self.cleaner.backoff_ms)
+            self._cleaner_loop = self._loop(self.cleaner.run_once, self.cleaner.backoff_ms)
+
+    def set_cleaner_backoff(self, backoff_ms):
+        """The cleaner's pause between passes changed (``log.cleaner.backoff.ms``): its next
+        pass is ``backoff_ms`` from now."""
+        self.broker_defaults["log.cleaner.backoff.ms"] = backoff_ms
+        if self.cleaner is None:
+            return
+        self.cleaner.backoff_ms = backoff_ms
+        loop = self._cleaner_loop
+        if loop is not None and loop.running:
+            loop.stop()
+            self._loops.remove(loop)
+            self._cleaner_loop = self._loop(self.cleaner.run_once, backoff_ms)
 
     def _loop(self, fn, interval_ms):
         name = fn.__name__
@@ -292,6 +306,7 @@ class LogManager:
         loop.clock = self._reactor
         loop.start(interval_ms / 1000.0, now=False)
         self._loops.append(loop)
+        return loop
 
     def cleanup_logs(self):
         """Retention for every online log; returns the number of segments deleted."""

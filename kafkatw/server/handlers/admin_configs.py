@@ -1,7 +1,8 @@
 """DescribeConfigs (key 32, v1-v4), AlterConfigs (33, v0-v2) and IncrementalAlterConfigs (44,
 v0-v1) for TOPIC and BROKER resources: Kafka's views (values, sources, synonyms, types, docs,
 sensitive values hidden), validation naming the key, persistence in the metadata store and live
-application to the logs. Config definitions live in ``kafkatw.config``; storage is untouched here.
+application (topic configs to their logs, broker configs through ``apis.dynamic_config``).
+Config definitions live in ``kafkatw.config``; storage is untouched here.
 """
 
 from collections import Counter
@@ -13,7 +14,6 @@ from kafkatw.config import (
     BROKER_CONFIG_DEF,
     CONFIG_TYPE_CODES,
     DEFAULT_CONFIG,
-    DYNAMIC_BROKER_CONFIGS,
     DYNAMIC_DEFAULT_BROKER_CONFIG,
     LIST,
     TOPIC_CONFIG,
@@ -247,41 +247,36 @@ def _apply_topic(apis, info, new, validate_only):
 
 
 def _apply_broker(apis, default_resource, new, validate_only):
+    """Make ``new`` this node's (or the cluster-default) dynamic layer: in force, then persisted.
+
+    Like Kafka, a key that cannot change while the broker runs, a bad value or a component
+    that cannot apply it is INVALID_REQUEST "Invalid config value for resource ...", and then
+    nothing changed: not the live config, not the stored layer.
+    """
     config = apis.config
     for name, value in new.items():
         if name not in config.definitions:
             raise KafkaError(errors.INVALID_CONFIG, "Unknown broker config name: %s" % (name,))
-        if name not in DYNAMIC_BROKER_CONFIGS and name not in _current_broker(apis, default_resource):
-            raise KafkaError(errors.INVALID_CONFIG,
-                             "Cannot update these configs dynamically: Set(%s)" % (name,))
         if value is None:
             raise KafkaError(errors.INVALID_CONFIG, "Null value not supported for : %s" % (name,))
+    layer = {"dynamic_default" if default_resource else "dynamic_broker": new}
+    dynamic = apis.dynamic_config
     try:
-        if default_resource:
-            updated = config.with_dynamic(dynamic_default=new)
-        else:
-            updated = config.with_dynamic(dynamic_broker=new)
+        dynamic.update(validate_only=validate_only, **layer)
     except ConfigError as e:
-        raise KafkaError(errors.INVALID_CONFIG, str(e))
+        resource = "ConfigResource(type=BROKER, name='%s')" % ("" if default_resource else apis.node_id)
+        raise KafkaError(errors.INVALID_REQUEST,
+                         "Invalid config value for resource %s: %s" % (resource, e))
     if validate_only:
         return
-    apis.metadata.set_broker_configs(new, default=default_resource)
-    install_broker_config(apis, updated)
+    try:
+        apis.metadata.set_broker_configs(new, default=default_resource)
+    except Exception:
+        previous = config.dynamic_default if default_resource else config.dynamic_broker
+        dynamic.update(**{"dynamic_default" if default_resource else "dynamic_broker": previous})
+        raise
     log.info("dynamic broker configs ({which}) now {configs}",
              which="cluster default" if default_resource else "node %d" % apis.node_id, configs=new)
-
-
-def install_broker_config(apis, updated):
-    """Make ``updated`` the live broker config: handlers, replica manager, log defaults."""
-    old = apis.config
-    # listeners are bound at start-up; keep the advertised endpoints with their real ports
-    updated.advertised_listeners = getattr(old, "advertised_listeners", updated.advertised_listeners)
-    apis.config = updated
-    rm = apis.replica_manager
-    if rm is not None and getattr(rm, "config", None) is old:
-        rm.config = updated
-    if apis.log_manager is not None:
-        apis.log_manager.update_broker_defaults(updated.values())
 
 
 def _alter(apis, request, incremental, response_cls):
