@@ -148,12 +148,11 @@ class BrokerService(service.MultiService):
         log.info("kafkatw broker {node} started (cluster {cluster})", node=config.node_id,
                  cluster=self.metadata.cluster_id)
 
-    @staticmethod
-    def _persisted_dynamic(props, level):
-        kept, ignored = split_persisted(props)
-        if ignored:
-            log.error("Non-dynamic configs in the {level} dynamic configs will be ignored: {names}",
-                      level=level, names=", ".join(ignored))
+    def _persisted_dynamic(self, props, which):
+        kept, ignored = split_persisted(props, self.config.definitions)
+        for name, why in sorted(ignored.items()):
+            log.error("Dynamic {which} config {name} will be ignored: {why}", which=which,
+                      name=name, why=why)
         return kept
 
     def _config_changed(self, config):

@@ -227,6 +227,33 @@ class InForceTests(_Admin, unittest.TestCase):
         self.assertEqual(self.stored_layers(), ({}, {}))
 
 
+class RestartTests(_Admin, unittest.TestCase):
+    broker_scope = "test"
+
+    def test_stored_keys_that_cannot_apply_are_ignored_at_start(self):
+        futures_result(self.incremental([op("log.retention.ms", "3600000")]))
+        self.broker.stop()
+        path = os.path.join(self.broker.data_dir, "__kafkatw_metadata.json")
+        with open(path) as f:
+            state = json.load(f)
+        state["broker_configs"].update({"log.dirs": "/elsewhere", "num.io.threads": "0"})
+        with open(path, "w") as f:
+            json.dump(state, f)
+        self.broker.start()
+        self.admin = AdminClient({"bootstrap.servers": self.broker.bootstrap_servers})
+        configs = self.describe()
+        self.assertEqual((configs["log.retention.ms"].value, configs["log.retention.ms"].source),
+                         ("3600000", ConfigSource.DYNAMIC_BROKER_CONFIG.value))
+        self.assertEqual((configs["num.io.threads"].value, configs["num.io.threads"].source),
+                         ("8", ConfigSource.DEFAULT_CONFIG.value))
+        self.assertEqual(configs["log.dirs"].value, self.broker.data_dir)
+        log_text = "\n".join(self.broker.log_tail(400).splitlines())
+        self.assertIn("Dynamic broker config log.dirs will be ignored: not a dynamic config",
+                      log_text)
+        self.assertIn("Dynamic broker config num.io.threads will be ignored: Invalid value 0 for "
+                      "configuration num.io.threads: Value must be at least 1", log_text)
+
+
 # -- in process ---------------------------------------------------------------------------------
 
 @implementer(IBrokerReconfigurable)
@@ -312,9 +339,15 @@ class DynamicBrokerConfigTests(unittest.SynchronousTestCase):
         self.assertRaises(AssertionError, self.dynamic.add_reconfigurable, Recorder(["log.dirs"]))
         self.assertRaises(Exception, self.dynamic.add_reconfigurable, object())
 
-    def test_persisted_non_dynamic_keys_are_ignored(self):
-        self.assertEqual(split_persisted({"log.retention.ms": "5", "log.dirs": "/x", "num.io.threads": "3"}),
-                         ({"log.retention.ms": "5", "num.io.threads": "3"}, ["log.dirs"]))
+    def test_persisted_non_dynamic_or_invalid_keys_are_ignored(self):
+        kept, ignored = split_persisted(
+            {"log.retention.ms": "5", "log.dirs": "/x", "num.io.threads": "0"},
+            self.dynamic.current.definitions)
+        self.assertEqual(kept, {"log.retention.ms": "5"})
+        self.assertEqual(ignored, {
+            "log.dirs": "not a dynamic config",
+            "num.io.threads": "Invalid value 0 for configuration num.io.threads: Value must be at "
+                              "least 1"})
 
 
 class _Handler:

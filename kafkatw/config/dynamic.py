@@ -49,11 +49,22 @@ def scala_set(names):
     return "Set(%s)" % ", ".join(sorted(names))
 
 
-def split_persisted(props):
-    """A persisted dynamic layer -> (the dynamic keys, the others), as Kafka ignores non-dynamic
-    keys read back from storage (written by an older version, say)."""
-    kept = {k: v for k, v in props.items() if k in DYNAMIC_BROKER_CONFIGS}
-    return kept, sorted(set(props) - set(kept))
+def split_persisted(props, definitions):
+    """A persisted dynamic layer -> (what to apply, {ignored name: why}). Like Kafka, a key
+    that is not dynamic or whose value no longer parses (written by another version, say) is
+    ignored rather than keeping the broker from starting."""
+    kept, ignored = {}, {}
+    for name, value in props.items():
+        if name not in DYNAMIC_BROKER_CONFIGS:
+            ignored[name] = "not a dynamic config"
+            continue
+        try:
+            definitions[name].parse(value)
+        except ConfigError as e:
+            ignored[name] = str(e)
+            continue
+        kept[name] = value
+    return kept, ignored
 
 
 class DynamicBrokerConfig:
