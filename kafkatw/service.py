@@ -68,14 +68,18 @@ class BrokerService(service.MultiService):
 
     def _start(self):
         from kafkatw.cluster.metadata import ClusterMetadata
-        from kafkatw.network.dynamic import DynamicSocketServerConfig
-        from kafkatw.server.dynamic_config import DynamicLogCleanerConfig, DynamicLogConfig
         from kafkatw.coordinator.group.coordinator import GroupCoordinator
+        from kafkatw.network.dynamic import DynamicSocketServerConfig
         from kafkatw.network.listener import SocketServer
         from kafkatw.network.request_log import RequestLogger
         from kafkatw.network.settings import SocketServerSettings
         from kafkatw.server import features
         from kafkatw.server.apis import KafkaApis
+        from kafkatw.server.dynamic_config import (
+            DynamicLogCleanerConfig,
+            DynamicLogConfig,
+            DynamicProducerStateConfig,
+        )
         from kafkatw.server.fetch_session import FetchManager, FetchSessionCache
         from kafkatw.server.replica_manager import ReplicaManager
         from kafkatw.storage import LogManager
@@ -137,6 +141,7 @@ class BrokerService(service.MultiService):
         # the components that apply dynamic broker configs live (AlterConfigs)
         self.dynamic_config.add_reconfigurable(DynamicLogConfig(self.log_manager))
         self.dynamic_config.add_reconfigurable(DynamicLogCleanerConfig(self.log_manager))
+        self.dynamic_config.add_reconfigurable(DynamicProducerStateConfig(self.replica_manager))
         self.dynamic_config.add_reconfigurable(DynamicSocketServerConfig(self.socket_server))
         bound = {ep.listener_name: self.socket_server.bound_port(ep.listener_name)
                  for ep in config.listeners}

@@ -24,6 +24,8 @@ from kafkatw.config.dynamic import (
 )
 from kafkatw.network.channel import RequestChannel
 from kafkatw.protocol import messages
+from kafkatw.server.dynamic_config import DynamicProducerStateConfig
+from kafkatw.server.replica_manager import ReplicaManager
 from kafkatw.storage import LogManager
 from kafkatw.testing import KafkaBrokerMixin
 from tests.support import closed_by_peer, futures_error, futures_result, unique_name
@@ -394,3 +396,23 @@ class ComponentTests(unittest.SynchronousTestCase):
         self.assertEqual(passes, [1.0])
         clock.pump([1.0] * 14)
         self.assertEqual(passes, [float(t) for t in range(1, 16)])  # the 15 s loop is gone
+
+    def test_producer_id_expiration_applies_to_loaded_partitions(self):
+        from tests.test_server_replica_manager import FakeLogManager, FakeMetadata, batch
+
+        clock = task.Clock()
+        rm = ReplicaManager(FakeLogManager(self.mktemp()), FakeMetadata({"t": 1}), clock,
+                            {"producer.id.expiration.ms": 60000,
+                             "producer.id.expiration.check.interval.ms": 500})
+        rm.start()
+        self.addCleanup(rm.shutdown)
+        clock.advance(1)  # now = 1000 ms
+        self.successResultOf(rm.append_records(1000, -1, {("t", 0): batch(pid=5, epoch=0, seq=0,
+                                                                           ts=1000)}))
+        DynamicProducerStateConfig(rm).reconfigure(None, KafkaConfig.from_properties(
+            {"producer.id.expiration.ms": "1000"}))
+        clock.advance(0.5)
+        self.assertIn(5, rm.producer_state("t", 0).producers)
+        clock.advance(0.5)  # idle for 1000 ms: gone at the next check, not after 60 s
+        self.assertNotIn(5, rm.producer_state("t", 0).producers)
+        self.assertEqual(rm.producer_id_expiration_ms, 1000)

@@ -24,12 +24,16 @@ SOCKET_SERVER_CONFIGS = frozenset(
     ["max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides"])
 #: Concurrent request handling (Kafka's DynamicThreadPool).
 THREAD_POOL_CONFIGS = frozenset(["num.io.threads"])
+#: Idle producer expiry (Kafka's DynamicProducerStateManagerConfig, less the verification
+#: switch kafkatw does not implement).
+PRODUCER_STATE_CONFIGS = frozenset(["producer.id.expiration.ms"])
 
 #: Kafka's dynamic broker configs that kafkatw applies live. Kafka allows more (listeners, SSL
 #: stores per listener, cleaner threads and buffers, network and fetcher threads, connection
 #: creation rate); kafkatw refuses those with Kafka's "Cannot update these configs dynamically"
 #: rather than store a value that would not be in force.
-DYNAMIC_BROKER_CONFIGS = LOG_CONFIGS | LOG_CLEANER_CONFIGS | SOCKET_SERVER_CONFIGS | THREAD_POOL_CONFIGS
+DYNAMIC_BROKER_CONFIGS = (LOG_CONFIGS | LOG_CLEANER_CONFIGS | SOCKET_SERVER_CONFIGS
+                          | THREAD_POOL_CONFIGS | PRODUCER_STATE_CONFIGS)
 
 
 class IBrokerReconfigurable(Interface):

@@ -1,12 +1,18 @@
-"""The logs' part of dynamic broker configs: broker defaults of topic configs (Kafka's
-DynamicLogConfig) and the cleaner's backoff, applied live through the LogManager.
+"""The server's part of dynamic broker configs: broker defaults of topic configs (Kafka's
+DynamicLogConfig) and the cleaner's backoff through the LogManager, producer id expiry through
+the replica manager, applied live.
 
 Which keys are dynamic and how an update is validated belong to ``kafkatw.config.dynamic``.
 """
 
 from zope.interface import implementer
 
-from kafkatw.config.dynamic import LOG_CLEANER_CONFIGS, LOG_CONFIGS, IBrokerReconfigurable
+from kafkatw.config.dynamic import (
+    LOG_CLEANER_CONFIGS,
+    LOG_CONFIGS,
+    PRODUCER_STATE_CONFIGS,
+    IBrokerReconfigurable,
+)
 from kafkatw.storage import LogConfig
 
 
@@ -38,3 +44,17 @@ class DynamicLogCleanerConfig:
 
     def reconfigure(self, old_config, new_config):
         self.log_manager.set_cleaner_backoff(new_config["log.cleaner.backoff.ms"])
+
+
+@implementer(IBrokerReconfigurable)
+class DynamicProducerStateConfig:
+    reconfigurable_configs = PRODUCER_STATE_CONFIGS
+
+    def __init__(self, replica_manager):
+        self.replica_manager = replica_manager
+
+    def validate_reconfiguration(self, new_config):
+        pass  # the definition's validator already bounds it
+
+    def reconfigure(self, old_config, new_config):
+        self.replica_manager.set_producer_id_expiration_ms(new_config["producer.id.expiration.ms"])

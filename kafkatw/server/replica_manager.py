@@ -324,6 +324,12 @@ class ReplicaManager:
         self._producer_states.pop((topic, partition), None)
         self.fetch_purgatory.check_and_complete(TopicPartitionOperationKey(topic, partition))
 
+    def set_producer_id_expiration_ms(self, expiration_ms):
+        """``producer.id.expiration.ms`` changed live: every partition's next expiry check uses it."""
+        self.producer_id_expiration_ms = expiration_ms
+        for ps in self._producer_states.values():
+            ps.producer_id_expiration_ms = expiration_ms
+
     def remove_expired_producers(self):
         now = self.now_ms()
         for ps in self._producer_states.values():
