@@ -148,6 +148,13 @@ class RefusedTests(_Admin, unittest.TestCase):
                                                  + refused_message(self.node, "log.cleaner.threads")}})
         self.assertEqual(self.describe()["log.cleaner.threads"].value, "1")
 
+    def test_listener_prefixed_key_is_refused_not_unknown(self):
+        name = "listener.name.plaintext.ssl.keystore.location"
+        err = futures_error(self.incremental([op(name, "/k.pem")]))
+        self.assertEqual((err.code(), err.str()), (INVALID_REQUEST, refused_message(self.node, name)))
+        err = futures_error(self.incremental([op("no.such.config", "1")]))
+        self.assertEqual((err.code(), err.str()), (40, "Unknown broker config name: no.such.config"))
+
     def test_bad_value_of_a_dynamic_key_is_invalid_request(self):
         err = futures_error(self.incremental([op("max.connections.per.ip", "-1")]))
         self.assertEqual(err.code(), INVALID_REQUEST)

@@ -15,6 +15,7 @@ from kafkatw.config import (
     CONFIG_TYPE_CODES,
     DEFAULT_CONFIG,
     DYNAMIC_DEFAULT_BROKER_CONFIG,
+    KNOWN_PREFIXES,
     LIST,
     TOPIC_CONFIG,
     TOPIC_CONFIG_DEF,
@@ -255,7 +256,7 @@ def _apply_broker(apis, default_resource, new, validate_only):
     """
     config = apis.config
     for name, value in new.items():
-        if name not in config.definitions:
+        if name not in config.definitions and not name.startswith(KNOWN_PREFIXES):
             raise KafkaError(errors.INVALID_CONFIG, "Unknown broker config name: %s" % (name,))
         if value is None:
             raise KafkaError(errors.INVALID_CONFIG, "Null value not supported for : %s" % (name,))
