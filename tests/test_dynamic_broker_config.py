@@ -359,6 +359,29 @@ class DynamicBrokerConfigTests(unittest.SynchronousTestCase):
                               "least 1"})
 
 
+class StoreFailureTests(unittest.SynchronousTestCase):
+    def test_a_layer_that_cannot_be_stored_is_not_in_force(self):
+        from types import SimpleNamespace
+
+        from kafkatw.server.handlers import admin_configs
+
+        class Metadata:
+            def set_broker_configs(self, configs, default=False):
+                raise OSError("No space left on device")
+
+        config = KafkaConfig.from_properties({})
+        dynamic = DynamicBrokerConfig(config)
+        io = Recorder(["num.io.threads"])
+        dynamic.add_reconfigurable(io)
+        apis = SimpleNamespace(config=config, dynamic_config=dynamic, metadata=Metadata(), node_id=1)
+        dynamic.add_config_listener(lambda c: setattr(apis, "config", c))
+        self.assertRaises(OSError, admin_configs._apply_broker, apis, False, {"num.io.threads": "2"},
+                          False)
+        self.assertEqual((apis.config["num.io.threads"], apis.config.dynamic_broker), (8, {}))
+        self.assertIs(dynamic.current, apis.config)
+        self.assertEqual(io.calls, [{"num.io.threads": 2}, {"num.io.threads": 8}])
+
+
 class _Handler:
     def __init__(self):
         self.pending = []

@@ -260,10 +260,10 @@ def _apply_broker(apis, default_resource, new, validate_only):
             raise KafkaError(errors.INVALID_CONFIG, "Unknown broker config name: %s" % (name,))
         if value is None:
             raise KafkaError(errors.INVALID_CONFIG, "Null value not supported for : %s" % (name,))
-    layer = {"dynamic_default" if default_resource else "dynamic_broker": new}
+    layer = "dynamic_default" if default_resource else "dynamic_broker"
     dynamic = apis.dynamic_config
     try:
-        dynamic.update(validate_only=validate_only, **layer)
+        dynamic.update(validate_only=validate_only, **{layer: new})
     except ConfigError as e:
         resource = "ConfigResource(type=BROKER, name='%s')" % ("" if default_resource else apis.node_id)
         raise KafkaError(errors.INVALID_REQUEST,
@@ -273,8 +273,7 @@ def _apply_broker(apis, default_resource, new, validate_only):
     try:
         apis.metadata.set_broker_configs(new, default=default_resource)
     except Exception:
-        previous = config.dynamic_default if default_resource else config.dynamic_broker
-        dynamic.update(**{"dynamic_default" if default_resource else "dynamic_broker": previous})
+        dynamic.update(**{layer: getattr(config, layer)})  # not stored: not in force either
         raise
     log.info("dynamic broker configs ({which}) now {configs}",
              which="cluster default" if default_resource else "node %d" % apis.node_id, configs=new)
