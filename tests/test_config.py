@@ -698,6 +698,22 @@ def _imports(path):
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(cfg.__file__))))
 
 
+class PackageTests(SynchronousTestCase):
+    def test_package_re_exports_each_module_s_public_names(self):
+        from kafkatw.config import broker, dynamic, listeners, properties, topic, types
+
+        self.assertEqual(sorted(cfg.__all__), sorted(set(cfg.__all__)))
+        for name in cfg.__all__:
+            self.assertTrue(hasattr(cfg, name), name)
+        self.assertIs(cfg.KafkaConfig, kafka_config.KafkaConfig)
+        self.assertIs(cfg.TOPIC_CONFIG_DEF, topic.TOPIC_CONFIG_DEF)
+        self.assertIs(cfg.BROKER_CONFIG_DEF, broker.BROKER_CONFIG_DEF)
+        self.assertIs(cfg.parse_properties, properties.parse_properties)
+        self.assertIs(cfg.Endpoint, listeners.Endpoint)
+        self.assertIs(cfg.ConfigError, types.ConfigError)
+        self.assertIs(cfg.DYNAMIC_BROKER_CONFIGS, dynamic.DYNAMIC_BROKER_CONFIGS)
+
+
 class LayeringTests(SynchronousTestCase):
     """docs/architecture.md: storage imports protocol and the config definitions that import
     nothing else of the broker (kafkatw.config.types and kafkatw.config.topic)."""
