@@ -9,6 +9,7 @@ that applies a key (request channel, socket server limits, cleaner backoff) with
 import json
 import os
 import socket
+import time
 
 from twisted.internet import task
 from twisted.trial import unittest
@@ -28,7 +29,7 @@ from kafkatw.server.dynamic_config import DynamicProducerStateConfig
 from kafkatw.server.replica_manager import ReplicaManager
 from kafkatw.storage import LogManager
 from kafkatw.testing import KafkaBrokerMixin
-from tests.support import closed_by_peer, futures_error, futures_result, unique_name
+from tests.support import closed_by_peer, futures_error, futures_result, poll_until, unique_name
 
 from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import (  # noqa: E402
@@ -186,6 +187,7 @@ class InForceTests(_Admin, unittest.TestCase):
     """Accepted keys take effect before the response is sent."""
 
     broker_scope = "test"
+    broker_overrides = {"log.retention.check.interval.ms": 200, "log.segment.delete.delay.ms": 0}
 
     def test_message_max_bytes_admits_a_bigger_batch_for_an_existing_topic(self):
         topic = unique_name("t")
@@ -212,6 +214,33 @@ class InForceTests(_Admin, unittest.TestCase):
         # deleting it puts the static default back in force at once
         futures_result(self.incremental([op("message.max.bytes", None, AlterConfigOpType.DELETE)]))
         self.assertEqual(produce(), ["MSG_SIZE_TOO_LARGE"])
+
+    def test_broker_retention_deletes_old_segments_of_an_existing_topic(self):
+        from confluent_kafka import Consumer, TopicPartition
+        from kafka.admin import ConfigResource as KPResource, ConfigResourceType, KafkaAdminClient
+
+        topic = unique_name("t")
+        futures_result(self.admin.create_topics([NewTopic(topic, 1, config={"segment.ms": "1000"})]))
+        producer = Producer({"bootstrap.servers": self.broker.bootstrap_servers, "linger.ms": 0})
+        hour_ago = int(time.time() * 1000) - 3600 * 1000
+        for i in range(3):  # old timestamps roll a segment per batch
+            producer.produce(topic, b"v%d" % i, partition=0, timestamp=hour_ago + i)
+            self.assertEqual(producer.flush(10), 0)
+        consumer = Consumer({"bootstrap.servers": self.broker.bootstrap_servers, "group.id": topic})
+        self.addCleanup(consumer.close)
+        low = lambda: consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[0]  # noqa: E731
+        self.assertEqual(low(), 0)
+        client = KafkaAdminClient(bootstrap_servers=self.broker.bootstrap_servers)
+        self.addCleanup(client.close)
+        result = client.alter_configs([KPResource(ConfigResourceType.BROKER, self.node,
+                                                  configs={"log.retention.ms": "600000"})])
+        self.assertEqual(result, {"broker": {self.node: "OK"}})
+        # the topic has no retention override: the new broker default is its retention now
+        entry = futures_result(self.admin.describe_configs([ConfigResource("TOPIC", topic)]))
+        [configs] = entry.values()
+        self.assertEqual((configs["retention.ms"].value, configs["retention.ms"].source),
+                         ("600000", ConfigSource.DYNAMIC_BROKER_CONFIG.value))
+        poll_until(lambda: low() == 3, 15.0, 0.05, "log start offset 3 after retention")
 
     def test_max_connections_per_ip_refuses_the_next_connection(self):
         host, port = self.broker.bootstrap_servers.split(",")[0].rsplit(":", 1)
