@@ -274,6 +274,8 @@ class SendNowLayer(ManualTransportLayer):
     """A layer with ``send_now`` like the plaintext one: records each call; the byte count
     when 'the socket took everything', else (``full``) a Deferred the test drains."""
 
+    batch_answers = True
+
     def __init__(self):
         ManualTransportLayer.__init__(self)
         self.calls = []
@@ -295,8 +297,8 @@ class HeldResponseTests(unittest.SynchronousTestCase):
 
     def setUp(self):
         self.handler = ScriptedHandler()
-        self.h = Harness(self.handler)
-        self.layer = self.h.layer = SendNowLayer()
+        self.layer = SendNowLayer()
+        self.h = Harness(self.handler, layer=self.layer)
         self.proto, self.tr = self.h.connect()
 
     def test_pipelined_answers_leave_in_one_send(self):

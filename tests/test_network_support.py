@@ -16,6 +16,7 @@ from kafkatw.network.interfaces import IRequestHandler
 from kafkatw.network.listener import SocketServer
 from kafkatw.network.request import Response
 from kafkatw.network.settings import Endpoint, SocketServerSettings
+from kafkatw.network.transport import ITransportLayer
 from kafkatw.protocol import messages as m
 from kafkatw.protocol.parts import join_parts
 
@@ -121,12 +122,18 @@ class ScriptedHandler:
         d.callback(response if response is not None else self.respond(request))
 
 
+@implementer(ITransportLayer)
 class ManualTransportLayer:
     """Writes the parts at once but lets the test say when they are 'fully written'."""
+
+    batch_answers = False
 
     def __init__(self, auto=False):
         self.auto = auto
         self.sends = []
+
+    def send_now(self, transport, parts):
+        return self.send(transport, parts)
 
     def send(self, transport, parts):
         data = join_parts(parts)
@@ -145,14 +152,15 @@ class ManualTransportLayer:
 class Harness:
     """A SocketServer on a Clock with StringTransport connections (nothing listens)."""
 
-    def __init__(self, handler, settings=None, auto_drain=False, request_logger=None, endpoint=PLAINTEXT):
+    def __init__(self, handler, settings=None, auto_drain=False, request_logger=None, endpoint=PLAINTEXT,
+                 layer=None):
         self.clock = task.Clock()
         self.handler = handler
-        self.layer = ManualTransportLayer(auto=auto_drain)
+        self.layer = layer if layer is not None else ManualTransportLayer(auto=auto_drain)
         self.server = SocketServer([endpoint], handler, self.clock, settings=settings or SocketServerSettings(),
                                    clock_ns=lambda: int(round(self.clock.seconds() * 1e9)),
-                                   request_logger=request_logger)
-        self.server.transport_layer_for = lambda ep: self.layer
+                                   request_logger=request_logger,
+                                   transport_layers={endpoint.listener_name: self.layer})
         self.factory = self.server.factory_for(endpoint)
         self.next_port = 50000
 

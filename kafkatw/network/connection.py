@@ -44,9 +44,10 @@ HELD_BYTES_MAX = 256 * 1024
 class KafkaConnection(Protocol):
     log = Logger(namespace="kafkatw.network.connection")
 
-    def __init__(self, server, endpoint, peer_host, peer_port):
+    def __init__(self, server, endpoint, peer_host, peer_port, transport_layer):
         self.server = server
         self.endpoint = endpoint
+        self.transport_layer = transport_layer  # the listener's ITransportLayer
         self.peer_host = peer_host
         self.peer_port = peer_port
         self.connection_id = None
@@ -63,10 +64,10 @@ class KafkaConnection(Protocol):
         self._processing = False  # inside _process_frames (a synchronous answer loops, not recurses)
         # Byte-only responses answered inside one frame loop are held and handed to the
         # kernel together when the loop ends (one sendmsg, one segment, one client wake-up
-        # for a pipelined burst) instead of one sendmsg each. Plaintext only (TLS coalesces
-        # in its own buffer); a held send the socket does not take whole stops reading
-        # until it drains, as a response in flight does.
-        self._can_hold = False
+        # for a pipelined burst) instead of one sendmsg each. Only where the layer asks for
+        # it (batch_answers: plaintext; TLS coalesces in its own buffer); a held send the
+        # socket does not take whole stops reading until it drains, as a response in flight.
+        self._can_hold = transport_layer.batch_answers
         self._held = None  # parts held in this loop, in order
         self._held_bytes = 0
         self._held_drain = None  # Deferred of a held send still draining
@@ -94,8 +95,6 @@ class KafkaConnection(Protocol):
             security_protocol=self.endpoint.security_protocol,
             client_address=(self.peer_host, self.peer_port),
         )
-        self.transport_layer = server.transport_layer_for(self.endpoint)
-        self._can_hold = getattr(self.transport_layer, "send_now", None) is not None
         self.last_activity = server.reactor.seconds()
         self._schedule_idle(server.settings.connections_max_idle_ms / 1000.0)
         server.connection_made(self)
@@ -315,9 +314,7 @@ class KafkaConnection(Protocol):
             held_bytes = self._held_bytes
             self._held = None
             self._held_bytes = 0
-        layer = self.transport_layer
-        send = getattr(layer, "send_now", None) or layer.send
-        d = send(self.transport, parts)
+        d = self.transport_layer.send_now(self.transport, parts)
         if type(d) is int:
             # everything went to the kernel at once: no Deferred
             try:

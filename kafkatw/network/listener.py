@@ -1,8 +1,9 @@
 """Listeners: one Twisted ``ServerFactory`` per endpoint, connection quotas, the SocketServer.
 
 Owns accepting (``socket.listen.backlog.size``, ``max.connections``,
-``max.connections.per.ip`` + overrides), connection ids and the wiring of connections to
-the request channel, request log and metrics; not the handling of requests.
+``max.connections.per.ip`` + overrides), connection ids, the choice of each listener's
+transport layer (through the plug-in registry, once per listener) and the wiring of
+connections to the request channel, request log and metrics; not the handling of requests.
 """
 
 import collections
@@ -15,8 +16,9 @@ from twisted.logger import Logger
 from kafkatw.network.channel import RequestChannel
 from kafkatw.network.metrics import NetworkMetrics
 from kafkatw.network.request_log import RequestLogger
-from kafkatw.network.settings import SocketServerSettings
-from kafkatw.network.transport import transport_layer_for
+from kafkatw.network.settings import SocketServerSettings, listener_prefix
+from kafkatw.network.transport import ITransportLayer
+from kafkatw import registry
 
 
 class ConnectionQuotas:
@@ -51,14 +53,32 @@ class ConnectionQuotas:
         return self.total >= self.settings.max_connections
 
 
+def transport_key(listener_name):
+    """The kafkatw property choosing a listener's transport layer (Kafka has none)."""
+    return listener_prefix(listener_name) + "transport.class"
+
+
+def load_transport_layer(endpoint, name=None, configs=None):
+    """The verified ``ITransportLayer`` of ``endpoint``: the plug-in ``name`` (a short or
+    dotted name) if given, else the one registered under the listener's security protocol.
+
+    Raises :class:`kafkatw.config.ConfigError` (one line naming the key) when it cannot be
+    loaded or does not provide the interface.
+    """
+    key = transport_key(endpoint.listener_name)
+    return registry.load(key, name or endpoint.security_protocol, ITransportLayer,
+                         configs=dict(configs or {}))
+
+
 class KafkaListenerFactory(ServerFactory):
     """The factory of one listener; refuses connections over the quotas."""
 
     log = Logger(namespace="kafkatw.network.listener")
 
-    def __init__(self, server, endpoint):
+    def __init__(self, server, endpoint, transport_layer):
         self.server = server
         self.endpoint = endpoint
+        self.transport_layer = transport_layer
         self.seq = 0
         self.port = None
 
@@ -73,7 +93,8 @@ class KafkaListenerFactory(ServerFactory):
                           peer="%s:%s" % (host, getattr(addr, "port", "?")),
                           listener=self.endpoint.listener_name, why=refused)
             return None
-        conn = KafkaConnection(self.server, self.endpoint, host, getattr(addr, "port", 0))
+        conn = KafkaConnection(self.server, self.endpoint, host, getattr(addr, "port", 0),
+                               self.transport_layer)
         conn.factory = self
         self.server.after_accept()
         return conn
@@ -89,13 +110,17 @@ class SocketServer:
     ``ssl_context_factories`` maps a listener name to a TLS context factory.
     ``transfer_failure_handler(region, error)`` is told when sending a ``FileRegion`` failed
     on a disk error (Kafka's ``TransferFailureHandler``: the service marks the log dir offline).
+    ``transport_layers`` maps a listener name to the ``ITransportLayer`` it uses (injected:
+    verified, not loaded); any other listener loads its layer from the registry as
+    ``settings.transport_classes`` / its security protocol name it, given
+    ``settings.listener_configs`` of that listener.
     """
 
     log = Logger(namespace="kafkatw.network.socket_server")
 
     def __init__(self, endpoints, handler, reactor, settings=None, clock_ns=None, wire=None,
                  request_logger=None, metrics=None, ssl_context_factories=None,
-                 transfer_failure_handler=None):
+                 transfer_failure_handler=None, transport_layers=None):
         self.endpoints = list(endpoints)
         self.handler = handler
         self.reactor = reactor
@@ -110,6 +135,7 @@ class SocketServer:
         self.metrics = metrics or NetworkMetrics()
         self.ssl_context_factories = ssl_context_factories or {}
         self.transfer_failure_handler = transfer_failure_handler
+        self.transport_layers = dict(transport_layers or {})
         self.quotas = ConnectionQuotas(self.settings)
         self.channel = RequestChannel(handler, self.clock_ns, self.settings.queued_max_requests,
                                       self.settings.num_io_threads, self.metrics)
@@ -144,8 +170,18 @@ class SocketServer:
         return {name: f.port for name, f in self.factories.items()}
 
     def factory_for(self, endpoint):
-        """The (new) factory of ``endpoint``, registered but not listening (tests use it directly)."""
-        factory = KafkaListenerFactory(self, endpoint)
+        """The (new) factory of ``endpoint``, registered but not listening (tests use it directly).
+
+        Its transport layer is loaded and verified here, once for the listener's connections."""
+        name = endpoint.listener_name
+        layer = self.transport_layers.get(name)
+        if layer is None:
+            layer = load_transport_layer(endpoint, self.settings.transport_classes.get(name),
+                                         self.settings.listener_configs.get(name))
+        else:
+            registry.check(transport_key(name), type(layer).__name__, ITransportLayer, layer)
+        self.transport_layers[name] = layer
+        factory = KafkaListenerFactory(self, endpoint, layer)
         self.factories[endpoint.listener_name] = factory
         return factory
 
@@ -165,9 +201,6 @@ class SocketServer:
 
     def api_versions(self):
         return self.handler.api_versions()
-
-    def transport_layer_for(self, endpoint):
-        return transport_layer_for(endpoint.security_protocol)
 
     def next_connection_seq(self, endpoint):
         factory = self.factories.get(endpoint.listener_name)

@@ -28,6 +28,12 @@ class SocketServerSettings:
     max_connections_per_ip_overrides = attr.ib(default=attr.Factory(dict))  # host/ip -> limit
     connections_max_idle_ms = attr.ib(default=10 * 60 * 1000)
     inter_broker_listener_name = attr.ib(default=None)  # exempt from max.connections
+    #: listener name -> the transport layer it names (listener.name.<l>.transport.class);
+    #: a listener not in it uses the one registered under its security protocol
+    transport_classes = attr.ib(default=attr.Factory(dict))
+    #: listener name -> its properties for ``configure()`` of plug-ins: the broker's own with
+    #: ``listener.name.<l>.`` ones overriding (Kafka's ``valuesWithPrefixOverride``)
+    listener_configs = attr.ib(default=attr.Factory(dict))
 
     @classmethod
     def from_config(cls, config):
@@ -50,7 +56,27 @@ class SocketServerSettings:
         overrides = values.get("max_connections_per_ip_overrides")
         if isinstance(overrides, str):
             values["max_connections_per_ip_overrides"] = parse_overrides(overrides)
+        originals = getattr(config, "originals", None)
+        if isinstance(originals, dict):
+            values.update(per_listener(originals, getattr(config, "listeners", ())))
         return cls(**values)
+
+
+def listener_prefix(listener_name):
+    """Kafka's ``ListenerName.configPrefix``: ``listener.name.<lower-case name>.``."""
+    return "listener.name.%s." % listener_name.lower()
+
+
+def per_listener(originals, endpoints):
+    """``transport_classes`` and ``listener_configs`` of ``endpoints`` from the properties."""
+    classes, configs = {}, {}
+    for ep in endpoints:
+        prefix = listener_prefix(ep.listener_name)
+        own = {k[len(prefix):]: v for k, v in originals.items() if k.startswith(prefix)}
+        configs[ep.listener_name] = {**originals, **own}
+        if own.get("transport.class"):
+            classes[ep.listener_name] = own["transport.class"]
+    return {"transport_classes": classes, "listener_configs": configs}
 
 
 def parse_overrides(text):

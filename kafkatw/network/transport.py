@@ -1,8 +1,11 @@
 """How a response (a list of bytes and ``FileRegion`` parts) reaches the socket.
 
-Owns ``ITransportLayer`` and its two implementations: plaintext (``os.sendfile`` from a
-pull producer on the TCP transport) and TLS (32 KiB ``os.pread`` chunks written through
-the TLS transport).  It does not know where regions come from, nor anything about Kafka.
+Owns ``ITransportLayer`` (everything a connection asks of its transport layer) and its two
+built-in implementations: plaintext (``os.sendfile`` from a pull producer on the TCP
+transport) and TLS (32 KiB ``os.pread`` chunks written through the TLS transport). Which
+layer a listener uses is chosen by ``kafkatw.network.listener`` through the plug-in registry
+(``kafkatw/plugins/transports.py`` names these two). It does not know where regions come
+from, nor anything about Kafka.
 
 "Fully written" is learnt from Twisted's pull-producer contract: a non-streaming
 producer registered on a ``FileDescriptor`` transport gets ``resumeProducing()`` from
@@ -21,7 +24,7 @@ import socket
 from twisted.internet import defer
 from twisted.internet.interfaces import IPullProducer, IPushProducer
 from twisted.logger import Logger
-from zope.interface import Interface, implementer
+from zope.interface import Attribute, Interface, implementer
 
 from kafkatw.protocol.parts import FileRegion
 
@@ -32,14 +35,27 @@ SENDFILE_MAX = 1 << 30
 
 
 class ITransportLayer(Interface):
-    """Writes one response's parts to a connection's transport."""
+    """Writes one response's parts to a connection's transport (Kafka's ``TransportLayer``).
+
+    One instance serves every connection of a listener; it keeps no per-connection state.
+    A failed send fails its Deferred with :class:`TransferError` (``disk_error`` true when the
+    file, not the socket, failed: the broker then takes that log dir offline).
+    """
+
+    batch_answers = Attribute(
+        "True when answers given within one read of a connection are best held and handed over "
+        "together by one send_now (each send costs a syscall, as plaintext's sendmsg); False "
+        "when the transport coalesces writes in its own buffer (TLS).")
 
     def send(transport, parts):
-        """Send ``parts`` in order; return a Deferred firing (with the byte count) when
-        everything is handed to the kernel, or failing if the connection is lost.
+        """Send ``parts`` (bytes-like and ``FileRegion``) in order; return a Deferred firing
+        with the byte count once everything is handed to the kernel (the transport's buffer
+        drained), or failing if the connection is lost."""
 
-        A layer may also have ``send_now(transport, parts)``, returning the byte count (an
-        ``int``) instead when everything was handed over at once, else the Deferred."""
+    def send_now(transport, parts):
+        """As :meth:`send`, but return the byte count itself (an ``int``) when everything was
+        handed over at once, so the common small answer costs no Deferred; otherwise the
+        Deferred of :meth:`send`. A layer that cannot tell returns :meth:`send`'s Deferred."""
 
 
 class TransferError(Exception):
@@ -367,6 +383,8 @@ def wait_for_drain(transport):
 class PlaintextTransportLayer:
     """PLAINTEXT / SASL_PLAINTEXT: regions go out with ``os.sendfile``."""
 
+    batch_answers = True
+
     def send(self, transport, parts):
         return PlaintextSender(transport, parts).start()
 
@@ -380,15 +398,14 @@ class PlaintextTransportLayer:
 class TlsTransportLayer:
     """SSL / SASL_SSL: regions are read in 32 KiB chunks and written through TLS."""
 
+    batch_answers = False  # TLS coalesces in its own buffer
+
     def __init__(self, chunk_size=CHUNK_SIZE):
         self.chunk_size = chunk_size
 
     def send(self, transport, parts):
         return ChunkedSender(transport, parts, self.chunk_size).start()
 
-
-def transport_layer_for(security_protocol):
-    """The transport layer a listener with ``security_protocol`` uses."""
-    if security_protocol in ("SSL", "SASL_SSL"):
-        return TlsTransportLayer()
-    return PlaintextTransportLayer()
+    def send_now(self, transport, parts):
+        """Always the Deferred: completion waits for the TCP buffer under TLS to drain."""
+        return self.send(transport, parts)
