@@ -1,8 +1,9 @@
-"""The broker as a Twisted service: config in, every layer wired, clean start and stop.
+"""The broker as a tree of Twisted services: config in, every layer wired, clean start and stop.
 
-Owns the order of start-up (log dirs and metadata, storage recovery, replica manager, request
-handlers, then listeners) and of shutdown (listeners first, then storage flush, checkpoints and
-the clean-shutdown marker). It holds no broker logic of its own.
+Owns the tree (thread pool, metadata, log manager, replica manager, group coordinator, request
+handlers, socket server, one service per listener), started in that dependency order and
+stopped in reverse, each stop awaited before the next; and what needs the whole tree (the
+ready file, the advertised port-0 rewrite). It holds no broker logic of its own.
 """
 
 import json
@@ -22,7 +23,11 @@ log = Logger(namespace="kafkatw.service")
 
 
 def make_broker_service(config, reactor=None):
-    """The broker service for ``config`` (a :class:`kafkatw.config.KafkaConfig`)."""
+    """The broker service for ``config`` (a :class:`kafkatw.config.KafkaConfig`).
+
+    What config alone decides is checked here, before anything starts (a bad TLS store, a
+    transport plug-in that cannot be loaded): a :class:`ConfigError`, one line.
+    """
     return BrokerService(config, reactor=reactor)
 
 
@@ -36,7 +41,187 @@ def _advertised(endpoints, bound_ports):
     return out
 
 
-class BrokerService(service.MultiService):
+class OrderedMultiService(service.MultiService):
+    """Children start in the order they were added and stop in reverse, one at a time:
+    a child's stop (a Deferred: ports closing) completes before the one it depends on stops.
+    A failing stop is logged and the others still run (the clean-shutdown marker matters)."""
+
+    @defer.inlineCallbacks
+    def stopService(self):
+        service.Service.stopService(self)
+        for child in reversed(list(self)):
+            if not child.running:
+                continue
+            try:
+                yield defer.maybeDeferred(child.stopService)
+            except Exception:
+                log.failure("stopping {name} failed", name=child.name)
+
+
+class ThreadPoolService(service.Service):
+    """The pool for blocking disk work (Kafka's ``background.threads``); threads start lazily."""
+
+    name = "threadpool"
+
+    def __init__(self, size):
+        self.pool = ThreadPool(minthreads=0, maxthreads=size, name="kafkatw-background")
+
+    def startService(self):
+        super().startService()
+        self.pool.start()
+
+    def stopService(self):
+        super().stopService()
+        self.pool.stop()
+
+
+class _BrokerPart(service.Service):
+    """A child that builds one component of ``broker`` when it starts and keeps it there."""
+
+    def __init__(self, broker):
+        self.broker = broker
+
+
+class MetadataService(_BrokerPart):
+    """Log dirs, ``meta.properties`` and the topic store; the persisted dynamic broker configs
+    in force (``broker.dynamic_config``, to which later components add their live parts)."""
+
+    name = "metadata"
+
+    def startService(self):
+        super().startService()
+        from kafkatw.cluster.metadata import ClusterMetadata
+
+        b = self.broker
+        for d in b.config.log_dirs:
+            os.makedirs(d, exist_ok=True)
+            if not os.access(d, os.W_OK):
+                raise ConfigError("log dir %s is not writable" % d)
+        b.metadata = ClusterMetadata.load(b.config.log_dirs, b.config.node_id)
+        if b.metadata.broker_configs or b.metadata.default_broker_configs:
+            # dynamic broker configs (AlterConfigs) persisted by an earlier run
+            b.config = b.config.with_dynamic(
+                b._persisted_dynamic(b.metadata.broker_configs, "broker"),
+                b._persisted_dynamic(b.metadata.default_broker_configs, "default cluster"))
+        b.dynamic_config = DynamicBrokerConfig(b.config)
+        b.dynamic_config.add_config_listener(b._config_changed)
+
+
+class LogManagerService(_BrokerPart):
+    """The logs: recovery at start, then the scheduler (retention, flush, checkpoints, cleaner);
+    at stop flush, checkpoints and the clean-shutdown marker."""
+
+    name = "log-manager"
+
+    def startService(self):
+        super().startService()
+        from kafkatw.server.dynamic_config import DynamicLogCleanerConfig, DynamicLogConfig
+        from kafkatw.storage import LogManager
+
+        b = self.broker
+        b.log_manager = LogManager(b.config.log_dirs, b.config.values(), b.reactor, b.threadpool)
+        b.log_manager.load_logs()
+        for line in b.log_manager.recovery_summary:
+            log.info("recovery: {line}", line=line)
+        b.log_manager.start()
+        b.dynamic_config.add_reconfigurable(DynamicLogConfig(b.log_manager))
+        b.dynamic_config.add_reconfigurable(DynamicLogCleanerConfig(b.log_manager))
+
+    def stopService(self):
+        super().stopService()
+        self.broker.log_manager.shutdown()
+
+
+class ReplicaManagerService(_BrokerPart):
+    """Leadership of the loaded partitions, produce/fetch; producer snapshots at stop."""
+
+    name = "replica-manager"
+
+    def startService(self):
+        super().startService()
+        from kafkatw.server.dynamic_config import DynamicProducerStateConfig
+        from kafkatw.server.replica_manager import ReplicaManager
+
+        b = self.broker
+        b.replica_manager = ReplicaManager(b.log_manager, b.metadata, b.reactor, b.config)
+        b.replica_manager.start()
+        b.dynamic_config.add_reconfigurable(DynamicProducerStateConfig(b.replica_manager))
+
+    def stopService(self):
+        super().stopService()
+        self.broker.replica_manager.shutdown()
+
+
+class GroupCoordinatorService(_BrokerPart):
+    """Consumer groups on ``__consumer_offsets`` (its partitions load one per reactor turn)."""
+
+    name = "group-coordinator"
+
+    def startService(self):
+        super().startService()
+        from kafkatw.coordinator.group.coordinator import GroupCoordinator
+
+        b = self.broker
+        b.group_coordinator = GroupCoordinator(b.config, b.metadata, b.replica_manager, b.log_manager,
+                                               b.reactor)
+        b.group_coordinator.startup()
+
+    def stopService(self):
+        super().stopService()
+        self.broker.group_coordinator.shutdown()
+
+
+class RequestHandlersService(_BrokerPart):
+    """``KafkaApis`` with its fetch sessions; a log for every known partition."""
+
+    name = "request-handlers"
+
+    def startService(self):
+        super().startService()
+        from kafkatw.server import features
+        from kafkatw.server.apis import KafkaApis
+        from kafkatw.server.fetch_session import FetchManager, FetchSessionCache
+
+        b = self.broker
+        cache = FetchSessionCache(max_entries=b.config["max.incremental.fetch.session.cache.slots"])
+        b.apis = KafkaApis(b.config, b.metadata, b.replica_manager, FetchManager(b.reactor, cache),
+                           clock=b.reactor, log_manager=b.log_manager,
+                           group_coordinator=b.group_coordinator,
+                           supported_features=features.supported_features(),
+                           finalized_features=features.finalized_features(),
+                           finalized_features_epoch=features.FINALIZED_FEATURES_EPOCH,
+                           dynamic_config=b.dynamic_config)
+        b.apis.create_missing_logs()
+
+
+class SocketServerService(_BrokerPart):
+    """The request channel, connection quotas and request log the listeners share."""
+
+    name = "socket-server"
+
+    def startService(self):
+        super().startService()
+        from kafkatw.network.dynamic import DynamicSocketServerConfig
+        from kafkatw.network.listener import SocketServer
+        from kafkatw.network.request_log import RequestLogger
+        from kafkatw.network.settings import SocketServerSettings
+
+        b = self.broker
+        b.socket_server = SocketServer(
+            b.config.listeners, b.apis, b.reactor, settings=SocketServerSettings.from_config(b.config),
+            request_logger=RequestLogger.from_config(b.config),
+            ssl_context_factories=b.ssl_context_factories,
+            transfer_failure_handler=b._on_transfer_failure,  # seed 000 §6
+            transport_layers=b.transport_layers,
+        )
+        b.dynamic_config.add_reconfigurable(DynamicSocketServerConfig(b.socket_server))
+
+    def stopService(self):
+        super().stopService()
+        return self.broker.socket_server.close()
+
+
+class BrokerService(OrderedMultiService):
     """One broker (Kafka's ``BrokerServer``), single node, embedded controller."""
 
     name = "kafkatw-broker"
@@ -45,104 +230,49 @@ class BrokerService(service.MultiService):
         super().__init__()
         if reactor is None:
             from twisted.internet import reactor
+        from kafkatw.network.listener import ListenerService, load_transport_layer
+        from kafkatw.network.settings import SocketServerSettings
+
         self.config = config
         self.reactor = reactor
-        self.threadpool = None
         self.metadata = None
+        self.dynamic_config = None
         self.log_manager = None
         self.replica_manager = None
         self.group_coordinator = None
         self.apis = None
         self.socket_server = None
-        self.dynamic_config = None
+
+        # Decided by config alone, so checked before anything starts. The TLS stack (pyOpenSSL,
+        # cryptography) is imported only when a listener needs it.
+        self.ssl_context_factories = {}
+        if any(ep.security_protocol in ("SSL", "SASL_SSL") for ep in config.listeners):
+            from kafkatw.network.tls import context_factories
+            self.ssl_context_factories = context_factories(config)
+        settings = SocketServerSettings.from_config(config)
+        self.transport_layers = {
+            ep.listener_name: load_transport_layer(ep, settings.transport_classes.get(ep.listener_name),
+                                                   settings.listener_configs.get(ep.listener_name))
+            for ep in config.listeners}
+
+        pool = ThreadPoolService(config["background.threads"])
+        self.threadpool = pool.pool
+        for child in (pool, MetadataService(self), LogManagerService(self), ReplicaManagerService(self),
+                      GroupCoordinatorService(self), RequestHandlersService(self),
+                      SocketServerService(self)):
+            child.setServiceParent(self)
+        for ep in config.listeners:
+            ListenerService(lambda: self.socket_server, ep).setServiceParent(self)
 
     # -- start -------------------------------------------------------------------------------
     def startService(self):
-        super().startService()
         try:
-            self._start()
+            super().startService()
         except ConfigError:
             raise
         except OSError as e:
             raise ConfigError("cannot start the broker: %s" % (e,))
-
-    def _start(self):
-        from kafkatw.cluster.metadata import ClusterMetadata
-        from kafkatw.coordinator.group.coordinator import GroupCoordinator
-        from kafkatw.network.dynamic import DynamicSocketServerConfig
-        from kafkatw.network.listener import SocketServer
-        from kafkatw.network.request_log import RequestLogger
-        from kafkatw.network.settings import SocketServerSettings
-        from kafkatw.server import features
-        from kafkatw.server.apis import KafkaApis
-        from kafkatw.server.dynamic_config import (
-            DynamicLogCleanerConfig,
-            DynamicLogConfig,
-            DynamicProducerStateConfig,
-        )
-        from kafkatw.server.fetch_session import FetchManager, FetchSessionCache
-        from kafkatw.server.replica_manager import ReplicaManager
-        from kafkatw.storage import LogManager
-
         config = self.config
-        for d in config.log_dirs:
-            os.makedirs(d, exist_ok=True)
-            if not os.access(d, os.W_OK):
-                raise ConfigError("log dir %s is not writable" % d)
-
-        # TLS key/trust stores are read before anything starts: a bad file fails fast. The
-        # TLS stack (pyOpenSSL, cryptography) is imported only when a listener needs it.
-        ssl_context_factories = {}
-        if any(ep.security_protocol in ("SSL", "SASL_SSL") for ep in config.listeners):
-            from kafkatw.network.tls import context_factories
-            ssl_context_factories = context_factories(config)
-
-        self.threadpool = ThreadPool(minthreads=0, maxthreads=4, name="kafkatw-io")
-        self.threadpool.start()
-
-        self.metadata = ClusterMetadata.load(config.log_dirs, config.node_id)
-        if self.metadata.broker_configs or self.metadata.default_broker_configs:
-            # dynamic broker configs (AlterConfigs) persisted by an earlier run
-            config = self.config = config.with_dynamic(
-                self._persisted_dynamic(self.metadata.broker_configs, "broker"),
-                self._persisted_dynamic(self.metadata.default_broker_configs, "default cluster"))
-        self.dynamic_config = DynamicBrokerConfig(config)
-        self.dynamic_config.add_config_listener(self._config_changed)
-        self.log_manager = LogManager(config.log_dirs, config.values(), self.reactor, self.threadpool)
-        self.log_manager.load_logs()
-        for line in self.log_manager.recovery_summary:
-            log.info("recovery: {line}", line=line)
-
-        self.replica_manager = ReplicaManager(self.log_manager, self.metadata, self.reactor, config)
-        self.replica_manager.start()
-        cache = FetchSessionCache(max_entries=config["max.incremental.fetch.session.cache.slots"])
-        fetch_manager = FetchManager(self.reactor, cache)
-        # the group coordinator on __consumer_offsets (loads it after start-up)
-        self.group_coordinator = GroupCoordinator(config, self.metadata, self.replica_manager,
-                                                  self.log_manager, self.reactor)
-        self.apis = KafkaApis(config, self.metadata, self.replica_manager, fetch_manager,
-                              clock=self.reactor, log_manager=self.log_manager,
-                              group_coordinator=self.group_coordinator,
-                              supported_features=features.supported_features(),
-                              finalized_features=features.finalized_features(),
-                              finalized_features_epoch=features.FINALIZED_FEATURES_EPOCH,
-                              dynamic_config=self.dynamic_config)
-        self.apis.create_missing_logs()
-        self.group_coordinator.startup()
-        self.log_manager.start()
-        self.socket_server = SocketServer(
-            config.listeners, self.apis, self.reactor,
-            settings=SocketServerSettings.from_config(config),
-            request_logger=RequestLogger.from_config(config),
-            ssl_context_factories=ssl_context_factories,
-            transfer_failure_handler=self._on_transfer_failure,  # seed 000 §6
-        )
-        self.socket_server.start()
-        # the components that apply dynamic broker configs live (AlterConfigs)
-        self.dynamic_config.add_reconfigurable(DynamicLogConfig(self.log_manager))
-        self.dynamic_config.add_reconfigurable(DynamicLogCleanerConfig(self.log_manager))
-        self.dynamic_config.add_reconfigurable(DynamicProducerStateConfig(self.replica_manager))
-        self.dynamic_config.add_reconfigurable(DynamicSocketServerConfig(self.socket_server))
         bound = {ep.listener_name: self.socket_server.bound_port(ep.listener_name)
                  for ep in config.listeners}
         config.advertised_listeners = _advertised(config.advertised_listeners, bound)
@@ -189,15 +319,5 @@ class BrokerService(service.MultiService):
     # -- stop --------------------------------------------------------------------------------
     @defer.inlineCallbacks
     def stopService(self):
-        yield defer.maybeDeferred(super().stopService)
-        if self.socket_server is not None:
-            yield self.socket_server.stop()
-        if self.group_coordinator is not None:
-            self.group_coordinator.shutdown()
-        if self.replica_manager is not None:
-            self.replica_manager.shutdown()  # producer-state snapshots
-        if self.log_manager is not None:
-            self.log_manager.shutdown()
-        if self.threadpool is not None:
-            self.threadpool.stop()
+        yield super().stopService()
         log.info("kafkatw broker stopped cleanly")

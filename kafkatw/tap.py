@@ -52,22 +52,29 @@ def _fail(message, stderr=None):
     raise SystemExit(CONFIG_ERROR_EXIT)
 
 
-def import_twisted_tcp_without_tls():
-    """First-import Twisted's TCP and reactor base modules with pyOpenSSL unimportable.
+#: Twisted modules that import pyOpenSSL when first imported, TLS used or not.
+TLS_PROBING_MODULES = ("twisted.internet.posixbase", "twisted.internet.tcp", "twisted.internet.endpoints")
 
-    ``twisted.internet.tcp`` (startTLS) and ``twisted.internet.posixbase`` (listenSSL) try to
-    import pyOpenSSL when they are first imported, TLS used or not, which loads pyOpenSSL and
-    cryptography (~12 MB RSS, ~0.1 s). Imported while ``sys.modules["OpenSSL"]`` is None (an
-    import of it then fails), they take their own ``except ImportError`` branch: TCP transports
-    without startTLS, which the broker never calls. OpenSSL stays importable afterwards; SSL
-    listeners wrap their factory in TLS themselves (``SocketServer.start``). Does nothing when
-    those modules or pyOpenSSL are loaded already (``--reactor``, a fork server, trial).
+
+def import_twisted_tcp_without_tls():
+    """First-import Twisted's TCP, reactor base and endpoint modules with pyOpenSSL unimportable.
+
+    ``twisted.internet.tcp`` (startTLS), ``twisted.internet.posixbase`` (listenSSL) and
+    ``twisted.internet.endpoints`` (``ssl:`` endpoints) try to import pyOpenSSL when they are
+    first imported, TLS used or not, which loads pyOpenSSL and cryptography (~12 MB RSS,
+    ~0.1 s). Imported while ``sys.modules["OpenSSL"]`` is None (an import of it then fails),
+    they take their own ``except ImportError`` branch: TCP transports without startTLS and no
+    ``ssl:`` endpoint strings, neither of which the broker uses (its listeners are ``tcp:``).
+    OpenSSL stays importable afterwards; SSL listeners wrap their factory in TLS themselves
+    (``SocketServer.listen``). Does nothing when one of those modules or pyOpenSSL is loaded
+    already (``--reactor``, a fork server, trial).
     """
     loaded = sys.modules
-    if "OpenSSL" in loaded or "twisted.internet.tcp" in loaded or "twisted.internet.posixbase" in loaded:
+    if "OpenSSL" in loaded or any(name in loaded for name in TLS_PROBING_MODULES):
         return
     loaded["OpenSSL"] = None
     try:
+        import twisted.internet.endpoints  # noqa: F401
         import twisted.internet.posixbase  # noqa: F401
         import twisted.internet.tcp  # noqa: F401
     finally:

@@ -23,6 +23,7 @@ PRELOAD = (
     "kafkatw.network.listener", "kafkatw.network.connection", "kafkatw.network.request_log",
     "kafkatw.network.settings", "kafkatw.server.apis", "kafkatw.server.fetch_session",
     "kafkatw.server.replica_manager", "kafkatw.storage", "kafkatw.cluster.metadata",
+    "twisted.internet.endpoints", "kafkatw.registry", "kafkatw.plugins.transports",
 )
 
 

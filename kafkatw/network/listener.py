@@ -9,9 +9,12 @@ connections to the request channel, request log and metrics; not the handling of
 import collections
 import time
 
+from twisted.application import service
 from twisted.internet import defer
+from twisted.internet.endpoints import quoteStringArgument, serverFromString
 from twisted.internet.protocol import ServerFactory
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from kafkatw.network.channel import RequestChannel
 from kafkatw.network.metrics import NetworkMetrics
@@ -19,6 +22,12 @@ from kafkatw.network.request_log import RequestLogger
 from kafkatw.network.settings import SocketServerSettings, listener_prefix
 from kafkatw.network.transport import ITransportLayer
 from kafkatw import registry
+
+
+def server_description(endpoint, backlog):
+    """The ``serverFromString`` description of a listener: ``tcp:port=..:interface=..:backlog=..``."""
+    return "tcp:port=%d:interface=%s:backlog=%d" % (endpoint.port, quoteStringArgument(endpoint.host or ""),
+                                                     backlog)
 
 
 class ConnectionQuotas:
@@ -149,25 +158,38 @@ class SocketServer:
     def start(self):
         """Bind every listener; return ``{listener_name: port object}``."""
         for ep in self.endpoints:
-            factory = self.factory_for(ep)
-            backlog = self.settings.socket_listen_backlog_size
-            interface = ep.host or ""
-            if ep.security_protocol in ("SSL", "SASL_SSL"):
-                ctx = self.ssl_context_factories.get(ep.listener_name)
-                if ctx is None:
-                    raise ValueError("listener %s needs an SSL context factory" % ep.listener_name)
-                # What reactor.listenSSL does, without depending on whether the reactor's module
-                # found pyOpenSSL when it was imported (kafkatw.tap imports it without, when the
-                # config has no SSL listener).
-                from twisted.protocols.tls import TLSMemoryBIOFactory
-
-                factory.port = self.reactor.listenTCP(ep.port, TLSMemoryBIOFactory(ctx, False, factory),
-                                                      backlog=backlog, interface=interface)
-            else:
-                factory.port = self.reactor.listenTCP(ep.port, factory, backlog=backlog, interface=interface)
-            self.log.info("Listening on {listener} {proto}://{host}:{port}", listener=ep.listener_name,
-                          proto=ep.security_protocol, host=interface, port=factory.port.getHost().port)
+            self.listen(ep)
         return {name: f.port for name, f in self.factories.items()}
+
+    def listen(self, endpoint):
+        """Bind one listener on the server endpoint :func:`server_description` names; its port.
+
+        An SSL/SASL_SSL listener's factory is wrapped in TLS here, as ``reactor.listenSSL``
+        would, without depending on whether the reactor's module found pyOpenSSL when it was
+        imported (``kafkatw.tap`` imports it without, when the config has no SSL listener).
+        TCP endpoints listen at once, so a failure (port in use) is raised here.
+        """
+        factory = self.factory_for(endpoint)
+        listening = factory
+        if endpoint.security_protocol in ("SSL", "SASL_SSL"):
+            ctx = self.ssl_context_factories.get(endpoint.listener_name)
+            if ctx is None:
+                raise ValueError("listener %s needs an SSL context factory" % endpoint.listener_name)
+            from twisted.protocols.tls import TLSMemoryBIOFactory
+
+            listening = TLSMemoryBIOFactory(ctx, False, factory)
+        description = server_description(endpoint, self.settings.socket_listen_backlog_size)
+        outcome = []
+        serverFromString(self.reactor, description).listen(listening).addBoth(outcome.append)
+        if not outcome:
+            raise ValueError("listener %s (%s) did not bind at once" % (endpoint.listener_name, description))
+        if isinstance(outcome[0], Failure):
+            outcome[0].raiseException()
+        factory.port = outcome[0]
+        self.log.info("Listening on {listener} {proto}://{host}:{port}", listener=endpoint.listener_name,
+                      proto=endpoint.security_protocol, host=endpoint.host or "",
+                      port=factory.port.getHost().port)
+        return factory.port
 
     def factory_for(self, endpoint):
         """The (new) factory of ``endpoint``, registered but not listening (tests use it directly).
@@ -189,12 +211,24 @@ class SocketServer:
         """The actual port of a listener (useful with port 0)."""
         return self.factories[listener_name].port.getHost().port
 
-    def stop(self):
-        """Stop listening and close all connections; Deferred fires when the ports are closed."""
-        ds = [defer.maybeDeferred(f.port.stopListening) for f in self.factories.values() if f.port]
+    def stop_listener(self, listener_name):
+        """Stop accepting on one listener and close its connections; Deferred of the port closing."""
+        factory = self.factories.get(listener_name)
+        port = factory.port if factory is not None else None
+        d = defer.maybeDeferred(port.stopListening) if port is not None else defer.succeed(None)
         for conn in list(self.connections):
-            conn.transport.loseConnection()
+            if conn.endpoint.listener_name == listener_name:
+                conn.transport.loseConnection()
+        return d
+
+    def close(self):
+        """Release what the listeners share (the request log file); after they stopped."""
         self.request_logger.close()
+
+    def stop(self):
+        """Stop every listener and close all connections; Deferred fires when the ports are closed."""
+        ds = [self.stop_listener(name) for name in list(self.factories)]
+        self.close()
         return defer.DeferredList(ds)
 
     # -- used by connections ------------------------------------------------
@@ -258,3 +292,22 @@ class SocketServer:
         total_ms = max(0, (request.response_complete_ns or request.start_ns) - request.start_ns) / 1e6
         self.metrics.record_request(api_name, total_ms)
         self.request_logger.log_request(request, api_name, response)
+
+
+class ListenerService(service.Service):
+    """One listener as a service: binds at start, stops accepting and closes its connections
+    at stop. ``socket_server`` is a callable giving the :class:`SocketServer` it belongs to,
+    which exists only once the services before it (the request handlers) have started."""
+
+    def __init__(self, socket_server, endpoint):
+        self.socket_server = socket_server
+        self.endpoint = endpoint
+        self.name = "listener-" + endpoint.listener_name
+
+    def startService(self):
+        super().startService()
+        self.socket_server().listen(self.endpoint)
+
+    def stopService(self):
+        super().stopService()
+        return self.socket_server().stop_listener(self.endpoint.listener_name)
