@@ -1,0 +1,196 @@
+"""A third-party transport package, installed with pip, used by ``twistd kafka`` from config only.
+
+The package is the one docs/plugins.md shows (its ``<!-- file: ... -->`` blocks are written to a
+temporary folder, so doc and test cannot drift). It is installed with pip (offline: no deps, no
+build isolation, no index) into a throwaway virtual environment that sees this environment's
+packages through a ``.pth`` file; the broker runs from there with nothing patched, driven by
+kafka-python, and the package's file must count exactly the responses the request log lists.
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+
+from twisted.trial import unittest
+
+from kafkatw.testing import KafkaBroker
+
+DOC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "plugins.md")
+_FILE = re.compile(r"<!-- file: (\S+) -->\s*```\w*\n(.*?)```", re.S)
+PACKAGE = "counting-transport"
+
+
+def doc_files():
+    """``[(relative path, text)]`` of the files docs/plugins.md shows, in document order."""
+    with open(DOC) as f:
+        return _FILE.findall(f.read())
+
+
+class ThrowawayVenv:
+    """A virtual environment (no pip of its own) that sees this one's packages, plus the example."""
+
+    def __init__(self, root):
+        self.root = root
+        self.src = os.path.join(root, "src")
+        for path, text in doc_files():
+            target = os.path.join(self.src, path)
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            with open(target, "w") as f:
+                f.write(text)
+        self.venv = os.path.join(root, "venv")
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", self.venv], check=True)
+        self.python = os.path.join(self.venv, "bin", "python")
+        purelib = subprocess.run([self.python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                 check=True, stdout=subprocess.PIPE, text=True).stdout.strip()
+        # this environment's site-packages (kafkatw, Twisted, pip, setuptools, clients) as a site
+        # dir of the new one, so its own .pth files (kafkatw's editable install) are read too
+        import kafkatw
+
+        with open(os.path.join(purelib, "kafkatw-test-env.pth"), "w") as f:
+            f.write("import site; site.addsitedir(%r)\n" % sysconfig.get_paths()["purelib"])
+            f.write(os.path.dirname(os.path.dirname(os.path.abspath(kafkatw.__file__))) + "\n")
+        self.pip_output = subprocess.run(
+            [self.python, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index",
+             "--disable-pip-version-check", os.path.join(self.src, PACKAGE)],
+            check=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True).stdout
+        self.purelib = purelib
+
+    def twistd(self):
+        return [self.python, "-c", "import sys; from twisted.scripts.twistd import run; sys.argv[0] = 'twistd'; run()"]
+
+
+_venv = None
+
+
+def throwaway_venv():
+    """Built once per test process (about 3 s), removed at exit."""
+    global _venv
+    if _venv is None:
+        root = tempfile.mkdtemp(prefix="kafkatw-thirdparty-")
+        import atexit
+
+        atexit.register(shutil.rmtree, root, True)
+        _venv = ThrowawayVenv(root)
+    return _venv
+
+
+class VenvBroker(KafkaBroker):
+    """``twistd kafka`` run by the throwaway environment's python."""
+
+    def __init__(self, venv, **kwargs):
+        KafkaBroker.__init__(self, fork_server=False, request_log=True, **kwargs)
+        self.venv = venv
+
+    def command(self):
+        return self.venv.twistd() + self.twistd_args()
+
+
+class DocTests(unittest.SynchronousTestCase):
+    def test_the_doc_shows_a_whole_package(self):
+        self.assertEqual([p for p, _ in doc_files()], [
+            "counting-transport/pyproject.toml", "counting-transport/setup.cfg",
+            "counting-transport/counting_transport/__init__.py",
+            "counting-transport/twisted/plugins/counting_transport_plugin.py",
+            "counting.properties"])
+
+
+class ThirdPartyTransportTests(unittest.SynchronousTestCase):
+    """A real client through a broker whose only listener uses the third-party layer."""
+
+    def setUp(self):
+        self.venv = throwaway_venv()
+        self.dir = os.path.abspath(self.mktemp())
+        os.makedirs(self.dir)
+        self.count_file = os.path.join(self.dir, "responses.txt")
+
+    def test_installed_where_twisted_finds_it(self):
+        self.assertTrue(os.path.exists(os.path.join(self.venv.purelib, "twisted", "plugins",
+                                                    "counting_transport_plugin.py")))
+        self.assertFalse(os.path.exists(os.path.join(self.venv.purelib, "twisted", "__init__.py")))
+        out = subprocess.run([self.venv.python, "-c", "from kafkatw import registry; "
+                              "from kafkatw.network.transport import ITransportLayer; "
+                              "print(registry.plugin_names(ITransportLayer))"],
+                             check=True, stdout=subprocess.PIPE, text=True).stdout
+        self.assertEqual(out.strip(), "['COUNTING', 'PLAINTEXT', 'SSL']")
+        # this environment does not see it: the package is only in the throwaway one
+        from kafkatw import registry
+        from kafkatw.network.transport import ITransportLayer
+
+        self.assertEqual(registry.plugin_names(ITransportLayer), ["PLAINTEXT", "SSL"])
+
+    def run_broker(self, overrides):
+        config = os.path.join(self.dir, "counting.properties")
+        with open(config, "w") as f:
+            f.write(dict(doc_files())["counting.properties"])
+        overrides = dict({"listener.name.plaintext.counting.transport.file": self.count_file}, **overrides)
+        broker = VenvBroker(self.venv, config_file=config, overrides=overrides, topics=[("counted", 1)])
+        self.addCleanup(broker.close)
+        broker.start()
+        return broker
+
+    def produce_and_consume(self, broker):
+        from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+        producer = KafkaProducer(bootstrap_servers=broker.bootstrap_servers, acks=1)
+        try:
+            for i in range(3):
+                producer.send("counted", b"value-%d" % i).get(timeout=10)
+        finally:
+            producer.close()
+        consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap_servers, enable_auto_commit=False,
+                                 auto_offset_reset="earliest")
+        try:
+            tp = TopicPartition("counted", 0)
+            consumer.assign([tp])
+            got = []
+            deadline = time.monotonic() + 15
+            while len(got) < 3 and time.monotonic() < deadline:
+                for records in consumer.poll(timeout_ms=200).values():
+                    got.extend(r.value for r in records)
+        finally:
+            consumer.close()
+        return got
+
+    def check_counted(self, broker):
+        values = self.produce_and_consume(broker)
+        self.assertEqual(values, [b"value-0", b"value-1", b"value-2"])
+        broker.stop()  # clean stop: every request log line is written
+        with open(broker.request_log_path) as f:
+            logged = [json.loads(line.split(":", 1)[1]) for line in f]
+        with open(self.count_file) as f:
+            sizes = [int(line) for line in f]
+        apis = [e["requestHeader"]["requestApiKeyName"] for e in logged]
+        self.assertEqual(apis.count("PRODUCE"), 3)
+        self.assertGreaterEqual(apis.count("FETCH"), 1)
+        # every response went through the third-party layer, one send each
+        self.assertEqual(len(sizes), len(logged))
+        self.assertTrue(all(n > 8 for n in sizes), sizes)
+
+    def test_short_name_from_its_twisted_drop_in(self):
+        broker = self.run_broker({})  # counting.properties says COUNTING
+        self.check_counted(broker)
+
+    def test_dotted_name(self):
+        broker = self.run_broker({"listener.name.plaintext.transport.class":
+                                  "counting_transport.CountingTransportLayer"})
+        self.check_counted(broker)
+
+    def test_its_configure_refusal_is_one_line_and_exit_2(self):
+        config = os.path.join(self.dir, "counting.properties")
+        with open(config, "w") as f:
+            f.write(dict(doc_files())["counting.properties"])
+        proc = subprocess.run(
+            self.venv.twistd() + ["-n", "--pidfile=", "--logfile=" + os.path.join(self.dir, "log"), "kafka",
+                                  "--config", config, "--override", "log.dirs=" + os.path.join(self.dir, "logs"),
+                                  "--override", "listeners=PLAINTEXT://127.0.0.1:0",
+                                  "--override", "listener.name.plaintext.counting.transport.file="],
+            cwd=self.dir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=30)
+        self.assertEqual((proc.returncode, proc.stderr), (2, (
+            "kafkatw: Invalid value COUNTING for configuration listener.name.plaintext.transport.class: "
+            "configure() failed: ValueError: counting.transport.file is not set\n")))
