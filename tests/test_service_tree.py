@@ -157,3 +157,24 @@ class SizesTests(unittest.SynchronousTestCase):
         broker = BrokerService(KafkaConfig.from_properties({"log.dirs": "/nonexistent"}),
                                reactor=MemoryReactorClock())
         self.assertEqual(broker.threadpool.max, 10)
+
+
+class ServerDescriptionTests(unittest.SynchronousTestCase):
+    """A listener's host survives ``serverFromString`` quoting (IPv6 colons, empty = all)."""
+
+    def listen(self, host):
+        from kafkatw.network.listener import server_description
+        from kafkatw.network.settings import Endpoint
+        from twisted.internet.endpoints import serverFromString
+        from twisted.internet.protocol import ServerFactory
+
+        reactor = MemoryReactorClock()
+        description = server_description(Endpoint("L", "PLAINTEXT", host, 9092), 50)
+        serverFromString(reactor, description).listen(ServerFactory())
+        return description, reactor.tcpServers[0][2:]
+
+    def test_hosts(self):
+        self.assertEqual(self.listen("127.0.0.1"), ("tcp:port=9092:interface=127.0.0.1:backlog=50",
+                                                    (50, "127.0.0.1")))
+        self.assertEqual(self.listen("::1"), (r"tcp:port=9092:interface=\:\:1:backlog=50", (50, "::1")))
+        self.assertEqual(self.listen(""), ("tcp:port=9092:interface=:backlog=50", (50, "")))

@@ -15,6 +15,7 @@ from OpenSSL import SSL, crypto
 
 from kafkatw.config import BROKER_CONFIG_DEF, ConfigError, Password
 from kafkatw.network.request import ANONYMOUS_PRINCIPAL
+from kafkatw.network.settings import listener_prefix
 
 SSL_SECURITY_PROTOCOLS = ("SSL", "SASL_SSL")
 
@@ -36,11 +37,6 @@ SSL_KEYS = (
     "ssl.truststore.certificates", "ssl.client.auth", "ssl.enabled.protocols",
     "ssl.cipher.suites", "ssl.principal.mapping.rules",
 )
-
-
-def listener_prefix(listener_name):
-    """Kafka's ``ListenerName.configPrefix``: ``listener.name.<lower-case name>.``."""
-    return "listener.name.%s." % listener_name.lower()
 
 
 def listener_ssl_config(config, listener_name):
