@@ -44,7 +44,28 @@ def _advertised(endpoints, bound_ports):
 class OrderedMultiService(service.MultiService):
     """Children start in the order they were added and stop in reverse, one at a time:
     a child's stop (a Deferred: ports closing) completes before the one it depends on stops.
-    A failing stop is logged and the others still run (the clean-shutdown marker matters)."""
+    A failing stop is logged and the others still run (the clean-shutdown marker matters).
+
+    If a child fails to start, the children already started are stopped (in reverse, without
+    waiting for their Deferreds: the reactor may not run yet) and the error is raised; the one
+    that failed is not stopped (a half-loaded log must not be marked cleanly shut down)."""
+
+    def startService(self):
+        service.Service.startService(self)
+        started = []
+        try:
+            for child in self:
+                child.startService()
+                started.append(child)
+        except BaseException:
+            self.running = 0
+            for child in reversed(started):
+                try:
+                    defer.maybeDeferred(child.stopService).addErrback(
+                        lambda f, name=child.name: log.failure("stopping {name} failed", f, name=name))
+                except Exception:
+                    log.failure("stopping {name} failed", name=child.name)
+            raise
 
     @defer.inlineCallbacks
     def stopService(self):

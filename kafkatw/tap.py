@@ -101,8 +101,23 @@ def makeService(options, stderr=None):
         broker = broker_service.make_broker_service(config)
     except ConfigError as e:
         _fail(e, stderr)
-    if isinstance(broker, service.MultiService):
-        return broker
-    top = service.MultiService()
+    top = KafkaService(stderr)
     broker.setServiceParent(top)
     return top
+
+
+class KafkaService(service.MultiService):
+    """The top of ``twistd kafka``'s tree: a configuration error met while starting (a log dir
+    that cannot be written) is one line on stderr and exit status 2, as one met while building.
+    The broker has stopped what it had started by then."""
+
+    def __init__(self, stderr=None):
+        super().__init__()
+        self.stderr = stderr
+
+    def startService(self):
+        try:
+            super().startService()
+        except ConfigError as e:
+            # twistd has redirected sys.stderr into its log by now; the line goes to the real one
+            _fail(e, self.stderr if self.stderr is not None else sys.__stderr__)

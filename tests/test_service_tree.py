@@ -6,6 +6,7 @@ import os
 
 from twisted.internet import defer
 from twisted.internet.address import IPv4Address
+from twisted.internet.error import CannotListenError
 from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.trial import unittest
 from zope.interface import implementer
@@ -142,6 +143,26 @@ class ServiceTreeTests(unittest.TestCase):
         closing.callback(None)
         self.assertEqual(self.events, [("stop", name) for name in reversed(ORDER)])
         self.successResultOf(d)
+
+    def test_a_failed_start_stops_what_had_started(self):
+        listen = self.reactor.listenTCP
+
+        def listen_tcp(port, factory, backlog=50, interface=""):
+            if port == 19093:
+                raise CannotListenError(interface, port, OSError(98, "Address already in use"))
+            return listen(port, factory, backlog, interface)
+
+        self.reactor.listenTCP = listen_tcp
+        broker = self.broker()
+        self.assertRaises(CannotListenError, broker.startService)
+        self.assertFalse(broker.running)
+        started = ORDER[:-1]
+        self.assertEqual(self.events, [("start", name) for name in ORDER] +
+                         [("stop", name) for name in reversed(started)])
+        self.assertFalse(broker.threadpool.started)
+        marker = os.path.join(self.props["log.dirs"], checkpoint.CLEAN_SHUTDOWN_FILE)
+        self.assertTrue(os.path.exists(marker))  # the logs had loaded: closed cleanly
+        self.assertFalse(os.path.exists(self.ready))
 
     def test_bad_transport_is_refused_while_building(self):
         self.props["listener.name.external.transport.class"] = "SSH"

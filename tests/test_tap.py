@@ -117,10 +117,24 @@ class MakeServiceTests(SynchronousTestCase):
         self.assertIsInstance(config, KafkaConfig)
         self.assertEqual(config["num.partitions"], 4)
 
-    def test_multiservice_returned_as_is(self):
+    def test_broker_is_the_only_child(self):
         multi = service.MultiService()
         FakeBrokerModule(self, result=multi)
-        self.assertIs(tap.makeService(self.options()), multi)
+        top = tap.makeService(self.options())
+        self.assertIsInstance(top, tap.KafkaService)
+        self.assertEqual(list(top), [multi])
+
+    def test_config_error_while_starting_is_one_line_and_exit_2(self):
+        class Failing(service.Service):
+            def startService(self):
+                raise ConfigError("log dir /x is not writable")
+
+        FakeBrokerModule(self, result=Failing())
+        err = io.StringIO()
+        top = tap.makeService(self.options(), stderr=err)
+        e = self.assertRaises(SystemExit, top.startService)
+        self.assertEqual(e.code, 2)
+        self.assertEqual(err.getvalue(), "kafkatw: log dir /x is not writable\n")
 
     def test_bad_config_is_one_line_and_exit_2(self):
         fake = FakeBrokerModule(self, result=service.Service())
@@ -178,6 +192,18 @@ class TwistdPluginTests(SynchronousTestCase):
         self.assertEqual(proc.returncode, 2, proc.stdout + proc.stderr)
         self.assertEqual(proc.stderr, "kafkatw: Invalid value 0 for configuration "
                                       "num.io.threads: Value must be at least 1\n")
+
+    def test_config_error_met_while_starting_one_line_on_stderr(self):
+        if not os.path.exists(TWISTD):
+            raise self.skipTest("no twistd next to %s" % (sys.executable,))
+        blocker = os.path.abspath(self.mktemp())
+        with open(blocker, "w"):
+            pass  # a file where a log dir should be created
+        proc = self.run_twistd("-n", "--pidfile=", "kafka", "--override", "log.dirs=%s/logs" % blocker,
+                               "--override", "listeners=PLAINTEXT://127.0.0.1:0")
+        self.assertEqual(proc.returncode, 2, proc.stdout + proc.stderr)
+        self.assertEqual(proc.stderr, "kafkatw: cannot start the broker: [Errno 20] Not a directory: "
+                                      "'%s/logs'\n" % blocker)
 
 
 #: What pyOpenSSL loads: cryptography's compiled bindings (pyOpenSSL itself is pure Python).
