@@ -16,12 +16,12 @@ from twisted.internet.protocol import ServerFactory
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from kafkatw import registry
 from kafkatw.network.channel import RequestChannel
 from kafkatw.network.metrics import NetworkMetrics
 from kafkatw.network.request_log import RequestLogger
 from kafkatw.network.settings import SocketServerSettings, listener_prefix
 from kafkatw.network.transport import ITransportLayer
-from kafkatw import registry
 
 
 def server_description(endpoint, backlog):
