@@ -126,6 +126,7 @@ class ScriptedHandler:
 class ManualTransportLayer:
     """Writes the parts at once but lets the test say when they are 'fully written'."""
 
+    security_protocols = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
     batch_answers = False
 
     def __init__(self, auto=False):

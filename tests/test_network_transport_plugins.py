@@ -56,8 +56,19 @@ class BuiltInTests(unittest.TestCase):
         self.assertIs(TlsTransportLayer.batch_answers, False)
 
     def test_a_listener_name_picks_another_layer(self):
-        layer = load_transport_layer(Endpoint("L", "PLAINTEXT", "h", 0), "ssl")
-        self.assertIs(type(layer), TlsTransportLayer)
+        layer = load_transport_layer(Endpoint("L", "SASL_PLAINTEXT", "h", 0), __name__ + ".CountingLayer")
+        self.assertIs(type(layer), CountingLayer)
+
+    def test_a_plaintext_layer_never_serves_a_tls_listener(self):
+        e = self.assertRaises(ConfigError, load_transport_layer, Endpoint("EXTERNAL", "SSL", "h", 0),
+                              "plaintext")
+        self.assertEqual(str(e), "Invalid value plaintext for configuration listener.name.external."
+                         "transport.class: it serves PLAINTEXT, SASL_PLAINTEXT listeners, not SSL "
+                         "(listener EXTERNAL)")
+
+    def test_nor_the_tls_layer_a_plaintext_one(self):
+        e = self.assertRaises(ConfigError, load_transport_layer, Endpoint("L", "PLAINTEXT", "h", 0), "SSL")
+        self.assertIn("it serves SSL, SASL_SSL listeners, not PLAINTEXT (listener L)", str(e))
 
 
 class SettingsTests(unittest.TestCase):
@@ -98,6 +109,8 @@ class RefusedTests(unittest.TestCase):
     def test_injected_layer_is_verified_too(self):
         e = self.assertRaises(ConfigError, self.server(None, {"PLAINTEXT": SendOnlyLayer()}).start)
         self.assertIn("does not provide ITransportLayer", str(e))
+        e = self.assertRaises(ConfigError, self.server(None, {"PLAINTEXT": TlsTransportLayer()}).start)
+        self.assertIn("it serves SSL, SASL_SSL listeners, not PLAINTEXT", str(e))
 
     def test_object_not_declaring_the_interface_is_refused(self):
         e = self.assertRaises(ConfigError, self.server("collections.OrderedDict").start)

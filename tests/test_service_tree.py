@@ -28,6 +28,7 @@ ORDER = ["threadpool", "metadata", "log-manager", "replica-manager", "group-coor
 class StringTransportLayer:
     """Writes a response's bytes to a ``StringTransport`` at once (no socket to sendfile to)."""
 
+    security_protocols = ("PLAINTEXT",)
     batch_answers = False
 
     def send(self, transport, parts):

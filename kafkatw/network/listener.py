@@ -17,6 +17,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from kafkatw import registry
+from kafkatw.config import ConfigError
 from kafkatw.network.channel import RequestChannel
 from kafkatw.network.metrics import NetworkMetrics
 from kafkatw.network.request_log import RequestLogger
@@ -72,11 +73,24 @@ def load_transport_layer(endpoint, name=None, configs=None):
     dotted name) if given, else the one registered under the listener's security protocol.
 
     Raises :class:`kafkatw.config.ConfigError` (one line naming the key) when it cannot be
-    loaded or does not provide the interface.
+    loaded, does not provide the interface or is not made for the listener's protocol.
     """
+    value = name or endpoint.security_protocol
+    layer = registry.load(transport_key(endpoint.listener_name), value, ITransportLayer,
+                          configs=dict(configs or {}))
+    return check_transport_layer(endpoint, value, layer)
+
+
+def check_transport_layer(endpoint, value, layer):
+    """``layer`` if it provides ``ITransportLayer`` and serves ``endpoint``'s security protocol
+    (fail closed: a plaintext layer on a TLS listener would send records unencrypted)."""
     key = transport_key(endpoint.listener_name)
-    return registry.load(key, name or endpoint.security_protocol, ITransportLayer,
-                         configs=dict(configs or {}))
+    registry.check(key, value, ITransportLayer, layer)
+    protocols = tuple(layer.security_protocols)
+    if endpoint.security_protocol not in protocols:
+        raise ConfigError.invalid(key, value, "it serves %s listeners, not %s (listener %s)" % (
+            ", ".join(protocols) or "no", endpoint.security_protocol, endpoint.listener_name))
+    return layer
 
 
 class KafkaListenerFactory(ServerFactory):
@@ -201,7 +215,7 @@ class SocketServer:
             layer = load_transport_layer(endpoint, self.settings.transport_classes.get(name),
                                          self.settings.listener_configs.get(name))
         else:
-            registry.check(transport_key(name), type(layer).__name__, ITransportLayer, layer)
+            check_transport_layer(endpoint, type(layer).__name__, layer)
         self.transport_layers[name] = layer
         factory = KafkaListenerFactory(self, endpoint, layer)
         self.factories[endpoint.listener_name] = factory

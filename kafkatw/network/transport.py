@@ -42,6 +42,11 @@ class ITransportLayer(Interface):
     file, not the socket, failed: the broker then takes that log dir offline).
     """
 
+    security_protocols = Attribute(
+        "The security protocols of the listeners this layer may serve, e.g. ('SSL', 'SASL_SSL'). "
+        "A listener refuses a layer not made for its protocol: one that writes to the socket "
+        "itself (sendfile) would bypass TLS.")
+
     batch_answers = Attribute(
         "True when answers given within one read of a connection are best held and handed over "
         "together by one send_now (each send costs a syscall, as plaintext's sendmsg); False "
@@ -383,6 +388,7 @@ def wait_for_drain(transport):
 class PlaintextTransportLayer:
     """PLAINTEXT / SASL_PLAINTEXT: regions go out with ``os.sendfile``."""
 
+    security_protocols = ("PLAINTEXT", "SASL_PLAINTEXT")
     batch_answers = True
 
     def send(self, transport, parts):
@@ -398,6 +404,7 @@ class PlaintextTransportLayer:
 class TlsTransportLayer:
     """SSL / SASL_SSL: regions are read in 32 KiB chunks and written through TLS."""
 
+    security_protocols = ("SSL", "SASL_SSL")
     batch_answers = False  # TLS coalesces in its own buffer
 
     def __init__(self, chunk_size=CHUNK_SIZE):
