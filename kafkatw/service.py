@@ -15,9 +15,15 @@ from twisted.application import service
 from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.threadpool import ThreadPool
+from zope.interface import implementer
 
 from kafkatw.config import ConfigError
-from kafkatw.config.dynamic import DynamicBrokerConfig, split_persisted
+from kafkatw.config.dynamic import (
+    BACKGROUND_THREADS_CONFIGS,
+    DynamicBrokerConfig,
+    IBrokerReconfigurable,
+    split_persisted,
+)
 
 log = Logger(namespace="kafkatw.service")
 
@@ -96,6 +102,22 @@ class ThreadPoolService(service.Service):
         self.pool.stop()
 
 
+@implementer(IBrokerReconfigurable)
+class DynamicBackgroundThreads:
+    """``background.threads`` resizes the pool live (threads beyond the new size end when idle)."""
+
+    reconfigurable_configs = BACKGROUND_THREADS_CONFIGS
+
+    def __init__(self, pool):
+        self.pool = pool
+
+    def validate_reconfiguration(self, new_config):
+        pass  # the config type already requires at least 1
+
+    def reconfigure(self, old_config, new_config):
+        self.pool.adjustPoolsize(maxthreads=new_config["background.threads"])
+
+
 class _BrokerPart(service.Service):
     """A child that builds one component of ``broker`` when it starts and keeps it there."""
 
@@ -126,6 +148,9 @@ class MetadataService(_BrokerPart):
                 b._persisted_dynamic(b.metadata.default_broker_configs, "default cluster"))
         b.dynamic_config = DynamicBrokerConfig(b.config)
         b.dynamic_config.add_config_listener(b._config_changed)
+        threads = DynamicBackgroundThreads(b.threadpool)
+        threads.reconfigure(None, b.config)  # a persisted background.threads
+        b.dynamic_config.add_reconfigurable(threads)
 
 
 class LogManagerService(_BrokerPart):

@@ -130,6 +130,26 @@ class ServiceTreeTests(unittest.TestCase):
         marker = os.path.join(self.props["log.dirs"], checkpoint.CLEAN_SHUTDOWN_FILE)
         self.assertTrue(os.path.exists(marker))
 
+    def test_background_threads_is_dynamic(self):
+        self.props["background.threads"] = "4"
+        broker = self.broker()
+        broker.startService()
+        self.addCleanup(broker.stopService)
+        self.assertEqual(broker.threadpool.max, 4)
+        broker.dynamic_config.update(dynamic_broker={"background.threads": "6"})
+        self.assertEqual((broker.threadpool.max, broker.config["background.threads"]), (6, 6))
+
+    def test_a_persisted_background_threads_sizes_the_pool_at_start(self):
+        broker = self.broker()
+        broker.startService()
+        broker.metadata.set_broker_configs({"background.threads": "2"})
+        self.successResultOf(broker.stopService())
+        broker = self.broker()
+        self.assertEqual(broker.threadpool.max, 3)  # the static value, until metadata is read
+        broker.startService()
+        self.addCleanup(broker.stopService)
+        self.assertEqual(broker.threadpool.max, 2)
+
     def test_a_stop_waits_for_the_one_after_it(self):
         """The socket server closes only after every listener's port has closed."""
         broker = self.broker()

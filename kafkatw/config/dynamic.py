@@ -24,6 +24,8 @@ SOCKET_SERVER_CONFIGS = frozenset(
     ["max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides"])
 #: Concurrent request handling (Kafka's DynamicThreadPool).
 THREAD_POOL_CONFIGS = frozenset(["num.io.threads"])
+#: The pool for blocking disk work (also part of Kafka's DynamicThreadPool).
+BACKGROUND_THREADS_CONFIGS = frozenset(["background.threads"])
 #: Idle producer expiry (Kafka's DynamicProducerStateManagerConfig, less the verification
 #: switch kafkatw does not implement).
 PRODUCER_STATE_CONFIGS = frozenset(["producer.id.expiration.ms"])
@@ -33,7 +35,7 @@ PRODUCER_STATE_CONFIGS = frozenset(["producer.id.expiration.ms"])
 #: creation rate); kafkatw refuses those with Kafka's "Cannot update these configs dynamically"
 #: rather than store a value that would not be in force.
 DYNAMIC_BROKER_CONFIGS = (LOG_CONFIGS | LOG_CLEANER_CONFIGS | SOCKET_SERVER_CONFIGS
-                          | THREAD_POOL_CONFIGS | PRODUCER_STATE_CONFIGS)
+                          | THREAD_POOL_CONFIGS | BACKGROUND_THREADS_CONFIGS | PRODUCER_STATE_CONFIGS)
 
 
 class IBrokerReconfigurable(Interface):
