@@ -288,6 +288,7 @@ class BrokerService(OrderedMultiService):
         self.group_coordinator = None
         self.apis = None
         self.socket_server = None
+        self.stall_probe = None
 
         # Decided by config alone, so checked before anything starts. The TLS stack (pyOpenSSL,
         # cryptography) is imported only when a listener needs it.
@@ -325,6 +326,11 @@ class BrokerService(OrderedMultiService):
         for ep in config.advertised_listeners:
             log.info("Broker {node} advertises {name} {proto}://{host}:{port}", node=config.node_id,
                      name=ep.listener_name, proto=ep.security_protocol, host=ep.host, port=ep.port)
+        if config["kafkatw.reactor.stall.probe.ms"] > 0:
+            # from here on nothing may hold the reactor: clients are being served
+            from kafkatw.stall_probe import StallProbe
+            self.stall_probe = StallProbe(self.reactor, config["kafkatw.reactor.stall.probe.ms"])
+            self.stall_probe.start()
         self._write_ready_file(bound)
         log.info("kafkatw broker {node} started (cluster {cluster})", node=config.node_id,
                  cluster=self.metadata.cluster_id)
@@ -365,5 +371,7 @@ class BrokerService(OrderedMultiService):
     # -- stop --------------------------------------------------------------------------------
     @defer.inlineCallbacks
     def stopService(self):
+        if self.stall_probe is not None:
+            self.stall_probe.stop()  # shutdown flushes on the reactor thread, by design
         yield super().stopService()
         log.info("kafkatw broker stopped cleanly")

@@ -317,6 +317,9 @@ _d("kafkatw.request.log.file", STRING, None, None, LOW,
    "'kafka.request.logger'.")
 _d("kafkatw.ready.file", STRING, None, None, LOW,
    "When set, a JSON file describing the bound listeners is written once the broker listens.")
+_d("kafkatw.reactor.stall.probe.ms", INT, 0, at_least(0), LOW,
+   "When positive, a timer runs every this many ms and logs 'reactor stall: N ms' whenever it "
+   "runs that much late or more (work holding the reactor thread); 0 disables it.")
 
 del _d
 

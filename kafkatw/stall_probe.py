@@ -1,0 +1,54 @@
+"""The reactor stall probe: a timer that asks to run every few milliseconds and logs how late
+it ran, so work that holds the reactor thread (an fsync, a long loop) shows up as a number.
+
+It owns the measurement and its log line only; it does not know what stalled the reactor.
+Enabled by ``kafkatw.reactor.stall.probe.ms`` (off by default; tests and diagnosis turn it on).
+"""
+
+from twisted.logger import Logger
+
+log = Logger(namespace="kafkatw.stall_probe")
+
+#: The log line tests and operators grep for; ``{late_ms}`` is the lateness in whole ms.
+STALL_FORMAT = "reactor stall: {late_ms} ms"
+
+
+class StallProbe:
+    """Asks ``reactor`` for a call every ``interval_ms``; a call that comes later than that by
+    at least ``interval_ms`` more is a stall: logged (``STALL_FORMAT``) and kept in
+    ``max_late_ms``. The reactor runs timers before I/O in each iteration, so a stall in one
+    iteration is logged at the start of the next."""
+
+    def __init__(self, reactor, interval_ms):
+        if interval_ms <= 0:
+            raise ValueError("stall probe interval must be positive, got %r" % (interval_ms,))
+        self._reactor = reactor
+        self.interval = interval_ms / 1000.0
+        self.max_late_ms = 0
+        self.stalls = 0
+        self._due = None
+        self._call = None
+
+    def start(self):
+        self._schedule()
+
+    def stop(self):
+        if self._call is not None and self._call.active():
+            self._call.cancel()
+        self._call = None
+
+    @property
+    def running(self):
+        return self._call is not None
+
+    def _schedule(self):
+        self._due = self._reactor.seconds() + self.interval
+        self._call = self._reactor.callLater(self.interval, self._tick)
+
+    def _tick(self):
+        late_ms = int((self._reactor.seconds() - self._due) * 1000)
+        if late_ms >= self.interval * 1000:
+            self.stalls += 1
+            self.max_late_ms = max(self.max_late_ms, late_ms)
+            log.warn(STALL_FORMAT, late_ms=late_ms)
+        self._schedule()

@@ -1,0 +1,42 @@
+"""The reactor stall probe on a task.Clock: what counts as a stall, what is logged."""
+
+from twisted.internet import task
+from twisted.logger import LogLevel, globalLogPublisher
+from twisted.trial import unittest
+
+from kafkatw.stall_probe import StallProbe
+
+
+class StallProbeTests(unittest.SynchronousTestCase):
+    def setUp(self):
+        self.clock = task.Clock()
+        self.events = []
+        globalLogPublisher.addObserver(self.events.append)
+        self.addCleanup(globalLogPublisher.removeObserver, self.events.append)
+        self.probe = StallProbe(self.clock, 10)
+        self.probe.start()
+        self.addCleanup(self.probe.stop)
+
+    def stall_lines(self):
+        return [e["late_ms"] for e in self.events
+                if e.get("log_namespace") == "kafkatw.stall_probe" and e["log_level"] == LogLevel.warn]
+
+    def test_on_time_ticks_are_not_stalls(self):
+        for _ in range(50):
+            self.clock.advance(0.010)
+        self.assertEqual((self.probe.stalls, self.probe.max_late_ms, self.stall_lines()), (0, 0, []))
+
+    def test_a_late_tick_is_logged_with_its_lateness(self):
+        self.clock.advance(0.010)
+        self.clock.advance(0.250)  # the reactor was held for 240 ms past the next tick
+        self.clock.advance(0.019)  # 9 ms late: under one interval, not a stall
+        self.assertEqual(self.stall_lines(), [240])
+        self.assertEqual((self.probe.stalls, self.probe.max_late_ms), (1, 240))
+
+    def test_stop_cancels_the_timer(self):
+        self.probe.stop()
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+        self.assertFalse(self.probe.running)
+
+    def test_interval_must_be_positive(self):
+        self.assertRaises(ValueError, StallProbe, self.clock, 0)
