@@ -140,7 +140,8 @@ class MetadataService(_BrokerPart):
             os.makedirs(d, exist_ok=True)
             if not os.access(d, os.W_OK):
                 raise ConfigError("log dir %s is not writable" % d)
-        b.metadata = ClusterMetadata.load(b.config.log_dirs, b.config.node_id)
+        b.metadata = ClusterMetadata.load(b.config.log_dirs, b.config.node_id, reactor=b.reactor,
+                                          threadpool=b.threadpool)
         if b.metadata.broker_configs or b.metadata.default_broker_configs:
             # dynamic broker configs (AlterConfigs) persisted by an earlier run
             b.config = b.config.with_dynamic(

@@ -3,6 +3,7 @@
 import json
 import os
 
+from twisted.internet import defer
 from twisted.trial import unittest
 
 from kafkatw.cluster import metadata as md
@@ -52,7 +53,7 @@ class ClusterMetadataTests(unittest.SynchronousTestCase):
     def test_create_and_query(self):
         events = []
         self.meta.add_listener(lambda ev, info: events.append((ev, info.name)))
-        info = self.meta.create_topic("t1", 3, {"cleanup.policy": "compact"})
+        info = self.successResultOf(self.meta.create_topic("t1", 3, {"cleanup.policy": "compact"}))
         self.assertEqual(len(info.topic_id), 16)
         self.assertEqual(self.meta.partition_count("t1"), 3)
         self.assertEqual(self.meta.leader("t1", 2), 1)
@@ -78,25 +79,25 @@ class ClusterMetadataTests(unittest.SynchronousTestCase):
         self.assertEqual(cm.exception.message, "Topic 'a_b' collides with existing topic: a.b")
 
     def test_internal_flag(self):
-        self.assertTrue(self.meta.create_topic("__consumer_offsets", 2).is_internal)
-        self.assertFalse(self.meta.create_topic("plain", 1).is_internal)
+        self.assertTrue(self.successResultOf(self.meta.create_topic("__consumer_offsets", 2)).is_internal)
+        self.assertFalse(self.successResultOf(self.meta.create_topic("plain", 1)).is_internal)
 
     def test_reload(self):
-        info = self.meta.create_topic("t1", 2, {"retention.ms": "1000"})
+        info = self.successResultOf(self.meta.create_topic("t1", 2, {"retention.ms": "1000"}))
         self.meta.create_topic("gone", 1)
         self.meta.delete_topic("gone")
-        pid = self.meta.next_producer_id()
+        pid = self.successResultOf(self.meta.next_producer_id())
         again = md.ClusterMetadata.load(self.dirs, node_id=1)
         self.assertEqual(again.cluster_id, self.meta.cluster_id)
         self.assertEqual(list(again.topics), ["t1"])
         self.assertEqual(again.get_topic("t1"), info)
-        self.assertGreater(again.next_producer_id(), pid)
+        self.assertGreater(self.successResultOf(again.next_producer_id()), pid)
 
     def test_producer_ids_unique_across_restarts(self):
-        seen = {self.meta.next_producer_id() for _ in range(5)}
+        seen = {self.successResultOf(self.meta.next_producer_id()) for _ in range(5)}
         for _ in range(3):
             m = md.ClusterMetadata.load(self.dirs, node_id=1)
-            ids = {m.next_producer_id() for _ in range(3)}
+            ids = {self.successResultOf(m.next_producer_id()) for _ in range(3)}
             self.assertFalse(ids & seen)
             seen |= ids
 
@@ -139,3 +140,114 @@ class ClusterMetadataTests(unittest.SynchronousTestCase):
         with self.assertRaises(KafkaError) as cm:
             self.meta.delete_topic("nope")
         self.assertEqual(cm.exception.code, errors.UNKNOWN_TOPIC_OR_PARTITION)
+
+
+class QueuedWrites(md.ClusterMetadata):
+    """Writes wait in ``queue`` until the test runs them (as a busy thread pool would)."""
+
+    def __init__(self, *a, **kw):
+        md.ClusterMetadata.__init__(self, *a, **kw)
+        self.queue = []
+
+    def _run_blocking(self, fn, *args):
+        d = defer.Deferred()
+        self.queue.append((fn, args, d))
+        return d
+
+    def run_write(self, fail=None):
+        fn, args, d = self.queue.pop(0)
+        if fail is not None:
+            d.errback(fail)
+            return
+        d.callback(fn(*args))
+
+
+class StagedWritesTests(unittest.SynchronousTestCase):
+    """Changes are validated at once, written off the reactor one write at a time, and
+    published (listeners, queries, the caller's Deferred) in order once durable."""
+
+    def setUp(self):
+        self.dirs = [os.path.join(self.mktemp(), "d0")]
+        self.meta = QueuedWrites.load(self.dirs, node_id=1)
+        self.events = []
+        self.meta.add_listener(lambda ev, info: self.events.append((ev, info.name)))
+
+    def on_disk(self):
+        with open(self.meta.metadata_path) as f:
+            return [t["name"] for t in json.load(f)["topics"]]
+
+    def test_created_topic_is_published_once_durable(self):
+        d = self.meta.create_topic("t", 2)
+        self.assertNoResult(d)
+        self.assertEqual((self.meta.get_topic("t"), self.events, self.on_disk()), (None, [], []))
+        with self.assertRaises(KafkaError) as cm:
+            self.meta.create_topic("t", 1)  # accepted already: refused as Kafka's controller does
+        self.assertEqual(cm.exception.code, errors.TOPIC_ALREADY_EXISTS)
+        self.meta.run_write()
+        info = self.successResultOf(d)
+        self.assertIs(self.meta.get_topic("t"), info)
+        self.assertEqual((self.events, self.on_disk()), ([(md.TOPIC_CREATED, "t")], ["t"]))
+
+    def test_one_write_at_a_time_covering_everything_staged_before_it(self):
+        first = self.meta.create_topic("a", 1)
+        second = self.meta.create_topic("b", 1)
+        third = self.meta.delete_topic("a")
+        self.assertEqual(len(self.meta.queue), 1)  # the second waits for the first write
+        self.meta.run_write()
+        self.successResultOf(first)
+        self.assertNoResult(second)
+        self.assertEqual(len(self.meta.queue), 1)
+        self.meta.run_write()  # one write for "b" and the deletion of "a"
+        self.assertEqual(self.meta.queue, [])
+        self.successResultOf(second)
+        self.successResultOf(third)
+        self.assertEqual(self.events, [(md.TOPIC_CREATED, "a"), (md.TOPIC_CREATED, "b"),
+                                       (md.TOPIC_DELETED, "a")])
+        self.assertEqual((sorted(self.meta.topics), self.on_disk()), (["b"], ["b"]))
+
+    def test_a_slow_listener_holds_publication_and_later_changes(self):
+        logs = defer.Deferred()
+        self.meta.add_listener(lambda ev, info: logs if ev == md.TOPIC_CREATED else None)
+        created = self.meta.create_topic("t", 1)
+        deleted = self.meta.delete_topic("t")
+        self.meta.run_write()
+        self.meta.run_write()
+        self.assertNoResult(created)
+        self.assertIsNone(self.meta.get_topic("t"))  # not visible before its logs exist
+        self.assertEqual(self.events, [(md.TOPIC_CREATED, "t")])
+        logs.callback(None)
+        self.successResultOf(created)
+        self.successResultOf(deleted)
+        self.assertEqual(self.events, [(md.TOPIC_CREATED, "t"), (md.TOPIC_DELETED, "t")])
+        self.assertIsNone(self.meta.get_topic("t"))
+
+    def test_failed_write_fails_what_is_pending_and_forgets_it(self):
+        kept = self.meta.create_topic("kept", 1)
+        self.meta.run_write()
+        self.successResultOf(kept)
+        lost = self.meta.create_topic("lost", 1)
+        queued = self.meta.alter_topic_configs("kept", {"retention.ms": "5"})
+        self.meta.run_write(fail=OSError(28, "No space left on device"))
+        self.failureResultOf(lost, OSError)
+        self.failureResultOf(queued, OSError)
+        self.assertEqual(len(self.flushLoggedErrors(OSError)), 1)
+        self.assertEqual((sorted(self.meta.topics), self.on_disk(), self.meta.queue), (["kept"], ["kept"], []))
+        self.assertEqual(self.meta.get_topic("kept").configs, {})
+        again = self.meta.create_topic("lost", 1)  # the name is free again
+        self.meta.run_write()
+        self.successResultOf(again)
+
+    def test_producer_ids_wait_for_their_block(self):
+        first = self.meta.next_producer_id()
+        self.assertNoResult(first)
+        self.meta.run_write()
+        self.assertEqual(self.successResultOf(first), 0)
+        for expected in range(1, md.PRODUCER_ID_BLOCK_SIZE):
+            self.assertEqual(self.successResultOf(self.meta.next_producer_id()), expected)
+        self.assertEqual(self.meta.queue, [])
+        nxt = self.meta.next_producer_id()
+        self.assertNoResult(nxt)
+        self.meta.run_write()
+        self.assertEqual(self.successResultOf(nxt), md.PRODUCER_ID_BLOCK_SIZE)
+        with open(self.meta.metadata_path) as f:
+            self.assertEqual(json.load(f)["producer_id_block_end"], 2 * md.PRODUCER_ID_BLOCK_SIZE)

@@ -94,6 +94,12 @@ class FakeLogManager:
     def get_or_create_log(self, topic, partition, topic_id, overrides):
         self.created.append((topic, partition, topic_id, dict(overrides)))
 
+    def create_logs(self, topic, partitions, topic_id, overrides):
+        for p in partitions:
+            if self.get_log(topic, p) is None:
+                self.get_or_create_log(topic, p, topic_id, overrides)
+        return defer.succeed(None)
+
     def delete_log(self, topic, partition):
         self.deleted.append((topic, partition))
 
@@ -148,7 +154,7 @@ class ApisFixture:
         return result
 
     def create_topic(self, name, partitions=1, configs=None):
-        return self.metadata.create_topic(name, partitions, configs)
+        return self.successResultOf(self.metadata.create_topic(name, partitions, configs))
 
 
 class BoomHandler:

@@ -5,7 +5,7 @@ offline log dirs, compaction."""
 import errno
 import os
 
-from twisted.internet import task
+from twisted.internet import defer, task
 from twisted.trial import unittest
 
 from kafkatw.protocol import errors, records
@@ -126,6 +126,43 @@ class LoadTest(ManagerBase):
         self.clock.advance(1.0)
         self.assertEqual([n for n in os.listdir(os.path.dirname(old)) if n.endswith("-delete")],
                          [])
+
+
+class CreateLogsTest(ManagerBase):
+    """create_logs: a topic's logs made in one piece of blocking work, attached after it."""
+
+    def test_creates_missing_logs_spread_over_dirs(self):
+        mgr = self.make()
+        mgr.get_or_create_log("t", 1, None, {})
+        d = mgr.create_logs("t", range(4), b"\x02" * 16, {"retention.ms": "5"})
+        self.successResultOf(d)
+        logs = [mgr.get_log("t", p) for p in range(4)]
+        self.assertEqual([lg.topic_id for lg in logs], [b"\x02" * 16] * 4)  # t-1's id set too
+        self.assertEqual([logs[p].config.retention_ms for p in (0, 2, 3)], [5] * 3)
+        per_dir = sorted(sum(1 for lg in logs if os.path.dirname(lg.dir) == d) for d in mgr.log_dirs)
+        self.assertEqual(per_dir, [2, 2])
+        mgr.shutdown()
+
+    def test_logs_are_attached_only_after_the_blocking_work(self):
+        mgr = self.make()
+        work = []
+        mgr.run_blocking = lambda fn, *args: work.append((fn, args)) or defer.Deferred()
+        mgr.create_logs("t", range(3), None, {})
+        self.assertEqual((len(work), mgr.all_logs()), (1, []))
+        self.assertEqual([os.listdir(d) for d in mgr.log_dirs], [[], []])
+        fn, args = work[0]
+        made = fn(*args)
+        self.assertEqual(mgr.all_logs(), [])  # the thread made files, not broker state
+        self.assertEqual(sorted(p for p, _, _ in made), [0, 1, 2])
+
+    def test_io_error_takes_the_dir_offline_and_fails(self):
+        mgr = self.make(dirs=[os.path.join(self.mktemp(), "only")])
+        blocker = os.path.join(mgr.log_dirs[0], "t-0")
+        with open(blocker, "w") as f:  # a file where the partition directory should go
+            f.write("x")
+        failure = self.failureResultOf(mgr.create_logs("t", range(2), None, {}), KafkaError)
+        self.assertEqual(failure.value.code, errors.KAFKA_STORAGE_ERROR)
+        self.assertEqual(mgr.offline_dirs, frozenset(mgr.log_dirs))
 
 
 class RetentionTest(ManagerBase):

@@ -12,7 +12,9 @@ import re
 import uuid
 
 import attr
+from twisted.internet import defer, threads
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from kafkatw.protocol import errors
 from kafkatw.protocol.errors import KafkaError
@@ -172,23 +174,46 @@ def read_partition_metadata_topic_id(partition_dir):
     return None
 
 
+class _Staged:
+    """What the state file holds: topics by name and id, the producer-id block end, dynamic
+    broker configs. The reactor changes it; a write gets a :meth:`copy`."""
+
+    __slots__ = ("topics", "by_id", "producer_id_block_end", "broker_configs", "default_broker_configs")
+
+    def __init__(self, topics=None, by_id=None, producer_id_block_end=0, broker_configs=None,
+                 default_broker_configs=None):
+        self.topics = topics if topics is not None else {}
+        self.by_id = by_id if by_id is not None else {}
+        self.producer_id_block_end = producer_id_block_end
+        self.broker_configs = broker_configs if broker_configs is not None else {}
+        self.default_broker_configs = default_broker_configs if default_broker_configs is not None else {}
+
+    def copy(self):
+        return _Staged(dict(self.topics), dict(self.by_id), self.producer_id_block_end,
+                       self.broker_configs, self.default_broker_configs)
+
+
 class ClusterMetadata:
     """Single-node metadata: what Kafka's MetadataCache and controller hold, for one node.
 
     ``ClusterMetadata.load(log_dirs, node_id)`` reads (or initialises) the persisted state.
-    Mutations (:meth:`create_topic`, :meth:`delete_topic`, :meth:`next_producer_id`) are
-    persisted before they return. The writes are small and rare, so they run on the caller's
-    thread (fsync included).
+    Mutations (:meth:`create_topic`, :meth:`delete_topic`, :meth:`next_producer_id`...)
+    validate at once against the staged state (what Kafka's controller has accepted: pending
+    changes included) and return a Deferred. The state file is written (fsync, rename) in the
+    thread pool, one write at a time, each covering every change staged before it started;
+    once a change is durable its listeners run (in order, each change after the previous one's
+    listeners finished), then queries see it and the Deferred fires. Without a thread pool
+    (tests) the write runs inline and the Deferred has fired on return.
     """
 
-    def __init__(self, log_dirs, node_id, cluster_id=None, rack=None):
+    def __init__(self, log_dirs, node_id, cluster_id=None, rack=None, reactor=None, threadpool=None):
         if isinstance(log_dirs, str):
             log_dirs = [d for d in log_dirs.split(",") if d]
         self.log_dirs = list(log_dirs)
         self.node_id = node_id
         self.cluster_id = cluster_id
         self.rack = rack
-        self.topics = {}  # name -> TopicInfo
+        self.topics = {}  # name -> TopicInfo, published: durable and announced to listeners
         self._by_id = {}  # topic id -> TopicInfo
         self._producer_id_next = 0
         self._producer_id_block_end = 0  # persisted: ids below it may have been handed out
@@ -197,19 +222,35 @@ class ClusterMetadata:
         self.broker_configs = {}
         self.default_broker_configs = {}
         self._listeners = []
+        self._reactor = reactor
+        self._threadpool = threadpool
+        # The staged state: published plus accepted changes not yet applied. TopicInfo and
+        # config dicts are never changed in place (a change stages a new object), so a write
+        # in the thread pool reads a snapshot the reactor no longer touches.
+        self._staged = _Staged()
+        self._staged_version = 0  # bumped by every staged change
+        self._durable_version = 0  # the staged version the file on disk holds
+        self._durable_state = None
+        self._writing = False
+        self._waiting = []  # [(version, Deferred fired when that version is durable)]
+        self._applied = defer.succeed(None)  # tail of the in-order apply chain
 
     # -- loading / persistence ---------------------------------------------------------
 
     @classmethod
-    def load(cls, log_dirs, node_id, rack=None):
-        self = cls(log_dirs, node_id, rack=rack)
+    def load(cls, log_dirs, node_id, rack=None, reactor=None, threadpool=None):
+        """Read (or initialise) the persisted state, synchronously: start-up, before serving."""
+        self = cls(log_dirs, node_id, rack=rack, reactor=reactor, threadpool=threadpool)
         for d in self.log_dirs:
             os.makedirs(d, exist_ok=True)
         self._load_meta_properties()
         self._load_metadata_file()
         self._cross_check_partition_dirs()
         self._write_meta_properties()
-        self._persist()
+        self._staged = _Staged(dict(self.topics), dict(self._by_id), self._producer_id_block_end,
+                               self.broker_configs, self.default_broker_configs)
+        self._durable_state = self._staged.copy()
+        self._write_state(self._durable_state)
         return self
 
     @property
@@ -307,17 +348,80 @@ class ClusterMetadata:
                     log.warn("topic {name}: log directory for partition {p} beyond {n} partitions",
                              name=name, p=max_partition, n=info.num_partitions)
 
-    def _persist(self):
+    def _write_state(self, staged):
+        """Write ``staged`` to the state file (fsync, rename): runs in the thread pool."""
         state = {
             "version": 1,
             "cluster_id": self.cluster_id,
             "node_id": self.node_id,
-            "producer_id_block_end": self._producer_id_block_end,
-            "broker_configs": dict(self.broker_configs),
-            "default_broker_configs": dict(self.default_broker_configs),
-            "topics": [t.to_json() for t in sorted(self.topics.values(), key=lambda t: t.name)],
+            "producer_id_block_end": staged.producer_id_block_end,
+            "broker_configs": dict(staged.broker_configs),
+            "default_broker_configs": dict(staged.default_broker_configs),
+            "topics": [t.to_json() for t in sorted(staged.topics.values(), key=lambda t: t.name)],
         }
         write_atomically(self.metadata_path, json.dumps(state, indent=1, sort_keys=True).encode("utf-8"))
+
+    def _run_blocking(self, fn, *args):
+        if self._threadpool is None:
+            return defer.maybeDeferred(fn, *args)
+        return threads.deferToThreadPool(self._reactor, self._threadpool, fn, *args)
+
+    def _stage(self, apply):
+        """Call after changing ``self._staged``: returns a Deferred firing with ``apply()``'s
+        result once the change is durable and the changes staged before it are applied
+        (``apply`` publishes the change and returns what its listeners return). A failed
+        write fails it (and everything pending)."""
+        self._staged_version += 1
+        durable = defer.Deferred()
+        self._waiting.append((self._staged_version, durable))
+        result = defer.Deferred()
+
+        def run(_):
+            # After the previous change is applied: wait for durability, then apply.
+            durable.addCallback(lambda _: apply())
+            durable.addBoth(_fire)
+            return durable.addBoth(lambda _: None)
+
+        def _fire(outcome):
+            if isinstance(outcome, Failure):
+                result.errback(outcome)
+            else:
+                result.callback(outcome)
+            return None
+
+        self._applied.addCallback(run)
+        self._kick()
+        return result
+
+    def _kick(self):
+        if self._writing or self._durable_version >= self._staged_version:
+            return
+        self._writing = True
+        version, staged = self._staged_version, self._staged.copy()
+        d = self._run_blocking(self._write_state, staged)
+        d.addCallbacks(self._written, self._write_failed, callbackArgs=(version, staged),
+                       errbackArgs=(version,))
+
+    def _written(self, _, version, staged):
+        self._writing = False
+        self._durable_version = version
+        self._durable_state = staged
+        ready = [d for v, d in self._waiting if v <= version]
+        self._waiting = [(v, d) for v, d in self._waiting if v > version]
+        for d in ready:
+            d.callback(None)
+        self._kick()
+
+    def _write_failed(self, failure, version):
+        """Nothing staged since the last good write happened: back to that state, every
+        pending change fails with the write's error."""
+        self._writing = False
+        log.failure("writing {path} failed", failure, path=self.metadata_path)
+        waiting, self._waiting = self._waiting, []
+        self._staged = self._durable_state.copy()
+        self._durable_version = self._staged_version
+        for _, d in waiting:
+            d.errback(failure)
 
     def _add(self, info):
         self.topics[info.name] = info
@@ -327,18 +431,27 @@ class ClusterMetadata:
 
     def add_listener(self, listener):
         """``listener(event, topic_info)`` after persisting; event is TOPIC_CREATED, TOPIC_DELETED,
-        TOPIC_CONFIGS_CHANGED or TOPIC_PARTITIONS_ADDED (listeners ignore events they don't know)."""
+        TOPIC_CONFIGS_CHANGED or TOPIC_PARTITIONS_ADDED (listeners ignore events they don't know).
+        A listener may return a Deferred: the change is published when it fires (a created
+        topic becomes visible once its logs exist)."""
         self._listeners.append(listener)
 
     def remove_listener(self, listener):
         self._listeners.remove(listener)
 
     def _notify(self, event, info):
+        """Call every listener; a Deferred firing when the Deferreds they returned have
+        (a listener's failure is logged: the change is durable already)."""
+        pending = []
         for listener in list(self._listeners):
-            try:
-                listener(event, info)
-            except Exception:
-                log.failure("metadata listener failed on {event} {topic}", event=event, topic=info.name)
+            d = defer.maybeDeferred(listener, event, info)
+            d.addErrback(lambda f: log.failure("metadata listener failed on {event} {topic}", f,
+                                               event=event, topic=info.name))
+            if not d.called:
+                pending.append(d)
+        if not pending:
+            return defer.succeed(None)
+        return defer.gatherResults(pending)
 
     # -- queries (what the replica manager and handlers ask) -----------------------------
 
@@ -397,108 +510,123 @@ class ClusterMetadata:
     # -- mutations ---------------------------------------------------------------------
 
     def check_new_topic(self, name):
-        """Raise KafkaError if a topic ``name`` may not be created now (name rules, existence, collision)."""
+        """Raise KafkaError if a topic ``name`` may not be created now (name rules, existence,
+        collision), counting topics whose creation is accepted but not yet durable."""
         validate_topic_name(name)
-        if name in self.topics:
+        staged = self._staged.topics
+        if name in staged:
             raise KafkaError(errors.TOPIC_ALREADY_EXISTS, "Topic '%s' already exists." % (name,))
         unified = unify_collision_chars(name)
-        for other in self.topics:
+        for other in staged:
             if unify_collision_chars(other) == unified:
                 raise KafkaError(
                     errors.INVALID_TOPIC_EXCEPTION,
                     "Topic '%s' collides with existing topic: %s" % (name, other),
                 )
 
+    def _staged_topic(self, name):
+        info = self._staged.topics.get(name)
+        if info is None:
+            raise KafkaError(errors.UNKNOWN_TOPIC_OR_PARTITION, "Topic %s does not exist." % (name,))
+        return info
+
+    def _replace(self, info):
+        """Publish ``info`` in place of the topic of the same name and id."""
+        self.topics[info.name] = info
+        self._by_id[info.topic_id] = info
+
     def create_topic(self, name, num_partitions, configs=None, topic_id=None):
-        """Create and persist a topic; returns its :class:`TopicInfo`. Raises KafkaError."""
+        """Create a topic. Raises KafkaError if refused; else a Deferred firing with its
+        :class:`TopicInfo` once it is durable and its listeners (the partition logs) are done."""
         self.check_new_topic(name)
         if num_partitions < 1:
             raise KafkaError(errors.INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
         if topic_id is None:
             topic_id = random_uuid()
-            while topic_id in self._by_id:
+            while topic_id in self._staged.by_id:
                 topic_id = random_uuid()
         info = TopicInfo(name, topic_id, num_partitions, dict(configs or {}), [0] * num_partitions,
                          name in INTERNAL_TOPICS)
-        self._add(info)
-        try:
-            self._persist()
-        except Exception:
-            del self.topics[name]
-            del self._by_id[topic_id]
-            raise
-        self._notify(TOPIC_CREATED, info)
-        return info
+        self._staged.topics[name] = info
+        self._staged.by_id[topic_id] = info
+
+        def apply():
+            d = self._notify(TOPIC_CREATED, info)
+            d.addCallback(lambda _: self._add(info))
+            return d.addCallback(lambda _: info)
+        return self._stage(apply)
 
     def delete_topic(self, name):
-        """Delete and persist; returns the deleted :class:`TopicInfo`. Raises KafkaError."""
-        info = self.topics.get(name)
+        """Delete a topic. Raises KafkaError if unknown; else a Deferred firing with the deleted
+        :class:`TopicInfo` once that is durable (queries stop seeing it, then listeners run)."""
+        info = self._staged.topics.get(name)
         if info is None:
             raise KafkaError(errors.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
-        del self.topics[name]
-        del self._by_id[info.topic_id]
-        try:
-            self._persist()
-        except Exception:
-            self._add(info)
-            raise
-        self._notify(TOPIC_DELETED, info)
-        return info
+        del self._staged.topics[name]
+        del self._staged.by_id[info.topic_id]
+
+        def apply():
+            self.topics.pop(name, None)
+            self._by_id.pop(info.topic_id, None)
+            return self._notify(TOPIC_DELETED, info).addCallback(lambda _: info)
+        return self._stage(apply)
 
     def alter_topic_configs(self, name, configs):
-        """Replace the topic-level overrides of ``name`` (name -> str) and persist."""
-        info = self.topics.get(name)
-        if info is None:
-            raise KafkaError(errors.UNKNOWN_TOPIC_OR_PARTITION, "Topic %s does not exist." % (name,))
-        previous = info.configs
-        info.configs = {k: v for k, v in configs.items() if v is not None}
-        try:
-            self._persist()
-        except Exception:
-            info.configs = previous
-            raise
-        self._notify(TOPIC_CONFIGS_CHANGED, info)
-        return info
+        """Replace the topic-level overrides of ``name`` (name -> str): a Deferred of the new
+        :class:`TopicInfo` once durable. Raises KafkaError for an unknown topic."""
+        info = attr.evolve(self._staged_topic(name),
+                           configs={k: v for k, v in configs.items() if v is not None})
+        self._staged.topics[name] = info
+        self._staged.by_id[info.topic_id] = info
+
+        def apply():
+            self._replace(info)
+            return self._notify(TOPIC_CONFIGS_CHANGED, info).addCallback(lambda _: info)
+        return self._stage(apply)
 
     def create_partitions(self, name, total):
-        """Grow topic ``name`` to ``total`` partitions (increase only) and persist."""
-        info = self.topics.get(name)
-        if info is None:
-            raise KafkaError(errors.UNKNOWN_TOPIC_OR_PARTITION, "Topic %s does not exist." % (name,))
-        if total <= info.num_partitions:
+        """Grow topic ``name`` to ``total`` partitions (increase only): a Deferred of the new
+        :class:`TopicInfo` once durable and its listeners (the new logs) are done."""
+        current = self._staged_topic(name)
+        if total <= current.num_partitions:
             raise KafkaError(errors.INVALID_PARTITIONS,
                              "Topic currently has %d partitions, which is higher than the requested %d."
-                             % (info.num_partitions, total) if total < info.num_partitions else
-                             "Topic already has %d partitions." % (info.num_partitions,))
-        previous = info.num_partitions
-        info.num_partitions = total
-        info.leader_epochs.extend([0] * (total - previous))
-        try:
-            self._persist()
-        except Exception:
-            info.num_partitions = previous
-            del info.leader_epochs[previous:]
-            raise
-        self._notify(TOPIC_PARTITIONS_ADDED, info)
-        return info
+                             % (current.num_partitions, total) if total < current.num_partitions else
+                             "Topic already has %d partitions." % (current.num_partitions,))
+        info = attr.evolve(current, num_partitions=total,
+                           leader_epochs=list(current.leader_epochs) + [0] * (total - current.num_partitions))
+        self._staged.topics[name] = info
+        self._staged.by_id[info.topic_id] = info
+
+        def apply():
+            d = self._notify(TOPIC_PARTITIONS_ADDED, info)
+            d.addCallback(lambda _: self._replace(info))
+            return d.addCallback(lambda _: info)
+        return self._stage(apply)
 
     def set_broker_configs(self, configs, default=False):
-        """Replace this node's (or, with ``default``, the cluster-default) dynamic broker configs."""
+        """Replace this node's (or, with ``default``, the cluster-default) dynamic broker
+        configs: a Deferred firing once they are durable."""
         clean = {k: v for k, v in configs.items() if v is not None}
         attr_name = "default_broker_configs" if default else "broker_configs"
-        previous = getattr(self, attr_name)
-        setattr(self, attr_name, clean)
-        try:
-            self._persist()
-        except Exception:
-            setattr(self, attr_name, previous)
-            raise
+        setattr(self._staged, attr_name, clean)
+
+        def apply():
+            setattr(self, attr_name, clean)
+        return self._stage(apply)
 
     def next_producer_id(self):
-        """A producer id never handed out before, even across restarts (block high-water persisted)."""
-        if self._producer_id_next >= self._producer_id_block_end:
-            self._producer_id_block_end = self._producer_id_next + PRODUCER_ID_BLOCK_SIZE
-            self._persist()
+        """A Deferred of a producer id never handed out before, even across restarts: ids are
+        handed out only below a persisted block end (Kafka's ProducerIdManager blocks)."""
         pid = self._producer_id_next
         self._producer_id_next += 1
-        return pid
+        if pid < self._durable_state.producer_id_block_end:
+            return defer.succeed(pid)
+        if pid >= self._staged.producer_id_block_end:
+            self._staged.producer_id_block_end = pid + PRODUCER_ID_BLOCK_SIZE
+        block_end = self._staged.producer_id_block_end
+
+        def apply():
+            self._producer_id_block_end = max(self._producer_id_block_end, block_end)
+            return pid
+        return self._stage(apply)

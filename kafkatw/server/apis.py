@@ -226,12 +226,13 @@ class KafkaApis:
                     self.log_manager.get_or_create_log(info.name, p, info.topic_id, info.configs)
 
     def _sync_logs(self, event, info):
-        from kafkatw.cluster.metadata import TOPIC_CREATED, TOPIC_DELETED
+        from kafkatw.cluster.metadata import TOPIC_CREATED, TOPIC_DELETED, TOPIC_PARTITIONS_ADDED
 
-        if event == TOPIC_CREATED:
-            for p in range(info.num_partitions):
-                self.log_manager.get_or_create_log(info.name, p, info.topic_id, info.configs)
-        elif event == TOPIC_DELETED:
+        if event in (TOPIC_CREATED, TOPIC_PARTITIONS_ADDED):
+            # the topic (or its new partitions) is published once its logs exist
+            return self.log_manager.create_logs(info.name, range(info.num_partitions),
+                                                info.topic_id, info.configs)
+        if event == TOPIC_DELETED:
             forget = getattr(self.replica_manager, "forget_partition", None)
             for p in range(info.num_partitions):
                 self.log_manager.delete_log(info.name, p)

@@ -224,6 +224,64 @@ class LogManager:
                  partition=partition, dir=directory)
         return lg
 
+    def create_logs(self, topic, partitions, topic_id=None, overrides=None):
+        """Create the missing logs of ``partitions`` of ``topic``: a Deferred firing once they
+        are attached. Their directories and files are made in the thread pool (a thousand
+        partitions are seconds of mkdir and fsync); log dirs are chosen, and the logs
+        attached, on the reactor. Nobody appends meanwhile: the topic is not yet published."""
+        if overrides is not None:
+            self._overrides[topic] = dict(overrides)
+        config = self._config_for(topic)
+        online = self.online_dirs
+        counts = {d: 0 for d in online}
+        for lg in self._logs.values():
+            if self._dir_of(lg) in counts:
+                counts[self._dir_of(lg)] += 1
+        plan = []
+        for p in partitions:
+            if (topic, p) in self._logs:
+                self.get_or_create_log(topic, p, topic_id)  # sets a missing topic id
+                continue
+            if not online:
+                return defer.fail(KafkaError(errors.KAFKA_STORAGE_ERROR, "no online log dir"))
+            directory = min(online, key=lambda d: (counts[d], online.index(d)))
+            counts[directory] += 1
+            plan.append((p, directory))
+
+        def make():
+            made = []
+            for p, directory in plan:
+                path = os.path.join(directory, "%s-%d" % (topic, p))
+                try:
+                    lg = UnifiedLog(path, config, topic, p, topic_id=topic_id, clock=self.now_ms,
+                                    dir_failure_handler=self.handle_dir_failure,
+                                    scheduler=self._schedule)
+                except (OSError, KafkaError) as e:
+                    lg = e
+                made.append((p, directory, lg))
+            return made
+
+        def attach(made):
+            failed = []
+            for p, directory, lg in made:
+                if isinstance(lg, OSError):
+                    self.handle_dir_failure(directory, lg)
+                    failed.append(p)
+                elif isinstance(lg, KafkaError):
+                    log.error("cannot create log {topic}-{p}: {e}", topic=topic, p=p, e=lg)
+                    failed.append(p)
+                elif (topic, p) in self._logs or directory in self._offline_dirs:
+                    lg.close()
+                else:
+                    self._attach(lg)
+            log.info("created {n} log(s) for {topic}", n=len(made) - len(failed), topic=topic)
+            if failed:
+                raise KafkaError(errors.KAFKA_STORAGE_ERROR, "cannot create the logs of %s partitions %s"
+                                 % (topic, failed))
+        if not plan:
+            return defer.succeed(None)
+        return self.run_blocking(make).addCallback(attach)
+
     def delete_log(self, topic, partition):
         """Rename the partition dir to ``<tp>.<uuid>-delete`` and remove it later."""
         lg = self._logs.pop((topic, partition), None)

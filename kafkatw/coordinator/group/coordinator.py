@@ -186,23 +186,29 @@ class GroupCoordinator:
         return offsets_log.partition_for(group_id, n)
 
     def ensure_offsets_topic(self):
-        """Create ``__consumer_offsets`` (compacted) if missing; returns an error code."""
+        """Create ``__consumer_offsets`` (compacted) if missing; returns an error code:
+        COORDINATOR_NOT_AVAILABLE while the creation is being written, as Kafka answers
+        FindCoordinator until the topic exists (clients retry)."""
         if self._offsets_topic_exists():
             return errors.NONE
         configs = {"cleanup.policy": "compact", "segment.bytes": str(self.segment_bytes),
                    "compression.type": "producer"}
         try:
-            self.metadata.create_topic(GROUP_METADATA_TOPIC_NAME, self.num_partitions, configs)
+            d = self.metadata.create_topic(GROUP_METADATA_TOPIC_NAME, self.num_partitions, configs)
         except Exception as e:
-            code = getattr(e, "code", None)
-            if code == errors.TOPIC_ALREADY_EXISTS:
-                return errors.NONE
+            if getattr(e, "code", None) == errors.TOPIC_ALREADY_EXISTS:
+                return errors.COORDINATOR_NOT_AVAILABLE  # being created
             log.failure("creating {topic} failed", topic=GROUP_METADATA_TOPIC_NAME)
             return errors.COORDINATOR_NOT_AVAILABLE
-        log.info("created {topic} with {n} partitions", topic=GROUP_METADATA_TOPIC_NAME,
-                 n=self.num_partitions)
-        self.owned_partitions = set(range(self.num_partitions))
-        return errors.NONE
+
+        def created(info):
+            log.info("created {topic} with {n} partitions", topic=GROUP_METADATA_TOPIC_NAME,
+                     n=info.num_partitions)
+            self.owned_partitions = set(range(info.num_partitions))
+
+        d.addCallbacks(created, lambda f: log.failure("creating {topic} failed", f,
+                                                      topic=GROUP_METADATA_TOPIC_NAME))
+        return errors.NONE if self._offsets_topic_exists() else errors.COORDINATOR_NOT_AVAILABLE
 
     def _on_topic_event(self, event, info):
         from kafkatw.cluster.metadata import TOPIC_DELETED

@@ -7,6 +7,7 @@ Config definitions live in ``kafkatw.config``; storage is untouched here.
 
 from collections import Counter
 
+from twisted.internet import defer
 from twisted.logger import Logger
 
 from kafkatw.cluster.metadata import validate_topic_name
@@ -241,10 +242,12 @@ def _apply_topic(apis, info, new, validate_only):
         raise KafkaError(errors.INVALID_CONFIG, str(e))
     if validate_only:
         return
-    apis.metadata.alter_topic_configs(info.name, new)
-    if apis.log_manager is not None:
-        apis.log_manager.update_log_config(info.name, new)
-    log.info("topic {name} configs now {configs}", name=info.name, configs=new)
+
+    def durable(_):
+        if apis.log_manager is not None:
+            apis.log_manager.update_log_config(info.name, new)
+        log.info("topic {name} configs now {configs}", name=info.name, configs=new)
+    return apis.metadata.alter_topic_configs(info.name, new).addCallback(durable)
 
 
 def _apply_broker(apis, default_resource, new, validate_only):
@@ -270,19 +273,27 @@ def _apply_broker(apis, default_resource, new, validate_only):
                          "Invalid config value for resource %s: %s" % (resource, e))
     if validate_only:
         return
-    try:
-        apis.metadata.set_broker_configs(new, default=default_resource)
-    except Exception:
+
+    def revert(failure):
         dynamic.update(**{layer: getattr(config, layer)})  # not stored: not in force either
+        return failure
+
+    def stored(_):
+        log.info("dynamic broker configs ({which}) now {configs}",
+                 which="cluster default" if default_resource else "node %d" % apis.node_id, configs=new)
+    try:
+        d = apis.metadata.set_broker_configs(new, default=default_resource)  # written in the pool
+    except Exception:
+        revert(None)
         raise
-    log.info("dynamic broker configs ({which}) now {configs}",
-             which="cluster default" if default_resource else "node %d" % apis.node_id, configs=new)
+    return d.addCallbacks(stored, revert)
 
 
 def _alter(apis, request, incremental, response_cls):
     body = request.body
     counts = Counter((res.resource_type, res.resource_name) for res in body.resources)
     responses = []
+    pending = []  # (response entry, Deferred of its durable change or None)
     for res in body.resources:
         out = response_cls.AlterConfigsResourceResponse(
             error_code=errors.NONE, error_message=None, resource_type=res.resource_type,
@@ -297,14 +308,14 @@ def _alter(apis, request, incremental, response_cls):
                     new = incremental_result(TOPIC, _current_topic(apis, info), res.configs)
                 else:
                     new = {c.name: c.value for c in res.configs}
-                _apply_topic(apis, info, new, body.validate_only)
+                pending.append((out, _apply_topic(apis, info, new, body.validate_only)))
             elif res.resource_type == BROKER:
                 default_resource = _check_broker_name(apis, res.resource_name)
                 if incremental:
                     new = incremental_result(BROKER, _current_broker(apis, default_resource), res.configs)
                 else:
                     new = {c.name: c.value for c in res.configs}
-                _apply_broker(apis, default_resource, new, body.validate_only)
+                pending.append((out, _apply_broker(apis, default_resource, new, body.validate_only)))
             elif res.resource_type == BROKER_LOGGER and incremental:
                 _check_broker_name(apis, res.resource_name)  # loggers are not dynamic here
                 raise KafkaError(errors.INVALID_REQUEST, "Broker loggers cannot be altered by kafkatw")
@@ -313,7 +324,18 @@ def _alter(apis, request, incremental, response_cls):
                                  "Unsupported resource type %d" % res.resource_type)
         except KafkaError as e:
             out.error_code, out.error_message = e.code, e.message
-    return response_cls(throttle_time_ms=0, responses=responses)
+    response = response_cls(throttle_time_ms=0, responses=responses)
+    # changes are written in the thread pool: answer once every one of them is durable
+    waits = [d.addErrback(_write_failed, out) for out, d in pending if d is not None]
+    if not waits:
+        return response
+    return defer.gatherResults(waits).addCallback(lambda _: response)
+
+
+def _write_failed(failure, out):
+    log.failure("altering configs of {name} failed", failure, name=out.resource_name)
+    out.error_code = errors.KAFKA_STORAGE_ERROR
+    out.error_message = "The metadata could not be written: %s" % (failure.getErrorMessage(),)
 
 
 def _alter_error(response_cls, request, code, message):

@@ -6,6 +6,7 @@
 import os
 from collections import Counter
 
+from twisted.internet import defer
 from twisted.logger import Logger
 
 from kafkatw.protocol import errors
@@ -72,11 +73,16 @@ def _create_partitions_one(apis, topic, validate_only):
                                  "replica(s)." % len(a.broker_ids))
     if validate_only:
         return
-    meta.create_partitions(topic.name, topic.count)
-    if apis.log_manager is not None:
-        for p in range(current, topic.count):
-            apis.log_manager.get_or_create_log(info.name, p, info.topic_id, info.configs)
-    log.info("topic {name}: {a} -> {b} partitions", name=topic.name, a=current, b=topic.count)
+    d = meta.create_partitions(topic.name, topic.count)  # its listener creates the new logs
+    d.addCallback(lambda _: log.info("topic {name}: {a} -> {b} partitions", name=topic.name,
+                                     a=current, b=topic.count))
+    return d
+
+
+def _failed(failure, result):
+    log.failure("creating partitions of {name} failed", failure, name=result.name)
+    result.error_code = errors.KAFKA_STORAGE_ERROR
+    result.error_message = "The metadata could not be written: %s" % (failure.getErrorMessage(),)
 
 
 class CreatePartitions:
@@ -88,6 +94,7 @@ class CreatePartitions:
         body = request.body
         counts = Counter(t.name for t in body.topics)
         results = []
+        pending = []
         for t in body.topics:
             result = CreatePartitionsResponse.CreatePartitionsTopicResult(
                 name=t.name, error_code=errors.NONE, error_message=None)
@@ -95,10 +102,17 @@ class CreatePartitions:
             try:
                 if counts[t.name] > 1:
                     raise KafkaError(errors.INVALID_REQUEST, "Duplicate topic in request.")
-                _create_partitions_one(apis, t, body.validate_only)
+                d = _create_partitions_one(apis, t, body.validate_only)
             except KafkaError as e:
                 result.error_code, result.error_message = e.code, e.message
-        return CreatePartitionsResponse(throttle_time_ms=0, results=results)
+                continue
+            if d is not None:
+                d.addErrback(_failed, result)
+                pending.append(d)
+        response = CreatePartitionsResponse(throttle_time_ms=0, results=results)
+        if not pending:
+            return response
+        return defer.gatherResults(pending).addCallback(lambda _: response)
 
     @staticmethod
     def error_response(request, code, message):

@@ -6,7 +6,6 @@ transaction coordinator when there is one; without it they are refused clearly.
 from twisted.logger import Logger
 
 from kafkatw.protocol import errors
-from kafkatw.protocol.errors import KafkaError
 from kafkatw.protocol.messages import InitProducerIdResponse
 
 log = Logger()
@@ -22,12 +21,9 @@ def handle(apis, request):
         # Kafka's TransactionCoordinator.handleInitProducerId: without a transactional id the
         # request is accepted blindly with a new producer id at epoch 0, even when it names an
         # existing producer id/epoch (KIP-360 bumps only apply to transactional producers).
-        try:
-            producer_id = apis.metadata.next_producer_id()
-        except KafkaError as e:
-            return error_response(request, e.code, e.message)
-        return InitProducerIdResponse(throttle_time_ms=0, error_code=errors.NONE,
-                                      producer_id=producer_id, producer_epoch=0)
+        d = apis.metadata.next_producer_id()  # durable before it is handed out
+        return d.addCallback(lambda producer_id: InitProducerIdResponse(
+            throttle_time_ms=0, error_code=errors.NONE, producer_id=producer_id, producer_epoch=0))
     if transactional_id == "":
         return error_response(request, errors.INVALID_REQUEST, None)
     coordinator = apis.txn_coordinator

@@ -3,6 +3,7 @@ topics with ids, partitions led by this node, auto-creation (``auto.create.topic
 Topic creation itself is the metadata store's; this module only decides when to ask for it.
 """
 
+from twisted.internet import defer
 from twisted.logger import Logger
 
 from kafkatw.cluster.metadata import INTERNAL_TOPICS, ZERO_UUID, is_valid_topic_name
@@ -50,19 +51,35 @@ def brokers(apis, request):
 
 
 def maybe_auto_create(apis, name):
-    """Create topic ``name`` with the broker defaults; returns an error code (NONE on success)."""
+    """Start creating topic ``name`` with the broker defaults: a Deferred firing with an
+    error code (NONE once the topic is durable and its logs exist)."""
     if name in INTERNAL_TOPICS:
         # Internal topics are created by their coordinators with their own settings.
-        return errors.UNKNOWN_TOPIC_OR_PARTITION
+        return defer.succeed(errors.UNKNOWN_TOPIC_OR_PARTITION)
     try:
-        apis.metadata.create_topic(name, int(apis.config_value("num.partitions", 1)))
+        d = apis.metadata.create_topic(name, int(apis.config_value("num.partitions", 1)))
     except KafkaError as e:
         if e.code == errors.TOPIC_ALREADY_EXISTS:
-            return errors.NONE
+            return _when_published(apis, name)
         log.info("auto-creation of topic {name} failed: {err}", name=name, err=e)
-        return e.code
-    log.info("auto-created topic {name}", name=name)
-    return errors.NONE
+        return defer.succeed(e.code)
+
+    def created(_):
+        log.info("auto-created topic {name}", name=name)
+        return errors.NONE
+
+    def failed(f):
+        log.failure("auto-creation of topic {name} failed", f, name=name)
+        return errors.KAFKA_STORAGE_ERROR
+    return d.addCallbacks(created, failed)
+
+
+def _when_published(apis, name):
+    """NONE if ``name`` is visible; LEADER_NOT_AVAILABLE while its creation is in flight (as
+    Kafka answers for a topic not yet propagated; clients retry)."""
+    if apis.metadata.get_topic(name) is not None:
+        return defer.succeed(errors.NONE)
+    return defer.succeed(errors.LEADER_NOT_AVAILABLE)
 
 
 def topic_response(apis, request, info, include_ops, has_endpoint):
@@ -105,10 +122,30 @@ def handle(apis, request):
     body = request.body
     version = request.api_version
     meta = apis.metadata
-    include_ops = bool(getattr(body, "include_topic_authorized_operations", False)) and version >= 8
     allow_auto = True if version < 4 else bool(body.allow_auto_topic_creation)
     auto_create = allow_auto and bool(apis.config_value("auto.create.topics.enable", True))
 
+    requested = body.topics
+    if auto_create and requested:
+        missing = []
+        for t in requested:
+            if t.name is not None and meta.get_topic(t.name) is None and is_valid_topic_name(t.name) \
+                    and t.name not in missing:
+                missing.append(t.name)
+        if missing:
+            # creations are written in the thread pool: answer once they are durable
+            pending = [maybe_auto_create(apis, name) for name in missing]
+            d = defer.gatherResults(pending)
+            return d.addCallback(lambda codes: _respond(apis, request, dict(zip(missing, codes))))
+    return _respond(apis, request, {})
+
+
+def _respond(apis, request, auto_created):
+    """The response; ``auto_created`` maps topics auto-created for it to the creation's code."""
+    body = request.body
+    version = request.api_version
+    meta = apis.metadata
+    include_ops = bool(getattr(body, "include_topic_authorized_operations", False)) and version >= 8
     broker_list = brokers(apis, request)
     has_endpoint = bool(broker_list)
     topics_out = []
@@ -137,7 +174,7 @@ def handle(apis, request):
                 if not is_valid_topic_name(name):
                     topics_out.append(error_topic(request, name, errors.INVALID_TOPIC_EXCEPTION))
                     continue
-                code = maybe_auto_create(apis, name) if auto_create else errors.UNKNOWN_TOPIC_OR_PARTITION
+                code = auto_created.get(name, errors.UNKNOWN_TOPIC_OR_PARTITION)
                 info = meta.get_topic(name) if code == errors.NONE else None
                 if info is None:
                     topics_out.append(error_topic(request, name, code or errors.UNKNOWN_TOPIC_OR_PARTITION))

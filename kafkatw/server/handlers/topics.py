@@ -5,6 +5,7 @@ by name and by id. The metadata store persists; listeners create and delete the 
 
 from collections import Counter
 
+from twisted.internet import defer
 from twisted.logger import Logger
 
 from kafkatw.cluster.metadata import ZERO_UUID, uuid_to_base64
@@ -102,7 +103,8 @@ def _check_assignments(apis, topic):
 
 
 def _create_one(apis, topic, validate_only):
-    """Validate (and unless validate_only create) one topic; returns (TopicInfo-ish, n, rf, configs)."""
+    """Validate (raising KafkaError) and unless validate_only create one topic: a Deferred of
+    (topic id, partitions, replication factor, configs) once the topic is durable."""
     meta = apis.metadata
     meta.check_new_topic(topic.name)
     if topic.assignments:
@@ -135,11 +137,37 @@ def _create_one(apis, topic, validate_only):
         configs[c.name] = c.value
     validate_topic_configs(apis, configs)
     if validate_only:
-        return ZERO_UUID, num_partitions, replication_factor, configs
-    info = meta.create_topic(topic.name, num_partitions, configs)
-    log.info("created topic {name} ({id}) with {n} partitions",
-             name=info.name, id=uuid_to_base64(info.topic_id), n=num_partitions)
-    return info.topic_id, num_partitions, replication_factor, configs
+        return defer.succeed((ZERO_UUID, num_partitions, replication_factor, configs))
+
+    def created(info):
+        log.info("created topic {name} ({id}) with {n} partitions",
+                 name=info.name, id=uuid_to_base64(info.topic_id), n=num_partitions)
+        return info.topic_id, num_partitions, replication_factor, configs
+    return meta.create_topic(topic.name, num_partitions, configs).addCallback(created)
+
+
+def _set_error(result, e):
+    result.error_code = e.code
+    result.error_message = e.message if e.message is not None else error_name(e.code)
+
+
+def _set_created(created, result, version, apis):
+    topic_id, n, rf, configs = created
+    result.topic_id = topic_id
+    if version >= 5:
+        result.num_partitions = n
+        result.replication_factor = rf
+        result.configs = effective_configs(apis, configs)
+
+
+def _set_failed(failure, result):
+    """A topic whose write failed: KAFKA_STORAGE_ERROR for it (the others may be fine)."""
+    if failure.check(KafkaError):
+        _set_error(result, failure.value)
+    else:
+        log.failure("creating topic {name} failed", failure, name=result.name)
+        result.error_code = errors.KAFKA_STORAGE_ERROR
+        result.error_message = "The metadata could not be written: %s" % (failure.getErrorMessage(),)
 
 
 class CreateTopics:
@@ -154,33 +182,45 @@ class CreateTopics:
             return CreateTopics.error_response(request, errors.POLICY_VIOLATION, EXCESSIVE_PARTITIONS)
         counts = Counter(t.name for t in body.topics)
         results = []
+        pending = []
         for t in body.topics:
             result = CreateTopicsResponse.CreatableTopicResult(name=t.name, error_code=errors.NONE)
+            results.append(result)
             if counts[t.name] > 1:
                 result.error_code = errors.INVALID_REQUEST
                 result.error_message = "Duplicate topic name."
-                results.append(result)
                 continue
             try:
-                topic_id, n, rf, configs = _create_one(apis, t, body.validate_only)
+                d = _create_one(apis, t, body.validate_only)
             except KafkaError as e:
-                result.error_code = e.code
-                result.error_message = e.message if e.message is not None else error_name(e.code)
-                results.append(result)
+                _set_error(result, e)
                 continue
-            result.topic_id = topic_id
-            if version >= 5:
-                result.num_partitions = n
-                result.replication_factor = rf
-                result.configs = effective_configs(apis, configs)
-            results.append(result)
-        return CreateTopicsResponse(throttle_time_ms=0, topics=results)
+            # every topic is validated and staged now (in request order); the answer waits
+            # until all of them are durable
+            d.addCallbacks(_set_created, _set_failed, callbackArgs=(result, version, apis),
+                           errbackArgs=(result,))
+            pending.append(d)
+        response = CreateTopicsResponse(throttle_time_ms=0, topics=results)
+        if not pending:
+            return response
+        return defer.gatherResults(pending).addCallback(lambda _: response)
 
     @staticmethod
     def error_response(request, code, message):
         return CreateTopicsResponse(throttle_time_ms=0, topics=[
             CreateTopicsResponse.CreatableTopicResult(name=t.name, error_code=code, error_message=message)
             for t in request.body.topics])
+
+
+def _deleted(info):
+    log.info("deleted topic {name}", name=info.name)
+
+
+def _delete_failed(failure, result, version):
+    log.failure("deleting topic {name} failed", failure, name=result.name)
+    result.error_code = errors.KAFKA_STORAGE_ERROR
+    if version >= 5:
+        result.error_message = "The metadata could not be written: %s" % (failure.getErrorMessage(),)
 
 
 class DeleteTopics:
@@ -204,6 +244,7 @@ class DeleteTopics:
         id_counts = Counter(tid for _, tid in requested if tid != ZERO_UUID)
         deletion_enabled = bool(apis.config_value("delete.topic.enable", True))
         results = []
+        pending = []
         for name, tid in requested:
             result = DeleteTopicsResponse.DeletableTopicResult(name=name, topic_id=tid, error_code=errors.NONE)
             results.append(result)
@@ -229,8 +270,9 @@ class DeleteTopics:
                     result.topic_id = info.topic_id
                 if not deletion_enabled:
                     raise KafkaError(errors.TOPIC_DELETION_DISABLED, "Topic deletion is disabled.")
-                meta.delete_topic(info.name)
-                log.info("deleted topic {name}", name=info.name)
+                d = meta.delete_topic(info.name)
+                d.addCallbacks(_deleted, _delete_failed, errbackArgs=(result, version))
+                pending.append(d)
             except KafkaError as e:
                 result.error_code = e.code
                 if version >= 5:
@@ -238,7 +280,10 @@ class DeleteTopics:
         for result in results:
             if result.name is None and version < 6:
                 result.name = ""
-        return DeleteTopicsResponse(throttle_time_ms=0, responses=results)
+        response = DeleteTopicsResponse(throttle_time_ms=0, responses=results)
+        if not pending:
+            return response
+        return defer.gatherResults(pending).addCallback(lambda _: response)
 
     @staticmethod
     def error_response(request, code, message):
