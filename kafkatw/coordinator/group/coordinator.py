@@ -143,6 +143,10 @@ class GroupCoordinator:
         self.loading_partitions = set()
         self._expiry_loop = None
         self._load_call = None
+        self._load_task = None
+        # loading runs in slices of at most 10 ms (Twisted's default), the next one a reactor
+        # turn later on ``clock``
+        self._cooperator = task.Cooperator(scheduler=lambda step: clock.callLater(0, step))
         self._listening = False
 
     # -- life cycle ------------------------------------------------------------------------
@@ -150,8 +154,8 @@ class GroupCoordinator:
         return int(self.clock.seconds() * 1000)
 
     def startup(self):
-        """Become active; if ``__consumer_offsets`` exists, load its partitions one per reactor
-        turn (COORDINATOR_LOAD_IN_PROGRESS for their groups meanwhile)."""
+        """Become active; if ``__consumer_offsets`` exists, load its partitions one after the
+        other in slices (COORDINATOR_LOAD_IN_PROGRESS for their groups meanwhile)."""
         self.is_active = True
         if self.metadata is not None and hasattr(self.metadata, "add_listener") and not self._listening:
             self.metadata.add_listener(self._on_topic_event)
@@ -170,6 +174,9 @@ class GroupCoordinator:
             self._expiry_loop.stop()
         if self._load_call is not None and self._load_call.active():
             self._load_call.cancel()
+        if self._load_task is not None:
+            self._load_task.stop()
+            self._load_task = None
         self.heartbeat_purgatory.shutdown()
         self.rebalance_purgatory.shutdown()
         if self._listening:
@@ -218,14 +225,24 @@ class GroupCoordinator:
 
     # -- loading ---------------------------------------------------------------------------
     def _load_next(self):
+        """Load the lowest partition still loading, in cooperative slices: a partition of tens
+        of thousands of commits is seconds of decoding, and the reactor serves in between."""
         self._load_call = None
         if not self.loading_partitions or not self.is_active:
             return
         p = min(self.loading_partitions)
-        try:
-            self.load_partition(p)
-        except Exception:
-            log.failure("loading {topic}-{p} failed", topic=GROUP_METADATA_TOPIC_NAME, p=p)
+        self._load_task = self._cooperator.cooperate(self._load_partition(p))
+        d = self._load_task.whenDone()
+        d.addCallbacks(lambda _: self._loaded(p), self._load_failed, errbackArgs=(p,))
+
+    def _load_failed(self, failure, p):
+        if failure.check(task.TaskStopped):
+            return  # shut down mid-load: the partition stays unloaded
+        log.failure("loading {topic}-{p} failed", failure, topic=GROUP_METADATA_TOPIC_NAME, p=p)
+        self._loaded(p)
+
+    def _loaded(self, p):
+        self._load_task = None
         self.loading_partitions.discard(p)
         self.owned_partitions.add(p)
         if self.loading_partitions:
@@ -235,8 +252,14 @@ class GroupCoordinator:
                      topic=GROUP_METADATA_TOPIC_NAME)
 
     def load_partition(self, partition):
+        """Read one partition of ``__consumer_offsets`` and install its groups at once."""
+        for _ in self._load_partition(partition):
+            pass
+
+    def _load_partition(self, partition):
         """Read one partition of ``__consumer_offsets`` and install its groups (Kafka's
-        GroupMetadataManager.doLoadGroupsAndOffsets)."""
+        GroupMetadataManager.doLoadGroupsAndOffsets), yielding after every record and group
+        so a cooperator can cut it into slices."""
         log_ = self.log_manager.get_log(GROUP_METADATA_TOPIC_NAME, partition)
         if log_ is None:
             return
@@ -246,6 +269,7 @@ class GroupCoordinator:
         removed_groups = set()
         for key, value in offsets_log.iter_log_records(log_, log_.log_start_offset,
                                                        log_.log_end_offset, self.load_buffer_size):
+            yield
             rec = offsets_log.decode_record(key, value)
             if rec is None:
                 continue
@@ -265,6 +289,7 @@ class GroupCoordinator:
                     group_values[rec.group_id] = rec.value
                     removed_groups.discard(rec.group_id)
         for group_id in set(group_values) | set(g for g, o in offsets.items() if o):
+            yield
             group = self._group_from_value(group_id, group_values.get(group_id))
             group.offsets.update(offsets.get(group_id, {}))
             if group.is_(EMPTY) and not group.members and not group.offsets \
