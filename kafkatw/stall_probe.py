@@ -30,6 +30,7 @@ class StallProbe:
         self._call = None
 
     def start(self):
+        log.info("stall probe every {interval_ms} ms", interval_ms=int(self.interval * 1000))
         self._schedule()
 
     def stop(self):
