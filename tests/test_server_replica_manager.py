@@ -189,6 +189,7 @@ class Base(unittest.TestCase):
     def produce(self, tp, *batches, acks=-1):
         buf = bytearray(b"".join(batches))
         d = self.rm.append_records(1000, acks, {tp: buf})
+        self.clock.advance(0)  # a producer state rebuild runs in slices, a reactor turn apart
         return self.successResultOf(d)[tp]
 
     def fetch(self, parts, max_wait=500, min_bytes=1, max_bytes=1 << 20, replica_id=-1, isolation=0):
@@ -247,6 +248,28 @@ class ProduceTests(Base):
         log_.append_as_leader = boom
         r = self.produce(("t", 0), batch())
         self.assertEqual((r.error_code, r.error_message), (errors.RECORD_LIST_TOO_LARGE, "too big"))
+
+    def test_idempotent_append_waits_for_the_producer_state_rebuild(self):
+        tp, other = ("t", 0), ("t", 1)
+        self.produce(tp, batch(), batch())  # offsets 0-1, not idempotent: no producer state yet
+        d = self.rm.append_records(1000, -1, {tp: bytearray(batch(pid=5, epoch=0, seq=0)),
+                                              other: bytearray(batch(pid=6, epoch=0, seq=0))})
+        self.assertNoResult(d)  # the rebuild of t-0 runs in slices, a reactor turn apart
+        self.assertEqual(self.lm.get_log(*other).log_end_offset, 1)  # t-1 (empty) went at once
+        plain = self.produce(tp, batch())  # not idempotent: need not wait
+        self.assertEqual(plain.base_offset, 2)
+        results = self.successResultOf(d)
+        self.assertEqual((results[tp].error_code, results[tp].base_offset), (errors.NONE, 3))
+        self.assertEqual(results[other].base_offset, 0)
+        self.assertEqual(self.rm.producer_state(*tp).last_entry(5).last_seq, 0)
+
+    def test_deleting_a_partition_answers_appends_waiting_for_its_rebuild(self):
+        tp = ("t", 0)
+        self.produce(tp, batch())
+        d = self.rm.append_records(1000, -1, {tp: bytearray(batch(pid=5, epoch=0, seq=0))})
+        del self.md.topics["t"]
+        self.rm.forget_partition(*tp)
+        self.assertEqual(self.successResultOf(d)[tp].error_code, errors.UNKNOWN_TOPIC_OR_PARTITION)
 
     def test_idempotent_duplicate_answers_original_offset(self):
         tp = ("t", 0)

@@ -11,7 +11,7 @@ Topics are named by ``metadata`` (the cluster metadata store or a test double) t
 """
 
 import attr
-from twisted.internet import defer
+from twisted.internet import defer, task
 from twisted.logger import Logger
 
 from kafkatw.protocol import errors, records
@@ -187,6 +187,34 @@ def _epoch_error(requested_epoch, current):
     return errors.NONE
 
 
+#: what ``_append_to_local_log`` answers for an idempotent batch whose partition's producer
+#: state is being rebuilt: the append waits for it
+_LOADING = object()
+
+
+class _ProducerStateLoad:
+    """One partition's producer-state rebuild: its cooperative task and who waits for it."""
+
+    __slots__ = ("task", "_waiters")
+
+    def __init__(self):
+        self.task = None
+        self._waiters = []
+
+    def wait(self):
+        d = defer.Deferred()
+        self._waiters.append(d)
+        return d
+
+    def done(self, failure=None):
+        waiters, self._waiters = self._waiters, []
+        for d in waiters:
+            if failure is None:
+                d.callback(None)
+            else:
+                d.errback(failure)
+
+
 class ReplicaManager:
     """``config``: a mapping (or object) with Kafka property names:
     ``fetch.purgatory.purge.interval.requests``, ``producer.id.expiration.ms``."""
@@ -202,6 +230,10 @@ class ReplicaManager:
         self.producer_id_expiration_ms = _config_get(
             config, "producer.id.expiration.ms", DEFAULT_PRODUCER_ID_EXPIRATION_MS)
         self._producer_states = {}  # (topic, partition) -> ProducerStateManager
+        # (topic, partition) -> _ProducerStateLoad: rebuilds from the log cut into slices
+        # of at most 10 ms, the next one a reactor turn later
+        self._producer_state_loads = {}
+        self._cooperator = task.Cooperator(scheduler=lambda step: clock.callLater(0, step))
 
     # -- partitions ------------------------------------------------------------------------
 
@@ -251,20 +283,74 @@ class ReplicaManager:
         return _epoch_error(requested_epoch, self.metadata.leader_epoch(topic, partition))
 
     def producer_state(self, topic, partition, log_=None):
-        """The producer state of a partition, loaded from its snapshot and the log on first use."""
+        """The producer state of a partition, loaded from its snapshot and the log on first use
+        (at once: for tools; the produce path uses :meth:`producer_state_or_load`)."""
         key = (topic, partition)
         ps = self._producer_states.get(key)
         if ps is None:
             if log_ is None:
                 log_ = self.log_manager.get_log(topic, partition)
-            ps = ProducerStateManager(log_.dir, self.producer_id_expiration_ms)
-            start = ps.load(log_.log_start_offset, log_.log_end_offset)
-            if start < log_.log_end_offset:
-                self._rebuild_producer_state(ps, log_, start)
-            self._producer_states[key] = ps
-            self._hook_roll(log_, ps)
-            log_.producer_state_manager = ps  # the cleaner keeps each producer's last batch
+            loading = self._producer_state_loads.pop(key, None)
+            ps, start = self._new_producer_state(log_)
+            for _ in self._rebuild_steps(ps, log_, start):
+                pass
+            self._install_producer_state(key, log_, ps)
+            if loading is not None:  # finished here instead: its waiters append now
+                loading.task.stop()
+                loading.done()
         return ps
+
+    def producer_state_or_load(self, topic, partition, log_):
+        """The producer state if loaded (or loadable at once from a snapshot covering the
+        log), else None after starting (or joining) its rebuild from the log: the caller waits
+        on :meth:`when_producer_state_loaded`, as an idempotent produce must."""
+        key = (topic, partition)
+        ps = self._producer_states.get(key)
+        if ps is not None or key in self._producer_state_loads:
+            return ps
+        ps, start = self._new_producer_state(log_)
+        if start >= log_.log_end_offset:
+            self._install_producer_state(key, log_, ps)
+            return ps
+        loading = self._producer_state_loads[key] = _ProducerStateLoad()
+        log.info("rebuilding producer state of {topic}-{partition} from offset {start} to {end}",
+                 topic=topic, partition=partition, start=start, end=log_.log_end_offset)
+        loading.task = self._cooperator.cooperate(self._rebuild_steps(ps, log_, start))
+
+        def rebuilt(_):
+            if self._producer_state_loads.get(key) is loading:
+                del self._producer_state_loads[key]
+                self._install_producer_state(key, log_, ps)
+            loading.done()
+
+        def failed(f):
+            if f.check(task.TaskStopped):
+                return  # whoever stopped it answers its waiters (or, at shutdown, nobody)
+            log.failure("rebuilding producer state of {topic}-{partition} failed", f,
+                        topic=topic, partition=partition)
+            if self._producer_state_loads.get(key) is loading:
+                del self._producer_state_loads[key]
+            loading.done(f)  # their appends fail; the next produce rebuilds again
+        loading.task.whenDone().addCallbacks(rebuilt, failed)
+        return None
+
+    def when_producer_state_loaded(self, topic, partition):
+        """A Deferred firing once the partition's producer state rebuild has ended (loaded,
+        or given up: the partition was deleted); fired already if none is running."""
+        loading = self._producer_state_loads.get((topic, partition))
+        if loading is None:
+            return defer.succeed(None)
+        return loading.wait()
+
+    def _new_producer_state(self, log_):
+        ps = ProducerStateManager(log_.dir, self.producer_id_expiration_ms)
+        return ps, ps.load(log_.log_start_offset, log_.log_end_offset)
+
+    def _install_producer_state(self, key, log_, ps):
+        ps.map_end_offset = max(ps.map_end_offset, log_.log_end_offset)
+        self._producer_states[key] = ps
+        self._hook_roll(log_, ps)
+        log_.producer_state_manager = ps  # the cleaner keeps each producer's last batch
 
     def _hook_roll(self, log_, ps):
         """Snapshot the producer state when the log rolls a segment (Kafka does this inside
@@ -286,9 +372,13 @@ class ReplicaManager:
 
         log_.roll_listener = on_roll
 
-    def _rebuild_producer_state(self, ps, log_, offset):
-        end = log_.log_end_offset
-        while offset < end:
+    def _rebuild_steps(self, ps, log_, offset):
+        """Replay the batch headers of ``log_`` from ``offset`` to its end into ``ps``,
+        yielding after each (appends that are not idempotent may land meanwhile: the end is
+        read again at each chunk)."""
+        from kafkatw.protocol.records import iter_batch_headers
+
+        while offset < log_.log_end_offset:
             try:
                 info = log_.read(offset, 1 << 20, FetchIsolation.LOG_END, True)
             except KafkaError:
@@ -297,17 +387,15 @@ class ReplicaManager:
             data = records.read() if hasattr(records, "read") else bytes(records or b"")
             if not data:
                 break
-            from kafkatw.protocol.records import iter_batch_headers
-
             last = None
             for _, h in iter_batch_headers(data, allow_partial_tail=True):
                 if h.next_offset > ps.map_end_offset:
                     ps.update(h, h.base_offset, h.last_offset)
                 last = h
+                yield
             if last is None or last.next_offset <= offset:
                 break
             offset = last.next_offset
-        ps.map_end_offset = max(ps.map_end_offset, end)
 
     def take_producer_snapshots(self):
         """Write every partition's producer snapshot (clean shutdown; segment roll calls the
@@ -322,6 +410,10 @@ class ReplicaManager:
     def forget_partition(self, topic, partition):
         """Drop in-memory state of a deleted partition (and wake fetches waiting on it)."""
         self._producer_states.pop((topic, partition), None)
+        loading = self._producer_state_loads.pop((topic, partition), None)
+        if loading is not None:
+            loading.task.stop()
+            loading.done()  # its waiters retry and find the partition gone
         self.fetch_purgatory.check_and_complete(TopicPartitionOperationKey(topic, partition))
 
     def set_producer_id_expiration_ms(self, expiration_ms):
@@ -338,8 +430,6 @@ class ReplicaManager:
     def start(self):
         """Lead every loaded partition, and expire idle producers every
         producer.id.expiration.check.interval.ms."""
-        from twisted.internet import task
-
         # Kafka's Partition.makeLeader -> maybeIncrementLeaderHW: the ISR is this broker, so the
         # HW is the log end at once. The HW checkpoint lags (replica.high.watermark.checkpoint.
         # interval.ms); without this, records acknowledged before a crash stay invisible.
@@ -357,6 +447,9 @@ class ReplicaManager:
         if loop is not None and loop.running:
             loop.stop()
         self.fetch_purgatory.shutdown()
+        for loading in list(self._producer_state_loads.values()):
+            loading.task.stop()  # no snapshot of a partial state: the next start rebuilds
+        self._producer_state_loads.clear()
         self.take_producer_snapshots()
 
     # -- produce ---------------------------------------------------------------------------
@@ -369,13 +462,14 @@ class ReplicaManager:
         log end right after the append. Fetches parked on an appended partition are retried
         before this returns (within the same reactor turn).
         """
-        return defer.succeed(self.append_records_now(timeout_ms, required_acks, entries,
-                                                     internal_topics_allowed))
+        return defer.maybeDeferred(self.append_records_now, timeout_ms, required_acks, entries,
+                                   internal_topics_allowed)
 
     def append_records_now(self, timeout_ms, required_acks, entries, internal_topics_allowed=False,
                            batch_headers=None):
         """:meth:`append_records` without the Deferred: the results dict itself (every append
-        completes synchronously on a single node; the produce path calls this).
+        completes synchronously on a single node; the produce path calls this), or a
+        Deferred of it when an idempotent batch waits for its partition's producer state.
 
         ``batch_headers``: {(topic, partition): [(position, BatchHeader)]} for entries whose
         caller read every batch header of the buffer already (the produce handler has, for the
@@ -384,10 +478,16 @@ class ReplicaManager:
             return {tp: PartitionResponse(errors.INVALID_REQUIRED_ACKS) for tp in entries}
         results = {}
         appended = []
+        waiting = None
         known = batch_headers or {}
         for tp, buf in entries.items():
             resp = self._append_to_local_log(tp[0], tp[1], buf, internal_topics_allowed,
                                              required_acks, known.get(tp))
+            if resp is _LOADING:
+                if waiting is None:
+                    waiting = {}
+                waiting[tp] = buf
+                continue
             results[tp] = resp
             if resp.error_code == errors.NONE:
                 appended.append(tp)
@@ -395,7 +495,38 @@ class ReplicaManager:
         if appended and purgatory.watching():
             for topic, partition in appended:
                 purgatory.check_and_complete(TopicPartitionOperationKey(topic, partition))
-        return results
+        if waiting is None:
+            return results
+        return self._append_after_load(timeout_ms, required_acks, waiting, internal_topics_allowed,
+                                       known, results)
+
+    def _append_after_load(self, timeout_ms, required_acks, waiting, internal_topics_allowed,
+                           known, results):
+        """Idempotent batches for partitions whose producer state is being rebuilt: appended
+        once it is (in arrival order: waiters run in the order they came); a Deferred of all
+        of the request's results."""
+        def load_failed(f, tp):
+            results[tp] = PartitionResponse(errors.UNKNOWN_SERVER_ERROR, error_message=(
+                "rebuilding the producer state failed: %s" % (f.getErrorMessage(),)))
+            del waiting[tp]
+
+        loads = [self.when_producer_state_loaded(*tp).addErrback(load_failed, tp)
+                 for tp in list(waiting)]
+
+        def append(_):
+            if not waiting:
+                return results
+            later = self.append_records_now(timeout_ms, required_acks, waiting,
+                                            internal_topics_allowed,
+                                            {tp: known[tp] for tp in waiting if tp in known})
+            if isinstance(later, defer.Deferred):  # the partition was reloaded meanwhile
+                return later.addCallback(merge)
+            return merge(later)
+
+        def merge(later):
+            results.update(later)
+            return results
+        return defer.gatherResults(loads).addCallback(append)
 
     def _append_to_local_log(self, topic, partition, buf, internal_topics_allowed, required_acks=1,
                              batch_headers=None):
@@ -422,7 +553,9 @@ class ReplicaManager:
             if headers:
                 for _, h in headers:
                     if h.producer_id >= 0:
-                        ps = self.producer_state(topic, partition, log_)
+                        ps = self.producer_state_or_load(topic, partition, log_)
+                        if ps is None:
+                            return _LOADING
                         break
             if ps is not None:
                 check = ps.check_batches([h for _, h in headers])

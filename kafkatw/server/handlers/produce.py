@@ -125,7 +125,10 @@ def handle(apis, request):
     append_now = getattr(rm, "append_records_now", None)
     if append_now is not None:
         # synchronous on a single node: the response without a Deferred
-        return respond(append_now(body.timeout_ms, acks, entries, batch_headers=headers))
+        appended = append_now(body.timeout_ms, acks, entries, batch_headers=headers)
+        if isinstance(appended, defer.Deferred):  # waiting for a producer state rebuild
+            return appended.addCallback(respond)
+        return respond(appended)
     d = defer.maybeDeferred(rm.append_records, body.timeout_ms, acks, entries)
     d.addCallback(respond)
     return d
