@@ -1,5 +1,8 @@
 """Tests for the Produce handler: served versions, acks, per-partition errors, record checks."""
 
+import struct
+
+import crc32c
 from twisted.internet import defer
 from twisted.trial import unittest
 
@@ -152,6 +155,7 @@ class ProduceTests(ApisFixture, unittest.TestCase):
 
 class ProduceCompressionTypeTests(ApisFixture, unittest.TestCase):
     properties = {"compression.type": "lz4"}
+    partitions = ProduceTests.partitions
 
     def codec_of_append(self):
         buf = self.replica_manager.appends[-1][2][("t", 0)]
@@ -181,3 +185,35 @@ class ProduceCompressionTypeTests(ApisFixture, unittest.TestCase):
         self.create_topic("t", 1)
         self.call(produce([("t", 0, batch(2, compression=3))]), 9)
         self.assertIsInstance(self.codec_of_append()[1], memoryview)
+
+    def test_large_batch_is_recompressed_off_the_reactor(self):
+        from kafkatw.server.handlers.recompress import OFF_REACTOR_RECORDS
+
+        self.create_topic("t", 2)
+        work = []
+        pool = defer.Deferred()
+        self.apis.run_blocking = lambda fn, *args: work.append((fn, args)) or pool
+        big = batch(OFF_REACTOR_RECORDS, compression=1)
+        d = self.apis.handle(self.request(produce([("t", 0, big), ("t", 1, batch(2, compression=1))]), 9))
+        self.assertNoResult(d)
+        self.assertEqual((len(work), self.replica_manager.appends), (1, []))  # nothing appended yet
+        fn, args = work[0]
+        self.assertEqual([item[0] for item in args[0]], [("t", 0)])  # the small one went inline
+        pool.callback(fn(*args))  # what the pool thread does, then back on the reactor
+        response = self.successResultOf(d)
+        self.assertEqual([p[2] for p in self.partitions(response.body)], [errors.NONE, errors.NONE])
+        appended = self.replica_manager.appends[-1][2]
+        self.assertEqual([rec.read_batch_header(appended[tp], 0).compression for tp in (("t", 0), ("t", 1))],
+                         [3, 3])
+        self.assertEqual(len(rec.decode_batch(appended[("t", 0)], 0)[1]), OFF_REACTOR_RECORDS)
+
+    def test_corrupt_large_batch_answers_corrupt_message(self):
+        from kafkatw.server.handlers.recompress import OFF_REACTOR_RECORDS
+
+        self.create_topic("t", 1)
+        big = bytearray(batch(OFF_REACTOR_RECORDS, compression=1))
+        big[-8:] = b"\0" * 8  # the gzip stream's trailer
+        struct.pack_into(">I", big, 17, crc32c.crc32c(bytes(big[21:])))  # a valid CRC over bad data
+        resp = self.call(produce([("t", 0, bytes(big))]), 9).body
+        self.assertEqual(self.partitions(resp)[0][2], errors.CORRUPT_MESSAGE)
+        self.assertEqual(self.replica_manager.appends, [])

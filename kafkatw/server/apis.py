@@ -141,6 +141,14 @@ class KafkaApis:
             return default
         return default if value is None else value
 
+    def run_blocking(self, fn, *args):
+        """A Deferred of ``fn(*args)`` run in the broker's thread pool (the log manager's;
+        inline without one): CPU-heavy work a handler must not do on the reactor."""
+        run = getattr(self.log_manager, "run_blocking", None)
+        if run is None:
+            return defer.maybeDeferred(fn, *args)
+        return run(fn, *args)
+
     @property
     def node_id(self):
         return self.metadata.node_id

@@ -16,7 +16,13 @@ from kafkatw.protocol import records as rec
 from kafkatw.protocol.codec import write_uvarint
 from kafkatw.protocol.errors import KafkaError
 from kafkatw.protocol.messages import ProduceResponse
-from kafkatw.server.handlers.recompress import maybe_recompress, topic_compression_type
+from kafkatw.server.handlers.recompress import (
+    maybe_recompress,
+    needs_recompress,
+    recompress_all,
+    recompress_off_reactor,
+    topic_compression_type,
+)
 
 log = Logger()
 
@@ -76,6 +82,7 @@ def handle(apis, request):
                          "Transactions are not supported by this broker")
 
     meta = apis.metadata
+    slow = []  # batches recompressed in the thread pool: [(tp, records, compression type, header)]
     for topic in body.topic_data:
         compression_type = None  # the topic's, looked up once for all its partitions
         for pd in topic.partition_data:
@@ -98,6 +105,9 @@ def handle(apis, request):
             try:
                 if compression_type is None:
                     compression_type = topic_compression_type(apis, topic.name)
+                if needs_recompress(compression_type, header) and recompress_off_reactor(header):
+                    slow.append((tp, pd.records, compression_type, header))
+                    continue
                 records = entries[tp] = maybe_recompress(pd.records, compression_type, header)
                 if records is pd.records:
                     headers[tp] = [(0, header)]  # the replica manager and log need not read it again
@@ -119,19 +129,35 @@ def handle(apis, request):
             return Response(None, close_connection=True)
         return Response(ProduceAnswer(version, order, results))
 
-    if not entries:
-        return respond({})
-    rm = apis.replica_manager
-    append_now = getattr(rm, "append_records_now", None)
-    if append_now is not None:
-        # synchronous on a single node: the response without a Deferred
-        appended = append_now(body.timeout_ms, acks, entries, batch_headers=headers)
-        if isinstance(appended, defer.Deferred):  # waiting for a producer state rebuild
-            return appended.addCallback(respond)
-        return respond(appended)
-    d = defer.maybeDeferred(rm.append_records, body.timeout_ms, acks, entries)
-    d.addCallback(respond)
-    return d
+    def append():
+        if not entries:
+            return respond({})
+        rm = apis.replica_manager
+        append_now = getattr(rm, "append_records_now", None)
+        if append_now is not None:
+            # synchronous on a single node: the response without a Deferred
+            appended = append_now(body.timeout_ms, acks, entries, batch_headers=headers)
+            if isinstance(appended, defer.Deferred):  # waiting for a producer state rebuild
+                return appended.addCallback(respond)
+            return respond(appended)
+        d = defer.maybeDeferred(rm.append_records, body.timeout_ms, acks, entries)
+        d.addCallback(respond)
+        return d
+
+    if not slow:
+        return append()
+
+    def recompressed(done):
+        # back on the reactor; the connection is muted meanwhile, so its requests stay in order
+        for tp, records in done:
+            if isinstance(records, rec.CorruptRecordError):
+                results[tp] = _error(errors.CORRUPT_MESSAGE, str(records))
+            elif isinstance(records, KafkaError):
+                results[tp] = _error(records.code, records.message)
+            else:
+                entries[tp] = records
+        return append()
+    return apis.run_blocking(recompress_all, slow).addCallback(recompressed)
 
 
 def _record_error(e):
