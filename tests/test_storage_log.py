@@ -335,3 +335,47 @@ class MetadataTest(Base):
         self.assertIsNone(read_partition_metadata(path + ".missing"))
         os.makedirs(path + ".dir")
         self.assertRaises(IsADirectoryError, read_partition_metadata, path + ".dir")
+
+
+class ThreadFlushTest(Base):
+    """A background flush: planned on the reactor, fsynced by a thread that reads no log
+    state, finished on the reactor."""
+
+    def test_plan_runs_without_the_log_and_finish_moves_the_recovery_point(self):
+        failed_dirs = []
+        lg = self.open_log(dir_failure_handler=lambda d, e: failed_dirs.append(d))
+        for _ in range(3):
+            lg.append_as_leader(make_batch(2), 0)
+        plan = lg.plan_flush()
+        self.assertEqual((plan.offset, [s.base_offset for s in plan.segments]), (6, [0]))
+        lg.append_as_leader(make_batch(2), 0)  # the reactor appends while the thread fsyncs
+        self.assertEqual(plan.run(), [])
+        self.assertEqual(lg.recovery_point, 0)  # the thread changed nothing
+        lg.finish_flush(plan, [])
+        self.assertEqual((lg.recovery_point, lg.unflushed_messages, failed_dirs), (6, 2, []))
+        self.assertIsNone(lg.plan_flush(6))
+
+    def test_io_error_reaches_the_dir_handler_on_finish_only(self):
+        failed_dirs = []
+        lg = self.open_log(dir_failure_handler=lambda d, e: failed_dirs.append(d))
+        lg.append_as_leader(make_batch(1), 0)
+        plan = lg.plan_flush()
+
+        def fail():
+            raise OSError(5, "Input/output error")
+        lg.active_segment.flush = fail
+        failures = plan.run()
+        self.assertEqual((len(failures), failed_dirs), (1, []))
+        with self.assertRaises(KafkaError) as cm:
+            lg.finish_flush(plan, failures)
+        self.assertEqual(cm.exception.code, errors.KAFKA_STORAGE_ERROR)
+        self.assertEqual((failed_dirs, lg.recovery_point), ([os.path.dirname(lg.dir)], 0))
+
+    def test_truncation_meanwhile_caps_the_recovery_point(self):
+        lg = self.open_log()
+        for _ in range(4):
+            lg.append_as_leader(make_batch(1), 0)
+        plan = lg.plan_flush()
+        lg.truncate_to(2)
+        lg.finish_flush(plan, plan.run())
+        self.assertEqual(lg.recovery_point, 2)

@@ -165,6 +165,27 @@ class CreateLogsTest(ManagerBase):
         self.assertEqual(mgr.offline_dirs, frozenset(mgr.log_dirs))
 
 
+class FlushTest(ManagerBase):
+    def test_dirty_logs_flush_in_one_piece_of_blocking_work(self):
+        mgr = self.make(props={"log.flush.interval.ms": "1000"})
+        a, b = mgr.get_or_create_log("a", 0), mgr.get_or_create_log("b", 0)
+        a.append_as_leader(make_batch(2), 0)
+        b.append_as_leader(make_batch(3), 0)
+        work = []
+        pool = defer.Deferred()
+        mgr.run_blocking = lambda fn, *args: work.append((fn, args)) or pool
+        self.clock.advance(1)
+        d = mgr.flush_dirty_logs()
+        self.assertEqual(len(work), 1)
+        fn, args = work[0]
+        outcome = fn(*args)  # the thread: fsyncs only
+        self.assertEqual((a.recovery_point, b.recovery_point), (0, 0))
+        pool.callback(outcome)
+        self.successResultOf(d)
+        self.assertEqual((a.recovery_point, b.recovery_point), (2, 3))
+        mgr.shutdown()
+
+
 class RetentionTest(ManagerBase):
     def test_time_and_size_retention_two_step(self):
         props = {"log.segment.bytes": "1000", "log.retention.check.interval.ms": "1000",

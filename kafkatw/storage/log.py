@@ -91,6 +91,31 @@ def write_partition_metadata(path, topic_id):
     os.replace(tmp, path)
 
 
+class FlushPlan:
+    """What one flush fsyncs: built on the reactor by :meth:`UnifiedLog.plan_flush`, run in a
+    thread; it holds the segments, not the log, so the thread reads no log state."""
+
+    __slots__ = ("offset", "segments", "unflushed_messages")
+
+    def __init__(self, offset, segments, unflushed_messages):
+        self.offset = offset
+        self.segments = segments
+        self.unflushed_messages = unflushed_messages
+
+    def run(self):
+        """fsync each segment; returns ``[(segment, OSError)]`` (a segment deleted and
+        closed meanwhile needs no flush: the log decides on the reactor)."""
+        failures = []
+        for segment in self.segments:
+            try:
+                segment.flush()
+            except OSError as e:
+                failures.append((segment, e))
+            except (ValueError, TypeError):
+                pass  # closed under us
+        return failures
+
+
 class UnifiedLog:
     def __init__(self, directory, config=None, topic=None, partition=None, topic_id=None,
                  clock=None, recovery_point=0, log_start_offset=0, high_watermark=None,
@@ -769,28 +794,46 @@ class UnifiedLog:
     # -- flush, close, delete -----------------------------------------------------------
 
     def flush(self, offset=None):
-        """fsync segments holding offsets below ``offset`` (default: LEO); advance the
-        recovery point. Safe to run in a thread while the reactor appends."""
-        self._check_online()
-        offset = self.log_end_offset if offset is None else offset
-        if offset <= self._recovery_point:
+        """fsync segments holding offsets below ``offset`` (default: LEO) and advance the
+        recovery point, at once on the calling thread (shutdown, ``flush.messages``, tests).
+        Background flushes run :meth:`plan_flush`'s plan in a thread instead."""
+        plan = self.plan_flush(offset)
+        if plan is None:
             return
         try:
-            bases = list(self._bases)
-            lo = max(0, bisect.bisect_right(bases, self._recovery_point) - 1)
-            for base in bases[lo:]:
-                if base >= offset:
-                    break
-                seg = self._segments.get(base)
-                if seg is not None:
-                    seg.flush()
             self.leader_epoch_cache.flush()
         except OSError as e:
             raise self._io_failed(e)
-        except ValueError:  # a segment closed under us (deleted); it needs no flush
-            pass
-        self._recovery_point = max(self._recovery_point, offset)
-        self._unflushed_messages = 0
+        self.finish_flush(plan, plan.run())
+
+    def plan_flush(self, offset=None):
+        """On the reactor: the segments a flush up to ``offset`` (default: LEO) must fsync, as a
+        :class:`FlushPlan` whose ``run()`` a thread may call (it touches only those files), or
+        None when the recovery point is there already. Hand ``run()``'s result to
+        :meth:`finish_flush` on the reactor. (The leader epoch checkpoint is written whenever
+        it changes, so it needs no flush here.)"""
+        self._check_online()
+        offset = self.log_end_offset if offset is None else offset
+        if offset <= self._recovery_point:
+            return None
+        bases = self._bases
+        lo = max(0, bisect.bisect_right(bases, self._recovery_point) - 1)
+        segments = []
+        for base in bases[lo:]:
+            if base >= offset:
+                break
+            segments.append(self._segments[base])
+        return FlushPlan(offset, segments, self._unflushed_messages)
+
+    def finish_flush(self, plan, failures):
+        """On the reactor, after ``plan.run()`` gave ``failures``: an I/O error on a segment
+        still in the log takes the log (and its dir) offline; else the recovery point moves
+        to the plan's offset (no further than a truncation since)."""
+        for segment, exc in failures:
+            if self._segments.get(segment.base_offset) is segment:
+                raise self._io_failed(exc)
+        self._recovery_point = max(self._recovery_point, min(plan.offset, self.log_end_offset))
+        self._unflushed_messages = max(0, self._unflushed_messages - plan.unflushed_messages)
         self._last_flush_ms = self._clock()
 
     @property

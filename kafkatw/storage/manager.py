@@ -172,8 +172,39 @@ class LogManager:
 
     def _on_roll(self, lg, new_base):
         """Flush the segments before the new one in a thread (Kafka's flushUptoOffsetExclusive)."""
-        d = self.run_blocking(lg.flush, new_base)
+        d = self.flush_log(lg, new_base)
         d.addErrback(self._log_error, "flush after roll of %s-%d" % (lg.topic, lg.partition))
+
+    def flush_log(self, lg, offset=None):
+        """fsync ``lg`` up to ``offset`` (default: its end) in the thread pool: the plan is made
+        and its outcome applied on the reactor, the thread only fsyncs files (two flushes of
+        a log may overlap: the recovery point only moves forward). A Deferred (KafkaError if
+        the log is offline)."""
+        return self._flush_plans(lambda: [(lg, lg.plan_flush(offset))])
+
+    def _flush_plans(self, make_plans):
+        """Plans from ``make_plans()`` (reactor) run in one piece of blocking work, each
+        finished on the reactor; a Deferred, failed with the first KafkaError of a log."""
+        def run(plans):
+            return [plan.run() for _, plan in plans]
+
+        def finish(outcomes, plans):
+            error = None
+            for (lg, plan), failures in zip(plans, outcomes):
+                try:
+                    lg.finish_flush(plan, failures)
+                except KafkaError as e:
+                    error = error or e
+            if error is not None:
+                raise error
+
+        try:
+            plans = [(lg, plan) for lg, plan in make_plans() if plan is not None]
+        except KafkaError:
+            return defer.fail()
+        if not plans:
+            return defer.succeed(None)
+        return self.run_blocking(run, plans).addCallback(finish, plans)
 
     def _log_error(self, failure, what):
         if not failure.check(KafkaError):
@@ -380,17 +411,20 @@ class LogManager:
         return total
 
     def flush_dirty_logs(self):
+        """Flush every log due by ``flush.ms`` in one piece of thread-pool work (see :meth:`flush_log`)."""
         now = self.now_ms()
         due = [lg for lg in self._logs.values()
                if not lg.is_offline and now - lg.last_flush_ms >= lg.config.flush_ms]
 
-        def work():
+        def plans():
+            out = []
             for lg in due:
                 try:
-                    lg.flush()
-                except KafkaError:
+                    out.append((lg, lg.plan_flush()))
+                except KafkaError:  # offline since
                     pass
-        return self.run_blocking(work)
+            return out
+        return self._flush_plans(plans).addErrback(lambda f: f.trap(KafkaError) and None)
 
     def _offsets_by_dir(self, getter):
         out = {d: {} for d in self.online_dirs}
