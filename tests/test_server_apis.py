@@ -103,6 +103,11 @@ class FakeLogManager:
     def delete_log(self, topic, partition):
         self.deleted.append((topic, partition))
 
+    def delete_logs(self, topic, partitions):
+        for p in partitions:
+            self.delete_log(topic, p)
+        return defer.succeed(None)
+
     def get_log(self, topic, partition):
         return "log" if any(c[:2] == (topic, partition) for c in self.created) else None
 

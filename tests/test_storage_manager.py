@@ -128,6 +128,31 @@ class LoadTest(ManagerBase):
                          [])
 
 
+class DeleteLogsTest(ManagerBase):
+    def test_logs_go_at_once_directories_move_in_the_blocking_work(self):
+        mgr = self.make(props={"log.segment.delete.delay.ms": "1000"})
+        logs = [mgr.get_or_create_log("a", p) for p in range(3)]
+        logs[0].append_as_leader(make_batch(1), 0)
+        old = [lg.dir for lg in logs]
+        work = []
+        pool = defer.Deferred()
+        mgr.run_blocking = lambda fn, *args: work.append((fn, args)) or pool
+        d = mgr.delete_logs("a", range(3))
+        self.assertEqual([mgr.get_log("a", p) for p in range(3)], [None] * 3)
+        self.assertEqual([os.path.exists(o) for o in old], [True] * 3)  # not renamed yet
+        fn, args = work[0]
+        pool.callback(fn(*args))
+        self.successResultOf(d)
+        self.assertEqual([os.path.exists(o) for o in old], [False] * 3)
+        moved = sorted(os.path.basename(lg.dir) for lg in logs)
+        self.assertEqual([m.split(".")[0] for m in moved], ["a-0", "a-1", "a-2"])
+        self.assertTrue(all(m.endswith("-delete") and os.path.isdir(lg.dir) for m, lg in zip(moved, logs)))
+        mgr.run_blocking = LogManager.run_blocking.__get__(mgr)
+        self.clock.advance(1.0)  # file.delete.delay.ms later the directories go
+        self.assertEqual([os.path.exists(lg.dir) for lg in logs], [False] * 3)
+        self.assertEqual(mgr.offline_dirs, frozenset())
+
+
 class CreateLogsTest(ManagerBase):
     """create_logs: a topic's logs made in one piece of blocking work, attached after it."""
 

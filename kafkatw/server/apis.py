@@ -241,11 +241,13 @@ class KafkaApis:
             return self.log_manager.create_logs(info.name, range(info.num_partitions),
                                                 info.topic_id, info.configs)
         if event == TOPIC_DELETED:
+            # the logs are forgotten at once, their directories renamed in the thread pool
+            d = self.log_manager.delete_logs(info.name, range(info.num_partitions))
             forget = getattr(self.replica_manager, "forget_partition", None)
-            for p in range(info.num_partitions):
-                self.log_manager.delete_log(info.name, p)
-                if forget is not None:
+            if forget is not None:
+                for p in range(info.num_partitions):
                     forget(info.name, p)
+            return d
 
 
 class PendingResponse:

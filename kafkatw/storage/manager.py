@@ -313,6 +313,42 @@ class LogManager:
             return defer.succeed(None)
         return self.run_blocking(make).addCallback(attach)
 
+    def delete_logs(self, topic, partitions):
+        """Delete ``partitions`` of ``topic``: each log is forgotten and marked deleted at once,
+        the directory renames to ``-delete`` run in the thread pool (a thousand renames hold
+        the reactor for a quarter of a second), the file deletes are scheduled back on the
+        reactor after ``file.delete.delay.ms``. A Deferred firing once renamed."""
+        moves = []
+        for p in partitions:
+            lg = self._logs.pop((topic, p), None)
+            if lg is None or lg.is_offline:
+                continue
+            lg.mark_deleted()  # before the rename: a flush in a thread may trip over the move
+            if self.cleaner is not None:
+                self.cleaner.abort(lg)
+            moves.append((lg, os.path.join(os.path.dirname(lg.dir), log_delete_dir_name(topic, p))))
+
+        def rename():
+            out = []
+            for lg, new_dir in moves:
+                try:
+                    os.rename(lg.dir, new_dir)  # lg.dir is read only: the reactor waits for us
+                    out.append(None)
+                except OSError as e:
+                    out.append(e)
+            return out
+
+        def renamed(outcome):
+            for (lg, new_dir), error in zip(moves, outcome):
+                if error is not None:
+                    self.handle_dir_failure(self._dir_of(lg), error)
+                    continue
+                lg.renamed(new_dir)
+                self._schedule(lg.config.file_delete_delay_ms, lg.delete)
+        if not moves:
+            return defer.succeed(None)
+        return self.run_blocking(rename).addCallback(renamed)
+
     def delete_log(self, topic, partition):
         """Rename the partition dir to ``<tp>.<uuid>-delete`` and remove it later."""
         lg = self._logs.pop((topic, partition), None)
