@@ -857,10 +857,6 @@ class UnifiedLog:
 
     def rename_dir(self, new_dir):
         os.rename(self.dir, new_dir)
-        self.renamed(new_dir)
-
-    def renamed(self, new_dir):
-        """The directory was moved to ``new_dir`` (by :meth:`rename_dir` or a pool thread)."""
         self.dir = new_dir
         for seg in self.segments:
             for obj in (seg.log, seg.offset_index, seg.time_index):
