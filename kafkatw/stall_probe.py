@@ -1,9 +1,13 @@
 """The reactor stall probe: a timer that asks to run every few milliseconds and logs how late
 it ran, so work that holds the reactor thread (an fsync, a long loop) shows up as a number.
 
-It owns the measurement and its log line only; it does not know what stalled the reactor.
+It owns the measurement, its log line and reading that line back (:class:`StallLog`); it does
+not know what stalled the reactor.
 Enabled by ``kafkatw.reactor.stall.probe.ms`` (off by default; tests and diagnosis turn it on).
 """
+
+import os
+import re
 
 from twisted.logger import Logger
 
@@ -53,3 +57,27 @@ class StallProbe:
             self.max_late_ms = max(self.max_late_ms, late_ms)
             log.warn(STALL_FORMAT, late_ms=late_ms)
         self._schedule()
+
+
+_STALL_LINE = re.compile(r"reactor stall: (\d+) ms")
+
+
+class StallLog:
+    """Reads a broker's stall lines back from its log file (tests, benchmarks): ``mark()``
+    remembers the end of the file, ``stalls()`` lists the lateness of each stall logged since."""
+
+    def __init__(self, path):
+        self.path = path
+        self.start = 0
+
+    def mark(self):
+        self.start = os.path.getsize(self.path) if os.path.exists(self.path) else 0
+        return self
+
+    def text(self):
+        with open(self.path, encoding="utf-8", errors="replace") as f:
+            f.seek(self.start)
+            return f.read()
+
+    def stalls(self):
+        return [int(ms) for ms in _STALL_LINE.findall(self.text())]

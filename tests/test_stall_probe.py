@@ -4,7 +4,7 @@ from twisted.internet import task
 from twisted.logger import LogLevel, globalLogPublisher
 from twisted.trial import unittest
 
-from kafkatw.stall_probe import StallProbe
+from kafkatw.stall_probe import StallLog, StallProbe
 
 
 class StallProbeTests(unittest.SynchronousTestCase):
@@ -40,3 +40,20 @@ class StallProbeTests(unittest.SynchronousTestCase):
 
     def test_interval_must_be_positive(self):
         self.assertRaises(ValueError, StallProbe, self.clock, 0)
+
+
+class StallLogTests(unittest.SynchronousTestCase):
+    def test_reads_the_stalls_logged_after_the_mark(self):
+        path = self.mktemp()
+        with open(path, "w") as f:
+            f.write("2026-12-01T11:00:00+0000 [kafkatw.stall_probe#warn] reactor stall: 900 ms\n")
+        mark = StallLog(path).mark()
+        with open(path, "a") as f:
+            f.write("2026-12-01T11:00:01+0000 [kafkatw.stall_probe#warn] reactor stall: 12 ms\n"
+                    "2026-12-01T11:00:01+0000 [other#info] something else\n"
+                    "2026-12-01T11:00:02+0000 [kafkatw.stall_probe#warn] reactor stall: 7 ms\n")
+        self.assertEqual(mark.stalls(), [12, 7])
+        self.assertEqual(StallLog(path).stalls(), [900, 12, 7])
+
+    def test_a_missing_log_marks_its_start(self):
+        self.assertEqual(StallLog(self.mktemp()).mark().start, 0)
