@@ -6,9 +6,10 @@ project's own codec (``kafkatw.protocol.messages``). It knows no command; comman
 import socket
 import ssl
 import struct
+import time
 
 from kafkatw.protocol import messages
-from kafkatw.protocol.errors import error_name
+from kafkatw.protocol.errors import ERRORS, error_name
 
 _SIZE = struct.Struct(">i")
 
@@ -255,7 +256,17 @@ class KafkaClient:
         conn = self.any_connection()
         if 10 not in conn.api_versions:
             return conn
-        resp = self.call(messages.FindCoordinatorRequest(key=group), conn)
+        # Retriable errors (COORDINATOR_NOT_AVAILABLE while the broker creates
+        # __consumer_offsets, COORDINATOR_LOAD_IN_PROGRESS) are retried, as Kafka's clients do.
+        deadline = time.monotonic() + self.timeout
+        delay = 0.05
+        while True:
+            resp = self.call(messages.FindCoordinatorRequest(key=group), conn)
+            info = ERRORS.get(resp.error_code)
+            if not (info is not None and info.retriable and time.monotonic() + delay < deadline):
+                break
+            time.sleep(delay)  # a blocking CLI: nothing else to do meanwhile
+            delay = min(delay * 2, 1.0)
         check(resp.error_code, resp.error_message, "FindCoordinator for group %s" % group)
         return self._connect(resp.host, resp.port)
 
