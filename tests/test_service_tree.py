@@ -142,8 +142,12 @@ class ServiceTreeTests(unittest.TestCase):
     def test_a_persisted_background_threads_sizes_the_pool_at_start(self):
         broker = self.broker()
         broker.startService()
-        broker.metadata.set_broker_configs({"background.threads": "2"})
         self.successResultOf(broker.stopService())
+        # persisted as AlterConfigs would (written inline here: this reactor runs no threads)
+        from kafkatw.cluster.metadata import ClusterMetadata
+
+        stored = ClusterMetadata.load(broker.config.log_dirs, broker.config.node_id)
+        self.successResultOf(stored.set_broker_configs({"background.threads": "2"}))
         broker = self.broker()
         self.assertEqual(broker.threadpool.max, 3)  # the static value, until metadata is read
         broker.startService()
