@@ -201,7 +201,7 @@ class ReplicaManagerService(_BrokerPart):
 
 
 class GroupCoordinatorService(_BrokerPart):
-    """Consumer groups on ``__consumer_offsets`` (its partitions load one per reactor turn)."""
+    """Consumer groups on ``__consumer_offsets`` (its partitions load in slices after start)."""
 
     name = "group-coordinator"
 
