@@ -5,7 +5,7 @@ wake on append, expiry), errors and leader epochs, idempotent produce, ListOffse
 import struct
 
 import attr
-from twisted.internet import task
+from twisted.internet import defer, task
 from twisted.trial import unittest
 
 from kafkatw.protocol import errors
@@ -607,3 +607,35 @@ class LeaderLogOrErrorTests(unittest.TestCase):
                 if expected == errors.NONE:
                     expected = rm.check_leader_epoch(topic, p, epoch)
                 self.assertEqual(error, expected)
+
+
+class SnapshotOnRollTests(unittest.TestCase):
+    """The producer snapshot a roll takes is encoded on the reactor, written in the pool."""
+
+    def test_snapshot_written_by_the_blocking_work_only(self):
+        import os
+
+        from kafkatw.storage.manager import LogManager
+        from kafkatw.storage.producer_state import snapshot_file_name
+
+        clock = task.Clock()
+        clock.advance(1700000000)
+        lm = LogManager([self.mktemp()], {}, reactor=clock)
+        work = []
+        lm.run_blocking = lambda fn, *args: work.append((fn, args)) or defer.Deferred()
+        rm = ReplicaManager(lm, FakeMetadata({"t": 1}), clock)
+        from kafkatw.protocol.records import Record, build_batch
+
+        b = bytearray(build_batch([Record(value=b"v")], base_timestamp=1700000000000, producer_id=9,
+                                  producer_epoch=0, base_sequence=0))
+        self.successResultOf(rm.append_records(1000, -1, {("t", 0): b}))
+        lg = lm.get_log("t", 0)
+        lg.roll()  # queues the flush of the old segment and the snapshot
+        path = os.path.join(lg.dir, snapshot_file_name(1))
+        self.assertFalse(os.path.exists(path))
+        snapshot_work = [fn for fn, _ in work if fn.__name__ == "write"]
+        self.assertEqual(len(snapshot_work), 1)
+        snapshot_work[0]()  # what the pool thread does
+        self.assertTrue(os.path.exists(path))
+        again = rm._new_producer_state(lg)[0]
+        self.assertEqual(again.last_entry(9).last_seq, 0)

@@ -22,6 +22,8 @@ from kafkatw.storage.offsets import UNKNOWN_OFFSET_METADATA, FetchDataInfo, Fetc
 from kafkatw.storage.producer_state import (
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     ProducerStateManager,
+    delete_snapshots_before,
+    write_snapshot,
 )
 
 log = Logger()
@@ -363,12 +365,16 @@ class ReplicaManager:
             if previous is not None:
                 previous(lg, new_base)
             if ps.map_end_offset == new_base:
-                try:
-                    ps.take_snapshot()
-                    ps.delete_snapshots_before(lg.log_start_offset)
-                except OSError:
-                    log.failure("producer snapshot of {topic}-{partition} failed",
-                                topic=lg.topic, partition=lg.partition)
+                # encoded here, written (fsync) in the pool: a thread gets only bytes and paths
+                data, log_dir, start = ps.encode_snapshot(), lg.dir, lg.log_start_offset
+
+                def write():
+                    write_snapshot(log_dir, new_base, data)
+                    delete_snapshots_before(log_dir, start)
+                run = getattr(self.log_manager, "run_blocking", None)
+                d = defer.maybeDeferred(write) if run is None else run(write)
+                d.addErrback(lambda f: log.failure("producer snapshot of {topic}-{partition} failed",
+                                                   f, topic=lg.topic, partition=lg.partition))
 
         log_.roll_listener = on_roll
 

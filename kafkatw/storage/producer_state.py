@@ -296,19 +296,10 @@ class ProducerStateManager:
     def take_snapshot(self, offset=None):
         """Write the state as of :attr:`map_end_offset` (or ``offset``) atomically; the path."""
         offset = self.map_end_offset if offset is None else offset
-        path = os.path.join(self.log_dir, snapshot_file_name(offset))
-        tmp = path + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(self.encode_snapshot())
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        return path
+        return write_snapshot(self.log_dir, offset, self.encode_snapshot())
 
     def delete_snapshots_before(self, offset):
-        for off in self.snapshot_offsets():
-            if off < offset:
-                _unlink(os.path.join(self.log_dir, snapshot_file_name(off)))
+        delete_snapshots_before(self.log_dir, offset)
 
     def load(self, log_start_offset=0, log_end_offset=None):
         """Load the newest valid snapshot at or below ``log_end_offset`` (corrupt or too new
@@ -334,6 +325,31 @@ class ProducerStateManager:
             self.map_end_offset = max(off, log_start_offset)
             return self.map_end_offset
         return log_start_offset
+
+
+def write_snapshot(log_dir, offset, data):
+    """Write snapshot bytes (:meth:`ProducerStateManager.encode_snapshot`) for ``offset``
+    atomically (fsync, rename); the path. Only files: a pool thread may call it."""
+    path = os.path.join(log_dir, snapshot_file_name(offset))
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+def delete_snapshots_before(log_dir, offset):
+    """Remove the snapshots of ``log_dir`` below ``offset`` (only files, as above)."""
+    try:
+        names = os.listdir(log_dir)
+    except FileNotFoundError:
+        return
+    for name in names:
+        stem = name[: -len(SNAPSHOT_SUFFIX)]
+        if name.endswith(SNAPSHOT_SUFFIX) and stem.isdigit() and int(stem) < offset:
+            _unlink(os.path.join(log_dir, name))
 
 
 def _unlink(path):
