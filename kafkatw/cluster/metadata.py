@@ -230,7 +230,7 @@ class ClusterMetadata:
         self._staged = _Staged()
         self._staged_version = 0  # bumped by every staged change
         self._durable_version = 0  # the staged version the file on disk holds
-        self._durable_state = None
+        self._durable_state = _Staged()  # the state the file on disk holds
         self._writing = False
         self._waiting = []  # [(version, Deferred fired when that version is durable)]
         self._applied = defer.succeed(None)  # tail of the in-order apply chain

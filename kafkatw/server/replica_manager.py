@@ -350,6 +350,7 @@ class ReplicaManager:
 
     def _install_producer_state(self, key, log_, ps):
         ps.map_end_offset = max(ps.map_end_offset, log_.log_end_offset)
+        ps.producer_id_expiration_ms = self.producer_id_expiration_ms  # changed while rebuilding?
         self._producer_states[key] = ps
         self._hook_roll(log_, ps)
         log_.producer_state_manager = ps  # the cleaner keeps each producer's last batch
