@@ -1,5 +1,6 @@
 """Tests for CreateTopics and DeleteTopics on a single node."""
 
+from twisted.internet import defer
 from twisted.trial import unittest
 
 from kafkatw.protocol import errors
@@ -107,6 +108,25 @@ class CreateTopicsTests(ApisFixture, unittest.TestCase):
                          [0, errors.INVALID_REPLICA_ASSIGNMENT, errors.INVALID_REPLICA_ASSIGNMENT,
                           errors.INVALID_REQUEST])
         self.assertEqual(self.metadata.partition_count("ok"), 2)
+
+
+    def test_answer_waits_until_durable_and_a_failed_write_is_a_storage_error(self):
+        writes = []
+        self.metadata._run_blocking = lambda fn, *args: writes.append((fn, args)) or self.pending
+        self.pending = defer.Deferred()
+        d = self.apis.handle(self.request(CreateTopicsRequest(topics=[topic("a"), topic("b")],
+                                                              timeout_ms=1000), 7))
+        self.assertNoResult(d)  # both staged, one write in flight: nothing answered yet
+        self.assertEqual((len(writes), self.metadata.get_topic("a")), (1, None))
+        self.pending.errback(OSError(28, "No space left on device"))
+        self.flushLoggedErrors(OSError)
+        body = self.successResultOf(d).body
+        self.assertEqual([(t.name, t.error_code) for t in body.topics],
+                         [("a", errors.KAFKA_STORAGE_ERROR), ("b", errors.KAFKA_STORAGE_ERROR)])
+        self.assertEqual((self.metadata.get_topic("a"), self.log_manager.created), (None, []))
+        del self.metadata._run_blocking  # writes inline again: the names are free
+        self.assertEqual([t.error_code for t in self.create([topic("a")]).topics], [errors.NONE])
+        self.assertEqual(len(self.log_manager.created), 2)
 
 
 class DeleteTopicsTests(ApisFixture, unittest.TestCase):
