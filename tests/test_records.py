@@ -755,3 +755,32 @@ def _positions(buf):
     while pos < len(buf):
         yield pos
         pos += 12 + struct.unpack_from(">i", buf, pos + 8)[0]
+
+
+class KeylessRecordsTests(SynchronousTestCase):
+    """keyless_records: the key check of a compacted topic's append, without decoding records."""
+
+    def keyless(self, buf):
+        return records.keyless_records(buf, 0, read_batch_header(buf, 0), 1 << 24)
+
+    def test_indexes_of_null_keys_plain_and_compressed(self):
+        messages = SAMPLE + [(1010 + i, None if i % 7 == 0 else b"k", b"v", []) for i in range(30)]
+        expected = [1] + [3 + i for i in range(30) if i % 7 == 0]
+        for codec in (0, 1, 2, 3, 4):  # kafka-python's builder, every codec
+            self.assertEqual(self.keyless(kp_batch(messages, codec)), expected, codec)
+        self.assertEqual(self.keyless(kp_batch(BIG)), [])
+        # an empty key is a key; long timestamps and large offset deltas are multi-byte varints
+        built = records.build_batch([records.Record(offset_delta=300 + i, timestamp_delta=2 ** 40,
+                                                    key=b"" if i else None, value=b"v")
+                                     for i in range(3)], base_timestamp=1)
+        self.assertEqual(self.keyless(built), [0])
+
+    def test_framing_errors_as_check_records(self):
+        buf = bytearray(kp_batch(SAMPLE))
+        struct.pack_into(">i", buf, 57, 4)  # records_count 3 -> 4: the walk runs out
+        with self.assertRaises(InvalidRecordError):
+            self.keyless(buf)
+        buf = bytearray(kp_batch(SAMPLE))
+        struct.pack_into(">i", buf, 57, 2)  # 3 -> 2: bytes left over
+        with self.assertRaises(InvalidRecordError):
+            self.keyless(buf)

@@ -547,6 +547,56 @@ def check_records(buf, pos, header, max_size):
                                  "(%d bytes after %d records)" % (end - p, count))
 
 
+def keyless_records(buf, pos, header, max_size):
+    """Indexes of the records of a produced batch whose key is null (Kafka's
+    LogValidator.validateKey, for compacted topics), by the same framing walk as
+    :func:`check_records` plus a look at each record's key length: no record is built (decoding
+    a 30,000-record batch took ~0.3-1 s, the walk ~0.03 s). Raises like check_records."""
+    p = pos + RECORDS_OFFSET
+    end = pos + header.batch_length + LOG_OVERHEAD
+    if header.compression:
+        from kafkatw.protocol import compression
+        body = compression.decompress(header.compression, memoryview(buf)[p:end], max_size=max_size)
+        p = 0
+        end = len(body)
+    else:
+        body = buf
+        if end > len(buf):
+            end = len(buf)
+    count = header.records_count
+    read_varint = _read_varint
+    keyless = []
+    try:
+        for i in range(count):
+            b = body[p]
+            if b < 0x80:  # one-byte length prefix inline, as check_records
+                length = (b >> 1) ^ -(b & 1)
+                p += 1
+            else:
+                length, p = read_varint(body, p)
+            if length < MIN_RECORD_BODY or p + length > end:
+                raise InvalidRecordError("Incorrect declared batch size, premature EOF reached "
+                                         "(record %d of %d claims %d bytes)" % (i, count, length))
+            q = p + 1  # after the attributes byte: skip the timestamp and offset deltas
+            while body[q] >= 0x80:
+                q += 1
+            q += 1
+            while body[q] >= 0x80:
+                q += 1
+            q += 1
+            if q >= p + length:
+                raise InvalidRecordError("record %d of %d is shorter than its fields" % (i, count))
+            if body[q] == 1:  # key length -1 (zigzag): a null key
+                keyless.append(i)
+            p += length
+    except IndexError:
+        raise InvalidRecordError("Incorrect declared batch size, premature EOF reached")
+    if p != end:
+        raise InvalidRecordError("Incorrect declared batch size, records still remaining in file "
+                                 "(%d bytes after %d records)" % (end - p, count))
+    return keyless
+
+
 def iter_batches(buf, allow_partial_tail=False, verify=True):
     """Yield ``(BatchHeader, [Record])`` for each v2 batch in ``buf``."""
     for pos, _ in iter_batch_headers(buf, allow_partial_tail):

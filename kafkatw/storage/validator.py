@@ -1,7 +1,7 @@
 """LogValidator: checks the batches of one append and, for a leader, assigns offsets by rewriting
 each v2 header in place (base offset, partition leader epoch, LogAppendTime). Records are walked
-by their length prefixes only (decompressed, bounded), nothing recompressed, except on compacted
-topics, whose records are decoded for their keys. Raises KafkaError with Kafka's codes.
+by their length prefixes only (decompressed, bounded; on compacted topics the walk also reads
+each record's key length), nothing decoded or recompressed. Raises KafkaError with Kafka's codes.
 """
 
 from kafkatw.protocol import compression, errors, records
@@ -31,7 +31,7 @@ def validate_and_assign(buf, config, now_ms, next_offset, leader_epoch=None,
         after = config.message_timestamp_after_max_ms
         lower = now_ms - before
         upper = now_ms + after
-    compacted = assign_offsets and config.compact  # only compacted topics decode records
+    compacted = assign_offsets and config.compact  # compacted topics check every record's key
     batches = []
     first_offset = -1
     last_offset = -1
@@ -59,7 +59,7 @@ def validate_and_assign(buf, config, now_ms, next_offset, leader_epoch=None,
                              "batch size %d." % (size, max_message_bytes))
         records.validate_batch(buf, pos, header)
         if compacted and not header.is_control:
-            _check_keys(buf, pos, topic_partition)
+            _check_keys(buf, pos, header, topic_partition)
         elif assign_offsets:
             # Kafka walks every produced batch's records; a garbage or bomb body, or a count
             # the records don't match, is refused here instead of stored for consumers to trip on
@@ -110,14 +110,15 @@ def validate_and_assign(buf, config, now_ms, next_offset, leader_epoch=None,
     return info, batches
 
 
-def _check_keys(buf, pos, topic_partition):
+def _check_keys(buf, pos, header, topic_partition):
     """Kafka's LogValidator.validateKey for a compacted topic: every record needs a key;
     INVALID_RECORD with one record error (record index in the batch) per keyless record."""
-    _, recs = records.decode_batch(buf, pos, verify=False,
-                                   max_size=compression.MAX_DECOMPRESSED_BATCH_BYTES)
+    keyless = records.keyless_records(buf, pos, header, compression.MAX_DECOMPRESSED_BATCH_BYTES)
+    if not keyless:
+        return
     tp = "%s-%s" % tuple(topic_partition) if topic_partition else "unknown"
     bad = [(i, "Compacted topic cannot accept message without key in topic partition %s" % tp)
-           for i, r in enumerate(recs) if r.key is None]
+           for i in keyless]
     if bad:
         shown = ", ".join("RecordError(batchIndex=%d, message='%s')" % e for e in bad[:3])
         error = KafkaError(errors.INVALID_RECORD,
