@@ -147,6 +147,18 @@ class AdminPartitionsTests(KafkaBrokerMixin, unittest.TestCase):
         self.assertEqual(state.last_sequence, 2)
         self.assertEqual(p3.error_code, 3)
 
+    def test_describe_producers_after_a_crash_waits_for_the_rebuild(self):
+        name = self.topic()
+        self.produce(name, 3, idempotent=True)
+        self.broker.kill()  # no producer snapshot: the state is rebuilt from the log, in slices
+        self.broker.start()
+        R = messages.DescribeProducersRequest
+        resp, _ = self.wire(R(topics=[R.TopicRequest(name=name, partition_indexes=[0])]))
+        [p0] = resp.topics[0].partitions
+        self.assertEqual((p0.error_code, [s.last_sequence for s in p0.active_producers]), (0, [2]))
+        with open(self.broker.log_path) as f:
+            self.assertIn("rebuilding producer state of %s-0 from offset 0 to 3" % name, f.read())
+
     def test_elect_leaders(self):
         from confluent_kafka import ElectionType
 

@@ -336,6 +336,10 @@ class ReplicaManager:
         loading.task.whenDone().addCallbacks(rebuilt, failed)
         return None
 
+    def loaded_producer_state(self, topic, partition):
+        """The partition's producer state if it is loaded, else None (nothing started)."""
+        return self._producer_states.get((topic, partition))
+
     def when_producer_state_loaded(self, topic, partition):
         """A Deferred firing once the partition's producer state rebuild has ended (loaded,
         or given up: the partition was deleted); fired already if none is running."""

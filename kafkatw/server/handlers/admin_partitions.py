@@ -265,6 +265,15 @@ def _producers_partition(index, code=errors.NONE, message=None):
         partition_index=index, error_code=code, error_message=message, active_producers=[])
 
 
+def _describe_producers(out, ps):
+    for entry in sorted(ps.producers.values(), key=lambda e: e.producer_id):
+        out.active_producers.append(DescribeProducersResponse.ProducerState(
+            producer_id=entry.producer_id, producer_epoch=entry.producer_epoch,
+            last_sequence=entry.last_seq, last_timestamp=entry.last_timestamp,
+            coordinator_epoch=entry.coordinator_epoch,
+            current_txn_start_offset=entry.current_txn_first_offset))
+
+
 class DescribeProducers:
     API_KEY = 61
     VERSIONS = (0, 0)
@@ -273,6 +282,7 @@ class DescribeProducers:
     def handle(apis, request):
         rm = apis.replica_manager
         topics = []
+        loading = []  # (partition entry, topic, index): producer state being rebuilt
         for t in request.body.topics:
             result = DescribeProducersResponse.TopicResponse(name=t.name, partitions=[])
             for index in t.partition_indexes:
@@ -282,15 +292,30 @@ class DescribeProducers:
                 if code != errors.NONE:
                     out.error_code, out.error_message = code, _message(code)
                     continue
-                ps = rm.producer_state(t.name, index, log_)
-                for entry in sorted(ps.producers.values(), key=lambda e: e.producer_id):
-                    out.active_producers.append(DescribeProducersResponse.ProducerState(
-                        producer_id=entry.producer_id, producer_epoch=entry.producer_epoch,
-                        last_sequence=entry.last_seq, last_timestamp=entry.last_timestamp,
-                        coordinator_epoch=entry.coordinator_epoch,
-                        current_txn_start_offset=entry.current_txn_first_offset))
+                ps = rm.producer_state_or_load(t.name, index, log_)
+                if ps is None:
+                    loading.append((out, t.name, index))
+                    continue
+                _describe_producers(out, ps)
             topics.append(result)
-        return DescribeProducersResponse(throttle_time_ms=0, topics=topics)
+        response = DescribeProducersResponse(throttle_time_ms=0, topics=topics)
+        if not loading:
+            return response
+
+        # rebuilt from the log in slices on the reactor: answer once they are (or failed)
+        def loaded(_):
+            for out, topic, index in loading:
+                _, code = rm.get_partition_or_error(topic, index)  # deleted meanwhile?
+                ps = rm.loaded_producer_state(topic, index) if code == errors.NONE else None
+                if ps is not None:
+                    _describe_producers(out, ps)
+                    continue
+                if code == errors.NONE:
+                    code = errors.UNKNOWN_SERVER_ERROR  # the rebuild failed (and was logged)
+                out.error_code, out.error_message = code, _message(code)
+            return response
+        waits = [rm.when_producer_state_loaded(topic, index) for _, topic, index in loading]
+        return defer.DeferredList(waits, consumeErrors=True).addCallback(loaded)
 
     @staticmethod
     def error_response(request, code, message):
