@@ -402,6 +402,24 @@ class OffsetTests(GroupFixture, unittest.TestCase):
         self.clock.advance(7)
         self.assertEqual(self.heartbeat(leader, gen), errors.UNKNOWN_MEMBER_ID)
 
+    def test_a_partition_loads_in_slices(self):
+        self.find("simple")  # creates __consumer_offsets
+        for i in range(20):
+            self.commit({("t", 0): (i, "")}, group="simple")
+        self.restart()
+        # one record per slice, each slice a reactor turn (1 ms here) after the previous
+        self.coordinator._cooperator = task.Cooperator(
+            terminationPredicateFactory=lambda: (lambda: True),
+            scheduler=lambda step: self.clock.callLater(0.001, step))
+        turns = 0
+        while self.coordinator.loading_partitions and turns < 1000:
+            self.clock.advance(0.001)
+            turns += 1
+            if self.coordinator.partition_for("simple") in self.coordinator.loading_partitions:
+                self.assertEqual(self.fetch_offsets("simple")[0], errors.COORDINATOR_LOAD_IN_PROGRESS)
+        self.assertGreater(turns, 20)  # 20 records, one or more groups: one slice each at least
+        self.assertEqual(self.fetch_offsets("simple")[1], {("t", 0): (19, "", 0)})
+
     def test_delete_groups(self):
         leader, follower, gen = self.stable_pair()
         self.commit({("t", 0): (1, "")}, group="simple")
