@@ -180,6 +180,20 @@ class CreateLogsTest(ManagerBase):
         self.assertEqual(mgr.all_logs(), [])  # the thread made files, not broker state
         self.assertEqual(sorted(p for p, _, _ in made), [0, 1, 2])
 
+    def test_logs_made_after_shutdown_are_closed_not_attached(self):
+        mgr = self.make()
+        work = []
+        pool = defer.Deferred()
+        mgr.run_blocking = lambda fn, *args: work.append((fn, args)) or pool
+        d = mgr.create_logs("t", range(2), None, {})
+        mgr.shutdown()  # a CreateTopics still writing when the broker stops
+        fn, args = work[0]
+        pool.callback(fn(*args))
+        self.successResultOf(d)
+        self.assertEqual(mgr.all_logs(), [])
+        index = [os.path.join(r, f) for r, _, fs in os.walk(self.base) for f in fs if f.endswith(".index")]
+        self.assertEqual([os.path.getsize(i) for i in index], [0, 0])  # trimmed: closed cleanly
+
     def test_io_error_takes_the_dir_offline_and_fails(self):
         mgr = self.make(dirs=[os.path.join(self.mktemp(), "only")])
         blocker = os.path.join(mgr.log_dirs[0], "t-0")

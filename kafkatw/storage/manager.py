@@ -49,6 +49,7 @@ class LogManager:
         self._loops = []
         self._busy = set()
         self._pending_deletes = []
+        self._shut_down = False
         self.cleaner = None
         self._cleaner_loop = None
         self.default_config = LogConfig.from_props(self.broker_defaults, {})
@@ -301,8 +302,8 @@ class LogManager:
                 elif isinstance(lg, KafkaError):
                     log.error("cannot create log {topic}-{p}: {e}", topic=topic, p=p, e=lg)
                     failed.append(p)
-                elif (topic, p) in self._logs or directory in self._offline_dirs:
-                    lg.close()
+                elif (topic, p) in self._logs or directory in self._offline_dirs or self._shut_down:
+                    lg.close()  # (after shutdown: closed cleanly, as the others were)
                 else:
                     self._attach(lg)
             log.info("created {n} log(s) for {topic}", n=len(made) - len(failed), topic=topic)
@@ -505,6 +506,7 @@ class LogManager:
 
     def shutdown(self):
         """Flush and close every log, write checkpoints and the clean-shutdown markers."""
+        self._shut_down = True
         for loop in self._loops:
             if loop.running:
                 loop.stop()
