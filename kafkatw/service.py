@@ -38,6 +38,16 @@ def make_broker_service(config, reactor=None):
     return BrokerService(config, reactor=reactor)
 
 
+def refuse_unauthenticated_sasl(config):
+    """Fail closed: a SASL listener without authentication would serve anyone (issue 15)."""
+    for ep in config.listeners:
+        if ep.security_protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
+            raise ConfigError("Listener %s uses %s, but kafkatw cannot authenticate SASL clients yet; "
+                              "refusing to serve it without authentication" % (ep.listener_name,
+                                                                               ep.security_protocol),
+                              "listeners")
+
+
 def _advertised(endpoints, bound_ports):
     """Advertised endpoints with port 0 replaced by the bound port and an empty host named."""
     out = []
@@ -276,6 +286,7 @@ class BrokerService(OrderedMultiService):
 
     def __init__(self, config, reactor=None):
         super().__init__()
+        refuse_unauthenticated_sasl(config)
         if reactor is None:
             from twisted.internet import reactor
         from kafkatw.network.listener import ListenerService, load_transport_layer

@@ -183,6 +183,9 @@ class SocketServer:
         imported (``kafkatw.tap`` imports it without, when the config has no SSL listener).
         TCP endpoints listen at once, so a failure (port in use) is raised here.
         """
+        if endpoint.security_protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
+            raise ValueError("listener %s (%s) has no SASL authenticator"
+                             % (endpoint.listener_name, endpoint.security_protocol))
         factory = self.factory_for(endpoint)
         listening = factory
         if endpoint.security_protocol in ("SSL", "SASL_SSL"):
