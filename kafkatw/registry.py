@@ -119,6 +119,8 @@ def load(key, value, interface, **kwargs):
     elif callable(target):
         try:
             obj = target(**kwargs)
+        except ConfigError:
+            raise  # already one line naming its own key
         except Exception as e:
             raise ConfigError.invalid(key, value, "constructing it failed: %s: %s"
                                       % (type(e).__name__, e)) from None

@@ -302,6 +302,12 @@ _d("ssl.principal.mapping.rules", STRING, "DEFAULT", None, LOW,
 _d("sasl.enabled.mechanisms", LIST, "GSSAPI", None, MEDIUM, "SASL mechanisms enabled on the server.")
 _d("sasl.mechanism.inter.broker.protocol", STRING, "GSSAPI", None, MEDIUM,
    "SASL mechanism for inter-broker traffic.")
+_d("sasl.server.max.receive.size", INT, 524288, at_least(1), LOW,
+   "Largest frame accepted from a SASL client before it has authenticated.")
+_d("connections.max.reauth.ms", LONG, 0, at_least(0), MEDIUM,
+   "Lifetime of a SASL session (KIP-368): the client must re-authenticate within it; 0 = forever.")
+_d("principal.builder.class", CLASS, None, None, MEDIUM,
+   "IPrincipalBuilder plug-in name or dotted name; unset uses Kafka's default principal builder.")
 _d("authorizer.class.name", STRING, "", None, LOW,
    "Dotted name of the authorizer; empty disables authorization.")
 _d("super.users", STRING, None, None, LOW,

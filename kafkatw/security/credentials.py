@@ -1,0 +1,121 @@
+"""The broker's SCRAM credential store: one JSON file in the metadata log dir, durable and atomic.
+
+Owns keeping ``{user: {mechanism: ScramCredential}}`` (salt, StoredKey, ServerKey, iterations;
+never a password) and writing every change with write-to-temp, fsync, rename, fsync of the
+directory. It does not validate requests (``handlers/scram_credentials.py`` does).
+"""
+
+import base64
+import json
+import os
+
+from kafkatw.security.scram import MAX_ITERATIONS, MIN_ITERATIONS, MECHANISMS, ScramCredential
+
+CREDENTIALS_FILE = "__kafkatw_scram_credentials.json"
+_FORMAT_VERSION = 1
+
+
+class CredentialStoreError(ValueError):
+    """The stored file cannot be read; one line naming the file."""
+
+
+def _write_atomically(path, data):
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dir_fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def _enc(data):
+    return base64.b64encode(data).decode("ascii")
+
+
+class ScramCredentialStore:
+    """SCRAM credentials by user and mechanism, persisted in ``path`` (mode 0600)."""
+
+    def __init__(self, path):
+        self.path = path
+        self._users = {}
+        self._load()
+
+    @classmethod
+    def in_dir(cls, directory):
+        return cls(os.path.join(directory, CREDENTIALS_FILE))
+
+    def _load(self):
+        try:
+            with open(self.path, "rb") as f:
+                raw = f.read()
+        except FileNotFoundError:
+            return
+        try:
+            doc = json.loads(raw.decode("utf-8"))
+            if doc.get("version") != _FORMAT_VERSION:
+                raise ValueError("unknown format version %r" % (doc.get("version"),))
+            users = {}
+            for user, mechs in doc["users"].items():
+                for mech, c in mechs.items():
+                    if mech not in MECHANISMS:
+                        raise ValueError("unknown mechanism %s" % (mech,))
+                    users.setdefault(user, {})[mech] = ScramCredential(
+                        salt=base64.b64decode(c["salt"]), stored_key=base64.b64decode(c["stored_key"]),
+                        server_key=base64.b64decode(c["server_key"]), iterations=int(c["iterations"]))
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise CredentialStoreError("cannot read the SCRAM credentials in %s: %s" % (self.path, e)) from None
+        self._users = users
+
+    def _save(self):
+        doc = {"version": _FORMAT_VERSION, "users": {
+            user: {mech: {"salt": _enc(c.salt), "stored_key": _enc(c.stored_key),
+                          "server_key": _enc(c.server_key), "iterations": c.iterations}
+                   for mech, c in sorted(mechs.items())}
+            for user, mechs in sorted(self._users.items())}}
+        _write_atomically(self.path, json.dumps(doc, indent=1).encode("utf-8"))
+
+    # -- reading -----------------------------------------------------------------------------
+    def get(self, user, mechanism):
+        """The credential of ``user`` for ``mechanism`` (a name), or None."""
+        return self._users.get(user, {}).get(mechanism)
+
+    def users(self):
+        return sorted(self._users)
+
+    def describe(self, user):
+        """``[(mechanism name, iterations)]`` of ``user`` (empty if unknown)."""
+        return [(mech, c.iterations) for mech, c in sorted(self._users.get(user, {}).items())]
+
+    # -- changing ----------------------------------------------------------------------------
+    def alter(self, upsertions=(), deletions=()):
+        """Apply ``[(user, mechanism, ScramCredential)]`` and ``[(user, mechanism)]`` in one write."""
+        users = {u: dict(m) for u, m in self._users.items()}
+        for user, mech in deletions:
+            users.get(user, {}).pop(mech, None)
+            if user in users and not users[user]:
+                del users[user]
+        for user, mech, credential in upsertions:
+            if mech not in MECHANISMS:
+                raise ValueError("unknown SCRAM mechanism %s" % (mech,))
+            if not MIN_ITERATIONS <= credential.iterations <= MAX_ITERATIONS:
+                raise ValueError("iterations must be within %d..%d" % (MIN_ITERATIONS, MAX_ITERATIONS))
+            users.setdefault(user, {})[mech] = credential
+        previous, self._users = self._users, users
+        try:
+            self._save()
+        except OSError:
+            self._users = previous
+            raise
+
+    def upsert(self, user, mechanism, credential):
+        self.alter(upsertions=[(user, mechanism, credential)])
+
+    def delete(self, user, mechanism):
+        self.alter(deletions=[(user, mechanism)])
