@@ -38,14 +38,18 @@ def make_broker_service(config, reactor=None):
     return BrokerService(config, reactor=reactor)
 
 
-def refuse_unauthenticated_sasl(config):
-    """Fail closed: a SASL listener without authentication would serve anyone (issue 15)."""
-    for ep in config.listeners:
-        if ep.security_protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
-            raise ConfigError("Listener %s uses %s, but kafkatw cannot authenticate SASL clients yet; "
-                              "refusing to serve it without authentication" % (ep.listener_name,
-                                                                               ep.security_protocol),
-                              "listeners")
+def security_setup(config):
+    """The SCRAM credential store (in the metadata log dir) and ``{listener: SaslListener}`` of
+    the SASL listeners; a SASL listener that cannot authenticate anyone is a ConfigError here,
+    before anything starts (fail closed)."""
+    from kafkatw.security.credentials import CredentialStoreError, ScramCredentialStore
+    from kafkatw.security.sasl_config import sasl_listeners
+
+    try:
+        store = ScramCredentialStore.in_dir(config.log_dirs[0])
+    except CredentialStoreError as e:
+        raise ConfigError(str(e), "log.dirs") from None
+    return store, sasl_listeners(config, store)
 
 
 def _advertised(endpoints, bound_ports):
@@ -248,7 +252,7 @@ class RequestHandlersService(_BrokerPart):
                            supported_features=features.supported_features(),
                            finalized_features=features.finalized_features(),
                            finalized_features_epoch=features.FINALIZED_FEATURES_EPOCH,
-                           dynamic_config=b.dynamic_config)
+                           dynamic_config=b.dynamic_config, scram_credentials=b.scram_credentials)
         b.apis.create_missing_logs()
 
 
@@ -271,6 +275,7 @@ class SocketServerService(_BrokerPart):
             ssl_context_factories=b.ssl_context_factories,
             transfer_failure_handler=b._on_transfer_failure,  # seed 000 §6
             transport_layers=b.transport_layers,
+            sasl_listeners=b.sasl_listeners,
         )
         b.dynamic_config.add_reconfigurable(DynamicSocketServerConfig(b.socket_server))
 
@@ -286,7 +291,7 @@ class BrokerService(OrderedMultiService):
 
     def __init__(self, config, reactor=None):
         super().__init__()
-        refuse_unauthenticated_sasl(config)
+        self.scram_credentials, self.sasl_listeners = security_setup(config)
         if reactor is None:
             from twisted.internet import reactor
         from kafkatw.network.listener import ListenerService, load_transport_layer

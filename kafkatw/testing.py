@@ -248,11 +248,16 @@ class KafkaBroker:
     :param config_file: a server.properties file; ``overrides`` win over it.
     :param fork_server: fork the broker from a helper with kafkatw pre-imported (about 5x
         faster starts); False (or ``KAFKATW_TESTING_FORK_SERVER=0``) runs ``twistd`` directly.
+    :param sasl_users: ``{user: password}`` accepted on SASL_PLAINTEXT/SASL_SSL listeners: PLAIN
+        users in each SASL listener's JAAS config, SCRAM credentials written into the data folder
+        before the first start (as ``kafka-storage format --add-scram`` does).
+    :param sasl_mechanisms: the ``sasl.enabled.mechanisms`` of SASL listeners.
     """
 
     def __init__(self, overrides=None, num_partitions=None, data_dir=None, keep_data=False,
                  host="127.0.0.1", start_timeout=30.0, config_file=None, listeners=("PLAINTEXT",),
-                 topics=(), log_path=None, request_log=False, fork_server=True):
+                 topics=(), log_path=None, request_log=False, fork_server=True, sasl_users=None,
+                 sasl_mechanisms=("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")):
         self.overrides = dict(overrides or {})
         self.fork_server = fork_server and os.environ.get("KAFKATW_TESTING_FORK_SERVER", "1") != "0"
         if num_partitions is not None:
@@ -281,6 +286,8 @@ class KafkaBroker:
         self.topics = [_topic_spec(t, None) for t in topics]
         self.ssl_ca_path = self.ssl_client_cert_path = self.ssl_client_key_path = None
         self.pki = None
+        self.sasl_users = dict(sasl_users or {})
+        self.sasl_mechanisms = tuple(sasl_mechanisms)
 
     def _listener_entry(self, item):
         if "://" in item:
@@ -328,6 +335,18 @@ class KafkaBroker:
         addr = self._address("SSL")
         return "%s:%d" % addr if addr else None
 
+    @property
+    def sasl_bootstrap_servers(self):
+        """``host:port`` of the SASL_PLAINTEXT listener, or None without one."""
+        addr = self._address("SASL_PLAINTEXT")
+        return "%s:%d" % addr if addr else None
+
+    @property
+    def sasl_ssl_bootstrap_servers(self):
+        """``host:port`` of the SASL_SSL listener, or None without one."""
+        addr = self._address("SASL_SSL")
+        return "%s:%d" % addr if addr else None
+
     def ssl_context(self):
         """A client ``ssl.SSLContext`` trusting the throwaway CA (for the readiness probe, tests)."""
         import ssl
@@ -364,6 +383,39 @@ class KafkaBroker:
             "ssl.truststore.location": self.pki.ca_cert,
         }
 
+    def _sasl_listener_names(self):
+        return [name for name, _, _ in self._listeners
+                if self._protocol(name) in ("SASL_PLAINTEXT", "SASL_SSL")]
+
+    def _sasl_props(self):
+        names = self._sasl_listener_names()
+        if not names:
+            return {}
+        props = {"sasl.enabled.mechanisms": ",".join(self.sasl_mechanisms)}
+        if "PLAIN" in self.sasl_mechanisms and self.sasl_users:
+            users = " ".join('user_%s="%s"' % (u, p.replace("\\", "\\\\").replace('"', '\\"'))
+                             for u, p in sorted(self.sasl_users.items()))
+            jaas = "org.apache.kafka.common.security.plain.PlainLoginModule required %s;" % users
+            for name in names:
+                props["listener.name.%s.plain.sasl.jaas.config" % name.lower()] = jaas
+        return props
+
+    def _write_scram_users(self):
+        """SCRAM credentials of ``sasl_users`` that the data folder does not hold yet."""
+        mechanisms = [m for m in self.sasl_mechanisms if m.startswith("SCRAM-")]
+        if not (mechanisms and self.sasl_users and self._sasl_listener_names()):
+            return
+        from kafkatw.security.credentials import ScramCredentialStore
+        from kafkatw.security.scram import MECHANISMS, make_credential
+
+        os.makedirs(self.data_dir, exist_ok=True)
+        store = ScramCredentialStore.in_dir(self.data_dir)
+        new = [(user, mech, make_credential(MECHANISMS[mech], password))
+               for user, password in sorted(self.sasl_users.items()) for mech in mechanisms
+               if store.get(user, mech) is None]
+        if new:
+            store.alter(upsertions=new)
+
     def properties(self):
         """The broker properties passed as ``--override`` (listeners, dirs, TLS, overrides)."""
         listeners = ",".join("%s://%s:%d" % (name, host, self.ports.get(name, port) or port)
@@ -374,6 +426,7 @@ class KafkaBroker:
             props["kafkatw.request.log.enable"] = "true"
             props["kafkatw.request.log.file"] = self.request_log_path
         props.update(self._ssl_props())
+        props.update(self._sasl_props())
         props.update({k: str(v).lower() if isinstance(v, bool) else str(v)
                       for k, v in self.overrides.items()})
         return props
@@ -410,6 +463,7 @@ class KafkaBroker:
             raise RuntimeError("broker already running (pid %d)" % self.process.pid)
         _ensure_bytecode()
         self._make_pki()
+        self._write_scram_users()
         if os.path.exists(self._ready_path):
             os.unlink(self._ready_path)
         self.process = self._spawn()
@@ -437,7 +491,13 @@ class KafkaBroker:
         addr = self._address("SSL")
         if addr is not None:
             return api_versions_ok(addr[0], addr[1], ssl_context=self.ssl_context())
-        return True  # SASL-only: the listener is bound, which is all we can check without creds
+        addr = self._address("SASL_PLAINTEXT")  # ApiVersions is answered before authentication
+        if addr is not None:
+            return api_versions_ok(addr[0], addr[1])
+        addr = self._address("SASL_SSL")
+        if addr is not None:
+            return api_versions_ok(addr[0], addr[1], ssl_context=self.ssl_context())
+        return True
 
     def _create_topics(self):
         if not self.topics:

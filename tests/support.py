@@ -81,8 +81,8 @@ class RawClient:
     included) and remembers the API/version of each outstanding correlation id.
     """
 
-    def __init__(self, broker, client_id="raw", timeout=15.0):
-        self.sock = socket.create_connection((broker.host, broker.port), timeout=timeout)
+    def __init__(self, broker, client_id="raw", timeout=15.0, port=None):
+        self.sock = socket.create_connection((broker.host, port or broker.port), timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.client_id = client_id
         self.next_corr = 1

@@ -44,14 +44,14 @@ class DocsExamplesTests(unittest.SynchronousTestCase):
 
     def test_every_client_has_an_example(self):
         names = [n for n, _ in self.examples]
-        self.assertEqual(names, ["test_example_aiokafka.py", "conftest.py",
+        self.assertEqual(names, ["test_example_sasl.py", "test_example_aiokafka.py", "conftest.py",
                                  "test_example_confluent.py", "test_example_kafka_python.py",
                                  "test_example_trial.py"])
 
     def test_pytest_examples_pass(self):
         files = [n for n, src in self.examples if n.startswith("test_") and "twisted.trial" not in src]
         expected = sum(_count_tests(src) for n, src in self.examples if n in files)
-        self.assertEqual(expected, 4)
+        self.assertEqual(expected, 5)
         code, out = self.run_tool([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                                    "--rootdir", self.dir] + files)
         self.assertEqual(code, 0, out)

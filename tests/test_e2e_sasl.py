@@ -1,8 +1,35 @@
-"""SASL listeners against a real broker process: start-up checks (fail closed)."""
+"""SASL against a real broker process with real clients: start-up checks (fail closed),
+PLAIN and SCRAM-SHA-256/512 over SASL_PLAINTEXT and SASL_SSL with confluent-kafka, kafka-python,
+aiokafka and kcat, wrong passwords, unauthenticated requests, the principal in the request log,
+SCRAM users managed with Alter/DescribeUserScramCredentials across a restart, re-authentication."""
 
+import asyncio
+import logging
+import os
+import shutil
+import socket
+import struct
+import subprocess
+import time
+
+from twisted.trial import unittest
 from twisted.trial.unittest import SynchronousTestCase
 
-from kafkatw.testing import BrokerStartError, KafkaBroker
+from kafkatw.protocol import errors
+from kafkatw.protocol import messages as m
+from kafkatw.testing import BrokerStartError, KafkaBroker, KafkaBrokerMixin
+from tests.support import RawClient, closed_by_peer, poll_until, request_log, unique_name
+
+USERS = {"alice": "alice-secret", "bob": "b\"ob=,secret"}
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+N = 100
+QUIET = logging.getLogger("kafkatw.tests.librdkafka")
+QUIET.addHandler(logging.NullHandler())
+QUIET.propagate = False
+
+
+def records(tag, n=N):
+    return [(("k%d" % i).encode(), ("%s-%d" % (tag, i)).encode()) for i in range(n)]
 
 
 class FailClosedTests(SynchronousTestCase):
@@ -15,9 +42,280 @@ class FailClosedTests(SynchronousTestCase):
         self.assertIn(expected, cm.exception.reason)
         self.assertNotIn("\n", cm.exception.reason)
 
-    def test_sasl_plaintext_without_sasl_config_is_refused(self):
-        self.assertRefused(KafkaBroker(listeners=("PLAINTEXT", "SASL_PLAINTEXT")),
-                           "Listener SASL_PLAINTEXT uses SASL_PLAINTEXT")
+    def test_kafka_default_gssapi_is_refused(self):
+        self.assertRefused(KafkaBroker(listeners=("PLAINTEXT", "SASL_PLAINTEXT"), sasl_mechanisms=("GSSAPI",)),
+                           "Invalid value GSSAPI for configuration sasl.enabled.mechanisms: no "
+                           "ISaslServerFactory plug-in is registered")
 
-    def test_sasl_ssl_without_sasl_config_is_refused(self):
-        self.assertRefused(KafkaBroker(listeners=("SASL_SSL",)), "Listener SASL_SSL uses SASL_SSL")
+    def test_plain_without_users_is_refused(self):
+        self.assertRefused(KafkaBroker(listeners=("SASL_SSL",), sasl_mechanisms=("PLAIN",)),
+                           "SASL mechanism PLAIN on listener SASL_SSL needs "
+                           "listener.name.sasl_ssl.plain.sasl.jaas.config")
+
+    def test_no_mechanism_is_refused(self):
+        self.assertRefused(KafkaBroker(listeners=("SASL_PLAINTEXT",), sasl_mechanisms=()),
+                           "Listener SASL_PLAINTEXT uses SASL_PLAINTEXT but enables no SASL mechanism")
+
+
+class SaslBrokerMixin(KafkaBrokerMixin):
+    broker_options = {"listeners": ("PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL"), "sasl_users": USERS,
+                      "request_log": True}
+
+    def address(self, protocol):
+        return {"SASL_PLAINTEXT": self.broker.sasl_bootstrap_servers,
+                "SASL_SSL": self.broker.sasl_ssl_bootstrap_servers}[protocol]
+
+    def topic(self, tag):
+        from tests.support import create_topic
+
+        name = unique_name(tag)
+        create_topic(self.broker, name)
+        return name
+
+
+class ConfluentKafkaSaslTests(SaslBrokerMixin, unittest.SynchronousTestCase):
+    """librdkafka through confluent-kafka."""
+
+    def conf(self, protocol, mechanism, user="alice", password=None, **extra):
+        conf = {"bootstrap.servers": self.address(protocol), "security.protocol": protocol,
+                "sasl.mechanism": mechanism, "sasl.username": user,
+                "sasl.password": USERS.get(user, "") if password is None else password, "logger": QUIET}
+        if protocol == "SASL_SSL":
+            conf["ssl.ca.location"] = self.broker.ssl_ca_path
+        conf.update(extra)
+        return conf
+
+    def roundtrip(self, protocol, mechanism, user="alice"):
+        from confluent_kafka import Consumer, Producer, TopicPartition
+
+        topic = self.topic("cf-%s-%s" % (protocol, mechanism))
+        p = Producer(self.conf(protocol, mechanism, user, client_id="cf-" + topic, linger_ms=5)
+                     if False else self.conf(protocol, mechanism, user, **{"client.id": "cf-" + topic}))
+        delivered = []
+        for key, value in records(topic):
+            p.produce(topic, value=value, key=key, on_delivery=lambda e, msg: delivered.append(e))
+        self.assertEqual(p.flush(30), 0)
+        self.assertEqual(delivered, [None] * N)
+        c = Consumer(self.conf(protocol, mechanism, user, **{"group.id": "g-" + topic,
+                                                            "enable.auto.commit": False}))
+        c.assign([TopicPartition(topic, 0, 0)])
+        got = []
+        deadline = time.monotonic() + 30
+        while len(got) < N and time.monotonic() < deadline:
+            for msg in c.consume(N, 1.0):
+                self.assertIsNone(msg.error())
+                got.append((msg.key(), msg.value()))
+        c.close()
+        self.assertEqual(got, records(topic))
+        return topic
+
+    def test_produce_consume_plain(self):
+        self.roundtrip("SASL_PLAINTEXT", "PLAIN")
+
+    def test_produce_consume_scram_sha_256(self):
+        self.roundtrip("SASL_PLAINTEXT", "SCRAM-SHA-256", user="bob")
+
+    def test_produce_consume_scram_sha_512(self):
+        self.roundtrip("SASL_PLAINTEXT", "SCRAM-SHA-512")
+
+    def test_produce_consume_over_sasl_ssl(self):
+        self.roundtrip("SASL_SSL", "SCRAM-SHA-512")
+        self.roundtrip("SASL_SSL", "PLAIN", user="bob")
+
+    def test_principal_in_the_request_log(self):
+        topic = self.roundtrip("SASL_PLAINTEXT", "SCRAM-SHA-256")
+
+        def entries():
+            return [e for e in request_log(self.broker.request_log_path)
+                    if e["requestHeader"]["clientId"] == "cf-" + topic]
+
+        found = poll_until(lambda: [e for e in entries() if e["requestHeader"]["requestApiKey"] == 0],
+                           message="the produce requests in the request log")
+        self.assertEqual({(e["principal"], e["listener"], e["securityProtocol"]) for e in found},
+                         {("User:alice", "SASL_PLAINTEXT", "SASL_PLAINTEXT")})
+        auth = [e["principal"] for e in entries() if e["requestHeader"]["requestApiKey"] in (17, 36)]
+        # per connection a handshake and two SCRAM rounds, all before a principal is known
+        self.assertEqual((set(auth), len(auth) % 3, len(auth) > 0), ({"User:ANONYMOUS"}, 0, True))
+
+    def test_wrong_password_is_an_authentication_error_not_a_timeout(self):
+        from confluent_kafka import KafkaError, Producer
+
+        for protocol, mechanism in [("SASL_PLAINTEXT", "PLAIN"), ("SASL_PLAINTEXT", "SCRAM-SHA-256"),
+                                    ("SASL_SSL", "SCRAM-SHA-512")]:
+            seen = []
+            p = Producer(self.conf(protocol, mechanism, password="wrong", error_cb=seen.append))
+            started = time.monotonic()
+            poll_until(lambda: p.poll(0.1) is not None and seen or seen, timeout=10,
+                       message="an error from %s" % mechanism)
+            self.assertLess(time.monotonic() - started, 5)
+            self.assertEqual(seen[0].code(), KafkaError._AUTHENTICATION, seen[0])
+            expected = ("Authentication failed: Invalid username or password" if mechanism == "PLAIN" else
+                        "Authentication failed during authentication due to invalid credentials with "
+                        "SASL mechanism " + mechanism)
+            self.assertIn(expected, seen[0].str())
+            del p
+
+    def test_unauthenticated_metadata_is_closed_while_others_keep_working(self):
+        host, port = self.broker.sasl_bootstrap_servers.split(":")
+        raw = RawClient(self.broker, port=int(port))
+        self.addCleanup(raw.close)
+        api = raw.request(18, 3, m.ApiVersionsRequest(client_software_name="raw", client_software_version="1"))
+        self.assertIn(17, {k.api_key for k in api.api_keys})
+        self.assertIn(36, {k.api_key for k in api.api_keys})
+        raw.send(3, 12, m.MetadataRequest(topics=None))
+        self.assertTrue(closed_by_peer(raw.sock))
+        # the plaintext listener and authenticated SASL clients are unaffected
+        plain = RawClient(self.broker)
+        self.addCleanup(plain.close)
+        self.assertEqual(plain.request(3, 12, m.MetadataRequest(topics=None)).brokers[0].node_id, 1)
+        self.roundtrip("SASL_PLAINTEXT", "PLAIN")
+
+    def test_unknown_mechanism_answers_the_enabled_list_then_closes(self):
+        host, port = self.broker.sasl_bootstrap_servers.split(":")
+        raw = RawClient(self.broker, port=int(port))
+        self.addCleanup(raw.close)
+        resp = raw.request(17, 1, m.SaslHandshakeRequest(mechanism="GSSAPI"))
+        self.assertEqual((resp.error_code, resp.mechanisms), (errors.UNSUPPORTED_SASL_MECHANISM, list(MECHANISMS)))
+        self.assertTrue(closed_by_peer(raw.sock))
+
+    def test_sasl_requests_on_a_plaintext_listener_are_illegal_state(self):
+        raw = RawClient(self.broker)
+        self.addCleanup(raw.close)
+        self.assertEqual(raw.request(17, 1, m.SaslHandshakeRequest(mechanism="PLAIN")).error_code,
+                         errors.ILLEGAL_SASL_STATE)
+        self.assertEqual(raw.request(36, 2, m.SaslAuthenticateRequest(auth_bytes=b"x")).error_code,
+                         errors.ILLEGAL_SASL_STATE)
+
+
+class KafkaPythonSaslTests(SaslBrokerMixin, unittest.SynchronousTestCase):
+    def client_conf(self, mechanism, password="alice-secret"):
+        return {"bootstrap_servers": self.broker.sasl_bootstrap_servers, "security_protocol": "SASL_PLAINTEXT",
+                "sasl_mechanism": mechanism, "sasl_plain_username": "alice", "sasl_plain_password": password}
+
+    def test_produce_consume_each_mechanism(self):
+        from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+        for mechanism in MECHANISMS:
+            topic = self.topic("kp-" + mechanism)
+            p = KafkaProducer(**self.client_conf(mechanism))
+            futures = [p.send(topic, key=k, value=v) for k, v in records(topic)]
+            self.assertEqual([f.get(timeout=30).offset for f in futures], list(range(N)))
+            p.close()
+            c = KafkaConsumer(**self.client_conf(mechanism), enable_auto_commit=False, consumer_timeout_ms=10000)
+            c.assign([TopicPartition(topic, 0)])
+            c.seek(TopicPartition(topic, 0), 0)
+            got = []
+            for msg in c:
+                got.append((msg.key, msg.value))
+                if len(got) == N:
+                    break
+            c.close()
+            self.assertEqual(got, records(topic))
+
+    def test_wrong_password(self):
+        # kafka-python 3 retries its bootstrap until bootstrap_timeout_ms; the cause it logs at
+        # once is the broker's SASL_AUTHENTICATION_FAILED answer
+        from kafka import KafkaProducer
+        from kafka.errors import KafkaError
+
+        seen = []
+
+        class Capture(logging.Handler):
+            def emit(self, record):
+                seen.append((time.monotonic(), record.getMessage()))
+
+        handler = Capture()
+        logging.getLogger("kafka").addHandler(handler)
+        self.addCleanup(logging.getLogger("kafka").removeHandler, handler)
+        for mechanism in MECHANISMS:
+            del seen[:]
+            started = time.monotonic()
+            with self.assertRaises(KafkaError):
+                KafkaProducer(**self.client_conf(mechanism, "wrong"), bootstrap_timeout_ms=2000)
+            failures = [t - started for t, text in seen
+                        if "SaslAuthenticationFailedError: Authentication failed" in text]
+            self.assertTrue(failures, seen)
+            self.assertLess(failures[0], 1.5)
+
+
+class AioKafkaSaslTests(SaslBrokerMixin, unittest.SynchronousTestCase):
+    def conf(self, mechanism, password="alice-secret"):
+        return dict(bootstrap_servers=self.broker.sasl_bootstrap_servers, security_protocol="SASL_PLAINTEXT",
+                    sasl_mechanism=mechanism, sasl_plain_username="alice", sasl_plain_password=password)
+
+    def test_produce_consume_each_mechanism(self):
+        from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+        async def scenario(mechanism, topic):
+            producer = AIOKafkaProducer(**self.conf(mechanism))
+            await producer.start()
+            try:
+                metas = await asyncio.gather(*[await producer.send(topic, key=k, value=v)
+                                               for k, v in records(topic)])
+            finally:
+                await producer.stop()
+            self.assertEqual([md.offset for md in metas], list(range(N)))
+            consumer = AIOKafkaConsumer(**self.conf(mechanism), enable_auto_commit=False)
+            await consumer.start()
+            try:
+                tp = TopicPartition(topic, 0)
+                consumer.assign([tp])
+                consumer.seek(tp, 0)
+                got = []
+                while len(got) < N:
+                    batch = await asyncio.wait_for(consumer.getmany(timeout_ms=500), 30)
+                    for msgs in batch.values():
+                        got += [(msg.key, msg.value) for msg in msgs]
+            finally:
+                await consumer.stop()
+            return got
+
+        for mechanism in MECHANISMS:
+            topic = self.topic("aio-" + mechanism)
+            self.assertEqual(asyncio.run(scenario(mechanism, topic)), records(topic))
+
+    def test_wrong_password(self):
+        # aiokafka's bootstrap hides the cause behind "Unable to bootstrap"; its connection shows it
+        from aiokafka.conn import create_conn
+        from aiokafka.errors import SaslAuthenticationFailed
+
+        host, port = self.broker.sasl_bootstrap_servers.split(":")
+        for mechanism in MECHANISMS:
+            started = time.monotonic()
+            with self.assertRaises(SaslAuthenticationFailed) as cm:
+                asyncio.run(create_conn(host, int(port), security_protocol="SASL_PLAINTEXT",
+                                        sasl_mechanism=mechanism, sasl_plain_username="alice",
+                                        sasl_plain_password="wrong"))
+            self.assertLess(time.monotonic() - started, 10)
+            self.assertIn("Authentication failed", str(cm.exception))
+
+
+class KcatSaslTests(SaslBrokerMixin, unittest.SynchronousTestCase):
+    """Debian's kcat (librdkafka 2.0.2)."""
+
+    def setUp(self):
+        if shutil.which("kcat") is None:
+            raise unittest.SkipTest("kcat is not installed (apt-get install kcat)")
+        super().setUp()
+
+    def kcat(self, mechanism, *args, password="alice-secret", input=None, timeout=60):
+        return subprocess.run(["kcat", "-b", self.broker.sasl_bootstrap_servers, "-X", "security.protocol=SASL_PLAINTEXT",
+                               "-X", "sasl.mechanisms=" + mechanism, "-X", "sasl.username=alice",
+                               "-X", "sasl.password=" + password] + list(args),
+                              input=input, capture_output=True, timeout=timeout)
+
+    def test_produce_consume_each_mechanism(self):
+        for mechanism in MECHANISMS:
+            topic = self.topic("kcat-" + mechanism)
+            lines = b"".join(b"%s:%s\n" % kv for kv in records(topic))
+            proc = self.kcat(mechanism, "-P", "-t", topic, "-K", ":", input=lines)
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            proc = self.kcat(mechanism, "-C", "-t", topic, "-o", "beginning", "-e", "-c", str(N), "-f", "%k:%s\n")
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            self.assertEqual(proc.stdout, lines)
+
+    def test_wrong_password(self):
+        for mechanism in MECHANISMS:
+            proc = self.kcat(mechanism, "-L", "-m", "5", password="wrong", timeout=30)
+            self.assertNotEqual(proc.returncode, 0)
+            self.assertIn(b"Authentication failed", proc.stderr)

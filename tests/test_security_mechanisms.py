@@ -115,6 +115,21 @@ class ScramTests(SynchronousTestCase):
                 rfc_server().evaluate_response(token)
             self.assertIn(text, str(cm.exception))
 
+    def test_final_nonce_may_repeat_the_client_half_in_front(self):
+        # librdkafka 2.0.2 (Debian's kcat) sends r=<client nonce><full nonce>; Kafka accepts it
+        server = rfc_server()
+        server.evaluate_response(RFC_CLIENT_FIRST)
+        without_proof = b"c=biws,r=rOprNGfwEbeRWgbNEkqOrOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0"
+        auth_message = b"n=user,r=rOprNGfwEbeRWgbNEkqO," + RFC_SERVER_FIRST + b"," + without_proof
+        mech = scram.SCRAM_SHA_256
+        salted = scram.salted_password(mech, "pencil", RFC_SALT, 4096)
+        client_key = mech.hmac(salted, b"Client Key")
+        signature = mech.hmac(mech.hash(client_key), auth_message)
+        proof = base64.b64encode(bytes(a ^ b for a, b in zip(client_key, signature)))
+        final = server.evaluate_response(without_proof + b",p=" + proof)
+        self.assertEqual(final, b"v=" + base64.b64encode(mech.hmac(mech.hmac(salted, b"Server Key"), auth_message)))
+        self.assertTrue(server.is_complete())
+
     def test_sasl_name_decoding(self):
         self.assertEqual(scram.decode_sasl_name("a=2Cb=3Dc"), "a,b=c")
 

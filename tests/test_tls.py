@@ -158,7 +158,7 @@ class ContextConfigTests(unittest.SynchronousTestCase):
 
         with open(pki().client_cert, "rb") as f:
             cert = x509.load_pem_x509_certificates(f.read())[0]
-        self.assertEqual(tls.principal_from_certificate(cert), "User:CN=client,OU=test,O=kafkatw")
+        self.assertEqual(str(tls.principal_from_certificate(cert)), "User:CN=client,OU=test,O=kafkatw")
         self.assertEqual(tls.principal_from_certificate(None), ANONYMOUS_PRINCIPAL)
 
     def test_broker_refuses_to_start_with_a_missing_keystore(self):
@@ -235,7 +235,7 @@ class SslBrokerTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
         entries = self.request_log(conf["client.id"])
         self.assertIn("PRODUCE", {e["requestHeader"]["requestApiKeyName"] for e in entries})
         self.assertEqual({(e["listener"], e["securityProtocol"], e["principal"]) for e in entries},
-                         {("SSL", "SSL", ANONYMOUS_PRINCIPAL)})
+                         {("SSL", "SSL", str(ANONYMOUS_PRINCIPAL))})
 
     def test_kafka_python_produce_and_consume_over_ssl(self):
         from kafka import KafkaConsumer, KafkaProducer, TopicPartition

@@ -61,6 +61,7 @@ class KafkaConnection(Protocol):
         self._idle_call = None
         self._throttle_call = None
         self.in_flight = None  # the request being handled / answered
+        self.authenticator = None  # SASL listeners: network.authenticator.SaslServerAuthenticator
         self._processing = False  # inside _process_frames (a synchronous answer loops, not recurses)
         # Byte-only responses answered inside one frame loop are held and handed to the
         # kernel together when the loop ends (one sendmsg, one segment, one client wake-up
@@ -97,6 +98,7 @@ class KafkaConnection(Protocol):
         )
         self.last_activity = server.reactor.seconds()
         self._schedule_idle(server.settings.connections_max_idle_ms / 1000.0)
+        self.authenticator = server.authenticator_for(self)
         server.connection_made(self)
 
     def handshakeCompleted(self):
@@ -210,6 +212,8 @@ class KafkaConnection(Protocol):
             self._handle_frame(frame)
 
     def _handle_frame(self, frame):
+        if self.authenticator is not None and self.authenticator.intercept(frame):
+            return  # SASL: answered (or refused) before any request reaches the channel
         server = self.server
         now = server.clock_ns()
         api_key, api_version, correlation_id = peek_header(frame)

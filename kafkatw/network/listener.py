@@ -133,6 +133,8 @@ class SocketServer:
     ``ssl_context_factories`` maps a listener name to a TLS context factory.
     ``transfer_failure_handler(region, error)`` is told when sending a ``FileRegion`` failed
     on a disk error (Kafka's ``TransferFailureHandler``: the service marks the log dir offline).
+    ``sasl_listeners`` maps a SASL listener's name to its ``security.sasl_config.SaslListener``
+    (mechanisms, re-authentication, principal builder); a SASL listener without one is refused.
     ``transport_layers`` maps a listener name to the ``ITransportLayer`` it uses (injected:
     verified, not loaded); any other listener loads its layer from the registry as
     ``settings.transport_classes`` / its security protocol name it, given
@@ -143,7 +145,7 @@ class SocketServer:
 
     def __init__(self, endpoints, handler, reactor, settings=None, clock_ns=None, wire=None,
                  request_logger=None, metrics=None, ssl_context_factories=None,
-                 transfer_failure_handler=None, transport_layers=None):
+                 transfer_failure_handler=None, transport_layers=None, sasl_listeners=None):
         self.endpoints = list(endpoints)
         self.handler = handler
         self.reactor = reactor
@@ -159,6 +161,7 @@ class SocketServer:
         self.ssl_context_factories = ssl_context_factories or {}
         self.transfer_failure_handler = transfer_failure_handler
         self.transport_layers = dict(transport_layers or {})
+        self.sasl_listeners = sasl_listeners or {}
         self.quotas = ConnectionQuotas(self.settings)
         self.channel = RequestChannel(handler, self.clock_ns, self.settings.queued_max_requests,
                                       self.settings.num_io_threads, self.metrics)
@@ -183,8 +186,10 @@ class SocketServer:
         imported (``kafkatw.tap`` imports it without, when the config has no SSL listener).
         TCP endpoints listen at once, so a failure (port in use) is raised here.
         """
-        if endpoint.security_protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
-            raise ValueError("listener %s (%s) has no SASL authenticator"
+        if endpoint.security_protocol in ("SASL_PLAINTEXT", "SASL_SSL") \
+                and endpoint.listener_name not in self.sasl_listeners:
+            # fail closed: a SASL listener is never served without authentication
+            raise ValueError("listener %s (%s) has no SASL configuration"
                              % (endpoint.listener_name, endpoint.security_protocol))
         factory = self.factory_for(endpoint)
         listening = factory
@@ -252,6 +257,15 @@ class SocketServer:
 
     def api_versions(self):
         return self.handler.api_versions()
+
+    def authenticator_for(self, conn):
+        """A SASL authenticator for a new connection on a SASL listener, else None."""
+        listener = self.sasl_listeners.get(conn.endpoint.listener_name)
+        if listener is None:
+            return None
+        from kafkatw.network.authenticator import SaslServerAuthenticator
+
+        return SaslServerAuthenticator(conn, listener)
 
     def next_connection_seq(self, endpoint):
         factory = self.factories.get(endpoint.listener_name)

@@ -20,6 +20,12 @@ class NetworkMetrics:
         self.bytes_in = 0
         self.bytes_out = 0
         self.invalid_frames = 0
+        # SASL (listener name -> count), Kafka's successful/failed-(re)authentication-total
+        self.successful_authentication = collections.Counter()
+        self.failed_authentication = collections.Counter()
+        self.successful_reauthentication = collections.Counter()
+        self.failed_reauthentication = collections.Counter()
+        self.expired_connections_killed = 0
 
     def record_request(self, api_name, total_time_ms):
         self.requests_total[api_name] += 1
@@ -38,4 +44,9 @@ class NetworkMetrics:
             "bytes_in": self.bytes_in,
             "bytes_out": self.bytes_out,
             "invalid_frames": self.invalid_frames,
+            "successful_authentication": dict(self.successful_authentication),
+            "failed_authentication": dict(self.failed_authentication),
+            "successful_reauthentication": dict(self.successful_reauthentication),
+            "failed_reauthentication": dict(self.failed_reauthentication),
+            "expired_connections_killed": self.expired_connections_killed,
         }

@@ -6,7 +6,7 @@ computation of request-log times lives in ``request_log``.
 
 import attr
 
-ANONYMOUS_PRINCIPAL = "User:ANONYMOUS"
+from kafkatw.security.principal import ANONYMOUS as ANONYMOUS_PRINCIPAL
 
 
 @attr.s(slots=True, frozen=True)
@@ -16,7 +16,7 @@ class RequestContext:
     connection_id = attr.ib()
     listener_name = attr.ib()
     security_protocol = attr.ib()
-    principal = attr.ib(default=ANONYMOUS_PRINCIPAL)
+    principal = attr.ib(default=ANONYMOUS_PRINCIPAL)  # a kafkatw.security.principal.KafkaPrincipal
     client_address = attr.ib(default=("", 0))  # (host, port)
     client_software_name = attr.ib(default="unknown")
     client_software_version = attr.ib(default="unknown")

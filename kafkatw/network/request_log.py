@@ -75,7 +75,7 @@ def request_log_entry(request, api_name, response=None):
     entry.update(request_times(request))
     entry.update({
         "securityProtocol": ctx.security_protocol,
-        "principal": ctx.principal,
+        "principal": str(ctx.principal),
         "listener": ctx.listener_name,
         "clientInformation": {
             "softwareName": ctx.client_software_name,

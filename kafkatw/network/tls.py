@@ -16,6 +16,7 @@ from OpenSSL import SSL, crypto
 from kafkatw.config import BROKER_CONFIG_DEF, ConfigError, Password
 from kafkatw.network.request import ANONYMOUS_PRINCIPAL
 from kafkatw.network.settings import listener_prefix
+from kafkatw.security.principal import USER_TYPE, KafkaPrincipal
 
 SSL_SECURITY_PROTOCOLS = ("SSL", "SASL_SSL")
 
@@ -292,7 +293,7 @@ def principal_from_certificate(cert):
         return ANONYMOUS_PRINCIPAL
     if isinstance(cert, crypto.X509):
         cert = cert.to_cryptography()
-    return "User:" + cert.subject.rfc4514_string()
+    return KafkaPrincipal(USER_TYPE, cert.subject.rfc4514_string())
 
 
 def peer_principal(transport):

@@ -55,8 +55,11 @@ class ScramCredentialStore:
         try:
             with open(self.path, "rb") as f:
                 raw = f.read()
-        except FileNotFoundError:
-            return
+        except (FileNotFoundError, NotADirectoryError):
+            return  # no store yet (a log dir that cannot be one fails the start on its own)
+        except OSError as e:
+            raise CredentialStoreError("cannot read the SCRAM credentials in %s: %s"
+                                       % (self.path, e.strerror or e)) from None
         try:
             doc = json.loads(raw.decode("utf-8"))
             if doc.get("version") != _FORMAT_VERSION:

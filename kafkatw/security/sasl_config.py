@@ -23,7 +23,8 @@ class SaslListener:
 
     ``mechanisms``: ``{name: ISaslServerFactory}`` in the enabled order; ``reauth_ms``:
     ``{name: connections.max.reauth.ms}`` (0 = sessions never expire); ``max_receive_size``:
-    largest frame before authentication; ``principal_builder``: an ``IPrincipalBuilder``.
+    largest frame before authentication; ``principal_builder``: an ``IPrincipalBuilder``;
+    ``failed_authentication_delay_ms``: how long a failed connection stays open after its answer.
     """
 
     listener_name = attr.ib()
@@ -32,6 +33,7 @@ class SaslListener:
     reauth_ms = attr.ib()
     max_receive_size = attr.ib()
     principal_builder = attr.ib()
+    failed_authentication_delay_ms = attr.ib(default=0)
 
     @property
     def enabled(self):
@@ -105,7 +107,8 @@ def sasl_listener(config, endpoint, credentials, builder=None):
     return SaslListener(listener_name=name, security_protocol=endpoint.security_protocol,
                         mechanisms=mechanisms, reauth_ms=reauth,
                         max_receive_size=_typed(config, configs, "sasl.server.max.receive.size"),
-                        principal_builder=builder or principal_builder(config))
+                        principal_builder=builder or principal_builder(config),
+                        failed_authentication_delay_ms=config["connection.failed.authentication.delay.ms"])
 
 
 def sasl_listeners(config, credentials):

@@ -27,6 +27,8 @@ from kafkatw.server.handlers import (
     list_offsets,
     metadata,
     produce,
+    sasl,
+    scram_credentials,
     topics,
 )
 
@@ -53,6 +55,8 @@ DEFAULT_HANDLERS = (
     describe_cluster,
     *groups.HANDLERS,  # group coordinator: Find/Join/Sync/Heartbeat/Leave/Describe/List/DeleteGroups
     *group_offsets.HANDLERS,  # OffsetCommit/OffsetFetch/OffsetDelete
+    *sasl.HANDLERS,  # SaslHandshake/SaslAuthenticate (answered by network.authenticator on SASL listeners)
+    *scram_credentials.HANDLERS,  # Describe/AlterUserScramCredentials
 )
 
 
@@ -81,7 +85,7 @@ class KafkaApis:
     def __init__(self, config, metadata, replica_manager=None, fetch_manager=None, clock=None,
                  log_manager=None, txn_coordinator=None, group_coordinator=None, supported_features=(),
                  finalized_features=(), finalized_features_epoch=-1, handlers=DEFAULT_HANDLERS,
-                 dynamic_config=None):
+                 dynamic_config=None, scram_credentials=None):
         self.config = config
         # the live config: AlterConfigs updates it, and each new one becomes self.config
         self.dynamic_config = dynamic_config if dynamic_config is not None else DynamicBrokerConfig(config)
@@ -93,6 +97,7 @@ class KafkaApis:
         self.log_manager = log_manager
         self.txn_coordinator = txn_coordinator
         self.group_coordinator = group_coordinator
+        self.scram_credentials = scram_credentials  # security.credentials.ScramCredentialStore
         # ApiVersions v3+ feature lists: [(name, min, max)] / [(name, min_level, max_level)]
         self.supported_features = list(supported_features)
         self.finalized_features = list(finalized_features)
