@@ -319,3 +319,140 @@ class KcatSaslTests(SaslBrokerMixin, unittest.SynchronousTestCase):
             proc = self.kcat(mechanism, "-L", "-m", "5", password="wrong", timeout=30)
             self.assertNotEqual(proc.returncode, 0)
             self.assertIn(b"Authentication failed", proc.stderr)
+
+
+class ScramAdminTests(unittest.SynchronousTestCase):
+    """A SCRAM user made with AlterUserScramCredentials logs in, survives a restart, is deleted."""
+
+    def setUp(self):
+        self.broker = KafkaBroker(listeners=("PLAINTEXT", "SASL_PLAINTEXT"), sasl_users={"alice": "alice-secret"},
+                                  sasl_mechanisms=("SCRAM-SHA-256", "SCRAM-SHA-512")).start()
+        self.addCleanup(self.broker.close)
+
+    def admin(self):
+        from confluent_kafka.admin import AdminClient
+
+        # an authenticated admin over SASL: alice manages the other users (kept alive: a
+        # destroyed AdminClient fails its pending futures)
+        self._admin = AdminClient({"bootstrap.servers": self.broker.sasl_bootstrap_servers,
+                                   "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512",
+                                   "sasl.username": "alice", "sasl.password": "alice-secret", "logger": QUIET})
+        return self._admin
+
+    def login_error(self, user, password, mechanism="SCRAM-SHA-256"):
+        """None if ``user`` can fetch metadata over SASL, else the authentication error text."""
+        from confluent_kafka.admin import AdminClient
+
+        seen = []
+        admin = AdminClient({"bootstrap.servers": self.broker.sasl_bootstrap_servers,
+                             "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": mechanism,
+                             "sasl.username": user, "sasl.password": password, "logger": QUIET,
+                             "error_cb": seen.append})
+        try:
+            admin.list_topics(timeout=5)
+            return None
+        except Exception as e:
+            deadline = time.monotonic() + 5
+            while not seen and time.monotonic() < deadline:
+                admin.poll(0.1)  # serves error_cb
+            return " ".join(str(x) for x in seen) or str(e)
+
+    def describe(self, users=None):
+        futures = self.admin().describe_user_scram_credentials(users)
+        if users is None:
+            return {u: sorted((i.mechanism.name, i.iterations) for i in d.scram_credential_infos)
+                    for u, d in futures.result(timeout=10).items()}
+        out = {}
+        for user, f in futures.items():
+            try:
+                out[user] = sorted((i.mechanism.name, i.iterations) for i in f.result(timeout=10).scram_credential_infos)
+            except Exception as e:
+                out[user] = e.args[0].code()
+        return out
+
+    def test_lifecycle_across_a_restart(self):
+        from confluent_kafka import KafkaError
+        from confluent_kafka.admin import (
+            ScramCredentialInfo,
+            ScramMechanism,
+            UserScramCredentialDeletion,
+            UserScramCredentialUpsertion,
+        )
+
+        self.assertIsNotNone(self.login_error("carol", "carol-secret"))
+        futures = self.admin().alter_user_scram_credentials([
+            UserScramCredentialUpsertion("carol", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 8192),
+                                         b"carol-secret"),
+            UserScramCredentialUpsertion("dave", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 1000),
+                                         b"dave-secret")])
+        futures["carol"].result(timeout=10)
+        with self.assertRaises(Exception) as cm:
+            futures["dave"].result(timeout=10)
+        self.assertEqual(cm.exception.args[0].code(), KafkaError.UNACCEPTABLE_CREDENTIAL)
+        self.assertEqual(cm.exception.args[0].str(), "Too few iterations")
+
+        self.assertIsNone(self.login_error("carol", "carol-secret"))
+        self.assertIn("invalid credentials with SASL mechanism SCRAM-SHA-256",
+                      self.login_error("carol", "wrong"))
+        self.assertEqual(self.describe(), {"alice": [("SCRAM_SHA_256", 4096), ("SCRAM_SHA_512", 4096)],
+                                           "carol": [("SCRAM_SHA_256", 8192)]})
+        self.assertEqual(self.describe(["carol", "nobody"]),
+                         {"carol": [("SCRAM_SHA_256", 8192)], "nobody": KafkaError.RESOURCE_NOT_FOUND})
+
+        self.broker.restart()
+        self.assertIsNone(self.login_error("carol", "carol-secret"))
+        with open(os.path.join(self.broker.data_dir, "__kafkatw_scram_credentials.json"), "rb") as f:
+            self.assertNotIn(b"carol-secret", f.read())
+
+        futures = self.admin().alter_user_scram_credentials([
+            UserScramCredentialDeletion("carol", ScramMechanism.SCRAM_SHA_256)])
+        futures["carol"].result(timeout=10)
+        self.assertIn("invalid credentials with SASL mechanism SCRAM-SHA-256",
+                      self.login_error("carol", "carol-secret"))
+        futures = self.admin().alter_user_scram_credentials([
+            UserScramCredentialDeletion("carol", ScramMechanism.SCRAM_SHA_256)])
+        with self.assertRaises(Exception) as cm:
+            futures["carol"].result(timeout=10)
+        self.assertEqual(cm.exception.args[0].code(), KafkaError.RESOURCE_NOT_FOUND)
+
+
+class ReauthenticationTests(unittest.SynchronousTestCase):
+    """KIP-368 with connections.max.reauth.ms=2000: librdkafka re-authenticates on its own."""
+
+    def test_client_reauthenticates_and_keeps_producing(self):
+        from confluent_kafka import Producer
+
+        broker = KafkaBroker(listeners=("PLAINTEXT", "SASL_PLAINTEXT"), sasl_users={"alice": "alice-secret"},
+                             sasl_mechanisms=("SCRAM-SHA-256",), topics=["reauth"], request_log=True,
+                             overrides={"connections.max.reauth.ms": 2000}).start()
+        self.addCleanup(broker.close)
+        client_id = unique_name("reauth")
+        p = Producer({"bootstrap.servers": broker.sasl_bootstrap_servers, "security.protocol": "SASL_PLAINTEXT",
+                      "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "alice", "sasl.password": "alice-secret",
+                      "client.id": client_id, "logger": QUIET})
+        delivered = []
+        deadline = time.monotonic() + 5.5
+        i = 0
+        while time.monotonic() < deadline:
+            p.produce("reauth", b"v%d" % i, on_delivery=lambda e, msg: delivered.append(e))
+            i += 1
+            p.poll(0.1)
+        self.assertEqual(p.flush(10), 0)
+        self.assertEqual(delivered, [None] * i)
+
+        def handshakes():
+            entries = [e for e in request_log(broker.request_log_path)
+                       if e["requestHeader"]["clientId"] == client_id]
+            return [e for e in entries if e["requestHeader"]["requestApiKey"] == 17]
+
+        # at least one login per connection and then a re-authentication every ~2 s on the
+        # connection that keeps producing, each as alice on the same connection
+        found = poll_until(lambda: len({e["connection"] for e in handshakes()}) < len(handshakes()) and handshakes(),
+                           message="a re-authentication handshake")
+        by_conn = {}
+        for e in found:
+            by_conn.setdefault(e["connection"], []).append(e["principal"])
+        self.assertTrue(any(len(v) >= 2 and v[1:] == ["User:alice"] * (len(v) - 1) for v in by_conn.values()),
+                        by_conn)
+        with open(broker.log_path) as f:
+            self.assertNotIn("the SASL session expired", f.read())
