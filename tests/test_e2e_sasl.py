@@ -456,3 +456,88 @@ class ReauthenticationTests(unittest.SynchronousTestCase):
                         by_conn)
         with open(broker.log_path) as f:
             self.assertNotIn("the SASL session expired", f.read())
+
+
+OAUTH_JAAS = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;"
+
+
+class OAuthBearerTests(unittest.SynchronousTestCase):
+    """OAUTHBEARER with confluent-kafka: Kafka's unsecured validator, then signed JWTs (JWKS file)."""
+
+    def start(self, **overrides):
+        props = {"listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config": OAUTH_JAAS}
+        props.update(overrides)
+        broker = KafkaBroker(listeners=("PLAINTEXT", "SASL_PLAINTEXT"), sasl_mechanisms=("OAUTHBEARER",),
+                             topics=["tokens"], request_log=True, overrides=props).start()
+        self.addCleanup(broker.close)
+        return broker
+
+    def produce(self, broker, **conf):
+        """``(delivery errors, client errors)`` of one record produced with ``conf``."""
+        from confluent_kafka import Producer
+
+        seen = []
+        p = Producer(dict({"bootstrap.servers": broker.sasl_bootstrap_servers, "security.protocol": "SASL_PLAINTEXT",
+                           "sasl.mechanism": "OAUTHBEARER", "logger": QUIET, "error_cb": seen.append,
+                           "message.timeout.ms": 5000}, **conf))
+        delivered = []
+        p.produce("tokens", b"t", on_delivery=lambda e, msg: delivered.append(e))
+        p.flush(8)
+        return delivered, seen
+
+    def principals(self, broker, client_id):
+        return {e["principal"] for e in request_log(broker.request_log_path)
+                if e["requestHeader"]["clientId"] == client_id and e["requestHeader"]["requestApiKey"] == 0}
+
+    def test_unsecured_tokens(self):
+        broker = self.start()
+        delivered, errs = self.produce(broker, **{"enable.sasl.oauthbearer.unsecure.jwt": True,
+                                                  "sasl.oauthbearer.config": "principal=carol",
+                                                  "client.id": "unsecured"})
+        self.assertEqual((delivered, errs), ([None], []))
+        self.assertEqual(poll_until(lambda: self.principals(broker, "unsecured")), {"User:carol"})
+
+    def test_required_scope_missing_is_an_authentication_error(self):
+        broker = self.start(**{"listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config":
+                               OAUTH_JAAS[:-1] + ' unsecuredValidatorRequiredScope="kafka";'})
+        delivered, errs = self.produce(broker, **{"enable.sasl.oauthbearer.unsecure.jwt": True,
+                                                  "sasl.oauthbearer.config": "principal=carol scope=other"})
+        self.assertEqual([e.code() for e in delivered], [-192])  # _MSG_TIMED_OUT: never authenticated
+        self.assertIn('{"status":"insufficient_scope","scope":"kafka"}', " ".join(e.str() for e in errs))
+
+    def test_signed_tokens_against_a_jwks_file(self):
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.hazmat.primitives.asymmetric import padding, rsa
+
+        from tests.test_security_mechanisms import b64url, jws
+
+        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        numbers = key.public_key().public_numbers()
+        directory = os.path.abspath(self.mktemp())
+        os.makedirs(directory)
+        jwks = os.path.join(directory, "jwks.json")
+        with open(jwks, "w") as f:
+            f.write('{"keys": [{"kty": "RSA", "kid": "k1", "n": "%s", "e": "%s"}]}'
+                    % (b64url(numbers.n.to_bytes(256, "big")), b64url(numbers.e.to_bytes(3, "big"))))
+        broker = self.start(**{
+            "listener.name.sasl_plaintext.oauthbearer.sasl.server.callback.handler.class":
+                "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler",
+            "sasl.oauthbearer.jwks.endpoint.url": "file:" + jwks,
+            "sasl.oauthbearer.expected.audience": "kafka"})
+
+        def token(claims):
+            def cb(config):
+                now = time.time()
+                body = dict({"sub": "dave", "iat": int(now), "exp": int(now) + 300, "aud": "kafka"}, **claims)
+                signed = jws({"alg": "RS256", "kid": "k1"}, body,
+                             lambda data: key.sign(data, padding.PKCS1v15(), hashes.SHA256()))
+                return signed, now + 300
+            return cb
+
+        delivered, errs = self.produce(broker, oauth_cb=token({}), **{"client.id": "signed"})
+        self.assertEqual((delivered, errs), ([None], []))
+        self.assertEqual(poll_until(lambda: self.principals(broker, "signed")), {"User:dave"})
+        delivered, errs = self.produce(broker, oauth_cb=token({"aud": "elsewhere"}))
+        self.assertIn('{"status":"invalid_token"}', " ".join(e.str() for e in errs))
+        with open(broker.log_path) as f:
+            self.assertIn("audience (aud) is not an expected one", f.read())

@@ -273,3 +273,160 @@ class SaslConfigTests(SynchronousTestCase):
         self.assertEqual(listener.enabled, ["SCRAM-SHA-512", "PLAIN"])
         self.assertEqual(listener.reauth_ms, {"SCRAM-SHA-512": 5000, "PLAIN": 2000})
         self.assertEqual(listener.max_receive_size, 524288)
+
+
+def b64url(data):
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def jws(header, claims, sign=None):
+    head = b64url(json.dumps(header).encode()) + "." + b64url(json.dumps(claims).encode())
+    return head + "." + (b64url(sign(head.encode())) if sign else "")
+
+
+NOW = 1_800_000_000.0
+
+
+class OAuthBearerTests(SynchronousTestCase):
+    def server(self, validator):
+        from kafkatw.security.oauthbearer import OAuthBearerSaslServer
+
+        return OAuthBearerSaslServer(validator)
+
+    def unsecured(self, options=""):
+        from kafkatw.security.oauthbearer import UnsecuredValidator
+
+        return UnsecuredValidator(jaas=parse_jaas_config(
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required %s;" % options),
+            clock=lambda: NOW)
+
+    def first(self, token, authzid=""):
+        return ("n,%s,\x01auth=Bearer %s\x01\x01" % ("a=" + authzid if authzid else "", token)).encode()
+
+    def test_unsecured_token_logs_in_with_its_lifetime(self):
+        from kafkatw.security.sasl import CREDENTIAL_LIFETIME_MS
+
+        s = self.server(self.unsecured())
+        token = jws({"alg": "none"}, {"sub": "alice", "exp": NOW + 60, "iat": NOW, "scope": "a b"})
+        self.assertEqual(s.evaluate_response(self.first(token, "alice")), b"")
+        self.assertTrue(s.is_complete())
+        self.assertEqual(s.authorization_id(), "alice")
+        self.assertEqual(s.negotiated_property(CREDENTIAL_LIFETIME_MS), int((NOW + 60) * 1000))
+
+    def test_invalid_token_gets_a_json_challenge_then_fails(self):
+        cases = [
+            ({"sub": "alice", "exp": NOW - 1}, "", '{"status":"invalid_token"}'),
+            ({"exp": NOW + 60}, "", '{"status":"invalid_token"}'),
+            ({"sub": "alice", "exp": NOW + 60, "scope": "a"}, 'unsecuredValidatorRequiredScope="a,b"',
+             '{"status":"insufficient_scope","scope":"a b"}'),
+        ]
+        for claims, options, error in cases:
+            s = self.server(self.unsecured(options))
+            self.assertEqual(s.evaluate_response(self.first(jws({"alg": "none"}, claims))), error.encode())
+            self.assertFalse(s.is_complete())
+            with self.assertRaises(SaslAuthenticationError) as cm:
+                s.evaluate_response(b"\x01")
+            self.assertEqual(str(cm.exception), error)
+
+    def test_clock_skew_and_signed_tokens_refused_by_the_unsecured_validator(self):
+        token = jws({"alg": "none"}, {"sub": "alice", "exp": NOW - 1})
+        self.assertEqual(self.server(self.unsecured('unsecuredValidatorAllowableClockSkewMs="2000"'))
+                         .evaluate_response(self.first(token)), b"")
+        signed = jws({"alg": "RS256"}, {"sub": "alice", "exp": NOW + 60}, sign=lambda data: b"sig")
+        self.assertEqual(self.server(self.unsecured()).evaluate_response(self.first(signed)),
+                         b'{"status":"invalid_token"}')
+
+    def test_malformed_first_message_and_authzid(self):
+        token = jws({"alg": "none"}, {"sub": "alice", "exp": NOW + 60})
+        for bad in [b"n,,auth=Bearer x", b"y,,\x01auth=Bearer x\x01\x01", b"n,,\x01auth=Basic abc\x01\x01"]:
+            self.assertRaises(SaslError, self.server(self.unsecured()).evaluate_response, bad)
+        with self.assertRaises(SaslAuthenticationError) as cm:
+            self.server(self.unsecured()).evaluate_response(self.first(token, "bob"))
+        self.assertIn("different from the token's principal name (alice)", str(cm.exception))
+
+    def jwt_validator(self, jwks, **configs):
+        from kafkatw.security.oauthbearer import JwtValidator
+
+        path = os.path.join(tempfile.mkdtemp(), "jwks.json")
+        with open(path, "w") as f:
+            json.dump({"keys": jwks}, f)
+        v = JwtValidator(clock=lambda: NOW)
+        v.configure(dict({"sasl.oauthbearer.jwks.endpoint.url": "file:" + path}, **configs))
+        return v
+
+    def test_signed_tokens_rs256_and_es256(self):
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
+        from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
+
+        from kafkatw.security.oauthbearer import TokenValidationError
+
+        rsa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        ec_key = ec.generate_private_key(ec.SECP256R1())
+        rn, en = rsa_key.public_key().public_numbers().n, rsa_key.public_key().public_numbers().e
+        xn, yn = ec_key.public_key().public_numbers().x, ec_key.public_key().public_numbers().y
+        jwks = [{"kty": "RSA", "kid": "r1", "use": "sig", "n": b64url(rn.to_bytes(256, "big")),
+                 "e": b64url(en.to_bytes(3, "big"))},
+                {"kty": "EC", "kid": "e1", "crv": "P-256", "x": b64url(xn.to_bytes(32, "big")),
+                 "y": b64url(yn.to_bytes(32, "big"))}]
+        v = self.jwt_validator(jwks, **{"sasl.oauthbearer.expected.audience": "kafka,other",
+                                        "sasl.oauthbearer.expected.issuer": "https://issuer"})
+
+        def rs(data):
+            return rsa_key.sign(data, padding.PKCS1v15(), hashes.SHA256())
+
+        def es(data):
+            r, s = decode_dss_signature(ec_key.sign(data, ec.ECDSA(hashes.SHA256())))
+            return r.to_bytes(32, "big") + s.to_bytes(32, "big")
+
+        good = {"sub": "alice", "exp": NOW + 60, "iat": NOW, "aud": ["kafka"], "iss": "https://issuer",
+                "scope": ["a", "b"]}
+        token = v.validate(jws({"alg": "RS256", "kid": "r1"}, good, rs))
+        self.assertEqual((token.principal_name, token.scope, token.lifetime_ms),
+                         ("alice", frozenset({"a", "b"}), int((NOW + 60) * 1000)))
+        self.assertEqual(v.validate(jws({"alg": "ES256", "kid": "e1"}, good, es)).principal_name, "alice")
+        cases = [
+            (jws({"alg": "RS256", "kid": "r1"}, dict(good, sub="mallory"), lambda d: rs(d)[:-1] + b"\0"), "signature"),
+            (jws({"alg": "RS256", "kid": "e1"}, good, rs), "No key"),
+            (jws({"alg": "HS256", "kid": "r1"}, good, rs), "Unsupported JWS algorithm"),
+            (jws({"alg": "none"}, good), "Unsupported JWS algorithm"),
+            (jws({"alg": "RS256", "kid": "r1"}, dict(good, exp=NOW - 31), rs), "expired"),
+            (jws({"alg": "RS256", "kid": "r1"}, dict(good, nbf=NOW + 31), rs), "not valid yet"),
+            (jws({"alg": "RS256", "kid": "r1"}, dict(good, aud="elsewhere"), rs), "audience"),
+            (jws({"alg": "RS256", "kid": "r1"}, dict(good, iss="https://evil"), rs), "issuer"),
+            (jws({"alg": "RS256", "kid": "r1"}, {k: v for k, v in good.items() if k != "iat"}, rs), "iat"),
+        ]
+        for token, text in cases:
+            with self.assertRaises(TokenValidationError) as cm:
+                v.validate(token)
+            self.assertIn(text, str(cm.exception))
+        # within the 30 s skew
+        self.assertEqual(v.validate(jws({"alg": "RS256", "kid": "r1"}, dict(good, exp=NOW - 29), rs)).principal_name,
+                         "alice")
+
+    def test_jwt_validator_config_errors(self):
+        from kafkatw.security.oauthbearer import JwtValidator
+
+        for url, text in [(None, "needs a file: URL"), ("https://idp/jwks", "needs a file: URL"),
+                          ("file:/nonexistent/jwks.json", "cannot use the JWKS")]:
+            with self.assertRaises(ConfigError) as cm:
+                JwtValidator().configure({"sasl.oauthbearer.jwks.endpoint.url": url} if url else {})
+            self.assertIn(text, str(cm.exception))
+
+    def test_oauthbearer_needs_its_login_module(self):
+        base = {"listeners": "SASL_PLAINTEXT://:0", "log.dirs": tempfile.mkdtemp(),
+                "sasl.enabled.mechanisms": "OAUTHBEARER"}
+        store = ScramCredentialStore.in_dir(base["log.dirs"])
+        with self.assertRaises(ConfigError) as cm:
+            sasl_listeners(KafkaConfig.from_properties(base), store)
+        self.assertIn("needs listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config naming "
+                      "OAuthBearerLoginModule", str(cm.exception))
+        base["listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config"] = \
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;"
+        listener = sasl_listeners(KafkaConfig.from_properties(base), store)["SASL_PLAINTEXT"]
+        self.assertEqual(type(listener.mechanisms["OAUTHBEARER"].validator).__name__, "UnsecuredValidator")
+        base["listener.name.sasl_plaintext.oauthbearer.sasl.server.callback.handler.class"] = \
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler"
+        with self.assertRaises(ConfigError) as cm:
+            sasl_listeners(KafkaConfig.from_properties(base), store)
+        self.assertIn("sasl.oauthbearer.jwks.endpoint.url", str(cm.exception))

@@ -306,6 +306,16 @@ _d("sasl.server.max.receive.size", INT, 524288, at_least(1), LOW,
    "Largest frame accepted from a SASL client before it has authenticated.")
 _d("connections.max.reauth.ms", LONG, 0, at_least(0), MEDIUM,
    "Lifetime of a SASL session (KIP-368): the client must re-authenticate within it; 0 = forever.")
+_d("sasl.oauthbearer.jwks.endpoint.url", STRING, None, None, MEDIUM,
+   "JWKS of the signed-token OAUTHBEARER validator (kafkatw reads file: URLs).")
+_d("sasl.oauthbearer.expected.audience", LIST, "", None, LOW,
+   "Audiences (aud) a signed OAUTHBEARER token must name one of; empty checks none.")
+_d("sasl.oauthbearer.expected.issuer", STRING, None, None, LOW,
+   "Issuer (iss) a signed OAUTHBEARER token must name; unset checks none.")
+_d("sasl.oauthbearer.clock.skew.seconds", INT, 30, None, LOW,
+   "Allowed clock difference with the token issuer, in seconds.")
+_d("sasl.oauthbearer.scope.claim.name", STRING, "scope", None, LOW, "Claim holding the token's scopes.")
+_d("sasl.oauthbearer.sub.claim.name", STRING, "sub", None, LOW, "Claim holding the token's principal.")
 _d("principal.builder.class", CLASS, None, None, MEDIUM,
    "IPrincipalBuilder plug-in name or dotted name; unset uses Kafka's default principal builder.")
 _d("authorizer.class.name", STRING, "", None, LOW,

@@ -233,8 +233,10 @@ class SaslServerAuthenticator:
         ok(challenge, lifetime_ms)
 
     def _evaluation_failed(self, error, failed):
+        reason = str(error)
         if isinstance(error, SaslAuthenticationError):
             message = str(error)
+            reason = error.detail or reason
         else:
             if not isinstance(error, SaslError):
                 self.log.failure("SASL mechanism {mechanism} raised", mechanism=self.mechanism)
@@ -243,7 +245,7 @@ class SaslServerAuthenticator:
                        % ("re-authentication" if self.reauthenticating else "authentication", self.mechanism))
         self._failed("{phase} failed with SASL mechanism {mechanism}: {reason}",
                      phase="re-authentication" if self.reauthenticating else "authentication",
-                     mechanism=self.mechanism, reason=str(error))
+                     mechanism=self.mechanism, reason=reason)
         failed(message)
 
     def _failed(self, why, **fields):

@@ -17,6 +17,20 @@ scram_sha_256 = _descriptor(_SASL, "SCRAM-SHA-256", "kafkatw.security.scram.scra
                             "SASL/SCRAM-SHA-256 against the broker's credential store")
 scram_sha_512 = _descriptor(_SASL, "SCRAM-SHA-512", "kafkatw.security.scram.scram_sha_512",
                             "SASL/SCRAM-SHA-512 against the broker's credential store")
+oauthbearer = _descriptor(_SASL, "OAUTHBEARER", "kafkatw.security.oauthbearer.OAuthBearerSaslServerFactory",
+                          "SASL/OAUTHBEARER: bearer tokens checked by an IOAuthBearerValidator")
+_VALIDATOR = "kafkatw.security.oauthbearer.IOAuthBearerValidator"
+unsecured_validator = _descriptor(
+    _VALIDATOR, "unsecured", "kafkatw.security.oauthbearer.UnsecuredValidator",
+    "unsigned (alg none) tokens, Kafka's default; for development only",
+    aliases=("org.apache.kafka.common.security.oauthbearer.internals.unsecured."
+             "OAuthBearerUnsecuredValidatorCallbackHandler",
+             "org.apache.kafka.common.security.oauthbearer.OAuthBearerUnsecuredValidatorCallbackHandler"))
+jwt_validator = _descriptor(
+    _VALIDATOR, "jwt", "kafkatw.security.oauthbearer.JwtValidator",
+    "signed JWTs (RS256/ES256...) against the JWKS file of sasl.oauthbearer.jwks.endpoint.url",
+    aliases=("org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler",
+             "org.apache.kafka.common.security.oauthbearer.secured.OAuthBearerValidatorCallbackHandler"))
 default_principal_builder = _descriptor(
     "kafkatw.security.principal.IPrincipalBuilder", "default",
     "kafkatw.security.principal.DefaultPrincipalBuilder",

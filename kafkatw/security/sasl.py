@@ -12,7 +12,12 @@ CREDENTIAL_LIFETIME_MS = "CREDENTIAL.LIFETIME.MS"
 
 class SaslAuthenticationError(Exception):
     """Authentication failed; the message is safe to send to the client (Kafka's
-    ``SaslAuthenticationException``): it names no secret and does not say whether a user exists."""
+    ``SaslAuthenticationException``): it names no secret and does not say whether a user exists.
+    ``detail``, if given, says more in the broker's log (never a secret either)."""
+
+    def __init__(self, message, detail=None):
+        Exception.__init__(self, message)
+        self.detail = detail
 
 
 class SaslError(Exception):
