@@ -39,17 +39,19 @@ def make_broker_service(config, reactor=None):
 
 
 def security_setup(config):
-    """The SCRAM credential store (in the metadata log dir) and ``{listener: SaslListener}`` of
-    the SASL listeners; a SASL listener that cannot authenticate anyone is a ConfigError here,
-    before anything starts (fail closed)."""
+    """The SCRAM credential store (in the metadata log dir), ``{listener: IPrincipalBuilder}`` of
+    the TLS and SASL listeners and ``{listener: SaslListener}`` of the SASL ones; a SASL listener
+    that cannot authenticate anyone is a ConfigError here, before anything starts (fail closed)."""
     from kafkatw.security.credentials import CredentialStoreError, ScramCredentialStore
+    from kafkatw.security.principal import principal_builders
     from kafkatw.security.sasl_config import sasl_listeners
 
     try:
         store = ScramCredentialStore.in_dir(config.log_dirs[0])
     except CredentialStoreError as e:
         raise ConfigError(str(e), "log.dirs") from None
-    return store, sasl_listeners(config, store)
+    builders = principal_builders(config)
+    return store, builders, sasl_listeners(config, store, builders)
 
 
 def _advertised(endpoints, bound_ports):
@@ -276,6 +278,7 @@ class SocketServerService(_BrokerPart):
             transfer_failure_handler=b._on_transfer_failure,  # seed 000 §6
             transport_layers=b.transport_layers,
             sasl_listeners=b.sasl_listeners,
+            principal_builders=b.principal_builders,
         )
         b.dynamic_config.add_reconfigurable(DynamicSocketServerConfig(b.socket_server))
 
@@ -291,7 +294,7 @@ class BrokerService(OrderedMultiService):
 
     def __init__(self, config, reactor=None):
         super().__init__()
-        self.scram_credentials, self.sasl_listeners = security_setup(config)
+        self.scram_credentials, self.principal_builders, self.sasl_listeners = security_setup(config)
         if reactor is None:
             from twisted.internet import reactor
         from kafkatw.network.listener import ListenerService, load_transport_layer

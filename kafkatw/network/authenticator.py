@@ -270,12 +270,15 @@ class SaslServerAuthenticator:
 
     def _auth_context(self, authorization_id=None):
         conn = self.conn
-        principal = conn.context.principal
+        dn = None
+        if conn.endpoint.security_protocol == "SASL_SSL":
+            from kafkatw.network.tls import peer_dn
+
+            dn = peer_dn(conn.transport)
         return AuthenticationContext(
             security_protocol=conn.endpoint.security_protocol, listener_name=conn.endpoint.listener_name,
             client_address=(conn.peer_host, conn.peer_port), sasl_mechanism=self.mechanism,
-            authorization_id=authorization_id,
-            ssl_principal=principal if conn.endpoint.security_protocol == "SASL_SSL" else None)
+            authorization_id=authorization_id, ssl_peer_dn=dn)
 
     def _session_lifetime_ms(self):
         """Kafka's ``calcCompletionTimesAndReturnSessionLifetimeMs``; sets the session expiry."""

@@ -103,12 +103,15 @@ class KafkaConnection(Protocol):
 
     def handshakeCompleted(self):
         """TLS is up (before any request can arrive): the principal is the client
-        certificate's subject, ``User:CN=...`` (ANONYMOUS without one)."""
+        certificate's subject through the listener's principal builder and
+        ``ssl.principal.mapping.rules`` (ANONYMOUS without one); no rule for it: closed."""
         if self.context is not None:
-            # imported here: plaintext-only brokers never load pyOpenSSL/cryptography (~RSS)
-            from kafkatw.network.tls import peer_principal
-
-            self.context = attr.evolve(self.context, principal=peer_principal(self.transport))
+            try:
+                principal = self.server.tls_principal(self)
+            except Exception as e:
+                self.close("no principal for the client certificate: {err}", err=e)
+                return
+            self.context = attr.evolve(self.context, principal=principal)
 
     def connectionLost(self, reason=None):
         if self.closed:

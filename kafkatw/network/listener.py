@@ -135,6 +135,8 @@ class SocketServer:
     on a disk error (Kafka's ``TransferFailureHandler``: the service marks the log dir offline).
     ``sasl_listeners`` maps a SASL listener's name to its ``security.sasl_config.SaslListener``
     (mechanisms, re-authentication, principal builder); a SASL listener without one is refused.
+    ``principal_builders`` maps a TLS listener's name to the ``IPrincipalBuilder`` that turns a
+    client certificate into the principal (``ssl.principal.mapping.rules``).
     ``transport_layers`` maps a listener name to the ``ITransportLayer`` it uses (injected:
     verified, not loaded); any other listener loads its layer from the registry as
     ``settings.transport_classes`` / its security protocol name it, given
@@ -145,7 +147,8 @@ class SocketServer:
 
     def __init__(self, endpoints, handler, reactor, settings=None, clock_ns=None, wire=None,
                  request_logger=None, metrics=None, ssl_context_factories=None,
-                 transfer_failure_handler=None, transport_layers=None, sasl_listeners=None):
+                 transfer_failure_handler=None, transport_layers=None, sasl_listeners=None,
+                 principal_builders=None):
         self.endpoints = list(endpoints)
         self.handler = handler
         self.reactor = reactor
@@ -162,6 +165,7 @@ class SocketServer:
         self.transfer_failure_handler = transfer_failure_handler
         self.transport_layers = dict(transport_layers or {})
         self.sasl_listeners = sasl_listeners or {}
+        self.principal_builders = principal_builders or {}
         self.quotas = ConnectionQuotas(self.settings)
         self.channel = RequestChannel(handler, self.clock_ns, self.settings.queued_max_requests,
                                       self.settings.num_io_threads, self.metrics)
@@ -266,6 +270,17 @@ class SocketServer:
         from kafkatw.network.authenticator import SaslServerAuthenticator
 
         return SaslServerAuthenticator(conn, listener)
+
+    def tls_principal(self, conn):
+        """The principal of a TLS connection once its handshake is done: the listener's
+        principal builder on the client certificate's subject (raises if no rule maps it)."""
+        from kafkatw.network.tls import peer_dn
+        from kafkatw.security.principal import AuthenticationContext, DefaultPrincipalBuilder
+
+        builder = self.principal_builders.get(conn.endpoint.listener_name) or DefaultPrincipalBuilder()
+        return builder.build(AuthenticationContext(
+            security_protocol=conn.endpoint.security_protocol, listener_name=conn.endpoint.listener_name,
+            client_address=(conn.peer_host, conn.peer_port), ssl_peer_dn=peer_dn(conn.transport)))
 
     def next_connection_seq(self, endpoint):
         factory = self.factories.get(endpoint.listener_name)

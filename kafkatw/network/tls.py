@@ -1,5 +1,5 @@
 """TLS for SSL/SASL_SSL listeners: broker ``ssl.*`` config -> a pyOpenSSL context factory, and
-the principal of a TLS peer (Kafka's ``SslFactory`` + ``DefaultKafkaPrincipalBuilder`` for SSL).
+the subject of a TLS peer (Kafka's ``SslFactory``; ``security.principal`` maps it to a principal).
 
 Owns reading key stores and trust stores (PEM files or inline PEM, PKCS12 files), protocol
 versions, cipher suites, client authentication and the ``listener.name.<name>.ssl.*`` overrides.
@@ -232,10 +232,6 @@ class ServerContextFactory:
 def server_context_factory(cfg, listener_name="SSL"):
     """A :class:`ServerContextFactory` from one listener's ssl settings (see
     :func:`listener_ssl_config`); raises :class:`ConfigError` (one line) on any problem."""
-    rules = (cfg.get("ssl.principal.mapping.rules") or "DEFAULT").strip()
-    if rules != "DEFAULT":
-        raise ConfigError.invalid("ssl.principal.mapping.rules", rules,
-                                  "kafkatw supports only DEFAULT")
     key, certs = load_keystore(cfg)
     trusted = load_truststore(cfg)
     client_auth = (cfg["ssl.client.auth"] or "none").lower()
@@ -296,14 +292,18 @@ def principal_from_certificate(cert):
     return KafkaPrincipal(USER_TYPE, cert.subject.rfc4514_string())
 
 
-def peer_principal(transport):
-    """The principal of the peer of a TLS ``transport`` (ANONYMOUS without a certificate)."""
+def peer_dn(transport):
+    """The subject (RFC 2253 string) of the TLS peer's certificate, or None without one."""
     get = getattr(transport, "getPeerCertificate", None)
     if get is None:
-        return ANONYMOUS_PRINCIPAL
+        return None
     try:
         cert = get()
     except Exception:  # no TLS connection (yet)
-        return ANONYMOUS_PRINCIPAL
-    return principal_from_certificate(cert)
+        return None
+    if cert is None:
+        return None
+    if isinstance(cert, crypto.X509):
+        cert = cert.to_cryptography()
+    return cert.subject.rfc4514_string()
 

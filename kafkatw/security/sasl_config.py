@@ -11,7 +11,7 @@ import attr
 from kafkatw import registry
 from kafkatw.config import BROKER_CONFIG_DEF, ConfigError, Password
 from kafkatw.security.jaas import JaasError, parse_jaas_config
-from kafkatw.security.principal import DefaultPrincipalBuilder, IPrincipalBuilder
+from kafkatw.security.principal import principal_builders
 from kafkatw.security.sasl import ISaslServerFactory
 
 SASL_PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
@@ -73,13 +73,6 @@ def _jaas(listener_name, mechanism, configs):
                           listener_prefix(listener_name) + key) from None
 
 
-def principal_builder(config):
-    value = config.get("principal.builder.class")
-    if not value:
-        return DefaultPrincipalBuilder()
-    return registry.load("principal.builder.class", value, IPrincipalBuilder)
-
-
 def sasl_listener(config, endpoint, credentials, builder=None):
     """The :class:`SaslListener` of one SASL endpoint; raises :class:`ConfigError` (one line)."""
     name = endpoint.listener_name
@@ -107,16 +100,13 @@ def sasl_listener(config, endpoint, credentials, builder=None):
     return SaslListener(listener_name=name, security_protocol=endpoint.security_protocol,
                         mechanisms=mechanisms, reauth_ms=reauth,
                         max_receive_size=_typed(config, configs, "sasl.server.max.receive.size"),
-                        principal_builder=builder or principal_builder(config),
+                        principal_builder=builder or principal_builders(config)[name],
                         failed_authentication_delay_ms=config["connection.failed.authentication.delay.ms"])
 
 
-def sasl_listeners(config, credentials):
-    """``{listener_name: SaslListener}`` for every SASL_PLAINTEXT/SASL_SSL listener of ``config``."""
-    builder = None
-    out = {}
-    for ep in config.listeners:
-        if ep.security_protocol in SASL_PROTOCOLS:
-            builder = builder or principal_builder(config)
-            out[ep.listener_name] = sasl_listener(config, ep, credentials, builder)
-    return out
+def sasl_listeners(config, credentials, builders=None):
+    """``{listener_name: SaslListener}`` for every SASL_PLAINTEXT/SASL_SSL listener of ``config``;
+    ``builders``: the listeners' principal builders (``principal.principal_builders``)."""
+    builders = principal_builders(config) if builders is None else builders
+    return {ep.listener_name: sasl_listener(config, ep, credentials, builders[ep.listener_name])
+            for ep in config.listeners if ep.security_protocol in SASL_PROTOCOLS}
