@@ -541,3 +541,68 @@ class OAuthBearerTests(unittest.SynchronousTestCase):
         self.assertIn('{"status":"invalid_token"}', " ".join(e.str() for e in errs))
         with open(broker.log_path) as f:
             self.assertIn("audience (aud) is not an expected one", f.read())
+
+
+class CliTests(unittest.SynchronousTestCase):
+    """``kafkatw users scram`` and ``--command-config`` with SASL settings, as a user runs them."""
+
+    def setUp(self):
+        self.broker = KafkaBroker(listeners=("PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL"),
+                                  sasl_users={"alice": "alice-secret"}, topics=["cli"]).start()
+        self.addCleanup(self.broker.close)
+        self.dir = os.path.abspath(self.mktemp())
+        os.makedirs(self.dir)
+
+    def config(self, name, **props):
+        path = os.path.join(self.dir, name)
+        with open(path, "w") as f:
+            f.write("".join("%s=%s\n" % kv for kv in props.items()))
+        return path
+
+    def cli(self, bootstrap, config, *args, stdin=None):
+        from tests.test_cli_commands import run_cli
+
+        return run_cli(bootstrap, "--command-config", config, *args, stdin=stdin)
+
+    def test_users_scram_lifecycle_over_sasl(self):
+        sasl = self.broker.sasl_bootstrap_servers
+        admin = self.config("admin.properties", **{
+            "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+            "sasl.jaas.config": 'org.apache.kafka.common.security.plain.PlainLoginModule required '
+                                'username="alice" password="alice-secret";'})
+        erin = self.config("erin.properties", **{
+            "security.protocol": "SASL_SSL", "ssl.ca.location": self.broker.ssl_ca_path,
+            "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "erin", "sasl.password": "erin-secret"})
+        rc, out, err = self.cli(sasl, admin, "users", "scram", "set", "--user", "erin", "--mechanism",
+                                "SCRAM-SHA-512", "--iterations", "8192", "--password", "-", stdin="erin-secret\n")
+        self.assertEqual((rc, out), (0, "Set SCRAM-SHA-512 credential of user erin (8192 iterations).\n"), err)
+        rc, out, err = self.cli(sasl, admin, "users", "scram", "describe", "--user", "erin")
+        self.assertEqual((rc, out.split()), (0, ["USER", "MECHANISM", "ITERATIONS", "erin", "SCRAM-SHA-512", "8192"]),
+                         err)
+        rc, out, err = self.cli(self.broker.sasl_ssl_bootstrap_servers, erin, "topics", "list")
+        self.assertEqual((rc, out), (0, "cli\n"), err)
+        rc, out, err = self.cli(sasl, admin, "users", "scram", "delete", "--user", "erin", "--mechanism",
+                                "SCRAM-SHA-512")
+        self.assertEqual(rc, 0, err)
+        rc, out, err = self.cli(self.broker.sasl_ssl_bootstrap_servers, erin, "topics", "list")
+        self.assertEqual(rc, 1)
+        self.assertIn("SASL authentication failed: Authentication failed during authentication due to invalid "
+                      "credentials with SASL mechanism SCRAM-SHA-512", err)
+        rc, out, err = self.cli(sasl, admin, "users", "scram", "set", "--user", "erin", "--iterations", "100",
+                                "--password", "x")
+        self.assertEqual(rc, 1)
+        self.assertIn("UNACCEPTABLE_CREDENTIAL", err)
+        self.assertIn("Too few iterations", err)
+
+    def test_wrong_password_and_missing_settings_are_one_line(self):
+        sasl = self.broker.sasl_bootstrap_servers
+        wrong = self.config("wrong.properties", **{"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+                                                   "sasl.username": "alice", "sasl.password": "nope"})
+        rc, out, err = self.cli(sasl, wrong, "topics", "list")
+        self.assertEqual((rc, err.count("\n")), (1, 1))
+        self.assertIn("SASL authentication failed: Authentication failed: Invalid username or password", err)
+        partial = self.config("partial.properties", **{"security.protocol": "SASL_PLAINTEXT",
+                                                       "sasl.mechanism": "SCRAM-SHA-256"})
+        rc, out, err = self.cli(sasl, partial, "topics", "list")
+        self.assertEqual(rc, 1)
+        self.assertIn("SASL needs sasl.username and sasl.password", err)

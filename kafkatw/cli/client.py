@@ -96,7 +96,7 @@ def ssl_context(config):
 class BrokerConnection:
     """One socket to one broker; ``send(body)`` writes a request and reads its response."""
 
-    def __init__(self, host, port, ssl_ctx=None, client_id="kafkatw-cli", timeout=30.0):
+    def __init__(self, host, port, ssl_ctx=None, client_id="kafkatw-cli", timeout=30.0, sasl=None):
         self.host, self.port = host, port
         self.client_id = client_id
         self._correlation = 0
@@ -114,6 +114,14 @@ class BrokerConnection:
         self.sock = sock
         self.api_versions = {}
         self._negotiate()
+        if sasl is not None:  # (mechanism, username, password): log in before any other request
+            from kafkatw.cli.sasl import SaslClientError, login
+
+            try:
+                login(self, *sasl)
+            except SaslClientError as e:
+                self.close()
+                raise ClientError("%s:%d: %s" % (host, port, e)) from None
 
     def _negotiate(self):
         resp = self.send(messages.ApiVersionsRequest(), 0, api_key=18)
@@ -177,6 +185,12 @@ class KafkaClient:
         self.bootstrap = parse_bootstrap(bootstrap)
         self.config = dict(config or {})
         self.ssl_ctx = ssl_context(self.config)
+        from kafkatw.cli.sasl import SaslClientError, settings
+
+        try:
+            self.sasl = settings(self.config)
+        except SaslClientError as e:
+            raise ClientError(str(e)) from None
         self.client_id = client_id
         self.timeout = timeout
         self._conns = {}       # (host, port) -> BrokerConnection
@@ -186,7 +200,7 @@ class KafkaClient:
     def _connect(self, host, port):
         conn = self._conns.get((host, port))
         if conn is None:
-            conn = BrokerConnection(host, port, self.ssl_ctx, self.client_id, self.timeout)
+            conn = BrokerConnection(host, port, self.ssl_ctx, self.client_id, self.timeout, self.sasl)
             self._conns[(host, port)] = conn
         return conn
 

@@ -74,7 +74,7 @@ def parse_kv(items, what="property"):
 
 
 def build_parser():
-    from kafkatw.cli import configs, consume, groups, logdump, produce, topics
+    from kafkatw.cli import configs, consume, groups, logdump, produce, topics, users
 
     parser = argparse.ArgumentParser(
         prog="kafkatw", description="Administer, produce to and consume from Kafka-compatible brokers.")
@@ -82,12 +82,13 @@ def build_parser():
                         metavar="HOST:PORT", help="broker(s) to connect to, comma-separated")
     parser.add_argument("--command-config", metavar="FILE",
                         help="client properties file (security.protocol, ssl.cafile, "
-                             "ssl.truststore.location (PEM), ssl.certificate.location, ...)")
+                             "ssl.truststore.location (PEM), ssl.certificate.location, "
+                             "sasl.mechanism, sasl.username, sasl.password or sasl.jaas.config, ...)")
     parser.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
                         help="socket timeout (default 30)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for module in (topics, groups, configs, produce, consume, logdump):
+    for module in (topics, groups, configs, produce, consume, logdump, users):
         module.add_parser(sub)
     return parser
 
