@@ -606,3 +606,37 @@ class CliTests(unittest.SynchronousTestCase):
         rc, out, err = self.cli(sasl, partial, "topics", "list")
         self.assertEqual(rc, 1)
         self.assertIn("SASL needs sasl.username and sasl.password", err)
+
+
+class KafkaJsSaslTests(SaslBrokerMixin, unittest.SynchronousTestCase):
+    """kafkajs (Node.js) over SASL_PLAINTEXT and SASL_SSL with each mechanism."""
+
+    def setUp(self):
+        from tests.test_e2e_kafkajs import kafkajs_ready
+
+        kafkajs_ready()
+        super().setUp()
+
+    def run_sasl(self, protocol, mechanism, password="alice-secret"):
+        from tests.test_e2e_kafkajs import run_js
+
+        topic = self.topic("js-" + mechanism)
+        env = {"KAFKAJS_SASL_MECHANISM": mechanism.lower(), "KAFKAJS_SASL_USERNAME": "alice",
+               "KAFKAJS_SASL_PASSWORD": password, "KAFKAJS_LOG_LEVEL": "NOTHING"}
+        if protocol == "SASL_SSL":
+            env["KAFKAJS_SSL_CA"] = self.broker.ssl_ca_path
+        return topic, run_js("sasl.js", self.address(protocol), topic, "g-" + topic, env=env)
+
+    def test_produce_consume_each_mechanism(self):
+        for protocol, mechanism in [("SASL_PLAINTEXT", m) for m in MECHANISMS] + [("SASL_SSL", "SCRAM-SHA-256")]:
+            topic, out = self.run_sasl(protocol, mechanism)
+            self.assertEqual(out, {"records": [[i, "k%d" % i, "v%d" % i] for i in range(N)]}, (protocol, mechanism))
+
+    def test_wrong_password(self):
+        for mechanism in MECHANISMS:
+            _, out = self.run_sasl("SASL_PLAINTEXT", mechanism, password="wrong")
+            expected = ("Authentication failed: Invalid username or password" if mechanism == "PLAIN" else
+                        "Authentication failed during authentication due to invalid credentials with SASL "
+                        "mechanism " + mechanism)
+            self.assertEqual(out["error"]["name"], "KafkaJSSASLAuthenticationError", out)
+            self.assertIn(expected, out["error"]["message"])

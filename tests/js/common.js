@@ -1,7 +1,8 @@
 'use strict'
 // Shared by the kafkajs scripts: a client on argv's bootstrap address (TLS trusting the CA in
-// KAFKAJS_SSL_CA when set) whose logs go to stderr (stdout carries only the JSON result), a
-// bounded wait, and a main() that prints the result.
+// KAFKAJS_SSL_CA when set; SASL with KAFKAJS_SASL_MECHANISM, _USERNAME and _PASSWORD when set)
+// whose logs go to stderr (stdout carries only the JSON result), a bounded wait, and a main()
+// that prints the result.
 const fs = require('fs')
 const { Kafka, logLevel } = require('kafkajs')
 
@@ -20,6 +21,10 @@ function kafka (bootstrap, clientId) {
     clientId,
     brokers: [bootstrap],
     ssl: process.env.KAFKAJS_SSL_CA ? { ca: [fs.readFileSync(process.env.KAFKAJS_SSL_CA)] } : undefined,
+    sasl: process.env.KAFKAJS_SASL_MECHANISM
+      ? { mechanism: process.env.KAFKAJS_SASL_MECHANISM, username: process.env.KAFKAJS_SASL_USERNAME,
+          password: process.env.KAFKAJS_SASL_PASSWORD }
+      : undefined,
     connectionTimeout: 3000,
     requestTimeout: 15000,
     logLevel: logLevel[process.env.KAFKAJS_LOG_LEVEL || 'WARN'],
