@@ -143,7 +143,7 @@ class ConfluentKafkaSaslTests(SaslBrokerMixin, unittest.SynchronousTestCase):
         for protocol, mechanism in [("SASL_PLAINTEXT", "PLAIN"), ("SASL_PLAINTEXT", "SCRAM-SHA-256"),
                                     ("SASL_SSL", "SCRAM-SHA-512")]:
             seen = []
-            p = Producer(self.conf(protocol, mechanism, password="wrong", error_cb=seen.append))
+            p = Producer(self.conf(protocol, mechanism, password="Wr0ng-Pa55", error_cb=seen.append))
             started = time.monotonic()
             poll_until(lambda: p.poll(0.1) is not None and seen or seen, timeout=10,
                        message="an error from %s" % mechanism)
@@ -154,6 +154,12 @@ class ConfluentKafkaSaslTests(SaslBrokerMixin, unittest.SynchronousTestCase):
                         "SASL mechanism " + mechanism)
             self.assertIn(expected, seen[0].str())
             del p
+        # each failure logged with the peer, no password (right or wrong) anywhere in the log
+        with open(self.broker.log_path) as f:
+            log = f.read()
+        self.assertIn("Failed authentication with 127.0.0.1:", log)
+        for secret in ("Wr0ng-Pa55", "alice-secret", "ob=,secret"):
+            self.assertNotIn(secret, log)
 
     def test_unauthenticated_metadata_is_closed_while_others_keep_working(self):
         host, port = self.broker.sasl_bootstrap_servers.split(":")

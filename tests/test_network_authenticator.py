@@ -163,6 +163,57 @@ class AuthenticatorTests(unittest.SynchronousTestCase):
         self.assertEqual(self.handler.calls[-1].context.principal, KafkaPrincipal("User", "bob"))
 
 
+class AsyncCallbackTests(unittest.SynchronousTestCase):
+    """A PLAIN callback handler answering later (a Deferred): the connection waits, muted."""
+
+    def test_principal_after_the_deferred_fires(self):
+        from twisted.internet import defer
+        from zope.interface import implementer
+
+        from kafkatw.security.plain import IPlainCallbackHandler
+
+        pending = []
+
+        @implementer(IPlainCallbackHandler)
+        class Later:
+            def authenticate(self, username, password):
+                d = defer.Deferred()
+                pending.append((d, password == "pw-" + username))
+                return d
+
+        plain = PlainSaslServerFactory.__new__(PlainSaslServerFactory)
+        plain.callback = Later()
+        handler = ScriptedHandler(versions=VERSIONS)
+        h = Harness(handler, auto_drain=True, endpoint=SASL)
+        h.server.sasl_listeners = {"SASL_PLAINTEXT": SaslListener(
+            listener_name="SASL_PLAINTEXT", security_protocol="SASL_PLAINTEXT", mechanisms={"PLAIN": plain},
+            reauth_ms={"PLAIN": 0}, max_receive_size=4096, principal_builder=DefaultPrincipalBuilder())}
+        proto, tr = h.connect()
+        proto.dataReceived(handshake(1) + authenticate(2, b"\0carol\0pw-carol") + frame(3, 12, 3))
+        self.assertEqual(len(split_responses(tr.value())), 1)  # the handshake; authenticate waits
+        self.assertEqual(handler.calls, [])
+        d, ok = pending.pop()
+        d.callback(ok)
+        # then the Metadata that waited unparsed behind it, as carol
+        self.assertEqual([cid for cid, _ in split_responses(tr.value())], [1, 2, 3])
+        self.assertEqual([str(r.context.principal) for r in handler.calls], ["User:carol"])
+        other, other_tr = h.connect()
+        other.dataReceived(handshake(1) + authenticate(2, b"\0carol\0nope"))
+        d, ok = pending.pop()
+        d.callback(ok)
+        (_, _), (_, auth) = split_responses(other_tr.value())
+        self.assertEqual(decode(auth, 36, 2).error_code, errors.SASL_AUTHENTICATION_FAILED)
+        self.assertTrue(other_tr.disconnecting)
+
+    def test_sasl_plaintext_keeps_zero_copy(self):
+        from kafkatw.network.listener import SocketServer
+        from kafkatw.network.transport import transport_layer_for
+
+        self.assertIs(type(SocketServer([SASL], ScriptedHandler(), None).transport_layer_for(SASL)),
+                      type(transport_layer_for("PLAINTEXT")))
+        self.assertIsNot(type(transport_layer_for("SASL_SSL")), type(transport_layer_for("PLAINTEXT")))
+
+
 class ReauthenticationTests(unittest.SynchronousTestCase):
     def setUp(self):
         self.handler = ScriptedHandler(versions=VERSIONS)
