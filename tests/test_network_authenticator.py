@@ -206,12 +206,12 @@ class AsyncCallbackTests(unittest.SynchronousTestCase):
         self.assertTrue(other_tr.disconnecting)
 
     def test_sasl_plaintext_keeps_zero_copy(self):
-        from kafkatw.network.listener import SocketServer
-        from kafkatw.network.transport import transport_layer_for
+        from kafkatw.network.listener import load_transport_layer
+        from kafkatw.network.transport import PlaintextTransportLayer, TlsTransportLayer
 
-        self.assertIs(type(SocketServer([SASL], ScriptedHandler(), None).transport_layer_for(SASL)),
-                      type(transport_layer_for("PLAINTEXT")))
-        self.assertIsNot(type(transport_layer_for("SASL_SSL")), type(transport_layer_for("PLAINTEXT")))
+        self.assertIsInstance(load_transport_layer(SASL), PlaintextTransportLayer)
+        self.assertIsInstance(load_transport_layer(Endpoint("SASL_SSL", "SASL_SSL", "127.0.0.1", 0)),
+                              TlsTransportLayer)
 
 
 class ReauthenticationTests(unittest.SynchronousTestCase):
