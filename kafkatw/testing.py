@@ -160,9 +160,10 @@ def _topic_spec(spec, default_partitions):
     return name, partitions, configs
 
 
-def create_topics(host, port, topics, timeout=10.0, ssl_context=None):
+def create_topics(host, port, topics, timeout=10.0, ssl_context=None, sasl=None):
     """Create ``topics`` (see :func:`_topic_spec`) with CreateTopics over the wire.
 
+    ``sasl`` is ``(mechanism, user, password)`` to log in first (a SASL-only broker).
     An existing topic is fine; any other error raises ``RuntimeError`` naming topic and error.
     """
     from kafkatw.protocol import messages as m  # the codec is big: load it only when needed
@@ -177,11 +178,23 @@ def create_topics(host, port, topics, timeout=10.0, ssl_context=None):
     version = _CREATE_TOPICS_VERSION
     header = m.RequestHeader(request_api_key=19, request_api_version=version, correlation_id=7,
                              client_id="kafkatw.testing")
-    body = header.encode_bytes(m.request_header_version(19, version)) + req.encode_bytes(version)
-    with _connect(host, port, timeout, ssl_context) as s:
-        payload = _request(s, body)
-    resp_header, pos = m.ResponseHeader.decode_from(payload, 0, m.response_header_version(19, version))
-    resp, _ = m.CreateTopicsResponse.decode_from(payload, pos, version)
+    if sasl is not None:
+        from kafkatw.cli.client import BrokerConnection, ClientError
+
+        try:
+            conn = BrokerConnection(host, port, ssl_context, "kafkatw.testing", timeout, sasl=sasl)
+            try:
+                resp = conn.send(req, version, api_key=19)
+            finally:
+                conn.close()
+        except ClientError as e:
+            raise RuntimeError(str(e)) from None
+    else:
+        body = header.encode_bytes(m.request_header_version(19, version)) + req.encode_bytes(version)
+        with _connect(host, port, timeout, ssl_context) as s:
+            payload = _request(s, body)
+        resp_header, pos = m.ResponseHeader.decode_from(payload, 0, m.response_header_version(19, version))
+        resp, _ = m.CreateTopicsResponse.decode_from(payload, pos, version)
     failures = []
     for t in resp.topics:
         if t.error_code not in (0, _TOPIC_ALREADY_EXISTS):
@@ -503,11 +516,23 @@ class KafkaBroker:
         if not self.topics:
             return
         addr = self._address("PLAINTEXT")
-        ctx = None
-        if addr is None:
+        ctx = sasl = None
+        if addr is None and self._address("SSL") is not None:
             addr, ctx = self._address("SSL"), self.ssl_context()
+        elif addr is None:
+            # SASL only: log in as the first user with the first mechanism the CLI client speaks
+            usable = [m for m in self.sasl_mechanisms if m in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")]
+            if not (usable and self.sasl_users):
+                self.stop()
+                raise BrokerStartError("cannot create topics on a SASL-only broker without sasl_users "
+                                       "and a PLAIN or SCRAM mechanism", self.log_tail(), self.log_path)
+            user = sorted(self.sasl_users)[0]
+            sasl = (usable[0], user, self.sasl_users[user])
+            addr = self._address("SASL_PLAINTEXT")
+            if addr is None:
+                addr, ctx = self._address("SASL_SSL"), self.ssl_context()
         try:
-            create_topics(addr[0], addr[1], self.topics, ssl_context=ctx)
+            create_topics(addr[0], addr[1], self.topics, ssl_context=ctx, sasl=sasl)
         except (RuntimeError, OSError) as e:
             self.stop()
             raise BrokerStartError(str(e), self.log_tail(), self.log_path) from None

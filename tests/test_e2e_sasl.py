@@ -646,3 +646,20 @@ class KafkaJsSaslTests(SaslBrokerMixin, unittest.SynchronousTestCase):
                         "mechanism " + mechanism)
             self.assertEqual(out["error"]["name"], "KafkaJSSASLAuthenticationError", out)
             self.assertIn(expected, out["error"]["message"])
+
+
+class SaslOnlyBrokerTests(unittest.SynchronousTestCase):
+    """A broker with only a SASL_SSL listener starts, creates its topics (logged in) and serves."""
+
+    def test_start_topics_and_produce(self):
+        from confluent_kafka.admin import AdminClient
+
+        broker = KafkaBroker(listeners=("SASL_SSL",), sasl_users={"zoe": "zoe-secret"},
+                             sasl_mechanisms=("SCRAM-SHA-256",), topics=[("only", 3)]).start()
+        self.addCleanup(broker.close)
+        self.assertEqual((broker.bootstrap_servers, set(broker.ports)), (broker.sasl_ssl_bootstrap_servers, {"SASL_SSL"}))
+        admin = AdminClient({"bootstrap.servers": broker.sasl_ssl_bootstrap_servers, "security.protocol": "SASL_SSL",
+                             "ssl.ca.location": broker.ssl_ca_path, "sasl.mechanism": "SCRAM-SHA-256",
+                             "sasl.username": "zoe", "sasl.password": "zoe-secret", "logger": QUIET})
+        topics = admin.list_topics(timeout=10).topics
+        self.assertEqual(len(topics["only"].partitions), 3)
