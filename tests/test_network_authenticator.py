@@ -258,3 +258,81 @@ class ReauthenticationTests(unittest.SynchronousTestCase):
                                              "User.alice: User.bob")
         self.assertTrue(self.tr.disconnecting)
         self.assertEqual(self.h.server.metrics.failed_reauthentication["SASL_PLAINTEXT"], 1)
+
+
+class TokenLifetimeTests(unittest.SynchronousTestCase):
+    """A credential with an expiry (an OAuth token) bounds the session with connections.max.reauth.ms."""
+
+    def connect(self, reauth_ms, expires_in_s):
+        from zope.interface import implementer
+
+        from kafkatw.security.sasl import CREDENTIAL_LIFETIME_MS, ISaslServer, ISaslServerFactory
+
+        clock_holder = {}
+
+        @implementer(ISaslServer)
+        class TokenServer:
+            mechanism_name = "TOKEN"
+
+            def __init__(self):
+                self.done = False
+
+            def evaluate_response(self, response):
+                self.done = True
+                return b""
+
+            def is_complete(self):
+                return self.done
+
+            def authorization_id(self):
+                return "svc"
+
+            def negotiated_property(self, name):
+                if name == CREDENTIAL_LIFETIME_MS:
+                    return int((clock_holder["clock"].seconds() + expires_in_s) * 1000)
+                return None
+
+        @implementer(ISaslServerFactory)
+        class TokenFactory:
+            mechanism = "TOKEN"
+
+            def create_server(self, context):
+                return TokenServer()
+
+        handler = ScriptedHandler(versions=VERSIONS)
+        h = Harness(handler, auto_drain=True, endpoint=SASL)
+        h.clock.advance(1_800_000_000)
+        clock_holder["clock"] = h.clock
+        plain = PlainSaslServerFactory(listener_name="SASL_PLAINTEXT", jaas=JAAS)
+        h.server.sasl_listeners = {"SASL_PLAINTEXT": SaslListener(
+            listener_name="SASL_PLAINTEXT", security_protocol="SASL_PLAINTEXT",
+            mechanisms={"TOKEN": TokenFactory(), "PLAIN": plain}, reauth_ms={"TOKEN": reauth_ms, "PLAIN": 0},
+            max_receive_size=4096, principal_builder=DefaultPrincipalBuilder())}
+        proto, tr = h.connect()
+        proto.dataReceived(handshake(1, "TOKEN") + authenticate(2, b"t"))
+        (_, _), (_, auth) = split_responses(tr.value())
+        tr.clear()
+        return h, proto, tr, decode(auth, 36, 2).session_lifetime_ms
+
+    def test_lifetime_is_the_sooner_of_token_expiry_and_max_reauth(self):
+        self.assertEqual(self.connect(0, 1.5)[3], 1500)
+        self.assertEqual(self.connect(2000, 1.5)[3], 1500)
+        self.assertEqual(self.connect(1000, 1.5)[3], 1000)
+        self.assertEqual(self.connect(1000, -5)[3], 0)  # already expired: no session at all
+
+    def test_expired_token_session_closes_at_the_next_request(self):
+        h, proto, tr, lifetime = self.connect(0, 1.5)
+        h.clock.advance(1.5)
+        proto.dataReceived(frame(3, 12, 3))
+        self.assertTrue(tr.disconnecting)
+
+    def test_reauthentication_with_another_mechanism_fails(self):
+        h, proto, tr, _ = self.connect(0, 60)
+        proto.dataReceived(handshake(5, "PLAIN") + authenticate(6, b"\0alice\0alice-secret"))
+        (_, hs), (_, auth) = split_responses(tr.value())
+        self.assertEqual(decode(hs, 17, 1).error_code, errors.NONE)
+        body = decode(auth, 36, 2)
+        self.assertEqual((body.error_code, body.error_message), (
+            errors.SASL_AUTHENTICATION_FAILED,
+            "SASL mechanism 'PLAIN' requested by client is not supported for re-authentication of mechanism 'TOKEN'"))
+        self.assertTrue(tr.disconnecting)
