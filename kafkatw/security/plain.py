@@ -40,9 +40,11 @@ class JaasPlainCallbackHandler:
 
     def authenticate(self, username, password):
         expected = self.users.get(username)
-        # compared in constant time; a missing user still costs a comparison
-        return hmac.compare_digest((expected if expected is not None else "\0" + password).encode("utf-8"),
-                                   password.encode("utf-8")) and expected is not None
+        given = password.encode("utf-8")
+        if expected is None:
+            hmac.compare_digest(given, given)  # an unknown user costs what a known one does
+            return False
+        return hmac.compare_digest(expected.encode("utf-8"), given)
 
 
 @implementer(ISaslServer)
