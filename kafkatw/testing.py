@@ -405,6 +405,11 @@ class KafkaBroker:
         if not names:
             return {}
         props = {"sasl.enabled.mechanisms": ",".join(self.sasl_mechanisms)}
+        for mechanism in self.sasl_mechanisms:
+            if mechanism.startswith("SCRAM-"):
+                for name in names:
+                    props["listener.name.%s.%s.sasl.jaas.config" % (name.lower(), mechanism.lower())] = \
+                        "org.apache.kafka.common.security.scram.ScramLoginModule required;"
         if "PLAIN" in self.sasl_mechanisms and self.sasl_users:
             users = " ".join('user_%s="%s"' % (u, p.replace("\\", "\\\\").replace('"', '\\"'))
                              for u, p in sorted(self.sasl_users.items()))

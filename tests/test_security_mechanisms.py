@@ -226,6 +226,7 @@ class CredentialStoreTests(SynchronousTestCase):
 
 
 PLAIN_JAAS = 'org.apache.kafka.common.security.plain.PlainLoginModule required user_alice="alice-secret";'
+SCRAM_JAAS = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
 
 
 class SaslConfigTests(SynchronousTestCase):
@@ -257,6 +258,9 @@ class SaslConfigTests(SynchronousTestCase):
         self.assertConfigError("Invalid JAAS config", {
             "sasl_enabled_mechanisms": "PLAIN",
             "listener.name.sasl_plaintext.plain.sasl.jaas.config": 'X required user_alice="alice-secret"'})
+        self.assertConfigError("SASL mechanism SCRAM-SHA-256 on listener SASL_PLAINTEXT needs "
+                               "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config naming ScramLoginModule",
+                               {"sasl_enabled_mechanisms": "SCRAM-SHA-256"})
         self.assertConfigError("listener.name.sasl_plaintext.plain.sasl.server.callback.handler.class: cannot "
                                "be loaded", {"sasl_enabled_mechanisms": "PLAIN",
                                              "listener.name.sasl_plaintext.plain.sasl.server.callback.handler.class":
@@ -266,6 +270,7 @@ class SaslConfigTests(SynchronousTestCase):
         got = self.listeners(**{"sasl_enabled_mechanisms": "PLAIN",
                                 "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "SCRAM-SHA-512,PLAIN",
                                 "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
+                                "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config": SCRAM_JAAS,
                                 "connections.max.reauth.ms": "5000",
                                 "listener.name.sasl_plaintext.plain.connections.max.reauth.ms": "2000"})
         listener = got["SASL_PLAINTEXT"]

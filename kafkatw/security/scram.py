@@ -15,7 +15,10 @@ import secrets
 import attr
 from zope.interface import implementer
 
+from kafkatw.config import ConfigError
 from kafkatw.security.sasl import ISaslServer, ISaslServerFactory, SaslAuthenticationError, SaslError
+
+LOGIN_MODULE = "ScramLoginModule"
 
 
 @attr.s(frozen=True)
@@ -211,13 +214,20 @@ class ScramSaslServer:
 
 @implementer(ISaslServerFactory)
 class ScramSaslServerFactory:
-    """SCRAM-SHA-256 or -512 on one listener; users come from the credential store."""
+    """SCRAM-SHA-256 or -512 on one listener; users come from the credential store.
+
+    As in Kafka, the listener must name ``ScramLoginModule`` in the mechanism's JAAS config
+    (an explicit opt-in; the users themselves are made with AlterUserScramCredentials)."""
 
     def __init__(self, mechanism, listener_name="", jaas=None, settings=None, credentials=None):
         if mechanism not in MECHANISMS:
             raise ValueError("not a SCRAM mechanism: %s" % (mechanism,))
         if credentials is None:
             raise ValueError("SCRAM needs the broker's credential store")
+        if not any(e.module_name == LOGIN_MODULE for e in jaas or ()):
+            key = "listener.name.%s.%s.sasl.jaas.config" % (listener_name.lower(), mechanism.lower())
+            raise ConfigError("SASL mechanism %s on listener %s needs %s naming %s (its users are the "
+                              "broker's SCRAM credentials)" % (mechanism, listener_name, key, LOGIN_MODULE), key)
         self.mechanism = mechanism
         self._scram = MECHANISMS[mechanism]
         self._credentials = credentials
