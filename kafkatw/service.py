@@ -7,13 +7,14 @@ ready file, the advertised port-0 rewrite). It holds no broker logic of its own.
 """
 
 import gc
+import functools
 import json
 import os
 import socket
 
 import attr
 from twisted.application import service
-from twisted.internet import defer
+from twisted.internet import defer, threads
 from twisted.logger import Logger
 from twisted.python.threadpool import ThreadPool
 from zope.interface import implementer
@@ -325,6 +326,8 @@ class BrokerService(OrderedMultiService):
 
         pool = ThreadPoolService(config["background.threads"])
         self.threadpool = pool.pool
+        # SCRAM credential writes (AlterUserScramCredentials) fsync in the pool, not on the reactor
+        self.scram_credentials.run_blocking = functools.partial(threads.deferToThreadPool, reactor, pool.pool)
         for child in (pool, MetadataService(self), LogManagerService(self), ReplicaManagerService(self),
                       GroupCoordinatorService(self), RequestHandlersService(self),
                       SocketServerService(self)):

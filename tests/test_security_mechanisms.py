@@ -435,3 +435,49 @@ class OAuthBearerTests(SynchronousTestCase):
         with self.assertRaises(ConfigError) as cm:
             sasl_listeners(KafkaConfig.from_properties(base), store)
         self.assertIn("sasl.oauthbearer.jwks.endpoint.url", str(cm.exception))
+
+
+class CredentialWritesTests(SynchronousTestCase):
+    """Writes run through run_blocking one at a time; a change is visible once it is on disk."""
+
+    def test_serialized_and_visible_after_the_write(self):
+        from twisted.internet import defer
+
+        d_dir = tempfile.mkdtemp()
+        pending = []
+
+        def run_blocking(fn, *args):
+            d = defer.Deferred()
+            pending.append((d, fn, args))
+            return d
+
+        store = ScramCredentialStore.in_dir(d_dir)
+        store.run_blocking = run_blocking
+        cred = scram.make_credential(scram.SCRAM_SHA_256, "pw", 4096)
+        first = store.exclusively(store.write, [("a", "SCRAM-SHA-256", cred)])
+        second = store.exclusively(lambda: store.write([("b", "SCRAM-SHA-256", cred)]))
+        self.assertEqual((len(pending), store.users()), (1, []))  # the second waits for the first
+        d, fn, args = pending.pop()
+        fn(*args)
+        d.callback(None)
+        self.assertEqual(self.successResultOf(first), None)
+        self.assertEqual(store.users(), ["a"])
+        self.assertEqual(len(pending), 1)  # the second starts from the first's state
+        d, fn, args = pending.pop()
+        fn(*args)
+        d.callback(None)
+        self.successResultOf(second)
+        self.assertEqual(ScramCredentialStore.in_dir(d_dir).users(), ["a", "b"])
+
+    def test_failed_write_changes_nothing(self):
+        from twisted.internet import defer
+
+        store = ScramCredentialStore.in_dir(tempfile.mkdtemp())
+        store.run_blocking = lambda fn, *args: defer.fail(OSError(28, "No space left on device"))
+        cred = scram.make_credential(scram.SCRAM_SHA_256, "pw", 4096)
+        self.failureResultOf(store.exclusively(store.write, [("a", "SCRAM-SHA-256", cred)]), OSError)
+        self.assertEqual(store.users(), [])
+        # and the lock is free again
+        store.run_blocking = None
+        self.successResultOf(store.exclusively(store.write, [("a", "SCRAM-SHA-256", cred)]))
+        self.assertEqual(store.users(), ["a"])

@@ -2,12 +2,15 @@
 
 Owns keeping ``{user: {mechanism: ScramCredential}}`` (salt, StoredKey, ServerKey, iterations;
 never a password) and writing every change with write-to-temp, fsync, rename, fsync of the
-directory. It does not validate requests (``handlers/scram_credentials.py`` does).
+directory: in a thread pool when one is given (``run_blocking``), one change at a time, the new
+state visible only once it is on disk. It does not validate requests (``handlers/scram_credentials.py`` does).
 """
 
 import base64
 import json
 import os
+
+from twisted.internet import defer
 
 from kafkatw.security.scram import MAX_ITERATIONS, MIN_ITERATIONS, MECHANISMS, ScramCredential
 
@@ -42,9 +45,13 @@ def _enc(data):
 class ScramCredentialStore:
     """SCRAM credentials by user and mechanism, persisted in ``path`` (mode 0600)."""
 
-    def __init__(self, path):
+    def __init__(self, path, run_blocking=None):
         self.path = path
+        #: ``run_blocking(fn, *args) -> Deferred`` runs the file write off the reactor (a
+        #: thread pool); None writes inline
+        self.run_blocking = run_blocking
         self._users = {}
+        self._lock = defer.DeferredLock()
         self._load()
 
     @classmethod
@@ -76,13 +83,14 @@ class ScramCredentialStore:
             raise CredentialStoreError("cannot read the SCRAM credentials in %s: %s" % (self.path, e)) from None
         self._users = users
 
-    def _save(self):
+    @staticmethod
+    def _encode(users):
         doc = {"version": _FORMAT_VERSION, "users": {
             user: {mech: {"salt": _enc(c.salt), "stored_key": _enc(c.stored_key),
                           "server_key": _enc(c.server_key), "iterations": c.iterations}
                    for mech, c in sorted(mechs.items())}
-            for user, mechs in sorted(self._users.items())}}
-        _write_atomically(self.path, json.dumps(doc, indent=1).encode("utf-8"))
+            for user, mechs in sorted(users.items())}}
+        return json.dumps(doc, indent=1).encode("utf-8")
 
     # -- reading -----------------------------------------------------------------------------
     def get(self, user, mechanism):
@@ -97,8 +105,7 @@ class ScramCredentialStore:
         return [(mech, c.iterations) for mech, c in sorted(self._users.get(user, {}).items())]
 
     # -- changing ----------------------------------------------------------------------------
-    def alter(self, upsertions=(), deletions=()):
-        """Apply ``[(user, mechanism, ScramCredential)]`` and ``[(user, mechanism)]`` in one write."""
+    def _changed(self, upsertions, deletions):
         users = {u: dict(m) for u, m in self._users.items()}
         for user, mech in deletions:
             users.get(user, {}).pop(mech, None)
@@ -110,12 +117,34 @@ class ScramCredentialStore:
             if not MIN_ITERATIONS <= credential.iterations <= MAX_ITERATIONS:
                 raise ValueError("iterations must be within %d..%d" % (MIN_ITERATIONS, MAX_ITERATIONS))
             users.setdefault(user, {})[mech] = credential
-        previous, self._users = self._users, users
-        try:
-            self._save()
-        except OSError:
-            self._users = previous
-            raise
+        return users
+
+    def alter(self, upsertions=(), deletions=()):
+        """Apply ``[(user, mechanism, ScramCredential)]`` and ``[(user, mechanism)]`` in one
+        write, now, on this thread (before the broker runs: tests, ``kafkatw.testing``)."""
+        users = self._changed(upsertions, deletions)
+        _write_atomically(self.path, self._encode(users))
+        self._users = users
+
+    def exclusively(self, fn, *args):
+        """Run ``fn(*args)`` (which may return a Deferred) after every change begun before it has
+        finished: a request reads the store and writes it with nothing in between."""
+        return self._lock.run(fn, *args)
+
+    def write(self, upsertions=(), deletions=()):
+        """Like :meth:`alter`, off the reactor with ``run_blocking``; a Deferred firing once the
+        change is on disk and visible. Call it inside :meth:`exclusively`."""
+        users = self._changed(upsertions, deletions)
+        data = self._encode(users)
+        if self.run_blocking is None:
+            d = defer.maybeDeferred(_write_atomically, self.path, data)
+        else:
+            d = self.run_blocking(_write_atomically, self.path, data)
+
+        def written(_):
+            self._users = users
+
+        return d.addCallback(written)
 
     def upsert(self, user, mechanism, credential):
         self.alter(upsertions=[(user, mechanism, credential)])

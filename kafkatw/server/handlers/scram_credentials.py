@@ -71,57 +71,11 @@ class AlterUserScramCredentials:
     @staticmethod
     def handle(apis, request):
         store = apis.scram_credentials
-        body = request.body
         if store is None:
             return AlterUserScramCredentials.error_response(request, errors.UNSUPPORTED_VERSION,
                                                             "SCRAM credentials are not kept by this broker")
-        failed = {}  # user -> (code, message)
-        deletions = {}
-        upserts = {}
-        for d in body.deletions or []:
-            if d.name in failed:
-                continue
-            if deletions.pop(d.name, None) is not None:
-                failed[d.name] = (errors.DUPLICATE_RESOURCE, _DUPLICATE_ALTER)
-                continue
-            error = _check_name_and_mechanism(d.name, d.mechanism)
-            if error is None and store.get(d.name, MECHANISMS_BY_TYPE[d.mechanism].name) is None:
-                error = (errors.RESOURCE_NOT_FOUND, "Attempt to delete a user credential that does not exist")
-            if error is not None:
-                failed[d.name] = error
-            else:
-                deletions[d.name] = d
-        for u in body.upsertions or []:
-            if u.name in failed:
-                continue
-            if deletions.pop(u.name, None) is not None or upserts.pop(u.name, None) is not None:
-                failed[u.name] = (errors.DUPLICATE_RESOURCE, _DUPLICATE_ALTER)
-                continue
-            error = _check_name_and_mechanism(u.name, u.mechanism)
-            if error is None:
-                mech = MECHANISMS_BY_TYPE[u.mechanism]
-                if u.iterations < mech.min_iterations:
-                    error = (errors.UNACCEPTABLE_CREDENTIAL, "Too few iterations")
-                elif u.iterations > MAX_ITERATIONS:
-                    error = (errors.UNACCEPTABLE_CREDENTIAL, "Too many iterations")
-                elif not u.salt or not u.salted_password:
-                    error = (errors.UNACCEPTABLE_CREDENTIAL, "Salt and salted password must not be empty")
-            if error is not None:
-                failed[u.name] = error
-            else:
-                upserts[u.name] = u
-        Result = AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult
-        results = []
-        if deletions or upserts:
-            store.alter(
-                upsertions=[(u.name, MECHANISMS_BY_TYPE[u.mechanism].name, credential_from_salted_password(
-                    MECHANISMS_BY_TYPE[u.mechanism], bytes(u.salted_password), bytes(u.salt), u.iterations))
-                    for u in upserts.values()],
-                deletions=[(d.name, MECHANISMS_BY_TYPE[d.mechanism].name) for d in deletions.values()])
-            results += [Result(user=name, error_code=errors.NONE) for name in list(deletions) + list(upserts)]
-        results += [Result(user=name, error_code=code, error_message=message)
-                    for name, (code, message) in failed.items()]
-        return AlterUserScramCredentialsResponse(throttle_time_ms=0, results=results)
+        # checked and written with no other change in between (the write runs in a thread)
+        return store.exclusively(_alter, store, request.body)
 
     @staticmethod
     def error_response(request, code, message):
@@ -130,6 +84,60 @@ class AlterUserScramCredentials:
                               + [u.name for u in request.body.upsertions or []])
         return AlterUserScramCredentialsResponse(throttle_time_ms=0, results=[
             Result(user=n, error_code=code, error_message=message) for n in names])
+
+
+def _alter(store, body):
+    failed = {}  # user -> (code, message)
+    deletions = {}
+    upserts = {}
+    for d in body.deletions or []:
+        if d.name in failed:
+            continue
+        if deletions.pop(d.name, None) is not None:
+            failed[d.name] = (errors.DUPLICATE_RESOURCE, _DUPLICATE_ALTER)
+            continue
+        error = _check_name_and_mechanism(d.name, d.mechanism)
+        if error is None and store.get(d.name, MECHANISMS_BY_TYPE[d.mechanism].name) is None:
+            error = (errors.RESOURCE_NOT_FOUND, "Attempt to delete a user credential that does not exist")
+        if error is not None:
+            failed[d.name] = error
+        else:
+            deletions[d.name] = d
+    for u in body.upsertions or []:
+        if u.name in failed:
+            continue
+        if deletions.pop(u.name, None) is not None or upserts.pop(u.name, None) is not None:
+            failed[u.name] = (errors.DUPLICATE_RESOURCE, _DUPLICATE_ALTER)
+            continue
+        error = _check_name_and_mechanism(u.name, u.mechanism)
+        if error is None:
+            mech = MECHANISMS_BY_TYPE[u.mechanism]
+            if u.iterations < mech.min_iterations:
+                error = (errors.UNACCEPTABLE_CREDENTIAL, "Too few iterations")
+            elif u.iterations > MAX_ITERATIONS:
+                error = (errors.UNACCEPTABLE_CREDENTIAL, "Too many iterations")
+            elif not u.salt or not u.salted_password:
+                error = (errors.UNACCEPTABLE_CREDENTIAL, "Salt and salted password must not be empty")
+        if error is not None:
+            failed[u.name] = error
+        else:
+            upserts[u.name] = u
+    Result = AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult
+
+    def response(_=None):
+        results = [Result(user=name, error_code=errors.NONE) for name in list(deletions) + list(upserts)]
+        results += [Result(user=name, error_code=code, error_message=message)
+                    for name, (code, message) in failed.items()]
+        return AlterUserScramCredentialsResponse(throttle_time_ms=0, results=results)
+
+    if not (deletions or upserts):
+        return response()
+    return store.write(
+        upsertions=[(u.name, MECHANISMS_BY_TYPE[u.mechanism].name, credential_from_salted_password(
+            MECHANISMS_BY_TYPE[u.mechanism], bytes(u.salted_password), bytes(u.salt), u.iterations))
+            for u in upserts.values()],
+        deletions=[(d.name, MECHANISMS_BY_TYPE[d.mechanism].name) for d in deletions.values()],
+    ).addCallback(response)
 
 
 HANDLERS = (DescribeUserScramCredentials, AlterUserScramCredentials)
