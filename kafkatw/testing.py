@@ -670,9 +670,21 @@ def main(argv=None):
                         help="start and close N brokers; print the start times (to first answer)")
     parser.add_argument("--topic", action="append", default=[], help="a topic to create at start")
     parser.add_argument("--ssl", action="store_true", help="add an SSL listener")
+    parser.add_argument("--sasl-user", action="append", default=[], metavar="NAME=PASSWORD",
+                        help="add SASL_PLAINTEXT (and SASL_SSL with --ssl) listeners with this user "
+                             "(PLAIN, SCRAM-SHA-256, SCRAM-SHA-512); repeatable")
     parser.add_argument("--no-fork-server", action="store_true", help="run twistd directly")
     args = parser.parse_args(argv)
-    options = {"topics": args.topic, "listeners": ("PLAINTEXT", "SSL") if args.ssl else ("PLAINTEXT",),
+    listeners = ["PLAINTEXT"] + (["SSL"] if args.ssl else [])
+    users = {}
+    for item in args.sasl_user:
+        name, sep, password = item.partition("=")
+        if not sep or not name or not password:
+            parser.error("--sasl-user needs NAME=PASSWORD, got %r" % (item,))
+        users[name] = password
+    if users:
+        listeners += ["SASL_PLAINTEXT"] + (["SASL_SSL"] if args.ssl else [])
+    options = {"topics": args.topic, "listeners": tuple(listeners), "sasl_users": users,
                "fork_server": not args.no_fork_server}
     if args.starts:
         _ensure_bytecode()
@@ -695,6 +707,12 @@ def main(argv=None):
         if broker.ssl_bootstrap_servers:
             print("ssl: bootstrap.servers=%s ssl.ca.location=%s"
                   % (broker.ssl_bootstrap_servers, broker.ssl_ca_path))
+        if broker.sasl_bootstrap_servers:
+            print("sasl_plaintext: bootstrap.servers=%s sasl.mechanism=PLAIN|SCRAM-SHA-256|SCRAM-SHA-512 "
+                  "users=%s" % (broker.sasl_bootstrap_servers, ",".join(sorted(users))))
+        if broker.sasl_ssl_bootstrap_servers:
+            print("sasl_ssl: bootstrap.servers=%s ssl.ca.location=%s"
+                  % (broker.sasl_ssl_bootstrap_servers, broker.ssl_ca_path))
         print("log: %s (Ctrl-C stops the broker and removes its data)" % broker.log_path)
         sys.stdout.flush()
         try:

@@ -663,3 +663,33 @@ class SaslOnlyBrokerTests(unittest.SynchronousTestCase):
                              "sasl.username": "zoe", "sasl.password": "zoe-secret", "logger": QUIET})
         topics = admin.list_topics(timeout=10).topics
         self.assertEqual(len(topics["only"].partitions), 3)
+
+
+class ThrowawayBrokerTests(unittest.SynchronousTestCase):
+    """``python -m kafkatw.testing --sasl-user`` prints SASL addresses a client can log in to."""
+
+    def test_sasl_user_at_the_shell(self):
+        import signal
+        import subprocess
+        import sys
+
+        from confluent_kafka.admin import AdminClient
+
+        proc = subprocess.Popen([sys.executable, "-m", "kafkatw.testing", "--sasl-user", "ann=ann-pw"],
+                                stdout=subprocess.PIPE, text=True)
+        self.addCleanup(lambda: proc.poll() is None and proc.kill())
+        lines = []
+        while not lines or not lines[-1].startswith("log:"):
+            line = proc.stdout.readline()
+            self.assertTrue(line, "exited early: %r" % (lines,))
+            lines.append(line.strip())
+        sasl = [l for l in lines if l.startswith("sasl_plaintext:")]
+        self.assertEqual(len(sasl), 1, lines)
+        self.assertTrue(sasl[0].endswith("users=ann"), sasl)
+        bootstrap = sasl[0].split()[1].split("=", 1)[1]
+        admin = AdminClient({"bootstrap.servers": bootstrap, "security.protocol": "SASL_PLAINTEXT",
+                             "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "ann", "sasl.password": "ann-pw",
+                             "logger": QUIET})
+        self.assertIsNotNone(admin.list_topics(timeout=10).brokers)
+        proc.send_signal(signal.SIGINT)
+        self.assertEqual(proc.wait(timeout=30), 0)
