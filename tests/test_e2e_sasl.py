@@ -184,6 +184,20 @@ class ConfluentKafkaSaslTests(SaslBrokerMixin, unittest.SynchronousTestCase):
         self.assertEqual((resp.error_code, resp.mechanisms), (errors.UNSUPPORTED_SASL_MECHANISM, list(MECHANISMS)))
         self.assertTrue(closed_by_peer(raw.sock))
 
+    def test_v0_handshake_then_raw_tokens(self):
+        # the pre-KIP-152 framing: after SaslHandshake v0 the tokens travel bare, size-prefixed
+        from tests.support import recv_exact
+
+        host, port = self.broker.sasl_bootstrap_servers.split(":")
+        raw = RawClient(self.broker, port=int(port))
+        self.addCleanup(raw.close)
+        resp = raw.request(17, 0, m.SaslHandshakeRequest(mechanism="PLAIN"))
+        self.assertEqual((resp.error_code, resp.mechanisms), (errors.NONE, list(MECHANISMS)))
+        token = b"\0alice\0alice-secret"
+        raw.send_raw(struct.pack(">i", len(token)) + token)
+        self.assertEqual(recv_exact(raw.sock, 4), struct.pack(">i", 0))  # PLAIN's empty challenge
+        self.assertEqual(raw.request(3, 12, m.MetadataRequest(topics=None)).brokers[0].node_id, 1)
+
     def test_sasl_requests_on_a_plaintext_listener_are_illegal_state(self):
         raw = RawClient(self.broker)
         self.addCleanup(raw.close)
