@@ -103,7 +103,7 @@ class SaslServerAuthenticator:
         request = Request(header=header, api_key=api_key, api_version=api_version,
                           correlation_id=correlation_id, client_id=getattr(header, "client_id", None),
                           body=body, size=len(frame), context=conn.context, start_ns=server.clock_ns())
-        conn._received(request)
+        conn.accept_request(request)
         if api_key == SASL_HANDSHAKE_KEY:
             self._handshake(request)
         else:
@@ -172,14 +172,14 @@ class SaslServerAuthenticator:
         request = Request(header=None, api_key=SASL_AUTHENTICATE_KEY, api_version=0, correlation_id=-1,
                           client_id=None, body=None, size=len(frame), context=conn.context, start_ns=now,
                           dequeue_ns=now)
-        conn._received(request)
+        conn.accept_request(request)
 
         def ok(challenge, lifetime_ms):
             if conn.closed:
                 return
             request.api_local_complete_ns = request.api_remote_complete_ns = \
                 request.response_dequeue_ns = conn.server.clock_ns()
-            conn._write(request, None, [_SIZE.pack(len(challenge)) + challenge])
+            conn.send_raw_response(request, [_SIZE.pack(len(challenge)) + challenge])
 
         def failed(message):
             conn.close("SASL authentication failed")

@@ -261,6 +261,13 @@ class KafkaConnection(Protocol):
         self.mute.handle_event(ChannelMuteEvent.REQUEST_RECEIVED)
         self.in_flight = request
 
+    # the SASL authenticator answers on this connection with the same mute and write path
+    accept_request = _received
+
+    def send_raw_response(self, request, parts):
+        """Write ``parts`` as the answer to ``request`` (no header: a v0 SASL token)."""
+        self._write(request, None, parts)
+
     # -- writing ------------------------------------------------------------
 
     def send_response(self, request, response):
