@@ -1,15 +1,18 @@
 """SASL against a real broker process with real clients: start-up checks (fail closed),
 PLAIN and SCRAM-SHA-256/512 over SASL_PLAINTEXT and SASL_SSL with confluent-kafka, kafka-python,
-aiokafka and kcat, wrong passwords, unauthenticated requests, the principal in the request log,
-SCRAM users managed with Alter/DescribeUserScramCredentials across a restart, re-authentication."""
+aiokafka, kcat and kafkajs, wrong passwords, unauthenticated requests, the v0 framing, the
+principal in the request log, SCRAM users managed with Alter/DescribeUserScramCredentials (admin
+client and ``kafkatw users scram``) across a restart, re-authentication, OAUTHBEARER (unsecured
+and signed tokens), a SASL-only broker and ``python -m kafkatw.testing --sasl-user``."""
 
 import asyncio
 import logging
 import os
 import shutil
-import socket
+import signal
 import struct
 import subprocess
+import sys
 import time
 
 from twisted.trial import unittest
@@ -89,8 +92,7 @@ class ConfluentKafkaSaslTests(SaslBrokerMixin, unittest.SynchronousTestCase):
         from confluent_kafka import Consumer, Producer, TopicPartition
 
         topic = self.topic("cf-%s-%s" % (protocol, mechanism))
-        p = Producer(self.conf(protocol, mechanism, user, client_id="cf-" + topic, linger_ms=5)
-                     if False else self.conf(protocol, mechanism, user, **{"client.id": "cf-" + topic}))
+        p = Producer(self.conf(protocol, mechanism, user, **{"client.id": "cf-" + topic}))
         delivered = []
         for key, value in records(topic):
             p.produce(topic, value=value, key=key, on_delivery=lambda e, msg: delivered.append(e))
@@ -683,10 +685,6 @@ class ThrowawayBrokerTests(unittest.SynchronousTestCase):
     """``python -m kafkatw.testing --sasl-user`` prints SASL addresses a client can log in to."""
 
     def test_sasl_user_at_the_shell(self):
-        import signal
-        import subprocess
-        import sys
-
         from confluent_kafka.admin import AdminClient
 
         proc = subprocess.Popen([sys.executable, "-m", "kafkatw.testing", "--sasl-user", "ann=ann-pw"],
