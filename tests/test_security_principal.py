@@ -126,3 +126,30 @@ class MappedMutualTlsTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
                     if e["requestHeader"]["clientId"] == client_id}
 
         self.assertEqual(poll_until(principals, message="requests of " + client_id), {"User:CLIENT-SVC"})
+
+
+class UnmappedCertificateTests(unittest.SynchronousTestCase):
+    """A client certificate no rule maps is refused: the connection closes, the log says why."""
+
+    def test_connection_closed(self):
+        from confluent_kafka.admin import AdminClient
+
+        from kafkatw.testing import KafkaBroker
+
+        broker = KafkaBroker(listeners=MTLS_LISTENERS, overrides=dict(MTLS_OVERRIDES, **{
+            "listener.name.mtls.ssl.principal.mapping.rules": "RULE:^CN=([^,]*),OU=ops,.*$/$1/"})).start()
+        self.addCleanup(broker.close)
+        errors = []
+        admin = AdminClient({"bootstrap.servers": "127.0.0.1:%d" % broker.ports["MTLS"], "security.protocol": "SSL",
+                             "ssl.ca.location": broker.ssl_ca_path, "error_cb": errors.append,
+                             "ssl.certificate.location": broker.ssl_client_cert_path,
+                             "ssl.key.location": broker.ssl_client_key_path, "log_level": 0})
+        with self.assertRaises(Exception):
+            admin.list_topics(timeout=3)
+
+        def refused():
+            with open(broker.log_path) as f:
+                return "no principal for the client certificate: No rules apply to CN=client,OU=test,O=kafkatw" \
+                    in f.read()
+
+        poll_until(refused, message="the refusal in the broker log")
