@@ -200,6 +200,33 @@ class ConfluentKafkaSaslTests(SaslBrokerMixin, unittest.SynchronousTestCase):
         self.assertEqual(recv_exact(raw.sock, 4), struct.pack(">i", 0))  # PLAIN's empty challenge
         self.assertEqual(raw.request(3, 12, m.MetadataRequest(topics=None)).brokers[0].node_id, 1)
 
+    def test_hostile_input_before_authentication(self):
+        host, port = self.broker.sasl_bootstrap_servers.split(":")
+
+        def connect():
+            raw = RawClient(self.broker, port=int(port))
+            self.addCleanup(raw.close)
+            return raw
+
+        # a truncated SCRAM client-first: Kafka's generic failure, then the connection ends
+        raw = connect()
+        self.assertEqual(raw.request(17, 1, m.SaslHandshakeRequest(mechanism="SCRAM-SHA-256")).error_code, 0)
+        resp = raw.request(36, 2, m.SaslAuthenticateRequest(auth_bytes=b"n,,n=alice"))
+        self.assertEqual((resp.error_code, resp.error_message), (
+            errors.SASL_AUTHENTICATION_FAILED,
+            "Authentication failed during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-256"))
+        self.assertTrue(closed_by_peer(raw.sock))
+        # a frame above sasl.server.max.receive.size (512 KiB) is refused as soon as its size is read
+        raw = connect()
+        raw.send_raw(struct.pack(">i", 600 * 1024) + b"\0" * 1024)
+        self.assertTrue(closed_by_peer(raw.sock))
+        # an unknown API key before authenticating
+        raw = connect()
+        raw.send_raw(struct.pack(">ihhi", 10, 999, 0, 1) + b"\0\0")
+        self.assertTrue(closed_by_peer(raw.sock))
+        # none of it touched an authenticated client
+        self.roundtrip("SASL_PLAINTEXT", "SCRAM-SHA-256")
+
     def test_sasl_requests_on_a_plaintext_listener_are_illegal_state(self):
         raw = RawClient(self.broker)
         self.addCleanup(raw.close)
