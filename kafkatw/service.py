@@ -6,8 +6,8 @@ stopped in reverse, each stop awaited before the next; and what needs the whole 
 ready file, the advertised port-0 rewrite). It holds no broker logic of its own.
 """
 
-import gc
 import functools
+import gc
 import json
 import os
 import socket
