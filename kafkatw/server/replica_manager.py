@@ -40,6 +40,10 @@ EMPTY_RECORDS = b""
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
 
+# Kafka's AppendOrigin: who appends decides what may be in the batches.
+ORIGIN_CLIENT = "client"  # a Produce request: no control batches
+ORIGIN_COORDINATOR = "coordinator"  # coordinators' own records and transaction markers
+
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
@@ -165,6 +169,15 @@ def _iter_batch_headers(buf):
         if header.batch_length + records.LOG_OVERHEAD == len(buf):
             return [(0, header)]  # one batch: what every v3+ produce carries per partition
     return list(records.iter_batch_headers(buf))
+
+
+def _marker_is_abort(buf, pos):
+    """Whether the control batch at ``pos`` holds an ABORT marker (else COMMIT or another
+    control record); raises InvalidRecordError for a malformed one."""
+    _, recs = records.decode_batch(buf, pos, verify=False)
+    if not recs:
+        raise records.InvalidRecordError("control batch without records")
+    return records.decode_control_record(recs[0]).is_abort
 
 
 def _config_get(config, name, default):
@@ -358,6 +371,7 @@ class ReplicaManager:
         self._producer_states[key] = ps
         self._hook_roll(log_, ps)
         log_.producer_state_manager = ps  # the cleaner keeps each producer's last batch
+        log_.first_unstable_offset = ps.first_unstable_offset()
 
     def _hook_roll(self, log_, ps):
         """Snapshot the producer state when the log rolls a segment (Kafka does this inside
@@ -446,6 +460,10 @@ class ReplicaManager:
         # interval.ms); without this, records acknowledged before a crash stay invisible.
         for log_ in self.log_manager.all_logs():
             log_.maybe_increment_high_watermark(log_.log_end_offset)
+            if log_.log_end_offset > log_.log_start_offset and not log_.is_offline:
+                # Open transactions hold the LSO back from the first fetch on (Kafka loads
+                # producer state with the log).
+                self.producer_state(log_.topic, log_.partition, log_)
 
         interval = _config_get(self.config, "producer.id.expiration.check.interval.ms", 600000)
         self._expiry_loop = task.LoopingCall(self.remove_expired_producers)
@@ -465,7 +483,8 @@ class ReplicaManager:
 
     # -- produce ---------------------------------------------------------------------------
 
-    def append_records(self, timeout_ms, required_acks, entries, internal_topics_allowed=False):
+    def append_records(self, timeout_ms, required_acks, entries, internal_topics_allowed=False,
+                       origin=ORIGIN_CLIENT):
         """Append ``entries`` ({(topic, partition): writable buffer of v2 batches}).
 
         Returns a Deferred firing with {(topic, partition): PartitionResponse}. On a single node
@@ -474,17 +493,19 @@ class ReplicaManager:
         before this returns (within the same reactor turn).
         """
         return defer.maybeDeferred(self.append_records_now, timeout_ms, required_acks, entries,
-                                   internal_topics_allowed)
+                                   internal_topics_allowed, origin=origin)
 
     def append_records_now(self, timeout_ms, required_acks, entries, internal_topics_allowed=False,
-                           batch_headers=None):
+                           batch_headers=None, origin=ORIGIN_CLIENT):
         """:meth:`append_records` without the Deferred: the results dict itself (every append
         completes synchronously on a single node; the produce path calls this), or a
         Deferred of it when an idempotent batch waits for its partition's producer state.
 
         ``batch_headers``: {(topic, partition): [(position, BatchHeader)]} for entries whose
         caller read every batch header of the buffer already (the produce handler has, for the
-        single batch of a partition it did not recompress); the others are read here."""
+        single batch of a partition it did not recompress); the others are read here.
+        ``origin``: ORIGIN_CLIENT refuses control batches; the transaction coordinator appends
+        its markers with ORIGIN_COORDINATOR (they end transactions in the producer state)."""
         if required_acks not in (-1, 0, 1):
             return {tp: PartitionResponse(errors.INVALID_REQUIRED_ACKS) for tp in entries}
         results = {}
@@ -493,7 +514,7 @@ class ReplicaManager:
         known = batch_headers or {}
         for tp, buf in entries.items():
             resp = self._append_to_local_log(tp[0], tp[1], buf, internal_topics_allowed,
-                                             required_acks, known.get(tp))
+                                             required_acks, known.get(tp), origin)
             if resp is _LOADING:
                 if waiting is None:
                     waiting = {}
@@ -509,10 +530,10 @@ class ReplicaManager:
         if waiting is None:
             return results
         return self._append_after_load(timeout_ms, required_acks, waiting, internal_topics_allowed,
-                                       known, results)
+                                       known, results, origin)
 
     def _append_after_load(self, timeout_ms, required_acks, waiting, internal_topics_allowed,
-                           known, results):
+                           known, results, origin=ORIGIN_CLIENT):
         """Idempotent batches for partitions whose producer state is being rebuilt: appended
         once it is (in arrival order: waiters run in the order they came); a Deferred of all
         of the request's results."""
@@ -529,7 +550,8 @@ class ReplicaManager:
                 return results
             later = self.append_records_now(timeout_ms, required_acks, waiting,
                                             internal_topics_allowed,
-                                            {tp: known[tp] for tp in waiting if tp in known})
+                                            {tp: known[tp] for tp in waiting if tp in known},
+                                            origin)
             if isinstance(later, defer.Deferred):  # the partition was reloaded meanwhile
                 return later.addCallback(merge)
             return merge(later)
@@ -540,7 +562,7 @@ class ReplicaManager:
         return defer.gatherResults(loads).addCallback(append)
 
     def _append_to_local_log(self, topic, partition, buf, internal_topics_allowed, required_acks=1,
-                             batch_headers=None):
+                             batch_headers=None, origin=ORIGIN_CLIENT):
         if not internal_topics_allowed and self.metadata.is_internal(topic):
             return PartitionResponse(errors.INVALID_TOPIC_EXCEPTION,
                                      error_message="Cannot append to internal topic %s" % topic)
@@ -561,14 +583,23 @@ class ReplicaManager:
                 except KafkaError:
                     headers = None  # let the log's validation report it
             ps = None
+            markers = None  # position -> is_abort, for the control batches of a coordinator
             if headers:
+                for pos, h in headers:
+                    if h.is_control:
+                        if origin == ORIGIN_CLIENT:
+                            return PartitionResponse(errors.INVALID_RECORD, error_message=(
+                                "Clients are not allowed to write control records"))
+                        if markers is None:
+                            markers = {}
+                        markers[pos] = _marker_is_abort(buf, pos)
                 for _, h in headers:
                     if h.producer_id >= 0:
                         ps = self.producer_state_or_load(topic, partition, log_)
                         if ps is None:
                             return _LOADING
                         break
-            if ps is not None:
+            if ps is not None and markers is None:
                 check = ps.check_batches([h for _, h in headers])
                 if check.duplicate is not None:
                     return PartitionResponse(errors.NONE, check.duplicate.first_offset, -1,
@@ -579,11 +610,19 @@ class ReplicaManager:
             info = log_.append_as_leader(buf, epoch, headers)
             if ps is not None:
                 offset = info.first_offset
-                for _, h in headers:
+                for pos, h in headers:
                     n = h.last_offset_delta + 1
                     ts = info.log_append_time if info.log_append_time != -1 else h.max_timestamp
-                    ps.update(h, offset, offset + n - 1, ts)
+                    if markers is not None and h.is_control:
+                        completed = ps.update(h, offset, offset + n - 1, ts, markers[pos])
+                        if completed is not None and completed.is_aborted:
+                            log_.append_aborted_txn(completed.producer_id, completed.first_offset,
+                                                    completed.last_offset,
+                                                    ps.last_stable_offset(completed))
+                    else:
+                        ps.update(h, offset, offset + n - 1, ts)
                     offset += n
+                log_.first_unstable_offset = ps.first_unstable_offset()
             elif (topic, partition) in self._producer_states:
                 self._producer_states[(topic, partition)].map_end_offset = info.last_offset + 1
             # Single node: the ISR is {us}, so the HW follows the log end at once.
@@ -682,7 +721,9 @@ class ReplicaManager:
             data = log_.read(info.fetch_offset, max_bytes, params.fetch_isolation, min_one_message)
             if not params.hard_max_bytes_limit and data.first_entry_incomplete:
                 # v3+: a cut first batch is useless to the consumer; send nothing instead
-                data = FetchDataInfo(data.fetch_offset_metadata, EMPTY_RECORDS)
+                data = FetchDataInfo(data.fetch_offset_metadata, EMPTY_RECORDS,
+                                     aborted_transactions=None if data.aborted_transactions is None
+                                     else [])
             return LogReadResult(data, hw, log_start, leo, lso)
         except KafkaError as e:
             return _error_read_result(e.code, e.message)

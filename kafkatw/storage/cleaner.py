@@ -294,8 +294,13 @@ class _CleanJob:
         out.log.truncate_to(0)
         out.offset_index.reset()
         out.time_index.reset()
+        out.txn_index.reset()
         for seg, size in group:
             self.stats.segments += 1
+            # Kafka's cleaner keeps the aborted-transaction entries of the cleaned segments: a
+            # retained ABORT marker still needs its entry for READ_COMMITTED fetches.
+            for txn in list(seg.txn_index.entries):
+                out.txn_index.append(txn)
             for pos, header in seg.log.batches_from(0, size):
                 raw = seg.log.read(pos, header.size_in_bytes)
                 self.stats.bytes_read += len(raw)

@@ -23,7 +23,8 @@ from .file_records import FileRecords
 from .leader_epoch import LeaderEpochFileCache
 from .offsets import FetchDataInfo, FetchIsolation, LogOffsetMetadata
 from .segment import (CLEANED_SUFFIX, DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, SWAP_SUFFIX,
-                      TIME_INDEX_SUFFIX, LogSegment)
+                      TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, LogSegment)
+from .txn_index import AbortedTxn
 from .validator import validate_and_assign
 
 log = Logger()
@@ -232,7 +233,8 @@ class UnifiedLog:
                     bases.append(int(name[:-len(LOG_SUFFIX)]))
                 except ValueError:
                     continue
-            elif name.endswith(INDEX_SUFFIX) or name.endswith(TIME_INDEX_SUFFIX):
+            elif (name.endswith(INDEX_SUFFIX) or name.endswith(TIME_INDEX_SUFFIX)
+                  or name.endswith(TXN_INDEX_SUFFIX)):
                 stem = name.rsplit(".", 1)[0]
                 if stem + LOG_SUFFIX not in present:
                     os.unlink(os.path.join(self.dir, name))  # orphan index
@@ -291,6 +293,9 @@ class UnifiedLog:
                                                self.active_segment.size)
         self.leader_epoch_cache.truncate_from_end(leo)
         self.leader_epoch_cache.truncate_from_start(self._log_start_offset)
+        recovered = sorted(b for b in to_recover if b in self._segments)
+        if recovered:
+            self._rebuild_txn_indexes(recovered)
         if self.recovery_log:
             log.info("{tp}: {lines}", tp="%s-%d" % (self.topic, self.partition),
                      lines="; ".join(self.recovery_log))
@@ -323,12 +328,12 @@ class UnifiedLog:
             except ValueError:
                 continue
             if base <= other_base < max(next_offset, base + 1):
-                for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
                     p = os.path.join(self.dir, "%020d%s" % (other_base, suffix))
                     if os.path.exists(p):
                         os.unlink(p)
         os.replace(path, target)
-        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
             p = os.path.join(self.dir, stem + suffix)
             if os.path.exists(p):
                 os.unlink(p)  # rebuilt: the segment has no index, so it is recovered
@@ -528,7 +533,7 @@ class UnifiedLog:
         try:
             active.on_become_inactive_segment()
             for path in (os.path.join(self.dir, "%020d%s" % (new_base, s))
-                         for s in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)):
+                         for s in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)):
                 if os.path.exists(path):
                     os.unlink(path)
             segment = self._new_segment(new_base)
@@ -563,9 +568,88 @@ class UnifiedLog:
                 max_meta = self.fetch_high_watermark_metadata()
             else:
                 max_meta = self.last_stable_offset_metadata
+                info = self._local_read(start_offset, max_length, min_one_message, max_meta)
+                info.aborted_transactions = self._aborted_for_fetch(info, max_meta)
+                return info
             return self._local_read(start_offset, max_length, min_one_message, max_meta)
         except OSError as e:
             raise self._io_failed(e)
+
+    # -- transactions ---------------------------------------------------------------------
+
+    def append_aborted_txn(self, producer_id, first_offset, last_offset, last_stable_offset):
+        """Record a transaction aborted by the marker at ``last_offset`` in the segment that
+        holds the marker (Kafka's LogSegment.updateTxnIndex, called after the append)."""
+        self._check_online()
+        seg = self._segments[self._bases[self._floor_index(last_offset)]]
+        try:
+            seg.txn_index.append(AbortedTxn(producer_id, first_offset, last_offset,
+                                            last_stable_offset))
+        except OSError as e:
+            raise self._io_failed(e)
+
+    def collect_aborted_transactions(self, start_offset, upper_bound_offset):
+        """[AbortedTxn] overlapping [start_offset, upper_bound_offset), segment by segment from
+        the one holding ``start_offset`` (Kafka's LocalLog.collectAbortedTransactions)."""
+        out = []
+        bases = self._bases
+        i = max(0, self._floor_index(start_offset))
+        while i < len(bases):
+            found, done = self._segments[bases[i]].txn_index.collect(start_offset, upper_bound_offset)
+            out.extend(found)
+            if done:
+                break
+            i += 1
+        return out
+
+    def _aborted_for_fetch(self, info, max_meta):
+        """The aborted transactions a READ_COMMITTED fetch needs: those overlapping the offsets
+        it returns (up to the next segment or the LSO; a few too many do no harm, the client
+        applies an entry only to that producer's batches). An empty list when none."""
+        records = info.records
+        if records is None or len(records) == 0:
+            return []
+        start = info.fetch_offset_metadata.message_offset
+        base = info.fetch_offset_metadata.segment_base_offset
+        i = bisect.bisect_right(self._bases, base)
+        upper = self._bases[i] if i < len(self._bases) else max_meta.message_offset
+        upper = min(upper, max_meta.message_offset)
+        return [(t.producer_id, t.first_offset)
+                for t in self.collect_aborted_transactions(start, upper)]
+
+    def _rebuild_txn_indexes(self, bases):
+        """Recovered segments lost their ``.txnindex``: re-derive it from the markers. A
+        producer has one open transaction at a time, so an ABORT whose transaction began before
+        the scanned range aborted everything it wrote from the range's start on."""
+        scan_start = bases[0]
+        rebuilt = set(bases)
+        open_txns = {}  # pid -> first offset of its open transaction within the scan
+        from kafkatw.protocol import records as _records
+
+        for base in self._bases[self._floor_index(scan_start):]:
+            seg = self._segments[base]
+            for pos, header in seg.log.batches_from(0):
+                pid = header.producer_id
+                if pid < 0 or not header.is_transactional:
+                    continue
+                if not header.is_control:
+                    open_txns.setdefault(pid, header.base_offset)
+                    continue
+                raw = seg.log.read(pos, header.size_in_bytes)
+                _, recs = _records.decode_batch(raw, 0, verify=False)
+                ctl = None
+                if recs:
+                    try:
+                        ctl = _records.decode_control_record(recs[0])
+                    except _records.InvalidRecordError:
+                        ctl = None
+                first = open_txns.pop(pid, scan_start)
+                if ctl is None or not ctl.is_abort:
+                    continue
+                others = [o for p, o in open_txns.items() if p != pid]
+                lso = min(others) if others else header.base_offset + 1
+                if base in rebuilt:  # the others kept their .txnindex
+                    seg.txn_index.append(AbortedTxn(pid, first, header.base_offset, lso))
 
     def _empty(self, metadata):
         seg = self._segments.get(metadata.segment_base_offset) or self.active_segment

@@ -5,8 +5,9 @@ sequence checks, snapshots ``<20-digit offset>.snapshot`` and rebuilding from ba
 Kafka keeps this object inside UnifiedLog and updates it under the log lock during the append.
 Here it stands beside the log: the replica manager checks a request's batches before calling
 ``UnifiedLog.append_as_leader`` and records them after, which is race-free because everything
-runs on the reactor thread, and keeps storage free of producer policy until transactions need
-the log to consult it (LSO, aborted transactions). It reads only BatchHeader attributes.
+runs on the reactor thread. Open transactions (producer id -> first offset) give the log its
+first unstable offset; a marker returns the CompletedTxn it ends, and the replica manager puts an
+aborted one into the log's ``.txnindex``. It reads only BatchHeader attributes.
 """
 
 import os
@@ -109,11 +110,22 @@ class CheckResult:
 OK = CheckResult()
 
 
+@attr.s(slots=True, frozen=True)
+class CompletedTxn:
+    """A transaction a COMMIT/ABORT marker ended at ``last_offset`` (Kafka's CompletedTxn)."""
+
+    producer_id = attr.ib()
+    first_offset = attr.ib()
+    last_offset = attr.ib()
+    is_aborted = attr.ib()
+
+
 class ProducerStateManager:
     def __init__(self, log_dir, producer_id_expiration_ms=DEFAULT_PRODUCER_ID_EXPIRATION_MS):
         self.log_dir = log_dir
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.producers = {}
+        self.ongoing_txns = {}  # producer id -> first offset of its open transaction
         self.map_end_offset = 0  # the state reflects the log below this offset
 
     # -- checks (before append) ------------------------------------------------------------
@@ -184,8 +196,9 @@ class ProducerStateManager:
 
     # -- updates (after append, and when rebuilding) ----------------------------------------
 
-    def update(self, header, first_offset, last_offset, timestamp=None):
-        """Record an appended batch at [first_offset, last_offset]."""
+    def update(self, header, first_offset, last_offset, timestamp=None, is_abort=None):
+        """Record an appended batch at [first_offset, last_offset]. For a transaction marker
+        (``is_abort`` says which kind) the :class:`CompletedTxn` it ends, if one was open."""
         if last_offset + 1 > self.map_end_offset:
             self.map_end_offset = last_offset + 1
         pid = header.producer_id
@@ -200,13 +213,32 @@ class ProducerStateManager:
             if header.producer_epoch != entry.producer_epoch:
                 entry.batches = []
                 entry.producer_epoch = header.producer_epoch
+            txn_first = entry.current_txn_first_offset
             entry.current_txn_first_offset = -1
             entry.last_timestamp = ts
-            return
+            self.ongoing_txns.pop(pid, None)
+            if txn_first < 0:
+                return None
+            return CompletedTxn(pid, txn_first, first_offset, bool(is_abort))
         entry.add_batch(header.producer_epoch, header.base_sequence, header.last_sequence,
                         first_offset, last_offset, ts)
         if header.is_transactional and entry.current_txn_first_offset < 0:
             entry.current_txn_first_offset = first_offset
+            self.ongoing_txns[pid] = first_offset
+        return None
+
+    # -- transactions -----------------------------------------------------------------------
+
+    def first_unstable_offset(self):
+        """The first offset of the earliest open transaction, or None (the LSO is the HW)."""
+        ongoing = self.ongoing_txns
+        return min(ongoing.values()) if ongoing else None
+
+    def last_stable_offset(self, completed):
+        """The LSO right after ``completed`` ended (Kafka's lastStableOffset(completedTxn)),
+        stored with an aborted transaction in the ``.txnindex``."""
+        others = [o for p, o in self.ongoing_txns.items() if p != completed.producer_id]
+        return min(others) if others else completed.last_offset + 1
 
     def rebuild(self, headers):
         """Replay batch headers read from the log (e.g. ``iter_batch_headers`` of each segment
@@ -223,6 +255,7 @@ class ProducerStateManager:
 
     def truncate_fully(self, offset=0):
         self.producers.clear()
+        self.ongoing_txns.clear()
         self.map_end_offset = offset
 
     def remove_expired_producers(self, now_ms):
@@ -322,6 +355,9 @@ class ProducerStateManager:
             self.producers = {pid: e for pid, e in producers.items()
                               if e.current_txn_first_offset >= 0
                               or (e.batches and e.last_data_offset >= log_start_offset)}
+            self.ongoing_txns = {pid: e.current_txn_first_offset
+                                 for pid, e in self.producers.items()
+                                 if e.current_txn_first_offset >= 0}
             self.map_end_offset = max(off, log_start_offset)
             return self.map_end_offset
         return log_start_offset

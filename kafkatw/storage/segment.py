@@ -1,6 +1,7 @@
-"""LogSegment: one .log file with its .index and .timeindex (Kafka's LogSegment). Appends already
-validated batches, translates offsets to positions (index lookup then header scan), slices reads,
-recovers (rebuilds indexes, truncates a torn tail), truncates, and rolls its indexes to inactive.
+"""LogSegment: one .log file with its .index, .timeindex and .txnindex (Kafka's LogSegment).
+Appends already validated batches, translates offsets to positions (index lookup then header
+scan), slices reads, recovers (rebuilds indexes, truncates a torn tail), truncates, and rolls its
+indexes to inactive. Which transactions were aborted is decided by the log, not here.
 """
 
 import os
@@ -10,6 +11,7 @@ from kafkatw.protocol import records
 from .file_records import FileRecords
 from .index import OffsetIndex, TimeIndex
 from .offsets import FetchDataInfo, LogOffsetMetadata
+from .txn_index import TransactionIndex
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -38,6 +40,10 @@ def time_index_file(directory, offset, suffix=""):
     return os.path.join(directory, filename_prefix(offset) + TIME_INDEX_SUFFIX + suffix)
 
 
+def txn_index_file(directory, offset, suffix=""):
+    return os.path.join(directory, filename_prefix(offset) + TXN_INDEX_SUFFIX + suffix)
+
+
 class LogSegment:
     def __init__(self, directory, base_offset, index_interval_bytes, max_index_size,
                  created_ms=0, suffix=""):
@@ -48,6 +54,7 @@ class LogSegment:
                                         base_offset, max_index_size)
         self.time_index = TimeIndex(time_index_file(directory, base_offset, suffix),
                                     base_offset, max_index_size)
+        self.txn_index = TransactionIndex(txn_index_file(directory, base_offset, suffix), base_offset)
         self.created_ms = created_ms
         self.rolling_based_timestamp = None
         self._bytes_since_last_index_entry = 0
@@ -205,6 +212,7 @@ class LogSegment:
         """
         self.offset_index.reset()
         self.time_index.reset()
+        self.txn_index.reset()  # the log rebuilds it from the markers (it knows the producers)
         self._bytes_since_last_index_entry = 0
         self._max_ts_and_offset = (-1, self.base_offset)
         valid = 0
@@ -250,6 +258,7 @@ class LogSegment:
                 raise FileNotFoundError(path)
         self.offset_index.sanity_check(self.size)
         self.time_index.sanity_check()
+        self.txn_index.sanity_check()
 
     def truncate_to(self, offset):
         """Remove everything from the batch holding ``offset`` on; returns bytes removed."""
@@ -259,6 +268,7 @@ class LogSegment:
         position, _ = found
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
         self.offset_index.reset_size_to_max()
         self.time_index.reset_size_to_max()
         removed = self.log.truncate_to(position)
@@ -288,6 +298,7 @@ class LogSegment:
         self.log.flush()
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def close(self):
         if self._max_ts_and_offset is not None and self._max_ts_and_offset[0] >= 0:
@@ -305,7 +316,7 @@ class LogSegment:
         self.log.close()
 
     def change_file_suffixes(self, old_suffix, new_suffix):
-        for obj in (self.log, self.offset_index, self.time_index):
+        for obj in (self.log, self.offset_index, self.time_index, self.txn_index):
             path = obj.path
             if old_suffix and path.endswith(old_suffix):
                 path = path[:-len(old_suffix)]
@@ -316,7 +327,8 @@ class LogSegment:
 
     def delete_if_exists(self):
         self.close_handlers()
-        for path in (self.log.path, self.offset_index.path, self.time_index.path):
+        for path in (self.log.path, self.offset_index.path, self.time_index.path,
+                     self.txn_index.path):
             try:
                 os.unlink(path)
             except FileNotFoundError:
