@@ -236,6 +236,26 @@ class GroupCoordinatorService(_BrokerPart):
         self.broker.group_coordinator.shutdown()
 
 
+class TransactionCoordinatorService(_BrokerPart):
+    """Transactions on ``__transaction_state`` (its partitions load one per reactor turn; prepared
+    commits and aborts found there get their markers again)."""
+
+    name = "txn-coordinator"
+
+    def startService(self):
+        super().startService()
+        from kafkatw.coordinator.txn.coordinator import TransactionCoordinator
+
+        b = self.broker
+        b.txn_coordinator = TransactionCoordinator(b.config, b.metadata, b.replica_manager,
+                                                   b.log_manager, b.reactor, b.group_coordinator)
+        b.txn_coordinator.startup()
+
+    def stopService(self):
+        super().stopService()
+        self.broker.txn_coordinator.shutdown()
+
+
 class RequestHandlersService(_BrokerPart):
     """``KafkaApis`` with its fetch sessions; a log for every known partition."""
 
@@ -252,6 +272,7 @@ class RequestHandlersService(_BrokerPart):
         b.apis = KafkaApis(b.config, b.metadata, b.replica_manager, FetchManager(b.reactor, cache),
                            clock=b.reactor, log_manager=b.log_manager,
                            group_coordinator=b.group_coordinator,
+                           txn_coordinator=b.txn_coordinator,
                            supported_features=features.supported_features(),
                            finalized_features=features.finalized_features(),
                            finalized_features_epoch=features.FINALIZED_FEATURES_EPOCH,
@@ -308,6 +329,7 @@ class BrokerService(OrderedMultiService):
         self.log_manager = None
         self.replica_manager = None
         self.group_coordinator = None
+        self.txn_coordinator = None
         self.apis = None
         self.socket_server = None
         self.stall_probe = None
@@ -329,7 +351,8 @@ class BrokerService(OrderedMultiService):
         # SCRAM credential writes (AlterUserScramCredentials) fsync in the pool, not on the reactor
         self.scram_credentials.run_blocking = functools.partial(threads.deferToThreadPool, reactor, pool.pool)
         for child in (pool, MetadataService(self), LogManagerService(self), ReplicaManagerService(self),
-                      GroupCoordinatorService(self), RequestHandlersService(self),
+                      GroupCoordinatorService(self), TransactionCoordinatorService(self),
+                      RequestHandlersService(self),
                       SocketServerService(self)):
             child.setServiceParent(self)
         for ep in config.listeners:

@@ -21,7 +21,7 @@ from kafkatw.storage import checkpoint
 from tests.test_network_support import api_versions_frame, frame, split_responses
 
 ORDER = ["threadpool", "metadata", "log-manager", "replica-manager", "group-coordinator",
-         "request-handlers", "socket-server", "listener-INTERNAL", "listener-EXTERNAL"]
+         "txn-coordinator", "request-handlers", "socket-server", "listener-INTERNAL", "listener-EXTERNAL"]
 
 
 @implementer(ITransportLayer)

@@ -30,6 +30,7 @@ from kafkatw.server.handlers import (
     sasl,
     scram_credentials,
     topics,
+    txn,
 )
 
 log = Logger()
@@ -57,6 +58,7 @@ DEFAULT_HANDLERS = (
     *group_offsets.HANDLERS,  # OffsetCommit/OffsetFetch/OffsetDelete
     *sasl.HANDLERS,  # SaslHandshake/SaslAuthenticate (answered by network.authenticator on SASL listeners)
     *scram_credentials.HANDLERS,  # Describe/AlterUserScramCredentials
+    *txn.HANDLERS,  # transaction coordinator: AddPartitions/AddOffsets/EndTxn/markers/TxnOffsetCommit/Describe/List
 )
 
 

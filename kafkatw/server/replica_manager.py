@@ -599,7 +599,9 @@ class ReplicaManager:
                         if ps is None:
                             return _LOADING
                         break
-            if ps is not None and markers is None:
+            if ps is not None and origin == ORIGIN_CLIENT:
+                # Coordinator writes (markers, transactional offsets) carry no sequences; the
+                # coordinators checked the producer epoch already.
                 check = ps.check_batches([h for _, h in headers])
                 if check.duplicate is not None:
                     return PartitionResponse(errors.NONE, check.duplicate.first_offset, -1,

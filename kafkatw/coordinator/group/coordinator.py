@@ -110,6 +110,25 @@ def _append_error(code):
     return code
 
 
+def _apply_offset_record(offsets, removed_offsets, rec):
+    k = (rec.group_id, rec.topic, rec.partition)
+    if rec.value is None:
+        offsets.get(rec.group_id, {}).pop((rec.topic, rec.partition), None)
+        removed_offsets.add(k)
+    else:
+        offsets.setdefault(rec.group_id, {})[(rec.topic, rec.partition)] = rec.value
+        removed_offsets.discard(k)
+
+
+def _is_commit_marker(record):
+    from kafkatw.protocol.records import InvalidRecordError, decode_control_record
+
+    try:
+        return decode_control_record(record).is_commit
+    except InvalidRecordError:
+        return False
+
+
 class GroupCoordinator:
     """``replica_manager`` appends (``append_records(..., internal_topics_allowed=True)``),
     ``log_manager`` serves the load, ``metadata`` knows and creates topics; ``clock`` is the
@@ -267,20 +286,25 @@ class GroupCoordinator:
         removed_offsets = set()
         group_values = {}
         removed_groups = set()
-        for key, value in offsets_log.iter_log_records(log_, log_.log_start_offset,
-                                                       log_.log_end_offset, self.load_buffer_size):
+        pending = {}  # producer id -> [OffsetRecord] of its open transaction
+        for header, rec_ in offsets_log.iter_log_records(log_, log_.log_start_offset,
+                                                         log_.log_end_offset, self.load_buffer_size,
+                                                         with_batches=True):
             yield
-            rec = offsets_log.decode_record(key, value)
+            if header.is_control:
+                records_ = pending.pop(header.producer_id, ())
+                if _is_commit_marker(rec_):
+                    for rec in records_:
+                        _apply_offset_record(offsets, removed_offsets, rec)
+                continue
+            rec = offsets_log.decode_record(rec_.key, rec_.value)
             if rec is None:
                 continue
             if isinstance(rec, offsets_log.OffsetRecord):
-                k = (rec.group_id, rec.topic, rec.partition)
-                if rec.value is None:
-                    offsets.get(rec.group_id, {}).pop((rec.topic, rec.partition), None)
-                    removed_offsets.add(k)
+                if header.is_transactional:
+                    pending.setdefault(header.producer_id, []).append(rec)
                 else:
-                    offsets.setdefault(rec.group_id, {})[(rec.topic, rec.partition)] = rec.value
-                    removed_offsets.discard(k)
+                    _apply_offset_record(offsets, removed_offsets, rec)
             else:
                 if rec.value is None:
                     group_values.pop(rec.group_id, None)
@@ -288,12 +312,23 @@ class GroupCoordinator:
                 else:
                     group_values[rec.group_id] = rec.value
                     removed_groups.discard(rec.group_id)
-        for group_id in set(group_values) | set(g for g, o in offsets.items() if o):
+        pending_by_group = {}  # group -> {pid: {tp: om}}
+        for pid, recs in pending.items():
+            for rec in recs:
+                if rec.value is not None:
+                    pending_by_group.setdefault(rec.group_id, {}).setdefault(pid, {})[
+                        (rec.topic, rec.partition)] = rec.value
+        for group_id in set(pending_by_group) - set(group_values) - set(offsets):
+            offsets[group_id] = {}
+            group_values.setdefault(group_id, None)
+        for group_id in (set(group_values) | set(g for g, o in offsets.items() if o)
+                         | set(pending_by_group)):
             yield
             group = self._group_from_value(group_id, group_values.get(group_id))
             group.offsets.update(offsets.get(group_id, {}))
+            group.pending_txn_offsets = pending_by_group.get(group_id, {})
             if group.is_(EMPTY) and not group.members and not group.offsets \
-                    and group_id not in group_values:
+                    and not group.pending_txn_offsets and group_id not in group_values:
                 continue
             self.groups[group_id] = group
             for member in group.members.values():
@@ -927,14 +962,80 @@ class GroupCoordinator:
 
         return d.addCallback(appended)
 
+    def handle_txn_commit_offsets(self, group_id, producer_id, producer_epoch, member_id,
+                                  group_instance_id, generation_id, offsets):
+        """TxnOffsetCommit: ``offsets`` as for :meth:`handle_commit_offsets`, written in a
+        transactional batch of the producer and visible once its transaction commits (Kafka's
+        doTxnCommitOffsets). A Deferred of {(topic, partition): error code}."""
+        error = self.validate_group_status(group_id, "TxnOffsetCommit")
+        if error is not None:
+            return defer.succeed({tp: error for tp in offsets})
+        group = self.groups.get(group_id)
+        if group is None:
+            group = self.groups[group_id] = GroupMetadata(group_id, EMPTY, self.now_ms())
+        if group.is_(DEAD):
+            error = errors.COORDINATOR_NOT_AVAILABLE
+        elif member_id not in (None, UNKNOWN_MEMBER_ID) and not group.has(member_id):
+            error = errors.UNKNOWN_MEMBER_ID
+        elif group_instance_id is not None and \
+                group.current_static_member_id(group_instance_id) not in (None, member_id):
+            error = errors.FENCED_INSTANCE_ID
+        elif generation_id >= 0 and generation_id != group.generation_id:
+            error = errors.ILLEGAL_GENERATION
+        if error is not None:
+            return defer.succeed({tp: error for tp in offsets})
+        now = self.now_ms()
+        results = {}
+        to_store = {}
+        for tp, (offset, leader_epoch, metadata) in offsets.items():
+            if metadata is not None and len(metadata.encode("utf-8")) > self.max_metadata_size:
+                results[tp] = errors.OFFSET_METADATA_TOO_LARGE
+                continue
+            to_store[tp] = OffsetAndMetadata(offset, leader_epoch if leader_epoch is not None else -1,
+                                             metadata or "", now, None)
+        if not to_store:
+            return defer.succeed(results)
+        entries = [(offsets_log.offset_commit_key(group_id, t, p), offsets_log.offset_commit_value(om))
+                   for (t, p), om in to_store.items()]
+        d = self._append(group_id, entries, producer_id, producer_epoch)
+
+        def appended(code):
+            if code == errors.NONE and not group.is_(DEAD):
+                group.pending_txn_offsets.setdefault(producer_id, {}).update(to_store)
+            for tp in to_store:
+                results[tp] = code
+            return results
+
+        return d.addCallback(appended)
+
+    def handle_txn_completion(self, producer_id, offsets_partitions, commit):
+        """A marker of ``producer_id`` landed in these ``__consumer_offsets`` partitions: its
+        pending offsets there become the group's offsets (commit) or are dropped (abort)."""
+        partitions = set(offsets_partitions)
+        for group in list(self.groups.values()):
+            if producer_id not in group.pending_txn_offsets:
+                continue
+            if self.partition_for(group.group_id) not in partitions:
+                continue
+            pending = group.pending_txn_offsets.pop(producer_id)
+            if commit and not group.is_(DEAD):
+                group.offsets.update(pending)
+
     def handle_fetch_offsets(self, group_id, partitions=None, require_stable=False):
-        """(error, {(topic, partition): OffsetAndMetadata or None}); ``partitions`` None = all."""
+        """(error, {(topic, partition): OffsetAndMetadata or None}); ``partitions`` None = all.
+        ``require_stable``: UNSTABLE_OFFSET_COMMIT while a transaction holds an offset of the
+        asked partitions (KIP-447)."""
         error = self.validate_group_status(group_id, "OffsetFetch")
         if error is not None:
             return error, {}
         group = self.groups.get(group_id)
         if group is None or group.is_(DEAD):
             return errors.NONE, {tp: None for tp in (partitions or [])}
+        if require_stable and group.pending_txn_offsets:
+            wanted = None if partitions is None else set(partitions)
+            for pending in group.pending_txn_offsets.values():
+                if wanted is None or wanted.intersection(pending):
+                    return errors.UNSTABLE_OFFSET_COMMIT, {}
         if partitions is None:
             return errors.NONE, dict(group.offsets)
         return errors.NONE, {tp: group.offsets.get(tp) for tp in partitions}
@@ -1092,12 +1193,19 @@ class GroupCoordinator:
                     offsets_log.group_metadata_value(group, assignment))]
         self._append(group.group_id, entries).addCallback(callback)
 
-    def _append(self, group_id, entries):
-        """Append ``entries`` to the group's partition; a Deferred of an error code."""
+    def _append(self, group_id, entries, producer_id=-1, producer_epoch=-1):
+        """Append ``entries`` to the group's partition (a transactional batch of
+        ``producer_id`` for TxnOffsetCommit); a Deferred of an error code."""
         tp = (GROUP_METADATA_TOPIC_NAME, self.partition_for(group_id))
-        batch = bytearray(offsets_log.build_records_batch(entries, self.now_ms(), self.compression))
+        batch = bytearray(offsets_log.build_records_batch(entries, self.now_ms(), self.compression,
+                                                          producer_id, producer_epoch))
+        kwargs = {}
+        if producer_id >= 0:
+            from kafkatw.server.replica_manager import ORIGIN_COORDINATOR
+
+            kwargs["origin"] = ORIGIN_COORDINATOR
         d = self.replica_manager.append_records(
-            self.commit_timeout_ms, -1, {tp: batch}, internal_topics_allowed=True)
+            self.commit_timeout_ms, -1, {tp: batch}, internal_topics_allowed=True, **kwargs)
 
         def done(results):
             code = results[tp].error_code

@@ -125,6 +125,9 @@ class GroupMetadata:
         self.new_member_added = False
         self.subscribed_topics = None  # None: unknown (non-consumer protocol or undecodable)
         self.offsets = {}  # (topic, partition) -> OffsetAndMetadata
+        # producer id -> {(topic, partition): OffsetAndMetadata} written by TxnOffsetCommit,
+        # visible in ``offsets`` only once that producer's transaction commits
+        self.pending_txn_offsets = {}
 
     # -- state -----------------------------------------------------------------------------
     def is_(self, state):

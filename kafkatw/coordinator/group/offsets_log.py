@@ -124,15 +124,22 @@ def decode_record(key, value):
     return None
 
 
-def build_records_batch(entries, timestamp_ms, compression=0):
-    """One v2 batch of ``entries`` ([(key bytes, value bytes or None)])."""
+def build_records_batch(entries, timestamp_ms, compression=0, producer_id=-1, producer_epoch=-1):
+    """One v2 batch of ``entries`` ([(key bytes, value bytes or None)]); transactional when
+    a ``producer_id`` is given (TxnOffsetCommit)."""
+    txn = {}
+    if producer_id >= 0:
+        txn = dict(producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=-1,
+                   is_transactional=True)
     return build_batch([Record(key=k, value=v, timestamp=timestamp_ms) for k, v in entries],
-                       compression=compression)
+                       compression=compression, **txn)
 
 
-def iter_log_records(log_, start_offset, end_offset, buffer_size):
+def iter_log_records(log_, start_offset, end_offset, buffer_size, with_batches=False):
     """Yield (key, value) of every non-control record of ``log_`` in [start, end), reading
-    ``buffer_size`` bytes at a time (Kafka's offsets.load.buffer.size)."""
+    ``buffer_size`` bytes at a time (Kafka's offsets.load.buffer.size). ``with_batches``:
+    yield (BatchHeader, Record) of every record, control records included (transactional
+    offsets wait for their producer's marker)."""
     from kafkatw.storage.offsets import FetchIsolation
 
     offset = start_offset
@@ -145,12 +152,12 @@ def iter_log_records(log_, start_offset, end_offset, buffer_size):
         last = None
         for pos, header in iter_batch_headers(data, allow_partial_tail=True):
             last = header
-            if header.next_offset <= offset or header.is_control:
+            if header.next_offset <= offset or (header.is_control and not with_batches):
                 continue
             _, recs = decode_batch(data, pos)
             for r in recs:
                 if r.offset >= offset and r.offset < end_offset:
-                    yield r.key, r.value
+                    yield (header, r) if with_batches else (r.key, r.value)
         if last is None or last.next_offset <= offset:
             return
         offset = last.next_offset

@@ -97,9 +97,12 @@ def _find(apis, request, key_type, key):
         if code != errors.NONE:
             return (code, -1, "", -1)
     elif key_type == TRANSACTION_KEY_TYPE:
-        # Answered only once a transaction coordinator is wired in.
-        if getattr(apis, "txn_coordinator", None) is None:
+        coordinator = apis.txn_coordinator
+        if coordinator is None or not coordinator.is_active:
             return unavailable
+        code = coordinator.ensure_state_topic()
+        if code != errors.NONE:
+            return (code, -1, "", -1)
     else:
         return (errors.INVALID_REQUEST, -1, "", -1)
     ep = listener_endpoint(apis, getattr(request.context, "listener_name", None))

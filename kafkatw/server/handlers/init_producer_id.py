@@ -1,6 +1,7 @@
-"""InitProducerId (key 22, v0-v5) for idempotent producers: a fresh producer id (never reused,
-the metadata store persists the id block high-water) and epoch 0. Transactional ids go to the
-transaction coordinator when there is one; without it they are refused clearly.
+"""InitProducerId (key 22, v0-v5): for idempotent producers a fresh producer id (never reused,
+the metadata store persists the id block high-water) and epoch 0; a transactional id goes to the
+transaction coordinator (epoch bumps, fencing, KIP-360 retries). Without a coordinator it is
+refused clearly.
 """
 
 from twisted.logger import Logger
@@ -27,11 +28,25 @@ def handle(apis, request):
     if transactional_id == "":
         return error_response(request, errors.INVALID_REQUEST, None)
     coordinator = apis.txn_coordinator
-    if coordinator is not None:
-        return coordinator.handle_init_producer_id(request)
-    log.info("InitProducerId for transactional id {tid} refused: transactions are not supported",
-             tid=transactional_id)
-    return error_response(request, errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, None)
+    if coordinator is None:
+        log.info("InitProducerId for transactional id {tid} refused: no transaction coordinator",
+                 tid=transactional_id)
+        return error_response(request, errors.COORDINATOR_NOT_AVAILABLE, None)
+    version = request.api_version
+    expected_pid = body.producer_id if version >= 3 else -1
+    expected_epoch = body.producer_epoch if version >= 3 else -1
+    d = coordinator.handle_init_producer_id(transactional_id, body.transaction_timeout_ms,
+                                            expected_pid, expected_epoch)
+
+    def respond(result):
+        code = result.error
+        if code == errors.PRODUCER_FENCED and version < 4:
+            code = errors.INVALID_PRODUCER_EPOCH  # KIP-588: older clients know this one
+        return InitProducerIdResponse(throttle_time_ms=0, error_code=code,
+                                      producer_id=result.producer_id,
+                                      producer_epoch=result.producer_epoch)
+
+    return d.addCallback(respond)
 
 
 def error_response(request, code, message):

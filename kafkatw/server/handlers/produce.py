@@ -27,7 +27,7 @@ from kafkatw.server.handlers.recompress import (
 log = Logger()
 
 API_KEY = 0
-VERSIONS = (0, 12)
+VERSIONS = (0, 11)  # v12 means transaction.version 2 (KIP-890 part 2), not built
 FIRST_SERVED_VERSION = 3
 ZSTD = 4
 

@@ -1,0 +1,535 @@
+"""The transaction coordinator (Kafka's TransactionCoordinator + TransactionStateManager +
+TransactionMarkerChannelManager for a single node): InitProducerId with a transactional id,
+AddPartitionsToTxn (and its verify-only form), AddOffsetsToTxn, EndTxn, markers, timeouts,
+transactional id expiry, Describe/ListTransactions, state on ``__transaction_state`` loaded at
+start (COORDINATOR_LOAD_IN_PROGRESS meanwhile). Request decoding is the handlers'; the state
+machine of one id is ``metadata.py``; record formats are ``txn_log.py``.
+"""
+
+from twisted.internet import defer, task
+from twisted.logger import Logger
+
+from kafkatw.coordinator.group.offsets_log import iter_log_records
+from kafkatw.protocol import errors
+
+from . import txn_log
+from .markers import GROUP_METADATA_TOPIC_NAME, write_markers
+from .metadata import (
+    COMPLETE_ABORT,
+    COMPLETE_COMMIT,
+    DEAD,
+    EMPTY,
+    ONGOING,
+    PREPARE_ABORT,
+    PREPARE_COMMIT,
+    PREPARE_EPOCH_FENCE,
+    STATE_IDS,
+    IllegalTransitionError,
+    TransactionMetadata,
+)
+from .txn_log import TRANSACTION_STATE_TOPIC_NAME
+
+log = Logger()
+
+
+def _config_get(config, name, default):
+    if config is None:
+        return default
+    try:
+        value = config[name]
+    except (KeyError, TypeError):
+        return default
+    return default if value is None else value
+
+
+def _append_error(code):
+    """Kafka's mapping of a failed __transaction_state write to the coordinator's answer."""
+    if code in (errors.UNKNOWN_TOPIC_OR_PARTITION, errors.NOT_ENOUGH_REPLICAS,
+                errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND, errors.REQUEST_TIMED_OUT):
+        return errors.COORDINATOR_NOT_AVAILABLE
+    if code in (errors.NOT_LEADER_OR_FOLLOWER, errors.KAFKA_STORAGE_ERROR):
+        return errors.NOT_COORDINATOR
+    if code in (errors.MESSAGE_TOO_LARGE, errors.RECORD_LIST_TOO_LARGE):
+        return errors.UNKNOWN_SERVER_ERROR
+    return code
+
+
+class InitProducerIdResult:
+    __slots__ = ("error", "producer_id", "producer_epoch")
+
+    def __init__(self, error, producer_id=-1, producer_epoch=-1):
+        self.error = error
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+
+
+class TransactionCoordinator:
+    """``replica_manager`` appends (state records and markers), ``log_manager`` serves the load,
+    ``metadata`` knows and creates topics and hands out producer ids; ``group_coordinator``
+    hears of markers in ``__consumer_offsets``; ``clock`` is the reactor."""
+
+    def __init__(self, config, metadata, replica_manager, log_manager, clock,
+                 group_coordinator=None):
+        self.config = config
+        self.metadata = metadata
+        self.replica_manager = replica_manager
+        self.log_manager = log_manager
+        self.clock = clock
+        self.group_coordinator = group_coordinator
+        c = lambda name, default: _config_get(config, name, default)  # noqa: E731
+        self.num_partitions = int(c("transaction.state.log.num.partitions", 50))
+        self.segment_bytes = int(c("transaction.state.log.segment.bytes", 100 * 1024 * 1024))
+        self.load_buffer_size = int(c("transaction.state.log.load.buffer.size", 5 * 1024 * 1024))
+        self.max_timeout_ms = int(c("transaction.max.timeout.ms", 900000))
+        self.id_expiration_ms = int(c("transactional.id.expiration.ms", 604800000))
+        self.abort_interval_ms = int(
+            c("transaction.abort.timed.out.transaction.cleanup.interval.ms", 10000))
+        self.remove_interval_ms = int(
+            c("transaction.remove.expired.transaction.cleanup.interval.ms", 3600000))
+        self.transactions = {}  # transactional id -> TransactionMetadata
+        self.is_active = False
+        self.owned_partitions = set()
+        self.loading_partitions = set()
+        self._load_call = None
+        self._loops = []
+
+    # -- life cycle ------------------------------------------------------------------------
+    def now_ms(self):
+        return int(self.clock.seconds() * 1000)
+
+    def startup(self):
+        """Become active; load ``__transaction_state`` one partition per reactor turn, then
+        finish every transaction found in a prepare state; start the timeout/expiry loops."""
+        self.is_active = True
+        if self._state_topic_exists():
+            n = self.metadata.partition_count(TRANSACTION_STATE_TOPIC_NAME)
+            self.loading_partitions = set(range(n))
+            self._load_call = self.clock.callLater(0, self._load_next)
+        for fn, interval in ((self.abort_timed_out_transactions, self.abort_interval_ms),
+                             (self.remove_expired_transactional_ids, self.remove_interval_ms)):
+            loop = task.LoopingCall(fn)
+            loop.clock = self.clock
+            loop.start(interval / 1000.0, now=False)
+            self._loops.append(loop)
+
+    def shutdown(self):
+        self.is_active = False
+        for loop in self._loops:
+            if loop.running:
+                loop.stop()
+        self._loops = []
+        if self._load_call is not None and self._load_call.active():
+            self._load_call.cancel()
+
+    def _state_topic_exists(self):
+        return self.metadata is not None and self.metadata.contains_topic(TRANSACTION_STATE_TOPIC_NAME)
+
+    def partition_for(self, transactional_id):
+        n = self.num_partitions
+        if self._state_topic_exists():
+            n = self.metadata.partition_count(TRANSACTION_STATE_TOPIC_NAME)
+        return txn_log.partition_for(transactional_id, n)
+
+    def ensure_state_topic(self):
+        """Create ``__transaction_state`` (compacted) if missing; returns an error code:
+        COORDINATOR_NOT_AVAILABLE while the creation is being written (clients retry), as the
+        group coordinator does for ``__consumer_offsets``."""
+        if self._state_topic_exists():
+            return errors.NONE
+        configs = {"cleanup.policy": "compact", "segment.bytes": str(self.segment_bytes),
+                   "compression.type": "uncompressed", "unclean.leader.election.enable": "false"}
+        try:
+            d = self.metadata.create_topic(TRANSACTION_STATE_TOPIC_NAME, self.num_partitions, configs)
+        except Exception as e:
+            if getattr(e, "code", None) == errors.TOPIC_ALREADY_EXISTS:
+                return errors.COORDINATOR_NOT_AVAILABLE  # being created
+            log.failure("creating {topic} failed", topic=TRANSACTION_STATE_TOPIC_NAME)
+            return errors.COORDINATOR_NOT_AVAILABLE
+
+        def created(info):
+            log.info("created {topic} with {n} partitions", topic=TRANSACTION_STATE_TOPIC_NAME,
+                     n=info.num_partitions)
+            self.owned_partitions = set(range(info.num_partitions))
+
+        d.addCallbacks(created, lambda f: log.failure("creating {topic} failed", f,
+                                                      topic=TRANSACTION_STATE_TOPIC_NAME))
+        return errors.NONE if self._state_topic_exists() else errors.COORDINATOR_NOT_AVAILABLE
+
+    def coordinator_epoch(self, transactional_id):
+        epoch = self.metadata.leader_epoch(TRANSACTION_STATE_TOPIC_NAME,
+                                           self.partition_for(transactional_id))
+        return 0 if epoch is None or epoch < 0 else epoch
+
+    # -- loading ---------------------------------------------------------------------------
+    def _load_next(self):
+        self._load_call = None
+        if not self.loading_partitions or not self.is_active:
+            return
+        p = min(self.loading_partitions)
+        try:
+            loaded = self.load_partition(p)
+        except Exception:
+            log.failure("loading {topic}-{p} failed", topic=TRANSACTION_STATE_TOPIC_NAME, p=p)
+            loaded = []
+        self.loading_partitions.discard(p)
+        self.owned_partitions.add(p)
+        for txn in loaded:
+            self._complete_loaded(txn)
+        if self.loading_partitions:
+            self._load_call = self.clock.callLater(0, self._load_next)
+        else:
+            log.info("loaded {n} transactional ids from {topic}", n=len(self.transactions),
+                     topic=TRANSACTION_STATE_TOPIC_NAME)
+
+    def load_partition(self, partition):
+        """Install the last state of every transactional id of one partition; returns them."""
+        log_ = self.log_manager.get_log(TRANSACTION_STATE_TOPIC_NAME, partition)
+        if log_ is None:
+            return []
+        found = {}
+        for key, value in iter_log_records(log_, log_.log_start_offset, log_.log_end_offset,
+                                           self.load_buffer_size):
+            tid = txn_log.decode_key(key)
+            if tid is None:
+                continue
+            found[tid] = txn_log.decode_value(tid, value)
+        loaded = []
+        for tid, txn in found.items():
+            if txn is None or txn.state == DEAD:
+                self.transactions.pop(tid, None)
+                continue
+            self.transactions[tid] = txn
+            loaded.append(txn)
+        return loaded
+
+    def _complete_loaded(self, txn):
+        """A transaction stored in a prepare state lost its markers (a stop between EndTxn
+        and the markers): send them again, as Kafka does after loading."""
+        if txn.state in (PREPARE_COMMIT, PREPARE_ABORT):
+            log.info("completing {state} of {tid} found at load", state=txn.state,
+                     tid=txn.transactional_id)
+            self._schedule_markers(txn)
+
+    # -- status ----------------------------------------------------------------------------
+    def _coordinator_error(self, transactional_id):
+        """None, or why this broker cannot answer for ``transactional_id`` now."""
+        if not self.is_active:
+            return errors.COORDINATOR_NOT_AVAILABLE
+        if not self._state_topic_exists():
+            return errors.NOT_COORDINATOR
+        p = self.partition_for(transactional_id)
+        if p in self.loading_partitions:
+            return errors.COORDINATOR_LOAD_IN_PROGRESS
+        if p not in self.owned_partitions:
+            return errors.NOT_COORDINATOR
+        return None
+
+    def is_loading(self):
+        return bool(self.loading_partitions)
+
+    # -- InitProducerId --------------------------------------------------------------------
+    def handle_init_producer_id(self, transactional_id, txn_timeout_ms,
+                                expected_producer_id=-1, expected_epoch=-1):
+        """A Deferred of :class:`InitProducerIdResult` (Kafka's handleInitProducerId)."""
+        if not transactional_id:
+            return defer.succeed(InitProducerIdResult(errors.INVALID_REQUEST))
+        if txn_timeout_ms <= 0 or txn_timeout_ms > self.max_timeout_ms:
+            return defer.succeed(InitProducerIdResult(errors.INVALID_TRANSACTION_TIMEOUT))
+        error = self._coordinator_error(transactional_id)
+        if error is not None:
+            return defer.succeed(InitProducerIdResult(error))
+        now = self.now_ms()
+        txn = self.transactions.get(transactional_id)
+        if txn is None:
+            try:
+                pid = self.metadata.next_producer_id()
+            except Exception as e:
+                return defer.succeed(InitProducerIdResult(getattr(e, "code", errors.UNKNOWN_SERVER_ERROR)))
+            txn = TransactionMetadata(transactional_id, pid, txn_timeout_ms=txn_timeout_ms,
+                                      txn_last_update_timestamp=now)
+            self.transactions[transactional_id] = txn
+        expected = expected_producer_id >= 0 and expected_epoch >= 0
+        if txn.pending_state is not None:
+            return defer.succeed(InitProducerIdResult(errors.CONCURRENT_TRANSACTIONS))
+        if expected and not txn.is_valid_producer_id(expected_producer_id, expected_epoch):
+            return defer.succeed(InitProducerIdResult(errors.PRODUCER_FENCED))
+        if txn.state in (PREPARE_COMMIT, PREPARE_ABORT, PREPARE_EPOCH_FENCE):
+            return defer.succeed(InitProducerIdResult(errors.CONCURRENT_TRANSACTIONS))
+        if txn.state == DEAD:
+            return defer.succeed(InitProducerIdResult(errors.CONCURRENT_TRANSACTIONS))
+        if txn.state == ONGOING:
+            # Abort it with a bumped epoch first (fencing the old producer); the client retries
+            # after CONCURRENT_TRANSACTIONS and gets the next epoch then.
+            d = self._fence_and_abort(txn)
+            return d.addCallback(lambda code: InitProducerIdResult(
+                code if code != errors.NONE else errors.CONCURRENT_TRANSACTIONS))
+        if txn.is_producer_epoch_exhausted:
+            try:
+                new_pid = self.metadata.next_producer_id()
+            except Exception as e:
+                return defer.succeed(InitProducerIdResult(getattr(e, "code", errors.UNKNOWN_SERVER_ERROR)))
+            transit = txn.prepare_producer_id_rotation(new_pid, txn_timeout_ms, now)
+        else:
+            transit = txn.prepare_increment_producer_epoch(
+                txn_timeout_ms, expected_epoch if expected else None, now)
+        d = self._append_transit(txn, transit)
+        return d.addCallback(lambda code: InitProducerIdResult(
+            code, txn.producer_id if code == errors.NONE else -1,
+            txn.producer_epoch if code == errors.NONE else -1))
+
+    # -- AddPartitionsToTxn / AddOffsetsToTxn ----------------------------------------------
+    def _check_producer(self, txn, producer_id, producer_epoch):
+        if txn is None:
+            return errors.INVALID_PRODUCER_ID_MAPPING
+        if txn.producer_id != producer_id:
+            return errors.INVALID_PRODUCER_ID_MAPPING
+        if txn.producer_epoch != producer_epoch:
+            return errors.PRODUCER_FENCED
+        if txn.pending_state is not None:
+            return errors.CONCURRENT_TRANSACTIONS
+        if txn.state in (PREPARE_COMMIT, PREPARE_ABORT):
+            return errors.CONCURRENT_TRANSACTIONS
+        if txn.state in (DEAD, PREPARE_EPOCH_FENCE):
+            return errors.INVALID_TXN_STATE
+        return None
+
+    def handle_add_partitions(self, transactional_id, producer_id, producer_epoch, partitions):
+        """A Deferred of an error code for all of ``partitions`` [(topic, partition)]."""
+        error = self._coordinator_error(transactional_id)
+        if error is not None:
+            return defer.succeed(error)
+        txn = self.transactions.get(transactional_id)
+        error = self._check_producer(txn, producer_id, producer_epoch)
+        if error is not None:
+            return defer.succeed(error)
+        partitions = set(partitions)
+        if txn.state == ONGOING and partitions <= txn.partitions:
+            return defer.succeed(errors.NONE)
+        return self._append_transit(txn, txn.prepare_add_partitions(partitions, self.now_ms()))
+
+    def handle_verify_partitions(self, transactional_id, producer_id, producer_epoch, partitions):
+        """AddPartitionsToTxn v4+ ``verify_only``: {(topic, partition): error}; a partition is
+        verified when the ongoing transaction of this producer holds it (KIP-890 part 1)."""
+        error = self._coordinator_error(transactional_id)
+        if error is None:
+            txn = self.transactions.get(transactional_id)
+            if txn is None or txn.producer_id != producer_id:
+                error = errors.INVALID_PRODUCER_ID_MAPPING
+            elif txn.producer_epoch != producer_epoch:
+                error = errors.PRODUCER_FENCED
+        if error is not None:
+            return {tp: error for tp in partitions}
+        ongoing = txn.state == ONGOING
+        return {tp: errors.NONE if ongoing and tp in txn.partitions else errors.INVALID_TXN_STATE
+                for tp in partitions}
+
+    def offsets_partition_for(self, group_id):
+        if self.group_coordinator is not None:
+            return self.group_coordinator.partition_for(group_id)
+        from kafkatw.coordinator.group.offsets_log import partition_for
+
+        return partition_for(group_id, 50)
+
+    def handle_add_offsets(self, transactional_id, producer_id, producer_epoch, group_id):
+        """AddOffsetsToTxn: the group's ``__consumer_offsets`` partition joins the transaction."""
+        if self.group_coordinator is not None:
+            code = self.group_coordinator.ensure_offsets_topic()
+            if code != errors.NONE:
+                return defer.succeed(code)
+        tp = (GROUP_METADATA_TOPIC_NAME, self.offsets_partition_for(group_id))
+        return self.handle_add_partitions(transactional_id, producer_id, producer_epoch, [tp])
+
+    # -- EndTxn ----------------------------------------------------------------------------
+    def handle_end_transaction(self, transactional_id, producer_id, producer_epoch, commit):
+        """A Deferred of an error code, fired once the prepare record is written; the markers
+        follow (Kafka's handleEndTransaction, isFromClient=true)."""
+        if not transactional_id:
+            return defer.succeed(errors.INVALID_REQUEST)
+        error = self._coordinator_error(transactional_id)
+        if error is not None:
+            return defer.succeed(error)
+        txn = self.transactions.get(transactional_id)
+        if txn is None or txn.producer_id != producer_id:
+            return defer.succeed(errors.INVALID_PRODUCER_ID_MAPPING)
+        if txn.producer_epoch != producer_epoch:
+            return defer.succeed(errors.PRODUCER_FENCED)
+        return self._end_transaction(txn, commit)
+
+    def _end_transaction(self, txn, commit):
+        if txn.pending_state is not None and txn.pending_state != PREPARE_EPOCH_FENCE:
+            return defer.succeed(errors.CONCURRENT_TRANSACTIONS)
+        state = txn.state
+        if state == ONGOING:
+            target = PREPARE_COMMIT if commit else PREPARE_ABORT
+            transit = txn.prepare_abort_or_commit(target, self.now_ms())
+            d = self._append_transit(txn, transit)
+
+            def written(code):
+                if code == errors.NONE:
+                    self._schedule_markers(txn)
+                return code
+
+            return d.addCallback(written)
+        if state == COMPLETE_COMMIT:
+            return defer.succeed(errors.NONE if commit else errors.INVALID_TXN_STATE)
+        if state == COMPLETE_ABORT:
+            return defer.succeed(errors.NONE if not commit else errors.INVALID_TXN_STATE)
+        if state == PREPARE_COMMIT:
+            return defer.succeed(errors.CONCURRENT_TRANSACTIONS if commit else errors.INVALID_TXN_STATE)
+        if state == PREPARE_ABORT:
+            return defer.succeed(errors.CONCURRENT_TRANSACTIONS if not commit else errors.INVALID_TXN_STATE)
+        return defer.succeed(errors.INVALID_TXN_STATE)  # Empty, Dead, PrepareEpochFence
+
+    def _fence_and_abort(self, txn):
+        """Bump the epoch in memory and abort the ongoing transaction with it (a new
+        InitProducerId for the id, a timeout, or an administrator's abort)."""
+        try:
+            txn.fence_producer_epoch()
+        except IllegalTransitionError:
+            return defer.succeed(errors.INVALID_TXN_STATE)
+        d = self._end_transaction(txn, False)
+
+        def done(code):
+            if code != errors.NONE:
+                txn.has_failed_epoch_fence = True
+            return code
+
+        return d.addCallback(done)
+
+    # -- markers ---------------------------------------------------------------------------
+    def _schedule_markers(self, txn):
+        """The markers go out after the EndTxn answer (Kafka's marker channel is asynchronous)."""
+        self.clock.callLater(0, self._send_markers, txn)
+
+    def _send_markers(self, txn):
+        if not self.is_active or txn.state not in (PREPARE_COMMIT, PREPARE_ABORT):
+            return
+        if self.transactions.get(txn.transactional_id) is not txn:
+            return
+        commit = txn.state == PREPARE_COMMIT
+        partitions = sorted(tp for tp in txn.partitions
+                            if self.metadata.contains_partition(tp[0], tp[1]))
+        results = write_markers(self.replica_manager, self.group_coordinator, txn.producer_id,
+                                txn.producer_epoch, self.coordinator_epoch(txn.transactional_id),
+                                commit, partitions, self.now_ms())
+        retry = [tp for tp, code in results.items()
+                 if code not in (errors.NONE, errors.UNKNOWN_TOPIC_OR_PARTITION)]
+        if retry:
+            # Kafka retries a marker until it lands (e.g. a log dir back online).
+            self.clock.callLater(0.1, self._send_markers, txn)
+            return
+        if txn.pending_state is not None:
+            self.clock.callLater(0.01, self._send_markers, txn)
+            return
+        transit = txn.prepare_complete(self.now_ms())
+        self._append_transit(txn, transit)
+
+    # -- timeouts and expiry ---------------------------------------------------------------
+    def abort_timed_out_transactions(self):
+        """Abort every ongoing transaction older than its timeout, fencing its producer."""
+        if not self.is_active:
+            return
+        now = self.now_ms()
+        for txn in list(self.transactions.values()):
+            if txn.state == ONGOING and txn.pending_state is None and \
+                    txn.txn_start_timestamp + txn.txn_timeout_ms < now:
+                p = self.partition_for(txn.transactional_id)
+                if p not in self.owned_partitions or p in self.loading_partitions:
+                    continue
+                log.info("Aborting {tid} (producer {pid}): transaction timed out after "
+                         "{ms} ms", tid=txn.transactional_id, pid=txn.producer_id,
+                         ms=txn.txn_timeout_ms)
+                self._fence_and_abort(txn)
+
+    def remove_expired_transactional_ids(self):
+        """Write tombstones for ids idle past transactional.id.expiration.ms with no open
+        transaction (Kafka's removeExpiredTransactionalIds)."""
+        if not self.is_active:
+            return
+        now = self.now_ms()
+        for txn in list(self.transactions.values()):
+            if txn.state in (EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT) and txn.pending_state is None \
+                    and txn.txn_last_update_timestamp + self.id_expiration_ms <= now:
+                transit = txn.prepare_dead(now)
+                d = self._append_record(txn.transactional_id, None)
+
+                def written(code, txn=txn, transit=transit):
+                    if code == errors.NONE:
+                        txn.complete_transition(transit)
+                        if self.transactions.get(txn.transactional_id) is txn:
+                            del self.transactions[txn.transactional_id]
+                    else:
+                        txn.abort_transition()
+
+                d.addCallback(written)
+
+    # -- administration --------------------------------------------------------------------
+    def handle_describe_transactions(self, transactional_id):
+        """(error, TransactionMetadata or None)."""
+        error = self._coordinator_error(transactional_id)
+        if error is not None:
+            return error, None
+        txn = self.transactions.get(transactional_id)
+        if txn is None or txn.state == DEAD:
+            return errors.TRANSACTIONAL_ID_NOT_FOUND, None
+        return errors.NONE, txn
+
+    def handle_list_transactions(self, state_filters=(), producer_id_filters=(), duration_filter=-1):
+        """(error, unknown state filters, [TransactionMetadata])."""
+        if not self.is_active:
+            return errors.COORDINATOR_NOT_AVAILABLE, [], []
+        error = errors.COORDINATOR_LOAD_IN_PROGRESS if self.is_loading() else errors.NONE
+        unknown = [s for s in state_filters or () if s not in STATE_IDS]
+        states = set(s for s in state_filters or () if s in STATE_IDS)
+        if state_filters and not states:
+            return error, unknown, []
+        pids = set(producer_id_filters or ())
+        now = self.now_ms()
+        out = []
+        for txn in self.transactions.values():
+            if txn.state == DEAD:
+                continue
+            if states and txn.state not in states:
+                continue
+            if pids and txn.producer_id not in pids:
+                continue
+            if duration_filter is not None and duration_filter >= 0 and (
+                    txn.state != ONGOING or now - txn.txn_start_timestamp < duration_filter):
+                continue
+            out.append(txn)
+        return error, unknown, out
+
+    # -- persistence -----------------------------------------------------------------------
+    def _append_transit(self, txn, transit):
+        """Write ``transit`` and apply it once written; a Deferred of an error code."""
+        d = self._append_record(txn.transactional_id, transit)
+
+        def written(code):
+            if code == errors.NONE:
+                txn.complete_transition(transit)
+            else:
+                txn.abort_transition()
+            return code
+
+        return d.addCallback(written)
+
+    def _append_record(self, transactional_id, transit):
+        tp = (TRANSACTION_STATE_TOPIC_NAME, self.partition_for(transactional_id))
+        batch = bytearray(txn_log.build_record_batch(transactional_id, transit, self.now_ms()))
+        from kafkatw.server.replica_manager import ORIGIN_COORDINATOR
+
+        d = self.replica_manager.append_records(-1, -1, {tp: batch}, internal_topics_allowed=True,
+                                                origin=ORIGIN_COORDINATOR)
+
+        def done(results):
+            code = results[tp].error_code
+            if code != errors.NONE:
+                log.warn("Appending to {topic}-{p} failed: {err}", topic=tp[0], p=tp[1],
+                         err=errors.error_name(code))
+            return _append_error(code)
+
+        def failed(f):
+            log.failure("Appending to {topic}-{p} failed", f, topic=tp[0], p=tp[1])
+            return errors.UNKNOWN_SERVER_ERROR
+
+        return d.addCallbacks(done, failed)
