@@ -1,0 +1,227 @@
+"""Transactions with real clients against a real broker process: confluent-kafka and
+kafka-python transactional producers commit and abort (read_committed consumers see exactly the
+committed records, read_uncommitted ones everything), a second producer with the same
+transactional id fences the first, a transaction left open by a killed client is aborted after
+its timeout (the LSO moves on), and consume-transform-produce with send_offsets_to_transaction
+stays exactly-once across a kill -9 of the worker.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from twisted.trial import unittest
+
+from kafkatw.testing import KafkaBrokerMixin
+from tests.support import poll_until, unique_name
+
+OVERRIDES = {
+    "transaction.state.log.num.partitions": 5,
+    "offsets.topic.num.partitions": 5,
+    "group.initial.rebalance.delay.ms": 0,
+    "group.min.session.timeout.ms": 1000,
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": 300,
+}
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def create_topic(bootstrap, topic, partitions=2):
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(15)
+
+
+def read_all(bootstrap, topic, isolation, partitions=2, timeout=20.0):
+    """Every value of ``topic`` up to each partition's end (EOF) with ``isolation``."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_name("reader"),
+                  "isolation.level": isolation, "enable.partition.eof": True,
+                  "enable.auto.commit": False})
+    try:
+        c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        got, eof = [], set()
+        deadline = time.monotonic() + timeout
+        while len(eof) < partitions and time.monotonic() < deadline:
+            m = c.poll(0.2)
+            if m is None:
+                continue
+            if m.error():
+                if m.error().code() == -191:  # _PARTITION_EOF
+                    eof.add(m.partition())
+                continue
+            eof.discard(m.partition())
+            got.append(m.value())
+        assert len(eof) == partitions, "no EOF on %s within %.0f s" % (topic, timeout)
+        return sorted(got)
+    finally:
+        c.close()
+
+
+def values(prefix, n):
+    return [("%s%d" % (prefix, i)).encode() for i in range(n)]
+
+
+class ConfluentTransactionTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
+    broker_overrides = OVERRIDES
+
+    def producer(self, txn_id, **extra):
+        from confluent_kafka import Producer
+
+        conf = {"bootstrap.servers": self.broker.bootstrap_servers, "transactional.id": txn_id,
+                "linger.ms": 5}
+        conf.update(extra)
+        p = Producer(conf)
+        p.init_transactions(20)
+        return p
+
+    def test_commit_and_abort(self):
+        bs = self.broker.bootstrap_servers
+        topic = unique_name("txn")
+        create_topic(bs, topic)
+        p = self.producer(unique_name("tid"))
+        committed, aborted = values("c", 6), values("a", 4)
+        p.begin_transaction()
+        for i, v in enumerate(committed):
+            p.produce(topic, v, partition=i % 2)
+        p.commit_transaction(20)
+        p.begin_transaction()
+        for i, v in enumerate(aborted):
+            p.produce(topic, v, partition=i % 2)
+        self.assertEqual(p.flush(10), 0)  # sent, so the abort has records to mark
+        p.abort_transaction(20)
+        p.begin_transaction()
+        p.produce(topic, b"last", partition=0)
+        p.commit_transaction(20)
+        self.assertEqual(read_all(bs, topic, "read_committed"), sorted(committed + [b"last"]))
+        self.assertEqual(read_all(bs, topic, "read_uncommitted"),
+                         sorted(committed + aborted + [b"last"]))
+
+    def test_zombie_is_fenced(self):
+        from confluent_kafka import KafkaException
+
+        bs = self.broker.bootstrap_servers
+        topic = unique_name("zombie")
+        create_topic(bs, topic)
+        tid = unique_name("tid")
+        old = self.producer(tid)
+        old.begin_transaction()
+        old.produce(topic, b"zombie", partition=0)
+        self.assertEqual(old.flush(10), 0)
+        new = self.producer(tid)  # aborts the old producer's transaction, bumping the epoch
+        new.begin_transaction()
+        new.produce(topic, b"new", partition=1)
+        new.commit_transaction(20)
+        old.produce(topic, b"zombie2", partition=0)
+        with self.assertRaises(KafkaException) as cm:
+            old.commit_transaction(10)
+        err = cm.exception.args[0]
+        self.assertTrue(err.fatal(), err)
+        self.assertIn(err.code(), (err._FENCED, err.PRODUCER_FENCED, err.INVALID_PRODUCER_EPOCH), err)
+        self.assertEqual(read_all(bs, topic, "read_committed"), [b"new"])
+
+    def test_open_transaction_of_killed_client_times_out(self):
+        bs = self.broker.bootstrap_servers
+        topic = unique_name("hang")
+        create_topic(bs, topic, 1)
+        script = (
+            "import os, signal\n"
+            "from confluent_kafka import Producer\n"
+            "p = Producer({'bootstrap.servers': %r, 'transactional.id': %r,\n"
+            "              'transaction.timeout.ms': 2000, 'message.timeout.ms': 2000})\n"
+            "p.init_transactions(20)\n"
+            "p.begin_transaction()\n"
+            "p.produce(%r, b'hung', partition=0)\n"
+            "assert p.flush(10) == 0\n"
+            "print('sent', flush=True)\n"
+            "os.kill(os.getpid(), signal.SIGKILL)\n" % (bs, unique_name("tid"), topic))
+        proc = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60)
+        self.assertEqual(proc.stdout.strip(), b"sent", proc.stderr[-2000:])
+        self.assertEqual(proc.returncode, -signal.SIGKILL)
+        from confluent_kafka import Producer
+
+        plain = Producer({"bootstrap.servers": bs})
+        plain.produce(topic, b"after", partition=0)
+        self.assertEqual(plain.flush(10), 0)
+        # read_committed is stuck at the hung transaction's first offset (its EOF comes at
+        # the LSO, with nothing read) until the coordinator aborts it (timeout 2 s, checked
+        # every 300 ms); then it sees the later record only
+        poll_until(lambda: read_all(bs, topic, "read_committed", 1) == [b"after"], timeout=30,
+                   interval=0.2, message="the hung transaction to be aborted")
+        self.assertEqual(read_all(bs, topic, "read_uncommitted", 1), [b"after", b"hung"])
+
+    def test_consume_transform_produce_exactly_once_across_worker_kill(self):
+        from confluent_kafka import Consumer, Producer, TopicPartition
+
+        bs = self.broker.bootstrap_servers
+        topic_in, topic_out = unique_name("in"), unique_name("out")
+        group, tid = unique_name("ctp"), unique_name("ctp-tid")
+        create_topic(bs, topic_in)
+        create_topic(bs, topic_out)
+        p = Producer({"bootstrap.servers": bs})
+        inputs = values("x", 60)
+        for i, v in enumerate(inputs):
+            p.produce(topic_in, v, partition=i % 2)
+        self.assertEqual(p.flush(10), 0)
+        cmd = [sys.executable, "-m", "tests.txn_ctp_worker", bs, topic_in, topic_out, group, tid,
+               str(len(inputs)), "10"]
+        first = subprocess.run(cmd + ["2"], capture_output=True, timeout=120, cwd=ROOT)
+        self.assertEqual(first.returncode, -signal.SIGKILL, first.stderr[-3000:])
+        self.assertIn(b"crashing", first.stdout)
+        second = subprocess.run(cmd + ["0"], capture_output=True, timeout=120, cwd=ROOT)
+        self.assertEqual(second.returncode, 0, second.stdout + second.stderr[-3000:])
+        self.assertEqual(read_all(bs, topic_out, "read_committed"),
+                         sorted(v.upper() for v in inputs))
+        c = Consumer({"bootstrap.servers": bs, "group.id": group})
+        try:
+            committed = c.committed([TopicPartition(topic_in, 0), TopicPartition(topic_in, 1)], 10)
+        finally:
+            c.close()
+        self.assertEqual([tp.offset for tp in committed], [30, 30])
+
+
+class KafkaPythonTransactionTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
+    broker_overrides = OVERRIDES
+
+    def test_commit_and_abort(self):
+        from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+        bs = self.broker.bootstrap_servers
+        topic = unique_name("kp-txn")
+        create_topic(bs, topic)
+        p = KafkaProducer(bootstrap_servers=bs, transactional_id=unique_name("kp-tid"))
+        try:
+            p.init_transactions()
+            p.begin_transaction()
+            for i, v in enumerate(values("c", 4)):
+                p.send(topic, v, partition=i % 2)
+            p.commit_transaction()
+            p.begin_transaction()
+            for i, v in enumerate(values("a", 3)):
+                p.send(topic, v, partition=i % 2)
+            p.flush()
+            p.abort_transaction()
+        finally:
+            p.close()
+        self.assertEqual(read_all(bs, topic, "read_committed"), values("c", 4))
+        # kafka-python's own consumer defaults to read_uncommitted: it sees both
+        c = KafkaConsumer(bootstrap_servers=bs, enable_auto_commit=False, consumer_timeout_ms=3000)
+        try:
+            c.assign([TopicPartition(topic, 0), TopicPartition(topic, 1)])
+            c.seek_to_beginning()
+            got = sorted(m.value for m in c)
+        finally:
+            c.close()
+        self.assertEqual(got, sorted(values("c", 4) + values("a", 3)))
+        c = KafkaConsumer(bootstrap_servers=bs, enable_auto_commit=False, consumer_timeout_ms=3000,
+                          isolation_level="read_committed")
+        try:
+            c.assign([TopicPartition(topic, 0), TopicPartition(topic, 1)])
+            c.seek_to_beginning()
+            got = sorted(m.value for m in c)
+        finally:
+            c.close()
+        self.assertEqual(got, values("c", 4))
