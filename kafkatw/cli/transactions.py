@@ -1,0 +1,132 @@
+"""``kafkatw transactions list|describe|describe-producers|abort``, Kafka's kafka-transactions
+tool over ListTransactions, FindCoordinator + DescribeTransactions, DescribeProducers and
+WriteTxnMarkers (KIP-664: ``abort`` ends a hanging transaction on one partition by writing an
+ABORT marker for its producer, found by the transaction's start offset or given outright).
+"""
+
+import time
+
+from kafkatw.cli.client import ClientError, check
+from kafkatw.cli.main import print_table
+from kafkatw.protocol import messages
+
+TRANSACTION_KEY_TYPE = 1
+
+
+def add_parser(sub):
+    p = sub.add_parser("transactions", help="list, describe and abort transactions")
+    tsub = p.add_subparsers(dest="action", metavar="ACTION")
+    tsub.required = True
+    q = tsub.add_parser("list", help="list transactions on every broker")
+    q.add_argument("--duration-filter", type=int, default=-1, metavar="MS",
+                   help="only transactions running longer than this")
+    q.add_argument("--state", action="append", default=[], help="only these states")
+    q.set_defaults(func=cmd_list)
+    q = tsub.add_parser("describe", help="the state of one transactional id")
+    q.add_argument("--transactional-id", required=True)
+    q.set_defaults(func=cmd_describe)
+    q = tsub.add_parser("describe-producers", help="producer states of one partition")
+    q.add_argument("--topic", required=True)
+    q.add_argument("--partition", type=int, required=True)
+    q.set_defaults(func=cmd_describe_producers)
+    q = tsub.add_parser("abort", help="abort a hanging transaction on one partition")
+    q.add_argument("--topic", required=True)
+    q.add_argument("--partition", type=int, required=True)
+    q.add_argument("--start-offset", type=int, help="first offset of the transaction to abort")
+    q.add_argument("--producer-id", type=int)
+    q.add_argument("--producer-epoch", type=int)
+    q.add_argument("--coordinator-epoch", type=int)
+    q.set_defaults(func=cmd_abort)
+
+
+def _brokers(client):
+    md = client.metadata([])
+    return sorted(b.node_id for b in md.brokers)
+
+
+def cmd_list(client, args):
+    rows = []
+    for node in _brokers(client):
+        req = messages.ListTransactionsRequest(state_filters=list(args.state), producer_id_filters=[])
+        max_version = None
+        if args.duration_filter >= 0:
+            req.duration_filter = args.duration_filter
+        else:
+            max_version = 0
+        resp = client.call(req, client.node(node), max_version=max_version)
+        check(resp.error_code, what="ListTransactions on broker %d" % node)
+        for t in resp.transaction_states:
+            rows.append([t.transactional_id, node, t.producer_id, t.transaction_state])
+    rows.sort(key=lambda r: r[0])
+    print_table(["TransactionalId", "Coordinator", "ProducerId", "TransactionState"], rows, args.out)
+
+
+def _txn_coordinator(client, transactional_id):
+    resp = client.call(messages.FindCoordinatorRequest(key=transactional_id,
+                                                       key_type=TRANSACTION_KEY_TYPE),
+                       max_version=3)
+    check(resp.error_code, resp.error_message,
+          "FindCoordinator for transactional id %s" % transactional_id)
+    return resp.node_id, client.node(resp.node_id)
+
+
+def cmd_describe(client, args):
+    node, conn = _txn_coordinator(client, args.transactional_id)
+    resp = client.call(messages.DescribeTransactionsRequest(
+        transactional_ids=[args.transactional_id]), conn)
+    s = resp.transaction_states[0]
+    check(s.error_code, what="DescribeTransactions %s" % args.transactional_id)
+    now = int(time.time() * 1000)
+    start = s.transaction_start_time_ms
+    partitions = ",".join("%s-%d" % (t.topic, p) for t in s.topics for p in t.partitions)
+    print_table(["CoordinatorId", "TransactionalId", "ProducerId", "ProducerEpoch",
+                 "TransactionState", "TransactionTimeoutMs", "CurrentTransactionStartTimeMs",
+                 "TransactionDurationMs", "TopicPartitions"],
+                [[node, s.transactional_id, s.producer_id, s.producer_epoch, s.transaction_state,
+                  s.transaction_timeout_ms, start if start >= 0 else "None",
+                  now - start if start >= 0 else "None", partitions]], args.out)
+
+
+def _producers(client, topic, partition):
+    conn = client.leader(topic, partition)
+    resp = client.call(messages.DescribeProducersRequest(topics=[
+        messages.DescribeProducersRequest.TopicRequest(name=topic, partition_indexes=[partition])]),
+        conn)
+    p = resp.topics[0].partitions[0]
+    check(p.error_code, p.error_message, "DescribeProducers %s-%d" % (topic, partition))
+    return conn, p.active_producers
+
+
+def cmd_describe_producers(client, args):
+    _, producers = _producers(client, args.topic, args.partition)
+    print_table(["ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch", "LastSequence",
+                 "LastTimestamp", "CurrentTransactionStartOffset"],
+                [[p.producer_id, p.producer_epoch, p.coordinator_epoch, p.last_sequence,
+                  p.last_timestamp, p.current_txn_start_offset if p.current_txn_start_offset >= 0
+                  else "None"] for p in producers], args.out)
+
+
+def cmd_abort(client, args):
+    conn, producers = _producers(client, args.topic, args.partition)
+    if args.start_offset is not None:
+        found = [p for p in producers if p.current_txn_start_offset == args.start_offset]
+        if not found:
+            raise ClientError("no open transaction starts at offset %d of %s-%d"
+                              % (args.start_offset, args.topic, args.partition))
+        pid, epoch = found[0].producer_id, found[0].producer_epoch
+        coordinator_epoch = max(found[0].coordinator_epoch, 0)
+    else:
+        if None in (args.producer_id, args.producer_epoch, args.coordinator_epoch):
+            raise ClientError("abort needs --start-offset, or --producer-id, --producer-epoch "
+                              "and --coordinator-epoch")
+        pid, epoch, coordinator_epoch = args.producer_id, args.producer_epoch, args.coordinator_epoch
+    W = messages.WriteTxnMarkersRequest
+    resp = client.call(W(markers=[W.WritableTxnMarker(
+        producer_id=pid, producer_epoch=epoch, transaction_result=False,
+        coordinator_epoch=coordinator_epoch,
+        topics=[W.WritableTxnMarkerTopic(name=args.topic, partition_indexes=[args.partition])])]),
+        conn)
+    code = resp.markers[0].topics[0].partitions[0].error_code
+    check(code, what="WriteTxnMarkers %s-%d" % (args.topic, args.partition))
+    args.out.write("Aborted the transaction of producer %d (epoch %d) on %s-%d.\n"
+                   % (pid, epoch, args.topic, args.partition))
