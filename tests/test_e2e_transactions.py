@@ -183,6 +183,48 @@ class ConfluentTransactionTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
         self.assertEqual([tp.offset for tp in committed], [30, 30])
 
 
+class VerificationTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
+    """KIP-890 part 1: a transactional write to a partition its transaction does not hold is
+    refused, so no stray write can open a transaction that nobody ends."""
+
+    broker_overrides = OVERRIDES
+
+    def test_unverified_transactional_produce_is_refused(self):
+        from tests.support import PRODUCE, PRODUCE_V, RawClient, produce_body
+        from kafkatw.protocol import errors
+
+        bs = self.broker.bootstrap_servers
+        topic = unique_name("verify")
+        create_topic(bs, topic, 1)
+        c = RawClient(self.broker, "verify")
+
+        def produce(tid, pid, epoch):
+            body = produce_body(topic, 0, [b"x"], producer_id=pid, producer_epoch=epoch,
+                                base_sequence=0, is_transactional=True)
+            body.transactional_id = tid
+            return c.request(PRODUCE, PRODUCE_V, body).responses[0].partition_responses[0].error_code
+
+        try:
+            self.assertEqual(produce("never-initialized", 4242, 0), errors.INVALID_PRODUCER_ID_MAPPING)
+            # an initialized producer whose transaction does not hold the partition
+            from confluent_kafka import Producer
+
+            tid = unique_name("tid")
+            p = Producer({"bootstrap.servers": bs, "transactional.id": tid})
+            p.init_transactions(20)
+            from kafkatw.protocol import messages as m
+
+            resp = c.request(22, 4, m.InitProducerIdRequest(transactional_id=tid,
+                                                            transaction_timeout_ms=60000,
+                                                            producer_id=-1, producer_epoch=-1))
+            self.assertEqual(resp.error_code, errors.NONE)
+            self.assertEqual(produce(tid, resp.producer_id, resp.producer_epoch),
+                             errors.INVALID_TXN_STATE)
+        finally:
+            c.close()
+        self.assertEqual(read_all(bs, topic, "read_uncommitted", 1), [])
+
+
 class KafkaPythonTransactionTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
     broker_overrides = OVERRIDES
 

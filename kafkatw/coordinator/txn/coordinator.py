@@ -310,6 +310,8 @@ class TransactionCoordinator:
     def handle_verify_partitions(self, transactional_id, producer_id, producer_epoch, partitions):
         """AddPartitionsToTxn v4+ ``verify_only``: {(topic, partition): error}; a partition is
         verified when the ongoing transaction of this producer holds it (KIP-890 part 1)."""
+        if not self._state_topic_exists():
+            return {tp: errors.INVALID_PRODUCER_ID_MAPPING for tp in partitions}  # no txn yet
         error = self._coordinator_error(transactional_id)
         if error is None:
             txn = self.transactions.get(transactional_id)
@@ -322,6 +324,36 @@ class TransactionCoordinator:
         ongoing = txn.state == ONGOING
         return {tp: errors.NONE if ongoing and tp in txn.partitions else errors.INVALID_TXN_STATE
                 for tp in partitions}
+
+    def verify_produce(self, replica_manager, transactional_id, entries, headers):
+        """KIP-890 part 1 (``transaction.partition.verification.enable``): the first
+        transactional batch of a producer on a partition must belong to its ongoing transaction
+        holding that partition, so a late or stray write cannot open a transaction no one will
+        end. ``entries``/``headers`` as the produce handler has them; {tp: error} to refuse."""
+        from kafkatw.protocol.records import read_batch_header
+
+        refused = {}
+        for tp, buf in entries.items():
+            known = headers.get(tp)
+            try:
+                header = known[0][1] if known else read_batch_header(buf, 0)
+            except Exception:
+                continue  # malformed: the log's validation answers
+            if not header.is_transactional or header.producer_id < 0:
+                continue
+            # Not loaded: no producer batch landed here since start, so this is the first one
+            # of its transaction here (nothing is loaded for the check: a rebuild may be long).
+            ps = replica_manager.loaded_producer_state(*tp)
+            entry = ps.last_entry(header.producer_id) if ps is not None else None
+            if entry is not None and entry.current_txn_first_offset >= 0 \
+                    and entry.producer_epoch == header.producer_epoch:
+                continue  # verified when its transaction started here
+            code = self.handle_verify_partitions(transactional_id, header.producer_id,
+                                                 header.producer_epoch, [tp])[tp]
+            if code != errors.NONE:
+                # a Produce answers epoch problems as INVALID_PRODUCER_EPOCH
+                refused[tp] = errors.INVALID_PRODUCER_EPOCH if code == errors.PRODUCER_FENCED else code
+        return refused
 
     def offsets_partition_for(self, group_id):
         if self.group_coordinator is not None:

@@ -130,6 +130,13 @@ def handle(apis, request):
         return Response(ProduceAnswer(version, order, results))
 
     def append():
+        if body.transactional_id is not None and entries and apis.txn_coordinator is not None \
+                and apis.config_value("transaction.partition.verification.enable", True):
+            for tp, code in apis.txn_coordinator.verify_produce(
+                    apis.replica_manager, body.transactional_id, entries, headers).items():
+                del entries[tp]
+                headers.pop(tp, None)
+                results[tp] = _error(code, "Transaction verification failed for %s-%d" % tp)
         if not entries:
             return respond({})
         rm = apis.replica_manager
