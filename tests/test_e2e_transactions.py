@@ -1,9 +1,10 @@
-"""Transactions with real clients against a real broker process: confluent-kafka and
-kafka-python transactional producers commit and abort (read_committed consumers see exactly the
+"""Transactions with real clients against a real broker process: confluent-kafka, kafka-python
+and aiokafka transactional producers commit and abort (read_committed consumers see exactly the
 committed records, read_uncommitted ones everything), a second producer with the same
 transactional id fences the first, a transaction left open by a killed client is aborted after
-its timeout (the LSO moves on), and consume-transform-produce with send_offsets_to_transaction
-stays exactly-once across a kill -9 of the worker.
+its timeout (the LSO moves on), consume-transform-produce with send_offsets_to_transaction stays
+exactly-once across a kill -9 of the worker (confluent-kafka) and works in kafkajs, and a
+transactional write its transaction does not cover is refused (KIP-890 part 1).
 """
 
 import os
@@ -223,6 +224,68 @@ class VerificationTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
         finally:
             c.close()
         self.assertEqual(read_all(bs, topic, "read_uncommitted", 1), [])
+
+
+class KafkajsTransactionTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
+    broker_overrides = OVERRIDES
+
+    def test_consume_transform_produce(self):
+        from confluent_kafka import Consumer, Producer, TopicPartition
+
+        from tests.test_e2e_kafkajs import kafkajs_ready, run_js
+
+        kafkajs_ready()
+        bs = self.broker.bootstrap_servers
+        topic_in, topic_out, group = unique_name("js-in"), unique_name("js-out"), unique_name("js-g")
+        create_topic(bs, topic_in)
+        create_topic(bs, topic_out)
+        p = Producer({"bootstrap.servers": bs})
+        inputs = values("j", 20)
+        for i, v in enumerate(inputs):
+            p.produce(topic_in, v, partition=i % 2)
+        self.assertEqual(p.flush(10), 0)
+        self.assertEqual(run_js("txn.js", bs, topic_in, topic_out, group, len(inputs)),
+                         {"processed": 20, "aborted": 1})
+        self.assertEqual(read_all(bs, topic_out, "read_committed"), sorted(v.upper() for v in inputs))
+        self.assertEqual(read_all(bs, topic_out, "read_uncommitted"),
+                         sorted([b"ABORTED"] + [v.upper() for v in inputs]))
+        c = Consumer({"bootstrap.servers": bs, "group.id": group})
+        try:
+            committed = c.committed([TopicPartition(topic_in, 0), TopicPartition(topic_in, 1)], 10)
+        finally:
+            c.close()
+        self.assertEqual([tp.offset for tp in committed], [10, 10])
+
+
+class AiokafkaTransactionTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
+    broker_overrides = OVERRIDES
+
+    def test_commit_and_abort(self):
+        import asyncio
+
+        from aiokafka import AIOKafkaProducer
+
+        bs = self.broker.bootstrap_servers
+        topic = unique_name("aio-txn")
+        create_topic(bs, topic)
+
+        async def run():
+            p = AIOKafkaProducer(bootstrap_servers=bs, transactional_id=unique_name("aio-tid"))
+            await p.start()
+            try:
+                async with p.transaction():
+                    for i, v in enumerate(values("c", 4)):
+                        await p.send_and_wait(topic, v, partition=i % 2)
+                await p.begin_transaction()
+                for i, v in enumerate(values("a", 2)):
+                    await p.send_and_wait(topic, v, partition=i % 2)
+                await p.abort_transaction()
+            finally:
+                await p.stop()
+
+        asyncio.run(run())
+        self.assertEqual(read_all(bs, topic, "read_committed"), values("c", 4))
+        self.assertEqual(read_all(bs, topic, "read_uncommitted"), sorted(values("c", 4) + values("a", 2)))
 
 
 class KafkaPythonTransactionTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
