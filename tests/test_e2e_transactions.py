@@ -226,6 +226,89 @@ class VerificationTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
         self.assertEqual(read_all(bs, topic, "read_uncommitted", 1), [])
 
 
+class ProtocolTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
+    """What is advertised (item 7 of the issue: no KIP-890 part 2), and request versions'
+    shapes and error mappings, spoken raw."""
+
+    broker_overrides = OVERRIDES
+
+    def test_advertised_versions_and_features(self):
+        from kafkatw.protocol import messages as m
+        from tests.support import RawClient
+
+        c = RawClient(self.broker, "versions")
+        try:
+            resp = c.request(18, 3, m.ApiVersionsRequest(client_software_name="t",
+                                                         client_software_version="1"))
+        finally:
+            c.close()
+        got = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+        self.assertEqual(got[0][1], 11)  # Produce
+        self.assertEqual(got[26], (0, 4))  # EndTxn
+        self.assertEqual(got[28], (0, 4))  # TxnOffsetCommit
+        self.assertEqual(got[24], (0, 5))  # AddPartitionsToTxn
+        self.assertEqual(got[25], (0, 4))  # AddOffsetsToTxn
+        self.assertEqual((got[65], got[66]), ((0, 0), (0, 1)))
+        self.assertNotIn("transaction.version", [f.name for f in resp.finalized_features])
+        self.assertNotIn("transaction.version", [f.name for f in resp.supported_features])
+
+    def test_add_partitions_versions(self):
+        from kafkatw.protocol import errors, messages as m
+        from tests.support import RawClient
+
+        bs = self.broker.bootstrap_servers
+        topic = unique_name("apt")
+        create_topic(bs, topic)
+        c = RawClient(self.broker, "apt")
+        R = m.AddPartitionsToTxnRequest
+        try:
+            c.request(10, 1, m.FindCoordinatorRequest(key="apt-tid", key_type=1))
+            init = c.request(22, 4, m.InitProducerIdRequest(
+                transactional_id="apt-tid", transaction_timeout_ms=60000, producer_id=-1,
+                producer_epoch=-1))
+            pid, epoch = init.producer_id, init.producer_epoch
+            # v3: one transaction; an unknown partition fails the whole request
+            resp = c.request(24, 3, R(v3_and_below_transactional_id="apt-tid",
+                                      v3_and_below_producer_id=pid, v3_and_below_producer_epoch=epoch,
+                                      v3_and_below_topics=[R.AddPartitionsToTxnTopic(
+                                          name=topic, partitions=[0, 7])]))
+            codes = {(r.partition_index, r.partition_error_code)
+                     for t in resp.results_by_topic_v3_and_below for r in t.results_by_partition}
+            self.assertEqual(codes, {(0, errors.OPERATION_NOT_ATTEMPTED),
+                                     (7, errors.UNKNOWN_TOPIC_OR_PARTITION)})
+            resp = c.request(24, 3, R(v3_and_below_transactional_id="apt-tid",
+                                      v3_and_below_producer_id=pid, v3_and_below_producer_epoch=epoch,
+                                      v3_and_below_topics=[R.AddPartitionsToTxnTopic(
+                                          name=topic, partitions=[0])]))
+            self.assertEqual(resp.results_by_topic_v3_and_below[0].results_by_partition[0]
+                             .partition_error_code, errors.NONE)
+            # v1 knows a fenced producer as INVALID_PRODUCER_EPOCH, v3 as PRODUCER_FENCED
+            for version, code in ((1, errors.INVALID_PRODUCER_EPOCH), (3, errors.PRODUCER_FENCED)):
+                resp = c.request(24, version, R(
+                    v3_and_below_transactional_id="apt-tid", v3_and_below_producer_id=pid,
+                    v3_and_below_producer_epoch=epoch + 5,
+                    v3_and_below_topics=[R.AddPartitionsToTxnTopic(name=topic, partitions=[1])]))
+                self.assertEqual(resp.results_by_topic_v3_and_below[0].results_by_partition[0]
+                                 .partition_error_code, code)
+            # v4 verify-only (what a partition leader asks): in the transaction or not
+            resp = c.request(24, 4, R(transactions=[R.AddPartitionsToTxnTransaction(
+                transactional_id="apt-tid", producer_id=pid, producer_epoch=epoch, verify_only=True,
+                topics=[R.AddPartitionsToTxnTopic(name=topic, partitions=[0, 1])])]))
+            self.assertEqual(resp.error_code, errors.NONE)
+            codes = {(r.partition_index, r.partition_error_code)
+                     for t in resp.results_by_transaction[0].topic_results
+                     for r in t.results_by_partition}
+            self.assertEqual(codes, {(0, errors.NONE), (1, errors.INVALID_TXN_STATE)})
+            resp = c.request(26, 3, m.EndTxnRequest(transactional_id="apt-tid", producer_id=pid,
+                                                    producer_epoch=epoch, committed=False))
+            self.assertEqual(resp.error_code, errors.NONE)
+            resp = c.request(65, 0, m.DescribeTransactionsRequest(transactional_ids=["apt-tid"]))
+            self.assertIn(resp.transaction_states[0].transaction_state,
+                          ("PrepareAbort", "CompleteAbort"))
+        finally:
+            c.close()
+
+
 class KafkajsTransactionTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
     broker_overrides = OVERRIDES
 

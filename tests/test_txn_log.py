@@ -136,6 +136,22 @@ class TxnLogTests(unittest.TestCase):
         self.assertEqual(os.path.getsize(path), 68)
         self.assertEqual(self.fetch(0, 1).aborted_transactions, [(7, 0), (8, 2)])
 
+    def test_stale_markers_are_refused(self):
+        self.append(self.data(7))
+        # producer 7 is at epoch 0: a marker of epoch 0 from coordinator epoch 3 ends it
+        self.append(bytearray(build_control_batch(ABORT, 3, 7, 0)), ORIGIN_COORDINATOR)
+        entry = self.rm.producer_state(*TP).last_entry(7)
+        self.assertEqual(entry.coordinator_epoch, 3)
+        for buf, code in ((build_control_batch(COMMIT, 2, 7, 0), errors.TRANSACTION_COORDINATOR_FENCED),
+                          (build_control_batch(COMMIT, 3, 7, 1), errors.NONE)):
+            r = self.rm.append_records_now(1000, -1, {TP: bytearray(buf)},
+                                           origin=ORIGIN_COORDINATOR)[TP]
+            self.assertEqual(r.error_code, code)
+        r = self.rm.append_records_now(1000, -1, {TP: bytearray(build_control_batch(ABORT, 3, 7, 0))},
+                                       origin=ORIGIN_COORDINATOR)[TP]
+        self.assertEqual(r.error_code, errors.INVALID_PRODUCER_EPOCH)
+        self.assertEqual(self.log.log_end_offset, 4)
+
     def test_truncation_drops_index_entries(self):
         self.append(self.data(7))
         self.marker(7, ABORT)

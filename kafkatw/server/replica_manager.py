@@ -171,13 +171,29 @@ def _iter_batch_headers(buf):
     return list(records.iter_batch_headers(buf))
 
 
-def _marker_is_abort(buf, pos):
-    """Whether the control batch at ``pos`` holds an ABORT marker (else COMMIT or another
-    control record); raises InvalidRecordError for a malformed one."""
+def _marker(buf, pos):
+    """The ControlRecord of the control batch at ``pos`` (is_abort, coordinator_epoch);
+    raises InvalidRecordError for a malformed one."""
     _, recs = records.decode_batch(buf, pos, verify=False)
     if not recs:
         raise records.InvalidRecordError("control batch without records")
-    return records.decode_control_record(recs[0]).is_abort
+    return records.decode_control_record(recs[0])
+
+
+def _check_marker(entry, header, marker):
+    """Kafka's appendEndTxnMarker checks: an older producer epoch or coordinator epoch than the
+    partition has seen is refused (a zombie coordinator, or a stale admin abort)."""
+    if entry is None:
+        return None
+    if header.producer_epoch < entry.producer_epoch:
+        return PartitionResponse(errors.INVALID_PRODUCER_EPOCH, error_message=(
+            "Producer epoch %d of the marker is older than %d" % (header.producer_epoch,
+                                                                  entry.producer_epoch)))
+    ce = marker.coordinator_epoch
+    if ce is not None and ce < entry.coordinator_epoch:
+        return PartitionResponse(errors.TRANSACTION_COORDINATOR_FENCED, error_message=(
+            "Coordinator epoch %d of the marker is older than %d" % (ce, entry.coordinator_epoch)))
+    return None
 
 
 def _config_get(config, name, default):
@@ -592,13 +608,19 @@ class ReplicaManager:
                                 "Clients are not allowed to write control records"))
                         if markers is None:
                             markers = {}
-                        markers[pos] = _marker_is_abort(buf, pos)
+                        markers[pos] = _marker(buf, pos)
                 for _, h in headers:
                     if h.producer_id >= 0:
                         ps = self.producer_state_or_load(topic, partition, log_)
                         if ps is None:
                             return _LOADING
                         break
+            if ps is not None and markers is not None:
+                for pos, h in headers:
+                    if h.is_control:
+                        refused = _check_marker(ps.last_entry(h.producer_id), h, markers[pos])
+                        if refused is not None:
+                            return refused
             if ps is not None and origin == ORIGIN_CLIENT:
                 # Coordinator writes (markers, transactional offsets) carry no sequences; the
                 # coordinators checked the producer epoch already.
@@ -616,7 +638,9 @@ class ReplicaManager:
                     n = h.last_offset_delta + 1
                     ts = info.log_append_time if info.log_append_time != -1 else h.max_timestamp
                     if markers is not None and h.is_control:
-                        completed = ps.update(h, offset, offset + n - 1, ts, markers[pos])
+                        marker = markers[pos]
+                        completed = ps.update(h, offset, offset + n - 1, ts, marker.is_abort,
+                                              marker.coordinator_epoch)
                         if completed is not None and completed.is_aborted:
                             log_.append_aborted_txn(completed.producer_id, completed.first_offset,
                                                     completed.last_offset,

@@ -196,7 +196,8 @@ class ProducerStateManager:
 
     # -- updates (after append, and when rebuilding) ----------------------------------------
 
-    def update(self, header, first_offset, last_offset, timestamp=None, is_abort=None):
+    def update(self, header, first_offset, last_offset, timestamp=None, is_abort=None,
+               coordinator_epoch=None):
         """Record an appended batch at [first_offset, last_offset]. For a transaction marker
         (``is_abort`` says which kind) the :class:`CompletedTxn` it ends, if one was open."""
         if last_offset + 1 > self.map_end_offset:
@@ -215,6 +216,8 @@ class ProducerStateManager:
                 entry.producer_epoch = header.producer_epoch
             txn_first = entry.current_txn_first_offset
             entry.current_txn_first_offset = -1
+            if coordinator_epoch is not None:
+                entry.coordinator_epoch = coordinator_epoch
             entry.last_timestamp = ts
             self.ongoing_txns.pop(pid, None)
             if txn_first < 0:
