@@ -226,6 +226,71 @@ class VerificationTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
         self.assertEqual(read_all(bs, topic, "read_uncommitted", 1), [])
 
 
+def _write_prepare_commit(data_dir, transactional_id):
+    """Append, to the stopped broker's ``__transaction_state-0``, the PrepareCommit record an
+    EndTxn(commit) of ``transactional_id``'s ongoing transaction writes before its markers:
+    the state a kill -9 right after answering EndTxn leaves on disk."""
+    from kafkatw.coordinator.txn import metadata as tm
+    from kafkatw.coordinator.txn import txn_log
+    from kafkatw.coordinator.group.offsets_log import iter_log_records
+    from kafkatw.storage.log import UnifiedLog
+
+    lg = UnifiedLog(os.path.join(data_dir, "__transaction_state-0"), needs_recovery=True)
+    try:
+        state = None
+        for key, value in iter_log_records(lg, lg.log_start_offset, lg.log_end_offset, 1 << 20):
+            if txn_log.decode_key(key) == transactional_id:
+                state = txn_log.decode_value(transactional_id, value)
+        assert state is not None and state.state == tm.ONGOING, state
+        transit = state.prepare_abort_or_commit(tm.PREPARE_COMMIT, int(time.time() * 1000))
+        lg.append_as_leader(bytearray(txn_log.build_record_batch(
+            transactional_id, transit, int(time.time() * 1000))), 0)
+        lg.flush()
+    finally:
+        lg.close()
+
+
+class BrokerKillTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
+    broker_scope = "test"
+    broker_overrides = dict(OVERRIDES, **{"transaction.state.log.num.partitions": 1})
+
+    def test_markers_written_after_restart_from_prepare_commit(self):
+        bs = self.broker.bootstrap_servers
+        topic, tid = unique_name("kill"), unique_name("tid")
+        create_topic(bs, topic)
+        script = (
+            "import os, signal\n"
+            "from confluent_kafka import Producer\n"
+            "p = Producer({'bootstrap.servers': %r, 'transactional.id': %r})\n"
+            "p.init_transactions(20)\n"
+            "p.begin_transaction()\n"
+            "for i in range(4):\n"
+            "    p.produce(%r, b'k%%d' %% i, partition=i %% 2)\n"
+            "assert p.flush(10) == 0\n"
+            "print('sent', flush=True)\n"
+            "os.kill(os.getpid(), signal.SIGKILL)\n" % (bs, tid, topic))
+        proc = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60)
+        self.assertEqual(proc.stdout.strip(), b"sent", proc.stderr[-2000:])
+        self.assertEqual(read_all(bs, topic, "read_committed"), [])
+        self.broker.kill()
+        _write_prepare_commit(self.broker.data_dir, tid)
+        self.broker.start()
+        # loading finds PrepareCommit and writes the markers: the records are committed
+        poll_until(lambda: read_all(bs, topic, "read_committed") == values("k", 4), timeout=30,
+                   interval=0.2, message="the markers of the prepared commit")
+        from kafkatw.protocol import messages as m
+        from tests.support import RawClient
+
+        c = RawClient(self.broker, "kill")
+        try:
+            state = poll_until(lambda: c.request(65, 0, m.DescribeTransactionsRequest(
+                transactional_ids=[tid])).transaction_states[0].transaction_state == "CompleteCommit",
+                timeout=10, message="CompleteCommit")
+        finally:
+            c.close()
+        self.assertTrue(state)
+
+
 class ProtocolTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
     """What is advertised (item 7 of the issue: no KIP-890 part 2), and request versions'
     shapes and error mappings, spoken raw."""
