@@ -360,6 +360,7 @@ class ProducerStateTest(CleanerBase):
         self.append(lg, [b"a"], [b"aborted"], producer_id=5, producer_epoch=0,
                     base_sequence=0, transactional=True)
         lg.append_as_leader(bytearray(build_control_batch(records.ABORT, 0, 5, 0)), 0)
+        lg.append_aborted_txn(5, 1, 2, 3)  # what the replica manager records for the marker
         self.append(lg, [b"b"])  # producer 5's marker is not its last entry
         self.append(lg, [b"c"], producer_id=5, producer_epoch=0, base_sequence=1)
         lg.roll()
@@ -374,6 +375,13 @@ class ProducerStateTest(CleanerBase):
         marker = [h for h in headers if h.is_control][0]
         self.assertEqual(marker.base_offset, 2)
         self.assertTrue(marker.has_delete_horizon)
+        # the cleaned segment keeps the aborted-transaction entry (Kafka's cleaner copies it)
+        from kafkatw.storage.txn_index import AbortedTxn
+
+        seg = lg.segments[0]
+        self.assertEqual(seg.txn_index.entries, [AbortedTxn(5, 1, 2, 3)])
+        self.assertEqual(os.path.getsize(seg.txn_index.path), 34)
+        self.assertEqual(lg.collect_aborted_transactions(0, 6), [AbortedTxn(5, 1, 2, 3)])
         self.clock.advance(2)
         self.append(lg, [b"z"])
         lg.roll()
