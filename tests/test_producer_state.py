@@ -96,6 +96,28 @@ class ChecksTests(unittest.TestCase):
         self.assertEqual(self.m.last_entry(7).current_txn_first_offset, -1)
         self.assertEqual(self.m.map_end_offset, 2)
 
+    def test_open_transactions_give_the_first_unstable_offset_and_never_expire(self):
+        from kafkatw.storage.producer_state import CompletedTxn
+
+        self.m.producer_id_expiration_ms = 1000
+        txn = TRANSACTIONAL_FLAG_MASK
+        self.m.update(hdr(7, 0, 0, attributes=txn, ts=5000), 3, 3)
+        self.m.update(hdr(8, 0, 0, attributes=txn, ts=5000), 4, 5)
+        self.m.update(hdr(7, 0, 1, attributes=txn, ts=5000), 6, 6)
+        self.assertEqual((self.m.ongoing_txns, self.m.first_unstable_offset()), ({7: 3, 8: 4}, 3))
+        self.assertEqual(self.m.remove_expired_producers(60000), [])
+        done = self.m.update(hdr(7, 0, -1, attributes=txn | CONTROL_FLAG_MASK, ts=5000), 7, 7,
+                             is_abort=True)
+        self.assertEqual(done, CompletedTxn(7, 3, 7, True))
+        self.assertEqual(self.m.last_stable_offset(done), 4)  # producer 8's still open
+        self.assertEqual(self.m.first_unstable_offset(), 4)
+        self.assertEqual(self.m.remove_expired_producers(60000), [7])  # 8 is still in a txn
+        done = self.m.update(hdr(8, 0, -1, attributes=txn | CONTROL_FLAG_MASK), 8, 8, is_abort=False)
+        self.assertEqual((done, self.m.last_stable_offset(done)), (CompletedTxn(8, 4, 8, False), 9))
+        self.assertIsNone(self.m.first_unstable_offset())
+        # a marker without an open transaction completes nothing
+        self.assertIsNone(self.m.update(hdr(8, 0, -1, attributes=txn | CONTROL_FLAG_MASK), 9, 9))
+
     def test_expiry(self):
         self.m.producer_id_expiration_ms = 1000
         self.append(hdr(7, 0, 0, ts=5000))
