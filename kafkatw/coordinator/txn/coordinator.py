@@ -63,6 +63,15 @@ class InitProducerIdResult:
         self.producer_epoch = producer_epoch
 
 
+def _init_failed(failure):
+    """A producer id that could not be made durable (the metadata write failed)."""
+    code = getattr(failure.value, "code", None)
+    if code is None:
+        log.failure("InitProducerId failed", failure)
+        code = errors.UNKNOWN_SERVER_ERROR
+    return InitProducerIdResult(code)
+
+
 class TransactionCoordinator:
     """``replica_manager`` appends (state records and markers), ``log_manager`` serves the load,
     ``metadata`` knows and creates topics and hands out producer ids; ``group_coordinator``
@@ -238,16 +247,30 @@ class TransactionCoordinator:
         error = self._coordinator_error(transactional_id)
         if error is not None:
             return defer.succeed(InitProducerIdResult(error))
-        now = self.now_ms()
+        if transactional_id in self.transactions:
+            return self._init_producer_id(transactional_id, txn_timeout_ms, expected_producer_id,
+                                          expected_epoch)
+
+        def got(pid):
+            # a new id: its producer id is durable before it is handed out
+            if transactional_id not in self.transactions:  # else another request made it meanwhile
+                self.transactions[transactional_id] = TransactionMetadata(
+                    transactional_id, pid, txn_timeout_ms=txn_timeout_ms,
+                    txn_last_update_timestamp=self.now_ms())
+            return self._init_producer_id(transactional_id, txn_timeout_ms, expected_producer_id,
+                                          expected_epoch)
+
+        return self._next_producer_id().addCallbacks(got, _init_failed)
+
+    def _next_producer_id(self):
+        return defer.maybeDeferred(self.metadata.next_producer_id)
+
+    def _init_producer_id(self, transactional_id, txn_timeout_ms, expected_producer_id,
+                          expected_epoch):
         txn = self.transactions.get(transactional_id)
-        if txn is None:
-            try:
-                pid = self.metadata.next_producer_id()
-            except Exception as e:
-                return defer.succeed(InitProducerIdResult(getattr(e, "code", errors.UNKNOWN_SERVER_ERROR)))
-            txn = TransactionMetadata(transactional_id, pid, txn_timeout_ms=txn_timeout_ms,
-                                      txn_last_update_timestamp=now)
-            self.transactions[transactional_id] = txn
+        if txn is None:  # expired while a producer id was being written: try again
+            return defer.succeed(InitProducerIdResult(errors.CONCURRENT_TRANSACTIONS))
+        now = self.now_ms()
         expected = expected_producer_id >= 0 and expected_epoch >= 0
         if txn.pending_state is not None:
             return defer.succeed(InitProducerIdResult(errors.CONCURRENT_TRANSACTIONS))
@@ -264,14 +287,17 @@ class TransactionCoordinator:
             return d.addCallback(lambda code: InitProducerIdResult(
                 code if code != errors.NONE else errors.CONCURRENT_TRANSACTIONS))
         if txn.is_producer_epoch_exhausted:
-            try:
-                new_pid = self.metadata.next_producer_id()
-            except Exception as e:
-                return defer.succeed(InitProducerIdResult(getattr(e, "code", errors.UNKNOWN_SERVER_ERROR)))
-            transit = txn.prepare_producer_id_rotation(new_pid, txn_timeout_ms, now)
-        else:
-            transit = txn.prepare_increment_producer_epoch(
-                txn_timeout_ms, expected_epoch if expected else None, now)
+            def rotate(new_pid):
+                if txn.pending_state is not None:
+                    return InitProducerIdResult(errors.CONCURRENT_TRANSACTIONS)
+                transit = txn.prepare_producer_id_rotation(new_pid, txn_timeout_ms, self.now_ms())
+                return self._append_init(txn, transit)
+            return self._next_producer_id().addCallbacks(rotate, _init_failed)
+        transit = txn.prepare_increment_producer_epoch(
+            txn_timeout_ms, expected_epoch if expected else None, now)
+        return self._append_init(txn, transit)
+
+    def _append_init(self, txn, transit):
         d = self._append_transit(txn, transit)
         return d.addCallback(lambda code: InitProducerIdResult(
             code, txn.producer_id if code == errors.NONE else -1,
