@@ -117,6 +117,21 @@ class TxnLogTests(unittest.TestCase):
         self.assertEqual(self.log.last_stable_offset, 5)
         self.assertEqual(self.fetch(0, 1).aborted_transactions, [(7, 2)])
 
+    def test_open_transaction_survives_crash_before_any_roll(self):
+        self.append(self.data(-1, txn=False))
+        self.append(self.data(7))
+        # kill -9: no shutdown, so no snapshot at the log end; the one taken when the
+        # partition's producer state was first made (at offset 2) is replayed from
+        self.open()
+        self.assertEqual((self.log.high_watermark, self.log.last_stable_offset), (4, 2))
+
+    def test_logs_without_producers_are_not_read_at_start(self):
+        self.append(self.data(-1, txn=False))
+        self.close()
+        self.open()
+        self.assertEqual(self.rm._producer_states, {})
+        self.assertEqual(self.log.last_stable_offset, 2)
+
     def test_recovery_rebuilds_txn_index(self):
         self.append(self.data(7))
         self.append(self.data(8))

@@ -10,6 +10,8 @@ Topics are named by ``metadata`` (the cluster metadata store or a test double) t
 ``is_internal(topic)``.
 """
 
+import os
+
 import attr
 from twisted.internet import defer, task
 from twisted.logger import Logger
@@ -21,6 +23,7 @@ from kafkatw.server.purgatory import DelayedOperationPurgatory, TopicPartitionOp
 from kafkatw.storage.offsets import UNKNOWN_OFFSET_METADATA, FetchDataInfo, FetchIsolation
 from kafkatw.storage.producer_state import (
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+    SNAPSHOT_SUFFIX,
     ProducerStateManager,
     delete_snapshots_before,
     write_snapshot,
@@ -196,6 +199,13 @@ def _check_marker(entry, header, marker):
     return None
 
 
+def _has_producer_snapshot(directory):
+    try:
+        return any(name.endswith(SNAPSHOT_SUFFIX) for name in os.listdir(directory))
+    except OSError:
+        return False
+
+
 def _config_get(config, name, default):
     if config is None:
         return default
@@ -343,6 +353,9 @@ class ReplicaManager:
         if start >= log_.log_end_offset:
             self._install_producer_state(key, log_, ps)
             return ps
+        # Until the rebuild is done nothing after the snapshot is known to be stable.
+        unstable = ps.first_unstable_offset()
+        log_.first_unstable_offset = start if unstable is None else min(unstable, start)
         loading = self._producer_state_loads[key] = _ProducerStateLoad()
         log.info("rebuilding producer state of {topic}-{partition} from offset {start} to {end}",
                  topic=topic, partition=partition, start=start, end=log_.log_end_offset)
@@ -388,6 +401,23 @@ class ReplicaManager:
         self._hook_roll(log_, ps)
         log_.producer_state_manager = ps  # the cleaner keeps each producer's last batch
         log_.first_unstable_offset = ps.first_unstable_offset()
+        if not _has_producer_snapshot(log_.dir):
+            # A partition with producer state always has a snapshot from here on, so a start-up
+            # (even after a crash) knows which logs may hold open transactions without reading
+            # logs that never saw a producer id.
+            self._write_snapshot(log_, ps, ps.map_end_offset)
+
+    def _write_snapshot(self, lg, ps, offset):
+        """Encode ``ps`` here, write it (fsync) in the pool: a thread gets only bytes and paths."""
+        data, log_dir, start = ps.encode_snapshot(), lg.dir, lg.log_start_offset
+
+        def write():
+            write_snapshot(log_dir, offset, data)
+            delete_snapshots_before(log_dir, start)
+        run = getattr(self.log_manager, "run_blocking", None)
+        d = defer.maybeDeferred(write) if run is None else run(write)
+        d.addErrback(lambda f: log.failure("producer snapshot of {topic}-{partition} failed",
+                                           f, topic=lg.topic, partition=lg.partition))
 
     def _hook_roll(self, log_, ps):
         """Snapshot the producer state when the log rolls a segment (Kafka does this inside
@@ -400,16 +430,7 @@ class ReplicaManager:
             if previous is not None:
                 previous(lg, new_base)
             if ps.map_end_offset == new_base:
-                # encoded here, written (fsync) in the pool: a thread gets only bytes and paths
-                data, log_dir, start = ps.encode_snapshot(), lg.dir, lg.log_start_offset
-
-                def write():
-                    write_snapshot(log_dir, new_base, data)
-                    delete_snapshots_before(log_dir, start)
-                run = getattr(self.log_manager, "run_blocking", None)
-                d = defer.maybeDeferred(write) if run is None else run(write)
-                d.addErrback(lambda f: log.failure("producer snapshot of {topic}-{partition} failed",
-                                                   f, topic=lg.topic, partition=lg.partition))
+                self._write_snapshot(lg, ps, new_base)
 
         log_.roll_listener = on_roll
 
@@ -476,10 +497,13 @@ class ReplicaManager:
         # interval.ms); without this, records acknowledged before a crash stay invisible.
         for log_ in self.log_manager.all_logs():
             log_.maybe_increment_high_watermark(log_.log_end_offset)
-            if log_.log_end_offset > log_.log_start_offset and not log_.is_offline:
+            if log_.log_end_offset > log_.log_start_offset and not log_.is_offline \
+                    and _has_producer_snapshot(log_.dir):
                 # Open transactions hold the LSO back from the first fetch on (Kafka loads
-                # producer state with the log).
-                self.producer_state(log_.topic, log_.partition, log_)
+                # producer state with the log); only logs that ever had producer state can
+                # hold one, and each of those has a snapshot. A rebuild from the snapshot runs
+                # in slices, the LSO held at the snapshot meanwhile.
+                self.producer_state_or_load(log_.topic, log_.partition, log_)
 
         interval = _config_get(self.config, "producer.id.expiration.check.interval.ms", 600000)
         self._expiry_loop = task.LoopingCall(self.remove_expired_producers)
