@@ -220,6 +220,8 @@ class CoordinatorTests(unittest.TestCase):
         self.assertEqual(group.handle_fetch_offsets("g", [("d", 0)])[1], {("d", 0): None})
         self.assertEqual(group.handle_fetch_offsets("g", [("d", 0)], True)[0],
                          errors.UNSTABLE_OFFSET_COMMIT)
+        group.cleanup_group_metadata()  # an empty group holding only pending offsets stays
+        self.assertIn("g", group.groups)
         self.result(self.node.txn.handle_end_transaction("tx", pid, epoch, True))
         self.turns()
         self.assertEqual(group.handle_fetch_offsets("g", [("d", 0)])[1][("d", 0)].offset, 5)

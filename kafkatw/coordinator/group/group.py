@@ -342,7 +342,9 @@ class GroupMetadata:
 
     # -- offsets ---------------------------------------------------------------------------
     def has_offsets(self):
-        return bool(self.offsets)
+        """Committed offsets, or transactional ones waiting for their marker (Kafka counts
+        both: such a group must not expire)."""
+        return bool(self.offsets) or any(self.pending_txn_offsets.values())
 
     def remove_offsets(self, partitions):
         removed = {}
