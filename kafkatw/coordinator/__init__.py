@@ -1,3 +1,4 @@
-"""Coordinators: the group coordinator (``group``) on ``__consumer_offsets``; a transaction
-coordinator may live beside it. Nothing here is imported by the network or storage layers.
+"""Coordinators: the group coordinator (``group``) on ``__consumer_offsets`` and the transaction
+coordinator (``txn``) on ``__transaction_state``. Nothing here is imported by the network or
+storage layers.
 """
