@@ -20,7 +20,13 @@ from kafkatw.protocol import errors, records
 from kafkatw.protocol.errors import KafkaError
 from kafkatw.server.delayed_fetch import DelayedFetch, FetchPartitionStatus
 from kafkatw.server.purgatory import DelayedOperationPurgatory, TopicPartitionOperationKey
-from kafkatw.storage.offsets import UNKNOWN_OFFSET_METADATA, FetchDataInfo, FetchIsolation
+from kafkatw.storage.offsets import (  # noqa: F401 (the origins are part of this API)
+    ORIGIN_CLIENT,
+    ORIGIN_COORDINATOR,
+    UNKNOWN_OFFSET_METADATA,
+    FetchDataInfo,
+    FetchIsolation,
+)
 from kafkatw.storage.producer_state import (
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     SNAPSHOT_SUFFIX,
@@ -42,10 +48,6 @@ EMPTY_RECORDS = b""
 
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
-
-# Kafka's AppendOrigin: who appends decides what may be in the batches.
-ORIGIN_CLIENT = "client"  # a Produce request: no control batches
-ORIGIN_COORDINATOR = "coordinator"  # coordinators' own records and transaction markers
 
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1

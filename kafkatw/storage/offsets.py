@@ -10,6 +10,11 @@ UNKNOWN_OFFSET = -1
 UNIFIED_LOG_UNKNOWN_OFFSET = -1
 
 
+# Kafka's AppendOrigin: who appends decides what the batches may hold and what is checked.
+ORIGIN_CLIENT = "client"  # a Produce request: sequences checked, no control batches
+ORIGIN_COORDINATOR = "coordinator"  # coordinators' own records and transaction markers
+
+
 class FetchIsolation(enum.Enum):
     LOG_END = 0
     HIGH_WATERMARK = 1

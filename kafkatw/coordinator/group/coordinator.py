@@ -37,6 +37,7 @@ from kafkatw.coordinator.group.group import (
 from kafkatw.coordinator.group.offsets_log import GROUP_METADATA_TOPIC_NAME
 from kafkatw.protocol import errors
 from kafkatw.server.purgatory import DelayedOperationPurgatory
+from kafkatw.storage.offsets import ORIGIN_COORDINATOR
 
 log = Logger()
 
@@ -1201,8 +1202,6 @@ class GroupCoordinator:
                                                           producer_id, producer_epoch))
         kwargs = {}
         if producer_id >= 0:
-            from kafkatw.server.replica_manager import ORIGIN_COORDINATOR
-
             kwargs["origin"] = ORIGIN_COORDINATOR
         d = self.replica_manager.append_records(
             self.commit_timeout_ms, -1, {tp: batch}, internal_topics_allowed=True, **kwargs)

@@ -11,6 +11,7 @@ from twisted.logger import Logger
 
 from kafkatw.coordinator.group.offsets_log import iter_log_records
 from kafkatw.protocol import errors
+from kafkatw.storage.offsets import ORIGIN_COORDINATOR
 
 from . import txn_log
 from .markers import GROUP_METADATA_TOPIC_NAME, write_markers
@@ -574,8 +575,6 @@ class TransactionCoordinator:
     def _append_record(self, transactional_id, transit):
         tp = (TRANSACTION_STATE_TOPIC_NAME, self.partition_for(transactional_id))
         batch = bytearray(txn_log.build_record_batch(transactional_id, transit, self.now_ms()))
-        from kafkatw.server.replica_manager import ORIGIN_COORDINATOR
-
         d = self.replica_manager.append_records(-1, -1, {tp: batch}, internal_topics_allowed=True,
                                                 origin=ORIGIN_COORDINATOR)
 

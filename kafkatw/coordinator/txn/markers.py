@@ -9,6 +9,7 @@ from twisted.logger import Logger
 
 from kafkatw.protocol import errors
 from kafkatw.protocol.records import ABORT, COMMIT, build_control_batch
+from kafkatw.storage.offsets import ORIGIN_COORDINATOR
 
 log = Logger()
 
@@ -18,8 +19,6 @@ GROUP_METADATA_TOPIC_NAME = "__consumer_offsets"
 def write_markers(replica_manager, group_coordinator, producer_id, producer_epoch,
                   coordinator_epoch, commit, partitions, timestamp_ms):
     """Append one marker to each (topic, partition); {(topic, partition): error code}."""
-    from kafkatw.server.replica_manager import ORIGIN_COORDINATOR
-
     kind = COMMIT if commit else ABORT
     entries = {}
     for tp in partitions:
