@@ -1,7 +1,7 @@
 """``kafkatw transactions`` against a real broker: list and describe an open transaction of a
-confluent-kafka producer, describe a partition's producers, and abort a hanging transaction
-(KIP-664: transactional records the coordinator does not know of, holding the LSO) so that a
-read_committed consumer moves on."""
+confluent-kafka producer, describe a partition's producers, and find and abort a hanging
+transaction (KIP-664: transactional records the coordinator does not know of, holding the LSO)
+so that a read_committed consumer moves on."""
 
 import subprocess
 import sys
@@ -55,6 +55,9 @@ class TransactionsCliTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
         (prow,) = self.rows(self.ok("transactions", "describe-producers", "--topic", topic,
                                     "--partition", "1"))
         self.assertEqual((prow[0], prow[1], prow[5]), (pid, "0", "0"))
+        # an ongoing transaction its coordinator knows is not hanging, however old
+        self.assertEqual(self.rows(self.ok("transactions", "find-hanging", "--topic", topic,
+                                           "--max-transaction-timeout", "0")), [])
         p.commit_transaction(20)
         (row,) = self.rows(self.ok("transactions", "describe", "--transactional-id", tid))
         self.assertEqual(row[4], "CompleteCommit")
@@ -81,6 +84,10 @@ class TransactionsCliTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
         finally:
             c.close()
         self.assertEqual(read_all(bs, topic, "read_committed", 1), [b"plain"])  # stuck at 1
+        (row,) = self.rows(self.ok("transactions", "find-hanging", "--topic", topic,
+                                   "--max-transaction-timeout", "0"))
+        self.assertEqual(row[:6], [topic, "0", "4242", "3", "-1", "1"])
+        self.assertEqual(self.rows(self.ok("transactions", "find-hanging", "--topic", topic)), [])
         rc, _, err = run_cli(bs, "transactions", "abort", "--topic", topic, "--partition", "0",
                              "--start-offset", "7")
         self.assertEqual(rc, 1)

@@ -1,7 +1,8 @@
-"""``kafkatw transactions list|describe|describe-producers|abort``, Kafka's kafka-transactions
-tool over ListTransactions, FindCoordinator + DescribeTransactions, DescribeProducers and
-WriteTxnMarkers (KIP-664: ``abort`` ends a hanging transaction on one partition by writing an
-ABORT marker for its producer, found by the transaction's start offset or given outright).
+"""``kafkatw transactions list|describe|describe-producers|find-hanging|abort``, Kafka's
+kafka-transactions tool over ListTransactions, FindCoordinator + DescribeTransactions,
+DescribeProducers and WriteTxnMarkers (KIP-664: ``find-hanging`` lists open transactions on
+partitions that no coordinator knows of or that outlived the longest allowed timeout; ``abort``
+ends one by writing an ABORT marker for its producer, found by the transaction's start offset).
 """
 
 import time
@@ -29,6 +30,13 @@ def add_parser(sub):
     q.add_argument("--topic", required=True)
     q.add_argument("--partition", type=int, required=True)
     q.set_defaults(func=cmd_describe_producers)
+    q = tsub.add_parser("find-hanging", help="open transactions no coordinator will end")
+    q.add_argument("--topic", required=True)
+    q.add_argument("--partition", type=int, action="append",
+                   help="only these partitions (default: all)")
+    q.add_argument("--max-transaction-timeout", type=int, default=15, metavar="MINUTES",
+                   help="transaction.max.timeout.ms of the cluster, in minutes (default 15)")
+    q.set_defaults(func=cmd_find_hanging)
     q = tsub.add_parser("abort", help="abort a hanging transaction on one partition")
     q.add_argument("--topic", required=True)
     q.add_argument("--partition", type=int, required=True)
@@ -104,6 +112,49 @@ def cmd_describe_producers(client, args):
                 [[p.producer_id, p.producer_epoch, p.coordinator_epoch, p.last_sequence,
                   p.last_timestamp, p.current_txn_start_offset if p.current_txn_start_offset >= 0
                   else "None"] for p in producers], args.out)
+
+
+def _transactions_of(client, producer_id):
+    """[(transactional id, coordinator node)] whose producer id is ``producer_id``."""
+    found = []
+    for node in _brokers(client):
+        resp = client.call(messages.ListTransactionsRequest(
+            state_filters=[], producer_id_filters=[producer_id]), client.node(node), max_version=0)
+        check(resp.error_code, what="ListTransactions on broker %d" % node)
+        found += [(t.transactional_id, node) for t in resp.transaction_states]
+    return found
+
+
+def _is_hanging(client, topic, partition, producer):
+    """Kafka's rule: hanging unless a coordinator has this producer's ongoing transaction
+    holding the partition at the same epoch."""
+    for tid, node in _transactions_of(client, producer.producer_id):
+        resp = client.call(messages.DescribeTransactionsRequest(transactional_ids=[tid]),
+                           client.node(node))
+        s = resp.transaction_states[0]
+        if s.error_code or s.transaction_state != "Ongoing" or s.producer_epoch != producer.producer_epoch:
+            continue
+        if any(t.topic == topic and partition in t.partitions for t in s.topics):
+            return False
+    return True
+
+
+def cmd_find_hanging(client, args):
+    partitions = args.partition or sorted(client.topic_partitions(args.topic))
+    now = int(time.time() * 1000)
+    limit = args.max_transaction_timeout * 60000
+    rows = []
+    for partition in partitions:
+        _, producers = _producers(client, args.topic, partition)
+        for p in producers:
+            if p.current_txn_start_offset < 0 or now - p.last_timestamp < limit:
+                continue
+            if _is_hanging(client, args.topic, partition, p):
+                rows.append([args.topic, partition, p.producer_id, p.producer_epoch,
+                             p.coordinator_epoch, p.current_txn_start_offset, p.last_timestamp,
+                             (now - p.last_timestamp) // 60000])
+    print_table(["Topic", "Partition", "ProducerId", "ProducerEpoch", "CoordinatorEpoch",
+                 "StartOffset", "LastTimestamp", "Duration(min)"], rows, args.out)
 
 
 def cmd_abort(client, args):
