@@ -206,6 +206,8 @@ class VerificationTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
             return c.request(PRODUCE, PRODUCE_V, body).responses[0].partition_responses[0].error_code
 
         try:
+            # transactional records without a transactional id: refused, as Kafka does
+            self.assertEqual(produce(None, 4242, 0), errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
             self.assertEqual(produce("never-initialized", 4242, 0), errors.INVALID_PRODUCER_ID_MAPPING)
             # an initialized producer whose transaction does not hold the partition
             from confluent_kafka import Producer

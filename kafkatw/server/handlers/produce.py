@@ -102,6 +102,11 @@ def handle(apis, request):
             except KafkaError as e:
                 results[tp] = _error(e.code, e.message)
                 continue
+            if body.transactional_id is None and header is not None and header.is_transactional:
+                # Kafka: transactional records need a transactional id (authorized for it)
+                results[tp] = _error(errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                                     "Transactional records need a transactional id")
+                continue
             try:
                 if compression_type is None:
                     compression_type = topic_compression_type(apis, topic.name)
