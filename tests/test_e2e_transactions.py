@@ -101,6 +101,38 @@ class ConfluentTransactionTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
         self.assertEqual(read_all(bs, topic, "read_uncommitted"),
                          sorted(committed + aborted + [b"last"]))
 
+    def test_kcat_reads_committed_only(self):
+        """Debian's kcat (librdkafka 2.0.2) consumes read_committed by default: aborted records
+        are skipped, the partition's end is the LSO (offsets of markers and aborted records are
+        not shown), and -X isolation.level=read_uncommitted shows everything."""
+        import shutil
+
+        if shutil.which("kcat") is None:
+            raise unittest.SkipTest("kcat is not installed (apt-get install kcat)")
+        bs = self.broker.bootstrap_servers
+        topic = unique_name("kcat-txn")
+        create_topic(bs, topic, 1)
+        p = self.producer(unique_name("tid"))
+        p.begin_transaction()
+        p.produce(topic, b"c0", partition=0)
+        p.commit_transaction(20)  # c0 at 0, marker at 1
+        p.begin_transaction()
+        p.produce(topic, b"a0", partition=0)
+        self.assertEqual(p.flush(10), 0)
+        p.abort_transaction(20)  # a0 at 2, marker at 3
+        p.begin_transaction()
+        p.produce(topic, b"c1", partition=0)
+        p.commit_transaction(20)  # c1 at 4, marker at 5
+
+        def kcat(*extra):
+            proc = subprocess.run(["kcat", "-b", bs, "-C", "-t", topic, "-o", "beginning", "-e",
+                                   "-f", "%o:%s\n", *extra], capture_output=True, timeout=60)
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            return proc.stdout.decode().split()
+
+        self.assertEqual(kcat(), ["0:c0", "4:c1"])
+        self.assertEqual(kcat("-X", "isolation.level=read_uncommitted"), ["0:c0", "2:a0", "4:c1"])
+
     def test_zombie_is_fenced(self):
         from confluent_kafka import KafkaException
 
