@@ -167,6 +167,17 @@ class TxnLogTests(unittest.TestCase):
         self.assertEqual(r.error_code, errors.INVALID_PRODUCER_EPOCH)
         self.assertEqual(self.log.log_end_offset, 4)
 
+    def test_corrupt_txn_index_is_rebuilt_even_below_the_recovery_point(self):
+        self.append(self.data(7))
+        self.marker(7, ABORT)
+        path = self.log.active_segment.txn_index.path
+        self.close()  # clean: nothing would be recovered
+        with open(path, "ab") as f:
+            f.write(b"torn")
+        self.open()
+        self.assertEqual(self.log.active_segment.txn_index.entries, [AbortedTxn(7, 0, 2, 3)])
+        self.assertEqual(os.path.getsize(path), 34)
+
     def test_truncation_drops_index_entries(self):
         self.append(self.data(7))
         self.marker(7, ABORT)

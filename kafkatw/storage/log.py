@@ -245,6 +245,9 @@ class UnifiedLog:
             if seg.size > 0 and (not os.path.exists(seg.offset_index.path) or
                                  not os.path.exists(seg.time_index.path)):
                 to_recover.add(base)
+            elif seg.txn_index.corrupt is not None:
+                self.recovery_log.append("segment %d: %s" % (base, seg.txn_index.corrupt))
+                to_recover.add(base)
             self._add_segment(seg)
         new_log = not self._bases
         if new_log:

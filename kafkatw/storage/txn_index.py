@@ -33,7 +33,13 @@ class TransactionIndex:
     def __init__(self, path, base_offset):
         self.path = path
         self.base_offset = base_offset
-        self.entries = self._read() if os.path.exists(path) else []
+        self.corrupt = None  # why the file could not be read: its segment must be recovered
+        self.entries = []
+        if os.path.exists(path):
+            try:
+                self.entries = self._read()
+            except CorruptTxnIndexError as e:
+                self.corrupt = str(e)
 
     def _read(self):
         with open(self.path, "rb") as f:
@@ -78,6 +84,7 @@ class TransactionIndex:
 
     def reset(self):
         self.entries = []
+        self.corrupt = None
         self._unlink()
 
     def _rewrite(self):
@@ -114,5 +121,7 @@ class TransactionIndex:
         self._unlink()
 
     def sanity_check(self):
+        if self.corrupt is not None:
+            raise CorruptTxnIndexError(self.corrupt)
         if os.path.exists(self.path) and os.path.getsize(self.path) % ENTRY_SIZE:
             raise CorruptTxnIndexError("%s: size is not a multiple of %d" % (self.path, ENTRY_SIZE))
