@@ -100,6 +100,14 @@ class TxnLogTests(unittest.TestCase):
         self.assertEqual(self.rm.fetch_offset_for_timestamp(TP, -1, 1).offset, 8)
         self.assertEqual(self.rm.fetch_offset_for_timestamp(TP, -1, 0).offset, 10)
 
+    def test_lso_never_below_the_log_start(self):
+        self.append(self.data(7))                      # open at 0-1
+        self.append(self.data(-1, txn=False))          # 2-3
+        self.assertEqual(self.log.last_stable_offset, 0)
+        self.log.delete_records_before(1)
+        self.assertEqual(self.log.last_stable_offset, 1)
+        self.assertEqual(self.fetch(1, 1).last_stable_offset, 1)
+
     def test_clients_cannot_write_control_batches(self):
         buf = bytearray(build_control_batch(COMMIT, 0, 7, 0))
         r = self.rm.append_records_now(1000, -1, {TP: buf})[TP]

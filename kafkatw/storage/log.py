@@ -407,7 +407,9 @@ class UnifiedLog:
         fuo = self.first_unstable_offset
         if fuo is None:
             return self.high_watermark
-        fuo = getattr(fuo, "message_offset", fuo)
+        # an open transaction whose start was deleted (retention, DeleteRecords) holds the
+        # LSO at the log start, as Kafka's updateFirstUnstableOffset does
+        fuo = max(getattr(fuo, "message_offset", fuo), self._log_start_offset)
         return min(fuo, self.high_watermark)
 
     @property
@@ -416,10 +418,11 @@ class UnifiedLog:
         hw = self.fetch_high_watermark_metadata()
         if fuo is None:
             return hw
-        offset = getattr(fuo, "message_offset", fuo)
+        offset = max(getattr(fuo, "message_offset", fuo), self._log_start_offset)
         if offset >= hw.message_offset:
             return hw
-        if isinstance(fuo, LogOffsetMetadata) and not fuo.message_offset_only:
+        if isinstance(fuo, LogOffsetMetadata) and not fuo.message_offset_only \
+                and fuo.message_offset == offset:
             return fuo
         try:
             return self._convert_to_offset_metadata(offset)
