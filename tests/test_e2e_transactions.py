@@ -1,6 +1,6 @@
 """Transactions with real clients against a real broker process: confluent-kafka, kafka-python
 and aiokafka transactional producers commit and abort (read_committed consumers see exactly the
-committed records, read_uncommitted ones everything), a second producer with the same
+committed records, read_uncommitted ones everything; so does kcat), a second producer with the same
 transactional id fences the first, a transaction left open by a killed client is aborted after
 its timeout (the LSO moves on), consume-transform-produce with send_offsets_to_transaction stays
 exactly-once across a kill -9 of the worker (confluent-kafka) and works in kafkajs, and a
