@@ -149,6 +149,25 @@ class CoordinatorTests(unittest.TestCase):
         self.assertEqual(self.result(self.node.txn.handle_end_transaction("tx", pid, epoch + 1, True)),
                          errors.PRODUCER_FENCED)
 
+    def test_failed_marker_is_retried_on_its_partition_only(self):
+        _, pid, epoch = self.init()
+        self.result(self.node.txn.handle_add_partitions("tx", pid, epoch, [("d", 0), ("d", 1)]))
+        self.data(pid, epoch, ("d", 0))
+        self.data(pid, epoch, ("d", 1))
+        self.log("d", 1).mark_offline()  # its markers fail with KAFKA_STORAGE_ERROR
+        self.result(self.node.txn.handle_end_transaction("tx", pid, epoch, True))
+        self.turns()
+        self.clock.advance(0.5)  # retried every 100 ms meanwhile
+        txn = self.node.txn.transactions["tx"]
+        self.assertEqual(txn.state, tm.PREPARE_COMMIT)
+        self.assertEqual(self.log("d", 1).last_stable_offset, 0)
+        self.log("d", 1)._offline = False  # the disk is back
+        self.clock.advance(0.1)
+        self.turns()
+        self.assertEqual(txn.state, tm.COMPLETE_COMMIT)
+        self.assertEqual(self.headers("d", 0), [(0, pid, 0, False), (2, pid, 0, True)])
+        self.assertEqual(self.headers("d", 1), [(0, pid, 0, False), (2, pid, 0, True)])
+
     def test_restart_between_end_txn_and_markers(self):
         _, pid, epoch = self.init()
         self.result(self.node.txn.handle_add_partitions("tx", pid, epoch, [("d", 0)]))

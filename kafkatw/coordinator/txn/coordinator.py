@@ -460,25 +460,41 @@ class TransactionCoordinator:
         """The markers go out after the EndTxn answer (Kafka's marker channel is asynchronous)."""
         self.clock.callLater(0, self._send_markers, txn)
 
-    def _send_markers(self, txn):
+    def _send_markers(self, txn, partitions=None):
+        """Write the markers to ``partitions`` (all of the transaction's by default)."""
         if not self.is_active or txn.state not in (PREPARE_COMMIT, PREPARE_ABORT):
             return
         if self.transactions.get(txn.transactional_id) is not txn:
             return
         commit = txn.state == PREPARE_COMMIT
-        partitions = sorted(tp for tp in txn.partitions
+        if partitions is None:
+            partitions = txn.partitions
+        partitions = sorted(tp for tp in partitions
                             if self.metadata.contains_partition(tp[0], tp[1]))
-        results = write_markers(self.replica_manager, self.group_coordinator, txn.producer_id,
-                                txn.producer_epoch, self.coordinator_epoch(txn.transactional_id),
-                                commit, partitions, self.now_ms())
+        d = write_markers(self.replica_manager, self.group_coordinator, txn.producer_id,
+                          txn.producer_epoch, self.coordinator_epoch(txn.transactional_id),
+                          commit, partitions, self.now_ms())
+        d.addCallbacks(self._markers_written, self._markers_failed,
+                       callbackArgs=(txn,), errbackArgs=(txn, partitions))
+
+    def _markers_failed(self, failure, txn, partitions):
+        log.failure("Writing the markers of {tid} failed", failure, tid=txn.transactional_id)
+        self.clock.callLater(0.1, self._send_markers, txn, partitions)
+
+    def _markers_written(self, results, txn):
+        """Complete the transaction once every marker landed (Kafka's
+        TransactionMarkerChannelManager retries a partition's marker until it does; a deleted
+        partition needs none)."""
+        if not self.is_active or self.transactions.get(txn.transactional_id) is not txn \
+                or txn.state not in (PREPARE_COMMIT, PREPARE_ABORT):
+            return
         retry = [tp for tp, code in results.items()
                  if code not in (errors.NONE, errors.UNKNOWN_TOPIC_OR_PARTITION)]
         if retry:
-            # Kafka retries a marker until it lands (e.g. a log dir back online).
-            self.clock.callLater(0.1, self._send_markers, txn)
+            self.clock.callLater(0.1, self._send_markers, txn, retry)
             return
         if txn.pending_state is not None:
-            self.clock.callLater(0.01, self._send_markers, txn)
+            self.clock.callLater(0.01, self._markers_written, {}, txn)
             return
         transit = txn.prepare_complete(self.now_ms())
         self._append_transit(txn, transit)

@@ -5,6 +5,7 @@ replicate) with the coordinator as origin, then the group coordinator is told ab
 transaction coordinator and the WriteTxnMarkers handler both use it; it holds no state.
 """
 
+from twisted.internet import defer
 from twisted.logger import Logger
 
 from kafkatw.protocol import errors
@@ -18,24 +19,30 @@ GROUP_METADATA_TOPIC_NAME = "__consumer_offsets"
 
 def write_markers(replica_manager, group_coordinator, producer_id, producer_epoch,
                   coordinator_epoch, commit, partitions, timestamp_ms):
-    """Append one marker to each (topic, partition); {(topic, partition): error code}."""
+    """Append one marker to each (topic, partition); a Deferred of {(topic, partition): error
+    code} (an append may wait, e.g. for a partition's producer state, or, in a cluster, for
+    another broker)."""
     kind = COMMIT if commit else ABORT
     entries = {}
     for tp in partitions:
         entries[tp] = bytearray(build_control_batch(kind, coordinator_epoch, producer_id,
                                                     producer_epoch, timestamp=timestamp_ms))
     if not entries:
-        return {}
-    responses = replica_manager.append_records_now(
-        -1, -1, entries, internal_topics_allowed=True, origin=ORIGIN_COORDINATOR)
-    results = {tp: r.error_code for tp, r in responses.items()}
-    offsets_partitions = [p for (t, p), code in results.items()
-                          if t == GROUP_METADATA_TOPIC_NAME and code == errors.NONE]
-    if offsets_partitions and group_coordinator is not None:
-        group_coordinator.handle_txn_completion(producer_id, offsets_partitions, commit)
-    for tp, code in results.items():
-        if code != errors.NONE:
-            log.warn("Writing the {kind} marker of producer {pid} to {topic}-{p} failed: {err}",
-                     kind="COMMIT" if commit else "ABORT", pid=producer_id, topic=tp[0], p=tp[1],
-                     err=errors.error_name(code))
-    return results
+        return defer.succeed({})
+
+    def appended(responses):
+        results = {tp: r.error_code for tp, r in responses.items()}
+        offsets_partitions = [p for (t, p), code in results.items()
+                              if t == GROUP_METADATA_TOPIC_NAME and code == errors.NONE]
+        if offsets_partitions and group_coordinator is not None:
+            group_coordinator.handle_txn_completion(producer_id, offsets_partitions, commit)
+        for tp, code in results.items():
+            if code != errors.NONE:
+                log.warn("Writing the {kind} marker of producer {pid} to {topic}-{p} failed: "
+                         "{err}", kind="COMMIT" if commit else "ABORT", pid=producer_id,
+                         topic=tp[0], p=tp[1], err=errors.error_name(code))
+        return results
+
+    d = replica_manager.append_records(-1, -1, entries, internal_topics_allowed=True,
+                                       origin=ORIGIN_COORDINATOR)
+    return d.addCallback(appended)

@@ -145,6 +145,15 @@ class EndTxn:
 WTM = WriteTxnMarkersResponse
 
 
+def _marker_result(codes, producer_id, partitions):
+    by_topic = {}
+    for tp in partitions:
+        by_topic.setdefault(tp[0], []).append(WTM.WritableTxnMarkerPartitionResult(
+            partition_index=tp[1], error_code=codes.get(tp, errors.UNKNOWN_TOPIC_OR_PARTITION)))
+    return WTM.WritableTxnMarkerResult(producer_id=producer_id, topics=[
+        WTM.WritableTxnMarkerTopicResult(name=t, partitions=ps) for t, ps in by_topic.items()])
+
+
 class WriteTxnMarkers:
     """What another broker's coordinator sends a partition leader; on one node the coordinator
     writes its markers directly, through the same function."""
@@ -154,22 +163,15 @@ class WriteTxnMarkers:
 
     @staticmethod
     def handle(apis, request):
-        out = []
+        ds = []
         for m in request.body.markers:
             partitions = [(t.name, p) for t in m.topics for p in t.partition_indexes]
             known = [tp for tp in partitions if apis.metadata.contains_partition(*tp)]
-            codes = write_markers(apis.replica_manager, apis.group_coordinator, m.producer_id,
-                                  m.producer_epoch, m.coordinator_epoch, m.transaction_result,
-                                  known, apis.now_ms())
-            by_topic = {}
-            for tp in partitions:
-                by_topic.setdefault(tp[0], []).append(WTM.WritableTxnMarkerPartitionResult(
-                    partition_index=tp[1],
-                    error_code=codes.get(tp, errors.UNKNOWN_TOPIC_OR_PARTITION)))
-            out.append(WTM.WritableTxnMarkerResult(producer_id=m.producer_id, topics=[
-                WTM.WritableTxnMarkerTopicResult(name=t, partitions=ps)
-                for t, ps in by_topic.items()]))
-        return WTM(markers=out)
+            d = write_markers(apis.replica_manager, apis.group_coordinator, m.producer_id,
+                              m.producer_epoch, m.coordinator_epoch, m.transaction_result,
+                              known, apis.now_ms())
+            ds.append(d.addCallback(_marker_result, m.producer_id, partitions))
+        return defer.gatherResults(ds).addCallback(lambda out: WTM(markers=out))
 
     @staticmethod
     def error_response(request, code, message):
