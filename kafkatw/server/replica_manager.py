@@ -625,7 +625,7 @@ class ReplicaManager:
                 except KafkaError:
                     headers = None  # let the log's validation report it
             ps = None
-            markers = None  # position -> is_abort, for the control batches of a coordinator
+            markers = None  # position -> ControlRecord, for the control batches of a coordinator
             if headers:
                 for pos, h in headers:
                     if h.is_control:
