@@ -11,9 +11,9 @@ from twisted.trial import unittest
 from kafkatw.protocol import errors
 from kafkatw.protocol.records import (ABORT, COMMIT, Record, build_batch, build_control_batch,
                                       iter_batch_headers)
-from kafkatw.server.replica_manager import (ORIGIN_COORDINATOR, FetchParams, PartitionData,
-                                            ReplicaManager)
+from kafkatw.server.replica_manager import FetchParams, PartitionData, ReplicaManager
 from kafkatw.storage.manager import LogManager
+from kafkatw.storage.offsets import ORIGIN_COORDINATOR
 from kafkatw.storage.txn_index import AbortedTxn
 
 from tests.test_server_replica_manager import FakeMetadata

@@ -20,9 +20,8 @@ from kafkatw.protocol import errors, records
 from kafkatw.protocol.errors import KafkaError
 from kafkatw.server.delayed_fetch import DelayedFetch, FetchPartitionStatus
 from kafkatw.server.purgatory import DelayedOperationPurgatory, TopicPartitionOperationKey
-from kafkatw.storage.offsets import (  # noqa: F401 (the origins are part of this API)
+from kafkatw.storage.offsets import (
     ORIGIN_CLIENT,
-    ORIGIN_COORDINATOR,
     UNKNOWN_OFFSET_METADATA,
     FetchDataInfo,
     FetchIsolation,
@@ -546,8 +545,9 @@ class ReplicaManager:
         ``batch_headers``: {(topic, partition): [(position, BatchHeader)]} for entries whose
         caller read every batch header of the buffer already (the produce handler has, for the
         single batch of a partition it did not recompress); the others are read here.
-        ``origin``: ORIGIN_CLIENT refuses control batches; the transaction coordinator appends
-        its markers with ORIGIN_COORDINATOR (they end transactions in the producer state)."""
+        ``origin`` (``storage.offsets``): ORIGIN_CLIENT refuses control batches; coordinators
+        append with ORIGIN_COORDINATOR (no sequence checks; markers end transactions in the
+        producer state)."""
         if required_acks not in (-1, 0, 1):
             return {tp: PartitionResponse(errors.INVALID_REQUIRED_ACKS) for tp in entries}
         results = {}
