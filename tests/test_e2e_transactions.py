@@ -203,7 +203,20 @@ class ConfluentTransactionTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
                str(len(inputs)), "10"]
         first = subprocess.run(cmd + ["2"], capture_output=True, timeout=120, cwd=ROOT)
         self.assertEqual(first.returncode, -signal.SIGKILL, first.stderr[-3000:])
-        self.assertIn(b"crashing", first.stdout)
+        self.assertIn(b"crashing after ", first.stdout)
+        before_crash = int(first.stdout.split(b"crashing after ")[1].split()[0])
+        self.assertGreaterEqual(before_crash, 2)  # two transactions of at least one record
+
+        def committed_sum():
+            c = Consumer({"bootstrap.servers": bs, "group.id": group})
+            try:
+                got = c.committed([TopicPartition(topic_in, 0), TopicPartition(topic_in, 1)], 10)
+            finally:
+                c.close()
+            return sum(max(tp.offset, 0) for tp in got)
+
+        # the group's offsets are where the last committed transaction left them
+        self.assertEqual(committed_sum(), before_crash)
         second = subprocess.run(cmd + ["0"], capture_output=True, timeout=120, cwd=ROOT)
         self.assertEqual(second.returncode, 0, second.stdout + second.stderr[-3000:])
         self.assertEqual(read_all(bs, topic_out, "read_committed"),

@@ -6,7 +6,8 @@ with send_offsets_to_transaction, ``batch`` records per transaction.
 Usage: python -m tests.txn_ctp_worker BOOTSTRAP INPUT OUTPUT GROUP TXN_ID TOTAL BATCH CRASH_AFTER
 It exits 0 once the group's committed offsets cover TOTAL records; with CRASH_AFTER > 0 it
 SIGKILLs itself in the middle of transaction number CRASH_AFTER + 1 (records produced and
-flushed, offsets not yet sent), printing "crashing" first.
+flushed, offsets not yet sent), printing "crashing after N committed" first (N records are
+covered by the committed transactions).
 """
 
 import os
@@ -38,7 +39,7 @@ def main(bootstrap, topic_in, topic_out, group, txn_id, total, batch, crash_afte
             producer.produce(topic_out, m.value().upper(), partition=m.partition())
         if crash_after and done_txns == crash_after:
             producer.flush(10)
-            print("crashing", flush=True)
+            print("crashing after %d committed" % consumed, flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
         producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
                                              consumer.consumer_group_metadata(), 30)
