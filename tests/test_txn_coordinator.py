@@ -177,6 +177,8 @@ class CoordinatorTests(unittest.TestCase):
         self.restart()  # before the markers' reactor turn
         self.assertEqual(self.log().last_stable_offset, 0)
         self.assertEqual(self.init()[0], errors.COORDINATOR_LOAD_IN_PROGRESS)
+        self.assertEqual(self.node.txn.handle_list_transactions(),
+                         (errors.COORDINATOR_LOAD_IN_PROGRESS, [], []))
         self.turns()
         self.assertEqual(self.node.txn.transactions["tx"].state, tm.COMPLETE_COMMIT)
         self.assertEqual(self.headers(), [(0, pid, 0, False), (2, pid, 0, True)])
@@ -268,10 +270,13 @@ class CoordinatorTests(unittest.TestCase):
         _, _, txns = self.node.txn.handle_list_transactions([], [pid])
         self.assertEqual([t.transactional_id for t in txns], ["a"])
         self.clock.advance(0.5)
-        _, _, txns = self.node.txn.handle_list_transactions(duration_filter=400)
+        _, _, txns = self.node.txn.handle_list_transactions(["Ongoing"], duration_filter=400)
         self.assertEqual([t.transactional_id for t in txns], ["a"])
+        _, _, txns = self.node.txn.handle_list_transactions(["Ongoing"], duration_filter=500)
+        self.assertEqual(txns, [])  # running 500 ms: not longer than 500
+        # Kafka measures from the start timestamp whatever the state (-1 for "b": kept)
         _, _, txns = self.node.txn.handle_list_transactions(duration_filter=600)
-        self.assertEqual(txns, [])
+        self.assertEqual([t.transactional_id for t in txns], ["b"])
         self.assertEqual(sorted(t.transactional_id for t in
                                 self.node.txn.handle_list_transactions()[2]), ["a", "b"])
         self.assertTrue(self.node.metadata.contains_topic(TRANSACTION_STATE_TOPIC_NAME))

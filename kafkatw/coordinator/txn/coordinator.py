@@ -550,29 +550,31 @@ class TransactionCoordinator:
         return errors.NONE, txn
 
     def handle_list_transactions(self, state_filters=(), producer_id_filters=(), duration_filter=-1):
-        """(error, unknown state filters, [TransactionMetadata])."""
+        """(error, unknown state filters, [TransactionMetadata]) as Kafka's
+        listTransactionStates: nothing while a partition loads; a duration filter keeps those
+        whose transaction started more than that long ago (measured from the start timestamp,
+        -1 when none, whatever the state)."""
         if not self.is_active:
             return errors.COORDINATOR_NOT_AVAILABLE, [], []
-        error = errors.COORDINATOR_LOAD_IN_PROGRESS if self.is_loading() else errors.NONE
+        if self.is_loading():
+            return errors.COORDINATOR_LOAD_IN_PROGRESS, [], []
         unknown = [s for s in state_filters or () if s not in STATE_IDS]
         states = set(s for s in state_filters or () if s in STATE_IDS)
-        if state_filters and not states:
-            return error, unknown, []
         pids = set(producer_id_filters or ())
         now = self.now_ms()
         out = []
         for txn in self.transactions.values():
             if txn.state == DEAD:
                 continue
-            if states and txn.state not in states:
-                continue
             if pids and txn.producer_id not in pids:
                 continue
-            if duration_filter is not None and duration_filter >= 0 and (
-                    txn.state != ONGOING or now - txn.txn_start_timestamp < duration_filter):
+            if state_filters and txn.state not in states:
+                continue
+            if duration_filter is not None and duration_filter >= 0 \
+                    and now - txn.txn_start_timestamp <= duration_filter:
                 continue
             out.append(txn)
-        return error, unknown, out
+        return errors.NONE, unknown, out
 
     # -- persistence -----------------------------------------------------------------------
     def _append_transit(self, txn, transit):
