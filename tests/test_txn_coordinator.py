@@ -115,11 +115,18 @@ class CoordinatorTests(unittest.TestCase):
         self.assertEqual(self.init(), (errors.NONE, pid, 1))
         self.assertEqual(self.init(timeout=60001)[0], errors.INVALID_TRANSACTION_TIMEOUT)
         self.assertEqual(self.init(timeout=0)[0], errors.INVALID_TRANSACTION_TIMEOUT)
-        # KIP-360: the current id/epoch bumps; an unknown one is fenced
+        # KIP-360: the current id/epoch bumps; its retry (the answer lost) gets the same epoch;
+        # an older epoch or an unknown id is fenced
         self.assertEqual(self.init(pid=pid, epoch=1), (errors.NONE, pid, 2))
+        self.assertEqual(self.init(pid=pid, epoch=1), (errors.NONE, pid, 2))
+        self.assertEqual(self.init(pid=pid, epoch=0)[0], errors.PRODUCER_FENCED)
         self.assertEqual(self.init(pid=pid + 100, epoch=0)[0], errors.PRODUCER_FENCED)
+        # a fresh producer (no id) bumps and forgets the last epoch: the one it fenced cannot
+        # pass for a retry
+        self.assertEqual(self.init(), (errors.NONE, pid, 3))
+        self.assertEqual(self.init(pid=pid, epoch=2)[0], errors.PRODUCER_FENCED)
         txn = self.node.txn.transactions["tx"]
-        self.assertEqual((txn.state, txn.producer_epoch), (tm.EMPTY, 2))
+        self.assertEqual((txn.state, txn.producer_epoch), (tm.EMPTY, 3))
 
     def test_commit_holds_lso_until_markers(self):
         _, pid, epoch = self.init()
@@ -195,7 +202,8 @@ class CoordinatorTests(unittest.TestCase):
         self.assertEqual(self.headers(), [(0, pid, 0, False), (2, pid, 1, True)])
         self.assertEqual(len(self.log().active_segment.txn_index.entries), 1)
         self.assertEqual(self.init(), (errors.NONE, pid, 2))
-        # the zombie: its coordinator calls and its data are refused
+        # the zombie: its coordinator calls, its data and its KIP-360 recovery are refused
+        self.assertEqual(self.init(pid=pid, epoch=epoch)[0], errors.PRODUCER_FENCED)
         self.assertEqual(self.result(self.node.txn.handle_add_partitions(
             "tx", pid, epoch, [("d", 1)])), errors.PRODUCER_FENCED)
         self.assertEqual(self.data(pid, epoch, seq=2), errors.INVALID_PRODUCER_EPOCH)

@@ -287,15 +287,18 @@ class TransactionCoordinator:
             d = self._fence_and_abort(txn)
             return d.addCallback(lambda code: InitProducerIdResult(
                 code if code != errors.NONE else errors.CONCURRENT_TRANSACTIONS))
-        if txn.is_producer_epoch_exhausted:
+        if txn.is_producer_epoch_exhausted and (not expected or expected_epoch == txn.producer_epoch):
             def rotate(new_pid):
                 if txn.pending_state is not None:
                     return InitProducerIdResult(errors.CONCURRENT_TRANSACTIONS)
-                transit = txn.prepare_producer_id_rotation(new_pid, txn_timeout_ms, self.now_ms())
+                transit = txn.prepare_producer_id_rotation(new_pid, txn_timeout_ms, self.now_ms(),
+                                                           expected)
                 return self._append_init(txn, transit)
             return self._next_producer_id().addCallbacks(rotate, _init_failed)
         transit = txn.prepare_increment_producer_epoch(
             txn_timeout_ms, expected_epoch if expected else None, now)
+        if transit is None:
+            return defer.succeed(InitProducerIdResult(errors.PRODUCER_FENCED))
         return self._append_init(txn, transit)
 
     def _append_init(self, txn, transit):

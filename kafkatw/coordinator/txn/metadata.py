@@ -84,11 +84,12 @@ class TransactionMetadata:
         return self.producer_epoch >= MAX_EPOCH - 1
 
     def is_valid_producer_id(self, producer_id, producer_epoch):
-        """A KIP-360 InitProducerId naming its current id/epoch: the current epoch, or the one
-        before the last bump (a retry whose answer was lost)."""
-        if producer_id == self.producer_id:
-            return producer_epoch in (self.producer_epoch, self.last_producer_epoch)
-        return producer_id == self.last_producer_id and producer_epoch == self.last_producer_epoch
+        """Whether a KIP-360 InitProducerId naming ``producer_id`` may go on (Kafka's
+        isValidProducerId): the metadata was just made, the id is the current one (its epoch
+        is checked by the bump), or it is the previous id whose epoch was exhausted (a retry
+        of the rotation)."""
+        return (self.producer_epoch == NO_PRODUCER_EPOCH or producer_id == self.producer_id
+                or (producer_id == self.last_producer_id and producer_epoch >= MAX_EPOCH - 1))
 
     # -- prepare ---------------------------------------------------------------------------
     def _transit(self, state, producer_id=None, last_producer_id=None, producer_epoch=None,
@@ -113,22 +114,31 @@ class TransactionMetadata:
             now_ms)
 
     def prepare_increment_producer_epoch(self, txn_timeout_ms, expected_epoch, now_ms):
-        """Empty with the epoch bumped (or kept, for a retried KIP-360 request)."""
-        if expected_epoch is not None and expected_epoch == self.last_producer_epoch \
-                and expected_epoch != self.producer_epoch:
-            epoch, last = self.producer_epoch, self.last_producer_epoch  # retry: keep
+        """Empty with the epoch bumped (Kafka's prepareIncrementProducerEpoch); None when the
+        expected epoch is fenced. A fresh producer (no expected epoch) forgets the last epoch,
+        so a fenced one cannot pass for a retry; the current epoch (a producer going on after
+        an error) bumps and remembers it; the last one is a retry and keeps the current."""
+        bumped = 0 if self.producer_epoch == NO_PRODUCER_EPOCH else self.producer_epoch + 1
+        if expected_epoch is None:
+            epoch, last = bumped, NO_PRODUCER_EPOCH
+        elif self.producer_epoch == NO_PRODUCER_EPOCH or expected_epoch == self.producer_epoch:
+            epoch, last = bumped, self.producer_epoch
+        elif expected_epoch == self.last_producer_epoch:
+            epoch, last = self.producer_epoch, self.last_producer_epoch
         else:
-            epoch = 0 if self.producer_epoch == NO_PRODUCER_EPOCH else self.producer_epoch + 1
-            last = self.producer_epoch
+            return None
         return self._transit(EMPTY, producer_epoch=epoch, last_producer_epoch=last,
                              txn_timeout_ms=txn_timeout_ms, partitions=(),
                              txn_start_timestamp=-1, now_ms=now_ms)
 
-    def prepare_producer_id_rotation(self, new_producer_id, txn_timeout_ms, now_ms):
-        """Empty with a fresh producer id at epoch 0 (the epoch is exhausted)."""
+    def prepare_producer_id_rotation(self, new_producer_id, txn_timeout_ms, now_ms,
+                                     record_last_epoch=False):
+        """Empty with a fresh producer id at epoch 0 (the epoch is exhausted); a KIP-360
+        caller's exhausted epoch is remembered so its retry is recognised."""
+        last = self.producer_epoch if record_last_epoch else NO_PRODUCER_EPOCH
         return self._transit(EMPTY, producer_id=new_producer_id,
                              last_producer_id=self.producer_id, producer_epoch=0,
-                             last_producer_epoch=NO_PRODUCER_EPOCH, txn_timeout_ms=txn_timeout_ms,
+                             last_producer_epoch=last, txn_timeout_ms=txn_timeout_ms,
                              partitions=(), txn_start_timestamp=-1, now_ms=now_ms)
 
     def prepare_add_partitions(self, partitions, now_ms):
@@ -154,7 +164,7 @@ class TransactionMetadata:
         if self.producer_epoch >= MAX_EPOCH:
             raise IllegalTransitionError("cannot fence %s: epoch exhausted" % self.transactional_id)
         if not self.has_failed_epoch_fence:
-            self.last_producer_epoch = self.producer_epoch
+            self.last_producer_epoch = NO_PRODUCER_EPOCH  # the fenced epoch is no retry
             self.producer_epoch += 1
         self.has_failed_epoch_fence = False
 
