@@ -374,10 +374,15 @@ class ProtocolTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
         c = RawClient(self.broker, "apt")
         R = m.AddPartitionsToTxnRequest
         try:
-            c.request(10, 1, m.FindCoordinatorRequest(key="apt-tid", key_type=1))
-            init = c.request(22, 4, m.InitProducerIdRequest(
-                transactional_id="apt-tid", transaction_timeout_ms=60000, producer_id=-1,
-                producer_epoch=-1))
+            # the first FindCoordinator creates __transaction_state (COORDINATOR_NOT_AVAILABLE
+            # until that is durable, as Kafka answers on a fresh cluster)
+            poll_until(lambda: c.request(10, 1, m.FindCoordinatorRequest(
+                key="apt-tid", key_type=1)).error_code == errors.NONE, timeout=10,
+                message="the transaction coordinator")
+            init = poll_until(lambda: (lambda r: r if r.error_code == errors.NONE else None)(
+                c.request(22, 4, m.InitProducerIdRequest(
+                    transactional_id="apt-tid", transaction_timeout_ms=60000, producer_id=-1,
+                    producer_epoch=-1))), timeout=10, message="InitProducerId")
             pid, epoch = init.producer_id, init.producer_epoch
             # v3: one transaction; an unknown partition fails the whole request
             resp = c.request(24, 3, R(v3_and_below_transactional_id="apt-tid",
