@@ -101,6 +101,8 @@ class TransactionCoordinator:
         self.owned_partitions = set()
         self.loading_partitions = set()
         self._load_call = None
+        self._load_task = None
+        self._cooperator = task.Cooperator(scheduler=lambda step: clock.callLater(0, step))
         self._loops = []
 
     # -- life cycle ------------------------------------------------------------------------
@@ -108,8 +110,9 @@ class TransactionCoordinator:
         return int(self.clock.seconds() * 1000)
 
     def startup(self):
-        """Become active; load ``__transaction_state`` one partition per reactor turn, then
-        finish every transaction found in a prepare state; start the timeout/expiry loops."""
+        """Become active; load ``__transaction_state`` one partition after the other in
+        cooperative slices (COORDINATOR_LOAD_IN_PROGRESS for their ids meanwhile), finishing
+        every transaction found in a prepare state; start the timeout/expiry loops."""
         self.is_active = True
         if self._state_topic_exists():
             n = self.metadata.partition_count(TRANSACTION_STATE_TOPIC_NAME)
@@ -130,6 +133,9 @@ class TransactionCoordinator:
         self._loops = []
         if self._load_call is not None and self._load_call.active():
             self._load_call.cancel()
+        if self._load_task is not None:
+            self._load_task.stop()
+            self._load_task = None
 
     def _state_topic_exists(self):
         return self.metadata is not None and self.metadata.contains_topic(TRANSACTION_STATE_TOPIC_NAME)
@@ -172,15 +178,25 @@ class TransactionCoordinator:
 
     # -- loading ---------------------------------------------------------------------------
     def _load_next(self):
+        """Load the lowest partition still loading, in cooperative slices (as the group
+        coordinator does), then finish the transactions found in a prepare state."""
         self._load_call = None
         if not self.loading_partitions or not self.is_active:
             return
         p = min(self.loading_partitions)
-        try:
-            loaded = self.load_partition(p)
-        except Exception:
-            log.failure("loading {topic}-{p} failed", topic=TRANSACTION_STATE_TOPIC_NAME, p=p)
-            loaded = []
+        loaded = []
+        self._load_task = self._cooperator.cooperate(self._load_partition(p, loaded))
+        self._load_task.whenDone().addCallbacks(lambda _: self._loaded(p, loaded),
+                                                self._load_failed, errbackArgs=(p,))
+
+    def _load_failed(self, failure, p):
+        if failure.check(task.TaskStopped):
+            return  # shut down mid-load: the partition stays unloaded
+        log.failure("loading {topic}-{p} failed", failure, topic=TRANSACTION_STATE_TOPIC_NAME, p=p)
+        self._loaded(p, [])
+
+    def _loaded(self, p, loaded):
+        self._load_task = None
         self.loading_partitions.discard(p)
         self.owned_partitions.add(p)
         for txn in loaded:
@@ -192,25 +208,33 @@ class TransactionCoordinator:
                      topic=TRANSACTION_STATE_TOPIC_NAME)
 
     def load_partition(self, partition):
-        """Install the last state of every transactional id of one partition; returns them."""
+        """Install the last state of every transactional id of one partition at once; returns
+        them."""
+        loaded = []
+        for _ in self._load_partition(partition, loaded):
+            pass
+        return loaded
+
+    def _load_partition(self, partition, loaded):
+        """Read one partition of ``__transaction_state`` (the last record of each id wins) and
+        install what it holds into ``loaded`` too, yielding after every record."""
         log_ = self.log_manager.get_log(TRANSACTION_STATE_TOPIC_NAME, partition)
         if log_ is None:
-            return []
+            return
         found = {}
         for key, value in iter_log_records(log_, log_.log_start_offset, log_.log_end_offset,
                                            self.load_buffer_size):
+            yield
             tid = txn_log.decode_key(key)
             if tid is None:
                 continue
             found[tid] = txn_log.decode_value(tid, value)
-        loaded = []
         for tid, txn in found.items():
             if txn is None or txn.state == DEAD:
                 self.transactions.pop(tid, None)
                 continue
             self.transactions[tid] = txn
             loaded.append(txn)
-        return loaded
 
     def _complete_loaded(self, txn):
         """A transaction stored in a prepare state lost its markers (a stop between EndTxn
