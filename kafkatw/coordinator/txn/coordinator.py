@@ -73,6 +73,18 @@ def _init_failed(failure):
     return InitProducerIdResult(code)
 
 
+def _produce_verification_error(code):
+    """What a Produce answers for a failed verification (Kafka's AddPartitionsToTxnManager):
+    epoch problems as INVALID_PRODUCER_EPOCH, a coordinator not ready as the retriable
+    NOT_ENOUGH_REPLICAS every client retries."""
+    if code == errors.PRODUCER_FENCED:
+        return errors.INVALID_PRODUCER_EPOCH
+    if code in (errors.COORDINATOR_LOAD_IN_PROGRESS, errors.COORDINATOR_NOT_AVAILABLE,
+                errors.NOT_COORDINATOR, errors.CONCURRENT_TRANSACTIONS):
+        return errors.NOT_ENOUGH_REPLICAS
+    return code
+
+
 class TransactionCoordinator:
     """``replica_manager`` appends (state records and markers), ``log_manager`` serves the load,
     ``metadata`` knows and creates topics and hands out producer ids; ``group_coordinator``
@@ -405,8 +417,7 @@ class TransactionCoordinator:
             code = self.handle_verify_partitions(transactional_id, header.producer_id,
                                                  header.producer_epoch, [tp])[tp]
             if code != errors.NONE:
-                # a Produce answers epoch problems as INVALID_PRODUCER_EPOCH
-                refused[tp] = errors.INVALID_PRODUCER_EPOCH if code == errors.PRODUCER_FENCED else code
+                refused[tp] = _produce_verification_error(code)
         return refused
 
     def offsets_partition_for(self, group_id):
