@@ -318,6 +318,13 @@ _d("sasl.oauthbearer.scope.claim.name", STRING, "scope", None, LOW, "Claim holdi
 _d("sasl.oauthbearer.sub.claim.name", STRING, "sub", None, LOW, "Claim holding the token's principal.")
 _d("principal.builder.class", CLASS, None, None, MEDIUM,
    "IPrincipalBuilder plug-in name or dotted name; unset uses Kafka's default principal builder.")
+# client quotas (Kafka's ClientQuotaManagerConfig)
+_d("client.quota.callback.class", CLASS, None, None, LOW,
+   "IClientQuotaCallback plug-in name or dotted name; unset uses the quotas set with AlterClientQuotas.")
+_d("quota.window.num", INT, 11, at_least(1), LOW,
+   "Number of samples kept in memory for client quotas.")
+_d("quota.window.size.seconds", INT, 1, at_least(1), LOW,
+   "Time span of each client quota sample.")
 _d("authorizer.class.name", STRING, "", None, LOW,
    "Dotted name of the authorizer; empty disables authorization.")
 _d("super.users", STRING, None, None, LOW,
