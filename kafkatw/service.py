@@ -266,9 +266,13 @@ class RequestHandlersService(_BrokerPart):
         from kafkatw.server import features
         from kafkatw.server.apis import KafkaApis
         from kafkatw.server.fetch_session import FetchManager, FetchSessionCache
+        from kafkatw.security.quota import ClientQuotaEntity
+        from kafkatw.server.quota import QuotaManagers
 
         b = self.broker
         cache = FetchSessionCache(max_entries=b.config["max.incremental.fetch.session.cache.slots"])
+        quotas = QuotaManagers.from_config(b.config, b.quota_callback)
+        quotas.load({ClientQuotaEntity(entity): values for entity, values in b.metadata.client_quotas.items()})
         b.apis = KafkaApis(b.config, b.metadata, b.replica_manager, FetchManager(b.reactor, cache),
                            clock=b.reactor, log_manager=b.log_manager,
                            group_coordinator=b.group_coordinator,
@@ -276,7 +280,8 @@ class RequestHandlersService(_BrokerPart):
                            supported_features=features.supported_features(),
                            finalized_features=features.finalized_features(),
                            finalized_features_epoch=features.FINALIZED_FEATURES_EPOCH,
-                           dynamic_config=b.dynamic_config, scram_credentials=b.scram_credentials)
+                           dynamic_config=b.dynamic_config, scram_credentials=b.scram_credentials,
+                           quotas=quotas)
         b.apis.create_missing_logs()
 
 
@@ -317,6 +322,8 @@ class BrokerService(OrderedMultiService):
     def __init__(self, config, reactor=None):
         super().__init__()
         self.scram_credentials, self.principal_builders, self.sasl_listeners = security_setup(config)
+        from kafkatw.security.quota import load_quota_callback
+        self.quota_callback = load_quota_callback(config)  # a bad client.quota.callback.class stops here
         if reactor is None:
             from twisted.internet import reactor
         from kafkatw.network.listener import ListenerService, load_transport_layer

@@ -176,21 +176,23 @@ def read_partition_metadata_topic_id(partition_dir):
 
 class _Staged:
     """What the state file holds: topics by name and id, the producer-id block end, dynamic
-    broker configs. The reactor changes it; a write gets a :meth:`copy`."""
+    broker configs, client quotas. The reactor changes it; a write gets a :meth:`copy`."""
 
-    __slots__ = ("topics", "by_id", "producer_id_block_end", "broker_configs", "default_broker_configs")
+    __slots__ = ("topics", "by_id", "producer_id_block_end", "broker_configs", "default_broker_configs",
+                 "client_quotas")
 
     def __init__(self, topics=None, by_id=None, producer_id_block_end=0, broker_configs=None,
-                 default_broker_configs=None):
+                 default_broker_configs=None, client_quotas=None):
         self.topics = topics if topics is not None else {}
         self.by_id = by_id if by_id is not None else {}
         self.producer_id_block_end = producer_id_block_end
         self.broker_configs = broker_configs if broker_configs is not None else {}
         self.default_broker_configs = default_broker_configs if default_broker_configs is not None else {}
+        self.client_quotas = client_quotas if client_quotas is not None else {}
 
     def copy(self):
         return _Staged(dict(self.topics), dict(self.by_id), self.producer_id_block_end,
-                       self.broker_configs, self.default_broker_configs)
+                       self.broker_configs, self.default_broker_configs, self.client_quotas)
 
 
 class ClusterMetadata:
@@ -221,6 +223,8 @@ class ClusterMetadata:
         # cluster-wide default (resource name ""), name -> string, as Kafka's ConfigRecords
         self.broker_configs = {}
         self.default_broker_configs = {}
+        # client quotas (AlterClientQuotas): ((entity type, name or None), ...) -> {key: float}
+        self.client_quotas = {}
         self._listeners = []
         self._reactor = reactor
         self._threadpool = threadpool
@@ -248,7 +252,7 @@ class ClusterMetadata:
         self._cross_check_partition_dirs()
         self._write_meta_properties()
         self._staged = _Staged(dict(self.topics), dict(self._by_id), self._producer_id_block_end,
-                               self.broker_configs, self.default_broker_configs)
+                               self.broker_configs, self.default_broker_configs, self.client_quotas)
         self._durable_state = self._staged.copy()
         self._write_state(self._durable_state)
         return self
@@ -303,6 +307,9 @@ class ClusterMetadata:
         self.broker_configs = {str(k): str(v) for k, v in state.get("broker_configs", {}).items()}
         self.default_broker_configs = {
             str(k): str(v) for k, v in state.get("default_broker_configs", {}).items()}
+        self.client_quotas = {
+            tuple((str(t), n) for t, n in q["entity"]): {str(k): float(v) for k, v in q["values"].items()}
+            for q in state.get("client_quotas", [])}
 
     def _cross_check_partition_dirs(self):
         """Recover topics whose partition directories exist but the metadata file lost."""
@@ -357,6 +364,9 @@ class ClusterMetadata:
             "producer_id_block_end": staged.producer_id_block_end,
             "broker_configs": dict(staged.broker_configs),
             "default_broker_configs": dict(staged.default_broker_configs),
+            "client_quotas": [{"entity": [list(c) for c in entity], "values": dict(values)}
+                              for entity, values in sorted(staged.client_quotas.items(),
+                                                           key=lambda kv: repr(kv[0]))],
             "topics": [t.to_json() for t in sorted(staged.topics.values(), key=lambda t: t.name)],
         }
         write_atomically(self.metadata_path, json.dumps(state, indent=1, sort_keys=True).encode("utf-8"))
@@ -614,6 +624,21 @@ class ClusterMetadata:
         def apply():
             setattr(self, attr_name, clean)
         return self._stage(apply)
+
+    def set_client_quotas(self, quotas):
+        """Replace the client quotas (``{entity components: {key: value}}``, entities without
+        values dropped): a Deferred firing once they are durable."""
+        clean = {entity: dict(values) for entity, values in quotas.items() if values}
+        self._staged.client_quotas = clean
+
+        def apply():
+            self.client_quotas = clean
+        return self._stage(apply)
+
+    @property
+    def staged_client_quotas(self):
+        """The client quotas including changes accepted but not yet durable."""
+        return self._staged.client_quotas
 
     def next_producer_id(self):
         """A Deferred of a producer id never handed out before, even across restarts: ids are

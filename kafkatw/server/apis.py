@@ -4,6 +4,8 @@ API versions, and turning handler failures into error responses (Kafka's ``Kafka
 It owns no protocol logic of its own: each family lives in ``kafkatw.server.handlers.*``.
 """
 
+import time
+
 from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -15,10 +17,13 @@ from kafkatw.network.request import Response
 from kafkatw.protocol import errors
 from kafkatw.protocol import messages
 from kafkatw.protocol.errors import KafkaError
+from kafkatw.security.quota import DefaultQuotaCallback
+from kafkatw.server.quota import QuotaManagers, apply_throttle
 from kafkatw.server.handlers import (
     admin_configs,
     admin_partitions,
     api_versions,
+    client_quotas,
     describe_cluster,
     fetch,
     group_offsets,
@@ -59,6 +64,7 @@ DEFAULT_HANDLERS = (
     *sasl.HANDLERS,  # SaslHandshake/SaslAuthenticate (answered by network.authenticator on SASL listeners)
     *scram_credentials.HANDLERS,  # Describe/AlterUserScramCredentials
     *txn.HANDLERS,  # transaction coordinator: AddPartitions/AddOffsets/EndTxn/markers/TxnOffsetCommit/Describe/List
+    *client_quotas.HANDLERS,  # Describe/AlterClientQuotas
 )
 
 
@@ -87,7 +93,7 @@ class KafkaApis:
     def __init__(self, config, metadata, replica_manager=None, fetch_manager=None, clock=None,
                  log_manager=None, txn_coordinator=None, group_coordinator=None, supported_features=(),
                  finalized_features=(), finalized_features_epoch=-1, handlers=DEFAULT_HANDLERS,
-                 dynamic_config=None, scram_credentials=None):
+                 dynamic_config=None, scram_credentials=None, quotas=None):
         self.config = config
         # the live config: AlterConfigs updates it, and each new one becomes self.config
         self.dynamic_config = dynamic_config if dynamic_config is not None else DynamicBrokerConfig(config)
@@ -100,6 +106,8 @@ class KafkaApis:
         self.txn_coordinator = txn_coordinator
         self.group_coordinator = group_coordinator
         self.scram_credentials = scram_credentials  # security.credentials.ScramCredentialStore
+        # client quotas (server.quota.QuotaManagers around the IClientQuotaCallback)
+        self.quotas = quotas if quotas is not None else QuotaManagers(DefaultQuotaCallback())
         # ApiVersions v3+ feature lists: [(name, min, max)] / [(name, min_level, max_level)]
         self.supported_features = list(supported_features)
         self.finalized_features = list(finalized_features)
@@ -174,13 +182,31 @@ class KafkaApis:
         result = self.handle_now(request)
         if isinstance(result, defer.Deferred):
             return result
-        if type(result) is PendingResponse:
+        if type(result) is PendingResponse or type(result) is _ThrottledPending:
             d = defer.Deferred()
             result.when_complete(d.callback, d.errback)
             return d
         return defer.succeed(result)
 
     def handle_now(self, request):
+        """See :meth:`_dispatch`; with client quotas in force the answer is recorded against
+        them first and carries its throttle time."""
+        quotas = self.quotas
+        if not quotas.enabled:
+            return self._dispatch(request)
+        started = time.perf_counter_ns()
+        result = self._dispatch(request)
+        handler_ns = time.perf_counter_ns() - started
+
+        def throttle(response):
+            return apply_throttle(quotas, request, response, handler_ns, self.now_ms())
+        if isinstance(result, defer.Deferred):
+            return result.addCallback(throttle)
+        if type(result) is PendingResponse:
+            return _ThrottledPending(result, throttle)
+        return throttle(result)
+
+    def _dispatch(self, request):
         """The :class:`Response` when the handler answers synchronously, else a Deferred of it,
         or a :class:`PendingResponse` when the handler gave a pending answer (an object with
         ``when_complete(callback, errback)``, such as a Fetch parked in the purgatory).
@@ -255,6 +281,19 @@ class KafkaApis:
                 for p in range(info.num_partitions):
                     forget(info.name, p)
             return d
+
+
+class _ThrottledPending:
+    """A :class:`PendingResponse` whose response is recorded against the quotas first."""
+
+    __slots__ = ("pending", "throttle")
+
+    def __init__(self, pending, throttle):
+        self.pending = pending
+        self.throttle = throttle
+
+    def when_complete(self, callback, errback):
+        self.pending.when_complete(lambda response: callback(self.throttle(response)), errback)
 
 
 class PendingResponse:

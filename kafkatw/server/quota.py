@@ -1,0 +1,308 @@
+"""Client quota enforcement: rates measured as Kafka's ``Rate`` over ``quota.window.num`` samples
+of ``quota.window.size.seconds``, and the throttle time that brings a client back to its quota.
+
+Owns the sensors per metric-tag group and the per-entity counters (throttle time, bytes);
+which quota applies is the ``IClientQuotaCallback``'s, muting the connection the network's.
+"""
+
+import attr
+
+from kafkatw.security.quota import CLIENT_ID_TAG, USER_TAG, ClientQuotaType, DefaultQuotaCallback
+
+#: Kafka drops sensors unused for an hour
+INACTIVE_SENSOR_EXPIRATION_MS = 3600 * 1000
+
+
+class _Sample:
+    __slots__ = ("value", "start_ms")
+
+    def __init__(self, start_ms):
+        self.value = 0.0
+        self.start_ms = start_ms
+
+
+class Rate:
+    """Kafka's ``Rate`` over a ``SampledStat`` of ``samples`` windows of ``window_ms``.
+
+    The rate is the sum of the live samples divided by the elapsed time since the oldest,
+    never less than ``samples - 1`` full windows (so a first burst is not divided by ~0).
+    """
+
+    def __init__(self, samples, window_ms):
+        self.samples_max = samples
+        self.window_ms = window_ms
+        self._samples = []
+        self._current = -1
+
+    def _purge(self, now_ms):
+        expire_age = self.samples_max * self.window_ms
+        for s in self._samples:
+            if now_ms - s.start_ms >= expire_age:
+                s.value = 0.0
+                s.start_ms = now_ms
+
+    def record(self, value, now_ms):
+        if self._current < 0:
+            self._samples.append(_Sample(now_ms))
+            self._current = 0
+        sample = self._samples[self._current]
+        if now_ms >= sample.start_ms + self.window_ms:
+            self._current = (self._current + 1) % self.samples_max
+            if self._current >= len(self._samples):
+                self._samples.append(_Sample(now_ms))
+            else:
+                self._samples[self._current].value = 0.0
+                self._samples[self._current].start_ms = now_ms
+            sample = self._samples[self._current]
+        sample.value += value
+
+    def _oldest(self, now_ms):
+        if not self._samples:
+            return None
+        return min(self._samples, key=lambda s: s.start_ms)
+
+    def window_size_ms(self, now_ms):
+        """Kafka's ``Rate.windowSize``: elapsed time since the oldest sample, at least
+        ``samples - 1`` whole windows."""
+        self._purge(now_ms)
+        oldest = self._oldest(now_ms)
+        elapsed = now_ms - (oldest.start_ms if oldest is not None else now_ms)
+        full = int(elapsed // self.window_ms)
+        minimum = self.samples_max - 1
+        if full < minimum:
+            elapsed += (minimum - full) * self.window_ms
+        return elapsed
+
+    def measure(self, now_ms):
+        """Units per second."""
+        self._purge(now_ms)
+        total = sum(s.value for s in self._samples)
+        return total / (self.window_size_ms(now_ms) / 1000.0)
+
+
+def throttle_time_ms(observed, bound, window_ms):
+    """Kafka's ``QuotaUtils.throttleTime``: the delay X with observed * W / (W + X) = bound."""
+    return int(round((observed - bound) / bound * window_ms))
+
+
+@attr.s(slots=True)
+class EntityMetrics:
+    """Plain counters per metric-tag group (for a metrics endpoint): what was recorded and
+    how long its clients were throttled."""
+
+    user = attr.ib()
+    client_id = attr.ib()
+    recorded_total = attr.ib(default=0.0)
+    throttle_time_ms_total = attr.ib(default=0)
+    throttle_count = attr.ib(default=0)
+    last_rate = attr.ib(default=0.0)
+
+
+class ClientQuotaManager:
+    """Kafka's ``ClientQuotaManager`` for one quota type (produce, fetch, request, mutations).
+
+    ``record_and_get_throttle_time_ms(principal, client_id, value, now_ms)`` records and
+    returns how long the client must wait (0 when within its quota). With no quota for a
+    client nothing is recorded. ``max_throttle_time_ms`` caps the result (the request quota
+    caps at one window, as Kafka does).
+    """
+
+    def __init__(self, quota_type, callback, samples=11, window_seconds=1, max_throttle_time_ms=None):
+        self.quota_type = quota_type
+        self.callback = callback
+        self.samples = samples
+        self.window_ms = window_seconds * 1000
+        self.max_throttle_time_ms = max_throttle_time_ms
+        self._sensors = {}  # (user tag, client tag) -> (Rate, last used ms)
+        self.metrics = {}  # (user tag, client tag) -> EntityMetrics
+
+    def update_windows(self, samples, window_seconds):
+        """New ``quota.window.*``: measuring starts over, as Kafka's new sensors would."""
+        self.samples = samples
+        self.window_ms = window_seconds * 1000
+        self._sensors.clear()
+
+    def _tags(self, principal, client_id):
+        tags = self.callback.quota_metric_tags(self.quota_type, principal, client_id or "")
+        return (tags.get(USER_TAG, ""), tags.get(CLIENT_ID_TAG, ""))
+
+    def quota_for(self, principal, client_id):
+        """The quota in force for this client, or ``None``."""
+        user, client = self._tags(principal, client_id)
+        return self.callback.quota_limit(self.quota_type, {USER_TAG: user, CLIENT_ID_TAG: client})
+
+    def _sensor(self, key, now_ms):
+        entry = self._sensors.get(key)
+        if entry is None:
+            rate = Rate(self.samples, self.window_ms)
+        else:
+            rate = entry[0]
+        self._sensors[key] = (rate, now_ms)
+        return rate
+
+    def record_and_get_throttle_time_ms(self, principal, client_id, value, now_ms):
+        user, client = self._tags(principal, client_id)
+        key = (user, client)
+        bound = self.callback.quota_limit(self.quota_type, {USER_TAG: user, CLIENT_ID_TAG: client})
+        if bound is None:
+            return 0
+        rate = self._sensor(key, now_ms)
+        rate.record(value, now_ms)
+        m = self.metrics.get(key)
+        if m is None:
+            m = self.metrics[key] = EntityMetrics(user, client)
+        m.recorded_total += value
+        observed = rate.measure(now_ms)
+        m.last_rate = observed
+        if bound <= 0:
+            throttle = self.window_ms if observed > 0 else 0
+        elif observed <= bound:
+            return 0
+        else:
+            throttle = throttle_time_ms(observed, bound, rate.window_size_ms(now_ms))
+        if self.max_throttle_time_ms is not None:
+            throttle = min(throttle, self.max_throttle_time_ms)
+        if throttle > 0:
+            m.throttle_time_ms_total += throttle
+            m.throttle_count += 1
+        return throttle
+
+    def unrecord(self, principal, client_id, value, now_ms):
+        """Take back a recorded value (a throttled fetch answers empty, as Kafka's
+        ``unrecordQuotaSensor``)."""
+        user, client = self._tags(principal, client_id)
+        entry = self._sensors.get((user, client))
+        if entry is not None:
+            entry[0].record(-value, now_ms)
+            self.metrics[(user, client)].recorded_total -= value
+
+    def max_value_in_quota_window(self, principal, client_id):
+        """The most one request may carry without certain throttling (caps fetch sizes)."""
+        bound = self.quota_for(principal, client_id)
+        if bound is None:
+            return None
+        return bound * (self.samples - 1) * self.window_ms / 1000.0
+
+    def expire(self, now_ms):
+        """Drop sensors unused for an hour (Kafka's sensor expiry)."""
+        for key, (_, used) in list(self._sensors.items()):
+            if now_ms - used >= INACTIVE_SENSOR_EXPIRATION_MS:
+                del self._sensors[key]
+
+
+class QuotaManagers:
+    """The broker's quota managers, one per :class:`ClientQuotaType`, sharing one callback.
+
+    ``set_quota(entity, key, value)`` / ``remove_quota`` tell the callback; the managers read
+    limits on every record, so a change is in force for the next request.
+    """
+
+    def __init__(self, callback, samples=11, window_seconds=1):
+        self.callback = callback
+        # Kafka records nothing while no quota exists (the default callback without entities)
+        self._custom = not isinstance(callback, DefaultQuotaCallback)
+        self._count = 0
+        self.produce = ClientQuotaManager(ClientQuotaType.PRODUCE, callback, samples, window_seconds)
+        self.fetch = ClientQuotaManager(ClientQuotaType.FETCH, callback, samples, window_seconds)
+        self.request = ClientQuotaManager(ClientQuotaType.REQUEST, callback, samples, window_seconds,
+                                          max_throttle_time_ms=window_seconds * 1000)
+        self.controller_mutation = ClientQuotaManager(ClientQuotaType.CONTROLLER_MUTATION, callback,
+                                                      samples, window_seconds)
+        self.by_type = {ClientQuotaType.PRODUCE: self.produce, ClientQuotaType.FETCH: self.fetch,
+                        ClientQuotaType.REQUEST: self.request,
+                        ClientQuotaType.CONTROLLER_MUTATION: self.controller_mutation}
+
+    @property
+    def enabled(self):
+        """False while no quota can apply (the request path then skips quotas entirely)."""
+        return self._custom or self._count > 0
+
+    def _recount(self):
+        if not self._custom:
+            self._count = sum(len(self.callback.entities(t)) for t in ClientQuotaType)
+
+    @classmethod
+    def from_config(cls, config, callback):
+        return cls(callback, samples=int(config["quota.window.num"]),
+                   window_seconds=int(config["quota.window.size.seconds"]))
+
+    def set_quota(self, entity, key, value):
+        self.callback.update_quota(ClientQuotaType(key), entity, value)
+        self._recount()
+
+    def remove_quota(self, entity, key):
+        self.callback.remove_quota(ClientQuotaType(key), entity)
+        self._recount()
+
+    def load(self, entries):
+        """Apply persisted ``{entity: {key: value}}`` (at start-up)."""
+        for entity, values in entries.items():
+            for key, value in values.items():
+                if key in ClientQuotaType._value2member_map_:
+                    self.set_quota(entity, key, value)
+
+
+#: never counted against request quotas: a client must always be able to negotiate and log in
+EXEMPT_API_KEYS = frozenset([18, 17, 36])  # ApiVersions, SaslHandshake, SaslAuthenticate
+PRODUCE_KEY, FETCH_KEY = 0, 1
+#: request_percentage is a percentage of one handler thread per second (Kafka's nanosToPercentage)
+NANOS_TO_PERCENTAGE = 100.0 / 1e9
+
+
+def fetch_response_bytes(body):
+    """The record bytes a Fetch response carries (``FileRegion.count`` or ``len``)."""
+    total = 0
+    for topic in body.responses or ():
+        for partition in topic.partitions or ():
+            records = partition.records
+            if records is None:
+                continue
+            count = getattr(records, "count", None)
+            total += count if isinstance(count, int) else len(records)
+    return total
+
+
+def without_records(body):
+    """Empty the records of a Fetch response (a throttled fetch: the client asks again from
+    the same offsets; high watermarks and errors stay, so a fetch session stays in step)."""
+    for topic in body.responses or ():
+        for partition in topic.partitions or ():
+            partition.records = b""
+            if partition.aborted_transactions:
+                partition.aborted_transactions = []
+
+
+def apply_throttle(managers, request, response, handler_ns, now_ms):
+    """Record ``request`` against the quotas of its principal and client id and, when one is
+    exceeded, set ``throttle_time_ms`` on the response body and on ``response`` (the
+    connection then stays muted that long, KIP-219). Returns ``response``.
+
+    Produce counts the request's bytes, Fetch the records it returns (a follower's fetch is
+    not counted), every API but the exempt ones its handler time as ``request_percentage``.
+    """
+    api_key = request.api_key
+    if api_key in EXEMPT_API_KEYS:
+        return response
+    principal = request.context.principal
+    client_id = request.client_id or ""
+    throttle = managers.request.record_and_get_throttle_time_ms(
+        principal, client_id, handler_ns * NANOS_TO_PERCENTAGE, now_ms)
+    body = response.body
+    if api_key == PRODUCE_KEY:
+        throttle = max(throttle, managers.produce.record_and_get_throttle_time_ms(
+            principal, client_id, request.size, now_ms))
+    elif api_key == FETCH_KEY and body is not None and getattr(request.body, "replica_id", -1) < 0 \
+            and getattr(getattr(request.body, "replica_state", None), "replica_id", -1) < 0:
+        fetch = managers.fetch
+        if fetch.quota_for(principal, client_id) is not None:
+            size = fetch_response_bytes(body)
+            throttle = max(throttle, fetch.record_and_get_throttle_time_ms(principal, client_id, size, now_ms))
+            if throttle > 0:
+                # as Kafka: a throttled fetch returns no records, so they are not counted
+                fetch.unrecord(principal, client_id, size, now_ms)
+                without_records(body)
+    if throttle > 0:
+        if body is not None and hasattr(body, "throttle_time_ms"):
+            body.throttle_time_ms = throttle
+        response.throttle_time_ms = max(response.throttle_time_ms or 0, throttle)
+    return response

@@ -1,0 +1,266 @@
+"""Client quotas on a real broker: AlterClientQuotas/DescribeClientQuotas (raw requests through the
+protocol codec: neither kafka-python nor confluent-kafka has the API) durable across a restart and
+in force at once; producer_byte_rate against confluent-kafka and kafka-python producers (the
+broker's log grows at the quota, throttle_time_ms reaches the client, another client id is not
+slowed); consumer_byte_rate against a raw client that ignores throttle_time_ms (the muted
+connection still holds it to the quota); request_percentage against a Metadata flood.
+
+The brokers use ``quota.window.num=2`` (Kafka's default is 11): the burst a sampled rate lets
+through at first is then one window of quota, not ten, so 10 s of traffic show the quota
+within 15% (a rate measured over few samples swings with their phase; a simulation of Kafka's
+algorithm gives 0.92-1.10 of the quota over 10 s, whatever the start).
+"""
+
+import socket
+import threading
+import time
+
+from twisted.trial import unittest
+
+from kafkatw.cli.client import KafkaClient
+from kafkatw.protocol import errors, messages
+from kafkatw.protocol.records import BATCH_HEADER_SIZE, read_batch_header
+from kafkatw.testing import KafkaBroker, KafkaBrokerMixin
+from tests.support import frame, poll_until, recv_exact, unique_name
+
+from confluent_kafka import Producer  # noqa: E402
+
+MB = 1000 * 1000
+WINDOWS = {"quota.window.num": 2, "quota.window.size.seconds": 1}
+#: how long the clients run flat out (the issue's 10 s)
+SECONDS = 10.0
+
+AQ = messages.AlterClientQuotasRequest
+DQ = messages.DescribeClientQuotasRequest
+
+
+def alter(client, entity, ops, validate_only=False):
+    """AlterClientQuotas of one entity (``{type: name or None}``) with ``ops`` ``{key: value or
+    None (remove)}`` -> (error code, error message)."""
+    req = AQ(validate_only=validate_only, entries=[AQ.EntryData(
+        entity=[AQ.EntityData(entity_type=t, entity_name=n) for t, n in entity.items()],
+        ops=[AQ.OpData(key=k, value=0.0 if v is None else float(v), remove=v is None)
+             for k, v in ops.items()])])
+    resp = client.call(req)
+    assert len(resp.entries) == 1, resp
+    return resp.entries[0].error_code, resp.entries[0].error_message
+
+
+def describe(client, components=(), strict=False):
+    """DescribeClientQuotas -> (error code, {((type, name), ...): {key: value}})."""
+    req = DQ(strict=strict, components=[DQ.ComponentData(entity_type=t, match_type=m, match=n)
+                                        for t, m, n in components])
+    resp = client.call(req)
+    out = {}
+    for e in resp.entries or ():
+        out[tuple((x.entity_type, x.entity_name) for x in e.entity)] = {v.key: v.value for v in e.values}
+    return resp.error_code, out
+
+
+def end_offset(client, topic):
+    L = messages.ListOffsetsRequest
+    resp = client.call(L(replica_id=-1, topics=[L.ListOffsetsTopic(name=topic, partitions=[
+        L.ListOffsetsPartition(partition_index=0, timestamp=-1)])]))
+    return resp.topics[0].partitions[0].offset
+
+
+class ClientQuotaAdminTest(KafkaBrokerMixin, unittest.TestCase):
+    """Alter/Describe with Kafka's validation; stored durably; described after a restart."""
+
+    broker_scope = "test"
+    broker_overrides = dict(WINDOWS)
+
+    def test_set_describe_restart_delete(self):
+        with KafkaClient(self.broker.bootstrap_servers) as c:
+            self.assertEqual(alter(c, {"user": "alice", "client-id": "app"}, {"producer_byte_rate": 1024}),
+                             (errors.NONE, None))
+            self.assertEqual(alter(c, {"user": None}, {"consumer_byte_rate": 2048, "request_percentage": 50}),
+                             (errors.NONE, None))
+            self.assertEqual(alter(c, {"client-id": None}, {"controller_mutation_rate": 5}), (errors.NONE, None))
+            self.assertEqual(alter(c, {"ip": "127.0.0.2"}, {"connection_creation_rate": 7}), (errors.NONE, None))
+            expected = {
+                (("client-id", "app"), ("user", "alice")): {"producer_byte_rate": 1024.0},
+                (("user", None),): {"consumer_byte_rate": 2048.0, "request_percentage": 50.0},
+                (("client-id", None),): {"controller_mutation_rate": 5.0},
+                (("ip", "127.0.0.2"),): {"connection_creation_rate": 7.0},
+            }
+            self.assertEqual(describe(c), (errors.NONE, expected))
+            # filters: exact user, default user, any specified user with strict
+            self.assertEqual(describe(c, [("user", 0, "alice")]),
+                             (errors.NONE, {(("client-id", "app"), ("user", "alice")): {"producer_byte_rate": 1024.0}}))
+            self.assertEqual(describe(c, [("user", 1, None)]),
+                             (errors.NONE, {(("user", None),): expected[(("user", None),)]}))
+            self.assertEqual(describe(c, [("user", 2, None)], strict=True), (errors.NONE, {}))
+            self.assertEqual(describe(c, [("user", 2, None), ("client-id", 2, None)], strict=True),
+                             (errors.NONE, {(("client-id", "app"), ("user", "alice")): {"producer_byte_rate": 1024.0}}))
+        self.broker.restart()
+        with KafkaClient(self.broker.bootstrap_servers) as c:
+            self.assertEqual(describe(c), (errors.NONE, expected))
+            self.assertEqual(alter(c, {"user": None}, {"consumer_byte_rate": None, "request_percentage": None}),
+                             (errors.NONE, None))
+            code, described = describe(c)
+            self.assertEqual(code, errors.NONE)
+            self.assertNotIn((("user", None),), described)
+            self.assertEqual(len(described), 3)
+
+    def test_invalid_entities_and_keys(self):
+        with KafkaClient(self.broker.bootstrap_servers) as c:
+            self.assertEqual(alter(c, {}, {"producer_byte_rate": 1}),
+                             (errors.INVALID_REQUEST, "Invalid empty client quota entity"))
+            self.assertEqual(alter(c, {"user": "bob"}, {"producer_bytes_rate": 1}),
+                             (errors.INVALID_REQUEST, "Invalid configuration key producer_bytes_rate"))
+            self.assertEqual(alter(c, {"user": "bob"}, {"producer_byte_rate": 1.5}),
+                             (errors.INVALID_REQUEST, "Configuration producer_byte_rate must be a Long value"))
+            self.assertEqual(alter(c, {"group": "g"}, {"producer_byte_rate": 1}),
+                             (errors.UNSUPPORTED_VERSION, "Unhandled client quota entity type: group"))
+            self.assertEqual(alter(c, {"user": ""}, {"producer_byte_rate": 1}),
+                             (errors.INVALID_REQUEST, "Empty user not supported"))
+            self.assertEqual(alter(c, {"ip": "127.0.0.1", "user": "x"}, {"connection_creation_rate": 1}),
+                             (errors.INVALID_REQUEST, "Invalid quota entity combination, IP entity should not "
+                                                      "be combined with User or ClientId"))
+            self.assertEqual(alter(c, {"ip": "127.0.0.1"}, {"producer_byte_rate": 1}),
+                             (errors.INVALID_REQUEST, "Invalid configuration key producer_byte_rate"))
+            self.assertEqual(alter(c, {"user": "bob"}, {"producer_byte_rate": 100}, validate_only=True),
+                             (errors.NONE, None))
+            self.assertEqual(describe(c), (errors.NONE, {}))
+
+
+def produce_flat_out(producer, topic, seconds, value):
+    """Produce ``value`` as fast as the producer takes it for ``seconds``; returns nothing
+    (what reached the broker is read from its log)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            producer.produce(topic, value)
+        except BufferError:
+            producer.poll(0.005)
+        else:
+            producer.poll(0)
+
+
+class ProducerByteRateTest(KafkaBrokerMixin, unittest.TestCase):
+    """producer_byte_rate holds a client to its quota; another client id is not slowed."""
+
+    broker_overrides = dict(WINDOWS)
+
+    def test_confluent_kafka_producer_held_to_quota(self):
+        slow_topic, fast_topic = unique_name("slow"), unique_name("fast")
+        value = b"x" * 1000
+        with KafkaClient(self.broker.bootstrap_servers) as c:
+            self.assertEqual(alter(c, {"client-id": "slow-producer"}, {"producer_byte_rate": MB}),
+                             (errors.NONE, None))
+        throttles = []
+        slow = Producer({"bootstrap.servers": self.broker.bootstrap_servers, "client.id": "slow-producer",
+                         "linger.ms": 5, "acks": 1, "batch.size": 100000,
+                         "throttle_cb": lambda event: throttles.append(event.throttle_time)})
+        fast = Producer({"bootstrap.servers": self.broker.bootstrap_servers, "client.id": "fast-producer",
+                         "linger.ms": 5, "acks": 1})
+        # the topics exist before the clock starts
+        for p, t in ((slow, slow_topic), (fast, fast_topic)):
+            p.produce(t, b"warm-up")
+            self.assertEqual(p.flush(20), 0)
+        with KafkaClient(self.broker.bootstrap_servers) as c:
+            before = (end_offset(c, slow_topic), end_offset(c, fast_topic))
+            started = time.monotonic()
+            fast_thread = threading.Thread(target=produce_flat_out, args=(fast, fast_topic, SECONDS, value))
+            fast_thread.start()
+            produce_flat_out(slow, slow_topic, SECONDS, value)
+            elapsed = time.monotonic() - started
+            slow_bytes = (end_offset(c, slow_topic) - before[0]) * len(value)
+            fast_bytes = (end_offset(c, fast_topic) - before[1]) * len(value)
+            fast_thread.join()
+        slow.purge()
+        fast.purge()
+        rate = slow_bytes / elapsed
+        self.assertTrue(0.85 * MB <= rate <= 1.15 * MB, "slow producer at %.0f B/s" % rate)
+        self.assertGreater(fast_bytes / elapsed, 3 * MB)
+        slow.poll(0.5)
+        self.assertTrue(throttles and max(throttles) > 0, throttles)
+
+
+class ConsumerByteRateTest(KafkaBrokerMixin, unittest.TestCase):
+    """consumer_byte_rate holds even a client that ignores throttle_time_ms (muted connection)."""
+
+    broker_overrides = dict(WINDOWS)
+
+    def test_raw_fetcher_ignoring_throttle_is_muted(self):
+        topic = unique_name("cq")
+        value = b"y" * 1000
+        p = Producer({"bootstrap.servers": self.broker.bootstrap_servers, "linger.ms": 5,
+                      "batch.size": 16384})  # batches well under what the quota lets through at once
+        for _ in range(7000):  # 7 MB to read, more than 10 s at the quota
+            while True:
+                try:
+                    p.produce(topic, value)
+                    break
+                except BufferError:
+                    p.poll(0.01)
+        self.assertEqual(p.flush(30), 0)
+        quota = 500 * 1000
+        with KafkaClient(self.broker.bootstrap_servers) as c:
+            self.assertEqual(alter(c, {"client-id": "raw-fetcher"}, {"consumer_byte_rate": quota}),
+                             (errors.NONE, None))
+            topic_id = c.metadata([topic]).topics[0].topic_id
+        F = messages.FetchRequest
+        version = 12
+        sock = socket.create_connection((self.broker.host, self.broker.port))
+        self.addCleanup(sock.close)
+        offset, received, throttled = 0, 0, []
+        started = time.monotonic()
+        cid = 0
+        while time.monotonic() - started < SECONDS:
+            cid += 1
+            body = F(replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=64 * 1024, isolation_level=0,
+                     session_id=0, session_epoch=-1, topics=[F.FetchTopic(topic=topic, topic_id=topic_id, partitions=[
+                         F.FetchPartition(partition=0, fetch_offset=offset, partition_max_bytes=64 * 1024)])])
+            sock.sendall(frame(1, version, cid, body, client_id="raw-fetcher"))
+            size = int.from_bytes(recv_exact(sock, 4), "big")
+            payload = recv_exact(sock, size)
+            resp = messages.FetchResponse.decode(payload[5:], version)  # correlation id, empty tagged fields
+            throttled.append(resp.throttle_time_ms)
+            part = resp.responses[0].partitions[0]
+            records = bytes(part.records or b"")
+            received += len(records)
+            pos = 0
+            while pos + BATCH_HEADER_SIZE <= len(records):  # a partial batch may end the records
+                h = read_batch_header(records, pos)
+                if pos + h.size_in_bytes > len(records):
+                    break
+                offset, pos = h.next_offset, pos + h.size_in_bytes
+        elapsed = time.monotonic() - started
+        rate = received / elapsed
+        self.assertTrue(0.85 * quota <= rate <= 1.15 * quota, "raw fetcher at %.0f B/s" % rate)
+        self.assertGreater(max(throttled), 0)
+
+
+class RequestPercentageTest(KafkaBrokerMixin, unittest.TestCase):
+    """request_percentage limits a client flooding Metadata requests; another is not limited."""
+
+    broker_overrides = dict(WINDOWS)
+
+    def flood(self, client_id, seconds):
+        M = messages.MetadataRequest
+        sock = socket.create_connection((self.broker.host, self.broker.port))
+        self.addCleanup(sock.close)
+        count, throttles = 0, []
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            count += 1
+            sock.sendall(frame(3, 9, count, M(topics=None, allow_auto_topic_creation=False),
+                               client_id=client_id))
+            size = int.from_bytes(recv_exact(sock, 4), "big")
+            payload = recv_exact(sock, size)
+            resp = messages.MetadataResponse.decode(payload[5:], 9)
+            throttles.append(resp.throttle_time_ms)
+        return count, throttles
+
+    def test_metadata_flood_is_throttled(self):
+        with KafkaClient(self.broker.bootstrap_servers) as c:
+            self.assertEqual(alter(c, {"client-id": "flooder"}, {"request_percentage": 0.5}),
+                             (errors.NONE, None))
+        free_count, free_throttles = self.flood("free", 2.0)
+        limited_count, limited_throttles = self.flood("flooder", 2.0)
+        self.assertEqual(max(free_throttles), 0)
+        # 0.5% of a handler thread is 5 ms a second: the flooder spends most of its time muted
+        self.assertGreater(sum(limited_throttles), 1000, limited_throttles)
+        self.assertLess(limited_count * 2, free_count, (limited_count, free_count))

@@ -1,0 +1,214 @@
+"""Client quotas in process: the default callback's entity precedence (Kafka's DefaultQuotaCallback),
+loading ``client.quota.callback.class`` through the registry (fail closed), the sampled Rate and
+throttle time as Kafka computes them, and the quota managers on KafkaApis (throttle time set on
+the response body and on the Response the connection mutes for).
+"""
+
+from twisted.trial import unittest
+from zope.interface import implementer
+
+from kafkatw.config import ConfigError, KafkaConfig
+from kafkatw.network.request import Request, RequestContext, Response
+from kafkatw.protocol import messages
+from kafkatw.security.principal import KafkaPrincipal
+from kafkatw.security.quota import (
+    ClientQuotaEntity,
+    ClientQuotaType,
+    DefaultQuotaCallback,
+    IClientQuotaCallback,
+    load_quota_callback,
+)
+from kafkatw.server.quota import ClientQuotaManager, QuotaManagers, Rate, apply_throttle, throttle_time_ms
+
+P = ClientQuotaType.PRODUCE
+E = ClientQuotaEntity.of
+ALICE = KafkaPrincipal("User", "alice")
+
+
+class DefaultCallbackPrecedenceTest(unittest.SynchronousTestCase):
+    """Each level wins over every less specific one, in Kafka's order."""
+
+    LEVELS = [
+        (E(user="alice", client_id="app"), {"user": "alice", "client-id": "app"}),
+        (E(user="alice", client_id=None), {"user": "alice", "client-id": "app"}),
+        (E(user="alice"), {"user": "alice", "client-id": ""}),
+        (E(user=None, client_id="app"), {"user": "alice", "client-id": "app"}),
+        (E(user=None, client_id=None), {"user": "alice", "client-id": "app"}),
+        (E(user=None), {"user": "alice", "client-id": ""}),
+        (E(client_id="app"), {"user": "", "client-id": "app"}),
+        (E(client_id=None), {"user": "", "client-id": "app"}),
+    ]
+
+    def test_most_specific_entity_wins(self):
+        for i, (entity, tags) in enumerate(self.LEVELS):
+            cb = DefaultQuotaCallback()
+            # this level and every less specific one, each with its own value
+            for j, (other, _) in enumerate(self.LEVELS[i:]):
+                cb.update_quota(P, other, 1000 + i + j)
+            self.assertEqual(cb.quota_metric_tags(P, ALICE, "app"), tags, str(entity))
+            self.assertEqual(cb.quota_limit(P, tags), 1000 + i, str(entity))
+
+    def test_no_quota(self):
+        cb = DefaultQuotaCallback()
+        cb.update_quota(ClientQuotaType.FETCH, E(user="alice"), 5)
+        tags = cb.quota_metric_tags(P, ALICE, "app")
+        self.assertEqual(tags, {"user": "", "client-id": "app"})
+        self.assertIsNone(cb.quota_limit(P, tags))
+
+    def test_default_client_id_quota_is_per_client(self):
+        """A default client-id quota gives each client id its own sensor (tags name the client)."""
+        cb = DefaultQuotaCallback()
+        cb.update_quota(P, E(client_id=None), 100)
+        a = cb.quota_metric_tags(P, ALICE, "a")
+        b = cb.quota_metric_tags(P, ALICE, "b")
+        self.assertNotEqual(a, b)
+        self.assertEqual((cb.quota_limit(P, a), cb.quota_limit(P, b)), (100, 100))
+        cb.remove_quota(P, E(client_id=None))
+        self.assertIsNone(cb.quota_limit(P, cb.quota_metric_tags(P, ALICE, "a")))
+
+
+@implementer(IClientQuotaCallback)
+class TenantCallback:
+    """A computed quota: every client id ``<tenant>-...`` shares its tenant's 100 B/s."""
+
+    def __init__(self):
+        self.configured = None
+
+    def configure(self, configs):
+        self.configured = configs
+
+    def quota_metric_tags(self, quota_type, principal, client_id):
+        return {"user": "", "client-id": client_id.split("-")[0]}
+
+    def quota_limit(self, quota_type, metric_tags):
+        return 100.0 if quota_type is P else None
+
+    def update_quota(self, quota_type, entity, new_value):
+        pass
+
+    def remove_quota(self, quota_type, entity):
+        pass
+
+    def quota_reset_required(self, quota_type):
+        return False
+
+    def close(self):
+        pass
+
+
+class NotACallback:
+    def quota_limit(self, quota_type, metric_tags):
+        return None
+
+
+class LoadCallbackTest(unittest.SynchronousTestCase):
+    def config(self, value=None):
+        props = {"log.dirs": "/nonexistent"}
+        if value is not None:
+            props["client.quota.callback.class"] = value
+        return KafkaConfig(props)
+
+    def test_default(self):
+        cb = load_quota_callback(self.config())
+        self.assertIsInstance(cb, DefaultQuotaCallback)
+        self.assertIsInstance(load_quota_callback(self.config("org.apache.kafka.server.quota.DefaultQuotaCallback")),
+                              DefaultQuotaCallback)
+
+    def test_dotted_name_is_configured(self):
+        cb = load_quota_callback(self.config(__name__ + ".TenantCallback"))
+        self.assertIsInstance(cb, TenantCallback)
+        self.assertEqual(cb.configured["client.quota.callback.class"], __name__ + ".TenantCallback")
+
+    def test_fail_closed(self):
+        with self.assertRaises(ConfigError) as e:
+            load_quota_callback(self.config("nosuch"))
+        self.assertIn("client.quota.callback.class", str(e.exception))
+        self.assertIn("registered: default", str(e.exception))
+        with self.assertRaises(ConfigError) as e:
+            load_quota_callback(self.config(__name__ + ".NotACallback"))
+        self.assertIn("does not provide IClientQuotaCallback", str(e.exception))
+        self.assertNotIn("\n", str(e.exception))
+
+
+class RateTest(unittest.SynchronousTestCase):
+    def test_window_is_at_least_samples_minus_one(self):
+        r = Rate(samples=11, window_ms=1000)
+        r.record(1000, 0)
+        self.assertEqual(r.window_size_ms(0), 10000)
+        self.assertEqual(r.measure(0), 100.0)
+        r.record(1000, 12000)  # 12 s later the first sample has expired
+        self.assertEqual(r.measure(12000), 100.0)
+
+    def test_rate_over_elapsed_windows(self):
+        r = Rate(samples=3, window_ms=1000)
+        for t in range(0, 2500, 100):  # 25 records of 10 over 2.5 s
+            r.record(10, t)
+        self.assertEqual(r.window_size_ms(2500), 2500)
+        self.assertAlmostEqual(r.measure(2500), 250 / 2.5)
+
+    def test_throttle_time_formula(self):
+        # O * W / (W + X) = T  ->  X = (O - T) / T * W
+        self.assertEqual(throttle_time_ms(observed=150, bound=100, window_ms=10000), 5000)
+        self.assertEqual(throttle_time_ms(observed=100.0004, bound=100, window_ms=10000), 0)
+
+
+class ClientQuotaManagerTest(unittest.SynchronousTestCase):
+    def test_throttle_brings_rate_back_to_quota(self):
+        cb = DefaultQuotaCallback()
+        cb.update_quota(P, E(client_id="c"), 1000)
+        m = ClientQuotaManager(P, cb, samples=11, window_seconds=1)
+        self.assertEqual(m.record_and_get_throttle_time_ms(ALICE, "c", 10000, 0), 0)  # exactly the quota
+        # 5000 more: observed 1500/s over the 10 s minimum window -> (1500 - 1000) / 1000 * 10 s
+        self.assertEqual(m.record_and_get_throttle_time_ms(ALICE, "c", 5000, 0), 5000)
+        self.assertEqual(m.record_and_get_throttle_time_ms(ALICE, "other", 10 ** 9, 0), 0)  # no quota
+        metrics = m.metrics[("", "c")]
+        self.assertEqual((metrics.recorded_total, metrics.throttle_time_ms_total, metrics.throttle_count),
+                         (15000, 5000, 1))
+
+    def test_request_quota_capped_at_one_window(self):
+        cb = DefaultQuotaCallback()
+        cb.update_quota(ClientQuotaType.REQUEST, E(client_id="c"), 1)
+        q = QuotaManagers(cb, samples=11, window_seconds=1)
+        self.assertEqual(q.request.record_and_get_throttle_time_ms(ALICE, "c", 1000, 0), 1000)
+
+    def test_custom_callback_shares_a_tenant_sensor(self):
+        m = ClientQuotaManager(P, TenantCallback(), samples=2, window_seconds=1)
+        self.assertEqual(m.record_and_get_throttle_time_ms(ALICE, "acme-1", 100, 0), 0)
+        self.assertEqual(m.record_and_get_throttle_time_ms(ALICE, "acme-2", 100, 0), 1000)
+        self.assertEqual(m.record_and_get_throttle_time_ms(ALICE, "other-1", 100, 0), 0)
+
+
+def request(api_key, version, body, client_id="c", size=100):
+    ctx = RequestContext(connection_id="x", listener_name="PLAINTEXT", security_protocol="PLAINTEXT",
+                         principal=ALICE)
+    return Request(header=None, api_key=api_key, api_version=version, correlation_id=1, client_id=client_id,
+                   body=body, size=size, context=ctx)
+
+
+class ApplyThrottleTest(unittest.SynchronousTestCase):
+    def test_produce_throttle_on_body_and_response(self):
+        cb = DefaultQuotaCallback()
+        q = QuotaManagers(cb, samples=2, window_seconds=1)
+        self.assertFalse(q.enabled)
+        q.set_quota(E(client_id="c"), "producer_byte_rate", 1000)
+        self.assertTrue(q.enabled)
+        body = messages.ProduceResponse(responses=[], throttle_time_ms=0)
+        req = request(0, 9, messages.ProduceRequest(acks=1, timeout_ms=1000, topic_data=[]), size=3000)
+        response = apply_throttle(q, req, Response(body), 0, 0)
+        self.assertEqual((response.throttle_time_ms, body.throttle_time_ms), (2000, 2000))
+        q.remove_quota(E(client_id="c"), "producer_byte_rate")
+        self.assertFalse(q.enabled)
+
+    def test_throttled_fetch_returns_no_records_and_is_not_counted(self):
+        cb = DefaultQuotaCallback()
+        q = QuotaManagers(cb, samples=2, window_seconds=1)
+        q.set_quota(E(client_id="c"), "consumer_byte_rate", 1000)
+        R = messages.FetchResponse
+        body = R(throttle_time_ms=0, responses=[R.FetchableTopicResponse(topic="t", partitions=[
+            R.PartitionData(partition_index=0, high_watermark=7, records=b"r" * 1500)])])
+        req = request(1, 12, messages.FetchRequest(replica_id=-1))
+        response = apply_throttle(q, req, Response(body), 0, 0)
+        self.assertEqual(response.throttle_time_ms, 500)
+        part = body.responses[0].partitions[0]
+        self.assertEqual((part.records, part.high_watermark), (b"", 7))
+        self.assertEqual(q.fetch.metrics[("", "c")].recorded_total, 0)
