@@ -12,6 +12,8 @@ algorithm gives 0.92-1.10 of the quota over 10 s, whatever the start).
 """
 
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -21,7 +23,7 @@ from kafkatw.cli.client import KafkaClient
 from kafkatw.protocol import errors, messages
 from kafkatw.protocol.records import BATCH_HEADER_SIZE, read_batch_header
 from kafkatw.testing import KafkaBroker, KafkaBrokerMixin
-from tests.support import frame, poll_until, recv_exact, unique_name
+from tests.support import create_topic, frame, produce_body, recv_exact, unique_name
 
 from confluent_kafka import Producer  # noqa: E402
 
@@ -264,3 +266,63 @@ class RequestPercentageTest(KafkaBrokerMixin, unittest.TestCase):
         # 0.5% of a handler thread is 5 ms a second: the flooder spends most of its time muted
         self.assertGreater(sum(limited_throttles), 1000, limited_throttles)
         self.assertLess(limited_count * 2, free_count, (limited_count, free_count))
+
+
+def run_cli(bootstrap, *args):
+    r = subprocess.run([sys.executable, "-m", "kafkatw.cli", "--bootstrap-server", bootstrap] + list(args),
+                       capture_output=True, text=True, timeout=60)
+    return r.returncode, r.stdout, r.stderr
+
+
+class QuotasCliTest(KafkaBrokerMixin, unittest.TestCase):
+    """``kafkatw quotas set|describe|delete``; a quota set or deleted changes throttling at once."""
+
+    broker_overrides = dict(WINDOWS)
+
+    def cli(self, *args):
+        rc, out, err = run_cli(self.broker.bootstrap_servers, "quotas", *args)
+        self.assertEqual(rc, 0, err)
+        return out
+
+    def produce(self, sock, topic, cid, size):
+        """One raw acks=1 Produce v9 of one record of ``size`` bytes -> throttle_time_ms."""
+        body = produce_body(topic, 0, [b"z" * size])
+        sock.sendall(frame(0, 9, cid, body, client_id="cli-app"))
+        n = int.from_bytes(recv_exact(sock, 4), "big")
+        resp = messages.ProduceResponse.decode(recv_exact(sock, n)[5:], 9)
+        self.assertEqual(resp.responses[0].partition_responses[0].error_code, errors.NONE)
+        return resp.throttle_time_ms
+
+    def test_set_describe_delete_and_throttling_follows(self):
+        topic = unique_name("cli-q")
+        create_topic(self.broker, topic)
+        self.assertEqual(self.cli("set", "--client-id", "cli-app", "--add-config", "producer_byte_rate=10000"),
+                         "Set producer_byte_rate=10000 for client-id=cli-app.\n")
+        self.cli("set", "--user-default", "--client-id-default", "--add-config",
+                 "consumer_byte_rate=2048,request_percentage=12.5")
+        out = self.cli("describe")
+        self.assertEqual(out.splitlines()[1:], [
+            "client-id=<default>, user=<default>  consumer_byte_rate  2048",
+            "client-id=<default>, user=<default>  request_percentage  12.5",
+            "client-id=cli-app                    producer_byte_rate  10000",
+        ])
+        self.assertEqual(self.cli("describe", "--client-id", "cli-app").splitlines()[1:],
+                         ["client-id=cli-app  producer_byte_rate  10000"])
+        sock = socket.create_connection((self.broker.host, self.broker.port))
+        self.addCleanup(sock.close)
+        # 30 kB at 10 kB/s over the 1 s minimum window: throttled 2 s, (30000 - 10000) / 10000 * 1 s
+        throttle = self.produce(sock, topic, 1, 30000)
+        self.assertTrue(1900 <= throttle <= 2100, throttle)
+        self.assertEqual(self.cli("delete", "--client-id", "cli-app"),
+                         "Deleted producer_byte_rate for client-id=cli-app.\n")
+        self.assertEqual(self.produce(sock, topic, 2, 30000), 0)  # answered once the mute ends
+        self.cli("delete", "--user-default", "--client-id-default", "--delete-config", "request_percentage")
+        self.assertEqual(self.cli("describe").splitlines()[1:],
+                         ["client-id=<default>, user=<default>  consumer_byte_rate  2048"])
+        rc, _, err = run_cli(self.broker.bootstrap_servers, "quotas", "set", "--user", "u", "--add-config",
+                             "producer_byte_rate=1.5")
+        self.assertEqual((rc, err.strip()),
+                         (1, "Error: entity user=u: INVALID_REQUEST: Configuration producer_byte_rate must be "
+                             "a Long value"))
+        rc, _, err = run_cli(self.broker.bootstrap_servers, "quotas", "delete", "--user", "nobody")
+        self.assertEqual((rc, err.strip()), (1, "Error: no quotas are set for user=nobody"))

@@ -74,7 +74,7 @@ def parse_kv(items, what="property"):
 
 
 def build_parser():
-    from kafkatw.cli import configs, consume, groups, logdump, produce, topics, transactions, users
+    from kafkatw.cli import configs, consume, groups, logdump, produce, quotas, topics, transactions, users
 
     parser = argparse.ArgumentParser(
         prog="kafkatw", description="Administer, produce to and consume from Kafka-compatible brokers.")
@@ -88,7 +88,7 @@ def build_parser():
                         help="socket timeout (default 30)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for module in (topics, groups, configs, produce, consume, logdump, users, transactions):
+    for module in (topics, groups, configs, produce, consume, logdump, users, transactions, quotas):
         module.add_parser(sub)
     return parser
 
