@@ -212,3 +212,43 @@ class ApplyThrottleTest(unittest.SynchronousTestCase):
         part = body.responses[0].partitions[0]
         self.assertEqual((part.records, part.high_watermark), (b"", 7))
         self.assertEqual(q.fetch.metrics[("", "c")].recorded_total, 0)
+
+
+class ConnectionCreationRateTest(unittest.SynchronousTestCase):
+    """KIP-612 throttle times: the listener's rate and the broker's (not for inter-broker)."""
+
+    def quotas(self, **kw):
+        from kafkatw.network.listener import ConnectionQuotas
+        from kafkatw.network.settings import SocketServerSettings
+
+        return ConnectionQuotas(SocketServerSettings(quota_window_num=2, quota_window_size_seconds=1,
+                                                     inter_broker_listener_name="INTERNAL", **kw))
+
+    def test_broker_rate(self):
+        q = self.quotas(max_connection_creation_rate=5)
+        self.assertEqual([q.record_connection_creation("PLAINTEXT", 0) for _ in range(7)],
+                         [0, 0, 0, 0, 0, 200, 400])
+        self.assertEqual([q.record_connection_creation("INTERNAL", 0) for _ in range(10)], [0] * 10)
+
+    def test_listener_rate_applies_to_inter_broker_too(self):
+        q = self.quotas(listener_max_connection_creation_rate={"INTERNAL": 2})
+        self.assertEqual([q.record_connection_creation("INTERNAL", 0) for _ in range(3)], [0, 0, 500])
+        self.assertEqual(q.record_connection_creation("PLAINTEXT", 0), 0)
+
+    def test_listener_settings_from_properties(self):
+        from kafkatw.network.settings import SocketServerSettings
+
+        config = KafkaConfig({"log.dirs": "/nonexistent", "listeners": "PLAINTEXT://:9092,INTERNAL://:9093",
+                              "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT",
+                              "inter.broker.listener.name": "INTERNAL",
+                              "listener.name.plaintext.max.connections": "3",
+                              "listener.name.internal.max.connection.creation.rate": "7",
+                              "max.connection.creation.rate": "5"})
+        s = SocketServerSettings.from_config(config)
+        self.assertEqual((s.listener_max_connections, s.listener_max_connection_creation_rate,
+                          s.max_connection_creation_rate), ({"PLAINTEXT": 3}, {"INTERNAL": 7}, 5))
+        with self.assertRaises(ConfigError) as e:
+            SocketServerSettings.from_config(KafkaConfig({
+                "log.dirs": "/nonexistent", "listener.name.plaintext.max.connections": "many"}))
+        self.assertEqual(str(e.exception), "Invalid value many for configuration "
+                                           "listener.name.plaintext.max.connections: an integer is required")

@@ -21,7 +21,8 @@ LOG_CONFIGS = frozenset(name for names in TOPIC_CONFIG_SYNONYMS.values() for nam
 LOG_CLEANER_CONFIGS = frozenset(["log.cleaner.backoff.ms"])
 #: Connection limits of the socket server (Kafka's SocketServer reconfigurables).
 SOCKET_SERVER_CONFIGS = frozenset(
-    ["max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides"])
+    ["max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides",
+     "max.connection.creation.rate"])
 #: Concurrent request handling (Kafka's DynamicThreadPool).
 THREAD_POOL_CONFIGS = frozenset(["num.io.threads"])
 #: The pool for blocking disk work (also part of Kafka's DynamicThreadPool).

@@ -72,6 +72,9 @@ class KafkaConnection(Protocol):
         self._held = None  # parts held in this loop, in order
         self._held_bytes = 0
         self._held_drain = None  # Deferred of a held send still draining
+        # accepted while its listener waits out a connection creation rate (KIP-612): nothing
+        # is read until the listener releases it, as if it were still in the accept backlog
+        self.waiting_for_accept = False
 
     # -- connection life ------------------------------------------------------
 
@@ -100,6 +103,14 @@ class KafkaConnection(Protocol):
         self._schedule_idle(server.settings.connections_max_idle_ms / 1000.0)
         self.authenticator = server.authenticator_for(self)
         server.connection_made(self)
+        if self.waiting_for_accept:
+            self._pause()
+
+    def release_accept(self):
+        """The listener's creation-rate throttle let this connection in: start reading."""
+        self.waiting_for_accept = False
+        if not self.closing:
+            self._process_frames()
 
     def handshakeCompleted(self):
         """TLS is up (before any request can arrive): the principal is the client

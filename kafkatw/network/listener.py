@@ -23,6 +23,7 @@ from kafkatw.network.metrics import NetworkMetrics
 from kafkatw.network.request_log import RequestLogger
 from kafkatw.network.settings import SocketServerSettings, listener_prefix
 from kafkatw.network.transport import ITransportLayer
+from kafkatw.rate import Rate, throttle_time_ms
 
 
 def server_description(endpoint, backlog):
@@ -31,16 +32,32 @@ def server_description(endpoint, backlog):
                                                      backlog)
 
 
+INT_MAX = 2 ** 31 - 1
+
+
 class ConnectionQuotas:
-    """Counts connections per IP and in total (Kafka's ``ConnectionQuotas``)."""
+    """Counts connections per IP, per listener and in total, and measures how fast they are
+    created (Kafka's ``ConnectionQuotas``, KIP-612).
+
+    Over ``max.connections.per.ip`` (or its override) a connection is refused; at
+    ``max.connections`` or ``listener.name.<l>.max.connections`` the listener stops accepting
+    until one closes (the kernel backlog holds the rest); over ``max.connection.creation.rate``
+    (all listeners but the inter-broker one) or ``listener.name.<l>.max.connection.creation.rate``
+    the listener stops accepting for the throttle time. Open connections are never touched.
+    """
 
     def __init__(self, settings):
         self.settings = settings
         self.per_ip = collections.Counter()
+        self.per_listener = collections.Counter()
         self.total = 0
+        self._rates = {}  # None (broker-wide) or listener name -> Rate
 
     def limit_for(self, ip):
         return self.settings.max_connections_per_ip_overrides.get(ip, self.settings.max_connections_per_ip)
+
+    def listener_limit(self, listener_name):
+        return self.settings.listener_max_connections.get(listener_name, INT_MAX)
 
     def try_inc(self, listener_name, ip):
         """Count a new connection; return None if accepted, else the reason it is refused."""
@@ -49,18 +66,57 @@ class ConnectionQuotas:
         exempt = listener_name == self.settings.inter_broker_listener_name
         if not exempt and self.total >= self.settings.max_connections:
             return "max.connections (%d) reached" % self.settings.max_connections
+        if self.per_listener[listener_name] >= self.listener_limit(listener_name):
+            return "listener.name.%s.max.connections (%d) reached" % (
+                listener_name.lower(), self.listener_limit(listener_name))
         self.per_ip[ip] += 1
+        self.per_listener[listener_name] += 1
         self.total += 1
         return None
 
-    def dec(self, ip):
+    def dec(self, ip, listener_name=None):
         self.per_ip[ip] -= 1
         if self.per_ip[ip] <= 0:
             del self.per_ip[ip]
+        if listener_name is not None:
+            self.per_listener[listener_name] -= 1
         self.total -= 1
 
     def full(self):
         return self.total >= self.settings.max_connections
+
+    def listener_full(self, listener_name):
+        return self.per_listener[listener_name] >= self.listener_limit(listener_name)
+
+    def _rate(self, key):
+        rate = self._rates.get(key)
+        s = self.settings
+        if rate is None or rate.samples_max != s.quota_window_num \
+                or rate.window_ms != s.quota_window_size_seconds * 1000:
+            rate = self._rates[key] = Rate(s.quota_window_num, s.quota_window_size_seconds * 1000)
+        return rate
+
+    def record_connection_creation(self, listener_name, now_ms):
+        """Record an accepted connection; the milliseconds the listener must stop accepting
+        to stay within its creation rates (0 when within them; the inter-broker listener is
+        never throttled by the broker-wide rate)."""
+        throttle = 0
+        limits = []
+        listener_rate = self.settings.listener_max_connection_creation_rate.get(listener_name, INT_MAX)
+        if listener_rate < INT_MAX:
+            limits.append((listener_name, listener_rate))
+        broker_rate = self.settings.max_connection_creation_rate
+        if broker_rate < INT_MAX and listener_name != self.settings.inter_broker_listener_name:
+            limits.append((None, broker_rate))
+        for key, bound in limits:
+            rate = self._rate(key)
+            rate.record(1, now_ms)
+            observed = rate.measure(now_ms)
+            if bound <= 0:
+                throttle = max(throttle, rate.window_ms)
+            elif observed > bound:
+                throttle = max(throttle, throttle_time_ms(observed, bound, rate.window_size_ms(now_ms)))
+        return throttle
 
 
 def transport_key(listener_name):
@@ -104,6 +160,10 @@ class KafkaListenerFactory(ServerFactory):
         self.transport_layer = transport_layer
         self.seq = 0
         self.port = None
+        self.reading = True  # the port accepts (not paused by a connection quota)
+        self.throttled_call = None  # a creation-rate pause of this listener
+        self.waiting = collections.deque()  # connections accepted during that pause, in order
+        self.stopped = False
 
     def buildProtocol(self, addr):
         from kafkatw.network.connection import KafkaConnection
@@ -119,7 +179,14 @@ class KafkaListenerFactory(ServerFactory):
         conn = KafkaConnection(self.server, self.endpoint, host, getattr(addr, "port", 0),
                                self.transport_layer)
         conn.factory = self
-        self.server.after_accept()
+        if self.throttled_call is not None:
+            # Twisted accepts a burst in one loop, past a stopReading: the ones after the
+            # throttle started wait unread, and are let in one by one as the rate allows
+            conn.waiting_for_accept = True
+            self.waiting.append(conn)
+            self.server.after_accept()
+        else:
+            self.server.after_accept(self)
         return conn
 
 
@@ -171,7 +238,6 @@ class SocketServer:
                                       self.settings.num_io_threads, self.metrics)
         self.factories = {}
         self.connections = set()
-        self._accepting_paused = False
         self._api_versions = None
 
     # -- lifecycle ----------------------------------------------------------
@@ -241,6 +307,11 @@ class SocketServer:
         """Stop accepting on one listener and close its connections; Deferred of the port closing."""
         factory = self.factories.get(listener_name)
         port = factory.port if factory is not None else None
+        if factory is not None:
+            factory.stopped = True  # no longer resumed by the connection quotas
+            if factory.throttled_call is not None and factory.throttled_call.active():
+                factory.throttled_call.cancel()
+            factory.throttled_call = None
         d = defer.maybeDeferred(port.stopListening) if port is not None else defer.succeed(None)
         for conn in list(self.connections):
             if conn.endpoint.listener_name == listener_name:
@@ -297,22 +368,46 @@ class SocketServer:
         self.settings = settings
         self.quotas.settings = settings
         self.channel.resize(settings.num_io_threads)
-        if self.quotas.full():
-            self.after_accept()
-        elif self._accepting_paused:
-            self._accepting_paused = False
-            for f in self.factories.values():
-                if f.port is not None:
-                    f.port.startReading()
+        self._refresh_accepting()
 
-    def after_accept(self):
-        # Kafka's Acceptor waits for a slot when max.connections is reached: stop
-        # accepting (the kernel backlog holds new connections) until one closes.
-        if self.quotas.full() and not self._accepting_paused:
-            self._accepting_paused = True
-            for name, f in self.factories.items():
-                if f.port is not None and name != self.settings.inter_broker_listener_name:
-                    f.port.stopReading()
+    def after_accept(self, factory=None):
+        """Kafka's Acceptor waits for a slot when max.connections (or its listener's) is
+        reached, and waits out the throttle time of a connection creation rate: stop accepting
+        (the kernel backlog holds new connections) until then."""
+        if factory is not None:
+            self._record_creation(factory)
+        self._refresh_accepting()
+
+    def _throttle_ended(self, factory):
+        factory.throttled_call = None
+        while factory.waiting and factory.throttled_call is None:
+            conn = factory.waiting.popleft()
+            if conn.closing:
+                continue
+            conn.release_accept()
+            self._record_creation(factory)
+        self._refresh_accepting()
+
+    def _record_creation(self, factory):
+        now_ms = int(self.reactor.seconds() * 1000)
+        throttle = self.quotas.record_connection_creation(factory.endpoint.listener_name, now_ms)
+        if throttle > 0 and factory.throttled_call is None:
+            self.metrics.connection_creation_throttles[factory.endpoint.listener_name] += 1
+            factory.throttled_call = self.reactor.callLater(throttle / 1000.0, self._throttle_ended, factory)
+
+    def _refresh_accepting(self):
+        full = self.quotas.full()
+        for name, f in self.factories.items():
+            if f.port is None or f.stopped:
+                continue
+            paused = ((full and name != self.settings.inter_broker_listener_name)
+                      or self.quotas.listener_full(name) or f.throttled_call is not None)
+            if paused and f.reading:
+                f.reading = False
+                f.port.stopReading()
+            elif not paused and not f.reading:
+                f.reading = True
+                f.port.startReading()
 
     def connection_made(self, conn):
         self.connections.add(conn)
@@ -326,12 +421,8 @@ class SocketServer:
             name = conn.endpoint.listener_name
             self.metrics.connections[name] -= 1
             self.metrics.connections_closed[name] += 1
-        self.quotas.dec(conn.peer_host)
-        if self._accepting_paused and not self.quotas.full():
-            self._accepting_paused = False
-            for f in self.factories.values():
-                if f.port is not None:
-                    f.port.startReading()
+        self.quotas.dec(conn.peer_host, conn.endpoint.listener_name)
+        self._refresh_accepting()
 
     def request_completed(self, request, response):
         api_name = self.wire.api_name(request.api_key)

@@ -17,6 +17,8 @@ class NetworkMetrics:
         self.connections_created = collections.Counter()
         self.connections_closed = collections.Counter()
         self.connections_rejected = collections.Counter()  # listener name -> refused by quotas
+        # listener name -> times accepting paused for a connection creation rate (KIP-612)
+        self.connection_creation_throttles = collections.Counter()
         self.bytes_in = 0
         self.bytes_out = 0
         self.invalid_frames = 0
@@ -41,6 +43,7 @@ class NetworkMetrics:
             "connections_created": dict(self.connections_created),
             "connections_closed": dict(self.connections_closed),
             "connections_rejected": dict(self.connections_rejected),
+            "connection_creation_throttles": dict(self.connection_creation_throttles),
             "bytes_in": self.bytes_in,
             "bytes_out": self.bytes_out,
             "invalid_frames": self.invalid_frames,

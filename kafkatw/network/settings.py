@@ -26,6 +26,12 @@ class SocketServerSettings:
     max_connections = attr.ib(default=2 ** 31 - 1)
     max_connections_per_ip = attr.ib(default=2 ** 31 - 1)
     max_connections_per_ip_overrides = attr.ib(default=attr.Factory(dict))  # host/ip -> limit
+    max_connection_creation_rate = attr.ib(default=2 ** 31 - 1)  # per second, all but inter-broker
+    #: listener name -> listener.name.<l>.max.connections / .max.connection.creation.rate
+    listener_max_connections = attr.ib(default=attr.Factory(dict))
+    listener_max_connection_creation_rate = attr.ib(default=attr.Factory(dict))
+    quota_window_num = attr.ib(default=11)
+    quota_window_size_seconds = attr.ib(default=1)
     connections_max_idle_ms = attr.ib(default=10 * 60 * 1000)
     inter_broker_listener_name = attr.ib(default=None)  # exempt from max.connections
     #: listener name -> the transport layer it names (listener.name.<l>.transport.class);
@@ -69,14 +75,22 @@ def listener_prefix(listener_name):
 
 def per_listener(originals, endpoints):
     """``transport_classes`` and ``listener_configs`` of ``endpoints`` from the properties."""
-    classes, configs = {}, {}
+    classes, configs, max_conns, max_rate = {}, {}, {}, {}
     for ep in endpoints:
         prefix = listener_prefix(ep.listener_name)
         own = {k[len(prefix):]: v for k, v in originals.items() if k.startswith(prefix)}
         configs[ep.listener_name] = {**originals, **own}
         if own.get("transport.class"):
             classes[ep.listener_name] = own["transport.class"]
-    return {"transport_classes": classes, "listener_configs": configs}
+        for key, out in (("max.connections", max_conns), ("max.connection.creation.rate", max_rate)):
+            if own.get(key) not in (None, ""):
+                try:
+                    out[ep.listener_name] = int(own[key])
+                except (TypeError, ValueError):
+                    from kafkatw.config import ConfigError
+                    raise ConfigError.invalid(prefix + key, own[key], "an integer is required") from None
+    return {"transport_classes": classes, "listener_configs": configs,
+            "listener_max_connections": max_conns, "listener_max_connection_creation_rate": max_rate}
 
 
 def parse_overrides(text):
