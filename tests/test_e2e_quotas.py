@@ -5,12 +5,17 @@ broker's log grows at the quota, throttle_time_ms reaches the client, another cl
 slowed); consumer_byte_rate against a raw client that ignores throttle_time_ms (the muted
 connection still holds it to the quota); request_percentage against a Metadata flood.
 
+kafka-python's producer is held to the quota as well and reports the throttle time in its
+metrics; a user quota follows the SASL principal, whatever the client id; ``kafkatw quotas``
+sets, describes and deletes quotas, and throttling follows at once.
+
 The brokers use ``quota.window.num=2`` (Kafka's default is 11): the burst a sampled rate lets
 through at first is then one window of quota, not ten, so 10 s of traffic show the quota
 within 15% (a rate measured over few samples swings with their phase; a simulation of Kafka's
 algorithm gives 0.92-1.10 of the quota over 10 s, whatever the start).
 """
 
+import collections
 import socket
 import subprocess
 import sys
@@ -326,3 +331,80 @@ class QuotasCliTest(KafkaBrokerMixin, unittest.TestCase):
                              "a Long value"))
         rc, _, err = run_cli(self.broker.bootstrap_servers, "quotas", "delete", "--user", "nobody")
         self.assertEqual((rc, err.strip()), (1, "Error: no quotas are set for user=nobody"))
+
+
+class KafkaPythonProducerTest(KafkaBrokerMixin, unittest.TestCase):
+    broker_overrides = dict(WINDOWS)
+
+    def test_kafka_python_producer_held_to_quota(self):
+        from kafka import KafkaProducer
+
+        topic = unique_name("kp-slow")
+        with KafkaClient(self.broker.bootstrap_servers) as c:
+            self.assertEqual(alter(c, {"client-id": "kp-slow"}, {"producer_byte_rate": MB}), (errors.NONE, None))
+        producer = KafkaProducer(bootstrap_servers=self.broker.bootstrap_servers, client_id="kp-slow",
+                                 linger_ms=5, batch_size=100000, acks=1)
+        self.addCleanup(producer.close, 10)  # kafka-python's close(0) raises with records queued
+        producer.send(topic, b"warm-up").get(30)
+        value = b"k" * 1000
+        with KafkaClient(self.broker.bootstrap_servers) as c:
+            before = end_offset(c, topic)
+            started = time.monotonic()
+            pending = collections.deque()
+            while time.monotonic() - started < SECONDS:
+                # kafka-python 3 has no buffer.memory: keep about 1 s of backlog at the quota
+                pending.append(producer.send(topic, value))
+                while len(pending) > 1000:
+                    pending.popleft().get(30)
+            elapsed = time.monotonic() - started
+            logged = (end_offset(c, topic) - before) * len(value)
+        rate = logged / elapsed
+        self.assertTrue(0.85 * MB <= rate <= 1.15 * MB, "kafka-python producer at %.0f B/s" % rate)
+        throttle_max = [v for group in producer.metrics().values() for k, v in group.items()
+                        if k == "throttle-time-max"]
+        self.assertTrue(throttle_max and max(throttle_max) > 0, producer.metrics())
+
+
+class PerUserQuotaTest(KafkaBrokerMixin, unittest.TestCase):
+    """A user quota follows the SASL principal, whatever the client id."""
+
+    broker_options = {"listeners": ("PLAINTEXT", "SASL_PLAINTEXT"),
+                      "sasl_users": {"alice": "alice-secret", "bob": "bob-secret"}}
+    broker_overrides = dict(WINDOWS)
+
+    def producer(self, user, throttles):
+        return Producer({"bootstrap.servers": self.broker.sasl_bootstrap_servers, "security.protocol": "SASL_PLAINTEXT",
+                         "sasl.mechanism": "PLAIN", "sasl.username": user, "sasl.password": user + "-secret",
+                         "client.id": "same-app", "linger.ms": 5, "batch.size": 20000,
+                         "throttle_cb": lambda event: throttles.append(event.throttle_time)})
+
+    def test_user_quota(self):
+        quota = 100 * 1000
+        with KafkaClient(self.broker.bootstrap_servers) as c:
+            self.assertEqual(alter(c, {"user": "alice"}, {"producer_byte_rate": quota}), (errors.NONE, None))
+        topics = {u: unique_name("pu-" + u) for u in ("alice", "bob")}
+        throttles = {"alice": [], "bob": []}
+        producers = {u: self.producer(u, throttles[u]) for u in topics}
+        for u, p in producers.items():
+            p.produce(topics[u], b"warm-up")
+            self.assertEqual(p.flush(30), 0)
+        value = b"u" * 1000
+        with KafkaClient(self.broker.bootstrap_servers) as c:
+            before = {u: end_offset(c, t) for u, t in topics.items()}
+            started = time.monotonic()
+            threads = [threading.Thread(target=produce_flat_out, args=(p, topics[u], 4.0, value))
+                       for u, p in producers.items()]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            elapsed = time.monotonic() - started
+            logged = {u: (end_offset(c, t) - before[u]) * len(value) for u, t in topics.items()}
+        for p in producers.values():
+            p.purge()
+            p.poll(0.5)
+        # at most the quota over the elapsed time plus the one-window first burst and a batch
+        self.assertLessEqual(logged["alice"], quota * (elapsed + 1) * 1.15 + 20000, logged)
+        self.assertGreater(logged["bob"], 5 * logged["alice"], logged)
+        self.assertTrue(throttles["alice"] and max(throttles["alice"]) > 0)
+        self.assertEqual(throttles["bob"], [])
