@@ -76,3 +76,36 @@ class Rate:
 def throttle_time_ms(observed, bound, window_ms):
     """Kafka's ``QuotaUtils.throttleTime``: the delay X with observed * W / (W + X) = bound."""
     return int(round((observed - bound) / bound * window_ms))
+
+
+class TokenBucket:
+    """Kafka's ``TokenBucket`` (KIP-599): ``quota`` tokens a second up to a burst of
+    ``quota * samples * window``; a record takes tokens and may leave the bucket negative.
+    It starts full."""
+
+    def __init__(self, samples, window_ms):
+        self.samples_max = samples
+        self.window_ms = window_ms
+        self.tokens = None
+        self.last_ms = None
+
+    def _refill(self, quota, now_ms):
+        burst = quota * self.samples_max * self.window_ms / 1000.0
+        if self.tokens is None:
+            self.tokens = burst
+        else:
+            self.tokens = min(burst, self.tokens + quota * max(0, now_ms - self.last_ms) / 1000.0)
+        self.last_ms = now_ms
+
+    def record(self, value, quota, now_ms):
+        self._refill(quota, now_ms)
+        self.tokens -= value
+
+    def measure(self, quota, now_ms):
+        self._refill(quota, now_ms)
+        return self.tokens
+
+    @staticmethod
+    def throttle_time_ms(tokens, quota):
+        """Time until a negative bucket is back to zero (Kafka's ControllerMutationQuotaManager)."""
+        return int(round(-tokens / quota * 1000)) if tokens < 0 else 0

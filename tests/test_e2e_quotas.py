@@ -408,3 +408,43 @@ class PerUserQuotaTest(KafkaBrokerMixin, unittest.TestCase):
         self.assertGreater(logged["bob"], 5 * logged["alice"], logged)
         self.assertTrue(throttles["alice"] and max(throttles["alice"]) > 0)
         self.assertEqual(throttles["bob"], [])
+
+
+class ControllerMutationRateTest(KafkaBrokerMixin, unittest.TestCase):
+    """KIP-599: partition mutations per second; strict versions refuse what is over the quota
+    with THROTTLING_QUOTA_EXCEEDED, older ones are only throttled."""
+
+    broker_overrides = dict(WINDOWS)
+
+    def create(self, client, topics, max_version):
+        CT = messages.CreateTopicsRequest
+        resp = client.call(CT(timeout_ms=10000, validate_only=False, topics=[
+            CT.CreatableTopic(name=n, num_partitions=p, replication_factor=1) for n, p in topics]),
+            max_version=max_version)
+        return resp.throttle_time_ms, [(t.name, t.error_code, t.error_message) for t in resp.topics]
+
+    def test_create_topics_strict_and_permissive(self):
+        with KafkaClient(self.broker.bootstrap_servers) as c:
+            for client_id in ("mut-new", "mut-old", "mut-del"):
+                self.assertEqual(alter(c, {"client-id": client_id}, {"controller_mutation_rate": 2}),
+                                 (errors.NONE, None))
+        names = [unique_name("m") for _ in range(6)]
+        # a burst of 2/s * 2 windows = 4 partitions: 3 + 3 leave the bucket at -2, the third is refused
+        with KafkaClient(self.broker.bootstrap_servers, client_id="mut-new") as c:
+            throttle, results = self.create(c, [(names[0], 3), (names[1], 3), (names[2], 1)], 7)
+        self.assertEqual([r[:2] for r in results[:2]], [(names[0], errors.NONE), (names[1], errors.NONE)])
+        self.assertEqual(results[2], (names[2], errors.THROTTLING_QUOTA_EXCEEDED,
+                                      "The throttling quota has been exceeded."))
+        self.assertTrue(900 <= throttle <= 1000, throttle)
+        # CreateTopics v5 cannot carry the error: everything is created, the client is throttled
+        with KafkaClient(self.broker.bootstrap_servers, client_id="mut-old") as c:
+            throttle, results = self.create(c, [(names[3], 3), (names[4], 3), (names[5], 1)], 5)
+        self.assertEqual([r[1] for r in results], [errors.NONE] * 3)
+        self.assertTrue(1400 <= throttle <= 1500, throttle)
+        # DeleteTopics v6 counts the partitions deleted
+        DT = messages.DeleteTopicsRequest
+        with KafkaClient(self.broker.bootstrap_servers, client_id="mut-del") as c:
+            resp = c.call(DT(timeout_ms=10000, topics=[DT.DeleteTopicState(name=n) for n in names[3:6]]))
+        self.assertEqual([r.error_code for r in resp.responses],
+                         [errors.NONE, errors.NONE, errors.THROTTLING_QUOTA_EXCEEDED])
+        self.assertTrue(900 <= resp.throttle_time_ms <= 1000, resp.throttle_time_ms)

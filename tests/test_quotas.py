@@ -252,3 +252,16 @@ class ConnectionCreationRateTest(unittest.SynchronousTestCase):
                 "log.dirs": "/nonexistent", "listener.name.plaintext.max.connections": "many"}))
         self.assertEqual(str(e.exception), "Invalid value many for configuration "
                                            "listener.name.plaintext.max.connections: an integer is required")
+
+
+class TokenBucketTest(unittest.SynchronousTestCase):
+    def test_burst_refill_and_throttle(self):
+        from kafkatw.rate import TokenBucket
+
+        b = TokenBucket(samples=11, window_ms=1000)
+        self.assertEqual(b.measure(2, 0), 22)  # starts full: quota * samples * window
+        b.record(25, 2, 0)
+        self.assertEqual(b.measure(2, 0), -3)
+        self.assertEqual(TokenBucket.throttle_time_ms(-3, 2), 1500)
+        self.assertEqual(b.measure(2, 1500), 0)  # 2 tokens a second
+        self.assertEqual(b.measure(2, 100000), 22)  # never above the burst

@@ -135,11 +135,10 @@ class QuotaManagers:
         self.fetch = ClientQuotaManager(ClientQuotaType.FETCH, callback, samples, window_seconds)
         self.request = ClientQuotaManager(ClientQuotaType.REQUEST, callback, samples, window_seconds,
                                           max_throttle_time_ms=window_seconds * 1000)
-        self.controller_mutation = ClientQuotaManager(ClientQuotaType.CONTROLLER_MUTATION, callback,
-                                                      samples, window_seconds)
+        self.mutations = ControllerMutationQuotaManager(callback, samples, window_seconds)
         self.by_type = {ClientQuotaType.PRODUCE: self.produce, ClientQuotaType.FETCH: self.fetch,
                         ClientQuotaType.REQUEST: self.request,
-                        ClientQuotaType.CONTROLLER_MUTATION: self.controller_mutation}
+                        ClientQuotaType.CONTROLLER_MUTATION: self.mutations}
 
     @property
     def enabled(self):
@@ -230,8 +229,101 @@ def apply_throttle(managers, request, response, handler_ns, now_ms):
                 # as Kafka: a throttled fetch returns no records, so they are not counted
                 fetch.unrecord(principal, client_id, size, now_ms)
                 without_records(body)
-    if throttle > 0:
+    if throttle > response.throttle_time_ms:  # the larger of this and a handler's own (mutations)
         if body is not None and hasattr(body, "throttle_time_ms"):
             body.throttle_time_ms = throttle
-        response.throttle_time_ms = max(response.throttle_time_ms or 0, throttle)
+        response.throttle_time_ms = throttle
     return response
+
+
+THROTTLING_QUOTA_EXCEEDED_MESSAGE = "The throttling quota has been exceeded."
+
+
+class ControllerMutationQuotaManager:
+    """Kafka's ``ControllerMutationQuotaManager`` (KIP-599): partition creations and deletions
+    per second (``controller_mutation_rate``) in a token bucket per metric-tag group."""
+
+    def __init__(self, callback, samples=11, window_seconds=1):
+        self.callback = callback
+        self.samples = samples
+        self.window_ms = window_seconds * 1000
+        self._buckets = {}
+        self.metrics = {}
+
+    def quota(self, principal, client_id, now_ms, strict):
+        """A :class:`ControllerMutationQuota` for one request (``strict``: the request's
+        version can carry THROTTLING_QUOTA_EXCEEDED, so a topic over the quota is refused)."""
+        tags = self.callback.quota_metric_tags(ClientQuotaType.CONTROLLER_MUTATION, principal, client_id or "")
+        key = (tags.get(USER_TAG, ""), tags.get(CLIENT_ID_TAG, ""))
+        bound = self.callback.quota_limit(ClientQuotaType.CONTROLLER_MUTATION,
+                                          {USER_TAG: key[0], CLIENT_ID_TAG: key[1]})
+        if bound is None:
+            return UNBOUNDED_MUTATIONS
+        bucket = self._buckets.get(key)
+        if bucket is None or bucket.samples_max != self.samples or bucket.window_ms != self.window_ms:
+            from kafkatw.rate import TokenBucket
+            bucket = self._buckets[key] = TokenBucket(self.samples, self.window_ms)
+        m = self.metrics.get(key)
+        if m is None:
+            m = self.metrics[key] = EntityMetrics(key[0], key[1])
+        return ControllerMutationQuota(bucket, bound, now_ms, strict, m)
+
+
+class ControllerMutationQuota:
+    """The mutation quota of one request: ``record(n)`` before creating or deleting ``n``
+    partitions (raises KafkaError(THROTTLING_QUOTA_EXCEEDED) in strict mode once the bucket
+    is empty), then ``throttle_time_ms()`` for the response."""
+
+    def __init__(self, bucket, bound, now_ms, strict, metrics):
+        self.bucket = bucket
+        self.bound = bound
+        self.now_ms = now_ms
+        self.strict = strict
+        self.metrics = metrics
+
+    def record(self, permits):
+        from kafkatw.protocol import errors
+        from kafkatw.protocol.errors import KafkaError
+
+        if self.strict and self.bucket.measure(self.bound, self.now_ms) < 0:
+            raise KafkaError(errors.THROTTLING_QUOTA_EXCEEDED, THROTTLING_QUOTA_EXCEEDED_MESSAGE)
+        self.bucket.record(permits, self.bound, self.now_ms)
+        self.metrics.recorded_total += permits
+
+    def throttle_time_ms(self):
+        throttle = self.bucket.throttle_time_ms(self.bucket.measure(self.bound, self.now_ms), self.bound)
+        if throttle > 0:
+            self.metrics.throttle_time_ms_total += throttle
+            self.metrics.throttle_count += 1
+        return throttle
+
+
+class _Unbounded:
+    def record(self, permits):
+        pass
+
+    def throttle_time_ms(self):
+        return 0
+
+
+UNBOUNDED_MUTATIONS = _Unbounded()
+
+
+def mutation_quota(apis, request, strict_from_version):
+    """The request's controller mutation quota (strict from ``strict_from_version``)."""
+    quotas = apis.quotas
+    if not quotas.enabled:
+        return UNBOUNDED_MUTATIONS
+    return quotas.mutations.quota(request.context.principal, request.client_id, apis.now_ms(),
+                                  request.api_version >= strict_from_version)
+
+
+def with_mutation_throttle(body, quota):
+    """``body`` as a Response carrying the mutation quota's throttle time (body and mute)."""
+    from kafkatw.network.request import Response
+
+    throttle = quota.throttle_time_ms()
+    if throttle <= 0:
+        return body
+    body.throttle_time_ms = throttle
+    return Response(body, throttle_time_ms=throttle)

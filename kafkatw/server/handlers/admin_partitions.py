@@ -20,6 +20,7 @@ from kafkatw.protocol.messages import (
     OffsetForLeaderEpochResponse,
 )
 from kafkatw.server.handlers.topics import EXCESSIVE_PARTITIONS, MAX_PARTITIONS_PER_BATCH
+from kafkatw.server.quota import mutation_quota, with_mutation_throttle
 
 log = Logger()
 
@@ -93,6 +94,7 @@ class CreatePartitions:
     def handle(apis, request):
         body = request.body
         counts = Counter(t.name for t in body.topics)
+        quota = mutation_quota(apis, request, strict_from_version=3)  # KIP-599
         results = []
         pending = []
         for t in body.topics:
@@ -102,6 +104,9 @@ class CreatePartitions:
             try:
                 if counts[t.name] > 1:
                     raise KafkaError(errors.INVALID_REQUEST, "Duplicate topic in request.")
+                info = apis.metadata.get_topic(t.name)
+                if not body.validate_only and info is not None and t.count > info.num_partitions:
+                    quota.record(t.count - info.num_partitions)
                 d = _create_partitions_one(apis, t, body.validate_only)
             except KafkaError as e:
                 result.error_code, result.error_message = e.code, e.message
@@ -111,8 +116,8 @@ class CreatePartitions:
                 pending.append(d)
         response = CreatePartitionsResponse(throttle_time_ms=0, results=results)
         if not pending:
-            return response
-        return defer.gatherResults(pending).addCallback(lambda _: response)
+            return with_mutation_throttle(response, quota)
+        return defer.gatherResults(pending).addCallback(lambda _: with_mutation_throttle(response, quota))
 
     @staticmethod
     def error_response(request, code, message):

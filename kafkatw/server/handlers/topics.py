@@ -21,6 +21,7 @@ from kafkatw.config import (
 from kafkatw.protocol import errors
 from kafkatw.protocol.errors import KafkaError, error_name
 from kafkatw.protocol.messages import CreateTopicsResponse, DeleteTopicsResponse
+from kafkatw.server.quota import mutation_quota, with_mutation_throttle
 
 log = Logger()
 
@@ -181,6 +182,7 @@ class CreateTopics:
         if requested_partitions(apis, body.topics) > MAX_PARTITIONS_PER_BATCH:
             return CreateTopics.error_response(request, errors.POLICY_VIOLATION, EXCESSIVE_PARTITIONS)
         counts = Counter(t.name for t in body.topics)
+        quota = mutation_quota(apis, request, strict_from_version=6)  # KIP-599
         results = []
         pending = []
         for t in body.topics:
@@ -191,6 +193,8 @@ class CreateTopics:
                 result.error_message = "Duplicate topic name."
                 continue
             try:
+                if not body.validate_only:
+                    quota.record(requested_partitions(apis, [t]))
                 d = _create_one(apis, t, body.validate_only)
             except KafkaError as e:
                 _set_error(result, e)
@@ -202,8 +206,8 @@ class CreateTopics:
             pending.append(d)
         response = CreateTopicsResponse(throttle_time_ms=0, topics=results)
         if not pending:
-            return response
-        return defer.gatherResults(pending).addCallback(lambda _: response)
+            return with_mutation_throttle(response, quota)
+        return defer.gatherResults(pending).addCallback(lambda _: with_mutation_throttle(response, quota))
 
     @staticmethod
     def error_response(request, code, message):
@@ -243,6 +247,7 @@ class DeleteTopics:
         name_counts = Counter(name for name, _ in requested if name is not None)
         id_counts = Counter(tid for _, tid in requested if tid != ZERO_UUID)
         deletion_enabled = bool(apis.config_value("delete.topic.enable", True))
+        quota = mutation_quota(apis, request, strict_from_version=5)  # KIP-599
         results = []
         pending = []
         for name, tid in requested:
@@ -270,6 +275,7 @@ class DeleteTopics:
                     result.topic_id = info.topic_id
                 if not deletion_enabled:
                     raise KafkaError(errors.TOPIC_DELETION_DISABLED, "Topic deletion is disabled.")
+                quota.record(info.num_partitions)
                 d = meta.delete_topic(info.name)
                 d.addCallbacks(_deleted, _delete_failed, errbackArgs=(result, version))
                 pending.append(d)
@@ -282,8 +288,8 @@ class DeleteTopics:
                 result.name = ""
         response = DeleteTopicsResponse(throttle_time_ms=0, responses=results)
         if not pending:
-            return response
-        return defer.gatherResults(pending).addCallback(lambda _: response)
+            return with_mutation_throttle(response, quota)
+        return defer.gatherResults(pending).addCallback(lambda _: with_mutation_throttle(response, quota))
 
     @staticmethod
     def error_response(request, code, message):
