@@ -319,8 +319,9 @@ _d("sasl.oauthbearer.sub.claim.name", STRING, "sub", None, LOW, "Claim holding t
 _d("principal.builder.class", CLASS, None, None, MEDIUM,
    "IPrincipalBuilder plug-in name or dotted name; unset uses Kafka's default principal builder.")
 # client quotas (Kafka's ClientQuotaManagerConfig)
-_d("client.quota.callback.class", CLASS, None, None, LOW,
-   "IClientQuotaCallback plug-in name or dotted name; unset uses the quotas set with AlterClientQuotas.")
+_d("client.quota.callback.class", STRING, None, None, LOW,
+   "IClientQuotaCallback plug-in name (a short name a drop-in registers) or dotted name; unset uses "
+   "the quotas set with AlterClientQuotas.")
 _d("quota.window.num", INT, 11, at_least(1), LOW,
    "Number of samples kept in memory for client quotas.")
 _d("quota.window.size.seconds", INT, 1, at_least(1), LOW,
