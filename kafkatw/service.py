@@ -306,6 +306,7 @@ class SocketServerService(_BrokerPart):
             transport_layers=b.transport_layers,
             sasl_listeners=b.sasl_listeners,
             principal_builders=b.principal_builders,
+            ip_connection_rate=b.apis.quotas.ip_connection_rate,
         )
         b.dynamic_config.add_reconfigurable(DynamicSocketServerConfig(b.socket_server))
 

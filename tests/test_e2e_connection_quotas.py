@@ -125,3 +125,28 @@ class ListenerMaxConnectionsTest(KafkaBrokerMixin, unittest.TestCase):
         waiting.settimeout(10)
         size = int.from_bytes(recv_exact(waiting, 4), "big")
         self.assertEqual(struct.unpack_from(">ih", recv_exact(waiting, size)), (7, 0))
+
+
+class IpConnectionRateTest(KafkaBrokerMixin, unittest.TestCase):
+    """KIP-612 per IP: an ip entity's connection_creation_rate (AlterClientQuotas) closes the
+    connections over it unserved, after the throttle time; other addresses are not affected."""
+
+    broker_overrides = {"quota.window.num": 2, "quota.window.size.seconds": 1}
+
+    def test_ip_over_its_rate_is_closed_unserved(self):
+        from kafkatw.cli.client import KafkaClient
+        from tests.test_e2e_quotas import alter
+
+        with KafkaClient(self.broker.bootstrap_servers) as c:
+            self.assertEqual(alter(c, {"ip": "127.0.0.3"}, {"connection_creation_rate": 2}), (0, None))
+        socks = [connect(self.broker.port, "127.0.0.3") for _ in range(4)]
+        for s in socks:
+            self.addCleanup(s.close)
+        self.assertEqual([answers(s) for s in socks[:2]], [True, True])
+        for s in socks[2:]:
+            s.sendall(API_VERSIONS_V0)
+            self.assertEqual(s.recv(4), b"")  # closed without an answer
+        others = [connect(self.broker.port, "127.0.0.4") for _ in range(4)]
+        for s in others:
+            self.addCleanup(s.close)
+        self.assertEqual([answers(s) for s in others], [True] * 4)

@@ -215,20 +215,34 @@ class ApplyThrottleTest(unittest.SynchronousTestCase):
 
 
 class ConnectionCreationRateTest(unittest.SynchronousTestCase):
-    """KIP-612 throttle times: the listener's rate and the broker's (not for inter-broker)."""
+    """KIP-612 throttle times: the listener's rate, the broker's (not for a protected
+    inter-broker listener) and an IP's."""
 
     def quotas(self, **kw):
         from kafkatw.network.listener import ConnectionQuotas
         from kafkatw.network.settings import SocketServerSettings
 
-        return ConnectionQuotas(SocketServerSettings(quota_window_num=2, quota_window_size_seconds=1,
-                                                     inter_broker_listener_name="INTERNAL", **kw))
+        q = ConnectionQuotas(SocketServerSettings(quota_window_num=2, quota_window_size_seconds=1,
+                                                  inter_broker_listener_name="INTERNAL", **kw))
+        q.listener_count = 2
+        return q
 
     def test_broker_rate(self):
         q = self.quotas(max_connection_creation_rate=5)
         self.assertEqual([q.record_connection_creation("PLAINTEXT", 0) for _ in range(7)],
                          [0, 0, 0, 0, 0, 200, 400])
+        self.assertEqual(q.record_connection_creation("PLAINTEXT", 0), 600)
+        self.assertEqual([q.record_connection_creation("PLAINTEXT", 0) for _ in range(10)][-1], 1000)  # bounded
         self.assertEqual([q.record_connection_creation("INTERNAL", 0) for _ in range(10)], [0] * 10)
+        q.listener_count = 1  # Kafka protects the inter-broker listener only when there is another
+        self.assertEqual(q.record_connection_creation("INTERNAL", 0), 1000)
+
+    def test_ip_rate(self):
+        rates = {"127.0.0.3": 2.0, None: 1.0}
+        q = self.quotas()
+        q.ip_connection_rate = lambda ip: rates.get(ip, rates[None])
+        self.assertEqual([q.record_ip_connection("127.0.0.3", 0) for _ in range(4)], [0, 0, 500, 500])
+        self.assertEqual([q.record_ip_connection("127.0.0.9", 0) for _ in range(2)], [0, 1000])
 
     def test_listener_rate_applies_to_inter_broker_too(self):
         q = self.quotas(listener_max_connection_creation_rate={"INTERNAL": 2})

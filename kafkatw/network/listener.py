@@ -12,7 +12,7 @@ import time
 from twisted.application import service
 from twisted.internet import defer
 from twisted.internet.endpoints import quoteStringArgument, serverFromString
-from twisted.internet.protocol import ServerFactory
+from twisted.internet.protocol import Protocol, ServerFactory
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -42,12 +42,20 @@ class ConnectionQuotas:
     Over ``max.connections.per.ip`` (or its override) a connection is refused; at
     ``max.connections`` or ``listener.name.<l>.max.connections`` the listener stops accepting
     until one closes (the kernel backlog holds the rest); over ``max.connection.creation.rate``
-    (all listeners but the inter-broker one) or ``listener.name.<l>.max.connection.creation.rate``
-    the listener stops accepting for the throttle time. Open connections are never touched.
+    (all listeners but the inter-broker one, when there is another) or
+    ``listener.name.<l>.max.connection.creation.rate`` the listener stops accepting for the
+    throttle time (at most one window); over its IP's ``connection_creation_rate`` (an ip quota
+    entity) a connection is closed unserved after the throttle time. Open connections are never
+    touched.
     """
 
-    def __init__(self, settings):
+    def __init__(self, settings, ip_connection_rate=None):
         self.settings = settings
+        # ip -> its connection_creation_rate quota (the ip entity, else the default ip
+        # entity) or None; set with AlterClientQuotas, looked up per accept
+        self.ip_connection_rate = ip_connection_rate or (lambda ip: None)
+        self._ip_rates = {}  # ip -> (Rate, quota)
+        self.listener_count = 1  # the socket server's listeners (see protected_listener)
         self.per_ip = collections.Counter()
         self.per_listener = collections.Counter()
         self.total = 0
@@ -96,17 +104,37 @@ class ConnectionQuotas:
             rate = self._rates[key] = Rate(s.quota_window_num, s.quota_window_size_seconds * 1000)
         return rate
 
+    def record_ip_connection(self, ip, now_ms):
+        """KIP-612 per-IP rate: 0, or the throttle time of a connection over its IP's
+        ``connection_creation_rate`` (not counted then: it will not be served)."""
+        bound = self.ip_connection_rate(ip)
+        if bound is None:
+            self._ip_rates.pop(ip, None)
+            return 0
+        entry = self._ip_rates.get(ip)
+        s = self.settings
+        if entry is None or entry[1] != bound:
+            entry = self._ip_rates[ip] = (Rate(s.quota_window_num, s.quota_window_size_seconds * 1000), bound)
+        rate = entry[0]
+        rate.record(1, now_ms)
+        observed = rate.measure(now_ms)
+        if observed <= bound:
+            return 0
+        rate.record(-1, now_ms)
+        throttle = throttle_time_ms(observed, bound, rate.window_size_ms(now_ms))
+        return max(1, min(throttle, s.quota_window_size_seconds * 1000))
+
     def record_connection_creation(self, listener_name, now_ms):
         """Record an accepted connection; the milliseconds the listener must stop accepting
-        to stay within its creation rates (0 when within them; the inter-broker listener is
-        never throttled by the broker-wide rate)."""
+        to stay within its creation rates (0 when within them; a protected inter-broker
+        listener is not throttled by the broker-wide rate)."""
         throttle = 0
         limits = []
         listener_rate = self.settings.listener_max_connection_creation_rate.get(listener_name, INT_MAX)
         if listener_rate < INT_MAX:
             limits.append((listener_name, listener_rate))
         broker_rate = self.settings.max_connection_creation_rate
-        if broker_rate < INT_MAX and listener_name != self.settings.inter_broker_listener_name:
+        if broker_rate < INT_MAX and not self.protected_listener(listener_name):
             limits.append((None, broker_rate))
         for key, bound in limits:
             rate = self._rate(key)
@@ -116,7 +144,11 @@ class ConnectionQuotas:
                 throttle = max(throttle, rate.window_ms)
             elif observed > bound:
                 throttle = max(throttle, throttle_time_ms(observed, bound, rate.window_size_ms(now_ms)))
-        return throttle
+        return min(throttle, self.settings.quota_window_size_seconds * 1000)  # bounded as Kafka's
+
+    def protected_listener(self, listener_name):
+        """Kafka's protectedListener: the inter-broker listener, when there is another one."""
+        return listener_name == self.settings.inter_broker_listener_name and self.listener_count > 1
 
 
 def transport_key(listener_name):
@@ -149,6 +181,23 @@ def check_transport_layer(endpoint, value, layer):
     return layer
 
 
+class _ThrottledConnection(Protocol):
+    """A connection over its IP's creation rate: read nothing, close after the throttle time."""
+
+    def __init__(self, reactor, throttle_ms):
+        self.reactor = reactor
+        self.throttle_ms = throttle_ms
+        self.call = None
+
+    def connectionMade(self):
+        self.transport.pauseProducing()
+        self.call = self.reactor.callLater(self.throttle_ms / 1000.0, self.transport.loseConnection)
+
+    def connectionLost(self, reason=None):
+        if self.call is not None and self.call.active():
+            self.call.cancel()
+
+
 class KafkaListenerFactory(ServerFactory):
     """The factory of one listener; refuses connections over the quotas."""
 
@@ -169,6 +218,16 @@ class KafkaListenerFactory(ServerFactory):
         from kafkatw.network.connection import KafkaConnection
 
         host = getattr(addr, "host", "?")
+        throttle = self.server.quotas.record_ip_connection(host, int(self.server.reactor.seconds() * 1000))
+        if throttle > 0:
+            # Kafka closes a connection over its IP's creation rate after the throttle time,
+            # unserved, so a client reconnecting at once does not spin
+            self.server.metrics.connections_rejected[self.endpoint.listener_name] += 1
+            self.log.info("Throttling connection from {peer} on {listener} for {ms} ms "
+                          "(connection_creation_rate of {host})",
+                          peer="%s:%s" % (host, getattr(addr, "port", "?")),
+                          listener=self.endpoint.listener_name, ms=throttle, host=host)
+            return _ThrottledConnection(self.server.reactor, throttle)
         refused = self.server.quotas.try_inc(self.endpoint.listener_name, host)
         if refused is not None:
             self.server.metrics.connections_rejected[self.endpoint.listener_name] += 1
@@ -215,7 +274,7 @@ class SocketServer:
     def __init__(self, endpoints, handler, reactor, settings=None, clock_ns=None, wire=None,
                  request_logger=None, metrics=None, ssl_context_factories=None,
                  transfer_failure_handler=None, transport_layers=None, sasl_listeners=None,
-                 principal_builders=None):
+                 principal_builders=None, ip_connection_rate=None):
         self.endpoints = list(endpoints)
         self.handler = handler
         self.reactor = reactor
@@ -233,7 +292,8 @@ class SocketServer:
         self.transport_layers = dict(transport_layers or {})
         self.sasl_listeners = sasl_listeners or {}
         self.principal_builders = principal_builders or {}
-        self.quotas = ConnectionQuotas(self.settings)
+        self.quotas = ConnectionQuotas(self.settings, ip_connection_rate)
+        self.quotas.listener_count = len(self.endpoints)
         self.channel = RequestChannel(handler, self.clock_ns, self.settings.queued_max_requests,
                                       self.settings.num_io_threads, self.metrics)
         self.factories = {}

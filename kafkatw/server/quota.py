@@ -136,6 +136,7 @@ class QuotaManagers:
         self.request = ClientQuotaManager(ClientQuotaType.REQUEST, callback, samples, window_seconds,
                                           max_throttle_time_ms=window_seconds * 1000)
         self.mutations = ControllerMutationQuotaManager(callback, samples, window_seconds)
+        self.ip_connection_rates = {}  # ip or None (default) -> connection_creation_rate
         self.by_type = {ClientQuotaType.PRODUCE: self.produce, ClientQuotaType.FETCH: self.fetch,
                         ClientQuotaType.REQUEST: self.request,
                         ClientQuotaType.CONTROLLER_MUTATION: self.mutations}
@@ -154,6 +155,22 @@ class QuotaManagers:
         return cls(callback, samples=int(config["quota.window.num"]),
                    window_seconds=int(config["quota.window.size.seconds"]))
 
+    def ip_connection_rate(self, ip):
+        """The ``connection_creation_rate`` of ``ip``: its own entity, else the default ip
+        entity, else None (the network layer asks at each accept)."""
+        rates = self.ip_connection_rates
+        if not rates:
+            return None
+        value = rates.get(ip)
+        return value if value is not None else rates.get(None)
+
+    def set_ip_quota(self, ip, value):
+        """``ip`` (None: the default ip entity) gets ``value`` connections a second, or none."""
+        if value is None:
+            self.ip_connection_rates.pop(ip, None)
+        else:
+            self.ip_connection_rates[ip] = float(value)
+
     def set_quota(self, entity, key, value):
         self.callback.update_quota(ClientQuotaType(key), entity, value)
         self._recount()
@@ -168,6 +185,8 @@ class QuotaManagers:
             for key, value in values.items():
                 if key in ClientQuotaType._value2member_map_:
                     self.set_quota(entity, key, value)
+                elif key == "connection_creation_rate":
+                    self.set_ip_quota(entity.as_dict().get("ip"), value)
 
 
 #: never counted against request quotas: a client must always be able to negotiate and log in

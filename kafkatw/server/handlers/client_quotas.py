@@ -129,12 +129,14 @@ class AlterClientQuotas:
 
 
 def apply_changes(quotas, changes):
-    """Hand ``[(components, key, value or None)]`` to the quota managers (ip entities: the
-    connection quotas, not the client quota callback)."""
+    """Hand ``[(components, key, value or None)]`` to the quota managers (ip entities'
+    connection_creation_rate goes to the connection quotas, not the client quota callback)."""
     from kafkatw.security.quota import ClientQuotaEntity
 
     for components, key, value in changes:
         if key not in CLIENT_QUOTA_KEYS:
+            if key in IP_QUOTA_KEYS:
+                quotas.set_ip_quota(dict(components).get(IP), value)
             continue
         entity = ClientQuotaEntity(components)
         if value is None:
