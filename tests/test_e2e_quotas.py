@@ -448,3 +448,53 @@ class ControllerMutationRateTest(KafkaBrokerMixin, unittest.TestCase):
         self.assertEqual([r.error_code for r in resp.responses],
                          [errors.NONE, errors.NONE, errors.THROTTLING_QUOTA_EXCEEDED])
         self.assertTrue(900 <= resp.throttle_time_ms <= 1000, resp.throttle_time_ms)
+
+
+class ConsumerByteRateConfluentTest(KafkaBrokerMixin, unittest.TestCase):
+    """A confluent-kafka consumer with consumer_byte_rate reads at its quota."""
+
+    broker_overrides = dict(WINDOWS)
+
+    def test_consumer_held_to_quota(self):
+        from confluent_kafka import Consumer
+
+        topic = unique_name("cc")
+        value = b"c" * 1000
+        p = Producer({"bootstrap.servers": self.broker.bootstrap_servers, "linger.ms": 5, "batch.size": 16384})
+        for _ in range(9000):  # 9 MB, more than 10 s at the quota plus the first window
+            while True:
+                try:
+                    p.produce(topic, value)
+                    break
+                except BufferError:
+                    p.poll(0.01)
+        self.assertEqual(p.flush(30), 0)
+        quota = 500 * 1000
+        with KafkaClient(self.broker.bootstrap_servers) as c:
+            self.assertEqual(alter(c, {"client-id": "slow-consumer"}, {"consumer_byte_rate": quota}),
+                             (errors.NONE, None))
+        throttles = []
+        consumer = Consumer({"bootstrap.servers": self.broker.bootstrap_servers, "client.id": "slow-consumer",
+                             "group.id": unique_name("g"), "auto.offset.reset": "earliest",
+                             "enable.auto.commit": False,
+                             # responses small beside a window of quota: a throttled fetch
+                             # returns nothing, so big ones waste their throttle time
+                             "fetch.max.bytes": 65536, "message.max.bytes": 65536,
+                             "max.partition.fetch.bytes": 65536,
+                             "throttle_cb": lambda e: throttles.append(e.throttle_time)})
+        self.addCleanup(consumer.close)
+        consumer.subscribe([topic])
+        while True:  # the clock starts with the first record
+            m = consumer.poll(10)
+            self.assertIsNotNone(m)
+            if m.error() is None:
+                break
+        received = len(m.value())
+        started = time.monotonic()
+        while time.monotonic() - started < SECONDS:
+            for m in consumer.consume(1000, 0.2):
+                if m.error() is None:
+                    received += len(m.value())
+        rate = received / (time.monotonic() - started)
+        self.assertTrue(0.85 * quota <= rate <= 1.15 * quota, "consumer at %.0f B/s" % rate)
+        self.assertTrue(throttles and max(throttles) > 0, throttles)

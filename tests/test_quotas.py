@@ -279,3 +279,17 @@ class TokenBucketTest(unittest.SynchronousTestCase):
         self.assertEqual(TokenBucket.throttle_time_ms(-3, 2), 1500)
         self.assertEqual(b.measure(2, 1500), 0)  # 2 tokens a second
         self.assertEqual(b.measure(2, 100000), 22)  # never above the burst
+
+
+class CapFetchSizeTest(unittest.SynchronousTestCase):
+    def test_capped_at_the_quota_window_set(self):
+        from kafkatw.server.quota import cap_fetch_size
+
+        q = QuotaManagers(DefaultQuotaCallback(), samples=11, window_seconds=1)
+        q.set_quota(E(client_id="c"), "consumer_byte_rate", 1000)
+        req = request(1, 12, messages.FetchRequest(replica_id=-1, max_bytes=50 * 1024 * 1024))
+        cap_fetch_size(q, req)
+        self.assertEqual(req.body.max_bytes, 10000)  # quota * (samples - 1) windows
+        other = request(1, 12, messages.FetchRequest(replica_id=-1, max_bytes=5000), client_id="d")
+        cap_fetch_size(q, other)
+        self.assertEqual(other.body.max_bytes, 5000)

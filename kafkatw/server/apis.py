@@ -18,7 +18,7 @@ from kafkatw.protocol import errors
 from kafkatw.protocol import messages
 from kafkatw.protocol.errors import KafkaError
 from kafkatw.security.quota import DefaultQuotaCallback
-from kafkatw.server.quota import QuotaManagers, apply_throttle
+from kafkatw.server.quota import QuotaManagers, apply_throttle, cap_fetch_size
 from kafkatw.server.handlers import (
     admin_configs,
     admin_partitions,
@@ -194,6 +194,8 @@ class KafkaApis:
         quotas = self.quotas
         if not quotas.enabled:
             return self._dispatch(request)
+        if request.api_key == 1:  # Fetch
+            cap_fetch_size(quotas, request)
         started = time.perf_counter_ns()
         result = self._dispatch(request)
         handler_ns = time.perf_counter_ns() - started

@@ -219,6 +219,18 @@ def without_records(body):
                 partition.aborted_transactions = []
 
 
+def cap_fetch_size(managers, request):
+    """Kafka's cap of a consumer's fetch at what its quota lets through in one window set
+    (``quota * (quota.window.num - 1) * quota.window.size.seconds``), so one response is not
+    bound to be throttled; a follower's fetch is not capped."""
+    body = request.body
+    if getattr(body, "replica_id", -1) >= 0 or getattr(getattr(body, "replica_state", None), "replica_id", -1) >= 0:
+        return
+    most = managers.fetch.max_value_in_quota_window(request.context.principal, request.client_id or "")
+    if most is not None and body.max_bytes > most:
+        body.max_bytes = max(1, int(most))
+
+
 def apply_throttle(managers, request, response, handler_ns, now_ms):
     """Record ``request`` against the quotas of its principal and client id and, when one is
     exceeded, set ``throttle_time_ms`` on the response body and on ``response`` (the
