@@ -196,6 +196,9 @@ class ApplyThrottleTest(unittest.SynchronousTestCase):
         req = request(0, 9, messages.ProduceRequest(acks=1, timeout_ms=1000, topic_data=[]), size=3000)
         response = apply_throttle(q, req, Response(body), 0, 0)
         self.assertEqual((response.throttle_time_ms, body.throttle_time_ms), (2000, 2000))
+        self.assertEqual(q.snapshot()["producer_byte_rate"], [
+            {"user": "", "client-id": "c", "recorded_total": 3000, "throttle_time_ms_total": 2000,
+             "throttle_count": 1, "rate": 3000.0}])
         q.remove_quota(E(client_id="c"), "producer_byte_rate")
         self.assertFalse(q.enabled)
 

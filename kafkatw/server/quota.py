@@ -150,6 +150,19 @@ class QuotaManagers:
         if not self._custom:
             self._count = sum(len(self.callback.entities(t)) for t in ClientQuotaType)
 
+    def snapshot(self):
+        """Plain per-entity counters for a metrics endpoint: ``{quota key: [{"user", "client-id",
+        "recorded_total", "throttle_time_ms_total", "throttle_count", "rate"}]}``; rate is the
+        last measured (bytes/s or percent), recorded_total bytes, percent-seconds or partitions."""
+        out = {}
+        for quota_type, manager in self.by_type.items():
+            out[quota_type.value] = [
+                {"user": m.user, "client-id": m.client_id, "recorded_total": m.recorded_total,
+                 "throttle_time_ms_total": m.throttle_time_ms_total, "throttle_count": m.throttle_count,
+                 "rate": m.last_rate}
+                for m in manager.metrics.values()]
+        return out
+
     @classmethod
     def from_config(cls, config, callback):
         return cls(callback, samples=int(config["quota.window.num"]),
