@@ -498,3 +498,31 @@ class ConsumerByteRateConfluentTest(KafkaBrokerMixin, unittest.TestCase):
         rate = received / (time.monotonic() - started)
         self.assertTrue(0.85 * quota <= rate <= 1.15 * quota, "consumer at %.0f B/s" % rate)
         self.assertTrue(throttles and max(throttles) > 0, throttles)
+
+
+class AcksZeroThrottleTest(KafkaBrokerMixin, unittest.TestCase):
+    """An acks=0 produce over the quota gets no response, yet its connection is muted for the
+    throttle time: the next request waits that long."""
+
+    broker_overrides = dict(WINDOWS)
+
+    def test_next_request_waits_out_the_throttle(self):
+        topic = unique_name("a0")
+        create_topic(self.broker, topic)
+        with KafkaClient(self.broker.bootstrap_servers) as c:
+            self.assertEqual(alter(c, {"client-id": "acks0"}, {"producer_byte_rate": 10000}), (errors.NONE, None))
+        sock = socket.create_connection((self.broker.host, self.broker.port))
+        self.addCleanup(sock.close)
+        started = time.monotonic()
+        # 30 kB at 10 kB/s over the 1 s minimum window: muted for about 2 s
+        sock.sendall(frame(0, 9, 1, produce_body(topic, 0, [b"z" * 30000], acks=0), client_id="acks0"))
+        sock.sendall(frame(3, 9, 2, messages.MetadataRequest(topics=[], allow_auto_topic_creation=False),
+                           client_id="acks0"))
+        size = int.from_bytes(recv_exact(sock, 4), "big")
+        payload = recv_exact(sock, size)
+        waited = time.monotonic() - started
+        self.assertEqual(int.from_bytes(payload[:4], "big"), 2)  # the Metadata answer, nothing for acks=0
+        self.assertGreater(waited, 1.8)
+        self.assertLess(waited, 5.0)
+        with KafkaClient(self.broker.bootstrap_servers) as c:
+            self.assertEqual(end_offset(c, topic), 1)  # the record was appended
