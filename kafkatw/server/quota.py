@@ -202,8 +202,12 @@ class QuotaManagers:
                     self.set_ip_quota(entity.as_dict().get("ip"), value)
 
 
-#: never counted against request quotas: a client must always be able to negotiate and log in
-EXEMPT_API_KEYS = frozenset([18, 17, 36])  # ApiVersions, SaslHandshake, SaslAuthenticate
+#: never counted against quotas, as Kafka answers them with sendResponseExemptThrottle: the
+#: SASL exchange and the inter-broker (cluster action) requests a broker sends another
+EXEMPT_API_KEYS = frozenset([
+    17, 36,  # SaslHandshake, SaslAuthenticate
+    4, 5, 6, 7, 27, 56,  # LeaderAndIsr, StopReplica, UpdateMetadata, ControlledShutdown, WriteTxnMarkers, AlterPartition
+])
 PRODUCE_KEY, FETCH_KEY = 0, 1
 #: request_percentage is a percentage of one handler thread per second (Kafka's nanosToPercentage)
 NANOS_TO_PERCENTAGE = 100.0 / 1e9
