@@ -27,7 +27,7 @@ from twisted.trial import unittest
 from kafkatw.cli.client import KafkaClient
 from kafkatw.protocol import errors, messages
 from kafkatw.protocol.records import BATCH_HEADER_SIZE, read_batch_header
-from kafkatw.testing import KafkaBroker, KafkaBrokerMixin
+from kafkatw.testing import KafkaBrokerMixin
 from tests.support import create_topic, frame, produce_body, recv_exact, unique_name
 
 from confluent_kafka import Producer  # noqa: E402

@@ -18,7 +18,8 @@ from kafkatw.security.quota import (
     IClientQuotaCallback,
     load_quota_callback,
 )
-from kafkatw.server.quota import ClientQuotaManager, QuotaManagers, Rate, apply_throttle, throttle_time_ms
+from kafkatw.rate import Rate, throttle_time_ms
+from kafkatw.server.quota import ClientQuotaManager, QuotaManagers, apply_throttle
 
 P = ClientQuotaType.PRODUCE
 E = ClientQuotaEntity.of

@@ -7,7 +7,7 @@ which quota applies is the ``IClientQuotaCallback``'s, muting the connection the
 
 import attr
 
-from kafkatw.rate import Rate, throttle_time_ms  # noqa: F401 (re-exported for the handlers and tests)
+from kafkatw.rate import Rate, throttle_time_ms
 from kafkatw.security.quota import CLIENT_ID_TAG, USER_TAG, ClientQuotaType, DefaultQuotaCallback
 
 #: Kafka drops sensors unused for an hour
