@@ -166,6 +166,16 @@ class ClientQuotaManagerTest(unittest.SynchronousTestCase):
         self.assertEqual((metrics.recorded_total, metrics.throttle_time_ms_total, metrics.throttle_count),
                          (15000, 5000, 1))
 
+    def test_idle_sensors_expire_after_an_hour(self):
+        cb = DefaultQuotaCallback()
+        cb.update_quota(P, E(client_id=None), 1000)
+        m = ClientQuotaManager(P, cb, samples=11, window_seconds=1)
+        m.record_and_get_throttle_time_ms(ALICE, "gone", 10, 0)
+        m.record_and_get_throttle_time_ms(ALICE, "stays", 10, 3000 * 1000)
+        self.assertEqual(sorted(m.metrics), [("", "gone"), ("", "stays")])
+        m.record_and_get_throttle_time_ms(ALICE, "stays", 10, 3601 * 1000)
+        self.assertEqual(sorted(m.metrics), [("", "stays")])
+
     def test_request_quota_capped_at_one_window(self):
         cb = DefaultQuotaCallback()
         cb.update_quota(ClientQuotaType.REQUEST, E(client_id="c"), 1)

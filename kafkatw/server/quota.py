@@ -44,6 +44,7 @@ class ClientQuotaManager:
         self.max_throttle_time_ms = max_throttle_time_ms
         self._sensors = {}  # (user tag, client tag) -> (Rate, last used ms)
         self.metrics = {}  # (user tag, client tag) -> EntityMetrics
+        self._next_expiry_ms = 0
 
     def update_windows(self, samples, window_seconds):
         """New ``quota.window.*``: measuring starts over, as Kafka's new sensors would."""
@@ -75,6 +76,9 @@ class ClientQuotaManager:
         bound = self.callback.quota_limit(self.quota_type, {USER_TAG: user, CLIENT_ID_TAG: client})
         if bound is None:
             return 0
+        if now_ms >= self._next_expiry_ms:
+            self.expire(now_ms)
+            self._next_expiry_ms = now_ms + 60000
         rate = self._sensor(key, now_ms)
         rate.record(value, now_ms)
         m = self.metrics.get(key)
@@ -113,10 +117,12 @@ class ClientQuotaManager:
         return bound * (self.samples - 1) * self.window_ms / 1000.0
 
     def expire(self, now_ms):
-        """Drop sensors unused for an hour (Kafka's sensor expiry)."""
+        """Drop sensors and their counters unused for an hour (Kafka's sensor expiry), so
+        clients that come and go with new ids do not accumulate; checked once a minute."""
         for key, (_, used) in list(self._sensors.items()):
             if now_ms - used >= INACTIVE_SENSOR_EXPIRATION_MS:
                 del self._sensors[key]
+                self.metrics.pop(key, None)
 
 
 class QuotaManagers:
