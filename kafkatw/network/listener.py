@@ -55,6 +55,7 @@ class ConnectionQuotas:
         # entity) or None; set with AlterClientQuotas, looked up per accept
         self.ip_connection_rate = ip_connection_rate or (lambda ip: None)
         self._ip_rates = {}  # ip -> (Rate, quota)
+        self._ip_rates_checked_ms = 0
         self.listener_count = 1  # the socket server's listeners (see protected_listener)
         self.per_ip = collections.Counter()
         self.per_listener = collections.Counter()
@@ -111,6 +112,12 @@ class ConnectionQuotas:
         if bound is None:
             self._ip_rates.pop(ip, None)
             return 0
+        if now_ms - self._ip_rates_checked_ms >= 60000:
+            # forget addresses quiet for the whole rate window (their rate is 0 anyway)
+            self._ip_rates_checked_ms = now_ms
+            for other, (r, _) in list(self._ip_rates.items()):
+                if r.measure(now_ms) == 0:
+                    del self._ip_rates[other]
         entry = self._ip_rates.get(ip)
         s = self.settings
         if entry is None or entry[1] != bound:
