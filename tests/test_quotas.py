@@ -307,3 +307,17 @@ class CapFetchSizeTest(unittest.SynchronousTestCase):
         other = request(1, 12, messages.FetchRequest(replica_id=-1, max_bytes=5000), client_id="d")
         cap_fetch_size(q, other)
         self.assertEqual(other.body.max_bytes, 5000)
+
+
+class FetchThrottledByRequestQuotaTest(unittest.SynchronousTestCase):
+    def test_request_quota_alone_empties_the_fetch(self):
+        cb = DefaultQuotaCallback()
+        q = QuotaManagers(cb, samples=2, window_seconds=1)
+        q.set_quota(E(client_id="c"), "request_percentage", 1)
+        R = messages.FetchResponse
+        body = R(throttle_time_ms=0, responses=[R.FetchableTopicResponse(topic="t", partitions=[
+            R.PartitionData(partition_index=0, high_watermark=7, records=b"r" * 10)])])
+        req = request(1, 12, messages.FetchRequest(replica_id=-1))
+        response = apply_throttle(q, req, Response(body), 50 * 1000 * 1000, 0)  # 50 ms: 5% of a second
+        self.assertEqual(response.throttle_time_ms, 1000)  # capped at one window
+        self.assertEqual(body.responses[0].partitions[0].records, b"")

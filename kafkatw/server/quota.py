@@ -276,13 +276,15 @@ def apply_throttle(managers, request, response, handler_ns, now_ms):
     elif api_key == FETCH_KEY and body is not None and getattr(request.body, "replica_id", -1) < 0 \
             and getattr(getattr(request.body, "replica_state", None), "replica_id", -1) < 0:
         fetch = managers.fetch
+        recorded = None
         if fetch.quota_for(principal, client_id) is not None:
-            size = fetch_response_bytes(body)
-            throttle = max(throttle, fetch.record_and_get_throttle_time_ms(principal, client_id, size, now_ms))
-            if throttle > 0:
-                # as Kafka: a throttled fetch returns no records, so they are not counted
-                fetch.unrecord(principal, client_id, size, now_ms)
-                without_records(body)
+            recorded = fetch_response_bytes(body)
+            throttle = max(throttle, fetch.record_and_get_throttle_time_ms(principal, client_id, recorded, now_ms))
+        if throttle > 0:
+            # as Kafka: a fetch throttled by either quota returns no records, so they are not counted
+            if recorded is not None:
+                fetch.unrecord(principal, client_id, recorded, now_ms)
+            without_records(body)
     if throttle > response.throttle_time_ms:  # the larger of this and a handler's own (mutations)
         if body is not None and hasattr(body, "throttle_time_ms"):
             body.throttle_time_ms = throttle
