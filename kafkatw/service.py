@@ -185,9 +185,7 @@ class LogManagerService(_BrokerPart):
 
         b = self.broker
         b.log_manager = LogManager(b.config.log_dirs, b.config.values(), b.reactor, b.threadpool)
-        b.log_manager.load_logs()
-        for line in b.log_manager.recovery_summary:
-            log.info("recovery: {line}", line=line)
+        b.log_manager.load_logs()  # one summary line per log dir; segment detail at debug
         b.log_manager.start()
         b.dynamic_config.add_reconfigurable(DynamicLogConfig(b.log_manager))
         b.dynamic_config.add_reconfigurable(DynamicLogCleanerConfig(b.log_manager))

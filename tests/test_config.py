@@ -716,17 +716,19 @@ class PackageTests(SynchronousTestCase):
 
 class LayeringTests(SynchronousTestCase):
     """docs/architecture.md: storage imports protocol and the config definitions that import
-    nothing else of the broker (kafkatw.config.types and kafkatw.config.topic)."""
+    nothing else of the broker (kafkatw.config.types and kafkatw.config.topic), and the leaf
+    kafkatw.background_failures."""
 
     def test_config_definitions_import_nothing_else(self):
         config_dir = os.path.dirname(cfg.__file__)
         self.assertEqual(_imports(os.path.join(config_dir, "types.py")), set())
         self.assertEqual(_imports(os.path.join(config_dir, "topic.py")), {"kafkatw.config.types"})
+        self.assertEqual(_imports(os.path.join(_ROOT, "kafkatw", "background_failures.py")), set())
 
     def test_storage_imports_only_protocol_and_config_definitions(self):
         storage_dir = os.path.join(_ROOT, "kafkatw", "storage")
         allowed = ("kafkatw.protocol", "kafkatw.storage", "kafkatw.config.types",
-                   "kafkatw.config.topic")
+                   "kafkatw.config.topic", "kafkatw.background_failures")
         for name in sorted(os.listdir(storage_dir)):
             if name.endswith(".py"):
                 bad = [m for m in _imports(os.path.join(storage_dir, name))

@@ -16,6 +16,7 @@ from twisted.internet import defer, threads
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from kafkatw.background_failures import FailingTask
 from kafkatw.protocol import errors
 from kafkatw.protocol.errors import KafkaError
 
@@ -238,6 +239,9 @@ class ClusterMetadata:
         self._writing = False
         self._waiting = []  # [(version, Deferred fired when that version is durable)]
         self._applied = defer.succeed(None)  # tail of the in-order apply chain
+        #: a failing metadata write is logged once, then at increasing intervals (a client
+        #: retrying CreateTopics, or FindCoordinator creating __consumer_offsets, each retry)
+        self.write_failures = FailingTask("writing %s" % METADATA_FILE, reactor)
 
     # -- loading / persistence ---------------------------------------------------------
 
@@ -416,6 +420,7 @@ class ClusterMetadata:
         self._writing = False
         self._durable_version = version
         self._durable_state = staged
+        self.write_failures.succeeded()
         ready = [d for v, d in self._waiting if v <= version]
         self._waiting = [(v, d) for v, d in self._waiting if v > version]
         for d in ready:
@@ -426,7 +431,7 @@ class ClusterMetadata:
         """Nothing staged since the last good write happened: back to that state, every
         pending change fails with the write's error."""
         self._writing = False
-        log.failure("writing {path} failed", failure, path=self.metadata_path)
+        self.write_failures.failed(failure)
         waiting, self._waiting = self._waiting, []
         self._staged = self._durable_state.copy()
         self._durable_version = self._staged_version

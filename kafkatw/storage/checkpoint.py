@@ -15,6 +15,11 @@ CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 
+#: The checkpoints a log manager writes at the top of a log dir (a dir with none of them and
+#: no partition has never held data).
+LOG_DIR_CHECKPOINTS = (RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT,
+                       REPLICATION_OFFSET_CHECKPOINT, CLEANER_OFFSET_CHECKPOINT)
+
 
 class CheckpointError(Exception):
     pass

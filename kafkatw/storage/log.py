@@ -140,7 +140,9 @@ class UnifiedLog:
         self.first_unstable_offset = None  # hook for transactions (offset or LogOffsetMetadata)
         self.producer_state_manager = None
         self.roll_listener = None  # called with the new segment's base offset after a roll
-        self.recovery_log = []  # what loading recovered, for the start-up log
+        self.recovery_log = []  # what loading recovered, per segment (debug log)
+        self.recovered_segments = 0  # segments scanned by recovery while loading
+        self.truncated_bytes = 0  # bytes cut off torn or corrupt tails while loading
         if not dir_exists:
             os.makedirs(directory, exist_ok=True)
         self.leader_epoch_cache = LeaderEpochFileCache(
@@ -270,6 +272,8 @@ class UnifiedLog:
                 continue  # removed by an earlier truncation
             seg = self._segments[base]
             truncated = seg.recover(self.config.max_message_bytes, self.leader_epoch_cache)
+            self.recovered_segments += 1
+            self.truncated_bytes += truncated
             self.recovery_log.append("segment %d: recovered %d bytes, truncated %d bytes"
                                      % (base, seg.size, truncated))
             if truncated:
@@ -277,6 +281,7 @@ class UnifiedLog:
                 for later in [b for b in self._bases if b > base]:
                     self.recovery_log.append("segment %d: deleted after corruption in %d"
                                              % (later, base))
+                    self.truncated_bytes += self._segments[later].size
                     self._segments[later].delete_if_exists()
                     self._remove_segment(later)
         active = self.active_segment
@@ -300,7 +305,7 @@ class UnifiedLog:
         if recovered:
             self._rebuild_txn_indexes(recovered)
         if self.recovery_log:
-            log.info("{tp}: {lines}", tp="%s-%d" % (self.topic, self.partition),
+            log.debug("{tp}: {lines}", tp="%s-%d" % (self.topic, self.partition),
                      lines="; ".join(self.recovery_log))
 
     def _complete_swap(self, name):

@@ -4,11 +4,13 @@ cleaner on the injected reactor, with blocking work in a thread pool; marks fail
 """
 
 import os
+import time
 import uuid
 
 from twisted.internet import defer, task, threads
 from twisted.logger import Logger
 
+from kafkatw.background_failures import FailingTasks
 from kafkatw.protocol import errors
 from kafkatw.protocol.errors import KafkaError
 
@@ -54,6 +56,8 @@ class LogManager:
         self._cleaner_loop = None
         self.default_config = LogConfig.from_props(self.broker_defaults, {})
         self.recovery_summary = []
+        #: background work that fails: logged once, then at increasing intervals; counters
+        self.task_failures = FailingTasks(reactor)
 
     # -- time and threads ---------------------------------------------------------------
 
@@ -73,7 +77,7 @@ class LogManager:
     def _run_delete(self, fn):
         self._pending_deletes = [c for c in self._pending_deletes if c.active()]
         d = self.run_blocking(fn)
-        d.addErrback(lambda f: log.failure("delayed file delete failed", f))
+        d.addErrback(self.task_failures["delayed file delete"].failed)
 
     # -- offline dirs -------------------------------------------------------------------
 
@@ -114,9 +118,14 @@ class LogManager:
         return self.recovery_summary
 
     def _load_dir(self, directory):
+        started = time.monotonic()
         os.makedirs(directory, exist_ok=True)
         marker = os.path.join(directory, checkpoint.CLEAN_SHUTDOWN_FILE)
         clean = os.path.exists(marker)
+        # Nothing a broker ever wrote here beyond meta.properties: a new dir, not a crash.
+        fresh = not clean and not any(
+            os.path.exists(os.path.join(directory, name)) for name in checkpoint.LOG_DIR_CHECKPOINTS)
+        loaded = recovered = truncated = 0
         recovery_points = self._read_checkpoint(directory, checkpoint.RECOVERY_POINT_CHECKPOINT)
         start_offsets = self._read_checkpoint(directory, checkpoint.LOG_START_OFFSET_CHECKPOINT)
         hws = self._read_checkpoint(directory, checkpoint.REPLICATION_OFFSET_CHECKPOINT)
@@ -152,13 +161,24 @@ class LogManager:
                             dir_failure_handler=self.handle_dir_failure,
                             scheduler=self._schedule, dir_exists=True)
             self._attach(lg)
+            loaded += 1
+            recovered += lg.recovered_segments
+            truncated += lg.truncated_bytes
             if lg.recovery_log:
                 self.recovery_summary.append((tp, list(lg.recovery_log)))
         if clean:
             os.unlink(marker)
-        log.info("loaded {n} log(s) from {dir} ({how})",
-                 n=sum(1 for lg in self._logs.values() if self._dir_of(lg) == directory),
-                 dir=directory, how="clean shutdown" if clean else "recovered after unclean stop")
+        ms = int((time.monotonic() - started) * 1000)
+        if fresh and not loaded:
+            log.info("initialised new log dir {dir}", dir=directory)
+        elif clean:
+            log.info("loaded {n} log(s) from {dir} after a clean shutdown in {ms} ms", n=loaded,
+                     dir=directory, ms=ms)
+        else:
+            # One line per dir however many segments; each segment's detail is at debug level.
+            log.info("recovered {dir} after an unclean stop: {n} log(s), {segments} segment(s) "
+                     "recovered, {truncated} byte(s) truncated, in {ms} ms", dir=directory,
+                     n=loaded, segments=recovered, truncated=truncated, ms=ms)
 
     def _read_checkpoint(self, directory, name):
         try:
@@ -174,7 +194,7 @@ class LogManager:
     def _on_roll(self, lg, new_base):
         """Flush the segments before the new one in a thread (Kafka's flushUptoOffsetExclusive)."""
         d = self.flush_log(lg, new_base)
-        d.addErrback(self._log_error, "flush after roll of %s-%d" % (lg.topic, lg.partition))
+        d.addErrback(self._log_error, "flush after segment roll")
 
     def flush_log(self, lg, offset=None):
         """fsync ``lg`` up to ``offset`` (default: its end) in the thread pool: the plan is made
@@ -208,8 +228,9 @@ class LogManager:
         return self.run_blocking(run, plans).addCallback(finish, plans)
 
     def _log_error(self, failure, what):
+        """A KafkaError is an offline log, said once by :meth:`handle_dir_failure`."""
         if not failure.check(KafkaError):
-            log.failure("{what} failed", failure, what=what)
+            self.task_failures[what].failed(failure)
 
     # -- partitions ---------------------------------------------------------------------
 
@@ -393,20 +414,22 @@ class LogManager:
 
     def start(self):
         props = self.broker_defaults
-        self._loop(self.cleanup_logs, _int(props, "log.retention.check.interval.ms", 300000))
+        self._loop("retention", self.cleanup_logs,
+                   _int(props, "log.retention.check.interval.ms", 300000))
         flush_interval = _int(props, "log.flush.scheduler.interval.ms", _LONG_MAX)
         if flush_interval < _LONG_MAX:
-            self._loop(self.flush_dirty_logs, flush_interval)
-        self._loop(self.checkpoint_recovery_offsets,
+            self._loop("scheduled flush", self.flush_dirty_logs, flush_interval)
+        self._loop("recovery point checkpoint", self.checkpoint_recovery_offsets,
                    _int(props, "log.flush.offset.checkpoint.interval.ms", 60000))
-        self._loop(self.checkpoint_log_start_offsets,
+        self._loop("log start offset checkpoint", self.checkpoint_log_start_offsets,
                    _int(props, "log.flush.start.offset.checkpoint.interval.ms", 60000))
-        self._loop(self.checkpoint_high_watermarks,
+        self._loop("high watermark checkpoint", self.checkpoint_high_watermarks,
                    _int(props, "replica.high.watermark.checkpoint.interval.ms", 5000))
         if str(props.get("log.cleaner.enable", "true")).lower() == "true":
             from .cleaner import LogCleaner
             self.cleaner = LogCleaner(self, _int(props, "log.cleaner.backoff.ms", 15000))
-            self._cleaner_loop = self._loop(self.cleaner.run_once, self.cleaner.backoff_ms)
+            self._cleaner_loop = self._loop("log cleaner", self.cleaner.run_once,
+                                            self.cleaner.backoff_ms)
 
     def set_cleaner_backoff(self, backoff_ms):
         """The cleaner's pause between passes changed (``log.cleaner.backoff.ms``): its next
@@ -419,17 +442,19 @@ class LogManager:
         if loop is not None and loop.running:
             loop.stop()
             self._loops.remove(loop)
-            self._cleaner_loop = self._loop(self.cleaner.run_once, backoff_ms)
+            self._cleaner_loop = self._loop("log cleaner", self.cleaner.run_once, backoff_ms)
 
-    def _loop(self, fn, interval_ms):
-        name = fn.__name__
+    def _loop(self, name, fn, interval_ms):
+        """Run ``fn`` every ``interval_ms``, never two runs at once; its failures are logged
+        quietly under ``name`` (:attr:`task_failures`)."""
 
         def guarded():
             if name in self._busy:
                 return None
             self._busy.add(name)
             d = defer.maybeDeferred(fn)
-            d.addErrback(lambda f: log.failure("{name} failed", f, name=name))
+            failing = self.task_failures[name]
+            d.addCallbacks(lambda _: failing.succeeded(), failing.failed)
             d.addBoth(lambda _: self._busy.discard(name))
             return None
 

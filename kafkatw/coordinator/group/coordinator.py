@@ -13,6 +13,7 @@ import attr
 from twisted.internet import defer, task
 from twisted.logger import Logger
 
+from kafkatw.background_failures import FailingTask
 from kafkatw.coordinator.group import offsets_log
 from kafkatw.coordinator.group.delayed import (
     DelayedHeartbeat,
@@ -168,6 +169,8 @@ class GroupCoordinator:
         # turn later on ``clock``
         self._cooperator = task.Cooperator(scheduler=lambda step: clock.callLater(0, step))
         self._listening = False
+        self.offsets_topic_creation = FailingTask("creating %s" % GROUP_METADATA_TOPIC_NAME,
+                                                  clock)
 
     # -- life cycle ------------------------------------------------------------------------
     def now_ms(self):
@@ -220,21 +223,22 @@ class GroupCoordinator:
             return errors.NONE
         configs = {"cleanup.policy": "compact", "segment.bytes": str(self.segment_bytes),
                    "compression.type": "producer"}
+        failing = self.offsets_topic_creation  # every client retries: logged quietly
         try:
             d = self.metadata.create_topic(GROUP_METADATA_TOPIC_NAME, self.num_partitions, configs)
         except Exception as e:
             if getattr(e, "code", None) == errors.TOPIC_ALREADY_EXISTS:
                 return errors.COORDINATOR_NOT_AVAILABLE  # being created
-            log.failure("creating {topic} failed", topic=GROUP_METADATA_TOPIC_NAME)
+            failing.failed()
             return errors.COORDINATOR_NOT_AVAILABLE
 
         def created(info):
+            failing.succeeded()
             log.info("created {topic} with {n} partitions", topic=GROUP_METADATA_TOPIC_NAME,
                      n=info.num_partitions)
             self.owned_partitions = set(range(info.num_partitions))
 
-        d.addCallbacks(created, lambda f: log.failure("creating {topic} failed", f,
-                                                      topic=GROUP_METADATA_TOPIC_NAME))
+        d.addCallbacks(created, failing.failed)
         return errors.NONE if self._offsets_topic_exists() else errors.COORDINATOR_NOT_AVAILABLE
 
     def _on_topic_event(self, event, info):
