@@ -11,6 +11,7 @@ import gc
 import json
 import os
 import socket
+import sys
 
 import attr
 from twisted.application import service
@@ -186,6 +187,7 @@ class LogManagerService(_BrokerPart):
         b = self.broker
         b.log_manager = LogManager(b.config.log_dirs, b.config.values(), b.reactor, b.threadpool)
         b.log_manager.load_logs()  # one summary line per log dir; segment detail at debug
+        b.log_manager.on_all_dirs_offline = b.all_log_dirs_failed
         b.log_manager.start()
         b.dynamic_config.add_reconfigurable(DynamicLogConfig(b.log_manager))
         b.dynamic_config.add_reconfigurable(DynamicLogCleanerConfig(b.log_manager))
@@ -330,6 +332,7 @@ class BrokerService(OrderedMultiService):
 
         self.config = config
         self.reactor = reactor
+        self.halt = os._exit  # all log dirs offline (tests replace it)
         self.metadata = None
         self.dynamic_config = None
         self.log_manager = None
@@ -406,6 +409,23 @@ class BrokerService(OrderedMultiService):
         self.config = config
         if self.replica_manager is not None:
             self.replica_manager.config = config
+
+    def all_log_dirs_failed(self, log_dirs):
+        """Every log dir is offline: nothing can be stored or served, so the broker halts at
+        once with one line saying why (Kafka's LogManager.handleLogDirFailure, Exit.halt(1)); a
+        clean shutdown could write nothing anyway. Acknowledged data is on disk already. The
+        halt is a reactor turn later, so the request that met the failure may still be answered
+        (Kafka's handler thread runs apart from the request too)."""
+        message = "Shutdown broker because all log dirs in %s have failed" % ", ".join(log_dirs)
+        log.critical(message)
+        stderr = sys.__stderr__
+        if stderr is not None:
+            try:
+                stderr.write("kafkatw: %s\n" % message)
+                stderr.flush()
+            except (OSError, ValueError):
+                pass
+        self.reactor.callLater(0, self.halt, 1)
 
     def _on_transfer_failure(self, region, error):
         """A disk error while sending a fetched FileRegion: its log dir goes offline (KAFKA-16304)."""

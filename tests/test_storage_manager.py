@@ -307,6 +307,18 @@ class OfflineTest(ManagerBase):
         self.assertFalse(os.path.exists(
             os.path.join(os.path.dirname(a.dir), checkpoint.CLEAN_SHUTDOWN_FILE)))
 
+    def test_last_dir_offline_calls_the_hook_once(self):
+        """The service halts the broker when every dir is offline (Kafka's LogManager): the
+        hook runs when the last one fails, once, with every dir."""
+        mgr = self.make()
+        calls = []
+        mgr.on_all_dirs_offline = calls.append
+        mgr.handle_dir_failure(self.dirs[0], OSError(errno.ENOSPC, "No space left on device"))
+        self.assertEqual(calls, [])
+        mgr.handle_dir_failure(self.dirs[1], OSError(errno.ENOSPC, "No space left on device"))
+        mgr.handle_dir_failure(self.dirs[1], OSError(errno.ENOSPC, "No space left on device"))
+        self.assertEqual(calls, [[os.path.abspath(d) for d in self.dirs]])
+        mgr.shutdown()
 
     def test_io_error_of_a_deleted_log_leaves_the_dir_online(self):
         # a flush or checkpoint started in a thread before DeleteTopics renamed the partition

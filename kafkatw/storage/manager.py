@@ -56,6 +56,9 @@ class LogManager:
         self._cleaner_loop = None
         self.default_config = LogConfig.from_props(self.broker_defaults, {})
         self.recovery_summary = []
+        #: called with the log dirs once every one of them is offline (the service halts the
+        #: broker there, as Kafka's LogManager does); None: the broker keeps running
+        self.on_all_dirs_offline = None
         #: background work that fails: logged once, then at increasing intervals; counters
         self.task_failures = FailingTasks(reactor)
 
@@ -102,6 +105,8 @@ class LogManager:
             if self._dir_of(lg) == directory:
                 lg.mark_offline()
                 lg.close_handlers()
+        if not self.online_dirs and self.on_all_dirs_offline is not None:
+            self.on_all_dirs_offline(list(self.log_dirs))
 
     # -- loading ------------------------------------------------------------------------
 
