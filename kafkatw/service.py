@@ -20,6 +20,7 @@ from twisted.logger import Logger
 from twisted.python.threadpool import ThreadPool
 from zope.interface import implementer
 
+from kafkatw import crash_points
 from kafkatw.config import ConfigError
 from kafkatw.config.dynamic import (
     BACKGROUND_THREADS_CONFIGS,
@@ -282,6 +283,7 @@ class RequestHandlersService(_BrokerPart):
                            finalized_features_epoch=features.FINALIZED_FEATURES_EPOCH,
                            dynamic_config=b.dynamic_config, scram_credentials=b.scram_credentials,
                            quotas=quotas)
+        b.apis.delete_stray_logs()  # of topics deleted just before a crash
         b.apis.create_missing_logs()
 
 
@@ -333,6 +335,7 @@ class BrokerService(OrderedMultiService):
         self.config = config
         self.reactor = reactor
         self.halt = os._exit  # all log dirs offline (tests replace it)
+        crash_points.arm(config["kafkatw.test.crash.point"])
         self.metadata = None
         self.dynamic_config = None
         self.log_manager = None

@@ -118,6 +118,29 @@ class ClusterMetadataTests(unittest.SynchronousTestCase):
         with open(again.metadata_path) as f:
             self.assertEqual([t["name"] for t in json.load(f)["topics"]], ["lost"])
 
+    def test_deleted_topic_is_not_recovered_from_its_dirs(self):
+        """A crash after a deletion is durable but before its directories are renamed: the
+        next load does not bring the topic back; forgetting it (dirs gone) is persisted."""
+        info = self.successResultOf(self.meta.create_topic("gone", 2))
+        for p in range(2):
+            pdir = os.path.join(self.dirs[p], "gone-%d" % p)
+            os.makedirs(pdir)
+            with open(os.path.join(pdir, "partition.metadata"), "w") as f:
+                f.write("version: 0\ntopic_id: %s\n" % md.uuid_to_base64(info.topic_id))
+        self.successResultOf(self.meta.delete_topic("gone"))
+        self.assertEqual(self.meta.deleted_topic_ids, frozenset([info.topic_id]))
+        with open(os.path.join(self.dirs[0], md.METADATA_FILE + ".tmp"), "w") as f:
+            f.write("{half a write")
+        again = md.ClusterMetadata.load(self.dirs, node_id=1)
+        self.assertIsNone(again.get_topic("gone"))
+        self.assertEqual(again.deleted_topic_ids, frozenset([info.topic_id]))
+        self.assertFalse(os.path.exists(os.path.join(self.dirs[0], md.METADATA_FILE + ".tmp")))
+        self.successResultOf(again.forget_deleted_topic(info.topic_id))
+        self.assertEqual(again.deleted_topic_ids, frozenset())
+        third = md.ClusterMetadata.load(self.dirs, node_id=1)
+        self.assertEqual(third.deleted_topic_ids, frozenset())
+        self.assertEqual(third.get_topic("gone").topic_id, info.topic_id)  # dirs still there
+
     def test_recover_topic_id_from_any_partition_dir(self):
         """Partitions without a partition.metadata, a plain file and a symlinked directory
         named like partitions: the id comes from whichever partition has one, files are not

@@ -724,11 +724,13 @@ class LayeringTests(SynchronousTestCase):
         self.assertEqual(_imports(os.path.join(config_dir, "types.py")), set())
         self.assertEqual(_imports(os.path.join(config_dir, "topic.py")), {"kafkatw.config.types"})
         self.assertEqual(_imports(os.path.join(_ROOT, "kafkatw", "background_failures.py")), set())
+        self.assertEqual(_imports(os.path.join(_ROOT, "kafkatw", "crash_points.py")), set())
 
     def test_storage_imports_only_protocol_and_config_definitions(self):
         storage_dir = os.path.join(_ROOT, "kafkatw", "storage")
         allowed = ("kafkatw.protocol", "kafkatw.storage", "kafkatw.config.types",
-                   "kafkatw.config.topic", "kafkatw.background_failures")
+                   "kafkatw.config.topic", "kafkatw.background_failures",
+                   "kafkatw.crash_points")
         for name in sorted(os.listdir(storage_dir)):
             if name.endswith(".py"):
                 bad = [m for m in _imports(os.path.join(storage_dir, name))

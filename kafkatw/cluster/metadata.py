@@ -180,20 +180,23 @@ class _Staged:
     broker configs, client quotas. The reactor changes it; a write gets a :meth:`copy`."""
 
     __slots__ = ("topics", "by_id", "producer_id_block_end", "broker_configs", "default_broker_configs",
-                 "client_quotas")
+                 "client_quotas", "deleted_ids")
 
     def __init__(self, topics=None, by_id=None, producer_id_block_end=0, broker_configs=None,
-                 default_broker_configs=None, client_quotas=None):
+                 default_broker_configs=None, client_quotas=None, deleted_ids=frozenset()):
         self.topics = topics if topics is not None else {}
         self.by_id = by_id if by_id is not None else {}
         self.producer_id_block_end = producer_id_block_end
         self.broker_configs = broker_configs if broker_configs is not None else {}
         self.default_broker_configs = default_broker_configs if default_broker_configs is not None else {}
         self.client_quotas = client_quotas if client_quotas is not None else {}
+        # ids of deleted topics whose partition directories may still exist (a frozenset)
+        self.deleted_ids = deleted_ids
 
     def copy(self):
         return _Staged(dict(self.topics), dict(self.by_id), self.producer_id_block_end,
-                       self.broker_configs, self.default_broker_configs, self.client_quotas)
+                       self.broker_configs, self.default_broker_configs, self.client_quotas,
+                       self.deleted_ids)
 
 
 class ClusterMetadata:
@@ -226,6 +229,8 @@ class ClusterMetadata:
         self.default_broker_configs = {}
         # client quotas (AlterClientQuotas): ((entity type, name or None), ...) -> {key: float}
         self.client_quotas = {}
+        #: deleted topics whose partition directories may remain (persisted; see delete_topic)
+        self.deleted_topic_ids = frozenset()
         self._listeners = []
         self._reactor = reactor
         self._threadpool = threadpool
@@ -251,12 +256,19 @@ class ClusterMetadata:
         self = cls(log_dirs, node_id, rack=rack, reactor=reactor, threadpool=threadpool)
         for d in self.log_dirs:
             os.makedirs(d, exist_ok=True)
+        for d in self.log_dirs:  # writes a crash interrupted (write_atomically)
+            for name in (META_PROPERTIES, METADATA_FILE):
+                try:
+                    os.unlink(os.path.join(d, name + ".tmp"))
+                except FileNotFoundError:
+                    pass
         self._load_meta_properties()
         self._load_metadata_file()
         self._cross_check_partition_dirs()
         self._write_meta_properties()
         self._staged = _Staged(dict(self.topics), dict(self._by_id), self._producer_id_block_end,
-                               self.broker_configs, self.default_broker_configs, self.client_quotas)
+                               self.broker_configs, self.default_broker_configs, self.client_quotas,
+                               self.deleted_topic_ids)
         self._durable_state = self._staged.copy()
         self._write_state(self._durable_state)
         return self
@@ -314,6 +326,8 @@ class ClusterMetadata:
         self.client_quotas = {
             tuple((str(t), n) for t, n in q["entity"]): {str(k): float(v) for k, v in q["values"].items()}
             for q in state.get("client_quotas", [])}
+        self.deleted_topic_ids = frozenset(
+            uuid_from_base64(t) for t in state.get("deleted_topic_ids", []))
 
     def _cross_check_partition_dirs(self):
         """Recover topics whose partition directories exist but the metadata file lost."""
@@ -340,6 +354,8 @@ class ClusterMetadata:
                 # files would not change it, so they are not read (one read per topic, not
                 # one per partition: LogManager reads every file again when it opens the logs).
                 topic_id = prev[1] or read_partition_metadata_topic_id(entry.path)
+                if topic_id is not None and topic_id in self.deleted_topic_ids:
+                    continue  # a deleted topic's directory left by a crash: not recovered
                 found[name] = (max(prev[0], partition), topic_id)
         for name, (max_partition, topic_id) in sorted(found.items()):
             info = self.topics.get(name)
@@ -372,6 +388,7 @@ class ClusterMetadata:
                               for entity, values in sorted(staged.client_quotas.items(),
                                                            key=lambda kv: repr(kv[0]))],
             "topics": [t.to_json() for t in sorted(staged.topics.values(), key=lambda t: t.name)],
+            "deleted_topic_ids": sorted(uuid_to_base64(t) for t in staged.deleted_ids),
         }
         write_atomically(self.metadata_path, json.dumps(state, indent=1, sort_keys=True).encode("utf-8"))
 
@@ -579,11 +596,28 @@ class ClusterMetadata:
             raise KafkaError(errors.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
         del self._staged.topics[name]
         del self._staged.by_id[info.topic_id]
+        # Remembered until its directories are renamed away (forget_deleted_topic), so a
+        # crash in between does not bring the topic back from them at the next start.
+        self._staged.deleted_ids = self._staged.deleted_ids | {info.topic_id}
 
         def apply():
             self.topics.pop(name, None)
             self._by_id.pop(info.topic_id, None)
+            self.deleted_topic_ids = self.deleted_topic_ids | {info.topic_id}
             return self._notify(TOPIC_DELETED, info).addCallback(lambda _: info)
+        return self._stage(apply)
+
+    def forget_deleted_topic(self, topic_id):
+        """The partition directories of deleted topic ``topic_id`` are gone (renamed to
+        ``-delete``): stop remembering it. A Deferred, once durable. Never wait on it from a
+        metadata listener: it is applied after the change that runs the listener."""
+        if topic_id not in self._staged.deleted_ids:
+            return defer.succeed(None)
+        self._staged.deleted_ids = self._staged.deleted_ids - {topic_id}
+
+        def apply():
+            self.deleted_topic_ids = self.deleted_topic_ids - {topic_id}
+            return defer.succeed(None)
         return self._stage(apply)
 
     def alter_topic_configs(self, name, configs):

@@ -35,6 +35,7 @@ from kafkatw.config.types import (
     SHORT,
     STRING,
     ConfigDef,
+    ConfigError,
     ListOf,
     OneOf,
     at_least,
@@ -344,6 +345,26 @@ _d("kafkatw.ready.file", STRING, None, None, LOW,
 _d("kafkatw.reactor.stall.probe.ms", INT, 0, at_least(0), LOW,
    "When positive, a timer runs every this many ms and logs 'reactor stall: N ms' whenever it "
    "runs that much late or more (work holding the reactor thread); 0 disables it.")
+
+
+class _CrashPoint:
+    """A name of ``kafkatw.crash_points.POINTS``, optionally ``:n``."""
+
+    def __call__(self, name, value):
+        if value:
+            from kafkatw.crash_points import parse
+            try:
+                parse(value)
+            except ValueError as e:
+                raise ConfigError.invalid(name, value, str(e))
+
+    def __str__(self):
+        return "a crash point name[:n]"
+
+
+_d("kafkatw.test.crash.point", STRING, None, _CrashPoint(), LOW,
+   "Tests only: a named point of a file operation (kafkatw.crash_points.POINTS), optionally "
+   "'name:n' for its n-th hit, where the broker kills itself with SIGKILL, to test recovery.")
 
 del _d
 

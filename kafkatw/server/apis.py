@@ -260,6 +260,34 @@ class KafkaApis:
 
     # -- topic lifecycle -> partition logs -----------------------------------------------
 
+    def delete_stray_logs(self):
+        """At startup, before :meth:`create_missing_logs`: logs of topics deleted before a crash
+        that came before their directories were renamed are deleted now; a deleted topic none
+        of whose logs remain is forgotten. A Deferred, once renamed."""
+        deleted = self.metadata.deleted_topic_ids
+        stray = {}
+        for lg in self.log_manager.all_logs():
+            if lg.topic_id in deleted and not self.metadata.contains_topic(lg.topic):
+                stray.setdefault((lg.topic, lg.topic_id), []).append(lg.partition)
+        waits = []
+        for (topic, _), partitions in sorted(stray.items()):
+            log.info("deleting {n} log(s) of deleted topic {topic}", n=len(partitions), topic=topic)
+            waits.append(self.log_manager.delete_logs(topic, sorted(partitions)))
+        d = defer.gatherResults(waits, consumeErrors=True)
+
+        def forget(_):
+            for topic_id in sorted(deleted):
+                self.metadata.forget_deleted_topic(topic_id).addErrback(
+                    lambda f: log.failure("forgetting a deleted topic failed", f))
+        d.addCallback(forget)
+        return d
+
+    def _forget_deleted(self, _, topic_id):
+        """Not waited on by the listener (see ClusterMetadata.forget_deleted_topic)."""
+        d = self.metadata.forget_deleted_topic(topic_id)
+        d.addErrback(lambda f: log.failure("forgetting a deleted topic failed", f))
+        return _
+
     def create_missing_logs(self):
         """At startup, after ``log_manager.load_logs()``: a log for every known partition
         (a crash between persisting a topic and creating its logs leaves some missing)."""
@@ -278,6 +306,7 @@ class KafkaApis:
         if event == TOPIC_DELETED:
             # the logs are forgotten at once, their directories renamed in the thread pool
             d = self.log_manager.delete_logs(info.name, range(info.num_partitions))
+            d.addCallback(self._forget_deleted, info.topic_id)
             forget = getattr(self.replica_manager, "forget_partition", None)
             if forget is not None:
                 for p in range(info.num_partitions):

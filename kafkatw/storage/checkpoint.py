@@ -6,6 +6,8 @@ replication offset, cleaner offset) and leader-epoch entries, written atomically
 import os
 import threading
 
+from kafkatw.crash_points import crash_point
+
 CURRENT_VERSION = 0
 
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
@@ -49,6 +51,7 @@ def _write_lines(path, lines, sync=True):
             f.flush()
             if sync:
                 os.fsync(f.fileno())
+        crash_point("checkpoint.after_tmp_written", os.path.basename(path))
         os.replace(tmp, path)
 
 

@@ -13,6 +13,7 @@ from twisted.internet import defer
 from twisted.logger import Logger
 
 from kafkatw.config.types import LONG_MAX
+from kafkatw.crash_points import crash_point
 from kafkatw.protocol import records
 
 from . import checkpoint
@@ -496,10 +497,12 @@ class LogCleaner:
         try:
             for out, group in zip(outputs, job.groups):
                 out.change_file_suffixes(CLEANED_SUFFIX, SWAP_SUFFIX)
+                crash_point("cleaner.swap.after_swap_files")
                 for seg, _size in group:
                     lg._remove_segment(seg.base_offset)
                     seg.change_file_suffixes("", DELETED_SUFFIX)
                     old.append(seg)
+                crash_point("cleaner.swap.after_old_deleted")
                 out.change_file_suffixes(SWAP_SUFFIX, "")
                 lg._add_segment(out)
         except OSError as e:

@@ -14,6 +14,7 @@ import uuid
 
 from twisted.logger import Logger
 
+from kafkatw.crash_points import crash_point
 from kafkatw.protocol import errors
 from kafkatw.protocol.errors import KafkaError
 
@@ -543,11 +544,13 @@ class UnifiedLog:
                              "trying to roll a new segment at %d which exists" % (new_base,))
         try:
             active.on_become_inactive_segment()
+            crash_point("log.roll.before_new_segment")
             for path in (os.path.join(self.dir, "%020d%s" % (new_base, s))
                          for s in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)):
                 if os.path.exists(path):
                     os.unlink(path)
             segment = self._new_segment(new_base)
+            crash_point("log.roll.after_new_segment")
         except OSError as e:
             raise self._io_failed(e)
         self._add_segment(segment)

@@ -11,6 +11,7 @@ from twisted.internet import defer, task, threads
 from twisted.logger import Logger
 
 from kafkatw.background_failures import FailingTasks
+from kafkatw.crash_points import crash_point
 from kafkatw.protocol import errors
 from kafkatw.protocol.errors import KafkaError
 
@@ -131,6 +132,11 @@ class LogManager:
         fresh = not clean and not any(
             os.path.exists(os.path.join(directory, name)) for name in checkpoint.LOG_DIR_CHECKPOINTS)
         loaded = recovered = truncated = 0
+        for name in checkpoint.LOG_DIR_CHECKPOINTS:  # a write a crash interrupted
+            try:
+                os.unlink(os.path.join(directory, name + ".tmp"))
+            except FileNotFoundError:
+                pass
         recovery_points = self._read_checkpoint(directory, checkpoint.RECOVERY_POINT_CHECKPOINT)
         start_offsets = self._read_checkpoint(directory, checkpoint.LOG_START_OFFSET_CHECKPOINT)
         hws = self._read_checkpoint(directory, checkpoint.REPLICATION_OFFSET_CHECKPOINT)
@@ -345,6 +351,7 @@ class LogManager:
         the directory renames to ``-delete`` run in the thread pool (a thousand renames hold
         the reactor for a quarter of a second), the file deletes are scheduled back on the
         reactor after ``file.delete.delay.ms``. A Deferred firing once renamed."""
+        crash_point("topic.delete.after_metadata")  # listeners run once the deletion is durable
         moves = []
         for p in partitions:
             lg = self._logs.pop((topic, p), None)
@@ -363,6 +370,7 @@ class LogManager:
                     out.append(None)
                 except OSError as e:
                     out.append(e)
+            crash_point("topic.delete.after_rename")
             return out
 
         def renamed(outcome):

@@ -14,6 +14,7 @@ from twisted.internet import defer, task
 from twisted.logger import Logger
 
 from kafkatw.background_failures import FailingTask
+from kafkatw.crash_points import crash_point
 from kafkatw.coordinator.group import offsets_log
 from kafkatw.coordinator.group.delayed import (
     DelayedHeartbeat,
@@ -957,6 +958,7 @@ class GroupCoordinator:
         d = self._append(group.group_id, entries)
 
         def appended(code):
+            crash_point("offsets.commit.after_append")
             if code == errors.NONE and not group.is_(DEAD):
                 group.offsets.update(to_store)
                 if self.groups.get(group.group_id) is not group:
