@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 SCHEMAS ?= ../shared/kafka-protocol
 CONFIG ?= etc/server.properties
 
-.PHONY: install compile run test codec bench clean
+.PHONY: install compile run test codec bench fuzz clean
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,12 @@ run: compile
 
 test: compile
 	@$(BIN)/python tools/run_tests.py $(TESTS)
+
+# The long forms of the fuzzers (docs/reliability.md): 200,000 random cases per decoder test,
+# then a million mutated requests over the wire against a throwaway broker.
+fuzz: compile
+	KAFKATW_FUZZ_EXAMPLES=200000 $(BIN)/trial tests.test_fuzz_decoders
+	$(BIN)/python -m tests.wire_fuzz --requests 1000000
 
 codec:
 	$(BIN)/python tools/gen_protocol.py $(SCHEMAS)/message kafkatw/protocol/messages

@@ -1,0 +1,267 @@
+"""A wire fuzzer against a running broker (issue 26): mutated requests of every API and version
+the broker advertises, seeded with real client traffic (``tests/corpus/client_requests.bin``)
+and with each request class encoded at each advertised version, sent from a few connections
+at once (one request in flight on each; a connection the broker closes, or one whose request
+it parks, is replaced by a new one), while a control connection
+asks ApiVersions every 200 ms and must be answered each time within a bound.
+
+Afterwards: the broker runs, its log has no traceback and no unhandled error, and its RSS and
+open descriptors come back to the baseline. ``tests/test_e2e_wire_fuzz.py`` runs a short form;
+the long form is::
+
+    .venv/bin/python -m tests.wire_fuzz --requests 1000000
+
+which prints a JSON summary (docs/reliability.md keeps the last one).
+"""
+
+import argparse
+import json
+import os
+import random
+import socket
+import struct
+import sys
+import threading
+import time
+
+from kafkatw.protocol import messages as m
+from kafkatw.testing import KafkaBroker
+from tests.support import API_VERSIONS, RawClient, api_versions_body, rss_kb
+from tests.test_fuzz_decoders import CORPUS, INTS
+
+#: What a clean log never says (twisted.logger's failure lines carry a traceback).
+BAD_LOG_MARKERS = ("Traceback", "Unhandled", "#critical]")
+
+
+def advertised(broker):
+    """{api_key: (min, max)} from the broker's ApiVersions answer."""
+    c = RawClient(broker, "fuzz-versions")
+    try:
+        body = c.request(API_VERSIONS, 3, api_versions_body())
+    finally:
+        c.close()
+    return {k.api_key: (k.min_version, k.max_version) for k in body.api_keys}
+
+
+def seeds(apis):
+    """[(api_key, version, frame without size prefix)]: the recorded client requests, and every
+    advertised request class, default-built, at every advertised version our codec knows."""
+    out = [(k, v, f) for k, v, f in CORPUS if k in apis]
+    for api_key, (lo, hi) in sorted(apis.items()):
+        cls = m.REQUESTS.get(api_key)
+        if cls is None:
+            continue
+        for version in range(max(lo, cls.VALID_VERSIONS[0]), min(hi, cls.VALID_VERSIONS[1]) + 1):
+            hv = m.request_header_version(api_key, version)
+            header = m.RequestHeader(request_api_key=api_key, request_api_version=version,
+                                     correlation_id=0, client_id="fuzz")
+            try:
+                body = b"".join(bytes(p) for p in cls().encode(version))
+            except Exception:
+                continue  # a default the schema does not allow at that version
+            out.append((api_key, version, b"".join(bytes(p) for p in header.encode(hv)) + body))
+    return out
+
+
+def mutate(rng, frame):
+    """A copy of ``frame`` with 0-6 mutations; the api key, version and correlation id (first
+    8 bytes) are kept so the broker routes it to the API under test."""
+    head, buf = frame[:8], bytearray(frame[8:])
+    for _ in range(rng.choice((0, 1, 1, 2, 3, 6))):
+        pos = rng.randrange(len(buf)) if buf else 0
+        kind = rng.randrange(7)
+        if kind == 0 and buf:
+            buf[pos] ^= 1 << rng.randrange(8)
+        elif kind == 1 and buf:
+            buf[pos] = rng.choice((0, 1, 0x7F, 0x80, 0xFF))
+        elif kind == 2:
+            buf[pos:pos + 4] = struct.pack(">i", rng.choice(INTS))
+        elif kind == 3:
+            buf[pos:pos + 2] = struct.pack(">h", rng.choice((0, 1, -1, 0x7FFF, -0x8000)))
+        elif kind == 4:
+            buf[pos:pos] = os.urandom(rng.randrange(1, 17))
+        elif kind == 5:
+            del buf[pos:pos + rng.randrange(1, 17)]
+        else:
+            del buf[pos:]
+    return head + bytes(buf)
+
+
+class Sender(threading.Thread):
+    """One connection at a time: sends a mutated frame (a new correlation id), waits for its
+    answer (which must carry that id), the broker closing the connection, or ``patience``
+    seconds (a request the broker parks, e.g. a JoinGroup waiting for its rebalance): then
+    the connection is dropped and a new one opened."""
+
+    def __init__(self, broker, frames, count, seed, stop, patience=1.0):
+        super().__init__(daemon=True)
+        self.broker, self.frames, self.count = broker, frames, count
+        self.rng = random.Random(seed)
+        self.stop_event = stop
+        self.patience = patience
+        self.sent = self.answered = self.closed = self.parked = self.connections = 0
+        self.error = None
+
+    def run(self):
+        try:
+            self._run()
+        except Exception as e:  # reported by the caller
+            self.error = e
+
+    def _recv_exact(self, sock, n):
+        out = bytearray()
+        while len(out) < n:
+            chunk = sock.recv(n - len(out))
+            if not chunk:
+                raise ConnectionResetError("closed by the broker")
+            out += chunk
+        return bytes(out)
+
+    def _run(self):
+        sock = None
+        corr = 0
+        while self.sent < self.count and not self.stop_event.is_set():
+            if sock is None:
+                sock = socket.create_connection((self.broker.host, self.broker.port), timeout=10)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                sock.settimeout(self.patience)
+                self.connections += 1
+            _api_key, _version, frame = self.rng.choice(self.frames)
+            corr = (corr + 1) & 0x7FFFFFFF
+            data = bytearray(mutate(self.rng, frame))
+            if len(data) >= 8:
+                struct.pack_into(">i", data, 4, corr)
+            try:
+                sock.sendall(struct.pack(">i", len(data)) + bytes(data))
+                self.sent += 1
+                (size,) = struct.unpack(">i", self._recv_exact(sock, 4))
+                payload = self._recv_exact(sock, size)
+                (got,) = struct.unpack_from(">i", payload, 0)
+                if got != corr:
+                    raise AssertionError("answer with correlation id %d to request %d" % (got, corr))
+                self.answered += 1
+                continue
+            except socket.timeout:
+                self.parked += 1
+            except (ConnectionError, OSError):
+                self.closed += 1
+            sock.close()
+            sock = None
+        if sock is not None:
+            sock.close()
+
+
+class Control(threading.Thread):
+    """ApiVersions every ``interval`` on its own connection: the broker must keep answering."""
+
+    def __init__(self, broker, stop, interval=0.2):
+        super().__init__(daemon=True)
+        self.broker, self.stop_event, self.interval = broker, stop, interval
+        self.answered = 0
+        self.max_latency = 0.0
+        self.error = None
+
+    def run(self):
+        try:
+            c = RawClient(self.broker, "fuzz-control", timeout=10)
+            while not self.stop_event.is_set():
+                t0 = time.monotonic()
+                body = c.request(API_VERSIONS, 3, api_versions_body())
+                assert body.error_code == 0, body
+                self.max_latency = max(self.max_latency, time.monotonic() - t0)
+                self.answered += 1
+                self.stop_event.wait(self.interval)
+            c.close()
+        except Exception as e:
+            self.error = e
+
+
+def fd_count(pid, data_dir):
+    """Open descriptors of ``pid`` that are not files under ``data_dir``: sockets, pipes and
+    the like (a fuzzed CreateTopics legitimately opens segment files)."""
+    n = 0
+    data_dir = os.path.realpath(data_dir) + os.sep
+    for fd in os.listdir("/proc/%d/fd" % pid):
+        try:
+            target = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+        except OSError:
+            continue
+        if not target.startswith(data_dir):
+            n += 1
+    return n
+
+
+def bad_log_lines(path):
+    with open(path, errors="replace") as f:
+        return [line.rstrip("\n") for line in f if any(b in line for b in BAD_LOG_MARKERS)]
+
+
+def run(broker, requests, connections=8, seed=1, time_limit=None):
+    """Fuzz ``broker`` with ``requests`` mutated requests; a summary dict."""
+    pid = broker.process.pid
+    apis = advertised(broker)
+    frames = seeds(apis)
+    time.sleep(0.5)  # let start-up work settle before the baseline
+    base_rss, base_fds = rss_kb(pid), fd_count(pid, broker.data_dir)
+    stop = threading.Event()
+    control = Control(broker, stop)
+    control.start()
+    per = -(-requests // connections)
+    senders = [Sender(broker, frames, per, seed * 1000 + i, stop) for i in range(connections)]
+    t0 = time.monotonic()
+    for s in senders:
+        s.start()
+    deadline = None if time_limit is None else t0 + time_limit
+    for s in senders:
+        s.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+    stop.set()
+    for s in senders:
+        s.join(30)
+    control.join(30)
+    elapsed = time.monotonic() - t0
+    # back to baseline once the fuzz connections are gone
+    fds = fd_count(pid, broker.data_dir)
+    settle = time.monotonic() + 20
+    while fds > base_fds and time.monotonic() < settle:
+        time.sleep(0.1)
+        fds = fd_count(pid, broker.data_dir)
+    return {
+        "requests": sum(s.sent for s in senders),
+        "answered": sum(s.answered for s in senders),
+        "seconds": round(elapsed, 1),
+        "apis": len(apis),
+        "seed_frames": len(frames),
+        "connections_opened": sum(s.connections for s in senders),
+        "closed_by_broker": sum(s.closed for s in senders),
+        "parked_then_dropped": sum(s.parked for s in senders),
+        "control_answers": control.answered,
+        "control_max_latency_ms": int(control.max_latency * 1000),
+        "broker_running": broker.running,
+        "rss_kb_before": base_rss,
+        "rss_kb_after": rss_kb(pid) if broker.running else None,
+        "fds_before": base_fds,
+        "fds_after": fds,
+        "topics_created": len([n for n in os.listdir(broker.data_dir)
+                               if os.path.isdir(os.path.join(broker.data_dir, n))]),
+        "bad_log_lines": bad_log_lines(broker.log_path)[:20],
+        "errors": [repr(e) for e in [control.error] + [s.error for s in senders] if e],
+    }
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description="Fuzz a throwaway broker over the wire.")
+    parser.add_argument("--requests", type=int, default=1000000)
+    parser.add_argument("--connections", type=int, default=8)
+    parser.add_argument("--seed", type=int, default=int(time.time()))
+    args = parser.parse_args(argv)
+    with KafkaBroker() as broker:
+        summary = run(broker, args.requests, args.connections, args.seed)
+        summary["seed"] = args.seed
+    print(json.dumps(summary, indent=1))
+    ok = (summary["broker_running"] and not summary["bad_log_lines"] and not summary["errors"]
+          and summary["fds_after"] <= summary["fds_before"])
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
