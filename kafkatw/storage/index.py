@@ -34,6 +34,11 @@ class _Index:
         self._mmap = None
         self._length = 0  # bytes of the mapping
         self._entries = 0
+        # Bytes from the start backed by filesystem blocks. The file is preallocated sparse;
+        # a store through the mapping into a hole on a full filesystem is SIGBUS (the process
+        # dies), so a page is written with pwrite (ENOSPC is then an OSError) before an entry
+        # goes into it.
+        self._allocated = 0
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -55,6 +60,9 @@ class _Index:
                 # page faults into the filesystem's block allocation, measured at 3-10 ms,
                 # which would stall the produce that writes the segment's first index entry.
                 os.pwrite(fd, bytes(min(length, mmap.PAGESIZE)), 0)
+                self._allocated = min(length, mmap.PAGESIZE)
+            else:
+                self._allocated = -(-existing // mmap.PAGESIZE) * mmap.PAGESIZE
             self._fd = fd
             self._map(length)
             self._entries = self._count_entries(existing // size)
@@ -117,6 +125,7 @@ class _Index:
             self._mmap.close()
             self._mmap = None
         os.ftruncate(self._fd, new_size)
+        self._allocated = min(self._allocated, new_size)
         self._map(new_size)
         self._entries = min(self._entries, new_size // size)
 
@@ -180,7 +189,14 @@ class _Index:
             raise IndexFullError("index %s is full (%d entries)" % (self.path, self._entries))
         if self._length < self._max_size:
             self.resize(self._max_size)
-        self.ENTRY.pack_into(self._mmap, self._entries * self.ENTRY.size, *fields)
+        pos = self._entries * self.ENTRY.size
+        end = pos + self.ENTRY.size
+        if end > self._allocated:
+            # Nothing was stored beyond _allocated yet: zeros there lose no entry.
+            upto = min(self._length, -(-end // mmap.PAGESIZE) * mmap.PAGESIZE)
+            os.pwrite(self._fd, bytes(upto - self._allocated), self._allocated)
+            self._allocated = upto
+        self.ENTRY.pack_into(self._mmap, pos, *fields)
         self._entries += 1
 
     def truncate_to_entries(self, n):
