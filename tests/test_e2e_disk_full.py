@@ -8,6 +8,7 @@ The small filesystem is a tmpfs the test mounts, which needs CAP_SYS_ADMIN (root
 without it these tests are skipped with that reason.
 """
 
+import errno
 import os
 import subprocess
 import tempfile
@@ -21,6 +22,8 @@ from kafkatw.testing import KafkaBroker
 from tests.support import PRODUCE, PRODUCE_V, RawClient, create_topic, poll_until, produce_body, read_all
 
 DESCRIBE_LOG_DIRS = 35
+INCREMENTAL_ALTER_CONFIGS = 44
+TOPIC_RESOURCE = 2
 FULL_ERRORS = {errors.KAFKA_STORAGE_ERROR, errors.NOT_LEADER_OR_FOLLOWER}
 BATCH = 10
 VALUE = 1000
@@ -69,14 +72,42 @@ def fill(client, topic, partition, limit=100000):
     raise AssertionError("the filesystem never filled")
 
 
-def produce_code(client, topic, partition):
-    resp = client.request(PRODUCE, PRODUCE_V, produce_body(topic, partition, [b"late"], acks=-1))
+def produce_code(client, topic, partition, key=None):
+    keys = None if key is None else [key]
+    resp = client.request(PRODUCE, PRODUCE_V,
+                          produce_body(topic, partition, [b"late"], acks=-1, keys=keys))
     return resp.responses[0].partition_responses[0].error_code
 
 
 def log_dirs(client):
     body = client.request(DESCRIBE_LOG_DIRS, 4, m.DescribeLogDirsRequest(topics=None))
     return {r.log_dir: r.error_code for r in body.results}
+
+
+def fill_up(directory):
+    """Write a ballast file until the filesystem is full; its path."""
+    path = os.path.join(directory, "ballast")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT)
+    try:
+        for chunk in (65536, 4096, 512):
+            try:
+                while True:
+                    os.write(fd, b"b" * chunk)
+            except OSError as e:
+                if e.errno != errno.ENOSPC:
+                    raise
+    finally:
+        os.close(fd)
+    return path
+
+
+def alter_topic(client, topic, key, value):
+    R = m.IncrementalAlterConfigsRequest
+    body = client.request(INCREMENTAL_ALTER_CONFIGS, 1, R(resources=[R.AlterConfigsResource(
+        resource_type=TOPIC_RESOURCE, resource_name=topic,
+        configs=[R.AlterableConfig(name=key, config_operation=0, value=value)])],
+        validate_only=False))
+    assert body.responses[0].error_code == errors.NONE, body.responses[0]
 
 
 def assert_acked_kept(case, broker, topic, partition, acked):
@@ -157,3 +188,54 @@ class DiskFullTests(unittest.SynchronousTestCase):
         fs.grow(64 * 1024)
         broker.start()
         assert_acked_kept(self, broker, "t", 0, acked)
+
+    def test_compaction_on_a_full_disk_takes_the_dir_offline(self):
+        """The cleaner writing a cleaned segment into a full dir: the dir goes offline once
+        (no traceback, no failure every backoff), the other dir serves; after space is freed
+        the last value of every key is there and no .cleaned file is left."""
+        fs = self.mount(8 * 1024)
+        work = tempfile.mkdtemp(prefix="kafkatw-disk-full-")
+        d1, d2 = os.path.join(work, "d1"), os.path.join(fs.path, "d2")
+        never = 3600 * 1000
+        broker = KafkaBroker(overrides=dict(BROKER_PROPS, **{
+            "log.dirs": "%s,%s" % (d1, d2), "log.cleaner.backoff.ms": 200,
+            "replica.high.watermark.checkpoint.interval.ms": never,
+            "log.flush.offset.checkpoint.interval.ms": never,
+            "log.flush.start.offset.checkpoint.interval.ms": never}), data_dir=work)
+        self.addCleanup(broker.close)
+        broker.start()
+        create_topic(broker, "c", partitions=2, configs={
+            "cleanup.policy": "compact", "segment.bytes": 1024 * 1024,
+            "min.cleanable.dirty.ratio": "0.01", "min.compaction.lag.ms": str(never)})
+        self.assertTrue(os.path.isdir(os.path.join(d2, "c-1")))
+        c = RawClient(broker, "disk-full")
+        self.addCleanup(c.close)
+        last = {}
+        for i in range(300):  # about 3 MB: three segments, two of them cleanable
+            key, value = b"k%d" % (i % 10), b"%06d" % i + b"x" * VALUE * 10
+            resp = c.request(PRODUCE, PRODUCE_V, produce_body("c", 1, [value], acks=-1, keys=[key]))
+            p = resp.responses[0].partition_responses[0]
+            self.assertEqual(p.error_code, errors.NONE)
+            last[key] = (p.base_offset, value)
+        ballast = fill_up(fs.path)
+        alter_topic(c, "c", "min.compaction.lag.ms", "0")  # now the cleaner may run
+        poll_until(lambda: log_dirs(c).get(d2) == errors.KAFKA_STORAGE_ERROR, timeout=30,
+                   message="the full dir offline")
+        self.assertEqual(log_dirs(c)[d1], errors.NONE)
+        self.assertEqual(produce_code(c, "c", 0, key=b"k"), errors.NONE)
+        time.sleep(1.0)  # five cleaner backoffs: nothing more may be logged
+        with open(broker.log_path) as f:
+            lines = f.readlines()
+        self.assertEqual([x for x in lines if "Traceback" in x], [])
+        offline = [x for x in lines if "is offline after an I/O error" in x]
+        self.assertEqual(len(offline), 1, offline)
+        self.assertIn("No space left on device", offline[0])
+        c.close()
+        broker.stop()
+        os.unlink(ballast)
+        broker.start()
+        got = {o: v for o, _k, v in read_all(broker, "c", 1)}
+        for key, (offset, value) in last.items():
+            self.assertEqual(got.get(offset), value, key)
+        self.assertEqual([n for n in os.listdir(os.path.join(d2, "c-1"))
+                          if n.endswith((".cleaned", ".swap", ".deleted"))], [])

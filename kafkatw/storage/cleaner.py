@@ -475,6 +475,11 @@ class LogCleaner:
             log.info("cleaning of {tp} abandoned: {e}", tp="%s-%d" % (lg.topic, lg.partition),
                      e=failure.value)
             return None
+        if failure.check(OSError):
+            # A disk error (ENOSPC writing the cleaned segment...) takes the dir offline, as
+            # Kafka's cleaner does, instead of failing again every backoff.
+            lg._io_failed(failure.value)
+            return None
         log.failure("cleaning of {tp} failed", failure, tp="%s-%d" % (lg.topic, lg.partition))
         return None
 
