@@ -16,12 +16,14 @@ import time
 
 from twisted.trial import unittest
 
+from kafkatw.coordinator.group.offsets_log import partition_for
 from kafkatw.protocol import errors
 from kafkatw.protocol import messages as m
 from kafkatw.testing import KafkaBroker
 from tests.support import PRODUCE, PRODUCE_V, RawClient, create_topic, poll_until, produce_body, read_all
 
 DESCRIBE_LOG_DIRS = 35
+FIND_COORDINATOR, OFFSET_COMMIT, OFFSET_FETCH = 10, 8, 9
 INCREMENTAL_ALTER_CONFIGS = 44
 TOPIC_RESOURCE = 2
 FULL_ERRORS = {errors.KAFKA_STORAGE_ERROR, errors.NOT_LEADER_OR_FOLLOWER}
@@ -108,6 +110,30 @@ def alter_topic(client, topic, key, value):
         configs=[R.AlterableConfig(name=key, config_operation=0, value=value)])],
         validate_only=False))
     assert body.responses[0].error_code == errors.NONE, body.responses[0]
+
+
+def find_coordinator(client, group):
+    body = client.request(FIND_COORDINATOR, 3, m.FindCoordinatorRequest(key=group, key_type=0))
+    return body.error_code
+
+
+def commit(client, group, offset, topic="o"):
+    body = client.request(OFFSET_COMMIT, 8, m.OffsetCommitRequest(
+        group_id=group, generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
+        topics=[m.OffsetCommitRequest.OffsetCommitRequestTopic(name=topic, partitions=[
+            m.OffsetCommitRequest.OffsetCommitRequestPartition(
+                partition_index=0, committed_offset=offset, committed_leader_epoch=-1,
+                committed_metadata="")])]))
+    return body.topics[0].partitions[0].error_code
+
+
+def fetch_offset(client, group, topic="o"):
+    """The committed offset of ``topic``-0, or None while the group's offsets load."""
+    body = client.request(OFFSET_FETCH, 7, m.OffsetFetchRequest(group_id=group, topics=None))
+    if body.error_code != errors.NONE:
+        return None
+    return {(t.name, p.partition_index): p.committed_offset
+            for t in body.topics for p in t.partitions}.get((topic, 0), -1)
 
 
 def assert_acked_kept(case, broker, topic, partition, acked):
@@ -239,3 +265,89 @@ class DiskFullTests(unittest.SynchronousTestCase):
             self.assertEqual(got.get(offset), value, key)
         self.assertEqual([n for n in os.listdir(os.path.join(d2, "c-1"))
                           if n.endswith((".cleaned", ".swap", ".deleted"))], [])
+
+    def two_dir_broker(self, size_kb, **props):
+        fs = self.mount(size_kb)
+        work = tempfile.mkdtemp(prefix="kafkatw-disk-full-")
+        d1, d2 = os.path.join(work, "d1"), os.path.join(fs.path, "d2")
+        broker = KafkaBroker(overrides=dict(BROKER_PROPS, **dict(props, **{
+            "log.dirs": "%s,%s" % (d1, d2)})), data_dir=work)
+        self.addCleanup(broker.close)
+        broker.start()
+        return fs, broker, d1, d2
+
+    def test_offset_commit_on_a_full_disk(self):
+        """A group whose __consumer_offsets partition is in the full dir: its commit answers
+        NOT_COORDINATOR (Kafka's answer for a storage error) once the segment's last page is
+        full, a group in the other dir commits; after space is freed the last acknowledged
+        commit is there, the failed one is not."""
+        never = 3600 * 1000
+        fs, broker, d1, d2 = self.two_dir_broker(
+            8 * 1024, **{"replica.high.watermark.checkpoint.interval.ms": never,
+                         "log.flush.offset.checkpoint.interval.ms": never,
+                         "log.flush.start.offset.checkpoint.interval.ms": never,
+                         "offsets.topic.num.partitions": 4})
+        create_topic(broker, "o", partitions=1)
+        c = RawClient(broker, "disk-full")
+        self.addCleanup(c.close)
+        poll_until(lambda: find_coordinator(c, "g0") == errors.NONE, timeout=20,
+                   message="__consumer_offsets created")
+        in_dir = {d: [g for g in ("g%d" % i for i in range(40))
+                      if os.path.isdir(os.path.join(d, "__consumer_offsets-%d"
+                                                    % partition_for(g, 4)))]
+                  for d in (d1, d2)}
+        full_group, ok_group = in_dir[d2][0], in_dir[d1][0]
+        self.assertEqual(commit(c, full_group, 5), errors.NONE)
+        ballast = fill_up(fs.path)
+        # small commits fit into the segment's last page for a while
+        acked, code = 5, errors.NONE
+        for offset in range(6, 2000):
+            code = commit(c, full_group, offset)
+            if code != errors.NONE:
+                break
+            acked = offset
+        self.assertEqual(code, errors.NOT_COORDINATOR)
+        self.assertEqual(log_dirs(c)[d2], errors.KAFKA_STORAGE_ERROR)
+        self.assertEqual(commit(c, ok_group, 7), errors.NONE)
+        with open(broker.log_path) as f:
+            self.assertEqual([x for x in f if "Traceback" in x], [])
+        c.close()
+        broker.stop()
+        os.unlink(ballast)
+        broker.start()
+        c2 = RawClient(broker, "after")
+        self.addCleanup(c2.close)
+        for group, offset in ((full_group, acked), (ok_group, 7)):
+            poll_until(lambda: fetch_offset(c2, group) is not None, timeout=20,
+                       message="offsets of %s loaded" % group)
+            self.assertEqual(fetch_offset(c2, group), offset, group)
+
+    def test_checkpoint_on_a_full_disk(self):
+        """The first write to fail is a high-watermark checkpoint: the dir goes offline once
+        and its acknowledged records survive."""
+        fs, broker, d1, d2 = self.two_dir_broker(
+            8 * 1024, **{"replica.high.watermark.checkpoint.interval.ms": 200})
+        create_topic(broker, "t", partitions=2)
+        c = RawClient(broker, "disk-full")
+        self.addCleanup(c.close)
+        acked = {}
+        for i in range(50):
+            values = [b"%04d" % i + b"y" * VALUE]
+            resp = c.request(PRODUCE, PRODUCE_V, produce_body("t", 1, values, acks=-1))
+            p = resp.responses[0].partition_responses[0]
+            self.assertEqual(p.error_code, errors.NONE)
+            acked[p.base_offset] = values[0]
+        ballast = fill_up(fs.path)
+        poll_until(lambda: log_dirs(c).get(d2) == errors.KAFKA_STORAGE_ERROR, timeout=20,
+                   message="the full dir offline")
+        with open(broker.log_path) as f:
+            lines = f.readlines()
+        offline = [x for x in lines if "is offline after an I/O error" in x]
+        self.assertEqual(len(offline), 1, offline)
+        self.assertEqual([x for x in lines if "Traceback" in x], [])
+        self.assertEqual(produce_code(c, "t", 0), errors.NONE)
+        c.close()
+        broker.stop()
+        os.unlink(ballast)
+        broker.start()
+        assert_acked_kept(self, broker, "t", 1, acked)
