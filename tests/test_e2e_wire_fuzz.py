@@ -11,7 +11,7 @@ from tests import wire_fuzz
 
 class WireFuzzTests(unittest.SynchronousTestCase):
     def test_short_wire_fuzz(self):
-        with KafkaBroker() as broker:
+        with KafkaBroker(overrides=wire_fuzz.BROKER_PROPS) as broker:
             s = wire_fuzz.run(broker, 3000, connections=8, seed=26, time_limit=120)
         self.assertEqual(s["errors"], [])
         self.assertTrue(s["broker_running"])

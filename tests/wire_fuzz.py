@@ -25,9 +25,13 @@ import threading
 import time
 
 from kafkatw.protocol import messages as m
+from kafkatw.stall_probe import StallLog
 from kafkatw.testing import KafkaBroker
 from tests.support import API_VERSIONS, RawClient, api_versions_body, rss_kb
 from tests.test_fuzz_decoders import CORPUS, INTS
+
+#: The broker the command line starts: the stall probe says where the reactor was held.
+BROKER_PROPS = {"kafkatw.reactor.stall.probe.ms": 50}
 
 #: What a clean log never says (twisted.logger's failure lines carry a traceback).
 BAD_LOG_MARKERS = ("Traceback", "Unhandled", "#critical]")
@@ -203,6 +207,7 @@ def run(broker, requests, connections=8, seed=1, time_limit=None):
     frames = seeds(apis)
     time.sleep(0.5)  # let start-up work settle before the baseline
     base_rss, base_fds = rss_kb(pid), fd_count(pid, broker.data_dir)
+    stalls = StallLog(broker.log_path).mark()
     stop = threading.Event()
     control = Control(broker, stop)
     control.start()
@@ -236,6 +241,8 @@ def run(broker, requests, connections=8, seed=1, time_limit=None):
         "parked_then_dropped": sum(s.parked for s in senders),
         "control_answers": control.answered,
         "control_max_latency_ms": int(control.max_latency * 1000),
+        "reactor_stalls_over_50ms": len(stalls.stalls()),
+        "max_stall_ms": max(stalls.stalls() or [0]),
         "broker_running": broker.running,
         "rss_kb_before": base_rss,
         "rss_kb_after": rss_kb(pid) if broker.running else None,
@@ -254,7 +261,7 @@ def main(argv=None):
     parser.add_argument("--connections", type=int, default=8)
     parser.add_argument("--seed", type=int, default=int(time.time()))
     args = parser.parse_args(argv)
-    with KafkaBroker() as broker:
+    with KafkaBroker(overrides=BROKER_PROPS) as broker:
         summary = run(broker, args.requests, args.connections, args.seed)
         summary["seed"] = args.seed
     print(json.dumps(summary, indent=1))
