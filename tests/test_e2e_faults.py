@@ -19,8 +19,8 @@ def log_lines(broker):
         return f.read().splitlines()
 
 
-def find_coordinator(client, group):
-    body = client.request(FIND_COORDINATOR, 3, m.FindCoordinatorRequest(key=group, key_type=0))
+def find_coordinator(client, key, key_type=0):
+    body = client.request(FIND_COORDINATOR, 3, m.FindCoordinatorRequest(key=key, key_type=key_type))
     return body.error_code
 
 
@@ -31,26 +31,31 @@ class QuietFailureTests(unittest.SynchronousTestCase):
 
     def test_offsets_topic_creation_failing_is_quiet(self):
         """Every metadata write fails (its tmp file's name is taken by a directory): 200
-        FindCoordinator retries get COORDINATOR_NOT_AVAILABLE and the log holds one line for
-        the failing write, one for the failing creation, no traceback; once the cause is gone
-        the topic is created and that is said once."""
+        FindCoordinator retries for groups and 100 for transactions get
+        COORDINATOR_NOT_AVAILABLE and the log holds one line for the failing write, one for
+        each failing creation, no traceback; once the cause is gone the topics are created
+        and that is said once each."""
         blocker = os.path.join(self.broker.data_dir, "__kafkatw_metadata.json.tmp")
         os.mkdir(blocker)
         c = RawClient(self.broker, "quiet")
         self.addCleanup(c.close)
         codes = [find_coordinator(c, "g%d" % i) for i in range(200)]
+        codes += [find_coordinator(c, "t%d" % i, key_type=1) for i in range(100)]
         self.assertEqual(set(codes), {errors.COORDINATOR_NOT_AVAILABLE})
         os.rmdir(blocker)
         poll_until(lambda: find_coordinator(c, "g") == errors.NONE, timeout=20,
                    message="FindCoordinator answering once the metadata can be written")
+        poll_until(lambda: find_coordinator(c, "t", key_type=1) == errors.NONE, timeout=20,
+                   message="a transaction coordinator once the metadata can be written")
         lines = log_lines(self.broker)
         self.assertEqual([x for x in lines if "Traceback" in x], [])
         failed = [x for x in lines if " failed" in x and "kafkatw.background" in x]
-        self.assertEqual(len(failed), 2, failed)
+        self.assertEqual(len(failed), 3, failed)
         self.assertIn("writing __kafkatw_metadata.json failed: IsADirectoryError", failed[0])
         self.assertIn("creating __consumer_offsets failed", failed[1])
+        self.assertIn("creating __transaction_state failed", failed[2])
         again = [x for x in lines if "succeeded again after" in x]
-        self.assertEqual(len(again), 2, again)
+        self.assertEqual(len(again), 3, again)
 
 
 class StartupSummaryTests(unittest.SynchronousTestCase):

@@ -9,6 +9,7 @@ machine of one id is ``metadata.py``; record formats are ``txn_log.py``.
 from twisted.internet import defer, task
 from twisted.logger import Logger
 
+from kafkatw.background_failures import FailingTask
 from kafkatw.coordinator.group.offsets_log import iter_log_records
 from kafkatw.protocol import errors
 from kafkatw.storage.offsets import ORIGIN_COORDINATOR
@@ -98,6 +99,8 @@ class TransactionCoordinator:
         self.log_manager = log_manager
         self.clock = clock
         self.group_coordinator = group_coordinator
+        # every client retries FindCoordinator while the topic cannot be created: logged quietly
+        self.state_topic_creation = FailingTask("creating %s" % TRANSACTION_STATE_TOPIC_NAME, clock)
         c = lambda name, default: _config_get(config, name, default)  # noqa: E731
         self.num_partitions = int(c("transaction.state.log.num.partitions", 50))
         self.segment_bytes = int(c("transaction.state.log.segment.bytes", 100 * 1024 * 1024))
@@ -171,16 +174,16 @@ class TransactionCoordinator:
         except Exception as e:
             if getattr(e, "code", None) == errors.TOPIC_ALREADY_EXISTS:
                 return errors.COORDINATOR_NOT_AVAILABLE  # being created
-            log.failure("creating {topic} failed", topic=TRANSACTION_STATE_TOPIC_NAME)
+            self.state_topic_creation.failed()
             return errors.COORDINATOR_NOT_AVAILABLE
 
         def created(info):
+            self.state_topic_creation.succeeded()
             log.info("created {topic} with {n} partitions", topic=TRANSACTION_STATE_TOPIC_NAME,
                      n=info.num_partitions)
             self.owned_partitions = set(range(info.num_partitions))
 
-        d.addCallbacks(created, lambda f: log.failure("creating {topic} failed", f,
-                                                      topic=TRANSACTION_STATE_TOPIC_NAME))
+        d.addCallbacks(created, self.state_topic_creation.failed)
         return errors.NONE if self._state_topic_exists() else errors.COORDINATOR_NOT_AVAILABLE
 
     def coordinator_epoch(self, transactional_id):
