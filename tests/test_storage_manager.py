@@ -318,6 +318,9 @@ class OfflineTest(ManagerBase):
         mgr.handle_dir_failure(self.dirs[1], OSError(errno.ENOSPC, "No space left on device"))
         mgr.handle_dir_failure(self.dirs[1], OSError(errno.ENOSPC, "No space left on device"))
         self.assertEqual(calls, [[os.path.abspath(d) for d in self.dirs]])
+        self.assertEqual(mgr.health(), {
+            "online_log_dirs": [], "offline_log_dirs": sorted(os.path.abspath(d) for d in self.dirs),
+            "offline_log_directory_count": 2, "background_task_failures": {}})
         mgr.shutdown()
 
     def test_io_error_of_a_deleted_log_leaves_the_dir_online(self):

@@ -93,6 +93,16 @@ class LogManager:
     def online_dirs(self):
         return [d for d in self.log_dirs if d not in self._offline_dirs]
 
+    def health(self):
+        """Plain values for a metrics exporter or a health check (Kafka's OfflineLogDirectoryCount
+        and friends): online and offline dirs, and how often each background task failed."""
+        return {
+            "online_log_dirs": list(self.online_dirs),
+            "offline_log_dirs": sorted(self._offline_dirs),
+            "offline_log_directory_count": len(self._offline_dirs),
+            "background_task_failures": self.task_failures.snapshot(),
+        }
+
     def _dir_of(self, lg):
         return os.path.dirname(lg.dir)
 
