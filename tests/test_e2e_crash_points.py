@@ -5,6 +5,7 @@ acknowledged record and committed offset is there, and no half-done file operati
 behind (no .tmp, .cleaned, .swap, .deleted file, no -delete dir, every segment with its indexes).
 """
 
+import json
 import os
 import signal
 
@@ -179,6 +180,12 @@ class CrashPointTests(unittest.SynchronousTestCase):
         self.assertEqual(sorted(t.name for t in md.topics), ["kept"])
         poll_until(lambda: not any(n.startswith("gone-") for n in os.listdir(self.broker.data_dir)),
                    timeout=20, message="the deleted topic's partition dirs removed")
+
+        def tombstones():
+            with open(os.path.join(self.broker.data_dir, "__kafkatw_metadata.json")) as f:
+                return json.load(f).get("deleted_topic_ids")
+        poll_until(lambda: tombstones() == [], timeout=20,
+                   message="the deleted topic forgotten once its dirs are gone")
         self.assert_all_acked("kept", acked)
 
     def test_topic_deletion_after_metadata(self):
