@@ -351,3 +351,41 @@ class DiskFullTests(unittest.SynchronousTestCase):
         os.unlink(ballast)
         broker.start()
         assert_acked_kept(self, broker, "t", 1, acked)
+
+    def test_segment_roll_on_a_full_disk(self):
+        """The active segment is nearly full when the disk fills: the next batch needs a new
+        segment, which cannot be written; KAFKA_STORAGE_ERROR, the dir offline, and after
+        space is freed every acknowledged record is there and every segment has its indexes."""
+        fs, broker, d1, d2 = self.two_dir_broker(8 * 1024)
+        create_topic(broker, "t", partitions=2)
+        c = RawClient(broker, "disk-full")
+        self.addCleanup(c.close)
+        pdir = os.path.join(d2, "t-1")
+        acked = {}
+        big = 100 * 1024
+        for i in range(10):  # about 1,000 KB of the 1 MiB segment
+            value = b"%04d" % i + b"z" * big
+            resp = c.request(PRODUCE, PRODUCE_V, produce_body("t", 1, [value], acks=-1))
+            p = resp.responses[0].partition_responses[0]
+            self.assertEqual(p.error_code, errors.NONE)
+            acked[p.base_offset] = value
+        self.assertEqual(len([n for n in os.listdir(pdir) if n.endswith(".log")]), 1)
+        ballast = fill_up(fs.path)
+        resp = c.request(PRODUCE, PRODUCE_V, produce_body("t", 1, [b"r" * big], acks=-1))
+        self.assertIn(resp.responses[0].partition_responses[0].error_code, FULL_ERRORS)
+        self.assertEqual(log_dirs(c)[d2], errors.KAFKA_STORAGE_ERROR)
+        with open(broker.log_path) as f:
+            self.assertEqual([x for x in f if "Traceback" in x], [])
+        c.close()
+        broker.stop()
+        os.unlink(ballast)
+        broker.start()
+        assert_acked_kept(self, broker, "t", 1, acked)
+        names = os.listdir(pdir)
+        for log_file in [n for n in names if n.endswith(".log")]:
+            stem = log_file[:-len(".log")]
+            self.assertIn(stem + ".index", names)
+            self.assertIn(stem + ".timeindex", names)
+        c2 = RawClient(broker, "after")
+        self.addCleanup(c2.close)
+        self.assertEqual(produce_code(c2, "t", 1), errors.NONE)
