@@ -154,7 +154,7 @@ class ApisFixture:
         result = self.successResultOf(self.apis.handle(self.request(body, version, **kw)))
         self.assertIsInstance(result, Response)
         if result.body is not None:
-            cls = type(result.body)
+            cls = getattr(result.body, "MESSAGE", type(result.body))  # a generated Rows: its message
             result.body = cls.decode(result.body.encode_bytes(version), version)
         return result
 

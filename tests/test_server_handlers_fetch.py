@@ -80,7 +80,7 @@ class FetchTests(ApisFixture, unittest.TestCase):
         resp = self.successResultOf(self.apis.handle(self.request(fetch_request([("t", [(0, 0)])], 12), 12)))
         encoded = resp.body.encode(12)
         self.assertIn(region, encoded)
-        self.assertEqual(resp.body.responses[0].partitions[0].records, region)
+        self.assertEqual(resp.body.to_message().responses[0].partitions[0].records, region)
 
     def test_empty_records_are_not_null(self):
         body = self.call(fetch_request([("t", [(0, 0)])], 11), 11).body
@@ -126,26 +126,22 @@ class FetchTests(ApisFixture, unittest.TestCase):
         from kafkatw.server.handlers import fetch
 
         req = self.request(fetch_request([("t", [(0, 0)])], 12, session_id=3, epoch=1), 12)
-        body = fetch.error_response(req, errors.UNKNOWN_SERVER_ERROR, None)
+        body = fetch.error_response(req, errors.UNKNOWN_SERVER_ERROR, None).to_message()
         self.assertEqual((body.error_code, body.session_id, self.parts(body)),
                          (errors.UNKNOWN_SERVER_ERROR, 3, [("t", 0, errors.UNKNOWN_SERVER_ERROR, -1)]))
         req = self.request(fetch_request([(self.info.topic_id, [(0, 0)])], 13), 13)
-        body = fetch.error_response(req, errors.UNKNOWN_SERVER_ERROR, None)
+        body = fetch.error_response(req, errors.UNKNOWN_SERVER_ERROR, None).to_message()
         self.assertEqual(body.responses, [])
         FetchResponse.decode(body.encode_bytes(13), 13)
 
 
-class FetchAnswerTests(unittest.TestCase):
-    """FetchAnswer encodes v12+ straight from the read results: the same parts and bytes as
-    the generated FetchResponse, falling back to it for what it does not write itself."""
+class FetchResponseRowsTests(unittest.TestCase):
+    """build_response gives the generated row writer each partition's read result: records
+    stay file regions, topics are runs of one name (one id from v13)."""
 
-    def test_same_bytes_as_the_generated_message(self):
+    def test_rows_of_read_results(self):
         from kafkatw.server.fetch_session import TopicIdPartition
-        from kafkatw.server.handlers.fetch import (
-            ErrorPartitionData,
-            FetchAnswer,
-            build_generated_response,
-        )
+        from kafkatw.server.handlers.fetch import ErrorPartitionData, build_response
         from kafkatw.server.replica_manager import FetchPartitionData
 
         path = os.path.join(self.mktemp())
@@ -161,40 +157,41 @@ class FetchAnswerTests(unittest.TestCase):
                                       diverging_epoch=diverging, preferred_read_replica=replica)
 
         big = FileRegion(f, 10, 200)
-        cases = [
-            [],
-            [(TopicIdPartition(a, "t", 0), data())],
-            [(TopicIdPartition(a, "t", 0), data(FileRegion(f, 0, 61)))],
-            [(TopicIdPartition(a, "t", 3), data(big, aborted=[], replica=None)),
-             (TopicIdPartition(a, "t", 1), data(FileRegion(f, 0, 0), error=errors.NONE, hw=9)),
-             (TopicIdPartition(b, "u", 0), data(FileRegion(f, 0, 5), replica=2)),
-             (TopicIdPartition(a, "t", 2), data(None)),
-             (TopicIdPartition(bytes(16), None, 4), ErrorPartitionData(errors.UNKNOWN_TOPIC_ID)),
-             (TopicIdPartition(b, "u", 1), ErrorPartitionData(errors.NOT_LEADER_OR_FOLLOWER))],
-            # the generated message writes these
-            [(TopicIdPartition(a, "t", 0), data(FileRegion(f, 0, 61), aborted=[(5, 10)]))],
-            [(TopicIdPartition(a, "t", 0), data(diverging=(1, 20)))],
-            [(TopicIdPartition(a, "t", 0), data(b"\x00" * 61))],
+        partitions = [
+            (TopicIdPartition(a, "t", 3), data(big, aborted=[], replica=None)),
+            (TopicIdPartition(a, "t", 1), data(FileRegion(f, 0, 0), hw=9)),
+            (TopicIdPartition(b, "u", 0), data(FileRegion(f, 0, 5), replica=2)),
+            (TopicIdPartition(a, "t", 2), data(None, aborted=[(5, 10)], diverging=(1, 20))),
+            (TopicIdPartition(bytes(16), None, 4), ErrorPartitionData(errors.UNKNOWN_TOPIC_ID)),
+            (TopicIdPartition(b, "u", 1), ErrorPartitionData(errors.NOT_LEADER_OR_FOLLOWER)),
+            (TopicIdPartition(b, "u", 2), data(b"\x00" * 61)),
         ]
-
-        def flat(parts):
-            return [(p.position, p.count) if type(p) is FileRegion else p for p in parts]
-
         for version in range(12, 18):
-            for i, partitions in enumerate(cases):
-                for error, session in ((0, 0), (errors.FETCH_SESSION_ID_NOT_FOUND, 77)):
-                    want = build_generated_response(version, error, session, partitions).encode(version)
-                    answer = FetchAnswer(version, error, session, partitions)
-                    got = answer.encode(version)
-                    self.assertEqual(flat(got), flat(want), (version, partitions))
-                    # written directly (no generated objects made) for the first four
-                    self.assertEqual(answer._partitions is not None, i < 4)
-        # any field access turns it into the generated message
-        answer = FetchAnswer(16, 0, 5, cases[3])
-        self.assertEqual([t.topic_id for t in answer.responses], [a, b, a, bytes(16), b])
-        self.assertEqual(answer.session_id, 5)
-        answer.throttle_time_ms = 30
-        self.assertEqual(FetchResponse.decode(answer.encode_bytes(16), 16).throttle_time_ms, 30)
-        # another version than the request's goes through the generated writer
-        self.assertEqual(flat(FetchAnswer(12, 0, 0, cases[2]).encode(13)),
-                         flat(build_generated_response(12, 0, 0, cases[2]).encode(13)))
+            body = build_response(version, errors.FETCH_SESSION_ID_NOT_FOUND, 77, partitions)
+            parts = body.encode(version)
+            # the records are file regions, sent as they are (the empty one is written as empty)
+            self.assertEqual([(p.position, p.count) for p in parts if type(p) is FileRegion], [(10, 200), (0, 5)])
+            got = FetchResponse.decode(body.encode_bytes(version), version)
+            self.assertEqual((got.throttle_time_ms, got.error_code, got.session_id),
+                             (0, errors.FETCH_SESSION_ID_NOT_FOUND, 77))
+            topics = [(t.topic_id if version >= 13 else t.topic, [p.partition_index for p in t.partitions])
+                      for t in got.responses]
+            if version >= 13:
+                self.assertEqual(topics, [(a, [3, 1]), (b, [0]), (a, [2]), (bytes(16), [4]), (b, [1, 2])])
+            else:
+                self.assertEqual(topics, [("t", [3, 1]), ("u", [0]), ("t", [2]), ("", [4]), ("u", [1, 2])])
+            ps = [p for t in got.responses for p in t.partitions]
+            self.assertEqual([(p.error_code, p.high_watermark, p.last_stable_offset, p.log_start_offset,
+                               p.preferred_read_replica) for p in ps[:4]],
+                             [(0, 7, 6, 2, -1), (0, 9, 8, 2, -1), (0, 7, 6, 2, 2), (0, 7, 6, 2, -1)])
+            self.assertEqual([p.records for p in ps],
+                             [big.read(), b"", FileRegion(f, 0, 5).read(), b"", b"",
+                              b"", b"\x00" * 61])
+            self.assertEqual([p.aborted_transactions for p in ps[:2]], [[], None])
+            self.assertEqual([(x.producer_id, x.first_offset) for x in ps[3].aborted_transactions], [(5, 10)])
+            self.assertEqual((ps[3].diverging_epoch.epoch, ps[3].diverging_epoch.end_offset), (1, 20))
+            self.assertEqual([p.error_code for p in ps[4:6]],
+                             [errors.UNKNOWN_TOPIC_ID, errors.NOT_LEADER_OR_FOLLOWER])
+            self.assertEqual(body.to_message().encode(version)[0], parts[0])
+        body.throttle_time_ms = 30  # the quota hook's field
+        self.assertEqual(FetchResponse.decode(body.encode_bytes(16), 16).throttle_time_ms, 30)

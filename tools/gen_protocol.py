@@ -13,7 +13,10 @@ version followed by the struct at that version).
 
 Each struct gets straight-line reader/writer functions per variant (``_r0``/``_w0`` for
 non-flexible versions, ``_r1``/``_w1`` for flexible ones) with the version checks
-specialised to the variant, fixed-width runs packed by one ``struct.Struct`` call.
+specialised to the variant, fixed-width runs packed by one ``struct.Struct`` call. The
+messages in ``ROW_MESSAGES`` (the responses of the hot paths) also get ``<Message>.Rows``: the
+same message given as plain tuples, written by one function per version with every version
+check resolved and nested arrays as inline loops (no objects built per request).
 """
 
 import glob
@@ -784,6 +787,219 @@ def variants(msg):
     return out
 
 
+# ---------------------------------------------------------------------------
+# row writers: the hot responses without message objects
+
+#: Messages that also get row writers (``<Message>.Rows``): the responses the broker builds per
+#: request on its hot paths, encoded from plain tuples by one straight-line function per version.
+ROW_MESSAGES = ("ProduceResponse", "FetchResponse")
+
+
+def _has(r, v):
+    return r is not None and r[0] <= v <= r[1]
+
+
+def row_default_src(f):
+    """Python source of a field's default in row form: arrays ``()``, structs ``None``."""
+    if f.is_array:
+        return "None" if f.raw_default == "null" else "()"
+    if f.struct:
+        return "None"
+    return f.default_src()
+
+
+def row_is_default_src(f, expr):
+    """Source of a boolean: the row-form value ``expr`` equals the field's default (a struct
+    given as ``None`` is its default; arrays compare by length, as ``== []`` does for lists)."""
+    if f.is_array:
+        if f.raw_default == "null":
+            return "%s is None" % expr
+        return "(%s is not None and len(%s) == 0)" % (expr, expr)
+    if f.struct:
+        assert f.default_src() != "None", (f.name, "a nullable struct defaulting to null has no row form")
+        terms = [row_is_default_src(sub, "%s[%d]" % (expr, i)) for i, sub in enumerate(f.struct.fields)]
+        return "(%s is None or (%s))" % (expr, " and ".join(terms))
+    return f.is_default_src(expr)
+
+
+class RowGen:
+    """Emit the row writer of one message at one exact version: every struct is a tuple of
+    its schema fields in schema order (all versions' fields; ``unknown_tagged_fields`` are
+    not part of a row), arrays are sequences of rows, a struct field may be ``None`` for its
+    default. Every version check is resolved here, nested arrays are inline loops that unpack
+    their rows, fixed-width runs are one ``struct`` pack. Same bytes and parts as the message
+    objects' ``encode``, and the same errors for null or absent values."""
+
+    def __init__(self, em, msg, v):
+        self.em, self.msg, self.v = em, msg, v
+        self.flex = msg.flexible is not None and _has(msg.flexible, v)
+        self.depth = 0
+
+    def fflex(self, f):
+        if not self.flex:
+            return False
+        if f.flex_override == "inherit":
+            return True
+        return _has(f.flex_override, self.v)
+
+    def names(self, sd):
+        self.depth += 1
+        return ["%s_%d" % (f.attr.rstrip("_"), self.depth) for f in sd.fields]
+
+    def gen(self, name):
+        em, msg = self.em, self.msg
+        names = self.names(msg.root)
+        em("def %s(v, %s):" % (name, ", ".join(names)))
+        em.ind += 1
+        em("buf = bytearray()")
+        em("parts = []")
+        self.write_struct(msg.root, names, "buf", "parts")
+        em("if buf or not parts:")
+        em("    parts.append(bytes(buf))")
+        em("return parts")
+        em.ind -= 1
+        em("")
+
+    def write_struct(self, sd, names, buf, parts):
+        em, v = self.em, self.v
+        fields = sd.fields
+        qual = "%s.%s" % (self.msg.name, sd.name) if sd.parent is not None else sd.name
+        i = 0
+        while i < len(fields):
+            f = fields[i]
+            if _has(f.regular, v):
+                j = i
+                while (j < len(fields) and _has(fields[j].regular, v) and fields[j].base in FIXED
+                       and not fields[j].is_array):
+                    j += 1
+                if j > i:
+                    fmt = ">" + "".join(FIXED[x.base][0] for x in fields[i:j])
+                    em("%s += %sp(%s)" % (buf, em.struct(fmt), ", ".join(names[i:j])))
+                    i = j
+                    continue
+                self.write_value(f, names[i], buf, parts, qual)
+            elif not _has(f.versions, v) and not f.ignorable:
+                em("if not (%s):" % row_is_default_src(f, names[i]))
+                em("    raise _absent_field(%r, %r, v)" % (qual, f.attr))
+            i += 1
+        if not self.flex:
+            return
+        tagged = sorted([(f, n) for f, n in zip(fields, names) if _has(f.tagged, v)], key=lambda p: p[0].tag)
+        if not tagged:
+            em("%s.append(0)" % buf)
+            return
+        em("if %s:" % " and ".join(row_is_default_src(f, n) for f, n in tagged))
+        em("    %s.append(0)" % buf)
+        em("else:")
+        em.ind += 1
+        tags, t = "tags_%d" % self.depth, "t_%d" % self.depth
+        em("%s = []" % tags)
+        for f, n in tagged:
+            em("if not (%s):" % row_is_default_src(f, n))
+            em.ind += 1
+            em("%s = bytearray()" % t)
+            self.write_value(f, n, t, "None", qual)
+            em("%s.append((%d, bytes(%s)))" % (tags, f.tag, t))
+            em.ind -= 1
+        em("_write_tags(%s, %s, None)" % (buf, tags))
+        em.ind -= 1
+
+    def len_prefix(self, fflex, buf, nexpr, classic):
+        em = self.em
+        if fflex:
+            em("n = %s + 1" % nexpr)
+            em("if n < 128:")
+            em("    %s.append(n)" % buf)
+            em("else:")
+            em("    %s += _wuv(n)" % buf)
+        else:
+            em("%s += %s(%s)" % (buf, "_pi16" if classic == "h" else "_pi32", nexpr))
+
+    def null(self, f, buf, qual, fflex, classic):
+        """The body of ``if x is None``: the null encoding, or the error of a non-nullable field."""
+        if _has(f.nullable, self.v):
+            self.em("%s += %r" % (buf, b"\x00" if fflex else classic))
+        else:
+            self.em("raise _null_field(%r, %r, v)" % (qual, f.attr))
+
+    def write_value(self, f, expr, buf, parts, qual):
+        em = self.em
+        fflex = self.fflex(f)
+        if f.struct and not f.is_array:
+            sub = self.names(f.struct)
+            em("if %s is None:" % expr)
+            em("    %s = (%s,)" % (expr, ", ".join(row_default_src(x) for x in f.struct.fields)))
+            em("%s = %s" % (", ".join(sub) + ("," if len(sub) == 1 else ""), expr))
+            self.write_struct(f.struct, sub, buf, parts)
+            self.depth -= 1
+            return
+        em("x = %s" % expr)
+        if f.is_array:
+            em("if x is None:")
+            em.ind += 1
+            self.null(f, buf, qual, fflex, b"\xff\xff\xff\xff")
+            em.ind -= 1
+            em("else:")
+            em.ind += 1
+            self.len_prefix(fflex, buf, "len(x)", "i")
+            if f.struct:
+                sub = self.names(f.struct)
+                em("for %s in x:" % (", ".join(sub) + ("," if len(sub) == 1 else "")))
+                em.ind += 1
+                self.write_struct(f.struct, sub, buf, parts)
+                em.ind -= 1
+                self.depth -= 1
+            elif f.elem == "uuid":
+                em("for e in x:")
+                em("    %s += e" % buf)
+            elif f.elem in FIXED:
+                em("%s += _pack('>%%d%s' %% len(x), *x)" % (buf, FIXED[f.elem][0]))
+            elif f.elem == "string":
+                em("for e in x:")
+                em.ind += 1
+                em("e = e.encode('utf-8')")
+                self.len_prefix(fflex, buf, "len(e)", "h")
+                em("%s += e" % buf)
+                em.ind -= 1
+            else:
+                raise AssertionError(f.type)
+            em.ind -= 1
+        elif f.type in FIXED:
+            em("%s += %sp(x)" % (buf, em.struct(">" + FIXED[f.type][0])))
+        elif f.type in ("string", "bytes"):
+            em("if x is None:")
+            em.ind += 1
+            self.null(f, buf, qual, fflex, b"\xff\xff" if f.type == "string" else b"\xff\xff\xff\xff")
+            em.ind -= 1
+            em("else:")
+            em.ind += 1
+            if f.type == "string":
+                em("x = x.encode('utf-8')")
+            self.len_prefix(fflex, buf, "len(x)", "h" if f.type == "string" else "i")
+            em("%s += x" % buf)
+            em.ind -= 1
+        elif f.type == "records":
+            assert parts != "None", (self.msg.name, f.name, "records in a tagged field")
+            em("if x is None:")
+            em.ind += 1
+            self.null(f, buf, qual, fflex, b"\xff\xff\xff\xff")
+            em.ind -= 1
+            em("elif type(x) is _FileRegion:")
+            em.ind += 1
+            self.len_prefix(fflex, buf, "x.count", "i")
+            em("parts.append(bytes(%s))" % buf)
+            em("del %s[:]" % buf)
+            em("parts.append(x)")
+            em.ind -= 1
+            em("else:")
+            em.ind += 1
+            self.len_prefix(fflex, buf, "_records_size(x)", "i")
+            em("_emit_records(%s, %s, x)" % (buf, parts))
+            em.ind -= 1
+        else:
+            raise AssertionError(f.type)
+
+
 def gen_class(em, msg, sd, qual):
     em("class %s(_Struct):" % sd.name)
     em.ind += 1
@@ -834,9 +1050,11 @@ RUNTIME_IMPORTS = (
         ("MISSING", "_MISSING"),
         ("Struct", "_Struct"),
         ("absent", "_absent"),
+        ("absent_field", "_absent_field"),
         ("bad_len", "_bad_len"),
         ("new", "_new"),
         ("not_nullable", "_not_nullable"),
+        ("null_field", "_null_field"),
         ("pack", "_pack"),
         ("pi16", "_pi16"),
         ("pi32", "_pi32"),
@@ -908,6 +1126,9 @@ def emit_messages(body, msgs):
                 body("%s.%s = %s" % (sd.parent.alias, sd.name, sd.alias))
     body("")
     body("")
+    for m in msgs:
+        if m.name in ROW_MESSAGES:
+            emit_rows(body, m)
     body("# Field descriptions: (attr, type, versions, nullableVersions, taggedVersions, tag,")
     body("# ignorable, flexibleVersions override or 'inherit', struct class); version ranges are")
     body("# (lo, hi) with hi=%d for 'N+', None for 'none'." % INF)
@@ -917,6 +1138,83 @@ def emit_messages(body, msgs):
             for f in sd.fields:
                 body("    %s," % f.schema_tuple())
             body(")")
+
+
+def emit_rows(body, m):
+    """``<Message>.Rows`` of a message in ``ROW_MESSAGES``: its row writer per version (versions
+    that generate the same code share one function), converters to the message objects, and
+    the class a handler answers with."""
+    lo, hi = m.valid
+    seen = {}  # source -> function name
+    table = []
+    for v in range(lo, hi + 1):
+        tmp = Emitter()
+        tmp.structs = body.structs  # one packer table per module
+        RowGen(tmp, m, v).gen("_W_")
+        text = "\n".join(tmp.lines)
+        name = seen.get(text)
+        if name is None:
+            name = seen[text] = "_rows_%s_v%d" % (m.name, v)
+            body.lines.extend(text.replace("def _W_(", "def %s(" % name, 1).split("\n"))
+            body("")
+        table.append(name)
+    body("_ROWS_%s = (%s,)" % (m.name, ", ".join(table)))
+    body("")
+    body("")
+    for sd in [m.root] + m.order:
+        names = [f.attr for f in sd.fields]
+        body("def _obj_%s(row):" % sd.alias)
+        body("    %s = row" % (", ".join(names) + ("," if len(names) == 1 else "")))
+        args = []
+        for f in sd.fields:
+            a = f.attr
+            if f.is_array and f.struct:
+                val = "None if %s is None else [_obj_%s(e) for e in %s]" % (a, f.struct.alias, a)
+            elif f.is_array:
+                val = "None if %s is None else list(%s)" % (a, a)
+            elif f.struct:
+                val = "%s() if %s is None else _obj_%s(%s)" % (f.struct.alias, a, f.struct.alias, a)
+            else:
+                val = a
+            args.append("%s=%s" % (a, val))
+        body("    return %s(%s)" % (sd.alias, ", ".join(args)))
+        body("")
+        body("")
+    root = m.root.fields
+    attrs = [f.attr for f in root]
+    body("class _%sRows:" % m.name)
+    body('    """A %s given as rows, what a handler answers with on a hot path: each struct' % m.name)
+    body("    a tuple of its schema fields in schema order, arrays sequences of those, ``None`` for a")
+    body("    struct field's default. ``encode`` writes the bytes and parts ``%s.encode``" % m.name)
+    body('    would, without building the objects; ``to_message()`` builds them."""')
+    body("")
+    body("    __slots__ = %r" % (tuple(attrs),))
+    body("    MESSAGE = %s" % m.name)
+    body("    VALID_VERSIONS = %r" % (m.valid,))
+    body("")
+    body("    def __init__(self, %s):" % ", ".join("%s=%s" % (f.attr, row_default_src(f)) for f in root))
+    for a in attrs:
+        body("        self.%s = %s" % (a, a))
+    body("")
+    body("    def encode(self, version):")
+    body("        if not %d <= version <= %d:" % (lo, hi))
+    body("            raise UnsupportedVersionError('%s: version %%d not in %d-%d' %% version)" % (m.name, lo, hi))
+    body("        return _ROWS_%s[version%s](version, %s)" % (m.name, " - %d" % lo if lo else "",
+                                                          ", ".join("self." + a for a in attrs)))
+    body("")
+    body("    encode_bytes = _Struct.encode_bytes")
+    body("")
+    body("    def to_message(self):")
+    body("        return _obj_%s((%s,))" % (m.name, ", ".join("self." + a for a in attrs)))
+    body("")
+    body("    def __repr__(self):")
+    body("        return '%s.Rows(%s)' %% (%s,)" % (m.name, ", ".join("%s=%%r" % a for a in attrs),
+                                              ", ".join("self." + a for a in attrs)))
+    body("")
+    body("")
+    body("%s.Rows = _%sRows" % (m.name, m.name))
+    body("")
+    body("")
 
 
 def struct_table(em):

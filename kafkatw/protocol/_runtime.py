@@ -36,14 +36,22 @@ def tag_size(tag, size, used):
 
 
 def absent(obj, attr, v):
+    return absent_field(type(obj).__qualname__, attr, v)
+
+
+def absent_field(name, attr, v):
+    """The error of a non-default value in a field absent at this version (``name``: the
+    struct's qualified name; row writers have no object)."""
     return UnsupportedVersionError(
-        "%s v%d: field %s has a non-default value but does not exist in this version"
-        % (type(obj).__qualname__, v, attr))
+        "%s v%d: field %s has a non-default value but does not exist in this version" % (name, v, attr))
 
 
 def not_nullable(obj, attr, v):
-    return UnsupportedVersionError(
-        "%s v%d: field %s is null but not nullable in this version" % (type(obj).__qualname__, v, attr))
+    return null_field(type(obj).__qualname__, attr, v)
+
+
+def null_field(name, attr, v):
+    return UnsupportedVersionError("%s v%d: field %s is null but not nullable in this version" % (name, v, attr))
 
 
 class Struct:

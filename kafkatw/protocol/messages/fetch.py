@@ -11,9 +11,11 @@ from kafkatw.protocol._runtime import (
     MISSING as _MISSING,
     Struct as _Struct,
     absent as _absent,
+    absent_field as _absent_field,
     bad_len as _bad_len,
     new as _new,
     not_nullable as _not_nullable,
+    null_field as _null_field,
     pack as _pack,
     pi16 as _pi16,
     pi32 as _pi32,
@@ -24,6 +26,7 @@ from kafkatw.protocol._runtime import (
 )
 from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
+    UnsupportedVersionError,
     ZERO_UUID as _ZERO_UUID,
     emit_records as _emit_records,
     fail as _fail,
@@ -66,6 +69,8 @@ _T12u = _struct.Struct('>qi').unpack_from
 _T12p = _struct.Struct('>qi').pack
 _T13u = _struct.Struct('>qq').unpack_from
 _T13p = _struct.Struct('>qq').pack
+_T14u = _struct.Struct('>ihqq').unpack_from
+_T14p = _struct.Struct('>ihqq').pack
 
 
 class FetchRequest(_Struct):
@@ -2052,6 +2057,755 @@ _S_FetchResponse_PartitionData.SnapshotId = _S_FetchResponse_SnapshotId
 _S_FetchResponse_AbortedTransaction = FetchResponse.AbortedTransaction
 _S_FetchResponse_PartitionData.AbortedTransaction = _S_FetchResponse_AbortedTransaction
 _S_FetchResponse_NodeEndpoint = FetchResponse.NodeEndpoint
+
+
+def _rows_FetchResponse_v0(v, throttle_time_ms_1, error_code_1, session_id_1, responses_1, node_endpoints_1):
+    buf = bytearray()
+    parts = []
+    if not (session_id_1 == 0):
+        raise _absent_field('FetchResponse', 'session_id', v)
+    x = responses_1
+    if x is None:
+        raise _null_field('FetchResponse', 'responses', v)
+    else:
+        buf += _pi32(len(x))
+        for topic_2, topic_id_2, partitions_2 in x:
+            x = topic_2
+            if x is None:
+                raise _null_field('FetchResponse.FetchableTopicResponse', 'topic', v)
+            else:
+                x = x.encode('utf-8')
+                buf += _pi16(len(x))
+                buf += x
+            x = partitions_2
+            if x is None:
+                raise _null_field('FetchResponse.FetchableTopicResponse', 'partitions', v)
+            else:
+                buf += _pi32(len(x))
+                for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
+                    buf += _T10p(partition_index_3, error_code_3, high_watermark_3)
+                    if not ((diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1))):
+                        raise _absent_field('FetchResponse.PartitionData', 'diverging_epoch', v)
+                    if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
+                        raise _absent_field('FetchResponse.PartitionData', 'current_leader', v)
+                    if not ((snapshot_id_3 is None or (snapshot_id_3[0] == -1 and snapshot_id_3[1] == -1))):
+                        raise _absent_field('FetchResponse.PartitionData', 'snapshot_id', v)
+                    if not (preferred_read_replica_3 == -1):
+                        raise _absent_field('FetchResponse.PartitionData', 'preferred_read_replica', v)
+                    x = records_3
+                    if x is None:
+                        buf += b'\xff\xff\xff\xff'
+                    elif type(x) is _FileRegion:
+                        buf += _pi32(x.count)
+                        parts.append(bytes(buf))
+                        del buf[:]
+                        parts.append(x)
+                    else:
+                        buf += _pi32(_records_size(x))
+                        _emit_records(buf, parts, x)
+    if not ((node_endpoints_1 is not None and len(node_endpoints_1) == 0)):
+        raise _absent_field('FetchResponse', 'node_endpoints', v)
+    if buf or not parts:
+        parts.append(bytes(buf))
+    return parts
+
+
+def _rows_FetchResponse_v1(v, throttle_time_ms_1, error_code_1, session_id_1, responses_1, node_endpoints_1):
+    buf = bytearray()
+    parts = []
+    buf += _T0p(throttle_time_ms_1)
+    if not (session_id_1 == 0):
+        raise _absent_field('FetchResponse', 'session_id', v)
+    x = responses_1
+    if x is None:
+        raise _null_field('FetchResponse', 'responses', v)
+    else:
+        buf += _pi32(len(x))
+        for topic_2, topic_id_2, partitions_2 in x:
+            x = topic_2
+            if x is None:
+                raise _null_field('FetchResponse.FetchableTopicResponse', 'topic', v)
+            else:
+                x = x.encode('utf-8')
+                buf += _pi16(len(x))
+                buf += x
+            x = partitions_2
+            if x is None:
+                raise _null_field('FetchResponse.FetchableTopicResponse', 'partitions', v)
+            else:
+                buf += _pi32(len(x))
+                for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
+                    buf += _T10p(partition_index_3, error_code_3, high_watermark_3)
+                    if not ((diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1))):
+                        raise _absent_field('FetchResponse.PartitionData', 'diverging_epoch', v)
+                    if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
+                        raise _absent_field('FetchResponse.PartitionData', 'current_leader', v)
+                    if not ((snapshot_id_3 is None or (snapshot_id_3[0] == -1 and snapshot_id_3[1] == -1))):
+                        raise _absent_field('FetchResponse.PartitionData', 'snapshot_id', v)
+                    if not (preferred_read_replica_3 == -1):
+                        raise _absent_field('FetchResponse.PartitionData', 'preferred_read_replica', v)
+                    x = records_3
+                    if x is None:
+                        buf += b'\xff\xff\xff\xff'
+                    elif type(x) is _FileRegion:
+                        buf += _pi32(x.count)
+                        parts.append(bytes(buf))
+                        del buf[:]
+                        parts.append(x)
+                    else:
+                        buf += _pi32(_records_size(x))
+                        _emit_records(buf, parts, x)
+    if not ((node_endpoints_1 is not None and len(node_endpoints_1) == 0)):
+        raise _absent_field('FetchResponse', 'node_endpoints', v)
+    if buf or not parts:
+        parts.append(bytes(buf))
+    return parts
+
+
+def _rows_FetchResponse_v4(v, throttle_time_ms_1, error_code_1, session_id_1, responses_1, node_endpoints_1):
+    buf = bytearray()
+    parts = []
+    buf += _T0p(throttle_time_ms_1)
+    if not (session_id_1 == 0):
+        raise _absent_field('FetchResponse', 'session_id', v)
+    x = responses_1
+    if x is None:
+        raise _null_field('FetchResponse', 'responses', v)
+    else:
+        buf += _pi32(len(x))
+        for topic_2, topic_id_2, partitions_2 in x:
+            x = topic_2
+            if x is None:
+                raise _null_field('FetchResponse.FetchableTopicResponse', 'topic', v)
+            else:
+                x = x.encode('utf-8')
+                buf += _pi16(len(x))
+                buf += x
+            x = partitions_2
+            if x is None:
+                raise _null_field('FetchResponse.FetchableTopicResponse', 'partitions', v)
+            else:
+                buf += _pi32(len(x))
+                for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
+                    buf += _T14p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3)
+                    if not ((diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1))):
+                        raise _absent_field('FetchResponse.PartitionData', 'diverging_epoch', v)
+                    if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
+                        raise _absent_field('FetchResponse.PartitionData', 'current_leader', v)
+                    if not ((snapshot_id_3 is None or (snapshot_id_3[0] == -1 and snapshot_id_3[1] == -1))):
+                        raise _absent_field('FetchResponse.PartitionData', 'snapshot_id', v)
+                    x = aborted_transactions_3
+                    if x is None:
+                        buf += b'\xff\xff\xff\xff'
+                    else:
+                        buf += _pi32(len(x))
+                        for producer_id_4, first_offset_4 in x:
+                            buf += _T13p(producer_id_4, first_offset_4)
+                    if not (preferred_read_replica_3 == -1):
+                        raise _absent_field('FetchResponse.PartitionData', 'preferred_read_replica', v)
+                    x = records_3
+                    if x is None:
+                        buf += b'\xff\xff\xff\xff'
+                    elif type(x) is _FileRegion:
+                        buf += _pi32(x.count)
+                        parts.append(bytes(buf))
+                        del buf[:]
+                        parts.append(x)
+                    else:
+                        buf += _pi32(_records_size(x))
+                        _emit_records(buf, parts, x)
+    if not ((node_endpoints_1 is not None and len(node_endpoints_1) == 0)):
+        raise _absent_field('FetchResponse', 'node_endpoints', v)
+    if buf or not parts:
+        parts.append(bytes(buf))
+    return parts
+
+
+def _rows_FetchResponse_v5(v, throttle_time_ms_1, error_code_1, session_id_1, responses_1, node_endpoints_1):
+    buf = bytearray()
+    parts = []
+    buf += _T0p(throttle_time_ms_1)
+    if not (session_id_1 == 0):
+        raise _absent_field('FetchResponse', 'session_id', v)
+    x = responses_1
+    if x is None:
+        raise _null_field('FetchResponse', 'responses', v)
+    else:
+        buf += _pi32(len(x))
+        for topic_2, topic_id_2, partitions_2 in x:
+            x = topic_2
+            if x is None:
+                raise _null_field('FetchResponse.FetchableTopicResponse', 'topic', v)
+            else:
+                x = x.encode('utf-8')
+                buf += _pi16(len(x))
+                buf += x
+            x = partitions_2
+            if x is None:
+                raise _null_field('FetchResponse.FetchableTopicResponse', 'partitions', v)
+            else:
+                buf += _pi32(len(x))
+                for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
+                    buf += _T11p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
+                    if not ((diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1))):
+                        raise _absent_field('FetchResponse.PartitionData', 'diverging_epoch', v)
+                    if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
+                        raise _absent_field('FetchResponse.PartitionData', 'current_leader', v)
+                    if not ((snapshot_id_3 is None or (snapshot_id_3[0] == -1 and snapshot_id_3[1] == -1))):
+                        raise _absent_field('FetchResponse.PartitionData', 'snapshot_id', v)
+                    x = aborted_transactions_3
+                    if x is None:
+                        buf += b'\xff\xff\xff\xff'
+                    else:
+                        buf += _pi32(len(x))
+                        for producer_id_4, first_offset_4 in x:
+                            buf += _T13p(producer_id_4, first_offset_4)
+                    if not (preferred_read_replica_3 == -1):
+                        raise _absent_field('FetchResponse.PartitionData', 'preferred_read_replica', v)
+                    x = records_3
+                    if x is None:
+                        buf += b'\xff\xff\xff\xff'
+                    elif type(x) is _FileRegion:
+                        buf += _pi32(x.count)
+                        parts.append(bytes(buf))
+                        del buf[:]
+                        parts.append(x)
+                    else:
+                        buf += _pi32(_records_size(x))
+                        _emit_records(buf, parts, x)
+    if not ((node_endpoints_1 is not None and len(node_endpoints_1) == 0)):
+        raise _absent_field('FetchResponse', 'node_endpoints', v)
+    if buf or not parts:
+        parts.append(bytes(buf))
+    return parts
+
+
+def _rows_FetchResponse_v7(v, throttle_time_ms_1, error_code_1, session_id_1, responses_1, node_endpoints_1):
+    buf = bytearray()
+    parts = []
+    buf += _T9p(throttle_time_ms_1, error_code_1, session_id_1)
+    x = responses_1
+    if x is None:
+        raise _null_field('FetchResponse', 'responses', v)
+    else:
+        buf += _pi32(len(x))
+        for topic_2, topic_id_2, partitions_2 in x:
+            x = topic_2
+            if x is None:
+                raise _null_field('FetchResponse.FetchableTopicResponse', 'topic', v)
+            else:
+                x = x.encode('utf-8')
+                buf += _pi16(len(x))
+                buf += x
+            x = partitions_2
+            if x is None:
+                raise _null_field('FetchResponse.FetchableTopicResponse', 'partitions', v)
+            else:
+                buf += _pi32(len(x))
+                for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
+                    buf += _T11p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
+                    if not ((diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1))):
+                        raise _absent_field('FetchResponse.PartitionData', 'diverging_epoch', v)
+                    if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
+                        raise _absent_field('FetchResponse.PartitionData', 'current_leader', v)
+                    if not ((snapshot_id_3 is None or (snapshot_id_3[0] == -1 and snapshot_id_3[1] == -1))):
+                        raise _absent_field('FetchResponse.PartitionData', 'snapshot_id', v)
+                    x = aborted_transactions_3
+                    if x is None:
+                        buf += b'\xff\xff\xff\xff'
+                    else:
+                        buf += _pi32(len(x))
+                        for producer_id_4, first_offset_4 in x:
+                            buf += _T13p(producer_id_4, first_offset_4)
+                    if not (preferred_read_replica_3 == -1):
+                        raise _absent_field('FetchResponse.PartitionData', 'preferred_read_replica', v)
+                    x = records_3
+                    if x is None:
+                        buf += b'\xff\xff\xff\xff'
+                    elif type(x) is _FileRegion:
+                        buf += _pi32(x.count)
+                        parts.append(bytes(buf))
+                        del buf[:]
+                        parts.append(x)
+                    else:
+                        buf += _pi32(_records_size(x))
+                        _emit_records(buf, parts, x)
+    if not ((node_endpoints_1 is not None and len(node_endpoints_1) == 0)):
+        raise _absent_field('FetchResponse', 'node_endpoints', v)
+    if buf or not parts:
+        parts.append(bytes(buf))
+    return parts
+
+
+def _rows_FetchResponse_v11(v, throttle_time_ms_1, error_code_1, session_id_1, responses_1, node_endpoints_1):
+    buf = bytearray()
+    parts = []
+    buf += _T9p(throttle_time_ms_1, error_code_1, session_id_1)
+    x = responses_1
+    if x is None:
+        raise _null_field('FetchResponse', 'responses', v)
+    else:
+        buf += _pi32(len(x))
+        for topic_2, topic_id_2, partitions_2 in x:
+            x = topic_2
+            if x is None:
+                raise _null_field('FetchResponse.FetchableTopicResponse', 'topic', v)
+            else:
+                x = x.encode('utf-8')
+                buf += _pi16(len(x))
+                buf += x
+            x = partitions_2
+            if x is None:
+                raise _null_field('FetchResponse.FetchableTopicResponse', 'partitions', v)
+            else:
+                buf += _pi32(len(x))
+                for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
+                    buf += _T11p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
+                    if not ((diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1))):
+                        raise _absent_field('FetchResponse.PartitionData', 'diverging_epoch', v)
+                    if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
+                        raise _absent_field('FetchResponse.PartitionData', 'current_leader', v)
+                    if not ((snapshot_id_3 is None or (snapshot_id_3[0] == -1 and snapshot_id_3[1] == -1))):
+                        raise _absent_field('FetchResponse.PartitionData', 'snapshot_id', v)
+                    x = aborted_transactions_3
+                    if x is None:
+                        buf += b'\xff\xff\xff\xff'
+                    else:
+                        buf += _pi32(len(x))
+                        for producer_id_4, first_offset_4 in x:
+                            buf += _T13p(producer_id_4, first_offset_4)
+                    buf += _T0p(preferred_read_replica_3)
+                    x = records_3
+                    if x is None:
+                        buf += b'\xff\xff\xff\xff'
+                    elif type(x) is _FileRegion:
+                        buf += _pi32(x.count)
+                        parts.append(bytes(buf))
+                        del buf[:]
+                        parts.append(x)
+                    else:
+                        buf += _pi32(_records_size(x))
+                        _emit_records(buf, parts, x)
+    if not ((node_endpoints_1 is not None and len(node_endpoints_1) == 0)):
+        raise _absent_field('FetchResponse', 'node_endpoints', v)
+    if buf or not parts:
+        parts.append(bytes(buf))
+    return parts
+
+
+def _rows_FetchResponse_v12(v, throttle_time_ms_1, error_code_1, session_id_1, responses_1, node_endpoints_1):
+    buf = bytearray()
+    parts = []
+    buf += _T9p(throttle_time_ms_1, error_code_1, session_id_1)
+    x = responses_1
+    if x is None:
+        raise _null_field('FetchResponse', 'responses', v)
+    else:
+        n = len(x) + 1
+        if n < 128:
+            buf.append(n)
+        else:
+            buf += _wuv(n)
+        for topic_2, topic_id_2, partitions_2 in x:
+            x = topic_2
+            if x is None:
+                raise _null_field('FetchResponse.FetchableTopicResponse', 'topic', v)
+            else:
+                x = x.encode('utf-8')
+                n = len(x) + 1
+                if n < 128:
+                    buf.append(n)
+                else:
+                    buf += _wuv(n)
+                buf += x
+            x = partitions_2
+            if x is None:
+                raise _null_field('FetchResponse.FetchableTopicResponse', 'partitions', v)
+            else:
+                n = len(x) + 1
+                if n < 128:
+                    buf.append(n)
+                else:
+                    buf += _wuv(n)
+                for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
+                    buf += _T11p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
+                    x = aborted_transactions_3
+                    if x is None:
+                        buf += b'\x00'
+                    else:
+                        n = len(x) + 1
+                        if n < 128:
+                            buf.append(n)
+                        else:
+                            buf += _wuv(n)
+                        for producer_id_4, first_offset_4 in x:
+                            buf += _T13p(producer_id_4, first_offset_4)
+                            buf.append(0)
+                    buf += _T0p(preferred_read_replica_3)
+                    x = records_3
+                    if x is None:
+                        buf += b'\x00'
+                    elif type(x) is _FileRegion:
+                        n = x.count + 1
+                        if n < 128:
+                            buf.append(n)
+                        else:
+                            buf += _wuv(n)
+                        parts.append(bytes(buf))
+                        del buf[:]
+                        parts.append(x)
+                    else:
+                        n = _records_size(x) + 1
+                        if n < 128:
+                            buf.append(n)
+                        else:
+                            buf += _wuv(n)
+                        _emit_records(buf, parts, x)
+                    if (diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1)) and (current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1)) and (snapshot_id_3 is None or (snapshot_id_3[0] == -1 and snapshot_id_3[1] == -1)):
+                        buf.append(0)
+                    else:
+                        tags_3 = []
+                        if not ((diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1))):
+                            t_3 = bytearray()
+                            if diverging_epoch_3 is None:
+                                diverging_epoch_3 = (-1, -1,)
+                            epoch_4, end_offset_4 = diverging_epoch_3
+                            t_3 += _T4p(epoch_4, end_offset_4)
+                            t_3.append(0)
+                            tags_3.append((0, bytes(t_3)))
+                        if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
+                            t_3 = bytearray()
+                            if current_leader_3 is None:
+                                current_leader_3 = (-1, -1,)
+                            leader_id_4, leader_epoch_4 = current_leader_3
+                            t_3 += _T1p(leader_id_4, leader_epoch_4)
+                            t_3.append(0)
+                            tags_3.append((1, bytes(t_3)))
+                        if not ((snapshot_id_3 is None or (snapshot_id_3[0] == -1 and snapshot_id_3[1] == -1))):
+                            t_3 = bytearray()
+                            if snapshot_id_3 is None:
+                                snapshot_id_3 = (-1, -1,)
+                            end_offset_4, epoch_4 = snapshot_id_3
+                            t_3 += _T12p(end_offset_4, epoch_4)
+                            t_3.append(0)
+                            tags_3.append((2, bytes(t_3)))
+                        _write_tags(buf, tags_3, None)
+            buf.append(0)
+    if not ((node_endpoints_1 is not None and len(node_endpoints_1) == 0)):
+        raise _absent_field('FetchResponse', 'node_endpoints', v)
+    buf.append(0)
+    if buf or not parts:
+        parts.append(bytes(buf))
+    return parts
+
+
+def _rows_FetchResponse_v13(v, throttle_time_ms_1, error_code_1, session_id_1, responses_1, node_endpoints_1):
+    buf = bytearray()
+    parts = []
+    buf += _T9p(throttle_time_ms_1, error_code_1, session_id_1)
+    x = responses_1
+    if x is None:
+        raise _null_field('FetchResponse', 'responses', v)
+    else:
+        n = len(x) + 1
+        if n < 128:
+            buf.append(n)
+        else:
+            buf += _wuv(n)
+        for topic_2, topic_id_2, partitions_2 in x:
+            buf += _T5p(topic_id_2)
+            x = partitions_2
+            if x is None:
+                raise _null_field('FetchResponse.FetchableTopicResponse', 'partitions', v)
+            else:
+                n = len(x) + 1
+                if n < 128:
+                    buf.append(n)
+                else:
+                    buf += _wuv(n)
+                for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
+                    buf += _T11p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
+                    x = aborted_transactions_3
+                    if x is None:
+                        buf += b'\x00'
+                    else:
+                        n = len(x) + 1
+                        if n < 128:
+                            buf.append(n)
+                        else:
+                            buf += _wuv(n)
+                        for producer_id_4, first_offset_4 in x:
+                            buf += _T13p(producer_id_4, first_offset_4)
+                            buf.append(0)
+                    buf += _T0p(preferred_read_replica_3)
+                    x = records_3
+                    if x is None:
+                        buf += b'\x00'
+                    elif type(x) is _FileRegion:
+                        n = x.count + 1
+                        if n < 128:
+                            buf.append(n)
+                        else:
+                            buf += _wuv(n)
+                        parts.append(bytes(buf))
+                        del buf[:]
+                        parts.append(x)
+                    else:
+                        n = _records_size(x) + 1
+                        if n < 128:
+                            buf.append(n)
+                        else:
+                            buf += _wuv(n)
+                        _emit_records(buf, parts, x)
+                    if (diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1)) and (current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1)) and (snapshot_id_3 is None or (snapshot_id_3[0] == -1 and snapshot_id_3[1] == -1)):
+                        buf.append(0)
+                    else:
+                        tags_3 = []
+                        if not ((diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1))):
+                            t_3 = bytearray()
+                            if diverging_epoch_3 is None:
+                                diverging_epoch_3 = (-1, -1,)
+                            epoch_4, end_offset_4 = diverging_epoch_3
+                            t_3 += _T4p(epoch_4, end_offset_4)
+                            t_3.append(0)
+                            tags_3.append((0, bytes(t_3)))
+                        if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
+                            t_3 = bytearray()
+                            if current_leader_3 is None:
+                                current_leader_3 = (-1, -1,)
+                            leader_id_4, leader_epoch_4 = current_leader_3
+                            t_3 += _T1p(leader_id_4, leader_epoch_4)
+                            t_3.append(0)
+                            tags_3.append((1, bytes(t_3)))
+                        if not ((snapshot_id_3 is None or (snapshot_id_3[0] == -1 and snapshot_id_3[1] == -1))):
+                            t_3 = bytearray()
+                            if snapshot_id_3 is None:
+                                snapshot_id_3 = (-1, -1,)
+                            end_offset_4, epoch_4 = snapshot_id_3
+                            t_3 += _T12p(end_offset_4, epoch_4)
+                            t_3.append(0)
+                            tags_3.append((2, bytes(t_3)))
+                        _write_tags(buf, tags_3, None)
+            buf.append(0)
+    if not ((node_endpoints_1 is not None and len(node_endpoints_1) == 0)):
+        raise _absent_field('FetchResponse', 'node_endpoints', v)
+    buf.append(0)
+    if buf or not parts:
+        parts.append(bytes(buf))
+    return parts
+
+
+def _rows_FetchResponse_v16(v, throttle_time_ms_1, error_code_1, session_id_1, responses_1, node_endpoints_1):
+    buf = bytearray()
+    parts = []
+    buf += _T9p(throttle_time_ms_1, error_code_1, session_id_1)
+    x = responses_1
+    if x is None:
+        raise _null_field('FetchResponse', 'responses', v)
+    else:
+        n = len(x) + 1
+        if n < 128:
+            buf.append(n)
+        else:
+            buf += _wuv(n)
+        for topic_2, topic_id_2, partitions_2 in x:
+            buf += _T5p(topic_id_2)
+            x = partitions_2
+            if x is None:
+                raise _null_field('FetchResponse.FetchableTopicResponse', 'partitions', v)
+            else:
+                n = len(x) + 1
+                if n < 128:
+                    buf.append(n)
+                else:
+                    buf += _wuv(n)
+                for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
+                    buf += _T11p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
+                    x = aborted_transactions_3
+                    if x is None:
+                        buf += b'\x00'
+                    else:
+                        n = len(x) + 1
+                        if n < 128:
+                            buf.append(n)
+                        else:
+                            buf += _wuv(n)
+                        for producer_id_4, first_offset_4 in x:
+                            buf += _T13p(producer_id_4, first_offset_4)
+                            buf.append(0)
+                    buf += _T0p(preferred_read_replica_3)
+                    x = records_3
+                    if x is None:
+                        buf += b'\x00'
+                    elif type(x) is _FileRegion:
+                        n = x.count + 1
+                        if n < 128:
+                            buf.append(n)
+                        else:
+                            buf += _wuv(n)
+                        parts.append(bytes(buf))
+                        del buf[:]
+                        parts.append(x)
+                    else:
+                        n = _records_size(x) + 1
+                        if n < 128:
+                            buf.append(n)
+                        else:
+                            buf += _wuv(n)
+                        _emit_records(buf, parts, x)
+                    if (diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1)) and (current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1)) and (snapshot_id_3 is None or (snapshot_id_3[0] == -1 and snapshot_id_3[1] == -1)):
+                        buf.append(0)
+                    else:
+                        tags_3 = []
+                        if not ((diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1))):
+                            t_3 = bytearray()
+                            if diverging_epoch_3 is None:
+                                diverging_epoch_3 = (-1, -1,)
+                            epoch_4, end_offset_4 = diverging_epoch_3
+                            t_3 += _T4p(epoch_4, end_offset_4)
+                            t_3.append(0)
+                            tags_3.append((0, bytes(t_3)))
+                        if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
+                            t_3 = bytearray()
+                            if current_leader_3 is None:
+                                current_leader_3 = (-1, -1,)
+                            leader_id_4, leader_epoch_4 = current_leader_3
+                            t_3 += _T1p(leader_id_4, leader_epoch_4)
+                            t_3.append(0)
+                            tags_3.append((1, bytes(t_3)))
+                        if not ((snapshot_id_3 is None or (snapshot_id_3[0] == -1 and snapshot_id_3[1] == -1))):
+                            t_3 = bytearray()
+                            if snapshot_id_3 is None:
+                                snapshot_id_3 = (-1, -1,)
+                            end_offset_4, epoch_4 = snapshot_id_3
+                            t_3 += _T12p(end_offset_4, epoch_4)
+                            t_3.append(0)
+                            tags_3.append((2, bytes(t_3)))
+                        _write_tags(buf, tags_3, None)
+            buf.append(0)
+    if (node_endpoints_1 is not None and len(node_endpoints_1) == 0):
+        buf.append(0)
+    else:
+        tags_1 = []
+        if not ((node_endpoints_1 is not None and len(node_endpoints_1) == 0)):
+            t_1 = bytearray()
+            x = node_endpoints_1
+            if x is None:
+                raise _null_field('FetchResponse', 'node_endpoints', v)
+            else:
+                n = len(x) + 1
+                if n < 128:
+                    t_1.append(n)
+                else:
+                    t_1 += _wuv(n)
+                for node_id_2, host_2, port_2, rack_2 in x:
+                    t_1 += _T0p(node_id_2)
+                    x = host_2
+                    if x is None:
+                        raise _null_field('FetchResponse.NodeEndpoint', 'host', v)
+                    else:
+                        x = x.encode('utf-8')
+                        n = len(x) + 1
+                        if n < 128:
+                            t_1.append(n)
+                        else:
+                            t_1 += _wuv(n)
+                        t_1 += x
+                    t_1 += _T0p(port_2)
+                    x = rack_2
+                    if x is None:
+                        t_1 += b'\x00'
+                    else:
+                        x = x.encode('utf-8')
+                        n = len(x) + 1
+                        if n < 128:
+                            t_1.append(n)
+                        else:
+                            t_1 += _wuv(n)
+                        t_1 += x
+                    t_1.append(0)
+            tags_1.append((0, bytes(t_1)))
+        _write_tags(buf, tags_1, None)
+    if buf or not parts:
+        parts.append(bytes(buf))
+    return parts
+
+
+_ROWS_FetchResponse = (_rows_FetchResponse_v0, _rows_FetchResponse_v1, _rows_FetchResponse_v1, _rows_FetchResponse_v1, _rows_FetchResponse_v4, _rows_FetchResponse_v5, _rows_FetchResponse_v5, _rows_FetchResponse_v7, _rows_FetchResponse_v7, _rows_FetchResponse_v7, _rows_FetchResponse_v7, _rows_FetchResponse_v11, _rows_FetchResponse_v12, _rows_FetchResponse_v13, _rows_FetchResponse_v13, _rows_FetchResponse_v13, _rows_FetchResponse_v16, _rows_FetchResponse_v16,)
+
+
+def _obj_FetchResponse(row):
+    throttle_time_ms, error_code, session_id, responses, node_endpoints = row
+    return FetchResponse(throttle_time_ms=throttle_time_ms, error_code=error_code, session_id=session_id, responses=None if responses is None else [_obj__S_FetchResponse_FetchableTopicResponse(e) for e in responses], node_endpoints=None if node_endpoints is None else [_obj__S_FetchResponse_NodeEndpoint(e) for e in node_endpoints])
+
+
+def _obj__S_FetchResponse_FetchableTopicResponse(row):
+    topic, topic_id, partitions = row
+    return _S_FetchResponse_FetchableTopicResponse(topic=topic, topic_id=topic_id, partitions=None if partitions is None else [_obj__S_FetchResponse_PartitionData(e) for e in partitions])
+
+
+def _obj__S_FetchResponse_PartitionData(row):
+    partition_index, error_code, high_watermark, last_stable_offset, log_start_offset, diverging_epoch, current_leader, snapshot_id, aborted_transactions, preferred_read_replica, records = row
+    return _S_FetchResponse_PartitionData(partition_index=partition_index, error_code=error_code, high_watermark=high_watermark, last_stable_offset=last_stable_offset, log_start_offset=log_start_offset, diverging_epoch=_S_FetchResponse_EpochEndOffset() if diverging_epoch is None else _obj__S_FetchResponse_EpochEndOffset(diverging_epoch), current_leader=_S_FetchResponse_LeaderIdAndEpoch() if current_leader is None else _obj__S_FetchResponse_LeaderIdAndEpoch(current_leader), snapshot_id=_S_FetchResponse_SnapshotId() if snapshot_id is None else _obj__S_FetchResponse_SnapshotId(snapshot_id), aborted_transactions=None if aborted_transactions is None else [_obj__S_FetchResponse_AbortedTransaction(e) for e in aborted_transactions], preferred_read_replica=preferred_read_replica, records=records)
+
+
+def _obj__S_FetchResponse_EpochEndOffset(row):
+    epoch, end_offset = row
+    return _S_FetchResponse_EpochEndOffset(epoch=epoch, end_offset=end_offset)
+
+
+def _obj__S_FetchResponse_LeaderIdAndEpoch(row):
+    leader_id, leader_epoch = row
+    return _S_FetchResponse_LeaderIdAndEpoch(leader_id=leader_id, leader_epoch=leader_epoch)
+
+
+def _obj__S_FetchResponse_SnapshotId(row):
+    end_offset, epoch = row
+    return _S_FetchResponse_SnapshotId(end_offset=end_offset, epoch=epoch)
+
+
+def _obj__S_FetchResponse_AbortedTransaction(row):
+    producer_id, first_offset = row
+    return _S_FetchResponse_AbortedTransaction(producer_id=producer_id, first_offset=first_offset)
+
+
+def _obj__S_FetchResponse_NodeEndpoint(row):
+    node_id, host, port, rack = row
+    return _S_FetchResponse_NodeEndpoint(node_id=node_id, host=host, port=port, rack=rack)
+
+
+class _FetchResponseRows:
+    """A FetchResponse given as rows, what a handler answers with on a hot path: each struct
+    a tuple of its schema fields in schema order, arrays sequences of those, ``None`` for a
+    struct field's default. ``encode`` writes the bytes and parts ``FetchResponse.encode``
+    would, without building the objects; ``to_message()`` builds them."""
+
+    __slots__ = ('throttle_time_ms', 'error_code', 'session_id', 'responses', 'node_endpoints')
+    MESSAGE = FetchResponse
+    VALID_VERSIONS = (0, 17)
+
+    def __init__(self, throttle_time_ms=0, error_code=0, session_id=0, responses=(), node_endpoints=()):
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.session_id = session_id
+        self.responses = responses
+        self.node_endpoints = node_endpoints
+
+    def encode(self, version):
+        if not 0 <= version <= 17:
+            raise UnsupportedVersionError('FetchResponse: version %d not in 0-17' % version)
+        return _ROWS_FetchResponse[version](version, self.throttle_time_ms, self.error_code, self.session_id, self.responses, self.node_endpoints)
+
+    encode_bytes = _Struct.encode_bytes
+
+    def to_message(self):
+        return _obj_FetchResponse((self.throttle_time_ms, self.error_code, self.session_id, self.responses, self.node_endpoints,))
+
+    def __repr__(self):
+        return 'FetchResponse.Rows(throttle_time_ms=%r, error_code=%r, session_id=%r, responses=%r, node_endpoints=%r)' % (self.throttle_time_ms, self.error_code, self.session_id, self.responses, self.node_endpoints,)
+
+
+FetchResponse.Rows = _FetchResponseRows
 
 
 # Field descriptions: (attr, type, versions, nullableVersions, taggedVersions, tag,

@@ -11,9 +11,11 @@ from kafkatw.protocol._runtime import (
     MISSING as _MISSING,
     Struct as _Struct,
     absent as _absent,
+    absent_field as _absent_field,
     bad_len as _bad_len,
     new as _new,
     not_nullable as _not_nullable,
+    null_field as _null_field,
     pi16 as _pi16,
     pi32 as _pi32,
     tag_size as _tag_size,
@@ -22,6 +24,7 @@ from kafkatw.protocol._runtime import (
 )
 from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
+    UnsupportedVersionError,
     emit_records as _emit_records,
     fail as _fail,
     read_tag_header as _rtag,
@@ -47,6 +50,8 @@ _T4u = _struct.Struct('>ihqqq').unpack_from
 _T4p = _struct.Struct('>ihqqq').pack
 _T5u = _struct.Struct('>ii').unpack_from
 _T5p = _struct.Struct('>ii').pack
+_T6u = _struct.Struct('>ihqq').unpack_from
+_T6p = _struct.Struct('>ihqq').pack
 
 
 class ProduceRequest(_Struct):
@@ -1427,6 +1432,470 @@ _S_ProduceResponse_PartitionProduceResponse.BatchIndexAndErrorMessage = _S_Produ
 _S_ProduceResponse_LeaderIdAndEpoch = ProduceResponse.LeaderIdAndEpoch
 _S_ProduceResponse_PartitionProduceResponse.LeaderIdAndEpoch = _S_ProduceResponse_LeaderIdAndEpoch
 _S_ProduceResponse_NodeEndpoint = ProduceResponse.NodeEndpoint
+
+
+def _rows_ProduceResponse_v0(v, responses_1, throttle_time_ms_1, node_endpoints_1):
+    buf = bytearray()
+    parts = []
+    x = responses_1
+    if x is None:
+        raise _null_field('ProduceResponse', 'responses', v)
+    else:
+        buf += _pi32(len(x))
+        for name_2, partition_responses_2 in x:
+            x = name_2
+            if x is None:
+                raise _null_field('ProduceResponse.TopicProduceResponse', 'name', v)
+            else:
+                x = x.encode('utf-8')
+                buf += _pi16(len(x))
+                buf += x
+            x = partition_responses_2
+            if x is None:
+                raise _null_field('ProduceResponse.TopicProduceResponse', 'partition_responses', v)
+            else:
+                buf += _pi32(len(x))
+                for index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, record_errors_3, error_message_3, current_leader_3 in x:
+                    buf += _T2p(index_3, error_code_3, base_offset_3)
+                    if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
+                        raise _absent_field('ProduceResponse.PartitionProduceResponse', 'current_leader', v)
+    if not ((node_endpoints_1 is not None and len(node_endpoints_1) == 0)):
+        raise _absent_field('ProduceResponse', 'node_endpoints', v)
+    if buf or not parts:
+        parts.append(bytes(buf))
+    return parts
+
+
+def _rows_ProduceResponse_v1(v, responses_1, throttle_time_ms_1, node_endpoints_1):
+    buf = bytearray()
+    parts = []
+    x = responses_1
+    if x is None:
+        raise _null_field('ProduceResponse', 'responses', v)
+    else:
+        buf += _pi32(len(x))
+        for name_2, partition_responses_2 in x:
+            x = name_2
+            if x is None:
+                raise _null_field('ProduceResponse.TopicProduceResponse', 'name', v)
+            else:
+                x = x.encode('utf-8')
+                buf += _pi16(len(x))
+                buf += x
+            x = partition_responses_2
+            if x is None:
+                raise _null_field('ProduceResponse.TopicProduceResponse', 'partition_responses', v)
+            else:
+                buf += _pi32(len(x))
+                for index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, record_errors_3, error_message_3, current_leader_3 in x:
+                    buf += _T2p(index_3, error_code_3, base_offset_3)
+                    if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
+                        raise _absent_field('ProduceResponse.PartitionProduceResponse', 'current_leader', v)
+    buf += _T1p(throttle_time_ms_1)
+    if not ((node_endpoints_1 is not None and len(node_endpoints_1) == 0)):
+        raise _absent_field('ProduceResponse', 'node_endpoints', v)
+    if buf or not parts:
+        parts.append(bytes(buf))
+    return parts
+
+
+def _rows_ProduceResponse_v2(v, responses_1, throttle_time_ms_1, node_endpoints_1):
+    buf = bytearray()
+    parts = []
+    x = responses_1
+    if x is None:
+        raise _null_field('ProduceResponse', 'responses', v)
+    else:
+        buf += _pi32(len(x))
+        for name_2, partition_responses_2 in x:
+            x = name_2
+            if x is None:
+                raise _null_field('ProduceResponse.TopicProduceResponse', 'name', v)
+            else:
+                x = x.encode('utf-8')
+                buf += _pi16(len(x))
+                buf += x
+            x = partition_responses_2
+            if x is None:
+                raise _null_field('ProduceResponse.TopicProduceResponse', 'partition_responses', v)
+            else:
+                buf += _pi32(len(x))
+                for index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, record_errors_3, error_message_3, current_leader_3 in x:
+                    buf += _T6p(index_3, error_code_3, base_offset_3, log_append_time_ms_3)
+                    if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
+                        raise _absent_field('ProduceResponse.PartitionProduceResponse', 'current_leader', v)
+    buf += _T1p(throttle_time_ms_1)
+    if not ((node_endpoints_1 is not None and len(node_endpoints_1) == 0)):
+        raise _absent_field('ProduceResponse', 'node_endpoints', v)
+    if buf or not parts:
+        parts.append(bytes(buf))
+    return parts
+
+
+def _rows_ProduceResponse_v5(v, responses_1, throttle_time_ms_1, node_endpoints_1):
+    buf = bytearray()
+    parts = []
+    x = responses_1
+    if x is None:
+        raise _null_field('ProduceResponse', 'responses', v)
+    else:
+        buf += _pi32(len(x))
+        for name_2, partition_responses_2 in x:
+            x = name_2
+            if x is None:
+                raise _null_field('ProduceResponse.TopicProduceResponse', 'name', v)
+            else:
+                x = x.encode('utf-8')
+                buf += _pi16(len(x))
+                buf += x
+            x = partition_responses_2
+            if x is None:
+                raise _null_field('ProduceResponse.TopicProduceResponse', 'partition_responses', v)
+            else:
+                buf += _pi32(len(x))
+                for index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, record_errors_3, error_message_3, current_leader_3 in x:
+                    buf += _T4p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3)
+                    if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
+                        raise _absent_field('ProduceResponse.PartitionProduceResponse', 'current_leader', v)
+    buf += _T1p(throttle_time_ms_1)
+    if not ((node_endpoints_1 is not None and len(node_endpoints_1) == 0)):
+        raise _absent_field('ProduceResponse', 'node_endpoints', v)
+    if buf or not parts:
+        parts.append(bytes(buf))
+    return parts
+
+
+def _rows_ProduceResponse_v8(v, responses_1, throttle_time_ms_1, node_endpoints_1):
+    buf = bytearray()
+    parts = []
+    x = responses_1
+    if x is None:
+        raise _null_field('ProduceResponse', 'responses', v)
+    else:
+        buf += _pi32(len(x))
+        for name_2, partition_responses_2 in x:
+            x = name_2
+            if x is None:
+                raise _null_field('ProduceResponse.TopicProduceResponse', 'name', v)
+            else:
+                x = x.encode('utf-8')
+                buf += _pi16(len(x))
+                buf += x
+            x = partition_responses_2
+            if x is None:
+                raise _null_field('ProduceResponse.TopicProduceResponse', 'partition_responses', v)
+            else:
+                buf += _pi32(len(x))
+                for index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, record_errors_3, error_message_3, current_leader_3 in x:
+                    buf += _T4p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3)
+                    x = record_errors_3
+                    if x is None:
+                        raise _null_field('ProduceResponse.PartitionProduceResponse', 'record_errors', v)
+                    else:
+                        buf += _pi32(len(x))
+                        for batch_index_4, batch_index_error_message_4 in x:
+                            buf += _T1p(batch_index_4)
+                            x = batch_index_error_message_4
+                            if x is None:
+                                buf += b'\xff\xff'
+                            else:
+                                x = x.encode('utf-8')
+                                buf += _pi16(len(x))
+                                buf += x
+                    x = error_message_3
+                    if x is None:
+                        buf += b'\xff\xff'
+                    else:
+                        x = x.encode('utf-8')
+                        buf += _pi16(len(x))
+                        buf += x
+                    if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
+                        raise _absent_field('ProduceResponse.PartitionProduceResponse', 'current_leader', v)
+    buf += _T1p(throttle_time_ms_1)
+    if not ((node_endpoints_1 is not None and len(node_endpoints_1) == 0)):
+        raise _absent_field('ProduceResponse', 'node_endpoints', v)
+    if buf or not parts:
+        parts.append(bytes(buf))
+    return parts
+
+
+def _rows_ProduceResponse_v9(v, responses_1, throttle_time_ms_1, node_endpoints_1):
+    buf = bytearray()
+    parts = []
+    x = responses_1
+    if x is None:
+        raise _null_field('ProduceResponse', 'responses', v)
+    else:
+        n = len(x) + 1
+        if n < 128:
+            buf.append(n)
+        else:
+            buf += _wuv(n)
+        for name_2, partition_responses_2 in x:
+            x = name_2
+            if x is None:
+                raise _null_field('ProduceResponse.TopicProduceResponse', 'name', v)
+            else:
+                x = x.encode('utf-8')
+                n = len(x) + 1
+                if n < 128:
+                    buf.append(n)
+                else:
+                    buf += _wuv(n)
+                buf += x
+            x = partition_responses_2
+            if x is None:
+                raise _null_field('ProduceResponse.TopicProduceResponse', 'partition_responses', v)
+            else:
+                n = len(x) + 1
+                if n < 128:
+                    buf.append(n)
+                else:
+                    buf += _wuv(n)
+                for index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, record_errors_3, error_message_3, current_leader_3 in x:
+                    buf += _T4p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3)
+                    x = record_errors_3
+                    if x is None:
+                        raise _null_field('ProduceResponse.PartitionProduceResponse', 'record_errors', v)
+                    else:
+                        n = len(x) + 1
+                        if n < 128:
+                            buf.append(n)
+                        else:
+                            buf += _wuv(n)
+                        for batch_index_4, batch_index_error_message_4 in x:
+                            buf += _T1p(batch_index_4)
+                            x = batch_index_error_message_4
+                            if x is None:
+                                buf += b'\x00'
+                            else:
+                                x = x.encode('utf-8')
+                                n = len(x) + 1
+                                if n < 128:
+                                    buf.append(n)
+                                else:
+                                    buf += _wuv(n)
+                                buf += x
+                            buf.append(0)
+                    x = error_message_3
+                    if x is None:
+                        buf += b'\x00'
+                    else:
+                        x = x.encode('utf-8')
+                        n = len(x) + 1
+                        if n < 128:
+                            buf.append(n)
+                        else:
+                            buf += _wuv(n)
+                        buf += x
+                    if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
+                        raise _absent_field('ProduceResponse.PartitionProduceResponse', 'current_leader', v)
+                    buf.append(0)
+            buf.append(0)
+    buf += _T1p(throttle_time_ms_1)
+    if not ((node_endpoints_1 is not None and len(node_endpoints_1) == 0)):
+        raise _absent_field('ProduceResponse', 'node_endpoints', v)
+    buf.append(0)
+    if buf or not parts:
+        parts.append(bytes(buf))
+    return parts
+
+
+def _rows_ProduceResponse_v10(v, responses_1, throttle_time_ms_1, node_endpoints_1):
+    buf = bytearray()
+    parts = []
+    x = responses_1
+    if x is None:
+        raise _null_field('ProduceResponse', 'responses', v)
+    else:
+        n = len(x) + 1
+        if n < 128:
+            buf.append(n)
+        else:
+            buf += _wuv(n)
+        for name_2, partition_responses_2 in x:
+            x = name_2
+            if x is None:
+                raise _null_field('ProduceResponse.TopicProduceResponse', 'name', v)
+            else:
+                x = x.encode('utf-8')
+                n = len(x) + 1
+                if n < 128:
+                    buf.append(n)
+                else:
+                    buf += _wuv(n)
+                buf += x
+            x = partition_responses_2
+            if x is None:
+                raise _null_field('ProduceResponse.TopicProduceResponse', 'partition_responses', v)
+            else:
+                n = len(x) + 1
+                if n < 128:
+                    buf.append(n)
+                else:
+                    buf += _wuv(n)
+                for index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, record_errors_3, error_message_3, current_leader_3 in x:
+                    buf += _T4p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3)
+                    x = record_errors_3
+                    if x is None:
+                        raise _null_field('ProduceResponse.PartitionProduceResponse', 'record_errors', v)
+                    else:
+                        n = len(x) + 1
+                        if n < 128:
+                            buf.append(n)
+                        else:
+                            buf += _wuv(n)
+                        for batch_index_4, batch_index_error_message_4 in x:
+                            buf += _T1p(batch_index_4)
+                            x = batch_index_error_message_4
+                            if x is None:
+                                buf += b'\x00'
+                            else:
+                                x = x.encode('utf-8')
+                                n = len(x) + 1
+                                if n < 128:
+                                    buf.append(n)
+                                else:
+                                    buf += _wuv(n)
+                                buf += x
+                            buf.append(0)
+                    x = error_message_3
+                    if x is None:
+                        buf += b'\x00'
+                    else:
+                        x = x.encode('utf-8')
+                        n = len(x) + 1
+                        if n < 128:
+                            buf.append(n)
+                        else:
+                            buf += _wuv(n)
+                        buf += x
+                    if (current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1)):
+                        buf.append(0)
+                    else:
+                        tags_3 = []
+                        if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
+                            t_3 = bytearray()
+                            if current_leader_3 is None:
+                                current_leader_3 = (-1, -1,)
+                            leader_id_4, leader_epoch_4 = current_leader_3
+                            t_3 += _T5p(leader_id_4, leader_epoch_4)
+                            t_3.append(0)
+                            tags_3.append((0, bytes(t_3)))
+                        _write_tags(buf, tags_3, None)
+            buf.append(0)
+    buf += _T1p(throttle_time_ms_1)
+    if (node_endpoints_1 is not None and len(node_endpoints_1) == 0):
+        buf.append(0)
+    else:
+        tags_1 = []
+        if not ((node_endpoints_1 is not None and len(node_endpoints_1) == 0)):
+            t_1 = bytearray()
+            x = node_endpoints_1
+            if x is None:
+                raise _null_field('ProduceResponse', 'node_endpoints', v)
+            else:
+                n = len(x) + 1
+                if n < 128:
+                    t_1.append(n)
+                else:
+                    t_1 += _wuv(n)
+                for node_id_2, host_2, port_2, rack_2 in x:
+                    t_1 += _T1p(node_id_2)
+                    x = host_2
+                    if x is None:
+                        raise _null_field('ProduceResponse.NodeEndpoint', 'host', v)
+                    else:
+                        x = x.encode('utf-8')
+                        n = len(x) + 1
+                        if n < 128:
+                            t_1.append(n)
+                        else:
+                            t_1 += _wuv(n)
+                        t_1 += x
+                    t_1 += _T1p(port_2)
+                    x = rack_2
+                    if x is None:
+                        t_1 += b'\x00'
+                    else:
+                        x = x.encode('utf-8')
+                        n = len(x) + 1
+                        if n < 128:
+                            t_1.append(n)
+                        else:
+                            t_1 += _wuv(n)
+                        t_1 += x
+                    t_1.append(0)
+            tags_1.append((0, bytes(t_1)))
+        _write_tags(buf, tags_1, None)
+    if buf or not parts:
+        parts.append(bytes(buf))
+    return parts
+
+
+_ROWS_ProduceResponse = (_rows_ProduceResponse_v0, _rows_ProduceResponse_v1, _rows_ProduceResponse_v2, _rows_ProduceResponse_v2, _rows_ProduceResponse_v2, _rows_ProduceResponse_v5, _rows_ProduceResponse_v5, _rows_ProduceResponse_v5, _rows_ProduceResponse_v8, _rows_ProduceResponse_v9, _rows_ProduceResponse_v10, _rows_ProduceResponse_v10,)
+
+
+def _obj_ProduceResponse(row):
+    responses, throttle_time_ms, node_endpoints = row
+    return ProduceResponse(responses=None if responses is None else [_obj__S_ProduceResponse_TopicProduceResponse(e) for e in responses], throttle_time_ms=throttle_time_ms, node_endpoints=None if node_endpoints is None else [_obj__S_ProduceResponse_NodeEndpoint(e) for e in node_endpoints])
+
+
+def _obj__S_ProduceResponse_TopicProduceResponse(row):
+    name, partition_responses = row
+    return _S_ProduceResponse_TopicProduceResponse(name=name, partition_responses=None if partition_responses is None else [_obj__S_ProduceResponse_PartitionProduceResponse(e) for e in partition_responses])
+
+
+def _obj__S_ProduceResponse_PartitionProduceResponse(row):
+    index, error_code, base_offset, log_append_time_ms, log_start_offset, record_errors, error_message, current_leader = row
+    return _S_ProduceResponse_PartitionProduceResponse(index=index, error_code=error_code, base_offset=base_offset, log_append_time_ms=log_append_time_ms, log_start_offset=log_start_offset, record_errors=None if record_errors is None else [_obj__S_ProduceResponse_BatchIndexAndErrorMessage(e) for e in record_errors], error_message=error_message, current_leader=_S_ProduceResponse_LeaderIdAndEpoch() if current_leader is None else _obj__S_ProduceResponse_LeaderIdAndEpoch(current_leader))
+
+
+def _obj__S_ProduceResponse_BatchIndexAndErrorMessage(row):
+    batch_index, batch_index_error_message = row
+    return _S_ProduceResponse_BatchIndexAndErrorMessage(batch_index=batch_index, batch_index_error_message=batch_index_error_message)
+
+
+def _obj__S_ProduceResponse_LeaderIdAndEpoch(row):
+    leader_id, leader_epoch = row
+    return _S_ProduceResponse_LeaderIdAndEpoch(leader_id=leader_id, leader_epoch=leader_epoch)
+
+
+def _obj__S_ProduceResponse_NodeEndpoint(row):
+    node_id, host, port, rack = row
+    return _S_ProduceResponse_NodeEndpoint(node_id=node_id, host=host, port=port, rack=rack)
+
+
+class _ProduceResponseRows:
+    """A ProduceResponse given as rows, what a handler answers with on a hot path: each struct
+    a tuple of its schema fields in schema order, arrays sequences of those, ``None`` for a
+    struct field's default. ``encode`` writes the bytes and parts ``ProduceResponse.encode``
+    would, without building the objects; ``to_message()`` builds them."""
+
+    __slots__ = ('responses', 'throttle_time_ms', 'node_endpoints')
+    MESSAGE = ProduceResponse
+    VALID_VERSIONS = (0, 11)
+
+    def __init__(self, responses=(), throttle_time_ms=0, node_endpoints=()):
+        self.responses = responses
+        self.throttle_time_ms = throttle_time_ms
+        self.node_endpoints = node_endpoints
+
+    def encode(self, version):
+        if not 0 <= version <= 11:
+            raise UnsupportedVersionError('ProduceResponse: version %d not in 0-11' % version)
+        return _ROWS_ProduceResponse[version](version, self.responses, self.throttle_time_ms, self.node_endpoints)
+
+    encode_bytes = _Struct.encode_bytes
+
+    def to_message(self):
+        return _obj_ProduceResponse((self.responses, self.throttle_time_ms, self.node_endpoints,))
+
+    def __repr__(self):
+        return 'ProduceResponse.Rows(responses=%r, throttle_time_ms=%r, node_endpoints=%r)' % (self.responses, self.throttle_time_ms, self.node_endpoints,)
+
+
+ProduceResponse.Rows = _ProduceResponseRows
 
 
 # Field descriptions: (attr, type, versions, nullableVersions, taggedVersions, tag,

@@ -4,8 +4,6 @@ read by min(request, ``fetch.max.bytes``), hand the rest to the replica manager 
 happens there) and build the response with the records as file regions, never read here.
 """
 
-import struct
-
 import attr
 from twisted.internet import defer
 from twisted.logger import Logger
@@ -13,9 +11,7 @@ from twisted.python.failure import Failure
 
 from kafkatw.network.request import Response
 from kafkatw.protocol import errors
-from kafkatw.protocol.codec import write_uvarint
 from kafkatw.protocol.messages import FetchResponse
-from kafkatw.protocol.parts import FileRegion
 from kafkatw.server.fetch_session import (
     LEGACY,
     ZERO_UUID,
@@ -192,158 +188,42 @@ class ParkedFetch:
         self.operation.when_complete(completed, errback)
 
 
-def _partition_response(key, data):
+def _partition_row(key, data):
+    """The PartitionData row of one partition's read result (or error)."""
     records = data.records
     if records is None or len(records) == 0:
         records = b""
     aborted = data.aborted_transactions
-    if aborted is not None:
-        aborted = [
-            a if isinstance(a, FetchResponse.AbortedTransaction) else FetchResponse.AbortedTransaction(
-                producer_id=a[0] if isinstance(a, tuple) else a.producer_id,
-                first_offset=a[1] if isinstance(a, tuple) else a.first_offset)
-            for a in aborted
-        ]
-    out = FetchResponse.PartitionData(
-        partition_index=key.partition,
-        error_code=data.error,
-        high_watermark=data.high_watermark,
-        last_stable_offset=data.last_stable_offset,
-        log_start_offset=data.log_start_offset,
-        aborted_transactions=aborted,
-        preferred_read_replica=data.preferred_read_replica if data.preferred_read_replica is not None else -1,
-        records=records,
-    )
+    if aborted:
+        aborted = [a if type(a) is tuple else (a.producer_id, a.first_offset) for a in aborted]
     diverging = data.diverging_epoch
-    if diverging is not None:
-        epoch = diverging[0] if isinstance(diverging, tuple) else diverging.epoch
-        end_offset = diverging[1] if isinstance(diverging, tuple) else diverging.end_offset
-        out.diverging_epoch = FetchResponse.EpochEndOffset(epoch=epoch, end_offset=end_offset)
-    return out
+    if diverging is not None and type(diverging) is not tuple:
+        diverging = (diverging.epoch, diverging.end_offset)
+    replica = data.preferred_read_replica
+    # partition_index, error_code, high_watermark, last_stable_offset, log_start_offset,
+    # diverging_epoch, current_leader, snapshot_id, aborted_transactions,
+    # preferred_read_replica, records
+    return (key.partition, data.error, data.high_watermark, data.last_stable_offset,
+            data.log_start_offset, diverging, None, None, aborted, -1 if replica is None else replica,
+            records)
 
 
 def build_response(version, error, session_id, partitions):
-    """FetchResponse of [(TopicIdPartition, data)], consecutive partitions of a topic grouped
-    (a :class:`FetchAnswer`, the same message encoded without generated objects, from v12)."""
-    if version >= _FIRST_FLEXIBLE:
-        return FetchAnswer(version, error, session_id, partitions)
-    return build_generated_response(version, error, session_id, partitions)
-
-
-def build_generated_response(version, error, session_id, partitions):
-    """:func:`build_response` as the generated message objects."""
+    """The FetchResponse of [(TopicIdPartition, data)], consecutive partitions of a topic (by
+    name before v13, by id from v13) grouped, as the generated row writer's rows: the records
+    stay file regions, no message objects are made per request."""
     topics = []
-    last = None
+    by_name = version < 13
+    last = _NO_TOPIC
+    rows = None
     for key, data in partitions:
-        ident = key.topic_id if version >= 13 else key.topic
-        if last is None or last[0] != ident:
-            entry = FetchResponse.FetchableTopicResponse(
-                topic=key.topic or "", topic_id=key.topic_id, partitions=[])
-            topics.append(entry)
-            last = (ident, entry)
-        last[1].partitions.append(_partition_response(key, data))
-    return FetchResponse(throttle_time_ms=0, error_code=error, session_id=session_id, responses=topics)
-
-
-_FIRST_FLEXIBLE = 12
-_TOP = struct.Struct(">ihi")  # throttle_time_ms, error_code, session_id
-_PARTITION = struct.Struct(">ihqqq")  # index, error, high watermark, last stable, log start
-_I32 = struct.Struct(">i")
-_FIELDS = frozenset(FetchResponse.__slots__)
-_set = object.__setattr__
-
-
-class FetchAnswer(FetchResponse):
-    """The FetchResponse (v12+) of a handled request, encoded straight from the partitions'
-    read results when each has no aborted transactions to list, no diverging epoch and records
-    that are a file region or empty; otherwise, and as soon as any field is read or set, it is
-    the generated message :func:`build_generated_response` makes (same bytes either way: see
-    the handler's tests)."""
-
-    __slots__ = ("_version", "_error", "_session_id", "_partitions")
-
-    def __init__(self, version, error, session_id, partitions):
-        _set(self, "_version", version)
-        _set(self, "_error", error)
-        _set(self, "_session_id", session_id)
-        _set(self, "_partitions", partitions)
-
-    def _materialize(self):
-        partitions = self._partitions
-        if partitions is not None:
-            self._partitions = None
-            built = build_generated_response(self._version, self._error, self._session_id, partitions)
-            for name in FetchResponse.__slots__:
-                _set(self, name, getattr(built, name))
-
-    def __getattr__(self, name):
-        # only reached for a field not set yet: the generated message's fields from here on
-        if name in _FIELDS and self._partitions is not None:
-            self._materialize()
-            return getattr(self, name)
-        raise AttributeError(name)
-
-    def __setattr__(self, name, value):
-        if name in _FIELDS:
-            self._materialize()
-        _set(self, name, value)
-
-    def encode(self, version):
-        partitions = self._partitions
-        if partitions is None or version != self._version:
-            self._materialize()
-            return FetchResponse.encode(self, version)
-        for _, data in partitions:
-            records = data.records
-            aborted = data.aborted_transactions
-            if ((aborted is not None and len(aborted) != 0) or data.diverging_epoch is not None
-                    or (records is not None and type(records) is not FileRegion and len(records) != 0)):
-                self._materialize()
-                return FetchResponse.encode(self, version)
-        parts = []
-        buf = bytearray(_TOP.pack(0, self._error, self._session_id))
-        # topics: runs of consecutive partitions of one topic (by id from v13), as build_response
-        by_name = version < 13
-        groups = []
-        last = _NO_TOPIC
-        for key, data in partitions:
-            ident = key.topic if by_name else key.topic_id
-            if ident != last:
-                groups.append([])
-                last = ident
-            groups[-1].append((key, data))
-        buf += write_uvarint(len(groups) + 1)
-        pack = _PARTITION.pack
-        i32 = _I32.pack
-        for rows in groups:
-            key = rows[0][0]
-            if by_name:
-                name = (key.topic or "").encode("utf-8")
-                buf += write_uvarint(len(name) + 1)
-                buf += name
-            else:
-                buf += key.topic_id
-            buf += write_uvarint(len(rows) + 1)
-            for key, data in rows:
-                buf += pack(key.partition, data.error, data.high_watermark, data.last_stable_offset,
-                            data.log_start_offset)
-                # aborted transactions: null, or an empty list
-                buf.append(0 if data.aborted_transactions is None else 1)
-                replica = data.preferred_read_replica
-                buf += i32(-1 if replica is None else replica)
-                records = data.records
-                if records is not None and type(records) is FileRegion and records.count:
-                    buf += write_uvarint(records.count + 1)
-                    parts.append(bytes(buf))
-                    parts.append(records)
-                    buf = bytearray()
-                else:
-                    buf.append(1)  # empty records
-                buf.append(0)  # partition tagged fields: no diverging epoch, leader or snapshot
-            buf.append(0)  # topic tagged fields
-        buf.append(0)  # no node endpoints, no other tagged fields
-        parts.append(bytes(buf))
-        return parts
+        ident = key.topic if by_name else key.topic_id
+        if ident != last:
+            rows = []
+            topics.append((key.topic or "", key.topic_id, rows))
+            last = ident
+        rows.append(_partition_row(key, data))
+    return FetchResponse.Rows(0, error, session_id, topics)
 
 
 _NO_TOPIC = object()

@@ -5,15 +5,12 @@ and producer state belong to the replica manager; record bytes pass through as t
 memoryview unless the topic's codec differs from the producer's.
 """
 
-import struct
-
 from twisted.internet import defer
 from twisted.logger import Logger
 
 from kafkatw.network.request import Response
 from kafkatw.protocol import errors
 from kafkatw.protocol import records as rec
-from kafkatw.protocol.codec import write_uvarint
 from kafkatw.protocol.errors import KafkaError
 from kafkatw.protocol.messages import ProduceResponse
 from kafkatw.server.handlers.recompress import (
@@ -132,7 +129,7 @@ def handle(apis, request):
                      conn=getattr(request.context, "connection_id", None),
                      errs={tp: errors.error_name(results[tp][0]) for tp in order if results[tp][0]})
             return Response(None, close_connection=True)
-        return Response(ProduceAnswer(version, order, results))
+        return Response(build_response(version, order, results))
 
     def append():
         if body.transactional_id is not None and entries and apis.txn_coordinator is not None \
@@ -173,125 +170,33 @@ def handle(apis, request):
 
 
 def _record_error(e):
+    """A BatchIndexAndErrorMessage row of a replica manager's record error."""
     if isinstance(e, tuple):
-        index, message = e
-    else:
-        index, message = e.batch_index, getattr(e, "message", getattr(e, "batch_index_error_message", None))
-    return ProduceResponse.BatchIndexAndErrorMessage(batch_index=index, batch_index_error_message=message)
+        return e
+    return (e.batch_index, getattr(e, "message", getattr(e, "batch_index_error_message", None)))
 
 
 def build_response(version, order, results):
+    """The ProduceResponse of ``results`` in request order, each topic's partitions under its
+    first appearance, as the generated row writer's rows (no message objects per request)."""
     topics = {}
     out = []
-    for topic, partition in order:
-        t = topics.get(topic)
-        if t is None:
-            t = topics[topic] = ProduceResponse.TopicProduceResponse(name=topic, partition_responses=[])
-            out.append(t)
-        code, base_offset, append_time, log_start, record_errors, message = results[(topic, partition)]
-        t.partition_responses.append(ProduceResponse.PartitionProduceResponse(
-            index=partition,
-            error_code=code,
-            base_offset=base_offset,
-            log_append_time_ms=append_time,
-            log_start_offset=log_start,
-            record_errors=[_record_error(e) for e in record_errors] if version >= 8 else [],
-            error_message=message if version >= 8 else None,
-        ))
-    return ProduceResponse(responses=out, throttle_time_ms=0)
-
-
-_PARTITION_V9 = struct.Struct(">ihqqqBBB")  # ... log_start_offset, no record errors, null message, no tags
-_PARTITION_V8 = struct.Struct(">ihqqqih")  # ... log_start_offset, no record errors, null message
-_PARTITION_V5 = struct.Struct(">ihqqq")  # index, error_code, base_offset, log_append_time, log_start
-_PARTITION_V3 = struct.Struct(">ihqq")
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
-_FIRST_FLEXIBLE = 9
-_FIELDS = frozenset(ProduceResponse.__slots__)
-_set = object.__setattr__
-
-
-class ProduceAnswer(ProduceResponse):
-    """The ProduceResponse of a handled request, encoded straight from the handler's results when
-    no partition carries record errors or an error message (every answer without a refusal
-    message); otherwise, and as soon as any field is read or set, it is the generated message
-    that :func:`build_response` makes (same bytes either way: see the handler's tests)."""
-
-    __slots__ = ("_version", "_order", "_results")
-
-    def __init__(self, version, order, results):
-        _set(self, "_version", version)
-        _set(self, "_order", order)
-        _set(self, "_results", results)
-
-    def _materialize(self):
-        order = self._order
-        if order is not None:
-            self._order = None
-            built = build_response(self._version, order, self._results)
-            for name in ProduceResponse.__slots__:
-                _set(self, name, getattr(built, name))
-
-    def __getattr__(self, name):
-        # only reached for a field not set yet: the generated message's fields from here on
-        if name in _FIELDS and self._order is not None:
-            self._materialize()
-            return getattr(self, name)
-        raise AttributeError(name)
-
-    def __setattr__(self, name, value):
-        if name in _FIELDS:
-            self._materialize()
-        _set(self, name, value)
-
-    def encode(self, version):
-        if self._order is None or not 3 <= version <= 11:
-            self._materialize()
-            return ProduceResponse.encode(self, version)
-        results = self._results
-        topics = {}  # name -> [partition results], in first-appearance order as build_response
-        for topic, partition in self._order:
-            code, base_offset, append_time, log_start, record_errors, message = \
-                results[(topic, partition)]
-            if record_errors or message is not None:
-                self._materialize()
-                return ProduceResponse.encode(self, version)
-            row = (partition, code, base_offset, append_time, log_start)
-            parts = topics.get(topic)
-            if parts is None:
-                topics[topic] = [row]
-            else:
-                parts.append(row)
-        if version >= _FIRST_FLEXIBLE:
-            pack = _PARTITION_V9.pack
-            buf = bytearray(write_uvarint(len(topics) + 1))
-            for topic, rows in topics.items():
-                name = topic.encode("utf-8")
-                buf += write_uvarint(len(name) + 1)
-                buf += name
-                buf += write_uvarint(len(rows) + 1)
-                for row in rows:
-                    buf += pack(*row, 1, 0, 0)  # empty record_errors, null error_message, no tags
-                buf.append(0)  # the topic's tagged fields
-            buf += b"\0\0\0\0\0"  # throttle_time_ms 0, no tagged fields
-            return [bytes(buf)]
-        if version >= 8:
-            pack, tail = _PARTITION_V8.pack, (0, -1)
-        elif version >= 5:
-            pack, tail = _PARTITION_V5.pack, ()
+    has_errors = version >= 8  # record_errors and error_message exist from v8
+    for tp in order:
+        rows = topics.get(tp[0])
+        if rows is None:
+            rows = topics[tp[0]] = []
+            out.append((tp[0], rows))
+        code, base_offset, append_time, log_start, record_errors, message = results[tp]
+        if has_errors:
+            if record_errors:
+                record_errors = [_record_error(e) for e in record_errors]
         else:
-            pack, tail = _PARTITION_V3.pack, None
-        buf = bytearray(_I32.pack(len(topics)))
-        for topic, rows in topics.items():
-            name = topic.encode("utf-8")
-            buf += _I16.pack(len(name))
-            buf += name
-            buf += _I32.pack(len(rows))
-            for row in rows:
-                buf += pack(*row[:4]) if tail is None else pack(*row, *tail)
-        buf += b"\0\0\0\0"  # throttle_time_ms 0
-        return [bytes(buf)]
+            record_errors, message = (), None
+        # index, error_code, base_offset, log_append_time_ms, log_start_offset, record_errors,
+        # error_message, current_leader (a single node leads everything: the default)
+        rows.append((tp[1], code, base_offset, append_time, log_start, record_errors, message, None))
+    return ProduceResponse.Rows(out)
 
 
 def error_response(request, code, message):
