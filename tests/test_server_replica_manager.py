@@ -11,7 +11,7 @@ from twisted.trial import unittest
 from kafkatw.protocol import errors
 from kafkatw.protocol.errors import KafkaError
 from kafkatw.protocol.records import iter_batch_headers, set_base_offset
-from kafkatw.server.purgatory import TopicPartitionOperationKey
+from kafkatw.purgatory import TopicPartitionOperationKey
 from kafkatw.server.replica_manager import (
     FetchParams,
     PartitionData,

@@ -7,7 +7,7 @@ import attr
 from twisted.logger import Logger
 
 from kafkatw.protocol import errors
-from kafkatw.server.purgatory import DelayedOperation
+from kafkatw.purgatory import DelayedOperation
 from kafkatw.storage.offsets import UNKNOWN_OFFSET_METADATA, FetchIsolation
 
 log = Logger()

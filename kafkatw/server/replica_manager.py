@@ -19,7 +19,7 @@ from twisted.logger import Logger
 from kafkatw.protocol import errors, records
 from kafkatw.protocol.errors import KafkaError
 from kafkatw.server.delayed_fetch import DelayedFetch, FetchPartitionStatus
-from kafkatw.server.purgatory import DelayedOperationPurgatory, TopicPartitionOperationKey
+from kafkatw.purgatory import DelayedOperationPurgatory, TopicPartitionOperationKey
 from kafkatw.storage.offsets import (
     ORIGIN_CLIENT,
     UNKNOWN_OFFSET_METADATA,

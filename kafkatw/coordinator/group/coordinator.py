@@ -38,7 +38,7 @@ from kafkatw.coordinator.group.group import (
 )
 from kafkatw.coordinator.group.offsets_log import GROUP_METADATA_TOPIC_NAME
 from kafkatw.protocol import errors
-from kafkatw.server.purgatory import DelayedOperationPurgatory
+from kafkatw.purgatory import DelayedOperationPurgatory
 from kafkatw.storage.offsets import ORIGIN_COORDINATOR
 
 log = Logger()

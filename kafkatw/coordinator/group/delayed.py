@@ -1,12 +1,12 @@
 """The group coordinator's delayed operations in the shared purgatory
-(:mod:`kafkatw.server.purgatory`): DelayedJoin, InitialDelayedJoin, DelayedSync and
+(:mod:`kafkatw.purgatory`): DelayedJoin, InitialDelayedJoin, DelayedSync and
 DelayedHeartbeat, with their watch keys. The decisions are the coordinator's; these only
 route the purgatory's try-complete/complete/expire calls to it.
 """
 
 import attr
 
-from kafkatw.server.purgatory import DelayedOperation
+from kafkatw.purgatory import DelayedOperation
 
 
 @attr.s(slots=True, frozen=True)

@@ -1,9 +1,9 @@
-"""Tests for kafkatw.server.purgatory: exactly-once completion, expiry, wake by key, purge."""
+"""Tests for kafkatw.purgatory: exactly-once completion, expiry, wake by key, purge."""
 
 from twisted.internet import defer, task
 from twisted.trial import unittest
 
-from kafkatw.server.purgatory import (
+from kafkatw.purgatory import (
     DelayedOperation,
     DelayedOperationPurgatory,
     TopicPartitionOperationKey,
