@@ -3,7 +3,7 @@ every version, hypothesis values encode to the same bytes and parts as the messa
 generic ``encode``, raise the same errors, and ``to_message()`` gives back those objects.
 """
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
@@ -13,6 +13,8 @@ from kafkatw.protocol.parts import FileRegion
 from tests.test_protocol_codec import SETTINGS, struct_strategy
 
 ROW_MESSAGES = (m.ProduceResponse, m.FetchResponse)
+#: more examples than the codec round trips: two messages, and byte equality is the point
+ROW_SETTINGS = settings(SETTINGS, max_examples=25)
 
 
 def row_of(obj, defaults_as_none=False):
@@ -47,7 +49,7 @@ def make_test(cls):
     everything = st.tuples(*[struct_strategy(cls, v, False) for v in versions])
 
     def test(self):
-        @SETTINGS
+        @ROW_SETTINGS
         @given(everything, st.booleans())
         def check(values, defaults_as_none):
             for v, obj in zip(versions, values):
