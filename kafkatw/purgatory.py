@@ -8,7 +8,6 @@ cannot race with an append.
 
 import collections
 
-from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -32,17 +31,18 @@ class DelayedOperation:
 
     Subclasses implement ``try_complete()`` (check the condition; if met call and return
     ``self.force_complete()``, else return False), ``on_complete()`` (produce the result: the
-    operation's outcome) and optionally ``on_expiration()``. The outcome goes to the pair
-    registered with :meth:`when_complete` (no Deferred) and fires :attr:`deferred` if anyone
-    asked for it. Completion happens exactly once. Cancelling :attr:`deferred` (the client went
-    away) completes the operation without calling ``on_complete``.
+    operation's outcome) and optionally ``on_expiration()``. Completion happens exactly once,
+    and its one way out is the pair registered with :meth:`when_complete`, called from the
+    call that completes the operation (a parked fetch is answered from inside the append that
+    wakes it). No Deferred: one costs ~24k instructions per parked fetch (docs/performance.md);
+    :meth:`ReplicaManager.fetch_messages` makes one for callers that want it. :meth:`cancel`
+    (the client went away) completes the operation without calling ``on_complete``.
     """
 
     def __init__(self, delay_ms):
         self.delay_ms = delay_ms
-        self._deferred = None  # made on first use of .deferred
         self._listener = None  # (callback, errback) of when_complete
-        self._outcome = None  # (succeeded, result or Failure) once completed
+        self._outcome = None  # (succeeded, result or Failure) once completed, for a late listener
         self._completed = False
         self._timer = None
         self._delayed_in = None  # the purgatory's set of timed operations, while in it
@@ -50,20 +50,6 @@ class DelayedOperation:
     @property
     def is_completed(self):
         return self._completed
-
-    @property
-    def deferred(self):
-        """A Deferred of the outcome (made on first use, fired at once if completed)."""
-        d = self._deferred
-        if d is None:
-            d = self._deferred = defer.Deferred(self._cancelled)
-            outcome = self._outcome
-            if outcome is not None:
-                if outcome[0]:
-                    d.callback(outcome[1])
-                else:
-                    d.errback(outcome[1])
-        return d
 
     def when_complete(self, callback, errback):
         """Call ``callback(result)`` or ``errback(failure)`` once the operation completes, from
@@ -84,18 +70,19 @@ class DelayedOperation:
             outcome = self._outcome = (True, self.on_complete())
         except Exception:
             outcome = self._outcome = (False, Failure())
-        listener = self._listener
-        if listener is not None:
+        if self._listener is not None:
             self._tell(outcome)  # drops it
-        d = self._deferred
-        if d is not None:
-            if outcome[0]:
-                d.callback(outcome[1])
-            else:
-                d.errback(outcome[1])
-        elif not outcome[0] and listener is None:
-            self.deferred  # nobody listens: an unhandled Deferred failure reports it, as before
+        elif not outcome[0]:
+            # nobody waits (the group coordinator's operations): the failure is reported here
+            log.failure("completing {op} failed", outcome[1], op=type(self).__name__)
         return True
+
+    def cancel(self):
+        """Give up on the operation (its client went away): it completes without
+        ``on_complete``, its timer stops and its listener is never called."""
+        self._completed = True
+        self._listener = None
+        self._cancel_timer()
 
     def _tell(self, outcome):
         # dropped once told: the listener's closures usually reach this operation back
@@ -123,11 +110,6 @@ class DelayedOperation:
         self._timer = None
         if self.force_complete():
             self.on_expiration()
-
-    def _cancelled(self, d):
-        # Deferred.cancel(): errback with CancelledError follows; just stop everything.
-        self._completed = True
-        self._cancel_timer()
 
     def _cancel_timer(self):
         if self._timer is not None:

@@ -1,6 +1,6 @@
 """Tests for kafkatw.purgatory: exactly-once completion, expiry, wake by key, purge."""
 
-from twisted.internet import defer, task
+from twisted.internet import task
 from twisted.trial import unittest
 
 from kafkatw.purgatory import (
@@ -42,7 +42,11 @@ class PurgatoryTests(unittest.SynchronousTestCase):
         self.p = DelayedOperationPurgatory("Fetch", self.clock, purge_interval_requests=1000)
 
     def result(self, op):
-        return self.successResultOf(op.deferred)
+        """The outcome a listener of a completed ``op`` gets, at once."""
+        got = []
+        op.when_complete(got.append, got.append)
+        self.assertEqual(len(got), 1)
+        return got[0]
 
     def test_completes_immediately_without_watching(self):
         op = MockOp(500, ready=True)
@@ -56,7 +60,7 @@ class PurgatoryTests(unittest.SynchronousTestCase):
         op = MockOp(500)
         self.assertFalse(self.p.watching())
         self.assertFalse(self.p.try_complete_else_watch(op, [K1, K2]))
-        self.assertNoResult(op.deferred)
+        self.assertFalse(op.is_completed)
         self.assertEqual(self.p.watched(), 2)
         self.assertTrue(self.p.watching())
         self.assertEqual(self.p.num_delayed(), 1)
@@ -82,7 +86,7 @@ class PurgatoryTests(unittest.SynchronousTestCase):
         op = MockOp(300)
         self.p.try_complete_else_watch(op, [K1])
         self.clock.advance(0.299)
-        self.assertNoResult(op.deferred)
+        self.assertFalse(op.is_completed)
         self.clock.advance(0.001)
         self.assertEqual(self.result(op), "done-1")
         self.assertEqual((op.completions, op.expirations), (1, 1))
@@ -103,7 +107,7 @@ class PurgatoryTests(unittest.SynchronousTestCase):
     def test_zero_delay_expires_on_next_tick(self):
         op = MockOp(0)
         self.p.try_complete_else_watch(op, [K1])
-        self.assertNoResult(op.deferred)
+        self.assertFalse(op.is_completed)
         self.clock.advance(0)
         self.assertEqual(self.result(op), "done-1")
 
@@ -114,18 +118,22 @@ class PurgatoryTests(unittest.SynchronousTestCase):
 
         op = Boom(100, ready=True)
         self.p.try_complete_else_watch(op, [K1])
-        self.failureResultOf(op.deferred, ValueError)
+        self.assertEqual(self.result(op).type, ValueError)
+        # nobody listened when it completed: the failure was logged there
+        self.assertEqual(len(self.flushLoggedErrors(ValueError)), 1)
 
     def test_cancel_stops_timer_and_never_completes(self):
         op = MockOp(100)
+        got = []
+        op.when_complete(got.append, got.append)
         self.p.try_complete_else_watch(op, [K1])
-        op.deferred.cancel()
-        self.failureResultOf(op.deferred, defer.CancelledError)
+        op.cancel()
+        self.assertTrue(op.is_completed)
         self.assertEqual(self.clock.getDelayedCalls(), [])
         self.assertEqual(self.p.num_delayed(), 0)
         op.ready = True
         self.assertEqual(self.p.check_and_complete(K1), 0)
-        self.assertEqual(op.completions, 0)
+        self.assertEqual((op.completions, got), (0, []))
 
     def test_reentrant_watch_during_check(self):
         """Completing an op may (synchronously) park a new op on the same key."""
@@ -204,7 +212,7 @@ class PurgatoryTests(unittest.SynchronousTestCase):
         self.assertEqual(got, ["done-1"])
         self.assertEqual(self.p.num_delayed(), 0)  # left the timed set with its timer
         self.assertEqual(self.clock.getDelayedCalls(), [])
-        self.assertEqual(self.result(op), "done-1")  # a Deferred asked for later has it too
+        self.assertEqual(self.result(op), "done-1")  # a listener registered later has it too
 
     def test_when_complete_after_completion_and_on_expiry(self):
         op = MockOp(100, ready=True)
@@ -231,9 +239,8 @@ class PurgatoryTests(unittest.SynchronousTestCase):
         op.ready = True
         self.assertEqual(self.p.check_and_complete(K1), 1)
         self.assertEqual([f.type for f in failures], [ValueError])
-        # told to its listener, the failure makes no Deferred that would report it again as
-        # unhandled when collected (in whatever test runs then)
-        self.assertIsNone(op._deferred)
+        # told to its listener, the failure is not logged as well
+        self.assertEqual(self.flushLoggedErrors(ValueError), [])
         # a listener that raises is logged; the completing call goes on
         op2 = MockOp(100, ready=True)
         op2.when_complete(lambda r: 1 / 0, failures.append)

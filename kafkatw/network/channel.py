@@ -9,7 +9,7 @@ import collections
 from twisted.internet import defer
 from twisted.logger import Logger
 
-from kafkatw.network.request import Response
+from kafkatw.network.request import DeferredAnswer, Response
 
 
 class RequestChannel:
@@ -20,10 +20,11 @@ class RequestChannel:
     connection with a request outstanding, reads nothing more meanwhile.  Up to ``num_io_threads`` requests are with
     the handler at once; a slot is freed when the handler's Deferred fires or when the
     handler calls ``request.mark_api_local_complete()`` (the request is parked).  The
-    handler answers a ``Response``, a Deferred of one, or a pending answer (any object with
-    ``when_complete(callback, errback)`` calling one of them once, e.g. a parked fetch).  The
-    response goes back with ``connection.send_response(request, response)``, a handler
-    failure with ``connection.handler_failed(request, failure)``.
+    handler answers a ``Response`` or a pending answer: an object with
+    ``when_complete(callback, errback)`` calling one of them once (a parked fetch; a Deferred
+    of ``handle`` is wrapped in a :class:`DeferredAnswer`).  The response goes back with
+    ``connection.send_response(request, response)``, a handler failure with
+    ``connection.handler_failed(request, failure)``.
     """
 
     log = Logger(namespace="kafkatw.network.channel")
@@ -113,49 +114,42 @@ class RequestChannel:
             result = handle(request)
         except Exception:
             result = defer.fail()
-        if type(result) is Response or not (isinstance(result, defer.Deferred)
-                                             or hasattr(result, "when_complete")):
-            # answered synchronously: no Deferred, the slot is released before the write
-            now = self.clock_ns()
-            request.api_remote_complete_ns = now
+        if type(result) is not Response:
+            if isinstance(result, defer.Deferred):
+                result = DeferredAnswer(result)
+            if hasattr(result, "when_complete"):
+                self._wait(request, connection, result)
+                return
+        # answered synchronously: no Deferred, the slot is released before the write
+        now = self.clock_ns()
+        request.api_remote_complete_ns = now
+        request.mark_api_local_complete(now)
+        try:
+            connection.send_response(request, result)
+        except Exception:
+            self.log.failure("sending a response failed")
+
+    def _wait(self, request, connection, pending):
+        """Send the answer when ``pending`` completes: called by whatever completes it (at
+        once if it has; a parked fetch from inside the append that wakes it)."""
+
+        def answered(response):
+            now = request.api_remote_complete_ns = self.clock_ns()
             request.mark_api_local_complete(now)
             try:
-                connection.send_response(request, result)
+                connection.send_response(request, response)
             except Exception:
                 self.log.failure("sending a response failed")
-            return
-
-        def done(response):
-            request.api_remote_complete_ns = self.clock_ns()
-            request.mark_api_local_complete(request.api_remote_complete_ns)
-            connection.send_response(request, response)
 
         def failed(failure):
-            request.api_remote_complete_ns = self.clock_ns()
-            request.mark_api_local_complete(request.api_remote_complete_ns)
+            now = request.api_remote_complete_ns = self.clock_ns()
+            request.mark_api_local_complete(now)
             self.log.failure("handler failed for {api_key} v{api_version} correlation {cid} on {conn}",
                              failure, api_key=request.api_key, api_version=request.api_version,
                              cid=request.correlation_id, conn=request.context.connection_id)
-            connection.handler_failed(request, failure)
+            try:
+                connection.handler_failed(request, failure)
+            except Exception:
+                self.log.failure("sending a response failed")
 
-        if not isinstance(result, defer.Deferred):
-            # a pending answer (a parked fetch): completed by a direct call, no Deferred
-            def answered(response):
-                try:
-                    done(response)
-                except Exception:
-                    self.log.failure("sending a response failed")
-
-            def answer_failed(failure):
-                try:
-                    failed(failure)
-                except Exception:
-                    self.log.failure("sending a response failed")
-
-            result.when_complete(answered, answer_failed)
-            return
-        d = result
-        if d.called:
-            request.mark_api_local_complete()
-        d.addCallbacks(done, failed)
-        d.addErrback(lambda f: self.log.failure("sending a response failed", f))
+        pending.when_complete(answered, failed)

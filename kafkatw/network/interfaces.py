@@ -25,9 +25,9 @@ class IRequestHandler(Interface):
         work is the handler's concern (``deferToThreadPool``).
 
         A handler may also provide ``handle_now(request)``, returning the ``Response``
-        itself when it is ready at once, else a Deferred (as ``handle``) or a pending
-        answer with ``when_complete(callback, errback)`` that calls one of them once (a
-        Fetch parked in the purgatory: answered by the append that completes it, with no
-        Deferred); the request channel then prefers it, so a synchronous answer costs no
-        Deferred.
+        itself when it is ready at once, else a pending answer: an object with
+        ``when_complete(callback, errback)`` that calls one of them once (a Fetch parked in
+        the purgatory: answered by the append that completes it, with no Deferred; a
+        Deferred goes in a ``request.DeferredAnswer``). The request channel then prefers
+        it, so a synchronous answer costs no Deferred.
         """

@@ -1,4 +1,5 @@
-"""Value objects crossing the network/handler boundary: Request, RequestContext, Response.
+"""Value objects crossing the network/handler boundary: Request, RequestContext, Response, and
+the one shape of an answer still pending (``when_complete``; ``DeferredAnswer`` for a Deferred).
 
 Owns only data and timing marks (Kafka's ``RequestChannel.Request`` fields); the
 computation of request-log times lives in ``request_log``.
@@ -82,3 +83,18 @@ class Response:
     throttle_time_ms = attr.ib(default=0)
     noop = attr.ib(default=False)
     summary = attr.ib(default=None)
+
+
+class DeferredAnswer:
+    """A Deferred of a :class:`Response` in the one shape of a pending answer: an object whose
+    ``when_complete(callback, errback)`` calls one of them once. A parked Fetch has that shape
+    without a Deferred; handlers that wait on Deferreds (group joins, appends to internal topics)
+    are wrapped in this."""
+
+    __slots__ = ("deferred",)
+
+    def __init__(self, deferred):
+        self.deferred = deferred
+
+    def when_complete(self, callback, errback):
+        self.deferred.addCallbacks(callback, errback)

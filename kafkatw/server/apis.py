@@ -13,7 +13,7 @@ from zope.interface import implementer
 
 from kafkatw.config.dynamic import DynamicBrokerConfig
 from kafkatw.network.interfaces import IRequestHandler
-from kafkatw.network.request import Response
+from kafkatw.network.request import DeferredAnswer, Response
 from kafkatw.protocol import errors
 from kafkatw.protocol import messages
 from kafkatw.protocol.errors import KafkaError
@@ -180,13 +180,13 @@ class KafkaApis:
     def handle(self, request):
         """A Deferred firing with the :class:`Response` (see :meth:`handle_now`)."""
         result = self.handle_now(request)
-        if isinstance(result, defer.Deferred):
-            return result
-        if type(result) is PendingResponse or type(result) is _ThrottledPending:
-            d = defer.Deferred()
-            result.when_complete(d.callback, d.errback)
-            return d
-        return defer.succeed(result)
+        if type(result) is Response:
+            return defer.succeed(result)
+        if type(result) is DeferredAnswer:
+            return result.deferred
+        d = defer.Deferred()
+        result.when_complete(d.callback, d.errback)
+        return d
 
     def handle_now(self, request):
         """See :meth:`_dispatch`; with client quotas in force the answer is recorded against
@@ -202,16 +202,18 @@ class KafkaApis:
 
         def throttle(response):
             return apply_throttle(quotas, request, response, handler_ns, self.now_ms())
-        if isinstance(result, defer.Deferred):
-            return result.addCallback(throttle)
+        if type(result) is DeferredAnswer:
+            result.deferred.addCallback(throttle)
+            return result
         if type(result) is PendingResponse:
             return _ThrottledPending(result, throttle)
         return throttle(result)
 
     def _dispatch(self, request):
-        """The :class:`Response` when the handler answers synchronously, else a Deferred of it,
-        or a :class:`PendingResponse` when the handler gave a pending answer (an object with
-        ``when_complete(callback, errback)``, such as a Fetch parked in the purgatory).
+        """The :class:`Response` when the handler answers synchronously, else a pending answer
+        (``when_complete(callback, errback)``): a :class:`PendingResponse` around the handler's
+        own (a Fetch parked in the purgatory), or a :class:`DeferredAnswer` around a handler's
+        Deferred.
 
         The request channel calls this, so the common synchronous answer allocates no Deferred,
         and a parked fetch is answered from the call that completes it without one."""
@@ -227,7 +229,7 @@ class KafkaApis:
         if isinstance(result, defer.Deferred):
             result.addCallback(_as_response)
             result.addErrback(self._on_failure, request, reg.handler)
-            return result
+            return DeferredAnswer(result)
         if type(result) is Response:
             return result
         if hasattr(result, "when_complete"):

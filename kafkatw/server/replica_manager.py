@@ -702,7 +702,9 @@ class ReplicaManager:
         completes (enough bytes, a partition change, or max_wait_ms)."""
         result = self.fetch_messages_now(params, fetch_infos)
         if isinstance(result, DelayedFetch):
-            return result.deferred
+            d = defer.Deferred(lambda _: result.cancel())  # cancelled: CancelledError, never read
+            result.when_complete(d.callback, d.errback)
+            return d
         return defer.succeed(result)
 
     def fetch_messages_now(self, params, fetch_infos):
