@@ -935,9 +935,15 @@ class RowGen:
             return
         em("x = %s" % expr)
         if f.is_array:
+            # a non-empty array is the common case: one truth test; then null, then empty
+            em("if not x:")
+            em.ind += 1
             em("if x is None:")
             em.ind += 1
             self.null(f, buf, qual, fflex, b"\xff\xff\xff\xff")
+            em.ind -= 1
+            em("else:")
+            em("    %s += %r" % (buf, b"\x01" if fflex else b"\x00\x00\x00\x00"))
             em.ind -= 1
             em("else:")
             em.ind += 1

@@ -2065,8 +2065,11 @@ def _rows_FetchResponse_v0(v, throttle_time_ms_1, error_code_1, session_id_1, re
     if not (session_id_1 == 0):
         raise _absent_field('FetchResponse', 'session_id', v)
     x = responses_1
-    if x is None:
-        raise _null_field('FetchResponse', 'responses', v)
+    if not x:
+        if x is None:
+            raise _null_field('FetchResponse', 'responses', v)
+        else:
+            buf += b'\x00\x00\x00\x00'
     else:
         buf += _pi32(len(x))
         for topic_2, topic_id_2, partitions_2 in x:
@@ -2078,8 +2081,11 @@ def _rows_FetchResponse_v0(v, throttle_time_ms_1, error_code_1, session_id_1, re
                 buf += _pi16(len(x))
                 buf += x
             x = partitions_2
-            if x is None:
-                raise _null_field('FetchResponse.FetchableTopicResponse', 'partitions', v)
+            if not x:
+                if x is None:
+                    raise _null_field('FetchResponse.FetchableTopicResponse', 'partitions', v)
+                else:
+                    buf += b'\x00\x00\x00\x00'
             else:
                 buf += _pi32(len(x))
                 for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
@@ -2117,8 +2123,11 @@ def _rows_FetchResponse_v1(v, throttle_time_ms_1, error_code_1, session_id_1, re
     if not (session_id_1 == 0):
         raise _absent_field('FetchResponse', 'session_id', v)
     x = responses_1
-    if x is None:
-        raise _null_field('FetchResponse', 'responses', v)
+    if not x:
+        if x is None:
+            raise _null_field('FetchResponse', 'responses', v)
+        else:
+            buf += b'\x00\x00\x00\x00'
     else:
         buf += _pi32(len(x))
         for topic_2, topic_id_2, partitions_2 in x:
@@ -2130,8 +2139,11 @@ def _rows_FetchResponse_v1(v, throttle_time_ms_1, error_code_1, session_id_1, re
                 buf += _pi16(len(x))
                 buf += x
             x = partitions_2
-            if x is None:
-                raise _null_field('FetchResponse.FetchableTopicResponse', 'partitions', v)
+            if not x:
+                if x is None:
+                    raise _null_field('FetchResponse.FetchableTopicResponse', 'partitions', v)
+                else:
+                    buf += b'\x00\x00\x00\x00'
             else:
                 buf += _pi32(len(x))
                 for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
@@ -2169,8 +2181,11 @@ def _rows_FetchResponse_v4(v, throttle_time_ms_1, error_code_1, session_id_1, re
     if not (session_id_1 == 0):
         raise _absent_field('FetchResponse', 'session_id', v)
     x = responses_1
-    if x is None:
-        raise _null_field('FetchResponse', 'responses', v)
+    if not x:
+        if x is None:
+            raise _null_field('FetchResponse', 'responses', v)
+        else:
+            buf += b'\x00\x00\x00\x00'
     else:
         buf += _pi32(len(x))
         for topic_2, topic_id_2, partitions_2 in x:
@@ -2182,8 +2197,11 @@ def _rows_FetchResponse_v4(v, throttle_time_ms_1, error_code_1, session_id_1, re
                 buf += _pi16(len(x))
                 buf += x
             x = partitions_2
-            if x is None:
-                raise _null_field('FetchResponse.FetchableTopicResponse', 'partitions', v)
+            if not x:
+                if x is None:
+                    raise _null_field('FetchResponse.FetchableTopicResponse', 'partitions', v)
+                else:
+                    buf += b'\x00\x00\x00\x00'
             else:
                 buf += _pi32(len(x))
                 for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
@@ -2195,8 +2213,11 @@ def _rows_FetchResponse_v4(v, throttle_time_ms_1, error_code_1, session_id_1, re
                     if not ((snapshot_id_3 is None or (snapshot_id_3[0] == -1 and snapshot_id_3[1] == -1))):
                         raise _absent_field('FetchResponse.PartitionData', 'snapshot_id', v)
                     x = aborted_transactions_3
-                    if x is None:
-                        buf += b'\xff\xff\xff\xff'
+                    if not x:
+                        if x is None:
+                            buf += b'\xff\xff\xff\xff'
+                        else:
+                            buf += b'\x00\x00\x00\x00'
                     else:
                         buf += _pi32(len(x))
                         for producer_id_4, first_offset_4 in x:
@@ -2228,8 +2249,11 @@ def _rows_FetchResponse_v5(v, throttle_time_ms_1, error_code_1, session_id_1, re
     if not (session_id_1 == 0):
         raise _absent_field('FetchResponse', 'session_id', v)
     x = responses_1
-    if x is None:
-        raise _null_field('FetchResponse', 'responses', v)
+    if not x:
+        if x is None:
+            raise _null_field('FetchResponse', 'responses', v)
+        else:
+            buf += b'\x00\x00\x00\x00'
     else:
         buf += _pi32(len(x))
         for topic_2, topic_id_2, partitions_2 in x:
@@ -2241,8 +2265,11 @@ def _rows_FetchResponse_v5(v, throttle_time_ms_1, error_code_1, session_id_1, re
                 buf += _pi16(len(x))
                 buf += x
             x = partitions_2
-            if x is None:
-                raise _null_field('FetchResponse.FetchableTopicResponse', 'partitions', v)
+            if not x:
+                if x is None:
+                    raise _null_field('FetchResponse.FetchableTopicResponse', 'partitions', v)
+                else:
+                    buf += b'\x00\x00\x00\x00'
             else:
                 buf += _pi32(len(x))
                 for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
@@ -2254,8 +2281,11 @@ def _rows_FetchResponse_v5(v, throttle_time_ms_1, error_code_1, session_id_1, re
                     if not ((snapshot_id_3 is None or (snapshot_id_3[0] == -1 and snapshot_id_3[1] == -1))):
                         raise _absent_field('FetchResponse.PartitionData', 'snapshot_id', v)
                     x = aborted_transactions_3
-                    if x is None:
-                        buf += b'\xff\xff\xff\xff'
+                    if not x:
+                        if x is None:
+                            buf += b'\xff\xff\xff\xff'
+                        else:
+                            buf += b'\x00\x00\x00\x00'
                     else:
                         buf += _pi32(len(x))
                         for producer_id_4, first_offset_4 in x:
@@ -2285,8 +2315,11 @@ def _rows_FetchResponse_v7(v, throttle_time_ms_1, error_code_1, session_id_1, re
     parts = []
     buf += _T9p(throttle_time_ms_1, error_code_1, session_id_1)
     x = responses_1
-    if x is None:
-        raise _null_field('FetchResponse', 'responses', v)
+    if not x:
+        if x is None:
+            raise _null_field('FetchResponse', 'responses', v)
+        else:
+            buf += b'\x00\x00\x00\x00'
     else:
         buf += _pi32(len(x))
         for topic_2, topic_id_2, partitions_2 in x:
@@ -2298,8 +2331,11 @@ def _rows_FetchResponse_v7(v, throttle_time_ms_1, error_code_1, session_id_1, re
                 buf += _pi16(len(x))
                 buf += x
             x = partitions_2
-            if x is None:
-                raise _null_field('FetchResponse.FetchableTopicResponse', 'partitions', v)
+            if not x:
+                if x is None:
+                    raise _null_field('FetchResponse.FetchableTopicResponse', 'partitions', v)
+                else:
+                    buf += b'\x00\x00\x00\x00'
             else:
                 buf += _pi32(len(x))
                 for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
@@ -2311,8 +2347,11 @@ def _rows_FetchResponse_v7(v, throttle_time_ms_1, error_code_1, session_id_1, re
                     if not ((snapshot_id_3 is None or (snapshot_id_3[0] == -1 and snapshot_id_3[1] == -1))):
                         raise _absent_field('FetchResponse.PartitionData', 'snapshot_id', v)
                     x = aborted_transactions_3
-                    if x is None:
-                        buf += b'\xff\xff\xff\xff'
+                    if not x:
+                        if x is None:
+                            buf += b'\xff\xff\xff\xff'
+                        else:
+                            buf += b'\x00\x00\x00\x00'
                     else:
                         buf += _pi32(len(x))
                         for producer_id_4, first_offset_4 in x:
@@ -2342,8 +2381,11 @@ def _rows_FetchResponse_v11(v, throttle_time_ms_1, error_code_1, session_id_1, r
     parts = []
     buf += _T9p(throttle_time_ms_1, error_code_1, session_id_1)
     x = responses_1
-    if x is None:
-        raise _null_field('FetchResponse', 'responses', v)
+    if not x:
+        if x is None:
+            raise _null_field('FetchResponse', 'responses', v)
+        else:
+            buf += b'\x00\x00\x00\x00'
     else:
         buf += _pi32(len(x))
         for topic_2, topic_id_2, partitions_2 in x:
@@ -2355,8 +2397,11 @@ def _rows_FetchResponse_v11(v, throttle_time_ms_1, error_code_1, session_id_1, r
                 buf += _pi16(len(x))
                 buf += x
             x = partitions_2
-            if x is None:
-                raise _null_field('FetchResponse.FetchableTopicResponse', 'partitions', v)
+            if not x:
+                if x is None:
+                    raise _null_field('FetchResponse.FetchableTopicResponse', 'partitions', v)
+                else:
+                    buf += b'\x00\x00\x00\x00'
             else:
                 buf += _pi32(len(x))
                 for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
@@ -2368,8 +2413,11 @@ def _rows_FetchResponse_v11(v, throttle_time_ms_1, error_code_1, session_id_1, r
                     if not ((snapshot_id_3 is None or (snapshot_id_3[0] == -1 and snapshot_id_3[1] == -1))):
                         raise _absent_field('FetchResponse.PartitionData', 'snapshot_id', v)
                     x = aborted_transactions_3
-                    if x is None:
-                        buf += b'\xff\xff\xff\xff'
+                    if not x:
+                        if x is None:
+                            buf += b'\xff\xff\xff\xff'
+                        else:
+                            buf += b'\x00\x00\x00\x00'
                     else:
                         buf += _pi32(len(x))
                         for producer_id_4, first_offset_4 in x:
@@ -2398,8 +2446,11 @@ def _rows_FetchResponse_v12(v, throttle_time_ms_1, error_code_1, session_id_1, r
     parts = []
     buf += _T9p(throttle_time_ms_1, error_code_1, session_id_1)
     x = responses_1
-    if x is None:
-        raise _null_field('FetchResponse', 'responses', v)
+    if not x:
+        if x is None:
+            raise _null_field('FetchResponse', 'responses', v)
+        else:
+            buf += b'\x01'
     else:
         n = len(x) + 1
         if n < 128:
@@ -2419,8 +2470,11 @@ def _rows_FetchResponse_v12(v, throttle_time_ms_1, error_code_1, session_id_1, r
                     buf += _wuv(n)
                 buf += x
             x = partitions_2
-            if x is None:
-                raise _null_field('FetchResponse.FetchableTopicResponse', 'partitions', v)
+            if not x:
+                if x is None:
+                    raise _null_field('FetchResponse.FetchableTopicResponse', 'partitions', v)
+                else:
+                    buf += b'\x01'
             else:
                 n = len(x) + 1
                 if n < 128:
@@ -2430,8 +2484,11 @@ def _rows_FetchResponse_v12(v, throttle_time_ms_1, error_code_1, session_id_1, r
                 for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
                     buf += _T11p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
                     x = aborted_transactions_3
-                    if x is None:
-                        buf += b'\x00'
+                    if not x:
+                        if x is None:
+                            buf += b'\x00'
+                        else:
+                            buf += b'\x01'
                     else:
                         n = len(x) + 1
                         if n < 128:
@@ -2504,8 +2561,11 @@ def _rows_FetchResponse_v13(v, throttle_time_ms_1, error_code_1, session_id_1, r
     parts = []
     buf += _T9p(throttle_time_ms_1, error_code_1, session_id_1)
     x = responses_1
-    if x is None:
-        raise _null_field('FetchResponse', 'responses', v)
+    if not x:
+        if x is None:
+            raise _null_field('FetchResponse', 'responses', v)
+        else:
+            buf += b'\x01'
     else:
         n = len(x) + 1
         if n < 128:
@@ -2515,8 +2575,11 @@ def _rows_FetchResponse_v13(v, throttle_time_ms_1, error_code_1, session_id_1, r
         for topic_2, topic_id_2, partitions_2 in x:
             buf += _T5p(topic_id_2)
             x = partitions_2
-            if x is None:
-                raise _null_field('FetchResponse.FetchableTopicResponse', 'partitions', v)
+            if not x:
+                if x is None:
+                    raise _null_field('FetchResponse.FetchableTopicResponse', 'partitions', v)
+                else:
+                    buf += b'\x01'
             else:
                 n = len(x) + 1
                 if n < 128:
@@ -2526,8 +2589,11 @@ def _rows_FetchResponse_v13(v, throttle_time_ms_1, error_code_1, session_id_1, r
                 for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
                     buf += _T11p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
                     x = aborted_transactions_3
-                    if x is None:
-                        buf += b'\x00'
+                    if not x:
+                        if x is None:
+                            buf += b'\x00'
+                        else:
+                            buf += b'\x01'
                     else:
                         n = len(x) + 1
                         if n < 128:
@@ -2600,8 +2666,11 @@ def _rows_FetchResponse_v16(v, throttle_time_ms_1, error_code_1, session_id_1, r
     parts = []
     buf += _T9p(throttle_time_ms_1, error_code_1, session_id_1)
     x = responses_1
-    if x is None:
-        raise _null_field('FetchResponse', 'responses', v)
+    if not x:
+        if x is None:
+            raise _null_field('FetchResponse', 'responses', v)
+        else:
+            buf += b'\x01'
     else:
         n = len(x) + 1
         if n < 128:
@@ -2611,8 +2680,11 @@ def _rows_FetchResponse_v16(v, throttle_time_ms_1, error_code_1, session_id_1, r
         for topic_2, topic_id_2, partitions_2 in x:
             buf += _T5p(topic_id_2)
             x = partitions_2
-            if x is None:
-                raise _null_field('FetchResponse.FetchableTopicResponse', 'partitions', v)
+            if not x:
+                if x is None:
+                    raise _null_field('FetchResponse.FetchableTopicResponse', 'partitions', v)
+                else:
+                    buf += b'\x01'
             else:
                 n = len(x) + 1
                 if n < 128:
@@ -2622,8 +2694,11 @@ def _rows_FetchResponse_v16(v, throttle_time_ms_1, error_code_1, session_id_1, r
                 for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
                     buf += _T11p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
                     x = aborted_transactions_3
-                    if x is None:
-                        buf += b'\x00'
+                    if not x:
+                        if x is None:
+                            buf += b'\x00'
+                        else:
+                            buf += b'\x01'
                     else:
                         n = len(x) + 1
                         if n < 128:
@@ -2690,8 +2765,11 @@ def _rows_FetchResponse_v16(v, throttle_time_ms_1, error_code_1, session_id_1, r
         if not ((node_endpoints_1 is not None and len(node_endpoints_1) == 0)):
             t_1 = bytearray()
             x = node_endpoints_1
-            if x is None:
-                raise _null_field('FetchResponse', 'node_endpoints', v)
+            if not x:
+                if x is None:
+                    raise _null_field('FetchResponse', 'node_endpoints', v)
+                else:
+                    t_1 += b'\x01'
             else:
                 n = len(x) + 1
                 if n < 128:

@@ -1438,8 +1438,11 @@ def _rows_ProduceResponse_v0(v, responses_1, throttle_time_ms_1, node_endpoints_
     buf = bytearray()
     parts = []
     x = responses_1
-    if x is None:
-        raise _null_field('ProduceResponse', 'responses', v)
+    if not x:
+        if x is None:
+            raise _null_field('ProduceResponse', 'responses', v)
+        else:
+            buf += b'\x00\x00\x00\x00'
     else:
         buf += _pi32(len(x))
         for name_2, partition_responses_2 in x:
@@ -1451,8 +1454,11 @@ def _rows_ProduceResponse_v0(v, responses_1, throttle_time_ms_1, node_endpoints_
                 buf += _pi16(len(x))
                 buf += x
             x = partition_responses_2
-            if x is None:
-                raise _null_field('ProduceResponse.TopicProduceResponse', 'partition_responses', v)
+            if not x:
+                if x is None:
+                    raise _null_field('ProduceResponse.TopicProduceResponse', 'partition_responses', v)
+                else:
+                    buf += b'\x00\x00\x00\x00'
             else:
                 buf += _pi32(len(x))
                 for index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, record_errors_3, error_message_3, current_leader_3 in x:
@@ -1470,8 +1476,11 @@ def _rows_ProduceResponse_v1(v, responses_1, throttle_time_ms_1, node_endpoints_
     buf = bytearray()
     parts = []
     x = responses_1
-    if x is None:
-        raise _null_field('ProduceResponse', 'responses', v)
+    if not x:
+        if x is None:
+            raise _null_field('ProduceResponse', 'responses', v)
+        else:
+            buf += b'\x00\x00\x00\x00'
     else:
         buf += _pi32(len(x))
         for name_2, partition_responses_2 in x:
@@ -1483,8 +1492,11 @@ def _rows_ProduceResponse_v1(v, responses_1, throttle_time_ms_1, node_endpoints_
                 buf += _pi16(len(x))
                 buf += x
             x = partition_responses_2
-            if x is None:
-                raise _null_field('ProduceResponse.TopicProduceResponse', 'partition_responses', v)
+            if not x:
+                if x is None:
+                    raise _null_field('ProduceResponse.TopicProduceResponse', 'partition_responses', v)
+                else:
+                    buf += b'\x00\x00\x00\x00'
             else:
                 buf += _pi32(len(x))
                 for index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, record_errors_3, error_message_3, current_leader_3 in x:
@@ -1503,8 +1515,11 @@ def _rows_ProduceResponse_v2(v, responses_1, throttle_time_ms_1, node_endpoints_
     buf = bytearray()
     parts = []
     x = responses_1
-    if x is None:
-        raise _null_field('ProduceResponse', 'responses', v)
+    if not x:
+        if x is None:
+            raise _null_field('ProduceResponse', 'responses', v)
+        else:
+            buf += b'\x00\x00\x00\x00'
     else:
         buf += _pi32(len(x))
         for name_2, partition_responses_2 in x:
@@ -1516,8 +1531,11 @@ def _rows_ProduceResponse_v2(v, responses_1, throttle_time_ms_1, node_endpoints_
                 buf += _pi16(len(x))
                 buf += x
             x = partition_responses_2
-            if x is None:
-                raise _null_field('ProduceResponse.TopicProduceResponse', 'partition_responses', v)
+            if not x:
+                if x is None:
+                    raise _null_field('ProduceResponse.TopicProduceResponse', 'partition_responses', v)
+                else:
+                    buf += b'\x00\x00\x00\x00'
             else:
                 buf += _pi32(len(x))
                 for index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, record_errors_3, error_message_3, current_leader_3 in x:
@@ -1536,8 +1554,11 @@ def _rows_ProduceResponse_v5(v, responses_1, throttle_time_ms_1, node_endpoints_
     buf = bytearray()
     parts = []
     x = responses_1
-    if x is None:
-        raise _null_field('ProduceResponse', 'responses', v)
+    if not x:
+        if x is None:
+            raise _null_field('ProduceResponse', 'responses', v)
+        else:
+            buf += b'\x00\x00\x00\x00'
     else:
         buf += _pi32(len(x))
         for name_2, partition_responses_2 in x:
@@ -1549,8 +1570,11 @@ def _rows_ProduceResponse_v5(v, responses_1, throttle_time_ms_1, node_endpoints_
                 buf += _pi16(len(x))
                 buf += x
             x = partition_responses_2
-            if x is None:
-                raise _null_field('ProduceResponse.TopicProduceResponse', 'partition_responses', v)
+            if not x:
+                if x is None:
+                    raise _null_field('ProduceResponse.TopicProduceResponse', 'partition_responses', v)
+                else:
+                    buf += b'\x00\x00\x00\x00'
             else:
                 buf += _pi32(len(x))
                 for index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, record_errors_3, error_message_3, current_leader_3 in x:
@@ -1569,8 +1593,11 @@ def _rows_ProduceResponse_v8(v, responses_1, throttle_time_ms_1, node_endpoints_
     buf = bytearray()
     parts = []
     x = responses_1
-    if x is None:
-        raise _null_field('ProduceResponse', 'responses', v)
+    if not x:
+        if x is None:
+            raise _null_field('ProduceResponse', 'responses', v)
+        else:
+            buf += b'\x00\x00\x00\x00'
     else:
         buf += _pi32(len(x))
         for name_2, partition_responses_2 in x:
@@ -1582,15 +1609,21 @@ def _rows_ProduceResponse_v8(v, responses_1, throttle_time_ms_1, node_endpoints_
                 buf += _pi16(len(x))
                 buf += x
             x = partition_responses_2
-            if x is None:
-                raise _null_field('ProduceResponse.TopicProduceResponse', 'partition_responses', v)
+            if not x:
+                if x is None:
+                    raise _null_field('ProduceResponse.TopicProduceResponse', 'partition_responses', v)
+                else:
+                    buf += b'\x00\x00\x00\x00'
             else:
                 buf += _pi32(len(x))
                 for index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, record_errors_3, error_message_3, current_leader_3 in x:
                     buf += _T4p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3)
                     x = record_errors_3
-                    if x is None:
-                        raise _null_field('ProduceResponse.PartitionProduceResponse', 'record_errors', v)
+                    if not x:
+                        if x is None:
+                            raise _null_field('ProduceResponse.PartitionProduceResponse', 'record_errors', v)
+                        else:
+                            buf += b'\x00\x00\x00\x00'
                     else:
                         buf += _pi32(len(x))
                         for batch_index_4, batch_index_error_message_4 in x:
@@ -1623,8 +1656,11 @@ def _rows_ProduceResponse_v9(v, responses_1, throttle_time_ms_1, node_endpoints_
     buf = bytearray()
     parts = []
     x = responses_1
-    if x is None:
-        raise _null_field('ProduceResponse', 'responses', v)
+    if not x:
+        if x is None:
+            raise _null_field('ProduceResponse', 'responses', v)
+        else:
+            buf += b'\x01'
     else:
         n = len(x) + 1
         if n < 128:
@@ -1644,8 +1680,11 @@ def _rows_ProduceResponse_v9(v, responses_1, throttle_time_ms_1, node_endpoints_
                     buf += _wuv(n)
                 buf += x
             x = partition_responses_2
-            if x is None:
-                raise _null_field('ProduceResponse.TopicProduceResponse', 'partition_responses', v)
+            if not x:
+                if x is None:
+                    raise _null_field('ProduceResponse.TopicProduceResponse', 'partition_responses', v)
+                else:
+                    buf += b'\x01'
             else:
                 n = len(x) + 1
                 if n < 128:
@@ -1655,8 +1694,11 @@ def _rows_ProduceResponse_v9(v, responses_1, throttle_time_ms_1, node_endpoints_
                 for index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, record_errors_3, error_message_3, current_leader_3 in x:
                     buf += _T4p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3)
                     x = record_errors_3
-                    if x is None:
-                        raise _null_field('ProduceResponse.PartitionProduceResponse', 'record_errors', v)
+                    if not x:
+                        if x is None:
+                            raise _null_field('ProduceResponse.PartitionProduceResponse', 'record_errors', v)
+                        else:
+                            buf += b'\x01'
                     else:
                         n = len(x) + 1
                         if n < 128:
@@ -1705,8 +1747,11 @@ def _rows_ProduceResponse_v10(v, responses_1, throttle_time_ms_1, node_endpoints
     buf = bytearray()
     parts = []
     x = responses_1
-    if x is None:
-        raise _null_field('ProduceResponse', 'responses', v)
+    if not x:
+        if x is None:
+            raise _null_field('ProduceResponse', 'responses', v)
+        else:
+            buf += b'\x01'
     else:
         n = len(x) + 1
         if n < 128:
@@ -1726,8 +1771,11 @@ def _rows_ProduceResponse_v10(v, responses_1, throttle_time_ms_1, node_endpoints
                     buf += _wuv(n)
                 buf += x
             x = partition_responses_2
-            if x is None:
-                raise _null_field('ProduceResponse.TopicProduceResponse', 'partition_responses', v)
+            if not x:
+                if x is None:
+                    raise _null_field('ProduceResponse.TopicProduceResponse', 'partition_responses', v)
+                else:
+                    buf += b'\x01'
             else:
                 n = len(x) + 1
                 if n < 128:
@@ -1737,8 +1785,11 @@ def _rows_ProduceResponse_v10(v, responses_1, throttle_time_ms_1, node_endpoints
                 for index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, record_errors_3, error_message_3, current_leader_3 in x:
                     buf += _T4p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3)
                     x = record_errors_3
-                    if x is None:
-                        raise _null_field('ProduceResponse.PartitionProduceResponse', 'record_errors', v)
+                    if not x:
+                        if x is None:
+                            raise _null_field('ProduceResponse.PartitionProduceResponse', 'record_errors', v)
+                        else:
+                            buf += b'\x01'
                     else:
                         n = len(x) + 1
                         if n < 128:
@@ -1792,8 +1843,11 @@ def _rows_ProduceResponse_v10(v, responses_1, throttle_time_ms_1, node_endpoints
         if not ((node_endpoints_1 is not None and len(node_endpoints_1) == 0)):
             t_1 = bytearray()
             x = node_endpoints_1
-            if x is None:
-                raise _null_field('ProduceResponse', 'node_endpoints', v)
+            if not x:
+                if x is None:
+                    raise _null_field('ProduceResponse', 'node_endpoints', v)
+                else:
+                    t_1 += b'\x01'
             else:
                 n = len(x) + 1
                 if n < 128:
