@@ -124,7 +124,14 @@ class InProcessBroker:
     def stop(self):
         if self.waker is not None:
             self.waker.sock.close()
-        self.service.stopService()
+        # the service tree stops child by child, each after the last one's Deferred fired (the
+        # listeners' ports close on the reactor): iterate until it has, or the thread pool,
+        # stopped last, keeps the interpreter from exiting (under valgrind it had started a thread)
+        d = self.service.stopService()
+        for _ in range(500):
+            if d is None or d.called:
+                break
+            self.reactor.iterate(0.01)
         self.sock.close()
         shutil.rmtree(self.dir, True)
 
