@@ -814,7 +814,7 @@ def row_is_default_src(f, expr):
     if f.is_array:
         if f.raw_default == "null":
             return "%s is None" % expr
-        return "(%s is not None and len(%s) == 0)" % (expr, expr)
+        return "(%s is not None and not %s)" % (expr, expr)
     if f.struct:
         assert f.default_src() != "None", (f.name, "a nullable struct defaulting to null has no row form")
         terms = [row_is_default_src(sub, "%s[%d]" % (expr, i)) for i, sub in enumerate(f.struct.fields)]
@@ -864,9 +864,21 @@ class RowGen:
         em, v = self.em, self.v
         fields = sd.fields
         qual = "%s.%s" % (self.msg.name, sd.name) if sd.parent is not None else sd.name
+        k, tail_bytes = self.default_tail(fields)
+        tail_test = None
+        if k is not None:
+            # the struct's end (variable fields after its last fixed run, absent fields, the
+            # tagged fields) all at their defaults, the common case: one test, constant bytes
+            terms = [row_is_default_src(f, n) for f, n in zip(fields[k:], names[k:])
+                     if not (_has(f.regular, v) or _has(f.tagged, v)) and not f.ignorable]
+            terms += [row_is_default_src(f, n) for f, n in zip(fields[k:], names[k:]) if _has(f.regular, v)]
+            terms += [row_is_default_src(f, n) for f, n in zip(fields, names) if _has(f.tagged, v)]
+            tail_test = " and ".join(terms) or "True"
         i = 0
         while i < len(fields):
             f = fields[i]
+            if i == k:
+                break
             if _has(f.regular, v):
                 j = i
                 while (j < len(fields) and _has(fields[j].regular, v) and fields[j].base in FIXED
@@ -874,7 +886,18 @@ class RowGen:
                     j += 1
                 if j > i:
                     fmt = ">" + "".join(FIXED[x.base][0] for x in fields[i:j])
-                    em("%s += %sp(%s)" % (buf, em.struct(fmt), ", ".join(names[i:j])))
+                    args = ", ".join(names[i:j])
+                    if j == k:  # the tail's constant bytes go in the same pack
+                        em("if %s:" % tail_test)
+                        em("    %s += %sp(%s, %r)" % (buf, em.struct(fmt + "%ds" % len(tail_bytes)), args,
+                                                     tail_bytes))
+                        em("else:")
+                        em.ind += 1
+                        em("%s += %sp(%s)" % (buf, em.struct(fmt), args))
+                        self.write_tail(sd, names, k, buf, parts, qual)
+                        em.ind -= 1
+                        return
+                    em("%s += %sp(%s)" % (buf, em.struct(fmt), args))
                     i = j
                     continue
                 self.write_value(f, names[i], buf, parts, qual)
@@ -882,6 +905,66 @@ class RowGen:
                 em("if not (%s):" % row_is_default_src(f, names[i]))
                 em("    raise _absent_field(%r, %r, v)" % (qual, f.attr))
             i += 1
+        if k is None:
+            self.write_tail(sd, names, len(fields), buf, parts, qual)
+            return
+        em("if %s:" % tail_test)
+        em("    %s += %r" % (buf, tail_bytes))
+        em("else:")
+        em.ind += 1
+        self.write_tail(sd, names, k, buf, parts, qual)
+        em.ind -= 1
+
+    def default_tail(self, fields):
+        """``(k, bytes)``: ``fields[k:]`` hold no fixed-width, struct or records field present
+        at this version, ``fields[k - 1]`` is fixed-width, and the encoding of every field from
+        ``k`` and every tagged field at its default is ``bytes``; else ``(None, None)``."""
+        v = self.v
+        k = len(fields)
+        while k > 0:
+            f = fields[k - 1]
+            if _has(f.regular, v):
+                if (f.struct and not f.is_array) or f.type == "records" or (f.base in FIXED and not f.is_array):
+                    break
+                if f.raw_default == "null" and not _has(f.nullable, v):
+                    break
+            k -= 1
+        if k == 0 or fields[k - 1].base not in FIXED or fields[k - 1].is_array:
+            return None, None  # only worth a test when the bytes join a fixed run's pack
+        out = b""
+        for f in fields[k:]:
+            if not _has(f.regular, v):
+                continue
+            fflex = self.fflex(f)
+            if f.raw_default == "null":
+                out += b"\x00" if fflex else (b"\xff\xff" if f.type == "string" else b"\xff\xff\xff\xff")
+            elif f.is_array or f.type == "bytes":
+                out += b"\x01" if fflex else b"\x00\x00\x00\x00"
+            else:  # a string: the default's bytes
+                d = (f.raw_default or "").encode("utf-8")
+                if fflex:
+                    if len(d) + 1 >= 128:
+                        return None, None
+                    out += bytes([len(d) + 1]) + d
+                else:
+                    out += len(d).to_bytes(2, "big") + d
+        if self.flex:
+            out += b"\x00"
+        if not out:
+            return None, None
+        return k, out
+
+    def write_tail(self, sd, names, k, buf, parts, qual):
+        """The fields from ``k`` on and the tagged fields, each written as it is."""
+        em, v = self.em, self.v
+        fields = sd.fields
+        for i in range(k, len(fields)):
+            f = fields[i]
+            if _has(f.regular, v):
+                self.write_value(f, names[i], buf, parts, qual)
+            elif not _has(f.versions, v) and not f.ignorable:
+                em("if not (%s):" % row_is_default_src(f, names[i]))
+                em("    raise _absent_field(%r, %r, v)" % (qual, f.attr))
         if not self.flex:
             return
         tagged = sorted([(f, n) for f, n in zip(fields, names) if _has(f.tagged, v)], key=lambda p: p[0].tag)

@@ -69,8 +69,26 @@ _T12u = _struct.Struct('>qi').unpack_from
 _T12p = _struct.Struct('>qi').pack
 _T13u = _struct.Struct('>qq').unpack_from
 _T13p = _struct.Struct('>qq').pack
-_T14u = _struct.Struct('>ihqq').unpack_from
-_T14p = _struct.Struct('>ihqq').pack
+_T14u = _struct.Struct('>i4s').unpack_from
+_T14p = _struct.Struct('>i4s').pack
+_T15u = _struct.Struct('>ihqq').unpack_from
+_T15p = _struct.Struct('>ihqq').pack
+_T16u = _struct.Struct('>ihi4s').unpack_from
+_T16p = _struct.Struct('>ihi4s').pack
+_T17u = _struct.Struct('>ihi2s').unpack_from
+_T17p = _struct.Struct('>ihi2s').pack
+_T18u = _struct.Struct('>qq1s').unpack_from
+_T18p = _struct.Struct('>qq1s').pack
+_T19u = _struct.Struct('>iq1s').unpack_from
+_T19p = _struct.Struct('>iq1s').pack
+_T20u = _struct.Struct('>ii1s').unpack_from
+_T20p = _struct.Struct('>ii1s').pack
+_T21u = _struct.Struct('>qi1s').unpack_from
+_T21p = _struct.Struct('>qi1s').pack
+_T22u = _struct.Struct('>16s2s').unpack_from
+_T22p = _struct.Struct('>16s2s').pack
+_T23u = _struct.Struct('>i2s').unpack_from
+_T23p = _struct.Struct('>i2s').pack
 
 
 class FetchRequest(_Struct):
@@ -2109,7 +2127,7 @@ def _rows_FetchResponse_v0(v, throttle_time_ms_1, error_code_1, session_id_1, re
                     else:
                         buf += _pi32(_records_size(x))
                         _emit_records(buf, parts, x)
-    if not ((node_endpoints_1 is not None and len(node_endpoints_1) == 0)):
+    if not ((node_endpoints_1 is not None and not node_endpoints_1)):
         raise _absent_field('FetchResponse', 'node_endpoints', v)
     if buf or not parts:
         parts.append(bytes(buf))
@@ -2119,56 +2137,59 @@ def _rows_FetchResponse_v0(v, throttle_time_ms_1, error_code_1, session_id_1, re
 def _rows_FetchResponse_v1(v, throttle_time_ms_1, error_code_1, session_id_1, responses_1, node_endpoints_1):
     buf = bytearray()
     parts = []
-    buf += _T0p(throttle_time_ms_1)
-    if not (session_id_1 == 0):
-        raise _absent_field('FetchResponse', 'session_id', v)
-    x = responses_1
-    if not x:
-        if x is None:
-            raise _null_field('FetchResponse', 'responses', v)
-        else:
-            buf += b'\x00\x00\x00\x00'
+    if session_id_1 == 0 and (node_endpoints_1 is not None and not node_endpoints_1) and (responses_1 is not None and not responses_1):
+        buf += _T14p(throttle_time_ms_1, b'\x00\x00\x00\x00')
     else:
-        buf += _pi32(len(x))
-        for topic_2, topic_id_2, partitions_2 in x:
-            x = topic_2
+        buf += _T0p(throttle_time_ms_1)
+        if not (session_id_1 == 0):
+            raise _absent_field('FetchResponse', 'session_id', v)
+        x = responses_1
+        if not x:
             if x is None:
-                raise _null_field('FetchResponse.FetchableTopicResponse', 'topic', v)
+                raise _null_field('FetchResponse', 'responses', v)
             else:
-                x = x.encode('utf-8')
-                buf += _pi16(len(x))
-                buf += x
-            x = partitions_2
-            if not x:
+                buf += b'\x00\x00\x00\x00'
+        else:
+            buf += _pi32(len(x))
+            for topic_2, topic_id_2, partitions_2 in x:
+                x = topic_2
                 if x is None:
-                    raise _null_field('FetchResponse.FetchableTopicResponse', 'partitions', v)
+                    raise _null_field('FetchResponse.FetchableTopicResponse', 'topic', v)
                 else:
-                    buf += b'\x00\x00\x00\x00'
-            else:
-                buf += _pi32(len(x))
-                for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
-                    buf += _T10p(partition_index_3, error_code_3, high_watermark_3)
-                    if not ((diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1))):
-                        raise _absent_field('FetchResponse.PartitionData', 'diverging_epoch', v)
-                    if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
-                        raise _absent_field('FetchResponse.PartitionData', 'current_leader', v)
-                    if not ((snapshot_id_3 is None or (snapshot_id_3[0] == -1 and snapshot_id_3[1] == -1))):
-                        raise _absent_field('FetchResponse.PartitionData', 'snapshot_id', v)
-                    if not (preferred_read_replica_3 == -1):
-                        raise _absent_field('FetchResponse.PartitionData', 'preferred_read_replica', v)
-                    x = records_3
+                    x = x.encode('utf-8')
+                    buf += _pi16(len(x))
+                    buf += x
+                x = partitions_2
+                if not x:
                     if x is None:
-                        buf += b'\xff\xff\xff\xff'
-                    elif type(x) is _FileRegion:
-                        buf += _pi32(x.count)
-                        parts.append(bytes(buf))
-                        del buf[:]
-                        parts.append(x)
+                        raise _null_field('FetchResponse.FetchableTopicResponse', 'partitions', v)
                     else:
-                        buf += _pi32(_records_size(x))
-                        _emit_records(buf, parts, x)
-    if not ((node_endpoints_1 is not None and len(node_endpoints_1) == 0)):
-        raise _absent_field('FetchResponse', 'node_endpoints', v)
+                        buf += b'\x00\x00\x00\x00'
+                else:
+                    buf += _pi32(len(x))
+                    for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
+                        buf += _T10p(partition_index_3, error_code_3, high_watermark_3)
+                        if not ((diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1))):
+                            raise _absent_field('FetchResponse.PartitionData', 'diverging_epoch', v)
+                        if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
+                            raise _absent_field('FetchResponse.PartitionData', 'current_leader', v)
+                        if not ((snapshot_id_3 is None or (snapshot_id_3[0] == -1 and snapshot_id_3[1] == -1))):
+                            raise _absent_field('FetchResponse.PartitionData', 'snapshot_id', v)
+                        if not (preferred_read_replica_3 == -1):
+                            raise _absent_field('FetchResponse.PartitionData', 'preferred_read_replica', v)
+                        x = records_3
+                        if x is None:
+                            buf += b'\xff\xff\xff\xff'
+                        elif type(x) is _FileRegion:
+                            buf += _pi32(x.count)
+                            parts.append(bytes(buf))
+                            del buf[:]
+                            parts.append(x)
+                        else:
+                            buf += _pi32(_records_size(x))
+                            _emit_records(buf, parts, x)
+        if not ((node_endpoints_1 is not None and not node_endpoints_1)):
+            raise _absent_field('FetchResponse', 'node_endpoints', v)
     if buf or not parts:
         parts.append(bytes(buf))
     return parts
@@ -2177,66 +2198,69 @@ def _rows_FetchResponse_v1(v, throttle_time_ms_1, error_code_1, session_id_1, re
 def _rows_FetchResponse_v4(v, throttle_time_ms_1, error_code_1, session_id_1, responses_1, node_endpoints_1):
     buf = bytearray()
     parts = []
-    buf += _T0p(throttle_time_ms_1)
-    if not (session_id_1 == 0):
-        raise _absent_field('FetchResponse', 'session_id', v)
-    x = responses_1
-    if not x:
-        if x is None:
-            raise _null_field('FetchResponse', 'responses', v)
-        else:
-            buf += b'\x00\x00\x00\x00'
+    if session_id_1 == 0 and (node_endpoints_1 is not None and not node_endpoints_1) and (responses_1 is not None and not responses_1):
+        buf += _T14p(throttle_time_ms_1, b'\x00\x00\x00\x00')
     else:
-        buf += _pi32(len(x))
-        for topic_2, topic_id_2, partitions_2 in x:
-            x = topic_2
+        buf += _T0p(throttle_time_ms_1)
+        if not (session_id_1 == 0):
+            raise _absent_field('FetchResponse', 'session_id', v)
+        x = responses_1
+        if not x:
             if x is None:
-                raise _null_field('FetchResponse.FetchableTopicResponse', 'topic', v)
+                raise _null_field('FetchResponse', 'responses', v)
             else:
-                x = x.encode('utf-8')
-                buf += _pi16(len(x))
-                buf += x
-            x = partitions_2
-            if not x:
+                buf += b'\x00\x00\x00\x00'
+        else:
+            buf += _pi32(len(x))
+            for topic_2, topic_id_2, partitions_2 in x:
+                x = topic_2
                 if x is None:
-                    raise _null_field('FetchResponse.FetchableTopicResponse', 'partitions', v)
+                    raise _null_field('FetchResponse.FetchableTopicResponse', 'topic', v)
                 else:
-                    buf += b'\x00\x00\x00\x00'
-            else:
-                buf += _pi32(len(x))
-                for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
-                    buf += _T14p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3)
-                    if not ((diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1))):
-                        raise _absent_field('FetchResponse.PartitionData', 'diverging_epoch', v)
-                    if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
-                        raise _absent_field('FetchResponse.PartitionData', 'current_leader', v)
-                    if not ((snapshot_id_3 is None or (snapshot_id_3[0] == -1 and snapshot_id_3[1] == -1))):
-                        raise _absent_field('FetchResponse.PartitionData', 'snapshot_id', v)
-                    x = aborted_transactions_3
-                    if not x:
+                    x = x.encode('utf-8')
+                    buf += _pi16(len(x))
+                    buf += x
+                x = partitions_2
+                if not x:
+                    if x is None:
+                        raise _null_field('FetchResponse.FetchableTopicResponse', 'partitions', v)
+                    else:
+                        buf += b'\x00\x00\x00\x00'
+                else:
+                    buf += _pi32(len(x))
+                    for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
+                        buf += _T15p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3)
+                        if not ((diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1))):
+                            raise _absent_field('FetchResponse.PartitionData', 'diverging_epoch', v)
+                        if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
+                            raise _absent_field('FetchResponse.PartitionData', 'current_leader', v)
+                        if not ((snapshot_id_3 is None or (snapshot_id_3[0] == -1 and snapshot_id_3[1] == -1))):
+                            raise _absent_field('FetchResponse.PartitionData', 'snapshot_id', v)
+                        x = aborted_transactions_3
+                        if not x:
+                            if x is None:
+                                buf += b'\xff\xff\xff\xff'
+                            else:
+                                buf += b'\x00\x00\x00\x00'
+                        else:
+                            buf += _pi32(len(x))
+                            for producer_id_4, first_offset_4 in x:
+                                buf += _T13p(producer_id_4, first_offset_4)
+                        if not (preferred_read_replica_3 == -1):
+                            raise _absent_field('FetchResponse.PartitionData', 'preferred_read_replica', v)
+                        x = records_3
                         if x is None:
                             buf += b'\xff\xff\xff\xff'
+                        elif type(x) is _FileRegion:
+                            buf += _pi32(x.count)
+                            parts.append(bytes(buf))
+                            del buf[:]
+                            parts.append(x)
                         else:
-                            buf += b'\x00\x00\x00\x00'
-                    else:
-                        buf += _pi32(len(x))
-                        for producer_id_4, first_offset_4 in x:
-                            buf += _T13p(producer_id_4, first_offset_4)
-                    if not (preferred_read_replica_3 == -1):
-                        raise _absent_field('FetchResponse.PartitionData', 'preferred_read_replica', v)
-                    x = records_3
-                    if x is None:
-                        buf += b'\xff\xff\xff\xff'
-                    elif type(x) is _FileRegion:
-                        buf += _pi32(x.count)
-                        parts.append(bytes(buf))
-                        del buf[:]
-                        parts.append(x)
-                    else:
-                        buf += _pi32(_records_size(x))
-                        _emit_records(buf, parts, x)
-    if not ((node_endpoints_1 is not None and len(node_endpoints_1) == 0)):
-        raise _absent_field('FetchResponse', 'node_endpoints', v)
+                            buf += _pi32(_records_size(x))
+                            _emit_records(buf, parts, x)
+        if not ((node_endpoints_1 is not None and not node_endpoints_1)):
+            raise _absent_field('FetchResponse', 'node_endpoints', v)
     if buf or not parts:
         parts.append(bytes(buf))
     return parts
@@ -2245,66 +2269,69 @@ def _rows_FetchResponse_v4(v, throttle_time_ms_1, error_code_1, session_id_1, re
 def _rows_FetchResponse_v5(v, throttle_time_ms_1, error_code_1, session_id_1, responses_1, node_endpoints_1):
     buf = bytearray()
     parts = []
-    buf += _T0p(throttle_time_ms_1)
-    if not (session_id_1 == 0):
-        raise _absent_field('FetchResponse', 'session_id', v)
-    x = responses_1
-    if not x:
-        if x is None:
-            raise _null_field('FetchResponse', 'responses', v)
-        else:
-            buf += b'\x00\x00\x00\x00'
+    if session_id_1 == 0 and (node_endpoints_1 is not None and not node_endpoints_1) and (responses_1 is not None and not responses_1):
+        buf += _T14p(throttle_time_ms_1, b'\x00\x00\x00\x00')
     else:
-        buf += _pi32(len(x))
-        for topic_2, topic_id_2, partitions_2 in x:
-            x = topic_2
+        buf += _T0p(throttle_time_ms_1)
+        if not (session_id_1 == 0):
+            raise _absent_field('FetchResponse', 'session_id', v)
+        x = responses_1
+        if not x:
             if x is None:
-                raise _null_field('FetchResponse.FetchableTopicResponse', 'topic', v)
+                raise _null_field('FetchResponse', 'responses', v)
             else:
-                x = x.encode('utf-8')
-                buf += _pi16(len(x))
-                buf += x
-            x = partitions_2
-            if not x:
+                buf += b'\x00\x00\x00\x00'
+        else:
+            buf += _pi32(len(x))
+            for topic_2, topic_id_2, partitions_2 in x:
+                x = topic_2
                 if x is None:
-                    raise _null_field('FetchResponse.FetchableTopicResponse', 'partitions', v)
+                    raise _null_field('FetchResponse.FetchableTopicResponse', 'topic', v)
                 else:
-                    buf += b'\x00\x00\x00\x00'
-            else:
-                buf += _pi32(len(x))
-                for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
-                    buf += _T11p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
-                    if not ((diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1))):
-                        raise _absent_field('FetchResponse.PartitionData', 'diverging_epoch', v)
-                    if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
-                        raise _absent_field('FetchResponse.PartitionData', 'current_leader', v)
-                    if not ((snapshot_id_3 is None or (snapshot_id_3[0] == -1 and snapshot_id_3[1] == -1))):
-                        raise _absent_field('FetchResponse.PartitionData', 'snapshot_id', v)
-                    x = aborted_transactions_3
-                    if not x:
+                    x = x.encode('utf-8')
+                    buf += _pi16(len(x))
+                    buf += x
+                x = partitions_2
+                if not x:
+                    if x is None:
+                        raise _null_field('FetchResponse.FetchableTopicResponse', 'partitions', v)
+                    else:
+                        buf += b'\x00\x00\x00\x00'
+                else:
+                    buf += _pi32(len(x))
+                    for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
+                        buf += _T11p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
+                        if not ((diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1))):
+                            raise _absent_field('FetchResponse.PartitionData', 'diverging_epoch', v)
+                        if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
+                            raise _absent_field('FetchResponse.PartitionData', 'current_leader', v)
+                        if not ((snapshot_id_3 is None or (snapshot_id_3[0] == -1 and snapshot_id_3[1] == -1))):
+                            raise _absent_field('FetchResponse.PartitionData', 'snapshot_id', v)
+                        x = aborted_transactions_3
+                        if not x:
+                            if x is None:
+                                buf += b'\xff\xff\xff\xff'
+                            else:
+                                buf += b'\x00\x00\x00\x00'
+                        else:
+                            buf += _pi32(len(x))
+                            for producer_id_4, first_offset_4 in x:
+                                buf += _T13p(producer_id_4, first_offset_4)
+                        if not (preferred_read_replica_3 == -1):
+                            raise _absent_field('FetchResponse.PartitionData', 'preferred_read_replica', v)
+                        x = records_3
                         if x is None:
                             buf += b'\xff\xff\xff\xff'
+                        elif type(x) is _FileRegion:
+                            buf += _pi32(x.count)
+                            parts.append(bytes(buf))
+                            del buf[:]
+                            parts.append(x)
                         else:
-                            buf += b'\x00\x00\x00\x00'
-                    else:
-                        buf += _pi32(len(x))
-                        for producer_id_4, first_offset_4 in x:
-                            buf += _T13p(producer_id_4, first_offset_4)
-                    if not (preferred_read_replica_3 == -1):
-                        raise _absent_field('FetchResponse.PartitionData', 'preferred_read_replica', v)
-                    x = records_3
-                    if x is None:
-                        buf += b'\xff\xff\xff\xff'
-                    elif type(x) is _FileRegion:
-                        buf += _pi32(x.count)
-                        parts.append(bytes(buf))
-                        del buf[:]
-                        parts.append(x)
-                    else:
-                        buf += _pi32(_records_size(x))
-                        _emit_records(buf, parts, x)
-    if not ((node_endpoints_1 is not None and len(node_endpoints_1) == 0)):
-        raise _absent_field('FetchResponse', 'node_endpoints', v)
+                            buf += _pi32(_records_size(x))
+                            _emit_records(buf, parts, x)
+        if not ((node_endpoints_1 is not None and not node_endpoints_1)):
+            raise _absent_field('FetchResponse', 'node_endpoints', v)
     if buf or not parts:
         parts.append(bytes(buf))
     return parts
@@ -2313,64 +2340,67 @@ def _rows_FetchResponse_v5(v, throttle_time_ms_1, error_code_1, session_id_1, re
 def _rows_FetchResponse_v7(v, throttle_time_ms_1, error_code_1, session_id_1, responses_1, node_endpoints_1):
     buf = bytearray()
     parts = []
-    buf += _T9p(throttle_time_ms_1, error_code_1, session_id_1)
-    x = responses_1
-    if not x:
-        if x is None:
-            raise _null_field('FetchResponse', 'responses', v)
-        else:
-            buf += b'\x00\x00\x00\x00'
+    if (node_endpoints_1 is not None and not node_endpoints_1) and (responses_1 is not None and not responses_1):
+        buf += _T16p(throttle_time_ms_1, error_code_1, session_id_1, b'\x00\x00\x00\x00')
     else:
-        buf += _pi32(len(x))
-        for topic_2, topic_id_2, partitions_2 in x:
-            x = topic_2
+        buf += _T9p(throttle_time_ms_1, error_code_1, session_id_1)
+        x = responses_1
+        if not x:
             if x is None:
-                raise _null_field('FetchResponse.FetchableTopicResponse', 'topic', v)
+                raise _null_field('FetchResponse', 'responses', v)
             else:
-                x = x.encode('utf-8')
-                buf += _pi16(len(x))
-                buf += x
-            x = partitions_2
-            if not x:
+                buf += b'\x00\x00\x00\x00'
+        else:
+            buf += _pi32(len(x))
+            for topic_2, topic_id_2, partitions_2 in x:
+                x = topic_2
                 if x is None:
-                    raise _null_field('FetchResponse.FetchableTopicResponse', 'partitions', v)
+                    raise _null_field('FetchResponse.FetchableTopicResponse', 'topic', v)
                 else:
-                    buf += b'\x00\x00\x00\x00'
-            else:
-                buf += _pi32(len(x))
-                for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
-                    buf += _T11p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
-                    if not ((diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1))):
-                        raise _absent_field('FetchResponse.PartitionData', 'diverging_epoch', v)
-                    if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
-                        raise _absent_field('FetchResponse.PartitionData', 'current_leader', v)
-                    if not ((snapshot_id_3 is None or (snapshot_id_3[0] == -1 and snapshot_id_3[1] == -1))):
-                        raise _absent_field('FetchResponse.PartitionData', 'snapshot_id', v)
-                    x = aborted_transactions_3
-                    if not x:
+                    x = x.encode('utf-8')
+                    buf += _pi16(len(x))
+                    buf += x
+                x = partitions_2
+                if not x:
+                    if x is None:
+                        raise _null_field('FetchResponse.FetchableTopicResponse', 'partitions', v)
+                    else:
+                        buf += b'\x00\x00\x00\x00'
+                else:
+                    buf += _pi32(len(x))
+                    for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
+                        buf += _T11p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
+                        if not ((diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1))):
+                            raise _absent_field('FetchResponse.PartitionData', 'diverging_epoch', v)
+                        if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
+                            raise _absent_field('FetchResponse.PartitionData', 'current_leader', v)
+                        if not ((snapshot_id_3 is None or (snapshot_id_3[0] == -1 and snapshot_id_3[1] == -1))):
+                            raise _absent_field('FetchResponse.PartitionData', 'snapshot_id', v)
+                        x = aborted_transactions_3
+                        if not x:
+                            if x is None:
+                                buf += b'\xff\xff\xff\xff'
+                            else:
+                                buf += b'\x00\x00\x00\x00'
+                        else:
+                            buf += _pi32(len(x))
+                            for producer_id_4, first_offset_4 in x:
+                                buf += _T13p(producer_id_4, first_offset_4)
+                        if not (preferred_read_replica_3 == -1):
+                            raise _absent_field('FetchResponse.PartitionData', 'preferred_read_replica', v)
+                        x = records_3
                         if x is None:
                             buf += b'\xff\xff\xff\xff'
+                        elif type(x) is _FileRegion:
+                            buf += _pi32(x.count)
+                            parts.append(bytes(buf))
+                            del buf[:]
+                            parts.append(x)
                         else:
-                            buf += b'\x00\x00\x00\x00'
-                    else:
-                        buf += _pi32(len(x))
-                        for producer_id_4, first_offset_4 in x:
-                            buf += _T13p(producer_id_4, first_offset_4)
-                    if not (preferred_read_replica_3 == -1):
-                        raise _absent_field('FetchResponse.PartitionData', 'preferred_read_replica', v)
-                    x = records_3
-                    if x is None:
-                        buf += b'\xff\xff\xff\xff'
-                    elif type(x) is _FileRegion:
-                        buf += _pi32(x.count)
-                        parts.append(bytes(buf))
-                        del buf[:]
-                        parts.append(x)
-                    else:
-                        buf += _pi32(_records_size(x))
-                        _emit_records(buf, parts, x)
-    if not ((node_endpoints_1 is not None and len(node_endpoints_1) == 0)):
-        raise _absent_field('FetchResponse', 'node_endpoints', v)
+                            buf += _pi32(_records_size(x))
+                            _emit_records(buf, parts, x)
+        if not ((node_endpoints_1 is not None and not node_endpoints_1)):
+            raise _absent_field('FetchResponse', 'node_endpoints', v)
     if buf or not parts:
         parts.append(bytes(buf))
     return parts
@@ -2379,63 +2409,66 @@ def _rows_FetchResponse_v7(v, throttle_time_ms_1, error_code_1, session_id_1, re
 def _rows_FetchResponse_v11(v, throttle_time_ms_1, error_code_1, session_id_1, responses_1, node_endpoints_1):
     buf = bytearray()
     parts = []
-    buf += _T9p(throttle_time_ms_1, error_code_1, session_id_1)
-    x = responses_1
-    if not x:
-        if x is None:
-            raise _null_field('FetchResponse', 'responses', v)
-        else:
-            buf += b'\x00\x00\x00\x00'
+    if (node_endpoints_1 is not None and not node_endpoints_1) and (responses_1 is not None and not responses_1):
+        buf += _T16p(throttle_time_ms_1, error_code_1, session_id_1, b'\x00\x00\x00\x00')
     else:
-        buf += _pi32(len(x))
-        for topic_2, topic_id_2, partitions_2 in x:
-            x = topic_2
+        buf += _T9p(throttle_time_ms_1, error_code_1, session_id_1)
+        x = responses_1
+        if not x:
             if x is None:
-                raise _null_field('FetchResponse.FetchableTopicResponse', 'topic', v)
+                raise _null_field('FetchResponse', 'responses', v)
             else:
-                x = x.encode('utf-8')
-                buf += _pi16(len(x))
-                buf += x
-            x = partitions_2
-            if not x:
+                buf += b'\x00\x00\x00\x00'
+        else:
+            buf += _pi32(len(x))
+            for topic_2, topic_id_2, partitions_2 in x:
+                x = topic_2
                 if x is None:
-                    raise _null_field('FetchResponse.FetchableTopicResponse', 'partitions', v)
+                    raise _null_field('FetchResponse.FetchableTopicResponse', 'topic', v)
                 else:
-                    buf += b'\x00\x00\x00\x00'
-            else:
-                buf += _pi32(len(x))
-                for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
-                    buf += _T11p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
-                    if not ((diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1))):
-                        raise _absent_field('FetchResponse.PartitionData', 'diverging_epoch', v)
-                    if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
-                        raise _absent_field('FetchResponse.PartitionData', 'current_leader', v)
-                    if not ((snapshot_id_3 is None or (snapshot_id_3[0] == -1 and snapshot_id_3[1] == -1))):
-                        raise _absent_field('FetchResponse.PartitionData', 'snapshot_id', v)
-                    x = aborted_transactions_3
-                    if not x:
+                    x = x.encode('utf-8')
+                    buf += _pi16(len(x))
+                    buf += x
+                x = partitions_2
+                if not x:
+                    if x is None:
+                        raise _null_field('FetchResponse.FetchableTopicResponse', 'partitions', v)
+                    else:
+                        buf += b'\x00\x00\x00\x00'
+                else:
+                    buf += _pi32(len(x))
+                    for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
+                        buf += _T11p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
+                        if not ((diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1))):
+                            raise _absent_field('FetchResponse.PartitionData', 'diverging_epoch', v)
+                        if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
+                            raise _absent_field('FetchResponse.PartitionData', 'current_leader', v)
+                        if not ((snapshot_id_3 is None or (snapshot_id_3[0] == -1 and snapshot_id_3[1] == -1))):
+                            raise _absent_field('FetchResponse.PartitionData', 'snapshot_id', v)
+                        x = aborted_transactions_3
+                        if not x:
+                            if x is None:
+                                buf += b'\xff\xff\xff\xff'
+                            else:
+                                buf += b'\x00\x00\x00\x00'
+                        else:
+                            buf += _pi32(len(x))
+                            for producer_id_4, first_offset_4 in x:
+                                buf += _T13p(producer_id_4, first_offset_4)
+                        buf += _T0p(preferred_read_replica_3)
+                        x = records_3
                         if x is None:
                             buf += b'\xff\xff\xff\xff'
+                        elif type(x) is _FileRegion:
+                            buf += _pi32(x.count)
+                            parts.append(bytes(buf))
+                            del buf[:]
+                            parts.append(x)
                         else:
-                            buf += b'\x00\x00\x00\x00'
-                    else:
-                        buf += _pi32(len(x))
-                        for producer_id_4, first_offset_4 in x:
-                            buf += _T13p(producer_id_4, first_offset_4)
-                    buf += _T0p(preferred_read_replica_3)
-                    x = records_3
-                    if x is None:
-                        buf += b'\xff\xff\xff\xff'
-                    elif type(x) is _FileRegion:
-                        buf += _pi32(x.count)
-                        parts.append(bytes(buf))
-                        del buf[:]
-                        parts.append(x)
-                    else:
-                        buf += _pi32(_records_size(x))
-                        _emit_records(buf, parts, x)
-    if not ((node_endpoints_1 is not None and len(node_endpoints_1) == 0)):
-        raise _absent_field('FetchResponse', 'node_endpoints', v)
+                            buf += _pi32(_records_size(x))
+                            _emit_records(buf, parts, x)
+        if not ((node_endpoints_1 is not None and not node_endpoints_1)):
+            raise _absent_field('FetchResponse', 'node_endpoints', v)
     if buf or not parts:
         parts.append(bytes(buf))
     return parts
@@ -2444,113 +2477,128 @@ def _rows_FetchResponse_v11(v, throttle_time_ms_1, error_code_1, session_id_1, r
 def _rows_FetchResponse_v12(v, throttle_time_ms_1, error_code_1, session_id_1, responses_1, node_endpoints_1):
     buf = bytearray()
     parts = []
-    buf += _T9p(throttle_time_ms_1, error_code_1, session_id_1)
-    x = responses_1
-    if not x:
-        if x is None:
-            raise _null_field('FetchResponse', 'responses', v)
-        else:
-            buf += b'\x01'
+    if (node_endpoints_1 is not None and not node_endpoints_1) and (responses_1 is not None and not responses_1):
+        buf += _T17p(throttle_time_ms_1, error_code_1, session_id_1, b'\x01\x00')
     else:
-        n = len(x) + 1
-        if n < 128:
-            buf.append(n)
-        else:
-            buf += _wuv(n)
-        for topic_2, topic_id_2, partitions_2 in x:
-            x = topic_2
+        buf += _T9p(throttle_time_ms_1, error_code_1, session_id_1)
+        x = responses_1
+        if not x:
             if x is None:
-                raise _null_field('FetchResponse.FetchableTopicResponse', 'topic', v)
+                raise _null_field('FetchResponse', 'responses', v)
             else:
-                x = x.encode('utf-8')
-                n = len(x) + 1
-                if n < 128:
-                    buf.append(n)
-                else:
-                    buf += _wuv(n)
-                buf += x
-            x = partitions_2
-            if not x:
+                buf += b'\x01'
+        else:
+            n = len(x) + 1
+            if n < 128:
+                buf.append(n)
+            else:
+                buf += _wuv(n)
+            for topic_2, topic_id_2, partitions_2 in x:
+                x = topic_2
                 if x is None:
-                    raise _null_field('FetchResponse.FetchableTopicResponse', 'partitions', v)
+                    raise _null_field('FetchResponse.FetchableTopicResponse', 'topic', v)
                 else:
-                    buf += b'\x01'
-            else:
-                n = len(x) + 1
-                if n < 128:
-                    buf.append(n)
+                    x = x.encode('utf-8')
+                    n = len(x) + 1
+                    if n < 128:
+                        buf.append(n)
+                    else:
+                        buf += _wuv(n)
+                    buf += x
+                x = partitions_2
+                if not x:
+                    if x is None:
+                        raise _null_field('FetchResponse.FetchableTopicResponse', 'partitions', v)
+                    else:
+                        buf += b'\x01'
                 else:
-                    buf += _wuv(n)
-                for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
-                    buf += _T11p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
-                    x = aborted_transactions_3
-                    if not x:
+                    n = len(x) + 1
+                    if n < 128:
+                        buf.append(n)
+                    else:
+                        buf += _wuv(n)
+                    for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
+                        buf += _T11p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
+                        x = aborted_transactions_3
+                        if not x:
+                            if x is None:
+                                buf += b'\x00'
+                            else:
+                                buf += b'\x01'
+                        else:
+                            n = len(x) + 1
+                            if n < 128:
+                                buf.append(n)
+                            else:
+                                buf += _wuv(n)
+                            for producer_id_4, first_offset_4 in x:
+                                if True:
+                                    buf += _T18p(producer_id_4, first_offset_4, b'\x00')
+                                else:
+                                    buf += _T13p(producer_id_4, first_offset_4)
+                                    buf.append(0)
+                        buf += _T0p(preferred_read_replica_3)
+                        x = records_3
                         if x is None:
                             buf += b'\x00'
+                        elif type(x) is _FileRegion:
+                            n = x.count + 1
+                            if n < 128:
+                                buf.append(n)
+                            else:
+                                buf += _wuv(n)
+                            parts.append(bytes(buf))
+                            del buf[:]
+                            parts.append(x)
                         else:
-                            buf += b'\x01'
-                    else:
-                        n = len(x) + 1
-                        if n < 128:
-                            buf.append(n)
-                        else:
-                            buf += _wuv(n)
-                        for producer_id_4, first_offset_4 in x:
-                            buf += _T13p(producer_id_4, first_offset_4)
+                            n = _records_size(x) + 1
+                            if n < 128:
+                                buf.append(n)
+                            else:
+                                buf += _wuv(n)
+                            _emit_records(buf, parts, x)
+                        if (diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1)) and (current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1)) and (snapshot_id_3 is None or (snapshot_id_3[0] == -1 and snapshot_id_3[1] == -1)):
                             buf.append(0)
-                    buf += _T0p(preferred_read_replica_3)
-                    x = records_3
-                    if x is None:
-                        buf += b'\x00'
-                    elif type(x) is _FileRegion:
-                        n = x.count + 1
-                        if n < 128:
-                            buf.append(n)
                         else:
-                            buf += _wuv(n)
-                        parts.append(bytes(buf))
-                        del buf[:]
-                        parts.append(x)
-                    else:
-                        n = _records_size(x) + 1
-                        if n < 128:
-                            buf.append(n)
-                        else:
-                            buf += _wuv(n)
-                        _emit_records(buf, parts, x)
-                    if (diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1)) and (current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1)) and (snapshot_id_3 is None or (snapshot_id_3[0] == -1 and snapshot_id_3[1] == -1)):
-                        buf.append(0)
-                    else:
-                        tags_3 = []
-                        if not ((diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1))):
-                            t_3 = bytearray()
-                            if diverging_epoch_3 is None:
-                                diverging_epoch_3 = (-1, -1,)
-                            epoch_4, end_offset_4 = diverging_epoch_3
-                            t_3 += _T4p(epoch_4, end_offset_4)
-                            t_3.append(0)
-                            tags_3.append((0, bytes(t_3)))
-                        if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
-                            t_3 = bytearray()
-                            if current_leader_3 is None:
-                                current_leader_3 = (-1, -1,)
-                            leader_id_4, leader_epoch_4 = current_leader_3
-                            t_3 += _T1p(leader_id_4, leader_epoch_4)
-                            t_3.append(0)
-                            tags_3.append((1, bytes(t_3)))
-                        if not ((snapshot_id_3 is None or (snapshot_id_3[0] == -1 and snapshot_id_3[1] == -1))):
-                            t_3 = bytearray()
-                            if snapshot_id_3 is None:
-                                snapshot_id_3 = (-1, -1,)
-                            end_offset_4, epoch_4 = snapshot_id_3
-                            t_3 += _T12p(end_offset_4, epoch_4)
-                            t_3.append(0)
-                            tags_3.append((2, bytes(t_3)))
-                        _write_tags(buf, tags_3, None)
-            buf.append(0)
-    if not ((node_endpoints_1 is not None and len(node_endpoints_1) == 0)):
-        raise _absent_field('FetchResponse', 'node_endpoints', v)
-    buf.append(0)
+                            tags_3 = []
+                            if not ((diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1))):
+                                t_3 = bytearray()
+                                if diverging_epoch_3 is None:
+                                    diverging_epoch_3 = (-1, -1,)
+                                epoch_4, end_offset_4 = diverging_epoch_3
+                                if True:
+                                    t_3 += _T19p(epoch_4, end_offset_4, b'\x00')
+                                else:
+                                    t_3 += _T4p(epoch_4, end_offset_4)
+                                    t_3.append(0)
+                                tags_3.append((0, bytes(t_3)))
+                            if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
+                                t_3 = bytearray()
+                                if current_leader_3 is None:
+                                    current_leader_3 = (-1, -1,)
+                                leader_id_4, leader_epoch_4 = current_leader_3
+                                if True:
+                                    t_3 += _T20p(leader_id_4, leader_epoch_4, b'\x00')
+                                else:
+                                    t_3 += _T1p(leader_id_4, leader_epoch_4)
+                                    t_3.append(0)
+                                tags_3.append((1, bytes(t_3)))
+                            if not ((snapshot_id_3 is None or (snapshot_id_3[0] == -1 and snapshot_id_3[1] == -1))):
+                                t_3 = bytearray()
+                                if snapshot_id_3 is None:
+                                    snapshot_id_3 = (-1, -1,)
+                                end_offset_4, epoch_4 = snapshot_id_3
+                                if True:
+                                    t_3 += _T21p(end_offset_4, epoch_4, b'\x00')
+                                else:
+                                    t_3 += _T12p(end_offset_4, epoch_4)
+                                    t_3.append(0)
+                                tags_3.append((2, bytes(t_3)))
+                            _write_tags(buf, tags_3, None)
+                buf.append(0)
+        if not ((node_endpoints_1 is not None and not node_endpoints_1)):
+            raise _absent_field('FetchResponse', 'node_endpoints', v)
+        buf.append(0)
     if buf or not parts:
         parts.append(bytes(buf))
     return parts
@@ -2559,39 +2607,31 @@ def _rows_FetchResponse_v12(v, throttle_time_ms_1, error_code_1, session_id_1, r
 def _rows_FetchResponse_v13(v, throttle_time_ms_1, error_code_1, session_id_1, responses_1, node_endpoints_1):
     buf = bytearray()
     parts = []
-    buf += _T9p(throttle_time_ms_1, error_code_1, session_id_1)
-    x = responses_1
-    if not x:
-        if x is None:
-            raise _null_field('FetchResponse', 'responses', v)
-        else:
-            buf += b'\x01'
+    if (node_endpoints_1 is not None and not node_endpoints_1) and (responses_1 is not None and not responses_1):
+        buf += _T17p(throttle_time_ms_1, error_code_1, session_id_1, b'\x01\x00')
     else:
-        n = len(x) + 1
-        if n < 128:
-            buf.append(n)
-        else:
-            buf += _wuv(n)
-        for topic_2, topic_id_2, partitions_2 in x:
-            buf += _T5p(topic_id_2)
-            x = partitions_2
-            if not x:
-                if x is None:
-                    raise _null_field('FetchResponse.FetchableTopicResponse', 'partitions', v)
-                else:
-                    buf += b'\x01'
+        buf += _T9p(throttle_time_ms_1, error_code_1, session_id_1)
+        x = responses_1
+        if not x:
+            if x is None:
+                raise _null_field('FetchResponse', 'responses', v)
             else:
-                n = len(x) + 1
-                if n < 128:
-                    buf.append(n)
+                buf += b'\x01'
+        else:
+            n = len(x) + 1
+            if n < 128:
+                buf.append(n)
+            else:
+                buf += _wuv(n)
+            for topic_2, topic_id_2, partitions_2 in x:
+                if (partitions_2 is not None and not partitions_2):
+                    buf += _T22p(topic_id_2, b'\x01\x00')
                 else:
-                    buf += _wuv(n)
-                for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
-                    buf += _T11p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
-                    x = aborted_transactions_3
+                    buf += _T5p(topic_id_2)
+                    x = partitions_2
                     if not x:
                         if x is None:
-                            buf += b'\x00'
+                            raise _null_field('FetchResponse.FetchableTopicResponse', 'partitions', v)
                         else:
                             buf += b'\x01'
                     else:
@@ -2600,62 +2640,88 @@ def _rows_FetchResponse_v13(v, throttle_time_ms_1, error_code_1, session_id_1, r
                             buf.append(n)
                         else:
                             buf += _wuv(n)
-                        for producer_id_4, first_offset_4 in x:
-                            buf += _T13p(producer_id_4, first_offset_4)
-                            buf.append(0)
-                    buf += _T0p(preferred_read_replica_3)
-                    x = records_3
-                    if x is None:
-                        buf += b'\x00'
-                    elif type(x) is _FileRegion:
-                        n = x.count + 1
-                        if n < 128:
-                            buf.append(n)
-                        else:
-                            buf += _wuv(n)
-                        parts.append(bytes(buf))
-                        del buf[:]
-                        parts.append(x)
-                    else:
-                        n = _records_size(x) + 1
-                        if n < 128:
-                            buf.append(n)
-                        else:
-                            buf += _wuv(n)
-                        _emit_records(buf, parts, x)
-                    if (diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1)) and (current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1)) and (snapshot_id_3 is None or (snapshot_id_3[0] == -1 and snapshot_id_3[1] == -1)):
-                        buf.append(0)
-                    else:
-                        tags_3 = []
-                        if not ((diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1))):
-                            t_3 = bytearray()
-                            if diverging_epoch_3 is None:
-                                diverging_epoch_3 = (-1, -1,)
-                            epoch_4, end_offset_4 = diverging_epoch_3
-                            t_3 += _T4p(epoch_4, end_offset_4)
-                            t_3.append(0)
-                            tags_3.append((0, bytes(t_3)))
-                        if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
-                            t_3 = bytearray()
-                            if current_leader_3 is None:
-                                current_leader_3 = (-1, -1,)
-                            leader_id_4, leader_epoch_4 = current_leader_3
-                            t_3 += _T1p(leader_id_4, leader_epoch_4)
-                            t_3.append(0)
-                            tags_3.append((1, bytes(t_3)))
-                        if not ((snapshot_id_3 is None or (snapshot_id_3[0] == -1 and snapshot_id_3[1] == -1))):
-                            t_3 = bytearray()
-                            if snapshot_id_3 is None:
-                                snapshot_id_3 = (-1, -1,)
-                            end_offset_4, epoch_4 = snapshot_id_3
-                            t_3 += _T12p(end_offset_4, epoch_4)
-                            t_3.append(0)
-                            tags_3.append((2, bytes(t_3)))
-                        _write_tags(buf, tags_3, None)
-            buf.append(0)
-    if not ((node_endpoints_1 is not None and len(node_endpoints_1) == 0)):
-        raise _absent_field('FetchResponse', 'node_endpoints', v)
-    buf.append(0)
+                        for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
+                            buf += _T11p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
+                            x = aborted_transactions_3
+                            if not x:
+                                if x is None:
+                                    buf += b'\x00'
+                                else:
+                                    buf += b'\x01'
+                            else:
+                                n = len(x) + 1
+                                if n < 128:
+                                    buf.append(n)
+                                else:
+                                    buf += _wuv(n)
+                                for producer_id_4, first_offset_4 in x:
+                                    if True:
+                                        buf += _T18p(producer_id_4, first_offset_4, b'\x00')
+                                    else:
+                                        buf += _T13p(producer_id_4, first_offset_4)
+                                        buf.append(0)
+                            buf += _T0p(preferred_read_replica_3)
+                            x = records_3
+                            if x is None:
+                                buf += b'\x00'
+                            elif type(x) is _FileRegion:
+                                n = x.count + 1
+                                if n < 128:
+                                    buf.append(n)
+                                else:
+                                    buf += _wuv(n)
+                                parts.append(bytes(buf))
+                                del buf[:]
+                                parts.append(x)
+                            else:
+                                n = _records_size(x) + 1
+                                if n < 128:
+                                    buf.append(n)
+                                else:
+                                    buf += _wuv(n)
+                                _emit_records(buf, parts, x)
+                            if (diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1)) and (current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1)) and (snapshot_id_3 is None or (snapshot_id_3[0] == -1 and snapshot_id_3[1] == -1)):
+                                buf.append(0)
+                            else:
+                                tags_3 = []
+                                if not ((diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1))):
+                                    t_3 = bytearray()
+                                    if diverging_epoch_3 is None:
+                                        diverging_epoch_3 = (-1, -1,)
+                                    epoch_4, end_offset_4 = diverging_epoch_3
+                                    if True:
+                                        t_3 += _T19p(epoch_4, end_offset_4, b'\x00')
+                                    else:
+                                        t_3 += _T4p(epoch_4, end_offset_4)
+                                        t_3.append(0)
+                                    tags_3.append((0, bytes(t_3)))
+                                if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
+                                    t_3 = bytearray()
+                                    if current_leader_3 is None:
+                                        current_leader_3 = (-1, -1,)
+                                    leader_id_4, leader_epoch_4 = current_leader_3
+                                    if True:
+                                        t_3 += _T20p(leader_id_4, leader_epoch_4, b'\x00')
+                                    else:
+                                        t_3 += _T1p(leader_id_4, leader_epoch_4)
+                                        t_3.append(0)
+                                    tags_3.append((1, bytes(t_3)))
+                                if not ((snapshot_id_3 is None or (snapshot_id_3[0] == -1 and snapshot_id_3[1] == -1))):
+                                    t_3 = bytearray()
+                                    if snapshot_id_3 is None:
+                                        snapshot_id_3 = (-1, -1,)
+                                    end_offset_4, epoch_4 = snapshot_id_3
+                                    if True:
+                                        t_3 += _T21p(end_offset_4, epoch_4, b'\x00')
+                                    else:
+                                        t_3 += _T12p(end_offset_4, epoch_4)
+                                        t_3.append(0)
+                                    tags_3.append((2, bytes(t_3)))
+                                _write_tags(buf, tags_3, None)
+                    buf.append(0)
+        if not ((node_endpoints_1 is not None and not node_endpoints_1)):
+            raise _absent_field('FetchResponse', 'node_endpoints', v)
+        buf.append(0)
     if buf or not parts:
         parts.append(bytes(buf))
     return parts
@@ -2664,39 +2730,31 @@ def _rows_FetchResponse_v13(v, throttle_time_ms_1, error_code_1, session_id_1, r
 def _rows_FetchResponse_v16(v, throttle_time_ms_1, error_code_1, session_id_1, responses_1, node_endpoints_1):
     buf = bytearray()
     parts = []
-    buf += _T9p(throttle_time_ms_1, error_code_1, session_id_1)
-    x = responses_1
-    if not x:
-        if x is None:
-            raise _null_field('FetchResponse', 'responses', v)
-        else:
-            buf += b'\x01'
+    if (responses_1 is not None and not responses_1) and (node_endpoints_1 is not None and not node_endpoints_1):
+        buf += _T17p(throttle_time_ms_1, error_code_1, session_id_1, b'\x01\x00')
     else:
-        n = len(x) + 1
-        if n < 128:
-            buf.append(n)
-        else:
-            buf += _wuv(n)
-        for topic_2, topic_id_2, partitions_2 in x:
-            buf += _T5p(topic_id_2)
-            x = partitions_2
-            if not x:
-                if x is None:
-                    raise _null_field('FetchResponse.FetchableTopicResponse', 'partitions', v)
-                else:
-                    buf += b'\x01'
+        buf += _T9p(throttle_time_ms_1, error_code_1, session_id_1)
+        x = responses_1
+        if not x:
+            if x is None:
+                raise _null_field('FetchResponse', 'responses', v)
             else:
-                n = len(x) + 1
-                if n < 128:
-                    buf.append(n)
+                buf += b'\x01'
+        else:
+            n = len(x) + 1
+            if n < 128:
+                buf.append(n)
+            else:
+                buf += _wuv(n)
+            for topic_2, topic_id_2, partitions_2 in x:
+                if (partitions_2 is not None and not partitions_2):
+                    buf += _T22p(topic_id_2, b'\x01\x00')
                 else:
-                    buf += _wuv(n)
-                for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
-                    buf += _T11p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
-                    x = aborted_transactions_3
+                    buf += _T5p(topic_id_2)
+                    x = partitions_2
                     if not x:
                         if x is None:
-                            buf += b'\x00'
+                            raise _null_field('FetchResponse.FetchableTopicResponse', 'partitions', v)
                         else:
                             buf += b'\x01'
                     else:
@@ -2705,105 +2763,134 @@ def _rows_FetchResponse_v16(v, throttle_time_ms_1, error_code_1, session_id_1, r
                             buf.append(n)
                         else:
                             buf += _wuv(n)
-                        for producer_id_4, first_offset_4 in x:
-                            buf += _T13p(producer_id_4, first_offset_4)
-                            buf.append(0)
-                    buf += _T0p(preferred_read_replica_3)
-                    x = records_3
-                    if x is None:
-                        buf += b'\x00'
-                    elif type(x) is _FileRegion:
-                        n = x.count + 1
-                        if n < 128:
-                            buf.append(n)
-                        else:
-                            buf += _wuv(n)
-                        parts.append(bytes(buf))
-                        del buf[:]
-                        parts.append(x)
-                    else:
-                        n = _records_size(x) + 1
-                        if n < 128:
-                            buf.append(n)
-                        else:
-                            buf += _wuv(n)
-                        _emit_records(buf, parts, x)
-                    if (diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1)) and (current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1)) and (snapshot_id_3 is None or (snapshot_id_3[0] == -1 and snapshot_id_3[1] == -1)):
-                        buf.append(0)
-                    else:
-                        tags_3 = []
-                        if not ((diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1))):
-                            t_3 = bytearray()
-                            if diverging_epoch_3 is None:
-                                diverging_epoch_3 = (-1, -1,)
-                            epoch_4, end_offset_4 = diverging_epoch_3
-                            t_3 += _T4p(epoch_4, end_offset_4)
-                            t_3.append(0)
-                            tags_3.append((0, bytes(t_3)))
-                        if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
-                            t_3 = bytearray()
-                            if current_leader_3 is None:
-                                current_leader_3 = (-1, -1,)
-                            leader_id_4, leader_epoch_4 = current_leader_3
-                            t_3 += _T1p(leader_id_4, leader_epoch_4)
-                            t_3.append(0)
-                            tags_3.append((1, bytes(t_3)))
-                        if not ((snapshot_id_3 is None or (snapshot_id_3[0] == -1 and snapshot_id_3[1] == -1))):
-                            t_3 = bytearray()
-                            if snapshot_id_3 is None:
-                                snapshot_id_3 = (-1, -1,)
-                            end_offset_4, epoch_4 = snapshot_id_3
-                            t_3 += _T12p(end_offset_4, epoch_4)
-                            t_3.append(0)
-                            tags_3.append((2, bytes(t_3)))
-                        _write_tags(buf, tags_3, None)
+                        for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
+                            buf += _T11p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
+                            x = aborted_transactions_3
+                            if not x:
+                                if x is None:
+                                    buf += b'\x00'
+                                else:
+                                    buf += b'\x01'
+                            else:
+                                n = len(x) + 1
+                                if n < 128:
+                                    buf.append(n)
+                                else:
+                                    buf += _wuv(n)
+                                for producer_id_4, first_offset_4 in x:
+                                    if True:
+                                        buf += _T18p(producer_id_4, first_offset_4, b'\x00')
+                                    else:
+                                        buf += _T13p(producer_id_4, first_offset_4)
+                                        buf.append(0)
+                            buf += _T0p(preferred_read_replica_3)
+                            x = records_3
+                            if x is None:
+                                buf += b'\x00'
+                            elif type(x) is _FileRegion:
+                                n = x.count + 1
+                                if n < 128:
+                                    buf.append(n)
+                                else:
+                                    buf += _wuv(n)
+                                parts.append(bytes(buf))
+                                del buf[:]
+                                parts.append(x)
+                            else:
+                                n = _records_size(x) + 1
+                                if n < 128:
+                                    buf.append(n)
+                                else:
+                                    buf += _wuv(n)
+                                _emit_records(buf, parts, x)
+                            if (diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1)) and (current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1)) and (snapshot_id_3 is None or (snapshot_id_3[0] == -1 and snapshot_id_3[1] == -1)):
+                                buf.append(0)
+                            else:
+                                tags_3 = []
+                                if not ((diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1))):
+                                    t_3 = bytearray()
+                                    if diverging_epoch_3 is None:
+                                        diverging_epoch_3 = (-1, -1,)
+                                    epoch_4, end_offset_4 = diverging_epoch_3
+                                    if True:
+                                        t_3 += _T19p(epoch_4, end_offset_4, b'\x00')
+                                    else:
+                                        t_3 += _T4p(epoch_4, end_offset_4)
+                                        t_3.append(0)
+                                    tags_3.append((0, bytes(t_3)))
+                                if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
+                                    t_3 = bytearray()
+                                    if current_leader_3 is None:
+                                        current_leader_3 = (-1, -1,)
+                                    leader_id_4, leader_epoch_4 = current_leader_3
+                                    if True:
+                                        t_3 += _T20p(leader_id_4, leader_epoch_4, b'\x00')
+                                    else:
+                                        t_3 += _T1p(leader_id_4, leader_epoch_4)
+                                        t_3.append(0)
+                                    tags_3.append((1, bytes(t_3)))
+                                if not ((snapshot_id_3 is None or (snapshot_id_3[0] == -1 and snapshot_id_3[1] == -1))):
+                                    t_3 = bytearray()
+                                    if snapshot_id_3 is None:
+                                        snapshot_id_3 = (-1, -1,)
+                                    end_offset_4, epoch_4 = snapshot_id_3
+                                    if True:
+                                        t_3 += _T21p(end_offset_4, epoch_4, b'\x00')
+                                    else:
+                                        t_3 += _T12p(end_offset_4, epoch_4)
+                                        t_3.append(0)
+                                    tags_3.append((2, bytes(t_3)))
+                                _write_tags(buf, tags_3, None)
+                    buf.append(0)
+        if (node_endpoints_1 is not None and not node_endpoints_1):
             buf.append(0)
-    if (node_endpoints_1 is not None and len(node_endpoints_1) == 0):
-        buf.append(0)
-    else:
-        tags_1 = []
-        if not ((node_endpoints_1 is not None and len(node_endpoints_1) == 0)):
-            t_1 = bytearray()
-            x = node_endpoints_1
-            if not x:
-                if x is None:
-                    raise _null_field('FetchResponse', 'node_endpoints', v)
-                else:
-                    t_1 += b'\x01'
-            else:
-                n = len(x) + 1
-                if n < 128:
-                    t_1.append(n)
-                else:
-                    t_1 += _wuv(n)
-                for node_id_2, host_2, port_2, rack_2 in x:
-                    t_1 += _T0p(node_id_2)
-                    x = host_2
+        else:
+            tags_1 = []
+            if not ((node_endpoints_1 is not None and not node_endpoints_1)):
+                t_1 = bytearray()
+                x = node_endpoints_1
+                if not x:
                     if x is None:
-                        raise _null_field('FetchResponse.NodeEndpoint', 'host', v)
+                        raise _null_field('FetchResponse', 'node_endpoints', v)
                     else:
-                        x = x.encode('utf-8')
-                        n = len(x) + 1
-                        if n < 128:
-                            t_1.append(n)
-                        else:
-                            t_1 += _wuv(n)
-                        t_1 += x
-                    t_1 += _T0p(port_2)
-                    x = rack_2
-                    if x is None:
-                        t_1 += b'\x00'
+                        t_1 += b'\x01'
+                else:
+                    n = len(x) + 1
+                    if n < 128:
+                        t_1.append(n)
                     else:
-                        x = x.encode('utf-8')
-                        n = len(x) + 1
-                        if n < 128:
-                            t_1.append(n)
+                        t_1 += _wuv(n)
+                    for node_id_2, host_2, port_2, rack_2 in x:
+                        t_1 += _T0p(node_id_2)
+                        x = host_2
+                        if x is None:
+                            raise _null_field('FetchResponse.NodeEndpoint', 'host', v)
                         else:
-                            t_1 += _wuv(n)
-                        t_1 += x
-                    t_1.append(0)
-            tags_1.append((0, bytes(t_1)))
-        _write_tags(buf, tags_1, None)
+                            x = x.encode('utf-8')
+                            n = len(x) + 1
+                            if n < 128:
+                                t_1.append(n)
+                            else:
+                                t_1 += _wuv(n)
+                            t_1 += x
+                        if rack_2 is None:
+                            t_1 += _T23p(port_2, b'\x00\x00')
+                        else:
+                            t_1 += _T0p(port_2)
+                            x = rack_2
+                            if x is None:
+                                t_1 += b'\x00'
+                            else:
+                                x = x.encode('utf-8')
+                                n = len(x) + 1
+                                if n < 128:
+                                    t_1.append(n)
+                                else:
+                                    t_1 += _wuv(n)
+                                t_1 += x
+                            t_1.append(0)
+                tags_1.append((0, bytes(t_1)))
+            _write_tags(buf, tags_1, None)
     if buf or not parts:
         parts.append(bytes(buf))
     return parts

@@ -52,6 +52,16 @@ _T5u = _struct.Struct('>ii').unpack_from
 _T5p = _struct.Struct('>ii').pack
 _T6u = _struct.Struct('>ihqq').unpack_from
 _T6p = _struct.Struct('>ihqq').pack
+_T7u = _struct.Struct('>ihqqq6s').unpack_from
+_T7p = _struct.Struct('>ihqqq6s').pack
+_T8u = _struct.Struct('>i2s').unpack_from
+_T8p = _struct.Struct('>i2s').pack
+_T9u = _struct.Struct('>ihqqq3s').unpack_from
+_T9p = _struct.Struct('>ihqqq3s').pack
+_T10u = _struct.Struct('>i1s').unpack_from
+_T10p = _struct.Struct('>i1s').pack
+_T11u = _struct.Struct('>ii1s').unpack_from
+_T11p = _struct.Struct('>ii1s').pack
 
 
 class ProduceRequest(_Struct):
@@ -1465,7 +1475,7 @@ def _rows_ProduceResponse_v0(v, responses_1, throttle_time_ms_1, node_endpoints_
                     buf += _T2p(index_3, error_code_3, base_offset_3)
                     if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
                         raise _absent_field('ProduceResponse.PartitionProduceResponse', 'current_leader', v)
-    if not ((node_endpoints_1 is not None and len(node_endpoints_1) == 0)):
+    if not ((node_endpoints_1 is not None and not node_endpoints_1)):
         raise _absent_field('ProduceResponse', 'node_endpoints', v)
     if buf or not parts:
         parts.append(bytes(buf))
@@ -1504,7 +1514,7 @@ def _rows_ProduceResponse_v1(v, responses_1, throttle_time_ms_1, node_endpoints_
                     if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
                         raise _absent_field('ProduceResponse.PartitionProduceResponse', 'current_leader', v)
     buf += _T1p(throttle_time_ms_1)
-    if not ((node_endpoints_1 is not None and len(node_endpoints_1) == 0)):
+    if not ((node_endpoints_1 is not None and not node_endpoints_1)):
         raise _absent_field('ProduceResponse', 'node_endpoints', v)
     if buf or not parts:
         parts.append(bytes(buf))
@@ -1543,7 +1553,7 @@ def _rows_ProduceResponse_v2(v, responses_1, throttle_time_ms_1, node_endpoints_
                     if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
                         raise _absent_field('ProduceResponse.PartitionProduceResponse', 'current_leader', v)
     buf += _T1p(throttle_time_ms_1)
-    if not ((node_endpoints_1 is not None and len(node_endpoints_1) == 0)):
+    if not ((node_endpoints_1 is not None and not node_endpoints_1)):
         raise _absent_field('ProduceResponse', 'node_endpoints', v)
     if buf or not parts:
         parts.append(bytes(buf))
@@ -1582,7 +1592,7 @@ def _rows_ProduceResponse_v5(v, responses_1, throttle_time_ms_1, node_endpoints_
                     if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
                         raise _absent_field('ProduceResponse.PartitionProduceResponse', 'current_leader', v)
     buf += _T1p(throttle_time_ms_1)
-    if not ((node_endpoints_1 is not None and len(node_endpoints_1) == 0)):
+    if not ((node_endpoints_1 is not None and not node_endpoints_1)):
         raise _absent_field('ProduceResponse', 'node_endpoints', v)
     if buf or not parts:
         parts.append(bytes(buf))
@@ -1617,35 +1627,41 @@ def _rows_ProduceResponse_v8(v, responses_1, throttle_time_ms_1, node_endpoints_
             else:
                 buf += _pi32(len(x))
                 for index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, record_errors_3, error_message_3, current_leader_3 in x:
-                    buf += _T4p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3)
-                    x = record_errors_3
-                    if not x:
-                        if x is None:
-                            raise _null_field('ProduceResponse.PartitionProduceResponse', 'record_errors', v)
-                        else:
-                            buf += b'\x00\x00\x00\x00'
+                    if (current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1)) and (record_errors_3 is not None and not record_errors_3) and error_message_3 is None:
+                        buf += _T7p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, b'\x00\x00\x00\x00\xff\xff')
                     else:
-                        buf += _pi32(len(x))
-                        for batch_index_4, batch_index_error_message_4 in x:
-                            buf += _T1p(batch_index_4)
-                            x = batch_index_error_message_4
+                        buf += _T4p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3)
+                        x = record_errors_3
+                        if not x:
                             if x is None:
-                                buf += b'\xff\xff'
+                                raise _null_field('ProduceResponse.PartitionProduceResponse', 'record_errors', v)
                             else:
-                                x = x.encode('utf-8')
-                                buf += _pi16(len(x))
-                                buf += x
-                    x = error_message_3
-                    if x is None:
-                        buf += b'\xff\xff'
-                    else:
-                        x = x.encode('utf-8')
-                        buf += _pi16(len(x))
-                        buf += x
-                    if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
-                        raise _absent_field('ProduceResponse.PartitionProduceResponse', 'current_leader', v)
+                                buf += b'\x00\x00\x00\x00'
+                        else:
+                            buf += _pi32(len(x))
+                            for batch_index_4, batch_index_error_message_4 in x:
+                                if batch_index_error_message_4 is None:
+                                    buf += _T8p(batch_index_4, b'\xff\xff')
+                                else:
+                                    buf += _T1p(batch_index_4)
+                                    x = batch_index_error_message_4
+                                    if x is None:
+                                        buf += b'\xff\xff'
+                                    else:
+                                        x = x.encode('utf-8')
+                                        buf += _pi16(len(x))
+                                        buf += x
+                        x = error_message_3
+                        if x is None:
+                            buf += b'\xff\xff'
+                        else:
+                            x = x.encode('utf-8')
+                            buf += _pi16(len(x))
+                            buf += x
+                        if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
+                            raise _absent_field('ProduceResponse.PartitionProduceResponse', 'current_leader', v)
     buf += _T1p(throttle_time_ms_1)
-    if not ((node_endpoints_1 is not None and len(node_endpoints_1) == 0)):
+    if not ((node_endpoints_1 is not None and not node_endpoints_1)):
         raise _absent_field('ProduceResponse', 'node_endpoints', v)
     if buf or not parts:
         parts.append(bytes(buf))
@@ -1692,52 +1708,61 @@ def _rows_ProduceResponse_v9(v, responses_1, throttle_time_ms_1, node_endpoints_
                 else:
                     buf += _wuv(n)
                 for index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, record_errors_3, error_message_3, current_leader_3 in x:
-                    buf += _T4p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3)
-                    x = record_errors_3
-                    if not x:
-                        if x is None:
-                            raise _null_field('ProduceResponse.PartitionProduceResponse', 'record_errors', v)
-                        else:
-                            buf += b'\x01'
+                    if (current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1)) and (record_errors_3 is not None and not record_errors_3) and error_message_3 is None:
+                        buf += _T9p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, b'\x01\x00\x00')
                     else:
-                        n = len(x) + 1
-                        if n < 128:
-                            buf.append(n)
-                        else:
-                            buf += _wuv(n)
-                        for batch_index_4, batch_index_error_message_4 in x:
-                            buf += _T1p(batch_index_4)
-                            x = batch_index_error_message_4
+                        buf += _T4p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3)
+                        x = record_errors_3
+                        if not x:
                             if x is None:
-                                buf += b'\x00'
+                                raise _null_field('ProduceResponse.PartitionProduceResponse', 'record_errors', v)
                             else:
-                                x = x.encode('utf-8')
-                                n = len(x) + 1
-                                if n < 128:
-                                    buf.append(n)
-                                else:
-                                    buf += _wuv(n)
-                                buf += x
-                            buf.append(0)
-                    x = error_message_3
-                    if x is None:
-                        buf += b'\x00'
-                    else:
-                        x = x.encode('utf-8')
-                        n = len(x) + 1
-                        if n < 128:
-                            buf.append(n)
+                                buf += b'\x01'
                         else:
-                            buf += _wuv(n)
-                        buf += x
-                    if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
-                        raise _absent_field('ProduceResponse.PartitionProduceResponse', 'current_leader', v)
-                    buf.append(0)
+                            n = len(x) + 1
+                            if n < 128:
+                                buf.append(n)
+                            else:
+                                buf += _wuv(n)
+                            for batch_index_4, batch_index_error_message_4 in x:
+                                if batch_index_error_message_4 is None:
+                                    buf += _T8p(batch_index_4, b'\x00\x00')
+                                else:
+                                    buf += _T1p(batch_index_4)
+                                    x = batch_index_error_message_4
+                                    if x is None:
+                                        buf += b'\x00'
+                                    else:
+                                        x = x.encode('utf-8')
+                                        n = len(x) + 1
+                                        if n < 128:
+                                            buf.append(n)
+                                        else:
+                                            buf += _wuv(n)
+                                        buf += x
+                                    buf.append(0)
+                        x = error_message_3
+                        if x is None:
+                            buf += b'\x00'
+                        else:
+                            x = x.encode('utf-8')
+                            n = len(x) + 1
+                            if n < 128:
+                                buf.append(n)
+                            else:
+                                buf += _wuv(n)
+                            buf += x
+                        if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
+                            raise _absent_field('ProduceResponse.PartitionProduceResponse', 'current_leader', v)
+                        buf.append(0)
             buf.append(0)
-    buf += _T1p(throttle_time_ms_1)
-    if not ((node_endpoints_1 is not None and len(node_endpoints_1) == 0)):
-        raise _absent_field('ProduceResponse', 'node_endpoints', v)
-    buf.append(0)
+    if (node_endpoints_1 is not None and not node_endpoints_1):
+        buf += _T10p(throttle_time_ms_1, b'\x00')
+    else:
+        buf += _T1p(throttle_time_ms_1)
+        if not ((node_endpoints_1 is not None and not node_endpoints_1)):
+            raise _absent_field('ProduceResponse', 'node_endpoints', v)
+        buf.append(0)
     if buf or not parts:
         parts.append(bytes(buf))
     return parts
@@ -1783,105 +1808,120 @@ def _rows_ProduceResponse_v10(v, responses_1, throttle_time_ms_1, node_endpoints
                 else:
                     buf += _wuv(n)
                 for index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, record_errors_3, error_message_3, current_leader_3 in x:
-                    buf += _T4p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3)
-                    x = record_errors_3
-                    if not x:
-                        if x is None:
-                            raise _null_field('ProduceResponse.PartitionProduceResponse', 'record_errors', v)
-                        else:
-                            buf += b'\x01'
+                    if (record_errors_3 is not None and not record_errors_3) and error_message_3 is None and (current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1)):
+                        buf += _T9p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, b'\x01\x00\x00')
                     else:
-                        n = len(x) + 1
-                        if n < 128:
-                            buf.append(n)
-                        else:
-                            buf += _wuv(n)
-                        for batch_index_4, batch_index_error_message_4 in x:
-                            buf += _T1p(batch_index_4)
-                            x = batch_index_error_message_4
+                        buf += _T4p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3)
+                        x = record_errors_3
+                        if not x:
                             if x is None:
-                                buf += b'\x00'
+                                raise _null_field('ProduceResponse.PartitionProduceResponse', 'record_errors', v)
+                            else:
+                                buf += b'\x01'
+                        else:
+                            n = len(x) + 1
+                            if n < 128:
+                                buf.append(n)
+                            else:
+                                buf += _wuv(n)
+                            for batch_index_4, batch_index_error_message_4 in x:
+                                if batch_index_error_message_4 is None:
+                                    buf += _T8p(batch_index_4, b'\x00\x00')
+                                else:
+                                    buf += _T1p(batch_index_4)
+                                    x = batch_index_error_message_4
+                                    if x is None:
+                                        buf += b'\x00'
+                                    else:
+                                        x = x.encode('utf-8')
+                                        n = len(x) + 1
+                                        if n < 128:
+                                            buf.append(n)
+                                        else:
+                                            buf += _wuv(n)
+                                        buf += x
+                                    buf.append(0)
+                        x = error_message_3
+                        if x is None:
+                            buf += b'\x00'
+                        else:
+                            x = x.encode('utf-8')
+                            n = len(x) + 1
+                            if n < 128:
+                                buf.append(n)
+                            else:
+                                buf += _wuv(n)
+                            buf += x
+                        if (current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1)):
+                            buf.append(0)
+                        else:
+                            tags_3 = []
+                            if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
+                                t_3 = bytearray()
+                                if current_leader_3 is None:
+                                    current_leader_3 = (-1, -1,)
+                                leader_id_4, leader_epoch_4 = current_leader_3
+                                if True:
+                                    t_3 += _T11p(leader_id_4, leader_epoch_4, b'\x00')
+                                else:
+                                    t_3 += _T5p(leader_id_4, leader_epoch_4)
+                                    t_3.append(0)
+                                tags_3.append((0, bytes(t_3)))
+                            _write_tags(buf, tags_3, None)
+            buf.append(0)
+    if (node_endpoints_1 is not None and not node_endpoints_1):
+        buf += _T10p(throttle_time_ms_1, b'\x00')
+    else:
+        buf += _T1p(throttle_time_ms_1)
+        if (node_endpoints_1 is not None and not node_endpoints_1):
+            buf.append(0)
+        else:
+            tags_1 = []
+            if not ((node_endpoints_1 is not None and not node_endpoints_1)):
+                t_1 = bytearray()
+                x = node_endpoints_1
+                if not x:
+                    if x is None:
+                        raise _null_field('ProduceResponse', 'node_endpoints', v)
+                    else:
+                        t_1 += b'\x01'
+                else:
+                    n = len(x) + 1
+                    if n < 128:
+                        t_1.append(n)
+                    else:
+                        t_1 += _wuv(n)
+                    for node_id_2, host_2, port_2, rack_2 in x:
+                        t_1 += _T1p(node_id_2)
+                        x = host_2
+                        if x is None:
+                            raise _null_field('ProduceResponse.NodeEndpoint', 'host', v)
+                        else:
+                            x = x.encode('utf-8')
+                            n = len(x) + 1
+                            if n < 128:
+                                t_1.append(n)
+                            else:
+                                t_1 += _wuv(n)
+                            t_1 += x
+                        if rack_2 is None:
+                            t_1 += _T8p(port_2, b'\x00\x00')
+                        else:
+                            t_1 += _T1p(port_2)
+                            x = rack_2
+                            if x is None:
+                                t_1 += b'\x00'
                             else:
                                 x = x.encode('utf-8')
                                 n = len(x) + 1
                                 if n < 128:
-                                    buf.append(n)
+                                    t_1.append(n)
                                 else:
-                                    buf += _wuv(n)
-                                buf += x
-                            buf.append(0)
-                    x = error_message_3
-                    if x is None:
-                        buf += b'\x00'
-                    else:
-                        x = x.encode('utf-8')
-                        n = len(x) + 1
-                        if n < 128:
-                            buf.append(n)
-                        else:
-                            buf += _wuv(n)
-                        buf += x
-                    if (current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1)):
-                        buf.append(0)
-                    else:
-                        tags_3 = []
-                        if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
-                            t_3 = bytearray()
-                            if current_leader_3 is None:
-                                current_leader_3 = (-1, -1,)
-                            leader_id_4, leader_epoch_4 = current_leader_3
-                            t_3 += _T5p(leader_id_4, leader_epoch_4)
-                            t_3.append(0)
-                            tags_3.append((0, bytes(t_3)))
-                        _write_tags(buf, tags_3, None)
-            buf.append(0)
-    buf += _T1p(throttle_time_ms_1)
-    if (node_endpoints_1 is not None and len(node_endpoints_1) == 0):
-        buf.append(0)
-    else:
-        tags_1 = []
-        if not ((node_endpoints_1 is not None and len(node_endpoints_1) == 0)):
-            t_1 = bytearray()
-            x = node_endpoints_1
-            if not x:
-                if x is None:
-                    raise _null_field('ProduceResponse', 'node_endpoints', v)
-                else:
-                    t_1 += b'\x01'
-            else:
-                n = len(x) + 1
-                if n < 128:
-                    t_1.append(n)
-                else:
-                    t_1 += _wuv(n)
-                for node_id_2, host_2, port_2, rack_2 in x:
-                    t_1 += _T1p(node_id_2)
-                    x = host_2
-                    if x is None:
-                        raise _null_field('ProduceResponse.NodeEndpoint', 'host', v)
-                    else:
-                        x = x.encode('utf-8')
-                        n = len(x) + 1
-                        if n < 128:
-                            t_1.append(n)
-                        else:
-                            t_1 += _wuv(n)
-                        t_1 += x
-                    t_1 += _T1p(port_2)
-                    x = rack_2
-                    if x is None:
-                        t_1 += b'\x00'
-                    else:
-                        x = x.encode('utf-8')
-                        n = len(x) + 1
-                        if n < 128:
-                            t_1.append(n)
-                        else:
-                            t_1 += _wuv(n)
-                        t_1 += x
-                    t_1.append(0)
-            tags_1.append((0, bytes(t_1)))
-        _write_tags(buf, tags_1, None)
+                                    t_1 += _wuv(n)
+                                t_1 += x
+                            t_1.append(0)
+                tags_1.append((0, bytes(t_1)))
+            _write_tags(buf, tags_1, None)
     if buf or not parts:
         parts.append(bytes(buf))
     return parts
