@@ -7,6 +7,7 @@ which quota applies is the ``IClientQuotaCallback``'s, muting the connection the
 
 import attr
 
+from kafkatw.protocol.messages import FetchResponse
 from kafkatw.rate import Rate, throttle_time_ms
 from kafkatw.security.quota import CLIENT_ID_TAG, USER_TAG, ClientQuotaType, DefaultQuotaCallback
 
@@ -219,12 +220,20 @@ PRODUCE_KEY, FETCH_KEY = 0, 1
 NANOS_TO_PERCENTAGE = 100.0 / 1e9
 
 
+#: where a FetchResponse.Rows partition row holds its aborted transactions and records
+_PARTITION_FIELDS = [f[0] for f in FetchResponse.PartitionData.SCHEMA]
+_ABORTED = _PARTITION_FIELDS.index("aborted_transactions")
+_RECORDS = _PARTITION_FIELDS.index("records")
+
+
 def fetch_response_bytes(body):
-    """The record bytes a Fetch response carries (``FileRegion.count`` or ``len``)."""
+    """The record bytes a Fetch response carries (``FileRegion.count`` or ``len``); ``body`` is
+    the handler's ``FetchResponse.Rows`` (or a ``FetchResponse``)."""
     total = 0
+    rows = type(body) is FetchResponse.Rows
     for topic in body.responses or ():
-        for partition in topic.partitions or ():
-            records = partition.records
+        for partition in (topic[2] if rows else topic.partitions) or ():
+            records = partition[_RECORDS] if rows else partition.records
             if records is None:
                 continue
             count = getattr(records, "count", None)
@@ -235,6 +244,16 @@ def fetch_response_bytes(body):
 def without_records(body):
     """Empty the records of a Fetch response (a throttled fetch: the client asks again from
     the same offsets; high watermarks and errors stay, so a fetch session stays in step)."""
+    if type(body) is FetchResponse.Rows:
+        def emptied(p):
+            p = list(p)
+            p[_RECORDS] = b""
+            if p[_ABORTED]:
+                p[_ABORTED] = []
+            return tuple(p)
+
+        body.responses = [(*t[:2], [emptied(p) for p in t[2]]) for t in body.responses]
+        return
     for topic in body.responses or ():
         for partition in topic.partitions or ():
             partition.records = b""
