@@ -10,8 +10,8 @@ CONFIG ?= etc/server.properties
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test]' --config-settings editable_mode=compat
+	$(BIN)/python -m pip install -q --upgrade pip setuptools wheel
+	$(BIN)/python -m pip install -q -e '.[test]'
 	touch $(STAMP)
 
 # Byte-compile the package (the generated codec is 2 MB of source): every broker start reads
