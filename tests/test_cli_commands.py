@@ -64,13 +64,86 @@ class CliTests(KafkaBrokerMixin, unittest.TestCase):
         port = s.getsockname()[1]
         s.close()
         rc, out, err = run_cli("127.0.0.1:%d" % port, "topics", "list")
-        self.assertEqual(rc, 1)
+        self.assertEqual(rc, 3)  # no broker reachable
         self.assertIn("Error: cannot connect to 127.0.0.1:%d" % port, err)
+
+    def test_global_options_before_or_after_the_subcommand(self):
+        name = self.new_topic(2)
+        bootstrap = self.broker.bootstrap_servers
+        for args in (["--bootstrap-server", bootstrap, "topics", "list"],
+                     ["topics", "list", "--bootstrap-server", bootstrap],
+                     ["topics", "--bootstrap-server", bootstrap, "list"],
+                     ["topics", "list", "--bootstrap-server=" + bootstrap, "--timeout", "5"],
+                     ["--timeout", "5", "topics", "list", "--bootstrap-servers", bootstrap]):
+            rc, out, err = run_cli(None, *args)
+            self.assertEqual((rc, err), (0, ""), args)
+            self.assertIn(name, out.split(), args)
+        # after the subcommand wins over before it, as the last value of any option does
+        rc, out, err = run_cli("127.0.0.1:1", "topics", "list", "--bootstrap-server", bootstrap)
+        self.assertEqual((rc, err), (0, ""))
+        # --command-config after the subcommand is read
+        config = self.mktemp()
+        with open(config, "w") as f:
+            f.write("security.protocol=BOGUS\n")
+        rc, _, err = run_cli(bootstrap, "topics", "list", "--command-config", config)
+        self.assertEqual((rc, err), (2, "Error: unknown security.protocol 'BOGUS'\n"))
+
+    def test_exit_statuses(self):
+        rc, _, err = run_cli(None, "topics", "list", "--no-such-option")  # argparse: usage
+        self.assertEqual(rc, 2)
+        self.assertIn("unrecognized arguments: --no-such-option", err)
+        rc, _, err = run_cli("nonsense", "topics", "list")
+        self.assertEqual((rc, err), (2, "Error: invalid bootstrap server 'nonsense' (expected host:port)\n"))
+        rc, _, err = self.cli("topics", "alter", "--topic", "x")
+        self.assertEqual((rc, err), (2, "Error: nothing to alter: give --partitions, --config or --delete-config\n"))
+        rc, _, err = self.cli("topics", "describe", "--topic", "no-such-topic")
+        self.assertEqual((rc, err), (4, "Error: topic no-such-topic: UNKNOWN_TOPIC_OR_PARTITION\n"))
+        self.assertIn("Exit status: 0 done, 1 failed, 2 usage error, 3 no broker reachable",
+                      " ".join(run_cli(None, "--help")[1].split()))
+
+    def test_output_json(self):
+        name = self.new_topic(2, "--config", "retention.ms=123000")
+        listed = json.loads(self.ok("topics", "list", "--output", "json"))
+        self.assertIn({"name": name, "internal": False}, listed)
+        self.assertEqual(listed, sorted(listed, key=lambda t: t["name"]))
+        described = json.loads(self.ok("--output", "json", "topics", "describe", "--topic", name))
+        self.assertEqual(len(described), 1)
+        node = described[0]["partitions"][0]["leader"]
+        self.assertEqual({k: v for k, v in described[0].items() if k != "topicId"}, {
+            "name": name, "internal": False, "partitionCount": 2, "replicationFactor": 1,
+            "configs": {"retention.ms": "123000"},
+            "partitions": [{"partition": p, "leader": node, "replicas": [node], "isr": [node]} for p in (0, 1)]})
+        self.assertEqual(len(described[0]["topicId"]), 22)  # base64 of 16 bytes, unpadded
+        configs = json.loads(self.ok("configs", "describe", "--entity-type", "topics", "--entity-name", name,
+                                     "--output", "json"))
+        self.assertEqual(configs, [{"name": "retention.ms", "value": "123000", "source": "DYNAMIC_TOPIC_CONFIG",
+                                    "sensitive": False, "readOnly": False}])
+        group = "json-" + name
+        c = Consumer({"bootstrap.servers": self.broker.bootstrap_servers, "group.id": group,
+                      "enable.auto.commit": False})
+        p = Producer({"bootstrap.servers": self.broker.bootstrap_servers})
+        for i in range(6):
+            p.produce(name, b"%d" % i, partition=i % 2)
+        self.assertEqual(p.flush(10), 0)
+        c.commit(offsets=[TopicPartition(name, 0, 1), TopicPartition(name, 1, 3)], asynchronous=False)
+        c.close()
+        groups = json.loads(self.ok("groups", "list", "--output", "json"))
+        # offsets committed without joining: a simple group, no protocol type (as in Kafka)
+        self.assertIn({"group": group, "state": "Empty", "protocolType": ""}, groups)
+        described = json.loads(self.ok("groups", "describe", "--group", group, "--output", "json"))
+        self.assertEqual(described, [{
+            "group": group, "state": "Empty", "protocolType": "", "members": [],
+            "offsets": [{"topic": name, "partition": 0, "currentOffset": 1, "logEndOffset": 3, "lag": 2},
+                        {"topic": name, "partition": 1, "currentOffset": 3, "logEndOffset": 3, "lag": 0}]}])
+        plan = json.loads(self.ok("groups", "reset-offsets", "--group", group, "--all-topics", "--to-latest",
+                                  "--output", "json"))
+        self.assertEqual(plan, [{"group": group, "topic": name, "partition": 0, "newOffset": 3},
+                                {"group": group, "topic": name, "partition": 1, "newOffset": 3}])
 
     def test_topics_lifecycle(self):
         name = self.new_topic(3, "--config", "retention.ms=123000")
         rc, _, err = self.cli("topics", "create", "--topic", name)
-        self.assertEqual(rc, 1)
+        self.assertEqual(rc, 4)  # the broker answered with an error
         self.assertIn("TOPIC_ALREADY_EXISTS", err)
         self.ok("topics", "create", "--topic", name, "--if-not-exists")
         self.assertIn(name, self.ok("topics", "list").split())
@@ -86,12 +159,12 @@ class CliTests(KafkaBrokerMixin, unittest.TestCase):
         self.assertIn("PartitionCount: 5", out)
         self.assertIn("segment.ms=60000", out)
         rc, _, err = self.cli("topics", "alter", "--topic", name, "--partitions", "2")
-        self.assertEqual(rc, 1)
+        self.assertEqual(rc, 4)
         self.assertIn("INVALID_PARTITIONS", err)
         self.ok("topics", "delete", "--topic", name)
         self.assertNotIn(name, self.ok("topics", "list").split())
         rc, _, err = self.cli("topics", "delete", "--topic", name)
-        self.assertEqual(rc, 1)
+        self.assertEqual(rc, 4)
         self.assertIn("UNKNOWN_TOPIC_OR_PARTITION", err)
 
     def test_produce_consume_round_trip(self):
@@ -157,7 +230,7 @@ class CliTests(KafkaBrokerMixin, unittest.TestCase):
         self.assertEqual(len({tuple(columns(line)) for line in lines[1:]}), 1)
         rc, _, err = self.cli("configs", "alter", "--entity-type", "topics", "--entity-name", name,
                               "--add-config", "retention.ms=later")
-        self.assertEqual(rc, 1)
+        self.assertEqual(rc, 4)
         self.assertIn("INVALID_CONFIG", err)
         self.assertIn("retention.ms", err)
         self.ok("configs", "alter", "--entity-type", "topics", "--entity-name", name,

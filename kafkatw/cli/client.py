@@ -26,10 +26,20 @@ MAX_VERSIONS = {
 
 
 class ClientError(Exception):
-    """A failure to report to the user in one line (exit code 1)."""
+    """A failure to report to the user in one line (exit status 1 unless a subclass says)."""
+
+
+class UsageError(ClientError):
+    """The command line asks for something impossible, found after parsing (exit status 2)."""
+
+
+class BrokerConnectionError(ClientError):
+    """No broker could be reached or a connection broke (exit status 3)."""
 
 
 class KafkaResponseError(ClientError):
+    """The broker answered with an error code (exit status 4)."""
+
     def __init__(self, code, message=None, what=None):
         self.code = code
         text = error_name(code)
@@ -55,10 +65,10 @@ def parse_bootstrap(text):
             item = item.split("://", 1)[1]
         host, sep, port = item.rpartition(":")
         if not sep or not port.isdigit():
-            raise ClientError("invalid bootstrap server %r (expected host:port)" % (item,))
+            raise UsageError("invalid bootstrap server %r (expected host:port)" % (item,))
         out.append((host.strip("[]") or "localhost", int(port)))
     if not out:
-        raise ClientError("--bootstrap-server is required")
+        raise UsageError("--bootstrap-server is required")
     return out
 
 
@@ -67,7 +77,7 @@ def ssl_context(config):
     protocol = config.get("security.protocol", "PLAINTEXT").upper()
     if protocol not in ("SSL", "SASL_SSL"):
         if protocol not in ("PLAINTEXT", "SASL_PLAINTEXT"):
-            raise ClientError("unknown security.protocol %r" % (protocol,))
+            raise UsageError("unknown security.protocol %r" % (protocol,))
         return None
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     cafile = config.get("ssl.cafile") or config.get("ssl.ca.location")
@@ -103,14 +113,14 @@ class BrokerConnection:
         try:
             sock = socket.create_connection((host, port), timeout=timeout)
         except OSError as e:
-            raise ClientError("cannot connect to %s:%d: %s" % (host, port, e.strerror or e))
+            raise BrokerConnectionError("cannot connect to %s:%d: %s" % (host, port, e.strerror or e))
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if ssl_ctx is not None:
             try:
                 sock = ssl_ctx.wrap_socket(sock, server_hostname=host)
             except (ssl.SSLError, OSError) as e:
                 sock.close()
-                raise ClientError("TLS handshake with %s:%d failed: %s" % (host, port, e))
+                raise BrokerConnectionError("TLS handshake with %s:%d failed: %s" % (host, port, e))
         self.sock = sock
         self.api_versions = {}
         self._negotiate()
@@ -154,7 +164,7 @@ class BrokerConnection:
             (size,) = _SIZE.unpack(self._recv(4))
             payload = memoryview(self._recv(size))
         except (OSError, ConnectionError) as e:
-            raise ClientError("connection to %s:%d failed: %s" % (self.host, self.port, e))
+            raise BrokerConnectionError("connection to %s:%d failed: %s" % (self.host, self.port, e))
         head, pos = messages.ResponseHeader.decode_from(
             payload, 0, messages.response_header_version(api_key, version))
         if head.correlation_id != self._correlation:
@@ -214,7 +224,7 @@ class KafkaClient:
                 return self._bootstrap_conn
             except ClientError as e:
                 errors.append(str(e))
-        raise ClientError("; ".join(errors))
+        raise BrokerConnectionError("; ".join(errors))
 
     def node(self, node_id):
         if node_id not in self.brokers:

@@ -2,8 +2,9 @@
 IncrementalAlterConfigs), as Kafka's kafka-configs: dynamic configs by default, ``--all`` for all.
 """
 
-from kafkatw.cli.client import ClientError, check
+from kafkatw.cli.client import UsageError, check
 from kafkatw.cli.main import parse_kv, print_table
+from kafkatw.cli.output import wants_json, write_json
 from kafkatw.cli.topics import alter_configs
 from kafkatw.config import CONFIG_SOURCE_NAMES
 from kafkatw.protocol import messages
@@ -37,10 +38,10 @@ def _resource(args):
     rtype = RESOURCE_TYPES[args.entity_type]
     if args.entity_default:
         if rtype != 4:
-            raise ClientError("--entity-default applies to brokers only")
+            raise UsageError("--entity-default applies to brokers only")
         return rtype, ""
     if args.entity_name is None:
-        raise ClientError("--entity-name or --entity-default is required")
+        raise UsageError("--entity-name or --entity-default is required")
     return rtype, args.entity_name
 
 
@@ -71,7 +72,7 @@ def cmd_describe(client, args):
                                                  configuration_keys=None)],
             include_synonyms=True, include_documentation=False)
     resp, version = client.request(req)
-    rows = []
+    rows, records = [], []
     for r in resp.results:
         check(r.error_code, r.error_message, "describe configs of %s %s" % (args.entity_type, name))
         for c in sorted(r.configs, key=lambda c: c.name):
@@ -79,9 +80,15 @@ def cmd_describe(client, args):
             if not args.all and source in STATIC_AND_DEFAULT:
                 continue
             value = "[hidden]" if c.is_sensitive else ("null" if c.value is None else c.value)
+            records.append({"name": c.name, "value": None if c.is_sensitive else c.value,
+                            "source": CONFIG_SOURCE_NAMES.get(source, source),
+                            "sensitive": bool(c.is_sensitive), "readOnly": bool(c.read_only)})
             rows.append([c.name, value, CONFIG_SOURCE_NAMES.get(source, source),
                          "true" if c.is_sensitive else "false", "true" if c.read_only else "false"])
     kind = "topic" if rtype == 2 else "broker"
+    if wants_json(args):
+        write_json(args.out, records)
+        return
     label = "default" if name == "" else name
     args.out.write("%s configs for %s %s are:\n" % ("All" if args.all else "Dynamic", kind, label))
     if rows:
@@ -93,7 +100,7 @@ def cmd_alter(client, args):
     sets = parse_kv(_split_pairs(args.add_config), "config")
     deletes = [k.strip() for k in _split_pairs(args.delete_config) if k.strip()]
     if not sets and not deletes:
-        raise ClientError("nothing to alter: give --add-config and/or --delete-config")
+        raise UsageError("nothing to alter: give --add-config and/or --delete-config")
     kind = "topic" if rtype == 2 else "broker"
     alter_configs(client, rtype, name, sets, deletes, "alter configs of %s %s" % (kind, name or "default"))
     args.out.write("Completed updating config for %s %s.\n" % (kind, name or "default"))

@@ -8,7 +8,7 @@ import datetime
 import json
 import time
 
-from kafkatw.cli.client import ClientError, check
+from kafkatw.cli.client import ClientError, UsageError, check
 from kafkatw.cli.main import Progress
 from kafkatw.protocol import messages
 from kafkatw.protocol.records import iter_batch_headers, decode_batch
@@ -42,7 +42,7 @@ def parse_timestamp(text):
     try:
         dt = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise ClientError("invalid timestamp %r (ms since epoch or ISO-8601)" % (text,))
+        raise UsageError("invalid timestamp %r (ms since epoch or ISO-8601)" % (text,))
     if dt.tzinfo is None:
         dt = dt.astimezone()
     return int(dt.timestamp() * 1000)
@@ -108,7 +108,7 @@ def start_offsets(client, args, partitions, leaders, group_conn):
         try:
             value = int(args.offset)
         except ValueError:
-            raise ClientError("invalid --offset %r" % (args.offset,))
+            raise UsageError("invalid --offset %r" % (args.offset,))
         return {p: value for p in partitions}
     if args.timestamp is not None:
         ts = parse_timestamp(args.timestamp)

@@ -3,9 +3,10 @@ OffsetFetch, OffsetCommit, DeleteGroups and ListOffsets, as Kafka's kafka-consum
 (reset is a dry run unless ``--execute``). It never joins a group.
 """
 
-from kafkatw.cli.client import ClientError, check
+from kafkatw.cli.client import ClientError, UsageError, check
 from kafkatw.cli.consume import EARLIEST, LATEST, commit_offsets, parse_timestamp
 from kafkatw.cli.main import print_table
+from kafkatw.cli.output import wants_json, write_json
 from kafkatw.protocol import messages
 
 
@@ -43,7 +44,10 @@ def cmd_list(client, args):
     resp = client.call(messages.ListGroupsRequest())
     check(resp.error_code, what="ListGroups")
     groups = sorted(resp.groups, key=lambda g: g.group_id)
-    if args.state:
+    if wants_json(args):
+        write_json(args.out, [{"group": g.group_id, "state": g.group_state or None,
+                               "protocolType": g.protocol_type} for g in groups])
+    elif args.state:
         print_table(["GROUP", "STATE"], [[g.group_id, g.group_state or "-"] for g in groups], args.out)
     else:
         for g in groups:
@@ -71,11 +75,15 @@ def _describe_group(client, conn, group):
 
 
 def cmd_describe(client, args):
+    described = []
     for group in args.group:
         conn = client.coordinator(group)
         g = _describe_group(client, conn, group)
         if g.group_state == "Dead":
             raise ClientError("Consumer group '%s' does not exist." % group)
+        if wants_json(args):
+            described.append(_group_json(client, conn, g))
+            continue
         if args.members:
             print_table(["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID"],
                         [[group, m.member_id, m.client_host, m.client_id] for m in g.members], args.out)
@@ -93,6 +101,23 @@ def cmd_describe(client, args):
                 rows.append([group, topic, p, cur, ends[p], ends[p] - cur, "-", "-", "-"])
         print_table(["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
                      "CONSUMER-ID", "HOST", "CLIENT-ID"], rows, args.out)
+    if wants_json(args):
+        write_json(args.out, described)
+
+
+def _group_json(client, conn, g):
+    """One described group as JSON: state, members, and offsets with lag per partition."""
+    committed = _fetch_all_offsets(client, conn, g.group_id)
+    offsets = []
+    for topic in sorted({t for t, _ in committed}):
+        parts = sorted(p for t, p in committed if t == topic)
+        ends = client.list_offsets(topic, parts, LATEST)
+        offsets += [{"topic": topic, "partition": p, "currentOffset": committed[(topic, p)],
+                     "logEndOffset": ends[p], "lag": ends[p] - committed[(topic, p)]} for p in parts]
+    return {"group": g.group_id, "state": g.group_state, "protocolType": g.protocol_type,
+            "members": [{"memberId": m.member_id, "clientId": m.client_id, "clientHost": m.client_host}
+                        for m in g.members],
+            "offsets": offsets}
 
 
 def cmd_delete(client, args):
@@ -125,7 +150,7 @@ def _scope(client, conn, args):
             try:
                 wanted = sorted(int(x) for x in parts.split(",") if x.strip())
             except ValueError:
-                raise ClientError("invalid partition list in %r" % (item,))
+                raise UsageError("invalid partition list in %r" % (item,))
             for p in wanted:
                 if p not in all_parts:
                     raise ClientError("topic %s has no partition %d" % (topic, p))
@@ -159,7 +184,10 @@ def cmd_reset(client, args):
             new = {p: found[p] if found[p] >= 0 else latest[p] for p in parts}
         plan[topic] = new
         rows += [[args.group, topic, p, new[p]] for p in parts]
-    print_table(["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"], rows, args.out)
+    if wants_json(args):
+        write_json(args.out, [{"group": g, "topic": t, "partition": p, "newOffset": o} for g, t, p, o in rows])
+    else:
+        print_table(["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"], rows, args.out)
     if args.execute:
         for topic, offsets in plan.items():
             commit_offsets(client, conn, args.group, topic, offsets)

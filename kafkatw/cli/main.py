@@ -5,9 +5,14 @@ tables, progress bar) and ``--command-config`` loading. The commands live in sib
 import argparse
 import sys
 
-from kafkatw.cli.client import ClientError, KafkaClient
+from kafkatw.cli.client import (BrokerConnectionError, ClientError, KafkaClient, KafkaResponseError,
+                                UsageError)
 
-EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+from kafkatw.cli.output import FORMATS
+
+#: Exit statuses: done, failed otherwise, usage, no broker reachable or connection lost, and
+#: an error code from the broker (scripts can tell a typo from an outage from a refusal).
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_CONNECTION, EXIT_BROKER = 0, 1, 2, 3, 4
 
 
 def print_table(headers, rows, out=None):
@@ -68,25 +73,48 @@ def parse_kv(items, what="property"):
     for item in items or []:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise ClientError("invalid %s %r (expected key=value)" % (what, item))
+            raise UsageError("invalid %s %r (expected key=value)" % (what, item))
         out[key.strip()] = value
     return out
+
+
+def add_global_options(parser, defaults=True):
+    """The options every Kafka tool takes, on the top parser (with defaults) and again on each
+    subcommand (``defaults=False``: absent there, the top parser's value stays), so they may be
+    typed before or after the subcommand: ``kafkatw topics list --bootstrap-server H:P``."""
+    def default(value):
+        return value if defaults else argparse.SUPPRESS
+
+    parser.add_argument("--bootstrap-server", "--bootstrap-servers", dest="bootstrap_server",
+                        metavar="HOST:PORT", default=default(None),
+                        help="broker(s) to connect to, comma-separated")
+    parser.add_argument("--command-config", metavar="FILE", default=default(None),
+                        help="client properties file (security.protocol, ssl.cafile, "
+                             "ssl.truststore.location (PEM), ssl.certificate.location, "
+                             "sasl.mechanism, sasl.username, sasl.password or sasl.jaas.config, ...)")
+    parser.add_argument("--timeout", type=float, metavar="SECONDS", default=default(30.0),
+                        help="socket timeout (default 30)")
+    parser.add_argument("--output", choices=FORMATS, default=default("text"),
+                        help="listings as aligned text (default) or one JSON document")
+
+
+class SubcommandParser(argparse.ArgumentParser):
+    """A subcommand's parser: it accepts the global options too (nested ones inherit the class)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        add_global_options(self, defaults=False)
 
 
 def build_parser():
     from kafkatw.cli import configs, consume, groups, logdump, produce, quotas, topics, transactions, users
 
     parser = argparse.ArgumentParser(
-        prog="kafkatw", description="Administer, produce to and consume from Kafka-compatible brokers.")
-    parser.add_argument("--bootstrap-server", "--bootstrap-servers", dest="bootstrap_server",
-                        metavar="HOST:PORT", help="broker(s) to connect to, comma-separated")
-    parser.add_argument("--command-config", metavar="FILE",
-                        help="client properties file (security.protocol, ssl.cafile, "
-                             "ssl.truststore.location (PEM), ssl.certificate.location, "
-                             "sasl.mechanism, sasl.username, sasl.password or sasl.jaas.config, ...)")
-    parser.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
-                        help="socket timeout (default 30)")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+        prog="kafkatw", description="Administer, produce to and consume from Kafka-compatible brokers.",
+        epilog="Exit status: 0 done, 1 failed, 2 usage error, 3 no broker reachable or connection "
+               "lost, 4 the broker answered with an error.")
+    add_global_options(parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=SubcommandParser)
     sub.required = True
     for module in (topics, groups, configs, produce, consume, logdump, users, transactions, quotas):
         module.add_parser(sub)
@@ -110,7 +138,7 @@ def main(argv=None, stdin=None, stdout=None, stderr=None):
         return args.func(client, args) or EXIT_OK
     except ClientError as e:
         stderr.write("Error: %s\n" % (e,))
-        return EXIT_ERROR
+        return exit_status(e)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
@@ -118,6 +146,15 @@ def main(argv=None, stdin=None, stdout=None, stderr=None):
     finally:
         if client is not None:
             client.close()
+
+
+def exit_status(error):
+    """The exit status a :class:`ClientError` ends the command with."""
+    for kind, status in ((UsageError, EXIT_USAGE), (BrokerConnectionError, EXIT_CONNECTION),
+                         (KafkaResponseError, EXIT_BROKER)):
+        if isinstance(error, kind):
+            return status
+    return EXIT_ERROR
 
 
 if __name__ == "__main__":

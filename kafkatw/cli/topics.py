@@ -2,8 +2,9 @@
 CreatePartitions, DescribeConfigs and IncrementalAlterConfigs as Kafka's kafka-topics does.
 """
 
-from kafkatw.cli.client import ClientError, check
+from kafkatw.cli.client import UsageError, check
 from kafkatw.cli.main import parse_kv, print_table
+from kafkatw.cli.output import wants_json, write_json
 from kafkatw.protocol import messages
 
 TOPIC_RESOURCE = 2
@@ -57,9 +58,11 @@ def _topics(client, names=None):
 
 
 def cmd_list(client, args):
-    for t in _topics(client):
-        if args.exclude_internal and t.is_internal:
-            continue
+    topics = [t for t in _topics(client) if not (args.exclude_internal and t.is_internal)]
+    if wants_json(args):
+        write_json(args.out, [{"name": t.name, "internal": bool(t.is_internal)} for t in topics])
+        return
+    for t in topics:
         args.out.write(t.name + "\n")
 
 
@@ -83,6 +86,7 @@ def describe_configs(client, topic):
 
 def cmd_describe(client, args):
     topics = _topics(client, args.topic)
+    described = []
     for t in topics:
         if args.exclude_internal and t.is_internal:
             continue
@@ -91,6 +95,14 @@ def cmd_describe(client, args):
 
         rf = len(t.partitions[0].replica_nodes) if t.partitions else 0
         tid = uuid_to_base64(t.topic_id) if getattr(t, "topic_id", None) else "-"
+        if wants_json(args):
+            described.append({
+                "name": t.name, "topicId": tid, "internal": bool(t.is_internal),
+                "partitionCount": len(t.partitions), "replicationFactor": rf, "configs": configs,
+                "partitions": [{"partition": p.partition_index, "leader": p.leader_id,
+                                "replicas": list(p.replica_nodes), "isr": list(p.isr_nodes)}
+                               for p in sorted(t.partitions, key=lambda p: p.partition_index)]})
+            continue
         args.out.write("Topic: %s\tTopicId: %s\tPartitionCount: %d\tReplicationFactor: %d\tConfigs: %s\n"
                        % (t.name, tid, len(t.partitions), rf,
                           ",".join("%s=%s" % kv for kv in sorted(configs.items()))))
@@ -98,6 +110,8 @@ def cmd_describe(client, args):
                  ",".join(map(str, p.isr_nodes))]
                 for p in sorted(t.partitions, key=lambda p: p.partition_index)]
         print_table(["TOPIC", "PARTITION", "LEADER", "REPLICAS", "ISR"], rows, args.out)
+    if wants_json(args):
+        write_json(args.out, described)
 
 
 def cmd_create(client, args):
@@ -152,7 +166,7 @@ def alter_configs(client, resource_type, name, sets, deletes, what):
 
 def cmd_alter(client, args):
     if args.partitions is None and not args.config and not args.delete_config:
-        raise ClientError("nothing to alter: give --partitions, --config or --delete-config")
+        raise UsageError("nothing to alter: give --partitions, --config or --delete-config")
     if args.partitions is not None:
         R = messages.CreatePartitionsRequest
         req = R(topics=[R.CreatePartitionsTopic(name=args.topic, count=args.partitions, assignments=None)],
