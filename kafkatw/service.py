@@ -296,6 +296,7 @@ class SocketServerService(_BrokerPart):
         super().startService()
         from kafkatw.network.dynamic import DynamicSocketServerConfig
         from kafkatw.network.listener import SocketServer
+        from kafkatw.network.metrics import NetworkMetrics
         from kafkatw.network.request_log import RequestLogger
         from kafkatw.network.settings import SocketServerSettings
 
@@ -303,6 +304,8 @@ class SocketServerService(_BrokerPart):
         b.socket_server = SocketServer(
             b.config.listeners, b.apis, b.reactor, settings=SocketServerSettings.from_config(b.config),
             request_logger=RequestLogger.from_config(b.config),
+            # request time histograms cost a few microseconds a request: only when exported
+            metrics=NetworkMetrics(request_times=bool(b.config["kafkatw.metrics.listener"])),
             ssl_context_factories=b.ssl_context_factories,
             transfer_failure_handler=b._on_transfer_failure,  # seed 000 §6
             transport_layers=b.transport_layers,
@@ -369,6 +372,14 @@ class BrokerService(OrderedMultiService):
             child.setServiceParent(self)
         for ep in config.listeners:
             ListenerService(lambda: self.socket_server, ep).setServiceParent(self)
+        self.metrics_service = None
+        if config["kafkatw.metrics.listener"]:
+            # imported only when configured: twisted.web and prometheus_client cost idle memory
+            from kafkatw.metrics.web import MetricsService, parse_listener
+
+            host, port = parse_listener(config["kafkatw.metrics.listener"])
+            self.metrics_service = MetricsService(self, host, port)
+            self.metrics_service.setServiceParent(self)
 
     # -- start -------------------------------------------------------------------------------
     def startService(self):
@@ -447,7 +458,10 @@ class BrokerService(OrderedMultiService):
                       "host": ep.host, "port": bound[ep.listener_name]} for ep in self.config.listeners]
         tmp = path + ".tmp"
         with open(tmp, "w") as f:
-            json.dump({"node_id": self.config.node_id, "pid": os.getpid(), "listeners": listeners}, f)
+            info = {"node_id": self.config.node_id, "pid": os.getpid(), "listeners": listeners}
+            if self.metrics_service is not None:
+                info["metrics_port"] = self.metrics_service.bound_port()
+            json.dump(info, f)
         os.replace(tmp, path)
 
     # -- stop --------------------------------------------------------------------------------

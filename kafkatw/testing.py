@@ -296,6 +296,7 @@ class KafkaBroker:
             listeners = [x.strip() for x in listeners.split(",") if x.strip()]
         self._listeners = [self._listener_entry(x) for x in listeners]
         self.ports = {}  # listener name -> bound port, kept for restarts
+        self.metrics_port = None  # kafkatw.metrics.listener's bound port, when configured
         self.topics = [_topic_spec(t, None) for t in topics]
         self.ssl_ca_path = self.ssl_client_cert_path = self.ssl_client_key_path = None
         self.pki = None
@@ -556,6 +557,7 @@ class KafkaBroker:
             return False
         for listener in info.get("listeners", []):
             self.ports[listener["name"].upper()] = int(listener["port"])
+        self.metrics_port = info.get("metrics_port")
         return True
 
     def stop(self, timeout=30.0):

@@ -340,6 +340,9 @@ _d("kafkatw.request.log.enable", BOOLEAN, False, None, LOW,
 _d("kafkatw.request.log.file", STRING, None, None, LOW,
    "File for the request log; unset logs through the twisted logger namespace "
    "'kafka.request.logger'.")
+_d("kafkatw.metrics.listener", STRING, None, None, LOW,
+   "HOST:PORT of the HTTP endpoint serving Prometheus metrics (/metrics) and health checks "
+   "(/healthz, /readyz); unset, there is none. Port 0 picks a free port (see the ready file).")
 _d("kafkatw.ready.file", STRING, None, None, LOW,
    "When set, a JSON file describing the bound listeners is written once the broker listens.")
 _d("kafkatw.reactor.stall.probe.ms", INT, 0, at_least(0), LOW,

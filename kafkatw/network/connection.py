@@ -75,6 +75,7 @@ class KafkaConnection(Protocol):
         # accepted while its listener waits out a connection creation rate (KIP-612): nothing
         # is read until the listener releases it, as if it were still in the accept backlog
         self.waiting_for_accept = False
+        self._handshake_done = False  # TLS only: handshakeCompleted was called
 
     # -- connection life ------------------------------------------------------
 
@@ -120,9 +121,11 @@ class KafkaConnection(Protocol):
             try:
                 principal = self.server.tls_principal(self)
             except Exception as e:
+                self.server.metrics.failed_authentication[self.endpoint.listener_name] += 1
                 self.close("no principal for the client certificate: {err}", err=e)
                 return
             self.context = attr.evolve(self.context, principal=principal)
+        self._handshake_done = True
 
     def connectionLost(self, reason=None):
         if self.closed:
@@ -134,7 +137,17 @@ class KafkaConnection(Protocol):
                 call.cancel()
         self._idle_call = self._throttle_call = None
         self.server.channel.cancel(self)
+        if self._failed_tls_handshake(reason):
+            self.server.metrics.failed_authentication[self.endpoint.listener_name] += 1
         self.server.connection_lost(self)
+
+    def _failed_tls_handshake(self, reason):
+        """Lost before the TLS handshake completed, by a TLS error (a certificate refused):
+        Kafka counts it as a failed authentication."""
+        if self._handshake_done or self.endpoint.security_protocol not in ("SSL", "SASL_SSL"):
+            return False
+        error = getattr(reason, "value", None)
+        return type(error).__module__.startswith("OpenSSL")
 
     def close(self, why, **fields):
         """Close this connection (only this one) with a log line naming the peer."""

@@ -20,7 +20,7 @@ from kafkatw import registry
 from kafkatw.config import ConfigError
 from kafkatw.network.channel import RequestChannel
 from kafkatw.network.metrics import NetworkMetrics
-from kafkatw.network.request_log import RequestLogger
+from kafkatw.network.request_log import RequestLogger, request_times
 from kafkatw.network.settings import SocketServerSettings, listener_prefix
 from kafkatw.network.transport import ITransportLayer
 from kafkatw.rate import Rate, throttle_time_ms
@@ -370,6 +370,15 @@ class SocketServer:
         """The actual port of a listener (useful with port 0)."""
         return self.factories[listener_name].port.getHost().port
 
+    def listening(self):
+        """``{listener name: True while its port accepts connections}`` (health checks)."""
+        out = {}
+        for ep in self.endpoints:
+            factory = self.factories.get(ep.listener_name)
+            port = factory.port if factory is not None else None
+            out[ep.listener_name] = bool(port is not None and port.connected)
+        return out
+
     def stop_listener(self, listener_name):
         """Stop accepting on one listener and close its connections; Deferred of the port closing."""
         factory = self.factories.get(listener_name)
@@ -494,7 +503,8 @@ class SocketServer:
     def request_completed(self, request, response):
         api_name = self.wire.api_name(request.api_key)
         total_ms = max(0, (request.response_complete_ns or request.start_ns) - request.start_ns) / 1e6
-        self.metrics.record_request(api_name, total_ms)
+        times = request_times(request) if self.metrics.request_times is not None else None
+        self.metrics.record_request(api_name, total_ms, request.api_version, times)
         self.request_logger.log_request(request, api_name, response)
 
 

@@ -3,16 +3,51 @@
 Owns plain numbers only; nothing here formats or exports them.
 """
 
+import bisect
 import collections
+
+#: The request log's times, in Kafka's RequestMetrics order (histogram names without "Ms").
+REQUEST_TIME_FIELDS = ("requestQueueTimeMs", "localTimeMs", "remoteTimeMs", "throttleTimeMs",
+                       "responseQueueTimeMs", "sendTimeMs", "totalTimeMs")
+#: Upper bounds (ms) of the request time histogram buckets; a last one is +Inf.
+REQUEST_TIME_BUCKETS_MS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0,
+                           1000.0, 2500.0, 5000.0, 10000.0, 30000.0)
+
+
+class RequestTimeHistograms:
+    """Per API, one histogram per request log time: bucket counts (not cumulative) and sums."""
+
+    def __init__(self, buckets=REQUEST_TIME_BUCKETS_MS):
+        self.buckets = tuple(buckets)
+        self.by_api = {}  # api name -> ([[count per bucket + Inf] per field], [sum per field])
+
+    def observe(self, api_name, times):
+        """``times``: the request log's dict of times (ms) for one completed request."""
+        entry = self.by_api.get(api_name)
+        if entry is None:
+            n = len(self.buckets) + 1
+            entry = self.by_api[api_name] = ([[0] * n for _ in REQUEST_TIME_FIELDS],
+                                             [0.0] * len(REQUEST_TIME_FIELDS))
+        counts, sums = entry
+        buckets = self.buckets
+        for i, field in enumerate(REQUEST_TIME_FIELDS):
+            value = times[field]
+            counts[i][bisect.bisect_left(buckets, value)] += 1
+            sums[i] += value
 
 
 class NetworkMetrics:
-    """Request queue size, per-API request counts and times, connections, bytes."""
+    """Request queue size, per-API request counts and times, connections, bytes.
 
-    def __init__(self):
+    ``request_times=True`` also keeps a histogram of each request log time per API (a few
+    microseconds per request, so only when something exports them)."""
+
+    def __init__(self, request_times=False):
         self.request_queue_size = 0
         self.requests_total = collections.Counter()  # api name -> completed requests
+        self.requests_by_version = collections.Counter()  # (api name, version) -> completed
         self.request_time_ms_total = collections.Counter()  # api name -> sum of totalTimeMs
+        self.request_times = RequestTimeHistograms() if request_times else None
         self.connections = collections.Counter()  # listener name -> open connections
         self.connections_created = collections.Counter()
         self.connections_closed = collections.Counter()
@@ -22,16 +57,21 @@ class NetworkMetrics:
         self.bytes_in = 0
         self.bytes_out = 0
         self.invalid_frames = 0
-        # SASL (listener name -> count), Kafka's successful/failed-(re)authentication-total
+        # SASL and TLS (listener name -> count), Kafka's successful/failed-(re)authentication-total;
+        # a refused TLS handshake counts as a failed authentication, as in Kafka
         self.successful_authentication = collections.Counter()
         self.failed_authentication = collections.Counter()
         self.successful_reauthentication = collections.Counter()
         self.failed_reauthentication = collections.Counter()
         self.expired_connections_killed = 0
 
-    def record_request(self, api_name, total_time_ms):
+    def record_request(self, api_name, total_time_ms, version=None, times=None):
         self.requests_total[api_name] += 1
         self.request_time_ms_total[api_name] += total_time_ms
+        if version is not None:
+            self.requests_by_version[(api_name, version)] += 1
+        if times is not None and self.request_times is not None:
+            self.request_times.observe(api_name, times)
 
     def snapshot(self):
         """A plain dict of the current values (for exporters and tests)."""

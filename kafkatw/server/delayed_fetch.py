@@ -62,6 +62,7 @@ class DelayedFetch(DelayedOperation):
     def on_complete(self):
         fetch_infos = [(tp, status.fetch_info) for tp, status in self.fetch_partition_status]
         results = self.replica_manager.read_from_log(self.params, fetch_infos)
+        self.replica_manager.topic_stats.record_fetch(results)
         return [(tp, r.to_fetch_partition_data()) for tp, r in results]
 
 

@@ -20,6 +20,7 @@ from kafkatw.protocol import errors, records
 from kafkatw.protocol.errors import KafkaError
 from kafkatw.server.delayed_fetch import DelayedFetch, FetchPartitionStatus
 from kafkatw.purgatory import DelayedOperationPurgatory, TopicPartitionOperationKey
+from kafkatw.server.topic_stats import BrokerTopicStats
 from kafkatw.storage.offsets import (
     ORIGIN_CLIENT,
     UNKNOWN_OFFSET_METADATA,
@@ -276,6 +277,7 @@ class ReplicaManager:
         # of at most 10 ms, the next one a reactor turn later
         self._producer_state_loads = {}
         self._cooperator = task.Cooperator(scheduler=lambda step: clock.callLater(0, step))
+        self.topic_stats = BrokerTopicStats()
 
     # -- partitions ------------------------------------------------------------------------
 
@@ -477,6 +479,7 @@ class ReplicaManager:
         if loading is not None:
             loading.task.stop()
             loading.done()  # its waiters retry and find the partition gone
+        self.topic_stats.remove(topic)
         self.fetch_purgatory.check_and_complete(TopicPartitionOperationKey(topic, partition))
 
     def set_producer_id_expiration_ms(self, expiration_ms):
@@ -679,6 +682,7 @@ class ReplicaManager:
                 self._producer_states[(topic, partition)].map_end_offset = info.last_offset + 1
             # Single node: the ISR is {us}, so the HW follows the log end at once.
             log_.update_high_watermark(log_.log_end_offset)
+            self.topic_stats.record_append(topic, info.last_offset - info.first_offset + 1, len(buf))
             return PartitionResponse(errors.NONE, info.first_offset, info.log_append_time,
                                      info.log_start_offset)
         except KafkaError as e:
@@ -723,6 +727,7 @@ class ReplicaManager:
                 diverging = True
         if (params.max_wait_ms <= 0 or not fetch_infos or bytes_readable >= params.min_bytes
                 or error_reading or diverging):
+            self.topic_stats.record_fetch(results)
             return [(tp, r.to_fetch_partition_data()) for tp, r in results]
         status = [(tp, FetchPartitionStatus(r.info.fetch_offset_metadata, info))
                   for (tp, info), (_, r) in zip(fetch_infos, results)]

@@ -1,0 +1,139 @@
+"""The HTTP side of the operations endpoint: ``/metrics``, ``/healthz``, ``/readyz`` on Twisted
+web, and the child service that binds ``kafkatw.metrics.listener``.
+
+Owns what healthy and ready mean for an orchestrator; the metric names are the exporter's.
+"""
+
+import json
+
+from twisted.application import service
+from twisted.internet import threads
+from twisted.logger import Logger
+from twisted.web import resource, server
+
+from kafkatw.config import ConfigError
+from kafkatw.metrics import exporter
+
+log = Logger(namespace="kafkatw.metrics")
+
+METRICS_LISTENER = "kafkatw.metrics.listener"
+
+
+def parse_listener(value):
+    """``HOST:PORT`` (``[::1]:9404`` for IPv6, an empty host for all interfaces) -> (host, port)."""
+    host, sep, port = (value or "").strip().rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise ConfigError("Invalid value %s for configuration %s: expected HOST:PORT, e.g. 127.0.0.1:9404"
+                          % (value, METRICS_LISTENER))
+    return host.strip("[]"), int(port)
+
+
+def health(broker):
+    """``(healthy, details)``: every listener accepts connections and a log dir is online (a
+    broker whose every log dir failed serves nothing; Kafka stops such a broker)."""
+    listening = broker.socket_server.listening() if broker.socket_server is not None else {}
+    logs = broker.log_manager
+    online = list(logs.online_dirs) if logs is not None else []
+    offline = sorted(logs.offline_dirs) if logs is not None else []
+    healthy = bool(listening) and all(listening.values()) and bool(online)
+    return healthy, {"listeners": listening, "logDirs": {"online": online, "offline": offline}}
+
+
+def readiness(broker):
+    """``(ready, details)``: the broker started (logs loaded and recovered, listeners bound) and
+    the group coordinator loaded its ``__consumer_offsets`` partitions."""
+    started = bool(broker.running) and broker.socket_server is not None
+    coordinator = broker.group_coordinator
+    groups_loading = coordinator is None or coordinator.is_loading()
+    logs_loaded = broker.log_manager is not None
+    ready = started and logs_loaded and not groups_loading
+    return ready, {"started": started, "logsLoaded": logs_loaded, "groupCoordinatorLoaded": not groups_loading}
+
+
+class _Check(resource.Resource):
+    """200 and ``{"status": "ok", ...}`` when the check passes, else 503 and the details."""
+
+    isLeaf = True
+
+    def __init__(self, broker, check):
+        super().__init__()
+        self.broker = broker
+        self.check = check
+
+    def render_GET(self, request):
+        ok, details = self.check(self.broker)
+        request.setResponseCode(200 if ok else 503)
+        request.setHeader(b"content-type", b"application/json")
+        request.setHeader(b"cache-control", b"no-store")
+        return json.dumps(dict({"status": "ok" if ok else "failing"}, **details), sort_keys=True).encode() + b"\n"
+
+
+class MetricsResource(resource.Resource):
+    """A scrape: the snapshot on the reactor in slices, the text formatted in a thread."""
+
+    isLeaf = True
+
+    def __init__(self, broker, reactor, threadpool):
+        super().__init__()
+        self.broker = broker
+        self.reactor = reactor
+        self.threadpool = threadpool
+
+    def render_GET(self, request):
+        finished = []
+        request.notifyFinish().addBoth(finished.append)
+        d = exporter.take_snapshot(self.broker, self.reactor)
+        d.addCallback(lambda snap: threads.deferToThreadPool(self.reactor, self.threadpool, exporter.render, snap))
+
+        def write(body):
+            if finished:
+                return  # the scraper went away
+            request.setHeader(b"content-type", exporter.CONTENT_TYPE.encode())
+            request.write(body)
+            request.finish()
+
+        def failed(failure):
+            log.failure("scrape failed", failure)
+            if not finished:
+                request.setResponseCode(500)
+                request.finish()
+
+        d.addCallbacks(write, failed)
+        return server.NOT_DONE_YET
+
+
+def root_resource(broker, reactor, threadpool):
+    root = resource.Resource()
+    root.putChild(b"metrics", MetricsResource(broker, reactor, threadpool))
+    root.putChild(b"healthz", _Check(broker, health))
+    root.putChild(b"readyz", _Check(broker, readiness))
+    return root
+
+
+class MetricsService(service.Service):
+    """Binds ``kafkatw.metrics.listener`` (started after the listeners, stopped before them)."""
+
+    name = "metrics"
+
+    def __init__(self, broker, host, port):
+        self.broker = broker
+        self.host, self.port = host, port
+        self.listening_port = None
+
+    def startService(self):
+        super().startService()
+        b = self.broker
+        site = server.Site(root_resource(b, b.reactor, b.threadpool))
+        site.noisy = False
+        site.log = lambda request: None  # scrapes every few seconds: no access log
+        self.listening_port = b.reactor.listenTCP(self.port, site, interface=self.host)
+        log.info("Metrics on http://{host}:{port}/metrics", host=self.host or "0.0.0.0",
+                 port=self.bound_port())
+
+    def bound_port(self):
+        return self.listening_port.getHost().port
+
+    def stopService(self):
+        super().stopService()
+        if self.listening_port is not None:
+            return self.listening_port.stopListening()
