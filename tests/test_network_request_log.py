@@ -46,7 +46,7 @@ class RequestLogTests(unittest.SynchronousTestCase):
             "response": {"errorCode": 0},
             "connection": "127.0.0.1:9092-127.0.0.1:50000-0-0",
             "totalTimeMs": 254.0, "requestQueueTimeMs": 0.0, "localTimeMs": 250.0, "remoteTimeMs": 0.0,
-            "throttleTimeMs": 0, "responseQueueTimeMs": 0.0, "sendTimeMs": 4.0,
+            "throttleTimeMs": 0, "responseQueueTimeMs": 0.0, "sendTimeMs": 4.0, "pipelineWaitMs": 0.0,
             "securityProtocol": "PLAINTEXT", "principal": "User:ANONYMOUS", "listener": "PLAINTEXT",
             "clientInformation": {"softwareName": "librdkafka", "softwareVersion": "2.6.0"},
         })
@@ -75,6 +75,29 @@ class RequestLogTests(unittest.SynchronousTestCase):
         with open(path) as f:
             e = json.loads(f.read().split(":", 1)[1])
         self.assertEqual((e["localTimeMs"], e["remoteTimeMs"], e["totalTimeMs"]), (2.0, 500.0, 502.0))
+
+    def test_pipelined_request_logs_its_wait_behind_the_one_before(self):
+        """Three requests read at once and one read later: each waits (pipelineWaitMs) from
+        its read until the request before it on the connection is answered."""
+        fd, path = tempfile.mkstemp()
+        os.close(fd)
+        self.addCleanup(os.unlink, path)
+        handler = ScriptedHandler(hold={1, 2})
+        h = Harness(handler, request_logger=RequestLogger(path=path), auto_drain=True)
+        proto, tr = h.connect()
+        proto.dataReceived(api_versions_frame(1) + api_versions_frame(2) + api_versions_frame(3))
+        h.clock.advance(0.100)
+        proto.dataReceived(api_versions_frame(4))  # read 100 ms after the first three
+        h.clock.advance(0.200)
+        handler.release(1)  # 2 is taken up, 300 ms after it was read
+        h.clock.advance(0.050)
+        handler.release(2)  # 3 (read at 0) and 4 (read at 100 ms) are answered at once
+        h.server.request_logger.close()
+        with open(path) as f:
+            entries = [json.loads(line.split(":", 1)[1]) for line in f]
+        self.assertEqual([(e["requestHeader"]["correlationId"], e["pipelineWaitMs"], e["totalTimeMs"])
+                          for e in entries],
+                         [(1, 0.0, 300.0), (2, 300.0, 50.0), (3, 350.0, 0.0), (4, 250.0, 0.0)])
 
     def test_disabled_writes_nothing(self):
         logger = RequestLogger(enabled=False)

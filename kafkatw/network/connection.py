@@ -15,6 +15,7 @@ bytes are held for the end of that frame loop: the loop's answers leave in one `
 (plaintext), and if the socket does not take them whole, reading stops until they drain.
 """
 
+import collections
 import socket
 
 import attr
@@ -76,6 +77,10 @@ class KafkaConnection(Protocol):
         # is read until the listener releases it, as if it were still in the accept backlog
         self.waiting_for_accept = False
         self._handshake_done = False  # TLS only: handshakeCompleted was called
+        # when each chunk still (partly) in the decoder was read: (bytes read up to its end, ns),
+        # so a frame cut later (behind a request in flight) knows how long it waited
+        self._arrivals = collections.deque()
+        self._bytes_read = 0
 
     # -- connection life ------------------------------------------------------
 
@@ -193,6 +198,8 @@ class KafkaConnection(Protocol):
             return
         self.server.metrics.bytes_in += len(data)
         self.last_activity = self.server.reactor.seconds()
+        self._bytes_read += len(data)
+        self._arrivals.append((self._bytes_read, self.server.clock_ns()))
         self.decoder.feed(data)
         self._process_frames()
 
@@ -238,11 +245,20 @@ class KafkaConnection(Protocol):
                 break
             self._handle_frame(frame)
 
+    def _read_ns(self):
+        """When the last byte of the frame just cut was read from the socket."""
+        consumed = self._bytes_read - self.decoder.buffered
+        arrivals = self._arrivals
+        while arrivals[0][0] < consumed:
+            arrivals.popleft()
+        return arrivals[0][1]
+
     def _handle_frame(self, frame):
         if self.authenticator is not None and self.authenticator.intercept(frame):
             return  # SASL: answered (or refused) before any request reaches the channel
         server = self.server
         now = server.clock_ns()
+        read_ns = self._read_ns()
         api_key, api_version, correlation_id = peek_header(frame)
         supported = server.api_versions()
         rng = supported.get(api_key)
@@ -252,7 +268,7 @@ class KafkaConnection(Protocol):
             request = Request(header=None, api_key=api_key, api_version=api_version,
                               correlation_id=correlation_id, client_id=peek_client_id(frame),
                               body=None, size=len(frame), context=self.context, start_ns=now,
-                              dequeue_ns=now, api_local_complete_ns=now, api_remote_complete_ns=now)
+                              read_ns=read_ns, dequeue_ns=now, api_local_complete_ns=now, api_remote_complete_ns=now)
             self._received(request)
             request.response_dequeue_ns = now
             self._write(request, None, [unsupported_api_versions_response(correlation_id, rng)])
@@ -276,7 +292,7 @@ class KafkaConnection(Protocol):
                                            client_software_version=version or "unknown")
         request = Request(header=header, api_key=api_key, api_version=api_version,
                           correlation_id=correlation_id, client_id=getattr(header, "client_id", None),
-                          body=body, size=len(frame), context=self.context, start_ns=now)
+                          body=body, size=len(frame), context=self.context, start_ns=now, read_ns=read_ns)
         self._received(request)
         server.channel.send_request(request, self)
 

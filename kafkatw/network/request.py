@@ -28,7 +28,9 @@ class Request:
     """One decoded request plus its timing marks (``time.monotonic_ns`` of the clock).
 
     Timing marks (``None`` until reached), as Kafka's ``RequestChannel.Request``:
-    ``start_ns`` the frame was fully read; ``dequeue_ns`` a handler took it;
+    ``read_ns`` its last byte was read from the socket (earlier than ``start_ns`` when it
+    waited, pipelined, behind the request before it on its connection); ``start_ns`` the
+    frame was cut, the request taken up; ``dequeue_ns`` a handler took it;
     ``api_local_complete_ns`` the handler's own work ended (``handle()`` returned an
     already-fired Deferred, or the handler called :meth:`mark_api_local_complete`, or
     else when its Deferred fired); ``api_remote_complete_ns`` its Deferred fired; ``response_dequeue_ns`` the
@@ -45,6 +47,7 @@ class Request:
     size = attr.ib()
     context = attr.ib()
     start_ns = attr.ib(default=0)
+    read_ns = attr.ib(default=None)
     dequeue_ns = attr.ib(default=None)
     api_local_complete_ns = attr.ib(default=None)
     api_remote_complete_ns = attr.ib(default=None)

@@ -44,6 +44,9 @@ def request_times(request):
         "throttleTimeMs": request.throttle_time_ms,
         "responseQueueTimeMs": _ms(request.response_dequeue_ns, remote_done),
         "sendTimeMs": _ms(request.response_complete_ns, request.response_dequeue_ns),
+        # beyond Kafka's: how long it was read but waited behind the request before it on its
+        # connection (one request at a time per connection); not part of totalTimeMs
+        "pipelineWaitMs": _ms(request.start_ns, request.read_ns),
     }
 
 
