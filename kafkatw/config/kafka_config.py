@@ -14,6 +14,7 @@ from kafkatw.config.broker import BROKER_CONFIG_DEF, KNOWN_PREFIXES
 from kafkatw.config.dynamic import DYNAMIC_BROKER_CONFIGS
 from kafkatw.config.listeners import parse_listeners, parse_protocol_map
 from kafkatw.config.properties import parse_override, read_properties_file
+from kafkatw.config.removed import REFUSED, REMOVED_BROKER_CONFIGS, REMOVED_BROKER_PREFIXES, removed_config
 from kafkatw.config.topic import SYNONYM_MULTIPLIERS, TOPIC_CONFIG_SYNONYMS, topic_defaults
 from kafkatw.config.types import (
     CONFIG_SOURCE_NAMES,
@@ -73,6 +74,7 @@ class KafkaConfig:
         self.dynamic_broker = dict(dynamic_broker or {})
         self.dynamic_default = dict(dynamic_default or {})
         self.unknown = {}
+        self.ignored_removed = []  # RemovedConfig: Kafka 3.x names accepted and ignored
         self._layers = {}  # name -> [(source, raw, typed)] highest priority first
         self._values = {}
         self._sources = {}
@@ -81,7 +83,12 @@ class KafkaConfig:
                               (STATIC_BROKER_CONFIG, self.originals)):
             for name, raw in props.items():
                 if name not in self.definitions:
-                    if source == STATIC_BROKER_CONFIG and not name.startswith(KNOWN_PREFIXES):
+                    removed = removed_config(name, REMOVED_BROKER_CONFIGS, REMOVED_BROKER_PREFIXES)
+                    if removed is not None:
+                        if removed.action == REFUSED:
+                            raise ConfigError(removed.message(), name, raw)
+                        self.ignored_removed.append(removed)
+                    elif source == STATIC_BROKER_CONFIG and not name.startswith(KNOWN_PREFIXES):
                         self.unknown[name] = raw
                     continue
                 typed = self.definitions[name].parse(raw)
@@ -96,6 +103,8 @@ class KafkaConfig:
                 self._values[key.name] = key.parse(key.default)
         for name in sorted(self.unknown):
             log.warn("The configuration '{name}' was supplied but isn't a known config.", name=name)
+        for removed in self.ignored_removed:
+            log.warn("{message}", message=removed.message())
         self._derive()
 
     # -- constructors ---------------------------------------------------------------------------

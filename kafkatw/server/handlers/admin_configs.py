@@ -32,6 +32,7 @@ from kafkatw.protocol.messages import (
     DescribeConfigsResponse,
     IncrementalAlterConfigsResponse,
 )
+from kafkatw.server.handlers.topics import without_removed_configs
 
 log = Logger()
 
@@ -233,6 +234,7 @@ def incremental_result(resource_type, current, ops):
 
 
 def _apply_topic(apis, info, new, validate_only):
+    new = without_removed_configs(info.name, new)
     for name, value in new.items():
         if value is None:
             raise KafkaError(errors.INVALID_CONFIG, "Null value not supported for topic configs: %s" % name)

@@ -18,6 +18,7 @@ from kafkatw.config import (
     to_config_string,
     validate_topic_config,
 )
+from kafkatw.config.removed import REMOVED_TOPIC_CONFIGS, split_removed
 from kafkatw.protocol import errors
 from kafkatw.protocol.errors import KafkaError, error_name
 from kafkatw.protocol.messages import CreateTopicsResponse, DeleteTopicsResponse
@@ -43,6 +44,18 @@ def requested_partitions(apis, topics):
         elif t.num_partitions > 0:
             total += t.num_partitions
     return total
+
+
+def without_removed_configs(topic, configs):
+    """``configs`` less the Kafka 3.x names accepted and ignored (a warning each); a refused one
+    is INVALID_CONFIG naming what replaced it."""
+    try:
+        kept, ignored = split_removed(configs, REMOVED_TOPIC_CONFIGS)
+    except ConfigError as e:
+        raise KafkaError(errors.INVALID_CONFIG, str(e))
+    for removed in ignored:
+        log.warn("Topic {topic}: {message}", topic=topic, message=removed.message())
+    return kept
 
 
 def validate_topic_configs(apis, configs):
@@ -136,6 +149,7 @@ def _create_one(apis, topic, validate_only):
     configs = {}
     for c in topic.configs:
         configs[c.name] = c.value
+    configs = without_removed_configs(topic.name, configs)
     validate_topic_configs(apis, configs)
     if validate_only:
         return defer.succeed((ZERO_UUID, num_partitions, replication_factor, configs))
