@@ -140,6 +140,50 @@ class CliTests(KafkaBrokerMixin, unittest.TestCase):
         self.assertEqual(plan, [{"group": group, "topic": name, "partition": 0, "newOffset": 3},
                                 {"group": group, "topic": name, "partition": 1, "newOffset": 3}])
 
+    def run_on_terminal(self, args, stdout_path=None, stdin=None):
+        """Run the CLI with stderr on a pseudo-terminal (stdout to a file, or the same terminal);
+        returns (exit status, what the terminal showed)."""
+        import pty
+
+        master, slave = pty.openpty()
+        self.addCleanup(os.close, master)
+        out = open(stdout_path, "w") if stdout_path else slave
+        try:
+            proc = subprocess.Popen([sys.executable, "-m", "kafkatw.cli", "--bootstrap-server",
+                                     self.broker.bootstrap_servers] + list(args),
+                                    stdin=subprocess.PIPE, stdout=out, stderr=slave)
+        finally:
+            os.close(slave)
+            if stdout_path:
+                out.close()
+        proc.communicate(stdin, timeout=60)
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the terminal's other side is closed and drained
+                break
+            if not chunk:
+                break
+            shown += chunk
+        return proc.returncode, shown.decode()
+
+    def test_progress_bars_on_a_terminal(self):
+        name = self.new_topic(1)
+        rc, shown = self.run_on_terminal(["produce", "--topic", name], stdin=b"a\nb\nc\n")
+        self.assertEqual(rc, 0)
+        self.assertIn("\rproduced 3", shown)
+        path = os.path.abspath(self.mktemp())
+        rc, shown = self.run_on_terminal(["consume", "--topic", name, "--from-beginning", "--max-messages", "3"],
+                                         stdout_path=path)
+        self.assertEqual(rc, 0)
+        self.assertIn("\rconsumed [" + "#" * 30 + "] 3/3", shown)
+        with open(path) as f:
+            self.assertEqual(f.read(), "a\nb\nc\n")
+        # records on the terminal itself: no bar between them
+        rc, shown = self.run_on_terminal(["consume", "--topic", name, "--from-beginning", "--max-messages", "3"])
+        self.assertEqual((rc, shown.replace("\r\n", "\n")), (0, "a\nb\nc\n"))
+
     def test_topics_lifecycle(self):
         name = self.new_topic(3, "--config", "retention.ms=123000")
         rc, _, err = self.cli("topics", "create", "--topic", name)

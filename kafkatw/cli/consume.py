@@ -10,6 +10,7 @@ import time
 
 from kafkatw.cli.client import ClientError, UsageError, check
 from kafkatw.cli.main import Progress
+from kafkatw.cli.output import progress_wanted
 from kafkatw.protocol import messages
 from kafkatw.protocol.records import iter_batch_headers, decode_batch
 
@@ -132,7 +133,7 @@ def cmd_consume(client, args):
     group_conn = client.coordinator(args.group) if args.group else None
     positions = start_offsets(client, args, partitions, leaders, group_conn)
     isolation = 1 if args.isolation_level == "read_committed" else 0
-    progress = Progress(total=args.max_messages, label="consumed")
+    progress = Progress(total=args.max_messages, label="consumed", enabled=progress_wanted(True, args.out))
     count = 0
     last_data = time.monotonic()
     by_node = {}

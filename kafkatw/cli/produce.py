@@ -8,6 +8,7 @@ import time
 
 from kafkatw.cli.client import ClientError, check
 from kafkatw.cli.main import Progress, parse_kv
+from kafkatw.cli.output import progress_wanted
 from kafkatw.protocol import messages
 from kafkatw.protocol.records import Record, build_batch
 
@@ -123,7 +124,7 @@ def cmd_produce(client, args):
     pending = {}   # partition -> [Record]
     sizes = {}
     sticky = [0]
-    progress = Progress(label="produced")
+    progress = Progress(label="produced", enabled=progress_wanted(False))
 
     def flush(partition):
         records = pending.pop(partition, None)
