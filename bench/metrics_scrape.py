@@ -8,14 +8,23 @@ process scrapes it over HTTP and times each scrape, while a 1 ms LoopingCall in 
 process records the longest gap between its runs (a stall of the reactor).
 
     .venv/bin/python -m bench.metrics_scrape --partitions 10000 --scrapes 5
+
+``--broker`` runs a real broker (``kafkatw.testing``) with that many partitions instead and
+measures, during the scrapes and for 3 s before, the round trip of ApiVersions requests sent
+back to back on one connection (a reactor stall shows there). A broker keeps about three file
+descriptors per partition, so the descriptor limit bounds ``--partitions`` there.
 """
 
 import argparse
 import json
+import socket
+import struct
 import subprocess
 import sys
+import threading
 import time
 import types
+import urllib.request
 
 from twisted.internet import reactor, task, threads
 from twisted.python.threadpool import ThreadPool
@@ -101,12 +110,77 @@ def stand_in(partitions, groups):
         running=1)
 
 
+def _round_trips(host, port, stop, out):
+    """ApiVersions v0 back to back (1 ms apart) until ``stop``; seconds each into ``out``."""
+    body = struct.pack(">hhih", 18, 0, 1, 5) + b"bench"
+    with socket.create_connection((host, port)) as sock:
+        while not stop.is_set():
+            started = time.perf_counter()
+            sock.sendall(struct.pack(">i", len(body)) + body)
+            size = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))[0]
+            sock.recv(size, socket.MSG_WAITALL)
+            out.append(time.perf_counter() - started)
+            time.sleep(0.001)
+
+
+def _measure_round_trips(host, port, work):
+    stop, out = threading.Event(), []
+    thread = threading.Thread(target=_round_trips, args=(host, port, stop, out))
+    thread.start()
+    try:
+        result = work()
+    finally:
+        stop.set()
+        thread.join()
+    out.sort()
+    return result, out[-1] * 1000, out[int(len(out) * 0.99)] * 1000
+
+
+def real_broker(args):
+    from kafkatw.testing import KafkaBroker, create_topics
+
+    broker = KafkaBroker(overrides={"kafkatw.metrics.listener": "127.0.0.1:0"}, fork_server=False,
+                         start_timeout=120)
+    broker.start()
+    try:
+        host, port = broker.bootstrap_servers.split(":")
+        port = int(port)
+        started = time.monotonic()
+        topics = 10
+        create_topics(host, port, [("bench-%02d" % i, args.partitions // topics, {}) for i in range(topics)],
+                      timeout=600)
+        print("%d partitions created in %.1f s" % (args.partitions, time.monotonic() - started))
+        _, idle_max, idle_p99 = _measure_round_trips(host, port, lambda: time.sleep(3))
+
+        def scrapes():
+            runs = []
+            for _ in range(args.scrapes):
+                started = time.perf_counter()
+                with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % broker.metrics_port, timeout=60) as r:
+                    body = r.read()
+                runs.append(((time.perf_counter() - started) * 1000, body.count(b"\n")))
+                time.sleep(0.3)
+            return runs
+
+        runs, busy_max, busy_p99 = _measure_round_trips(host, port, scrapes)
+    finally:
+        broker.close()
+    times = sorted(t for t, _ in runs)
+    print("%d lines a scrape; scrape ms: %s (median %.0f)"
+          % (runs[-1][1], " / ".join("%.0f" % t for t in times), times[len(times) // 2]))
+    print("ApiVersions round trip while scraping: max %.1f ms, p99 %.1f ms (idle before: max %.1f, p99 %.1f)"
+          % (busy_max, busy_p99, idle_max, idle_p99))
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--partitions", type=int, default=10000)
     parser.add_argument("--groups", type=int, default=100, help="groups committing to all partitions between them")
     parser.add_argument("--scrapes", type=int, default=5)
+    parser.add_argument("--broker", action="store_true", help="scrape a real broker with that many partitions")
     args = parser.parse_args(argv)
+    if args.broker:
+        return real_broker(args)
 
     pool = ThreadPool(minthreads=0, maxthreads=2, name="bench-metrics")
     pool.start()
