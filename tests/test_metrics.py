@@ -192,6 +192,28 @@ class FailedAuthenticationTests(unittest.TestCase):
 
 
 class ConfigTests(unittest.SynchronousTestCase):
+    def test_port_in_use_is_one_line_and_exit_2(self):
+        import socket
+        import subprocess
+
+        taken = socket.socket()
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        self.addCleanup(taken.close)
+        port = taken.getsockname()[1]
+        work = os.path.abspath(self.mktemp())
+        os.makedirs(work)
+        broker = KafkaBroker(data_dir=os.path.join(work, "logs"),
+                             overrides={"kafkatw.metrics.listener": "127.0.0.1:%d" % port})
+        self.addCleanup(broker.close)
+        argv = broker.command()
+        proc = subprocess.run(argv, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              timeout=60)
+        self.assertEqual((proc.returncode, proc.stderr), (2, (
+            "kafkatw: Invalid value 127.0.0.1:%d for configuration kafkatw.metrics.listener: cannot listen "
+            "there: [Errno 98] Address already in use\n" % port)))
+
+
     def test_listener_value(self):
         self.assertEqual(parse_listener("127.0.0.1:9404"), ("127.0.0.1", 9404))
         self.assertEqual(parse_listener(":9404"), ("", 9404))

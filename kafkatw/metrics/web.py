@@ -8,6 +8,7 @@ import json
 
 from twisted.application import service
 from twisted.internet import threads
+from twisted.internet.error import CannotListenError
 from twisted.logger import Logger
 from twisted.web import resource, server
 
@@ -126,7 +127,11 @@ class MetricsService(service.Service):
         site = server.Site(root_resource(b, b.reactor, b.threadpool))
         site.noisy = False
         site.log = lambda request: None  # scrapes every few seconds: no access log
-        self.listening_port = b.reactor.listenTCP(self.port, site, interface=self.host)
+        try:
+            self.listening_port = b.reactor.listenTCP(self.port, site, interface=self.host)
+        except CannotListenError as e:
+            raise ConfigError("Invalid value %s for configuration %s: cannot listen there: %s"
+                              % (b.config[METRICS_LISTENER], METRICS_LISTENER, e.socketError))
         log.info("Metrics on http://{host}:{port}/metrics", host=self.host or "0.0.0.0",
                  port=self.bound_port())
 
