@@ -214,6 +214,16 @@ class ConfigTests(unittest.SynchronousTestCase):
             "there: [Errno 98] Address already in use\n" % port)))
 
 
+    def test_kafkas_metrics_keys_are_known(self):
+        from kafkatw.config import KafkaConfig
+
+        config = KafkaConfig.from_properties({
+            "metric.reporters": "org.apache.kafka.common.metrics.JmxReporter", "metrics.num.samples": "3",
+            "metrics.sample.window.ms": "10000", "metrics.recording.level": "DEBUG"})
+        self.assertEqual(config.unknown, {})
+        with self.assertRaises(ConfigError):
+            KafkaConfig.from_properties({"metrics.recording.level": "LOUD"})
+
     def test_listener_value(self):
         self.assertEqual(parse_listener("127.0.0.1:9404"), ("127.0.0.1", 9404))
         self.assertEqual(parse_listener(":9404"), ("", 9404))

@@ -334,6 +334,16 @@ _d("super.users", STRING, None, None, LOW,
 _d("allow.everyone.if.no.acl.found", BOOLEAN, False, None, LOW,
    "Allow an operation on a resource that has no ACL.")
 
+# Kafka's metrics keys: accepted so server.properties files keep working. Prometheus computes
+# rates from the exported counters, so the sampling keys change nothing here; kafkatw's
+# exporter is kafkatw.metrics.listener, not a reporter class.
+_d("metric.reporters", LIST, "", None, LOW,
+   "Kafka's metric reporter classes; kafkatw has none (see kafkatw.metrics.listener).")
+_d("metrics.num.samples", INT, 2, at_least(1), LOW, "Samples kept to compute Kafka's metric rates (unused).")
+_d("metrics.sample.window.ms", LONG, 30000, at_least(1), LOW, "Window of one metric sample (unused).")
+_d("metrics.recording.level", STRING, "INFO", OneOf("INFO", "DEBUG", "TRACE"), LOW,
+   "Highest recording level of Kafka's metrics (unused: kafkatw records every exported metric).")
+
 # kafkatw additions
 _d("kafkatw.request.log.enable", BOOLEAN, False, None, LOW,
    "Log every completed request (Kafka's kafka.request.logger at DEBUG).")
