@@ -120,6 +120,20 @@ class ClientTests(KafkaBrokerMixin, unittest.TestCase):
                         in line]
         self.assertEqual(len(warnings), 1)
 
+    def test_dynamic_broker_config_says_what_became_of_it(self):
+        from confluent_kafka import KafkaException
+        from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+        admin = self.admin()
+        resource = ConfigResource("broker", "1", incremental_configs=[
+            ConfigEntry("log.message.format.version", "2.8", incremental_operation=AlterConfigOpType.SET)])
+        (future,) = admin.incremental_alter_configs([resource]).values()
+        with self.assertRaises(KafkaException) as e:
+            future.result()
+        self.assertEqual(e.exception.args[0].str(),
+                         "log.message.format.version is deprecated and ignored: Kafka ignores it from 3.0 on "
+                         "(every batch is written in the v2 format) and 4.0 removed it")
+
     def test_create_topic_refusal_names_the_replacement(self):
         from confluent_kafka import KafkaError as ClientKafkaError
         from confluent_kafka import KafkaException

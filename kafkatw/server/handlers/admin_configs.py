@@ -25,6 +25,7 @@ from kafkatw.config import (
     to_config_string,
     validate_topic_config,
 )
+from kafkatw.config.removed import REMOVED_BROKER_CONFIGS, REMOVED_BROKER_PREFIXES, removed_config
 from kafkatw.protocol import errors
 from kafkatw.protocol.errors import KafkaError
 from kafkatw.protocol.messages import (
@@ -262,6 +263,9 @@ def _apply_broker(apis, default_resource, new, validate_only):
     config = apis.config
     for name, value in new.items():
         if name not in config.definitions and not name.startswith(KNOWN_PREFIXES):
+            removed = removed_config(name, REMOVED_BROKER_CONFIGS, REMOVED_BROKER_PREFIXES)
+            if removed is not None:  # nothing to apply live: say what became of it
+                raise KafkaError(errors.INVALID_CONFIG, removed.message())
             raise KafkaError(errors.INVALID_CONFIG, "Unknown broker config name: %s" % (name,))
         if value is None:
             raise KafkaError(errors.INVALID_CONFIG, "Null value not supported for : %s" % (name,))
