@@ -16,6 +16,7 @@ descriptors per partition, so the descriptor limit bounds ``--partitions`` there
 """
 
 import argparse
+import gc
 import json
 import socket
 import struct
@@ -137,10 +138,11 @@ def _measure_round_trips(host, port, work):
 
 
 def real_broker(args):
+    from kafkatw.stall_probe import StallLog
     from kafkatw.testing import KafkaBroker, create_topics
 
-    broker = KafkaBroker(overrides={"kafkatw.metrics.listener": "127.0.0.1:0"}, fork_server=False,
-                         start_timeout=120)
+    broker = KafkaBroker(overrides={"kafkatw.metrics.listener": "127.0.0.1:0", "kafkatw.reactor.stall.probe.ms": 5},
+                         fork_server=False, start_timeout=120)
     broker.start()
     try:
         host, port = broker.bootstrap_servers.split(":")
@@ -150,7 +152,10 @@ def real_broker(args):
         create_topics(host, port, [("bench-%02d" % i, args.partitions // topics, {}) for i in range(topics)],
                       timeout=600)
         print("%d partitions created in %.1f s" % (args.partitions, time.monotonic() - started))
+        stall_log = StallLog(broker.log_path).mark()
         _, idle_max, idle_p99 = _measure_round_trips(host, port, lambda: time.sleep(3))
+        idle_stalls = stall_log.stalls()
+        stall_log.mark()
 
         def scrapes():
             runs = []
@@ -163,6 +168,7 @@ def real_broker(args):
             return runs
 
         runs, busy_max, busy_p99 = _measure_round_trips(host, port, scrapes)
+        busy_stalls = stall_log.stalls()
     finally:
         broker.close()
     times = sorted(t for t, _ in runs)
@@ -170,6 +176,8 @@ def real_broker(args):
           % (runs[-1][1], " / ".join("%.0f" % t for t in times), times[len(times) // 2]))
     print("ApiVersions round trip while scraping: max %.1f ms, p99 %.1f ms (idle before: max %.1f, p99 %.1f)"
           % (busy_max, busy_p99, idle_max, idle_p99))
+    print("the broker's stall probe (5 ms): %d stalls while scraping, longest %d ms (idle before: %d, longest %d ms)"
+          % (len(busy_stalls), max(busy_stalls or [0]), len(idle_stalls), max(idle_stalls or [0])))
 
 
 def main(argv=None):
@@ -182,9 +190,11 @@ def main(argv=None):
     if args.broker:
         return real_broker(args)
 
+    broker = stand_in(args.partitions, args.groups)
+    gc.collect()
+    gc.freeze()  # as BrokerService does once started: the long-lived heap is not scanned again
     pool = ThreadPool(minthreads=0, maxthreads=2, name="bench-metrics")
     pool.start()
-    broker = stand_in(args.partitions, args.groups)
     port = reactor.listenTCP(0, server.Site(root_resource(broker, reactor, pool)), interface="127.0.0.1")
     gaps = []
     last = [time.perf_counter()]

@@ -318,8 +318,13 @@ class SnapshotTests(unittest.SynchronousTestCase):
 
     def test_label_values_are_escaped(self):
         bulk = exporter.BulkText()
-        bulk.add_group_offset('a "quoted"\\group\n', "t", 0, 1, 3)
+        group = types.SimpleNamespace(offsets={("t", 0): types.SimpleNamespace(offset=1)})
+        log_manager = types.SimpleNamespace(get_log=lambda topic, partition: _Log(topic, partition, end=3))
+        bulk.add_groups(log_manager, [('a "quoted"\\group\n', group)])
+        bulk.add_topics(['odd"topic'], ({'odd"topic': 5}, {}, {}))
         scraped = samples(bulk.text().decode())
+        self.assertEqual(value(scraped, "kafka_server_brokertopicmetrics_messagesin_total", topic='odd"topic'), 5)
+        self.assertEqual(value(scraped, "kafka_server_brokertopicmetrics_bytesin_total", topic='odd"topic'), 0)
         self.assertEqual(value(scraped, "kafka_consumergroup_lag", consumergroup='a "quoted"\\group\n',
                                topic="t", partition="0"), 2)
 

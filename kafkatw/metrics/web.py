@@ -7,7 +7,7 @@ Owns what healthy and ready mean for an orchestrator; the metric names are the e
 import json
 
 from twisted.application import service
-from twisted.internet import threads
+from twisted.internet import defer, threads
 from twisted.internet.error import CannotListenError
 from twisted.logger import Logger
 from twisted.web import resource, server
@@ -70,7 +70,8 @@ class _Check(resource.Resource):
 
 
 class MetricsResource(resource.Resource):
-    """A scrape: the snapshot on the reactor in slices, the text formatted in a thread."""
+    """A scrape: the broker's numbers on the reactor in slices (:func:`exporter.take_snapshot`),
+    the process metrics meanwhile in the thread pool (they read /proc)."""
 
     isLeaf = True
 
@@ -83,14 +84,19 @@ class MetricsResource(resource.Resource):
     def render_GET(self, request):
         finished = []
         request.notifyFinish().addBoth(finished.append)
+        process = threads.deferToThreadPool(self.reactor, self.threadpool, exporter.process_text)
         d = exporter.take_snapshot(self.broker, self.reactor)
-        d.addCallback(lambda snap: threads.deferToThreadPool(self.reactor, self.threadpool, exporter.render, snap))
+        d.addCallback(exporter.render_parts)
+        d = defer.gatherResults([d, process], consumeErrors=True)
+        d.addCallback(lambda results: results[0] + [results[1]])
 
-        def write(body):
+        def write(parts):
             if finished:
                 return  # the scraper went away
             request.setHeader(b"content-type", exporter.CONTENT_TYPE.encode())
-            request.write(body)
+            request.setHeader(b"content-length", b"%d" % sum(len(p) for p in parts))
+            for part in parts:
+                request.write(part)
             request.finish()
 
         def failed(failure):
