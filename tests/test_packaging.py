@@ -24,8 +24,8 @@ from kafkatw.testing import KafkaBroker
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: What a source distribution needs to build: the project files and the two package trees.
-PROJECT_FILES = ("setup.cfg", "pyproject.toml", "README.md")
-PROJECT_TREES = ("kafkatw", "twisted")
+PROJECT_FILES = ("setup.cfg", "pyproject.toml", "README.md", "MANIFEST.in")
+PROJECT_TREES = ("kafkatw", "twisted", "etc", "docs")
 DROP_IN = "twisted/plugins/kafkatw_plugin.py"
 
 
@@ -112,6 +112,7 @@ class ArchiveTests(unittest.SynchronousTestCase):
         with zipfile.ZipFile(dists().wheel) as z:
             names = z.namelist()
         self.assertEqual([n for n in names if n.startswith("twisted/")], [DROP_IN])
+        self.assertEqual([n for n in names if n.startswith(("etc/", "docs/"))], [])  # not package data
         self.assertIn("kafkatw/__main__.py", names)
         self.assertIn("kafkatw/plugins/transports.py", names)
         self.assertEqual([n for n in names if "__pycache__" in n or n.endswith("dropin.cache")], [])
@@ -121,6 +122,9 @@ class ArchiveTests(unittest.SynchronousTestCase):
             names = [n.split("/", 1)[1] for n in t.getnames() if "/" in n]
         self.assertEqual([n for n in names if n.startswith("twisted/")], ["twisted/plugins", DROP_IN])
         self.assertIn("kafkatw/__main__.py", names)
+        for extra in ("etc/server.properties", "etc/kafkatw.service", "etc/grafana-dashboard.json",
+                      "docs/operations.md"):
+            self.assertIn(extra, names)
 
 
 class InstalledTests(unittest.SynchronousTestCase):
