@@ -223,8 +223,11 @@ class KafkaClient:
                 self._bootstrap_conn = self._connect(host, port)
                 return self._bootstrap_conn
             except ClientError as e:
-                errors.append(str(e))
-        raise BrokerConnectionError("; ".join(errors))
+                errors.append(e)
+        refused = [e for e in errors if not isinstance(e, BrokerConnectionError)]
+        if refused:
+            raise refused[0]  # reached a broker, which refused (a failed SASL login): not an outage
+        raise BrokerConnectionError("; ".join(str(e) for e in errors))
 
     def node(self, node_id):
         if node_id not in self.brokers:

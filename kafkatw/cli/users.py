@@ -8,6 +8,7 @@ import sys
 
 from kafkatw.cli.client import ClientError, check
 from kafkatw.cli.main import print_table
+from kafkatw.cli.output import wants_json, write_json
 from kafkatw.protocol import messages
 
 SCRAM_MECHANISMS = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}
@@ -79,4 +80,7 @@ def cmd_describe(client, args):
         for info in r.credential_infos:
             rows.append([r.user, MECHANISM_NAMES.get(info.mechanism, "UNKNOWN(%d)" % info.mechanism),
                          info.iterations])
+    if wants_json(args):
+        write_json(args.out, [{"user": u, "mechanism": m, "iterations": i} for u, m, i in rows])
+        return
     print_table(["USER", "MECHANISM", "ITERATIONS"], rows, args.out)
