@@ -3,6 +3,7 @@ confluent-kafka producer, describe a partition's producers, and find and abort a
 transaction (KIP-664: transactional records the coordinator does not know of, holding the LSO)
 so that a read_committed consumer moves on."""
 
+import json
 import subprocess
 import sys
 
@@ -52,6 +53,11 @@ class TransactionsCliTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
         (row,) = self.rows(self.ok("transactions", "describe", "--transactional-id", tid))
         self.assertEqual(row[:6], ["1", tid, pid, "0", "Ongoing", "60000"])
         self.assertEqual(row[8], "%s-1" % topic)
+        (described,) = json.loads(self.ok("transactions", "describe", "--transactional-id", tid, "--output", "json"))
+        self.assertEqual({k: described[k] for k in ("coordinatorId", "transactionalId", "producerId",
+                                                    "transactionState", "topicPartitions")},
+                         {"coordinatorId": 1, "transactionalId": tid, "producerId": int(pid),
+                          "transactionState": "Ongoing", "topicPartitions": "%s-1" % topic})
         (prow,) = self.rows(self.ok("transactions", "describe-producers", "--topic", topic,
                                     "--partition", "1"))
         self.assertEqual((prow[0], prow[1], prow[5]), (pid, "0", "0"))
@@ -62,7 +68,7 @@ class TransactionsCliTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
         (row,) = self.rows(self.ok("transactions", "describe", "--transactional-id", tid))
         self.assertEqual(row[4], "CompleteCommit")
         rc, _, err = run_cli(bs, "transactions", "describe", "--transactional-id", "nope")
-        self.assertEqual(rc, 1)
+        self.assertEqual(rc, 4)  # the broker answered with an error code
         self.assertIn("TRANSACTIONAL_ID_NOT_FOUND", err)
 
     def test_abort_hanging_transaction(self):
@@ -99,3 +105,6 @@ class TransactionsCliTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
         (prow,) = self.rows(self.ok("transactions", "describe-producers", "--topic", topic,
                                     "--partition", "0"))
         self.assertEqual((prow[0], prow[5]), ("4242", "None"))
+        (producer,) = json.loads(self.ok("transactions", "describe-producers", "--topic", topic, "--partition", "0",
+                                         "--output", "json"))
+        self.assertEqual((producer["producerId"], producer["currentTransactionStartOffset"]), (4242, None))

@@ -20,6 +20,17 @@ def write_json(out, value):
     out.write(json.dumps(value, sort_keys=False) + "\n")
 
 
+def json_rows(headers, rows):
+    """A table's rows as objects keyed by its headers in lowerCamelCase (``ProducerId`` ->
+    ``producerId``, ``Duration(min)`` -> ``durationMin``); Kafka's "None" cells become null."""
+    keys = []
+    for header in headers:
+        words = header.replace("(", " ").replace(")", " ").replace("-", " ").split()
+        key = "".join(w[:1].upper() + w[1:] for w in words)
+        keys.append(key[:1].lower() + key[1:])
+    return [{k: (None if v == "None" else v) for k, v in zip(keys, row)} for row in rows]
+
+
 def progress_wanted(writes_records, stdout=None, stderr=None):
     """Whether long work shows a progress bar (on stderr): only on a terminal, and not on the
     terminal where records are being printed (``consume`` into a file shows one, on screen not)."""

@@ -9,6 +9,7 @@ import time
 
 from kafkatw.cli.client import ClientError, check
 from kafkatw.cli.main import print_table
+from kafkatw.cli.output import json_rows, wants_json, write_json
 from kafkatw.protocol import messages
 
 TRANSACTION_KEY_TYPE = 1
@@ -52,6 +53,14 @@ def _brokers(client):
     return sorted(b.node_id for b in md.brokers)
 
 
+def _table(headers, rows, out, args):
+    """Kafka's kafka-transactions table, or with ``--output json`` one JSON document."""
+    if wants_json(args):
+        write_json(out, json_rows(headers, rows))
+    else:
+        print_table(headers, rows, out)
+
+
 def cmd_list(client, args):
     rows = []
     for node in _brokers(client):
@@ -66,7 +75,7 @@ def cmd_list(client, args):
         for t in resp.transaction_states:
             rows.append([t.transactional_id, node, t.producer_id, t.transaction_state])
     rows.sort(key=lambda r: r[0])
-    print_table(["TransactionalId", "Coordinator", "ProducerId", "TransactionState"], rows, args.out)
+    _table(["TransactionalId", "Coordinator", "ProducerId", "TransactionState"], rows, args.out, args)
 
 
 def _txn_coordinator(client, transactional_id):
@@ -87,12 +96,12 @@ def cmd_describe(client, args):
     now = int(time.time() * 1000)
     start = s.transaction_start_time_ms
     partitions = ",".join("%s-%d" % (t.topic, p) for t in s.topics for p in t.partitions)
-    print_table(["CoordinatorId", "TransactionalId", "ProducerId", "ProducerEpoch",
+    _table(["CoordinatorId", "TransactionalId", "ProducerId", "ProducerEpoch",
                  "TransactionState", "TransactionTimeoutMs", "CurrentTransactionStartTimeMs",
                  "TransactionDurationMs", "TopicPartitions"],
                 [[node, s.transactional_id, s.producer_id, s.producer_epoch, s.transaction_state,
                   s.transaction_timeout_ms, start if start >= 0 else "None",
-                  now - start if start >= 0 else "None", partitions]], args.out)
+                  now - start if start >= 0 else "None", partitions]], args.out, args)
 
 
 def _producers(client, topic, partition):
@@ -107,11 +116,11 @@ def _producers(client, topic, partition):
 
 def cmd_describe_producers(client, args):
     _, producers = _producers(client, args.topic, args.partition)
-    print_table(["ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch", "LastSequence",
+    _table(["ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch", "LastSequence",
                  "LastTimestamp", "CurrentTransactionStartOffset"],
                 [[p.producer_id, p.producer_epoch, p.coordinator_epoch, p.last_sequence,
                   p.last_timestamp, p.current_txn_start_offset if p.current_txn_start_offset >= 0
-                  else "None"] for p in producers], args.out)
+                  else "None"] for p in producers], args.out, args)
 
 
 def _transactions_of(client, producer_id):
@@ -153,8 +162,8 @@ def cmd_find_hanging(client, args):
                 rows.append([args.topic, partition, p.producer_id, p.producer_epoch,
                              p.coordinator_epoch, p.current_txn_start_offset, p.last_timestamp,
                              (now - p.last_timestamp) // 60000])
-    print_table(["Topic", "Partition", "ProducerId", "ProducerEpoch", "CoordinatorEpoch",
-                 "StartOffset", "LastTimestamp", "Duration(min)"], rows, args.out)
+    _table(["Topic", "Partition", "ProducerId", "ProducerEpoch", "CoordinatorEpoch",
+                 "StartOffset", "LastTimestamp", "Duration(min)"], rows, args.out, args)
 
 
 def cmd_abort(client, args):
