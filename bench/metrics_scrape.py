@@ -108,6 +108,7 @@ def stand_in(partitions, groups):
         group_coordinator=types.SimpleNamespace(groups=group_map, heartbeat_purgatory=_Purgatory("Heartbeat"),
                                                 rebalance_purgatory=_Purgatory("Rebalance"),
                                                 is_loading=lambda: False),
+        txn_coordinator=types.SimpleNamespace(is_loading=lambda: False),
         running=1)
 
 

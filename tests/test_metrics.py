@@ -135,7 +135,8 @@ class ScrapeTests(KafkaBrokerMixin, unittest.TestCase):
         self.assertEqual(json.loads(body)["listeners"], {"PLAINTEXT": True})
         status, body = get(self.broker.metrics_port, "readyz")
         self.assertEqual((status, json.loads(body)), (200, {
-            "status": "ok", "started": True, "logsLoaded": True, "groupCoordinatorLoaded": True}))
+            "status": "ok", "started": True, "logsLoaded": True, "groupCoordinatorLoaded": True,
+            "transactionCoordinatorLoaded": True}))
         self.assertEqual(get(self.broker.metrics_port, "nothing-here")[0], 404)
 
 
@@ -285,7 +286,8 @@ def fake_broker(partitions, groups=0):
                                           listening=lambda: {"PLAINTEXT": True})
     replica_manager = types.SimpleNamespace(topic_stats=BrokerTopicStats(), fetch_purgatory=_Purgatory("Fetch"))
     return types.SimpleNamespace(socket_server=socket_server, log_manager=log_manager, running=1,
-                                 replica_manager=replica_manager, group_coordinator=coordinator)
+                                 replica_manager=replica_manager, group_coordinator=coordinator,
+                                 txn_coordinator=types.SimpleNamespace(is_loading=lambda: False))
 
 
 class SnapshotTests(unittest.SynchronousTestCase):
@@ -339,13 +341,18 @@ class SnapshotTests(unittest.SynchronousTestCase):
 
 
 class HealthRulesTests(unittest.SynchronousTestCase):
-    def test_ready_only_once_groups_are_loaded(self):
+    def test_ready_only_once_coordinators_are_loaded(self):
         broker = fake_broker(1)
         self.assertEqual(readiness(broker)[0], True)
         broker.group_coordinator.is_loading = lambda: True
         self.assertEqual(readiness(broker), (False, {"started": True, "logsLoaded": True,
-                                                    "groupCoordinatorLoaded": False}))
+                                                    "groupCoordinatorLoaded": False,
+                                                    "transactionCoordinatorLoaded": True}))
         broker.group_coordinator = None
+        self.assertEqual(readiness(broker)[0], False)
+        broker = fake_broker(1)
+        broker.txn_coordinator.is_loading = lambda: True
+        self.assertEqual(readiness(broker)[1]["transactionCoordinatorLoaded"], False)
         self.assertEqual(readiness(broker)[0], False)
 
     def test_unhealthy_when_a_listener_stopped(self):

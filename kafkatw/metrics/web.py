@@ -42,13 +42,15 @@ def health(broker):
 
 def readiness(broker):
     """``(ready, details)``: the broker started (logs loaded and recovered, listeners bound) and
-    the group coordinator loaded its ``__consumer_offsets`` partitions."""
+    the group and transaction coordinators loaded their ``__consumer_offsets`` and
+    ``__transaction_state`` partitions (until then they answer COORDINATOR_LOAD_IN_PROGRESS)."""
     started = bool(broker.running) and broker.socket_server is not None
-    coordinator = broker.group_coordinator
-    groups_loading = coordinator is None or coordinator.is_loading()
+    groups_loaded = broker.group_coordinator is not None and not broker.group_coordinator.is_loading()
+    txns_loaded = broker.txn_coordinator is not None and not broker.txn_coordinator.is_loading()
     logs_loaded = broker.log_manager is not None
-    ready = started and logs_loaded and not groups_loading
-    return ready, {"started": started, "logsLoaded": logs_loaded, "groupCoordinatorLoaded": not groups_loading}
+    ready = started and logs_loaded and groups_loaded and txns_loaded
+    return ready, {"started": started, "logsLoaded": logs_loaded, "groupCoordinatorLoaded": groups_loaded,
+                   "transactionCoordinatorLoaded": txns_loaded}
 
 
 class _Check(resource.Resource):
