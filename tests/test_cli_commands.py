@@ -354,6 +354,13 @@ class CliTests(KafkaBrokerMixin, unittest.TestCase):
             r"^\| offset: (\d+) CreateTime: \d+ keySize: \d+ valueSize: \d+ sequence: \d+ "
             r"headerKeys: \[h\] key: (\S+) payload: (\S+)$", out, re.M)]
         self.assertEqual(dumped, consumed)
+        rc, json_out, err = run_cli(None, "log", "dump", "--print-data-log", "--output", "json", segment)
+        self.assertEqual(rc, 0, err)
+        (as_json,) = json.loads(json_out)
+        self.assertEqual(as_json["problems"], 0)
+        self.assertEqual([(r["offset"], r["key"], r["payload"]) for b in as_json["batches"] for r in b["records"]],
+                         consumed)
+        self.assertTrue(all(b["isValid"] and b["compressCodec"] == "gzip" for b in as_json["batches"]))
         batches = re.findall(r"^baseOffset: (\d+) lastOffset: (\d+) .*producerId: (\d+) .*"
                              r"compresscodec: gzip crc: \d+ isvalid: true$", out, re.M)
         self.assertTrue(batches)
@@ -372,6 +379,10 @@ class CliTests(KafkaBrokerMixin, unittest.TestCase):
         self.assertEqual(rc, 1)
         self.assertIn("isvalid: false", out)
         self.assertIn("problem(s) found", err)
+        rc, out, err = run_cli(None, "log", "dump", "--output", "json", bad)
+        self.assertEqual(rc, 1)
+        self.assertGreaterEqual(json.loads(out)[0]["problems"], 1)
+        self.assertIn(False, [b["isValid"] for b in json.loads(out)[0]["batches"]])
 
 
 def _tansu_binary():

@@ -7,6 +7,7 @@ import os
 import struct
 
 from kafkatw.cli.client import ClientError
+from kafkatw.cli.output import wants_json, write_json
 from kafkatw.protocol import records as rec_mod
 from kafkatw.protocol.records import (
     BATCH_HEADER_SIZE,
@@ -121,6 +122,59 @@ def dump_log(path, args, out):
     return problems
 
 
+def log_json(path, args):
+    """One segment file as a JSON object: its batches (Kafka's DumpLogSegments fields), their
+    records with ``--print-data-log`` (control records always), and the problem count."""
+    with open(path, "rb") as f:
+        data = f.read()
+    batches, end = scan_log(data)
+    problems = sum(1 for _, _, valid in batches if not valid) + (1 if end < len(data) else 0)
+    out = []
+    for pos, h, valid in batches:
+        batch = {"baseOffset": h.base_offset, "lastOffset": h.last_offset, "count": h.records_count,
+                 "baseSequence": h.base_sequence, "lastSequence": h.last_sequence, "producerId": h.producer_id,
+                 "producerEpoch": h.producer_epoch, "partitionLeaderEpoch": h.partition_leader_epoch,
+                 "isTransactional": h.is_transactional, "isControl": h.is_control, "position": pos,
+                 "timestampType": _ts_name(h), "maxTimestamp": h.max_timestamp, "size": h.size_in_bytes,
+                 "magic": h.magic, "compressCodec": CODEC_NAMES.get(h.compression, str(h.compression)),
+                 "crc": h.crc, "isValid": valid}
+        if (args.print_data_log or h.is_control) and valid:
+            try:
+                _, recs = decode_batch(data, pos)
+            except CorruptRecordError:
+                problems += 1
+                recs = []
+            batch["records"] = [_record_json(h, r, args.print_data_log) for r in recs]
+        out.append(batch)
+    if not args.no_index_check:
+        problems += check_indexes(path, batches, _Discard())
+    return {"file": path, "baseOffset": _base_offset(path), "batches": out,
+            "invalidBytesAtEnd": len(data) - end, "problems": problems}
+
+
+def _record_json(h, r, with_data):
+    record = {"offset": r.offset, "timestamp": r.timestamp,
+              "keySize": -1 if r.key is None else len(r.key),
+              "valueSize": -1 if r.value is None else len(r.value),
+              "headerKeys": [_payload(k) if not isinstance(k, str) else k for k, _ in r.headers]}
+    if h.is_control:
+        try:
+            c = decode_control_record(r)
+            record["endTxnMarker"] = {0: "ABORT", 1: "COMMIT"}.get(c.type, "UNKNOWN(%d)" % c.type)
+            record["coordinatorEpoch"] = c.coordinator_epoch
+        except Exception:  # a malformed marker is reported, not fatal
+            record["endTxnMarker"] = None
+    elif with_data:
+        record["key"] = None if r.key is None else _payload(r.key)
+        record["payload"] = None if r.value is None else _payload(r.value)
+    return record
+
+
+class _Discard:
+    def write(self, text):
+        pass
+
+
 def _entries(path, entry):
     with open(path, "rb") as f:
         data = f.read()
@@ -192,11 +246,17 @@ def dump_index(path, out):
 
 def cmd_dump(client, args):
     problems = 0
+    dumped = []
     for path in args.paths:
         if not os.path.isfile(path):
             raise ClientError("no such file: %s" % path)
         try:
-            if path.endswith(".log"):
+            if wants_json(args):
+                if not path.endswith(".log"):
+                    raise ClientError("%s: --output json dumps .log files only" % path)
+                dumped.append(log_json(path, args))
+                problems += dumped[-1]["problems"]
+            elif path.endswith(".log"):
                 problems += dump_log(path, args, args.out)
             elif path.endswith((".index", ".timeindex")):
                 problems += dump_index(path, args.out)
@@ -204,6 +264,8 @@ def cmd_dump(client, args):
                 raise ClientError("%s: not a .log, .index or .timeindex file" % path)
         except OSError as e:
             raise ClientError("cannot read %s: %s" % (path, e.strerror))
+    if dumped:
+        write_json(args.out, dumped)
     if problems:
         raise ClientError("%d problem(s) found" % problems)
     return 0
