@@ -7,7 +7,8 @@ Owns the names and the cutting of a scrape into reactor turns: the numbers with 
 partition, per group offset or per topic are read and formatted a slice at a time
 (:func:`take_snapshot`), the rest and the final text in one more turn (:func:`render_parts`).
 Formatting stays on the reactor (in a pool thread this Python work would hold the GIL the
-reactor needs); only the process metrics, which read /proc, go to the pool (:func:`process_text`). Consumer lag uses kafka_exporter's names (Kafka's broker has no lag metric).
+reactor needs); only the process metrics, which read /proc, go to the pool
+(:func:`process_text`). Consumer lag uses kafka_exporter's names (Kafka's broker has none).
 """
 
 import attr
