@@ -109,7 +109,7 @@ def stand_in(partitions, groups):
                                                 rebalance_purgatory=_Purgatory("Rebalance"),
                                                 is_loading=lambda: False),
         txn_coordinator=types.SimpleNamespace(is_loading=lambda: False),
-        running=1)
+        apis=None, running=1)
 
 
 def _round_trips(host, port, stop, out):

@@ -287,7 +287,7 @@ def fake_broker(partitions, groups=0):
     replica_manager = types.SimpleNamespace(topic_stats=BrokerTopicStats(), fetch_purgatory=_Purgatory("Fetch"))
     return types.SimpleNamespace(socket_server=socket_server, log_manager=log_manager, running=1,
                                  replica_manager=replica_manager, group_coordinator=coordinator,
-                                 txn_coordinator=types.SimpleNamespace(is_loading=lambda: False))
+                                 txn_coordinator=types.SimpleNamespace(is_loading=lambda: False), apis=None)
 
 
 class SnapshotTests(unittest.SynchronousTestCase):
@@ -322,6 +322,20 @@ class SnapshotTests(unittest.SynchronousTestCase):
         self.assertNotIn("process_open_fds", reactor_part)
         self.assertIn("kafka_log_log_size", reactor_part)
         self.assertIn("process_open_fds", exporter.process_text().decode())
+
+    def test_client_quotas_by_user_and_client_id(self):
+        broker = fake_broker(1)
+        broker.apis = types.SimpleNamespace(quotas=types.SimpleNamespace(snapshot=lambda: {
+            "producer_byte_rate": [{"user": "alice", "client-id": "loader", "recorded_total": 5000000,
+                                    "throttle_time_ms_total": 2500, "throttle_count": 3, "rate": 1048576.0}],
+            "request_percentage": [{"user": None, "client-id": "poller", "recorded_total": 12.5,
+                                    "throttle_time_ms_total": 0, "throttle_count": 0, "rate": 0.5}]}))
+        scraped = samples(exporter.render(exporter.take_snapshot(broker, task.Clock()).result).decode())
+        alice = {"user": "alice", "client_id": "loader"}
+        self.assertEqual(value(scraped, "kafka_server_produce_byte_rate", **alice), 1048576.0)
+        self.assertEqual(value(scraped, "kafka_server_produce_throttle_time_ms_total", **alice), 2500)
+        self.assertEqual(value(scraped, "kafka_server_produce_throttled_responses_total", **alice), 3)
+        self.assertEqual(value(scraped, "kafka_server_request_request_time", user="", client_id="poller"), 0.5)
 
     def test_few_partitions_at_once(self):
         d = exporter.take_snapshot(fake_broker(10), task.Clock())

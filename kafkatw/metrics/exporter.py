@@ -45,6 +45,7 @@ class Snapshot:
     listeners = attr.ib(factory=list)
     offline_dirs = attr.ib(default=0)
     purgatories = attr.ib(factory=list)  # (delayedOperation, watched, delayed)
+    quotas = attr.ib(factory=dict)  # QuotaManagers.snapshot(): {quota key: [per-entity counters]}
     bulk = attr.ib(factory=lambda: BulkText())  # the per-partition and per-group samples
 
 
@@ -101,6 +102,8 @@ def take_snapshot(broker, clock, per_turn=PARTITIONS_PER_TURN):
     snap = Snapshot()
     _take_network(snap, broker)
     _take_purgatories(snap, broker)
+    if broker.apis is not None:
+        snap.quotas = broker.apis.quotas.snapshot()
     bulk = snap.bulk
     topics = []
     if broker.replica_manager is not None:
@@ -203,6 +206,36 @@ def families(snap):
                    [((name,), delayed) for name, _, delayed in snap.purgatories]),
         ]
     out += _log_families(snap)
+    out += _quota_families(snap.quotas)
+    return out
+
+
+#: Client quota types as the sensor types of Kafka's ClientQuotaManager MBeans
+#: (``kafka.server<type=Produce, user=u, client-id=c>``) and the name of what each measures.
+_QUOTA_SENSORS = {
+    "producer_byte_rate": ("produce", "byte_rate"),
+    "consumer_byte_rate": ("fetch", "byte_rate"),
+    "request_percentage": ("request", "request_time"),
+    "controller_mutation_rate": ("controllermutation", "mutation_rate"),
+}
+
+
+def _quota_families(quotas):
+    """Per client (user, client-id) of each quota type: the measured rate and the throttling."""
+    out = []
+    for key, entities in sorted(quotas.items()):
+        sensor, measured = _QUOTA_SENSORS.get(key, (key, "rate"))
+        prefix = "kafka_server_%s_" % sensor
+        rows = [((e["user"] or "", e["client-id"] or ""), e) for e in entities]
+        labels = ["user", "client_id"]
+        out += [
+            _gauge(prefix + measured, "Last measured %s of a client (%s quota)." % (measured, key), labels,
+                   [(k, e["rate"]) for k, e in rows]),
+            _counter(prefix + "throttle_time_ms", "Milliseconds a client was throttled (%s quota)." % key,
+                     labels, {k: e["throttle_time_ms_total"] for k, e in rows}),
+            _counter(prefix + "throttled_responses", "Responses that throttled a client (%s quota)." % key,
+                     labels, {k: e["throttle_count"] for k, e in rows}),
+        ]
     return out
 
 
