@@ -141,29 +141,54 @@ class ScrapeTests(KafkaBrokerMixin, unittest.TestCase):
 
 
 class OfflineLogDirTests(unittest.TestCase):
-    def test_healthz_fails_when_the_only_log_dir_goes_offline(self):
-        broker = KafkaBroker(overrides={"kafkatw.metrics.listener": "127.0.0.1:0"})
-        self.addCleanup(broker.close)
-        broker.start()
-        self.assertEqual(get(broker.metrics_port, "healthz")[0], 200)
-        # a file where the partition's directory must go: creating it is an I/O error
-        with open(os.path.join(broker.data_dir, "doomed-0"), "w") as f:
-            f.write("in the way\n")
+    """A log dir goes offline through a real I/O error: a file where a new partition's directory
+    must go."""
+
+    def create_doomed_topic(self, broker, partitions):
         from kafka.admin import KafkaAdminClient, NewTopic
 
         admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
         self.addCleanup(admin.close)
         try:
-            admin.create_topics([NewTopic("doomed", 1, 1)])
+            admin.create_topics([NewTopic("doomed", partitions, 1)])
         except Exception:
-            pass  # KAFKA_STORAGE_ERROR, depending on how the client reports it
+            pass  # KAFKA_STORAGE_ERROR, however the client reports it
+
+    def test_healthz_lists_an_offline_log_dir_while_another_serves(self):
+        work = os.path.abspath(self.mktemp())
+        dirs = [os.path.join(work, "a"), os.path.join(work, "b")]
+        broker = KafkaBroker(overrides={"kafkatw.metrics.listener": "127.0.0.1:0", "log.dirs": ",".join(dirs)})
+        self.addCleanup(broker.close)
+        broker.start()
+        self.assertEqual(get(broker.metrics_port, "healthz")[0], 200)
+        for p in (0, 1):  # two partitions, one in each dir: the one placed in a fails
+            with open(os.path.join(dirs[0], "doomed-%d" % p), "w") as f:
+                f.write("in the way\n")
+        self.create_doomed_topic(broker, 2)
         status, body = get(broker.metrics_port, "healthz")
-        self.assertEqual(status, 503)
-        details = json.loads(body)
-        self.assertEqual((details["status"], details["logDirs"]),
-                         ("failing", {"online": [], "offline": [broker.data_dir]}))
+        self.assertEqual(status, 200)
+        self.assertEqual(json.loads(body)["logDirs"], {"online": [dirs[1]], "offline": [dirs[0]]})
         scraped = samples(get(broker.metrics_port, "metrics")[1])
         self.assertEqual(value(scraped, "kafka_log_logmanager_offlinelogdirectorycount"), 1)
+
+    def test_healthz_fails_when_the_only_log_dir_goes_offline(self):
+        import time
+
+        broker = KafkaBroker(overrides={"kafkatw.metrics.listener": "127.0.0.1:0"})
+        self.addCleanup(broker.close)
+        broker.start()
+        self.assertEqual(get(broker.metrics_port, "healthz")[0], 200)
+        process = broker.process
+        with open(os.path.join(broker.data_dir, "doomed-0"), "w") as f:
+            f.write("in the way\n")
+        self.create_doomed_topic(broker, 1)
+        # with no log dir left the broker halts (Kafka's LogManager): the probe gets no answer
+        deadline = time.monotonic() + 15
+        while process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertEqual(process.returncode, 1)
+        with self.assertRaises(OSError):
+            get(broker.metrics_port, "healthz")
 
 
 class FailedAuthenticationTests(unittest.TestCase):
