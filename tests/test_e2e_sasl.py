@@ -508,6 +508,74 @@ class ReauthenticationTests(unittest.SynchronousTestCase):
             self.assertNotIn("the SASL session expired", f.read())
 
 
+class ReauthenticationConsumerTests(unittest.SynchronousTestCase):
+    """KIP-368, the issue's two checks: a consumer keeps consuming across several
+    re-authentications, and a raw connection that does not re-authenticate is closed."""
+
+    def setUp(self):
+        self.broker = KafkaBroker(listeners=("PLAINTEXT", "SASL_PLAINTEXT"), sasl_users={"alice": "alice-secret"},
+                                  sasl_mechanisms=("PLAIN", "SCRAM-SHA-512"), topics=["reauth-c"],
+                                  request_log=True, overrides={"connections.max.reauth.ms": 2000}).start()
+        self.addCleanup(self.broker.close)
+
+    def test_consumer_keeps_consuming_across_reauthentications(self):
+        from confluent_kafka import Consumer, Producer
+
+        p = Producer({"bootstrap.servers": self.broker.bootstrap_servers, "logger": QUIET})
+        client_id = unique_name("reauth-consumer")
+        c = Consumer({"bootstrap.servers": self.broker.sasl_bootstrap_servers, "security.protocol": "SASL_PLAINTEXT",
+                      "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "alice", "sasl.password": "alice-secret",
+                      "client.id": client_id, "group.id": unique_name("g"), "auto.offset.reset": "earliest",
+                      "logger": QUIET})
+        self.addCleanup(c.close)
+        c.subscribe(["reauth-c"])
+        got = []
+        sent = 0
+        deadline = time.monotonic() + 7.0  # more than three 2 s sessions
+        while time.monotonic() < deadline:
+            p.produce("reauth-c", b"r%d" % sent)
+            sent += 1
+            p.poll(0)
+            msg = c.poll(0.2)
+            if msg is not None and msg.error() is None:
+                got.append(msg.value())
+        self.assertEqual(p.flush(10), 0)
+        poll_until(lambda: (got.extend(m.value() for m in c.consume(100, 0.2) if m.error() is None)
+                            or len(got) >= sent), timeout=20, message="every record consumed")
+        self.assertEqual(got, [b"r%d" % i for i in range(sent)])
+
+        def handshakes():
+            return [e for e in request_log(self.broker.request_log_path)
+                    if e["requestHeader"]["clientId"] == client_id and e["requestHeader"]["requestApiKey"] == 17]
+
+        per_conn = {}
+        for e in handshakes():
+            per_conn.setdefault(e["connection"], []).append(e["principal"])
+        # some connection (the fetching one) logged in and then re-authenticated at least twice
+        self.assertTrue(any(len(v) >= 3 for v in per_conn.values()), per_conn)
+        with open(self.broker.log_path) as f:
+            self.assertNotIn("the SASL session expired", f.read())
+
+    def test_raw_connection_that_does_not_reauthenticate_is_closed(self):
+        host, port = self.broker.sasl_bootstrap_servers.split(":")
+        raw = RawClient(self.broker, port=int(port))
+        self.addCleanup(raw.close)
+        self.assertEqual(raw.request(17, 1, m.SaslHandshakeRequest(mechanism="PLAIN")).error_code, errors.NONE)
+        auth = raw.request(36, 2, m.SaslAuthenticateRequest(auth_bytes=b"\0alice\0alice-secret"))
+        self.assertEqual(auth.error_code, errors.NONE)
+        self.assertTrue(0 < auth.session_lifetime_ms <= 2000, auth.session_lifetime_ms)
+        self.assertEqual(raw.request(3, 12, m.MetadataRequest(topics=None)).brokers[0].node_id, 1)
+        start = time.monotonic()
+        poll_until(lambda: time.monotonic() - start > auth.session_lifetime_ms / 1000.0 + 0.2, timeout=10,
+                   message="the session lifetime to pass")
+        raw.send(3, 12, m.MetadataRequest(topics=None))
+        self.assertTrue(closed_by_peer(raw.sock))
+        # other connections are unaffected
+        plain = RawClient(self.broker)
+        self.addCleanup(plain.close)
+        self.assertEqual(plain.request(3, 12, m.MetadataRequest(topics=None)).brokers[0].node_id, 1)
+
+
 OAUTH_JAAS = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;"
 
 
