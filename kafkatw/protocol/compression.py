@@ -12,7 +12,7 @@ import cramjam
 import lz4.frame
 import zstandard
 
-from kafkatw.protocol import records as _records
+from kafkatw.protocol.record_errors import CorruptRecordError, InvalidRecordError
 
 __all__ = ["NONE", "GZIP", "SNAPPY", "LZ4", "ZSTD", "CODEC_NAMES", "codec_name", "compress",
            "decompress"]
@@ -47,7 +47,7 @@ MAX_DECOMPRESSED_BATCH_BYTES = 64 * 1024 * 1024
 
 def _check_size(total, max_size):
     if max_size is not None and total > max_size:
-        raise _records.CorruptRecordError(
+        raise CorruptRecordError(
             "record batch decompresses to more than %d bytes" % (max_size,))
 
 
@@ -70,7 +70,7 @@ def compress(codec, data):
             content_checksum=False, store_size=False)
     if codec == ZSTD:
         return zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(data)
-    raise _records.InvalidRecordError("unknown compression codec id %r" % (codec,))
+    raise InvalidRecordError("unknown compression codec id %r" % (codec,))
 
 
 def decompress(codec, data, magic=2, max_size=None):
@@ -98,12 +98,12 @@ def decompress(codec, data, magic=2, max_size=None):
             if max_size is not None:
                 _zstd_size_within(data, max_size)
             return _zstd_decompress(data)
-    except _records.CorruptRecordError:
+    except CorruptRecordError:
         raise
     except Exception as e:
-        raise _records.CorruptRecordError(
+        raise CorruptRecordError(
             "cannot decompress %s data: %s: %s" % (codec_name(codec), type(e).__name__, e))
-    raise _records.CorruptRecordError("unknown compression codec id %r" % (codec,))
+    raise CorruptRecordError("unknown compression codec id %r" % (codec,))
 
 
 # -- gzip ---------------------------------------------------------------------------------
@@ -125,7 +125,7 @@ def _gunzip(data, max_size=None):
                 break
             pending = d.unconsumed_tail
         if not d.eof:
-            raise _records.CorruptRecordError("truncated gzip stream")
+            raise CorruptRecordError("truncated gzip stream")
         data = d.unused_data.lstrip(b"\x00")
         if not data:
             return b"".join(out)
@@ -157,11 +157,11 @@ def _snappy_decompress(data, max_size=None):
         end = len(view)
         while pos < end:
             if end - pos < 4:
-                raise _records.CorruptRecordError("truncated xerial snappy block length")
+                raise CorruptRecordError("truncated xerial snappy block length")
             size = _INT32.unpack_from(view, pos)[0]
             pos += 4
             if size < 0 or size > end - pos:
-                raise _records.CorruptRecordError("invalid xerial snappy block size %d" % size)
+                raise CorruptRecordError("invalid xerial snappy block size %d" % size)
             _snappy_len(view[pos:pos + size], total, max_size)
             out.append(bytes(cramjam.snappy.decompress_raw(view[pos:pos + size])))
             total += len(out[-1])
@@ -184,7 +184,7 @@ def _lz4_bounded(data, max_size):
         _check_size(total, max_size)
         out.append(chunk)
         if not d.eof:
-            raise _records.CorruptRecordError("truncated lz4 frame")
+            raise CorruptRecordError("truncated lz4 frame")
         data = d.unused_data
     return b"".join(out)
 
@@ -279,7 +279,7 @@ def _zstd_decompress(data):
         dobj = dctx.decompressobj()
         out.append(dobj.decompress(data))
         if not dobj.eof:
-            raise _records.CorruptRecordError("truncated zstd frame")
+            raise CorruptRecordError("truncated zstd frame")
         data = dobj.unused_data
         if not data:
             return b"".join(out)

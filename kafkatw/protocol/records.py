@@ -11,8 +11,8 @@ import zlib
 import attr
 import crc32c as _crc32c
 
-from kafkatw.protocol import errors
-from kafkatw.protocol.errors import KafkaError
+from kafkatw.protocol import compression as _compression
+from kafkatw.protocol.record_errors import CorruptRecordError, InvalidRecordError
 
 __all__ = [
     "BATCH_HEADER_SIZE", "LOG_OVERHEAD", "RECORD_BATCH_OVERHEAD", "MAGIC_VALUE_V0",
@@ -75,22 +75,6 @@ _INT32 = struct.Struct(">i")
 _UINT32 = struct.Struct(">I")
 _INT16 = struct.Struct(">h")
 _LOG_OVERHEAD = struct.Struct(">qi")
-
-
-# -- errors ------------------------------------------------------------------------------
-
-class CorruptRecordError(KafkaError):
-    """Bytes that are not a well-formed record batch (Kafka's CorruptRecordException)."""
-
-    def __init__(self, message=None):
-        super().__init__(errors.CORRUPT_MESSAGE, message)
-
-
-class InvalidRecordError(KafkaError):
-    """A well-formed batch whose contents break Kafka's rules (InvalidRecordException)."""
-
-    def __init__(self, message=None):
-        super().__init__(errors.INVALID_RECORD, message)
 
 
 # -- the batch header --------------------------------------------------------------------
@@ -488,8 +472,7 @@ def decode_batch(buf, pos=0, verify=True, max_size=None):
     body = memoryview(buf)[pos + RECORDS_OFFSET:end]
     codec = header.compression
     if codec:
-        from kafkatw.protocol import compression
-        body = compression.decompress(codec, body, max_size=max_size)
+        body = _compression.decompress(codec, body, max_size=max_size)
     else:
         body = bytes(body)
     if header.records_count > len(body):  # every record takes at least one byte
@@ -510,8 +493,7 @@ def check_records(buf, pos, header, max_size):
     p = pos + RECORDS_OFFSET
     end = pos + header.batch_length + LOG_OVERHEAD
     if header.compression:
-        from kafkatw.protocol import compression
-        body = compression.decompress(header.compression, memoryview(buf)[p:end], max_size=max_size)
+        body = _compression.decompress(header.compression, memoryview(buf)[p:end], max_size=max_size)
         p = 0
         end = len(body)
     else:
@@ -677,7 +659,6 @@ def build_batch(records, *, base_offset=0, compression=0, producer_id=NO_PRODUCE
     if max_timestamp is None:
         max_timestamp = max_ts if max_ts is not None else base_timestamp
     if compression:
-        from kafkatw.protocol import compression as _compression
         body = _compression.compress(compression, body)
     attributes = compression & COMPRESSION_CODEC_MASK
     if timestamp_type == LOG_APPEND_TIME:
@@ -872,11 +853,10 @@ def _iter_shallow_legacy(buf, allow_partial_tail, verify):
 
 
 def _unpack_wrapper(wrapper, verify):
-    from kafkatw.protocol import compression
     if wrapper.value is None:
         raise InvalidRecordError("compressed message at offset %d has a null value"
                                  % (wrapper.offset,))
-    inner_bytes = compression.decompress(wrapper.compression, wrapper.value, wrapper.magic)
+    inner_bytes = _compression.decompress(wrapper.compression, wrapper.value, wrapper.magic)
     inner = list(_iter_shallow_legacy(inner_bytes, False, verify))
     if not inner:
         raise InvalidRecordError("compressed message at offset %d holds no messages"
@@ -984,7 +964,6 @@ def build_legacy_message_set(records, magic, *, compression=0, timestamp_type=CR
             ts = r.timestamp if magic else NO_TIMESTAMP
             _encode_legacy_message(out, r.offset, magic, ts_bit, ts, r.key, r.value)
         return bytes(out)
-    from kafkatw.protocol import compression as _compression
     first = records[0].offset
     inner = bytearray()
     max_ts = NO_TIMESTAMP
