@@ -3,7 +3,7 @@ IncrementalAlterConfigs), as Kafka's kafka-configs: dynamic configs by default, 
 """
 
 from kafkatw.cli.client import UsageError, check
-from kafkatw.cli.main import parse_kv, print_table
+from kafkatw.cli.helpers import parse_kv, print_table
 from kafkatw.cli.output import wants_json, write_json
 from kafkatw.cli.topics import alter_configs
 from kafkatw.config import CONFIG_SOURCE_NAMES

@@ -9,7 +9,7 @@ import json
 import time
 
 from kafkatw.cli.client import ClientError, UsageError, check
-from kafkatw.cli.main import Progress
+from kafkatw.cli.helpers import Progress
 from kafkatw.cli.output import progress_wanted
 from kafkatw.protocol import messages
 from kafkatw.protocol.records import iter_batch_headers, decode_batch

@@ -5,7 +5,7 @@ OffsetFetch, OffsetCommit, DeleteGroups and ListOffsets, as Kafka's kafka-consum
 
 from kafkatw.cli.client import ClientError, UsageError, check
 from kafkatw.cli.consume import EARLIEST, LATEST, commit_offsets, parse_timestamp
-from kafkatw.cli.main import print_table
+from kafkatw.cli.helpers import print_table
 from kafkatw.cli.output import wants_json, write_json
 from kafkatw.protocol import messages
 

@@ -1,59 +1,19 @@
-"""Argument parsing and dispatch of the ``kafkatw`` command; shared output helpers (aligned
-tables, progress bar) and ``--command-config`` loading. The commands live in sibling modules.
+"""Argument parsing and dispatch of the ``kafkatw`` command, and ``--command-config`` loading.
+The commands live in sibling modules (each adds its sub-parser); what they share is in
+``kafkatw.cli.helpers`` and ``kafkatw.cli.output``, so they never import this module.
 """
 
 import argparse
 import sys
 
+from kafkatw.cli import configs, consume, groups, logdump, produce, quotas, topics, transactions, users
 from kafkatw.cli.client import (BrokerConnectionError, ClientError, KafkaClient, KafkaResponseError,
                                 UsageError)
-
 from kafkatw.cli.output import FORMATS
 
 #: Exit statuses: done, failed otherwise, usage, no broker reachable or connection lost, and
 #: an error code from the broker (scripts can tell a typo from an outage from a refusal).
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_CONNECTION, EXIT_BROKER = 0, 1, 2, 3, 4
-
-
-def print_table(headers, rows, out=None):
-    """Rows of strings under ``headers``, columns left-aligned and separated by two spaces."""
-    out = out or sys.stdout
-    rows = [["" if c is None else str(c) for c in row] for row in rows]
-    widths = [len(h) for h in headers]
-    for row in rows:
-        for i, cell in enumerate(row):
-            widths[i] = max(widths[i], len(cell))
-    for row in [list(headers)] + rows:
-        out.write("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() + "\n")
-
-
-class Progress:
-    """A one-line progress bar on stderr, only when stdout is a terminal."""
-
-    def __init__(self, total=None, label="", enabled=None, stream=None):
-        self.total = total
-        self.label = label
-        self.count = 0
-        self.stream = stream or sys.stderr
-        self.enabled = sys.stdout.isatty() if enabled is None else enabled
-
-    def update(self, n=1):
-        self.count += n
-        if not self.enabled:
-            return
-        if self.total:
-            width = 30
-            done = int(width * min(self.count, self.total) / self.total)
-            bar = "[%s%s] %d/%d" % ("#" * done, "." * (width - done), self.count, self.total)
-        else:
-            bar = "%d" % self.count
-        self.stream.write("\r%s %s" % (self.label, bar))
-        self.stream.flush()
-
-    def close(self):
-        if self.enabled:
-            self.stream.write("\n")
-            self.stream.flush()
 
 
 def read_command_config(path):
@@ -65,17 +25,6 @@ def read_command_config(path):
             return {k: str(v) for k, v in parse_properties(f.read(), path).items()}
     except OSError as e:
         raise ClientError("cannot read --command-config %s: %s" % (path, e.strerror))
-
-
-def parse_kv(items, what="property"):
-    """``["k=v", ...]`` (each may hold comma-separated pairs) -> dict; values may contain '='."""
-    out = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise UsageError("invalid %s %r (expected key=value)" % (what, item))
-        out[key.strip()] = value
-    return out
 
 
 def add_global_options(parser, defaults=True):
@@ -107,8 +56,6 @@ class SubcommandParser(argparse.ArgumentParser):
 
 
 def build_parser():
-    from kafkatw.cli import configs, consume, groups, logdump, produce, quotas, topics, transactions, users
-
     parser = argparse.ArgumentParser(
         prog="kafkatw", description="Administer, produce to and consume from Kafka-compatible brokers.",
         epilog="Exit status: 0 done, 1 failed, 2 usage error, 3 no broker reachable or connection "

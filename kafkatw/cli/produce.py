@@ -7,7 +7,7 @@ import sys
 import time
 
 from kafkatw.cli.client import ClientError, check
-from kafkatw.cli.main import Progress, parse_kv
+from kafkatw.cli.helpers import Progress, parse_kv
 from kafkatw.cli.output import progress_wanted
 from kafkatw.protocol import messages
 from kafkatw.protocol.records import Record, build_batch

@@ -4,7 +4,7 @@ DescribeClientQuotas, with the entity options of Kafka's kafka-configs (``--user
 """
 
 from kafkatw.cli.client import ClientError, check
-from kafkatw.cli.main import print_table
+from kafkatw.cli.helpers import print_table
 from kafkatw.protocol import messages
 
 MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2

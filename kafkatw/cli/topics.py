@@ -3,9 +3,10 @@ CreatePartitions, DescribeConfigs and IncrementalAlterConfigs as Kafka's kafka-t
 """
 
 from kafkatw.cli.client import UsageError, check
-from kafkatw.cli.main import parse_kv, print_table
+from kafkatw.cli.helpers import parse_kv, print_table
 from kafkatw.cli.output import wants_json, write_json
 from kafkatw.protocol import messages
+from kafkatw.protocol.uuids import uuid_to_base64
 
 TOPIC_RESOURCE = 2
 TOPIC_CONFIG_SOURCE = 1
@@ -91,7 +92,6 @@ def cmd_describe(client, args):
         if args.exclude_internal and t.is_internal:
             continue
         configs = describe_configs(client, t.name)
-        from kafkatw.cluster.metadata import uuid_to_base64
 
         rf = len(t.partitions[0].replica_nodes) if t.partitions else 0
         tid = uuid_to_base64(t.topic_id) if getattr(t, "topic_id", None) else "-"

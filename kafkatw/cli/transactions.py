@@ -8,7 +8,7 @@ ends one by writing an ABORT marker for its producer, found by the transaction's
 import time
 
 from kafkatw.cli.client import ClientError, check
-from kafkatw.cli.main import print_table
+from kafkatw.cli.helpers import print_table
 from kafkatw.cli.output import json_rows, wants_json, write_json
 from kafkatw.protocol import messages
 

@@ -7,7 +7,7 @@ import secrets
 import sys
 
 from kafkatw.cli.client import ClientError, check
-from kafkatw.cli.main import print_table
+from kafkatw.cli.helpers import print_table
 from kafkatw.cli.output import wants_json, write_json
 from kafkatw.protocol import messages
 

@@ -5,7 +5,6 @@ Persists itself as one JSON file under the first log dir and ``meta.properties``
 log dir; it never touches partition logs (listeners do, see :meth:`ClusterMetadata.add_listener`).
 """
 
-import base64
 import json
 import os
 import re
@@ -19,6 +18,7 @@ from twisted.python.failure import Failure
 from kafkatw.background_failures import FailingTask
 from kafkatw.protocol import errors
 from kafkatw.protocol.errors import KafkaError
+from kafkatw.protocol.uuids import ZERO_UUID, uuid_from_base64, uuid_to_base64
 
 log = Logger()
 
@@ -34,7 +34,6 @@ GROUP_METADATA_TOPIC_NAME = "__consumer_offsets"
 TRANSACTION_STATE_TOPIC_NAME = "__transaction_state"
 INTERNAL_TOPICS = frozenset([GROUP_METADATA_TOPIC_NAME, TRANSACTION_STATE_TOPIC_NAME])
 
-ZERO_UUID = bytes(16)
 # Kafka's ProducerIdManager hands out ids in blocks; we persist the end of the current block.
 PRODUCER_ID_BLOCK_SIZE = 1000
 
@@ -42,18 +41,6 @@ TOPIC_CREATED = "created"
 TOPIC_DELETED = "deleted"
 TOPIC_CONFIGS_CHANGED = "configs-changed"
 TOPIC_PARTITIONS_ADDED = "partitions-added"
-
-
-def uuid_to_base64(raw):
-    """Kafka's printable form of a uuid (base64url, no padding): 22 characters."""
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
-
-
-def uuid_from_base64(text):
-    raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-    if len(raw) != 16:
-        raise ValueError("not a uuid: %r" % (text,))
-    return raw
 
 
 def random_uuid():
