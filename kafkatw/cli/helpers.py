@@ -4,7 +4,7 @@ terminal, and ``key=value`` argument parsing. Knows no command and no broker.
 
 import sys
 
-from kafkatw.cli.client import ClientError
+from kafkatw.cli.client import UsageError
 
 
 def print_table(headers, rows, out=None):
