@@ -7,7 +7,9 @@ import struct
 import attr
 from twisted.internet import defer, task
 from twisted.trial import unittest
+from zope.interface import implementer
 
+from kafkatw.cluster.interfaces import IPartitionMetadata
 from kafkatw.protocol import errors
 from kafkatw.protocol.errors import KafkaError
 from kafkatw.protocol.records import iter_batch_headers, set_base_offset
@@ -19,6 +21,7 @@ from kafkatw.server.replica_manager import (
     fetch_isolation_of,
 )
 from kafkatw.storage.config import LogConfig
+from kafkatw.storage.interfaces import ILog
 from kafkatw.storage.offsets import FetchDataInfo, FetchIsolation, LogAppendInfo, LogOffsetMetadata
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -31,8 +34,13 @@ def batch(count=1, payload=20, pid=-1, epoch=-1, seq=-1, ts=1000):
     return bytearray(head + b"r" * payload)
 
 
+@implementer(ILog)
 class FakeLog:
     """In-memory UnifiedLog stand-in: segments of concatenated batches, HW set from outside."""
+
+    is_offline = False
+    producer_state_manager = None
+    roll_listener = None
 
     def __init__(self, topic, partition, directory):
         self.topic, self.partition, self.dir = topic, partition, directory
@@ -48,6 +56,32 @@ class FakeLog:
     @property
     def last_stable_offset(self):
         return self.high_watermark
+
+    @property
+    def last_stable_offset_metadata(self):
+        return self.high_watermark_metadata
+
+    @property
+    def size(self):
+        return sum(len(data) for _, data, _ in self.segments)
+
+    def floor_segment(self, offset):
+        return next((s for s in reversed(self.segments) if s[0] <= offset), None)
+
+    def replace_segments(self, replacements):
+        raise NotImplementedError("the fake log is never cleaned")
+
+    def maybe_increment_high_watermark(self, offset):
+        if offset > self.high_watermark:
+            self.update_high_watermark(offset)
+            return True
+        return False
+
+    def delete_records_before(self, offset):
+        if offset > self.high_watermark:
+            raise KafkaError(errors.OFFSET_OUT_OF_RANGE, "offset %d" % offset)
+        self.log_start_offset = max(self.log_start_offset, offset)
+        return self.log_start_offset
 
     def roll(self):
         self.segments.append([self.log_end_offset, bytearray(), []])
@@ -145,6 +179,7 @@ class FakeLogManager:
         return self.logs[key]
 
 
+@implementer(IPartitionMetadata)
 @attr.s
 class FakeMetadata:
     topics = attr.ib(factory=dict)  # name -> partitions

@@ -14,8 +14,10 @@ import attr
 from twisted.internet import defer, threads
 from twisted.logger import Logger
 from twisted.python.failure import Failure
+from zope.interface import implementer
 
 from kafkatw.background_failures import FailingTask
+from kafkatw.cluster.interfaces import IClusterMetadata
 from kafkatw.protocol import errors
 from kafkatw.protocol.errors import KafkaError
 from kafkatw.protocol.uuids import ZERO_UUID, uuid_from_base64, uuid_to_base64
@@ -186,6 +188,7 @@ class _Staged:
                        self.deleted_ids)
 
 
+@implementer(IClusterMetadata)
 class ClusterMetadata:
     """Single-node metadata: what Kafka's MetadataCache and controller hold, for one node.
 

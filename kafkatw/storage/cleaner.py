@@ -13,11 +13,10 @@ from twisted.internet import defer
 from twisted.logger import Logger
 
 from kafkatw.config.types import LONG_MAX
-from kafkatw.crash_points import crash_point
 from kafkatw.protocol import records
 
 from . import checkpoint
-from .segment import CLEANED_SUFFIX, DELETED_SUFFIX, SWAP_SUFFIX, LogSegment
+from .segment import CLEANED_SUFFIX, LogSegment
 
 log = Logger()
 
@@ -448,7 +447,7 @@ class LogCleaner:
         config = lg.config
         groups = group_segments_by_size(below, config.segment_bytes, config.segment_index_bytes,
                                         end)
-        psm = getattr(lg, "producer_state_manager", None)
+        psm = lg.producer_state_manager
         producers = None
         if psm is not None:
             producers = {pid: (e.last_data_offset, e.producer_epoch)
@@ -497,24 +496,10 @@ class LogCleaner:
                      tp="%s-%d" % (lg.topic, lg.partition))
             job.discard()
             return None
-        old = []
         outputs, job.outputs = job.outputs, []  # from here on they are the log's files
-        try:
-            for out, group in zip(outputs, job.groups):
-                out.change_file_suffixes(CLEANED_SUFFIX, SWAP_SUFFIX)
-                crash_point("cleaner.swap.after_swap_files")
-                for seg, _size in group:
-                    lg._remove_segment(seg.base_offset)
-                    seg.change_file_suffixes("", DELETED_SUFFIX)
-                    old.append(seg)
-                crash_point("cleaner.swap.after_old_deleted")
-                out.change_file_suffixes(SWAP_SUFFIX, "")
-                lg._add_segment(out)
-        except OSError as e:
-            lg._io_failed(e)  # the dir goes offline; loading completes the swap
-            return None
-        lg._async_delete_renamed(old)
-        lg._reset_cached_metadata()
+        if not lg.replace_segments([(out, [seg for seg, _size in group])
+                                    for out, group in zip(outputs, job.groups)]):
+            return None  # the dir went offline; loading completes the swap
         self._checkpoints[(lg.topic, lg.partition)] = job.end
         stats = job.stats
         self.last_stats = stats

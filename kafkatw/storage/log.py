@@ -13,6 +13,7 @@ import time
 import uuid
 
 from twisted.logger import Logger
+from zope.interface import implementer
 
 from kafkatw.crash_points import crash_point
 from kafkatw.protocol import errors
@@ -21,6 +22,7 @@ from kafkatw.protocol.errors import KafkaError
 from . import checkpoint
 from .config import LogConfig
 from .file_records import FileRecords
+from .interfaces import ILog
 from .leader_epoch import LeaderEpochFileCache
 from .offsets import FetchDataInfo, FetchIsolation, LogOffsetMetadata
 from .segment import (CLEANED_SUFFIX, DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, SWAP_SUFFIX,
@@ -118,6 +120,7 @@ class FlushPlan:
         return failures
 
 
+@implementer(ILog)
 class UnifiedLog:
     def __init__(self, directory, config=None, topic=None, partition=None, topic_id=None,
                  clock=None, recovery_point=0, log_start_offset=0, high_watermark=None,
@@ -816,6 +819,30 @@ class UnifiedLog:
             self._scheduler(self.config.file_delete_delay_ms, delete)
         else:
             delete()
+
+    def replace_segments(self, replacements):
+        """Kafka's replaceSegments, for the cleaner: each ``(new segment named .cleaned, [old
+        segments])`` becomes .swap, the old ones .deleted (removed after file.delete.delay.ms),
+        then the new one takes its final name. False after an I/O error: the dir goes offline
+        and loading completes the swap from the files left."""
+        old = []
+        try:
+            for new, replaced in replacements:
+                new.change_file_suffixes(CLEANED_SUFFIX, SWAP_SUFFIX)
+                crash_point("cleaner.swap.after_swap_files")
+                for seg in replaced:
+                    self._remove_segment(seg.base_offset)
+                    seg.change_file_suffixes("", DELETED_SUFFIX)
+                    old.append(seg)
+                crash_point("cleaner.swap.after_old_deleted")
+                new.change_file_suffixes(SWAP_SUFFIX, "")
+                self._add_segment(new)
+        except OSError as e:
+            self._io_failed(e)
+            return False
+        self._async_delete_renamed(old)
+        self._reset_cached_metadata()
+        return True
 
     def _async_delete_renamed(self, segments):
         """Schedule removal of segments already renamed to .deleted."""
