@@ -6,6 +6,7 @@ import os
 import attr
 from twisted.internet import defer, task
 from twisted.trial import unittest
+from zope.interface import implementer
 from zope.interface.verify import verifyObject
 
 from kafkatw.cluster.metadata import ClusterMetadata
@@ -15,6 +16,7 @@ from kafkatw.network.request import Request, RequestContext, Response
 from kafkatw.protocol import errors, messages
 from kafkatw.protocol.errors import KafkaError
 from kafkatw.server.apis import KafkaApis
+from kafkatw.server.interfaces import IApiHandler, IReplicaManager
 from kafkatw.server.replica_manager import ReplicaManager
 
 
@@ -47,37 +49,85 @@ class FakeTimestampAndOffset:
     leader_epoch = attr.ib(default=0)
 
 
+@implementer(IReplicaManager)
 class FakeReplicaManager:
-    """Records calls; answers from canned tables."""
+    """Records calls; answers from canned tables; partitions and epochs from ``metadata``."""
 
-    def __init__(self):
+    config = None
+
+    def __init__(self, metadata):
+        self.metadata = metadata
         self.appends = []
         self.fetches = []
         self.offset_queries = []
-        self.append_result = None  # dict or callable(entries)
+        self.forgotten = []
+        self.append_result = None  # dict or callable(entries) -> dict or Deferred
         self.fetch_result = None  # callable(params, infos) -> list
         self.offsets = {}  # ((topic, p), timestamp) -> FakeTimestampAndOffset | None | KafkaError
 
-    def append_records(self, timeout_ms, required_acks, entries):
+    @property
+    def node_id(self):
+        return self.metadata.node_id
+
+    def start(self):
+        pass
+
+    def shutdown(self):
+        pass
+
+    def append_records(self, timeout_ms, required_acks, entries, internal_topics_allowed=False):
+        return defer.maybeDeferred(self.append_records_now, timeout_ms, required_acks, entries,
+                                   internal_topics_allowed)
+
+    def append_records_now(self, timeout_ms, required_acks, entries, internal_topics_allowed=False,
+                           batch_headers=None):
         self.appends.append((timeout_ms, required_acks, dict(entries)))
         if callable(self.append_result):
             return self.append_result(entries)
         if self.append_result is not None:
-            return defer.succeed(self.append_result)
-        return defer.succeed({tp: FakePartitionResponse(base_offset=10 * i) for i, tp in enumerate(entries)})
+            return self.append_result
+        return {tp: FakePartitionResponse(base_offset=10 * i) for i, tp in enumerate(entries)}
 
     def fetch_messages(self, params, fetch_infos):
+        return defer.succeed(self.fetch_messages_now(params, fetch_infos))
+
+    def fetch_messages_now(self, params, fetch_infos):
         self.fetches.append((params, list(fetch_infos)))
         if self.fetch_result is not None:
-            return defer.succeed(self.fetch_result(params, fetch_infos))
-        return defer.succeed([(tp, FakeFetchPartitionData(high_watermark=5)) for tp, _ in fetch_infos])
+            return self.fetch_result(params, fetch_infos)
+        return [(tp, FakeFetchPartitionData(high_watermark=5)) for tp, _ in fetch_infos]
 
-    def fetch_offset_for_timestamp(self, tp, timestamp, isolation_level, current_leader_epoch,
-                                   fetch_only_from_leader):
+    def read_from_log(self, params, fetch_infos):
+        raise NotImplementedError("the fake never parks a fetch")
+
+    def get_partition_or_error(self, topic, partition, topic_id=None):
+        if not self.metadata.contains_partition(topic, partition):
+            return None, errors.UNKNOWN_TOPIC_OR_PARTITION
+        return "log", errors.NONE
+
+    def leader_log_or_error(self, topic, partition, topic_id, requested_epoch):
+        log_, code = self.get_partition_or_error(topic, partition, topic_id)
+        if code == errors.NONE:
+            code = self.check_leader_epoch(topic, partition, requested_epoch)
+        return (log_, code) if code == errors.NONE else (None, code)
+
+    check_leader_epoch = ReplicaManager.check_leader_epoch  # the real rule, from self.metadata
+
+    def diverging_epoch(self, log_, info):
+        return None
+
+    def producer_state(self, topic, partition, log_=None):
+        raise NotImplementedError("no producer state in the fake")
+
+    def forget_partition(self, topic, partition):
+        self.forgotten.append((topic, partition))
+
+    def fetch_offset_for_timestamp(self, tp, timestamp, isolation_level=None, current_leader_epoch=-1,
+                                   fetch_only_from_leader=True, topic_id=None):
         self.offset_queries.append((tp, timestamp, isolation_level, current_leader_epoch,
                                     fetch_only_from_leader))
         # the real leader-epoch rule (the handler relies on the replica manager for it)
-        code = ReplicaManager.check_leader_epoch(self, tp[0], tp[1], current_leader_epoch)
+        code = self.check_leader_epoch(tp[0], tp[1], current_leader_epoch)
         if code != errors.NONE:
             raise KafkaError(code)
         result = self.offsets.get((tp, timestamp))
@@ -128,8 +178,7 @@ class ApisFixture:
         props.update(self.properties)
         self.config = KafkaConfig.from_properties(props)
         self.metadata = ClusterMetadata.load(self.config.log_dirs, self.node_id)
-        self.replica_manager = FakeReplicaManager()
-        self.replica_manager.metadata = self.metadata
+        self.replica_manager = FakeReplicaManager(self.metadata)
         self.log_manager = FakeLogManager()
         self.clock = task.Clock()
         self.apis = self.make_apis()
@@ -162,6 +211,7 @@ class ApisFixture:
         return self.successResultOf(self.metadata.create_topic(name, partitions, configs))
 
 
+@implementer(IApiHandler)
 class BoomHandler:
     API_KEY = 3
     VERSIONS = (0, 12)
@@ -178,12 +228,16 @@ class BoomHandler:
         return metadata.error_response(request, code, message)
 
 
+@implementer(IApiHandler)
 class NoErrorFieldHandler:
     API_KEY = 3
     VERSIONS = (0, 12)
 
     def handle(self, apis, request):
         return defer.fail(RuntimeError("boom"))
+
+    def error_response(self, request, code, message):
+        return None  # an API without an error field: the connection closes
 
 
 class KafkaApisTests(ApisFixture, unittest.TestCase):
@@ -248,6 +302,7 @@ class KafkaApisTests(ApisFixture, unittest.TestCase):
                          [("t", 0, info.topic_id, {"retention.ms": "5"}), ("t", 1, info.topic_id, {"retention.ms": "5"})])
         self.metadata.delete_topic("t")
         self.assertEqual(self.log_manager.deleted, [("t", 0), ("t", 1)])
+        self.assertEqual(self.replica_manager.forgotten, [("t", 0), ("t", 1)])
 
 
 class ApiVersionsTests(ApisFixture, unittest.TestCase):

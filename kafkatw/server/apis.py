@@ -10,6 +10,8 @@ from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
+from zope.interface.exceptions import Invalid
+from zope.interface.verify import verifyObject
 
 from kafkatw.config.dynamic import DynamicBrokerConfig
 from kafkatw.network.interfaces import IRequestHandler
@@ -37,6 +39,7 @@ from kafkatw.server.handlers import (
     topics,
     txn,
 )
+from kafkatw.server.interfaces import IApiHandler
 
 log = Logger()
 
@@ -80,11 +83,12 @@ class _Registered:
 class KafkaApis:
     """The broker's :class:`IRequestHandler`.
 
-    A handler is any object (usually a module) with ``API_KEY``, ``VERSIONS`` (Kafka 4.0's
-    served range), ``handle(apis, request)`` returning a response body, a
-    :class:`Response` or a Deferred of either, and ``error_response(request, code, message)``
-    building that API's body with every error code set (or ``None`` when the API has none,
-    in which case a failure closes the connection, as Kafka does).
+    A handler provides :class:`kafkatw.server.interfaces.IApiHandler` (usually a module):
+    ``API_KEY``, ``VERSIONS`` (Kafka 4.0's served range), ``handle(apis, request)`` returning
+    a response body, a :class:`Response` or a Deferred of either, and
+    ``error_response(request, code, message)`` building that API's body with every error code
+    set (or ``None`` when the API has none, in which case a failure closes the connection, as
+    Kafka does).
 
     The advertised range is Kafka's range clipped to what the generated codec can encode,
     so nothing is advertised that cannot be answered.
@@ -122,7 +126,12 @@ class KafkaApis:
     # -- registry ------------------------------------------------------------------------
 
     def register(self, handler, versions=None):
-        """Serve ``handler.API_KEY``; ``versions`` overrides ``handler.VERSIONS``."""
+        """Serve ``handler.API_KEY``; ``versions`` overrides ``handler.VERSIONS``. A handler
+        not providing :class:`IApiHandler` is refused here, not at its first request."""
+        try:
+            verifyObject(IApiHandler, handler)
+        except Invalid as e:
+            raise TypeError("not an API handler: %r: %s" % (handler, str(e).strip()))
         lo, hi = versions if versions is not None else handler.VERSIONS
         cls = messages.REQUESTS.get(handler.API_KEY)
         if cls is not None:
@@ -248,14 +257,11 @@ class KafkaApis:
                 failure, client_id=request.client_id, corr=request.correlation_id,
                 api=messages.API_NAMES.get(request.api_key, request.api_key), version=request.api_version,
             )
-        build = getattr(handler, "error_response", None)
-        body = None
-        if build is not None:
-            try:
-                body = build(request, code, message)
-            except Exception:
-                log.failure("building the error response failed")
-                body = None
+        try:
+            body = handler.error_response(request, code, message)
+        except Exception:
+            log.failure("building the error response failed")
+            body = None
         if body is None:
             return Response(None, close_connection=True)
         return Response(body)
@@ -309,10 +315,9 @@ class KafkaApis:
             # the logs are forgotten at once, their directories renamed in the thread pool
             d = self.log_manager.delete_logs(info.name, range(info.num_partitions))
             d.addCallback(self._forget_deleted, info.topic_id)
-            forget = getattr(self.replica_manager, "forget_partition", None)
-            if forget is not None:
+            if self.replica_manager is not None:
                 for p in range(info.num_partitions):
-                    forget(info.name, p)
+                    self.replica_manager.forget_partition(info.name, p)
             return d
 
 

@@ -70,7 +70,5 @@ def _end_offset_metadata(log_, isolation):
     if isolation == FetchIsolation.LOG_END:
         return log_.log_end_offset_metadata
     if isolation == FetchIsolation.TXN_COMMITTED:
-        lso = getattr(log_, "last_stable_offset_metadata", None)
-        if lso is not None:
-            return lso
+        return log_.last_stable_offset_metadata
     return log_.high_watermark_metadata

@@ -3,11 +3,9 @@ and serves Fetch and ListOffsets from them (Kafka's ReplicaManager, fetchMessage
 Partition.fetchOffsetForTimestamp). Owns isolation, limitBytes/minOneMessage, long polling via
 the fetch purgatory and the wake-up after appends; not request decoding, sessions or storage.
 
-Topics are named by ``metadata`` (the cluster metadata store or a test double) through:
-``node_id``, ``contains_partition(topic, p)``, ``topic_id(topic)`` (zero uuid if unknown),
-``leader(topic, p)`` (node id or None), ``leader_epoch(topic, p)``, ``leader_state(topic, p)``
-(topic id, leader, leader epoch in one look-up; None if unknown), ``topic_configs(topic)`` and
-``is_internal(topic)``.
+Its contract is ``server.interfaces.IReplicaManager``. Topics are named by ``metadata``, a
+``cluster.interfaces.IPartitionMetadata`` (node id, leader state, topic configs); partitions
+are ``storage.interfaces.ILog`` objects from the log manager.
 """
 
 import os
@@ -15,10 +13,12 @@ import os
 import attr
 from twisted.internet import defer, task
 from twisted.logger import Logger
+from zope.interface import implementer
 
 from kafkatw.protocol import errors, records
 from kafkatw.protocol.errors import KafkaError
 from kafkatw.server.delayed_fetch import DelayedFetch, FetchPartitionStatus
+from kafkatw.server.interfaces import IReplicaManager
 from kafkatw.purgatory import DelayedOperationPurgatory, TopicPartitionOperationKey
 from kafkatw.server.topic_stats import BrokerTopicStats
 from kafkatw.storage.offsets import (
@@ -258,6 +258,7 @@ class _ProducerStateLoad:
                 d.errback(failure)
 
 
+@implementer(IReplicaManager)
 class ReplicaManager:
     """``config``: a mapping (or object) with Kafka property names:
     ``fetch.purgatory.purge.interval.requests``, ``producer.id.expiration.ms``."""
@@ -278,6 +279,7 @@ class ReplicaManager:
         self._producer_state_loads = {}
         self._cooperator = task.Cooperator(scheduler=lambda step: clock.callLater(0, step))
         self.topic_stats = BrokerTopicStats()
+        self._expiry_loop = None  # producer expiry, from start()
 
     # -- partitions ------------------------------------------------------------------------
 
@@ -425,8 +427,6 @@ class ReplicaManager:
     def _hook_roll(self, log_, ps):
         """Snapshot the producer state when the log rolls a segment (Kafka does this inside
         UnifiedLog.roll); chains any listener the log manager installed."""
-        if not hasattr(log_, "roll_listener"):
-            return
         previous = log_.roll_listener
 
         def on_roll(lg, new_base):
@@ -516,7 +516,7 @@ class ReplicaManager:
 
     def shutdown(self):
         """Stop timers and write every producer snapshot (call before the log manager's shutdown)."""
-        loop = getattr(self, "_expiry_loop", None)
+        loop = self._expiry_loop
         if loop is not None and loop.running:
             loop.stop()
         self.fetch_purgatory.shutdown()

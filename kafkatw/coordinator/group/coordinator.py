@@ -133,9 +133,10 @@ def _is_commit_marker(record):
 
 
 class GroupCoordinator:
-    """``replica_manager`` appends (``append_records(..., internal_topics_allowed=True)``),
-    ``log_manager`` serves the load, ``metadata`` knows and creates topics; ``clock`` is the
-    reactor (``callLater``, ``seconds``)."""
+    """``replica_manager`` (an IReplicaManager) appends (``append_records(...,
+    internal_topics_allowed=True)``), ``log_manager`` serves the load (ILog reads),
+    ``metadata`` (an IClusterMetadata) knows and creates topics; ``clock`` is the reactor
+    (``callLater``, ``seconds``)."""
 
     def __init__(self, config, metadata, replica_manager, log_manager, clock):
         self.config = config
@@ -181,7 +182,7 @@ class GroupCoordinator:
         """Become active; if ``__consumer_offsets`` exists, load its partitions one after the
         other in slices (COORDINATOR_LOAD_IN_PROGRESS for their groups meanwhile)."""
         self.is_active = True
-        if self.metadata is not None and hasattr(self.metadata, "add_listener") and not self._listening:
+        if self.metadata is not None and not self._listening:
             self.metadata.add_listener(self._on_topic_event)
             self._listening = True
         if self._offsets_topic_exists():

@@ -9,6 +9,7 @@ from collections import Counter
 
 from twisted.internet import defer
 from twisted.logger import Logger
+from zope.interface import provider
 
 from kafkatw.cluster.metadata import validate_topic_name
 from kafkatw.config import (
@@ -34,6 +35,7 @@ from kafkatw.protocol.messages import (
     IncrementalAlterConfigsResponse,
 )
 from kafkatw.server.handlers.topics import without_removed_configs
+from kafkatw.server.interfaces import IApiHandler
 
 log = Logger()
 
@@ -139,6 +141,7 @@ def describe_broker_configs(apis, default_resource, keys, include_synonyms, incl
     return rows
 
 
+@provider(IApiHandler)
 class DescribeConfigs:
     API_KEY = 32
     VERSIONS = (1, 4)
@@ -351,6 +354,7 @@ def _alter_error(response_cls, request, code, message):
             resource_name=r.resource_name) for r in request.body.resources])
 
 
+@provider(IApiHandler)
 class AlterConfigs:
     API_KEY = 33
     VERSIONS = (0, 2)
@@ -364,6 +368,7 @@ class AlterConfigs:
         return _alter_error(AlterConfigsResponse, request, code, message)
 
 
+@provider(IApiHandler)
 class IncrementalAlterConfigs:
     API_KEY = 44
     VERSIONS = (0, 1)

@@ -8,6 +8,7 @@ from collections import Counter
 
 from twisted.internet import defer
 from twisted.logger import Logger
+from zope.interface import provider
 
 from kafkatw.protocol import errors
 from kafkatw.protocol.errors import KafkaError
@@ -20,6 +21,7 @@ from kafkatw.protocol.messages import (
     OffsetForLeaderEpochResponse,
 )
 from kafkatw.server.handlers.topics import EXCESSIVE_PARTITIONS, MAX_PARTITIONS_PER_BATCH
+from kafkatw.server.interfaces import IApiHandler
 from kafkatw.server.quota import mutation_quota, with_mutation_throttle
 
 log = Logger()
@@ -86,6 +88,7 @@ def _failed(failure, result):
     result.error_message = "The metadata could not be written: %s" % (failure.getErrorMessage(),)
 
 
+@provider(IApiHandler)
 class CreatePartitions:
     API_KEY = 37
     VERSIONS = (0, 3)
@@ -146,6 +149,7 @@ def delete_records(apis, topic, partition, offset):
     return low, errors.NONE
 
 
+@provider(IApiHandler)
 class DeleteRecords:
     API_KEY = 21
     VERSIONS = (0, 2)
@@ -173,6 +177,7 @@ class DeleteRecords:
 
 # -- DescribeLogDirs ---------------------------------------------------------------------------
 
+@provider(IApiHandler)
 class DescribeLogDirs:
     API_KEY = 35
     VERSIONS = (1, 4)
@@ -231,6 +236,7 @@ def _epoch_end_offset(partition, code=errors.NONE):
         error_code=code, partition=partition, leader_epoch=UNDEFINED_EPOCH, end_offset=UNDEFINED_EPOCH_OFFSET)
 
 
+@provider(IApiHandler)
 class OffsetForLeaderEpoch:
     API_KEY = 23
     VERSIONS = (2, 4)
@@ -279,6 +285,7 @@ def _describe_producers(out, ps):
             current_txn_start_offset=entry.current_txn_first_offset))
 
 
+@provider(IApiHandler)
 class DescribeProducers:
     API_KEY = 61
     VERSIONS = (0, 0)
@@ -332,6 +339,7 @@ class DescribeProducers:
 
 # -- ElectLeaders ------------------------------------------------------------------------------
 
+@provider(IApiHandler)
 class ElectLeaders:
     """One node leads every partition, which is always its preferred (only) replica."""
 

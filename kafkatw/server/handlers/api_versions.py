@@ -5,8 +5,13 @@ get non-empty tagged fields. It does not decide the ranges (``KafkaApis.register
 
 import re
 
+from zope.interface import moduleProvides
+
 from kafkatw.protocol import errors
 from kafkatw.protocol.messages import ApiVersionsResponse
+from kafkatw.server.interfaces import IApiHandler
+
+moduleProvides(IApiHandler)
 
 API_KEY = 18
 VERSIONS = (0, 4)

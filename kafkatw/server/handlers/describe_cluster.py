@@ -3,6 +3,8 @@ the cluster id, the controller id (a live broker, as a KRaft broker answers) and
 authorized operations. Listener selection is shared with ``handlers.metadata``.
 """
 
+from zope.interface import moduleProvides
+
 from kafkatw.protocol import errors
 from kafkatw.protocol.messages import DescribeClusterResponse
 from kafkatw.server.handlers.metadata import (
@@ -11,6 +13,9 @@ from kafkatw.server.handlers.metadata import (
     listener_endpoint,
     operations_bitfield,
 )
+from kafkatw.server.interfaces import IApiHandler
+
+moduleProvides(IApiHandler)
 
 API_KEY = 60
 VERSIONS = (0, 1)
@@ -29,7 +34,7 @@ def handle(apis, request):
         return error_response(request, errors.UNSUPPORTED_ENDPOINT_TYPE,
                               "Unsupported endpoint type %d" % endpoint_type)
     brokers = []
-    ep = listener_endpoint(apis, getattr(request.context, "listener_name", None))
+    ep = listener_endpoint(apis, request.context.listener_name)
     if ep is not None:
         brokers.append(DescribeClusterResponse.DescribeClusterBroker(
             broker_id=apis.node_id, host=ep.host, port=ep.port, rack=apis.config_value("broker.rack")))

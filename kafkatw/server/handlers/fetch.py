@@ -5,9 +5,9 @@ happens there) and build the response with the records as file regions, never re
 """
 
 import attr
-from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
+from zope.interface import moduleProvides
 
 from kafkatw.network.request import Response
 from kafkatw.protocol import errors
@@ -20,7 +20,10 @@ from kafkatw.server.fetch_session import (
     TopicIdPartition,
 )
 
+from kafkatw.server.interfaces import IApiHandler
 from kafkatw.server.replica_manager import FetchParams, PartitionData
+
+moduleProvides(IApiHandler)
 
 log = Logger()
 
@@ -147,15 +150,7 @@ def handle(apis, request):
 
     if not interesting or context.error != errors.NONE:
         return respond([])
-    rm = apis.replica_manager
-    fetch_now = getattr(rm, "fetch_messages_now", None)
-    if fetch_now is None:  # a replica manager answering with Deferreds only
-        d = defer.maybeDeferred(rm.fetch_messages, params, interesting)
-        if not d.called:
-            request.mark_api_local_complete()
-        d.addCallback(respond)
-        return d
-    result = fetch_now(params, interesting)
+    result = apis.replica_manager.fetch_messages_now(params, interesting)
     if type(result) is list:
         return respond(result)
     # Parked in the fetch purgatory: the wait is remoteTimeMs and holds no handler slot.

@@ -4,6 +4,7 @@ Kafka's KafkaApis makes; validation and storage are the group coordinator's.
 """
 
 from twisted.internet import defer
+from zope.interface import provider
 
 from kafkatw.protocol import errors
 from kafkatw.protocol.messages import (
@@ -11,6 +12,7 @@ from kafkatw.protocol.messages import (
     OffsetDeleteResponse,
     OffsetFetchResponse,
 )
+from kafkatw.server.interfaces import IApiHandler
 
 INVALID_OFFSET = -1
 
@@ -24,6 +26,7 @@ def _by_topic(order, partition_result, topic_cls):
     return [topic_cls(name=name, partitions=parts) for name, parts in topics.items()]
 
 
+@provider(IApiHandler)
 class OffsetCommit:
     API_KEY = 8
     VERSIONS = (2, 9)  # Kafka 4.0 dropped v0-v1
@@ -70,6 +73,7 @@ def _commit_response(order, codes):
         OffsetCommitResponse.OffsetCommitResponseTopic))
 
 
+@provider(IApiHandler)
 class OffsetFetch:
     API_KEY = 9
     VERSIONS = (1, 9)  # Kafka 4.0 dropped v0
@@ -133,6 +137,7 @@ def _fetch_topics(offsets, wanted, topic_cls, partition_cls):
     return _by_topic(wanted if wanted is not None else sorted(offsets), partition_result, topic_cls)
 
 
+@provider(IApiHandler)
 class OffsetDelete:
     API_KEY = 47
     VERSIONS = (0, 0)

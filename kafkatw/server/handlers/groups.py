@@ -4,6 +4,8 @@ DeleteGroups (42). Decoding requests and building responses per version only; th
 is :class:`kafkatw.coordinator.group.coordinator.GroupCoordinator` (``apis.group_coordinator``).
 """
 
+from zope.interface import provider
+
 from kafkatw.protocol import errors
 from kafkatw.protocol.messages import (
     DeleteGroupsResponse,
@@ -23,6 +25,7 @@ from kafkatw.server.handlers.metadata import (
     listener_endpoint,
     operations_bitfield,
 )
+from kafkatw.server.interfaces import IApiHandler
 
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
@@ -30,23 +33,22 @@ GROUP_OPERATIONS = (READ, DESCRIBE, DELETE)
 
 
 def _coordinator(apis):
-    return getattr(apis, "group_coordinator", None)
+    return apis.group_coordinator
 
 
 def _park(request, d):
     """A Join/Sync waiting in the purgatory frees its handler slot (as a DelayedFetch does)."""
     if not d.called:
-        mark = getattr(request, "mark_api_local_complete", None)
-        if mark is not None:
-            mark()
+        request.mark_api_local_complete()
     return d
 
 
 def _client_host(request):
-    addr = getattr(getattr(request, "context", None), "client_address", None) or ("", 0)
+    addr = request.context.client_address or ("", 0)
     return "/" + str(addr[0])
 
 
+@provider(IApiHandler)
 class FindCoordinator:
     API_KEY = 10
     VERSIONS = (0, 6)
@@ -105,12 +107,13 @@ def _find(apis, request, key_type, key):
             return (code, -1, "", -1)
     else:
         return (errors.INVALID_REQUEST, -1, "", -1)
-    ep = listener_endpoint(apis, getattr(request.context, "listener_name", None))
+    ep = listener_endpoint(apis, request.context.listener_name)
     if ep is None:
         return unavailable
     return (errors.NONE, apis.node_id, ep.host, ep.port)
 
 
+@provider(IApiHandler)
 class JoinGroup:
     API_KEY = 11
     VERSIONS = (2, 9)  # Kafka 4.0 dropped v0-v1
@@ -151,6 +154,7 @@ def _join_response(result, version):
         member_id=result.member_id or "", members=members)
 
 
+@provider(IApiHandler)
 class SyncGroup:
     API_KEY = 14
     VERSIONS = (0, 5)
@@ -179,6 +183,7 @@ class SyncGroup:
         return SyncGroupResponse(error_code=code, assignment=b"")
 
 
+@provider(IApiHandler)
 class Heartbeat:
     API_KEY = 12
     VERSIONS = (0, 4)
@@ -196,6 +201,7 @@ class Heartbeat:
         return HeartbeatResponse(error_code=code)
 
 
+@provider(IApiHandler)
 class LeaveGroup:
     API_KEY = 13
     VERSIONS = (0, 5)
@@ -226,6 +232,7 @@ class LeaveGroup:
         return LeaveGroupResponse(error_code=code)
 
 
+@provider(IApiHandler)
 class DescribeGroups:
     API_KEY = 15
     VERSIONS = (0, 5)
@@ -258,6 +265,7 @@ class DescribeGroups:
             for g in request.body.groups])
 
 
+@provider(IApiHandler)
 class ListGroups:
     API_KEY = 16
     VERSIONS = (0, 5)
@@ -278,6 +286,7 @@ class ListGroups:
         return ListGroupsResponse(error_code=code, groups=[])
 
 
+@provider(IApiHandler)
 class DeleteGroups:
     API_KEY = 42
     VERSIONS = (0, 2)

@@ -5,9 +5,13 @@ refused clearly.
 """
 
 from twisted.logger import Logger
+from zope.interface import moduleProvides
 
 from kafkatw.protocol import errors
 from kafkatw.protocol.messages import InitProducerIdResponse
+from kafkatw.server.interfaces import IApiHandler
+
+moduleProvides(IApiHandler)
 
 log = Logger()
 

@@ -7,10 +7,14 @@ from collections import Counter
 
 from twisted.internet import defer
 from twisted.logger import Logger
+from zope.interface import moduleProvides
 
 from kafkatw.protocol import errors
 from kafkatw.protocol.errors import KafkaError
 from kafkatw.protocol.messages import ListOffsetsResponse
+from kafkatw.server.interfaces import IApiHandler
+
+moduleProvides(IApiHandler)
 
 log = Logger()
 
@@ -60,7 +64,7 @@ def handle(apis, request):
         def found(result):
             if result is None:
                 return _partition(p.partition_index)
-            epoch = getattr(result, "leader_epoch", None)
+            epoch = result.leader_epoch
             if request.api_version < 4:  # the field exists from v4 and is not ignorable
                 epoch = None
             return _partition(p.partition_index, errors.NONE, result.timestamp, result.offset,

@@ -5,11 +5,15 @@ Topic creation itself is the metadata store's; this module only decides when to 
 
 from twisted.internet import defer
 from twisted.logger import Logger
+from zope.interface import moduleProvides
 
 from kafkatw.cluster.metadata import INTERNAL_TOPICS, ZERO_UUID, is_valid_topic_name
 from kafkatw.protocol import errors
 from kafkatw.protocol.errors import KafkaError
 from kafkatw.protocol.messages import MetadataResponse
+from kafkatw.server.interfaces import IApiHandler
+
+moduleProvides(IApiHandler)
 
 log = Logger()
 
@@ -43,7 +47,7 @@ def listener_endpoint(apis, listener_name):
 
 
 def brokers(apis, request):
-    ep = listener_endpoint(apis, getattr(request.context, "listener_name", None))
+    ep = listener_endpoint(apis, request.context.listener_name)
     if ep is None:
         return []
     return [MetadataResponse.MetadataResponseBroker(

@@ -7,6 +7,7 @@ memoryview unless the topic's codec differs from the producer's.
 
 from twisted.internet import defer
 from twisted.logger import Logger
+from zope.interface import moduleProvides
 
 from kafkatw.network.request import Response
 from kafkatw.protocol import errors
@@ -20,6 +21,9 @@ from kafkatw.server.handlers.recompress import (
     recompress_off_reactor,
     topic_compression_type,
 )
+from kafkatw.server.interfaces import IApiHandler
+
+moduleProvides(IApiHandler)
 
 log = Logger()
 
@@ -126,7 +130,7 @@ def handle(apis, request):
             if all(results[tp][0] == errors.NONE for tp in order):
                 return Response(None, noop=True)
             log.info("closing connection {conn}: acks=0 produce failed: {errs}",
-                     conn=getattr(request.context, "connection_id", None),
+                     conn=request.context.connection_id,
                      errs={tp: errors.error_name(results[tp][0]) for tp in order if results[tp][0]})
             return Response(None, close_connection=True)
         return Response(build_response(version, order, results))
@@ -141,17 +145,11 @@ def handle(apis, request):
                 results[tp] = _error(code, "Transaction verification failed for %s-%d" % tp)
         if not entries:
             return respond({})
-        rm = apis.replica_manager
-        append_now = getattr(rm, "append_records_now", None)
-        if append_now is not None:
-            # synchronous on a single node: the response without a Deferred
-            appended = append_now(body.timeout_ms, acks, entries, batch_headers=headers)
-            if isinstance(appended, defer.Deferred):  # waiting for a producer state rebuild
-                return appended.addCallback(respond)
-            return respond(appended)
-        d = defer.maybeDeferred(rm.append_records, body.timeout_ms, acks, entries)
-        d.addCallback(respond)
-        return d
+        appended = apis.replica_manager.append_records_now(body.timeout_ms, acks, entries,
+                                                            batch_headers=headers)
+        if isinstance(appended, defer.Deferred):  # waiting for a producer state rebuild
+            return appended.addCallback(respond)
+        return respond(appended)  # synchronous: the response without a Deferred
 
     if not slow:
         return append()

@@ -7,6 +7,7 @@ from collections import Counter
 
 from twisted.internet import defer
 from twisted.logger import Logger
+from zope.interface import provider
 
 from kafkatw.cluster.metadata import ZERO_UUID, uuid_to_base64
 from kafkatw.config import (
@@ -22,6 +23,7 @@ from kafkatw.config.removed import REMOVED_TOPIC_CONFIGS, split_removed
 from kafkatw.protocol import errors
 from kafkatw.protocol.errors import KafkaError, error_name
 from kafkatw.protocol.messages import CreateTopicsResponse, DeleteTopicsResponse
+from kafkatw.server.interfaces import IApiHandler
 from kafkatw.server.quota import mutation_quota, with_mutation_throttle
 
 log = Logger()
@@ -185,6 +187,7 @@ def _set_failed(failure, result):
         result.error_message = "The metadata could not be written: %s" % (failure.getErrorMessage(),)
 
 
+@provider(IApiHandler)
 class CreateTopics:
     API_KEY = 19
     VERSIONS = (2, 7)
@@ -241,6 +244,7 @@ def _delete_failed(failure, result, version):
         result.error_message = "The metadata could not be written: %s" % (failure.getErrorMessage(),)
 
 
+@provider(IApiHandler)
 class DeleteTopics:
     API_KEY = 20
     VERSIONS = (1, 6)

@@ -1,0 +1,90 @@
+"""The server layer's contracts: :class:`IReplicaManager` (what the handlers, the delayed
+fetch and the coordinators call to reach partitions) and :class:`IApiHandler` (what
+``KafkaApis`` dispatches to, one per API key). How either is implemented is not here.
+"""
+
+from zope.interface import Attribute, Interface
+
+
+class IReplicaManager(Interface):
+    """Partitions led by this broker: append, fetch, ListOffsets and the checks they share
+    (Kafka's ReplicaManager). ``tp`` is ``(topic, partition)``."""
+
+    node_id = Attribute("This broker's node id.")
+    config = Attribute("The live broker config (swapped when dynamic broker configs change).")
+
+    def start():
+        """Lead every loaded partition (the HW moves to the log end) and start timers."""
+
+    def shutdown():
+        """Stop timers, complete parked fetches, write producer-state snapshots."""
+
+    def append_records(timeout_ms, required_acks, entries, internal_topics_allowed=False):
+        """Append ``entries`` ({tp: writable buffer of v2 batches}); a Deferred of
+        {tp: PartitionResponse} that fires once the acks are satisfied."""
+
+    def append_records_now(timeout_ms, required_acks, entries, internal_topics_allowed=False,
+                           batch_headers=None):
+        """:meth:`append_records` for the produce path: the {tp: PartitionResponse} dict itself
+        when every append completed at once (a single node always does), else a Deferred of it.
+        ``batch_headers``: {tp: [(position, BatchHeader)]} the caller already read."""
+
+    def fetch_messages(params, fetch_infos):
+        """Read ``fetch_infos`` ([(tp, PartitionData)] in request order) with FetchParams
+        ``params``; a Deferred of [(tp, FetchPartitionData)] in the same order, fired at once or
+        when a parked fetch completes (enough bytes, a partition change, max wait)."""
+
+    def fetch_messages_now(params, fetch_infos):
+        """:meth:`fetch_messages` for the fetch path: the list itself when answered at once,
+        else a pending answer whose ``when_complete(callback, errback)`` gets the list."""
+
+    def read_from_log(params, fetch_infos):
+        """Read every partition now ([(tp, LogReadResult)]), the request's byte budget
+        shrinking by each read; what a parked fetch does when it completes."""
+
+    def get_partition_or_error(topic, partition, topic_id=None):
+        """``(log, NONE)`` for a partition led here (an ILog), else ``(None, error code)``:
+        UNKNOWN_TOPIC_OR_PARTITION, INCONSISTENT_TOPIC_ID, NOT_LEADER_OR_FOLLOWER."""
+
+    def leader_log_or_error(topic, partition, topic_id, requested_epoch):
+        """:meth:`get_partition_or_error` then :meth:`check_leader_epoch` in one look-up."""
+
+    def check_leader_epoch(topic, partition, requested_epoch):
+        """NONE, FENCED_LEADER_EPOCH (client's epoch older) or UNKNOWN_LEADER_EPOCH (newer);
+        -1 or None means the client did not say."""
+
+    def diverging_epoch(log, info):
+        """``(epoch, end_offset)`` if a follower's last fetched epoch ends before its fetch
+        offset (KIP-320), else None."""
+
+    def producer_state(topic, partition, log=None):
+        """The partition's ProducerStateManager, loaded from its snapshot and log on first use."""
+
+    def fetch_offset_for_timestamp(tp, timestamp, isolation_level=None, current_leader_epoch=-1,
+                                   fetch_only_from_leader=True, topic_id=None):
+        """ListOffsets for one partition: a ListOffsetsPartitionResult (offset -1 when nothing
+        matches); raises KafkaError for partition and leader-epoch errors. ``isolation_level``
+        None reads to the log end (a replica), 0/1 to the HW/LSO (a consumer)."""
+
+    def forget_partition(topic, partition):
+        """Drop the in-memory state of a deleted partition and complete fetches parked on it."""
+
+
+class IApiHandler(Interface):
+    """One Kafka API as ``KafkaApis`` serves it: usually a module of ``server/handlers``
+    (``moduleProvides``) or a class of static methods (``@provider``)."""
+
+    API_KEY = Attribute("The API key served.")
+    VERSIONS = Attribute("``(lo, hi)``: Kafka 4.0's served range (clipped to the codec's by "
+                         "KafkaApis).")
+
+    def handle(apis, request):
+        """Answer ``request`` (a network Request, body decoded) using ``apis`` (KafkaApis: its
+        config, metadata, replica manager, coordinators): a response body, a Response, a
+        Deferred of either, or a pending answer with ``when_complete(callback, errback)``.
+        A KafkaError raised becomes :meth:`error_response` with its code."""
+
+    def error_response(request, code, message):
+        """This API's response body with every error code set to ``code`` (and ``message``
+        where the version has one), or None when the version has no error field: the
+        connection is then closed, as Kafka does."""
