@@ -117,6 +117,9 @@ class ScriptedHandler:
             return d
         return defer.succeed(self.respond(request))
 
+    def handle_now(self, request):
+        return self.handle(request)
+
     def release(self, correlation_id, response=None):
         request, d = self.pending.pop(correlation_id)
         d.callback(response if response is not None else self.respond(request))

@@ -107,11 +107,9 @@ class RequestChannel:
         self.busy += 1
         request.dequeue_ns = self.clock_ns()
         request._on_local_complete = self._release
-        handler = self.handler
         # handle_now answers a Response when it can (no Deferred per request); see IRequestHandler
-        handle = getattr(handler, "handle_now", None) or handler.handle
         try:
-            result = handle(request)
+            result = self.handler.handle_now(request)
         except Exception:
             result = defer.fail()
         if type(result) is not Response:

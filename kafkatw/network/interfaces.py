@@ -23,11 +23,14 @@ class IRequestHandler(Interface):
         An errback (or a raised exception) closes that connection, as Kafka does for an
         unexpected handler failure.  The handler runs on the reactor thread; any blocking
         work is the handler's concern (``deferToThreadPool``).
+        """
 
-        A handler may also provide ``handle_now(request)``, returning the ``Response``
-        itself when it is ready at once, else a pending answer: an object with
-        ``when_complete(callback, errback)`` that calls one of them once (a Fetch parked in
-        the purgatory: answered by the append that completes it, with no Deferred; a
-        Deferred goes in a ``request.DeferredAnswer``). The request channel then prefers
-        it, so a synchronous answer costs no Deferred.
+    def handle_now(request):
+        """What the request channel calls: :meth:`handle` without a Deferred where it can.
+
+        Returns the ``Response`` itself when it is ready at once, else a pending answer: an
+        object with ``when_complete(callback, errback)`` that calls one of them once (a Fetch
+        parked in the purgatory: answered by the append that completes it, with no Deferred;
+        a Deferred is taken too and wrapped in a ``request.DeferredAnswer``). A handler with
+        nothing to gain returns ``handle(request)``.
         """
