@@ -209,13 +209,9 @@ def _has_producer_snapshot(directory):
 
 
 def _config_get(config, name, default):
-    if config is None:
-        return default
-    getter = getattr(config, "get", None)
-    if getter is not None:
-        value = getter(name, None)
-        return default if value is None else value
-    return getattr(config, name.replace(".", "_"), default)
+    """``name`` (Kafka's property name) from a KafkaConfig or a plain mapping, else ``default``."""
+    value = None if config is None else config.get(name)
+    return default if value is None else value
 
 
 
@@ -260,7 +256,7 @@ class _ProducerStateLoad:
 
 @implementer(IReplicaManager)
 class ReplicaManager:
-    """``config``: a mapping (or object) with Kafka property names:
+    """``config``: a KafkaConfig or a mapping with Kafka property names (``get(name)``):
     ``fetch.purgatory.purge.interval.requests``, ``producer.id.expiration.ms``."""
 
     def __init__(self, log_manager, metadata, clock, config=None, batch_headers=_iter_batch_headers):

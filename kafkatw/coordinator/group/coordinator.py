@@ -85,13 +85,8 @@ EMPTY_GROUP = GroupSummary("", "", "", [])
 
 
 def _config_get(config, name, default):
-    if config is None:
-        return default
-    getter = getattr(config, "get", None)
-    try:
-        value = getter(name, None) if getter is not None else config[name]
-    except (KeyError, TypeError):
-        value = None
+    """``name`` (Kafka's property name) from a KafkaConfig or a plain mapping, else ``default``."""
+    value = None if config is None else config.get(name)
     return default if value is None else value
 
 

@@ -37,7 +37,7 @@ def operations_bitfield(ops):
 
 def listener_endpoint(apis, listener_name):
     """This node's advertised (host, port) on ``listener_name``, or None."""
-    endpoints = list(getattr(apis.config, "advertised_listeners", None) or [])
+    endpoints = apis.config.advertised_listeners
     for ep in endpoints:
         if ep.listener_name == listener_name:
             return ep
