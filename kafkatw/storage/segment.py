@@ -193,7 +193,7 @@ class LogSegment:
         if found is None:
             return None
         pos, header = found
-        if header.timestamp_type == records.LOG_APPEND_TIME or not hasattr(records, "decode_batch"):
+        if header.timestamp_type == records.LOG_APPEND_TIME:
             offset = max(header.base_offset, starting_offset)
             return header.max_timestamp, offset, header.partition_leader_epoch
         buf = self.log.read(pos, header.size_in_bytes)
