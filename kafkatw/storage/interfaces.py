@@ -17,7 +17,6 @@ class ILog(Interface):
 
     topic = Attribute("The topic name.")
     partition = Attribute("The partition index.")
-    topic_id = Attribute("The topic id (16 bytes) stored in partition.metadata.")
     dir = Attribute("The partition's directory (its parent is the log dir).")
     config = Attribute("The LogConfig in force (replaced by update_config).")
 
@@ -59,9 +58,6 @@ class ILog(Interface):
     def fetch_offset_by_timestamp(timestamp):
         """``(offset, timestamp, leader_epoch)`` for ListOffsets (a timestamp or Kafka's
         special values -1/-2/-3/-4/-5), or None when no record matches."""
-
-    def latest_epoch():
-        """The newest leader epoch in the epoch cache, or None."""
 
     def end_offset_for_epoch(epoch):
         """``(epoch, end offset)`` as OffsetForLeaderEpoch answers for ``epoch``."""
