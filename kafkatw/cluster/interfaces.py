@@ -19,18 +19,12 @@ class IPartitionMetadata(Interface):
     def contains_partition(topic, partition):
         """True if ``topic`` exists and has partition ``partition``."""
 
-    def topic_id(topic):
-        """The topic's id (16 bytes), or 16 zero bytes if the topic is unknown."""
-
-    def leader(topic, partition):
-        """The leader's node id, or None if the partition is unknown."""
-
     def leader_epoch(topic, partition):
         """The partition's leader epoch, or None if the partition is unknown."""
 
     def leader_state(topic, partition):
-        """``(topic_id, leader, leader_epoch)`` in one look-up (what the three calls above
-        answer), or None if the partition is unknown: the hot path of every produce/fetch."""
+        """``(topic_id, leader node id, leader_epoch)`` in one look-up, or None if the
+        partition is unknown: the hot path of every produce and fetch."""
 
     def topic_configs(topic):
         """The topic-level config overrides (name -> str); ``{}`` for an unknown topic."""
