@@ -19,7 +19,6 @@ from kafkatw.server.fetch_session import (
     SessionlessFetchContext,
     TopicIdPartition,
 )
-
 from kafkatw.server.interfaces import IApiHandler
 from kafkatw.server.replica_manager import FetchParams, PartitionData
 
