@@ -75,7 +75,7 @@ def _topic_info(apis, name):
 def _broker_synonyms(apis, names):
     """Synonym rows for the broker configs backing a topic config (Kafka's order)."""
     config = apis.config
-    if not names or not hasattr(config, "_synonyms"):
+    if not names:
         return []
     return [_Synonym(name=s.name, value=None if config.definitions[s.name].sensitive else s.value,
                      source=s.source) for s in config._synonyms(names[0])]
@@ -84,7 +84,7 @@ def _broker_synonyms(apis, names):
 def describe_topic_configs(apis, info, keys, include_synonyms, include_documentation):
     """DescribeConfigsResourceResult rows for a topic (every topic config, or ``keys``)."""
     config = apis.config
-    defaults = config.topic_defaults() if hasattr(config, "topic_defaults") else {}
+    defaults = config.topic_defaults()
     rows = []
     for key in TOPIC_CONFIG_DEF:
         name = key.name

@@ -74,7 +74,7 @@ def validate_topic_configs(apis, configs):
 def effective_configs(apis, overrides):
     """CreatableTopicConfigs for v5+: every topic config with its value and source."""
     config = apis.config
-    defaults = config.topic_defaults() if hasattr(config, "topic_defaults") else {}
+    defaults = config.topic_defaults()
     out = []
     for key in TOPIC_CONFIG_DEF:
         name = key.name
@@ -84,9 +84,8 @@ def effective_configs(apis, overrides):
             typed = defaults.get(name, key.parse(key.default))
             value = None if typed is None else to_config_string(key.type, typed)
             source = DEFAULT_CONFIG
-            is_set = getattr(config, "is_set", None)
             for synonym in TOPIC_CONFIG_SYNONYMS.get(name, ()):
-                if is_set is not None and is_set(synonym):
+                if config.is_set(synonym):
                     source = config.source(synonym)
                     break
         out.append(CreateTopicsResponse.CreatableTopicConfigs(
