@@ -20,6 +20,7 @@ from kafkatw.storage.interfaces import ILog
 from kafkatw.storage.log import UnifiedLog
 from kafkatw.storage.manager import LogManager
 
+from tests.test_dynamic_broker_config import _Handler as WaitingHandler
 from tests.test_network_support import ScriptedHandler
 from tests.test_server_apis import BoomHandler, FakeReplicaManager, NoErrorFieldHandler
 from tests.test_server_replica_manager import FakeLog, FakeLogManager, FakeMetadata
@@ -85,8 +86,9 @@ class Doubles(unittest.TestCase):
         self.assertTrue(verifyObject(IApiHandler, BoomHandler(ValueError("x"))))
         self.assertTrue(verifyObject(IApiHandler, NoErrorFieldHandler()))
 
-    def test_scripted_request_handler(self):
+    def test_request_handler_doubles(self):
         self.assertTrue(verifyObject(IRequestHandler, ScriptedHandler()))
+        self.assertTrue(verifyObject(IRequestHandler, WaitingHandler()))
 
 
 class Registration(unittest.TestCase):

@@ -24,6 +24,7 @@ from kafkatw.config.dynamic import (
     split_persisted,
 )
 from kafkatw.network.channel import RequestChannel
+from kafkatw.network.interfaces import IRequestHandler
 from kafkatw.protocol import messages
 from kafkatw.server.dynamic_config import DynamicProducerStateConfig
 from kafkatw.server.replica_manager import ReplicaManager
@@ -411,9 +412,15 @@ class StoreFailureTests(unittest.SynchronousTestCase):
         self.assertEqual(io.calls, [{"num.io.threads": 2}, {"num.io.threads": 8}])
 
 
+@implementer(IRequestHandler)
 class _Handler:
+    """Keeps every request waiting (its Deferred in ``pending``)."""
+
     def __init__(self):
         self.pending = []
+
+    def api_versions(self):
+        return {}
 
     def handle(self, request):
         from twisted.internet import defer
@@ -421,6 +428,9 @@ class _Handler:
         d = defer.Deferred()
         self.pending.append((request, d))
         return d
+
+    def handle_now(self, request):
+        return self.handle(request)
 
 
 class ComponentTests(unittest.SynchronousTestCase):
