@@ -42,8 +42,7 @@ class Real(unittest.TestCase):
         self.replica_manager = ReplicaManager(self.log_manager, self.metadata, self.clock, self.config)
 
     def test_unified_log(self):
-        info = self.metadata.create_topic("t", 1)
-        log_ = self.log_manager.get_or_create_log("t", 0, info.topic_id, {})
+        log_ = self.log_manager.get_or_create_log("t", 0, os.urandom(16), {})
         self.assertIsInstance(log_, UnifiedLog)
         self.assertTrue(verifyObject(ILog, log_))
 

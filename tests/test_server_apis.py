@@ -158,6 +158,9 @@ class FakeLogManager:
             self.delete_log(topic, p)
         return defer.succeed(None)
 
+    def run_blocking(self, fn, *args):
+        return defer.maybeDeferred(fn, *args)  # inline, as LogManager without a thread pool
+
     def get_log(self, topic, partition):
         return "log" if any(c[:2] == (topic, partition) for c in self.created) else None
 

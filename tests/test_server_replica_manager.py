@@ -168,6 +168,9 @@ class FakeLogManager:
     def all_logs(self):
         return list(self.logs.values())
 
+    def run_blocking(self, fn, *args):
+        return defer.maybeDeferred(fn, *args)  # inline, as LogManager without a thread pool
+
     def get_or_create_log(self, topic, partition, topic_id=None, overrides=None):
         import os
 

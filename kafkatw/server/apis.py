@@ -168,10 +168,9 @@ class KafkaApis:
     def run_blocking(self, fn, *args):
         """A Deferred of ``fn(*args)`` run in the broker's thread pool (the log manager's;
         inline without one): CPU-heavy work a handler must not do on the reactor."""
-        run = getattr(self.log_manager, "run_blocking", None)
-        if run is None:
+        if self.log_manager is None:
             return defer.maybeDeferred(fn, *args)
-        return run(fn, *args)
+        return self.log_manager.run_blocking(fn, *args)
 
     @property
     def node_id(self):

@@ -415,8 +415,7 @@ class ReplicaManager:
         def write():
             write_snapshot(log_dir, offset, data)
             delete_snapshots_before(log_dir, start)
-        run = getattr(self.log_manager, "run_blocking", None)
-        d = defer.maybeDeferred(write) if run is None else run(write)
+        d = self.log_manager.run_blocking(write)
         d.addErrback(lambda f: log.failure("producer snapshot of {topic}-{partition} failed",
                                            f, topic=lg.topic, partition=lg.partition))
 
