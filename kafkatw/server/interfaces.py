@@ -26,8 +26,10 @@ class IReplicaManager(Interface):
     def append_records_now(timeout_ms, required_acks, entries, internal_topics_allowed=False,
                            batch_headers=None):
         """:meth:`append_records` for the produce path: the {tp: PartitionResponse} dict itself
-        when every append completed at once (a single node always does), else a Deferred of it.
-        ``batch_headers``: {tp: [(position, BatchHeader)]} the caller already read."""
+        when every append completed at once, else a Deferred of it (an idempotent append waits
+        for its partition's producer state to be rebuilt from the log; on a cluster acks=all
+        would wait for the ISR). ``batch_headers``: {tp: [(position, BatchHeader)]} the caller
+        already read."""
 
     def fetch_messages(params, fetch_infos):
         """Read ``fetch_infos`` ([(tp, PartitionData)] in request order) with FetchParams
