@@ -204,5 +204,6 @@ class ImportGraphTests(unittest.SynchronousTestCase):
 
     def test_protocol_and_cli_rows(self):
         self.assertEqual(self.layers["kafkatw.protocol"], set())
-        self.assertEqual(self.layers["kafkatw.cli"], {"kafkatw.protocol", "kafkatw.config"})
+        self.assertEqual(self.layers["kafkatw.cli"],
+                         {"kafkatw.protocol", "kafkatw.config", "kafkatw.security"})
         self.assertIsNone(self.layers["kafkatw.service"])
