@@ -6,10 +6,14 @@ without SASL, or after authentication, and gets Kafka's ILLEGAL_SASL_STATE. Regi
 also makes ApiVersions advertise them, which SASL clients require.
 """
 
+from zope.interface import provider
+
 from kafkatw.protocol import errors
 from kafkatw.protocol.messages import SaslAuthenticateResponse, SaslHandshakeResponse
+from kafkatw.server.interfaces import IApiHandler
 
 
+@provider(IApiHandler)
 class SaslHandshake:
     API_KEY = 17
     VERSIONS = (0, 1)
@@ -23,6 +27,7 @@ class SaslHandshake:
         return SaslHandshakeResponse(error_code=code, mechanisms=[])
 
 
+@provider(IApiHandler)
 class SaslAuthenticate:
     API_KEY = 36
     VERSIONS = (0, 2)

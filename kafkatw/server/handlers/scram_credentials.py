@@ -6,6 +6,8 @@ what does not exist. The clients send a salted password; only salt, StoredKey, S
 iterations are stored (``apis.scram_credentials``, a ``security.credentials`` store).
 """
 
+from zope.interface import provider
+
 from kafkatw.protocol import errors
 from kafkatw.protocol.messages import (
     AlterUserScramCredentialsResponse,
@@ -17,10 +19,12 @@ from kafkatw.security.scram import (
     MECHANISMS_BY_TYPE,
     credential_from_salted_password,
 )
+from kafkatw.server.interfaces import IApiHandler
 
 _DUPLICATE_ALTER = "A user credential cannot be altered twice in the same request"
 
 
+@provider(IApiHandler)
 class DescribeUserScramCredentials:
     API_KEY = 50
     VERSIONS = (0, 0)
@@ -64,6 +68,7 @@ def _check_name_and_mechanism(name, mechanism_type):
     return None
 
 
+@provider(IApiHandler)
 class AlterUserScramCredentials:
     API_KEY = 51
     VERSIONS = (0, 0)
