@@ -18,6 +18,7 @@ from kafkatw.protocol.errors import KafkaError
 from kafkatw.server.apis import KafkaApis
 from kafkatw.server.interfaces import IApiHandler, IReplicaManager
 from kafkatw.server.replica_manager import ReplicaManager
+from kafkatw.storage.offsets import ORIGIN_CLIENT
 
 
 @attr.s
@@ -75,12 +76,13 @@ class FakeReplicaManager:
     def shutdown(self):
         pass
 
-    def append_records(self, timeout_ms, required_acks, entries, internal_topics_allowed=False):
+    def append_records(self, timeout_ms, required_acks, entries, internal_topics_allowed=False,
+                       origin=ORIGIN_CLIENT):
         return defer.maybeDeferred(self.append_records_now, timeout_ms, required_acks, entries,
-                                   internal_topics_allowed)
+                                   internal_topics_allowed, origin=origin)
 
     def append_records_now(self, timeout_ms, required_acks, entries, internal_topics_allowed=False,
-                           batch_headers=None):
+                           batch_headers=None, origin=ORIGIN_CLIENT):
         self.appends.append((timeout_ms, required_acks, dict(entries)))
         if callable(self.append_result):
             return self.append_result(entries)
@@ -116,8 +118,17 @@ class FakeReplicaManager:
     def diverging_epoch(self, log_, info):
         return None
 
-    def producer_state(self, topic, partition, log_=None):
+    def producer_state_or_load(self, topic, partition, log_):
         raise NotImplementedError("no producer state in the fake")
+
+    def loaded_producer_state(self, topic, partition):
+        return None
+
+    def when_producer_state_loaded(self, topic, partition):
+        return defer.succeed(None)
+
+    def set_producer_id_expiration_ms(self, expiration_ms):
+        self.producer_id_expiration_ms = expiration_ms
 
     def forget_partition(self, topic, partition):
         self.forgotten.append((topic, partition))

@@ -39,6 +39,7 @@ class FakeLog:
     """In-memory UnifiedLog stand-in: segments of concatenated batches, HW set from outside."""
 
     is_offline = False
+    first_unstable_offset = None
     producer_state_manager = None
     roll_listener = None
 
@@ -70,6 +71,9 @@ class FakeLog:
 
     def replace_segments(self, replacements):
         raise NotImplementedError("the fake log is never cleaned")
+
+    def append_aborted_txn(self, producer_id, first_offset, last_offset, last_stable_offset):
+        raise NotImplementedError("no transactions on the fake log")
 
     def maybe_increment_high_watermark(self, offset):
         if offset > self.high_watermark:

@@ -5,6 +5,8 @@ fetch and the coordinators call to reach partitions) and :class:`IApiHandler` (w
 
 from zope.interface import Attribute, Interface
 
+from kafkatw.storage.offsets import ORIGIN_CLIENT
+
 
 class IReplicaManager(Interface):
     """Partitions led by this broker: append, fetch, ListOffsets and the checks they share
@@ -19,12 +21,15 @@ class IReplicaManager(Interface):
     def shutdown():
         """Stop timers, complete parked fetches, write producer-state snapshots."""
 
-    def append_records(timeout_ms, required_acks, entries, internal_topics_allowed=False):
+    def append_records(timeout_ms, required_acks, entries, internal_topics_allowed=False,
+                       origin=ORIGIN_CLIENT):
         """Append ``entries`` ({tp: writable buffer of v2 batches}); a Deferred of
-        {tp: PartitionResponse} that fires once the acks are satisfied."""
+        {tp: PartitionResponse} that fires once the acks are satisfied. ``origin``:
+        ORIGIN_CLIENT (a Produce: sequences checked, no control batches) or
+        ORIGIN_COORDINATOR (coordinators' records and transaction markers)."""
 
     def append_records_now(timeout_ms, required_acks, entries, internal_topics_allowed=False,
-                           batch_headers=None):
+                           batch_headers=None, origin=ORIGIN_CLIENT):
         """:meth:`append_records` for the produce path: the {tp: PartitionResponse} dict itself
         when every append completed at once, else a Deferred of it (an idempotent append waits
         for its partition's producer state to be rebuilt from the log; on a cluster acks=all
@@ -59,8 +64,20 @@ class IReplicaManager(Interface):
         """``(epoch, end_offset)`` if a follower's last fetched epoch ends before its fetch
         offset (KIP-320), else None."""
 
-    def producer_state(topic, partition, log=None):
-        """The partition's ProducerStateManager, loaded from its snapshot and log on first use."""
+    def producer_state_or_load(topic, partition, log):
+        """The partition's ProducerStateManager if loaded (or loadable at once from a snapshot),
+        else None after starting its rebuild from the log (in reactor-sized slices): the
+        caller then waits on :meth:`when_producer_state_loaded`."""
+
+    def loaded_producer_state(topic, partition):
+        """The partition's ProducerStateManager if loaded, else None (starts nothing)."""
+
+    def when_producer_state_loaded(topic, partition):
+        """A Deferred firing once the partition's producer-state rebuild has ended (fired
+        already when none is running)."""
+
+    def set_producer_id_expiration_ms(expiration_ms):
+        """``producer.id.expiration.ms`` changed live: the next expiry check uses it."""
 
     def fetch_offset_for_timestamp(tp, timestamp, isolation_level=None, current_leader_epoch=-1,
                                    fetch_only_from_leader=True, topic_id=None):

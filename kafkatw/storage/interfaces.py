@@ -31,6 +31,9 @@ class ILog(Interface):
     size = Attribute("Bytes in all segments (DescribeLogDirs).")
     segments = Attribute("The segments in offset order, a new list (the cleaner's view).")
 
+    first_unstable_offset = Attribute(
+        "None or the first offset of the oldest open transaction (an int or LogOffsetMetadata); "
+        "the replica manager sets it from producer state, and the LSO stops there.")
     producer_state_manager = Attribute(
         "The partition's ProducerStateManager once the replica manager loaded it, else None; "
         "the cleaner keeps each active producer's last batch.")
@@ -42,6 +45,10 @@ class ILog(Interface):
         """Validate the v2 batches in the writable ``buf``, assign offsets in place, write them
         and return a LogAppendInfo. ``batch_headers``: ``[(position, BatchHeader)]`` of ``buf``
         if the caller read them already. Raises KafkaError for invalid batches."""
+
+    def append_aborted_txn(producer_id, first_offset, last_offset, last_stable_offset):
+        """Record a transaction aborted by the marker at ``last_offset`` in the transaction
+        index of the segment holding it (Kafka's LogSegment.updateTxnIndex, after the append)."""
 
     def read(start_offset, max_length, isolation, min_one_message):
         """A FetchDataInfo for up to ``max_length`` bytes from ``start_offset`` below the bound

@@ -6,6 +6,7 @@ coordinator's.
 """
 
 from twisted.internet import defer
+from zope.interface import provider
 
 from kafkatw.coordinator.txn.markers import write_markers
 from kafkatw.protocol import errors
@@ -18,6 +19,7 @@ from kafkatw.protocol.messages import (
     TxnOffsetCommitResponse,
     WriteTxnMarkersResponse,
 )
+from kafkatw.server.interfaces import IApiHandler
 
 
 def _fenced(code, version, first_version):
@@ -61,6 +63,7 @@ def _add_one(apis, tid, pid, epoch, topics, verify_only, version):
     return d.addCallback(lambda code: {tp: _fenced(code, version, 2) for tp in partitions})
 
 
+@provider(IApiHandler)
 class AddPartitionsToTxn:
     API_KEY = 24
     VERSIONS = (0, 5)
@@ -98,6 +101,7 @@ class AddPartitionsToTxn:
 
 # -- AddOffsetsToTxn ---------------------------------------------------------------------------
 
+@provider(IApiHandler)
 class AddOffsetsToTxn:
     API_KEY = 25
     VERSIONS = (0, 4)
@@ -120,6 +124,7 @@ class AddOffsetsToTxn:
 
 # -- EndTxn ------------------------------------------------------------------------------------
 
+@provider(IApiHandler)
 class EndTxn:
     API_KEY = 26
     VERSIONS = (0, 4)  # v5 is KIP-890 part 2 (transaction.version 2), not built
@@ -154,6 +159,7 @@ def _marker_result(codes, producer_id, partitions):
         WTM.WritableTxnMarkerTopicResult(name=t, partitions=ps) for t, ps in by_topic.items()])
 
 
+@provider(IApiHandler)
 class WriteTxnMarkers:
     """What another broker's coordinator sends a partition leader; on one node the coordinator
     writes its markers directly, through the same function."""
@@ -196,6 +202,7 @@ def _toc_response(order, codes):
                                            for t, ps in by_topic.items()])
 
 
+@provider(IApiHandler)
 class TxnOffsetCommit:
     API_KEY = 28
     VERSIONS = (0, 4)  # v5 is KIP-890 part 2, not built
@@ -253,6 +260,7 @@ class TxnOffsetCommit:
 DTR = DescribeTransactionsResponse
 
 
+@provider(IApiHandler)
 class DescribeTransactions:
     API_KEY = 65
     VERSIONS = (0, 0)
@@ -290,6 +298,7 @@ class DescribeTransactions:
             for tid in request.body.transactional_ids])
 
 
+@provider(IApiHandler)
 class ListTransactions:
     API_KEY = 66
     VERSIONS = (0, 1)
