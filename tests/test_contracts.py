@@ -59,7 +59,7 @@ class Real(unittest.TestCase):
         self.assertTrue(verifyObject(IRequestHandler, apis))
 
     def test_every_default_handler(self):
-        self.assertEqual(len(DEFAULT_HANDLERS), 40)
+        self.assertEqual(len(DEFAULT_HANDLERS), 42)
         for handler in DEFAULT_HANDLERS:
             self.assertTrue(verifyObject(IApiHandler, handler), handler)
         self.assertEqual(len({h.API_KEY for h in DEFAULT_HANDLERS}), len(DEFAULT_HANDLERS))

@@ -43,6 +43,10 @@ class IClusterMetadata(IPartitionMetadata):
     topics = Attribute("``{name: TopicInfo}`` of every topic; callers only read it.")
     broker_configs = Attribute("This node's dynamic broker configs (name -> str).")
     default_broker_configs = Attribute("The cluster-wide default dynamic broker configs.")
+    client_quotas = Attribute("``{entity components: {quota key: value}}`` that are durable.")
+    staged_client_quotas = Attribute("The client quotas including changes not yet durable.")
+    deleted_topic_ids = Attribute(
+        "Ids of deleted topics whose partition directories may still exist (a frozenset).")
 
     def get_topic(name):
         """The TopicInfo of ``name``, or None."""
@@ -89,6 +93,14 @@ class IClusterMetadata(IPartitionMetadata):
     def set_broker_configs(configs, default=False):
         """Replace this node's (or, with ``default``, the cluster default) dynamic broker
         configs: a Deferred firing once durable."""
+
+    def set_client_quotas(quotas):
+        """Replace the client quotas (entities without values dropped): a Deferred firing once
+        durable."""
+
+    def forget_deleted_topic(topic_id):
+        """The deleted topic's partition directories are gone: stop remembering its id (a
+        Deferred, once durable; never waited on from a metadata listener)."""
 
     def next_producer_id():
         """A Deferred of a producer id never handed out before in this cluster, even across

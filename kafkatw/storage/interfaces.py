@@ -17,6 +17,7 @@ class ILog(Interface):
 
     topic = Attribute("The topic name.")
     partition = Attribute("The partition index.")
+    topic_id = Attribute("The topic id (16 bytes) in partition.metadata, or None if it has none.")
     dir = Attribute("The partition's directory (its parent is the log dir).")
     config = Attribute("The LogConfig in force (replaced by update_config).")
 

@@ -8,9 +8,12 @@ next request. Measuring and throttling are ``kafkatw.server.quota``'s.
 
 import ipaddress
 
+from zope.interface import provider
+
 from kafkatw.protocol import errors
 from kafkatw.protocol.messages import AlterClientQuotasResponse, DescribeClientQuotasResponse
 from kafkatw.security.quota import CLIENT_ID, CLIENT_QUOTA_KEYS, IP, IP_QUOTA_KEYS, USER
+from kafkatw.server.interfaces import IApiHandler
 
 MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
 #: keys whose values Kafka types as LONG (the rest are DOUBLE)
@@ -62,6 +65,7 @@ def validate_op(components, key, value, remove):
     return None
 
 
+@provider(IApiHandler)
 class AlterClientQuotas:
     API_KEY = 49
     VERSIONS = (0, 1)
@@ -162,6 +166,7 @@ def _matches(components, filters, strict):
     return True
 
 
+@provider(IApiHandler)
 class DescribeClientQuotas:
     API_KEY = 48
     VERSIONS = (0, 1)
