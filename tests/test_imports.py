@@ -15,9 +15,6 @@ import kafkatw
 PACKAGE_DIR = os.path.dirname(os.path.abspath(kafkatw.__file__))
 ARCHITECTURE = os.path.join(os.path.dirname(PACKAGE_DIR), "docs", "architecture.md")
 
-# Until the purgatory moves below both the server and the coordinators (another change), the
-# coordinators import it from the server package; nothing else of the server.
-ALLOWED_MODULES = {"kafkatw.coordinator": {"kafkatw.server.purgatory"}}
 
 
 def module_files(package_dir=PACKAGE_DIR):
@@ -164,7 +161,7 @@ def upward_imports(graph, layers):
             theirs = layer_of(dep, layers)
             if theirs == own or allowed is None or dep == "kafkatw" or theirs in shared:
                 continue
-            if theirs in allowed or dep in ALLOWED_MODULES.get(own, ()):
+            if theirs in allowed:
                 continue
             if any(dep == name or dep.startswith(name + ".") for name in allowed):
                 continue  # a row may allow single modules of a package (storage: config.topic)
@@ -182,7 +179,7 @@ class ImportGraphTests(unittest.SynchronousTestCase):
         function-level imports."""
         self.assertIn("kafkatw.protocol.compression", self.graph["kafkatw.protocol.records"])
         self.assertIn("kafkatw.storage.log", self.graph["kafkatw.storage"])
-        self.assertIn("kafkatw.server.purgatory", self.graph["kafkatw.server.replica_manager"]
+        self.assertIn("kafkatw.purgatory", self.graph["kafkatw.server.replica_manager"]
                       | self.graph["kafkatw.server.delayed_fetch"])
         self.assertIn("kafkatw.cli.topics", self.graph["kafkatw.cli.main"])
 
