@@ -18,6 +18,7 @@ from zope.interface import implementer
 
 from kafkatw.background_failures import FailingTask
 from kafkatw.cluster.interfaces import IClusterMetadata
+from kafkatw.durable_file import write_atomically
 from kafkatw.protocol import errors
 from kafkatw.protocol.errors import KafkaError
 from kafkatw.protocol.uuids import ZERO_UUID, uuid_from_base64, uuid_to_base64
@@ -133,21 +134,6 @@ def read_properties(path):
             if sep:
                 props[key.strip()] = value.strip()
     return props
-
-
-def write_atomically(path, data):
-    """Write ``data`` (bytes) to ``path``: temp file, fsync, rename, fsync the directory."""
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 def read_partition_metadata_topic_id(partition_dir):

@@ -12,6 +12,7 @@ import os
 
 from twisted.internet import defer
 
+from kafkatw.durable_file import write_atomically
 from kafkatw.security.scram import MAX_ITERATIONS, MIN_ITERATIONS, MECHANISMS, ScramCredential
 
 CREDENTIALS_FILE = "__kafkatw_scram_credentials.json"
@@ -20,22 +21,6 @@ _FORMAT_VERSION = 1
 
 class CredentialStoreError(ValueError):
     """The stored file cannot be read; one line naming the file."""
-
-
-def _write_atomically(path, data):
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dir_fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 def _enc(data):
@@ -123,7 +108,7 @@ class ScramCredentialStore:
         """Apply ``[(user, mechanism, ScramCredential)]`` and ``[(user, mechanism)]`` in one
         write, now, on this thread (before the broker runs: tests, ``kafkatw.testing``)."""
         users = self._changed(upsertions, deletions)
-        _write_atomically(self.path, self._encode(users))
+        write_atomically(self.path, self._encode(users), mode=0o600)
         self._users = users
 
     def exclusively(self, fn, *args):
@@ -137,9 +122,9 @@ class ScramCredentialStore:
         users = self._changed(upsertions, deletions)
         data = self._encode(users)
         if self.run_blocking is None:
-            d = defer.maybeDeferred(_write_atomically, self.path, data)
+            d = defer.maybeDeferred(write_atomically, self.path, data, 0o600)
         else:
-            d = self.run_blocking(_write_atomically, self.path, data)
+            d = self.run_blocking(write_atomically, self.path, data, 0o600)
 
         def written(_):
             self._users = users

@@ -37,6 +37,7 @@ from kafkatw.coordinator.group.group import (
     OffsetAndMetadata,
 )
 from kafkatw.coordinator.group.offsets_log import GROUP_METADATA_TOPIC_NAME
+from kafkatw.coordinator.log_append import append_coordinator_batch
 from kafkatw.protocol import errors
 from kafkatw.purgatory import DelayedOperationPurgatory
 from kafkatw.storage.offsets import ORIGIN_COORDINATOR
@@ -94,18 +95,6 @@ def _fenced(kind, member_id):
     if kind == "join":
         return JoinGroupResult(member_id, errors.FENCED_INSTANCE_ID)
     return SyncGroupResult(errors.FENCED_INSTANCE_ID)
-
-
-def _append_error(code):
-    """Kafka's mapping of an append error to the coordinator's answer."""
-    if code in (errors.UNKNOWN_TOPIC_OR_PARTITION, errors.NOT_ENOUGH_REPLICAS,
-                errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND, errors.REQUEST_TIMED_OUT):
-        return errors.COORDINATOR_NOT_AVAILABLE
-    if code in (errors.NOT_LEADER_OR_FOLLOWER, errors.KAFKA_STORAGE_ERROR):
-        return errors.NOT_COORDINATOR
-    if code in (errors.MESSAGE_TOO_LARGE, errors.RECORD_LIST_TOO_LARGE, errors.INVALID_FETCH_SIZE):
-        return errors.UNKNOWN_SERVER_ERROR
-    return code
 
 
 def _apply_offset_record(offsets, removed_offsets, rec):
@@ -1205,18 +1194,4 @@ class GroupCoordinator:
         kwargs = {}
         if producer_id >= 0:
             kwargs["origin"] = ORIGIN_COORDINATOR
-        d = self.replica_manager.append_records(
-            self.commit_timeout_ms, -1, {tp: batch}, internal_topics_allowed=True, **kwargs)
-
-        def done(results):
-            code = results[tp].error_code
-            if code != errors.NONE:
-                log.warn("Appending to {topic}-{p} failed: {err}", topic=tp[0], p=tp[1],
-                         err=errors.error_name(code))
-            return _append_error(code)
-
-        def failed(f):
-            log.failure("Appending to {topic}-{p} failed", f, topic=tp[0], p=tp[1])
-            return errors.UNKNOWN_SERVER_ERROR
-
-        return d.addCallbacks(done, failed)
+        return append_coordinator_batch(self.replica_manager, tp, batch, self.commit_timeout_ms, **kwargs)

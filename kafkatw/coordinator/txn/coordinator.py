@@ -11,6 +11,7 @@ from twisted.logger import Logger
 
 from kafkatw.background_failures import FailingTask
 from kafkatw.coordinator.group.offsets_log import iter_log_records
+from kafkatw.coordinator.log_append import append_coordinator_batch
 from kafkatw.protocol import errors
 from kafkatw.storage.offsets import ORIGIN_COORDINATOR
 
@@ -42,18 +43,6 @@ def _config_get(config, name, default):
     except (KeyError, TypeError):
         return default
     return default if value is None else value
-
-
-def _append_error(code):
-    """Kafka's mapping of a failed __transaction_state write to the coordinator's answer."""
-    if code in (errors.UNKNOWN_TOPIC_OR_PARTITION, errors.NOT_ENOUGH_REPLICAS,
-                errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND, errors.REQUEST_TIMED_OUT):
-        return errors.COORDINATOR_NOT_AVAILABLE
-    if code in (errors.NOT_LEADER_OR_FOLLOWER, errors.KAFKA_STORAGE_ERROR):
-        return errors.NOT_COORDINATOR
-    if code in (errors.MESSAGE_TOO_LARGE, errors.RECORD_LIST_TOO_LARGE):
-        return errors.UNKNOWN_SERVER_ERROR
-    return code
 
 
 class InitProducerIdResult:
@@ -634,18 +623,4 @@ class TransactionCoordinator:
     def _append_record(self, transactional_id, transit):
         tp = (TRANSACTION_STATE_TOPIC_NAME, self.partition_for(transactional_id))
         batch = bytearray(txn_log.build_record_batch(transactional_id, transit, self.now_ms()))
-        d = self.replica_manager.append_records(-1, -1, {tp: batch}, internal_topics_allowed=True,
-                                                origin=ORIGIN_COORDINATOR)
-
-        def done(results):
-            code = results[tp].error_code
-            if code != errors.NONE:
-                log.warn("Appending to {topic}-{p} failed: {err}", topic=tp[0], p=tp[1],
-                         err=errors.error_name(code))
-            return _append_error(code)
-
-        def failed(f):
-            log.failure("Appending to {topic}-{p} failed", f, topic=tp[0], p=tp[1])
-            return errors.UNKNOWN_SERVER_ERROR
-
-        return d.addCallbacks(done, failed)
+        return append_coordinator_batch(self.replica_manager, tp, batch, origin=ORIGIN_COORDINATOR)
