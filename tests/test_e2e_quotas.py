@@ -327,7 +327,7 @@ class QuotasCliTest(KafkaBrokerMixin, unittest.TestCase):
         rc, _, err = run_cli(self.broker.bootstrap_servers, "quotas", "set", "--user", "u", "--add-config",
                              "producer_byte_rate=1.5")
         self.assertEqual((rc, err.strip()),
-                         (1, "Error: entity user=u: INVALID_REQUEST: Configuration producer_byte_rate must be "
+                         (4, "Error: entity user=u: INVALID_REQUEST: Configuration producer_byte_rate must be "
                              "a Long value"))
         rc, _, err = run_cli(self.broker.bootstrap_servers, "quotas", "delete", "--user", "nobody")
         self.assertEqual((rc, err.strip()), (1, "Error: no quotas are set for user=nobody"))

@@ -29,7 +29,15 @@ PROJECT_TREES = ("kafkatw", "twisted", "etc", "docs")
 DROP_IN = "twisted/plugins/kafkatw_plugin.py"
 
 
+def clean_env():
+    """Our environment without PYTHONPATH: trial's worker processes (``trial -j``) get the
+    parent's sys.path there, the project root included, which would make every throwaway
+    environment import the tree's kafkatw instead of the one installed into it."""
+    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+
 def run(args, **kwargs):
+    kwargs.setdefault("env", clean_env())
     return subprocess.run(args, check=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           timeout=300, **kwargs).stdout
 
@@ -219,4 +227,4 @@ class InstalledBroker(KafkaBroker):
         args = self.twistd_args()
         if not self._twistd_options:
             args = args[args.index("kafka") + 1:]
-        return self._command + args
+        return ["env", "-u", "PYTHONPATH"] + self._command + args  # see clean_env()
