@@ -1,0 +1,290 @@
+"""The default authorizer: Kafka's ACL semantics (``AclAuthorizer`` / ``StandardAuthorizer``).
+
+Owns deciding an action against the ACLs (super users, LITERAL/``*``/PREFIXED patterns,
+``User:*`` and host wildcards, DENY before ALLOW, implied DESCRIBE/DESCRIBE_CONFIGS, ALL,
+``allow.everyone.if.no.acl.found``), the audit log (``kafka.authorizer.logger``), and keeping
+the ACLs: in memory for checks (no I/O per request), durable in one JSON file in the metadata
+log dir, each change written (temp, fsync, rename) off the reactor and visible once on disk.
+It knows nothing of APIs: ``server/authz.py`` says which actions a request needs.
+"""
+
+import json
+import os
+
+from twisted.internet import defer
+from twisted.logger import Logger
+from zope.interface import implementer
+
+from kafkatw.config import ConfigError
+from kafkatw.security.authorizer import (
+    ALLOWED,
+    DENIED,
+    WILDCARD_HOST,
+    WILDCARD_PRINCIPAL,
+    WILDCARD_RESOURCE,
+    AccessControlEntry,
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AclValidationError,
+    IAuthorizer,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+    validate_binding,
+)
+from kafkatw.security.credentials import _write_atomically
+
+ACLS_FILE = "__kafkatw_acls.json"
+_FORMAT_VERSION = 1
+
+audit = Logger(namespace="kafka.authorizer.logger")
+log = Logger(namespace="kafkatw.security.acl_authorizer")
+
+# an ALLOW of any of these grants the key (Kafka's implied operations)
+_IMPLIED_BY = {
+    AclOperation.DESCRIBE: (AclOperation.DESCRIBE, AclOperation.READ, AclOperation.WRITE, AclOperation.DELETE,
+                            AclOperation.ALTER),
+    AclOperation.DESCRIBE_CONFIGS: (AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS),
+}
+
+# counters (the metrics endpoint may read them)
+metrics = {"authorized": 0, "denied": 0}
+
+
+class AclStoreError(ValueError):
+    """The stored ACL file cannot be read; one line naming the file."""
+
+
+def _binding_to_json(b):
+    p, e = b.pattern, b.entry
+    return {"resource_type": p.resource_type.name, "name": p.name, "pattern_type": p.pattern_type.name,
+            "principal": e.principal, "host": e.host, "operation": e.operation.name,
+            "permission_type": e.permission_type.name}
+
+
+def _binding_from_json(d):
+    return AclBinding(
+        ResourcePattern(ResourceType[d["resource_type"]], d["name"], PatternType[d["pattern_type"]]),
+        AccessControlEntry(d["principal"], d["host"], AclOperation[d["operation"]],
+                           AclPermissionType[d["permission_type"]]))
+
+
+class _Index:
+    """ACL entries by resource type, pattern type and name: a check looks up the literal name,
+    ``*`` and each prefix of the name, never every ACL."""
+
+    def __init__(self, bindings):
+        self.literal = {}
+        self.prefixed = {}
+        for b in bindings:
+            p = b.pattern
+            table = self.literal if p.pattern_type == PatternType.LITERAL else self.prefixed
+            table.setdefault((p.resource_type, p.name), []).append((b.entry, b))
+        self.prefix_lengths = {}
+        for (rtype, name) in self.prefixed:
+            self.prefix_lengths.setdefault(rtype, set()).add(len(name))
+
+    def matching(self, resource_type, name):
+        found = []
+        literal = self.literal
+        entries = literal.get((resource_type, name))
+        if entries:
+            found.extend(entries)
+        if name != WILDCARD_RESOURCE:
+            entries = literal.get((resource_type, WILDCARD_RESOURCE))
+            if entries:
+                found.extend(entries)
+        lengths = self.prefix_lengths.get(resource_type)
+        if lengths:
+            for n in lengths:
+                if n <= len(name):
+                    entries = self.prefixed.get((resource_type, name[:n]))
+                    if entries:
+                        found.extend(entries)
+        return found
+
+
+@implementer(IAuthorizer)
+class AclAuthorizer:
+    """ACLs with Kafka's semantics, configured from ``super.users`` and
+    ``allow.everyone.if.no.acl.found``; the ACL file lives in the first log dir."""
+
+    def __init__(self, path=None, run_blocking=None):
+        self.path = path
+        #: ``run_blocking(fn, *args) -> Deferred`` (the broker's thread pool); None writes inline
+        self.run_blocking = run_blocking
+        self.super_users = frozenset()
+        self.allow_everyone_if_no_acl_found = False
+        self._bindings = ()
+        self._index = _Index(())
+        self._lock = defer.DeferredLock()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def configure(self, configs):
+        raw = configs.get("super.users") or ""
+        users = set()
+        for item in raw.split(";"):
+            item = item.strip()
+            if not item:
+                continue
+            if ":" not in item or item.startswith(":"):
+                raise ConfigError("Invalid value %s for configuration super.users: a principal must be "
+                                  "Type:name, e.g. User:admin" % item, "super.users")
+            users.add(item)
+        self.super_users = frozenset(users)
+        self.allow_everyone_if_no_acl_found = bool(configs.get("allow.everyone.if.no.acl.found"))
+
+    def start(self, server_info):
+        if self.path is None and server_info is not None:
+            self.path = os.path.join(server_info.log_dirs[0], ACLS_FILE)
+            self.run_blocking = server_info.run_blocking
+        if self.path is not None:
+            self._set(self._load())
+
+    def stop(self):
+        pass
+
+    def _load(self):
+        try:
+            with open(self.path, "rb") as f:
+                raw = f.read()
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        except OSError as e:
+            raise AclStoreError("cannot read the ACLs in %s: %s" % (self.path, e.strerror or e)) from None
+        try:
+            doc = json.loads(raw.decode("utf-8"))
+            if doc.get("version") != _FORMAT_VERSION:
+                raise ValueError("unknown format version %r" % (doc.get("version"),))
+            return [_binding_from_json(d) for d in doc["acls"]]
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise AclStoreError("cannot read the ACLs in %s: %s" % (self.path, e)) from None
+
+    def _set(self, bindings):
+        self._bindings = tuple(bindings)
+        self._index = _Index(self._bindings)
+
+    # -- deciding ----------------------------------------------------------------------------
+    def authorize(self, context, actions):
+        principal = str(context.principal)
+        host = context.host
+        if principal in self.super_users:
+            for action in actions:
+                if action.log_if_allowed:
+                    self._audit(context, action, True, "super user")
+            metrics["authorized"] += len(actions)
+            return [ALLOWED] * len(actions)
+        results = []
+        for action in actions:
+            allowed, why = self._decide(principal, host, action)
+            if allowed:
+                metrics["authorized"] += 1
+                if action.log_if_allowed:
+                    self._audit(context, action, True, why)
+                results.append(ALLOWED)
+            else:
+                metrics["denied"] += 1
+                if action.log_if_denied:
+                    self._audit(context, action, False, why)
+                results.append(DENIED)
+        return results
+
+    def _decide(self, principal, host, action):
+        resource = action.resource
+        if resource.pattern_type != PatternType.LITERAL:
+            raise ValueError("Only literal resources are supported. Got: %s" % resource.pattern_type.name)
+        acls = self._index.matching(resource.resource_type, resource.name)
+        if not acls:
+            if self.allow_everyone_if_no_acl_found:
+                return True, "no ACL found and allow.everyone.if.no.acl.found"
+            return False, "no matching ACL"
+        op = action.operation
+        for entry, binding in acls:
+            if (entry.permission_type == AclPermissionType.DENY
+                    and entry.principal in (principal, WILDCARD_PRINCIPAL)
+                    and entry.operation in (op, AclOperation.ALL)
+                    and entry.host in (host, WILDCARD_HOST)):
+                return False, "rule %s" % (binding,)
+        implied = _IMPLIED_BY.get(op, (op,))
+        for entry, binding in acls:
+            if (entry.permission_type == AclPermissionType.ALLOW
+                    and entry.principal in (principal, WILDCARD_PRINCIPAL)
+                    and (entry.operation in implied or entry.operation == AclOperation.ALL)
+                    and entry.host in (host, WILDCARD_HOST)):
+                return True, "rule %s" % (binding,)
+        return False, "no matching ACL"
+
+    @staticmethod
+    def _audit(context, action, allowed, why):
+        message = ("Principal = {principal} is {result} operation = {operation} from host = {host} on "
+                   "resource = {resource} for request = {request} with resourceRefCount = {count} "
+                   "based on {why}")
+        fields = dict(principal=str(context.principal), result="Allowed" if allowed else "Denied",
+                      operation=action.operation.name, host=context.host, resource=str(action.resource),
+                      request=context.request_type, count=action.count, why=why)
+        if allowed:
+            audit.debug(message, **fields)
+        else:
+            audit.info(message, **fields)
+
+    # -- ACL management ----------------------------------------------------------------------
+    def acls(self, filter):
+        return [b for b in self._bindings if filter.matches(b)]
+
+    def _write(self, bindings):
+        if self.path is None:
+            self._set(bindings)
+            return defer.succeed(None)
+        data = json.dumps({"version": _FORMAT_VERSION,
+                           "acls": [_binding_to_json(b) for b in bindings]}, indent=1).encode("utf-8")
+        if self.run_blocking is None:
+            d = defer.maybeDeferred(_write_atomically, self.path, data)
+        else:
+            d = self.run_blocking(_write_atomically, self.path, data)
+        return d.addCallback(lambda _: self._set(bindings))
+
+    def create_acls(self, context, bindings):
+        return self._lock.run(self._create, bindings)
+
+    def _create(self, bindings):
+        results = []
+        current = list(self._bindings)
+        present = set(current)
+        for b in bindings:
+            try:
+                validate_binding(b)
+            except AclValidationError as e:
+                results.append(e)
+                continue
+            results.append(None)
+            if b not in present:
+                present.add(b)
+                current.append(b)
+        if len(current) == len(self._bindings):
+            return results
+        d = self._write(current)
+
+        def failed(f):
+            log.failure("writing the ACLs failed", f)
+            return [r if r is not None else OSError("writing the ACLs failed: %s" % f.getErrorMessage())
+                    for r in results]
+
+        return d.addCallbacks(lambda _: results, failed)
+
+    def delete_acls(self, context, filters):
+        return self._lock.run(self._delete, filters)
+
+    def _delete(self, filters):
+        deleted = [[b for b in self._bindings if f.matches(b)] for f in filters]
+        gone = {b for group in deleted for b in group}
+        if not gone:
+            return deleted
+        d = self._write([b for b in self._bindings if b not in gone])
+
+        def failed(f):
+            log.failure("writing the ACLs failed", f)
+            error = OSError("writing the ACLs failed: %s" % f.getErrorMessage())
+            return [error for _ in filters]
+
+        return d.addCallbacks(lambda _: deleted, failed)
