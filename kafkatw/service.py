@@ -282,9 +282,46 @@ class RequestHandlersService(_BrokerPart):
                            finalized_features=features.finalized_features(),
                            finalized_features_epoch=features.FINALIZED_FEATURES_EPOCH,
                            dynamic_config=b.dynamic_config, scram_credentials=b.scram_credentials,
-                           quotas=quotas)
+                           quotas=quotas, authorizer=b.authorizer)
         b.apis.delete_stray_logs()  # of topics deleted just before a crash
         b.apis.create_missing_logs()
+
+
+@attr.s(frozen=True)
+class AuthorizerServerInfo:
+    """What an authorizer's ``start`` is told (Kafka's ``AuthorizerServerInfo``, plus where the
+    built-in one keeps its ACLs and how it runs blocking writes)."""
+
+    cluster_id = attr.ib()
+    broker_id = attr.ib()
+    config = attr.ib()
+    log_dirs = attr.ib()
+    run_blocking = attr.ib()
+    reactor = attr.ib()
+
+
+class AuthorizerService(_BrokerPart):
+    """Starts the configured authorizer (its ACLs loaded) before any listener serves, stops it last."""
+
+    name = "authorizer"
+
+    def startService(self):
+        super().startService()
+        b = self.broker
+        info = AuthorizerServerInfo(
+            cluster_id=b.metadata.cluster_id, broker_id=b.config.node_id, config=b.config,
+            log_dirs=list(b.config.log_dirs), reactor=b.reactor,
+            run_blocking=functools.partial(threads.deferToThreadPool, b.reactor, b.threadpool))
+        try:
+            d = b.authorizer.start(info)
+        except ValueError as e:  # an unreadable ACL store: one line, nothing served
+            raise ConfigError("cannot start the authorizer: %s" % (e,), "authorizer.class.name") from None
+        if isinstance(d, defer.Deferred):
+            d.addErrback(lambda f: log.failure("starting the authorizer failed", f))
+
+    def stopService(self):
+        super().stopService()
+        return self.broker.authorizer.stop()
 
 
 class SocketServerService(_BrokerPart):
@@ -330,6 +367,8 @@ class BrokerService(OrderedMultiService):
         self.scram_credentials, self.principal_builders, self.sasl_listeners = security_setup(config)
         from kafkatw.security.quota import load_quota_callback
         self.quota_callback = load_quota_callback(config)  # a bad client.quota.callback.class stops here
+        from kafkatw.security.authorizer import load_authorizer
+        self.authorizer = load_authorizer(config)  # a wrong authorizer.class.name stops start-up here
         if reactor is None:
             from twisted.internet import reactor
         from kafkatw.network.listener import ListenerService, load_transport_layer
@@ -366,9 +405,9 @@ class BrokerService(OrderedMultiService):
         # SCRAM credential writes (AlterUserScramCredentials) fsync in the pool, not on the reactor
         self.scram_credentials.run_blocking = functools.partial(threads.deferToThreadPool, reactor, pool.pool)
         for child in (pool, MetadataService(self), LogManagerService(self), ReplicaManagerService(self),
-                      GroupCoordinatorService(self), TransactionCoordinatorService(self),
-                      RequestHandlersService(self),
-                      SocketServerService(self)):
+                      GroupCoordinatorService(self), TransactionCoordinatorService(self)) + \
+                ((AuthorizerService(self),) if self.authorizer is not None else ()) + \
+                (RequestHandlersService(self), SocketServerService(self)):
             child.setServiceParent(self)
         for ep in config.listeners:
             ListenerService(lambda: self.socket_server, ep).setServiceParent(self)

@@ -56,6 +56,8 @@ class Request:
     throttle_time_ms = attr.ib(default=0)
     # optional short description for the request log (a handler may set it)
     summary = attr.ib(default=None)
+    # the authorizer's decisions for this request (server.authz.Decisions), None without one
+    authz = attr.ib(default=None, repr=False, eq=False)
     # set by the request channel: releases this request's handler slot
     _on_local_complete = attr.ib(default=None, repr=False, eq=False)
 

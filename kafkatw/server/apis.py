@@ -20,8 +20,10 @@ from kafkatw.protocol import errors
 from kafkatw.protocol import messages
 from kafkatw.protocol.errors import KafkaError
 from kafkatw.security.quota import DefaultQuotaCallback
+from kafkatw.server import authz
 from kafkatw.server.quota import QuotaManagers, apply_throttle, cap_fetch_size
 from kafkatw.server.handlers import (
+    acls,
     admin_configs,
     admin_partitions,
     api_versions,
@@ -68,6 +70,7 @@ DEFAULT_HANDLERS = (
     *scram_credentials.HANDLERS,  # Describe/AlterUserScramCredentials
     *txn.HANDLERS,  # transaction coordinator: AddPartitions/AddOffsets/EndTxn/markers/TxnOffsetCommit/Describe/List
     *client_quotas.HANDLERS,  # Describe/AlterClientQuotas
+    *acls.HANDLERS,  # Describe/Create/DeleteAcls
 )
 
 
@@ -97,7 +100,7 @@ class KafkaApis:
     def __init__(self, config, metadata, replica_manager=None, fetch_manager=None, clock=None,
                  log_manager=None, txn_coordinator=None, group_coordinator=None, supported_features=(),
                  finalized_features=(), finalized_features_epoch=-1, handlers=DEFAULT_HANDLERS,
-                 dynamic_config=None, scram_credentials=None, quotas=None):
+                 dynamic_config=None, scram_credentials=None, quotas=None, authorizer=None):
         self.config = config
         # the live config: AlterConfigs updates it, and each new one becomes self.config
         self.dynamic_config = dynamic_config if dynamic_config is not None else DynamicBrokerConfig(config)
@@ -112,6 +115,7 @@ class KafkaApis:
         self.scram_credentials = scram_credentials  # security.credentials.ScramCredentialStore
         # client quotas (server.quota.QuotaManagers around the IClientQuotaCallback)
         self.quotas = quotas if quotas is not None else QuotaManagers(DefaultQuotaCallback())
+        self.authorizer = authorizer  # security.authorizer.IAuthorizer, None: authorization off
         # ApiVersions v3+ feature lists: [(name, min, max)] / [(name, min_level, max_level)]
         self.supported_features = list(supported_features)
         self.finalized_features = list(finalized_features)
@@ -230,6 +234,11 @@ class KafkaApis:
             # The network layer rejects unknown keys first; if one slips through, close as Kafka does.
             log.error("no handler for API key {key}", key=request.api_key)
             return Response(None, close_connection=True)
+        if self.authorizer is not None and request.api_key not in authz.UNCHECKED:
+            return self._authorize_then_dispatch(reg, request)
+        return self._run_handler(reg, request)
+
+    def _run_handler(self, reg, request):
         try:
             result = reg.handler.handle(self, request)
         except Exception:
@@ -243,6 +252,56 @@ class KafkaApis:
         if hasattr(result, "when_complete"):
             return PendingResponse(self, request, reg.handler, result)
         return _as_response(result)
+
+    # -- authorization ---------------------------------------------------------------------
+
+    def allowed(self, request, operation, resource_type, name):
+        """Whether ``request``'s principal may do ``operation`` on the resource (True without an
+        authorizer); handlers filtering per resource ask this."""
+        if self.authorizer is None:
+            return True
+        decisions = request.authz
+        if decisions is None:  # a request that did not come through handle_now: ask now
+            decisions = request.authz = authz.Decisions(self.authorizer, authz.request_context(request), (), ())
+        return decisions.allowed(operation, resource_type, name)
+
+    def _authorize_then_dispatch(self, reg, request):
+        """Authorize what the request needs (one call; a Deferred parks the request), refuse it
+        whole when a gate says so, else run its handler, which filters per resource."""
+        plan = authz.ACTIONS.get(request.api_key)
+        if plan is None:  # an API without authorization rules is refused (fail closed)
+            return self._on_failure(Failure(KafkaError(errors.CLUSTER_AUTHORIZATION_FAILED, None)),
+                                    request, reg.handler)
+
+        def decided(decisions):
+            request.authz = decisions
+            gate = authz.GATES.get(request.api_key)
+            if gate is not None:
+                code = gate(self, request, decisions.allowed)
+                if code is not None:
+                    return self._on_failure(Failure(KafkaError(code, None)), request, reg.handler)
+            return self._run_handler(reg, request)
+
+        try:
+            result = authz.decide(self.authorizer, request, plan(self, request), decided)
+        except Exception:
+            return self._on_failure(Failure(), request, reg.handler)
+        if isinstance(result, defer.Deferred):
+            result.addCallback(self._settled)
+            result.addErrback(self._on_failure, request, reg.handler)
+            return DeferredAnswer(result)
+        return result
+
+    @staticmethod
+    def _settled(result):
+        """A Deferred's result as a Response (a pending answer becomes a Deferred to chain on)."""
+        if type(result) is DeferredAnswer:
+            return result.deferred
+        if type(result) is PendingResponse:
+            d = defer.Deferred()
+            result.when_complete(d.callback, d.errback)
+            return d
+        return result
 
     def _on_failure(self, failure, request, handler):
         exc = failure.value

@@ -12,6 +12,7 @@ from zope.interface import moduleProvides
 from kafkatw.network.request import Response
 from kafkatw.protocol import errors
 from kafkatw.protocol.messages import FetchResponse
+from kafkatw.security.authorizer import AclOperation, ResourceType
 from kafkatw.server.fetch_session import (
     LEGACY,
     ZERO_UUID,
@@ -33,6 +34,7 @@ INVALID_HIGH_WATERMARK = -1
 INVALID_LAST_STABLE_OFFSET = -1
 INVALID_LOG_START_OFFSET = -1
 DEFAULT_FETCH_MAX_BYTES = 55 * 1024 * 1024
+READ, TOPIC = AclOperation.READ, ResourceType.TOPIC
 
 
 @attr.s(slots=True)
@@ -114,9 +116,12 @@ def handle(apis, request):
     interesting = []  # ((topic, partition), PartitionData)
     keys = {}  # (topic, partition) -> TopicIdPartition
     erroneous = []  # (TopicIdPartition, ErrorPartitionData)
+    check_read = apis.authorizer is not None and not is_follower  # a follower: CLUSTER_ACTION, gated
     for key, data in context.partitions_to_fetch():
         if key.topic is None:
             erroneous.append((key, ErrorPartitionData(errors.UNKNOWN_TOPIC_ID)))
+        elif check_read and not apis.allowed(request, READ, TOPIC, key.topic):
+            erroneous.append((key, ErrorPartitionData(errors.TOPIC_AUTHORIZATION_FAILED)))
         elif not meta.contains_partition(key.topic, key.partition):
             erroneous.append((key, ErrorPartitionData(errors.UNKNOWN_TOPIC_OR_PARTITION)))
         else:

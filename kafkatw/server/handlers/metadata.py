@@ -11,6 +11,8 @@ from kafkatw.cluster.metadata import INTERNAL_TOPICS, ZERO_UUID, is_valid_topic_
 from kafkatw.protocol import errors
 from kafkatw.protocol.errors import KafkaError
 from kafkatw.protocol.messages import MetadataResponse
+from kafkatw.security.authorizer import CLUSTER_NAME
+from kafkatw.security.authorizer import ResourceType as RT
 from kafkatw.server.interfaces import IApiHandler
 
 moduleProvides(IApiHandler)
@@ -109,9 +111,23 @@ def topic_response(apis, request, info, include_ops, has_endpoint):
         topic_id=info.topic_id,
         is_internal=info.is_internal,
         partitions=partitions,
-        topic_authorized_operations=(operations_bitfield(TOPIC_OPERATIONS) if include_ops
+        topic_authorized_operations=(authorized_operations(apis, request, RT.TOPIC, info.name) if include_ops
                                      else AUTHORIZED_OPERATIONS_OMITTED),
     )
+
+
+def authorized_operations(apis, request, resource_type, name):
+    """Kafka's authorized-operations bit set: every supported operation without an authorizer."""
+    if apis.authorizer is None:
+        return operations_bitfield(TOPIC_OPERATIONS if resource_type == RT.TOPIC else CLUSTER_OPERATIONS)
+    if request.authz is None:
+        apis.allowed(request, DESCRIBE, resource_type, name)  # builds request.authz
+    return request.authz.authorized_operations(resource_type, name)
+
+
+def may_create(apis, request, name):
+    """Auto-creation needs CREATE on the cluster or on the topic (Kafka's order)."""
+    return apis.allowed(request, CREATE, RT.CLUSTER, CLUSTER_NAME) or apis.allowed(request, CREATE, RT.TOPIC, name)
 
 
 def error_topic(request, name, code, topic_id=ZERO_UUID):
@@ -122,19 +138,24 @@ def error_topic(request, name, code, topic_id=ZERO_UUID):
         is_internal=name in INTERNAL_TOPICS if name else False, partitions=[])
 
 
+def auto_create_asked(apis, request):
+    """The request allows auto-creation and the broker does it."""
+    allow_auto = True if request.api_version < 4 else bool(request.body.allow_auto_topic_creation)
+    return allow_auto and bool(apis.config_value("auto.create.topics.enable", True))
+
+
 def handle(apis, request):
     body = request.body
-    version = request.api_version
     meta = apis.metadata
-    allow_auto = True if version < 4 else bool(body.allow_auto_topic_creation)
-    auto_create = allow_auto and bool(apis.config_value("auto.create.topics.enable", True))
+    auto_create = auto_create_asked(apis, request)
 
     requested = body.topics
     if auto_create and requested:
         missing = []
         for t in requested:
             if t.name is not None and meta.get_topic(t.name) is None and is_valid_topic_name(t.name) \
-                    and t.name not in missing:
+                    and t.name not in missing and apis.allowed(request, DESCRIBE, RT.TOPIC, t.name) \
+                    and may_create(apis, request, t.name):
                 missing.append(t.name)
         if missing:
             # creations are written in the thread pool: answer once they are durable
@@ -156,6 +177,8 @@ def _respond(apis, request, auto_created):
     requested = body.topics
     if requested is None or (version == 0 and not requested):
         for name in sorted(meta.topics):
+            if not apis.allowed(request, DESCRIBE, RT.TOPIC, name):
+                continue  # what the principal may not describe is not listed
             topics_out.append(topic_response(apis, request, meta.topics[name], include_ops, has_endpoint))
     else:
         seen = set()
@@ -173,12 +196,18 @@ def _respond(apis, request, auto_created):
             if name in seen:
                 continue
             seen.add(name)
+            if not apis.allowed(request, DESCRIBE, RT.TOPIC, name):
+                topics_out.append(error_topic(request, name, errors.TOPIC_AUTHORIZATION_FAILED, topic_id))
+                continue
             info = meta.get_topic(name)
             if info is None:
                 if not is_valid_topic_name(name):
                     topics_out.append(error_topic(request, name, errors.INVALID_TOPIC_EXCEPTION))
                     continue
                 code = auto_created.get(name, errors.UNKNOWN_TOPIC_OR_PARTITION)
+                if name not in auto_created and auto_create_asked(apis, request) \
+                        and not may_create(apis, request, name):
+                    code = errors.TOPIC_AUTHORIZATION_FAILED
                 info = meta.get_topic(name) if code == errors.NONE else None
                 if info is None:
                     topics_out.append(error_topic(request, name, code or errors.UNKNOWN_TOPIC_OR_PARTITION))
@@ -194,7 +223,7 @@ def _respond(apis, request, auto_created):
         topics=topics_out,
     )
     if 8 <= version <= 10 and getattr(body, "include_cluster_authorized_operations", False):
-        response.cluster_authorized_operations = operations_bitfield(CLUSTER_OPERATIONS)
+        response.cluster_authorized_operations = authorized_operations(apis, request, RT.CLUSTER, CLUSTER_NAME)
     return response
 
 

@@ -14,6 +14,7 @@ from kafkatw.protocol import errors
 from kafkatw.protocol import records as rec
 from kafkatw.protocol.errors import KafkaError
 from kafkatw.protocol.messages import ProduceResponse
+from kafkatw.security.authorizer import AclOperation, ResourceType
 from kafkatw.server.handlers.recompress import (
     maybe_recompress,
     needs_recompress,
@@ -31,6 +32,7 @@ API_KEY = 0
 VERSIONS = (0, 11)  # v12 means transaction.version 2 (KIP-890 part 2), not built
 FIRST_SERVED_VERSION = 3
 ZSTD = 4
+WRITE, TOPIC = AclOperation.WRITE, ResourceType.TOPIC
 
 
 def validate_records(version, records):
@@ -83,6 +85,7 @@ def handle(apis, request):
                          "Transactions are not supported by this broker")
 
     meta = apis.metadata
+    authorizer = apis.authorizer
     slow = []  # batches recompressed in the thread pool: [(tp, records, compression type, header)]
     for topic in body.topic_data:
         compression_type = None  # the topic's, looked up once for all its partitions
@@ -91,6 +94,9 @@ def handle(apis, request):
             order.append(tp)
             if uniform_error is not None:
                 results[tp] = _error(*uniform_error)
+                continue
+            if authorizer is not None and not apis.allowed(request, WRITE, TOPIC, topic.name):
+                results[tp] = _error(errors.TOPIC_AUTHORIZATION_FAILED)
                 continue
             if not meta.contains_partition(topic.name, pd.index):
                 results[tp] = _error(errors.UNKNOWN_TOPIC_OR_PARTITION)

@@ -1,0 +1,409 @@
+"""Which actions each API needs authorized, on which resources (Kafka's checks in ``KafkaApis``).
+
+Owns, per API key, the list of :class:`Action` s a request asks for (decided in one
+``authorize`` call before its handler runs, so an authorizer answering with a Deferred parks the
+request instead of blocking) and the whole-request gates (one group, the cluster, a
+transactional id) answered with the API's error response. Per-topic filtering (partial answers)
+is in the handlers, which ask :func:`allowed`. It does not decide anything itself.
+"""
+
+from twisted.internet import defer
+from twisted.logger import Logger
+
+from kafkatw.protocol import errors
+from kafkatw.security.authorizer import (
+    ALLOWED,
+    CLUSTER_NAME,
+    SUPPORTED_OPERATIONS,
+    Action,
+    AclOperation as Op,
+    AuthorizableRequestContext,
+    ResourcePattern,
+    ResourceType as RT,
+)
+
+log = Logger(namespace="kafkatw.server.authz")
+
+CLUSTER = ResourcePattern(RT.CLUSTER, CLUSTER_NAME)
+GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE = 0, 1
+# DescribeConfigs/AlterConfigs resource types (ConfigResource.Type)
+CONFIG_TOPIC, CONFIG_BROKER, CONFIG_BROKER_LOGGER = 2, 4, 8
+
+# APIs anyone may call (before authentication, or answering only about the connection)
+UNCHECKED = frozenset((17, 18, 36))  # SaslHandshake, ApiVersions, SaslAuthenticate
+
+
+def request_context(request):
+    ctx = request.context
+    host = ""
+    address = getattr(ctx, "client_address", None)
+    if address:
+        host = address[0]
+    return AuthorizableRequestContext(
+        principal=ctx.principal, host=host, listener_name=ctx.listener_name,
+        security_protocol=ctx.security_protocol, request_type=request.api_key,
+        request_version=request.api_version, client_id=request.client_id,
+        correlation_id=request.correlation_id)
+
+
+def _act(op, rtype, name, count=1, log_if_allowed=True, log_if_denied=True):
+    return Action(op, ResourcePattern(rtype, name), count, log_if_allowed, log_if_denied)
+
+
+def _cluster(op, log_if_denied=True):
+    return Action(op, CLUSTER, 1, True, log_if_denied)
+
+
+def _topics(op, names, log_if_denied=True):
+    counts = {}
+    for n in names:
+        if n is not None:
+            counts[n] = counts.get(n, 0) + 1
+    return [_act(op, RT.TOPIC, n, c, True, log_if_denied) for n, c in counts.items()]
+
+
+def _ops(rtype, name):
+    """Every supported operation on one resource, for authorized-operations bit sets (not logged)."""
+    return [_act(op, rtype, name, 1, False, False) for op in SUPPORTED_OPERATIONS[rtype]]
+
+
+# -- per API: the actions a request needs --------------------------------------------------
+
+def _produce(apis, req):
+    b = req.body
+    acts = _topics(Op.WRITE, [t.name for t in b.topic_data])
+    if b.transactional_id is not None:
+        acts.append(_act(Op.WRITE, RT.TRANSACTIONAL_ID, b.transactional_id))
+    return acts
+
+
+def _fetch(apis, req):
+    b = req.body
+    if getattr(b, "replica_id", -1) >= 0 or getattr(getattr(b, "replica_state", None), "replica_id", -1) >= 0:
+        return [_cluster(Op.CLUSTER_ACTION)]
+    meta = apis.metadata
+    names = []
+    for t in b.topics:
+        name = getattr(t, "topic", None)
+        if not name and getattr(t, "topic_id", None) is not None:
+            info = meta.topic_by_id(t.topic_id)
+            name = info.name if info is not None else None
+        names.append(name)
+    return _topics(Op.READ, names)
+
+
+def _metadata(apis, req):
+    b = req.body
+    meta = apis.metadata
+    version = req.api_version
+    if b.topics is None or (version == 0 and not b.topics):
+        names = list(meta.topics)
+        acts = _topics(Op.DESCRIBE, names, log_if_denied=False)  # filtered silently, as Kafka does
+    else:
+        names = []
+        for t in b.topics:
+            name = t.name
+            if name is None and getattr(t, "topic_id", None) is not None:
+                info = meta.topic_by_id(t.topic_id)
+                name = info.name if info is not None else None
+            names.append(name)
+        acts = _topics(Op.DESCRIBE, names)
+        if any(n is not None and meta.get_topic(n) is None for n in names):
+            acts.append(_cluster(Op.CREATE, log_if_denied=False))
+            acts.extend(_topics(Op.CREATE, [n for n in names if n is not None and meta.get_topic(n) is None]))
+    if version >= 8 and getattr(b, "include_topic_authorized_operations", False):
+        for n in set(n for n in names if n is not None):
+            acts.extend(_ops(RT.TOPIC, n))
+    if 8 <= version <= 10 and getattr(b, "include_cluster_authorized_operations", False):
+        acts.extend(_ops(RT.CLUSTER, CLUSTER_NAME))
+    return acts
+
+
+def _list_offsets(apis, req):
+    return _topics(Op.DESCRIBE, [t.name for t in req.body.topics])
+
+
+def _offset_commit(apis, req):
+    b = req.body
+    return [_act(Op.READ, RT.GROUP, b.group_id)] + _topics(Op.READ, [t.name for t in b.topics])
+
+
+def _offset_fetch(apis, req):
+    b = req.body
+    groups = getattr(b, "groups", None) or []
+    acts = []
+    if groups:
+        for g in groups:
+            acts.append(_act(Op.DESCRIBE, RT.GROUP, g.group_id))
+            if g.topics is not None:
+                acts.extend(_topics(Op.DESCRIBE, [t.name for t in g.topics]))
+    else:
+        acts.append(_act(Op.DESCRIBE, RT.GROUP, b.group_id))
+        if b.topics is not None:
+            acts.extend(_topics(Op.DESCRIBE, [t.name for t in b.topics]))
+    # offsets of every committed topic: filtered by what the principal may describe
+    acts.extend(_topics(Op.DESCRIBE, list(apis.metadata.topics), log_if_denied=False))
+    return acts
+
+
+def _coordinator_keys(req):
+    b = req.body
+    keys = list(getattr(b, "coordinator_keys", None) or [])
+    if not keys and b.key is not None:
+        keys = [b.key]
+    return keys, getattr(b, "key_type", GROUP_KEY_TYPE)
+
+
+def _find_coordinator(apis, req):
+    keys, key_type = _coordinator_keys(req)
+    rtype = RT.TRANSACTIONAL_ID if key_type == TRANSACTION_KEY_TYPE else RT.GROUP
+    return [_act(Op.DESCRIBE, rtype, k) for k in keys]
+
+
+def _group_read(apis, req):
+    return [_act(Op.READ, RT.GROUP, req.body.group_id)]
+
+
+def _describe_groups(apis, req):
+    acts = []
+    for g in req.body.groups:
+        acts.append(_act(Op.DESCRIBE, RT.GROUP, g))
+        if getattr(req.body, "include_authorized_operations", False):
+            acts.extend(_ops(RT.GROUP, g))
+    return acts
+
+
+def _list_groups(apis, req):
+    acts = [_cluster(Op.DESCRIBE, log_if_denied=False)]
+    coordinator = apis.group_coordinator
+    names = []
+    if coordinator is not None:
+        groups = getattr(coordinator, "groups", None)
+        if isinstance(groups, dict):
+            names = list(groups)
+    acts.extend(_act(Op.DESCRIBE, RT.GROUP, n, 1, True, False) for n in names)
+    return acts
+
+
+def _delete_groups(apis, req):
+    return [_act(Op.DELETE, RT.GROUP, g) for g in req.body.groups_names]
+
+
+def _offset_delete(apis, req):
+    b = req.body
+    return [_act(Op.DELETE, RT.GROUP, b.group_id)] + _topics(Op.READ, [t.name for t in b.topics])
+
+
+def _create_topics(apis, req):
+    names = [t.name for t in req.body.topics]
+    return [_cluster(Op.CREATE, log_if_denied=False)] + _topics(Op.CREATE, names) + \
+        _topics(Op.DESCRIBE_CONFIGS, names, log_if_denied=False)
+
+
+def _delete_topics(apis, req):
+    b = req.body
+    meta = apis.metadata
+    names = list(getattr(b, "topic_names", None) or [])
+    for t in getattr(b, "topics", None) or []:
+        name = t.name
+        if name is None and getattr(t, "topic_id", None) is not None:
+            info = meta.topic_by_id(t.topic_id)
+            name = info.name if info is not None else None
+        names.append(name)
+    return _topics(Op.DELETE, names) + _topics(Op.DESCRIBE, names, log_if_denied=False)
+
+
+def _delete_records(apis, req):
+    return _topics(Op.DELETE, [t.name for t in req.body.topics])
+
+
+def _init_producer_id(apis, req):
+    tid = req.body.transactional_id
+    if tid is not None:
+        return [_act(Op.WRITE, RT.TRANSACTIONAL_ID, tid)]
+    return [_cluster(Op.IDEMPOTENT_WRITE, log_if_denied=False)] + \
+        _topics(Op.WRITE, list(apis.metadata.topics), log_if_denied=False)
+
+
+def _offset_for_leader_epoch(apis, req):
+    if getattr(req.body, "replica_id", -1) >= 0:
+        return [_cluster(Op.CLUSTER_ACTION)]
+    return _topics(Op.DESCRIBE, [t.topic for t in req.body.topics])
+
+
+def _config_resource(resource_type, name):
+    if resource_type == CONFIG_TOPIC:
+        return RT.TOPIC, name
+    return RT.CLUSTER, CLUSTER_NAME
+
+
+def _configs(op):
+    def actions(apis, req):
+        out = []
+        for r in req.body.resources:
+            rtype, name = _config_resource(r.resource_type, r.resource_name)
+            out.append(_act(op, rtype, name))
+        return out
+    return actions
+
+
+def _describe_producers(apis, req):
+    return _topics(Op.READ, [t.name for t in req.body.topics])
+
+
+def _create_partitions(apis, req):
+    return _topics(Op.ALTER, [t.name for t in req.body.topics])
+
+
+def _cluster_only(op):
+    return lambda apis, req: [_cluster(op)]
+
+
+def _describe_cluster(apis, req):
+    if getattr(req.body, "include_cluster_authorized_operations", False):
+        return _ops(RT.CLUSTER, CLUSTER_NAME)
+    return []
+
+
+ACTIONS = {
+    0: _produce, 1: _fetch, 2: _list_offsets, 3: _metadata, 8: _offset_commit, 9: _offset_fetch,
+    10: _find_coordinator, 11: _group_read, 12: _group_read, 13: _group_read, 14: _group_read,
+    15: _describe_groups, 16: _list_groups, 19: _create_topics, 20: _delete_topics,
+    21: _delete_records, 22: _init_producer_id, 23: _offset_for_leader_epoch,
+    29: _cluster_only(Op.DESCRIBE), 30: _cluster_only(Op.ALTER), 31: _cluster_only(Op.ALTER),
+    32: _configs(Op.DESCRIBE_CONFIGS), 33: _configs(Op.ALTER_CONFIGS), 35: _cluster_only(Op.DESCRIBE),
+    37: _create_partitions, 42: _delete_groups, 43: _cluster_only(Op.ALTER),
+    44: _configs(Op.ALTER_CONFIGS), 47: _offset_delete, 50: _cluster_only(Op.DESCRIBE),
+    51: _cluster_only(Op.ALTER), 60: _describe_cluster, 61: _describe_producers,
+}
+
+
+# -- whole-request gates: an error code for the API's error response, or None ---------------
+
+def _gate_group(apis, req, ok):
+    return None if ok(Op.READ, RT.GROUP, req.body.group_id) else errors.GROUP_AUTHORIZATION_FAILED
+
+
+def _gate_cluster(op):
+    def gate(apis, req, ok):
+        return None if ok(op, RT.CLUSTER, CLUSTER_NAME) else errors.CLUSTER_AUTHORIZATION_FAILED
+    return gate
+
+
+def _gate_init_producer_id(apis, req, ok):
+    tid = req.body.transactional_id
+    if tid is not None:
+        return None if ok(Op.WRITE, RT.TRANSACTIONAL_ID, tid) else errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    if ok(Op.IDEMPOTENT_WRITE, RT.CLUSTER, CLUSTER_NAME):
+        return None
+    # Kafka 3.0+: WRITE on any topic also allows an idempotent producer (KIP-679)
+    if any(ok(Op.WRITE, RT.TOPIC, n) for n in apis.metadata.topics):
+        return None
+    return errors.CLUSTER_AUTHORIZATION_FAILED
+
+
+def _gate_produce(apis, req, ok):
+    tid = req.body.transactional_id
+    if tid is not None and not ok(Op.WRITE, RT.TRANSACTIONAL_ID, tid):
+        return errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    return None
+
+
+def _gate_fetch(apis, req, ok):
+    b = req.body
+    if getattr(b, "replica_id", -1) >= 0 or getattr(getattr(b, "replica_state", None), "replica_id", -1) >= 0:
+        if not ok(Op.CLUSTER_ACTION, RT.CLUSTER, CLUSTER_NAME):
+            return errors.TOPIC_AUTHORIZATION_FAILED
+    return None
+
+
+def _gate_find_coordinator(apis, req, ok):
+    keys, key_type = _coordinator_keys(req)
+    if getattr(req.body, "coordinator_keys", None):
+        return None  # v4+: per key, in the handler
+    if key_type == TRANSACTION_KEY_TYPE:
+        return None if all(ok(Op.DESCRIBE, RT.TRANSACTIONAL_ID, k) for k in keys) \
+            else errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    return None if all(ok(Op.DESCRIBE, RT.GROUP, k) for k in keys) else errors.GROUP_AUTHORIZATION_FAILED
+
+
+def _gate_all(error, op_for):
+    """Coarse but closed: every resource of the request must be allowed (APIs whose handler does
+    not filter per resource yet)."""
+    def gate(apis, req, ok):
+        for action in ACTIONS[req.api_key](apis, req):
+            if action.log_if_denied and action.operation == op_for and \
+                    not ok(action.operation, action.resource.resource_type, action.resource.name):
+                return error
+        return None
+    return gate
+
+
+GATES = {
+    0: _gate_produce, 1: _gate_fetch, 10: _gate_find_coordinator, 11: _gate_group, 12: _gate_group,
+    13: _gate_group, 14: _gate_group, 22: _gate_init_producer_id,
+    29: _gate_cluster(Op.DESCRIBE), 30: _gate_cluster(Op.ALTER), 31: _gate_cluster(Op.ALTER),
+    35: _gate_cluster(Op.DESCRIBE), 43: _gate_cluster(Op.ALTER), 50: _gate_cluster(Op.DESCRIBE),
+    51: _gate_cluster(Op.ALTER),
+    # not yet filtered per resource in their handlers: all or nothing
+    2: _gate_all(errors.TOPIC_AUTHORIZATION_FAILED, Op.DESCRIBE),
+    21: _gate_all(errors.TOPIC_AUTHORIZATION_FAILED, Op.DELETE),
+    23: _gate_all(errors.TOPIC_AUTHORIZATION_FAILED, Op.DESCRIBE),
+    32: _gate_all(errors.CLUSTER_AUTHORIZATION_FAILED, Op.DESCRIBE_CONFIGS),
+    33: _gate_all(errors.CLUSTER_AUTHORIZATION_FAILED, Op.ALTER_CONFIGS),
+    37: _gate_all(errors.TOPIC_AUTHORIZATION_FAILED, Op.ALTER),
+    42: _gate_all(errors.GROUP_AUTHORIZATION_FAILED, Op.DELETE),
+    44: _gate_all(errors.CLUSTER_AUTHORIZATION_FAILED, Op.ALTER_CONFIGS),
+    47: _gate_all(errors.GROUP_AUTHORIZATION_FAILED, Op.DELETE),
+    61: _gate_all(errors.TOPIC_AUTHORIZATION_FAILED, Op.READ),
+}
+
+
+# -- the decided results, as handlers read them ----------------------------------------------
+
+class Decisions:
+    """The authorizer's answers for one request: ``allowed(op, resource_type, name)``.
+
+    An action that was not planned is asked now when the authorizer answers directly; an
+    authorizer answering with a Deferred cannot be waited on here, so it is DENIED (fail closed)."""
+
+    __slots__ = ("authorizer", "context", "results")
+
+    def __init__(self, authorizer, context, actions, results):
+        self.authorizer = authorizer
+        self.context = context
+        self.results = {(a.operation, a.resource.resource_type, a.resource.name): r == ALLOWED
+                        for a, r in zip(actions, results)}
+
+    def allowed(self, op, rtype, name):
+        key = (op, rtype, name)
+        result = self.results.get(key)
+        if result is None:
+            answer = self.authorizer.authorize(self.context, [_act(op, rtype, name)])
+            if isinstance(answer, defer.Deferred):
+                log.error("authorization of {op} on {rtype} {name} was not planned; denied",
+                          op=Op(op).name, rtype=RT(rtype).name, name=name)
+                answer.addErrback(lambda f: None)
+                result = False
+            else:
+                result = list(answer)[0] == ALLOWED
+            self.results[key] = result
+        return result
+
+    def authorized_operations(self, rtype, name):
+        """Kafka's authorized-operations bit set of one resource."""
+        bits = 0
+        for op in SUPPORTED_OPERATIONS[rtype]:
+            if self.allowed(op, rtype, name):
+                bits |= 1 << op
+        return bits
+
+
+def decide(authorizer, request, actions, continue_with):
+    """Authorize ``actions`` for ``request`` and call ``continue_with(decisions)``: at once when
+    the authorizer answers directly, else when its Deferred fires (its result is passed on)."""
+    context = request_context(request)
+    results = authorizer.authorize(context, actions) if actions else []
+    if isinstance(results, defer.Deferred):
+        return results.addCallback(lambda r: continue_with(Decisions(authorizer, context, actions, list(r))))
+    return continue_with(Decisions(authorizer, context, actions, results))

@@ -1,0 +1,291 @@
+"""Authorization against a real broker process with real clients (SCRAM users): the ACL authorizer
+loaded by Kafka's class name, per-principal produce/consume/group/metadata checks with Kafka's
+error codes, DENY for one host over ALLOW for ``*``, super users, auto-creation needing CREATE,
+ACLs created, listed and deleted through confluent-kafka's and kafka-python's admin clients
+(taking effect at once and surviving a restart), SECURITY_DISABLED without an authorizer, and a
+wrong ``authorizer.class.name`` refused at start-up."""
+
+import logging
+import time
+
+from twisted.trial.unittest import SynchronousTestCase
+
+from kafkatw.protocol import errors
+from kafkatw.protocol import messages as m
+from kafkatw.testing import BrokerStartError, KafkaBroker, KafkaBrokerMixin
+from tests.support import RawClient, produce_body, unique_name
+
+USERS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret"}
+N = 20
+QUIET = logging.getLogger("kafkatw.tests.librdkafka.authz")
+QUIET.addHandler(logging.NullHandler())
+QUIET.propagate = False
+AUTHZ = {"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer", "super.users": "User:admin"}
+
+
+def conf(broker, user, **extra):
+    c = {"bootstrap.servers": broker.sasl_bootstrap_servers, "security.protocol": "SASL_PLAINTEXT",
+         "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": user, "sasl.password": USERS[user],
+         "logger": QUIET}
+    c.update(extra)
+    return c
+
+
+def kp_conf(broker, user):
+    return {"bootstrap_servers": broker.sasl_bootstrap_servers, "security_protocol": "SASL_PLAINTEXT",
+            "sasl_mechanism": "SCRAM-SHA-256", "sasl_plain_username": user,
+            "sasl_plain_password": USERS[user]}
+
+
+def acl(rtype, name, principal, op, perm="ALLOW", pattern="LITERAL", host="*"):
+    from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, ResourcePatternType, ResourceType
+
+    return AclBinding(ResourceType[rtype], name, ResourcePatternType[pattern], principal, host,
+                      AclOperation[op], AclPermissionType[perm])
+
+
+class AuthzBrokerMixin(KafkaBrokerMixin):
+    broker_overrides = AUTHZ
+    broker_options = {"listeners": ("PLAINTEXT", "SASL_PLAINTEXT"), "sasl_users": USERS,
+                      "sasl_mechanisms": ("SCRAM-SHA-256",)}
+
+    def admin(self):
+        """The super user's admin client (kept: a collected client fails its futures)."""
+        from confluent_kafka.admin import AdminClient
+
+        if getattr(self, "_admin", None) is None:
+            self._admin = AdminClient(conf(self.broker, "admin"))
+        return self._admin
+
+    def add_acls(self, *bindings):
+        futures = self.admin().create_acls(list(bindings))
+        for f in futures.values():
+            self.assertIsNone(f.result(15))
+
+    def create_topics(self, *names, partitions=1):
+        from confluent_kafka.admin import NewTopic
+
+        futures = self.admin().create_topics([NewTopic(n, partitions, 1) for n in names])
+        for f in futures.values():
+            self.assertIsNone(f.result(15))
+
+    def produce(self, user, topic, n=N, **extra):
+        """The delivery errors (None for delivered) of ``n`` records produced as ``user``."""
+        from confluent_kafka import Producer
+
+        p = Producer(conf(self.broker, user, **dict({"message.timeout.ms": 10000}, **extra)))
+        delivered = []
+        for i in range(n):
+            p.produce(topic, value=b"v%d" % i, on_delivery=lambda e, msg: delivered.append(e))
+        self.assertEqual(p.flush(30), 0)
+        return delivered
+
+
+class ConfluentAuthzTests(AuthzBrokerMixin, SynchronousTestCase):
+    """librdkafka through confluent-kafka, logged in with SCRAM-SHA-256."""
+
+    def test_write_on_a_prefix(self):
+        from confluent_kafka import KafkaError
+
+        tag = unique_name("p")
+        orders, payments = "orders-" + tag, "payments-" + tag
+        self.create_topics(orders, payments)
+        self.add_acls(acl("TOPIC", "orders-", "User:alice", "WRITE", pattern="PREFIXED"))
+        self.assertEqual(self.produce("alice", orders), [None] * N)
+        codes = [e.code() for e in self.produce("alice", payments, n=3)]
+        self.assertEqual(codes, [KafkaError.TOPIC_AUTHORIZATION_FAILED] * 3)
+
+    def consume(self, user, topic, group, n=N, timeout=30):
+        from confluent_kafka import Consumer
+
+        c = Consumer(conf(self.broker, user, **{"group.id": group, "auto.offset.reset": "earliest",
+                                                "enable.auto.commit": False}))
+        c.subscribe([topic])
+        got, errs = [], []
+        deadline = time.monotonic() + timeout
+        try:
+            while len(got) < n and not errs and time.monotonic() < deadline:
+                for msg in c.consume(n, 0.5):
+                    if msg.error():
+                        errs.append(msg.error().code())
+                    else:
+                        got.append(msg.value())
+            if got:
+                c.commit(asynchronous=False)
+        finally:
+            c.close()
+        return got, errs
+
+    def test_read_needs_the_group_too(self):
+        from confluent_kafka import KafkaError
+
+        topic, group, other = unique_name("r"), unique_name("g"), unique_name("g-no")
+        self.create_topics(topic)
+        self.assertEqual(self.produce("admin", topic), [None] * N)
+        self.add_acls(acl("TOPIC", topic, "User:bob", "READ"), acl("GROUP", group, "User:bob", "READ"))
+        got, errs = self.consume("bob", topic, group)
+        self.assertEqual((sorted(got), errs), (sorted(b"v%d" % i for i in range(N)), []))
+        got, errs = self.consume("bob", topic, other, timeout=15)
+        self.assertEqual((got, errs), ([], [KafkaError.GROUP_AUTHORIZATION_FAILED]))
+
+    def test_deny_for_a_host_beats_allow_for_every_host(self):
+        from confluent_kafka import KafkaError
+
+        topic = unique_name("deny")
+        self.create_topics(topic)
+        self.add_acls(acl("TOPIC", topic, "User:alice", "WRITE"))
+        self.assertEqual(self.produce("alice", topic, n=2), [None] * 2)
+        self.add_acls(acl("TOPIC", topic, "User:alice", "WRITE", perm="DENY", host="127.0.0.1"))
+        codes = [e.code() for e in self.produce("alice", topic, n=2)]
+        self.assertEqual(codes, [KafkaError.TOPIC_AUTHORIZATION_FAILED] * 2)
+
+    def test_super_user_may_do_everything_and_others_see_only_what_they_may_describe(self):
+        a, b = unique_name("vis-a"), unique_name("vis-b")
+        self.create_topics(a, b)
+        self.add_acls(acl("TOPIC", a, "User:bob", "READ"))
+        from confluent_kafka.admin import AdminClient
+
+        bob_client = AdminClient(conf(self.broker, "bob"))
+        bob = bob_client.list_topics(timeout=15).topics
+        self.assertIn(a, bob)
+        self.assertNotIn(b, bob)
+        admin = self.admin().list_topics(timeout=15).topics
+        self.assertTrue({a, b} <= set(admin))
+
+    def test_auto_creation_needs_create(self):
+        from confluent_kafka import KafkaError
+
+        tag = unique_name("auto")
+        self.add_acls(acl("TOPIC", tag, "User:alice", "WRITE", pattern="PREFIXED"))
+        codes = [e.code() for e in self.produce("alice", tag + "-1", n=1, **{"message.timeout.ms": 5000})]
+        self.assertEqual(codes, [KafkaError.TOPIC_AUTHORIZATION_FAILED])
+        self.assertNotIn(tag + "-1", self.admin().list_topics(timeout=15).topics)
+        self.add_acls(acl("TOPIC", tag, "User:alice", "CREATE", pattern="PREFIXED"))
+        self.assertEqual(self.produce("alice", tag + "-2", n=1), [None])
+        self.assertIn(tag + "-2", self.admin().list_topics(timeout=15).topics)
+
+
+class RawAuthzTests(AuthzBrokerMixin, SynchronousTestCase):
+    """Exact error codes on the wire, as ANONYMOUS on the PLAINTEXT listener."""
+
+    def test_anonymous_is_refused_with_kafkas_codes(self):
+        topic = unique_name("anon")
+        AuthzBrokerMixin.create_topics(self, topic)
+        c = RawClient(self.broker)
+        self.addCleanup(c.close)
+        resp = c.request(0, 9, produce_body(topic, 0, [b"x"]))
+        self.assertEqual(resp.responses[0].partition_responses[0].error_code, errors.TOPIC_AUTHORIZATION_FAILED)
+        md = c.request(3, 12, m.MetadataRequest(topics=[m.MetadataRequest.MetadataRequestTopic(name=topic)],
+                                                allow_auto_topic_creation=True))
+        self.assertEqual([(t.name, t.error_code) for t in md.topics], [(topic, errors.TOPIC_AUTHORIZATION_FAILED)])
+        md = c.request(3, 12, m.MetadataRequest(topics=None))
+        self.assertEqual(md.topics, [])
+        jg = c.request(11, 5, m.JoinGroupRequest(group_id="g", session_timeout_ms=10000,
+                                                 rebalance_timeout_ms=10000, member_id="",
+                                                 protocol_type="consumer", protocols=[]))
+        self.assertEqual(jg.error_code, errors.GROUP_AUTHORIZATION_FAILED)
+        ip = c.request(22, 4, m.InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=1000))
+        self.assertEqual(ip.error_code, errors.CLUSTER_AUTHORIZATION_FAILED)
+        da = c.request(29, 3, m.DescribeAclsRequest(resource_type_filter=1, pattern_type_filter=1,
+                                                    principal_filter=None, host_filter=None,
+                                                    resource_name_filter=None, operation=1, permission_type=1))
+        self.assertEqual(da.error_code, errors.CLUSTER_AUTHORIZATION_FAILED)
+
+    def test_anonymous_with_an_acl_produces(self):
+        topic = unique_name("anon-ok")
+        AuthzBrokerMixin.create_topics(self, topic)
+        self.add_acls(acl("TOPIC", topic, "User:ANONYMOUS", "WRITE"))
+        c = RawClient(self.broker)
+        self.addCleanup(c.close)
+        resp = c.request(0, 9, produce_body(topic, 0, [b"x"]))
+        self.assertEqual(resp.responses[0].partition_responses[0].error_code, errors.NONE)
+
+
+class AclAdminTests(AuthzBrokerMixin, SynchronousTestCase):
+    """ACLs through both admin clients, in force at once, durable across a restart."""
+
+    broker_scope = "test"
+
+    def test_created_listed_deleted_through_both_clients_and_kept_across_restart(self):
+        from confluent_kafka.admin import (
+            AclBindingFilter,
+            AclOperation,
+            AclPermissionType,
+            ResourcePatternType,
+            ResourceType,
+        )
+        from kafka.admin import ACL, ACLFilter, ACLOperation, ACLPermissionType, KafkaAdminClient
+        from kafka.admin import ResourcePattern as KpPattern
+        from kafka.admin import ResourcePatternFilter as KpPatternFilter
+        from kafka.admin import ResourceType as KpType
+        from kafka.admin import ACLResourcePatternType
+
+        self.add_acls(acl("TOPIC", "t1", "User:alice", "READ"),
+                      acl("GROUP", "grp-", "User:bob", "READ", pattern="PREFIXED"))
+        kp = KafkaAdminClient(**kp_conf(self.broker, "admin"))
+        self.addCleanup(kp.close)
+        result = kp.create_acls([ACL("User:carol", "*", ACLOperation.WRITE, ACLPermissionType.DENY,
+                                    KpPattern(KpType.TOPIC, "t2", ACLResourcePatternType.LITERAL))])
+        self.assertEqual(len(result["succeeded"]), 1, result)
+        self.assertEqual(result["failed"], [])
+
+        any_filter = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None,
+                                      AclOperation.ANY, AclPermissionType.ANY)
+
+        def listed():
+            got = self.admin().describe_acls(any_filter).result(15)
+            return sorted((b.restype.name, b.name, b.resource_pattern_type.name, b.principal, b.host,
+                           b.operation.name, b.permission_type.name) for b in got)
+
+        expected = [("GROUP", "grp-", "PREFIXED", "User:bob", "*", "READ", "ALLOW"),
+                    ("TOPIC", "t1", "LITERAL", "User:alice", "*", "READ", "ALLOW"),
+                    ("TOPIC", "t2", "LITERAL", "User:carol", "*", "WRITE", "DENY")]
+        self.assertEqual(listed(), expected)
+        acls, err = kp.describe_acls(ACLFilter(None, None, ACLOperation.ANY, ACLPermissionType.ANY,
+                                               KpPatternFilter(KpType.TOPIC, None, ACLResourcePatternType.ANY)))
+        self.assertEqual(sorted((a.principal, a.resource_pattern.resource_name) for a in acls),
+                         [("User:alice", "t1"), ("User:carol", "t2")])
+        # MATCH: the ACLs that apply to group grp-1 (the prefix)
+        match = AclBindingFilter(ResourceType.GROUP, "grp-1", ResourcePatternType.MATCH, None, None,
+                                 AclOperation.ANY, AclPermissionType.ANY)
+        self.assertEqual([b.name for b in self.admin().describe_acls(match).result(15)], ["grp-"])
+
+        self.broker.restart()
+        self._admin = None
+        self.assertEqual(listed(), expected)
+
+        kp2 = KafkaAdminClient(**kp_conf(self.broker, "admin"))
+        self.addCleanup(kp2.close)
+        deleted = kp2.delete_acls([ACLFilter("User:carol", None, ACLOperation.ANY, ACLPermissionType.ANY,
+                                             KpPatternFilter(KpType.ANY, None, ACLResourcePatternType.ANY))])
+        self.assertEqual(len(deleted), 1)
+        self.assertEqual([(a.principal, a.resource_pattern.resource_name) for a in deleted[0][1]],
+                         [("User:carol", "t2")])
+        self.assertIs(deleted[0][2].errno, 0)
+        futures = self.admin().delete_acls([AclBindingFilter(
+            ResourceType.TOPIC, "t1", ResourcePatternType.LITERAL, None, None, AclOperation.ANY,
+            AclPermissionType.ANY)])
+        self.assertEqual([[b.principal for b in f.result(15)] for f in futures.values()], [["User:alice"]])
+        self.assertEqual(listed(), [expected[0]])
+
+
+class WithoutAuthorizerTests(SynchronousTestCase):
+
+    def test_acl_apis_answer_security_disabled(self):
+        broker = KafkaBroker().start()
+        self.addCleanup(broker.close)
+        c = RawClient(broker)
+        self.addCleanup(c.close)
+        da = c.request(29, 3, m.DescribeAclsRequest(resource_type_filter=1, pattern_type_filter=1,
+                                                    principal_filter=None, host_filter=None,
+                                                    resource_name_filter=None, operation=1, permission_type=1))
+        self.assertEqual(da.error_code, errors.SECURITY_DISABLED)
+
+    def test_a_wrong_authorizer_stops_start_up(self):
+        broker = KafkaBroker(overrides={"authorizer.class.name": "com.example.NoSuchAuthorizer"})
+        self.addCleanup(broker.close)
+        with self.assertRaises(BrokerStartError) as cm:
+            broker.start()
+        self.assertIn("Invalid value com.example.NoSuchAuthorizer for configuration authorizer.class.name: "
+                      "cannot be loaded", cm.exception.reason)
+        self.assertNotIn("\n", cm.exception.reason)
