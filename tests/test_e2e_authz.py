@@ -165,6 +165,63 @@ class ConfluentAuthzTests(AuthzBrokerMixin, SynchronousTestCase):
         self.assertIn(tag + "-2", self.admin().list_topics(timeout=15).topics)
 
 
+    def test_create_and_delete_topics_need_their_acls(self):
+        from confluent_kafka import KafkaError
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        tag = unique_name("adm")
+        alice = AdminClient(conf(self.broker, "alice"))
+        [f] = alice.create_topics([NewTopic(tag + "-a", 1, 1)]).values()
+        self.assertEqual(f.exception(15).args[0].code(), KafkaError.TOPIC_AUTHORIZATION_FAILED)
+        self.add_acls(acl("TOPIC", tag, "User:alice", "CREATE", pattern="PREFIXED"))
+        [f] = alice.create_topics([NewTopic(tag + "-a", 1, 1)]).values()
+        self.assertIsNone(f.result(15))
+        # alice may describe (CREATE does not imply it) nothing: her delete looks like an unknown topic
+        [f] = alice.delete_topics([tag + "-a"]).values()
+        self.assertEqual(f.exception(15).args[0].code(), KafkaError.UNKNOWN_TOPIC_OR_PART)
+        self.add_acls(acl("TOPIC", tag, "User:alice", "DESCRIBE", pattern="PREFIXED"))
+        [f] = alice.delete_topics([tag + "-a"]).values()
+        self.assertEqual(f.exception(15).args[0].code(), KafkaError.TOPIC_AUTHORIZATION_FAILED)
+        self.add_acls(acl("TOPIC", tag, "User:alice", "DELETE", pattern="PREFIXED"))
+        [f] = alice.delete_topics([tag + "-a"]).values()
+        self.assertIsNone(f.result(15))
+
+
+class KafkaPythonAuthzTests(AuthzBrokerMixin, SynchronousTestCase):
+    """kafka-python: a consumer in a group needs READ on the topic and on the group."""
+
+    def test_consume_with_and_without_the_group(self):
+        from kafka import KafkaConsumer, KafkaProducer
+        from kafka.errors import GroupAuthorizationFailedError, TopicAuthorizationFailedError
+
+        topic, group = unique_name("kp"), unique_name("kp-g")
+        self.create_topics(topic)
+        self.add_acls(acl("TOPIC", topic, "User:alice", "WRITE"), acl("TOPIC", topic, "User:bob", "READ"),
+                      acl("GROUP", group, "User:bob", "READ"))
+        p = KafkaProducer(**kp_conf(self.broker, "alice"))
+        for i in range(N):
+            p.send(topic, b"kp%d" % i)
+        p.flush(30)
+        with self.assertRaises(TopicAuthorizationFailedError):
+            p.send("payments-" + topic, b"x").get(timeout=30)
+        p.close()
+        c = KafkaConsumer(topic, group_id=group, auto_offset_reset="earliest", consumer_timeout_ms=20000,
+                          **kp_conf(self.broker, "bob"))
+        got = []
+        for msg in c:
+            got.append(msg.value)
+            if len(got) == N:
+                break
+        c.commit()
+        c.close()
+        self.assertEqual(sorted(got), sorted(b"kp%d" % i for i in range(N)))
+        c = KafkaConsumer(topic, group_id=group + "-other", auto_offset_reset="earliest",
+                          consumer_timeout_ms=10000, **kp_conf(self.broker, "bob"))
+        self.addCleanup(c.close)
+        with self.assertRaises(GroupAuthorizationFailedError):
+            next(iter(c))
+
+
 class RawAuthzTests(AuthzBrokerMixin, SynchronousTestCase):
     """Exact error codes on the wire, as ANONYMOUS on the PLAINTEXT listener."""
 

@@ -339,8 +339,12 @@ def _gate_all(error, op_for):
     return gate
 
 
+def _gate_offset_commit(apis, req, ok):
+    return None if ok(Op.READ, RT.GROUP, req.body.group_id) else errors.GROUP_AUTHORIZATION_FAILED
+
+
 GATES = {
-    0: _gate_produce, 1: _gate_fetch, 10: _gate_find_coordinator, 11: _gate_group, 12: _gate_group,
+    0: _gate_produce, 8: _gate_offset_commit, 1: _gate_fetch, 10: _gate_find_coordinator, 11: _gate_group, 12: _gate_group,
     13: _gate_group, 14: _gate_group, 22: _gate_init_producer_id,
     29: _gate_cluster(Op.DESCRIBE), 30: _gate_cluster(Op.ALTER), 31: _gate_cluster(Op.ALTER),
     35: _gate_cluster(Op.DESCRIBE), 43: _gate_cluster(Op.ALTER), 50: _gate_cluster(Op.DESCRIBE),
@@ -352,7 +356,6 @@ GATES = {
     32: _gate_all(errors.CLUSTER_AUTHORIZATION_FAILED, Op.DESCRIBE_CONFIGS),
     33: _gate_all(errors.CLUSTER_AUTHORIZATION_FAILED, Op.ALTER_CONFIGS),
     37: _gate_all(errors.TOPIC_AUTHORIZATION_FAILED, Op.ALTER),
-    42: _gate_all(errors.GROUP_AUTHORIZATION_FAILED, Op.DELETE),
     44: _gate_all(errors.CLUSTER_AUTHORIZATION_FAILED, Op.ALTER_CONFIGS),
     47: _gate_all(errors.GROUP_AUTHORIZATION_FAILED, Op.DELETE),
     61: _gate_all(errors.TOPIC_AUTHORIZATION_FAILED, Op.READ),

@@ -12,7 +12,11 @@ from kafkatw.protocol.messages import (
     OffsetDeleteResponse,
     OffsetFetchResponse,
 )
+from kafkatw.security.authorizer import AclOperation, ResourceType
 from kafkatw.server.interfaces import IApiHandler
+
+READ, DESCRIBE = AclOperation.READ, AclOperation.DESCRIBE
+TOPIC, GROUP = ResourceType.TOPIC, ResourceType.GROUP
 
 INVALID_OFFSET = -1
 
@@ -41,6 +45,9 @@ class OffsetCommit:
             for p in t.partitions:
                 tp = (t.name, p.partition_index)
                 order.append(tp)
+                if not apis.allowed(request, READ, TOPIC, t.name):
+                    errors_by_tp[tp] = errors.TOPIC_AUTHORIZATION_FAILED
+                    continue
                 if not apis.metadata.contains_partition(t.name, p.partition_index):
                     errors_by_tp[tp] = errors.UNKNOWN_TOPIC_OR_PARTITION
                     continue
@@ -85,15 +92,21 @@ class OffsetFetch:
         if version >= 8:
             groups = []
             for g in body.groups:
+                if not apis.allowed(request, DESCRIBE, GROUP, g.group_id):
+                    groups.append(OffsetFetchResponse.OffsetFetchResponseGroup(
+                        group_id=g.group_id, topics=[], error_code=errors.GROUP_AUTHORIZATION_FAILED))
+                    continue
                 wanted = None if g.topics is None else [
                     (t.name, p) for t in g.topics for p in t.partition_indexes]
                 code, offsets = coordinator.handle_fetch_offsets(g.group_id, wanted, body.require_stable)
                 topics = [] if code != errors.NONE else _fetch_topics(
                     offsets, wanted, OffsetFetchResponse.OffsetFetchResponseTopics,
-                    OffsetFetchResponse.OffsetFetchResponsePartitions)
+                    OffsetFetchResponse.OffsetFetchResponsePartitions, _may_describe(apis, request))
                 groups.append(OffsetFetchResponse.OffsetFetchResponseGroup(
                     group_id=g.group_id, topics=topics, error_code=code))
             return OffsetFetchResponse(groups=groups)
+        if not apis.allowed(request, DESCRIBE, GROUP, body.group_id):
+            return OffsetFetch.error_response(request, errors.GROUP_AUTHORIZATION_FAILED, None)
         wanted = None if body.topics is None else [
             (t.name, p) for t in body.topics for p in t.partition_indexes]
         code, offsets = coordinator.handle_fetch_offsets(
@@ -103,7 +116,7 @@ class OffsetFetch:
         return OffsetFetchResponse(
             error_code=code if version >= 2 else errors.NONE,
             topics=_fetch_topics(offsets, wanted, OffsetFetchResponse.OffsetFetchResponseTopic,
-                                 OffsetFetchResponse.OffsetFetchResponsePartition))
+                                 OffsetFetchResponse.OffsetFetchResponsePartition, _may_describe(apis, request)))
 
     @staticmethod
     def error_response(request, code, message):
@@ -124,8 +137,21 @@ class OffsetFetch:
         return OffsetFetchResponse(topics=topics)
 
 
-def _fetch_topics(offsets, wanted, topic_cls, partition_cls):
+def _may_describe(apis, request):
+    return lambda topic: apis.allowed(request, DESCRIBE, TOPIC, topic)
+
+
+def _fetch_topics(offsets, wanted, topic_cls, partition_cls, may_describe=None):
+    """Requested partitions the principal may not describe answer TOPIC_AUTHORIZATION_FAILED;
+    with all partitions asked for, those are left out (Kafka's OffsetFetch)."""
+    if may_describe is not None and wanted is None:
+        offsets = {tp: om for tp, om in offsets.items() if may_describe(tp[0])}
+
     def partition_result(tp):
+        if may_describe is not None and wanted is not None and not may_describe(tp[0]):
+            return partition_cls(partition_index=tp[1], committed_offset=INVALID_OFFSET,
+                                 committed_leader_epoch=-1, metadata="",
+                                 error_code=errors.TOPIC_AUTHORIZATION_FAILED)
         om = offsets.get(tp)
         if om is None:
             return partition_cls(partition_index=tp[1], committed_offset=INVALID_OFFSET,

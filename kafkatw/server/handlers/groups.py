@@ -17,6 +17,7 @@ from kafkatw.protocol.messages import (
     ListGroupsResponse,
     SyncGroupResponse,
 )
+from kafkatw.security.authorizer import CLUSTER_NAME, AclOperation, ResourceType
 from kafkatw.server.handlers.metadata import (
     AUTHORIZED_OPERATIONS_OMITTED,
     DELETE,
@@ -62,7 +63,10 @@ class FindCoordinator:
         else:
             keys = [body.key]
             key_type = body.key_type if version >= 1 else GROUP_KEY_TYPE
-        answers = [_find(apis, request, key_type, key) for key in keys]
+        answers = [_find(apis, request, key_type, key) if _may_describe_key(apis, request, key_type, key)
+                   else ((errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED if key_type == TRANSACTION_KEY_TYPE
+                          else errors.GROUP_AUTHORIZATION_FAILED), -1, "", -1)
+                   for key in keys]
         if version >= 4:
             return FindCoordinatorResponse(coordinators=[
                 FindCoordinatorResponse.Coordinator(key=k, node_id=n, host=h, port=p, error_code=c,
@@ -82,6 +86,11 @@ class FindCoordinator:
                 for k in body.coordinator_keys])
         return FindCoordinatorResponse(error_code=code, error_message=message if version >= 1 else None,
                                        node_id=-1, host="", port=-1)
+
+
+def _may_describe_key(apis, request, key_type, key):
+    rtype = ResourceType.TRANSACTIONAL_ID if key_type == TRANSACTION_KEY_TYPE else ResourceType.GROUP
+    return apis.allowed(request, AclOperation.DESCRIBE, rtype, key)
 
 
 def _message(code):
@@ -243,10 +252,16 @@ class DescribeGroups:
         coordinator = _coordinator(apis)
         out = []
         for group_id in body.groups:
+            if not apis.allowed(request, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+                out.append(DescribeGroupsResponse.DescribedGroup(
+                    error_code=errors.GROUP_AUTHORIZATION_FAILED, group_id=group_id, group_state="",
+                    protocol_type="", protocol_data="", members=[]))
+                continue
             code, summary = coordinator.handle_describe_group(group_id)
             ops = AUTHORIZED_OPERATIONS_OMITTED
             if version >= 3 and body.include_authorized_operations:
-                ops = operations_bitfield(GROUP_OPERATIONS)
+                ops = (operations_bitfield(GROUP_OPERATIONS) if apis.authorizer is None
+                       else request.authz.authorized_operations(ResourceType.GROUP, group_id))
             out.append(DescribeGroupsResponse.DescribedGroup(
                 error_code=code, group_id=group_id, group_state=summary.state,
                 protocol_type=summary.protocol_type, protocol_data=summary.protocol,
@@ -275,6 +290,9 @@ class ListGroups:
         body, version = request.body, request.api_version
         code, groups = _coordinator(apis).handle_list_groups(
             body.states_filter if version >= 4 else (), body.types_filter if version >= 5 else ())
+        if not apis.allowed(request, AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+            # without DESCRIBE on the cluster, only the groups the principal may describe
+            groups = [g for g in groups if apis.allowed(request, AclOperation.DESCRIBE, ResourceType.GROUP, g[0])]
         return ListGroupsResponse(error_code=code, groups=[
             ListGroupsResponse.ListedGroup(group_id=g, protocol_type=pt,
                                            group_state=s if version >= 4 else "",
@@ -294,9 +312,11 @@ class DeleteGroups:
     @staticmethod
     def handle(apis, request):
         names = list(request.body.groups_names)
-        d = _coordinator(apis).handle_delete_groups(names)
+        denied = {g for g in names if not apis.allowed(request, AclOperation.DELETE, ResourceType.GROUP, g)}
+        d = _coordinator(apis).handle_delete_groups([g for g in names if g not in denied])
 
         def respond(results):
+            results = dict(results, **{g: errors.GROUP_AUTHORIZATION_FAILED for g in denied})
             return DeleteGroupsResponse(results=[
                 DeleteGroupsResponse.DeletableGroupResult(group_id=g, error_code=results[g])
                 for g in dict.fromkeys(names)])

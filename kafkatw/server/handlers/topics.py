@@ -23,8 +23,12 @@ from kafkatw.config.removed import REMOVED_TOPIC_CONFIGS, split_removed
 from kafkatw.protocol import errors
 from kafkatw.protocol.errors import KafkaError, error_name
 from kafkatw.protocol.messages import CreateTopicsResponse, DeleteTopicsResponse
+from kafkatw.security.authorizer import CLUSTER_NAME, AclOperation, ResourceType
 from kafkatw.server.interfaces import IApiHandler
 from kafkatw.server.quota import mutation_quota, with_mutation_throttle
+
+CREATE, DELETE, DESCRIBE = AclOperation.CREATE, AclOperation.DELETE, AclOperation.DESCRIBE
+TOPIC, CLUSTER = ResourceType.TOPIC, ResourceType.CLUSTER
 
 log = Logger()
 
@@ -199,6 +203,7 @@ class CreateTopics:
             return CreateTopics.error_response(request, errors.POLICY_VIOLATION, EXCESSIVE_PARTITIONS)
         counts = Counter(t.name for t in body.topics)
         quota = mutation_quota(apis, request, strict_from_version=6)  # KIP-599
+        may_create = apis.allowed(request, CREATE, CLUSTER, CLUSTER_NAME)
         results = []
         pending = []
         for t in body.topics:
@@ -208,6 +213,11 @@ class CreateTopics:
                 result.error_code = errors.INVALID_REQUEST
                 result.error_message = "Duplicate topic name."
                 continue
+            if not may_create:
+                if not apis.allowed(request, CREATE, TOPIC, t.name):
+                    result.error_code = errors.TOPIC_AUTHORIZATION_FAILED
+                    result.error_message = "Authorization failed."
+                    continue
             try:
                 if not body.validate_only:
                     quota.record(requested_partitions(apis, [t]))
@@ -290,6 +300,12 @@ class DeleteTopics:
                         raise KafkaError(errors.UNKNOWN_TOPIC_OR_PARTITION,
                                          "This server does not host this topic-partition.")
                     result.topic_id = info.topic_id
+                if not apis.allowed(request, DELETE, TOPIC, info.name):
+                    # a topic the principal may not describe looks unknown (Kafka's DeleteTopics)
+                    if apis.allowed(request, DESCRIBE, TOPIC, info.name):
+                        raise KafkaError(errors.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
+                    raise KafkaError(errors.UNKNOWN_TOPIC_OR_PARTITION if name is not None else
+                                     errors.UNKNOWN_TOPIC_ID, "This server does not host this topic.")
                 if not deletion_enabled:
                     raise KafkaError(errors.TOPIC_DELETION_DISABLED, "Topic deletion is disabled.")
                 quota.record(info.num_partitions)

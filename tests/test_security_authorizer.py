@@ -1,0 +1,249 @@
+"""The ACL authorizer's decisions (Kafka's AclAuthorizerTest cases in spirit), filter matching
+(MATCH/ANY), ACL validation and durability, loading through the plug-in registry, and requests
+through KafkaApis with an authorizer that answers later (a Deferred parks the request)."""
+
+import os
+
+from twisted.internet import defer
+from twisted.trial import unittest
+from zope.interface import implementer
+
+from kafkatw.config import ConfigError, KafkaConfig
+from kafkatw.protocol import errors, messages
+from kafkatw.security.acl_authorizer import AclAuthorizer
+from kafkatw.security.authorizer import (
+    ALLOWED,
+    ANY_FILTER,
+    DENIED,
+    AccessControlEntry,
+    AccessControlEntryFilter,
+    AclBinding,
+    AclBindingFilter,
+    AclOperation as Op,
+    AclPermissionType as Perm,
+    AclValidationError,
+    Action,
+    AuthorizableRequestContext,
+    IAuthorizer,
+    PatternType as PT,
+    ResourcePattern,
+    ResourcePatternFilter,
+    ResourceType as RT,
+    load_authorizer,
+)
+from kafkatw.security.principal import KafkaPrincipal
+from tests.test_server_apis import ApisFixture
+
+ALICE = KafkaPrincipal("User", "alice")
+
+
+def binding(rtype, name, principal, op, perm=Perm.ALLOW, pattern=PT.LITERAL, host="*"):
+    return AclBinding(ResourcePattern(rtype, name, pattern), AccessControlEntry(principal, host, op, perm))
+
+
+def ctx(principal=ALICE, host="10.0.0.1"):
+    return AuthorizableRequestContext(principal=principal, host=host)
+
+
+class AclAuthorizerTests(unittest.TestCase):
+
+    def authorizer(self, *bindings, **configs):
+        a = AclAuthorizer()
+        a.configure(configs)
+        self.assertEqual(self.successResultOf(a.create_acls(None, list(bindings))), [None] * len(bindings))
+        return a
+
+    def check(self, a, op, rtype, name, **kw):
+        return a.authorize(ctx(**kw), [Action(op, ResourcePattern(rtype, name))])[0]
+
+    def test_no_acl_denies_unless_allow_everyone(self):
+        self.assertEqual(self.check(self.authorizer(), Op.READ, RT.TOPIC, "t"), DENIED)
+        a = self.authorizer(**{"allow.everyone.if.no.acl.found": True})
+        self.assertEqual(self.check(a, Op.READ, RT.TOPIC, "t"), ALLOWED)
+        # an ACL on the resource for someone else: no longer "no ACL found"
+        a = self.authorizer(binding(RT.TOPIC, "t", "User:bob", Op.READ), **{"allow.everyone.if.no.acl.found": True})
+        self.assertEqual(self.check(a, Op.READ, RT.TOPIC, "t"), DENIED)
+
+    def test_literal_wildcard_and_prefixed_patterns(self):
+        a = self.authorizer(binding(RT.TOPIC, "orders-", "User:alice", Op.WRITE, pattern=PT.PREFIXED),
+                            binding(RT.GROUP, "*", "User:alice", Op.READ),
+                            binding(RT.TOPIC, "exact", "User:alice", Op.READ))
+        self.assertEqual(self.check(a, Op.WRITE, RT.TOPIC, "orders-1"), ALLOWED)
+        self.assertEqual(self.check(a, Op.WRITE, RT.TOPIC, "orders"), DENIED)
+        self.assertEqual(self.check(a, Op.WRITE, RT.TOPIC, "payments"), DENIED)
+        self.assertEqual(self.check(a, Op.READ, RT.GROUP, "any-group"), ALLOWED)
+        self.assertEqual(self.check(a, Op.READ, RT.TOPIC, "exact"), ALLOWED)
+        self.assertEqual(self.check(a, Op.READ, RT.TOPIC, "exact2"), DENIED)
+        # the resource type matters
+        self.assertEqual(self.check(a, Op.READ, RT.TRANSACTIONAL_ID, "exact"), DENIED)
+
+    def test_deny_wins_and_hosts_and_wildcard_principal(self):
+        a = self.authorizer(binding(RT.TOPIC, "t", "User:*", Op.WRITE),
+                            binding(RT.TOPIC, "t", "User:alice", Op.WRITE, Perm.DENY, host="10.0.0.1"))
+        self.assertEqual(self.check(a, Op.WRITE, RT.TOPIC, "t", host="10.0.0.1"), DENIED)
+        self.assertEqual(self.check(a, Op.WRITE, RT.TOPIC, "t", host="10.0.0.2"), ALLOWED)
+        self.assertEqual(self.check(a, Op.WRITE, RT.TOPIC, "t", principal=KafkaPrincipal("User", "bob"),
+                                    host="10.0.0.1"), ALLOWED)
+        # DENY ALL denies every operation; a DENY of READ does not deny DESCRIBE
+        a = self.authorizer(binding(RT.TOPIC, "t", "User:alice", Op.ALL),
+                            binding(RT.TOPIC, "t", "User:alice", Op.READ, Perm.DENY))
+        self.assertEqual(self.check(a, Op.READ, RT.TOPIC, "t"), DENIED)
+        self.assertEqual(self.check(a, Op.DESCRIBE, RT.TOPIC, "t"), ALLOWED)
+        a = self.authorizer(binding(RT.TOPIC, "t", "User:alice", Op.ALL),
+                            binding(RT.TOPIC, "t", "User:*", Op.ALL, Perm.DENY, pattern=PT.PREFIXED))
+        self.assertEqual(self.check(a, Op.DESCRIBE, RT.TOPIC, "t"), DENIED)
+
+    def test_implied_operations(self):
+        for op in (Op.READ, Op.WRITE, Op.DELETE, Op.ALTER):
+            a = self.authorizer(binding(RT.TOPIC, "t", "User:alice", op))
+            self.assertEqual(self.check(a, Op.DESCRIBE, RT.TOPIC, "t"), ALLOWED, op)
+            self.assertEqual(self.check(a, Op.DESCRIBE_CONFIGS, RT.TOPIC, "t"), DENIED, op)
+        a = self.authorizer(binding(RT.TOPIC, "t", "User:alice", Op.ALTER_CONFIGS))
+        self.assertEqual(self.check(a, Op.DESCRIBE_CONFIGS, RT.TOPIC, "t"), ALLOWED)
+        self.assertEqual(self.check(a, Op.DESCRIBE, RT.TOPIC, "t"), DENIED)
+        a = self.authorizer(binding(RT.TOPIC, "t", "User:alice", Op.DESCRIBE))
+        self.assertEqual(self.check(a, Op.READ, RT.TOPIC, "t"), DENIED)
+        a = self.authorizer(binding(RT.CLUSTER, "kafka-cluster", "User:alice", Op.ALL))
+        self.assertEqual(self.check(a, Op.IDEMPOTENT_WRITE, RT.CLUSTER, "kafka-cluster"), ALLOWED)
+
+    def test_super_users(self):
+        a = self.authorizer(binding(RT.TOPIC, "t", "User:alice", Op.ALL, Perm.DENY),
+                            **{"super.users": "User:alice; User:admin"})
+        self.assertEqual(self.check(a, Op.ALTER, RT.CLUSTER, "kafka-cluster"), ALLOWED)
+        self.assertEqual(self.check(a, Op.READ, RT.TOPIC, "t"), ALLOWED)
+        self.assertRaises(ConfigError, AclAuthorizer().configure, {"super.users": "alice"})
+
+    def test_filters_match_as_kafkas(self):
+        lit = binding(RT.TOPIC, "orders-1", "User:a", Op.READ)
+        star = binding(RT.TOPIC, "*", "User:a", Op.READ)
+        pre = binding(RT.TOPIC, "orders-", "User:b", Op.WRITE, Perm.DENY, pattern=PT.PREFIXED)
+        grp = binding(RT.GROUP, "orders-1", "User:a", Op.READ)
+        a = self.authorizer(lit, star, pre, grp)
+
+        def f(rtype, name, pattern, principal=None, op=Op.ANY, perm=Perm.ANY, host=None):
+            return set(a.acls(AclBindingFilter(ResourcePatternFilter(rtype, name, pattern),
+                                               AccessControlEntryFilter(principal, host, op, perm))))
+
+        self.assertEqual(set(a.acls(ANY_FILTER)), {lit, star, pre, grp})
+        self.assertEqual(f(RT.TOPIC, "orders-1", PT.MATCH), {lit, star, pre})
+        self.assertEqual(f(RT.TOPIC, "orders-1", PT.ANY), {lit})
+        self.assertEqual(f(RT.TOPIC, "orders-1", PT.LITERAL), {lit})
+        self.assertEqual(f(RT.TOPIC, None, PT.PREFIXED), {pre})
+        self.assertEqual(f(RT.ANY, "orders-1", PT.ANY), {lit, grp})
+        self.assertEqual(f(RT.ANY, None, PT.ANY, principal="User:b"), {pre})
+        self.assertEqual(f(RT.ANY, None, PT.ANY, perm=Perm.DENY, op=Op.WRITE), {pre})
+        self.assertEqual(f(RT.ANY, None, PT.ANY, op=Op.READ, host="*"), {lit, star, grp})
+
+    def test_invalid_acls_are_refused_one_by_one(self):
+        a = AclAuthorizer()
+        good = binding(RT.TOPIC, "t", "User:a", Op.READ)
+        bad = [binding(RT.ANY, "t", "User:a", Op.READ), binding(RT.TOPIC, "t", "User:a", Op.READ, pattern=PT.MATCH),
+               binding(RT.TOPIC, "t", "User:a", Op.ANY), binding(RT.TOPIC, "", "User:a", Op.READ),
+               binding(RT.CLUSTER, "other", "User:a", Op.ALTER), binding(RT.TOPIC, "t", "alice", Op.READ)]
+        results = self.successResultOf(a.create_acls(None, bad + [good]))
+        self.assertEqual([type(r) for r in results], [AclValidationError] * len(bad) + [type(None)])
+        self.assertEqual(str(results[4]), "The only valid name for the CLUSTER resource is kafka-cluster")
+        self.assertEqual(a.acls(ANY_FILTER), [good])
+
+    def test_durable_and_reloaded(self):
+        path = os.path.join(self.mktemp())
+        os.makedirs(path)
+        a = AclAuthorizer(os.path.join(path, "acls.json"))
+        b1, b2 = binding(RT.TOPIC, "t", "User:a", Op.READ), binding(RT.GROUP, "g", "User:a", Op.READ)
+        self.successResultOf(a.create_acls(None, [b1, b2, b1]))
+        deleted = self.successResultOf(a.delete_acls(None, [AclBindingFilter(
+            ResourcePatternFilter(RT.GROUP, None, PT.ANY), AccessControlEntryFilter(None, None, Op.ANY, Perm.ANY))]))
+        self.assertEqual(deleted, [[b2]])
+        again = AclAuthorizer(os.path.join(path, "acls.json"))
+        again.start(None)
+        self.assertEqual(again.acls(ANY_FILTER), [b1])
+
+
+class LoadingTests(unittest.TestCase):
+
+    def test_kafka_class_names_select_the_acl_authorizer(self):
+        for name in ("kafka.security.authorizer.AclAuthorizer",
+                     "org.apache.kafka.metadata.authorizer.StandardAuthorizer", "acl",
+                     "kafkatw.security.acl_authorizer.AclAuthorizer"):
+            a = load_authorizer(KafkaConfig.from_properties({"authorizer.class.name": name,
+                                                             "super.users": "User:root"}))
+            self.assertIsInstance(a, AclAuthorizer)
+            self.assertEqual(a.super_users, {"User:root"})
+        self.assertIsNone(load_authorizer(KafkaConfig.from_properties({})))
+
+    def test_something_else_is_one_line(self):
+        e = self.assertRaises(ConfigError, load_authorizer,
+                              KafkaConfig.from_properties({"authorizer.class.name": "kafkatw.config.KafkaConfig"}))
+        self.assertIn("authorizer.class.name", str(e))
+        self.assertNotIn("\n", str(e))
+
+
+@implementer(IAuthorizer)
+class LaterAuthorizer:
+    """Answers every authorize() with a Deferred the test fires: alice may WRITE topic t only."""
+
+    def __init__(self):
+        self.pending = []
+
+    def start(self, info):
+        pass
+
+    def stop(self):
+        pass
+
+    def authorize(self, context, actions):
+        d = defer.Deferred()
+        answer = [ALLOWED if (context.principal.name == "alice" and a.operation in (Op.WRITE, Op.DESCRIBE)
+                              and a.resource.name == "t") else DENIED for a in actions]
+        self.pending.append((d, answer))
+        return d
+
+    def create_acls(self, context, bindings):
+        return [None for _ in bindings]
+
+    def delete_acls(self, context, filters):
+        return [[] for _ in filters]
+
+    def acls(self, filter):
+        return []
+
+    def release(self):
+        pending, self.pending = self.pending, []
+        for d, answer in pending:
+            d.callback(answer)
+
+
+class DeferredAuthorizerApisTests(ApisFixture, unittest.TestCase):
+    """A request waits for the authorizer's Deferred, then is answered with its decisions."""
+
+    def test_metadata_waits_then_hides_what_is_denied(self):
+        self.create_topic("t")
+        self.create_topic("u")
+        authorizer = LaterAuthorizer()
+        self.apis = self.make_apis(authorizer=authorizer)
+        d = self.apis.handle(self.request(messages.MetadataRequest(topics=None), 12, principal=ALICE))
+        self.assertNoResult(d)
+        authorizer.release()
+        resp = self.successResultOf(d)
+        self.assertEqual([t.name for t in resp.body.topics], ["t"])
+
+    def test_join_group_denied_after_the_wait(self):
+        authorizer = LaterAuthorizer()
+        self.apis = self.make_apis(authorizer=authorizer)
+        body = messages.JoinGroupRequest(group_id="g", session_timeout_ms=10000, rebalance_timeout_ms=10000,
+                                         member_id="", protocol_type="consumer", protocols=[])
+        d = self.apis.handle(self.request(body, 5, principal=ALICE))
+        self.assertNoResult(d)
+        authorizer.release()
+        self.assertEqual(self.successResultOf(d).body.error_code, errors.GROUP_AUTHORIZATION_FAILED)
+
+    def test_an_authorizer_failure_is_an_error_answer_not_a_hang(self):
+        authorizer = LaterAuthorizer()
+        self.apis = self.make_apis(authorizer=authorizer)
+        body = messages.JoinGroupRequest(group_id="g", session_timeout_ms=10000, rebalance_timeout_ms=10000,
+                                         member_id="", protocol_type="consumer", protocols=[])
+        d = self.apis.handle(self.request(body, 5, principal=ALICE))
+        authorizer.pending[0][0].errback(RuntimeError("service down"))
+        authorizer.pending = []
+        self.assertEqual(self.successResultOf(d).body.error_code, errors.UNKNOWN_SERVER_ERROR)
+        self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
