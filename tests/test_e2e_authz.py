@@ -326,6 +326,48 @@ class AclAdminTests(AuthzBrokerMixin, SynchronousTestCase):
         self.assertEqual(listed(), [expected[0]])
 
 
+class CliAclTests(AuthzBrokerMixin, SynchronousTestCase):
+    """``kafkatw acls add|list|remove`` logged in as the super user; the ACL takes effect at once."""
+
+    def cli(self, *args):
+        import subprocess
+        import sys
+
+        props = self.mktemp()
+        with open(props, "w") as f:
+            f.write("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n"
+                    "sasl.username=admin\nsasl.password=%s\n" % USERS["admin"])
+        r = subprocess.run([sys.executable, "-m", "kafkatw.cli", "--bootstrap-server",
+                            self.broker.sasl_bootstrap_servers, "--command-config", props] + list(args),
+                           capture_output=True, text=True, timeout=60)
+        return r.returncode, r.stdout, r.stderr
+
+    def test_add_list_remove(self):
+        from confluent_kafka import KafkaError
+
+        tag = unique_name("cli")
+        self.create_topics(tag + "-x")
+        rc, out, err = self.cli("acls", "add", "--allow-principal", "User:alice", "--operation", "Write",
+                                "--operation", "Describe", "--topic", tag, "--resource-pattern-type", "prefixed")
+        self.assertEqual((rc, out), (0, "Added 2 ACL(s).\n"), err)
+        self.assertEqual(self.produce("alice", tag + "-x", n=2), [None] * 2)
+        rc, out, err = self.cli("acls", "list", "--topic", tag + "-x", "--resource-pattern-type", "match")
+        self.assertEqual(rc, 0, err)
+        self.assertEqual([line.split() for line in out.splitlines()],
+                         [["RESOURCE_TYPE", "NAME", "PATTERN", "PRINCIPAL", "HOST", "OPERATION", "PERMISSION"],
+                          ["TOPIC", tag, "PREFIXED", "User:alice", "*", "DESCRIBE", "ALLOW"],
+                          ["TOPIC", tag, "PREFIXED", "User:alice", "*", "WRITE", "ALLOW"]])
+        rc, out, err = self.cli("acls", "remove", "--allow-principal", "User:alice", "--operation", "Write",
+                                "--topic", tag, "--resource-pattern-type", "PREFIXED")
+        self.assertEqual((rc, out), (0, "Removed 1 ACL(s).\n"), err)
+        codes = [e.code() for e in self.produce("alice", tag + "-x", n=1)]
+        self.assertEqual(codes, [KafkaError.TOPIC_AUTHORIZATION_FAILED])
+        rc, out, err = self.cli("acls", "add", "--allow-principal", "User:alice", "--cluster", "--operation",
+                                "Read")
+        self.assertEqual((rc, err), (1, "Error: ResourceType CLUSTER only supports operations CREATE,CLUSTER_ACTION,"
+                                        "DESCRIBE_CONFIGS,ALTER_CONFIGS,IDEMPOTENT_WRITE,ALTER,DESCRIBE\n"))
+
+
 class WithoutAuthorizerTests(SynchronousTestCase):
 
     def test_acl_apis_answer_security_disabled(self):
