@@ -1,6 +1,7 @@
-"""A third-party transport package, installed with pip, used by ``twistd kafka`` from config only.
+"""Third-party packages (a transport layer, an authorizer asking an HTTP service), installed with
+pip, used by ``twistd kafka`` from config only.
 
-The package is the one docs/plugins.md shows (its ``<!-- file: ... -->`` blocks are written to a
+The packages are the ones docs/plugins.md shows (its ``<!-- file: ... -->`` blocks are written to a
 temporary folder, so doc and test cannot drift). It is installed with pip (offline: no deps, no
 build isolation, no index) into a throwaway virtual environment that sees this environment's
 packages through a ``.pth`` file; the broker runs from there with nothing patched, driven by
@@ -23,7 +24,7 @@ from kafkatw.testing import KafkaBroker
 
 DOC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "plugins.md")
 _FILE = re.compile(r"<!-- file: (\S+) -->\s*```\w*\n(.*?)```", re.S)
-PACKAGE = "counting-transport"
+PACKAGES = ("counting-transport", "http-authorizer")
 
 
 def doc_files():
@@ -57,7 +58,7 @@ class ThrowawayVenv:
             f.write(os.path.dirname(os.path.dirname(os.path.abspath(kafkatw.__file__))) + "\n")
         self.pip_output = subprocess.run(
             [self.python, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index",
-             "--disable-pip-version-check", os.path.join(self.src, PACKAGE)],
+             "--disable-pip-version-check"] + [os.path.join(self.src, p) for p in PACKAGES],
             check=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True).stdout
         self.purelib = purelib
 
@@ -97,7 +98,11 @@ class DocTests(unittest.SynchronousTestCase):
             "counting-transport/pyproject.toml", "counting-transport/setup.cfg",
             "counting-transport/counting_transport/__init__.py",
             "counting-transport/twisted/plugins/counting_transport_plugin.py",
-            "counting.properties"])
+            "counting.properties",
+            "http-authorizer/pyproject.toml", "http-authorizer/setup.cfg",
+            "http-authorizer/http_authorizer/__init__.py",
+            "http-authorizer/twisted/plugins/http_authorizer_plugin.py",
+            "http-authorizer.properties"])
 
 
 class ThirdPartyTransportTests(unittest.SynchronousTestCase):
@@ -194,3 +199,81 @@ class ThirdPartyTransportTests(unittest.SynchronousTestCase):
         self.assertEqual((proc.returncode, proc.stderr), (2, (
             "kafkatw: Invalid value COUNTING for configuration listener.name.plaintext.transport.class: "
             "configure() failed: ValueError: counting.transport.file is not set\n")))
+
+
+class PolicyService:
+    """An HTTP policy service in a thread: everything is allowed except resources named
+    ``secret*``; it keeps every question it was asked."""
+
+    def __init__(self):
+        import http.server
+        import threading
+
+        questions = self.questions = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                question = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                questions.append(question)
+                answer = json.dumps({"allowed": [not a["name"].startswith("secret")
+                                                 for a in question["actions"]]}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = "http://127.0.0.1:%d/authorize" % self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class ThirdPartyAuthorizerTests(unittest.SynchronousTestCase):
+    """The HTTP authorizer of docs/plugins.md decides a real client's requests, asynchronously."""
+
+    def setUp(self):
+        self.venv = throwaway_venv()
+        self.dir = os.path.abspath(self.mktemp())
+        os.makedirs(self.dir)
+        self.service = PolicyService()
+        self.addCleanup(self.service.close)
+
+    def run_broker(self, **overrides):
+        config = os.path.join(self.dir, "http-authorizer.properties")
+        with open(config, "w") as f:
+            f.write(dict(doc_files())["http-authorizer.properties"])
+        broker = VenvBroker(self.venv, config_file=config, topics=[("open", 1), ("secret", 1)],
+                            overrides=dict({"http.authorizer.url": self.service.url}, **overrides))
+        self.addCleanup(broker.close)
+        broker.start()
+        return broker
+
+    def check_decided_by_the_service(self, broker):
+        from kafka import KafkaProducer
+        from kafka.errors import TopicAuthorizationFailedError
+
+        producer = KafkaProducer(bootstrap_servers=broker.bootstrap_servers, acks=1)
+        try:
+            self.assertEqual(producer.send("open", b"v").get(timeout=15).offset, 0)
+            with self.assertRaises(TopicAuthorizationFailedError):
+                producer.send("secret", b"v").get(timeout=15)
+        finally:
+            producer.close()
+        asked = [(q["principal"], a["operation"], a["resource_type"], a["name"])
+                 for q in self.service.questions for a in q["actions"]]
+        self.assertIn(("User:ANONYMOUS", "WRITE", "TOPIC", "open"), asked)
+        self.assertIn(("User:ANONYMOUS", "DESCRIBE", "TOPIC", "secret"), asked)
+
+    def test_short_name_from_its_twisted_drop_in(self):
+        self.check_decided_by_the_service(self.run_broker())
+
+    def test_dotted_name(self):
+        self.check_decided_by_the_service(self.run_broker(**{"authorizer.class.name": "http_authorizer.HttpAuthorizer"}))

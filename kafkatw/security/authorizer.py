@@ -269,4 +269,6 @@ def load_authorizer(config, **kwargs):
     name = config["authorizer.class.name"]
     if not name or not name.strip():
         return None
-    return registry.load("authorizer.class.name", name, IAuthorizer, configs=config.values(), **kwargs)
+    # Kafka's configure() sees every property, the authorizer's own keys too (typed where defined)
+    configs = dict(getattr(config, "originals", None) or {}, **config.values())
+    return registry.load("authorizer.class.name", name, IAuthorizer, configs=configs, **kwargs)
