@@ -248,6 +248,35 @@ class RawAuthzTests(AuthzBrokerMixin, SynchronousTestCase):
                                                     resource_name_filter=None, operation=1, permission_type=1))
         self.assertEqual(da.error_code, errors.CLUSTER_AUTHORIZATION_FAILED)
 
+    def test_configs_and_authorized_operations(self):
+        topic = unique_name("cfg")
+        AuthzBrokerMixin.create_topics(self, topic)
+        self.add_acls(acl("TOPIC", topic, "User:ANONYMOUS", "ALTER_CONFIGS"),
+                      acl("TOPIC", topic, "User:ANONYMOUS", "READ"),
+                      # confluent-kafka calls the CLUSTER resource type BROKER
+                      acl("BROKER", "kafka-cluster", "User:ANONYMOUS", "IDEMPOTENT_WRITE"))
+        c = RawClient(self.broker)
+        self.addCleanup(c.close)
+        R = m.DescribeConfigsRequest.DescribeConfigsResource
+        dc = c.request(32, 4, m.DescribeConfigsRequest(resources=[
+            R(resource_type=2, resource_name=topic, configuration_keys=["cleanup.policy"]),
+            R(resource_type=2, resource_name=topic + "-other", configuration_keys=None),
+            R(resource_type=4, resource_name="", configuration_keys=None)]))
+        self.assertEqual([(r.resource_name, r.error_code) for r in dc.results],
+                         [(topic, errors.NONE), (topic + "-other", errors.TOPIC_AUTHORIZATION_FAILED),
+                          ("", errors.CLUSTER_AUTHORIZATION_FAILED)])
+        self.assertEqual([(x.name, x.value) for x in dc.results[0].configs], [("cleanup.policy", "delete")])
+        md = c.request(3, 10, m.MetadataRequest(topics=[m.MetadataRequest.MetadataRequestTopic(name=topic)],
+                                                allow_auto_topic_creation=False,
+                                                include_cluster_authorized_operations=True,
+                                                include_topic_authorized_operations=True))
+        # READ implies DESCRIBE, ALTER_CONFIGS implies DESCRIBE_CONFIGS
+        self.assertEqual(md.topics[0].topic_authorized_operations,
+                         (1 << 3) | (1 << 8) | (1 << 10) | (1 << 11))
+        self.assertEqual(md.cluster_authorized_operations, 1 << 12)
+        ip = c.request(22, 4, m.InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=1000))
+        self.assertEqual(ip.error_code, errors.NONE)
+
     def test_anonymous_with_an_acl_produces(self):
         topic = unique_name("anon-ok")
         AuthzBrokerMixin.create_topics(self, topic)

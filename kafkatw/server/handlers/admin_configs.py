@@ -34,6 +34,7 @@ from kafkatw.protocol.messages import (
     DescribeConfigsResponse,
     IncrementalAlterConfigsResponse,
 )
+from kafkatw.security.authorizer import CLUSTER_NAME, AclOperation, ResourceType
 from kafkatw.server.handlers.topics import without_removed_configs
 from kafkatw.server.interfaces import IApiHandler
 
@@ -141,6 +142,15 @@ def describe_broker_configs(apis, default_resource, keys, include_synonyms, incl
     return rows
 
 
+def _authorize(apis, request, res, operation):
+    """Kafka's per-resource check: the topic, or the cluster for a broker or broker logger."""
+    if res.resource_type == TOPIC:
+        if not apis.allowed(request, operation, ResourceType.TOPIC, res.resource_name):
+            raise KafkaError(errors.TOPIC_AUTHORIZATION_FAILED, None)
+    elif not apis.allowed(request, operation, ResourceType.CLUSTER, CLUSTER_NAME):
+        raise KafkaError(errors.CLUSTER_AUTHORIZATION_FAILED, None)
+
+
 @provider(IApiHandler)
 class DescribeConfigs:
     API_KEY = 32
@@ -158,6 +168,7 @@ class DescribeConfigs:
                              configs=[])
             keys = None if res.configuration_keys is None else set(res.configuration_keys)
             try:
+                _authorize(apis, request, res, AclOperation.DESCRIBE_CONFIGS)
                 if res.resource_type == TOPIC:
                     info = _topic_info(apis, res.resource_name)
                     result.configs = describe_topic_configs(
@@ -311,6 +322,7 @@ def _alter(apis, request, incremental, response_cls):
         try:
             if counts[(res.resource_type, res.resource_name)] > 1:
                 raise KafkaError(errors.INVALID_REQUEST, "Duplicate resource in request")
+            _authorize(apis, request, res, AclOperation.ALTER_CONFIGS)
             if res.resource_type == TOPIC:
                 info = _topic_info(apis, res.resource_name)
                 if incremental:

@@ -7,9 +7,11 @@ from zope.interface import moduleProvides
 
 from kafkatw.protocol import errors
 from kafkatw.protocol.messages import DescribeClusterResponse
+from kafkatw.security.authorizer import CLUSTER_NAME, ResourceType
 from kafkatw.server.handlers.metadata import (
     AUTHORIZED_OPERATIONS_OMITTED,
     CLUSTER_OPERATIONS,
+    authorized_operations,
     listener_endpoint,
     operations_bitfield,
 )
@@ -40,7 +42,8 @@ def handle(apis, request):
             broker_id=apis.node_id, host=ep.host, port=ep.port, rack=apis.config_value("broker.rack")))
     ops = AUTHORIZED_OPERATIONS_OMITTED
     if body.include_cluster_authorized_operations:
-        ops = operations_bitfield(CLUSTER_OPERATIONS)
+        ops = (operations_bitfield(CLUSTER_OPERATIONS) if apis.authorizer is None
+               else authorized_operations(apis, request, ResourceType.CLUSTER, CLUSTER_NAME))
     return DescribeClusterResponse(
         throttle_time_ms=0, error_code=errors.NONE, error_message=None, endpoint_type=endpoint_type,
         cluster_id=apis.metadata.cluster_id, controller_id=apis.node_id, brokers=brokers,
