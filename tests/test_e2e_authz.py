@@ -138,6 +138,15 @@ class ConfluentAuthzTests(AuthzBrokerMixin, SynchronousTestCase):
         self.add_acls(acl("TOPIC", topic, "User:alice", "WRITE", perm="DENY", host="127.0.0.1"))
         codes = [e.code() for e in self.produce("alice", topic, n=2)]
         self.assertEqual(codes, [KafkaError.TOPIC_AUTHORIZATION_FAILED] * 2)
+        # the audit log (kafka.authorizer.logger) names principal, host, operation and resource
+        with open(self.broker.log_path) as f:
+            denied = [line for line in f if "Principal = User:alice is Denied operation = WRITE from host = "
+                      "127.0.0.1 on resource = ResourcePattern(resourceType=TOPIC, name=%s, patternType=LITERAL) "
+                      "for request = Produce" % topic in line]
+        self.assertTrue(denied)
+        self.assertIn("based on rule (pattern=ResourcePattern(resourceType=TOPIC, name=%s, patternType=LITERAL), "
+                      "entry=(principal=User:alice, host=127.0.0.1, operation=WRITE, permissionType=DENY))"
+                      % topic, denied[0])
 
     def test_super_user_may_do_everything_and_others_see_only_what_they_may_describe(self):
         a, b = unique_name("vis-a"), unique_name("vis-b")

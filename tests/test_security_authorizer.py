@@ -145,6 +145,31 @@ class AclAuthorizerTests(unittest.TestCase):
         self.assertEqual(str(results[4]), "The only valid name for the CLUSTER resource is kafka-cluster")
         self.assertEqual(a.acls(ANY_FILTER), [good])
 
+    def test_audit_log_names_principal_host_operation_and_resource(self):
+        path = os.path.abspath(self.mktemp())
+        a = self.authorizer(binding(RT.TOPIC, "t", "User:alice", Op.READ),
+                            **{"kafkatw.authorizer.log.file": path})
+        a.start(None)
+        self.addCleanup(a.stop)
+        context = AuthorizableRequestContext(principal=ALICE, host="10.0.0.1", request_type=1)
+        a.authorize(context, [Action(Op.READ, ResourcePattern(RT.TOPIC, "t")),
+                              Action(Op.WRITE, ResourcePattern(RT.TOPIC, "t")),
+                              Action(Op.WRITE, ResourcePattern(RT.TOPIC, "quiet"), 1, True, False)])
+        with open(path) as f:
+            lines = f.read().splitlines()
+        self.assertEqual(lines, [
+            "Principal = User:alice is Denied operation = WRITE from host = 10.0.0.1 on resource = "
+            "ResourcePattern(resourceType=TOPIC, name=t, patternType=LITERAL) for request = Fetch with "
+            "resourceRefCount = 1 based on no matching ACL"])
+        a.log_allowed = True
+        a.authorize(context, [Action(Op.READ, ResourcePattern(RT.TOPIC, "t"))])
+        with open(path) as f:
+            self.assertIn("Principal = User:alice is Allowed operation = READ from host = 10.0.0.1 on resource = "
+                          "ResourcePattern(resourceType=TOPIC, name=t, patternType=LITERAL) for request = Fetch "
+                          "with resourceRefCount = 1 based on rule (pattern=ResourcePattern(resourceType=TOPIC, "
+                          "name=t, patternType=LITERAL), entry=(principal=User:alice, host=*, operation=READ, "
+                          "permissionType=ALLOW))", f.read().splitlines()[-1])
+
     def test_durable_and_reloaded(self):
         path = os.path.join(self.mktemp())
         os.makedirs(path)

@@ -345,6 +345,11 @@ _d("metrics.recording.level", STRING, "INFO", OneOf("INFO", "DEBUG", "TRACE"), L
    "Highest recording level of Kafka's metrics (unused: kafkatw records every exported metric).")
 
 # kafkatw additions
+_d("kafkatw.authorizer.log.file", STRING, None, None, LOW,
+   "File for the authorizer's audit log (Kafka's kafka.authorizer.logger: one line per denied "
+   "action, allowed ones at debug); unset logs through that twisted logger namespace only.")
+_d("kafkatw.authorizer.log.allowed", BOOLEAN, False, None, LOW,
+   "Also log allowed actions that ask for it (Kafka's kafka.authorizer.logger at DEBUG).")
 _d("kafkatw.request.log.enable", BOOLEAN, False, None, LOW,
    "Log every completed request (Kafka's kafka.request.logger at DEBUG).")
 _d("kafkatw.request.log.file", STRING, None, None, LOW,

@@ -16,6 +16,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from kafkatw.config import ConfigError
+from kafkatw.protocol.messages import API_NAMES
 from kafkatw.security.authorizer import (
     ALLOWED,
     DENIED,
@@ -119,6 +120,9 @@ class AclAuthorizer:
         self._bindings = ()
         self._index = _Index(())
         self._lock = defer.DeferredLock()
+        self.audit_path = None
+        self.log_allowed = False  # Kafka's logger at DEBUG: allowed actions are logged too
+        self._audit_file = None
 
     # -- lifecycle ---------------------------------------------------------------------------
     def configure(self, configs):
@@ -134,6 +138,8 @@ class AclAuthorizer:
             users.add(item)
         self.super_users = frozenset(users)
         self.allow_everyone_if_no_acl_found = bool(configs.get("allow.everyone.if.no.acl.found"))
+        self.audit_path = configs.get("kafkatw.authorizer.log.file") or None
+        self.log_allowed = bool(configs.get("kafkatw.authorizer.log.allowed"))
 
     def start(self, server_info):
         if self.path is None and server_info is not None:
@@ -141,9 +147,17 @@ class AclAuthorizer:
             self.run_blocking = server_info.run_blocking
         if self.path is not None:
             self._set(self._load())
+        if self.audit_path is not None:
+            try:
+                self._audit_file = open(self.audit_path, "a", buffering=1)  # a line at a time
+            except OSError as e:
+                raise AclStoreError("cannot open the authorizer log %s: %s"
+                                    % (self.audit_path, e.strerror or e)) from None
 
     def stop(self):
-        pass
+        if self._audit_file is not None:
+            self._audit_file.close()
+            self._audit_file = None
 
     def _load(self):
         try:
@@ -170,9 +184,10 @@ class AclAuthorizer:
         principal = str(context.principal)
         host = context.host
         if principal in self.super_users:
-            for action in actions:
-                if action.log_if_allowed:
-                    self._audit(context, action, True, "super user")
+            if self.log_allowed:
+                for action in actions:
+                    if action.log_if_allowed:
+                        self._audit(context, action, True, "super user")
             metrics["authorized"] += len(actions)
             return [ALLOWED] * len(actions)
         results = []
@@ -180,7 +195,7 @@ class AclAuthorizer:
             allowed, why = self._decide(principal, host, action)
             if allowed:
                 metrics["authorized"] += 1
-                if action.log_if_allowed:
+                if action.log_if_allowed and self.log_allowed:
                     self._audit(context, action, True, why)
                 results.append(ALLOWED)
             else:
@@ -205,28 +220,32 @@ class AclAuthorizer:
                     and entry.principal in (principal, WILDCARD_PRINCIPAL)
                     and entry.operation in (op, AclOperation.ALL)
                     and entry.host in (host, WILDCARD_HOST)):
-                return False, "rule %s" % (binding,)
+                return False, binding
         implied = _IMPLIED_BY.get(op, (op,))
         for entry, binding in acls:
             if (entry.permission_type == AclPermissionType.ALLOW
                     and entry.principal in (principal, WILDCARD_PRINCIPAL)
                     and (entry.operation in implied or entry.operation == AclOperation.ALL)
                     and entry.host in (host, WILDCARD_HOST)):
-                return True, "rule %s" % (binding,)
+                return True, binding
         return False, "no matching ACL"
 
-    @staticmethod
-    def _audit(context, action, allowed, why):
+    def _audit(self, context, action, allowed, why):
         message = ("Principal = {principal} is {result} operation = {operation} from host = {host} on "
                    "resource = {resource} for request = {request} with resourceRefCount = {count} "
                    "based on {why}")
+        if isinstance(why, AclBinding):
+            why = "rule %s" % (why,)
         fields = dict(principal=str(context.principal), result="Allowed" if allowed else "Denied",
                       operation=action.operation.name, host=context.host, resource=str(action.resource),
-                      request=context.request_type, count=action.count, why=why)
+                      request=API_NAMES.get(context.request_type, context.request_type), count=action.count,
+                      why=why)
         if allowed:
             audit.debug(message, **fields)
         else:
             audit.info(message, **fields)
+        if self._audit_file is not None:
+            self._audit_file.write(message.format(**fields) + "\n")
 
     # -- ACL management ----------------------------------------------------------------------
     def acls(self, filter):

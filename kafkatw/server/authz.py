@@ -259,6 +259,37 @@ def _cluster_only(op):
     return lambda apis, req: [_cluster(op)]
 
 
+def _add_partitions_to_txn(apis, req):
+    b = req.body
+    acts = []
+    if req.api_version >= 4:
+        for t in b.transactions:
+            acts.append(_act(Op.WRITE, RT.TRANSACTIONAL_ID, t.transactional_id))
+            acts.extend(_topics(Op.WRITE, [x.name for x in t.topics]))
+        return [_cluster(Op.CLUSTER_ACTION)] + acts  # v4+: sent by brokers (KIP-890)
+    return [_act(Op.WRITE, RT.TRANSACTIONAL_ID, b.v3_and_below_transactional_id)] + \
+        _topics(Op.WRITE, [t.name for t in b.v3_and_below_topics])
+
+
+def _add_offsets_to_txn(apis, req):
+    b = req.body
+    return [_act(Op.WRITE, RT.TRANSACTIONAL_ID, b.transactional_id), _act(Op.READ, RT.GROUP, b.group_id)]
+
+
+def _end_txn(apis, req):
+    return [_act(Op.WRITE, RT.TRANSACTIONAL_ID, req.body.transactional_id)]
+
+
+def _txn_offset_commit(apis, req):
+    b = req.body
+    return [_act(Op.WRITE, RT.TRANSACTIONAL_ID, b.transactional_id), _act(Op.READ, RT.GROUP, b.group_id)] + \
+        _topics(Op.READ, [t.name for t in b.topics])
+
+
+def _describe_transactions(apis, req):
+    return [_act(Op.DESCRIBE, RT.TRANSACTIONAL_ID, t) for t in req.body.transactional_ids]
+
+
 def _describe_cluster(apis, req):
     if getattr(req.body, "include_cluster_authorized_operations", False):
         return _ops(RT.CLUSTER, CLUSTER_NAME)
@@ -275,6 +306,9 @@ ACTIONS = {
     37: _create_partitions, 42: _delete_groups, 43: _cluster_only(Op.ALTER),
     44: _configs(Op.ALTER_CONFIGS), 47: _offset_delete, 50: _cluster_only(Op.DESCRIBE),
     51: _cluster_only(Op.ALTER), 60: _describe_cluster, 61: _describe_producers,
+    # transactions (their handlers arrive with the transaction coordinator)
+    24: _add_partitions_to_txn, 25: _add_offsets_to_txn, 26: _end_txn, 28: _txn_offset_commit,
+    65: _describe_transactions,
 }
 
 
@@ -327,6 +361,18 @@ def _gate_find_coordinator(apis, req, ok):
     return None if all(ok(Op.DESCRIBE, RT.GROUP, k) for k in keys) else errors.GROUP_AUTHORIZATION_FAILED
 
 
+def _gate_txn(apis, req, ok):
+    """Transactional APIs: the transactional id first, then groups and topics, all or nothing."""
+    for action in ACTIONS[req.api_key](apis, req):
+        r = action.resource
+        if not ok(action.operation, r.resource_type, r.name):
+            return {RT.TRANSACTIONAL_ID: errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                    RT.GROUP: errors.GROUP_AUTHORIZATION_FAILED,
+                    RT.CLUSTER: errors.CLUSTER_AUTHORIZATION_FAILED}.get(r.resource_type,
+                                                                         errors.TOPIC_AUTHORIZATION_FAILED)
+    return None
+
+
 def _gate_all(error, op_for):
     """Coarse but closed: every resource of the request must be allowed (APIs whose handler does
     not filter per resource yet)."""
@@ -356,6 +402,8 @@ GATES = {
     37: _gate_all(errors.TOPIC_AUTHORIZATION_FAILED, Op.ALTER),
     47: _gate_all(errors.GROUP_AUTHORIZATION_FAILED, Op.DELETE),
     61: _gate_all(errors.TOPIC_AUTHORIZATION_FAILED, Op.READ),
+    24: _gate_txn, 25: _gate_txn, 26: _gate_txn, 28: _gate_txn,
+    65: _gate_all(errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, Op.DESCRIBE),
 }
 
 
