@@ -52,7 +52,7 @@ def _frame(messages, api_key, version, correlation_id, body, client_id="per-requ
 class InProcessBroker:
     """A started BrokerService, one accepted connection and the client socket of it."""
 
-    def __init__(self, partitions):
+    def __init__(self, partitions, acls=0):
         from twisted.internet import reactor
 
         from kafkatw.config import KafkaConfig
@@ -63,10 +63,15 @@ class InProcessBroker:
         self.messages = messages
         self.waker = None
         self.dir = tempfile.mkdtemp(prefix="per-request-")
-        cfg = KafkaConfig.from_properties({"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": self.dir,
-                                           "kafkatw.request.log.enable": "false"})
+        props = {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": self.dir,
+                 "kafkatw.request.log.enable": "false"}
+        if acls:
+            props["authorizer.class.name"] = "acl"
+        cfg = KafkaConfig.from_properties(props)
         self.service = BrokerService(cfg, reactor=reactor)
         self.service.startService()
+        if acls:
+            self.add_acls(acls)
         server = self.service.socket_server
         self.sock, self.conn = self.connect()
         m = messages
@@ -77,6 +82,39 @@ class InProcessBroker:
         for _ in range(20):
             reactor.iterate(0.01)
         self.drain()
+
+    def add_acls(self, n):
+        """``n`` ACLs: the ones this client (User:ANONYMOUS) needs plus others on other topics,
+        prefixes and principals, as a broker shared by many applications has."""
+        from kafkatw.security.authorizer import AccessControlEntry, AclBinding, ResourcePattern
+        from kafkatw.security.authorizer import AclOperation as Op
+        from kafkatw.security.authorizer import AclPermissionType as Perm
+        from kafkatw.security.authorizer import PatternType as PT
+        from kafkatw.security.authorizer import ResourceType as RT
+
+        def b(rtype, name, principal, op, pattern=PT.LITERAL, perm=Perm.ALLOW):
+            return AclBinding(ResourcePattern(rtype, name, pattern), AccessControlEntry(principal, "*", op, perm))
+
+        bindings = [b(RT.CLUSTER, "kafka-cluster", "User:ANONYMOUS", Op.CREATE),
+                    b(RT.TOPIC, TOPIC, "User:ANONYMOUS", Op.WRITE)]
+        i = 0
+        while len(bindings) < n:
+            kind = i % 4
+            if kind == 0:
+                bindings.append(b(RT.TOPIC, "app-%d" % i, "User:app%d" % i, Op.WRITE))
+            elif kind == 1:
+                bindings.append(b(RT.TOPIC, "team-%d-" % i, "User:team%d" % i, Op.READ, PT.PREFIXED))
+            elif kind == 2:
+                bindings.append(b(RT.GROUP, "grp-%d" % i, "User:app%d" % i, Op.READ))
+            else:
+                bindings.append(b(RT.TOPIC, TOPIC, "User:other%d" % i, Op.READ, perm=Perm.DENY))
+            i += 1
+        d = self.service.authorizer.create_acls(None, bindings[:n])
+        done = []
+        d.addBoth(done.append)
+        while not done:
+            self.reactor.iterate(0.01)
+        assert done[0] == [None] * n, done[0]
 
     def connect(self):
         """(client socket, the broker's KafkaConnection of it) of a new connection."""
@@ -189,7 +227,7 @@ def _count_instructions(args, n, tree):
     cmd = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
            sys.executable, os.path.abspath(__file__), "--count", str(n), "--warm", str(args.warm),
            "--partitions", str(args.partitions), "--records", str(args.records),
-           "--value-bytes", str(args.value_bytes)] + (["--wake"] if args.wake else [])
+           "--value-bytes", str(args.value_bytes), "--acls", str(args.acls)] + (["--wake"] if args.wake else [])
     out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          universal_newlines=True, check=True).stdout
     found = re.search(r"I\s+refs:\s+([\d,]+)", out)
@@ -211,6 +249,8 @@ def main():
     ap.add_argument("--profile", metavar="OUT", help="write a cProfile of the measured requests")
     ap.add_argument("--instructions", action="store_true", help="count instructions under valgrind")
     ap.add_argument("--tree", help="with --instructions: a directory holding another tree's kafkatw")
+    ap.add_argument("--acls", type=int, default=0,
+                    help="run with the ACL authorizer and this many ACLs (2 of them for this client)")
     ap.add_argument("--count", type=int, help=argparse.SUPPRESS)  # one valgrind child
     args = ap.parse_args()
     if args.value_bytes is None:
@@ -230,7 +270,7 @@ def main():
               "of %d B)" % (where, per, what, per / args.partitions, n, what, args.partitions,
                             args.records, args.value_bytes))
         return
-    broker = InProcessBroker(args.partitions)
+    broker = InProcessBroker(args.partitions, args.acls)
     frame = broker.produce_frame(args.partitions, args.records, args.value_bytes)
     if args.wake:
         broker.waker = Waker(broker, args.partitions)

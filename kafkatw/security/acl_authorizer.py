@@ -72,8 +72,9 @@ def _binding_from_json(d):
 
 
 class _Index:
-    """ACL entries by resource type, pattern type and name: a check looks up the literal name,
-    ``*`` and each prefix of the name, never every ACL."""
+    """ACL entries by resource type, pattern type, name and principal: a check looks up the
+    literal name, ``*`` and each prefix of the name, and there only the entries of its
+    principal and of ``User:*``, never every ACL."""
 
     def __init__(self, bindings):
         self.literal = {}
@@ -81,29 +82,34 @@ class _Index:
         for b in bindings:
             p = b.pattern
             table = self.literal if p.pattern_type == PatternType.LITERAL else self.prefixed
-            table.setdefault((p.resource_type, p.name), []).append((b.entry, b))
+            table.setdefault((p.resource_type, p.name), {}).setdefault(b.entry.principal, []).append((b.entry, b))
         self.prefix_lengths = {}
         for (rtype, name) in self.prefixed:
             self.prefix_lengths.setdefault(rtype, set()).add(len(name))
 
-    def matching(self, resource_type, name):
+    def matching(self, resource_type, name, principal):
+        """``(any ACL on the resource at all, [(entry, binding)] of principal and User:*)``."""
         found = []
-        literal = self.literal
-        entries = literal.get((resource_type, name))
-        if entries:
-            found.extend(entries)
+        any_acl = False
+        keys = [(self.literal, name)]
         if name != WILDCARD_RESOURCE:
-            entries = literal.get((resource_type, WILDCARD_RESOURCE))
-            if entries:
-                found.extend(entries)
+            keys.append((self.literal, WILDCARD_RESOURCE))
         lengths = self.prefix_lengths.get(resource_type)
         if lengths:
             for n in lengths:
                 if n <= len(name):
-                    entries = self.prefixed.get((resource_type, name[:n]))
-                    if entries:
-                        found.extend(entries)
-        return found
+                    keys.append((self.prefixed, name[:n]))
+        for table, key in keys:
+            by_principal = table.get((resource_type, key))
+            if by_principal:
+                any_acl = True
+                entries = by_principal.get(principal)
+                if entries:
+                    found.extend(entries)
+                entries = by_principal.get(WILDCARD_PRINCIPAL)
+                if entries:
+                    found.extend(entries)
+        return any_acl, found
 
 
 @implementer(IAuthorizer)
@@ -209,22 +215,20 @@ class AclAuthorizer:
         resource = action.resource
         if resource.pattern_type != PatternType.LITERAL:
             raise ValueError("Only literal resources are supported. Got: %s" % resource.pattern_type.name)
-        acls = self._index.matching(resource.resource_type, resource.name)
-        if not acls:
+        any_acl, acls = self._index.matching(resource.resource_type, resource.name, principal)
+        if not any_acl:
             if self.allow_everyone_if_no_acl_found:
                 return True, "no ACL found and allow.everyone.if.no.acl.found"
             return False, "no matching ACL"
         op = action.operation
         for entry, binding in acls:
             if (entry.permission_type == AclPermissionType.DENY
-                    and entry.principal in (principal, WILDCARD_PRINCIPAL)
                     and entry.operation in (op, AclOperation.ALL)
                     and entry.host in (host, WILDCARD_HOST)):
                 return False, binding
         implied = _IMPLIED_BY.get(op, (op,))
         for entry, binding in acls:
             if (entry.permission_type == AclPermissionType.ALLOW
-                    and entry.principal in (principal, WILDCARD_PRINCIPAL)
                     and (entry.operation in implied or entry.operation == AclOperation.ALL)
                     and entry.host in (host, WILDCARD_HOST)):
                 return True, binding
