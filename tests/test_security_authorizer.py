@@ -238,6 +238,18 @@ class LaterAuthorizer:
             d.callback(answer)
 
 
+class RulesTests(unittest.TestCase):
+
+    def test_every_served_api_has_authorization_rules(self):
+        """An API without rules is refused with an authorizer (fail closed); none should be."""
+        from kafkatw.server import authz
+        from kafkatw.server.apis import DEFAULT_HANDLERS
+
+        missing = sorted(messages.API_NAMES[h.API_KEY] for h in DEFAULT_HANDLERS
+                         if h.API_KEY not in authz.ACTIONS and h.API_KEY not in authz.UNCHECKED)
+        self.assertEqual(missing, [])
+
+
 class DeferredAuthorizerApisTests(ApisFixture, unittest.TestCase):
     """A request waits for the authorizer's Deferred, then is answered with its decisions."""
 

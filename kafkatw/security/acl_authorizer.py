@@ -16,6 +16,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from kafkatw.config import ConfigError
+from kafkatw.durable_file import write_atomically as _write_atomically
 from kafkatw.protocol.messages import API_NAMES
 from kafkatw.security.authorizer import (
     ALLOWED,
@@ -34,7 +35,6 @@ from kafkatw.security.authorizer import (
     ResourceType,
     validate_binding,
 )
-from kafkatw.security.credentials import _write_atomically
 
 ACLS_FILE = "__kafkatw_acls.json"
 _FORMAT_VERSION = 1

@@ -308,7 +308,10 @@ ACTIONS = {
     51: _cluster_only(Op.ALTER), 60: _describe_cluster, 61: _describe_producers,
     # transactions (their handlers arrive with the transaction coordinator)
     24: _add_partitions_to_txn, 25: _add_offsets_to_txn, 26: _end_txn, 28: _txn_offset_commit,
-    65: _describe_transactions,
+    65: _describe_transactions, 27: _cluster_only(Op.CLUSTER_ACTION),
+    # ListTransactions: Kafka lists only the ids the principal may describe; here all or nothing
+    66: _cluster_only(Op.DESCRIBE),
+    48: _cluster_only(Op.DESCRIBE_CONFIGS), 49: _cluster_only(Op.ALTER_CONFIGS),
 }
 
 
@@ -404,6 +407,8 @@ GATES = {
     61: _gate_all(errors.TOPIC_AUTHORIZATION_FAILED, Op.READ),
     24: _gate_txn, 25: _gate_txn, 26: _gate_txn, 28: _gate_txn,
     65: _gate_all(errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, Op.DESCRIBE),
+    27: _gate_cluster(Op.CLUSTER_ACTION), 66: _gate_cluster(Op.DESCRIBE),
+    48: _gate_cluster(Op.DESCRIBE_CONFIGS), 49: _gate_cluster(Op.ALTER_CONFIGS),
 }
 
 
