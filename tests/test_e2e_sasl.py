@@ -238,29 +238,39 @@ class ConfluentKafkaSaslTests(SaslBrokerMixin, unittest.SynchronousTestCase):
 
 
 class KafkaPythonSaslTests(SaslBrokerMixin, unittest.SynchronousTestCase):
-    def client_conf(self, mechanism, password="alice-secret"):
-        return {"bootstrap_servers": self.broker.sasl_bootstrap_servers, "security_protocol": "SASL_PLAINTEXT",
+    def client_conf(self, mechanism, password="alice-secret", protocol="SASL_PLAINTEXT"):
+        conf = {"bootstrap_servers": self.address(protocol), "security_protocol": protocol,
                 "sasl_mechanism": mechanism, "sasl_plain_username": "alice", "sasl_plain_password": password}
+        if protocol == "SASL_SSL":
+            conf["ssl_cafile"] = self.broker.ssl_ca_path
+        return conf
 
     def test_produce_consume_each_mechanism(self):
+        for mechanism in MECHANISMS:
+            self.roundtrip(mechanism)
+
+    def test_produce_consume_over_sasl_ssl(self):
+        self.roundtrip("SCRAM-SHA-512", protocol="SASL_SSL")
+
+    def roundtrip(self, mechanism, protocol="SASL_PLAINTEXT"):
         from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-        for mechanism in MECHANISMS:
-            topic = self.topic("kp-" + mechanism)
-            p = KafkaProducer(**self.client_conf(mechanism))
-            futures = [p.send(topic, key=k, value=v) for k, v in records(topic)]
-            self.assertEqual([f.get(timeout=30).offset for f in futures], list(range(N)))
-            p.close()
-            c = KafkaConsumer(**self.client_conf(mechanism), enable_auto_commit=False, consumer_timeout_ms=10000)
-            c.assign([TopicPartition(topic, 0)])
-            c.seek(TopicPartition(topic, 0), 0)
-            got = []
-            for msg in c:
-                got.append((msg.key, msg.value))
-                if len(got) == N:
-                    break
-            c.close()
-            self.assertEqual(got, records(topic))
+        topic = self.topic("kp-%s-%s" % (protocol, mechanism))
+        conf = self.client_conf(mechanism, protocol=protocol)
+        p = KafkaProducer(**conf)
+        futures = [p.send(topic, key=k, value=v) for k, v in records(topic)]
+        self.assertEqual([f.get(timeout=30).offset for f in futures], list(range(N)))
+        p.close()
+        c = KafkaConsumer(**conf, enable_auto_commit=False, consumer_timeout_ms=10000)
+        c.assign([TopicPartition(topic, 0)])
+        c.seek(TopicPartition(topic, 0), 0)
+        got = []
+        for msg in c:
+            got.append((msg.key, msg.value))
+            if len(got) == N:
+                break
+        c.close()
+        self.assertEqual(got, records(topic))
 
     def test_wrong_password(self):
         # kafka-python 3 retries its bootstrap until bootstrap_timeout_ms; the cause it logs at
@@ -289,15 +299,27 @@ class KafkaPythonSaslTests(SaslBrokerMixin, unittest.SynchronousTestCase):
 
 
 class AioKafkaSaslTests(SaslBrokerMixin, unittest.SynchronousTestCase):
-    def conf(self, mechanism, password="alice-secret"):
-        return dict(bootstrap_servers=self.broker.sasl_bootstrap_servers, security_protocol="SASL_PLAINTEXT",
+    def conf(self, mechanism, password="alice-secret", protocol="SASL_PLAINTEXT"):
+        conf = dict(bootstrap_servers=self.address(protocol), security_protocol=protocol,
                     sasl_mechanism=mechanism, sasl_plain_username="alice", sasl_plain_password=password)
+        if protocol == "SASL_SSL":
+            from aiokafka.helpers import create_ssl_context
+
+            conf["ssl_context"] = create_ssl_context(cafile=self.broker.ssl_ca_path)
+        return conf
 
     def test_produce_consume_each_mechanism(self):
+        for mechanism in MECHANISMS:
+            self.roundtrip(mechanism)
+
+    def test_produce_consume_over_sasl_ssl(self):
+        self.roundtrip("SCRAM-SHA-256", protocol="SASL_SSL")
+
+    def roundtrip(self, mechanism, protocol="SASL_PLAINTEXT"):
         from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
         async def scenario(mechanism, topic):
-            producer = AIOKafkaProducer(**self.conf(mechanism))
+            producer = AIOKafkaProducer(**self.conf(mechanism, protocol=protocol))
             await producer.start()
             try:
                 metas = await asyncio.gather(*[await producer.send(topic, key=k, value=v)
@@ -305,7 +327,7 @@ class AioKafkaSaslTests(SaslBrokerMixin, unittest.SynchronousTestCase):
             finally:
                 await producer.stop()
             self.assertEqual([md.offset for md in metas], list(range(N)))
-            consumer = AIOKafkaConsumer(**self.conf(mechanism), enable_auto_commit=False)
+            consumer = AIOKafkaConsumer(**self.conf(mechanism, protocol=protocol), enable_auto_commit=False)
             await consumer.start()
             try:
                 tp = TopicPartition(topic, 0)
@@ -320,9 +342,8 @@ class AioKafkaSaslTests(SaslBrokerMixin, unittest.SynchronousTestCase):
                 await consumer.stop()
             return got
 
-        for mechanism in MECHANISMS:
-            topic = self.topic("aio-" + mechanism)
-            self.assertEqual(asyncio.run(scenario(mechanism, topic)), records(topic))
+        topic = self.topic("aio-%s-%s" % (protocol, mechanism))
+        self.assertEqual(asyncio.run(scenario(mechanism, topic)), records(topic))
 
     def test_wrong_password(self):
         # aiokafka's bootstrap hides the cause behind "Unable to bootstrap"; its connection shows it
@@ -348,21 +369,29 @@ class KcatSaslTests(SaslBrokerMixin, unittest.SynchronousTestCase):
             raise unittest.SkipTest("kcat is not installed (apt-get install kcat)")
         super().setUp()
 
-    def kcat(self, mechanism, *args, password="alice-secret", input=None, timeout=60):
-        return subprocess.run(["kcat", "-b", self.broker.sasl_bootstrap_servers, "-X", "security.protocol=SASL_PLAINTEXT",
+    def kcat(self, mechanism, *args, password="alice-secret", input=None, timeout=60, protocol="SASL_PLAINTEXT"):
+        tls = ["-X", "ssl.ca.location=" + self.broker.ssl_ca_path] if protocol == "SASL_SSL" else []
+        return subprocess.run(["kcat", "-b", self.address(protocol), "-X", "security.protocol=" + protocol,
                                "-X", "sasl.mechanisms=" + mechanism, "-X", "sasl.username=alice",
-                               "-X", "sasl.password=" + password] + list(args),
+                               "-X", "sasl.password=" + password] + tls + list(args),
                               input=input, capture_output=True, timeout=timeout)
+
+    def roundtrip(self, mechanism, protocol="SASL_PLAINTEXT"):
+        topic = self.topic("kcat-%s-%s" % (protocol, mechanism))
+        lines = b"".join(b"%s:%s\n" % kv for kv in records(topic))
+        proc = self.kcat(mechanism, "-P", "-t", topic, "-K", ":", input=lines, protocol=protocol)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        proc = self.kcat(mechanism, "-C", "-t", topic, "-o", "beginning", "-e", "-c", str(N), "-f", "%k:%s\n",
+                         protocol=protocol)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(proc.stdout, lines)
 
     def test_produce_consume_each_mechanism(self):
         for mechanism in MECHANISMS:
-            topic = self.topic("kcat-" + mechanism)
-            lines = b"".join(b"%s:%s\n" % kv for kv in records(topic))
-            proc = self.kcat(mechanism, "-P", "-t", topic, "-K", ":", input=lines)
-            self.assertEqual(proc.returncode, 0, proc.stderr)
-            proc = self.kcat(mechanism, "-C", "-t", topic, "-o", "beginning", "-e", "-c", str(N), "-f", "%k:%s\n")
-            self.assertEqual(proc.returncode, 0, proc.stderr)
-            self.assertEqual(proc.stdout, lines)
+            self.roundtrip(mechanism)
+
+    def test_produce_consume_over_sasl_ssl(self):
+        self.roundtrip("SCRAM-SHA-256", protocol="SASL_SSL")
 
     def test_wrong_password(self):
         for mechanism in MECHANISMS:
