@@ -357,6 +357,18 @@ class SocketServerService(_BrokerPart):
         return self.broker.socket_server.close()
 
 
+#: Kafka's policy plug-ins kafkatw does not run: set, they would be accepted and ignored, so a
+#: topic a policy should refuse would be created anyway. Fail closed until they exist.
+UNSUPPORTED_POLICIES = ("create.topic.policy.class.name", "alter.config.policy.class.name")
+
+
+def refuse_unsupported_policies(config):
+    for key in UNSUPPORTED_POLICIES:
+        if config[key]:
+            raise ConfigError.invalid(key, config[key], "kafkatw does not run CreateTopics/AlterConfigs "
+                                      "policies yet; remove the setting")
+
+
 class BrokerService(OrderedMultiService):
     """One broker (Kafka's ``BrokerServer``), single node, embedded controller."""
 
@@ -364,6 +376,7 @@ class BrokerService(OrderedMultiService):
 
     def __init__(self, config, reactor=None):
         super().__init__()
+        refuse_unsupported_policies(config)
         self.scram_credentials, self.principal_builders, self.sasl_listeners = security_setup(config)
         from kafkatw.security.quota import load_quota_callback
         self.quota_callback = load_quota_callback(config)  # a bad client.quota.callback.class stops here

@@ -192,17 +192,6 @@ class TypeTests(SynchronousTestCase):
                               {"create.topic.policy.class.name": "not a class"})
         self.assertIn("create.topic.policy.class.name", str(e))
 
-    def test_get_class(self):
-        c = KafkaConfig.from_properties({"create.topic.policy.class.name": "kafkatw.config.Range"})
-        self.assertIs(c.get_class("create.topic.policy.class.name"), cfg.Range)
-        self.assertIsNone(c.get_class("alter.config.policy.class.name"))
-        c = KafkaConfig.from_properties({"authorizer.class.name": "kafkatw.nope.Missing"})
-        e = self.assertRaises(ConfigError, c.get_class, "authorizer.class.name")
-        self.assertTrue(str(e).startswith("Invalid value kafkatw.nope.Missing for configuration "
-                                          "authorizer.class.name: Class kafkatw.nope.Missing could "
-                                          "not be found"), str(e))
-        self.assertNotIn("\n", str(e))
-
     def test_typed_values_accepted(self):
         c = KafkaConfig.from_properties({"num.partitions": 3, "auto.create.topics.enable": False})
         self.assertEqual((c["num.partitions"], c["auto.create.topics.enable"]), (3, False))

@@ -197,6 +197,15 @@ class ServiceTreeTests(unittest.TestCase):
                          "SSL) and it is not a dotted Python name")
         self.assertFalse(os.path.exists(self.props["log.dirs"]))
 
+    def test_policy_classes_are_refused_not_ignored(self):
+        for key in ("create.topic.policy.class.name", "alter.config.policy.class.name"):
+            props = dict(self.props, **{key: "my.pkg.Policy"})
+            e = self.assertRaises(ConfigError, BrokerService, KafkaConfig.from_properties(props),
+                                  reactor=MemoryReactorClock())
+            self.assertEqual(str(e), "Invalid value my.pkg.Policy for configuration %s: kafkatw does not run "
+                             "CreateTopics/AlterConfigs policies yet; remove the setting" % key)
+        self.assertFalse(os.path.exists(self.props["log.dirs"]))
+
 
 class SizesTests(unittest.SynchronousTestCase):
     def test_pool_size_default_is_kafkas_background_threads(self):

@@ -158,19 +158,6 @@ class KafkaConfig:
         """All defined names -> typed effective value (a copy)."""
         return dict(self._values)
 
-    def get_class(self, name):
-        """Resolve a CLASS-typed (or class-naming STRING) property to the object; None if unset."""
-        value = self._values[name]
-        if not value:
-            return None
-        from twisted.python.reflect import namedAny
-
-        try:
-            return namedAny(value)
-        except (AttributeError, ValueError, ImportError) as e:
-            raise ConfigError.invalid(name, value, "Class %s could not be found (%s)"
-                                      % (value, e)) from None
-
     def with_prefix(self, prefix):
         """Original properties starting with ``prefix``, prefix stripped (listener.name.x.)."""
         return {k[len(prefix):]: v for k, v in self.originals.items() if k.startswith(prefix)}
