@@ -7,6 +7,8 @@ the thread pool. Used for the metadata store, meta.properties and the SCRAM cred
 
 import os
 
+from twisted.internet import defer
+
 
 def write_atomically(path, data, mode=0o644):
     """Write ``data`` (bytes) to ``path`` so a crash leaves the old file or the new one, whole.
@@ -29,3 +31,11 @@ def write_atomically(path, data, mode=0o644):
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def write_atomically_off_reactor(run_blocking, path, data, mode=0o644):
+    """:func:`write_atomically` through ``run_blocking(fn, *args) -> Deferred`` (the broker's
+    thread pool), or inline when it is None (unit tests); a Deferred either way."""
+    if run_blocking is None:
+        return defer.maybeDeferred(write_atomically, path, data, mode)
+    return run_blocking(write_atomically, path, data, mode)

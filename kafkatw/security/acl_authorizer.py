@@ -16,7 +16,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from kafkatw.config import ConfigError
-from kafkatw.durable_file import write_atomically as _write_atomically
+from kafkatw.durable_file import write_atomically_off_reactor
 from kafkatw.protocol.messages import API_NAMES
 from kafkatw.security.authorizer import (
     ALLOWED,
@@ -261,10 +261,7 @@ class AclAuthorizer:
             return defer.succeed(None)
         data = json.dumps({"version": _FORMAT_VERSION,
                            "acls": [_binding_to_json(b) for b in bindings]}, indent=1).encode("utf-8")
-        if self.run_blocking is None:
-            d = defer.maybeDeferred(_write_atomically, self.path, data)
-        else:
-            d = self.run_blocking(_write_atomically, self.path, data)
+        d = write_atomically_off_reactor(self.run_blocking, self.path, data)
         return d.addCallback(lambda _: self._set(bindings))
 
     def create_acls(self, context, bindings):

@@ -12,7 +12,7 @@ import os
 
 from twisted.internet import defer
 
-from kafkatw.durable_file import write_atomically
+from kafkatw.durable_file import write_atomically, write_atomically_off_reactor
 from kafkatw.security.scram import MAX_ITERATIONS, MIN_ITERATIONS, MECHANISMS, ScramCredential
 
 CREDENTIALS_FILE = "__kafkatw_scram_credentials.json"
@@ -121,10 +121,7 @@ class ScramCredentialStore:
         change is on disk and visible. Call it inside :meth:`exclusively`."""
         users = self._changed(upsertions, deletions)
         data = self._encode(users)
-        if self.run_blocking is None:
-            d = defer.maybeDeferred(write_atomically, self.path, data, 0o600)
-        else:
-            d = self.run_blocking(write_atomically, self.path, data, 0o600)
+        d = write_atomically_off_reactor(self.run_blocking, self.path, data, 0o600)
 
         def written(_):
             self._users = users
