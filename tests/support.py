@@ -8,6 +8,9 @@ import os
 import shutil
 import socket
 import struct
+import subprocess
+import sys
+import sysconfig
 import tempfile
 import time
 import uuid
@@ -251,3 +254,50 @@ def futures_error(futures):
     except KafkaException as e:
         return e.args[0]
     raise AssertionError("no error")
+
+
+def env_without_pythonpath():
+    """Our environment without PYTHONPATH: trial's worker processes (``trial -j``) get the
+    parent's sys.path there, the project root included, which would make a throwaway
+    environment import the tree's kafkatw instead of the one installed into it."""
+    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+
+class ThrowawayVenv:
+    """A virtual environment without pip of its own that imports the dependencies (Twisted, pip,
+    setuptools, the clients) from ours through a ``.pth`` file in its site-packages.
+
+    ``see_our_kafkatw``: also read our site-packages' own ``.pth`` files and the project root,
+    so the tree's kafkatw is importable (for third-party plug-in packages); otherwise a plain
+    path line, so only a kafkatw installed into this environment is seen (packaging tests).
+    """
+
+    def __init__(self, path, see_our_kafkatw):
+        self.path = path
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", path], check=True)
+        self.python = os.path.join(path, "bin", "python")
+        self.purelib = self.run([self.python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).strip()
+        ours = sysconfig.get_paths()["purelib"]
+        with open(os.path.join(self.purelib, "kafkatw-test-env.pth"), "w") as f:
+            if see_our_kafkatw:
+                import kafkatw
+
+                f.write("import site; site.addsitedir(%r)\n" % ours)
+                f.write(os.path.dirname(os.path.dirname(os.path.abspath(kafkatw.__file__))) + "\n")
+            else:
+                f.write(ours + "\n")
+
+    @staticmethod
+    def run(args, **kwargs):
+        """``args``' output (stdout and stderr); fails on a non-zero exit. No PYTHONPATH."""
+        kwargs.setdefault("env", env_without_pythonpath())
+        return subprocess.run(args, check=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              timeout=300, **kwargs).stdout
+
+    def pip_install(self, *args):
+        """pip of our environment installing into this one, offline, with our setuptools."""
+        return self.run([self.python, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index",
+                         "--disable-pip-version-check"] + list(args))
+
+    def twistd(self):
+        return [self.python, "-c", "import sys; from twisted.scripts.twistd import run; sys.argv[0] = 'twistd'; run()"]

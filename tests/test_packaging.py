@@ -11,9 +11,7 @@ then run from a folder outside the tree, and a real client talks to them.
 import os
 import shutil
 import signal
-import subprocess
 import sys
-import sysconfig
 import tarfile
 import tempfile
 import zipfile
@@ -21,6 +19,7 @@ import zipfile
 from twisted.trial import unittest
 
 from kafkatw.testing import KafkaBroker
+from tests.support import ThrowawayVenv
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: What a source distribution needs to build: the project files and the two package trees.
@@ -29,17 +28,8 @@ PROJECT_TREES = ("kafkatw", "twisted", "etc", "docs")
 DROP_IN = "twisted/plugins/kafkatw_plugin.py"
 
 
-def clean_env():
-    """Our environment without PYTHONPATH: trial's worker processes (``trial -j``) get the
-    parent's sys.path there, the project root included, which would make every throwaway
-    environment import the tree's kafkatw instead of the one installed into it."""
-    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-
-
 def run(args, **kwargs):
-    kwargs.setdefault("env", clean_env())
-    return subprocess.run(args, check=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          timeout=300, **kwargs).stdout
+    return ThrowawayVenv.run(args, **kwargs)
 
 
 def copy_project(target):
@@ -49,25 +39,6 @@ def copy_project(target):
     for name in PROJECT_TREES:
         shutil.copytree(os.path.join(ROOT, name), os.path.join(target, name),
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "dropin.cache"))
-
-
-class Venv:
-    """A virtual environment without pip of its own that imports the dependencies from ours."""
-
-    def __init__(self, path):
-        self.path = path
-        subprocess.run([sys.executable, "-m", "venv", "--without-pip", path], check=True)
-        self.python = os.path.join(path, "bin", "python")
-        self.purelib = run([self.python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).strip()
-        with open(os.path.join(self.purelib, "kafkatw-test-deps.pth"), "w") as f:
-            f.write(sysconfig.get_paths()["purelib"] + "\n")
-
-    def pip_install(self, *args):
-        return run([self.python, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index",
-                    "--disable-pip-version-check"] + list(args))
-
-    def twistd(self):
-        return [self.python, "-c", "import sys; from twisted.scripts.twistd import run; sys.argv[0] = 'twistd'; run()"]
 
 
 class Dists:
@@ -90,7 +61,7 @@ class Dists:
     def venv(self, how):
         """A throwaway environment with kafkatw installed ``how``: wheel, sdist or editable."""
         if how not in self._venvs:
-            venv = Venv(os.path.join(self.root, "venv-" + how))
+            venv = ThrowawayVenv(os.path.join(self.root, "venv-" + how), see_our_kafkatw=False)
             if how == "editable":
                 venv.pip_install("-e", self.src)
             else:
@@ -227,4 +198,4 @@ class InstalledBroker(KafkaBroker):
         args = self.twistd_args()
         if not self._twistd_options:
             args = args[args.index("kafka") + 1:]
-        return ["env", "-u", "PYTHONPATH"] + self._command + args  # see clean_env()
+        return ["env", "-u", "PYTHONPATH"] + self._command + args  # see env_without_pythonpath()

@@ -13,14 +13,13 @@ import os
 import re
 import shutil
 import subprocess
-import sys
-import sysconfig
 import tempfile
 import time
 
 from twisted.trial import unittest
 
 from kafkatw.testing import KafkaBroker
+from tests.support import ThrowawayVenv
 
 DOC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "plugins.md")
 _FILE = re.compile(r"<!-- file: (\S+) -->\s*```\w*\n(.*?)```", re.S)
@@ -33,8 +32,9 @@ def doc_files():
         return _FILE.findall(f.read())
 
 
-class ThrowawayVenv:
-    """A virtual environment (no pip of its own) that sees this one's packages, plus the example."""
+class ThirdPartyPackages:
+    """The doc's packages written out and pip-installed into a throwaway environment that also
+    sees the tree's kafkatw."""
 
     def __init__(self, root):
         self.root = root
@@ -44,26 +44,12 @@ class ThrowawayVenv:
             os.makedirs(os.path.dirname(target), exist_ok=True)
             with open(target, "w") as f:
                 f.write(text)
-        self.venv = os.path.join(root, "venv")
-        subprocess.run([sys.executable, "-m", "venv", "--without-pip", self.venv], check=True)
-        self.python = os.path.join(self.venv, "bin", "python")
-        purelib = subprocess.run([self.python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                                 check=True, stdout=subprocess.PIPE, text=True).stdout.strip()
-        # this environment's site-packages (kafkatw, Twisted, pip, setuptools, clients) as a site
-        # dir of the new one, so its own .pth files (kafkatw's editable install) are read too
-        import kafkatw
-
-        with open(os.path.join(purelib, "kafkatw-test-env.pth"), "w") as f:
-            f.write("import site; site.addsitedir(%r)\n" % sysconfig.get_paths()["purelib"])
-            f.write(os.path.dirname(os.path.dirname(os.path.abspath(kafkatw.__file__))) + "\n")
-        self.pip_output = subprocess.run(
-            [self.python, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index",
-             "--disable-pip-version-check"] + [os.path.join(self.src, p) for p in PACKAGES],
-            check=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True).stdout
-        self.purelib = purelib
+        self.env = ThrowawayVenv(os.path.join(root, "venv"), see_our_kafkatw=True)
+        self.python, self.purelib = self.env.python, self.env.purelib
+        self.pip_output = self.env.pip_install(*[os.path.join(self.src, p) for p in PACKAGES])
 
     def twistd(self):
-        return [self.python, "-c", "import sys; from twisted.scripts.twistd import run; sys.argv[0] = 'twistd'; run()"]
+        return self.env.twistd()
 
 
 _venv = None
@@ -77,7 +63,7 @@ def throwaway_venv():
         import atexit
 
         atexit.register(shutil.rmtree, root, True)
-        _venv = ThrowawayVenv(root)
+        _venv = ThirdPartyPackages(root)
     return _venv
 
 
