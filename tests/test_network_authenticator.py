@@ -6,7 +6,7 @@ import struct
 
 from twisted.trial import unittest
 
-from kafkatw.network.settings import Endpoint
+from kafkatw.config import Endpoint
 from kafkatw.protocol import errors
 from kafkatw.protocol import messages as m
 from kafkatw.security.jaas import parse_jaas_config

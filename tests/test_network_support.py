@@ -15,7 +15,8 @@ import twisted.test
 from kafkatw.network.interfaces import IRequestHandler
 from kafkatw.network.listener import SocketServer
 from kafkatw.network.request import Response
-from kafkatw.network.settings import Endpoint, SocketServerSettings
+from kafkatw.config import Endpoint
+from kafkatw.network.settings import SocketServerSettings
 from kafkatw.network.transport import ITransportLayer
 from kafkatw.protocol import messages as m
 from kafkatw.protocol.parts import join_parts

@@ -9,7 +9,7 @@ from twisted.trial import unittest
 
 from kafkatw.network.listener import SocketServer
 from kafkatw.network.request import Response
-from kafkatw.network.settings import Endpoint
+from kafkatw.config import Endpoint
 from kafkatw.protocol.parts import FileRegion, join_parts
 
 from tests.test_network_support import SERVER_PEM, RawBody, ScriptedHandler, api_versions_frame, split_responses

@@ -8,7 +8,8 @@ from zope.interface import implementer
 from kafkatw import registry
 from kafkatw.config import ConfigError, KafkaConfig
 from kafkatw.network.listener import SocketServer, load_transport_layer, transport_key
-from kafkatw.network.settings import Endpoint, SocketServerSettings
+from kafkatw.config import Endpoint
+from kafkatw.network.settings import SocketServerSettings
 from kafkatw.network.transport import ITransportLayer, PlaintextTransportLayer, TlsTransportLayer
 from kafkatw.protocol.parts import parts_size
 

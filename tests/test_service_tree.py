@@ -219,7 +219,7 @@ class ServerDescriptionTests(unittest.SynchronousTestCase):
 
     def listen(self, host):
         from kafkatw.network.listener import server_description
-        from kafkatw.network.settings import Endpoint
+        from kafkatw.config import Endpoint
         from twisted.internet.endpoints import serverFromString
         from twisted.internet.protocol import ServerFactory
 

@@ -17,7 +17,7 @@ from twisted.trial import unittest
 from kafkatw.config import KafkaConfig
 from kafkatw.network.listener import SocketServer
 from kafkatw.network.request import Response
-from kafkatw.network.settings import Endpoint
+from kafkatw.config import Endpoint
 from kafkatw.protocol import messages as m
 from kafkatw.protocol.parts import FileRegion
 from kafkatw.testing import KafkaBrokerMixin

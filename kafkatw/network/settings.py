@@ -8,16 +8,6 @@ import attr
 
 
 @attr.s(slots=True, frozen=True)
-class Endpoint:
-    """One listener: ``PLAINTEXT://host:port`` with its listener name and security protocol."""
-
-    listener_name = attr.ib()
-    security_protocol = attr.ib()
-    host = attr.ib()
-    port = attr.ib()
-
-
-@attr.s(slots=True, frozen=True)
 class SocketServerSettings:
     socket_request_max_bytes = attr.ib(default=100 * 1024 * 1024)
     socket_listen_backlog_size = attr.ib(default=50)
