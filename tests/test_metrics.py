@@ -249,6 +249,13 @@ class ConfigTests(unittest.SynchronousTestCase):
         self.assertEqual(config.unknown, {})
         with self.assertRaises(ConfigError):
             KafkaConfig.from_properties({"metrics.recording.level": "LOUD"})
+        # a reporter class kafkatw would not run is refused, not ignored
+        with self.assertRaises(ConfigError) as e:
+            KafkaConfig.from_properties({"metric.reporters": "org.apache.kafka.common.metrics.JmxReporter,"
+                                                             "com.example.StatsdReporter"})
+        self.assertEqual(str(e.exception), "Invalid value org.apache.kafka.common.metrics.JmxReporter,"
+                         "com.example.StatsdReporter for configuration metric.reporters: kafkatw runs no "
+                         "metric reporter classes; export metrics with kafkatw.metrics.listener")
 
     def test_listener_value(self):
         self.assertEqual(parse_listener("127.0.0.1:9404"), ("127.0.0.1", 9404))

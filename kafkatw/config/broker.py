@@ -337,8 +337,23 @@ _d("allow.everyone.if.no.acl.found", BOOLEAN, False, None, LOW,
 # Kafka's metrics keys: accepted so server.properties files keep working. Prometheus computes
 # rates from the exported counters, so the sampling keys change nothing here; kafkatw's
 # exporter is kafkatw.metrics.listener, not a reporter class.
-_d("metric.reporters", LIST, "", None, LOW,
-   "Kafka's metric reporter classes; kafkatw has none (see kafkatw.metrics.listener).")
+class _OnlyJmxReporter:
+    """metric.reporters: Kafka's JmxReporter (always on in Kafka, nothing to do here) is accepted;
+    any other reporter class would be ignored, so it is refused instead."""
+
+    JMX = "org.apache.kafka.common.metrics.JmxReporter"
+
+    def __call__(self, name, value):
+        if any(v != self.JMX for v in value):
+            raise ConfigError.invalid(name, ",".join(value), "kafkatw runs no metric reporter classes; "
+                                      "export metrics with kafkatw.metrics.listener")
+
+    def __str__(self):
+        return "[%s]" % self.JMX
+
+
+_d("metric.reporters", LIST, "", _OnlyJmxReporter(), LOW,
+   "Kafka's metric reporter classes; only JmxReporter is accepted, as a no-op (see kafkatw.metrics.listener).")
 _d("metrics.num.samples", INT, 2, at_least(1), LOW, "Samples kept to compute Kafka's metric rates (unused).")
 _d("metrics.sample.window.ms", LONG, 30000, at_least(1), LOW, "Window of one metric sample (unused).")
 _d("metrics.recording.level", STRING, "INFO", OneOf("INFO", "DEBUG", "TRACE"), LOW,
