@@ -1,0 +1,102 @@
+"""The inter-broker client (kafkatw.network.client) against a real broker process, a silent peer
+and a closed port: responses matched in order, every pending request failed on loss or timeout."""
+
+import socket
+
+from twisted.internet import defer, protocol, reactor
+from twisted.trial import unittest
+
+from kafkatw.network.client import KafkaNetworkClient, NodeUnavailableError, RequestTimeoutError
+from kafkatw.protocol import errors, messages
+from kafkatw.testing import KafkaBrokerMixin
+
+
+def _free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class _Silent(protocol.Protocol):
+    def dataReceived(self, data):
+        self.factory.received.append(data)
+
+
+class AgainstBrokerTests(KafkaBrokerMixin, unittest.TestCase):
+    broker_options = {"topics": [("t", 3)]}
+
+    def setUp(self):
+        super().setUp()
+        self.client = KafkaNetworkClient(reactor, "test-client", request_timeout_ms=10000)
+        self.addCleanup(self.client.close_all)
+        self.host, self.port = self.broker.bootstrap_servers.split(":")
+        self.port = int(self.port)
+
+    @defer.inlineCallbacks
+    def test_pipelined_requests_answered_in_order(self):
+        """Fifty Metadata requests of alternating versions on one connection: each Deferred gets
+        its own answer (flexible and non-flexible headers alike)."""
+        ds = []
+        for i in range(50):
+            version = 12 if i % 2 else 8
+            req = messages.MetadataRequest(
+                topics=[messages.MetadataRequest.MetadataRequestTopic(name="t")])
+            ds.append(self.client.send(1, self.host, self.port, req, version))
+        answers = yield defer.gatherResults(ds)
+        self.assertEqual(len(answers), 50)
+        for a in answers:
+            self.assertEqual([(t.name, t.error_code, len(t.partitions)) for t in a.topics],
+                             [("t", errors.NONE, 3)])
+        self.assertTrue(self.client.is_connected(1))
+
+    @defer.inlineCallbacks
+    def test_api_versions_and_second_key(self):
+        """ApiVersions (header v0 response) works, and a second key is a second connection."""
+        a = yield self.client.send(1, self.host, self.port, messages.ApiVersionsRequest(
+            client_software_name="kafkatw", client_software_version="1"), 3)
+        b = yield self.client.send((1, 2), self.host, self.port, messages.ApiVersionsRequest(
+            client_software_name="kafkatw", client_software_version="1"), 3)
+        self.assertEqual((a.error_code, b.error_code), (errors.NONE, errors.NONE))
+        self.assertIn(1, [k.api_key for k in a.api_keys])
+        self.assertTrue(self.client.is_connected(1) and self.client.is_connected((1, 2)))
+
+
+class FailureTests(unittest.TestCase):
+    def setUp(self):
+        self.client = KafkaNetworkClient(reactor, "test-client", request_timeout_ms=300,
+                                         connect_timeout_ms=2000)
+        self.addCleanup(self.client.close_all)
+
+    @defer.inlineCallbacks
+    def test_connection_refused(self):
+        port = _free_port()
+        with self.assertRaises(NodeUnavailableError) as cm:
+            yield self.client.send(5, "127.0.0.1", port, messages.ApiVersionsRequest(), 0)
+        self.assertIn("cannot connect to 127.0.0.1:%d" % port, str(cm.exception))
+
+    @defer.inlineCallbacks
+    def test_timeout_then_loss_fails_every_pending(self):
+        """A peer that never answers: the first request times out, which closes the connection,
+        so the others pending on it fail as unavailable; the peer saw both requests."""
+        factory = protocol.ServerFactory.forProtocol(_Silent)
+        factory.received = []
+        port = reactor.listenTCP(0, factory, interface="127.0.0.1")
+        self.addCleanup(port.stopListening)
+        p = port.getHost().port
+        first = self.client.send(7, "127.0.0.1", p, messages.ApiVersionsRequest(), 0)
+        second = self.client.send(7, "127.0.0.1", p, messages.ApiVersionsRequest(), 0,
+                                  timeout_ms=60000)
+        with self.assertRaises(RequestTimeoutError):
+            yield first
+        with self.assertRaises(NodeUnavailableError):
+            yield second
+        self.assertEqual(len(b"".join(factory.received)) > 0, True)
+        self.assertFalse(self.client.is_connected(7))
+
+    @defer.inlineCallbacks
+    def test_closed_client_refuses(self):
+        yield self.client.close_all()
+        with self.assertRaises(NodeUnavailableError):
+            yield self.client.send(1, "127.0.0.1", 1, messages.ApiVersionsRequest(), 0)
