@@ -228,3 +228,57 @@ class ProduceCompressionTypeTests(ApisFixture, unittest.TestCase):
         resp = self.call(produce([("t", 0, bytes(big))]), 9).body
         self.assertEqual(self.partitions(resp)[0][2], errors.CORRUPT_MESSAGE)
         self.assertEqual(self.replica_manager.appends, [])
+
+
+def _text_batch(compression=0):
+    """Records compressible enough that codec levels give different sizes."""
+    words = [b"alpha", b"beta", b"gamma", b"delta", b"epsilon", b"zeta", b"eta", b"theta"]
+    values = [b" ".join(words[(i * 7 + j * 3) % 8] + b"%d" % ((i * j) % 13) for j in range(60))
+              for i in range(40)]
+    return rec.build_batch([rec.Record(value=v) for v in values], compression=compression,
+                           base_timestamp=1000)
+
+
+class ProduceCompressionLevelTests(ApisFixture, unittest.TestCase):
+    """KIP-390: a recompressed batch is written at the topic's level for its codec (an override,
+    else the broker's ``compression.<codec>.level``): its bytes are exactly what that codec at
+    that level gives, and differ between levels."""
+
+    properties = {"compression.type": "zstd", "compression.zstd.level": "1"}
+
+    def appended(self, topic):
+        return bytes(self.replica_manager.appends[-1][2][(topic, 0)])
+
+    def expected(self, buf, codec, level):
+        from kafkatw.server.handlers.recompress import maybe_recompress
+
+        header = rec.read_batch_header(buf, 0)
+        return bytes(maybe_recompress(buf, {1: "gzip", 3: "lz4", 4: "zstd"}[codec], header, level))
+
+    def test_levels_per_codec(self):
+        source = _text_batch()
+        cases = [  # (topic configs, codec, level the bytes must match)
+            ({}, 4, 1),  # the broker's zstd level
+            ({"compression.zstd.level": "19"}, 4, 19),
+            ({"compression.type": "gzip"}, 1, 6),  # gzip's default -1 is zlib's 6
+            ({"compression.type": "gzip", "compression.gzip.level": "1"}, 1, 1),
+            ({"compression.type": "gzip", "compression.gzip.level": "9"}, 1, 9),
+            ({"compression.type": "lz4"}, 3, 9),  # Kafka's lz4 default: 9 (LZ4 HC)
+            ({"compression.type": "lz4", "compression.lz4.level": "1"}, 3, 1),
+        ]
+        sizes = {}
+        for i, (configs, codec, level) in enumerate(cases):
+            topic = "t%d" % i
+            self.create_topic(topic, 1, configs)
+            resp = self.call(produce([(topic, 0, source)]), 9).body
+            self.assertEqual(ProduceTests.partitions(self, resp)[0][2], errors.NONE)
+            got = self.appended(topic)
+            self.assertEqual(rec.read_batch_header(got, 0).compression, codec)
+            self.assertEqual(got, self.expected(source, codec, level), (configs, level))
+            self.assertEqual([r.value for r in rec.decode_batch(got, 0)[1]],
+                             [r.value for r in rec.decode_batch(source, 0)[1]])
+            sizes[(codec, level)] = len(got)
+        # the levels matter: each pair is a different encoding
+        self.assertNotEqual(sizes[(4, 1)], sizes[(4, 19)])
+        self.assertNotEqual(sizes[(1, 1)], sizes[(1, 9)])
+        self.assertNotEqual(sizes[(3, 1)], sizes[(3, 9)])

@@ -55,21 +55,32 @@ def codec_name(codec):
     return CODEC_NAMES.get(codec, "unknown(%s)" % (codec,))
 
 
-def compress(codec, data):
-    """Compress ``data`` (bytes-like) the way Kafka's Java producer does for ``codec``."""
+#: python-lz4's highest frame level (LZ4 HC's maximum); Kafka accepts up to 17 (lz4-java's).
+LZ4_MAX_LEVEL = 16
+
+
+def compress(codec, data, level=None):
+    """Compress ``data`` (bytes-like) the way Kafka's Java producer does for ``codec``.
+
+    ``level`` is Kafka's (KIP-390: ``compression.gzip.level`` -1 or 1-9, ``compression.lz4.level``
+    1-17, where Kafka's lz4 compressor is LZ4 HC, ``compression.zstd.level`` -131072-22); None keeps
+    each codec's default (gzip 6, the fast lz4 compressor, zstd 3); snappy has no level."""
     if codec == NONE:
         return bytes(data)
     if codec == GZIP:
-        return gzip.compress(data, compresslevel=GZIP_LEVEL, mtime=0)
+        if level is None or level < 0:
+            level = GZIP_LEVEL
+        return gzip.compress(data, compresslevel=level, mtime=0)
     if codec == SNAPPY:
         return _xerial_compress(data)
     if codec == LZ4:
         # KafkaLZ4BlockOutputStream: 64 KiB independent blocks, no content size.
         return lz4.frame.compress(
             data, block_size=lz4.frame.BLOCKSIZE_MAX64KB, block_linked=False,
-            content_checksum=False, store_size=False)
+            content_checksum=False, store_size=False,
+            compression_level=0 if level is None else min(level, LZ4_MAX_LEVEL))
     if codec == ZSTD:
-        return zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(data)
+        return zstandard.ZstdCompressor(level=ZSTD_LEVEL if level is None else level).compress(data)
     raise InvalidRecordError("unknown compression codec id %r" % (codec,))
 
 

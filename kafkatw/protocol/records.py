@@ -615,14 +615,14 @@ def build_batch(records, *, base_offset=0, compression=0, producer_id=NO_PRODUCE
                 producer_epoch=NO_PRODUCER_EPOCH, base_sequence=NO_SEQUENCE,
                 is_transactional=False, is_control=False, timestamp_type=CREATE_TIME,
                 base_timestamp=None, partition_leader_epoch=NO_PARTITION_LEADER_EPOCH,
-                max_timestamp=None, last_offset_delta=None):
+                max_timestamp=None, last_offset_delta=None, compression_level=None):
     """Encode ``records`` (:class:`Record`) as one v2 batch and return its bytes.
 
     Per record, the offset delta is ``offset_delta`` if set, else ``offset - base_offset``
     if ``offset`` is set, else its index. The timestamp is ``timestamp`` (absolute) if set,
     else ``base_timestamp + timestamp_delta``. ``base_timestamp`` defaults to the first
     record's absolute timestamp (else NO_TIMESTAMP); ``max_timestamp`` to the largest record
-    timestamp.
+    timestamp. ``compression_level``: Kafka's level for the codec (``compression.compress``).
     """
     records = list(records)
     if base_timestamp is None:
@@ -655,7 +655,7 @@ def build_batch(records, *, base_offset=0, compression=0, producer_id=NO_PRODUCE
     if max_timestamp is None:
         max_timestamp = max_ts if max_ts is not None else base_timestamp
     if compression:
-        body = _compression.compress(compression, body)
+        body = _compression.compress(compression, body, compression_level)
     attributes = compression & COMPRESSION_CODEC_MASK
     if timestamp_type == LOG_APPEND_TIME:
         attributes |= TIMESTAMP_TYPE_MASK

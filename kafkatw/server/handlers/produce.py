@@ -20,7 +20,7 @@ from kafkatw.server.handlers.recompress import (
     needs_recompress,
     recompress_all,
     recompress_off_reactor,
-    topic_compression_type,
+    topic_compression,
 )
 from kafkatw.server.interfaces import IApiHandler
 
@@ -86,9 +86,9 @@ def handle(apis, request):
 
     meta = apis.metadata
     authorizer = apis.authorizer
-    slow = []  # batches recompressed in the thread pool: [(tp, records, compression type, header)]
+    slow = []  # recompressed in the thread pool: [(tp, records, compression type, header, level)]
     for topic in body.topic_data:
-        compression_type = None  # the topic's, looked up once for all its partitions
+        compression_type = level = None  # the topic's, looked up once for all its partitions
         for pd in topic.partition_data:
             tp = (topic.name, pd.index)
             order.append(tp)
@@ -116,11 +116,11 @@ def handle(apis, request):
                 continue
             try:
                 if compression_type is None:
-                    compression_type = topic_compression_type(apis, topic.name)
+                    compression_type, level = topic_compression(apis, topic.name)
                 if needs_recompress(compression_type, header) and recompress_off_reactor(header):
-                    slow.append((tp, pd.records, compression_type, header))
+                    slow.append((tp, pd.records, compression_type, header, level))
                     continue
-                records = entries[tp] = maybe_recompress(pd.records, compression_type, header)
+                records = entries[tp] = maybe_recompress(pd.records, compression_type, header, level)
                 if records is pd.records:
                     headers[tp] = [(0, header)]  # the replica manager and log need not read it again
             except rec.CorruptRecordError as e:

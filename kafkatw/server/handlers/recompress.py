@@ -20,12 +20,24 @@ def target_codec(compression_type, source_codec):
     return compression.CODEC_IDS[compression_type]
 
 
-def topic_compression_type(apis, topic):
+#: The level config of each codec that has one (KIP-390).
+LEVEL_CONFIGS = {compression.GZIP: "compression.gzip.level", compression.LZ4: "compression.lz4.level",
+                 compression.ZSTD: "compression.zstd.level"}
+
+
+def topic_compression(apis, topic):
+    """``(compression.type, level)`` of a topic: its overrides, else the broker's configs; the
+    level is the one of the codec ``compression.type`` names (None where it names none)."""
     overrides = apis.metadata.topic_configs(topic)
     value = overrides.get("compression.type")
     if value is None:
         value = apis.config_value("compression.type", PRODUCER)
-    return value
+    level = None
+    level_config = LEVEL_CONFIGS.get(compression.CODEC_IDS.get(value))
+    if level_config is not None:
+        level = overrides.get(level_config)
+        level = apis.config_value(level_config) if level is None else int(level)
+    return value, level
 
 
 #: A batch with this many records or bytes or more is recompressed in the thread pool: the
@@ -46,21 +58,22 @@ def recompress_off_reactor(header):
 
 
 def recompress_all(items):
-    """``[(key, buf, compression_type, header)]`` -> ``[(key, new buffer or KafkaError)]``:
+    """``[(key, buf, compression_type, header, level)]`` -> ``[(key, new buffer or KafkaError)]``:
     pure work on the buffers handed in, for a pool thread."""
     out = []
-    for key, buf, compression_type, header in items:
+    for key, buf, compression_type, header, level in items:
         try:
-            out.append((key, maybe_recompress(buf, compression_type, header)))
+            out.append((key, maybe_recompress(buf, compression_type, header, level)))
         except KafkaError as e:
             out.append((key, e))
     return out
 
 
-def maybe_recompress(buf, compression_type, header=None):
+def maybe_recompress(buf, compression_type, header=None, level=None):
     """``buf`` (one v2 batch) unchanged when its codec is the target, else a new bytearray with
-    the same records, producer fields and timestamps in the target codec. ``header``: the
-    batch's header when the caller has read it already. Raises KafkaError."""
+    the same records, producer fields and timestamps in the target codec, at ``level`` (Kafka's
+    level for it; None: the codec's default). ``header``: the batch's header when the caller
+    has read it already. Raises KafkaError."""
     if header is None:
         header = rec.read_batch_header(buf, 0)
     target = target_codec(compression_type, header.compression)
@@ -86,5 +99,6 @@ def maybe_recompress(buf, compression_type, header=None):
         partition_leader_epoch=header.partition_leader_epoch,
         max_timestamp=header.max_timestamp,
         last_offset_delta=header.last_offset_delta,
+        compression_level=level,
     )
     return bytearray(out)
