@@ -179,7 +179,9 @@ class ServiceTreeTests(unittest.TestCase):
 
         self.reactor.listenTCP = listen_tcp
         broker = self.broker()
-        self.assertRaises(CannotListenError, broker.startService)
+        e = self.assertRaises(ConfigError, broker.startService)
+        self.assertEqual(str(e), "Socket server failed to bind to 0.0.0.0:19093 (listener EXTERNAL): "
+                                 "Address already in use")
         self.assertFalse(broker.running)
         started = ORDER[:-1]
         self.assertEqual(self.events, [("start", name) for name in ORDER] +

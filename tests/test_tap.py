@@ -3,6 +3,7 @@ line on stderr, the call into kafkatw.service, and the plugin as twistd sees it.
 
 import io
 import os
+import socket
 import subprocess
 import sys
 import types
@@ -205,6 +206,23 @@ class TwistdPluginTests(SynchronousTestCase):
         self.assertEqual(proc.stderr, "kafkatw: cannot start the broker: [Errno 20] Not a directory: "
                                       "'%s/logs'\n" % blocker)
 
+
+    def test_port_in_use_one_line_on_stderr(self):
+        """A listener whose port is taken stops start-up with Kafka's one line, not a traceback."""
+        if not os.path.exists(TWISTD):
+            raise self.skipTest("no twistd next to %s" % (sys.executable,))
+        taken = socket.socket()
+        self.addCleanup(taken.close)
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        logs = os.path.abspath(self.mktemp())
+        proc = self.run_twistd("-n", "--pidfile=", "kafka", "--override", "log.dirs=%s" % logs,
+                               "--override", "listeners=PLAINTEXT://127.0.0.1:%d" % port)
+        self.assertEqual(proc.returncode, 2, proc.stdout + proc.stderr)
+        self.assertEqual(proc.stderr, "kafkatw: Socket server failed to bind to 127.0.0.1:%d "
+                                      "(listener PLAINTEXT): Address already in use\n" % port)
+        self.assertNotIn("Traceback", proc.stdout)
 
 #: What pyOpenSSL loads: cryptography's compiled bindings (pyOpenSSL itself is pure Python).
 CRYPTOGRAPHY_BINDINGS = "cryptography/hazmat/bindings/_rust"

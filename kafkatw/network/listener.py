@@ -12,6 +12,7 @@ import time
 from twisted.application import service
 from twisted.internet import defer
 from twisted.internet.endpoints import quoteStringArgument, serverFromString
+from twisted.internet.error import CannotListenError
 from twisted.internet.protocol import Protocol, ServerFactory
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -343,6 +344,13 @@ class SocketServer:
         if not outcome:
             raise ValueError("listener %s (%s) did not bind at once" % (endpoint.listener_name, description))
         if isinstance(outcome[0], Failure):
+            if outcome[0].check(CannotListenError):
+                # Kafka: "Socket server failed to bind to host:port: Address already in use."
+                reason = outcome[0].value.socketError
+                reason = getattr(reason, "strerror", None) or str(reason)
+                raise ConfigError("Socket server failed to bind to %s:%d (listener %s): %s"
+                                  % (endpoint.host or "0.0.0.0", endpoint.port,
+                                     endpoint.listener_name, reason), "listeners")
             outcome[0].raiseException()
         factory.port = outcome[0]
         self.log.info("Listening on {listener} {proto}://{host}:{port}", listener=endpoint.listener_name,
