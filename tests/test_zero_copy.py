@@ -108,15 +108,18 @@ class ZeroCopyBrokerTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
         self.assertEqual([n for n in preads if n > 61], [])
         self.assertLess(sum(preads), 64 * 1024)
 
-    def test_strace_ssl_reads_32k_chunks(self):
+    def test_strace_ssl_reads_chunks(self):
+        """Over TLS a region is read in CHUNK_SIZE preads (no sendfile, no plain read)."""
+        from kafkatw.network.transport import CHUNK_SIZE
+
         calls = self.traced_consume(self.over_ssl("confluent"))
         self.assertEqual([c for c in calls if c[0] == "sendfile"], [])
         self.assertEqual([c for c in calls if c[0] == "read"], [])
         chunks = [(ts.pread_size(args), result) for name, _, args, result in calls
                   if name == "pread64" and ts.pread_size(args) > 61]
         self.assertGreaterEqual(sum(result for _, result in chunks), TOTAL)
-        self.assertEqual(max(size for size, _ in chunks), 32 * 1024)
-        full = sum(1 for size, _ in chunks if size == 32 * 1024)
+        self.assertEqual(max(size for size, _ in chunks), CHUNK_SIZE)
+        full = sum(1 for size, _ in chunks if size == CHUNK_SIZE)
         self.assertGreater(full, 0.95 * len(chunks))
 
     # -- a slow reader over SSL --------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 Owns ``ITransportLayer`` (everything a connection asks of its transport layer) and its two
 built-in implementations: plaintext (``os.sendfile`` from a pull producer on the TCP
-transport) and TLS (32 KiB ``os.pread`` chunks written through the TLS transport). Which
+transport) and TLS (256 KiB ``os.pread`` chunks written through the TLS transport). Which
 layer a listener uses is chosen by ``kafkatw.network.listener`` through the plug-in registry
 (``kafkatw/plugins/transports.py`` names these two). It does not know where regions come
 from, nor anything about Kafka.
@@ -28,7 +28,7 @@ from zope.interface import Attribute, Interface, implementer
 
 from kafkatw.protocol.parts import FileRegion
 
-CHUNK_SIZE = 32 * 1024
+CHUNK_SIZE = 256 * 1024
 _IPPROTO_TCP = socket.IPPROTO_TCP
 _TCP_CORK = getattr(socket, "TCP_CORK", 3)
 SENDFILE_MAX = 1 << 30
@@ -291,7 +291,7 @@ class PlaintextSender(_Sender):
 
 @implementer(IPullProducer)
 class ChunkedSender(_Sender):
-    """FileSender-style: one 32 KiB ``os.pread`` chunk of a region per ``resumeProducing``.
+    """FileSender-style: one 256 KiB ``os.pread`` chunk of a region per ``resumeProducing``.
 
     Registered as a pull producer on the (TLS) transport, which pauses it while its
     buffer is above the high-water mark, so a large region never sits whole in memory.
@@ -402,7 +402,7 @@ class PlaintextTransportLayer:
 
 @implementer(ITransportLayer)
 class TlsTransportLayer:
-    """SSL / SASL_SSL: regions are read in 32 KiB chunks and written through TLS."""
+    """SSL / SASL_SSL: regions are read in 256 KiB chunks and written through TLS."""
 
     security_protocols = ("SSL", "SASL_SSL")
     batch_answers = False  # TLS coalesces in its own buffer
