@@ -335,9 +335,9 @@ class SocketServer:
             ctx = self.ssl_context_factories.get(endpoint.listener_name)
             if ctx is None:
                 raise ValueError("listener %s needs an SSL context factory" % endpoint.listener_name)
-            from twisted.protocols.tls import TLSMemoryBIOFactory
+            from kafkatw.network.tls_protocol import tls_factory
 
-            listening = TLSMemoryBIOFactory(ctx, False, factory)
+            listening = tls_factory(ctx, factory, self.reactor)
         description = server_description(endpoint, self.settings.socket_listen_backlog_size)
         outcome = []
         serverFromString(self.reactor, description).listen(listening).addBoth(outcome.append)

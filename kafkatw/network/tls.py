@@ -12,6 +12,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.serialization import pkcs12
 from OpenSSL import SSL, crypto
+from twisted.internet.interfaces import IOpenSSLContextFactory
+from zope.interface import implementer
 
 from kafkatw.config import BROKER_CONFIG_DEF, ConfigError, Password
 from kafkatw.network.request import ANONYMOUS_PRINCIPAL
@@ -218,6 +220,7 @@ def _set_ciphers(ctx, suites):
         ctx.set_tls13_ciphersuites(":".join(tls13).encode("ascii"))
 
 
+@implementer(IOpenSSLContextFactory)
 class ServerContextFactory:
     """A Twisted server context factory (``getContext()``) holding one pyOpenSSL context."""
 

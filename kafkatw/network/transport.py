@@ -63,6 +63,17 @@ class ITransportLayer(Interface):
         Deferred of :meth:`send`. A layer that cannot tell returns :meth:`send`'s Deferred."""
 
 
+class IBulkWriter(Interface):
+    """A transport that takes large writes more cheaply than ``write`` (TLS: one ``SSL_write``
+    per chunk instead of Twisted's 16 KiB slices); order with its ordinary writes is kept."""
+
+    def write_bulk(data):
+        """Write ``data`` (bytes-like, large) after everything written before it."""
+
+    def flush_small_writes():
+        """Hand ordinary writes held for aggregation to the transport underneath now."""
+
+
 class TransferError(Exception):
     """Sending a part failed; ``disk_error`` tells a file error from a broken socket."""
 
@@ -302,6 +313,7 @@ class ChunkedSender(_Sender):
         _Sender.__init__(self, transport, parts)
         self.chunk_size = chunk_size
         self._draining = False
+        self._bulk = transport if IBulkWriter.providedBy(transport) else None
 
     def resumeProducing(self):
         if self._finished or self._draining:
@@ -333,7 +345,10 @@ class ChunkedSender(_Sender):
                 if self.region_sent == part.count:
                     self.index += 1
                     self.region_sent = 0
-                self.transport.write(chunk)
+                if self._bulk is not None:
+                    self._bulk.write_bulk(chunk)
+                else:
+                    self.transport.write(chunk)
                 return
             if len(part):
                 self.bytes_sent += len(part)
@@ -342,6 +357,8 @@ class ChunkedSender(_Sender):
         # Everything handed over: unregister and wait for the TCP buffer to drain.
         self._draining = True
         self._finished = True
+        if self._bulk is not None:
+            self._bulk.flush_small_writes()  # the tail may sit in TLS's aggregation
         self.transport.unregisterProducer()
         d = wait_for_drain(_lowest_transport(self.transport))
         d.addCallback(lambda _: self.bytes_sent)
