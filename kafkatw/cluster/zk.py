@@ -425,26 +425,40 @@ class ZkClusterCoordinator:
 
     @defer.inlineCallbacks
     def delete_topic(self, epoch_zk_version, topic):
-        """The assignment first (behind the epoch check, so a deposed controller deletes nothing),
-        then what hangs below it, the config and the deletion mark."""
+        """The topic's znodes in one multi behind the epoch check (a deposed controller deletes
+        nothing), then its config and deletion mark."""
+        from kazoo.exceptions import NoNodeError
+
         client, p = self._client, self._p
-        from kazoo.exceptions import NoNodeError, NotEmptyError
 
-        def children_first():
-            client.delete(p(L.partitions_path(topic)), recursive=True)
-        yield self._run_blocking(children_first)
-        try:
-            yield self._controller_multi(epoch_zk_version, lambda txn: txn.delete(p(L.topic_path(topic))))
-        except (NoNodeError, NotEmptyError):
-            pass
+        @defer.inlineCallbacks
+        def children(path):
+            try:
+                found = yield self._deferred(client.get_children_async(p(path)))
+            except NoNodeError:
+                found = None
+            return found
 
-        def rest():
-            for path in (L.topic_config_path(topic), L.delete_topic_path(topic)):
-                try:
-                    client.delete(p(path), recursive=True)
-                except NoNodeError:
-                    pass
-        yield self._run_blocking(rest)
+        paths = []  # deepest first
+        partitions = yield children(L.partitions_path(topic))
+        for partition in partitions or []:
+            below = yield children(L.partitions_path(topic) + "/" + partition)
+            paths += [L.partitions_path(topic) + "/" + partition + "/" + c for c in below or []]
+            paths.append(L.partitions_path(topic) + "/" + partition)
+        if partitions is not None:
+            paths.append(L.partitions_path(topic))
+        if (yield self._deferred(client.exists_async(p(L.topic_path(topic))))) is not None:
+            paths.append(L.topic_path(topic))
+        if paths:
+            def ops(txn):
+                for path in paths:
+                    txn.delete(p(path))
+            yield self._controller_multi(epoch_zk_version, ops)
+        for path in (L.topic_config_path(topic), L.delete_topic_path(topic)):
+            try:
+                yield self._deferred(client.delete_async(p(path)))
+            except NoNodeError:
+                pass
 
     # -- producer ids ----------------------------------------------------------------------------------
 
