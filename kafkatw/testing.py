@@ -566,6 +566,7 @@ class KafkaBroker:
         if self.process is None:
             return
         if self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)  # a paused broker cannot stop
             self.process.send_signal(signal.SIGTERM)
             try:
                 self.process.wait(timeout)
@@ -582,6 +583,16 @@ class KafkaBroker:
             self.process.kill()
         self.process.wait()
         self.process = None
+
+    def pause(self):
+        """SIGSTOP: the broker freezes (its ZooKeeper session expires in cluster mode)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self):
+        """SIGCONT after :meth:`pause`."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)
 
     def restart(self):
         """A clean stop and a start on the same data and ports."""

@@ -168,6 +168,10 @@ class KafkaController:
         topics = yield self.zk.topics(watch=self._topics_watch)
         for topic in topics:
             yield self._load_topic(topic)
+        # replicas on brokers that are gone leave the ISR as at a broker failure (the broker may
+        # have died while there was no controller)
+        assigned = {r for a in self.assignments.values() for rs in a.values() for r in rs}
+        yield self._replicas_offline(assigned - set(self.live))
         yield self._online_partitions(list(self.states) + self._new_partitions())
         self._send_update_metadata(self.live, self._all_partitions())
         for broker_id in self.live:

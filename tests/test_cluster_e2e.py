@@ -1,0 +1,285 @@
+"""Three brokers and ZooKeeper (kafkatw.testing.KafkaCluster) with real clients: metadata from
+every broker (kcat -L too), rack-aware topic creation, RF 1 produce/consume across brokers,
+configs and deletion through the controller, the controller's failover with epoch fencing, and
+elections after broker failures (clean: first live ISR member; none: offline until an ISR
+member returns). Skips without ZooKeeper unless KAFKATW_REQUIRE_ZOOKEEPER=1."""
+
+import atexit
+import json
+import os
+import shutil
+import subprocess
+import time
+
+from twisted.trial import unittest
+
+from kafkatw import testing
+from tests.support import unique_name
+
+SESSION_TIMEOUT_MS = 4000
+RACKS = ["rack-a", "rack-b", "rack-c"]
+
+_shared = {}
+
+
+def require_zookeeper():
+    if not testing.zookeeper_available():
+        if os.environ.get("KAFKATW_REQUIRE_ZOOKEEPER") == "1":
+            raise AssertionError("ZooKeeper is required (KAFKATW_REQUIRE_ZOOKEEPER=1) but java or "
+                                 "Debian's zookeeper package is missing")
+        raise unittest.SkipTest("ZooKeeper (Debian's zookeeper package) is not installed")
+
+
+def shared_cluster(key, **options):
+    """One running cluster per key for the test process (closed at exit)."""
+    require_zookeeper()
+    cluster = _shared.get(key)
+    if cluster is None:
+        cluster = _shared[key] = testing.KafkaCluster(brokers=3, racks=RACKS,
+                                                      session_timeout_ms=SESSION_TIMEOUT_MS, **options).start()
+        atexit.register(cluster.close)
+    for b in cluster.brokers.values():
+        if not b.running:
+            b.start()
+    cluster.wait_for_brokers([1, 2, 3])
+    return cluster
+
+
+def admin(bootstrap):
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": bootstrap})
+
+
+def create_topic(bootstrap, name, partitions, rf, configs=None):
+    from confluent_kafka.admin import NewTopic
+
+    client = admin(bootstrap)  # kept while waiting: a collected client fails its futures
+    futures = client.create_topics([NewTopic(name, partitions, rf, config=configs or {})], operation_timeout=30)
+    futures[name].result(60)
+
+
+def known_partitions(cluster, broker_id, topic):
+    """The topic's partitions in ``broker_id``'s metadata, or None while it answers an error."""
+    found = cluster.metadata(broker_id, [topic])[2].get(topic)
+    return found if isinstance(found, dict) and found else None
+
+
+def zk_read(cluster, path):
+    """(data, stat) of a znode under the cluster's chroot, read with a blocking kazoo client."""
+    from kazoo.client import KazooClient
+
+    client = KazooClient(hosts=cluster.zookeeper_connect)
+    client.start(timeout=20)
+    try:
+        return client.get(path)
+    finally:
+        client.stop()
+        client.close()
+
+
+def controller_epoch(cluster):
+    return int(zk_read(cluster, "/controller_epoch")[0])
+
+
+def partition_state(cluster, topic, partition):
+    data, stat = zk_read(cluster, "/brokers/topics/%s/partitions/%d/state" % (topic, partition))
+    return json.loads(data), stat.version
+
+
+class ClusterMetadataTests(unittest.SynchronousTestCase):
+    def setUp(self):
+        self.cluster = shared_cluster("metadata")
+
+    def test_rack_aware_topic_in_every_brokers_metadata_and_kcat(self):
+        topic = unique_name("rf3")
+        create_topic(self.cluster.broker(2).bootstrap_servers, topic, 6, 3)
+        views = []
+        for broker_id in (1, 2, 3):
+            brokers, controller, topics = self.cluster.metadata(broker_id, [topic])
+            self.assertEqual(sorted(brokers), [1, 2, 3])
+            self.assertEqual({b: brokers[b][2] for b in brokers}, {1: "rack-a", 2: "rack-b", 3: "rack-c"})
+            views.append((controller, topics[topic]))
+        self.assertEqual(views[0], views[1])
+        self.assertEqual(views[0], views[2])
+        partitions = views[0][1]
+        self.assertEqual(sorted(partitions), list(range(6)))
+        for p, (error, leader, epoch, replicas, isr, offline) in partitions.items():
+            self.assertEqual((error, epoch, offline), (0, 0, []))
+            self.assertEqual(sorted(replicas), [1, 2, 3])  # one replica per rack
+            self.assertEqual((leader, isr), (replicas[0], replicas))
+        self.assertEqual(sorted(p[1] for p in partitions.values()), [1, 1, 2, 2, 3, 3])
+        kcat = shutil.which("kcat") or shutil.which("kafkacat")
+        if kcat is None:
+            return
+        out = subprocess.run([kcat, "-L", "-b", self.cluster.broker(3).bootstrap_servers, "-t", topic],
+                             capture_output=True, text=True, timeout=30).stdout
+        self.assertIn(" 3 brokers:", out)
+        for broker_id in (1, 2, 3):
+            self.assertIn("broker %d at 127.0.0.1:%d" % (broker_id, self.cluster.broker(broker_id).port), out)
+        self.assertIn("(controller)", out)
+        for p, (_, leader, _, replicas, isr, _) in partitions.items():
+            self.assertIn("partition %d, leader %d, replicas: %s, isrs: %s"
+                          % (p, leader, ",".join(map(str, replicas)), ",".join(map(str, isr))), out)
+
+    def test_rf1_produce_and_consume_across_brokers(self):
+        from confluent_kafka import Consumer, Producer, TopicPartition
+
+        topic = unique_name("rf1")
+        create_topic(self.cluster.broker(1).bootstrap_servers, topic, 6, 1)
+        # the creating broker answered once it knew the leaders; broker 3 learns them just after
+        partitions = self.cluster.wait_for(lambda: known_partitions(self.cluster, 3, topic), 30,
+                                           "broker 3 to know the topic")
+        self.assertEqual(sorted(p[1] for p in partitions.values()), [1, 1, 2, 2, 3, 3])
+        producer = Producer({"bootstrap.servers": self.cluster.broker(1).bootstrap_servers, "acks": "all",
+                             "enable.idempotence": True, "linger.ms": 5})
+        sent = {}
+        for i in range(300):
+            p = i % 6
+            producer.produce(topic, value=b"%d" % i, partition=p)
+            sent.setdefault(p, []).append(b"%d" % i)
+        self.assertEqual(producer.flush(30), 0)
+        consumer = Consumer({"bootstrap.servers": self.cluster.broker(3).bootstrap_servers,
+                             "group.id": unique_name("g"), "enable.auto.commit": False})
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(6)])
+        got = {}
+        deadline = time.monotonic() + 30
+        try:
+            while sum(map(len, got.values())) < 300 and time.monotonic() < deadline:
+                m = consumer.poll(0.5)
+                if m is None or m.error():
+                    continue
+                got.setdefault(m.partition(), []).append(m.value())
+        finally:
+            consumer.close()
+        self.assertEqual(got, sent)
+
+    def test_configs_and_deletion_reach_every_broker(self):
+        from confluent_kafka.admin import ConfigResource
+
+        topic = unique_name("cfg")
+        create_topic(self.cluster.broker(1).bootstrap_servers, topic, 3, 1, {"retention.ms": "100000"})
+        resource = ConfigResource("TOPIC", topic, set_config={"retention.ms": "123456"})
+        client = admin(self.cluster.broker(1).bootstrap_servers)
+        client.alter_configs([resource])[resource].result(30)
+        client3 = admin(self.cluster.broker(3).bootstrap_servers)
+
+        def described():
+            r = ConfigResource("TOPIC", topic)
+            entries = client3.describe_configs([r])[r].result(30)
+            return entries["retention.ms"].value == "123456"
+        self.cluster.wait_for(described, 30, "broker 3 to see the new retention.ms")
+        client2 = admin(self.cluster.broker(2).bootstrap_servers)
+        client2.delete_topics([topic], operation_timeout=30)[topic].result(60)
+        for broker_id in (1, 2, 3):
+            self.cluster.wait_for(lambda: topic not in self.cluster.metadata(broker_id)[2], 30,
+                                  "broker %d to forget %s" % (broker_id, topic))
+        self.assertEqual(zk_read_children(self.cluster, "/admin/delete_topics"), [])
+
+        def logs_gone():
+            return not any(d.startswith(topic + "-") and not d.endswith("-delete")
+                           for b in self.cluster.brokers.values() for d in os.listdir(b.data_dir))
+        self.cluster.wait_for(logs_gone, 30, "the partition logs to be deleted")
+
+
+def zk_read_children(cluster, path):
+    from kazoo.client import KazooClient
+
+    client = KazooClient(hosts=cluster.zookeeper_connect)
+    client.start(timeout=20)
+    try:
+        return client.get_children(path)
+    finally:
+        client.stop()
+        client.close()
+
+
+class ControllerFailoverTests(unittest.SynchronousTestCase):
+    def setUp(self):
+        self.cluster = shared_cluster("failover")
+
+    def other_brokers(self, *excluded):
+        return [b for b in (1, 2, 3) if b not in excluded]
+
+    def test_killed_controller_is_replaced_and_a_paused_one_is_fenced(self):
+        cluster = self.cluster
+        topic = unique_name("fence")
+        create_topic(cluster.broker(1).bootstrap_servers, topic, 3, 3)
+        first = cluster.controller_id()
+        epoch = controller_epoch(cluster)
+        cluster.broker(first).kill()
+        started = time.monotonic()
+        survivors = self.other_brokers(first)
+
+        def new_controller():
+            ids = {cluster.metadata(b)[1] for b in survivors}
+            return ids.pop() if len(ids) == 1 and ids <= set(survivors) else None
+        second = cluster.wait_for(new_controller, 30, "a new controller")
+        self.assertLess(time.monotonic() - started, SESSION_TIMEOUT_MS / 1000.0 + 10)
+        self.assertEqual(controller_epoch(cluster), epoch + 1)
+        cluster.broker(first).start()
+        cluster.wait_for_brokers([1, 2, 3])
+        self.assertEqual(cluster.controller_id(), second)
+
+        # the second controller freezes past its session: the third takes over with epoch + 2
+        cluster.broker(second).pause()
+        third_candidates = self.other_brokers(second)
+        try:
+            def third_controller():
+                ids = {cluster.metadata(b)[1] for b in third_candidates}
+                return ids.pop() if len(ids) == 1 and ids <= set(third_candidates) else None
+            third = cluster.wait_for(third_controller, 30, "a controller other than the paused one")
+            self.assertEqual(controller_epoch(cluster), epoch + 2)
+            before = {p: partition_state(cluster, topic, p) for p in range(3)}
+        finally:
+            cluster.broker(second).resume()
+        # resumed, the old controller finds its session gone: it registers again and follows
+        cluster.wait_for_brokers([1, 2, 3])
+        self.assertEqual(cluster.controller_id(), third)
+        self.assertEqual(controller_epoch(cluster), epoch + 2)
+        after = {p: partition_state(cluster, topic, p) for p in range(3)}
+        for p in range(3):
+            state, _ = after[p]
+            self.assertLessEqual(state["controller_epoch"], epoch + 2)
+            if before[p][0]["leader"] != -1 and after[p][0]["controller_epoch"] != epoch + 2:
+                self.assertEqual(after[p], before[p])  # nobody but the third controller wrote since
+        log = open(cluster.broker(second).log_path).read()
+        self.assertIn("ZooKeeper session of broker %d expired" % second, log)
+
+
+class ElectionTests(unittest.SynchronousTestCase):
+    def setUp(self):
+        self.cluster = shared_cluster("elections")
+
+    def leader_isr(self, topic, partition, broker_id):
+        """(leader, sorted ISR, leader epoch, sorted offline replicas) in ``broker_id``'s metadata."""
+        _, _, topics = self.cluster.metadata(broker_id, [topic])
+        if not isinstance(topics[topic], dict):
+            raise ValueError("broker %d answers error %s for %s" % (broker_id, topics[topic], topic))
+        _, leader, epoch, _, isr, offline = topics[topic][partition]
+        return leader, sorted(isr), epoch, sorted(offline)
+
+    def test_clean_election_then_offline_until_an_isr_member_returns(self):
+        cluster = self.cluster
+        topic = unique_name("elect")
+        create_topic(cluster.broker(1).bootstrap_servers, topic, 1, 3)
+        replicas = cluster.wait_for(lambda: known_partitions(cluster, 1, topic), 30, "the topic")[0][3]
+        a, b, c = replicas  # assignment order: a leads
+        cluster.wait_for(lambda: self.leader_isr(topic, 0, b)[:2] == (a, sorted(replicas)), 30, "b to know it")
+
+        cluster.broker(b).stop()  # a follower leaves: out of the ISR, a keeps leading
+        cluster.wait_for(lambda: self.leader_isr(topic, 0, a)[:2] == (a, sorted([a, c])), 30, "ISR without b")
+        cluster.broker(a).kill()  # the leader dies: c is the only live ISR member
+        cluster.wait_for(lambda: self.leader_isr(topic, 0, c) == (c, [c], 2, sorted([a, b])), 30, "c leading")
+        cluster.broker(c).stop()  # the last ISR member goes: no leader, c stays in the ISR
+        cluster.broker(b).start()  # a stale replica returns: unclean election is off
+        cluster.wait_for_brokers([b])
+        self.assertEqual(self.leader_isr(topic, 0, b)[:2], (-1, [c]))
+        state, _ = partition_state(cluster, topic, 0)
+        self.assertEqual((state["leader"], state["isr"]), (-1, [c]))
+        cluster.broker(c).start()  # the ISR member returns and leads again
+        cluster.wait_for(lambda: self.leader_isr(topic, 0, b)[0] == c, 30, "c leading again")
+        cluster.broker(a).start()
+        cluster.wait_for_brokers([1, 2, 3])
+        leader, isr, _, offline = self.leader_isr(topic, 0, a)
+        self.assertEqual((leader, isr, offline), (c, [c], []))
