@@ -96,6 +96,9 @@ class ClusterMetadataTests(unittest.SynchronousTestCase):
         create_topic(self.cluster.broker(2).bootstrap_servers, topic, 6, 3)
         views = []
         for broker_id in (1, 2, 3):
+            # broker 2 answered once it knew the leaders; the others learn them right after
+            self.cluster.wait_for(lambda: known_partitions(self.cluster, broker_id, topic), 30,
+                                  "broker %d to know the topic" % broker_id)
             brokers, controller, topics = self.cluster.metadata(broker_id, [topic])
             self.assertEqual(sorted(brokers), [1, 2, 3])
             self.assertEqual({b: brokers[b][2] for b in brokers}, {1: "rack-a", 2: "rack-b", 3: "rack-c"})
@@ -174,7 +177,11 @@ class ClusterMetadataTests(unittest.SynchronousTestCase):
         for broker_id in (1, 2, 3):
             self.cluster.wait_for(lambda: topic not in self.cluster.metadata(broker_id)[2], 30,
                                   "broker %d to forget %s" % (broker_id, topic))
-        self.assertEqual(zk_read_children(self.cluster, "/admin/delete_topics"), [])
+        # brokers forget the topic first (LeaderDuringDelete), then the controller removes its znodes
+        self.cluster.wait_for(lambda: zk_read_children(self.cluster, "/admin/delete_topics") == [], 30,
+                              "the deletion mark to go")
+        self.assertNotIn(topic, zk_read_children(self.cluster, "/brokers/topics"))
+        self.assertNotIn(topic, zk_read_children(self.cluster, "/config/topics"))
 
         def logs_gone():
             return not any(d.startswith(topic + "-") and not d.endswith("-delete")
