@@ -290,3 +290,110 @@ class ElectionTests(unittest.SynchronousTestCase):
         cluster.wait_for_brokers([1, 2, 3])
         leader, isr, _, offline = self.leader_isr(topic, 0, a)
         self.assertEqual((leader, isr, offline), (c, [c], []))
+
+
+class ControllerRequestTests(unittest.SynchronousTestCase):
+    """AlterPartition on the controller and the brokers' epoch checks, over the wire."""
+
+    def setUp(self):
+        self.cluster = shared_cluster("metadata")
+
+    def rf3_topic(self):
+        topic = unique_name("ap")
+        create_topic(self.cluster.broker(1).bootstrap_servers, topic, 1, 3)
+        for broker_id in (1, 2, 3):
+            self.cluster.wait_for(lambda: known_partitions(self.cluster, broker_id, topic), 30, "the topic")
+        data, _ = zk_read(self.cluster, "/brokers/topics/" + topic)
+        from kafkatw.protocol.uuids import uuid_from_base64
+
+        return topic, uuid_from_base64(json.loads(data)["topic_id"])
+
+    def raw(self, broker_id):
+        from tests.support import RawClient
+
+        client = RawClient(self.cluster.broker(broker_id))
+        self.addCleanup(client.close)
+        return client
+
+    def alter(self, to, topic_id, broker_id, broker_epoch, leader_epoch, partition_epoch, isr):
+        from kafkatw.protocol import messages as m
+
+        R = m.AlterPartitionRequest
+        body = R(broker_id=broker_id, broker_epoch=broker_epoch, topics=[R.TopicData(topic_id=topic_id, partitions=[
+            R.PartitionData(partition_index=0, leader_epoch=leader_epoch, new_isr=isr,
+                            partition_epoch=partition_epoch)])])
+        return self.raw(to).request(56, 2, body)
+
+    def test_alter_partition_on_the_controller(self):
+        from kafkatw.protocol import errors
+
+        topic, topic_id = self.rf3_topic()
+        state, version = partition_state(self.cluster, topic, 0)
+        leader, epoch, isr = state["leader"], state["leader_epoch"], state["isr"]
+        leader_epoch_zk = zk_read(self.cluster, "/brokers/ids/%d" % leader)[1].czxid
+        controller = self.cluster.controller_id()
+        other = [b for b in (1, 2, 3) if b != controller][0]
+        shrunk = [b for b in isr if b != [r for r in isr if r != leader][-1]]
+
+        resp = self.alter(other, topic_id, leader, leader_epoch_zk, epoch, version, shrunk)
+        self.assertEqual(resp.error_code, errors.NOT_CONTROLLER)
+        resp = self.alter(controller, topic_id, leader, leader_epoch_zk - 1, epoch, version, shrunk)
+        self.assertEqual(resp.error_code, errors.STALE_BROKER_EPOCH)
+        follower = [b for b in isr if b != leader][0]
+        follower_epoch = zk_read(self.cluster, "/brokers/ids/%d" % follower)[1].czxid
+        for args, code in (((follower, follower_epoch, epoch, version, shrunk), errors.NOT_LEADER_OR_FOLLOWER),
+                           ((leader, leader_epoch_zk, epoch - 1, version, shrunk), errors.FENCED_LEADER_EPOCH),
+                           ((leader, leader_epoch_zk, epoch, version + 1, shrunk), errors.INVALID_UPDATE_VERSION),
+                           ((leader, leader_epoch_zk, epoch, version, [leader, 99]), errors.INELIGIBLE_REPLICA)):
+            resp = self.alter(controller, topic_id, *args)
+            self.assertEqual((resp.error_code, resp.topics[0].partitions[0].error_code), (0, code), args)
+        self.assertEqual(partition_state(self.cluster, topic, 0), (state, version))
+
+        resp = self.alter(controller, topic_id, leader, leader_epoch_zk, epoch, version, shrunk)
+        p = resp.topics[0].partitions[0]
+        self.assertEqual((resp.error_code, p.error_code, p.leader_id, p.leader_epoch, p.isr, p.partition_epoch),
+                         (0, 0, leader, epoch, shrunk, version + 1))
+        now, now_version = partition_state(self.cluster, topic, 0)
+        self.assertEqual((now["isr"], now["leader_epoch"], now_version), (shrunk, epoch, version + 1))
+        for broker_id in (1, 2, 3):
+            self.cluster.wait_for(
+                lambda: known_partitions(self.cluster, broker_id, topic)[0][4] == shrunk, 30,
+                "broker %d to see the ISR %s" % (broker_id, shrunk))
+        # the same request again names a partition epoch that is gone
+        resp = self.alter(controller, topic_id, leader, leader_epoch_zk, epoch, version, isr)
+        self.assertEqual(resp.topics[0].partitions[0].error_code, errors.INVALID_UPDATE_VERSION)
+
+    def test_brokers_refuse_stale_controller_and_broker_epochs(self):
+        from kafkatw.protocol import errors
+        from kafkatw.protocol import messages as m
+
+        topic, topic_id = self.rf3_topic()
+        epoch = controller_epoch(self.cluster)
+        broker_epoch = zk_read(self.cluster, "/brokers/ids/2")[1].czxid
+        before = known_partitions(self.cluster, 2, topic)
+        client = self.raw(2)
+        um = m.UpdateMetadataRequest
+        state = um.UpdateMetadataPartitionState(partition_index=0, controller_epoch=epoch - 1, leader=-1,
+                                                leader_epoch=99, isr=[], zk_version=99, replicas=[1, 2, 3])
+        for controller_ep, broker_ep, code in ((epoch - 1, broker_epoch, errors.STALE_CONTROLLER_EPOCH),
+                                               (epoch, broker_epoch - 1, errors.STALE_BROKER_EPOCH)):
+            body = um(controller_id=1, controller_epoch=controller_ep, broker_epoch=broker_ep, topic_states=[
+                um.UpdateMetadataTopicState(topic_name=topic, topic_id=topic_id, partition_states=[state])],
+                live_brokers=[])
+            self.assertEqual(client.request(6, 7, body).error_code, code)
+        la = m.LeaderAndIsrRequest
+        body = la(controller_id=1, controller_epoch=epoch - 1, broker_epoch=broker_epoch, topic_states=[
+            la.LeaderAndIsrTopicState(topic_name=topic, topic_id=topic_id, partition_states=[
+                la.LeaderAndIsrPartitionState(partition_index=0, controller_epoch=epoch - 1, leader=2,
+                                              leader_epoch=99, isr=[2], partition_epoch=99,
+                                              replicas=[1, 2, 3])])])
+        resp = client.request(4, 6, body)
+        self.assertEqual((resp.error_code, [p.error_code for t in resp.topics for p in t.partition_errors]),
+                         (errors.STALE_CONTROLLER_EPOCH, [errors.STALE_CONTROLLER_EPOCH]))
+        sr = m.StopReplicaRequest
+        body = sr(controller_id=1, controller_epoch=epoch - 1, broker_epoch=broker_epoch, topic_states=[
+            sr.StopReplicaTopicState(topic_name=topic, partition_states=[
+                sr.StopReplicaPartitionState(partition_index=0, leader_epoch=99, delete_partition=True)])])
+        self.assertEqual(client.request(5, 3, body).error_code, errors.STALE_CONTROLLER_EPOCH)
+        self.assertEqual(known_partitions(self.cluster, 2, topic), before)
+        self.assertTrue(os.path.isdir(os.path.join(self.cluster.broker(2).data_dir, topic + "-0")))
