@@ -23,22 +23,16 @@ log = Logger(namespace="kafkatw.controller.registration")
 
 
 def inter_broker_listener(config):
-    """Kafka's interBrokerListenerName: ``inter.broker.listener.name``, else the listener of
-    ``security.inter.broker.protocol``; one line refusing what the broker's client cannot speak."""
-    name = config["inter.broker.listener.name"]
+    """The inter-broker listener (``KafkaConfig.inter_broker_listener_name``); one line refusing
+    a missing one or one the broker's own client cannot speak."""
+    name = config.inter_broker_listener_name
     listeners = {ep.listener_name: ep for ep in config.listeners}
-    if name:
-        name = name.upper()
-        if name not in listeners:
-            raise ConfigError.invalid("inter.broker.listener.name", name, "it is not one of the listeners (%s)"
-                                      % ", ".join(sorted(listeners)))
-    else:
-        protocol = config["security.inter.broker.protocol"]
-        found = [ep.listener_name for ep in config.listeners if ep.security_protocol == protocol]
-        if not found:
-            raise ConfigError.invalid("security.inter.broker.protocol", protocol,
-                                      "no listener uses it; set inter.broker.listener.name")
-        name = found[0]
+    if name is None:
+        raise ConfigError.invalid("security.inter.broker.protocol", config["security.inter.broker.protocol"],
+                                  "no listener uses it; set inter.broker.listener.name")
+    if name not in listeners:
+        raise ConfigError.invalid("inter.broker.listener.name", name, "it is not one of the listeners (%s)"
+                                  % ", ".join(sorted(listeners)))
     if listeners[name].security_protocol != "PLAINTEXT":
         raise ConfigError.invalid("inter.broker.listener.name", name,
                                   "kafkatw's inter-broker client speaks PLAINTEXT only so far")
