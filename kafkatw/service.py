@@ -292,6 +292,7 @@ class RequestHandlersService(_BrokerPart):
             for handler in controller_requests.HANDLERS:
                 b.apis.register(handler)
             b.apis.controller = b.cluster.controller
+            b.cluster.on_registered.append(b._registered)
             b.metadata.add_listener(b._cluster_topic_event)
         b.apis.delete_stray_logs()  # of topics deleted just before a crash
         b.apis.create_missing_logs()
@@ -509,6 +510,10 @@ class BrokerService(OrderedMultiService):
         self.cluster = ClusterMembership(self.reactor, config, zk, self.metadata, client, config.log_dirs,
                                          meta_existed, self.halt, run_blocking)
         self._cluster_connected = self.cluster.connect()
+
+    def _registered(self, broker_epoch):
+        """A (new) registration: the replica manager's requests carry this broker epoch."""
+        self.replica_manager.broker_epoch = broker_epoch
 
     def _cluster_topic_event(self, event, info):
         """A topic config changed through another broker: the logs here take it."""

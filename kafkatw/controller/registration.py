@@ -62,6 +62,9 @@ class ClusterMembership:
         self._session_lost = False
         self._stopping = False
         self._last_change = None
+        #: called with the broker epoch after each registration (the replica manager's fetches
+        #: and AlterPartition carry it)
+        self.on_registered = []
         zk.add_state_listener(self._state_changed)
 
     # -- start ------------------------------------------------------------------------------------
@@ -111,6 +114,8 @@ class ClusterMembership:
                     raise
                 yield task.deferLater(self._reactor, 0.25, lambda: None)
         self.metadata.broker_epoch = epoch
+        for listener in list(self.on_registered):
+            listener(epoch)
         log.info("registered broker {id} at {path} with broker epoch {epoch}", id=self.broker_id,
                  path=zk_layout.broker_path(self.broker_id), epoch=epoch)
 
