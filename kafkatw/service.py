@@ -473,9 +473,12 @@ class BrokerService(OrderedMultiService):
             self.stall_probe = StallProbe(self.reactor, config["kafkatw.reactor.stall.probe.ms"])
             self.stall_probe.start()
         if self.cluster is not None:
-            # ready once registered: the controller can then reach this broker
+            # Kafka's startup: the ports are bound (their numbers are advertised) but nobody is
+            # served until this broker is registered; ready after that
+            self.socket_server.set_accepting(False)
             d = self._cluster_connected
             d.addCallback(lambda _: self.cluster.register(config.advertised_listeners))
+            d.addCallback(lambda _: self.socket_server.set_accepting(True))
             d.addCallback(lambda _: self._write_ready_file(bound))
             d.addCallback(lambda _: log.info("kafkatw broker {node} started in cluster {cluster}",
                                              node=config.node_id, cluster=self.metadata.cluster_id))
