@@ -289,7 +289,26 @@ class ElectionTests(unittest.SynchronousTestCase):
         cluster.broker(a).start()
         cluster.wait_for_brokers([1, 2, 3])
         leader, isr, _, offline = self.leader_isr(topic, 0, a)
-        self.assertEqual((leader, isr, offline), (c, [c], []))
+        self.assertEqual((leader, offline), (c, []))
+        self.assertIn(c, isr)  # the others rejoin only once the leader says they caught up
+
+    def test_zookeeper_restart_keeps_the_cluster(self):
+        """ZooKeeper down for less than a session: the brokers reconnect with their sessions
+        (no new registration, same controller) and admin requests work again."""
+        cluster = self.cluster
+        controller, epoch = cluster.controller_id(), controller_epoch(cluster)
+        epochs = {b: zk_read(cluster, "/brokers/ids/%d" % b)[1].czxid for b in (1, 2, 3)}
+        cluster.zookeeper.kill()
+        try:
+            # brokers keep answering clients from what they know
+            self.assertEqual(sorted(cluster.metadata(2)[0]), [1, 2, 3])
+        finally:
+            cluster.zookeeper.start()
+        topic = unique_name("after-zk")
+        create_topic(cluster.broker(3).bootstrap_servers, topic, 3, 3)
+        cluster.wait_for(lambda: known_partitions(cluster, 1, topic), 30, "the new topic")
+        self.assertEqual((cluster.controller_id(), controller_epoch(cluster)), (controller, epoch))
+        self.assertEqual({b: zk_read(cluster, "/brokers/ids/%d" % b)[1].czxid for b in (1, 2, 3)}, epochs)
 
 
 class ControllerRequestTests(unittest.SynchronousTestCase):
