@@ -160,8 +160,11 @@ class MetadataService(_BrokerPart):
             os.makedirs(d, exist_ok=True)
             if not os.access(d, os.W_OK):
                 raise ConfigError("log dir %s is not writable" % d)
-        b.metadata = ClusterMetadata.load(b.config.log_dirs, b.config.node_id, reactor=b.reactor,
-                                          threadpool=b.threadpool)
+        meta_existed = any(os.path.exists(os.path.join(d, "meta.properties")) for d in b.config.log_dirs)
+        b.metadata = ClusterMetadata.load(b.config.log_dirs, b.config.node_id, rack=b.config["broker.rack"],
+                                          reactor=b.reactor, threadpool=b.threadpool)
+        if b.config["zookeeper.connect"]:
+            b._start_cluster_mode(meta_existed)
         if b.metadata.broker_configs or b.metadata.default_broker_configs:
             # dynamic broker configs (AlterConfigs) persisted by an earlier run
             b.config = b.config.with_dynamic(
@@ -283,6 +286,14 @@ class RequestHandlersService(_BrokerPart):
                            finalized_features_epoch=features.FINALIZED_FEATURES_EPOCH,
                            dynamic_config=b.dynamic_config, scram_credentials=b.scram_credentials,
                            quotas=quotas, authorizer=b.authorizer)
+        if b.cluster is not None:
+            from kafkatw.server.handlers import controller_requests
+
+            for handler in controller_requests.HANDLERS:
+                b.apis.register(handler)
+            b.apis.controller = b.cluster.controller
+            b.cluster.on_registered.append(b._registered)
+            b.metadata.add_listener(b._cluster_topic_event)
         b.apis.delete_stray_logs()  # of topics deleted just before a crash
         b.apis.create_missing_logs()
 
@@ -400,6 +411,8 @@ class BrokerService(OrderedMultiService):
         self.apis = None
         self.socket_server = None
         self.stall_probe = None
+        self.cluster = None  # controller.registration.ClusterMembership in cluster mode
+        self._cluster_connected = None
 
         # Decided by config alone, so checked before anything starts. The TLS stack (pyOpenSSL,
         # cryptography) is imported only when a listener needs it.
@@ -459,9 +472,74 @@ class BrokerService(OrderedMultiService):
             from kafkatw.stall_probe import StallProbe
             self.stall_probe = StallProbe(self.reactor, config["kafkatw.reactor.stall.probe.ms"])
             self.stall_probe.start()
+        if self.cluster is not None:
+            # Kafka's startup: the ports are bound (their numbers are advertised) but nobody is
+            # served until this broker is registered; ready after that
+            self.socket_server.set_accepting(False)
+            d = self._cluster_connected
+            d.addCallback(lambda _: self.cluster.register(config.advertised_listeners))
+            d.addCallback(lambda _: self.socket_server.set_accepting(True))
+            d.addCallback(lambda _: self._write_ready_file(bound))
+            d.addCallback(lambda _: log.info("kafkatw broker {node} started in cluster {cluster}",
+                                             node=config.node_id, cluster=self.metadata.cluster_id))
+            d.addErrback(self._cluster_failed)
+            return
         self._write_ready_file(bound)
         log.info("kafkatw broker {node} started (cluster {cluster})", node=config.node_id,
                  cluster=self.metadata.cluster_id)
+
+    # -- cluster mode ------------------------------------------------------------------------------
+    def _start_cluster_mode(self, meta_existed):
+        """``zookeeper.connect`` is set: the metadata is the controller's (a cache fed by
+        UpdateMetadata), this node's own state stays in the embedded store; connecting starts
+        now, registration waits for the bound listeners."""
+        from kafkatw import registry
+        from kafkatw.cluster.interfaces import IClusterCoordinator
+        from kafkatw.cluster.zk_metadata import ZkClusterMetadata
+        from kafkatw.controller.registration import ClusterMembership
+        from kafkatw.network.client import KafkaNetworkClient
+
+        config = self.config
+        if not config.is_set("node.id") and not config.is_set("broker.id"):
+            raise ConfigError("broker.id (or node.id) must be set in cluster mode (zookeeper.connect)",
+                              "broker.id")
+        run_blocking = functools.partial(threads.deferToThreadPool, self.reactor, self.threadpool)
+        zk = registry.load("kafkatw.cluster.coordinator.class", config["kafkatw.cluster.coordinator.class"],
+                           IClusterCoordinator, reactor=self.reactor, config=config, run_blocking=run_blocking)
+        local = self.metadata
+        self.metadata = ZkClusterMetadata(local, zk, self.reactor, rack=config["broker.rack"],
+                                          default_replication_factor=config["default.replication.factor"])
+        client = KafkaNetworkClient(self.reactor, "broker-%d-controller" % config.node_id)
+        self.cluster = ClusterMembership(self.reactor, config, zk, self.metadata, client, config.log_dirs,
+                                         meta_existed, self.halt, run_blocking)
+        self._cluster_connected = self.cluster.connect()
+
+    def _registered(self, broker_epoch):
+        """A (new) registration: the replica manager's requests carry this broker epoch."""
+        self.replica_manager.broker_epoch = broker_epoch
+
+    def _cluster_topic_event(self, event, info):
+        """A topic config changed through another broker: the logs here take it."""
+        from kafkatw.cluster.metadata import TOPIC_CONFIGS_CHANGED
+
+        if event == TOPIC_CONFIGS_CHANGED and self.log_manager is not None:
+            self.log_manager.update_log_config(info.name, info.configs)
+
+    def _cluster_failed(self, failure):
+        """Joining the cluster failed (ZooKeeper unreachable, the wrong cluster): one line, exit."""
+        message = failure.getErrorMessage() if failure.check(ConfigError) else None
+        if message is None:
+            log.failure("joining the cluster failed", failure)
+            message = "joining the cluster failed: %s" % (failure.getErrorMessage(),)
+        log.critical("{message}", message=message)
+        stderr = sys.__stderr__
+        if stderr is not None:
+            try:
+                stderr.write("kafkatw: %s\n" % message)
+                stderr.flush()
+            except (OSError, ValueError):
+                pass
+        self.reactor.callLater(0, self.halt, 2)
 
     def _persisted_dynamic(self, props, which):
         kept, ignored = split_persisted(props, self.config.definitions)
@@ -521,5 +599,10 @@ class BrokerService(OrderedMultiService):
     def stopService(self):
         if self.stall_probe is not None:
             self.stall_probe.stop()  # shutdown flushes on the reactor thread, by design
+        if self.cluster is not None:
+            try:
+                yield self.cluster.stop()
+            except Exception:
+                log.failure("leaving the cluster failed")
         yield super().stopService()
         log.info("kafkatw broker stopped cleanly")

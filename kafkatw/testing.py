@@ -19,7 +19,8 @@ import sys
 import tempfile
 import time
 
-__all__ = ["KafkaBroker", "KafkaBrokerMixin", "BrokerStartError", "api_versions_ok"]
+__all__ = ["KafkaBroker", "KafkaBrokerMixin", "BrokerStartError", "api_versions_ok", "ZooKeeperServer",
+           "KafkaCluster", "ZooKeeperUnavailable"]
 
 #: Kafka's TOPIC_ALREADY_EXISTS: start-up topics survive a restart on the same data.
 _TOPIC_ALREADY_EXISTS = 36
@@ -565,6 +566,7 @@ class KafkaBroker:
         if self.process is None:
             return
         if self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)  # a paused broker cannot stop
             self.process.send_signal(signal.SIGTERM)
             try:
                 self.process.wait(timeout)
@@ -581,6 +583,16 @@ class KafkaBroker:
             self.process.kill()
         self.process.wait()
         self.process = None
+
+    def pause(self):
+        """SIGSTOP: the broker freezes (its ZooKeeper session expires in cluster mode)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self):
+        """SIGCONT after :meth:`pause`."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)
 
     def restart(self):
         """A clean stop and a start on the same data and ports."""
@@ -618,6 +630,302 @@ class KafkaBroker:
         for path in (self.log_path, self.stderr_path):
             out.extend(_read_lines(path)[-lines:])
         return "\n".join(out)
+
+
+# -- ZooKeeper and a cluster ----------------------------------------------------------------------
+
+#: where Debian's ``zookeeper`` package puts its jars
+ZOOKEEPER_CLASSPATH = "/usr/share/java/*"
+_ZOOKEEPER_JAR = "/usr/share/java/zookeeper.jar"
+
+
+class ZooKeeperUnavailable(RuntimeError):
+    """Java or Debian's ZooKeeper jars are missing (``apt-get install zookeeper``)."""
+
+
+def zookeeper_available():
+    return shutil.which("java") is not None and os.path.exists(_ZOOKEEPER_JAR)
+
+
+def _free_port(host):
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def zookeeper_command(host, port, command="srvr", timeout=1.0):
+    """A ZooKeeper four-letter word's answer, or None if it does not answer."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as s:
+            s.sendall(command.encode("ascii"))
+            chunks = []
+            while True:
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+    except OSError:
+        return None
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+class ZooKeeperServer:
+    """A standalone ZooKeeper (Debian's package, Java) on a free loopback port with its data in
+    ``work_dir``. ``tick_time_ms`` 500 allows session timeouts from 1 to 10 seconds."""
+
+    def __init__(self, work_dir=None, host="127.0.0.1", port=0, tick_time_ms=500, start_timeout=60.0):
+        if not zookeeper_available():
+            raise ZooKeeperUnavailable("ZooKeeper needs java and %s (Debian's zookeeper package)" % _ZOOKEEPER_JAR)
+        self._own_dir = work_dir is None
+        self.work_dir = tempfile.mkdtemp(prefix="kafkatw-zk-") if work_dir is None else work_dir
+        os.makedirs(self.work_dir, exist_ok=True)
+        self.host = host
+        self.port = port
+        self.tick_time_ms = tick_time_ms
+        self.start_timeout = start_timeout
+        self.process = None
+        self.log_path = os.path.join(self.work_dir, "zookeeper.log")
+
+    @property
+    def connect(self):
+        """``host:port`` for ``zookeeper.connect``."""
+        return "%s:%d" % (self.host, self.port)
+
+    def _write_config(self):
+        data = os.path.join(self.work_dir, "data")
+        os.makedirs(data, exist_ok=True)
+        path = os.path.join(self.work_dir, "zoo.cfg")
+        with open(path, "w") as f:
+            f.write("tickTime=%d\ndataDir=%s\nclientPort=%d\nclientPortAddress=%s\nmaxClientCnxns=0\n"
+                    "admin.enableServer=false\n4lw.commands.whitelist=ruok,srvr\n"
+                    % (self.tick_time_ms, data, self.port, self.host))
+        return path
+
+    def start(self):
+        if self.process is not None and self.process.poll() is None:
+            raise RuntimeError("ZooKeeper already running (pid %d)" % self.process.pid)
+        if not self.port:
+            self.port = _free_port(self.host)
+        config = self._write_config()
+        with open(self.log_path, "ab") as out:
+            self.process = subprocess.Popen(
+                ["java", "-Xmx256m", "-XX:+UseSerialGC", "-Dzookeeper.log.dir=" + self.work_dir,
+                 "-cp", ZOOKEEPER_CLASSPATH, "org.apache.zookeeper.server.ZooKeeperServerMain", config],
+                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=self.work_dir)
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise BrokerStartError("ZooKeeper exited with status %s" % self.process.returncode,
+                                       "\n".join(_read_lines(self.log_path)[-40:]), self.log_path)
+            answer = zookeeper_command(self.host, self.port)
+            if answer and "Mode: standalone" in answer:
+                return self
+            time.sleep(0.05)
+        self.kill()
+        raise BrokerStartError("ZooKeeper did not answer srvr within %.0f s" % self.start_timeout,
+                               "\n".join(_read_lines(self.log_path)[-40:]), self.log_path)
+
+    def _signal(self, sig):
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(sig)
+
+    def pause(self):
+        """SIGSTOP: ZooKeeper stops answering (sessions are not expired while it is stopped)."""
+        self._signal(signal.SIGSTOP)
+
+    def resume(self):
+        self._signal(signal.SIGCONT)
+
+    def kill(self):
+        if self.process is None:
+            return
+        self._signal(signal.SIGCONT)
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        self.process = None
+
+    def stop(self, timeout=30.0):
+        if self.process is None:
+            return
+        self._signal(signal.SIGCONT)
+        self._signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.process = None
+
+    @property
+    def running(self):
+        return self.process is not None and self.process.poll() is None
+
+    def close(self):
+        self.kill()
+        if self._own_dir:
+            shutil.rmtree(self.work_dir, ignore_errors=True)
+
+    def __enter__(self):
+        try:
+            return self.start()
+        except BaseException:
+            self.close()
+            raise
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def cluster_metadata(host, port, topics=None, timeout=5.0):
+    """Metadata v9 from one broker: ``(brokers {id: (host, port, rack)}, controller id,
+    {topic: {partition: (error, leader, leader_epoch, replicas, isr, offline)}})``."""
+    from kafkatw.protocol import messages as m
+
+    version = 9
+    req = m.MetadataRequest(topics=None if topics is None else [m.MetadataRequest.MetadataRequestTopic(name=t)
+                                                                 for t in topics],
+                            allow_auto_topic_creation=False)
+    header = m.RequestHeader(request_api_key=3, request_api_version=version, correlation_id=11,
+                             client_id="kafkatw.testing")
+    body = header.encode_bytes(m.request_header_version(3, version)) + req.encode_bytes(version)
+    with _connect(host, port, timeout) as s:
+        payload = _request(s, body)
+    _, pos = m.ResponseHeader.decode_from(payload, 0, m.response_header_version(3, version))
+    resp, _ = m.MetadataResponse.decode_from(payload, pos, version)
+    brokers = {b.node_id: (b.host, b.port, b.rack) for b in resp.brokers}
+    out = {}
+    for t in resp.topics:
+        out[t.name] = {p.partition_index: (p.error_code, p.leader_id, p.leader_epoch, list(p.replica_nodes),
+                                           list(p.isr_nodes), list(p.offline_replicas))
+                       for p in t.partitions}
+        if t.error_code and not t.partitions:
+            out[t.name] = t.error_code
+    return brokers, resp.controller_id, out
+
+
+class KafkaCluster:
+    """Brokers ``1..brokers`` coordinated through a ZooKeeper started in the work folder.
+
+    :param racks: ``broker.rack`` per broker (a list in id order), or None.
+    :param overrides: properties for every broker; ``broker_overrides`` ``{id: {...}}`` per broker.
+    :param topics: created once every broker is registered, as :class:`KafkaBroker`'s.
+    :param session_timeout_ms: the brokers' ``zookeeper.session.timeout.ms`` (how long a killed
+        broker stays registered).
+    ``broker(id)`` is a :class:`KafkaBroker` with ``kill``/``stop``/``start``/``restart``; the
+    cluster's ``zookeeper`` has ``kill``/``pause``/``resume``.
+    """
+
+    def __init__(self, brokers=3, racks=None, overrides=None, broker_overrides=None, topics=(),
+                 session_timeout_ms=6000, chroot="/kafkatw", keep_data=False, start_timeout=60.0,
+                 fork_server=True):
+        self.work_dir = tempfile.mkdtemp(prefix="kafkatw-cluster-")
+        self.keep_data = keep_data
+        self.zookeeper = ZooKeeperServer(os.path.join(self.work_dir, "zookeeper"))
+        self.chroot = chroot
+        self.start_timeout = start_timeout
+        self.topics = [_topic_spec(t, None) for t in topics]
+        self.brokers = {}
+        for i in range(1, brokers + 1):
+            props = {"broker.id": i, "zookeeper.session.timeout.ms": session_timeout_ms,
+                     "zookeeper.connection.timeout.ms": 20000}
+            if racks is not None and racks[i - 1] is not None:
+                props["broker.rack"] = racks[i - 1]
+            props.update(overrides or {})
+            props.update((broker_overrides or {}).get(i, {}))
+            directory = os.path.join(self.work_dir, "broker-%d" % i)
+            os.makedirs(directory, exist_ok=True)
+            self.brokers[i] = KafkaBroker(overrides=props, data_dir=os.path.join(directory, "kafka-logs"),
+                                          log_path=os.path.join(directory, "broker.log"),
+                                          start_timeout=start_timeout, fork_server=fork_server)
+
+    @property
+    def zookeeper_connect(self):
+        return self.zookeeper.connect + (self.chroot or "")
+
+    def broker(self, broker_id):
+        return self.brokers[broker_id]
+
+    def start(self):
+        if not self.zookeeper.running:
+            self.zookeeper.start()
+        for b in self.brokers.values():
+            b.overrides["zookeeper.connect"] = self.zookeeper_connect
+            if not b.running:
+                b.start()
+        self.wait_for_brokers(sorted(self.brokers))
+        if self.topics:
+            host, port = self.running_broker()._main_address()
+            create_topics(host, port, self.topics, timeout=self.start_timeout)
+        return self
+
+    def running_broker(self):
+        for b in self.brokers.values():
+            if b.running:
+                return b
+        raise RuntimeError("no broker is running")
+
+    @property
+    def bootstrap_servers(self):
+        return ",".join(b.bootstrap_servers for b in self.brokers.values() if b.running)
+
+    def metadata(self, broker_id=None, topics=None):
+        """:func:`cluster_metadata` from ``broker_id`` (the first running broker by default)."""
+        b = self.brokers[broker_id] if broker_id is not None else self.running_broker()
+        host, port = b._main_address()
+        return cluster_metadata(host, port, topics)
+
+    def wait_for(self, condition, timeout=30.0, what="condition"):
+        """Poll ``condition()`` (exceptions count as false) until true, at most ``timeout`` s."""
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            try:
+                value = condition()
+                if value:
+                    return value
+            except (OSError, ConnectionError, ValueError) as e:
+                last = e
+            time.sleep(0.05)
+        raise AssertionError("timed out after %.0f s waiting for %s%s"
+                             % (timeout, what, " (last error: %s)" % last if last else ""))
+
+    def wait_for_brokers(self, ids, timeout=None):
+        """Until every running broker's Metadata lists exactly ``ids`` and a controller."""
+        ids = sorted(ids)
+
+        def all_agree():
+            for b in self.brokers.values():
+                if not b.running:
+                    continue
+                brokers, controller, _ = cluster_metadata(*b._main_address())
+                if sorted(brokers) != ids or controller not in ids:
+                    return False
+            return True
+        self.wait_for(all_agree, timeout or self.start_timeout, "brokers %s in every broker's metadata" % ids)
+
+    def controller_id(self):
+        return self.metadata()[1]
+
+    def close(self):
+        for b in self.brokers.values():
+            try:
+                b.kill() if self.zookeeper.process is None else b.stop(timeout=15)
+            finally:
+                b.close()
+        self.zookeeper.close()
+        if not self.keep_data:
+            shutil.rmtree(self.work_dir, ignore_errors=True)
+
+    def __enter__(self):
+        try:
+            return self.start()
+        except BaseException:
+            self.close()
+            raise
+
+    def __exit__(self, *exc):
+        self.close()
 
 
 _class_brokers = {}

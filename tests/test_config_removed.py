@@ -44,9 +44,9 @@ class TableTests(unittest.SynchronousTestCase):
                 self.assertTrue(entry.why.startswith("use "), entry)
 
     def test_zookeeper_family(self):
-        kept, ignored = split_removed({"zookeeper.session.timeout.ms": "18000", "node.id": "1"},
+        kept, ignored = split_removed({"zookeeper.ssl.protocol": "TLSv1.2", "node.id": "1"},
                                       REMOVED_BROKER_CONFIGS, REMOVED_BROKER_PREFIXES)
-        self.assertEqual((kept, [r.name for r in ignored]), ({"node.id": "1"}, ["zookeeper.session.timeout.ms"]))
+        self.assertEqual((kept, [r.name for r in ignored]), ({"node.id": "1"}, ["zookeeper.ssl.protocol"]))
 
 
 class BrokerPropertiesTests(unittest.SynchronousTestCase):
@@ -57,15 +57,16 @@ class BrokerPropertiesTests(unittest.SynchronousTestCase):
         self.patch(kafka_config.log, "warn", lambda fmt, **kw: warned.append(fmt.format(**kw)))
         config = KafkaConfig.from_properties({
             "log.message.format.version": "2.8", "inter.broker.protocol.version": "3.7",
-            "zookeeper.connect": "localhost:2181", "zookeeper.connection.timeout.ms": "18000",
+            "zookeeper.clientCnxnSocket": "x", "zookeeper.connection.timeout.ms": "18000",
             "log.retention.ms": "1000"})
         self.assertEqual(config.unknown, {})
         self.assertEqual(config["log.retention.ms"], 1000)
         self.assertEqual(sorted(w.split(" is ")[0] for w in warned),
-                         ["inter.broker.protocol.version", "log.message.format.version", "zookeeper.connect",
-                          "zookeeper.connection.timeout.ms"])
-        self.assertIn("zookeeper.connect is deprecated and ignored: Kafka 4.0 removed ZooKeeper; kafkatw keeps its "
-                      "metadata in its log dirs", warned)
+                         ["inter.broker.protocol.version", "log.message.format.version",
+                          "zookeeper.clientCnxnSocket"])
+        self.assertEqual(config["zookeeper.connection.timeout.ms"], 18000)
+        self.assertIn("zookeeper.clientCnxnSocket is deprecated and ignored: kafkatw's ZooKeeper client uses only "
+                      "zookeeper.connect and its timeouts", warned)
 
     def test_refused_in_one_line(self):
         for name, replacement in (("quota.producer.default", "producer_byte_rate=N"),

@@ -58,6 +58,24 @@ class Real(unittest.TestCase):
                          log_manager=self.log_manager)
         self.assertTrue(verifyObject(IRequestHandler, apis))
 
+    def test_cluster_mode(self):
+        """The ZooKeeper store, the cluster-mode metadata and the handlers only cluster mode serves."""
+        from kafkatw.cluster.interfaces import IClusterCoordinator, IClusterMetadataCache
+        from kafkatw.cluster.zk import ZkClusterCoordinator
+        from kafkatw.cluster.zk_metadata import ZkClusterMetadata
+        from kafkatw.server.handlers import controller_requests
+
+        class Kazoo:
+            def add_listener(self, listener):
+                pass
+        zk = ZkClusterCoordinator(self.clock, "localhost:2181/kafka", client=Kazoo())
+        self.assertTrue(verifyObject(IClusterCoordinator, zk))
+        cache = ZkClusterMetadata(self.metadata, zk, self.clock)
+        self.assertTrue(verifyObject(IClusterMetadata, cache))
+        self.assertTrue(verifyObject(IClusterMetadataCache, cache))
+        for handler in controller_requests.HANDLERS:
+            self.assertTrue(verifyObject(IApiHandler, handler), handler)
+
     def test_every_default_handler(self):
         self.assertEqual(len(DEFAULT_HANDLERS), 45)  # 42 + CreateAcls, DescribeAcls, DeleteAcls
         for handler in DEFAULT_HANDLERS:

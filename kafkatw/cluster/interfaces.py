@@ -76,9 +76,14 @@ class IClusterMetadata(IPartitionMetadata):
         """Raise KafkaError unless a topic ``name`` may be created now (legal name, not
         existing or being created, no '.'/'_' collision)."""
 
-    def create_topic(name, num_partitions, configs=None, topic_id=None):
-        """Create the topic (this node leading every partition at epoch 0): a Deferred of its
-        TopicInfo. Raises KafkaError if refused."""
+    def assign_replicas(num_partitions, replication_factor, start_partition=0):
+        """``{partition: [replicas]}`` over the live brokers (Kafka's rack-aware algorithm);
+        raises KafkaError(INVALID_REPLICATION_FACTOR) when there are too few."""
+
+    def create_topic(name, num_partitions, configs=None, topic_id=None, assignment=None):
+        """Create the topic with ``assignment`` (``{partition: [replicas]}``, None: assigned
+        here): a Deferred of its TopicInfo once it is published with its leaders. Raises
+        KafkaError if refused."""
 
     def delete_topic(name):
         """Delete the topic: a Deferred of its TopicInfo. Raises KafkaError
@@ -105,3 +110,134 @@ class IClusterMetadata(IPartitionMetadata):
     def next_producer_id():
         """A Deferred of a producer id never handed out before in this cluster, even across
         restarts."""
+
+    controller_id = Attribute("The active controller's node id (-1 if unknown; embedded: this node).")
+
+    def live_brokers():
+        """The live brokers, ``[BrokerInfo]`` sorted by id (embedded: this node, without
+        endpoints: callers use their own advertised listeners for it)."""
+
+    def live_broker(node_id):
+        """The live broker's BrokerInfo, or None."""
+
+    def partition_state(topic, partition):
+        """The partition's PartitionState (leader, epochs, ISR, replicas, offline replicas), or
+        None if unknown: what Metadata answers."""
+
+    def topic_configs_loaded(topics):
+        """A Deferred firing once the topic-level configs of ``topics`` are known here (fired
+        at once where they always are)."""
+
+
+class IClusterMetadataCache(Interface):
+    """What the handlers of the controller's requests ask of a cluster-mode broker's metadata
+    (Kafka's MetadataCache update path and the broker's epochs)."""
+
+    controller_epoch = Attribute("The highest controller epoch seen in a controller request.")
+    broker_epoch = Attribute("This broker's epoch: the czxid of its current registration.")
+
+    def check_controller_epoch(controller_epoch):
+        """STALE_CONTROLLER_EPOCH if older than one seen before, else NONE."""
+
+    def is_broker_epoch_stale(broker_epoch):
+        """True if a controller request names an older registration of this broker."""
+
+    def update_metadata(request):
+        """Apply an UpdateMetadataRequest whose epochs were checked."""
+
+    def config_changed(topic):
+        """A config change notification for ``topic``: read its configs again (a Deferred)."""
+
+
+class IClusterCoordinator(Interface):
+    """The coordination store as the controller and the brokers use it (Kafka's KafkaZkClient):
+    Kafka's znode layout behind named operations. Every call returns a Deferred firing on the
+    reactor thread; watch callbacks and session-state listeners are called there too, with no
+    argument for a watch and one of ``"CONNECTED"``, ``"SUSPENDED"``, ``"LOST"`` for a listener.
+    Writes that only a controller may do take the controller epoch's zkVersion and fail with
+    :class:`ControllerMovedError` once another controller has been elected."""
+
+    def start():
+        """Connect (bounded by ``zookeeper.connection.timeout.ms``) and create Kafka's top-level
+        paths: a Deferred."""
+
+    def stop():
+        """Close the session (its ephemeral znodes go at once): a Deferred."""
+
+    def add_state_listener(listener):
+        """Call ``listener(state)`` on each session state change."""
+
+    def get_or_create_cluster_id(proposed):
+        """A Deferred of ``/cluster/id``'s id, written with ``proposed`` if there is none."""
+
+    def register_broker(broker_id, data):
+        """Create the ephemeral ``/brokers/ids/<id>``: a Deferred of the broker epoch (its czxid).
+        Fails with KafkaError(NODE_EXISTS-like BROKER_ID_NOT_REGISTERED) if another session holds it."""
+
+    def broker_ids(watch=None):
+        """A Deferred of the registered broker ids (sorted); ``watch`` fires once on a change."""
+
+    def get_broker(broker_id):
+        """A Deferred of the broker's BrokerInfo (with its epoch), or None if not registered."""
+
+    def get_controller_id(watch=None):
+        """A Deferred of the controller's id, -1 if none; ``watch`` fires once on a change."""
+
+    def elect_controller(broker_id):
+        """Try to become controller: ``/controller`` and ``/controller_epoch`` + 1 in one multi.
+        A Deferred of ``(epoch, epoch_zk_version)``, or of None when another broker is controller."""
+
+    def resign_controller(broker_id):
+        """Delete ``/controller`` if this broker holds it: a Deferred."""
+
+    def topics(watch=None):
+        """A Deferred of the topic names under ``/brokers/topics``."""
+
+    def topic_assignment(topic, watch=None):
+        """A Deferred of ``(topic_id, {partition: [replicas]})``, or None for an unknown topic."""
+
+    def create_topic(topic, topic_id, assignment, configs):
+        """Write the topic's config then its assignment (Kafka's AdminZkClient order); fails with
+        KafkaError(TOPIC_ALREADY_EXISTS) if it exists."""
+
+    def add_partitions(topic, topic_id, assignment):
+        """Replace the topic's assignment with one holding more partitions: a Deferred."""
+
+    def partition_states(topic, partitions):
+        """A Deferred of ``{partition: LeaderAndIsr}`` of those with a state znode."""
+
+    def create_partition_states(epoch_zk_version, topic, states):
+        """Create the state znodes of new partitions, each conditional on the controller epoch:
+        a Deferred of ``{partition: LeaderAndIsr (with its partition epoch) or a Failure}``."""
+
+    def update_partition_states(epoch_zk_version, topic, states):
+        """Write ``states`` (``{partition: LeaderAndIsr}`` whose ``partition_epoch`` is the
+        version read), each conditional on the controller epoch and on that version: a Deferred
+        of ``{partition: the written state (new partition epoch) or a Failure}``."""
+
+    def topic_configs(topic):
+        """A Deferred of the topic's config overrides."""
+
+    def set_topic_configs(topic, configs):
+        """Replace the topic's overrides and add a change notification: a Deferred."""
+
+    def config_changes(watch=None):
+        """A Deferred of ``[(sequence name, entity type, entity name)]`` of the notifications."""
+
+    def mark_topic_for_deletion(topic):
+        """Create ``/admin/delete_topics/<t>``: a Deferred (fine if already marked)."""
+
+    def topics_to_delete(watch=None):
+        """A Deferred of the names under ``/admin/delete_topics``."""
+
+    def delete_topic(epoch_zk_version, topic):
+        """Remove the topic's znodes, config and deletion mark (controller only): a Deferred."""
+
+    def allocate_producer_id_block(broker_id, size):
+        """Take the next block of ``size`` producer ids through ``/latest_producer_id_block``
+        (conditional on the version read, retried): a Deferred of ``(start, end)``, end inclusive."""
+
+
+class ControllerMovedError(Exception):
+    """A controller write failed its check of the controller epoch: another controller was
+    elected since (Kafka's ControllerMovedException)."""

@@ -17,7 +17,9 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from kafkatw.background_failures import FailingTask
+from kafkatw.cluster.assignment import assign_replicas
 from kafkatw.cluster.interfaces import IClusterMetadata
+from kafkatw.cluster.state import BrokerInfo, PartitionState
 from kafkatw.durable_file import write_atomically
 from kafkatw.protocol import errors
 from kafkatw.protocol.errors import KafkaError
@@ -515,6 +517,29 @@ class ClusterMetadata:
         info = self.topics.get(topic)
         return info.is_internal if info is not None else topic in INTERNAL_TOPICS
 
+    @property
+    def controller_id(self):
+        """The embedded controller is this node."""
+        return self.node_id
+
+    def live_brokers(self):
+        return [BrokerInfo(node_id=self.node_id, rack=self.rack)]
+
+    def live_broker(self, node_id):
+        return BrokerInfo(node_id=self.node_id, rack=self.rack) if node_id == self.node_id else None
+
+    def partition_state(self, topic, partition):
+        """This node leads every partition, alone in its ISR."""
+        info = self.topics.get(topic)
+        if info is None or not 0 <= partition < info.num_partitions:
+            return None
+        node = (self.node_id,)
+        return PartitionState(leader=self.node_id, leader_epoch=info.leader_epochs[partition], isr=node,
+                              replicas=node)
+
+    def topic_configs_loaded(self, topics):
+        return defer.succeed(None)
+
     # -- mutations ---------------------------------------------------------------------
 
     def check_new_topic(self, name):
@@ -543,8 +568,14 @@ class ClusterMetadata:
         self.topics[info.name] = info
         self._by_id[info.topic_id] = info
 
-    def create_topic(self, name, num_partitions, configs=None, topic_id=None):
-        """Create a topic. Raises KafkaError if refused; else a Deferred firing with its
+    def assign_replicas(self, num_partitions, replication_factor, start_partition=0):
+        """Every partition on this node (a replication factor above 1 is refused as Kafka does
+        with one registered broker)."""
+        return assign_replicas(num_partitions, replication_factor, {self.node_id: None},
+                               start_partition=start_partition, fixed_start_index=0)
+
+    def create_topic(self, name, num_partitions, configs=None, topic_id=None, assignment=None):
+        """Create a topic (``assignment`` can only name this node). Raises KafkaError if refused; else a Deferred firing with its
         :class:`TopicInfo` once it is durable and its listeners (the partition logs) are done."""
         self.check_new_topic(name)
         if num_partitions < 1:

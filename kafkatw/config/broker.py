@@ -56,6 +56,20 @@ _d("controller.listener.names", LIST, "", None, HIGH,
    "Listener names used by the controller (informational in single-node mode).")
 _d("broker.rack", STRING, None, None, MEDIUM, "Rack of the broker, used in rack-aware assignment.")
 
+# cluster mode (Kafka's ZooKeeper mode): set, the broker joins the cluster coordinated there
+_d("zookeeper.connect", STRING, None, None, HIGH,
+   "host:port[,host:port][/chroot] of ZooKeeper; unset, the broker runs alone with its "
+   "metadata in its log dirs.")
+_d("zookeeper.session.timeout.ms", INT, 18000, at_least(1), HIGH,
+   "ZooKeeper session timeout: a broker silent this long loses its registration.")
+_d("zookeeper.connection.timeout.ms", INT, None, None, HIGH,
+   "Longest wait to connect to ZooKeeper; defaults to zookeeper.session.timeout.ms.")
+_d("zookeeper.max.in.flight.requests", INT, 10, at_least(1), HIGH,
+   "Requests the broker's ZooKeeper client keeps in flight.")
+_d("kafkatw.cluster.coordinator.class", STRING, "zookeeper", None, LOW,
+   "The coordination store of cluster mode: a registered short name or a dotted name of an "
+   "IClusterCoordinator factory.")
+
 # listeners / socket server
 _d("listeners", STRING, "PLAINTEXT://127.0.0.1:9092", None, HIGH,
    "Comma-separated URIs NAME://host:port to listen on; an empty host binds all interfaces.")

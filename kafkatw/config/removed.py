@@ -47,8 +47,6 @@ REMOVED_BROKER_CONFIGS = _table(
      "Kafka 4.0 removed down-conversion with the Fetch versions that needed it"),
     ("log.message.timestamp.difference.max.ms", REFUSED,
      "use log.message.timestamp.before.max.ms and log.message.timestamp.after.max.ms (KIP-937)"),
-    ("zookeeper.connect", IGNORED,
-     "Kafka 4.0 removed ZooKeeper; kafkatw keeps its metadata in its log dirs"),
     ("broker.id.generation.enable", IGNORED, "it only existed with ZooKeeper; set node.id"),
     ("reserved.broker.max.id", IGNORED, "it only existed with ZooKeeper; set node.id"),
     ("offsets.commit.required.acks", IGNORED, "offset commits are always written with acks=all"),
@@ -62,10 +60,11 @@ REMOVED_BROKER_CONFIGS = _table(
     ("delegation.token.master.key", REFUSED, "use delegation.token.secret.key"),
 )
 
-#: Prefixes of whole removed families (every ``zookeeper.*`` key went with ZooKeeper).
+#: Prefixes of whole removed families: the ``zookeeper.*`` keys kafkatw's cluster mode does not
+#: use (``zookeeper.connect`` and its timeouts are broker configs).
 REMOVED_BROKER_PREFIXES = {
     "zookeeper.": RemovedConfig("zookeeper.*", IGNORED,
-                                "Kafka 4.0 removed ZooKeeper; kafkatw keeps its metadata in its log dirs"),
+                                "kafkatw's ZooKeeper client uses only zookeeper.connect and its timeouts"),
 }
 
 

@@ -307,6 +307,9 @@ class SocketServer:
         self.factories = {}
         self.connections = set()
         self._api_versions = None
+        #: Kafka's startProcessingRequests: a cluster-mode broker binds its listeners (to
+        #: advertise their ports) but accepts nobody until it is registered
+        self.accepting_enabled = True
 
     # -- lifecycle ----------------------------------------------------------
 
@@ -479,12 +482,17 @@ class SocketServer:
             self.metrics.connection_creation_throttles[factory.endpoint.listener_name] += 1
             factory.throttled_call = self.reactor.callLater(throttle / 1000.0, self._throttle_ended, factory)
 
+    def set_accepting(self, enabled):
+        """Accept connections or not (bound ports stay bound; callers wait in the backlog)."""
+        self.accepting_enabled = enabled
+        self._refresh_accepting()
+
     def _refresh_accepting(self):
         full = self.quotas.full()
         for name, f in self.factories.items():
             if f.port is None or f.stopped:
                 continue
-            paused = ((full and name != self.settings.inter_broker_listener_name)
+            paused = (not self.accepting_enabled or (full and name != self.settings.inter_broker_listener_name)
                       or self.quotas.listener_full(name) or f.throttled_call is not None)
             if paused and f.reading:
                 f.reading = False

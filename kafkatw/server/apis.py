@@ -116,6 +116,7 @@ class KafkaApis:
         # client quotas (server.quota.QuotaManagers around the IClientQuotaCallback)
         self.quotas = quotas if quotas is not None else QuotaManagers(DefaultQuotaCallback())
         self.authorizer = authorizer  # security.authorizer.IAuthorizer, None: authorization off
+        self.controller = None  # the cluster-mode KafkaController (AlterPartition), None embedded
         # ApiVersions v3+ feature lists: [(name, min, max)] / [(name, min_level, max_level)]
         self.supported_features = list(supported_features)
         self.finalized_features = list(finalized_features)

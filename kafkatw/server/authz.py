@@ -312,6 +312,9 @@ ACTIONS = {
     # ListTransactions: Kafka lists only the ids the principal may describe; here all or nothing
     66: _cluster_only(Op.DESCRIBE),
     48: _cluster_only(Op.DESCRIBE_CONFIGS), 49: _cluster_only(Op.ALTER_CONFIGS),
+    # cluster mode: the controller's requests and AlterPartition come from brokers
+    4: _cluster_only(Op.CLUSTER_ACTION), 5: _cluster_only(Op.CLUSTER_ACTION),
+    6: _cluster_only(Op.CLUSTER_ACTION), 56: _cluster_only(Op.CLUSTER_ACTION),
 }
 
 
@@ -409,6 +412,8 @@ GATES = {
     65: _gate_all(errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, Op.DESCRIBE),
     27: _gate_cluster(Op.CLUSTER_ACTION), 66: _gate_cluster(Op.DESCRIBE),
     48: _gate_cluster(Op.DESCRIBE_CONFIGS), 49: _gate_cluster(Op.ALTER_CONFIGS),
+    4: _gate_cluster(Op.CLUSTER_ACTION), 5: _gate_cluster(Op.CLUSTER_ACTION),
+    6: _gate_cluster(Op.CLUSTER_ACTION), 56: _gate_cluster(Op.CLUSTER_ACTION),
 }
 
 

@@ -1,5 +1,5 @@
-"""DescribeCluster (key 60, v0-v1): this node as the only broker on the request's listener,
-the cluster id, the controller id (a live broker, as a KRaft broker answers) and the cluster's
+"""DescribeCluster (key 60, v0-v1): the live brokers on the request's listener, the cluster
+id, the controller id (on one node itself, as a KRaft broker answers) and the cluster's
 authorized operations. Listener selection is shared with ``handlers.metadata``.
 """
 
@@ -12,7 +12,7 @@ from kafkatw.server.handlers.metadata import (
     AUTHORIZED_OPERATIONS_OMITTED,
     CLUSTER_OPERATIONS,
     authorized_operations,
-    listener_endpoint,
+    broker_endpoints,
     operations_bitfield,
 )
 from kafkatw.server.interfaces import IApiHandler
@@ -35,18 +35,15 @@ def handle(apis, request):
     if endpoint_type != BROKERS_ENDPOINT:
         return error_response(request, errors.UNSUPPORTED_ENDPOINT_TYPE,
                               "Unsupported endpoint type %d" % endpoint_type)
-    brokers = []
-    ep = listener_endpoint(apis, request.context.listener_name)
-    if ep is not None:
-        brokers.append(DescribeClusterResponse.DescribeClusterBroker(
-            broker_id=apis.node_id, host=ep.host, port=ep.port, rack=apis.config_value("broker.rack")))
+    brokers = [DescribeClusterResponse.DescribeClusterBroker(broker_id=node, host=host, port=port, rack=rack)
+               for node, host, port, rack in broker_endpoints(apis, request)]
     ops = AUTHORIZED_OPERATIONS_OMITTED
     if body.include_cluster_authorized_operations:
         ops = (operations_bitfield(CLUSTER_OPERATIONS) if apis.authorizer is None
                else authorized_operations(apis, request, ResourceType.CLUSTER, CLUSTER_NAME))
     return DescribeClusterResponse(
         throttle_time_ms=0, error_code=errors.NONE, error_message=None, endpoint_type=endpoint_type,
-        cluster_id=apis.metadata.cluster_id, controller_id=apis.node_id, brokers=brokers,
+        cluster_id=apis.metadata.cluster_id, controller_id=apis.metadata.controller_id, brokers=brokers,
         cluster_authorized_operations=ops)
 
 

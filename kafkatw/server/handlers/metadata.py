@@ -48,12 +48,27 @@ def listener_endpoint(apis, listener_name):
     return None
 
 
+def broker_endpoints(apis, request):
+    """``[(node id, host, port, rack)]`` of the live brokers on the request's listener (this
+    node's from its advertised listeners; the others' as the controller published them)."""
+    listener = request.context.listener_name
+    out = []
+    for info in apis.metadata.live_brokers():
+        if info.node_id == apis.node_id:
+            ep = listener_endpoint(apis, listener)
+            if ep is not None:
+                out.append((info.node_id, ep.host, ep.port, apis.config_value("broker.rack")))
+            continue
+        address = info.endpoints.get(listener) if listener is not None else \
+            next(iter(info.endpoints.values()), None)
+        if address is not None:
+            out.append((info.node_id, address[0], address[1], info.rack))
+    return out
+
+
 def brokers(apis, request):
-    ep = listener_endpoint(apis, request.context.listener_name)
-    if ep is None:
-        return []
-    return [MetadataResponse.MetadataResponseBroker(
-        node_id=apis.node_id, host=ep.host, port=ep.port, rack=apis.config_value("broker.rack"))]
+    return [MetadataResponse.MetadataResponseBroker(node_id=node, host=host, port=port, rack=rack)
+            for node, host, port, rack in broker_endpoints(apis, request)]
 
 
 def maybe_auto_create(apis, name):
@@ -88,22 +103,33 @@ def _when_published(apis, name):
     return defer.succeed(errors.LEADER_NOT_AVAILABLE)
 
 
-def topic_response(apis, request, info, include_ops, has_endpoint):
+def topic_response(apis, request, info, include_ops, has_endpoint, listed=None):
+    """A topic's partitions as the metadata says (``listed``: the broker ids the response lists;
+    a leader not among them is answered as LEADER_NOT_AVAILABLE/LISTENER_NOT_FOUND, as Kafka's
+    MetadataCache does for an endpoint missing on the listener)."""
     version = request.api_version
-    partition_error = errors.NONE
-    if not has_endpoint:
-        partition_error = errors.LISTENER_NOT_FOUND if version >= 6 else errors.LEADER_NOT_AVAILABLE
-    node = apis.node_id
     partitions = []
+    meta = apis.metadata
     for p in range(info.num_partitions):
+        state = meta.partition_state(info.name, p)
+        if state is None:
+            continue
+        error = errors.NONE
+        leader = state.leader
+        if leader < 0:
+            error = errors.LEADER_NOT_AVAILABLE
+            leader = -1
+        elif not has_endpoint or (listed is not None and leader not in listed):
+            error = errors.LISTENER_NOT_FOUND if version >= 6 else errors.LEADER_NOT_AVAILABLE
+            leader = -1
         partitions.append(MetadataResponse.MetadataResponsePartition(
-            error_code=partition_error,
+            error_code=error,
             partition_index=p,
-            leader_id=node if partition_error == errors.NONE else -1,
-            leader_epoch=info.leader_epochs[p],
-            replica_nodes=[node],
-            isr_nodes=[node],
-            offline_replicas=[],
+            leader_id=leader,
+            leader_epoch=state.leader_epoch,
+            replica_nodes=list(state.replicas),
+            isr_nodes=list(state.isr),
+            offline_replicas=list(state.offline_replicas),
         ))
     return MetadataResponse.MetadataResponseTopic(
         error_code=errors.NONE,
@@ -173,13 +199,15 @@ def _respond(apis, request, auto_created):
     include_ops = bool(getattr(body, "include_topic_authorized_operations", False)) and version >= 8
     broker_list = brokers(apis, request)
     has_endpoint = bool(broker_list)
+    listed = {b.node_id for b in broker_list}
     topics_out = []
     requested = body.topics
     if requested is None or (version == 0 and not requested):
         for name in sorted(meta.topics):
             if not apis.allowed(request, DESCRIBE, RT.TOPIC, name):
                 continue  # what the principal may not describe is not listed
-            topics_out.append(topic_response(apis, request, meta.topics[name], include_ops, has_endpoint))
+            topics_out.append(topic_response(apis, request, meta.topics[name], include_ops, has_endpoint,
+                                             listed))
     else:
         seen = set()
         for t in requested:
@@ -212,14 +240,14 @@ def _respond(apis, request, auto_created):
                 if info is None:
                     topics_out.append(error_topic(request, name, code or errors.UNKNOWN_TOPIC_OR_PARTITION))
                     continue
-            topics_out.append(topic_response(apis, request, info, include_ops, has_endpoint))
+            topics_out.append(topic_response(apis, request, info, include_ops, has_endpoint, listed))
 
     response = MetadataResponse(
         throttle_time_ms=0,
         brokers=broker_list,
         cluster_id=meta.cluster_id,
-        # KRaft brokers report a live broker as "controller"; on one node that is this node.
-        controller_id=apis.node_id,
+        # the active controller (on one node: this node, as a KRaft broker names a live broker)
+        controller_id=meta.controller_id,
         topics=topics_out,
     )
     if 8 <= version <= 10 and getattr(body, "include_cluster_authorized_operations", False):

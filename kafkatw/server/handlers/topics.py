@@ -114,7 +114,7 @@ def _check_assignments(apis, topic):
                 raise KafkaError(errors.INVALID_REPLICA_ASSIGNMENT,
                                  "The manual partition assignment includes the broker %d more than once." % b)
             seen.add(b)
-            if b != apis.node_id:
+            if apis.metadata.live_broker(b) is None:
                 raise KafkaError(errors.INVALID_REPLICA_ASSIGNMENT,
                                  "The manual partition assignment includes broker %d, but no broker "
                                  "with that ID was found." % b)
@@ -133,6 +133,7 @@ def _create_one(apis, topic, validate_only):
                              "Both cannot be used at the same time.")
         num_partitions = _check_assignments(apis, topic)
         replication_factor = len(topic.assignments[0].broker_ids)
+        assignment = {a.partition_index: list(a.broker_ids) for a in topic.assignments}
     else:
         num_partitions = topic.num_partitions
         if num_partitions == -1:
@@ -146,11 +147,7 @@ def _create_one(apis, topic, validate_only):
         elif replication_factor <= 0:
             raise KafkaError(errors.INVALID_REPLICATION_FACTOR,
                              "Replication factor must be larger than 0, or -1 to use the default value.")
-        if replication_factor > 1:
-            raise KafkaError(errors.INVALID_REPLICATION_FACTOR,
-                             "Unable to replicate the partition %d time(s): The target replication factor "
-                             "of %d cannot be reached because only 1 broker(s) are registered."
-                             % (replication_factor, replication_factor))
+        assignment = meta.assign_replicas(num_partitions, replication_factor)
     configs = {}
     for c in topic.configs:
         configs[c.name] = c.value
@@ -163,7 +160,7 @@ def _create_one(apis, topic, validate_only):
         log.info("created topic {name} ({id}) with {n} partitions",
                  name=info.name, id=uuid_to_base64(info.topic_id), n=num_partitions)
         return info.topic_id, num_partitions, replication_factor, configs
-    return meta.create_topic(topic.name, num_partitions, configs).addCallback(created)
+    return meta.create_topic(topic.name, num_partitions, configs, assignment=assignment).addCallback(created)
 
 
 def _set_error(result, e):

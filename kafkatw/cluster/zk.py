@@ -1,0 +1,491 @@
+"""The coordination store on ZooKeeper (``zookeeper.connect``), through kazoo: Kafka's
+KafkaZkClient operations over Kafka's znode layout (``cluster.zk_layout``).
+
+It never blocks the reactor: requests use kazoo's asynchronous calls (connecting and recursive
+deletes run in the broker's thread pool), and every completion, watch and session-state change
+comes back with ``callFromThread``. It keeps no cluster state of its own: the controller and the
+broker's metadata decide what to read and write.
+"""
+
+import attr
+from twisted.internet import defer
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+from kafkatw.cluster import zk_layout as L
+from kafkatw.cluster.interfaces import ControllerMovedError, IClusterCoordinator
+from kafkatw.config import ConfigError
+from kafkatw.protocol import errors
+from kafkatw.protocol.errors import KafkaError
+
+log = Logger(namespace="kafkatw.cluster.zk")
+
+
+def parse_connect(value):
+    """``host:port[,host:port][/chroot]`` -> ``(hosts, chroot or "")``; a one-line ConfigError
+    naming ``zookeeper.connect`` when it is malformed."""
+    if not value or not value.strip():
+        raise ConfigError.invalid("zookeeper.connect", value, "host:port[,host:port][/chroot] is required")
+    text = value.strip()
+    hosts, slash, chroot = text.partition("/")
+    chroot = ("/" + chroot.rstrip("/")) if slash else ""
+    if chroot == "/":
+        chroot = ""
+    for part in hosts.split(","):
+        host, sep, port = part.strip().rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ConfigError.invalid("zookeeper.connect", value, "each server must be host:port")
+    if "//" in chroot:
+        raise ConfigError.invalid("zookeeper.connect", value, "the chroot path is malformed")
+    return hosts, chroot
+
+
+@implementer(IClusterCoordinator)
+class ZkClusterCoordinator:
+    """KafkaZkClient on kazoo. ``run_blocking(fn, *args)`` returns a Deferred of ``fn`` run in a
+    thread (the broker's pool); ``client`` may be injected by tests."""
+
+    def __init__(self, reactor, connect, session_timeout_ms=18000, connection_timeout_ms=None,
+                 run_blocking=None, client=None):
+        from kazoo.client import KazooClient
+
+        self._reactor = reactor
+        self._hosts, self._root = parse_connect(connect)
+        self.connect = connect
+        self._connection_timeout = (connection_timeout_ms or session_timeout_ms) / 1000.0
+        if run_blocking is None:
+            from twisted.internet import threads
+
+            def run_blocking(fn, *args):
+                return threads.deferToThread(fn, *args)
+        self._run_blocking = run_blocking
+        self._client = client if client is not None else KazooClient(
+            hosts=self._hosts, timeout=session_timeout_ms / 1000.0)
+        self._listeners = []
+        self._watchers = {}  # callback -> kazoo watcher: one ZooKeeper watch per callback
+        self._client.add_listener(self._kazoo_state)
+
+    @classmethod
+    def from_config(cls, reactor, config, run_blocking=None):
+        return cls(reactor, config["zookeeper.connect"], config["zookeeper.session.timeout.ms"],
+                   config["zookeeper.connection.timeout.ms"], run_blocking=run_blocking)
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    def _p(self, path):
+        return self._root + path
+
+    def _kazoo_state(self, state):
+        """kazoo's thread: hop to the reactor (and never block kazoo's event thread)."""
+        self._reactor.callFromThread(self._state_changed, str(state))
+        return False
+
+    def _state_changed(self, state):
+        for listener in list(self._listeners):
+            try:
+                listener(state)
+            except Exception:
+                log.failure("ZooKeeper state listener failed on {state}", state=state)
+
+    def _watch(self, callback):
+        if callback is None:
+            return None
+        fired = self._watchers.get(callback)
+        if fired is None:
+            def fired(event):  # kazoo's event thread
+                self._reactor.callFromThread(callback)
+            self._watchers[callback] = fired
+        return fired
+
+    def _deferred(self, async_result):
+        """A Deferred fired on the reactor with a kazoo IAsyncResult's value or exception."""
+        d = defer.Deferred()
+
+        def done(result):  # kazoo's thread (or this one if already done)
+            try:
+                value = result.get_nowait()
+            except Exception as e:
+                failure = Failure(e)
+                self._reactor.callFromThread(d.errback, failure)
+            else:
+                self._reactor.callFromThread(d.callback, value)
+        async_result.rawlink(done)
+        return d
+
+    # -- session -------------------------------------------------------------------------------
+
+    def add_state_listener(self, listener):
+        self._listeners.append(listener)
+
+    def start(self):
+        client, root, timeout = self._client, self._root, self._connection_timeout
+
+        def connect():
+            from kazoo.handlers.threading import KazooTimeoutError
+
+            try:
+                client.start(timeout=timeout)
+            except KazooTimeoutError:
+                client.stop()
+                raise ConfigError("cannot connect to ZooKeeper at %s within %d ms"
+                                  % (self.connect, int(timeout * 1000)), "zookeeper.connect") from None
+            if root:
+                client.ensure_path(root)  # Kafka creates a missing chroot
+            for path in L.PERSISTENT_PATHS:
+                client.ensure_path(root + path)
+        return self._run_blocking(connect)
+
+    def stop(self):
+        client = self._client
+
+        def close():
+            client.stop()
+            client.close()
+        return self._run_blocking(close)
+
+    # -- cluster id, brokers ---------------------------------------------------------------------
+
+    @defer.inlineCallbacks
+    def get_or_create_cluster_id(self, proposed):
+        from kazoo.exceptions import NodeExistsError, NoNodeError
+
+        try:
+            data, _ = yield self._deferred(self._client.get_async(self._p(L.CLUSTER_ID)))
+            return L.decode_cluster_id(data)
+        except NoNodeError:
+            pass
+        try:
+            yield self._deferred(self._client.create_async(
+                self._p(L.CLUSTER_ID), L.encode_cluster_id(proposed), makepath=True))
+            return proposed
+        except NodeExistsError:
+            data, _ = yield self._deferred(self._client.get_async(self._p(L.CLUSTER_ID)))
+            return L.decode_cluster_id(data)
+
+    @defer.inlineCallbacks
+    def register_broker(self, broker_id, data):
+        from kazoo.exceptions import NodeExistsError
+
+        try:
+            _, stat = yield self._deferred(self._client.create_async(
+                self._p(L.broker_path(broker_id)), data, ephemeral=True, makepath=True,
+                include_data=True))
+        except NodeExistsError:
+            raise KafkaError(errors.BROKER_ID_NOT_REGISTERED,
+                             "Error while creating ephemeral at %s, node already exists and owner does "
+                             "not match current session" % (L.broker_path(broker_id),)) from None
+        return stat.czxid
+
+    @defer.inlineCallbacks
+    def broker_ids(self, watch=None):
+        children = yield self._deferred(self._client.get_children_async(
+            self._p(L.BROKER_IDS), watch=self._watch(watch)))
+        return sorted(int(c) for c in children if c.isdigit())
+
+    @defer.inlineCallbacks
+    def get_broker(self, broker_id):
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            data, stat = yield self._deferred(self._client.get_async(self._p(L.broker_path(broker_id))))
+        except NoNodeError:
+            return None
+        return L.decode_broker(broker_id, data, stat.czxid)
+
+    # -- controller ---------------------------------------------------------------------------------
+
+    @defer.inlineCallbacks
+    def get_controller_id(self, watch=None):
+        from kazoo.exceptions import NoNodeError
+
+        stat = yield self._deferred(self._client.exists_async(self._p(L.CONTROLLER), watch=self._watch(watch)))
+        if stat is None:
+            return -1
+        try:
+            data, _ = yield self._deferred(self._client.get_async(self._p(L.CONTROLLER)))
+        except NoNodeError:
+            return -1
+        return L.decode_controller(data)
+
+    @defer.inlineCallbacks
+    def elect_controller(self, broker_id):
+        """Kafka's registerControllerAndIncrementControllerEpoch: read the epoch (creating it at
+        0), then create ``/controller`` and bump the epoch conditionally, in one multi."""
+        from kazoo.exceptions import NodeExistsError, NoNodeError
+
+        client = self._client
+        try:
+            data, stat = yield self._deferred(client.get_async(self._p(L.CONTROLLER_EPOCH)))
+            epoch, version = L.decode_controller_epoch(data), stat.version
+        except NoNodeError:
+            try:
+                yield self._deferred(client.create_async(self._p(L.CONTROLLER_EPOCH),
+                                                         L.encode_controller_epoch(0)))
+            except NodeExistsError:
+                pass
+            data, stat = yield self._deferred(client.get_async(self._p(L.CONTROLLER_EPOCH)))
+            epoch, version = L.decode_controller_epoch(data), stat.version
+        txn = client.transaction()
+        txn.create(self._p(L.CONTROLLER), L.encode_controller(broker_id), ephemeral=True)
+        txn.set_data(self._p(L.CONTROLLER_EPOCH), L.encode_controller_epoch(epoch + 1), version=version)
+        results = yield self._deferred(txn.commit_async())
+        if any(isinstance(r, Exception) for r in results):
+            return None  # another broker registered first, or bumped the epoch in between
+        return epoch + 1, results[1].version
+
+    @defer.inlineCallbacks
+    def resign_controller(self, broker_id):
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            data, stat = yield self._deferred(self._client.get_async(self._p(L.CONTROLLER)))
+        except NoNodeError:
+            return
+        if L.decode_controller(data) == broker_id:
+            try:
+                yield self._deferred(self._client.delete_async(self._p(L.CONTROLLER), version=stat.version))
+            except Exception:
+                pass  # gone or replaced meanwhile: not ours to delete any more
+
+    def _check_epoch(self, txn, epoch_zk_version):
+        txn.check(self._p(L.CONTROLLER_EPOCH), epoch_zk_version)
+
+    @defer.inlineCallbacks
+    def _controller_multi(self, epoch_zk_version, add_ops):
+        """One multi: the controller epoch check then ``add_ops(txn)``; the results of the
+        ops after the check. ControllerMovedError when the check fails."""
+        from kazoo.exceptions import BadVersionError, RolledBackError
+
+        txn = self._client.transaction()
+        self._check_epoch(txn, epoch_zk_version)
+        add_ops(txn)
+        results = yield self._deferred(txn.commit_async())
+        if isinstance(results[0], BadVersionError):
+            raise ControllerMovedError("controller epoch zkVersion %d is no longer current" % epoch_zk_version)
+        for r in results[1:]:
+            if isinstance(r, Exception) and not isinstance(r, RolledBackError):
+                raise r
+        return results[1:]
+
+    # -- topics -------------------------------------------------------------------------------------
+
+    @defer.inlineCallbacks
+    def topics(self, watch=None):
+        children = yield self._deferred(self._client.get_children_async(
+            self._p(L.TOPICS), watch=self._watch(watch)))
+        return sorted(children)
+
+    @defer.inlineCallbacks
+    def topic_assignment(self, topic, watch=None):
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            data, _ = yield self._deferred(self._client.get_async(
+                self._p(L.topic_path(topic)), watch=self._watch(watch)))
+        except NoNodeError:
+            return None
+        return L.decode_topic_assignment(data)
+
+    @defer.inlineCallbacks
+    def create_topic(self, topic, topic_id, assignment, configs):
+        from kazoo.exceptions import NodeExistsError
+
+        client = self._client
+        # Kafka's AdminZkClient: the config first (brokers read it when the topic appears)
+        try:
+            yield self._set_or_create(L.topic_config_path(topic), L.encode_entity_config(configs or {}))
+            yield self._deferred(client.create_async(
+                self._p(L.topic_path(topic)), L.encode_topic_assignment(topic_id, assignment), makepath=True))
+        except NodeExistsError:
+            raise KafkaError(errors.TOPIC_ALREADY_EXISTS, "Topic '%s' already exists." % (topic,)) from None
+
+    @defer.inlineCallbacks
+    def add_partitions(self, topic, topic_id, assignment):
+        yield self._deferred(self._client.set_async(
+            self._p(L.topic_path(topic)), L.encode_topic_assignment(topic_id, assignment)))
+
+    @defer.inlineCallbacks
+    def _set_or_create(self, path, data):
+        from kazoo.exceptions import NodeExistsError, NoNodeError
+
+        try:
+            yield self._deferred(self._client.set_async(self._p(path), data))
+        except NoNodeError:
+            try:
+                yield self._deferred(self._client.create_async(self._p(path), data, makepath=True))
+            except NodeExistsError:
+                yield self._deferred(self._client.set_async(self._p(path), data))
+
+    @defer.inlineCallbacks
+    def partition_states(self, topic, partitions):
+        from kazoo.exceptions import NoNodeError
+
+        pending = [(p, self._deferred(self._client.get_async(self._p(L.partition_state_path(topic, p)))))
+                   for p in partitions]
+        out = {}
+        for p, d in pending:
+            try:
+                data, stat = yield d
+            except NoNodeError:
+                continue
+            out[p] = L.decode_partition_state(data, stat.version)
+        return out
+
+    @defer.inlineCallbacks
+    def create_partition_states(self, epoch_zk_version, topic, states):
+        """One multi per partition (Kafka's createTopicPartitionStatesRaw): the partition znode
+        and its state, each behind the controller epoch check."""
+        client = self._client
+        yield self._deferred(client.ensure_path_async(self._p(L.partitions_path(topic))))
+        pending = {}
+        for p, state in states.items():
+            def ops(txn, p=p, state=state):
+                txn.create(self._p(L.partition_path(topic, p)), b"")
+                txn.create(self._p(L.partition_state_path(topic, p)), L.encode_partition_state(state))
+            pending[p] = self._controller_multi(epoch_zk_version, ops)
+        out = {}
+        for p, d in pending.items():
+            try:
+                yield d
+                out[p] = attr.evolve(states[p], partition_epoch=0)
+            except Exception:
+                out[p] = Failure()
+        return out
+
+    @defer.inlineCallbacks
+    def update_partition_states(self, epoch_zk_version, topic, states):
+        pending = {}
+        for p, state in states.items():
+            def ops(txn, p=p, state=state):
+                txn.set_data(self._p(L.partition_state_path(topic, p)), L.encode_partition_state(state),
+                             version=state.partition_epoch)
+            pending[p] = self._controller_multi(epoch_zk_version, ops)
+        out = {}
+        for p, d in pending.items():
+            try:
+                results = yield d
+                out[p] = attr.evolve(states[p], partition_epoch=results[0].version)
+            except Exception:
+                out[p] = Failure()
+        return out
+
+    # -- configs --------------------------------------------------------------------------------------
+
+    @defer.inlineCallbacks
+    def topic_configs(self, topic):
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            data, _ = yield self._deferred(self._client.get_async(self._p(L.topic_config_path(topic))))
+        except NoNodeError:
+            return {}
+        return L.decode_entity_config(data)
+
+    @defer.inlineCallbacks
+    def set_topic_configs(self, topic, configs):
+        yield self._set_or_create(L.topic_config_path(topic), L.encode_entity_config(configs))
+        yield self._deferred(self._client.create_async(
+            self._p(L.CONFIG_CHANGES + "/" + L.CONFIG_CHANGE_PREFIX), L.encode_config_change("topics", topic),
+            sequence=True, makepath=True))
+
+    @defer.inlineCallbacks
+    def config_changes(self, watch=None):
+        from kazoo.exceptions import NoNodeError
+
+        children = yield self._deferred(self._client.get_children_async(
+            self._p(L.CONFIG_CHANGES), watch=self._watch(watch)))
+        out = []
+        for name in sorted(children):
+            try:
+                data, _ = yield self._deferred(self._client.get_async(self._p(L.CONFIG_CHANGES + "/" + name)))
+            except NoNodeError:
+                continue
+            entity_type, entity = L.decode_config_change(data)
+            out.append((name, entity_type, entity))
+        return out
+
+    # -- deletion -------------------------------------------------------------------------------------
+
+    @defer.inlineCallbacks
+    def mark_topic_for_deletion(self, topic):
+        from kazoo.exceptions import NodeExistsError
+
+        try:
+            yield self._deferred(self._client.create_async(self._p(L.delete_topic_path(topic)), b"",
+                                                           makepath=True))
+        except NodeExistsError:
+            pass
+
+    @defer.inlineCallbacks
+    def topics_to_delete(self, watch=None):
+        children = yield self._deferred(self._client.get_children_async(
+            self._p(L.DELETE_TOPICS), watch=self._watch(watch)))
+        return sorted(children)
+
+    @defer.inlineCallbacks
+    def delete_topic(self, epoch_zk_version, topic):
+        """The topic's znodes in one multi behind the epoch check (a deposed controller deletes
+        nothing), then its config and deletion mark."""
+        from kazoo.exceptions import NoNodeError
+
+        client, p = self._client, self._p
+
+        @defer.inlineCallbacks
+        def children(path):
+            try:
+                found = yield self._deferred(client.get_children_async(p(path)))
+            except NoNodeError:
+                found = None
+            return found
+
+        paths = []  # deepest first
+        partitions = yield children(L.partitions_path(topic))
+        for partition in partitions or []:
+            below = yield children(L.partitions_path(topic) + "/" + partition)
+            paths += [L.partitions_path(topic) + "/" + partition + "/" + c for c in below or []]
+            paths.append(L.partitions_path(topic) + "/" + partition)
+        if partitions is not None:
+            paths.append(L.partitions_path(topic))
+        if (yield self._deferred(client.exists_async(p(L.topic_path(topic))))) is not None:
+            paths.append(L.topic_path(topic))
+        if paths:
+            def ops(txn):
+                for path in paths:
+                    txn.delete(p(path))
+            yield self._controller_multi(epoch_zk_version, ops)
+        for path in (L.topic_config_path(topic), L.delete_topic_path(topic)):
+            try:
+                yield self._deferred(client.delete_async(p(path)))
+            except NoNodeError:
+                pass
+
+    # -- producer ids ----------------------------------------------------------------------------------
+
+    @defer.inlineCallbacks
+    def allocate_producer_id_block(self, broker_id, size):
+        """Kafka's ZkProducerIdManager.getNewProducerIdBlock: read, write conditionally, retry."""
+        from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+        client, path = self._client, self._p(L.PRODUCER_ID_BLOCK)
+        for _ in range(100):
+            try:
+                data, stat = yield self._deferred(client.get_async(path))
+            except NoNodeError:
+                start, end = 0, size - 1
+                try:
+                    yield self._deferred(client.create_async(
+                        path, L.encode_producer_id_block(broker_id, start, end)))
+                    return start, end
+                except NodeExistsError:
+                    continue
+            last = L.decode_producer_id_block(data)
+            start = 0 if last is None else last[1] + 1
+            end = start + size - 1
+            try:
+                yield self._deferred(client.set_async(
+                    path, L.encode_producer_id_block(broker_id, start, end), version=stat.version))
+                return start, end
+            except BadVersionError:
+                continue
+        raise KafkaError(errors.UNKNOWN_SERVER_ERROR, "could not allocate a producer id block")

@@ -1,0 +1,212 @@
+"""Kafka's ZooKeeper layout: znode paths and the JSON each one holds (Kafka's ZkData.scala),
+so a ZooKeeper written by kafkatw reads like one written by Kafka 2.x-3.9 in ZooKeeper mode.
+
+Pure functions of values and bytes; no ZooKeeper client, no broker state.
+"""
+
+import json
+import time
+
+from kafkatw.cluster.state import BrokerInfo, LeaderAndIsr
+from kafkatw.protocol.uuids import uuid_from_base64, uuid_to_base64
+
+CLUSTER_ID = "/cluster/id"
+CONTROLLER = "/controller"
+CONTROLLER_EPOCH = "/controller_epoch"
+BROKER_IDS = "/brokers/ids"
+TOPICS = "/brokers/topics"
+CONFIG_TOPICS = "/config/topics"
+CONFIG_BROKERS = "/config/brokers"
+CONFIG_CHANGES = "/config/changes"
+CONFIG_CHANGE_PREFIX = "config_change_"
+DELETE_TOPICS = "/admin/delete_topics"
+PRODUCER_ID_BLOCK = "/latest_producer_id_block"
+ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
+
+#: what Kafka's KafkaZkClient creates at start (createTopLevelPaths), minus what kafkatw never uses
+PERSISTENT_PATHS = ("/brokers/ids", "/brokers/topics", "/config/topics", "/config/brokers",
+                    "/config/changes", "/config/clients", "/config/users", "/admin/delete_topics")
+
+
+def broker_path(broker_id):
+    return "%s/%d" % (BROKER_IDS, broker_id)
+
+
+def topic_path(topic):
+    return "%s/%s" % (TOPICS, topic)
+
+
+def partitions_path(topic):
+    return "%s/%s/partitions" % (TOPICS, topic)
+
+
+def partition_path(topic, partition):
+    return "%s/%s/partitions/%d" % (TOPICS, topic, partition)
+
+
+def partition_state_path(topic, partition):
+    return partition_path(topic, partition) + "/state"
+
+
+def topic_config_path(topic):
+    return "%s/%s" % (CONFIG_TOPICS, topic)
+
+
+def delete_topic_path(topic):
+    return "%s/%s" % (DELETE_TOPICS, topic)
+
+
+def _dumps(value):
+    return json.dumps(value, separators=(",", ":"), sort_keys=True).encode("utf-8")
+
+
+def _loads(data):
+    if not data:
+        return None
+    return json.loads(data.decode("utf-8"))
+
+
+# -- /cluster/id -----------------------------------------------------------------------------
+
+def encode_cluster_id(cluster_id):
+    return _dumps({"version": "1", "id": cluster_id})
+
+
+def decode_cluster_id(data):
+    return _loads(data)["id"]
+
+
+# -- /controller, /controller_epoch ------------------------------------------------------------
+
+def encode_controller(broker_id, now_ms=None):
+    if now_ms is None:
+        now_ms = int(time.time() * 1000)
+    return _dumps({"version": 2, "brokerid": broker_id, "timestamp": str(now_ms),
+                   "kraftControllerEpoch": -1})
+
+
+def decode_controller(data):
+    """The controller's broker id (Kafka also accepts a bare integer, the version 0 form)."""
+    value = _loads(data)
+    if isinstance(value, int):
+        return value
+    return int(value["brokerid"])
+
+
+def encode_controller_epoch(epoch):
+    return str(epoch).encode("ascii")
+
+
+def decode_controller_epoch(data):
+    return int(data.decode("ascii"))
+
+
+# -- /brokers/ids/<id> ----------------------------------------------------------------------------
+
+def encode_broker(broker_id, endpoints, security_protocols, rack=None, now_ms=None):
+    """Kafka's BrokerIdZNode version 5. ``endpoints``: ``[(listener, host, port)]`` in config order."""
+    if now_ms is None:
+        now_ms = int(time.time() * 1000)
+    first = endpoints[0] if endpoints else (None, "", -1)
+    plaintext = [e for e in endpoints if security_protocols.get(e[0]) == "PLAINTEXT"]
+    host, port = (plaintext[0][1], plaintext[0][2]) if plaintext else (first[1], first[2])
+    return _dumps({
+        "version": 5,
+        "host": host,
+        "port": port,
+        "jmx_port": -1,
+        "timestamp": str(now_ms),
+        "endpoints": ["%s://%s:%d" % (name, h, p) for name, h, p in endpoints],
+        "listener_security_protocol_map": {name: security_protocols[name] for name, _, _ in endpoints},
+        "rack": rack,
+        "features": {},
+    })
+
+
+def decode_broker(broker_id, data, epoch=-1):
+    """A :class:`BrokerInfo` from ``/brokers/ids/<id>``'s JSON and the znode's czxid."""
+    value = _loads(data)
+    protocols = dict(value.get("listener_security_protocol_map") or {})
+    endpoints = {}
+    for entry in value.get("endpoints", []):
+        name, _, rest = entry.partition("://")
+        host, _, port = rest.rpartition(":")
+        if host.startswith("[") and host.endswith("]"):
+            host = host[1:-1]
+        endpoints[name] = (host, int(port))
+        protocols.setdefault(name, name)
+    return BrokerInfo(node_id=broker_id, rack=value.get("rack"), endpoints=endpoints,
+                      security_protocols=protocols, epoch=epoch)
+
+
+# -- /brokers/topics/<t> ----------------------------------------------------------------------
+
+def encode_topic_assignment(topic_id, assignment):
+    """Kafka's TopicZNode version 3: ``assignment`` is ``{partition: [replicas]}``."""
+    return _dumps({
+        "version": 3,
+        "topic_id": uuid_to_base64(topic_id),
+        "partitions": {str(p): list(replicas) for p, replicas in sorted(assignment.items())},
+        "adding_replicas": {},
+        "removing_replicas": {},
+    })
+
+
+def decode_topic_assignment(data):
+    """``(topic_id or None, {partition: [replicas]})``."""
+    value = _loads(data)
+    topic_id = value.get("topic_id")
+    return (uuid_from_base64(topic_id) if topic_id else None,
+            {int(p): [int(r) for r in replicas] for p, replicas in value["partitions"].items()})
+
+
+# -- .../partitions/<p>/state -------------------------------------------------------------------
+
+def encode_partition_state(state):
+    return _dumps({"version": 1, "leader": state.leader, "leader_epoch": state.leader_epoch,
+                   "isr": list(state.isr), "controller_epoch": state.controller_epoch,
+                   "leader_recovery_state": state.leader_recovery_state})
+
+
+def decode_partition_state(data, zk_version):
+    value = _loads(data)
+    return LeaderAndIsr(leader=int(value["leader"]), leader_epoch=int(value["leader_epoch"]),
+                        isr=[int(b) for b in value["isr"]], controller_epoch=int(value["controller_epoch"]),
+                        partition_epoch=zk_version,
+                        leader_recovery_state=int(value.get("leader_recovery_state", 0)))
+
+
+# -- /config/<type>/<name>, /config/changes ---------------------------------------------------------
+
+def encode_entity_config(configs):
+    return _dumps({"version": 1, "config": {k: str(v) for k, v in configs.items()}})
+
+
+def decode_entity_config(data):
+    value = _loads(data)
+    return {} if value is None else {str(k): str(v) for k, v in value.get("config", {}).items()}
+
+
+def encode_config_change(entity_type, name):
+    return _dumps({"version": 2, "entity_path": "%s/%s" % (entity_type, name)})
+
+
+def decode_config_change(data):
+    """``(entity type, name)`` of a change notification (version 2's ``entity_path``)."""
+    value = _loads(data)
+    entity_type, _, name = value["entity_path"].partition("/")
+    return entity_type, name
+
+
+# -- /latest_producer_id_block ------------------------------------------------------------------
+
+def encode_producer_id_block(broker_id, start, end):
+    return _dumps({"version": 1, "broker": broker_id, "block_start": str(start), "block_end": str(end)})
+
+
+def decode_producer_id_block(data):
+    """``(start, end)`` of the last block handed out (end inclusive), or None."""
+    value = _loads(data)
+    if value is None:
+        return None
+    return int(value["block_start"]), int(value["block_end"])

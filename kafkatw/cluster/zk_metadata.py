@@ -1,0 +1,390 @@
+"""The broker's metadata in cluster mode (Kafka's ZkMetadataCache plus the AdminZkClient calls a
+ZooKeeper-mode broker makes): topics, leaders, ISRs and live brokers as the controller's
+UpdateMetadata last said, and admin changes written to the coordination store, answered once
+the controller's metadata shows them.
+
+It elects nothing and never reads partition state on its own: leadership comes from the
+controller. Node-local state (``meta.properties``, dynamic broker configs, client quotas) stays
+in the embedded store it is given.
+"""
+
+import attr
+from twisted.internet import defer
+from twisted.logger import Logger
+from zope.interface import implementer
+
+from kafkatw.cluster.assignment import assign_replicas
+from kafkatw.cluster.interfaces import IClusterMetadata, IClusterMetadataCache
+from kafkatw.cluster.metadata import (
+    INTERNAL_TOPICS,
+    PRODUCER_ID_BLOCK_SIZE,
+    TOPIC_CONFIGS_CHANGED,
+    TOPIC_DELETED,
+    TopicInfo,
+    random_uuid,
+    unify_collision_chars,
+    validate_topic_name,
+)
+from kafkatw.cluster.state import NO_LEADER, BrokerInfo, PartitionState
+from kafkatw.protocol import errors
+from kafkatw.protocol.errors import KafkaError
+
+log = Logger(namespace="kafkatw.cluster.metadata")
+
+LEADER_DURING_DELETE = -2
+SECURITY_PROTOCOL_NAMES = {0: "PLAINTEXT", 1: "SSL", 2: "SASL_PLAINTEXT", 3: "SASL_SSL"}
+
+
+@implementer(IClusterMetadata, IClusterMetadataCache)
+class ZkClusterMetadata:
+    """``local`` is the embedded ClusterMetadata of this node's log dirs; ``zk`` the
+    IClusterCoordinator; ``timeout`` bounds how long an admin change waits for the controller."""
+
+    def __init__(self, local, zk, reactor, rack=None, timeout_ms=30000, default_replication_factor=1):
+        self.local = local
+        self.zk = zk
+        self._reactor = reactor
+        self.node_id = local.node_id
+        self.cluster_id = local.cluster_id
+        self.rack = rack
+        self.timeout = timeout_ms / 1000.0
+        self.default_replication_factor = default_replication_factor
+        self.topics = {}  # name -> TopicInfo
+        self._by_id = {}
+        self._states = {}  # (topic, partition) -> PartitionState
+        self._brokers = {}  # id -> BrokerInfo
+        self.controller_id = -1
+        self.controller_epoch = -1
+        self.broker_epoch = -1
+        self._configs = {}  # topic -> overrides read from /config/topics
+        self._creating = set()
+        self._listeners = []
+        self._waiters = []  # [(predicate, Deferred, timer)]
+        self._pid_next = 0
+        self._pid_end = -1  # inclusive end of the block in hand
+        self._pid_block = None  # Deferred of the block being fetched
+
+    # -- node-local state, kept in the embedded store ---------------------------------------------
+
+    @property
+    def broker_configs(self):
+        return self.local.broker_configs
+
+    @property
+    def default_broker_configs(self):
+        return self.local.default_broker_configs
+
+    @property
+    def client_quotas(self):
+        return self.local.client_quotas
+
+    @property
+    def staged_client_quotas(self):
+        return self.local.staged_client_quotas
+
+    @property
+    def deleted_topic_ids(self):
+        return self.local.deleted_topic_ids
+
+    def set_broker_configs(self, configs, default=False):
+        return self.local.set_broker_configs(configs, default)
+
+    def set_client_quotas(self, quotas):
+        return self.local.set_client_quotas(quotas)
+
+    def forget_deleted_topic(self, topic_id):
+        return self.local.forget_deleted_topic(topic_id)
+
+    # -- queries -------------------------------------------------------------------------------------
+
+    def get_topic(self, name):
+        return self.topics.get(name)
+
+    def topic_by_id(self, topic_id):
+        return self._by_id.get(topic_id)
+
+    def topic_name(self, topic_id):
+        info = self._by_id.get(topic_id)
+        return None if info is None else info.name
+
+    def contains_topic(self, name):
+        return name in self.topics
+
+    def contains_partition(self, topic, partition):
+        return (topic, partition) in self._states
+
+    def partition_count(self, topic):
+        info = self.topics.get(topic)
+        return None if info is None else info.num_partitions
+
+    def leader_state(self, topic, partition):
+        state = self._states.get((topic, partition))
+        if state is None:
+            return None
+        return self.topics[topic].topic_id, state.leader, state.leader_epoch
+
+    def leader_epoch(self, topic, partition):
+        state = self._states.get((topic, partition))
+        return None if state is None else state.leader_epoch
+
+    def topic_configs(self, topic):
+        info = self.topics.get(topic)
+        return {} if info is None else info.configs
+
+    def is_internal(self, topic):
+        info = self.topics.get(topic)
+        return info.is_internal if info is not None else topic in INTERNAL_TOPICS
+
+    def live_brokers(self):
+        return [self._brokers[b] for b in sorted(self._brokers)]
+
+    def live_broker(self, node_id):
+        return self._brokers.get(node_id)
+
+    def partition_state(self, topic, partition):
+        return self._states.get((topic, partition))
+
+    def topic_configs_loaded(self, topics):
+        """Read the configs of topics not known yet (LeaderAndIsr may name a topic before
+        UpdateMetadata does): a Deferred."""
+        missing = [t for t in topics if t not in self._configs]
+        if not missing:
+            return defer.succeed(None)
+
+        def got(configs, topic):
+            self._configs.setdefault(topic, configs)
+        return defer.gatherResults([self.zk.topic_configs(t).addCallback(got, t) for t in missing])
+
+    # -- listeners -----------------------------------------------------------------------------------
+
+    def add_listener(self, listener):
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener):
+        self._listeners.remove(listener)
+
+    def _notify(self, event, info):
+        for listener in list(self._listeners):
+            d = defer.maybeDeferred(listener, event, info)
+            d.addErrback(lambda f: log.failure("metadata listener failed on {event} {topic}", f,
+                                               event=event, topic=info.name))
+
+    # -- UpdateMetadata --------------------------------------------------------------------------------
+
+    def check_controller_epoch(self, controller_epoch):
+        """STALE_CONTROLLER_EPOCH for a request of an older controller than one seen before."""
+        if controller_epoch < self.controller_epoch:
+            return errors.STALE_CONTROLLER_EPOCH
+        return errors.NONE
+
+    def is_broker_epoch_stale(self, broker_epoch):
+        return broker_epoch != -1 and broker_epoch < self.broker_epoch
+
+    def update_metadata(self, request):
+        """Apply an UpdateMetadata (its epochs already checked): live brokers, controller,
+        partition states; topics whose partitions say LeaderDuringDelete go."""
+        self.controller_epoch = max(self.controller_epoch, request.controller_epoch)
+        self.controller_id = request.controller_id
+        brokers = {}
+        for b in request.live_brokers:
+            endpoints, protocols = {}, {}
+            for ep in b.endpoints:
+                name = ep.listener or SECURITY_PROTOCOL_NAMES.get(ep.security_protocol, "PLAINTEXT")
+                endpoints[name] = (ep.host, ep.port)
+                protocols[name] = SECURITY_PROTOCOL_NAMES.get(ep.security_protocol, "PLAINTEXT")
+            brokers[b.id] = BrokerInfo(node_id=b.id, rack=b.rack, endpoints=endpoints,
+                                       security_protocols=protocols)
+        self._brokers = brokers
+        deleted = set()
+        for t in request.topic_states:
+            for p in t.partition_states:
+                topic = t.topic_name or p.topic_name
+                if p.leader == LEADER_DURING_DELETE:
+                    deleted.add(topic)
+                    continue
+                self._states[(topic, p.partition_index)] = PartitionState(
+                    leader=p.leader, leader_epoch=p.leader_epoch, isr=p.isr, replicas=p.replicas,
+                    offline_replicas=p.offline_replicas, partition_epoch=p.zk_version)
+                self._put_topic(topic, t.topic_id, p.partition_index)
+        for topic in deleted:
+            self._remove_topic(topic)
+        self._check_waiters()
+
+    def _put_topic(self, topic, topic_id, partition):
+        info = self.topics.get(topic)
+        epochs = []
+        n = partition + 1 if info is None else max(info.num_partitions, partition + 1)
+        for p in range(n):
+            state = self._states.get((topic, p))
+            epochs.append(0 if state is None else state.leader_epoch)
+        if info is None:
+            info = TopicInfo(topic, topic_id, n, dict(self._configs.get(topic, {})), epochs,
+                             topic in INTERNAL_TOPICS)
+            if topic not in self._configs:
+                self.topic_configs_loaded([topic]).addCallback(lambda _: self._configs_read(topic))
+        else:
+            info = attr.evolve(info, num_partitions=n, leader_epochs=epochs)
+        self.topics[topic] = info
+        self._by_id[info.topic_id] = info
+
+    def _configs_read(self, topic):
+        info = self.topics.get(topic)
+        if info is not None and info.configs != self._configs.get(topic, {}):
+            self._set_configs(info, self._configs[topic])
+
+    def _set_configs(self, info, configs):
+        info = attr.evolve(info, configs=dict(configs))
+        self.topics[info.name] = info
+        self._by_id[info.topic_id] = info
+        self._notify(TOPIC_CONFIGS_CHANGED, info)
+
+    def _remove_topic(self, topic):
+        info = self.topics.pop(topic, None)
+        for key in [k for k in self._states if k[0] == topic]:
+            del self._states[key]
+        self._configs.pop(topic, None)
+        if info is not None:
+            self._by_id.pop(info.topic_id, None)
+            self._notify(TOPIC_DELETED, info)
+
+    def config_changed(self, topic):
+        """A change notification named ``topic``: read its configs again."""
+        self._configs.pop(topic, None)
+
+        def read(_):
+            info = self.topics.get(topic)
+            if info is not None:
+                self._set_configs(info, self._configs.get(topic, {}))
+        return self.topic_configs_loaded([topic]).addCallback(read)
+
+    # -- waiting for the controller ---------------------------------------------------------------------
+
+    def _wait_for(self, predicate, what):
+        if predicate():
+            return defer.succeed(None)
+        d = defer.Deferred()
+        entry = [predicate, d, None]
+
+        def expired():
+            if entry in self._waiters:
+                self._waiters.remove(entry)
+                d.errback(KafkaError(errors.REQUEST_TIMED_OUT, "%s: the controller did not publish it in time"
+                                     % (what,)))
+        entry[2] = self._reactor.callLater(self.timeout, expired)
+        self._waiters.append(entry)
+        return d
+
+    def _check_waiters(self):
+        for entry in list(self._waiters):
+            predicate, d, timer = entry
+            if predicate():
+                self._waiters.remove(entry)
+                if timer.active():
+                    timer.cancel()
+                d.callback(None)
+
+    def _has_leaders(self, topic, n):
+        return all((topic, p) in self._states and self._states[(topic, p)].leader != NO_LEADER
+                   for p in range(n))
+
+    # -- admin changes ----------------------------------------------------------------------------------
+
+    def check_new_topic(self, name):
+        validate_topic_name(name)
+        if name in self.topics or name in self._creating:
+            raise KafkaError(errors.TOPIC_ALREADY_EXISTS, "Topic '%s' already exists." % (name,))
+        unified = unify_collision_chars(name)
+        for other in list(self.topics) + list(self._creating):
+            if unify_collision_chars(other) == unified:
+                raise KafkaError(errors.INVALID_TOPIC_EXCEPTION,
+                                 "Topic '%s' collides with existing topic: %s" % (name, other))
+
+    def assign_replicas(self, num_partitions, replication_factor, start_partition=0):
+        """Kafka's assignment over the live brokers (rack-aware when they all have a rack)."""
+        racks = {b.node_id: b.rack for b in self._brokers.values()}
+        if not racks:
+            raise KafkaError(errors.INVALID_REPLICATION_FACTOR,
+                             "Unable to replicate the partition %d time(s): The target replication factor "
+                             "of %d cannot be reached because only 0 broker(s) are registered."
+                             % (replication_factor, replication_factor))
+        return assign_replicas(num_partitions, replication_factor, racks, start_partition=start_partition)
+
+    def create_topic(self, name, num_partitions, configs=None, topic_id=None, assignment=None):
+        self.check_new_topic(name)
+        if assignment is None:  # auto-creation and the coordinators' topics
+            assignment = self.assign_replicas(num_partitions, self.default_replication_factor)
+        if topic_id is None:
+            topic_id = random_uuid()
+        configs = {k: v for k, v in (configs or {}).items() if v is not None}
+        self._creating.add(name)
+        self._configs[name] = configs
+        d = self.zk.create_topic(name, topic_id, assignment, configs)
+        d.addCallback(lambda _: self._wait_for(lambda: self._has_leaders(name, len(assignment)),
+                                               "topic %s" % name))
+
+        def done(result):
+            self._creating.discard(name)
+            return result
+        d.addBoth(done)
+        return d.addCallback(lambda _: self.topics[name])
+
+    def delete_topic(self, name):
+        if name not in self.topics:
+            raise KafkaError(errors.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
+        info = self.topics[name]
+        d = self.zk.mark_topic_for_deletion(name)
+        d.addCallback(lambda _: self._wait_for(lambda: name not in self.topics, "deletion of %s" % name))
+        return d.addCallback(lambda _: info)
+
+    def alter_topic_configs(self, name, configs):
+        if name not in self.topics:
+            raise KafkaError(errors.UNKNOWN_TOPIC_OR_PARTITION, "Topic %s does not exist." % (name,))
+        clean = {k: v for k, v in configs.items() if v is not None}
+        d = self.zk.set_topic_configs(name, clean)
+
+        def written(_):
+            self._configs[name] = clean
+            info = self.topics.get(name)
+            if info is not None:
+                self._set_configs(info, clean)
+            return self.topics.get(name)
+        return d.addCallback(written)
+
+    def create_partitions(self, name, total):
+        info = self.topics.get(name)
+        if info is None:
+            raise KafkaError(errors.UNKNOWN_TOPIC_OR_PARTITION, "Topic %s does not exist." % (name,))
+        if total <= info.num_partitions:
+            raise KafkaError(errors.INVALID_PARTITIONS,
+                             "Topic currently has %d partitions, which is higher than the requested %d."
+                             % (info.num_partitions, total) if total < info.num_partitions else
+                             "Topic already has %d partitions." % (info.num_partitions,))
+        current = {p: list(self._states[(name, p)].replicas) for p in range(info.num_partitions)}
+        rf = len(current[0]) if current else 1
+        added = self.assign_replicas(total - info.num_partitions, rf, start_partition=info.num_partitions)
+        d = self.zk.add_partitions(name, info.topic_id, {**current, **added})
+        d.addCallback(lambda _: self._wait_for(lambda: self._has_leaders(name, total), "partitions of %s" % name))
+        return d.addCallback(lambda _: self.topics[name])
+
+    def next_producer_id(self):
+        """Ids from blocks taken through ``/latest_producer_id_block`` (Kafka's ZkProducerIdManager)."""
+        if self._pid_next <= self._pid_end:
+            pid = self._pid_next
+            self._pid_next += 1
+            return defer.succeed(pid)
+        if self._pid_block is None:
+            self._pid_block = self.zk.allocate_producer_id_block(self.node_id, PRODUCER_ID_BLOCK_SIZE)
+
+            def got(block):
+                self._pid_block = None
+                self._pid_next, self._pid_end = block
+                return block
+
+            def failed(f):
+                self._pid_block = None
+                return f
+            self._pid_block.addCallbacks(got, failed)
+        d = defer.Deferred()
+        self._pid_block.addCallbacks(lambda _: self.next_producer_id().chainDeferred(d),
+                                     lambda f: d.errback(KafkaError(errors.UNKNOWN_SERVER_ERROR, f.getErrorMessage())))
+        return d

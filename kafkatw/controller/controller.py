@@ -1,0 +1,524 @@
+"""Kafka's KafkaController in ZooKeeper mode: election through ``/controller`` and
+``/controller_epoch``, the controller context (live brokers, assignments, partition states),
+partition and replica state changes (new partitions, broker failures and returns, topic
+creation and deletion, AlterPartition), and telling the brokers with LeaderAndIsr,
+UpdateMetadata and StopReplica.
+
+Every event runs in one queue, in order (Kafka's ControllerEventManager); ZooKeeper watches only
+enqueue. Every write to the store is conditional on the controller epoch's zkVersion: a
+deposed controller (a paused process, a lost session) cannot change anything.
+"""
+
+import attr
+from twisted.internet import defer
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from kafkatw.cluster.interfaces import ControllerMovedError
+from kafkatw.cluster.state import NO_LEADER
+from kafkatw.controller import election
+from kafkatw.controller.channel import (
+    LEADER_AND_ISR_VERSION,
+    STOP_REPLICA_VERSION,
+    UPDATE_METADATA_VERSION,
+    leader_and_isr_request,
+    stop_replica_request,
+    update_metadata_request,
+)
+from kafkatw.protocol import errors
+from kafkatw.protocol import messages as m
+
+log = Logger(namespace="kafkatw.controller")
+
+#: UpdateMetadata's leader for a partition of a topic being deleted (Kafka's LeaderDuringDelete)
+LEADER_DURING_DELETE = -2
+
+
+class KafkaController:
+    """One per broker; active on the elected one. ``zk`` is an IClusterCoordinator, ``channel`` a
+    ControllerChannelManager, ``broker_epoch()`` this broker's current registration epoch."""
+
+    def __init__(self, reactor, zk, broker_id, channel, listener_name, unclean_leader_election=False):
+        self._reactor = reactor
+        self.zk = zk
+        self.broker_id = broker_id
+        self.channel = channel
+        self.listener_name = listener_name
+        self.unclean = unclean_leader_election
+        self.active = False
+        self.epoch = 0
+        self.epoch_zk_version = -1
+        self.controller_id = -1  # the active controller as last read
+        self.live = {}  # broker id -> BrokerInfo (with its epoch)
+        self.assignments = {}  # topic -> {partition: [replicas]}
+        self.topic_ids = {}  # topic -> 16-byte id
+        self.states = {}  # (topic, partition) -> LeaderAndIsr
+        self.deleting = set()
+        self._tail = defer.succeed(None)
+        self._stopped = False
+        self._topic_watches = {}
+        #: called with (controller_id) when the known controller changes (tests, metrics)
+        self.on_controller_change = []
+
+    # -- the event queue -----------------------------------------------------------------------
+
+    def _enqueue(self, name, fn, *args):
+        """Run ``fn`` after every event queued before it; a Deferred of its result."""
+        result = defer.Deferred()
+
+        def run(_):
+            if self._stopped:
+                result.callback(None)
+                return None
+            d = defer.maybeDeferred(fn, *args)
+            d.addBoth(self._event_done, name, result)
+            return d.addBoth(lambda _: None)
+        self._tail.addCallback(run)
+        return result
+
+    def _event_done(self, outcome, name, result):
+        if isinstance(outcome, Failure):
+            if outcome.check(ControllerMovedError):
+                log.warn("controller {id} moved during {event}: resigning", id=self.broker_id, event=name)
+                self._resign_locally()
+            else:
+                log.failure("controller event {event} failed", outcome, event=name)
+            result.errback(outcome)
+        else:
+            result.callback(outcome)
+        return None
+
+    # -- life cycle ----------------------------------------------------------------------------
+
+    def startup(self):
+        return self._enqueue("Startup", self._elect)
+
+    def shutdown(self):
+        """Stop handling events; resign if active (deleting ``/controller`` elects another)."""
+        was_active = self.active
+        self._resign_locally()
+        self._stopped = True
+        if was_active:
+            return self.zk.resign_controller(self.broker_id).addErrback(lambda f: None)
+        return defer.succeed(None)
+
+    def session_reestablished(self):
+        """A new ZooKeeper session (the old one expired): whatever this broker was, it is not
+        controller now; try again (Kafka's RegisterBrokerAndReelect)."""
+        self._resign_locally()
+        return self._enqueue("Reelect", self._elect)
+
+    def session_lost(self):
+        self._resign_locally()
+
+    def _resign_locally(self):
+        """onControllerResignation: forget the context, stop talking to brokers."""
+        if self.active:
+            log.info("broker {id} resigns as controller (epoch {epoch})", id=self.broker_id, epoch=self.epoch)
+        self.active = False
+        self.live.clear()
+        self.assignments.clear()
+        self.topic_ids.clear()
+        self.states.clear()
+        self.deleting.clear()
+        for broker_id in list(self.channel._brokers):
+            self.channel.remove_broker(broker_id)
+
+    # -- election ------------------------------------------------------------------------------
+
+    def _controller_watch(self):
+        self._enqueue("ControllerChange", self._elect)
+
+    @defer.inlineCallbacks
+    def _elect(self):
+        cid = yield self.zk.get_controller_id(watch=self._controller_watch)
+        if cid != -1:
+            if self.active and cid != self.broker_id:
+                self._resign_locally()
+            self._set_controller_id(cid)
+            return
+        if self.active:
+            self._resign_locally()
+        result = yield self.zk.elect_controller(self.broker_id)
+        if result is None:
+            cid = yield self.zk.get_controller_id(watch=self._controller_watch)
+            self._set_controller_id(cid)
+            return
+        self.epoch, self.epoch_zk_version = result
+        self.active = True
+        self._set_controller_id(self.broker_id)
+        log.info("broker {id} is controller with epoch {epoch}", id=self.broker_id, epoch=self.epoch)
+        yield self._on_failover()
+
+    def _set_controller_id(self, cid):
+        if cid != self.controller_id:
+            self.controller_id = cid
+            for listener in list(self.on_controller_change):
+                listener(cid)
+
+    @defer.inlineCallbacks
+    def _on_failover(self):
+        """onControllerFailover: read the cluster, bring partitions online, tell every broker."""
+        ids = yield self.zk.broker_ids(watch=self._brokers_watch)
+        for broker_id in ids:
+            info = yield self.zk.get_broker(broker_id)
+            if info is not None:
+                self.live[broker_id] = info
+                self.channel.add_broker(info)
+        topics = yield self.zk.topics(watch=self._topics_watch)
+        for topic in topics:
+            yield self._load_topic(topic)
+        # replicas on brokers that are gone leave the ISR as at a broker failure (the broker may
+        # have died while there was no controller)
+        assigned = {r for a in self.assignments.values() for rs in a.values() for r in rs}
+        yield self._replicas_offline(assigned - set(self.live))
+        yield self._online_partitions(list(self.states) + self._new_partitions())
+        self._send_update_metadata(self.live, self._all_partitions())
+        for broker_id in self.live:
+            self._send_leader_and_isr(broker_id, self._partitions_of(broker_id))
+        yield self._deletions()
+
+    # -- context -------------------------------------------------------------------------------
+
+    def _topic_watch(self, topic):
+        watch = self._topic_watches.get(topic)
+        if watch is None:
+            def watch():
+                self._enqueue("PartitionModifications", self._partition_modifications, topic)
+            self._topic_watches[topic] = watch
+        return watch
+
+    @defer.inlineCallbacks
+    def _load_topic(self, topic):
+        found = yield self.zk.topic_assignment(topic, watch=self._topic_watch(topic))
+        if found is None:
+            return
+        topic_id, assignment = found
+        self.topic_ids[topic] = topic_id
+        self.assignments[topic] = assignment
+        states = yield self.zk.partition_states(topic, sorted(assignment))
+        for p, state in states.items():
+            self.states[(topic, p)] = state
+
+    def _new_partitions(self):
+        return [(t, p) for t, a in self.assignments.items() for p in a if (t, p) not in self.states]
+
+    def _all_partitions(self):
+        return [(t, p) for t, a in self.assignments.items() for p in a if (t, p) in self.states]
+
+    def _partitions_of(self, broker_id):
+        return [(t, p) for t, a in self.assignments.items() for p, r in a.items()
+                if broker_id in r and (t, p) in self.states]
+
+    def _replicas(self, tp):
+        return self.assignments[tp[0]][tp[1]]
+
+    # -- partition state changes ---------------------------------------------------------------
+
+    @defer.inlineCallbacks
+    def _online_partitions(self, partitions):
+        """New and offline partitions to OnlinePartition where a replica can lead: the
+        partitions whose state was written."""
+        live = set(self.live)
+        creates, updates = {}, {}
+        for tp in partitions:
+            if tp[0] in self.deleting or tp[0] not in self.assignments:
+                continue
+            state = self.states.get(tp)
+            if state is None:
+                new = election.new_partition_state(self._replicas(tp), live, self.epoch)
+                if new is not None:
+                    creates.setdefault(tp[0], {})[tp[1]] = new
+            elif state.leader == NO_LEADER or state.leader not in live:
+                new = election.elect(state, self._replicas(tp), live, self.unclean, self.epoch)
+                if new is not None:
+                    if new.isr and set(new.isr) - set(state.isr):
+                        log.warn("unclean leader election for {t}-{p}: {l}", t=tp[0], p=tp[1], l=new.leader)
+                    updates.setdefault(tp[0], {})[tp[1]] = new
+                else:
+                    log.info("partition {t}-{p} stays offline: no live replica in ISR {isr}",
+                             t=tp[0], p=tp[1], isr=list(state.isr))
+        written = []
+        for topic, states in creates.items():
+            results = yield self.zk.create_partition_states(self.epoch_zk_version, topic, states)
+            written += self._apply(topic, results, created=True)
+        for topic, states in updates.items():
+            results = yield self.zk.update_partition_states(self.epoch_zk_version, topic, states)
+            written += self._apply(topic, results)
+        return written
+
+    def _apply(self, topic, results, created=False):
+        """Keep what was written; a ControllerMovedError stops the event (resign)."""
+        done = []
+        for p, outcome in results.items():
+            if isinstance(outcome, Failure):
+                if outcome.check(ControllerMovedError):
+                    outcome.raiseException()
+                log.warn("writing the state of {t}-{p} failed: {err}", t=topic, p=p, err=outcome.getErrorMessage())
+                continue
+            self.states[(topic, p)] = outcome
+            done.append((topic, p))
+        return done
+
+    @defer.inlineCallbacks
+    def _replicas_offline(self, dead):
+        """OfflineReplica for the dead brokers' replicas, then elections for the partitions
+        left without a leader; the partitions changed."""
+        updates = {}
+        for tp, state in self.states.items():
+            if tp[0] in self.deleting:
+                continue
+            if not (set(self._replicas(tp)) & dead):
+                continue
+            new = election.without_replicas(state, dead, self.epoch)
+            if new is None:
+                continue
+            if new.leader == NO_LEADER:
+                elected = election.elect(new, self._replicas(tp), set(self.live), self.unclean, self.epoch)
+                if elected is not None:  # one leader epoch for the whole change
+                    new = attr.evolve(elected, leader_epoch=state.leader_epoch + 1)
+            updates.setdefault(tp[0], {})[tp[1]] = new
+        written = []
+        for topic, states in updates.items():
+            results = yield self.zk.update_partition_states(self.epoch_zk_version, topic, states)
+            written += self._apply(topic, results)
+        return written
+
+    # -- telling the brokers ---------------------------------------------------------------------
+
+    def _send_leader_and_isr(self, broker_id, partitions, is_new=()):
+        if not partitions or broker_id not in self.live:
+            return
+        info = self.live[broker_id]
+        states = {tp: (self.states[tp], self._replicas(tp)) for tp in partitions}
+        leaders = {self.states[tp].leader for tp in partitions}
+        request = leader_and_isr_request(
+            self.broker_id, self.epoch, info.epoch, states, self.topic_ids,
+            [self.live[b] for b in sorted(leaders) if b in self.live], self.listener_name, is_new)
+        self._send(broker_id, request, LEADER_AND_ISR_VERSION, "LeaderAndIsr")
+
+    def _send_update_metadata(self, brokers, partitions, deleting=()):
+        live = set(self.live)
+        states = {}
+        for tp in partitions:
+            state = self.states[tp]
+            if tp[0] in deleting:
+                state = attr.evolve(state, leader=LEADER_DURING_DELETE)
+            replicas = self._replicas(tp)
+            states[tp] = (state, replicas, [r for r in replicas if r not in live])
+        for broker_id in sorted(brokers):
+            info = self.live.get(broker_id)
+            if info is None:
+                continue
+            request = update_metadata_request(self.broker_id, self.epoch, info.epoch, states, self.topic_ids,
+                                              list(self.live.values()))
+            self._send(broker_id, request, UPDATE_METADATA_VERSION, "UpdateMetadata")
+
+    def _send(self, broker_id, request, version, name):
+        d = self.channel.send(broker_id, request, version)
+
+        def answered(response):
+            code = response.error_code
+            if code != errors.NONE:
+                log.warn("{api} to broker {id}: {err}", api=name, id=broker_id, err=errors.error_name(code))
+            return response
+        d.addCallbacks(answered, lambda f: None)
+        return d
+
+    def _tell(self, changed, is_new=()):
+        """LeaderAndIsr to the live replicas of ``changed``, then UpdateMetadata to every live
+        broker (Kafka's sendRequestsToBrokers after a state change)."""
+        if not changed:
+            return
+        for broker_id in sorted(self.live):
+            mine = [tp for tp in changed if broker_id in self._replicas(tp)]
+            self._send_leader_and_isr(broker_id, mine, is_new)
+        self._send_update_metadata(self.live, changed)
+
+    # -- broker changes --------------------------------------------------------------------------
+
+    def _brokers_watch(self):
+        self._enqueue("BrokerChange", self._broker_change)
+
+    @defer.inlineCallbacks
+    def _broker_change(self):
+        if not self.active:
+            return
+        ids = set((yield self.zk.broker_ids(watch=self._brokers_watch)))
+        current = {}
+        for broker_id in ids:
+            info = yield self.zk.get_broker(broker_id)
+            if info is not None:
+                current[broker_id] = info
+        dead = {b for b, info in self.live.items() if b not in current or current[b].epoch != info.epoch}
+        new = {b for b, info in current.items() if b not in self.live or b in dead}
+        if dead:
+            log.info("controller {id}: brokers {dead} failed", id=self.broker_id, dead=sorted(dead))
+            for b in dead:
+                self.live.pop(b, None)
+                self.channel.remove_broker(b)
+            changed = yield self._replicas_offline(dead)
+            self._tell(changed)
+        if new:
+            log.info("controller {id}: brokers {new} started", id=self.broker_id, new=sorted(new))
+            for b in new:
+                self.live[b] = current[b]
+                self.channel.add_broker(current[b])
+            # onBrokerStartup: full metadata to everyone, the new brokers' replicas online,
+            # then elections for partitions they can lead now
+            self._send_update_metadata(self.live, self._all_partitions())
+            for b in sorted(new):
+                self._send_leader_and_isr(b, self._partitions_of(b))
+            changed = yield self._online_partitions(
+                [tp for tp, s in self.states.items() if s.leader == NO_LEADER or s.leader not in self.live]
+                + self._new_partitions())
+            self._tell(changed)
+        yield self._deletions()
+
+    # -- topic changes ---------------------------------------------------------------------------
+
+    def _topics_watch(self):
+        self._enqueue("TopicChange", self._topic_change)
+
+    @defer.inlineCallbacks
+    def _topic_change(self):
+        if not self.active:
+            return
+        topics = yield self.zk.topics(watch=self._topics_watch)
+        new = [t for t in topics if t not in self.assignments]
+        for topic in set(self.assignments) - set(topics):
+            self._forget_topic(topic)
+        for topic in new:
+            yield self._load_topic(topic)
+        if new:
+            fresh = [tp for tp in self._new_partitions() if tp[0] in new]
+            changed = yield self._online_partitions(fresh)
+            self._tell(changed, is_new=set(fresh))
+
+    @defer.inlineCallbacks
+    def _partition_modifications(self, topic):
+        if not self.active or topic not in self.assignments:
+            return
+        found = yield self.zk.topic_assignment(topic, watch=self._topic_watch(topic))
+        if found is None:
+            return
+        _, assignment = found
+        added = [p for p in assignment if p not in self.assignments[topic]]
+        if not added:
+            return
+        self.assignments[topic] = {**self.assignments[topic], **{p: assignment[p] for p in added}}
+        fresh = [(topic, p) for p in added]
+        changed = yield self._online_partitions(fresh)
+        self._tell(changed, is_new=set(fresh))
+
+    def _forget_topic(self, topic):
+        for p in list(self.assignments.get(topic, {})):
+            self.states.pop((topic, p), None)
+        self.assignments.pop(topic, None)
+        self.topic_ids.pop(topic, None)
+        self.deleting.discard(topic)
+
+    # -- deletion ----------------------------------------------------------------------------------
+
+    def _deletions_watch(self):
+        self._enqueue("TopicDeletion", self._deletions)
+
+    @defer.inlineCallbacks
+    def _deletions(self):
+        """TopicDeletionManager, in short: tell brokers the topic is going (UpdateMetadata with
+        LeaderDuringDelete), StopReplica with delete to every live replica, then remove its
+        znodes; a marked topic that does not exist is just unmarked."""
+        if not self.active:
+            return
+        marked = yield self.zk.topics_to_delete(watch=self._deletions_watch)
+        for topic in marked:
+            if topic not in self.assignments:
+                yield self.zk.delete_topic(self.epoch_zk_version, topic)
+                continue
+            self.deleting.add(topic)
+            partitions = [(topic, p) for p in self.assignments[topic] if (topic, p) in self.states]
+            self._send_update_metadata(self.live, partitions, deleting={topic})
+            waits = []
+            for broker_id in sorted(self.live):
+                mine = [(t, p, self.states[(t, p)].leader_epoch, True) for t, p in partitions
+                        if broker_id in self._replicas((t, p))]
+                if mine:
+                    info = self.live[broker_id]
+                    request = stop_replica_request(self.broker_id, self.epoch, info.epoch, mine)
+                    waits.append(self._send(broker_id, request, STOP_REPLICA_VERSION, "StopReplica"))
+            yield defer.DeferredList(waits)
+            yield self.zk.delete_topic(self.epoch_zk_version, topic)
+            self._forget_topic(topic)
+            log.info("controller {id}: deleted topic {topic}", id=self.broker_id, topic=topic)
+
+    # -- AlterPartition ----------------------------------------------------------------------------
+
+    def alter_partition(self, request, version):
+        """A Deferred of the AlterPartitionResponse (handled in the event queue)."""
+        return self._enqueue("AlterPartition", self._alter_partition, request, version)
+
+    @defer.inlineCallbacks
+    def _alter_partition(self, request, version):
+        R = m.AlterPartitionResponse
+        if not self.active:
+            return R(error_code=errors.NOT_CONTROLLER, topics=[])
+        sender = self.live.get(request.broker_id)
+        if sender is None or (request.broker_epoch != -1 and request.broker_epoch != sender.epoch):
+            return R(error_code=errors.STALE_BROKER_EPOCH, topics=[])
+        by_id = {tid: t for t, tid in self.topic_ids.items()}
+        out_topics = []
+        updates = {}
+        answers = {}
+        for t in request.topics:
+            topic = t.topic_name if version < 2 else by_id.get(t.topic_id)
+            rt = R.TopicData(topic_name=t.topic_name if version < 2 else "", topic_id=t.topic_id,
+                             partitions=[])
+            out_topics.append(rt)
+            for p in t.partitions:
+                new_isr = list(p.new_isr) if version < 3 else [b.broker_id for b in p.new_isr_with_epochs]
+                state = self.states.get((topic, p.partition_index)) if topic is not None else None
+                code = errors.NONE
+                if topic is None or state is None:
+                    code = errors.UNKNOWN_TOPIC_ID if version >= 2 and topic is None else \
+                        errors.UNKNOWN_TOPIC_OR_PARTITION
+                elif state.leader != request.broker_id:
+                    code = errors.NOT_LEADER_OR_FOLLOWER
+                elif p.leader_epoch != state.leader_epoch:
+                    code = errors.FENCED_LEADER_EPOCH
+                elif p.partition_epoch != state.partition_epoch:
+                    code = errors.INVALID_UPDATE_VERSION
+                elif not new_isr or state.leader not in new_isr or \
+                        any(b not in self.live or b not in self._replicas((topic, p.partition_index))
+                            for b in new_isr):
+                    code = errors.INELIGIBLE_REPLICA if new_isr else errors.INVALID_REQUEST
+                rp = R.PartitionData(partition_index=p.partition_index, error_code=code)
+                rt.partitions.append(rp)
+                if code == errors.NONE:
+                    updates.setdefault(topic, {})[p.partition_index] = state.new_isr(new_isr)
+                    answers[(topic, p.partition_index)] = rp
+        changed = []
+        for topic, states in updates.items():
+            results = yield self.zk.update_partition_states(self.epoch_zk_version, topic, states)
+            for p, outcome in results.items():
+                rp = answers[(topic, p)]
+                if isinstance(outcome, Failure):
+                    if outcome.check(ControllerMovedError):
+                        outcome.raiseException()
+                    rp.error_code = errors.INVALID_UPDATE_VERSION
+                    continue
+                self.states[(topic, p)] = outcome
+                changed.append((topic, p))
+        for rt in out_topics:
+            for rp in rt.partitions:
+                topic = rt.topic_name if version < 2 else by_id.get(rt.topic_id)
+                state = self.states.get((topic, rp.partition_index))
+                if rp.error_code == errors.NONE and state is not None:
+                    rp.leader_id = state.leader
+                    rp.leader_epoch = state.leader_epoch
+                    rp.isr = list(state.isr)
+                    rp.partition_epoch = state.partition_epoch
+        if changed:
+            log.info("controller {id}: ISR of {n} partition(s) changed by broker {b}", id=self.broker_id,
+                     n=len(changed), b=request.broker_id)
+            self._send_update_metadata(self.live, changed)
+        return R(error_code=errors.NONE, topics=out_topics)

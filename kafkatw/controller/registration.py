@@ -1,0 +1,165 @@
+"""A broker's membership of the cluster (Kafka's KafkaServer start-up in ZooKeeper mode and its
+session handling): connect, agree on the cluster id, register ``/brokers/ids/<id>`` once the
+listeners are bound, run the controller candidate, follow config change notifications, and on
+a new ZooKeeper session register again (a new broker epoch) and re-run the election.
+
+It owns the order of these steps, not what they do: the store, the controller and the metadata
+cache do the work.
+"""
+
+import os
+
+from twisted.internet import defer, task
+from twisted.logger import Logger
+
+from kafkatw.cluster import zk_layout
+from kafkatw.config import ConfigError
+from kafkatw.controller.channel import ControllerChannelManager
+from kafkatw.controller.controller import KafkaController
+from kafkatw.protocol import errors
+from kafkatw.protocol.errors import KafkaError
+
+log = Logger(namespace="kafkatw.controller.registration")
+
+
+def inter_broker_listener(config):
+    """The inter-broker listener (``KafkaConfig.inter_broker_listener_name``); one line refusing
+    a missing one or one the broker's own client cannot speak."""
+    name = config.inter_broker_listener_name
+    listeners = {ep.listener_name: ep for ep in config.listeners}
+    if name is None:
+        raise ConfigError.invalid("security.inter.broker.protocol", config["security.inter.broker.protocol"],
+                                  "no listener uses it; set inter.broker.listener.name")
+    if name not in listeners:
+        raise ConfigError.invalid("inter.broker.listener.name", name, "it is not one of the listeners (%s)"
+                                  % ", ".join(sorted(listeners)))
+    if listeners[name].security_protocol != "PLAINTEXT":
+        raise ConfigError.invalid("inter.broker.listener.name", name,
+                                  "kafkatw's inter-broker client speaks PLAINTEXT only so far")
+    return name
+
+
+class ClusterMembership:
+    """``zk``: IClusterCoordinator; ``metadata``: ZkClusterMetadata; ``network_client``: the
+    controller's KafkaNetworkClient; ``halt(code)`` stops the process on an inconsistent cluster id."""
+
+    def __init__(self, reactor, config, zk, metadata, network_client, log_dirs, meta_properties_existed,
+                 halt, run_blocking):
+        self._reactor = reactor
+        self.config = config
+        self.zk = zk
+        self.metadata = metadata
+        self.broker_id = config.node_id
+        self.listener_name = inter_broker_listener(config)
+        self.channel = ControllerChannelManager(reactor, network_client, self.listener_name)
+        self.controller = KafkaController(reactor, zk, self.broker_id, self.channel, self.listener_name,
+                                          unclean_leader_election=config["unclean.leader.election.enable"])
+        self._log_dirs = list(log_dirs)
+        self._meta_existed = meta_properties_existed
+        self._halt = halt
+        self._run_blocking = run_blocking
+        self._registration = None  # bytes written to /brokers/ids/<id>
+        self._session_lost = False
+        self._stopping = False
+        self._last_change = None
+        #: called with the broker epoch after each registration (the replica manager's fetches
+        #: and AlterPartition carry it)
+        self.on_registered = []
+        zk.add_state_listener(self._state_changed)
+
+    # -- start ------------------------------------------------------------------------------------
+
+    @defer.inlineCallbacks
+    def connect(self):
+        """Connect and settle the cluster id (before anything is served from this store)."""
+        yield self.zk.start()
+        cluster_id = yield self.zk.get_or_create_cluster_id(self.metadata.cluster_id)
+        if cluster_id != self.metadata.cluster_id:
+            if self._meta_existed:
+                message = ("The Cluster ID %s doesn't match stored clusterId %s in meta.properties. The broker "
+                           "is trying to join the wrong cluster." % (cluster_id, self.metadata.cluster_id))
+                raise ConfigError(message, "zookeeper.connect")
+            yield self._run_blocking(self._rewrite_meta_properties, cluster_id)
+            self.metadata.cluster_id = self.metadata.local.cluster_id = cluster_id
+
+    def _rewrite_meta_properties(self, cluster_id):
+        from kafkatw.durable_file import write_atomically
+
+        text = "#\n#Written by kafkatw\nversion=0\nbroker.id=%d\ncluster.id=%s\n" % (self.broker_id, cluster_id)
+        for d in self._log_dirs:
+            write_atomically(os.path.join(d, "meta.properties"), text.encode("utf-8"))
+
+    @defer.inlineCallbacks
+    def register(self, advertised):
+        """Register with the advertised endpoints (ports bound), then stand for controller."""
+        endpoints = [(ep.listener_name, ep.host, ep.port) for ep in advertised]
+        protocols = {ep.listener_name: ep.security_protocol for ep in advertised}
+        self._registration = zk_layout.encode_broker(self.broker_id, endpoints, protocols,
+                                                     rack=self.config["broker.rack"])
+        yield self._register()
+        yield self._watch_config_changes()
+        self.controller.startup()
+
+    @defer.inlineCallbacks
+    def _register(self):
+        """Kafka's registerBroker; while the znode of this id's previous session (a crash) is still
+        there, wait for ZooKeeper to expire it, at most a session timeout and a bit."""
+        deadline = self._reactor.seconds() + self.config["zookeeper.session.timeout.ms"] / 1000.0 + 5
+        while True:
+            try:
+                epoch = yield self.zk.register_broker(self.broker_id, self._registration)
+                break
+            except KafkaError as e:
+                if e.code != errors.BROKER_ID_NOT_REGISTERED or self._reactor.seconds() > deadline:
+                    raise
+                yield task.deferLater(self._reactor, 0.25, lambda: None)
+        self.metadata.broker_epoch = epoch
+        for listener in list(self.on_registered):
+            listener(epoch)
+        log.info("registered broker {id} at {path} with broker epoch {epoch}", id=self.broker_id,
+                 path=zk_layout.broker_path(self.broker_id), epoch=epoch)
+
+    # -- config changes ------------------------------------------------------------------------------
+
+    def _config_watch(self):
+        if not self._stopping:
+            self._watch_config_changes().addErrback(
+                lambda f: log.failure("reading config change notifications failed", f))
+
+    @defer.inlineCallbacks
+    def _watch_config_changes(self):
+        changes = yield self.zk.config_changes(watch=self._config_watch)
+        if self._last_change is None:  # at start-up the configs are read with the topics
+            self._last_change = changes[-1][0] if changes else ""
+            return
+        for name, entity_type, entity in changes:
+            if name > self._last_change:
+                self._last_change = name
+                if entity_type == "topics":
+                    yield self.metadata.config_changed(entity)
+
+    # -- session ---------------------------------------------------------------------------------------
+
+    def _state_changed(self, state):
+        if self._stopping:
+            return
+        if state == "LOST":
+            log.warn("ZooKeeper session of broker {id} expired", id=self.broker_id)
+            self._session_lost = True
+            self.controller.session_lost()
+        elif state == "CONNECTED" and self._session_lost:
+            self._session_lost = False
+            d = self._register() if self._registration is not None else defer.succeed(None)
+            d.addCallback(lambda _: self.controller.session_reestablished())
+            d.addErrback(lambda f: log.failure("registering again after a new ZooKeeper session failed", f))
+
+    # -- stop ------------------------------------------------------------------------------------------
+
+    @defer.inlineCallbacks
+    def stop(self):
+        """Resign, close the session (the registration goes at once: the controller sees this
+        broker leave without waiting for the session timeout)."""
+        self._stopping = True
+        yield self.controller.shutdown()
+        yield self.channel.shutdown()
+        yield self.zk.stop()

@@ -1,0 +1,135 @@
+"""The controller's pure parts: Kafka's replica assignment (rack-aware and not), leader
+elections and offline replicas, and the znode JSON of Kafka's ZooKeeper layout. No ZooKeeper."""
+
+import json
+
+from twisted.trial import unittest
+
+from kafkatw.cluster import zk_layout as L
+from kafkatw.cluster.assignment import assign_replicas, rack_alternated_brokers
+from kafkatw.cluster.state import LeaderAndIsr
+from kafkatw.cluster.zk import parse_connect
+from kafkatw.config import ConfigError
+from kafkatw.controller import election
+from kafkatw.protocol import errors
+from kafkatw.protocol.errors import KafkaError
+
+
+class AssignmentTests(unittest.SynchronousTestCase):
+    RACKS = {0: "rack1", 1: "rack3", 2: "rack3", 3: "rack2", 4: "rack2", 5: "rack1"}
+
+    def test_rack_alternated_order(self):
+        self.assertEqual(rack_alternated_brokers(self.RACKS), [0, 3, 1, 5, 4, 2])
+
+    def test_rack_aware_fixed_start(self):
+        self.assertEqual(assign_replicas(7, 3, self.RACKS, fixed_start_index=0), {
+            0: [0, 3, 1], 1: [3, 1, 5], 2: [1, 5, 4], 3: [5, 4, 2], 4: [4, 2, 0], 5: [2, 0, 3], 6: [0, 4, 2]})
+
+    def test_rack_aware_spreads_racks_and_leaders(self):
+        racks = {1: "a", 2: "a", 3: "b", 4: "b", 5: "c", 6: "c"}
+        for start in range(6):
+            out = assign_replicas(12, 3, racks, fixed_start_index=start)
+            self.assertEqual(sorted(out), list(range(12)))
+            for replicas in out.values():
+                self.assertEqual(len({racks[b] for b in replicas}), 3, replicas)
+            leaders = [r[0] for r in out.values()]
+            self.assertEqual(sorted(leaders.count(b) for b in racks), [2] * 6)
+
+    def test_rack_unaware_round_robin_with_shift(self):
+        self.assertEqual(assign_replicas(6, 2, {1: None, 2: None, 3: None}, fixed_start_index=0),
+                         {0: [1, 2], 1: [2, 3], 2: [3, 1], 3: [1, 3], 4: [2, 1], 5: [3, 2]})
+
+    def test_start_partition_continues_numbering(self):
+        out = assign_replicas(2, 1, {1: None, 2: None}, start_partition=3, fixed_start_index=0)
+        self.assertEqual(sorted(out), [3, 4])
+
+    def test_too_few_brokers(self):
+        with self.assertRaises(KafkaError) as e:
+            assign_replicas(1, 3, {1: None})
+        self.assertEqual(e.exception.code, errors.INVALID_REPLICATION_FACTOR)
+        self.assertIn("only 1 broker(s) are registered", e.exception.message)
+
+    def test_some_brokers_without_rack(self):
+        with self.assertRaises(KafkaError) as e:
+            assign_replicas(1, 2, {1: "a", 2: None})
+        self.assertEqual(e.exception.code, errors.INVALID_REPLICA_ASSIGNMENT)
+
+
+class ElectionTests(unittest.SynchronousTestCase):
+    def state(self, leader, isr, epoch=5, partition_epoch=7):
+        return LeaderAndIsr(leader=leader, leader_epoch=epoch, isr=isr, controller_epoch=1,
+                            partition_epoch=partition_epoch)
+
+    def test_new_partition_first_live_replica(self):
+        s = election.new_partition_state([3, 1, 2], {1, 2}, controller_epoch=4)
+        self.assertEqual((s.leader, s.isr, s.leader_epoch, s.controller_epoch), (1, (1, 2), 0, 4))
+        self.assertIsNone(election.new_partition_state([3], {1}, 4))
+
+    def test_first_live_isr_member_in_assignment_order(self):
+        new = election.elect(self.state(-1, [3, 2, 1]), [1, 2, 3], live={2, 3}, unclean=False, controller_epoch=9)
+        self.assertEqual((new.leader, new.isr, new.leader_epoch, new.controller_epoch, new.partition_epoch),
+                         (2, (3, 2), 6, 9, 7))
+
+    def test_no_live_isr_member_stays_offline(self):
+        self.assertIsNone(election.elect(self.state(-1, [1]), [1, 2, 3], live={2, 3}, unclean=False,
+                                         controller_epoch=9))
+
+    def test_unclean_takes_a_live_replica(self):
+        new = election.elect(self.state(-1, [1]), [1, 3, 2], live={2, 3}, unclean=True, controller_epoch=9)
+        self.assertEqual((new.leader, new.isr), (3, (3,)))
+
+    def test_dead_follower_leaves_isr(self):
+        new = election.without_replicas(self.state(1, [1, 2, 3]), {3}, controller_epoch=2)
+        self.assertEqual((new.leader, new.isr, new.leader_epoch), (1, (1, 2), 6))
+
+    def test_dead_leader_means_no_leader_and_last_isr_member_stays(self):
+        new = election.without_replicas(self.state(1, [1]), {1}, controller_epoch=2)
+        self.assertEqual((new.leader, new.isr), (-1, (1,)))
+        new = election.without_replicas(self.state(1, [1, 2]), {1, 2}, controller_epoch=2)
+        self.assertEqual((new.leader, len(new.isr)), (-1, 1))
+
+    def test_unrelated_death_changes_nothing(self):
+        self.assertIsNone(election.without_replicas(self.state(1, [1, 2]), {3}, controller_epoch=2))
+
+
+class ZkLayoutTests(unittest.SynchronousTestCase):
+    def test_broker_registration_as_kafka_writes_it(self):
+        data = L.encode_broker(2, [("PLAINTEXT", "h", 9092), ("INTERNAL", "i", 9093)],
+                               {"PLAINTEXT": "PLAINTEXT", "INTERNAL": "PLAINTEXT"}, rack="r1", now_ms=5)
+        value = json.loads(data)
+        self.assertEqual(value, {"version": 5, "host": "h", "port": 9092, "jmx_port": -1, "timestamp": "5",
+                                 "endpoints": ["PLAINTEXT://h:9092", "INTERNAL://i:9093"],
+                                 "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT",
+                                                                    "INTERNAL": "PLAINTEXT"},
+                                 "rack": "r1", "features": {}})
+        info = L.decode_broker(2, data, epoch=77)
+        self.assertEqual((info.node_id, info.rack, info.epoch, info.endpoints),
+                         (2, "r1", 77, {"PLAINTEXT": ("h", 9092), "INTERNAL": ("i", 9093)}))
+
+    def test_topic_and_partition_state(self):
+        tid = bytes(range(1, 17))
+        data = L.encode_topic_assignment(tid, {1: [2, 3], 0: [1, 2]})
+        self.assertEqual(json.loads(data)["partitions"], {"0": [1, 2], "1": [2, 3]})
+        self.assertEqual(L.decode_topic_assignment(data), (tid, {0: [1, 2], 1: [2, 3]}))
+        # a topic znode of Kafka 2.x (version 1, no topic id)
+        self.assertEqual(L.decode_topic_assignment(b'{"version":1,"partitions":{"0":[5]}}'), (None, {0: [5]}))
+        state = LeaderAndIsr(leader=2, leader_epoch=4, isr=[2, 3], controller_epoch=7)
+        self.assertEqual(json.loads(L.encode_partition_state(state)),
+                         {"version": 1, "leader": 2, "leader_epoch": 4, "isr": [2, 3], "controller_epoch": 7,
+                          "leader_recovery_state": 0})
+        self.assertEqual(L.decode_partition_state(L.encode_partition_state(state), 12),
+                         LeaderAndIsr(leader=2, leader_epoch=4, isr=[2, 3], controller_epoch=7, partition_epoch=12))
+
+    def test_controller_and_epoch(self):
+        self.assertEqual(L.decode_controller(L.encode_controller(3)), 3)
+        self.assertEqual(L.decode_controller(b"3"), 3)
+        self.assertEqual(L.decode_controller_epoch(L.encode_controller_epoch(12)), 12)
+
+    def test_connect_string(self):
+        self.assertEqual(parse_connect("a:1,b:2/kafka/x"), ("a:1,b:2", "/kafka/x"))
+        self.assertEqual(parse_connect("a:1"), ("a:1", ""))
+        for bad in ("", "a", "a:x", "a:1//b"):
+            with self.assertRaises(ConfigError) as e:
+                parse_connect(bad)
+            self.assertIn("zookeeper.connect", str(e.exception))
+            self.assertNotIn("\n", str(e.exception))

@@ -1,0 +1,142 @@
+"""The ZooKeeper coordination store against a real ZooKeeper (Debian's package): Kafka's znodes,
+the controller election and its epoch fencing, broker registration epochs, producer id blocks,
+watches answered on the reactor thread. Skips without ZooKeeper unless KAFKATW_REQUIRE_ZOOKEEPER=1."""
+
+import atexit
+import os
+import threading
+
+from twisted.internet import defer, reactor
+from twisted.trial import unittest
+
+from kafkatw import testing
+from kafkatw.cluster import zk_layout as L
+from kafkatw.cluster.interfaces import ControllerMovedError, IClusterCoordinator
+from kafkatw.cluster.state import LeaderAndIsr
+from kafkatw.cluster.zk import ZkClusterCoordinator
+from kafkatw.protocol import errors
+from kafkatw.protocol.errors import KafkaError
+from tests.support import unique_name
+
+_server = None
+
+
+def zookeeper():
+    """One ZooKeeper for the module, started on first use."""
+    global _server
+    if _server is None:
+        if not testing.zookeeper_available():
+            if os.environ.get("KAFKATW_REQUIRE_ZOOKEEPER") == "1":
+                raise AssertionError("ZooKeeper is required (KAFKATW_REQUIRE_ZOOKEEPER=1) but java or "
+                                     "Debian's zookeeper package is missing")
+            raise unittest.SkipTest("ZooKeeper (Debian's zookeeper package) is not installed")
+        _server = testing.ZooKeeperServer().start()
+        atexit.register(_server.close)
+    return _server
+
+
+class StoreTests(unittest.TestCase):
+    timeout = 60
+
+    def setUp(self):
+        self.connect = zookeeper().connect + "/" + unique_name("t")
+
+    @defer.inlineCallbacks
+    def store(self):
+        zk = ZkClusterCoordinator(reactor, self.connect, session_timeout_ms=4000)
+        self.assertTrue(IClusterCoordinator.providedBy(zk))
+        yield zk.start()
+        self.addCleanup(zk.stop)
+        return zk
+
+    @defer.inlineCallbacks
+    def test_election_bumps_the_epoch_and_old_epochs_cannot_write(self):
+        a = yield self.store()
+        b = yield self.store()
+        first = yield a.elect_controller(1)
+        self.assertEqual(first[0], 1)
+        self.assertIsNone((yield b.elect_controller(2)))
+        self.assertEqual((yield b.get_controller_id()), 1)
+        yield a.create_topic("t", bytes(range(16)), {0: [1, 2]}, {})
+        state = LeaderAndIsr(leader=1, leader_epoch=0, isr=[1, 2], controller_epoch=1)
+        created = yield a.create_partition_states(first[1], "t", {0: state})
+        self.assertEqual(created[0].partition_epoch, 0)
+        # controller 1 "pauses": its /controller goes, broker 2 is elected with epoch 2
+        yield a.resign_controller(1)
+        second = yield b.elect_controller(2)
+        self.assertEqual(second[0], 2)
+        moved = LeaderAndIsr(leader=2, leader_epoch=1, isr=[2], controller_epoch=1, partition_epoch=0)
+        stale = yield a.update_partition_states(first[1], "t", {0: moved})
+        self.assertTrue(stale[0].check(ControllerMovedError))
+        stale = yield a.create_partition_states(first[1], "t", {1: state})
+        self.assertTrue(stale[1].check(ControllerMovedError))
+        self.assertEqual((yield b.partition_states("t", [0, 1])), {0: created[0]})
+        with self.assertRaises(ControllerMovedError):
+            yield a.delete_topic(first[1], "t")
+        self.assertEqual((yield b.topics()), ["t"])
+        # the new controller writes, conditional on the partition epoch it read
+        now = yield b.update_partition_states(second[1], "t", {0: attr_evolve(moved, controller_epoch=2)})
+        self.assertFalse(hasattr(now[0], "getTraceback"), getattr(now[0], "getTraceback", lambda: "")())
+        self.assertEqual((now[0].leader, now[0].partition_epoch), (2, 1))
+        again = yield b.update_partition_states(second[1], "t", {0: attr_evolve(moved, controller_epoch=2)})
+        self.assertFalse(again[0].check(ControllerMovedError))  # a stale partition epoch, not a move
+        self.assertEqual((yield b.partition_states("t", [0]))[0].partition_epoch, 1)
+
+    @defer.inlineCallbacks
+    def test_registration_epoch_is_the_czxid_and_one_session_owns_an_id(self):
+        a = yield self.store()
+        b = yield self.store()
+        epoch = yield a.register_broker(1, L.encode_broker(1, [("PLAINTEXT", "h", 1)], {"PLAINTEXT": "PLAINTEXT"}))
+        info = yield b.get_broker(1)
+        self.assertEqual((info.epoch, info.endpoints), (epoch, {"PLAINTEXT": ("h", 1)}))
+        with self.assertRaises(KafkaError) as e:
+            yield b.register_broker(1, b"{}")
+        self.assertEqual(e.exception.code, errors.BROKER_ID_NOT_REGISTERED)
+        yield a.stop()  # the session ends: the ephemeral registration goes at once
+        self.assertEqual((yield b.broker_ids()), [])
+        epoch2 = yield b.register_broker(1, L.encode_broker(1, [("PLAINTEXT", "h", 2)], {"PLAINTEXT": "PLAINTEXT"}))
+        self.assertGreater(epoch2, epoch)
+
+    @defer.inlineCallbacks
+    def test_watches_fire_on_the_reactor_thread(self):
+        a = yield self.store()
+        b = yield self.store()
+        fired = defer.Deferred()
+
+        def changed():
+            if not fired.called:
+                fired.callback(threading.current_thread() is threading.main_thread())
+        self.assertEqual((yield a.broker_ids(watch=changed)), [])
+        yield b.register_broker(3, L.encode_broker(3, [("PLAINTEXT", "h", 1)], {"PLAINTEXT": "PLAINTEXT"}))
+        self.assertTrue((yield fired))
+        self.assertEqual((yield a.broker_ids()), [3])
+
+    @defer.inlineCallbacks
+    def test_cluster_id_and_producer_id_blocks(self):
+        a = yield self.store()
+        b = yield self.store()
+        self.assertEqual((yield a.get_or_create_cluster_id("first")), "first")
+        self.assertEqual((yield b.get_or_create_cluster_id("second")), "first")
+        blocks = yield defer.gatherResults([a.allocate_producer_id_block(1, 1000),
+                                            b.allocate_producer_id_block(2, 1000),
+                                            a.allocate_producer_id_block(1, 1000)])
+        self.assertEqual(sorted(blocks), [(0, 999), (1000, 1999), (2000, 2999)])
+
+    @defer.inlineCallbacks
+    def test_topic_configs_and_change_notifications(self):
+        a = yield self.store()
+        yield a.create_topic("c", bytes(range(16)), {0: [1]}, {"retention.ms": "5"})
+        self.assertEqual((yield a.topic_configs("c")), {"retention.ms": "5"})
+        with self.assertRaises(KafkaError) as e:
+            yield a.create_topic("c", bytes(range(16)), {0: [1]}, {})
+        self.assertEqual(e.exception.code, errors.TOPIC_ALREADY_EXISTS)
+        yield a.set_topic_configs("c", {"retention.ms": "6"})
+        self.assertEqual((yield a.topic_configs("c")), {"retention.ms": "6"})
+        changes = yield a.config_changes()
+        self.assertEqual([(t, n) for _, t, n in changes], [("topics", "c")])
+
+
+def attr_evolve(state, **changes):
+    import attr
+
+    return attr.evolve(state, **changes)
