@@ -536,6 +536,9 @@ class ReplicaManager:
 
     def forget_partition(self, topic, partition):
         """Drop in-memory state of a deleted partition (and wake fetches waiting on it)."""
+        if self._partitions.pop((topic, partition), None) is not None \
+                and self.fetcher_manager is not None:
+            self.fetcher_manager.remove_fetcher_for_partitions([(topic, partition)])
         self._producer_states.pop((topic, partition), None)
         loading = self._producer_state_loads.pop((topic, partition), None)
         if loading is not None:
@@ -543,6 +546,7 @@ class ReplicaManager:
             loading.done()  # its waiters retry and find the partition gone
         self.topic_stats.remove(topic)
         self.fetch_purgatory.check_and_complete(TopicPartitionOperationKey(topic, partition))
+        self.produce_purgatory.check_and_complete(TopicPartitionOperationKey(topic, partition))
 
     def set_producer_id_expiration_ms(self, expiration_ms):
         """``producer.id.expiration.ms`` changed live: every partition's next expiry check uses it."""
@@ -745,7 +749,6 @@ class ReplicaManager:
         deletes = {}
         for tp, delete in stopping:
             if delete:
-                self._partitions.pop(tp, None)
                 self.forget_partition(*tp)
                 deletes.setdefault(tp[0], []).append(tp[1])
         self._complete_delayed([tp for tp, _ in stopping])
@@ -838,12 +841,15 @@ class ReplicaManager:
         if changed:
             log.info("truncated {tp} to {offset}{how}", tp="%s-%d" % (topic, partition),
                      offset=offset, how=" (emptied)" if fully else "")
-            self._producer_states.pop((topic, partition), None)
+            had_state = self._producer_states.pop((topic, partition), None) is not None
             loading = self._producer_state_loads.pop((topic, partition), None)
             if loading is not None:
                 loading.task.stop()
                 loading.done()
-            if lg.producer_state_manager is not None or _has_producer_snapshot(lg.dir):
+            lg.producer_state_manager = None
+            lg.first_unstable_offset = None
+            if had_state or loading is not None or _has_producer_snapshot(lg.dir):
+                # from the newest snapshot at or below the new end (later ones are deleted)
                 self.producer_state_or_load(topic, partition, lg)
         return changed
 
