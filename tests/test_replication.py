@@ -402,6 +402,7 @@ class IsrTests(ReplicationTestBase):
         self.pump(3.5)  # past replica.lag.time.max.ms, one isr-expiration check later
         part = self.nodes[1].rm.get_partition(TOPIC, 0)
         self.assertEqual(part.isr, (1, 2))
+        self.assertEqual(self.nodes[1].rm.under_replicated_partitions(), 1)
         self.assertEqual(self.state[(TOPIC, 0)].isr, [1, 2])
         self.assertEqual(self.state[(TOPIC, 0)].partition_epoch, 1)
         # the acks=all produce waiting for 3 completes once 3 is out of the ISR
@@ -414,6 +415,7 @@ class IsrTests(ReplicationTestBase):
         self.pump_until(lambda: part.isr == (1, 2, 3))
         self.assertEqual(self.state[(TOPIC, 0)].isr, [1, 2, 3])
         self.assertEqual(self.state[(TOPIC, 0)].partition_epoch, 2)
+        self.assertEqual(self.nodes[1].rm.under_replicated_partitions(), 0)
         self.assertEqual(follower.log().log_end_offset, 2)
         self.assertEqual(self.segment_bytes(3), self.segment_bytes(1))
 

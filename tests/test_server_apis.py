@@ -141,6 +141,9 @@ class FakeReplicaManager:
     def stop_replicas(self, controller_id, controller_epoch, partitions):
         raise NotImplementedError("the fake is a single node")
 
+    def under_replicated_partitions(self):
+        return 0
+
     def fetch_offset_for_timestamp(self, tp, timestamp, isolation_level=None, current_leader_epoch=-1,
                                    fetch_only_from_leader=True, topic_id=None):
         self.offset_queries.append((tp, timestamp, isolation_level, current_leader_epoch,

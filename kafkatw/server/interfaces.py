@@ -105,6 +105,10 @@ class IReplicaManager(Interface):
         as :meth:`become_leader_or_follower` does."""
 
 
+    def under_replicated_partitions():
+        """How many partitions led here have an ISR smaller than their replicas (metrics)."""
+
+
 class IAlterPartitionManager(Interface):
     """Sends a leader's ISR changes to the controller (Kafka's AlterPartitionManager): one
     change in flight per partition, retried on NOT_CONTROLLER and lost connections."""

@@ -772,6 +772,12 @@ class ReplicaManager:
             if part.is_leader:
                 part.maybe_shrink_isr(lag)
 
+    def under_replicated_partitions(self):
+        """Partitions led here whose ISR is smaller than their replica set (Kafka's
+        UnderReplicatedPartitions); 0 on a single node."""
+        return sum(1 for p in self._partitions.values()
+                   if p.is_leader and len(p.isr) < len(p.assignment))
+
     def follower_partition(self, topic, partition):
         """The Partition if this broker follows it now (what a fetcher appends to), else None."""
         part = self._partitions.get((topic, partition))
