@@ -120,7 +120,7 @@ class ScrapeTests(KafkaBrokerMixin, unittest.TestCase):
                       scraped)
         self.assertEqual(value(scraped, "kafka_server_socket_server_metrics_failed_authentication_total",
                                listener="PLAINTEXT"), 0)
-        for op in ("Fetch", "Heartbeat", "Rebalance"):
+        for op in ("Fetch", "Produce", "Heartbeat", "Rebalance"):
             self.assertIn(("kafka_server_delayedoperationpurgatory_purgatorysize",
                            frozenset({("delayedOperation", op)})), scraped)
         self.assertEqual(value(scraped, "kafka_network_requestchannel_requestqueuesize"), 0)
@@ -316,7 +316,9 @@ def fake_broker(partitions, groups=0):
     socket_server = types.SimpleNamespace(metrics=metrics, channel=types.SimpleNamespace(size=0),
                                           endpoints=[types.SimpleNamespace(listener_name="PLAINTEXT")],
                                           listening=lambda: {"PLAINTEXT": True})
-    replica_manager = types.SimpleNamespace(topic_stats=BrokerTopicStats(), fetch_purgatory=_Purgatory("Fetch"))
+    replica_manager = types.SimpleNamespace(topic_stats=BrokerTopicStats(), fetch_purgatory=_Purgatory("Fetch"),
+                                            produce_purgatory=_Purgatory("Produce"),
+                                            under_replicated_partitions=lambda: 2)
     return types.SimpleNamespace(socket_server=socket_server, log_manager=log_manager, running=1,
                                  replica_manager=replica_manager, group_coordinator=coordinator,
                                  txn_coordinator=types.SimpleNamespace(is_loading=lambda: False), apis=None)
@@ -343,6 +345,7 @@ class SnapshotTests(unittest.SynchronousTestCase):
         self.assertEqual((snap.bulk.partitions, snap.bulk.groups), (5000, 15000))
         scraped = samples(exporter.render(snap).decode())
         self.assertEqual(value(scraped, "kafka_server_replicamanager_partitioncount"), 5000)
+        self.assertEqual(value(scraped, "kafka_server_replicamanager_underreplicatedpartitions"), 2)
         self.assertEqual(value(scraped, "kafka_log_log_logendoffset", topic="t49", partition="99"), 10)
         self.assertEqual(value(scraped, "kafka_consumergroup_lag", consumergroup="g0", topic="t3", partition="7"), 6)
 

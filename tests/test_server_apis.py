@@ -55,6 +55,7 @@ class FakeReplicaManager:
     """Records calls; answers from canned tables; partitions and epochs from ``metadata``."""
 
     config = None
+    broker_epoch = -1
 
     def __init__(self, metadata):
         self.metadata = metadata
@@ -132,6 +133,16 @@ class FakeReplicaManager:
 
     def forget_partition(self, topic, partition):
         self.forgotten.append((topic, partition))
+
+    def become_leader_or_follower(self, controller_id, controller_epoch, partition_states,
+                                  topic_ids, live_leaders):
+        raise NotImplementedError("the fake is a single node")
+
+    def stop_replicas(self, controller_id, controller_epoch, partitions):
+        raise NotImplementedError("the fake is a single node")
+
+    def under_replicated_partitions(self):
+        return 0
 
     def fetch_offset_for_timestamp(self, tp, timestamp, isolation_level=None, current_leader_epoch=-1,
                                    fetch_only_from_leader=True, topic_id=None):

@@ -44,6 +44,7 @@ class Snapshot:
     request_times = attr.ib(default=None)  # (buckets, {api: (counts, sums)})
     listeners = attr.ib(factory=list)
     offline_dirs = attr.ib(default=0)
+    under_replicated = attr.ib(default=0)  # partitions led here whose ISR lacks a replica
     purgatories = attr.ib(factory=list)  # (delayedOperation, watched, delayed)
     quotas = attr.ib(factory=dict)  # QuotaManagers.snapshot(): {quota key: [per-entity counters]}
     bulk = attr.ib(factory=lambda: BulkText())  # the per-partition and per-group samples
@@ -71,7 +72,7 @@ def _take_network(snap, broker):
 def _take_purgatories(snap, broker):
     found = []
     if broker.replica_manager is not None:
-        found.append(broker.replica_manager.fetch_purgatory)
+        found += [broker.replica_manager.fetch_purgatory, broker.replica_manager.produce_purgatory]
     if broker.group_coordinator is not None:
         found += [broker.group_coordinator.heartbeat_purgatory, broker.group_coordinator.rebalance_purgatory]
     snap.purgatories = [(p.name, p.watched(), p.num_delayed()) for p in found]
@@ -108,6 +109,7 @@ def take_snapshot(broker, clock, per_turn=PARTITIONS_PER_TURN):
     topics = []
     if broker.replica_manager is not None:
         stats = broker.replica_manager.topic_stats
+        snap.under_replicated = broker.replica_manager.under_replicated_partitions()
         counters = (stats.messages_in, stats.bytes_in, stats.bytes_out)
         topics = sorted(set(stats.messages_in) | set(stats.bytes_out))
     logs_manager = broker.log_manager
@@ -267,9 +269,10 @@ def _log_families(snap):
     return [
         _gauge("kafka_server_replicamanager_partitioncount", "Partitions led by this broker.", (),
                [((), snap.bulk.partitions)]),
-        # a single node is the whole ISR of each partition it has
+        # a single node is the whole ISR of each partition it has; a cluster counts its leaders
         _gauge("kafka_server_replicamanager_underreplicatedpartitions",
-               "Partitions whose ISR is smaller than their replicas.", (), [((), 0)]),
+               "Partitions whose ISR is smaller than their replicas.", (),
+               [((), snap.under_replicated)]),
         _gauge("kafka_controller_kafkacontroller_offlinepartitionscount",
                "Partitions without a leader: their log dir is offline.", (), [((), offline)]),
         _gauge("kafka_log_logmanager_offlinelogdirectorycount", "Log dirs offline after an I/O error.", (),

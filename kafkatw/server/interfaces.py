@@ -1,6 +1,7 @@
 """The server layer's contracts: :class:`IReplicaManager` (what the handlers, the delayed
-fetch and the coordinators call to reach partitions) and :class:`IApiHandler` (what
-``KafkaApis`` dispatches to, one per API key). How either is implemented is not here.
+fetch and the coordinators call to reach partitions), :class:`IAlterPartitionManager` (a
+leader's ISR changes to the controller) and :class:`IApiHandler` (what ``KafkaApis``
+dispatches to, one per API key). How any is implemented is not here.
 """
 
 from zope.interface import Attribute, Interface
@@ -14,6 +15,8 @@ class IReplicaManager(Interface):
 
     node_id = Attribute("This broker's node id.")
     config = Attribute("The live broker config (swapped when dynamic broker configs change).")
+    broker_epoch = Attribute("This broker's epoch in the cluster (its registration's czxid; -1 "
+                             "embedded): sent in follower fetches and AlterPartition.")
 
     def start():
         """Lead every loaded partition (the HW moves to the log end) and start timers."""
@@ -87,6 +90,41 @@ class IReplicaManager(Interface):
 
     def forget_partition(topic, partition):
         """Drop the in-memory state of a deleted partition and complete fetches parked on it."""
+
+    def become_leader_or_follower(controller_id, controller_epoch, partition_states, topic_ids,
+                                  live_leaders):
+        """LeaderAndIsr (cluster mode): ``partition_states`` are LeaderAndIsrPartitionState
+        objects, ``topic_ids`` {topic name: 16-byte id}, ``live_leaders`` {broker id: (host,
+        port) of its inter-broker listener}. A Deferred of {tp: error code}; raises
+        KafkaError(STALE_CONTROLLER_EPOCH) for a controller epoch older than one seen; a
+        partition whose leader epoch is not newer than ours gets STALE_CONTROLLER_EPOCH."""
+
+    def stop_replicas(controller_id, controller_epoch, partitions):
+        """StopReplica (cluster mode): ``partitions`` [(topic, partition, leader_epoch,
+        delete)]; a Deferred of {tp: error code}; raises KafkaError(STALE_CONTROLLER_EPOCH)
+        as :meth:`become_leader_or_follower` does."""
+
+
+    def under_replicated_partitions():
+        """How many partitions led here have an ISR smaller than their replicas (metrics)."""
+
+
+class IAlterPartitionManager(Interface):
+    """Sends a leader's ISR changes to the controller (Kafka's AlterPartitionManager): one
+    change in flight per partition, retried on NOT_CONTROLLER and lost connections."""
+
+    def start():
+        """Begin sending."""
+
+    def shutdown():
+        """Stop sending; pending changes fail with OPERATION_NOT_ATTEMPTED."""
+
+    def submit(topic, partition, topic_id, leader_epoch, new_isr, partition_epoch,
+               leader_recovery_state=0):
+        """Propose ``new_isr`` for the partition at ``leader_epoch``/``partition_epoch``: a
+        Deferred of the controller's ``LeaderAndIsr`` (leader, leader_epoch, isr,
+        partition_epoch, leader_recovery_state), or failing with a KafkaError of the
+        partition's error (OPERATION_NOT_ATTEMPTED when another change of it is in flight)."""
 
 
 class IApiHandler(Interface):

@@ -18,7 +18,9 @@ from zope.interface import implementer
 from kafkatw.protocol import errors, records
 from kafkatw.protocol.errors import KafkaError
 from kafkatw.server.delayed_fetch import DelayedFetch, FetchPartitionStatus
+from kafkatw.server.delayed_produce import DelayedProduce
 from kafkatw.server.interfaces import IReplicaManager
+from kafkatw.server.partition import Partition
 from kafkatw.purgatory import DelayedOperationPurgatory, TopicPartitionOperationKey
 from kafkatw.server.topic_stats import BrokerTopicStats
 from kafkatw.storage.offsets import (
@@ -157,6 +159,7 @@ class PartitionResponse:
     log_start_offset = attr.ib(default=-1)
     record_errors = attr.ib(factory=list)  # [(batch_index, message)]
     error_message = attr.ib(default=None)
+    last_offset = attr.ib(default=-1)  # of the append (or duplicate): acks=all waits past it
 
 
 @attr.s(slots=True, frozen=True)
@@ -215,6 +218,21 @@ def _config_get(config, name, default):
 
 
 
+def _nonzero(topic_id):
+    return None if topic_id is None or topic_id == ZERO_UUID else topic_id
+
+
+@attr.s(slots=True, frozen=True)
+class InitialFetchState:
+    """Where a follower starts fetching a partition (Kafka's InitialFetchState)."""
+
+    topic_id = attr.ib()
+    leader_id = attr.ib()
+    leader_endpoint = attr.ib()  # (host, port) of the leader's inter-broker listener
+    current_leader_epoch = attr.ib()
+    fetch_offset = attr.ib()
+
+
 def _epoch_error(requested_epoch, current):
     """The error for a client's ``current_leader_epoch`` against ours (None: unknown, no check)."""
     if requested_epoch is None or requested_epoch == NO_PARTITION_LEADER_EPOCH or current is None:
@@ -259,7 +277,8 @@ class ReplicaManager:
     """``config``: a KafkaConfig or a mapping with Kafka property names (``get(name)``):
     ``fetch.purgatory.purge.interval.requests``, ``producer.id.expiration.ms``."""
 
-    def __init__(self, log_manager, metadata, clock, config=None, batch_headers=_iter_batch_headers):
+    def __init__(self, log_manager, metadata, clock, config=None, batch_headers=_iter_batch_headers,
+                 cluster_mode=None, alter_partition_manager=None, fetcher_manager=None):
         self.log_manager = log_manager
         self.metadata = metadata
         self.clock = clock
@@ -267,6 +286,19 @@ class ReplicaManager:
         self._batch_headers = batch_headers
         self.fetch_purgatory = DelayedOperationPurgatory(
             "Fetch", clock, _config_get(config, "fetch.purgatory.purge.interval.requests", 1000))
+        self.produce_purgatory = DelayedOperationPurgatory(
+            "Produce", clock, _config_get(config, "producer.purgatory.purge.interval.requests", 1000))
+        # Cluster mode (zookeeper.connect set): leadership comes from LeaderAndIsr into the
+        # Partition objects below, never from the metadata; embedded mode leads everything.
+        if cluster_mode is None:
+            cluster_mode = bool(_config_get(config, "zookeeper.connect", None))
+        self.cluster_mode = cluster_mode
+        self.broker_epoch = -1  # this broker's registration epoch (set by the cluster wiring)
+        self.controller_epoch = -1  # the newest controller epoch a LeaderAndIsr/StopReplica had
+        self._partitions = {}  # (topic, partition) -> Partition (cluster mode)
+        self.alter_partition_manager = alter_partition_manager
+        self.fetcher_manager = fetcher_manager
+        self._isr_loop = None
         self.producer_id_expiration_ms = _config_get(
             config, "producer.id.expiration.ms", DEFAULT_PRODUCER_ID_EXPIRATION_MS)
         self._producer_states = {}  # (topic, partition) -> ProducerStateManager
@@ -303,6 +335,11 @@ class ReplicaManager:
 
     def _leader_log(self, topic, partition, topic_id):
         """``(log, NONE, leader epoch)`` for a partition led here, else ``(None, error, None)``."""
+        if self.cluster_mode:
+            p, error = self.online_partition_or_error(topic, partition, topic_id)
+            if p is None:
+                return None, error, None
+            return p.log, errors.NONE, p.leader_epoch
         md = self.metadata
         state = md.leader_state(topic, partition)
         if state is None:
@@ -322,7 +359,37 @@ class ReplicaManager:
         """FENCED_LEADER_EPOCH if the client's epoch is older than ours, UNKNOWN_LEADER_EPOCH if newer."""
         if requested_epoch is None or requested_epoch == NO_PARTITION_LEADER_EPOCH:
             return errors.NONE
-        return _epoch_error(requested_epoch, self.metadata.leader_epoch(topic, partition))
+        return _epoch_error(requested_epoch, self._leader_epoch(topic, partition))
+
+    def _leader_epoch(self, topic, partition):
+        if self.cluster_mode:
+            p = self._partitions.get((topic, partition))
+            return None if p is None or p.log is None else p.leader_epoch
+        return self.metadata.leader_epoch(topic, partition)
+
+    # -- cluster: partitions set by the controller -------------------------------------------
+
+    def get_partition(self, topic, partition):
+        """The Partition hosted here (cluster mode), or None."""
+        return self._partitions.get((topic, partition))
+
+    def online_partition_or_error(self, topic, partition, topic_id=None):
+        """Kafka's getPartitionOrError for a leader: ``(Partition, NONE)`` if led here, else
+        ``(None, error)``: NOT_LEADER_OR_FOLLOWER (hosted as a follower, or known to the
+        metadata only), UNKNOWN_TOPIC_OR_PARTITION, INCONSISTENT_TOPIC_ID, KAFKA_STORAGE_ERROR."""
+        p = self._partitions.get((topic, partition))
+        if p is None or p.log is None:
+            if self.metadata.contains_partition(topic, partition):
+                return None, errors.NOT_LEADER_OR_FOLLOWER
+            return None, errors.UNKNOWN_TOPIC_OR_PARTITION
+        if topic_id is not None and topic_id != ZERO_UUID and p.topic_id is not None \
+                and p.topic_id != topic_id:
+            return None, errors.INCONSISTENT_TOPIC_ID
+        if p.log.is_offline:
+            return None, errors.KAFKA_STORAGE_ERROR
+        if not p.is_leader:
+            return None, errors.NOT_LEADER_OR_FOLLOWER
+        return p, errors.NONE
 
     def producer_state(self, topic, partition, log_=None):
         """The producer state of a partition, loaded from its snapshot and the log on first use
@@ -469,6 +536,9 @@ class ReplicaManager:
 
     def forget_partition(self, topic, partition):
         """Drop in-memory state of a deleted partition (and wake fetches waiting on it)."""
+        if self._partitions.pop((topic, partition), None) is not None \
+                and self.fetcher_manager is not None:
+            self.fetcher_manager.remove_fetcher_for_partitions([(topic, partition)])
         self._producer_states.pop((topic, partition), None)
         loading = self._producer_state_loads.pop((topic, partition), None)
         if loading is not None:
@@ -476,6 +546,7 @@ class ReplicaManager:
             loading.done()  # its waiters retry and find the partition gone
         self.topic_stats.remove(topic)
         self.fetch_purgatory.check_and_complete(TopicPartitionOperationKey(topic, partition))
+        self.produce_purgatory.check_and_complete(TopicPartitionOperationKey(topic, partition))
 
     # stub until replication lands: logs for this broker's replicas; leadership is read from the
     # metadata cache, which the controller's UpdateMetadata keeps current (RF 1 topics)
@@ -519,8 +590,10 @@ class ReplicaManager:
         # Kafka's Partition.makeLeader -> maybeIncrementLeaderHW: the ISR is this broker, so the
         # HW is the log end at once. The HW checkpoint lags (replica.high.watermark.checkpoint.
         # interval.ms); without this, records acknowledged before a crash stay invisible.
+        # On a cluster the HW comes from the ISR once LeaderAndIsr says who leads.
         for log_ in self.log_manager.all_logs():
-            log_.maybe_increment_high_watermark(log_.log_end_offset)
+            if not self.cluster_mode:
+                log_.maybe_increment_high_watermark(log_.log_end_offset)
             if log_.log_end_offset > log_.log_start_offset and not log_.is_offline \
                     and _has_producer_snapshot(log_.dir):
                 # Open transactions hold the LSO back from the first fetch on (Kafka loads
@@ -533,17 +606,297 @@ class ReplicaManager:
         self._expiry_loop = task.LoopingCall(self.remove_expired_producers)
         self._expiry_loop.clock = self.clock
         self._expiry_loop.start(interval / 1000.0, now=False)
+        if self.cluster_mode:
+            lag = _config_get(self.config, "replica.lag.time.max.ms", 30000)
+            self._isr_loop = task.LoopingCall(self.maybe_shrink_isrs)
+            self._isr_loop.clock = self.clock
+            self._isr_loop.start(lag / 2000.0, now=False)
 
     def shutdown(self):
         """Stop timers and write every producer snapshot (call before the log manager's shutdown)."""
-        loop = self._expiry_loop
-        if loop is not None and loop.running:
-            loop.stop()
+        for loop in (self._expiry_loop, self._isr_loop):
+            if loop is not None and loop.running:
+                loop.stop()
+        if self.fetcher_manager is not None:
+            self.fetcher_manager.shutdown()
+        if self.alter_partition_manager is not None:
+            self.alter_partition_manager.shutdown()
         self.fetch_purgatory.shutdown()
+        self.produce_purgatory.shutdown()
         for loading in list(self._producer_state_loads.values()):
             loading.task.stop()  # no snapshot of a partial state: the next start rebuilds
         self._producer_state_loads.clear()
         self.take_producer_snapshots()
+
+    # -- cluster: LeaderAndIsr, StopReplica, followers ---------------------------------------
+
+    def _check_controller_epoch(self, controller_id, controller_epoch, what):
+        if controller_epoch < self.controller_epoch:
+            raise KafkaError(errors.STALE_CONTROLLER_EPOCH, (
+                "%s from controller %d with controller epoch %d is older than the latest "
+                "controller epoch %d" % (what, controller_id, controller_epoch,
+                                         self.controller_epoch)))
+        self.controller_epoch = controller_epoch
+
+    def _new_partition(self, topic, partition):
+        return Partition(topic, partition, self.node_id, self.now_ms,
+                         alter_partition=self._alter_partition_manager(),
+                         on_high_watermark=self._high_watermark_moved, strict_min_isr=True)
+
+    def _high_watermark_moved(self, part):
+        """A partition's HW (or ISR) moved outside an append: complete acks=all produces and
+        fetches at the HW waiting on it."""
+        key = TopicPartitionOperationKey(part.topic, part.partition)
+        self.produce_purgatory.check_and_complete(key)
+        self.fetch_purgatory.check_and_complete(key)
+
+    def _complete_delayed(self, tps):
+        for topic, partition in tps:
+            key = TopicPartitionOperationKey(topic, partition)
+            self.produce_purgatory.check_and_complete(key)
+            self.fetch_purgatory.check_and_complete(key)
+
+    def become_leader_or_follower(self, controller_id, controller_epoch, partition_states,
+                                  topic_ids, live_leaders):
+        """Kafka's ReplicaManager.becomeLeaderOrFollower: a Deferred of {tp: error code}.
+        Raises KafkaError(STALE_CONTROLLER_EPOCH) for a controller epoch older than one seen;
+        a partition whose leader epoch is not newer than ours answers STALE_CONTROLLER_EPOCH,
+        one not assigned here UNKNOWN_TOPIC_OR_PARTITION. Missing logs are created in the
+        thread pool first."""
+        self._check_controller_epoch(controller_id, controller_epoch, "LeaderAndIsr")
+        results = {}
+        accepted = []
+        missing = {}  # topic -> [partition] whose log does not exist yet
+        for st in partition_states:
+            tp = (st.topic_name, st.partition_index)
+            part = self._partitions.get(tp)
+            if part is not None and part.log is not None and part.log.is_offline:
+                results[tp] = errors.KAFKA_STORAGE_ERROR
+                continue
+            current = NO_PARTITION_LEADER_EPOCH if part is None else part.leader_epoch
+            if st.leader_epoch <= current:
+                log.info("ignoring LeaderAndIsr of {tp} from controller {c} epoch {ce}: leader "
+                         "epoch {e} is not newer than {cur}", tp="%s-%d" % tp, c=controller_id,
+                         ce=controller_epoch, e=st.leader_epoch, cur=current)
+                results[tp] = errors.STALE_CONTROLLER_EPOCH
+                continue
+            if self.node_id not in st.replicas:
+                results[tp] = errors.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            topic_id = topic_ids.get(st.topic_name)
+            lg = self.log_manager.get_log(*tp)
+            if lg is not None and topic_id not in (None, ZERO_UUID) and lg.topic_id is not None \
+                    and lg.topic_id != topic_id:
+                results[tp] = errors.INCONSISTENT_TOPIC_ID
+                continue
+            if lg is None:
+                missing.setdefault(st.topic_name, []).append(st.partition_index)
+            accepted.append(st)
+
+        creations = [self.log_manager.create_logs(
+            topic, parts, _nonzero(topic_ids.get(topic)), self.metadata.topic_configs(topic))
+            for topic, parts in missing.items()]
+
+        def apply(_):
+            self._apply_leader_and_isr(accepted, topic_ids, live_leaders, results)
+            return results
+
+        if not creations:
+            return defer.succeed(apply(None))
+        return defer.gatherResults(creations, consumeErrors=True).addBoth(
+            lambda outcome: apply(None))
+
+    def _apply_leader_and_isr(self, accepted, topic_ids, live_leaders, results):
+        leaders = []
+        followers = []  # (Partition, leader changed)
+        for st in accepted:
+            tp = (st.topic_name, st.partition_index)
+            lg = self.log_manager.get_log(*tp)
+            if lg is None or lg.is_offline:
+                results[tp] = errors.KAFKA_STORAGE_ERROR
+                continue
+            part = self._partitions.get(tp)
+            if part is None:
+                part = self._partitions[tp] = self._new_partition(*tp)
+            topic_id = _nonzero(topic_ids.get(st.topic_name))
+            if topic_id is not None:
+                part.topic_id = topic_id
+            elif part.topic_id is None:
+                part.topic_id = lg.topic_id
+            if st.leader == self.node_id:
+                part.make_leader(st, lg)
+                leaders.append(part)
+            else:
+                followers.append((part, part.make_follower(st, lg)))
+            results[tp] = errors.NONE
+        fetchers = self._fetcher_manager() if followers or leaders else None
+        if fetchers is not None:
+            fetchers.remove_fetcher_for_partitions(
+                [p.tp for p in leaders] + [p.tp for p, changed in followers if changed])
+        for part in leaders:
+            log.info("leading {tp} at epoch {e} (ISR {isr}), log end {leo}",
+                     tp="%s-%d" % part.tp, e=part.leader_epoch, isr=list(part.isr),
+                     leo=part.log.log_end_offset)
+            part.maybe_increment_leader_hw()
+        add = {}
+        for part, changed in followers:
+            if not changed:
+                continue
+            endpoint = live_leaders.get(part.leader_id)
+            if endpoint is None:
+                log.info("following {tp}: leader {l} is not alive, no fetcher",
+                         tp="%s-%d" % part.tp, l=part.leader_id)
+                continue
+            add[part.tp] = InitialFetchState(part.topic_id, part.leader_id, tuple(endpoint),
+                                             part.leader_epoch, part.log.log_end_offset)
+        if add:
+            fetchers.add_fetcher_for_partitions(add)
+        self._complete_delayed([p.tp for p in leaders] + [p.tp for p, _ in followers])
+
+    def stop_replicas(self, controller_id, controller_epoch, partitions):
+        """Kafka's ReplicaManager.stopReplicas: ``partitions`` is [(topic, partition, leader
+        epoch, delete)]; a Deferred of {tp: error code} (FENCED_LEADER_EPOCH for an older
+        leader epoch than ours; -1 and -2 always stop). Deleted logs go in the thread pool."""
+        self._check_controller_epoch(controller_id, controller_epoch, "StopReplica")
+        results = {}
+        stopping = []
+        for topic, partition, leader_epoch, delete in partitions:
+            tp = (topic, partition)
+            part = self._partitions.get(tp)
+            if part is not None and leader_epoch not in (-1, -2) \
+                    and leader_epoch < part.leader_epoch:
+                results[tp] = errors.FENCED_LEADER_EPOCH
+                continue
+            stopping.append((tp, delete))
+            results[tp] = errors.NONE
+        if stopping and self.fetcher_manager is not None:
+            self.fetcher_manager.remove_fetcher_for_partitions([tp for tp, _ in stopping])
+        deletes = {}
+        for tp, delete in stopping:
+            if delete:
+                self.forget_partition(*tp)
+                deletes.setdefault(tp[0], []).append(tp[1])
+        self._complete_delayed([tp for tp, _ in stopping])
+        done = [self.log_manager.delete_logs(topic, parts) for topic, parts in deletes.items()]
+        if not done:
+            return defer.succeed(results)
+
+        def deleted(outcomes):
+            for (topic, parts), (ok, _) in zip(deletes.items(), outcomes):
+                if not ok:
+                    for p in parts:
+                        results[(topic, p)] = errors.KAFKA_STORAGE_ERROR
+            return results
+        return defer.DeferredList(done, consumeErrors=True).addCallback(deleted)
+
+    def maybe_shrink_isrs(self):
+        """Kafka's isr-expiration task: every leader drops followers not caught up within
+        ``replica.lag.time.max.ms``."""
+        lag = _config_get(self.config, "replica.lag.time.max.ms", 30000)
+        for part in list(self._partitions.values()):
+            if part.is_leader:
+                part.maybe_shrink_isr(lag)
+
+    def under_replicated_partitions(self):
+        """Partitions led here whose ISR is smaller than their replica set (Kafka's
+        UnderReplicatedPartitions); 0 on a single node."""
+        return sum(1 for p in self._partitions.values()
+                   if p.is_leader and len(p.isr) < len(p.assignment))
+
+    def follower_partition(self, topic, partition):
+        """The Partition if this broker follows it now (what a fetcher appends to), else None."""
+        part = self._partitions.get((topic, partition))
+        if part is None or part.log is None or part.is_leader or part.log.is_offline:
+            return None
+        return part
+
+    def append_records_to_follower(self, topic, partition, buf, leader_hw, leader_log_start):
+        """A fetcher's records: written with the leader's offsets and epochs (Kafka's
+        appendRecordsToFollowerOrFutureReplica), producer state kept as the leader's, the HW
+        and log start learnt from the leader. Returns the LogAppendInfo (None: nothing)."""
+        part = self.follower_partition(topic, partition)
+        if part is None:
+            return None
+        lg = part.log
+        info = None
+        if len(buf):
+            info = lg.append_as_follower(buf)
+            self._update_follower_producer_state(topic, partition, lg, buf)
+        if leader_log_start > lg.log_start_offset:
+            lg.maybe_increment_log_start_offset(min(leader_log_start, lg.log_end_offset))
+        part.follower_high_watermark(leader_hw)
+        return info
+
+    def _update_follower_producer_state(self, topic, partition, lg, buf):
+        """Producer state follows the follower's log so a new leader keeps deduplicating (and
+        knows open transactions): updated from the batch headers and markers as appended."""
+        headers = _iter_batch_headers(buf)
+        if not any(h.producer_id >= 0 for _, h in headers):
+            ps = self._producer_states.get((topic, partition))
+            if ps is not None:
+                ps.map_end_offset = lg.log_end_offset
+            return
+        ps = self._producer_states.get((topic, partition))
+        if ps is None:
+            # loads from a snapshot and replays the log (this append included) in slices
+            self.producer_state_or_load(topic, partition, lg)
+            return
+        for pos, h in headers:
+            if h.next_offset <= ps.map_end_offset:
+                continue
+            if h.is_control and h.producer_id >= 0:
+                marker = _marker(buf, pos)
+                completed = ps.update(h, h.base_offset, h.last_offset, h.max_timestamp,
+                                      marker.is_abort, marker.coordinator_epoch)
+                if completed is not None and completed.is_aborted:
+                    lg.append_aborted_txn(completed.producer_id, completed.first_offset,
+                                          completed.last_offset, ps.last_stable_offset(completed))
+            elif h.producer_id >= 0:
+                ps.update(h, h.base_offset, h.last_offset, h.max_timestamp)
+        ps.map_end_offset = max(ps.map_end_offset, lg.log_end_offset)
+        lg.first_unstable_offset = ps.first_unstable_offset()
+
+    def truncate_follower(self, topic, partition, offset, fully=False):
+        """Cut a follower's log at ``offset`` (a divergence point the leader named, never just
+        its HW), or with ``fully`` empty it and start at ``offset`` (the leader's log start is
+        past ours); producer state is rebuilt from what stays."""
+        part = self.follower_partition(topic, partition)
+        if part is None:
+            return False
+        lg = part.log
+        if fully:
+            lg.truncate_fully_and_start_at(offset)
+            changed = True
+        else:
+            changed = lg.truncate_to(offset)
+        if changed:
+            log.info("truncated {tp} to {offset}{how}", tp="%s-%d" % (topic, partition),
+                     offset=offset, how=" (emptied)" if fully else "")
+            had_state = self._producer_states.pop((topic, partition), None) is not None
+            loading = self._producer_state_loads.pop((topic, partition), None)
+            if loading is not None:
+                loading.task.stop()
+                loading.done()
+            lg.producer_state_manager = None
+            lg.first_unstable_offset = None
+            if had_state or loading is not None or _has_producer_snapshot(lg.dir):
+                # from the newest snapshot at or below the new end (later ones are deleted)
+                self.producer_state_or_load(topic, partition, lg)
+        return changed
+
+    def _alter_partition_manager(self):
+        if self.alter_partition_manager is None:
+            from kafkatw.server.alter_partition import AlterPartitionManager
+            self.alter_partition_manager = AlterPartitionManager.from_config(
+                self.config, self.metadata, self.clock, lambda: self.broker_epoch)
+            self.alter_partition_manager.start()
+        return self.alter_partition_manager
+
+    def _fetcher_manager(self):
+        if self.fetcher_manager is None:
+            from kafkatw.server.replica_fetcher import ReplicaFetcherManager
+            self.fetcher_manager = ReplicaFetcherManager.from_config(self.config, self, self.clock)
+        return self.fetcher_manager
 
     # -- produce ---------------------------------------------------------------------------
 
@@ -593,9 +946,28 @@ class ReplicaManager:
             for topic, partition in appended:
                 purgatory.check_and_complete(TopicPartitionOperationKey(topic, partition))
         if waiting is None:
+            if required_acks == -1 and self.cluster_mode:
+                return self._maybe_delay_produce(timeout_ms, results)
             return results
         return self._append_after_load(timeout_ms, required_acks, waiting, internal_topics_allowed,
                                        known, results, origin)
+
+    def _maybe_delay_produce(self, timeout_ms, results):
+        """acks=all on a cluster: the results at once if every appended partition's HW has
+        passed it already, else a Deferred fired by a DelayedProduce (Kafka's
+        delayedProduceRequestRequired / DelayedProduce)."""
+        pending = {}
+        for tp, resp in results.items():
+            if resp.error_code == errors.NONE and resp.last_offset >= 0:
+                pending[tp] = resp.last_offset + 1
+        if not pending:
+            return results
+        op = DelayedProduce(timeout_ms, results, pending, self)
+        d = defer.Deferred()
+        op.when_complete(d.callback, d.errback)
+        self.produce_purgatory.try_complete_else_watch(
+            op, [TopicPartitionOperationKey(topic, partition) for topic, partition in pending])
+        return d
 
     def _append_after_load(self, timeout_ms, required_acks, waiting, internal_topics_allowed,
                            known, results, origin=ORIGIN_CLIENT):
@@ -612,7 +984,7 @@ class ReplicaManager:
 
         def append(_):
             if not waiting:
-                return results
+                return merge({})
             later = self.append_records_now(timeout_ms, required_acks, waiting,
                                             internal_topics_allowed,
                                             {tp: known[tp] for tp in waiting if tp in known},
@@ -623,6 +995,9 @@ class ReplicaManager:
 
         def merge(later):
             results.update(later)
+            if required_acks == -1 and self.cluster_mode:
+                # the partitions appended before the load wait for their acks too
+                return self._maybe_delay_produce(timeout_ms, results)
             return results
         return defer.gatherResults(loads).addCallback(append)
 
@@ -631,15 +1006,23 @@ class ReplicaManager:
         if not internal_topics_allowed and self.metadata.is_internal(topic):
             return PartitionResponse(errors.INVALID_TOPIC_EXCEPTION,
                                      error_message="Cannot append to internal topic %s" % topic)
-        log_, error = self.get_partition_or_error(topic, partition)
+        if self.cluster_mode:
+            part, error = self.online_partition_or_error(topic, partition)
+            log_ = None if part is None else part.log
+            isr = () if part is None else part.isr
+        else:
+            part = None
+            log_, error = self.get_partition_or_error(topic, partition)
+            isr = (self.node_id,)
         if error != errors.NONE:
             return PartitionResponse(error)
-        if required_acks == -1 and log_.config.min_insync_replicas > ISR_SIZE:
+        if required_acks == -1 and log_.config.min_insync_replicas > len(isr):
             min_isr = log_.config.min_insync_replicas
             # Kafka's Partition.appendRecordsToLeader: acks=all needs min.insync.replicas in sync
             return PartitionResponse(errors.NOT_ENOUGH_REPLICAS, error_message=(
-                "The size of the current ISR {%d} is insufficient to satisfy the min.isr "
-                "requirement of %d for partition %s-%d" % (self.node_id, min_isr, topic, partition)))
+                "The size of the current ISR {%s} is insufficient to satisfy the min.isr "
+                "requirement of %d for partition %s-%d" % (", ".join(str(r) for r in isr),
+                                                            min_isr, topic, partition)))
         try:
             headers = batch_headers  # [(position, header)], read once for this and the log
             if headers is None:
@@ -676,10 +1059,11 @@ class ReplicaManager:
                 check = ps.check_batches([h for _, h in headers])
                 if check.duplicate is not None:
                     return PartitionResponse(errors.NONE, check.duplicate.first_offset, -1,
-                                             log_.log_start_offset)
+                                             log_.log_start_offset,
+                                             last_offset=check.duplicate.last_offset)
                 if check.error != errors.NONE:
                     return PartitionResponse(check.error, error_message=check.message)
-            epoch = self.metadata.leader_epoch(topic, partition)
+            epoch = part.leader_epoch if part is not None else self.metadata.leader_epoch(topic, partition)
             info = log_.append_as_leader(buf, epoch, headers)
             if ps is not None:
                 offset = info.first_offset
@@ -700,11 +1084,18 @@ class ReplicaManager:
                 log_.first_unstable_offset = ps.first_unstable_offset()
             elif (topic, partition) in self._producer_states:
                 self._producer_states[(topic, partition)].map_end_offset = info.last_offset + 1
-            # Single node: the ISR is {us}, so the HW follows the log end at once.
-            log_.update_high_watermark(log_.log_end_offset)
+            if part is not None:
+                # the HW moves once the ISR's followers have fetched this far (or now, when
+                # the leader is the ISR)
+                if part.maybe_increment_leader_hw():
+                    self.produce_purgatory.check_and_complete(
+                        TopicPartitionOperationKey(topic, partition))
+            else:
+                # Single node: the ISR is {us}, so the HW follows the log end at once.
+                log_.update_high_watermark(log_.log_end_offset)
             self.topic_stats.record_append(topic, info.last_offset - info.first_offset + 1, len(buf))
             return PartitionResponse(errors.NONE, info.first_offset, info.log_append_time,
-                                     info.log_start_offset)
+                                     info.log_start_offset, last_offset=info.last_offset)
         except KafkaError as e:
             return PartitionResponse(e.code, record_errors=list(getattr(e, "record_errors", None) or []),
                                      error_message=e.message)
@@ -774,8 +1165,10 @@ class ReplicaManager:
     def diverging_epoch(self, log_, info):
         """(epoch, end_offset) if the follower's last fetched epoch ends before its fetch offset."""
         res = log_.end_offset_for_epoch(info.last_fetched_epoch)
-        if res is None:
-            return (-1, -1)
+        if res is None or res[0] < 0:
+            # the epoch is older than anything we know (our log start passed it): nothing to
+            # compare, the fetch goes on by offset (out of range below our log start)
+            return None
         epoch, end_offset = res
         if epoch < info.last_fetched_epoch or end_offset < info.fetch_offset:
             return (epoch, end_offset)
@@ -803,6 +1196,14 @@ class ReplicaManager:
                 data = FetchDataInfo(data.fetch_offset_metadata, EMPTY_RECORDS,
                                      aborted_transactions=None if data.aborted_transactions is None
                                      else [])
+            if params.replica_id >= 0 and self.cluster_mode:
+                # Kafka's updateFollowerFetchState, after the read: the follower has everything
+                # below its fetch offset (the HW answered is the one read before)
+                part = self._partitions.get((topic, partition))
+                if part is None or not part.update_follower_fetch_state(
+                        params.replica_id, info.fetch_offset, info.log_start_offset,
+                        params.replica_epoch):
+                    data = FetchDataInfo(data.fetch_offset_metadata, EMPTY_RECORDS)
             return LogReadResult(data, hw, log_start, leo, lso)
         except KafkaError as e:
             return _error_read_result(e.code, e.message)
@@ -834,7 +1235,7 @@ class ReplicaManager:
             last_fetchable = log_.last_stable_offset
         else:
             last_fetchable = log_.high_watermark
-        leader_epoch = self.metadata.leader_epoch(topic, partition)
+        leader_epoch = self._leader_epoch(topic, partition)
         if leader_epoch is None:
             leader_epoch = -1
         if timestamp == LATEST_TIMESTAMP:

@@ -64,7 +64,8 @@ def validate_and_assign(buf, config, now_ms, next_offset, leader_epoch=None,
             # Kafka walks every produced batch's records; a garbage or bomb body, or a count
             # the records don't match, is refused here instead of stored for consumers to trip on
             records.check_records(buf, pos, header, compression.MAX_DECOMPRESSED_BATCH_BYTES)
-        if not log_append:
+        if not log_append and assign_offsets:
+            # (a follower takes the leader's batches as they are, timestamps included)
             if header.max_timestamp > upper or header.base_timestamp > upper \
                     or (header.base_timestamp < lower and header.base_timestamp != -1):
                 raise KafkaError(errors.INVALID_TIMESTAMP,
