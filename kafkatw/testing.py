@@ -216,7 +216,10 @@ def _failure_reason(stderr_lines, log_lines, returncode):
     """One line naming why the broker exited: its own config message, a port clash, or the error."""
     for line in reversed(stderr_lines):
         if line.startswith("kafkatw: "):
-            return "bad broker configuration: " + line[len("kafkatw: "):]
+            text = line[len("kafkatw: "):]
+            if text.startswith("Socket server failed to bind"):
+                return "port clash: " + text
+            return "bad broker configuration: " + text
     return _last_error(log_lines + stderr_lines) or "broker exited with status %s during start" % (
         returncode,)
 
