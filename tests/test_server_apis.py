@@ -116,6 +116,9 @@ class FakeReplicaManager:
 
     check_leader_epoch = ReplicaManager.check_leader_epoch  # the real rule, from self.metadata
 
+    def _leader_epoch(self, topic, partition):
+        return self.metadata.leader_epoch(topic, partition)  # embedded mode's source
+
     def diverging_epoch(self, log_, info):
         return None
 
