@@ -14,8 +14,10 @@ from kafkatw.server import features
 from kafkatw.testing import KafkaBrokerMixin
 
 API_VERSIONS = 18
-EXPECTED_SUPPORTED = [("metadata.version", 7, 25)]
-EXPECTED_FINALIZED = [("metadata.version", 25, 25)]
+EXPECTED_SUPPORTED = [("metadata.version", 7, 25), ("group.version", 0, 1)]
+EXPECTED_FINALIZED = [("metadata.version", 25, 25), ("group.version", 1, 1)]
+# v0-v3 clients choke on a MinVersion of 0: Kafka leaves those supported features out
+EXPECTED_SUPPORTED_V3 = [f for f in EXPECTED_SUPPORTED if f[1] != 0]
 
 
 class FeatureTableTests(unittest.SynchronousTestCase):
@@ -104,7 +106,8 @@ class BrokerFeaturesTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
             resp, _ = client.api_versions(version)
             self.assertEqual(resp.error_code, 0)
             self.assertEqual(resp.unknown_tagged_fields, {})
-            self.assertEqual(_lists(resp), (EXPECTED_SUPPORTED, EXPECTED_FINALIZED, 0, False), version)
+            supported = EXPECTED_SUPPORTED if version >= 4 else EXPECTED_SUPPORTED_V3
+            self.assertEqual(_lists(resp), (supported, EXPECTED_FINALIZED, 0, False), version)
 
     def test_epoch_stable_across_requests_and_connections(self):
         seen = []
@@ -123,7 +126,7 @@ class BrokerFeaturesTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
             self.assertEqual(raw[-1:], b"\x00")  # an empty tag section ends the body
             self.assertTrue(resp.api_keys)
         resp, _ = client.api_versions(3, "librdkafka", "2.1.2")
-        self.assertEqual(_lists(resp)[:2], (EXPECTED_SUPPORTED, EXPECTED_FINALIZED))
+        self.assertEqual(_lists(resp)[:2], (EXPECTED_SUPPORTED_V3, EXPECTED_FINALIZED))
 
     def test_v0_to_v2_carry_no_features(self):
         client = self.raw()
@@ -138,6 +141,7 @@ class BrokerFeaturesTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
         self.addCleanup(admin.close)
         self.assertEqual(admin.describe_features(), {
             "metadata.version": {"supported": (7, 25), "finalized": (25, 25), "finalized_epoch": 0},
+            "group.version": {"supported": (0, 1), "finalized": (1, 1), "finalized_epoch": 0},
         })
 
     def test_confluent_kafka_parses_the_tags(self):

@@ -265,6 +265,24 @@ _d("group.consumer.heartbeat.interval.ms", INT, 5000, at_least(1), MEDIUM,
    "Heartbeat interval of consumer-protocol members.")
 _d("group.consumer.max.size", INT, INT_MAX, at_least(1), MEDIUM,
    "Maximum members of a consumer-protocol group.")
+_d("group.consumer.min.session.timeout.ms", INT, 45000, at_least(1), MEDIUM,
+   "Minimum session timeout of consumer-protocol members.")
+_d("group.consumer.max.session.timeout.ms", INT, 60000, at_least(1), MEDIUM,
+   "Maximum session timeout of consumer-protocol members.")
+_d("group.consumer.min.heartbeat.interval.ms", INT, 5000, at_least(1), MEDIUM,
+   "Minimum heartbeat interval of consumer-protocol members.")
+_d("group.consumer.max.heartbeat.interval.ms", INT, 15000, at_least(1), MEDIUM,
+   "Maximum heartbeat interval of consumer-protocol members.")
+_d("group.consumer.assignors", LIST,
+   "org.apache.kafka.coordinator.group.assignor.UniformAssignor,"
+   "org.apache.kafka.coordinator.group.assignor.RangeAssignor",
+   ListOf("uniform", "range", "org.apache.kafka.coordinator.group.assignor.UniformAssignor",
+          "org.apache.kafka.coordinator.group.assignor.RangeAssignor"), MEDIUM,
+   "Server-side assignors of consumer groups (short names or Kafka's classes); the first is "
+   "the default.")
+_d("group.consumer.migration.policy", STRING, "bidirectional",
+   OneOf("disabled", "downgrade", "upgrade", "bidirectional", case_insensitive=True), MEDIUM,
+   "Conversions between classic and consumer groups; kafkatw converts empty groups only.")
 
 # transactions / producer state
 _d("transaction.state.log.num.partitions", INT, 50, at_least(1), HIGH,

@@ -28,6 +28,7 @@ from kafkatw.server.handlers import (
     admin_partitions,
     api_versions,
     client_quotas,
+    consumer_groups,
     describe_cluster,
     fetch,
     group_offsets,
@@ -66,6 +67,7 @@ DEFAULT_HANDLERS = (
     describe_cluster,
     *groups.HANDLERS,  # group coordinator: Find/Join/Sync/Heartbeat/Leave/Describe/List/DeleteGroups
     *group_offsets.HANDLERS,  # OffsetCommit/OffsetFetch/OffsetDelete
+    *consumer_groups.HANDLERS,  # KIP-848: ConsumerGroupHeartbeat/ConsumerGroupDescribe
     *sasl.HANDLERS,  # SaslHandshake/SaslAuthenticate (answered by network.authenticator on SASL listeners)
     *scram_credentials.HANDLERS,  # Describe/AlterUserScramCredentials
     *txn.HANDLERS,  # transaction coordinator: AddPartitions/AddOffsets/EndTxn/markers/TxnOffsetCommit/Describe/List

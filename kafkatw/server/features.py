@@ -5,8 +5,8 @@ the table into the SupportedFeatures / FinalizedFeatures lists. It does not deci
 Kafka 4.0.0 on a freshly formatted combined node supports metadata.version 7-25 (3.3-IV3 to
 4.0-IV3), kraft.version, group.version, eligible.leader.replicas.version 0-1 and
 transaction.version 0-2, and finalizes metadata.version 25, group.version 1, transaction.version 2.
-We keep metadata.version as 4.0 has it but cap the others at 0: level 1+ promises what we do not
-serve (KIP-848 ConsumerGroupHeartbeat, KIP-890 transactions, a KRaft quorum, ELR), and Kafka lists
+We keep metadata.version and group.version (KIP-848 consumer groups) as 4.0 has them but cap the
+others at 0: level 1+ promises what we do not serve (KIP-890 transactions, a KRaft quorum, ELR), and Kafka lists
 no feature whose supported max is 0 nor any finalized at level 0, so they are simply absent.
 """
 
@@ -39,8 +39,8 @@ FEATURES = (
                   METADATA_VERSION_4_0_IV3, METADATA_VERSION_4_0_IV3, METADATA_VERSION_4_0_IV3),
     # 1 = dynamic quorum (KIP-853); Kafka finalizes 1 only when formatted with one.
     BrokerFeature("kraft.version", 0, 0, 0, 1, 0),
-    # 1 = KIP-848 consumer groups (ConsumerGroupHeartbeat): we have the classic protocol only.
-    BrokerFeature("group.version", 0, 0, 0, 1, 1),
+    # 1 = KIP-848 consumer groups (ConsumerGroupHeartbeat), finalized as Kafka 4.0 does.
+    BrokerFeature("group.version", 0, 1, 1, 1, 1),
     # 1-2 = KIP-890 transactions (2 = epoch bump per transaction): we have no transactions.
     BrokerFeature("transaction.version", 0, 0, 0, 2, 2),
     # 1 = eligible leader replicas (KIP-966); Kafka 4.0 finalizes 0 (it bootstraps at 4.1-IV0).

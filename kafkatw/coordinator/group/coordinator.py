@@ -15,7 +15,8 @@ from twisted.logger import Logger
 
 from kafkatw.background_failures import FailingTask
 from kafkatw.crash_points import crash_point
-from kafkatw.coordinator.group import offsets_log
+from kafkatw.coordinator.group import consumer_records, offsets_log
+from kafkatw.coordinator.group.consumer_coordinator import ConsumerGroupCoordinator
 from kafkatw.coordinator.group.delayed import (
     DelayedHeartbeat,
     DelayedJoin,
@@ -157,6 +158,8 @@ class GroupCoordinator:
         self._listening = False
         self.offsets_topic_creation = FailingTask("creating %s" % GROUP_METADATA_TOPIC_NAME,
                                                   clock)
+        # KIP-848 consumer groups; their offsets live here, in a GroupMetadata without members
+        self.consumer = ConsumerGroupCoordinator(self, config)
 
     # -- life cycle ------------------------------------------------------------------------
     def now_ms(self):
@@ -188,6 +191,7 @@ class GroupCoordinator:
             self._load_task = None
         self.heartbeat_purgatory.shutdown()
         self.rebalance_purgatory.shutdown()
+        self.consumer.shutdown()
         if self._listening:
             self._listening = False
             self.metadata.remove_listener(self._on_topic_event)
@@ -230,6 +234,8 @@ class GroupCoordinator:
     def _on_topic_event(self, event, info):
         from kafkatw.cluster.metadata import TOPIC_DELETED
 
+        if info.name != GROUP_METADATA_TOPIC_NAME:
+            self.consumer.on_topics_changed()
         if event == TOPIC_DELETED and info.name != GROUP_METADATA_TOPIC_NAME:
             self.handle_deleted_topic(info.name)
 
@@ -278,6 +284,7 @@ class GroupCoordinator:
         group_values = {}
         removed_groups = set()
         pending = {}  # producer id -> [OffsetRecord] of its open transaction
+        consumer_groups = {}  # group id -> ConsumerGroup replayed from types 3-8
         for header, rec_ in offsets_log.iter_log_records(log_, log_.log_start_offset,
                                                          log_.log_end_offset, self.load_buffer_size,
                                                          with_batches=True):
@@ -290,6 +297,9 @@ class GroupCoordinator:
                 continue
             rec = offsets_log.decode_record(rec_.key, rec_.value)
             if rec is None:
+                crec = consumer_records.decode(rec_.key, rec_.value)
+                if crec is not None:
+                    consumer_records.replay(consumer_groups, crec)
                 continue
             if isinstance(rec, offsets_log.OffsetRecord):
                 if header.is_transactional:
@@ -327,6 +337,7 @@ class GroupCoordinator:
         for group_id in removed_groups:
             if group_id not in group_values and not offsets.get(group_id):
                 self.groups.pop(group_id, None)
+        self.consumer.loaded(consumer_groups)
 
     def _group_from_value(self, group_id, value):
         if value is None:
@@ -386,6 +397,17 @@ class GroupCoordinator:
             callback(JoinGroupResult(member_id, errors.INVALID_SESSION_TIMEOUT))
             return d
         is_unknown_member = member_id == UNKNOWN_MEMBER_ID
+        consumer_group = self.consumer.groups.get(group_id)
+        if consumer_group is not None:
+            if not consumer_group.is_empty():
+                # no online downgrade: classic members cannot join a live consumer group
+                callback(JoinGroupResult(member_id, errors.INCONSISTENT_GROUP_PROTOCOL))
+                return d
+            # an empty consumer group becomes a classic group (Kafka's
+            # maybeDeleteEmptyConsumerGroup); its committed offsets stay
+            log.info("[GroupId {group}] Converted the empty consumer group to a classic group.",
+                     group=group_id)
+            self._append(group_id, self.consumer.delete_group_entries(consumer_group))
         group = self.groups.get(group_id)
         if group is None:
             if not is_unknown_member:
@@ -883,12 +905,23 @@ class GroupCoordinator:
 
     # -- offsets ---------------------------------------------------------------------------
     def handle_commit_offsets(self, group_id, member_id, group_instance_id, generation_id,
-                              offsets, retention_time_ms=-1):
+                              offsets, retention_time_ms=-1, api_version=None):
         """``offsets``: {(topic, partition): (offset, leader_epoch, metadata)}; a Deferred of
-        {(topic, partition): error code}."""
+        {(topic, partition): error code}. For a consumer group ``generation_id`` is the member
+        epoch (OffsetCommit v9+)."""
         error = self.validate_group_status(group_id, "OffsetCommit")
         if error is not None:
             return defer.succeed({tp: error for tp in offsets})
+        consumer_group = self.consumer.groups.get(group_id)
+        if consumer_group is not None:
+            error = self.consumer.validate_commit(consumer_group, member_id, generation_id,
+                                                  api_version)
+            if error is not None:
+                return defer.succeed({tp: error for tp in offsets})
+            group = self.groups.get(group_id)
+            if group is None:
+                group = GroupMetadata(group_id, EMPTY, self.now_ms())
+            return self.store_offsets(group, offsets, retention_time_ms)
         group = self.groups.get(group_id)
         if group is None:
             if generation_id < 0:
@@ -1013,13 +1046,20 @@ class GroupCoordinator:
             if commit and not group.is_(DEAD):
                 group.offsets.update(pending)
 
-    def handle_fetch_offsets(self, group_id, partitions=None, require_stable=False):
+    def handle_fetch_offsets(self, group_id, partitions=None, require_stable=False,
+                             member_id=None, member_epoch=None):
         """(error, {(topic, partition): OffsetAndMetadata or None}); ``partitions`` None = all.
         ``require_stable``: UNSTABLE_OFFSET_COMMIT while a transaction holds an offset of the
-        asked partitions (KIP-447)."""
+        asked partitions (KIP-447). ``member_id``/``member_epoch`` (v9+) are checked against a
+        consumer group's member."""
         error = self.validate_group_status(group_id, "OffsetFetch")
         if error is not None:
             return error, {}
+        consumer_group = self.consumer.groups.get(group_id)
+        if consumer_group is not None:
+            error = self.consumer.validate_fetch(consumer_group, member_id, member_epoch)
+            if error is not None:
+                return error, {}
         group = self.groups.get(group_id)
         if group is None or group.is_(DEAD):
             return errors.NONE, {tp: None for tp in (partitions or [])}
@@ -1046,6 +1086,12 @@ class GroupCoordinator:
         error = self.validate_group_status(group_id, "DescribeGroups")
         if error is not None:
             return error, EMPTY_GROUP
+        consumer_group = self.consumer.groups.get(group_id)
+        if consumer_group is not None:
+            members = [(m.member_id, m.instance_id, m.client_id, m.client_host, b"", b"")
+                       for m in consumer_group.members.values()]
+            return errors.NONE, GroupSummary(consumer_group.state, "consumer",
+                                             consumer_group.assignor_name, members)
         group = self.groups.get(group_id)
         if group is None:
             return errors.NONE, DEAD_GROUP
@@ -1066,14 +1112,21 @@ class GroupCoordinator:
         states = set(s.lower() for s in states_filter or ())
         types = set(t.lower() for t in types_filter or ())
         out = []
+        consumer_groups = self.consumer.groups
         for group in self.groups.values():
-            if group.is_(DEAD):
+            if group.is_(DEAD) or group.group_id in consumer_groups:
                 continue
             if states and group.state.lower() not in states:
                 continue
             if types and "classic" not in types:
                 continue
             out.append((group.group_id, group.protocol_type or "", group.state, "classic"))
+        for group in consumer_groups.values():
+            if states and group.state.lower() not in states:
+                continue
+            if types and "consumer" not in types:
+                continue
+            out.append((group.group_id, "consumer", group.state, "consumer"))
         return error, out
 
     def handle_delete_groups(self, group_ids):
@@ -1084,6 +1137,21 @@ class GroupCoordinator:
             error = self.validate_group_status(group_id, "DeleteGroups")
             if error is not None:
                 results[group_id] = error
+                continue
+            consumer_group = self.consumer.groups.get(group_id)
+            if consumer_group is not None:
+                if not consumer_group.is_empty():
+                    results[group_id] = errors.NON_EMPTY_GROUP
+                    continue
+                entries = self.consumer.delete_group_entries(consumer_group)
+                shell = self.groups.pop(group_id, None)
+                if shell is not None:
+                    entries = [(offsets_log.offset_commit_key(group_id, t, p), None)
+                               for t, p in shell.offsets] + entries
+                    shell.offsets.clear()
+                    shell.transition_to(DEAD, self.now_ms())
+                results[group_id] = errors.NONE
+                self._append(group_id, entries)
                 continue
             group = self.groups.get(group_id)
             if group is None or group.is_(DEAD):
@@ -1154,7 +1222,11 @@ class GroupCoordinator:
             if group.is_(EMPTY) and not group.has_offsets():
                 group.transition_to(DEAD, now)
                 del self.groups[group.group_id]
-                entries.append((offsets_log.group_metadata_key(group.group_id), None))
+                consumer_group = self.consumer.groups.get(group.group_id)
+                if consumer_group is None:
+                    entries.append((offsets_log.group_metadata_key(group.group_id), None))
+                elif consumer_group.is_empty():
+                    entries.extend(self.consumer.delete_group_entries(consumer_group))
             if entries:
                 total += len(expired)
                 self._append(group.group_id, entries)
@@ -1168,6 +1240,11 @@ class GroupCoordinator:
                 return now >= om.expire_timestamp
             return now - base >= self.retention_ms
 
+        consumer_group = self.consumer.groups.get(group.group_id)
+        if consumer_group is not None and not consumer_group.is_empty():
+            subscribed = self.consumer.subscribed_topics(consumer_group)
+            return [tp for tp, om in group.offsets.items()
+                    if tp[0] not in subscribed and is_expired(om, om.commit_timestamp)]
         if group.protocol_type is not None and group.is_(EMPTY):
             return [tp for tp, om in group.offsets.items()
                     if is_expired(om, group.current_state_timestamp)]
@@ -1184,6 +1261,24 @@ class GroupCoordinator:
         entries = [(offsets_log.group_metadata_key(group.group_id),
                     offsets_log.group_metadata_value(group, assignment))]
         self._append(group.group_id, entries).addCallback(callback)
+
+    def append_records(self, group_id, entries):
+        """Append a group's records (the consumer groups' too); a Deferred of an error code."""
+        return self._append(group_id, entries)
+
+    def convert_empty_classic_group(self, group):
+        """An empty classic group becomes a consumer group (Kafka's
+        maybeDeleteEmptyClassicGroup): its GroupMetadata record is deleted, its committed
+        offsets stay. Returns the records to write."""
+        log.info("[GroupId {group}] Converted the empty classic group to a consumer group.",
+                 group=group.group_id)
+        group.protocol_type = None
+        group.protocol_name = None
+        group.generation_id = 0
+        group.leader_id = None
+        if not group.offsets:
+            self.groups.pop(group.group_id, None)
+        return [(offsets_log.group_metadata_key(group.group_id), None)]
 
     def _append(self, group_id, entries, producer_id=-1, producer_epoch=-1):
         """Append ``entries`` to the group's partition (a transactional batch of

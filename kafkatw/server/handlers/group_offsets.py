@@ -57,7 +57,7 @@ class OffsetCommit:
         if to_commit:
             d = apis.group_coordinator.handle_commit_offsets(
                 body.group_id, body.member_id, body.group_instance_id if version >= 7 else None,
-                body.generation_id_or_member_epoch, to_commit, retention)
+                body.generation_id_or_member_epoch, to_commit, retention, api_version=version)
         else:
             d = defer.succeed({})
 
@@ -98,7 +98,9 @@ class OffsetFetch:
                     continue
                 wanted = None if g.topics is None else [
                     (t.name, p) for t in g.topics for p in t.partition_indexes]
-                code, offsets = coordinator.handle_fetch_offsets(g.group_id, wanted, body.require_stable)
+                code, offsets = coordinator.handle_fetch_offsets(
+                    g.group_id, wanted, body.require_stable,
+                    g.member_id if version >= 9 else None, g.member_epoch if version >= 9 else None)
                 topics = [] if code != errors.NONE else _fetch_topics(
                     offsets, wanted, OffsetFetchResponse.OffsetFetchResponseTopics,
                     OffsetFetchResponse.OffsetFetchResponsePartitions, _may_describe(apis, request))
