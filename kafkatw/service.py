@@ -268,7 +268,8 @@ class RequestHandlersService(_BrokerPart):
     def startService(self):
         super().startService()
         from kafkatw.server import features
-        from kafkatw.server.apis import KafkaApis
+        from kafkatw.server.apis import DEFAULT_HANDLERS, KafkaApis
+        from kafkatw.server.handlers import consumer_groups
         from kafkatw.server.fetch_session import FetchManager, FetchSessionCache
         from kafkatw.security.quota import ClientQuotaEntity
         from kafkatw.server.quota import QuotaManagers
@@ -277,8 +278,12 @@ class RequestHandlersService(_BrokerPart):
         cache = FetchSessionCache(max_entries=b.config["max.incremental.fetch.session.cache.slots"])
         quotas = QuotaManagers.from_config(b.config, b.quota_callback)
         quotas.load({ClientQuotaEntity(entity): values for entity, values in b.metadata.client_quotas.items()})
+        handlers = DEFAULT_HANDLERS
+        if "consumer" not in b.config["group.coordinator.rebalance.protocols"]:
+            # clients pick the group protocol from ApiVersions: offer KIP-848 only when enabled
+            handlers = tuple(h for h in DEFAULT_HANDLERS if h not in consumer_groups.HANDLERS)
         b.apis = KafkaApis(b.config, b.metadata, b.replica_manager, FetchManager(b.reactor, cache),
-                           clock=b.reactor, log_manager=b.log_manager,
+                           clock=b.reactor, log_manager=b.log_manager, handlers=handlers,
                            group_coordinator=b.group_coordinator,
                            txn_coordinator=b.txn_coordinator,
                            supported_features=features.supported_features(),

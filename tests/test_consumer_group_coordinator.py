@@ -14,13 +14,16 @@ from kafkatw.coordinator.group.assignors import (
     UniformAssignor,
     assignors_from_config,
 )
+from kafkatw.config import ConfigError, KafkaConfig
 from kafkatw.protocol import errors
 from kafkatw.protocol import messages as m
 from tests.test_group_coordinator import GroupFixture
 
 HB = m.ConsumerGroupHeartbeatRequest
 OVERRIDES = {"group.consumer.session.timeout.ms": "10000",
-             "group.consumer.heartbeat.interval.ms": "1000"}
+             "group.consumer.min.session.timeout.ms": "1000",
+             "group.consumer.heartbeat.interval.ms": "1000",
+             "group.consumer.min.heartbeat.interval.ms": "1000"}
 
 
 class ConsumerFixture(GroupFixture):
@@ -287,6 +290,19 @@ class HeartbeatTests(ConsumerFixture, unittest.TestCase):
         self.clock.advance(6)
         self.assertEqual(sorted(self.group().members), ["a"])
 
+    def test_empty_group_without_offsets_expires(self):
+        self.cjoin("a")
+        self.cjoin("b", group="h")
+        self.commit({("t", 0): (1, "")}, group="h", member_id="b", generation=1, version=9)
+        self.hb("a", -1)
+        self.hb("b", -1, group="h")
+        self.coordinator.cleanup_group_metadata()
+        self.assertEqual(sorted(self.coordinator.consumer.groups), ["h"])  # h still has offsets
+        self.restart()
+        while self.coordinator.is_loading():
+            self.clock.advance(0.01)
+        self.assertEqual(sorted(self.coordinator.consumer.groups), ["h"])
+
     def test_delete_empty_group(self):
         self.cjoin("a")
         body = self.call(m.DeleteGroupsRequest(groups_names=["g"]), 2)
@@ -366,3 +382,29 @@ class AssignorTests(unittest.SynchronousTestCase):
         with self.assertRaises(ValueError) as e:
             assignors_from_config(["sticky"])
         self.assertIn("unknown assignor 'sticky'", str(e.exception))
+
+
+class ConfigTests(unittest.SynchronousTestCase):
+    BASE = {"node.id": "1", "log.dirs": "/nonexistent", "listeners": "PLAINTEXT://:9092"}
+
+    def refused(self, **props):
+        with self.assertRaises(ConfigError) as e:
+            KafkaConfig.from_properties(dict(self.BASE, **{k.replace("_", "."): v
+                                                           for k, v in props.items()}))
+        message = str(e.exception)
+        self.assertNotIn("\n", message)
+        return message
+
+    def test_timeouts_within_bounds(self):
+        self.assertIn("group.consumer.session.timeout.ms: must be between "
+                      "group.consumer.min.session.timeout.ms (45000)",
+                      self.refused(group_consumer_session_timeout_ms="1000"))
+        self.assertIn("group.consumer.heartbeat.interval.ms: must be less than "
+                      "group.consumer.session.timeout.ms (45000)",
+                      self.refused(group_consumer_heartbeat_interval_ms="50000",
+                                   group_consumer_max_heartbeat_interval_ms="60000"))
+
+    def test_assignors(self):
+        self.assertIn("group.consumer.assignors", self.refused(group_consumer_assignors="sticky"))
+        config = KafkaConfig.from_properties(dict(self.BASE, **{"group.consumer.assignors": "range"}))
+        self.assertEqual(config["group.consumer.assignors"], ["range"])

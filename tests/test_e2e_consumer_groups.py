@@ -342,3 +342,31 @@ class ConsumerGroupRestartTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
                          for tp in resp.groups[0].topics for p in tp.partitions)
         self.assertEqual(offsets, [(0, 2), (1, 2), (2, 2), (3, 2)])
         t.consumer.close()
+
+
+def _advertised(broker):
+    client = RawClient(broker, "versions")
+    try:
+        resp = client.request(18, 3, m.ApiVersionsRequest(client_software_name="kafkatw-test",
+                                                          client_software_version="1.0"))
+        return {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+    finally:
+        client.close()
+
+
+class AdvertisedTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
+    broker_overrides = OVERRIDES
+
+    def test_consumer_protocol_apis(self):
+        versions = _advertised(self.broker)
+        self.assertEqual((versions[68], versions[69]), ((0, 1), (0, 0)))
+
+
+class ClassicOnlyTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
+    broker_overrides = dict(OVERRIDES, **{"group.coordinator.rebalance.protocols": "classic"})
+
+    def test_not_advertised(self):
+        versions = _advertised(self.broker)
+        self.assertNotIn(68, versions)
+        self.assertNotIn(69, versions)
+        self.assertIn(11, versions)

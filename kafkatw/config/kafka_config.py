@@ -163,6 +163,22 @@ class KafkaConfig:
         return {k[len(prefix):]: v for k, v in self.originals.items() if k.startswith(prefix)}
 
     # -- derived --------------------------------------------------------------------------------
+    @staticmethod
+    def _check_consumer_group_timeouts(v):
+        """Kafka's GroupCoordinatorConfig requirements on the consumer-protocol timeouts."""
+        for kind in ("session.timeout", "heartbeat.interval"):
+            name = "group.consumer.%s.ms" % kind
+            lo, hi = v["group.consumer.min.%s.ms" % kind], v["group.consumer.max.%s.ms" % kind]
+            if not lo <= v[name] <= hi:
+                raise ConfigError.invalid(name, v[name], "must be between "
+                                          "group.consumer.min.%s.ms (%d) and "
+                                          "group.consumer.max.%s.ms (%d)" % (kind, lo, kind, hi))
+        if v["group.consumer.heartbeat.interval.ms"] >= v["group.consumer.session.timeout.ms"]:
+            raise ConfigError.invalid("group.consumer.heartbeat.interval.ms",
+                                      v["group.consumer.heartbeat.interval.ms"],
+                                      "must be less than group.consumer.session.timeout.ms (%d)"
+                                      % v["group.consumer.session.timeout.ms"])
+
     def _derive(self):
         v = self._values
         # node.id / broker.id alias
@@ -234,6 +250,7 @@ class KafkaConfig:
             used = next(n for n in TOPIC_CONFIG_SYNONYMS["retention.ms"] if v[n] is not None)
             raise ConfigError.invalid(used, v[used], "log retention must be unlimited (-1) or, "
                                       "equal or greater than 1 ms")
+        self._check_consumer_group_timeouts(v)
         self.log_roll_ms = self._first_synonym_ms("segment.ms")
         self.log_roll_jitter_ms = self._first_synonym_ms("segment.jitter.ms")
         self.log_flush_interval_ms = self._first_synonym_ms("flush.ms")

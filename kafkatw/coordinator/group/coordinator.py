@@ -1230,6 +1230,11 @@ class GroupCoordinator:
             if entries:
                 total += len(expired)
                 self._append(group.group_id, entries)
+        for group in list(self.consumer.groups.values()):
+            # an empty consumer group without offsets goes as Kafka's cleanupGroupMetadata does
+            if group.is_empty() and group.group_id not in self.groups \
+                    and not self.is_coordinator_load_in_progress(group.group_id):
+                self._append(group.group_id, self.consumer.delete_group_entries(group))
         if total:
             log.info("Removed {n} expired offsets", n=total)
         return total
