@@ -344,6 +344,59 @@ class ConsumerGroupRestartTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
         t.consumer.close()
 
 
+def _cli(broker, *args):
+    proc = subprocess.run([sys.executable, "-m", "kafkatw.cli", "--bootstrap-server",
+                           broker.bootstrap_servers] + list(args), capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+class GroupsCliTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
+    broker_overrides = OVERRIDES
+
+    def test_describe_epochs_and_assignments(self):
+        import json
+
+        bootstrap = self.broker.bootstrap_servers
+        topic, group = unique_name("cli"), unique_name("g")
+        create_topic(bootstrap, topic, 4)
+        threads = [Consuming(new_consumer(bootstrap, group, [topic])) for _ in range(2)]
+        for t in threads:
+            t.start()
+            self.addCleanup(t.stop, False)
+        poll_until(lambda: _balanced(threads, 2), 30, message="2 members with 2 partitions each")
+        stable = poll_until(lambda: (lambda d: d if d.group_state == "Stable" else None)(
+            describe(self.broker, group)), 30, message="a stable group")
+        epoch = stable.group_epoch
+        described = json.loads(_cli(self.broker, "groups", "describe", "--group", group,
+                                    "--output", "json"))[0]
+        self.assertEqual((described["type"], described["state"], described["groupEpoch"],
+                          described["targetAssignmentEpoch"], described["assignor"]),
+                         ("consumer", "Stable", epoch, epoch, "uniform"))
+        members = described["members"]
+        self.assertEqual([m["memberEpoch"] for m in members], [epoch, epoch])
+        self.assertEqual([m["assignment"] for m in members], [m["targetAssignment"] for m in members])
+        self.assertEqual(sorted(p for m in members for a in m["assignment"] for p in a["partitions"]),
+                         [0, 1, 2, 3])
+        table = _cli(self.broker, "groups", "describe", "--group", group, "--members", "--verbose")
+        lines = table.splitlines()
+        self.assertEqual(lines[0].split(), ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS",
+                                            "CURRENT-EPOCH", "CURRENT-ASSIGNMENT", "TARGET-EPOCH",
+                                            "TARGET-ASSIGNMENT"])
+        rows = sorted(line.split() for line in lines[1:])
+        expected = sorted([group, m["memberId"], m["clientHost"], m["clientId"], "2", str(epoch),
+                           "%s:%s" % (topic, ",".join(map(str, m["assignment"][0]["partitions"]))),
+                           str(epoch), "%s:%s" % (topic, ",".join(map(str, m["assignment"][0]["partitions"])))]
+                          for m in members)
+        self.assertEqual(rows, expected)
+        state = _cli(self.broker, "groups", "describe", "--group", group, "--state").splitlines()
+        self.assertEqual([line.split() for line in state],
+                         [["GROUP", "ASSIGNMENT-STRATEGY", "STATE", "GROUP-EPOCH",
+                           "TARGET-ASSIGNMENT-EPOCH", "#MEMBERS"],
+                          [group, "uniform", "Stable", str(epoch), str(epoch), "2"]])
+
+
 def _advertised(broker):
     client = RawClient(broker, "versions")
     try:

@@ -1,6 +1,7 @@
 """``kafkatw groups list|describe|delete|reset-offsets`` over ListGroups, DescribeGroups,
-OffsetFetch, OffsetCommit, DeleteGroups and ListOffsets, as Kafka's kafka-consumer-groups
-(reset is a dry run unless ``--execute``). It never joins a group.
+ConsumerGroupDescribe (KIP-848 groups: epochs, current and target assignments), OffsetFetch,
+OffsetCommit, DeleteGroups and ListOffsets, as Kafka's kafka-consumer-groups (reset is a dry
+run unless ``--execute``). It never joins a group.
 """
 
 from kafkatw.cli.client import ClientError, UsageError, check
@@ -20,6 +21,10 @@ def add_parser(sub):
     q = gsub.add_parser("describe", help="offsets and lag per partition, and members")
     q.add_argument("--group", required=True, action="append")
     q.add_argument("--members", action="store_true", help="show members instead of offsets")
+    q.add_argument("--verbose", action="store_true",
+                   help="with --members: epochs, current and target assignments (consumer groups)")
+    q.add_argument("--state", action="store_true",
+                   help="show the group's state, assignor and epochs instead of offsets")
     q.set_defaults(func=cmd_describe)
     q = gsub.add_parser("delete", help="delete empty groups")
     q.add_argument("--group", required=True, action="append")
@@ -74,6 +79,48 @@ def _describe_group(client, conn, group):
     return g
 
 
+CONSUMER_GROUP_DESCRIBE = 69
+
+
+def _consumer_describe(client, conn, group):
+    """The ConsumerGroupDescribe answer for a KIP-848 group, or None (a classic group, or a
+    broker without the API)."""
+    if CONSUMER_GROUP_DESCRIBE not in conn.api_versions:
+        return None
+    resp = client.call(messages.ConsumerGroupDescribeRequest(group_ids=[group]), conn)
+    g = resp.groups[0]
+    if g.error_code == 69:  # GROUP_ID_NOT_FOUND: not a consumer group
+        return None
+    check(g.error_code, g.error_message, "ConsumerGroupDescribe %s" % group)
+    return g
+
+
+def format_assignment(assignment):
+    """Kafka's tool's form: ``topic:0,1,2;other:0`` (``-`` when empty)."""
+    parts = ["%s:%s" % (tp.topic_name, ",".join(str(p) for p in sorted(tp.partitions)))
+             for tp in sorted(assignment.topic_partitions, key=lambda tp: tp.topic_name)
+             if tp.partitions]
+    return ";".join(parts) or "-"
+
+
+def _partition_count(assignment):
+    return sum(len(tp.partitions) for tp in assignment.topic_partitions)
+
+
+def _print_consumer_members(group, cg, verbose, out):
+    headers = ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS"]
+    if verbose:
+        headers += ["CURRENT-EPOCH", "CURRENT-ASSIGNMENT", "TARGET-EPOCH", "TARGET-ASSIGNMENT"]
+    rows = []
+    for m in sorted(cg.members, key=lambda m: m.member_id):
+        row = [group, m.member_id, m.client_host, m.client_id, _partition_count(m.assignment)]
+        if verbose:
+            row += [m.member_epoch, format_assignment(m.assignment), cg.assignment_epoch,
+                    format_assignment(m.target_assignment)]
+        rows.append(row)
+    print_table(headers, rows, out)
+
+
 def cmd_describe(client, args):
     described = []
     for group in args.group:
@@ -81,8 +128,20 @@ def cmd_describe(client, args):
         g = _describe_group(client, conn, group)
         if g.group_state == "Dead":
             raise ClientError("Consumer group '%s' does not exist." % group)
+        cg = _consumer_describe(client, conn, group) if g.protocol_type == "consumer" else None
         if wants_json(args):
-            described.append(_group_json(client, conn, g))
+            described.append(_group_json(client, conn, g, cg))
+            continue
+        if args.state:
+            headers = ["GROUP", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"]
+            row = [group, g.protocol_data or "-", g.group_state, len(g.members)]
+            if cg is not None:
+                headers[3:3] = ["GROUP-EPOCH", "TARGET-ASSIGNMENT-EPOCH"]
+                row[3:3] = [cg.group_epoch, cg.assignment_epoch]
+            print_table(headers, [row], args.out)
+            continue
+        if args.members and cg is not None:
+            _print_consumer_members(group, cg, args.verbose, args.out)
             continue
         if args.members:
             print_table(["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID"],
@@ -105,8 +164,14 @@ def cmd_describe(client, args):
         write_json(args.out, described)
 
 
-def _group_json(client, conn, g):
-    """One described group as JSON: state, members, and offsets with lag per partition."""
+def _assignment_json(assignment):
+    return [{"topic": tp.topic_name, "partitions": sorted(tp.partitions)}
+            for tp in sorted(assignment.topic_partitions, key=lambda tp: tp.topic_name)]
+
+
+def _group_json(client, conn, g, cg=None):
+    """One described group as JSON: state, members, and offsets with lag per partition; for a
+    consumer group also its epochs and each member's epoch, current and target assignment."""
     committed = _fetch_all_offsets(client, conn, g.group_id)
     offsets = []
     for topic in sorted({t for t, _ in committed}):
@@ -114,10 +179,19 @@ def _group_json(client, conn, g):
         ends = client.list_offsets(topic, parts, LATEST)
         offsets += [{"topic": topic, "partition": p, "currentOffset": committed[(topic, p)],
                      "logEndOffset": ends[p], "lag": ends[p] - committed[(topic, p)]} for p in parts]
-    return {"group": g.group_id, "state": g.group_state, "protocolType": g.protocol_type,
-            "members": [{"memberId": m.member_id, "clientId": m.client_id, "clientHost": m.client_host}
-                        for m in g.members],
-            "offsets": offsets}
+    out = {"group": g.group_id, "state": g.group_state, "protocolType": g.protocol_type,
+           "members": [{"memberId": m.member_id, "clientId": m.client_id, "clientHost": m.client_host}
+                       for m in g.members],
+           "offsets": offsets}
+    if cg is not None:
+        out.update({"type": "consumer", "groupEpoch": cg.group_epoch,
+                    "targetAssignmentEpoch": cg.assignment_epoch, "assignor": cg.assignor_name})
+        out["members"] = [{"memberId": m.member_id, "clientId": m.client_id,
+                           "clientHost": m.client_host, "memberEpoch": m.member_epoch,
+                           "assignment": _assignment_json(m.assignment),
+                           "targetAssignment": _assignment_json(m.target_assignment)}
+                          for m in sorted(cg.members, key=lambda m: m.member_id)]
+    return out
 
 
 def cmd_delete(client, args):
