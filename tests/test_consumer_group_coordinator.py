@@ -81,6 +81,9 @@ class HeartbeatTests(ConsumerFixture, unittest.TestCase):
         r = self.hb("a", 1)
         self.assertEqual((r.error_code, r.member_epoch, r.assignment), (errors.NONE, 1, None))
         self.assertEqual(self.group().state, "Stable")
+        # a full request (every optional field, as after an error) gets it again
+        r = self.hb("a", 1, topics=["t"], owned={"t": [0, 1, 2, 3, 4, 5]}, rebalance=30000)
+        self.assertEqual((r.member_epoch, self.names(r.assignment)), (1, {"t": [0, 1, 2, 3, 4, 5]}))
 
     def test_v0_names_the_member(self):
         r = self.hb("", 0, topics=["t"], owned={}, rebalance=30000, version=0)

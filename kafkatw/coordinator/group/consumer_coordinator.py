@@ -215,8 +215,9 @@ class ConsumerGroupCoordinator:
         member = group.members.get(member_id)
         new_member = member is None
         if instance_id is not None:
-            member = self._static_member(group, member_id, member_epoch, instance_id, entries)
-            new_member = new_member and member.member_epoch == 0
+            member = self._static_member(group, member_id, member_epoch, instance_id, owned,
+                                         entries)
+            new_member = new_member and member_id not in group.members
         elif member is None:
             if member_epoch != 0:
                 raise HeartbeatError(errors.UNKNOWN_MEMBER_ID,
@@ -260,8 +261,11 @@ class ConsumerGroupCoordinator:
             group.update_member(reconciled)
             entries.append(records.current_assignment_record(group_id, reconciled))
         self._schedule_revocation(group, reconciled)
-        send_assignment = (member_epoch == 0 or reconciled.assigned != member.assigned
-                           or (owned is not None and owned != reconciled.assigned))
+        # Kafka's rule: the assignment goes to a full request (a join, or one carrying every
+        # optional field) and whenever it changed
+        full_request = member_epoch == 0 or (rebalance_timeout_ms != -1 and names is not None
+                                             and owned is not None)
+        send_assignment = full_request or reconciled.assigned != member.assigned
         result = HeartbeatResult(errors.NONE, None, member_id, reconciled.member_epoch,
                                  self.heartbeat_interval_ms,
                                  reconciled.assigned if send_assignment else None)
@@ -286,7 +290,7 @@ class ConsumerGroupCoordinator:
                                      "member must abandon all its partitions and rejoin."
                                      % (epoch, member.member_epoch))
 
-    def _static_member(self, group, member_id, member_epoch, instance_id, entries):
+    def _static_member(self, group, member_id, member_epoch, instance_id, owned, entries):
         existing = group.static_member(instance_id)
         if member_epoch == 0:
             if existing is None:
@@ -302,8 +306,8 @@ class ConsumerGroupCoordinator:
             self._cancel_timers(group.group_id, existing.member_id)
             group.remove_member(existing.member_id)
             entries.extend(records.member_tombstones(group.group_id, existing.member_id))
-            replacement = existing.copy(member_id=member_id,
-                                        member_epoch=existing.previous_member_epoch)
+            replacement = existing.copy(member_id=member_id, member_epoch=0,
+                                        previous_member_epoch=0)
             group.update_member(replacement)
             group.target[member_id] = target
             entries.append(records.target_member_record(group.group_id, member_id, target))
@@ -316,8 +320,7 @@ class ConsumerGroupCoordinator:
             raise HeartbeatError(errors.FENCED_INSTANCE_ID,
                                  "Static member %s with instance id %s was fenced by member %s."
                                  % (member_id, instance_id, existing.member_id))
-        self._check_epoch(existing, member_epoch, None if member_epoch == existing.member_epoch
-                          else None)
+        self._check_epoch(existing, member_epoch, owned)
         return existing
 
     def _leave(self, group_id, member_id, member_epoch, instance_id):
