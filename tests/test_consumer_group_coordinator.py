@@ -18,6 +18,8 @@ from kafkatw.config import ConfigError, KafkaConfig
 from kafkatw.protocol import errors
 from kafkatw.protocol import messages as m
 from tests.test_group_coordinator import GroupFixture
+from tests.test_security_authorizer import ALICE, LaterAuthorizer
+from tests.test_server_apis import ApisFixture
 
 HB = m.ConsumerGroupHeartbeatRequest
 OVERRIDES = {"group.consumer.session.timeout.ms": "10000",
@@ -344,6 +346,35 @@ class AssignorTests(unittest.SynchronousTestCase):
             self.assertTrue(second[x][tid] <= first[x][tid])
         self.assertEqual(set().union(*(second[x][tid] for x in "abcd")), set(range(12)))
 
+    def test_uniform_random_groups(self):
+        """Random joins and leaves: always complete, no partition twice, counts within one of
+        each other (everyone subscribes alike), and a member keeps its partitions when the
+        quota allows."""
+        import random
+
+        rnd = random.Random(848)
+        topics = _topics(("t", 37, None), ("u", 11, None))
+        tids = frozenset(topics)
+        current = {}
+        for step in range(60):
+            ids = sorted(current)
+            if ids and rnd.random() < 0.4:
+                current.pop(rnd.choice(ids))
+            else:
+                current["m%03d" % rnd.randrange(1000)] = {}
+            members = [AssignmentMember(mid, tids, current=a) for mid, a in current.items()]
+            out = UniformAssignor().assign(members, topics)
+            pairs = [(t, p) for a in out.values() for t, ps in a.items() for p in ps]
+            self.assertEqual(len(pairs), 48)
+            self.assertEqual(len(set(pairs)), 48)
+            counts = [sum(len(ps) for ps in a.values()) for a in out.values()]
+            self.assertLessEqual(max(counts) - min(counts), 1)
+            quota = -(-48 // len(current))
+            for mid, before in current.items():
+                kept = sum(len(ps & out[mid].get(t, frozenset())) for t, ps in before.items())
+                self.assertGreaterEqual(kept, min(sum(len(ps) for ps in before.values()), quota - 1))
+            current = {mid: dict(a) for mid, a in out.items()}
+
     def test_uniform_heterogeneous(self):
         topics = _topics(("t", 4, None), ("u", 2, None))
         t, u = sorted(topics)
@@ -411,3 +442,15 @@ class ConfigTests(unittest.SynchronousTestCase):
         self.assertIn("group.consumer.assignors", self.refused(group_consumer_assignors="sticky"))
         config = KafkaConfig.from_properties(dict(self.BASE, **{"group.consumer.assignors": "range"}))
         self.assertEqual(config["group.consumer.assignors"], ["range"])
+
+
+class AuthorizationTests(ApisFixture, unittest.TestCase):
+    def test_heartbeat_needs_read_on_the_group(self):
+        authorizer = LaterAuthorizer()
+        self.apis = self.make_apis(authorizer=authorizer)
+        body = HB(group_id="g", member_id="a", member_epoch=0, rebalance_timeout_ms=1000,
+                  subscribed_topic_names=["t"], topic_partitions=[])
+        d = self.apis.handle(self.request(body, 1, principal=ALICE))
+        self.assertNoResult(d)
+        authorizer.release()
+        self.assertEqual(self.successResultOf(d).body.error_code, errors.GROUP_AUTHORIZATION_FAILED)

@@ -173,6 +173,15 @@ def _describe_groups(apis, req):
     return acts
 
 
+def _consumer_group_describe(apis, req):
+    acts = []
+    for g in req.body.group_ids:
+        acts.append(_act(Op.DESCRIBE, RT.GROUP, g))
+        if getattr(req.body, "include_authorized_operations", False):
+            acts.extend(_ops(RT.GROUP, g))
+    return acts
+
+
 def _list_groups(apis, req):
     acts = [_cluster(Op.DESCRIBE, log_if_denied=False)]
     coordinator = apis.group_coordinator
@@ -181,6 +190,9 @@ def _list_groups(apis, req):
         groups = getattr(coordinator, "groups", None)
         if isinstance(groups, dict):
             names = list(groups)
+        consumer = getattr(coordinator, "consumer", None)  # KIP-848 groups without offsets
+        if consumer is not None and isinstance(getattr(consumer, "groups", None), dict):
+            names.extend(n for n in consumer.groups if n not in set(names))
     acts.extend(_act(Op.DESCRIBE, RT.GROUP, n, 1, True, False) for n in names)
     return acts
 
@@ -315,6 +327,9 @@ ACTIONS = {
     # cluster mode: the controller's requests and AlterPartition come from brokers
     4: _cluster_only(Op.CLUSTER_ACTION), 5: _cluster_only(Op.CLUSTER_ACTION),
     6: _cluster_only(Op.CLUSTER_ACTION), 56: _cluster_only(Op.CLUSTER_ACTION),
+    # KIP-848 consumer groups: ConsumerGroupHeartbeat, ConsumerGroupDescribe (per group, in
+    # the handler)
+    68: _group_read, 69: _consumer_group_describe,
 }
 
 
@@ -414,6 +429,7 @@ GATES = {
     48: _gate_cluster(Op.DESCRIBE_CONFIGS), 49: _gate_cluster(Op.ALTER_CONFIGS),
     4: _gate_cluster(Op.CLUSTER_ACTION), 5: _gate_cluster(Op.CLUSTER_ACTION),
     6: _gate_cluster(Op.CLUSTER_ACTION), 56: _gate_cluster(Op.CLUSTER_ACTION),
+    68: _gate_group,
 }
 
 

@@ -58,6 +58,8 @@ class UniformAssignor:
         Returns {member id: {topic id: frozenset(partitions)}}."""
         members = sorted(members, key=lambda m: m.member_id)
         rack_aware = _racks_usable(members, topics)
+        if members and all(m.topics == members[0].topics for m in members):
+            return self._assign_homogeneous(members, topics, rack_aware)
         out = {m.member_id: {} for m in members}
         count = {m.member_id: 0 for m in members}
         eligible = {}  # topic id -> [member]
@@ -98,6 +100,75 @@ class UniformAssignor:
         self._balance(owner, count, eligible, topics, by_id, rack_aware)
         for (t, p), mid in owner.items():
             out[mid].setdefault(t, set()).add(p)
+        return _freeze(out)
+
+    @staticmethod
+    def _assign_homogeneous(members, topics, rack_aware):
+        """Everyone subscribes to the same topics (the common case, Kafka's
+        OptimizedUniformAssignmentBuilder): quotas of P // M, P % M members one more (those
+        already holding more first); each member keeps what it has up to its quota; the rest go
+        to members below quota, on a partition's rack when racks are known. Linear in
+        partitions and members."""
+        subscribed = [t for t in members[0].topics if t in topics]
+        subscribed.sort(key=lambda t: topics[t].name)
+        total = sum(topics[t].num_partitions for t in subscribed)
+        base, extra = divmod(total, len(members))
+        out = {m.member_id: {} for m in members}
+        target = {m.member_id: base for m in members}
+        count = {m.member_id: 0 for m in members}
+        taken = set()
+        leftovers = {}
+        for m in members:  # stickiness: keep up to the base quota
+            mine = [(t, p) for t in subscribed for p in sorted(m.current.get(t, ()))
+                    if p < topics[t].num_partitions and (t, p) not in taken]
+            kept = mine[:base]
+            leftovers[m.member_id] = mine[base:]
+            for t, p in kept:
+                out[m.member_id].setdefault(t, set()).add(p)
+                taken.add((t, p))
+            count[m.member_id] = len(kept)
+        for m in members:  # the extra slots go first to members that had more
+            if extra and leftovers[m.member_id]:
+                t, p = leftovers[m.member_id][0]
+                out[m.member_id].setdefault(t, set()).add(p)
+                taken.add((t, p))
+                count[m.member_id] += 1
+                target[m.member_id] += 1
+                extra -= 1
+        for m in members:
+            if not extra:
+                break
+            if target[m.member_id] == base:
+                target[m.member_id] += 1
+                extra -= 1
+        by_rack = {}
+        needy = [m for m in members if count[m.member_id] < target[m.member_id]]
+        if rack_aware:
+            for m in needy:
+                by_rack.setdefault(m.rack, []).append(m)
+        pos = {}
+
+        def take(queue, key):
+            i = pos.get(key, 0)
+            while i < len(queue) and count[queue[i].member_id] >= target[queue[i].member_id]:
+                i += 1
+            pos[key] = i
+            return queue[i] if i < len(queue) else None
+
+        for t in subscribed:
+            for p in range(topics[t].num_partitions):
+                if (t, p) in taken:
+                    continue
+                best = None
+                if rack_aware:
+                    for rack in sorted(topics[t].partition_racks.get(p, ())):
+                        best = take(by_rack.get(rack, []), rack)
+                        if best is not None:
+                            break
+                if best is None:
+                    best = take(needy, None)
+                out[best.member_id].setdefault(t, set()).add(p)
+                count[best.member_id] += 1
         return _freeze(out)
 
     @staticmethod

@@ -198,10 +198,10 @@ class ConsumerGroupCoordinator:
         classic = self.owner.groups.get(group_id)
         if classic is not None and classic.members:
             raise HeartbeatError(errors.GROUP_ID_NOT_FOUND,
-                                 "Group %s is not a consumer group." % group_id)
+                                 "Group %s is not a consumer group" % group_id)
         if not create:
             raise HeartbeatError(errors.GROUP_ID_NOT_FOUND,
-                                 "Group %s not found." % group_id)
+                                 "Consumer group %s not found." % group_id)
         if classic is not None:
             entries.extend(self.owner.convert_empty_classic_group(classic))
         group = self.groups[group_id] = ConsumerGroup(group_id)
