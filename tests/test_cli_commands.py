@@ -129,7 +129,7 @@ class CliTests(KafkaBrokerMixin, unittest.TestCase):
         c.close()
         groups = json.loads(self.ok("groups", "list", "--output", "json"))
         # offsets committed without joining: a simple group, no protocol type (as in Kafka)
-        self.assertIn({"group": group, "state": "Empty", "protocolType": ""}, groups)
+        self.assertIn({"group": group, "state": "Empty", "protocolType": "", "type": "classic"}, groups)
         described = json.loads(self.ok("groups", "describe", "--group", group, "--output", "json"))
         self.assertEqual(described, [{
             "group": group, "state": "Empty", "protocolType": "", "members": [],

@@ -390,6 +390,9 @@ class GroupsCliTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
                            str(epoch), "%s:%s" % (topic, ",".join(map(str, m["assignment"][0]["partitions"])))]
                           for m in members)
         self.assertEqual(rows, expected)
+        listed = [line.split() for line in _cli(self.broker, "groups", "list", "--type", "--state").splitlines()]
+        self.assertIn([group, "consumer", "Stable"], listed)
+        self.assertEqual(listed[0], ["GROUP", "TYPE", "STATE"])
         state = _cli(self.broker, "groups", "describe", "--group", group, "--state").splitlines()
         self.assertEqual([line.split() for line in state],
                          [["GROUP", "ASSIGNMENT-STRATEGY", "STATE", "GROUP-EPOCH",

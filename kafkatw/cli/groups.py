@@ -17,6 +17,7 @@ def add_parser(sub):
     gsub.required = True
     q = gsub.add_parser("list", help="list group ids")
     q.add_argument("--state", action="store_true", help="show the group states")
+    q.add_argument("--type", action="store_true", help="show the group types (classic, consumer)")
     q.set_defaults(func=cmd_list)
     q = gsub.add_parser("describe", help="offsets and lag per partition, and members")
     q.add_argument("--group", required=True, action="append")
@@ -51,9 +52,13 @@ def cmd_list(client, args):
     groups = sorted(resp.groups, key=lambda g: g.group_id)
     if wants_json(args):
         write_json(args.out, [{"group": g.group_id, "state": g.group_state or None,
-                               "protocolType": g.protocol_type} for g in groups])
-    elif args.state:
-        print_table(["GROUP", "STATE"], [[g.group_id, g.group_state or "-"] for g in groups], args.out)
+                               "protocolType": g.protocol_type, "type": g.group_type or None}
+                              for g in groups])
+    elif args.state or args.type:
+        headers = ["GROUP"] + (["TYPE"] if args.type else []) + (["STATE"] if args.state else [])
+        print_table(headers, [[g.group_id] + ([g.group_type or "-"] if args.type else [])
+                              + ([g.group_state or "-"] if args.state else []) for g in groups],
+                    args.out)
     else:
         for g in groups:
             args.out.write(g.group_id + "\n")
