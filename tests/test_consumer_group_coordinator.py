@@ -7,6 +7,7 @@ uniform and range assignors on their own."""
 
 from twisted.trial import unittest
 
+from kafkatw.coordinator.group.consumer_classic import decode_assignment, encode_assignment
 from kafkatw.coordinator.group.assignors import (
     AssignmentMember,
     AssignmentTopic,
@@ -243,28 +244,88 @@ class HeartbeatTests(ConsumerFixture, unittest.TestCase):
         self.find("c")
         self.assertEqual(self.commit({("t", 1): (3, "")}, group="c", version=8),
                          {("t", 1): errors.NONE})  # a simple (empty) classic group
-        d = self.join_new("c")
-        self.clock.advance(0)
-        classic = self.successResultOf(d).body
-        self.assertEqual(classic.error_code, errors.NONE)
-        # a classic member is there: no consumer-protocol member may join
-        self.assertEqual(self.cjoin("a", group="c").error_code, errors.GROUP_ID_NOT_FOUND)
-        self.call(m.LeaveGroupRequest(group_id="c", members=[
-            m.LeaveGroupRequest.MemberIdentity(member_id=classic.member_id)]), 3)
-        self.clock.advance(0)
         r = self.cjoin("a", group="c")
         self.assertEqual((r.error_code, r.member_epoch), (errors.NONE, 1))
         self.assertEqual(self.fetch_offsets("c")[1], {("t", 1): (3, "", errors.NONE)})
-        # and back: a classic join is refused while the consumer group has members ...
-        body = self.successResultOf(self.join("c")).body
-        self.assertEqual(body.error_code, errors.INCONSISTENT_GROUP_PROTOCOL)
         self.hb("a", -1, group="c")
-        # ... and accepted once it is empty
+        # and back, once empty: a classic join makes it a classic group
         d = self.join_new("c")
         self.clock.advance(0)
         body = self.successResultOf(d).body
         self.assertEqual(body.error_code, errors.NONE)
         self.assertNotIn("c", self.coordinator.consumer.groups)
+        self.assertEqual(self.fetch_offsets("c")[1], {("t", 1): (3, "", errors.NONE)})
+
+    def classic_member(self, group="c"):
+        """A classic member owning all of t (generation 1): its member id."""
+        self.find(group)
+        d = self.join_new(group)
+        self.clock.advance(0)
+        body = self.successResultOf(d).body
+        self.assertEqual((body.error_code, body.generation_id), (errors.NONE, 1))
+        everything = encode_assignment({"t": range(6)}, 0)
+        s = self.successResultOf(self.sync(body.member_id, 1, [(body.member_id, everything)],
+                                           group=group)).body
+        self.assertEqual(s.error_code, errors.NONE)
+        return body.member_id
+
+    def test_online_upgrade_and_downgrade(self):
+        a = self.classic_member()
+        self.assertEqual(self.commit({("t", 0): (4, "")}, group="c", member_id=a, generation=1),
+                         {("t", 0): errors.NONE})
+        # a KIP-848 member joins the classic group: it becomes a consumer group at epoch 1 + 1
+        r = self.cjoin("b", group="c")
+        self.assertEqual((r.error_code, r.member_epoch, self.names(r.assignment)),
+                         (errors.NONE, 2, {}))  # a still owns everything
+        group = self.group("c")
+        self.assertEqual((group.group_epoch, group.members[a].member_epoch,
+                          sorted(group.members[a].assigned[self.tid("t")])), (2, 1, list(range(6))))
+        self.assertEqual(self.heartbeat(a, 1, group="c"), errors.REBALANCE_IN_PROGRESS)
+        # a rejoins (eager: it owns nothing now), is answered at once, and syncs its half
+        body = self.successResultOf(self.join("c", member_id=a)).body
+        self.assertEqual((body.error_code, body.generation_id, body.leader, body.members,
+                          body.protocol_name), (errors.NONE, 2, "", [], "range"))
+        s = self.successResultOf(self.sync(a, 2, group="c")).body
+        self.assertEqual((s.error_code, decode_assignment(s.assignment)), (errors.NONE, {"t": {0, 1, 2}}))
+        self.assert_no_double_owner("c")
+        r = self.hb("b", 2, group="c")
+        self.assertEqual(self.names(r.assignment), {"t": [3, 4, 5]})
+        self.assertEqual(self.heartbeat(a, 2, group="c"), errors.NONE)
+        self.assertEqual(self.commit({("t", 0): (5, "")}, group="c", member_id=a, generation=2),
+                         {("t", 0): errors.NONE})
+        self.assertEqual(self.commit({("t", 0): (6, "")}, group="c", member_id=a, generation=1),
+                         {("t", 0): errors.ILLEGAL_GENERATION})
+        d = self.describe_consumer("c")
+        self.assertEqual(sorted((x.member_id, x.member_epoch) for x in d.members), sorted([(a, 2), ("b", 2)]))
+        # the last KIP-848 member leaves: a classic group again, which rebalances
+        self.hb("b", -1, group="c")
+        self.assertNotIn("c", self.coordinator.consumer.groups)
+        classic = self.coordinator.groups["c"]
+        self.assertEqual((classic.state, sorted(classic.members), classic.protocol_name),
+                         ("PreparingRebalance", [a], "range"))
+        self.assertEqual(self.heartbeat(a, 2, group="c"), errors.REBALANCE_IN_PROGRESS)
+        d = self.join("c", member_id=a)
+        self.clock.advance(0)
+        body = self.successResultOf(d).body
+        self.assertEqual((body.error_code, body.generation_id, body.leader), (errors.NONE, 3, a))
+        self.assertEqual(self.fetch_offsets("c")[1], {("t", 0): (5, "", errors.NONE)})
+        # and it reloads as a classic group
+        self.restart()
+        while self.coordinator.is_loading():
+            self.clock.advance(0.01)
+        self.assertNotIn("c", self.coordinator.consumer.groups)
+        self.assertEqual(sorted(self.coordinator.groups["c"].members), [a])
+
+    def test_upgrade_reloads(self):
+        a = self.classic_member()
+        self.cjoin("b", group="c")
+        self.restart()
+        while self.coordinator.is_loading():
+            self.clock.advance(0.01)
+        group = self.group("c")
+        self.assertEqual(sorted(group.members), sorted([a, "b"]))
+        self.assertEqual(group.members[a].classic[0], 6000)
+        self.assertNotIn("c", self.coordinator.groups)
 
     def test_reload_after_restart(self):
         self.cjoin("a", instance="i1")
@@ -454,3 +515,14 @@ class AuthorizationTests(ApisFixture, unittest.TestCase):
         self.assertNoResult(d)
         authorizer.release()
         self.assertEqual(self.successResultOf(d).body.error_code, errors.GROUP_AUTHORIZATION_FAILED)
+
+
+class MigrationDisabledTests(ConsumerFixture, unittest.TestCase):
+    overrides = dict(OVERRIDES, **{"group.consumer.migration.policy": "disabled"})
+
+    def test_no_online_upgrade(self):
+        a = HeartbeatTests.classic_member(self)
+        r = self.cjoin("b", group="c")
+        self.assertEqual((r.error_code, r.error_message),
+                         (errors.GROUP_ID_NOT_FOUND, "Group c is not a consumer group"))
+        self.assertEqual(sorted(self.coordinator.groups["c"].members), [a])

@@ -100,9 +100,11 @@ class Consuming(threading.Thread):
 class Producing(threading.Thread):
     """One record to every partition every 20 ms until stopped."""
 
-    def __init__(self, bootstrap, topic):
+    def __init__(self, bootstrap, topic, partitions=PARTITIONS):
         threading.Thread.__init__(self, daemon=True)
         from confluent_kafka import Producer
+
+        self.partitions = partitions
 
         self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 1})
         self.topic = topic
@@ -112,7 +114,7 @@ class Producing(threading.Thread):
     def run(self):
         i = 0
         while not self.stopping:
-            for p in range(PARTITIONS):
+            for p in range(self.partitions):
                 v = b"v-%d" % i
                 self.producer.produce(self.topic, v, partition=p)
                 self.sent.append(v)
@@ -299,6 +301,36 @@ class ConsumerProtocolTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
         consume_all("classic", produce(b"one"))
         consume_all("consumer", produce(b"two"))  # resumes from the classic commits
         consume_all("classic", produce(b"three"))  # and back
+
+    def test_online_upgrade_and_downgrade(self):
+        """A classic consumer keeps consuming while a KIP-848 consumer joins its group (the
+        group becomes a consumer group) and leaves again (it turns classic)."""
+        bootstrap = self.broker.bootstrap_servers
+        topic, group = unique_name("mig"), unique_name("g")
+        create_topic(bootstrap, topic, 4)
+        producing = Producing(bootstrap, topic, partitions=4)
+        producing.start()
+        self.addCleanup(producing.stop)
+        classic = Consuming(new_consumer(bootstrap, group, [topic], protocol="classic"))
+        classic.start()
+        self.addCleanup(classic.stop, False)
+        poll_until(lambda: classic.assignment == [0, 1, 2, 3], 30, message="the classic member")
+        modern = Consuming(new_consumer(bootstrap, group, [topic]))
+        modern.start()
+        poll_until(lambda: len(classic.assignment) == 2 and len(modern.assignment) == 2
+                   and sorted(classic.assignment + modern.assignment) == [0, 1, 2, 3], 30,
+                   message="both members with 2 partitions each")
+        self.assertEqual(describe(self.broker, group).group_state, "Stable")
+        before = len(classic.records)
+        poll_until(lambda: modern.records and len(classic.records) > before + 20, 30,
+                   message="both consuming")
+        modern.stop(commit=True)
+        poll_until(lambda: classic.assignment == [0, 1, 2, 3], 30,
+                   message="the classic member with everything again")
+        self.assertEqual(describe(self.broker, group).error_code, errors.GROUP_ID_NOT_FOUND)
+        seen = len(classic.records)
+        poll_until(lambda: len(classic.records) > seen + 20, 30, message="the classic member consuming")
+        self.assertEqual(classic.errors, [])
 
 
 class ConsumerGroupRestartTests(KafkaBrokerMixin, unittest.SynchronousTestCase):

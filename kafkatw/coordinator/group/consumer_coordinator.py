@@ -20,6 +20,7 @@ from kafkatw.coordinator.group.assignors import (
     AssignmentTopic,
     assignors_from_config,
 )
+from kafkatw.coordinator.group.consumer_classic import ClassicMembers
 from kafkatw.coordinator.group.consumer_group import (
     LEAVE_GROUP_MEMBER_EPOCH,
     LEAVE_GROUP_STATIC_MEMBER_EPOCH,
@@ -96,6 +97,7 @@ class ConsumerGroupCoordinator:
         if isinstance(protocols, str):
             protocols = protocols.split(",")
         self.enabled = "consumer" in [p.strip() for p in protocols]
+        self.classic = ClassicMembers(self, c("group.consumer.migration.policy", "bidirectional"))
         self.groups = {}  # group id -> ConsumerGroup
         self._session_timers = {}  # (group id, member id) -> IDelayedCall
         self._revocation_timers = {}
@@ -197,6 +199,9 @@ class ConsumerGroupCoordinator:
             return group
         classic = self.owner.groups.get(group_id)
         if classic is not None and classic.members:
+            if create and self.classic.can_upgrade(classic):
+                group = self.groups[group_id] = self.classic.upgrade(classic, entries)
+                return group
             raise HeartbeatError(errors.GROUP_ID_NOT_FOUND,
                                  "Group %s is not a consumer group" % group_id)
         if not create:
@@ -357,10 +362,14 @@ class ConsumerGroupCoordinator:
 
     def _remove_member(self, group, member_id):
         """Drop a member (left, fenced or expired): its records' tombstones, and a new group
-        epoch so the others get its partitions."""
+        epoch so the others get its partitions; or the group turns classic when only classic
+        members are left (online downgrade)."""
         self._cancel_timers(group.group_id, member_id)
-        group.remove_member(member_id)
+        leaving = group.remove_member(member_id)
         entries = records.member_tombstones(group.group_id, member_id)
+        downgraded = None if leaving is None else self.classic.maybe_downgrade(group, leaving)
+        if downgraded is not None:
+            return entries + downgraded
         self._refresh_subscription(group, force=True)
         group.group_epoch += 1
         entries.append(records.partition_metadata_record(group))
@@ -454,7 +463,11 @@ class ConsumerGroupCoordinator:
     def _schedule_session(self, group, member_id):
         key = (group.group_id, member_id)
         call = self._session_timers.get(key)
-        delay = self.session_timeout_ms / 1000.0
+        member = group.members.get(member_id)
+        timeout_ms = self.session_timeout_ms
+        if member is not None and member.classic is not None:
+            timeout_ms = member.classic[0]  # a classic member's own session timeout
+        delay = timeout_ms / 1000.0
         if call is not None and call.active():
             call.reset(delay)
         else:
@@ -505,9 +518,12 @@ class ConsumerGroupCoordinator:
         ConsumerGroup.validateOffsetCommit)."""
         if member_epoch < 0 and not member_id:
             return None if group.is_empty() else errors.UNKNOWN_MEMBER_ID
+        member = group.members.get(member_id)
+        if member is not None and member.classic is not None:
+            # a classic member commits with its generation, any version
+            return None if member_epoch == member.member_epoch else errors.ILLEGAL_GENERATION
         if api_version is not None and api_version < 9:
             return errors.UNSUPPORTED_VERSION
-        member = group.members.get(member_id)
         if member is None:
             return errors.UNKNOWN_MEMBER_ID
         if member_epoch != member.member_epoch:

@@ -70,6 +70,9 @@ class ConsumerGroupMember:
     state = attr.ib(default=MEMBER_STABLE)
     assigned = attr.ib(factory=dict)
     pending_revocation = attr.ib(factory=dict)
+    # a member speaking the classic protocol (JoinGroup/SyncGroup) in a consumer group:
+    # (session timeout ms, ((protocol name, subscription bytes), ...)); None otherwise
+    classic = attr.ib(default=None)
 
     def copy(self, **changes):
         return attr.evolve(self, **changes)
@@ -107,6 +110,9 @@ class ConsumerGroup:
 
     def is_empty(self):
         return not self.members
+
+    def all_classic_except(self, member_id):
+        return all(m.classic is not None for mid, m in self.members.items() if mid != member_id)
 
     def subscribed_topic_names(self):
         """Every topic name some member subscribes to by name or through its regex."""

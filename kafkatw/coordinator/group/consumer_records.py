@@ -82,11 +82,17 @@ def partition_metadata_record(group):
 
 
 def member_metadata_record(group_id, m):
+    classic = None
+    if m.classic is not None:
+        Classic = cr.ConsumerGroupMemberMetadataValue.ClassicMemberMetadata
+        classic = Classic(session_timeout_ms=m.classic[0], supported_protocols=[
+            cr.ConsumerGroupMemberMetadataValue.ClassicProtocol(name=n, metadata=bytes(meta))
+            for n, meta in m.classic[1]])
     value = cr.ConsumerGroupMemberMetadataValue(
         instance_id=m.instance_id, rack_id=m.rack_id, client_id=m.client_id or "",
         client_host=m.client_host or "", subscribed_topic_names=list(m.subscribed_topic_names or ()),
         subscribed_topic_regex=m.subscribed_topic_regex, rebalance_timeout_ms=m.rebalance_timeout_ms,
-        server_assignor=m.server_assignor, classic_member_metadata=None)
+        server_assignor=m.server_assignor, classic_member_metadata=classic)
     return (_key(MEMBER_METADATA, group_id, m.member_id), _value(MEMBER_METADATA, value))
 
 
@@ -144,6 +150,13 @@ def decode(key, value):
     return ConsumerRecord(kind, k.group_id, getattr(k, "member_id", None), v)
 
 
+def _classic(meta):
+    if meta is None:
+        return None
+    return (meta.session_timeout_ms,
+            tuple((p.name, bytes(p.metadata)) for p in meta.supported_protocols))
+
+
 def replay(groups, rec):
     """Apply one record to ``groups`` ({group id: ConsumerGroup}), as Kafka's
     GroupMetadataManager.replay does at load."""
@@ -180,7 +193,7 @@ def replay(groups, rec):
             instance_id=v.instance_id, rack_id=v.rack_id, client_id=v.client_id,
             client_host=v.client_host, subscribed_topic_names=list(v.subscribed_topic_names or ()),
             subscribed_topic_regex=v.subscribed_topic_regex, rebalance_timeout_ms=v.rebalance_timeout_ms,
-            server_assignor=v.server_assignor))
+            server_assignor=v.server_assignor, classic=_classic(v.classic_member_metadata)))
     elif rec.kind == CURRENT_MEMBER_ASSIGNMENT:
         if v is None:
             return

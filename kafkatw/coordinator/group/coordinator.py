@@ -400,8 +400,15 @@ class GroupCoordinator:
         consumer_group = self.consumer.groups.get(group_id)
         if consumer_group is not None:
             if not consumer_group.is_empty():
-                # no online downgrade: classic members cannot join a live consumer group
-                callback(JoinGroupResult(member_id, errors.INCONSISTENT_GROUP_PROTOCOL))
+                # a classic member in a consumer group (online migration)
+                self.consumer.classic.join(
+                    consumer_group, member_id, group_instance_id, require_known_member_id,
+                    client_id, client_host, rebalance_timeout_ms, session_timeout_ms,
+                    protocol_type, protocols).addCallback(
+                        lambda r: callback(JoinGroupResult(
+                            r[1], r[0], generation_id=r[2],
+                            protocol_type="consumer" if r[0] == errors.NONE else None,
+                            protocol_name=r[3])))
                 return d
             # an empty consumer group becomes a classic group (Kafka's
             # maybeDeleteEmptyConsumerGroup); its committed offsets stay
@@ -784,6 +791,14 @@ class GroupCoordinator:
         if error is not None:
             callback(SyncGroupResult(error))
             return d
+        consumer_group = self.consumer.groups.get(group_id)
+        if consumer_group is not None:
+            code, name, assignment = self.consumer.classic.sync(
+                consumer_group, generation_id, member_id, protocol_type, protocol_name,
+                group_instance_id)
+            callback(SyncGroupResult(code, "consumer" if code == errors.NONE else None,
+                                     name, assignment))
+            return d
         group = self.groups.get(group_id)
         if group is None:
             callback(SyncGroupResult(errors.UNKNOWN_MEMBER_ID))
@@ -850,6 +865,10 @@ class GroupCoordinator:
             return errors.NONE  # the group is still loading: answer blindly
         if error is not None:
             return error
+        consumer_group = self.consumer.groups.get(group_id)
+        if consumer_group is not None:
+            return self.consumer.classic.heartbeat(consumer_group, member_id, group_instance_id,
+                                                   generation_id)
         group = self.groups.get(group_id)
         if group is None:
             return errors.UNKNOWN_MEMBER_ID
@@ -874,6 +893,9 @@ class GroupCoordinator:
         error = self.validate_group_status(group_id, "LeaveGroup")
         if error is not None:
             return error, []
+        consumer_group = self.consumer.groups.get(group_id)
+        if consumer_group is not None:
+            return self.consumer.classic.leave(consumer_group, leaving_members)
         group = self.groups.get(group_id)
         if group is None:
             return errors.NONE, [(m, i, errors.UNKNOWN_MEMBER_ID) for m, i, _ in leaving_members]
@@ -1270,6 +1292,45 @@ class GroupCoordinator:
     def append_records(self, group_id, entries):
         """Append a group's records (the consumer groups' too); a Deferred of an error code."""
         return self._append(group_id, entries)
+
+    def take_over_classic_group(self, group, entries):
+        """Online upgrade: ``group``'s members move to a consumer group. Their parked Join/Sync
+        answer REBALANCE_IN_PROGRESS, their heartbeat timers end, the classic record gets a
+        tombstone (into ``entries``); the offsets stay. Returns the members."""
+        members = list(group.members.values())
+        for member in members:
+            group.maybe_invoke_join_callback(
+                member, JoinGroupResult(member.member_id, errors.REBALANCE_IN_PROGRESS))
+            group.maybe_invoke_sync_callback(member, SyncGroupResult(errors.REBALANCE_IN_PROGRESS))
+            self._remove_heartbeat_for_leaving_member(group, member)
+            group.remove(member.member_id)
+        group.transition_to(DEAD, self.now_ms())
+        shell = GroupMetadata(group.group_id, EMPTY, self.now_ms())
+        shell.offsets = group.offsets
+        shell.pending_txn_offsets = group.pending_txn_offsets
+        if self.groups.get(group.group_id) is group:
+            if shell.offsets or shell.pending_txn_offsets:
+                self.groups[group.group_id] = shell
+            else:
+                del self.groups[group.group_id]
+        entries.append((offsets_log.group_metadata_key(group.group_id), None))
+        return members
+
+    def install_downgraded_group(self, group, assignments, entries):
+        """Online downgrade: ``group`` (built from the consumer group's classic members)
+        replaces it, keeping its offsets; written after ``entries`` (the consumer group's
+        tombstones), then rebalanced so every member rejoins."""
+        shell = self.groups.get(group.group_id)
+        if shell is not None:
+            group.offsets = shell.offsets
+            group.pending_txn_offsets = shell.pending_txn_offsets
+        self.groups[group.group_id] = group
+        self._append(group.group_id, list(entries))
+        del entries[:]
+        self.store_group(group, assignments, lambda error: None)
+        for member in group.members.values():
+            self.complete_and_schedule_next_heartbeat_expiration(group, member)
+        self.prepare_rebalance(group, "Downgrade group %s from consumer to classic." % group.group_id)
 
     def convert_empty_classic_group(self, group):
         """An empty classic group becomes a consumer group (Kafka's
