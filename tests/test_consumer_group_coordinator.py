@@ -229,6 +229,15 @@ class HeartbeatTests(ConsumerFixture, unittest.TestCase):
                                                         topics=None)]), 9)
         self.assertEqual(body.groups[0].error_code, errors.STALE_MEMBER_EPOCH)
 
+    def test_txn_offset_commit_checks_the_member(self):
+        self.cjoin("a")
+        commit = self.coordinator.handle_txn_commit_offsets
+        offsets = {("t", 0): (7, -1, "")}
+        self.assertEqual(self.successResultOf(commit("g", 5, 0, "a", None, 3, offsets)),
+                         {("t", 0): errors.ILLEGAL_GENERATION})
+        self.assertEqual(self.successResultOf(commit("g", 5, 0, "x", None, 1, offsets)),
+                         {("t", 0): errors.UNKNOWN_MEMBER_ID})
+
     def test_list_and_describe_groups(self):
         self.cjoin("a")
         listed = self.call(m.ListGroupsRequest(states_filter=[], types_filter=[]), 5).groups

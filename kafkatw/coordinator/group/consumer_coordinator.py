@@ -530,6 +530,18 @@ class ConsumerGroupCoordinator:
             return errors.STALE_MEMBER_EPOCH
         return None
 
+    def validate_txn_commit(self, group, member_id, member_epoch):
+        """None or the error of a TxnOffsetCommit to a consumer group: a named member must be
+        there at that epoch (ILLEGAL_GENERATION otherwise, as Kafka answers transactions)."""
+        if not member_id:
+            return None
+        member = group.members.get(member_id)
+        if member is None:
+            return errors.UNKNOWN_MEMBER_ID
+        if member_epoch >= 0 and member_epoch != member.member_epoch:
+            return errors.ILLEGAL_GENERATION
+        return None
+
     def validate_fetch(self, group, member_id, member_epoch):
         """None or the error of an OffsetFetch v9+ naming a member."""
         if member_id is None or member_epoch is None or member_epoch < 0:

@@ -1020,7 +1020,10 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if group is None:
             group = self.groups[group_id] = GroupMetadata(group_id, EMPTY, self.now_ms())
-        if group.is_(DEAD):
+        consumer_group = self.consumer.groups.get(group_id)
+        if consumer_group is not None:
+            error = self.consumer.validate_txn_commit(consumer_group, member_id, generation_id)
+        elif group.is_(DEAD):
             error = errors.COORDINATOR_NOT_AVAILABLE
         elif member_id not in (None, UNKNOWN_MEMBER_ID) and not group.has(member_id):
             error = errors.UNKNOWN_MEMBER_ID
