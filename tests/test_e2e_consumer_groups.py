@@ -302,6 +302,38 @@ class ConsumerProtocolTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
         consume_all("consumer", produce(b"two"))  # resumes from the classic commits
         consume_all("classic", produce(b"three"))  # and back
 
+    def test_offsets_sent_to_a_transaction(self):
+        """Consume-transform-produce: the transaction commits the KIP-848 member's offsets
+        (TxnOffsetCommit with its member id and epoch)."""
+        from confluent_kafka import Producer
+
+        bootstrap = self.broker.bootstrap_servers
+        source, sink, group = unique_name("in"), unique_name("out"), unique_name("g")
+        create_topic(bootstrap, source, 2)
+        create_topic(bootstrap, sink, 1)
+        p = Producer({"bootstrap.servers": bootstrap})
+        for i in range(10):
+            p.produce(source, b"%d" % i, partition=i % 2)
+        self.assertEqual(p.flush(15), 0)
+        c = new_consumer(bootstrap, group, [source], **{"isolation.level": "read_committed"})
+        self.addCleanup(c.close)
+        got = []
+        deadline = time.monotonic() + 30
+        while len(got) < 10 and time.monotonic() < deadline:
+            msg = c.poll(0.2)
+            if msg is not None and msg.error() is None:
+                got.append(msg)
+        self.assertEqual(len(got), 10)
+        tp = Producer({"bootstrap.servers": bootstrap, "transactional.id": unique_name("tx")})
+        tp.init_transactions(15)
+        tp.begin_transaction()
+        for msg in got:
+            tp.produce(sink, msg.value())
+        tp.send_offsets_to_transaction(c.position(c.assignment()), c.consumer_group_metadata(), 15)
+        tp.commit_transaction(15)
+        committed = c.committed(c.assignment(), 15)
+        self.assertEqual(sorted((x.partition, x.offset) for x in committed), [(0, 5), (1, 5)])
+
     def test_online_upgrade_and_downgrade(self):
         """A classic consumer keeps consuming while a KIP-848 consumer joins its group (the
         group becomes a consumer group) and leaves again (it turns classic)."""
