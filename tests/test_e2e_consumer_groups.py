@@ -3,7 +3,9 @@ against a real broker process: three consumers share a 12-partition topic withou
 fourth joins while the others keep consuming (no delivery gap beyond two heartbeat intervals),
 a killed one's partitions move after the session timeout, committed offsets resume exactly; a
 regex subscription picks up a topic created later; a group goes classic -> consumer -> classic
-once empty; the group and its offsets survive a restart.
+once empty, and online while a classic member keeps consuming; a transaction commits a member's
+offsets; the group and its offsets survive a restart; ``kafkatw groups`` shows epochs and
+assignments; ApiVersions offers the APIs only with the protocol enabled.
 """
 
 import signal
