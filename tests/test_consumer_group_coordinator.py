@@ -229,6 +229,18 @@ class HeartbeatTests(ConsumerFixture, unittest.TestCase):
                                                         topics=None)]), 9)
         self.assertEqual(body.groups[0].error_code, errors.STALE_MEMBER_EPOCH)
 
+    def test_offset_delete_spares_subscribed_topics(self):
+        self.cjoin("a")
+        self.commit({("t", 0): (1, ""), ("u", 0): (2, "")}, member_id="a", generation=1, version=9)
+        body = self.call(m.OffsetDeleteRequest(group_id="g", topics=[
+            m.OffsetDeleteRequest.OffsetDeleteRequestTopic(name=t, partitions=[
+                m.OffsetDeleteRequest.OffsetDeleteRequestPartition(partition_index=0)])
+            for t in ("t", "u")]), 0)
+        self.assertEqual(body.error_code, errors.NONE)
+        self.assertEqual({(t.name, p.error_code) for t in body.topics for p in t.partitions},
+                         {("t", errors.GROUP_SUBSCRIBED_TO_TOPIC), ("u", errors.NONE)})
+        self.assertEqual(self.fetch_offsets("g")[1], {("t", 0): (1, "", errors.NONE)})
+
     def test_txn_offset_commit_checks_the_member(self):
         self.cjoin("a")
         commit = self.coordinator.handle_txn_commit_offsets

@@ -1208,7 +1208,16 @@ class GroupCoordinator:
         if group is None or group.is_(DEAD):
             return defer.succeed((errors.GROUP_ID_NOT_FOUND, {}))
         partition_errors = {}
-        if group.is_(EMPTY):
+        consumer_group = self.consumer.groups.get(group_id)
+        if consumer_group is not None and not consumer_group.is_empty():
+            subscribed = self.consumer.subscribed_topics(consumer_group)
+            eligible = []
+            for tp in partitions:
+                if tp[0] in subscribed:
+                    partition_errors[tp] = errors.GROUP_SUBSCRIBED_TO_TOPIC
+                else:
+                    eligible.append(tp)
+        elif group.is_(EMPTY):
             eligible = list(partitions)
         elif group.is_consumer_group():
             eligible = []
