@@ -304,6 +304,40 @@ class ConsumerProtocolTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
         consume_all("consumer", produce(b"two"))  # resumes from the classic commits
         consume_all("classic", produce(b"three"))  # and back
 
+    def test_static_member_restart_keeps_partitions(self):
+        """A static member (group.instance.id) closing leaves with epoch -2, keeps its partitions
+        and comes back to them under a new member id without a new group epoch."""
+        bootstrap = self.broker.bootstrap_servers
+        topic, group = unique_name("static"), unique_name("g")
+        create_topic(bootstrap, topic, 4)
+
+        def member(instance):
+            return Consuming(new_consumer(bootstrap, group, [topic],
+                                          **{"group.instance.id": instance}))
+
+        def members():
+            d = describe(self.broker, group)
+            return d.group_epoch, sorted(
+                (x.instance_id, x.member_epoch, sorted(p for tp in x.assignment.topic_partitions
+                                                      for p in tp.partitions))
+                for x in d.members)
+
+        one, two = member("i1"), member("i2")
+        one.start()
+        two.start()
+        self.addCleanup(two.stop, False)
+        poll_until(lambda: _balanced([one, two], 2), 30, message="two static members")
+        epoch, before = poll_until(lambda: (lambda e, ms: (e, ms) if all(x[1] == e for x in ms)
+                                            else None)(*members()), 30, message="stable epochs")
+        mine = [x for x in before if x[0] == "i1"][0][2]
+        one.stop(commit=False)
+        self.assertEqual(members(), (epoch, sorted([("i1", -2, mine)] + [x for x in before if x[0] == "i2"])))
+        back = member("i1")
+        back.start()
+        self.addCleanup(back.stop, False)
+        poll_until(lambda: back.assignment == mine, 30, message="the same partitions back")
+        self.assertEqual(members(), (epoch, before))
+
     def test_offsets_sent_to_a_transaction(self):
         """Consume-transform-produce: the transaction commits the KIP-848 member's offsets
         (TxnOffsetCommit with its member id and epoch)."""
