@@ -461,6 +461,12 @@ class GroupsCliTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
         bootstrap = self.broker.bootstrap_servers
         topic, group = unique_name("cli"), unique_name("g")
         create_topic(bootstrap, topic, 4)
+        from confluent_kafka import Producer
+
+        p = Producer({"bootstrap.servers": bootstrap})
+        for i in range(8):
+            p.produce(topic, b"%d" % i, partition=i % 4)
+        self.assertEqual(p.flush(15), 0)
         threads = [Consuming(new_consumer(bootstrap, group, [topic])) for _ in range(2)]
         for t in threads:
             t.start()
@@ -493,6 +499,14 @@ class GroupsCliTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
         listed = [line.split() for line in _cli(self.broker, "groups", "list", "--type", "--state").splitlines()]
         self.assertIn([group, "consumer", "Stable"], listed)
         self.assertEqual(listed[0], ["GROUP", "TYPE", "STATE"])
+        poll_until(lambda: len({r[3] for t in threads for r in t.records}) == 8, 30,
+                   message="8 records read")
+        for t in threads:
+            t.consumer.commit(asynchronous=False)
+        offsets = [line.split() for line in _cli(self.broker, "groups", "describe", "--group", group).splitlines()[1:]]
+        owner = {p: m["memberId"] for m in members for a in m["assignment"] for p in a["partitions"]}
+        self.assertEqual(sorted((int(row[2]), row[3], row[6]) for row in offsets),
+                         [(p, "2", owner[p]) for p in range(4)])  # each with its current owner
         state = _cli(self.broker, "groups", "describe", "--group", group, "--state").splitlines()
         self.assertEqual([line.split() for line in state],
                          [["GROUP", "ASSIGNMENT-STRATEGY", "STATE", "GROUP-EPOCH",

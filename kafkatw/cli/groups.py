@@ -156,13 +156,19 @@ def cmd_describe(client, args):
         if not committed:
             args.out.write("Consumer group '%s' has no committed offsets (state %s).\n" % (group, g.group_state))
             continue
+        owners = {}  # (topic, partition) -> member, for a consumer group
+        for m in (cg.members if cg is not None else ()):
+            for tp in m.assignment.topic_partitions:
+                for p in tp.partitions:
+                    owners[(tp.topic_name, p)] = [m.member_id, m.client_host, m.client_id]
         rows = []
         for topic in sorted({t for t, _ in committed}):
             parts = sorted(p for t, p in committed if t == topic)
             ends = client.list_offsets(topic, parts, LATEST)
             for p in parts:
                 cur = committed[(topic, p)]
-                rows.append([group, topic, p, cur, ends[p], ends[p] - cur, "-", "-", "-"])
+                rows.append([group, topic, p, cur, ends[p], ends[p] - cur]
+                            + owners.get((topic, p), ["-", "-", "-"]))
         print_table(["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
                      "CONSUMER-ID", "HOST", "CLIENT-ID"], rows, args.out)
     if wants_json(args):
