@@ -165,6 +165,24 @@ def describe(broker, group):
         client.close()
 
 
+def _cli(broker, *args):
+    proc = subprocess.run([sys.executable, "-m", "kafkatw.cli", "--bootstrap-server",
+                           broker.bootstrap_servers] + list(args), capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def _advertised(broker):
+    client = RawClient(broker, "versions")
+    try:
+        resp = client.request(18, 3, m.ApiVersionsRequest(client_software_name="kafkatw-test",
+                                                          client_software_version="1.0"))
+        return {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+    finally:
+        client.close()
+
+
 class ConsumerProtocolTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
     broker_overrides = OVERRIDES
 
@@ -401,60 +419,6 @@ class ConsumerProtocolTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
         self.assertEqual(classic.errors, [])
 
 
-class ConsumerGroupRestartTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
-    broker_overrides = dict(OVERRIDES, **{"group.consumer.session.timeout.ms": 60000})
-    broker_scope = "test"
-
-    def test_group_and_offsets_reload(self):
-        bootstrap = self.broker.bootstrap_servers
-        topic, group = unique_name("reload"), unique_name("g")
-        create_topic(bootstrap, topic, 4)
-        from confluent_kafka import Producer
-
-        p = Producer({"bootstrap.servers": bootstrap})
-        for i in range(8):
-            p.produce(topic, b"x-%d" % i, partition=i % 4)
-        self.assertEqual(p.flush(15), 0)
-        t = Consuming(new_consumer(bootstrap, group, [topic]))
-        t.start()
-        poll_until(lambda: len(t.records) >= 8, 30, message="records")
-        t.stopping = True
-        t.join(10)
-        t.consumer.commit(asynchronous=False)
-        before = describe(self.broker, group)
-        self.assertEqual(before.group_state, "Stable")
-        self.assertEqual(len(before.members), 1)
-        self.broker.restart()
-        after = poll_until(lambda: (lambda d: d if d.error_code == errors.NONE else None)(
-            describe(self.broker, group)), 30, message="the group loaded")
-        self.assertEqual((after.group_epoch, after.assignment_epoch, after.group_state),
-                         (before.group_epoch, before.assignment_epoch, before.group_state))
-        self.assertEqual([(x.member_id, x.member_epoch) for x in after.members],
-                         [(x.member_id, x.member_epoch) for x in before.members])
-        self.assertEqual(
-            sorted((tp.topic_name, sorted(tp.partitions)) for tp in after.members[0].assignment.topic_partitions),
-            [(topic, [0, 1, 2, 3])])
-        client = RawClient(self.broker, "offsets")
-        self.addCleanup(client.close)
-        resp = client.request(9, 9, m.OffsetFetchRequest(groups=[
-            m.OffsetFetchRequest.OffsetFetchRequestGroup(group_id=group, topics=None)]))
-        offsets = sorted((p.partition_index, p.committed_offset)
-                         for tp in resp.groups[0].topics for p in tp.partitions)
-        self.assertEqual(offsets, [(0, 2), (1, 2), (2, 2), (3, 2)])
-        t.consumer.close()
-
-
-def _cli(broker, *args):
-    proc = subprocess.run([sys.executable, "-m", "kafkatw.cli", "--bootstrap-server",
-                           broker.bootstrap_servers] + list(args), capture_output=True, text=True,
-                          timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout
-
-
-class GroupsCliTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
-    broker_overrides = OVERRIDES
-
     def test_describe_epochs_and_assignments(self):
         import json
 
@@ -513,23 +477,52 @@ class GroupsCliTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
                            "TARGET-ASSIGNMENT-EPOCH", "#MEMBERS"],
                           [group, "uniform", "Stable", str(epoch), str(epoch), "2"]])
 
-
-def _advertised(broker):
-    client = RawClient(broker, "versions")
-    try:
-        resp = client.request(18, 3, m.ApiVersionsRequest(client_software_name="kafkatw-test",
-                                                          client_software_version="1.0"))
-        return {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
-    finally:
-        client.close()
-
-
-class AdvertisedTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
-    broker_overrides = OVERRIDES
-
     def test_consumer_protocol_apis(self):
         versions = _advertised(self.broker)
         self.assertEqual((versions[68], versions[69]), ((0, 1), (0, 0)))
+
+
+class ConsumerGroupRestartTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
+    broker_overrides = dict(OVERRIDES, **{"group.consumer.session.timeout.ms": 60000})
+    broker_scope = "test"
+
+    def test_group_and_offsets_reload(self):
+        bootstrap = self.broker.bootstrap_servers
+        topic, group = unique_name("reload"), unique_name("g")
+        create_topic(bootstrap, topic, 4)
+        from confluent_kafka import Producer
+
+        p = Producer({"bootstrap.servers": bootstrap})
+        for i in range(8):
+            p.produce(topic, b"x-%d" % i, partition=i % 4)
+        self.assertEqual(p.flush(15), 0)
+        t = Consuming(new_consumer(bootstrap, group, [topic]))
+        t.start()
+        poll_until(lambda: len(t.records) >= 8, 30, message="records")
+        t.stopping = True
+        t.join(10)
+        t.consumer.commit(asynchronous=False)
+        before = describe(self.broker, group)
+        self.assertEqual(before.group_state, "Stable")
+        self.assertEqual(len(before.members), 1)
+        self.broker.restart()
+        after = poll_until(lambda: (lambda d: d if d.error_code == errors.NONE else None)(
+            describe(self.broker, group)), 30, message="the group loaded")
+        self.assertEqual((after.group_epoch, after.assignment_epoch, after.group_state),
+                         (before.group_epoch, before.assignment_epoch, before.group_state))
+        self.assertEqual([(x.member_id, x.member_epoch) for x in after.members],
+                         [(x.member_id, x.member_epoch) for x in before.members])
+        self.assertEqual(
+            sorted((tp.topic_name, sorted(tp.partitions)) for tp in after.members[0].assignment.topic_partitions),
+            [(topic, [0, 1, 2, 3])])
+        client = RawClient(self.broker, "offsets")
+        self.addCleanup(client.close)
+        resp = client.request(9, 9, m.OffsetFetchRequest(groups=[
+            m.OffsetFetchRequest.OffsetFetchRequestGroup(group_id=group, topics=None)]))
+        offsets = sorted((p.partition_index, p.committed_offset)
+                         for tp in resp.groups[0].topics for p in tp.partitions)
+        self.assertEqual(offsets, [(0, 2), (1, 2), (2, 2), (3, 2)])
+        t.consumer.close()
 
 
 class ClassicOnlyTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
