@@ -537,6 +537,31 @@ class AuthorizationTests(ApisFixture, unittest.TestCase):
         authorizer.release()
         self.assertEqual(self.successResultOf(d).body.error_code, errors.GROUP_AUTHORIZATION_FAILED)
 
+    def test_heartbeat_needs_describe_on_subscribed_topics(self):
+        authorizer = GroupReader()
+        self.apis = self.make_apis(authorizer=authorizer)
+        body = HB(group_id="g", member_id="a", member_epoch=0, rebalance_timeout_ms=1000,
+                  subscribed_topic_names=["t", "secret"], topic_partitions=[])
+        d = self.apis.handle(self.request(body, 1, principal=ALICE))
+        authorizer.release()
+        self.assertEqual(self.successResultOf(d).body.error_code, errors.TOPIC_AUTHORIZATION_FAILED)
+
+
+class GroupReader(LaterAuthorizer):
+    """Alice may READ groups and DESCRIBE topic t, nothing else."""
+
+    def authorize(self, context, actions):
+        from twisted.internet import defer
+
+        from kafkatw.security.authorizer import ALLOWED, DENIED, AclOperation, ResourceType
+
+        d = defer.Deferred()
+        self.pending.append((d, [
+            ALLOWED if (a.operation == AclOperation.READ and a.resource.resource_type == ResourceType.GROUP)
+            or (a.operation == AclOperation.DESCRIBE and a.resource.name == "t") else DENIED
+            for a in actions]))
+        return d
+
 
 class MigrationDisabledTests(ConsumerFixture, unittest.TestCase):
     overrides = dict(OVERRIDES, **{"group.consumer.migration.policy": "disabled"})

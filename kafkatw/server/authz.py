@@ -173,6 +173,11 @@ def _describe_groups(apis, req):
     return acts
 
 
+def _consumer_group_heartbeat(apis, req):
+    names = list(req.body.subscribed_topic_names or ())
+    return _group_read(apis, req) + _topics(Op.DESCRIBE, names)
+
+
 def _consumer_group_describe(apis, req):
     acts = []
     for g in req.body.group_ids:
@@ -329,7 +334,7 @@ ACTIONS = {
     6: _cluster_only(Op.CLUSTER_ACTION), 56: _cluster_only(Op.CLUSTER_ACTION),
     # KIP-848 consumer groups: ConsumerGroupHeartbeat, ConsumerGroupDescribe (per group, in
     # the handler)
-    68: _group_read, 69: _consumer_group_describe,
+    68: _consumer_group_heartbeat, 69: _consumer_group_describe,
 }
 
 
@@ -406,6 +411,16 @@ def _gate_all(error, op_for):
     return gate
 
 
+def _gate_consumer_group_heartbeat(apis, req, ok):
+    """READ on the group, DESCRIBE on every topic subscribed by name (Kafka 4.0); topics a
+    regex matches are not filtered by the member's rights (its fetches are checked)."""
+    if not ok(Op.READ, RT.GROUP, req.body.group_id):
+        return errors.GROUP_AUTHORIZATION_FAILED
+    if not all(ok(Op.DESCRIBE, RT.TOPIC, n) for n in req.body.subscribed_topic_names or ()):
+        return errors.TOPIC_AUTHORIZATION_FAILED
+    return None
+
+
 def _gate_offset_commit(apis, req, ok):
     return None if ok(Op.READ, RT.GROUP, req.body.group_id) else errors.GROUP_AUTHORIZATION_FAILED
 
@@ -429,7 +444,7 @@ GATES = {
     48: _gate_cluster(Op.DESCRIBE_CONFIGS), 49: _gate_cluster(Op.ALTER_CONFIGS),
     4: _gate_cluster(Op.CLUSTER_ACTION), 5: _gate_cluster(Op.CLUSTER_ACTION),
     6: _gate_cluster(Op.CLUSTER_ACTION), 56: _gate_cluster(Op.CLUSTER_ACTION),
-    68: _gate_group,
+    68: _gate_consumer_group_heartbeat,
 }
 
 
