@@ -2,8 +2,9 @@
 joining by ConsumerGroupHeartbeat, reconciliation (a partition revoked before it is assigned
 elsewhere), fencing, lost responses, session and revocation timeouts, leaving, static members,
 regex subscriptions re-evaluated on topic creation, offsets with member epochs, describe and
-list, classic <-> consumer conversion of empty groups, reload after restart; and the
-uniform and range assignors on their own."""
+list, classic <-> consumer conversion of empty groups and online (classic members working in
+a consumer group), offset delete and transactional commits, reload after restart,
+authorization; the uniform and range assignors on their own; the timeout configs."""
 
 from twisted.trial import unittest
 
