@@ -9,6 +9,7 @@ authorization; the uniform and range assignors on their own; the timeout configs
 from twisted.trial import unittest
 
 from kafkatw.coordinator.group.consumer_classic import decode_assignment, encode_assignment
+from kafkatw.coordinator.group.group import parse_subscription_topics
 from kafkatw.coordinator.group.assignors import (
     AssignmentMember,
     AssignmentTopic,
@@ -261,6 +262,8 @@ class HeartbeatTests(ConsumerFixture, unittest.TestCase):
         d = self.describe()
         self.assertEqual((d.group_state, d.protocol_type, d.protocol_data, [x.member_id for x in d.members]),
                          ("Stable", "consumer", "uniform", ["a"]))
+        self.assertEqual(parse_subscription_topics(d.members[0].member_metadata), ["t"])
+        self.assertEqual(decode_assignment(d.members[0].member_assignment), {"t": set(range(6))})
 
     def test_classic_group_converts_once_empty(self):
         self.find("c")

@@ -71,6 +71,12 @@ def encode_assignment(by_name, version):
     return _I16.pack(version) + body.encode_bytes(version)
 
 
+def encode_subscription(topics, version=0):
+    version = min(max(version, 0), _MAX_VERSION)
+    return _I16.pack(version) + ConsumerProtocolSubscription(
+        topics=sorted(topics), owned_partitions=[]).encode_bytes(version)
+
+
 def _protocol_version(protocols):
     data = bytes(protocols[0][1])
     return _I16.unpack_from(data, 0)[0] if len(data) >= 2 else 0
@@ -176,6 +182,17 @@ class ClassicMembers:
                  "members.", group=group.group_id, n=len(classic.members))
         self.cgc.owner.install_downgraded_group(classic, assignments, entries)
         return entries
+
+    def describe_member(self, group, m):
+        """(subscription bytes, assignment bytes) of a member as DescribeGroups shows it: a
+        classic member's own subscription, else one built from its topic names; the current
+        assignment in the ConsumerProtocol format."""
+        if m.classic is not None:
+            protocols = m.classic[1]
+            return bytes(protocols[0][1]), encode_assignment(self._by_name(m.assigned),
+                                                             _protocol_version(protocols))
+        return (encode_subscription(group.member_topics(m)),
+                encode_assignment(self._by_name(m.assigned), 0))
 
     # -- the classic APIs on a consumer group ----------------------------------------------
     def join(self, group, member_id, instance_id, require_known_member_id, client_id, client_host,

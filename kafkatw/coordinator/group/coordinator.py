@@ -1113,7 +1113,8 @@ class GroupCoordinator:
             return error, EMPTY_GROUP
         consumer_group = self.consumer.groups.get(group_id)
         if consumer_group is not None:
-            members = [(m.member_id, m.instance_id, m.client_id, m.client_host, b"", b"")
+            members = [(m.member_id, m.instance_id, m.client_id, m.client_host)
+                       + self.consumer.classic.describe_member(consumer_group, m)
                        for m in consumer_group.members.values()]
             return errors.NONE, GroupSummary(consumer_group.state, "consumer",
                                              consumer_group.assignor_name, members)
