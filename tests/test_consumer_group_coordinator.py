@@ -203,6 +203,28 @@ class HeartbeatTests(ConsumerFixture, unittest.TestCase):
         self.assertEqual((r.member_epoch, self.names(r.assignment)),
                          (2, {"t": [0, 1, 2, 3, 4, 5], "tx": [0, 1]}))
 
+    def test_regex_brings_only_describable_topics(self):
+        from kafkatw.security.authorizer import ALLOWED, DENIED, AclOperation, ResourceType
+
+        class Authorizer:
+            def authorize(self, context, actions):
+                return [ALLOWED if a.resource.resource_type == ResourceType.GROUP
+                        or (a.operation == AclOperation.DESCRIBE and a.resource.name != "ty")
+                        else DENIED for a in actions]
+
+        self.apis.authorizer = Authorizer()
+        self.create_topic("tx", 1)
+        self.create_topic("ty", 1)
+        r = self.hb("a", 0, regex="(^t.*)", owned={}, rebalance=1000)
+        self.assertEqual((r.error_code, self.names(r.assignment)),
+                         (errors.NONE, {"t": [0, 1, 2, 3, 4, 5], "tx": [0]}))
+        self.create_topic("tz", 1)
+        r = self.hb("a", 1)
+        self.assertEqual((r.member_epoch, self.names(r.assignment)),
+                         (2, {"t": [0, 1, 2, 3, 4, 5], "tx": [0], "tz": [0]}))
+        # named topics need DESCRIBE too
+        self.assertEqual(self.cjoin("b", topics=("ty",)).error_code, errors.TOPIC_AUTHORIZATION_FAILED)
+
     def test_range_assignor_per_member(self):
         self.cjoin("a", topics=("t", "u"), assignor="range")
         self.cjoin("b", topics=("t", "u"), assignor="range")

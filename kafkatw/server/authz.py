@@ -174,8 +174,16 @@ def _describe_groups(apis, req):
 
 
 def _consumer_group_heartbeat(apis, req):
-    names = list(req.body.subscribed_topic_names or ())
-    return _group_read(apis, req) + _topics(Op.DESCRIBE, names)
+    b = req.body
+    names = list(b.subscribed_topic_names or ())
+    acts = _group_read(apis, req) + _topics(Op.DESCRIBE, names)
+    consumer = getattr(apis.group_coordinator, "consumer", None)
+    if consumer is not None:
+        # the topics the member's regex matches: its assignment keeps the describable ones
+        regex = getattr(b, "subscribed_topic_regex", None)
+        acts.extend(_topics(Op.DESCRIBE, consumer.regex_matches(b.group_id, b.member_id, regex),
+                            log_if_denied=False))
+    return acts
 
 
 def _consumer_group_describe(apis, req):
@@ -412,8 +420,8 @@ def _gate_all(error, op_for):
 
 
 def _gate_consumer_group_heartbeat(apis, req, ok):
-    """READ on the group, DESCRIBE on every topic subscribed by name (Kafka 4.0); topics a
-    regex matches are not filtered by the member's rights (its fetches are checked)."""
+    """READ on the group, DESCRIBE on every topic subscribed by name (Kafka 4.0); of the
+    topics a regex matches, the member is assigned only those it may describe (the handler)."""
     if not ok(Op.READ, RT.GROUP, req.body.group_id):
         return errors.GROUP_AUTHORIZATION_FAILED
     if not all(ok(Op.DESCRIBE, RT.TOPIC, n) for n in req.body.subscribed_topic_names or ()):

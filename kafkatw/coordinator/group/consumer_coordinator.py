@@ -128,9 +128,11 @@ class ConsumerGroupCoordinator:
     # -- ConsumerGroupHeartbeat ------------------------------------------------------------
     def heartbeat(self, version, group_id, member_id, member_epoch, instance_id, rack_id,
                   rebalance_timeout_ms, subscribed_topic_names, subscribed_topic_regex,
-                  server_assignor, owned, client_id, client_host):
+                  server_assignor, owned, client_id, client_host, may_describe=None):
         """A Deferred of a :class:`HeartbeatResult`, fired once the records it wrote are on the
-        log. ``owned``: {topic id: frozenset} the member reports owning, or None."""
+        log. ``owned``: {topic id: frozenset} the member reports owning, or None.
+        ``may_describe(topic)``: with an authorizer, whether this member's principal may
+        describe a topic; its regex then only brings in those (Kafka 4.0)."""
         try:
             if not self.enabled:
                 raise HeartbeatError(errors.UNSUPPORTED_VERSION,
@@ -148,7 +150,7 @@ class ConsumerGroupCoordinator:
             return self._heartbeat(group_id, member_id, member_epoch, instance_id, rack_id,
                                    rebalance_timeout_ms, subscribed_topic_names,
                                    subscribed_topic_regex, server_assignor, owned, client_id,
-                                   client_host)
+                                   client_host, may_describe)
         except HeartbeatError as e:
             return defer.succeed(HeartbeatResult(e.code, e.message, member_id or None, 0))
 
@@ -214,7 +216,7 @@ class ConsumerGroupCoordinator:
 
     def _heartbeat(self, group_id, member_id, member_epoch, instance_id, rack_id,
                    rebalance_timeout_ms, names, regex, server_assignor, owned, client_id,
-                   client_host):
+                   client_host, may_describe=None):
         entries = []
         group = self._get_or_create_group(group_id, member_epoch == 0, entries)
         member = group.members.get(member_id)
@@ -251,7 +253,11 @@ class ConsumerGroupCoordinator:
                     or updated.server_assignor != member.server_assignor):
                 bump = True
         group.update_member(updated)
-        if self._refresh_subscription(group, force=bump):
+        changed = self._refresh_subscription(group, force=bump)
+        if self._authorize_regex(group, member_id, may_describe):
+            bump = True
+            changed = self._update_subscription_metadata(group) or changed
+        if changed:
             bump = True
             entries.append(records.partition_metadata_record(group))
         if bump:
@@ -403,16 +409,52 @@ class ConsumerGroupCoordinator:
             group.regex_topics[regex] = frozenset(
                 name for name, info in topics.items()
                 if not info.is_internal and pattern.fullmatch(name))
+        group.metadata_version = self.metadata_version
+        return self._update_subscription_metadata(group)
+
+    def _update_subscription_metadata(self, group):
+        """The subscribed topics' ids and partition counts; True if they changed."""
+        metadata = self.owner.metadata
+        topics = {} if metadata is None else metadata.topics
         subscription = {}
         for name in group.subscribed_topic_names():
             info = topics.get(name)
             if info is not None:
                 subscription[name] = (info.topic_id, info.num_partitions)
-        group.metadata_version = self.metadata_version
         if subscription == group.subscription_metadata:
             return False
         group.subscription_metadata = subscription
         return True
+
+    def _authorize_regex(self, group, member_id, may_describe):
+        """Narrow the member's regex matches to the topics its principal may describe; True if
+        that changed what it subscribes to."""
+        member = group.members[member_id]
+        if may_describe is None or not member.subscribed_topic_regex:
+            return False
+        matches = group.regex_topics.get(member.subscribed_topic_regex, frozenset())
+        allowed = frozenset(n for n in matches if may_describe(n))
+        if allowed == member.authorized_topics:
+            return False
+        member.authorized_topics = allowed
+        return True
+
+    def regex_matches(self, group_id, member_id, regex):
+        """The topics a heartbeat's regex (or the member's current one) matches now: what the
+        authorization step plans DESCRIBE checks for."""
+        group = self.groups.get(group_id)
+        member = None if group is None else group.members.get(member_id)
+        regex = regex or (member.subscribed_topic_regex if member is not None else None)
+        if not regex:
+            return []
+        try:
+            pattern = compile_regex(regex)
+        except HeartbeatError:
+            return []
+        metadata = self.owner.metadata
+        topics = {} if metadata is None else metadata.topics
+        return [name for name, info in topics.items()
+                if not info.is_internal and pattern.fullmatch(name)]
 
     def _choose_assignor(self, group):
         """The assignor most members asked for (``group.remote.assignor``), else the first

@@ -73,6 +73,9 @@ class ConsumerGroupMember:
     # a member speaking the classic protocol (JoinGroup/SyncGroup) in a consumer group:
     # (session timeout ms, ((protocol name, subscription bytes), ...)); None otherwise
     classic = attr.ib(default=None)
+    # with an authorizer: the topics its regex matches that its principal may describe, as of
+    # its last heartbeat (None: not filtered); kept in memory only
+    authorized_topics = attr.ib(default=None, eq=False)
 
     def copy(self, **changes):
         return attr.evolve(self, **changes)
@@ -118,15 +121,16 @@ class ConsumerGroup:
         """Every topic name some member subscribes to by name or through its regex."""
         names = set()
         for m in self.members.values():
-            names.update(m.subscribed_topic_names or ())
-            if m.subscribed_topic_regex:
-                names.update(self.regex_topics.get(m.subscribed_topic_regex, ()))
+            names.update(self.member_topics(m))
         return names
 
     def member_topics(self, member):
         names = set(member.subscribed_topic_names or ())
         if member.subscribed_topic_regex:
-            names.update(self.regex_topics.get(member.subscribed_topic_regex, ()))
+            matches = self.regex_topics.get(member.subscribed_topic_regex, frozenset())
+            if member.authorized_topics is not None:
+                matches = matches & member.authorized_topics
+            names.update(matches)
         return names
 
     # -- members -------------------------------------------------------------------------

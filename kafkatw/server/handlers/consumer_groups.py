@@ -46,12 +46,16 @@ class ConsumerGroupHeartbeat:
             for tp in body.topic_partitions:
                 if tp.partitions:
                     owned[tp.topic_id] = owned.get(tp.topic_id, frozenset()) | frozenset(tp.partitions)
+        may_describe = None
+        if apis.authorizer is not None:
+            def may_describe(topic):
+                return apis.allowed(request, AclOperation.DESCRIBE, ResourceType.TOPIC, topic)
         d = apis.group_coordinator.consumer.heartbeat(
             version, body.group_id, body.member_id, body.member_epoch, body.instance_id,
             body.rack_id, body.rebalance_timeout_ms,
             None if body.subscribed_topic_names is None else list(body.subscribed_topic_names),
             body.subscribed_topic_regex if version >= 1 else None, body.server_assignor, owned,
-            request.client_id or "", _client_host(request))
+            request.client_id or "", _client_host(request), may_describe)
         return d.addCallback(_heartbeat_response)
 
     @staticmethod
