@@ -24,7 +24,6 @@ from kafkatw.coordinator.group.consumer_classic import ClassicMembers
 from kafkatw.coordinator.group.consumer_group import (
     LEAVE_GROUP_MEMBER_EPOCH,
     LEAVE_GROUP_STATIC_MEMBER_EPOCH,
-    MEMBER_STABLE,
     UNREVOKED_PARTITIONS,
     ConsumerGroup,
     ConsumerGroupMember,

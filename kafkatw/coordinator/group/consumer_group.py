@@ -19,8 +19,6 @@ DEAD = "Dead"
 UNREVOKED_PARTITIONS = 0
 UNRELEASED_PARTITIONS = 1
 MEMBER_STABLE = 2
-MEMBER_STATE_NAMES = {UNREVOKED_PARTITIONS: "unrevoked_partitions",
-                      UNRELEASED_PARTITIONS: "unreleased_partitions", MEMBER_STABLE: "stable"}
 
 LEAVE_GROUP_MEMBER_EPOCH = -1
 LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
@@ -31,15 +29,6 @@ def union(a, b):
     for t, ps in b.items():
         out[t] = out.get(t, frozenset()) | ps
     return {t: ps for t, ps in out.items() if ps}
-
-
-def minus(a, b):
-    out = {}
-    for t, ps in a.items():
-        rest = ps - b.get(t, frozenset())
-        if rest:
-            out[t] = rest
-    return out
 
 
 def intersects(a, b):
