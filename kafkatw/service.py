@@ -450,6 +450,14 @@ class BrokerService(OrderedMultiService):
             host, port = parse_listener(config["kafkatw.metrics.listener"])
             self.metrics_service = MetricsService(self, host, port)
             self.metrics_service.setServiceParent(self)
+        self.console_service = None
+        if config["kafkatw.console.listener"]:
+            # imported only when configured, like the metrics endpoint
+            from kafkatw.console.web import ConsoleService, parse_listener as parse_console_listener
+
+            host, port = parse_console_listener(config["kafkatw.console.listener"])
+            self.console_service = ConsoleService(self, host, port)
+            self.console_service.setServiceParent(self)
 
     # -- start -------------------------------------------------------------------------------
     def startService(self):
@@ -596,6 +604,8 @@ class BrokerService(OrderedMultiService):
             info = {"node_id": self.config.node_id, "pid": os.getpid(), "listeners": listeners}
             if self.metrics_service is not None:
                 info["metrics_port"] = self.metrics_service.bound_port()
+            if self.console_service is not None:
+                info["console_port"] = self.console_service.bound_port()
             json.dump(info, f)
         os.replace(tmp, path)
 

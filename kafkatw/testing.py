@@ -301,6 +301,7 @@ class KafkaBroker:
         self._listeners = [self._listener_entry(x) for x in listeners]
         self.ports = {}  # listener name -> bound port, kept for restarts
         self.metrics_port = None  # kafkatw.metrics.listener's bound port, when configured
+        self.console_port = None  # kafkatw.console.listener's bound port, when configured
         self.topics = [_topic_spec(t, None) for t in topics]
         self.ssl_ca_path = self.ssl_client_cert_path = self.ssl_client_key_path = None
         self.pki = None
@@ -562,6 +563,7 @@ class KafkaBroker:
         for listener in info.get("listeners", []):
             self.ports[listener["name"].upper()] = int(listener["port"])
         self.metrics_port = info.get("metrics_port")
+        self.console_port = info.get("console_port")
         return True
 
     def stop(self, timeout=30.0):

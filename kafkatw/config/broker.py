@@ -405,6 +405,11 @@ _d("kafkatw.request.log.file", STRING, None, None, LOW,
 _d("kafkatw.metrics.listener", STRING, None, None, LOW,
    "HOST:PORT of the HTTP endpoint serving Prometheus metrics (/metrics) and health checks "
    "(/healthz, /readyz); unset, there is none. Port 0 picks a free port (see the ready file).")
+_d("kafkatw.console.listener", STRING, None, None, LOW,
+   "HOST:PORT of the built-in web console (topics, partitions, consumer groups, messages, admin "
+   "actions; docs/console.md); unset, there is none. With SASL listeners or an authorizer it asks "
+   "for a SASL user's password (HTTP basic) and authorizes every read and action. Port 0 picks a "
+   "free port (see the ready file).")
 _d("kafkatw.ready.file", STRING, None, None, LOW,
    "When set, a JSON file describing the bound listeners is written once the broker listens.")
 _d("kafkatw.reactor.stall.probe.ms", INT, 0, at_least(0), LOW,
