@@ -12,6 +12,7 @@ from twisted.internet import defer
 
 from kafkatw.network.request import Request, RequestContext
 from kafkatw.protocol.errors import KafkaError, error_name
+from kafkatw.security.authorizer import ALLOWED, Action, AuthorizableRequestContext, ResourcePattern
 
 CLIENT_ID = "kafkatw-console"
 
@@ -54,6 +55,25 @@ class InProcessClient:
                 raise ConsoleRequestError("%s was refused (connection closed)" % (body.API_NAME,))
             return response.body
         return d.addCallback(unwrap)
+
+
+    def authorize(self, operation, resource_type, names, request_type):
+        """A Deferred of the subset of ``names`` the principal may ``operation``, decided in one
+        ``authorize`` call (denials not audited, as Kafka's Metadata lists topics silently);
+        all of them without an authorizer. For the list views, which read more than one
+        request could answer in time (see docs/console.md)."""
+        authorizer = self.apis.authorizer
+        names = list(names)
+        if authorizer is None:
+            return defer.succeed(names)
+        ctx = self.context
+        context = AuthorizableRequestContext(
+            principal=ctx.principal, host=ctx.client_address[0], listener_name=ctx.listener_name,
+            security_protocol=ctx.security_protocol, request_type=request_type, request_version=0,
+            client_id=CLIENT_ID, correlation_id=next(self._correlation))
+        actions = [Action(operation, ResourcePattern(resource_type, n), 1, True, False) for n in names]
+        d = defer.maybeDeferred(authorizer.authorize, context, actions)
+        return d.addCallback(lambda results: [n for n, r in zip(names, results) if r == ALLOWED])
 
 
 def check(code, what, message=None):
