@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 SCHEMAS ?= ../shared/kafka-protocol
 CONFIG ?= etc/server.properties
 
-.PHONY: install compile run test codec bench fuzz clean
+.PHONY: install compile run test codec bench fuzz screenshots clean
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,11 @@ test: compile
 fuzz: compile
 	KAFKATW_FUZZ_EXAMPLES=200000 $(BIN)/trial tests.test_fuzz_decoders
 	$(BIN)/python -m tests.wire_fuzz --requests 1000000
+
+# The console's pages at 1280x800 in headless Chromium (Debian's chromium, chromium-driver),
+# written to docs/console/ for docs/console.md.
+screenshots: compile
+	$(BIN)/python -m tests.console_screenshots docs/console
 
 codec:
 	$(BIN)/python tools/gen_protocol.py $(SCHEMAS)/message kafkatw/protocol/messages

@@ -30,6 +30,19 @@ def missing():
     return None
 
 
+def require(testcase=None):
+    """Skip the calling test where no browser can run, or fail it under CI
+    (``KAFKATW_REQUIRE_BROWSER=1``, set by .ci/run, which installs Chromium)."""
+    why = missing()
+    if why is None:
+        return
+    if os.environ.get("KAFKATW_REQUIRE_BROWSER") == "1":
+        raise AssertionError("the console's browser tests need Chromium: %s" % why)
+    from twisted.trial.unittest import SkipTest
+
+    raise SkipTest(why)
+
+
 class Browser:
     """One Chromium at 1280x800. ``credentials`` (user, password) are sent as HTTP basic on
     every request (a DevTools header, as a browser that was logged in would)."""

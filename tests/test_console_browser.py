@@ -36,9 +36,7 @@ class ConsoleBrowserTests(KafkaBrokerMixin, unittest.TestCase):
     timeout = 180
 
     def setUp(self):
-        why = browser_support.missing()
-        if why:
-            raise unittest.SkipTest(why)
+        browser_support.require()
         super().setUp()
         self.b = shared_browser()
         self.url = "http://127.0.0.1:%d/" % self.broker.console_port

@@ -15,6 +15,7 @@ function h(tag, attrs, ...children) {
     if (v === null || v === undefined || v === false) continue;
     if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
     else if (k === "text") el.textContent = v;
+    else if (k === "style") el.style.cssText = v;  // CSSOM: allowed by the page's CSP, an attribute is not
     else el.setAttribute(k, v === true ? "" : v);
   }
   for (const c of children.flat()) {
