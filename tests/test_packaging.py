@@ -95,12 +95,17 @@ class ArchiveTests(unittest.SynchronousTestCase):
         self.assertIn("kafkatw/__main__.py", names)
         self.assertIn("kafkatw/plugins/transports.py", names)
         self.assertEqual([n for n in names if "__pycache__" in n or n.endswith("dropin.cache")], [])
+        # the web console's page is package data: served from the install, no build step
+        self.assertEqual(sorted(n for n in names if n.startswith("kafkatw/console/static/")),
+                         ["kafkatw/console/static/console.css", "kafkatw/console/static/console.js",
+                          "kafkatw/console/static/index.html"])
 
     def test_sdist_carries_the_drop_in(self):
         with tarfile.open(dists().sdist) as t:
             names = [n.split("/", 1)[1] for n in t.getnames() if "/" in n]
         self.assertEqual([n for n in names if n.startswith("twisted/")], ["twisted/plugins", DROP_IN])
         self.assertIn("kafkatw/__main__.py", names)
+        self.assertIn("kafkatw/console/static/console.js", names)
         for extra in ("etc/server.properties", "etc/kafkatw.service", "etc/grafana-dashboard.json",
                       "docs/operations.md"):
             self.assertIn(extra, names)
