@@ -177,3 +177,24 @@ class ConsoleActionTests(KafkaBrokerMixin, unittest.TestCase):
         self.assertEqual([r["offset"] for r in doc["records"]], [18, 19])
         self.assertEqual(http(self.port, "api/messages/%s?partition=0&maxBytes=99" % name)[:2],
                          (400, {"error": "maxBytes must be within 1024..1048576"}))
+
+    def test_overview(self):
+        name = self.topic(partitions=3)
+        status, doc, _ = http(self.port, "api/overview")
+        self.assertEqual(status, 200)
+        self.assertEqual(doc["brokers"], [{"id": 1, "host": "127.0.0.1", "port": self.broker.port, "rack": None}])
+        self.assertEqual(doc["controllerId"], 1)
+        self.assertEqual(doc["listeners"], [{"name": "PLAINTEXT", "securityProtocol": "PLAINTEXT",
+                                             "host": "127.0.0.1", "port": self.broker.port}])
+        topics = http(self.port, "api/topics")[1]["topics"]
+        self.assertIn(name, [t["name"] for t in topics])
+        self.assertEqual((doc["topics"], doc["partitions"], doc["underReplicated"], doc["offline"]),
+                         (len(topics), sum(t["partitions"] for t in topics), 0, 0))
+        (log_dir,) = doc["logDirs"]
+        self.assertEqual((log_dir["path"], log_dir["partitions"], log_dir["offline"]),
+                         (self.broker.data_dir, doc["partitions"], False))
+        self.assertEqual(log_dir["sizeBytes"], sum(t["sizeBytes"] for t in topics))
+        self.assertGreater(log_dir["totalBytes"], log_dir["usableBytes"])
+        # search is a case-insensitive substring
+        found = http(self.port, "api/topics?search=" + name.upper())[1]["topics"]
+        self.assertEqual([(t["name"], t["partitions"], t["records"]) for t in found], [(name, 3, N)])

@@ -176,9 +176,10 @@ async function viewOverview() {
   const dirs = o.logDirs.map(d => h("tr", {},
     h("td", {}, d.path, d.offline ? h("span", {class: "badge bad"}, " offline") : null),
     h("td", {class: "num"}, fmtNum(d.partitions)), h("td", {class: "num"}, fmtBytes(d.sizeBytes)),
-    h("td", {}, h("span", {class: "bar"}, h("span", {style: "width:" +
-      (d.totalBytes > 0 ? (100 * (d.totalBytes - d.usableBytes) / d.totalBytes).toFixed(1) : 0) + "%"})),
-      " ", fmtBytes(d.totalBytes - d.usableBytes), " of ", fmtBytes(d.totalBytes), " used")));
+    h("td", {}, d.totalBytes < 0 ? h("span", {class: "muted"}, "unknown") : [
+      h("span", {class: "bar"}, h("span", {style: "width:" +
+        (d.totalBytes > 0 ? (100 * (d.totalBytes - d.usableBytes) / d.totalBytes).toFixed(1) : 0) + "%"})),
+      " ", fmtBytes(d.totalBytes - d.usableBytes), " of ", fmtBytes(d.totalBytes), " used"])));
   return [
     h("h1", {}, "Cluster ", h("span", {class: "muted"}, o.clusterId || "")),
     h("div", {class: "cards"},
