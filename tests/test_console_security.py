@@ -15,6 +15,7 @@ from twisted.trial import unittest
 
 from kafkatw.testing import BrokerStartError, KafkaBroker, KafkaBrokerMixin
 from tests import browser as browser_support
+from tests.support import poll_until
 from tests.test_e2e_authz import AUTHZ, USERS, acl, conf
 
 VISIBLE, SECRET = "console-visible", "console-secret"
@@ -134,6 +135,21 @@ class ConsoleAuthorizationTests(KafkaBrokerMixin, unittest.TestCase):
         self.assertIn("TOPIC_AUTHORIZATION_FAILED", doc["error"])
         self.assertEqual([t["name"] for t in http(self.port, "api/topics", "alice")[1]["topics"]], [VISIBLE])
 
+    def test_groups_without_describe_are_not_shown(self):
+        from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+        c = Consumer(conf(self.broker, "admin", **{"group.id": "console-admins"}))
+        try:
+            poll_until(lambda: _committed(c, [TopicPartition(VISIBLE, 0, 1)], KafkaException), timeout=30,
+                       message="the admin's commit")
+        finally:
+            c.close()
+        admin_groups = http(self.port, "api/groups", "admin")[1]["groups"]
+        self.assertIn(("console-admins", 0), [(g["groupId"], g["lag"]) for g in admin_groups])  # 1 of 1 read
+        self.assertEqual(http(self.port, "api/groups", "alice")[1], {"groups": []})
+        self.assertEqual(http(self.port, "api/groups/console-admins", "alice")[1],
+                         {"groupId": "console-admins", "error": "GROUP_AUTHORIZATION_FAILED"})
+
     def test_in_a_browser_a_topic_without_describe_is_not_listed(self):
         browser_support.require()
         b = browser_support.Browser(credentials=("alice", USERS["alice"]))
@@ -143,6 +159,14 @@ class ConsoleAuthorizationTests(KafkaBrokerMixin, unittest.TestCase):
         names = [tr.get_attribute("data-topic") for tr in b.css("#topics-table tbody tr")]
         self.assertEqual(names, [VISIBLE])
         self.assertEqual(b.text("#principal"), "User:alice")
+
+
+def _committed(consumer, offsets, retriable):
+    try:
+        consumer.commit(offsets=offsets, asynchronous=False)
+    except retriable:  # the coordinator is still being found
+        return False
+    return True
 
 
 class ConsoleFailsClosedTests(unittest.TestCase):
