@@ -227,18 +227,24 @@ def committed_offsets(client, group_ids):
 
 
 @defer.inlineCallbacks
-def _lags(client, committed):
+def _lags(client, committed, ends=None):
     """{(topic, partition): (committed, end, lag)} of committed offsets against each
-    partition's end offset (ListOffsets LATEST: the high watermark)."""
-    by_topic = {}
-    for t, p in committed:
-        by_topic.setdefault(t, set()).add(p)
-    ends = yield list_offsets(client, by_topic, LATEST)
+    partition's end offset (ListOffsets LATEST: the high watermark); ``ends`` if already listed."""
+    if ends is None:
+        ends = yield _ends(client, committed)
     out = {}
     for tp, offset in committed.items():
         end = ends.get(tp, -1)
         out[tp] = (offset, end, max(0, end - offset) if end >= 0 else None)
     return out
+
+
+def _ends(client, partitions):
+    """One ListOffsets LATEST for every (topic, partition) of ``partitions``."""
+    by_topic = {}
+    for t, p in partitions:
+        by_topic.setdefault(t, set()).add(p)
+    return list_offsets(client, by_topic, LATEST)
 
 
 @defer.inlineCallbacks
@@ -251,10 +257,12 @@ def group_list(client, broker, history=None):
         resp = yield client.call(m.DescribeGroupsRequest(groups=ids, include_authorized_operations=False), 5)
         described = {g.group_id: g for g in resp.groups}
     committed = yield committed_offsets(client, ids)
+    # one ListOffsets for the partitions of every group
+    ends = yield _ends(client, {tp for offsets, _ in committed.values() for tp in offsets})
     rows = []
     for gid in ids:
         offsets, error = committed.get(gid, ({}, None))
-        lags = yield _lags(client, offsets)
+        lags = yield _lags(client, offsets, ends)
         total = sum(lag for _, _, lag in lags.values() if lag is not None)
         g = described.get(gid)
         rows.append({"groupId": gid, "state": g.group_state if g is not None else "",
