@@ -3,9 +3,10 @@
 A broker (``kafkatw.testing``, ``kafkatw.reactor.stall.probe.ms=5``) with ``--topics`` topics of
 ``--partitions-per-topic`` partitions, a record in each partition, and ``--groups`` consumer
 groups committing to a topic each; then each console API is asked ``--rounds`` times over HTTP,
-1.1 s apart (past the console's one-second read cache), and the median and the largest time
-are printed, with the longest reactor stall the broker logged meanwhile. A broker keeps about
-three descriptors a partition, so the descriptor limit (``ulimit -n``) bounds the total.
+every page once a round, rounds 1.1 s apart (past the console's one-second read cache), and
+the median and the largest time of each page are printed, with the longest reactor stall the
+broker logged meanwhile. A broker keeps about three descriptors a partition, so the descriptor
+limit (``ulimit -n``) bounds the total.
 
     .venv/bin/python -m bench.console_pages --topics 60 --partitions-per-topic 100
     .venv/bin/python -m bench.console_pages --topics 1 --partitions-per-topic 6000
@@ -82,18 +83,22 @@ def main():
         names = populate(broker, a.topics, a.partitions_per_topic, a.groups)
         pages = ["overview", "topics", "topics?search=%s" % names[-1][:4], "topics/" + names[0], "groups",
                  "groups/g000", "messages/%s?partition=0" % names[0]]
+        time.sleep(5)  # what the population left behind (group loads, checkpoints) settles
         with open(broker.log_path, encoding="utf-8", errors="replace") as f:
             since = len(f.readlines())
         print("%d topics x %d partitions = %d partitions, %d groups"
               % (a.topics, a.partitions_per_topic, a.topics * a.partitions_per_topic, a.groups))
         print("%-28s %10s %10s %10s" % ("page", "median ms", "max ms", "bytes"))
+        times = {page: [] for page in pages}
+        sizes = {}
+        for _ in range(a.rounds):  # every page once a round, rounds 1.1 s apart (past the read cache)
+            for page in pages:
+                ms, sizes[page] = timed(broker.console_port, page)
+                times[page].append(ms)
+            time.sleep(1.1)
         for page in pages:
-            times = []
-            for _ in range(a.rounds):
-                ms, size = timed(broker.console_port, page)
-                times.append(ms)
-                time.sleep(1.1)
-            print("%-28s %10.1f %10.1f %10d" % (page[:28], statistics.median(times), max(times), size))
+            print("%-28s %10.1f %10.1f %10d" % (page[:28], statistics.median(times[page]), max(times[page]),
+                                                sizes[page]))
         found = stalls(broker.log_path, since)
         print("reactor stalls >= 5 ms while the pages were read: %d, longest %s ms"
               % (len(found), max(found) if found else "-"))

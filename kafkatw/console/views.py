@@ -257,8 +257,15 @@ def group_list(client, broker, history=None):
         resp = yield client.call(m.DescribeGroupsRequest(groups=ids, include_authorized_operations=False), 5)
         described = {g.group_id: g for g in resp.groups}
     committed = yield committed_offsets(client, ids)
-    # one ListOffsets for the partitions of every group
-    ends = yield _ends(client, {tp for offsets, _ in committed.values() for tp in offsets})
+    # the high watermarks of the partitions OffsetFetch returned (so the principal may describe
+    # them) read from their logs, as the metrics exporter's lag is: a ListOffsets request for
+    # every committed partition of every group would build an object each
+    ends = {}
+    for offsets, _ in committed.values():
+        for tp in offsets:
+            if tp not in ends:
+                lg = _log_of(broker, tp[0], tp[1])
+                ends[tp] = lg.high_watermark if lg is not None and not lg.is_offline else -1
     rows = []
     for gid in ids:
         offsets, error = committed.get(gid, ({}, None))
