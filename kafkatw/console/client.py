@@ -11,7 +11,7 @@ import itertools
 from twisted.internet import defer
 
 from kafkatw.network.request import Request, RequestContext
-from kafkatw.protocol.errors import KafkaError, error_name
+from kafkatw.protocol.errors import error_name
 from kafkatw.security.authorizer import ALLOWED, Action, AuthorizableRequestContext, ResourcePattern
 
 CLIENT_ID = "kafkatw-console"
@@ -74,12 +74,6 @@ class InProcessClient:
         actions = [Action(operation, ResourcePattern(resource_type, n), 1, True, False) for n in names]
         d = defer.maybeDeferred(authorizer.authorize, context, actions)
         return d.addCallback(lambda results: [n for n, r in zip(names, results) if r == ALLOWED])
-
-
-def check(code, what, message=None):
-    """Raise :class:`KafkaError` for a non-zero ``code``, naming ``what``."""
-    if code:
-        raise KafkaError(code, "%s: %s" % (what, message) if message else what)
 
 
 def describe_error(code, message=None):

@@ -13,7 +13,6 @@ from twisted.internet import defer
 
 from kafkatw import __version__
 from kafkatw.console.client import describe_error
-from kafkatw.protocol import errors
 from kafkatw.protocol import messages as m
 from kafkatw.protocol.uuids import uuid_to_base64
 from kafkatw.security.authorizer import CLUSTER_NAME, AclOperation, ResourceType
