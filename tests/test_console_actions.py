@@ -5,6 +5,7 @@ answered with one line; the message browser bounded in bytes.
 """
 
 import json
+import time
 
 from twisted.trial import unittest
 
@@ -13,7 +14,9 @@ from tests.support import poll_until, unique_name
 from tests.test_console_security import http
 
 N = 10
-BASE_TS = 1_600_000_000_000
+# records are 1 s apart from here: an hour ago, well inside the default retention (a timestamp
+# older than retention.ms would let a retention check delete the records mid-test)
+BASE_TS = (int(time.time()) - 3600) * 1000
 
 
 class ConsoleActionTests(KafkaBrokerMixin, unittest.TestCase):

@@ -10,6 +10,7 @@ it needs); skipped where Debian's chromium and chromium-driver are missing.
 import atexit
 import json
 import re
+import time
 
 from twisted.trial import unittest
 
@@ -18,7 +19,9 @@ from tests import browser as browser_support
 
 TOPIC = "console-orders"
 GROUP = "console-readers"
-BASE_TS = 1_700_000_000_000  # records of partition 1 are 1 s apart from here
+# records are 1 s apart from here: an hour ago, well inside the default retention (a timestamp
+# older than retention.ms would let a retention check delete the records mid-test)
+BASE_TS = (int(time.time()) - 3600) * 1000
 P0, P1 = 12, 8
 
 _browser = []
@@ -98,7 +101,7 @@ class ConsoleBrowserTests(KafkaBrokerMixin, unittest.TestCase):
     def test_1_create_topic_produce_and_see_count(self):
         self.go("/topics")
         self.b.css("#create-topic")[0].click()
-        confirm, toast = self.submit_dialog(topic=TOPIC, partitions=2, configs="retention.ms=86400000")
+        confirm, toast = self.submit_dialog(topic=TOPIC, partitions=2, configs="max.message.bytes=2000000")
         self.assertEqual(confirm, "Create topic %s with 2 partition(s), replication factor 1?" % TOPIC)
         self.assertEqual(toast, "created topic %s with 2 partitions" % TOPIC)
         row = '#topics-table tr[data-topic="%s"]' % TOPIC
@@ -112,8 +115,8 @@ class ConsoleBrowserTests(KafkaBrokerMixin, unittest.TestCase):
                                                                .get_attribute("data-end"))
                 for tr in self.b.css("#partitions-table tbody tr")}
         self.assertEqual(ends, {0: P0, 1: P1})
-        override = self.b.css('#configs-table tr[data-config="retention.ms"]')[0].text
-        self.assertIn("86400000", override)
+        override = self.b.css('#configs-table tr[data-config="max.message.bytes"]')[0].text
+        self.assertIn("2000000", override)
         self.assertIn("topic", override)  # set on the topic, not a default
         self.assertIn("default", self.b.css('#configs-table tr[data-config="cleanup.policy"]')[0].text)
 
