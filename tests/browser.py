@@ -75,6 +75,18 @@ class Browser:
     def open(self, url):
         self.driver.get(url)
 
+    def rendered(self):
+        """The console page's render count (``main[data-rendered]``), None before the first."""
+        found = self.css("main")
+        return found[0].get_attribute("data-rendered") if found else None
+
+    def visit(self, url, timeout=20.0):
+        """Open ``url`` and wait for the console's next render: a hash change keeps the
+        document, so the count must move past the one before."""
+        before = self.rendered()
+        self.open(url)
+        self.wait_for(lambda: self.rendered() not in (None, before), timeout, what="the render of " + url)
+
     def css(self, selector):
         from selenium.webdriver.common.by import By
 

@@ -69,14 +69,12 @@ def main(argv=None):
                 consumer.commit()
                 time.sleep(1.5)
             for name, fragment in PAGES:
-                browser.open(url + fragment)
-                browser.wait_for(lambda: browser.css("main[data-rendered]"), what=name)
+                browser.visit(url + fragment)
                 time.sleep(0.3)  # fonts and layout settle
                 path = os.path.join(out, name + ".png")
                 browser.screenshot(path)
                 print("wrote", path)
-            browser.open(url + "/topics")
-            browser.wait_for(lambda: browser.css("main[data-rendered]"), what="topics")
+            browser.visit(url + "/topics")
             browser.css("#create-topic")[0].click()
             for field, value in (("topic", "invoices"), ("partitions", "6"), ("configs", "retention.ms=604800000")):
                 element = browser.css("#f-" + field)[0]

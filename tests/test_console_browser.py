@@ -46,8 +46,7 @@ class ConsoleBrowserTests(KafkaBrokerMixin, unittest.TestCase):
 
     # -- helpers ------------------------------------------------------------------------------
     def go(self, fragment):
-        self.b.open(self.url + "#" + fragment)
-        self.b.wait_for(lambda: self.b.css("main[data-rendered]"), what="the first render of " + fragment)
+        self.b.visit(self.url + "#" + fragment)
 
     def cell(self, selector, attribute):
         found = self.b.css(selector)

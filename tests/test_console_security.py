@@ -154,8 +154,7 @@ class ConsoleAuthorizationTests(KafkaBrokerMixin, unittest.TestCase):
         browser_support.require()
         b = browser_support.Browser(credentials=("alice", USERS["alice"]))
         self.addCleanup(b.quit)
-        b.open("http://127.0.0.1:%d/#/topics" % self.port)
-        b.wait_for(lambda: b.css("main[data-rendered]"), what="the topic list")
+        b.visit("http://127.0.0.1:%d/#/topics" % self.port)
         names = [tr.get_attribute("data-topic") for tr in b.css("#topics-table tbody tr")]
         self.assertEqual(names, [VISIBLE])
         self.assertEqual(b.text("#principal"), "User:alice")
