@@ -177,6 +177,20 @@ class MetadataService(_BrokerPart):
         b.dynamic_config.add_reconfigurable(threads)
 
 
+def open_file_limit():
+    """Raise the soft RLIMIT_NOFILE to the hard limit (Kafka's start scripts leave it to the
+    operator; a broker of many partitions needs it), size storage's descriptor cache from it
+    and say both."""
+    from kafkatw.storage import descriptors
+
+    before, soft, hard = descriptors.raise_open_file_limit()
+    capacity = descriptors.capacity_for_limit(soft)
+    descriptors.cache.configure(capacity)
+    log.info("open file limit {soft} (soft limit was {before}, hard limit {hard}); log segments and "
+             "indexes keep at most {capacity} descriptors open", before=before, soft=soft,
+             hard=hard, capacity=capacity)
+
+
 class LogManagerService(_BrokerPart):
     """The logs: recovery at start, then the scheduler (retention, flush, checkpoints, cleaner);
     at stop flush, checkpoints and the clean-shutdown marker."""
@@ -189,6 +203,7 @@ class LogManagerService(_BrokerPart):
         from kafkatw.storage import LogManager
 
         b = self.broker
+        open_file_limit()
         b.log_manager = LogManager(b.config.log_dirs, b.config.values(), b.reactor, b.threadpool)
         b.log_manager.load_logs()  # one summary line per log dir; segment detail at debug
         b.log_manager.on_all_dirs_offline = b.all_log_dirs_failed

@@ -10,6 +10,7 @@ loop (asyncio, threads, Twisted's trial reactor) and makes ``kill()`` a real SIG
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -269,14 +270,18 @@ class KafkaBroker:
         users in each SASL listener's JAAS config, SCRAM credentials written into the data folder
         before the first start (as ``kafka-storage format --add-scram`` does).
     :param sasl_mechanisms: the ``sasl.enabled.mechanisms`` of SASL listeners.
+    :param open_file_limit: run the broker with this RLIMIT_NOFILE (soft and hard), as under
+        ``ulimit -n``; implies no fork server.
     """
 
     def __init__(self, overrides=None, num_partitions=None, data_dir=None, keep_data=False,
                  host="127.0.0.1", start_timeout=30.0, config_file=None, listeners=("PLAINTEXT",),
                  topics=(), log_path=None, request_log=False, fork_server=True, sasl_users=None,
-                 sasl_mechanisms=("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")):
+                 sasl_mechanisms=("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"), open_file_limit=None):
         self.overrides = dict(overrides or {})
-        self.fork_server = fork_server and os.environ.get("KAFKATW_TESTING_FORK_SERVER", "1") != "0"
+        self.open_file_limit = open_file_limit
+        self.fork_server = (fork_server and open_file_limit is None
+                            and os.environ.get("KAFKATW_TESTING_FORK_SERVER", "1") != "0")
         if num_partitions is not None:
             self.overrides["num.partitions"] = num_partitions
         self._own_dir = data_dir is None
@@ -475,11 +480,21 @@ class KafkaBroker:
                                    os.path.join(self.work_dir, "exit-status"))
             if process is not None:
                 return process
+        preexec = None
+        if self.open_file_limit is not None:
+            limit = self.open_file_limit
+
+            def preexec():
+                resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
         with open(self.stderr_path, "wb") as stderr:
             return subprocess.Popen(
                 self.command(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                stderr=stderr, cwd=self.work_dir,
+                stderr=stderr, cwd=self.work_dir, preexec_fn=preexec,
             )
+
+    def open_descriptors(self):
+        """How many descriptors the running broker process holds now (``/proc/PID/fd``)."""
+        return len(os.listdir("/proc/%d/fd" % self.process.pid))
 
     def start(self):
         """Start the broker (again, on the same data and ports) and wait until it answers."""

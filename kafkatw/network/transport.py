@@ -26,7 +26,9 @@ from twisted.internet.interfaces import IPullProducer, IPushProducer
 from twisted.logger import Logger
 from zope.interface import Attribute, Interface, implementer
 
-from kafkatw.protocol.parts import FileRegion
+from kafkatw.protocol.parts import FileRegion, region_done
+
+_RESOURCE_ERRNOS = (errno.EMFILE, errno.ENFILE, errno.ENOMEM)
 
 CHUNK_SIZE = 256 * 1024
 _IPPROTO_TCP = socket.IPPROTO_TCP
@@ -282,6 +284,7 @@ class PlaintextSender(_Sender):
                 return False
         self.index += 1
         self.region_sent = 0
+        region_done(region)
         return True
 
     def _fail_region(self, region, err):
@@ -289,8 +292,10 @@ class PlaintextSender(_Sender):
         disk_error = False
         try:
             os.pread(region.file.fileno(), 1, region.position + self.region_sent)
-        except OSError:
-            disk_error = True
+        except OSError as e:
+            # no descriptor to be had (a lazy region's open): the process, not the disk
+            disk_error = e.errno not in _RESOURCE_ERRNOS
+        region_done(region)
         self.log.warn("sendfile failed: {err} (disk_error={disk})", err=err, disk=disk_error)
         self._finished = True
         self.done.errback(TransferError(str(err), disk_error=disk_error, region=region))
@@ -327,12 +332,15 @@ class ChunkedSender(_Sender):
                     chunk = os.pread(part.file.fileno(), min(self.chunk_size, remaining),
                                      part.position + self.region_sent)
                 except OSError as e:
+                    region_done(part)
                     self._finished = True
                     self.transport.unregisterProducer()
-                    self.done.errback(TransferError(str(e), disk_error=True, region=part))
+                    self.done.errback(TransferError(str(e), disk_error=e.errno not in _RESOURCE_ERRNOS,
+                                                    region=part))
                     self.transport.loseConnection()
                     return
                 if not chunk:
+                    region_done(part)
                     self._finished = True
                     self.transport.unregisterProducer()
                     # Truncated under us (as Kafka's "truncated during write"): not a disk error.
@@ -345,6 +353,7 @@ class ChunkedSender(_Sender):
                 if self.region_sent == part.count:
                     self.index += 1
                     self.region_sent = 0
+                    region_done(part)
                 if self._bulk is not None:
                     self._bulk.write_bulk(chunk)
                 else:

@@ -12,8 +12,8 @@ import attr
 class FileRegion:
     """``count`` bytes of an open file starting at ``position``.
 
-    ``file`` is an object with ``fileno()`` (the segment's open file); holding a
-    reference keeps the descriptor alive even if retention unlinks the segment.
+    ``file`` is an object with ``fileno()``: an open file, or a :class:`LazyFile` whose
+    descriptor is opened when the region's turn to be sent comes.
     """
 
     file = attr.ib()
@@ -28,6 +28,28 @@ class FileRegion:
         import os
 
         return os.pread(self.file.fileno(), self.count, self.position)
+
+
+class LazyFile:
+    """The file of a FileRegion whose descriptor is opened by the first ``fileno()`` and kept
+    until ``release()``: storage keeps a bounded number of descriptors open, so a response
+    naming many segments must not hold them all at once. A transport calls
+    :func:`region_done` once it has sent (or given up on) a region."""
+
+    __slots__ = ()
+
+    def fileno(self):
+        raise NotImplementedError
+
+    def release(self):
+        pass
+
+
+def region_done(region):
+    """The transport is done with ``region``: a lazy file may close its descriptor."""
+    f = region.file
+    if isinstance(f, LazyFile):
+        f.release()
 
 
 def parts_size(parts):

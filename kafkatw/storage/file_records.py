@@ -6,33 +6,95 @@ An offset search starts from the last batch it found when that batch is at or be
 target: a caught-up consumer asks for the offset after the one it read last, and the sparse
 index (one entry per ``index.interval.bytes``) would otherwise make every such read scan all
 the small batches since the last index entry, one ``pread`` each.
+
+The descriptor is opened on first use and kept in the process's descriptor cache
+(``descriptors.cache``), which may drop it when others are used more recently; a slice's
+FileRegion takes a descriptor only when the transport sends it, and holds it until sent.
 """
 
 import os
 
 from kafkatw.protocol import records
-from kafkatw.protocol.parts import FileRegion
+from kafkatw.protocol.parts import FileRegion, LazyFile
+
+from . import descriptors
 
 _HDR = records.BATCH_HEADER_SIZE
+
+
+class _RegionFile(LazyFile):
+    """A slice's file: the descriptor is taken from the cache when the transport starts
+    sending the slice and held (open even if the cache drops it) until it is released."""
+
+    __slots__ = ("_records", "_desc")
+
+    def __init__(self, file_records):
+        self._records = file_records
+        self._desc = None
+
+    def fileno(self):
+        desc = self._desc
+        if desc is None:
+            desc = self._desc = self._records._descriptor()
+        return desc.fd
+
+    def release(self):
+        self._desc = None
+
+    @property
+    def name(self):
+        """The segment file's path (a transfer failure names the log dir by it)."""
+        return self._records.path
 
 
 class FileRecords:
     def __init__(self, path, preallocate_size=0):
         self.path = path
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        self._file = os.fdopen(fd, "r+b", buffering=0)
-        self._size = os.fstat(fd).st_size
+        self._desc = None
+        self._closed = False
+        try:
+            self._size = os.stat(path).st_size
+        except FileNotFoundError:
+            # Created now and closed: its descriptor is opened by the first append.
+            os.close(descriptors.cache.open_retrying(
+                lambda: os.open(path, os.O_RDWR | os.O_CREAT, 0o644)))
+            self._size = 0
         #: (position, base offset) of the batch the last offset search found: a true fact
         #: about the file until it is truncated at or below that position.
         self._search_hint = (-1, 0)
 
+    def _descriptor(self):
+        """The open descriptor (opened now if the cache dropped it); hold the returned object
+        while using its ``fd``."""
+        desc = self._desc
+        cache = descriptors.cache
+        if desc is None:
+            if self._closed:
+                raise ValueError("%s is closed" % (self.path,))
+            desc = descriptors.Descriptor(cache.open_retrying(
+                lambda: os.open(self.path, os.O_RDWR)))
+            self._desc = desc
+            cache.opened(self)
+        else:
+            cache.touch(self)
+        return desc
+
+    def _drop_handle(self):
+        self._desc = None
+
+    @property
+    def is_open(self):
+        """Whether a descriptor is held now (the cache may drop it at any time)."""
+        return self._desc is not None
+
     @property
     def file(self):
-        return self._file
+        """An object with ``fileno()`` that keeps the descriptor open while referenced."""
+        return self._descriptor()
 
     @property
     def fd(self):
-        return self._file.fileno()
+        return self._descriptor().fd
 
     def size_in_bytes(self):
         return self._size
@@ -44,7 +106,8 @@ class FileRecords:
         view = memoryview(buf)
         total = len(view)
         written = 0
-        fd = self.fd
+        desc = self._descriptor()
+        fd = desc.fd
         while written < total:
             n = os.pwrite(fd, view[written:] if written else view, self._size + written)
             if n <= 0:
@@ -54,7 +117,8 @@ class FileRecords:
         return total
 
     def flush(self):
-        os.fsync(self.fd)
+        desc = self._descriptor()
+        os.fsync(desc.fd)
 
     def truncate_to(self, size):
         """Cut the file to ``size`` bytes; returns the bytes removed."""
@@ -63,8 +127,8 @@ class FileRecords:
         removed = self._size - size
         if self._search_hint[0] >= size:
             self._search_hint = (-1, 0)
-        if removed or os.fstat(self.fd).st_size != size:
-            os.ftruncate(self.fd, size)
+        if removed or os.stat(self.path).st_size != size:
+            os.truncate(self.path, size)
         self._size = size
         return removed
 
@@ -72,8 +136,10 @@ class FileRecords:
         self.truncate_to(self._size)
 
     def close(self):
-        if not self._file.closed:
-            self._file.close()
+        """Forget the descriptor (it closes once no FileRegion holds it); later use raises."""
+        self._closed = True
+        self._desc = None
+        descriptors.cache.closed(self)
 
     def rename_to(self, path):
         os.rename(self.path, path)
@@ -86,17 +152,19 @@ class FileRecords:
         if position < 0 or position > self._size:
             raise ValueError("slice position %d outside [0, %d]" % (position, self._size))
         available = min(size, self._size - position)
-        return FileRegion(self._file, position, max(0, available))
+        return FileRegion(_RegionFile(self), position, max(0, available))
 
     def read(self, position, size):
-        return os.pread(self.fd, size, position)
+        desc = self._descriptor()
+        return os.pread(desc.fd, size, position)
 
     def read_header(self, position, end=None):
         """The batch header at ``position``, or None if no complete batch starts there."""
         end = self._size if end is None else end
         if position + _HDR > end:
             return None
-        raw = os.pread(self.fd, _HDR, position)
+        desc = self._descriptor()
+        raw = os.pread(desc.fd, _HDR, position)
         if len(raw) < _HDR:
             return None
         header = records.read_batch_header(raw)

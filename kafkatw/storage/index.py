@@ -1,12 +1,19 @@
 """Sparse per-segment indexes: OffsetIndex (relative offset -> file position) and TimeIndex
-(timestamp -> relative offset), fixed-width big-endian entries in a preallocated, memory-mapped
-file, binary-searched, trimmed to their valid size when the segment stops being active.
+(timestamp -> relative offset), fixed-width big-endian entries in a memory-mapped file,
+binary-searched, trimmed to their valid size when the segment stops being active.
 They never read the log file; translating an index hit to an exact batch is the segment's job.
+
+An index is mapped on first use and its own descriptor closed at once (the mapping is what
+the process's descriptor cache counts: CPython's mmap keeps a duplicate descriptor); the cache
+may drop the mapping when others are used more recently, and the next use maps it again.
+What the file holds (entries, length) is remembered, so a dropped index is not read again.
 """
 
 import mmap
 import os
 import struct
+
+from . import descriptors
 
 _OFFSET_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
@@ -21,7 +28,7 @@ class CorruptIndexError(Exception):
 
 
 class _Index:
-    """Common machinery: lazy open, mmap, resize, trim, truncate, binary search."""
+    """Common machinery: lazy state and mapping, resize, trim, truncate, binary search."""
 
     ENTRY = None  # struct.Struct
 
@@ -30,10 +37,11 @@ class _Index:
         self.base_offset = base_offset
         size = self.ENTRY.size
         self._max_size = max(size, max_index_size - max_index_size % size)
-        self._fd = None
+        self._known = False  # _entries, _length and _allocated describe the file
         self._mmap = None
-        self._length = 0  # bytes of the mapping
+        self._length = 0  # bytes of the file (and of the mapping when mapped)
         self._entries = 0
+        self._dirty = False  # written since the last flush
         # Bytes from the start backed by filesystem blocks. The file is preallocated sparse;
         # a store through the mapping into a hole on a full filesystem is SIGBUS (the process
         # dies), so a page is written with pwrite (ENOSPC is then an OSError) before an entry
@@ -42,62 +50,95 @@ class _Index:
 
     # -- lifecycle ----------------------------------------------------------------------
 
-    def _ensure_open(self):
-        if self._fd is None:
-            self._open()
-
-    def _open(self):
-        size = self.ENTRY.size
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+    def _with_fd(self, fn, create=False):
+        """``fn(fd)`` on a descriptor of the file opened for this call only."""
+        flags = os.O_RDWR | (os.O_CREAT if create else 0)
+        fd = descriptors.cache.open_retrying(lambda: os.open(self.path, flags, 0o644))
         try:
-            file_size = os.fstat(fd).st_size
-            existing = file_size - file_size % size
-            length = max(existing, self._max_size)
-            if file_size != length:
-                os.ftruncate(fd, length)
-            if existing == 0 and length:
-                # Allocate the first page now: a first write through the mapping to a sparse
-                # page faults into the filesystem's block allocation, measured at 3-10 ms,
-                # which would stall the produce that writes the segment's first index entry.
-                os.pwrite(fd, bytes(min(length, mmap.PAGESIZE)), 0)
-                self._allocated = min(length, mmap.PAGESIZE)
-            else:
-                self._allocated = -(-existing // mmap.PAGESIZE) * mmap.PAGESIZE
-            self._fd = fd
-            self._map(length)
-            self._entries = self._count_entries(existing // size)
-        except Exception:
+            return fn(fd)
+        finally:
             os.close(fd)
-            self._fd = None
-            raise
 
-    def _map(self, length):
-        if self._mmap is not None:
-            self._mmap.close()
-            self._mmap = None
-        self._length = length
-        if length:
-            self._mmap = mmap.mmap(self._fd, length)
+    def _load_state(self):
+        """Learn entries and length from the file (mapping it only after an unclean stop,
+        when a preallocated tail of zeros must be searched)."""
+        size = self.ENTRY.size
+        try:
+            file_size = os.stat(self.path).st_size
+        except FileNotFoundError:
+            # created empty on first use, as a segment with records has both index files
+            self._with_fd(lambda fd: None, create=True)
+            file_size = 0
+        existing = file_size - file_size % size
+        if existing != file_size:
+            os.truncate(self.path, existing)
+        self._length = existing
+        self._allocated = -(-existing // mmap.PAGESIZE) * mmap.PAGESIZE
+        self._entries = existing // size
+        if existing:
+            last = self._with_fd(lambda fd: os.pread(fd, size, existing - size))
+            if last == b"\0" * size:
+                self._known = True
+                self._map()
+                self._entries = self._count_entries(existing // size)
+        self._known = True
+
+    def _ensure_open(self):
+        """The mapping (None while the file is empty); mapped now if the cache dropped it.
+        Hold the returned object while using it."""
+        if not self._known:
+            self._load_state()
+        m = self._mmap
+        if m is None:
+            if self._length:
+                m = self._map()
+        else:
+            descriptors.cache.touch(self)
+        return m
+
+    def _map(self):
+        m = self._with_fd(lambda fd: mmap.mmap(fd, self._length))
+        self._mmap = m
+        descriptors.cache.opened(self)
+        return m
+
+    def _drop_handle(self):
+        # the cache's eviction: forget, never close (a user may hold it; CPython unmaps it and
+        # closes its duplicate descriptor when the last reference goes)
+        self._mmap = None
+
+    def _unmap(self):
+        m, self._mmap = self._mmap, None
+        descriptors.cache.closed(self)
+        if m is not None:
+            try:
+                m.close()
+            except (BufferError, ValueError):
+                pass
+
+    @property
+    def is_mapped(self):
+        return self._mmap is not None
 
     def _count_entries(self, n):
         """Entries are written in order and the preallocated tail is zeros: find the first empty
         slot by binary search (an unclean stop leaves the file at full size)."""
+        m = self._mmap
+        size = self.ENTRY.size
+        empty = b"\0" * size
         lo, hi = 0, n
         while lo < hi:
             mid = (lo + hi) // 2
-            if self._is_empty(mid):
+            if m[mid * size:(mid + 1) * size] == empty:
                 hi = mid
             else:
                 lo = mid + 1
         return lo
 
-    def _is_empty(self, slot):
-        size = self.ENTRY.size
-        return self._mmap[slot * size:(slot + 1) * size] == b"\0" * size
-
     @property
     def entries(self):
-        self._ensure_open()
+        if not self._known:
+            self._load_state()
         return self._entries
 
     @property
@@ -107,8 +148,8 @@ class _Index:
     @property
     def is_full(self):
         # the active segment asks on every append: entries and max_entries inline
-        if self._fd is None:
-            self._open()
+        if not self._known:
+            self._load_state()
         return self._entries >= self._max_size // self.ENTRY.size
 
     @property
@@ -117,50 +158,57 @@ class _Index:
 
     def resize(self, new_size):
         """Change the file (and mapping) length; entries beyond it are dropped."""
-        self._ensure_open()
+        if not self._known:
+            self._load_state()
         size = self.ENTRY.size
         new_size = max(0, new_size - new_size % size)
-        if self._mmap is not None:
-            self._mmap.flush()
-            self._mmap.close()
-            self._mmap = None
-        os.ftruncate(self._fd, new_size)
+        if new_size == self._length and os.path.exists(self.path):
+            return
+        self._unmap()
+        if os.path.exists(self.path):
+            os.truncate(self.path, new_size)
+        else:
+            self._with_fd(lambda fd: os.ftruncate(fd, new_size), create=True)
         self._allocated = min(self._allocated, new_size)
-        self._map(new_size)
+        self._length = new_size
         self._entries = min(self._entries, new_size // size)
 
     def trim_to_valid_size(self):
         self.resize(self.entries * self.ENTRY.size)
 
     def reset_size_to_max(self):
-        self._ensure_open()
+        if not self._known:
+            self._load_state()
         if self._length != self._max_size:
             self.resize(self._max_size)
 
+    def ensure_writable(self):
+        """Map now, so an append that follows does not fail for want of a descriptor after
+        the log write it indexes (EMFILE surfaces before anything is written)."""
+        if not self._known:
+            self._load_state()
+        if self._length < self._max_size:
+            self.resize(self._max_size)
+        self._ensure_open()
+
     def flush(self):
-        if self._mmap is not None:
-            self._mmap.flush()
+        m = self._mmap
+        if m is not None:
+            m.flush()
+            self._dirty = False
+        elif self._dirty:
+            # written through a mapping dropped since: its pages are in the page cache
+            self._with_fd(os.fsync)
+            self._dirty = False
 
     def close(self):
-        if self._fd is not None:
+        if self._known:
             self.trim_to_valid_size()
-            if self._mmap is not None:
-                self._mmap.close()
-                self._mmap = None
-            os.close(self._fd)
-            self._fd = None
+        self._unmap()
 
     def close_handler(self):
         """Release without trimming (for a directory that went offline)."""
-        if self._fd is not None:
-            try:
-                if self._mmap is not None:
-                    self._mmap.close()
-                os.close(self._fd)
-            except (OSError, ValueError):
-                pass
-            self._mmap = None
-            self._fd = None
+        self._unmap()
 
     def delete_if_exists(self):
         self.close_handler()
@@ -182,7 +230,10 @@ class _Index:
     # -- entries ------------------------------------------------------------------------
 
     def _entry(self, slot):
-        return self.ENTRY.unpack_from(self._mmap, slot * self.ENTRY.size)
+        m = self._mmap
+        if m is None:
+            m = self._ensure_open()
+        return self.ENTRY.unpack_from(m, slot * self.ENTRY.size)
 
     def _append_raw(self, *fields):
         if self._entries >= self.max_entries:
@@ -194,17 +245,21 @@ class _Index:
         if end > self._allocated:
             # Nothing was stored beyond _allocated yet: zeros there lose no entry.
             upto = min(self._length, -(-end // mmap.PAGESIZE) * mmap.PAGESIZE)
-            os.pwrite(self._fd, bytes(upto - self._allocated), self._allocated)
+            start = self._allocated
+            self._with_fd(lambda fd: os.pwrite(fd, bytes(upto - start), start))
             self._allocated = upto
-        self.ENTRY.pack_into(self._mmap, pos, *fields)
+        m = self._ensure_open()
+        self.ENTRY.pack_into(m, pos, *fields)
         self._entries += 1
+        self._dirty = True
 
     def truncate_to_entries(self, n):
-        self._ensure_open()
+        m = self._ensure_open()
         if n < self._entries:
             size = self.ENTRY.size
-            self._mmap[n * size:self._entries * size] = b"\0" * ((self._entries - n) * size)
+            m[n * size:self._entries * size] = b"\0" * ((self._entries - n) * size)
             self._entries = n
+            self._dirty = True
 
     def _largest_lower_bound(self, key, key_index):
         """Slot of the largest entry whose field ``key_index`` is <= key, or -1."""
@@ -314,8 +369,8 @@ class TimeIndex(_Index):
     @property
     def is_full(self):
         # Kafka keeps one slot for the final entry written when the segment rolls.
-        if self._fd is None:
-            self._open()
+        if not self._known:
+            self._load_state()
         return self._entries >= self._max_size // self.ENTRY.size - 1
 
     def lookup(self, target_timestamp):

@@ -20,6 +20,7 @@ from kafkatw.protocol import errors
 from kafkatw.protocol.errors import KafkaError
 
 from . import checkpoint
+from .descriptors import is_resource_error
 from .config import LogConfig
 from .file_records import FileRecords
 from .interfaces import ILog
@@ -470,6 +471,12 @@ class UnifiedLog:
                              "Log dir of %s-%d is offline" % (self.topic, self.partition))
 
     def _io_failed(self, exc):
+        if is_resource_error(exc):
+            # out of descriptors or memory: this operation fails, the log stays online
+            if self._dir_failure_handler is not None:
+                self._dir_failure_handler(os.path.dirname(self.dir), exc)
+            return KafkaError(errors.KAFKA_STORAGE_ERROR, "%s-%d: %s (the log dir stays online)"
+                              % (self.topic, self.partition, exc))
         self._offline = True
         if self._deleted:
             return KafkaError(errors.KAFKA_STORAGE_ERROR, "log %s-%d was deleted" % (self.topic, self.partition))

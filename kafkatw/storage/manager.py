@@ -15,7 +15,7 @@ from kafkatw.crash_points import crash_point
 from kafkatw.protocol import errors
 from kafkatw.protocol.errors import KafkaError
 
-from . import checkpoint
+from . import checkpoint, descriptors
 from .config import LogConfig
 from .log import DELETE_DIR_SUFFIX, FUTURE_DIR_SUFFIX, UnifiedLog, parse_topic_partition
 
@@ -107,6 +107,15 @@ class LogManager:
         return os.path.dirname(lg.dir)
 
     def handle_dir_failure(self, directory, exc=None):
+        """An operation on ``directory`` failed with ``exc``: an I/O error takes the dir
+        offline; running out of descriptors or memory (EMFILE, ENFILE, ENOMEM) fails only the
+        operation, logged at increasing intervals, and the dir stays online."""
+        if descriptors.is_resource_error(exc):
+            self.task_failures["log dir operation (the dir stays online)"].failed(exc)
+            return
+        self._take_dir_offline(directory, exc)
+
+    def _take_dir_offline(self, directory, exc):
         directory = os.path.abspath(directory)
         if directory in self._offline_dirs:
             return
@@ -130,7 +139,7 @@ class LogManager:
             try:
                 self._load_dir(directory)
             except OSError as e:
-                self.handle_dir_failure(directory, e)
+                self._take_dir_offline(directory, e)  # a half-loaded dir is never served
         return self.recovery_summary
 
     def _load_dir(self, directory):
@@ -572,7 +581,7 @@ class LogManager:
                 lg.flush()
                 lg.close()
             except (KafkaError, OSError) as e:
-                self.handle_dir_failure(self._dir_of(lg), e)
+                self._take_dir_offline(self._dir_of(lg), e)  # no clean-shutdown marker there
         for d in self.online_dirs:
             offsets = self._offsets_by_dir
             try:
@@ -587,7 +596,7 @@ class LogManager:
                     f.flush()
                     os.fsync(f.fileno())
             except OSError as e:
-                self.handle_dir_failure(d, e)
+                self._take_dir_offline(d, e)
 
 
 def _rmtree(path):

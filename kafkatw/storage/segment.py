@@ -133,6 +133,11 @@ class LogSegment:
         physical = self.log.size_in_bytes()
         if physical == 0 and batches:
             self.rolling_based_timestamp = batches[0][3]
+        if self._bytes_since_last_index_entry + len(buf) > self.index_interval_bytes:
+            # an entry may follow the write: map the indexes first, so running out of
+            # descriptors fails the append before anything is written
+            self.offset_index.ensure_writable()
+            self.time_index.ensure_writable()
         self.log.append(buf)
         self._index_batches(physical, batches)
 
