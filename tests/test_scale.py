@@ -1,0 +1,114 @@
+"""A broker under a low ``ulimit -n`` (issue 21, scaled down for the suite; the 50,000
+partition runs are ``make bench-scale``): 600 partitions written and read back by
+confluent-kafka with 128 descriptors, across a clean restart and a kill -9; and running out
+of descriptors fails a CreateTopics while the log dir stays online and produce goes on."""
+
+import socket
+import time
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from twisted.trial import unittest
+
+from kafkatw.protocol import errors
+from kafkatw.protocol import messages as m
+from kafkatw.testing import KafkaBroker
+
+from .support import RawClient, api_versions_body, poll_until, produce
+
+LIMIT = 128
+TOPICS = 2
+PARTITIONS = 300
+
+
+def consume_all(broker, topics, partitions, timeout=60):
+    """{(topic, partition): [values]} read from offset 0 by a confluent-kafka consumer."""
+    c = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": "scale",
+                  "enable.auto.commit": False})
+    try:
+        c.assign([TopicPartition(t, p, 0) for t in topics for p in range(partitions)])
+        got = {}
+        count = 0
+        deadline = time.monotonic() + timeout
+        while count < len(topics) * partitions and time.monotonic() < deadline:
+            for msg in c.consume(1000, 0.5):
+                if msg.error():
+                    raise AssertionError(msg.error())
+                got.setdefault((msg.topic(), msg.partition()), []).append(msg.value())
+                count += 1
+        return got
+    finally:
+        c.close()
+
+
+def create_and_produce(broker, topics):
+    """Create ``topics`` and write one record to each partition (clients gone after)."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    for f in admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in topics],
+                                 operation_timeout=30).values():
+        f.result()
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 5})
+    for t in topics:
+        for p in range(PARTITIONS):
+            producer.produce(t, b"%s/%d" % (t.encode(), p), partition=p)
+    assert producer.flush(60) == 0
+
+
+class ManyPartitionsLowLimitTest(unittest.TestCase):
+    def test_six_hundred_partitions_with_128_descriptors(self):
+        broker = KafkaBroker(open_file_limit=LIMIT).start()
+        self.addCleanup(broker.close)
+        topics = ["scale-%d" % i for i in range(TOPICS)]
+        create_and_produce(broker, topics)
+        expected = {(t, p): [b"%s/%d" % (t.encode(), p)] for t in topics for p in range(PARTITIONS)}
+        self.assertEqual(consume_all(broker, topics, PARTITIONS), expected)
+        self.assertLess(broker.open_descriptors(), LIMIT)
+        broker.restart()  # clean
+        self.assertEqual(consume_all(broker, topics, PARTITIONS), expected)
+        self.assertLess(broker.open_descriptors(), LIMIT)
+        broker.kill()
+        broker.start()  # recovery after kill -9
+        self.assertEqual(consume_all(broker, topics, PARTITIONS), expected)
+        self.assertLess(broker.open_descriptors(), LIMIT)
+        with open(broker.log_path) as f:
+            self.assertIn("open file limit %d" % LIMIT, f.read())
+
+
+class OutOfDescriptorsTest(unittest.TestCase):
+    def create(self, client, name):
+        body = m.CreateTopicsRequest(topics=[m.CreateTopicsRequest.CreatableTopic(
+            name=name, num_partitions=3, replication_factor=1, assignments=[], configs=[])],
+            timeout_ms=10000, validate_only=False)
+        return client.request(19, 5, body).topics[0]
+
+    def log_dir_errors(self, client):
+        resp = client.request(35, 1, m.DescribeLogDirsRequest(topics=None))
+        return [(d.error_code, len(d.topics)) for d in resp.results]
+
+    def test_create_topic_fails_and_the_dir_stays_online(self):
+        broker = KafkaBroker(open_file_limit=LIMIT, topics=[("t", 1)]).start()
+        self.addCleanup(broker.close)
+        client = RawClient(broker, timeout=30)
+        self.addCleanup(client.close)
+        client.request(18, 3, api_versions_body())
+        self.assertEqual(produce(client, "t", 0, [b"before"]), 0)
+        # Connections the broker accepts until it has no descriptor left.
+        sockets = []
+        self.addCleanup(lambda: [s.close() for s in sockets])
+        for _ in range(LIMIT):
+            sockets.append(socket.create_connection((broker.host, broker.port)))
+        poll_until(lambda: broker.open_descriptors() >= LIMIT, timeout=20)
+
+        created = self.create(client, "one-more")
+        self.assertNotEqual(created.error_code, errors.NONE)
+        self.assertIn("Too many open files", created.error_message)
+        self.assertEqual(produce(client, "t", 0, [b"during"]), 1)
+        self.assertEqual(self.log_dir_errors(client), [(errors.NONE, 1)])
+
+        for s in sockets:
+            s.close()
+        del sockets[:]
+        poll_until(lambda: broker.open_descriptors() < LIMIT // 2, timeout=20)
+        self.assertEqual(self.create(client, "one-more").error_code, errors.NONE)
+        self.assertEqual(produce(client, "one-more", 2, [b"after"]), 0)
+        self.assertEqual(self.log_dir_errors(client), [(errors.NONE, 2)])
