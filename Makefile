@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 SCHEMAS ?= ../shared/kafka-protocol
 CONFIG ?= etc/server.properties
 
-.PHONY: install compile run test codec bench fuzz screenshots clean
+.PHONY: install compile run test codec bench bench-scale fuzz screenshots clean
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -45,6 +45,10 @@ codec:
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
+
+# Issue 21: 1k/10k/50k partitions and 1k/10k connections on one broker (docs/performance.md)
+bench-scale: compile
+	$(BIN)/python -m bench.scale $(SCALE_ARGS)
 
 clean:
 	rm -rf $(VENV) _trial_temp* build *.egg-info

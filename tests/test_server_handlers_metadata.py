@@ -97,3 +97,42 @@ class MetadataNumPartitionsTests(ApisFixture, unittest.TestCase):
     def test_num_partitions(self):
         resp = self.call(MetadataRequest(topics=[T(name="new")]), 12).body
         self.assertEqual(len(resp.topics[0].partitions), 3)
+
+
+class MetadataCacheTests(ApisFixture, unittest.TestCase):
+    """A topic's answer is encoded once per version and reused until the topic changes."""
+
+    def raw(self, body, version):
+        """The handler's own response (not re-decoded)."""
+        return self.successResultOf(self.apis.handle(self.request(body, version))).body
+
+    def plain(self, resp, version):
+        from kafkatw.protocol.messages import MetadataResponse
+
+        copy = MetadataResponse(throttle_time_ms=resp.throttle_time_ms, brokers=resp.brokers,
+                                cluster_id=resp.cluster_id, controller_id=resp.controller_id,
+                                topics=[t.struct for t in resp.topics],
+                                cluster_authorized_operations=resp.cluster_authorized_operations)
+        return copy.encode_bytes(version)
+
+    def test_cached_bytes_are_the_encoding_of_every_version(self):
+        self.create_topic("t", 3)
+        for version in range(0, 13):
+            first = self.raw(MetadataRequest(topics=None if version else []), version)
+            again = self.raw(MetadataRequest(topics=None if version else []), version)
+            self.assertIs(again.topics[0], first.topics[0], version)
+            self.assertEqual(again.encode_bytes(version), self.plain(first, version), version)
+            self.assertEqual(len(first.topics[0].partitions), 3)
+
+    def test_a_change_of_the_topic_is_answered_at_once(self):
+        self.create_topic("t", 2)
+        before = self.call(MetadataRequest(topics=[T(name="t")]), 12).body.topics[0]
+        self.successResultOf(self.metadata.create_partitions("t", 5))
+        after = self.call(MetadataRequest(topics=[T(name="t")]), 12).body.topics[0]
+        self.assertEqual([p.partition_index for p in after.partitions], [0, 1, 2, 3, 4])
+        self.assertEqual(len(before.partitions), 2)
+        self.successResultOf(self.metadata.delete_topic("t"))
+        self.create_topic("t", 1)
+        resp = self.call(MetadataRequest(topics=[T(name="t")], allow_auto_topic_creation=False), 12).body
+        self.assertEqual(len(resp.topics[0].partitions), 1)
+        self.assertEqual(resp.topics[0].topic_id, self.metadata.get_topic("t").topic_id)

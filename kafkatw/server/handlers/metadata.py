@@ -9,6 +9,7 @@ from zope.interface import moduleProvides
 
 from kafkatw.cluster.metadata import INTERNAL_TOPICS, ZERO_UUID, is_valid_topic_name
 from kafkatw.protocol import errors
+from kafkatw.protocol.encoded import Encoded
 from kafkatw.protocol.errors import KafkaError
 from kafkatw.protocol.messages import MetadataResponse
 from kafkatw.security.authorizer import CLUSTER_NAME
@@ -103,15 +104,47 @@ def _when_published(apis, name):
     return defer.succeed(errors.LEADER_NOT_AVAILABLE)
 
 
+#: (metadata store, topic, version, listener answer) -> _CachedTopic: a topic's answer
+#: encoded once; used while the store's TopicInfo is the same object and every partition's
+#: state (leader, epoch, ISR, replicas) compares equal
+_topic_cache = {}
+
+
+class _CachedTopic:
+    __slots__ = ("info", "states", "encoded")
+
+    def __init__(self, info, states, encoded):
+        self.info = info
+        self.states = states
+        self.encoded = encoded
+
+
 def topic_response(apis, request, info, include_ops, has_endpoint, listed=None):
     """A topic's partitions as the metadata says (``listed``: the broker ids the response lists;
     a leader not among them is answered as LEADER_NOT_AVAILABLE/LISTENER_NOT_FOUND, as Kafka's
     MetadataCache does for an endpoint missing on the listener)."""
+    meta = apis.metadata
+    states = [meta.partition_state(info.name, p) for p in range(info.num_partitions)]
+    if include_ops:
+        return _topic_response(apis, request, info, include_ops, has_endpoint, listed, states)
+    # Topics change rarely and are asked for often (every client, every metadata.max.age.ms):
+    # 10,000 partitions are ~200 ms of objects and encoding; reading their states to check
+    # the cached answer is a tenth of that.
+    key = (id(meta), info.name, request.api_version, has_endpoint,
+           None if listed is None else frozenset(listed))
+    cached = _topic_cache.get(key)
+    if cached is None or cached.info is not info or cached.states != states:
+        if len(_topic_cache) > 4 * len(meta.topics) + 64:
+            _topic_cache.clear()  # deleted topics, old versions
+        struct = _topic_response(apis, request, info, include_ops, has_endpoint, listed, states)
+        cached = _topic_cache[key] = _CachedTopic(info, states, Encoded(struct, request.api_version))
+    return cached.encoded
+
+
+def _topic_response(apis, request, info, include_ops, has_endpoint, listed, states):
     version = request.api_version
     partitions = []
-    meta = apis.metadata
-    for p in range(info.num_partitions):
-        state = meta.partition_state(info.name, p)
+    for p, state in enumerate(states):
         if state is None:
             continue
         error = errors.NONE

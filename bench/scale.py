@@ -1,0 +1,261 @@
+"""Scale on one broker (issue 21): partitions and connections, measured the way a user meets
+them. ``make bench-scale`` or
+
+    .venv/bin/python -m bench.scale [--partitions 1000 10000 50000] [--connections 1000 10000]
+                                    [--limit 20000] [--tansu]
+
+Partitions, for each count: topics of at most 2,000 partitions created with confluent-kafka's
+admin client (the slowest CreateTopics of a topic and the total), Metadata for every topic on
+one connection (median of 5), RSS and open descriptors, one record produced to every
+partition by confluent-kafka, a clean restart (start time to the first answered ApiVersions),
+a kill -9 and the start after it, and the descriptors after each. The broker runs under
+``ulimit -n`` = ``--limit`` (soft and hard).
+
+Connections, for each count: that many connections each send ApiVersions and Metadata (one
+topic) and stay open; the broker's RSS before and after, then Metadata on a new connection
+(median and worst of 20) while they are open.
+
+``--tansu`` measures Tansu (memory storage) the same way where it can. Prints one line per
+figure; nothing is asserted.
+"""
+
+import argparse
+import resource
+import socket
+import struct
+import time
+
+from kafkatw.protocol import messages as m
+
+from bench.brokers import Tansu
+from bench.procstat import rss_bytes
+
+TOPIC_SIZE = 2000
+
+
+def frame(api_key, version, corr, body):
+    header = m.RequestHeader(request_api_key=api_key, request_api_version=version,
+                             correlation_id=corr, client_id="bench-scale")
+    payload = (b"".join(header.encode(m.request_header_version(api_key, version)))
+               + b"".join(bytes(p) for p in body.encode(version)))
+    return struct.pack(">i", len(payload)) + payload
+
+
+def recv_exact(sock, n):
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("closed")
+        buf += chunk
+    return bytes(buf)
+
+
+def request(sock, api_key, version, body, corr=1):
+    sock.sendall(frame(api_key, version, corr, body))
+    (size,) = struct.unpack(">i", recv_exact(sock, 4))
+    payload = memoryview(recv_exact(sock, size))
+    _, pos = m.ResponseHeader.decode_from(payload, 0, m.response_header_version(api_key, version))
+    return m.RESPONSES[api_key].decode_from(payload, pos, version)[0]
+
+
+def metadata_body(topics):
+    return m.MetadataRequest(topics=None if topics is None else [
+        m.MetadataRequest.MetadataRequestTopic(name=t) for t in topics],
+        allow_auto_topic_creation=False)
+
+
+def time_metadata(host, port, topics, runs=5):
+    """(median ms, partitions answered) of Metadata for ``topics`` on one connection."""
+    with socket.create_connection((host, port)) as sock:
+        times = []
+        for i in range(runs):
+            t = time.perf_counter()
+            resp = request(sock, 3, 12, metadata_body(topics), corr=i + 1)
+            times.append((time.perf_counter() - t) * 1000)
+    times.sort()
+    return times[len(times) // 2], sum(len(t.partitions) for t in resp.topics)
+
+
+def open_fds(pid):
+    import os
+
+    return len(os.listdir("/proc/%d/fd" % pid))
+
+
+def topic_names(partitions):
+    sizes = []
+    left = partitions
+    while left > 0:
+        sizes.append(min(TOPIC_SIZE, left))
+        left -= sizes[-1]
+    return [("scale-%03d" % i, n) for i, n in enumerate(sizes)]
+
+
+def create(bootstrap, topics):
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    slowest = 0.0
+    started = time.monotonic()
+    for name, n in topics:
+        t = time.monotonic()
+        admin.create_topics([NewTopic(name, n, 1)], operation_timeout=300,
+                            request_timeout=300)[name].result()
+        slowest = max(slowest, time.monotonic() - t)
+    return time.monotonic() - started, slowest
+
+
+def produce_everywhere(bootstrap, topics):
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "log_level": 3})
+    started = time.monotonic()
+    for name, n in topics:
+        for part in range(n):
+            p.produce(name, b"%s/%d" % (name.encode(), part), partition=part)
+            p.poll(0)
+    left = p.flush(600)
+    return time.monotonic() - started, left
+
+
+class Subject:
+    """kafkatw under ``ulimit -n``, or Tansu (memory storage; no restarts)."""
+
+    def __init__(self, name, limit):
+        self.name = name
+        self.limit = limit
+        self.broker = None
+
+    def start(self):
+        if self.name == "tansu":
+            self.broker = Tansu().start()
+            self.bootstrap = self.broker.bootstrap
+            self.pid = self.broker.pid
+            return 0.0
+        from kafkatw.testing import KafkaBroker
+
+        if self.broker is None:
+            self.broker = KafkaBroker(open_file_limit=self.limit, start_timeout=600, overrides={
+                "kafkatw.request.log.enable": "false"})
+        t = time.monotonic()
+        self.broker.start()
+        elapsed = time.monotonic() - t
+        self.bootstrap = self.broker.bootstrap_servers
+        self.pid = self.broker.process.pid
+        return elapsed
+
+    @property
+    def restartable(self):
+        return self.name == "kafkatw"
+
+    def stop(self):
+        t = time.monotonic()
+        self.broker.stop()
+        return time.monotonic() - t
+
+    def kill(self):
+        self.broker.kill()
+
+    def close(self):
+        if self.name == "tansu":
+            self.broker.stop()
+        else:
+            self.broker.close()
+
+
+def say(subject, what, value):
+    print("%-8s %-44s %s" % (subject, what, value), flush=True)
+
+
+def partitions_run(name, partitions, limit):
+    s = Subject(name, limit)
+    s.start()
+    try:
+        topics = topic_names(partitions)
+        host, port = s.bootstrap.rsplit(":", 1)
+        port = int(port)
+        label = "%d partitions" % partitions
+        total, slowest = create(s.bootstrap, topics)
+        say(name, label + ": create", "%.1f s (slowest topic of %d: %.2f s)"
+            % (total, topics[0][1], slowest))
+        ms, answered = time_metadata(host, port, None)
+        say(name, label + ": Metadata, all topics", "%.1f ms (%d partitions)" % (ms, answered))
+        say(name, label + ": RSS, descriptors", "%.0f MB, %d" % (rss_bytes(s.pid) / 1e6,
+                                                                 open_fds(s.pid)))
+        secs, left = produce_everywhere(s.bootstrap, topics)
+        say(name, label + ": produce one to each", "%.1f s (%d not delivered)" % (secs, left))
+        say(name, label + ": RSS, descriptors", "%.0f MB, %d" % (rss_bytes(s.pid) / 1e6,
+                                                                 open_fds(s.pid)))
+        if s.restartable:
+            stop = s.stop()
+            start = s.start()
+            say(name, label + ": clean stop, start", "%.1f s, %.1f s" % (stop, start))
+            ms, answered = time_metadata(host, port, None)
+            say(name, label + ": Metadata after start", "%.1f ms (%d partitions)" % (ms, answered))
+            s.kill()
+            start = s.start()
+            say(name, label + ": start after kill -9", "%.1f s" % start)
+            say(name, label + ": descriptors after start", "%d" % open_fds(s.pid))
+    finally:
+        s.close()
+
+
+def connections_run(name, count, limit):
+    s = Subject(name, limit)
+    s.start()
+    socks = []
+    try:
+        host, port = s.bootstrap.rsplit(":", 1)
+        port = int(port)
+        create(s.bootstrap, [("conn", 1)])
+        before = rss_bytes(s.pid)
+        started = time.monotonic()
+        for i in range(count):
+            sock = socket.create_connection((host, port))
+            request(sock, 18, 3, m.ApiVersionsRequest(client_software_name="bench",
+                                                       client_software_version="1"), 1)
+            request(sock, 3, 12, metadata_body(["conn"]), 2)
+            socks.append(sock)
+        opened = time.monotonic() - started
+        time.sleep(1.0)
+        after = rss_bytes(s.pid)
+        label = "%d connections" % count
+        say(name, label + ": opened (ApiVersions + Metadata each)", "%.1f s" % opened)
+        say(name, label + ": RSS", "%.0f MB -> %.0f MB (+%.0f MB)"
+            % (before / 1e6, after / 1e6, (after - before) / 1e6))
+        times = []
+        for _ in range(20):
+            t = time.perf_counter()
+            with socket.create_connection((host, port)) as sock:
+                request(sock, 3, 12, metadata_body(["conn"]))
+            times.append((time.perf_counter() - t) * 1000)
+        times.sort()
+        say(name, label + ": Metadata on a new connection", "median %.1f ms, worst %.1f ms"
+            % (times[10], times[-1]))
+    finally:
+        for sock in socks:
+            sock.close()
+        s.close()
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--partitions", type=int, nargs="*", default=[1000, 10000, 50000])
+    ap.add_argument("--connections", type=int, nargs="*", default=[1000, 10000])
+    ap.add_argument("--limit", type=int, default=20000, help="the broker's ulimit -n")
+    ap.add_argument("--tansu", action="store_true")
+    a = ap.parse_args(argv)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if max(a.connections or [0]) + 100 > soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    subjects = ["kafkatw"] + (["tansu"] if a.tansu else [])
+    for name in subjects:
+        for n in a.partitions:
+            partitions_run(name, n, a.limit)
+        for n in a.connections:
+            connections_run(name, n, a.limit)
+
+
+if __name__ == "__main__":
+    main()
