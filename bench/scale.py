@@ -196,6 +196,11 @@ def partitions_run(name, partitions, limit):
             s.kill()
             start = s.start()
             say(name, label + ": start after kill -9", "%.1f s" % start)
+            with open(s.broker.log_path) as f:
+                lines = [ln.split("] ", 1)[-1].strip() for ln in f
+                         if "after an unclean stop" in ln or "after a clean shutdown" in ln]
+            for line in lines[-2:]:
+                say(name, label + ": broker says", line)
             say(name, label + ": descriptors after start", "%d" % open_fds(s.pid))
     finally:
         s.close()

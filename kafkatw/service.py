@@ -156,12 +156,22 @@ class MetadataService(_BrokerPart):
         from kafkatw.cluster.metadata import ClusterMetadata
 
         b = self.broker
-        for d in b.config.log_dirs:
-            os.makedirs(d, exist_ok=True)
+        usable = []
+        for i, d in enumerate(b.config.log_dirs):
+            try:
+                os.makedirs(d, exist_ok=True)
+            except OSError as e:
+                if i == 0:
+                    raise  # the metadata lives there
+                # as Kafka: a dir that fails at start is offline, the broker serves the others
+                # (the log manager finds it unusable too and says so)
+                log.error("log dir {dir} cannot be used: {e}", dir=d, e=e)
+                continue
             if not os.access(d, os.W_OK):
                 raise ConfigError("log dir %s is not writable" % d)
-        meta_existed = any(os.path.exists(os.path.join(d, "meta.properties")) for d in b.config.log_dirs)
-        b.metadata = ClusterMetadata.load(b.config.log_dirs, b.config.node_id, rack=b.config["broker.rack"],
+            usable.append(d)
+        meta_existed = any(os.path.exists(os.path.join(d, "meta.properties")) for d in usable)
+        b.metadata = ClusterMetadata.load(usable, b.config.node_id, rack=b.config["broker.rack"],
                                           reactor=b.reactor, threadpool=b.threadpool)
         if b.config["zookeeper.connect"]:
             b._start_cluster_mode(meta_existed)

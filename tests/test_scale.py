@@ -1,8 +1,11 @@
 """A broker under a low ``ulimit -n`` (issue 21, scaled down for the suite; the 50,000
 partition runs are ``make bench-scale``): 600 partitions written and read back by
 confluent-kafka with 128 descriptors, across a clean restart and a kill -9; and running out
-of descriptors fails a CreateTopics while the log dir stays online and produce goes on."""
+of descriptors fails a CreateTopics while the log dir stays online and produce goes on; a
+broker with a failed log dir starts and serves the healthy one."""
 
+import os
+import shutil
 import socket
 import time
 
@@ -14,7 +17,7 @@ from kafkatw.protocol import errors
 from kafkatw.protocol import messages as m
 from kafkatw.testing import KafkaBroker
 
-from .support import RawClient, api_versions_body, poll_until, produce
+from .support import RawClient, api_versions_body, poll_until, produce, produce_body, read_all
 
 LIMIT = 128
 TOPICS = 2
@@ -112,3 +115,35 @@ class OutOfDescriptorsTest(unittest.TestCase):
         self.assertEqual(self.create(client, "one-more").error_code, errors.NONE)
         self.assertEqual(produce(client, "one-more", 2, [b"after"]), 0)
         self.assertEqual(self.log_dir_errors(client), [(errors.NONE, 2)])
+
+
+class OfflineDirAtStartTest(unittest.TestCase):
+    def test_a_broker_with_a_failed_dir_serves_the_healthy_one(self):
+        base = os.path.abspath(self.mktemp())
+        good, bad = os.path.join(base, "good"), os.path.join(base, "bad")
+        broker = KafkaBroker(overrides={"log.dirs": good + "," + bad}, topics=[("t", 4)])
+        self.addCleanup(broker.close)
+        broker.start()
+        client = RawClient(broker)
+        for p in range(4):
+            self.assertEqual(produce(client, "t", p, [b"p%d" % p]), 0)
+        client.close()
+        broker.stop()
+        on_good = sorted(int(n.rsplit("-", 1)[1]) for n in os.listdir(good) if n.startswith("t-"))
+        on_bad = sorted(int(n.rsplit("-", 1)[1]) for n in os.listdir(bad) if n.startswith("t-"))
+        self.assertEqual((len(on_good), len(on_bad)), (2, 2))
+        shutil.rmtree(bad)
+        with open(bad, "w") as f:
+            f.write("a disk that failed")  # mkdir fails there: EEXIST
+        broker.start()
+        client = RawClient(broker)
+        self.addCleanup(client.close)
+        for p in on_good:
+            self.assertEqual(read_all(broker, "t", p), [(0, None, b"p%d" % p)])
+            self.assertEqual(produce(client, "t", p, [b"again"]), 1)
+        for p in on_bad:  # not created afresh, empty, in the healthy dir
+            resp = client.request(0, 9, produce_body("t", p, [b"lost?"]))
+            self.assertEqual(resp.responses[0].partition_responses[0].error_code,
+                             errors.KAFKA_STORAGE_ERROR)
+        self.assertEqual(sorted(n for n in os.listdir(good) if n.startswith("t-")),
+                         ["t-%d" % p for p in on_good])

@@ -166,7 +166,7 @@ class FakeLogManager:
         self.created = []
         self.deleted = []
 
-    def get_or_create_log(self, topic, partition, topic_id, overrides):
+    def get_or_create_log(self, topic, partition, topic_id, overrides, is_new=True):
         self.created.append((topic, partition, topic_id, dict(overrides)))
 
     def create_logs(self, topic, partitions, topic_id, overrides):

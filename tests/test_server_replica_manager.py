@@ -175,7 +175,7 @@ class FakeLogManager:
     def run_blocking(self, fn, *args):
         return defer.maybeDeferred(fn, *args)  # inline, as LogManager without a thread pool
 
-    def get_or_create_log(self, topic, partition, topic_id=None, overrides=None):
+    def get_or_create_log(self, topic, partition, topic_id=None, overrides=None, is_new=True):
         import os
 
         key = (topic, partition)

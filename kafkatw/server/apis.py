@@ -360,10 +360,19 @@ class KafkaApis:
     def create_missing_logs(self):
         """At startup, after ``log_manager.load_logs()``: a log for every known partition
         (a crash between persisting a topic and creating its logs leaves some missing)."""
+        unavailable = 0
         for info in list(self.metadata.topics.values()):
             for p in range(info.num_partitions):
                 if self.log_manager.get_log(info.name, p) is None:
-                    self.log_manager.get_or_create_log(info.name, p, info.topic_id, info.configs)
+                    try:
+                        self.log_manager.get_or_create_log(info.name, p, info.topic_id,
+                                                           info.configs, is_new=False)
+                    except KafkaError:
+                        unavailable += 1  # on an offline log dir, perhaps
+        if unavailable:
+            log.error("{n} partition(s) have no log while log dirs {dirs} are offline: they "
+                      "answer KAFKA_STORAGE_ERROR", n=unavailable,
+                      dirs=sorted(self.log_manager.offline_dirs))
 
     def _sync_logs(self, event, info):
         from kafkatw.cluster.metadata import TOPIC_CREATED, TOPIC_DELETED, TOPIC_PARTITIONS_ADDED

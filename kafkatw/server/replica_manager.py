@@ -351,8 +351,11 @@ class ReplicaManager:
             return None, errors.NOT_LEADER_OR_FOLLOWER, None
         log_ = self.log_manager.get_log(topic, partition)
         if log_ is None:
-            log_ = self.log_manager.get_or_create_log(
-                topic, partition, known_id, md.topic_configs(topic))
+            try:
+                log_ = self.log_manager.get_or_create_log(
+                    topic, partition, known_id, md.topic_configs(topic), is_new=False)
+            except KafkaError as e:  # its log dir may be offline
+                return None, e.code, None
         return log_, errors.NONE, current
 
     def check_leader_epoch(self, topic, partition, requested_epoch):

@@ -283,7 +283,10 @@ class LogManager:
                 counts[d] += 1
         return min(online, key=lambda d: (counts[d], online.index(d)))
 
-    def get_or_create_log(self, topic, partition, topic_id=None, overrides=None):
+    def get_or_create_log(self, topic, partition, topic_id=None, overrides=None, is_new=True):
+        """The log of ``topic``-``partition``, created if missing. ``is_new=False``: the
+        partition should have a log already (a known topic); while a log dir is offline it
+        may be there, so it is not created afresh elsewhere (Kafka's getOrCreateLog)."""
         lg = self._logs.get((topic, partition))
         if lg is not None:
             if lg.topic_id is None and topic_id is not None:
@@ -291,6 +294,10 @@ class LogManager:
                 write_partition_metadata(lg._metadata_path, topic_id)
                 lg.topic_id = topic_id
             return lg
+        if not is_new and self._offline_dirs:
+            raise KafkaError(errors.KAFKA_STORAGE_ERROR,
+                             "Can not create log for %s-%d because log directories %s are offline"
+                             % (topic, partition, ",".join(sorted(self._offline_dirs))))
         if overrides is not None:
             self._overrides[topic] = dict(overrides)
         directory = self._next_log_dir()
