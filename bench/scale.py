@@ -6,7 +6,8 @@ them. ``make bench-scale`` or
 
 Partitions, for each count: topics of at most 2,000 partitions created with confluent-kafka's
 admin client (the slowest CreateTopics of a topic and the total), Metadata for every topic on
-one connection (median of 5), RSS and open descriptors, one record produced to every
+one connection (median of 5, request sent to the last response byte received; the client's
+decoding not included), RSS and open descriptors, one record produced to every
 partition by confluent-kafka, a clean restart (start time to the first answered ApiVersions),
 a kill -9 and the start after it, and the descriptors after each. The broker runs under
 ``ulimit -n`` = ``--limit`` (soft and hard).
@@ -51,12 +52,20 @@ def recv_exact(sock, n):
     return bytes(buf)
 
 
-def request(sock, api_key, version, body, corr=1):
+def exchange(sock, api_key, version, body, corr=1):
+    """The response's bytes (timed without the client's decoding)."""
     sock.sendall(frame(api_key, version, corr, body))
     (size,) = struct.unpack(">i", recv_exact(sock, 4))
-    payload = memoryview(recv_exact(sock, size))
+    return memoryview(recv_exact(sock, size))
+
+
+def decode(api_key, version, payload):
     _, pos = m.ResponseHeader.decode_from(payload, 0, m.response_header_version(api_key, version))
     return m.RESPONSES[api_key].decode_from(payload, pos, version)[0]
+
+
+def request(sock, api_key, version, body, corr=1):
+    return decode(api_key, version, exchange(sock, api_key, version, body, corr))
 
 
 def metadata_body(topics):
@@ -71,8 +80,9 @@ def time_metadata(host, port, topics, runs=5):
         times = []
         for i in range(runs):
             t = time.perf_counter()
-            resp = request(sock, 3, 12, metadata_body(topics), corr=i + 1)
+            payload = exchange(sock, 3, 12, metadata_body(topics), corr=i + 1)
             times.append((time.perf_counter() - t) * 1000)
+    resp = decode(3, 12, payload)
     times.sort()
     return times[len(times) // 2], sum(len(t.partitions) for t in resp.topics)
 
