@@ -92,7 +92,7 @@ class CacheTest(unittest.TestCase):
             self.assertTrue(descriptors.is_resource_error(OSError(code, "x")))
         self.assertFalse(descriptors.is_resource_error(OSError(errno.EIO, "x")))
         self.assertFalse(descriptors.is_resource_error(ValueError("x")))
-        self.assertEqual(descriptors.capacity_for_limit(20000), 10000)
+        self.assertEqual(descriptors.capacity_for_limit(20000), 8000)
         self.assertEqual(descriptors.capacity_for_limit(10), descriptors.MIN_CAPACITY)
 
 
