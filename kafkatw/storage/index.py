@@ -223,8 +223,13 @@ class _Index:
         self.path = path
 
     def reset(self):
-        """Drop every entry (before a rebuild)."""
-        self.truncate_to_entries(0)
+        """Drop every entry (before a rebuild): the file is cut to nothing and preallocated
+        again, never read (after an unclean stop it is a full-length file to be searched)."""
+        self._unmap()
+        self._with_fd(lambda fd: os.ftruncate(fd, 0), create=True)
+        self._known = True
+        self._length = self._entries = self._allocated = 0
+        self._dirty = False
         self.reset_size_to_max()
 
     # -- entries ------------------------------------------------------------------------
