@@ -2,7 +2,7 @@
 them. ``make bench-scale`` or
 
     .venv/bin/python -m bench.scale [--partitions 1000 10000 50000] [--connections 1000 10000]
-                                    [--limit 20000] [--tansu]
+                                    [--limit 20000] [--tansu | --only-tansu]
 
 Partitions, for each count: topics of at most 2,000 partitions created with confluent-kafka's
 admin client (the slowest CreateTopics of a topic and the total), Metadata for every topic on
@@ -259,12 +259,13 @@ def main(argv=None):
     ap.add_argument("--partitions", type=int, nargs="*", default=[1000, 10000, 50000])
     ap.add_argument("--connections", type=int, nargs="*", default=[1000, 10000])
     ap.add_argument("--limit", type=int, default=20000, help="the broker's ulimit -n")
-    ap.add_argument("--tansu", action="store_true")
+    ap.add_argument("--tansu", action="store_true", help="Tansu too")
+    ap.add_argument("--only-tansu", action="store_true")
     a = ap.parse_args(argv)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if max(a.connections or [0]) + 100 > soft:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    subjects = ["kafkatw"] + (["tansu"] if a.tansu else [])
+    subjects = ([] if a.only_tansu else ["kafkatw"]) + (["tansu"] if a.tansu or a.only_tansu else [])
     for name in subjects:
         for n in a.partitions:
             partitions_run(name, n, a.limit)
