@@ -198,6 +198,9 @@ class ClusterMetadata:
         self.cluster_id = cluster_id
         self.rack = rack
         self.topics = {}  # name -> TopicInfo, published: durable and announced to listeners
+        #: name -> (TopicInfo, [PartitionState]): states made once per published TopicInfo
+        #: (a new one replaces it on every change), so Metadata's reads are look-ups
+        self._partition_states = {}
         self._by_id = {}  # topic id -> TopicInfo
         self._producer_id_next = 0
         self._producer_id_block_end = 0  # persisted: ids below it may have been handed out
@@ -533,9 +536,15 @@ class ClusterMetadata:
         info = self.topics.get(topic)
         if info is None or not 0 <= partition < info.num_partitions:
             return None
-        node = (self.node_id,)
-        return PartitionState(leader=self.node_id, leader_epoch=info.leader_epochs[partition], isr=node,
-                              replicas=node)
+        memo = self._partition_states.get(topic)
+        if memo is None or memo[0] is not info:
+            if len(self._partition_states) > 2 * len(self.topics) + 16:
+                self._partition_states.clear()  # deleted topics
+            node = (self.node_id,)
+            memo = self._partition_states[topic] = (info, [
+                PartitionState(leader=self.node_id, leader_epoch=epoch, isr=node, replicas=node)
+                for epoch in info.leader_epochs])
+        return memo[1][partition]
 
     def topic_configs_loaded(self, topics):
         return defer.succeed(None)
