@@ -245,3 +245,14 @@ class ResourceErrorTest(SmallCacheTest):
         self.assertEqual(a.append_as_leader(make_batch(1, timestamp=1_000_000_000), 0).first_offset, 1)
         self.assertEqual(mgr.get_or_create_log("c", 0).log_end_offset, 0)
         mgr.shutdown()
+
+
+class DeletedSegmentRegionTest(SmallCacheTest):
+    def test_a_slice_of_a_deleted_segment_is_not_a_disk_error(self):
+        f = FileRecords(os.path.join(self.dir, "0.log"))
+        f.append(b"gone soon")
+        region = f.slice(0, 100)
+        f.close()
+        os.unlink(f.path)
+        e = self.assertRaises(OSError, region.file.fileno)
+        self.assertEqual(e.errno, errno.ENOENT)

@@ -28,7 +28,9 @@ from zope.interface import Attribute, Interface, implementer
 
 from kafkatw.protocol.parts import FileRegion, region_done
 
-_RESOURCE_ERRNOS = (errno.EMFILE, errno.ENFILE, errno.ENOMEM)
+#: a region's file could not be opened for want of a descriptor, or is gone (its segment was
+#: deleted before the region's turn): the process or the log, not the disk
+_NOT_DISK_ERRNOS = (errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOENT)
 
 CHUNK_SIZE = 256 * 1024
 _IPPROTO_TCP = socket.IPPROTO_TCP
@@ -293,8 +295,7 @@ class PlaintextSender(_Sender):
         try:
             os.pread(region.file.fileno(), 1, region.position + self.region_sent)
         except OSError as e:
-            # no descriptor to be had (a lazy region's open): the process, not the disk
-            disk_error = e.errno not in _RESOURCE_ERRNOS
+            disk_error = e.errno not in _NOT_DISK_ERRNOS
         region_done(region)
         self.log.warn("sendfile failed: {err} (disk_error={disk})", err=err, disk=disk_error)
         self._finished = True
@@ -335,7 +336,7 @@ class ChunkedSender(_Sender):
                     region_done(part)
                     self._finished = True
                     self.transport.unregisterProducer()
-                    self.done.errback(TransferError(str(e), disk_error=e.errno not in _RESOURCE_ERRNOS,
+                    self.done.errback(TransferError(str(e), disk_error=e.errno not in _NOT_DISK_ERRNOS,
                                                     region=part))
                     self.transport.loseConnection()
                     return

@@ -12,6 +12,7 @@ The descriptor is opened on first use and kept in the process's descriptor cache
 FileRegion takes a descriptor only when the transport sends it, and holds it until sent.
 """
 
+import errno
 import os
 
 from kafkatw.protocol import records
@@ -35,7 +36,10 @@ class _RegionFile(LazyFile):
     def fileno(self):
         desc = self._desc
         if desc is None:
-            desc = self._desc = self._records._descriptor()
+            try:
+                desc = self._desc = self._records._descriptor()
+            except ValueError:  # closed: its segment was deleted before the slice was sent
+                raise FileNotFoundError(errno.ENOENT, "segment deleted", self._records.path)
         return desc.fd
 
     def release(self):
