@@ -157,6 +157,27 @@ class ClusterMetadataTests(unittest.SynchronousTestCase):
             consumer.close()
         self.assertEqual(got, sent)
 
+    def test_topic_configs_apply_to_the_logs_on_every_broker(self):
+        """A topic's logs on every leader are made with its configs (LeaderAndIsr comes before
+        UpdateMetadata names the topic): max.message.bytes refuses a larger batch everywhere."""
+        from confluent_kafka import KafkaError, Producer
+
+        topic = unique_name("maxmsg")
+        create_topic(self.cluster.broker(1).bootstrap_servers, topic, 3, 1, {"max.message.bytes": "2000"})
+        partitions = self.cluster.wait_for(lambda: known_partitions(self.cluster, 2, topic), 30, "the topic")
+        self.assertEqual(sorted(p[1] for p in partitions.values()), [1, 2, 3])
+        producer = Producer({"bootstrap.servers": self.cluster.broker(2).bootstrap_servers, "acks": "all",
+                             "compression.type": "none", "message.max.bytes": 1000000})
+        outcome = {}
+        for kind, size in (("small", 100), ("large", 5000)):  # one batch each
+            for p in range(3):
+                producer.produce(topic, value=b"x" * size, partition=p,
+                                 on_delivery=lambda err, msg, k=(kind, p): outcome.setdefault(k, err))
+            producer.flush(30)
+        self.assertEqual({k: None if e is None else e.code() for k, e in outcome.items()},
+                         {**{("small", p): None for p in range(3)},
+                          **{("large", p): KafkaError.MSG_SIZE_TOO_LARGE for p in range(3)}})
+
     def test_configs_and_deletion_reach_every_broker(self):
         from confluent_kafka.admin import ConfigResource
 

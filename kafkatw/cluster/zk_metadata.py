@@ -128,8 +128,10 @@ class ZkClusterMetadata:
         return None if state is None else state.leader_epoch
 
     def topic_configs(self, topic):
+        """The overrides; LeaderAndIsr makes a new topic's logs before UpdateMetadata names it,
+        so the configs read for it count too."""
         info = self.topics.get(topic)
-        return {} if info is None else info.configs
+        return self._configs.get(topic, {}) if info is None else info.configs
 
     def is_internal(self, topic):
         info = self.topics.get(topic)
