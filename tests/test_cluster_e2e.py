@@ -178,6 +178,30 @@ class ClusterMetadataTests(unittest.SynchronousTestCase):
                          {**{("small", p): None for p in range(3)},
                           **{("large", p): KafkaError.MSG_SIZE_TOO_LARGE for p in range(3)}})
 
+    def test_create_partitions_and_auto_creation(self):
+        from confluent_kafka import Producer
+        from confluent_kafka.admin import NewPartitions
+
+        topic = unique_name("grow")
+        create_topic(self.cluster.broker(1).bootstrap_servers, topic, 2, 2)
+        client = admin(self.cluster.broker(3).bootstrap_servers)
+        client.create_partitions([NewPartitions(topic, 5)])[topic].result(60)
+        for broker_id in (1, 2, 3):
+            partitions = self.cluster.wait_for(
+                lambda: (known_partitions(self.cluster, broker_id, topic) or {}).keys() == set(range(5))
+                and known_partitions(self.cluster, broker_id, topic), 30, "five partitions on %d" % broker_id)
+            for p, (error, leader, _, replicas, isr, _) in partitions.items():
+                self.assertEqual((error, len(set(replicas)), leader, isr), (0, 2, replicas[0], replicas))
+        auto = unique_name("auto")
+        producer = Producer({"bootstrap.servers": self.cluster.broker(2).bootstrap_servers, "acks": "all"})
+        done = []
+        for p in range(5):
+            producer.produce(topic, value=b"grown", partition=p, on_delivery=lambda err, msg: done.append(err))
+        producer.produce(auto, value=b"auto", on_delivery=lambda err, msg: done.append(err))
+        self.assertEqual(producer.flush(30), 0)
+        self.assertEqual(done, [None] * 6)
+        self.assertEqual(len(known_partitions(self.cluster, 1, auto)), 1)  # num.partitions, default RF
+
     def test_configs_and_deletion_reach_every_broker(self):
         from confluent_kafka.admin import ConfigResource
 
