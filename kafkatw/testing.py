@@ -848,7 +848,9 @@ class KafkaCluster:
         self.brokers = {}
         for i in range(1, brokers + 1):
             props = {"broker.id": i, "zookeeper.session.timeout.ms": session_timeout_ms,
-                     "zookeeper.connection.timeout.ms": 20000}
+                     "zookeeper.connection.timeout.ms": 20000,
+                     # a stop with partitions nobody else can lead waits 3 x this, not 3 x 5 s
+                     "controlled.shutdown.retry.backoff.ms": 300}
             if racks is not None and racks[i - 1] is not None:
                 props["broker.rack"] = racks[i - 1]
             props.update(overrides or {})

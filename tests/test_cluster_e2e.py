@@ -7,6 +7,7 @@ member returns). Skips without ZooKeeper unless KAFKATW_REQUIRE_ZOOKEEPER=1."""
 import atexit
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -337,6 +338,34 @@ class ElectionTests(unittest.SynchronousTestCase):
         self.assertEqual((leader, offline), (c, []))
         self.assertIn(c, isr)  # the others rejoin only once the leader says they caught up
 
+    def test_controlled_shutdown_moves_leadership_before_stopping(self):
+        cluster = self.cluster
+        topic = unique_name("cs")
+        create_topic(cluster.broker(1).bootstrap_servers, topic, 3, 3)
+        partitions = cluster.wait_for(lambda: known_partitions(cluster, 1, topic), 30, "the topic")
+        leaders = {p: s[1] for p, s in partitions.items()}
+        stopping, controller = leaders[0], cluster.controller_id()
+        cluster.broker(stopping).stop()
+        # the controller moved its leadership and took it out of the ISRs while it still ran
+        # (a partition of another test that only it can lead may remain: it stops anyway)
+        with open(cluster.broker(controller).log_path) as f:
+            moved = re.findall(r"controlled shutdown of broker %d: (\d+) partition\(s\) moved" % stopping, f.read())
+        self.assertTrue(moved and int(moved[0]) >= 3, moved)
+        survivor = [b for b in (1, 2, 3) if b != stopping][0]
+
+        def moved():
+            state = known_partitions(cluster, survivor, topic)
+            return all(s[1] != stopping and stopping not in s[4] for s in state.values()) and state
+        state = cluster.wait_for(moved, 30, "leaders and ISRs without the stopped broker")
+        for p, (_, leader, epoch, replicas, isr, _) in state.items():
+            if leaders[p] == stopping:  # the next ISR member in assignment order took over
+                self.assertEqual(leader, [r for r in replicas if r != stopping][0])
+            else:
+                self.assertEqual(leader, leaders[p])
+            self.assertEqual(epoch, 1)  # one change: leaving the ISR was not a second one
+        cluster.broker(stopping).start()
+        cluster.wait_for_brokers([1, 2, 3])
+
     def test_zookeeper_restart_keeps_the_cluster(self):
         """ZooKeeper down for less than a session: the brokers reconnect with their sessions
         (no new registration, same controller) and admin requests work again."""
@@ -426,6 +455,21 @@ class ControllerRequestTests(unittest.SynchronousTestCase):
         # the same request again names a partition epoch that is gone
         resp = self.alter(controller, topic_id, leader, leader_epoch_zk, epoch, version, isr)
         self.assertEqual(resp.topics[0].partitions[0].error_code, errors.INVALID_UPDATE_VERSION)
+
+    def test_controlled_shutdown_requests(self):
+        from kafkatw.protocol import errors
+        from kafkatw.protocol import messages as m
+
+        controller = self.cluster.controller_id()
+        other = [b for b in (1, 2, 3) if b != controller][0]
+        epoch = zk_read(self.cluster, "/brokers/ids/%d" % other)[1].czxid
+        resp = self.raw(other).request(7, 3, m.ControlledShutdownRequest(broker_id=other, broker_epoch=epoch))
+        self.assertEqual(resp.error_code, errors.NOT_CONTROLLER)
+        resp = self.raw(controller).request(7, 3, m.ControlledShutdownRequest(broker_id=other,
+                                                                               broker_epoch=epoch - 1))
+        self.assertEqual((resp.error_code, resp.remaining_partitions), (errors.STALE_BROKER_EPOCH, []))
+        resp = self.raw(controller).request(7, 3, m.ControlledShutdownRequest(broker_id=99, broker_epoch=1))
+        self.assertEqual(resp.error_code, errors.BROKER_NOT_AVAILABLE)
 
     def test_brokers_refuse_stale_controller_and_broker_epochs(self):
         from kafkatw.protocol import errors

@@ -66,6 +66,12 @@ _d("zookeeper.connection.timeout.ms", INT, None, None, HIGH,
    "Longest wait to connect to ZooKeeper; defaults to zookeeper.session.timeout.ms.")
 _d("zookeeper.max.in.flight.requests", INT, 10, at_least(1), HIGH,
    "Requests the broker's ZooKeeper client keeps in flight.")
+_d("controlled.shutdown.enable", BOOLEAN, True, None, MEDIUM,
+   "In cluster mode a stopping broker first asks the controller to move its leaderships away.")
+_d("controlled.shutdown.max.retries", INT, 3, None, MEDIUM,
+   "How often a stopping broker asks the controller before it stops anyway.")
+_d("controlled.shutdown.retry.backoff.ms", LONG, 5000, None, MEDIUM,
+   "The wait between those attempts.")
 _d("kafkatw.cluster.coordinator.class", STRING, "zookeeper", None, LOW,
    "The coordination store of cluster mode: a registered short name or a dotted name of an "
    "IClusterCoordinator factory.")

@@ -54,6 +54,7 @@ class KafkaController:
         self.topic_ids = {}  # topic -> 16-byte id
         self.states = {}  # (topic, partition) -> LeaderAndIsr
         self.deleting = set()
+        self.shutting_down = set()  # brokers in a controlled shutdown: never elected
         self._tail = defer.succeed(None)
         self._stopped = False
         self._topic_watches = {}
@@ -121,6 +122,7 @@ class KafkaController:
         self.topic_ids.clear()
         self.states.clear()
         self.deleting.clear()
+        self.shutting_down.clear()
         for broker_id in list(self.channel._brokers):
             self.channel.remove_broker(broker_id)
 
@@ -219,7 +221,7 @@ class KafkaController:
     def _online_partitions(self, partitions):
         """New and offline partitions to OnlinePartition where a replica can lead: the
         partitions whose state was written."""
-        live = set(self.live)
+        live = set(self.live) - self.shutting_down
         creates, updates = {}, {}
         for tp in partitions:
             if tp[0] in self.deleting or tp[0] not in self.assignments:
@@ -274,7 +276,8 @@ class KafkaController:
             if new is None:
                 continue
             if new.leader == NO_LEADER:
-                elected = election.elect(new, self._replicas(tp), set(self.live), self.unclean, self.epoch)
+                elected = election.elect(new, self._replicas(tp), set(self.live) - self.shutting_down,
+                                         self.unclean, self.epoch)
                 if elected is not None:  # one leader epoch for the whole change
                     new = attr.evolve(elected, leader_epoch=state.leader_epoch + 1)
             updates.setdefault(tp[0], {})[tp[1]] = new
@@ -352,6 +355,7 @@ class KafkaController:
                 current[broker_id] = info
         dead = {b for b, info in self.live.items() if b not in current or current[b].epoch != info.epoch}
         new = {b for b, info in current.items() if b not in self.live or b in dead}
+        self.shutting_down -= dead
         if dead:
             log.info("controller {id}: brokers {dead} failed", id=self.broker_id, dead=sorted(dead))
             for b in dead:
@@ -450,6 +454,51 @@ class KafkaController:
             yield self.zk.delete_topic(self.epoch_zk_version, topic)
             self._forget_topic(topic)
             log.info("controller {id}: deleted topic {topic}", id=self.broker_id, topic=topic)
+
+    # -- ControlledShutdown ------------------------------------------------------------------------
+
+    def controlled_shutdown(self, broker_id, broker_epoch):
+        """A Deferred of ``(error code, [(topic, partition) still led by the broker])``."""
+        return self._enqueue("ControlledShutdown", self._controlled_shutdown, broker_id, broker_epoch)
+
+    @defer.inlineCallbacks
+    def _controlled_shutdown(self, broker_id, broker_epoch):
+        """Kafka's doControlledShutdown: the broker's leaderships go to the first live ISR member
+        not shutting down (ControlledShutdownPartitionLeaderElection), it leaves the ISR of the
+        partitions it follows; partitions nobody else can lead stay and are named."""
+        if not self.active:
+            return errors.NOT_CONTROLLER, []
+        info = self.live.get(broker_id)
+        if info is None:
+            return errors.BROKER_NOT_AVAILABLE, []
+        if broker_epoch != -1 and broker_epoch < info.epoch:
+            return errors.STALE_BROKER_EPOCH, []
+        self.shutting_down.add(broker_id)
+        candidates = set(self.live) - self.shutting_down
+        updates = {}
+        for tp, state in self.states.items():
+            if tp[0] in self.deleting or broker_id not in self._replicas(tp) or len(self._replicas(tp)) < 2:
+                continue
+            if state.leader == broker_id:
+                leader = next((r for r in self._replicas(tp) if r in candidates and r in state.isr), None)
+                if leader is None:
+                    continue
+                new = state.new_leader_and_isr(leader, [r for r in state.isr if r != broker_id])
+            elif broker_id in state.isr and len(state.isr) > 1:
+                new = state.new_leader_and_isr(state.leader, [r for r in state.isr if r != broker_id])
+            else:
+                continue
+            updates.setdefault(tp[0], {})[tp[1]] = attr.evolve(new, controller_epoch=self.epoch)
+        changed = []
+        for topic, states in updates.items():
+            results = yield self.zk.update_partition_states(self.epoch_zk_version, topic, states)
+            changed += self._apply(topic, results)
+        self._tell(changed)
+        remaining = sorted(tp for tp, s in self.states.items()
+                           if s.leader == broker_id and len(self._replicas(tp)) > 1)
+        log.info("controller {id}: controlled shutdown of broker {b}: {n} partition(s) moved, {r} remaining",
+                 id=self.broker_id, b=broker_id, n=len(changed), r=len(remaining))
+        return errors.NONE, remaining
 
     # -- AlterPartition ----------------------------------------------------------------------------
 

@@ -51,6 +51,7 @@ class ClusterMembership:
         self.metadata = metadata
         self.broker_id = config.node_id
         self.listener_name = inter_broker_listener(config)
+        self._client = network_client
         self.channel = ControllerChannelManager(reactor, network_client, self.listener_name)
         self.controller = KafkaController(reactor, zk, self.broker_id, self.channel, self.listener_name,
                                           unclean_leader_election=config["unclean.leader.election.enable"])
@@ -153,13 +154,48 @@ class ClusterMembership:
             d.addCallback(lambda _: self.controller.session_reestablished())
             d.addErrback(lambda f: log.failure("registering again after a new ZooKeeper session failed", f))
 
+    # -- controlled shutdown ----------------------------------------------------------------------------
+
+    @defer.inlineCallbacks
+    def _controlled_shutdown(self):
+        """Kafka's controlledShutdown: ask the controller to move this broker's leaderships away
+        before it stops serving, up to ``controlled.shutdown.max.retries`` times."""
+        from kafkatw.protocol.messages import ControlledShutdownRequest
+
+        backoff = self.config["controlled.shutdown.retry.backoff.ms"] / 1000.0
+        request = ControlledShutdownRequest(broker_id=self.broker_id, broker_epoch=self.metadata.broker_epoch)
+        for attempt in range(max(1, self.config["controlled.shutdown.max.retries"])):
+            if attempt:
+                yield task.deferLater(self._reactor, backoff, lambda: None)
+            controller = self.metadata.live_broker(self.metadata.controller_id)
+            endpoint = None if controller is None else controller.endpoints.get(self.listener_name)
+            if endpoint is None:
+                log.info("controlled shutdown: no controller known yet")
+                continue
+            try:
+                response = yield self._client.send("controlled-shutdown", endpoint[0], endpoint[1], request, 3,
+                                                   timeout_ms=30000)
+            except Exception as e:
+                log.info("controlled shutdown: asking controller {id} failed: {err}",
+                         id=controller.node_id, err=e)
+                continue
+            remaining = ["%s-%d" % (p.topic_name, p.partition_index) for p in response.remaining_partitions]
+            if response.error_code == errors.NONE and not remaining:
+                log.info("controlled shutdown of broker {id} succeeded", id=self.broker_id)
+                return
+            log.info("controlled shutdown: {err}, partitions still led here: {left}",
+                     err=errors.error_name(response.error_code), left=", ".join(remaining[:10]))
+        log.warn("controlled shutdown of broker {id} did not complete: stopping anyway", id=self.broker_id)
+
     # -- stop ------------------------------------------------------------------------------------------
 
     @defer.inlineCallbacks
     def stop(self):
-        """Resign, close the session (the registration goes at once: the controller sees this
-        broker leave without waiting for the session timeout)."""
+        """Controlled shutdown, resign, close the session (the registration goes at once: the
+        controller sees this broker leave without waiting for the session timeout)."""
         self._stopping = True
+        if self.config["controlled.shutdown.enable"] and self.metadata.broker_epoch != -1:
+            yield self._controlled_shutdown()
         yield self.controller.shutdown()
         yield self.channel.shutdown()
         yield self.zk.stop()

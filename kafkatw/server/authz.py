@@ -340,6 +340,7 @@ ACTIONS = {
     # cluster mode: the controller's requests and AlterPartition come from brokers
     4: _cluster_only(Op.CLUSTER_ACTION), 5: _cluster_only(Op.CLUSTER_ACTION),
     6: _cluster_only(Op.CLUSTER_ACTION), 56: _cluster_only(Op.CLUSTER_ACTION),
+    7: _cluster_only(Op.CLUSTER_ACTION),
     # KIP-848 consumer groups: ConsumerGroupHeartbeat, ConsumerGroupDescribe (per group, in
     # the handler)
     68: _consumer_group_heartbeat, 69: _consumer_group_describe,
@@ -452,6 +453,7 @@ GATES = {
     48: _gate_cluster(Op.DESCRIBE_CONFIGS), 49: _gate_cluster(Op.ALTER_CONFIGS),
     4: _gate_cluster(Op.CLUSTER_ACTION), 5: _gate_cluster(Op.CLUSTER_ACTION),
     6: _gate_cluster(Op.CLUSTER_ACTION), 56: _gate_cluster(Op.CLUSTER_ACTION),
+    7: _gate_cluster(Op.CLUSTER_ACTION),
     68: _gate_consumer_group_heartbeat,
 }
 

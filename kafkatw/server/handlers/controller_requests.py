@@ -1,5 +1,5 @@
-"""The controller's requests to a cluster-mode broker (LeaderAndIsr, UpdateMetadata, StopReplica)
-and AlterPartition from partition leaders to the controller, with Kafka's epoch checks
+"""The controller's requests to a cluster-mode broker (LeaderAndIsr, UpdateMetadata, StopReplica),
+and AlterPartition and ControlledShutdown from brokers to the controller, with Kafka's epoch checks
 (STALE_CONTROLLER_EPOCH, STALE_BROKER_EPOCH). Registered only in cluster mode.
 
 What the requests do belongs to the replica manager, the metadata cache and the controller.
@@ -11,6 +11,7 @@ from zope.interface import provider
 from kafkatw.protocol import errors
 from kafkatw.protocol.messages import (
     AlterPartitionResponse,
+    ControlledShutdownResponse,
     LeaderAndIsrResponse,
     StopReplicaResponse,
     UpdateMetadataResponse,
@@ -134,4 +135,32 @@ class AlterPartition:
         return AlterPartitionResponse(error_code=code, topics=[])
 
 
-HANDLERS = (UpdateMetadata, LeaderAndIsr, StopReplica, AlterPartition)
+@provider(IApiHandler)
+class ControlledShutdown:
+    """A stopping broker asks the active controller to move its leaderships (v2+: with its epoch)."""
+
+    API_KEY = 7
+    VERSIONS = (1, 3)
+
+    @staticmethod
+    def handle(apis, request):
+        controller = apis.controller
+        if controller is None or not controller.active:
+            return ControlledShutdown.error_response(request, errors.NOT_CONTROLLER, None)
+        body = request.body
+        epoch = body.broker_epoch if request.api_version >= 2 else -1
+        d = controller.controlled_shutdown(body.broker_id, epoch)
+
+        def answer(result):
+            code, remaining = result
+            return ControlledShutdownResponse(error_code=code, remaining_partitions=[
+                ControlledShutdownResponse.RemainingPartition(topic_name=t, partition_index=p)
+                for t, p in remaining])
+        return d.addCallback(answer)
+
+    @staticmethod
+    def error_response(request, code, message):
+        return ControlledShutdownResponse(error_code=code, remaining_partitions=[])
+
+
+HANDLERS = (UpdateMetadata, LeaderAndIsr, StopReplica, AlterPartition, ControlledShutdown)
