@@ -869,16 +869,25 @@ class KafkaCluster:
         return self.brokers[broker_id]
 
     def start(self):
-        if not self.zookeeper.running:
-            self.zookeeper.start()
-        for b in self.brokers.values():
-            b.overrides["zookeeper.connect"] = self.zookeeper_connect
-            if not b.running:
-                b.start()
-        self.wait_for_brokers(sorted(self.brokers))
-        if self.topics:
-            host, port = self.running_broker()._main_address()
-            create_topics(host, port, self.topics, timeout=self.start_timeout)
+        """Start ZooKeeper and every broker not running, wait until they all agree on the
+        brokers, create the topics. If that fails, every process is stopped (the work folder
+        stays with ``keep_data``) and the error raised."""
+        try:
+            if not self.zookeeper.running:
+                self.zookeeper.start()
+            for b in self.brokers.values():
+                b.overrides["zookeeper.connect"] = self.zookeeper_connect
+                if not b.running:
+                    b.start()
+            self.wait_for_brokers(sorted(self.brokers))
+            if self.topics:
+                host, port = self.running_broker()._main_address()
+                create_topics(host, port, self.topics, timeout=self.start_timeout)
+        except BaseException:
+            for b in self.brokers.values():
+                b.kill()
+            self.zookeeper.kill()
+            raise
         return self
 
     def running_broker(self):

@@ -330,13 +330,22 @@ class ElectionTests(unittest.SynchronousTestCase):
         self.assertEqual(self.leader_isr(topic, 0, b)[:2], (-1, [c]))
         state, _ = partition_state(cluster, topic, 0)
         self.assertEqual((state["leader"], state["isr"]), (-1, [c]))
-        cluster.broker(c).start()  # the ISR member returns and leads again
-        cluster.wait_for(lambda: self.leader_isr(topic, 0, b)[0] == c, 30, "c leading again")
+        # the topic allows an unclean election: the stale replica leads, alone in the ISR
+        from confluent_kafka.admin import ConfigResource
+
+        resource = ConfigResource("TOPIC", topic, set_config={"unclean.leader.election.enable": "true"})
+        client = admin(cluster.broker(b).bootstrap_servers)
+        client.alter_configs([resource])[resource].result(30)
+        cluster.wait_for(lambda: self.leader_isr(topic, 0, b)[:2] == (b, [b]), 30, "b leading uncleanly")
+        resource = ConfigResource("TOPIC", topic, set_config={"unclean.leader.election.enable": "false"})
+        client.alter_configs([resource])[resource].result(30)
+        cluster.broker(c).start()  # the old ISR member returns: b leads on
+        cluster.wait_for_brokers([b, c])
         cluster.broker(a).start()
         cluster.wait_for_brokers([1, 2, 3])
         leader, isr, _, offline = self.leader_isr(topic, 0, a)
-        self.assertEqual((leader, offline), (c, []))
-        self.assertIn(c, isr)  # the others rejoin only once the leader says they caught up
+        self.assertEqual((leader, offline), (b, []))
+        self.assertIn(b, isr)  # the others rejoin only once the leader says they caught up
 
     def test_controlled_shutdown_moves_leadership_before_stopping(self):
         cluster = self.cluster

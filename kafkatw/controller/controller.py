@@ -232,10 +232,8 @@ class KafkaController:
                 if new is not None:
                     creates.setdefault(tp[0], {})[tp[1]] = new
             elif state.leader == NO_LEADER or state.leader not in live:
-                new = election.elect(state, self._replicas(tp), live, self.unclean, self.epoch)
+                new = yield self._elect_leader(tp, state, live)
                 if new is not None:
-                    if new.isr and set(new.isr) - set(state.isr):
-                        log.warn("unclean leader election for {t}-{p}: {l}", t=tp[0], p=tp[1], l=new.leader)
                     updates.setdefault(tp[0], {})[tp[1]] = new
                 else:
                     log.info("partition {t}-{p} stays offline: no live replica in ISR {isr}",
@@ -248,6 +246,45 @@ class KafkaController:
             results = yield self.zk.update_partition_states(self.epoch_zk_version, topic, states)
             written += self._apply(topic, results)
         return written
+
+    @defer.inlineCallbacks
+    def _elect_leader(self, tp, state, live):
+        """OfflinePartitionLeaderElection: clean if a live ISR member exists, else unclean when
+        the topic (or the broker) allows it."""
+        new = election.elect(state, self._replicas(tp), live, False, self.epoch)
+        if new is not None:
+            return new
+        if not (yield self._unclean_enabled(tp[0])):
+            return None
+        new = election.elect(state, self._replicas(tp), live, True, self.epoch)
+        if new is not None:
+            log.warn("unclean leader election for {t}-{p}: {l} leads without being in ISR {isr}",
+                     t=tp[0], p=tp[1], l=new.leader, isr=list(state.isr))
+        return new
+
+    @defer.inlineCallbacks
+    def _unclean_enabled(self, topic):
+        """``unclean.leader.election.enable``: the topic's override, else the broker's; read only
+        when a partition has no live ISR member."""
+        configs = yield self.zk.topic_configs(topic)
+        value = configs.get("unclean.leader.election.enable")
+        return self.unclean if value is None else value.strip().lower() == "true"
+
+    def topic_config_changed(self, topic):
+        """A topic's configs changed (an unclean election may now be allowed): its offline
+        partitions get another election (Kafka's TopicUncleanLeaderElectionEnable)."""
+        return self._enqueue("TopicConfigChange", self._retry_offline, topic)
+
+    @defer.inlineCallbacks
+    def _retry_offline(self, topic):
+        if not self.active:
+            return
+        live = set(self.live) - self.shutting_down
+        offline = [tp for tp, s in self.states.items() if tp[0] == topic and (s.leader == NO_LEADER
+                                                                             or s.leader not in live)]
+        if offline:
+            changed = yield self._online_partitions(offline)
+            self._tell(changed)
 
     def _apply(self, topic, results, created=False):
         """Keep what was written; a ControllerMovedError stops the event (resign)."""
@@ -276,8 +313,7 @@ class KafkaController:
             if new is None:
                 continue
             if new.leader == NO_LEADER:
-                elected = election.elect(new, self._replicas(tp), set(self.live) - self.shutting_down,
-                                         self.unclean, self.epoch)
+                elected = yield self._elect_leader(tp, new, set(self.live) - self.shutting_down)
                 if elected is not None:  # one leader epoch for the whole change
                     new = attr.evolve(elected, leader_epoch=state.leader_epoch + 1)
             updates.setdefault(tp[0], {})[tp[1]] = new

@@ -138,6 +138,7 @@ class ClusterMembership:
                 self._last_change = name
                 if entity_type == "topics":
                     yield self.metadata.config_changed(entity)
+                    self.controller.topic_config_changed(entity)
 
     # -- session ---------------------------------------------------------------------------------------
 
