@@ -548,8 +548,7 @@ class BrokerService(OrderedMultiService):
         self.metadata = ZkClusterMetadata(local, zk, self.reactor, rack=config["broker.rack"],
                                           default_replication_factor=config["default.replication.factor"])
         client = KafkaNetworkClient(self.reactor, "broker-%d-controller" % config.node_id)
-        self.cluster = ClusterMembership(self.reactor, config, zk, self.metadata, client, config.log_dirs,
-                                         meta_existed, self.halt, run_blocking)
+        self.cluster = ClusterMembership(self.reactor, config, zk, self.metadata, client, meta_existed)
         self._cluster_connected = self.cluster.connect()
 
     def _registered(self, broker_epoch):

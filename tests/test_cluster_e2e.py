@@ -394,6 +394,33 @@ class ElectionTests(unittest.SynchronousTestCase):
         self.assertEqual({b: zk_read(cluster, "/brokers/ids/%d" % b)[1].czxid for b in (1, 2, 3)}, epochs)
 
 
+class JoiningTests(unittest.SynchronousTestCase):
+    def setUp(self):
+        self.cluster = shared_cluster("metadata")
+
+    def test_a_broker_of_another_cluster_refuses_to_join(self):
+        data = os.path.join(self.cluster.work_dir, "stranger", "kafka-logs")
+        os.makedirs(data)
+        with open(os.path.join(data, "meta.properties"), "w") as f:
+            f.write("version=1\ncluster.id=AAAAAAAAAAAAAAAAAAAAAA\nnode.id=9\n")
+        stranger = testing.KafkaBroker(data_dir=data, overrides={
+            "broker.id": 9, "zookeeper.connect": self.cluster.zookeeper_connect})
+        self.addCleanup(stranger.close)
+        with self.assertRaises(testing.BrokerStartError) as e:
+            stranger.start()
+        self.assertIn("doesn't match stored clusterId AAAAAAAAAAAAAAAAAAAAAA in meta.properties. The broker is "
+                      "trying to join the wrong cluster.", e.exception.reason)
+        self.assertNotIn(9, self.cluster.metadata()[0])
+
+    def test_cluster_mode_needs_a_broker_id(self):
+        broker = testing.KafkaBroker(overrides={"zookeeper.connect": self.cluster.zookeeper_connect})
+        self.addCleanup(broker.close)
+        with self.assertRaises(testing.BrokerStartError) as e:
+            broker.start()
+        self.assertEqual(e.exception.reason, "bad broker configuration: broker.id (or node.id) must be set in "
+                                             "cluster mode (zookeeper.connect)")
+
+
 class ControllerRequestTests(unittest.SynchronousTestCase):
     """AlterPartition on the controller and the brokers' epoch checks, over the wire."""
 

@@ -279,6 +279,20 @@ class ClusterMetadata:
         if self.cluster_id is None:
             self.cluster_id = uuid_to_base64(random_uuid())
 
+    def adopt_cluster_id(self, cluster_id):
+        """Cluster mode: the coordination store's cluster id replaces the one this node made
+        up at its first start, in ``meta.properties`` and the state file: a Deferred, once
+        durable."""
+        self.cluster_id = cluster_id
+        text = ("#\n#Written by kafkatw\nversion=1\ncluster.id=%s\nnode.id=%d\n"
+                % (cluster_id, self.node_id)).encode("utf-8")
+
+        def write():
+            for d in self.log_dirs:
+                write_atomically(os.path.join(d, META_PROPERTIES), text)
+        d = self._run_blocking(write)
+        return d.addCallback(lambda _: self._stage(lambda: None))
+
     def _write_meta_properties(self):
         for d in self.log_dirs:
             path = os.path.join(d, META_PROPERTIES)

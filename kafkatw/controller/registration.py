@@ -7,8 +7,6 @@ It owns the order of these steps, not what they do: the store, the controller an
 cache do the work.
 """
 
-import os
-
 from twisted.internet import defer, task
 from twisted.logger import Logger
 
@@ -41,10 +39,10 @@ def inter_broker_listener(config):
 
 class ClusterMembership:
     """``zk``: IClusterCoordinator; ``metadata``: ZkClusterMetadata; ``network_client``: the
-    controller's KafkaNetworkClient; ``halt(code)`` stops the process on an inconsistent cluster id."""
+    controller's KafkaNetworkClient; ``meta_properties_existed``: whether this node had a cluster
+    id before (then another one in ZooKeeper is the wrong cluster)."""
 
-    def __init__(self, reactor, config, zk, metadata, network_client, log_dirs, meta_properties_existed,
-                 halt, run_blocking):
+    def __init__(self, reactor, config, zk, metadata, network_client, meta_properties_existed):
         self._reactor = reactor
         self.config = config
         self.zk = zk
@@ -55,10 +53,7 @@ class ClusterMembership:
         self.channel = ControllerChannelManager(reactor, network_client, self.listener_name)
         self.controller = KafkaController(reactor, zk, self.broker_id, self.channel, self.listener_name,
                                           unclean_leader_election=config["unclean.leader.election.enable"])
-        self._log_dirs = list(log_dirs)
         self._meta_existed = meta_properties_existed
-        self._halt = halt
-        self._run_blocking = run_blocking
         self._registration = None  # bytes written to /brokers/ids/<id>
         self._session_lost = False
         self._stopping = False
@@ -80,15 +75,8 @@ class ClusterMembership:
                 message = ("The Cluster ID %s doesn't match stored clusterId %s in meta.properties. The broker "
                            "is trying to join the wrong cluster." % (cluster_id, self.metadata.cluster_id))
                 raise ConfigError(message, "zookeeper.connect")
-            yield self._run_blocking(self._rewrite_meta_properties, cluster_id)
-            self.metadata.cluster_id = self.metadata.local.cluster_id = cluster_id
-
-    def _rewrite_meta_properties(self, cluster_id):
-        from kafkatw.durable_file import write_atomically
-
-        text = "#\n#Written by kafkatw\nversion=0\nbroker.id=%d\ncluster.id=%s\n" % (self.broker_id, cluster_id)
-        for d in self._log_dirs:
-            write_atomically(os.path.join(d, "meta.properties"), text.encode("utf-8"))
+            yield self.metadata.local.adopt_cluster_id(cluster_id)
+            self.metadata.cluster_id = cluster_id
 
     @defer.inlineCallbacks
     def register(self, advertised):
