@@ -323,6 +323,9 @@ class RequestHandlersService(_BrokerPart):
                 b.apis.register(handler)
             b.apis.controller = b.cluster.controller
             b.cluster.on_registered.append(b._registered)
+            # client quotas set through any broker (and those in the store at start) apply here
+            b.metadata.quota_listeners.append(
+                lambda changes: controller_requests.apply_quota_changes(b.apis.quotas, changes))
             b.metadata.add_listener(b._cluster_topic_event)
         b.apis.delete_stray_logs()  # of topics deleted just before a crash
         b.apis.create_missing_logs()

@@ -421,6 +421,54 @@ class JoiningTests(unittest.SynchronousTestCase):
                                              "cluster mode (zookeeper.connect)")
 
 
+class ClientQuotaTests(unittest.SynchronousTestCase):
+    """Client quotas live in ZooKeeper (/config/users, /config/clients): set through one broker,
+    every broker describes (and applies) them, also after a restart."""
+
+    def setUp(self):
+        self.cluster = shared_cluster("metadata")
+
+    def quotas(self, broker_id, user):
+        from kafkatw.protocol import messages as m
+        from tests.support import RawClient
+
+        R = m.DescribeClientQuotasRequest
+        client = RawClient(self.cluster.broker(broker_id))
+        try:
+            resp = client.request(48, 1, R(components=[R.ComponentData(entity_type="user", match_type=0,
+                                                                        match=user)], strict=False))
+        finally:
+            client.close()
+        self.assertEqual(resp.error_code, 0)
+        return {tuple((e.entity_type, e.entity_name) for e in entry.entity):
+                {v.key: v.value for v in entry.values} for entry in resp.entries}
+
+    def test_quotas_set_through_one_broker_reach_every_broker(self):
+        from kafkatw.protocol import messages as m
+        from tests.support import RawClient
+
+        user = unique_name("u")
+        A = m.AlterClientQuotasRequest
+        client = RawClient(self.cluster.broker(1))
+        self.addCleanup(client.close)
+        resp = client.request(49, 1, A(entries=[A.EntryData(
+            entity=[A.EntityData(entity_type="user", entity_name=user),
+                    A.EntityData(entity_type="client-id", entity_name="app 1")],
+            ops=[A.OpData(key="producer_byte_rate", value=2048, remove=False),
+                 A.OpData(key="request_percentage", value=12.5, remove=False)])], validate_only=False))
+        self.assertEqual([e.error_code for e in resp.entries], [0])
+        expected = {(("client-id", "app 1"), ("user", user)): {"producer_byte_rate": 2048.0,
+                                                                 "request_percentage": 12.5}}
+        for broker_id in (1, 2, 3):
+            self.cluster.wait_for(lambda: self.quotas(broker_id, user) == expected, 30,
+                                  "broker %d to describe the quota" % broker_id)
+        data, _ = zk_read(self.cluster, "/config/users/%s/clients/app%%201" % user)
+        self.assertEqual(json.loads(data)["config"], {"producer_byte_rate": "2048", "request_percentage": "12.5"})
+        self.cluster.broker(3).restart()
+        self.cluster.wait_for_brokers([1, 2, 3])
+        self.assertEqual(self.quotas(3, user), expected)
+
+
 class ControllerRequestTests(unittest.SynchronousTestCase):
     """AlterPartition on the controller and the brokers' epoch checks, over the wire."""
 

@@ -148,6 +148,14 @@ class IClusterMetadataCache(Interface):
     def config_changed(topic):
         """A config change notification for ``topic``: read its configs again (a Deferred)."""
 
+    def load_client_quotas():
+        """Read every client quota entity from the store (at start-up): a Deferred; the quota
+        listeners get them as changes."""
+
+    def quota_entity_changed(entity_path):
+        """A change notification for a client quota entity: read it again; the quota listeners
+        get what changed (a Deferred)."""
+
 
 class IClusterCoordinator(Interface):
     """The coordination store as the controller and the brokers use it (Kafka's KafkaZkClient):
@@ -223,6 +231,15 @@ class IClusterCoordinator(Interface):
 
     def config_changes(watch=None):
         """A Deferred of ``[(sequence name, entity type, entity name)]`` of the notifications."""
+
+    def entity_configs(entity_path):
+        """A Deferred of the bytes of ``/config/<entity_path>`` (a client quota entity), or None."""
+
+    def set_entity_configs(entity_path, data):
+        """Write ``/config/<entity_path>`` and add a change notification: a Deferred."""
+
+    def quota_entities():
+        """A Deferred of ``{entity path: bytes}`` of every client quota entity under /config."""
 
     def mark_topic_for_deletion(topic):
         """Create ``/admin/delete_topics/<t>``: a Deferred (fine if already marked)."""

@@ -405,6 +405,51 @@ class ZkClusterCoordinator:
             out.append((name, entity_type, entity))
         return out
 
+    # -- client quota entities ----------------------------------------------------------------------
+
+    @defer.inlineCallbacks
+    def entity_configs(self, entity_path):
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            data, _ = yield self._deferred(self._client.get_async(self._p("/config/" + entity_path)))
+        except NoNodeError:
+            return None
+        return data
+
+    @defer.inlineCallbacks
+    def set_entity_configs(self, entity_path, data):
+        yield self._set_or_create("/config/" + entity_path, data)
+        entity_type, _, name = entity_path.partition("/")
+        yield self._deferred(self._client.create_async(
+            self._p(L.CONFIG_CHANGES + "/" + L.CONFIG_CHANGE_PREFIX), L.encode_config_change(entity_type, name),
+            sequence=True, makepath=True))
+
+    @defer.inlineCallbacks
+    def quota_entities(self):
+        from kazoo.exceptions import NoNodeError
+
+        @defer.inlineCallbacks
+        def children(path):
+            try:
+                found = yield self._deferred(self._client.get_children_async(self._p(path)))
+            except NoNodeError:
+                found = []
+            return sorted(found)
+        paths = []
+        for kind in ("clients", "ips", "users"):
+            for name in (yield children("/config/" + kind)):
+                paths.append("%s/%s" % (kind, name))
+                if kind == "users":
+                    for client in (yield children("/config/users/%s/clients" % name)):
+                        paths.append("users/%s/clients/%s" % (name, client))
+        out = {}
+        for path in paths:
+            data = yield self.entity_configs(path)
+            if data:
+                out[path] = data
+        return out
+
     # -- deletion -------------------------------------------------------------------------------------
 
     @defer.inlineCallbacks

@@ -198,6 +198,55 @@ def decode_config_change(data):
     return entity_type, name
 
 
+# -- client quota entities (/config/users, /config/clients, /config/ips) -------------------------------
+
+DEFAULT_ENTITY = "<default>"
+_QUOTA_DIRS = {"user": "users", "client-id": "clients", "ip": "ips"}
+
+
+def _sanitize(name):
+    """Kafka's Sanitizer: a name as a znode name (URL encoding), None as ``<default>``."""
+    from urllib.parse import quote
+
+    return DEFAULT_ENTITY if name is None else quote(name, safe="")
+
+
+def _desanitize(name):
+    from urllib.parse import unquote
+
+    return None if name == DEFAULT_ENTITY else unquote(name)
+
+
+def quota_entity_path(components):
+    """The entity path under /config of quota entity ``((type, name or None), ...)``."""
+    entity = dict(components)
+    if "user" in entity and "client-id" in entity:
+        return "users/%s/clients/%s" % (_sanitize(entity["user"]), _sanitize(entity["client-id"]))
+    (entity_type, name), = entity.items()
+    return "%s/%s" % (_QUOTA_DIRS[entity_type], _sanitize(name))
+
+
+def quota_entity_components(path):
+    """The inverse of :func:`quota_entity_path` (components sorted by type), or None."""
+    parts = path.split("/")
+    if len(parts) == 4 and parts[0] == "users" and parts[2] == "clients":
+        return (("client-id", _desanitize(parts[3])), ("user", _desanitize(parts[1])))
+    kinds = {v: k for k, v in _QUOTA_DIRS.items()}
+    if len(parts) == 2 and parts[0] in kinds:
+        return ((kinds[parts[0]], _desanitize(parts[1])),)
+    return None
+
+
+def encode_quota_values(values):
+    """``{key: float}`` as a config map (integral values without a fraction, as Kafka writes longs)."""
+    return encode_entity_config({k: (str(int(v)) if float(v).is_integer() else repr(float(v)))
+                                 for k, v in values.items()})
+
+
+def decode_quota_values(data):
+    return {k: float(v) for k, v in decode_entity_config(data).items()}
+
+
 # -- /latest_producer_id_block ------------------------------------------------------------------
 
 def encode_producer_id_block(broker_id, start, end):

@@ -4,8 +4,8 @@ UpdateMetadata last said, and admin changes written to the coordination store, a
 the controller's metadata shows them.
 
 It elects nothing and never reads partition state on its own: leadership comes from the
-controller. Node-local state (``meta.properties``, dynamic broker configs, client quotas) stays
-in the embedded store it is given.
+controller. Client quotas are cluster-wide in the store; node-local state (``meta.properties``,
+dynamic broker configs) stays in the embedded store it is given.
 """
 
 import attr
@@ -13,6 +13,7 @@ from twisted.internet import defer
 from twisted.logger import Logger
 from zope.interface import implementer
 
+from kafkatw.cluster import zk_layout
 from kafkatw.cluster.assignment import assign_replicas
 from kafkatw.cluster.interfaces import IClusterMetadata, IClusterMetadataCache
 from kafkatw.cluster.metadata import (
@@ -63,6 +64,10 @@ class ZkClusterMetadata:
         self._pid_next = 0
         self._pid_end = -1  # inclusive end of the block in hand
         self._pid_block = None  # Deferred of the block being fetched
+        self._quotas = {}  # client quota entity components -> {key: float}, as in the store
+        self._staged_quotas = {}  # including writes not yet done
+        #: called with ``[(entity components, key, value or None)]`` when quotas change
+        self.quota_listeners = []
 
     # -- node-local state, kept in the embedded store ---------------------------------------------
 
@@ -76,11 +81,12 @@ class ZkClusterMetadata:
 
     @property
     def client_quotas(self):
-        return self.local.client_quotas
+        """Cluster-wide, from /config/users, /config/clients and /config/ips."""
+        return self._quotas
 
     @property
     def staged_client_quotas(self):
-        return self.local.staged_client_quotas
+        return self._staged_quotas
 
     @property
     def deleted_topic_ids(self):
@@ -90,7 +96,63 @@ class ZkClusterMetadata:
         return self.local.set_broker_configs(configs, default)
 
     def set_client_quotas(self, quotas):
-        return self.local.set_client_quotas(quotas)
+        """Write the entities whose quotas changed (Kafka's /config/<type>/<name> and a change
+        notification each): a Deferred, once all are written."""
+        clean = {entity: dict(values) for entity, values in quotas.items() if values}
+        changed = [e for e in set(clean) | set(self._staged_quotas) if clean.get(e) != self._staged_quotas.get(e)]
+        self._staged_quotas = clean
+        writes = [self.zk.set_entity_configs(zk_layout.quota_entity_path(e),
+                                             zk_layout.encode_quota_values(clean.get(e, {})))
+                  for e in sorted(changed, key=repr)]
+
+        def written(_):
+            for e in changed:
+                if e in clean:
+                    self._quotas[e] = clean[e]
+                else:
+                    self._quotas.pop(e, None)
+        return defer.gatherResults(writes, consumeErrors=True).addCallback(written)
+
+    def load_client_quotas(self):
+        def loaded(found):
+            changes = []
+            for path, data in found.items():
+                components = zk_layout.quota_entity_components(path)
+                values = zk_layout.decode_quota_values(data)
+                if components is None or not values:
+                    continue
+                self._quotas[components] = values
+                changes += [(components, k, v) for k, v in sorted(values.items())]
+            self._staged_quotas = dict(self._quotas)
+            self._quota_changes(changes)
+        return self.zk.quota_entities().addCallback(loaded)
+
+    def quota_entity_changed(self, entity_path):
+        components = zk_layout.quota_entity_components(entity_path)
+        if components is None:
+            return defer.succeed(None)
+
+        def read(data):
+            new = zk_layout.decode_quota_values(data) if data else {}
+            old = self._quotas.get(components, {})
+            changes = [(components, k, None) for k in sorted(set(old) - set(new))]
+            changes += [(components, k, v) for k, v in sorted(new.items()) if old.get(k) != v]
+            for held in (self._quotas, self._staged_quotas):  # the last write wins
+                if new:
+                    held[components] = new
+                else:
+                    held.pop(components, None)
+            self._quota_changes(changes)
+        return self.zk.entity_configs(entity_path).addCallback(read)
+
+    def _quota_changes(self, changes):
+        if not changes:
+            return
+        for listener in list(self.quota_listeners):
+            try:
+                listener(changes)
+            except Exception:
+                log.failure("client quota listener failed")
 
     def forget_deleted_topic(self, topic_id):
         return self.local.forget_deleted_topic(topic_id)

@@ -77,6 +77,7 @@ class ClusterMembership:
                 raise ConfigError(message, "zookeeper.connect")
             yield self.metadata.local.adopt_cluster_id(cluster_id)
             self.metadata.cluster_id = cluster_id
+        yield self.metadata.load_client_quotas()
 
     @defer.inlineCallbacks
     def register(self, advertised):
@@ -127,6 +128,8 @@ class ClusterMembership:
                 if entity_type == "topics":
                     yield self.metadata.config_changed(entity)
                     self.controller.topic_config_changed(entity)
+                elif entity_type in ("users", "clients", "ips"):
+                    yield self.metadata.quota_entity_changed(entity_type + "/" + entity)
 
     # -- session ---------------------------------------------------------------------------------------
 

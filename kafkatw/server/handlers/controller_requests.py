@@ -163,4 +163,11 @@ class ControlledShutdown:
         return ControlledShutdownResponse(error_code=code, remaining_partitions=[])
 
 
+def apply_quota_changes(quotas, changes):
+    """Client quotas changed in the cluster's store (through another broker, or read at start)."""
+    from kafkatw.server.handlers.client_quotas import apply_changes
+
+    apply_changes(quotas, changes)
+
+
 HANDLERS = (UpdateMetadata, LeaderAndIsr, StopReplica, AlterPartition, ControlledShutdown)
