@@ -551,31 +551,6 @@ class ReplicaManager:
         self.fetch_purgatory.check_and_complete(TopicPartitionOperationKey(topic, partition))
         self.produce_purgatory.check_and_complete(TopicPartitionOperationKey(topic, partition))
 
-    # stub until replication lands: logs for this broker's replicas; leadership is read from the
-    # metadata cache, which the controller's UpdateMetadata keeps current (RF 1 topics)
-    def become_leader_or_follower(self, controller_id, controller_epoch, partition_states, topic_ids,
-                                  live_leaders):
-        results = {}
-        for state in partition_states:
-            topic, partition = state.topic_name, state.partition_index
-            if self.node_id in state.replicas and self.log_manager.get_log(topic, partition) is None:
-                self.log_manager.get_or_create_log(topic, partition, topic_ids[topic],
-                                                   self.metadata.topic_configs(topic))
-            results[(topic, partition)] = errors.NONE
-        return defer.succeed(results)
-
-    # stub until replication lands: deletes the logs of deleted partitions
-    def stop_replicas(self, controller_id, controller_epoch, partitions):
-        results = {}
-        by_topic = {}
-        for topic, partition, _, delete in partitions:
-            results[(topic, partition)] = errors.NONE
-            if delete:
-                by_topic.setdefault(topic, []).append(partition)
-                self.forget_partition(topic, partition)
-        waits = [self.log_manager.delete_logs(topic, ps) for topic, ps in by_topic.items()]
-        return defer.gatherResults(waits).addCallback(lambda _: results)
-
     def set_producer_id_expiration_ms(self, expiration_ms):
         """``producer.id.expiration.ms`` changed live: every partition's next expiry check uses it."""
         self.producer_id_expiration_ms = expiration_ms
