@@ -64,6 +64,7 @@ class ZkClusterCoordinator:
             hosts=self._hosts, timeout=session_timeout_ms / 1000.0)
         self._listeners = []
         self._watchers = {}  # callback -> kazoo watcher: one ZooKeeper watch per callback
+        self._connection_waiters = []  # [(Deferred, timer)] of requests waiting for a connection
         self._client.add_listener(self._kazoo_state)
 
     @classmethod
@@ -82,6 +83,12 @@ class ZkClusterCoordinator:
         return False
 
     def _state_changed(self, state):
+        if state == "CONNECTED":
+            waiters, self._connection_waiters = self._connection_waiters, []
+            for waiting, timer in waiters:
+                if timer.active():
+                    timer.cancel()
+                waiting.callback(None)
         for listener in list(self._listeners):
             try:
                 listener(state)
@@ -97,6 +104,22 @@ class ZkClusterCoordinator:
                 self._reactor.callFromThread(callback)
             self._watchers[callback] = fired
         return fired
+
+    def _run(self, call):
+        """``call()`` (a kazoo ``*_async`` call) once the session is connected, as a Deferred: while
+        kazoo reconnects it refuses requests, so they wait (at most the connection timeout), as
+        Kafka's ZooKeeperClient waits until connected."""
+        if self._client.connected:
+            return self._deferred(call())
+        waiting = defer.Deferred()
+        timer = self._reactor.callLater(self._connection_timeout, self._not_connected, waiting)
+        self._connection_waiters.append((waiting, timer))
+        return waiting.addCallback(lambda _: self._deferred(call()))
+
+    def _not_connected(self, waiting):
+        self._connection_waiters = [(d, t) for d, t in self._connection_waiters if d is not waiting]
+        waiting.errback(KafkaError(errors.UNKNOWN_SERVER_ERROR,
+                                   "not connected to ZooKeeper at %s" % (self.connect,)))
 
     def _deferred(self, async_result):
         """A Deferred fired on the reactor with a kazoo IAsyncResult's value or exception."""
@@ -151,16 +174,16 @@ class ZkClusterCoordinator:
         from kazoo.exceptions import NodeExistsError, NoNodeError
 
         try:
-            data, _ = yield self._deferred(self._client.get_async(self._p(L.CLUSTER_ID)))
+            data, _ = yield self._run(lambda: self._client.get_async(self._p(L.CLUSTER_ID)))
             return L.decode_cluster_id(data)
         except NoNodeError:
             pass
         try:
-            yield self._deferred(self._client.create_async(
+            yield self._run(lambda: self._client.create_async(
                 self._p(L.CLUSTER_ID), L.encode_cluster_id(proposed), makepath=True))
             return proposed
         except NodeExistsError:
-            data, _ = yield self._deferred(self._client.get_async(self._p(L.CLUSTER_ID)))
+            data, _ = yield self._run(lambda: self._client.get_async(self._p(L.CLUSTER_ID)))
             return L.decode_cluster_id(data)
 
     @defer.inlineCallbacks
@@ -168,7 +191,7 @@ class ZkClusterCoordinator:
         from kazoo.exceptions import NodeExistsError
 
         try:
-            _, stat = yield self._deferred(self._client.create_async(
+            _, stat = yield self._run(lambda: self._client.create_async(
                 self._p(L.broker_path(broker_id)), data, ephemeral=True, makepath=True,
                 include_data=True))
         except NodeExistsError:
@@ -179,7 +202,7 @@ class ZkClusterCoordinator:
 
     @defer.inlineCallbacks
     def broker_ids(self, watch=None):
-        children = yield self._deferred(self._client.get_children_async(
+        children = yield self._run(lambda: self._client.get_children_async(
             self._p(L.BROKER_IDS), watch=self._watch(watch)))
         return sorted(int(c) for c in children if c.isdigit())
 
@@ -188,7 +211,7 @@ class ZkClusterCoordinator:
         from kazoo.exceptions import NoNodeError
 
         try:
-            data, stat = yield self._deferred(self._client.get_async(self._p(L.broker_path(broker_id))))
+            data, stat = yield self._run(lambda: self._client.get_async(self._p(L.broker_path(broker_id))))
         except NoNodeError:
             return None
         return L.decode_broker(broker_id, data, stat.czxid)
@@ -199,11 +222,11 @@ class ZkClusterCoordinator:
     def get_controller_id(self, watch=None):
         from kazoo.exceptions import NoNodeError
 
-        stat = yield self._deferred(self._client.exists_async(self._p(L.CONTROLLER), watch=self._watch(watch)))
+        stat = yield self._run(lambda: self._client.exists_async(self._p(L.CONTROLLER), watch=self._watch(watch)))
         if stat is None:
             return -1
         try:
-            data, _ = yield self._deferred(self._client.get_async(self._p(L.CONTROLLER)))
+            data, _ = yield self._run(lambda: self._client.get_async(self._p(L.CONTROLLER)))
         except NoNodeError:
             return -1
         return L.decode_controller(data)
@@ -216,20 +239,20 @@ class ZkClusterCoordinator:
 
         client = self._client
         try:
-            data, stat = yield self._deferred(client.get_async(self._p(L.CONTROLLER_EPOCH)))
+            data, stat = yield self._run(lambda: client.get_async(self._p(L.CONTROLLER_EPOCH)))
             epoch, version = L.decode_controller_epoch(data), stat.version
         except NoNodeError:
             try:
-                yield self._deferred(client.create_async(self._p(L.CONTROLLER_EPOCH),
+                yield self._run(lambda: client.create_async(self._p(L.CONTROLLER_EPOCH),
                                                          L.encode_controller_epoch(0)))
             except NodeExistsError:
                 pass
-            data, stat = yield self._deferred(client.get_async(self._p(L.CONTROLLER_EPOCH)))
+            data, stat = yield self._run(lambda: client.get_async(self._p(L.CONTROLLER_EPOCH)))
             epoch, version = L.decode_controller_epoch(data), stat.version
         txn = client.transaction()
         txn.create(self._p(L.CONTROLLER), L.encode_controller(broker_id), ephemeral=True)
         txn.set_data(self._p(L.CONTROLLER_EPOCH), L.encode_controller_epoch(epoch + 1), version=version)
-        results = yield self._deferred(txn.commit_async())
+        results = yield self._run(lambda: txn.commit_async())
         if any(isinstance(r, Exception) for r in results):
             return None  # another broker registered first, or bumped the epoch in between
         return epoch + 1, results[1].version
@@ -239,12 +262,12 @@ class ZkClusterCoordinator:
         from kazoo.exceptions import NoNodeError
 
         try:
-            data, stat = yield self._deferred(self._client.get_async(self._p(L.CONTROLLER)))
+            data, stat = yield self._run(lambda: self._client.get_async(self._p(L.CONTROLLER)))
         except NoNodeError:
             return
         if L.decode_controller(data) == broker_id:
             try:
-                yield self._deferred(self._client.delete_async(self._p(L.CONTROLLER), version=stat.version))
+                yield self._run(lambda: self._client.delete_async(self._p(L.CONTROLLER), version=stat.version))
             except Exception:
                 pass  # gone or replaced meanwhile: not ours to delete any more
 
@@ -260,7 +283,7 @@ class ZkClusterCoordinator:
         txn = self._client.transaction()
         self._check_epoch(txn, epoch_zk_version)
         add_ops(txn)
-        results = yield self._deferred(txn.commit_async())
+        results = yield self._run(lambda: txn.commit_async())
         if isinstance(results[0], BadVersionError):
             raise ControllerMovedError("controller epoch zkVersion %d is no longer current" % epoch_zk_version)
         for r in results[1:]:
@@ -272,7 +295,7 @@ class ZkClusterCoordinator:
 
     @defer.inlineCallbacks
     def topics(self, watch=None):
-        children = yield self._deferred(self._client.get_children_async(
+        children = yield self._run(lambda: self._client.get_children_async(
             self._p(L.TOPICS), watch=self._watch(watch)))
         return sorted(children)
 
@@ -281,7 +304,7 @@ class ZkClusterCoordinator:
         from kazoo.exceptions import NoNodeError
 
         try:
-            data, _ = yield self._deferred(self._client.get_async(
+            data, _ = yield self._run(lambda: self._client.get_async(
                 self._p(L.topic_path(topic)), watch=self._watch(watch)))
         except NoNodeError:
             return None
@@ -295,14 +318,14 @@ class ZkClusterCoordinator:
         # Kafka's AdminZkClient: the config first (brokers read it when the topic appears)
         try:
             yield self._set_or_create(L.topic_config_path(topic), L.encode_entity_config(configs or {}))
-            yield self._deferred(client.create_async(
+            yield self._run(lambda: client.create_async(
                 self._p(L.topic_path(topic)), L.encode_topic_assignment(topic_id, assignment), makepath=True))
         except NodeExistsError:
             raise KafkaError(errors.TOPIC_ALREADY_EXISTS, "Topic '%s' already exists." % (topic,)) from None
 
     @defer.inlineCallbacks
     def add_partitions(self, topic, topic_id, assignment):
-        yield self._deferred(self._client.set_async(
+        yield self._run(lambda: self._client.set_async(
             self._p(L.topic_path(topic)), L.encode_topic_assignment(topic_id, assignment)))
 
     @defer.inlineCallbacks
@@ -310,18 +333,18 @@ class ZkClusterCoordinator:
         from kazoo.exceptions import NodeExistsError, NoNodeError
 
         try:
-            yield self._deferred(self._client.set_async(self._p(path), data))
+            yield self._run(lambda: self._client.set_async(self._p(path), data))
         except NoNodeError:
             try:
-                yield self._deferred(self._client.create_async(self._p(path), data, makepath=True))
+                yield self._run(lambda: self._client.create_async(self._p(path), data, makepath=True))
             except NodeExistsError:
-                yield self._deferred(self._client.set_async(self._p(path), data))
+                yield self._run(lambda: self._client.set_async(self._p(path), data))
 
     @defer.inlineCallbacks
     def partition_states(self, topic, partitions):
         from kazoo.exceptions import NoNodeError
 
-        pending = [(p, self._deferred(self._client.get_async(self._p(L.partition_state_path(topic, p)))))
+        pending = [(p, self._run(lambda p=p: self._client.get_async(self._p(L.partition_state_path(topic, p)))))
                    for p in partitions]
         out = {}
         for p, d in pending:
@@ -337,7 +360,7 @@ class ZkClusterCoordinator:
         """One multi per partition (Kafka's createTopicPartitionStatesRaw): the partition znode
         and its state, each behind the controller epoch check."""
         client = self._client
-        yield self._deferred(client.ensure_path_async(self._p(L.partitions_path(topic))))
+        yield self._run(lambda: client.ensure_path_async(self._p(L.partitions_path(topic))))
         pending = {}
         for p, state in states.items():
             def ops(txn, p=p, state=state):
@@ -377,7 +400,7 @@ class ZkClusterCoordinator:
         from kazoo.exceptions import NoNodeError
 
         try:
-            data, _ = yield self._deferred(self._client.get_async(self._p(L.topic_config_path(topic))))
+            data, _ = yield self._run(lambda: self._client.get_async(self._p(L.topic_config_path(topic))))
         except NoNodeError:
             return {}
         return L.decode_entity_config(data)
@@ -385,7 +408,7 @@ class ZkClusterCoordinator:
     @defer.inlineCallbacks
     def set_topic_configs(self, topic, configs):
         yield self._set_or_create(L.topic_config_path(topic), L.encode_entity_config(configs))
-        yield self._deferred(self._client.create_async(
+        yield self._run(lambda: self._client.create_async(
             self._p(L.CONFIG_CHANGES + "/" + L.CONFIG_CHANGE_PREFIX), L.encode_config_change("topics", topic),
             sequence=True, makepath=True))
 
@@ -393,12 +416,12 @@ class ZkClusterCoordinator:
     def config_changes(self, watch=None):
         from kazoo.exceptions import NoNodeError
 
-        children = yield self._deferred(self._client.get_children_async(
+        children = yield self._run(lambda: self._client.get_children_async(
             self._p(L.CONFIG_CHANGES), watch=self._watch(watch)))
         out = []
         for name in sorted(children):
             try:
-                data, _ = yield self._deferred(self._client.get_async(self._p(L.CONFIG_CHANGES + "/" + name)))
+                data, _ = yield self._run(lambda: self._client.get_async(self._p(L.CONFIG_CHANGES + "/" + name)))
             except NoNodeError:
                 continue
             entity_type, entity = L.decode_config_change(data)
@@ -412,7 +435,7 @@ class ZkClusterCoordinator:
         from kazoo.exceptions import NoNodeError
 
         try:
-            data, _ = yield self._deferred(self._client.get_async(self._p("/config/" + entity_path)))
+            data, _ = yield self._run(lambda: self._client.get_async(self._p("/config/" + entity_path)))
         except NoNodeError:
             return None
         return data
@@ -421,7 +444,7 @@ class ZkClusterCoordinator:
     def set_entity_configs(self, entity_path, data):
         yield self._set_or_create("/config/" + entity_path, data)
         entity_type, _, name = entity_path.partition("/")
-        yield self._deferred(self._client.create_async(
+        yield self._run(lambda: self._client.create_async(
             self._p(L.CONFIG_CHANGES + "/" + L.CONFIG_CHANGE_PREFIX), L.encode_config_change(entity_type, name),
             sequence=True, makepath=True))
 
@@ -432,7 +455,7 @@ class ZkClusterCoordinator:
         @defer.inlineCallbacks
         def children(path):
             try:
-                found = yield self._deferred(self._client.get_children_async(self._p(path)))
+                found = yield self._run(lambda: self._client.get_children_async(self._p(path)))
             except NoNodeError:
                 found = []
             return sorted(found)
@@ -457,14 +480,14 @@ class ZkClusterCoordinator:
         from kazoo.exceptions import NodeExistsError
 
         try:
-            yield self._deferred(self._client.create_async(self._p(L.delete_topic_path(topic)), b"",
+            yield self._run(lambda: self._client.create_async(self._p(L.delete_topic_path(topic)), b"",
                                                            makepath=True))
         except NodeExistsError:
             pass
 
     @defer.inlineCallbacks
     def topics_to_delete(self, watch=None):
-        children = yield self._deferred(self._client.get_children_async(
+        children = yield self._run(lambda: self._client.get_children_async(
             self._p(L.DELETE_TOPICS), watch=self._watch(watch)))
         return sorted(children)
 
@@ -479,7 +502,7 @@ class ZkClusterCoordinator:
         @defer.inlineCallbacks
         def children(path):
             try:
-                found = yield self._deferred(client.get_children_async(p(path)))
+                found = yield self._run(lambda: client.get_children_async(p(path)))
             except NoNodeError:
                 found = None
             return found
@@ -492,7 +515,7 @@ class ZkClusterCoordinator:
             paths.append(L.partitions_path(topic) + "/" + partition)
         if partitions is not None:
             paths.append(L.partitions_path(topic))
-        if (yield self._deferred(client.exists_async(p(L.topic_path(topic))))) is not None:
+        if (yield self._run(lambda: client.exists_async(p(L.topic_path(topic))))) is not None:
             paths.append(L.topic_path(topic))
         if paths:
             def ops(txn):
@@ -501,7 +524,7 @@ class ZkClusterCoordinator:
             yield self._controller_multi(epoch_zk_version, ops)
         for path in (L.topic_config_path(topic), L.delete_topic_path(topic)):
             try:
-                yield self._deferred(client.delete_async(p(path)))
+                yield self._run(lambda: client.delete_async(p(path)))
             except NoNodeError:
                 pass
 
@@ -515,11 +538,11 @@ class ZkClusterCoordinator:
         client, path = self._client, self._p(L.PRODUCER_ID_BLOCK)
         for _ in range(100):
             try:
-                data, stat = yield self._deferred(client.get_async(path))
+                data, stat = yield self._run(lambda: client.get_async(path))
             except NoNodeError:
                 start, end = 0, size - 1
                 try:
-                    yield self._deferred(client.create_async(
+                    yield self._run(lambda: client.create_async(
                         path, L.encode_producer_id_block(broker_id, start, end)))
                     return start, end
                 except NodeExistsError:
@@ -528,7 +551,7 @@ class ZkClusterCoordinator:
             start = 0 if last is None else last[1] + 1
             end = start + size - 1
             try:
-                yield self._deferred(client.set_async(
+                yield self._run(lambda: client.set_async(
                     path, L.encode_producer_id_block(broker_id, start, end), version=stat.version))
                 return start, end
             except BadVersionError:
