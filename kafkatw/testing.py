@@ -915,11 +915,12 @@ class KafkaCluster:
                 value = condition()
                 if value:
                     return value
+                last = "last answer: %r" % (value,)
             except (OSError, ConnectionError, ValueError) as e:
-                last = e
+                last = "last error: %s" % (e,)
             time.sleep(0.05)
         raise AssertionError("timed out after %.0f s waiting for %s%s"
-                             % (timeout, what, " (last error: %s)" % last if last else ""))
+                             % (timeout, what, " (%s)" % last if last else ""))
 
     def wait_for_brokers(self, ids, timeout=None):
         """Until every running broker's Metadata lists exactly ``ids`` and a controller."""
