@@ -59,9 +59,10 @@ class ReplicationTests(unittest.SynchronousTestCase):
         require_zookeeper()
         self.cluster = testing.KafkaCluster(
             brokers=3, racks=["rack-a", "rack-b", "rack-c"],
-            session_timeout_ms=self.session_timeout_ms.get(self._testMethodName, 4000),
+            session_timeout_ms=self.session_timeout_ms.get(self._testMethodName, 6000),
             overrides={"min.insync.replicas": 2, "replica.lag.time.max.ms": 2000,
-                       "default.replication.factor": 3}).start()
+                       "default.replication.factor": 3},
+            keep_data=os.environ.get("KAFKATW_KEEP_CLUSTER") == "1").start()
         self.addCleanup(self.cluster.close)
 
     def leader(self, topic, via=None):
@@ -75,9 +76,10 @@ class ReplicationTests(unittest.SynchronousTestCase):
         cluster, topic = self.cluster, unique_name("kills")
         create_topic(cluster.broker(1).bootstrap_servers, topic, 1, 3)
         cluster.wait_for(lambda: all(known_partitions(cluster, b, topic) for b in (1, 2, 3)), 30, "the topic")
-        producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all",
-                             "enable.idempotence": True, "linger.ms": 5, "message.timeout.ms": 120000})
         acked, failed, stop = [], [], threading.Event()
+        producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all",
+                             "enable.idempotence": True, "linger.ms": 5, "message.timeout.ms": 120000,
+                             "error_cb": lambda err: failed.append(err) if err.fatal() else None})
 
         def delivered(err, msg):
             (acked if err is None else failed).append((msg.offset(), msg.value()) if err is None else err)
@@ -97,7 +99,10 @@ class ReplicationTests(unittest.SynchronousTestCase):
         try:
             for _ in range(LEADER_KILLS):
                 before = len(acked)
-                cluster.wait_for(lambda: len(acked) > before + 100, 60, "records acknowledged")
+                cluster.wait_for(lambda: len(acked) > before + 100 or failed, 60,
+                                 "records acknowledged (%d so far; partition %s)"
+                                 % (before, known_partitions(cluster, self.leader(topic)[0], topic)))
+                self.assertEqual(failed, [])
                 leader, _ = self.leader(topic)
                 cluster.broker(leader).kill()
                 cluster.broker(leader).start()

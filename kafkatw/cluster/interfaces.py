@@ -124,6 +124,10 @@ class IClusterMetadata(IPartitionMetadata):
         """The partition's PartitionState (leader, epochs, ISR, replicas, offline replicas), or
         None if unknown: what Metadata answers."""
 
+    def metadata_ready():
+        """A Deferred fired once this broker knows the cluster (cluster mode: the controller's
+        first UpdateMetadata, bounded; fired at once where the metadata is local)."""
+
     def topic_configs_loaded(topics):
         """A Deferred firing once the topic-level configs of ``topics`` are known here (fired
         at once where they always are)."""

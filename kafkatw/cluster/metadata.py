@@ -563,6 +563,9 @@ class ClusterMetadata:
     def topic_configs_loaded(self, topics):
         return defer.succeed(None)
 
+    def metadata_ready(self):
+        return defer.succeed(None)
+
     # -- mutations ---------------------------------------------------------------------
 
     def check_new_topic(self, name):

@@ -64,6 +64,8 @@ class ZkClusterMetadata:
         self._pid_next = 0
         self._pid_end = -1  # inclusive end of the block in hand
         self._pid_block = None  # Deferred of the block being fetched
+        self._ready = defer.Deferred()  # fired by the first UpdateMetadata
+        self._ready_timer = None
         self._quotas = {}  # client quota entity components -> {key: float}, as in the store
         self._staged_quotas = {}  # including writes not yet done
         #: called with ``[(entity components, key, value or None)]`` when quotas change
@@ -244,6 +246,22 @@ class ZkClusterMetadata:
     def is_broker_epoch_stale(self, broker_epoch):
         return broker_epoch != -1 and broker_epoch < self.broker_epoch
 
+    def metadata_ready(self, timeout=10.0):
+        """Fired once the controller's first UpdateMetadata arrived (or after ``timeout`` s):
+        until then this broker knows no broker and no topic, and answering Metadata would tell
+        clients the cluster is empty (or start auto-creating topics that exist)."""
+        if not self._ready.called and self._ready_timer is None:
+            self._ready_timer = self._reactor.callLater(timeout, self._set_ready)
+        d = defer.Deferred()
+        self._ready.addBoth(lambda result: d.callback(None) or result)
+        return d
+
+    def _set_ready(self):
+        if self._ready_timer is not None and self._ready_timer.active():
+            self._ready_timer.cancel()
+        if not self._ready.called:
+            self._ready.callback(None)
+
     def update_metadata(self, request):
         """Apply an UpdateMetadata (its epochs already checked): live brokers, controller,
         partition states; topics whose partitions say LeaderDuringDelete go."""
@@ -273,6 +291,7 @@ class ZkClusterMetadata:
         for topic in deleted:
             self._remove_topic(topic)
         self._check_waiters()
+        self._set_ready()
 
     def _put_topic(self, topic, topic_id, partition):
         info = self.topics.get(topic)

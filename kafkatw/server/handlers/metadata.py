@@ -204,6 +204,13 @@ def auto_create_asked(apis, request):
 
 
 def handle(apis, request):
+    ready = apis.metadata.metadata_ready()
+    if not ready.called:  # a cluster-mode broker just registered: answer once it knows the cluster
+        return ready.addCallback(lambda _: _handle(apis, request))
+    return _handle(apis, request)
+
+
+def _handle(apis, request):
     body = request.body
     meta = apis.metadata
     auto_create = auto_create_asked(apis, request)
