@@ -689,6 +689,17 @@ def zookeeper_command(host, port, command="srvr", timeout=1.0):
     return b"".join(chunks).decode("utf-8", "replace")
 
 
+def _die_with_test_process():
+    """PR_SET_PDEATHSIG in the ZooKeeper child: it never outlives the test process (trial's
+    workers end without running atexit, where the clusters would be closed)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
 class ZooKeeperServer:
     """A standalone ZooKeeper (Debian's package, Java) on a free loopback port with its data in
     ``work_dir``. ``tick_time_ms`` 500 allows session timeouts from 1 to 10 seconds."""
@@ -731,7 +742,8 @@ class ZooKeeperServer:
             self.process = subprocess.Popen(
                 ["java", "-Xmx256m", "-XX:+UseSerialGC", "-Dzookeeper.log.dir=" + self.work_dir,
                  "-cp", ZOOKEEPER_CLASSPATH, "org.apache.zookeeper.server.ZooKeeperServerMain", config],
-                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=self.work_dir)
+                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=self.work_dir,
+                preexec_fn=_die_with_test_process)
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
