@@ -63,6 +63,16 @@ class AgainstBrokerTests(KafkaBrokerMixin, unittest.TestCase):
         self.assertTrue(self.client.is_connected(1) and self.client.is_connected((1, 2)))
 
 
+    @defer.inlineCallbacks
+    def test_connections_send_without_nagle(self):
+        """TCP_NODELAY on every connection: a small request written while the previous one's
+        ACK is delayed must not wait for it (follower fetches, acks=all latency)."""
+        yield self.client.send(1, self.host, self.port, messages.ApiVersionsRequest(
+            client_software_name="kafkatw", client_software_version="1"), 3)
+        sock = self.client._connections[1].transport.getHandle()
+        self.assertEqual(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY), 1)
+
+
 class FailureTests(unittest.TestCase):
     def setUp(self):
         self.client = KafkaNetworkClient(reactor, "test-client", request_timeout_ms=300,

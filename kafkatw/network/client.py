@@ -58,6 +58,11 @@ class KafkaClientProtocol(Protocol):
         self.on_lost = None  # called once with the protocol when the connection ends
         self.address = None  # (host, port), set once connected
 
+    def connectionMade(self):
+        # requests are small and answered at once: Nagle's algorithm would hold the next one
+        # back until the previous write is acknowledged (a delayed ACK: tens of ms)
+        self.transport.setTcpNoDelay(True)
+
     @property
     def usable(self):
         """True while requests can be sent (connected and not lost)."""
