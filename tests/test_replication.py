@@ -448,6 +448,15 @@ class IsrTests(ReplicationTestBase):
 
 class LeaderAndIsrTests(ReplicationTestBase):
 
+    def test_leadership_listeners_hear_role_changes(self):
+        heard = []
+        self.nodes[2].rm.add_leadership_listener(lambda lead, follow: heard.append((lead, follow)))
+        self.elect(1, [1, 2, 3])
+        self.elect(2, [2, 3])
+        self.successResultOf(self.nodes[2].rm.stop_replicas(0, 1, [(TOPIC, 0, 1, False)]))
+        self.assertEqual(heard, [([], [(TOPIC, 0, 0)]), ([(TOPIC, 0, 1)], []),
+                                 ([], [(TOPIC, 0, -1)])])
+
     def test_stale_controller_epoch_is_refused(self):
         self.elect(1, [1, 2, 3])
         self.controller_epoch = 0

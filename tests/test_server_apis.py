@@ -147,6 +147,9 @@ class FakeReplicaManager:
     def under_replicated_partitions(self):
         return 0
 
+    def add_leadership_listener(self, listener):
+        pass
+
     def fetch_offset_for_timestamp(self, tp, timestamp, isolation_level=None, current_leader_epoch=-1,
                                    fetch_only_from_leader=True, topic_id=None):
         self.offset_queries.append((tp, timestamp, isolation_level, current_leader_epoch,

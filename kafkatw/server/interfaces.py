@@ -105,6 +105,11 @@ class IReplicaManager(Interface):
         as :meth:`become_leader_or_follower` does."""
 
 
+    def add_leadership_listener(listener):
+        """Call ``listener(became_leader, became_follower)`` (lists of ``(topic, partition,
+        leader_epoch)``) after LeaderAndIsr and StopReplica change roles here (cluster mode;
+        never on a single node, which leads everything from the start)."""
+
     def under_replicated_partitions():
         """How many partitions led here have an ISR smaller than their replicas (metrics)."""
 

@@ -299,6 +299,7 @@ class ReplicaManager:
         self.alter_partition_manager = alter_partition_manager
         self.fetcher_manager = fetcher_manager
         self._isr_loop = None
+        self._leadership_listeners = []
         self.producer_id_expiration_ms = _config_get(
             config, "producer.id.expiration.ms", DEFAULT_PRODUCER_ID_EXPIRATION_MS)
         self._producer_states = {}  # (topic, partition) -> ProducerStateManager
@@ -730,6 +731,23 @@ class ReplicaManager:
         if add:
             fetchers.add_fetcher_for_partitions(add)
         self._complete_delayed([p.tp for p in leaders] + [p.tp for p, _ in followers])
+        if leaders or followers:
+            self._tell_leadership([(p.topic, p.partition, p.leader_epoch) for p in leaders],
+                                  [(p.topic, p.partition, p.leader_epoch) for p, _ in followers])
+
+    def add_leadership_listener(self, listener):
+        """Call ``listener(became_leader, became_follower)`` (lists of ``(topic, partition,
+        leader_epoch)``) after each LeaderAndIsr applied here and, for partitions stopped,
+        after StopReplica (as followers with epoch -1): Kafka's onLeadershipChange, what the
+        group and transaction coordinators need to load or unload their partitions."""
+        self._leadership_listeners.append(listener)
+
+    def _tell_leadership(self, leaders, followers):
+        for listener in list(self._leadership_listeners):
+            try:
+                listener(leaders, followers)
+            except Exception:
+                log.failure("a leadership listener failed")
 
     def stop_replicas(self, controller_id, controller_epoch, partitions):
         """Kafka's ReplicaManager.stopReplicas: ``partitions`` is [(topic, partition, leader
@@ -755,6 +773,8 @@ class ReplicaManager:
                 self.forget_partition(*tp)
                 deletes.setdefault(tp[0], []).append(tp[1])
         self._complete_delayed([tp for tp, _ in stopping])
+        if stopping:
+            self._tell_leadership([], [(tp[0], tp[1], -1) for tp, _ in stopping])
         done = [self.log_manager.delete_logs(topic, parts) for topic, parts in deletes.items()]
         if not done:
             return defer.succeed(results)
