@@ -268,7 +268,12 @@ class ReplicaFetcher:
                 except Exception:
                     log.failure("follower append to {tp} failed", tp="%s-%d" % tp)
                     st.delayed_until = self.manager.clock.seconds() + backoff
-        self._schedule(0)
+        # the next fetch at once, not a reactor turn later: it is what moves the leader's HW
+        # (an acks=all produce waits for it)
+        if self._wakeup is not None and self._wakeup.active():
+            self._wakeup.cancel()
+        self._wakeup = None
+        self._run()
 
     def _process_partition(self, tp, st, pd):
         rm = self.manager.replica_manager
