@@ -527,20 +527,47 @@ class TruncationTests(ReplicationTestBase):
         self.assertEqual(self.segment_bytes(1), self.segment_bytes(2))
         self.assertEqual(self.nodes[1].log().leader_epoch_cache.entries(), [(0, 0), (1, 2)])
 
-    def test_truncation_uses_the_leaders_epoch_not_the_hw(self):
-        self.elect(1, [1, 2])
+    def test_a_follower_behind_on_the_hw_keeps_what_the_new_leader_has(self):
+        """Its HW lags its log end; the new leader has the same records: nothing is cut
+        (truncating to the HW, as before KIP-101, would drop and fetch them again)."""
+        self.elect(1, [1, 2, 3])
         d = self.produce(1, [b"a", b"b", b"c"])
         self.pump_until(lambda: d.called)
-        # 2 has all three but learnt HW 3 only if it fetched again: stop it before that
-        self.nodes[2].rm.fetcher_manager.remove_fetcher_for_partitions([(TOPIC, 0)])
-        self.nodes[2].log().update_high_watermark(1)
+        for n in (2, 3):
+            self.nodes[n].rm.fetcher_manager.remove_fetcher_for_partitions([(TOPIC, 0)])
+            self.nodes[n].log().update_high_watermark(1)  # it had not learnt HW 3 yet
+        cuts = []
+        original = self.nodes[3].rm.truncate_follower
+        self.nodes[3].rm.truncate_follower = lambda *a, **kw: cuts.append(a) or original(*a, **kw)
         self.nodes[1].up = False
-        self.elect(3, [3, 2], to=[3])  # 3 was out of the ISR: an unclean choice in the test
+        self.elect(2, [2, 3], to=[2, 3])
+        d = self.produce(2, [b"d"])
+        self.pump_until(lambda: d.called)
+        self.assertEqual(self.successResultOf(d)[(TOPIC, 0)].base_offset, 3)
+        self.assertEqual(cuts, [])
+        self.assertEqual([v for _, _, v in self.values(3)], [b"a", b"b", b"c", b"d"])
+        self.assertEqual(self.segment_bytes(3), self.segment_bytes(2))
+
+    def test_an_unclean_leader_makes_followers_truncate_to_its_log(self):
+        """A leader without the last records (chosen out of the ISR): a follower cuts back to
+        where the leader's epoch 0 ends and takes the leader's epoch 1 records."""
+        self.elect(1, [1, 2], replicas=(1, 2, 3))
+        self.nodes[3].rm.fetcher_manager.remove_fetcher_for_partitions([(TOPIC, 0)])
+        for values in ([b"a"], [b"b", b"c"]):  # two batches: a cut at offset 1 would keep "a"
+            d = self.produce(1, values)
+            self.pump_until(lambda: d.called)
+        self.assertEqual(self.nodes[2].log().log_end_offset, 3)
+        self.assertEqual(self.nodes[3].log().log_end_offset, 0)
+        self.nodes[1].up = False
+        self.elect(3, [3], to=[3])
+        d = self.produce(3, [b"x"], acks=1)
+        self.assertEqual(self.successResultOf(d)[(TOPIC, 0)].base_offset, 0)
+        # 2 follows now: its epoch 0 is older than any the leader knows, so the leader
+        # answers that epoch 0 ends where its first epoch starts (0)
         self.send_leader_and_isr((TOPIC, 0), to=[2])
-        self.pump(2)
-        # 3 has nothing; 2 keeps nothing of epoch 0 beyond what 3 has (0): OFFSET_OUT_OF_RANGE
-        # path or divergence both end with identical logs
-        self.assertEqual(self.nodes[2].log().log_end_offset, self.nodes[3].log().log_end_offset)
+        self.pump_until(lambda: self.values(2) == [(0, 1, b"x")])
+        self.assertEqual(self.segment_bytes(2), self.segment_bytes(3))
+        self.assertEqual(self.nodes[2].log().leader_epoch_cache.entries(), [(1, 0)])
 
     def test_follower_keeps_producer_state(self):
         self.elect(1, [1, 2, 3])

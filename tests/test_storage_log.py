@@ -81,7 +81,12 @@ class AppendTest(Base):
         lg.append_as_leader(make_batch(1), 9)
         self.assertEqual(lg.end_offset_for_epoch(7), (7, 5))
         self.assertEqual(lg.end_offset_for_epoch(9), (9, 6))
-        self.assertEqual(lg.end_offset_for_epoch(3), (-1, -1))
+        # older than every epoch known: it ends where the first known one starts (Kafka's
+        # floorEntry == null case); newer than all: undefined
+        self.assertEqual(lg.end_offset_for_epoch(3), (3, 0))
+        self.assertEqual(lg.end_offset_for_epoch(8), (7, 5))
+        self.assertEqual(lg.end_offset_for_epoch(12), (-1, -1))
+        self.assertEqual(lg.end_offset_for_epoch(-1), (-1, -1))
 
     def test_batch_headers_from_the_caller(self):
         lg = self.open_log()

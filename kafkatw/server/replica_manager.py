@@ -1164,8 +1164,8 @@ class ReplicaManager:
         """(epoch, end_offset) if the follower's last fetched epoch ends before its fetch offset."""
         res = log_.end_offset_for_epoch(info.last_fetched_epoch)
         if res is None or res[0] < 0:
-            # the epoch is older than anything we know (our log start passed it): nothing to
-            # compare, the fetch goes on by offset (out of range below our log start)
+            # an epoch newer than any we know (cannot come from a follower of ours): nothing
+            # to compare, the fetch goes on by offset
             return None
         epoch, end_offset = res
         if epoch < info.last_fetched_epoch or end_offset < info.fetch_offset:

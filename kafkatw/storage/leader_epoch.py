@@ -57,17 +57,20 @@ class LeaderEpochFileCache:
         return self._epochs[i] if i >= 0 else None
 
     def end_offset_for(self, requested_epoch, log_end_offset):
-        """(epoch, end offset) as Kafka's LeaderEpochFileCache.endOffsetFor."""
+        """(epoch, end offset) as Kafka's LeaderEpochFileCache.endOffsetFor: the latest epoch
+        ends at the log end; an older one at the start of the next epoch we know, reported
+        with the newest epoch at or below it, or with itself when it is older than every
+        epoch we know (a follower truncates to where our first epoch starts); an epoch newer
+        than all we know is undefined."""
         if not self._epochs or requested_epoch == UNDEFINED_EPOCH:
             return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
         if requested_epoch == self._epochs[-1]:
             return requested_epoch, log_end_offset
-        i = bisect.bisect_right(self._epochs, requested_epoch)
-        if i == 0:
-            # Requested epoch is older than anything we know.
-            return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+        i = bisect.bisect_right(self._epochs, requested_epoch)  # the first epoch above it
         if i == len(self._epochs):
-            return self._epochs[-1], log_end_offset
+            return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+        if i == 0:
+            return requested_epoch, self._offsets[0]
         return self._epochs[i - 1], self._offsets[i]
 
     def truncate_from_end(self, end_offset):
