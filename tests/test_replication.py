@@ -29,7 +29,7 @@ from kafkatw.server.alter_partition import LeaderAndIsr
 from kafkatw.server.apis import KafkaApis
 from kafkatw.server.interfaces import IAlterPartitionManager
 from kafkatw.server.replica_fetcher import FetcherSettings, ReplicaFetcherManager, fetcher_id
-from kafkatw.server.replica_manager import ReplicaManager
+from kafkatw.server.replica_manager import FetchParams, PartitionData, ReplicaManager
 from kafkatw.storage.manager import LogManager
 from kafkatw.storage.offsets import FetchIsolation
 
@@ -303,6 +303,22 @@ class FollowerFetchTests(ReplicationTestBase):
             self.assertEqual(self.segment_bytes(n), self.segment_bytes(1))
             self.assertEqual([v for _, _, v in self.values(n)], [b"a", b"b", b"c"])
             self.assertEqual(self.nodes[n].log().leader_epoch_cache.entries(), [(0, 0)])
+
+    def test_consumer_parked_at_the_hw_is_answered_when_followers_move_it(self):
+        self.elect(1, [1, 2, 3])
+        for n in (2, 3):
+            self.nodes[n].pause()
+        params = FetchParams(replica_id=-1, max_wait_ms=5000, min_bytes=1)
+        parked = self.nodes[1].rm.fetch_messages(params, [((TOPIC, 0), PartitionData(0))])
+        self.produce(1, [b"a", b"b"], acks=1)
+        self.clock.advance(1)
+        self.assertNoResult(parked)  # the records are there, but above the HW
+        for n in (2, 3):
+            self.nodes[n].resume()
+        self.pump_until(lambda: parked.called, seconds=4)
+        [(tp, data)] = self.successResultOf(parked)
+        self.assertEqual((data.error, data.high_watermark), (errors.NONE, 2))
+        self.assertGreater(len(data.records), 0)
 
     def test_hw_waits_for_the_slowest_isr_member(self):
         self.elect(1, [1, 2, 3])
