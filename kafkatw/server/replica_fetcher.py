@@ -368,9 +368,15 @@ class ReplicaFetcher:
             st.fetch_offset = max(p.offset, lg.log_end_offset)
 
         def settled(result):
+            if result is not None:  # a failure: asked again after the backoff
+                error = result.value
+                log.info("{tp}: asking leader {leader} for its log end/start failed: {err}",
+                         tp="%s-%d" % tp, leader=self.leader_id,
+                         err=errors.error_name(error.args[0]) if isinstance(error, _Retry)
+                         else result.getErrorMessage())
             if self.partitions.get(tp) is st:
                 st.delayed_until = 0.0
-                if result is not None:  # a failure
+                if result is not None:
                     st.delayed_until = self.manager.clock.seconds() + backoff
                 self._schedule(0)
 
