@@ -29,7 +29,12 @@ from kafkatw.server.alter_partition import LeaderAndIsr
 from kafkatw.server.apis import KafkaApis
 from kafkatw.server.interfaces import IAlterPartitionManager
 from kafkatw.server.replica_fetcher import FetcherSettings, ReplicaFetcherManager, fetcher_id
-from kafkatw.server.replica_manager import FetchParams, PartitionData, ReplicaManager
+from kafkatw.server.replica_manager import (
+    FetchParams,
+    InitialFetchState,
+    PartitionData,
+    ReplicaManager,
+)
 from kafkatw.storage.manager import LogManager
 from kafkatw.storage.offsets import FetchIsolation
 
@@ -584,6 +589,23 @@ class TruncationTests(ReplicationTestBase):
         self.pump_until(lambda: self.values(2) == [(0, 1, b"x")])
         self.assertEqual(self.segment_bytes(2), self.segment_bytes(3))
         self.assertEqual(self.nodes[2].log().leader_epoch_cache.entries(), [(1, 0)])
+
+    def test_a_follower_behind_the_leaders_log_start_starts_there(self):
+        """OFFSET_OUT_OF_RANGE below the leader's log start (DeleteRecords, retention): the
+        follower asks ListOffsets for it, empties its log and starts at it."""
+        self.elect(1, [1, 2], replicas=(1, 2, 3))
+        self.nodes[3].rm.fetcher_manager.remove_fetcher_for_partitions([(TOPIC, 0)])
+        for i in range(4):
+            d = self.produce(1, [b"r%d" % i])
+            self.pump_until(lambda: d.called)
+        self.nodes[1].log().delete_records_before(3)
+        # 3's fetcher again, from its log end 0
+        self.nodes[3].rm.fetcher_manager.add_fetcher_for_partitions({(TOPIC, 0): InitialFetchState(
+            TOPIC_ID, 1, ("127.0.0.1", self.nodes[1].port), 0, 0)})
+        self.pump_until(lambda: self.nodes[3].log().log_end_offset == 4)
+        self.assertEqual(self.nodes[3].log().log_start_offset, 3)
+        self.assertEqual(self.values(3), [(3, 0, b"r3")])
+        self.assertIn(((1, 0), messages.ListOffsetsRequest.API_KEY), self.nodes[3].client.sent)
 
     def test_follower_keeps_producer_state(self):
         self.elect(1, [1, 2, 3])
