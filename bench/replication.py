@@ -1,0 +1,94 @@
+"""Replication cost: produce throughput with acks=all to RF 3 (min.insync.replicas 2) against
+RF 1, on the same three brokers and ZooKeeper (``kafkatw.testing.KafkaCluster``), rounds
+interleaved so both see the same machine. Issue 19 asks RF 3 for at least 50% of RF 1.
+
+    .venv/bin/python -m bench.replication --messages 200000 --size 1024 --rounds 3
+"""
+
+import argparse
+import statistics
+import sys
+import time
+
+from bench.procstat import cpu_seconds
+from kafkatw.testing import KafkaCluster
+
+
+def produce(bootstrap, topic, messages, size, acks):
+    """Seconds to produce ``messages`` values of ``size`` bytes and have every one acknowledged."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 50,
+                         "batch.size": 1000000, "enable.idempotence": acks == "all",
+                         "queue.buffering.max.messages": 1000000, "compression.type": "none"})
+    value = b"x" * size
+    errors = []
+
+    def delivered(err, _msg):
+        if err is not None:
+            errors.append(err)
+    start = time.monotonic()
+    for i in range(messages):
+        while True:
+            try:
+                producer.produce(topic, value=value, on_delivery=delivered)
+                break
+            except BufferError:
+                producer.poll(0.01)
+        if i % 1000 == 0:
+            producer.poll(0)
+    left = producer.flush(120)
+    elapsed = time.monotonic() - start
+    if left or errors:
+        raise RuntimeError("%d unacknowledged, %d failed (%s)" % (left, len(errors), errors[:1]))
+    return elapsed
+
+
+def create(bootstrap, topic, partitions, rf, configs=None):
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.create_topics([NewTopic(topic, partitions, rf, config=configs or {})]).values():
+        f.result(60)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m bench.replication", description=__doc__.split("\n")[0])
+    parser.add_argument("--messages", type=int, default=200000)
+    parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--partitions", type=int, default=3)
+    args = parser.parse_args(argv)
+    with KafkaCluster(brokers=3, overrides={"kafkatw.request.log.enable": "false",
+                                            "log.segment.bytes": 1 << 30}) as cluster:
+        bootstrap = cluster.bootstrap_servers
+        create(bootstrap, "rf1", args.partitions, 1)
+        create(bootstrap, "rf3", args.partitions, 3, {"min.insync.replicas": "2"})
+        time.sleep(2)  # leaders elected, followers fetching
+        mb = args.messages * args.size / 1e6
+        rates = {"rf1": [], "rf3": []}
+        cpu = {"rf1": [], "rf3": []}  # broker CPU seconds (all three) per MB produced
+        pids = [b.process.pid for b in cluster.brokers.values()]
+        for r in range(args.rounds):
+            for topic in ("rf1", "rf3"):
+                before = sum(cpu_seconds(pid) for pid in pids)
+                seconds = produce(bootstrap, topic, args.messages, args.size, "all")
+                used = sum(cpu_seconds(pid) for pid in pids) - before
+                rates[topic].append(mb / seconds)
+                cpu[topic].append(used / mb)
+                print("round %d %s: %.1f MB/s, brokers %.3f CPU s/MB" % (r + 1, topic, mb / seconds, used / mb),
+                      file=sys.stderr)
+    rf1, rf3 = statistics.median(rates["rf1"]), statistics.median(rates["rf3"])
+    print("| topic | MB/s per round | median MB/s | brokers' CPU s/MB (median) |")
+    print("|---|---|---:|---:|")
+    for topic in ("rf1", "rf3"):
+        print("| %s | %s | %.1f | %.3f |" % ("RF 1, acks=all" if topic == "rf1" else
+                                           "RF 3, min ISR 2, acks=all",
+                                           " / ".join("%.1f" % x for x in rates[topic]),
+                                           statistics.median(rates[topic]),
+                                           statistics.median(cpu[topic])))
+    print("\nRF 3 / RF 1: %.0f%%" % (100.0 * rf3 / rf1))
+
+
+if __name__ == "__main__":
+    main()
