@@ -349,6 +349,16 @@ class FollowerFetchTests(ReplicationTestBase):
         r = self.successResultOf(self.produce(2, [b"x"], acks=1))[(TOPIC, 0)]
         self.assertEqual(r.error_code, errors.NOT_LEADER_OR_FOLLOWER)
 
+    def test_an_answer_after_shutdown_is_dropped(self):
+        self.elect(1, [1, 2, 3])
+        self.pump(0.1)
+        follower = self.nodes[2]
+        follower.rm.fetcher_manager.shutdown()  # its fetch is parked at the leader
+        self.produce(1, [b"a"], acks=1)  # which answers it now, after the shutdown
+        self.pump(0.1)
+        self.assertEqual(follower.log().log_end_offset, 0)
+        self.assertEqual(self.flushLoggedErrors(), [])
+
     def test_fetcher_ids_spread_partitions(self):
         self.assertEqual(fetcher_id("t", 0, 1), 0)
         ids = {fetcher_id("topic", p, 3) for p in range(20)}

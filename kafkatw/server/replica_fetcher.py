@@ -238,6 +238,8 @@ class ReplicaFetcher:
 
     def _failed(self, failure, *_):
         self._inflight = False
+        if not self._running:
+            return
         log.info("fetch from broker {leader} failed: {err}; retrying in {ms} ms",
                  leader=self.leader_id, err=failure.getErrorMessage(),
                  ms=self.manager.settings.backoff_ms)
@@ -246,6 +248,8 @@ class ReplicaFetcher:
     def _answered(self, response, sent):
         self._inflight = False
         self.fetches += 1
+        if not self._running:
+            return  # shut down meanwhile: the logs may be closing
         backoff = self.manager.settings.backoff_ms / 1000.0
         if response.error_code != errors.NONE:
             log.info("fetch from broker {leader} answered {err}", leader=self.leader_id,
