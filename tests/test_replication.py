@@ -359,6 +359,23 @@ class FollowerFetchTests(ReplicationTestBase):
         self.assertEqual(follower.log().log_end_offset, 0)
         self.assertEqual(self.flushLoggedErrors(), [])
 
+    def test_a_leader_at_a_new_address_keeps_every_partition_fetched(self):
+        self.elect(1, [1, 2, 3], partition=0)
+        self.elect(1, [1, 2, 3], partition=1)
+        manager = self.nodes[2].rm.fetcher_manager
+        self.assertEqual(sorted(manager.fetchers[(1, 0)].partitions), [(TOPIC, 0), (TOPIC, 1)])
+        leader = self.nodes[1]
+        del self.by_port[leader.port]
+        leader.port += 100  # restarted on another port
+        self.by_port[leader.port] = leader
+        self.elect(1, [1, 2, 3], partition=0)
+        fetcher = manager.fetchers[(1, 0)]
+        self.assertEqual(fetcher.endpoint, ("127.0.0.1", leader.port))
+        self.assertEqual(sorted(fetcher.partitions), [(TOPIC, 0), (TOPIC, 1)])
+        d = self.produce(1, [b"p1"], partition=1)
+        self.pump_until(lambda: d.called)
+        self.assertEqual(self.nodes[2].log(1).log_end_offset, 1)
+
     def test_fetcher_ids_spread_partitions(self):
         self.assertEqual(fetcher_id("t", 0, 1), 0)
         ids = {fetcher_id("topic", p, 3) for p in range(20)}

@@ -100,13 +100,17 @@ class ReplicaFetcherManager:
             self.remove_fetcher_for_partitions([tp])
             key = (st.leader_id, fetcher_id(tp[0], tp[1], self.settings.num_fetchers))
             fetcher = self.fetchers.get(key)
+            moved = {}
             if fetcher is not None and fetcher.endpoint != tuple(st.leader_endpoint):
-                fetcher.shutdown()  # the leader moved to another address
+                moved = fetcher.partitions  # the leader moved to another address: they go along
+                fetcher.shutdown()
                 del self.fetchers[key]
                 fetcher = None
             if fetcher is None:
                 fetcher = self.fetchers[key] = ReplicaFetcher(self, st.leader_id, key[1],
                                                               tuple(st.leader_endpoint))
+                for other, state in moved.items():
+                    fetcher.add_partition(other, state)
             fetcher.add_partition(tp, PartitionFetchState(st.topic_id, st.fetch_offset,
                                                           st.current_leader_epoch))
             self._where[tp] = key
