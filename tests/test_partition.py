@@ -85,6 +85,20 @@ class PartitionTests(unittest.TestCase):
         self.assertEqual(len(self.moved), 2)
         self.assertFalse(self.p.update_follower_fetch_state(9, 5, 0))  # no replica of ours
 
+    def test_hw_does_not_pass_a_caught_up_replica_about_to_join(self):
+        self.lead(isr=(1, 2))
+        self.append(4)
+        self.p.update_follower_fetch_state(3, 4, 0)  # at the end: caught up, proposed to join
+        self.assertEqual(self.proposals.sent[0][0], [1, 2, 3])
+        self.proposals.sent[0][2].errback(KafkaError(errors.OPERATION_NOT_ATTEMPTED))
+        self.append(2)
+        self.p.update_follower_fetch_state(2, 6, 0)
+        self.assertEqual(self.log.high_watermark, 4)  # 3, caught up within the lag, is at 4
+        self.clock.advance(31)  # 3 no longer caught up: it stops holding the HW
+        self.append(1)  # (the next append or ISR member's fetch looks again)
+        self.p.update_follower_fetch_state(2, 7, 0)
+        self.assertEqual(self.log.high_watermark, 7)
+
     def test_hw_stays_while_the_isr_is_under_min_isr(self):
         self.lead(isr=(1,))
         self.append(2)

@@ -82,7 +82,8 @@ class Partition:
     ISR is smaller than ``min.insync.replicas`` (cluster mode)."""
 
     def __init__(self, topic, partition, local_broker_id, clock_ms, alter_partition=None,
-                 on_high_watermark=None, strict_min_isr=True):
+                 on_high_watermark=None, strict_min_isr=True, lag_time_max_ms=30000):
+        self.lag_time_max_ms = lag_time_max_ms  # replica.lag.time.max.ms
         self.topic = topic
         self.partition = partition
         self.local_broker_id = local_broker_id
@@ -192,22 +193,28 @@ class Partition:
 
     def maybe_increment_leader_hw(self):
         """Kafka's maybeIncrementLeaderHW: the HW is the least log end of the leader and the
-        (maximal) ISR's followers; it never moves back, and with ``strict_min_isr`` it stays
-        while the ISR is smaller than ``min.insync.replicas``. True if it moved."""
+        (maximal) ISR's followers, and of a follower caught up but not yet in the ISR (so the
+        HW does not pass a replica about to join); it never moves back, and with
+        ``strict_min_isr`` it stays while the ISR is smaller than ``min.insync.replicas``.
+        True if it moved."""
         log_ = self.log
         if log_ is None or not self.is_leader:
             return False
         if self.strict_min_isr and self.is_under_min_isr:
             return False
-        new_hw = log_.log_end_offset
-        for r in self.maximal_isr:
-            if r == self.local_broker_id:
+        leo = new_hw = log_.log_end_offset
+        maximal = self.maximal_isr
+        now = None
+        for r, replica in self.remote_replicas.items():
+            if replica.log_end_offset >= new_hw:
                 continue
-            replica = self.remote_replicas.get(r)
-            if replica is None:
-                continue
-            if replica.log_end_offset < new_hw:
-                new_hw = replica.log_end_offset
+            if r not in maximal:
+                if now is None:
+                    now = self.clock_ms()
+                if replica.log_end_offset < 0 or not replica.is_caught_up(
+                        leo, now, self.lag_time_max_ms):
+                    continue
+            new_hw = replica.log_end_offset
         if new_hw < 0:
             return False
         return log_.maybe_increment_high_watermark(new_hw)

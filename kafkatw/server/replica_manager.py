@@ -620,7 +620,9 @@ class ReplicaManager:
     def _new_partition(self, topic, partition):
         return Partition(topic, partition, self.node_id, self.now_ms,
                          alter_partition=self._alter_partition_manager(),
-                         on_high_watermark=self._high_watermark_moved, strict_min_isr=True)
+                         on_high_watermark=self._high_watermark_moved, strict_min_isr=True,
+                         lag_time_max_ms=_config_get(self.config, "replica.lag.time.max.ms",
+                                                     30000))
 
     def _high_watermark_moved(self, part):
         """A partition's HW (or ISR) moved outside an append: complete acks=all produces and
