@@ -6,6 +6,11 @@ the fetch purgatory and the wake-up after appends; not request decoding, session
 Its contract is ``server.interfaces.IReplicaManager``. Topics are named by ``metadata``, a
 ``cluster.interfaces.IPartitionMetadata`` (node id, leader state, topic configs); partitions
 are ``storage.interfaces.ILog`` objects from the log manager.
+
+On a cluster (``zookeeper.connect``) it also applies LeaderAndIsr and StopReplica to its
+``server.partition.Partition`` objects, which then say who leads; followers fetch through
+``server.replica_fetcher``, ISR changes go through an ``IAlterPartitionManager``, and acks=all
+waits in the produce purgatory (``server.delayed_produce``).
 """
 
 import os
