@@ -156,10 +156,15 @@ class ForkedProcess:
         self.returncode = None
         self._status_path = status_path
         self._server_alive = server_alive
-        self._pidfd = os.pidfd_open(pid)
+        try:
+            self._pidfd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            # it exited (a refused config) and the fork server reaped it before we looked:
+            # the status file says how
+            self._pidfd = None
 
     def _exited(self, timeout):
-        return _readable(self._pidfd, timeout)
+        return self._pidfd is None or _readable(self._pidfd, timeout)
 
     def _collect(self):
         # the fork server reaps the process and writes its status; without a server, no status
@@ -174,8 +179,9 @@ class ForkedProcess:
                     break
                 time.sleep(0.002)
         self.returncode = code if code is not None else -1
-        os.close(self._pidfd)
-        self._pidfd = None
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
 
     def poll(self):
         if self.returncode is None and self._exited(0):
@@ -190,7 +196,7 @@ class ForkedProcess:
         return self.returncode
 
     def send_signal(self, sig):
-        if self.returncode is None:
+        if self.returncode is None and self._pidfd is not None:
             try:
                 signal.pidfd_send_signal(self._pidfd, sig)
             except ProcessLookupError:

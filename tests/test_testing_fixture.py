@@ -339,3 +339,24 @@ class ProcessModeTests(unittest.SynchronousTestCase):
                 answered += 1
             self.assertFalse(api_versions_ok(host, port, timeout=0.5))
         self.assertEqual(answered, 10)
+
+
+class ForkedProcessTests(unittest.TestCase):
+    """A broker that exits (a refused config) and is reaped by the fork server before the
+    client opens its pidfd still reports its status, instead of ProcessLookupError."""
+
+    def test_already_reaped_process_reports_its_status(self):
+        import subprocess
+        import sys
+
+        from kafkatw.testing_forkserver import ForkedProcess
+
+        gone = subprocess.Popen([sys.executable, "-c", "pass"])
+        gone.wait()  # reaped: its pid names no process now
+        status = self.mktemp()
+        with open(status, "w") as f:
+            f.write("2")
+        proc = ForkedProcess(gone.pid, status)
+        proc.kill()  # nothing to signal: no error
+        self.assertEqual(proc.poll(), 2)
+        self.assertEqual(proc.wait(1), 2)
