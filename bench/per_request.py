@@ -222,6 +222,7 @@ class Waker:
 
 def _count_instructions(args, n, tree):
     env = dict(os.environ)
+    env["PYTHONHASHSEED"] = "0"  # the same string hashes, so the same dict collisions, every run
     if tree:
         env["PYTHONPATH"] = tree + os.pathsep + env.get("PYTHONPATH", "")
     cmd = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",

@@ -170,6 +170,47 @@ class AclAuthorizerTests(unittest.TestCase):
                           "name=t, patternType=LITERAL), entry=(principal=User:alice, host=*, operation=READ, "
                           "permissionType=ALLOW))", f.read().splitlines()[-1])
 
+    def test_cached_decisions_follow_every_acl_change(self):
+        """The same context and Action objects asked again (as the broker does): each answer
+        follows the ACLs as they are now, after creates, deletes and a reconfiguration."""
+        path = os.path.abspath(self.mktemp())
+        a = self.authorizer(**{"kafkatw.authorizer.log.file": path})
+        a.start(None)
+        self.addCleanup(a.stop)
+        write = [Action(Op.WRITE, ResourcePattern(RT.TOPIC, "t"))]
+        here, there = ctx(host="10.0.0.1"), ctx(host="10.0.0.2")
+        self.assertEqual(a.authorize(here, write), [DENIED])
+        self.assertEqual(a.authorize(here, write), [DENIED])
+        allow = binding(RT.TOPIC, "t", "User:alice", Op.WRITE)
+        self.successResultOf(a.create_acls(None, [allow]))
+        self.assertEqual(a.authorize(here, write) + a.authorize(there, write), [ALLOWED, ALLOWED])
+        deny = binding(RT.TOPIC, "t", "User:alice", Op.WRITE, perm=Perm.DENY, host="10.0.0.2")
+        self.successResultOf(a.create_acls(None, [deny]))
+        self.assertEqual(a.authorize(here, write) + a.authorize(there, write), [ALLOWED, DENIED])
+        self.successResultOf(a.delete_acls(None, [AclBindingFilter(
+            ResourcePatternFilter(RT.TOPIC, "t", PT.LITERAL),
+            AccessControlEntryFilter(None, None, Op.ANY, Perm.DENY))]))
+        self.assertEqual(a.authorize(there, write), [ALLOWED])
+        self.successResultOf(a.delete_acls(None, [ANY_FILTER]))
+        self.assertEqual(a.authorize(here, write), [DENIED])
+        a.configure({"super.users": "User:alice"})
+        self.assertEqual(a.authorize(here, write), [ALLOWED])
+        # a cached denial is still audited every time it is asked
+        with open(path) as f:
+            denials = [line for line in f if " is Denied " in line]
+        self.assertEqual(len(denials), 4)
+
+    def test_the_decision_cache_is_bounded(self):
+        from kafkatw.security import acl_authorizer
+
+        self.patch(acl_authorizer, "DECISION_CACHE_LIMIT", 10)
+        a = self.authorizer(binding(RT.TOPIC, "t-", "User:alice", Op.READ, pattern=PT.PREFIXED))
+        context = ctx()
+        for i in range(25):
+            action = Action(Op.READ, ResourcePattern(RT.TOPIC, "t-%d" % i))
+            self.assertEqual(a.authorize(context, [action]), [ALLOWED])
+            self.assertLessEqual(len(a._decisions), 10)
+
     def test_durable_and_reloaded(self):
         path = os.path.join(self.mktemp())
         os.makedirs(path)
@@ -284,3 +325,18 @@ class DeferredAuthorizerApisTests(ApisFixture, unittest.TestCase):
         authorizer.pending = []
         self.assertEqual(self.successResultOf(d).body.error_code, errors.UNKNOWN_SERVER_ERROR)
         self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
+
+    def test_produce_with_a_transactional_id_it_may_not_write_is_refused_whole(self):
+        from tests.test_server_handlers_produce import ProduceTests, batch, produce
+
+        self.create_topic("t", partitions=2)
+        authorizer = LaterAuthorizer()  # alice may WRITE topic t, not transactional id "tx"
+        self.apis = self.make_apis(authorizer=authorizer)
+        self.apis.txn_coordinator = object()  # past the "no coordinator" refusal
+        body = produce([("t", 0, batch()), ("t", 1, batch())], transactional_id="tx")
+        d = self.apis.handle(self.request(body, 9, principal=ALICE))
+        authorizer.release()
+        resp = self.successResultOf(d).body
+        self.assertEqual([p[:3] for p in ProduceTests.partitions(self, resp)],
+                         [("t", 0, errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+                          ("t", 1, errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)])

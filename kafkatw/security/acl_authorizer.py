@@ -49,6 +49,10 @@ _IMPLIED_BY = {
     AclOperation.DESCRIBE_CONFIGS: (AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS),
 }
 
+#: decisions kept between ACL changes; past it the cache starts again (principals, hosts and
+#: resource names come from clients, so it must not grow without bound)
+DECISION_CACHE_LIMIT = 100000
+
 # counters (the metrics endpoint may read them)
 metrics = {"authorized": 0, "denied": 0}
 
@@ -125,6 +129,9 @@ class AclAuthorizer:
         self.allow_everyone_if_no_acl_found = False
         self._bindings = ()
         self._index = _Index(())
+        #: (id(principal), host, id(action)) -> (allowed, why, principal, action); emptied on
+        #: every ACL change
+        self._decisions = {}
         self._lock = defer.DeferredLock()
         self.audit_path = None
         self.log_allowed = False  # Kafka's logger at DEBUG: allowed actions are logged too
@@ -146,6 +153,7 @@ class AclAuthorizer:
         self.allow_everyone_if_no_acl_found = bool(configs.get("allow.everyone.if.no.acl.found"))
         self.audit_path = configs.get("kafkatw.authorizer.log.file") or None
         self.log_allowed = bool(configs.get("kafkatw.authorizer.log.allowed"))
+        self._decisions = {}
 
     def start(self, server_info):
         if self.path is None and server_info is not None:
@@ -184,34 +192,48 @@ class AclAuthorizer:
     def _set(self, bindings):
         self._bindings = tuple(bindings)
         self._index = _Index(self._bindings)
+        self._decisions = {}  # a new object: a decision being made now cannot land in it stale
 
     # -- deciding ----------------------------------------------------------------------------
     def authorize(self, context, actions):
-        principal = str(context.principal)
+        """Each action's decision comes from the cache of decisions made since the last ACL
+        change, so a repeated request costs a dict lookup per action, whatever the ACLs."""
+        principal = context.principal
         host = context.host
-        if principal in self.super_users:
-            if self.log_allowed:
-                for action in actions:
-                    if action.log_if_allowed:
-                        self._audit(context, action, True, "super user")
-            metrics["authorized"] += len(actions)
-            return [ALLOWED] * len(actions)
-        results = []
-        for action in actions:
-            allowed, why = self._decide(principal, host, action)
-            if allowed:
+        cache = self._decisions
+        if len(actions) == 1 and not self.log_allowed:  # the common request: one action, allowed
+            decision = cache.get((id(principal), host, id(actions[0])))
+            if decision is not None and decision[0]:
                 metrics["authorized"] += 1
-                if action.log_if_allowed and self.log_allowed:
-                    self._audit(context, action, True, why)
+                return [ALLOWED]
+        results = []
+        denied = 0
+        for action in actions:
+            # keyed by identity (the broker reuses its principal and Action objects): an entry
+            # holds both, so no other object can have their ids while it exists
+            key = (id(principal), host, id(action))
+            decision = cache.get(key)
+            if decision is None:
+                if len(cache) >= DECISION_CACHE_LIMIT:
+                    cache.clear()
+                decision = cache[key] = self._decide(str(principal), host, action) + (principal, action)
+            if decision[0]:
+                if self.log_allowed and action.log_if_allowed:
+                    self._audit(context, action, True, decision[1])
                 results.append(ALLOWED)
             else:
-                metrics["denied"] += 1
+                denied += 1
                 if action.log_if_denied:
-                    self._audit(context, action, False, why)
+                    self._audit(context, action, False, decision[1])
                 results.append(DENIED)
+        metrics["authorized"] += len(actions) - denied
+        if denied:
+            metrics["denied"] += denied
         return results
 
     def _decide(self, principal, host, action):
+        if principal in self.super_users:
+            return True, "super user"
         resource = action.resource
         if resource.pattern_type != PatternType.LITERAL:
             raise ValueError("Only literal resources are supported. Got: %s" % resource.pattern_type.name)

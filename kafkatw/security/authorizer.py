@@ -7,6 +7,7 @@ per-API checks live with the handlers (``server/authz.py``).
 """
 
 import enum
+import typing
 
 import attr
 from zope.interface import Interface
@@ -179,7 +180,8 @@ ANY_FILTER = AclBindingFilter(ResourcePatternFilter(ResourceType.ANY, None, Patt
 class Action:
     """One thing a request wants to do (Kafka's ``Action``): the operation, the resource
     (a LITERAL :class:`ResourcePattern`), how many times the request refers to it, and whether
-    the audit log names it when allowed / denied."""
+    the audit log names it when allowed / denied. Immutable: the broker reuses one object for
+    every request naming the same action (an authorizer may cache decisions by its identity)."""
 
     operation = attr.ib(converter=AclOperation)
     resource = attr.ib()
@@ -188,18 +190,20 @@ class Action:
     log_if_denied = attr.ib(default=True)
 
 
-@attr.s(frozen=True, slots=True)
-class AuthorizableRequestContext:
-    """What an authorizer is told about the request (Kafka's ``AuthorizableRequestContext``)."""
+class AuthorizableRequestContext(typing.NamedTuple):
+    """What an authorizer is told about the request (Kafka's ``AuthorizableRequestContext``).
 
-    principal = attr.ib()  # KafkaPrincipal
-    host = attr.ib()  # the client's address, e.g. "127.0.0.1"
-    listener_name = attr.ib(default=None)
-    security_protocol = attr.ib(default=None)
-    request_type = attr.ib(default=None)  # API key
-    request_version = attr.ib(default=None)
-    client_id = attr.ib(default=None)
-    correlation_id = attr.ib(default=None)
+    A named tuple: the broker makes one for every request it authorizes, and a tuple is made
+    without running Python code."""
+
+    principal: KafkaPrincipal
+    host: str  # the client's address, e.g. "127.0.0.1"
+    listener_name: typing.Optional[str] = None
+    security_protocol: typing.Optional[str] = None
+    request_type: typing.Optional[int] = None  # API key
+    request_version: typing.Optional[int] = None
+    client_id: typing.Optional[str] = None
+    correlation_id: typing.Optional[int] = None
 
 
 class AclValidationError(ValueError):

@@ -237,9 +237,31 @@ class KafkaApis:
             # The network layer rejects unknown keys first; if one slips through, close as Kafka does.
             log.error("no handler for API key {key}", key=request.api_key)
             return Response(None, close_connection=True)
-        if self.authorizer is not None and request.api_key not in authz.UNCHECKED:
-            return self._authorize_then_dispatch(reg, request)
-        return self._run_handler(reg, request)
+        if self.authorizer is None or request.api_key in authz.UNCHECKED:
+            return self._run_handler(reg, request)
+        # Authorize what the request needs (one call; a Deferred parks the request), refuse it
+        # whole when a gate says so, else run its handler, which filters per resource. (Here,
+        # not in a method of its own: one call less on every request, 1% of a small produce.)
+        plan = authz.ACTIONS.get(request.api_key)
+        if plan is None:  # an API without authorization rules is refused (fail closed)
+            return self._on_failure(Failure(KafkaError(errors.CLUSTER_AUTHORIZATION_FAILED, None)),
+                                    request, reg.handler)
+        try:
+            decisions = authz.decide(self.authorizer, request, plan(self, request))
+            if type(decisions) is authz.Decisions:  # _decided, inline: the common case
+                request.authz = decisions
+                gate = authz.GATES.get(request.api_key)
+                if gate is not None:
+                    code = gate(self, request, decisions.allowed)
+                    if code is not None:
+                        return self._on_failure(Failure(KafkaError(code, None)), request, reg.handler)
+                return self._run_handler(reg, request)
+        except Exception:
+            return self._on_failure(Failure(), request, reg.handler)
+        decisions.addCallback(self._decided, reg, request)
+        decisions.addCallback(self._settled)
+        decisions.addErrback(self._on_failure, request, reg.handler)
+        return DeferredAnswer(decisions)
 
     def _run_handler(self, reg, request):
         try:
@@ -263,37 +285,24 @@ class KafkaApis:
         authorizer); handlers filtering per resource ask this."""
         if self.authorizer is None:
             return True
+        return self.decisions(request).allowed(operation, resource_type, name)
+
+    def decisions(self, request):
+        """``request``'s :class:`authz.Decisions` (made now for a request that did not come
+        through handle_now); a hot handler asks them directly, saving the call to allowed()."""
         decisions = request.authz
-        if decisions is None:  # a request that did not come through handle_now: ask now
-            decisions = request.authz = authz.Decisions(self.authorizer, authz.request_context(request), (), ())
-        return decisions.allowed(operation, resource_type, name)
+        if decisions is None:
+            decisions = request.authz = authz.Decisions.of(self.authorizer, authz.request_context(request), (), ())
+        return decisions
 
-    def _authorize_then_dispatch(self, reg, request):
-        """Authorize what the request needs (one call; a Deferred parks the request), refuse it
-        whole when a gate says so, else run its handler, which filters per resource."""
-        plan = authz.ACTIONS.get(request.api_key)
-        if plan is None:  # an API without authorization rules is refused (fail closed)
-            return self._on_failure(Failure(KafkaError(errors.CLUSTER_AUTHORIZATION_FAILED, None)),
-                                    request, reg.handler)
-
-        def decided(decisions):
-            request.authz = decisions
-            gate = authz.GATES.get(request.api_key)
-            if gate is not None:
-                code = gate(self, request, decisions.allowed)
-                if code is not None:
-                    return self._on_failure(Failure(KafkaError(code, None)), request, reg.handler)
-            return self._run_handler(reg, request)
-
-        try:
-            result = authz.decide(self.authorizer, request, plan(self, request), decided)
-        except Exception:
-            return self._on_failure(Failure(), request, reg.handler)
-        if isinstance(result, defer.Deferred):
-            result.addCallback(self._settled)
-            result.addErrback(self._on_failure, request, reg.handler)
-            return DeferredAnswer(result)
-        return result
+    def _decided(self, decisions, reg, request):
+        request.authz = decisions
+        gate = authz.GATES.get(request.api_key)
+        if gate is not None:
+            code = gate(self, request, decisions.allowed)
+            if code is not None:
+                return self._on_failure(Failure(KafkaError(code, None)), request, reg.handler)
+        return self._run_handler(reg, request)
 
     @staticmethod
     def _settled(result):

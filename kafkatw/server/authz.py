@@ -7,6 +7,8 @@ transactional id) answered with the API's error response. Per-topic filtering (p
 is in the handlers, which ask :func:`allowed`. It does not decide anything itself.
 """
 
+from types import SimpleNamespace
+
 from twisted.internet import defer
 from twisted.logger import Logger
 
@@ -16,13 +18,18 @@ from kafkatw.security.authorizer import (
     CLUSTER_NAME,
     SUPPORTED_OPERATIONS,
     Action,
-    AclOperation as Op,
+    AclOperation,
     AuthorizableRequestContext,
     ResourcePattern,
-    ResourceType as RT,
+    ResourceType,
 )
 
 log = Logger(namespace="kafkatw.server.authz")
+
+# The enum members as plain attributes: on Python 3.11 reading a member off its Enum class costs
+# about ten times a plain attribute, and every request reads a few here.
+Op = SimpleNamespace(**AclOperation.__members__)
+RT = SimpleNamespace(**ResourceType.__members__)
 
 CLUSTER = ResourcePattern(RT.CLUSTER, CLUSTER_NAME)
 GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE = 0, 1
@@ -33,28 +40,45 @@ CONFIG_TOPIC, CONFIG_BROKER, CONFIG_BROKER_LOGGER = 2, 4, 8
 UNCHECKED = frozenset((17, 18, 36))  # SaslHandshake, ApiVersions, SaslAuthenticate
 
 
+_tuple_new = tuple.__new__  # makes a named tuple without its Python-level __new__
+
+
 def request_context(request):
+    """The :class:`AuthorizableRequestContext` of ``request``. It holds no reference to the
+    request (which holds the decisions made with it: a cycle there left every request to the
+    garbage collector)."""
     ctx = request.context
-    host = ""
-    address = getattr(ctx, "client_address", None)
-    if address:
-        host = address[0]
-    return AuthorizableRequestContext(
-        principal=ctx.principal, host=host, listener_name=ctx.listener_name,
-        security_protocol=ctx.security_protocol, request_type=request.api_key,
-        request_version=request.api_version, client_id=request.client_id,
-        correlation_id=request.correlation_id)
+    return _tuple_new(AuthorizableRequestContext, (
+        ctx.principal, ctx.client_address[0], ctx.listener_name, ctx.security_protocol,
+        request.api_key, request.api_version, request.client_id, request.correlation_id))
+
+
+# One Action object per distinct action, reused by every request naming it: building the attrs
+# objects (enum converters) was most of what authorizing a small request cost, and the ACL
+# authorizer caches its decisions by the Action's identity. Cleared when it gets large (names
+# come from clients).
+_MEMO = {}
+_MEMO_LIMIT = 100000
 
 
 def _act(op, rtype, name, count=1, log_if_allowed=True, log_if_denied=True):
-    return Action(op, ResourcePattern(rtype, name), count, log_if_allowed, log_if_denied)
+    key = (op, rtype, name, count, log_if_allowed, log_if_denied)
+    action = _MEMO.get(key)
+    if action is None:
+        if len(_MEMO) >= _MEMO_LIMIT:
+            _MEMO.clear()
+        action = _MEMO[key] = Action(op, ResourcePattern(rtype, name), count, log_if_allowed, log_if_denied)
+    return action
 
 
 def _cluster(op, log_if_denied=True):
-    return Action(op, CLUSTER, 1, True, log_if_denied)
+    return _act(op, RT.CLUSTER, CLUSTER_NAME, 1, True, log_if_denied)
 
 
 def _topics(op, names, log_if_denied=True):
+    if len(names) == 1:  # the common produce / fetch of one topic
+        n = names[0]
+        return [] if n is None else [_act(op, RT.TOPIC, n, 1, True, log_if_denied)]
     counts = {}
     for n in names:
         if n is not None:
@@ -69,9 +93,25 @@ def _ops(rtype, name):
 
 # -- per API: the actions a request needs --------------------------------------------------
 
+# topic name -> its WRITE action: the one action of most produce requests, found
+# without the two calls of _topics and _act
+_WRITE_TOPIC = {}
+
+
 def _produce(apis, req):
     b = req.body
-    acts = _topics(Op.WRITE, [t.name for t in b.topic_data])
+    data = b.topic_data
+    if len(data) == 1 and b.transactional_id is None:
+        action = _WRITE_TOPIC.get(data[0].name)
+        if action is not None:
+            return [action]
+        if len(_WRITE_TOPIC) >= _MEMO_LIMIT:
+            _WRITE_TOPIC.clear()
+        acts = _topics(Op.WRITE, [data[0].name])
+        if acts:
+            _WRITE_TOPIC[data[0].name] = acts[0]
+        return acts
+    acts = _topics(Op.WRITE, [t.name for t in data])
     if b.transactional_id is not None:
         acts.append(_act(Op.WRITE, RT.TRANSACTIONAL_ID, b.transactional_id))
     return acts
@@ -348,6 +388,8 @@ ACTIONS = {
 
 
 # -- whole-request gates: an error code for the API's error response, or None ---------------
+# (Produce has none: its handler refuses a transactional id it may not write, so the common
+# produce costs no gate call.)
 
 def _gate_group(apis, req, ok):
     return None if ok(Op.READ, RT.GROUP, req.body.group_id) else errors.GROUP_AUTHORIZATION_FAILED
@@ -369,13 +411,6 @@ def _gate_init_producer_id(apis, req, ok):
     if any(ok(Op.WRITE, RT.TOPIC, n) for n in apis.metadata.topics):
         return None
     return errors.CLUSTER_AUTHORIZATION_FAILED
-
-
-def _gate_produce(apis, req, ok):
-    tid = req.body.transactional_id
-    if tid is not None and not ok(Op.WRITE, RT.TRANSACTIONAL_ID, tid):
-        return errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-    return None
 
 
 def _gate_fetch(apis, req, ok):
@@ -435,7 +470,7 @@ def _gate_offset_commit(apis, req, ok):
 
 
 GATES = {
-    0: _gate_produce, 8: _gate_offset_commit, 1: _gate_fetch, 10: _gate_find_coordinator, 11: _gate_group, 12: _gate_group,
+    8: _gate_offset_commit, 1: _gate_fetch, 10: _gate_find_coordinator, 11: _gate_group, 12: _gate_group,
     13: _gate_group, 14: _gate_group, 22: _gate_init_producer_id,
     29: _gate_cluster(Op.DESCRIBE), 30: _gate_cluster(Op.ALTER), 31: _gate_cluster(Op.ALTER),
     35: _gate_cluster(Op.DESCRIBE), 43: _gate_cluster(Op.ALTER), 50: _gate_cluster(Op.DESCRIBE),
@@ -460,33 +495,49 @@ GATES = {
 
 # -- the decided results, as handlers read them ----------------------------------------------
 
-class Decisions:
+class Decisions(tuple):
     """The authorizer's answers for one request: ``allowed(op, resource_type, name)``.
 
+    A tuple (authorizer, context, actions, answers, {(op, rtype, name): bool} filled when first
+    asked, None for a request of one action), so making one per request runs no Python code.
     An action that was not planned is asked now when the authorizer answers directly; an
     authorizer answering with a Deferred cannot be waited on here, so it is DENIED (fail closed)."""
 
-    __slots__ = ("authorizer", "context", "results")
+    __slots__ = ()
 
-    def __init__(self, authorizer, context, actions, results):
-        self.authorizer = authorizer
-        self.context = context
-        self.results = {(a.operation, a.resource.resource_type, a.resource.name): r == ALLOWED
-                        for a, r in zip(actions, results)}
+    @staticmethod
+    def of(authorizer, context, actions, answers):
+        return _tuple_new(Decisions, (authorizer, context, actions, answers, {}))
+
+    authorizer = property(lambda self: self[0])
+    context = property(lambda self: self[1])
 
     def allowed(self, op, rtype, name):
+        actions = self[2]
+        if len(actions) == 1:  # a request of one action (most produce and fetch requests)
+            a = actions[0]
+            resource = a.resource
+            if resource.name == name and a.operation == op and resource.resource_type == rtype:
+                return self[3][0] == ALLOWED
+        results = self[4]
+        if results is None:  # not kept for one action: a dict per request costs ~1% of a produce
+            results = {}
+        if not results:
+            for a, r in zip(self[2], self[3]):
+                resource = a.resource
+                results[(a.operation, resource.resource_type, resource.name)] = r == ALLOWED
         key = (op, rtype, name)
-        result = self.results.get(key)
+        result = results.get(key)
         if result is None:
-            answer = self.authorizer.authorize(self.context, [_act(op, rtype, name)])
+            answer = self[0].authorize(self[1], [_act(op, rtype, name)])
             if isinstance(answer, defer.Deferred):
                 log.error("authorization of {op} on {rtype} {name} was not planned; denied",
-                          op=Op(op).name, rtype=RT(rtype).name, name=name)
+                          op=AclOperation(op).name, rtype=ResourceType(rtype).name, name=name)
                 answer.addErrback(lambda f: None)
                 result = False
             else:
                 result = list(answer)[0] == ALLOWED
-            self.results[key] = result
+            results[key] = result
         return result
 
     def authorized_operations(self, rtype, name):
@@ -498,11 +549,16 @@ class Decisions:
         return bits
 
 
-def decide(authorizer, request, actions, continue_with):
-    """Authorize ``actions`` for ``request`` and call ``continue_with(decisions)``: at once when
-    the authorizer answers directly, else when its Deferred fires (its result is passed on)."""
-    context = request_context(request)
-    results = authorizer.authorize(context, actions) if actions else []
-    if isinstance(results, defer.Deferred):
-        return results.addCallback(lambda r: continue_with(Decisions(authorizer, context, actions, list(r))))
-    return continue_with(Decisions(authorizer, context, actions, results))
+def decide(authorizer, request, actions):
+    """The :class:`Decisions` on ``actions`` for ``request``, or a Deferred of them when the
+    authorizer answers with one."""
+    ctx = request.context  # request_context(request), inline: this runs on every request
+    context = _tuple_new(AuthorizableRequestContext, (
+        ctx.principal, ctx.client_address[0], ctx.listener_name, ctx.security_protocol,
+        request.api_key, request.api_version, request.client_id, request.correlation_id))
+    if not actions:
+        return Decisions.of(authorizer, context, (), ())
+    answers = authorizer.authorize(context, actions)
+    if type(answers) is not list and isinstance(answers, defer.Deferred):
+        return answers.addCallback(lambda r: Decisions.of(authorizer, context, actions, list(r)))
+    return _tuple_new(Decisions, (authorizer, context, actions, answers, None if len(actions) == 1 else {}))

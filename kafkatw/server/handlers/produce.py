@@ -32,7 +32,7 @@ API_KEY = 0
 VERSIONS = (0, 11)  # v12 means transaction.version 2 (KIP-890 part 2), not built
 FIRST_SERVED_VERSION = 3
 ZSTD = 4
-WRITE, TOPIC = AclOperation.WRITE, ResourceType.TOPIC
+WRITE, TOPIC, TRANSACTIONAL_ID = AclOperation.WRITE, ResourceType.TOPIC, ResourceType.TRANSACTIONAL_ID
 
 
 def validate_records(version, records):
@@ -83,19 +83,25 @@ def handle(apis, request):
         # so a transactional produce cannot be legitimate here.
         uniform_error = (errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                          "Transactions are not supported by this broker")
+    elif body.transactional_id is not None and apis.authorizer is not None and \
+            not apis.allowed(request, WRITE, TRANSACTIONAL_ID, body.transactional_id):
+        uniform_error = (errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, None)  # Kafka's whole-request refusal
 
     meta = apis.metadata
-    authorizer = apis.authorizer
+    decisions = request.authz  # the authorizer's answers (None without an authorizer)
+    if decisions is None and apis.authorizer is not None:
+        decisions = apis.decisions(request)
     slow = []  # recompressed in the thread pool: [(tp, records, compression type, header, level)]
     for topic in body.topic_data:
         compression_type = level = None  # the topic's, looked up once for all its partitions
+        denied = decisions is not None and not decisions.allowed(WRITE, TOPIC, topic.name)
         for pd in topic.partition_data:
             tp = (topic.name, pd.index)
             order.append(tp)
             if uniform_error is not None:
                 results[tp] = _error(*uniform_error)
                 continue
-            if authorizer is not None and not apis.allowed(request, WRITE, TOPIC, topic.name):
+            if denied:
                 results[tp] = _error(errors.TOPIC_AUTHORIZATION_FAILED)
                 continue
             if not meta.contains_partition(topic.name, pd.index):
