@@ -296,6 +296,46 @@ class RawAuthzTests(AuthzBrokerMixin, SynchronousTestCase):
         self.assertEqual(resp.responses[0].partition_responses[0].error_code, errors.NONE)
 
 
+class PerTopicAuthzTests(AuthzBrokerMixin, SynchronousTestCase):
+    """APIs Kafka answers per topic: an allowed topic is served, a denied one gets
+    TOPIC_AUTHORIZATION_FAILED in its own entry, in the same response."""
+
+    def test_each_topic_is_answered_on_its_own(self):
+        ok, no = unique_name("pt-ok"), unique_name("pt-no")
+        AuthzBrokerMixin.create_topics(self, ok, no)
+        self.add_acls(acl("TOPIC", ok, "User:ANONYMOUS", "ALL"))
+        c = RawClient(self.broker)
+        self.addCleanup(c.close)
+        both = (ok, no)
+        L = m.ListOffsetsRequest
+        lo = c.request(2, 7, L(replica_id=-1, isolation_level=0, topics=[L.ListOffsetsTopic(name=n, partitions=[
+            L.ListOffsetsPartition(partition_index=0, current_leader_epoch=-1, timestamp=-1)]) for n in both]))
+        self.assertEqual([(t.name, p.error_code, p.offset) for t in lo.topics for p in t.partitions],
+                         [(ok, errors.NONE, 0), (no, errors.TOPIC_AUTHORIZATION_FAILED, -1)])
+        E = m.OffsetForLeaderEpochRequest
+        oe = c.request(23, 4, E(replica_id=-1, topics=[E.OffsetForLeaderTopic(topic=n, partitions=[
+            E.OffsetForLeaderPartition(partition=0, current_leader_epoch=-1, leader_epoch=0)]) for n in both]))
+        self.assertEqual([(t.topic, p.error_code) for t in oe.topics for p in t.partitions],
+                         [(ok, errors.NONE), (no, errors.TOPIC_AUTHORIZATION_FAILED)])
+        P = m.DescribeProducersRequest
+        dp = c.request(61, 0, P(topics=[P.TopicRequest(name=n, partition_indexes=[0]) for n in both]))
+        self.assertEqual([(t.name, p.error_code) for t in dp.topics for p in t.partitions],
+                         [(ok, errors.NONE), (no, errors.TOPIC_AUTHORIZATION_FAILED)])
+        D = m.DeleteRecordsRequest
+        dr = c.request(21, 2, D(timeout_ms=10000, topics=[D.DeleteRecordsTopic(name=n, partitions=[
+            D.DeleteRecordsPartition(partition_index=0, offset=0)]) for n in both]))
+        self.assertEqual([(t.name, p.error_code, p.low_watermark) for t in dr.topics for p in t.partitions],
+                         [(ok, errors.NONE, 0), (no, errors.TOPIC_AUTHORIZATION_FAILED, -1)])
+        C = m.CreatePartitionsRequest
+        cp = c.request(37, 3, C(timeout_ms=10000, validate_only=False, topics=[
+            C.CreatePartitionsTopic(name=n, count=2, assignments=None) for n in both]))
+        self.assertEqual([(r.name, r.error_code, r.error_message) for r in cp.results],
+                         [(ok, errors.NONE, None),
+                          (no, errors.TOPIC_AUTHORIZATION_FAILED, "The topic authorization is failed.")])
+        md = c.request(3, 12, m.MetadataRequest(topics=[m.MetadataRequest.MetadataRequestTopic(name=ok)]))
+        self.assertEqual(len(md.topics[0].partitions), 2)
+
+
 class AclAdminTests(AuthzBrokerMixin, SynchronousTestCase):
     """ACLs through both admin clients, in force at once, durable across a restart."""
 

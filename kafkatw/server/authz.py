@@ -291,9 +291,9 @@ def _init_producer_id(apis, req):
 
 
 def _offset_for_leader_epoch(apis, req):
-    if getattr(req.body, "replica_id", -1) >= 0:
-        return [_cluster(Op.CLUSTER_ACTION)]
-    return _topics(Op.DESCRIBE, [t.topic for t in req.body.topics])
+    # Kafka: CLUSTER_ACTION (a broker) allows every topic, else DESCRIBE per topic (KIP-320)
+    return [_cluster(Op.CLUSTER_ACTION, log_if_denied=False)] + \
+        _topics(Op.DESCRIBE, [t.topic for t in req.body.topics])
 
 
 def _config_resource(resource_type, name):
@@ -475,13 +475,10 @@ GATES = {
     29: _gate_cluster(Op.DESCRIBE), 30: _gate_cluster(Op.ALTER), 31: _gate_cluster(Op.ALTER),
     35: _gate_cluster(Op.DESCRIBE), 43: _gate_cluster(Op.ALTER), 50: _gate_cluster(Op.DESCRIBE),
     51: _gate_cluster(Op.ALTER),
-    # not yet filtered per resource in their handlers: all or nothing
-    2: _gate_all(errors.TOPIC_AUTHORIZATION_FAILED, Op.DESCRIBE),
-    21: _gate_all(errors.TOPIC_AUTHORIZATION_FAILED, Op.DELETE),
-    23: _gate_all(errors.TOPIC_AUTHORIZATION_FAILED, Op.DESCRIBE),
-    37: _gate_all(errors.TOPIC_AUTHORIZATION_FAILED, Op.ALTER),
+    # ListOffsets (2), DeleteRecords (21), OffsetForLeaderEpoch (23), CreatePartitions (37) and
+    # DescribeProducers (61) answer TOPIC_AUTHORIZATION_FAILED per topic in their handlers.
+    # Not yet filtered per resource in its handler: all or nothing
     47: _gate_all(errors.GROUP_AUTHORIZATION_FAILED, Op.DELETE),
-    61: _gate_all(errors.TOPIC_AUTHORIZATION_FAILED, Op.READ),
     24: _gate_txn, 25: _gate_txn, 26: _gate_txn, 28: _gate_txn,
     65: _gate_all(errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, Op.DESCRIBE),
     27: _gate_cluster(Op.CLUSTER_ACTION), 66: _gate_cluster(Op.DESCRIBE),

@@ -20,6 +20,8 @@ from kafkatw.protocol.messages import (
     ElectLeadersResponse,
     OffsetForLeaderEpochResponse,
 )
+from kafkatw.security.authorizer import AclOperation as Op, ResourceType as RT
+from kafkatw.security.authorizer import CLUSTER_NAME
 from kafkatw.server.handlers.topics import EXCESSIVE_PARTITIONS, MAX_PARTITIONS_PER_BATCH
 from kafkatw.server.interfaces import IApiHandler
 from kafkatw.server.quota import mutation_quota, with_mutation_throttle
@@ -107,6 +109,8 @@ class CreatePartitions:
             try:
                 if counts[t.name] > 1:
                     raise KafkaError(errors.INVALID_REQUEST, "Duplicate topic in request.")
+                if not apis.allowed(request, Op.ALTER, RT.TOPIC, t.name):
+                    raise KafkaError(errors.TOPIC_AUTHORIZATION_FAILED, "The topic authorization is failed.")
                 info = apis.metadata.get_topic(t.name)
                 if not body.validate_only and info is not None and t.count > info.num_partitions:
                     quota.record(t.count - info.num_partitions)
@@ -159,8 +163,12 @@ class DeleteRecords:
         topics = []
         for t in request.body.topics:
             result = DeleteRecordsResponse.DeleteRecordsTopicResult(name=t.name, partitions=[])
+            allowed = apis.allowed(request, Op.DELETE, RT.TOPIC, t.name)
             for p in t.partitions:
-                low, code = delete_records(apis, t.name, p.partition_index, p.offset)
+                if allowed:
+                    low, code = delete_records(apis, t.name, p.partition_index, p.offset)
+                else:
+                    low, code = -1, errors.TOPIC_AUTHORIZATION_FAILED
                 result.partitions.append(DeleteRecordsResponse.DeleteRecordsPartitionResult(
                     partition_index=p.partition_index, low_watermark=low, error_code=code))
             topics.append(result)
@@ -245,11 +253,18 @@ class OffsetForLeaderEpoch:
     def handle(apis, request):
         rm = apis.replica_manager
         topics = []
+        # brokers (CLUSTER_ACTION) may ask about every topic; consumers (KIP-320) about the
+        # topics they may describe
+        replica = apis.allowed(request, Op.CLUSTER_ACTION, RT.CLUSTER, CLUSTER_NAME)
         for t in request.body.topics:
             result = OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult(topic=t.topic, partitions=[])
+            allowed = replica or apis.allowed(request, Op.DESCRIBE, RT.TOPIC, t.topic)
             for p in t.partitions:
                 out = _epoch_end_offset(p.partition)
                 result.partitions.append(out)
+                if not allowed:
+                    out.error_code = errors.TOPIC_AUTHORIZATION_FAILED
+                    continue
                 log_, code = rm.get_partition_or_error(t.topic, p.partition)
                 if code == errors.NONE:
                     code = rm.check_leader_epoch(t.topic, p.partition, p.current_leader_epoch)
@@ -297,9 +312,14 @@ class DescribeProducers:
         loading = []  # (partition entry, topic, index): producer state being rebuilt
         for t in request.body.topics:
             result = DescribeProducersResponse.TopicResponse(name=t.name, partitions=[])
+            allowed = apis.allowed(request, Op.READ, RT.TOPIC, t.name)
             for index in t.partition_indexes:
                 out = _producers_partition(index)
                 result.partitions.append(out)
+                if not allowed:
+                    code = errors.TOPIC_AUTHORIZATION_FAILED
+                    out.error_code, out.error_message = code, _message(code)
+                    continue
                 log_, code = rm.get_partition_or_error(t.name, index)
                 if code != errors.NONE:
                     out.error_code, out.error_message = code, _message(code)

@@ -12,6 +12,7 @@ from zope.interface import moduleProvides
 from kafkatw.protocol import errors
 from kafkatw.protocol.errors import KafkaError
 from kafkatw.protocol.messages import ListOffsetsResponse
+from kafkatw.security.authorizer import AclOperation as Op, ResourceType as RT
 from kafkatw.server.interfaces import IApiHandler
 
 moduleProvides(IApiHandler)
@@ -52,6 +53,8 @@ def handle(apis, request):
     counts = Counter((t.name, p.partition_index) for t in body.topics for p in t.partitions)
 
     def one(topic, p):
+        if not apis.allowed(request, Op.DESCRIBE, RT.TOPIC, topic):
+            return _partition(p.partition_index, errors.TOPIC_AUTHORIZATION_FAILED)
         if counts[(topic, p.partition_index)] > 1:
             return _partition(p.partition_index, errors.INVALID_REQUEST)
         if not meta.contains_partition(topic, p.partition_index):
