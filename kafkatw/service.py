@@ -360,7 +360,11 @@ class AuthorizerService(_BrokerPart):
             d = b.authorizer.start(info)
         except ValueError as e:  # an unreadable ACL store: one line, nothing served
             raise ConfigError("cannot start the authorizer: %s" % (e,), "authorizer.class.name") from None
-        if isinstance(d, defer.Deferred):
+        if isinstance(d, defer.Deferred) and not d.called:
+            # the listeners accept once it fires (SocketServerService), as Kafka's wait for the
+            # authorizer's start futures; a failure keeps them closed
+            b.authorizer_started = d
+        elif isinstance(d, defer.Deferred):
             d.addErrback(lambda f: log.failure("starting the authorizer failed", f))
 
     def stopService(self):
@@ -394,6 +398,8 @@ class SocketServerService(_BrokerPart):
             principal_builders=b.principal_builders,
             ip_connection_rate=b.apis.quotas.ip_connection_rate,
         )
+        if b.authorizer_started is not None:
+            b.socket_server.hold_accepting_until(b.authorizer_started)
         b.dynamic_config.add_reconfigurable(DynamicSocketServerConfig(b.socket_server))
 
     def stopService(self):
@@ -443,6 +449,7 @@ class BrokerService(OrderedMultiService):
         self.txn_coordinator = None
         self.apis = None
         self.socket_server = None
+        self.authorizer_started = None  # the authorizer's start() Deferred while it has not fired
         self.stall_probe = None
         self.cluster = None  # controller.registration.ClusterMembership in cluster mode
         self._cluster_connected = None

@@ -279,6 +279,52 @@ class LaterAuthorizer:
             d.callback(answer)
 
 
+class SlowStart(LaterAuthorizer):
+    """An authorizer whose start() answers with a Deferred the test fires."""
+
+    pending = None
+
+    def configure(self, configs):
+        pass
+
+    def start(self, info):
+        return SlowStart.pending
+
+
+class AuthorizerStartTests(unittest.TestCase):
+    """Kafka's listeners wait for the authorizer's start futures: so do kafkatw's."""
+
+    @defer.inlineCallbacks
+    def test_listeners_accept_once_the_authorizer_has_started(self):
+        import socket
+
+        from twisted.internet import reactor
+        from twisted.internet.task import deferLater
+
+        from kafkatw.service import BrokerService
+
+        SlowStart.pending = defer.Deferred()
+        config = KafkaConfig.from_properties({
+            "listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": os.path.abspath(self.mktemp()),
+            "authorizer.class.name": "tests.test_security_authorizer.SlowStart",
+            "kafkatw.request.log.enable": "false"})
+        broker = BrokerService(config, reactor=reactor)
+        broker.startService()
+        self.addCleanup(broker.stopService)
+        server = broker.socket_server
+        sock = socket.create_connection(("127.0.0.1", server.bound_port("PLAINTEXT")))
+        self.addCleanup(sock.close)
+        for _ in range(10):  # the kernel took the connection; the broker must not
+            yield deferLater(reactor, 0.05, lambda: None)
+        self.assertEqual(len(server.connections), 0)
+        SlowStart.pending.callback(None)
+        for _ in range(200):
+            if server.connections:
+                break
+            yield deferLater(reactor, 0.05, lambda: None)
+        self.assertEqual(len(server.connections), 1)
+
+
 class RulesTests(unittest.TestCase):
 
     def test_every_served_api_has_authorization_rules(self):

@@ -305,6 +305,7 @@ class SocketServer:
         self.channel = RequestChannel(handler, self.clock_ns, self.settings.queued_max_requests,
                                       self.settings.num_io_threads, self.metrics)
         self.factories = {}
+        self.held = False  # no listener accepts until a start-up Deferred fires (hold_accepting_until)
         self.connections = set()
         self._api_versions = None
         #: Kafka's startProcessingRequests: a cluster-mode broker binds its listeners (to
@@ -359,7 +360,26 @@ class SocketServer:
         self.log.info("Listening on {listener} {proto}://{host}:{port}", listener=endpoint.listener_name,
                       proto=endpoint.security_protocol, host=endpoint.host or "",
                       port=factory.port.getHost().port)
+        if self.held or not self.accepting_enabled:
+            self._refresh_accepting()
         return factory.port
+
+    def hold_accepting_until(self, d):
+        """Bind as usual but accept no connection until ``d`` fires (Kafka's listeners wait for
+        the authorizer's start futures): clients wait in the listen backlog. If ``d`` fails the
+        listeners stay closed (fail closed) and the failure is logged."""
+        self.held = True
+        self._refresh_accepting()
+
+        def ready(result):
+            self.held = False
+            self._refresh_accepting()
+            return result
+
+        def failed(f):
+            self.log.failure("start-up failed; the listeners accept no connection", f)
+
+        d.addCallbacks(ready, failed)
 
     def factory_for(self, endpoint):
         """The (new) factory of ``endpoint``, registered but not listening (tests use it directly).
@@ -492,7 +512,8 @@ class SocketServer:
         for name, f in self.factories.items():
             if f.port is None or f.stopped:
                 continue
-            paused = (not self.accepting_enabled or (full and name != self.settings.inter_broker_listener_name)
+            paused = (self.held or not self.accepting_enabled
+                      or (full and name != self.settings.inter_broker_listener_name)
                       or self.quotas.listener_full(name) or f.throttled_call is not None)
             if paused and f.reading:
                 f.reading = False
