@@ -386,3 +386,34 @@ class DeferredAuthorizerApisTests(ApisFixture, unittest.TestCase):
         self.assertEqual([p[:3] for p in ProduceTests.partitions(self, resp)],
                          [("t", 0, errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
                           ("t", 1, errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)])
+
+    def test_an_incremental_fetch_has_its_session_partitions_decided(self):
+        """Partitions of the fetch session not named in an incremental Fetch are authorized
+        with the rest (planned), not DENIED as unplanned by an asynchronous authorizer."""
+        from kafkatw.server.fetch_session import FetchManager, FetchSessionCache
+        from tests.test_server_handlers_fetch import fetch_request
+
+        class ReadLater(LaterAuthorizer):
+            def authorize(self, context, actions):
+                d = defer.Deferred()
+                self.pending.append((d, [ALLOWED if a.resource.name == "t" and a.operation == Op.READ
+                                         else DENIED for a in actions]))
+                return d
+
+        self.create_topic("t", 2)
+        authorizer = ReadLater()
+        self.apis = self.make_apis(authorizer=authorizer,
+                                   fetch_manager=FetchManager(self.clock, FetchSessionCache()))
+
+        def fetch(body):
+            d = self.apis.handle(self.request(body, 12, principal=ALICE))
+            authorizer.release()
+            self.clock.advance(1)
+            return self.successResultOf(d).body.to_message()
+
+        full = fetch(fetch_request([("t", [(0, 0), (1, 0)])], 12, session_id=0, epoch=0))
+        self.assertEqual([(p.partition_index, p.error_code) for t in full.responses for p in t.partitions],
+                         [(0, errors.NONE), (1, errors.NONE)])
+        incremental = fetch(fetch_request([], 12, session_id=full.session_id, epoch=1))
+        self.assertEqual((incremental.error_code, incremental.responses), (errors.NONE, []))
+        self.assertEqual([tp for tp, _ in self.replica_manager.fetches[-1][1]], [("t", 0), ("t", 1)])

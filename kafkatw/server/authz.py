@@ -129,6 +129,14 @@ def _fetch(apis, req):
             info = meta.topic_by_id(t.topic_id)
             name = info.name if info is not None else None
         names.append(name)
+    # an incremental fetch reads its session's partitions too, named or not (Kafka authorizes
+    # every partition of the fetch context): planned, so an asynchronous authorizer decides them
+    session_id, epoch = getattr(b, "session_id", 0), getattr(b, "session_epoch", -1)
+    manager = apis.fetch_manager
+    if session_id and epoch > 0 and manager is not None:
+        session = manager.cache.get(session_id)
+        if session is not None:
+            names.extend(getattr(key, "topic", None) for key in session.partitions)
     return _topics(Op.READ, names)
 
 
