@@ -60,6 +60,7 @@ class Plan:
         w = [
             ("produce 1 KiB acks=1", self.produce_acks1),
             ("consume 1 KiB", self.consume),
+            ("consume 1 KiB read_uncommitted", self.consume_uncommitted),
             ("consume 1 KiB, raw Fetch loop (no record parsing)", self.consume_raw),
             ("produce 1 KiB acks=all", self.produce_acks_all),
             ("produce 100 B acks=1", self.produce_small),
@@ -83,6 +84,11 @@ class Plan:
     def consume(self, b, state):
         t, n = state["consume_topic"]
         return per_gb(call("consume", bootstrap=b.bootstrap, broker_pid=b.pid, topic=t, expected=n))
+
+    def consume_uncommitted(self, b, state):
+        t, n = state["consume_topic"]
+        return per_gb(call("consume", bootstrap=b.bootstrap, broker_pid=b.pid, topic=t, expected=n,
+                           isolation="read_uncommitted"))
 
     def consume_raw(self, b, state):
         t, n = state.pop("consume_topic")

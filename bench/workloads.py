@@ -134,8 +134,10 @@ def produce(bootstrap, broker_pid, topic, acks=1, size=1024, seconds=5.0, max_by
                     msgs_s=stored / w.elapsed, sent=sent, failed=failed[0], log_end=sum(ends))
 
 
-def consume(bootstrap, broker_pid, topic, expected, size=1024, timeout=120.0):
-    """Read ``expected`` records of partition 0 from offset 0 with assign().
+def consume(bootstrap, broker_pid, topic, expected, size=1024, timeout=120.0, isolation="read_committed"):
+    """Read ``expected`` records of partition 0 from offset 0 with assign(), at ``isolation``
+    (librdkafka's default, read_committed, or read_uncommitted: on data without transactions
+    the two should cost the same, issue 18).
 
     16 MiB fetches, librdkafka's own prefetch queue limits and no cyclic GC in the window: with 64 MiB fetches and a
     1 GiB queue (this workload's first settings) librdkafka mmaps a fresh buffer for every
@@ -150,6 +152,7 @@ def consume(bootstrap, broker_pid, topic, expected, size=1024, timeout=120.0):
         "max.partition.fetch.bytes": 16 * MIB,
         "receive.message.max.bytes": 32 * MIB,
         "fetch.queue.backoff.ms": 10,
+        "isolation.level": isolation,
     })
     c.assign([TopicPartition(topic, 0, 0)])
     got = 0
