@@ -417,3 +417,63 @@ class DeferredAuthorizerApisTests(ApisFixture, unittest.TestCase):
         incremental = fetch(fetch_request([], 12, session_id=full.session_id, epoch=1))
         self.assertEqual((incremental.error_code, incremental.responses), (errors.NONE, []))
         self.assertEqual([tp for tp, _ in self.replica_manager.fetches[-1][1]], [("t", 0), ("t", 1)])
+
+    def txn_apis(self):
+        class TxnLater(LaterAuthorizer):
+            """Allows transactional id tx, group g and topic t (every operation)."""
+
+            def authorize(self, context, actions):
+                d = defer.Deferred()
+                granted = {(RT.TRANSACTIONAL_ID, "tx"), (RT.GROUP, "g"), (RT.TOPIC, "t")}
+                self.pending.append((d, [ALLOWED if (a.resource.resource_type, a.resource.name) in granted
+                                         else DENIED for a in actions]))
+                return d
+
+        self.create_topic("t")
+        self.create_topic("u")
+        authorizer = TxnLater()
+        self.apis = self.make_apis(authorizer=authorizer)
+        self.apis.txn_coordinator = object()  # never reached: refused or unknown partitions first
+
+        def call(body, version):
+            d = self.apis.handle(self.request(body, version, principal=ALICE))
+            authorizer.release()
+            body = self.successResultOf(d).body
+            return body.to_message() if hasattr(body, "to_message") else body
+        return call
+
+    def test_add_partitions_to_txn_answers_per_partition(self):
+        call = self.txn_apis()
+        R = messages.AddPartitionsToTxnRequest
+
+        def add(tid):
+            body = R(v3_and_below_transactional_id=tid, v3_and_below_producer_id=1, v3_and_below_producer_epoch=0,
+                     v3_and_below_topics=[R.AddPartitionsToTxnTopic(name=n, partitions=[0]) for n in ("t", "u")])
+            resp = call(body, 3)
+            return [(t.name, p.partition_index, p.partition_error_code)
+                    for t in resp.results_by_topic_v3_and_below for p in t.results_by_partition]
+
+        # Kafka: the refused topic's partitions say why, the others were not attempted
+        self.assertEqual(add("tx"), [("t", 0, errors.OPERATION_NOT_ATTEMPTED),
+                                     ("u", 0, errors.TOPIC_AUTHORIZATION_FAILED)])
+        self.assertEqual(add("other"), [("t", 0, errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+                                        ("u", 0, errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)])
+
+    def test_txn_offset_commit_answers_per_topic(self):
+        call = self.txn_apis()
+        R = messages.TxnOffsetCommitRequest
+
+        def commit(tid, group):
+            body = R(transactional_id=tid, group_id=group, producer_id=1, producer_epoch=0, generation_id=-1,
+                     member_id="", group_instance_id=None, topics=[
+                         R.TxnOffsetCommitRequestTopic(name=n, partitions=[R.TxnOffsetCommitRequestPartition(
+                             partition_index=i, committed_offset=5, committed_leader_epoch=-1,
+                             committed_metadata="")]) for n, i in (("t", 7), ("u", 0))])
+            return [(t.name, p.partition_index, p.error_code) for t in call(body, 3).topics for p in t.partitions]
+
+        self.assertEqual(commit("tx", "g"), [("t", 7, errors.UNKNOWN_TOPIC_OR_PARTITION),
+                                             ("u", 0, errors.TOPIC_AUTHORIZATION_FAILED)])
+        self.assertEqual(commit("tx", "h"), [("t", 7, errors.GROUP_AUTHORIZATION_FAILED),
+                                             ("u", 0, errors.GROUP_AUTHORIZATION_FAILED)])
+        self.assertEqual(commit("other", "g"), [("t", 7, errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+                                                ("u", 0, errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)])

@@ -334,12 +334,8 @@ def _cluster_only(op):
 
 def _add_partitions_to_txn(apis, req):
     b = req.body
-    acts = []
     if req.api_version >= 4:
-        for t in b.transactions:
-            acts.append(_act(Op.WRITE, RT.TRANSACTIONAL_ID, t.transactional_id))
-            acts.extend(_topics(Op.WRITE, [x.name for x in t.topics]))
-        return [_cluster(Op.CLUSTER_ACTION)] + acts  # v4+: sent by brokers (KIP-890)
+        return [_cluster(Op.CLUSTER_ACTION)]  # v4+: sent by brokers (KIP-890), as Kafka: only this
     return [_act(Op.WRITE, RT.TRANSACTIONAL_ID, b.v3_and_below_transactional_id)] + \
         _topics(Op.WRITE, [t.name for t in b.v3_and_below_topics])
 
@@ -440,9 +436,13 @@ def _gate_find_coordinator(apis, req, ok):
 
 
 def _gate_txn(apis, req, ok):
-    """Transactional APIs: the transactional id first, then groups and topics, all or nothing."""
+    """Transactional APIs: the transactional id first, then the group (the cluster for a
+    broker's AddPartitionsToTxn), for the whole request; AddPartitionsToTxn and TxnOffsetCommit
+    answer a denied topic per partition in their handlers, as Kafka."""
     for action in ACTIONS[req.api_key](apis, req):
         r = action.resource
+        if r.resource_type == RT.TOPIC and req.api_key in (24, 28):
+            continue
         if not ok(action.operation, r.resource_type, r.name):
             return {RT.TRANSACTIONAL_ID: errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                     RT.GROUP: errors.GROUP_AUTHORIZATION_FAILED,

@@ -19,7 +19,11 @@ from kafkatw.protocol.messages import (
     TxnOffsetCommitResponse,
     WriteTxnMarkersResponse,
 )
+from kafkatw.security.authorizer import AclOperation, ResourceType
 from kafkatw.server.interfaces import IApiHandler
+
+
+READ, WRITE, TOPIC = AclOperation.READ, AclOperation.WRITE, ResourceType.TOPIC
 
 
 def _fenced(code, version, first_version):
@@ -48,14 +52,21 @@ def _topic_results(codes):
             for t, ps in by_topic.items()]
 
 
-def _add_one(apis, tid, pid, epoch, topics, verify_only, version):
-    """A Deferred of {(topic, partition): code} for one transaction."""
+def _add_one(apis, tid, pid, epoch, topics, verify_only, version, request=None):
+    """A Deferred of {(topic, partition): code} for one transaction. With ``request`` (a
+    client's, v3 and below) each topic needs WRITE: a denied one is TOPIC_AUTHORIZATION_FAILED
+    (an internal topic always is, as in Kafka)."""
     partitions = [(t.name, p) for t in topics for p in t.partitions]
-    unknown = [tp for tp in partitions if not apis.metadata.contains_partition(*tp)]
-    if unknown:
-        # Kafka: nothing is added when any partition is unknown.
-        return defer.succeed({tp: errors.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown
-                              else errors.OPERATION_NOT_ATTEMPTED for tp in partitions})
+    failed = {}
+    for tp in partitions:
+        if request is not None and apis.authorizer is not None and \
+                (tp[0].startswith("__") or not apis.allowed(request, WRITE, TOPIC, tp[0])):
+            failed[tp] = errors.TOPIC_AUTHORIZATION_FAILED
+        elif not apis.metadata.contains_partition(*tp):
+            failed[tp] = errors.UNKNOWN_TOPIC_OR_PARTITION
+    if failed:
+        # Kafka: nothing is added when any partition is refused or unknown.
+        return defer.succeed({tp: failed.get(tp, errors.OPERATION_NOT_ATTEMPTED) for tp in partitions})
     coordinator = apis.txn_coordinator
     if verify_only:
         return defer.succeed(coordinator.handle_verify_partitions(tid, pid, epoch, partitions))
@@ -76,7 +87,8 @@ class AddPartitionsToTxn:
             return AddPartitionsToTxn.error_response(request, code, None)
         if version < 4:
             d = _add_one(apis, body.v3_and_below_transactional_id, body.v3_and_below_producer_id,
-                         body.v3_and_below_producer_epoch, body.v3_and_below_topics, False, version)
+                         body.v3_and_below_producer_epoch, body.v3_and_below_topics, False, version,
+                         request)
             return d.addCallback(lambda codes: APT(throttle_time_ms=0,
                                                    results_by_topic_v3_and_below=_topic_results(codes)))
         ds = [_add_one(apis, t.transactional_id, t.producer_id, t.producer_epoch, t.topics,
@@ -213,10 +225,15 @@ class TxnOffsetCommit:
         order = []
         codes = {}
         to_commit = {}
+        check = apis.authorizer is not None
         for t in body.topics:
+            allowed = not check or apis.allowed(request, READ, TOPIC, t.name)
             for p in t.partitions:
                 tp = (t.name, p.partition_index)
                 order.append(tp)
+                if not allowed:  # Kafka: the other topics' offsets are still committed
+                    codes[tp] = errors.TOPIC_AUTHORIZATION_FAILED
+                    continue
                 if not apis.metadata.contains_partition(*tp):
                     codes[tp] = errors.UNKNOWN_TOPIC_OR_PARTITION
                     continue
