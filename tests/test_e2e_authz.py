@@ -334,6 +334,27 @@ class PerTopicAuthzTests(AuthzBrokerMixin, SynchronousTestCase):
                           (no, errors.TOPIC_AUTHORIZATION_FAILED, "The topic authorization is failed.")])
         md = c.request(3, 12, m.MetadataRequest(topics=[m.MetadataRequest.MetadataRequestTopic(name=ok)]))
         self.assertEqual(len(md.topics[0].partitions), 2)
+        # OffsetDelete: DELETE on the group for the request, READ per topic
+        group = unique_name("pt-group")
+        self.add_acls(acl("GROUP", group, "User:ANONYMOUS", "DELETE"), acl("GROUP", group, "User:ANONYMOUS", "READ"))
+        deadline = time.monotonic() + 30
+        while c.request(10, 3, m.FindCoordinatorRequest(key=group, key_type=0)).error_code != errors.NONE:
+            self.assertLess(time.monotonic(), deadline, "no group coordinator")
+            time.sleep(0.1)
+        P = m.OffsetCommitRequest
+        oc = c.request(8, 8, P(group_id=group, generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
+                               topics=[P.OffsetCommitRequestTopic(name=ok, partitions=[P.OffsetCommitRequestPartition(
+                                   partition_index=0, committed_offset=0, committed_leader_epoch=-1,
+                                   committed_metadata="")])]))
+        self.assertEqual(oc.topics[0].partitions[0].error_code, errors.NONE)
+        O = m.OffsetDeleteRequest
+        od = c.request(47, 0, O(group_id=group, topics=[O.OffsetDeleteRequestTopic(name=n, partitions=[
+            O.OffsetDeleteRequestPartition(partition_index=0)]) for n in both]))
+        self.assertEqual((od.error_code, [(t.name, p.error_code) for t in od.topics for p in t.partitions]),
+                         (errors.NONE, [(ok, errors.NONE), (no, errors.TOPIC_AUTHORIZATION_FAILED)]))
+        od = c.request(47, 0, O(group_id=group + "-other", topics=[O.OffsetDeleteRequestTopic(name=ok, partitions=[
+            O.OffsetDeleteRequestPartition(partition_index=0)])]))
+        self.assertEqual((od.error_code, od.topics), (errors.GROUP_AUTHORIZATION_FAILED, []))
 
 
 class AclAdminTests(AuthzBrokerMixin, SynchronousTestCase):

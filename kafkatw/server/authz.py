@@ -485,7 +485,7 @@ GATES = {
     51: _gate_cluster(Op.ALTER),
     # ListOffsets (2), DeleteRecords (21), OffsetForLeaderEpoch (23), CreatePartitions (37) and
     # DescribeProducers (61) answer TOPIC_AUTHORIZATION_FAILED per topic in their handlers.
-    # Not yet filtered per resource in its handler: all or nothing
+    # OffsetDelete: DELETE on the group for the whole request, READ per topic in its handler
     47: _gate_all(errors.GROUP_AUTHORIZATION_FAILED, Op.DELETE),
     24: _gate_txn, 25: _gate_txn, 26: _gate_txn, 28: _gate_txn,
     65: _gate_all(errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, Op.DESCRIBE),

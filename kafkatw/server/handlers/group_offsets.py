@@ -177,10 +177,14 @@ class OffsetDelete:
         known = []
         codes = {}
         for t in body.topics:
+            # Kafka: READ on each topic (DELETE on the group is checked for the whole request)
+            allowed = apis.allowed(request, READ, TOPIC, t.name)
             for p in t.partitions:
                 tp = (t.name, p.partition_index)
                 order.append(tp)
-                if apis.metadata.contains_partition(t.name, p.partition_index):
+                if not allowed:
+                    codes[tp] = errors.TOPIC_AUTHORIZATION_FAILED
+                elif apis.metadata.contains_partition(t.name, p.partition_index):
                     known.append(tp)
                 else:
                     codes[tp] = errors.UNKNOWN_TOPIC_OR_PARTITION
