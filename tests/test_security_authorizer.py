@@ -477,3 +477,17 @@ class DeferredAuthorizerApisTests(ApisFixture, unittest.TestCase):
                                              ("u", 0, errors.GROUP_AUTHORIZATION_FAILED)])
         self.assertEqual(commit("other", "g"), [("t", 7, errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
                                                 ("u", 0, errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)])
+
+    def test_describe_transactions_answers_per_id_and_hides_topics(self):
+        import types
+
+        call = self.txn_apis()
+        txn = types.SimpleNamespace(state="Ongoing", txn_timeout_ms=60000, txn_start_timestamp=5, producer_id=1,
+                                    producer_epoch=0, partitions={("t", 0), ("u", 0)})
+        self.apis.txn_coordinator = types.SimpleNamespace(
+            handle_describe_transactions=lambda tid: (errors.NONE, txn))
+        resp = call(messages.DescribeTransactionsRequest(transactional_ids=["tx", "other"]), 0)
+        self.assertEqual([(s.transactional_id, s.error_code, [(t.topic, list(t.partitions)) for t in s.topics])
+                          for s in resp.transaction_states],
+                         [("tx", errors.NONE, [("t", [0])]),
+                          ("other", errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, [])])

@@ -356,7 +356,18 @@ def _txn_offset_commit(apis, req):
 
 
 def _describe_transactions(apis, req):
-    return [_act(Op.DESCRIBE, RT.TRANSACTIONAL_ID, t) for t in req.body.transactional_ids]
+    """DESCRIBE per transactional id, and on the topics of each transaction (Kafka leaves out
+    those the principal may not describe)."""
+    acts = [_act(Op.DESCRIBE, RT.TRANSACTIONAL_ID, t) for t in req.body.transactional_ids]
+    coordinator = apis.txn_coordinator
+    if coordinator is not None:
+        topics = set()
+        for tid in req.body.transactional_ids:
+            _, txn = coordinator.handle_describe_transactions(tid)
+            if txn is not None:
+                topics.update(topic for topic, _ in txn.partitions)
+        acts.extend(_topics(Op.DESCRIBE, sorted(topics), log_if_denied=False))
+    return acts
 
 
 def _describe_cluster(apis, req):
@@ -488,7 +499,7 @@ GATES = {
     # OffsetDelete: DELETE on the group for the whole request, READ per topic in its handler
     47: _gate_all(errors.GROUP_AUTHORIZATION_FAILED, Op.DELETE),
     24: _gate_txn, 25: _gate_txn, 26: _gate_txn, 28: _gate_txn,
-    65: _gate_all(errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, Op.DESCRIBE),
+    # DescribeTransactions (65): TRANSACTIONAL_ID_AUTHORIZATION_FAILED per id in its handler
     27: _gate_cluster(Op.CLUSTER_ACTION), 66: _gate_cluster(Op.DESCRIBE),
     48: _gate_cluster(Op.DESCRIBE_CONFIGS), 49: _gate_cluster(Op.ALTER_CONFIGS),
     4: _gate_cluster(Op.CLUSTER_ACTION), 5: _gate_cluster(Op.CLUSTER_ACTION),

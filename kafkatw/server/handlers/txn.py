@@ -23,7 +23,8 @@ from kafkatw.security.authorizer import AclOperation, ResourceType
 from kafkatw.server.interfaces import IApiHandler
 
 
-READ, WRITE, TOPIC = AclOperation.READ, AclOperation.WRITE, ResourceType.TOPIC
+READ, WRITE, DESCRIBE = AclOperation.READ, AclOperation.WRITE, AclOperation.DESCRIBE
+TOPIC, TRANSACTIONAL_ID = ResourceType.TOPIC, ResourceType.TRANSACTIONAL_ID
 
 
 def _fenced(code, version, first_version):
@@ -285,8 +286,11 @@ class DescribeTransactions:
     @staticmethod
     def handle(apis, request):
         states = []
+        check = apis.authorizer is not None
         for tid in request.body.transactional_ids:
-            if apis.txn_coordinator is None:
+            if check and not apis.allowed(request, DESCRIBE, TRANSACTIONAL_ID, tid):
+                code, txn = errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, None  # Kafka: per id
+            elif apis.txn_coordinator is None:
                 code, txn = errors.COORDINATOR_NOT_AVAILABLE, None
             else:
                 code, txn = apis.txn_coordinator.handle_describe_transactions(tid)
@@ -298,7 +302,8 @@ class DescribeTransactions:
                 continue
             by_topic = {}
             for topic, p in sorted(txn.partitions):
-                by_topic.setdefault(topic, []).append(p)
+                if not check or apis.allowed(request, DESCRIBE, TOPIC, topic):  # Kafka hides the others
+                    by_topic.setdefault(topic, []).append(p)
             states.append(DTR.TransactionState(
                 error_code=errors.NONE, transactional_id=tid, transaction_state=txn.state,
                 transaction_timeout_ms=txn.txn_timeout_ms,
