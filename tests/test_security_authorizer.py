@@ -491,3 +491,15 @@ class DeferredAuthorizerApisTests(ApisFixture, unittest.TestCase):
                           for s in resp.transaction_states],
                          [("tx", errors.NONE, [("t", [0])]),
                           ("other", errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, [])])
+
+    def test_list_transactions_lists_what_the_principal_may_describe(self):
+        import types
+
+        call = self.txn_apis()
+        txns = [types.SimpleNamespace(transactional_id=t, producer_id=i, state="Ongoing")
+                for i, t in enumerate(["other", "tx"])]
+        self.apis.txn_coordinator = types.SimpleNamespace(
+            handle_list_transactions=lambda states, pids, duration: (errors.NONE, [], txns))
+        resp = call(messages.ListTransactionsRequest(state_filters=[], producer_id_filters=[], duration_filter=-1), 1)
+        self.assertEqual((resp.error_code, [t.transactional_id for t in resp.transaction_states]),
+                         (errors.NONE, ["tx"]))

@@ -370,6 +370,17 @@ def _describe_transactions(apis, req):
     return acts
 
 
+def _list_transactions(apis, req):
+    """DESCRIBE on each transactional id listed (Kafka lists only those, without logging the
+    others): the ids come from the coordinator, asked once more here."""
+    b, coordinator = req.body, apis.txn_coordinator
+    if coordinator is None:
+        return []
+    duration = b.duration_filter if req.api_version >= 1 else -1
+    _, _, txns = coordinator.handle_list_transactions(b.state_filters, b.producer_id_filters, duration)
+    return [_act(Op.DESCRIBE, RT.TRANSACTIONAL_ID, t.transactional_id, 1, True, False) for t in txns]
+
+
 def _describe_cluster(apis, req):
     if getattr(req.body, "include_cluster_authorized_operations", False):
         return _ops(RT.CLUSTER, CLUSTER_NAME)
@@ -389,8 +400,7 @@ ACTIONS = {
     # transactions (their handlers arrive with the transaction coordinator)
     24: _add_partitions_to_txn, 25: _add_offsets_to_txn, 26: _end_txn, 28: _txn_offset_commit,
     65: _describe_transactions, 27: _cluster_only(Op.CLUSTER_ACTION),
-    # ListTransactions: Kafka lists only the ids the principal may describe; here all or nothing
-    66: _cluster_only(Op.DESCRIBE),
+    66: _list_transactions,
     48: _cluster_only(Op.DESCRIBE_CONFIGS), 49: _cluster_only(Op.ALTER_CONFIGS),
     # cluster mode: the controller's requests and AlterPartition come from brokers
     4: _cluster_only(Op.CLUSTER_ACTION), 5: _cluster_only(Op.CLUSTER_ACTION),
@@ -500,7 +510,7 @@ GATES = {
     47: _gate_all(errors.GROUP_AUTHORIZATION_FAILED, Op.DELETE),
     24: _gate_txn, 25: _gate_txn, 26: _gate_txn, 28: _gate_txn,
     # DescribeTransactions (65): TRANSACTIONAL_ID_AUTHORIZATION_FAILED per id in its handler
-    27: _gate_cluster(Op.CLUSTER_ACTION), 66: _gate_cluster(Op.DESCRIBE),
+    27: _gate_cluster(Op.CLUSTER_ACTION),
     48: _gate_cluster(Op.DESCRIBE_CONFIGS), 49: _gate_cluster(Op.ALTER_CONFIGS),
     4: _gate_cluster(Op.CLUSTER_ACTION), 5: _gate_cluster(Op.CLUSTER_ACTION),
     6: _gate_cluster(Op.CLUSTER_ACTION), 56: _gate_cluster(Op.CLUSTER_ACTION),

@@ -333,6 +333,8 @@ class ListTransactions:
         duration = body.duration_filter if version >= 1 else -1
         code, unknown, txns = apis.txn_coordinator.handle_list_transactions(
             body.state_filters, body.producer_id_filters, duration)
+        if apis.authorizer is not None:  # Kafka: only the ids the principal may describe
+            txns = [t for t in txns if apis.allowed(request, DESCRIBE, TRANSACTIONAL_ID, t.transactional_id)]
         return ListTransactionsResponse(
             throttle_time_ms=0, error_code=code, unknown_state_filters=unknown,
             transaction_states=[ListTransactionsResponse.TransactionState(
