@@ -182,9 +182,11 @@ class Control(threading.Thread):
 
 class Janitor(threading.Thread):
     """Deletes the topics fuzzed CreateTopics requests made, every ``interval`` seconds, on its
-    own connection: each keeps its segment files open, and the 7,030 of the first million-request
-    run used up the machine's 20,000 descriptors (the broker then stops, as Kafka does when a log
-    dir cannot open files). Internal topics stay."""
+    own connection: each partition keeps its segment files open, and the first million-request
+    run ended when 7,030 partition directories had used up the machine's 20,000 descriptors
+    (the broker then stops, as Kafka does when a log dir cannot open files). Not enough alone:
+    one fuzzed CreateTopics or CreatePartitions can ask for thousands of partitions (the second
+    run reached 8,704 directories between two passes). Internal topics stay."""
 
     def __init__(self, broker, stop, interval=30.0):
         super().__init__(daemon=True)
