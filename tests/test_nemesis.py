@@ -1,0 +1,117 @@
+"""The fault-injection harness (kafkatw.nemesis): its seeded schedule and its checker on crafted
+data (each kind of finding detected, with the offsets named), and the short form of a run: three
+brokers and ZooKeeper, idempotent acks=all producers, ten SIGKILLs of a partition leader, then
+0 lost acknowledged records, 0 duplicates, 0 reordered and 0 divergent replica offsets.
+Skips without ZooKeeper unless KAFKATW_REQUIRE_ZOOKEEPER=1."""
+
+import os
+import tempfile
+
+from twisted.trial import unittest
+
+from kafkatw.nemesis import checker, schedule
+from kafkatw.nemesis.__main__ import main as nemesis_main
+from kafkatw.protocol.records import Record, build_batch
+
+
+class ScheduleTests(unittest.SynchronousTestCase):
+    def test_same_seed_same_schedule(self):
+        a = schedule.make_schedule(7, schedule.KINDS, faults=20)
+        self.assertEqual(a, schedule.make_schedule(7, schedule.KINDS, faults=20))
+        self.assertNotEqual(a, schedule.make_schedule(8, schedule.KINDS, faults=20))
+        self.assertEqual(len(a), 20)
+        self.assertEqual({f.kind for f in a} <= set(schedule.KINDS), True)
+        for f in a:
+            self.assertTrue(1.0 <= f.hold_s <= 3.0 and 2.0 <= f.rest_s <= 4.0 and 0 <= f.pick < 1, f)
+
+    def test_duration_bounds_the_faults(self):
+        plan = schedule.make_schedule(3, (schedule.KILL_LEADER,), duration_s=30, hold_s=(2, 2), rest_s=(3, 3))
+        self.assertEqual(len(plan), 6)
+        self.assertEqual({f.kind for f in plan}, {schedule.KILL_LEADER})
+
+    def test_parse_kinds(self):
+        self.assertEqual(schedule.parse_kinds("kill-leader, pause-zookeeper"),
+                         (schedule.KILL_LEADER, schedule.PAUSE_ZOOKEEPER))
+        with self.assertRaises(ValueError) as e:
+            schedule.parse_kinds("kill-leader,drop-table")
+        self.assertIn("unknown fault 'drop-table'", str(e.exception))
+
+    def test_cli_refuses_unknown_fault_in_one_line(self):
+        with self.assertRaises(SystemExit) as e:
+            nemesis_main(["--kinds", "nuke"])
+        self.assertEqual(e.exception.code, 2)
+
+
+class CheckRecordsTests(unittest.SynchronousTestCase):
+    def test_clean_run(self):
+        final = {0: [(0, b"0-0"), (1, b"1-0"), (2, b"0-2")], 1: [(0, b"0-1")]}
+        acked = [(0, 0, b"0-0"), (0, 1, b"1-0"), (0, 2, b"0-2"), (1, 0, b"0-1")]
+        v = checker.check_records(acked, final)
+        self.assertTrue(v.ok)
+        self.assertEqual((v.acked, v.read), (4, 4))
+
+    def test_each_finding_named(self):
+        final = {0: [(0, b"0-0"), (1, b"0-2"), (2, b"0-1"), (3, b"0-0")], 1: [(0, b"1-5")]}
+        acked = [(0, 0, b"0-0"), (0, 1, b"0-1"), (0, 4, b"0-3"), (1, 0, b"1-5")]
+        v = checker.check_records(acked, final)
+        self.assertFalse(v.ok)
+        self.assertEqual(v.lost, ["b'0-3' acknowledged at 0-4"])
+        self.assertEqual(v.moved, ["b'0-1' acknowledged at 0-1, found at 0-2"])
+        self.assertEqual(v.duplicates, ["b'0-0' at 0-0 and 0-3"])
+        self.assertEqual(v.reordered, ["partition 0: producer 0's 1 at offset 2 after its 2 at offset 1",
+                                       "partition 0: producer 0's 0 at offset 3 after its 1 at offset 2"])
+
+    def test_consumer_anomalies(self):
+        final = {0: [(0, b"a"), (1, b"b")]}
+        seen = {0: [(0, b"a"), (1, b"x"), (0, b"a")]}
+        self.assertEqual(checker.consumer_anomalies(seen, final),
+                         ["partition 0: b'x' delivered at offset 1 which finally holds b'b'",
+                          "partition 0: offset 0 delivered after 1"])
+
+
+def _write_log(directory, batches):
+    os.makedirs(directory)
+    with open(os.path.join(directory, "%020d.log" % 0), "wb") as f:
+        for base, values in batches:
+            f.write(bytes(build_batch([Record(value=v) for v in values], base_offset=base)))
+
+
+class CheckReplicasTests(unittest.SynchronousTestCase):
+    def test_identical_lagging_and_divergent(self):
+        root = tempfile.mkdtemp()
+        self.addCleanup(__import__("shutil").rmtree, root)
+        dirs = {b: os.path.join(root, "b%d" % b) for b in (1, 2, 3)}
+        _write_log(os.path.join(dirs[1], "t-0"), [(0, [b"a", b"b"]), (2, [b"c"])])
+        _write_log(os.path.join(dirs[2], "t-0"), [(0, [b"a", b"b"]), (2, [b"c"])])
+        _write_log(os.path.join(dirs[3], "t-0"), [(0, [b"a", b"b"])])
+        self.assertEqual(checker.check_data_dirs(dirs, "t", 1), ([], ["t-0: broker 3 ends at 2, broker 1 at 3"]))
+        _write_log(os.path.join(dirs[1], "t-1"), [(0, [b"a"]), (1, [b"b"])])
+        _write_log(os.path.join(dirs[2], "t-1"), [(0, [b"a"]), (1, [b"B"])])
+        divergent, lagging = checker.check_data_dirs(dirs, "t", 2)
+        self.assertEqual(lagging, ["t-0: broker 3 ends at 2, broker 1 at 3"])
+        self.assertEqual(len(divergent), 1)
+        self.assertTrue(divergent[0].startswith("t-1: broker 2 offsets 1-1 (crc "), divergent)
+        self.assertIn("differ from broker 1's batch 1-1", divergent[0])
+
+
+class ShortNemesisRunTests(unittest.SynchronousTestCase):
+    """The short form of ``python -m kafkatw.nemesis`` (the long one is in docs/cluster.md)."""
+
+    def test_ten_leader_kills_lose_nothing(self):
+        from kafkatw import testing
+        from kafkatw.nemesis import run
+
+        if not testing.zookeeper_available():
+            if os.environ.get("KAFKATW_REQUIRE_ZOOKEEPER") == "1":
+                raise AssertionError("ZooKeeper is required (KAFKATW_REQUIRE_ZOOKEEPER=1) but missing")
+            raise unittest.SkipTest("ZooKeeper (Debian's zookeeper package) is not installed")
+        options = run.Options(seed=20, faults=10, kinds=(schedule.KILL_LEADER,), hold_s=(0.5, 1.5),
+                              rest_s=(1.0, 2.0), rate=100)
+        report = run.run(options, log=lambda line: None)
+        self.assertEqual(len(report.faults), 10, report.text())
+        v = report.verdict
+        self.assertTrue(v.ok, report.text())
+        self.assertEqual((v.lost, v.duplicates, v.reordered, v.moved, v.divergent), ([], [], [], [], []))
+        self.assertEqual(v.acked, report.produced, report.text())  # every record acknowledged in the end
+        self.assertEqual(v.read, v.acked, report.text())
+        self.assertGreater(v.acked, 1000, report.text())
