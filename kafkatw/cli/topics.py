@@ -2,7 +2,7 @@
 CreatePartitions, DescribeConfigs and IncrementalAlterConfigs as Kafka's kafka-topics does.
 """
 
-from kafkatw.cli.client import UsageError, check
+from kafkatw.cli.client import ClientError, UsageError, check
 from kafkatw.cli.helpers import parse_kv, print_table
 from kafkatw.cli.output import wants_json, write_json
 from kafkatw.protocol import messages
@@ -10,6 +10,14 @@ from kafkatw.protocol.uuids import uuid_to_base64
 
 TOPIC_RESOURCE = 2
 TOPIC_CONFIG_SOURCE = 1
+
+#: kafka-topics --describe's partition filters (several list the partitions matching any of them).
+REPORTS = (
+    ("--under-replicated-partitions", "only partitions whose ISR is smaller than their replicas"),
+    ("--unavailable-partitions", "only partitions without a leader or whose leader is not live"),
+    ("--under-min-isr-partitions", "only partitions without a leader or whose ISR is below min.insync.replicas"),
+    ("--at-min-isr-partitions", "only partitions whose ISR is exactly min.insync.replicas"),
+)
 
 
 def add_parser(sub):
@@ -24,6 +32,8 @@ def add_parser(sub):
     q = tsub.add_parser("describe", help="partitions, leaders, replicas and overridden configs")
     q.add_argument("--topic", action="append", help="topic(s) to describe (default: all)")
     q.add_argument("--exclude-internal", action="store_true")
+    for flag, text in REPORTS:
+        q.add_argument(flag, action="store_true", help=text)
     q.set_defaults(func=cmd_describe)
 
     q = tsub.add_parser("create", help="create a topic")
@@ -85,7 +95,39 @@ def describe_configs(client, topic):
     return out
 
 
+def min_insync_replicas(client, topic):
+    """The topic's effective min.insync.replicas (its override or the broker's default)."""
+    req = messages.DescribeConfigsRequest(resources=[messages.DescribeConfigsRequest.DescribeConfigsResource(
+        resource_type=TOPIC_RESOURCE, resource_name=topic, configuration_keys=["min.insync.replicas"])])
+    for r in client.call(req).results:
+        check(r.error_code, r.error_message, "DescribeConfigs %s" % topic)
+        for c in r.configs:
+            if c.name == "min.insync.replicas" and c.value is not None:
+                return int(c.value)
+    raise ClientError("the broker did not say topic %s's min.insync.replicas" % topic)
+
+
+def partition_reports(partition, live_brokers, min_isr):
+    """Which of kafka-topics' filters (the option names, without dashes) ``partition`` matches,
+    with Kafka's rules: a partition without a leader is unavailable and under min ISR."""
+    has_leader = partition.leader_id >= 0
+    isr = len(partition.isr_nodes)
+    found = set()
+    if isr < len(partition.replica_nodes):
+        found.add("under_replicated_partitions")
+    if not has_leader or partition.leader_id not in live_brokers:
+        found.add("unavailable_partitions")
+    if not has_leader or isr < min_isr:
+        found.add("under_min_isr_partitions")
+    if isr == min_isr:
+        found.add("at_min_isr_partitions")
+    return found
+
+
 def cmd_describe(client, args):
+    reports = {flag[2:].replace("-", "_") for flag, _ in REPORTS if getattr(args, flag[2:].replace("-", "_"))}
+    if reports:
+        return describe_filtered(client, args, reports)
     topics = _topics(client, args.topic)
     described = []
     for t in topics:
@@ -112,6 +154,32 @@ def cmd_describe(client, args):
         print_table(["TOPIC", "PARTITION", "LEADER", "REPLICAS", "ISR"], rows, args.out)
     if wants_json(args):
         write_json(args.out, described)
+
+
+def describe_filtered(client, args, reports):
+    """Only the partitions matching one of ``reports``, without the topic lines (as Kafka)."""
+    md = client.metadata(args.topic)
+    live = {b.node_id for b in md.brokers}
+    rows = []
+    for t in sorted(md.topics, key=lambda t: t.name):
+        if args.topic is not None:
+            check(t.error_code, what="topic %s" % t.name)
+        if args.exclude_internal and t.is_internal:
+            continue
+        needs_min_isr = reports & {"under_min_isr_partitions", "at_min_isr_partitions"}
+        min_isr = min_insync_replicas(client, t.name) if needs_min_isr else 0
+        for p in sorted(t.partitions, key=lambda p: p.partition_index):
+            if partition_reports(p, live, min_isr) & reports:
+                rows.append((t.name, p))
+    if wants_json(args):
+        write_json(args.out, [{"topic": name, "partition": p.partition_index, "leader": p.leader_id,
+                               "replicas": list(p.replica_nodes), "isr": list(p.isr_nodes),
+                               "offline": list(p.offline_replicas)} for name, p in rows])
+        return
+    print_table(["TOPIC", "PARTITION", "LEADER", "REPLICAS", "ISR", "OFFLINE"],
+                [[name, p.partition_index, p.leader_id if p.leader_id >= 0 else "none",
+                  ",".join(map(str, p.replica_nodes)), ",".join(map(str, p.isr_nodes)),
+                  ",".join(map(str, p.offline_replicas))] for name, p in rows], args.out)
 
 
 def cmd_create(client, args):
