@@ -114,6 +114,9 @@ class FakeReplicaManager:
             code = self.check_leader_epoch(topic, partition, requested_epoch)
         return (log_, code) if code == errors.NONE else (None, code)
 
+    def fetch_log_or_error(self, params, topic, partition, topic_id, requested_epoch):
+        return self.leader_log_or_error(topic, partition, topic_id, requested_epoch) + (None,)
+
     check_leader_epoch = ReplicaManager.check_leader_epoch  # the real rule, from self.metadata
 
     def _leader_epoch(self, topic, partition):

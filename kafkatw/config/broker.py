@@ -153,6 +153,10 @@ _d("unclean.leader.election.enable", BOOLEAN, False, None, HIGH,
    "Whether an out-of-sync replica may become leader as a last resort.")
 _d("replica.lag.time.max.ms", LONG, 30000, None, HIGH,
    "A follower not caught up for this long leaves the ISR.")
+_d("replica.selector.class", STRING, None, None, MEDIUM,
+   "KIP-392: the replica a consumer with client.rack is sent to read from (a plug-in such as "
+   "rack-aware, Kafka's org.apache.kafka.common.replica.RackAwareReplicaSelector, or a dotted "
+   "Python name providing IReplicaSelector); unset, consumers read the leader.")
 _d("replica.fetch.max.bytes", INT, 1 * MiB, at_least(0), MEDIUM,
    "Bytes per partition a follower fetches.")
 _d("replica.fetch.response.max.bytes", INT, 10 * MiB, at_least(0), MEDIUM,

@@ -37,8 +37,8 @@ class DelayedFetch(DelayedOperation):
         for (topic, partition), status in self.fetch_partition_status:
             fetch_offset = status.start_offset_metadata
             info = status.fetch_info
-            log_, error = rm.leader_log_or_error(topic, partition, info.topic_id,
-                                                 info.current_leader_epoch)
+            log_, error, _ = rm.fetch_log_or_error(self.params, topic, partition, info.topic_id,
+                                                   info.current_leader_epoch)
             if error != errors.NONE:
                 return self.force_complete()  # cases A-E
             if fetch_offset == UNKNOWN_OFFSET_METADATA:

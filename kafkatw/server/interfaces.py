@@ -59,6 +59,11 @@ class IReplicaManager(Interface):
     def leader_log_or_error(topic, partition, topic_id, requested_epoch):
         """:meth:`get_partition_or_error` then :meth:`check_leader_epoch` in one look-up."""
 
+    def fetch_log_or_error(params, topic, partition, topic_id, requested_epoch):
+        """The read path's look-up, ``(log, error, Partition or None)``: as
+        :meth:`leader_log_or_error`, but a consumer with client metadata (``params``, Fetch
+        v11+) may read a follower on a cluster (KIP-392; the Partition is then given)."""
+
     def check_leader_epoch(topic, partition, requested_epoch):
         """NONE, FENCED_LEADER_EPOCH (client's epoch older) or UNKNOWN_LEADER_EPOCH (newer);
         -1 or None means the client did not say."""
@@ -150,3 +155,14 @@ class IApiHandler(Interface):
         """This API's response body with every error code set to ``code`` (and ``message``
         where the version has one), or None when the version has no error field: the
         connection is then closed, as Kafka does."""
+
+
+class IReplicaSelector(Interface):
+    """Kafka's ``ReplicaSelector`` (``replica.selector.class``, KIP-392): which replica a
+    consumer with client metadata should read a partition from. Asked on the leader only."""
+
+    def select(topic_partition, client_metadata, partition_view):
+        """A ``ReplicaView`` of ``partition_view.replicas`` (the leader included), or None for
+        no preference. ``client_metadata`` has ``rack_id``, ``client_id``, ``client_address``,
+        ``principal`` and ``listener_name``; each replica view ``broker_id``, ``rack``,
+        ``log_end_offset`` and ``time_since_last_caught_up_ms``."""

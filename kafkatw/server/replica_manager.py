@@ -22,6 +22,7 @@ from zope.interface import implementer
 
 from kafkatw.protocol import errors, records
 from kafkatw.protocol.errors import KafkaError
+from kafkatw.server import replica_selector
 from kafkatw.server.delayed_fetch import DelayedFetch, FetchPartitionStatus
 from kafkatw.server.delayed_produce import DelayedProduce
 from kafkatw.server.interfaces import IReplicaManager
@@ -130,6 +131,7 @@ class LogReadResult:
     diverging_epoch = attr.ib(default=None)
     error = attr.ib(default=errors.NONE)
     error_message = attr.ib(default=None)
+    preferred_read_replica = attr.ib(default=-1)
 
     @property
     def records_size(self):
@@ -145,6 +147,7 @@ class LogReadResult:
             records=self.info.records if self.info.records is not None else EMPTY_RECORDS,
             aborted_transactions=self.info.aborted_transactions,
             diverging_epoch=self.diverging_epoch,
+            preferred_read_replica=self.preferred_read_replica,
             error_message=self.error_message,
         )
 
@@ -303,6 +306,8 @@ class ReplicaManager:
         self._partitions = {}  # (topic, partition) -> Partition (cluster mode)
         self.alter_partition_manager = alter_partition_manager
         self.fetcher_manager = fetcher_manager
+        # KIP-392: which replica a consumer with a rack should read from (None: no preference)
+        self.replica_selector = replica_selector.load_replica_selector(config) if cluster_mode else None
         self._isr_loop = None
         self._leadership_listeners = []
         self.producer_id_expiration_ms = _config_get(
@@ -363,6 +368,17 @@ class ReplicaManager:
             except KafkaError as e:  # its log dir may be offline
                 return None, e.code, None
         return log_, errors.NONE, current
+
+    def fetch_log_or_error(self, params, topic, partition, topic_id, requested_epoch):
+        """The read path's look-up: :meth:`leader_log_or_error`, except that a consumer with
+        client metadata (Fetch v11+) on a cluster may read a follower too (KIP-392, up to
+        its HW). ``(log, error, Partition or None)``."""
+        if self.cluster_mode and params.client_metadata is not None and params.replica_id < 0:
+            p, error = replica_selector.readable_partition_or_error(
+                self, topic, partition, topic_id, requested_epoch)
+            return (None if p is None else p.log), error, p
+        log_, error = self.leader_log_or_error(topic, partition, topic_id, requested_epoch)
+        return log_, error, None
 
     def check_leader_epoch(self, topic, partition, requested_epoch):
         """FENCED_LEADER_EPOCH if the client's epoch is older than ours, UNKNOWN_LEADER_EPOCH if newer."""
@@ -1137,8 +1153,8 @@ class ReplicaManager:
         diverging = False
         for _, r in results:
             bytes_readable += r.records_size
-            if r.error != errors.NONE:
-                error_reading = True
+            if r.error != errors.NONE or r.preferred_read_replica >= 0:
+                error_reading = True  # answered at once, as Kafka does with a preferred replica too
             if r.diverging_epoch is not None:
                 diverging = True
         if (params.max_wait_ms <= 0 or not fetch_infos or bytes_readable >= params.min_bytes
@@ -1180,7 +1196,8 @@ class ReplicaManager:
         return None
 
     def _read(self, params, topic, partition, info, limit_bytes, min_one_message):
-        log_, error = self.leader_log_or_error(topic, partition, info.topic_id, info.current_leader_epoch)
+        log_, error, part = self.fetch_log_or_error(params, topic, partition, info.topic_id,
+                                                    info.current_leader_epoch)
         if error != errors.NONE:
             return _error_read_result(error)
         try:
@@ -1189,6 +1206,13 @@ class ReplicaManager:
             lso = log_.last_stable_offset
             log_start = log_.log_start_offset
             leo = log_.log_end_offset
+            if part is not None and part.is_leader:
+                preferred = replica_selector.preferred_read_replica(
+                    self.replica_selector, self.metadata, part, params.client_metadata, info.fetch_offset,
+                    self.now_ms())
+                if preferred >= 0:
+                    return LogReadResult(FetchDataInfo(UNKNOWN_OFFSET_METADATA, EMPTY_RECORDS), hw, log_start,
+                                         leo, lso, preferred_read_replica=preferred)
             if info.last_fetched_epoch >= 0:
                 div = self.diverging_epoch(log_, info)
                 if div is not None:

@@ -22,6 +22,7 @@ from kafkatw.server.fetch_session import (
 )
 from kafkatw.server.interfaces import IApiHandler
 from kafkatw.server.replica_manager import FetchParams, PartitionData
+from kafkatw.server.replica_selector import ClientMetadata
 
 moduleProvides(IApiHandler)
 
@@ -96,6 +97,17 @@ def decode_fetch_data(apis, request):
     return metadata, fetch_data, to_forget
 
 
+def client_metadata_of(request, is_follower):
+    """Kafka's ClientMetadata of a consumer's Fetch v11+ (its rack_id, KIP-392), else None: a
+    consumer with it may read a follower and be sent to a preferred read replica."""
+    if is_follower or request.api_version < 11:
+        return None
+    ctx = request.context
+    return ClientMetadata(rack_id=request.body.rack_id or "", client_id=request.client_id or "",
+                          client_address=ctx.client_address, principal=ctx.principal,
+                          listener_name=ctx.listener_name)
+
+
 def handle(apis, request):
     body = request.body
     version = request.api_version
@@ -138,6 +150,7 @@ def handle(apis, request):
         max_bytes=fetch_max_bytes,
         isolation_level=body.isolation_level,
         replica_epoch=replica_epoch,
+        client_metadata=client_metadata_of(request, is_follower),
     )
 
     def respond(results):
