@@ -14,8 +14,9 @@ class Nemesis:
     what the cluster is meant to survive (one broker down or frozen, or ZooKeeper frozen).
     """
 
-    def __init__(self, cluster, topic, log=print, recovery_timeout_s=60.0):
+    def __init__(self, cluster, topic, log=print, recovery_timeout_s=60.0, session_timeout_s=4.0):
         self.cluster = cluster
+        self.session_timeout_s = session_timeout_s
         self.topic = topic
         self.log = log
         self.recovery_timeout_s = recovery_timeout_s
@@ -34,10 +35,11 @@ class Nemesis:
     def apply(self, fault):
         """Break, hold, heal, wait for recovery; returns a one-line description of what was done."""
         cluster = self.cluster
-        if fault.kind == schedule.PAUSE_ZOOKEEPER:
-            what = "zookeeper paused %.1f s" % fault.hold_s
+        if fault.kind in (schedule.PAUSE_ZOOKEEPER, schedule.EXPIRE_ZOOKEEPER):
+            hold = fault.hold_s + (self.session_timeout_s if fault.kind == schedule.EXPIRE_ZOOKEEPER else 0)
+            what = "zookeeper paused %.1f s" % hold
             cluster.zookeeper.pause()
-            time.sleep(fault.hold_s)
+            time.sleep(hold)
             cluster.zookeeper.resume()
         else:
             victim, why = self._victim(fault)
@@ -52,10 +54,11 @@ class Nemesis:
                 broker.stop()
                 time.sleep(fault.hold_s)
                 broker.start()
-            elif fault.kind == schedule.PAUSE_BROKER:
-                what = "broker %d paused %.1f s" % (victim, fault.hold_s)
+            elif fault.kind in (schedule.PAUSE_BROKER, schedule.EXPIRE_BROKER):
+                hold = fault.hold_s + (self.session_timeout_s if fault.kind == schedule.EXPIRE_BROKER else 0)
+                what = "broker %d paused %.1f s" % (victim, hold)
                 broker.pause()
-                time.sleep(fault.hold_s)
+                time.sleep(hold)
                 broker.resume()
             else:
                 raise ValueError("unknown fault %r" % (fault.kind,))

@@ -90,7 +90,8 @@ def run(options, log=print):
         for w in producers + consumers:
             w.start()
         time.sleep(2.0)  # some data before the first fault
-        nemesis = faults.Nemesis(cluster, options.topic, log=log)
+        nemesis = faults.Nemesis(cluster, options.topic, log=log,
+                                 session_timeout_s=options.session_timeout_ms / 1000.0)
         for fault in plan:
             report.faults.append(nemesis.apply(fault))
         nemesis.wait_recovered()

@@ -13,10 +13,17 @@ KILL_CONTROLLER = "kill-controller"
 PAUSE_BROKER = "pause-broker"
 #: SIGTERM a random broker (a clean stop) and start it again after the hold.
 RESTART_BROKER = "restart-broker"
-#: SIGSTOP ZooKeeper for the hold, then SIGCONT: every session is cut meanwhile.
+#: SIGSTOP ZooKeeper for the hold, then SIGCONT: the brokers lose their connection meanwhile.
 PAUSE_ZOOKEEPER = "pause-zookeeper"
+#: SIGSTOP a random broker for the session timeout plus the hold: its ZooKeeper session
+#: expires, its partitions move, and it registers again (a new broker epoch) on SIGCONT.
+EXPIRE_BROKER = "expire-broker-session"
+#: SIGSTOP ZooKeeper for the session timeout plus the hold: on SIGCONT it expires sessions
+#: whose brokers did not reconnect in time.
+EXPIRE_ZOOKEEPER = "expire-zookeeper-sessions"
 
-KINDS = (KILL_LEADER, KILL_CONTROLLER, PAUSE_BROKER, RESTART_BROKER, PAUSE_ZOOKEEPER)
+KINDS = (KILL_LEADER, KILL_CONTROLLER, PAUSE_BROKER, RESTART_BROKER, PAUSE_ZOOKEEPER, EXPIRE_BROKER,
+         EXPIRE_ZOOKEEPER)
 
 
 @attr.s(frozen=True)
