@@ -98,13 +98,10 @@ class ShortNemesisRunTests(unittest.SynchronousTestCase):
     """The short form of ``python -m kafkatw.nemesis`` (the long one is in docs/cluster.md)."""
 
     def test_ten_leader_kills_lose_nothing(self):
-        from kafkatw import testing
         from kafkatw.nemesis import run
+        from tests.test_cluster_e2e import require_zookeeper
 
-        if not testing.zookeeper_available():
-            if os.environ.get("KAFKATW_REQUIRE_ZOOKEEPER") == "1":
-                raise AssertionError("ZooKeeper is required (KAFKATW_REQUIRE_ZOOKEEPER=1) but missing")
-            raise unittest.SkipTest("ZooKeeper (Debian's zookeeper package) is not installed")
+        require_zookeeper()
         options = run.Options(seed=20, faults=10, kinds=(schedule.KILL_LEADER,), hold_s=(0.5, 1.5),
                               rest_s=(1.0, 2.0), rate=100)
         report = run.run(options, log=lambda line: None)
