@@ -115,7 +115,13 @@ def run(options, log=print):
         verdict.divergent, verdict.lagging = checker.check_data_dirs(
             {i: b.data_dir for i, b in cluster.brokers.items()}, options.topic, options.partitions)
         report.verdict = verdict
+        if not verdict.ok:
+            cluster.keep_data = True  # the evidence: segment files and broker logs
         return report
+    except BaseException:
+        cluster.keep_data = True
+        log("nemesis: run broken after %d faults; cluster folder kept: %s" % (len(report.faults), cluster.work_dir))
+        raise
     finally:
         for w in producers:
             w._halt.set()
