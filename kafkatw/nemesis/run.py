@@ -2,6 +2,7 @@
 the schedule carried out, healing, the final read, a clean stop and the replicas compared.
 Bounded: every wait has a deadline, and a run that cannot finish says where it stopped."""
 
+import collections
 import time
 
 import attr
@@ -35,6 +36,7 @@ class Report:
     verdict = attr.ib(default=None)
     produced = attr.ib(default=0)
     failed = attr.ib(default=0)
+    failure_reasons = attr.ib(factory=collections.Counter)  # error text -> deliveries failed with it
     unflushed = attr.ib(default=0)
     ends = attr.ib(factory=dict)
     elapsed_s = attr.ib(default=0.0)
@@ -50,6 +52,8 @@ class Report:
         lines += ["  " + f for f in self.faults]
         lines.append("produced %d, delivery failures %d, undelivered at the end %d; log end offsets %s"
                      % (self.produced, self.failed, self.unflushed, self.ends))
+        for reason, count in self.failure_reasons.most_common(5):
+            lines.append("  delivery failure x%d: %s" % (count, reason))
         v = self.verdict
         if v is not None:
             lines.append("verdict: " + ("OK" if v.ok else "FAILED") + ": " + v.summary())
@@ -104,6 +108,7 @@ def run(options, log=print):
         acked = [a for p in producers for a in p.acked]
         report.produced = sum(p.sent for p in producers)
         report.failed = sum(len(p.failed) for p in producers)
+        report.failure_reasons.update(reason for p in producers for _, reason in p.failed)
         cluster.wait_for(lambda: _fully_replicated(cluster, options.topic, options.partitions, rf), 60,
                          "the full ISR after the last writes")
         final, report.ends = workload.read_back(cluster.bootstrap_servers, options.topic, options.partitions)
