@@ -578,15 +578,7 @@ class BrokerService(OrderedMultiService):
         if message is None:
             log.failure("joining the cluster failed", failure)
             message = "joining the cluster failed: %s" % (failure.getErrorMessage(),)
-        log.critical("{message}", message=message)
-        stderr = sys.__stderr__
-        if stderr is not None:
-            try:
-                stderr.write("kafkatw: %s\n" % message)
-                stderr.flush()
-            except (OSError, ValueError):
-                pass
-        self.reactor.callLater(0, self.halt, 2)
+        self._halt_with_line(message, 2)
 
     def _persisted_dynamic(self, props, which):
         kept, ignored = split_persisted(props, self.config.definitions)
@@ -608,7 +600,12 @@ class BrokerService(OrderedMultiService):
         halt is a reactor turn later, so the request that met the failure may still be answered
         (Kafka's handler thread runs apart from the request too)."""
         message = "Shutdown broker because all log dirs in %s have failed" % ", ".join(log_dirs)
-        log.critical(message)
+        self._halt_with_line(message, 1)
+
+    def _halt_with_line(self, message, status):
+        """Log ``message`` as critical, write it as one line to the real stderr (twistd has
+        redirected sys.stderr into the log) and halt with ``status`` a reactor turn later."""
+        log.critical("{message}", message=message)
         stderr = sys.__stderr__
         if stderr is not None:
             try:
@@ -616,7 +613,7 @@ class BrokerService(OrderedMultiService):
                 stderr.flush()
             except (OSError, ValueError):
                 pass
-        self.reactor.callLater(0, self.halt, 1)
+        self.reactor.callLater(0, self.halt, status)
 
     def _on_transfer_failure(self, region, error):
         """A disk error while sending a fetched FileRegion: its log dir goes offline (KAFKA-16304)."""

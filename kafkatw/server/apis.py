@@ -248,14 +248,8 @@ class KafkaApis:
                                     request, reg.handler)
         try:
             decisions = authz.decide(self.authorizer, request, plan(self, request))
-            if type(decisions) is authz.Decisions:  # _decided, inline: the common case
-                request.authz = decisions
-                gate = authz.GATES.get(request.api_key)
-                if gate is not None:
-                    code = gate(self, request, decisions.allowed)
-                    if code is not None:
-                        return self._on_failure(Failure(KafkaError(code, None)), request, reg.handler)
-                return self._run_handler(reg, request)
+            if type(decisions) is authz.Decisions:  # decided at once: the common case
+                return self._decided(decisions, reg, request)
         except Exception:
             return self._on_failure(Failure(), request, reg.handler)
         decisions.addCallback(self._decided, reg, request)
