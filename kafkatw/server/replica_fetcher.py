@@ -129,10 +129,6 @@ class ReplicaFetcherManager:
                     fetcher.shutdown()
                     del self.fetchers[key]
 
-    def fetch_state(self, tp):
-        key = self._where.get(tp)
-        return None if key is None else self.fetchers[key].partitions.get(tp)
-
     def shutdown(self):
         for fetcher in self.fetchers.values():
             fetcher.shutdown()
