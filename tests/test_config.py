@@ -511,6 +511,16 @@ class DerivedTests(SynchronousTestCase):
         e = self.assertRaises(ConfigError, KafkaConfig.from_properties, {"log.dirs": " , "})
         self.assertIn("at least one directory", str(e))
 
+    def test_replica_fetch_wait_within_socket_timeout_and_lag(self):
+        self.assertEqual(make(replica_fetch_wait_max_ms="1000", replica_socket_timeout_ms="1000",
+                              replica_lag_time_max_ms="1000")["replica.fetch.wait.max.ms"], 1000)
+        e = self.assertRaises(ConfigError, make, replica_fetch_wait_max_ms="2000",
+                              replica_socket_timeout_ms="1000")
+        self.assertIn("must not be greater than replica.socket.timeout.ms (1000)", str(e))
+        e = self.assertRaises(ConfigError, make, replica_fetch_wait_max_ms="2000",
+                              replica_lag_time_max_ms="1000")
+        self.assertIn("must not be greater than replica.lag.time.max.ms (1000)", str(e))
+
     def test_ip_overrides(self):
         c = KafkaConfig.from_properties(
             {"max.connections.per.ip.overrides": "127.0.0.1:5, host.example:7, ::1:2"})

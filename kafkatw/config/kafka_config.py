@@ -179,6 +179,17 @@ class KafkaConfig:
                                       "must be less than group.consumer.session.timeout.ms (%d)"
                                       % v["group.consumer.session.timeout.ms"])
 
+    @staticmethod
+    def _check_replica_fetch_wait(v):
+        """Kafka's requirements on a follower's fetch wait: a fetch the leader parks for
+        replica.fetch.wait.max.ms must neither outlast the follower's request timeout nor the
+        time a follower may lag before it leaves the ISR."""
+        wait = v["replica.fetch.wait.max.ms"]
+        for name in ("replica.socket.timeout.ms", "replica.lag.time.max.ms"):
+            if wait > v[name]:
+                raise ConfigError.invalid("replica.fetch.wait.max.ms", wait,
+                                          "must not be greater than %s (%d)" % (name, v[name]))
+
     def _derive(self):
         v = self._values
         # node.id / broker.id alias
@@ -251,6 +262,7 @@ class KafkaConfig:
             raise ConfigError.invalid(used, v[used], "log retention must be unlimited (-1) or, "
                                       "equal or greater than 1 ms")
         self._check_consumer_group_timeouts(v)
+        self._check_replica_fetch_wait(v)
         self.log_roll_ms = self._first_synonym_ms("segment.ms")
         self.log_roll_jitter_ms = self._first_synonym_ms("segment.jitter.ms")
         self.log_flush_interval_ms = self._first_synonym_ms("flush.ms")
