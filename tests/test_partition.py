@@ -123,9 +123,9 @@ class PartitionTests(unittest.TestCase):
         self.lead()
         self.append(1)
         self.clock.advance(31)
-        self.assertTrue(self.p.maybe_shrink_isr(30000))
+        self.assertTrue(self.p.maybe_shrink_isr())
         self.assertEqual(self.proposals.sent[0][:2], ([1], 0))
-        self.assertFalse(self.p.maybe_shrink_isr(30000))  # one change at a time
+        self.assertFalse(self.p.maybe_shrink_isr())  # one change at a time
         self.proposals.sent[0][2].errback(KafkaError(errors.INVALID_UPDATE_VERSION))
         self.assertEqual(self.p.isr, (1, 2, 3))
         self.assertIsNotNone(self.p.pending)  # stale: wait for LeaderAndIsr
@@ -136,10 +136,10 @@ class PartitionTests(unittest.TestCase):
         self.lead()
         self.append(1)
         self.clock.advance(31)
-        self.p.maybe_shrink_isr(30000)
+        self.p.maybe_shrink_isr()
         self.proposals.sent[0][2].errback(KafkaError(errors.OPERATION_NOT_ATTEMPTED))
         self.assertIsNone(self.p.pending)
-        self.assertTrue(self.p.maybe_shrink_isr(30000))
+        self.assertTrue(self.p.maybe_shrink_isr())
 
     def test_acks_all_after_append_with_a_shrunk_isr(self):
         self.lead(isr=(1, 2))

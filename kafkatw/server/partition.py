@@ -235,7 +235,7 @@ class Partition:
             return
         self._submit(self.isr + (replica.broker_id,), expanding=True)
 
-    def out_of_sync_replicas(self, max_lag_ms):
+    def out_of_sync_replicas(self):
         now = self.clock_ms()
         leo = self.log.log_end_offset
         out = []
@@ -243,22 +243,22 @@ class Partition:
             if r == self.local_broker_id:
                 continue
             replica = self.remote_replicas.get(r)
-            if replica is None or not replica.is_caught_up(leo, now, max_lag_ms):
+            if replica is None or not replica.is_caught_up(leo, now, self.lag_time_max_ms):
                 out.append(r)
         return out
 
-    def maybe_shrink_isr(self, max_lag_ms):
+    def maybe_shrink_isr(self):
         """Kafka's maybeShrinkIsr: followers not caught up within ``replica.lag.time.max.ms``
         leave the ISR (never the leader, so never its last member), through AlterPartition."""
         if not self.is_leader or self.pending is not None or self.alter_partition is None:
             return False
-        out = self.out_of_sync_replicas(max_lag_ms)
+        out = self.out_of_sync_replicas()
         if not out:
             return False
         new_isr = tuple(r for r in self.isr if r not in out)
         log.info("shrinking ISR of {tp} from {old} to {new}: {out} not caught up within "
                  "{lag} ms", tp="%s-%d" % self.tp, old=list(self.isr), new=list(new_isr),
-                 out=out, lag=max_lag_ms)
+                 out=out, lag=self.lag_time_max_ms)
         self._submit(new_isr, expanding=False)
         return True
 

@@ -308,6 +308,7 @@ class ReplicaManager:
         self.fetcher_manager = fetcher_manager
         # KIP-392: which replica a consumer with a rack should read from (None: no preference)
         self.replica_selector = replica_selector.load_replica_selector(config) if cluster_mode else None
+        self.replica_lag_time_max_ms = _config_get(config, "replica.lag.time.max.ms", 30000)
         self._isr_loop = None
         self._leadership_listeners = []
         self.producer_id_expiration_ms = _config_get(
@@ -607,10 +608,9 @@ class ReplicaManager:
         self._expiry_loop.clock = self.clock
         self._expiry_loop.start(interval / 1000.0, now=False)
         if self.cluster_mode:
-            lag = _config_get(self.config, "replica.lag.time.max.ms", 30000)
             self._isr_loop = task.LoopingCall(self.maybe_shrink_isrs)
             self._isr_loop.clock = self.clock
-            self._isr_loop.start(lag / 2000.0, now=False)
+            self._isr_loop.start(self.replica_lag_time_max_ms / 2000.0, now=False)
 
     def shutdown(self):
         """Stop timers and write every producer snapshot (call before the log manager's shutdown)."""
@@ -642,8 +642,7 @@ class ReplicaManager:
         return Partition(topic, partition, self.node_id, self.now_ms,
                          alter_partition=self._alter_partition_manager(),
                          on_high_watermark=self._high_watermark_moved, strict_min_isr=True,
-                         lag_time_max_ms=_config_get(self.config, "replica.lag.time.max.ms",
-                                                     30000))
+                         lag_time_max_ms=self.replica_lag_time_max_ms)
 
     def _high_watermark_moved(self, part):
         """A partition's HW (or ISR) moved outside an append: complete acks=all produces and
@@ -813,10 +812,9 @@ class ReplicaManager:
     def maybe_shrink_isrs(self):
         """Kafka's isr-expiration task: every leader drops followers not caught up within
         ``replica.lag.time.max.ms``."""
-        lag = _config_get(self.config, "replica.lag.time.max.ms", 30000)
         for part in list(self._partitions.values()):
             if part.is_leader:
-                part.maybe_shrink_isr(lag)
+                part.maybe_shrink_isr()
 
     def under_replicated_partitions(self):
         """Partitions led here whose ISR is smaller than their replica set (Kafka's
