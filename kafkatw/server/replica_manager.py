@@ -571,8 +571,7 @@ class ReplicaManager:
             loading.task.stop()
             loading.done()  # its waiters retry and find the partition gone
         self.topic_stats.remove(topic)
-        self.fetch_purgatory.check_and_complete(TopicPartitionOperationKey(topic, partition))
-        self.produce_purgatory.check_and_complete(TopicPartitionOperationKey(topic, partition))
+        self._complete_delayed([(topic, partition)])
 
     def set_producer_id_expiration_ms(self, expiration_ms):
         """``producer.id.expiration.ms`` changed live: every partition's next expiry check uses it."""
@@ -647,9 +646,7 @@ class ReplicaManager:
     def _high_watermark_moved(self, part):
         """A partition's HW (or ISR) moved outside an append: complete acks=all produces and
         fetches at the HW waiting on it."""
-        key = TopicPartitionOperationKey(part.topic, part.partition)
-        self.produce_purgatory.check_and_complete(key)
-        self.fetch_purgatory.check_and_complete(key)
+        self._complete_delayed([part.tp])
 
     def _complete_delayed(self, tps):
         for topic, partition in tps:
