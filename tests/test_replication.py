@@ -55,6 +55,7 @@ class DirectClient:
         self.cluster = cluster
         self.owner = owner
         self.sent = []  # (node key, api key)
+        self.requests = []  # what was sent, decoded as the receiver reads it
         self.closed = []
         self.parked = []  # sends of a paused owner: (Deferred, args)
 
@@ -76,6 +77,7 @@ class DirectClient:
         if broker is None or not broker.up:
             return defer.fail(Unreachable("broker at port %d is down" % port))
         body = type(request).decode(memoryview(bytearray(request.encode_bytes(version))), version)
+        self.requests.append(body)
         ctx = RequestContext(connection_id="c-%s" % (node_id,), listener_name="PLAINTEXT",
                              security_protocol="PLAINTEXT")
         req = Request(header=None, api_key=request.API_KEY, api_version=version,
@@ -380,6 +382,30 @@ class FollowerFetchTests(ReplicationTestBase):
         self.assertEqual(fetcher_id("t", 0, 1), 0)
         ids = {fetcher_id("topic", p, 3) for p in range(20)}
         self.assertEqual(ids, {0, 1, 2})
+
+    def test_follower_fetches_follow_the_replica_configs(self):
+        self.elect(1, [1, 2, 3])
+        self.pump(0.1)
+        fetches = [r for r in self.nodes[2].client.requests if r.API_KEY == messages.FetchRequest.API_KEY]
+        self.assertTrue(fetches)
+        r = fetches[-1]
+        # setUp: replica.fetch.wait.max.ms 500, the rest Kafka's defaults
+        self.assertEqual((r.replica_state.replica_id, r.max_wait_ms, r.min_bytes, r.max_bytes),
+                         (2, 500, 1, 10 * 1024 * 1024))
+        self.assertEqual([p.partition_max_bytes for t in r.topics for p in t.partitions],
+                         [1024 * 1024])
+
+    def test_fetcher_settings_and_client_come_from_the_replica_configs(self):
+        config = KafkaConfig.from_properties({
+            "replica.fetch.wait.max.ms": "250", "replica.fetch.min.bytes": "7",
+            "replica.fetch.response.max.bytes": "5000", "replica.fetch.max.bytes": "3000",
+            "replica.fetch.backoff.ms": "40", "num.replica.fetchers": "3",
+            "replica.socket.timeout.ms": "6000"})
+        manager = ReplicaFetcherManager.from_config(config, self.nodes[1].rm, self.clock)
+        self.assertEqual(manager.settings, FetcherSettings(
+            broker_id=1, max_wait_ms=250, min_bytes=7, max_bytes=5000, partition_max_bytes=3000,
+            backoff_ms=40, num_fetchers=3))
+        self.assertEqual(manager.client.request_timeout_ms, 6000)
 
     def test_verify_alter_partition_manager_contract(self):
         self.assertTrue(verifyObject(IAlterPartitionManager, self.controller))
