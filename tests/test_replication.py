@@ -395,6 +395,24 @@ class FollowerFetchTests(ReplicationTestBase):
         self.assertEqual([p.partition_max_bytes for t in r.topics for p in t.partitions],
                          [1024 * 1024])
 
+    def test_a_consumer_with_client_metadata_reads_a_follower_at_its_leader_epoch(self):
+        from kafkatw.server.replica_selector import ClientMetadata
+        self.elect(1, [1, 2, 3])
+        self.elect(1, [1, 2, 3])  # leader epoch 1
+        rm = self.nodes[2].rm
+        rack = FetchParams(replica_id=-1, client_metadata=ClientMetadata(rack_id="r2"))
+
+        def look_up(params, epoch, partition=0):
+            lg, error, part = rm.fetch_log_or_error(params, TOPIC, partition, TOPIC_ID, epoch)
+            return (lg is not None, error, part is not None)
+        self.assertEqual(look_up(rack, 1), (True, errors.NONE, True))
+        self.assertEqual(look_up(rack, -1), (True, errors.NONE, True))
+        self.assertEqual(look_up(rack, 0), (False, errors.FENCED_LEADER_EPOCH, False))
+        self.assertEqual(look_up(rack, 2), (False, errors.UNKNOWN_LEADER_EPOCH, False))
+        self.assertEqual(look_up(rack, 1, partition=5), (False, errors.UNKNOWN_TOPIC_OR_PARTITION, False))
+        self.assertEqual(look_up(FetchParams(replica_id=-1), 1),
+                         (False, errors.NOT_LEADER_OR_FOLLOWER, False))
+
     def test_fetcher_settings_and_client_come_from_the_replica_configs(self):
         config = KafkaConfig.from_properties({
             "replica.fetch.wait.max.ms": "250", "replica.fetch.min.bytes": "7",
