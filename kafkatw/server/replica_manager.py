@@ -375,8 +375,12 @@ class ReplicaManager:
         client metadata (Fetch v11+) on a cluster may read a follower too (KIP-392, up to
         its HW). ``(log, error, Partition or None)``."""
         if self.cluster_mode and params.client_metadata is not None and params.replica_id < 0:
-            p, error = replica_selector.readable_partition_or_error(
-                self, topic, partition, topic_id, requested_epoch)
+            # led or followed, checked against the leader epoch this replica knows
+            p, error = self.hosted_partition_or_error(topic, partition, topic_id)
+            if p is not None:
+                error = _epoch_error(requested_epoch, p.leader_epoch)
+                if error != errors.NONE:
+                    p = None
             return (None if p is None else p.log), error, p
         log_, error = self.leader_log_or_error(topic, partition, topic_id, requested_epoch)
         return log_, error, None
@@ -403,6 +407,14 @@ class ReplicaManager:
         """Kafka's getPartitionOrError for a leader: ``(Partition, NONE)`` if led here, else
         ``(None, error)``: NOT_LEADER_OR_FOLLOWER (hosted as a follower, or known to the
         metadata only), UNKNOWN_TOPIC_OR_PARTITION, INCONSISTENT_TOPIC_ID, KAFKA_STORAGE_ERROR."""
+        p, error = self.hosted_partition_or_error(topic, partition, topic_id)
+        if p is not None and not p.is_leader:
+            return None, errors.NOT_LEADER_OR_FOLLOWER
+        return p, error
+
+    def hosted_partition_or_error(self, topic, partition, topic_id=None):
+        """:meth:`online_partition_or_error` without the leader requirement: the Partition
+        led or followed here (what a consumer may read from a follower, KIP-392)."""
         p = self._partitions.get((topic, partition))
         if p is None or p.log is None:
             if self.metadata.contains_partition(topic, partition):
@@ -413,8 +425,6 @@ class ReplicaManager:
             return None, errors.INCONSISTENT_TOPIC_ID
         if p.log.is_offline:
             return None, errors.KAFKA_STORAGE_ERROR
-        if not p.is_leader:
-            return None, errors.NOT_LEADER_OR_FOLLOWER
         return p, errors.NONE
 
     def producer_state(self, topic, partition, log_=None):

@@ -5,11 +5,7 @@ follower itself is the replica manager's; loading a selector plug-in is the regi
 import attr
 from zope.interface import implementer
 
-from kafkatw.protocol import errors
-from kafkatw.protocol.uuids import ZERO_UUID
 from kafkatw.server.interfaces import IReplicaSelector
-
-NO_PARTITION_LEADER_EPOCH = -1
 
 
 @attr.s(frozen=True, slots=True)
@@ -103,24 +99,3 @@ def preferred_read_replica(selector, metadata, partition, client_metadata, fetch
     if chosen is None or chosen.broker_id == leader.broker_id:
         return -1
     return chosen.broker_id
-
-
-def readable_partition_or_error(replica_manager, topic, partition, topic_id, requested_epoch):
-    """``(Partition, NONE)`` of a partition hosted here, led or followed, for a consumer that
-    may read followers; else ``(None, error)`` as Kafka's getPartitionOrError (without the
-    leader requirement) and its leader epoch check against the epoch this replica knows."""
-    p = replica_manager.get_partition(topic, partition)
-    if p is None or p.log is None:
-        if replica_manager.metadata.contains_partition(topic, partition):
-            return None, errors.NOT_LEADER_OR_FOLLOWER
-        return None, errors.UNKNOWN_TOPIC_OR_PARTITION
-    if topic_id is not None and topic_id != ZERO_UUID and p.topic_id is not None and p.topic_id != topic_id:
-        return None, errors.INCONSISTENT_TOPIC_ID
-    if p.log.is_offline:
-        return None, errors.KAFKA_STORAGE_ERROR
-    if requested_epoch is not None and requested_epoch != NO_PARTITION_LEADER_EPOCH:
-        if requested_epoch < p.leader_epoch:
-            return None, errors.FENCED_LEADER_EPOCH
-        if requested_epoch > p.leader_epoch:
-            return None, errors.UNKNOWN_LEADER_EPOCH
-    return p, errors.NONE
