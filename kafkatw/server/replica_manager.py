@@ -846,17 +846,17 @@ class ReplicaManager:
         lg = part.log
         info = None
         if len(buf):
-            info = lg.append_as_follower(buf)
-            self._update_follower_producer_state(topic, partition, lg, buf)
+            headers = _iter_batch_headers(buf)  # read once, for the log and producer state
+            info = lg.append_as_follower(buf, headers)
+            self._update_follower_producer_state(topic, partition, lg, buf, headers)
         if leader_log_start > lg.log_start_offset:
             lg.maybe_increment_log_start_offset(min(leader_log_start, lg.log_end_offset))
         part.follower_high_watermark(leader_hw)
         return info
 
-    def _update_follower_producer_state(self, topic, partition, lg, buf):
+    def _update_follower_producer_state(self, topic, partition, lg, buf, headers):
         """Producer state follows the follower's log so a new leader keeps deduplicating (and
-        knows open transactions): updated from the batch headers and markers as appended."""
-        headers = _iter_batch_headers(buf)
+        knows open transactions): updated from the batch ``headers`` and markers as appended."""
         if not any(h.producer_id >= 0 for _, h in headers):
             ps = self._producer_states.get((topic, partition))
             if ps is not None:

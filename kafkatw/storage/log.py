@@ -494,9 +494,10 @@ class UnifiedLog:
         (the replica manager has, for producer state); each is used instead of a new read."""
         return self._append(buf, leader_epoch, True, batch_headers)
 
-    def append_as_follower(self, buf, leader_epoch=None):
-        """Write batches whose offsets the leader assigned."""
-        return self._append(buf, None, assign_offsets=False)
+    def append_as_follower(self, buf, batch_headers=None):
+        """Write batches whose offsets the leader assigned (``batch_headers`` as for
+        :meth:`append_as_leader`)."""
+        return self._append(buf, None, False, batch_headers)
 
     def _append(self, buf, leader_epoch, assign_offsets, batch_headers=None):
         self._check_online()
