@@ -52,6 +52,7 @@ class FakeLog:
         self.log_end_offset = 0
         self.high_watermark = 0
         self.epochs = [(0, 0)]  # (epoch, start offset)
+        self.leader_epoch_cache = None  # never read on a single node
         self.appends = 0
 
     @property
@@ -109,6 +110,19 @@ class FakeLog:
 
     def update_high_watermark(self, offset):
         self.high_watermark = min(offset, self.log_end_offset)
+
+    # a single node's leader log: the follower calls are never made on it
+    def append_as_follower(self, buf, batch_headers=None):
+        raise NotImplementedError
+
+    def truncate_to(self, offset):
+        raise NotImplementedError
+
+    def truncate_fully_and_start_at(self, offset):
+        raise NotImplementedError
+
+    def maybe_increment_log_start_offset(self, offset):
+        raise NotImplementedError
 
     def append_as_leader(self, buf, leader_epoch, batch_headers=None):
         self.appends += 1

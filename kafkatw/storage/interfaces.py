@@ -38,6 +38,9 @@ class ILog(Interface):
     producer_state_manager = Attribute(
         "The partition's ProducerStateManager once the replica manager loaded it, else None; "
         "the cleaner keeps each active producer's last batch.")
+    leader_epoch_cache = Attribute(
+        "The LeaderEpochFileCache (epoch, start offset): a new leader assigns its epoch there, "
+        "a follower names its latest epoch in its fetches.")
     roll_listener = Attribute(
         "None or ``callable(log, new_base_offset)``, called after a segment roll (the replica "
         "manager snapshots producer state there; it chains a listener already installed).")
@@ -46,6 +49,22 @@ class ILog(Interface):
         """Validate the v2 batches in the writable ``buf``, assign offsets in place, write them
         and return a LogAppendInfo. ``batch_headers``: ``[(position, BatchHeader)]`` of ``buf``
         if the caller read them already. Raises KafkaError for invalid batches."""
+
+    def append_as_follower(buf, batch_headers=None):
+        """A follower's append: the v2 batches in ``buf`` keep the offsets and epochs their
+        leader gave them; validated and written, a LogAppendInfo returned. Raises KafkaError
+        for invalid batches or ones below the log end."""
+
+    def truncate_to(offset):
+        """A follower's truncation: remove everything at and after ``offset``; True if
+        anything was removed."""
+
+    def truncate_fully_and_start_at(offset):
+        """Empty the log and start it at ``offset`` (a follower behind its leader's log start)."""
+
+    def maybe_increment_log_start_offset(offset):
+        """Raise the log start offset to ``offset`` (never lower it): a follower learns it from
+        its leader. True if it moved."""
 
     def append_aborted_txn(producer_id, first_offset, last_offset, last_stable_offset):
         """Record a transaction aborted by the marker at ``last_offset`` in the transaction
