@@ -78,11 +78,10 @@ class Partition:
     """One partition hosted here. ``clock_ms()`` is the time in ms, ``alter_partition`` an
     ``IAlterPartitionManager`` (None on a single node), ``on_high_watermark(partition)`` is
     called after the HW moves outside an append (a follower's fetch, an ISR change) so the
-    replica manager completes what waits on it, ``strict_min_isr``: the HW stops while the
-    ISR is smaller than ``min.insync.replicas`` (cluster mode)."""
+    replica manager completes what waits on it."""
 
     def __init__(self, topic, partition, local_broker_id, clock_ms, alter_partition=None,
-                 on_high_watermark=None, strict_min_isr=True, lag_time_max_ms=30000):
+                 on_high_watermark=None, lag_time_max_ms=30000):
         self.lag_time_max_ms = lag_time_max_ms  # replica.lag.time.max.ms
         self.topic = topic
         self.partition = partition
@@ -90,7 +89,6 @@ class Partition:
         self.clock_ms = clock_ms
         self.alter_partition = alter_partition
         self.on_high_watermark = on_high_watermark
-        self.strict_min_isr = strict_min_isr
         self.topic_id = None
         self.log = None
         self.leader_id = NO_LEADER
@@ -194,13 +192,12 @@ class Partition:
     def maybe_increment_leader_hw(self):
         """Kafka's maybeIncrementLeaderHW: the HW is the least log end of the leader and the
         (maximal) ISR's followers, and of a follower caught up but not yet in the ISR (so the
-        HW does not pass a replica about to join); it never moves back, and with
-        ``strict_min_isr`` it stays while the ISR is smaller than ``min.insync.replicas``.
-        True if it moved."""
+        HW does not pass a replica about to join); it never moves back, and it stays while
+        the ISR is smaller than ``min.insync.replicas``. True if it moved."""
         log_ = self.log
         if log_ is None or not self.is_leader:
             return False
-        if self.strict_min_isr and self.is_under_min_isr:
+        if self.is_under_min_isr:
             return False
         leo = new_hw = log_.log_end_offset
         maximal = self.maximal_isr

@@ -650,7 +650,7 @@ class ReplicaManager:
     def _new_partition(self, topic, partition):
         return Partition(topic, partition, self.node_id, self.now_ms,
                          alter_partition=self._alter_partition_manager(),
-                         on_high_watermark=self._high_watermark_moved, strict_min_isr=True,
+                         on_high_watermark=self._high_watermark_moved,
                          lag_time_max_ms=self.replica_lag_time_max_ms)
 
     def _high_watermark_moved(self, part):
