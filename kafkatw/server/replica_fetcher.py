@@ -151,7 +151,6 @@ class ReplicaFetcher:
         self._running = False
         self._inflight = False
         self._wakeup = None
-        self.fetches = 0  # requests answered (tests and logs)
 
     def __repr__(self):
         return "ReplicaFetcher(leader=%d, id=%d, %d partitions)" % (
@@ -247,7 +246,6 @@ class ReplicaFetcher:
 
     def _answered(self, response, sent):
         self._inflight = False
-        self.fetches += 1
         if not self._running:
             return  # shut down meanwhile: the logs may be closing
         backoff = self.manager.settings.backoff_ms / 1000.0
