@@ -18,7 +18,7 @@ log = Logger()
 
 #: v2: topic ids and plain ISR lists (what a ZooKeeper-mode controller of Kafka 3.x takes)
 ALTER_PARTITION_VERSION = 2
-CONTROLLER_NODE_KEY = "controller"  # the client's connection key: one connection, re-pointed
+CONTROLLER_NODE_KEY = "controller"  # with the controller's id, the client's connection key
 
 
 @attr.s(slots=True, frozen=True)
@@ -135,7 +135,7 @@ class AlterPartitionManager:
         batch, self._unsent = self._unsent, {}
         self._inflight = batch
         request = self._request(batch)
-        key = ("controller", controller_id)
+        key = (CONTROLLER_NODE_KEY, controller_id)
         if self._controller_key is not None and self._controller_key != key:
             self.client.close(self._controller_key)  # the controller moved
         self._controller_key = key
