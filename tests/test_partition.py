@@ -55,11 +55,11 @@ class PartitionTests(unittest.TestCase):
 
     def test_replica_caught_up_times(self):
         r = Replica(2)
-        r.update_fetch_state(5, 0, 10, 1000, -1)  # behind: not caught up by this fetch
+        r.update_fetch_state(5, 0, 10, 1000)  # behind: not caught up by this fetch
         self.assertEqual(r.last_caught_up_time_ms, 0)
-        r.update_fetch_state(10, 0, 12, 2000, -1)  # reached what the leader had at 1000
+        r.update_fetch_state(10, 0, 12, 2000)  # reached what the leader had at 1000
         self.assertEqual(r.last_caught_up_time_ms, 1000)
-        r.update_fetch_state(12, 0, 12, 3000, -1)  # at the leader's end now
+        r.update_fetch_state(12, 0, 12, 3000)  # at the leader's end now
         self.assertEqual(r.last_caught_up_time_ms, 3000)
         self.assertTrue(r.is_caught_up(12, 99999, 10))  # same end: in sync however old
         self.assertFalse(r.is_caught_up(13, 3011, 10))

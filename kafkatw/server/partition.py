@@ -34,10 +34,8 @@ class Replica:
     last_fetch_leader_log_end_offset = attr.ib(default=UNKNOWN_OFFSET)
     last_fetch_time_ms = attr.ib(default=0)
     last_caught_up_time_ms = attr.ib(default=0)
-    broker_epoch = attr.ib(default=-1)
 
-    def update_fetch_state(self, fetch_offset, log_start_offset, leader_end_offset, now_ms,
-                           broker_epoch):
+    def update_fetch_state(self, fetch_offset, log_start_offset, leader_end_offset, now_ms):
         """Kafka's Replica.updateFetchStateOrThrow: a fetch at the leader's end makes the
         follower caught up now; one at least at the end seen by its previous fetch makes it
         caught up as of that previous fetch."""
@@ -50,7 +48,6 @@ class Replica:
         self.log_start_offset = log_start_offset
         self.last_fetch_leader_log_end_offset = leader_end_offset
         self.last_fetch_time_ms = now_ms
-        self.broker_epoch = broker_epoch
 
     def reset(self, now_ms, leader_end_offset, in_sync):
         """A new leader epoch: nothing is known of the follower's log; one in the ISR counts as
@@ -172,8 +169,7 @@ class Partition:
 
     # -- leader: followers, ISR, high watermark --------------------------------------------
 
-    def update_follower_fetch_state(self, replica_id, fetch_offset, log_start_offset,
-                                    broker_epoch=-1):
+    def update_follower_fetch_state(self, replica_id, fetch_offset, log_start_offset):
         """A follower fetched at ``fetch_offset``: record it, maybe expand the ISR, maybe move
         the HW (calling ``on_high_watermark``). False if ``replica_id`` is no replica here."""
         replica = self.remote_replicas.get(replica_id)
@@ -182,7 +178,7 @@ class Partition:
         now = self.clock_ms()
         old_leo = replica.log_end_offset
         replica.update_fetch_state(fetch_offset, log_start_offset, self.log.log_end_offset,
-                                   now, broker_epoch)
+                                   now)
         self.maybe_expand_isr(replica)
         if old_leo != replica.log_end_offset and self.maybe_increment_leader_hw():
             if self.on_high_watermark is not None:

@@ -1235,8 +1235,7 @@ class ReplicaManager:
                 # below its fetch offset (the HW answered is the one read before)
                 part = self._partitions.get((topic, partition))
                 if part is None or not part.update_follower_fetch_state(
-                        params.replica_id, info.fetch_offset, info.log_start_offset,
-                        params.replica_epoch):
+                        params.replica_id, info.fetch_offset, info.log_start_offset):
                     data = FetchDataInfo(data.fetch_offset_metadata, EMPTY_RECORDS)
             return LogReadResult(data, hw, log_start, leo, lso)
         except KafkaError as e:
