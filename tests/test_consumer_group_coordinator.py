@@ -546,6 +546,18 @@ class ConfigTests(unittest.SynchronousTestCase):
                       self.refused(group_consumer_heartbeat_interval_ms="50000",
                                    group_consumer_max_heartbeat_interval_ms="60000"))
 
+    def test_rebalance_protocols(self):
+        """Classic cannot be turned off (Kafka refuses it too) and kafkatw serves no share or
+        streams groups: both are refused rather than accepted and ignored."""
+        self.assertIn("disabling the 'classic' protocol is not supported",
+                      self.refused(group_coordinator_rebalance_protocols="consumer"))
+        for other in ("share", "streams"):
+            self.assertIn("group.coordinator.rebalance.protocols", self.refused(
+                group_coordinator_rebalance_protocols="classic,consumer," + other))
+        config = KafkaConfig.from_properties(
+            dict(self.BASE, **{"group.coordinator.rebalance.protocols": "classic"}))
+        self.assertEqual(config["group.coordinator.rebalance.protocols"], ["classic"])
+
     def test_assignors(self):
         self.assertIn("group.consumer.assignors", self.refused(group_consumer_assignors="sticky"))
         config = KafkaConfig.from_properties(dict(self.BASE, **{"group.consumer.assignors": "range"}))

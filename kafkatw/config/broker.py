@@ -268,7 +268,9 @@ _d("group.min.session.timeout.ms", INT, 6000, None, MEDIUM, "Minimum session tim
 _d("group.max.session.timeout.ms", INT, 1800000, None, MEDIUM, "Maximum session timeout of members.")
 _d("group.max.size", INT, INT_MAX, at_least(1), MEDIUM, "Maximum members of a classic group.")
 _d("group.coordinator.rebalance.protocols", LIST, "classic,consumer",
-   ListOf("classic", "consumer", "share", "streams"), MEDIUM, "Enabled rebalance protocols.")
+   ListOf("classic", "consumer"), MEDIUM,
+   "Enabled rebalance protocols: classic (always on, as in Kafka) and consumer (KIP-848); "
+   "kafkatw has no share or streams groups.")
 _d("group.consumer.session.timeout.ms", INT, 45000, at_least(1), MEDIUM,
    "Session timeout of consumer-protocol members.")
 _d("group.consumer.heartbeat.interval.ms", INT, 5000, at_least(1), MEDIUM,

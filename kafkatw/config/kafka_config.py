@@ -164,8 +164,13 @@ class KafkaConfig:
 
     # -- derived --------------------------------------------------------------------------------
     @staticmethod
-    def _check_consumer_group_timeouts(v):
-        """Kafka's GroupCoordinatorConfig requirements on the consumer-protocol timeouts."""
+    def _check_group_coordinator_configs(v):
+        """Kafka's GroupCoordinatorConfig requirements on the rebalance protocols (classic cannot
+        be disabled) and the consumer-protocol timeouts."""
+        if "classic" not in v["group.coordinator.rebalance.protocols"]:
+            raise ConfigError.invalid("group.coordinator.rebalance.protocols",
+                                      ",".join(v["group.coordinator.rebalance.protocols"]),
+                                      "disabling the 'classic' protocol is not supported")
         for kind in ("session.timeout", "heartbeat.interval"):
             name = "group.consumer.%s.ms" % kind
             lo, hi = v["group.consumer.min.%s.ms" % kind], v["group.consumer.max.%s.ms" % kind]
@@ -261,7 +266,7 @@ class KafkaConfig:
             used = next(n for n in TOPIC_CONFIG_SYNONYMS["retention.ms"] if v[n] is not None)
             raise ConfigError.invalid(used, v[used], "log retention must be unlimited (-1) or, "
                                       "equal or greater than 1 ms")
-        self._check_consumer_group_timeouts(v)
+        self._check_group_coordinator_configs(v)
         self._check_replica_fetch_wait(v)
         self.log_roll_ms = self._first_synonym_ms("segment.ms")
         self.log_roll_jitter_ms = self._first_synonym_ms("segment.jitter.ms")
