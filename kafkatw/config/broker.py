@@ -294,7 +294,9 @@ _d("group.consumer.assignors", LIST,
    "the default.")
 _d("group.consumer.migration.policy", STRING, "bidirectional",
    OneOf("disabled", "downgrade", "upgrade", "bidirectional", case_insensitive=True), MEDIUM,
-   "Conversions between classic and consumer groups; kafkatw converts empty groups only.")
+   "Online conversions between classic and consumer groups with members (upgrade: a KIP-848 "
+   "member joins a classic group; downgrade: its last KIP-848 member leaves); empty groups "
+   "convert under every policy, as in Kafka.")
 
 # transactions / producer state
 _d("transaction.state.log.num.partitions", INT, 50, at_least(1), HIGH,
