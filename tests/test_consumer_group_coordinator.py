@@ -601,6 +601,19 @@ class GroupReader(LaterAuthorizer):
         return d
 
 
+class MaxSizeTests(ConsumerFixture, unittest.TestCase):
+    overrides = dict(OVERRIDES, **{"group.consumer.max.size": "1"})
+
+    def test_group_consumer_max_size(self):
+        self.assertEqual(self.cjoin("a").error_code, errors.NONE)
+        r = self.cjoin("b")
+        self.assertEqual((r.error_code, r.error_message),
+                         (errors.GROUP_MAX_SIZE_REACHED,
+                          "The consumer group has reached its maximum capacity of 1 members."))
+        self.assertEqual(sorted(self.group().members), ["a"])
+        self.assertEqual(self.hb("a", 1).error_code, errors.NONE)  # members already in stay
+
+
 class MigrationDisabledTests(ConsumerFixture, unittest.TestCase):
     overrides = dict(OVERRIDES, **{"group.consumer.migration.policy": "disabled"})
 
