@@ -613,6 +613,15 @@ class MaxSizeTests(ConsumerFixture, unittest.TestCase):
         self.assertEqual(sorted(self.group().members), ["a"])
         self.assertEqual(self.hb("a", 1).error_code, errors.NONE)  # members already in stay
 
+    def test_static_members_count_too(self):
+        self.assertEqual(self.cjoin("a", instance="i-a").error_code, errors.NONE)
+        self.assertEqual(self.cjoin("b", instance="i-b").error_code, errors.GROUP_MAX_SIZE_REACHED)
+        self.assertEqual(sorted(self.group().members), ["a"])
+        # the same instance back under a new member id takes its own place, not a new one
+        self.assertEqual(self.hb("a", -2, instance="i-a").error_code, errors.NONE)
+        r = self.cjoin("a2", instance="i-a")
+        self.assertEqual((r.error_code, sorted(self.group().members)), (errors.NONE, ["a2"]))
+
 
 class MigrationDisabledTests(ConsumerFixture, unittest.TestCase):
     overrides = dict(OVERRIDES, **{"group.consumer.migration.policy": "disabled"})

@@ -228,10 +228,7 @@ class ConsumerGroupCoordinator:
             if member_epoch != 0:
                 raise HeartbeatError(errors.UNKNOWN_MEMBER_ID,
                                      "Member %s is not a member of group %s." % (member_id, group_id))
-            if len(group.members) >= self.max_size:
-                raise HeartbeatError(errors.GROUP_MAX_SIZE_REACHED,
-                                     "The consumer group has reached its maximum capacity of %d members."
-                                     % self.max_size)
+            self._check_capacity(group)
             member = ConsumerGroupMember(member_id)
         else:
             self._check_epoch(member, member_epoch, owned)
@@ -300,12 +297,23 @@ class ConsumerGroupCoordinator:
                                      "member must abandon all its partitions and rejoin."
                                      % (epoch, member.member_epoch))
 
+    def _check_capacity(self, group):
+        """``group.consumer.max.size``: a new member (dynamic, or a static one not taking over
+        an instance already in the group) is refused once the group is full."""
+        if len(group.members) >= self.max_size:
+            raise HeartbeatError(errors.GROUP_MAX_SIZE_REACHED,
+                                 "The consumer group has reached its maximum capacity of %d members."
+                                 % self.max_size)
+
     def _static_member(self, group, member_id, member_epoch, instance_id, owned, entries):
         existing = group.static_member(instance_id)
         if member_epoch == 0:
             if existing is None:
-                return group.members.get(member_id) or ConsumerGroupMember(
-                    member_id, instance_id=instance_id)
+                member = group.members.get(member_id)
+                if member is None:
+                    self._check_capacity(group)
+                    member = ConsumerGroupMember(member_id, instance_id=instance_id)
+                return member
             if existing.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
                 raise HeartbeatError(errors.UNRELEASED_INSTANCE_ID,
                                      "Static member %s with instance id %s cannot join the group "
