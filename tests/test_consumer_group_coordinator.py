@@ -48,10 +48,10 @@ class ConsumerFixture(GroupFixture):
         return [HB.TopicPartitions(topic_id=self.tid(t), partitions=ps) for t, ps in by_name.items()]
 
     def hb(self, member_id, epoch, group="g", topics=None, owned=None, regex=None, instance=None,
-           assignor=None, rebalance=-1, version=1):
+           assignor=None, rebalance=-1, version=1, rack=None):
         self.find(group)
         return self.call(HB(group_id=group, member_id=member_id, member_epoch=epoch,
-                            instance_id=instance, rebalance_timeout_ms=rebalance,
+                            instance_id=instance, rack_id=rack, rebalance_timeout_ms=rebalance,
                             subscribed_topic_names=topics, subscribed_topic_regex=regex,
                             server_assignor=assignor,
                             topic_partitions=None if owned is None else self.owned(owned)), version)
@@ -231,6 +231,22 @@ class HeartbeatTests(ConsumerFixture, unittest.TestCase):
         r = self.hb("a", 1, owned={})
         self.assertEqual(self.names(r.assignment), {"t": [0, 1, 2], "u": [0]})
         self.assertEqual(self.group().assignor_name, "range")
+
+    def test_assignors_see_the_racks_of_each_partitions_replicas(self):
+        """In a cluster a partition's replicas are on other brokers: the assignor gets their
+        racks, not this broker's. Here t's even partitions live on r1, the odd ones on r2."""
+        from kafkatw.cluster.state import BrokerInfo, PartitionState
+
+        self.patch(self.metadata, "live_brokers",
+                   lambda: [BrokerInfo(node_id=1, rack="r1"), BrokerInfo(node_id=2, rack="r2")])
+        self.patch(self.metadata, "partition_state", lambda topic, p: PartitionState(
+            leader=p % 2 + 1, leader_epoch=0, isr=(p % 2 + 1,), replicas=(p % 2 + 1,)))
+        self.cjoin("a", assignor="range", rack="r1")
+        self.cjoin("b", assignor="range", rack="r2")
+        target = self.group().target
+        self.assertEqual(({t: sorted(ps) for t, ps in target["a"].items()},
+                          {t: sorted(ps) for t, ps in target["b"].items()}),
+                         ({self.tid("t"): [0, 2, 4]}, {self.tid("t"): [1, 3, 5]}))
 
     def test_offsets_with_member_epochs(self):
         self.cjoin("a")

@@ -481,10 +481,10 @@ class ConsumerGroupCoordinator:
         changed, then the assignment epoch."""
         assignor = self._choose_assignor(group)
         group.assignor_name = assignor.name
-        racks = self._partition_racks()
+        racks = self._broker_racks()
         topics = {}
         for name, (tid, n) in group.subscription_metadata.items():
-            topics[tid] = AssignmentTopic(tid, name, n, {p: racks for p in range(n)} if racks else {})
+            topics[tid] = AssignmentTopic(tid, name, n, self._partition_racks(name, n, racks))
         members = [AssignmentMember(m.member_id,
                                     frozenset(group.subscription_metadata[n][0]
                                               for n in group.member_topics(m)
@@ -503,10 +503,24 @@ class ConsumerGroupCoordinator:
                   group=group.group_id, epoch=group.assignment_epoch, assignor=assignor.name)
         return entries
 
-    def _partition_racks(self):
-        """This single node leads every partition: its ``broker.rack`` is every partition's."""
-        rack = _config_get(self.owner.config, "broker.rack", None)
-        return frozenset([rack]) if rack else frozenset()
+    def _broker_racks(self):
+        """{node id: rack} of the live brokers that have one."""
+        metadata = self.owner.metadata
+        if metadata is None:
+            return {}
+        return {b.node_id: b.rack for b in metadata.live_brokers() if b.rack}
+
+    def _partition_racks(self, name, num_partitions, racks):
+        """{partition: frozenset of the racks of its replicas} (what Kafka hands its assignors;
+        in cluster mode the replicas are on other brokers); {} when no broker has a rack."""
+        if not racks:
+            return {}
+        out = {}
+        for p in range(num_partitions):
+            state = self.owner.metadata.partition_state(name, p)
+            if state is not None:
+                out[p] = frozenset(racks[r] for r in state.replicas if r in racks)
+        return out
 
     # -- timers ----------------------------------------------------------------------------
     def _schedule_session(self, group, member_id):
