@@ -34,12 +34,11 @@ from kafkatw.protocol import errors
 
 log = Logger()
 
-# Kafka 4.0's default group.consumer.assignors, by class name
+# Kafka 4.0's default group.consumer.assignors, by class name (the only class names the
+# config accepts)
 KAFKA_ASSIGNOR_CLASSES = {
     "org.apache.kafka.coordinator.group.assignor.UniformAssignor": "uniform",
     "org.apache.kafka.coordinator.group.assignor.RangeAssignor": "range",
-    "org.apache.kafka.coordinator.group.api.assignor.UniformAssignor": "uniform",
-    "org.apache.kafka.coordinator.group.api.assignor.RangeAssignor": "range",
 }
 
 
@@ -87,15 +86,9 @@ class ConsumerGroupCoordinator:
         self.session_timeout_ms = int(c("group.consumer.session.timeout.ms", 45000))
         self.heartbeat_interval_ms = int(c("group.consumer.heartbeat.interval.ms", 5000))
         self.max_size = int(c("group.consumer.max.size", 2 ** 31 - 1))
-        names = c("group.consumer.assignors", ["uniform", "range"])
-        if isinstance(names, str):
-            names = names.split(",")
-        names = [KAFKA_ASSIGNOR_CLASSES.get(n.strip(), n.strip()) for n in names]
-        self.assignors = assignors_from_config(names)
-        protocols = c("group.coordinator.rebalance.protocols", ["classic", "consumer"])
-        if isinstance(protocols, str):
-            protocols = protocols.split(",")
-        self.enabled = "consumer" in [p.strip() for p in protocols]
+        self.assignors = assignors_from_config(
+            [KAFKA_ASSIGNOR_CLASSES.get(n, n) for n in c("group.consumer.assignors", ["uniform", "range"])])
+        self.enabled = "consumer" in c("group.coordinator.rebalance.protocols", ["classic", "consumer"])
         self.classic = ClassicMembers(self, c("group.consumer.migration.policy", "bidirectional"))
         self.groups = {}  # group id -> ConsumerGroup
         self._session_timers = {}  # (group id, member id) -> IDelayedCall
