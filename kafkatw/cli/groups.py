@@ -8,7 +8,7 @@ from kafkatw.cli.client import ClientError, UsageError, check
 from kafkatw.cli.consume import EARLIEST, LATEST, commit_offsets, parse_timestamp
 from kafkatw.cli.helpers import print_table
 from kafkatw.cli.output import wants_json, write_json
-from kafkatw.protocol import messages
+from kafkatw.protocol import errors, messages
 
 
 def add_parser(sub):
@@ -94,7 +94,7 @@ def _consumer_describe(client, conn, group):
         return None
     resp = client.call(messages.ConsumerGroupDescribeRequest(group_ids=[group]), conn)
     g = resp.groups[0]
-    if g.error_code == 69:  # GROUP_ID_NOT_FOUND: not a consumer group
+    if g.error_code == errors.GROUP_ID_NOT_FOUND:  # not a consumer group
         return None
     check(g.error_code, g.error_message, "ConsumerGroupDescribe %s" % group)
     return g
