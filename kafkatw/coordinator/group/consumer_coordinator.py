@@ -487,7 +487,7 @@ class ConsumerGroupCoordinator:
         new_target = assignor.assign(members, topics)
         entries = []
         for member_id, assignment in new_target.items():
-            if group.target.get(member_id) != assignment or member_id not in group.target:
+            if group.target.get(member_id) != assignment:  # None for a member without one
                 entries.append(records.target_member_record(group.group_id, member_id, assignment))
         group.target = dict(new_target)
         group.assignment_epoch = group.group_epoch
