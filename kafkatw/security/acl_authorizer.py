@@ -53,10 +53,6 @@ _IMPLIED_BY = {
 #: resource names come from clients, so it must not grow without bound)
 DECISION_CACHE_LIMIT = 100000
 
-# counters (the metrics endpoint may read them)
-metrics = {"authorized": 0, "denied": 0}
-
-
 class AclStoreError(ValueError):
     """The stored ACL file cannot be read; one line naming the file."""
 
@@ -204,10 +200,8 @@ class AclAuthorizer:
         if len(actions) == 1 and not self.log_allowed:  # the common request: one action, allowed
             decision = cache.get((id(principal), host, id(actions[0])))
             if decision is not None and decision[0]:
-                metrics["authorized"] += 1
                 return [ALLOWED]
         results = []
-        denied = 0
         for action in actions:
             # keyed by identity (the broker reuses its principal and Action objects): an entry
             # holds both, so no other object can have their ids while it exists
@@ -222,13 +216,9 @@ class AclAuthorizer:
                     self._audit(context, action, True, decision[1])
                 results.append(ALLOWED)
             else:
-                denied += 1
                 if action.log_if_denied:
                     self._audit(context, action, False, decision[1])
                 results.append(DENIED)
-        metrics["authorized"] += len(actions) - denied
-        if denied:
-            metrics["denied"] += denied
         return results
 
     def _decide(self, principal, host, action):
