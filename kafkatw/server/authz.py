@@ -212,13 +212,17 @@ def _group_read(apis, req):
     return [_act(Op.READ, RT.GROUP, req.body.group_id)]
 
 
-def _describe_groups(apis, req):
+def _describe_each_group(groups, include_authorized_operations):
     acts = []
-    for g in req.body.groups:
+    for g in groups:
         acts.append(_act(Op.DESCRIBE, RT.GROUP, g))
-        if getattr(req.body, "include_authorized_operations", False):
+        if include_authorized_operations:
             acts.extend(_ops(RT.GROUP, g))
     return acts
+
+
+def _describe_groups(apis, req):
+    return _describe_each_group(req.body.groups, req.body.include_authorized_operations)
 
 
 def _consumer_group_heartbeat(apis, req):
@@ -235,12 +239,7 @@ def _consumer_group_heartbeat(apis, req):
 
 
 def _consumer_group_describe(apis, req):
-    acts = []
-    for g in req.body.group_ids:
-        acts.append(_act(Op.DESCRIBE, RT.GROUP, g))
-        if getattr(req.body, "include_authorized_operations", False):
-            acts.extend(_ops(RT.GROUP, g))
-    return acts
+    return _describe_each_group(req.body.group_ids, req.body.include_authorized_operations)
 
 
 def _list_groups(apis, req):
