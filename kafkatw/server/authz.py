@@ -493,12 +493,8 @@ def _gate_consumer_group_heartbeat(apis, req, ok):
     return None
 
 
-def _gate_offset_commit(apis, req, ok):
-    return None if ok(Op.READ, RT.GROUP, req.body.group_id) else errors.GROUP_AUTHORIZATION_FAILED
-
-
 GATES = {
-    8: _gate_offset_commit, 1: _gate_fetch, 10: _gate_find_coordinator, 11: _gate_group, 12: _gate_group,
+    8: _gate_group, 1: _gate_fetch, 10: _gate_find_coordinator, 11: _gate_group, 12: _gate_group,
     13: _gate_group, 14: _gate_group, 22: _gate_init_producer_id,
     29: _gate_cluster(Op.DESCRIBE), 30: _gate_cluster(Op.ALTER), 31: _gate_cluster(Op.ALTER),
     35: _gate_cluster(Op.DESCRIBE), 43: _gate_cluster(Op.ALTER), 50: _gate_cluster(Op.DESCRIBE),
