@@ -44,11 +44,31 @@ def _filter_of(f, version):
     ptype = _enum(PatternType, pattern_type, "pattern type")
     op = _enum(AclOperation, f.operation, "operation")
     perm = _enum(AclPermissionType, f.permission_type, "permission type")
-    if ResourceType.UNKNOWN in (rtype,) or ptype == PatternType.UNKNOWN or op == AclOperation.UNKNOWN \
+    if rtype == ResourceType.UNKNOWN or ptype == PatternType.UNKNOWN or op == AclOperation.UNKNOWN \
             or perm == AclPermissionType.UNKNOWN:
         raise AclValidationError("The filter must not contain UNKNOWN elements")
     return AclBindingFilter(ResourcePatternFilter(rtype, f.resource_name_filter, ptype),
                             AccessControlEntryFilter(f.principal_filter, f.host_filter, op, perm))
+
+
+def _binding_of(c, version):
+    pattern_type = c.resource_pattern_type if version >= 1 else PatternType.LITERAL
+    return AclBinding(
+        ResourcePattern(_enum(ResourceType, c.resource_type, "resource type"), c.resource_name,
+                        _enum(PatternType, pattern_type, "pattern type")),
+        AccessControlEntry(c.principal, c.host, _enum(AclOperation, c.operation, "operation"),
+                           _enum(AclPermissionType, c.permission_type, "permission type")))
+
+
+def _parse_each(items, parse, version):
+    """Per item: ``parse(item, version)``, or ``(INVALID_REQUEST, message)`` when it is invalid."""
+    slots = []
+    for item in items:
+        try:
+            slots.append(parse(item, version))
+        except AclValidationError as e:
+            slots.append((errors.INVALID_REQUEST, str(e)))
+    return slots
 
 
 def _grouped(bindings):
@@ -112,20 +132,9 @@ class CreateAcls:
     def handle(apis, request):
         if apis.authorizer is None:
             return CreateAcls.error_response(request, errors.SECURITY_DISABLED, NO_AUTHORIZER)
-        version = request.api_version
         Result = CreateAclsResponse.AclCreationResult
-        slots = []  # per creation: a binding to create, or an (error, message) known already
-        for c in request.body.creations:
-            try:
-                pattern_type = c.resource_pattern_type if version >= 1 else PatternType.LITERAL
-                binding = AclBinding(
-                    ResourcePattern(_enum(ResourceType, c.resource_type, "resource type"), c.resource_name,
-                                    _enum(PatternType, pattern_type, "pattern type")),
-                    AccessControlEntry(c.principal, c.host, _enum(AclOperation, c.operation, "operation"),
-                                       _enum(AclPermissionType, c.permission_type, "permission type")))
-                slots.append(binding)
-            except AclValidationError as e:
-                slots.append((errors.INVALID_REQUEST, str(e)))
+        # per creation: a binding to create, or an (error, message) known already
+        slots = _parse_each(request.body.creations, _binding_of, request.api_version)
         bindings = [s for s in slots if isinstance(s, AclBinding)]
         d = defer.maybeDeferred(apis.authorizer.create_acls, request_context(request), bindings)
 
@@ -164,12 +173,7 @@ class DeleteAcls:
         version = request.api_version
         FilterResult = DeleteAclsResponse.DeleteAclsFilterResult
         Matching = DeleteAclsResponse.DeleteAclsMatchingAcl
-        slots = []
-        for f in request.body.filters:
-            try:
-                slots.append(_filter_of(f, version))
-            except AclValidationError as e:
-                slots.append((errors.INVALID_REQUEST, str(e)))
+        slots = _parse_each(request.body.filters, _filter_of, version)
         filters = [s for s in slots if isinstance(s, AclBindingFilter)]
         d = defer.maybeDeferred(apis.authorizer.delete_acls, request_context(request), filters)
 
