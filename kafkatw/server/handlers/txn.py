@@ -226,9 +226,8 @@ class TxnOffsetCommit:
         order = []
         codes = {}
         to_commit = {}
-        check = apis.authorizer is not None
         for t in body.topics:
-            allowed = not check or apis.allowed(request, READ, TOPIC, t.name)
+            allowed = apis.allowed(request, READ, TOPIC, t.name)
             for p in t.partitions:
                 tp = (t.name, p.partition_index)
                 order.append(tp)
@@ -286,9 +285,8 @@ class DescribeTransactions:
     @staticmethod
     def handle(apis, request):
         states = []
-        check = apis.authorizer is not None
         for tid in request.body.transactional_ids:
-            if check and not apis.allowed(request, DESCRIBE, TRANSACTIONAL_ID, tid):
+            if not apis.allowed(request, DESCRIBE, TRANSACTIONAL_ID, tid):
                 code, txn = errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, None  # Kafka: per id
             elif apis.txn_coordinator is None:
                 code, txn = errors.COORDINATOR_NOT_AVAILABLE, None
@@ -302,7 +300,7 @@ class DescribeTransactions:
                 continue
             by_topic = {}
             for topic, p in sorted(txn.partitions):
-                if not check or apis.allowed(request, DESCRIBE, TOPIC, topic):  # Kafka hides the others
+                if apis.allowed(request, DESCRIBE, TOPIC, topic):  # Kafka hides the others
                     by_topic.setdefault(topic, []).append(p)
             states.append(DTR.TransactionState(
                 error_code=errors.NONE, transactional_id=tid, transaction_state=txn.state,
@@ -333,8 +331,8 @@ class ListTransactions:
         duration = body.duration_filter if version >= 1 else -1
         code, unknown, txns = apis.txn_coordinator.handle_list_transactions(
             body.state_filters, body.producer_id_filters, duration)
-        if apis.authorizer is not None:  # Kafka: only the ids the principal may describe
-            txns = [t for t in txns if apis.allowed(request, DESCRIBE, TRANSACTIONAL_ID, t.transactional_id)]
+        # Kafka: only the ids the principal may describe
+        txns = [t for t in txns if apis.allowed(request, DESCRIBE, TRANSACTIONAL_ID, t.transactional_id)]
         return ListTransactionsResponse(
             throttle_time_ms=0, error_code=code, unknown_state_filters=unknown,
             transaction_states=[ListTransactionsResponse.TransactionState(
