@@ -418,6 +418,30 @@ class DeferredAuthorizerApisTests(ApisFixture, unittest.TestCase):
         self.assertEqual((incremental.error_code, incremental.responses), (errors.NONE, []))
         self.assertEqual([tp for tp, _ in self.replica_manager.fetches[-1][1]], [("t", 0), ("t", 1)])
 
+    def test_a_follower_fetch_needs_cluster_action_only(self):
+        """A Fetch from a replica (replica_id before v15, replica_state from v15) asks for
+        CLUSTER_ACTION on the cluster and nothing else; denied, it is refused whole."""
+        from tests.test_server_handlers_fetch import fetch_request
+
+        class Recording(LaterAuthorizer):
+            def authorize(self, context, actions):
+                self.pending.extend(actions)
+                return [DENIED for _ in actions]
+
+        info = self.create_topic("t")
+        for version, replica in ((12, "replica_id"), (15, "replica_state")):
+            authorizer = Recording()
+            self.apis = self.make_apis(authorizer=authorizer)
+            body = fetch_request([("t" if version < 13 else info.topic_id, [(0, 0)])], version)
+            if replica == "replica_id":
+                body.replica_id = 1
+            else:
+                body.replica_state = messages.FetchRequest.ReplicaState(replica_id=1, replica_epoch=1)
+            resp = self.successResultOf(self.apis.handle(self.request(body, version, principal=ALICE)))
+            self.assertEqual(resp.body.to_message().error_code, errors.TOPIC_AUTHORIZATION_FAILED, version)
+            self.assertEqual([(a.operation, a.resource.resource_type) for a in authorizer.pending],
+                             [(Op.CLUSTER_ACTION, RT.CLUSTER)], version)
+
     def txn_apis(self):
         class TxnLater(LaterAuthorizer):
             """Allows transactional id tx, group g and topic t (every operation)."""
