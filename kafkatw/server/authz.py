@@ -23,6 +23,7 @@ from kafkatw.security.authorizer import (
     ResourcePattern,
     ResourceType,
 )
+from kafkatw.server.handlers.fetch import replica_of
 
 log = Logger(namespace="kafkatw.server.authz")
 
@@ -119,7 +120,7 @@ def _produce(apis, req):
 
 def _fetch(apis, req):
     b = req.body
-    if getattr(b, "replica_id", -1) >= 0 or getattr(getattr(b, "replica_state", None), "replica_id", -1) >= 0:
+    if replica_of(req)[0] >= 0:
         return [_cluster(Op.CLUSTER_ACTION)]
     meta = apis.metadata
     names = []
@@ -438,8 +439,7 @@ def _gate_init_producer_id(apis, req, ok):
 
 
 def _gate_fetch(apis, req, ok):
-    b = req.body
-    if getattr(b, "replica_id", -1) >= 0 or getattr(getattr(b, "replica_state", None), "replica_id", -1) >= 0:
+    if replica_of(req)[0] >= 0:
         if not ok(Op.CLUSTER_ACTION, RT.CLUSTER, CLUSTER_NAME):
             return errors.TOPIC_AUTHORIZATION_FAILED
     return None
