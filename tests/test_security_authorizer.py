@@ -442,6 +442,36 @@ class DeferredAuthorizerApisTests(ApisFixture, unittest.TestCase):
             self.assertEqual([(a.operation, a.resource.resource_type) for a in authorizer.pending],
                              [(Op.CLUSTER_ACTION, RT.CLUSTER)], version)
 
+    def test_offset_fetch_plans_every_topic_only_for_a_group_asking_for_all(self):
+        """DESCRIBE on every topic is planned only when a group asks for all its offsets (the
+        answer is filtered by it); named topics are planned alone."""
+        from kafkatw.protocol.messages import OffsetFetchRequest as R
+
+        class Recording(LaterAuthorizer):
+            def authorize(self, context, actions):
+                self.pending.extend(actions)
+                return [ALLOWED for _ in actions]
+
+        class Coordinator:
+            def handle_fetch_offsets(self, group_id, wanted, require_stable, member_id=None, member_epoch=None):
+                return errors.NONE, {}
+
+        self.create_topic("t")
+        self.create_topic("u")
+        for version, topics, described in ((8, [R.OffsetFetchRequestTopics(name="t", partition_indexes=[0])], ["t"]),
+                                           (8, None, ["t", "u"]),
+                                           (7, [R.OffsetFetchRequestTopic(name="t", partition_indexes=[0])], ["t"]),
+                                           (7, None, ["t", "u"])):
+            authorizer = Recording()
+            self.apis = self.make_apis(authorizer=authorizer, group_coordinator=Coordinator())
+            if version >= 8:
+                body = R(groups=[R.OffsetFetchRequestGroup(group_id="g", topics=topics)], require_stable=False)
+            else:
+                body = R(group_id="g", topics=topics, require_stable=False)
+            self.successResultOf(self.apis.handle(self.request(body, version, principal=ALICE)))
+            self.assertEqual(sorted(a.resource.name for a in authorizer.pending
+                                    if a.resource.resource_type == RT.TOPIC), described, (version, topics))
+
     def txn_apis(self):
         class TxnLater(LaterAuthorizer):
             """Allows transactional id tx, group g and topic t (every operation)."""

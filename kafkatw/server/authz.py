@@ -179,19 +179,17 @@ def _offset_commit(apis, req):
 
 def _offset_fetch(apis, req):
     b = req.body
-    groups = getattr(b, "groups", None) or []
     acts = []
-    if groups:
-        for g in groups:
-            acts.append(_act(Op.DESCRIBE, RT.GROUP, g.group_id))
-            if g.topics is not None:
-                acts.extend(_topics(Op.DESCRIBE, [t.name for t in g.topics]))
-    else:
-        acts.append(_act(Op.DESCRIBE, RT.GROUP, b.group_id))
-        if b.topics is not None:
-            acts.extend(_topics(Op.DESCRIBE, [t.name for t in b.topics]))
-    # offsets of every committed topic: filtered by what the principal may describe
-    acts.extend(_topics(Op.DESCRIBE, list(apis.metadata.topics), log_if_denied=False))
+    every_topic = False
+    for group_id, topics in [(g.group_id, g.topics) for g in b.groups] or [(b.group_id, b.topics)]:
+        acts.append(_act(Op.DESCRIBE, RT.GROUP, group_id))
+        if topics is None:
+            every_topic = True
+        else:
+            acts.extend(_topics(Op.DESCRIBE, [t.name for t in topics]))
+    if every_topic:
+        # a group's offsets of every committed topic: filtered by what the principal may describe
+        acts.extend(_topics(Op.DESCRIBE, list(apis.metadata.topics), log_if_denied=False))
     return acts
 
 
