@@ -472,6 +472,38 @@ class DeferredAuthorizerApisTests(ApisFixture, unittest.TestCase):
             self.assertEqual(sorted(a.resource.name for a in authorizer.pending
                                     if a.resource.resource_type == RT.TOPIC), described, (version, topics))
 
+    def test_list_groups_waits_then_lists_the_groups_it_may_describe(self):
+        """Without DESCRIBE on the cluster, ListGroups lists the classic and KIP-848 groups the
+        principal may describe: each group's decision is planned, not DENIED as unplanned."""
+        from types import SimpleNamespace
+
+        class GroupsLater(LaterAuthorizer):
+            def authorize(self, context, actions):
+                d = defer.Deferred()
+                self.pending.append((d, [ALLOWED if a.resource.resource_type == RT.GROUP
+                                         and a.resource.name in ("classic-yes", "consumer-yes") else DENIED
+                                         for a in actions]))
+                return d
+
+        class Coordinator:
+            groups = {"classic-yes": None, "classic-no": None, "both": None}
+            consumer = SimpleNamespace(groups={"consumer-yes": None, "both": None})
+
+            def handle_list_groups(self, states_filter=(), types_filter=()):
+                return errors.NONE, [("classic-yes", "consumer", "Empty", "classic"),
+                                     ("classic-no", "consumer", "Empty", "classic"),
+                                     ("consumer-yes", "consumer", "Stable", "consumer"),
+                                     ("both", "consumer", "Stable", "consumer")]
+
+        authorizer = GroupsLater()
+        self.apis = self.make_apis(authorizer=authorizer, group_coordinator=Coordinator())
+        d = self.apis.handle(self.request(messages.ListGroupsRequest(), 4, principal=ALICE))
+        self.assertNoResult(d)
+        authorizer.release()
+        body = self.successResultOf(d).body
+        self.assertEqual((body.error_code, [g.group_id for g in body.groups]),
+                         (errors.NONE, ["classic-yes", "consumer-yes"]))
+
     def txn_apis(self):
         class TxnLater(LaterAuthorizer):
             """Allows transactional id tx, group g and topic t (every operation)."""
