@@ -244,15 +244,10 @@ def _consumer_group_describe(apis, req):
 def _list_groups(apis, req):
     acts = [_cluster(Op.DESCRIBE, log_if_denied=False)]
     coordinator = apis.group_coordinator
-    names = []
     if coordinator is not None:
-        groups = getattr(coordinator, "groups", None)
-        if isinstance(groups, dict):
-            names = list(groups)
-        consumer = getattr(coordinator, "consumer", None)  # KIP-848 groups without offsets
-        if consumer is not None and isinstance(getattr(consumer, "groups", None), dict):
-            names.extend(n for n in consumer.groups if n not in set(names))
-    acts.extend(_act(Op.DESCRIBE, RT.GROUP, n, 1, True, False) for n in names)
+        names = dict.fromkeys(coordinator.groups)  # classic groups, then KIP-848 groups
+        names.update(dict.fromkeys(coordinator.consumer.groups))
+        acts.extend(_act(Op.DESCRIBE, RT.GROUP, n, 1, True, False) for n in names)
     return acts
 
 
