@@ -225,6 +225,26 @@ class HeartbeatTests(ConsumerFixture, unittest.TestCase):
         # named topics need DESCRIBE too
         self.assertEqual(self.cjoin("b", topics=("ty",)).error_code, errors.TOPIC_AUTHORIZATION_FAILED)
 
+    def test_regex_topics_are_decided_with_an_authorizer_answering_later(self):
+        """The topics a regex matches are planned with the request's other actions, so an
+        authorizer answering with a Deferred decides them (unplanned, they would be DENIED)."""
+        from twisted.internet import defer
+
+        from kafkatw.security.authorizer import ALLOWED, DENIED, AclOperation, ResourceType
+
+        class Authorizer:
+            def authorize(self, context, actions):
+                return defer.succeed([ALLOWED if a.resource.resource_type == ResourceType.GROUP
+                                      or (a.operation == AclOperation.DESCRIBE and a.resource.name != "ty")
+                                      else DENIED for a in actions])
+
+        self.apis.authorizer = Authorizer()
+        self.create_topic("tx", 1)
+        self.create_topic("ty", 1)
+        r = self.hb("a", 0, regex="(^t.*)", owned={}, rebalance=1000)
+        self.assertEqual((r.error_code, self.names(r.assignment)),
+                         (errors.NONE, {"t": [0, 1, 2, 3, 4, 5], "tx": [0]}))
+
     def test_range_assignor_per_member(self):
         self.cjoin("a", topics=("t", "u"), assignor="range")
         self.cjoin("b", topics=("t", "u"), assignor="range")
