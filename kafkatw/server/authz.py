@@ -228,12 +228,11 @@ def _consumer_group_heartbeat(apis, req):
     b = req.body
     names = list(b.subscribed_topic_names or ())
     acts = _group_read(apis, req) + _topics(Op.DESCRIBE, names)
-    consumer = getattr(apis.group_coordinator, "consumer", None)
-    if consumer is not None:
+    coordinator = apis.group_coordinator
+    if coordinator is not None:
         # the topics the member's regex matches: its assignment keeps the describable ones
-        regex = getattr(b, "subscribed_topic_regex", None)
-        acts.extend(_topics(Op.DESCRIBE, consumer.regex_matches(b.group_id, b.member_id, regex),
-                            log_if_denied=False))
+        acts.extend(_topics(Op.DESCRIBE, coordinator.consumer.regex_matches(
+            b.group_id, b.member_id, b.subscribed_topic_regex), log_if_denied=False))
     return acts
 
 
