@@ -10,24 +10,27 @@ import re
 from kafkatw.cli.client import ClientError, check
 from kafkatw.cli.helpers import print_table
 from kafkatw.protocol import messages
+from kafkatw.security.authorizer import (
+    CLUSTER_NAME,
+    SUPPORTED_OPERATIONS,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourceType,
+)
 
-# Kafka's wire codes (org.apache.kafka.common.acl / resource)
-RESOURCE_TYPES = {"ANY": 1, "TOPIC": 2, "GROUP": 3, "CLUSTER": 4, "TRANSACTIONAL_ID": 5,
-                  "DELEGATION_TOKEN": 6, "USER": 7}
-PATTERN_TYPES = {"ANY": 1, "MATCH": 2, "LITERAL": 3, "PREFIXED": 4}
-OPERATIONS = {"ANY": 1, "ALL": 2, "READ": 3, "WRITE": 4, "CREATE": 5, "DELETE": 6, "ALTER": 7,
-              "DESCRIBE": 8, "CLUSTER_ACTION": 9, "DESCRIBE_CONFIGS": 10, "ALTER_CONFIGS": 11,
-              "IDEMPOTENT_WRITE": 12, "CREATE_TOKENS": 13, "DESCRIBE_TOKENS": 14}
-PERMISSIONS = {"ANY": 1, "DENY": 2, "ALLOW": 3}
-CLUSTER_NAME = "kafka-cluster"
+
+def _codes(enum_cls):
+    """Kafka's wire code by enum name (UNKNOWN is never sent)."""
+    return {member.name: int(member) for member in enum_cls if member.name != "UNKNOWN"}
+
+
+RESOURCE_TYPES = _codes(ResourceType)
+PATTERN_TYPES = _codes(PatternType)
+OPERATIONS = _codes(AclOperation)
+PERMISSIONS = _codes(AclPermissionType)
 # what kafka-acls.sh accepts per resource type (AclEntry.supportedOperations, plus ALL)
-SUPPORTED = {
-    "TOPIC": ("READ", "WRITE", "CREATE", "DESCRIBE", "DELETE", "ALTER", "DESCRIBE_CONFIGS", "ALTER_CONFIGS"),
-    "GROUP": ("READ", "DESCRIBE", "DELETE"),
-    "CLUSTER": ("CREATE", "CLUSTER_ACTION", "DESCRIBE_CONFIGS", "ALTER_CONFIGS", "IDEMPOTENT_WRITE", "ALTER",
-                "DESCRIBE"),
-    "TRANSACTIONAL_ID": ("DESCRIBE", "WRITE"),
-}
+SUPPORTED = {rtype.name: tuple(op.name for op in ops) for rtype, ops in SUPPORTED_OPERATIONS.items()}
 
 
 def _name(table, code):
