@@ -545,6 +545,27 @@ class DeferredAuthorizerApisTests(ApisFixture, unittest.TestCase):
         self.assertEqual(add("other"), [("t", 0, errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
                                         ("u", 0, errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)])
 
+    def test_add_partitions_to_txn_refuses_kafkas_internal_topics_only(self):
+        """Kafka's Topic.isInternal (__consumer_offsets, __transaction_state) is refused even
+        with WRITE on it; a user topic whose name starts with "__" is decided by its ACLs."""
+        class AllowAll(LaterAuthorizer):
+            def authorize(self, context, actions):
+                return [ALLOWED for _ in actions]
+
+        self.create_topic("__consumer_offsets")
+        self.create_topic("__mine")
+        self.apis = self.make_apis(authorizer=AllowAll())
+        self.apis.txn_coordinator = object()  # never reached: a refused partition stops the request
+        R = messages.AddPartitionsToTxnRequest
+        body = R(v3_and_below_transactional_id="tx", v3_and_below_producer_id=1, v3_and_below_producer_epoch=0,
+                 v3_and_below_topics=[R.AddPartitionsToTxnTopic(name=n, partitions=[0])
+                                      for n in ("__consumer_offsets", "__mine")])
+        resp = self.successResultOf(self.apis.handle(self.request(body, 3, principal=ALICE))).body
+        self.assertEqual([(t.name, p.partition_error_code) for t in resp.results_by_topic_v3_and_below
+                          for p in t.results_by_partition],
+                         [("__consumer_offsets", errors.TOPIC_AUTHORIZATION_FAILED),
+                          ("__mine", errors.OPERATION_NOT_ATTEMPTED)])
+
     def test_txn_offset_commit_answers_per_topic(self):
         call = self.txn_apis()
         R = messages.TxnOffsetCommitRequest

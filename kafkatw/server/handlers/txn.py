@@ -61,7 +61,7 @@ def _add_one(apis, tid, pid, epoch, topics, verify_only, version, request=None):
     failed = {}
     for tp in partitions:
         if request is not None and apis.authorizer is not None and \
-                (tp[0].startswith("__") or not apis.allowed(request, WRITE, TOPIC, tp[0])):
+                (apis.metadata.is_internal(tp[0]) or not apis.allowed(request, WRITE, TOPIC, tp[0])):
             failed[tp] = errors.TOPIC_AUTHORIZATION_FAILED
         elif not apis.metadata.contains_partition(*tp):
             failed[tp] = errors.UNKNOWN_TOPIC_OR_PARTITION
