@@ -157,9 +157,10 @@ def _metadata(apis, req):
                 name = info.name if info is not None else None
             names.append(name)
         acts = _topics(Op.DESCRIBE, names)
-        if any(n is not None and meta.get_topic(n) is None for n in names):
+        missing = [n for n in names if n is not None and meta.get_topic(n) is None]
+        if missing:
             acts.append(_cluster(Op.CREATE, log_if_denied=False))
-            acts.extend(_topics(Op.CREATE, [n for n in names if n is not None and meta.get_topic(n) is None]))
+            acts.extend(_topics(Op.CREATE, missing))
     if version >= 8 and getattr(b, "include_topic_authorized_operations", False):
         for n in set(n for n in names if n is not None):
             acts.extend(_ops(RT.TOPIC, n))
