@@ -244,8 +244,10 @@ class IAuthorizer(Interface):
     service): a request waiting on one is parked like any other pending answer.
     """
 
-    def start(config):
-        """Called once before the broker serves (with its KafkaConfig); may return a Deferred."""
+    def start(server_info):
+        """Called once before the broker serves, with the broker's ``AuthorizerServerInfo``
+        (cluster id, broker id, config, log dirs, ``run_blocking``, reactor); may return a
+        Deferred, which the listeners wait for."""
 
     def stop():
         """Called when the broker stops; may return a Deferred."""
