@@ -523,9 +523,6 @@ class Decisions(tuple):
     def of(authorizer, context, actions, answers):
         return _tuple_new(Decisions, (authorizer, context, actions, answers, {}))
 
-    authorizer = property(lambda self: self[0])
-    context = property(lambda self: self[1])
-
     def allowed(self, op, rtype, name):
         actions = self[2]
         if len(actions) == 1:  # a request of one action (most produce and fetch requests)
