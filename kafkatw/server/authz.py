@@ -464,16 +464,9 @@ def _gate_txn(apis, req, ok):
     return None
 
 
-def _gate_all(error, op_for):
-    """Coarse but closed: every resource of the request must be allowed (APIs whose handler does
-    not filter per resource yet)."""
-    def gate(apis, req, ok):
-        for action in ACTIONS[req.api_key](apis, req):
-            if action.log_if_denied and action.operation == op_for and \
-                    not ok(action.operation, action.resource.resource_type, action.resource.name):
-                return error
-        return None
-    return gate
+def _gate_offset_delete(apis, req, ok):
+    """DELETE on the group for the whole request (READ per topic is the handler's)."""
+    return None if ok(Op.DELETE, RT.GROUP, req.body.group_id) else errors.GROUP_AUTHORIZATION_FAILED
 
 
 def _gate_consumer_group_heartbeat(apis, req, ok):
@@ -494,8 +487,7 @@ GATES = {
     51: _gate_cluster(Op.ALTER),
     # ListOffsets (2), DeleteRecords (21), OffsetForLeaderEpoch (23), CreatePartitions (37) and
     # DescribeProducers (61) answer TOPIC_AUTHORIZATION_FAILED per topic in their handlers.
-    # OffsetDelete: DELETE on the group for the whole request, READ per topic in its handler
-    47: _gate_all(errors.GROUP_AUTHORIZATION_FAILED, Op.DELETE),
+    47: _gate_offset_delete,
     24: _gate_txn, 25: _gate_txn, 26: _gate_txn, 28: _gate_txn,
     # DescribeTransactions (65): TRANSACTIONAL_ID_AUTHORIZATION_FAILED per id in its handler
     27: _gate_cluster(Op.CLUSTER_ACTION),
