@@ -267,7 +267,7 @@ class IAuthorizer(Interface):
         """The :class:`AclBinding` s matching an :class:`AclBindingFilter`."""
 
 
-def load_authorizer(config, **kwargs):
+def load_authorizer(config):
     """The :class:`IAuthorizer` that ``authorizer.class.name`` names (through the plug-in
     registry, verified and configured with the broker's properties), or None when it is empty."""
     from kafkatw import registry
@@ -276,5 +276,5 @@ def load_authorizer(config, **kwargs):
     if not name or not name.strip():
         return None
     # Kafka's configure() sees every property, the authorizer's own keys too (typed where defined)
-    configs = dict(getattr(config, "originals", None) or {}, **config.values())
-    return registry.load("authorizer.class.name", name, IAuthorizer, configs=configs, **kwargs)
+    configs = dict(config.originals, **config.values())
+    return registry.load("authorizer.class.name", name, IAuthorizer, configs=configs)
