@@ -13,6 +13,7 @@ from kafkatw.config.kafka_config import ConfigEntry, ConfigSynonym, KafkaConfig
 from kafkatw.config.listeners import (
     SECURITY_PROTOCOLS,
     Endpoint,
+    parse_host_port,
     parse_listeners,
     parse_protocol_map,
 )
@@ -83,7 +84,7 @@ __all__ = [
     "TIMESTAMP_TYPES", "TOPIC_CONFIG", "TOPIC_CONFIG_DEF", "TOPIC_CONFIG_SYNONYMS",
     "UNKNOWN_SOURCE", "ConfigDef", "ConfigEntry", "ConfigError", "ConfigKey", "ConfigSynonym",
     "Endpoint", "GiB", "IntOneOfOrRange", "KafkaConfig", "KiB", "ListOf", "MiB", "OneOf",
-    "Password", "Range", "at_least", "between", "parse_listeners", "parse_override",
+    "Password", "Range", "at_least", "between", "parse_host_port", "parse_listeners", "parse_override",
     "parse_properties", "parse_protocol_map", "parse_type", "read_properties_file",
     "to_config_string", "validate_topic_config",
 ]

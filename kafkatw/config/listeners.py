@@ -33,6 +33,15 @@ class Endpoint:
 _ENDPOINT_RE = re.compile(r"(.*)://\[?([0-9a-zA-Z\-%._:]*?)\]?:(-?[0-9]+)\Z")
 
 
+def parse_host_port(name, value, example):
+    """``HOST:PORT`` of an HTTP listener key (``[::1]:9404`` for IPv6, an empty host for all
+    interfaces, port 0 for any) -> (host, port); ConfigError naming ``name`` otherwise."""
+    host, sep, port = (value or "").strip().rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise ConfigError.invalid(name, value, "expected HOST:PORT, e.g. %s" % (example,))
+    return host.strip("[]"), int(port)
+
+
 def parse_protocol_map(name, text):
     mapping = {}
     for entry in split_list(text):

@@ -19,7 +19,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web import resource, server
 
-from kafkatw.config import ConfigError
+from kafkatw.config import ConfigError, parse_host_port
 from kafkatw.console import actions, auth, browse, views
 from kafkatw.console.client import ConsoleRequestError, InProcessClient
 from kafkatw.console.history import History
@@ -42,12 +42,8 @@ SECURITY_HEADERS = {
 
 
 def parse_listener(value):
-    """``HOST:PORT`` -> (host, port); one ConfigError line otherwise."""
-    host, sep, port = (value or "").strip().rpartition(":")
-    if not sep or not port.isdigit() or int(port) > 65535:
-        raise ConfigError("Invalid value %s for configuration %s: expected HOST:PORT, e.g. 127.0.0.1:9090"
-                          % (value, auth.LISTENER_KEY), auth.LISTENER_KEY)
-    return host.strip("[]"), int(port)
+    """``HOST:PORT`` of ``kafkatw.console.listener`` -> (host, port)."""
+    return parse_host_port(auth.LISTENER_KEY, value, "127.0.0.1:9090")
 
 
 def load_assets(directory=STATIC_DIR):

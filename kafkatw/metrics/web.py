@@ -12,7 +12,7 @@ from twisted.internet.error import CannotListenError
 from twisted.logger import Logger
 from twisted.web import resource, server
 
-from kafkatw.config import ConfigError
+from kafkatw.config import ConfigError, parse_host_port
 from kafkatw.metrics import exporter
 
 log = Logger(namespace="kafkatw.metrics")
@@ -21,12 +21,8 @@ METRICS_LISTENER = "kafkatw.metrics.listener"
 
 
 def parse_listener(value):
-    """``HOST:PORT`` (``[::1]:9404`` for IPv6, an empty host for all interfaces) -> (host, port)."""
-    host, sep, port = (value or "").strip().rpartition(":")
-    if not sep or not port.isdigit() or int(port) > 65535:
-        raise ConfigError("Invalid value %s for configuration %s: expected HOST:PORT, e.g. 127.0.0.1:9404"
-                          % (value, METRICS_LISTENER))
-    return host.strip("[]"), int(port)
+    """``HOST:PORT`` of ``kafkatw.metrics.listener`` -> (host, port)."""
+    return parse_host_port(METRICS_LISTENER, value, "127.0.0.1:9404")
 
 
 def health(broker):
