@@ -32,11 +32,6 @@ def _log_of(broker, topic, partition):
     return logs.get_log(topic, partition) if logs is not None else None
 
 
-def _segments(lg):
-    count = getattr(lg, "number_of_segments", None)
-    return count if count is not None else len(lg.segments)
-
-
 def log_dirs(broker):
     """Each log dir: partitions, bytes of their logs, the disk's size and free space (what
     DescribeLogDirs answers, summed from the logs instead of listing every partition)."""
@@ -170,7 +165,7 @@ def topic_detail(client, broker, name):
             "replicas": list(p.replica_nodes), "isr": list(p.isr_nodes), "offlineReplicas": list(p.offline_replicas),
             "startOffset": starts.get((name, p.partition_index), -1),
             "endOffset": ends.get((name, p.partition_index), -1),
-            "segments": _segments(lg) if lg is not None else None,
+            "segments": lg.number_of_segments if lg is not None else None,
             "sizeBytes": lg.size if lg is not None else None,
             "error": describe_error(p.error_code) if p.error_code else None})
     R = m.DescribeConfigsRequest.DescribeConfigsResource

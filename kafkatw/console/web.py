@@ -322,8 +322,8 @@ class ConsoleService(service.Service):
         super().startService()
         b = self.broker
         assets = load_assets()
-        stats = getattr(b.replica_manager, "topic_stats", None)
-        self.history = History(b.reactor, (lambda: stats.messages_in) if stats is not None else dict)
+        stats = b.replica_manager.topic_stats
+        self.history = History(b.reactor, lambda: stats.messages_in)
         console = Console(b, self.access, self.history)
         site = _QuietSite(root_resource(console, assets))
         try:
