@@ -10,7 +10,8 @@ from twisted.internet import defer, task
 from twisted.trial import unittest
 
 from kafkatw.config import ConfigError
-from kafkatw.console import auth, browse, web
+from kafkatw.cluster.state import PartitionState
+from kafkatw.console import auth, browse, views, web
 from kafkatw.console.history import History
 from kafkatw.protocol.records import Record, build_batch, build_control_batch
 from kafkatw.security.credentials import ScramCredentialStore
@@ -205,3 +206,24 @@ class ReadCacheTests(unittest.SynchronousTestCase):
         self.failureResultOf(later, ValueError)
         console.cached(alice, "/api/topics", make)  # a failure is not reused
         self.assertEqual(len(made), 4)
+
+
+class TopicListTests(unittest.SynchronousTestCase):
+    def test_a_cluster_topics_replicas_isr_and_leaders(self):
+        """On a cluster the list counts from each partition's state: its replicas, an ISR
+        short of them, no leader; a partition led elsewhere is not offline for lack of a log here."""
+        states = {0: PartitionState(leader=1, leader_epoch=0, isr=(1, 2, 3), replicas=(1, 2, 3)),
+                  1: PartitionState(leader=2, leader_epoch=0, isr=(2,), replicas=(2, 3, 1)),
+                  2: PartitionState(leader=-1, leader_epoch=0, isr=(3,), replicas=(3, 1, 2)),
+                  3: PartitionState(leader=3, leader_epoch=0, isr=(3, 1, 2), replicas=(3, 1, 2))}
+        log = types.SimpleNamespace(is_offline=False, size=100, high_watermark=7, log_start_offset=2)
+        metadata = types.SimpleNamespace(
+            node_id=1, topics={"t": types.SimpleNamespace(name="t", is_internal=False, num_partitions=4)},
+            partition_state=lambda topic, p: states[p])
+        broker = types.SimpleNamespace(metadata=metadata, log_manager=types.SimpleNamespace(
+            get_log=lambda topic, p: log if p in (0, 1) else None))
+        client = types.SimpleNamespace(authorize=lambda op, kind, names, key: defer.succeed(list(names)))
+        (row,) = self.successResultOf(views.topic_list(client, broker))["topics"]
+        self.assertEqual((row["partitions"], row["replicationFactor"], row["underReplicated"], row["offline"]),
+                         (4, 3, 2, 1))
+        self.assertEqual((row["sizeBytes"], row["records"]), (200, 10))

@@ -90,8 +90,10 @@ def overview(client, broker):
 
 @defer.inlineCallbacks
 def topic_list(client, broker, search="", with_sizes=True, history=None):
-    """Every topic the principal may DESCRIBE, with partition counts, offline partitions
-    (their log dir failed), size and records (high watermark minus log start).
+    """Every topic the principal may DESCRIBE, with partition counts, replication factor,
+    under-replicated partitions (ISR smaller than the replicas), offline partitions (no leader,
+    or led here and their log dir failed), size and records (high watermark minus log start)
+    of the replicas on this broker.
 
     Read from the broker's metadata and logs, filtered by one authorize call: a Metadata
     request for every topic builds an object per partition (about 10 us each, 100 ms at
@@ -106,18 +108,21 @@ def topic_list(client, broker, search="", with_sizes=True, history=None):
     for info in infos:
         if info.name not in allowed:
             continue
-        offline = size = records = 0
+        offline = under = replication = size = records = 0
         for p in range(info.num_partitions):
+            state = metadata.partition_state(info.name, p)
             lg = _log_of(broker, info.name, p)
-            if lg is None or lg.is_offline:
+            local = lg is not None and not lg.is_offline
+            if state is None or state.leader < 0 or (state.leader == node and not local):
                 offline += 1
-                continue
-            if with_sizes:
+            if state is not None:
+                replication = max(replication, len(state.replicas))
+                under += len(state.isr) < len(state.replicas)
+            if with_sizes and local:
                 size += lg.size
                 records += max(0, lg.high_watermark - lg.log_start_offset)
-        # one node: it is every partition's only replica, so always the whole ISR
         row = {"name": info.name, "internal": bool(info.is_internal), "partitions": info.num_partitions,
-               "replicationFactor": 1 if node is not None else 0, "underReplicated": 0, "offline": offline}
+               "replicationFactor": replication, "underReplicated": under, "offline": offline}
         if with_sizes:
             row["sizeBytes"] = size
             row["records"] = records
