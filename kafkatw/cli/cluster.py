@@ -29,7 +29,7 @@ def describe(client):
         brokers = [(b.broker_id, b.host, b.port, b.rack) for b in resp.brokers]
         return resp.cluster_id, resp.controller_id, sorted(brokers)
     md = client.metadata([])
-    return (getattr(md, "cluster_id", None), getattr(md, "controller_id", -1),
+    return (md.cluster_id, md.controller_id,  # None and -1 where the version lacks them
             sorted((b.node_id, b.host, b.port, b.rack) for b in md.brokers))
 
 
