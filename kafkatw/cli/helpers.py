@@ -49,7 +49,7 @@ class Progress:
 
 
 def parse_kv(items, what="property"):
-    """``["k=v", ...]`` (each may hold comma-separated pairs) -> dict; values may contain '='."""
+    """``["k=v", ...]`` -> dict; values may contain '=' and ','."""
     out = {}
     for item in items or []:
         key, sep, value = item.partition("=")
