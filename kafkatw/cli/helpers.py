@@ -20,14 +20,14 @@ def print_table(headers, rows, out=None):
 
 
 class Progress:
-    """A one-line progress bar on stderr, only when stdout is a terminal."""
+    """A one-line progress bar on stderr when ``enabled`` (see ``output.progress_wanted``)."""
 
-    def __init__(self, total=None, label="", enabled=None, stream=None):
+    def __init__(self, enabled, total=None, label="", stream=None):
         self.total = total
         self.label = label
         self.count = 0
         self.stream = stream or sys.stderr
-        self.enabled = sys.stdout.isatty() if enabled is None else enabled
+        self.enabled = enabled
 
     def update(self, n=1):
         self.count += n
