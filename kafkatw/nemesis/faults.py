@@ -20,7 +20,6 @@ class Nemesis:
         self.topic = topic
         self.log = log
         self.recovery_timeout_s = recovery_timeout_s
-        self.done = []  # (fault, victim description), in order
 
     def _pick(self, items, pick):
         items = sorted(items)
@@ -64,7 +63,6 @@ class Nemesis:
                 raise ValueError("unknown fault %r" % (fault.kind,))
         self.log("nemesis: " + what)
         self.wait_recovered()
-        self.done.append((fault, what))
         time.sleep(fault.rest_s)
         return what
 
