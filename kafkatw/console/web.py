@@ -168,9 +168,7 @@ class _Authenticated(resource.Resource):
 
         def failed(failure):
             e = failure.value
-            if isinstance(e, (actions.ActionError, browse.BrowseError, ConsoleRequestError)):
-                return 400, {"error": str(e)}
-            if isinstance(e, KafkaError):
+            if isinstance(e, (actions.ActionError, browse.BrowseError, ConsoleRequestError, KafkaError)):
                 return 400, {"error": str(e)}
             log.failure("console request {path} failed", failure, path=request.path)
             return 500, {"error": "internal error (see the broker log)"}
