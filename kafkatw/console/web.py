@@ -55,6 +55,10 @@ def load_assets(directory=STATIC_DIR):
     return out
 
 
+def _client_host(request):
+    return request.getClientAddress().host  # the console listens on TCP only
+
+
 def _headers(request):
     for k, v in SECURITY_HEADERS.items():
         request.setHeader(k, v)
@@ -85,7 +89,7 @@ class Console:
     def authenticate(self, request):
         """A Deferred of the principal, or of None (the request is answered 401)."""
         header = request.getHeader(b"authorization")
-        host = getattr(request.getClientAddress(), "host", "") or ""
+        host = _client_host(request)
         if not self.access.required:
             return self.access.authenticate(None, None, host)
         if not header or not header[:6].lower() == b"basic ":
@@ -231,7 +235,7 @@ class ApiResource(_Authenticated):
             return self.act(request, principal, path)
         if request.method not in (b"GET", b"HEAD"):
             return 405, {"error": "method not allowed"}
-        host = getattr(request.getClientAddress(), "host", "") or ""
+        host = _client_host(request)
         client = console.client(principal, host)
         broker = console.broker
         history = console.history
@@ -279,7 +283,7 @@ class ApiResource(_Authenticated):
             return 400, {"error": "the action body must be a JSON object"}
         if params.get("confirm") is not True:
             return 400, {"error": "the action was not confirmed"}
-        host = getattr(request.getClientAddress(), "host", "") or ""
+        host = _client_host(request)
         log.info("console action {action} by {principal} from {host}", action=path[1], principal=str(principal),
                  host=host)
         console._cache.clear()  # what was read before the action is stale
