@@ -5,6 +5,7 @@ ACLs created, listed and deleted through confluent-kafka's and kafka-python's ad
 (taking effect at once and surviving a restart), SECURITY_DISABLED without an authorizer, and a
 wrong ``authorizer.class.name`` refused at start-up."""
 
+import json
 import logging
 import time
 
@@ -456,6 +457,12 @@ class CliAclTests(AuthzBrokerMixin, SynchronousTestCase):
                          [["RESOURCE_TYPE", "NAME", "PATTERN", "PRINCIPAL", "HOST", "OPERATION", "PERMISSION"],
                           ["TOPIC", tag, "PREFIXED", "User:alice", "*", "DESCRIBE", "ALLOW"],
                           ["TOPIC", tag, "PREFIXED", "User:alice", "*", "WRITE", "ALLOW"]])
+        rc, out, err = self.cli("acls", "list", "--topic", tag + "-x", "--resource-pattern-type", "match",
+                                "--output", "json")
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(json.loads(out), [
+            {"resourceType": "TOPIC", "name": tag, "patternType": "PREFIXED", "principal": "User:alice",
+             "host": "*", "operation": op, "permissionType": "ALLOW"} for op in ("DESCRIBE", "WRITE")])
         rc, out, err = self.cli("acls", "remove", "--allow-principal", "User:alice", "--operation", "Write",
                                 "--topic", tag, "--resource-pattern-type", "PREFIXED")
         self.assertEqual((rc, out), (0, "Removed 1 ACL(s).\n"), err)

@@ -16,6 +16,7 @@ algorithm gives 0.92-1.10 of the quota over 10 s, whatever the start).
 """
 
 import collections
+import json
 import socket
 import subprocess
 import sys
@@ -310,6 +311,11 @@ class QuotasCliTest(KafkaBrokerMixin, unittest.TestCase):
             "client-id=<default>, user=<default>  consumer_byte_rate  2048",
             "client-id=<default>, user=<default>  request_percentage  12.5",
             "client-id=cli-app                    producer_byte_rate  10000",
+        ])
+        self.assertEqual(json.loads(self.cli("describe", "--output", "json")), [
+            {"entity": "client-id=<default>, user=<default>", "quota": "consumer_byte_rate", "value": 2048},
+            {"entity": "client-id=<default>, user=<default>", "quota": "request_percentage", "value": 12.5},
+            {"entity": "client-id=cli-app", "quota": "producer_byte_rate", "value": 10000},
         ])
         self.assertEqual(self.cli("describe", "--client-id", "cli-app").splitlines()[1:],
                          ["client-id=cli-app  producer_byte_rate  10000"])

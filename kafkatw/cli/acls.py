@@ -9,6 +9,7 @@ import re
 
 from kafkatw.cli.client import ClientError, check
 from kafkatw.cli.helpers import print_table
+from kafkatw.cli.output import wants_json, write_json
 from kafkatw.protocol import messages
 from kafkatw.security.authorizer import (
     CLUSTER_NAME,
@@ -142,6 +143,10 @@ def cmd_list(client, args):
                     rows.append([_name(RESOURCE_TYPES, r.resource_type), r.resource_name,
                                  _name(PATTERN_TYPES, r.pattern_type), a.principal, a.host,
                                  _name(OPERATIONS, a.operation), _name(PERMISSIONS, a.permission_type)])
+    if wants_json(args):
+        write_json(args.out, [dict(zip(("resourceType", "name", "patternType", "principal", "host", "operation",
+                                        "permissionType"), row)) for row in sorted(rows)])
+        return
     print_table(["RESOURCE_TYPE", "NAME", "PATTERN", "PRINCIPAL", "HOST", "OPERATION", "PERMISSION"],
                 sorted(rows), out=args.out)
 

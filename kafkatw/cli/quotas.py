@@ -5,6 +5,7 @@ DescribeClientQuotas, with the entity options of Kafka's kafka-configs (``--user
 
 from kafkatw.cli.client import ClientError, check
 from kafkatw.cli.helpers import print_table
+from kafkatw.cli.output import wants_json, write_json
 from kafkatw.protocol import messages
 
 MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
@@ -121,8 +122,14 @@ def cmd_describe(client, args):
             components.append((kind, MATCH_DEFAULT, None))
         elif value is not None:
             components.append((kind, MATCH_EXACT, value))
+    described = _describe(client, components, args.strict)
+    if wants_json(args):
+        write_json(args.out, sorted(({"entity": _entity_text(entity), "quota": key, "value": values[key]}
+                                     for entity, values in described for key in values),
+                                    key=lambda row: (row["entity"], row["quota"])))
+        return
     rows = []
-    for entity, values in _describe(client, components, args.strict):
+    for entity, values in described:
         for key in sorted(values):
             rows.append([_entity_text(entity), key, _num(values[key])])
     print_table(["ENTITY", "QUOTA", "VALUE"], sorted(rows), args.out)
