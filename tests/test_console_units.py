@@ -80,6 +80,10 @@ class HistoryTests(unittest.SynchronousTestCase):
         clock.advance(1)
         h.record_lag("g", 0)
         self.assertEqual(h.lag_history("g"), [[25.0, 90], [26.5, 0]])
+        clock.advance(15)  # a window (3 points of 5 s) after its last point, the group is forgotten
+        self.assertEqual(h.lag_history("g"), [[25.0, 90], [26.5, 0]])
+        clock.advance(5)
+        self.assertEqual(h.lag_history("g"), [])
         h.stop()
 
 

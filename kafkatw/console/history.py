@@ -46,6 +46,9 @@ class History:
         before = last[1]
         for topic in set(self._rates) - set(counts):
             del self._rates[topic]  # deleted topic
+        stale = now - self.points * self.interval
+        for group in [g for g, points in self._lags.items() if points[-1][0] < stale]:
+            del self._lags[group]  # not viewed for a whole window (or deleted): else kept for ever
         for topic, count in counts.items():
             rate = max(0, count - before.get(topic, 0)) / elapsed
             points = self._rates.get(topic)
