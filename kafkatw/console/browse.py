@@ -11,7 +11,7 @@ import json
 from twisted.internet import defer, threads
 
 from kafkatw.console.client import describe_error
-from kafkatw.console.views import list_offsets
+from kafkatw.console.views import EARLIEST, LATEST, list_offsets
 from kafkatw.protocol import messages as m
 from kafkatw.protocol.records import CorruptRecordError, decode_batch, iter_batch_headers
 
@@ -108,8 +108,8 @@ def browse(client, broker, topic, partition, offset=None, timestamp=None, limit=
     """Records of ``topic``-``partition`` from ``offset`` (default: the start), or from the
     first offset at or after ``timestamp`` (ms)."""
     tp = (topic, partition)
-    starts = yield list_offsets(client, {topic: [partition]}, -2)
-    ends = yield list_offsets(client, {topic: [partition]}, -1)
+    starts = yield list_offsets(client, {topic: [partition]}, EARLIEST)
+    ends = yield list_offsets(client, {topic: [partition]}, LATEST)
     start, end = starts.get(tp, -1), ends.get(tp, -1)
     out = {"topic": topic, "partition": partition, "startOffset": start, "endOffset": end, "records": [],
            "maxBytes": max_bytes}
