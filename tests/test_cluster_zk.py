@@ -42,8 +42,8 @@ class StoreTests(unittest.TestCase):
         self.connect = zookeeper().connect + "/" + unique_name("t")
 
     @defer.inlineCallbacks
-    def store(self):
-        zk = ZkClusterCoordinator(reactor, self.connect, session_timeout_ms=4000)
+    def store(self, **kwargs):
+        zk = ZkClusterCoordinator(reactor, self.connect, session_timeout_ms=4000, **kwargs)
         self.assertTrue(IClusterCoordinator.providedBy(zk))
         yield zk.start()
         self.addCleanup(zk.stop)
@@ -134,6 +134,25 @@ class StoreTests(unittest.TestCase):
         self.assertEqual((yield a.topic_configs("c")), {"retention.ms": "6"})
         changes = yield a.config_changes()
         self.assertEqual([(t, n) for _, t, n in changes], [("topics", "c")])
+
+    @defer.inlineCallbacks
+    def test_max_in_flight_requests_bounds_the_requests_sent_at_once(self):
+        """zookeeper.max.in.flight.requests: 20 partition reads issued together, at most 2 unanswered."""
+        zk = yield self.store(max_in_flight_requests=2)
+        sent = zk._deferred
+        in_flight, most = [0], [0]
+
+        def counting(async_result):
+            in_flight[0] += 1
+            most[0] = max(most[0], in_flight[0])
+
+            def answered(result):
+                in_flight[0] -= 1
+                return result
+            return sent(async_result).addBoth(answered)
+        zk._deferred = counting
+        self.assertEqual((yield zk.partition_states("none", range(20))), {})
+        self.assertEqual(most[0], 2)
 
 
 def attr_evolve(state, **changes):

@@ -47,7 +47,7 @@ class ZkClusterCoordinator:
     thread (the broker's pool); ``client`` may be injected by tests."""
 
     def __init__(self, reactor, connect, session_timeout_ms=18000, connection_timeout_ms=None,
-                 run_blocking=None, client=None):
+                 run_blocking=None, client=None, max_in_flight_requests=10):
         from kazoo.client import KazooClient
 
         self._reactor = reactor
@@ -65,12 +65,15 @@ class ZkClusterCoordinator:
         self._listeners = []
         self._watchers = {}  # callback -> kazoo watcher: one ZooKeeper watch per callback
         self._connection_waiters = []  # [(Deferred, timer)] of requests waiting for a connection
+        # zookeeper.max.in.flight.requests: Kafka's ZooKeeperClient inFlightRequests semaphore
+        self._in_flight = defer.DeferredSemaphore(max_in_flight_requests)
         self._client.add_listener(self._kazoo_state)
 
     @classmethod
     def from_config(cls, reactor, config, run_blocking=None):
         return cls(reactor, config["zookeeper.connect"], config["zookeeper.session.timeout.ms"],
-                   config["zookeeper.connection.timeout.ms"], run_blocking=run_blocking)
+                   config["zookeeper.connection.timeout.ms"], run_blocking=run_blocking,
+                   max_in_flight_requests=config["zookeeper.max.in.flight.requests"])
 
     # -- plumbing ------------------------------------------------------------------------------
 
@@ -108,13 +111,16 @@ class ZkClusterCoordinator:
     def _run(self, call):
         """``call()`` (a kazoo ``*_async`` call) once the session is connected, as a Deferred: while
         kazoo reconnects it refuses requests, so they wait (at most the connection timeout), as
-        Kafka's ZooKeeperClient waits until connected."""
+        Kafka's ZooKeeperClient waits until connected. At most ``max_in_flight_requests`` are
+        sent and unanswered at once; the rest queue here."""
+        def send(_=None):
+            return self._in_flight.run(lambda: self._deferred(call()))
         if self._client.connected:
-            return self._deferred(call())
+            return send()
         waiting = defer.Deferred()
         timer = self._reactor.callLater(self._connection_timeout, self._not_connected, waiting)
         self._connection_waiters.append((waiting, timer))
-        return waiting.addCallback(lambda _: self._deferred(call()))
+        return waiting.addCallback(send)
 
     def _not_connected(self, waiting):
         self._connection_waiters = [(d, t) for d, t in self._connection_waiters if d is not waiting]
