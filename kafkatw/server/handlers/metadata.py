@@ -119,29 +119,29 @@ class _CachedTopic:
         self.encoded = encoded
 
 
-def topic_response(apis, request, info, include_ops, has_endpoint, listed=None):
-    """A topic's partitions as the metadata says (``listed``: the broker ids the response lists;
-    a leader not among them is answered as LEADER_NOT_AVAILABLE/LISTENER_NOT_FOUND, as Kafka's
-    MetadataCache does for an endpoint missing on the listener)."""
+def topic_response(apis, request, info, include_ops, listed):
+    """A topic's partitions as the metadata says (``listed``: the frozenset of broker ids the
+    response lists, empty when none has the request's listener; a leader not among them is
+    answered as LEADER_NOT_AVAILABLE/LISTENER_NOT_FOUND, as Kafka's MetadataCache does for an
+    endpoint missing on the listener)."""
     meta = apis.metadata
     states = [meta.partition_state(info.name, p) for p in range(info.num_partitions)]
     if include_ops:
-        return _topic_response(apis, request, info, include_ops, has_endpoint, listed, states)
+        return _topic_response(apis, request, info, include_ops, listed, states)
     # Topics change rarely and are asked for often (every client, every metadata.max.age.ms):
     # 10,000 partitions are ~200 ms of objects and encoding; reading their states to check
     # the cached answer is a tenth of that.
-    key = (id(meta), info.name, request.api_version, has_endpoint,
-           None if listed is None else frozenset(listed))
+    key = (id(meta), info.name, request.api_version, listed)
     cached = _topic_cache.get(key)
     if cached is None or cached.info is not info or cached.states != states:
         if len(_topic_cache) > 4 * len(meta.topics) + 64:
             _topic_cache.clear()  # deleted topics, old versions
-        struct = _topic_response(apis, request, info, include_ops, has_endpoint, listed, states)
+        struct = _topic_response(apis, request, info, include_ops, listed, states)
         cached = _topic_cache[key] = _CachedTopic(info, states, Encoded(struct, request.api_version))
     return cached.encoded
 
 
-def _topic_response(apis, request, info, include_ops, has_endpoint, listed, states):
+def _topic_response(apis, request, info, include_ops, listed, states):
     version = request.api_version
     partitions = []
     for p, state in enumerate(states):
@@ -152,7 +152,7 @@ def _topic_response(apis, request, info, include_ops, has_endpoint, listed, stat
         if leader < 0:
             error = errors.LEADER_NOT_AVAILABLE
             leader = -1
-        elif not has_endpoint or (listed is not None and leader not in listed):
+        elif leader not in listed:
             error = errors.LISTENER_NOT_FOUND if version >= 6 else errors.LEADER_NOT_AVAILABLE
             leader = -1
         partitions.append(MetadataResponse.MetadataResponsePartition(
@@ -238,16 +238,14 @@ def _respond(apis, request, auto_created):
     meta = apis.metadata
     include_ops = bool(getattr(body, "include_topic_authorized_operations", False)) and version >= 8
     broker_list = brokers(apis, request)
-    has_endpoint = bool(broker_list)
-    listed = {b.node_id for b in broker_list}
+    listed = frozenset(b.node_id for b in broker_list)
     topics_out = []
     requested = body.topics
     if requested is None or (version == 0 and not requested):
         for name in sorted(meta.topics):
             if not apis.allowed(request, DESCRIBE, RT.TOPIC, name):
                 continue  # what the principal may not describe is not listed
-            topics_out.append(topic_response(apis, request, meta.topics[name], include_ops, has_endpoint,
-                                             listed))
+            topics_out.append(topic_response(apis, request, meta.topics[name], include_ops, listed))
     else:
         seen = set()
         for t in requested:
@@ -280,7 +278,7 @@ def _respond(apis, request, auto_created):
                 if info is None:
                     topics_out.append(error_topic(request, name, code or errors.UNKNOWN_TOPIC_OR_PARTITION))
                     continue
-            topics_out.append(topic_response(apis, request, info, include_ops, has_endpoint, listed))
+            topics_out.append(topic_response(apis, request, info, include_ops, listed))
 
     response = MetadataResponse(
         throttle_time_ms=0,
