@@ -10,10 +10,8 @@ from kafkatw.protocol.messages import DescribeClusterResponse
 from kafkatw.security.authorizer import CLUSTER_NAME, ResourceType
 from kafkatw.server.handlers.metadata import (
     AUTHORIZED_OPERATIONS_OMITTED,
-    CLUSTER_OPERATIONS,
     authorized_operations,
     broker_endpoints,
-    operations_bitfield,
 )
 from kafkatw.server.interfaces import IApiHandler
 
@@ -39,8 +37,7 @@ def handle(apis, request):
                for node, host, port, rack in broker_endpoints(apis, request)]
     ops = AUTHORIZED_OPERATIONS_OMITTED
     if body.include_cluster_authorized_operations:
-        ops = (operations_bitfield(CLUSTER_OPERATIONS) if apis.authorizer is None
-               else authorized_operations(apis, request, ResourceType.CLUSTER, CLUSTER_NAME))
+        ops = authorized_operations(apis, request, ResourceType.CLUSTER, CLUSTER_NAME)
     return DescribeClusterResponse(
         throttle_time_ms=0, error_code=errors.NONE, error_message=None, endpoint_type=endpoint_type,
         cluster_id=apis.metadata.cluster_id, controller_id=apis.metadata.controller_id, brokers=brokers,
