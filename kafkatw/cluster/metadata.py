@@ -284,8 +284,7 @@ class ClusterMetadata:
         up at its first start, in ``meta.properties`` and the state file: a Deferred, once
         durable."""
         self.cluster_id = cluster_id
-        text = ("#\n#Written by kafkatw\nversion=1\ncluster.id=%s\nnode.id=%d\n"
-                % (cluster_id, self.node_id)).encode("utf-8")
+        text = self._meta_properties_text()
 
         def write():
             for d in self.log_dirs:
@@ -293,13 +292,16 @@ class ClusterMetadata:
         d = self._run_blocking(write)
         return d.addCallback(lambda _: self._stage(lambda: None))
 
+    def _meta_properties_text(self):
+        return ("#\n#Written by kafkatw\nversion=1\ncluster.id=%s\nnode.id=%d\n"
+                % (self.cluster_id, self.node_id)).encode("utf-8")
+
     def _write_meta_properties(self):
         for d in self.log_dirs:
             path = os.path.join(d, META_PROPERTIES)
             if os.path.exists(path):
                 continue
-            text = "#\n#Written by kafkatw\nversion=1\ncluster.id=%s\nnode.id=%d\n" % (self.cluster_id, self.node_id)
-            write_atomically(path, text.encode("utf-8"))
+            write_atomically(path, self._meta_properties_text())
 
     def _load_metadata_file(self):
         path = self.metadata_path
