@@ -133,3 +133,38 @@ class ZkLayoutTests(unittest.SynchronousTestCase):
                 parse_connect(bad)
             self.assertIn("zookeeper.connect", str(e.exception))
             self.assertNotIn("\n", str(e.exception))
+
+
+class UpdateMetadataTests(unittest.SynchronousTestCase):
+    """The controller's UpdateMetadata: one request's content to every live broker, each
+    copy carrying that broker's own epoch."""
+
+    def test_each_live_broker_gets_its_epoch_and_the_same_partitions(self):
+        from twisted.internet import defer
+        from twisted.internet.task import Clock
+
+        from kafkatw.cluster.state import BrokerInfo
+        from kafkatw.controller.controller import LEADER_DURING_DELETE, KafkaController
+
+        sent = []
+
+        class Channel:
+            def send(self, broker_id, request, version):
+                sent.append((broker_id, request))
+                return defer.Deferred()
+
+        controller = KafkaController(Clock(), None, 1, Channel(), "PLAINTEXT")
+        controller.epoch = 3
+        controller.live = {b: BrokerInfo(node_id=b, endpoints={"PLAINTEXT": ("h", 9000 + b)}, epoch=100 + b)
+                           for b in (1, 2)}
+        controller.assignments = {"t": {0: [1, 2, 3]}}
+        controller.topic_ids = {"t": bytes(range(16))}
+        controller.states[("t", 0)] = LeaderAndIsr(leader=2, leader_epoch=4, isr=[2, 1], controller_epoch=3)
+        controller._send_update_metadata([("t", 0)], deleting={"t"})
+        self.assertEqual([(b, r.broker_epoch) for b, r in sent], [(1, 101), (2, 102)])
+        for _, request in sent:
+            self.assertEqual((request.controller_id, request.controller_epoch), (1, 3))
+            self.assertEqual(sorted(b.id for b in request.live_brokers), [1, 2])
+            [topic] = request.topic_states
+            [p] = topic.partition_states
+            self.assertEqual((p.leader, p.isr, p.offline_replicas), (LEADER_DURING_DELETE, [2, 1], [3]))

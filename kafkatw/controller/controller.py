@@ -9,6 +9,8 @@ enqueue. Every write to the store is conditional on the controller epoch's zkVer
 deposed controller (a paused process, a lost session) cannot change anything.
 """
 
+import copy
+
 import attr
 from twisted.internet import defer
 from twisted.logger import Logger
@@ -175,7 +177,7 @@ class KafkaController:
         assigned = {r for a in self.assignments.values() for rs in a.values() for r in rs}
         yield self._replicas_offline(assigned - set(self.live))
         yield self._online_partitions(list(self.states) + self._new_partitions())
-        self._send_update_metadata(self.live, self._all_partitions())
+        self._send_update_metadata(self._all_partitions())
         for broker_id in self.live:
             self._send_leader_and_isr(broker_id, self._partitions_of(broker_id))
         yield self._deletions()
@@ -336,7 +338,11 @@ class KafkaController:
             [self.live[b] for b in sorted(leaders) if b in self.live], self.listener_name, is_new)
         self._send(broker_id, request, LEADER_AND_ISR_VERSION, "LeaderAndIsr")
 
-    def _send_update_metadata(self, brokers, partitions, deleting=()):
+    def _send_update_metadata(self, partitions, deleting=()):
+        """UpdateMetadata for ``partitions`` to every live broker: one request built, each
+        broker's copy differing only in its broker epoch."""
+        if not self.live:
+            return
         live = set(self.live)
         states = {}
         for tp in partitions:
@@ -345,12 +351,11 @@ class KafkaController:
                 state = attr.evolve(state, leader=LEADER_DURING_DELETE)
             replicas = self._replicas(tp)
             states[tp] = (state, replicas, [r for r in replicas if r not in live])
-        for broker_id in sorted(brokers):
-            info = self.live.get(broker_id)
-            if info is None:
-                continue
-            request = update_metadata_request(self.broker_id, self.epoch, info.epoch, states, self.topic_ids,
-                                              list(self.live.values()))
+        built = update_metadata_request(self.broker_id, self.epoch, -1, states, self.topic_ids,
+                                        list(self.live.values()))
+        for broker_id in sorted(self.live):
+            request = copy.copy(built)
+            request.broker_epoch = self.live[broker_id].epoch
             self._send(broker_id, request, UPDATE_METADATA_VERSION, "UpdateMetadata")
 
     def _send(self, broker_id, request, version, name):
@@ -372,7 +377,7 @@ class KafkaController:
         for broker_id in sorted(self.live):
             mine = [tp for tp in changed if broker_id in self._replicas(tp)]
             self._send_leader_and_isr(broker_id, mine, is_new)
-        self._send_update_metadata(self.live, changed)
+        self._send_update_metadata(changed)
 
     # -- broker changes --------------------------------------------------------------------------
 
@@ -406,7 +411,7 @@ class KafkaController:
                 self.channel.add_broker(current[b])
             # onBrokerStartup: full metadata to everyone, the new brokers' replicas online,
             # then elections for partitions they can lead now
-            self._send_update_metadata(self.live, self._all_partitions())
+            self._send_update_metadata(self._all_partitions())
             for b in sorted(new):
                 self._send_leader_and_isr(b, self._partitions_of(b))
             changed = yield self._online_partitions(
@@ -477,7 +482,7 @@ class KafkaController:
                 continue
             self.deleting.add(topic)
             partitions = [(topic, p) for p in self.assignments[topic] if (topic, p) in self.states]
-            self._send_update_metadata(self.live, partitions, deleting={topic})
+            self._send_update_metadata(partitions, deleting={topic})
             waits = []
             for broker_id in sorted(self.live):
                 mine = [(t, p, self.states[(t, p)].leader_epoch, True) for t, p in partitions
@@ -605,5 +610,5 @@ class KafkaController:
         if changed:
             log.info("controller {id}: ISR of {n} partition(s) changed by broker {b}", id=self.broker_id,
                      n=len(changed), b=request.broker_id)
-            self._send_update_metadata(self.live, changed)
+            self._send_update_metadata(changed)
         return R(error_code=errors.NONE, topics=out_topics)
