@@ -163,12 +163,9 @@ class KafkaController:
     @defer.inlineCallbacks
     def _on_failover(self):
         """onControllerFailover: read the cluster, bring partitions online, tell every broker."""
-        ids = yield self.zk.broker_ids(watch=self._brokers_watch)
-        for broker_id in ids:
-            info = yield self.zk.get_broker(broker_id)
-            if info is not None:
-                self.live[broker_id] = info
-                self.channel.add_broker(info)
+        for broker_id, info in (yield self._read_brokers()).items():
+            self.live[broker_id] = info
+            self.channel.add_broker(info)
         topics = yield self.zk.topics(watch=self._topics_watch)
         for topic in topics:
             yield self._load_topic(topic)
@@ -183,6 +180,15 @@ class KafkaController:
         yield self._deletions()
 
     # -- context -------------------------------------------------------------------------------
+
+    @defer.inlineCallbacks
+    def _read_brokers(self):
+        """``{broker id: BrokerInfo}`` of the registered brokers (watching the list): their
+        registrations read together, not one round trip after another."""
+        ids = yield self.zk.broker_ids(watch=self._brokers_watch)
+        infos = yield defer.gatherResults([self.zk.get_broker(b) for b in ids], consumeErrors=True) \
+            .addErrback(lambda f: f.value.subFailure)  # the first failure itself, not FirstError
+        return {b: info for b, info in zip(ids, infos) if info is not None}
 
     def _topic_watch(self, topic):
         watch = self._topic_watches.get(topic)
@@ -388,12 +394,7 @@ class KafkaController:
     def _broker_change(self):
         if not self.active:
             return
-        ids = set((yield self.zk.broker_ids(watch=self._brokers_watch)))
-        current = {}
-        for broker_id in ids:
-            info = yield self.zk.get_broker(broker_id)
-            if info is not None:
-                current[broker_id] = info
+        current = yield self._read_brokers()
         dead = {b for b, info in self.live.items() if b not in current or current[b].epoch != info.epoch}
         new = {b for b, info in current.items() if b not in self.live or b in dead}
         self.shutting_down -= dead
