@@ -143,8 +143,8 @@ class UpdateMetadataTests(unittest.SynchronousTestCase):
         from twisted.internet import defer
         from twisted.internet.task import Clock
 
-        from kafkatw.cluster.state import BrokerInfo
-        from kafkatw.controller.controller import LEADER_DURING_DELETE, KafkaController
+        from kafkatw.cluster.state import LEADER_DURING_DELETE, BrokerInfo
+        from kafkatw.controller.controller import KafkaController
 
         sent = []
 

@@ -11,6 +11,12 @@ import attr
 NO_LEADER = -1
 INITIAL_LEADER_EPOCH = 0
 INITIAL_PARTITION_EPOCH = 0
+#: UpdateMetadata's leader for a partition of a topic being deleted (Kafka's LeaderDuringDelete)
+LEADER_DURING_DELETE = -2
+
+#: UpdateMetadata's endpoint security protocol ids (Kafka's SecurityProtocol.id)
+SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
+SECURITY_PROTOCOL_NAMES = {v: k for k, v in SECURITY_PROTOCOL_IDS.items()}
 
 
 @attr.s(frozen=True, slots=True)

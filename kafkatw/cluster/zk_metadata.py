@@ -26,14 +26,18 @@ from kafkatw.cluster.metadata import (
     unify_collision_chars,
     validate_topic_name,
 )
-from kafkatw.cluster.state import NO_LEADER, BrokerInfo, PartitionState
+from kafkatw.cluster.state import (
+    LEADER_DURING_DELETE,
+    NO_LEADER,
+    SECURITY_PROTOCOL_NAMES,
+    BrokerInfo,
+    PartitionState,
+)
 from kafkatw.protocol import errors
 from kafkatw.protocol.errors import KafkaError
 
 log = Logger(namespace="kafkatw.cluster.metadata")
 
-LEADER_DURING_DELETE = -2
-SECURITY_PROTOCOL_NAMES = {0: "PLAINTEXT", 1: "SSL", 2: "SASL_PLAINTEXT", 3: "SASL_SSL"}
 
 
 @implementer(IClusterMetadata, IClusterMetadataCache)

@@ -8,6 +8,7 @@ It decides nothing: the controller says what to send to whom.
 from twisted.internet import defer
 from twisted.logger import Logger
 
+from kafkatw.cluster.state import SECURITY_PROTOCOL_IDS
 from kafkatw.network.client import NodeUnavailableError, RequestTimeoutError
 from kafkatw.protocol import messages as m
 
@@ -17,9 +18,6 @@ LEADER_AND_ISR_VERSION = 6  # ZooKeeper-mode Kafka 3.x: topic ids, leader recove
 UPDATE_METADATA_VERSION = 7
 STOP_REPLICA_VERSION = 3
 
-#: SecurityProtocol ids of UpdateMetadata's endpoints (Kafka's SecurityProtocol.id)
-SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
-SECURITY_PROTOCOL_NAMES = {v: k for k, v in SECURITY_PROTOCOL_IDS.items()}
 
 
 class _BrokerQueue:

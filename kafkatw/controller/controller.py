@@ -17,7 +17,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from kafkatw.cluster.interfaces import ControllerMovedError
-from kafkatw.cluster.state import NO_LEADER
+from kafkatw.cluster.state import LEADER_DURING_DELETE, NO_LEADER
 from kafkatw.controller import election
 from kafkatw.controller.channel import (
     LEADER_AND_ISR_VERSION,
@@ -31,9 +31,6 @@ from kafkatw.protocol import errors
 from kafkatw.protocol import messages as m
 
 log = Logger(namespace="kafkatw.controller")
-
-#: UpdateMetadata's leader for a partition of a topic being deleted (Kafka's LeaderDuringDelete)
-LEADER_DURING_DELETE = -2
 
 
 class KafkaController:
