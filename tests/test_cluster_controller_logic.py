@@ -168,3 +168,39 @@ class UpdateMetadataTests(unittest.SynchronousTestCase):
             [topic] = request.topic_states
             [p] = topic.partition_states
             self.assertEqual((p.leader, p.isr, p.offline_replicas), (LEADER_DURING_DELETE, [2, 1], [3]))
+
+
+class BrokerMetadataTests(unittest.SynchronousTestCase):
+    """A broker's metadata from UpdateMetadata (Kafka's ZkMetadataCache), without ZooKeeper."""
+
+    def test_update_metadata_makes_each_topic_from_all_its_partitions(self):
+        from types import SimpleNamespace
+
+        from twisted.internet import defer
+        from twisted.internet.task import Clock
+
+        from kafkatw.cluster.zk_metadata import ZkClusterMetadata
+        from kafkatw.protocol import messages as m
+
+        class Store:
+            def topic_configs(self, topic):
+                return defer.Deferred()  # not answered: configs are not what is tested here
+
+        meta = ZkClusterMetadata(SimpleNamespace(node_id=1, cluster_id="c"), Store(), Clock())
+        U = m.UpdateMetadataRequest
+
+        def request(partitions):
+            return U(controller_id=1, controller_epoch=1, broker_epoch=-1, live_brokers=[], topic_states=[
+                U.UpdateMetadataTopicState(topic_name="t", topic_id=bytes(range(16)), partition_states=[
+                    U.UpdateMetadataPartitionState(
+                        topic_name="t", partition_index=p, controller_epoch=1, leader=1, leader_epoch=epoch,
+                        isr=[1], zk_version=0, replicas=[1], offline_replicas=[])
+                    for p, epoch in partitions])])
+        meta.update_metadata(request([(2, 5), (0, 3), (1, 4)]))
+        info = meta.get_topic("t")
+        self.assertEqual((info.topic_id, info.num_partitions, info.leader_epochs),
+                         (bytes(range(16)), 3, [3, 4, 5]))
+        meta.update_metadata(request([(1, 6), (3, 1)]))  # a leader change and an added partition
+        info = meta.get_topic("t")
+        self.assertEqual((info.num_partitions, info.leader_epochs), (4, [3, 6, 5, 1]))
+        self.assertIs(meta.topic_by_id(bytes(range(16))), info)

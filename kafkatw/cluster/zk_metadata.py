@@ -282,6 +282,7 @@ class ZkClusterMetadata:
                                        security_protocols=protocols)
         self._brokers = brokers
         deleted = set()
+        highest = {}  # topic -> (topic id, highest partition named): each topic put once
         for t in request.topic_states:
             for p in t.partition_states:
                 topic = t.topic_name or p.topic_name
@@ -291,7 +292,11 @@ class ZkClusterMetadata:
                 self._states[(topic, p.partition_index)] = PartitionState(
                     leader=p.leader, leader_epoch=p.leader_epoch, isr=p.isr, replicas=p.replicas,
                     offline_replicas=p.offline_replicas, partition_epoch=p.zk_version)
-                self._put_topic(topic, t.topic_id, p.partition_index)
+                known = highest.get(topic)
+                if known is None or p.partition_index > known[1]:
+                    highest[topic] = (t.topic_id if known is None else known[0], p.partition_index)
+        for topic, (topic_id, partition) in highest.items():
+            self._put_topic(topic, topic_id, partition)
         for topic in deleted:
             self._remove_topic(topic)
         self._check_waiters()
