@@ -184,7 +184,7 @@ class BrokerMetadataTests(unittest.SynchronousTestCase):
 
         class Store:
             def topic_configs(self, topic):
-                return defer.Deferred()  # not answered: configs are not what is tested here
+                return defer.succeed({"retention.ms": "7"})
 
         meta = ZkClusterMetadata(SimpleNamespace(node_id=1, cluster_id="c"), Store(), Clock())
         U = m.UpdateMetadataRequest
@@ -198,8 +198,8 @@ class BrokerMetadataTests(unittest.SynchronousTestCase):
                     for p, epoch in partitions])])
         meta.update_metadata(request([(2, 5), (0, 3), (1, 4)]))
         info = meta.get_topic("t")
-        self.assertEqual((info.topic_id, info.num_partitions, info.leader_epochs),
-                         (bytes(range(16)), 3, [3, 4, 5]))
+        self.assertEqual((info.topic_id, info.num_partitions, info.leader_epochs, info.configs),
+                         (bytes(range(16)), 3, [3, 4, 5], {"retention.ms": "7"}))
         meta.update_metadata(request([(1, 6), (3, 1)]))  # a leader change and an added partition
         info = meta.get_topic("t")
         self.assertEqual((info.num_partitions, info.leader_epochs), (4, [3, 6, 5, 1]))

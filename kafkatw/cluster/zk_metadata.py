@@ -309,15 +309,17 @@ class ZkClusterMetadata:
         for p in range(n):
             state = self._states.get((topic, p))
             epochs.append(0 if state is None else state.leader_epoch)
-        if info is None:
+        new = info is None
+        if new:
             info = TopicInfo(topic, topic_id, n, dict(self._configs.get(topic, {})), epochs,
                              topic in INTERNAL_TOPICS)
-            if topic not in self._configs:
-                self.topic_configs_loaded([topic]).addCallback(lambda _: self._configs_read(topic))
         else:
             info = attr.evolve(info, num_partitions=n, leader_epochs=epochs)
         self.topics[topic] = info
         self._by_id[info.topic_id] = info
+        if new and topic not in self._configs:
+            # after the topic is in place: a store answering at once must find it
+            self.topic_configs_loaded([topic]).addCallback(lambda _: self._configs_read(topic))
 
     def _configs_read(self, topic):
         info = self.topics.get(topic)
