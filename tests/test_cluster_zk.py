@@ -134,6 +134,11 @@ class StoreTests(unittest.TestCase):
         self.assertEqual((yield a.topic_configs("c")), {"retention.ms": "6"})
         changes = yield a.config_changes()
         self.assertEqual([(t, n) for _, t, n in changes], [("topics", "c")])
+        yield a.set_topic_configs("c", {"retention.ms": "7"})
+        yield a.set_entity_configs("users/u", b'{"version":1,"config":{}}')
+        later = yield a.config_changes(after=changes[0][0])  # only those not seen yet
+        self.assertEqual([(t, n) for _, t, n in later], [("topics", "c"), ("users", "u")])
+        self.assertGreater(later[0][0], changes[0][0])
 
     @defer.inlineCallbacks
     def test_max_in_flight_requests_bounds_the_requests_sent_at_once(self):

@@ -233,8 +233,9 @@ class IClusterCoordinator(Interface):
     def set_topic_configs(topic, configs):
         """Replace the topic's overrides and add a change notification: a Deferred."""
 
-    def config_changes(watch=None):
-        """A Deferred of ``[(sequence name, entity type, entity name)]`` of the notifications."""
+    def config_changes(watch=None, after=""):
+        """A Deferred of ``[(sequence name, entity type, entity name)]`` of the notifications
+        named after ``after`` (sequence names sort in creation order), oldest first."""
 
     def entity_configs(entity_path):
         """A Deferred of the bytes of ``/config/<entity_path>`` (a client quota entity), or None."""

@@ -419,15 +419,17 @@ class ZkClusterCoordinator:
             sequence=True, makepath=True))
 
     @defer.inlineCallbacks
-    def config_changes(self, watch=None):
+    def config_changes(self, watch=None, after=""):
         from kazoo.exceptions import NoNodeError
 
         children = yield self._run(lambda: self._client.get_children_async(
             self._p(L.CONFIG_CHANGES), watch=self._watch(watch)))
+        pending = [(name, self._run(lambda name=name: self._client.get_async(
+            self._p(L.CONFIG_CHANGES + "/" + name)))) for name in sorted(children) if name > after]
         out = []
-        for name in sorted(children):
+        for name, d in pending:
             try:
-                data, _ = yield self._run(lambda: self._client.get_async(self._p(L.CONFIG_CHANGES + "/" + name)))
+                data, _ = yield d
             except NoNodeError:
                 continue
             entity_type, entity = L.decode_config_change(data)

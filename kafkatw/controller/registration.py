@@ -118,7 +118,8 @@ class ClusterMembership:
 
     @defer.inlineCallbacks
     def _watch_config_changes(self):
-        changes = yield self.zk.config_changes(watch=self._config_watch)
+        # only the notifications not seen yet are read (they are never purged)
+        changes = yield self.zk.config_changes(watch=self._config_watch, after=self._last_change or "")
         if self._last_change is None:  # at start-up the configs are read with the topics
             self._last_change = changes[-1][0] if changes else ""
             return
