@@ -66,7 +66,7 @@ class BrokerPropertiesTests(unittest.SynchronousTestCase):
                           "zookeeper.clientCnxnSocket"])
         self.assertEqual(config["zookeeper.connection.timeout.ms"], 18000)
         self.assertIn("zookeeper.clientCnxnSocket is deprecated and ignored: kafkatw's ZooKeeper client uses only "
-                      "zookeeper.connect and its timeouts", warned)
+                      "zookeeper.connect, its timeouts and zookeeper.max.in.flight.requests", warned)
 
     def test_refused_in_one_line(self):
         for name, replacement in (("quota.producer.default", "producer_byte_rate=N"),

@@ -61,10 +61,12 @@ REMOVED_BROKER_CONFIGS = _table(
 )
 
 #: Prefixes of whole removed families: the ``zookeeper.*`` keys kafkatw's cluster mode does not
-#: use (``zookeeper.connect`` and its timeouts are broker configs).
+#: use (``zookeeper.connect``, its timeouts and ``zookeeper.max.in.flight.requests`` are broker
+#: configs).
 REMOVED_BROKER_PREFIXES = {
     "zookeeper.": RemovedConfig("zookeeper.*", IGNORED,
-                                "kafkatw's ZooKeeper client uses only zookeeper.connect and its timeouts"),
+                                "kafkatw's ZooKeeper client uses only zookeeper.connect, its timeouts "
+                                "and zookeeper.max.in.flight.requests"),
 }
 
 
