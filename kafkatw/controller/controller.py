@@ -33,6 +33,12 @@ from kafkatw.protocol import messages as m
 log = Logger(namespace="kafkatw.controller")
 
 
+def _together(deferreds):
+    """The results of store reads issued together (``zookeeper.max.in.flight.requests`` bounds
+    them), in order; the first failure itself, not a FirstError."""
+    return defer.gatherResults(deferreds, consumeErrors=True).addErrback(lambda f: f.value.subFailure)
+
+
 class KafkaController:
     """One per broker; active on the elected one. ``zk`` is an IClusterCoordinator, ``channel`` a
     ControllerChannelManager, ``broker_epoch()`` this broker's current registration epoch."""
@@ -164,8 +170,7 @@ class KafkaController:
             self.live[broker_id] = info
             self.channel.add_broker(info)
         topics = yield self.zk.topics(watch=self._topics_watch)
-        for topic in topics:
-            yield self._load_topic(topic)
+        yield _together([self._load_topic(topic) for topic in topics])
         # replicas on brokers that are gone leave the ISR as at a broker failure (the broker may
         # have died while there was no controller)
         assigned = {r for a in self.assignments.values() for rs in a.values() for r in rs}
@@ -183,8 +188,7 @@ class KafkaController:
         """``{broker id: BrokerInfo}`` of the registered brokers (watching the list): their
         registrations read together, not one round trip after another."""
         ids = yield self.zk.broker_ids(watch=self._brokers_watch)
-        infos = yield defer.gatherResults([self.zk.get_broker(b) for b in ids], consumeErrors=True) \
-            .addErrback(lambda f: f.value.subFailure)  # the first failure itself, not FirstError
+        infos = yield _together([self.zk.get_broker(b) for b in ids])
         return {b: info for b, info in zip(ids, infos) if info is not None}
 
     def _topic_watch(self, topic):
@@ -431,8 +435,7 @@ class KafkaController:
         new = [t for t in topics if t not in self.assignments]
         for topic in set(self.assignments) - set(topics):
             self._forget_topic(topic)
-        for topic in new:
-            yield self._load_topic(topic)
+        yield _together([self._load_topic(topic) for topic in new])
         if new:
             fresh = [tp for tp in self._new_partitions() if tp[0] in new]
             changed = yield self._online_partitions(fresh)
