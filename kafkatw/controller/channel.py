@@ -61,9 +61,12 @@ class ControllerChannelManager:
         for _, _, d in queued:
             d.errback(NodeUnavailableError("broker %d is no longer live" % broker_id))
 
-    def shutdown(self):
+    def remove_all_brokers(self):
         for broker_id in list(self._brokers):
             self.remove_broker(broker_id)
+
+    def shutdown(self):
+        self.remove_all_brokers()
         return self._client.close_all()
 
     def send(self, broker_id, request, version):

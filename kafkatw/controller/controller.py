@@ -128,8 +128,7 @@ class KafkaController:
         self.states.clear()
         self.deleting.clear()
         self.shutting_down.clear()
-        for broker_id in list(self.channel._brokers):
-            self.channel.remove_broker(broker_id)
+        self.channel.remove_all_brokers()
 
     # -- election ------------------------------------------------------------------------------
 
