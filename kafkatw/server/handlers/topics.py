@@ -210,11 +210,10 @@ class CreateTopics:
                 result.error_code = errors.INVALID_REQUEST
                 result.error_message = "Duplicate topic name."
                 continue
-            if not may_create:
-                if not apis.allowed(request, CREATE, TOPIC, t.name):
-                    result.error_code = errors.TOPIC_AUTHORIZATION_FAILED
-                    result.error_message = "Authorization failed."
-                    continue
+            if not may_create and not apis.allowed(request, CREATE, TOPIC, t.name):
+                result.error_code = errors.TOPIC_AUTHORIZATION_FAILED
+                result.error_message = "Authorization failed."
+                continue
             try:
                 if not body.validate_only:
                     quota.record(requested_partitions(apis, [t]))
