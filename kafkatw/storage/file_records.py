@@ -91,15 +91,6 @@ class FileRecords:
         """Whether a descriptor is held now (the cache may drop it at any time)."""
         return self._desc is not None
 
-    @property
-    def file(self):
-        """An object with ``fileno()`` that keeps the descriptor open while referenced."""
-        return self._descriptor()
-
-    @property
-    def fd(self):
-        return self._descriptor().fd
-
     def size_in_bytes(self):
         return self._size
 
