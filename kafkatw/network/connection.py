@@ -78,8 +78,9 @@ class KafkaConnection(Protocol):
         self.waiting_for_accept = False
         self._handshake_done = False  # TLS only: handshakeCompleted was called
         # when each chunk still (partly) in the decoder was read: (bytes read up to its end, ns),
-        # so a frame cut later (behind a request in flight) knows how long it waited
-        self._arrivals = collections.deque()
+        # so a frame cut later (behind a request in flight) knows how long it waited; only the
+        # request log reports it (pipelineWaitMs), so without one nothing is tracked per read
+        self._arrivals = collections.deque() if server.request_logger.enabled else None
         self._bytes_read = 0
 
     # -- connection life ------------------------------------------------------
@@ -198,8 +199,9 @@ class KafkaConnection(Protocol):
             return
         self.server.metrics.bytes_in += len(data)
         self.last_activity = self.server.reactor.seconds()
-        self._bytes_read += len(data)
-        self._arrivals.append((self._bytes_read, self.server.clock_ns()))
+        if self._arrivals is not None:
+            self._bytes_read += len(data)
+            self._arrivals.append((self._bytes_read, self.server.clock_ns()))
         self.decoder.feed(data)
         self._process_frames()
 
@@ -246,9 +248,12 @@ class KafkaConnection(Protocol):
             self._handle_frame(frame)
 
     def _read_ns(self):
-        """When the last byte of the frame just cut was read from the socket."""
-        consumed = self._bytes_read - self.decoder.buffered
+        """When the last byte of the frame just cut was read from the socket (None when no
+        request log wants it)."""
         arrivals = self._arrivals
+        if arrivals is None:
+            return None
+        consumed = self._bytes_read - self.decoder.buffered
         while arrivals[0][0] < consumed:
             arrivals.popleft()
         return arrivals[0][1]
