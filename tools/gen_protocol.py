@@ -877,8 +877,6 @@ class RowGen:
         i = 0
         while i < len(fields):
             f = fields[i]
-            if i == k:
-                break
             if _has(f.regular, v):
                 j = i
                 while (j < len(fields) and _has(fields[j].regular, v) and fields[j].base in FIXED
@@ -887,7 +885,9 @@ class RowGen:
                 if j > i:
                     fmt = ">" + "".join(FIXED[x.base][0] for x in fields[i:j])
                     args = ", ".join(names[i:j])
-                    if j == k:  # the tail's constant bytes go in the same pack
+                    # fields[k - 1] is fixed-width and fields[k:] hold none at this version:
+                    # the run holding it ends at k, and the tail's constant bytes join its pack
+                    if j == k:
                         em("if %s:" % tail_test)
                         em("    %s += %sp(%s, %r)" % (buf, em.struct(fmt + "%ds" % len(tail_bytes)), args,
                                                      tail_bytes))
@@ -905,15 +905,8 @@ class RowGen:
                 em("if not (%s):" % row_is_default_src(f, names[i]))
                 em("    raise _absent_field(%r, %r, v)" % (qual, f.attr))
             i += 1
-        if k is None:
-            self.write_tail(sd, names, len(fields), buf, parts, qual)
-            return
-        em("if %s:" % tail_test)
-        em("    %s += %r" % (buf, tail_bytes))
-        em("else:")
-        em.ind += 1
-        self.write_tail(sd, names, k, buf, parts, qual)
-        em.ind -= 1
+        assert k is None, (qual, "a default tail is written with the fixed run before it")
+        self.write_tail(sd, names, len(fields), buf, parts, qual)
 
     def default_tail(self, fields):
         """``(k, bytes)``: ``fields[k:]`` hold no fixed-width, struct or records field present
