@@ -78,6 +78,18 @@ class BrokerPropertiesTests(unittest.SynchronousTestCase):
             self.assertIn(replacement, str(e.exception))
             self.assertNotIn("\n", str(e.exception))
 
+    def test_zookeeper_tls_and_acls_refused_not_ignored(self):
+        """The zookeeper.* family is ignored, but TLS to ZooKeeper and znode ACLs asked for
+        and silently not done would leave the cluster open: true is refused, false accepted."""
+        for name in ("zookeeper.ssl.client.enable", "zookeeper.set.acl"):
+            config = KafkaConfig.from_properties({name: "false"})
+            self.assertEqual((config[name], config.ignored_removed), (False, []))
+            with self.assertRaises(ConfigError) as e:
+                KafkaConfig.from_properties({name: "true"})
+            self.assertEqual(str(e.exception).split(":")[0],
+                             "Invalid value true for configuration %s" % name)
+            self.assertIn("kafkatw's ZooKeeper client has no", str(e.exception))
+
 
 class ClientTests(KafkaBrokerMixin, unittest.TestCase):
     def admin(self):

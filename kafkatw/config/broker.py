@@ -66,6 +66,29 @@ _d("zookeeper.connection.timeout.ms", INT, None, None, HIGH,
    "Longest wait to connect to ZooKeeper; defaults to zookeeper.session.timeout.ms.")
 _d("zookeeper.max.in.flight.requests", INT, 10, at_least(1), HIGH,
    "Requests the broker's ZooKeeper client keeps in flight.")
+
+
+class _NotSupported:
+    """A ZooKeeper client feature kafkatw's client lacks: false (Kafka's default) is accepted,
+    true refused rather than ignored (other ``zookeeper.*`` keys are ignored with a warning,
+    config/removed.py, but these would silently leave the connection or the znodes open)."""
+
+    def __init__(self, what):
+        self.what = what
+
+    def __call__(self, name, value):
+        if value:
+            raise ConfigError.invalid(name, value, "kafkatw's ZooKeeper client has no %s" % self.what)
+
+    def __str__(self):
+        return "false"
+
+
+_d("zookeeper.ssl.client.enable", BOOLEAN, False, _NotSupported("TLS"), LOW,
+   "Kafka's TLS to ZooKeeper; kafkatw's client speaks plain TCP, so only false is accepted.")
+_d("zookeeper.set.acl", BOOLEAN, False, _NotSupported("znode ACLs"), LOW,
+   "Kafka's secure ACLs on the znodes it creates; kafkatw creates them open, so only false is "
+   "accepted.")
 _d("controlled.shutdown.enable", BOOLEAN, True, None, MEDIUM,
    "In cluster mode a stopping broker first asks the controller to move its leaderships away.")
 _d("controlled.shutdown.max.retries", INT, 3, None, MEDIUM,
