@@ -54,7 +54,7 @@ class LoadTest(ManagerBase):
         a2 = mgr2.get_log("a", 0)
         self.assertEqual((a2.log_end_offset, a2.high_watermark, a2.topic_id),
                          (10, 6, b"\x01" * 16))
-        self.assertEqual(mgr2.recovery_summary, [])
+        self.assertEqual([lg.recovery_log for lg in mgr2.all_logs() if lg.recovery_log], [])
         mgr2.shutdown()
 
     def test_only_partition_directories_load(self):
@@ -108,7 +108,7 @@ class LoadTest(ManagerBase):
         mgr2 = self.make(props={"log.segment.bytes": "2000"})
         a2 = mgr2.get_log("a", 0)
         self.assertEqual(a2.log_end_offset, leo)
-        recovered = [line for _tp, lines in mgr2.recovery_summary for line in lines]
+        recovered = [line for lg in mgr2.all_logs() for line in lg.recovery_log]
         self.assertEqual(len(recovered), len([s for s in a2.segments if s.base_offset >= rp]))
         mgr2.shutdown()
 

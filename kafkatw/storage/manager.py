@@ -57,7 +57,6 @@ class LogManager:
         self.cleaner = None
         self._cleaner_loop = None
         self.default_config = LogConfig.from_props(self.broker_defaults, {})
-        self.recovery_summary = []
         #: called with the log dirs once every one of them is offline (the service halts the
         #: broker there, as Kafka's LogManager does); None: the broker keeps running
         self.on_all_dirs_offline = None
@@ -141,7 +140,6 @@ class LogManager:
                 self._load_dir(directory)
             except OSError as e:
                 self._take_dir_offline(directory, e)  # a half-loaded dir is never served
-        return self.recovery_summary
 
     def _load_dir(self, directory):
         started = time.monotonic()
@@ -195,8 +193,6 @@ class LogManager:
             loaded += 1
             recovered += lg.recovered_segments
             truncated += lg.truncated_bytes
-            if lg.recovery_log:
-                self.recovery_summary.append((tp, list(lg.recovery_log)))
         if clean:
             os.unlink(marker)
         ms = int((time.monotonic() - started) * 1000)
