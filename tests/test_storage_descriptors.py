@@ -4,6 +4,7 @@ with many segments, and resource errors (EMFILE) failing one operation while the
 stays online."""
 
 import errno
+import mmap
 import os
 
 from twisted.internet import task
@@ -12,6 +13,7 @@ from twisted.trial import unittest
 from kafkatw.protocol import errors
 from kafkatw.protocol.errors import KafkaError
 from kafkatw.protocol.parts import region_done
+from kafkatw.protocol.records import iter_batch_headers
 from kafkatw.storage import LogManager, descriptors
 from kafkatw.storage.file_records import FileRecords
 from kafkatw.storage.index import OffsetIndex
@@ -244,6 +246,41 @@ class ResourceErrorTest(SmallCacheTest):
         self.cache.open_retrying = real
         self.assertEqual(a.append_as_leader(make_batch(1, timestamp=1_000_000_000), 0).first_offset, 1)
         self.assertEqual(mgr.get_or_create_log("c", 0).log_end_offset, 0)
+        mgr.shutdown()
+
+
+    def test_emfile_at_an_index_page_fails_before_the_log_write(self):
+        """An index entry entering a new page first backs it with blocks (pwrite, on a
+        descriptor of its own): without a descriptor that must fail the append before the
+        batch is written, else the batch stays in the log beyond the log end offset and the
+        next append writes its offsets again."""
+        clock = task.Clock()
+        clock.advance(1_000_000)
+        mgr = LogManager([os.path.join(self.dir, "d")], {"log.index.interval.bytes": "1"},
+                         reactor=clock)
+        mgr.load_logs()
+        a = mgr.get_or_create_log("a", 0)
+        seg = a.active_segment
+        ts = 1_000_000_000
+        while (seg.offset_index.entries + 1) * 8 <= mmap.PAGESIZE:
+            a.append_as_leader(make_batch(1, timestamp=ts), 0)
+            ts += 1
+        size, leo = seg.size, a.log_end_offset
+        real = self.cache.open_retrying
+
+        def no_descriptors(opener):
+            raise OSError(errno.EMFILE, "Too many open files")
+
+        self.cache.open_retrying = no_descriptors
+        with self.assertRaises(KafkaError) as cm:
+            a.append_as_leader(make_batch(1, timestamp=ts), 0)
+        self.assertEqual(cm.exception.code, errors.KAFKA_STORAGE_ERROR)
+        self.assertEqual((seg.size, a.log_end_offset), (size, leo))
+        self.cache.open_retrying = real
+        self.assertEqual(a.append_as_leader(make_batch(1, timestamp=ts), 0).first_offset, leo)
+        offsets = [h.base_offset for _pos, h in iter_batch_headers(a.read(0, 1 << 20).records.read())]
+        self.assertEqual(offsets, list(range(leo + 1)))
+        self.assertFalse(a.is_offline)
         mgr.shutdown()
 
 

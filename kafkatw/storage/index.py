@@ -182,13 +182,15 @@ class _Index:
         if self._length != self._max_size:
             self.resize(self._max_size)
 
-    def ensure_writable(self):
-        """Map now, so an append that follows does not fail for want of a descriptor after
-        the log write it indexes (EMFILE surfaces before anything is written)."""
+    def ensure_writable(self, entries=1):
+        """Map now and back the pages the next ``entries`` entries go into, so the appends
+        that follow need no descriptor after the log write they index (EMFILE surfaces
+        before anything is written)."""
         if not self._known:
             self._load_state()
         if self._length < self._max_size:
             self.resize(self._max_size)
+        self._allocate(min(self._entries + entries, self.max_entries) * self.ENTRY.size)
         self._ensure_open()
 
     def flush(self):
@@ -246,17 +248,21 @@ class _Index:
         if self._length < self._max_size:
             self.resize(self._max_size)
         pos = self._entries * self.ENTRY.size
-        end = pos + self.ENTRY.size
-        if end > self._allocated:
-            # Nothing was stored beyond _allocated yet: zeros there lose no entry.
-            upto = min(self._length, -(-end // mmap.PAGESIZE) * mmap.PAGESIZE)
-            start = self._allocated
-            self._with_fd(lambda fd: os.pwrite(fd, bytes(upto - start), start))
-            self._allocated = upto
+        self._allocate(pos + self.ENTRY.size)
         m = self._ensure_open()
         self.ENTRY.pack_into(m, pos, *fields)
         self._entries += 1
         self._dirty = True
+
+    def _allocate(self, end):
+        """Back the first ``end`` bytes (whole pages, at most the file's length) with blocks
+        before entries are stored there (see ``_allocated``). Nothing was stored beyond
+        ``_allocated`` yet: zeros there lose no entry."""
+        if end > self._allocated:
+            upto = min(self._length, -(-end // mmap.PAGESIZE) * mmap.PAGESIZE)
+            start = self._allocated
+            self._with_fd(lambda fd: os.pwrite(fd, bytes(upto - start), start))
+            self._allocated = upto
 
     def truncate_to_entries(self, n):
         m = self._ensure_open()

@@ -134,10 +134,11 @@ class LogSegment:
         if physical == 0 and batches:
             self.rolling_based_timestamp = batches[0][3]
         if self._bytes_since_last_index_entry + len(buf) > self.index_interval_bytes:
-            # an entry may follow the write: map the indexes first, so running out of
-            # descriptors fails the append before anything is written
-            self.offset_index.ensure_writable()
-            self.time_index.ensure_writable()
+            # an entry may follow the write (at most one per batch): map the indexes and
+            # back their pages first, so running out of descriptors fails the append before
+            # anything is written
+            self.offset_index.ensure_writable(len(batches))
+            self.time_index.ensure_writable(len(batches))
         self.log.append(buf)
         self._index_batches(physical, batches)
 
