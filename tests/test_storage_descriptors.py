@@ -192,7 +192,7 @@ class ManyPartitionsTest(SmallCacheTest):
         clock = task.Clock()
         clock.advance(1_000_000)
         dirs = [os.path.join(self.dir, "d")]
-        mgr = LogManager(dirs, {"index.interval.bytes": "1"}, reactor=clock)
+        mgr = LogManager(dirs, {"log.index.interval.bytes": "1"}, reactor=clock)
         mgr.load_logs()
         before = open_fds(self.dir)
         logs = [mgr.get_or_create_log("t", p) for p in range(200)]
@@ -200,6 +200,9 @@ class ManyPartitionsTest(SmallCacheTest):
             for p, lg in enumerate(logs):
                 lg.append_as_leader(make_batch(2, timestamp=1_000_000_000 + p), 0)
                 self.assertLessEqual(open_fds(self.dir), before + self.capacity)
+        # the second batch of each is indexed: every partition's indexes were mapped, 400 mappings
+        # and 200 .log descriptors through a cache of 16
+        self.assertEqual([lg.active_segment.offset_index.entries for lg in logs], [1] * 200)
         for p, lg in enumerate(logs):
             info = lg.read(2, 10000)
             self.assertEqual(info.records.read(), lg.read(0, 10000).records.read()[
@@ -208,7 +211,7 @@ class ManyPartitionsTest(SmallCacheTest):
         del info  # a region read holds its descriptor until it goes
         mgr.shutdown()
         self.assertLessEqual(open_fds(self.dir), before)
-        again = LogManager(dirs, {"index.interval.bytes": "1"}, reactor=clock)
+        again = LogManager(dirs, {"log.index.interval.bytes": "1"}, reactor=clock)
         again.load_logs()
         self.assertEqual([lg.recovery_log for lg in again.all_logs() if lg.recovery_log], [])
         self.assertEqual(sorted(lg.log_end_offset for lg in again.all_logs()), [4] * 200)
