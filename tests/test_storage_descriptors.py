@@ -113,26 +113,26 @@ class SmallCacheTest(unittest.TestCase):
 
 class FileRecordsTest(SmallCacheTest):
     def test_many_files_with_few_descriptors(self):
-        before = open_fds()
+        before = open_fds(self.dir)
         files = [FileRecords(os.path.join(self.dir, "%d.log" % i)) for i in range(50)]
-        self.assertEqual(open_fds(), before)  # created, not kept open
+        self.assertEqual(open_fds(self.dir), before)  # created, not kept open
         for i, f in enumerate(files):
             f.append(b"record %02d" % i)
-            self.assertLessEqual(open_fds(), before + self.capacity)
+            self.assertLessEqual(open_fds(self.dir), before + self.capacity)
         self.assertEqual(sum(f.is_open for f in files), self.capacity)
         for i, f in enumerate(files):
             self.assertEqual(f.read(0, 100), b"record %02d" % i)
-        self.assertLessEqual(open_fds(), before + self.capacity)
+        self.assertLessEqual(open_fds(self.dir), before + self.capacity)
         for f in files:
             f.close()
-        self.assertEqual(open_fds(), before)
+        self.assertEqual(open_fds(self.dir), before)
 
     def test_a_slice_holds_its_descriptor_only_while_sent(self):
         files = [FileRecords(os.path.join(self.dir, "%d.log" % i)) for i in range(10)]
         for i, f in enumerate(files):
             f.append(b"data of %d" % i)
         regions = [f.slice(0, 100) for f in files]
-        before = open_fds()
+        before = open_fds(self.dir)
         first = regions[0]
         fd = first.file.fileno()  # the transport starts sending it
         for f in files[1:]:
@@ -140,10 +140,10 @@ class FileRecordsTest(SmallCacheTest):
         self.assertFalse(files[0].is_open)
         self.assertEqual(os.pread(fd, 100, 0), b"data of 0")
         self.assertEqual(first.file.fileno(), fd)
-        held = open_fds()
+        held = open_fds(self.dir)
         region_done(first)
-        self.assertEqual(open_fds(), held - 1)
-        self.assertLessEqual(open_fds(), before + 1)
+        self.assertEqual(open_fds(self.dir), held - 1)
+        self.assertLessEqual(open_fds(self.dir), before + 1)
         self.assertEqual([r.read() for r in regions], [b"data of %d" % i for i in range(10)])
         self.assertEqual(first.file.name, files[0].path)
 
@@ -156,20 +156,20 @@ class FileRecordsTest(SmallCacheTest):
 
 class IndexTest(SmallCacheTest):
     def test_entries_survive_dropped_mappings(self):
-        before = open_fds()
+        before = open_fds(self.dir)
         indexes = [OffsetIndex(os.path.join(self.dir, "%d.index" % i), 100 * i, 4096)
                    for i in range(20)]
         for n in range(3):
             for i, index in enumerate(indexes):
                 index.append(100 * i + 10 * (n + 1), 1000 * n)
-                self.assertLessEqual(open_fds(), before + self.capacity)
+                self.assertLessEqual(open_fds(self.dir), before + self.capacity)
         self.assertEqual(sum(ix.is_mapped for ix in indexes), self.capacity)
         for i, index in enumerate(indexes):
             self.assertEqual(index.entries, 3)
             self.assertEqual(index.lookup(100 * i + 25), (100 * i + 20, 1000))
         for index in indexes:
             index.close()
-        self.assertEqual(open_fds(), before)
+        self.assertEqual(open_fds(self.dir), before)
         # trimmed on close, read back without mapping the tail of zeros
         again = OffsetIndex(indexes[7].path, 700, 4096)
         self.assertEqual(os.path.getsize(again.path), 3 * 8)
