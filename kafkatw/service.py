@@ -303,16 +303,17 @@ class RequestHandlersService(_BrokerPart):
         cache = FetchSessionCache(max_entries=b.config["max.incremental.fetch.session.cache.slots"])
         quotas = QuotaManagers.from_config(b.config, b.quota_callback)
         quotas.load({ClientQuotaEntity(entity): values for entity, values in b.metadata.client_quotas.items()})
-        handlers = DEFAULT_HANDLERS
+        handlers, table = DEFAULT_HANDLERS, features.FEATURES
         if "consumer" not in b.config["group.coordinator.rebalance.protocols"]:
             # clients pick the group protocol from ApiVersions: offer KIP-848 only when enabled
             handlers = tuple(h for h in DEFAULT_HANDLERS if h not in consumer_groups.HANDLERS)
+            table = features.without_consumer_groups(table)
         b.apis = KafkaApis(b.config, b.metadata, b.replica_manager, FetchManager(b.reactor, cache),
                            clock=b.reactor, log_manager=b.log_manager, handlers=handlers,
                            group_coordinator=b.group_coordinator,
                            txn_coordinator=b.txn_coordinator,
-                           supported_features=features.supported_features(),
-                           finalized_features=features.finalized_features(),
+                           supported_features=features.supported_features(table),
+                           finalized_features=features.finalized_features(table),
                            finalized_features_epoch=features.FINALIZED_FEATURES_EPOCH,
                            dynamic_config=b.dynamic_config, scram_credentials=b.scram_credentials,
                            quotas=quotas, authorizer=b.authorizer)

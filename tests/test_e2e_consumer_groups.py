@@ -173,14 +173,25 @@ def _cli(broker, *args):
     return proc.stdout
 
 
-def _advertised(broker):
+def _api_versions(broker, version=3):
     client = RawClient(broker, "versions")
     try:
-        resp = client.request(18, 3, m.ApiVersionsRequest(client_software_name="kafkatw-test",
+        return client.request(18, version, m.ApiVersionsRequest(client_software_name="kafkatw-test",
                                                           client_software_version="1.0"))
-        return {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
     finally:
         client.close()
+
+
+def _advertised(broker):
+    return {k.api_key: (k.min_version, k.max_version) for k in _api_versions(broker).api_keys}
+
+
+def _features(broker):
+    """``(supported names, {finalized name: level})`` from ApiVersions v4 (v3 leaves out
+    features whose minimum is 0, group.version among them)."""
+    resp = _api_versions(broker, 4)
+    return ({f.name for f in resp.supported_features},
+            {f.name: f.max_version_level for f in resp.finalized_features})
 
 
 class ConsumerProtocolTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
@@ -480,6 +491,9 @@ class ConsumerProtocolTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
     def test_consumer_protocol_apis(self):
         versions = _advertised(self.broker)
         self.assertEqual((versions[68], versions[69]), ((0, 1), (0, 0)))
+        supported, finalized = _features(self.broker)
+        self.assertIn("group.version", supported)
+        self.assertEqual(finalized.get("group.version"), 1)
 
 
 class ConsumerGroupRestartTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
@@ -533,3 +547,8 @@ class ClassicOnlyTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
         self.assertNotIn(68, versions)
         self.assertNotIn(69, versions)
         self.assertIn(11, versions)
+        # nor the group.version feature that tells clients KIP-848 groups are served
+        supported, finalized = _features(self.broker)
+        self.assertNotIn("group.version", supported)
+        self.assertNotIn("group.version", finalized)
+        self.assertEqual(finalized.get("metadata.version"), 25)

@@ -48,6 +48,14 @@ FEATURES = (
 )
 
 
+def without_consumer_groups(features=FEATURES):
+    """The table for a broker whose ``group.coordinator.rebalance.protocols`` leaves out
+    ``consumer``: group.version at 0 (absent from both lists), so no client is told KIP-848
+    groups are served where ConsumerGroupHeartbeat is not."""
+    return tuple(attr.evolve(f, max_level=0, finalized_level=0) if f.name == "group.version" else f
+                 for f in features)
+
+
 def supported_features(features=FEATURES):
     """``[(name, min, max)]`` as Kafka's BrokerFeatures lists them: no feature whose max is 0."""
     return [(f.name, f.min_level, f.max_level) for f in features if f.max_level > 0]
