@@ -150,6 +150,10 @@ class RackReadsClusterTests(unittest.SynchronousTestCase):
         for i in range(200):
             producer.produce(topic, value=b"%d" % i, partition=0)
         self.assertEqual(producer.flush(30), 0)
+        # The leader only redirects to a follower holding everything up to its HW, that is one in
+        # the ISR as the leader knows it: on a slow machine the ISR may still be catching up here.
+        cluster.wait_for(lambda: sorted(cluster.metadata(leader, [topic])[2][topic][0][4]) == sorted(replicas),
+                         30, "the full ISR at the leader")
         client_id = unique_name("rack-reader")
         consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": unique_name("g"),
                              "client.id": client_id, "client.rack": rack, "enable.auto.commit": False})
