@@ -324,6 +324,7 @@ class RequestHandlersService(_BrokerPart):
                 b.apis.register(handler)
             b.apis.controller = b.cluster.controller
             b.cluster.on_registered.append(b._registered)
+            b.log_manager.dir_offline_listeners.append(b.cluster.log_dir_failed)
             # client quotas set through any broker (and those in the store at start) apply here
             b.metadata.quota_listeners.append(
                 lambda changes: controller_requests.apply_quota_changes(b.apis.quotas, changes))

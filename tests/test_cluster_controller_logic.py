@@ -125,6 +125,14 @@ class ZkLayoutTests(unittest.SynchronousTestCase):
         self.assertEqual(L.decode_controller(b"3"), 3)
         self.assertEqual(L.decode_controller_epoch(L.encode_controller_epoch(12)), 12)
 
+    def test_log_dir_event_as_kafka_writes_it(self):
+        import json
+
+        self.assertEqual(json.loads(L.encode_log_dir_event(4)), {"version": 1, "broker": 4, "event": 1})
+        self.assertEqual(L.decode_log_dir_event(L.encode_log_dir_event(4)), 4)
+        self.assertIsNone(L.decode_log_dir_event(b'{"version": 1, "broker": 4, "event": 2}'))
+        self.assertIn(L.LOG_DIR_EVENT_NOTIFICATION, L.PERSISTENT_PATHS)
+
     def test_connect_string(self):
         self.assertEqual(parse_connect("a:1,b:2/kafka/x"), ("a:1,b:2", "/kafka/x"))
         self.assertEqual(parse_connect("a:1"), ("a:1", ""))

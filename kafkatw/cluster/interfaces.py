@@ -255,6 +255,20 @@ class IClusterCoordinator(Interface):
     def delete_topic(epoch_zk_version, topic):
         """Remove the topic's znodes, config and deletion mark (controller only): a Deferred."""
 
+    def propagate_log_dir_event(broker_id):
+        """A log dir of this broker failed: add a ``/log_dir_event_notification`` sequence
+        znode for the controller (Kafka's propagateLogDirEvent): a Deferred."""
+
+    def log_dir_event_notifications(watch=None):
+        """A Deferred of the notification names (oldest first); ``watch`` fires once on a change."""
+
+    def log_dir_event_brokers(names):
+        """A Deferred of the broker ids the notifications ``names`` were written for (gone ones
+        left out)."""
+
+    def delete_log_dir_event_notifications(epoch_zk_version, names):
+        """Remove handled notifications (controller only, conditional on its epoch): a Deferred."""
+
     def allocate_producer_id_block(broker_id, size):
         """Take the next block of ``size`` producer ids through ``/latest_producer_id_block``
         (conditional on the version read, retried): a Deferred of ``(start, end)``, end inclusive."""

@@ -536,6 +536,48 @@ class ZkClusterCoordinator:
             except NoNodeError:
                 pass
 
+    # -- log dir failures ------------------------------------------------------------------------------
+
+    def propagate_log_dir_event(self, broker_id):
+        return self._run(lambda: self._client.create_async(
+            self._p(L.LOG_DIR_EVENT_NOTIFICATION + "/" + L.LOG_DIR_EVENT_PREFIX),
+            L.encode_log_dir_event(broker_id), sequence=True, makepath=True))
+
+    @defer.inlineCallbacks
+    def log_dir_event_notifications(self, watch=None):
+        children = yield self._run(lambda: self._client.get_children_async(
+            self._p(L.LOG_DIR_EVENT_NOTIFICATION), watch=self._watch(watch)))
+        return sorted(c for c in children if c.startswith(L.LOG_DIR_EVENT_PREFIX))
+
+    @defer.inlineCallbacks
+    def log_dir_event_brokers(self, names):
+        from kazoo.exceptions import NoNodeError
+
+        pending = [self._run(lambda name=name: self._client.get_async(
+            self._p(L.LOG_DIR_EVENT_NOTIFICATION + "/" + name))) for name in names]
+        brokers = []
+        for d in pending:
+            try:
+                data, _ = yield d
+            except NoNodeError:
+                continue
+            broker_id = L.decode_log_dir_event(data)
+            if broker_id is not None and broker_id not in brokers:
+                brokers.append(broker_id)
+        return brokers
+
+    @defer.inlineCallbacks
+    def delete_log_dir_event_notifications(self, epoch_zk_version, names):
+        from kazoo.exceptions import NoNodeError
+
+        for name in names:
+            def ops(txn, name=name):
+                txn.delete(self._p(L.LOG_DIR_EVENT_NOTIFICATION + "/" + name))
+            try:
+                yield self._controller_multi(epoch_zk_version, ops)
+            except NoNodeError:
+                pass
+
     # -- producer ids ----------------------------------------------------------------------------------
 
     @defer.inlineCallbacks

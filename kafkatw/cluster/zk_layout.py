@@ -22,10 +22,14 @@ CONFIG_CHANGE_PREFIX = "config_change_"
 DELETE_TOPICS = "/admin/delete_topics"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
+LOG_DIR_EVENT_NOTIFICATION = "/log_dir_event_notification"
+LOG_DIR_EVENT_PREFIX = "log_dir_event_"
+LOG_DIR_FAILURE_EVENT = 1
 
 #: what Kafka's KafkaZkClient creates at start (createTopLevelPaths), minus what kafkatw never uses
 PERSISTENT_PATHS = ("/brokers/ids", "/brokers/topics", "/config/topics", "/config/brokers",
-                    "/config/changes", "/config/clients", "/config/users", "/admin/delete_topics")
+                    "/config/changes", "/config/clients", "/config/users", "/admin/delete_topics",
+                    LOG_DIR_EVENT_NOTIFICATION)
 
 
 def broker_path(broker_id):
@@ -259,3 +263,18 @@ def decode_producer_id_block(data):
     if value is None:
         return None
     return int(value["block_start"]), int(value["block_end"])
+
+
+# -- /log_dir_event_notification ------------------------------------------------------------------
+
+def encode_log_dir_event(broker_id, event=LOG_DIR_FAILURE_EVENT):
+    """Kafka's LogDirEventNotificationSequenceZNode: which broker had a log dir event."""
+    return _dumps({"version": 1, "broker": broker_id, "event": event})
+
+
+def decode_log_dir_event(data):
+    """The broker id of a log dir failure notification, or None for another event."""
+    value = _loads(data)
+    if not value or value.get("event") != LOG_DIR_FAILURE_EVENT:
+        return None
+    return int(value["broker"])

@@ -60,6 +60,9 @@ class KafkaController:
         self.states = {}  # (topic, partition) -> LeaderAndIsr
         self.deleting = set()
         self.shutting_down = set()  # brokers in a controlled shutdown: never elected
+        #: broker id -> {(topic, partition)} of its replicas on a failed log dir (Kafka's
+        #: replicasOnOfflineDirs): never elected, listed offline, until the broker registers again
+        self.offline_replicas = {}
         self._tail = defer.succeed(None)
         self._stopped = False
         self._topic_watches = {}
@@ -128,6 +131,7 @@ class KafkaController:
         self.states.clear()
         self.deleting.clear()
         self.shutting_down.clear()
+        self.offline_replicas.clear()
         self.channel.remove_all_brokers()
 
     # -- election ------------------------------------------------------------------------------
@@ -179,6 +183,7 @@ class KafkaController:
         for broker_id in self.live:
             self._send_leader_and_isr(broker_id, self._partitions_of(broker_id))
         yield self._deletions()
+        yield self._log_dir_events()
 
     # -- context -------------------------------------------------------------------------------
 
@@ -259,6 +264,7 @@ class KafkaController:
     def _elect_leader(self, tp, state, live):
         """OfflinePartitionLeaderElection: clean if a live ISR member exists, else unclean when
         the topic (or the broker) allows it."""
+        live = set(live) - self._offline_replicas_of(tp)
         new = election.elect(state, self._replicas(tp), live, False, self.epoch)
         if new is not None:
             return new
@@ -342,7 +348,8 @@ class KafkaController:
         request = leader_and_isr_request(
             self.broker_id, self.epoch, info.epoch, states, self.topic_ids,
             [self.live[b] for b in sorted(leaders) if b in self.live], self.listener_name, is_new)
-        self._send(broker_id, request, LEADER_AND_ISR_VERSION, "LeaderAndIsr")
+        d = self._send(broker_id, request, LEADER_AND_ISR_VERSION, "LeaderAndIsr")
+        d.addCallback(self._leader_and_isr_answered, broker_id, info.epoch)
 
     def _send_update_metadata(self, partitions, deleting=()):
         """UpdateMetadata for ``partitions`` to every live broker: one request built, each
@@ -356,7 +363,8 @@ class KafkaController:
             if tp[0] in deleting:
                 state = attr.evolve(state, leader=LEADER_DURING_DELETE)
             replicas = self._replicas(tp)
-            states[tp] = (state, replicas, [r for r in replicas if r not in live])
+            states[tp] = (state, replicas, [r for r in replicas if r not in live
+                                            or tp in self.offline_replicas.get(r, ())])
         built = update_metadata_request(self.broker_id, self.epoch, -1, states, self.topic_ids,
                                         list(self.live.values()))
         for broker_id in sorted(self.live):
@@ -402,6 +410,7 @@ class KafkaController:
             log.info("controller {id}: brokers {dead} failed", id=self.broker_id, dead=sorted(dead))
             for b in dead:
                 self.live.pop(b, None)
+                self.offline_replicas.pop(b, None)
                 self.channel.remove_broker(b)
             changed = yield self._replicas_offline(dead)
             self._tell(changed)
@@ -409,6 +418,7 @@ class KafkaController:
             log.info("controller {id}: brokers {new} started", id=self.broker_id, new=sorted(new))
             for b in new:
                 self.live[b] = current[b]
+                self.offline_replicas.pop(b, None)  # a new registration: its dirs are read again
                 self.channel.add_broker(current[b])
             # onBrokerStartup: full metadata to everyone, the new brokers' replicas online,
             # then elections for partitions they can lead now
@@ -612,3 +622,79 @@ class KafkaController:
                      n=len(changed), b=request.broker_id)
             self._send_update_metadata(changed)
         return R(error_code=errors.NONE, topics=out_topics)
+
+    # -- log dir failures ----------------------------------------------------------------------------
+
+    def _offline_replicas_of(self, tp):
+        return {b for b, tps in self.offline_replicas.items() if tp in tps}
+
+    def _log_dir_events_watch(self):
+        self._enqueue("LogDirEventNotification", self._log_dir_events)
+
+    @defer.inlineCallbacks
+    def _log_dir_events(self):
+        """Kafka's LogDirEventNotification: a broker lost a log dir. Its partitions get a
+        LeaderAndIsr; the ones it answers KAFKA_STORAGE_ERROR for are offline replicas
+        (:meth:`_leader_and_isr_answered`). Handled notifications are removed."""
+        if not self.active:
+            return
+        names = yield self.zk.log_dir_event_notifications(watch=self._log_dir_events_watch)
+        if not names:
+            return
+        brokers = yield self.zk.log_dir_event_brokers(names)
+        yield self.zk.delete_log_dir_event_notifications(self.epoch_zk_version, names)
+        for broker_id in brokers:
+            if broker_id in self.live:
+                log.info("controller {id}: broker {b} reported a failed log dir", id=self.broker_id, b=broker_id)
+                self._send_leader_and_isr(broker_id, self._partitions_of(broker_id))
+
+    def _leader_and_isr_answered(self, response, broker_id, broker_epoch):
+        """LeaderAndIsrResponseReceived: partitions answered KAFKA_STORAGE_ERROR are on a failed
+        log dir of that broker."""
+        if response is None:
+            return None
+        by_id = {tid: t for t, tid in self.topic_ids.items()}
+        failed = []
+        for topic in getattr(response, "topics", None) or []:
+            name = by_id.get(topic.topic_id)
+            for p in topic.partition_errors:
+                if p.error_code == errors.KAFKA_STORAGE_ERROR and name is not None:
+                    failed.append((name, p.partition_index))
+        if failed:
+            self._enqueue("ReplicasOnOfflineDirs", self._replicas_on_offline_dirs, broker_id, broker_epoch, failed)
+        return response
+
+    @defer.inlineCallbacks
+    def _replicas_on_offline_dirs(self, broker_id, broker_epoch, partitions):
+        """onReplicasBecomeOffline for one broker's replicas: out of the ISR, a new leader
+        where it led, listed offline in the metadata until it registers again."""
+        info = self.live.get(broker_id)
+        if not self.active or info is None or info.epoch != broker_epoch:
+            return
+        known = self.offline_replicas.setdefault(broker_id, set())
+        fresh = [tp for tp in partitions if tp not in known and tp in self.states and tp[0] not in self.deleting]
+        if not fresh:
+            return
+        known.update(fresh)
+        log.warn("controller {id}: replicas of broker {b} on a failed log dir: {tps}", id=self.broker_id,
+                 b=broker_id, tps=", ".join("%s-%d" % tp for tp in sorted(fresh)[:20]))
+        updates = {}
+        candidates = set(self.live) - self.shutting_down
+        for tp in fresh:
+            state = self.states[tp]
+            new = election.without_replicas(state, {broker_id}, self.epoch)
+            if new is None:
+                continue
+            if new.leader == NO_LEADER:
+                elected = yield self._elect_leader(tp, new, candidates)
+                if elected is not None:
+                    new = attr.evolve(elected, leader_epoch=state.leader_epoch + 1)
+            updates.setdefault(tp[0], {})[tp[1]] = new
+        changed = []
+        for topic, states in updates.items():
+            results = yield self.zk.update_partition_states(self.epoch_zk_version, topic, states)
+            changed += self._apply(topic, results)
+        self._tell(changed)
+        unchanged = [tp for tp in fresh if tp not in changed]
+        if unchanged:  # nothing to write (already out of the ISR): the metadata still lists them offline
+            self._send_update_metadata(unchanged)

@@ -147,6 +147,19 @@ class ClusterMembership:
             d.addCallback(lambda _: self.controller.session_reestablished())
             d.addErrback(lambda f: log.failure("registering again after a new ZooKeeper session failed", f))
 
+    # -- log dir failures ---------------------------------------------------------------------------
+
+    def log_dir_failed(self, directory):
+        """A log dir went offline: tell the controller through ZooKeeper so the partitions it
+        held get other leaders (Kafka's propagateLogDirEvent); the broker keeps serving the
+        dirs still online."""
+        log.warn("telling the controller that log dir {dir} of broker {id} failed", dir=directory,
+                 id=self.broker_id)
+        d = self.zk.propagate_log_dir_event(self.broker_id)
+        d.addErrback(lambda f: log.failure("reporting the failed log dir {dir} to the controller failed", f,
+                                           dir=directory))
+        return d
+
     # -- controlled shutdown ----------------------------------------------------------------------------
 
     @defer.inlineCallbacks

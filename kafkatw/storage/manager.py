@@ -60,6 +60,8 @@ class LogManager:
         #: called with the log dirs once every one of them is offline (the service halts the
         #: broker there, as Kafka's LogManager does); None: the broker keeps running
         self.on_all_dirs_offline = None
+        #: called with a dir when it goes offline (in a cluster the broker tells the controller)
+        self.dir_offline_listeners = []
         #: background work that fails: logged once, then at increasing intervals; counters
         self.task_failures = FailingTasks(reactor)
 
@@ -125,6 +127,11 @@ class LogManager:
             if self._dir_of(lg) == directory:
                 lg.mark_offline()
                 lg.close_handlers()
+        for listener in list(self.dir_offline_listeners):
+            try:
+                listener(directory)
+            except Exception:
+                log.failure("a log dir offline listener failed")
         if not self.online_dirs and self.on_all_dirs_offline is not None:
             self.on_all_dirs_offline(list(self.log_dirs))
 
