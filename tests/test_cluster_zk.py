@@ -139,6 +139,12 @@ class StoreTests(unittest.TestCase):
         later = yield a.config_changes(after=changes[0][0])  # only those not seen yet
         self.assertEqual([(t, n) for _, t, n in later], [("topics", "c"), ("users", "u")])
         self.assertGreater(later[0][0], changes[0][0])
+        # Kafka's 15 minutes: nothing is that old yet; an hour later all three go
+        now_ms = int(reactor.seconds() * 1000)
+        self.assertEqual((yield a.purge_config_changes(15 * 60 * 1000, now_ms)), 0)
+        self.assertEqual(len((yield a.config_changes())), 3)
+        self.assertEqual((yield a.purge_config_changes(15 * 60 * 1000, now_ms + 3600 * 1000)), 3)
+        self.assertEqual((yield a.config_changes()), [])
 
     @defer.inlineCallbacks
     def test_max_in_flight_requests_bounds_the_requests_sent_at_once(self):

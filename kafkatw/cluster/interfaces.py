@@ -237,6 +237,10 @@ class IClusterCoordinator(Interface):
         """A Deferred of ``[(sequence name, entity type, entity name)]`` of the notifications
         named after ``after`` (sequence names sort in creation order), oldest first."""
 
+    def purge_config_changes(max_age_ms, now_ms):
+        """Delete the change notifications older than ``max_age_ms`` at ``now_ms`` (Kafka keeps
+        them 15 minutes): a Deferred of how many were deleted."""
+
     def entity_configs(entity_path):
         """A Deferred of the bytes of ``/config/<entity_path>`` (a client quota entity), or None."""
 

@@ -436,6 +436,29 @@ class ZkClusterCoordinator:
             out.append((name, entity_type, entity))
         return out
 
+    @defer.inlineCallbacks
+    def purge_config_changes(self, max_age_ms, now_ms):
+        """Kafka's purgeObsoleteNotifications: delete the change notifications created more
+        than ``max_age_ms`` before ``now_ms`` (oldest first, up to the first younger one): a
+        Deferred of how many went. Every broker may purge; one deleted meanwhile is skipped."""
+        from kazoo.exceptions import NoNodeError
+
+        children = yield self._run(lambda: self._client.get_children_async(self._p(L.CONFIG_CHANGES)))
+        purged = 0
+        for name in sorted(children):
+            path = self._p(L.CONFIG_CHANGES + "/" + name)
+            stat = yield self._run(lambda path=path: self._client.exists_async(path))
+            if stat is None:
+                continue
+            if now_ms - stat.ctime <= max_age_ms:
+                break
+            try:
+                yield self._run(lambda path=path: self._client.delete_async(path))
+                purged += 1
+            except NoNodeError:
+                pass
+        return purged
+
     # -- client quota entities ----------------------------------------------------------------------
 
     @defer.inlineCallbacks

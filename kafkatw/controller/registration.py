@@ -19,6 +19,10 @@ from kafkatw.protocol.errors import KafkaError
 
 log = Logger(namespace="kafkatw.controller.registration")
 
+#: Kafka's ZkNodeChangeNotificationListener keeps a change notification 15 minutes
+CONFIG_CHANGE_EXPIRATION_MS = 15 * 60 * 1000
+CONFIG_CHANGE_PURGE_INTERVAL_S = 60
+
 
 def inter_broker_listener(config):
     """The inter-broker listener (``KafkaConfig.inter_broker_listener_name``); one line refusing
@@ -58,6 +62,7 @@ class ClusterMembership:
         self._session_lost = False
         self._stopping = False
         self._last_change = None
+        self._last_purge = None  # reactor seconds of the last purge of old change notifications
         #: called with the broker epoch after each registration (the replica manager's fetches
         #: and AlterPartition carry it)
         self.on_registered = []
@@ -123,6 +128,7 @@ class ClusterMembership:
         if self._last_change is None:  # at start-up the configs are read with the topics
             self._last_change = changes[-1][0] if changes else ""
             return
+        self._maybe_purge_config_changes()
         for name, entity_type, entity in changes:
             if name > self._last_change:
                 self._last_change = name
@@ -131,6 +137,17 @@ class ClusterMembership:
                     self.controller.topic_config_changed(entity)
                 elif entity_type in ("users", "clients", "ips"):
                     yield self.metadata.quota_entity_changed(entity_type + "/" + entity)
+
+    def _maybe_purge_config_changes(self):
+        """Notifications older than Kafka's 15 minutes go, checked at most once a minute
+        (when notifications arrive), off the path that applies them."""
+        now = self._reactor.seconds()
+        if self._last_purge is not None and now - self._last_purge < CONFIG_CHANGE_PURGE_INTERVAL_S:
+            return
+        self._last_purge = now
+        d = self.zk.purge_config_changes(CONFIG_CHANGE_EXPIRATION_MS, int(now * 1000))
+        d.addErrback(lambda f: log.info("purging old config change notifications failed: {err}",
+                                        err=f.getErrorMessage()))
 
     # -- session ---------------------------------------------------------------------------------------
 
