@@ -700,6 +700,10 @@ def _die_with_test_process():
         pass
 
 
+class _PortTaken(Exception):
+    """ZooKeeper could not have the port it was given."""
+
+
 class ZooKeeperServer:
     """A standalone ZooKeeper (Debian's package, Java) on a free loopback port with its data in
     ``work_dir``. ``tick_time_ms`` 500 allows session timeouts from 1 to 10 seconds."""
@@ -728,16 +732,30 @@ class ZooKeeperServer:
         path = os.path.join(self.work_dir, "zoo.cfg")
         with open(path, "w") as f:
             f.write("tickTime=%d\ndataDir=%s\nclientPort=%d\nclientPortAddress=%s\nmaxClientCnxns=0\n"
-                    "admin.enableServer=false\n4lw.commands.whitelist=ruok,srvr\n"
+                    "admin.enableServer=false\n4lw.commands.whitelist=ruok,srvr,conf\n"
                     % (self.tick_time_ms, data, self.port, self.host))
         return path
 
     def start(self):
+        """Start and wait until it answers as itself. A port picked here (none given) that
+        another process took between the pick and Java's bind is picked again, up to five times;
+        a restart keeps its port (the clients' connect strings name it)."""
         if self.process is not None and self.process.poll() is None:
             raise RuntimeError("ZooKeeper already running (pid %d)" % self.process.pid)
-        if not self.port:
-            self.port = _free_port(self.host)
+        picked = not self.port
+        for attempt in range(5 if picked else 1):
+            if picked:
+                self.port = _free_port(self.host)
+            try:
+                return self._start_once()
+            except _PortTaken as e:
+                if not picked or attempt == 4:
+                    raise BrokerStartError("ZooKeeper could not bind %s: %s" % (self.connect, e),
+                                           "\n".join(_read_lines(self.log_path)[-40:]), self.log_path)
+
+    def _start_once(self):
         config = self._write_config()
+        data_dir = os.path.join(self.work_dir, "data")
         with open(self.log_path, "ab") as out:
             self.process = subprocess.Popen(
                 ["java", "-Xmx256m", "-XX:+UseSerialGC", "-Dzookeeper.log.dir=" + self.work_dir,
@@ -747,11 +765,21 @@ class ZooKeeperServer:
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
+                lines = _read_lines(self.log_path)[-40:]
+                if any("Address already in use" in line for line in lines):
+                    self.process = None
+                    raise _PortTaken("the port is in use")
                 raise BrokerStartError("ZooKeeper exited with status %s" % self.process.returncode,
-                                       "\n".join(_read_lines(self.log_path)[-40:]), self.log_path)
+                                       "\n".join(lines), self.log_path)
             answer = zookeeper_command(self.host, self.port)
             if answer and "Mode: standalone" in answer:
-                return self
+                # the answer may come from another test's ZooKeeper that holds the port
+                conf = zookeeper_command(self.host, self.port, "conf") or ""
+                if data_dir in conf:
+                    return self
+                if conf:
+                    self.kill()
+                    raise _PortTaken("another ZooKeeper answers there")
             time.sleep(0.05)
         self.kill()
         raise BrokerStartError("ZooKeeper did not answer srvr within %.0f s" % self.start_timeout,

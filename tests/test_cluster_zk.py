@@ -170,3 +170,27 @@ def attr_evolve(state, **changes):
     import attr
 
     return attr.evolve(state, **changes)
+
+
+class ZooKeeperServerFixtureTests(unittest.SynchronousTestCase):
+    """The fixture never mistakes another ZooKeeper on its port for its own: parallel trial
+    workers pick free ports that a neighbour may take before Java binds."""
+
+    def test_a_port_taken_meanwhile_is_picked_again_and_a_given_one_refused(self):
+        server = zookeeper()
+        real_free_port = testing._free_port
+        picks = [server.port]
+
+        def free_port(host):
+            return picks.pop() if picks else real_free_port(host)
+        self.patch(testing, "_free_port", free_port)
+        mine = testing.ZooKeeperServer()
+        self.addCleanup(mine.kill)
+        mine.start()
+        self.assertNotEqual(mine.port, server.port)
+        self.assertIn(os.path.join(mine.work_dir, "data"), testing.zookeeper_command(mine.host, mine.port, "conf"))
+        given = testing.ZooKeeperServer(port=server.port)
+        self.addCleanup(given.kill)
+        with self.assertRaises(testing.BrokerStartError) as e:
+            given.start()
+        self.assertIn("another ZooKeeper answers there", str(e.exception))
