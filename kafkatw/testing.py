@@ -890,7 +890,10 @@ class KafkaCluster:
             props = {"broker.id": i, "zookeeper.session.timeout.ms": session_timeout_ms,
                      "zookeeper.connection.timeout.ms": 20000,
                      # a stop with partitions nobody else can lead waits 3 x this, not 3 x 5 s
-                     "controlled.shutdown.retry.backoff.ms": 300}
+                     "controlled.shutdown.retry.backoff.ms": 300,
+                     # leaders move back to preferred replicas only in the tests that turn it on
+                     # (a long-running test cluster must not see leadership move on a timer)
+                     "auto.leader.rebalance.enable": False}
             if racks is not None and racks[i - 1] is not None:
                 props["broker.rack"] = racks[i - 1]
             props.update(overrides or {})

@@ -1,5 +1,6 @@
 """The controller's pure parts: Kafka's replica assignment (rack-aware and not), leader
-elections and offline replicas, and the znode JSON of Kafka's ZooKeeper layout. No ZooKeeper."""
+elections and offline replicas, preferred elections and the leader imbalance check, and the
+znode JSON of Kafka's ZooKeeper layout. No ZooKeeper."""
 
 import json
 
@@ -10,7 +11,7 @@ from kafkatw.cluster.assignment import assign_replicas, rack_alternated_brokers
 from kafkatw.cluster.state import LeaderAndIsr
 from kafkatw.cluster.zk import parse_connect
 from kafkatw.config import ConfigError
-from kafkatw.controller import election
+from kafkatw.controller import election, preferred
 from kafkatw.protocol import errors
 from kafkatw.protocol.errors import KafkaError
 
@@ -90,6 +91,35 @@ class ElectionTests(unittest.SynchronousTestCase):
 
     def test_unrelated_death_changes_nothing(self):
         self.assertIsNone(election.without_replicas(self.state(1, [1, 2]), {3}, controller_epoch=2))
+
+
+class PreferredTests(unittest.SynchronousTestCase):
+    """controller/preferred.py: Kafka's preferred replica election and leader imbalance check."""
+
+    def test_preferred_leader_must_be_alive_and_in_the_isr(self):
+        self.assertEqual(preferred.preferred_leader([2, 1, 3], [1, 2], {1, 2, 3}), 2)
+        self.assertIsNone(preferred.preferred_leader([2, 1, 3], [1, 3], {1, 2, 3}))  # not in the ISR
+        self.assertIsNone(preferred.preferred_leader([2, 1, 3], [1, 2], {1, 3}))  # not alive
+        self.assertIsNone(preferred.preferred_leader([], [1], {1}))
+
+    def test_election_needed(self):
+        self.assertTrue(preferred.election_needed(preferred.PREFERRED, [2, 1], 1, {1, 2}))
+        self.assertFalse(preferred.election_needed(preferred.PREFERRED, [2, 1], 2, {1, 2}))
+        self.assertFalse(preferred.election_needed(preferred.UNCLEAN, [2, 1], 1, {1, 2}))
+        self.assertTrue(preferred.election_needed(preferred.UNCLEAN, [2, 1], -1, {1, 2}))
+        self.assertTrue(preferred.election_needed(preferred.UNCLEAN, [2, 1], 1, {2}))
+
+    def test_imbalance_above_the_percentage_per_preferred_broker(self):
+        assignments = {("t", p): [1 + p % 2, 2 - p % 2] for p in range(20)}  # 1 and 2 preferred for 10 each
+        leaders = {tp: r[0] for tp, r in assignments.items()}
+        leaders[("t", 0)] = 2  # broker 1: 1 of 10 elsewhere = 10%, not above 10%
+        self.assertEqual(preferred.imbalanced_partitions(assignments, leaders, 10), [])
+        leaders[("t", 2)] = 2  # 20%
+        self.assertEqual(preferred.imbalanced_partitions(assignments, leaders, 10), [("t", 0), ("t", 2)])
+        self.assertEqual(preferred.imbalanced_partitions(assignments, leaders, 20), [])
+        leaders[("t", 1)] = 1  # broker 2: 10% only, its partition stays
+        self.assertEqual(preferred.imbalanced_partitions(assignments, leaders, 10), [("t", 0), ("t", 2)])
+        self.assertEqual(preferred.imbalanced_partitions(assignments, leaders, 0), [("t", 0), ("t", 1), ("t", 2)])
 
 
 class ZkLayoutTests(unittest.SynchronousTestCase):

@@ -160,6 +160,10 @@ class IClusterMetadataCache(Interface):
         """A change notification for a client quota entity: read it again; the quota listeners
         get what changed (a Deferred)."""
 
+    def when_leaders(expected, timeout_s):
+        """A Deferred firing with the set of ``expected`` ({(topic, partition): leader}) that this
+        cache shows led so, once all are or after ``timeout_s`` (Kafka's DelayedElectLeader)."""
+
 
 class IClusterCoordinator(Interface):
     """The coordination store as the controller and the brokers use it (Kafka's KafkaZkClient):

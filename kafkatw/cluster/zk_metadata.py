@@ -353,7 +353,7 @@ class ZkClusterMetadata:
 
     # -- waiting for the controller ---------------------------------------------------------------------
 
-    def _wait_for(self, predicate, what):
+    def _wait_for(self, predicate, what, timeout_s=None):
         if predicate():
             return defer.succeed(None)
         d = defer.Deferred()
@@ -364,9 +364,16 @@ class ZkClusterMetadata:
                 self._waiters.remove(entry)
                 d.errback(KafkaError(errors.REQUEST_TIMED_OUT, "%s: the controller did not publish it in time"
                                      % (what,)))
-        entry[2] = self._reactor.callLater(self.timeout, expired)
+        entry[2] = self._reactor.callLater(self.timeout if timeout_s is None else timeout_s, expired)
         self._waiters.append(entry)
         return d
+
+    def when_leaders(self, expected, timeout_s):
+        def done():
+            return {tp for tp, leader in expected.items()
+                    if tp in self._states and self._states[tp].leader == leader}
+        d = self._wait_for(lambda: len(done()) == len(expected), "elected leaders", timeout_s)
+        return d.addBoth(lambda _: done())
 
     def _check_waiters(self):
         for entry in list(self._waiters):

@@ -193,6 +193,11 @@ _d("replica.high.watermark.checkpoint.interval.ms", LONG, 5000, None, HIGH,
 _d("num.replica.fetchers", INT, 1, None, HIGH, "Fetcher connections per source broker.")
 _d("auto.leader.rebalance.enable", BOOLEAN, True, None, HIGH,
    "Whether the controller moves leadership back to preferred replicas.")
+_d("leader.imbalance.check.interval.seconds", LONG, 300, at_least(1), HIGH,
+   "How often the controller checks the leader imbalance of each broker.")
+_d("leader.imbalance.per.broker.percentage", INT, 10, at_least(0), HIGH,
+   "The share (%) of a broker's preferred partitions led elsewhere above which the controller "
+   "moves their leadership back.")
 
 # topics / logs
 _d("num.partitions", INT, 1, at_least(1), MEDIUM, "Default number of partitions per topic.")

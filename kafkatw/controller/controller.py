@@ -27,6 +27,7 @@ from kafkatw.controller.channel import (
     stop_replica_request,
     update_metadata_request,
 )
+from kafkatw.controller.preferred import ReplicaElections
 from kafkatw.protocol import errors
 from kafkatw.protocol import messages as m
 
@@ -39,9 +40,10 @@ def _together(deferreds):
     return defer.gatherResults(deferreds, consumeErrors=True).addErrback(lambda f: f.value.subFailure)
 
 
-class KafkaController:
+class KafkaController(ReplicaElections):
     """One per broker; active on the elected one. ``zk`` is an IClusterCoordinator, ``channel`` a
-    ControllerChannelManager, ``broker_epoch()`` this broker's current registration epoch."""
+    ControllerChannelManager, ``broker_epoch()`` this broker's current registration epoch.
+    ElectLeaders and the auto leader rebalance come from ``ReplicaElections`` (preferred.py)."""
 
     def __init__(self, reactor, zk, broker_id, channel, listener_name, unclean_leader_election=False):
         self._reactor = reactor

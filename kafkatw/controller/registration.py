@@ -94,6 +94,9 @@ class ClusterMembership:
         yield self._register()
         yield self._watch_config_changes()
         self.controller.startup()
+        if self.config["auto.leader.rebalance.enable"]:
+            self.controller.start_leader_rebalance(self.config["leader.imbalance.check.interval.seconds"],
+                                                   self.config["leader.imbalance.per.broker.percentage"])
 
     @defer.inlineCallbacks
     def _register(self):
@@ -219,6 +222,7 @@ class ClusterMembership:
         self._stopping = True
         if self.config["controlled.shutdown.enable"] and self.metadata.broker_epoch != -1:
             yield self._controlled_shutdown()
+        self.controller.stop_leader_rebalance()
         yield self.controller.shutdown()
         yield self.channel.shutdown()
         yield self.zk.stop()

@@ -1,6 +1,7 @@
 """Partition administration on a single node: CreatePartitions (key 37, v0-v3), DeleteRecords
 (21, v0-v2), DescribeLogDirs (35, v1-v4), OffsetForLeaderEpoch (23, v2-v4), DescribeProducers
-(61, v0) and ElectLeaders (43, v0-v2). Logs are reached through the replica/log managers only.
+(61, v0) and ElectLeaders (43, v0-v2; in cluster mode handed to the controller). Logs are
+reached through the replica/log managers only.
 """
 
 import os
@@ -10,6 +11,7 @@ from twisted.internet import defer
 from twisted.logger import Logger
 from zope.interface import provider
 
+from kafkatw.cluster.interfaces import ControllerMovedError
 from kafkatw.protocol import errors
 from kafkatw.protocol.errors import KafkaError
 from kafkatw.protocol.messages import (
@@ -359,31 +361,70 @@ class DescribeProducers:
 
 # -- ElectLeaders ------------------------------------------------------------------------------
 
+def _election_response(results, version, all_partitions, code=errors.NONE):
+    """``results`` {(topic, partition): (code, message)} grouped by topic in request order; for
+    a request naming no partitions Kafka leaves out those that needed no election."""
+    by_topic = {}
+    for (topic, p), (err, message) in results.items():
+        if all_partitions and err == errors.ELECTION_NOT_NEEDED:
+            continue
+        by_topic.setdefault(topic, []).append(ElectLeadersResponse.PartitionResult(
+            partition_id=p, error_code=err, error_message=message))
+    return ElectLeadersResponse(
+        throttle_time_ms=0, error_code=code if version >= 1 else errors.NONE,
+        replica_election_results=[ElectLeadersResponse.ReplicaElectionResult(topic=t, partition_result=ps)
+                                  for t, ps in by_topic.items()])
+
+
 @provider(IApiHandler)
 class ElectLeaders:
-    """One node leads every partition, which is always its preferred (only) replica."""
+    """On a single node its only replica always leads; in cluster mode the controller elects
+    (other brokers answer NOT_CONTROLLER per partition, as Kafka's ZooKeeper mode) and the answer
+    waits until this broker's metadata shows the new leaders (Kafka's DelayedElectLeader)."""
 
     API_KEY = 43
     VERSIONS = (0, 2)
 
     @staticmethod
     def handle(apis, request):
-        meta = apis.metadata
-        results = []
-        if request.body.topic_partitions is None:
-            # Kafka leaves out partitions that already have the desired leader: all of them here.
-            return ElectLeadersResponse(throttle_time_ms=0, error_code=errors.NONE,
-                                        replica_election_results=[])
-        for t in request.body.topic_partitions:
-            out = ElectLeadersResponse.ReplicaElectionResult(topic=t.topic, partition_result=[])
-            for p in t.partitions:
-                code = (errors.ELECTION_NOT_NEEDED if meta.contains_partition(t.topic, p)
+        body = request.body
+        version = request.api_version
+        wanted = None if body.topic_partitions is None else \
+            [(t.topic, p) for t in body.topic_partitions for p in t.partitions]
+        # ALTER on the cluster is checked before (server/authz.py's gate), as Kafka does first
+        if apis.controller is None:
+            meta = apis.metadata
+            results = {}
+            for tp in wanted or ():  # none named: every partition already has its leader
+                code = (errors.ELECTION_NOT_NEEDED if meta.contains_partition(*tp)
                         else errors.UNKNOWN_TOPIC_OR_PARTITION)
-                out.partition_result.append(ElectLeadersResponse.PartitionResult(
-                    partition_id=p, error_code=code, error_message=_message(code)))
-            results.append(out)
-        return ElectLeadersResponse(throttle_time_ms=0, error_code=errors.NONE,
-                                    replica_election_results=results)
+                results[tp] = (code, _message(code))
+            return _election_response(results, version, wanted is None)
+        election_type = body.election_type if version >= 1 else 0
+        if election_type not in (0, 1):
+            code = errors.INVALID_REQUEST
+            return _election_response({tp: (code, "Unknown election type %d" % election_type)
+                                       for tp in wanted or ()}, version, False, code)
+        d = apis.controller.elect_leaders(wanted, election_type)
+
+        def elected(results):
+            expected = {tp: leader for tp, (_, _, leader) in results.items() if leader is not None}
+            answer = {tp: (code, message) for tp, (code, message, _) in results.items()}
+            if not expected:
+                return _election_response(answer, version, wanted is None)
+
+            def published(done):
+                for tp in expected:
+                    if tp not in done:
+                        answer[tp] = (errors.REQUEST_TIMED_OUT, None)
+                return _election_response(answer, version, wanted is None)
+            return apis.metadata.when_leaders(expected, max(0, body.timeout_ms) / 1000.0).addCallback(published)
+
+        def moved(failure):  # deposed while electing: what is written stays, the client asks again
+            failure.trap(ControllerMovedError)
+            return _election_response({tp: (errors.NOT_CONTROLLER, None) for tp in wanted or ()}, version,
+                                      False)
+        return d.addCallbacks(elected, moved)
 
     @staticmethod
     def error_response(request, code, message):

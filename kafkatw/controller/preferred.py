@@ -1,0 +1,169 @@
+"""Leader elections that are asked for rather than forced by a failure: ElectLeaders (preferred
+or unclean, Kafka's onReplicaElection) and the periodic auto leader rebalance
+(checkAndTriggerAutoLeaderRebalance). Elections after broker failures stay in controller.py.
+
+The choices are pure functions; ``ReplicaElections`` is mixed into KafkaController so they run
+in its event queue and write through the same epoch-fenced store calls as every election.
+"""
+
+import attr
+from twisted.internet import defer, task
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from kafkatw.cluster.interfaces import ControllerMovedError
+from kafkatw.cluster.state import NO_LEADER
+from kafkatw.controller import election
+from kafkatw.protocol import errors
+
+log = Logger(namespace="kafkatw.controller")
+
+#: ElectLeadersRequest's ElectionType (KIP-460)
+PREFERRED = 0
+UNCLEAN = 1
+
+_STRATEGY = {PREFERRED: "PreferredReplicaPartitionLeaderElectionStrategy",
+             UNCLEAN: "OfflinePartitionLeaderElectionStrategy(true)"}
+_FAILED = {PREFERRED: errors.PREFERRED_LEADER_NOT_AVAILABLE, UNCLEAN: errors.ELIGIBLE_LEADERS_NOT_AVAILABLE}
+
+
+def preferred_leader(assignment, isr, live):
+    """PreferredReplicaPartitionLeaderElection: the first assigned replica if it is alive and in
+    the ISR, else None."""
+    if assignment and assignment[0] in live and assignment[0] in isr:
+        return assignment[0]
+    return None
+
+
+def election_needed(election_type, assignment, leader, live):
+    """Preferred: the first replica does not lead; unclean: nobody alive leads."""
+    if election_type == PREFERRED:
+        return leader != assignment[0]
+    return leader == NO_LEADER or leader not in live
+
+
+def imbalanced_partitions(assignments, leaders, percentage):
+    """checkAndTriggerAutoLeaderRebalance's choice: ``assignments`` {tp: replicas}, ``leaders``
+    {tp: leader}; partitions grouped by their preferred replica, and for every broker whose share
+    of those led by another exceeds ``percentage`` %, those partitions (sorted)."""
+    by_preferred = {}
+    for tp, replicas in assignments.items():
+        if replicas and tp in leaders:
+            by_preferred.setdefault(replicas[0], []).append(tp)
+    out = []
+    for broker, partitions in by_preferred.items():
+        elsewhere = [tp for tp in partitions if leaders[tp] != broker]
+        if len(elsewhere) / len(partitions) > percentage / 100.0:
+            out += elsewhere
+    return sorted(out)
+
+
+class ReplicaElections:
+    """Mixed into KafkaController (uses its event queue, context and store writes)."""
+
+    _rebalance_loop = None
+
+    # -- ElectLeaders ----------------------------------------------------------------------------
+
+    def elect_leaders(self, partitions, election_type):
+        """ElectLeaders on the controller: ``partitions`` [(topic, partition)] or None for every
+        partition; a Deferred of ``{(topic, partition): (error code, message, leader or None)}``
+        where a leader is named for each partition whose election was written."""
+        return self._enqueue("ReplicaLeaderElection", self._replica_election, partitions, election_type)
+
+    @defer.inlineCallbacks
+    def _replica_election(self, partitions, election_type):
+        if not self.active:
+            return {tp: (errors.NOT_CONTROLLER, None, None) for tp in partitions or ()}
+        live = set(self.live) - self.shutting_down
+        if partitions is None:
+            partitions = self._all_partitions()
+        results, electable = {}, []
+        for tp in dict.fromkeys(partitions):
+            if tp not in self.states or tp[1] not in self.assignments.get(tp[0], {}):
+                results[tp] = (errors.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist.", None)
+            elif tp[0] in self.deleting:
+                results[tp] = (errors.INVALID_TOPIC_EXCEPTION, "The topic is being deleted", None)
+            elif election_needed(election_type, self._replicas(tp), self.states[tp].leader, live):
+                electable.append(tp)
+            else:
+                results[tp] = (errors.ELECTION_NOT_NEEDED, "Leader election not needed for topic partition.",
+                               None)
+        elected = yield self._elect_replicas(electable, election_type, "AdminClientTriggered")
+        results.update(elected)
+        return {tp: results[tp] for tp in dict.fromkeys(partitions)}  # in the order asked
+
+    @defer.inlineCallbacks
+    def _elect_replicas(self, partitions, election_type, trigger):
+        """onReplicaElection: the new states written together per topic (conditional on the
+        controller epoch), then LeaderAndIsr and UpdateMetadata; the result per partition."""
+        live = set(self.live) - self.shutting_down
+        results, updates = {}, {}
+        for tp in partitions:
+            state, replicas = self.states[tp], self._replicas(tp)
+            if election_type == PREFERRED:
+                leader = preferred_leader(replicas, state.isr, live)
+                new = None if leader is None else state.new_leader_and_isr(leader, state.isr)
+            else:
+                new = election.elect(state, replicas, live, True, self.epoch)
+            if new is None:
+                results[tp] = (_FAILED[election_type], "Failed to elect leader for partition %s-%d under strategy %s"
+                               % (tp[0], tp[1], _STRATEGY[election_type]), None)
+                continue
+            updates.setdefault(tp[0], {})[tp[1]] = attr.evolve(new, controller_epoch=self.epoch)
+        changed = []
+        for topic, states in updates.items():
+            written = yield self.zk.update_partition_states(self.epoch_zk_version, topic, states)
+            for p, outcome in written.items():
+                if isinstance(outcome, Failure):
+                    if outcome.check(ControllerMovedError):
+                        outcome.raiseException()
+                    results[(topic, p)] = (errors.UNKNOWN_SERVER_ERROR, outcome.getErrorMessage(), None)
+                    continue
+                self.states[(topic, p)] = outcome
+                changed.append((topic, p))
+                results[(topic, p)] = (errors.NONE, None, outcome.leader)
+        if changed:
+            log.info("controller {id}: {trigger} {kind} election moved the leaders of {tps}", id=self.broker_id,
+                     trigger=trigger, kind="preferred" if election_type == PREFERRED else "unclean",
+                     tps=", ".join("%s-%d:%d" % (t, p, self.states[(t, p)].leader) for t, p in changed))
+            self._tell(changed)
+        return results
+
+    # -- auto.leader.rebalance.enable ------------------------------------------------------------
+
+    def start_leader_rebalance(self, interval_s, percentage):
+        """Every ``leader.imbalance.check.interval.seconds`` the active controller checks the
+        leader imbalance (a check is an event in the queue; other brokers skip it)."""
+        self.stop_leader_rebalance()
+
+        def tick():
+            if self.active and not self._stopped:
+                self.auto_rebalance(percentage)
+        self._rebalance_loop = task.LoopingCall(tick)
+        self._rebalance_loop.clock = self._reactor
+        self._rebalance_loop.start(interval_s, now=False).addErrback(
+            lambda f: log.failure("the leader rebalance task stopped", f))
+
+    def stop_leader_rebalance(self):
+        if self._rebalance_loop is not None and self._rebalance_loop.running:
+            self._rebalance_loop.stop()
+        self._rebalance_loop = None
+
+    def auto_rebalance(self, percentage):
+        return self._enqueue("AutoPreferredReplicaLeaderElection", self._auto_rebalance, percentage)
+
+    @defer.inlineCallbacks
+    def _auto_rebalance(self, percentage):
+        """Brokers leading too few of the partitions they are preferred for get them back where
+        they are alive and in the ISR (canPreferredReplicaBeLeader); topics being deleted wait."""
+        if not self.active:
+            return {}
+        live = set(self.live) - self.shutting_down
+        assignments = {tp: self._replicas(tp) for tp in self._all_partitions() if tp[0] not in self.deleting}
+        leaders = {tp: self.states[tp].leader for tp in assignments}
+        candidates = [tp for tp in imbalanced_partitions(assignments, leaders, percentage)
+                      if preferred_leader(assignments[tp], self.states[tp].isr, live) is not None]
+        if not candidates:
+            return {}
+        return (yield self._elect_replicas(candidates, PREFERRED, "AutoTriggered"))
