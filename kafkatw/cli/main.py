@@ -6,7 +6,8 @@ The commands live in sibling modules (each adds its sub-parser); what they share
 import argparse
 import sys
 
-from kafkatw.cli import acls, cluster, configs, consume, groups, logdump, produce, quotas, topics, transactions, users
+from kafkatw.cli import (acls, cluster, configs, consume, groups, leaders, logdump, produce, quotas, topics,
+                         transactions, users)
 from kafkatw.cli.client import (BrokerConnectionError, ClientError, KafkaClient, KafkaResponseError,
                                 UsageError)
 from kafkatw.cli.output import FORMATS
@@ -63,7 +64,8 @@ def build_parser():
     add_global_options(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=SubcommandParser)
     sub.required = True
-    for module in (topics, cluster, groups, configs, produce, consume, logdump, users, transactions, quotas, acls):
+    for module in (topics, cluster, leaders, groups, configs, produce, consume, logdump, users, transactions, quotas,
+                   acls):
         module.add_parser(sub)
     return parser
 

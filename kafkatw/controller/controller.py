@@ -416,6 +416,12 @@ class KafkaController(ReplicaElections):
                 self.channel.remove_broker(b)
             changed = yield self._replicas_offline(dead)
             self._tell(changed)
+            # the brokers learn who died (and the offline replicas) also where no leader or ISR
+            # changed, as after a controlled shutdown (Kafka's onReplicasBecomeOffline)
+            told = set(changed)
+            rest = [tp for tp in self._all_partitions() if tp not in told and set(self._replicas(tp)) & dead]
+            if rest or not changed:
+                self._send_update_metadata(rest)
         if new:
             log.info("controller {id}: brokers {new} started", id=self.broker_id, new=sorted(new))
             for b in new:
