@@ -321,6 +321,9 @@ class ZkClusterCoordinator:
         from kazoo.exceptions import NodeExistsError
 
         client = self._client
+        if (yield self._run(lambda: client.exists_async(self._p(L.delete_topic_path(topic))))) is not None:
+            # its deletion waits for a broker: nothing of it may be overwritten (AdminZkClient)
+            raise KafkaError(errors.TOPIC_ALREADY_EXISTS, 'Topic "%s" is marked for deletion.' % (topic,))
         # Kafka's AdminZkClient: the config first (brokers read it when the topic appears)
         try:
             yield self._set_or_create(L.topic_config_path(topic), L.encode_entity_config(configs or {}))

@@ -33,6 +33,9 @@ from kafkatw.protocol import messages as m
 
 log = Logger(namespace="kafkatw.controller")
 
+#: how long a topic deletion waits for a broker's StopReplica answer before trying again
+STOP_REPLICA_WAIT_S = 30.0
+
 
 def _together(deferreds):
     """The results of store reads issued together (``zookeeper.max.in.flight.requests`` bounds
@@ -176,6 +179,8 @@ class KafkaController(ReplicaElections):
             self.channel.add_broker(info)
         topics = yield self.zk.topics(watch=self._topics_watch)
         yield _together([self._load_topic(topic) for topic in topics])
+        # topics marked for deletion get no LeaderAndIsr (their deletion resumes below)
+        self.deleting.update(t for t in (yield self.zk.topics_to_delete()) if t in self.assignments)
         # replicas on brokers that are gone leave the ISR as at a broker failure (the broker may
         # have died while there was no controller)
         assigned = {r for a in self.assignments.values() for rs in a.values() for r in rs}
@@ -225,7 +230,7 @@ class KafkaController(ReplicaElections):
 
     def _partitions_of(self, broker_id):
         return [(t, p) for t, a in self.assignments.items() for p, r in a.items()
-                if broker_id in r and (t, p) in self.states]
+                if broker_id in r and (t, p) in self.states and t not in self.deleting]
 
     def _replicas(self, tp):
         return self.assignments[tp[0]][tp[1]]
@@ -359,6 +364,7 @@ class KafkaController(ReplicaElections):
         if not self.live:
             return
         live = set(self.live)
+        deleting = set(deleting) | self.deleting
         states = {}
         for tp in partitions:
             state = self.states[tp]
@@ -508,11 +514,37 @@ class KafkaController(ReplicaElections):
                 if mine:
                     info = self.live[broker_id]
                     request = stop_replica_request(self.broker_id, self.epoch, info.epoch, mine)
-                    waits.append(self._send(broker_id, request, STOP_REPLICA_VERSION, "StopReplica"))
-            yield defer.DeferredList(waits)
+                    # bounded: a broker that died unnoticed must not hold the event queue (its
+                    # death is the next event); an unanswered replica is retried
+                    waits.append(self._send(broker_id, request, STOP_REPLICA_VERSION, "StopReplica")
+                                 .addTimeout(STOP_REPLICA_WAIT_S, self._reactor))
+            answers = yield defer.DeferredList(waits)
+            waiting = self._replicas_not_deleted(partitions, answers)
+            if waiting:
+                # TopicDeletionManager's ineligible replicas: the topic stays marked (and out of
+                # Metadata) until those brokers are back and have deleted their replicas
+                log.info("controller {id}: deletion of topic {topic} waits for brokers {b}",
+                         id=self.broker_id, topic=topic, b=waiting)
+                continue
             yield self.zk.delete_topic(self.epoch_zk_version, topic)
             self._forget_topic(topic)
             log.info("controller {id}: deleted topic {topic}", id=self.broker_id, topic=topic)
+
+    def _replicas_not_deleted(self, partitions, answers):
+        """The brokers holding replicas of ``partitions`` that are not alive or did not answer
+        their StopReplica without errors (answers: the DeferredList of those sent); a live one
+        is asked again after a back-off."""
+        holders = {r for tp in partitions for r in self._replicas(tp)}
+        waiting = holders - set(self.live)
+        failed = False
+        for _, response in answers:
+            if response is None or response.error_code != errors.NONE or \
+                    any(e.error_code != errors.NONE for e in response.partition_errors):
+                failed = True
+        if failed:
+            self._reactor.callLater(5.0, self._deletions_watch)
+            waiting |= holders & set(self.live)
+        return sorted(waiting)
 
     # -- ControlledShutdown ------------------------------------------------------------------------
 
