@@ -507,7 +507,7 @@ class KafkaController(ReplicaElections):
             self.deleting.add(topic)
             partitions = [(topic, p) for p in self.assignments[topic] if (topic, p) in self.states]
             self._send_update_metadata(partitions, deleting={topic})
-            waits = []
+            waits, asked = [], []
             for broker_id in sorted(self.live):
                 mine = [(t, p, self.states[(t, p)].leader_epoch, True) for t, p in partitions
                         if broker_id in self._replicas((t, p))]
@@ -518,8 +518,9 @@ class KafkaController(ReplicaElections):
                     # death is the next event); an unanswered replica is retried
                     waits.append(self._send(broker_id, request, STOP_REPLICA_VERSION, "StopReplica")
                                  .addTimeout(STOP_REPLICA_WAIT_S, self._reactor))
+                    asked.append(broker_id)
             answers = yield defer.DeferredList(waits)
-            waiting = self._replicas_not_deleted(partitions, answers)
+            waiting = self._replicas_not_deleted(partitions, dict(zip(asked, (r for _, r in answers))))
             if waiting:
                 # TopicDeletionManager's ineligible replicas: the topic stays marked (and out of
                 # Metadata) until those brokers are back and have deleted their replicas
@@ -532,18 +533,19 @@ class KafkaController(ReplicaElections):
 
     def _replicas_not_deleted(self, partitions, answers):
         """The brokers holding replicas of ``partitions`` that are not alive or did not answer
-        their StopReplica without errors (answers: the DeferredList of those sent); a live one
-        is asked again after a back-off."""
-        holders = {r for tp in partitions for r in self._replicas(tp)}
-        waiting = holders - set(self.live)
-        failed = False
-        for _, response in answers:
-            if response is None or response.error_code != errors.NONE or \
-                    any(e.error_code != errors.NONE for e in response.partition_errors):
-                failed = True
-        if failed:
+        their StopReplica (``answers``: broker id -> response or None) without errors. A live
+        one is asked again after a back-off, unless its log dir failed: then when it registers
+        again (TopicDeletionManager's ineligible replicas)."""
+        waiting = {r for tp in partitions for r in self._replicas(tp)} - set(self.live)
+        retry = False
+        for broker_id, response in answers.items():
+            codes = {errors.NONE} if response is None else \
+                {response.error_code} | {e.error_code for e in response.partition_errors}
+            if response is None or codes != {errors.NONE}:
+                waiting.add(broker_id)
+                retry = retry or response is None or bool(codes - {errors.NONE, errors.KAFKA_STORAGE_ERROR})
+        if retry:
             self._reactor.callLater(5.0, self._deletions_watch)
-            waiting |= holders & set(self.live)
         return sorted(waiting)
 
     # -- ControlledShutdown ------------------------------------------------------------------------

@@ -101,11 +101,12 @@ class ReplicaElections:
         results, updates = {}, {}
         for tp in partitions:
             state, replicas = self.states[tp], self._replicas(tp)
+            online = live - self._offline_replicas_of(tp)  # isReplicaOnline: no failed log dir either
             if election_type == PREFERRED:
-                leader = preferred_leader(replicas, state.isr, live)
+                leader = preferred_leader(replicas, state.isr, online)
                 new = None if leader is None else state.new_leader_and_isr(leader, state.isr)
             else:
-                new = election.elect(state, replicas, live, True, self.epoch)
+                new = election.elect(state, replicas, online, True, self.epoch)
             if new is None:
                 results[tp] = (_FAILED[election_type], "Failed to elect leader for partition %s-%d under strategy %s"
                                % (tp[0], tp[1], _STRATEGY[election_type]), None)
@@ -163,7 +164,8 @@ class ReplicaElections:
         assignments = {tp: self._replicas(tp) for tp in self._all_partitions() if tp[0] not in self.deleting}
         leaders = {tp: self.states[tp].leader for tp in assignments}
         candidates = [tp for tp in imbalanced_partitions(assignments, leaders, percentage)
-                      if preferred_leader(assignments[tp], self.states[tp].isr, live) is not None]
+                      if preferred_leader(assignments[tp], self.states[tp].isr,
+                                          live - self._offline_replicas_of(tp)) is not None]
         if not candidates:
             return {}
         return (yield self._elect_replicas(candidates, PREFERRED, "AutoTriggered"))
