@@ -163,7 +163,7 @@ class ElectLeadersTests(_Leaders, unittest.SynchronousTestCase):
         c.wait_for(lambda: self.partitions(topic, controller)[0] == (-1, [a, b], [a]), 60, "no leader")
         c.broker(b).start()  # a stale replica returns; unclean.leader.election.enable is false
         c.wait_for_brokers(sorted([controller, b]))
-        self.assertEqual(self.partitions(topic, b)[0], (-1, [a, b], [a]))
+        c.wait_for(lambda: self.partitions(topic, b)[0] == (-1, [a, b], [a]), 30, "b to know the offline partition")
 
         self.assertEqual(self.raw_elect(controller, 0, [(topic, 0), (topic, 7)]), [
             (topic, 0, PREFERRED_LEADER_NOT_AVAILABLE, "Failed to elect leader for partition %s-0 under strategy "
@@ -222,8 +222,11 @@ class ElectLeadersTests(_Leaders, unittest.SynchronousTestCase):
         error = caught.exception.args[0]
         self.assertEqual((error.code(), error.str()), (TOPIC_ALREADY_EXISTS, 'Topic "%s" is marked for deletion.'
                                                        % topic))
-        with open(c.broker(controller).log_path) as f:
-            self.assertIn("deletion of topic %s waits for brokers [%d]" % (topic, down), f.read())
+
+        def logged():
+            with open(c.broker(controller).log_path) as f:
+                return "deletion of topic %s waits for brokers [%d]" % (topic, down) in f.read()
+        c.wait_for(logged, 30, "the controller to say the deletion waits")
 
         c.broker(down).start()
         c.wait_for_brokers([1, 2, 3])
