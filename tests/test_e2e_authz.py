@@ -257,6 +257,12 @@ class RawAuthzTests(AuthzBrokerMixin, SynchronousTestCase):
                                                     principal_filter=None, host_filter=None,
                                                     resource_name_filter=None, operation=1, permission_type=1))
         self.assertEqual(da.error_code, errors.CLUSTER_AUTHORIZATION_FAILED)
+        E = m.ElectLeadersRequest  # ALTER on the cluster, as Kafka
+        el = c.request(43, 2, E(election_type=0, timeout_ms=1000,
+                                topic_partitions=[E.TopicPartitions(topic=topic, partitions=[0])]))
+        self.assertEqual((el.error_code, [(r.topic, p.partition_id, p.error_code) for r in el.replica_election_results
+                                          for p in r.partition_result]),
+                         (errors.CLUSTER_AUTHORIZATION_FAILED, [(topic, 0, errors.CLUSTER_AUTHORIZATION_FAILED)]))
 
     def test_configs_and_authorized_operations(self):
         topic = unique_name("cfg")
