@@ -1,9 +1,11 @@
 """The controller's pure parts: Kafka's replica assignment (rack-aware and not), leader
 elections and offline replicas, preferred elections and the leader imbalance check, and the
-znode JSON of Kafka's ZooKeeper layout. No ZooKeeper."""
+znode JSON of Kafka's ZooKeeper layout; ElectLeaders and the auto rebalance in the controller's
+queue with a store double and task.Clock. No ZooKeeper."""
 
 import json
 
+import attr
 from twisted.trial import unittest
 
 from kafkatw.cluster import zk_layout as L
@@ -206,6 +208,92 @@ class UpdateMetadataTests(unittest.SynchronousTestCase):
             [topic] = request.topic_states
             [p] = topic.partition_states
             self.assertEqual((p.leader, p.isr, p.offline_replicas), (LEADER_DURING_DELETE, [2, 1], [3]))
+
+
+class ReplicaElectionTests(unittest.SynchronousTestCase):
+    """The controller's ElectLeaders and auto rebalance in its queue, with a store double."""
+
+    def setUp(self):
+        from twisted.internet import defer
+        from twisted.internet.task import Clock
+
+        from kafkatw.cluster.state import BrokerInfo
+        from kafkatw.controller.controller import KafkaController
+
+        self.sent, self.writes = [], []
+        test = self
+
+        class Channel:
+            def send(self, broker_id, request, version):
+                test.sent.append((broker_id, type(request).__name__))
+                return defer.Deferred()
+
+        class Store:
+            def update_partition_states(self, epoch_zk_version, topic, states):
+                test.writes.append((epoch_zk_version, topic, dict(states)))
+                return defer.succeed({p: attr.evolve(s, partition_epoch=s.partition_epoch + 1)
+                                      for p, s in states.items()})
+
+        self.clock = Clock()
+        c = self.controller = KafkaController(self.clock, Store(), 1, Channel(), "PLAINTEXT")
+        c.active, c.epoch, c.epoch_zk_version = True, 5, 7
+        c.live = {b: BrokerInfo(node_id=b, endpoints={"PLAINTEXT": ("h", 9000 + b)}, epoch=b) for b in (1, 2, 3)}
+        c.assignments = {"t": {0: [1, 2], 1: [2, 1], 2: [3, 1]}}
+        c.topic_ids = {"t": bytes(16)}
+        c.states = {("t", 0): LeaderAndIsr(leader=2, leader_epoch=3, isr=[2, 1], controller_epoch=4),
+                    ("t", 1): LeaderAndIsr(leader=2, leader_epoch=1, isr=[2, 1], controller_epoch=4),
+                    ("t", 2): LeaderAndIsr(leader=1, leader_epoch=2, isr=[1], controller_epoch=4)}
+
+    def elect(self, partitions, election_type):
+        return self.successResultOf(self.controller.elect_leaders(partitions, election_type))
+
+    def test_preferred_election_writes_and_tells(self):
+        results = self.elect([("t", 2), ("t", 0), ("t", 1), ("t", 9)], preferred.PREFERRED)
+        self.assertEqual(list(results.items()), [
+            (("t", 2), (errors.PREFERRED_LEADER_NOT_AVAILABLE, "Failed to elect leader for partition t-2 under "
+                        "strategy PreferredReplicaPartitionLeaderElectionStrategy", None)),
+            (("t", 0), (errors.NONE, None, 1)),
+            (("t", 1), (errors.ELECTION_NOT_NEEDED, "Leader election not needed for topic partition.", None)),
+            (("t", 9), (errors.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist.", None))])
+        new = LeaderAndIsr(leader=1, leader_epoch=4, isr=[2, 1], controller_epoch=5)
+        self.assertEqual(self.writes, [(7, "t", {0: new})])  # fenced by the epoch's zkVersion
+        self.assertEqual(self.controller.states[("t", 0)], attr.evolve(new, partition_epoch=1))
+        self.assertEqual(self.sent, [(1, "LeaderAndIsrRequest"), (2, "LeaderAndIsrRequest")]
+                         + [(b, "UpdateMetadataRequest") for b in (1, 2, 3)])
+
+    def test_unclean_election_only_without_a_live_leader(self):
+        self.controller.live.pop(1)  # t-2 (replicas 3, 1; ISR [1]) has lost its leader
+        self.controller.states[("t", 2)] = LeaderAndIsr(leader=-1, leader_epoch=3, isr=[1], controller_epoch=4)
+        results = self.elect([("t", 0), ("t", 2)], preferred.UNCLEAN)
+        self.assertEqual(results, {("t", 0): (errors.ELECTION_NOT_NEEDED,
+                                              "Leader election not needed for topic partition.", None),
+                                   ("t", 2): (errors.NONE, None, 3)})
+        self.assertEqual([w[2] for w in self.writes],
+                         [{2: LeaderAndIsr(leader=3, leader_epoch=4, isr=[3], controller_epoch=5)}])
+        self.controller.live.pop(3)
+        self.controller.states[("t", 2)] = LeaderAndIsr(leader=-1, leader_epoch=5, isr=[3], controller_epoch=5)
+        self.assertEqual(self.elect([("t", 2)], preferred.UNCLEAN)[("t", 2)][0], errors.ELIGIBLE_LEADERS_NOT_AVAILABLE)
+
+    def test_not_controller(self):
+        self.controller.active = False
+        self.assertEqual(self.elect([("t", 0)], preferred.PREFERRED), {("t", 0): (errors.NOT_CONTROLLER, None, None)})
+        self.assertEqual(self.elect(None, preferred.PREFERRED), {})
+        self.assertEqual(self.writes, [])
+
+    def test_auto_rebalance_runs_every_interval_on_the_active_controller(self):
+        c = self.controller
+        c.start_leader_rebalance(2, 10)
+        self.clock.advance(1.9)
+        self.assertEqual(self.writes, [])
+        self.clock.advance(0.1)  # broker 1 leads 0 of its 1 preferred partition: t-0 moves back
+        self.assertEqual([(w[1], sorted(w[2])) for w in self.writes], [("t", [0])])
+        self.assertEqual(c.states[("t", 0)].leader, 1)
+        self.clock.advance(2)  # balanced now (t-2 prefers 3, which is not in the ISR)
+        self.assertEqual(len(self.writes), 1)
+        c.stop_leader_rebalance()
+        c.states[("t", 1)] = attr.evolve(c.states[("t", 1)], leader=1)
+        self.clock.advance(10)
+        self.assertEqual(len(self.writes), 1)
 
 
 class BrokerMetadataTests(unittest.SynchronousTestCase):
