@@ -185,6 +185,14 @@ class ElectLeadersTests(_Leaders, unittest.SynchronousTestCase):
         self.assertIn("1 replica(s) could not be elected", err)
 
     def test_deletion_with_a_broker_down_completes_when_it_returns(self):
+        self.delete_with_a_broker_down(killed=False)
+
+    def test_deletion_right_after_a_broker_is_killed_completes_when_it_returns(self):
+        # the controller still counts the broker live: its StopReplica waits for the session to
+        # expire, without holding up the controller's other events
+        self.delete_with_a_broker_down(killed=True)
+
+    def delete_with_a_broker_down(self, killed):
         c = self.cluster
         topic = unique_name("deldown")
         create_topic(c.broker(1).bootstrap_servers, topic, 3, 3)
@@ -201,8 +209,11 @@ class ElectLeadersTests(_Leaders, unittest.SynchronousTestCase):
 
         def dirs(broker_id):
             return sorted(d for d in os.listdir(c.broker(broker_id).data_dir) if d.startswith(topic + "-"))
-        c.broker(down).stop()
-        c.wait_for(lambda: down not in c.metadata(controller)[0], 60, "the controller to see the broker gone")
+        if killed:
+            c.broker(down).kill()
+        else:
+            c.broker(down).stop()
+            c.wait_for(lambda: down not in c.metadata(controller)[0], 60, "the controller to see the broker gone")
         self.assertEqual(dirs(down), ["%s-%d" % (topic, p) for p in range(3)])
 
         client = admin(c.broker(controller).bootstrap_servers)  # kept while waiting

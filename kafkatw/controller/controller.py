@@ -33,9 +33,6 @@ from kafkatw.protocol import messages as m
 
 log = Logger(namespace="kafkatw.controller")
 
-#: how long a topic deletion waits for a broker's StopReplica answer before trying again
-STOP_REPLICA_WAIT_S = 30.0
-
 
 def _together(deferreds):
     """The results of store reads issued together (``zookeeper.max.in.flight.requests`` bounds
@@ -495,8 +492,9 @@ class KafkaController(ReplicaElections):
     @defer.inlineCallbacks
     def _deletions(self):
         """TopicDeletionManager, in short: tell brokers the topic is going (UpdateMetadata with
-        LeaderDuringDelete), StopReplica with delete to every live replica, then remove its
-        znodes; a marked topic that does not exist is just unmarked."""
+        LeaderDuringDelete), StopReplica with delete to every live replica; once all answered
+        (an event of its own: the queue does not wait on brokers) remove its znodes. A marked
+        topic that does not exist is just unmarked."""
         if not self.active:
             return
         marked = yield self.zk.topics_to_delete(watch=self._deletions_watch)
@@ -514,39 +512,45 @@ class KafkaController(ReplicaElections):
                 if mine:
                     info = self.live[broker_id]
                     request = stop_replica_request(self.broker_id, self.epoch, info.epoch, mine)
-                    # bounded: a broker that died unnoticed must not hold the event queue (its
-                    # death is the next event); an unanswered replica is retried
-                    waits.append(self._send(broker_id, request, STOP_REPLICA_VERSION, "StopReplica")
-                                 .addTimeout(STOP_REPLICA_WAIT_S, self._reactor))
+                    waits.append(self._send(broker_id, request, STOP_REPLICA_VERSION, "StopReplica"))
                     asked.append(broker_id)
-            answers = yield defer.DeferredList(waits)
-            waiting = self._replicas_not_deleted(partitions, dict(zip(asked, (r for _, r in answers))))
-            if waiting:
-                # TopicDeletionManager's ineligible replicas: the topic stays marked (and out of
-                # Metadata) until those brokers are back and have deleted their replicas
-                log.info("controller {id}: deletion of topic {topic} waits for brokers {b}",
-                         id=self.broker_id, topic=topic, b=waiting)
-                continue
-            yield self.zk.delete_topic(self.epoch_zk_version, topic)
-            self._forget_topic(topic)
-            log.info("controller {id}: deleted topic {topic}", id=self.broker_id, topic=topic)
+            defer.DeferredList(waits).addCallback(
+                lambda answers, topic=topic, partitions=partitions, asked=asked: self._enqueue(
+                    "TopicDeletionStopReplicaResponseReceived", self._deletion_answered, topic, partitions,
+                    dict(zip(asked, (r for _, r in answers)))))
+
+    @defer.inlineCallbacks
+    def _deletion_answered(self, topic, partitions, answers):
+        if not self.active or topic not in self.deleting:
+            return  # deleted meanwhile (answers of an earlier round), or no longer controller
+        waiting = self._replicas_not_deleted(partitions, answers)
+        if waiting:
+            # TopicDeletionManager's ineligible replicas: the topic stays marked (and out of
+            # Metadata) until those brokers are back and have deleted their replicas
+            log.info("controller {id}: deletion of topic {topic} waits for brokers {b}",
+                     id=self.broker_id, topic=topic, b=waiting)
+            return
+        yield self.zk.delete_topic(self.epoch_zk_version, topic)
+        self._forget_topic(topic)
+        log.info("controller {id}: deleted topic {topic}", id=self.broker_id, topic=topic)
 
     def _replicas_not_deleted(self, partitions, answers):
-        """The brokers holding replicas of ``partitions`` that are not alive or did not answer
-        their StopReplica (``answers``: broker id -> response or None) without errors. A live
-        one is asked again after a back-off, unless its log dir failed: then when it registers
-        again (TopicDeletionManager's ineligible replicas)."""
-        waiting = {r for tp in partitions for r in self._replicas(tp)} - set(self.live)
-        retry = False
+        """The brokers holding replicas of ``partitions`` that did not answer this round's
+        StopReplica (``answers``: broker id -> response, None if it failed) without errors: a
+        broker that is down is asked when it returns; a live one again after a back-off, unless
+        its log dir failed (then when it registers again)."""
+        holders = {r for tp in partitions for r in self._replicas(tp)}
+        deleted, retry = set(), False
         for broker_id, response in answers.items():
-            codes = {errors.NONE} if response is None else \
+            codes = None if response is None else \
                 {response.error_code} | {e.error_code for e in response.partition_errors}
-            if response is None or codes != {errors.NONE}:
-                waiting.add(broker_id)
-                retry = retry or response is None or bool(codes - {errors.NONE, errors.KAFKA_STORAGE_ERROR})
+            if codes == {errors.NONE}:
+                deleted.add(broker_id)
+            elif broker_id in self.live and (codes is None or codes - {errors.NONE, errors.KAFKA_STORAGE_ERROR}):
+                retry = True
         if retry:
             self._reactor.callLater(5.0, self._deletions_watch)
-        return sorted(waiting)
+        return sorted(holders - deleted)
 
     # -- ControlledShutdown ------------------------------------------------------------------------
 
