@@ -119,8 +119,11 @@ class ElectLeadersTests(_Leaders, unittest.SynchronousTestCase):
         path = os.path.join(c.work_dir, "elect.json")
         with open(path, "w") as f:
             json.dump({"partitions": [{"topic": viacli, "partition": p} for p in range(3)]}, f)
+        config = os.path.join(c.work_dir, "admin.properties")
+        with open(config, "w") as f:
+            f.write("client.id=leader-election\n")
         rc, out, err = run_cli(c.broker(1).bootstrap_servers, "leaders", "elect", "--election-type", "preferred",
-                               "--path-to-json-file", path)
+                               "--path-to-json-file", path, "--admin.config", config)
         self.assertEqual(rc, 0, err)
         others = [p for p in range(3) if p not in moved[viacli]]
         self.assertEqual(out.splitlines(), [
@@ -131,6 +134,11 @@ class ElectLeadersTests(_Leaders, unittest.SynchronousTestCase):
                                "--topic", viacli, "--partition", str(moved[viacli][0]))
         self.assertEqual((rc, out), (0, "Valid replica already elected for partitions %s-%d\n"
                                      % (viacli, moved[viacli][0])), err)
+        rc, out, err = run_cli(c.broker(2).bootstrap_servers, "--output", "json", "leaders", "elect",
+                               "--election-type", "preferred", "--topic", viacli, "--partition", "7")
+        self.assertEqual((rc, json.loads(out)), (4, [{"topic": viacli, "partition": 7,
+                                                      "error": "UNKNOWN_TOPIC_OR_PARTITION",
+                                                      "message": "The partition does not exist."}]), err)
         rc, out, err = run_cli(c.broker(2).bootstrap_servers, "leaders", "elect", "--election-type", "preferred",
                                "--all-topic-partitions")
         self.assertEqual(rc, 0, err)

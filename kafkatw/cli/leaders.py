@@ -1,10 +1,13 @@
 """``kafkatw leaders elect``: Kafka's kafka-leader-election.sh. Sends ElectLeaders (preferred or
 unclean) to the controller for the partitions named by ``--topic/--partition``, a JSON file, or
-all of them, and prints the tool's messages; the elections themselves are the controller's."""
+all of them, and prints the tool's messages (``--output json``: one object per partition); the
+elections themselves are the controller's."""
 
+import argparse
 import json
 
 from kafkatw.cli.client import ClientError, KafkaResponseError, UsageError, check
+from kafkatw.cli.output import wants_json, write_json
 from kafkatw.protocol import errors, messages
 
 ELECTION_TYPES = {"PREFERRED": 0, "UNCLEAN": 1}
@@ -23,6 +26,8 @@ def add_parser(sub):
     q.add_argument("--all-topic-partitions", action="store_true", help="every partition of every topic")
     q.add_argument("--path-to-json-file", metavar="FILE",
                    help='{"partitions": [{"topic": "foo", "partition": 1}, ...]}')
+    q.add_argument("--admin.config", dest="command_config", metavar="FILE", default=argparse.SUPPRESS,
+                   help="the tool's name for --command-config")
     q.set_defaults(func=cmd_elect)
 
 
@@ -94,9 +99,16 @@ def cmd_elect(client, args):
         if e.code == errors.CLUSTER_AUTHORIZATION_FAILED:
             args.out.write("Not authorized to perform leader election\n")
         raise
+    failed = [(tp, r) for tp, r in results.items() if r[0] not in (errors.NONE, errors.ELECTION_NOT_NEEDED)]
+    if wants_json(args):
+        write_json(args.out, [{"topic": t, "partition": p, "error": None if code == errors.NONE else
+                               errors.error_name(code), "message": message}
+                              for (t, p), (code, message) in results.items()])
+        if failed:
+            raise KafkaResponseError(failed[0][1][0], "%d replica(s) could not be elected" % len(failed))
+        return
     succeeded = [tp for tp, (code, _) in results.items() if code == errors.NONE]
     noop = [tp for tp, (code, _) in results.items() if code == errors.ELECTION_NOT_NEEDED]
-    failed = [(tp, r) for tp, r in results.items() if r[0] not in (errors.NONE, errors.ELECTION_NOT_NEEDED)]
 
     def names(tps):
         return ", ".join("%s-%d" % tp for tp in tps)
