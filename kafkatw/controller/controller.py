@@ -517,7 +517,7 @@ class KafkaController(ReplicaElections):
             defer.DeferredList(waits).addCallback(
                 lambda answers, topic=topic, partitions=partitions, asked=asked: self._enqueue(
                     "TopicDeletionStopReplicaResponseReceived", self._deletion_answered, topic, partitions,
-                    dict(zip(asked, (r for _, r in answers)))))
+                    dict(zip(asked, (r for _, r in answers)))).addErrback(lambda f: None))  # logged there
 
     @defer.inlineCallbacks
     def _deletion_answered(self, topic, partitions, answers):
