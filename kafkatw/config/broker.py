@@ -275,8 +275,9 @@ _d("alter.config.policy.class.name", CLASS, None, None, LOW, "Policy class valid
 
 # group coordinator
 _d("offsets.topic.num.partitions", INT, 50, at_least(1), HIGH, "Partitions of __consumer_offsets.")
-_d("offsets.topic.replication.factor", SHORT, 1, at_least(1), HIGH,
-   "Replication factor of __consumer_offsets (kafkatw default 1 for a single node; Kafka's is 3).")
+_d("offsets.topic.replication.factor", SHORT, 3, at_least(1), HIGH,
+   "Replication factor of __consumer_offsets in cluster mode (FindCoordinator answers "
+   "COORDINATOR_NOT_AVAILABLE while fewer brokers are alive); a single node ignores it.")
 _d("offsets.topic.segment.bytes", INT, 100 * MiB, at_least(1), HIGH,
    "Segment size of __consumer_offsets.")
 _d("offsets.topic.compression.codec", INT, 0, None, HIGH,

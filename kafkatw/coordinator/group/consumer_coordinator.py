@@ -103,6 +103,20 @@ class ConsumerGroupCoordinator:
                     call.cancel()
             timers.clear()
 
+    def unload(self, group_ids):
+        """The coordinator resigned the groups' partition: they leave memory with their timers
+        (members' next heartbeat gets NOT_COORDINATOR and finds the new coordinator). Returns
+        how many were removed."""
+        removed = 0
+        for group_id in group_ids:
+            group = self.groups.pop(group_id, None)
+            if group is None:
+                continue
+            removed += 1
+            for member_id in list(group.members):
+                self._cancel_timers(group_id, member_id)
+        return removed
+
     def on_topics_changed(self):
         self.metadata_version += 1
 

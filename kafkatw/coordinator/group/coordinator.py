@@ -4,9 +4,11 @@ sync timers in the purgatory, persistence on ``__consumer_offsets`` (appended th
 replica manager as an internal origin), loading at start-up and offset expiry. It answers with
 result objects and error codes; request/response encoding belongs to the handlers.
 
-Single node: this broker leads every ``__consumer_offsets`` partition. The topic is created
-lazily by the first FindCoordinator for a group (as Kafka does), and answered at once, since
-creation here is synchronous.
+Which partitions of ``__consumer_offsets`` it coordinates comes from
+:class:`~kafkatw.coordinator.partition_ownership.PartitionOwnership` (single node: all of them;
+cluster mode: those this broker leads, loaded on election and unloaded on resignation, Kafka's
+onElection/onResignation). The topic is created lazily by the first FindCoordinator for a group
+(as Kafka does); on a single node that is answered at once, since creation there is synchronous.
 """
 
 import attr
@@ -39,6 +41,7 @@ from kafkatw.coordinator.group.group import (
 )
 from kafkatw.coordinator.group.offsets_log import GROUP_METADATA_TOPIC_NAME
 from kafkatw.coordinator.log_append import append_coordinator_batch
+from kafkatw.coordinator.partition_ownership import PartitionOwnership
 from kafkatw.protocol import errors
 from kafkatw.purgatory import DelayedOperationPurgatory
 from kafkatw.storage.offsets import ORIGIN_COORDINATOR
@@ -131,6 +134,7 @@ class GroupCoordinator:
         self.clock = clock
         c = lambda name, default: _config_get(config, name, default)  # noqa: E731
         self.num_partitions = int(c("offsets.topic.num.partitions", 50))
+        self.replication_factor = int(c("offsets.topic.replication.factor", 3))
         self.segment_bytes = int(c("offsets.topic.segment.bytes", 100 * 1024 * 1024))
         self.compression = int(c("offsets.topic.compression.codec", 0))
         self.load_buffer_size = int(c("offsets.load.buffer.size", 5 * 1024 * 1024))
@@ -152,6 +156,7 @@ class GroupCoordinator:
         self._expiry_loop = None
         self._load_call = None
         self._load_task = None
+        self._load_partition_id = None  # the partition self._load_task loads
         # loading runs in slices of at most 10 ms (Twisted's default), the next one a reactor
         # turn later on ``clock``
         self._cooperator = task.Cooperator(scheduler=lambda step: clock.callLater(0, step))
@@ -160,35 +165,36 @@ class GroupCoordinator:
                                                   clock)
         # KIP-848 consumer groups; their offsets live here, in a GroupMetadata without members
         self.consumer = ConsumerGroupCoordinator(self, config)
+        self.ownership = PartitionOwnership(GROUP_METADATA_TOPIC_NAME, replica_manager, metadata,
+                                            self.on_election, self.on_resignation)
 
     # -- life cycle ------------------------------------------------------------------------
     def now_ms(self):
         return int(self.clock.seconds() * 1000)
 
     def startup(self):
-        """Become active; if ``__consumer_offsets`` exists, load its partitions one after the
-        other in slices (COORDINATOR_LOAD_IN_PROGRESS for their groups meanwhile)."""
+        """Become active and follow the ownership of ``__consumer_offsets``' partitions: each one
+        elected is loaded, one after the other in slices (COORDINATOR_LOAD_IN_PROGRESS for its
+        groups meanwhile); on a single node that is every existing partition."""
         self.is_active = True
         if self.metadata is not None and not self._listening:
             self.metadata.add_listener(self._on_topic_event)
             self._listening = True
-        if self._offsets_topic_exists():
-            n = self.metadata.partition_count(GROUP_METADATA_TOPIC_NAME)
-            self.loading_partitions = set(range(n))
-            self._load_call = self.clock.callLater(0, self._load_next)
+        self.ownership.start()
         self._expiry_loop = task.LoopingCall(self.cleanup_group_metadata)
         self._expiry_loop.clock = self.clock
         self._expiry_loop.start(self.retention_check_interval_ms / 1000.0, now=False)
 
     def shutdown(self):
         self.is_active = False
+        self.ownership.stop()
         if self._expiry_loop is not None and self._expiry_loop.running:
             self._expiry_loop.stop()
         if self._load_call is not None and self._load_call.active():
             self._load_call.cancel()
         if self._load_task is not None:
-            self._load_task.stop()
-            self._load_task = None
+            task_, self._load_task = self._load_task, None
+            task_.stop()
         self.heartbeat_purgatory.shutdown()
         self.rebalance_purgatory.shutdown()
         self.consumer.shutdown()
@@ -208,14 +214,30 @@ class GroupCoordinator:
     def ensure_offsets_topic(self):
         """Create ``__consumer_offsets`` (compacted) if missing; returns an error code:
         COORDINATOR_NOT_AVAILABLE while the creation is being written, as Kafka answers
-        FindCoordinator until the topic exists (clients retry)."""
+        FindCoordinator until the topic exists (clients retry). In cluster mode the replicas
+        are ``offsets.topic.replication.factor`` live brokers; with fewer alive, Kafka's
+        answer is COORDINATOR_NOT_AVAILABLE too (nothing is created)."""
         if self._offsets_topic_exists():
             return errors.NONE
         configs = {"cleanup.policy": "compact", "segment.bytes": str(self.segment_bytes),
                    "compression.type": "producer"}
         failing = self.offsets_topic_creation  # every client retries: logged quietly
+        kwargs = {}
+        if self.ownership.cluster_mode:
+            alive = len(self.metadata.live_brokers())
+            if alive < self.replication_factor:
+                log.info("Number of alive brokers '{alive}' does not meet the required replication "
+                         "factor '{rf}' for the offsets topic (configured via "
+                         "'offsets.topic.replication.factor'). This error can be ignored if the "
+                         "cluster is starting up and not all brokers are up yet.", alive=alive,
+                         rf=self.replication_factor)
+                return errors.COORDINATOR_NOT_AVAILABLE
         try:
-            d = self.metadata.create_topic(GROUP_METADATA_TOPIC_NAME, self.num_partitions, configs)
+            if self.ownership.cluster_mode:
+                kwargs["assignment"] = self.metadata.assign_replicas(self.num_partitions,
+                                                                     self.replication_factor)
+            d = self.metadata.create_topic(GROUP_METADATA_TOPIC_NAME, self.num_partitions, configs,
+                                           **kwargs)
         except Exception as e:
             if getattr(e, "code", None) == errors.TOPIC_ALREADY_EXISTS:
                 return errors.COORDINATOR_NOT_AVAILABLE  # being created
@@ -226,9 +248,13 @@ class GroupCoordinator:
             failing.succeeded()
             log.info("created {topic} with {n} partitions", topic=GROUP_METADATA_TOPIC_NAME,
                      n=info.num_partitions)
-            self.owned_partitions = set(range(info.num_partitions))
 
-        d.addCallbacks(created, failing.failed)
+        def failed(f):
+            if getattr(f.value, "code", None) == errors.TOPIC_ALREADY_EXISTS:
+                return None  # another broker created it first
+            failing.failed(f)
+
+        d.addCallbacks(created, failed)
         return errors.NONE if self._offsets_topic_exists() else errors.COORDINATOR_NOT_AVAILABLE
 
     def _on_topic_event(self, event, info):
@@ -239,30 +265,88 @@ class GroupCoordinator:
         if event == TOPIC_DELETED and info.name != GROUP_METADATA_TOPIC_NAME:
             self.handle_deleted_topic(info.name)
 
-    # -- loading ---------------------------------------------------------------------------
+    # -- election, resignation, loading -----------------------------------------------------
+    def on_election(self, partition, leader_epoch):
+        """Kafka's onElection: this broker now coordinates ``partition``; its groups are loaded
+        (COORDINATOR_LOAD_IN_PROGRESS meanwhile). A partition owned or loading already stays
+        as it is (a newer leader epoch changes nothing for groups); an empty one is owned at
+        once."""
+        if not self.is_active or partition in self.owned_partitions \
+                or partition in self.loading_partitions:
+            return
+        log_ = None if self.log_manager is None else \
+            self.log_manager.get_log(GROUP_METADATA_TOPIC_NAME, partition)
+        if log_ is None or log_.log_end_offset <= log_.log_start_offset:
+            self.owned_partitions.add(partition)
+            return
+        self.loading_partitions.add(partition)
+        self._schedule_load()
+
+    def on_resignation(self, partition, leader_epoch):
+        """Kafka's onResignation (removeGroupsForPartition): another broker coordinates
+        ``partition`` now (or none); its groups leave memory, and members waiting in a
+        Join/Sync get NOT_COORDINATOR so they find the new coordinator."""
+        self.owned_partitions.discard(partition)
+        self.loading_partitions.discard(partition)
+        if self._load_task is not None and self._load_partition_id == partition:
+            task_, self._load_task = self._load_task, None
+            task_.stop()
+            self._schedule_load()
+        unloaded = 0
+        for group_id in [g for g in self.groups if self.partition_for(g) == partition]:
+            self._on_group_unloaded(self.groups.pop(group_id))
+            unloaded += 1
+        unloaded += self.consumer.unload(
+            [g for g in self.consumer.groups if self.partition_for(g) == partition])
+        log.info("Finished unloading {topic}-{p}: removed {n} groups", topic=GROUP_METADATA_TOPIC_NAME,
+                 p=partition, n=unloaded)
+
+    def _on_group_unloaded(self, group):
+        """Kafka's onGroupUnloaded: the group is dead here; members waiting in a Join (while
+        preparing a rebalance) or a Sync get NOT_COORDINATOR, heartbeat timers end."""
+        previous = group.state
+        group.transition_to(DEAD, self.now_ms())
+        if previous == PREPARING_REBALANCE:
+            for member in list(group.members.values()):
+                group.maybe_invoke_join_callback(
+                    member, JoinGroupResult(member.member_id, errors.NOT_COORDINATOR))
+            self.rebalance_purgatory.check_and_complete(GroupJoinKey(group.group_id))
+        elif previous in (STABLE, COMPLETING_REBALANCE):
+            for member in list(group.members.values()):
+                group.maybe_invoke_sync_callback(member, SyncGroupResult(errors.NOT_COORDINATOR))
+        for member_id in list(group.members) + list(group.pending_members):
+            self.heartbeat_purgatory.check_and_complete(MemberKey(group.group_id, member_id))
+        self.rebalance_purgatory.check_and_complete(GroupSyncKey(group.group_id))
+
+    def _schedule_load(self):
+        if self._load_call is None and self._load_task is None and self.loading_partitions:
+            self._load_call = self.clock.callLater(0, self._load_next)
+
     def _load_next(self):
         """Load the lowest partition still loading, in cooperative slices: a partition of tens
         of thousands of commits is seconds of decoding, and the reactor serves in between."""
         self._load_call = None
-        if not self.loading_partitions or not self.is_active:
+        if not self.loading_partitions or not self.is_active or self._load_task is not None:
             return
         p = min(self.loading_partitions)
+        self._load_partition_id = p
         self._load_task = self._cooperator.cooperate(self._load_partition(p))
         d = self._load_task.whenDone()
         d.addCallbacks(lambda _: self._loaded(p), self._load_failed, errbackArgs=(p,))
 
     def _load_failed(self, failure, p):
         if failure.check(task.TaskStopped):
-            return  # shut down mid-load: the partition stays unloaded
+            return  # shut down or resigned mid-load: the partition stays unloaded
         log.failure("loading {topic}-{p} failed", failure, topic=GROUP_METADATA_TOPIC_NAME, p=p)
         self._loaded(p)
 
     def _loaded(self, p):
         self._load_task = None
-        self.loading_partitions.discard(p)
-        self.owned_partitions.add(p)
+        if p in self.loading_partitions:
+            self.loading_partitions.discard(p)
+            self.owned_partitions.add(p)
         if self.loading_partitions:
-            self._load_call = self.clock.callLater(0, self._load_next)
+            self._schedule_load()
         else:
             log.info("loaded {n} groups from {topic}", n=len(self.groups),
                      topic=GROUP_METADATA_TOPIC_NAME)
@@ -365,7 +449,7 @@ class GroupCoordinator:
         return self.partition_for(group_id) in self.loading_partitions
 
     def is_coordinator_for_group(self, group_id):
-        return self._offsets_topic_exists() and self.partition_for(group_id) in self.owned_partitions
+        return self.partition_for(group_id) in self.owned_partitions
 
     def validate_group_status(self, group_id, api):
         """None, or the error of Kafka's validateGroupStatus."""
@@ -625,7 +709,7 @@ class GroupCoordinator:
         self.rebalance_purgatory.try_complete_else_watch(delayed, [GroupJoinKey(group.group_id)])
 
     def try_complete_join(self, group, force_complete):
-        if group.has_all_members_joined():
+        if group.is_(DEAD) or group.has_all_members_joined():
             return force_complete()
         return False
 
@@ -733,6 +817,8 @@ class GroupCoordinator:
         self.heartbeat_purgatory.check_and_complete(MemberKey(group.group_id, member.member_id))
 
     def try_complete_heartbeat(self, group, member_id, is_pending, force_complete):
+        if group.is_(DEAD):
+            return force_complete()  # unloaded (or deleted): nothing to expire
         if is_pending:
             # A pending member's expectation ends once it joined (or left).
             if group.has(member_id) or not group.is_pending_member(member_id):
@@ -744,6 +830,8 @@ class GroupCoordinator:
         return False
 
     def on_expire_heartbeat(self, group, member_id, is_pending):
+        if group.is_(DEAD):
+            return
         if is_pending:
             if group.is_pending_member(member_id):
                 log.info("Pending member {member} in group {group} has been removed after session "

@@ -6,6 +6,7 @@ is :class:`kafkatw.coordinator.group.coordinator.GroupCoordinator` (``apis.group
 
 from zope.interface import provider
 
+from kafkatw.cluster.metadata import GROUP_METADATA_TOPIC_NAME, TRANSACTION_STATE_TOPIC_NAME
 from kafkatw.protocol import errors
 from kafkatw.protocol.messages import (
     DeleteGroupsResponse,
@@ -107,6 +108,7 @@ def _find(apis, request, key_type, key):
         code = coordinator.ensure_offsets_topic()
         if code != errors.NONE:
             return (code, -1, "", -1)
+        topic = GROUP_METADATA_TOPIC_NAME
     elif key_type == TRANSACTION_KEY_TYPE:
         coordinator = apis.txn_coordinator
         if coordinator is None or not coordinator.is_active:
@@ -114,12 +116,37 @@ def _find(apis, request, key_type, key):
         code = coordinator.ensure_state_topic()
         if code != errors.NONE:
             return (code, -1, "", -1)
+        topic = TRANSACTION_STATE_TOPIC_NAME
     else:
         return (errors.INVALID_REQUEST, -1, "", -1)
+    if getattr(apis.replica_manager, "cluster_mode", False):
+        return _partition_leader(apis, request, topic, coordinator.partition_for(key))
     ep = listener_endpoint(apis, request.context.listener_name)
     if ep is None:
         return unavailable
     return (errors.NONE, apis.node_id, ep.host, ep.port)
+
+
+def _partition_leader(apis, request, topic, partition):
+    """Cluster mode (Kafka's handleFindCoordinatorRequest): the coordinator is the current
+    leader of the key's internal partition as the metadata cache knows it; no live leader (or
+    none on the request's listener) is COORDINATOR_NOT_AVAILABLE."""
+    unavailable = (errors.COORDINATOR_NOT_AVAILABLE, -1, "", -1)
+    state = apis.metadata.partition_state(topic, partition)
+    if state is None or state.leader < 0:
+        return unavailable
+    if state.leader == apis.node_id:
+        ep = listener_endpoint(apis, request.context.listener_name)
+        return unavailable if ep is None else (errors.NONE, apis.node_id, ep.host, ep.port)
+    info = apis.metadata.live_broker(state.leader)
+    if info is None:
+        return unavailable
+    listener = request.context.listener_name
+    address = info.endpoints.get(listener) if listener is not None else \
+        next(iter(info.endpoints.values()), None)
+    if address is None:
+        return unavailable
+    return (errors.NONE, state.leader, address[0], address[1])
 
 
 @provider(IApiHandler)
