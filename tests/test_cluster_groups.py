@@ -209,3 +209,111 @@ class GroupFailoverTests(unittest.TestCase):
 
     def test_consumer_group_survives_the_coordinator_kill(self):
         self.failover("consumer")
+
+
+def confluent_group(bootstrap, topic, group, consumed, stop):
+    """A confluent-kafka member of ``group``: poll, keep records by (partition, offset), commit
+    synchronously after each batch (at least once: a rebalance may hand records out again)."""
+    from confluent_kafka import Consumer, KafkaException
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                  "auto.offset.reset": "earliest", "session.timeout.ms": 10000,
+                  "heartbeat.interval.ms": 1000})
+    c.subscribe([topic])
+    try:
+        while not stop.is_set():
+            good = [msg for msg in c.consume(200, 0.2) if msg.error() is None]
+            for msg in good:
+                consumed[(msg.partition(), msg.offset())] = msg.value()
+            if good:
+                try:
+                    c.commit(asynchronous=False)
+                except KafkaException:
+                    pass
+    finally:
+        c.close()
+
+
+def kafka_python_group(bootstrap, topic, group, consumed, stop):
+    """The same with kafka-python's KafkaConsumer."""
+    from kafka import KafkaConsumer
+    from kafka.errors import KafkaError
+
+    c = KafkaConsumer(topic, bootstrap_servers=bootstrap.split(","), group_id=group,
+                      enable_auto_commit=False, auto_offset_reset="earliest",
+                      session_timeout_ms=10000, heartbeat_interval_ms=1000)
+    try:
+        while not stop.is_set():
+            batch = c.poll(timeout_ms=200)
+            for tp, records in batch.items():
+                for r in records:
+                    consumed[(tp.partition, r.offset)] = r.value
+            if batch:
+                try:
+                    c.commit()
+                except KafkaError:
+                    pass
+    finally:
+        c.close()
+
+
+class RollingRestartTests(unittest.TestCase):
+    timeout = 400
+
+    def test_rolling_restart_under_production_and_two_groups(self):
+        """Issue 20's check: SIGTERM, start and wait for every ISR, broker after broker, while
+        an idempotent acks=all producer and two groups (confluent-kafka, kafka-python) run."""
+        cl = cluster()
+        bootstrap = cl.bootstrap_servers
+        topic = unique_name("roll")
+        create_topic(bootstrap, topic, PARTITIONS, 3)
+        wait_full_isr(cl, [topic])
+        production = Production(bootstrap, topic)
+        stop_producing, stop_consuming = threading.Event(), threading.Event()
+
+        def produce():
+            while not stop_producing.is_set():
+                production.produce(10)
+                time.sleep(0.05)
+            production.flushed = production.flush()
+
+        groups = {unique_name("ck"): ({}, confluent_group), unique_name("kp"): ({}, kafka_python_group)}
+        threads = [threading.Thread(target=produce)] + [
+            threading.Thread(target=run, args=(bootstrap, topic, group, consumed, stop_consuming))
+            for group, (consumed, run) in groups.items()]
+        for t in threads:
+            t.start()
+
+        def stop_all():
+            stop_producing.set()
+            stop_consuming.set()
+            for t in threads:
+                t.join(60)
+        self.addCleanup(stop_all)
+        for consumed, _ in groups.values():
+            cl.wait_for(lambda: len(consumed) > 0, 60, "the groups to consume")
+        wait_full_isr(cl, [topic, OFFSETS_TOPIC])
+        for broker_id in (1, 2, 3):
+            cl.broker(broker_id).stop()
+            cl.broker(broker_id).start()
+            cl.wait_for_brokers([1, 2, 3])
+            wait_full_isr(cl, [topic, OFFSETS_TOPIC])
+        time.sleep(1)  # production goes on a little after the last restart (not a synchronisation)
+        stop_producing.set()
+        threads[0].join(120)
+        self.assertFalse(threads[0].is_alive())
+        self.assertEqual((production.flushed, production.failed), (0, []))
+        self.assertEqual(len(production.acked), production.sent)
+        self.assertEqual(len(set(production.acked.values())), production.sent)
+        ends = production.ends()
+        self.assertEqual(sum(ends.values()), production.sent)  # no gaps, nothing else in the log
+        for group in groups:
+            cl.wait_for(lambda: committed(bootstrap, group, topic) == ends, 90,
+                        "group %s to commit the log end %s" % (group, ends))
+        stop_consuming.set()
+        for t in threads[1:]:
+            t.join(60)
+            self.assertFalse(t.is_alive())
+        for group, (consumed, _) in groups.items():
+            self.assertEqual(consumed, production.acked, group)
+            self.assertEqual(committed(bootstrap, group, topic), ends)  # lag 0
