@@ -2,7 +2,9 @@
 onElection/onResignation), in process on a task.Clock: resigning a partition drops its groups
 (waiting joins and syncs answer NOT_COORDINATOR, classic and KIP-848 groups alike), electing
 it again loads them back (COORDINATOR_LOAD_IN_PROGRESS meanwhile), a resignation mid-load
-leaves the partition unloaded and the other loads going on."""
+leaves the partition unloaded and the other loads going on; in cluster mode the offsets
+topic is created with offsets.topic.replication.factor replicas, or not while too few brokers
+are alive."""
 
 from twisted.trial import unittest
 
@@ -114,3 +116,62 @@ class ConsumerGroupOwnershipTests(ConsumerFixture, unittest.TestCase):
         self.assertEqual((sorted(group.members), group.group_epoch), (["a"], 1))
         r = self.hb("a", 1)
         self.assertEqual((r.error_code, r.member_epoch), (errors.NONE, 1))
+
+
+class FakeClusterMetadata:
+    """Just what ensure_offsets_topic asks of a cluster-mode metadata cache."""
+
+    def __init__(self, live):
+        self.live = live
+        self.created = []
+
+    def contains_topic(self, name):
+        return False
+
+    def live_brokers(self):
+        return list(range(1, self.live + 1))
+
+    def assign_replicas(self, num_partitions, replication_factor, start_partition=0):
+        return {p: [(p + i) % self.live + 1 for i in range(replication_factor)]
+                for p in range(num_partitions)}
+
+    def create_topic(self, name, num_partitions, configs=None, topic_id=None, assignment=None):
+        from twisted.internet import defer
+
+        self.created.append((name, num_partitions, configs, assignment))
+        return defer.Deferred()  # the controller publishes it later
+
+
+class FakeClusterReplicaManager:
+    cluster_mode = True
+
+
+class ClusterModeCreationTests(unittest.TestCase):
+    def coordinator(self, live, rf=None):
+        from twisted.internet import task
+
+        from kafkatw.coordinator.group.coordinator import GroupCoordinator
+
+        config = {"offsets.topic.num.partitions": 4, "offsets.topic.segment.bytes": 1048576}
+        if rf is not None:
+            config["offsets.topic.replication.factor"] = rf
+        metadata = FakeClusterMetadata(live)
+        return GroupCoordinator(config, metadata, FakeClusterReplicaManager(), None,
+                                task.Clock()), metadata
+
+    def test_fewer_live_brokers_than_the_replication_factor(self):
+        coordinator, metadata = self.coordinator(live=2)
+        self.assertEqual(coordinator.ensure_offsets_topic(), errors.COORDINATOR_NOT_AVAILABLE)
+        self.assertEqual(metadata.created, [])
+
+    def test_created_with_the_replication_factor(self):
+        coordinator, metadata = self.coordinator(live=3)
+        self.assertEqual(coordinator.ensure_offsets_topic(), errors.COORDINATOR_NOT_AVAILABLE)
+        [(name, n, configs, assignment)] = metadata.created
+        self.assertEqual((name, n), ("__consumer_offsets", 4))
+        self.assertEqual(configs, {"cleanup.policy": "compact", "segment.bytes": "1048576",
+                                   "compression.type": "producer"})
+        self.assertEqual({p: len(set(r)) for p, r in assignment.items()}, {0: 3, 1: 3, 2: 3, 3: 3})
+        coordinator, metadata = self.coordinator(live=2, rf=2)
+        coordinator.ensure_offsets_topic()
+        self.assertEqual([len(r) for r in metadata.created[0][3].values()], [2, 2, 2, 2])
