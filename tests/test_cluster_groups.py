@@ -170,10 +170,13 @@ class GroupFailoverTests(unittest.TestCase):
                    "the first 300 records consumed and committed")
         self.assertEqual(consumed, production.acked)
 
-        # FindCoordinator from every broker names the offsets partition's leader
+        # FindCoordinator from every broker names the offsets partition's leader (each broker
+        # answers from its own metadata cache: polled until all of them know it)
         leader = offsets_leader(cl, group)
-        for broker_id in (1, 2, 3):
-            self.assertEqual(find_coordinator(cl.broker(broker_id), group), (0, leader))
+        def named():
+            found = [find_coordinator(cl.broker(b), group) for b in (1, 2, 3)]
+            return found == [(0, leader)] * 3
+        cl.wait_for(named, 30, "every broker to name %d as the coordinator" % leader)
         cl.broker(leader).kill()
         live = [b for b in (1, 2, 3) if b != leader]
 
