@@ -180,6 +180,7 @@ class GroupCoordinator:
         if self.metadata is not None and not self._listening:
             self.metadata.add_listener(self._on_topic_event)
             self._listening = True
+        self.owned_partitions, self.loading_partitions = set(), set()  # elected anew below
         self.ownership.start()
         self._expiry_loop = task.LoopingCall(self.cleanup_group_metadata)
         self._expiry_loop.clock = self.clock
