@@ -62,8 +62,9 @@ def wait_full_isr(cluster_, topics, ids=(1, 2, 3), timeout=60):
 
 
 def offsets_leader(cluster_, group, broker_id=None):
-    parts = partitions_of(cluster_, OFFSETS_TOPIC, broker_id)
-    return parts[partition_for(group, OFFSETS_PARTITIONS)][1]
+    """The leader of ``group``'s offsets partition in a broker's metadata (-1: none known)."""
+    found = partitions_of(cluster_, OFFSETS_TOPIC, broker_id).get(partition_for(group, OFFSETS_PARTITIONS))
+    return -1 if found is None else found[1]
 
 
 def committed(bootstrap, group, topic):
@@ -270,7 +271,11 @@ class RollingRestartTests(unittest.TestCase):
         bootstrap = cl.bootstrap_servers
         topic = unique_name("roll")
         create_topic(bootstrap, topic, PARTITIONS, 3)
-        wait_full_isr(cl, [topic])
+        # start from a healthy cluster: the offsets topic exists (the first FindCoordinator
+        # creates it) and, like the topic, has every broker in every ISR (earlier tests may
+        # have killed a broker that is still catching up)
+        cl.wait_for(lambda: find_coordinator(cl.broker(1), topic)[0] == 0, 60, "the offsets topic")
+        wait_full_isr(cl, [topic, OFFSETS_TOPIC])
         production = Production(bootstrap, topic)
         stop_producing, stop_consuming = threading.Event(), threading.Event()
 
@@ -293,9 +298,12 @@ class RollingRestartTests(unittest.TestCase):
             for t in threads:
                 t.join(60)
         self.addCleanup(stop_all)
-        for consumed, _ in groups.values():
-            cl.wait_for(lambda: len(consumed) > 0, 60, "the groups to consume")
-        wait_full_isr(cl, [topic, OFFSETS_TOPIC])
+        for group, (consumed, _) in groups.items():
+            try:
+                cl.wait_for(lambda: len(consumed) > 0, 60, "group %s to consume" % group)
+            except AssertionError as e:
+                raise AssertionError("%s; FindCoordinator answers %s" % (
+                    e, [find_coordinator(cl.broker(b), group) for b in (1, 2, 3)]))
         for broker_id in (1, 2, 3):
             cl.broker(broker_id).stop()
             cl.broker(broker_id).start()
