@@ -276,13 +276,35 @@ class TransactionCoordinatorService(_BrokerPart):
         from kafkatw.coordinator.txn.coordinator import TransactionCoordinator
 
         b = self.broker
+        channels = {}
+        if b.cluster is not None:
+            channels = self._cluster_channels(b)
         b.txn_coordinator = TransactionCoordinator(b.config, b.metadata, b.replica_manager,
-                                                   b.log_manager, b.reactor, b.group_coordinator)
+                                                   b.log_manager, b.reactor, b.group_coordinator,
+                                                   **channels)
         b.txn_coordinator.startup()
+
+    @staticmethod
+    def _cluster_channels(b):
+        """The coordinator's reach to other brokers: markers to their partitions' leaders and
+        KIP-890 verification with their coordinators, over one client on the inter-broker
+        listener (a connection per broker)."""
+        from kafkatw.coordinator.txn.marker_channel import TransactionMarkerChannelManager
+        from kafkatw.coordinator.txn.verification import RemoteVerifier
+        from kafkatw.network.client import KafkaNetworkClient
+
+        timeout_ms = b.config["request.timeout.ms"]
+        listener = b.config.inter_broker_listener_name
+        client = KafkaNetworkClient(b.reactor, "broker-%d-txn-coordinator" % b.config.node_id,
+                                    request_timeout_ms=timeout_ms)
+        return {"marker_channel": TransactionMarkerChannelManager(
+                    b.metadata, b.replica_manager, b.group_coordinator, b.config.node_id, client,
+                    listener, timeout_ms),
+                "verifier": RemoteVerifier(b.metadata, client, listener, timeout_ms)}
 
     def stopService(self):
         super().stopService()
-        self.broker.txn_coordinator.shutdown()
+        return self.broker.txn_coordinator.shutdown()
 
 
 class RequestHandlersService(_BrokerPart):

@@ -330,10 +330,11 @@ _d("group.consumer.migration.policy", STRING, "bidirectional",
 # transactions / producer state
 _d("transaction.state.log.num.partitions", INT, 50, at_least(1), HIGH,
    "Partitions of __transaction_state.")
-_d("transaction.state.log.replication.factor", SHORT, 1, at_least(1), HIGH,
-   "Replication factor of __transaction_state (kafkatw default 1; Kafka's is 3).")
-_d("transaction.state.log.min.isr", INT, 1, at_least(1), HIGH,
-   "min.insync.replicas of __transaction_state (kafkatw default 1; Kafka's is 2).")
+_d("transaction.state.log.replication.factor", SHORT, 3, at_least(1), HIGH,
+   "Replication factor of __transaction_state in cluster mode (FindCoordinator answers "
+   "COORDINATOR_NOT_AVAILABLE while fewer brokers are alive); a single node ignores it.")
+_d("transaction.state.log.min.isr", INT, 2, at_least(1), HIGH,
+   "min.insync.replicas of __transaction_state in cluster mode; a single node ignores it.")
 _d("transaction.state.log.segment.bytes", INT, 100 * MiB, at_least(1), HIGH,
    "Segment size of __transaction_state.")
 _d("transaction.state.log.load.buffer.size", INT, 5 * MiB, at_least(1), HIGH,

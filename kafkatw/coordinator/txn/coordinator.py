@@ -1,9 +1,11 @@
-"""The transaction coordinator (Kafka's TransactionCoordinator + TransactionStateManager +
-TransactionMarkerChannelManager for a single node): InitProducerId with a transactional id,
-AddPartitionsToTxn (and its verify-only form), AddOffsetsToTxn, EndTxn, markers, timeouts,
-transactional id expiry, Describe/ListTransactions, state on ``__transaction_state`` loaded at
-start (COORDINATOR_LOAD_IN_PROGRESS meanwhile). Request decoding is the handlers'; the state
-machine of one id is ``metadata.py``; record formats are ``txn_log.py``.
+"""The transaction coordinator (Kafka's TransactionCoordinator + TransactionStateManager):
+InitProducerId with a transactional id, AddPartitionsToTxn (and its verify-only form),
+AddOffsetsToTxn, EndTxn, markers, timeouts, transactional id expiry, Describe/ListTransactions,
+state on ``__transaction_state``. It coordinates the partitions of that topic this broker leads
+(``coordinator.partition_ownership``: all of them on a single node), loading each on election
+(COORDINATOR_LOAD_IN_PROGRESS meanwhile) and dropping it on resignation. Request decoding is
+the handlers'; the state machine of one id is ``metadata.py``; record formats ``txn_log.py``;
+markers reach the partitions' leaders through ``marker_channel.py``.
 """
 
 from twisted.internet import defer, task
@@ -12,11 +14,13 @@ from twisted.logger import Logger
 from kafkatw.background_failures import FailingTask
 from kafkatw.coordinator.group.offsets_log import iter_log_records
 from kafkatw.coordinator.log_append import append_coordinator_batch
+from kafkatw.coordinator.partition_ownership import PartitionOwnership
 from kafkatw.protocol import errors
 from kafkatw.storage.offsets import ORIGIN_COORDINATOR
 
 from . import txn_log
-from .markers import GROUP_METADATA_TOPIC_NAME, write_markers
+from .marker_channel import TransactionMarkerChannelManager
+from .markers import GROUP_METADATA_TOPIC_NAME
 from .metadata import (
     COMPLETE_ABORT,
     COMPLETE_COMMIT,
@@ -70,7 +74,7 @@ def _produce_verification_error(code):
     if code == errors.PRODUCER_FENCED:
         return errors.INVALID_PRODUCER_EPOCH
     if code in (errors.COORDINATOR_LOAD_IN_PROGRESS, errors.COORDINATOR_NOT_AVAILABLE,
-                errors.NOT_COORDINATOR, errors.CONCURRENT_TRANSACTIONS):
+                errors.NOT_COORDINATOR, errors.CONCURRENT_TRANSACTIONS, errors.NETWORK_EXCEPTION):
         return errors.NOT_ENOUGH_REPLICAS
     return code
 
@@ -78,10 +82,12 @@ def _produce_verification_error(code):
 class TransactionCoordinator:
     """``replica_manager`` appends (state records and markers), ``log_manager`` serves the load,
     ``metadata`` knows and creates topics and hands out producer ids; ``group_coordinator``
-    hears of markers in ``__consumer_offsets``; ``clock`` is the reactor."""
+    hears of markers in ``__consumer_offsets``; ``clock`` is the reactor. In a cluster,
+    ``marker_channel`` (a TransactionMarkerChannelManager with a network client) reaches the
+    other leaders and ``verifier`` (a ``verification.RemoteVerifier``) the other coordinators."""
 
     def __init__(self, config, metadata, replica_manager, log_manager, clock,
-                 group_coordinator=None):
+                 group_coordinator=None, marker_channel=None, verifier=None):
         self.config = config
         self.metadata = metadata
         self.replica_manager = replica_manager
@@ -92,6 +98,10 @@ class TransactionCoordinator:
         self.state_topic_creation = FailingTask("creating %s" % TRANSACTION_STATE_TOPIC_NAME, clock)
         c = lambda name, default: _config_get(config, name, default)  # noqa: E731
         self.num_partitions = int(c("transaction.state.log.num.partitions", 50))
+        self.replication_factor = int(c("transaction.state.log.replication.factor", 3))
+        self.min_isr = int(c("transaction.state.log.min.isr", 2))
+        # Kafka's TransactionConfig.requestTimeoutMs: how long an acks=all write may wait
+        self.request_timeout_ms = int(c("request.timeout.ms", 30000))
         self.segment_bytes = int(c("transaction.state.log.segment.bytes", 100 * 1024 * 1024))
         self.load_buffer_size = int(c("transaction.state.log.load.buffer.size", 5 * 1024 * 1024))
         self.max_timeout_ms = int(c("transaction.max.timeout.ms", 900000))
@@ -104,8 +114,20 @@ class TransactionCoordinator:
         self.is_active = False
         self.owned_partitions = set()
         self.loading_partitions = set()
+        self.coordinator_epochs = {}  # partition -> the leader epoch it was elected with
         self._load_call = None
         self._load_task = None
+        self._load_partition_id = None  # the partition self._load_task loads
+        self.ownership = PartitionOwnership(TRANSACTION_STATE_TOPIC_NAME, replica_manager, metadata,
+                                            self.on_election, self.on_resignation)
+        self.cluster_mode = self.ownership.cluster_mode
+        if marker_channel is None:
+            node_id = getattr(replica_manager, "node_id", None)
+            marker_channel = TransactionMarkerChannelManager(
+                metadata, replica_manager, group_coordinator, node_id,
+                request_timeout_ms=self.request_timeout_ms)
+        self.marker_channel = marker_channel
+        self.verifier = verifier
         self._cooperator = task.Cooperator(scheduler=lambda step: clock.callLater(0, step))
         self._loops = []
 
@@ -114,14 +136,12 @@ class TransactionCoordinator:
         return int(self.clock.seconds() * 1000)
 
     def startup(self):
-        """Become active; load ``__transaction_state`` one partition after the other in
-        cooperative slices (COORDINATOR_LOAD_IN_PROGRESS for their ids meanwhile), finishing
-        every transaction found in a prepare state; start the timeout/expiry loops."""
+        """Become active and follow the leadership of ``__transaction_state``: each partition
+        elected is loaded, one after the other in cooperative slices (COORDINATOR_LOAD_IN_PROGRESS
+        for its ids meanwhile), and every transaction found in a prepare state is finished;
+        start the timeout/expiry loops."""
         self.is_active = True
-        if self._state_topic_exists():
-            n = self.metadata.partition_count(TRANSACTION_STATE_TOPIC_NAME)
-            self.loading_partitions = set(range(n))
-            self._load_call = self.clock.callLater(0, self._load_next)
+        self.ownership.start()
         for fn, interval in ((self.abort_timed_out_transactions, self.abort_interval_ms),
                              (self.remove_expired_transactional_ids, self.remove_interval_ms)):
             loop = task.LoopingCall(fn)
@@ -131,6 +151,7 @@ class TransactionCoordinator:
 
     def shutdown(self):
         self.is_active = False
+        self.ownership.stop()
         for loop in self._loops:
             if loop.running:
                 loop.stop()
@@ -138,8 +159,9 @@ class TransactionCoordinator:
         if self._load_call is not None and self._load_call.active():
             self._load_call.cancel()
         if self._load_task is not None:
-            self._load_task.stop()
-            self._load_task = None
+            task_, self._load_task = self._load_task, None
+            task_.stop()
+        return self.marker_channel.close()
 
     def _state_topic_exists(self):
         return self.metadata is not None and self.metadata.contains_topic(TRANSACTION_STATE_TOPIC_NAME)
@@ -158,8 +180,25 @@ class TransactionCoordinator:
             return errors.NONE
         configs = {"cleanup.policy": "compact", "segment.bytes": str(self.segment_bytes),
                    "compression.type": "uncompressed", "unclean.leader.election.enable": "false"}
+        kwargs = {}
+        if self.cluster_mode:
+            configs["min.insync.replicas"] = str(self.min_isr)
+            # Kafka's createInternalTopic: transaction.state.log.replication.factor live
+            # brokers, or nothing yet (clients retry FindCoordinator meanwhile)
+            alive = len(self.metadata.live_brokers())
+            if alive < self.replication_factor:
+                log.info("Number of alive brokers '{alive}' does not meet the required replication "
+                         "factor '{rf}' for the transactions state topic (configured via "
+                         "'transaction.state.log.replication.factor'). This error can be ignored if "
+                         "the cluster is starting up and not all brokers are up yet.", alive=alive,
+                         rf=self.replication_factor)
+                return errors.COORDINATOR_NOT_AVAILABLE
         try:
-            d = self.metadata.create_topic(TRANSACTION_STATE_TOPIC_NAME, self.num_partitions, configs)
+            if self.cluster_mode:
+                kwargs["assignment"] = self.metadata.assign_replicas(self.num_partitions,
+                                                                     self.replication_factor)
+            d = self.metadata.create_topic(TRANSACTION_STATE_TOPIC_NAME, self.num_partitions, configs,
+                                           **kwargs)
         except Exception as e:
             if getattr(e, "code", None) == errors.TOPIC_ALREADY_EXISTS:
                 return errors.COORDINATOR_NOT_AVAILABLE  # being created
@@ -170,43 +209,99 @@ class TransactionCoordinator:
             self.state_topic_creation.succeeded()
             log.info("created {topic} with {n} partitions", topic=TRANSACTION_STATE_TOPIC_NAME,
                      n=info.num_partitions)
-            self.owned_partitions = set(range(info.num_partitions))
 
-        d.addCallbacks(created, self.state_topic_creation.failed)
+        def failed(f):
+            if getattr(f.value, "code", None) == errors.TOPIC_ALREADY_EXISTS:
+                return None  # another broker created it first
+            self.state_topic_creation.failed(f)
+
+        d.addCallbacks(created, failed)
         return errors.NONE if self._state_topic_exists() else errors.COORDINATOR_NOT_AVAILABLE
 
     def coordinator_epoch(self, transactional_id):
-        epoch = self.metadata.leader_epoch(TRANSACTION_STATE_TOPIC_NAME,
-                                           self.partition_for(transactional_id))
+        """The epoch markers carry: the leader epoch this broker was elected with for the id's
+        partition (Kafka's coordinatorEpoch)."""
+        p = self.partition_for(transactional_id)
+        epoch = self.coordinator_epochs.get(p)
+        if epoch is None:
+            epoch = self.metadata.leader_epoch(TRANSACTION_STATE_TOPIC_NAME, p)
         return 0 if epoch is None or epoch < 0 else epoch
 
-    # -- loading ---------------------------------------------------------------------------
+    # -- election, resignation, loading -----------------------------------------------------
+    def on_election(self, partition, leader_epoch):
+        """Kafka's onElection: this broker coordinates ``partition`` from ``leader_epoch`` on;
+        its ids are loaded (COORDINATOR_LOAD_IN_PROGRESS meanwhile). A newer epoch while owning
+        it only changes the coordinator epoch markers carry; an empty partition is owned at
+        once."""
+        if not self.is_active:
+            return
+        self.coordinator_epochs[partition] = leader_epoch
+        if partition in self.owned_partitions or partition in self.loading_partitions:
+            return
+        log_ = None if self.log_manager is None else \
+            self.log_manager.get_log(TRANSACTION_STATE_TOPIC_NAME, partition)
+        if log_ is None or log_.log_end_offset <= log_.log_start_offset:
+            self.owned_partitions.add(partition)
+            return
+        self.loading_partitions.add(partition)
+        self._schedule_load()
+
+    def on_resignation(self, partition, leader_epoch):
+        """Kafka's onResignation (removeTransactionsForTxnTopicPartition): another broker
+        coordinates ``partition`` now (or none); its ids leave memory, so their requests get
+        NOT_COORDINATOR, and markers still being sent for them stop (the new coordinator
+        resends them from the state it loads)."""
+        self.owned_partitions.discard(partition)
+        self.loading_partitions.discard(partition)
+        self.coordinator_epochs.pop(partition, None)
+        if self._load_task is not None and self._load_partition_id == partition:
+            task_, self._load_task = self._load_task, None
+            task_.stop()
+            self._schedule_load()
+        removed = [tid for tid in self.transactions if self.partition_for(tid) == partition]
+        for tid in removed:
+            del self.transactions[tid]
+        log.info("Finished unloading {topic}-{p}: removed {n} transactional ids",
+                 topic=TRANSACTION_STATE_TOPIC_NAME, p=partition, n=len(removed))
+
+    def _schedule_load(self):
+        if self._load_call is None and self._load_task is None and self.loading_partitions:
+            self._load_call = self.clock.callLater(0, self._load_next)
+
     def _load_next(self):
         """Load the lowest partition still loading, in cooperative slices (as the group
         coordinator does), then finish the transactions found in a prepare state."""
         self._load_call = None
-        if not self.loading_partitions or not self.is_active:
+        if not self.loading_partitions or not self.is_active or self._load_task is not None:
             return
         p = min(self.loading_partitions)
         loaded = []
+        self._load_partition_id = p
         self._load_task = self._cooperator.cooperate(self._load_partition(p, loaded))
         self._load_task.whenDone().addCallbacks(lambda _: self._loaded(p, loaded),
                                                 self._load_failed, errbackArgs=(p,))
 
     def _load_failed(self, failure, p):
         if failure.check(task.TaskStopped):
-            return  # shut down mid-load: the partition stays unloaded
+            return  # shut down or resigned mid-load: the partition stays unloaded
         log.failure("loading {topic}-{p} failed", failure, topic=TRANSACTION_STATE_TOPIC_NAME, p=p)
         self._loaded(p, [])
 
     def _loaded(self, p, loaded):
         self._load_task = None
-        self.loading_partitions.discard(p)
-        self.owned_partitions.add(p)
-        for txn in loaded:
-            self._complete_loaded(txn)
+        if p in self.loading_partitions:
+            self.loading_partitions.discard(p)
+            self.owned_partitions.add(p)
+            for tid, txn in loaded:
+                if txn is None:
+                    self.transactions.pop(tid, None)
+                else:
+                    self.transactions[tid] = txn
+            for _, txn in loaded:
+                if txn is not None:
+                    self._complete_loaded(txn)
         if self.loading_partitions:
-            self._load_call = self.clock.callLater(0, self._load_next)
+            self._schedule_load()
         else:
             log.info("loaded {n} transactional ids from {topic}", n=len(self.transactions),
                      topic=TRANSACTION_STATE_TOPIC_NAME)
@@ -217,11 +312,19 @@ class TransactionCoordinator:
         loaded = []
         for _ in self._load_partition(partition, loaded):
             pass
-        return loaded
+        out = []
+        for tid, txn in loaded:
+            if txn is None:
+                self.transactions.pop(tid, None)
+            else:
+                self.transactions[tid] = txn
+                out.append(txn)
+        return out
 
     def _load_partition(self, partition, loaded):
-        """Read one partition of ``__transaction_state`` (the last record of each id wins) and
-        install what it holds into ``loaded`` too, yielding after every record."""
+        """Read one partition of ``__transaction_state`` (the last record of each id wins) into
+        ``loaded`` as ``(transactional id, TransactionMetadata or None for one removed)``,
+        yielding after every record; the caller installs them (unless it resigned meanwhile)."""
         log_ = self.log_manager.get_log(TRANSACTION_STATE_TOPIC_NAME, partition)
         if log_ is None:
             return
@@ -234,11 +337,7 @@ class TransactionCoordinator:
                 continue
             found[tid] = txn_log.decode_value(tid, value)
         for tid, txn in found.items():
-            if txn is None or txn.state == DEAD:
-                self.transactions.pop(tid, None)
-                continue
-            self.transactions[tid] = txn
-            loaded.append(txn)
+            loaded.append((tid, None if txn is None or txn.state == DEAD else txn))
 
     def _complete_loaded(self, txn):
         """A transaction stored in a prepare state lost its markers (a stop between EndTxn
@@ -383,14 +482,42 @@ class TransactionCoordinator:
         return {tp: errors.NONE if ongoing and tp in txn.partitions else errors.INVALID_TXN_STATE
                 for tp in partitions}
 
+    def verify_partitions(self, transactional_id, producer_id, producer_epoch, partitions):
+        """:meth:`handle_verify_partitions` asked of whichever broker coordinates
+        ``transactional_id`` (Kafka's AddPartitionsToTxnManager): here when this broker does
+        (or on a single node), else with AddPartitionsToTxn v4 to the leader of its
+        ``__transaction_state`` partition. {tp: error}, or a Deferred of it when asked remotely
+        (NETWORK_EXCEPTION when that broker cannot be reached)."""
+        remote = self._remote_coordinator(transactional_id)
+        if remote is None:
+            return self.handle_verify_partitions(transactional_id, producer_id, producer_epoch,
+                                                 partitions)
+        return self.verifier.verify(remote, transactional_id, producer_id, producer_epoch,
+                                    partitions)
+
+    def _remote_coordinator(self, transactional_id):
+        """The id of the other broker leading ``transactional_id``'s state partition, or None
+        when it is this one, unknown, or this is a single node (then the local answer holds)."""
+        if not self.cluster_mode or self.verifier is None or not self._state_topic_exists():
+            return None
+        p = self.partition_for(transactional_id)
+        if p in self.owned_partitions or p in self.loading_partitions:
+            return None
+        state = self.metadata.leader_state(TRANSACTION_STATE_TOPIC_NAME, p)
+        node_id = getattr(self.replica_manager, "node_id", None)
+        if state is None or state[1] is None or state[1] < 0 or state[1] == node_id:
+            return None
+        return state[1]
+
     def verify_produce(self, replica_manager, transactional_id, entries, headers):
         """KIP-890 part 1 (``transaction.partition.verification.enable``): the first
         transactional batch of a producer on a partition must belong to its ongoing transaction
         holding that partition, so a late or stray write cannot open a transaction no one will
-        end. ``entries``/``headers`` as the produce handler has them; {tp: error} to refuse."""
+        end. ``entries``/``headers`` as the produce handler has them; {tp: error} to refuse, or
+        a Deferred of it when the coordinator is another broker."""
         from kafkatw.protocol.records import read_batch_header
 
-        refused = {}
+        to_verify = {}  # (producer id, epoch) -> [tp]
         for tp, buf in entries.items():
             known = headers.get(tp)
             try:
@@ -406,10 +533,23 @@ class TransactionCoordinator:
             if entry is not None and entry.current_txn_first_offset >= 0 \
                     and entry.producer_epoch == header.producer_epoch:
                 continue  # verified when its transaction started here
-            code = self.handle_verify_partitions(transactional_id, header.producer_id,
-                                                 header.producer_epoch, [tp])[tp]
-            if code != errors.NONE:
-                refused[tp] = _produce_verification_error(code)
+            to_verify.setdefault((header.producer_id, header.producer_epoch), []).append(tp)
+        refused = {}
+        waiting = []
+
+        def refuse(codes):
+            for tp, code in codes.items():
+                if code != errors.NONE:
+                    refused[tp] = _produce_verification_error(code)
+
+        for (pid, epoch), tps in to_verify.items():
+            codes = self.verify_partitions(transactional_id, pid, epoch, tps)
+            if isinstance(codes, defer.Deferred):
+                waiting.append(codes.addCallback(refuse))
+            else:
+                refuse(codes)
+        if waiting:
+            return defer.gatherResults(waiting).addCallback(lambda _: refused)
         return refused
 
     def offsets_partition_for(self, group_id):
@@ -501,9 +641,9 @@ class TransactionCoordinator:
             partitions = txn.partitions
         partitions = sorted(tp for tp in partitions
                             if self.metadata.contains_partition(tp[0], tp[1]))
-        d = write_markers(self.replica_manager, self.group_coordinator, txn.producer_id,
-                          txn.producer_epoch, self.coordinator_epoch(txn.transactional_id),
-                          commit, partitions, self.now_ms())
+        d = self.marker_channel.send_markers(
+            txn.producer_id, txn.producer_epoch, self.coordinator_epoch(txn.transactional_id),
+            commit, partitions, self.now_ms())
         d.addCallbacks(self._markers_written, self._markers_failed,
                        callbackArgs=(txn,), errbackArgs=(txn, partitions))
 
@@ -513,13 +653,21 @@ class TransactionCoordinator:
 
     def _markers_written(self, results, txn):
         """Complete the transaction once every marker landed (Kafka's
-        TransactionMarkerChannelManager retries a partition's marker until it does; a deleted
-        partition needs none)."""
+        TransactionMarkerChannelManager retries a partition's marker until it does, with its
+        leader looked up again; a deleted partition needs none). A marker refused for an older
+        coordinator or producer epoch means another coordinator took over: this one stops."""
         if not self.is_active or self.transactions.get(txn.transactional_id) is not txn \
                 or txn.state not in (PREPARE_COMMIT, PREPARE_ABORT):
             return
+        fenced = [tp for tp, code in results.items()
+                  if code in (errors.TRANSACTION_COORDINATOR_FENCED, errors.INVALID_PRODUCER_EPOCH)]
+        if fenced:
+            log.warn("Markers of {tid} refused at {tps}: the coordinator or producer epoch moved "
+                     "on; no longer completing it here", tid=txn.transactional_id, tps=fenced)
+            return
         retry = [tp for tp, code in results.items()
-                 if code not in (errors.NONE, errors.UNKNOWN_TOPIC_OR_PARTITION)]
+                 if code != errors.NONE and not (code == errors.UNKNOWN_TOPIC_OR_PARTITION
+                                                 and not self._marker_partition_known(tp))]
         if retry:
             self.clock.callLater(0.1, self._send_markers, txn, retry)
             return
@@ -528,6 +676,11 @@ class TransactionCoordinator:
             return
         transit = txn.prepare_complete(self.now_ms())
         self._append_transit(txn, transit)
+
+    def _marker_partition_known(self, tp):
+        """Whether an UNKNOWN_TOPIC_OR_PARTITION answer is worth a retry: in a cluster the
+        leader's metadata may lag ours while the partition exists; on one node it is gone."""
+        return self.cluster_mode and self.metadata.contains_partition(*tp)
 
     # -- timeouts and expiry ---------------------------------------------------------------
     def abort_timed_out_transactions(self):
@@ -608,10 +761,13 @@ class TransactionCoordinator:
 
     # -- persistence -----------------------------------------------------------------------
     def _append_transit(self, txn, transit):
-        """Write ``transit`` and apply it once written; a Deferred of an error code."""
+        """Write ``transit`` and apply it once written; a Deferred of an error code
+        (NOT_COORDINATOR when this broker resigned the id's partition meanwhile)."""
         d = self._append_record(txn.transactional_id, transit)
 
         def written(code):
+            if code == errors.NONE and self.transactions.get(txn.transactional_id) is not txn:
+                code = errors.NOT_COORDINATOR  # unloaded (and maybe loaded afresh) meanwhile
             if code == errors.NONE:
                 txn.complete_transition(transit)
             else:
@@ -623,4 +779,6 @@ class TransactionCoordinator:
     def _append_record(self, transactional_id, transit):
         tp = (TRANSACTION_STATE_TOPIC_NAME, self.partition_for(transactional_id))
         batch = bytearray(txn_log.build_record_batch(transactional_id, transit, self.now_ms()))
-        return append_coordinator_batch(self.replica_manager, tp, batch, origin=ORIGIN_COORDINATOR)
+        # acks=all (Kafka's TransactionLog.EnforcedRequiredAcks), waiting up to request.timeout.ms
+        return append_coordinator_batch(self.replica_manager, tp, batch,
+                                        timeout_ms=self.request_timeout_ms, origin=ORIGIN_COORDINATOR)

@@ -18,10 +18,11 @@ GROUP_METADATA_TOPIC_NAME = "__consumer_offsets"
 
 
 def write_markers(replica_manager, group_coordinator, producer_id, producer_epoch,
-                  coordinator_epoch, commit, partitions, timestamp_ms):
-    """Append one marker to each (topic, partition); a Deferred of {(topic, partition): error
-    code} (an append may wait, e.g. for a partition's producer state, or, in a cluster, for
-    another broker)."""
+                  coordinator_epoch, commit, partitions, timestamp_ms, timeout_ms=30000):
+    """Append one marker to each (topic, partition) as its leader, acks=all; a Deferred of
+    {(topic, partition): error code} (an append may wait, e.g. for a partition's producer
+    state, or, in a cluster, up to ``timeout_ms`` for the followers: Kafka's
+    request.timeout.ms)."""
     kind = COMMIT if commit else ABORT
     entries = {}
     for tp in partitions:
@@ -43,6 +44,6 @@ def write_markers(replica_manager, group_coordinator, producer_id, producer_epoc
                          topic=tp[0], p=tp[1], err=errors.error_name(code))
         return results
 
-    d = replica_manager.append_records(-1, -1, entries, internal_topics_allowed=True,
+    d = replica_manager.append_records(timeout_ms, -1, entries, internal_topics_allowed=True,
                                        origin=ORIGIN_COORDINATOR)
     return d.addCallback(appended)

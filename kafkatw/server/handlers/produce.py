@@ -150,11 +150,18 @@ def handle(apis, request):
     def append():
         if body.transactional_id is not None and entries and apis.txn_coordinator is not None \
                 and apis.config_value("transaction.partition.verification.enable", True):
-            for tp, code in apis.txn_coordinator.verify_produce(
-                    apis.replica_manager, body.transactional_id, entries, headers).items():
-                del entries[tp]
-                headers.pop(tp, None)
-                results[tp] = _error(code, "Transaction verification failed for %s-%d" % tp)
+            refused = apis.txn_coordinator.verify_produce(
+                apis.replica_manager, body.transactional_id, entries, headers)
+            if isinstance(refused, defer.Deferred):  # asked of the coordinator's broker
+                return refused.addCallback(append_verified)
+            return append_verified(refused)
+        return append_verified({})
+
+    def append_verified(refused):
+        for tp, code in refused.items():
+            del entries[tp]
+            headers.pop(tp, None)
+            results[tp] = _error(code, "Transaction verification failed for %s-%d" % tp)
         if not entries:
             return respond({})
         appended = apis.replica_manager.append_records_now(body.timeout_ms, acks, entries,

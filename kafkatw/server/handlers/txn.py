@@ -188,7 +188,8 @@ class WriteTxnMarkers:
             known = [tp for tp in partitions if apis.metadata.contains_partition(*tp)]
             d = write_markers(apis.replica_manager, apis.group_coordinator, m.producer_id,
                               m.producer_epoch, m.coordinator_epoch, m.transaction_result,
-                              known, apis.now_ms())
+                              known, apis.now_ms(),
+                              timeout_ms=apis.config_value("request.timeout.ms", 30000))
             ds.append(d.addCallback(_marker_result, m.producer_id, partitions))
         return defer.gatherResults(ds).addCallback(lambda out: WTM(markers=out))
 
@@ -247,24 +248,34 @@ class TxnOffsetCommit:
             return _toc_response(order, {tp: errors.COORDINATOR_NOT_AVAILABLE for tp in order})
         # KIP-890 part 1: the group's offsets partition must be in this producer's ongoing
         # transaction (AddOffsetsToTxn), else the commit would hang outside any transaction.
+        # In a cluster the transaction's coordinator may be another broker: it is asked.
         offsets_tp = ("__consumer_offsets", group.partition_for(body.group_id))
-        verified = txn.handle_verify_partitions(body.transactional_id, body.producer_id,
-                                                body.producer_epoch, [offsets_tp])[offsets_tp]
-        if verified != errors.NONE:
-            code = _fenced(verified, version, 3)
-            codes.update({tp: code for tp in to_commit})
-            return _toc_response(order, codes)
-        d = group.handle_txn_commit_offsets(
-            body.group_id, body.producer_id, body.producer_epoch,
-            body.member_id if version >= 3 else None,
-            body.group_instance_id if version >= 3 else None,
-            body.generation_id if version >= 3 else -1, to_commit)
+        verified = txn.verify_partitions(body.transactional_id, body.producer_id,
+                                         body.producer_epoch, [offsets_tp])
+
+        def commit(verified):
+            verified = verified[offsets_tp]
+            if verified != errors.NONE:
+                if verified == errors.NETWORK_EXCEPTION:
+                    # Kafka's maybeConvertOffsetCommitError: older clients retry this one
+                    verified = errors.COORDINATOR_LOAD_IN_PROGRESS
+                code = _fenced(verified, version, 3)
+                codes.update({tp: code for tp in to_commit})
+                return _toc_response(order, codes)
+            d = group.handle_txn_commit_offsets(
+                body.group_id, body.producer_id, body.producer_epoch,
+                body.member_id if version >= 3 else None,
+                body.group_instance_id if version >= 3 else None,
+                body.generation_id if version >= 3 else -1, to_commit)
+            return d.addCallback(respond)
 
         def respond(results):
             codes.update(results)
             return _toc_response(order, codes)
 
-        return d.addCallback(respond)
+        if isinstance(verified, defer.Deferred):
+            return verified.addCallback(commit)
+        return commit(verified)
 
     @staticmethod
     def error_response(request, code, message):
