@@ -21,6 +21,8 @@ POINTS = {
     "topic.delete.after_metadata": "the deletion is durable in the metadata, the logs untouched",
     "topic.delete.after_rename": "the partition dirs are renamed to -delete, not yet removed",
     "offsets.commit.after_append": "a commit is in __consumer_offsets, not yet answered",
+    "txn.end.after_prepare": "a PrepareCommit/PrepareAbort is in __transaction_state (detail: the "
+                             "transactional id), no marker sent and EndTxn not answered",
 }
 
 _armed = None  # the point's name

@@ -12,6 +12,7 @@ from twisted.internet import defer, task
 from twisted.logger import Logger
 
 from kafkatw.background_failures import FailingTask
+from kafkatw.crash_points import crash_point
 from kafkatw.coordinator.group.offsets_log import iter_log_records
 from kafkatw.coordinator.log_append import append_coordinator_batch
 from kafkatw.coordinator.partition_ownership import PartitionOwnership
@@ -595,6 +596,7 @@ class TransactionCoordinator:
 
             def written(code):
                 if code == errors.NONE:
+                    crash_point("txn.end.after_prepare", txn.transactional_id)
                     self._schedule_markers(txn)
                 return code
 
