@@ -3,8 +3,9 @@ leader of the id's ``__transaction_state`` partition (RF 3), markers reach parti
 other brokers (commit: a read_committed consumer sees exactly the committed records; abort:
 none), the producer goes on on a new coordinator after its coordinator is SIGKILLed between and
 inside transactions, a commit left in PrepareCommit by a killed coordinator is completed by the
-next one, and producer ids handed out by different brokers never collide (blocks from
-``/latest_producer_id_block``). Skips without ZooKeeper unless KAFKATW_REQUIRE_ZOOKEEPER=1."""
+next one, consume-transform-produce with send_offsets_to_transaction works with the group's
+and the transaction's coordinators on different brokers, and producer ids handed out by
+different brokers never collide (blocks from ``/latest_producer_id_block``). Skips without ZooKeeper unless KAFKATW_REQUIRE_ZOOKEEPER=1."""
 
 import json
 import time
@@ -29,6 +30,7 @@ OVERRIDES = {
     "kafkatw.test.crash.point": "txn.end.after_prepare/" + CRASH_TID,
 }
 WAIT = 60
+OFFSET_INVALID = -1001  # librdkafka: no committed offset
 
 
 def values(prefix, n):
@@ -277,3 +279,75 @@ class ClusterTransactionTests(unittest.SynchronousTestCase):
         self.assertEqual(self.read_committed(topic, 3, len(records)), sorted(records))
         self.assertEqual(self.describe(second, CRASH_TID).transaction_state, "CompleteCommit")
         self.restart(first)
+
+    def test_send_offsets_to_transaction_with_coordinators_on_different_brokers(self):
+        """Consume-transform-produce: the group's offsets partition and the transaction's state
+        partition are led by different brokers, so TxnOffsetCommit is verified with the other
+        broker and the offsets' marker is a WriteTxnMarkers to it. Committed offsets appear with
+        the commit; an aborted transaction's offsets never do."""
+        from confluent_kafka import Consumer, Producer, TopicPartition
+
+        from kafkatw.coordinator.group.offsets_log import partition_for as offsets_partition
+
+        source, sink = self.topic_led_everywhere(), self.topic_led_everywhere()
+        self.cluster.wait_for(lambda: known_partitions(self.cluster, 1, "__consumer_offsets") or
+                              self.find_group_coordinator("warm-up"), WAIT, "__consumer_offsets")
+        tid = unique_name("tid")
+        p = self.producer(tid)  # __transaction_state exists from here on
+        leaders = self.state_leaders()
+        offsets_leaders = {p: v[1] for p, v in known_partitions(
+            self.cluster, 1, "__consumer_offsets").items()}
+        group = next(g for g in (unique_name("g") for _ in range(100))
+                     if offsets_leaders[offsets_partition(g, 6)]
+                     != leaders[partition_for(tid, STATE_PARTITIONS)])
+        plain = Producer({"bootstrap.servers": self.cluster.bootstrap_servers, "acks": "all"})
+        for i, v in enumerate(values("in", 9)):
+            plain.produce(source, v, partition=i % 3)
+        self.assertEqual(plain.flush(WAIT), 0)
+        consumer = Consumer({"bootstrap.servers": self.cluster.bootstrap_servers, "group.id": group,
+                             "enable.auto.commit": False, "isolation.level": "read_committed"})
+        try:
+            consumer.assign([TopicPartition(source, p, 0) for p in range(3)])
+            got = []
+            deadline = time.monotonic() + WAIT
+            while len(got) < 9 and time.monotonic() < deadline:
+                msg = consumer.poll(0.2)
+                if msg is not None and not msg.error():
+                    got.append(msg)
+            self.assertEqual(len(got), 9)
+            ends = [TopicPartition(source, part, 3) for part in (1, 2)]  # partition 0: aborted
+            # aborted: neither the output nor the offsets
+            p.begin_transaction()
+            p.produce(sink, b"aborted", partition=0)
+            p.send_offsets_to_transaction([TopicPartition(source, 0, 1)],
+                                          consumer.consumer_group_metadata(), WAIT)
+            p.abort_transaction(WAIT)
+            p.begin_transaction()
+            for msg in got:
+                p.produce(sink, b"out-" + msg.value(), partition=msg.partition())
+            p.send_offsets_to_transaction(ends, consumer.consumer_group_metadata(), WAIT)
+            p.commit_transaction(WAIT)
+        finally:
+            consumer.close()
+        expected = sorted(b"out-" + v for v in values("in", 9))
+        self.assertEqual(self.read_committed(sink, 3, 9), expected)
+        checker = Consumer({"bootstrap.servers": self.cluster.bootstrap_servers, "group.id": group,
+                            "enable.auto.commit": False})
+        try:
+            def offsets():
+                found = sorted((tp.partition, tp.offset) for tp in checker.committed(
+                    [TopicPartition(source, part) for part in range(3)], timeout=10))
+                return found if all(o == 3 for part, o in found if part) else None
+            committed = poll_until(offsets, timeout=WAIT, interval=0.2,
+                                   message="the committed transaction's offsets")
+            self.assertEqual(committed, [(0, OFFSET_INVALID), (1, 3), (2, 3)])
+        finally:
+            checker.close()
+
+    def find_group_coordinator(self, group):
+        c = RawClient(self.cluster.broker(1), "find")
+        try:
+            r = c.request(10, 3, m.FindCoordinatorRequest(key=group, key_type=0))
+            return r.error_code == 0
+        finally:
+            c.close()
