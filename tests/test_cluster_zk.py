@@ -3,6 +3,7 @@ the controller election and its epoch fencing, broker registration epochs, produ
 watches answered on the reactor thread. Skips without ZooKeeper unless KAFKATW_REQUIRE_ZOOKEEPER=1."""
 
 import atexit
+import json
 import os
 import threading
 
@@ -121,6 +122,21 @@ class StoreTests(unittest.TestCase):
                                             b.allocate_producer_id_block(2, 1000),
                                             a.allocate_producer_id_block(1, 1000)])
         self.assertEqual(sorted(blocks), [(0, 999), (1000, 1999), (2000, 2999)])
+
+    @defer.inlineCallbacks
+    def test_racing_producer_id_blocks_are_disjoint(self):
+        """Two brokers' allocators taking blocks at once: the conditional write makes the loser
+        of each race read again (BadVersion), so the 20 blocks tile 0..19999 exactly."""
+        a = yield self.store()
+        b = yield self.store()
+        blocks = yield defer.gatherResults([s.allocate_producer_id_block(broker, 1000)
+                                            for _ in range(10) for s, broker in ((a, 1), (b, 2))])
+        self.assertEqual(sorted(blocks), [(i * 1000, i * 1000 + 999) for i in range(20)])
+        data, _ = yield a._run(lambda: a._client.get_async(a._p(L.PRODUCER_ID_BLOCK)))
+        last = json.loads(data)
+        self.assertEqual((last["version"], last["block_start"], last["block_end"]),
+                         (1, "19000", "19999"))
+        self.assertIn(last["broker"], (1, 2))
 
     @defer.inlineCallbacks
     def test_topic_configs_and_change_notifications(self):
