@@ -102,8 +102,9 @@ class TransactionMarkerChannelManager:
 
         def failed(failure):
             # the broker went away, did not answer in time, or answered garbage: its
-            # partitions are retried with their leaders looked up again
-            log.info("WriteTxnMarkers to broker {b} failed ({why}); retrying after a metadata "
+            # partitions are retried with their leaders looked up again (every 100 ms until
+            # the controller moves them: debug, not a line per retry)
+            log.debug("WriteTxnMarkers to broker {b} failed ({why}); retrying after a metadata "
                      "refresh", b=leader, why=failure.getErrorMessage())
             return {tp: NO_LEADER for tp in tps}
 

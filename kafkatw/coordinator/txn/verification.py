@@ -68,7 +68,7 @@ class RemoteVerifier:
             return codes
 
         def failed(failure):
-            log.info("verifying {tid} with broker {b} failed: {why}", tid=transactional_id,
+            log.debug("verifying {tid} with broker {b} failed: {why}", tid=transactional_id,
                      b=coordinator_id, why=failure.getErrorMessage())
             return {tp: UNREACHABLE for tp in partitions}
 
