@@ -12,10 +12,10 @@ from twisted.internet import defer, task
 from twisted.logger import Logger
 
 from kafkatw.background_failures import FailingTask
-from kafkatw.crash_points import crash_point
 from kafkatw.coordinator.group.offsets_log import iter_log_records
 from kafkatw.coordinator.log_append import append_coordinator_batch
 from kafkatw.coordinator.partition_ownership import PartitionOwnership
+from kafkatw.crash_points import crash_point
 from kafkatw.protocol import errors
 from kafkatw.storage.offsets import ORIGIN_COORDINATOR
 
