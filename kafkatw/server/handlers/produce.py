@@ -153,6 +153,10 @@ def handle(apis, request):
             refused = apis.txn_coordinator.verify_produce(
                 apis.replica_manager, body.transactional_id, entries, headers)
             if isinstance(refused, defer.Deferred):  # asked of the coordinator's broker
+                if not refused.called:
+                    # waiting on another broker frees the handler slot: two brokers verifying
+                    # with each other must not fill each other's num.io.threads
+                    request.mark_api_local_complete()
                 return refused.addCallback(append_verified)
             return append_verified(refused)
         return append_verified({})
