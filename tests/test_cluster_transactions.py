@@ -126,9 +126,11 @@ class ClusterTransactionTests(unittest.SynchronousTestCase):
         topic = self.topic_led_everywhere()
         tid = unique_name("tid")
         p = self.producer(tid)
-        # the coordinator is the state partition's leader, whichever broker is asked
+        # the coordinator is the state partition's leader, whichever broker is asked (each
+        # answers from its own metadata cache: polled until an UpdateMetadata reached all)
         coordinator = self.state_leaders()[partition_for(tid, STATE_PARTITIONS)]
-        self.assertEqual({self.find_coordinator(b, tid) for b in (1, 2, 3)}, {(0, coordinator)})
+        self.cluster.wait_for(lambda: {self.find_coordinator(b, tid) for b in (1, 2, 3)}
+                              == {(0, coordinator)}, WAIT, "every broker to name %d" % coordinator)
         committed, aborted = values("c", 9), values("a", 6)
         p.begin_transaction()
         for i, v in enumerate(committed):

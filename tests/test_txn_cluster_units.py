@@ -248,3 +248,13 @@ class CoordinatorOwnershipTests(unittest.TestCase):
         self.assertNotIn("tx", txn.transactions)
         self.assertNotIn(p, txn.owned_partitions)
         self.assertEqual(txn.handle_describe_transactions("tx")[0], errors.NOT_COORDINATOR)
+
+    def test_started_again_after_shutdown_loads_afresh(self):
+        txn = self.node.txn
+        self.ongoing()
+        txn.shutdown()
+        txn.startup()
+        self.assertEqual(txn.transactions, {})
+        self.assertIn(txn.partition_for("tx"), txn.loading_partitions)
+        self.turns()
+        self.assertEqual(txn.transactions["tx"].state, tm.ONGOING)

@@ -142,6 +142,11 @@ class TransactionCoordinator:
         for its ids meanwhile), and every transaction found in a prepare state is finished;
         start the timeout/expiry loops."""
         self.is_active = True
+        # a start after a shutdown: what was owned then is elected (and loaded) afresh
+        self.owned_partitions.clear()
+        self.loading_partitions.clear()
+        self.coordinator_epochs.clear()
+        self.transactions.clear()
         self.ownership.start()
         for fn, interval in ((self.abort_timed_out_transactions, self.abort_interval_ms),
                              (self.remove_expired_transactional_ids, self.remove_interval_ms)):
