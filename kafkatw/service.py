@@ -233,13 +233,14 @@ class ReplicaManagerService(_BrokerPart):
 
     def startService(self):
         super().startService()
-        from kafkatw.server.dynamic_config import DynamicProducerStateConfig
+        from kafkatw.server.dynamic_config import DynamicProducerStateConfig, DynamicReplicationQuotaConfig
         from kafkatw.server.replica_manager import ReplicaManager
 
         b = self.broker
         b.replica_manager = ReplicaManager(b.log_manager, b.metadata, b.reactor, b.config)
         b.replica_manager.start()
         b.dynamic_config.add_reconfigurable(DynamicProducerStateConfig(b.replica_manager))
+        b.dynamic_config.add_reconfigurable(DynamicReplicationQuotaConfig(b.replica_manager))
 
     def stopService(self):
         super().stopService()
@@ -342,7 +343,9 @@ class RequestHandlersService(_BrokerPart):
         if b.cluster is not None:
             from kafkatw.server.handlers import controller_requests
 
-            for handler in controller_requests.HANDLERS:
+            from kafkatw.server.handlers import reassignments
+
+            for handler in controller_requests.HANDLERS + reassignments.HANDLERS:
                 b.apis.register(handler)
             b.apis.controller = b.cluster.controller
             b.cluster.on_registered.append(b._registered)

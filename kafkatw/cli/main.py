@@ -6,8 +6,8 @@ The commands live in sibling modules (each adds its sub-parser); what they share
 import argparse
 import sys
 
-from kafkatw.cli import (acls, cluster, configs, consume, groups, leaders, logdump, produce, quotas, topics,
-                         transactions, users)
+from kafkatw.cli import (acls, cluster, configs, consume, groups, leaders, logdump, partitions, produce, quotas,
+                         topics, transactions, users)
 from kafkatw.cli.client import (BrokerConnectionError, ClientError, KafkaClient, KafkaResponseError,
                                 UsageError)
 from kafkatw.cli.output import FORMATS
@@ -65,7 +65,7 @@ def build_parser():
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=SubcommandParser)
     sub.required = True
     for module in (topics, cluster, leaders, groups, configs, produce, consume, logdump, users, transactions, quotas,
-                   acls):
+                   acls, partitions):
         module.add_parser(sub)
     return parser
 

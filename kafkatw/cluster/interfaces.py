@@ -212,6 +212,21 @@ class IClusterCoordinator(Interface):
     def topic_assignment(topic, watch=None):
         """A Deferred of ``(topic_id, {partition: [replicas]})``, or None for an unknown topic."""
 
+    def topic_full_assignment(topic, watch=None):
+        """``(topic_id, {p: replicas}, {p: adding}, {p: removing})`` of a topic, or None."""
+
+    def set_topic_assignment(epoch_zk_version, topic, topic_id, assignment, adding, removing):
+        """The controller's write of a topic's assignment with its reassignment state."""
+
+    def reassign_partitions(watch=None):
+        """``{(topic, partition): [replicas]}`` asked for in the legacy reassignment znode."""
+
+    def set_reassign_partitions(epoch_zk_version, targets):
+        """Rewrite (or, empty, delete) the legacy reassignment znode."""
+
+    def request_reassignment(targets):
+        """Create the legacy reassignment znode (a tool's request)."""
+
     def create_topic(topic, topic_id, assignment, configs):
         """Write the topic's config then its assignment (Kafka's AdminZkClient order); fails with
         KafkaError(TOPIC_ALREADY_EXISTS) if it exists."""

@@ -317,6 +317,69 @@ class ZkClusterCoordinator:
         return L.decode_topic_assignment(data)
 
     @defer.inlineCallbacks
+    def topic_full_assignment(self, topic, watch=None):
+        """``(topic_id, {partition: [replicas]}, {partition: [adding]}, {partition: [removing]})``
+        of a topic znode (KIP-455's reassignment state), or None."""
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            data, _ = yield self._run(lambda: self._client.get_async(
+                self._p(L.topic_path(topic)), watch=self._watch(watch)))
+        except NoNodeError:
+            return None
+        topic_id, assignment = L.decode_topic_assignment(data)
+        adding, removing = L.decode_topic_reassignments(data)
+        return topic_id, assignment, adding, removing
+
+    def set_topic_assignment(self, epoch_zk_version, topic, topic_id, assignment, adding, removing):
+        """The controller rewrites a topic's assignment (a reassignment's steps), behind the
+        controller epoch check."""
+        data = L.encode_topic_assignment(topic_id, assignment, adding, removing)
+        return self._controller_multi(epoch_zk_version, lambda txn: txn.set_data(
+            self._p(L.topic_path(topic)), data))
+
+    @defer.inlineCallbacks
+    def reassign_partitions(self, watch=None):
+        """``{(topic, partition): [target replicas]}`` of ``/admin/reassign_partitions`` (empty
+        when absent), watching for its creation or change."""
+        from kazoo.exceptions import NoNodeError
+
+        path = self._p(L.REASSIGN_PARTITIONS)
+        stat = yield self._run(lambda: self._client.exists_async(path, watch=self._watch(watch)))
+        if stat is None:
+            return {}
+        try:
+            data, _ = yield self._run(lambda: self._client.get_async(path))
+        except NoNodeError:
+            return {}
+        try:
+            return L.decode_reassign_partitions(data)
+        except (ValueError, KeyError, TypeError):
+            return {}
+
+    @defer.inlineCallbacks
+    def set_reassign_partitions(self, epoch_zk_version, targets):
+        """The controller's rewrite of ``/admin/reassign_partitions``: deleted when empty."""
+        from kazoo.exceptions import NoNodeError
+
+        path = self._p(L.REASSIGN_PARTITIONS)
+        try:
+            if targets:
+                data = L.encode_reassign_partitions(targets)
+                yield self._controller_multi(epoch_zk_version, lambda txn: txn.set_data(path, data))
+            else:
+                yield self._controller_multi(epoch_zk_version, lambda txn: txn.delete(path))
+        except NoNodeError:
+            pass
+
+    def request_reassignment(self, targets):
+        """Create ``/admin/reassign_partitions`` (a tool's request, as Kafka's old
+        ``--zookeeper`` path); NodeExistsError while one is pending."""
+        data = L.encode_reassign_partitions(targets)
+        return self._run(lambda: self._client.create_async(self._p(L.REASSIGN_PARTITIONS), data,
+                                                           makepath=True))
+
+    @defer.inlineCallbacks
     def create_topic(self, topic, topic_id, assignment, configs):
         from kazoo.exceptions import NodeExistsError
 

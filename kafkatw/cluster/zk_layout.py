@@ -21,6 +21,7 @@ CONFIG_CHANGES = "/config/changes"
 CONFIG_CHANGE_PREFIX = "config_change_"
 DELETE_TOPICS = "/admin/delete_topics"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
+REASSIGN_PARTITIONS = "/admin/reassign_partitions"
 ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
 LOG_DIR_EVENT_NOTIFICATION = "/log_dir_event_notification"
 LOG_DIR_EVENT_PREFIX = "log_dir_event_"
@@ -145,14 +146,16 @@ def decode_broker(broker_id, data, epoch=-1):
 
 # -- /brokers/topics/<t> ----------------------------------------------------------------------
 
-def encode_topic_assignment(topic_id, assignment):
-    """Kafka's TopicZNode version 3: ``assignment`` is ``{partition: [replicas]}``."""
+def encode_topic_assignment(topic_id, assignment, adding=None, removing=None):
+    """Kafka's TopicZNode version 3: ``assignment`` is ``{partition: [replicas]}`` (during a
+    reassignment the full set RS = ORS + TRS), ``adding``/``removing`` the partitions being
+    reassigned's AR and RR (KIP-455)."""
     return _dumps({
         "version": 3,
         "topic_id": uuid_to_base64(topic_id),
         "partitions": {str(p): list(replicas) for p, replicas in sorted(assignment.items())},
-        "adding_replicas": {},
-        "removing_replicas": {},
+        "adding_replicas": {str(p): list(r) for p, r in sorted((adding or {}).items()) if r},
+        "removing_replicas": {str(p): list(r) for p, r in sorted((removing or {}).items()) if r},
     })
 
 
@@ -162,6 +165,30 @@ def decode_topic_assignment(data):
     topic_id = value.get("topic_id")
     return (uuid_from_base64(topic_id) if topic_id else None,
             {int(p): [int(r) for r in replicas] for p, replicas in value["partitions"].items()})
+
+
+def decode_topic_reassignments(data):
+    """``({partition: [adding]}, {partition: [removing]})`` of a topic znode (empty for the
+    versions before 2, which had no reassignment state)."""
+    value = _loads(data) or {}
+
+    def ints(key):
+        return {int(p): [int(r) for r in rs] for p, rs in (value.get(key) or {}).items() if rs}
+    return ints("adding_replicas"), ints("removing_replicas")
+
+
+# -- /admin/reassign_partitions (the legacy way to ask for a reassignment) ----------------------
+
+def encode_reassign_partitions(targets):
+    """``{(topic, partition): [replicas]}`` as Kafka's ReassignPartitionsZNode version 1."""
+    return _dumps({"version": 1, "partitions": [
+        {"topic": t, "partition": p, "replicas": list(r)} for (t, p), r in sorted(targets.items())]})
+
+
+def decode_reassign_partitions(data):
+    value = _loads(data) or {}
+    return {(str(e["topic"]), int(e["partition"])): [int(r) for r in e["replicas"]]
+            for e in value.get("partitions", [])}
 
 
 # -- .../partitions/<p>/state -------------------------------------------------------------------

@@ -191,6 +191,14 @@ _d("replica.socket.timeout.ms", INT, 30000, None, HIGH, "Socket timeout of follo
 _d("replica.high.watermark.checkpoint.interval.ms", LONG, 5000, None, HIGH,
    "How often the high watermark is checkpointed to disk.")
 _d("num.replica.fetchers", INT, 1, None, HIGH, "Fetcher connections per source broker.")
+_d("leader.replication.throttled.rate", LONG, LONG_MAX, at_least(0), MEDIUM,
+   "Bytes/s a leader sends to out-of-sync followers of the partitions its topics' "
+   "leader.replication.throttled.replicas name (a dynamic config, usually set by a reassignment).")
+_d("follower.replication.throttled.rate", LONG, LONG_MAX, at_least(0), MEDIUM,
+   "Bytes/s a follower fetches for its out-of-sync replicas of the partitions its topics' "
+   "follower.replication.throttled.replicas name.")
+_d("replication.quota.window.size.seconds", INT, 1, at_least(1), LOW,
+   "How many seconds of a replication throttle's rate may be sent at once.")
 _d("auto.leader.rebalance.enable", BOOLEAN, True, None, HIGH,
    "Whether the controller moves leadership back to preferred replicas.")
 _d("leader.imbalance.check.interval.seconds", LONG, 300, at_least(1), HIGH,

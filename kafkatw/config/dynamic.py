@@ -30,13 +30,16 @@ BACKGROUND_THREADS_CONFIGS = frozenset(["background.threads"])
 #: Idle producer expiry (Kafka's DynamicProducerStateManagerConfig, less the verification
 #: switch kafkatw does not implement).
 PRODUCER_STATE_CONFIGS = frozenset(["producer.id.expiration.ms"])
+#: Replication throttles (Kafka's DynamicReplicationConfig: the leader and follower quotas).
+REPLICATION_QUOTA_CONFIGS = frozenset(["leader.replication.throttled.rate", "follower.replication.throttled.rate"])
 
 #: Kafka's dynamic broker configs that kafkatw applies live. Kafka allows more (listeners, SSL
 #: stores per listener, cleaner threads and buffers, network and fetcher threads, connection
 #: creation rate); kafkatw refuses those with Kafka's "Cannot update these configs dynamically"
 #: rather than store a value that would not be in force.
 DYNAMIC_BROKER_CONFIGS = (LOG_CONFIGS | LOG_CLEANER_CONFIGS | SOCKET_SERVER_CONFIGS
-                          | THREAD_POOL_CONFIGS | BACKGROUND_THREADS_CONFIGS | PRODUCER_STATE_CONFIGS)
+                          | THREAD_POOL_CONFIGS | BACKGROUND_THREADS_CONFIGS | PRODUCER_STATE_CONFIGS
+                          | REPLICATION_QUOTA_CONFIGS)
 
 
 class IBrokerReconfigurable(Interface):

@@ -19,6 +19,7 @@ from twisted.python.failure import Failure
 from kafkatw.cluster.interfaces import ControllerMovedError
 from kafkatw.cluster.state import LEADER_DURING_DELETE, NO_LEADER
 from kafkatw.controller import election
+from kafkatw.controller.reassignment import PartitionReassignments
 from kafkatw.controller.channel import (
     LEADER_AND_ISR_VERSION,
     STOP_REPLICA_VERSION,
@@ -68,6 +69,7 @@ class KafkaController(ReplicaElections):
         self._tail = defer.succeed(None)
         self._stopped = False
         self._topic_watches = {}
+        self.reassignments = PartitionReassignments(self)
         #: called with (controller_id) when the known controller changes (tests, metrics)
         self.on_controller_change = []
 
@@ -134,6 +136,7 @@ class KafkaController(ReplicaElections):
         self.deleting.clear()
         self.shutting_down.clear()
         self.offline_replicas.clear()
+        self.reassignments.clear()
         self.channel.remove_all_brokers()
 
     # -- election ------------------------------------------------------------------------------
@@ -186,6 +189,7 @@ class KafkaController(ReplicaElections):
         self._send_update_metadata(self._all_partitions())
         for broker_id in self.live:
             self._send_leader_and_isr(broker_id, self._partitions_of(broker_id))
+        yield self.reassignments.resume()
         yield self._deletions()
         yield self._log_dir_events()
 
@@ -209,12 +213,13 @@ class KafkaController(ReplicaElections):
 
     @defer.inlineCallbacks
     def _load_topic(self, topic):
-        found = yield self.zk.topic_assignment(topic, watch=self._topic_watch(topic))
+        found = yield self.zk.topic_full_assignment(topic, watch=self._topic_watch(topic))
         if found is None:
             return
-        topic_id, assignment = found
+        topic_id, assignment, adding, removing = found
         self.topic_ids[topic] = topic_id
         self.assignments[topic] = assignment
+        self.reassignments.loaded(topic, adding, removing)
         states = yield self.zk.partition_states(topic, sorted(assignment))
         for p, state in states.items():
             self.states[(topic, p)] = state
@@ -667,6 +672,7 @@ class KafkaController(ReplicaElections):
             log.info("controller {id}: ISR of {n} partition(s) changed by broker {b}", id=self.broker_id,
                      n=len(changed), b=request.broker_id)
             self._send_update_metadata(changed)
+            yield self.reassignments.isr_changed(changed)
         return R(error_code=errors.NONE, topics=out_topics)
 
     # -- log dir failures ----------------------------------------------------------------------------
@@ -744,3 +750,20 @@ class KafkaController(ReplicaElections):
         unchanged = [tp for tp in fresh if tp not in changed]
         if unchanged:  # nothing to write (already out of the ISR): the metadata still lists them offline
             self._send_update_metadata(unchanged)
+
+    # -- partition reassignment (the steps are in controller/reassignment.py) --------------------
+
+    def alter_partition_reassignments(self, targets):
+        """A Deferred of ``{(topic, partition): (error code, message)}``; NOT_CONTROLLER for
+        all when this broker is not (or no longer) the controller."""
+        def run():
+            if not self.active:
+                return {tp: (errors.NOT_CONTROLLER, None) for tp in targets}
+            return self.reassignments.alter(targets)
+        return self._enqueue("ApiPartitionReassignment", run)
+
+    def list_partition_reassignments(self, wanted=None):
+        """A Deferred of ``{(topic, partition): ReplicaAssignment}`` or None if not controller."""
+        def run():
+            return self.reassignments.list(wanted) if self.active else None
+        return self._enqueue("ListPartitionReassignments", run)

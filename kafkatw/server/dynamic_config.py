@@ -11,6 +11,7 @@ from kafkatw.config.dynamic import (
     LOG_CLEANER_CONFIGS,
     LOG_CONFIGS,
     PRODUCER_STATE_CONFIGS,
+    REPLICATION_QUOTA_CONFIGS,
     IBrokerReconfigurable,
 )
 from kafkatw.storage import LogConfig
@@ -58,3 +59,21 @@ class DynamicProducerStateConfig:
 
     def reconfigure(self, old_config, new_config):
         self.replica_manager.set_producer_id_expiration_ms(new_config["producer.id.expiration.ms"])
+
+
+@implementer(IBrokerReconfigurable)
+class DynamicReplicationQuotaConfig:
+    """The leader and follower replication throttles (bytes/s) in force at once."""
+
+    reconfigurable_configs = REPLICATION_QUOTA_CONFIGS
+
+    def __init__(self, replica_manager):
+        self.replica_manager = replica_manager
+
+    def validate_reconfiguration(self, new_config):
+        pass  # the definitions' validators already bound them
+
+    def reconfigure(self, old_config, new_config):
+        rm = self.replica_manager
+        rm.leader_quota.update_quota(new_config["leader.replication.throttled.rate"])
+        rm.follower_quota.update_quota(new_config["follower.replication.throttled.rate"])

@@ -210,10 +210,14 @@ class ReplicaFetcher:
         settings = self.manager.settings
         topics = {}
         sent = {}
+        quota = rm.follower_quota
+        exceeded = quota.is_quota_exceeded()
         for tp, st in ready.items():
             part = rm.follower_partition(*tp)
             if part is None:
                 continue
+            if exceeded and quota.throttles(tp[0], tp[1], settings.broker_id in part.isr):
+                continue  # Kafka's shouldFollowerThrottle: asked again once the quota allows
             lg = part.log
             last_epoch = lg.leader_epoch_cache.latest_epoch()
             t = topics.get(tp[0])
@@ -292,6 +296,9 @@ class ReplicaFetcher:
             buf = _whole_batches(records)
             info = rm.append_records_to_follower(tp[0], tp[1], buf, pd.high_watermark,
                                                  pd.log_start_offset)
+            quota = rm.follower_quota
+            if quota.throttles(tp[0], tp[1], self.manager.settings.broker_id in part.isr):
+                quota.record(len(buf))
             if info is not None and info.last_offset >= 0:
                 st.fetch_offset = info.last_offset + 1
             return

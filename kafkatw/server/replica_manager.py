@@ -27,6 +27,14 @@ from kafkatw.server.delayed_fetch import DelayedFetch, FetchPartitionStatus
 from kafkatw.server.delayed_produce import DelayedProduce
 from kafkatw.server.interfaces import IReplicaManager
 from kafkatw.server.partition import Partition
+from kafkatw.server.replication_quota import (
+    UNLIMITED,
+    FOLLOWER_RATE,
+    FOLLOWER_REPLICAS,
+    LEADER_RATE,
+    LEADER_REPLICAS,
+    ReplicationQuotaManager,
+)
 from kafkatw.purgatory import DelayedOperationPurgatory, TopicPartitionOperationKey
 from kafkatw.server.topic_stats import BrokerTopicStats
 from kafkatw.storage.offsets import (
@@ -309,6 +317,14 @@ class ReplicaManager:
         # KIP-392: which replica a consumer with a rack should read from (None: no preference)
         self.replica_selector = replica_selector.load_replica_selector(config) if cluster_mode else None
         self.replica_lag_time_max_ms = _config_get(config, "replica.lag.time.max.ms", 30000)
+        # replication throttles (a reassignment's): bytes sent to / fetched for out-of-sync replicas
+        window_s = _config_get(config, "replication.quota.window.size.seconds", 1)
+        self.leader_quota = ReplicationQuotaManager(
+            metadata.node_id, metadata.topic_configs, LEADER_REPLICAS, self.now_ms,
+            _config_get(config, LEADER_RATE, UNLIMITED), window_s)
+        self.follower_quota = ReplicationQuotaManager(
+            metadata.node_id, metadata.topic_configs, FOLLOWER_REPLICAS, self.now_ms,
+            _config_get(config, FOLLOWER_RATE, UNLIMITED), window_s)
         self._isr_loop = None
         self._leadership_listeners = []
         self.producer_id_expiration_ms = _config_get(
@@ -1224,7 +1240,16 @@ class ReplicaManager:
                     return LogReadResult(FetchDataInfo(UNKNOWN_OFFSET_METADATA, EMPTY_RECORDS),
                                          hw, log_start, leo, lso, diverging_epoch=div)
             max_bytes = min(info.max_bytes, limit_bytes)
-            data = log_.read(info.fetch_offset, max_bytes, params.fetch_isolation, min_one_message)
+            # Kafka's shouldLeaderThrottle: an out-of-sync follower of a throttled partition
+            # gets nothing while the leader's replication quota is used up
+            throttled = params.replica_id >= 0 and part is not None and self.leader_quota.throttles(
+                topic, partition, params.replica_id in part.isr)
+            if throttled and self.leader_quota.is_quota_exceeded():
+                max_bytes = 0
+            data = log_.read(info.fetch_offset, max_bytes, params.fetch_isolation,
+                             min_one_message and max_bytes > 0)
+            if throttled:
+                self.leader_quota.record(0 if data.records is None else len(data.records))
             if not params.hard_max_bytes_limit and data.first_entry_incomplete:
                 # v3+: a cut first batch is useless to the consumer; send nothing instead
                 data = FetchDataInfo(data.fetch_offset_metadata, EMPTY_RECORDS,
