@@ -17,7 +17,6 @@ TOPIC, BROKER = 2, 4
 SET, DELETE = 0, 1
 LEADER_RATE, FOLLOWER_RATE = "leader.replication.throttled.rate", "follower.replication.throttled.rate"
 LEADER_REPLICAS, FOLLOWER_REPLICAS = "leader.replication.throttled.replicas", "follower.replication.throttled.replicas"
-LOG_DIR_RATE = "replica.alter.log.dirs.io.max.bytes.per.second"
 
 
 def add_parser(sub):
@@ -171,7 +170,7 @@ def clear_throttles(client, topics, brokers, out):
     out.write("Clearing broker-level throttles on brokers %s\n" % ",".join(str(b) for b in sorted(brokers)))
     for b in sorted(brokers):
         try:
-            _alter_configs(client, BROKER, str(b), {}, [LEADER_RATE, FOLLOWER_RATE, LOG_DIR_RATE], client.node(b))
+            _alter_configs(client, BROKER, str(b), {}, [LEADER_RATE, FOLLOWER_RATE], client.node(b))
         except ClientError as e:
             out.write("Could not clear the throttles of broker %d: %s\n" % (b, e))
     for t in sorted(topics):

@@ -82,6 +82,28 @@ SYNONYM_MULTIPLIERS = {
 
 TOPIC_CONFIG_DEF = ConfigDef()
 _t = TOPIC_CONFIG_DEF.define
+
+
+class _ThrottledReplicaList:
+    """Kafka's ThrottledReplicaListValidator: ``*`` or ``partition:broker`` pairs."""
+
+    def __call__(self, name, value):
+        items = [v.strip() for v in value]
+        if items == ["*"] or not items:
+            return
+        for item in items:
+            p, sep, b = item.partition(":")
+            if not (sep and p.strip().isdigit() and b.strip().isdigit()):
+                raise ConfigError.invalid(name, ",".join(value), "%s must be the literal '*' or a list of "
+                                          "replicas in the following format: [partitionId]:[brokerId],"
+                                          "[partitionId]:[brokerId],..." % name)
+
+    def __str__(self):
+        return "[partitionId]:[brokerId],[partitionId]:[brokerId],..."
+
+
+THROTTLED_REPLICAS = _ThrottledReplicaList()
+
 _t("cleanup.policy", LIST, "delete", ListOf(*CLEANUP_POLICIES), MEDIUM,
    "Retention policy of old segments: delete, compact, or both.")
 _t("compression.type", STRING, "producer", OneOf(*COMPRESSION_TYPES), MEDIUM,
@@ -95,11 +117,11 @@ _t("file.delete.delay.ms", LONG, 60000, at_least(0), MEDIUM,
    "Time to wait before deleting a file from the file system.")
 _t("flush.messages", LONG, LONG_MAX, at_least(1), MEDIUM, "Messages between forced fsyncs.")
 _t("flush.ms", LONG, LONG_MAX, at_least(0), MEDIUM, "Milliseconds between forced fsyncs.")
-_t("follower.replication.throttled.replicas", LIST, "", None, MEDIUM,
-   "Replicas throttled on the follower side.")
+_t("follower.replication.throttled.replicas", LIST, "", THROTTLED_REPLICAS, MEDIUM,
+   "Replicas throttled on the follower side: [partition]:[broker] pairs or '*'.")
 _t("index.interval.bytes", INT, 4096, at_least(0), MEDIUM, "Bytes between offset index entries.")
-_t("leader.replication.throttled.replicas", LIST, "", None, MEDIUM,
-   "Replicas throttled on the leader side.")
+_t("leader.replication.throttled.replicas", LIST, "", THROTTLED_REPLICAS, MEDIUM,
+   "Replicas throttled on the leader side: [partition]:[broker] pairs or '*'.")
 _t("local.retention.bytes", LONG, -2, at_least(-2), MEDIUM,
    "Local bytes kept with tiered storage; -2 means retention.bytes.")
 _t("local.retention.ms", LONG, -2, at_least(-2), MEDIUM,

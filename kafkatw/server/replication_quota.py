@@ -22,7 +22,9 @@ UNLIMITED = LONG_MAX  # the rates' default: no throttle
 
 def parse_throttled_replicas(value, broker_id):
     """The partitions a throttled-replicas value names for ``broker_id``: a frozenset of
-    partition numbers, or ALL."""
+    partition numbers, or ALL. (The config's validator refused anything else.)"""
+    if isinstance(value, (list, tuple)):
+        value = ",".join(value)
     value = (value or "").strip()
     if value == ALL:
         return ALL
@@ -35,19 +37,6 @@ def parse_throttled_replicas(value, broker_id):
         if int(broker) == broker_id:
             out.add(int(partition))
     return frozenset(out)
-
-
-def validate_throttled_replicas(value):
-    """None, or why ``value`` is not ``*`` or a list of ``partition:broker``."""
-    value = (value or "").strip()
-    if value in ("", ALL):
-        return None
-    for item in value.split(","):
-        p, sep, b = item.strip().partition(":")
-        if not sep or not p.strip().isdigit() or not b.strip().isdigit():
-            return ("should be a comma-separated list of [partitionId]:[brokerId] or the wildcard '*' "
-                    "(got %r)" % item.strip())
-    return None
 
 
 class ReplicationQuotaManager:

@@ -1,0 +1,153 @@
+"""Unit tests of partition reassignment's pure parts: KIP-455's ReplicaAssignment arithmetic,
+Kafka's target validation, the topic znode and legacy znode JSON, the throttled-replica lists
+and the replication quota's token bucket (on a fake clock), and the CLI's plan parsing and
+--generate spread."""
+
+from twisted.trial import unittest
+
+from kafkatw.cli import partitions as cli
+from kafkatw.cli.client import UsageError
+from kafkatw.cluster import zk_layout as L
+from kafkatw.config.topic import validate_topic_config
+from kafkatw.config.types import ConfigError
+from kafkatw.controller.reassignment import ReplicaAssignment, validate_target
+from kafkatw.protocol import errors
+from kafkatw.server.replication_quota import ALL, ReplicationQuotaManager, parse_throttled_replicas
+
+
+class ReplicaAssignmentTests(unittest.SynchronousTestCase):
+    def test_move_is_target_then_origin(self):
+        a = ReplicaAssignment([1, 2, 3]).reassign_to([2, 3, 4])
+        self.assertEqual((list(a.replicas), list(a.adding), list(a.removing)), ([2, 3, 4, 1], [4], [1]))
+        self.assertEqual((a.origin, a.target, a.is_being_reassigned), ([2, 3, 1], [2, 3, 4], True))
+
+    def test_cancel_goes_back_to_origin_without_the_added(self):
+        running = ReplicaAssignment([2, 3, 4, 1], [4], [1])
+        cancelled = running.reassign_to(running.origin)
+        self.assertEqual((list(cancelled.replicas), cancelled.adding, cancelled.removing), ([2, 3, 1], (), ()))
+        self.assertFalse(cancelled.is_being_reassigned)
+
+    def test_a_new_target_during_a_reassignment_starts_from_the_origin(self):
+        running = ReplicaAssignment([2, 3, 4, 1], [4], [1])
+        again = running.reassign_to([5, 6])
+        self.assertEqual((list(again.replicas), list(again.adding), list(again.removing)),
+                         ([5, 6, 2, 3, 1], [5, 6], [2, 3, 1]))
+
+    def test_reorder_only_is_complete_at_once(self):
+        a = ReplicaAssignment([1, 2]).reassign_to([2, 1])
+        self.assertEqual((list(a.replicas), a.adding, a.removing), ([2, 1], (), ()))
+
+    def test_validation_as_kafka(self):
+        live = {1: None, 2: None}
+        self.assertEqual(validate_target([], live)[0], errors.INVALID_REPLICA_ASSIGNMENT)
+        self.assertIn("Duplicate replica ids", validate_target([1, 1], live)[1])
+        self.assertIn("Invalid broker id", validate_target([-1, 2], live)[1])
+        self.assertEqual(validate_target([1, 3], live),
+                         (errors.INVALID_REPLICA_ASSIGNMENT, "Replica assignment has brokers that are not alive. "
+                          "Replica list: [1, 3], live broker list: [1, 2]"))
+        self.assertIsNone(validate_target([2, 1], live))
+
+
+class ZnodeTests(unittest.SynchronousTestCase):
+    def test_topic_znode_keeps_adding_and_removing(self):
+        tid = bytes(range(16))
+        data = L.encode_topic_assignment(tid, {0: [2, 3, 4, 1], 1: [1, 2]}, {0: [4], 1: []}, {0: [1]})
+        self.assertEqual(L.decode_topic_assignment(data), (tid, {0: [2, 3, 4, 1], 1: [1, 2]}))
+        self.assertEqual(L.decode_topic_reassignments(data), ({0: [4]}, {0: [1]}))
+        self.assertEqual(L.decode_topic_reassignments(b'{"version":1,"partitions":{"0":[5]}}'), ({}, {}))
+
+    def test_legacy_znode_round_trip(self):
+        targets = {("b", 1): [3, 4], ("a", 0): [1]}
+        data = L.encode_reassign_partitions(targets)
+        self.assertEqual(data, b'{"partitions":[{"partition":0,"replicas":[1],"topic":"a"},'
+                               b'{"partition":1,"replicas":[3,4],"topic":"b"}],"version":1}')
+        self.assertEqual(L.decode_reassign_partitions(data), targets)
+
+
+class Clock:
+    def __init__(self):
+        self.ms = 0
+
+    def __call__(self):
+        return self.ms
+
+
+class ReplicationQuotaTests(unittest.SynchronousTestCase):
+    def test_throttled_replica_lists(self):
+        self.assertEqual(parse_throttled_replicas("0:1, 1:2,2:1", 1), frozenset([0, 2]))
+        self.assertEqual(parse_throttled_replicas(["0:1", "3:1"], 1), frozenset([0, 3]))
+        self.assertIs(parse_throttled_replicas("*", 7), ALL)
+        self.assertEqual(parse_throttled_replicas("", 1), frozenset())
+
+    def test_topic_config_refuses_a_bad_list_in_one_line(self):
+        self.assertEqual(validate_topic_config({"follower.replication.throttled.replicas": "0:4,1:4"}),
+                         {"follower.replication.throttled.replicas": ["0:4", "1:4"]})
+        e = self.assertRaises(ConfigError, validate_topic_config,
+                              {"leader.replication.throttled.replicas": "0:1,2"})
+        self.assertNotIn("\n", str(e))
+        self.assertIn("[partitionId]:[brokerId]", str(e))
+
+    def test_only_named_out_of_sync_replicas_count_and_the_rate_holds(self):
+        clock = Clock()
+        configs = {"t": {"leader.replication.throttled.replicas": "0:1,1:2"}}
+        q = ReplicationQuotaManager(1, lambda t: configs.get(t, {}), "leader.replication.throttled.replicas",
+                                    clock, rate=1000)
+        self.assertTrue(q.throttles("t", 0, in_sync=False))
+        self.assertFalse(q.throttles("t", 0, in_sync=True))
+        self.assertFalse(q.throttles("t", 1, in_sync=False))  # 1:2 names broker 2
+        self.assertFalse(q.throttles("other", 0, in_sync=False))
+        self.assertFalse(q.is_quota_exceeded())  # a full bucket: one window's worth
+        q.record(1500)
+        self.assertTrue(q.is_quota_exceeded())
+        clock.ms += 400
+        self.assertTrue(q.is_quota_exceeded())  # -500 + 400
+        clock.ms += 200
+        self.assertFalse(q.is_quota_exceeded())
+        # over a long run, no more than the rate plus one window goes through
+        sent = 0
+        for _ in range(1000):
+            clock.ms += 10
+            if not q.is_quota_exceeded():
+                q.record(300)
+                sent += 300
+        self.assertLessEqual(sent, 1000 * 10 + 1000 + 300)
+        self.assertGreaterEqual(sent, 1000 * 10 - 300)
+
+    def test_unlimited_by_default_and_a_config_change_is_seen(self):
+        clock = Clock()
+        configs = {}
+        q = ReplicationQuotaManager(1, lambda t: configs.get(t, {}), "follower.replication.throttled.replicas",
+                                    clock)
+        configs["t"] = {"follower.replication.throttled.replicas": "*"}
+        self.assertFalse(q.throttles("t", 0, in_sync=False))  # no rate set
+        q.record(10 ** 12)
+        self.assertFalse(q.is_quota_exceeded())
+        q.update_quota(100)
+        self.assertTrue(q.throttles("t", 5, in_sync=False))
+        configs["t"] = {"follower.replication.throttled.replicas": "1:1"}
+        self.assertFalse(q.throttles("t", 5, in_sync=False))
+        self.assertTrue(q.throttles("t", 1, in_sync=False))
+
+
+class CliPlanTests(unittest.SynchronousTestCase):
+    def test_kafka_reassignment_json(self):
+        plan = cli.parse_reassignment({"version": 1, "partitions": [
+            {"topic": "a", "partition": 1, "replicas": [3, 1], "log_dirs": ["any", "any"]},
+            {"topic": "a", "partition": 0, "replicas": [2]}]})
+        self.assertEqual(plan, {("a", 1): [3, 1], ("a", 0): [2]})
+        self.assertEqual(cli.format_reassignment(plan),
+                         '{"version":1,"partitions":[{"topic":"a","partition":0,"replicas":[2],"log_dirs":["any"]},'
+                         '{"topic":"a","partition":1,"replicas":[3,1],"log_dirs":["any","any"]}]}')
+
+    def test_bad_plans_are_usage_errors(self):
+        for doc in ({}, {"partitions": []}, {"partitions": [{"topic": "a", "partition": 0}]},
+                    {"partitions": [{"topic": "a", "partition": 0, "replicas": [1, 1]}]},
+                    {"partitions": [{"topic": "a", "partition": 0, "replicas": [1]},
+                                    {"topic": "a", "partition": 0, "replicas": [2]}]},
+                    {"partitions": [{"topic": "a", "partition": 0, "replicas": [1], "log_dirs": ["/d"]}]}):
+            self.assertRaises(UsageError, cli.parse_reassignment, doc)
+
+    def test_spread_is_kafkas_rack_unaware_assignment(self):
+        self.assertEqual(cli.spread(4, 3, [1, 2, 3, 4], 1), {0: [2, 4, 1], 1: [3, 1, 2], 2: [4, 2, 3], 3: [1, 3, 4]})
+        for replicas in cli.spread(12, 2, [2, 4, 6], 0).values():
+            self.assertEqual(len(set(replicas)), 2)
