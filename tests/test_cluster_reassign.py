@@ -32,12 +32,19 @@ def cluster():
     require_zookeeper()
     found = _shared.get("cluster")
     if found is None:
-        found = _shared["cluster"] = testing.KafkaCluster(
-            brokers=4, session_timeout_ms=SESSION_TIMEOUT_MS,
-            overrides={"replica.fetch.backoff.ms": 200}).start()
+        found = testing.KafkaCluster(brokers=4, session_timeout_ms=SESSION_TIMEOUT_MS,
+                                     overrides={"replica.fetch.backoff.ms": 200})
+        # broker 4 has two log dirs (AlterReplicaLogDirs moves replicas between them)
+        found.broker(4).overrides["log.dirs"] = "%s,%s" % log_dirs(found, 4)
+        _shared["cluster"] = found.start()
         atexit.register(found.close)
     found.wait_for_brokers([1, 2, 3, 4])
     return found
+
+
+def log_dirs(cluster, broker_id):
+    first = cluster.broker(broker_id).data_dir
+    return (first, first + "-2") if broker_id == 4 else (first,)
 
 
 def create_topic(bootstrap, name, assignment, configs=None):
@@ -118,7 +125,9 @@ class ReassignmentTests(unittest.SynchronousTestCase):
         self.cluster.wait_for(agreed, 60, "replicas %s of %s-0 in every broker's metadata" % (replicas, topic))
 
     def partition_dir(self, broker_id, topic):
-        return os.path.join(self.cluster.broker(broker_id).data_dir, "%s-0" % topic)
+        """The partition's directory on the broker (in whichever log dir holds it)."""
+        paths = [os.path.join(d, "%s-0" % topic) for d in log_dirs(self.cluster, broker_id)]
+        return next((p for p in paths if os.path.exists(p)), paths[0])
 
     def ongoing(self):
         return cli_partitions.list_reassignments(self.client)
@@ -336,3 +345,73 @@ class ReassignmentTests(unittest.SynchronousTestCase):
         self.cluster.wait_for(lambda: zk.exists("/admin/reassign_partitions") is None, 30,
                               "/admin/reassign_partitions to be removed")
         self.assert_identical_replicas(topic, [3, 4])
+
+    def test_describe_log_dirs_answers_each_brokers_own_replicas(self):
+        topic = unique_name("logdirs")
+        create_topic(self.bootstrap, topic, [[1, 2, 3]])
+        self.replicas_everywhere(topic, [1, 2, 3])
+        produce_bulk(self.bootstrap, topic, 1 * MB)
+        self.assert_identical_replicas(topic, [1, 2, 3])
+        R = messages.DescribeLogDirsRequest
+        seen = {}
+        for b in (1, 2, 3, 4):
+            resp = self.client.call(R(topics=[R.DescribableLogDirTopic(topic=topic, partitions=[0])]),
+                                    self.client.node(b))
+            self.assertEqual(resp.error_code, errors.NONE)
+            self.assertEqual([(r.error_code, r.log_dir) for r in resp.results],
+                             [(errors.NONE, d) for d in log_dirs(self.cluster, b)])
+            seen[b] = [(t.name, p.partition_index, p.partition_size, p.offset_lag)
+                       for r in resp.results for t in r.topics for p in t.partitions]
+        size = sum(os.path.getsize(os.path.join(self.partition_dir(1, topic), n))
+                   for n in os.listdir(self.partition_dir(1, topic)) if n.endswith(".log"))
+        self.assertGreaterEqual(size, 1 * MB)
+        self.assertEqual(seen, {1: [(topic, 0, size, 0)], 2: [(topic, 0, size, 0)], 3: [(topic, 0, size, 0)],
+                                4: []})
+
+    def describe_log_dirs(self, broker_id, topic):
+        """``[(log dir, size, offset lag, is future)]`` of the topic's partition 0 on the broker."""
+        R = messages.DescribeLogDirsRequest
+        resp = self.client.call(R(topics=[R.DescribableLogDirTopic(topic=topic, partitions=[0])]),
+                                self.client.node(broker_id))
+        self.assertEqual(resp.error_code, errors.NONE)
+        return [(r.log_dir, p.partition_size, p.offset_lag, p.is_future_key)
+                for r in resp.results for t in r.topics for p in t.partitions]
+
+    def alter_log_dir(self, broker_id, path, topic, partitions=(0,)):
+        R = messages.AlterReplicaLogDirsRequest
+        resp = self.client.call(R(dirs=[R.AlterReplicaLogDir(path=path, topics=[
+            R.AlterReplicaLogDirTopic(name=topic, partitions=list(partitions))])]), self.client.node(broker_id))
+        return {(t.topic_name, p.partition_index): p.error_code for t in resp.results for p in t.partitions}
+
+    def test_a_replica_the_controller_created_moves_to_another_log_dir_under_load(self):
+        topic = unique_name("logdir-move")
+        create_topic(self.bootstrap, topic, [[1, 4]], {"min.insync.replicas": "2"})
+        self.replicas_everywhere(topic, [1, 4])
+        produce_bulk(self.bootstrap, topic, 3 * MB)
+        ((source, _, _, _),) = self.describe_log_dirs(4, topic)
+        (target,) = [d for d in log_dirs(self.cluster, 4) if d != source]
+        self.assertEqual(self.alter_log_dir(4, target + "-nope", topic), {(topic, 0): errors.LOG_DIR_NOT_FOUND})
+        self.assertEqual(self.alter_log_dir(4, target, "no-such-topic"),
+                         {("no-such-topic", 0): errors.REPLICA_NOT_AVAILABLE})
+        self.assertEqual(self.alter_log_dir(4, source, topic), {(topic, 0): errors.NONE})  # already there
+        worker = ProducerWorker(1, self.cluster.bootstrap_servers, topic, 1, rate=200)
+        worker.start()
+        try:
+            self.cluster.wait_for(lambda: len(worker.acked) >= 50, 30, "the producer to be acknowledged")
+            self.assertEqual(self.alter_log_dir(4, target, topic), {(topic, 0): errors.NONE})
+            self.cluster.wait_for(lambda: [e[0] for e in self.describe_log_dirs(4, topic)] == [target], 60,
+                                  "the replica to be in %s only" % target)
+            moved_at = len(worker.acked)
+            self.cluster.wait_for(lambda: len(worker.acked) >= moved_at + 50, 30, "acknowledgements after the move")
+        finally:
+            left = worker.stop(60)
+        self.assertEqual((left, worker.failed), (0, []))
+        self.assertFalse(os.path.exists(os.path.join(source, "%s-0" % topic)))
+        self.assertTrue(os.path.exists(os.path.join(target, "%s-0" % topic)))
+        batches = self.assert_identical_replicas(topic, [1, 4])
+        final, ends = read_back(self.bootstrap, topic, 1)
+        self.assertEqual(batches[-1][1] + 1, ends[0])
+        verdict = check_records(worker.acked, final)
+        self.assertEqual((verdict.lost, verdict.moved, verdict.duplicates), ([], [], []))
+        ((where, size, lag, future),) = self.describe_log_dirs(4, topic)
+        self.assertEqual((where, lag, future), (target, 0, False))

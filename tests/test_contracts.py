@@ -77,7 +77,7 @@ class Real(unittest.TestCase):
             self.assertTrue(verifyObject(IApiHandler, handler), handler)
 
     def test_every_default_handler(self):
-        self.assertEqual(len(DEFAULT_HANDLERS), 47)  # 42 + CreateAcls, DescribeAcls, DeleteAcls + ConsumerGroupHeartbeat, ConsumerGroupDescribe
+        self.assertEqual(len(DEFAULT_HANDLERS), 48)  # 42 + CreateAcls, DescribeAcls, DeleteAcls + ConsumerGroupHeartbeat, ConsumerGroupDescribe + AlterReplicaLogDirs
         for handler in DEFAULT_HANDLERS:
             self.assertTrue(verifyObject(IApiHandler, handler), handler)
         self.assertEqual(len({h.API_KEY for h in DEFAULT_HANDLERS}), len(DEFAULT_HANDLERS))

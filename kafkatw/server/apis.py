@@ -61,6 +61,7 @@ DEFAULT_HANDLERS = (
     admin_partitions.CreatePartitions,
     admin_partitions.DeleteRecords,
     admin_partitions.DescribeLogDirs,
+    admin_partitions.AlterReplicaLogDirs,
     admin_partitions.OffsetForLeaderEpoch,
     admin_partitions.DescribeProducers,
     admin_partitions.ElectLeaders,

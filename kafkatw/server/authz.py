@@ -391,6 +391,7 @@ ACTIONS = {
     44: _configs(Op.ALTER_CONFIGS), 47: _offset_delete, 50: _cluster_only(Op.DESCRIBE),
     51: _cluster_only(Op.ALTER), 60: _describe_cluster, 61: _describe_producers,
     45: _cluster_only(Op.ALTER), 46: _cluster_only(Op.DESCRIBE),  # partition reassignments
+    34: _cluster_only(Op.ALTER),  # AlterReplicaLogDirs
     # transactions (their handlers arrive with the transaction coordinator)
     24: _add_partitions_to_txn, 25: _add_offsets_to_txn, 26: _end_txn, 28: _txn_offset_commit,
     65: _describe_transactions, 27: _cluster_only(Op.CLUSTER_ACTION),
@@ -487,6 +488,7 @@ GATES = {
     35: _gate_cluster(Op.DESCRIBE), 43: _gate_cluster(Op.ALTER), 50: _gate_cluster(Op.DESCRIBE),
     51: _gate_cluster(Op.ALTER),
     45: _gate_cluster(Op.ALTER), 46: _gate_cluster(Op.DESCRIBE),
+    34: _gate_cluster(Op.ALTER),
     # ListOffsets (2), DeleteRecords (21), OffsetForLeaderEpoch (23), CreatePartitions (37) and
     # DescribeProducers (61) answer TOPIC_AUTHORIZATION_FAILED per topic in their handlers.
     47: _gate_offset_delete,

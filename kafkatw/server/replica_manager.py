@@ -26,6 +26,7 @@ from kafkatw.server import replica_selector
 from kafkatw.server.delayed_fetch import DelayedFetch, FetchPartitionStatus
 from kafkatw.server.delayed_produce import DelayedProduce
 from kafkatw.server.interfaces import IReplicaManager
+from kafkatw.server.log_dir_mover import LogDirMover
 from kafkatw.server.partition import Partition
 from kafkatw.server.replication_quota import (
     UNLIMITED,
@@ -334,6 +335,8 @@ class ReplicaManager:
         # of at most 10 ms, the next one a reactor turn later
         self._producer_state_loads = {}
         self._cooperator = task.Cooperator(scheduler=lambda step: clock.callLater(0, step))
+        # AlterReplicaLogDirs: replicas being copied to another log dir
+        self.log_dir_mover = LogDirMover(self, lambda step: clock.callLater(0, step))
         self.topic_stats = BrokerTopicStats()
         self._expiry_loop = None  # producer expiry, from start()
 
@@ -576,6 +579,19 @@ class ReplicaManager:
                 break
             offset = last.next_offset
 
+    def log_moved(self, tp, old, new):
+        """A replica moved to another log dir (``LogDirMover``): its producer state follows,
+        its snapshots written in the new dir from now on; what waited on it looks again."""
+        loading = self._producer_state_loads.pop(tp, None)
+        if loading is not None:
+            loading.task.stop()
+            loading.done()  # its waiters retry and load from the moved log
+        ps = self._producer_states.get(tp)
+        if ps is not None:
+            ps.log_dir = new.dir
+            self._install_producer_state(tp, new, ps)
+        self._complete_delayed([tp])
+
     def take_producer_snapshots(self):
         """Write every partition's producer snapshot (clean shutdown; segment roll calls the
         per-partition :meth:`take_producer_snapshot`)."""
@@ -648,6 +664,7 @@ class ReplicaManager:
             self.alter_partition_manager.shutdown()
         self.fetch_purgatory.shutdown()
         self.produce_purgatory.shutdown()
+        self.log_dir_mover.shutdown()
         for loading in list(self._producer_state_loads.values()):
             loading.task.stop()  # no snapshot of a partial state: the next start rebuilds
         self._producer_state_loads.clear()

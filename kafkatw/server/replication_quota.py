@@ -6,7 +6,7 @@ by the topic configs ``leader.replication.throttled.replicas`` /
 
 It measures and answers "throttle this one now?"; the fetch paths decide what skipping means.
 The rate is a token bucket holding at most one window's worth (``replication.quota.window.
-size.seconds``), so a throttled move never runs faster than the bound for longer than that.
+size.seconds``), empty when the rate is set, so a throttled move never runs faster than the bound.
 """
 
 from kafkatw.config.types import LONG_MAX
@@ -49,17 +49,20 @@ class ReplicationQuotaManager:
         self.config_name = config_name
         self._clock_ms = clock_ms
         self.window_ms = window_s * 1000
-        self.rate = rate
-        self._bucket = TokenBucket(1, self.window_ms)
         self._parsed = {}  # topic -> (config value, parsed)
+        self.update_quota(rate)
 
     @property
     def unlimited(self):
         return self.rate >= LONG_MAX
 
     def update_quota(self, rate):
+        """A new rate, starting from an empty bucket: from now on no interval sends more than
+        the rate allows (plus the one fetch that finds the bucket not yet negative)."""
         self.rate = rate
         self._bucket = TokenBucket(1, self.window_ms)
+        if not self.unlimited:
+            self._bucket.record(rate * self.window_ms / 1000.0, rate, self._clock_ms())
 
     def is_throttled(self, topic, partition):
         value = self._topic_configs(topic).get(self.config_name)

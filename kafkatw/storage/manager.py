@@ -179,6 +179,9 @@ class LogManager:
                 self._schedule(0, lambda p=path: _rmtree(p))
                 continue
             if name.endswith(FUTURE_DIR_SUFFIX):
+                # a replica move (AlterReplicaLogDirs) a stop interrupted: not resumed, its
+                # copy removed (the replica stays where it was; ask again to move it)
+                self._schedule(0, lambda p=path: _rmtree(p))
                 continue
             try:
                 topic, partition = parse_topic_partition(name)
@@ -438,6 +441,60 @@ class LogManager:
         if self.cleaner is not None:
             self.cleaner.abort(lg)
         return lg
+
+    # -- moving a replica to another log dir (AlterReplicaLogDirs) ------------------------------
+
+    def dir_of(self, lg):
+        """The log dir holding ``lg``."""
+        return self._dir_of(lg)
+
+    def create_future_log(self, topic, partition, directory):
+        """An empty ``<tp>.<uuid>-future`` log in ``directory`` starting at the current log's
+        start, the copy a replica move fills (Kafka's future log); not attached."""
+        current = self._logs[(topic, partition)]
+        name = "%s-%d.%s%s" % (topic, partition, uuid.uuid4().hex, FUTURE_DIR_SUFFIX)
+        path = os.path.join(directory, name)
+        try:
+            future = UnifiedLog(path, self._config_for(topic), topic, partition, topic_id=current.topic_id,
+                                clock=self.now_ms, dir_failure_handler=self.handle_dir_failure,
+                                scheduler=self._schedule, log_start_offset=current.log_start_offset)
+        except OSError as e:
+            self.handle_dir_failure(directory, e)
+            raise KafkaError(errors.KAFKA_STORAGE_ERROR, "cannot create log %s: %s" % (path, e))
+        if future.log_end_offset != current.log_start_offset:
+            future.truncate_fully_and_start_at(current.log_start_offset)
+        return future
+
+    def replace_current_with_future(self, topic, partition, future):
+        """The future log becomes the partition's log (renamed to ``<tp>``), its high watermark
+        and leader epochs the current one's; the current log is deleted after
+        ``file.delete.delay.ms`` (reads in flight keep their files). Call it when the future
+        has caught up, in the same reactor turn as its last append."""
+        current = self._logs[(topic, partition)]
+        future.update_high_watermark(current.high_watermark)
+        cache = future.leader_epoch_cache
+        cache.clear()
+        for epoch, start in current.leader_epoch_cache.entries():
+            cache.assign(epoch, start, flush=False)
+        cache.flush()
+        future.rename_dir(os.path.join(os.path.dirname(future.dir), "%s-%d" % (topic, partition)))
+        self._logs.pop((topic, partition))
+        self._attach(future)
+        if self.cleaner is not None:
+            self.cleaner.abort(current)
+        current.mark_deleted()
+        try:
+            current.rename_dir(os.path.join(os.path.dirname(current.dir), log_delete_dir_name(topic, partition)))
+        except OSError as e:
+            self.handle_dir_failure(self._dir_of(current), e)
+            return future
+        self._schedule(current.config.file_delete_delay_ms, current.delete)
+        return future
+
+    def delete_future_log(self, future):
+        """Drop an abandoned move's copy."""
+        future.mark_deleted()
+        self._schedule(0, future.delete)
 
     def update_log_config(self, topic, overrides):
         self._overrides[topic] = dict(overrides or {})

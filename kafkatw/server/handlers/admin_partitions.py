@@ -1,7 +1,7 @@
 """Partition administration on a single node: CreatePartitions (key 37, v0-v3), DeleteRecords
-(21, v0-v2), DescribeLogDirs (35, v1-v4), OffsetForLeaderEpoch (23, v2-v4), DescribeProducers
-(61, v0) and ElectLeaders (43, v0-v2; in cluster mode handed to the controller). Logs are
-reached through the replica/log managers only.
+(21, v0-v2), DescribeLogDirs (35, v1-v4), AlterReplicaLogDirs (34, v1-v2), OffsetForLeaderEpoch
+(23, v2-v4), DescribeProducers (61, v0) and ElectLeaders (43, v0-v2; in cluster mode handed to the
+controller). Logs are reached through the replica/log managers only.
 """
 
 import os
@@ -15,6 +15,7 @@ from kafkatw.cluster.interfaces import ControllerMovedError
 from kafkatw.protocol import errors
 from kafkatw.protocol.errors import KafkaError
 from kafkatw.protocol.messages import (
+    AlterReplicaLogDirsResponse,
     CreatePartitionsResponse,
     DeleteRecordsResponse,
     DescribeLogDirsResponse,
@@ -201,11 +202,18 @@ class DescribeLogDirs:
             for t in request.body.topics:
                 wanted.setdefault(t.topic, set()).update(t.partitions)
         by_dir = {d: {} for d in lm.log_dirs}
-        for lg in lm.all_logs():
+        # (log, offset lag, is future): a replica being moved has a second, future log
+        # whose lag is how far its copy is behind (Kafka's getLogEndOffsetLag)
+        entries = [(lg, 0, False) for lg in lm.all_logs()]
+        mover = getattr(apis.replica_manager, "log_dir_mover", None)
+        if mover is not None:
+            entries += [(future, max(0, current.log_end_offset - future.log_end_offset), True)
+                        for current, future in mover.future_logs()]
+        for lg, lag, future in entries:
             if wanted is not None and lg.partition not in wanted.get(lg.topic, ()):
                 continue
             directory = os.path.dirname(lg.dir)
-            by_dir.setdefault(directory, {}).setdefault(lg.topic, []).append(lg)
+            by_dir.setdefault(directory, {}).setdefault(lg.topic, []).append((lg, lag, future))
         results = []
         offline = lm.offline_dirs
         for directory in lm.log_dirs:
@@ -226,9 +234,9 @@ class DescribeLogDirs:
                 result.topics.append(DescribeLogDirsResponse.DescribeLogDirsTopic(
                     name=topic, partitions=[
                         DescribeLogDirsResponse.DescribeLogDirsPartition(
-                            partition_index=lg.partition, partition_size=lg.size, offset_lag=0,
-                            is_future_key=False)
-                        for lg in sorted(logs, key=lambda lg: lg.partition)]))
+                            partition_index=lg.partition, partition_size=lg.size, offset_lag=lag,
+                            is_future_key=future)
+                        for lg, lag, future in sorted(logs, key=lambda e: (e[0].partition, e[2]))]))
             results.append(result)
         return DescribeLogDirsResponse(throttle_time_ms=0, error_code=errors.NONE, results=results)
 
@@ -237,6 +245,44 @@ class DescribeLogDirs:
         if request.api_version < 3:
             return None  # no top-level error code before v3: close, as Kafka does
         return DescribeLogDirsResponse(throttle_time_ms=0, error_code=code, results=[])
+
+
+# -- AlterReplicaLogDirs -----------------------------------------------------------------------
+
+@provider(IApiHandler)
+class AlterReplicaLogDirs:
+    """Move replicas of this broker to another of its log dirs (ALTER on the cluster, the gate's);
+    the copy runs in the background (``server/log_dir_mover.py``), DescribeLogDirs shows it."""
+
+    API_KEY = 34
+    VERSIONS = (1, 2)
+
+    @staticmethod
+    def handle(apis, request):
+        R = AlterReplicaLogDirsResponse
+        mover = apis.replica_manager.log_dir_mover
+        results = {}
+        for d in request.body.dirs:
+            for t in d.topics:
+                for p in t.partitions:
+                    results[(t.name, p)] = mover.alter(t.name, p, d.path)
+        by_topic = {}
+        for (topic, p), code in results.items():
+            by_topic.setdefault(topic, []).append(R.AlterReplicaLogDirPartitionResult(
+                partition_index=p, error_code=code))
+        return R(throttle_time_ms=0, results=[R.AlterReplicaLogDirTopicResult(topic_name=t, partitions=ps)
+                                              for t, ps in by_topic.items()])
+
+    @staticmethod
+    def error_response(request, code, message):
+        R = AlterReplicaLogDirsResponse
+        by_topic = {}
+        for d in request.body.dirs:
+            for t in d.topics:
+                by_topic.setdefault(t.name, []).extend(
+                    R.AlterReplicaLogDirPartitionResult(partition_index=p, error_code=code) for p in t.partitions)
+        return R(throttle_time_ms=0, results=[R.AlterReplicaLogDirTopicResult(topic_name=t, partitions=ps)
+                                              for t, ps in by_topic.items()])
 
 
 # -- OffsetForLeaderEpoch ----------------------------------------------------------------------
