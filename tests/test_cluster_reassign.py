@@ -207,6 +207,15 @@ class ReassignmentTests(unittest.SynchronousTestCase):
         status, out, _ = self.cli.run("--verify", "--reassignment-json-file", path)
         self.assertEqual(status, 1)
         self.assertIn("Reassignment of partition %s-0 is still in progress." % topic, out)
+        # a partition added meanwhile leaves the reassignment's state in the topic znode alone
+        from confluent_kafka.admin import AdminClient, NewPartitions
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        admin.create_partitions([NewPartitions(topic, 2)], operation_timeout=30)[topic].result(60)
+        znode = json.loads(zk_read(self.cluster, "/brokers/topics/%s" % topic)[0])
+        self.assertEqual((znode["partitions"]["0"], znode["adding_replicas"], znode["removing_replicas"]),
+                         ([2, 3, 4, 1], {"0": [4]}, {"0": [1]}))
+        self.assertEqual(sorted(znode["partitions"]), ["0", "1"])
         out = self.wait_completed(path, 120)
         elapsed = time.monotonic() - started
         self.assertGreaterEqual(elapsed, 20.0)

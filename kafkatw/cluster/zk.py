@@ -397,8 +397,13 @@ class ZkClusterCoordinator:
 
     @defer.inlineCallbacks
     def add_partitions(self, topic, topic_id, assignment):
+        """The new partitions' assignment; a reassignment running in the topic keeps its adding
+        and removing replicas (the write is conditional on the version read)."""
+        path = self._p(L.topic_path(topic))
+        data, stat = yield self._run(lambda: self._client.get_async(path))
+        adding, removing = L.decode_topic_reassignments(data)
         yield self._run(lambda: self._client.set_async(
-            self._p(L.topic_path(topic)), L.encode_topic_assignment(topic_id, assignment)))
+            path, L.encode_topic_assignment(topic_id, assignment, adding, removing), version=stat.version))
 
     @defer.inlineCallbacks
     def _set_or_create(self, path, data):

@@ -488,6 +488,7 @@ class KafkaController(ReplicaElections):
         self.assignments.pop(topic, None)
         self.topic_ids.pop(topic, None)
         self.deleting.discard(topic)
+        self.reassignments.forget_topic(topic)
 
     # -- deletion ----------------------------------------------------------------------------------
 

@@ -100,6 +100,13 @@ class PartitionReassignments:
                 self.ongoing[(topic, p)] = ReplicaAssignment(assignment[p], adding.get(p, ()),
                                                              removing.get(p, ()))
 
+    def forget_topic(self, topic):
+        """A deleted topic's reassignments end with it."""
+        for tp in [tp for tp in self.ongoing if tp[0] == topic]:
+            del self.ongoing[tp]
+        for tp in [tp for tp in self._legacy if tp[0] == topic]:
+            del self._legacy[tp]
+
     def current(self, tp):
         found = self.ongoing.get(tp)
         return found if found is not None else ReplicaAssignment(self.ctl._replicas(tp))
