@@ -152,3 +152,18 @@ class CliPlanTests(unittest.SynchronousTestCase):
         self.assertEqual(cli.spread(4, 3, [1, 2, 3, 4], 1), {0: [2, 4, 1], 1: [3, 1, 2], 2: [4, 2, 3], 3: [1, 3, 4]})
         for replicas in cli.spread(12, 2, [2, 4, 6], 0).values():
             self.assertEqual(len(set(replicas)), 2)
+
+
+class AuthorizationTests(unittest.SynchronousTestCase):
+    def test_cluster_alter_and_describe_as_kafka(self):
+        from kafkatw.security.authorizer import CLUSTER_NAME, AclOperation as Op, ResourceType as RT
+        from kafkatw.server import authz
+
+        for key, op in ((45, Op.ALTER), (46, Op.DESCRIBE), (34, Op.ALTER)):
+            (action,) = authz.ACTIONS[key](None, None)
+            self.assertEqual((action.operation, action.resource.resource_type, action.resource.name),
+                             (op, RT.CLUSTER, CLUSTER_NAME))
+            asked = []
+            code = authz.GATES[key](None, None, lambda *a: asked.append(a) or False)
+            self.assertEqual((code, asked), (errors.CLUSTER_AUTHORIZATION_FAILED, [(op, RT.CLUSTER, CLUSTER_NAME)]))
+            self.assertIsNone(authz.GATES[key](None, None, lambda *a: True))
