@@ -2,8 +2,10 @@
 [1,2,3] to [2,3,4] under continuous acks=all produce with identical batches on the new replicas
 and nothing acknowledged lost; a throttled move takes at least size / rate and lists its adding
 and removing replicas meanwhile; a cancelled one returns to [1,2,3] and deletes broker 4's
-replica; Kafka's errors; the ``kafkatw partitions reassign`` CLI (--generate, --execute,
---verify, --cancel). Skips without ZooKeeper unless KAFKATW_REQUIRE_ZOOKEEPER=1."""
+replica; Kafka's errors; resumption by a new controller; the legacy znode; kafkajs's
+alter/listPartitionReassignments; the ``kafkatw partitions reassign`` CLI (--generate,
+--execute, --verify, --cancel); DescribeLogDirs per broker and AlterReplicaLogDirs on broker 4's
+two log dirs. Skips without ZooKeeper unless KAFKATW_REQUIRE_ZOOKEEPER=1."""
 
 import atexit
 import io
@@ -424,3 +426,21 @@ class ReassignmentTests(unittest.SynchronousTestCase):
         self.assertEqual((verdict.lost, verdict.moved, verdict.duplicates), ([], [], []))
         ((where, size, lag, future),) = self.describe_log_dirs(4, topic)
         self.assertEqual((where, lag, future), (target, 0, False))
+
+    def test_kafkajs_alters_and_lists_a_reassignment(self):
+        from tests.test_e2e_kafkajs import kafkajs_ready, run_js
+
+        kafkajs_ready()
+        topic = unique_name("kafkajs")
+        create_topic(self.bootstrap, topic, [[1, 2]])
+        self.replicas_everywhere(topic, [1, 2])
+        produce_bulk(self.bootstrap, topic, 1 * MB)
+        # throttled (20 s at the rate) so it is still running when kafkajs lists it
+        brokers = cli_partitions.set_throttles(self.client, {(topic, 0): [2, 3]}, {(topic, 0): [1, 2]}, 50000)
+        self.addCleanup(cli_partitions.clear_throttles, self.client, [topic], brokers, io.StringIO())
+        listed = run_js("reassign.js", self.bootstrap, topic, "2,3")
+        self.assertEqual(listed, {"topics": [{"name": topic, "partitions": [
+            {"partition": 0, "replicas": [2, 3, 1], "addingReplicas": [3], "removingReplicas": [1]}]}]})
+        cli_partitions.clear_throttles(self.client, [topic], brokers, io.StringIO())
+        self.replicas_everywhere(topic, [2, 3])
+        self.assert_identical_replicas(topic, [2, 3])
