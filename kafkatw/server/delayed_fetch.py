@@ -43,6 +43,8 @@ class DelayedFetch(DelayedOperation):
                 return self.force_complete()  # cases A-E
             if fetch_offset == UNKNOWN_OFFSET_METADATA:
                 continue
+            if self.params.replica_id >= 0 and rm.should_leader_throttle(topic, partition, self.params.replica_id):
+                continue  # as Kafka: a throttled partition's bytes do not complete a follower's fetch
             end = _end_offset_metadata(log_, self.params.fetch_isolation)
             if fetch_offset.message_offset != end.message_offset:
                 if fetch_offset.message_offset > end.message_offset:

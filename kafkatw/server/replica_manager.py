@@ -1221,6 +1221,18 @@ class ReplicaManager:
             results.append((tp, r))
         return results
 
+    def _leader_throttles(self, topic, partition, replica_id):
+        """Whether what this leader sends ``replica_id`` of the partition counts against the
+        leader replication quota (a rate set, the replica out of the ISR, the partition named)."""
+        if self.leader_quota.unlimited:
+            return False
+        led = self._partitions.get((topic, partition))
+        return led is not None and self.leader_quota.throttles(topic, partition, replica_id in led.isr)
+
+    def should_leader_throttle(self, topic, partition, replica_id):
+        """Kafka's shouldLeaderThrottle: such a follower gets nothing of the partition now."""
+        return self._leader_throttles(topic, partition, replica_id) and self.leader_quota.is_quota_exceeded()
+
     def diverging_epoch(self, log_, info):
         """(epoch, end_offset) if the follower's last fetched epoch ends before its fetch offset."""
         res = log_.end_offset_for_epoch(info.last_fetched_epoch)
@@ -1259,8 +1271,7 @@ class ReplicaManager:
             max_bytes = min(info.max_bytes, limit_bytes)
             # Kafka's shouldLeaderThrottle: an out-of-sync follower of a throttled partition
             # gets nothing while the leader's replication quota is used up
-            throttled = params.replica_id >= 0 and part is not None and self.leader_quota.throttles(
-                topic, partition, params.replica_id in part.isr)
+            throttled = params.replica_id >= 0 and self._leader_throttles(topic, partition, params.replica_id)
             if throttled and self.leader_quota.is_quota_exceeded():
                 max_bytes = 0
             data = log_.read(info.fetch_offset, max_bytes, params.fetch_isolation,
