@@ -167,3 +167,23 @@ class AuthorizationTests(unittest.SynchronousTestCase):
             code = authz.GATES[key](None, None, lambda *a: asked.append(a) or False)
             self.assertEqual((code, asked), (errors.CLUSTER_AUTHORIZATION_FAILED, [(op, RT.CLUSTER, CLUSTER_NAME)]))
             self.assertIsNone(authz.GATES[key](None, None, lambda *a: True))
+
+
+class AutoRebalanceTests(unittest.SynchronousTestCase):
+    """The controller double of the ElectLeaders tests: a partition being reassigned is left
+    out of the auto leader rebalance (Kafka's checkAndTriggerAutoLeaderRebalance)."""
+
+    def setUp(self):
+        from tests.test_cluster_controller_logic import ReplicaElectionTests
+
+        self.base = ReplicaElectionTests("test_not_controller")
+        self.base.setUp()
+
+    def test_a_partition_being_reassigned_waits(self):
+        c = self.base.controller
+        c.reassignments.ongoing[("t", 0)] = ReplicaAssignment([1, 2, 3], [3], [])
+        self.successResultOf(c.auto_rebalance(10))
+        self.assertEqual(self.base.writes, [])
+        del c.reassignments.ongoing[("t", 0)]
+        self.successResultOf(c.auto_rebalance(10))
+        self.assertEqual([(w[1], sorted(w[2])) for w in self.base.writes], [("t", [0])])

@@ -157,11 +157,14 @@ class ReplicaElections:
     @defer.inlineCallbacks
     def _auto_rebalance(self, percentage):
         """Brokers leading too few of the partitions they are preferred for get them back where
-        they are alive and in the ISR (canPreferredReplicaBeLeader); topics being deleted wait."""
+        they are alive and in the ISR (canPreferredReplicaBeLeader); topics being deleted and
+        partitions being reassigned wait (as Kafka's checkAndTriggerAutoLeaderRebalance)."""
         if not self.active:
             return {}
         live = set(self.live) - self.shutting_down
-        assignments = {tp: self._replicas(tp) for tp in self._all_partitions() if tp[0] not in self.deleting}
+        moving = self.reassignments.ongoing
+        assignments = {tp: self._replicas(tp) for tp in self._all_partitions()
+                       if tp[0] not in self.deleting and tp not in moving}
         leaders = {tp: self.states[tp].leader for tp in assignments}
         candidates = [tp for tp in imbalanced_partitions(assignments, leaders, percentage)
                       if preferred_leader(assignments[tp], self.states[tp].isr,
