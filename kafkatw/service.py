@@ -353,6 +353,10 @@ class RequestHandlersService(_BrokerPart):
             # client quotas set through any broker (and those in the store at start) apply here
             b.metadata.quota_listeners.append(
                 lambda changes: controller_requests.apply_quota_changes(b.apis.quotas, changes))
+            from kafkatw.server.handlers.admin_configs import apply_stored_broker_configs
+
+            b.metadata.broker_config_listeners.append(
+                lambda default, configs: apply_stored_broker_configs(b.apis, default, configs))
             b.metadata.add_listener(b._cluster_topic_event)
         b.apis.delete_stray_logs()  # of topics deleted just before a crash
         b.apis.create_missing_logs()
@@ -553,6 +557,9 @@ class BrokerService(OrderedMultiService):
             self.socket_server.set_accepting(False)
             d = self._cluster_connected
             d.addCallback(lambda _: self.cluster.register(config.advertised_listeners))
+            # dynamic broker configs set in ZooKeeper while this broker was down
+            d.addCallback(lambda _: self.metadata.load_broker_configs().addErrback(
+                lambda f: log.failure("reading dynamic broker configs from ZooKeeper failed", f)))
             d.addCallback(lambda _: self.socket_server.set_accepting(True))
             d.addCallback(lambda _: self._write_ready_file(bound))
             d.addCallback(lambda _: log.info("kafkatw broker {node} started in cluster {cluster}",

@@ -444,3 +444,49 @@ class ReassignmentTests(unittest.SynchronousTestCase):
         cli_partitions.clear_throttles(self.client, [topic], brokers, io.StringIO())
         self.replicas_everywhere(topic, [2, 3])
         self.assert_identical_replicas(topic, [2, 3])
+
+    def broker_config(self, broker_id, name):
+        """``(value, source)`` of a broker config as ``broker_id`` describes itself."""
+        R = messages.DescribeConfigsRequest
+        resp = self.client.call(R(resources=[R.DescribeConfigsResource(resource_type=4, resource_name=str(broker_id),
+                                                                       configuration_keys=[name])],
+                                  include_synonyms=False, include_documentation=False), self.client.node(broker_id))
+        (res,) = resp.results
+        self.assertEqual(res.error_code, 0)
+        ((found),) = [(c.value, c.config_source) for c in res.configs if c.name == name]
+        return found
+
+    def alter_broker(self, broker_id, name, value, target=None):
+        """IncrementalAlterConfigs of broker ``target`` ('' for the cluster default) sent to ``broker_id``."""
+        R = messages.IncrementalAlterConfigsRequest
+        op = 0 if value is not None else 1
+        resp = self.client.call(R(resources=[R.AlterConfigsResource(
+            resource_type=4, resource_name=str(broker_id) if target is None else target,
+            configs=[R.AlterableConfig(name=name, config_operation=op, value=value)])], validate_only=False),
+            self.client.node(broker_id))
+        self.assertEqual([(r.error_code, r.error_message) for r in resp.responses], [(0, None)])
+
+    def test_dynamic_broker_configs_are_kept_in_zookeeper_and_the_default_reaches_every_broker(self):
+        name = "follower.replication.throttled.rate"
+        four = self.cluster.broker(4)
+        four.stop()  # it learns the default at its next start
+        self.addCleanup(lambda: four.running or four.start())
+        self.alter_broker(1, name, "12345", target="")
+        self.addCleanup(self.alter_broker, 1, name, None, "")
+        znode = json.loads(zk_read(self.cluster, "/config/brokers/<default>")[0])
+        self.assertEqual(znode, {"version": 1, "config": {name: "12345"}})
+        for b in (1, 2, 3):  # DYNAMIC_DEFAULT_BROKER_CONFIG
+            self.cluster.wait_for(lambda: self.broker_config(b, name) == ("12345", 3), 30,
+                                  "broker %d to take the cluster default" % b)
+        four.start()
+        self.cluster.wait_for_brokers([1, 2, 3, 4])
+        self.assertEqual(self.broker_config(4, name), ("12345", 3))
+        self.alter_broker(2, name, "777")
+        self.addCleanup(self.alter_broker, 2, name, None)
+        self.assertEqual(json.loads(zk_read(self.cluster, "/config/brokers/2")[0]),
+                         {"version": 1, "config": {name: "777"}})
+        self.assertEqual(self.broker_config(2, name), ("777", 2))  # DYNAMIC_BROKER_CONFIG
+        self.assertEqual(self.broker_config(3, name), ("12345", 3))
+        self.alter_broker(1, name, None, target="")
+        self.cluster.wait_for(lambda: self.broker_config(3, name) == (str(2 ** 63 - 1), 5), 30,  # DEFAULT_CONFIG
+                              "broker 3 back to the static default")

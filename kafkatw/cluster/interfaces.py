@@ -160,6 +160,14 @@ class IClusterMetadataCache(Interface):
         """A change notification for a client quota entity: read it again; the quota listeners
         get what changed (a Deferred)."""
 
+    def broker_config_changed(name):
+        """A change notification for /config/brokers/<name>: this broker's or the cluster
+        default's dynamic configs, handed to the broker config listeners if they changed."""
+
+    def load_broker_configs():
+        """Read this broker's and the cluster default's dynamic configs from the store (at
+        start), handing those that differ from the local copy to the listeners."""
+
     def when_leaders(expected, timeout_s):
         """A Deferred firing with the set of ``expected`` ({(topic, partition): leader}) that this
         cache shows led so, once all are or after ``timeout_s`` (Kafka's DelayedElectLeader)."""

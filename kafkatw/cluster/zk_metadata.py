@@ -74,6 +74,9 @@ class ZkClusterMetadata:
         self._staged_quotas = {}  # including writes not yet done
         #: called with ``[(entity components, key, value or None)]`` when quotas change
         self.quota_listeners = []
+        #: called with ``(default, {name: value})`` when this broker's (``default``: the cluster
+        #: default) dynamic broker configs in /config/brokers differ from the ones in force here
+        self.broker_config_listeners = []
 
     # -- node-local state, kept in the embedded store ---------------------------------------------
 
@@ -98,8 +101,45 @@ class ZkClusterMetadata:
     def deleted_topic_ids(self):
         return self.local.deleted_topic_ids
 
+    def _broker_entity(self, default):
+        return "brokers/" + (zk_layout.DEFAULT_ENTITY if default else str(self.node_id))
+
     def set_broker_configs(self, configs, default=False):
-        return self.local.set_broker_configs(configs, default)
+        """Kept in the embedded store (read at start) and in Kafka's /config/brokers/<id> or
+        /config/brokers/<default> with a change notification, so the cluster default reaches
+        every broker and Kafka's tools see both."""
+        d = self.local.set_broker_configs(configs, default)
+        return d.addCallback(lambda _: self.zk.set_entity_configs(
+            self._broker_entity(default), zk_layout.encode_entity_config(configs)))
+
+    def broker_config_changed(self, name):
+        """A change notification for /config/brokers/<name>: the cluster default, or this
+        broker's own (written by a tool), is read and handed to the listeners when it differs
+        from what is in force here; other brokers' are theirs."""
+        if name not in (zk_layout.DEFAULT_ENTITY, str(self.node_id)):
+            return defer.succeed(None)
+        return self._read_broker_configs(name == zk_layout.DEFAULT_ENTITY)
+
+    def load_broker_configs(self):
+        """At start: the cluster default and this broker's configs as ZooKeeper has them (set
+        while this broker was down) win over the embedded store's copy."""
+        return defer.gatherResults([self._read_broker_configs(True), self._read_broker_configs(False)],
+                                   consumeErrors=True).addErrback(lambda f: f.value.subFailure)
+
+    def _read_broker_configs(self, default):
+        def read(data):
+            if data is None:
+                return
+            configs = zk_layout.decode_entity_config(data)
+            current = self.local.default_broker_configs if default else self.local.broker_configs
+            if configs == dict(current or {}):
+                return
+            for listener in list(self.broker_config_listeners):
+                try:
+                    listener(default, configs)
+                except Exception:
+                    log.failure("dynamic broker config listener failed")
+        return self.zk.entity_configs(self._broker_entity(default)).addCallback(read)
 
     def set_client_quotas(self, quotas):
         """Write the entities whose quotas changed (Kafka's /config/<type>/<name> and a change

@@ -140,6 +140,8 @@ class ClusterMembership:
                     self.controller.topic_config_changed(entity)
                 elif entity_type in ("users", "clients", "ips"):
                     yield self.metadata.quota_entity_changed(entity_type + "/" + entity)
+                elif entity_type == "brokers":
+                    yield self.metadata.broker_config_changed(entity)
 
     def _maybe_purge_config_changes(self):
         """Notifications older than Kafka's 15 minutes go, checked at most once a minute

@@ -309,6 +309,22 @@ def _apply_broker(apis, default_resource, new, validate_only):
     return d.addCallbacks(stored, revert)
 
 
+def apply_stored_broker_configs(apis, default, configs):
+    """Dynamic broker configs changed in the cluster's store (the cluster default through
+    another broker, or this broker's written by a tool): in force here, then kept in the local
+    copy; a layer that cannot apply is logged and left out, as at start-up."""
+    layer = "dynamic_default" if default else "dynamic_broker"
+    try:
+        apis.dynamic_config.update(**{layer: dict(configs)})
+    except ConfigError as e:
+        log.warn("dynamic broker configs ({which}) from ZooKeeper not applied: {err}",
+                 which="cluster default" if default else "node %d" % apis.node_id, err=e)
+        return None
+    log.info("dynamic broker configs ({which}) from ZooKeeper now {configs}",
+             which="cluster default" if default else "node %d" % apis.node_id, configs=configs)
+    return apis.metadata.local.set_broker_configs(dict(configs), default)
+
+
 def _alter(apis, request, incremental, response_cls):
     body = request.body
     counts = Counter((res.resource_type, res.resource_name) for res in body.resources)
