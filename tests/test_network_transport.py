@@ -130,6 +130,56 @@ class CorkTests(unittest.TestCase):
         self.assertEqual(factory.cork_after, 0)
 
 
+class _SendNowBytes(protocol.Protocol):
+    def connectionMade(self):
+        result = PlaintextTransportLayer().send_now(self.transport, self.factory.parts)
+        self.factory.result = result
+        if isinstance(result, defer.Deferred):
+            result.addCallback(self.factory.sent.callback)
+        else:
+            self.factory.sent.callback(result)
+        self.factory.sent.addBoth(lambda r: (self.transport.loseConnection(), r)[1])
+
+
+class SendNowBytesTests(unittest.TestCase):
+    """Byte parts to an idle socket: one ``sendmsg`` and the count itself; what the socket does
+    not take waits in the transport and the count comes in a Deferred."""
+
+    timeout = 60
+
+    @defer.inlineCallbacks
+    def _send(self, parts):
+        factory = protocol.ServerFactory.forProtocol(_SendNowBytes)
+        factory.parts = parts
+        factory.sent = defer.Deferred()
+        port = reactor.listenTCP(0, factory, interface="127.0.0.1")
+        self.addCleanup(port.stopListening)
+        client = _Collector()
+        yield protocol.ClientCreator(reactor, lambda: client).connectTCP("127.0.0.1", port.getHost().port)
+        got = yield client.done
+        nbytes = yield factory.sent
+        return factory.result, nbytes, got
+
+    @defer.inlineCallbacks
+    def test_a_small_answer_is_sent_at_once(self):
+        parts = [b"\x00\x00\x00\x09", bytearray(b"head"), b"", memoryview(b"body!")]
+        result, nbytes, got = yield self._send(parts)
+        self.assertEqual(result, 13)  # an int: no Deferred
+        self.assertEqual(nbytes, 13)
+        self.assertEqual(got, b"\x00\x00\x00\x09headbody!")
+
+    @defer.inlineCallbacks
+    def test_what_the_socket_does_not_take_follows_in_order(self):
+        block = os.urandom(1 << 20)
+        parts = [b"first"] + [block[::-1] if i % 2 else block for i in range(24)] + [b"last"]
+        result, nbytes, got = yield self._send(parts)
+        self.assertIsInstance(result, defer.Deferred)  # 24 MiB do not fit a socket buffer
+        expected = b"".join(parts)
+        self.assertEqual(nbytes, len(expected))
+        self.assertEqual(len(got), len(expected))
+        self.assertEqual(hashlib.sha256(got).hexdigest(), hashlib.sha256(expected).hexdigest())
+
+
 class _FakeConsumer:
     """A pull consumer like FileDescriptor: resumeProducing whenever the test 'drains'."""
 
