@@ -53,12 +53,23 @@ class RequestChannel:
         Either way the channel owns it from here on; waiting requests are queued in
         arrival order as room appears (the waiting connection stays muted meanwhile).
         """
-        if self._blocked or not self.has_room():
+        queue = self._queue
+        if self._blocked or len(queue) >= self.queued_max_requests:
             self._blocked.append((request, connection))
             return False
-        self._queue.append((request, connection))
-        self._update_size()
-        self._dispatch()
+        if queue or self._dispatching or self.busy >= self.num_io_threads:
+            queue.append((request, connection))
+            self._update_size()
+            self._dispatch()
+            return True
+        # nothing queued and a slot free (the common case): the queue would hand it on at once
+        self._dispatching = True
+        try:
+            self._handle(request, connection)
+        finally:
+            self._dispatching = False
+        if queue or self._blocked:
+            self._dispatch()  # requests a synchronous answer let in meanwhile
         return True
 
     @property
@@ -118,10 +129,15 @@ class RequestChannel:
             if hasattr(result, "when_complete"):
                 self._wait(request, connection, result)
                 return
-        # answered synchronously: no Deferred, the slot is released before the write
+        # answered synchronously: no Deferred, the slot is released before the write (what
+        # _release does, inline; the caller's dispatch loop takes the next request)
         now = self.clock_ns()
         request.api_remote_complete_ns = now
-        request.mark_api_local_complete(now)
+        if request._on_local_complete is not None:
+            request._on_local_complete = None
+            if request.api_local_complete_ns is None:
+                request.api_local_complete_ns = now
+            self.busy -= 1
         try:
             connection.send_response(request, result)
         except Exception:

@@ -263,7 +263,7 @@ class KafkaConnection(Protocol):
             return  # SASL: answered (or refused) before any request reaches the channel
         server = self.server
         now = server.clock_ns()
-        read_ns = self._read_ns()
+        read_ns = None if self._arrivals is None else self._read_ns()
         api_key, api_version, correlation_id = peek_header(frame)
         supported = server.api_versions()
         rng = supported.get(api_key)

@@ -79,25 +79,42 @@ class FrameDecoder:
 
         Raises :class:`InvalidReceive` as soon as an out-of-range length is read.
         """
-        if self._need < 0:
+        need = self._need
+        if need < 0:
             if self._buffered < 4:
                 return None
             chunk = self._chunks[0]
-            if len(chunk) - self._offset >= 4:
-                size = _SIZE.unpack_from(chunk, self._offset)[0]
-                self._offset += 4
+            offset = self._offset
+            if len(chunk) - offset >= 4:
+                need = _SIZE.unpack_from(chunk, offset)[0]
+                offset += 4
                 self._buffered -= 4
-                if self._offset == len(chunk):
+                if offset == len(chunk):
                     self._chunks.popleft()
-                    self._offset = 0
+                    offset = 0
+                self._offset = offset
             else:
-                size = _SIZE.unpack(bytes(self._take(4)))[0]
-            if size < MIN_HEADER_SIZE or size > self.max_size:
+                need = _SIZE.unpack(bytes(self._take(4)))[0]
+            if need < MIN_HEADER_SIZE or need > self.max_size:
                 self._need = -1
-                raise InvalidReceive(size, self.max_size)
-            self._need = size
-        if self._buffered < self._need:
+                raise InvalidReceive(need, self.max_size)
+            self._need = need
+        if self._buffered < need:
             return None
-        frame = self._take(self._need)
         self._need = -1
-        return frame
+        # the common case, a frame within the first chunk: one copy, no loop
+        chunk = self._chunks[0]
+        offset = self._offset
+        end = offset + need
+        n = len(chunk)
+        if end > n:
+            return self._take(need)
+        self._buffered -= need
+        if end == n:
+            self._chunks.popleft()
+            self._offset = 0
+            if offset == 0:
+                return bytearray(chunk)
+        else:
+            self._offset = end
+        return bytearray(memoryview(chunk)[offset:end])

@@ -542,7 +542,8 @@ class SocketServer:
         total_ms = max(0, (request.response_complete_ns or request.start_ns) - request.start_ns) / 1e6
         times = request_times(request) if self.metrics.request_times is not None else None
         self.metrics.record_request(api_name, total_ms, request.api_version, times)
-        self.request_logger.log_request(request, api_name, response)
+        if self.request_logger.enabled:
+            self.request_logger.log_request(request, api_name, response)
 
 
 class ListenerService(service.Service):
