@@ -16,6 +16,7 @@ from kafkatw.protocol.errors import KafkaError
 from kafkatw.protocol.messages import ProduceResponse
 from kafkatw.security.authorizer import AclOperation, ResourceType
 from kafkatw.server.handlers.recompress import (
+    PRODUCER,
     maybe_recompress,
     needs_recompress,
     recompress_all,
@@ -33,6 +34,9 @@ VERSIONS = (0, 11)  # v12 means transaction.version 2 (KIP-890 part 2), not buil
 FIRST_SERVED_VERSION = 3
 ZSTD = 4
 WRITE, TOPIC, TRANSACTIONAL_ID = AclOperation.WRITE, ResourceType.TOPIC, ResourceType.TRANSACTIONAL_ID
+MAGIC_OFFSET, MAGIC_VALUE_V2, LOG_OVERHEAD = rec.MAGIC_OFFSET, rec.MAGIC_VALUE_V2, rec.LOG_OVERHEAD
+COMPRESSION_CODEC_MASK, TRANSACTIONAL_FLAG_MASK = rec.COMPRESSION_CODEC_MASK, rec.TRANSACTIONAL_FLAG_MASK
+read_batch_header = rec.read_batch_header
 
 
 def validate_records(version, records):
@@ -40,23 +44,24 @@ def validate_records(version, records):
 
     Reads only the 61-byte batch header and returns it. Raises KafkaError.
     """
-    if records is None or len(records) == 0:
+    n = 0 if records is None else len(records)
+    if n == 0:
         raise KafkaError(errors.INVALID_RECORD, "Produce requests with version %d must have at least "
                          "one record batch per partition" % version)
-    magic = rec.read_magic(records, 0)
-    if magic != rec.MAGIC_VALUE_V2:
+    magic = records[MAGIC_OFFSET] if n > MAGIC_OFFSET else rec.read_magic(records, 0)  # (raises)
+    if magic != MAGIC_VALUE_V2:
         raise KafkaError(errors.INVALID_RECORD, "Produce requests with version %d are only allowed to "
                          "contain record batches with magic version 2" % version)
-    header = rec.read_batch_header(records, 0)
-    if version < 7 and header.compression == ZSTD:
+    header = read_batch_header(records, 0)
+    if version < 7 and header.attributes & COMPRESSION_CODEC_MASK == ZSTD:
         raise KafkaError(errors.UNSUPPORTED_COMPRESSION_TYPE, "Produce requests with version %d are not "
                          "allowed to use ZStandard compression" % version)
-    size = header.batch_length + rec.LOG_OVERHEAD
-    if size < len(records):
+    size = header.batch_length + LOG_OVERHEAD
+    if size < n:
         raise KafkaError(errors.INVALID_RECORD, "Produce requests with version %d are only allowed to "
                          "contain exactly one record batch per partition" % version)
-    if size > len(records):
-        raise KafkaError(errors.CORRUPT_MESSAGE, "truncated record batch: %d bytes of %d" % (len(records), size))
+    if size > n:
+        raise KafkaError(errors.CORRUPT_MESSAGE, "truncated record batch: %d bytes of %d" % (n, size))
     return header
 
 
@@ -115,7 +120,7 @@ def handle(apis, request):
             except KafkaError as e:
                 results[tp] = _error(e.code, e.message)
                 continue
-            if body.transactional_id is None and header is not None and header.is_transactional:
+            if body.transactional_id is None and header.attributes & TRANSACTIONAL_FLAG_MASK:
                 # Kafka: transactional records need a transactional id (authorized for it)
                 results[tp] = _error(errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                                      "Transactional records need a transactional id")
@@ -123,6 +128,10 @@ def handle(apis, request):
             try:
                 if compression_type is None:
                     compression_type, level = topic_compression(apis, topic.name)
+                if compression_type == PRODUCER:  # the default: stored as produced
+                    entries[tp] = pd.records
+                    headers[tp] = [(0, header)]  # the replica manager and log need not read it again
+                    continue
                 if needs_recompress(compression_type, header) and recompress_off_reactor(header):
                     slow.append((tp, pd.records, compression_type, header, level))
                     continue
