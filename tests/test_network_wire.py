@@ -88,5 +88,10 @@ class DecodeRequestTests(SynchronousTestCase):
         frame = self.frame(3, 12, m.MetadataRequest(topics=None))
         with self.assertRaises(ProtocolDecodeError):
             wire.decode_request(frame[:-3], 3, 12)
+        with self.assertRaises(ProtocolDecodeError) as e:  # the header itself cut short
+            wire.decode_request(frame[:10], 3, 12)
+        self.assertIn("RequestHeader v2", str(e.exception))
+        with self.assertRaises(ProtocolDecodeError):  # a version the codec does not know
+            wire.decode_request(self.frame(3, 12, m.MetadataRequest())[:8], 3, 99)
         self.assertEqual(wire.api_name(3), "Metadata")
         self.assertEqual(wire.api_name(9999), "Unknown9999")

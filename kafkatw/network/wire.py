@@ -7,6 +7,9 @@ four methods.  The UNSUPPORTED_VERSION ApiVersions answer is built here with ``s
 
 import struct
 
+from kafkatw.protocol.codec import DecodeFailure as _DecodeFailure
+from kafkatw.protocol.codec import decode_error as _decode_error
+
 API_VERSIONS_KEY = 18
 UNSUPPORTED_VERSION = 35
 
@@ -68,6 +71,9 @@ class MessagesWire:
         self._request_header = messages.RequestHeader
         self._request_header_version = messages.request_header_version
         self._response_header_version = messages.response_header_version
+        # (api_key, api_version) -> (header reader, header version, body reader, body class):
+        # the generated readers themselves, no per-request version or buffer checks
+        self._readers = {}
 
     def api_name(self, api_key):
         name = self._api_names.get(api_key)
@@ -77,13 +83,29 @@ class MessagesWire:
 
     def decode_request(self, frame, api_key, api_version):
         """``(header, body)`` of a whole frame; raises on a malformed one."""
+        readers = self._readers.get((api_key, api_version))
+        if readers is None:
+            readers = self._readers_of(api_key, api_version)
+        read_header, hv, read_body, cls = readers
         view = memoryview(frame)
-        header, pos = self._request_header.decode_from(
-            view, 0, self._request_header_version(api_key, api_version))
+        try:
+            header, pos = read_header(view, 0, hv)
+        except _DecodeFailure as e:
+            raise _decode_error(self._request_header.__qualname__, hv, e) from None
         # Like Kafka, bytes after the body are ignored: librdkafka 2.x sends Metadata v12
         # with 3 of them, and Apache Kafka's parser never checks for leftovers.
-        body, _ = self._requests[api_key].decode_from(view, pos, api_version)
+        try:
+            body, _ = read_body(view, pos, api_version)
+        except _DecodeFailure as e:
+            raise _decode_error(cls.__qualname__, api_version, e) from None
         return header, body
+
+    def _readers_of(self, api_key, api_version):
+        cls = self._requests[api_key]
+        hv = self._request_header_version(api_key, api_version)
+        readers = (self._request_header.reader(hv), hv, cls.reader(api_version), cls)
+        self._readers[(api_key, api_version)] = readers
+        return readers
 
     def encode_response(self, request, body):
         """Size prefix, response header and body as a list of parts.

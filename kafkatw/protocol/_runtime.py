@@ -106,6 +106,20 @@ class Struct:
             raise _codec.decode_error(cls.__qualname__, version, e) from None
 
     @classmethod
+    def reader(cls, version):
+        """The generated reader of ``version`` itself, ``read(buf, pos, version) -> (obj,
+        new_pos)``, for a caller decoding many messages of one version (the network layer keeps
+        one per API version): no per-call version or buffer checks, so ``buf`` must be a
+        one-dimensional byte memoryview, and a malformed message raises ``DecodeFailure``, which
+        ``codec.decode_error(cls.__qualname__, version, e)`` turns into what
+        :meth:`decode_from` raises."""
+        lo, hi = cls.VALID_VERSIONS
+        if not lo <= version <= hi:
+            raise ProtocolDecodeError("%s v%d: unsupported version (valid %d-%d)" % (cls.__qualname__, version, lo, hi))
+        fv = cls.FLEXIBLE_VERSIONS_START
+        return cls._r1 if fv is not None and version >= fv else cls._r0
+
+    @classmethod
     def decode(cls, buf, version):
         """Decode a whole buffer holding exactly one message."""
         buf = _codec.to_memoryview(buf)
