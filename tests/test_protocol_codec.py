@@ -410,6 +410,17 @@ class WireFormatTests(SynchronousTestCase):
         d = m.DescribeTopicPartitionsRequest()
         self.assertEqual(m.DescribeTopicPartitionsRequest.decode(d.encode_bytes(0), 0), d)
 
+    def test_compact_lengths_of_one_two_and_three_bytes(self):
+        # the readers take one- and two-byte lengths inline and longer ones through read_uvarint
+        for n in (0, 126, 127, 128, 300, 16382, 16383, 16384, 70000):
+            r = m.ApiVersionsRequest(client_software_name="x" * n, client_software_version="1")
+            data = r.encode_bytes(3)
+            self.assertEqual(data[:len(codec.write_uvarint(n + 1))], codec.write_uvarint(n + 1))
+            self.assertEqual(m.ApiVersionsRequest.decode(data, 3), r, n)
+        # a two-byte length cut after its first byte
+        err = self.assertRaises(ProtocolDecodeError, m.ApiVersionsRequest.decode, b"\x81", 3)
+        self.assertIn("client_software_name", str(err))
+
 
 class PrimitiveTests(SynchronousTestCase):
     def test_uvarint(self):

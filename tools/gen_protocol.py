@@ -650,7 +650,12 @@ class StructGen:
             em("n = buf[pos]")
             em("pos += 1")
             em("if n >= 128:")
-            em("    n, pos = _ruv(buf, pos - 1)")
+            # two-byte lengths (128 B to 16 KiB: record sets, long strings) without a call
+            em("    if buf[pos] < 128:")
+            em("        n = (n & 127) | (buf[pos] << 7)")
+            em("        pos += 1")
+            em("    else:")
+            em("        n, pos = _ruv(buf, pos - 1)")
             em("n -= 1")
         elif fflex == "False":
             if classic_code == "h":

@@ -118,7 +118,11 @@ class ApiVersionsRequest(_Struct):
             n = buf[pos]
             pos += 1
             if n >= 128:
-                n, pos = _ruv(buf, pos - 1)
+                if buf[pos] < 128:
+                    n = (n & 127) | (buf[pos] << 7)
+                    pos += 1
+                else:
+                    n, pos = _ruv(buf, pos - 1)
             n -= 1
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
@@ -131,7 +135,11 @@ class ApiVersionsRequest(_Struct):
             n = buf[pos]
             pos += 1
             if n >= 128:
-                n, pos = _ruv(buf, pos - 1)
+                if buf[pos] < 128:
+                    n = (n & 127) | (buf[pos] << 7)
+                    pos += 1
+                else:
+                    n, pos = _ruv(buf, pos - 1)
             n -= 1
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
@@ -308,7 +316,11 @@ class ApiVersionsResponse(_Struct):
             n = buf[pos]
             pos += 1
             if n >= 128:
-                n, pos = _ruv(buf, pos - 1)
+                if buf[pos] < 128:
+                    n = (n & 127) | (buf[pos] << 7)
+                    pos += 1
+                else:
+                    n, pos = _ruv(buf, pos - 1)
             n -= 1
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
@@ -344,7 +356,11 @@ class ApiVersionsResponse(_Struct):
                         n = buf[pos]
                         pos += 1
                         if n >= 128:
-                            n, pos = _ruv(buf, pos - 1)
+                            if buf[pos] < 128:
+                                n = (n & 127) | (buf[pos] << 7)
+                                pos += 1
+                            else:
+                                n, pos = _ruv(buf, pos - 1)
                         n -= 1
                         if n == -1:
                             raise _DecodeFailure('null value for non-nullable field', [])
@@ -371,7 +387,11 @@ class ApiVersionsResponse(_Struct):
                         n = buf[pos]
                         pos += 1
                         if n >= 128:
-                            n, pos = _ruv(buf, pos - 1)
+                            if buf[pos] < 128:
+                                n = (n & 127) | (buf[pos] << 7)
+                                pos += 1
+                            else:
+                                n, pos = _ruv(buf, pos - 1)
                         n -= 1
                         if n == -1:
                             raise _DecodeFailure('null value for non-nullable field', [])
@@ -546,7 +566,11 @@ class ApiVersionsResponse(_Struct):
                 n = buf[pos]
                 pos += 1
                 if n >= 128:
-                    n, pos = _ruv(buf, pos - 1)
+                    if buf[pos] < 128:
+                        n = (n & 127) | (buf[pos] << 7)
+                        pos += 1
+                    else:
+                        n, pos = _ruv(buf, pos - 1)
                 n -= 1
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
@@ -648,7 +672,11 @@ class ApiVersionsResponse(_Struct):
                 n = buf[pos]
                 pos += 1
                 if n >= 128:
-                    n, pos = _ruv(buf, pos - 1)
+                    if buf[pos] < 128:
+                        n = (n & 127) | (buf[pos] << 7)
+                        pos += 1
+                    else:
+                        n, pos = _ruv(buf, pos - 1)
                 n -= 1
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])

@@ -110,7 +110,11 @@ class BrokerHeartbeatRequest(_Struct):
                         n = buf[pos]
                         pos += 1
                         if n >= 128:
-                            n, pos = _ruv(buf, pos - 1)
+                            if buf[pos] < 128:
+                                n = (n & 127) | (buf[pos] << 7)
+                                pos += 1
+                            else:
+                                n, pos = _ruv(buf, pos - 1)
                         n -= 1
                         if n == -1:
                             raise _DecodeFailure('null value for non-nullable field', [])

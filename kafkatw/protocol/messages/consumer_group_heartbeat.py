@@ -192,7 +192,11 @@ class ConsumerGroupHeartbeatRequest(_Struct):
             n = buf[pos]
             pos += 1
             if n >= 128:
-                n, pos = _ruv(buf, pos - 1)
+                if buf[pos] < 128:
+                    n = (n & 127) | (buf[pos] << 7)
+                    pos += 1
+                else:
+                    n, pos = _ruv(buf, pos - 1)
             n -= 1
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
@@ -205,7 +209,11 @@ class ConsumerGroupHeartbeatRequest(_Struct):
             n = buf[pos]
             pos += 1
             if n >= 128:
-                n, pos = _ruv(buf, pos - 1)
+                if buf[pos] < 128:
+                    n = (n & 127) | (buf[pos] << 7)
+                    pos += 1
+                else:
+                    n, pos = _ruv(buf, pos - 1)
             n -= 1
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
@@ -221,7 +229,11 @@ class ConsumerGroupHeartbeatRequest(_Struct):
             n = buf[pos]
             pos += 1
             if n >= 128:
-                n, pos = _ruv(buf, pos - 1)
+                if buf[pos] < 128:
+                    n = (n & 127) | (buf[pos] << 7)
+                    pos += 1
+                else:
+                    n, pos = _ruv(buf, pos - 1)
             n -= 1
             if n == -1:
                 o.instance_id = None
@@ -234,7 +246,11 @@ class ConsumerGroupHeartbeatRequest(_Struct):
             n = buf[pos]
             pos += 1
             if n >= 128:
-                n, pos = _ruv(buf, pos - 1)
+                if buf[pos] < 128:
+                    n = (n & 127) | (buf[pos] << 7)
+                    pos += 1
+                else:
+                    n, pos = _ruv(buf, pos - 1)
             n -= 1
             if n == -1:
                 o.rack_id = None
@@ -250,7 +266,11 @@ class ConsumerGroupHeartbeatRequest(_Struct):
             n = buf[pos]
             pos += 1
             if n >= 128:
-                n, pos = _ruv(buf, pos - 1)
+                if buf[pos] < 128:
+                    n = (n & 127) | (buf[pos] << 7)
+                    pos += 1
+                else:
+                    n, pos = _ruv(buf, pos - 1)
             n -= 1
             if n == -1:
                 o.subscribed_topic_names = None
@@ -263,7 +283,11 @@ class ConsumerGroupHeartbeatRequest(_Struct):
                     n = buf[pos]
                     pos += 1
                     if n >= 128:
-                        n, pos = _ruv(buf, pos - 1)
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
                     n -= 1
                     if n < 0 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
@@ -277,7 +301,11 @@ class ConsumerGroupHeartbeatRequest(_Struct):
                 n = buf[pos]
                 pos += 1
                 if n >= 128:
-                    n, pos = _ruv(buf, pos - 1)
+                    if buf[pos] < 128:
+                        n = (n & 127) | (buf[pos] << 7)
+                        pos += 1
+                    else:
+                        n, pos = _ruv(buf, pos - 1)
                 n -= 1
                 if n == -1:
                     o.subscribed_topic_regex = None
@@ -292,7 +320,11 @@ class ConsumerGroupHeartbeatRequest(_Struct):
             n = buf[pos]
             pos += 1
             if n >= 128:
-                n, pos = _ruv(buf, pos - 1)
+                if buf[pos] < 128:
+                    n = (n & 127) | (buf[pos] << 7)
+                    pos += 1
+                else:
+                    n, pos = _ruv(buf, pos - 1)
             n -= 1
             if n == -1:
                 o.server_assignor = None
@@ -305,7 +337,11 @@ class ConsumerGroupHeartbeatRequest(_Struct):
             n = buf[pos]
             pos += 1
             if n >= 128:
-                n, pos = _ruv(buf, pos - 1)
+                if buf[pos] < 128:
+                    n = (n & 127) | (buf[pos] << 7)
+                    pos += 1
+                else:
+                    n, pos = _ruv(buf, pos - 1)
             n -= 1
             if n == -1:
                 o.topic_partitions = None
@@ -385,7 +421,11 @@ class ConsumerGroupHeartbeatRequest(_Struct):
                 n = buf[pos]
                 pos += 1
                 if n >= 128:
-                    n, pos = _ruv(buf, pos - 1)
+                    if buf[pos] < 128:
+                        n = (n & 127) | (buf[pos] << 7)
+                        pos += 1
+                    else:
+                        n, pos = _ruv(buf, pos - 1)
                 n -= 1
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
@@ -492,7 +532,11 @@ class ConsumerGroupHeartbeatResponse(_Struct):
             n = buf[pos]
             pos += 1
             if n >= 128:
-                n, pos = _ruv(buf, pos - 1)
+                if buf[pos] < 128:
+                    n = (n & 127) | (buf[pos] << 7)
+                    pos += 1
+                else:
+                    n, pos = _ruv(buf, pos - 1)
             n -= 1
             if n == -1:
                 o.error_message = None
@@ -505,7 +549,11 @@ class ConsumerGroupHeartbeatResponse(_Struct):
             n = buf[pos]
             pos += 1
             if n >= 128:
-                n, pos = _ruv(buf, pos - 1)
+                if buf[pos] < 128:
+                    n = (n & 127) | (buf[pos] << 7)
+                    pos += 1
+                else:
+                    n, pos = _ruv(buf, pos - 1)
             n -= 1
             if n == -1:
                 o.member_id = None
@@ -590,7 +638,11 @@ class ConsumerGroupHeartbeatResponse(_Struct):
                 n = buf[pos]
                 pos += 1
                 if n >= 128:
-                    n, pos = _ruv(buf, pos - 1)
+                    if buf[pos] < 128:
+                        n = (n & 127) | (buf[pos] << 7)
+                        pos += 1
+                    else:
+                        n, pos = _ruv(buf, pos - 1)
                 n -= 1
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
@@ -662,7 +714,11 @@ class ConsumerGroupHeartbeatResponse(_Struct):
                 n = buf[pos]
                 pos += 1
                 if n >= 128:
-                    n, pos = _ruv(buf, pos - 1)
+                    if buf[pos] < 128:
+                        n = (n & 127) | (buf[pos] << 7)
+                        pos += 1
+                    else:
+                        n, pos = _ruv(buf, pos - 1)
                 n -= 1
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])

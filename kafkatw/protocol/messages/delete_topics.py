@@ -162,7 +162,11 @@ class DeleteTopicsRequest(_Struct):
                 n = buf[pos]
                 pos += 1
                 if n >= 128:
-                    n, pos = _ruv(buf, pos - 1)
+                    if buf[pos] < 128:
+                        n = (n & 127) | (buf[pos] << 7)
+                        pos += 1
+                    else:
+                        n, pos = _ruv(buf, pos - 1)
                 n -= 1
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
@@ -183,7 +187,11 @@ class DeleteTopicsRequest(_Struct):
                 n = buf[pos]
                 pos += 1
                 if n >= 128:
-                    n, pos = _ruv(buf, pos - 1)
+                    if buf[pos] < 128:
+                        n = (n & 127) | (buf[pos] << 7)
+                        pos += 1
+                    else:
+                        n, pos = _ruv(buf, pos - 1)
                 n -= 1
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
@@ -196,7 +204,11 @@ class DeleteTopicsRequest(_Struct):
                         n = buf[pos]
                         pos += 1
                         if n >= 128:
-                            n, pos = _ruv(buf, pos - 1)
+                            if buf[pos] < 128:
+                                n = (n & 127) | (buf[pos] << 7)
+                                pos += 1
+                            else:
+                                n, pos = _ruv(buf, pos - 1)
                         n -= 1
                         if n < 0 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
@@ -303,7 +315,11 @@ class DeleteTopicsRequest(_Struct):
                     n = buf[pos]
                     pos += 1
                     if n >= 128:
-                        n, pos = _ruv(buf, pos - 1)
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
                     n -= 1
                     if n == -1:
                         o.name = None
@@ -433,7 +449,11 @@ class DeleteTopicsResponse(_Struct):
             n = buf[pos]
             pos += 1
             if n >= 128:
-                n, pos = _ruv(buf, pos - 1)
+                if buf[pos] < 128:
+                    n = (n & 127) | (buf[pos] << 7)
+                    pos += 1
+                else:
+                    n, pos = _ruv(buf, pos - 1)
             n -= 1
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
@@ -568,7 +588,11 @@ class DeleteTopicsResponse(_Struct):
                 n = buf[pos]
                 pos += 1
                 if n >= 128:
-                    n, pos = _ruv(buf, pos - 1)
+                    if buf[pos] < 128:
+                        n = (n & 127) | (buf[pos] << 7)
+                        pos += 1
+                    else:
+                        n, pos = _ruv(buf, pos - 1)
                 n -= 1
                 if n == -1:
                     if not (v >= 6):
@@ -593,7 +617,11 @@ class DeleteTopicsResponse(_Struct):
                     n = buf[pos]
                     pos += 1
                     if n >= 128:
-                        n, pos = _ruv(buf, pos - 1)
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
                     n -= 1
                     if n == -1:
                         o.error_message = None

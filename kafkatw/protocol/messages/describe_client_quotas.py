@@ -127,7 +127,11 @@ class DescribeClientQuotasRequest(_Struct):
             n = buf[pos]
             pos += 1
             if n >= 128:
-                n, pos = _ruv(buf, pos - 1)
+                if buf[pos] < 128:
+                    n = (n & 127) | (buf[pos] << 7)
+                    pos += 1
+                else:
+                    n, pos = _ruv(buf, pos - 1)
             n -= 1
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
@@ -273,7 +277,11 @@ class DescribeClientQuotasRequest(_Struct):
                 n = buf[pos]
                 pos += 1
                 if n >= 128:
-                    n, pos = _ruv(buf, pos - 1)
+                    if buf[pos] < 128:
+                        n = (n & 127) | (buf[pos] << 7)
+                        pos += 1
+                    else:
+                        n, pos = _ruv(buf, pos - 1)
                 n -= 1
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
@@ -289,7 +297,11 @@ class DescribeClientQuotasRequest(_Struct):
                 n = buf[pos]
                 pos += 1
                 if n >= 128:
-                    n, pos = _ruv(buf, pos - 1)
+                    if buf[pos] < 128:
+                        n = (n & 127) | (buf[pos] << 7)
+                        pos += 1
+                    else:
+                        n, pos = _ruv(buf, pos - 1)
                 n -= 1
                 if n == -1:
                     o.match = None
@@ -439,7 +451,11 @@ class DescribeClientQuotasResponse(_Struct):
             n = buf[pos]
             pos += 1
             if n >= 128:
-                n, pos = _ruv(buf, pos - 1)
+                if buf[pos] < 128:
+                    n = (n & 127) | (buf[pos] << 7)
+                    pos += 1
+                else:
+                    n, pos = _ruv(buf, pos - 1)
             n -= 1
             if n == -1:
                 o.error_message = None
@@ -452,7 +468,11 @@ class DescribeClientQuotasResponse(_Struct):
             n = buf[pos]
             pos += 1
             if n >= 128:
-                n, pos = _ruv(buf, pos - 1)
+                if buf[pos] < 128:
+                    n = (n & 127) | (buf[pos] << 7)
+                    pos += 1
+                else:
+                    n, pos = _ruv(buf, pos - 1)
             n -= 1
             if n == -1:
                 o.entries = None
@@ -598,7 +618,11 @@ class DescribeClientQuotasResponse(_Struct):
                 n = buf[pos]
                 pos += 1
                 if n >= 128:
-                    n, pos = _ruv(buf, pos - 1)
+                    if buf[pos] < 128:
+                        n = (n & 127) | (buf[pos] << 7)
+                        pos += 1
+                    else:
+                        n, pos = _ruv(buf, pos - 1)
                 n -= 1
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
@@ -616,7 +640,11 @@ class DescribeClientQuotasResponse(_Struct):
                 n = buf[pos]
                 pos += 1
                 if n >= 128:
-                    n, pos = _ruv(buf, pos - 1)
+                    if buf[pos] < 128:
+                        n = (n & 127) | (buf[pos] << 7)
+                        pos += 1
+                    else:
+                        n, pos = _ruv(buf, pos - 1)
                 n -= 1
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
@@ -753,7 +781,11 @@ class DescribeClientQuotasResponse(_Struct):
                 n = buf[pos]
                 pos += 1
                 if n >= 128:
-                    n, pos = _ruv(buf, pos - 1)
+                    if buf[pos] < 128:
+                        n = (n & 127) | (buf[pos] << 7)
+                        pos += 1
+                    else:
+                        n, pos = _ruv(buf, pos - 1)
                 n -= 1
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
@@ -766,7 +798,11 @@ class DescribeClientQuotasResponse(_Struct):
                 n = buf[pos]
                 pos += 1
                 if n >= 128:
-                    n, pos = _ruv(buf, pos - 1)
+                    if buf[pos] < 128:
+                        n = (n & 127) | (buf[pos] << 7)
+                        pos += 1
+                    else:
+                        n, pos = _ruv(buf, pos - 1)
                 n -= 1
                 if n == -1:
                     o.entity_name = None
@@ -875,7 +911,11 @@ class DescribeClientQuotasResponse(_Struct):
                 n = buf[pos]
                 pos += 1
                 if n >= 128:
-                    n, pos = _ruv(buf, pos - 1)
+                    if buf[pos] < 128:
+                        n = (n & 127) | (buf[pos] << 7)
+                        pos += 1
+                    else:
+                        n, pos = _ruv(buf, pos - 1)
                 n -= 1
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])

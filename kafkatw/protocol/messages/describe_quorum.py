@@ -90,7 +90,11 @@ class DescribeQuorumRequest(_Struct):
             n = buf[pos]
             pos += 1
             if n >= 128:
-                n, pos = _ruv(buf, pos - 1)
+                if buf[pos] < 128:
+                    n = (n & 127) | (buf[pos] << 7)
+                    pos += 1
+                else:
+                    n, pos = _ruv(buf, pos - 1)
             n -= 1
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
@@ -178,7 +182,11 @@ class DescribeQuorumRequest(_Struct):
                 n = buf[pos]
                 pos += 1
                 if n >= 128:
-                    n, pos = _ruv(buf, pos - 1)
+                    if buf[pos] < 128:
+                        n = (n & 127) | (buf[pos] << 7)
+                        pos += 1
+                    else:
+                        n, pos = _ruv(buf, pos - 1)
                 n -= 1
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
@@ -191,7 +199,11 @@ class DescribeQuorumRequest(_Struct):
                 n = buf[pos]
                 pos += 1
                 if n >= 128:
-                    n, pos = _ruv(buf, pos - 1)
+                    if buf[pos] < 128:
+                        n = (n & 127) | (buf[pos] << 7)
+                        pos += 1
+                    else:
+                        n, pos = _ruv(buf, pos - 1)
                 n -= 1
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
@@ -357,7 +369,11 @@ class DescribeQuorumResponse(_Struct):
                 n = buf[pos]
                 pos += 1
                 if n >= 128:
-                    n, pos = _ruv(buf, pos - 1)
+                    if buf[pos] < 128:
+                        n = (n & 127) | (buf[pos] << 7)
+                        pos += 1
+                    else:
+                        n, pos = _ruv(buf, pos - 1)
                 n -= 1
                 if n == -1:
                     o.error_message = None
@@ -372,7 +388,11 @@ class DescribeQuorumResponse(_Struct):
             n = buf[pos]
             pos += 1
             if n >= 128:
-                n, pos = _ruv(buf, pos - 1)
+                if buf[pos] < 128:
+                    n = (n & 127) | (buf[pos] << 7)
+                    pos += 1
+                else:
+                    n, pos = _ruv(buf, pos - 1)
             n -= 1
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
@@ -391,7 +411,11 @@ class DescribeQuorumResponse(_Struct):
                 n = buf[pos]
                 pos += 1
                 if n >= 128:
-                    n, pos = _ruv(buf, pos - 1)
+                    if buf[pos] < 128:
+                        n = (n & 127) | (buf[pos] << 7)
+                        pos += 1
+                    else:
+                        n, pos = _ruv(buf, pos - 1)
                 n -= 1
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
@@ -564,7 +588,11 @@ class DescribeQuorumResponse(_Struct):
                 n = buf[pos]
                 pos += 1
                 if n >= 128:
-                    n, pos = _ruv(buf, pos - 1)
+                    if buf[pos] < 128:
+                        n = (n & 127) | (buf[pos] << 7)
+                        pos += 1
+                    else:
+                        n, pos = _ruv(buf, pos - 1)
                 n -= 1
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
@@ -577,7 +605,11 @@ class DescribeQuorumResponse(_Struct):
                 n = buf[pos]
                 pos += 1
                 if n >= 128:
-                    n, pos = _ruv(buf, pos - 1)
+                    if buf[pos] < 128:
+                        n = (n & 127) | (buf[pos] << 7)
+                        pos += 1
+                    else:
+                        n, pos = _ruv(buf, pos - 1)
                 n -= 1
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
@@ -696,7 +728,11 @@ class DescribeQuorumResponse(_Struct):
                     n = buf[pos]
                     pos += 1
                     if n >= 128:
-                        n, pos = _ruv(buf, pos - 1)
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
                     n -= 1
                     if n == -1:
                         o.error_message = None
@@ -714,7 +750,11 @@ class DescribeQuorumResponse(_Struct):
                 n = buf[pos]
                 pos += 1
                 if n >= 128:
-                    n, pos = _ruv(buf, pos - 1)
+                    if buf[pos] < 128:
+                        n = (n & 127) | (buf[pos] << 7)
+                        pos += 1
+                    else:
+                        n, pos = _ruv(buf, pos - 1)
                 n -= 1
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
@@ -732,7 +772,11 @@ class DescribeQuorumResponse(_Struct):
                 n = buf[pos]
                 pos += 1
                 if n >= 128:
-                    n, pos = _ruv(buf, pos - 1)
+                    if buf[pos] < 128:
+                        n = (n & 127) | (buf[pos] << 7)
+                        pos += 1
+                    else:
+                        n, pos = _ruv(buf, pos - 1)
                 n -= 1
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
@@ -826,7 +870,11 @@ class DescribeQuorumResponse(_Struct):
                     n = buf[pos]
                     pos += 1
                     if n >= 128:
-                        n, pos = _ruv(buf, pos - 1)
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
                     n -= 1
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
@@ -933,7 +981,11 @@ class DescribeQuorumResponse(_Struct):
                     n = buf[pos]
                     pos += 1
                     if n >= 128:
-                        n, pos = _ruv(buf, pos - 1)
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
                     n -= 1
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
@@ -949,7 +1001,11 @@ class DescribeQuorumResponse(_Struct):
                     n = buf[pos]
                     pos += 1
                     if n >= 128:
-                        n, pos = _ruv(buf, pos - 1)
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
                     n -= 1
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])

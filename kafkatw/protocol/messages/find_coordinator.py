@@ -159,7 +159,11 @@ class FindCoordinatorRequest(_Struct):
                 n = buf[pos]
                 pos += 1
                 if n >= 128:
-                    n, pos = _ruv(buf, pos - 1)
+                    if buf[pos] < 128:
+                        n = (n & 127) | (buf[pos] << 7)
+                        pos += 1
+                    else:
+                        n, pos = _ruv(buf, pos - 1)
                 n -= 1
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
@@ -178,7 +182,11 @@ class FindCoordinatorRequest(_Struct):
                 n = buf[pos]
                 pos += 1
                 if n >= 128:
-                    n, pos = _ruv(buf, pos - 1)
+                    if buf[pos] < 128:
+                        n = (n & 127) | (buf[pos] << 7)
+                        pos += 1
+                    else:
+                        n, pos = _ruv(buf, pos - 1)
                 n -= 1
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
@@ -191,7 +199,11 @@ class FindCoordinatorRequest(_Struct):
                         n = buf[pos]
                         pos += 1
                         if n >= 128:
-                            n, pos = _ruv(buf, pos - 1)
+                            if buf[pos] < 128:
+                                n = (n & 127) | (buf[pos] << 7)
+                                pos += 1
+                            else:
+                                n, pos = _ruv(buf, pos - 1)
                         n -= 1
                         if n < 0 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
@@ -408,7 +420,11 @@ class FindCoordinatorResponse(_Struct):
                 n = buf[pos]
                 pos += 1
                 if n >= 128:
-                    n, pos = _ruv(buf, pos - 1)
+                    if buf[pos] < 128:
+                        n = (n & 127) | (buf[pos] << 7)
+                        pos += 1
+                    else:
+                        n, pos = _ruv(buf, pos - 1)
                 n -= 1
                 if n == -1:
                     o.error_message = None
@@ -430,7 +446,11 @@ class FindCoordinatorResponse(_Struct):
                 n = buf[pos]
                 pos += 1
                 if n >= 128:
-                    n, pos = _ruv(buf, pos - 1)
+                    if buf[pos] < 128:
+                        n = (n & 127) | (buf[pos] << 7)
+                        pos += 1
+                    else:
+                        n, pos = _ruv(buf, pos - 1)
                 n -= 1
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
@@ -452,7 +472,11 @@ class FindCoordinatorResponse(_Struct):
                 n = buf[pos]
                 pos += 1
                 if n >= 128:
-                    n, pos = _ruv(buf, pos - 1)
+                    if buf[pos] < 128:
+                        n = (n & 127) | (buf[pos] << 7)
+                        pos += 1
+                    else:
+                        n, pos = _ruv(buf, pos - 1)
                 n -= 1
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
@@ -613,7 +637,11 @@ class FindCoordinatorResponse(_Struct):
                     n = buf[pos]
                     pos += 1
                     if n >= 128:
-                        n, pos = _ruv(buf, pos - 1)
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
                     n -= 1
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
@@ -635,7 +663,11 @@ class FindCoordinatorResponse(_Struct):
                     n = buf[pos]
                     pos += 1
                     if n >= 128:
-                        n, pos = _ruv(buf, pos - 1)
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
                     n -= 1
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
@@ -658,7 +690,11 @@ class FindCoordinatorResponse(_Struct):
                     n = buf[pos]
                     pos += 1
                     if n >= 128:
-                        n, pos = _ruv(buf, pos - 1)
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
                     n -= 1
                     if n == -1:
                         o.error_message = None

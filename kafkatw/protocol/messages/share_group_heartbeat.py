@@ -132,7 +132,11 @@ class ShareGroupHeartbeatRequest(_Struct):
             n = buf[pos]
             pos += 1
             if n >= 128:
-                n, pos = _ruv(buf, pos - 1)
+                if buf[pos] < 128:
+                    n = (n & 127) | (buf[pos] << 7)
+                    pos += 1
+                else:
+                    n, pos = _ruv(buf, pos - 1)
             n -= 1
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
@@ -145,7 +149,11 @@ class ShareGroupHeartbeatRequest(_Struct):
             n = buf[pos]
             pos += 1
             if n >= 128:
-                n, pos = _ruv(buf, pos - 1)
+                if buf[pos] < 128:
+                    n = (n & 127) | (buf[pos] << 7)
+                    pos += 1
+                else:
+                    n, pos = _ruv(buf, pos - 1)
             n -= 1
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
@@ -161,7 +169,11 @@ class ShareGroupHeartbeatRequest(_Struct):
             n = buf[pos]
             pos += 1
             if n >= 128:
-                n, pos = _ruv(buf, pos - 1)
+                if buf[pos] < 128:
+                    n = (n & 127) | (buf[pos] << 7)
+                    pos += 1
+                else:
+                    n, pos = _ruv(buf, pos - 1)
             n -= 1
             if n == -1:
                 o.rack_id = None
@@ -174,7 +186,11 @@ class ShareGroupHeartbeatRequest(_Struct):
             n = buf[pos]
             pos += 1
             if n >= 128:
-                n, pos = _ruv(buf, pos - 1)
+                if buf[pos] < 128:
+                    n = (n & 127) | (buf[pos] << 7)
+                    pos += 1
+                else:
+                    n, pos = _ruv(buf, pos - 1)
             n -= 1
             if n == -1:
                 o.subscribed_topic_names = None
@@ -187,7 +203,11 @@ class ShareGroupHeartbeatRequest(_Struct):
                     n = buf[pos]
                     pos += 1
                     if n >= 128:
-                        n, pos = _ruv(buf, pos - 1)
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
                     n -= 1
                     if n < 0 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
@@ -292,7 +312,11 @@ class ShareGroupHeartbeatResponse(_Struct):
             n = buf[pos]
             pos += 1
             if n >= 128:
-                n, pos = _ruv(buf, pos - 1)
+                if buf[pos] < 128:
+                    n = (n & 127) | (buf[pos] << 7)
+                    pos += 1
+                else:
+                    n, pos = _ruv(buf, pos - 1)
             n -= 1
             if n == -1:
                 o.error_message = None
@@ -305,7 +329,11 @@ class ShareGroupHeartbeatResponse(_Struct):
             n = buf[pos]
             pos += 1
             if n >= 128:
-                n, pos = _ruv(buf, pos - 1)
+                if buf[pos] < 128:
+                    n = (n & 127) | (buf[pos] << 7)
+                    pos += 1
+                else:
+                    n, pos = _ruv(buf, pos - 1)
             n -= 1
             if n == -1:
                 o.member_id = None
@@ -390,7 +418,11 @@ class ShareGroupHeartbeatResponse(_Struct):
                 n = buf[pos]
                 pos += 1
                 if n >= 128:
-                    n, pos = _ruv(buf, pos - 1)
+                    if buf[pos] < 128:
+                        n = (n & 127) | (buf[pos] << 7)
+                        pos += 1
+                    else:
+                        n, pos = _ruv(buf, pos - 1)
                 n -= 1
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
@@ -462,7 +494,11 @@ class ShareGroupHeartbeatResponse(_Struct):
                 n = buf[pos]
                 pos += 1
                 if n >= 128:
-                    n, pos = _ruv(buf, pos - 1)
+                    if buf[pos] < 128:
+                        n = (n & 127) | (buf[pos] << 7)
+                        pos += 1
+                    else:
+                        n, pos = _ruv(buf, pos - 1)
                 n -= 1
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])

@@ -268,7 +268,11 @@ class UpdateMetadataRequest(_Struct):
             n = buf[pos]
             pos += 1
             if n >= 128:
-                n, pos = _ruv(buf, pos - 1)
+                if buf[pos] < 128:
+                    n = (n & 127) | (buf[pos] << 7)
+                    pos += 1
+                else:
+                    n, pos = _ruv(buf, pos - 1)
             n -= 1
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
@@ -286,7 +290,11 @@ class UpdateMetadataRequest(_Struct):
             n = buf[pos]
             pos += 1
             if n >= 128:
-                n, pos = _ruv(buf, pos - 1)
+                if buf[pos] < 128:
+                    n = (n & 127) | (buf[pos] << 7)
+                    pos += 1
+                else:
+                    n, pos = _ruv(buf, pos - 1)
             n -= 1
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
@@ -507,7 +515,11 @@ class UpdateMetadataRequest(_Struct):
                 n = buf[pos]
                 pos += 1
                 if n >= 128:
-                    n, pos = _ruv(buf, pos - 1)
+                    if buf[pos] < 128:
+                        n = (n & 127) | (buf[pos] << 7)
+                        pos += 1
+                    else:
+                        n, pos = _ruv(buf, pos - 1)
                 n -= 1
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
@@ -524,7 +536,11 @@ class UpdateMetadataRequest(_Struct):
                 n = buf[pos]
                 pos += 1
                 if n >= 128:
-                    n, pos = _ruv(buf, pos - 1)
+                    if buf[pos] < 128:
+                        n = (n & 127) | (buf[pos] << 7)
+                        pos += 1
+                    else:
+                        n, pos = _ruv(buf, pos - 1)
                 n -= 1
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
@@ -538,7 +554,11 @@ class UpdateMetadataRequest(_Struct):
                 n = buf[pos]
                 pos += 1
                 if n >= 128:
-                    n, pos = _ruv(buf, pos - 1)
+                    if buf[pos] < 128:
+                        n = (n & 127) | (buf[pos] << 7)
+                        pos += 1
+                    else:
+                        n, pos = _ruv(buf, pos - 1)
                 n -= 1
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
@@ -695,7 +715,11 @@ class UpdateMetadataRequest(_Struct):
                 n = buf[pos]
                 pos += 1
                 if n >= 128:
-                    n, pos = _ruv(buf, pos - 1)
+                    if buf[pos] < 128:
+                        n = (n & 127) | (buf[pos] << 7)
+                        pos += 1
+                    else:
+                        n, pos = _ruv(buf, pos - 1)
                 n -= 1
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
@@ -714,7 +738,11 @@ class UpdateMetadataRequest(_Struct):
                 n = buf[pos]
                 pos += 1
                 if n >= 128:
-                    n, pos = _ruv(buf, pos - 1)
+                    if buf[pos] < 128:
+                        n = (n & 127) | (buf[pos] << 7)
+                        pos += 1
+                    else:
+                        n, pos = _ruv(buf, pos - 1)
                 n -= 1
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
@@ -909,7 +937,11 @@ class UpdateMetadataRequest(_Struct):
                 n = buf[pos]
                 pos += 1
                 if n >= 128:
-                    n, pos = _ruv(buf, pos - 1)
+                    if buf[pos] < 128:
+                        n = (n & 127) | (buf[pos] << 7)
+                        pos += 1
+                    else:
+                        n, pos = _ruv(buf, pos - 1)
                 n -= 1
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
@@ -927,7 +959,11 @@ class UpdateMetadataRequest(_Struct):
                 n = buf[pos]
                 pos += 1
                 if n >= 128:
-                    n, pos = _ruv(buf, pos - 1)
+                    if buf[pos] < 128:
+                        n = (n & 127) | (buf[pos] << 7)
+                        pos += 1
+                    else:
+                        n, pos = _ruv(buf, pos - 1)
                 n -= 1
                 if n == -1:
                     o.rack = None
@@ -1101,7 +1137,11 @@ class UpdateMetadataRequest(_Struct):
                 n = buf[pos]
                 pos += 1
                 if n >= 128:
-                    n, pos = _ruv(buf, pos - 1)
+                    if buf[pos] < 128:
+                        n = (n & 127) | (buf[pos] << 7)
+                        pos += 1
+                    else:
+                        n, pos = _ruv(buf, pos - 1)
                 n -= 1
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
@@ -1114,7 +1154,11 @@ class UpdateMetadataRequest(_Struct):
                 n = buf[pos]
                 pos += 1
                 if n >= 128:
-                    n, pos = _ruv(buf, pos - 1)
+                    if buf[pos] < 128:
+                        n = (n & 127) | (buf[pos] << 7)
+                        pos += 1
+                    else:
+                        n, pos = _ruv(buf, pos - 1)
                 n -= 1
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
