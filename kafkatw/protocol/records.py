@@ -244,18 +244,21 @@ def validate_batch(buf, pos, header, allow_empty=False):
     Structure and CRC problems raise :class:`CorruptRecordError`; a well-formed batch with an
     inconsistent record count raises :class:`InvalidRecordError`.
     """
+    # (properties and helpers inline: this runs for every produced batch)
     if header.magic != MAGIC_VALUE_V2:
         raise CorruptRecordError("unsupported record batch magic %d" % (header.magic,))
-    if header.batch_length < MIN_BATCH_LENGTH:
-        raise CorruptRecordError("record batch length %d too small" % (header.batch_length,))
+    batch_length = header.batch_length
+    if batch_length < MIN_BATCH_LENGTH:
+        raise CorruptRecordError("record batch length %d too small" % (batch_length,))
     available = len(buf) - pos
-    if header.size_in_bytes > available:
+    end = pos + LOG_OVERHEAD + batch_length
+    if end - pos > available:
         raise CorruptRecordError(
             "record batch of %d bytes but only %d available" % (header.size_in_bytes, available))
-    if not verify_crc(buf, pos, header):
+    crc = _crc32c.crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET:end])
+    if crc != header.crc:
         raise CorruptRecordError(
-            "record batch is corrupt (stored crc = %d, computed crc = %d)"
-            % (header.crc, compute_crc(buf, pos, header.batch_length)))
+            "record batch is corrupt (stored crc = %d, computed crc = %d)" % (header.crc, crc))
     count = header.records_count
     if count < 0:
         raise InvalidRecordError("invalid reported count for record batch: %d" % (count,))
@@ -268,13 +271,14 @@ def validate_batch(buf, pos, header, allow_empty=False):
             % (header.base_offset, header.last_offset, count))
     if header.last_offset_delta < 0:
         raise InvalidRecordError("negative last offset delta %d" % (header.last_offset_delta,))
-    if header.compression == 0 and count > 0:
+    codec = header.attributes & COMPRESSION_CODEC_MASK
+    if codec == 0 and count > 0:
         # Each uncompressed record takes at least 7 bytes (length + 6 single-byte fields).
-        if header.batch_length - MIN_BATCH_LENGTH < 7 * count:
+        if batch_length - MIN_BATCH_LENGTH < 7 * count:
             raise CorruptRecordError(
                 "record batch of %d bytes cannot hold %d records" % (header.size_in_bytes, count))
-    if header.compression > 4:
-        raise InvalidRecordError("unknown compression codec %d" % (header.compression,))
+    if codec > 4:
+        raise InvalidRecordError("unknown compression codec %d" % (codec,))
     return header
 
 
@@ -287,6 +291,13 @@ def set_base_offset(buf, pos, offset):
 
 def set_partition_leader_epoch(buf, pos, epoch):
     """Rewrite the partition leader epoch; not covered by the CRC."""
+    _INT32.pack_into(buf, pos + PARTITION_LEADER_EPOCH_OFFSET, epoch)
+
+
+def set_base_offset_and_epoch(buf, pos, offset, epoch):
+    """Both rewrites of a leader's append (:func:`set_base_offset`, then
+    :func:`set_partition_leader_epoch`) in one call."""
+    _INT64.pack_into(buf, pos + BASE_OFFSET_OFFSET, offset)
     _INT32.pack_into(buf, pos + PARTITION_LEADER_EPOCH_OFFSET, epoch)
 
 

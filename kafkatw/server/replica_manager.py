@@ -1071,7 +1071,7 @@ class ReplicaManager:
             isr = () if part is None else part.isr
         else:
             part = None
-            log_, error = self.get_partition_or_error(topic, partition)
+            log_, error, epoch = self._leader_log(topic, partition, None)
             isr = (self.node_id,)
         if error != errors.NONE:
             return PartitionResponse(error)
@@ -1122,7 +1122,8 @@ class ReplicaManager:
                                              last_offset=check.duplicate.last_offset)
                 if check.error != errors.NONE:
                     return PartitionResponse(check.error, error_message=check.message)
-            epoch = part.leader_epoch if part is not None else self.metadata.leader_epoch(topic, partition)
+            if part is not None:
+                epoch = part.leader_epoch  # (single node: the one _leader_log read)
             info = log_.append_as_leader(buf, epoch, headers)
             if ps is not None:
                 offset = info.first_offset

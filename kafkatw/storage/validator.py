@@ -9,6 +9,11 @@ from kafkatw.protocol.errors import KafkaError
 
 from .offsets import LogAppendInfo
 
+LOG_OVERHEAD = records.LOG_OVERHEAD
+MAX_DECOMPRESSED_BATCH_BYTES = compression.MAX_DECOMPRESSED_BATCH_BYTES
+validate_batch, check_records = records.validate_batch, records.check_records
+set_base_offset_and_epoch = records.set_base_offset_and_epoch
+
 
 def validate_and_assign(buf, config, now_ms, next_offset, leader_epoch=None,
                         assign_offsets=True, log_start_offset=0, topic_partition=None,
@@ -52,18 +57,18 @@ def validate_and_assign(buf, config, now_ms, next_offset, leader_epoch=None,
                     "%d trailing bytes are too few for a record batch" % (total - pos,))
             header = records.read_batch_header(buf, pos)
         i += 1
-        size = header.size_in_bytes
+        size = header.batch_length + LOG_OVERHEAD
         if size > max_message_bytes:
             raise KafkaError(errors.MESSAGE_TOO_LARGE,
                              "The record batch size of %d bytes exceeds the maximum allowed "
                              "batch size %d." % (size, max_message_bytes))
-        records.validate_batch(buf, pos, header)
+        validate_batch(buf, pos, header)
         if compacted and not header.is_control:
             _check_keys(buf, pos, header, topic_partition)
         elif assign_offsets:
             # Kafka walks every produced batch's records; a garbage or bomb body, or a count
             # the records don't match, is refused here instead of stored for consumers to trip on
-            records.check_records(buf, pos, header, compression.MAX_DECOMPRESSED_BATCH_BYTES)
+            check_records(buf, pos, header, MAX_DECOMPRESSED_BATCH_BYTES)
         if not log_append and assign_offsets:
             # (a follower takes the leader's batches as they are, timestamps included)
             if header.max_timestamp > upper or header.base_timestamp > upper \
@@ -73,9 +78,10 @@ def validate_and_assign(buf, config, now_ms, next_offset, leader_epoch=None,
                                  "[%d, %d]" % (header.max_timestamp, lower, upper))
         if assign_offsets:
             base = expected_next
-            records.set_base_offset(buf, pos, base)
             if leader_epoch is not None:
-                records.set_partition_leader_epoch(buf, pos, leader_epoch)
+                set_base_offset_and_epoch(buf, pos, base, leader_epoch)
+            else:
+                records.set_base_offset(buf, pos, base)
             if log_append:
                 records.set_log_append_time(buf, pos, now_ms)
                 batch_max_ts = now_ms
