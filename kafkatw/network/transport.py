@@ -174,25 +174,32 @@ class PlaintextSender(_Sender):
         """The byte count when everything went to the kernel at once (``done`` is then never
         fired), else ``done``, firing when the rest has been written."""
         sock = _idle_socket(self.transport)
-        if sock is not None:
-            self._first = False
-            parts = self.parts
-            if len(parts) > 1 and any(type(p) is FileRegion for p in parts):
-                # bytes + region + bytes leave as one segment (one wake-up of the reader)
-                # instead of one per syscall under TCP_NODELAY
-                _cork(sock, 1)
-                try:
-                    sent = self._send_now(sock)
-                finally:
-                    _cork(sock, 0)
-            else:
+        if sock is None:
+            self.transport.registerProducer(self, False)
+            return self.done
+        parts = self.parts
+        return self.start_on(sock, len(parts) > 1 and any(type(p) is FileRegion for p in parts))
+
+    def start_on(self, sock, cork):
+        """:meth:`start_now` on the idle socket ``sock`` of the transport; ``cork``: the parts
+        mix bytes and regions."""
+        self._first = False
+        if cork:
+            # bytes + region + bytes leave as one segment (one wake-up of the reader)
+            # instead of one per syscall under TCP_NODELAY
+            _cork(sock, 1)
+            try:
                 sent = self._send_now(sock)
-            if sent:
-                self._finished = True
-                return self.bytes_sent
-            if self._finished:
-                return self.done  # a region failed; the Deferred has failed
-            self._first = True  # the rest waits for the buffer to drain
+            finally:
+                _cork(sock, 0)
+        else:
+            sent = self._send_now(sock)
+        if sent:
+            self._finished = True
+            return self.bytes_sent
+        if self._finished:
+            return self.done  # a region failed; the Deferred has failed
+        self._first = True  # the rest waits for the buffer to drain
         self.transport.registerProducer(self, False)
         return self.done
 
@@ -200,20 +207,30 @@ class PlaintextSender(_Sender):
         """Send parts while the socket takes them; True when all are sent. A byte run the
         socket takes only partly is left in the transport's buffer."""
         parts = self.parts
-        while self.index < len(parts):
-            part = parts[self.index]
-            if isinstance(part, FileRegion):
+        count = len(parts)
+        i = self.index
+        while i < count:
+            part = parts[i]
+            if type(part) is FileRegion:
+                self.index = i
                 if not self._sendfile(part, wake=False):
                     return False
+                i = self.index
                 continue
             run = []
-            while self.index < len(parts) and not isinstance(parts[self.index], FileRegion):
-                if len(parts[self.index]):
-                    run.append(parts[self.index])
-                self.index += 1
+            n = 0
+            while i < count:
+                part = parts[i]
+                if type(part) is FileRegion:
+                    break
+                size = len(part)
+                if size:
+                    run.append(part)
+                    n += size
+                i += 1
+            self.index = i
             if not run:
                 continue
-            n = sum(len(b) for b in run)
             try:
                 sent = sock.sendmsg(run)
             except (BlockingIOError, InterruptedError):
@@ -222,7 +239,7 @@ class PlaintextSender(_Sender):
                 sent = 0  # let the transport meet the error and close as usual
             self.bytes_sent += n
             if sent < n:
-                rest = b"".join(bytes(b) for b in run)[sent:]
+                rest = b"".join(run)[sent:]
                 self.transport.write(rest)
                 return False
         return True
@@ -434,7 +451,7 @@ class PlaintextTransportLayer:
         n = 0
         for part in parts:
             if type(part) is FileRegion:
-                return PlaintextSender(transport, parts).start_now()
+                return PlaintextSender(transport, parts).start_on(sock, len(parts) > 1)
             n += len(part)
         try:
             sent = sock.sendmsg(parts)
