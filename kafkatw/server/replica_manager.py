@@ -401,7 +401,11 @@ class ReplicaManager:
                 if error != errors.NONE:
                     p = None
             return (None if p is None else p.log), error, p
-        log_, error = self.leader_log_or_error(topic, partition, topic_id, requested_epoch)
+        # leader_log_or_error, inline: this runs for every partition of every fetch read
+        log_, error, current = self._leader_log(topic, partition, topic_id)
+        if error == errors.NONE and current is not None and requested_epoch is not None \
+                and requested_epoch != current and requested_epoch != NO_PARTITION_LEADER_EPOCH:
+            return None, _epoch_error(requested_epoch, current), None
         return log_, error, None
 
     def check_leader_epoch(self, topic, partition, requested_epoch):
