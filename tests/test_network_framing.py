@@ -27,6 +27,24 @@ class FrameDecoderTests(unittest.SynchronousTestCase):
         self.assertEqual(frames, [payload, b"x" * 8])
         self.assertEqual(d.buffered, 0)
 
+    def test_frames_within_and_across_chunks(self):
+        # a whole chunk, a frame inside a chunk, one ending a chunk, one spanning three chunks
+        d = FrameDecoder(100)
+        d.feed(framed(b"a" * 8))
+        self.assertEqual(bytes(d.next_frame()), b"a" * 8)
+        d.feed(framed(b"b" * 9) + framed(b"c" * 10) + framed(b"d" * 11)[:5])
+        self.assertEqual(bytes(d.next_frame()), b"b" * 9)
+        self.assertEqual(bytes(d.next_frame()), b"c" * 10)
+        self.assertIsNone(d.next_frame())
+        d.feed(b"d" * 3)
+        d.feed(b"d" * 7 + framed(b"e" * 8))
+        frame = d.next_frame()
+        self.assertIsInstance(frame, bytearray)  # writable: storage rewrites offsets in place
+        self.assertEqual(bytes(frame), b"d" * 11)
+        self.assertEqual(bytes(d.next_frame()), b"e" * 8)
+        self.assertIsNone(d.next_frame())
+        self.assertEqual(d.buffered, 0)
+
     def test_frames_stay_until_asked(self):
         d = FrameDecoder(100)
         d.feed(framed(b"a" * 8) + framed(b"b" * 9) + b"\x00\x00")
@@ -99,6 +117,23 @@ class MuteStateTests(unittest.SynchronousTestCase):
         self.assertIs(m.state, S.MUTED_AND_RESPONSE_PENDING)
         m.handle_event(E.RESPONSE_SENT)
         self.assertTrue(m.maybe_unmute())
+
+    def test_combined_calls_match_the_steps(self):
+        # request_received = mute() + REQUEST_RECEIVED; response_sent = RESPONSE_SENT + maybe_unmute()
+        m = ChannelMute()
+        m.request_received()
+        self.assertIs(m.state, S.MUTED_AND_RESPONSE_PENDING)
+        self.assertTrue(m.response_sent())
+        self.assertIs(m.state, S.NOT_MUTED)
+        m.request_received()
+        m.handle_event(E.THROTTLE_STARTED)
+        self.assertFalse(m.response_sent())
+        self.assertIs(m.state, S.MUTED_AND_THROTTLED)
+        self.assertRaises(IllegalMuteTransition, m.request_received)
+        m.handle_event(E.THROTTLE_ENDED)
+        self.assertTrue(m.maybe_unmute())
+        self.assertRaises(IllegalMuteTransition, m.response_sent)
+        self.assertIs(m.state, S.NOT_MUTED)
 
     def test_illegal_transitions(self):
         m = ChannelMute()

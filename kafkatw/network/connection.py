@@ -30,11 +30,13 @@ from kafkatw.network.mute import ChannelMute, ChannelMuteEvent
 from kafkatw.network.request import Request, RequestContext
 from kafkatw.network.wire import (
     API_VERSIONS_KEY,
+    HEADER_PREFIX,
     peek_client_id,
-    peek_header,
     unsupported_api_versions_response,
 )
 
+
+_peek_header = HEADER_PREFIX.unpack_from
 
 RECV_BUFFER_SIZE = 1 << 20
 #: held responses are flushed mid-loop past this many bytes
@@ -264,7 +266,7 @@ class KafkaConnection(Protocol):
         server = self.server
         now = server.clock_ns()
         read_ns = None if self._arrivals is None else self._read_ns()
-        api_key, api_version, correlation_id = peek_header(frame)
+        api_key, api_version, correlation_id = _peek_header(frame, 0)  # (peek_header inline)
         supported = server.api_versions()
         rng = supported.get(api_key)
         if api_key == API_VERSIONS_KEY and rng is not None and not (rng[0] <= api_version <= rng[1]):
@@ -302,8 +304,7 @@ class KafkaConnection(Protocol):
         server.channel.send_request(request, self)
 
     def _received(self, request):
-        self.mute.mute()
-        self.mute.handle_event(ChannelMuteEvent.REQUEST_RECEIVED)
+        self.mute.request_received()  # mute(), then REQUEST_RECEIVED
         self.in_flight = request
 
     # the SASL authenticator answers on this connection with the same mute and write path
@@ -436,8 +437,7 @@ class KafkaConnection(Protocol):
         self.last_activity = self.server.reactor.seconds()
         self._log_request(request, response)
         self.in_flight = None
-        self.mute.handle_event(ChannelMuteEvent.RESPONSE_SENT)
-        if self.mute.maybe_unmute():
+        if self.mute.response_sent():  # RESPONSE_SENT, then maybe_unmute()
             self._process_frames()
 
     def _log_request(self, request, response):

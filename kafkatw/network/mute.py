@@ -70,6 +70,23 @@ class ChannelMute:
             self.state = S.NOT_MUTED
         return self.state is S.NOT_MUTED
 
+    def request_received(self):
+        """:meth:`mute` then REQUEST_RECEIVED (what every request does), in one call."""
+        state = self.state
+        if state is S.NOT_MUTED or state is S.MUTED:
+            self.state = S.MUTED_AND_RESPONSE_PENDING
+        else:
+            self.handle_event(E.REQUEST_RECEIVED)  # illegal from the other states: raises
+
+    def response_sent(self):
+        """RESPONSE_SENT then :meth:`maybe_unmute` (what every answer does), in one call;
+        returns whether the channel is now NOT_MUTED."""
+        if self.state is S.MUTED_AND_RESPONSE_PENDING:
+            self.state = S.NOT_MUTED
+            return True
+        self.handle_event(E.RESPONSE_SENT)
+        return self.maybe_unmute()
+
     def handle_event(self, event):
         try:
             self.state = _TRANSITIONS[(self.state, event)]

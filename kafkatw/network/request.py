@@ -54,7 +54,8 @@ class Request:
     response_dequeue_ns = attr.ib(default=None)
     response_complete_ns = attr.ib(default=None)
     throttle_time_ms = attr.ib(default=0)
-    # optional short description for the request log (a handler may set it)
+    # optional short description for the request log (a handler may set it), or a callable
+    # making it, called only when the request log writes a line
     summary = attr.ib(default=None)
     # the authorizer's decisions for this request (server.authz.Decisions), None without one
     authz = attr.ib(default=None, repr=False, eq=False)
@@ -80,7 +81,8 @@ class Response:
     ``body`` is a generated response message (encoded with the request's version);
     ``noop=True`` sends nothing and unmutes (acks=0 produce); ``close_connection``
     closes the connection after anything in ``body`` is written (``body`` may be
-    ``None``); ``summary`` is an optional short string/dict for the request log.
+    ``None``); ``summary`` is an optional short string/dict for the request log (or a
+    callable making it, called only when the log writes a line).
     """
 
     body = attr.ib()

@@ -53,6 +53,8 @@ def request_times(request):
 def _summary(value, default):
     if value is None:
         return default
+    if callable(value):  # made only when a line is written (a hot handler's summary)
+        value = value()
     if isinstance(value, (dict, list, str, int, float, bool)):
         return value
     return str(value)

@@ -13,7 +13,8 @@ from kafkatw.protocol.codec import decode_error as _decode_error
 API_VERSIONS_KEY = 18
 UNSUPPORTED_VERSION = 35
 
-_HDR = struct.Struct(">hhi")
+#: api_key, api_version, correlation_id: the first 8 bytes of every request header
+_HDR = HEADER_PREFIX = struct.Struct(">hhi")
 _SIZE = struct.Struct(">i")
 _SIZE_CORRELATION = struct.Struct(">ii")
 

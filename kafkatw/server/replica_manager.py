@@ -22,6 +22,7 @@ from zope.interface import implementer
 
 from kafkatw.protocol import errors, records
 from kafkatw.protocol.errors import KafkaError
+from kafkatw.protocol.records import CONTROL_FLAG_MASK
 from kafkatw.server import replica_selector
 from kafkatw.server.delayed_fetch import DelayedFetch, FetchPartitionStatus
 from kafkatw.server.delayed_produce import DelayedProduce
@@ -1096,20 +1097,21 @@ class ReplicaManager:
             ps = None
             markers = None  # position -> ControlRecord, for the control batches of a coordinator
             if headers:
+                idempotent = False
                 for pos, h in headers:
-                    if h.is_control:
+                    if h.attributes & CONTROL_FLAG_MASK:
                         if origin == ORIGIN_CLIENT:
                             return PartitionResponse(errors.INVALID_RECORD, error_message=(
                                 "Clients are not allowed to write control records"))
                         if markers is None:
                             markers = {}
                         markers[pos] = _marker(buf, pos)
-                for _, h in headers:
                     if h.producer_id >= 0:
-                        ps = self.producer_state_or_load(topic, partition, log_)
-                        if ps is None:
-                            return _LOADING
-                        break
+                        idempotent = True
+                if idempotent:
+                    ps = self.producer_state_or_load(topic, partition, log_)
+                    if ps is None:
+                        return _LOADING
             if ps is not None and markers is not None:
                 for pos, h in headers:
                     if h.is_control:

@@ -4,6 +4,8 @@ read by min(request, ``fetch.max.bytes``), hand the rest to the replica manager 
 happens there) and build the response with the records as file regions, never read here.
 """
 
+from functools import partial
+
 import attr
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -115,10 +117,9 @@ def handle(apis, request):
     replica_id, replica_epoch = replica_of(request)
     is_follower = replica_id >= 0
     metadata, fetch_data, to_forget = decode_fetch_data(apis, request)
-    # request-log summary (the fields seed 000's example 1 reads from kafka.request.logger)
-    request.summary = {"maxWaitMs": body.max_wait_ms, "minBytes": body.min_bytes,
-                       "sessionId": metadata.session_id, "sessionEpoch": metadata.epoch,
-                       "partitions": len(fetch_data), "forgotten": len(to_forget)}
+    # request-log summary (the fields seed 000's example 1 reads from kafka.request.logger),
+    # made only if the request log writes a line
+    request.summary = partial(_request_summary, body, metadata, len(fetch_data), len(to_forget))
     if apis.fetch_manager is not None:
         context = apis.fetch_manager.new_context(metadata, fetch_data, to_forget, is_follower,
                                                  uses_topic_ids=version >= 13)
@@ -162,8 +163,7 @@ def handle(apis, request):
         response_data = context.update_and_generate_response_data(updates)
         return Response(build_response(version, response_data.error, response_data.session_id,
                                        response_data.partitions),
-                        summary={"errorCode": response_data.error, "sessionId": response_data.session_id,
-                                 "partitions": len(response_data.partitions)})
+                        summary=partial(_response_summary, response_data))
 
     if not interesting or context.error != errors.NONE:
         return respond([])
@@ -173,6 +173,17 @@ def handle(apis, request):
     # Parked in the fetch purgatory: the wait is remoteTimeMs and holds no handler slot.
     request.mark_api_local_complete()
     return ParkedFetch(result, respond)
+
+
+def _request_summary(body, metadata, partitions, forgotten):
+    return {"maxWaitMs": body.max_wait_ms, "minBytes": body.min_bytes,
+            "sessionId": metadata.session_id, "sessionEpoch": metadata.epoch,
+            "partitions": partitions, "forgotten": forgotten}
+
+
+def _response_summary(response_data):
+    return {"errorCode": response_data.error, "sessionId": response_data.session_id,
+            "partitions": len(response_data.partitions)}
 
 
 class ParkedFetch:
