@@ -434,8 +434,9 @@ class KafkaConnection(Protocol):
 
     def _completed(self, request, response):
         """The response is fully written (or there was none): RESPONSE_SENT, maybe unmute."""
-        self.last_activity = self.server.reactor.seconds()
-        self._log_request(request, response)
+        server = self.server
+        self.last_activity = server.reactor.seconds()
+        server.request_completed(request, response)  # (_log_request, inline)
         self.in_flight = None
         if self.mute.response_sent():  # RESPONSE_SENT, then maybe_unmute()
             self._process_frames()
