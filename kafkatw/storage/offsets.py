@@ -34,8 +34,12 @@ class LogOffsetMetadata:
         return (self.segment_base_offset == UNIFIED_LOG_UNKNOWN_OFFSET
                 and self.relative_position_in_segment == UNKNOWN_OFFSET)
 
+    # (message_offset_only inline below: a parked fetch asks these on every append it sees)
     def _require_positions(self, that):
-        if self.message_offset_only or that.message_offset_only:
+        if (self.segment_base_offset == UNIFIED_LOG_UNKNOWN_OFFSET
+                and self.relative_position_in_segment == UNKNOWN_OFFSET) \
+                or (that.segment_base_offset == UNIFIED_LOG_UNKNOWN_OFFSET
+                    and that.relative_position_in_segment == UNKNOWN_OFFSET):
             raise ValueError("%r or %r has only the message offset" % (self, that))
 
     def on_older_segment(self, that):
@@ -49,7 +53,8 @@ class LogOffsetMetadata:
 
     def position_diff(self, that):
         """Bytes between ``that`` and this position; both must be on the same segment."""
-        if not self.on_same_segment(that):
+        self._require_positions(that)
+        if self.segment_base_offset != that.segment_base_offset:
             raise ValueError("%r and %r are not on the same segment" % (self, that))
         return self.relative_position_in_segment - that.relative_position_in_segment
 
