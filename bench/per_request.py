@@ -79,7 +79,13 @@ class InProcessBroker:
             name=TOPIC, num_partitions=partitions, replication_factor=1, assignments=[], configs=[])],
             timeout_ms=10000, validate_only=False)
         self.conn.dataReceived(_frame(m, 19, 5, 1, create))
-        for _ in range(20):
+        # the logs are made in the thread pool: until the answer is written the connection is
+        # muted, and requests fed meanwhile would only pile up unread (a loaded machine took
+        # longer than a fixed number of reactor turns for 200 partitions)
+        deadline = time.monotonic() + 60
+        while self.conn.in_flight is not None or self.service.log_manager.get_log(TOPIC, partitions - 1) is None:
+            if time.monotonic() > deadline:
+                raise SystemExit("CreateTopics of %d partitions did not finish in 60 s" % partitions)
             reactor.iterate(0.01)
         self.drain()
 
