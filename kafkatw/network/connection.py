@@ -348,7 +348,9 @@ class KafkaConnection(Protocol):
             self.close("the request handler failed: {err}", err=failure.getErrorMessage())
 
     def _write(self, request, response, parts):
-        if self._processing and self._can_hold:
+        # held only if something may follow in this loop: an answer held already, or bytes of
+        # another frame buffered (a lone request's answer goes out at once, nothing to join)
+        if self._processing and self._can_hold and (self._held or self.decoder.buffered):
             n = 0
             for part in parts:
                 if type(part) is FileRegion:
