@@ -232,7 +232,8 @@ class KafkaConnection(Protocol):
             if self._held:
                 self._flush_held()
         if not self.mute.muted and self._held_drain is None:
-            self._resume()
+            if self._paused:
+                self._resume()
         elif not self.closing:
             self._pause()
 
@@ -248,6 +249,8 @@ class KafkaConnection(Protocol):
             if frame is None:
                 break
             self._handle_frame(frame)
+            if not self.decoder.buffered:
+                break  # (no empty next_frame call after the last frame of a read)
 
     def _read_ns(self):
         """When the last byte of the frame just cut was read from the socket (None when no

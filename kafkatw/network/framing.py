@@ -31,29 +31,25 @@ class FrameDecoder:
     frames unparsed in the buffer.  The length is checked before any allocation.
     """
 
-    __slots__ = ("max_size", "_chunks", "_offset", "_buffered", "_need")
+    __slots__ = ("max_size", "_chunks", "_offset", "buffered", "_need")
 
     def __init__(self, max_size):
         self.max_size = max_size
         self._chunks = collections.deque()  # bytes-like; the first one is consumed from _offset
         self._offset = 0
-        self._buffered = 0  # bytes available after _offset
+        #: bytes received and not yet returned as frames (including a partial length)
+        self.buffered = 0
         self._need = -1  # size of the frame being read, -1 while reading the length
-
-    @property
-    def buffered(self):
-        """Bytes received and not yet returned as frames (including a partial length)."""
-        return self._buffered
 
     @property
     def receiving(self):
         """True while some bytes of an incomplete frame (or its length) are buffered."""
-        return self._buffered > 0
+        return self.buffered > 0
 
     def feed(self, data):
         if data:
             self._chunks.append(data)
-            self._buffered += len(data)
+            self.buffered += len(data)
 
     def _take(self, n):
         """Remove and return the next ``n`` buffered bytes as one bytearray (one copy)."""
@@ -71,7 +67,7 @@ class FrameDecoder:
                 self._offset = 0
             else:
                 self._offset += step
-        self._buffered -= n
+        self.buffered -= n
         return out
 
     def next_frame(self):
@@ -81,14 +77,14 @@ class FrameDecoder:
         """
         need = self._need
         if need < 0:
-            if self._buffered < 4:
+            if self.buffered < 4:
                 return None
             chunk = self._chunks[0]
             offset = self._offset
             if len(chunk) - offset >= 4:
                 need = _SIZE.unpack_from(chunk, offset)[0]
                 offset += 4
-                self._buffered -= 4
+                self.buffered -= 4
                 if offset == len(chunk):
                     self._chunks.popleft()
                     offset = 0
@@ -99,7 +95,7 @@ class FrameDecoder:
                 self._need = -1
                 raise InvalidReceive(need, self.max_size)
             self._need = need
-        if self._buffered < need:
+        if self.buffered < need:
             return None
         self._need = -1
         # the common case, a frame within the first chunk: one copy, no loop
@@ -109,7 +105,7 @@ class FrameDecoder:
         n = len(chunk)
         if end > n:
             return self._take(need)
-        self._buffered -= need
+        self.buffered -= need
         if end == n:
             self._chunks.popleft()
             self._offset = 0
