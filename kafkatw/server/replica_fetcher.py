@@ -13,6 +13,7 @@ from kafkatw.coordinator.group.offsets_log import java_string_hashcode
 from kafkatw.protocol import errors
 from kafkatw.protocol.messages import FetchRequest, ListOffsetsRequest
 from kafkatw.protocol.records import iter_batch_headers
+from kafkatw.server.fetch_session_handler import FetchSessionHandler, SessionPartition
 
 log = Logger()
 
@@ -151,6 +152,7 @@ class ReplicaFetcher:
         self._running = False
         self._inflight = False
         self._wakeup = None
+        self.session = FetchSessionHandler(leader_id)
 
     def __repr__(self):
         return "ReplicaFetcher(leader=%d, id=%d, %d partitions)" % (
@@ -195,7 +197,7 @@ class ReplicaFetcher:
                                    - now))
             return
         request, sent = self._build_request(ready)
-        if not sent:
+        if request is None:
             self._schedule(self.manager.settings.backoff_ms / 1000.0)
             return
         self._inflight = True
@@ -205,11 +207,13 @@ class ReplicaFetcher:
         d.addErrback(lambda f: log.failure("replica fetcher {f} failed", f, f=self))
 
     def _build_request(self, ready):
-        """The Fetch of ``ready``; ``sent``: {tp: (state, fetch offset)} of what it asks."""
+        """The Fetch of ``ready`` within the fetch session (KIP-227: after the first, full
+        request only new and changed partitions are listed, the others forgotten); ``sent``:
+        {tp: (state, fetch offset)} of every partition the leader reads for it."""
         rm = self.manager.replica_manager
         settings = self.manager.settings
-        topics = {}
-        sent = {}
+        wanted = {}
+        states = {}
         quota = rm.follower_quota
         exceeded = quota.is_quota_exceeded()
         for tp, st in ready.items():
@@ -220,27 +224,45 @@ class ReplicaFetcher:
                 continue  # Kafka's shouldFollowerThrottle: asked again once the quota allows
             lg = part.log
             last_epoch = lg.leader_epoch_cache.latest_epoch()
-            t = topics.get(tp[0])
+            wanted[tp] = SessionPartition(
+                topic_id=st.topic_id or bytes(16), fetch_offset=st.fetch_offset,
+                log_start_offset=lg.log_start_offset, max_bytes=settings.partition_max_bytes,
+                current_leader_epoch=st.current_leader_epoch,
+                last_fetched_epoch=UNDEFINED_EPOCH if last_epoch is None else last_epoch)
+            states[tp] = st
+        if not wanted:
+            return None, {}
+        data = self.session.build(wanted)
+        topics = {}
+        for tp, p in data.to_send:
+            t = topics.get(p.topic_id)
             if t is None:
-                t = topics[tp[0]] = FetchRequest.FetchTopic(topic_id=st.topic_id or bytes(16),
-                                                            partitions=[])
+                t = topics[p.topic_id] = FetchRequest.FetchTopic(topic_id=p.topic_id,
+                                                                 partitions=[])
             t.partitions.append(FetchRequest.FetchPartition(
-                partition=tp[1], current_leader_epoch=st.current_leader_epoch,
-                fetch_offset=st.fetch_offset,
-                last_fetched_epoch=UNDEFINED_EPOCH if last_epoch is None else last_epoch,
-                log_start_offset=lg.log_start_offset,
-                partition_max_bytes=settings.partition_max_bytes))
-            sent[tp] = (st, st.fetch_offset)
+                partition=tp[1], current_leader_epoch=p.current_leader_epoch,
+                fetch_offset=p.fetch_offset, last_fetched_epoch=p.last_fetched_epoch,
+                log_start_offset=p.log_start_offset, partition_max_bytes=p.max_bytes))
+        forgotten = {}
+        for tp, p in data.to_forget:
+            forgotten.setdefault(p.topic_id, []).append(tp[1])
         request = FetchRequest(
             replica_state=FetchRequest.ReplicaState(replica_id=settings.broker_id,
                                                     replica_epoch=rm.broker_epoch),
             max_wait_ms=settings.max_wait_ms, min_bytes=settings.min_bytes,
-            max_bytes=settings.max_bytes, isolation_level=0, session_id=0, session_epoch=-1,
-            topics=list(topics.values()), forgotten_topics_data=[], rack_id="")
+            max_bytes=settings.max_bytes, isolation_level=0,
+            session_id=data.metadata.session_id, session_epoch=data.metadata.epoch,
+            topics=list(topics.values()),
+            forgotten_topics_data=[FetchRequest.ForgottenTopic(topic="", topic_id=topic_id,
+                                                               partitions=parts)
+                                   for topic_id, parts in forgotten.items()],
+            rack_id="")
+        sent = {tp: (st, st.fetch_offset) for tp, st in states.items()}
         return request, sent
 
     def _failed(self, failure, *_):
         self._inflight = False
+        self.session.handle_error()
         if not self._running:
             return
         log.info("fetch from broker {leader} failed: {err}; retrying in {ms} ms",
@@ -253,27 +275,31 @@ class ReplicaFetcher:
         if not self._running:
             return  # shut down meanwhile: the logs may be closing
         backoff = self.manager.settings.backoff_ms / 1000.0
-        if response.error_code != errors.NONE:
-            log.info("fetch from broker {leader} answered {err}", leader=self.leader_id,
-                     err=errors.error_name(response.error_code))
-            self._schedule(backoff)
-            return
         by_id = {}
         for tp, (st, _) in sent.items():
             by_id[(st.topic_id or bytes(16), tp[1])] = tp
-        for t in response.responses:
-            for pd in t.partitions:
-                tp = by_id.get((t.topic_id, pd.partition_index))
-                if tp is None:
-                    continue
-                st, offset = sent[tp]
-                if self.partitions.get(tp) is not st or st.fetch_offset != offset:
-                    continue  # removed or re-added meanwhile: this answer is stale
-                try:
-                    self._process_partition(tp, st, pd)
-                except Exception:
-                    log.failure("follower append to {tp} failed", tp="%s-%d" % tp)
-                    st.delayed_until = self.manager.clock.seconds() + backoff
+        answered = [(by_id.get((t.topic_id, pd.partition_index), _UNKNOWN), pd)
+                    for t in response.responses for pd in t.partitions]
+        if not self.session.handle_response(response.error_code, response.session_id,
+                                            [tp for tp, _ in answered]):
+            code = response.error_code
+            log.info("fetch from broker {leader} answered {err}; the next fetch is full",
+                     leader=self.leader_id, err=errors.error_name(code)
+                     if code != errors.NONE else "partitions not asked for")
+            if code in (errors.FETCH_SESSION_ID_NOT_FOUND, errors.INVALID_FETCH_SESSION_EPOCH):
+                self._run()  # the session is gone or out of step: a new one at once
+            else:
+                self._schedule(backoff)
+            return
+        for tp, pd in answered:
+            st, offset = sent[tp]
+            if self.partitions.get(tp) is not st or st.fetch_offset != offset:
+                continue  # removed or re-added meanwhile: this answer is stale
+            try:
+                self._process_partition(tp, st, pd)
+            except Exception:
+                log.failure("follower append to {tp} failed", tp="%s-%d" % tp)
+                st.delayed_until = self.manager.clock.seconds() + backoff
         # the next fetch at once, not a reactor turn later: it is what moves the leader's HW
         # (an acks=all produce waits for it)
         if self._wakeup is not None and self._wakeup.active():
@@ -391,6 +417,9 @@ class ReplicaFetcher:
 
         d = ask(LATEST_TIMESTAMP).addCallback(got_latest)
         d.addCallbacks(lambda _: settled(None), lambda f: settled(f))
+
+
+_UNKNOWN = object()  # a response partition the request's session does not hold
 
 
 class _Retry(Exception):
