@@ -579,7 +579,7 @@ class BrokerService(OrderedMultiService):
         from kafkatw.cluster.interfaces import IClusterCoordinator
         from kafkatw.cluster.zk_metadata import ZkClusterMetadata
         from kafkatw.controller.registration import ClusterMembership
-        from kafkatw.network.client import KafkaNetworkClient
+        from kafkatw.network.client import KafkaNetworkClient, inter_broker_tls
 
         config = self.config
         if not config.is_set("node.id") and not config.is_set("broker.id"):
@@ -591,7 +591,8 @@ class BrokerService(OrderedMultiService):
         local = self.metadata
         self.metadata = ZkClusterMetadata(local, zk, self.reactor, rack=config["broker.rack"],
                                           default_replication_factor=config["default.replication.factor"])
-        client = KafkaNetworkClient(self.reactor, "broker-%d-controller" % config.node_id)
+        client = KafkaNetworkClient(self.reactor, "broker-%d-controller" % config.node_id,
+                                    tls=inter_broker_tls(config))
         self.cluster = ClusterMembership(self.reactor, config, zk, self.metadata, client, meta_existed)
         self._cluster_connected = self.cluster.connect()
 

@@ -37,6 +37,9 @@ class TestPki:
     other_ca_cert = attr.ib()      # a CA that signed nothing here (a wrong trust store)
     key_password = attr.ib(default=KEY_PASSWORD)
     client_principal = attr.ib(default=CLIENT_PRINCIPAL)
+    # a broker's key store for inter-broker TLS: its certificate serves and is presented as a
+    # client (server and client auth), key encrypted with KEY_PASSWORD, + chain
+    broker_keystore = attr.ib(default=None)
 
 
 def _name(pairs):
@@ -92,6 +95,9 @@ def make_test_pki(directory):
                    server=True)
     client_key = _key()
     client = _cert(_name(CLIENT_SUBJECT), client_key, ca_name, ca_key, client=True)
+    broker_key = _key()
+    broker = _cert(_name((("CN", "localhost"), ("OU", "broker"), ("O", "kafkatw"))), broker_key,
+                   ca_name, ca_key, server=True, client=True)
 
     files = {
         "ca_cert": _pem_cert(ca),
@@ -102,6 +108,7 @@ def make_test_pki(directory):
         "client_cert": _pem_cert(client) + _pem_cert(ca),
         "client_key": _pem_key(client_key),
         "client_keystore": _pem_key(client_key) + _pem_cert(client) + _pem_cert(ca),
+        "broker_keystore": _pem_key(broker_key, KEY_PASSWORD) + _pem_cert(broker) + _pem_cert(ca),
     }
     paths = {}
     for name, data in files.items():

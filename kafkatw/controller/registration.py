@@ -35,9 +35,10 @@ def inter_broker_listener(config):
     if name not in listeners:
         raise ConfigError.invalid("inter.broker.listener.name", name, "it is not one of the listeners (%s)"
                                   % ", ".join(sorted(listeners)))
-    if listeners[name].security_protocol != "PLAINTEXT":
+    if listeners[name].security_protocol not in ("PLAINTEXT", "SSL"):
         raise ConfigError.invalid("inter.broker.listener.name", name,
-                                  "kafkatw's inter-broker client speaks PLAINTEXT only so far")
+                                  "kafkatw's inter-broker client speaks PLAINTEXT and SSL only "
+                                  "so far")
     return name
 
 

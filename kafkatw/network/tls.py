@@ -12,7 +12,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.serialization import pkcs12
 from OpenSSL import SSL, crypto
-from twisted.internet.interfaces import IOpenSSLContextFactory
+from twisted.internet.interfaces import IOpenSSLClientConnectionCreator, IOpenSSLContextFactory
 from zope.interface import implementer
 
 from kafkatw.config import BROKER_CONFIG_DEF, ConfigError, Password
@@ -38,7 +38,7 @@ SSL_KEYS = (
     "ssl.keystore.certificate.chain", "ssl.keystore.key", "ssl.key.password",
     "ssl.truststore.type", "ssl.truststore.location", "ssl.truststore.password",
     "ssl.truststore.certificates", "ssl.client.auth", "ssl.enabled.protocols",
-    "ssl.cipher.suites", "ssl.principal.mapping.rules",
+    "ssl.cipher.suites", "ssl.principal.mapping.rules", "ssl.endpoint.identification.algorithm",
 )
 
 
@@ -310,3 +310,67 @@ def peer_dn(transport):
         cert = cert.to_cryptography()
     return cert.subject.rfc4514_string()
 
+
+
+_TWISTED_TLS_VERSIONS = {"TLSv1": "TLSv1_0", "TLSv1.1": "TLSv1_1", "TLSv1.2": "TLSv1_2",
+                         "TLSv1.3": "TLSv1_3"}
+
+
+def client_tls_options(cfg, hostname, listener_name="SSL"):
+    """What the broker's own client (follower fetches, controller requests) connects to another
+    broker's ``listener_name`` with: Twisted client TLS options from that listener's ``ssl.*``
+    settings (``cfg`` as :func:`listener_ssl_config` gives). The peer is verified against the
+    trust store (the platform's CAs without one: never unverified) and, with
+    ``ssl.endpoint.identification.algorithm=https`` (the default), must be ``hostname``; the
+    key store, when set, is the client certificate (for ``ssl.client.auth=required``)."""
+    from twisted.internet import ssl as tssl
+
+    trusted = load_truststore(cfg)
+    trust_root = (tssl.trustRootFromCertificates(
+        [tssl.Certificate(crypto.X509.from_cryptography(c)) for c in trusted])
+        if trusted else tssl.platformTrust())
+    extra = {}
+    client_cert = None
+    if cfg["ssl.keystore.location"] or cfg["ssl.keystore.certificate.chain"]:
+        key, certs = load_keystore(cfg)
+        client_cert = tssl.PrivateCertificate.fromCertificateAndKeyPair(
+            tssl.Certificate(crypto.X509.from_cryptography(certs[0])),
+            tssl.KeyPair(crypto.PKey.from_cryptography_key(key)))
+        if certs[1:]:
+            extra["extraCertChain"] = [crypto.X509.from_cryptography(c) for c in certs[1:]]
+    protocols = list(cfg["ssl.enabled.protocols"] or [])
+    _protocol_range(protocols)  # one line naming an unknown protocol
+    names = sorted(protocols, key=lambda p: _PROTOCOL_VERSIONS[p])
+    extra["raiseMinimumTo"] = getattr(tssl.TLSVersion, _TWISTED_TLS_VERSIONS[names[0]])
+    extra["lowerMaximumSecurityTo"] = getattr(tssl.TLSVersion, _TWISTED_TLS_VERSIONS[names[-1]])
+    if cfg["ssl.cipher.suites"]:
+        suites = [openssl_cipher_name(s) for s in cfg["ssl.cipher.suites"]]
+        extra["acceptableCiphers"] = tssl.AcceptableCiphers.fromOpenSSLCipherString(
+            ":".join(suites))
+    algorithm = (cfg["ssl.endpoint.identification.algorithm"] or "").lower()
+    if algorithm not in ("", "https"):
+        raise ConfigError.invalid("ssl.endpoint.identification.algorithm", algorithm,
+                                  "known: https, or empty to skip the host name check")
+    if algorithm:
+        return tssl.optionsForClientTLS(hostname, trustRoot=trust_root,
+                                        clientCertificate=client_cert,
+                                        extraCertificateOptions=extra)
+    if client_cert is not None:
+        extra["privateKey"] = client_cert.privateKey.original
+        extra["certificate"] = client_cert.original
+    return _NoHostnameCheck(tssl.CertificateOptions(trustRoot=trust_root, **extra).getContext())
+
+
+@implementer(IOpenSSLClientConnectionCreator)
+class _NoHostnameCheck:
+    """Client TLS options that still verify the certificate chain but not the host name
+    (``ssl.endpoint.identification.algorithm`` empty, as Kafka allows)."""
+
+    def __init__(self, context):
+        self._context = context
+
+    def clientConnectionForTLS(self, tls_protocol):
+        conn = SSL.Connection(self._context, None)
+        conn.set_app_data(tls_protocol)
+        conn.set_connect_state()
+        return conn

@@ -69,10 +69,11 @@ class AlterPartitionManager:
         """The broker's manager: the controller from ``metadata`` (``controller_id``,
         ``live_broker(id).endpoints``) on ``config``'s inter-broker listener."""
         if client is None:
-            from kafkatw.network.client import KafkaNetworkClient
+            from kafkatw.network.client import KafkaNetworkClient, inter_broker_tls
             client = KafkaNetworkClient(reactor, "broker-%d-alter-partition" % metadata.node_id,
                                         request_timeout_ms=int(config.get(
-                                            "controller.socket.timeout.ms") or 30000))
+                                            "controller.socket.timeout.ms") or 30000),
+                                        tls=inter_broker_tls(config))
         listener = getattr(config, "inter_broker_listener_name", None) or "PLAINTEXT"
 
         def controller_endpoint():

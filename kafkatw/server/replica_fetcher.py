@@ -88,10 +88,11 @@ class ReplicaFetcherManager:
     @classmethod
     def from_config(cls, config, replica_manager, reactor, client=None):
         if client is None:
-            from kafkatw.network.client import KafkaNetworkClient
+            from kafkatw.network.client import KafkaNetworkClient, inter_broker_tls
             timeout = None if config is None else config.get("replica.socket.timeout.ms")
             client = KafkaNetworkClient(reactor, "broker-%d-fetcher" % replica_manager.node_id,
-                                        request_timeout_ms=int(timeout or 30000))
+                                        request_timeout_ms=int(timeout or 30000),
+                                        tls=inter_broker_tls(config))
         return cls(replica_manager, client, reactor,
                    FetcherSettings.from_config(config, replica_manager.node_id))
 
