@@ -26,6 +26,7 @@ class Sent:
                        for p in t.partitions]
         self.forgotten = [p for t in request.forgotten_topics_data for p in t.partitions]
         self.answered = None  # [partition] once answered
+        self.partition_errors = None  # [(partition, error code)] once answered
         self.error = None
 
     def __repr__(self):
@@ -76,6 +77,8 @@ class FollowerFetchSessionTests(unittest.TestCase):
                 entry.error = response.error_code
                 entry.answered = [p.partition_index for t in response.responses
                                   for p in t.partitions]
+                entry.partition_errors = [(p.partition_index, p.error_code)
+                                          for t in response.responses for p in t.partitions]
                 return response
             return send(key, host, port, request, version, timeout_ms).addCallback(answered)
         client.send = recording
@@ -159,3 +162,40 @@ class FollowerFetchSessionTests(unittest.TestCase):
             self.assertEqual(self.segment_bytes(2, p), self.segment_bytes(1, p))
             self.assertEqual(self.segment_bytes(3, p), self.segment_bytes(1, p))
 
+
+    @defer.inlineCallbacks
+    def test_a_topic_id_the_leader_learns_late_does_not_wedge_the_session(self):
+        # as after CreateTopics: the leader takes LeaderAndIsr before the metadata naming the
+        # topic id, so the followers' first fetches name an id it cannot resolve yet
+        leader_meta = self.nodes[1].metadata
+        leader_meta.topic_name = lambda topic_id: None
+        self.elect(0, 1, [1, 2, 3], 0)
+        self.elect(1, 1, [1, 2, 3], 0)
+        yield self.poll(lambda: all(any(s.error == errors.NONE and s.answered
+                                        for s in self.sent[n]) for n in (2, 3)))
+        self.assertIn((0, errors.UNKNOWN_TOPIC_ID), self.sent[2][0].partition_errors)
+        del leader_meta.topic_name  # the metadata arrives: the id has its name again
+        after = {n: len(self.sent[n]) for n in (2, 3)}  # requests sent from now on
+        r = yield self.produce(0, [b"late-%d" % i for i in range(5)])
+        self.assertEqual(r.base_offset, 0)
+        r = yield self.produce(1, [b"late"])
+        self.assertEqual(r.base_offset, 0)
+        yield self.poll(lambda: all(self.nodes[n].log(0).high_watermark == 5
+                                    and self.nodes[n].log(1).high_watermark == 1
+                                    for n in (1, 2, 3)))
+        for p in (0, 1):
+            self.assertEqual(self.segment_bytes(2, p), self.segment_bytes(1, p))
+            self.assertEqual(self.segment_bytes(3, p), self.segment_bytes(1, p))
+        for n in (2, 3):
+            # the leader names the partitions it cached under the bare id: no more errors
+            late = [e for s in self.sent[n][after[n]:] if s.partition_errors
+                    for e in s.partition_errors if e[1] != errors.NONE]
+            self.assertEqual(late, [])
+        cache = self.nodes[1].apis.fetch_manager.cache
+        sessions = [cache.get(i) for i in {s.session_id for n in (2, 3) for s in self.sent[n]}]
+        sessions = [x for x in sessions if x is not None]
+        self.assertEqual(len(sessions), 2)  # one live session per follower
+        for session in sessions:
+            self.assertEqual(session.unresolved, 0)
+            self.assertEqual(sorted((k.topic, k.partition) for k in session.partitions),
+                             [(TOPIC, 0), (TOPIC, 1)])

@@ -184,6 +184,45 @@ class FetchManagerTests(unittest.SynchronousTestCase):
         ctx = self.fm.new_context(FetchMetadata(sid, 1), [], [k], False, uses_topic_ids=True)
         self.assertIsInstance(ctx, SessionlessFetchContext)
 
+    def test_partitions_of_a_topic_id_learnt_later_are_resolved(self):
+        # a follower fetched a new topic before its leader knew the id: cached without a name
+        known = {}
+        unnamed = [(tp(0, topic=None, topic_id=TID), Req(0)), (tp(1, topic=None, topic_id=TID), Req(0)),
+                   (tp(0, topic="u", topic_id=b"\x02" * 16), Req(0))]
+        ctx = self.full(unnamed, follower=True, ids=True)
+        sid = ctx.update_and_generate_response_data(
+            [(k, Resp(error=errors.UNKNOWN_TOPIC_ID)) for k, _ in unnamed]).session_id
+        self.assertEqual(self.cache.get(sid).unresolved, 2)
+        # still unknown: nothing changes
+        ctx = self.fm.new_context(FetchMetadata(sid, 1), [], [], True, True, known.get)
+        self.assertEqual([k.topic for k, _ in ctx.partitions_to_fetch()], [None, None, "u"])
+        known[TID] = "t"
+        # the id is known now: the follower forgets partition 0 under its name, and it goes;
+        # partition 1, not mentioned, is read under its name from now on
+        ctx = self.fm.new_context(FetchMetadata(sid, 2), [], [tp(0, topic="t", topic_id=TID)],
+                                  True, True, known.get)
+        self.assertEqual([k for k, _ in ctx.partitions_to_fetch()],
+                         [tp(1, topic="t", topic_id=TID), tp(0, topic="u", topic_id=b"\x02" * 16)])
+        self.assertEqual(self.cache.get(sid).unresolved, 0)
+        # re-added under its name: one entry, not a stale nameless one beside it
+        ctx = self.fm.new_context(FetchMetadata(sid, 3), [(tp(0, topic="t", topic_id=TID), Req(4))],
+                                  [], True, True, known.get)
+        self.assertEqual([(k.topic, k.partition, d.fetch_offset) for k, d in ctx.partitions_to_fetch()],
+                         [("t", 1, 0), ("u", 0, 0), ("t", 0, 4)])
+
+    def test_a_nameless_partition_added_again_under_its_name_keeps_one_entry(self):
+        known = {}
+        k0 = tp(0, topic=None, topic_id=TID)
+        ctx = self.full([(k0, Req(0))], follower=True, ids=True)
+        sid = ctx.update_and_generate_response_data([(k0, Resp(error=errors.UNKNOWN_TOPIC_ID))]).session_id
+        ctx = self.fm.new_context(FetchMetadata(sid, 1), [(tp(1, topic=None, topic_id=TID), Req(0))],
+                                  [], True, True, known.get)
+        known[TID] = "t"
+        named = tp(0, topic="t", topic_id=TID)
+        ctx = self.fm.new_context(FetchMetadata(sid, 2), [(named, Req(7))], [], True, True, known.get)
+        self.assertEqual([(k, d.fetch_offset) for k, d in ctx.partitions_to_fetch()],
+                         [(named, 7), (tp(1, topic="t", topic_id=TID), 0)])
+
     def test_session_ids_map_to_their_shard(self):
         ids = set()
         for i in range(16):

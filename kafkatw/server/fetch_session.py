@@ -63,6 +63,10 @@ class FetchMetadata:
 LEGACY = FetchMetadata(INVALID_SESSION_ID, FINAL_EPOCH)  # Fetch v0-v6: no sessions
 
 
+def _unresolved(key):
+    return key.topic is None and key.topic_id != ZERO_UUID
+
+
 def _records_size(data):
     records = getattr(data, "records", None)
     return 0 if records is None else len(records)
@@ -119,6 +123,9 @@ class FetchSession:
         self.last_used_ms = creation_ms
         self.epoch = epoch
         self.cached_size = -1
+        # partitions named by a topic id this broker did not know yet (KIP-516): resolved
+        # once it does (:meth:`resolve_names`), or a later forget or re-add would miss them
+        self.unresolved = sum(1 for k in partitions if _unresolved(k))
 
     @property
     def size(self):
@@ -138,13 +145,38 @@ class FetchSession:
             if cached is None:
                 self.partitions[key] = CachedPartition(key, data)
                 added.append(key)
+                if _unresolved(key):
+                    self.unresolved += 1
             else:
                 cached.fetch_data = data
                 updated.append(key)
         for key in to_forget:
             if self.partitions.pop(key, None) is not None:
                 removed.append(key)
+                if _unresolved(key):
+                    self.unresolved -= 1
         return added, updated, removed
+
+    def resolve_names(self, topic_name):
+        """Name the partitions cached under a topic id that ``topic_name(topic_id)`` now
+        knows (Kafka's maybeResolveUnknownName), keeping the session order; one the client
+        added again meanwhile under its name keeps that entry."""
+        if not self.unresolved:
+            return
+        parts = collections.OrderedDict()
+        unresolved = 0
+        for key, cached in self.partitions.items():
+            if _unresolved(key):
+                name = topic_name(key.topic_id)
+                if name is not None:
+                    key = cached.key = TopicIdPartition(key.topic_id, name, key.partition)
+                    if key in self.partitions:
+                        continue  # re-added under its name: that entry is the live one
+                else:
+                    unresolved += 1
+            parts.setdefault(key, cached)
+        self.partitions = parts
+        self.unresolved = unresolved
 
     def __repr__(self):
         return "FetchSession(id=%d, privileged=%s, partitions=%d, epoch=%d)" % (
@@ -426,9 +458,11 @@ class FetchManager:
     def _now_ms(self):
         return int(self._clock.seconds() * 1000)
 
-    def new_context(self, metadata, fetch_data, to_forget, is_follower, uses_topic_ids=False):
+    def new_context(self, metadata, fetch_data, to_forget, is_follower, uses_topic_ids=False,
+                    topic_name=None):
         """``fetch_data``: list of (TopicIdPartition, PartitionData) in request order;
-        ``to_forget``: list of TopicIdPartition."""
+        ``to_forget``: list of TopicIdPartition; ``topic_name(topic_id)``: the name now known
+        for a topic id (or None), to resolve session partitions cached without one."""
         fetch_data = list(fetch_data)
         if metadata.is_full:
             if metadata.session_id != INVALID_SESSION_ID:
@@ -445,6 +479,8 @@ class FetchManager:
             return SessionErrorContext(errors.INVALID_FETCH_SESSION_EPOCH, metadata)
         if session.uses_topic_ids != uses_topic_ids:
             return SessionErrorContext(errors.FETCH_SESSION_TOPIC_ID_ERROR, metadata)
+        if topic_name is not None:
+            session.resolve_names(topic_name)
         session.update(fetch_data, to_forget)
         if session.is_empty():
             shard.remove(session)

@@ -122,7 +122,8 @@ def handle(apis, request):
     request.summary = partial(_request_summary, body, metadata, len(fetch_data), len(to_forget))
     if apis.fetch_manager is not None:
         context = apis.fetch_manager.new_context(metadata, fetch_data, to_forget, is_follower,
-                                                 uses_topic_ids=version >= 13)
+                                                 uses_topic_ids=version >= 13,
+                                                 topic_name=meta.topic_name)
     else:
         context = SessionlessFetchContext(fetch_data)
 
