@@ -6,6 +6,7 @@ interleaved so both see the same machine. Issue 19 asks RF 3 for at least 50% of
 """
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -69,6 +70,7 @@ def main(argv=None):
         rates = {"rf1": [], "rf3": []}
         cpu = {"rf1": [], "rf3": []}  # broker CPU seconds (all three) per MB produced
         pids = [b.process.pid for b in cluster.brokers.values()]
+        loads = [os.getloadavg()[0]]  # the machine may be shared: the figures say how busy
         for r in range(args.rounds):
             for topic in ("rf1", "rf3"):
                 before = sum(cpu_seconds(pid) for pid in pids)
@@ -76,8 +78,9 @@ def main(argv=None):
                 used = sum(cpu_seconds(pid) for pid in pids) - before
                 rates[topic].append(mb / seconds)
                 cpu[topic].append(used / mb)
-                print("round %d %s: %.1f MB/s, brokers %.3f CPU s/MB" % (r + 1, topic, mb / seconds, used / mb),
-                      file=sys.stderr)
+                loads.append(os.getloadavg()[0])
+                print("round %d %s: %.1f MB/s, brokers %.3f CPU s/MB, load average %.1f"
+                      % (r + 1, topic, mb / seconds, used / mb, loads[-1]), file=sys.stderr)
     rf1, rf3 = statistics.median(rates["rf1"]), statistics.median(rates["rf3"])
     print("| topic | MB/s per round | median MB/s | brokers' CPU s/MB (median) |")
     print("|---|---|---:|---:|")
@@ -87,7 +90,8 @@ def main(argv=None):
                                            " / ".join("%.1f" % x for x in rates[topic]),
                                            statistics.median(rates[topic]),
                                            statistics.median(cpu[topic])))
-    print("\nRF 3 / RF 1: %.0f%%" % (100.0 * rf3 / rf1))
+    print("\nRF 3 / RF 1: %.0f%%; 1-minute load average %.1f-%.1f during the run"
+          % (100.0 * rf3 / rf1, min(loads), max(loads)))
 
 
 if __name__ == "__main__":
