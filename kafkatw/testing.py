@@ -371,6 +371,13 @@ class KafkaBroker:
         addr = self._address("SASL_SSL")
         return "%s:%d" % addr if addr else None
 
+    def main_ssl_context(self):
+        """:meth:`ssl_context` when the listener of :meth:`_main_address` is SSL, else None."""
+        if self._address("PLAINTEXT") is None and self._listeners \
+                and self._protocol(self._listeners[0][0]) == "SSL":
+            return self.ssl_context()
+        return None
+
     def ssl_context(self):
         """A client ``ssl.SSLContext`` trusting the throwaway CA (for the readiness probe, tests)."""
         import ssl
@@ -837,7 +844,7 @@ class ZooKeeperServer:
         self.close()
 
 
-def cluster_metadata(host, port, topics=None, timeout=5.0):
+def cluster_metadata(host, port, topics=None, timeout=5.0, ssl_context=None):
     """Metadata v9 from one broker: ``(brokers {id: (host, port, rack)}, controller id,
     {topic: {partition: (error, leader, leader_epoch, replicas, isr, offline)}})``."""
     from kafkatw.protocol import messages as m
@@ -849,7 +856,7 @@ def cluster_metadata(host, port, topics=None, timeout=5.0):
     header = m.RequestHeader(request_api_key=3, request_api_version=version, correlation_id=11,
                              client_id="kafkatw.testing")
     body = header.encode_bytes(m.request_header_version(3, version)) + req.encode_bytes(version)
-    with _connect(host, port, timeout) as s:
+    with _connect(host, port, timeout, ssl_context) as s:
         payload = _request(s, body)
     _, pos = m.ResponseHeader.decode_from(payload, 0, m.response_header_version(3, version))
     resp, _ = m.MetadataResponse.decode_from(payload, pos, version)
@@ -878,7 +885,7 @@ class KafkaCluster:
 
     def __init__(self, brokers=3, racks=None, overrides=None, broker_overrides=None, topics=(),
                  session_timeout_ms=6000, chroot="/kafkatw", keep_data=False, start_timeout=60.0,
-                 fork_server=True):
+                 fork_server=True, listeners=("PLAINTEXT",)):
         self.work_dir = tempfile.mkdtemp(prefix="kafkatw-cluster-")
         self.keep_data = keep_data
         self.zookeeper = ZooKeeperServer(os.path.join(self.work_dir, "zookeeper"))
@@ -902,7 +909,27 @@ class KafkaCluster:
             os.makedirs(directory, exist_ok=True)
             self.brokers[i] = KafkaBroker(overrides=props, data_dir=os.path.join(directory, "kafka-logs"),
                                           log_path=os.path.join(directory, "broker.log"),
-                                          start_timeout=start_timeout, fork_server=fork_server)
+                                          start_timeout=start_timeout, fork_server=fork_server,
+                                          listeners=listeners)
+        self._share_pki()
+
+    def _share_pki(self):
+        """SSL listeners: one throwaway CA for the whole cluster, so brokers trust each other
+        (inter-broker TLS) and a client trusts every broker; each broker's key store holds a
+        certificate good for server and client auth."""
+        if not any(b._needs_pki() for b in self.brokers.values()):
+            return
+        import attr
+
+        from kafkatw.tls_certs import make_test_pki
+
+        pki = make_test_pki(os.path.join(self.work_dir, "pki"))
+        pki = attr.evolve(pki, server_keystore=pki.broker_keystore)
+        for b in self.brokers.values():
+            b.pki = pki
+            b.ssl_ca_path = pki.ca_cert
+            b.ssl_client_cert_path = pki.client_cert
+            b.ssl_client_key_path = pki.client_key
 
     @property
     def zookeeper_connect(self):
@@ -924,8 +951,9 @@ class KafkaCluster:
                     b.start()
             self.wait_for_brokers(sorted(self.brokers))
             if self.topics:
-                host, port = self.running_broker()._main_address()
-                create_topics(host, port, self.topics, timeout=self.start_timeout)
+                b = self.running_broker()
+                create_topics(*b._main_address(), self.topics, timeout=self.start_timeout,
+                              ssl_context=b.main_ssl_context())
         except BaseException:
             for b in self.brokers.values():
                 b.kill()
@@ -947,7 +975,7 @@ class KafkaCluster:
         """:func:`cluster_metadata` from ``broker_id`` (the first running broker by default)."""
         b = self.brokers[broker_id] if broker_id is not None else self.running_broker()
         host, port = b._main_address()
-        return cluster_metadata(host, port, topics)
+        return cluster_metadata(host, port, topics, ssl_context=b.main_ssl_context())
 
     def wait_for(self, condition, timeout=30.0, what="condition"):
         """Poll ``condition()`` (exceptions count as false) until true, at most ``timeout`` s."""
@@ -973,7 +1001,8 @@ class KafkaCluster:
             for b in self.brokers.values():
                 if not b.running:
                     continue
-                brokers, controller, _ = cluster_metadata(*b._main_address())
+                brokers, controller, _ = cluster_metadata(*b._main_address(),
+                                                          ssl_context=b.main_ssl_context())
                 if sorted(brokers) != ids or controller not in ids:
                     return False
             return True
