@@ -292,12 +292,12 @@ class TransactionCoordinatorService(_BrokerPart):
         listener (a connection per broker)."""
         from kafkatw.coordinator.txn.marker_channel import TransactionMarkerChannelManager
         from kafkatw.coordinator.txn.verification import RemoteVerifier
-        from kafkatw.network.client import KafkaNetworkClient
+        from kafkatw.network.client import KafkaNetworkClient, inter_broker_tls
 
         timeout_ms = b.config["request.timeout.ms"]
         listener = b.config.inter_broker_listener_name
         client = KafkaNetworkClient(b.reactor, "broker-%d-txn-coordinator" % b.config.node_id,
-                                    request_timeout_ms=timeout_ms)
+                                    request_timeout_ms=timeout_ms, tls=inter_broker_tls(b.config))
         return {"marker_channel": TransactionMarkerChannelManager(
                     b.metadata, b.replica_manager, b.group_coordinator, b.config.node_id, client,
                     listener, timeout_ms),
