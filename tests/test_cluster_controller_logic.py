@@ -296,6 +296,32 @@ class ReplicaElectionTests(unittest.SynchronousTestCase):
         self.assertEqual(len(self.writes), 1)
 
 
+    def alter(self, isr, broker_id=1, partition=2):
+        from kafkatw.protocol import messages as m
+
+        state = self.controller.states[("t", partition)]
+        P = m.AlterPartitionRequest.TopicData.PartitionData
+        request = m.AlterPartitionRequest(broker_id=broker_id, broker_epoch=broker_id, topics=[
+            m.AlterPartitionRequest.TopicData(topic_name="t", partitions=[P(
+                partition_index=partition, leader_epoch=state.leader_epoch, new_isr=isr,
+                partition_epoch=state.partition_epoch)])])
+        response = self.successResultOf(self.controller.alter_partition(request, 1))
+        return response.topics[0].partitions[0].error_code
+
+    def test_a_stopping_broker_or_a_failed_dir_replica_does_not_join_the_isr(self):
+        """KIP-841: t-2 (replicas 3, 1; ISR [1]) led by 1."""
+        c = self.controller
+        c.shutting_down.add(3)
+        self.assertEqual(self.alter([1, 3]), errors.INELIGIBLE_REPLICA)
+        c.shutting_down.clear()
+        c.offline_replicas[3] = {("t", 2)}
+        self.assertEqual(self.alter([1, 3]), errors.INELIGIBLE_REPLICA)
+        self.assertEqual(self.writes, [])
+        c.offline_replicas.clear()
+        self.assertEqual(self.alter([1, 3]), errors.NONE)
+        self.assertEqual(c.states[("t", 2)].isr, (1, 3))
+
+
 class BrokerMetadataTests(unittest.SynchronousTestCase):
     """A broker's metadata from UpdateMetadata (Kafka's ZkMetadataCache), without ZooKeeper."""
 

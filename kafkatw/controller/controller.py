@@ -641,7 +641,8 @@ class KafkaController(ReplicaElections):
                     code = errors.INVALID_UPDATE_VERSION
                 elif not new_isr or state.leader not in new_isr or \
                         any(b not in self.live or b not in self._replicas((topic, p.partition_index))
-                            for b in new_isr):
+                            for b in new_isr) or \
+                        self._ineligible_new_members((topic, p.partition_index), state, new_isr):
                     code = errors.INELIGIBLE_REPLICA if new_isr else errors.INVALID_REQUEST
                 rp = R.PartitionData(partition_index=p.partition_index, error_code=code)
                 rt.partitions.append(rp)
@@ -677,6 +678,13 @@ class KafkaController(ReplicaElections):
         return R(error_code=errors.NONE, topics=out_topics)
 
     # -- log dir failures ----------------------------------------------------------------------------
+
+    def _ineligible_new_members(self, tp, state, new_isr):
+        """KIP-841: a broker in a controlled shutdown or a replica on a failed log dir does not
+        join an ISR (else a still-fetching stopping broker comes back into the ISR, and its
+        death then costs every partition another leader epoch)."""
+        offline = self._offline_replicas_of(tp)
+        return any(b not in state.isr and (b in self.shutting_down or b in offline) for b in new_isr)
 
     def _offline_replicas_of(self, tp):
         return {b for b, tps in self.offline_replicas.items() if tp in tps}
