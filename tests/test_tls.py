@@ -19,7 +19,7 @@ from kafkatw.network.request import ANONYMOUS_PRINCIPAL
 from kafkatw.testing import BrokerStartError, KafkaBroker, KafkaBrokerMixin
 from kafkatw.tls_certs import CLIENT_PRINCIPAL, make_test_pki
 
-from tests.support import recv_exact
+from tests.support import poll_until, recv_exact
 from tests.tls_support import MTLS_LISTENERS, MTLS_OVERRIDES
 
 _PKI = {}
@@ -220,6 +220,14 @@ class SslBrokerTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
         consumer.close()
         self.assertEqual(got, list(enumerate(values)))
 
+    def request_log_with(self, client_id, api_names):
+        """The client's request-log entries once they name every API of ``api_names`` (a line
+        is written when its request completes, which may be after the client saw the answer)."""
+        def complete():
+            entries = self.request_log(client_id)
+            return entries if set(api_names) <= {e["requestHeader"]["requestApiKeyName"] for e in entries} else None
+        return poll_until(complete, 30, message="request log entries of %s for %s" % (client_id, sorted(api_names)))
+
     def request_log(self, client_id):
         entries = []
         for line in read(self.broker.request_log_path).splitlines():
@@ -232,8 +240,7 @@ class SslBrokerTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
     def test_confluent_produce_and_consume_over_ssl(self):
         conf = self.confluent_conf("SSL")
         self.confluent_roundtrip(conf)
-        entries = self.request_log(conf["client.id"])
-        self.assertIn("PRODUCE", {e["requestHeader"]["requestApiKeyName"] for e in entries})
+        entries = self.request_log_with(conf["client.id"], {"PRODUCE"})
         self.assertEqual({(e["listener"], e["securityProtocol"], e["principal"]) for e in entries},
                          {("SSL", "SSL", str(ANONYMOUS_PRINCIPAL))})
 
@@ -263,9 +270,7 @@ class SslBrokerTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
     def test_mutual_tls_principal_from_the_client_certificate(self):
         conf = self.confluent_conf("MTLS", client_cert=True)
         self.confluent_roundtrip(conf, n=10)
-        entries = self.request_log(conf["client.id"])
-        apis = {e["requestHeader"]["requestApiKeyName"] for e in entries}
-        self.assertTrue({"PRODUCE", "FETCH", "METADATA"} <= apis, apis)
+        entries = self.request_log_with(conf["client.id"], {"PRODUCE", "FETCH", "METADATA"})
         self.assertEqual({(e["listener"], e["securityProtocol"], e["principal"]) for e in entries},
                          {("MTLS", "SSL", CLIENT_PRINCIPAL)})
         self.assertEqual(CLIENT_PRINCIPAL, "User:CN=client,OU=test,O=kafkatw")
@@ -280,7 +285,7 @@ class SslBrokerTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
                                  ssl_keyfile=self.broker.pki.client_key)
         self.assertEqual(producer.send("tls-kp-mtls", b"v", partition=0).get(30).offset >= 0, True)
         producer.close()
-        principals = {e["principal"] for e in self.request_log(client_id)}
+        principals = {e["principal"] for e in self.request_log_with(client_id, {"PRODUCE"})}
         self.assertEqual(principals, {CLIENT_PRINCIPAL})
 
     def mtls_socket(self, with_cert):
