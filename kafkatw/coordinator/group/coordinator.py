@@ -120,6 +120,17 @@ def _is_commit_marker(record):
         return False
 
 
+class _UnstableOffset:
+    """The offset of a partition an open transaction holds a newer offset of (OffsetFetch with
+    require_stable): answered as UNSTABLE_OFFSET_COMMIT on that partition."""
+
+    def __repr__(self):
+        return "UNSTABLE_OFFSET"
+
+
+UNSTABLE_OFFSET = _UnstableOffset()
+
+
 class GroupCoordinator:
     """``replica_manager`` (an IReplicaManager) appends (``append_records(...,
     internal_topics_allowed=True)``), ``log_manager`` serves the load (ILog reads),
@@ -1162,10 +1173,12 @@ class GroupCoordinator:
 
     def handle_fetch_offsets(self, group_id, partitions=None, require_stable=False,
                              member_id=None, member_epoch=None):
-        """(error, {(topic, partition): OffsetAndMetadata or None}); ``partitions`` None = all.
-        ``require_stable``: UNSTABLE_OFFSET_COMMIT while a transaction holds an offset of the
-        asked partitions (KIP-447). ``member_id``/``member_epoch`` (v9+) are checked against a
-        consumer group's member."""
+        """(error, {(topic, partition): OffsetAndMetadata or None}); ``partitions`` None = all
+        (the committed ones). ``require_stable`` (KIP-447): a partition a transaction holds an
+        offset of maps to UNSTABLE_OFFSET, which the answer gives as that partition's
+        UNSTABLE_OFFSET_COMMIT, the group's error staying NONE as Kafka's (librdkafka retries
+        the partition; an error for the whole group it returns to the application).
+        ``member_id``/``member_epoch`` (v9+) are checked against a consumer group's member."""
         error = self.validate_group_status(group_id, "OffsetFetch")
         if error is not None:
             return error, {}
@@ -1177,14 +1190,16 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if group is None or group.is_(DEAD):
             return errors.NONE, {tp: None for tp in (partitions or [])}
-        if require_stable and group.pending_txn_offsets:
-            wanted = None if partitions is None else set(partitions)
-            for pending in group.pending_txn_offsets.values():
-                if wanted is None or wanted.intersection(pending):
-                    return errors.UNSTABLE_OFFSET_COMMIT, {}
         if partitions is None:
-            return errors.NONE, dict(group.offsets)
-        return errors.NONE, {tp: group.offsets.get(tp) for tp in partitions}
+            offsets = dict(group.offsets)
+        else:
+            offsets = {tp: group.offsets.get(tp) for tp in partitions}
+        if require_stable:
+            for pending in group.pending_txn_offsets.values():
+                for tp in pending:
+                    if tp in offsets:
+                        offsets[tp] = UNSTABLE_OFFSET
+        return errors.NONE, offsets
 
     def handle_deleted_topic(self, topic):
         """Drop every group's offsets of a deleted topic and write their tombstones."""

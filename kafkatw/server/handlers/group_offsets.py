@@ -6,6 +6,7 @@ Kafka's KafkaApis makes; validation and storage are the group coordinator's.
 from twisted.internet import defer
 from zope.interface import provider
 
+from kafkatw.coordinator.group.coordinator import UNSTABLE_OFFSET
 from kafkatw.protocol import errors
 from kafkatw.protocol.messages import (
     OffsetCommitResponse,
@@ -155,9 +156,10 @@ def _fetch_topics(offsets, wanted, topic_cls, partition_cls, may_describe=None):
                                  committed_leader_epoch=-1, metadata="",
                                  error_code=errors.TOPIC_AUTHORIZATION_FAILED)
         om = offsets.get(tp)
-        if om is None:
+        if om is None or om is UNSTABLE_OFFSET:
             return partition_cls(partition_index=tp[1], committed_offset=INVALID_OFFSET,
-                                 committed_leader_epoch=-1, metadata="", error_code=errors.NONE)
+                                 committed_leader_epoch=-1, metadata="",
+                                 error_code=errors.NONE if om is None else errors.UNSTABLE_OFFSET_COMMIT)
         return partition_cls(partition_index=tp[1], committed_offset=om.offset,
                              committed_leader_epoch=om.leader_epoch, metadata=om.metadata,
                              error_code=errors.NONE)
