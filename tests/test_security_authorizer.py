@@ -113,6 +113,17 @@ class AclAuthorizerTests(unittest.TestCase):
         self.assertEqual(self.check(a, Op.READ, RT.TOPIC, "t"), ALLOWED)
         self.assertRaises(ConfigError, AclAuthorizer().configure, {"super.users": "alice"})
 
+    def test_refused_in_cluster_mode(self):
+        """Its ACLs live in one broker's log dir: on a cluster, an ACL created through one broker
+        would not hold on the others, so it fails closed until they are kept in ZooKeeper."""
+        with self.assertRaises(ConfigError) as cm:
+            AclAuthorizer().configure({"zookeeper.connect": "127.0.0.1:2181",
+                                       "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer"})
+        self.assertTrue(str(cm.exception).startswith(
+            "Invalid value kafka.security.authorizer.AclAuthorizer for configuration authorizer.class.name: "
+            "the built-in ACL authorizer keeps its ACLs in each broker's own log dir"), str(cm.exception))
+        AclAuthorizer().configure({"zookeeper.connect": "", "super.users": "User:admin"})  # single node
+
     def test_filters_match_as_kafkas(self):
         lit = binding(RT.TOPIC, "orders-1", "User:a", Op.READ)
         star = binding(RT.TOPIC, "*", "User:a", Op.READ)

@@ -135,6 +135,14 @@ class AclAuthorizer:
 
     # -- lifecycle ---------------------------------------------------------------------------
     def configure(self, configs):
+        if configs.get("zookeeper.connect"):
+            # fail closed: each broker would enforce only the ACLs created through it (a DENY
+            # made through the controller would not hold on the other brokers)
+            raise ConfigError.invalid(
+                "authorizer.class.name", configs.get("authorizer.class.name"),
+                "the built-in ACL authorizer keeps its ACLs in each broker's own log dir, so in cluster "
+                "mode (zookeeper.connect) an ACL created through one broker would not apply on the "
+                "others; it is refused there until ACLs are kept in ZooKeeper")
         raw = configs.get("super.users") or ""
         users = set()
         for item in raw.split(";"):
