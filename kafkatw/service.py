@@ -373,6 +373,8 @@ class AuthorizerServerInfo:
     log_dirs = attr.ib()
     run_blocking = attr.ib()
     reactor = attr.ib()
+    #: cluster mode: the cluster coordinator (ZooKeeper), where the built-in one keeps the ACLs
+    coordination_store = attr.ib(default=None)
 
 
 class AuthorizerService(_BrokerPart):
@@ -386,7 +388,8 @@ class AuthorizerService(_BrokerPart):
         info = AuthorizerServerInfo(
             cluster_id=b.metadata.cluster_id, broker_id=b.config.node_id, config=b.config,
             log_dirs=list(b.config.log_dirs), reactor=b.reactor,
-            run_blocking=functools.partial(threads.deferToThreadPool, b.reactor, b.threadpool))
+            run_blocking=functools.partial(threads.deferToThreadPool, b.reactor, b.threadpool),
+            coordination_store=b.cluster.zk if b.cluster is not None else None)
         try:
             d = b.authorizer.start(info)
         except ValueError as e:  # an unreadable ACL store: one line, nothing served

@@ -492,17 +492,6 @@ class WithoutAuthorizerTests(SynchronousTestCase):
                                                     resource_name_filter=None, operation=1, permission_type=1))
         self.assertEqual(da.error_code, errors.SECURITY_DISABLED)
 
-    def test_the_acl_authorizer_is_refused_in_cluster_mode(self):
-        # refused while loading the configuration, before ZooKeeper is asked anything
-        broker = KafkaBroker(overrides=dict(AUTHZ, **{"zookeeper.connect": "127.0.0.1:1", "broker.id": 1}))
-        self.addCleanup(broker.close)
-        with self.assertRaises(BrokerStartError) as cm:
-            broker.start()
-        self.assertIn("Invalid value kafka.security.authorizer.AclAuthorizer for configuration "
-                      "authorizer.class.name: the built-in ACL authorizer keeps its ACLs in each broker's own "
-                      "log dir, so in cluster mode", cm.exception.reason)
-        self.assertNotIn("\n", cm.exception.reason)
-
     def test_a_wrong_authorizer_stops_start_up(self):
         broker = KafkaBroker(overrides={"authorizer.class.name": "com.example.NoSuchAuthorizer"})
         self.addCleanup(broker.close)

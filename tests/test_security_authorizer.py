@@ -113,17 +113,6 @@ class AclAuthorizerTests(unittest.TestCase):
         self.assertEqual(self.check(a, Op.READ, RT.TOPIC, "t"), ALLOWED)
         self.assertRaises(ConfigError, AclAuthorizer().configure, {"super.users": "alice"})
 
-    def test_refused_in_cluster_mode(self):
-        """Its ACLs live in one broker's log dir: on a cluster, an ACL created through one broker
-        would not hold on the others, so it fails closed until they are kept in ZooKeeper."""
-        with self.assertRaises(ConfigError) as cm:
-            AclAuthorizer().configure({"zookeeper.connect": "127.0.0.1:2181",
-                                       "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer"})
-        self.assertTrue(str(cm.exception).startswith(
-            "Invalid value kafka.security.authorizer.AclAuthorizer for configuration authorizer.class.name: "
-            "the built-in ACL authorizer keeps its ACLs in each broker's own log dir"), str(cm.exception))
-        AclAuthorizer().configure({"zookeeper.connect": "", "super.users": "User:admin"})  # single node
-
     def test_filters_match_as_kafkas(self):
         lit = binding(RT.TOPIC, "orders-1", "User:a", Op.READ)
         star = binding(RT.TOPIC, "*", "User:a", Op.READ)
@@ -621,3 +610,108 @@ class DeferredAuthorizerApisTests(ApisFixture, unittest.TestCase):
         resp = call(messages.ListTransactionsRequest(state_filters=[], producer_id_filters=[], duration_filter=-1), 1)
         self.assertEqual((resp.error_code, [t.transactional_id for t in resp.transaction_states]),
                          (errors.NONE, ["tx"]))
+
+
+class FakeAclZooKeeper:
+    """The ACL part of the cluster coordinator over dicts: nodes with versions, sequential
+    change notifications, and a child watch per store fired when one is added."""
+
+    def __init__(self):
+        self.nodes = {}  # (pattern type, resource type, name) -> (data, version)
+        self.changes = {"LITERAL": [], "PREFIXED": []}
+        self.watches = {"LITERAL": [], "PREFIXED": []}
+        self.conflicts = 0  # the next writes that find the node changed under them
+
+    def acl_resources(self, pattern_type):
+        return defer.succeed(sorted((t, n, d) for (p, t, n), (d, _) in self.nodes.items() if p == pattern_type))
+
+    def resource_acls(self, pattern_type, resource_type, name):
+        return defer.succeed(self.nodes.get((pattern_type, resource_type, name), (None, -1)))
+
+    def write_resource_acls(self, pattern_type, resource_type, name, data, expected_version):
+        key = (pattern_type, resource_type, name)
+        if self.conflicts:
+            self.conflicts -= 1
+            return defer.succeed(False)
+        if self.nodes.get(key, (None, -1))[1] != expected_version:
+            return defer.succeed(False)
+        if data is None:
+            self.nodes.pop(key, None)
+        else:
+            self.nodes[key] = (data, expected_version + 1)
+        seq = "acl_changes_%010d" % len(self.changes[pattern_type])
+        self.changes[pattern_type].append((seq, resource_type, name))
+        watches, self.watches[pattern_type] = self.watches[pattern_type], []
+        for w in watches:
+            w()
+        return defer.succeed(True)
+
+    def acl_changes(self, pattern_type, watch=None, after=""):
+        if watch is not None:
+            self.watches[pattern_type].append(watch)
+        return defer.succeed([c for c in self.changes[pattern_type] if c[0] > after])
+
+
+class ZkAclStoreTests(unittest.TestCase):
+    """In cluster mode the ACL authorizer keeps the ACLs in ZooKeeper in Kafka's layout and
+    JSON; each broker follows the change notifications, so an ACL created through one broker is
+    enforced by all."""
+
+    def broker(self, zk, **configs):
+        from types import SimpleNamespace
+
+        a = AclAuthorizer()
+        a.configure(dict({"zookeeper.connect": "zk:2181"}, **configs))
+        self.successResultOf(a.start(SimpleNamespace(coordination_store=zk, log_dirs=["/nonexistent"])))
+        return a
+
+    def test_an_acl_created_through_one_broker_holds_on_the_others(self):
+        zk = FakeAclZooKeeper()
+        one, two = self.broker(zk), self.broker(zk)
+        deny = binding(RT.TOPIC, "orders-", "User:alice", Op.WRITE, Perm.DENY, pattern=PT.PREFIXED)
+        allow = binding(RT.TOPIC, "*", "User:alice", Op.ALL)
+        self.assertEqual(self.successResultOf(one.create_acls(None, [deny, allow])), [None, None])
+        for a in (one, two):
+            self.assertEqual(self.check(a, Op.WRITE, RT.TOPIC, "orders-1"), DENIED)
+            self.assertEqual(self.check(a, Op.WRITE, RT.TOPIC, "payments"), ALLOWED)
+        # Kafka's nodes and JSON
+        self.assertEqual(sorted(zk.nodes), [("LITERAL", "Topic", "*"), ("PREFIXED", "Topic", "orders-")])
+        self.assertEqual(zk.nodes[("PREFIXED", "Topic", "orders-")][0],
+                         b'{"acls":[{"host":"*","operation":"Write","permissionType":"Deny",'
+                         b'"principal":"User:alice"}],"version":1}')
+        # deleted through the other broker: gone everywhere, the emptied node removed
+        flt = AclBindingFilter(ResourcePatternFilter(RT.ANY, None, PT.PREFIXED),
+                               AccessControlEntryFilter(None, None, Op.ANY, Perm.ANY))
+        self.assertEqual(self.successResultOf(two.delete_acls(None, [flt])), [[deny]])
+        for a in (one, two):
+            self.assertEqual(self.check(a, Op.WRITE, RT.TOPIC, "orders-1"), ALLOWED)
+            self.assertEqual(a.acls(ANY_FILTER), [allow])
+        self.assertEqual(sorted(zk.nodes), [("LITERAL", "Topic", "*")])
+        # a broker starting later loads them
+        self.assertEqual(self.broker(zk).acls(ANY_FILTER), [allow])
+
+    def test_a_write_that_lost_a_race_reads_again(self):
+        zk = FakeAclZooKeeper()
+        a = self.broker(zk)
+        zk.conflicts = 3
+        b = binding(RT.GROUP, "g", "User:bob", Op.READ)
+        self.assertEqual(self.successResultOf(a.create_acls(None, [b])), [None])
+        self.assertEqual(a.acls(ANY_FILTER), [b])
+        zk.conflicts = 1000  # never wins: an error for that binding, nothing in force
+        c = binding(RT.GROUP, "h", "User:bob", Op.READ)
+        result = self.successResultOf(a.create_acls(None, [c]))
+        self.assertIsInstance(result[0], OSError)
+        self.assertIn("kept changing", str(result[0]))
+        self.assertEqual(a.acls(ANY_FILTER), [b])
+        self.flushLoggedErrors()
+
+    def test_cluster_mode_needs_a_store_that_keeps_acls(self):
+        from types import SimpleNamespace
+
+        a = AclAuthorizer()
+        a.configure({"zookeeper.connect": "zk:2181"})
+        with self.assertRaises(ValueError) as cm:
+            a.start(SimpleNamespace(coordination_store=object(), log_dirs=["/nonexistent"]))
+        self.assertIn("in cluster mode the ACLs are kept in ZooKeeper", str(cm.exception))
+
+    check = AclAuthorizerTests.check

@@ -575,6 +575,86 @@ class ZkClusterCoordinator:
                 out[path] = data
         return out
 
+    # -- ACLs (Kafka's ZkAclStore: a node per resource pattern, change notifications) ---------------
+    # ``pattern_type`` is "LITERAL" or "PREFIXED", ``resource_type`` ZooKeeper's name ("Topic");
+    # the node's JSON is the authorizer's.
+
+    @defer.inlineCallbacks
+    def acl_resources(self, pattern_type):
+        """``[(resource type, name, data)]`` of every resource with an ACL node in one store."""
+        from kazoo.exceptions import NoNodeError
+
+        root = L.acl_store_path(pattern_type)
+        try:
+            types = yield self._run(lambda: self._client.get_children_async(self._p(root)))
+        except NoNodeError:
+            return []
+        out = []
+        for resource_type in sorted(types):
+            try:
+                names = yield self._run(lambda t=resource_type: self._client.get_children_async(
+                    self._p("%s/%s" % (root, t))))
+            except NoNodeError:
+                continue
+            for name in sorted(names):
+                data, _ = yield self.resource_acls(pattern_type, resource_type, name)
+                if data is not None:
+                    out.append((resource_type, name, data))
+        return out
+
+    @defer.inlineCallbacks
+    def resource_acls(self, pattern_type, resource_type, name):
+        """``(data, zkVersion)`` of one resource's ACL node; ``(None, -1)`` when there is none."""
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            data, stat = yield self._run(lambda: self._client.get_async(
+                self._p(L.acl_resource_path(pattern_type, resource_type, name))))
+        except NoNodeError:
+            return None, -1
+        return data, stat.version
+
+    @defer.inlineCallbacks
+    def write_resource_acls(self, pattern_type, resource_type, name, data, expected_version):
+        """Replace a resource's ACL node if it is still at ``expected_version`` (-1: absent), or
+        delete it when ``data`` is None, then add a change notification, as Kafka's conditional
+        updates: False when another broker changed it first (read it again and retry)."""
+        from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+        path = self._p(L.acl_resource_path(pattern_type, resource_type, name))
+        try:
+            if expected_version < 0:
+                if data is not None:
+                    yield self._run(lambda: self._client.create_async(path, data, makepath=True))
+            elif data is None:
+                yield self._run(lambda: self._client.delete_async(path, version=expected_version))
+            else:
+                yield self._run(lambda: self._client.set_async(path, data, version=expected_version))
+        except (BadVersionError, NodeExistsError, NoNodeError):
+            return False
+        yield self._run(lambda: self._client.create_async(
+            self._p(L.acl_changes_path(pattern_type) + "/" + L.ACL_CHANGE_PREFIX),
+            L.encode_acl_change(pattern_type, resource_type, name), sequence=True, makepath=True))
+        return True
+
+    @defer.inlineCallbacks
+    def acl_changes(self, pattern_type, watch=None, after=""):
+        """``[(notification, resource type, name)]`` of the store's change notifications after
+        ``after``, oldest first; ``watch()`` is called once when the next one is added."""
+        from kazoo.exceptions import NoNodeError
+
+        path = L.acl_changes_path(pattern_type)
+        yield self._run(lambda: self._client.ensure_path_async(self._p(path)))
+        children = yield self._run(lambda: self._client.get_children_async(self._p(path), watch=self._watch(watch)))
+        out = []
+        for child in sorted(c for c in children if c > after):
+            try:
+                data, _ = yield self._run(lambda c=child: self._client.get_async(self._p(path + "/" + c)))
+            except NoNodeError:
+                continue
+            out.append((child,) + L.decode_acl_change(pattern_type, data))
+        return out
+
     # -- deletion -------------------------------------------------------------------------------------
 
     @defer.inlineCallbacks

@@ -229,6 +229,52 @@ def decode_config_change(data):
     return entity_type, name
 
 
+# -- ACLs: /kafka-acl (LITERAL), /kafka-acl-extended/prefixed, their change notifications -----------
+# (Kafka's ZkAclStore / ZkAclChangeStore). Resource types are Kafka's ZooKeeper names ("Topic",
+# "TransactionalId"...); the ACL JSON itself is the authorizer's (security/zk_acls.py).
+
+ACL_CHANGE_PREFIX = "acl_changes_"
+_ACL_STORES = {"LITERAL": ("/kafka-acl", "/kafka-acl-changes"),
+               "PREFIXED": ("/kafka-acl-extended/prefixed", "/kafka-acl-extended-changes")}
+ACL_PATTERN_TYPES = tuple(_ACL_STORES)
+
+
+def acl_store_path(pattern_type):
+    return _ACL_STORES[pattern_type][0]
+
+
+def acl_resource_path(pattern_type, resource_type, name):
+    return "%s/%s/%s" % (_ACL_STORES[pattern_type][0], resource_type, name)
+
+
+def acl_changes_path(pattern_type):
+    return _ACL_STORES[pattern_type][1]
+
+
+def encode_acl_change(pattern_type, resource_type, name):
+    """The LITERAL store's notification is ``Type:name``; the extended one's a JSON event with
+    the enum names (``TOPIC``, ``PREFIXED``), as Kafka writes them."""
+    if pattern_type == "LITERAL":
+        return ("%s:%s" % (resource_type, name)).encode("utf-8")
+    return _dumps({"version": 1, "resourceType": _ACL_ENUM_NAMES.get(resource_type, resource_type.upper()),
+                   "name": name, "patternType": pattern_type})
+
+
+def decode_acl_change(pattern_type, data):
+    """``(resource type, name)`` (ZooKeeper's type name) of an ACL change notification."""
+    if pattern_type == "LITERAL":
+        resource_type, _, name = data.decode("utf-8").partition(":")
+        return resource_type, name
+    value = _loads(data)
+    enum_name = value["resourceType"]
+    return _ACL_ZK_NAMES.get(enum_name, enum_name), value["name"]
+
+
+_ACL_ENUM_NAMES = {"Topic": "TOPIC", "Group": "GROUP", "Cluster": "CLUSTER", "TransactionalId": "TRANSACTIONAL_ID",
+                   "DelegationToken": "DELEGATION_TOKEN", "User": "USER"}
+_ACL_ZK_NAMES = {v: k for k, v in _ACL_ENUM_NAMES.items()}
+
+
 # -- client quota entities (/config/users, /config/clients, /config/ips) -------------------------------
 
 DEFAULT_ENTITY = "<default>"

@@ -5,7 +5,9 @@ Owns deciding an action against the ACLs (super users, LITERAL/``*``/PREFIXED pa
 ``allow.everyone.if.no.acl.found``), the audit log (``kafka.authorizer.logger``), and keeping
 the ACLs: in memory for checks (no I/O per request), durable in one JSON file in the metadata
 log dir, each change written (temp, fsync, rename) off the reactor and visible once on disk.
-It knows nothing of APIs: ``server/authz.py`` says which actions a request needs.
+In cluster mode (``zookeeper.connect``) the ACLs are the cluster's, kept in ZooKeeper as Kafka's
+(``security/zk_acls.py``), not in a file. It knows nothing of APIs: ``server/authz.py`` says which
+actions a request needs.
 """
 
 import json
@@ -18,6 +20,7 @@ from zope.interface import implementer
 from kafkatw.config import ConfigError
 from kafkatw.durable_file import write_atomically_off_reactor
 from kafkatw.protocol.messages import API_NAMES
+from kafkatw.security import zk_acls
 from kafkatw.security.authorizer import (
     ALLOWED,
     DENIED,
@@ -123,6 +126,8 @@ class AclAuthorizer:
         self.run_blocking = run_blocking
         self.super_users = frozenset()
         self.allow_everyone_if_no_acl_found = False
+        self.cluster_mode = False
+        self._zk = None  # security.zk_acls.ZkAclStore in cluster mode
         self._bindings = ()
         self._index = _Index(())
         #: (id(principal), host, id(action)) -> (allowed, why, principal, action); emptied on
@@ -135,14 +140,8 @@ class AclAuthorizer:
 
     # -- lifecycle ---------------------------------------------------------------------------
     def configure(self, configs):
-        if configs.get("zookeeper.connect"):
-            # fail closed: each broker would enforce only the ACLs created through it (a DENY
-            # made through the controller would not hold on the other brokers)
-            raise ConfigError.invalid(
-                "authorizer.class.name", configs.get("authorizer.class.name"),
-                "the built-in ACL authorizer keeps its ACLs in each broker's own log dir, so in cluster "
-                "mode (zookeeper.connect) an ACL created through one broker would not apply on the "
-                "others; it is refused there until ACLs are kept in ZooKeeper")
+        # in cluster mode the ACLs are the cluster's, in ZooKeeper: never one broker's file
+        self.cluster_mode = bool(configs.get("zookeeper.connect"))
         raw = configs.get("super.users") or ""
         users = set()
         for item in raw.split(";"):
@@ -160,17 +159,31 @@ class AclAuthorizer:
         self._decisions = {}
 
     def start(self, server_info):
-        if self.path is None and server_info is not None:
-            self.path = os.path.join(server_info.log_dirs[0], ACLS_FILE)
-            self.run_blocking = server_info.run_blocking
-        if self.path is not None:
-            self._set(self._load())
+        store = getattr(server_info, "coordination_store", None)
+        loaded = None
+        if self.cluster_mode or store is not None:
+            if store is None or not all(hasattr(store, m) for m in zk_acls.REQUIRED):
+                raise AclStoreError("in cluster mode the ACLs are kept in ZooKeeper, and the cluster "
+                                    "coordinator given cannot keep them")
+            self._zk = zk_acls.ZkAclStore(store)
+            loaded = self._zk.load().addCallback(self._loaded_from_zk)
+        else:
+            if self.path is None and server_info is not None:
+                self.path = os.path.join(server_info.log_dirs[0], ACLS_FILE)
+                self.run_blocking = server_info.run_blocking
+            if self.path is not None:
+                self._set(self._load())
         if self.audit_path is not None:
             try:
                 self._audit_file = open(self.audit_path, "a", buffering=1)  # a line at a time
             except OSError as e:
                 raise AclStoreError("cannot open the authorizer log %s: %s"
                                     % (self.audit_path, e.strerror or e)) from None
+        return loaded  # the listeners accept once the cluster's ACLs are in memory
+
+    def _loaded_from_zk(self, bindings):
+        self._set(bindings)
+        self._zk.follow(self._replace)
 
     def stop(self):
         if self._audit_file is not None:
@@ -192,6 +205,11 @@ class AclAuthorizer:
             return [_binding_from_json(d) for d in doc["acls"]]
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise AclStoreError("cannot read the ACLs in %s: %s" % (self.path, e)) from None
+
+    def _replace(self, pattern, entries):
+        """One resource pattern's entries are now ``entries`` (written here or by another broker)."""
+        kept = [b for b in self._bindings if b.pattern != pattern]
+        self._set(kept + [AclBinding(pattern, e) for e in sorted(entries, key=str)])
 
     def _set(self, bindings):
         self._bindings = tuple(bindings)
@@ -285,7 +303,28 @@ class AclAuthorizer:
         return d.addCallback(lambda _: self._set(bindings))
 
     def create_acls(self, context, bindings):
-        return self._lock.run(self._create, bindings)
+        return self._lock.run(self._create_in_zk if self._zk is not None else self._create, bindings)
+
+    @defer.inlineCallbacks
+    def _create_in_zk(self, bindings):
+        results = []
+        by_pattern = {}
+        for b in bindings:
+            try:
+                validate_binding(b)
+            except AclValidationError as e:
+                results.append(e)
+                continue
+            results.append(None)
+            by_pattern.setdefault(b.pattern, set()).add(b.entry)
+        for pattern, entries in by_pattern.items():
+            try:
+                self._replace(pattern, (yield self._zk.update(pattern, add=entries)))
+            except Exception as e:
+                log.failure("writing the ACLs of {pattern} to ZooKeeper failed", pattern=str(pattern))
+                error = OSError("writing the ACLs failed: %s" % (e,))
+                results = [error if r is None and b.pattern == pattern else r for r, b in zip(results, bindings)]
+        return results
 
     def _create(self, bindings):
         results = []
@@ -313,7 +352,25 @@ class AclAuthorizer:
         return d.addCallbacks(lambda _: results, failed)
 
     def delete_acls(self, context, filters):
-        return self._lock.run(self._delete, filters)
+        return self._lock.run(self._delete_in_zk if self._zk is not None else self._delete, filters)
+
+    @defer.inlineCallbacks
+    def _delete_in_zk(self, filters):
+        deleted = [[b for b in self._bindings if f.matches(b)] for f in filters]
+        by_pattern = {}
+        for group in deleted:
+            for b in group:
+                by_pattern.setdefault(b.pattern, set()).add(b.entry)
+        failed = None
+        for pattern, entries in by_pattern.items():
+            try:
+                self._replace(pattern, (yield self._zk.update(pattern, remove=entries)))
+            except Exception as e:
+                log.failure("writing the ACLs of {pattern} to ZooKeeper failed", pattern=str(pattern))
+                failed = OSError("writing the ACLs failed: %s" % (e,))
+        if failed is not None:
+            return [failed for _ in filters]
+        return deleted
 
     def _delete(self, filters):
         deleted = [[b for b in self._bindings if f.matches(b)] for f in filters]
