@@ -651,6 +651,17 @@ class FakeAclZooKeeper:
             self.watches[pattern_type].append(watch)
         return defer.succeed([c for c in self.changes[pattern_type] if c[0] > after])
 
+    state_listeners = ()
+
+    def add_state_listener(self, listener):
+        self.state_listeners = tuple(self.state_listeners) + (listener,)
+
+    def expire_session(self):
+        """Session lost: the watches set in it never fire."""
+        self.watches = {"LITERAL": [], "PREFIXED": []}
+        for listener in self.state_listeners:
+            listener("LOST")
+
 
 class ZkAclStoreTests(unittest.TestCase):
     """In cluster mode the ACL authorizer keeps the ACLs in ZooKeeper in Kafka's layout and
@@ -704,6 +715,17 @@ class ZkAclStoreTests(unittest.TestCase):
         self.assertIn("kept changing", str(result[0]))
         self.assertEqual(a.acls(ANY_FILTER), [b])
         self.flushLoggedErrors()
+
+    def test_changes_missed_while_the_session_was_lost_are_read_after(self):
+        zk = FakeAclZooKeeper()
+        one, two = self.broker(zk), self.broker(zk)
+        zk.state_listeners = (two._zk._session_state,)  # only broker two loses its session
+        zk.expire_session()
+        b = binding(RT.TOPIC, "t", "User:bob", Op.READ)
+        self.assertEqual(self.successResultOf(one.create_acls(None, [b])), [None])
+        self.assertEqual(two.acls(ANY_FILTER), [])  # its watch went with the session
+        two._zk._session_state("CONNECTED")
+        self.assertEqual(two.acls(ANY_FILTER), [b])
 
     def test_cluster_mode_needs_a_store_that_keeps_acls(self):
         from types import SimpleNamespace

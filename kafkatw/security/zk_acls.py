@@ -84,6 +84,7 @@ class ZkAclStore:
         self._seen = {}  # pattern type name -> the last change notification handled
         self._on_change = None
         self._watches = {}
+        self._session_lost = False
 
     @defer.inlineCallbacks
     def load(self):
@@ -127,6 +128,18 @@ class ZkAclStore:
             # one watch callback per store for good (the coordinator keeps one watcher per callback)
             self._watches[name] = lambda name=name: self._poll(name)
             self._poll(name)
+        listen = getattr(self.coordinator, "add_state_listener", None)
+        if listen is not None:
+            listen(self._session_state)
+
+    def _session_state(self, state):
+        """A new ZooKeeper session has none of the old one's watches: read what was missed."""
+        if state == "LOST":
+            self._session_lost = True
+        elif state == "CONNECTED" and self._session_lost:
+            self._session_lost = False
+            for name in self._watches:
+                self._poll(name)
 
     def _poll(self, pattern_type):
         d = self.coordinator.acl_changes(pattern_type, watch=self._watches[pattern_type],
