@@ -1,6 +1,7 @@
 """librdkafka 2.0.2's own integration tests, unmodified, against a real kafkatw broker: 0081's
-ACL sub-tests (CreateAcls, DescribeAcls, DeleteAcls, with an ACL authorizer on) and the 0103
-transaction sub-tests that run on one broker. The runner (``test-runner``) is built from
+ACL sub-tests (CreateAcls, DescribeAcls, DeleteAcls, with an ACL authorizer on; on one broker and
+on three), the 0103 transaction sub-tests that run on one broker, and all of 0103 on three brokers
+once transactions in cluster mode are in the tree. The runner (``test-runner``) is built from
 Debian's source package by ``tests/librdkafka/build.sh`` (``.ci/run`` calls it); without it
 these tests skip, or fail under KAFKATW_REQUIRE_LIBRDKAFKA_TESTS=1 (CI).
 
@@ -211,6 +212,24 @@ class Transactions0103SingleBrokerTests(KafkaBrokerMixin, unittest.SynchronousTe
         # with _FENCED, nothing of it is committed (with and without producing after the fence)
         self.check("do_test_fenced_txn", ["do_test_fenced_txn: do not produce after fence",
                                           "do_test_fenced_txn: produce after fence"])
+
+
+class Admin0081AclClusterTests(unittest.SynchronousTestCase):
+    """The 0081 ACL sub-tests against three brokers and ZooKeeper, where the ACLs are kept."""
+
+    def setUp(self):
+        from kafkatw import testing
+        from tests.test_cluster_e2e import require_zookeeper
+
+        require_runner()
+        require_zookeeper()
+        self.cluster = testing.KafkaCluster(brokers=3, overrides=ACL_AUTHORIZER).start()
+        self.addCleanup(self.cluster.close)
+
+    def test_acl_subtests_pass(self):
+        r = run_runner(self.cluster.bootstrap_servers, "0081", subtests="Acls")
+        once = ["do_test_CreateAcls"] * 2 + ["do_test_DescribeAcls"] * 2 + ["do_test_DeleteAcls"] * 2
+        self.assertEqual((r.returncode, r.failed, r.passed), (0, [], once * 2), r.describe())
 
 
 ALL_0103 = ["do_test_misuse_txn",
