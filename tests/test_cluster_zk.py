@@ -163,6 +163,35 @@ class StoreTests(unittest.TestCase):
         self.assertEqual((yield a.config_changes()), [])
 
     @defer.inlineCallbacks
+    def test_acl_nodes_conditional_writes_and_change_notifications(self):
+        a = yield self.store()
+        b = yield self.store()
+        self.assertEqual((yield a.resource_acls("PREFIXED", "Topic", "orders-")), (None, -1))
+        self.assertTrue((yield a.write_resource_acls("PREFIXED", "Topic", "orders-", b"one", -1)))
+        self.assertFalse((yield b.write_resource_acls("PREFIXED", "Topic", "orders-", b"two", -1)))  # exists
+        data, version = yield b.resource_acls("PREFIXED", "Topic", "orders-")
+        self.assertEqual((data, version), (b"one", 0))
+        self.assertTrue((yield b.write_resource_acls("PREFIXED", "Topic", "orders-", b"two", version)))
+        self.assertFalse((yield a.write_resource_acls("PREFIXED", "Topic", "orders-", b"three", version)))  # stale
+        self.assertTrue((yield a.write_resource_acls("LITERAL", "Group", "g", b"lit", -1)))
+        self.assertEqual((yield a.acl_resources("PREFIXED")), [("Topic", "orders-", b"two")])
+        self.assertEqual((yield a.acl_resources("LITERAL")), [("Group", "g", b"lit")])
+        # Kafka's change notifications: "Type:name" for LITERAL, a JSON event for the others
+        literal = yield a.acl_changes("LITERAL")
+        self.assertEqual([c[1:] for c in literal], [("Group", "g")])
+        data, _ = yield a._run(lambda: a._client.get_async(a._p("/kafka-acl-changes/" + literal[0][0])))
+        self.assertEqual(data, b"Group:g")
+        prefixed = yield a.acl_changes("PREFIXED")
+        self.assertEqual([c[1:] for c in prefixed], [("Topic", "orders-")] * 2)
+        self.assertEqual((yield a.acl_changes("PREFIXED", after=prefixed[0][0])), prefixed[1:])
+        self.assertTrue((yield a.write_resource_acls("LITERAL", "Group", "g", None, 0)))  # deleted
+        self.assertEqual((yield a.acl_resources("LITERAL")), [])
+        now_ms = int(reactor.seconds() * 1000)
+        self.assertEqual((yield a.purge_acl_changes("PREFIXED", 15 * 60 * 1000, now_ms)), 0)
+        self.assertEqual((yield a.purge_acl_changes("PREFIXED", 15 * 60 * 1000, now_ms + 3600 * 1000)), 2)
+        self.assertEqual((yield a.acl_changes("PREFIXED")), [])
+
+    @defer.inlineCallbacks
     def test_max_in_flight_requests_bounds_the_requests_sent_at_once(self):
         """zookeeper.max.in.flight.requests: 20 partition reads issued together, at most 2 unanswered."""
         zk = yield self.store(max_in_flight_requests=2)

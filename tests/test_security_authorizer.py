@@ -652,6 +652,11 @@ class FakeAclZooKeeper:
         return defer.succeed([c for c in self.changes[pattern_type] if c[0] > after])
 
     state_listeners = ()
+    purges = ()
+
+    def purge_acl_changes(self, pattern_type, max_age_ms, now_ms):
+        self.purges = tuple(self.purges) + ((pattern_type, max_age_ms, now_ms),)
+        return defer.succeed(0)
 
     def add_state_listener(self, listener):
         self.state_listeners = tuple(self.state_listeners) + (listener,)
@@ -726,6 +731,24 @@ class ZkAclStoreTests(unittest.TestCase):
         self.assertEqual(two.acls(ANY_FILTER), [])  # its watch went with the session
         two._zk._session_state("CONNECTED")
         self.assertEqual(two.acls(ANY_FILTER), [b])
+
+    def test_old_change_notifications_are_purged_at_most_once_a_minute(self):
+        from types import SimpleNamespace
+
+        from twisted.internet import task
+
+        clock = task.Clock()
+        clock.advance(1000)
+        zk = FakeAclZooKeeper()
+        a = AclAuthorizer()
+        a.configure({"zookeeper.connect": "zk:2181"})
+        self.successResultOf(a.start(SimpleNamespace(coordination_store=zk, log_dirs=[], reactor=clock)))
+        for i in range(3):
+            self.successResultOf(a.create_acls(None, [binding(RT.TOPIC, "t%d" % i, "User:bob", Op.READ)]))
+        self.assertEqual(zk.purges, (("LITERAL", 15 * 60 * 1000, 1000000),))
+        clock.advance(61)
+        self.successResultOf(a.create_acls(None, [binding(RT.TOPIC, "u", "User:bob", Op.READ)]))
+        self.assertEqual(zk.purges[1:], (("LITERAL", 15 * 60 * 1000, 1061000),))
 
     def test_cluster_mode_needs_a_store_that_keeps_acls(self):
         from types import SimpleNamespace

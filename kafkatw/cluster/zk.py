@@ -507,17 +507,20 @@ class ZkClusterCoordinator:
             out.append((name, entity_type, entity))
         return out
 
-    @defer.inlineCallbacks
     def purge_config_changes(self, max_age_ms, now_ms):
         """Kafka's purgeObsoleteNotifications: delete the change notifications created more
         than ``max_age_ms`` before ``now_ms`` (oldest first, up to the first younger one): a
         Deferred of how many went. Every broker may purge; one deleted meanwhile is skipped."""
+        return self._purge_notifications(L.CONFIG_CHANGES, max_age_ms, now_ms)
+
+    @defer.inlineCallbacks
+    def _purge_notifications(self, parent, max_age_ms, now_ms):
         from kazoo.exceptions import NoNodeError
 
-        children = yield self._run(lambda: self._client.get_children_async(self._p(L.CONFIG_CHANGES)))
+        children = yield self._run(lambda: self._client.get_children_async(self._p(parent)))
         purged = 0
         for name in sorted(children):
-            path = self._p(L.CONFIG_CHANGES + "/" + name)
+            path = self._p(parent + "/" + name)
             stat = yield self._run(lambda path=path: self._client.exists_async(path))
             if stat is None:
                 continue
@@ -636,6 +639,10 @@ class ZkClusterCoordinator:
             self._p(L.acl_changes_path(pattern_type) + "/" + L.ACL_CHANGE_PREFIX),
             L.encode_acl_change(pattern_type, resource_type, name), sequence=True, makepath=True))
         return True
+
+    def purge_acl_changes(self, pattern_type, max_age_ms, now_ms):
+        """``purge_config_changes`` for one ACL store's change notifications."""
+        return self._purge_notifications(L.acl_changes_path(pattern_type), max_age_ms, now_ms)
 
     @defer.inlineCallbacks
     def acl_changes(self, pattern_type, watch=None, after=""):

@@ -165,7 +165,7 @@ class AclAuthorizer:
             if store is None or not all(hasattr(store, m) for m in zk_acls.REQUIRED):
                 raise AclStoreError("in cluster mode the ACLs are kept in ZooKeeper, and the cluster "
                                     "coordinator given cannot keep them")
-            self._zk = zk_acls.ZkAclStore(store)
+            self._zk = zk_acls.ZkAclStore(store, clock=getattr(server_info, "reactor", None))
             loaded = self._zk.load().addCallback(self._loaded_from_zk)
         else:
             if self.path is None and server_info is not None:

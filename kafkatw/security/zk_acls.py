@@ -10,6 +10,7 @@ deciding and caching stays with ``security/acl_authorizer.py``.
 """
 
 import json
+import time
 
 from twisted.internet import defer
 from twisted.logger import Logger
@@ -30,6 +31,9 @@ log = Logger(namespace="kafkatw.security.zk_acls")
 REQUIRED = ("acl_resources", "resource_acls", "write_resource_acls", "acl_changes")
 #: read-modify-write attempts when other brokers keep changing the same resource
 MAX_ATTEMPTS = 50
+#: change notifications older than this go (Kafka's 15 minutes), checked at most once a minute
+CHANGE_EXPIRATION_MS = 15 * 60 * 1000
+PURGE_INTERVAL_S = 60
 
 _TYPE_NAMES = {ResourceType.TOPIC: "Topic", ResourceType.GROUP: "Group", ResourceType.CLUSTER: "Cluster",
                ResourceType.TRANSACTIONAL_ID: "TransactionalId",
@@ -79,8 +83,10 @@ class ConcurrentAclUpdate(RuntimeError):
 class ZkAclStore:
     """The cluster's ACLs in ZooKeeper through ``coordinator`` (``cluster.zk.ZkClusterCoordinator``)."""
 
-    def __init__(self, coordinator):
+    def __init__(self, coordinator, clock=None):
         self.coordinator = coordinator
+        self._clock = clock  # ``seconds()``; the wall clock when None
+        self._last_purge = {}
         self._seen = {}  # pattern type name -> the last change notification handled
         self._on_change = None
         self._watches = {}
@@ -147,8 +153,22 @@ class ZkAclStore:
         d.addCallback(self._changed, pattern_type)
         d.addErrback(lambda f: log.failure("following ACL changes in ZooKeeper failed", f))
 
+    def _maybe_purge(self, pattern_type):
+        """Kafka's purgeObsoleteNotifications, off the path that applies the changes."""
+        now = self._clock.seconds() if self._clock is not None else time.time()
+        last = self._last_purge.get(pattern_type)
+        if last is not None and now - last < PURGE_INTERVAL_S:
+            return
+        self._last_purge[pattern_type] = now
+        purge = getattr(self.coordinator, "purge_acl_changes", None)
+        if purge is not None:
+            purge(pattern_type, CHANGE_EXPIRATION_MS, int(now * 1000)).addErrback(
+                lambda f: log.info("purging old ACL change notifications failed: {err}", err=f.getErrorMessage()))
+
     @defer.inlineCallbacks
     def _changed(self, changes, pattern_type):
+        if changes:
+            self._maybe_purge(pattern_type)
         for notification, zk_type, name in changes:
             if notification <= self._seen.get(pattern_type, ""):
                 continue
