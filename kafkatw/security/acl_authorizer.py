@@ -305,10 +305,10 @@ class AclAuthorizer:
     def create_acls(self, context, bindings):
         return self._lock.run(self._create_in_zk if self._zk is not None else self._create, bindings)
 
-    @defer.inlineCallbacks
-    def _create_in_zk(self, bindings):
-        results = []
-        by_pattern = {}
+    @staticmethod
+    def _validated(bindings):
+        """(one result per binding: None or its AclValidationError, the valid bindings)."""
+        results, valid = [], []
         for b in bindings:
             try:
                 validate_binding(b)
@@ -316,6 +316,14 @@ class AclAuthorizer:
                 results.append(e)
                 continue
             results.append(None)
+            valid.append(b)
+        return results, valid
+
+    @defer.inlineCallbacks
+    def _create_in_zk(self, bindings):
+        results, valid = self._validated(bindings)
+        by_pattern = {}
+        for b in valid:
             by_pattern.setdefault(b.pattern, set()).add(b.entry)
         for pattern, entries in by_pattern.items():
             try:
@@ -327,16 +335,10 @@ class AclAuthorizer:
         return results
 
     def _create(self, bindings):
-        results = []
+        results, valid = self._validated(bindings)
         current = list(self._bindings)
         present = set(current)
-        for b in bindings:
-            try:
-                validate_binding(b)
-            except AclValidationError as e:
-                results.append(e)
-                continue
-            results.append(None)
+        for b in valid:
             if b not in present:
                 present.add(b)
                 current.append(b)
