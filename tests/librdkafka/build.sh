@@ -11,7 +11,8 @@ set -euo pipefail
 
 VERSION=2.0.2
 DEB_VERSION=2.0.2-1
-DIR=${KAFKATW_LIBRDKAFKA_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kafkatw/librdkafka-$VERSION}
+home=${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}  # as Python's expanduser("~")
+DIR=${KAFKATW_LIBRDKAFKA_DIR:-${XDG_CACHE_HOME:-$home/.cache}/kafkatw/librdkafka-$VERSION}
 RUNNER=$DIR/src/tests/test-runner
 
 if [ -x "$RUNNER" ] && [ -f "$DIR/.built" ]; then
