@@ -1,9 +1,9 @@
 """librdkafka 2.0.2's own integration tests, unmodified, against a real kafkatw broker: 0081's
 ACL sub-tests (CreateAcls, DescribeAcls, DeleteAcls, with an ACL authorizer on; on one broker and
-on three), the 0103 transaction sub-tests that run on one broker, and all of 0103 on three brokers
-once transactions in cluster mode are in the tree. The runner (``test-runner``) is built from
-Debian's source package by ``tests/librdkafka/build.sh`` (``.ci/run`` calls it); without it
-these tests skip, or fail under KAFKATW_REQUIRE_LIBRDKAFKA_TESTS=1 (CI).
+on three), the 0103 transaction sub-tests that run on one broker, and all of 0103 on three
+brokers. The runner (``test-runner``) is built from Debian's source package by
+``tests/librdkafka/build.sh`` (``.ci/run`` calls it); without it these tests skip, or fail under
+KAFKATW_REQUIRE_LIBRDKAFKA_TESTS=1 (CI).
 
 The runner's own output is the evidence: each sub-test prints ``[ name ]`` when it starts and
 ``[ name: PASS (..s) ]`` when it passes; a test asserts exactly which passed and that none failed.
@@ -246,15 +246,6 @@ ALL_0103 = ["do_test_misuse_txn",
             "do_test_wmark_isolation_level"]
 
 
-def require_cluster_transactions():
-    """Transactions in cluster mode (the coordinator following leadership of
-    __transaction_state, markers to remote leaders: issue 19) came in with marker_channel."""
-    import importlib.util
-
-    if importlib.util.find_spec("kafkatw.coordinator.txn.marker_channel") is None:
-        raise unittest.SkipTest("transactions in cluster mode are not in this tree yet")
-
-
 class Transactions0103ClusterTests(unittest.SynchronousTestCase):
     """All of tests/0103-transactions.c (replication factor 3 topics, consume-transform-produce,
     fencing, empty transactions with and without offsets, the watermarks of read_committed)
@@ -265,7 +256,6 @@ class Transactions0103ClusterTests(unittest.SynchronousTestCase):
         from tests.test_cluster_e2e import require_zookeeper
 
         require_runner()
-        require_cluster_transactions()
         require_zookeeper()
         self.cluster = testing.KafkaCluster(brokers=3, overrides=TXN_OVERRIDES).start()
         self.addCleanup(self.cluster.close)
