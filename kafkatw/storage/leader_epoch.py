@@ -12,22 +12,47 @@ UNDEFINED_EPOCH_OFFSET = -1
 
 
 class LeaderEpochFileCache:
-    def __init__(self, path, sync=True):
+    """Every change is written at once (fsynced when ``sync``); ``lazy``: the file is read on
+    first use, not now (a log loaded from a clean-shutdown summary may never need it)."""
+
+    def __init__(self, path, sync=True, lazy=False):
         self.path = path
         self._sync = sync
-        self._epochs = []   # ascending
-        self._offsets = []  # start offsets, same order
-        if path is not None and os.path.exists(path):
-            for epoch, offset in checkpoint.read_epochs(path):
-                self._epochs.append(epoch)
-                self._offsets.append(offset)
+        self._unsynced = False  # written without fsync since the last flush
+        if not lazy:
+            self._read()
+
+    def _read(self):
+        epochs, offsets = [], []
+        if self.path is not None and os.path.exists(self.path):
+            for epoch, offset in checkpoint.read_epochs(self.path):
+                epochs.append(epoch)
+                offsets.append(offset)
+        self._epochs = epochs      # ascending
+        self._offsets = offsets    # start offsets, same order
+
+    def __getattr__(self, name):
+        # only for attributes not set yet: the entries of a lazy cache
+        if name in ("_epochs", "_offsets"):
+            self._read()
+            return self.__dict__[name]
+        raise AttributeError(name)
 
     def entries(self):
         return list(zip(self._epochs, self._offsets))
 
-    def flush(self):
+    def _write(self):
         if self.path is not None:
             checkpoint.write_epochs(self.path, self.entries(), self._sync)
+            self._unsynced = not self._sync
+
+    def flush(self):
+        """Make the entries durable: a write of each change was fsynced already unless the
+        cache was made with ``sync=False`` (a clean shutdown of 2,000 logs rewrote and fsynced
+        2,000 unchanged files)."""
+        if self._unsynced and self.path is not None:
+            checkpoint.write_epochs(self.path, self.entries(), True)
+            self._unsynced = False
 
     def latest_epoch(self):
         return self._epochs[-1] if self._epochs else None
@@ -49,7 +74,9 @@ class LeaderEpochFileCache:
         self._epochs.append(epoch)
         self._offsets.append(start_offset)
         if flush:
-            self.flush()
+            self._write()
+        else:
+            self._unsynced = True  # written by the next flush
         return True
 
     def epoch_for_offset(self, offset):
@@ -81,7 +108,7 @@ class LeaderEpochFileCache:
             self._offsets.pop()
             changed = True
         if changed:
-            self.flush()
+            self._write()
 
     def truncate_from_start(self, start_offset):
         """Entries wholly below ``start_offset`` go; the one spanning it starts there."""
@@ -92,9 +119,9 @@ class LeaderEpochFileCache:
             del self._epochs[:i]
             del self._offsets[:i]
             self._offsets[0] = start_offset
-            self.flush()
+            self._write()
 
     def clear(self):
         self._epochs = []
         self._offsets = []
-        self.flush()
+        self._write()
