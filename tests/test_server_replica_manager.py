@@ -2,6 +2,7 @@
 with the storage contract's names: fetch logic (limitBytes, minOneMessage, immediate vs delayed,
 wake on append, expiry), errors and leader epochs, idempotent produce, ListOffsets."""
 
+import os
 import struct
 
 import attr
@@ -58,6 +59,12 @@ class FakeLog:
     @property
     def last_stable_offset(self):
         return self.high_watermark
+
+    def may_have_producer_snapshot(self):
+        try:
+            return any(n.endswith(".snapshot") for n in os.listdir(self.dir))
+        except OSError:
+            return False
 
     @property
     def last_stable_offset_metadata(self):

@@ -13,7 +13,6 @@ On a cluster (``zookeeper.connect``) it also applies LeaderAndIsr and StopReplic
 waits in the produce purgatory (``server.delayed_produce``).
 """
 
-import os
 
 import attr
 from twisted.internet import defer, task
@@ -47,7 +46,6 @@ from kafkatw.storage.offsets import (
 )
 from kafkatw.storage.producer_state import (
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
-    SNAPSHOT_SUFFIX,
     ProducerStateManager,
     delete_snapshots_before,
     write_snapshot,
@@ -220,13 +218,6 @@ def _check_marker(entry, header, marker):
         return PartitionResponse(errors.TRANSACTION_COORDINATOR_FENCED, error_message=(
             "Coordinator epoch %d of the marker is older than %d" % (ce, entry.coordinator_epoch)))
     return None
-
-
-def _has_producer_snapshot(directory):
-    try:
-        return any(name.endswith(SNAPSHOT_SUFFIX) for name in os.listdir(directory))
-    except OSError:
-        return False
 
 
 def _config_get(config, name, default):
@@ -529,7 +520,7 @@ class ReplicaManager:
         self._hook_roll(log_, ps)
         log_.producer_state_manager = ps  # the cleaner keeps each producer's last batch
         log_.first_unstable_offset = ps.first_unstable_offset()
-        if not _has_producer_snapshot(log_.dir):
+        if not log_.may_have_producer_snapshot():
             # A partition with producer state always has a snapshot from here on, so a start-up
             # (even after a crash) knows which logs may hold open transactions without reading
             # logs that never saw a producer id.
@@ -642,7 +633,7 @@ class ReplicaManager:
             if not self.cluster_mode:
                 log_.maybe_increment_high_watermark(log_.log_end_offset)
             if log_.log_end_offset > log_.log_start_offset and not log_.is_offline \
-                    and _has_producer_snapshot(log_.dir):
+                    and log_.may_have_producer_snapshot():
                 # Open transactions hold the LSO back from the first fetch on (Kafka loads
                 # producer state with the log); only logs that ever had producer state can
                 # hold one, and each of those has a snapshot. A rebuild from the snapshot runs
@@ -943,7 +934,7 @@ class ReplicaManager:
                 loading.done()
             lg.producer_state_manager = None
             lg.first_unstable_offset = None
-            if had_state or loading is not None or _has_producer_snapshot(lg.dir):
+            if had_state or loading is not None or lg.may_have_producer_snapshot():
                 # from the newest snapshot at or below the new end (later ones are deleted)
                 self.producer_state_or_load(topic, partition, lg)
         return changed

@@ -39,13 +39,14 @@ def _lock_for(path):
         return lock
 
 
-def _write_lines(path, lines, sync=True):
+def write_lines(path, lines, sync=True, version=CURRENT_VERSION):
+    """Kafka's checkpoint layout (version, count, one entry a line), atomically."""
     # One writer per file at a time: the flush thread and the reactor both write a log's
     # leader-epoch checkpoint, and two writers sharing the tmp file made os.replace fail.
     tmp = path + ".tmp"
     with _lock_for(path):
         with open(tmp, "w") as f:
-            f.write("%d\n%d\n" % (CURRENT_VERSION, len(lines)))
+            f.write("%d\n%d\n" % (version, len(lines)))
             for line in lines:
                 f.write(line + "\n")
             f.flush()
@@ -55,7 +56,8 @@ def _write_lines(path, lines, sync=True):
         os.replace(tmp, path)
 
 
-def _read_lines(path):
+def read_lines(path, version=CURRENT_VERSION):
+    """The entries of a :func:`write_lines` file split at spaces ([] if there is none)."""
     try:
         with open(path) as f:
             text = f.read()
@@ -63,12 +65,12 @@ def _read_lines(path):
         return []
     lines = text.split("\n")
     try:
-        version = int(lines[0])
+        found = int(lines[0])
         count = int(lines[1])
     except (IndexError, ValueError):
         raise CheckpointError("malformed checkpoint file %s" % (path,))
-    if version != CURRENT_VERSION:
-        raise CheckpointError("unrecognised version %d in %s" % (version, path))
+    if found != version:
+        raise CheckpointError("unrecognised version %d in %s" % (found, path))
     entries = lines[2:2 + count]
     if len(entries) != count or any(not e.strip() for e in entries):
         raise CheckpointError("expected %d entries in %s" % (count, path))
@@ -78,12 +80,12 @@ def _read_lines(path):
 def write_offsets(path, offsets, sync=True):
     """``offsets``: {(topic, partition): offset}."""
     lines = ["%s %d %d" % (t, p, o) for (t, p), o in sorted(offsets.items())]
-    _write_lines(path, lines, sync)
+    write_lines(path, lines, sync)
 
 
 def read_offsets(path):
     out = {}
-    for fields in _read_lines(path):
+    for fields in read_lines(path):
         if len(fields) != 3:
             raise CheckpointError("malformed line %r in %s" % (" ".join(fields), path))
         out[(fields[0], int(fields[1]))] = int(fields[2])
@@ -92,12 +94,12 @@ def read_offsets(path):
 
 def write_epochs(path, entries, sync=True):
     """``entries``: [(epoch, start_offset)]."""
-    _write_lines(path, ["%d %d" % (e, o) for e, o in entries], sync)
+    write_lines(path, ["%d %d" % (e, o) for e, o in entries], sync)
 
 
 def read_epochs(path):
     out = []
-    for fields in _read_lines(path):
+    for fields in read_lines(path):
         if len(fields) != 2:
             raise CheckpointError("malformed line %r in %s" % (" ".join(fields), path))
         out.append((int(fields[0]), int(fields[1])))

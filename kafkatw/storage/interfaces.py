@@ -45,6 +45,10 @@ class ILog(Interface):
         "None or ``callable(log, new_base_offset)``, called after a segment roll (the replica "
         "manager snapshots producer state there; it chains a listener already installed).")
 
+    def may_have_producer_snapshot():
+        """Whether a producer state snapshot may be in :attr:`dir` (only such logs can hold
+        open transactions at start-up; a log not yet opened answers from its summary)."""
+
     def append_as_leader(buf, leader_epoch, batch_headers=None):
         """Validate the v2 batches in the writable ``buf``, assign offsets in place, write them
         and return a LogAppendInfo. ``batch_headers``: ``[(position, BatchHeader)]`` of ``buf``

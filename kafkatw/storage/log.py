@@ -26,8 +26,10 @@ from .file_records import FileRecords
 from .interfaces import ILog
 from .leader_epoch import LeaderEpochFileCache
 from .offsets import FetchDataInfo, FetchIsolation, LogOffsetMetadata
+from .producer_state import SNAPSHOT_SUFFIX
 from .segment import (CLEANED_SUFFIX, DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, SWAP_SUFFIX,
                       TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, LogSegment)
+from .summary import LogSummary
 from .txn_index import AbortedTxn
 from .validator import validate_and_assign
 
@@ -53,6 +55,17 @@ def parse_topic_partition(dirname):
     if not topic or not part.isdigit():
         raise ValueError("directory %r is not <topic>-<partition>" % (dirname,))
     return topic, int(part)
+
+
+#: attributes a log made from a clean-shutdown summary sets when first used
+_DEFERRED = frozenset(("_segments", "_bases"))
+
+
+def _summary_usable(summary, log_start_offset):
+    """The summary agrees with the checkpointed log start (else the files decide)."""
+    return (summary.first_base <= summary.active_base <= summary.log_end_offset
+            and max(log_start_offset, summary.first_base) <= summary.log_end_offset
+            and summary.active_size <= summary.size)
 
 
 def _system_ms():
@@ -126,10 +139,12 @@ class UnifiedLog:
     def __init__(self, directory, config=None, topic=None, partition=None, topic_id=None,
                  clock=None, recovery_point=0, log_start_offset=0, high_watermark=None,
                  needs_recovery=False, dir_failure_handler=None, scheduler=None,
-                 sync_metadata=True, dir_exists=False):
+                 sync_metadata=True, dir_exists=False, summary=None):
         """``clock()`` returns milliseconds; ``scheduler(delay_ms, fn)`` runs ``fn`` later
         (file deletes); without one, deleted files are removed at once. ``dir_exists``: the
-        caller has just listed ``directory`` (loading), so it is not created."""
+        caller has just listed ``directory`` (loading), so it is not created. ``summary``: the
+        :class:`~kafkatw.storage.summary.LogSummary` a clean shutdown left; the log's files
+        are then read on first use (see :meth:`_load_deferred`)."""
         self.dir = directory
         if topic is None:
             topic, partition = parse_topic_partition(os.path.basename(directory))
@@ -142,17 +157,33 @@ class UnifiedLog:
         self._sync = sync_metadata
         self._offline = False
         self._deleted = False
+        self._leftovers = False  # files renamed .deleted wait for a scheduled delete
         self.first_unstable_offset = None  # hook for transactions (offset or LogOffsetMetadata)
         self.producer_state_manager = None
         self.roll_listener = None  # called with the new segment's base offset after a roll
         self.recovery_log = []  # what loading recovered, per segment (debug log)
         self.recovered_segments = 0  # segments scanned by recovery while loading
         self.truncated_bytes = 0  # bytes cut off torn or corrupt tails while loading
+        self._metadata_path = os.path.join(directory, PARTITION_METADATA_FILE)
+        self._unflushed_messages = 0
+        self._last_flush_ms = self._clock()
+        self._summary = None
+        if summary is not None and _summary_usable(summary, log_start_offset):
+            self._init_from_summary(summary, recovery_point, log_start_offset)
+        else:
+            self._init_from_files(topic_id, recovery_point, log_start_offset, needs_recovery,
+                                  dir_exists)
+        hw = high_watermark if high_watermark is not None else self._log_start_offset
+        self._hw_metadata = LogOffsetMetadata(
+            max(self._log_start_offset, min(hw, self.log_end_offset)))
+
+    def _init_from_files(self, topic_id, recovery_point, log_start_offset, needs_recovery,
+                         dir_exists):
+        directory = self.dir
         if not dir_exists:
             os.makedirs(directory, exist_ok=True)
         self.leader_epoch_cache = LeaderEpochFileCache(
-            os.path.join(directory, checkpoint.LEADER_EPOCH_CHECKPOINT), sync_metadata)
-        self._metadata_path = os.path.join(directory, PARTITION_METADATA_FILE)
+            os.path.join(directory, checkpoint.LEADER_EPOCH_CHECKPOINT), self._sync)
         stored_id = read_partition_metadata(self._metadata_path)
         if topic_id is not None and stored_id is not None and stored_id != topic_id:
             raise KafkaError(errors.INCONSISTENT_TOPIC_ID,
@@ -166,12 +197,82 @@ class UnifiedLog:
         self._bases = []
         self._log_start_offset = log_start_offset
         self._recovery_point = recovery_point
-        self._unflushed_messages = 0
-        self._last_flush_ms = self._clock()
         self._load(needs_recovery)
-        hw = high_watermark if high_watermark is not None else self._log_start_offset
-        self._hw_metadata = LogOffsetMetadata(
-            max(self._log_start_offset, min(hw, self.log_end_offset)))
+
+    def _init_from_summary(self, summary, recovery_point, log_start_offset):
+        """After a clean shutdown: offsets, sizes and the topic id from the summary; the
+        segments (and the leader epoch checkpoint) are read on first use. 50,000 partitions
+        took over a minute to open at start, and most may not be used for a while."""
+        self._summary = summary
+        self.leader_epoch_cache = LeaderEpochFileCache(
+            os.path.join(self.dir, checkpoint.LEADER_EPOCH_CHECKPOINT), self._sync, lazy=True)
+        self.topic_id = summary.topic_id
+        leo = summary.log_end_offset
+        self._log_start_offset = max(log_start_offset, summary.first_base)
+        self._recovery_point = min(leo, recovery_point)
+        self._leo_metadata = LogOffsetMetadata(leo, summary.active_base, summary.active_size)
+
+    def __getattr__(self, name):
+        # Reached only for an attribute not set: the segments of a log made from a summary.
+        if name in _DEFERRED and self.__dict__.get("_summary") is not None:
+            self._load_deferred()
+            return self.__dict__[name]
+        raise AttributeError(name)
+
+    def _load_deferred(self):
+        """Open the segments of a log made from a summary, as a clean load does (leftover
+        files removed, the active segment's indexes checked, the log end read from the
+        file). Fails as an I/O error of the log; out of descriptors, the next use retries."""
+        summary = self._summary
+        self._summary = None
+        self._segments, self._bases = {}, []
+        try:
+            self._load(False)
+        except BaseException as e:
+            del self._segments, self._bases
+            self._summary = summary
+            if isinstance(e, OSError):
+                raise self._io_failed(e)
+            raise
+        if self.log_end_offset != summary.log_end_offset:
+            log.warn("{tp}: log end offset {leo} in the files, {summary} in the clean-shutdown "
+                     "summary", tp="%s-%d" % (self.topic, self.partition),
+                     leo=self.log_end_offset, summary=summary.log_end_offset)
+            self._reset_cached_metadata()
+
+    @property
+    def is_loaded(self):
+        """Whether the segments are open (False for a log made from a summary, until used)."""
+        return self._summary is None
+
+    def summarise(self):
+        """A :class:`~kafkatw.storage.summary.LogSummary` of the log now, for a clean shutdown
+        (call before :meth:`close`), or None when the next start must read its files: files
+        left to delete, a compacted log (the cleaner reads its segments anyway), offline."""
+        if self._offline or self._leftovers or self.config.compact:
+            return None
+        if self._summary is not None:
+            return self._summary._replace(
+                log_start_offset=self._log_start_offset, recovery_point=self._recovery_point,
+                high_watermark=self.high_watermark, topic_id=self.topic_id)
+        first, active = self.segments[0], self.active_segment
+        return LogSummary(self._log_start_offset, self._recovery_point, self.high_watermark,
+                          self.log_end_offset, active.base_offset, active.size, self.size,
+                          first.base_offset, first.largest_timestamp(), self.topic_id,
+                          self._list_snapshots())
+
+    def _list_snapshots(self):
+        try:
+            return any(name.endswith(SNAPSHOT_SUFFIX) for name in os.listdir(self.dir))
+        except OSError:
+            return False
+
+    def may_have_producer_snapshot(self):
+        """Whether a producer state snapshot may be in the partition's directory (a start-up
+        loads producer state only for those logs)."""
+        if self._summary is not None:
+            return self._summary.producer_snapshot
+        return self._list_snapshots()
 
     # -- segments -----------------------------------------------------------------------
 
@@ -203,6 +304,8 @@ class UnifiedLog:
 
     @property
     def size(self):
+        if self._summary is not None:
+            return self._summary.size
         return sum(s.size for s in self._segments.values())
 
     @property
@@ -818,6 +921,8 @@ class UnifiedLog:
         """Kafka's two-step delete: rename to .deleted now, remove after file.delete.delay.ms."""
         for seg in segments:
             seg.change_file_suffixes("", DELETED_SUFFIX)
+        if segments:
+            self._leftovers = True
 
         def delete():
             for seg in segments:
@@ -854,6 +959,8 @@ class UnifiedLog:
 
     def _async_delete_renamed(self, segments):
         """Schedule removal of segments already renamed to .deleted."""
+        if segments:
+            self._leftovers = True
         def delete():
             for seg in segments:
                 seg.delete_if_exists()
@@ -883,6 +990,8 @@ class UnifiedLog:
         policy includes delete). Returns the number of segments deleted."""
         self._check_online()
         now_ms = self._clock() if now_ms is None else now_ms
+        if self._summary is not None and not self._summary_may_delete(now_ms):
+            return 0  # its files stay closed
         start = self._log_start_offset
         deleted = self._delete_segments(self._deletable_segments(
             lambda seg, nxt: nxt is not None and nxt.base_offset <= start), "log start offset")
@@ -905,6 +1014,19 @@ class UnifiedLog:
             deleted += self._delete_segments(self._deletable_segments(size_breach),
                                              "retention size %d bytes" % retention_bytes)
         return deleted
+
+    def _summary_may_delete(self, now_ms):
+        """Whether retention may delete a segment of a log not yet opened (a superset of
+        :meth:`delete_old_segments`' rules, decided from its summary)."""
+        summary, config = self._summary, self.config
+        if summary.first_base != summary.active_base \
+                and self._log_start_offset > summary.first_base:
+            return True
+        if not config.delete:
+            return False
+        if config.retention_ms >= 0 and now_ms - summary.first_largest_ts > config.retention_ms:
+            return True
+        return 0 <= config.retention_bytes <= summary.size
 
     def _delete_segments(self, doomed, reason):
         if not doomed:
@@ -978,6 +1100,8 @@ class UnifiedLog:
         return self._unflushed_messages
 
     def close(self):
+        if self._summary is not None:
+            return  # nothing was opened
         for seg in self.segments:
             try:
                 seg.close()
@@ -985,13 +1109,15 @@ class UnifiedLog:
                 seg.close_handlers()
 
     def close_handlers(self):
+        if self._summary is not None:
+            return
         for seg in self.segments:
             seg.close_handlers()
 
     def rename_dir(self, new_dir):
         os.rename(self.dir, new_dir)
         self.dir = new_dir
-        for seg in self.segments:
+        for seg in ([] if self._summary is not None else self.segments):
             for obj in (seg.log, seg.offset_index, seg.time_index):
                 obj.path = os.path.join(new_dir, os.path.basename(obj.path))
         self.leader_epoch_cache.path = os.path.join(new_dir, checkpoint.LEADER_EPOCH_CHECKPOINT)
@@ -1001,6 +1127,7 @@ class UnifiedLog:
         """Close and remove the whole directory."""
         self.close_handlers()
         self._segments, self._bases = {}, []
+        self._summary = None
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def update_config(self, config):

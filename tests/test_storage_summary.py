@@ -1,0 +1,263 @@
+"""Loading after a clean shutdown from the log dir's summary (issue 21): logs are opened on
+first use, serve what the summary says until then, and are exactly what their files hold
+once opened; an unclean stop, a stale or malformed summary and files left to delete make the
+next start read the files. Clean shutdown: leader-epoch checkpoints are not rewritten, many
+dirty logs are synced with one syncfs. The 600-partition broker run is tests.test_scale."""
+
+import os
+
+from twisted.internet import task
+from twisted.trial import unittest
+
+from kafkatw.protocol import records
+from kafkatw.storage import LogManager, checkpoint, summary
+from kafkatw.storage import manager as manager_module
+
+from .test_storage_helpers import make_batch
+
+PARTITIONS = 6
+
+
+def values(lg, offset=0):
+    """[(offset, value)] of every record from ``offset`` to the log end."""
+    buf = lg.read(offset, 10 ** 6).records.read()
+    out, pos = [], 0
+    while pos < len(buf):
+        header, recs = records.decode_batch(buf, pos)
+        out.extend((r.offset, r.value) for r in recs)
+        pos += header.size_in_bytes
+    return out
+
+
+class SummaryBase(unittest.TestCase):
+    def setUp(self):
+        self.dir = os.path.abspath(os.path.join(self.mktemp(), "d"))
+        self.clock = task.Clock()
+        self.clock.advance(1_000_000)
+
+    def make(self, props=None):
+        mgr = LogManager([self.dir], props or {}, reactor=self.clock)
+        mgr.load_logs()
+        return mgr
+
+    def now(self):
+        return int(self.clock.seconds() * 1000)
+
+    def fill(self, props=None):
+        """PARTITIONS logs of topic t (a topic id), partition p holding p + 1 records."""
+        mgr = self.make(props)
+        for p in range(PARTITIONS):
+            lg = mgr.get_or_create_log("t", p, b"\x05" * 16, {})
+            for i in range(p + 1):
+                lg.append_as_leader(make_batch(1, values=[b"%d/%d" % (p, i)],
+                                               timestamp=self.now()), 3)
+            lg.update_high_watermark(lg.log_end_offset)
+        return mgr
+
+    def expected(self, p):
+        return [(i, b"%d/%d" % (p, i)) for i in range(p + 1)]
+
+
+class DeferredLoadTest(SummaryBase):
+    def test_logs_open_on_first_use_and_hold_their_records(self):
+        self.fill().shutdown()
+        self.assertTrue(os.path.exists(os.path.join(self.dir, summary.LOG_SUMMARY_FILE)))
+        mgr = self.make()
+        # the summary is gone once read: it is true of these files only until they change
+        self.assertFalse(os.path.exists(os.path.join(self.dir, summary.LOG_SUMMARY_FILE)))
+        logs = [mgr.get_log("t", p) for p in range(PARTITIONS)]
+        self.assertEqual([lg.is_loaded for lg in logs], [False] * PARTITIONS)
+        self.assertEqual([(lg.log_start_offset, lg.log_end_offset, lg.high_watermark,
+                           lg.recovery_point, lg.topic_id) for lg in logs],
+                         [(0, p + 1, p + 1, p + 1, b"\x05" * 16) for p in range(PARTITIONS)])
+        sizes = [lg.size for lg in logs]
+        self.assertEqual(mgr.get_log("t", 0).fetch_offset_by_timestamp(-1), (1, -1, 3))
+        self.assertEqual([lg.is_loaded for lg in logs], [False] * PARTITIONS)
+        # the first read opens the log; what the files hold is what the summary said
+        self.assertEqual(values(logs[2]), self.expected(2))
+        self.assertEqual([lg.is_loaded for lg in logs], [False, False, True] + [False] * 3)
+        self.assertEqual((logs[2].log_end_offset, logs[2].size), (3, sizes[2]))
+        self.assertEqual(logs[2].log_end_offset_metadata.relative_position_in_segment, sizes[2])
+        # an append opens it too
+        logs[4].append_as_leader(make_batch(1, values=[b"4/5"], timestamp=self.now()), 3)
+        self.assertEqual(values(logs[4]), self.expected(4) + [(5, b"4/5")])
+        mgr.shutdown()
+        # a log never opened is summarised again; every log holds its records
+        mgr = self.make()
+        self.assertEqual(sum(not lg.is_loaded for lg in mgr.all_logs()), PARTITIONS)
+        for p in range(PARTITIONS):
+            extra = [(5, b"4/5")] if p == 4 else []
+            self.assertEqual(values(mgr.get_log("t", p)), self.expected(p) + extra)
+        mgr.shutdown()
+
+    def test_an_unclean_stop_after_a_deferred_load_recovers_from_the_files(self):
+        self.fill().shutdown()
+        mgr = self.make()
+        mgr.get_log("t", 1).append_as_leader(make_batch(1, values=[b"1/2"],
+                                                        timestamp=self.now()), 3)
+        # no shutdown: a kill -9 (the marker was removed by the load)
+        self.assertFalse(os.path.exists(os.path.join(self.dir, checkpoint.CLEAN_SHUTDOWN_FILE)))
+        mgr2 = self.make()
+        self.assertEqual([lg.is_loaded for lg in mgr2.all_logs()], [True] * PARTITIONS)
+        self.assertEqual(values(mgr2.get_log("t", 1)), self.expected(1) + [(2, b"1/2")])
+        for p in (0, 2, 3, 4, 5):
+            self.assertEqual(values(mgr2.get_log("t", p)), self.expected(p))
+        self.assertEqual(sum(lg.recovered_segments for lg in mgr2.all_logs()), PARTITIONS)
+        mgr2.shutdown()
+
+    def test_a_summary_without_the_marker_is_not_used(self):
+        mgr = self.fill()
+        mgr.shutdown()
+        os.unlink(os.path.join(self.dir, checkpoint.CLEAN_SHUTDOWN_FILE))
+        mgr = self.make()
+        self.assertEqual([lg.is_loaded for lg in mgr.all_logs()], [True] * PARTITIONS)
+        self.assertFalse(os.path.exists(os.path.join(self.dir, summary.LOG_SUMMARY_FILE)))
+        self.assertEqual(values(mgr.get_log("t", 3)), self.expected(3))
+        mgr.shutdown()
+
+    def test_a_malformed_summary_loads_from_the_files(self):
+        self.fill().shutdown()
+        with open(os.path.join(self.dir, summary.LOG_SUMMARY_FILE), "w") as f:
+            f.write("0\n1\nt 0 zero\n")
+        mgr = self.make()
+        self.assertEqual([lg.is_loaded for lg in mgr.all_logs()], [True] * PARTITIONS)
+        self.assertEqual([mgr.get_log("t", p).log_end_offset for p in range(PARTITIONS)],
+                         [p + 1 for p in range(PARTITIONS)])
+        self.assertEqual([mgr.get_log("t", p).high_watermark for p in range(PARTITIONS)],
+                         [p + 1 for p in range(PARTITIONS)])
+        mgr.shutdown()
+
+    def test_a_partition_left_out_of_the_summary_loads_from_its_files(self):
+        self.fill().shutdown()
+        path = os.path.join(self.dir, summary.LOG_SUMMARY_FILE)
+        found = summary.read_summaries(path)
+        del found["t-2"]
+        summary.write_summaries(path, {(t, p): s for t, p, s in found.values()})
+        mgr = self.make()
+        self.assertEqual([mgr.get_log("t", p).is_loaded for p in range(PARTITIONS)],
+                         [False, False, True, False, False, False])
+        self.assertEqual(mgr.get_log("t", 2).high_watermark, 3)  # from the checkpoint
+        self.assertEqual(values(mgr.get_log("t", 2)), self.expected(2))
+        mgr.shutdown()
+
+    def test_files_left_to_delete_make_the_next_start_read_the_files(self):
+        props = {"log.segment.bytes": "200", "file.delete.delay.ms": "60000"}
+        mgr = self.make(props)
+        lg = mgr.get_or_create_log("r", 0)
+        for i in range(10):
+            lg.append_as_leader(make_batch(1, 100, timestamp=self.now()), 0)
+        lg.update_high_watermark(lg.log_end_offset)
+        lg.delete_records_before(6)
+        self.assertGreater(mgr.cleanup_logs(), 0)  # segments renamed .deleted, removed later
+        mgr.shutdown()
+        self.assertTrue(any(n.endswith(".deleted") for n in os.listdir(lg.dir)))
+        mgr = self.make(props)
+        lg = mgr.get_log("r", 0)
+        self.assertTrue(lg.is_loaded)
+        self.assertFalse(any(n.endswith(".deleted") for n in os.listdir(lg.dir)))
+        self.assertEqual((lg.log_start_offset, lg.log_end_offset), (6, 10))
+        mgr.shutdown()
+
+    def test_a_deferred_log_is_deleted_without_being_opened(self):
+        self.fill().shutdown()
+        mgr = self.make({"log.segment.delete.delay.ms": "0"})
+        lg = mgr.get_log("t", 0)
+        mgr.delete_log("t", 0)
+        self.assertFalse(lg.is_loaded)
+        self.clock.advance(0)
+        self.assertEqual([n for n in os.listdir(self.dir) if n.startswith("t-0")], [])
+        mgr.shutdown()
+        self.assertNotIn("t-0", summary.read_summaries(
+            os.path.join(self.dir, summary.LOG_SUMMARY_FILE)))
+
+
+class RetentionTest(SummaryBase):
+    def test_retention_opens_only_logs_with_something_to_delete(self):
+        mgr = self.fill({"log.retention.ms": "60000"})
+        mgr.shutdown()
+        self.clock.advance(30)
+        mgr = self.make({"log.retention.ms": "60000"})
+        self.assertEqual(mgr.cleanup_logs(), 0)
+        self.assertEqual([lg.is_loaded for lg in mgr.all_logs()], [False] * PARTITIONS)
+        self.clock.advance(31)  # every record is now older than retention.ms
+        self.assertEqual(mgr.cleanup_logs(), PARTITIONS)
+        self.assertEqual([(lg.log_start_offset, lg.log_end_offset) for lg in mgr.all_logs()],
+                         [(p + 1, p + 1) for p in range(PARTITIONS)])
+        mgr.shutdown()
+
+    def test_retention_bytes_and_log_start_offset(self):
+        props = {"log.segment.bytes": "200", "log.retention.bytes": "10000"}
+        mgr = self.make(props)
+        for topic in ("r", "s"):
+            lg = mgr.get_or_create_log(topic, 0)
+            for i in range(10):
+                lg.append_as_leader(make_batch(1, 100, timestamp=self.now()), 0)
+            lg.update_high_watermark(lg.log_end_offset)
+        segments = lg.number_of_segments
+        self.assertEqual(segments, 10)  # a batch each
+        mgr.shutdown()
+        mgr = self.make(props)
+        self.assertEqual(mgr.cleanup_logs(), 0)
+        self.assertEqual([lg.is_loaded for lg in mgr.all_logs()], [False, False])
+        mgr.update_log_config("r", {"retention.bytes": "300"})
+        self.assertEqual(mgr.cleanup_logs(), segments - 2)
+        s = mgr.get_log("s", 0)
+        self.assertFalse(s.is_loaded)
+        s.delete_records_before(9)  # the log start beyond the first segments
+        self.assertFalse(s.is_loaded)
+        self.assertEqual(mgr.cleanup_logs(), 9)
+        self.assertEqual((s.log_start_offset, s.number_of_segments), (9, 1))
+        self.assertEqual(values(s, 9), [(9, b"A" * 100)])
+        mgr.shutdown()
+
+
+class ShutdownTest(SummaryBase):
+    def test_leader_epoch_checkpoints_are_not_rewritten(self):
+        mgr = self.fill()
+        paths = [os.path.join(mgr.get_log("t", p).dir, checkpoint.LEADER_EPOCH_CHECKPOINT)
+                 for p in range(PARTITIONS)]
+        inodes = [os.stat(p).st_ino for p in paths]
+        mgr.shutdown()
+        self.assertEqual([os.stat(p).st_ino for p in paths], inodes)
+        self.assertEqual([checkpoint.read_epochs(p) for p in paths], [[(3, 0)]] * PARTITIONS)
+
+    def test_many_dirty_logs_are_synced_once(self):
+        synced = []
+        real = manager_module.sync_filesystem
+        self.patch(manager_module, "sync_filesystem", lambda d: synced.append(d) or real(d))
+        n = manager_module._SYNCFS_MIN_DIRTY_LOGS
+        mgr = self.make()
+        for p in range(n):
+            mgr.get_or_create_log("many", p).append_as_leader(
+                make_batch(1, timestamp=self.now()), 0)
+        self.assertEqual(sum(lg.recovery_point == 0 for lg in mgr.all_logs()), n)
+        mgr.shutdown()
+        self.assertEqual(synced, [self.dir])
+        self.assertEqual(set(checkpoint.read_offsets(os.path.join(
+            self.dir, checkpoint.RECOVERY_POINT_CHECKPOINT)).values()), {1})
+        self.assertTrue(os.path.exists(os.path.join(self.dir, checkpoint.CLEAN_SHUTDOWN_FILE)))
+        found = summary.read_summaries(os.path.join(self.dir, summary.LOG_SUMMARY_FILE))
+        self.assertEqual({s.recovery_point for _, _, s in found.values()}, {1})
+        self.assertEqual(len(found), n)
+
+    def test_few_dirty_logs_are_fsynced_each(self):
+        synced = []
+        self.patch(manager_module, "sync_filesystem", synced.append)
+        mgr = self.fill()
+        mgr.shutdown()
+        self.assertEqual(synced, [])
+        self.assertEqual(checkpoint.read_offsets(os.path.join(
+            self.dir, checkpoint.RECOVERY_POINT_CHECKPOINT)),
+            {("t", p): p + 1 for p in range(PARTITIONS)})
+
+    def test_a_failed_sync_leaves_no_marker(self):
+        def fail(d):
+            raise OSError(5, "Input/output error")
+        self.patch(manager_module, "sync_filesystem", fail)
+        mgr = self.make()
+        for p in range(manager_module._SYNCFS_MIN_DIRTY_LOGS):
+            mgr.get_or_create_log("many", p).append_as_leader(
+                make_batch(1, timestamp=self.now()), 0)
+        mgr.shutdown()
+        self.assertEqual(mgr.offline_dirs, frozenset([self.dir]))
+        self.assertFalse(os.path.exists(os.path.join(self.dir, checkpoint.CLEAN_SHUTDOWN_FILE)))
