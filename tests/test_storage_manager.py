@@ -180,6 +180,34 @@ class CreateLogsTest(ManagerBase):
         self.assertEqual(mgr.all_logs(), [])  # the thread made files, not broker state
         self.assertEqual(sorted(p for p, _, _ in made), [0, 1, 2])
 
+    def test_a_new_partition_writes_its_log_and_metadata_only(self):
+        """A partition directory just made holds the empty .log and partition.metadata; the
+        indexes come with the first append; an unclean stop then recovers it; a directory
+        that was already there is read, not made afresh."""
+        mgr = self.make(dirs=[os.path.join(self.mktemp(), "one")])
+        self.successResultOf(mgr.create_logs("t", range(2), b"\x03" * 16, {}))
+        lg = mgr.get_log("t", 0)
+        self.assertEqual(sorted(os.listdir(lg.dir)),
+                         ["00000000000000000000.log", "partition.metadata"])
+        self.assertEqual((lg.log_start_offset, lg.log_end_offset, lg.topic_id),
+                         (0, 0, b"\x03" * 16))
+        lg.append_as_leader(make_batch(2, timestamp=self.now()), 1)
+        self.assertEqual(sorted(os.listdir(lg.dir)), [
+            "00000000000000000000.index", "00000000000000000000.log",
+            "00000000000000000000.timeindex", "leader-epoch-checkpoint", "partition.metadata"])
+        lg.close()
+        mgr.get_log("t", 1).close()  # no shutdown: an unclean stop
+        mgr2 = self.make(dirs=mgr.log_dirs)
+        self.assertEqual([(lg.log_end_offset, lg.topic_id, lg.latest_epoch())
+                          for lg in (mgr2.get_log("t", 0), mgr2.get_log("t", 1))],
+                         [(2, b"\x03" * 16, 1), (0, b"\x03" * 16, None)])
+        os.makedirs(os.path.join(mgr.log_dirs[0], "u-0"))
+        with open(os.path.join(mgr.log_dirs[0], "u-0", "00000000000000000005.log"), "wb"):
+            pass
+        u = mgr2.get_or_create_log("u", 0, b"\x04" * 16)
+        self.assertEqual((u.log_start_offset, u.log_end_offset), (5, 5))
+        mgr2.shutdown()
+
     def test_logs_made_after_shutdown_are_closed_not_attached(self):
         mgr = self.make()
         work = []
@@ -191,8 +219,11 @@ class CreateLogsTest(ManagerBase):
         pool.callback(fn(*args))
         self.successResultOf(d)
         self.assertEqual(mgr.all_logs(), [])
-        index = [os.path.join(r, f) for r, _, fs in os.walk(self.base) for f in fs if f.endswith(".index")]
-        self.assertEqual([os.path.getsize(i) for i in index], [0, 0])  # trimmed: closed cleanly
+        files = [os.path.join(r, f) for r, _, fs in os.walk(self.base) for f in fs]
+        self.assertEqual(sorted(os.path.basename(f) for f in files if f.endswith(".log")),
+                         ["00000000000000000000.log"] * 2)
+        # no preallocated index left behind (a new segment's are made when first written)
+        self.assertEqual([f for f in files if f.endswith("index") and os.path.getsize(f)], [])
 
     def test_io_error_takes_the_dir_offline_and_fails(self):
         mgr = self.make(dirs=[os.path.join(self.mktemp(), "only")])

@@ -52,11 +52,14 @@ class _RegionFile(LazyFile):
 
 
 class FileRecords:
-    def __init__(self, path, preallocate_size=0):
+    def __init__(self, path, preallocate_size=0, new=False):
+        """``new``: the file does not exist yet (its directory was just made): created now."""
         self.path = path
         self._desc = None
         self._closed = False
         try:
+            if new:
+                raise FileNotFoundError(path)
             self._size = os.stat(path).st_size
         except FileNotFoundError:
             # Created now and closed: its descriptor is opened by the first append.

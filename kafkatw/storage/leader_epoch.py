@@ -15,11 +15,14 @@ class LeaderEpochFileCache:
     """Every change is written at once (fsynced when ``sync``); ``lazy``: the file is read on
     first use, not now (a log loaded from a clean-shutdown summary may never need it)."""
 
-    def __init__(self, path, sync=True, lazy=False):
+    def __init__(self, path, sync=True, lazy=False, new=False):
+        """``new``: there is no file yet (a partition being created)."""
         self.path = path
         self._sync = sync
         self._unsynced = False  # written without fsync since the last flush
-        if not lazy:
+        if new:
+            self._epochs, self._offsets = [], []
+        elif not lazy:
             self._read()
 
     def _read(self):

@@ -68,6 +68,18 @@ def _summary_usable(summary, log_start_offset):
             and summary.active_size <= summary.size)
 
 
+def _make_dir(directory):
+    """Make ``directory``; True if this call made it (so it is empty), False if it was there."""
+    try:
+        os.mkdir(directory)
+        return True
+    except FileExistsError:
+        return False
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(directory), exist_ok=True)
+        return _make_dir(directory)
+
+
 def _system_ms():
     return int(time.time() * 1000)
 
@@ -97,12 +109,20 @@ def read_partition_metadata(path):
     return base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4))
 
 
-def write_partition_metadata(path, topic_id):
+def write_partition_metadata(path, topic_id, new=False):
     """Write (temp + rename) without fsync: the topic id is durable in the cluster metadata
     store, which re-writes this file if a crash leaves it empty; an fsync per partition made
-    creating a 1,000-partition topic take seconds."""
+    creating a 1,000-partition topic take seconds. ``new``: the directory was just made, so
+    there is no file to replace: written in place (one small write: whole or empty)."""
     text = "version: 0\ntopic_id: %s\n" % (
         base64.urlsafe_b64encode(topic_id).decode("ascii").rstrip("="),)
+    if new:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            os.write(fd, text.encode("ascii"))
+        finally:
+            os.close(fd)
+        return
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
         f.write(text)
@@ -180,8 +200,9 @@ class UnifiedLog:
     def _init_from_files(self, topic_id, recovery_point, log_start_offset, needs_recovery,
                          dir_exists):
         directory = self.dir
-        if not dir_exists:
-            os.makedirs(directory, exist_ok=True)
+        if not dir_exists and _make_dir(directory):
+            self._init_new(topic_id, log_start_offset)
+            return
         self.leader_epoch_cache = LeaderEpochFileCache(
             os.path.join(directory, checkpoint.LEADER_EPOCH_CHECKPOINT), self._sync)
         stored_id = read_partition_metadata(self._metadata_path)
@@ -198,6 +219,23 @@ class UnifiedLog:
         self._log_start_offset = log_start_offset
         self._recovery_point = recovery_point
         self._load(needs_recovery)
+
+    def _init_new(self, topic_id, log_start_offset):
+        """A partition whose directory was just made: nothing to read, one empty segment
+        (a .log and partition.metadata are the only files written; 2,000 partitions of a
+        CreateTopics made ~20 system calls each before)."""
+        self.leader_epoch_cache = LeaderEpochFileCache(
+            os.path.join(self.dir, checkpoint.LEADER_EPOCH_CHECKPOINT), self._sync, new=True)
+        self.topic_id = topic_id
+        if topic_id is not None:
+            write_partition_metadata(self._metadata_path, topic_id, new=True)
+        self._segments = {}
+        self._bases = []
+        self._log_start_offset = log_start_offset
+        self._recovery_point = log_start_offset
+        self._add_segment(LogSegment.open(self.dir, log_start_offset, self.config,
+                                          created_ms=self._clock(), new=True))
+        self._leo_metadata = LogOffsetMetadata(log_start_offset, log_start_offset, 0)
 
     def _init_from_summary(self, summary, recovery_point, log_start_offset):
         """After a clean shutdown: offsets, sizes and the topic id from the summary; the

@@ -46,24 +46,27 @@ def txn_index_file(directory, offset, suffix=""):
 
 class LogSegment:
     def __init__(self, directory, base_offset, index_interval_bytes, max_index_size,
-                 created_ms=0, suffix=""):
+                 created_ms=0, suffix="", new=False):
+        """``new``: a segment of a directory just made: its .log is created without looking
+        for it, its indexes when first written (as for any empty segment)."""
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
-        self.log = FileRecords(log_file(directory, base_offset, suffix))
+        self.log = FileRecords(log_file(directory, base_offset, suffix), new=new)
         self.offset_index = OffsetIndex(offset_index_file(directory, base_offset, suffix),
                                         base_offset, max_index_size)
         self.time_index = TimeIndex(time_index_file(directory, base_offset, suffix),
                                     base_offset, max_index_size)
-        self.txn_index = TransactionIndex(txn_index_file(directory, base_offset, suffix), base_offset)
+        self.txn_index = TransactionIndex(txn_index_file(directory, base_offset, suffix),
+                                          base_offset, new)
         self.created_ms = created_ms
         self.rolling_based_timestamp = None
         self._bytes_since_last_index_entry = 0
         self._max_ts_and_offset = None  # lazily from the time index
 
     @classmethod
-    def open(cls, directory, base_offset, config, created_ms=0, suffix=""):
+    def open(cls, directory, base_offset, config, created_ms=0, suffix="", new=False):
         return cls(directory, base_offset, config.index_interval_bytes,
-                   config.segment_index_bytes, created_ms, suffix)
+                   config.segment_index_bytes, created_ms, suffix, new)
 
     # -- metadata -----------------------------------------------------------------------
 

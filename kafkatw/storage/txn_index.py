@@ -30,12 +30,13 @@ class TransactionIndex:
     """Entries are kept in memory (an index holds few) and appended to the file as they come;
     the file is created by the first entry, as Kafka does."""
 
-    def __init__(self, path, base_offset):
+    def __init__(self, path, base_offset, new=False):
+        """``new``: the segment is being created, so there is no file to read."""
         self.path = path
         self.base_offset = base_offset
         self.corrupt = None  # why the file could not be read: its segment must be recovered
         self.entries = []
-        if os.path.exists(path):
+        if not new and os.path.exists(path):
             try:
                 self.entries = self._read()
             except CorruptTxnIndexError as e:
