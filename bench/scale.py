@@ -9,7 +9,9 @@ admin client (the slowest CreateTopics of a topic and the total), Metadata for e
 one connection (median of 5, request sent to the last response byte received; the client's
 decoding not included), RSS and open descriptors, one record produced to every
 partition by confluent-kafka, a clean restart (start time to the first answered ApiVersions),
-a kill -9 and the start after it, and the descriptors after each. The broker runs under
+a kill -9 and the start after it, and the descriptors after each; after the produce and each
+start one confluent-kafka consumer reads every partition back from offset 0 (each must hold
+exactly its one record). The broker runs under
 ``ulimit -n`` = ``--limit`` (soft and hard).
 
 Connections, for each count: that many connections each send ApiVersions and Metadata (one
@@ -116,6 +118,32 @@ def create(bootstrap, topics):
     return time.monotonic() - started, slowest
 
 
+def consume_everywhere(bootstrap, topics, timeout=900):
+    """(seconds, records read, partitions with exactly their one record) reading every
+    partition from offset 0 with one confluent-kafka consumer."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-scale",
+                  "enable.auto.commit": False, "log_level": 3})
+    want = {(name, part): b"%s/%d" % (name.encode(), part) for name, n in topics
+            for part in range(n)}
+    got = {}
+    started = time.monotonic()
+    try:
+        c.assign([TopicPartition(name, part, 0) for name, part in want])
+        count = 0
+        while count < len(want) and time.monotonic() - started < timeout:
+            for msg in c.consume(5000, 1.0):
+                if msg.error():
+                    continue
+                got.setdefault((msg.topic(), msg.partition()), []).append(msg.value())
+                count += 1
+    finally:
+        c.close()
+    exact = sum(got.get(tp) == [value] for tp, value in want.items())
+    return time.monotonic() - started, sum(len(v) for v in got.values()), exact
+
+
 def produce_everywhere(bootstrap, topics):
     from confluent_kafka import Producer
 
@@ -178,6 +206,12 @@ def say(subject, what, value):
     print("%-8s %-44s %s" % (subject, what, value), flush=True)
 
 
+def consumed(s, name, what, topics):
+    secs, records, exact = consume_everywhere(s.bootstrap, topics)
+    say(name, what, "%.1f s (%d records; %d partitions hold exactly theirs), %d descriptors"
+        % (secs, records, exact, open_fds(s.pid)))
+
+
 def partitions_run(name, partitions, limit):
     s = Subject(name, limit)
     s.start()
@@ -197,15 +231,18 @@ def partitions_run(name, partitions, limit):
         say(name, label + ": produce one to each", "%.1f s (%d not delivered)" % (secs, left))
         say(name, label + ": RSS, descriptors", "%.0f MB, %d" % (rss_bytes(s.pid) / 1e6,
                                                                  open_fds(s.pid)))
+        consumed(s, name, label + ": consume all", topics)
         if s.restartable:
             stop = s.stop()
             start = s.start()
             say(name, label + ": clean stop, start", "%.1f s, %.1f s" % (stop, start))
             ms, answered = time_metadata(host, port, None)
             say(name, label + ": Metadata after start", "%.1f ms (%d partitions)" % (ms, answered))
+            consumed(s, name, label + ": consume all after the clean start", topics)
             s.kill()
             start = s.start()
             say(name, label + ": start after kill -9", "%.1f s" % start)
+            consumed(s, name, label + ": consume all after kill -9", topics)
             with open(s.broker.log_path) as f:
                 lines = [ln.split("] ", 1)[-1].strip() for ln in f
                          if "after an unclean stop" in ln or "after a clean shutdown" in ln]
