@@ -261,3 +261,49 @@ class ShutdownTest(SummaryBase):
         mgr.shutdown()
         self.assertEqual(mgr.offline_dirs, frozenset([self.dir]))
         self.assertFalse(os.path.exists(os.path.join(self.dir, checkpoint.CLEAN_SHUTDOWN_FILE)))
+
+
+class CheckpointTickTest(SummaryBase):
+    """The periodic offset checkpoints look only at logs whose offsets changed, and write a
+    dir's file only when an entry in it changed (every entry, in Kafka's format)."""
+
+    def test_a_tick_writes_only_what_changed(self):
+        mgr = self.fill()
+        writes = []
+        real = checkpoint.write_offsets
+        self.patch(checkpoint, "write_offsets",
+                   lambda path, offsets: writes.append((os.path.basename(path), dict(offsets)))
+                   or real(path, offsets))
+        hw_file = checkpoint.REPLICATION_OFFSET_CHECKPOINT
+        mgr.checkpoint_high_watermarks()  # the first: every dir
+        self.assertEqual(writes, [(hw_file, {("t", p): p + 1 for p in range(PARTITIONS)})])
+        del writes[:]
+        mgr.checkpoint_high_watermarks()
+        mgr.checkpoint_log_start_offsets()
+        self.assertEqual(writes, [(checkpoint.LOG_START_OFFSET_CHECKPOINT,
+                                   {("t", p): 0 for p in range(PARTITIONS)})])
+        del writes[:]
+        mgr.checkpoint_high_watermarks()
+        mgr.checkpoint_log_start_offsets()
+        self.assertEqual(writes, [])  # nothing changed
+        lg = mgr.get_log("t", 3)
+        lg.append_as_leader(make_batch(1, timestamp=self.now()), 3)
+        self.assertEqual(mgr.get_log("t", 3).recovery_point, 0)
+        mgr.checkpoint_high_watermarks()
+        self.assertEqual(writes, [])  # the HW did not move
+        lg.update_high_watermark(5)
+        lg.delete_records_before(2)
+        mgr.delete_log("t", 5)
+        mgr.checkpoint_high_watermarks()
+        mgr.checkpoint_log_start_offsets()
+        expected_hw = {("t", p): p + 1 for p in range(5)}
+        expected_hw[("t", 3)] = 5
+        expected_start = {("t", p): 0 for p in range(5)}
+        expected_start[("t", 3)] = 2
+        self.assertEqual(writes, [(hw_file, expected_hw),
+                                  (checkpoint.LOG_START_OFFSET_CHECKPOINT, expected_start)])
+        self.assertEqual(checkpoint.read_offsets(os.path.join(self.dir, hw_file)), expected_hw)
+        del writes[:]
+        mgr.checkpoint_recovery_offsets()  # its first write: nothing was flushed, t-3 cut at 2
+        self.assertEqual(writes, [(checkpoint.RECOVERY_POINT_CHECKPOINT, expected_start)])
+        mgr.shutdown()

@@ -188,6 +188,9 @@ class UnifiedLog:
         self._unflushed_messages = 0
         self._last_flush_ms = self._clock()
         self._summary = None
+        #: None or a set the log adds itself to when its recovery point, log start or high
+        #: watermark changes (the log manager's checkpoints look at those logs only)
+        self.offsets_changed = None
         if summary is not None and _summary_usable(summary, log_start_offset):
             self._init_from_summary(summary, recovery_point, log_start_offset)
         else:
@@ -272,6 +275,7 @@ class UnifiedLog:
             if isinstance(e, OSError):
                 raise self._io_failed(e)
             raise
+        self._note_offsets()  # (loading may move the log start and recovery point)
         if self.log_end_offset != summary.log_end_offset:
             log.warn("{tp}: log end offset {leo} in the files, {summary} in the clean-shutdown "
                      "summary", tp="%s-%d" % (self.topic, self.partition),
@@ -540,11 +544,18 @@ class UnifiedLog:
             offset = leo
         if offset < self._log_start_offset:
             offset = self._log_start_offset
+        old = self._hw_metadata.message_offset
         if offset == leo:
             self._hw_metadata = self._leo_metadata
-        elif offset != self._hw_metadata.message_offset:
+        elif offset != old:
             self._hw_metadata = LogOffsetMetadata(offset)
+        if offset != old and self.offsets_changed is not None:
+            self.offsets_changed.add(self)
         return offset
+
+    def _note_offsets(self):
+        if self.offsets_changed is not None:
+            self.offsets_changed.add(self)
 
     def maybe_increment_high_watermark(self, offset):
         """Raise the HW (never lower it); True if it moved."""
@@ -899,6 +910,7 @@ class UnifiedLog:
             self.leader_epoch_cache.truncate_from_start(new_start)
             if self._recovery_point < new_start:
                 self._recovery_point = new_start
+            self._note_offsets()
             return True
         return False
 
@@ -938,6 +950,7 @@ class UnifiedLog:
         self.leader_epoch_cache.truncate_from_end(leo)
         self._hw_metadata = LogOffsetMetadata(min(self.high_watermark, leo))
         self._reset_cached_metadata()
+        self._note_offsets()
         return True
 
     def truncate_fully_and_start_at(self, new_offset):
@@ -954,6 +967,7 @@ class UnifiedLog:
         self._leo_metadata = LogOffsetMetadata(new_offset, new_offset, 0)
         self._hw_metadata = self._leo_metadata
         self.leader_epoch_cache.clear()
+        self._note_offsets()
 
     def _async_delete(self, segments):
         """Kafka's two-step delete: rename to .deleted now, remove after file.delete.delay.ms."""
@@ -1125,7 +1139,10 @@ class UnifiedLog:
         for segment, exc in failures:
             if self._segments.get(segment.base_offset) is segment:
                 raise self._io_failed(exc)
-        self._recovery_point = max(self._recovery_point, min(plan.offset, self.log_end_offset))
+        recovery_point = max(self._recovery_point, min(plan.offset, self.log_end_offset))
+        if recovery_point != self._recovery_point:
+            self._recovery_point = recovery_point
+            self._note_offsets()
         self._unflushed_messages = max(0, self._unflushed_messages - plan.unflushed_messages)
         self._last_flush_ms = self._clock()
 

@@ -59,6 +59,12 @@ class LogManager:
         self._busy = set()
         self._pending_deletes = []
         self._shut_down = False
+        #: logs whose recovery point, log start or high watermark changed since the periodic
+        #: checkpoints last looked; what those last saw, {name: {dir: {tp: offset}}}; the
+        #: dirs each must write again
+        self._offsets_changed = set()
+        self._checkpointed = {name: {} for name, _ in _CHECKPOINTS}
+        self._checkpoint_dirty = {name: set(self.log_dirs) for name, _ in _CHECKPOINTS}
         self.cleaner = None
         self._cleaner_loop = None
         self.default_config = LogConfig.from_props(self.broker_defaults, {})
@@ -254,6 +260,8 @@ class LogManager:
 
     def _attach(self, lg):
         lg.roll_listener = self._on_roll
+        lg.offsets_changed = self._offsets_changed
+        self._offsets_changed.add(lg)
         self._logs[(lg.topic, lg.partition)] = lg
 
     def _on_roll(self, lg, new_base):
@@ -418,6 +426,7 @@ class LogManager:
             lg = self._logs.pop((topic, p), None)
             if lg is None or lg.is_offline:
                 continue
+            self._forget_offsets(lg)
             lg.mark_deleted()  # before the rename: a flush in a thread may trip over the move
             if self.cleaner is not None:
                 self.cleaner.abort(lg)
@@ -457,6 +466,7 @@ class LogManager:
             return None
         if lg.is_offline:
             return lg
+        self._forget_offsets(lg)
         new_dir = os.path.join(os.path.dirname(lg.dir), log_delete_dir_name(topic, partition))
         lg.mark_deleted()  # before the rename: a flush in a thread may trip over the move
         try:
@@ -621,16 +631,40 @@ class LogManager:
             return out
         return self._flush_plans(plans).addErrback(lambda f: f.trap(KafkaError) and None)
 
-    def _offsets_by_dir(self, getter):
-        out = {d: {} for d in self.online_dirs}
-        for (topic, partition), lg in self._logs.items():
+    def _collect_offset_changes(self):
+        """Bring :attr:`_checkpointed` up to date with the logs that said their offsets
+        changed (and those attached or removed): a tick looks at those only, so idle
+        partitions cost it nothing until a file must be written."""
+        changed = list(self._offsets_changed)
+        self._offsets_changed.clear()
+        for lg in changed:
+            tp = (lg.topic, lg.partition)
+            if self._logs.get(tp) is not lg or lg.is_offline:
+                continue
             d = self._dir_of(lg)
-            if d in out and not lg.is_offline:
-                out[d][(topic, partition)] = getter(lg)
-        return out
+            for name, getter in _CHECKPOINTS:
+                values = self._checkpointed[name].setdefault(d, {})
+                value = getter(lg)
+                if values.get(tp) != value:
+                    values[tp] = value
+                    self._checkpoint_dirty[name].add(d)
 
-    def _write_checkpoints(self, name, getter):
-        snapshot = self._offsets_by_dir(getter)
+    def _forget_offsets(self, lg):
+        d, tp = self._dir_of(lg), (lg.topic, lg.partition)
+        for name, _ in _CHECKPOINTS:
+            if self._checkpointed[name].get(d, {}).pop(tp, None) is not None:
+                self._checkpoint_dirty[name].add(d)
+
+    def _write_checkpoints(self, name):
+        """Write checkpoint ``name`` in each online dir whose entries changed since it was
+        last written (every dir the first time), in the thread pool."""
+        self._collect_offset_changes()
+        dirty = self._checkpoint_dirty[name]
+        snapshot = {d: dict(self._checkpointed[name].get(d, {}))
+                    for d in self.online_dirs if d in dirty}
+        dirty.difference_update(snapshot)
+        if not snapshot:
+            return defer.succeed(None)
 
         def work():
             failed = []
@@ -641,21 +675,20 @@ class LogManager:
                     failed.append((d, e))
             return failed
 
-        d = self.run_blocking(work)
-        d.addCallback(lambda failed: [self.handle_dir_failure(p, e) for p, e in failed])
-        return d
+        def written(failed):
+            for d, e in failed:
+                dirty.add(d)  # again next time (if the dir stays online)
+                self.handle_dir_failure(d, e)
+        return self.run_blocking(work).addCallback(written)
 
     def checkpoint_recovery_offsets(self):
-        return self._write_checkpoints(checkpoint.RECOVERY_POINT_CHECKPOINT,
-                                       lambda lg: lg.recovery_point)
+        return self._write_checkpoints(checkpoint.RECOVERY_POINT_CHECKPOINT)
 
     def checkpoint_log_start_offsets(self):
-        return self._write_checkpoints(checkpoint.LOG_START_OFFSET_CHECKPOINT,
-                                       lambda lg: lg.log_start_offset)
+        return self._write_checkpoints(checkpoint.LOG_START_OFFSET_CHECKPOINT)
 
     def checkpoint_high_watermarks(self):
-        return self._write_checkpoints(checkpoint.REPLICATION_OFFSET_CHECKPOINT,
-                                       lambda lg: lg.high_watermark)
+        return self._write_checkpoints(checkpoint.REPLICATION_OFFSET_CHECKPOINT)
 
     def shutdown(self):
         """Flush and close every log, write checkpoints and the clean-shutdown markers."""
@@ -758,6 +791,14 @@ class LogManager:
                     except KafkaError as e:
                         return [(e, None)] * len(logs)
         return outcomes
+
+
+#: the offset checkpoints the log manager writes periodically, and what each holds of a log
+_CHECKPOINTS = (
+    (checkpoint.RECOVERY_POINT_CHECKPOINT, lambda lg: lg.recovery_point),
+    (checkpoint.LOG_START_OFFSET_CHECKPOINT, lambda lg: lg.log_start_offset),
+    (checkpoint.REPLICATION_OFFSET_CHECKPOINT, lambda lg: lg.high_watermark),
+)
 
 
 def sync_filesystem(directory):
