@@ -214,7 +214,9 @@ class LogManagerService(_BrokerPart):
 
         b = self.broker
         open_file_limit()
-        b.log_manager = LogManager(b.config.log_dirs, b.config.values(), b.reactor, b.threadpool)
+        known = getattr(b.metadata, "topics", None) or {}
+        b.log_manager = LogManager(b.config.log_dirs, b.config.values(), b.reactor, b.threadpool,
+                                   {name: info.configs for name, info in known.items()})
         b.log_manager.load_logs()  # one summary line per log dir; segment detail at debug
         b.log_manager.on_all_dirs_offline = b.all_log_dirs_failed
         b.log_manager.start()

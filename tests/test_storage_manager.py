@@ -95,6 +95,24 @@ class LoadTest(ManagerBase):
         self.assertEqual([lg.config.segment_bytes for lg in a + b], [8192] * 4 + [4096] * 2)
         mgr2.shutdown()
 
+    def test_logs_load_with_their_topics_config(self):
+        """The topics known at start give their logs their config (a compacted topic stayed
+        on the broker's delete policy after a restart until its config changed); a topic
+        known only later gets it when its logs are 'created' again."""
+        mgr = self.make()
+        self.successResultOf(mgr.create_logs("c", range(2), None, {"cleanup.policy": "compact"}))
+        self.successResultOf(mgr.create_logs("r", range(2), None, {"retention.ms": "1234"}))
+        mgr.shutdown()
+        mgr = LogManager(self.dirs, {}, reactor=self.clock,
+                         topic_overrides={"c": {"cleanup.policy": "compact"}})
+        mgr.load_logs()
+        self.assertEqual([mgr.get_log("c", p).config.compact for p in range(2)], [True, True])
+        self.assertEqual([mgr.get_log("r", p).config.retention_ms for p in range(2)],
+                         [604800000] * 2)
+        self.successResultOf(mgr.create_logs("r", range(2), None, {"retention.ms": "1234"}))
+        self.assertEqual([mgr.get_log("r", p).config.retention_ms for p in range(2)], [1234] * 2)
+        mgr.shutdown()
+
     def test_unclean_recovers_from_recovery_point(self):
         mgr = self.make(props={"log.segment.bytes": "2000"})
         a = mgr.get_or_create_log("a", 0)

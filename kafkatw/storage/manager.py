@@ -45,7 +45,10 @@ def _int(props, name, default):
 
 
 class LogManager:
-    def __init__(self, log_dirs, broker_defaults=None, reactor=None, threadpool=None):
+    def __init__(self, log_dirs, broker_defaults=None, reactor=None, threadpool=None,
+                 topic_overrides=None):
+        """``topic_overrides``: {topic: {config: value}} of the topics known at start, so the
+        logs load with their topic's config (Kafka's loadLogs is given them too)."""
         if reactor is None:
             from twisted.internet import reactor
         self.log_dirs = [os.path.abspath(d) for d in log_dirs]
@@ -53,7 +56,7 @@ class LogManager:
         self._reactor = reactor
         self._threadpool = threadpool
         self._logs = {}
-        self._overrides = {}
+        self._overrides = {t: dict(c) for t, c in (topic_overrides or {}).items() if c}
         self._offline_dirs = set()
         self._loops = []
         self._busy = set()
@@ -373,7 +376,9 @@ class LogManager:
         plan = []
         for p in partitions:
             if (topic, p) in self._logs:
-                self.get_or_create_log(topic, p, topic_id)  # sets a missing topic id
+                lg = self.get_or_create_log(topic, p, topic_id)  # sets a missing topic id
+                if overrides is not None:
+                    lg.update_config(config)  # a log loaded before its topic was known
                 continue
             if not online:
                 return defer.fail(KafkaError(errors.KAFKA_STORAGE_ERROR, "no online log dir"))
