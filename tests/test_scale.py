@@ -66,7 +66,13 @@ class ManyPartitionsLowLimitTest(unittest.TestCase):
         expected = {(t, p): [b"%s/%d" % (t.encode(), p)] for t in topics for p in range(PARTITIONS)}
         self.assertEqual(consume_all(broker, topics, PARTITIONS), expected)
         self.assertLess(broker.open_descriptors(), LIMIT)
-        broker.restart()  # clean
+        broker.restart()  # clean: each log is opened on first use, from the dir's summary
+        broker.restart()  # clean again: logs never opened are summarised again
+        with open(broker.log_path) as f:
+            deferred = [line for line in f if "after a clean shutdown" in line]
+        self.assertEqual(len(deferred), 2)
+        self.assertTrue(all("(%d to be opened on first use)" % (TOPICS * PARTITIONS) in line
+                            for line in deferred), deferred)
         self.assertEqual(consume_all(broker, topics, PARTITIONS), expected)
         self.assertLess(broker.open_descriptors(), LIMIT)
         broker.kill()
