@@ -298,10 +298,11 @@ class UnifiedLog:
                 log_start_offset=self._log_start_offset, recovery_point=self._recovery_point,
                 high_watermark=self.high_watermark, topic_id=self.topic_id)
         first, active = self.segments[0], self.active_segment
+        # (an empty segment has no timestamp: its file's time, without making its indexes)
+        largest = first.largest_timestamp() if first.size else first.last_modified_ms
         return LogSummary(self._log_start_offset, self._recovery_point, self.high_watermark,
                           self.log_end_offset, active.base_offset, active.size, self.size,
-                          first.base_offset, first.largest_timestamp(), self.topic_id,
-                          self._list_snapshots())
+                          first.base_offset, largest, self.topic_id, self._list_snapshots())
 
     def _list_snapshots(self):
         try:

@@ -120,7 +120,7 @@ class LogManager:
         }
 
     def _dir_of(self, lg):
-        return os.path.dirname(lg.dir)
+        return lg.dir.rpartition(os.sep)[0]  # (dirname is Python code: shutdown asks per log)
 
     def handle_dir_failure(self, directory, exc=None):
         """An operation on ``directory`` failed with ``exc``: an I/O error takes the dir
