@@ -71,12 +71,16 @@ class DeferredLoadTest(SummaryBase):
                            lg.recovery_point, lg.topic_id) for lg in logs],
                          [(0, p + 1, p + 1, p + 1, b"\x05" * 16) for p in range(PARTITIONS)])
         sizes = [lg.size for lg in logs]
+        self.assertEqual(sizes, [lg.size for lg in logs])
+        self.assertEqual([lg.number_of_segments for lg in logs], [1] * PARTITIONS)
         self.assertEqual(mgr.get_log("t", 0).fetch_offset_by_timestamp(-1), (1, -1, 3))
         self.assertEqual([lg.is_loaded for lg in logs], [False] * PARTITIONS)
         # the first read opens the log; what the files hold is what the summary said
         self.assertEqual(values(logs[2]), self.expected(2))
         self.assertEqual([lg.is_loaded for lg in logs], [False, False, True] + [False] * 3)
-        self.assertEqual((logs[2].log_end_offset, logs[2].size), (3, sizes[2]))
+        self.assertEqual((logs[2].log_end_offset, logs[2].size, logs[2].number_of_segments),
+                         (3, sizes[2], 1))
+        self.assertGreater(sizes[2], sizes[1])
         self.assertEqual(logs[2].log_end_offset_metadata.relative_position_in_segment, sizes[2])
         # an append opens it too
         logs[4].append_as_leader(make_batch(1, values=[b"4/5"], timestamp=self.now()), 3)

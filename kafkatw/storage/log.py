@@ -65,7 +65,7 @@ def _summary_usable(summary, log_start_offset):
     """The summary agrees with the checkpointed log start (else the files decide)."""
     return (summary.first_base <= summary.active_base <= summary.log_end_offset
             and max(log_start_offset, summary.first_base) <= summary.log_end_offset
-            and summary.active_size <= summary.size)
+            and summary.active_size <= summary.size and summary.segment_count >= 1)
 
 
 def _make_dir(directory):
@@ -302,7 +302,8 @@ class UnifiedLog:
         largest = first.largest_timestamp() if first.size else first.last_modified_ms
         return LogSummary(self._log_start_offset, self._recovery_point, self.high_watermark,
                           self.log_end_offset, active.base_offset, active.size, self.size,
-                          first.base_offset, largest, self.topic_id, self._list_snapshots())
+                          len(self._bases), first.base_offset, largest, self.topic_id,
+                          self._list_snapshots())
 
     def _list_snapshots(self):
         try:
@@ -353,6 +354,8 @@ class UnifiedLog:
 
     @property
     def number_of_segments(self):
+        if self._summary is not None:
+            return self._summary.segment_count  # (a metrics scrape asks every log)
         return len(self._bases)
 
     # -- loading ------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """The clean-shutdown summary of a log dir: per partition what serving it needs before its files
-are opened (log start and end, high watermark, active segment, size, what retention looks at,
-topic id). Written just before the clean-shutdown marker, read and removed at the next start;
+are opened (log start and end, high watermark, active segment, size and segment count, what
+retention looks at, topic id). Written just before the clean-shutdown marker, read and removed at the next start;
 one line per partition, parsed faster than the three offset checkpoints it stands in for. Only
 the file format and the value type live here; loading a log from it is the log's, deciding when
 is the manager's.
@@ -26,6 +26,7 @@ class LogSummary(collections.namedtuple("LogSummary", (
         "active_base",        # base offset of the active (last) segment
         "active_size",        # bytes in it
         "size",               # bytes in all segments
+        "segment_count",
         "first_base",         # base offset of the first segment
         "first_largest_ts",   # its largest timestamp (retention.ms looks at it)
         "topic_id",           # 16 bytes or None
@@ -56,10 +57,10 @@ def write_summaries(path, summaries):
         encoded = ids.get(s.topic_id)
         if encoded is None:
             encoded = ids[s.topic_id] = _encode_id(s.topic_id)
-        lines.append("%s %d %d %d %d %d %d %d %d %d %d %s %d" % (
+        lines.append("%s %d %d %d %d %d %d %d %d %d %d %d %s %d" % (
             t, p, s.log_start_offset, s.recovery_point, s.high_watermark, s.log_end_offset,
-            s.active_base, s.active_size, s.size, s.first_base, s.first_largest_ts, encoded,
-            1 if s.producer_snapshot else 0))
+            s.active_base, s.active_size, s.size, s.segment_count, s.first_base,
+            s.first_largest_ts, encoded, 1 if s.producer_snapshot else 0))
     checkpoint.write_lines(path, lines, version=SUMMARY_VERSION)
 
 
@@ -88,15 +89,15 @@ def read_summaries(path):
     try:
         for line in rows:
             fields = line.split(" ")
-            if len(fields) != 13:
+            if len(fields) != 14:
                 raise ValueError(line)
-            encoded = fields[11]
+            encoded = fields[12]
             topic_id = ids.get(encoded, ids)
             if topic_id is ids:
                 topic_id = ids[encoded] = _decode_id(encoded)
-            values = list(map(int, fields[2:11]))
+            values = list(map(int, fields[2:12]))
             values.append(topic_id)
-            values.append(fields[12] == "1")
+            values.append(fields[13] == "1")
             out[fields[0] + "-" + fields[1]] = (fields[0], int(fields[1]), make(values))
     except (ValueError, TypeError):
         raise SummaryError("malformed line %r in %s" % (line, path))
