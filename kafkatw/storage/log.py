@@ -80,6 +80,15 @@ def _make_dir(directory):
         return _make_dir(directory)
 
 
+def _as_summarised(lg, summary):
+    """The log's segments (just listed) are the ones ``summary`` describes."""
+    if summary is None or len(lg._bases) != summary.segment_count:
+        return False
+    active = lg._segments[lg._bases[-1]]
+    return (lg._bases[0] == summary.first_base and active.base_offset == summary.active_base
+            and active.size == summary.active_size)
+
+
 def _system_ms():
     return int(time.time() * 1000)
 
@@ -268,7 +277,7 @@ class UnifiedLog:
         self._summary = None
         self._segments, self._bases = {}, []
         try:
-            self._load(False)
+            self._load(False, summary)
         except BaseException as e:
             del self._segments, self._bases
             self._summary = summary
@@ -364,7 +373,10 @@ class UnifiedLog:
         return LogSegment.open(self.dir, base, self.config, created_ms=self._clock(),
                                suffix=suffix)
 
-    def _load(self, needs_recovery):
+    def _load(self, needs_recovery, summary=None):
+        """``summary``: what the clean shutdown said of these files; when the active segment
+        is as it said, its end is taken from it and the indexes are not checked (as Kafka's
+        clean load, which leaves index checks to recovery: they were closed cleanly)."""
         # The directory is listed again only after a step below changed it.
         names = os.listdir(self.dir)
         # Leftovers of interrupted operations (Kafka's removeTempFilesAndCollectSwapFiles).
@@ -413,7 +425,7 @@ class UnifiedLog:
         if needs_recovery:
             i = max(0, self._floor_index(self._recovery_point))
             to_recover.update(self._bases[i:])
-        elif not new_log:
+        elif not new_log and not _as_summarised(self, summary):
             i = max(0, self._floor_index(self._recovery_point))
             for base in self._bases[i:]:
                 try:
@@ -439,9 +451,13 @@ class UnifiedLog:
                     self._segments[later].delete_if_exists()
                     self._remove_segment(later)
         active = self.active_segment
-        leo = active.read_next_offset()
+        summarised = not to_recover and _as_summarised(self, summary)
         if active.size == 0:
             leo = active.base_offset
+        elif summarised:
+            leo = summary.log_end_offset
+        else:
+            leo = active.read_next_offset()
         self._log_start_offset = max(self._log_start_offset, self._bases[0])
         if leo < self._log_start_offset:
             # Everything was deleted: start afresh at the log start offset.
@@ -453,8 +469,11 @@ class UnifiedLog:
         self._recovery_point = min(leo, self._recovery_point) if not needs_recovery else leo
         self._leo_metadata = LogOffsetMetadata(leo, self.active_segment.base_offset,
                                                self.active_segment.size)
-        self.leader_epoch_cache.truncate_from_end(leo)
-        self.leader_epoch_cache.truncate_from_start(self._log_start_offset)
+        if not (summarised and leo == summary.log_end_offset):
+            # (a summarised log's cache was cut to these offsets before the shutdown, and
+            # is read when first asked)
+            self.leader_epoch_cache.truncate_from_end(leo)
+            self.leader_epoch_cache.truncate_from_start(self._log_start_offset)
         recovered = sorted(b for b in to_recover if b in self._segments)
         if recovered:
             self._rebuild_txn_indexes(recovered)
