@@ -266,6 +266,18 @@ class ShutdownTest(SummaryBase):
         self.assertEqual(mgr.offline_dirs, frozenset([self.dir]))
         self.assertFalse(os.path.exists(os.path.join(self.dir, checkpoint.CLEAN_SHUTDOWN_FILE)))
 
+    def test_a_dir_without_logs_gets_its_marker(self):
+        other = os.path.abspath(os.path.join(self.mktemp(), "empty"))
+        mgr = LogManager([self.dir, other], {}, reactor=self.clock)
+        mgr.load_logs()
+        mgr.get_or_create_log("t", 0)
+        self.assertEqual(os.path.dirname(mgr.get_log("t", 0).dir), self.dir)
+        mgr.shutdown()
+        for d in (self.dir, other):
+            self.assertTrue(os.path.exists(os.path.join(d, checkpoint.CLEAN_SHUTDOWN_FILE)), d)
+        self.assertEqual(summary.read_summaries(os.path.join(other, summary.LOG_SUMMARY_FILE)),
+                         {})
+
 
 class CheckpointTickTest(SummaryBase):
     """The periodic offset checkpoints look only at logs whose offsets changed, and write a
@@ -311,3 +323,4 @@ class CheckpointTickTest(SummaryBase):
         mgr.checkpoint_recovery_offsets()  # its first write: nothing was flushed, t-3 cut at 2
         self.assertEqual(writes, [(checkpoint.RECOVERY_POINT_CHECKPOINT, expected_start)])
         mgr.shutdown()
+

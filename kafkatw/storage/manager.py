@@ -712,8 +712,8 @@ class LogManager:
         for lg in self._logs.values():
             if not lg.is_offline:
                 by_dir.setdefault(self._dir_of(lg), []).append(lg)
-        for d, logs in by_dir.items():
-            self._shutdown_dir(d, logs)
+        for d in self.online_dirs:  # (a dir without logs gets its marker too)
+            self._shutdown_dir(d, by_dir.get(d, []))
 
     def _shutdown_dir(self, directory, logs):
         """Close ``logs`` (all of ``directory``'s online ones) durably, then write the dir's
