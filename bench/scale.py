@@ -192,7 +192,7 @@ class Subject:
 
     def stop(self):
         t = time.monotonic()
-        self.broker.stop()
+        self.broker.stop(timeout=600)  # (the default 30 s kills a broker of 50,000 logs)
         return time.monotonic() - t
 
     def kill(self):
