@@ -114,7 +114,8 @@ class ClusterTransactionTests(unittest.SynchronousTestCase):
         return {p: v[1] for p, v in (found or {}).items()}
 
     def wait_state_topic_full(self):
-        """Every ``__transaction_state`` partition led with its full ISR (after a restart)."""
+        """Every ``__transaction_state`` partition led with its full ISR (after a restart).
+        The topic must exist already: only a transactional FindCoordinator creates it."""
         def full():
             found = known_partitions(self.cluster, 1, "__transaction_state")
             return found and len(found) == STATE_PARTITIONS and all(
@@ -266,8 +267,10 @@ class ClusterTransactionTests(unittest.SynchronousTestCase):
         state log on the ISR, before any marker: the next leader of the partition loads it,
         sends the markers and completes the commit; the producer's retried EndTxn succeeds."""
         topic = self.topic_led_everywhere()
-        self.wait_state_topic_full()
+        # init_transactions makes the state topic exist (created on the first FindCoordinator
+        # of a transactional id): this test may be the first of the class on its cluster
         p = self.producer(CRASH_TID)
+        self.wait_state_topic_full()
         first = self.state_leaders()[partition_for(CRASH_TID, STATE_PARTITIONS)]
         records = values("p", 9)
         p.begin_transaction()
