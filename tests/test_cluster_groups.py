@@ -239,7 +239,17 @@ def confluent_group(bootstrap, topic, group, consumed, stop):
 
 
 def kafka_python_group(bootstrap, topic, group, consumed, stop):
-    """The same with kafka-python's KafkaConsumer."""
+    """The same with kafka-python's KafkaConsumer, which joins only once it knows the topic's
+    partitions.
+
+    kafka-python (3.0.12) can lose a rejoin: a leader that joined before its metadata held
+    the topic rejoins when the partitions appear; computing that rejoin's assignment clears
+    its reason to rejoin, so when poll()'s timeout ends before the SyncGroup answer (an
+    acks=all write to ``__consumer_offsets``, slower while a restarted follower catches up),
+    no later poll() collects the answer: the member stays rebalancing without heartbeats,
+    the coordinator expires it after the session timeout and it never joins again. Knowing
+    the partitions before the first JoinGroup leaves no such rejoin; a poll of a second
+    (it returns as soon as records come) leaves any other rejoin more time to finish."""
     from kafka import KafkaConsumer
     from kafka.errors import KafkaError
 
@@ -247,8 +257,15 @@ def kafka_python_group(bootstrap, topic, group, consumed, stop):
                       enable_auto_commit=False, auto_offset_reset="earliest",
                       session_timeout_ms=10000, heartbeat_interval_ms=1000)
     try:
+        # a metadata fetch while subscribed: the coordinator's snapshot of the topic's
+        # partitions is taken from it (the topic exists: create_topic waited for it)
+        deadline = time.monotonic() + 60
+        while not c.partitions_for_topic(topic):
+            if time.monotonic() > deadline:
+                raise AssertionError("kafka-python never saw the partitions of %s" % topic)
+            time.sleep(0.2)
         while not stop.is_set():
-            batch = c.poll(timeout_ms=200)
+            batch = c.poll(timeout_ms=1000)
             for tp, records in batch.items():
                 for r in records:
                     consumed[(tp.partition, r.offset)] = r.value
