@@ -20,6 +20,7 @@ from kafkatw.protocol.errors import KafkaError
 from . import checkpoint, descriptors, summary
 from .config import LogConfig
 from .log import DELETE_DIR_SUFFIX, FUTURE_DIR_SUFFIX, UnifiedLog, parse_topic_partition
+from .segment import log_file
 
 log = Logger()
 
@@ -42,6 +43,14 @@ def log_delete_dir_name(topic, partition):
 def _int(props, name, default):
     value = props.get(name)
     return default if value is None else int(value)
+
+
+def _active_segment_as_summarised(path, summ):
+    """One stat: the active segment's file has the size the summary gives it."""
+    try:
+        return os.stat(log_file(path, summ.active_base)).st_size == summ.active_size
+    except OSError:
+        return False
 
 
 class LogManager:
@@ -208,6 +217,12 @@ class LogManager:
                 self._schedule(0, lambda p=path: _rmtree(p))
                 continue
             found = summaries.get(name)
+            if found is not None and not _active_segment_as_summarised(path, found[2]):
+                # the files changed after the clean shutdown (copied in, appended to by a
+                # tool): offsets served from the summary would be wrong, so they decide
+                log.warn("{name}: the active segment is not as the clean-shutdown summary says; "
+                         "loading it from its files", name=name)
+                found = None
             if found is not None:
                 topic, partition, summ = found
                 rp, start, hw = summ.recovery_point, summ.log_start_offset, summ.high_watermark
