@@ -243,7 +243,14 @@ class CoordinatorOwnershipTests(unittest.TestCase):
         txn.on_resignation(p, 4)
         txn.on_election(p, 5)
         self.assertIn(p, txn.loading_partitions)
+        # start the load without running its steps, then resign in the middle of it
+        txn._load_call.cancel()
+        txn._load_call = None
+        txn._load_next()
+        self.assertIsNotNone(txn._load_task)
+        self.assertEqual(txn._load_partition_id, p)
         txn.on_resignation(p, 6)
+        self.assertIsNone(txn._load_task)
         self.turns()
         self.assertNotIn("tx", txn.transactions)
         self.assertNotIn(p, txn.owned_partitions)

@@ -363,11 +363,6 @@ class GroupCoordinator:
             log.info("loaded {n} groups from {topic}", n=len(self.groups),
                      topic=GROUP_METADATA_TOPIC_NAME)
 
-    def load_partition(self, partition):
-        """Read one partition of ``__consumer_offsets`` and install its groups at once."""
-        for _ in self._load_partition(partition):
-            pass
-
     def _load_partition(self, partition):
         """Read one partition of ``__consumer_offsets`` and install its groups (Kafka's
         GroupMetadataManager.doLoadGroupsAndOffsets), yielding after every record and group

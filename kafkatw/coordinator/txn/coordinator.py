@@ -227,11 +227,8 @@ class TransactionCoordinator:
     def coordinator_epoch(self, transactional_id):
         """The epoch markers carry: the leader epoch this broker was elected with for the id's
         partition (Kafka's coordinatorEpoch)."""
-        p = self.partition_for(transactional_id)
-        epoch = self.coordinator_epochs.get(p)
-        if epoch is None:
-            epoch = self.metadata.leader_epoch(TRANSACTION_STATE_TOPIC_NAME, p)
-        return 0 if epoch is None or epoch < 0 else epoch
+        epoch = self.coordinator_epochs.get(self.partition_for(transactional_id), 0)
+        return max(epoch, 0)
 
     # -- election, resignation, loading -----------------------------------------------------
     def on_election(self, partition, leader_epoch):
@@ -311,21 +308,6 @@ class TransactionCoordinator:
         else:
             log.info("loaded {n} transactional ids from {topic}", n=len(self.transactions),
                      topic=TRANSACTION_STATE_TOPIC_NAME)
-
-    def load_partition(self, partition):
-        """Install the last state of every transactional id of one partition at once; returns
-        them."""
-        loaded = []
-        for _ in self._load_partition(partition, loaded):
-            pass
-        out = []
-        for tid, txn in loaded:
-            if txn is None:
-                self.transactions.pop(tid, None)
-            else:
-                self.transactions[tid] = txn
-                out.append(txn)
-        return out
 
     def _load_partition(self, partition, loaded):
         """Read one partition of ``__transaction_state`` (the last record of each id wins) into
