@@ -43,8 +43,6 @@ class DelayedFetch(DelayedOperation):
                 return self.force_complete()  # cases A-E
             if fetch_offset == UNKNOWN_OFFSET_METADATA:
                 continue
-            if self.params.replica_id >= 0 and rm.should_leader_throttle(topic, partition, self.params.replica_id):
-                continue  # as Kafka: a throttled partition's bytes do not complete a follower's fetch
             end = _end_offset_metadata(log_, self.params.fetch_isolation)
             if fetch_offset.message_offset != end.message_offset:
                 if fetch_offset.message_offset > end.message_offset:
@@ -53,7 +51,11 @@ class DelayedFetch(DelayedOperation):
                     return self.force_complete()  # positions unknown: let a read decide
                 if fetch_offset.on_older_segment(end):
                     return self.force_complete()  # case F: the log rolled past us
-                if fetch_offset.on_same_segment(end):
+                # as Kafka: a throttled partition's bytes do not count towards a follower's
+                # min bytes (truncation, a roll or a divergence still answer at once)
+                if fetch_offset.on_same_segment(end) and not (
+                        self.params.replica_id >= 0
+                        and rm.should_leader_throttle(topic, partition, self.params.replica_id)):
                     accumulated += min(end.position_diff(fetch_offset), info.max_bytes)
             if info.last_fetched_epoch >= 0 and rm.diverging_epoch(log_, info) is not None:
                 return self.force_complete()  # case H
