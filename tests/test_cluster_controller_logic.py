@@ -277,7 +277,7 @@ class ReplicaElectionTests(unittest.SynchronousTestCase):
     def test_not_controller(self):
         self.controller.active = False
         self.assertEqual(self.elect([("t", 0)], preferred.PREFERRED), {("t", 0): (errors.NOT_CONTROLLER, None, None)})
-        self.assertEqual(self.elect(None, preferred.PREFERRED), {})
+        self.assertIsNone(self.elect(None, preferred.PREFERRED))
         self.assertEqual(self.writes, [])
 
     def test_auto_rebalance_runs_every_interval_on_the_active_controller(self):

@@ -68,13 +68,14 @@ class ReplicaElections:
     def elect_leaders(self, partitions, election_type):
         """ElectLeaders on the controller: ``partitions`` [(topic, partition)] or None for every
         partition; a Deferred of ``{(topic, partition): (error code, message, leader or None)}``
-        where a leader is named for each partition whose election was written."""
+        where a leader is named for each partition whose election was written; None when not
+        the controller and every partition was asked for."""
         return self._enqueue("ReplicaLeaderElection", self._replica_election, partitions, election_type)
 
     @defer.inlineCallbacks
     def _replica_election(self, partitions, election_type):
-        if not self.active:
-            return {tp: (errors.NOT_CONTROLLER, None, None) for tp in partitions or ()}
+        if not self.active:  # every partition asked for: no per-partition answer can say it
+            return None if partitions is None else {tp: (errors.NOT_CONTROLLER, None, None) for tp in partitions}
         live = set(self.live) - self.shutting_down
         if partitions is None:
             partitions = self._all_partitions()
