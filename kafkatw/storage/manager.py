@@ -519,8 +519,6 @@ class LogManager:
         except OSError as e:
             self.handle_dir_failure(directory, e)
             raise KafkaError(errors.KAFKA_STORAGE_ERROR, "cannot create log %s: %s" % (path, e))
-        if future.log_end_offset != current.log_start_offset:
-            future.truncate_fully_and_start_at(current.log_start_offset)
         return future
 
     def replace_current_with_future(self, topic, partition, future):
@@ -536,6 +534,7 @@ class LogManager:
             cache.assign(epoch, start, flush=False)
         cache.flush()
         future.rename_dir(os.path.join(os.path.dirname(future.dir), "%s-%d" % (topic, partition)))
+        self._forget_offsets(current)  # its dir's checkpoints stop listing it
         self._logs.pop((topic, partition))
         self._attach(future)
         if self.cleaner is not None:
