@@ -1,18 +1,17 @@
 """Unit tests of partition reassignment's pure parts: KIP-455's ReplicaAssignment arithmetic,
 Kafka's target validation, the topic znode and legacy znode JSON, the throttled-replica lists
 and the replication quota's token bucket (on a fake clock), and the CLI's plan parsing and
---generate placement."""
+--generate spread."""
 
 from twisted.trial import unittest
 
 from kafkatw.cli import partitions as cli
 from kafkatw.cli.client import UsageError
-from kafkatw.cluster.assignment import assign_replicas
 from kafkatw.cluster import zk_layout as L
 from kafkatw.config.topic import validate_topic_config
 from kafkatw.config.types import ConfigError
 from kafkatw.controller.reassignment import ReplicaAssignment, validate_target
-from kafkatw.protocol import errors, messages
+from kafkatw.protocol import errors
 from kafkatw.server.replication_quota import ALL, ReplicationQuotaManager, parse_throttled_replicas
 
 
@@ -149,26 +148,10 @@ class CliPlanTests(unittest.SynchronousTestCase):
                     {"partitions": [{"topic": "a", "partition": 0, "replicas": [1], "log_dirs": ["/d"]}]}):
             self.assertRaises(UsageError, cli.parse_reassignment, doc)
 
-    def test_generate_spreads_with_kafkas_rack_unaware_assignment(self):
-        """--generate places each topic with the assignment new topics get (AdminUtils'), over
-        the listed brokers; a seeded random start makes it exact."""
-        import random
-
-        class Client:
-            def metadata(self, topics):
-                M = messages.MetadataResponse
-                return M(brokers=[M.MetadataResponseBroker(node_id=b, host="h", port=1, rack=None)
-                                  for b in (1, 2, 3, 4)],
-                         topics=[M.MetadataResponseTopic(error_code=0, name="a", partitions=[
-                             M.MetadataResponseTopic.MetadataResponsePartition(
-                                 error_code=0, partition_index=p, leader_id=1, replica_nodes=[1, 2, 3])
-                             for p in range(4)])])
-        current, proposed = cli.generate(Client(), ["a"], [1, 2, 3, 4], rng=random.Random(7))
-        self.assertEqual(current, {("a", p): [1, 2, 3] for p in range(4)})
-        expected = assign_replicas(4, 3, {1: None, 2: None, 3: None, 4: None}, rng=random.Random(7))
-        self.assertEqual(proposed, {("a", p): r for p, r in expected.items()})
-        for replicas in proposed.values():
-            self.assertEqual(len(set(replicas)), 3)
+    def test_spread_is_kafkas_rack_unaware_assignment(self):
+        self.assertEqual(cli.spread(4, 3, [1, 2, 3, 4], 1), {0: [2, 4, 1], 1: [3, 1, 2], 2: [4, 2, 3], 3: [1, 3, 4]})
+        for replicas in cli.spread(12, 2, [2, 4, 6], 0).values():
+            self.assertEqual(len(set(replicas)), 2)
 
 
 class AuthorizationTests(unittest.SynchronousTestCase):

@@ -9,7 +9,6 @@ It talks to the controller; how a reassignment runs is the broker's.
 import json
 
 from kafkatw.cli.client import ClientError, UsageError, check
-from kafkatw.cluster.assignment import assign_replicas
 from kafkatw.protocol import errors, messages
 
 ALTER_REASSIGNMENTS, LIST_REASSIGNMENTS = 45, 46
@@ -181,6 +180,23 @@ def clear_throttles(client, topics, brokers, out):
 
 # -- the modes -----------------------------------------------------------------------------------
 
+def spread(n_partitions, rf, brokers, start):
+    """Kafka's rack-unaware assignReplicasToBrokers: replica 0 round-robin from ``start``, the
+    others at a shift that grows every pass over the brokers."""
+    n = len(brokers)
+    out = {}
+    shift = start
+    for p in range(n_partitions):
+        if p > 0 and p % n == 0:
+            shift += 1
+        first = (p + start) % n
+        replicas = [brokers[first]]
+        for j in range(rf - 1):
+            replicas.append(brokers[(first + 1 + (shift + j) % (n - 1)) % n])
+        out[p] = replicas
+    return out
+
+
 def generate(client, topics, broker_list, rng=None):
     """``(current, proposed)``: each topic's partitions spread over ``broker_list`` with its
     replication factor, as Kafka's --generate (rack-unaware, a random start per topic)."""
@@ -199,7 +215,7 @@ def generate(client, topics, broker_list, rng=None):
         if rf > len(brokers):
             raise ClientError("cannot place %s: replication factor %d is more than the %d broker(s) listed"
                               % (topic, rf, len(brokers)))
-        assignment = assign_replicas(len(parts), rf, {b: None for b in brokers}, rng=rng)
+        assignment = spread(len(parts), rf, brokers, rng.randrange(len(brokers)))
         for i, p in enumerate(parts):
             proposed[(topic, p)] = assignment[i]
     return current, proposed
