@@ -232,7 +232,8 @@ class DiskFullTests(unittest.SynchronousTestCase):
         broker.start()
         create_topic(broker, "c", partitions=2, configs={
             "cleanup.policy": "compact", "segment.bytes": 1024 * 1024,
-            "min.cleanable.dirty.ratio": "0.01", "min.compaction.lag.ms": str(never)})
+            "min.cleanable.dirty.ratio": "0.01", "min.compaction.lag.ms": str(never),
+            "file.delete.delay.ms": "100"})
         self.assertTrue(os.path.isdir(os.path.join(d2, "c-1")))
         c = RawClient(broker, "disk-full")
         self.addCleanup(c.close)
@@ -263,8 +264,12 @@ class DiskFullTests(unittest.SynchronousTestCase):
         got = {o: v for o, _k, v in read_all(broker, "c", 1)}
         for key, (offset, value) in last.items():
             self.assertEqual(got.get(offset), value, key)
-        self.assertEqual([n for n in os.listdir(os.path.join(d2, "c-1"))
-                          if n.endswith((".cleaned", ".swap", ".deleted"))], [])
+        # after the restart the cleaner may clean again (successfully): the segments it
+        # replaces are .deleted for file.delete.delay.ms, then gone; nothing stays
+        def leftovers():
+            return [n for n in os.listdir(os.path.join(d2, "c-1"))
+                    if n.endswith((".cleaned", ".swap", ".deleted"))]
+        poll_until(lambda: not leftovers(), timeout=30, message="no leftover files in c-1")
 
     def two_dir_broker(self, size_kb, **props):
         fs = self.mount(size_kb)
@@ -338,6 +343,14 @@ class DiskFullTests(unittest.SynchronousTestCase):
             self.assertEqual(p.error_code, errors.NONE)
             acked[p.base_offset] = values[0]
         ballast = fill_up(fs.path)
+        # periodic checkpoints are written only when an offset changed: one more small record
+        # (it fits the segment's last page) moves the high watermark, whose checkpoint then
+        # needs a new page; were the append to fail first, the dir goes offline as well
+        resp = c.request(PRODUCE, PRODUCE_V, produce_body("t", 1, [b"z"], acks=-1))
+        p = resp.responses[0].partition_responses[0]
+        self.assertIn(p.error_code, (errors.NONE, errors.KAFKA_STORAGE_ERROR))
+        if p.error_code == errors.NONE:
+            acked[p.base_offset] = b"z"
         poll_until(lambda: log_dirs(c).get(d2) == errors.KAFKA_STORAGE_ERROR, timeout=20,
                    message="the full dir offline")
         with open(broker.log_path) as f:
