@@ -89,6 +89,23 @@ class ProduceTests(ApisFixture, unittest.TestCase):
         self.assertEqual(bytes(entries[("t", 0)]), b)
         self.assertEqual(resp.throttle_time_ms, 0)
 
+    def test_parked_acks_all_frees_its_handler_slot(self):
+        """An acks=all append waiting for its replicas marks the handler's work done at once
+        (Kafka's DelayedProduce frees the request handler thread): the num.io.threads slot
+        serves other connections meanwhile; the response comes when the replicas have it."""
+        waiting = defer.Deferred()
+        self.replica_manager.append_result = lambda entries: waiting
+        request = self.request(produce([("t", 0, batch())], acks=-1), 9)
+        released = []
+        request._on_local_complete = lambda req, now_ns: released.append(req)
+        answer = self.apis.handle(request)
+        self.assertEqual(released, [request])
+        self.assertNoResult(answer)
+        waiting.callback({("t", 0): FakePartitionResponse(base_offset=4)})
+        body = self.successResultOf(answer).body.to_message()
+        self.assertEqual(self.partitions(body), [("t", 0, 0, 4)])
+        self.assertEqual(released, [request])  # once
+
     def test_records_passed_as_memoryview(self):
         self.call(produce([("t", 0, batch())]), 9)
         buf = self.replica_manager.appends[0][2][("t", 0)]

@@ -179,7 +179,11 @@ def handle(apis, request):
             return respond({})
         appended = apis.replica_manager.append_records_now(body.timeout_ms, acks, entries,
                                                             batch_headers=headers)
-        if isinstance(appended, defer.Deferred):  # waiting for a producer state rebuild
+        if isinstance(appended, defer.Deferred):  # acks=all replication, or a producer state rebuild
+            if not appended.called:
+                # parked, as Kafka's DelayedProduce: the handler slot (num.io.threads) is free
+                # for other connections' requests meanwhile
+                request.mark_api_local_complete()
             return appended.addCallback(respond)
         return respond(appended)  # synchronous: the response without a Deferred
 
