@@ -178,6 +178,60 @@ class PipelineAndBadInputTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
         self.assertIsNone(self.broker.process.poll())
 
 
+class LargeFrameTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
+    """Large requests are received straight into their frames (network/socket_reader.py):
+    whatever way the bytes arrive, every record is stored exactly once and in order."""
+
+    def test_large_and_small_requests_pipelined_and_dribbled(self):
+        topic = create_topic(self.broker, unique_name("large-frames"))
+        client = RawClient(self.broker, "large-frames")
+        self.addCleanup(client.close)
+        sizes = [300000, 700000, 10, 450000, 20, 20, 900000]  # record values, by request
+        sent, corrs, frames = [], [], []
+        for i, size in enumerate(sizes * 2):
+            value = (b"%03d-" % i) + bytes((i * 7 + j) % 251 for j in range(size))
+            corr, data = client.encode(PRODUCE, PRODUCE_V, produce_body(topic, 0, [value]))
+            sent.append(value)
+            corrs.append(corr)
+            frames.append(data)
+        half = len(sizes)
+        client.send_raw(b"".join(frames[:half]))  # the first seven in one write
+        rest = b"".join(frames[half:])
+        for start in range(0, len(rest), 7001):  # the others in pieces cutting anywhere
+            client.send_raw(rest[start:start + 7001])
+        answered = []
+        for _ in corrs:
+            corr, resp, _ = client.recv()
+            self.assertEqual(resp.responses[0].partition_responses[0].error_code, 0)
+            answered.append(corr)
+        self.assertEqual(answered, corrs)
+        stored = read_all(self.broker, topic, 0)
+        self.assertEqual([offset for offset, _, _ in stored], list(range(len(sent))))
+        self.assertEqual([value for _, _, value in stored], sent)
+
+    def test_confluent_kafka_megabyte_values(self):
+        from confluent_kafka import Consumer, Producer
+
+        topic = create_topic(self.broker, unique_name("large-values"))
+        values = [(b"%02d" % i) * (450000 + 1000 * i) for i in range(12)]
+        producer = Producer({"bootstrap.servers": self.broker.bootstrap_servers, "linger.ms": 0,
+                             "message.max.bytes": 1000000})
+        for v in values:
+            producer.produce(topic, value=v)
+        self.assertEqual(producer.flush(30), 0)
+        consumer = Consumer({"bootstrap.servers": self.broker.bootstrap_servers, "group.id": topic,
+                             "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        self.addCleanup(consumer.close)
+        consumer.subscribe([topic])
+        got = []
+        deadline = time.monotonic() + 30
+        while len(got) < len(values) and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                got.append(msg.value())
+        self.assertEqual(got, values)
+
+
 class IdleConnectionTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
     broker_overrides = {"connections.max.idle.ms": 3000, "socket.listen.backlog.size": 1024}
     connections = 1000

@@ -4,7 +4,7 @@ import struct
 
 from twisted.trial import unittest
 
-from kafkatw.network.framing import FrameDecoder, InvalidReceive, MIN_HEADER_SIZE
+from kafkatw.network.framing import LARGE_FRAME, FrameDecoder, InvalidReceive, MIN_HEADER_SIZE
 from kafkatw.network.mute import ChannelMute, ChannelMuteEvent as E, ChannelMuteState as S, IllegalMuteTransition
 
 
@@ -13,6 +13,47 @@ def framed(payload):
 
 
 class FrameDecoderTests(unittest.SynchronousTestCase):
+    def test_large_frame_received_into_its_buffer(self):
+        """A frame of LARGE_FRAME bytes or more, once its length is read, is offered as a
+        writable view of its own buffer; bytes written there and reported make the frame,
+        bytes fed meanwhile go in too, and what follows it is the next frame."""
+        size = LARGE_FRAME + 1000
+        payload = bytes(i % 251 for i in range(size))
+        d = FrameDecoder(10 * size)
+        self.assertIsNone(d.receive_view())  # no length yet
+        d.feed(framed(payload)[:100])
+        self.assertIsNone(d.next_frame())
+        view = d.receive_view()
+        self.assertEqual(len(view), size - 96)  # the first 96 bytes are in the frame already
+        view[:1000] = payload[96:1096]
+        d.received_into(1000)
+        self.assertIsNone(d.next_frame())
+        d.feed(payload[1096:2000])  # a plain read meanwhile (e.g. a smaller receive)
+        view = d.receive_view()
+        self.assertEqual(len(view), size - 2000)
+        view[:] = payload[2000:]
+        d.received_into(size - 2000)
+        self.assertIsNone(d.receive_view())  # complete: nothing more to receive into it
+        frame = d.next_frame()
+        self.assertIsInstance(frame, bytearray)
+        self.assertEqual(bytes(frame), payload)
+        self.assertEqual(d.buffered, 0)
+        # a feed running past the frame's end leaves the rest for the next frame
+        d.feed(framed(payload)[:10])
+        self.assertIsNone(d.next_frame())
+        d.receive_view()
+        d.feed(framed(payload)[10:] + framed(b"small-12345"))
+        self.assertEqual(bytes(d.next_frame()), payload)
+        self.assertEqual(bytes(d.next_frame()), b"small-12345")
+        self.assertIsNone(d.next_frame())
+        self.assertEqual(d.buffered, 0)
+
+    def test_small_frames_are_not_received_into(self):
+        d = FrameDecoder(10 * LARGE_FRAME)
+        d.feed(framed(b"x" * (LARGE_FRAME - 1))[:50])
+        self.assertIsNone(d.next_frame())
+        self.assertIsNone(d.receive_view())
+
     def test_byte_by_byte(self):
         d = FrameDecoder(100)
         payload = bytes(range(20))

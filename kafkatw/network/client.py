@@ -16,6 +16,7 @@ from twisted.protocols.tls import TLSMemoryBIOProtocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from kafkatw.network import socket_reader
 from kafkatw.network.framing import FrameDecoder, InvalidReceive
 from kafkatw.protocol import messages
 from kafkatw.protocol.codec import ProtocolDecodeError
@@ -74,6 +75,9 @@ class KafkaClientProtocol(Protocol):
             # a follower's fetch answer (up to replica.fetch.max.bytes per partition) in one
             # or two reads and reactor turns instead of sixteen of Twisted's 64 KiB
             tcp.bufferSize = RECV_BUFFER_SIZE
+            # and the rest of a large answer straight into its frame (one copy, the kernel's)
+            # (plain TCP only: under TLS the socket's bytes are ciphertext)
+            socket_reader.install(self.transport, self._decoder, self._bytes_in)
 
     @property
     def usable(self):
@@ -110,6 +114,10 @@ class KafkaClientProtocol(Protocol):
 
     def dataReceived(self, data):
         self._decoder.feed(data)
+        self._bytes_in(len(data))
+
+    def _bytes_in(self, _n):
+        """More bytes are in the decoder: answer every complete frame."""
         while self._closed is None:
             try:
                 frame = self._decoder.next_frame()

@@ -24,6 +24,7 @@ from twisted.internet.protocol import Protocol
 from twisted.logger import Logger
 from zope.interface import implementer
 
+from kafkatw.network import socket_reader
 from kafkatw.network.framing import FrameDecoder, InvalidReceive
 from kafkatw.protocol.parts import FileRegion
 from kafkatw.network.mute import ChannelMute, ChannelMuteEvent
@@ -99,6 +100,8 @@ class KafkaConnection(Protocol):
             # one recv per MiB instead of sixteen: fewer syscalls and dataReceived calls
             # for large produce requests (bytes are copied once into the frame either way)
             self.transport.bufferSize = RECV_BUFFER_SIZE
+            # and the rest of a large request straight into its frame (one copy, the kernel's)
+            socket_reader.install(self.transport, self.decoder, self._bytes_in)
         host = self.transport.getHost()
         self.connection_id = "%s:%d-%s:%d-%d-%d" % (
             host.host, host.port, self.peer_host, self.peer_port, 0, server.next_connection_seq(self.endpoint))
@@ -199,12 +202,18 @@ class KafkaConnection(Protocol):
     def dataReceived(self, data):
         if self.closing:
             return
-        self.server.metrics.bytes_in += len(data)
+        self.decoder.feed(data)
+        self._bytes_in(len(data))
+
+    def _bytes_in(self, n):
+        """``n`` more bytes are in the decoder (fed, or received straight into a frame)."""
+        if self.closing:
+            return
+        self.server.metrics.bytes_in += n
         self.last_activity = self.server.reactor.seconds()
         if self._arrivals is not None:
-            self._bytes_read += len(data)
+            self._bytes_read += n
             self._arrivals.append((self._bytes_read, self.server.clock_ns()))
-        self.decoder.feed(data)
         self._process_frames()
 
     def _pause(self):

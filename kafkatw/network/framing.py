@@ -12,6 +12,10 @@ _SIZE = struct.Struct(">i")
 # api_key int16 + api_version int16 + correlation_id int32: every header version has them.
 MIN_HEADER_SIZE = 8
 
+#: a frame at least this large is assembled in its own buffer, which a reader may receive
+#: straight into (:meth:`FrameDecoder.receive_view`): one copy, by the kernel
+LARGE_FRAME = 64 * 1024
+
 
 class InvalidReceive(Exception):
     """A frame length outside ``[MIN_HEADER_SIZE, max_size]`` (Kafka's ``InvalidReceiveException``)."""
@@ -31,7 +35,8 @@ class FrameDecoder:
     frames unparsed in the buffer.  The length is checked before any allocation.
     """
 
-    __slots__ = ("max_size", "_chunks", "_offset", "buffered", "_need")
+    __slots__ = ("max_size", "_chunks", "_offset", "buffered", "_need", "_frame", "_filled",
+                 "last_was_large")
 
     def __init__(self, max_size):
         self.max_size = max_size
@@ -40,6 +45,11 @@ class FrameDecoder:
         #: bytes received and not yet returned as frames (including a partial length)
         self.buffered = 0
         self._need = -1  # size of the frame being read, -1 while reading the length
+        self._frame = None  # the large frame being received into (bytearray of _need bytes)
+        self._filled = 0  # bytes of _frame received so far
+        #: the last frame cut was a large one: a reader may expect another (read its length
+        #: alone, then the frame straight into its buffer)
+        self.last_was_large = False
 
     @property
     def receiving(self):
@@ -48,8 +58,49 @@ class FrameDecoder:
 
     def feed(self, data):
         if data:
-            self._chunks.append(data)
             self.buffered += len(data)
+            frame = self._frame
+            if frame is not None:  # the frame's bytes go into it, any beyond into the chunks
+                step = min(len(data), self._need - self._filled)
+                frame[self._filled:self._filled + step] = memoryview(data)[:step]
+                self._filled += step
+                if step == len(data):
+                    return
+                data = memoryview(data)[step:]
+            self._chunks.append(data)
+
+    def receive_view(self):
+        """A writable view of the rest of the large frame being read, or None.
+
+        Once a frame's length is known to be at least ``LARGE_FRAME`` and more of it is to
+        come, its buffer is made (the bytes buffered so far copied in) and the rest can be
+        received straight into it: report how many bytes were with :meth:`received_into`.
+        """
+        frame = self._frame
+        need = self._need
+        if frame is None:
+            if need < LARGE_FRAME or self.buffered >= need:
+                return None
+            frame = self._frame = bytearray(need)
+            filled = 0
+            chunks = self._chunks
+            offset = self._offset
+            while chunks:  # all of them belong to this frame: fewer than need bytes
+                chunk = chunks.popleft()
+                n = len(chunk) - offset
+                frame[filled:filled + n] = memoryview(chunk)[offset:]
+                filled += n
+                offset = 0
+            self._offset = 0
+            self._filled = filled
+        elif self._filled >= need:
+            return None  # complete, not cut yet: the next bytes belong to the next frame
+        return memoryview(frame)[self._filled:need]
+
+    def received_into(self, n):
+        """``n`` bytes were written into the view :meth:`receive_view` gave."""
+        self._filled += n
+        self.buffered += n
 
     def _take(self, n):
         """Remove and return the next ``n`` buffered bytes as one bytearray (one copy)."""
@@ -95,9 +146,19 @@ class FrameDecoder:
                 self._need = -1
                 raise InvalidReceive(need, self.max_size)
             self._need = need
+        frame = self._frame
+        if frame is not None:
+            if self._filled < need:
+                return None
+            self._frame = None
+            self._need = -1
+            self.buffered -= need
+            self.last_was_large = True
+            return frame
         if self.buffered < need:
             return None
         self._need = -1
+        self.last_was_large = need >= LARGE_FRAME
         # the common case, a frame within the first chunk: one copy, no loop
         chunk = self._chunks[0]
         offset = self._offset

@@ -1,0 +1,54 @@
+"""Receives a large frame straight into its buffer on a plain TCP connection.
+
+Twisted's ``doRead`` receives into a new bytes object per read (1 MiB here), which the
+frame decoder then copies into the frame: two allocations and a copy per megabyte of a
+produce request or a follower's fetch answer. While the decoder waits for the rest of a
+large frame (``FrameDecoder.receive_view``), this reads with ``recv_into`` into the frame
+itself; every other read is Twisted's own. TLS connections are left alone (their bytes
+come decrypted through ``dataReceived``).
+"""
+
+import errno
+
+from twisted.internet import main, tcp
+
+_RETRY = (errno.EWOULDBLOCK, errno.EAGAIN, errno.EINTR)
+
+
+def install(transport, decoder, received_into):
+    """Read large frames of ``decoder`` from ``transport``'s socket straight into them;
+    ``received_into(n)`` is called after ``n`` bytes went into the decoder (as ``dataReceived``
+    after a read).
+    Returns False, changing nothing, when ``transport`` is not a plain TCP connection."""
+    if not isinstance(transport, tcp.Connection):
+        return False
+    sock = transport.socket
+    twisted_read = transport.doRead
+
+    def doRead():
+        view = decoder.receive_view()
+        try:
+            if view is None:
+                if not (decoder.last_was_large and decoder.buffered == 0):
+                    return twisted_read()
+                # after a large frame, likely another: its length alone (one more recv per
+                # megabyte), then the frame straight into its own buffer on the next read
+                data = sock.recv(4)
+                if not data:
+                    return main.CONNECTION_DONE
+                decoder.feed(data)
+                received_into(len(data))
+                return None
+            n = sock.recv_into(view)
+        except OSError as e:
+            if e.errno in _RETRY:
+                return None
+            return main.CONNECTION_LOST
+        if not n:
+            return main.CONNECTION_DONE
+        decoder.received_into(n)
+        received_into(n)
+        return None
+
+    transport.doRead = doRead  # the reactor calls the selectable's doRead
+    return True
