@@ -73,6 +73,48 @@ class AgainstBrokerTests(KafkaBrokerMixin, unittest.TestCase):
         self.assertEqual(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY), 1)
 
 
+class ImmediateSendTests(unittest.TestCase):
+    @defer.inlineCallbacks
+    def test_request_to_an_idle_connection_is_sent_at_once(self):
+        """A request on a connected, idle socket is in the kernel when send() returns (a
+        follower's next fetch moves the leader's HW: it must not wait for a reactor turn);
+        one sent behind a buffered write keeps its place."""
+        factory = protocol.ServerFactory.forProtocol(_Silent)
+        factory.received = []
+        port = reactor.listenTCP(0, factory, interface="127.0.0.1")
+        self.addCleanup(port.stopListening)
+        client = KafkaNetworkClient(reactor, "test-client", request_timeout_ms=10000)
+        self.addCleanup(client.close_all)
+        p = port.getHost().port
+        client.send(3, "127.0.0.1", p, messages.ApiVersionsRequest(), 0).addErrback(lambda _: None)
+        yield _until(lambda: factory.received)  # connected, the first request arrived
+        conn = client._connections[3]
+        got = len(b"".join(factory.received))
+        client.send(3, "127.0.0.1", p, messages.ApiVersionsRequest(), 0).addErrback(lambda _: None)
+        # nothing left in Twisted's buffers for a later reactor turn: the kernel has it
+        self.assertEqual((conn.transport._tempDataBuffer, conn.transport.dataBuffer), ([], b""))
+        yield _until(lambda: len(b"".join(factory.received)) > got)
+        client.close_all()
+
+
+def _until(condition, timeout=10.0):
+    """A Deferred firing once ``condition()`` is true (polled each reactor turn, bounded)."""
+    from twisted.internet import task
+    import time
+
+    deadline = time.monotonic() + timeout
+
+    def check():
+        if condition():
+            loop.stop()
+        elif time.monotonic() > deadline:
+            loop.stop()
+            raise AssertionError("condition not met in %.0f s" % timeout)
+
+    loop = task.LoopingCall(check)
+    return loop.start(0.01)
+
+
 class FailureTests(unittest.TestCase):
     def setUp(self):
         self.client = KafkaNetworkClient(reactor, "test-client", request_timeout_ms=300,

@@ -18,6 +18,7 @@ from twisted.python.failure import Failure
 
 from kafkatw.network import socket_reader
 from kafkatw.network.framing import FrameDecoder, InvalidReceive
+from kafkatw.network.transport import idle_socket
 from kafkatw.protocol import messages
 from kafkatw.protocol.codec import ProtocolDecodeError
 
@@ -100,7 +101,19 @@ class KafkaClientProtocol(Protocol):
         d = defer.Deferred()
         timer = reactor.callLater(timeout_s, self._timed_out, correlation)
         self._pending[correlation] = _Pending(d, api_key, version, timer)
-        self.transport.writeSequence([_SIZE.pack(size), body] + parts)
+        data = [_SIZE.pack(size), body] + parts
+        sock = idle_socket(self.transport)
+        if sock is None:
+            self.transport.writeSequence(data)
+            return d
+        # nothing queued before it: handed to the kernel now, not at the next reactor turn
+        # (a follower's next fetch is what moves the leader's HW; acks=all waits for it)
+        try:
+            sent = sock.sendmsg(data)
+        except OSError:
+            sent = 0  # the transport meets the error on its own write and closes as usual
+        if sent < size + 4:
+            self.transport.write(b"".join(data)[sent:])
         return d
 
     def _timed_out(self, correlation):

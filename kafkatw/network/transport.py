@@ -142,7 +142,7 @@ def _cork(sock, on):
         pass  # a socket already failing: the send itself reports it
 
 
-def _idle_socket(transport):
+def idle_socket(transport):
     """The socket of a TCP transport with nothing buffered and no producer, else None."""
     if getattr(transport, "producer", 1) is not None or getattr(transport, "disconnecting", True):
         return None
@@ -173,7 +173,7 @@ class PlaintextSender(_Sender):
     def start_now(self):
         """The byte count when everything went to the kernel at once (``done`` is then never
         fired), else ``done``, firing when the rest has been written."""
-        sock = _idle_socket(self.transport)
+        sock = idle_socket(self.transport)
         if sock is None:
             self.transport.registerProducer(self, False)
             return self.done
@@ -445,7 +445,7 @@ class PlaintextTransportLayer:
         Byte parts to an idle socket (every small answer) go out in one ``sendmsg`` here,
         without a sender object and its Deferred; what the socket does not take, and any
         region, goes through :class:`PlaintextSender`."""
-        sock = _idle_socket(transport)
+        sock = idle_socket(transport)
         if sock is None:
             return PlaintextSender(transport, parts).start_now()
         n = 0
