@@ -23,7 +23,12 @@ class Kafkatw:
 
     name = "kafkatw"
 
-    def __init__(self, data_root=None):
+    def __init__(self, data_root=None, tree=None):
+        """``tree``: another checkout of kafkatw (e.g. a worktree of an older commit) to run
+        instead of this one, through ``PYTHONPATH``: same venv, same settings, its code."""
+        self.tree = tree and os.path.abspath(tree)
+        if self.tree:
+            self.name = "kafkatw@" + os.path.basename(self.tree.rstrip("/"))
         self.work = tempfile.mkdtemp(prefix="kafkatw-bench-", dir=data_root)
         self.broker = KafkaBroker(data_dir=self.work, fork_server=False, overrides={
             "kafkatw.request.log.enable": "false",
@@ -33,7 +38,17 @@ class Kafkatw:
         })
 
     def start(self):
-        self.broker.start()
+        saved = os.environ.get("PYTHONPATH")
+        if self.tree:
+            os.environ["PYTHONPATH"] = self.tree  # read by the twistd child only
+        try:
+            self.broker.start()
+        finally:
+            if self.tree:
+                if saved is None:
+                    del os.environ["PYTHONPATH"]
+                else:
+                    os.environ["PYTHONPATH"] = saved
         self.bootstrap = self.broker.bootstrap_servers
         self.pid = self.broker.process.pid
         return self

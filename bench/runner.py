@@ -68,6 +68,8 @@ class Plan:
             ("end-to-end latency", self.e2e),
             ("request rate (8 procs, 1 msg/request)", self.request_rate),
         ]
+        for codec in COMPRESSED_CODECS:
+            w.append((COMPRESSED_ROW % codec, self._compressed(codec)))
         for n in self.partition_counts:
             w.append(("produce 1 KiB, %d partitions" % n, self._partitions(n)))
         w.append(("1,000 idle connections", self.idle))
@@ -137,6 +139,17 @@ class Plan:
         finally:
             self.delete(b, t)
 
+    def _compressed(self, codec):
+        def run(b, state):
+            t = topic("pz" + codec)
+            try:
+                return per_gb(call("produce", bootstrap=b.bootstrap, broker_pid=b.pid, topic=t, acks=1,
+                                   seconds=self.produce_s, compression=codec, batch_size=64 * 1024,
+                                   text=True))
+            finally:
+                self.delete(b, t)
+        return run
+
     def _partitions(self, n):
         def run(b, state):
             t = topic("parts%d" % n)
@@ -163,6 +176,11 @@ class Plan:
             pass
 
 
+#: Issue 23 item 5: compressed produce against the same workload uncompressed (compressible 1 KiB
+#: values in 64 KiB batches, acks=1); CPU per GB counts the uncompressed value bytes.
+COMPRESSED_CODECS = ("none", "lz4", "zstd")
+COMPRESSED_ROW = "produce 1 KiB text, 64 KiB batches, compression %s"
+
 # metric name -> (label, unit, higher is better)
 HEADLINE = {
     "mb_s": ("MB/s", True),
@@ -176,10 +194,14 @@ HEADLINE = {
     "rss_before_mb": ("RSS before MB", False),
     "rss_delta_mb": ("RSS +1000 conns MB", False),
     "create_topic_s": ("create topic s", False),
+    "compression_ratio": ("compression ratio (64 KiB sample)", True),
 }
 METRICS_OF = {
     "produce 100 B acks=1": ["msgs_s", "mb_s", "client_cpu_s_per_gb", "broker_cpu_s_per_gb"],
 }
+for _codec in COMPRESSED_CODECS:
+    METRICS_OF[COMPRESSED_ROW % _codec] = ["mb_s", "client_cpu_s_per_gb", "broker_cpu_s_per_gb"] + (
+        ["compression_ratio"] if _codec != "none" else [])
 
 
 def summarize(values):
@@ -199,8 +221,10 @@ def fmt(x):
     return "%.2f" % x
 
 
-def report(results, machine_rounds, idle_rss, out=sys.stdout):
-    lines = ["| workload | metric | kafkatw median (min-max) | Tansu median (min-max) | kafkatw/Tansu |",
+def report(results, machine_rounds, idle_rss, out=sys.stdout, other="tansu"):
+    """The table of medians; ``other`` names the second broker (Tansu, or a baseline kafkatw tree)."""
+    label = "Tansu" if other == "tansu" else other
+    lines = ["| workload | metric | kafkatw median (min-max) | %s median (min-max) | kafkatw/%s |" % (label, label),
              "|---|---|---|---|---|"]
     summary = {}
     for wl, per_broker in results.items():
@@ -210,7 +234,7 @@ def report(results, machine_rounds, idle_rss, out=sys.stdout):
         for k in keys:
             cells = []
             meds = {}
-            for name in ("kafkatw", "tansu"):
+            for name in ("kafkatw", other):
                 rs = per_broker.get(name, [])
                 s = summarize([r.get(k) for r in rs if "error" not in r])
                 summary.setdefault(wl, {}).setdefault(name, {})[k] = s
@@ -220,7 +244,7 @@ def report(results, machine_rounds, idle_rss, out=sys.stdout):
                 else:
                     meds[name] = s["median"]
                     cells.append("%s (%s-%s)" % (fmt(s["median"]), fmt(s["min"]), fmt(s["max"])))
-            ratio = (meds["kafkatw"] / meds["tansu"]) if len(meds) == 2 and meds["tansu"] else None
+            ratio = (meds["kafkatw"] / meds[other]) if len(meds) == 2 and meds[other] else None
             lines.append("| %s | %s | %s | %s | %s |" % (wl, HEADLINE[k][0], cells[0], cells[1],
                                                         "%.2fx" % ratio if ratio is not None else "-"))
     lines.append("")
@@ -247,20 +271,31 @@ def report(results, machine_rounds, idle_rss, out=sys.stdout):
         lines.append("kafkatw produce acks=1 / raw append: %.0f%%" % (100 * k["median"] / a["median"]))
     if c and s:
         lines.append("kafkatw consume / sendfile ceiling: %.0f%%" % (100 * c["median"] / s["median"]))
+    for name in ("kafkatw", other):
+        cpu = {codec: summary.get(COMPRESSED_ROW % codec, {}).get(name, {}).get("broker_cpu_s_per_gb")
+               for codec in COMPRESSED_CODECS}
+        if cpu["none"] and any(cpu[c] for c in COMPRESSED_CODECS[1:]):
+            lines.append("%s broker CPU per GB, compressed / uncompressed (64 KiB batches): %s" % (
+                name, ", ".join("%s %.2fx" % (c, cpu[c]["median"] / cpu["none"]["median"])
+                                for c in COMPRESSED_CODECS[1:] if cpu[c])))
     text = "\n".join(lines)
     out.write(text + "\n")
     return text, summary
 
 
-def run(quick=False, rounds=3, only=None, json_path=None):
+def run(quick=False, rounds=3, only=None, json_path=None, baseline=None):
+    """``baseline``: a kafkatw tree to run as the second broker instead of Tansu (A/B of two
+    commits in one run, interleaved)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 65536)), hard))
     plan = Plan(quick)
     workloads = [(n, f) for n, f in plan.workloads() if not only or any(o in n for o in only)]
     if only and any("consume" in o for o in only):
         workloads.insert(0, ("produce 1 KiB acks=1", plan.produce_acks1))
+    # the machine's append and sendfile ceilings (1 GiB each) frame the 1 KiB produce and consume rows
+    ceilings = any(n == "produce 1 KiB acks=1" or n.startswith("consume") for n, _ in workloads)
     kt = Kafkatw().start()
-    ta = Tansu().start()
+    ta = (Kafkatw(tree=baseline) if baseline else Tansu()).start()
     brokers = [kt, ta]
     idle_rss = {b.name: rss_bytes(b.pid) for b in brokers}
     results = {n: {b.name: [] for b in brokers} for n, _ in workloads}
@@ -274,7 +309,7 @@ def run(quick=False, rounds=3, only=None, json_path=None):
         sys.stderr.write("start-with-partitions measurement unavailable: %s\n" % e)
     try:
         for rnd in range(rounds):
-            if rss_bytes(ta.pid) > 3 * GB:  # Tansu keeps records in memory; bound the run's RAM
+            if isinstance(ta, Tansu) and rss_bytes(ta.pid) > 3 * GB:  # Tansu keeps records in memory
                 ta.stop()
                 ta.start()
             for name, fn in workloads:
@@ -291,6 +326,8 @@ def run(quick=False, rounds=3, only=None, json_path=None):
             m = {}
             folder = kt.work
             try:
+                if not ceilings:
+                    raise RuntimeError("not measured: no workload selected compares with them")
                 size = max(1 << 30, (state["kafkatw"].get("produced_bytes") or 0) // (1 << 20) * (1 << 20))
                 if quick:
                     size = 1 << 30
@@ -311,7 +348,7 @@ def run(quick=False, rounds=3, only=None, json_path=None):
         if starter is not None:
             starter.close()
     sys.stderr.write("total %.0f s\n" % (time.monotonic() - t_start))
-    text, summary = report(results, machine_rounds, idle_rss)
+    text, summary = report(results, machine_rounds, idle_rss, other=ta.name)
     if json_path:
         with open(json_path, "w") as f:
             json.dump({"results": results, "machine": machine_rounds, "idle_rss": idle_rss,

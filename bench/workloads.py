@@ -93,9 +93,49 @@ def _producer(bootstrap, **extra):
     return Producer(conf)
 
 
+TEXT_POOL = 1024  # distinct compressible values cycled by a produce with ``text=True``
+
+
+def text_values(size, count=TEXT_POOL, seed=1):
+    """``count`` distinct ``size``-byte values of words drawn from a 256-word vocabulary of
+    random hex: compressible like log lines or JSON (lz4 about 3:1, zstd about 4.5:1), but
+    no two values alike, so a batch compresses as its records do, not as one repeated value."""
+    import random
+
+    rnd = random.Random(seed)
+    words = [rnd.randbytes(rnd.randint(2, 8)).hex() for _ in range(256)]
+    values = []
+    for _ in range(count):
+        out = []
+        n = 0
+        while n < size:
+            w = rnd.choice(words)
+            out.append(w)
+            n += len(w) + 1
+        values.append(" ".join(out).encode()[:size])
+    return values
+
+
+def compression_ratio(values, codec, batch_bytes):
+    """Uncompressed / compressed size of the first ``batch_bytes`` of ``values`` under ``codec``
+    (the client's own batches differ by a few record headers)."""
+    sample = b"".join(values)[:batch_bytes]
+    if codec == "lz4":
+        import lz4.frame
+
+        return len(sample) / len(lz4.frame.compress(sample, block_size=lz4.frame.BLOCKSIZE_MAX64KB))
+    if codec == "zstd":
+        import zstandard
+
+        return len(sample) / len(zstandard.ZstdCompressor().compress(sample))
+    return 1.0
+
+
 def produce(bootstrap, broker_pid, topic, acks=1, size=1024, seconds=5.0, max_bytes=3 << 30,
-            partitions=1, create=True):
-    """As many ``size``-byte values as the client sends in ``seconds`` (or ``max_bytes``)."""
+            partitions=1, create=True, compression="none", batch_size=MIB, text=False):
+    """As many ``size``-byte values as the client sends in ``seconds`` (or ``max_bytes``):
+    one random value repeated, or with ``text`` a pool of compressible ones (:func:`text_values`),
+    sent with ``compression`` in batches of ``batch_size``. ``bytes`` counts uncompressed values."""
     if create:
         create_topic(bootstrap, topic, partitions)
     failed = [0]
@@ -103,8 +143,10 @@ def produce(bootstrap, broker_pid, topic, acks=1, size=1024, seconds=5.0, max_by
     def on_error(err, msg):
         failed[0] += 1
 
-    p = _producer(bootstrap, acks=acks, **{"delivery.report.only.error": True, "on_delivery": on_error})
-    value = os.urandom(size)
+    p = _producer(bootstrap, acks=acks, **{"delivery.report.only.error": True, "on_delivery": on_error,
+                                           "compression.type": compression, "batch.size": batch_size})
+    values = text_values(size) if text else [os.urandom(size)]
+    mask = len(values) - 1  # a power of two
     max_n = max_bytes // size
     sent = 0
     pp = p.produce
@@ -114,7 +156,7 @@ def produce(bootstrap, broker_pid, topic, acks=1, size=1024, seconds=5.0, max_by
         while sent < max_n:
             for _ in range(1000):
                 try:
-                    pp(topic, value)
+                    pp(topic, values[sent & mask])
                 except BufferError:
                     poll(0.001)
                     continue
@@ -130,8 +172,9 @@ def produce(bootstrap, broker_pid, topic, acks=1, size=1024, seconds=5.0, max_by
                          % (sent, left, failed[0], sum(ends)))
     stored = min(sent, sum(ends))
     nbytes = stored * size
+    extra = {"compression_ratio": compression_ratio(values, compression, batch_size)} if text else {}
     return w.result(messages=stored, bytes=nbytes, mb_s=nbytes / w.elapsed / 1e6,
-                    msgs_s=stored / w.elapsed, sent=sent, failed=failed[0], log_end=sum(ends))
+                    msgs_s=stored / w.elapsed, sent=sent, failed=failed[0], log_end=sum(ends), **extra)
 
 
 def consume(bootstrap, broker_pid, topic, expected, size=1024, timeout=120.0, isolation="read_committed"):
