@@ -171,3 +171,61 @@ class CorruptInputTests(SynchronousTestCase):
         self.assertRaises(CorruptRecordError, decompress, SNAPPY, out)
         struct.pack_into(">i", out, 16, -5)
         self.assertRaises(CorruptRecordError, decompress, SNAPPY, out)
+
+
+class BoundedDecompressionTests(SynchronousTestCase):
+    """``max_size``: the produce path's bound on what one batch may decompress to, checked
+    without holding more than it; output of every shape still decodes exactly."""
+
+    data = b"".join(b"record %08d " % i for i in range(300000))  # 5.1 MB, compressible
+
+    def test_exact_bound_and_one_byte_less(self):
+        for codec in (GZIP, SNAPPY, LZ4, ZSTD):
+            out = compress(codec, self.data)
+            self.assertTrue(decompress(codec, out, max_size=len(self.data)) == self.data, codec)
+            with self.assertRaises(CorruptRecordError, msg=codec):
+                decompress(codec, out, max_size=len(self.data) - 1)
+
+    def test_lz4_output_of_many_chunks_and_frames(self):
+        self.assertGreater(len(self.data), 4 * compression.LZ4_OUTPUT_CHUNK)
+        out = compress(LZ4, self.data)
+        self.assertEqual(decompress(LZ4, out + out, max_size=2 * len(self.data)), self.data * 2)
+        self.assertRaises(CorruptRecordError, decompress, LZ4, out + out[:-3])
+
+    def test_zstd_bomb_refused_before_decompressing(self):
+        bomb = zstandard.ZstdCompressor(write_content_size=False).compress(b"\0" * (256 << 20))
+        self.assertLess(len(bomb), 64 * 1024)
+        with self.assertRaises(CorruptRecordError) as caught:
+            decompress(ZSTD, bomb, max_size=64 << 20)
+        self.assertIn("more than %d bytes" % (64 << 20), str(caught.exception))
+
+    def test_zstd_declared_size_beyond_its_blocks(self):
+        out = bytearray(zstandard.ZstdCompressor().compress(b"abc" * 30000))
+        self.assertEqual(zstandard.frame_content_size(bytes(out)), 90000)
+        fhd = out[4]
+        self.assertEqual(fhd >> 6, 2)  # a 4-byte content size field, after the window byte if any
+        struct.pack_into("<I", out, 5 + (0 if fhd & 0x20 else 1), 1000000)
+        with self.assertRaises(CorruptRecordError) as caught:
+            decompress(ZSTD, bytes(out), max_size=64 << 20)
+        self.assertIn("declares 1000000 bytes but its blocks hold at most 131072", str(caught.exception))
+
+    def test_zstd_checksum_skippable_frames_and_trailing_bytes(self):
+        one = zstandard.ZstdCompressor(write_checksum=True).compress(b"checked " * 100)
+        skippable = struct.pack("<II", 0x184D2A53, 5) + b"12345"
+        self.assertEqual(decompress(ZSTD, skippable + one + skippable + one, max_size=1600),
+                         b"checked " * 200)
+        for bad in (one + b"\x00\x00", one + skippable[:-1], one[:-2]):
+            self.assertRaises(CorruptRecordError, decompress, ZSTD, bad, max_size=1 << 20)
+
+    def test_zstd_frame_of_many_small_blocks(self):
+        # past the blocks the broker walks itself: the streaming path, still bounded and exact
+        cobj = zstandard.ZstdCompressor(write_content_size=False).compressobj()
+        parts = [cobj.compress(b"part %05d;" % i) + cobj.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK)
+                 for i in range(3000)]
+        framed = b"".join(parts) + cobj.flush()
+        expected = b"".join(b"part %05d;" % i for i in range(3000))
+        self.assertEqual(decompress(ZSTD, framed, max_size=len(expected)), expected)
+        self.assertEqual(decompress(ZSTD, framed), expected)
+        self.assertRaises(CorruptRecordError, decompress, ZSTD, framed, max_size=len(expected) - 1)
+        self.assertRaises(CorruptRecordError, decompress, ZSTD, framed[:-5], max_size=1 << 20)
+        self.assertRaises(CorruptRecordError, decompress, ZSTD, framed[:-5])

@@ -102,13 +102,9 @@ def decompress(codec, data, magic=2, max_size=None):
         if codec == LZ4:
             if magic == 0:
                 data = _fix_lz4_header_checksum(data)
-            if max_size is not None:
-                return _lz4_bounded(data, max_size)
-            return lz4.frame.decompress(data)
+            return _lz4_decompress(data, max_size)
         if codec == ZSTD:
-            if max_size is not None:
-                _zstd_size_within(data, max_size)
-            return _zstd_decompress(data)
+            return _zstd_decompress(data, max_size)
     except CorruptRecordError:
         raise
     except Exception as e:
@@ -184,20 +180,34 @@ def _snappy_decompress(data, max_size=None):
 
 # -- lz4 (bounded) ------------------------------------------------------------------------
 
-def _lz4_bounded(data, max_size):
+#: Output room asked of python-lz4 per call: it allocates all of ``max_length`` up front, so a
+#: 64 MiB bound as one call cost an mmap and munmap per batch (~4x the decompression itself).
+#: Larger output comes in further calls of this size.
+LZ4_OUTPUT_CHUNK = 1 << 20
+
+
+def _lz4_decompress(data, max_size=None):
+    """Concatenated lz4 frames, each to its end marker, in one pass over ``data`` (no copy
+    of it) and at most ``max_size`` bytes of output (checked chunk by chunk)."""
     out = []
     total = 0
-    data = bytes(data)
+    limit = -1 if max_size is None else max_size + 1  # one byte over: too much, refused
     while data:
         d = lz4.frame.LZ4FrameDecompressor()
-        chunk = d.decompress(data, max_length=max_size - total + 1)
-        total += len(chunk)
-        _check_size(total, max_size)
-        out.append(chunk)
+        pending = data
+        while True:
+            room = LZ4_OUTPUT_CHUNK if limit < 0 else min(LZ4_OUTPUT_CHUNK, limit - total)
+            chunk = d.decompress(pending, max_length=room)
+            total += len(chunk)
+            _check_size(total, max_size)
+            out.append(chunk)
+            if d.eof or d.needs_input:
+                break
+            pending = b""  # more output of the input already taken
         if not d.eof:
             raise CorruptRecordError("truncated lz4 frame")
         data = d.unused_data
-    return b"".join(out)
+    return out[0] if len(out) == 1 else b"".join(out)
 
 
 # -- lz4 ----------------------------------------------------------------------------------
@@ -267,24 +277,123 @@ def xxh32(data, seed=0):
 
 # -- zstd ---------------------------------------------------------------------------------
 
-def _zstd_size_within(data, max_size):
-    """Stream through ``data`` counting output (64 kB at a time, nothing kept); raises once
-    more than ``max_size`` bytes come out."""
-    reader = zstandard.ZstdDecompressor().stream_reader(bytes(data), read_across_frames=True)
-    total = 0
+_ZSTD_MAGIC = 0xFD2FB528
+_SKIPPABLE_MASK, _SKIPPABLE_MAGIC = 0xFFFFFFF0, 0x184D2A50
+#: RFC 8878 3.1.1.2: no block decompresses to more than 128 KiB.
+_ZSTD_MAX_BLOCK = 128 * 1024
+#: Blocks walked per frame before handing it to the streaming path: 64 MiB needs 512 full
+#: blocks; thousands of tiny ones are a hostile frame, not worth a Python loop each.
+_ZSTD_MAX_WALKED_BLOCKS = 1024
+_UINT32_LE = struct.Struct("<I")
+
+
+def _zstd_frame_bound(view, pos, budget):
+    """``(end, bound)`` of the zstd frame at ``pos``: where it ends (after its blocks and
+    checksum) and the most it can decompress to: raw and RLE blocks their size, a compressed
+    block 128 KiB (RFC 8878 3.1.1.2); a declared content size lowers the bound. python-zstandard
+    has no bounded one-pass decompression that also reports a truncated frame (its stream
+    reader ends quietly), so the frame's 3-byte block headers are walked here, stopping once
+    the bound passes ``budget`` or after 1,024 blocks (``end`` is then None, as for a whole
+    frame whose bound passes ``budget``). Raises ZstdError
+    / CorruptRecordError."""
+    frame = view[pos:]
+    header = zstandard.frame_header_size(frame)
+    params = zstandard.get_frame_parameters(frame)
+    p = pos + header
+    end = len(view)
+    bound = 0
+    blocks = 0
     while True:
-        chunk = reader.read(65536)
-        if not chunk:
-            return total
-        total += len(chunk)
-        _check_size(total, max_size)
+        if p + 3 > end:
+            raise CorruptRecordError("truncated zstd frame")
+        bh = view[p] | (view[p + 1] << 8) | (view[p + 2] << 16)
+        p += 3
+        size = bh >> 3
+        kind = (bh >> 1) & 3
+        if kind == 1:  # RLE: one byte repeated size times
+            p += 1
+            bound += size
+        elif kind == 3:
+            raise CorruptRecordError("reserved zstd block type")
+        else:
+            p += size
+            bound += size if kind == 0 else _ZSTD_MAX_BLOCK
+        if p > end:
+            raise CorruptRecordError("truncated zstd frame")
+        if bh & 1:  # last block
+            break
+        blocks += 1
+        if (budget is not None and bound > budget) or blocks > _ZSTD_MAX_WALKED_BLOCKS:
+            return None, bound
+    if params.has_checksum:
+        p += 4
+        if p > end:
+            raise CorruptRecordError("truncated zstd frame")
+    content_size = zstandard.frame_content_size(frame)
+    if content_size > bound:  # (-1: not declared, as zstd-jni and librdkafka write them)
+        # python-zstandard would allocate the declared size, whatever the bound given
+        raise CorruptRecordError("zstd frame declares %d bytes but its blocks hold at most %d"
+                                 % (content_size, bound))
+    if content_size >= 0:
+        bound = content_size
+    if budget is not None and bound > budget:
+        return None, bound
+    return p, bound
 
 
-def _zstd_decompress(data):
-    # A streaming decompressor needs no content size in the frame header (zstd-jni omits
-    # it); concatenated frames are one stream, a truncated frame is an error.
+def _zstd_decompress(data, max_size=None):
+    """Concatenated zstd frames (skippable frames skipped), none truncated, each decompressed
+    in one call into a buffer of its bound; at most ``max_size`` bytes of output, refused
+    before it is decompressed when the frames' own headers rule it out.
+
+    A frame whose bound exceeds what is left of ``max_size`` (many small blocks: not what
+    zstd-jni or librdkafka write, but valid) goes through the streaming reader, counted."""
+    view = memoryview(data)
     dctx = zstandard.ZstdDecompressor()
-    data = bytes(data)
+    out = []
+    total = 0
+    pos = 0
+    end = len(view)
+    while pos < end:
+        if end - pos < 4:
+            raise CorruptRecordError("%d trailing bytes after the zstd frames" % (end - pos))
+        magic = _UINT32_LE.unpack_from(view, pos)[0]
+        if magic & _SKIPPABLE_MASK == _SKIPPABLE_MAGIC:
+            if end - pos < 8:
+                raise CorruptRecordError("truncated skippable zstd frame")
+            pos += 8 + _UINT32_LE.unpack_from(view, pos + 4)[0]
+            if pos > end:
+                raise CorruptRecordError("truncated skippable zstd frame")
+            continue
+        if magic != _ZSTD_MAGIC:
+            raise CorruptRecordError("not a zstd frame (magic 0x%08x)" % magic)
+        budget = None if max_size is None else max_size - total
+        frame_end, bound = _zstd_frame_bound(view, pos, budget)
+        if frame_end is None:
+            out.append(_zstd_streamed(dctx, view[pos:], budget))
+            break
+        if bound:
+            chunk = dctx.decompress(view[pos:frame_end], max_output_size=bound)
+            out.append(chunk)
+            total += len(chunk)  # (within the budget: the bound was)
+        pos = frame_end
+    return out[0] if len(out) == 1 else b"".join(out)
+
+
+def _zstd_streamed(dctx, view, budget):
+    """The rest of ``view`` (whole frames) the slow way: counted through the stream reader
+    64 KiB at a time (nothing kept) up to ``budget`` bytes, then decompressed again by a
+    decompression object that reports a truncated frame (the reader ends quietly)."""
+    if budget is not None:
+        reader = dctx.stream_reader(view, read_across_frames=True)
+        total = 0
+        while True:
+            chunk = reader.read(65536)
+            if not chunk:
+                break
+            total += len(chunk)
+            _check_size(total, budget)
+    data = bytes(view)
     out = []
     while True:
         dobj = dctx.decompressobj()
