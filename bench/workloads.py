@@ -132,10 +132,12 @@ def compression_ratio(values, codec, batch_bytes):
 
 
 def produce(bootstrap, broker_pid, topic, acks=1, size=1024, seconds=5.0, max_bytes=3 << 30,
-            partitions=1, create=True, compression="none", batch_size=MIB, text=False):
+            partitions=1, create=True, compression="none", batch_size=MIB, text=False, linger_ms=5):
     """As many ``size``-byte values as the client sends in ``seconds`` (or ``max_bytes``):
     one random value repeated, or with ``text`` a pool of compressible ones (:func:`text_values`),
-    sent with ``compression`` in batches of ``batch_size``. ``bytes`` counts uncompressed values."""
+    sent with ``compression`` in batches of ``batch_size`` (``linger_ms`` long enough to fill them:
+    a client slowed by compressing otherwise sends them part full, more requests per GB).
+    ``bytes`` counts uncompressed values."""
     if create:
         create_topic(bootstrap, topic, partitions)
     failed = [0]
@@ -144,7 +146,8 @@ def produce(bootstrap, broker_pid, topic, acks=1, size=1024, seconds=5.0, max_by
         failed[0] += 1
 
     p = _producer(bootstrap, acks=acks, **{"delivery.report.only.error": True, "on_delivery": on_error,
-                                           "compression.type": compression, "batch.size": batch_size})
+                                           "compression.type": compression, "batch.size": batch_size,
+                                           "linger.ms": linger_ms})
     values = text_values(size) if text else [os.urandom(size)]
     mask = len(values) - 1  # a power of two
     max_n = max_bytes // size
