@@ -132,12 +132,14 @@ def compression_ratio(values, codec, batch_bytes):
 
 
 def produce(bootstrap, broker_pid, topic, acks=1, size=1024, seconds=5.0, max_bytes=3 << 30,
-            partitions=1, create=True, compression="none", batch_size=MIB, text=False, linger_ms=5):
+            partitions=1, create=True, compression="none", batch_size=MIB, text=False, linger_ms=5,
+            rate_mb_s=None):
     """As many ``size``-byte values as the client sends in ``seconds`` (or ``max_bytes``):
     one random value repeated, or with ``text`` a pool of compressible ones (:func:`text_values`),
     sent with ``compression`` in batches of ``batch_size`` (``linger_ms`` long enough to fill them:
-    a client slowed by compressing otherwise sends them part full, more requests per GB).
-    ``bytes`` counts uncompressed values."""
+    a client slowed by compressing otherwise sends them part full, more requests per GB);
+    ``rate_mb_s`` paces the values sent (so codecs whose clients compress at different speeds
+    reach the broker at one request rate). ``bytes`` counts uncompressed values."""
     if create:
         create_topic(bootstrap, topic, partitions)
     failed = [0]
@@ -154,10 +156,12 @@ def produce(bootstrap, broker_pid, topic, acks=1, size=1024, seconds=5.0, max_by
     sent = 0
     pp = p.produce
     poll = p.poll
+    chunk = 64 if rate_mb_s else 1000
     with Window(broker_pid) as w:
-        deadline = time.perf_counter() + seconds
+        start = time.perf_counter()
+        deadline = start + seconds
         while sent < max_n:
-            for _ in range(1000):
+            for _ in range(chunk):
                 try:
                     pp(topic, values[sent & mask])
                 except BufferError:
@@ -165,8 +169,14 @@ def produce(bootstrap, broker_pid, topic, acks=1, size=1024, seconds=5.0, max_by
                     continue
                 sent += 1
             poll(0)
-            if time.perf_counter() >= deadline:
+            now = time.perf_counter()
+            if now >= deadline:
                 break
+            if rate_mb_s:  # (poll returns early when it serves an event: wait out the rest)
+                due = start + sent * size / (rate_mb_s * 1e6)
+                while now < due:
+                    poll(due - now)
+                    now = time.perf_counter()
         left = p.flush(120)
     ends = end_offsets(bootstrap, topic, partitions)
     if left or failed[0] or sum(ends) != sent:
