@@ -214,7 +214,7 @@ class BoundedDecompressionTests(SynchronousTestCase):
         skippable = struct.pack("<II", 0x184D2A53, 5) + b"12345"
         self.assertEqual(decompress(ZSTD, skippable + one + skippable + one, max_size=1600),
                          b"checked " * 200)
-        for bad in (one + b"\x00\x00", one + skippable[:-1], one[:-2]):
+        for bad in (b"", one + b"\x00\x00", one + skippable[:-1], one[:-2]):
             self.assertRaises(CorruptRecordError, decompress, ZSTD, bad, max_size=1 << 20)
 
     def test_zstd_frame_of_many_small_blocks(self):

@@ -295,8 +295,7 @@ def _zstd_frame_bound(view, pos, budget):
     has no bounded one-pass decompression that also reports a truncated frame (its stream
     reader ends quietly), so the frame's 3-byte block headers are walked here, stopping once
     the bound passes ``budget`` or after 1,024 blocks (``end`` is then None, as for a whole
-    frame whose bound passes ``budget``). Raises ZstdError
-    / CorruptRecordError."""
+    frame whose bound passes ``budget``). Raises ZstdError / CorruptRecordError."""
     frame = view[pos:]
     header = zstandard.frame_header_size(frame)
     params = zstandard.get_frame_parameters(frame)
@@ -365,6 +364,8 @@ def _zstd_decompress(data, max_size=None):
     total = 0
     pos = 0
     end = len(view)
+    if not end:
+        raise CorruptRecordError("truncated zstd frame: no data")
     while pos < end:
         if end - pos < 4:
             raise CorruptRecordError("%d trailing bytes after the zstd frames" % (end - pos))
