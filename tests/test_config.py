@@ -271,6 +271,24 @@ class UnknownKeyTests(SynchronousTestCase):
         self.assertEqual(self.events[0]["log_level"].name, "warn")
         self.assertRaises(KeyError, lambda: c["no.such.thing"])
 
+    def test_kafka_keys_of_unimplemented_features_warn_with_the_feature(self):
+        c = KafkaConfig.from_properties({"controller.quorum.voters": "1@h:9093",
+                                         "sasl.kerberos.min.time.before.relogin": "58000"})
+        self.assertEqual(c.unknown, {})
+        self.assertEqual(c.unimplemented, ["controller.quorum.voters",
+                                           "sasl.kerberos.min.time.before.relogin"])
+        self.assertEqual(c["sasl.kerberos.min.time.before.relogin"], 58000)  # typed like Kafka's
+        self.assertRaises(KeyError, lambda: c["controller.quorum.voters"])
+        self.assertEqual([formatEvent(e) for e in self.events], [
+            "controller.quorum.voters is a Kafka broker config that kafkatw ignores: it does not "
+            "implement KRaft: kafkatw's cluster mode runs on ZooKeeper",
+            "sasl.kerberos.min.time.before.relogin is accepted for Kafka compatibility and has no "
+            "effect: kafkatw does not implement Kerberos (SASL/GSSAPI)"])
+        e = self.assertRaises(ConfigError, KafkaConfig.from_properties,
+                              {"sasl.login.refresh.window.factor": "2"})
+        self.assertEqual(str(e), "Invalid value 2 for configuration sasl.login.refresh.window.factor: "
+                                 "Value must be no more than 1.0")
+
     def test_listener_prefixed_keys_are_not_unknown(self):
         c = KafkaConfig.from_properties(
             {"listener.name.ssl.ssl.keystore.location": "/k.pem"})

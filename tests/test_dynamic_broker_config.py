@@ -184,6 +184,39 @@ class RefusedTests(_Admin, unittest.TestCase):
                     self.node, name)), name)
 
 
+class UnimplementedFeatureTests(_Admin, unittest.TestCase):
+    """Kafka's broker configs of features kafkatw does not implement, answered as Kafka does."""
+
+    broker_scope = "test"
+
+    def test_kafka_keys_of_unimplemented_features(self):
+        # librdkafka's 0081 AlterConfigs sets this one on a broker: Kafka lets a listener's SASL
+        # settings change live; kafkatw has no Kerberos, so it stores it and changes nothing
+        res = ConfigResource("BROKER", self.node, set_config={
+            "sasl.kerberos.min.time.before.relogin": "58000"})
+        futures_result(self.admin.alter_configs([res]))
+        entry = self.describe()["sasl.kerberos.min.time.before.relogin"]
+        self.assertEqual((entry.value, entry.source, entry.is_read_only),
+                         ("58000", ConfigSource.DYNAMIC_BROKER_CONFIG.value, False))
+        self.assertEqual(self.stored_layers(), ({"sasl.kerberos.min.time.before.relogin": "58000"}, {}))
+        with KafkaClient(self.broker.bootstrap_servers) as client:
+            # a bad value is refused as Kafka's, naming the key
+            self.assertEqual(raw_alter(client, self.node, {"sasl.kerberos.min.time.before.relogin": "x"}),
+                             (INVALID_REQUEST, "Invalid config value for resource ConfigResource("
+                              "type=BROKER, name='%s'): Invalid value x for configuration "
+                              "sasl.kerberos.min.time.before.relogin: Not a number of type LONG"
+                              % self.node))
+            # a listener's setting is per broker in Kafka: not at the cluster-default level
+            self.assertEqual(raw_alter(client, "", {"sasl.kerberos.service.name": "kafka"}), (
+                INVALID_REQUEST, "Invalid config value for resource ConfigResource(type=BROKER, "
+                "name=''): Cannot update these configs at default cluster level, broker id must be "
+                "specified: Set(sasl.kerberos.service.name)"))
+            # a Kafka config that is not dynamic in Kafka either: Kafka's answer
+            self.assertEqual(raw_alter(client, self.node, {"controller.quorum.voters": "1@h:9093"}),
+                             (INVALID_REQUEST, refused_message(self.node, "controller.quorum.voters")))
+        self.assertEqual(self.stored_layers(), ({"sasl.kerberos.min.time.before.relogin": "58000"}, {}))
+
+
 class InForceTests(_Admin, unittest.TestCase):
     """Accepted keys take effect before the response is sent."""
 
@@ -377,6 +410,21 @@ class DynamicBrokerConfigTests(unittest.SynchronousTestCase):
     def test_only_dynamic_keys_may_be_registered(self):
         self.assertRaises(AssertionError, self.dynamic.add_reconfigurable, Recorder(["log.dirs"]))
         self.assertRaises(Exception, self.dynamic.add_reconfigurable, object())
+
+    def test_kafka_dynamic_keys_of_unimplemented_features_need_no_component(self):
+        new = self.dynamic.update(dynamic_broker={"ssl.keymanager.algorithm": "PKIX"})
+        self.assertEqual(new["ssl.keymanager.algorithm"], "PKIX")
+        self.assertIs(self.dynamic.current, new)
+        e = self.assertRaises(ConfigError, self.dynamic.update,
+                              dynamic_default={"ssl.keymanager.algorithm": "PKIX"})
+        self.assertEqual(str(e), "Cannot update these configs at default cluster level, broker id "
+                                 "must be specified: Set(ssl.keymanager.algorithm)")
+        # the cleaner's throttle is a cluster-level config in Kafka
+        new = self.dynamic.update(dynamic_default={"log.cleaner.io.max.bytes.per.second": "1000"})
+        self.assertEqual(new["log.cleaner.io.max.bytes.per.second"], 1000.0)
+        e = self.assertRaises(ConfigError, self.dynamic.update,
+                              dynamic_broker={"group.share.enable": "true"})
+        self.assertEqual(str(e), "Cannot update these configs dynamically: Set(group.share.enable)")
 
     def test_persisted_non_dynamic_or_invalid_keys_are_ignored(self):
         kept, ignored = split_persisted(

@@ -1,9 +1,9 @@
 """librdkafka 2.0.2's own integration tests, unmodified, against a real kafkatw broker: 0081's
 ACL sub-tests (CreateAcls, DescribeAcls, DeleteAcls, with an ACL authorizer on; on one broker and
-on three), the 0103 transaction sub-tests that run on one broker, and all of 0103 on three
-brokers. The runner (``test-runner``) is built from Debian's source package by
-``tests/librdkafka/build.sh`` (``.ci/run`` calls it); without it these tests skip, or fail under
-KAFKATW_REQUIRE_LIBRDKAFKA_TESTS=1 (CI).
+on three) and its config sub-tests (AlterConfigs, DescribeConfigs), the 0103 transaction
+sub-tests that run on one broker, and all of 0103 on three brokers. The runner (``test-runner``)
+is built from Debian's source package by ``tests/librdkafka/build.sh`` (``.ci/run`` calls it);
+without it these tests skip, or fail under KAFKATW_REQUIRE_LIBRDKAFKA_TESTS=1 (CI).
 
 The runner's own output is the evidence: each sub-test prints ``[ name ]`` when it starts and
 ``[ name: PASS (..s) ]`` when it passes; a test asserts exactly which passed and that none failed.
@@ -178,6 +178,18 @@ class Admin0081AclTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
         r = run_runner(self.broker.bootstrap_servers, "0081", subtests="Acls")
         once = ["do_test_CreateAcls"] * 2 + ["do_test_DescribeAcls"] * 2 + ["do_test_DeleteAcls"] * 2
         self.assertEqual((r.returncode, r.failed, r.passed), (0, [], once * 2), r.describe())
+
+
+class Admin0081ConfigTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
+    """tests/0081-admin.c's AlterConfigs and DescribeConfigs sub-tests: topic configs, a
+    non-existent topic, and a broker's sasl.kerberos.min.time.before.relogin (a Kafka config of a
+    feature kafkatw does not implement, which Kafka lets AlterConfigs change)."""
+
+    def test_config_subtests_pass(self):
+        # each runs from a producer, then from a consumer handle
+        r = run_runner(self.broker.bootstrap_servers, "0081", subtests="Configs")
+        self.assertEqual((r.returncode, r.failed, r.passed),
+                         (0, [], ["do_test_AlterConfigs", "do_test_DescribeConfigs"] * 2), r.describe())
 
 
 class Admin0081WithoutAuthorizerTests(KafkaBrokerMixin, unittest.SynchronousTestCase):

@@ -443,6 +443,38 @@ _d("metrics.sample.window.ms", LONG, 30000, at_least(1), LOW, "Window of one met
 _d("metrics.recording.level", STRING, "INFO", OneOf("INFO", "DEBUG", "TRACE"), LOW,
    "Highest recording level of Kafka's metrics (unused: kafkatw records every exported metric).")
 
+# Kafka's dynamic configs of features kafkatw does not implement (unimplemented.py): typed and
+# stored like Kafka's, so AlterConfigs written for Kafka succeeds; they change nothing here
+_KERBEROS = "Kafka's Kerberos login setting; kafkatw has no SASL/GSSAPI, so it has no effect."
+_LOGIN = "Kafka's SASL login refresh setting; kafkatw has no login refresh thread, so it has no effect."
+_JSSE = "Kafka's JSSE setting; kafkatw's TLS is OpenSSL, so it has no effect."
+_TIERED = "Kafka's tiered storage setting; kafkatw has no tiered storage, so it has no effect."
+_d("sasl.kerberos.service.name", STRING, None, None, MEDIUM, _KERBEROS)
+_d("sasl.kerberos.kinit.cmd", STRING, "/usr/bin/kinit", None, MEDIUM, _KERBEROS)
+_d("sasl.kerberos.ticket.renew.window.factor", DOUBLE, 0.8, None, MEDIUM, _KERBEROS)
+_d("sasl.kerberos.ticket.renew.jitter", DOUBLE, 0.05, None, MEDIUM, _KERBEROS)
+_d("sasl.kerberos.min.time.before.relogin", LONG, 60000, None, MEDIUM, _KERBEROS)
+_d("sasl.kerberos.principal.to.local.rules", LIST, "DEFAULT", None, MEDIUM, _KERBEROS)
+_d("sasl.login.refresh.window.factor", DOUBLE, 0.8, between(0.5, 1.0), MEDIUM, _LOGIN)
+_d("sasl.login.refresh.window.jitter", DOUBLE, 0.05, between(0.0, 0.25), MEDIUM, _LOGIN)
+_d("sasl.login.refresh.min.period.seconds", SHORT, 60, between(0, 900), MEDIUM, _LOGIN)
+_d("sasl.login.refresh.buffer.seconds", SHORT, 300, between(0, 3600), MEDIUM, _LOGIN)
+_d("ssl.provider", STRING, None, None, MEDIUM, _JSSE)
+_d("ssl.engine.factory.class", CLASS, None, None, LOW, _JSSE)
+_d("ssl.keymanager.algorithm", STRING, "SunX509", None, MEDIUM, _JSSE)
+_d("ssl.trustmanager.algorithm", STRING, "PKIX", None, MEDIUM, _JSSE)
+_d("ssl.secure.random.implementation", STRING, None, None, LOW, _JSSE)
+_d("log.cleaner.io.buffer.load.factor", DOUBLE, 0.9, None, MEDIUM,
+   "Kafka's cleaner dedupe buffer load factor; kafkatw's cleaner does not use it.")
+_d("log.cleaner.io.max.bytes.per.second", DOUBLE, 1.7976931348623157e308, None, MEDIUM,
+   "Kafka's cleaner I/O throttle; kafkatw's cleaner is not throttled, so it has no effect.")
+_d("remote.fetch.max.wait.ms", INT, 500, at_least(1), MEDIUM, _TIERED)
+_d("remote.list.offsets.request.timeout.ms", LONG, 30000, at_least(1), MEDIUM, _TIERED)
+_d("remote.log.index.file.cache.total.size.bytes", LONG, GiB, at_least(1), LOW, _TIERED)
+_d("remote.log.manager.copy.max.bytes.per.second", LONG, LONG_MAX, at_least(1), MEDIUM, _TIERED)
+_d("remote.log.manager.fetch.max.bytes.per.second", LONG, LONG_MAX, at_least(1), MEDIUM, _TIERED)
+del _KERBEROS, _LOGIN, _JSSE, _TIERED
+
 # kafkatw additions
 _d("kafkatw.authorizer.log.file", STRING, None, None, LOW,
    "File for the authorizer's audit log (Kafka's kafka.authorizer.logger: one line per denied "

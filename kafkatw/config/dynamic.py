@@ -12,6 +12,7 @@ from zope.interface.verify import verifyObject
 
 from kafkatw.config.topic import TOPIC_CONFIG_SYNONYMS
 from kafkatw.config.types import ConfigError
+from kafkatw.config.unimplemented import INERT_DYNAMIC_CONFIGS, INERT_PER_BROKER_CONFIGS
 
 log = Logger(namespace="kafkatw.config.dynamic")
 
@@ -37,9 +38,11 @@ REPLICATION_QUOTA_CONFIGS = frozenset(["leader.replication.throttled.rate", "fol
 #: stores per listener, cleaner threads and buffers, network and fetcher threads, connection
 #: creation rate); kafkatw refuses those with Kafka's "Cannot update these configs dynamically"
 #: rather than store a value that would not be in force.
+#: Kafka's dynamic configs of features kafkatw does not implement (Kerberos, tiered storage,
+#: ...) are accepted and stored too: nothing applies them, and nothing would use them.
 DYNAMIC_BROKER_CONFIGS = (LOG_CONFIGS | LOG_CLEANER_CONFIGS | SOCKET_SERVER_CONFIGS
                           | THREAD_POOL_CONFIGS | BACKGROUND_THREADS_CONFIGS | PRODUCER_STATE_CONFIGS
-                          | REPLICATION_QUOTA_CONFIGS)
+                          | REPLICATION_QUOTA_CONFIGS | INERT_DYNAMIC_CONFIGS)
 
 
 class IBrokerReconfigurable(Interface):
@@ -117,9 +120,13 @@ class DynamicBrokerConfig:
         (Kafka's wording), values that do not parse, or a component that cannot apply them.
         """
         layer = dynamic_broker if dynamic_broker is not None else dynamic_default or {}
-        refused = set(layer) - self.reconfigurable_configs()
+        refused = set(layer) - self.reconfigurable_configs() - INERT_DYNAMIC_CONFIGS
         if refused:
             raise ConfigError("Cannot update these configs dynamically: %s" % scala_set(refused))
+        per_broker = set(layer) & INERT_PER_BROKER_CONFIGS if dynamic_broker is None else ()
+        if per_broker:
+            raise ConfigError("Cannot update these configs at default cluster level, broker id must "
+                              "be specified: %s" % scala_set(per_broker))
         old = self.current
         new = old.with_dynamic(dynamic_broker=dynamic_broker, dynamic_default=dynamic_default)
         # listeners are not dynamic: the endpoints bound at start-up stay advertised

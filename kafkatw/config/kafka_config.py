@@ -28,6 +28,7 @@ from kafkatw.config.types import (
     split_list,
     to_config_string,
 )
+from kafkatw.config.unimplemented import UNIMPLEMENTED_BROKER_CONFIGS, unimplemented_message
 
 log = Logger(namespace="kafkatw.config")
 
@@ -75,6 +76,7 @@ class KafkaConfig:
         self.dynamic_default = dict(dynamic_default or {})
         self.unknown = {}
         self.ignored_removed = []  # RemovedConfig: Kafka 3.x names accepted and ignored
+        self.unimplemented = []  # static names of Kafka features kafkatw does not implement
         self._layers = {}  # name -> [(source, raw, typed)] highest priority first
         self._values = {}
         self._sources = {}
@@ -88,11 +90,16 @@ class KafkaConfig:
                         if removed.action == REFUSED:
                             raise ConfigError(removed.message(), name, raw)
                         self.ignored_removed.append(removed)
+                    elif name in UNIMPLEMENTED_BROKER_CONFIGS:
+                        if source == STATIC_BROKER_CONFIG:
+                            self.unimplemented.append(name)
                     elif source == STATIC_BROKER_CONFIG and not name.startswith(KNOWN_PREFIXES):
                         self.unknown[name] = raw
                     continue
                 typed = self.definitions[name].parse(raw)
                 self._layers.setdefault(name, []).append((source, raw, typed))
+                if source == STATIC_BROKER_CONFIG and name in UNIMPLEMENTED_BROKER_CONFIGS:
+                    self.unimplemented.append(name)  # defined (dynamic in Kafka), still inert
         for key in self.definitions:
             layers = self._layers.get(key.name)
             if layers:
@@ -105,6 +112,8 @@ class KafkaConfig:
             log.warn("The configuration '{name}' was supplied but isn't a known config.", name=name)
         for removed in self.ignored_removed:
             log.warn("{message}", message=removed.message())
+        for name in sorted(self.unimplemented):
+            log.warn("{message}", message=unimplemented_message(name))
         self._derive()
 
     # -- constructors ---------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from kafkatw.config import (
     validate_topic_config,
 )
 from kafkatw.config.removed import REMOVED_BROKER_CONFIGS, REMOVED_BROKER_PREFIXES, removed_config
+from kafkatw.config.unimplemented import UNIMPLEMENTED_BROKER_CONFIGS
 from kafkatw.protocol import errors
 from kafkatw.protocol.errors import KafkaError
 from kafkatw.protocol.messages import (
@@ -276,7 +277,8 @@ def _apply_broker(apis, default_resource, new, validate_only):
     """
     config = apis.config
     for name, value in new.items():
-        if name not in config.definitions and not name.startswith(KNOWN_PREFIXES):
+        if (name not in config.definitions and not name.startswith(KNOWN_PREFIXES)
+                and name not in UNIMPLEMENTED_BROKER_CONFIGS):  # Kafka's: refused as not dynamic
             removed = removed_config(name, REMOVED_BROKER_CONFIGS, REMOVED_BROKER_PREFIXES)
             if removed is not None:  # nothing to apply live: say what became of it
                 raise KafkaError(errors.INVALID_CONFIG, removed.message())
