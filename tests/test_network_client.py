@@ -72,6 +72,36 @@ class AgainstBrokerTests(KafkaBrokerMixin, unittest.TestCase):
         sock = self.client._connections[1].transport.getHandle()
         self.assertEqual(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY), 1)
 
+    @defer.inlineCallbacks
+    def test_receive_buffer_of_each_connection(self):
+        """replica.socket.receive.buffer.bytes: SO_RCVBUF of a follower's connections to its
+        leaders, wired from the broker config; -1 leaves the kernel's own sizing."""
+        from kafkatw.config import KafkaConfig
+        from kafkatw.server.replica_fetcher import ReplicaFetcherManager
+        from tests.test_network_server import kernel_size
+
+        class _ReplicaManager:
+            node_id = 2
+
+        config = KafkaConfig.from_properties({"replica.socket.receive.buffer.bytes": "40000"})
+        manager = ReplicaFetcherManager.from_config(config, _ReplicaManager(), reactor)
+        self.addCleanup(manager.client.close_all)
+        default = ReplicaFetcherManager.from_config(KafkaConfig.from_properties({}), _ReplicaManager(),
+                                                    reactor)
+        self.addCleanup(default.client.close_all)
+        self.assertEqual((manager.client.receive_buffer_bytes, default.client.receive_buffer_bytes),
+                         (40000, 64 * 1024))
+        for client in (manager.client, KafkaNetworkClient(reactor, "test-client")):
+            self.addCleanup(client.close_all)
+            yield client.send(1, self.host, self.port, messages.ApiVersionsRequest(
+                client_software_name="kafkatw", client_software_version="1"), 3)
+            got = client._connections[1].transport.getHandle().getsockopt(socket.SOL_SOCKET,
+                                                                          socket.SO_RCVBUF)
+            if client is manager.client:
+                self.assertEqual(got, kernel_size(socket.SO_RCVBUF, 40000))
+            else:
+                self.assertNotEqual(got, kernel_size(socket.SO_RCVBUF, 40000))
+
 
 class ImmediateSendTests(unittest.TestCase):
     @defer.inlineCallbacks

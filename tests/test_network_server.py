@@ -3,6 +3,7 @@ closing only their own connection, the request log written to a file."""
 
 import json
 import os
+import socket
 import struct
 import tempfile
 
@@ -15,6 +16,13 @@ from kafkatw.network.settings import SocketServerSettings
 from kafkatw.protocol import messages as m
 
 from tests.test_network_support import PLAINTEXT, ScriptedHandler, api_versions_frame, frame, split_responses
+
+
+def kernel_size(option, size):
+    """What the kernel reports for a buffer ``option`` set to ``size`` (Linux doubles it)."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, option, size)
+        return s.getsockopt(socket.SOL_SOCKET, option)
 
 
 class _Client(protocol.Protocol):
@@ -106,6 +114,29 @@ class ServerTests(unittest.TestCase):
                 self.assertIn(k, e)
         self.assertEqual(server.metrics.requests_total["ApiVersions"], 2)
         self.assertEqual(server.metrics.requests_total["Fetch"], 1)
+
+    @defer.inlineCallbacks
+    def test_accepted_sockets_have_the_configured_buffer_sizes(self):
+        # Kafka's socket.send.buffer.bytes / socket.receive.buffer.bytes (default 100 KiB each)
+        # on every accepted socket; -1 leaves the kernel's own sizing
+        for send, receive in ((48 * 1024, 96 * 1024), (100 * 1024, 100 * 1024), (-1, -1)):
+            server = self.start(ScriptedHandler(), settings=SocketServerSettings(
+                socket_send_buffer_bytes=send, socket_receive_buffer_bytes=receive))
+            client = yield self.connect(server)
+            client.transport.write(api_versions_frame(1))
+            yield client.wait_for(1)
+            [conn] = server.connections
+            sock = conn.transport.getHandle()
+            got = (sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF),
+                   sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF))
+            if send == -1:
+                fixed = (kernel_size(socket.SO_SNDBUF, 100 * 1024), kernel_size(socket.SO_RCVBUF, 100 * 1024))
+                self.assertNotEqual(got[0], fixed[0])  # the kernel auto-sizes a connected socket
+                self.assertNotEqual(got[1], fixed[1])
+            else:
+                self.assertEqual(got, (kernel_size(socket.SO_SNDBUF, send),
+                                       kernel_size(socket.SO_RCVBUF, receive)))
+            yield server.stop()
 
     @defer.inlineCallbacks
     def test_bad_clients_close_only_their_connection(self):

@@ -19,6 +19,7 @@ from twisted.python.failure import Failure
 
 from kafkatw.network import socket_reader
 from kafkatw.network.framing import FrameDecoder, InvalidReceive
+from kafkatw.network.socket_options import USE_DEFAULT_BUFFER_SIZE, set_buffer_sizes
 from kafkatw.network.transport import idle_socket
 from kafkatw.protocol import messages
 from kafkatw.protocol.codec import ProtocolDecodeError
@@ -57,8 +58,10 @@ class _Pending:
 class KafkaClientProtocol(Protocol):
     """One connection: writes framed requests, matches responses by correlation id in order."""
 
-    def __init__(self, client_id, max_response_size=DEFAULT_MAX_RESPONSE_SIZE):
+    def __init__(self, client_id, max_response_size=DEFAULT_MAX_RESPONSE_SIZE,
+                 receive_buffer_bytes=USE_DEFAULT_BUFFER_SIZE):
         self.client_id = client_id
+        self.receive_buffer_bytes = receive_buffer_bytes
         self._decoder = FrameDecoder(max_response_size)
         self._next_correlation = 0
         self._pending = {}  # correlation id -> _Pending
@@ -75,6 +78,11 @@ class KafkaClientProtocol(Protocol):
         # requests are small and answered at once: Nagle's algorithm would hold the next one
         # back until the previous write is acknowledged (a delayed ACK: tens of ms)
         tcp.setTcpNoDelay(True)
+        handle = getattr(tcp, "getHandle", None)
+        if handle is not None:
+            # Kafka sizes it before connecting; here the handshake already chose the window
+            # scale from the default (larger) buffer, which a smaller one still fits
+            set_buffer_sizes(handle(), receive_bytes=self.receive_buffer_bytes)
         if hasattr(tcp, "bufferSize"):
             # a follower's fetch answer (up to replica.fetch.max.bytes per partition) in one
             # or two reads and reactor turns instead of sixteen of Twisted's 64 KiB
@@ -215,8 +223,10 @@ class KafkaNetworkClient:
     ``tls``: None (plain TCP) or :func:`inter_broker_tls`'s function of a host name."""
 
     def __init__(self, reactor, client_id, request_timeout_ms=30000, connect_timeout_ms=10000,
-                 max_response_size=DEFAULT_MAX_RESPONSE_SIZE, tls=None):
+                 max_response_size=DEFAULT_MAX_RESPONSE_SIZE, tls=None,
+                 receive_buffer_bytes=USE_DEFAULT_BUFFER_SIZE):
         self.tls = tls
+        self.receive_buffer_bytes = receive_buffer_bytes  # SO_RCVBUF of each connection
         self.reactor = reactor
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
@@ -253,7 +263,7 @@ class KafkaNetworkClient:
             return d
         d = defer.Deferred()
         self._connecting[key] = ((host, port), [d])
-        proto = KafkaClientProtocol(self.client_id, self.max_response_size)
+        proto = KafkaClientProtocol(self.client_id, self.max_response_size, self.receive_buffer_bytes)
         endpoint = HostnameEndpoint(self.reactor, host, port, timeout=self.connect_timeout_ms / 1000.0)
         if self.tls is not None:
             endpoint = wrapClientTLS(self.tls(host), endpoint)

@@ -23,6 +23,7 @@ from kafkatw.network.channel import RequestChannel
 from kafkatw.network.metrics import NetworkMetrics
 from kafkatw.network.request_log import RequestLogger, request_times
 from kafkatw.network.settings import SocketServerSettings, listener_prefix
+from kafkatw.network.socket_options import set_buffer_sizes
 from kafkatw.network.transport import ITransportLayer
 from kafkatw.rate import Rate, throttle_time_ms
 
@@ -357,6 +358,13 @@ class SocketServer:
                                      endpoint.listener_name, reason), "listeners")
             outcome[0].raiseException()
         factory.port = outcome[0]
+        # Kafka sets SO_RCVBUF on the server socket (an accepted socket's window scale is fixed
+        # at its handshake) and SO_SNDBUF on each accepted one; Linux gives an accepted socket
+        # the buffer sizes of its listening socket, so both are set here, before any accept
+        sock = getattr(factory.port, "socket", None)  # None on a test reactor's fake port
+        if sock is not None:
+            set_buffer_sizes(sock, self.settings.socket_send_buffer_bytes,
+                             self.settings.socket_receive_buffer_bytes)
         self.log.info("Listening on {listener} {proto}://{host}:{port}", listener=endpoint.listener_name,
                       proto=endpoint.security_protocol, host=endpoint.host or "",
                       port=factory.port.getHost().port)

@@ -90,9 +90,10 @@ class ReplicaFetcherManager:
         if client is None:
             from kafkatw.network.client import KafkaNetworkClient, inter_broker_tls
             timeout = None if config is None else config.get("replica.socket.timeout.ms")
+            rcvbuf = -1 if config is None else config.get("replica.socket.receive.buffer.bytes", -1)
             client = KafkaNetworkClient(reactor, "broker-%d-fetcher" % replica_manager.node_id,
                                         request_timeout_ms=int(timeout or 30000),
-                                        tls=inter_broker_tls(config))
+                                        tls=inter_broker_tls(config), receive_buffer_bytes=rcvbuf)
         return cls(replica_manager, client, reactor,
                    FetcherSettings.from_config(config, replica_manager.node_id))
 
