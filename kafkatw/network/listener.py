@@ -430,7 +430,9 @@ class SocketServer:
         d = defer.maybeDeferred(port.stopListening) if port is not None else defer.succeed(None)
         for conn in list(self.connections):
             if conn.endpoint.listener_name == listener_name:
-                conn.transport.loseConnection()
+                # close(), not the transport's loseConnection: over TLS that waits for the
+                # peer's close_notify, which a connection muted by a parked request never reads
+                conn.close("listener {listener} stopped", listener=listener_name)
         return d
 
     def close(self):
