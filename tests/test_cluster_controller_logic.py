@@ -322,6 +322,52 @@ class ReplicaElectionTests(unittest.SynchronousTestCase):
         self.assertEqual(c.states[("t", 2)].isr, (1, 3))
 
 
+class TopicDeletionRetryTests(unittest.SynchronousTestCase):
+    """Deletions a live broker keeps failing are retried in one round per back-off, however
+    many topics are stuck (each topic's answers scheduled a round of all of them: the rounds
+    multiplied by the number of topics every back-off)."""
+
+    def test_one_retry_round_per_backoff(self):
+        from twisted.internet import defer
+        from twisted.internet.task import Clock
+
+        from kafkatw.cluster.state import BrokerInfo
+        from kafkatw.controller.controller import DELETION_RETRY_S, KafkaController
+        from kafkatw.protocol import messages as m
+
+        rounds = []
+
+        class Store:
+            def topics_to_delete(self, watch=None):
+                rounds.append(clock.seconds())
+                return defer.succeed(["a", "b", "c"])
+
+        class Channel:
+            def send(self, broker_id, request, version):
+                if isinstance(request, m.StopReplicaRequest):  # a live broker that fails each time
+                    return defer.succeed(m.StopReplicaResponse(error_code=errors.UNKNOWN_SERVER_ERROR))
+                return defer.Deferred()
+
+            def remove_all_brokers(self):
+                pass
+
+        clock = Clock()
+        c = KafkaController(clock, Store(), 1, Channel(), "PLAINTEXT")
+        c.active, c.epoch, c.epoch_zk_version = True, 5, 7
+        c.live = {b: BrokerInfo(node_id=b, endpoints={"PLAINTEXT": ("h", 9000 + b)}, epoch=b) for b in (1, 2)}
+        for topic in ("a", "b", "c"):
+            c.assignments[topic] = {0: [1, 2]}
+            c.topic_ids[topic] = bytes(16)
+            c.states[(topic, 0)] = LeaderAndIsr(leader=1, leader_epoch=0, isr=[1, 2], controller_epoch=5)
+        c._deletions_watch()
+        for _ in range(4):
+            clock.advance(DELETION_RETRY_S)
+        self.assertEqual(rounds, [0, 5, 10, 15, 20])
+        self.assertEqual(c.deleting, {"a", "b", "c"})  # still waiting for the failing brokers
+        c.session_lost()  # no longer controller: no retry left behind
+        self.assertEqual(clock.getDelayedCalls(), [])
+
+
 class BrokerMetadataTests(unittest.SynchronousTestCase):
     """A broker's metadata from UpdateMetadata (Kafka's ZkMetadataCache), without ZooKeeper."""
 

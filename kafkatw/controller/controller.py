@@ -34,6 +34,9 @@ from kafkatw.protocol import messages as m
 
 log = Logger(namespace="kafkatw.controller")
 
+#: seconds before deletions a live broker failed (not for a failed log dir) are asked again
+DELETION_RETRY_S = 5.0
+
 
 def _together(deferreds):
     """The results of store reads issued together (``zookeeper.max.in.flight.requests`` bounds
@@ -69,6 +72,9 @@ class KafkaController(ReplicaElections):
         self._tail = defer.succeed(None)
         self._stopped = False
         self._topic_watches = {}
+        #: the one pending retry round of deletions a live broker failed (a round retries
+        #: every marked topic, so one timer, not one per topic per round)
+        self._deletion_retry = None
         self.reassignments = PartitionReassignments(self)
         #: called with (controller_id) when the known controller changes (tests, metrics)
         self.on_controller_change = []
@@ -129,6 +135,9 @@ class KafkaController(ReplicaElections):
         if self.active:
             log.info("broker {id} resigns as controller (epoch {epoch})", id=self.broker_id, epoch=self.epoch)
         self.active = False
+        if self._deletion_retry is not None and self._deletion_retry.active():
+            self._deletion_retry.cancel()
+        self._deletion_retry = None
         self.live.clear()
         self.assignments.clear()
         self.topic_ids.clear()
@@ -554,8 +563,8 @@ class KafkaController(ReplicaElections):
                 deleted.add(broker_id)
             elif broker_id in self.live and (codes is None or codes - {errors.NONE, errors.KAFKA_STORAGE_ERROR}):
                 retry = True
-        if retry:
-            self._reactor.callLater(5.0, self._deletions_watch)
+        if retry and (self._deletion_retry is None or not self._deletion_retry.active()):
+            self._deletion_retry = self._reactor.callLater(DELETION_RETRY_S, self._deletions_watch)
         return sorted(holders - deleted)
 
     # -- ControlledShutdown ------------------------------------------------------------------------
