@@ -332,12 +332,14 @@ class KafkaController(ReplicaElections):
         return done
 
     @defer.inlineCallbacks
-    def _replicas_offline(self, dead):
-        """OfflineReplica for the dead brokers' replicas, then elections for the partitions
-        left without a leader; the partitions changed."""
+    def _replicas_offline(self, dead, partitions=None):
+        """OfflineReplica for the ``dead`` brokers' replicas (only those of ``partitions`` if
+        given: replicas on a failed log dir), then elections for the partitions left without
+        a leader; the partitions changed."""
         updates = {}
-        for tp, state in self.states.items():
-            if tp[0] in self.deleting:
+        for tp in list(self.states) if partitions is None else partitions:
+            state = self.states.get(tp)
+            if state is None or tp[0] in self.deleting:
                 continue
             if not (set(self._replicas(tp)) & dead):
                 continue
@@ -748,22 +750,7 @@ class KafkaController(ReplicaElections):
         known.update(fresh)
         log.warn("controller {id}: replicas of broker {b} on a failed log dir: {tps}", id=self.broker_id,
                  b=broker_id, tps=", ".join("%s-%d" % tp for tp in sorted(fresh)[:20]))
-        updates = {}
-        candidates = set(self.live) - self.shutting_down
-        for tp in fresh:
-            state = self.states[tp]
-            new = election.without_replicas(state, {broker_id}, self.epoch)
-            if new is None:
-                continue
-            if new.leader == NO_LEADER:
-                elected = yield self._elect_leader(tp, new, candidates)
-                if elected is not None:
-                    new = attr.evolve(elected, leader_epoch=state.leader_epoch + 1)
-            updates.setdefault(tp[0], {})[tp[1]] = new
-        changed = []
-        for topic, states in updates.items():
-            results = yield self.zk.update_partition_states(self.epoch_zk_version, topic, states)
-            changed += self._apply(topic, results)
+        changed = yield self._replicas_offline({broker_id}, fresh)
         self._tell(changed)
         unchanged = [tp for tp in fresh if tp not in changed]
         if unchanged:  # nothing to write (already out of the ISR): the metadata still lists them offline
