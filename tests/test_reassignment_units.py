@@ -48,6 +48,37 @@ class ReplicaAssignmentTests(unittest.SynchronousTestCase):
         self.assertIsNone(validate_target([2, 1], live))
 
 
+class ReassignLeaderTests(unittest.SynchronousTestCase):
+    """The leader a completed reassignment keeps or elects, as Kafka's: only an online replica
+    (live, not in a controlled shutdown, not on a failed log dir) and, if elected, in the ISR."""
+
+    def leader(self, leader, isr, target, shutting_down=(), offline=None):
+        from types import SimpleNamespace
+
+        from kafkatw.cluster.state import LeaderAndIsr
+        from kafkatw.controller.reassignment import PartitionReassignments
+
+        offline = offline or {}
+        ctl = SimpleNamespace(live={1: None, 2: None, 3: None, 4: None}, shutting_down=set(shutting_down),
+                              _offline_replicas_of=lambda tp: {b for b, tps in offline.items() if tp in tps})
+        state = LeaderAndIsr(leader=leader, leader_epoch=3, isr=isr, controller_epoch=1)
+        return PartitionReassignments(ctl)._leader_in(("t", 0), state, target)
+
+    def test_online_leader_in_the_target_stays(self):
+        self.assertEqual(self.leader(2, [1, 2, 3], [3, 2]), 2)
+
+    def test_leader_shutting_down_or_on_a_failed_dir_is_replaced(self):
+        self.assertEqual(self.leader(2, [1, 2, 3], [2, 3], shutting_down=[2]), 3)
+        self.assertEqual(self.leader(2, [1, 2, 3], [2, 3], offline={2: {("t", 0)}}), 3)
+        self.assertEqual(self.leader(2, [1, 2, 3], [2, 3], offline={2: {("t", 1)}}), 2)
+
+    def test_elected_replica_must_be_online_and_in_the_isr(self):
+        self.assertEqual(self.leader(1, [1, 2, 3, 4], [2, 3, 4], shutting_down=[2],
+                                     offline={3: {("t", 0)}}), 4)
+        self.assertEqual(self.leader(1, [1, 2, 3], [2, 3, 4], shutting_down=[2],
+                                     offline={3: {("t", 0)}}), None)
+
+
 class ZnodeTests(unittest.SynchronousTestCase):
     def test_topic_znode_keeps_adding_and_removing(self):
         tid = bytes(range(16))

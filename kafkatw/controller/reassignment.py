@@ -215,14 +215,16 @@ class PartitionReassignments:
         if not written:
             raise RuntimeError("the state of %s-%d could not be written" % tp)
 
-    def _leader_in(self, state, replicas):
-        """ReassignPartitionLeaderElection: the current leader if it stays and is live, else
-        the first live replica of ``replicas`` in the ISR; None without one."""
+    def _leader_in(self, tp, state, replicas):
+        """Kafka's moveReassignedPartitionLeaderIfRequired with ReassignPartitionLeaderElection:
+        the current leader if it stays and is online, else the first online replica of
+        ``replicas`` in the ISR; None without one. Online is Kafka's isReplicaOnline: a live
+        broker, not in a controlled shutdown, and not holding ``tp`` on a failed log dir."""
         ctl = self.ctl
-        live = set(ctl.live) - ctl.shutting_down
-        if state.leader in replicas and state.leader in ctl.live:
+        online = set(ctl.live) - ctl.shutting_down - ctl._offline_replicas_of(tp)
+        if state.leader in replicas and state.leader in online:
             return state.leader
-        return next((r for r in replicas if r in live and r in state.isr), None)
+        return next((r for r in replicas if r in online and r in state.isr), None)
 
     @defer.inlineCallbacks
     def _finish(self, tp, reassignment):
@@ -233,7 +235,7 @@ class PartitionReassignments:
         state = ctl.states.get(tp)
         if state is None:
             return
-        leader = self._leader_in(state, target)
+        leader = self._leader_in(tp, state, target)
         if leader is None:
             log.warn("reassignment of {t}-{p} waits: no live replica of {target} in ISR {isr}", t=tp[0],
                      p=tp[1], target=target, isr=list(state.isr))
@@ -260,7 +262,7 @@ class PartitionReassignments:
         replicas = ctl._replicas(tp)
         if state is not None:
             isr = [r for r in state.isr if r not in removed]
-            leader = self._leader_in(state, replicas) if state.leader in removed else state.leader
+            leader = self._leader_in(tp, state, replicas) if state.leader in removed else state.leader
             if leader is not None and (isr != list(state.isr) or leader != state.leader):
                 new_state = attr.evolve(state.new_leader_and_isr(leader, isr or [leader]),
                                         controller_epoch=ctl.epoch)
