@@ -24,7 +24,7 @@ from kafkatw.server.handlers.metadata import (
     DELETE,
     DESCRIBE,
     READ,
-    listener_endpoint,
+    broker_endpoint,
     operations_bitfield,
 )
 from kafkatw.server.interfaces import IApiHandler
@@ -120,33 +120,17 @@ def _find(apis, request, key_type, key):
     else:
         return (errors.INVALID_REQUEST, -1, "", -1)
     if getattr(apis.replica_manager, "cluster_mode", False):
-        return _partition_leader(apis, request, topic, coordinator.partition_for(key))
-    ep = listener_endpoint(apis, request.context.listener_name)
-    if ep is None:
+        # Kafka's handleFindCoordinatorRequest: the current leader of the key's internal
+        # partition as the metadata cache knows it
+        state = apis.metadata.partition_state(topic, coordinator.partition_for(key))
+        node = -1 if state is None else state.leader
+    else:
+        node = apis.node_id
+    # no live coordinator, or none on the request's listener: COORDINATOR_NOT_AVAILABLE
+    found = broker_endpoint(apis, request.context.listener_name, node) if node >= 0 else None
+    if found is None:
         return unavailable
-    return (errors.NONE, apis.node_id, ep.host, ep.port)
-
-
-def _partition_leader(apis, request, topic, partition):
-    """Cluster mode (Kafka's handleFindCoordinatorRequest): the coordinator is the current
-    leader of the key's internal partition as the metadata cache knows it; no live leader (or
-    none on the request's listener) is COORDINATOR_NOT_AVAILABLE."""
-    unavailable = (errors.COORDINATOR_NOT_AVAILABLE, -1, "", -1)
-    state = apis.metadata.partition_state(topic, partition)
-    if state is None or state.leader < 0:
-        return unavailable
-    if state.leader == apis.node_id:
-        ep = listener_endpoint(apis, request.context.listener_name)
-        return unavailable if ep is None else (errors.NONE, apis.node_id, ep.host, ep.port)
-    info = apis.metadata.live_broker(state.leader)
-    if info is None:
-        return unavailable
-    listener = request.context.listener_name
-    address = info.endpoints.get(listener) if listener is not None else \
-        next(iter(info.endpoints.values()), None)
-    if address is None:
-        return unavailable
-    return (errors.NONE, state.leader, address[0], address[1])
+    return (errors.NONE, node, found[0], found[1])
 
 
 @provider(IApiHandler)

@@ -49,21 +49,30 @@ def listener_endpoint(apis, listener_name):
     return None
 
 
+def broker_endpoint(apis, listener, node_id, info=None):
+    """``(host, port, rack)`` of broker ``node_id`` on ``listener``: this node's from its
+    advertised listeners, another's as the controller published it (``info``, its BrokerInfo,
+    else looked up among the live brokers); None if it is not live or has no such listener."""
+    if node_id == apis.node_id:
+        ep = listener_endpoint(apis, listener)
+        return None if ep is None else (ep.host, ep.port, apis.config_value("broker.rack"))
+    if info is None:
+        info = apis.metadata.live_broker(node_id)
+        if info is None:
+            return None
+    address = info.endpoints.get(listener) if listener is not None else \
+        next(iter(info.endpoints.values()), None)
+    return None if address is None else (address[0], address[1], info.rack)
+
+
 def broker_endpoints(apis, request):
-    """``[(node id, host, port, rack)]`` of the live brokers on the request's listener (this
-    node's from its advertised listeners; the others' as the controller published them)."""
+    """``[(node id, host, port, rack)]`` of the live brokers on the request's listener."""
     listener = request.context.listener_name
     out = []
     for info in apis.metadata.live_brokers():
-        if info.node_id == apis.node_id:
-            ep = listener_endpoint(apis, listener)
-            if ep is not None:
-                out.append((info.node_id, ep.host, ep.port, apis.config_value("broker.rack")))
-            continue
-        address = info.endpoints.get(listener) if listener is not None else \
-            next(iter(info.endpoints.values()), None)
-        if address is not None:
-            out.append((info.node_id, address[0], address[1], info.rack))
+        found = broker_endpoint(apis, listener, info.node_id, info)
+        if found is not None:
+            out.append((info.node_id,) + found)
     return out
 
 
