@@ -750,6 +750,48 @@ class ZkAclStoreTests(unittest.TestCase):
         self.successResultOf(a.create_acls(None, [binding(RT.TOPIC, "u", "User:bob", Op.READ)]))
         self.assertEqual(zk.purges[1:], (("LITERAL", 15 * 60 * 1000, 1061000),))
 
+    def test_a_change_updates_only_its_pattern_and_the_echo_of_a_write_nothing(self):
+        """Each change notification used to rebuild the whole ACL index (and forget every cached
+        decision), also for the notification of this broker's own write."""
+        import random
+
+        from kafkatw.security import acl_authorizer
+
+        zk = FakeAclZooKeeper()
+        one, two = self.broker(zk), self.broker(zk)
+        builds = []
+        real = acl_authorizer._Index
+        self.patch(acl_authorizer, "_Index", lambda bindings: builds.append(1) or real(bindings))
+        rnd = random.Random(7)
+        names = ["t", "t-1", "t-12", "u", "*"]
+        for _ in range(60):  # random creates and deletes through either broker
+            pattern = rnd.choice([PT.LITERAL, PT.PREFIXED])
+            b = binding(rnd.choice([RT.TOPIC, RT.GROUP]), rnd.choice(names), rnd.choice(["User:a", "User:*"]),
+                        rnd.choice([Op.READ, Op.WRITE, Op.ALL]), rnd.choice([Perm.ALLOW, Perm.DENY]),
+                        pattern=pattern)
+            broker = rnd.choice([one, two])
+            if rnd.random() < 0.7:
+                self.successResultOf(broker.create_acls(None, [b]))
+            else:
+                flt = AclBindingFilter(ResourcePatternFilter(b.pattern.resource_type, b.pattern.name, pattern),
+                                       AccessControlEntryFilter(None, None, Op.ANY, Perm.ANY))
+                self.successResultOf(broker.delete_acls(None, [flt]))
+        self.assertEqual(builds, [])
+        # the index kept in step is the one the bindings give (every name, type and principal)
+        for a in (one, two):
+            fresh = real(a.acls(ANY_FILTER))
+            for rtype in (RT.TOPIC, RT.GROUP):
+                for name in names + ["t-123", "v"]:
+                    for principal in ("User:a", "User:b"):
+                        got, want = a._index.matching(rtype, name, principal), fresh.matching(rtype, name, principal)
+                        self.assertEqual((got[0], sorted(map(str, got[1]))), (want[0], sorted(map(str, want[1]))))
+        self.assertEqual(sorted(map(str, one.acls(ANY_FILTER))), sorted(map(str, two.acls(ANY_FILTER))))
+        # the notification of a write that changed nothing here keeps the cached decisions
+        decisions = one._decisions
+        pattern = one.acls(ANY_FILTER)[0].pattern
+        one._replace(pattern, one._index.entries(pattern))
+        self.assertIs(one._decisions, decisions)
+
     def test_cluster_mode_needs_a_store_that_keeps_acls(self):
         from types import SimpleNamespace
 

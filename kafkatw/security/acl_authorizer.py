@@ -86,9 +86,36 @@ class _Index:
             p = b.pattern
             table = self.literal if p.pattern_type == PatternType.LITERAL else self.prefixed
             table.setdefault((p.resource_type, p.name), {}).setdefault(b.entry.principal, []).append((b.entry, b))
-        self.prefix_lengths = {}
+        self.prefix_lengths = {}  # resource type -> {prefix length: how many prefixed names}
         for (rtype, name) in self.prefixed:
-            self.prefix_lengths.setdefault(rtype, set()).add(len(name))
+            lengths = self.prefix_lengths.setdefault(rtype, {})
+            lengths[len(name)] = lengths.get(len(name), 0) + 1
+
+    def _table(self, pattern):
+        return self.literal if pattern.pattern_type == PatternType.LITERAL else self.prefixed
+
+    def entries(self, pattern):
+        """The entries of one resource pattern."""
+        by_principal = self._table(pattern).get((pattern.resource_type, pattern.name), {})
+        return frozenset(entry for pairs in by_principal.values() for entry, _ in pairs)
+
+    def replace(self, pattern, bindings):
+        """``pattern``'s bindings are now ``bindings``; the other patterns' stay as they are."""
+        table = self._table(pattern)
+        key = (pattern.resource_type, pattern.name)
+        had = table.pop(key, None) is not None
+        by_principal = {}
+        for b in bindings:
+            by_principal.setdefault(b.entry.principal, []).append((b.entry, b))
+        if by_principal:
+            table[key] = by_principal
+        if table is self.prefixed and had != bool(by_principal):
+            lengths = self.prefix_lengths.setdefault(pattern.resource_type, {})
+            n = lengths.get(len(pattern.name), 0) + (1 if by_principal else -1)
+            if n:
+                lengths[len(pattern.name)] = n
+            else:
+                del lengths[len(pattern.name)]
 
     def matching(self, resource_type, name, principal):
         """``(any ACL on the resource at all, [(entry, binding)] of principal and User:*)``."""
@@ -207,9 +234,15 @@ class AclAuthorizer:
             raise AclStoreError("cannot read the ACLs in %s: %s" % (self.path, e)) from None
 
     def _replace(self, pattern, entries):
-        """One resource pattern's entries are now ``entries`` (written here or by another broker)."""
-        kept = [b for b in self._bindings if b.pattern != pattern]
-        self._set(kept + [AclBinding(pattern, e) for e in sorted(entries, key=str)])
+        """One resource pattern's entries are now ``entries`` (written here or by another
+        broker). Only that pattern's part of the index changes; the same entries again (the
+        notification of this broker's own write) change nothing, not even the decisions."""
+        if self._index.entries(pattern) == frozenset(entries):
+            return
+        new = [AclBinding(pattern, e) for e in sorted(entries, key=str)]
+        self._bindings = tuple([b for b in self._bindings if b.pattern != pattern] + new)
+        self._index.replace(pattern, new)
+        self._decisions = {}
 
     def _set(self, bindings):
         self._bindings = tuple(bindings)
