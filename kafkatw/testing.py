@@ -239,10 +239,12 @@ def _last_error(lines):
     return None
 
 
-def _read_lines(path):
+def _read_lines(path, offset=0):
+    """The lines of ``path`` from byte ``offset`` on (an appended log: one attempt's own lines)."""
     try:
-        with open(path, errors="replace") as f:
-            return f.read().splitlines()
+        with open(path, "rb") as f:
+            f.seek(offset)
+            return f.read().decode("utf-8", "replace").splitlines()
     except OSError:
         return []
 
@@ -764,6 +766,8 @@ class ZooKeeperServer:
         config = self._write_config()
         data_dir = os.path.join(self.work_dir, "data")
         with open(self.log_path, "ab") as out:
+            # the log is appended to by every attempt and restart: this one's lines start here
+            since = out.seek(0, os.SEEK_END)
             self.process = subprocess.Popen(
                 ["java", "-Xmx256m", "-XX:+UseSerialGC", "-Dzookeeper.log.dir=" + self.work_dir,
                  "-cp", ZOOKEEPER_CLASSPATH, "org.apache.zookeeper.server.ZooKeeperServerMain", config],
@@ -772,7 +776,7 @@ class ZooKeeperServer:
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                lines = _read_lines(self.log_path)[-40:]
+                lines = _read_lines(self.log_path, since)[-40:]
                 if any("Address already in use" in line for line in lines):
                     self.process = None
                     raise _PortTaken("the port is in use")

@@ -172,6 +172,39 @@ class FailureMessageTests(unittest.SynchronousTestCase):
             self.assertRaises(RuntimeError, broker.start)
 
 
+class ZooKeeperStartFailureTests(unittest.SynchronousTestCase):
+    """ZooKeeperServer tells a port taken from another failure by this start's own log lines:
+    its log is appended to by every attempt, and an earlier attempt's "Address already in use"
+    made any later failure look like a port clash (retried, then misnamed)."""
+
+    def test_an_earlier_attempts_port_clash_is_not_this_ones(self):
+        import subprocess
+        import sys
+        import tempfile
+
+        from kafkatw import testing
+
+        self.patch(testing, "zookeeper_available", lambda: True)
+        popen = subprocess.Popen
+        exits = []
+
+        def fake_java(args, **kwargs):  # a process that fails as Java does, at once
+            exits.append(args[-1])
+            script = "import sys; print('java.io.IOException: No snapshot found'); sys.exit(3)"
+            return popen([sys.executable, "-c", script], **kwargs)
+
+        self.patch(testing.subprocess, "Popen", fake_java)
+        work = tempfile.mkdtemp(prefix="kafkatw-zk-test-")
+        self.addCleanup(__import__("shutil").rmtree, work, True)
+        with open(os.path.join(work, "zookeeper.log"), "w") as f:
+            f.write("java.net.BindException: Address already in use\n")  # an earlier attempt's
+        zk = testing.ZooKeeperServer(work_dir=work, port=2, start_timeout=20)
+        with self.assertRaises(BrokerStartError) as cm:
+            zk.start()
+        self.assertEqual(str(cm.exception).splitlines()[0], "ZooKeeper exited with status 3")
+        self.assertEqual(len(exits), 1)
+
+
 class CrashTests(unittest.SynchronousTestCase):
     """produce (acks=all) -> kill() -> start() -> every acknowledged record is there."""
 
