@@ -373,12 +373,29 @@ class KafkaBroker:
         addr = self._address("SASL_SSL")
         return "%s:%d" % addr if addr else None
 
+    def _main_protocol(self):
+        if self._address("PLAINTEXT") is not None or not self._listeners:
+            return "PLAINTEXT"
+        return self._protocol(self._listeners[0][0])
+
     def main_ssl_context(self):
-        """:meth:`ssl_context` when the listener of :meth:`_main_address` is SSL, else None."""
-        if self._address("PLAINTEXT") is None and self._listeners \
-                and self._protocol(self._listeners[0][0]) == "SSL":
-            return self.ssl_context()
-        return None
+        """:meth:`ssl_context` when the listener of :meth:`_main_address` is SSL or SASL_SSL,
+        else None."""
+        return self.ssl_context() if self._main_protocol() in ("SSL", "SASL_SSL") else None
+
+    def main_sasl(self):
+        """``(mechanism, user, password)`` to log in on the listener of :meth:`_main_address`
+        when it is a SASL one (:meth:`_sasl_login`), else None."""
+        return self._sasl_login() if self._main_protocol().startswith("SASL_") else None
+
+    def _sasl_login(self):
+        """The first of ``sasl_users`` with the first mechanism the CLI client speaks; None
+        without a user or such a mechanism."""
+        usable = [m for m in self.sasl_mechanisms if m in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")]
+        if not (usable and self.sasl_users):
+            return None
+        user = sorted(self.sasl_users)[0]
+        return usable[0], user, self.sasl_users[user]
 
     def ssl_context(self):
         """A client ``ssl.SSLContext`` trusting the throwaway CA (for the readiness probe, tests)."""
@@ -556,13 +573,11 @@ class KafkaBroker:
             addr, ctx = self._address("SSL"), self.ssl_context()
         elif addr is None:
             # SASL only: log in as the first user with the first mechanism the CLI client speaks
-            usable = [m for m in self.sasl_mechanisms if m in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")]
-            if not (usable and self.sasl_users):
+            sasl = self._sasl_login()
+            if sasl is None:
                 self.stop()
                 raise BrokerStartError("cannot create topics on a SASL-only broker without sasl_users "
                                        "and a PLAIN or SCRAM mechanism", self.log_tail(), self.log_path)
-            user = sorted(self.sasl_users)[0]
-            sasl = (usable[0], user, self.sasl_users[user])
             addr = self._address("SASL_PLAINTEXT")
             if addr is None:
                 addr, ctx = self._address("SASL_SSL"), self.ssl_context()
@@ -848,9 +863,10 @@ class ZooKeeperServer:
         self.close()
 
 
-def cluster_metadata(host, port, topics=None, timeout=5.0, ssl_context=None):
+def cluster_metadata(host, port, topics=None, timeout=5.0, ssl_context=None, sasl=None):
     """Metadata v9 from one broker: ``(brokers {id: (host, port, rack)}, controller id,
-    {topic: {partition: (error, leader, leader_epoch, replicas, isr, offline)}})``."""
+    {topic: {partition: (error, leader, leader_epoch, replicas, isr, offline)}})``; ``sasl`` is
+    ``(mechanism, user, password)`` to log in first."""
     from kafkatw.protocol import messages as m
 
     version = 9
@@ -859,11 +875,23 @@ def cluster_metadata(host, port, topics=None, timeout=5.0, ssl_context=None):
                             allow_auto_topic_creation=False)
     header = m.RequestHeader(request_api_key=3, request_api_version=version, correlation_id=11,
                              client_id="kafkatw.testing")
-    body = header.encode_bytes(m.request_header_version(3, version)) + req.encode_bytes(version)
-    with _connect(host, port, timeout, ssl_context) as s:
-        payload = _request(s, body)
-    _, pos = m.ResponseHeader.decode_from(payload, 0, m.response_header_version(3, version))
-    resp, _ = m.MetadataResponse.decode_from(payload, pos, version)
+    if sasl is not None:
+        from kafkatw.cli.client import BrokerConnection, ClientError
+
+        try:
+            conn = BrokerConnection(host, port, ssl_context, "kafkatw.testing", timeout, sasl=sasl)
+            try:
+                resp = conn.send(req, version, api_key=3)
+            finally:
+                conn.close()
+        except ClientError as e:
+            raise ConnectionError(str(e)) from None  # as a failed socket: polls try again
+    else:
+        body = header.encode_bytes(m.request_header_version(3, version)) + req.encode_bytes(version)
+        with _connect(host, port, timeout, ssl_context) as s:
+            payload = _request(s, body)
+        _, pos = m.ResponseHeader.decode_from(payload, 0, m.response_header_version(3, version))
+        resp, _ = m.MetadataResponse.decode_from(payload, pos, version)
     brokers = {b.node_id: (b.host, b.port, b.rack) for b in resp.brokers}
     out = {}
     for t in resp.topics:
@@ -957,7 +985,7 @@ class KafkaCluster:
             if self.topics:
                 b = self.running_broker()
                 create_topics(*b._main_address(), self.topics, timeout=self.start_timeout,
-                              ssl_context=b.main_ssl_context())
+                              ssl_context=b.main_ssl_context(), sasl=b.main_sasl())
         except BaseException:
             for b in self.brokers.values():
                 b.kill()
@@ -979,7 +1007,7 @@ class KafkaCluster:
         """:func:`cluster_metadata` from ``broker_id`` (the first running broker by default)."""
         b = self.brokers[broker_id] if broker_id is not None else self.running_broker()
         host, port = b._main_address()
-        return cluster_metadata(host, port, topics, ssl_context=b.main_ssl_context())
+        return cluster_metadata(host, port, topics, ssl_context=b.main_ssl_context(), sasl=b.main_sasl())
 
     def wait_for(self, condition, timeout=30.0, what="condition"):
         """Poll ``condition()`` (exceptions count as false) until true, at most ``timeout`` s."""
@@ -1005,8 +1033,8 @@ class KafkaCluster:
             for b in self.brokers.values():
                 if not b.running:
                     continue
-                brokers, controller, _ = cluster_metadata(*b._main_address(),
-                                                          ssl_context=b.main_ssl_context())
+                brokers, controller, _ = cluster_metadata(*b._main_address(), ssl_context=b.main_ssl_context(),
+                                                          sasl=b.main_sasl())
                 if sorted(brokers) != ids or controller not in ids:
                     return False
             return True

@@ -314,6 +314,22 @@ class SslListenerTests(unittest.SynchronousTestCase):
             self.assertTrue(api_versions_ok(host, port, ssl_context=broker.ssl_context()))
 
 
+    def test_a_sasl_ssl_first_listener_is_reached_as_the_cluster_fixture_does(self):
+        # KafkaCluster asks its brokers' Metadata on _main_address with main_ssl_context (None
+        # for a SASL_SSL listener: plain TCP to a TLS port) and no login at all
+        from kafkatw.testing import cluster_metadata
+
+        with KafkaBroker(listeners=("SASL_SSL",), sasl_users={"admin": "secret"}) as broker:
+            self.assertIsNotNone(broker.main_ssl_context())
+            self.assertEqual(broker.main_sasl(), ("PLAIN", "admin", "secret"))
+            brokers, controller, _ = cluster_metadata(*broker._main_address(),
+                                                      ssl_context=broker.main_ssl_context(),
+                                                      sasl=broker.main_sasl())
+            self.assertEqual((sorted(brokers), controller), ([1], 1))
+        with KafkaBroker(listeners=("PLAINTEXT", "SASL_SSL"), sasl_users={"admin": "secret"}) as broker:
+            self.assertEqual((broker.main_ssl_context(), broker.main_sasl()), (None, None))
+
+
 class ProcessModeTests(unittest.SynchronousTestCase):
     """The fork server (default) and plain twistd subprocesses behave the same."""
 
