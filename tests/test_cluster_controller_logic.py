@@ -261,6 +261,24 @@ class ReplicaElectionTests(unittest.SynchronousTestCase):
         self.assertEqual(self.sent, [(1, "LeaderAndIsrRequest"), (2, "LeaderAndIsrRequest")]
                          + [(b, "UpdateMetadataRequest") for b in (1, 2, 3)])
 
+    def test_a_write_that_fails_is_that_partitions_error(self):
+        from twisted.internet import defer
+        from twisted.python.failure import Failure
+
+        writes = []
+
+        def update(epoch_zk_version, topic, states):
+            writes.append(sorted(states))
+            return defer.succeed({p: Failure(RuntimeError("znode gone")) if p == 0 else s
+                                  for p, s in states.items()})
+        self.controller.zk.update_partition_states = update
+        results = self.elect([("t", 0)], preferred.PREFERRED)
+        self.assertEqual(writes, [[0]])
+        self.assertEqual(results, {("t", 0): (errors.UNKNOWN_SERVER_ERROR, "znode gone", None)})
+        self.assertEqual(self.controller.states[("t", 0)].leader, 2)  # unchanged
+        self.assertEqual(self.sent, [])
+        self.flushLoggedErrors()
+
     def test_unclean_election_only_without_a_live_leader(self):
         self.controller.live.pop(1)  # t-2 (replicas 3, 1; ISR [1]) has lost its leader
         self.controller.states[("t", 2)] = LeaderAndIsr(leader=-1, leader_epoch=3, isr=[1], controller_epoch=4)

@@ -9,9 +9,7 @@ in its event queue and write through the same epoch-fenced store calls as every 
 import attr
 from twisted.internet import defer, task
 from twisted.logger import Logger
-from twisted.python.failure import Failure
 
-from kafkatw.cluster.interfaces import ControllerMovedError
 from kafkatw.cluster.state import NO_LEADER
 from kafkatw.controller import election
 from kafkatw.protocol import errors
@@ -116,15 +114,11 @@ class ReplicaElections:
         changed = []
         for topic, states in updates.items():
             written = yield self.zk.update_partition_states(self.epoch_zk_version, topic, states)
+            done = self._apply(topic, written)
+            changed += done
             for p, outcome in written.items():
-                if isinstance(outcome, Failure):
-                    if outcome.check(ControllerMovedError):
-                        outcome.raiseException()
-                    results[(topic, p)] = (errors.UNKNOWN_SERVER_ERROR, outcome.getErrorMessage(), None)
-                    continue
-                self.states[(topic, p)] = outcome
-                changed.append((topic, p))
-                results[(topic, p)] = (errors.NONE, None, outcome.leader)
+                results[(topic, p)] = ((errors.NONE, None, outcome.leader) if (topic, p) in done
+                                       else (errors.UNKNOWN_SERVER_ERROR, outcome.getErrorMessage(), None))
         if changed:
             log.info("controller {id}: {trigger} {kind} election moved the leaders of {tps}", id=self.broker_id,
                      trigger=trigger, kind="preferred" if election_type == PREFERRED else "unclean",
