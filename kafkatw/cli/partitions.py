@@ -9,12 +9,12 @@ It talks to the controller; how a reassignment runs is the broker's.
 import json
 
 from kafkatw.cli.client import ClientError, UsageError, check
+from kafkatw.cli.topics import alter_configs
 from kafkatw.protocol import errors, messages
 
 ALTER_REASSIGNMENTS, LIST_REASSIGNMENTS = 45, 46
 INCREMENTAL_ALTER_CONFIGS = 44
 TOPIC, BROKER = 2, 4
-SET, DELETE = 0, 1
 LEADER_RATE, FOLLOWER_RATE = "leader.replication.throttled.rate", "follower.replication.throttled.rate"
 LEADER_REPLICAS, FOLLOWER_REPLICAS = "leader.replication.throttled.replicas", "follower.replication.throttled.replicas"
 
@@ -133,18 +133,6 @@ def list_reassignments(client, tps=None):
             for t in resp.topics for p in t.partitions}
 
 
-def _alter_configs(client, rtype, name, sets, deletes, conn=None):
-    R = messages.IncrementalAlterConfigsRequest
-    configs = [R.AlterableConfig(name=k, config_operation=SET, value=str(v)) for k, v in sorted(sets.items())]
-    configs += [R.AlterableConfig(name=k, config_operation=DELETE, value=None) for k in sorted(deletes)]
-    body = R(resources=[R.AlterConfigsResource(resource_type=rtype, resource_name=name, configs=configs)],
-             validate_only=False)
-    resp = client.call(body, conn)
-    for r in resp.responses:
-        if r.error_code != errors.NONE:
-            check(r.error_code, r.error_message, "altering the configs of %s" % (name,))
-
-
 def set_throttles(client, plan, current, rate):
     """Kafka's ReassignPartitionsCommand: the moving partitions' current replicas are
     leader-throttled, their new replicas follower-throttled, and every broker involved gets
@@ -159,10 +147,12 @@ def set_throttles(client, plan, current, rate):
         followers.setdefault(t, []).extend("%d:%d" % (p, b) for b in target if b not in before)
         brokers |= set(before) | set(target)
     for t in sorted(set(leaders) | set(followers)):
-        _alter_configs(client, TOPIC, t, {LEADER_REPLICAS: ",".join(leaders.get(t, [])),
-                                          FOLLOWER_REPLICAS: ",".join(followers.get(t, []))}, [])
+        alter_configs(client, TOPIC, t, {LEADER_REPLICAS: ",".join(leaders.get(t, [])),
+                                         FOLLOWER_REPLICAS: ",".join(followers.get(t, []))}, [],
+                      "altering the configs of %s" % t)
     for b in sorted(brokers):
-        _alter_configs(client, BROKER, str(b), {LEADER_RATE: rate, FOLLOWER_RATE: rate}, [], client.node(b))
+        alter_configs(client, BROKER, str(b), {LEADER_RATE: rate, FOLLOWER_RATE: rate}, [],
+                      "altering the configs of %d" % b, client.node(b))
     return sorted(brokers)
 
 
@@ -170,12 +160,14 @@ def clear_throttles(client, topics, brokers, out):
     out.write("Clearing broker-level throttles on brokers %s\n" % ",".join(str(b) for b in sorted(brokers)))
     for b in sorted(brokers):
         try:
-            _alter_configs(client, BROKER, str(b), {}, [LEADER_RATE, FOLLOWER_RATE], client.node(b))
+            alter_configs(client, BROKER, str(b), {}, [LEADER_RATE, FOLLOWER_RATE],
+                          "altering the configs of %d" % b, client.node(b))
         except ClientError as e:
             out.write("Could not clear the throttles of broker %d: %s\n" % (b, e))
     for t in sorted(topics):
         out.write("Clearing topic-level throttles on topic %s\n" % t)
-        _alter_configs(client, TOPIC, t, {}, [LEADER_REPLICAS, FOLLOWER_REPLICAS])
+        alter_configs(client, TOPIC, t, {}, [LEADER_REPLICAS, FOLLOWER_REPLICAS],
+                      "altering the configs of %s" % t)
 
 
 # -- the modes -----------------------------------------------------------------------------------

@@ -220,14 +220,15 @@ def cmd_delete(client, args):
         args.out.write("Deleted topic %s.\n" % r.name)
 
 
-def alter_configs(client, resource_type, name, sets, deletes, what):
-    """IncrementalAlterConfigs: SET ``sets`` and DELETE ``deletes`` on one resource."""
+def alter_configs(client, resource_type, name, sets, deletes, what, conn=None):
+    """IncrementalAlterConfigs: SET ``sets`` (values as strings) and DELETE ``deletes`` on one
+    resource, sent on ``conn`` (a broker's own, for its per-broker configs) if given."""
     R = messages.IncrementalAlterConfigsRequest
-    ops = [R.AlterableConfig(name=k, config_operation=0, value=v) for k, v in sets.items()]
+    ops = [R.AlterableConfig(name=k, config_operation=0, value=str(v)) for k, v in sets.items()]
     ops += [R.AlterableConfig(name=k, config_operation=1, value=None) for k in deletes]
     req = R(resources=[R.AlterConfigsResource(resource_type=resource_type, resource_name=name,
                                               configs=ops)], validate_only=False)
-    resp = client.call(req)
+    resp = client.call(req, conn)
     for r in resp.responses:
         check(r.error_code, r.error_message, what)
 
