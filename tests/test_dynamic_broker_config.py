@@ -514,6 +514,46 @@ class ComponentTests(unittest.SynchronousTestCase):
         clock.pump([1.0] * 14)
         self.assertEqual(passes, [float(t) for t in range(1, 16)])  # the 15 s loop is gone
 
+    def test_replication_throttle_rates_are_in_force_at_once(self):
+        """leader/follower.replication.throttled.rate through DynamicBrokerConfig reach the
+        replica manager's two quotas: set per broker, from the cluster default, and removed."""
+        from kafkatw.server.dynamic_config import DynamicReplicationQuotaConfig
+        from tests.test_server_replica_manager import FakeLogManager, FakeMetadata
+
+        clock = task.Clock()
+        metadata = FakeMetadata({"t": 2})
+        metadata.topic_configs = lambda topic: {"leader.replication.throttled.replicas": "0:1,1:2",
+                                                "follower.replication.throttled.replicas": "*"}
+        rm = ReplicaManager(FakeLogManager(self.mktemp()), metadata, clock, {})
+        dynamic = DynamicBrokerConfig(KafkaConfig.from_properties({}))
+        dynamic.add_reconfigurable(DynamicReplicationQuotaConfig(rm))
+        leader, follower = rm.leader_quota, rm.follower_quota
+        self.assertTrue(leader.unlimited and follower.unlimited)
+        self.assertFalse(leader.throttles("t", 0, in_sync=False))  # no rate: nothing throttled
+
+        dynamic.update(dynamic_broker={"leader.replication.throttled.rate": "1000",
+                                       "follower.replication.throttled.rate": "2000"})
+        self.assertEqual((leader.rate, follower.rate), (1000, 2000))
+        self.assertTrue(leader.throttles("t", 0, in_sync=False))
+        self.assertFalse(leader.throttles("t", 0, in_sync=True))  # in-sync replicas never are
+        self.assertFalse(leader.throttles("t", 1, in_sync=False))  # 1:2 names another broker
+        self.assertTrue(follower.throttles("t", 1, in_sync=False))
+        # the bucket starts empty: the first window's bytes are all there is
+        self.assertFalse(leader.is_quota_exceeded())
+        leader.record(1001)
+        self.assertTrue(leader.is_quota_exceeded())
+        clock.advance(1.01)
+        self.assertFalse(leader.is_quota_exceeded())
+
+        # the cluster default applies where the broker sets nothing; deleting ends the throttle
+        dynamic.update(dynamic_broker={}, dynamic_default={"leader.replication.throttled.rate": "500"})
+        dynamic.update(dynamic_broker={})
+        self.assertEqual((leader.rate, follower.unlimited), (500, True))
+        dynamic.update(dynamic_default={})
+        self.assertTrue(leader.unlimited)
+        leader.record(10 ** 9)
+        self.assertFalse(leader.is_quota_exceeded())
+
     def test_producer_id_expiration_applies_to_loaded_partitions(self):
         from tests.test_server_replica_manager import FakeLogManager, FakeMetadata, batch
 
