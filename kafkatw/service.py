@@ -597,6 +597,7 @@ class BrokerService(OrderedMultiService):
         self.metadata = ZkClusterMetadata(local, zk, self.reactor, rack=config["broker.rack"],
                                           default_replication_factor=config["default.replication.factor"])
         client = KafkaNetworkClient(self.reactor, "broker-%d-controller" % config.node_id,
+                                    request_timeout_ms=config["controller.socket.timeout.ms"],
                                     tls=inter_broker_tls(config))
         self.cluster = ClusterMembership(self.reactor, config, zk, self.metadata, client, meta_existed)
         self._cluster_connected = self.cluster.connect()

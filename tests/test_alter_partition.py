@@ -114,3 +114,17 @@ class AlterPartitionManagerTests(unittest.TestCase):
         for d in (d0, d1):
             self.assertEqual(self.failureResultOf(d, KafkaError).value.code,
                              errors.OPERATION_NOT_ATTEMPTED)
+
+
+class FromConfigTests(unittest.SynchronousTestCase):
+    def test_request_timeout_is_controller_socket_timeout_ms(self):
+        # read before, but not a defined broker config: a value set was dropped (30 s always)
+        from types import SimpleNamespace
+
+        from kafkatw.config import KafkaConfig
+
+        metadata = SimpleNamespace(node_id=1, controller_id=-1, live_broker=lambda i: None)
+        for props, expected in (({"controller.socket.timeout.ms": "1234"}, 1234), ({}, 30000)):
+            manager = AlterPartitionManager.from_config(KafkaConfig.from_properties(props), metadata,
+                                                        task.Clock(), lambda: 42)
+            self.assertEqual(manager.client.request_timeout_ms, expected)

@@ -188,6 +188,8 @@ _d("replica.fetch.wait.max.ms", INT, 500, None, MEDIUM, "Max wait of follower fe
 _d("replica.fetch.min.bytes", INT, 1, None, MEDIUM, "Min bytes of follower fetch responses.")
 _d("replica.fetch.backoff.ms", INT, 1000, at_least(0), MEDIUM, "Backoff after a follower fetch error.")
 _d("replica.socket.timeout.ms", INT, 30000, None, HIGH, "Socket timeout of follower fetches.")
+_d("controller.socket.timeout.ms", INT, 30000, None, MEDIUM,
+   "Request timeout of the controller's requests to brokers and of a leader's AlterPartition.")
 _d("replica.socket.receive.buffer.bytes", INT, 64 * KiB, None, HIGH,
    "SO_RCVBUF of a follower's connections to its leaders; -1 uses the OS default.")
 _d("replica.high.watermark.checkpoint.interval.ms", LONG, 5000, None, HIGH,

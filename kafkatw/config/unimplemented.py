@@ -21,7 +21,7 @@ _PASSWORD_ENCODER = "encrypted dynamic password configs: kafkatw has no dynamic 
 _QUOTA_WINDOWS = "controller mutation and log dir move quotas"
 _CLEANER_IO = "the log cleaner's I/O throttle and buffer load factor"
 _METRICS = "Yammer metrics reporters and client telemetry (KIP-714)"
-_CLIENT_TIMEOUTS = "the controller channel and inter-broker connection setup timeouts"
+_CLIENT_TIMEOUTS = "the inter-broker connection setup timeouts (kafkatw's is fixed)"
 _INTERNAL = "Kafka-internal scheduling"
 
 
@@ -108,8 +108,7 @@ UNIMPLEMENTED_BROKER_CONFIGS = {
     **_group(_CLEANER_IO, "log.cleaner.io.buffer.load.factor", "log.cleaner.io.max.bytes.per.second"),
     **_group(_METRICS, "kafka.metrics.polling.interval.secs", "kafka.metrics.reporters",
              "telemetry.max.bytes"),
-    **_group(_CLIENT_TIMEOUTS, "controller.socket.timeout.ms", "socket.connection.setup.timeout.ms",
-             "socket.connection.setup.timeout.max.ms"),
+    **_group(_CLIENT_TIMEOUTS, "socket.connection.setup.timeout.ms", "socket.connection.setup.timeout.max.ms"),
     **_group(_INTERNAL, "log.initial.task.delay.ms"),
 }
 
