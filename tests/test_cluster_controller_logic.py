@@ -228,6 +228,9 @@ class ReplicaElectionTests(unittest.SynchronousTestCase):
                 test.sent.append((broker_id, type(request).__name__))
                 return defer.Deferred()
 
+            def remove_all_brokers(self):
+                pass
+
         class Store:
             def update_partition_states(self, epoch_zk_version, topic, states):
                 test.writes.append((epoch_zk_version, topic, dict(states)))
@@ -298,21 +301,30 @@ class ReplicaElectionTests(unittest.SynchronousTestCase):
         self.assertIsNone(self.elect(None, preferred.PREFERRED))
         self.assertEqual(self.writes, [])
 
-    def test_auto_rebalance_runs_every_interval_on_the_active_controller(self):
+    def test_auto_rebalance_first_5_s_after_becoming_controller_then_every_interval(self):
+        """Kafka's scheduleAutoLeaderRebalanceTask: 5 s after the failover, then the interval
+        after each check; nothing pending on a broker that is not the controller."""
         c = self.controller
+        c.active = False
         c.start_leader_rebalance(2, 10)
-        self.clock.advance(1.9)
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+        c.active = True
+        c.start_leader_rebalance(2, 10)  # as after a failover: the first check in 5 s
+        self.clock.advance(4.9)
         self.assertEqual(self.writes, [])
         self.clock.advance(0.1)  # broker 1 leads 0 of its 1 preferred partition: t-0 moves back
         self.assertEqual([(w[1], sorted(w[2])) for w in self.writes], [("t", [0])])
         self.assertEqual(c.states[("t", 0)].leader, 1)
+        self.assertEqual([call.getTime() for call in self.clock.getDelayedCalls()], [7.0])
         self.clock.advance(2)  # balanced now (t-2 prefers 3, which is not in the ISR)
         self.assertEqual(len(self.writes), 1)
         c.stop_leader_rebalance()
-        c.states[("t", 1)] = attr.evolve(c.states[("t", 1)], leader=1)
-        self.clock.advance(10)
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+        c.start_leader_rebalance(2, 10)
+        self.assertEqual([call.getTime() for call in self.clock.getDelayedCalls()], [12.0])  # now + 5
+        c.session_lost()  # no longer controller: no check left pending
+        self.assertEqual(self.clock.getDelayedCalls(), [])
         self.assertEqual(len(self.writes), 1)
-
 
     def alter(self, isr, broker_id=1, partition=2):
         from kafkatw.protocol import messages as m

@@ -28,7 +28,7 @@ from kafkatw.controller.channel import (
     stop_replica_request,
     update_metadata_request,
 )
-from kafkatw.controller.preferred import ReplicaElections
+from kafkatw.controller.preferred import FIRST_REBALANCE_DELAY_S, ReplicaElections
 from kafkatw.protocol import errors
 from kafkatw.protocol import messages as m
 
@@ -138,6 +138,7 @@ class KafkaController(ReplicaElections):
         if self._deletion_retry is not None and self._deletion_retry.active():
             self._deletion_retry.cancel()
         self._deletion_retry = None
+        self._cancel_rebalance()  # the next controller schedules its own
         self.live.clear()
         self.assignments.clear()
         self.topic_ids.clear()
@@ -201,6 +202,7 @@ class KafkaController(ReplicaElections):
         yield self.reassignments.resume()
         yield self._deletions()
         yield self._log_dir_events()
+        self._schedule_rebalance(FIRST_REBALANCE_DELAY_S)  # if auto.leader.rebalance.enable
 
     # -- context -------------------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ in its event queue and write through the same epoch-fenced store calls as every 
 """
 
 import attr
-from twisted.internet import defer, task
+from twisted.internet import defer
 from twisted.logger import Logger
 
 from kafkatw.cluster.state import NO_LEADER
@@ -15,6 +15,9 @@ from kafkatw.controller import election
 from kafkatw.protocol import errors
 
 log = Logger(namespace="kafkatw.controller")
+
+#: seconds from becoming controller to the first auto leader rebalance check (Kafka's 5)
+FIRST_REBALANCE_DELAY_S = 5
 
 #: ElectLeadersRequest's ElectionType (KIP-460)
 PREFERRED = 0
@@ -59,7 +62,9 @@ def imbalanced_partitions(assignments, leaders, percentage):
 class ReplicaElections:
     """Mixed into KafkaController (uses its event queue, context and store writes)."""
 
-    _rebalance_loop = None
+    #: (interval seconds, percentage) while auto.leader.rebalance.enable; the pending check
+    _rebalance = None
+    _rebalance_call = None
 
     # -- ElectLeaders ----------------------------------------------------------------------------
 
@@ -129,22 +134,45 @@ class ReplicaElections:
     # -- auto.leader.rebalance.enable ------------------------------------------------------------
 
     def start_leader_rebalance(self, interval_s, percentage):
-        """Every ``leader.imbalance.check.interval.seconds`` the active controller checks the
-        leader imbalance (a check is an event in the queue; other brokers skip it)."""
-        self.stop_leader_rebalance()
-
-        def tick():
-            if self.active and not self._stopped:
-                self.auto_rebalance(percentage)
-        self._rebalance_loop = task.LoopingCall(tick)
-        self._rebalance_loop.clock = self._reactor
-        self._rebalance_loop.start(interval_s, now=False).addErrback(
-            lambda f: log.failure("the leader rebalance task stopped", f))
+        """Kafka's auto leader rebalance task: the first check FIRST_REBALANCE_DELAY_S after
+        this broker becomes controller (now, if it is already), the next
+        ``leader.imbalance.check.interval.seconds`` after each check ends; none while it is
+        not the controller. A check is an event in the queue."""
+        self._rebalance = (interval_s, percentage)
+        if self.active:
+            self._schedule_rebalance(FIRST_REBALANCE_DELAY_S)
 
     def stop_leader_rebalance(self):
-        if self._rebalance_loop is not None and self._rebalance_loop.running:
-            self._rebalance_loop.stop()
-        self._rebalance_loop = None
+        self._rebalance = None
+        self._cancel_rebalance()
+
+    def _schedule_rebalance(self, delay_s):
+        """(Re)arm the one pending check (Kafka's scheduleAutoLeaderRebalanceTask)."""
+        self._cancel_rebalance()
+        if self._rebalance is not None and not self._stopped:
+            self._rebalance_call = self._reactor.callLater(delay_s, self._rebalance_due)
+
+    def _cancel_rebalance(self):
+        if self._rebalance_call is not None and self._rebalance_call.active():
+            self._rebalance_call.cancel()
+        self._rebalance_call = None
+
+    def _rebalance_due(self):
+        self._rebalance_call = None
+        if self._rebalance is None:
+            return
+        percentage = self._rebalance[1]
+
+        @defer.inlineCallbacks
+        def check():
+            if not self.active:
+                return {}
+            try:
+                return (yield self._auto_rebalance(percentage))
+            finally:
+                if self.active and self._rebalance is not None:
+                    self._schedule_rebalance(self._rebalance[0])
+        self._enqueue("AutoPreferredReplicaLeaderElection", check).addErrback(lambda f: None)  # logged there
 
     def auto_rebalance(self, percentage):
         return self._enqueue("AutoPreferredReplicaLeaderElection", self._auto_rebalance, percentage)
