@@ -117,7 +117,8 @@ class ServerTests(unittest.TestCase):
 
     @defer.inlineCallbacks
     def test_accepted_sockets_have_the_configured_buffer_sizes(self):
-        # Kafka's socket.send.buffer.bytes / socket.receive.buffer.bytes (default 100 KiB each)
+        # Kafka's socket.send.buffer.bytes / socket.receive.buffer.bytes (Kafka's default 100 KiB each,
+        # -1 here)
         # on every accepted socket; -1 leaves the kernel's own sizing
         for send, receive in ((48 * 1024, 96 * 1024), (100 * 1024, 100 * 1024), (-1, -1)):
             server = self.start(ScriptedHandler(), settings=SocketServerSettings(

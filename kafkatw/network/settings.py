@@ -11,8 +11,8 @@ import attr
 class SocketServerSettings:
     socket_request_max_bytes = attr.ib(default=100 * 1024 * 1024)
     socket_listen_backlog_size = attr.ib(default=50)
-    socket_send_buffer_bytes = attr.ib(default=100 * 1024)  # -1: the OS default
-    socket_receive_buffer_bytes = attr.ib(default=100 * 1024)
+    socket_send_buffer_bytes = attr.ib(default=-1)  # -1: the OS default (Kafka's: 102400)
+    socket_receive_buffer_bytes = attr.ib(default=-1)
     queued_max_requests = attr.ib(default=500)
     num_io_threads = attr.ib(default=8)
     max_connections = attr.ib(default=2 ** 31 - 1)
