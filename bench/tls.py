@@ -1,0 +1,117 @@
+"""Broker CPU per GB over TLS: produce and consume through an SSL listener, with the broker's
+CPU split into its reactor thread and the rest (worker threads). ``python -m bench.tls [--mb 200]``.
+
+Produce: a confluent-kafka producer over SSL (64 KiB values in 1 MiB batches, acks=1). Consume:
+the raw SSL Fetch loop of ``bench.zero_copy`` and a confluent-kafka consumer over SSL. A
+PLAINTEXT raw Fetch loop runs beside them (the zero-copy path). Prints a Markdown table;
+asserts nothing.
+"""
+
+import argparse
+import os
+import platform
+import ssl
+import statistics
+import sys
+import time
+
+from bench import zero_copy
+from bench.procstat import cpu_seconds
+
+MIB = 1024 * 1024
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def thread_cpu(pid):
+    """{thread id: utime + stime seconds} of every thread of ``pid``."""
+    out = {}
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+                data = f.read()
+        except OSError:
+            continue
+        fields = data[data.rindex(")") + 2:].split()
+        out[int(tid)] = (int(fields[11]) + int(fields[12])) / _TICKS
+    return out
+
+
+def timed(pid, fn, *args):
+    """(bytes, seconds, process CPU, reactor-thread CPU) of ``fn(*args)``; the reactor thread
+    is the main thread (tid == pid)."""
+    t0 = thread_cpu(pid)
+    c0 = cpu_seconds(pid)
+    start = time.perf_counter()
+    nbytes = fn(*args)
+    elapsed = time.perf_counter() - start
+    cpu = cpu_seconds(pid) - c0
+    main = thread_cpu(pid).get(pid, 0.0) - t0.get(pid, 0.0)
+    return nbytes, elapsed, cpu, main
+
+
+def ssl_produce(conf, total, value_size=64 * 1024):
+    import confluent_kafka
+
+    producer = confluent_kafka.Producer(dict({
+        "linger.ms": 20, "batch.size": MIB, "compression.type": "none", "acks": 1,
+        "queue.buffering.max.kbytes": 256 * 1024, "enable.idempotence": False}, **conf))
+    value = os.urandom(value_size)
+    count = total // value_size
+    for _ in range(count):
+        while True:
+            try:
+                producer.produce(zero_copy.TOPIC, value, partition=0)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    if producer.flush(300):
+        raise RuntimeError("produce did not finish")
+    return count * value_size
+
+
+def main(argv=None):
+    from kafkatw.testing import KafkaBroker
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mb", type=int, default=200, help="data per round in MB (MiB)")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args(argv)
+    total = args.mb * MIB
+    rows = []
+    with KafkaBroker(listeners=("PLAINTEXT", "SSL"), overrides={"message.max.bytes": 2 * MIB}) as b:
+        pid = b.process.pid
+        ssl_conf = {"bootstrap.servers": b.ssl_bootstrap_servers, "security.protocol": "SSL",
+                    "ssl.ca.location": b.ssl_ca_path}
+        ctx = ssl.create_default_context(cafile=b.ssl_ca_path)
+        host, ssl_port = b.ssl_bootstrap_servers.rsplit(":", 1)
+        produced = 0
+        for _ in range(args.rounds):
+            rows.append(("confluent-kafka producer, SSL",) + timed(pid, ssl_produce, ssl_conf, total))
+            produced += total // (64 * 1024)
+            rows.append(("raw Fetch loop, SSL",) + timed(
+                pid, zero_copy.raw_fetch, host, int(ssl_port), produced, ctx))
+            rows.append(("confluent-kafka consumer, SSL",) + timed(
+                pid, zero_copy.confluent_read, ssl_conf, produced))
+            rows.append(("raw Fetch loop, PLAINTEXT",) + timed(
+                pid, zero_copy.raw_fetch, "127.0.0.1", b.port, produced))
+    by_name = {}
+    for name, nbytes, elapsed, cpu, main_cpu in rows:
+        gb = nbytes / 1e9
+        by_name.setdefault(name, []).append((nbytes / elapsed / 1e6, cpu / gb, main_cpu / gb))
+    print("| workload | MB/s (median) | broker CPU s/GB per round | median | reactor thread s/GB (median) |")
+    print("|---|---:|---|---:|---:|")
+    for name, results in by_name.items():
+        print("| %s | %.0f | %s | %.2f | %.2f |" % (
+            name, statistics.median(r for r, _, _ in results),
+            " / ".join("%.2f" % c for _, c, _ in results),
+            statistics.median(c for _, c, _ in results),
+            statistics.median(t for _, _, t in results)))
+    print()
+    print("Load average at the end: %s. Machine: %s, %d CPUs, Python %s." % (
+        " ".join("%.1f" % x for x in os.getloadavg()), platform.machine(), os.cpu_count(),
+        platform.python_version()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
