@@ -1,18 +1,34 @@
 """The TLS connection wrapper of SSL/SASL_SSL listeners: Twisted's ``TLSMemoryBIOProtocol`` with
-small writes aggregated (as Twisted's ``BufferingTLSTransport``) and a bulk write for file regions.
+small writes aggregated (as Twisted's ``BufferingTLSTransport``), a bulk write for file regions
+and a bulk read.
 
 Twisted encrypts a write 16 KiB at a time, each slice copied, each record read out of the
-memory BIO into a fresh 32 KiB buffer and written to TCP on its own: per byte, that Python work
-costs several times what OpenSSL's encryption does. A region chunk instead goes through one
-``SSL_write`` (OpenSSL cuts the records) and one BIO read sized for it, then one TCP write.
-Handshake, reading, shutdown and producers stay Twisted's. Listeners use :func:`tls_factory`.
+memory BIO into a fresh 32 KiB buffer and written to TCP on its own; it decrypts one record per
+``recv`` into a fresh buffer and hands each to the application on its own: per byte, that
+Python work costs several times what OpenSSL's encryption does. A region chunk instead goes
+through one ``SSL_write`` (OpenSSL cuts the records) whose records are read out of the BIO into
+one reused buffer and sent on the socket at once when nothing is queued before them; received
+records are decrypted into one reused buffer and handed over together. Handshake, shutdown and
+producers stay Twisted's. Listeners use :func:`tls_factory`.
 """
 
 from OpenSSL import SSL
+from twisted.protocols.policies import ProtocolWrapper
 from twisted.protocols.tls import TLSMemoryBIOFactory, TLSMemoryBIOProtocol
+from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from kafkatw.network.transport import IBulkWriter
+
+try:
+    # pyOpenSSL's own cffi binding: SSL_read and BIO_read straight into our buffers (its
+    # recv and bio_read allocate and copy twice per call). Without it, its public methods.
+    from OpenSSL._util import ffi as _ffi
+    from OpenSSL._util import lib as _lib
+
+    _DIRECT = hasattr(SSL.Connection, "_raise_ssl_error") and hasattr(_lib, "BIO_read")
+except ImportError:  # pragma: no cover - another pyOpenSSL layout
+    _DIRECT = False
 
 #: Small writes are held until this many bytes (or the next reactor turn), as Twisted's
 #: ``_AggregateSmallWrites`` does, so one read's many small answers become few TLS records.
@@ -22,6 +38,26 @@ AGGREGATE_BYTES = 64 * 1024
 # tag), TLS 1.2 AES-GCM 29; 64 leaves room for any suite a listener may allow.
 _RECORD_PLAINTEXT = 16384
 _RECORD_OVERHEAD = 64
+
+#: Plaintext decrypted per hand-over to the application (and the TCP read size under TLS).
+READ_BYTES = 256 * 1024
+
+# Scratch buffers of the reactor thread, shared by every connection: what is read into them is
+# copied out (or sent) before anything else runs.
+_SEND_SCRATCH = bytearray(512 * 1024)
+_RECV_SCRATCH = bytearray(READ_BYTES)
+if _DIRECT:
+    _SEND_PTR = _ffi.from_buffer(_SEND_SCRATCH)
+    _RECV_PTR = _ffi.from_buffer(_RECV_SCRATCH)
+
+
+def _idle_tcp(transport):
+    """The socket of a TCP transport with nothing queued to write, else None."""
+    if (not getattr(transport, "connected", False) or getattr(transport, "disconnecting", True)
+            or getattr(transport, "_tempDataBuffer", True)
+            or len(transport.dataBuffer) != transport.offset):
+        return None
+    return transport.getHandle()
 
 
 @implementer(IBulkWriter)
@@ -86,6 +122,29 @@ class KafkaTlsProtocol(TLSMemoryBIOProtocol):
             TLSMemoryBIOProtocol.write(self, bytes(view[sent:]))
 
     def _flush_records(self, conn, plaintext):
+        if not _DIRECT:
+            return self._flush_records_public(conn, plaintext)
+        bio = conn._from_ssl
+        view = memoryview(_SEND_SCRATCH)
+        size = len(_SEND_SCRATCH)
+        tcp = self.transport
+        while True:
+            n = _lib.BIO_read(bio, _SEND_PTR, size)
+            if n <= 0:
+                return
+            sock = _idle_tcp(tcp)
+            sent = 0
+            if sock is not None:
+                try:
+                    sent = sock.send(view[:n])
+                except (BlockingIOError, InterruptedError):
+                    sent = 0
+                except OSError:
+                    sent = 0  # the transport meets the error on its next write and closes
+            if sent < n:
+                tcp.write(bytes(view[sent:n]))
+
+    def _flush_records_public(self, conn, plaintext):
         size = plaintext + (plaintext // _RECORD_PLAINTEXT + 1) * _RECORD_OVERHEAD
         records = []
         while True:
@@ -98,6 +157,53 @@ class KafkaTlsProtocol(TLSMemoryBIOProtocol):
             self.transport.write(records[0])
         elif records:
             self.transport.writeSequence(records)
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def makeConnection(self, transport):
+        # TCP reads as large as a hand-over: a 1 MiB produce request in 4 reads, not 16
+        if hasattr(transport, "bufferSize"):
+            transport.bufferSize = READ_BYTES
+        TLSMemoryBIOProtocol.makeConnection(self, transport)
+
+    def _flushReceiveBIO(self):
+        """Twisted's, but every record available is decrypted into one buffer and handed to
+        the application as one piece (up to ``READ_BYTES``)."""
+        if not _DIRECT:
+            return TLSMemoryBIOProtocol._flushReceiveBIO(self)
+        conn = self._tlsConnection
+        ssl = conn._ssl
+        size = len(_RECV_SCRATCH)
+        while not self._lostTLSConnection:
+            filled = 0
+            end = None  # why reading stopped: "want", "eof" or a Failure
+            while filled < size:
+                result = _lib.SSL_read(ssl, _RECV_PTR + filled, size - filled)
+                if result > 0:
+                    filled += result
+                    continue
+                try:
+                    conn._raise_ssl_error(ssl, result)
+                    end = "want"  # pragma: no cover - SSL_read <= 0 always raises
+                except SSL.WantReadError:
+                    end = "want"
+                except SSL.ZeroReturnError:
+                    end = "eof"
+                except SSL.Error:
+                    end = Failure()
+                break
+            if filled and not self._aborted:
+                ProtocolWrapper.dataReceived(self, bytes(memoryview(_RECV_SCRATCH)[:filled]))
+            if end == "want":
+                break
+            if end == "eof":
+                # TLS shut down (close_notify): as Twisted, reply and let the transport's
+                # reason reach the application
+                self._shutdownTLS()
+                self._tlsShutdownFinished(None)
+            elif end is not None:
+                self._tlsShutdownFinished(end)
+        self._flushSendBIO()
 
     # -- ends --------------------------------------------------------------------------------
 
