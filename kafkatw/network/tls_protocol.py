@@ -105,21 +105,46 @@ class KafkaTlsProtocol(TLSMemoryBIOProtocol):
     # -- bulk writes -------------------------------------------------------------------------
 
     def write_bulk(self, data):
-        """Encrypt ``data`` (bytes-like, typically a 256 KiB region chunk) in one ``SSL_write``
-        and hand the records to TCP in one write, after whatever was written before."""
+        """Encrypt ``data`` (bytes-like, typically a 256 KiB region chunk) and hand its records
+        to TCP together, after whatever was written before."""
         self.flush_small_writes()
+        if self._lostTLSConnection:
+            return
         view = memoryview(data)
-        conn = self.getHandle()
-        try:
-            sent = conn.send(view)
-        except SSL.Error:
-            # WantReadError (a handshake step pending) or a broken session: Twisted's own write
-            # buffers the bytes behind those waiting, or tears the connection down
+        total = len(view)
+        if self._appSendBuffer:
+            # bytes wait for a handshake step: these go behind them, through Twisted
             TLSMemoryBIOProtocol.write(self, bytes(view))
             return
-        self._flush_records(conn, sent)
-        if sent < len(view):
+        conn = self.getHandle()
+        sent = self._encrypt(conn, view, total)
+        if sent:
+            self._flush_records(conn, sent)
+        if sent < total:
+            # WantReadError (a handshake step pending) or a broken session: Twisted's own write
+            # buffers the bytes behind those waiting, or tears the connection down
             TLSMemoryBIOProtocol.write(self, bytes(view[sent:]))
+
+    @staticmethod
+    def _encrypt(conn, view, total):
+        """``SSL_write`` ``view`` into the send BIO; the plaintext bytes taken. pyOpenSSL sets
+        SSL_MODE_ENABLE_PARTIAL_WRITE, so each call takes one record: loop, stop at an error."""
+        sent = 0
+        if _DIRECT:
+            ssl = conn._ssl
+            with _ffi.from_buffer(view) as ptr:
+                while sent < total:
+                    n = _lib.SSL_write(ssl, ptr + sent, total - sent)
+                    if n <= 0:
+                        break
+                    sent += n
+            return sent
+        while sent < total:
+            try:
+                sent += conn.send(view[sent:])
+            except SSL.Error:
+                break
+        return sent
 
     def _flush_records(self, conn, plaintext):
         if not _DIRECT:
