@@ -1,11 +1,13 @@
 """KafkaTlsProtocol over a real loopback TLS connection: small (aggregated) and bulk writes
 arrive in the order written, whole, whatever their sizes; a bulk write before the handshake
-has finished takes Twisted's buffered path and still arrives in order."""
+has finished takes Twisted's buffered path and still arrives in order; after it, a bulk write
+never does; received records are handed over together, all of them before a close_notify."""
 
 import os
 import socket
 import ssl
 
+from OpenSSL import SSL
 from twisted.internet import defer, protocol, reactor, threads
 from twisted.trial import unittest
 
@@ -37,7 +39,19 @@ class _Writer(protocol.Protocol):
             (self.transport.write_bulk if kind == "bulk" else self.transport.write)(data)
 
     def dataReceived(self, data):
-        pass
+        self.factory.received.append(bytes(data))
+
+    def connectionLost(self, reason):
+        self.factory.lost.callback([reason])
+
+
+def _send_and_close(port, cafile, data):
+    """Send ``data`` over TLS, then close_notify, then wait for the server to close."""
+    ctx = ssl.create_default_context(cafile=cafile)
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as raw:
+        s = ctx.wrap_socket(raw, server_hostname="localhost")
+        s.sendall(data)
+        s.unwrap()
 
 
 class TlsProtocolTests(unittest.TestCase):
@@ -60,6 +74,8 @@ class TlsProtocolTests(unittest.TestCase):
         self.factory = protocol.ServerFactory.forProtocol(_Writer)
         self.factory.transports = []
         self.factory.script_before = []
+        self.factory.received = []
+        self.factory.lost = defer.Deferred()
         port = reactor.listenTCP(0, tls_factory(server_context_factory(cfg), self.factory, reactor),
                                  interface="127.0.0.1")
         self.addCleanup(port.stopListening)
@@ -99,6 +115,38 @@ class TlsProtocolTests(unittest.TestCase):
         self.factory.script_before = [("small", b"early"), ("bulk", big)]
         got = yield self.run_script([("bulk", b"after"), ("small", b"end")])
         self.assertEqual(got, b"early" + big + b"after" + b"end")
+
+    @defer.inlineCallbacks
+    def test_bulk_write_after_handshake_encrypts_the_whole_chunk_itself(self):
+        # pyOpenSSL's partial-write mode makes one SSL_write take one 16 KiB record: the rest of
+        # a chunk must still not fall back to Twisted's sliced write
+        fallbacks = []
+        original = KafkaTlsProtocol._twisted_write
+
+        def recording(tls, data):
+            fallbacks.append(len(data))
+            return original(tls, data)
+
+        self.patch(KafkaTlsProtocol, "_twisted_write", recording)
+        chunk = os.urandom(256 * 1024)
+        script = [("bulk", chunk), ("bulk", chunk[:100 * 1024 + 3]), ("small", b"end")]
+        got = yield self.run_script(script)
+        self.assertEqual(got, chunk + chunk[:100 * 1024 + 3] + b"end")
+        self.assertEqual(fallbacks, [])
+
+    @defer.inlineCallbacks
+    def test_received_records_are_handed_over_together_and_before_close_notify(self):
+        data = os.urandom(2 * 1024 * 1024 + 5)
+        sending = threads.deferToThread(_send_and_close, self.port, self.cafile, data)
+        [reason] = yield self.factory.lost
+        yield sending
+        received = self.factory.received
+        self.assertEqual(b"".join(received), data)
+        # one record holds at most 16 KiB: larger pieces are several records handed over at once
+        self.assertGreater(max(len(p) for p in received), 16 * 1024)
+        self.assertLess(len(received), len(data) // (16 * 1024))
+        # close_notify ends the connection cleanly (not as a TLS error)
+        self.assertFalse(reason.check(SSL.Error), reason)
 
 
 def _later(seconds):

@@ -114,7 +114,7 @@ class KafkaTlsProtocol(TLSMemoryBIOProtocol):
         total = len(view)
         if self._appSendBuffer:
             # bytes wait for a handshake step: these go behind them, through Twisted
-            TLSMemoryBIOProtocol.write(self, bytes(view))
+            self._twisted_write(bytes(view))
             return
         conn = self.getHandle()
         sent = self._encrypt(conn, view, total)
@@ -123,7 +123,11 @@ class KafkaTlsProtocol(TLSMemoryBIOProtocol):
         if sent < total:
             # WantReadError (a handshake step pending) or a broken session: Twisted's own write
             # buffers the bytes behind those waiting, or tears the connection down
-            TLSMemoryBIOProtocol.write(self, bytes(view[sent:]))
+            self._twisted_write(bytes(view[sent:]))
+
+    def _twisted_write(self, data):
+        """Twisted's write (16 KiB slices): for what the bulk path cannot take."""
+        TLSMemoryBIOProtocol.write(self, data)
 
     @staticmethod
     def _encrypt(conn, view, total):
