@@ -75,6 +75,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mb", type=int, default=200, help="data per round in MB (MiB)")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--only", default="", help="run only the workloads whose name holds this")
     args = parser.parse_args(argv)
     total = args.mb * MIB
     rows = []
@@ -85,17 +86,23 @@ def main(argv=None):
         ctx = ssl.create_default_context(cafile=b.ssl_ca_path)
         host, ssl_port = b.ssl_bootstrap_servers.rsplit(":", 1)
         produced = 0
+        workloads = [
+            ("confluent-kafka producer, SSL", lambda: ssl_produce(ssl_conf, total)),
+            ("confluent-kafka producer, PLAINTEXT",
+             lambda: ssl_produce({"bootstrap.servers": b.bootstrap_servers}, total)),
+            ("raw Fetch loop, SSL", lambda: zero_copy.raw_fetch(host, int(ssl_port), produced, ctx)),
+            ("confluent-kafka consumer, SSL", lambda: zero_copy.confluent_read(ssl_conf, produced)),
+            ("raw Fetch loop, PLAINTEXT", lambda: zero_copy.raw_fetch("127.0.0.1", b.port, produced)),
+        ]
+        workloads = [(name, fn) for name, fn in workloads if args.only in name]
+        if not any("producer" in name for name, _ in workloads):
+            # readers only: something to read, produced untimed
+            produced = ssl_produce({"bootstrap.servers": b.bootstrap_servers}, total) // (64 * 1024)
         for _ in range(args.rounds):
-            rows.append(("confluent-kafka producer, SSL",) + timed(pid, ssl_produce, ssl_conf, total))
-            rows.append(("confluent-kafka producer, PLAINTEXT",) + timed(
-                pid, ssl_produce, {"bootstrap.servers": b.bootstrap_servers}, total))
-            produced += 2 * total // (64 * 1024)
-            rows.append(("raw Fetch loop, SSL",) + timed(
-                pid, zero_copy.raw_fetch, host, int(ssl_port), produced, ctx))
-            rows.append(("confluent-kafka consumer, SSL",) + timed(
-                pid, zero_copy.confluent_read, ssl_conf, produced))
-            rows.append(("raw Fetch loop, PLAINTEXT",) + timed(
-                pid, zero_copy.raw_fetch, "127.0.0.1", b.port, produced))
+            for name, fn in workloads:
+                rows.append((name,) + timed(pid, fn))
+                if "producer" in name:
+                    produced += total // (64 * 1024)
     by_name = {}
     for name, nbytes, elapsed, cpu, main_cpu in rows:
         gb = nbytes / 1e9

@@ -1,7 +1,9 @@
 """KafkaTlsProtocol over a real loopback TLS connection: small (aggregated) and bulk writes
 arrive in the order written, whole, whatever their sizes; a bulk write before the handshake
 has finished takes Twisted's buffered path and still arrives in order; after it, a bulk write
-never does; received records are handed over together, all of them before a close_notify."""
+never does; received records are handed over together, all of them before a close_notify;
+regions read and encrypted in a worker thread keep their place among the writes, and what
+arrives or is asked for meanwhile (received bytes, a close) waits for the worker."""
 
 import os
 import socket
@@ -12,7 +14,7 @@ from twisted.internet import defer, protocol, reactor, threads
 from twisted.trial import unittest
 
 from kafkatw.network.tls import server_context_factory
-from kafkatw.network.tls_protocol import KafkaTlsProtocol, tls_factory
+from kafkatw.network.tls_protocol import THREAD_CHUNK, KafkaTlsProtocol, tls_factory
 from kafkatw.network.transport import IBulkWriter
 from kafkatw.tls_certs import make_test_pki
 
@@ -76,8 +78,8 @@ class TlsProtocolTests(unittest.TestCase):
         self.factory.script_before = []
         self.factory.received = []
         self.factory.lost = defer.Deferred()
-        port = reactor.listenTCP(0, tls_factory(server_context_factory(cfg), self.factory, reactor),
-                                 interface="127.0.0.1")
+        self.tls_factory = tls_factory(server_context_factory(cfg), self.factory, reactor)
+        port = reactor.listenTCP(0, self.tls_factory, interface="127.0.0.1")
         self.addCleanup(port.stopListening)
         self.port = port.getHost().port
 
@@ -147,6 +149,106 @@ class TlsProtocolTests(unittest.TestCase):
         self.assertLess(len(received), len(data) // (16 * 1024))
         # close_notify ends the connection cleanly (not as a TLS error)
         self.assertFalse(reason.check(SSL.Error), reason)
+
+    @defer.inlineCallbacks
+    def connected(self):
+        """The server's TLS protocol once its handshake is done."""
+        for _ in range(3000):
+            if self.factory.transports and self.factory.transports[0]._handshakeDone:
+                return self.factory.transports[0]
+            yield _later(0.01)
+        self.fail("no TLS handshake within 30 s")
+
+    def region_file(self, size):
+        data = os.urandom(size)
+        path = self.mktemp()
+        with open(path, "wb") as f:
+            f.write(data)
+        f = open(path, "rb")
+        self.addCleanup(f.close)
+        return data, f.fileno()
+
+    @defer.inlineCallbacks
+    def test_regions_in_a_worker_keep_their_place_among_writes(self):
+        data, fd = self.region_file(THREAD_CHUNK * 2 + 12345)
+        expected = b"head" + data[:THREAD_CHUNK] + b"during" + data[THREAD_CHUNK:] + b"tail"
+        reading = threads.deferToThread(_read_all, self.port, self.cafile, len(expected))
+        tls = yield self.connected()
+        tls.write(b"head")
+        d = tls.write_region(fd, 0, len(data))
+        self.assertIsNotNone(d)
+        self.assertIsNone(tls.write_region(fd, 0, len(data)))  # one job at a time
+        tls.write(b"during")  # held until the region is written
+        sent = yield d
+        self.assertEqual(sent, THREAD_CHUNK)
+        while sent < len(data):
+            n = yield tls.write_region(fd, sent, len(data) - sent)
+            sent += n
+        self.assertEqual(sent, len(data))
+        self.assertEqual((yield tls.write_region(fd, sent, 100)), 0)  # end of the file
+        tls.write(b"tail")
+        got = yield reading
+        tls.loseConnection()
+        self.assertEqual(got, expected)
+
+    @defer.inlineCallbacks
+    def test_bytes_received_and_a_close_during_a_region_wait_for_it(self):
+        data, fd = self.region_file(THREAD_CHUNK)
+        jobs = []
+
+        def held_job(f, *args):
+            jobs.append((f, args, defer.Deferred()))
+            return jobs[-1][2]
+
+        self.tls_factory.run_in_thread = held_job
+        ctx = ssl.create_default_context(cafile=self.cafile)
+        raw = socket.create_connection(("127.0.0.1", self.port), timeout=30)
+        client = ctx.wrap_socket(raw, server_hostname="localhost", do_handshake_on_connect=False)
+        self.addCleanup(client.close)
+        handshake = threads.deferToThread(client.do_handshake)
+        tls = yield self.connected()
+        yield handshake
+        d = tls.write_region(fd, 0, len(data))
+        self.assertEqual(len(jobs), 1)
+        yield threads.deferToThread(client.sendall, b"ping")
+        for _ in range(3000):
+            if tls._held_in:
+                break
+            yield _later(0.01)
+        self.assertEqual(self.factory.received, [])  # the worker owns the TLS state
+        tls.loseConnection()  # waits for the region
+        self.assertFalse(self.factory.lost.called)
+        f, args, job = jobs[0]
+        threads.deferToThread(f, *args).chainDeferred(job)
+        self.assertEqual((yield d), len(data))
+        yield _later(0)  # the held bytes are replayed right after the region's Deferred fires
+        self.assertEqual(b"".join(self.factory.received), b"ping")
+
+        def read_to_close():
+            got = bytearray()
+            while True:
+                chunk = client.recv(1 << 20)
+                if not chunk:
+                    return bytes(got)
+                got += chunk
+
+        got = yield threads.deferToThread(read_to_close)  # to the server's close_notify
+        self.assertEqual(got, data)
+        client.close()
+        yield self.factory.lost
+
+    @defer.inlineCallbacks
+    def test_a_failed_read_in_the_worker_fails_the_region(self):
+        reading = threads.deferToThread(_read_all, self.port, self.cafile, 3)
+        tls = yield self.connected()
+        r, w = os.pipe()
+        os.close(r)
+        os.close(w)  # a descriptor number that is closed: EBADF
+        with self.assertRaises(OSError):
+            yield tls.write_region(r, 0, THREAD_CHUNK)
+        tls.write(b"end")  # the connection still works
+        self.assertEqual((yield reading), b"end")
+        tls.loseConnection()
 
 
 def _later(seconds):

@@ -168,7 +168,7 @@ def expected_digest(count, value_size):
 
 
 # -- strace ---------------------------------------------------------------------------------
-_CALL = re.compile(r"^(?:\[pid\s+)?(\d+)\]?\s+(sendfile|pread64|read)\((\d+)<([^>]*)>, (.*)\) = (-?\d+)")
+_CALL = re.compile(r"^(?:\[pid\s+)?(\d+)\]?\s+(sendfile|pread64|preadv2|read)\((\d+)<([^>]*)>, (.*)\) = (-?\d+)")
 
 
 def strace_unavailable():
@@ -196,7 +196,7 @@ def strace_unavailable():
 
 
 class Strace:
-    """``strace -f -y -s 0 -e trace=sendfile,read,pread64 -p <pid>`` around a block of work."""
+    """``strace -f -y -s 0 -e trace=sendfile,read,pread64,preadv2 -p <pid>`` around a block of work."""
 
     def __init__(self, pid, output):
         import subprocess
@@ -205,7 +205,7 @@ class Strace:
         self.stderr = output + ".stderr"
         self._err = open(self.stderr, "wb")
         self.process = subprocess.Popen(
-            ["strace", "-f", "-y", "-s", "0", "-e", "trace=sendfile,read,pread64", "-o", output,
+            ["strace", "-f", "-y", "-s", "0", "-e", "trace=sendfile,read,pread64,preadv2", "-o", output,
              "-p", str(pid)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._err)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:

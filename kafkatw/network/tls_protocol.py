@@ -7,12 +7,17 @@ memory BIO into a fresh 32 KiB buffer and written to TCP on its own; it decrypts
 ``recv`` into a fresh buffer and hands each to the application on its own: per byte, that
 Python work costs several times what OpenSSL's encryption does. A region chunk instead goes
 through one ``SSL_write`` (OpenSSL cuts the records) whose records are read out of the BIO into
-one reused buffer and sent on the socket at once when nothing is queued before them; received
-records are decrypted into one reused buffer and handed over together. Handshake, shutdown and
-producers stay Twisted's. Listeners use :func:`tls_factory`.
+one reused buffer and sent on the socket at once when nothing is queued before them; a region
+of 1 MiB is read, encrypted and sent in a worker thread (``write_region``) while the reactor
+serves other connections; received records are decrypted into one reused buffer and handed
+over together. Handshake, shutdown and producers stay Twisted's. Listeners use
+:func:`tls_factory`.
 """
 
+import os
+
 from OpenSSL import SSL
+from twisted.internet import defer, threads
 from twisted.protocols.policies import ProtocolWrapper
 from twisted.protocols.tls import TLSMemoryBIOFactory, TLSMemoryBIOProtocol
 from twisted.python.failure import Failure
@@ -51,6 +56,51 @@ if _DIRECT:
     _RECV_PTR = _ffi.from_buffer(_RECV_SCRATCH)
 
 
+#: What one worker job of ``write_region`` reads and encrypts (OpenSSL and ``pread`` release
+#: the GIL: the reactor meanwhile serves other connections).
+THREAD_CHUNK = 1024 * 1024
+_THREAD_OUT = THREAD_CHUNK + (THREAD_CHUNK // _RECORD_PLAINTEXT + 1) * _RECORD_OVERHEAD
+#: Spare (plaintext, ciphertext) buffer pairs kept for the next jobs (one per job in flight).
+_SPARE_BUFFERS = 4
+
+
+def _encrypt_region(conn, fd, position, size, plain, out, sock):
+    """In a worker thread, the connection's sole user meanwhile: read ``size`` bytes at
+    ``position`` of ``fd`` into ``plain``, encrypt them into ``conn``'s send BIO, read the
+    records into ``out`` and send what ``sock`` (a duplicate of the connection's socket, or
+    None when bytes are queued before these) takes. Returns (plaintext bytes read, plaintext
+    bytes encrypted, ciphertext bytes in ``out``, ciphertext bytes sent, any ciphertext that
+    did not fit in ``out``)."""
+    view = memoryview(plain)[:size]
+    got = os.preadv(fd, [view], position)
+    if not got:
+        return 0, 0, 0, 0, None
+    taken = KafkaTlsProtocol._encrypt(conn, view[:got], got)
+    filled = 0
+    rest = None
+    bio = conn._from_ssl
+    with _ffi.from_buffer(out) as ptr:
+        while filled < len(out):
+            n = _lib.BIO_read(bio, ptr + filled, len(out) - filled)
+            if n <= 0:
+                break
+            filled += n
+    if filled == len(out):
+        rest = []
+        while True:
+            try:
+                rest.append(conn.bio_read(65536))
+            except SSL.WantReadError:
+                break
+    sent = 0
+    if sock is not None and filled and not rest:
+        try:
+            sent = sock.send(memoryview(out)[:filled])
+        except OSError:
+            sent = 0  # full (the reactor queues the rest) or broken (the reactor meets it)
+    return got, taken, filled, sent, rest
+
+
 def _idle_tcp(transport):
     """The socket of a TCP transport with nothing queued to write, else None."""
     if (not getattr(transport, "connected", False) or getattr(transport, "disconnecting", True)
@@ -70,6 +120,11 @@ class KafkaTlsProtocol(TLSMemoryBIOProtocol):
         self._small_size = 0
         self._flush_call = None
         self._clock = factory.clock
+        # A worker job owns the SSL object: what would touch it meanwhile waits
+        self._job = None
+        self._held_in = None  # ciphertext received during a job
+        self._after_job = []  # ends (lose, abort, connectionLost) asked for during a job
+        self._worker_sock = None  # the workers' duplicate of the socket, made on first use
 
     # -- small writes, aggregated --------------------------------------------------------------
 
@@ -96,7 +151,7 @@ class KafkaTlsProtocol(TLSMemoryBIOProtocol):
             if self._flush_call.active():
                 self._flush_call.cancel()
             self._flush_call = None
-        if self._small:
+        if self._small and self._job is None:
             data = b"".join(self._small) if len(self._small) > 1 else self._small[0]
             self._small = []
             self._small_size = 0
@@ -124,6 +179,75 @@ class KafkaTlsProtocol(TLSMemoryBIOProtocol):
             # WantReadError (a handshake step pending) or a broken session: Twisted's own write
             # buffers the bytes behind those waiting, or tears the connection down
             self._twisted_write(bytes(view[sent:]))
+
+    def write_region(self, fd, position, size):
+        """Read ``size`` bytes at ``position`` of ``fd`` and write them encrypted, the reading
+        and encryption in a worker thread; a Deferred firing with the plaintext bytes read
+        (0: the file ended) once the records are handed to TCP, or None when the connection
+        cannot hand its TLS state to a thread now (the caller writes synchronously)."""
+        if (not _DIRECT or self._job is not None or not self._handshakeDone or self._appSendBuffer
+                or self._lostTLSConnection or self._aborted):
+            return None
+        self.flush_small_writes()
+        factory = self.factory
+        buffers = factory.spare.pop() if factory.spare else (bytearray(THREAD_CHUNK), bytearray(_THREAD_OUT))
+        sock = None
+        if _idle_tcp(self.transport) is not None:
+            # the worker sends on its own descriptor of the socket: the reactor may close its
+            # own meanwhile (a reset), never one that a new connection could then reuse
+            if self._worker_sock is None:
+                self._worker_sock = self.transport.getHandle().dup()
+            sock = self._worker_sock
+        result = defer.Deferred()
+        self._job = result
+        self._held_in = []
+        if self._producer is not None:
+            self._producer.pauseProducing()  # its pulls wait for the job
+        d = factory.run_in_thread(_encrypt_region, self._tlsConnection, fd, position,
+                                  min(size, THREAD_CHUNK), buffers[0], buffers[1], sock)
+        d.addBoth(self._region_encrypted, result, buffers)
+        return result
+
+    def _region_encrypted(self, outcome, result, buffers):
+        self._job = None
+        if isinstance(outcome, Failure):
+            self._release_buffers(buffers)
+            result.errback(outcome)
+        else:
+            got, taken, filled, sent, rest = outcome
+            if sent < filled:
+                self._send_ciphertext(memoryview(buffers[1])[sent:], filled - sent)
+            for records in rest or ():
+                self.transport.write(records)
+            if taken < got:
+                # an SSL error: Twisted's write meets it and tears the connection down
+                self._twisted_write(bytes(memoryview(buffers[0])[taken:got]))
+            self._release_buffers(buffers)
+            result.callback(got)
+        self._resume_after_job()
+
+    def _release_buffers(self, buffers):
+        if len(self.factory.spare) < _SPARE_BUFFERS:
+            self.factory.spare.append(buffers)
+
+    def _resume_after_job(self):
+        """Replay what waited for the job: received bytes, small writes, ends; then let the
+        producer pull again."""
+        if self._job is not None:
+            return
+        held, self._held_in = self._held_in, None
+        if held:
+            self.dataReceived(b"".join(held))
+            if self._job is not None:
+                return
+        if self._small and self._flush_call is None:
+            self.flush_small_writes()
+        ends, self._after_job = self._after_job, []
+        for end in ends:
+            end()
+        producer = self._producer
+        if producer is not None and self._job is None and not getattr(self.transport, "producerPaused", False):
+            producer.resumeProducing()
 
     def _twisted_write(self, data):
         """Twisted's write (16 KiB slices): for what the bulk path cannot take."""
@@ -156,22 +280,26 @@ class KafkaTlsProtocol(TLSMemoryBIOProtocol):
         bio = conn._from_ssl
         view = memoryview(_SEND_SCRATCH)
         size = len(_SEND_SCRATCH)
-        tcp = self.transport
         while True:
             n = _lib.BIO_read(bio, _SEND_PTR, size)
             if n <= 0:
                 return
-            sock = _idle_tcp(tcp)
-            sent = 0
-            if sock is not None:
-                try:
-                    sent = sock.send(view[:n])
-                except (BlockingIOError, InterruptedError):
-                    sent = 0
-                except OSError:
-                    sent = 0  # the transport meets the error on its next write and closes
-            if sent < n:
-                tcp.write(bytes(view[sent:n]))
+            self._send_ciphertext(view, n)
+
+    def _send_ciphertext(self, view, n):
+        """Send ``view[:n]`` on the socket if nothing is queued before it; queue the rest."""
+        tcp = self.transport
+        sock = _idle_tcp(tcp)
+        sent = 0
+        if sock is not None:
+            try:
+                sent = sock.send(view[:n])
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            except OSError:
+                sent = 0  # the transport meets the error on its next write and closes
+        if sent < n:
+            tcp.write(bytes(view[sent:n]))
 
     def _flush_records_public(self, conn, plaintext):
         size = plaintext + (plaintext // _RECORD_PLAINTEXT + 1) * _RECORD_OVERHEAD
@@ -194,6 +322,17 @@ class KafkaTlsProtocol(TLSMemoryBIOProtocol):
         if hasattr(transport, "bufferSize"):
             transport.bufferSize = READ_BYTES
         TLSMemoryBIOProtocol.makeConnection(self, transport)
+        if _DIRECT and self._tlsConnection is not None:
+            # pyOpenSSL's partial-write mode makes SSL_write stop after one record; a memory
+            # BIO never blocks, so without it one call encrypts a whole chunk (one release of
+            # the GIL, not 64 per MiB)
+            _lib.SSL_clear_mode(self._tlsConnection._ssl, _lib.SSL_MODE_ENABLE_PARTIAL_WRITE)
+
+    def dataReceived(self, data):
+        if self._job is not None:
+            self._held_in.append(data)
+            return
+        TLSMemoryBIOProtocol.dataReceived(self, data)
 
     def _flushReceiveBIO(self):
         """Twisted's, but every record available is decrypted into one buffer and handed to
@@ -237,10 +376,31 @@ class KafkaTlsProtocol(TLSMemoryBIOProtocol):
     # -- ends --------------------------------------------------------------------------------
 
     def loseConnection(self):
+        if self._job is not None:
+            self._after_job.append(self.loseConnection)
+            return
         self.flush_small_writes()
         TLSMemoryBIOProtocol.loseConnection(self)
 
+    def abortConnection(self):
+        if self._job is not None:
+            self._after_job.append(self.abortConnection)
+            return
+        TLSMemoryBIOProtocol.abortConnection(self)
+
+    def _shutdownTLS(self):
+        if self._job is not None:
+            self._after_job.append(self._shutdownTLS)
+            return
+        TLSMemoryBIOProtocol._shutdownTLS(self)
+
     def connectionLost(self, reason=None):
+        if self._job is not None:
+            self._after_job.append(lambda: self.connectionLost(reason))
+            return
+        if self._worker_sock is not None:
+            self._worker_sock.close()
+            self._worker_sock = None
         if self._flush_call is not None and self._flush_call.active():
             self._flush_call.cancel()
         self._flush_call = None
@@ -254,11 +414,15 @@ class KafkaTlsFactory(TLSMemoryBIOFactory):
 
     protocol = KafkaTlsProtocol
 
-    def __init__(self, context_factory, wrapped_factory, clock):
+    def __init__(self, context_factory, wrapped_factory, clock, run_in_thread=None):
         TLSMemoryBIOFactory.__init__(self, context_factory, False, wrapped_factory, clock)
         self.clock = clock
+        self.spare = []  # ciphertext buffers of finished jobs
+        self.run_in_thread = run_in_thread or (
+            lambda f, *args: threads.deferToThreadPool(clock, clock.getThreadPool(), f, *args))
 
 
-def tls_factory(context_factory, wrapped_factory, clock):
-    """The server-side TLS wrapper of a listener's factory."""
-    return KafkaTlsFactory(context_factory, wrapped_factory, clock)
+def tls_factory(context_factory, wrapped_factory, clock, run_in_thread=None):
+    """The server-side TLS wrapper of a listener's factory; ``run_in_thread(f, *args)``
+    returns a Deferred of ``f(*args)`` run in a worker thread (default: the reactor's pool)."""
+    return KafkaTlsFactory(context_factory, wrapped_factory, clock, run_in_thread)

@@ -2,7 +2,8 @@
 
 Owns ``ITransportLayer`` (everything a connection asks of its transport layer) and its two
 built-in implementations: plaintext (``os.sendfile`` from a pull producer on the TCP
-transport) and TLS (256 KiB ``os.pread`` chunks written through the TLS transport). Which
+transport) and TLS (regions read and encrypted by the TLS transport in worker threads,
+``IBulkWriter.write_region``, or small rests in 256 KiB ``os.pread`` chunks). Which
 layer a listener uses is chosen by ``kafkatw.network.listener`` through the plug-in registry
 (``kafkatw/plugins/transports.py`` names these two). It does not know where regions come
 from, nor anything about Kafka.
@@ -33,6 +34,9 @@ from kafkatw.protocol.parts import FileRegion, region_done
 _NOT_DISK_ERRNOS = (errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOENT)
 
 CHUNK_SIZE = 256 * 1024
+#: TLS: a region's rest of at least this many bytes is read and encrypted in a worker thread
+#: (``IBulkWriter.write_region``), so a large fetch leaves the reactor free meanwhile.
+THREAD_MIN = 128 * 1024
 _IPPROTO_TCP = socket.IPPROTO_TCP
 _TCP_CORK = getattr(socket, "TCP_CORK", 3)
 SENDFILE_MAX = 1 << 30
@@ -76,6 +80,13 @@ class IBulkWriter(Interface):
 
     def flush_small_writes():
         """Hand ordinary writes held for aggregation to the transport underneath now."""
+
+    def write_region(fd, position, size):
+        """Read up to ``size`` bytes at ``position`` of the descriptor ``fd`` and write them
+        after everything written before, off the reactor thread; a Deferred firing with the
+        bytes read (0: the file ended) once written, failing with the read's ``OSError``; or
+        None when it cannot now (then the caller reads and calls :meth:`write_bulk`). Nothing
+        else may be written until it fires."""
 
 
 class TransferError(Exception):
@@ -325,21 +336,26 @@ class PlaintextSender(_Sender):
 
 @implementer(IPullProducer)
 class ChunkedSender(_Sender):
-    """FileSender-style: one 256 KiB ``os.pread`` chunk of a region per ``resumeProducing``.
+    """FileSender-style: one chunk of a region per ``resumeProducing``: a ``write_region`` job
+    (the TLS transport reads and encrypts up to 1 MiB in a worker; pulls wait for it) when at
+    least ``thread_min`` bytes are left, else one 256 KiB ``os.pread``.
 
     Registered as a pull producer on the (TLS) transport, which pauses it while its
     buffer is above the high-water mark, so a large region never sits whole in memory.
     Completion waits for the TCP transport underneath to drain (:class:`DrainWaiter`).
     """
 
-    def __init__(self, transport, parts, chunk_size=CHUNK_SIZE):
+    def __init__(self, transport, parts, chunk_size=CHUNK_SIZE, thread_min=None):
         _Sender.__init__(self, transport, parts)
         self.chunk_size = chunk_size
         self._draining = False
         self._bulk = transport if IBulkWriter.providedBy(transport) else None
+        #: regions' chunks of at least this many bytes go through ``write_region`` (None: never)
+        self.thread_min = thread_min if self._bulk is not None else None
+        self._in_thread = False  # a write_region is under way: pulls wait for it
 
     def resumeProducing(self):
-        if self._finished or self._draining:
+        if self._finished or self._draining or self._in_thread:
             return
         parts = self.parts
         while self.index < len(parts):
@@ -347,31 +363,22 @@ class ChunkedSender(_Sender):
             if isinstance(part, FileRegion):
                 remaining = part.count - self.region_sent
                 try:
-                    chunk = os.pread(part.file.fileno(), min(self.chunk_size, remaining),
-                                     part.position + self.region_sent)
+                    fd = part.file.fileno()
+                    if self.thread_min is not None and remaining >= self.thread_min:
+                        d = self._bulk.write_region(fd, part.position + self.region_sent, remaining)
+                        if d is not None:
+                            self._in_thread = True
+                            d.addCallbacks(self._region_written, self._region_failed,
+                                           callbackArgs=(part,), errbackArgs=(part,))
+                            return
+                    chunk = os.pread(fd, min(self.chunk_size, remaining), part.position + self.region_sent)
                 except OSError as e:
-                    region_done(part)
-                    self._finished = True
-                    self.transport.unregisterProducer()
-                    self.done.errback(TransferError(str(e), disk_error=e.errno not in _NOT_DISK_ERRNOS,
-                                                    region=part))
-                    self.transport.loseConnection()
+                    self._read_failed(part, e)
                     return
                 if not chunk:
-                    region_done(part)
-                    self._finished = True
-                    self.transport.unregisterProducer()
-                    # Truncated under us (as Kafka's "truncated during write"): not a disk error.
-                    self.done.errback(TransferError("file shorter than region", disk_error=False,
-                                                    region=part))
-                    self.transport.loseConnection()
+                    self._truncated(part)
                     return
-                self.region_sent += len(chunk)
-                self.bytes_sent += len(chunk)
-                if self.region_sent == part.count:
-                    self.index += 1
-                    self.region_sent = 0
-                    region_done(part)
+                self._advance(part, len(chunk))
                 if self._bulk is not None:
                     self._bulk.write_bulk(chunk)
                 else:
@@ -390,6 +397,47 @@ class ChunkedSender(_Sender):
         d = wait_for_drain(_lowest_transport(self.transport))
         d.addCallback(lambda _: self.bytes_sent)
         d.chainDeferred(self.done)
+
+    def _advance(self, part, n):
+        self.region_sent += n
+        self.bytes_sent += n
+        if self.region_sent == part.count:
+            self.index += 1
+            self.region_sent = 0
+            region_done(part)
+
+    def _region_written(self, n, part):
+        self._in_thread = False
+        if self._finished:
+            region_done(part)  # the connection went while the chunk was being encrypted
+        elif n:
+            self._advance(part, n)
+        else:
+            self._truncated(part)
+
+    def _region_failed(self, failure, part):
+        self._in_thread = False
+        if self._finished:
+            region_done(part)
+        elif failure.check(OSError):
+            self._read_failed(part, failure.value)
+        else:
+            self._fail(part, TransferError("writing a region failed: %s" % (failure.value,),
+                                           region=part))
+
+    def _read_failed(self, part, e):
+        self._fail(part, TransferError(str(e), disk_error=e.errno not in _NOT_DISK_ERRNOS, region=part))
+
+    def _truncated(self, part):
+        # Truncated under us (as Kafka's "truncated during write"): not a disk error.
+        self._fail(part, TransferError("file shorter than region", disk_error=False, region=part))
+
+    def _fail(self, part, error):
+        region_done(part)
+        self._finished = True
+        self.transport.unregisterProducer()
+        self.done.errback(error)
+        self.transport.loseConnection()
 
 
 @implementer(IPullProducer)
@@ -467,16 +515,18 @@ class PlaintextTransportLayer:
 
 @implementer(ITransportLayer)
 class TlsTransportLayer:
-    """SSL / SASL_SSL: regions are read in 256 KiB chunks and written through TLS."""
+    """SSL / SASL_SSL: regions are read and encrypted in worker threads (``thread_min=None``:
+    on the reactor, 256 KiB chunks) and written through TLS."""
 
     security_protocols = ("SSL", "SASL_SSL")
     batch_answers = False  # TLS coalesces in its own buffer
 
-    def __init__(self, chunk_size=CHUNK_SIZE):
+    def __init__(self, chunk_size=CHUNK_SIZE, thread_min=THREAD_MIN):
         self.chunk_size = chunk_size
+        self.thread_min = thread_min
 
     def send(self, transport, parts):
-        return ChunkedSender(transport, parts, self.chunk_size).start()
+        return ChunkedSender(transport, parts, self.chunk_size, self.thread_min).start()
 
     def send_now(self, transport, parts):
         """Always the Deferred: completion waits for the TCP buffer under TLS to drain."""
