@@ -8,11 +8,13 @@ arrives or is asked for meanwhile (received bytes, a close) waits for the worker
 import os
 import socket
 import ssl
+import struct
 
 from OpenSSL import SSL
 from twisted.internet import defer, protocol, reactor, threads
 from twisted.trial import unittest
 
+from kafkatw.network.framing import LARGE_FRAME, FrameDecoder
 from kafkatw.network.tls import server_context_factory
 from kafkatw.network.tls_protocol import THREAD_CHUNK, KafkaTlsProtocol, tls_factory
 from kafkatw.network.transport import IBulkWriter
@@ -54,6 +56,32 @@ def _send_and_close(port, cafile, data):
         s = ctx.wrap_socket(raw, server_hostname="localhost")
         s.sendall(data)
         s.unwrap()
+
+
+class _FrameReader(protocol.Protocol):
+    """Cuts size-delimited frames, the rest of large ones decrypted straight into them."""
+
+    def connectionMade(self):
+        self.factory.transports.append(self.transport)
+        self.decoder = FrameDecoder(16 * 1024 * 1024)
+        self.factory.installed = self.transport.receive_frames_into(self.decoder, self.received_into)
+
+    def received_into(self, n):
+        self.factory.into.append(n)
+        self.cut()
+
+    def dataReceived(self, data):
+        self.decoder.feed(data)
+        self.cut()
+
+    def cut(self):
+        while True:
+            frame = self.decoder.next_frame()
+            if frame is None:
+                return
+            self.factory.frames.append(bytes(frame))
+            if len(self.factory.frames) == self.factory.expected:
+                self.transport.write(b"done")
 
 
 class TlsProtocolTests(unittest.TestCase):
@@ -249,6 +277,28 @@ class TlsProtocolTests(unittest.TestCase):
         tls.write(b"end")  # the connection still works
         self.assertEqual((yield reading), b"end")
         tls.loseConnection()
+
+    @defer.inlineCallbacks
+    def test_large_frames_are_decrypted_straight_into_their_buffers(self):
+        self.factory.protocol = _FrameReader
+        self.factory.frames, self.factory.into = [], []
+        frames = [os.urandom(3 * 1024 * 1024), b"small-one", os.urandom(LARGE_FRAME * 2 + 7),
+                  os.urandom(100)]
+        self.factory.expected = len(frames)
+        wire = b"".join(struct.pack(">i", len(f)) + f for f in frames)
+
+        def exchange():
+            ctx = ssl.create_default_context(cafile=self.cafile)
+            with socket.create_connection(("127.0.0.1", self.port), timeout=30) as raw:
+                with ctx.wrap_socket(raw, server_hostname="localhost") as c:
+                    c.sendall(wire)
+                    return c.recv(4)
+
+        self.assertEqual((yield threads.deferToThread(exchange)), b"done")
+        self.assertTrue(self.factory.installed)
+        self.assertEqual(self.factory.frames, frames)
+        # most of the large frames' bytes were decrypted into them, not handed over as data
+        self.assertGreater(sum(self.factory.into), 0.8 * (len(frames[0]) + len(frames[2])))
 
 
 def _later(seconds):

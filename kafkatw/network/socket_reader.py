@@ -4,8 +4,8 @@ Twisted's ``doRead`` receives into a new bytes object per read (1 MiB here), whi
 frame decoder then copies into the frame: two allocations and a copy per megabyte of a
 produce request or a follower's fetch answer. While the decoder waits for the rest of a
 large frame (``FrameDecoder.receive_view``), this reads with ``recv_into`` into the frame
-itself; every other read is Twisted's own. TLS connections are left alone (their bytes
-come decrypted through ``dataReceived``).
+itself; every other read is Twisted's own. A TLS transport decrypts into the frame itself
+when it offers ``receive_frames_into`` (``network.tls_protocol``).
 """
 
 import errno
@@ -19,7 +19,11 @@ def install(transport, decoder, received_into):
     """Read large frames of ``decoder`` from ``transport``'s socket straight into them;
     ``received_into(n)`` is called after ``n`` bytes went into the decoder (as ``dataReceived``
     after a read).
-    Returns False, changing nothing, when ``transport`` is not a plain TCP connection."""
+    Returns False, changing nothing, when ``transport`` is not a plain TCP connection nor
+    one that receives frames itself."""
+    receive_frames_into = getattr(transport, "receive_frames_into", None)
+    if receive_frames_into is not None:
+        return receive_frames_into(decoder, received_into)
     if not isinstance(transport, tcp.Connection):
         return False
     sock = transport.socket

@@ -101,6 +101,29 @@ def _encrypt_region(conn, fd, position, size, plain, out, sock):
     return got, taken, filled, sent, rest
 
 
+def _read_records(conn, ptr, size):
+    """``SSL_read`` records into ``ptr`` (``size`` bytes) until it is full or OpenSSL stops:
+    (bytes read, None when full, else "want" (more ciphertext needed), "eof" (close_notify)
+    or a Failure)."""
+    ssl = conn._ssl
+    filled = 0
+    while filled < size:
+        result = _lib.SSL_read(ssl, ptr + filled, size - filled)
+        if result > 0:
+            filled += result
+            continue
+        try:
+            conn._raise_ssl_error(ssl, result)
+        except SSL.WantReadError:
+            return filled, "want"
+        except SSL.ZeroReturnError:
+            return filled, "eof"
+        except SSL.Error:
+            return filled, Failure()
+        return filled, "want"  # pragma: no cover - SSL_read <= 0 always raises
+    return filled, None
+
+
 def _idle_tcp(transport):
     """The socket of a TCP transport with nothing queued to write, else None."""
     if (not getattr(transport, "connected", False) or getattr(transport, "disconnecting", True)
@@ -125,6 +148,7 @@ class KafkaTlsProtocol(TLSMemoryBIOProtocol):
         self._held_in = None  # ciphertext received during a job
         self._after_job = []  # ends (lose, abort, connectionLost) asked for during a job
         self._worker_sock = None  # the workers' duplicate of the socket, made on first use
+        self._frames = None  # (decoder, received_into) of receive_frames_into
 
     # -- small writes, aggregated --------------------------------------------------------------
 
@@ -334,34 +358,34 @@ class KafkaTlsProtocol(TLSMemoryBIOProtocol):
             return
         TLSMemoryBIOProtocol.dataReceived(self, data)
 
+    def receive_frames_into(self, decoder, received_into):
+        """Decrypt the rest of ``decoder``'s large frames straight into them (its
+        ``receive_view``), calling ``received_into(n)`` after ``n`` bytes went in, as
+        ``network.socket_reader`` does on plain TCP. False when this pyOpenSSL cannot."""
+        if not _DIRECT:
+            return False
+        self._frames = (decoder, received_into)
+        return True
+
     def _flushReceiveBIO(self):
-        """Twisted's, but every record available is decrypted into one buffer and handed to
-        the application as one piece (up to ``READ_BYTES``)."""
+        """Twisted's, but every record available is decrypted into one buffer (the rest of a
+        large frame itself, or a scratch buffer) and handed over as one piece."""
         if not _DIRECT:
             return TLSMemoryBIOProtocol._flushReceiveBIO(self)
         conn = self._tlsConnection
-        ssl = conn._ssl
-        size = len(_RECV_SCRATCH)
+        frames = self._frames
         while not self._lostTLSConnection:
-            filled = 0
-            end = None  # why reading stopped: "want", "eof" or a Failure
-            while filled < size:
-                result = _lib.SSL_read(ssl, _RECV_PTR + filled, size - filled)
-                if result > 0:
-                    filled += result
-                    continue
-                try:
-                    conn._raise_ssl_error(ssl, result)
-                    end = "want"  # pragma: no cover - SSL_read <= 0 always raises
-                except SSL.WantReadError:
-                    end = "want"
-                except SSL.ZeroReturnError:
-                    end = "eof"
-                except SSL.Error:
-                    end = Failure()
-                break
-            if filled and not self._aborted:
-                ProtocolWrapper.dataReceived(self, bytes(memoryview(_RECV_SCRATCH)[:filled]))
+            view = frames[0].receive_view() if frames is not None and not self._aborted else None
+            if view is not None:
+                with _ffi.from_buffer(view) as ptr:
+                    filled, end = _read_records(conn, ptr, len(view))
+                if filled:
+                    frames[0].received_into(filled)
+                    frames[1](filled)
+            else:
+                filled, end = _read_records(conn, _RECV_PTR, len(_RECV_SCRATCH))
+                if filled and not self._aborted:
+                    ProtocolWrapper.dataReceived(self, bytes(memoryview(_RECV_SCRATCH)[:filled]))
             if end == "want":
                 break
             if end == "eof":
