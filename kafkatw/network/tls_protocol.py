@@ -14,10 +14,11 @@ over together. Handshake, shutdown and producers stay Twisted's. Listeners use
 :func:`tls_factory`.
 """
 
+import errno
 import os
 
 from OpenSSL import SSL
-from twisted.internet import defer, threads
+from twisted.internet import defer, main, tcp, threads
 from twisted.protocols.policies import ProtocolWrapper
 from twisted.protocols.tls import TLSMemoryBIOFactory, TLSMemoryBIOProtocol
 from twisted.python.failure import Failure
@@ -51,6 +52,8 @@ READ_BYTES = 256 * 1024
 # copied out (or sent) before anything else runs.
 _SEND_SCRATCH = bytearray(512 * 1024)
 _RECV_SCRATCH = bytearray(READ_BYTES)
+_SOCK_SCRATCH = bytearray(READ_BYTES)  # ciphertext read from a socket
+_RETRY = (errno.EWOULDBLOCK, errno.EAGAIN, errno.EINTR)
 if _DIRECT:
     _SEND_PTR = _ffi.from_buffer(_SEND_SCRATCH)
     _RECV_PTR = _ffi.from_buffer(_RECV_SCRATCH)
@@ -346,6 +349,8 @@ class KafkaTlsProtocol(TLSMemoryBIOProtocol):
         if hasattr(transport, "bufferSize"):
             transport.bufferSize = READ_BYTES
         TLSMemoryBIOProtocol.makeConnection(self, transport)
+        if _DIRECT and isinstance(transport, tcp.Connection):
+            transport.doRead = self._make_reader(transport.socket)
         if _DIRECT and self._tlsConnection is not None:
             # pyOpenSSL's partial-write mode makes SSL_write stop after one record; a memory
             # BIO never blocks, so without it one call encrypts a whole chunk (one release of
@@ -354,9 +359,28 @@ class KafkaTlsProtocol(TLSMemoryBIOProtocol):
 
     def dataReceived(self, data):
         if self._job is not None:
-            self._held_in.append(data)
+            self._held_in.append(bytes(data))  # ``data`` may be a view of a reused buffer
             return
         TLSMemoryBIOProtocol.dataReceived(self, data)
+
+    def _make_reader(self, sock):
+        """The TCP transport's ``doRead``: ciphertext is received into one reused buffer and
+        given to the memory BIO from there (Twisted's makes a new 256 KiB bytes per read)."""
+        view = memoryview(_SOCK_SCRATCH)
+
+        def doRead():
+            try:
+                n = sock.recv_into(_SOCK_SCRATCH)
+            except OSError as e:
+                if e.errno in _RETRY:
+                    return None
+                return main.CONNECTION_LOST
+            if not n:
+                return main.CONNECTION_DONE
+            self.dataReceived(view[:n])
+            return None
+
+        return doRead
 
     def receive_frames_into(self, decoder, received_into):
         """Decrypt the rest of ``decoder``'s large frames straight into them (its
