@@ -213,7 +213,7 @@ class KafkaTlsProtocol(TLSMemoryBIOProtocol):
         (0: the file ended) once the records are handed to TCP, or None when the connection
         cannot hand its TLS state to a thread now (the caller writes synchronously)."""
         if (not _DIRECT or self._job is not None or not self._handshakeDone or self._appSendBuffer
-                or self._lostTLSConnection or self._aborted):
+                or self._lostTLSConnection or self._aborted or self.factory.run_in_thread is None):
             return None
         self.flush_small_writes()
         factory = self.factory
@@ -466,8 +466,10 @@ class KafkaTlsFactory(TLSMemoryBIOFactory):
         TLSMemoryBIOFactory.__init__(self, context_factory, False, wrapped_factory, clock)
         self.clock = clock
         self.spare = []  # ciphertext buffers of finished jobs
-        self.run_in_thread = run_in_thread or (
-            lambda f, *args: threads.deferToThreadPool(clock, clock.getThreadPool(), f, *args))
+        if run_in_thread is None and hasattr(clock, "getThreadPool"):
+            def run_in_thread(f, *args):
+                return threads.deferToThreadPool(clock, clock.getThreadPool(), f, *args)
+        self.run_in_thread = run_in_thread  # None (a fake clock): regions stay on the reactor
 
 
 def tls_factory(context_factory, wrapped_factory, clock, run_in_thread=None):
