@@ -144,6 +144,37 @@ class CrashRecoveryTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
         self.assertIn("recover", self.broker.log_tail(400).lower())
 
 
+    def test_first_append_epoch_checkpoint_after_kill(self):
+        """The first append to a partition writes its leader-epoch checkpoint (fsynced later by
+        the flush, not on the reactor); after a kill -9 the checkpoint is there, the epoch's end
+        offset is the log end, and the next append follows on."""
+        partitions = 3
+        topic = create_topic(self.broker, unique_name("epoch"), partitions=partitions)
+        c = RawClient(self.broker, "first-append")
+        for p in range(partitions):
+            self.assertEqual(produce(c, topic, p, [b"first-%d" % p, b"second-%d" % p]), 0)
+        c.close()
+        self.broker.kill()
+        for p in range(partitions):
+            path = os.path.join(self.broker.data_dir, "%s-%d" % (topic, p), "leader-epoch-checkpoint")
+            with open(path) as f:
+                self.assertEqual(f.read(), "0\n1\n0 0\n")
+        self.broker.start()
+        c = RawClient(self.broker, "after-kill")
+        self.addCleanup(c.close)
+        R = m.OffsetForLeaderEpochRequest
+        resp = c.request(23, 3, R(replica_id=-1, topics=[R.OffsetForLeaderTopic(topic=topic, partitions=[
+            R.OffsetForLeaderPartition(partition=p, current_leader_epoch=0, leader_epoch=0)
+            for p in range(partitions)])]))
+        self.assertEqual([(p.partition, p.error_code, p.leader_epoch, p.end_offset)
+                          for p in resp.topics[0].partitions],
+                         [(p, 0, 0, 2) for p in range(partitions)])
+        for p in range(partitions):
+            self.assertEqual(produce(c, topic, p, [b"third-%d" % p]), 2)
+            self.assertEqual([v for _, _, v in read_all(self.broker, topic, p)],
+                             [b"first-%d" % p, b"second-%d" % p, b"third-%d" % p])
+
+
 class RetentionAndCompactionTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
     broker_overrides = {
         "log.retention.check.interval.ms": 200,

@@ -384,3 +384,78 @@ class ThreadFlushTest(Base):
         lg.truncate_to(2)
         lg.finish_flush(plan, plan.run())
         self.assertEqual(lg.recovery_point, 2)
+
+
+class FirstAppendEpochTest(Base):
+    """A new epoch seen by an append is written to the leader-epoch checkpoint at once but
+    fsynced by the next flush (in its thread), before the recovery point passes it."""
+
+    def epoch_file(self, lg):
+        with open(os.path.join(lg.dir, "leader-epoch-checkpoint")) as f:
+            return f.read()
+
+    def count_fsyncs(self):
+        calls = []
+        real = os.fsync
+
+        def fsync(fd):
+            calls.append(fd)
+            return real(fd)
+        self.patch(os, "fsync", fsync)
+        return calls
+
+    def test_first_append_writes_without_fsync_and_the_flush_plan_syncs(self):
+        lg = self.open_log()
+        fsyncs = self.count_fsyncs()
+        lg.append_as_leader(make_batch(2), 3)
+        lg.append_as_leader(make_batch(1), 3)
+        self.assertEqual(self.epoch_file(lg), "0\n1\n3 0\n")
+        self.assertEqual(fsyncs, [])
+        plan = lg.plan_flush()
+        self.assertEqual(plan.epochs, (os.path.join(lg.dir, "leader-epoch-checkpoint"), 1))
+        lg.append_as_leader(make_batch(1), 4)  # while the thread runs: left to the next flush
+        self.assertEqual(lg.finish_flush(plan, plan.run()), None)
+        self.assertEqual(len(fsyncs), 3)  # the checkpoint, its directory, the segment
+        self.assertEqual(lg.recovery_point, 3)
+        self.assertEqual(self.epoch_file(lg), "0\n2\n3 0\n4 3\n")
+        plan = lg.plan_flush()
+        self.assertEqual(plan.epochs[1], 2)
+        lg.finish_flush(plan, plan.run())
+        self.assertIsNone(lg.leader_epoch_cache.unsynced_writes())
+        lg.append_as_leader(make_batch(1), 4)  # no new epoch: nothing for the checkpoint
+        self.assertIsNone(lg.plan_flush().epochs)
+
+    def test_flush_on_the_calling_thread_syncs_the_checkpoint_once(self):
+        lg = self.open_log()
+        lg.append_as_leader(make_batch(1), 2)
+        fsyncs = self.count_fsyncs()
+        lg.flush()
+        self.assertEqual(len(fsyncs), 3)
+        self.assertIsNone(lg.leader_epoch_cache.unsynced_writes())
+        self.assertEqual(lg.recovery_point, 1)
+
+    def test_a_failed_checkpoint_sync_takes_the_log_offline_and_keeps_the_recovery_point(self):
+        failed_dirs = []
+        lg = self.open_log(dir_failure_handler=lambda d, e: failed_dirs.append(d))
+        lg.append_as_leader(make_batch(1), 0)
+        plan = lg.plan_flush()
+        plan.epochs = (plan.epochs[0] + "-gone", plan.epochs[1])
+        failures = plan.run()
+        self.assertIsInstance(plan.epochs_error, FileNotFoundError)
+        lg.leader_epoch_cache.path = plan.epochs[0]  # (as if the file went missing)
+        with self.assertRaises(KafkaError) as cm:
+            lg.finish_flush(plan, failures)
+        self.assertEqual(cm.exception.code, errors.KAFKA_STORAGE_ERROR)
+        self.assertEqual((failed_dirs, lg.recovery_point), ([os.path.dirname(lg.dir)], 0))
+
+    def test_an_unsynced_entry_lost_with_the_page_cache_is_recovered_from_the_batches(self):
+        lg = self.open_log()
+        lg.append_as_leader(make_batch(2), 5)
+        lg.append_as_leader(make_batch(2), 6)
+        lg.close()
+        # A power loss before the flush: the unsynced checkpoint may be empty or missing;
+        # the recovery point (0) is below both epochs, so recovery scans their batches.
+        os.unlink(os.path.join(self.path, "leader-epoch-checkpoint"))
+        lg2 = self.open_log(path=self.path, needs_recovery=True, recovery_point=0)
+        self.assertEqual(lg2.leader_epoch_cache.entries(), [(5, 0), (6, 2)])
+        self.assertEqual(lg2.end_offset_for_epoch(5), (5, 2))

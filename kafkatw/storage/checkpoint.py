@@ -31,7 +31,8 @@ _locks_guard = threading.Lock()
 _locks = {}  # path -> Lock
 
 
-def _lock_for(path):
+def lock_for(path):
+    """The lock every writer of ``path`` holds (a thread fsyncing it holds it too)."""
     with _locks_guard:
         lock = _locks.get(path)
         if lock is None:
@@ -44,7 +45,7 @@ def write_lines(path, lines, sync=True, version=CURRENT_VERSION):
     # One writer per file at a time: the flush thread and the reactor both write a log's
     # leader-epoch checkpoint, and two writers sharing the tmp file made os.replace fail.
     tmp = path + ".tmp"
-    with _lock_for(path):
+    with lock_for(path):
         with open(tmp, "w") as f:
             f.write("%d\n%d\n" % (version, len(lines)))
             for line in lines:

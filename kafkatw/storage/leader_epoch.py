@@ -12,14 +12,17 @@ UNDEFINED_EPOCH_OFFSET = -1
 
 
 class LeaderEpochFileCache:
-    """Every change is written at once (fsynced when ``sync``); ``lazy``: the file is read on
-    first use, not now (a log loaded from a clean-shutdown summary may never need it)."""
+    """Every change is written at once (fsynced when ``sync``, unless the caller says the
+    change need not be durable yet); ``lazy``: the file is read on first use, not now (a log
+    loaded from a clean-shutdown summary may never need it)."""
 
     def __init__(self, path, sync=True, lazy=False, new=False):
         """``new``: there is no file yet (a partition being created)."""
         self.path = path
         self._sync = sync
-        self._unsynced = False  # written without fsync since the last flush
+        self._unsynced = False  # changed without an fsynced write since the last flush
+        self._writes = 0   # writes left to the page cache (counted, see unsynced_writes)
+        self._synced = 0   # of those, the ones known durable (a later fsync covers them)
         if new:
             self._epochs, self._offsets = [], []
         elif not lazy:
@@ -44,18 +47,54 @@ class LeaderEpochFileCache:
     def entries(self):
         return list(zip(self._epochs, self._offsets))
 
-    def _write(self):
+    def _write(self, durable=True):
         if self.path is not None:
-            checkpoint.write_epochs(self.path, self.entries(), self._sync)
+            sync = durable and self._sync
+            checkpoint.write_epochs(self.path, self.entries(), sync)
+            if sync:
+                self._synced = self._writes
+            else:
+                self._writes += 1
             self._unsynced = not self._sync
 
     def flush(self):
         """Make the entries durable: a write of each change was fsynced already unless the
-        cache was made with ``sync=False`` (a clean shutdown of 2,000 logs rewrote and fsynced
-        2,000 unchanged files)."""
-        if self._unsynced and self.path is not None:
+        cache was made with ``sync=False`` or the change was assigned with ``durable=False``
+        (a clean shutdown of 2,000 logs rewrote and fsynced 2,000 unchanged files)."""
+        if self.path is None:
+            return
+        if self._unsynced:
             checkpoint.write_epochs(self.path, self.entries(), True)
             self._unsynced = False
+            self._synced = self._writes
+        elif self._synced < self._writes:
+            self.mark_synced(self.sync_file(self.path, self._writes))
+
+    def unsynced_writes(self):
+        """None when the file is durable, else a count to hand to :meth:`sync_file` (in any
+        thread) and then to :meth:`mark_synced` (on the thread that owns the cache)."""
+        return self._writes if self._synced < self._writes and not self._unsynced else None
+
+    @staticmethod
+    def sync_file(path, writes):
+        """fsync the checkpoint at ``path`` as it is now and its directory (the rename that
+        put it there); safe in a thread: the file is not replaced meanwhile (a change
+        written then waits for this). Returns ``writes``."""
+        with checkpoint.lock_for(path):
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        return writes
+
+    def mark_synced(self, writes):
+        self._synced = max(self._synced, writes)
 
     def latest_epoch(self):
         return self._epochs[-1] if self._epochs else None
@@ -63,8 +102,14 @@ class LeaderEpochFileCache:
     def earliest_entry(self):
         return (self._epochs[0], self._offsets[0]) if self._epochs else None
 
-    def assign(self, epoch, start_offset, flush=True):
-        """Record that ``epoch`` starts at ``start_offset`` if it is new (Kafka's assign)."""
+    def assign(self, epoch, start_offset, flush=True, durable=True):
+        """Record that ``epoch`` starts at ``start_offset`` if it is new (Kafka's assign).
+
+        ``durable=False`` (an epoch first seen in a batch being appended at ``start_offset``):
+        the file is written but not fsynced; the log's next flush fsyncs it before its
+        recovery point passes ``start_offset``, and recovery after a crash assigns the epochs
+        of batches above the recovery point again. The first append to each of 50,000 new
+        partitions cost a ~10 ms fsync on the reactor."""
         if epoch < 0:
             return False
         if self._epochs and (epoch <= self._epochs[-1]):
@@ -77,7 +122,7 @@ class LeaderEpochFileCache:
         self._epochs.append(epoch)
         self._offsets.append(start_offset)
         if flush:
-            self._write()
+            self._write(durable)
         else:
             self._unsynced = True  # written by the next flush
         return True

@@ -140,19 +140,29 @@ def write_partition_metadata(path, topic_id, new=False):
 
 class FlushPlan:
     """What one flush fsyncs: built on the reactor by :meth:`UnifiedLog.plan_flush`, run in a
-    thread; it holds the segments, not the log, so the thread reads no log state."""
+    thread; it holds the segments (and the leader-epoch checkpoint's path), not the log, so
+    the thread reads no log state."""
 
-    __slots__ = ("offset", "segments", "unflushed_messages")
+    __slots__ = ("offset", "segments", "unflushed_messages", "epochs", "epochs_error")
 
-    def __init__(self, offset, segments, unflushed_messages):
+    def __init__(self, offset, segments, unflushed_messages, epochs=None):
         self.offset = offset
         self.segments = segments
         self.unflushed_messages = unflushed_messages
+        #: None, or (checkpoint path, writes) of a leader-epoch checkpoint written unsynced
+        self.epochs = epochs
+        self.epochs_error = None
 
     def run(self):
-        """fsync each segment; returns ``[(segment, OSError)]`` (a segment deleted and
-        closed meanwhile needs no flush: the log decides on the reactor)."""
+        """fsync each segment (and the leader-epoch checkpoint); returns ``[(segment,
+        OSError)]`` (a segment deleted and closed meanwhile needs no flush: the log decides
+        on the reactor)."""
         failures = []
+        if self.epochs is not None:
+            try:
+                LeaderEpochFileCache.sync_file(*self.epochs)
+            except OSError as e:
+                self.epochs_error = e
         for segment in self.segments:
             try:
                 segment.flush()
@@ -697,7 +707,7 @@ class UnifiedLog:
             raise self._io_failed(e)
         if assign_offsets:
             if leader_epoch is not None:
-                self.leader_epoch_cache.assign(leader_epoch, info.first_offset)
+                self.leader_epoch_cache.assign(leader_epoch, info.first_offset, durable=False)
         else:
             epochs = {}
             # Each batch's epoch: read back from the buffer (headers were not rewritten).
@@ -709,7 +719,7 @@ class UnifiedLog:
             for epoch in sorted(epochs):
                 latest = self.leader_epoch_cache.latest_epoch()
                 if latest is None or epoch > latest:
-                    self.leader_epoch_cache.assign(epoch, epochs[epoch])
+                    self.leader_epoch_cache.assign(epoch, epochs[epoch], durable=False)
         self._leo_metadata = LogOffsetMetadata(info.last_offset + 1, segment.base_offset,
                                                segment.size)
         self._unflushed_messages += info.record_count
@@ -1134,6 +1144,7 @@ class UnifiedLog:
             self.leader_epoch_cache.flush()
         except OSError as e:
             raise self._io_failed(e)
+        plan.epochs = None  # (synced just now)
         self.finish_flush(plan, plan.run())
 
     def plan_flush(self, offset=None):
@@ -1141,7 +1152,8 @@ class UnifiedLog:
         :class:`FlushPlan` whose ``run()`` a thread may call (it touches only those files), or
         None when the recovery point is there already. Hand ``run()``'s result to
         :meth:`finish_flush` on the reactor. (The leader epoch checkpoint is written whenever
-        it changes, so it needs no flush here.)"""
+        it changes; an append's new epoch is fsynced by the plan, before the recovery point
+        passes it.)"""
         self._check_online()
         offset = self.log_end_offset if offset is None else offset
         if offset <= self._recovery_point:
@@ -1153,7 +1165,10 @@ class UnifiedLog:
             if base >= offset:
                 break
             segments.append(self._segments[base])
-        return FlushPlan(offset, segments, self._unflushed_messages)
+        cache = self.leader_epoch_cache
+        writes = cache.unsynced_writes()
+        epochs = None if writes is None else (cache.path, writes)
+        return FlushPlan(offset, segments, self._unflushed_messages, epochs)
 
     def finish_flush(self, plan, failures):
         """On the reactor, after ``plan.run()`` gave ``failures``: an I/O error on a segment
@@ -1162,6 +1177,12 @@ class UnifiedLog:
         for segment, exc in failures:
             if self._segments.get(segment.base_offset) is segment:
                 raise self._io_failed(exc)
+        if plan.epochs is not None:
+            cache = self.leader_epoch_cache
+            if plan.epochs_error is None:
+                cache.mark_synced(plan.epochs[1])
+            elif cache.path == plan.epochs[0] and not self._deleted:
+                raise self._io_failed(plan.epochs_error)
         recovery_point = max(self._recovery_point, min(plan.offset, self.log_end_offset))
         if recovery_point != self._recovery_point:
             self._recovery_point = recovery_point
