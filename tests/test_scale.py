@@ -153,3 +153,43 @@ class OfflineDirAtStartTest(unittest.TestCase):
                              errors.KAFKA_STORAGE_ERROR)
         self.assertEqual(sorted(n for n in os.listdir(good) if n.startswith("t-")),
                          ["t-%d" % p for p in on_good])
+
+
+class CreateTopicsAnsweredBeforeItsFilesTest(unittest.TestCase):
+    def test_a_kill_right_after_the_answer_keeps_the_topic(self):
+        """CreateTopics answers once the topic is durable in the metadata; its partitions'
+        files are made in the thread pool after (or when first used). A kill -9 right after
+        the answer finds the topic with its id and configs, and every partition works."""
+        broker = KafkaBroker().start()
+        self.addCleanup(broker.close)
+        client = RawClient(broker, timeout=30)
+        n = 500
+        body = m.CreateTopicsRequest(topics=[m.CreateTopicsRequest.CreatableTopic(
+            name="big", num_partitions=n, replication_factor=1, assignments=[],
+            configs=[m.CreateTopicsRequest.CreatableTopic.CreatableTopicConfig(
+                name="retention.ms", value="123456789")])], timeout_ms=30000, validate_only=False)
+        created = client.request(19, 7, body).topics[0]
+        self.assertEqual(created.error_code, errors.NONE)
+        # used at once: made here (or taken from the thread) before its batch is attached
+        self.assertEqual(produce(client, "big", n - 1, [b"at once"]), 0)
+        client.close()
+        broker.kill()
+        broker.start()
+        client = RawClient(broker, timeout=30)
+        self.addCleanup(client.close)
+        md = client.request(3, 12, m.MetadataRequest(
+            topics=[m.MetadataRequest.MetadataRequestTopic(name="big")],
+            allow_auto_topic_creation=False)).topics[0]
+        self.assertEqual((md.error_code, md.topic_id, len(md.partitions)),
+                         (errors.NONE, created.topic_id, n))
+        R = m.DescribeConfigsRequest
+        configs = client.request(32, 4, R(resources=[R.DescribeConfigsResource(
+            resource_type=2, resource_name="big", configuration_keys=["retention.ms"])],
+            include_synonyms=False, include_documentation=False)).results[0].configs
+        self.assertEqual([(c.name, c.value) for c in configs], [("retention.ms", "123456789")])
+        self.assertEqual(read_all(broker, "big", n - 1), [(0, None, b"at once")])
+        for p in (0, n // 2, n - 2):
+            self.assertEqual(produce(client, "big", p, [b"after"]), 0)
+        poll_until(lambda: sum(1 for name in os.listdir(broker.data_dir)
+                               if name.startswith("big-")) == n, timeout=60,
+                   message="a directory for each partition")

@@ -175,7 +175,7 @@ class FakeLogManager:
     def get_or_create_log(self, topic, partition, topic_id, overrides, is_new=True):
         self.created.append((topic, partition, topic_id, dict(overrides)))
 
-    def create_logs(self, topic, partitions, topic_id, overrides):
+    def create_logs(self, topic, partitions, topic_id, overrides, wait=True):
         for p in partitions:
             if self.get_log(topic, p) is None:
                 self.get_or_create_log(topic, p, topic_id, overrides)

@@ -189,14 +189,55 @@ class CreateLogsTest(ManagerBase):
     def test_logs_are_attached_only_after_the_blocking_work(self):
         mgr = self.make()
         work = []
-        mgr.run_blocking = lambda fn, *args: work.append((fn, args)) or defer.Deferred()
+        done = defer.Deferred()
+        mgr.run_blocking = lambda fn, *args: work.append((fn, args)) or done
         mgr.create_logs("t", range(3), None, {})
         self.assertEqual((len(work), mgr.all_logs()), (1, []))
         self.assertEqual([os.listdir(d) for d in mgr.log_dirs], [[], []])
         fn, args = work[0]
-        made = fn(*args)
-        self.assertEqual(mgr.all_logs(), [])  # the thread made files, not broker state
-        self.assertEqual(sorted(p for p, _, _ in made), [0, 1, 2])
+        done.callback(fn(*args))
+        self.assertEqual(sorted(lg.partition for lg in mgr.all_logs()), [0, 1, 2])
+        mgr.shutdown()
+
+    def test_a_log_asked_for_before_its_batch_is_made_or_taken_from_the_thread(self):
+        """``wait=False``: the answer comes at once; a partition asked for before the thread
+        got to it is made on the reactor (the thread skips it), one the thread made is taken,
+        the rest are attached when the work is done; a deleted topic's remain unmade."""
+        mgr = self.make()
+        work = []
+        done = defer.Deferred()
+        mgr.run_blocking = lambda fn, *args: work.append((fn, args)) or done
+        self.successResultOf(mgr.create_logs("t", range(4), b"\x04" * 16, {}, wait=False))
+        self.assertEqual(mgr.all_logs(), [])
+        first = mgr.get_log("t", 0)  # made here, now
+        self.assertEqual((first.partition, first.topic_id), (0, b"\x04" * 16))
+        self.assertIs(mgr.get_log("t", 0), first)
+        made = []
+        real_make = mgr._make_log
+        mgr._make_log = lambda topic, p, *a: made.append(p) or real_make(topic, p, *a)
+        fn, args = work[0]
+        fn(*args)  # the thread's work
+        self.assertEqual(made, [1, 2, 3])
+        self.assertEqual(len(mgr.all_logs()), 1)
+        second = mgr.get_log("t", 2)  # the thread's, attached now
+        self.assertEqual(second.partition, 2)
+        done.callback(None)
+        self.assertEqual(sorted(lg.partition for lg in mgr.all_logs()), [0, 1, 2, 3])
+        self.assertIs(mgr.get_log("t", 2), second)
+
+        d = defer.Deferred()
+        work[:] = []
+        mgr.run_blocking = lambda fn, *args: work.append((fn, args)) or d
+        mgr.create_logs("u", range(2), None, {}, wait=False)
+        mgr.delete_logs("u", range(2))
+        fn, args = work[0]
+        made[:] = []
+        fn(*args)
+        d.callback(None)
+        self.assertEqual((made, mgr.get_log("u", 0), mgr.get_log("u", 1)), ([], None, None))
+        self.assertEqual(sorted(n for d_ in mgr.log_dirs for n in os.listdir(d_)
+                                if n.startswith("u-")), [])
+        mgr.shutdown()
 
     def test_a_new_partition_writes_its_log_and_metadata_only(self):
         """A partition directory just made holds the empty .log and partition.metadata; the
@@ -226,22 +267,32 @@ class CreateLogsTest(ManagerBase):
         self.assertEqual((u.log_start_offset, u.log_end_offset), (5, 5))
         mgr2.shutdown()
 
-    def test_logs_made_after_shutdown_are_closed_not_attached(self):
+    def test_logs_not_made_at_shutdown_are_left_for_the_next_start(self):
         mgr = self.make()
         work = []
         pool = defer.Deferred()
         mgr.run_blocking = lambda fn, *args: work.append((fn, args)) or pool
-        d = mgr.create_logs("t", range(2), None, {})
-        mgr.shutdown()  # a CreateTopics still writing when the broker stops
+        d = mgr.create_logs("t", range(3), None, {})
         fn, args = work[0]
-        pool.callback(fn(*args))
+        fn(*args)  # the thread made them; the broker stops before they are attached
+        mgr.shutdown()  # closed, not attached
+        pool.callback(None)
         self.successResultOf(d)
         self.assertEqual(mgr.all_logs(), [])
         files = [os.path.join(r, f) for r, _, fs in os.walk(self.base) for f in fs]
         self.assertEqual(sorted(os.path.basename(f) for f in files if f.endswith(".log")),
-                         ["00000000000000000000.log"] * 2)
+                         ["00000000000000000000.log"] * 3)
         # no preallocated index left behind (a new segment's are made when first written)
         self.assertEqual([f for f in files if f.endswith("index") and os.path.getsize(f)], [])
+
+        mgr = self.make(dirs=[os.path.join(self.mktemp(), "d")])
+        work = []
+        mgr.run_blocking = lambda fn, *args: work.append((fn, args)) or defer.succeed(None)
+        self.successResultOf(mgr.create_logs("t", range(2), None, {}))
+        mgr.shutdown()  # before the thread started: nothing is made (the next start does)
+        fn, args = work[0]
+        fn(*args)
+        self.assertEqual([n for n in os.listdir(mgr.log_dirs[0]) if n.startswith("t-")], [])
 
     def test_io_error_takes_the_dir_offline_and_fails(self):
         mgr = self.make(dirs=[os.path.join(self.mktemp(), "only")])

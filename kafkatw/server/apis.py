@@ -382,9 +382,12 @@ class KafkaApis:
         from kafkatw.cluster.metadata import TOPIC_CREATED, TOPIC_DELETED, TOPIC_PARTITIONS_ADDED
 
         if event in (TOPIC_CREATED, TOPIC_PARTITIONS_ADDED):
-            # the topic (or its new partitions) is published once its logs exist
+            # The topic (or its new partitions) is published now, durable in the metadata (a
+            # restart makes missing logs): the logs are made in the thread pool, and a
+            # partition used before its log is attached has it made (or waited for) then.
+            # CreateTopics of 2,000 partitions waited seconds for their files.
             return self.log_manager.create_logs(info.name, range(info.num_partitions),
-                                                info.topic_id, info.configs)
+                                                info.topic_id, info.configs, wait=False)
         if event == TOPIC_DELETED:
             # the logs are forgotten at once, their directories renamed in the thread pool
             d = self.log_manager.delete_logs(info.name, range(info.num_partitions))

@@ -5,6 +5,7 @@ cleaner on the injected reactor, with blocking work in a thread pool; marks fail
 
 import ctypes
 import os
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -29,6 +30,22 @@ _LONG_MAX = 2 ** 63 - 1
 #: dirty logs in a log dir from which a clean shutdown syncs the filesystem once instead of
 #: fsyncing each log
 _SYNCFS_MIN_DIRTY_LOGS = 64
+
+
+class _PendingLog:
+    """A log :meth:`LogManager.create_logs` makes in the thread pool, not attached yet. Its
+    ``state``, under the manager's lock: waiting, made by the thread (``made`` holds the log
+    or the error), or taken by the reactor (which made it itself: the thread skips it)."""
+
+    __slots__ = ("directory", "topic_id", "state", "made")
+
+    WAITING, BUSY, MADE, TAKEN = range(4)
+
+    def __init__(self, directory, topic_id):
+        self.directory = directory
+        self.topic_id = topic_id
+        self.state = self.WAITING
+        self.made = None
 
 
 def log_delete_dir_name(topic, partition):
@@ -71,6 +88,10 @@ class LogManager:
         self._busy = set()
         self._pending_deletes = []
         self._shut_down = False
+        #: {(topic, partition): _PendingLog} being created in the thread pool; get_log makes
+        #: (or waits for) one asked for before its batch is attached
+        self._creating = {}
+        self._creating_lock = threading.Condition()
         #: logs whose recovery point, log start or high watermark changed since the periodic
         #: checkpoints last looked; what those last saw, {name: {dir: {tp: offset}}}; the
         #: dirs each must write again
@@ -326,7 +347,75 @@ class LogManager:
     # -- partitions ---------------------------------------------------------------------
 
     def get_log(self, topic, partition):
-        return self._logs.get((topic, partition))
+        lg = self._logs.get((topic, partition))
+        if lg is None and self._creating:
+            return self._take_created((topic, partition))
+        return lg
+
+    def _take_created(self, key):
+        """The log of ``key`` if :meth:`create_logs` is making it in the thread pool: made
+        here now if the thread has not started on it, else waited for (one partition's files)
+        and attached. None if it is not being made or could not be."""
+        with self._creating_lock:
+            pending = self._creating.get(key)
+            if pending is None:
+                return None
+            while pending.state == pending.BUSY:
+                self._creating_lock.wait()
+            del self._creating[key]
+            made_here = pending.state == pending.WAITING
+            pending.state = pending.TAKEN
+        if made_here:
+            made = self._make_log(key[0], key[1], pending.directory, pending.topic_id,
+                                  self._config_for(key[0]))
+        else:
+            made = pending.made
+        if self._attach_made(key[0], key[1], pending.directory, made):
+            return made
+        return None
+
+    def _make_log(self, topic, partition, directory, topic_id, config):
+        """A new log (in any thread), or the OSError or KafkaError that stopped it."""
+        path = os.path.join(directory, "%s-%d" % (topic, partition))
+        try:
+            return UnifiedLog(path, config, topic, partition, topic_id=topic_id,
+                              clock=self.now_ms, dir_failure_handler=self.handle_dir_failure,
+                              scheduler=self._schedule)
+        except (OSError, KafkaError) as e:
+            return e
+
+    def _attach_made(self, topic, p, directory, lg):
+        """On the reactor: attach a log :meth:`_make_log` made; False if it failed (said
+        here) or is not wanted any more (closed)."""
+        if isinstance(lg, OSError):
+            self.handle_dir_failure(directory, lg)
+            log.error("cannot create log {topic}-{p}: {e}", topic=topic, p=p, e=lg)
+            return False
+        if isinstance(lg, KafkaError):
+            log.error("cannot create log {topic}-{p}: {e}", topic=topic, p=p, e=lg)
+            return False
+        if (topic, p) in self._logs or directory in self._offline_dirs or self._shut_down:
+            lg.close()  # (after shutdown: closed cleanly, as the others were)
+            return False
+        self._attach(lg)
+        return True
+
+    def _stop_creating(self, keys):
+        """Logs of ``keys`` being made in the thread pool are not wanted (their topic is
+        deleted, the broker stops): those not started are dropped, the others waited for.
+        Returns the logs made and not attached."""
+        made = []
+        with self._creating_lock:
+            for key in keys:
+                pending = self._creating.pop(key, None)
+                if pending is None:
+                    continue
+                while pending.state == pending.BUSY:
+                    self._creating_lock.wait()
+                if pending.state == pending.MADE and isinstance(pending.made, UnifiedLog):
+                    made.append(pending.made)
+                pending.state = pending.TAKEN
+        return made
 
     def all_logs(self):
         return list(self._logs.values())
@@ -348,7 +437,7 @@ class LogManager:
         """The log of ``topic``-``partition``, created if missing. ``is_new=False``: the
         partition should have a log already (a known topic); while a log dir is offline it
         may be there, so it is not created afresh elsewhere (Kafka's getOrCreateLog)."""
-        lg = self._logs.get((topic, partition))
+        lg = self.get_log(topic, partition)
         if lg is not None:
             if lg.topic_id is None and topic_id is not None:
                 from .log import write_partition_metadata
@@ -375,11 +464,12 @@ class LogManager:
                  partition=partition, dir=directory)
         return lg
 
-    def create_logs(self, topic, partitions, topic_id=None, overrides=None):
+    def create_logs(self, topic, partitions, topic_id=None, overrides=None, wait=True):
         """Create the missing logs of ``partitions`` of ``topic``: a Deferred firing once they
-        are attached. Their directories and files are made in the thread pool (a thousand
-        partitions are seconds of mkdir and fsync); log dirs are chosen, and the logs
-        attached, on the reactor. Nobody appends meanwhile: the topic is not yet published."""
+        are attached (``wait=False``: at once; they are attached when made, and
+        :meth:`get_log` makes or waits for one asked for sooner). Their directories and files
+        are made in the thread pool (a thousand partitions are seconds of mkdir and open);
+        log dirs are chosen, and the logs attached, on the reactor."""
         if overrides is not None:
             self._overrides[topic] = dict(overrides)
         config = self._config_for(topic)
@@ -390,7 +480,7 @@ class LogManager:
                 counts[self._dir_of(lg)] += 1
         plan = []
         for p in partitions:
-            if (topic, p) in self._logs:
+            if (topic, p) in self._logs or (topic, p) in self._creating:
                 lg = self.get_or_create_log(topic, p, topic_id)  # sets a missing topic id
                 if overrides is not None:
                     lg.update_config(config)  # a log loaded before its topic was known
@@ -399,41 +489,46 @@ class LogManager:
                 return defer.fail(KafkaError(errors.KAFKA_STORAGE_ERROR, "no online log dir"))
             directory = min(online, key=lambda d: (counts[d], online.index(d)))
             counts[directory] += 1
-            plan.append((p, directory))
+            pending = _PendingLog(directory, topic_id)
+            self._creating[(topic, p)] = pending
+            plan.append((p, pending))
 
         def make():
-            made = []
-            for p, directory in plan:
-                path = os.path.join(directory, "%s-%d" % (topic, p))
-                try:
-                    lg = UnifiedLog(path, config, topic, p, topic_id=topic_id, clock=self.now_ms,
-                                    dir_failure_handler=self.handle_dir_failure,
-                                    scheduler=self._schedule)
-                except (OSError, KafkaError) as e:
-                    lg = e
-                made.append((p, directory, lg))
-            return made
+            lock = self._creating_lock
+            for p, pending in plan:
+                with lock:
+                    if pending.state != pending.WAITING:
+                        continue  # taken by the reactor, or not wanted any more
+                    pending.state = pending.BUSY
+                made = self._make_log(topic, p, pending.directory, topic_id, config)
+                with lock:
+                    pending.made = made
+                    pending.state = pending.MADE
+                    lock.notify_all()
 
-        def attach(made):
+        def attach(_):
             failed = []
-            for p, directory, lg in made:
-                if isinstance(lg, OSError):
-                    self.handle_dir_failure(directory, lg)
+            for p, pending in plan:
+                with self._creating_lock:
+                    if pending.state != pending.MADE:
+                        continue  # taken (attached or failed there) or dropped
+                    pending.state = pending.TAKEN
+                    if self._creating.get((topic, p)) is pending:
+                        del self._creating[(topic, p)]
+                if not self._attach_made(topic, p, pending.directory, pending.made) \
+                        and not isinstance(pending.made, UnifiedLog):
                     failed.append(p)
-                elif isinstance(lg, KafkaError):
-                    log.error("cannot create log {topic}-{p}: {e}", topic=topic, p=p, e=lg)
-                    failed.append(p)
-                elif (topic, p) in self._logs or directory in self._offline_dirs or self._shut_down:
-                    lg.close()  # (after shutdown: closed cleanly, as the others were)
-                else:
-                    self._attach(lg)
-            log.info("created {n} log(s) for {topic}", n=len(made) - len(failed), topic=topic)
+            log.info("created {n} log(s) for {topic}", n=len(plan) - len(failed), topic=topic)
             if failed:
                 raise KafkaError(errors.KAFKA_STORAGE_ERROR, "cannot create the logs of %s partitions %s"
                                  % (topic, failed))
         if not plan:
             return defer.succeed(None)
-        return self.run_blocking(make).addCallback(attach)
+        d = self.run_blocking(make).addCallback(attach)
+        if wait:
+            return d
+        d.addErrback(self._log_error, "creating the logs of %s" % (topic,))
+        return defer.succeed(None)
 
     def delete_logs(self, topic, partitions):
         """Delete ``partitions`` of ``topic``: each log is forgotten and marked deleted at once,
@@ -442,8 +537,11 @@ class LogManager:
         reactor after ``file.delete.delay.ms``. A Deferred firing once renamed."""
         crash_point("topic.delete.after_metadata")  # listeners run once the deletion is durable
         moves = []
+        partitions = list(partitions)
+        unattached = {lg.partition: lg for lg in
+                      self._stop_creating([(topic, p) for p in partitions])}
         for p in partitions:
-            lg = self._logs.pop((topic, p), None)
+            lg = self._logs.pop((topic, p), None) or unattached.get(p)
             if lg is None or lg.is_offline:
                 continue
             self._forget_offsets(lg)
@@ -712,6 +810,8 @@ class LogManager:
     def shutdown(self):
         """Flush and close every log, write checkpoints and the clean-shutdown markers."""
         self._shut_down = True
+        for lg in self._stop_creating(list(self._creating)):
+            lg.close()  # (its partition is made afresh at the next start if it is missing)
         for loop in self._loops:
             if loop.running:
                 loop.stop()
