@@ -36,7 +36,9 @@ def leftovers(data_dir):
         for f in files:
             if f.endswith((".tmp", ".cleaned", ".swap", ".deleted")):
                 out.append(os.path.join(root, f))
-            elif f.endswith(".log"):
+            elif f.endswith(".log") and os.path.getsize(os.path.join(root, f)):
+                # (an empty segment's indexes are made with its first append: a partition
+                # made at start, after a crash before its topic's logs were all made)
                 stem = f[:-len(".log")]
                 for ext in (".index", ".timeindex"):
                     if stem + ext not in files:

@@ -10,7 +10,7 @@ from twisted.trial import unittest
 
 from kafkatw.protocol import errors, records
 from kafkatw.protocol.errors import KafkaError
-from kafkatw.storage import FetchIsolation, LogManager
+from kafkatw.storage import FetchIsolation, LogManager, UnifiedLog
 from kafkatw.storage import checkpoint
 
 from .test_storage_helpers import make_batch
@@ -379,6 +379,61 @@ class RetentionTest(ManagerBase):
         mgr.cleanup_logs()
         self.assertTrue(a.segments[0].base_offset <= 5 < a.segments[1].base_offset
                         if len(a.segments) > 1 else True)
+        mgr.shutdown()
+
+
+class IdleRetentionTest(ManagerBase):
+    """A retention tick looks at the logs that changed since the last and at those whose
+    retention.ms time has come, not at every log."""
+
+    def visited(self, mgr):
+        seen = []
+        real = UnifiedLog.delete_old_segments
+
+        def counting(lg, now_ms=None):
+            seen.append((lg.topic, lg.partition))
+            return real(lg, now_ms)
+        self.patch(UnifiedLog, "delete_old_segments", counting)
+        return seen
+
+    def test_idle_logs_are_visited_when_their_time_comes_only(self):
+        mgr = self.make(dirs=[os.path.join(self.mktemp(), "d")],
+                        props={"log.retention.ms": "60000", "log.cleaner.enable": "false"})
+        logs = [mgr.get_or_create_log("t", p) for p in range(20)]
+        for p, lg in enumerate(logs[:10]):  # ten with a record, written 1 s apart
+            lg.append_as_leader(make_batch(1, timestamp=self.now()), 0)
+            lg.update_high_watermark(lg.log_end_offset)
+            self.clock.advance(1)
+        seen = self.visited(mgr)
+        self.assertEqual(mgr.cleanup_logs(), 0)
+        self.assertEqual(len(seen), 20)  # all new: looked at once
+        del seen[:]
+        self.assertEqual((mgr.cleanup_logs(), seen), (0, []))
+        logs[15].append_as_leader(make_batch(1, timestamp=self.now()), 0)
+        self.assertEqual((mgr.cleanup_logs(), seen), (0, [("t", 15)]))  # not held back by HW:
+        del seen[:]                                         # an append brings it back at once
+        self.clock.advance(54.5)  # the first five records are over a minute old
+        self.assertEqual(mgr.cleanup_logs(), 5)
+        self.assertEqual(sorted(p for _, p in seen), [0, 1, 2, 3, 4])
+        del seen[:]
+        self.assertEqual((mgr.cleanup_logs(), seen), (0, []))
+        self.clock.advance(5)
+        self.assertEqual(mgr.cleanup_logs(), 5)
+        self.assertEqual(sorted(p for _, p in seen), [5, 6, 7, 8, 9])
+        del seen[:]
+        # t-15's record is over a minute old, but above the high watermark: kept until it moves
+        self.clock.advance(60)
+        self.assertEqual(mgr.cleanup_logs(), 0)
+        self.assertEqual(seen, [("t", 15)])
+        del seen[:]
+        self.assertEqual((mgr.cleanup_logs(), seen), (0, []))
+        logs[15].update_high_watermark(logs[15].log_end_offset)
+        self.assertEqual((mgr.cleanup_logs(), seen), (1, [("t", 15)]))
+        del seen[:]
+        mgr.update_log_config("t", {"retention.ms": "1000"})  # a config: every log of the topic
+        self.assertEqual((mgr.cleanup_logs(), len(seen)), (0, 20))
+        self.assertEqual([lg.log_start_offset for lg in logs],
+                         [1] * 10 + [0] * 5 + [1] + [0] * 4)
         mgr.shutdown()
 
 

@@ -210,6 +210,10 @@ class UnifiedLog:
         #: None or a set the log adds itself to when its recovery point, log start or high
         #: watermark changes (the log manager's checkpoints look at those logs only)
         self.offsets_changed = None
+        #: None or a set the log adds itself to when retention may find more to delete than
+        #: it did (an append, a moved offset, a config): with :meth:`retention_due_ms`, what
+        #: lets the retention task pass over idle logs
+        self.retention_changed = None
         if summary is not None and _summary_usable(summary, log_start_offset):
             self._init_from_summary(summary, recovery_point, log_start_offset)
         else:
@@ -582,13 +586,15 @@ class UnifiedLog:
             self._hw_metadata = self._leo_metadata
         elif offset != old:
             self._hw_metadata = LogOffsetMetadata(offset)
-        if offset != old and self.offsets_changed is not None:
-            self.offsets_changed.add(self)
+        if offset != old:
+            self._note_offsets()
         return offset
 
     def _note_offsets(self):
         if self.offsets_changed is not None:
             self.offsets_changed.add(self)
+        if self.retention_changed is not None:
+            self.retention_changed.add(self)
 
     def maybe_increment_high_watermark(self, offset):
         """Raise the HW (never lower it); True if it moved."""
@@ -723,6 +729,8 @@ class UnifiedLog:
         self._leo_metadata = LogOffsetMetadata(info.last_offset + 1, segment.base_offset,
                                                segment.size)
         self._unflushed_messages += info.record_count
+        if self.retention_changed is not None:
+            self.retention_changed.add(self)
         if self._unflushed_messages >= config.flush_messages:
             self.flush()
         return info
@@ -1100,6 +1108,24 @@ class UnifiedLog:
                                              "retention size %d bytes" % retention_bytes)
         return deleted
 
+    def retention_due_ms(self):
+        """The time from which retention.ms could delete the first segment, or None if only an
+        append, a moved offset or a new config can give retention something to do (the other
+        rules change with those only; so does the first segment of a log). Reads no file of a
+        log not yet opened."""
+        config = self.config
+        if not config.delete or config.retention_ms < 0:
+            return None
+        summary = self._summary
+        if summary is not None:
+            if summary.first_base == summary.active_base and summary.active_size == 0:
+                return None
+            return summary.first_largest_ts + config.retention_ms + 1
+        first = self._segments[self._bases[0]]
+        if len(self._bases) == 1 and first.size == 0:
+            return None
+        return first.largest_timestamp() + config.retention_ms + 1
+
     def _summary_may_delete(self, now_ms):
         """Whether retention may delete a segment of a log not yet opened (a superset of
         :meth:`delete_old_segments`' rules, decided from its summary)."""
@@ -1231,6 +1257,8 @@ class UnifiedLog:
 
     def update_config(self, config):
         self.config = config
+        if self.retention_changed is not None:
+            self.retention_changed.add(self)
 
     def __repr__(self):
         return "UnifiedLog(%s-%d, start=%d, hw=%d, leo=%d)" % (

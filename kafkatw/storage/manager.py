@@ -4,6 +4,8 @@ cleaner on the injected reactor, with blocking work in a thread pool; marks fail
 """
 
 import ctypes
+import heapq
+import itertools
 import os
 import threading
 import time
@@ -96,6 +98,14 @@ class LogManager:
         #: checkpoints last looked; what those last saw, {name: {dir: {tp: offset}}}; the
         #: dirs each must write again
         self._offsets_changed = set()
+        #: retention looks at the logs that changed since its last tick and at those whose
+        #: retention.ms time has come (a heap of (due ms, n, (topic, partition)); the live
+        #: entry of each is ``_retention_due[tp]`` = (due ms, id of its log)), not at every
+        #: log. (Entries of deleted partitions stay until their time: tuples, not logs.)
+        self._retention_changed = set()
+        self._retention_heap = []
+        self._retention_due = {}
+        self._retention_seq = itertools.count()
         self._checkpointed = {name: {} for name, _ in _CHECKPOINTS}
         self._checkpoint_dirty = {name: set(self.log_dirs) for name, _ in _CHECKPOINTS}
         self.cleaner = None
@@ -301,6 +311,8 @@ class LogManager:
         lg.roll_listener = self._on_roll
         lg.offsets_changed = self._offsets_changed
         self._offsets_changed.add(lg)
+        lg.retention_changed = self._retention_changed
+        self._retention_changed.add(lg)
         self._logs[(lg.topic, lg.partition)] = lg
 
     def _on_roll(self, lg, new_base):
@@ -720,16 +732,37 @@ class LogManager:
         return loop
 
     def cleanup_logs(self):
-        """Retention for every online log; returns the number of segments deleted."""
+        """Retention for the online logs that changed since the last run or whose
+        retention.ms time has come; returns the number of segments deleted. (10,000 idle
+        partitions cost each tick 0.3-0.7 s when every log was visited.)"""
         total = 0
         now = self.now_ms()
-        for lg in list(self._logs.values()):
-            if lg.is_offline:
+        todo = set(self._retention_changed)
+        self._retention_changed.clear()  # (every log holds this set)
+        logs, heap, due_of = self._logs, self._retention_heap, self._retention_due
+        while heap and heap[0][0] <= now:
+            due, _, tp = heapq.heappop(heap)
+            lg = logs.get(tp)
+            if lg is not None and due_of.get(tp) == (due, id(lg)):
+                del due_of[tp]
+                todo.add(lg)
+        for lg in todo:
+            tp = (lg.topic, lg.partition)
+            if logs.get(tp) is not lg or lg.is_offline:
                 continue
             try:
                 total += lg.delete_old_segments(now)
+                due = lg.retention_due_ms()
             except KafkaError:
-                pass
+                continue
+            self._retention_changed.discard(lg)  # (what this deletion moved is seen in due)
+            if due is None or due <= now:
+                continue  # (or held back by the high watermark: it moves with an append)
+            current = due_of.get(tp)
+            if current is None or current[1] != id(lg) or due < current[0]:
+                # (a later time is not pushed: the entry there finds it when it comes)
+                due_of[tp] = (due, id(lg))
+                heapq.heappush(heap, (due, next(self._retention_seq), tp))
         return total
 
     def flush_dirty_logs(self):
