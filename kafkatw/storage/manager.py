@@ -94,6 +94,9 @@ class LogManager:
         #: (or waits for) one asked for before its batch is attached
         self._creating = {}
         self._creating_lock = threading.Condition()
+        #: one create_logs batch in the thread pool at a time: several at once (a topic after
+        #: another) fought the reactor and the metadata writes for the GIL
+        self._creation_turn = defer.DeferredLock()
         #: logs whose recovery point, log start or high watermark changed since the periodic
         #: checkpoints last looked; what those last saw, {name: {dir: {tp: offset}}}; the
         #: dirs each must write again
@@ -487,9 +490,10 @@ class LogManager:
         config = self._config_for(topic)
         online = self.online_dirs
         counts = {d: 0 for d in online}
-        for lg in self._logs.values():
-            if self._dir_of(lg) in counts:
-                counts[self._dir_of(lg)] += 1
+        if len(online) > 1:  # (one dir: nothing to balance; 50,000 logs were counted each time)
+            for lg in self._logs.values():
+                if self._dir_of(lg) in counts:
+                    counts[self._dir_of(lg)] += 1
         plan = []
         for p in partitions:
             if (topic, p) in self._logs or (topic, p) in self._creating:
@@ -499,8 +503,11 @@ class LogManager:
                 continue
             if not online:
                 return defer.fail(KafkaError(errors.KAFKA_STORAGE_ERROR, "no online log dir"))
-            directory = min(online, key=lambda d: (counts[d], online.index(d)))
-            counts[directory] += 1
+            if len(online) == 1:
+                directory = online[0]
+            else:
+                directory = min(online, key=lambda d: (counts[d], online.index(d)))
+                counts[directory] += 1
             pending = _PendingLog(directory, topic_id)
             self._creating[(topic, p)] = pending
             plan.append((p, pending))
@@ -536,7 +543,7 @@ class LogManager:
                                  % (topic, failed))
         if not plan:
             return defer.succeed(None)
-        d = self.run_blocking(make).addCallback(attach)
+        d = self._creation_turn.run(self.run_blocking, make).addCallback(attach)
         if wait:
             return d
         d.addErrback(self._log_error, "creating the logs of %s" % (topic,))
