@@ -437,6 +437,27 @@ class IdleRetentionTest(ManagerBase):
         mgr.shutdown()
 
 
+class CompactedLogsTest(ManagerBase):
+    def test_the_cleaner_looks_at_compacted_logs_only(self):
+        """The cleaner's pass takes ``compacted_logs()``, kept in step with topic configs,
+        the broker default and deletions, not every log."""
+        mgr = self.make(dirs=[os.path.join(self.mktemp(), "d")])
+        for p in range(3):
+            mgr.get_or_create_log("plain", p)
+        self.successResultOf(mgr.create_logs("c", range(2), None, {"cleanup.policy": "compact"}))
+        names = lambda: sorted((lg.topic, lg.partition) for lg in mgr.compacted_logs())
+        self.assertEqual(names(), [("c", 0), ("c", 1)])
+        mgr.update_log_config("plain", {"cleanup.policy": "compact,delete"})
+        mgr.update_log_config("c", {})
+        self.assertEqual(names(), [("plain", 0), ("plain", 1), ("plain", 2)])
+        mgr.update_broker_defaults({"log.cleanup.policy": "compact"})
+        self.assertEqual(len(names()), 5)
+        self.successResultOf(mgr.delete_logs("plain", range(3)))
+        self.assertEqual(names(), [("c", 0), ("c", 1)])
+        self.assertEqual(sorted(mgr._compacted), [("c", 0), ("c", 1)])  # nothing deleted kept
+        mgr.shutdown()
+
+
 class OfflineTest(ManagerBase):
     def test_io_error_takes_one_dir_offline(self):
         mgr = self.make()

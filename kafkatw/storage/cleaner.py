@@ -408,8 +408,8 @@ class LogCleaner:
 
     def grab_filthiest_log(self, now_ms):
         best = None
-        for lg in self._manager.all_logs():
-            if lg.is_offline or not lg.config.compact or id(lg) in self._in_progress:
+        for lg in self._manager.compacted_logs():
+            if lg.is_offline or id(lg) in self._in_progress:
                 continue
             ltc = self.log_to_clean(lg, now_ms)
             if ltc.total_bytes == 0:

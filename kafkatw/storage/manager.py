@@ -94,6 +94,7 @@ class LogManager:
         #: (or waits for) one asked for before its batch is attached
         self._creating = {}
         self._creating_lock = threading.Condition()
+        self._compacted = {}  # {(topic, partition): log} see compacted_logs
         #: one create_logs batch in the thread pool at a time: several at once (a topic after
         #: another) fought the reactor and the metadata writes for the GIL
         self._creation_turn = defer.DeferredLock()
@@ -316,6 +317,7 @@ class LogManager:
         self._offsets_changed.add(lg)
         lg.retention_changed = self._retention_changed
         self._retention_changed.add(lg)
+        self._note_compaction(lg)
         self._logs[(lg.topic, lg.partition)] = lg
 
     def _on_roll(self, lg, new_base):
@@ -360,6 +362,20 @@ class LogManager:
             self.task_failures[what].failed(failure)
 
     # -- partitions ---------------------------------------------------------------------
+
+    def _note_compaction(self, lg):
+        """Keep :attr:`_compacted` (the logs the cleaner looks at) in step with ``lg``'s config."""
+        if lg.config.compact:
+            self._compacted[(lg.topic, lg.partition)] = lg
+        else:
+            self._compacted.pop((lg.topic, lg.partition), None)
+
+    def compacted_logs(self):
+        """The attached logs whose cleanup.policy includes compact: the cleaner's candidates
+        (its pass went over 50,000 logs of which none was compacted)."""
+        logs = self._logs
+        return [lg for tp, lg in list(self._compacted.items())
+                if logs.get(tp) is lg and lg.config.compact]
 
     def get_log(self, topic, partition):
         lg = self._logs.get((topic, partition))
@@ -500,6 +516,7 @@ class LogManager:
                 lg = self.get_or_create_log(topic, p, topic_id)  # sets a missing topic id
                 if overrides is not None:
                     lg.update_config(config)  # a log loaded before its topic was known
+                    self._note_compaction(lg)
                 continue
             if not online:
                 return defer.fail(KafkaError(errors.KAFKA_STORAGE_ERROR, "no online log dir"))
@@ -676,6 +693,7 @@ class LogManager:
         for (t, _p), lg in self._logs.items():
             if t == topic:
                 lg.update_config(config)
+                self._note_compaction(lg)
         return config
 
     def update_broker_defaults(self, broker_defaults):
@@ -683,6 +701,7 @@ class LogManager:
         self.default_config = LogConfig.from_props(self.broker_defaults, {})
         for lg in self._logs.values():
             lg.update_config(self._config_for(lg.topic))
+            self._note_compaction(lg)
 
     # -- background work ----------------------------------------------------------------
 
@@ -808,6 +827,8 @@ class LogManager:
 
     def _forget_offsets(self, lg):
         d, tp = self._dir_of(lg), (lg.topic, lg.partition)
+        if self._compacted.get(tp) is lg:
+            del self._compacted[tp]
         for name, _ in _CHECKPOINTS:
             if self._checkpointed[name].get(d, {}).pop(tp, None) is not None:
                 self._checkpoint_dirty[name].add(d)
