@@ -46,6 +46,10 @@ from kafkatw.server.interfaces import IApiHandler
 
 log = Logger()
 
+#: topics of at most this many partitions have their logs made before CreateTopics (or
+#: CreatePartitions) answers; larger ones after (see _sync_logs)
+_CREATE_LOGS_BEFORE_ANSWER = 100
+
 DEFAULT_HANDLERS = (
     api_versions,
     metadata,
@@ -382,12 +386,14 @@ class KafkaApis:
         from kafkatw.cluster.metadata import TOPIC_CREATED, TOPIC_DELETED, TOPIC_PARTITIONS_ADDED
 
         if event in (TOPIC_CREATED, TOPIC_PARTITIONS_ADDED):
-            # The topic (or its new partitions) is published now, durable in the metadata (a
-            # restart makes missing logs): the logs are made in the thread pool, and a
-            # partition used before its log is attached has it made (or waited for) then.
-            # CreateTopics of 2,000 partitions waited seconds for their files.
-            return self.log_manager.create_logs(info.name, range(info.num_partitions),
-                                                info.topic_id, info.configs, wait=False)
+            # A topic of many partitions is published now, durable in the metadata (a restart
+            # makes missing logs): the logs are made in the thread pool, and a partition used
+            # before its log is attached has it made (or waited for) then. CreateTopics of
+            # 2,000 partitions waited seconds for their files. A small topic is published
+            # with its logs (tens of milliseconds; every log dir listing shows it at once).
+            return self.log_manager.create_logs(
+                info.name, range(info.num_partitions), info.topic_id, info.configs,
+                wait=info.num_partitions <= _CREATE_LOGS_BEFORE_ANSWER)
         if event == TOPIC_DELETED:
             # the logs are forgotten at once, their directories renamed in the thread pool
             d = self.log_manager.delete_logs(info.name, range(info.num_partitions))
