@@ -453,6 +453,28 @@ class ConcurrencyTest(CleanerBase):
         self.assertEqual([n for n in os.listdir(lg.dir) if n.endswith(CLEANED_SUFFIX)], [])
         self.assertEqual(cleaner.first_dirty_offset(lg), bases[1])
 
+    def test_abort_during_a_pass_discards_it_and_leaves_no_mark(self):
+        """A log deleted while its pass runs is not swapped in; the mark goes with the pass,
+        and deleting logs no pass runs on marks nothing (the marks of every deleted log
+        piled up for the broker's lifetime)."""
+        lg = self.make_log(segment_bytes=300)
+        cleaner = LogCleaner(self.mgr)
+        for i in range(30):
+            self.append(lg, [b"k%d" % (i % 3)])
+        before = log_records(lg)[0]
+        calls = self.capture_blocking()
+        d = cleaner.clean(lg)
+        (fn, args, waiting), = calls
+        job = fn(*args)
+        cleaner.abort(lg)
+        waiting.callback(job)
+        self.assertIsNone(self.successResultOf(d))
+        self.assertEqual(log_records(lg)[0], before)
+        self.assertEqual(cleaner._aborted, set())
+        for i in range(5):
+            cleaner.abort(self.make_log(topic="idle-%d" % i))
+        self.assertEqual(cleaner._aborted, set())
+
 
 class RestartTest(CleanerBase):
     def test_checkpoint_persists_across_restart(self):

@@ -340,8 +340,10 @@ class LogCleaner:
                 log.warn("ignoring the cleaner checkpoint of {dir}: {e}", dir=d, e=e)
 
     def abort(self, lg):
-        """Forget ``lg`` (deleted): a running pass is not swapped in, its checkpoint goes."""
-        self._aborted.add(id(lg))
+        """Forget ``lg`` (deleted): a running pass is not swapped in, its checkpoint goes. Only
+        a running pass is marked (the mark goes with it: deleted logs must not pile up)."""
+        if id(lg) in self._in_progress:
+            self._aborted.add(id(lg))
         self._checkpoints.pop((lg.topic, lg.partition), None)
 
     def shutdown(self):
@@ -465,6 +467,7 @@ class LogCleaner:
 
     def _done(self, result, lg):
         self._in_progress.discard(id(lg))
+        self._aborted.discard(id(lg))
         return result
 
     def _failed(self, failure, lg, job):
