@@ -5,13 +5,15 @@ at once (one request in flight on each; a connection the broker closes, or one w
 it parks, is replaced by a new one), while a control connection
 asks ApiVersions every 200 ms and must be answered each time within a bound.
 
-Afterwards: the broker runs, its log has no traceback and no unhandled error, and its RSS and
-open descriptors come back to the baseline. ``tests/test_e2e_wire_fuzz.py`` runs a short form;
-the long form is::
+Afterwards: the broker runs, its log has no traceback and no unhandled error, and once what
+the fuzzed requests made is removed (topics, groups, ACLs, SCRAM users, quotas; transactional
+ids expire) its RSS and open descriptors come back to the baseline, taken after the internal
+topics exist. ``tests/test_e2e_wire_fuzz.py`` runs a short form; the long form is::
 
     .venv/bin/python -m tests.wire_fuzz --requests 1000000
 
-which prints a JSON summary (docs/reliability.md keeps the last one).
+which prints a JSON summary with RSS samples over the run (docs/reliability.md keeps the last
+one). ``--tracemalloc 1`` adds the broker's largest allocation growth, start against end.
 """
 
 import argparse
@@ -34,7 +36,17 @@ from tests.test_fuzz_decoders import CORPUS, INTS
 BROKER_PROPS = {"kafkatw.reactor.stall.probe.ms": 50,
                 # deleted topics' directories go a second after the deletion (the clean-up
                 # before the last RSS reading waits for them)
-                "log.segment.delete.delay.ms": 1000}
+                "log.segment.delete.delay.ms": 1000,
+                # what fuzzed requests leave that no request can delete expires within seconds
+                # (Kafka's defaults: 30 min, 15 min, 7 days, 1 h, 1 day): members of groups,
+                # transactions, transactional ids and producer ids
+                "group.max.session.timeout.ms": 10000,
+                "transaction.max.timeout.ms": 10000,
+                "transaction.abort.timed.out.transaction.cleanup.interval.ms": 1000,
+                "transactional.id.expiration.ms": 5000,
+                "transaction.remove.expired.transaction.cleanup.interval.ms": 1000,
+                "producer.id.expiration.ms": 10000,
+                "producer.id.expiration.check.interval.ms": 1000}
 
 #: What a clean log never says (twisted.logger's failure lines carry a traceback).
 BAD_LOG_MARKERS = ("Traceback", "Unhandled", "#critical]")
@@ -218,6 +230,130 @@ class Janitor(threading.Thread):
             c.close()
 
 
+NON_EMPTY_GROUP = 68
+
+
+def clean_up(broker, bound=60.0):
+    """Remove what fuzzed requests made: topics (until their directories are gone), groups
+    (members the fuzzer left behind expire within ``group.max.session.timeout.ms``), ACLs,
+    SCRAM users and client quotas; transactional ids expire by themselves (``BROKER_PROPS``:
+    this waits for them). {kind: how many were removed, ``*_left``: what did not go}."""
+    c = RawClient(broker, "fuzz-cleaner", timeout=60)
+    removed = {}
+    try:
+        removed["topics"] = Janitor(broker, None).sweep()
+        R = m.DeleteAclsRequest
+        body = c.request(31, 3, R(filters=[R.DeleteAclsFilter(
+            resource_type_filter=1, resource_name_filter=None, pattern_type_filter=1,
+            principal_filter=None, host_filter=None, operation=1, permission_type=1)]))
+        removed["acls"] = sum(len(r.matching_acls) for r in body.filter_results)
+        body = c.request(50, 0, m.DescribeUserScramCredentialsRequest(users=None))
+        R = m.AlterUserScramCredentialsRequest
+        deletions = [R.ScramCredentialDeletion(name=r.user, mechanism=i.mechanism)
+                     for r in body.results for i in r.credential_infos]
+        if deletions:
+            c.request(51, 0, R(deletions=deletions, upsertions=[]))
+        removed["scram_credentials"] = len(deletions)
+        body = c.request(48, 1, m.DescribeClientQuotasRequest(components=[], strict=False))
+        R = m.AlterClientQuotasRequest
+        entries = [R.EntryData(entity=[R.EntityData(entity_type=e.entity_type, entity_name=e.entity_name)
+                                       for e in entry.entity],
+                               ops=[R.OpData(key=v.key, value=0.0, remove=True) for v in entry.values])
+                   for entry in body.entries or ()]
+        if entries:
+            c.request(49, 1, R(entries=entries, validate_only=False))
+        removed["quota_entities"] = len(entries)
+        deadline = time.monotonic() + bound
+        removed["groups"] = 0
+        while True:
+            groups = [g.group_id for g in c.request(16, 4, m.ListGroupsRequest(states_filter=[])).groups]
+            if groups:
+                body = c.request(42, 2, m.DeleteGroupsRequest(groups_names=groups))
+                removed["groups"] += sum(1 for r in body.results if r.error_code == 0)
+            if not groups or time.monotonic() > deadline:
+                removed["groups_left"] = len(groups)
+                break
+            time.sleep(0.5)
+        while True:  # transactional ids expire (BROKER_PROPS): ongoing ones abort first
+            left = c.request(66, 0, m.ListTransactionsRequest(
+                state_filters=[], producer_id_filters=[])).transaction_states
+            if not left or time.monotonic() > deadline:
+                removed["transactional_ids_left"] = len(left)
+                break
+            time.sleep(0.5)
+        while topic_dirs(broker.data_dir) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return removed
+    finally:
+        c.close()
+
+
+class MemoryProbe:
+    """``tracemalloc`` in the broker (``--tracemalloc``): the fuzzer's broker is started with
+    ``tests/memhook`` on ``PYTHONPATH`` (its ``sitecustomize`` dumps a snapshot on SIGUSR2,
+    never loaded by a shipped path); ``growth`` compares the first snapshot with the last."""
+
+    HOOK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "memhook")
+
+    def __init__(self, directory, frames=1):
+        self.directory, self.frames = directory, frames
+        self.taken = 0
+
+    def environ(self):
+        """What the broker's environment needs (no fork server: it would not inherit it)."""
+        path = os.environ.get("PYTHONPATH")
+        return {"PYTHONPATH": self.HOOK + (os.pathsep + path if path else ""),
+                "KAFKATW_TRACEMALLOC_DIR": self.directory,
+                "KAFKATW_TRACEMALLOC_FRAMES": str(self.frames),
+                "KAFKATW_TESTING_FORK_SERVER": "0"}
+
+    def snapshot(self, pid, timeout=120.0):
+        import signal
+        self.taken += 1
+        path = os.path.join(self.directory, "%d.snap" % self.taken)
+        os.kill(pid, signal.SIGUSR2)
+        deadline = time.monotonic() + timeout
+        while not os.path.exists(path):
+            if time.monotonic() > deadline:
+                raise AssertionError("no tracemalloc snapshot from the broker in %d s" % timeout)
+            time.sleep(0.1)
+        return path
+
+    def growth(self, pid, top=25):
+        """The ``top`` largest differences, last snapshot against the first, as text lines."""
+        import tracemalloc
+        last = tracemalloc.Snapshot.load(self.snapshot(pid))
+        first = tracemalloc.Snapshot.load(os.path.join(self.directory, "1.snap"))
+        keep = [tracemalloc.Filter(False, tracemalloc.__file__)]
+        stats = last.filter_traces(keep).compare_to(first.filter_traces(keep),
+                                                      "traceback" if self.frames > 1 else "lineno")
+        total = sum(s.size_diff for s in stats)
+        out = ["total %+d kB" % (total // 1024)]
+        for s in stats[:top]:
+            out.append("%+d kB %+d blocks %s" % (s.size_diff // 1024, s.count_diff,
+                                                  " <- ".join(str(f) for f in s.traceback)))
+        return out
+
+
+def internal_topics(broker, bound=60.0):
+    """Have the broker create ``__consumer_offsets`` and ``__transaction_state`` (the first
+    FindCoordinator does) before the baseline: their 100 logs are the broker's, not the
+    fuzzed requests' state, and stay after the clean-up."""
+    c = RawClient(broker, "fuzz-coordinators", timeout=60)
+    deadline = time.monotonic() + bound
+    try:
+        for key_type in (0, 1):
+            while True:
+                body = c.request(10, 3, m.FindCoordinatorRequest(key="fuzz", key_type=key_type))
+                if body.error_code == 0:
+                    break
+                if time.monotonic() > deadline:
+                    raise AssertionError("no coordinator of key type %d: %r" % (key_type, body))
+                time.sleep(0.1)
+    finally:
+        c.close()
+
+
 def topic_dirs(data_dir):
     """Partition directories of non-internal topics (deleted ones included until removed)."""
     return [n for n in os.listdir(data_dir)
@@ -244,12 +380,17 @@ def bad_log_lines(path):
         return [line.rstrip("\n") for line in f if any(b in line for b in BAD_LOG_MARKERS)]
 
 
-def run(broker, requests, connections=8, seed=1, time_limit=None, janitor_interval=30.0):
-    """Fuzz ``broker`` with ``requests`` mutated requests; a summary dict."""
+def run(broker, requests, connections=8, seed=1, time_limit=None, janitor_interval=30.0,
+        sample_interval=60.0, memory=None):
+    """Fuzz ``broker`` with ``requests`` mutated requests; a summary dict. RSS is sampled every
+    ``sample_interval`` seconds; ``memory`` (a MemoryProbe) adds the tracemalloc growth."""
     pid = broker.process.pid
     apis = advertised(broker)
     frames = seeds(apis)
+    internal_topics(broker)
     time.sleep(0.5)  # let start-up work settle before the baseline
+    if memory is not None:
+        memory.snapshot(pid)
     base_rss, base_fds = rss_kb(pid), fd_count(pid, broker.data_dir)
     stalls = StallLog(broker.log_path).mark()
     stop = threading.Event()
@@ -264,8 +405,13 @@ def run(broker, requests, connections=8, seed=1, time_limit=None, janitor_interv
     for s in senders:
         s.start()
     deadline = None if time_limit is None else t0 + time_limit
-    for s in senders:
-        s.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+    samples = []  # [seconds, requests sent, RSS kB]
+    next_sample = t0 + sample_interval
+    while any(s.is_alive() for s in senders) and (deadline is None or time.monotonic() < deadline):
+        time.sleep(min(0.5, max(0.0, next_sample - time.monotonic())))
+        if time.monotonic() >= next_sample and broker.running:
+            samples.append([round(time.monotonic() - t0), sum(s.sent for s in senders), rss_kb(pid)])
+            next_sample += sample_interval
     stop.set()
     for s in senders:
         s.join(30)
@@ -281,18 +427,15 @@ def run(broker, requests, connections=8, seed=1, time_limit=None, janitor_interv
         fds = fd_count(pid, broker.data_dir)
     rss_after = rss_kb(pid) if broker.running else None
     dirs_at_end = len(topic_dirs(broker.data_dir))
-    # the state the fuzzed admin requests left (topics and their logs) goes, then RSS again:
-    # what is still above the baseline is not the topics' (each partition legitimately holds
-    # ~10 kB: its log, indexes, metadata)
-    rss_cleaned = None
+    # the state the fuzzed requests left (topics, groups, ACLs, SCRAM users, quotas) goes, then
+    # RSS again: what is still above the baseline is neither that state nor its caches
+    rss_cleaned, removed, snapshots = None, {}, None
     if broker.running:
-        cleaner = Janitor(broker, stop)
-        cleaner.sweep()
-        settle = time.monotonic() + 60
-        while topic_dirs(broker.data_dir) and time.monotonic() < settle:
-            time.sleep(0.2)
+        removed = clean_up(broker)
         time.sleep(2)
         rss_cleaned = rss_kb(pid)
+        if memory is not None:
+            snapshots = memory.growth(pid)
     return {
         "requests": sum(s.sent for s in senders),
         "answered": sum(s.answered for s in senders),
@@ -309,7 +452,11 @@ def run(broker, requests, connections=8, seed=1, time_limit=None, janitor_interv
         "broker_running": broker.running,
         "rss_kb_before": base_rss,
         "rss_kb_after": rss_after,
-        "rss_kb_after_topics_deleted": rss_cleaned,
+        "rss_kb_after_clean_up": rss_cleaned,
+        "partition_dirs_at_end_of_clean_up": len(topic_dirs(broker.data_dir)),
+        "rss_samples": samples,
+        "removed_by_clean_up": removed,
+        "tracemalloc_growth": snapshots,
         "fds_before": base_fds,
         "fds_after": fds,
         "topics_deleted_by_janitor": janitor.deleted if janitor is not None else 0,
@@ -328,10 +475,19 @@ def main(argv=None):
                         help="delete the fuzzed topics every this many seconds (0: never)")
     parser.add_argument("--time-limit", type=float, default=None,
                         help="stop sending after this many seconds (the summary counts what was sent)")
+    parser.add_argument("--sample", type=float, default=60.0, help="sample RSS every this many seconds")
+    parser.add_argument("--tracemalloc", type=int, default=0, metavar="FRAMES",
+                        help="trace the broker's allocations (this many frames each) and print "
+                             "the largest growth from start to after the clean-up (slow)")
     args = parser.parse_args(argv)
+    memory = None
+    if args.tracemalloc:
+        import tempfile
+        memory = MemoryProbe(tempfile.mkdtemp(prefix="fuzz-tracemalloc-"), args.tracemalloc)
+        os.environ.update(memory.environ())
     with KafkaBroker(overrides=BROKER_PROPS) as broker:
         summary = run(broker, args.requests, args.connections, args.seed, args.time_limit,
-                      args.janitor_interval)
+                      args.janitor_interval, args.sample, memory)
         summary["seed"] = args.seed
     print(json.dumps(summary, indent=1))
     ok = (summary["broker_running"] and not summary["bad_log_lines"] and not summary["errors"]
