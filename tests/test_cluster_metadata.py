@@ -118,6 +118,16 @@ class ClusterMetadataTests(unittest.SynchronousTestCase):
         with open(again.metadata_path) as f:
             self.assertEqual([t["name"] for t in json.load(f)["topics"]], ["lost"])
 
+    def test_deleted_topic_leaves_no_partition_states(self):
+        """The memo of a deleted topic's partition states goes with it (a topic of thousands
+        of partitions stayed until the memo outgrew its bound)."""
+        self.successResultOf(self.meta.create_topic("gone", 3))
+        self.assertEqual(self.meta.partition_state("gone", 2).leader, 1)
+        self.assertIn("gone", self.meta._partition_states)
+        self.successResultOf(self.meta.delete_topic("gone"))
+        self.assertNotIn("gone", self.meta._partition_states)
+        self.assertIsNone(self.meta.partition_state("gone", 2))
+
     def test_deleted_topic_is_not_recovered_from_its_dirs(self):
         """A crash after a deletion is durable but before its directories are renamed: the
         next load does not bring the topic back; forgetting it (dirs gone) is persisted."""

@@ -640,6 +640,7 @@ class ClusterMetadata:
         def apply():
             self.topics.pop(name, None)
             self._by_id.pop(info.topic_id, None)
+            self._partition_states.pop(name, None)
             self.deleted_topic_ids = self.deleted_topic_ids | {info.topic_id}
             return self._notify(TOPIC_DELETED, info).addCallback(lambda _: info)
         return self._stage(apply)
