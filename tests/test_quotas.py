@@ -176,6 +176,43 @@ class ClientQuotaManagerTest(unittest.SynchronousTestCase):
         m.record_and_get_throttle_time_ms(ALICE, "stays", 10, 3601 * 1000)
         self.assertEqual(sorted(m.metrics), [("", "stays")])
 
+    def test_sensors_expire_after_their_quota_went(self):
+        """A client whose quota was removed records nothing more: its sensor still expires
+        (a default client-id quota gave every client id that came and went one for good)."""
+        cb = DefaultQuotaCallback()
+        cb.update_quota(P, E(client_id=None), 1000)
+        m = ClientQuotaManager(P, cb, samples=11, window_seconds=1)
+        m.record_and_get_throttle_time_ms(ALICE, "gone", 10, 0)
+        cb.remove_quota(P, E(client_id=None))
+        cb.update_quota(P, E(client_id="kept"), 1000)
+        self.assertEqual(m.record_and_get_throttle_time_ms(ALICE, "gone", 10, 3601 * 1000), 0)
+        self.assertEqual(sorted(m.metrics), [])
+
+    def test_removing_the_last_quota_forgets_every_sensor(self):
+        cb = DefaultQuotaCallback()
+        q = QuotaManagers(cb, samples=11, window_seconds=1)
+        q.set_quota(E(client_id=None), ClientQuotaType.PRODUCE.value, 1000)
+        q.set_quota(E(client_id=None), ClientQuotaType.CONTROLLER_MUTATION.value, 10)
+        for i in range(5):
+            q.produce.record_and_get_throttle_time_ms(ALICE, "c%d" % i, 10, 0)
+            q.mutations.quota(ALICE, "c%d" % i, 0, True).record(1)
+        self.assertEqual((len(q.produce.metrics), len(q.mutations.metrics)), (5, 5))
+        q.remove_quota(E(client_id=None), ClientQuotaType.PRODUCE.value)
+        self.assertEqual((len(q.produce.metrics), len(q.mutations.metrics)), (5, 5))
+        q.remove_quota(E(client_id=None), ClientQuotaType.CONTROLLER_MUTATION.value)
+        self.assertFalse(q.enabled)
+        self.assertEqual((q.produce.metrics, q.mutations.metrics), ({}, {}))
+
+    def test_idle_mutation_buckets_expire_after_an_hour(self):
+        cb = DefaultQuotaCallback()
+        cb.update_quota(ClientQuotaType.CONTROLLER_MUTATION, E(client_id=None), 10)
+        q = QuotaManagers(cb, samples=11, window_seconds=1)
+        q.mutations.quota(ALICE, "gone", 0, True).record(1)
+        q.mutations.quota(ALICE, "stays", 3000 * 1000, True).record(1)
+        q.mutations.quota(ALICE, "stays", 3601 * 1000, True).record(1)
+        self.assertEqual(sorted(q.mutations.metrics), [("", "stays")])
+        self.assertEqual(sorted(q.mutations._buckets), [("", "stays")])
+
     def test_request_quota_capped_at_one_window(self):
         cb = DefaultQuotaCallback()
         cb.update_quota(ClientQuotaType.REQUEST, E(client_id="c"), 1)

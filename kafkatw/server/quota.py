@@ -74,12 +74,12 @@ class ClientQuotaManager:
     def record_and_get_throttle_time_ms(self, principal, client_id, value, now_ms):
         user, client = self._tags(principal, client_id)
         key = (user, client)
+        if now_ms >= self._next_expiry_ms:  # also for clients without a quota (any more)
+            self.expire(now_ms)
+            self._next_expiry_ms = now_ms + 60000
         bound = self.callback.quota_limit(self.quota_type, {USER_TAG: user, CLIENT_ID_TAG: client})
         if bound is None:
             return 0
-        if now_ms >= self._next_expiry_ms:
-            self.expire(now_ms)
-            self._next_expiry_ms = now_ms + 60000
         rate = self._sensor(key, now_ms)
         rate.record(value, now_ms)
         m = self.metrics.get(key)
@@ -124,6 +124,14 @@ class ClientQuotaManager:
             if now_ms - used >= INACTIVE_SENSOR_EXPIRATION_MS:
                 del self._sensors[key]
                 self.metrics.pop(key, None)
+        for key in [k for k in self.metrics if k not in self._sensors]:
+            del self.metrics[key]  # their sensors went with new quota windows
+
+    def forget(self):
+        """Drop every sensor and counter (no quota is left: nothing records any more, so
+        nothing would expire them)."""
+        self._sensors.clear()
+        self.metrics.clear()
 
 
 class QuotaManagers:
@@ -156,6 +164,9 @@ class QuotaManagers:
     def _recount(self):
         if not self._custom:
             self._count = sum(len(self.callback.entities(t)) for t in ClientQuotaType)
+            if self._count == 0:
+                for manager in self.by_type.values():
+                    manager.forget()
 
     def snapshot(self):
         """Plain per-entity counters for a metrics endpoint: ``{quota key: [{"user", "client-id",
@@ -324,16 +335,35 @@ class ControllerMutationQuotaManager:
         self.window_ms = window_seconds * 1000
         self._buckets = {}
         self.metrics = {}
+        self._used = {}  # key -> last used ms: buckets expire as sensors do
+        self._next_expiry_ms = 0
+
+    def expire(self, now_ms):
+        """Drop buckets and counters unused for an hour (as ClientQuotaManager.expire)."""
+        for key, used in list(self._used.items()):
+            if now_ms - used >= INACTIVE_SENSOR_EXPIRATION_MS:
+                del self._used[key]
+                self._buckets.pop(key, None)
+                self.metrics.pop(key, None)
+
+    def forget(self):
+        self._buckets.clear()
+        self.metrics.clear()
+        self._used.clear()
 
     def quota(self, principal, client_id, now_ms, strict):
         """A :class:`ControllerMutationQuota` for one request (``strict``: the request's
         version can carry THROTTLING_QUOTA_EXCEEDED, so a topic over the quota is refused)."""
         tags = self.callback.quota_metric_tags(ClientQuotaType.CONTROLLER_MUTATION, principal, client_id or "")
         key = (tags.get(USER_TAG, ""), tags.get(CLIENT_ID_TAG, ""))
+        if now_ms >= self._next_expiry_ms:
+            self.expire(now_ms)
+            self._next_expiry_ms = now_ms + 60000
         bound = self.callback.quota_limit(ClientQuotaType.CONTROLLER_MUTATION,
                                           {USER_TAG: key[0], CLIENT_ID_TAG: key[1]})
         if bound is None:
             return UNBOUNDED_MUTATIONS
+        self._used[key] = now_ms
         bucket = self._buckets.get(key)
         if bucket is None or bucket.samples_max != self.samples or bucket.window_ms != self.window_ms:
             from kafkatw.rate import TokenBucket
