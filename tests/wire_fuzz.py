@@ -485,7 +485,8 @@ def main(argv=None):
         import tempfile
         memory = MemoryProbe(tempfile.mkdtemp(prefix="fuzz-tracemalloc-"), args.tracemalloc)
         os.environ.update(memory.environ())
-    with KafkaBroker(overrides=BROKER_PROPS) as broker:
+    # tracing allocations slows the start a lot on a loaded machine
+    with KafkaBroker(overrides=BROKER_PROPS, start_timeout=120 if memory else 30) as broker:
         summary = run(broker, args.requests, args.connections, args.seed, args.time_limit,
                       args.janitor_interval, args.sample, memory)
         summary["seed"] = args.seed
