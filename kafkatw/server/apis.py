@@ -134,6 +134,8 @@ class KafkaApis:
             self.register(handler)
         if log_manager is not None and metadata is not None:
             metadata.add_listener(self._sync_logs)
+        if metadata is not None:
+            metadata.add_listener(self._forget_answers)
 
     # -- registry ------------------------------------------------------------------------
 
@@ -381,6 +383,14 @@ class KafkaApis:
             log.error("{n} partition(s) have no log while log dirs {dirs} are offline: they "
                       "answer KAFKA_STORAGE_ERROR", n=unavailable,
                       dirs=sorted(self.log_manager.offline_dirs))
+
+    def _forget_answers(self, event, info):
+        """A deleted topic's cached Metadata answers go with it."""
+        from kafkatw.cluster.metadata import TOPIC_DELETED
+        from kafkatw.server.handlers import metadata as metadata_handler
+
+        if event == TOPIC_DELETED:
+            metadata_handler.forget_topic(self.metadata, info.name)
 
     def _sync_logs(self, event, info):
         from kafkatw.cluster.metadata import TOPIC_CREATED, TOPIC_DELETED, TOPIC_PARTITIONS_ADDED

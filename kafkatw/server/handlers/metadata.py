@@ -113,10 +113,16 @@ def _when_published(apis, name):
     return defer.succeed(errors.LEADER_NOT_AVAILABLE)
 
 
-#: (metadata store, topic, version, listener answer) -> _CachedTopic: a topic's answer
+#: (metadata store, topic) -> {(version, listener answer): _CachedTopic}: a topic's answer
 #: encoded once; used while the store's TopicInfo is the same object and every partition's
-#: state (leader, epoch, ISR, replicas) compares equal
+#: state (leader, epoch, ISR, replicas) compares equal. A deleted topic's answers go at once
+#: (forget_topic): one of thousands of partitions is megabytes.
 _topic_cache = {}
+
+
+def forget_topic(meta, name):
+    """Drop the cached answers of ``name`` (deleted) in ``meta``."""
+    _topic_cache.pop((id(meta), name), None)
 
 
 class _CachedTopic:
@@ -140,13 +146,19 @@ def topic_response(apis, request, info, include_ops, listed):
     # Topics change rarely and are asked for often (every client, every metadata.max.age.ms):
     # 10,000 partitions are ~200 ms of objects and encoding; reading their states to check
     # the cached answer is a tenth of that.
-    key = (id(meta), info.name, request.api_version, listed)
-    cached = _topic_cache.get(key)
+    key = (id(meta), info.name)
+    answers = _topic_cache.get(key)
+    if answers is None:
+        if len(_topic_cache) > len(meta.topics) + 64:
+            _topic_cache.clear()  # topics a store without listeners deleted
+        answers = _topic_cache[key] = {}
+    sub = (request.api_version, listed)
+    cached = answers.get(sub)
     if cached is None or cached.info is not info or cached.states != states:
-        if len(_topic_cache) > 4 * len(meta.topics) + 64:
-            _topic_cache.clear()  # deleted topics, old versions
+        if len(answers) > 16:
+            answers.clear()  # old listener answers
         struct = _topic_response(apis, request, info, include_ops, listed, states)
-        cached = _topic_cache[key] = _CachedTopic(info, states, Encoded(struct, request.api_version))
+        cached = answers[sub] = _CachedTopic(info, states, Encoded(struct, request.api_version))
     return cached.encoded
 
 
