@@ -48,6 +48,40 @@ class FrameDecoderTests(unittest.SynchronousTestCase):
         self.assertIsNone(d.next_frame())
         self.assertEqual(d.buffered, 0)
 
+    def test_large_frame_memory_reused_only_when_released(self):
+        """The next large frame reuses the last one's buffer once nothing refers to it, and
+        never while something still does (a parked request's records, a view)."""
+        d = FrameDecoder(10 * LARGE_FRAME)
+
+        def receive(payload):
+            d.feed(framed(payload)[:8])
+            self.assertIsNone(d.next_frame())
+            view = d.receive_view()
+            view[:] = payload[4:]
+            d.received_into(len(view))
+            return d.next_frame()
+
+        a_payload = b"a" * (LARGE_FRAME + 500)
+        a = receive(a_payload)
+        held = memoryview(a)[10:20]  # still referred to: not reused
+        b = receive(b"b" * (LARGE_FRAME + 300))
+        self.assertIsNot(b, a)
+        self.assertEqual(bytes(a), a_payload)
+        self.assertEqual(bytes(held), b"a" * 10)
+        b_id = id(b)
+        del b  # released: the next one reuses its memory, resized
+        c_payload = bytes(i % 253 for i in range(LARGE_FRAME + 700))
+        c = receive(c_payload)
+        self.assertEqual(id(c), b_id)
+        self.assertEqual(bytes(c), c_payload)
+        self.assertEqual(len(c), LARGE_FRAME + 700)
+        del c
+        e_payload = b"e" * (LARGE_FRAME + 10)  # smaller: shrunk in place
+        e = receive(e_payload)
+        self.assertEqual(id(e), b_id)
+        self.assertEqual(bytes(e), e_payload)
+        self.assertEqual(bytes(a), a_payload)
+
     def test_small_frames_are_not_received_into(self):
         d = FrameDecoder(10 * LARGE_FRAME)
         d.feed(framed(b"x" * (LARGE_FRAME - 1))[:50])

@@ -6,6 +6,7 @@ nothing about headers beyond their minimum size, nor about sockets.
 
 import collections
 import struct
+import sys
 
 _SIZE = struct.Struct(">i")
 
@@ -36,7 +37,7 @@ class FrameDecoder:
     """
 
     __slots__ = ("max_size", "_chunks", "_offset", "buffered", "_need", "_frame", "_filled",
-                 "last_was_large")
+                 "last_was_large", "_spare")
 
     def __init__(self, max_size):
         self.max_size = max_size
@@ -50,6 +51,9 @@ class FrameDecoder:
         #: the last frame cut was a large one: a reader may expect another (read its length
         #: alone, then the frame straight into its buffer)
         self.last_was_large = False
+        #: the last large frame handed out: once nothing else refers to it, the next large
+        #: frame reuses its memory (a fresh megabyte is zeroed and page-faulted in each time)
+        self._spare = None
 
     @property
     def receiving(self):
@@ -81,7 +85,7 @@ class FrameDecoder:
         if frame is None:
             if need < LARGE_FRAME or self.buffered >= need:
                 return None
-            frame = self._frame = bytearray(need)
+            frame = self._frame = self._buffer(need)
             filled = 0
             chunks = self._chunks
             offset = self._offset
@@ -96,6 +100,23 @@ class FrameDecoder:
         elif self._filled >= need:
             return None  # complete, not cut yet: the next bytes belong to the next frame
         return memoryview(frame)[self._filled:need]
+
+    def _buffer(self, need):
+        """A bytearray of ``need`` bytes to receive a frame into: the previous large frame's,
+        resized, when only this decoder still refers to it (CPython's reference count: the
+        request that frame carried is gone, and no view or write of it is pending)."""
+        spare = self._spare
+        if spare is not None:
+            self._spare = None
+            # two references: ``spare`` here and getrefcount's argument
+            if sys.getrefcount(spare) == 2 and need // 2 <= len(spare) <= 2 * need:
+                size = len(spare)
+                if size > need:
+                    del spare[need:]
+                elif size < need:
+                    spare.extend(bytes(need - size))
+                return spare
+        return bytearray(need)
 
     def received_into(self, n):
         """``n`` bytes were written into the view :meth:`receive_view` gave."""
@@ -154,6 +175,7 @@ class FrameDecoder:
             self._need = -1
             self.buffered -= need
             self.last_was_large = True
+            self._spare = frame
             return frame
         if self.buffered < need:
             return None
