@@ -33,6 +33,12 @@ def produce(bootstrap, topic, messages, size, acks, idempotence=True):
     def delivered(err, _msg):
         if err is not None:
             errors.append(err)
+    # connected, metadata known and the producer id given before the clock starts: the
+    # figure is the replicated throughput, not the client's start-up (which is a larger share
+    # of a faster, shorter RF 1 round)
+    producer.produce(topic, value=value, on_delivery=delivered)
+    if producer.flush(60):
+        raise RuntimeError("the warm-up record was not acknowledged")
     start = time.monotonic()
     for i in range(messages):
         while True:
