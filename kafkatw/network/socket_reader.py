@@ -15,6 +15,16 @@ from twisted.internet import main, tcp
 _RETRY = (errno.EWOULDBLOCK, errno.EAGAIN, errno.EINTR)
 
 
+def receive_into(sock, buf):
+    """One ``recv_into(buf)``: the byte count, or what a ``doRead`` answers instead: None
+    (nothing to read yet), ``CONNECTION_LOST`` (a socket error) or ``CONNECTION_DONE`` (EOF)."""
+    try:
+        n = sock.recv_into(buf)
+    except OSError as e:
+        return None if e.errno in _RETRY else main.CONNECTION_LOST
+    return n if n else main.CONNECTION_DONE
+
+
 def install(transport, decoder, received_into):
     """Read large frames of ``decoder`` from ``transport``'s socket straight into them;
     ``received_into(n)`` is called after ``n`` bytes went into the decoder (as ``dataReceived``
@@ -31,26 +41,22 @@ def install(transport, decoder, received_into):
 
     def doRead():
         view = decoder.receive_view()
-        try:
-            if view is None:
-                if not (decoder.last_was_large and decoder.buffered == 0):
-                    return twisted_read()
-                # after a large frame, likely another: its length alone (one more recv per
-                # megabyte), then the frame straight into its own buffer on the next read
-                data = sock.recv(4)
-                if not data:
-                    return main.CONNECTION_DONE
-                decoder.feed(data)
-                received_into(len(data))
-                return None
-            n = sock.recv_into(view)
-        except OSError as e:
-            if e.errno in _RETRY:
-                return None
-            return main.CONNECTION_LOST
-        if not n:
-            return main.CONNECTION_DONE
-        decoder.received_into(n)
+        if view is not None:
+            n = receive_into(sock, view)
+            if type(n) is not int:
+                return n
+            decoder.received_into(n)
+            received_into(n)
+            return None
+        if not (decoder.last_was_large and decoder.buffered == 0):
+            return twisted_read()
+        # after a large frame, likely another: its length alone (one more recv per megabyte),
+        # then the frame straight into its own buffer on the next read
+        length = bytearray(4)
+        n = receive_into(sock, length)
+        if type(n) is not int:
+            return n
+        decoder.feed(bytes(length[:n]))
         received_into(n)
         return None
 

@@ -14,16 +14,16 @@ over together. Handshake, shutdown and producers stay Twisted's. Listeners use
 :func:`tls_factory`.
 """
 
-import errno
 import os
 
 from OpenSSL import SSL
-from twisted.internet import defer, main, tcp, threads
+from twisted.internet import defer, tcp, threads
 from twisted.protocols.policies import ProtocolWrapper
 from twisted.protocols.tls import TLSMemoryBIOFactory, TLSMemoryBIOProtocol
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from kafkatw.network.socket_reader import receive_into
 from kafkatw.network.transport import IBulkWriter
 
 try:
@@ -53,7 +53,6 @@ READ_BYTES = 256 * 1024
 _SEND_SCRATCH = bytearray(512 * 1024)
 _RECV_SCRATCH = bytearray(READ_BYTES)
 _SOCK_SCRATCH = bytearray(READ_BYTES)  # ciphertext read from a socket
-_RETRY = (errno.EWOULDBLOCK, errno.EAGAIN, errno.EINTR)
 if _DIRECT:
     _SEND_PTR = _ffi.from_buffer(_SEND_SCRATCH)
     _RECV_PTR = _ffi.from_buffer(_RECV_SCRATCH)
@@ -369,14 +368,9 @@ class KafkaTlsProtocol(TLSMemoryBIOProtocol):
         view = memoryview(_SOCK_SCRATCH)
 
         def doRead():
-            try:
-                n = sock.recv_into(_SOCK_SCRATCH)
-            except OSError as e:
-                if e.errno in _RETRY:
-                    return None
-                return main.CONNECTION_LOST
-            if not n:
-                return main.CONNECTION_DONE
+            n = receive_into(sock, _SOCK_SCRATCH)
+            if type(n) is not int:
+                return n
             self.dataReceived(view[:n])
             return None
 
