@@ -193,11 +193,20 @@ class BoundedDecompressionTests(SynchronousTestCase):
         self.assertRaises(CorruptRecordError, decompress, LZ4, out + out[:-3])
 
     def test_zstd_bomb_refused_before_decompressing(self):
-        bomb = zstandard.ZstdCompressor(write_content_size=False).compress(b"\0" * (256 << 20))
-        self.assertLess(len(bomb), 64 * 1024)
-        with self.assertRaises(CorruptRecordError) as caught:
-            decompress(ZSTD, bomb, max_size=64 << 20)
-        self.assertIn("more than %d bytes" % (64 << 20), str(caught.exception))
+        # refused from its block headers (RLE blocks) or its declared size: this thread's
+        # decompressor is never used
+        class NotToBeUsed:
+            def __getattr__(self, name):
+                raise AssertionError("the bomb was decompressed (%s)" % name)
+
+        compression._zstd_dctx()
+        self.patch(compression._local, "zstd", NotToBeUsed())
+        for declared in (False, True):
+            bomb = zstandard.ZstdCompressor(write_content_size=declared).compress(b"\0" * (256 << 20))
+            self.assertLess(len(bomb), 64 * 1024)
+            with self.assertRaises(CorruptRecordError) as caught:
+                decompress(ZSTD, bomb, max_size=64 << 20)
+            self.assertIn("more than %d bytes" % (64 << 20), str(caught.exception))
 
     def test_zstd_declared_size_beyond_its_blocks(self):
         out = bytearray(zstandard.ZstdCompressor().compress(b"abc" * 30000))

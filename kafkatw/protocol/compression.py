@@ -293,15 +293,21 @@ def _zstd_frame_bound(view, pos, budget):
     checksum) and the most it can decompress to: raw and RLE blocks their size, a compressed
     block 128 KiB (RFC 8878 3.1.1.2); a declared content size lowers the bound. python-zstandard
     has no bounded one-pass decompression that also reports a truncated frame (its stream
-    reader ends quietly), so the frame's 3-byte block headers are walked here, stopping once
-    the bound passes ``budget`` or after 1,024 blocks (``end`` is then None, as for a whole
-    frame whose bound passes ``budget``). Raises ZstdError / CorruptRecordError."""
+    reader ends quietly), so the frame's 3-byte block headers are walked here, stopping after
+    1,024 blocks (``end`` is then None, as for a whole frame whose bound passes ``budget``).
+    A frame whose declared size, or whose raw and RLE blocks alone (their output is exact: a
+    bomb of zeros is RLE), pass ``budget`` is refused here, before any of it is decompressed.
+    Raises ZstdError / CorruptRecordError."""
     frame = view[pos:]
     header = zstandard.frame_header_size(frame)
     params = zstandard.get_frame_parameters(frame)
+    content_size = zstandard.frame_content_size(frame)
+    if budget is not None:
+        _check_size(content_size, budget)  # (-1 when not declared)
     p = pos + header
     end = len(view)
     bound = 0
+    exact = 0  # output of the raw and RLE blocks: at least this much comes out
     blocks = 0
     while True:
         if p + 3 > end:
@@ -313,23 +319,29 @@ def _zstd_frame_bound(view, pos, budget):
         if kind == 1:  # RLE: one byte repeated size times
             p += 1
             bound += size
+            exact += size
         elif kind == 3:
             raise CorruptRecordError("reserved zstd block type")
+        elif kind == 0:  # raw
+            p += size
+            bound += size
+            exact += size
         else:
             p += size
-            bound += size if kind == 0 else _ZSTD_MAX_BLOCK
+            bound += _ZSTD_MAX_BLOCK
         if p > end:
             raise CorruptRecordError("truncated zstd frame")
+        if budget is not None and exact > budget:
+            _check_size(exact, budget)
         if bh & 1:  # last block
             break
         blocks += 1
-        if (budget is not None and bound > budget) or blocks > _ZSTD_MAX_WALKED_BLOCKS:
+        if blocks > _ZSTD_MAX_WALKED_BLOCKS:
             return None, bound
     if params.has_checksum:
         p += 4
         if p > end:
             raise CorruptRecordError("truncated zstd frame")
-    content_size = zstandard.frame_content_size(frame)
     if content_size > bound:  # (-1: not declared, as zstd-jni and librdkafka write them)
         # python-zstandard would allocate the declared size, whatever the bound given
         raise CorruptRecordError("zstd frame declares %d bytes but its blocks hold at most %d"
