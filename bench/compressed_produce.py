@@ -21,6 +21,7 @@ import time
 
 from bench.brokers import Kafkatw
 from bench.procstat import cpu_seconds
+from bench.scale import decode, frame, recv_exact
 from bench.workloads import create_topic, text_values
 from kafkatw.protocol import messages as m
 from kafkatw.protocol.records import iter_batch_headers
@@ -32,7 +33,8 @@ PRODUCE_VERSION = 9
 
 
 def capture(codec, count, data_root=None):
-    """``count`` batches as librdkafka writes them with ``codec`` (64 KiB, full)."""
+    """``count`` batches as librdkafka writes them with ``codec`` (64 KiB, full), and the
+    records each holds."""
     from confluent_kafka import Producer
 
     broker = Kafkatw(data_root=data_root).start()
@@ -57,49 +59,30 @@ def capture(codec, count, data_root=None):
             data = f.read()
     finally:
         broker.stop()
-    batches = [bytes(data[pos:pos + h.size_in_bytes]) for pos, h in iter_batch_headers(data)]
-    return batches, sum(h.records_count for _, h in iter_batch_headers(data))
+    headers = list(iter_batch_headers(data))
+    return ([bytes(data[pos:pos + h.size_in_bytes]) for pos, h in headers],
+            [h.records_count for _, h in headers])
 
 
 def _frames(topic, batches):
-    out = []
-    hv = m.request_header_version(0, PRODUCE_VERSION)
-    for i, batch in enumerate(batches):
-        body = m.ProduceRequest(transactional_id=None, acks=1, timeout_ms=30000, topic_data=[
-            m.ProduceRequest.TopicProduceData(name=topic, partition_data=[
-                m.ProduceRequest.PartitionProduceData(index=0, records=batch)])])
-        header = m.RequestHeader(request_api_key=0, request_api_version=PRODUCE_VERSION,
-                                 correlation_id=i, client_id="compressed-produce-bench")
-        payload = header.encode_bytes(hv) + body.encode_bytes(PRODUCE_VERSION)
-        out.append(struct.pack(">i", len(payload)) + payload)
-    return out
+    P = m.ProduceRequest
+    return [frame(0, PRODUCE_VERSION, i, P(
+        transactional_id=None, acks=1, timeout_ms=30000, topic_data=[P.TopicProduceData(
+            name=topic, partition_data=[P.PartitionProduceData(index=0, records=batch)])]))
+        for i, batch in enumerate(batches)]
 
 
 def _recv_response(sock):
-    head = _recv_exact(sock, 4)
-    payload = _recv_exact(sock, struct.unpack(">i", head)[0])
-    view = memoryview(payload)
-    _, pos = m.ResponseHeader.decode_from(view, 0, m.response_header_version(0, PRODUCE_VERSION))
-    body, _ = m.ProduceResponse.decode_from(view, pos, PRODUCE_VERSION)
+    (size,) = struct.unpack(">i", recv_exact(sock, 4))
+    body = decode(0, PRODUCE_VERSION, memoryview(recv_exact(sock, size)))
     code = body.responses[0].partition_responses[0].error_code
     if code:
         raise RuntimeError("produce answered error %d" % code)
 
 
-def _recv_exact(sock, n):
-    buf = bytearray(n)
-    view = memoryview(buf)
-    got = 0
-    while got < n:
-        k = sock.recv_into(view[got:])
-        if not k:
-            raise ConnectionError("broker closed the connection")
-        got += k
-    return bytes(buf)
-
-
-def replay(broker, topic, batches, records_per_cycle, requests):
-    """Send ``requests`` Produce requests cycling over ``batches``; returns the result dict."""
+def replay(broker, topic, batches, counts, requests):
+    """Send ``requests`` Produce requests cycling over ``batches`` (``counts``: the records of
+    each); returns the result dict."""
     create_topic(broker.bootstrap, topic)
     frames = _frames(topic, batches)
     host, port = broker.bootstrap.rsplit(":", 1)
@@ -120,15 +103,9 @@ def replay(broker, topic, batches, records_per_cycle, requests):
     finally:
         sock.close()
     cycles, rest = divmod(requests, len(batches))
-    records = cycles * records_per_cycle + sum(
-        _count(b) for b in batches[:rest])
-    nbytes = records * VALUE_SIZE
+    nbytes = (cycles * sum(counts) + sum(counts[:rest])) * VALUE_SIZE
     return {"requests": requests, "bytes": nbytes, "elapsed_s": elapsed, "broker_cpu_s": broker_cpu,
             "mb_s": nbytes / elapsed / 1e6, "broker_cpu_s_per_gb": broker_cpu / (nbytes / 1e9)}
-
-
-def _count(batch):
-    return struct.unpack_from(">i", batch, 57)[0]  # records count of a v2 batch header
 
 
 def main(argv=None):
@@ -139,8 +116,9 @@ def main(argv=None):
     a = ap.parse_args(argv)
     captured = {}
     for codec in CODECS:
-        batches, records = capture(codec, 256)
-        captured[codec] = (batches, records)
+        batches, counts = capture(codec, 256)
+        captured[codec] = (batches, counts)
+        records = sum(counts)
         wire = sum(len(b) for b in batches)
         sys.stderr.write("captured %d %s batches, %d records, %.1f KiB each on the wire (%.2f:1)\n"
                          % (len(batches), codec, records, wire / len(batches) / 1024,
@@ -152,9 +130,9 @@ def main(argv=None):
     try:
         for rnd in range(a.rounds):
             for codec in CODECS:
-                batches, records = captured[codec]
+                batches, counts = captured[codec]
                 for b in brokers:
-                    r = replay(b, "replay-%s-%d" % (codec, rnd), batches, records, a.batches)
+                    r = replay(b, "replay-%s-%d" % (codec, rnd), batches, counts, a.batches)
                     results[(b.name, codec)].append(r)
                     sys.stderr.write("round %d %-5s %-28s %7.1f MB/s %6.2f broker CPU s/GB\n" % (
                         rnd + 1, codec, b.name, r["mb_s"], r["broker_cpu_s_per_gb"]))
