@@ -17,12 +17,14 @@ one). ``--tracemalloc 1`` adds the broker's largest allocation growth, start aga
 """
 
 import argparse
+import contextlib
 import json
 import os
 import random
 import socket
 import struct
 import sys
+import tempfile
 import threading
 import time
 
@@ -480,16 +482,18 @@ def main(argv=None):
                         help="trace the broker's allocations (this many frames each) and print "
                              "the largest growth from start to after the clean-up (slow)")
     args = parser.parse_args(argv)
-    memory = None
-    if args.tracemalloc:
-        import tempfile
-        memory = MemoryProbe(tempfile.mkdtemp(prefix="fuzz-tracemalloc-"), args.tracemalloc)
-        os.environ.update(memory.environ())
-    # tracing allocations slows the start a lot on a loaded machine
-    with KafkaBroker(overrides=BROKER_PROPS, start_timeout=120 if memory else 30) as broker:
-        summary = run(broker, args.requests, args.connections, args.seed, args.time_limit,
-                      args.janitor_interval, args.sample, memory)
-        summary["seed"] = args.seed
+    with contextlib.ExitStack() as stack:
+        memory = None
+        if args.tracemalloc:
+            # the snapshots (MBs each) go with the run: the summary holds what they showed
+            memory = MemoryProbe(stack.enter_context(tempfile.TemporaryDirectory(
+                prefix="fuzz-tracemalloc-")), args.tracemalloc)
+            os.environ.update(memory.environ())
+        # tracing allocations slows the start a lot on a loaded machine
+        with KafkaBroker(overrides=BROKER_PROPS, start_timeout=120 if memory else 30) as broker:
+            summary = run(broker, args.requests, args.connections, args.seed, args.time_limit,
+                          args.janitor_interval, args.sample, memory)
+            summary["seed"] = args.seed
     print(json.dumps(summary, indent=1))
     ok = (summary["broker_running"] and not summary["bad_log_lines"] and not summary["errors"]
           and summary["fds_after"] <= summary["fds_before"])
