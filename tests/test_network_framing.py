@@ -50,37 +50,48 @@ class FrameDecoderTests(unittest.SynchronousTestCase):
 
     def test_large_frame_memory_reused_only_when_released(self):
         """The next large frame reuses the last one's buffer once nothing refers to it, and
-        never while something still does (a parked request's records, a view)."""
+        never while something still does (a parked request's records: a view of the frame).
+        What a buffer held before the frame's bytes went in tells: a fresh one holds zeros, a
+        reused one the last frame's bytes (an id alone can match a new object at a freed
+        object's address)."""
         d = FrameDecoder(10 * LARGE_FRAME)
 
         def receive(payload):
             d.feed(framed(payload)[:8])
             self.assertIsNone(d.next_frame())
             view = d.receive_view()
+            before = bytes(view[:6])  # frame bytes 4..9, not written yet
             view[:] = payload[4:]
             d.received_into(len(view))
-            return d.next_frame()
+            return d.next_frame(), before
 
+        fresh = bytes(6)
         a_payload = b"a" * (LARGE_FRAME + 500)
-        a = receive(a_payload)
-        held = memoryview(a)[10:20]  # still referred to: not reused
-        b = receive(b"b" * (LARGE_FRAME + 300))
-        self.assertIsNot(b, a)
-        self.assertEqual(bytes(a), a_payload)
+        a, before = receive(a_payload)
+        self.assertEqual(before, fresh)
+        held = memoryview(a)[10:20]  # only a view left: still referred to, not reused
+        del a
+        b_payload = b"b" * (LARGE_FRAME + 500)  # the same size: no resize would refuse it
+        b, before = receive(b_payload)
+        self.assertEqual(before, fresh)
         self.assertEqual(bytes(held), b"a" * 10)
+        self.assertEqual(bytes(held.obj), a_payload)
+        self.assertIsNot(held.obj, b)
         b_id = id(b)
         del b  # released: the next one reuses its memory, resized
         c_payload = bytes(i % 253 for i in range(LARGE_FRAME + 700))
-        c = receive(c_payload)
+        c, before = receive(c_payload)
+        self.assertEqual(before, b"b" * 6)
         self.assertEqual(id(c), b_id)
         self.assertEqual(bytes(c), c_payload)
         self.assertEqual(len(c), LARGE_FRAME + 700)
         del c
         e_payload = b"e" * (LARGE_FRAME + 10)  # smaller: shrunk in place
-        e = receive(e_payload)
+        e, before = receive(e_payload)
+        self.assertEqual(before, c_payload[4:10])
         self.assertEqual(id(e), b_id)
         self.assertEqual(bytes(e), e_payload)
-        self.assertEqual(bytes(a), a_payload)
+        self.assertEqual(bytes(held.obj), a_payload)
 
     def test_small_frames_are_not_received_into(self):
         d = FrameDecoder(10 * LARGE_FRAME)
