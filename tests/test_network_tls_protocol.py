@@ -17,7 +17,7 @@ from twisted.trial import unittest
 from kafkatw.network.framing import LARGE_FRAME, FrameDecoder
 from kafkatw.network.tls import server_context_factory
 from kafkatw.network.tls_protocol import THREAD_CHUNK, KafkaTlsProtocol, tls_factory
-from kafkatw.network.transport import IBulkWriter
+from kafkatw.network.transport import IBulkWriter, idle_socket
 from kafkatw.tls_certs import make_test_pki
 
 
@@ -264,6 +264,26 @@ class TlsProtocolTests(unittest.TestCase):
         self.assertEqual(got, data)
         client.close()
         yield self.factory.lost
+
+    @defer.inlineCallbacks
+    def test_idle_socket_is_never_the_tls_wrappers(self):
+        """transport.idle_socket (bytes straight to the socket) answers for the TCP connection
+        under TLS, never for the TLS wrapper (which forwards attribute reads to it: plaintext
+        would reach the socket), nor for a connection that is gone."""
+        reading = threads.deferToThread(_read_all, self.port, self.cafile, 3)
+        tls = yield self.connected()
+        tcp = tls.transport
+        for _ in range(3000):  # the handshake's last records written out
+            if idle_socket(tcp) is not None:
+                break
+            yield _later(0.01)
+        self.assertIs(idle_socket(tcp), tcp.getHandle())
+        self.assertIsNone(idle_socket(tls))
+        tls.write(b"end")
+        self.assertEqual((yield reading), b"end")
+        tls.loseConnection()
+        yield self.factory.lost
+        self.assertIsNone(idle_socket(tcp))
 
     @defer.inlineCallbacks
     def test_a_failed_read_in_the_worker_fails_the_region(self):

@@ -12,7 +12,6 @@ import struct
 from twisted.internet import defer
 from twisted.internet.endpoints import HostnameEndpoint, connectProtocol, wrapClientTLS
 from twisted.internet.protocol import Protocol
-from twisted.internet.tcp import Connection as TCPConnection
 from twisted.protocols.tls import TLSMemoryBIOProtocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -68,10 +67,8 @@ class KafkaClientProtocol(Protocol):
         self._closed = None  # the reason once the connection is gone
         self.on_lost = None  # called once with the protocol when the connection ends
         self.address = None  # (host, port), set once connected
-        self._plain = False  # the transport is plain TCP (no TLS): requests may go out directly
 
     def connectionMade(self):
-        self._plain = isinstance(self.transport, TCPConnection)
         tcp = self.transport
         if isinstance(tcp, TLSMemoryBIOProtocol):
             tcp = tcp.transport
@@ -113,9 +110,7 @@ class KafkaClientProtocol(Protocol):
         timer = reactor.callLater(timeout_s, self._timed_out, correlation)
         self._pending[correlation] = _Pending(d, api_key, version, timer)
         data = [_SIZE.pack(size), body] + parts
-        # (plain TCP only: a TLS wrapper forwards attribute reads to its TCP transport, whose
-        # socket must never see these bytes unencrypted)
-        sock = idle_socket(self.transport) if self._plain else None
+        sock = idle_socket(self.transport)  # None under TLS
         if sock is None:
             self.transport.writeSequence(data)
             return d

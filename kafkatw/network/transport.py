@@ -22,7 +22,7 @@ import errno
 import os
 import socket
 
-from twisted.internet import defer
+from twisted.internet import defer, tcp
 from twisted.internet.interfaces import IPullProducer, IPushProducer
 from twisted.logger import Logger
 from zope.interface import Attribute, Interface, implementer
@@ -154,10 +154,15 @@ def _cork(sock, on):
 
 
 def idle_socket(transport):
-    """The socket of a TCP transport with nothing buffered and no producer, else None."""
-    if getattr(transport, "producer", 1) is not None or getattr(transport, "disconnecting", True):
+    """The socket of a connected TCP transport with nothing buffered and no producer, else
+    None: bytes sent on it now go out after everything written before.
+
+    Anything but a TCP connection itself is None: a wrapper such as TLS forwards attribute
+    reads to the TCP transport under it, whose socket must never see its plaintext."""
+    if not isinstance(transport, tcp.Connection) or not transport.connected or transport.disconnecting:
         return None
-    if getattr(transport, "_tempDataBuffer", True) or len(transport.dataBuffer) != transport.offset:
+    if transport.producer is not None or transport._tempDataBuffer \
+            or len(transport.dataBuffer) != transport.offset:
         return None
     return transport.getHandle()
 
