@@ -24,7 +24,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from kafkatw.network.socket_reader import receive_into
-from kafkatw.network.transport import IBulkWriter
+from kafkatw.network.transport import IBulkWriter, idle_socket
 
 try:
     # pyOpenSSL's own cffi binding: SSL_read and BIO_read straight into our buffers (its
@@ -126,15 +126,6 @@ def _read_records(conn, ptr, size):
     return filled, None
 
 
-def _idle_tcp(transport):
-    """The socket of a TCP transport with nothing queued to write, else None."""
-    if (not getattr(transport, "connected", False) or getattr(transport, "disconnecting", True)
-            or getattr(transport, "_tempDataBuffer", True)
-            or len(transport.dataBuffer) != transport.offset):
-        return None
-    return transport.getHandle()
-
-
 @implementer(IBulkWriter)
 class KafkaTlsProtocol(TLSMemoryBIOProtocol):
     """One TLS connection; ``write_bulk`` is what :class:`transport.ChunkedSender` uses."""
@@ -218,7 +209,7 @@ class KafkaTlsProtocol(TLSMemoryBIOProtocol):
         factory = self.factory
         buffers = factory.spare.pop() if factory.spare else (bytearray(THREAD_CHUNK), bytearray(_THREAD_OUT))
         sock = None
-        if _idle_tcp(self.transport) is not None:
+        if idle_socket(self.transport, producer_ok=True) is not None:
             # the worker sends on its own descriptor of the socket: the reactor may close its
             # own meanwhile (a reset), never one that a new connection could then reuse
             if self._worker_sock is None:
@@ -315,7 +306,7 @@ class KafkaTlsProtocol(TLSMemoryBIOProtocol):
     def _send_ciphertext(self, view, n):
         """Send ``view[:n]`` on the socket if nothing is queued before it; queue the rest."""
         tcp = self.transport
-        sock = _idle_tcp(tcp)
+        sock = idle_socket(tcp, producer_ok=True)
         sent = 0
         if sock is not None:
             try:

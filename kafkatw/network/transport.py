@@ -153,15 +153,17 @@ def _cork(sock, on):
         pass  # a socket already failing: the send itself reports it
 
 
-def idle_socket(transport):
+def idle_socket(transport, producer_ok=False):
     """The socket of a connected TCP transport with nothing buffered and no producer, else
     None: bytes sent on it now go out after everything written before.
 
     Anything but a TCP connection itself is None: a wrapper such as TLS forwards attribute
-    reads to the TCP transport under it, whose socket must never see its plaintext."""
+    reads to the TCP transport under it, whose socket must never see its plaintext.
+    ``producer_ok``: a registered producer does not count (the TLS layer's own, whose writes
+    all reach the TCP buffer in order)."""
     if not isinstance(transport, tcp.Connection) or not transport.connected or transport.disconnecting:
         return None
-    if transport.producer is not None or transport._tempDataBuffer \
+    if (transport.producer is not None and not producer_ok) or transport._tempDataBuffer \
             or len(transport.dataBuffer) != transport.offset:
         return None
     return transport.getHandle()
