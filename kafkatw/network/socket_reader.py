@@ -38,6 +38,7 @@ def install(transport, decoder, received_into):
         return False
     sock = transport.socket
     twisted_read = transport.doRead
+    length = bytearray(4)  # a next frame's length, read alone
 
     def doRead():
         view = decoder.receive_view()
@@ -52,11 +53,10 @@ def install(transport, decoder, received_into):
             return twisted_read()
         # after a large frame, likely another: its length alone (one more recv per megabyte),
         # then the frame straight into its own buffer on the next read
-        length = bytearray(4)
         n = receive_into(sock, length)
         if type(n) is not int:
             return n
-        decoder.feed(bytes(length[:n]))
+        decoder.feed(length[:n])  # a copy: the decoder keeps it
         received_into(n)
         return None
 
