@@ -117,13 +117,9 @@ class TlsProtocolTests(unittest.TestCase):
         client read."""
         expected = sum(len(d) for _, d in self.factory.script_before + script)
         reading = threads.deferToThread(_read_all, self.port, self.cafile, expected)
-        while not self.factory.transports:
-            yield _later(0.01)
-        tls = self.factory.transports[0]
+        tls = yield self.connected()  # the script is written after the handshake
         self.assertIsInstance(tls, KafkaTlsProtocol)
         self.assertTrue(IBulkWriter.providedBy(tls))
-        # the server writes once the client's first bytes (its handshake) have been read
-        yield _later(0.2)
         for kind, data in script:
             (tls.write_bulk if kind == "bulk" else tls.write)(data)
         got = yield reading
