@@ -3,7 +3,8 @@ arrive in the order written, whole, whatever their sizes; a bulk write before th
 has finished takes Twisted's buffered path and still arrives in order; after it, a bulk write
 never does; received records are handed over together, all of them before a close_notify;
 regions read and encrypted in a worker thread keep their place among the writes, and what
-arrives or is asked for meanwhile (received bytes, a close) waits for the worker."""
+arrives or is asked for meanwhile (received bytes, a close) waits for the worker; without
+pyOpenSSL's private binding, its public methods keep writes and reads whole and in order."""
 
 import os
 import socket
@@ -15,6 +16,7 @@ from twisted.internet import defer, protocol, reactor, threads
 from twisted.trial import unittest
 
 from kafkatw.network.framing import LARGE_FRAME, FrameDecoder
+from kafkatw.network import tls_protocol
 from kafkatw.network.tls import server_context_factory
 from kafkatw.network.tls_protocol import THREAD_CHUNK, KafkaTlsProtocol, tls_factory
 from kafkatw.network.transport import IBulkWriter, idle_socket
@@ -295,7 +297,8 @@ class TlsProtocolTests(unittest.TestCase):
         tls.loseConnection()
 
     @defer.inlineCallbacks
-    def test_large_frames_are_decrypted_straight_into_their_buffers(self):
+    def send_frames(self):
+        """Frames large and small sent over TLS to a :class:`_FrameReader`: those sent."""
         self.factory.protocol = _FrameReader
         self.factory.frames, self.factory.into = [], []
         frames = [os.urandom(3 * 1024 * 1024), b"small-one", os.urandom(LARGE_FRAME * 2 + 7),
@@ -311,11 +314,52 @@ class TlsProtocolTests(unittest.TestCase):
                     return c.recv(4)
 
         self.assertEqual((yield threads.deferToThread(exchange)), b"done")
+        return frames
+
+    @defer.inlineCallbacks
+    def test_large_frames_are_decrypted_straight_into_their_buffers(self):
+        frames = yield self.send_frames()
         self.assertTrue(self.factory.installed)
         self.assertEqual(self.factory.frames, frames)
         # most of the large frames' bytes were decrypted into them, not handed over as data
         self.assertGreater(sum(self.factory.into), 0.8 * (len(frames[0]) + len(frames[2])))
 
+
+class PublicMethodsTests(TlsProtocolTests):
+    """The same connection on pyOpenSSL's public methods only (``tls_protocol._DIRECT`` off, as
+    on a pyOpenSSL whose private binding moved): small and bulk writes keep their order and
+    content, a region is left to the caller (read on the reactor) and frames are cut from the
+    data handed over. Tests of what only the direct path does are skipped."""
+
+    def setUp(self):
+        TlsProtocolTests.setUp(self)
+        self.patch(tls_protocol, "_DIRECT", False)
+
+    def direct_path_only(self):
+        raise unittest.SkipTest("what only the direct path does")
+
+    test_received_records_are_handed_over_together_and_before_close_notify = direct_path_only
+    test_regions_in_a_worker_keep_their_place_among_writes = direct_path_only
+    test_bytes_received_and_a_close_during_a_region_wait_for_it = direct_path_only
+    test_a_failed_read_in_the_worker_fails_the_region = direct_path_only
+    test_large_frames_are_decrypted_straight_into_their_buffers = direct_path_only
+
+    @defer.inlineCallbacks
+    def test_frames_are_cut_from_data_handed_over(self):
+        frames = yield self.send_frames()
+        self.assertFalse(self.factory.installed)
+        self.assertEqual(self.factory.frames, frames)
+        self.assertEqual(self.factory.into, [])
+
+    @defer.inlineCallbacks
+    def test_a_region_is_left_to_the_caller_and_writes_still_go(self):
+        data, fd = self.region_file(THREAD_CHUNK)
+        reading = threads.deferToThread(_read_all, self.port, self.cafile, 3)
+        tls = yield self.connected()
+        self.assertIsNone(tls.write_region(fd, 0, len(data)))
+        tls.write(b"end")
+        self.assertEqual((yield reading), b"end")
+        tls.loseConnection()
 
 def _later(seconds):
     d = defer.Deferred()
