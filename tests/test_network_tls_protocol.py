@@ -367,3 +367,17 @@ def _later(seconds):
     return d
 
 
+
+
+class DirectBindingTests(unittest.SynchronousTestCase):
+    def test_a_pyopenssl_without_the_private_names_gets_the_public_methods(self):
+        """Every private name the direct path uses is probed at import: one missing means
+        the public methods, not an AttributeError at a connection's first region."""
+        self.assertIsNotNone(tls_protocol._direct_binding()[1])
+
+        class Moved:  # a Connection whose private attributes are named otherwise
+            def __init__(self, context):
+                self._ssl_moved = context
+
+        self.patch(SSL, "Connection", Moved)
+        self.assertEqual(tls_protocol._direct_binding(), (None, None))

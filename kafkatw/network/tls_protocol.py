@@ -26,15 +26,26 @@ from zope.interface import implementer
 from kafkatw.network.socket_reader import receive_into
 from kafkatw.network.transport import IBulkWriter, idle_socket
 
-try:
-    # pyOpenSSL's own cffi binding: SSL_read and BIO_read straight into our buffers (its
-    # recv and bio_read allocate and copy twice per call). Without it, its public methods.
-    from OpenSSL._util import ffi as _ffi
-    from OpenSSL._util import lib as _lib
 
-    _DIRECT = hasattr(SSL.Connection, "_raise_ssl_error") and hasattr(_lib, "BIO_read")
-except ImportError:  # pragma: no cover - another pyOpenSSL layout
-    _DIRECT = False
+def _direct_binding():
+    """pyOpenSSL's own cffi binding (ffi, lib) when it offers all this module uses of it, else
+    (None, None): SSL_read and BIO_read straight into our buffers (its recv and bio_read
+    allocate and copy twice per call). Without it, its public methods."""
+    try:
+        from OpenSSL._util import ffi, lib
+
+        conn = SSL.Connection(SSL.Context(SSL.TLS_METHOD))
+    except Exception:  # pragma: no cover - another pyOpenSSL layout
+        return None, None
+    functions = ("BIO_read", "SSL_read", "SSL_write", "SSL_clear_mode", "SSL_MODE_ENABLE_PARTIAL_WRITE")
+    attributes = ("_ssl", "_from_ssl", "_raise_ssl_error")
+    if all(hasattr(lib, f) for f in functions) and all(hasattr(conn, a) for a in attributes):
+        return ffi, lib
+    return None, None  # a pyOpenSSL whose private names moved
+
+
+_ffi, _lib = _direct_binding()
+_DIRECT = _lib is not None
 
 #: Small writes are held until this many bytes (or the next reactor turn), as Twisted's
 #: ``_AggregateSmallWrites`` does, so one read's many small answers become few TLS records.
