@@ -284,6 +284,47 @@ class TlsProtocolTests(unittest.TestCase):
         self.assertIsNone(idle_socket(tcp))
 
     @defer.inlineCallbacks
+    def test_records_beyond_the_workers_buffer_follow_in_order(self):
+        """A TLS 1.2 CBC suite with a SHA-384 MAC adds up to 85 bytes a record, more than the
+        worker's ciphertext buffer allows for: the records that do not fit in it follow, in
+        order."""
+        data, fd = self.region_file(THREAD_CHUNK)
+        outcomes = []
+        run = self.tls_factory.run_in_thread
+
+        def recording(f, *args):
+            return run(f, *args).addCallback(lambda outcome: outcomes.append(outcome) or outcome)
+
+        self.tls_factory.run_in_thread = recording
+
+        def read():
+            ctx = ssl.create_default_context(cafile=self.cafile)
+            ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+            ctx.set_ciphers("ECDHE-ECDSA-AES256-SHA384")
+            with socket.create_connection(("127.0.0.1", self.port), timeout=30) as raw:
+                with ctx.wrap_socket(raw, server_hostname="localhost") as s:
+                    got = bytearray()
+                    while len(got) < len(data) + 3:
+                        chunk = s.recv(1 << 20)
+                        if not chunk:
+                            break
+                        got += chunk
+                    return s.cipher()[0], bytes(got)
+
+        reading = threads.deferToThread(read)
+        tls = yield self.connected()
+        self.assertEqual((yield tls.write_region(fd, 0, len(data))), len(data))
+        tls.write(b"end")
+        cipher, got = yield reading
+        tls.loseConnection()
+        self.assertEqual(cipher, "ECDHE-ECDSA-AES256-SHA384")
+        self.assertEqual(got, data + b"end")
+        [(_, taken, filled, sent, rest)] = outcomes
+        self.assertEqual(taken, len(data))
+        self.assertGreater(len(rest), 0)  # the buffer was full: this is the path under test
+        self.assertEqual(sent, 0)  # not sent from the worker: the rest must follow it
+
+    @defer.inlineCallbacks
     def test_a_failed_read_in_the_worker_fails_the_region(self):
         reading = threads.deferToThread(_read_all, self.port, self.cafile, 3)
         tls = yield self.connected()
@@ -342,6 +383,7 @@ class PublicMethodsTests(TlsProtocolTests):
     test_regions_in_a_worker_keep_their_place_among_writes = direct_path_only
     test_bytes_received_and_a_close_during_a_region_wait_for_it = direct_path_only
     test_a_failed_read_in_the_worker_fails_the_region = direct_path_only
+    test_records_beyond_the_workers_buffer_follow_in_order = direct_path_only
     test_large_frames_are_decrypted_straight_into_their_buffers = direct_path_only
 
     @defer.inlineCallbacks
