@@ -218,6 +218,32 @@ class TlsProtocolTests(unittest.TestCase):
         self.assertEqual(got, expected)
 
     @defer.inlineCallbacks
+    def test_a_workers_descriptor_of_the_socket_is_closed_with_its_job(self):
+        """A worker sends on its own duplicate descriptor of the socket, closed once its job
+        is done: one per job in flight, not one more per connection for its lifetime."""
+        data, fd = self.region_file(THREAD_CHUNK)
+        socks = []
+        run = self.tls_factory.run_in_thread
+
+        def recording(f, *args):
+            socks.append(args[-1])
+            return run(f, *args)
+
+        self.tls_factory.run_in_thread = recording
+        reading = threads.deferToThread(_read_all, self.port, self.cafile, len(data))
+        tls = yield self.connected()
+        for _ in range(3000):  # the handshake's last records written out: the socket is idle
+            if idle_socket(tls.transport, producer_ok=True) is not None:
+                break
+            yield _later(0.01)
+        self.assertEqual((yield tls.write_region(fd, 0, len(data))), len(data))
+        [sock] = socks
+        self.assertIsInstance(sock, socket.socket)
+        self.assertEqual(sock.fileno(), -1)  # closed
+        self.assertEqual((yield reading), data)
+        tls.loseConnection()
+
+    @defer.inlineCallbacks
     def test_bytes_received_and_a_close_during_a_region_wait_for_it(self):
         data, fd = self.region_file(THREAD_CHUNK)
         jobs = []
@@ -384,6 +410,7 @@ class PublicMethodsTests(TlsProtocolTests):
     test_bytes_received_and_a_close_during_a_region_wait_for_it = direct_path_only
     test_a_failed_read_in_the_worker_fails_the_region = direct_path_only
     test_records_beyond_the_workers_buffer_follow_in_order = direct_path_only
+    test_a_workers_descriptor_of_the_socket_is_closed_with_its_job = direct_path_only
     test_large_frames_are_decrypted_straight_into_their_buffers = direct_path_only
 
     @defer.inlineCallbacks

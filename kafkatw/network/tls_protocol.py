@@ -152,7 +152,6 @@ class KafkaTlsProtocol(TLSMemoryBIOProtocol):
         self._job = None
         self._held_in = None  # ciphertext received during a job
         self._after_job = []  # ends (lose, abort, connectionLost) asked for during a job
-        self._worker_sock = None  # the workers' duplicate of the socket, made on first use
         self._frames = None  # (decoder, received_into) of receive_frames_into
 
     # -- small writes, aggregated --------------------------------------------------------------
@@ -220,13 +219,15 @@ class KafkaTlsProtocol(TLSMemoryBIOProtocol):
         self.flush_small_writes()
         factory = self.factory
         buffers = factory.spare.pop() if factory.spare else (bytearray(THREAD_CHUNK), bytearray(_THREAD_OUT))
-        sock = None
-        if idle_socket(self.transport, producer_ok=True) is not None:
-            # the worker sends on its own descriptor of the socket: the reactor may close its
-            # own meanwhile (a reset), never one that a new connection could then reuse
-            if self._worker_sock is None:
-                self._worker_sock = self.transport.getHandle().dup()
-            sock = self._worker_sock
+        sock = idle_socket(self.transport, producer_ok=True)
+        if sock is not None:
+            # the worker sends on its own descriptor of the socket, closed once it is done: the
+            # reactor may close its own meanwhile (a reset), never one that a new connection
+            # could then reuse
+            try:
+                sock = sock.dup()
+            except OSError:
+                sock = None  # (out of descriptors) the reactor sends the records
         result = defer.Deferred()
         self._job = result
         self._held_in = []
@@ -234,11 +235,13 @@ class KafkaTlsProtocol(TLSMemoryBIOProtocol):
             self._producer.pauseProducing()  # its pulls wait for the job
         d = factory.run_in_thread(_encrypt_region, self._tlsConnection, fd, position,
                                   min(size, THREAD_CHUNK), buffers[0], buffers[1], sock)
-        d.addBoth(self._region_encrypted, result, buffers)
+        d.addBoth(self._region_encrypted, result, buffers, sock)
         return result
 
-    def _region_encrypted(self, outcome, result, buffers):
+    def _region_encrypted(self, outcome, result, buffers, sock):
         self._job = None
+        if sock is not None:
+            sock.close()
         if isinstance(outcome, Failure):
             self._release_buffers(buffers)
             result.errback(outcome)
@@ -443,9 +446,6 @@ class KafkaTlsProtocol(TLSMemoryBIOProtocol):
         if self._job is not None:
             self._after_job.append(lambda: self.connectionLost(reason))
             return
-        if self._worker_sock is not None:
-            self._worker_sock.close()
-            self._worker_sock = None
         if self._flush_call is not None and self._flush_call.active():
             self._flush_call.cancel()
         self._flush_call = None
