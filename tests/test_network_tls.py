@@ -1,5 +1,5 @@
 """An SSL listener end to end: the SocketServer over Twisted TLS sends a response whose
-parts include a 3 MB FileRegion in 32 KiB chunks; the client receives it byte-identical."""
+parts include a 3 MB FileRegion in chunks; the client receives it byte-identical."""
 
 import os
 import tempfile

@@ -1,5 +1,5 @@
 """Transport layers: sendfile of a large region between byte parts over a real loopback
-socket, and the 32 KiB chunked (TLS-style) writer against a fake pull consumer."""
+socket, and the chunked (TLS-style) writer against a fake pull consumer."""
 
 import hashlib
 import os

@@ -1,7 +1,8 @@
 """Zero copy (seed 000 §6): a 200 MB topic consumed over PLAINTEXT and SSL by confluent-kafka and
 kafka-python with equal checksums and bounded broker RSS; under strace, sendfile carries the
-records over PLAINTEXT and 32 KiB preads over SSL; a slow SSL reader is not buffered for; a disk
-error while sending a region is told apart from a broken socket and reaches the service."""
+records over PLAINTEXT and worker threads' 1 MiB preadv calls over SSL; a slow SSL reader is not
+buffered for; a disk error while sending a region is told apart from a broken socket and reaches
+the service."""
 
 import os
 import socket

@@ -15,5 +15,6 @@ plaintext = PluginDescriptor(
 
 ssl = PluginDescriptor(
     ITransportLayer, "SSL", "kafkatw.network.transport.TlsTransportLayer",
-    "TLS; fetched records are read in 32 KiB chunks and written through the TLS transport.",
+    "TLS; fetched records are read and encrypted in worker threads, 1 MiB at a time, and written "
+    "through the TLS transport.",
     aliases=("SASL_SSL",))

@@ -2,7 +2,7 @@
 
 An encoded response is a list of ``bytes``-like chunks and :class:`FileRegion`s.
 The codec never reads a region; the transport decides how it reaches the wire
-(``os.sendfile`` over plaintext, 32 KiB chunks through TLS).
+(``os.sendfile`` over plaintext, chunks read and encrypted through TLS).
 """
 
 import attr
