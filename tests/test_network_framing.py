@@ -4,7 +4,7 @@ import struct
 
 from twisted.trial import unittest
 
-from kafkatw.network.framing import LARGE_FRAME, FrameDecoder, InvalidReceive, MIN_HEADER_SIZE
+from kafkatw.network.framing import LARGE_FRAME, FrameDecoder, FramePool, InvalidReceive, MIN_HEADER_SIZE
 from kafkatw.network.mute import ChannelMute, ChannelMuteEvent as E, ChannelMuteState as S, IllegalMuteTransition
 
 
@@ -54,7 +54,7 @@ class FrameDecoderTests(unittest.SynchronousTestCase):
         What a buffer held before the frame's bytes went in tells: a fresh one holds zeros, a
         reused one the last frame's bytes (an id alone can match a new object at a freed
         object's address)."""
-        d = FrameDecoder(10 * LARGE_FRAME)
+        d = FrameDecoder(10 * LARGE_FRAME, pool=FramePool())
 
         def receive(payload):
             d.feed(framed(payload)[:8])
@@ -92,6 +92,46 @@ class FrameDecoderTests(unittest.SynchronousTestCase):
         self.assertEqual(id(e), b_id)
         self.assertEqual(bytes(e), e_payload)
         self.assertEqual(bytes(held.obj), a_payload)
+
+    def test_frame_pool_is_shared_and_bounded(self):
+        """Decoders share one pool: a frame released by one connection serves another's next
+        large frame, and what the pool keeps is bounded in frames and bytes, whatever the
+        number of connections that once sent a large request (idle ones keep nothing)."""
+        size = LARGE_FRAME + 100
+        pool = FramePool(max_frames=3, max_bytes=5 * size)
+        decoders = [FrameDecoder(10 * LARGE_FRAME, pool=pool) for _ in range(6)]
+
+        def receive(d, fill):
+            payload = bytes([fill]) * size
+            d.feed(framed(payload)[:8])
+            self.assertIsNone(d.next_frame())
+            view = d.receive_view()
+            before = bytes(view[:4])
+            view[:] = payload[4:]
+            d.received_into(len(view))
+            frame = d.next_frame()
+            self.assertEqual(bytes(frame), payload)
+            return before
+
+        for i, d in enumerate(decoders):
+            receive(d, i + 1)  # each frame released at once
+            self.assertLessEqual(len(pool), 3)
+        self.assertEqual(len(pool), 1)  # each one reused the last: one buffer went round
+        # another connection's next large frame reuses the released memory
+        self.assertEqual(receive(decoders[0], 9), bytes([6]) * 4)
+        held = []
+        for i, d in enumerate(decoders):  # frames kept alive: new buffers, the pool bounded
+            d.feed(framed(bytes([20 + i]) * size)[:8])
+            d.next_frame()
+            view = d.receive_view()
+            view[:] = bytes([20 + i]) * len(view)
+            d.received_into(len(view))
+            held.append(d.next_frame())
+            self.assertLessEqual(len(pool), 3)
+        self.assertEqual(len(set(map(id, held))), 6)
+        large = FramePool(max_bytes=size - 1)
+        large.remember(bytearray(size))  # larger than the whole bound: never kept
+        self.assertEqual(len(large), 0)
 
     def test_small_frames_are_not_received_into(self):
         d = FrameDecoder(10 * LARGE_FRAME)

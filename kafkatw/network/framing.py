@@ -27,6 +27,55 @@ class InvalidReceive(Exception):
         self.max_size = max_size
 
 
+class FramePool:
+    """Large frames handed out lately, whose memory the next large frame reuses once nothing
+    else refers to them (CPython's reference count: the request a frame carried is done, no
+    view or pending write holds it). A fresh megabyte is zeroed and page-faulted in each time;
+    a reused one is not. Shared by every connection and bounded in frames and bytes, so idle
+    connections keep no memory of their last large request."""
+
+    def __init__(self, max_frames=4, max_bytes=8 * 1024 * 1024):
+        self.max_frames = max_frames
+        self.max_bytes = max_bytes
+        self._frames = collections.deque()
+        self._bytes = 0
+
+    def __len__(self):
+        return len(self._frames)
+
+    def take(self, need):
+        """A bytearray of ``need`` bytes: a remembered frame of a near size nothing else refers
+        to, resized in place, or a new one."""
+        frames = self._frames
+        for i in range(len(frames)):
+            frame = frames[i]
+            # three references: the deque, ``frame`` here and getrefcount's argument
+            if need // 2 <= len(frame) <= 2 * need and sys.getrefcount(frame) == 3:
+                del frames[i]
+                self._bytes -= len(frame)
+                size = len(frame)
+                if size > need:
+                    del frame[need:]
+                elif size < need:
+                    frame.extend(bytes(need - size))
+                return frame
+        return bytearray(need)
+
+    def remember(self, frame):
+        """``frame`` was handed out: its memory may serve a later frame once it is released."""
+        if len(frame) > self.max_bytes:
+            return
+        frames = self._frames
+        frames.append(frame)
+        self._bytes += len(frame)
+        while len(frames) > self.max_frames or self._bytes > self.max_bytes:
+            self._bytes -= len(frames.popleft())
+
+
+#: the pool of every connection's decoder (the broker's requests, the follower's answers)
+FRAME_POOL = FramePool()
+
+
 class FrameDecoder:
     """Accumulates received chunks and cuts complete frames, one at a time.
 
@@ -37,9 +86,9 @@ class FrameDecoder:
     """
 
     __slots__ = ("max_size", "_chunks", "_offset", "buffered", "_need", "_frame", "_filled",
-                 "last_was_large", "_spare")
+                 "last_was_large", "_pool")
 
-    def __init__(self, max_size):
+    def __init__(self, max_size, pool=FRAME_POOL):
         self.max_size = max_size
         self._chunks = collections.deque()  # bytes-like; the first one is consumed from _offset
         self._offset = 0
@@ -51,9 +100,7 @@ class FrameDecoder:
         #: the last frame cut was a large one: a reader may expect another (read its length
         #: alone, then the frame straight into its buffer)
         self.last_was_large = False
-        #: the last large frame handed out: once nothing else refers to it, the next large
-        #: frame reuses its memory (a fresh megabyte is zeroed and page-faulted in each time)
-        self._spare = None
+        self._pool = pool
 
     @property
     def receiving(self):
@@ -85,7 +132,7 @@ class FrameDecoder:
         if frame is None:
             if need < LARGE_FRAME or self.buffered >= need:
                 return None
-            frame = self._frame = self._buffer(need)
+            frame = self._frame = self._pool.take(need)
             filled = 0
             chunks = self._chunks
             offset = self._offset
@@ -100,23 +147,6 @@ class FrameDecoder:
         elif self._filled >= need:
             return None  # complete, not cut yet: the next bytes belong to the next frame
         return memoryview(frame)[self._filled:need]
-
-    def _buffer(self, need):
-        """A bytearray of ``need`` bytes to receive a frame into: the previous large frame's,
-        resized, when only this decoder still refers to it (CPython's reference count: the
-        request that frame carried is gone, and no view or write of it is pending)."""
-        spare = self._spare
-        if spare is not None:
-            self._spare = None
-            # two references: ``spare`` here and getrefcount's argument
-            if sys.getrefcount(spare) == 2 and need // 2 <= len(spare) <= 2 * need:
-                size = len(spare)
-                if size > need:
-                    del spare[need:]
-                elif size < need:
-                    spare.extend(bytes(need - size))
-                return spare
-        return bytearray(need)
 
     def received_into(self, n):
         """``n`` bytes were written into the view :meth:`receive_view` gave."""
@@ -175,7 +205,7 @@ class FrameDecoder:
             self._need = -1
             self.buffered -= need
             self.last_was_large = True
-            self._spare = frame
+            self._pool.remember(frame)
             return frame
         if self.buffered < need:
             return None
