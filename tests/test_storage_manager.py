@@ -186,6 +186,21 @@ class CreateLogsTest(ManagerBase):
         self.assertEqual(per_dir, [2, 2])
         mgr.shutdown()
 
+    def test_placement_counts_the_logs_still_being_made(self):
+        """A topic placed while another's logs are still being made goes beside them: the
+        three of "a" (two in d1, one in d2) count before they are attached."""
+        mgr = self.make()
+        mgr.run_blocking = lambda fn, *args: defer.Deferred()  # the thread never gets to them
+        self.successResultOf(mgr.create_logs("a", range(3), None, {}, wait=False))
+        self.assertEqual(mgr.get_or_create_log("c", 0).dir, os.path.join(mgr.log_dirs[1], "c-0"))
+        self.successResultOf(mgr.create_logs("b", range(1), None, {}, wait=False))
+        dirs = {"a-%d" % p: mgr.get_log("a", p).dir for p in range(3)}
+        dirs["b-0"] = mgr.get_log("b", 0).dir
+        d1, d2 = mgr.log_dirs
+        self.assertEqual(dirs, {"a-0": os.path.join(d1, "a-0"), "a-1": os.path.join(d2, "a-1"),
+                                "a-2": os.path.join(d1, "a-2"), "b-0": os.path.join(d1, "b-0")})
+        mgr.shutdown()
+
     def test_logs_are_attached_only_after_the_blocking_work(self):
         mgr = self.make()
         work = []

@@ -451,18 +451,38 @@ class LogManager:
     def all_logs(self):
         return list(self._logs.values())
 
-    def _next_log_dir(self):
-        online = self.online_dirs
-        if not online:
-            raise KafkaError(errors.KAFKA_STORAGE_ERROR, "no online log dir")
-        if len(online) == 1:
-            return online[0]
-        counts = {d: 0 for d in online}
+    def _logs_per_dir(self, online):
+        """{dir: number of logs} over the ``online`` dirs, counting the logs being made in the
+        thread pool where they will be (a topic placed while another's are still being made
+        went to the dirs those were about to fill); None with one dir (nothing to balance:
+        50,000 logs were counted for every topic)."""
+        if len(online) < 2:
+            return None
+        counts = dict.fromkeys(online, 0)
         for lg in self._logs.values():
             d = self._dir_of(lg)
             if d in counts:
                 counts[d] += 1
-        return min(online, key=lambda d: (counts[d], online.index(d)))
+        for pending in self._creating.values():  # (only the reactor adds or removes entries)
+            if pending.directory in counts:
+                counts[pending.directory] += 1
+        return counts
+
+    @staticmethod
+    def _place(online, counts):
+        """The dir of ``online`` holding the fewest logs (the first in log.dirs of those),
+        counted in ``counts`` (from :meth:`_logs_per_dir`) for the next placement."""
+        if counts is None:
+            return online[0]
+        directory = min(online, key=lambda d: (counts[d], online.index(d)))
+        counts[directory] += 1
+        return directory
+
+    def _next_log_dir(self):
+        online = self.online_dirs
+        if not online:
+            raise KafkaError(errors.KAFKA_STORAGE_ERROR, "no online log dir")
+        return self._place(online, self._logs_per_dir(online))
 
     def get_or_create_log(self, topic, partition, topic_id=None, overrides=None, is_new=True):
         """The log of ``topic``-``partition``, created if missing. ``is_new=False``: the
@@ -505,11 +525,7 @@ class LogManager:
             self._overrides[topic] = dict(overrides)
         config = self._config_for(topic)
         online = self.online_dirs
-        counts = {d: 0 for d in online}
-        if len(online) > 1:  # (one dir: nothing to balance; 50,000 logs were counted each time)
-            for lg in self._logs.values():
-                if self._dir_of(lg) in counts:
-                    counts[self._dir_of(lg)] += 1
+        counts = self._logs_per_dir(online)
         plan = []
         for p in partitions:
             if (topic, p) in self._logs or (topic, p) in self._creating:
@@ -520,12 +536,7 @@ class LogManager:
                 continue
             if not online:
                 return defer.fail(KafkaError(errors.KAFKA_STORAGE_ERROR, "no online log dir"))
-            if len(online) == 1:
-                directory = online[0]
-            else:
-                directory = min(online, key=lambda d: (counts[d], online.index(d)))
-                counts[directory] += 1
-            pending = _PendingLog(directory, topic_id)
+            pending = _PendingLog(self._place(online, counts), topic_id)
             self._creating[(topic, p)] = pending
             plan.append((p, pending))
 
