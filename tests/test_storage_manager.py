@@ -452,6 +452,33 @@ class IdleRetentionTest(ManagerBase):
         mgr.shutdown()
 
 
+    def test_deleted_partitions_leave_no_retention_entries(self):
+        """A deleted partition's due time goes with it, and its heap entry once such entries
+        outnumber the live ones (retention.ms is days: topics made and deleted meanwhile
+        piled up)."""
+        mgr = self.make(dirs=[os.path.join(self.mktemp(), "d")],
+                        props={"log.retention.ms": "60000", "log.cleaner.enable": "false"})
+        for p in range(70):
+            lg = mgr.get_or_create_log("t", p)
+            lg.append_as_leader(make_batch(1, timestamp=self.now()), 0)
+            lg.update_high_watermark(lg.log_end_offset)
+        kept = mgr.get_or_create_log("k", 0)
+        kept.append_as_leader(make_batch(1, timestamp=self.now()), 0)
+        kept.update_high_watermark(kept.log_end_offset)
+        self.assertEqual(mgr.cleanup_logs(), 0)
+        self.assertEqual((len(mgr._retention_due), len(mgr._retention_heap)), (71, 71))
+        self.successResultOf(mgr.delete_logs("t", range(70)))
+        self.assertEqual(list(mgr._retention_due), [("k", 0)])
+        seen = self.visited(mgr)
+        self.assertEqual((mgr.cleanup_logs(), seen), (0, []))
+        self.assertEqual(([e[2] for e in mgr._retention_heap], list(mgr._retention_due)),
+                         ([("k", 0)], [("k", 0)]))
+        self.clock.advance(61)
+        self.assertEqual((mgr.cleanup_logs(), seen), (1, [("k", 0)]))
+        self.assertEqual((mgr._retention_due, mgr._retention_heap), ({}, []))
+        mgr.shutdown()
+
+
 class CompactedLogsTest(ManagerBase):
     def test_the_cleaner_looks_at_compacted_logs_only(self):
         """The cleaner's pass takes ``compacted_logs()``, kept in step with topic configs,

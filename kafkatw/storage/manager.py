@@ -105,7 +105,8 @@ class LogManager:
         #: retention looks at the logs that changed since its last tick and at those whose
         #: retention.ms time has come (a heap of (due ms, n, (topic, partition)); the live
         #: entry of each is ``_retention_due[tp]`` = (due ms, id of its log)), not at every
-        #: log. (Entries of deleted partitions stay until their time: tuples, not logs.)
+        #: log. (A deleted partition's heap entry is dropped when its time comes, or when
+        #: such entries outnumber the live ones.)
         self._retention_changed = set()
         self._retention_heap = []
         self._retention_due = {}
@@ -779,9 +780,12 @@ class LogManager:
         logs, heap, due_of = self._logs, self._retention_heap, self._retention_due
         while heap and heap[0][0] <= now:
             due, _, tp = heapq.heappop(heap)
+            live = due_of.get(tp)
+            if live is None or live[0] != due:
+                continue  # (replaced by a sooner time, or its log went)
+            del due_of[tp]
             lg = logs.get(tp)
-            if lg is not None and due_of.get(tp) == (due, id(lg)):
-                del due_of[tp]
+            if lg is not None and id(lg) == live[1]:
                 todo.add(lg)
         for lg in todo:
             tp = (lg.topic, lg.partition)
@@ -800,6 +804,10 @@ class LogManager:
                 # (a later time is not pushed: the entry there finds it when it comes)
                 due_of[tp] = (due, id(lg))
                 heapq.heappush(heap, (due, next(self._retention_seq), tp))
+        if len(heap) > 2 * len(due_of) + 64:
+            # mostly entries of deleted partitions (retention.ms, 7 days by default, away)
+            heap[:] = [e for e in heap if due_of.get(e[2], (None,))[0] == e[0]]
+            heapq.heapify(heap)
         return total
 
     def flush_dirty_logs(self):
@@ -840,6 +848,8 @@ class LogManager:
         d, tp = self._dir_of(lg), (lg.topic, lg.partition)
         if self._compacted.get(tp) is lg:
             del self._compacted[tp]
+        if self._retention_due.get(tp, (None, None))[1] == id(lg):
+            del self._retention_due[tp]  # (its heap entry goes when its time comes)
         for name, _ in _CHECKPOINTS:
             if self._checkpointed[name].get(d, {}).pop(tp, None) is not None:
                 self._checkpoint_dirty[name].add(d)
