@@ -171,11 +171,13 @@ class FakeLogManager:
     def __init__(self):
         self.created = []
         self.deleted = []
+        self.batches = []  # (topic, partitions, wait) of each create_logs
 
     def get_or_create_log(self, topic, partition, topic_id, overrides, is_new=True):
         self.created.append((topic, partition, topic_id, dict(overrides)))
 
     def create_logs(self, topic, partitions, topic_id, overrides, wait=True):
+        self.batches.append((topic, list(partitions), wait))
         for p in partitions:
             if self.get_log(topic, p) is None:
                 self.get_or_create_log(topic, p, topic_id, overrides)
@@ -337,6 +339,20 @@ class KafkaApisTests(ApisFixture, unittest.TestCase):
         self.metadata.delete_topic("t")
         self.assertEqual(self.log_manager.deleted, [("t", 0), ("t", 1)])
         self.assertEqual(self.replica_manager.forgotten, [("t", 0), ("t", 1)])
+
+
+    def test_logs_made_before_the_answer_for_a_few_new_partitions(self):
+        """The logs of at most 100 new partitions are made before the answer, more after;
+        added partitions count, not the topic's (nor are the topic's logs asked for again)."""
+        self.create_topic("small", 100)
+        self.create_topic("big", 101)
+        self.successResultOf(self.metadata.create_partitions("big", 103))
+        self.successResultOf(self.metadata.create_partitions("small", 201))
+        self.successResultOf(self.metadata.create_partitions("small", 202))
+        self.assertEqual(self.log_manager.batches, [
+            ("small", list(range(100)), True), ("big", list(range(101)), False),
+            ("big", [101, 102], True), ("small", list(range(100, 201)), False),
+            ("small", [201], True)])
 
 
 class ApiVersionsTests(ApisFixture, unittest.TestCase):

@@ -46,8 +46,8 @@ from kafkatw.server.interfaces import IApiHandler
 
 log = Logger()
 
-#: topics of at most this many partitions have their logs made before CreateTopics (or
-#: CreatePartitions) answers; larger ones after (see _sync_logs)
+#: at most this many new partitions (of a CreateTopics' topic, or added by CreatePartitions)
+#: have their logs made before the answer; more after (see _sync_logs)
 _CREATE_LOGS_BEFORE_ANSWER = 100
 
 DEFAULT_HANDLERS = (
@@ -399,11 +399,15 @@ class KafkaApis:
             # A topic of many partitions is published now, durable in the metadata (a restart
             # makes missing logs): the logs are made in the thread pool, and a partition used
             # before its log is attached has it made (or waited for) then. CreateTopics of
-            # 2,000 partitions waited seconds for their files. A small topic is published
-            # with its logs (tens of milliseconds; every log dir listing shows it at once).
+            # 2,000 partitions waited seconds for their files. A few are published with
+            # their logs (tens of milliseconds; every log dir listing shows them at once).
+            # Added partitions: the topic is still published with its old count here.
+            first = 0
+            if event == TOPIC_PARTITIONS_ADDED and info.name in self.metadata.topics:
+                first = self.metadata.topics[info.name].num_partitions
             return self.log_manager.create_logs(
-                info.name, range(info.num_partitions), info.topic_id, info.configs,
-                wait=info.num_partitions <= _CREATE_LOGS_BEFORE_ANSWER)
+                info.name, range(first, info.num_partitions), info.topic_id, info.configs,
+                wait=info.num_partitions - first <= _CREATE_LOGS_BEFORE_ANSWER)
         if event == TOPIC_DELETED:
             # the logs are forgotten at once, their directories renamed in the thread pool
             d = self.log_manager.delete_logs(info.name, range(info.num_partitions))
