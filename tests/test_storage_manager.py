@@ -525,6 +525,26 @@ class OfflineTest(ManagerBase):
         self.assertFalse(os.path.exists(
             os.path.join(os.path.dirname(a.dir), checkpoint.CLEAN_SHUTDOWN_FILE)))
 
+    def test_a_deleted_offline_log_leaves_no_bookkeeping(self):
+        """A log of an offline dir deleted (delete_logs or delete_log) leaves the cleaner's
+        candidates, the retention due times and the checkpoint entries as the others do."""
+        mgr = self.make(props={"log.retention.ms": "60000", "log.cleaner.enable": "false",
+                               "log.cleanup.policy": "compact,delete"})
+        logs = [mgr.get_or_create_log("c", p) for p in range(2)] + [mgr.get_or_create_log("e", 0)]
+        for lg in logs:
+            lg.append_as_leader(make_batch(1, timestamp=self.now(), key=b"k"), 0)
+            lg.update_high_watermark(lg.log_end_offset)
+        mgr.cleanup_logs()
+        mgr.checkpoint_high_watermarks()
+        self.assertEqual(sorted(mgr._retention_due), [("c", 0), ("c", 1), ("e", 0)])
+        for lg in logs:
+            mgr.handle_dir_failure(os.path.dirname(lg.dir), OSError(errno.EIO, "I/O error"))
+        self.successResultOf(mgr.delete_logs("c", range(2)))
+        mgr.delete_log("e", 0)
+        self.assertEqual((mgr._compacted, mgr._retention_due), ({}, {}))
+        self.assertEqual([tp for name in mgr._checkpointed.values()
+                          for entries in name.values() for tp in entries], [])
+
     def test_last_dir_offline_calls_the_hook_once(self):
         """The service halts the broker when every dir is offline (Kafka's LogManager): the
         hook runs when the last one fails, once, with every dir."""

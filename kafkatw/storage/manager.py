@@ -590,9 +590,11 @@ class LogManager:
                       self._stop_creating([(topic, p) for p in partitions])}
         for p in partitions:
             lg = self._logs.pop((topic, p), None) or unattached.get(p)
-            if lg is None or lg.is_offline:
+            if lg is None:
                 continue
-            self._forget_offsets(lg)
+            self._forget_offsets(lg)  # (an offline one too: nothing else forgets it)
+            if lg.is_offline:
+                continue
             lg.mark_deleted()  # before the rename: a flush in a thread may trip over the move
             if self.cleaner is not None:
                 self.cleaner.abort(lg)
@@ -630,9 +632,9 @@ class LogManager:
         lg = self._logs.pop((topic, partition), None)
         if lg is None:
             return None
+        self._forget_offsets(lg)
         if lg.is_offline:
             return lg
-        self._forget_offsets(lg)
         new_dir = os.path.join(os.path.dirname(lg.dir), log_delete_dir_name(topic, partition))
         lg.mark_deleted()  # before the rename: a flush in a thread may trip over the move
         try:
