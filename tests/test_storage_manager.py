@@ -201,6 +201,27 @@ class CreateLogsTest(ManagerBase):
                                 "a-2": os.path.join(d1, "a-2"), "b-0": os.path.join(d1, "b-0")})
         mgr.shutdown()
 
+    def test_a_waited_for_batch_does_not_queue_behind_background_ones(self):
+        """Background batches take turns in the thread pool; those an answer waits for take
+        turns beside them (a one-partition topic waited for all of a big one's logs)."""
+        mgr = self.make()
+        work = []
+        mgr.run_blocking = lambda fn, *args: work.append((fn, args)) or defer.Deferred()
+        self.successResultOf(mgr.create_logs("big", range(3), None, {}, wait=False))
+        self.successResultOf(mgr.create_logs("big2", range(3), None, {}, wait=False))
+        self.assertEqual(len(work), 1)  # big2 waits for its turn
+        mgr.run_blocking = lambda fn, *args: work.append((fn, args, defer.Deferred())) or work[-1][2]
+        d1 = mgr.create_logs("small", range(1), None, {})
+        d2 = mgr.create_logs("small2", range(1), None, {})
+        self.assertEqual(len(work), 2)  # beside "big"; small2 after small
+        fn, args, waited = work[1]
+        waited.callback(fn(*args))
+        self.successResultOf(d1)
+        self.assertEqual(len(work), 3)
+        self.assertNoResult(d2)
+        self.assertEqual([(lg.topic, lg.partition) for lg in mgr.all_logs()], [("small", 0)])
+        mgr.shutdown()
+
     def test_logs_are_attached_only_after_the_blocking_work(self):
         mgr = self.make()
         work = []

@@ -95,9 +95,11 @@ class LogManager:
         self._creating = {}
         self._creating_lock = threading.Condition()
         self._compacted = {}  # {(topic, partition): log} see compacted_logs
-        #: one create_logs batch in the thread pool at a time: several at once (a topic after
-        #: another) fought the reactor and the metadata writes for the GIL
+        #: one background (``wait=False``) create_logs batch in the thread pool at a time:
+        #: several at once (a topic after another) fought the reactor and the metadata writes
+        #: for the GIL. The batches an answer waits for take turns beside them, not behind.
         self._creation_turn = defer.DeferredLock()
+        self._waited_creation_turn = defer.DeferredLock()
         #: logs whose recovery point, log start or high watermark changed since the periodic
         #: checkpoints last looked; what those last saw, {name: {dir: {tp: offset}}}; the
         #: dirs each must write again
@@ -572,9 +574,9 @@ class LogManager:
                                  % (topic, failed))
         if not plan:
             return defer.succeed(None)
+        if wait:  # (a topic of one partition waited for the large ones before it)
+            return self._waited_creation_turn.run(self.run_blocking, make).addCallback(attach)
         d = self._creation_turn.run(self.run_blocking, make).addCallback(attach)
-        if wait:
-            return d
         d.addErrback(self._log_error, "creating the logs of %s" % (topic,))
         return defer.succeed(None)
 
