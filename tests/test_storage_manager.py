@@ -12,6 +12,7 @@ from kafkatw.protocol import errors, records
 from kafkatw.protocol.errors import KafkaError
 from kafkatw.storage import FetchIsolation, LogManager, UnifiedLog
 from kafkatw.storage import checkpoint
+from kafkatw.storage.cleaner import LogCleaner
 
 from .test_storage_helpers import make_batch
 
@@ -558,11 +559,14 @@ class OfflineTest(ManagerBase):
         mgr.cleanup_logs()
         mgr.checkpoint_high_watermarks()
         self.assertEqual(sorted(mgr._retention_due), [("c", 0), ("c", 1), ("e", 0)])
+        mgr.cleaner = LogCleaner(mgr)
+        mgr.cleaner._checkpoints.update({("c", 0): 1, ("c", 1): 1, ("e", 0): 1})
         for lg in logs:
             mgr.handle_dir_failure(os.path.dirname(lg.dir), OSError(errno.EIO, "I/O error"))
         self.successResultOf(mgr.delete_logs("c", range(2)))
         mgr.delete_log("e", 0)
-        self.assertEqual((mgr._compacted, mgr._retention_due), ({}, {}))
+        self.assertEqual((mgr._compacted, mgr._retention_due, mgr.cleaner._checkpoints),
+                         ({}, {}, {}))
         self.assertEqual([tp for name in mgr._checkpointed.values()
                           for entries in name.values() for tp in entries], [])
 

@@ -594,12 +594,10 @@ class LogManager:
             lg = self._logs.pop((topic, p), None) or unattached.get(p)
             if lg is None:
                 continue
-            self._forget_offsets(lg)  # (an offline one too: nothing else forgets it)
+            self._forget_log(lg)  # (an offline one too: nothing else forgets it)
             if lg.is_offline:
                 continue
             lg.mark_deleted()  # before the rename: a flush in a thread may trip over the move
-            if self.cleaner is not None:
-                self.cleaner.abort(lg)
             moves.append((lg, os.path.join(os.path.dirname(lg.dir), log_delete_dir_name(topic, p))))
 
         def rename():
@@ -634,7 +632,7 @@ class LogManager:
         lg = self._logs.pop((topic, partition), None)
         if lg is None:
             return None
-        self._forget_offsets(lg)
+        self._forget_log(lg)
         if lg.is_offline:
             return lg
         new_dir = os.path.join(os.path.dirname(lg.dir), log_delete_dir_name(topic, partition))
@@ -646,8 +644,6 @@ class LogManager:
             return lg
         delay = lg.config.file_delete_delay_ms
         self._schedule(delay, lg.delete)
-        if self.cleaner is not None:
-            self.cleaner.abort(lg)
         return lg
 
     # -- moving a replica to another log dir (AlterReplicaLogDirs) ------------------------------
@@ -684,11 +680,9 @@ class LogManager:
             cache.assign(epoch, start, flush=False)
         cache.flush()
         future.rename_dir(os.path.join(os.path.dirname(future.dir), "%s-%d" % (topic, partition)))
-        self._forget_offsets(current)  # its dir's checkpoints stop listing it
+        self._forget_log(current)  # its dir's checkpoints stop listing it
         self._logs.pop((topic, partition))
         self._attach(future)
-        if self.cleaner is not None:
-            self.cleaner.abort(current)
         current.mark_deleted()
         try:
             current.rename_dir(os.path.join(os.path.dirname(current.dir), log_delete_dir_name(topic, partition)))
@@ -848,7 +842,12 @@ class LogManager:
                     values[tp] = value
                     self._checkpoint_dirty[name].add(d)
 
-    def _forget_offsets(self, lg):
+    def _forget_log(self, lg):
+        """``lg`` leaves :attr:`_logs` (deleted, or replaced by its future): what the
+        checkpoints, retention and the cleaner keep about it goes (a running cleaning of it
+        is not swapped in)."""
+        if self.cleaner is not None:
+            self.cleaner.abort(lg)
         d, tp = self._dir_of(lg), (lg.topic, lg.partition)
         if self._compacted.get(tp) is lg:
             del self._compacted[tp]
