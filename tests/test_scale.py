@@ -174,6 +174,10 @@ class CreateTopicsAnsweredBeforeItsFilesTest(unittest.TestCase):
         self.assertEqual(produce(client, "big", n - 1, [b"at once"]), 0)
         client.close()
         broker.kill()
+        with open(broker.log_path) as f:
+            said = [x for x in f if "created topic big " in x or " log(s) for big" in x]
+        # answered before the logs were attached (their line, if the kill let it come, after)
+        self.assertIn("created topic big ", said[0])
         broker.start()
         client = RawClient(broker, timeout=30)
         self.addCleanup(client.close)
