@@ -223,6 +223,28 @@ class CreateLogsTest(ManagerBase):
         self.assertEqual([(lg.topic, lg.partition) for lg in mgr.all_logs()], [("small", 0)])
         mgr.shutdown()
 
+    def test_a_config_changed_while_the_logs_are_made_is_theirs(self):
+        """A topic's config altered (or the broker default) after CreateTopics answered but
+        before its logs are attached is the config they are attached with, whether the thread
+        made them or they were taken from it."""
+        mgr = self.make()
+        work = []
+        done = defer.Deferred()
+        mgr.run_blocking = lambda fn, *args: work.append((fn, args)) or done
+        self.successResultOf(mgr.create_logs("t", range(3), None, {"retention.ms": "5"},
+                                             wait=False))
+        fn, args = work[0]
+        fn(*args)  # made with retention.ms 5
+        mgr.update_log_config("t", {"retention.ms": "7", "cleanup.policy": "compact"})
+        taken = mgr.get_log("t", 1)
+        done.callback(None)
+        logs = [mgr.get_log("t", p) for p in range(3)]
+        self.assertIs(logs[1], taken)
+        self.assertEqual([(lg.config.retention_ms, lg.config.compact) for lg in logs],
+                         [(7, True)] * 3)
+        self.assertEqual(sorted(lg.partition for lg in mgr.compacted_logs()), [0, 1, 2])
+        mgr.shutdown()
+
     def test_logs_are_attached_only_after_the_blocking_work(self):
         mgr = self.make()
         work = []

@@ -399,12 +399,12 @@ class LogManager:
             del self._creating[key]
             made_here = pending.state == pending.WAITING
             pending.state = pending.TAKEN
+        config = self._config_for(key[0])
         if made_here:
-            made = self._make_log(key[0], key[1], pending.directory, pending.topic_id,
-                                  self._config_for(key[0]))
+            made = self._make_log(key[0], key[1], pending.directory, pending.topic_id, config)
         else:
             made = pending.made
-        if self._attach_made(key[0], key[1], pending.directory, made):
+        if self._attach_made(key[0], key[1], pending.directory, made, config):
             return made
         return None
 
@@ -418,8 +418,9 @@ class LogManager:
         except (OSError, KafkaError) as e:
             return e
 
-    def _attach_made(self, topic, p, directory, lg):
-        """On the reactor: attach a log :meth:`_make_log` made; False if it failed (said
+    def _attach_made(self, topic, p, directory, lg, config):
+        """On the reactor: attach a log :meth:`_make_log` made, with the topic's ``config``
+        of now (it may have changed while the log was being made); False if it failed (said
         here) or is not wanted any more (closed)."""
         if isinstance(lg, OSError):
             self.handle_dir_failure(directory, lg)
@@ -431,6 +432,8 @@ class LogManager:
         if (topic, p) in self._logs or directory in self._offline_dirs or self._shut_down:
             lg.close()  # (after shutdown: closed cleanly, as the others were)
             return False
+        if lg.config != config:
+            lg.update_config(config)
         self._attach(lg)
         return True
 
@@ -558,6 +561,7 @@ class LogManager:
 
         def attach(_):
             failed = []
+            config = self._config_for(topic)  # (a config changed meanwhile is not missed)
             for p, pending in plan:
                 with self._creating_lock:
                     if pending.state != pending.MADE:
@@ -565,7 +569,7 @@ class LogManager:
                     pending.state = pending.TAKEN
                     if self._creating.get((topic, p)) is pending:
                         del self._creating[(topic, p)]
-                if not self._attach_made(topic, p, pending.directory, pending.made) \
+                if not self._attach_made(topic, p, pending.directory, pending.made, config) \
                         and not isinstance(pending.made, UnifiedLog):
                     failed.append(p)
             log.info("created {n} log(s) for {topic}", n=len(plan) - len(failed), topic=topic)
