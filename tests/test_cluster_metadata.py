@@ -254,6 +254,19 @@ class StagedWritesTests(unittest.SynchronousTestCase):
         self.assertEqual(self.events, [(md.TOPIC_CREATED, "t"), (md.TOPIC_DELETED, "t")])
         self.assertIsNone(self.meta.get_topic("t"))
 
+    def test_a_listener_deferred_fired_but_waiting_is_waited_for(self):
+        """A listener's Deferred that has fired but waits on one its callback returned (a
+        DeferredLock's run, a chain) holds publication like a pending one."""
+        logs = defer.Deferred()
+        lock = defer.DeferredLock()
+        self.meta.add_listener(lambda ev, info: lock.run(lambda: logs))
+        created = self.meta.create_topic("t", 1)
+        self.meta.run_write()
+        self.assertNoResult(created)
+        self.assertIsNone(self.meta.get_topic("t"))
+        logs.callback(None)
+        self.assertEqual(self.successResultOf(created).name, "t")
+
     def test_failed_write_fails_what_is_pending_and_forgets_it(self):
         kept = self.meta.create_topic("kept", 1)
         self.meta.run_write()

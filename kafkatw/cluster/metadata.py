@@ -473,15 +473,14 @@ class ClusterMetadata:
     def _notify(self, event, info):
         """Call every listener; a Deferred firing when the Deferreds they returned have
         (a listener's failure is logged: the change is durable already)."""
+        # (every one gathered: a Deferred already fired may still wait on one it returned,
+        # as a DeferredLock's run does, and ``called`` says nothing of that)
         pending = []
         for listener in list(self._listeners):
             d = defer.maybeDeferred(listener, event, info)
             d.addErrback(lambda f: log.failure("metadata listener failed on {event} {topic}", f,
                                                event=event, topic=info.name))
-            if not d.called:
-                pending.append(d)
-        if not pending:
-            return defer.succeed(None)
+            pending.append(d)
         return defer.gatherResults(pending)
 
     # -- queries (what the replica manager and handlers ask) -----------------------------
