@@ -396,12 +396,12 @@ class AuthorizerService(_BrokerPart):
             d = b.authorizer.start(info)
         except ValueError as e:  # an unreadable ACL store: one line, nothing served
             raise ConfigError("cannot start the authorizer: %s" % (e,), "authorizer.class.name") from None
-        if isinstance(d, defer.Deferred) and not d.called:
+        if isinstance(d, defer.Deferred):
             # the listeners accept once it fires (SocketServerService), as Kafka's wait for the
-            # authorizer's start futures; a failure keeps them closed
+            # authorizer's start futures; a failure keeps them closed. Every Deferred waits there:
+            # ``called`` is also true of one paused on a Deferred still running, and one already
+            # failed must keep them closed too (it was only logged)
             b.authorizer_started = d
-        elif isinstance(d, defer.Deferred):
-            d.addErrback(lambda f: log.failure("starting the authorizer failed", f))
 
     def stopService(self):
         super().stopService()
@@ -485,7 +485,7 @@ class BrokerService(OrderedMultiService):
         self.txn_coordinator = None
         self.apis = None
         self.socket_server = None
-        self.authorizer_started = None  # the authorizer's start() Deferred while it has not fired
+        self.authorizer_started = None  # the authorizer's start() Deferred, if it gave one
         self.stall_probe = None
         self.cluster = None  # controller.registration.ClusterMembership in cluster mode
         self._cluster_connected = None

@@ -325,6 +325,35 @@ class AuthorizerStartTests(unittest.TestCase):
         self.assertEqual(len(server.connections), 1)
 
 
+    @defer.inlineCallbacks
+    def test_listeners_stay_closed_when_the_start_already_failed(self):
+        """A start() Deferred that has already failed keeps the listeners closed too (fail
+        closed); it was only logged, and the broker accepted connections without an authorizer
+        ready."""
+        import socket
+
+        from twisted.internet import reactor
+        from twisted.internet.task import deferLater
+
+        from kafkatw.service import BrokerService
+
+        SlowStart.pending = defer.fail(RuntimeError("the ACL store is unreachable"))
+        config = KafkaConfig.from_properties({
+            "listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": os.path.abspath(self.mktemp()),
+            "authorizer.class.name": "tests.test_security_authorizer.SlowStart",
+            "kafkatw.request.log.enable": "false"})
+        broker = BrokerService(config, reactor=reactor)
+        broker.startService()
+        self.addCleanup(broker.stopService)
+        server = broker.socket_server
+        sock = socket.create_connection(("127.0.0.1", server.bound_port("PLAINTEXT")))
+        self.addCleanup(sock.close)
+        for _ in range(10):
+            yield deferLater(reactor, 0.05, lambda: None)
+        self.assertEqual(len(server.connections), 0)
+        self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
+
+
 class RulesTests(unittest.TestCase):
 
     def test_every_served_api_has_authorization_rules(self):
