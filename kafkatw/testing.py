@@ -151,6 +151,34 @@ def api_versions_ok(host, port, timeout=2.0, ssl_context=None):
     return correlation_id == 1 and error_code == 0
 
 
+def _exchange(host, port, api_key, version, request, timeout, ssl_context=None, sasl=None,
+              failed=ConnectionError):
+    """One request on a connection of its own and its decoded response. ``sasl`` is
+    ``(mechanism, user, password)`` to log in first (the CLI client's connection does that);
+    a failed login or connection there raises ``failed`` with its message."""
+    from kafkatw.protocol import messages as m
+
+    if sasl is not None:
+        from kafkatw.cli.client import BrokerConnection, ClientError
+
+        try:
+            conn = BrokerConnection(host, port, ssl_context, "kafkatw.testing", timeout, sasl=sasl)
+            try:
+                return conn.send(request, version, api_key=api_key)
+            finally:
+                conn.close()
+        except ClientError as e:
+            raise failed(str(e)) from None
+    header = m.RequestHeader(request_api_key=api_key, request_api_version=version, correlation_id=7,
+                             client_id="kafkatw.testing")
+    body = header.encode_bytes(m.request_header_version(api_key, version)) + request.encode_bytes(version)
+    with _connect(host, port, timeout, ssl_context) as s:
+        payload = _request(s, body)
+    _, pos = m.ResponseHeader.decode_from(payload, 0, m.response_header_version(api_key, version))
+    response, _ = m.RESPONSES[api_key].decode_from(payload, pos, version)
+    return response
+
+
 def _topic_spec(spec, default_partitions):
     """``"name"`` | ``(name, partitions)`` | ``(name, partitions, {config: value})``."""
     if isinstance(spec, str):
@@ -177,26 +205,8 @@ def create_topics(host, port, topics, timeout=10.0, ssl_context=None, sasl=None)
             replication_factor=-1,
             configs=[m.CreateTopicsRequest.CreatableTopicConfig(name=k, value=str(v))
                      for k, v in configs.items()]))
-    version = _CREATE_TOPICS_VERSION
-    header = m.RequestHeader(request_api_key=19, request_api_version=version, correlation_id=7,
-                             client_id="kafkatw.testing")
-    if sasl is not None:
-        from kafkatw.cli.client import BrokerConnection, ClientError
-
-        try:
-            conn = BrokerConnection(host, port, ssl_context, "kafkatw.testing", timeout, sasl=sasl)
-            try:
-                resp = conn.send(req, version, api_key=19)
-            finally:
-                conn.close()
-        except ClientError as e:
-            raise RuntimeError(str(e)) from None
-    else:
-        body = header.encode_bytes(m.request_header_version(19, version)) + req.encode_bytes(version)
-        with _connect(host, port, timeout, ssl_context) as s:
-            payload = _request(s, body)
-        resp_header, pos = m.ResponseHeader.decode_from(payload, 0, m.response_header_version(19, version))
-        resp, _ = m.CreateTopicsResponse.decode_from(payload, pos, version)
+    resp = _exchange(host, port, 19, _CREATE_TOPICS_VERSION, req, timeout, ssl_context, sasl,
+                     failed=RuntimeError)
     failures = []
     for t in resp.topics:
         if t.error_code not in (0, _TOPIC_ALREADY_EXISTS):
@@ -873,25 +883,8 @@ def cluster_metadata(host, port, topics=None, timeout=5.0, ssl_context=None, sas
     req = m.MetadataRequest(topics=None if topics is None else [m.MetadataRequest.MetadataRequestTopic(name=t)
                                                                  for t in topics],
                             allow_auto_topic_creation=False)
-    header = m.RequestHeader(request_api_key=3, request_api_version=version, correlation_id=11,
-                             client_id="kafkatw.testing")
-    if sasl is not None:
-        from kafkatw.cli.client import BrokerConnection, ClientError
-
-        try:
-            conn = BrokerConnection(host, port, ssl_context, "kafkatw.testing", timeout, sasl=sasl)
-            try:
-                resp = conn.send(req, version, api_key=3)
-            finally:
-                conn.close()
-        except ClientError as e:
-            raise ConnectionError(str(e)) from None  # as a failed socket: polls try again
-    else:
-        body = header.encode_bytes(m.request_header_version(3, version)) + req.encode_bytes(version)
-        with _connect(host, port, timeout, ssl_context) as s:
-            payload = _request(s, body)
-        _, pos = m.ResponseHeader.decode_from(payload, 0, m.response_header_version(3, version))
-        resp, _ = m.MetadataResponse.decode_from(payload, pos, version)
+    # a failed login raises ConnectionError, as a failed socket does: polls try again
+    resp = _exchange(host, port, 3, version, req, timeout, ssl_context, sasl)
     brokers = {b.node_id: (b.host, b.port, b.rack) for b in resp.brokers}
     out = {}
     for t in resp.topics:
