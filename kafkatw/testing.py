@@ -686,6 +686,11 @@ class KafkaBroker:
         return "\n".join(out)
 
 
+#: the loggers of controller, leadership and ISR changes (KafkaCluster.state_change_log)
+_STATE_CHANGE_LOGGERS = re.compile(r"\[kafkatw\.(controller|server\.partition|server\.replica_manager|"
+                                   r"server\.alter_partition)[.#]")
+
+
 # -- ZooKeeper and a cluster ----------------------------------------------------------------------
 
 #: where Debian's ``zookeeper`` package puts its jars
@@ -1002,8 +1007,9 @@ class KafkaCluster:
         host, port = b._main_address()
         return cluster_metadata(host, port, topics, ssl_context=b.main_ssl_context(), sasl=b.main_sasl())
 
-    def wait_for(self, condition, timeout=30.0, what="condition"):
-        """Poll ``condition()`` (exceptions count as false) until true, at most ``timeout`` s."""
+    def wait_for(self, condition, timeout=30.0, what="condition", explain=None):
+        """Poll ``condition()`` (exceptions count as false) until true, at most ``timeout`` s;
+        a timeout's message ends with ``explain()``'s text when given (what the cluster did)."""
         deadline = time.monotonic() + timeout
         last = None
         while time.monotonic() < deadline:
@@ -1015,8 +1021,21 @@ class KafkaCluster:
             except (OSError, ConnectionError, ValueError) as e:
                 last = "last error: %s" % (e,)
             time.sleep(0.05)
-        raise AssertionError("timed out after %.0f s waiting for %s%s"
-                             % (timeout, what, " (%s)" % last if last else ""))
+        message = "timed out after %.0f s waiting for %s%s" % (timeout, what, " (%s)" % last if last else "")
+        if explain is not None:
+            message += "\n" + explain()
+        raise AssertionError(message)
+
+    def state_change_log(self, lines=80):
+        """The last ``lines`` lines of every broker's log (running or not) about controllers,
+        leaders and ISRs, in time order, each naming its broker: a failed wait's story."""
+        picked = []
+        for broker_id, b in sorted(self.brokers.items()):
+            for line in _read_lines(b.log_path):
+                if _STATE_CHANGE_LOGGERS.search(line):
+                    picked.append((line[:24], broker_id, line))
+        picked.sort()
+        return "\n".join("[broker %d] %s" % (broker_id, line) for _, broker_id, line in picked[-lines:])
 
     def wait_for_brokers(self, ids, timeout=None):
         """Until every running broker's Metadata lists exactly ``ids`` and a controller."""

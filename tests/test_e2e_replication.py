@@ -65,7 +65,19 @@ class ReplicatedClusterTests(unittest.TestCase):
         return self.cluster.wait_for(
             lambda: len(self.partition_state(partition)[4]) == size
             and self.partition_state(partition)[1] >= 0,
-            timeout, "ISR of %s-%d with %d members" % (TOPIC, partition, size))
+            timeout, "ISR of %s-%d with %d members" % (TOPIC, partition, size), self.explain)
+
+    def explain(self):
+        """A failed wait's story: each running broker's view of the partitions, and what the
+        controllers, leaders and ISRs did (the work folder is gone after the test)."""
+        views = []
+        for b in sorted(self.cluster.brokers):
+            if self.cluster.broker(b).running:
+                try:
+                    views.append("broker %d: %r" % (b, [self.partition_state(p, b) for p in (0, 1)]))
+                except OSError as e:
+                    views.append("broker %d: %s" % (b, e))
+        return "\n".join(views + [self.cluster.state_change_log()])
 
     def log_dir(self, broker_id):
         return self.cluster.broker(broker_id).data_dir
@@ -103,7 +115,7 @@ class ReplicatedClusterTests(unittest.TestCase):
             self.cluster.broker(leader).kill()
             produce(150)  # while the leader is gone: retried to the new one
             self.cluster.wait_for(lambda: self.partition_state(0)[1] not in (-1, leader), 60,
-                                  "a new leader of %s-0" % TOPIC)
+                                  "a new leader of %s-0" % TOPIC, self.explain)
             produce(100)
             self.cluster.broker(leader).start()
             self.wait_isr(0, 3)
