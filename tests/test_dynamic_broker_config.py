@@ -412,9 +412,20 @@ class DynamicBrokerConfigTests(unittest.SynchronousTestCase):
         self.assertRaises(Exception, self.dynamic.add_reconfigurable, object())
 
     def test_kafka_dynamic_keys_of_unimplemented_features_need_no_component(self):
+        from twisted.logger import formatEvent, globalLogPublisher
+
+        events = []
+        globalLogPublisher.addObserver(events.append)
+        self.addCleanup(globalLogPublisher.removeObserver, events.append)
         new = self.dynamic.update(dynamic_broker={"ssl.keymanager.algorithm": "PKIX"})
         self.assertEqual(new["ssl.keymanager.algorithm"], "PKIX")
         self.assertIs(self.dynamic.current, new)
+        # accepted, and said to change nothing (once: setting the same value again is no change)
+        self.dynamic.update(dynamic_broker={"ssl.keymanager.algorithm": "PKIX"})
+        said = [formatEvent(e) for e in events if e.get("log_namespace") == "kafkatw.config.dynamic"]
+        self.assertEqual(said, ["ssl.keymanager.algorithm is accepted for Kafka compatibility and has "
+                                "no effect: kafkatw does not implement Java security providers and "
+                                "JSSE: kafkatw's TLS is OpenSSL"])
         e = self.assertRaises(ConfigError, self.dynamic.update,
                               dynamic_default={"ssl.keymanager.algorithm": "PKIX"})
         self.assertEqual(str(e), "Cannot update these configs at default cluster level, broker id "

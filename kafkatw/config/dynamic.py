@@ -12,7 +12,11 @@ from zope.interface.verify import verifyObject
 
 from kafkatw.config.topic import TOPIC_CONFIG_SYNONYMS
 from kafkatw.config.types import ConfigError
-from kafkatw.config.unimplemented import INERT_DYNAMIC_CONFIGS, INERT_PER_BROKER_CONFIGS
+from kafkatw.config.unimplemented import (
+    INERT_DYNAMIC_CONFIGS,
+    INERT_PER_BROKER_CONFIGS,
+    unimplemented_message,
+)
 
 log = Logger(namespace="kafkatw.config.dynamic")
 
@@ -154,6 +158,9 @@ class DynamicBrokerConfig:
             if isinstance(e, ConfigError):
                 raise
             raise ConfigError("Invalid dynamic configuration: %s" % (e,)) from e
+        # stored as Kafka would, in force nowhere: said once per change, as at start-up
+        for name in sorted(changed & INERT_DYNAMIC_CONFIGS):
+            log.warn("{text}", text=unimplemented_message(name))
         return new
 
     def _make_current(self, config):
