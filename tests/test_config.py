@@ -474,6 +474,18 @@ class ListenerTests(SynchronousTestCase):
                               {"inter.broker.listener.name": "SSL"})
         self.assertIn("inter.broker.listener.name", str(e))
 
+    def test_a_control_plane_listener_is_refused_not_ignored(self):
+        """Kafka would send the controller's requests there; kafkatw's take the inter-broker
+        listener whatever it says."""
+        props = {"listeners": "PLAINTEXT://:1,CONTROL://:2",
+                 "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROL:PLAINTEXT"}
+        self.assertIsNone(KafkaConfig.from_properties(props)["control.plane.listener.name"])
+        e = self.assertRaises(ConfigError, KafkaConfig.from_properties,
+                              dict(props, **{"control.plane.listener.name": "CONTROL"}))
+        self.assertEqual(str(e), "Invalid value CONTROL for configuration control.plane.listener.name: "
+                                 "kafkatw has no separate control plane listener: controller traffic "
+                                 "uses inter.broker.listener.name")
+
 
 class DerivedTests(SynchronousTestCase):
     def test_retention_precedence(self):

@@ -111,8 +111,25 @@ _d("inter.broker.listener.name", STRING, None, None, MEDIUM,
    "Listener used between brokers; defaults to the one named by security.inter.broker.protocol.")
 _d("security.inter.broker.protocol", STRING, "PLAINTEXT", OneOf(*SECURITY_PROTOCOLS), MEDIUM,
    "Security protocol between brokers when inter.broker.listener.name is not set.")
-_d("control.plane.listener.name", STRING, None, None, HIGH,
-   "Listener for controller traffic (unused in single-node mode).")
+
+
+class _NoControlPlane:
+    """Kafka sends the controller's requests (and AlterPartition, ControlledShutdown) on this
+    listener; kafkatw's go on the inter-broker listener, so a value is refused, not ignored."""
+
+    def __call__(self, name, value):
+        if not value:
+            return
+        raise ConfigError.invalid(name, value, "kafkatw has no separate control plane listener: "
+                                  "controller traffic uses inter.broker.listener.name")
+
+    def __str__(self):
+        return "null"
+
+
+_d("control.plane.listener.name", STRING, None, _NoControlPlane(), HIGH,
+   "Kafka's listener for controller traffic; kafkatw's uses the inter-broker listener, so "
+   "only unset is accepted.")
 _d("early.start.listeners", STRING, None, None, HIGH,
    "Listeners that may start before authorizer initialisation.")
 # Kafka's defaults are 102400 (and 65536 for replica.socket.receive.buffer.bytes). A fixed
