@@ -474,6 +474,14 @@ class ListenerTests(SynchronousTestCase):
                               {"inter.broker.listener.name": "SSL"})
         self.assertIn("inter.broker.listener.name", str(e))
 
+    def test_a_bound_on_queued_request_bytes_is_refused_not_ignored(self):
+        key = "queued.max.request.bytes"
+        self.assertEqual(KafkaConfig.from_properties({key: "-1"})[key], -1)
+        e = self.assertRaises(ConfigError, KafkaConfig.from_properties, {key: "104857600"})
+        self.assertEqual(str(e), "Invalid value 104857600 for configuration queued.max.request.bytes: "
+                                 "kafkatw bounds queued requests by count (queued.max.requests), not by "
+                                 "bytes; only -1 is accepted")
+
     def test_a_control_plane_listener_is_refused_not_ignored(self):
         """Kafka would send the controller's requests there; kafkatw's take the inter-broker
         listener whatever it says."""

@@ -146,8 +146,24 @@ _d("socket.listen.backlog.size", INT, 50, at_least(1), MEDIUM,
    "Maximum number of pending connections on a listening socket.")
 _d("queued.max.requests", INT, 500, at_least(1), HIGH,
    "Requests that may wait for the handlers before the network layer stops reading.")
-_d("queued.max.request.bytes", LONG, -1, None, MEDIUM,
-   "Bytes of queued requests allowed before no more are read; -1 means no limit.")
+
+
+class _NoByteBound:
+    """queued.max.request.bytes: Kafka's memory pool for queued requests; kafkatw bounds them
+    by count only, so a bound is refused rather than ignored (-1, no bound, is accepted)."""
+
+    def __call__(self, name, value):
+        if value != -1:
+            raise ConfigError.invalid(name, value, "kafkatw bounds queued requests by count "
+                                      "(queued.max.requests), not by bytes; only -1 is accepted")
+
+    def __str__(self):
+        return "-1"
+
+
+_d("queued.max.request.bytes", LONG, -1, _NoByteBound(), MEDIUM,
+   "Kafka's bytes of queued requests allowed before no more are read; kafkatw has no such "
+   "bound, so only -1 (no limit, Kafka's default) is accepted.")
 _d("num.network.threads", INT, 3, at_least(1), HIGH,
    "Network threads (kafkatw runs one reactor; accepted for compatibility).")
 _d("num.io.threads", INT, 8, at_least(1), HIGH,
