@@ -1123,6 +1123,10 @@ def main(argv=None):
     import argparse
     import statistics
 
+    # started in the background by a shell (``cmd &``), Python inherits SIGINT ignored and
+    # keeps it so: Ctrl-C (SIGINT) would then never stop the broker
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
     parser = argparse.ArgumentParser(prog="python -m kafkatw.testing", description=main.__doc__)
     parser.add_argument("--starts", type=int, default=0,
                         help="start and close N brokers; print the start times (to first answer)")
