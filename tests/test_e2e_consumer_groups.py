@@ -8,6 +8,7 @@ offsets; the group and its offsets survive a restart; ``kafkatw groups`` shows e
 assignments; ApiVersions offers the APIs only with the protocol enabled.
 """
 
+import collections
 import signal
 import subprocess
 import sys
@@ -68,9 +69,12 @@ class Consuming(threading.Thread):
         self.stopping = False
         self.errors = []
         self.lock = threading.Lock()
+        self._commits = collections.deque()
 
     def run(self):
         while not self.stopping:
+            while self._commits:
+                self._commit_here(self._commits.popleft())
             msg = self.consumer.poll(0.05)
             with self.lock:
                 self.assignment = sorted(tp.partition for tp in self.consumer.assignment())
@@ -81,6 +85,24 @@ class Consuming(threading.Thread):
                 continue
             with self.lock:
                 self.records.append((time.monotonic(), msg.partition(), msg.offset(), msg.value()))
+
+    def commit(self, timeout=30):
+        """Commit what was consumed, synchronously, from the polling thread: confluent-kafka
+        serialises the calls on one consumer, and a commit from another thread can wait for
+        ever behind this thread's back-to-back polls."""
+        request = [threading.Event(), None]
+        self._commits.append(request)
+        if not request[0].wait(timeout):
+            raise AssertionError("the commit was not made within %d s" % timeout)
+        if request[1] is not None:
+            raise request[1]
+
+    def _commit_here(self, request):
+        try:
+            self.consumer.commit(asynchronous=False)
+        except Exception as e:
+            request[1] = e
+        request[0].set()
 
     def stop(self, commit=True):
         self.stopping = True
@@ -477,7 +499,7 @@ class ConsumerProtocolTests(KafkaBrokerMixin, unittest.SynchronousTestCase):
         poll_until(lambda: len({r[3] for t in threads for r in t.records}) == 8, 30,
                    message="8 records read")
         for t in threads:
-            t.consumer.commit(asynchronous=False)
+            t.commit()
         offsets = [line.split() for line in _cli(self.broker, "groups", "describe", "--group", group).splitlines()[1:]]
         owner = {p: m["memberId"] for m in members for a in m["assignment"] for p in a["partitions"]}
         self.assertEqual(sorted((int(row[2]), row[3], row[6]) for row in offsets),
