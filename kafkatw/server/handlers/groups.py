@@ -40,8 +40,7 @@ def _coordinator(apis):
 
 def _park(request, d):
     """A Join/Sync waiting in the purgatory frees its handler slot (as a DelayedFetch does)."""
-    if not d.called:
-        request.mark_api_local_complete()
+    request.mark_api_local_complete()
     return d
 
 

@@ -162,10 +162,9 @@ def handle(apis, request):
             refused = apis.txn_coordinator.verify_produce(
                 apis.replica_manager, body.transactional_id, entries, headers)
             if isinstance(refused, defer.Deferred):  # asked of the coordinator's broker
-                if not refused.called:
-                    # waiting on another broker frees the handler slot: two brokers verifying
-                    # with each other must not fill each other's num.io.threads
-                    request.mark_api_local_complete()
+                # waiting on another broker frees the handler slot: two brokers verifying
+                # with each other must not fill each other's num.io.threads
+                request.mark_api_local_complete()
                 return refused.addCallback(append_verified)
             return append_verified(refused)
         return append_verified({})
@@ -180,10 +179,9 @@ def handle(apis, request):
         appended = apis.replica_manager.append_records_now(body.timeout_ms, acks, entries,
                                                             batch_headers=headers)
         if isinstance(appended, defer.Deferred):  # acks=all replication, or a producer state rebuild
-            if not appended.called:
-                # parked, as Kafka's DelayedProduce: the handler slot (num.io.threads) is free
-                # for other connections' requests meanwhile
-                request.mark_api_local_complete()
+            # parked, as Kafka's DelayedProduce: the handler slot (num.io.threads) is free
+            # for other connections' requests meanwhile
+            request.mark_api_local_complete()
             return appended.addCallback(respond)
         return respond(appended)  # synchronous: the response without a Deferred
 

@@ -274,8 +274,7 @@ class TxnOffsetCommit:
             return _toc_response(order, codes)
 
         if isinstance(verified, defer.Deferred):
-            if not verified.called:
-                request.mark_api_local_complete()  # waiting on another broker: slot freed
+            request.mark_api_local_complete()  # waiting on another broker: slot freed
             return verified.addCallback(commit)
         return commit(verified)
 
