@@ -106,6 +106,24 @@ class ProduceTests(ApisFixture, unittest.TestCase):
         self.assertEqual(self.partitions(body), [("t", 0, 0, 4)])
         self.assertEqual(released, [request])  # once
 
+    def test_wait_paused_on_another_frees_its_handler_slot(self):
+        """A wait that has fired but is paused on another Deferred (a DeferredLock's run, a
+        chained wait) has ``called`` set and no result yet: it frees the slot as well."""
+        inner = defer.Deferred()
+        outer = defer.succeed(None)
+        outer.addCallback(lambda _: inner)  # paused: called, waiting on inner
+        self.assertTrue(outer.called)
+        self.replica_manager.append_result = lambda entries: outer
+        request = self.request(produce([("t", 0, batch())], acks=-1), 9)
+        released = []
+        request._on_local_complete = lambda req, now_ns: released.append(req)
+        answer = self.apis.handle(request)
+        self.assertEqual(released, [request])
+        self.assertNoResult(answer)
+        inner.callback({("t", 0): FakePartitionResponse(base_offset=7)})
+        self.assertEqual(self.partitions(self.successResultOf(answer).body.to_message()), [("t", 0, 0, 7)])
+        self.assertEqual(released, [request])
+
     def test_records_passed_as_memoryview(self):
         self.call(produce([("t", 0, batch())]), 9)
         buf = self.replica_manager.appends[0][2][("t", 0)]
