@@ -289,6 +289,14 @@ class UnknownKeyTests(SynchronousTestCase):
         self.assertEqual(str(e), "Invalid value 2 for configuration sasl.login.refresh.window.factor: "
                                  "Value must be no more than 1.0")
 
+    def test_a_dynamic_change_does_not_repeat_the_start_up_warnings(self):
+        c = KafkaConfig.from_properties({"no.such.thing": "x", "controller.quorum.voters": "1@h:9093"})
+        self.assertEqual(len(self.events), 2)
+        d = c.with_dynamic(dynamic_broker={"log.retention.ms": "1000"})
+        self.assertEqual(d["log.retention.ms"], 1000)
+        self.assertEqual((d.unknown, d.unimplemented), (c.unknown, c.unimplemented))
+        self.assertEqual(len(self.events), 2)
+
     def test_listener_prefixed_keys_are_not_unknown(self):
         c = KafkaConfig.from_properties(
             {"listener.name.ssl.ssl.keystore.location": "/k.pem"})

@@ -68,7 +68,7 @@ class KafkaConfig:
     """
 
     def __init__(self, static=None, dynamic_broker=None, dynamic_default=None, definitions=None,
-                 source_file=None):
+                 source_file=None, warn=True):
         self.definitions = definitions or BROKER_CONFIG_DEF
         self.source_file = source_file
         self.originals = dict(static or {})
@@ -108,13 +108,19 @@ class KafkaConfig:
             else:
                 self._sources[key.name] = DEFAULT_CONFIG
                 self._values[key.name] = key.parse(key.default)
+        if warn:
+            self._warn_static()
+        self._derive()
+
+    def _warn_static(self):
+        """One line per unknown, removed or unimplemented name of the static layer; said once,
+        at start-up (a config rebuilt with new dynamic layers does not repeat them)."""
         for name in sorted(self.unknown):
             log.warn("The configuration '{name}' was supplied but isn't a known config.", name=name)
         for removed in self.ignored_removed:
             log.warn("{message}", message=removed.message())
         for name in sorted(self.unimplemented):
             log.warn("{message}", message=unimplemented_message(name))
-        self._derive()
 
     # -- constructors ---------------------------------------------------------------------------
     @classmethod
@@ -141,7 +147,8 @@ class KafkaConfig:
                           else dynamic_broker,
                           dynamic_default=self.dynamic_default if dynamic_default is None
                           else dynamic_default,
-                          definitions=self.definitions, source_file=self.source_file)
+                          definitions=self.definitions, source_file=self.source_file,
+                          warn=False)
 
     # -- access ---------------------------------------------------------------------------------
     def __getitem__(self, name):
