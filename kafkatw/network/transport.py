@@ -23,7 +23,7 @@ import os
 import socket
 
 from twisted.internet import defer, tcp
-from twisted.internet.interfaces import IPullProducer, IPushProducer
+from twisted.internet.interfaces import IPullProducer
 from twisted.logger import Logger
 from zope.interface import Attribute, Interface, implementer
 

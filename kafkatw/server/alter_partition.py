@@ -85,8 +85,8 @@ class AlterPartitionManager:
                 return None
             return cid, tuple(broker.endpoints[listener])
 
-        return cls(client, metadata.node_id, broker_epoch, controller_endpoint, reactor,
-                   int(config.get("retry.backoff.ms") or 100))
+        # retry.backoff.ms is a client config, not a broker's: the retry waits a fixed time
+        return cls(client, metadata.node_id, broker_epoch, controller_endpoint, reactor)
 
     def start(self):
         self._running = True
