@@ -3,23 +3,27 @@ arrive in the order written, whole, whatever their sizes; a bulk write before th
 has finished takes Twisted's buffered path and still arrives in order; after it, a bulk write
 never does; received records are handed over together, all of them before a close_notify;
 regions read and encrypted in a worker thread keep their place among the writes, and what
-arrives or is asked for meanwhile (received bytes, a close) waits for the worker; without
+arrives or is asked for meanwhile (received bytes, a close) waits for the worker; byte
+answers are handed to the kernel at once, behind the small writes held before them; without
 pyOpenSSL's private binding, its public methods keep writes and reads whole and in order."""
 
 import os
 import socket
 import ssl
 import struct
+import threading
 
 from OpenSSL import SSL
 from twisted.internet import defer, protocol, reactor, threads
+from twisted.internet.interfaces import IPushProducer
 from twisted.trial import unittest
+from zope.interface import implementer
 
 from kafkatw.network.framing import LARGE_FRAME, FrameDecoder
 from kafkatw.network import tls_protocol
 from kafkatw.network.tls import server_context_factory
 from kafkatw.network.tls_protocol import THREAD_CHUNK, KafkaTlsProtocol, tls_factory
-from kafkatw.network.transport import IBulkWriter, idle_socket
+from kafkatw.network.transport import IBulkWriter, TlsTransportLayer, idle_socket
 from kafkatw.tls_certs import make_test_pki
 
 
@@ -49,6 +53,22 @@ class _Writer(protocol.Protocol):
 
     def connectionLost(self, reason):
         self.factory.lost.callback([reason])
+
+
+def _handshake_then_read(port, cafile, expected, go):
+    """As :func:`_read_all`, but reading only once ``go`` (a threading.Event) is set."""
+    ctx = ssl.create_default_context(cafile=cafile)
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as raw:
+        with ctx.wrap_socket(raw, server_hostname="localhost") as s:
+            if not go.wait(30):
+                return b""
+            got = bytearray()
+            while len(got) < expected:
+                chunk = s.recv(1 << 20)
+                if not chunk:
+                    break
+                got += chunk
+            return bytes(got)
 
 
 def _send_and_close(port, cafile, data):
@@ -87,6 +107,8 @@ class _FrameReader(protocol.Protocol):
 
 
 class TlsProtocolTests(unittest.TestCase):
+    direct = True  # pyOpenSSL's private binding in use
+
     def setUp(self):
         pki = make_test_pki(os.path.abspath(self.mktemp()))
         self.cafile = pki.ca_cert
@@ -161,6 +183,44 @@ class TlsProtocolTests(unittest.TestCase):
         got = yield self.run_script(script)
         self.assertEqual(got, chunk + chunk[:100 * 1024 + 3] + b"end")
         self.assertEqual(fallbacks, [])
+
+    @defer.inlineCallbacks
+    def test_byte_answers_are_handed_to_the_kernel_at_once_in_order(self):
+        """``TlsTransportLayer.send_now`` of bytes: encrypted and sent at once behind the small
+        writes held before it, its byte count returned; what the socket does not take whole
+        is a Deferred of the drain; a registered producer leaves it to the producer path."""
+        big = os.urandom(24 * 1024 * 1024)  # more than loopback's socket buffers take
+        expected = b"held" + b"answer-1" + big + b"tail"
+        go = threading.Event()
+        reading = threads.deferToThread(_handshake_then_read, self.port, self.cafile, len(expected), go)
+        self.addCleanup(go.set)
+        tls = yield self.connected()
+        for _ in range(3000):  # the handshake's last records (tickets) written out
+            if idle_socket(tls.transport) is not None:
+                break
+            yield _later(0.01)
+        layer = TlsTransportLayer()
+        tls.write(b"held")  # aggregated, not yet encrypted: must go first
+        n = layer.send_now(tls, [b"ans", bytearray(b"wer-1")])
+        if self.direct:
+            self.assertEqual(n, 8)
+        else:  # the producer path
+            self.assertIsInstance(n, defer.Deferred)
+            self.assertEqual((yield n), 8)
+        d = layer.send_now(tls, [memoryview(big)])
+        self.assertIsInstance(d, defer.Deferred)
+        self.assertFalse(d.called)  # the client reads nothing yet
+        go.set()
+        self.assertEqual((yield d), len(big))
+        if self.direct:
+            self.assertEqual(layer.send_now(tls, [b"tail"]), 4)
+            tls.registerProducer(_Idle(), True)
+            self.assertIsNone(tls.write_now([b"more"]))
+            tls.unregisterProducer()
+        else:
+            self.assertEqual((yield layer.send_now(tls, [b"tail"])), 4)
+        self.assertEqual((yield reading), expected)
+        tls.loseConnection()
 
     @defer.inlineCallbacks
     def test_received_records_are_handed_over_together_and_before_close_notify(self):
@@ -398,6 +458,8 @@ class PublicMethodsTests(TlsProtocolTests):
     content, a region is left to the caller (read on the reactor) and frames are cut from the
     data handed over. Tests of what only the direct path does are skipped."""
 
+    direct = False
+
     def setUp(self):
         TlsProtocolTests.setUp(self)
         self.patch(tls_protocol, "_DIRECT", False)
@@ -429,6 +491,18 @@ class PublicMethodsTests(TlsProtocolTests):
         tls.write(b"end")
         self.assertEqual((yield reading), b"end")
         tls.loseConnection()
+
+@implementer(IPushProducer)
+class _Idle:
+    def pauseProducing(self):
+        pass
+
+    def resumeProducing(self):
+        pass
+
+    def stopProducing(self):
+        pass
+
 
 def _later(seconds):
     d = defer.Deferred()

@@ -183,7 +183,7 @@ class KafkaTlsProtocol(TLSMemoryBIOProtocol):
             data = b"".join(self._small) if len(self._small) > 1 else self._small[0]
             self._small = []
             self._small_size = 0
-            TLSMemoryBIOProtocol.write(self, data)
+            self._write_records(data)
 
     # -- bulk writes -------------------------------------------------------------------------
 
@@ -191,6 +191,11 @@ class KafkaTlsProtocol(TLSMemoryBIOProtocol):
         """Encrypt ``data`` (bytes-like, typically a 256 KiB region chunk) and hand its records
         to TCP together, after whatever was written before."""
         self.flush_small_writes()
+        self._write_records(data)
+
+    def _write_records(self, data):
+        """Encrypt ``data`` in one ``SSL_write`` and send its records on the socket when
+        nothing waits before them (else behind what does)."""
         if self._lostTLSConnection:
             return
         view = memoryview(data)
@@ -207,6 +212,21 @@ class KafkaTlsProtocol(TLSMemoryBIOProtocol):
             # WantReadError (a handshake step pending) or a broken session: Twisted's own write
             # buffers the bytes behind those waiting, or tears the connection down
             self._twisted_write(bytes(view[sent:]))
+
+    def write_now(self, parts):
+        """Encrypt the byte ``parts`` (a small response) after everything written before and
+        hand the records to TCP now: True when the kernel took them all (the TCP transport
+        buffers nothing), False when some wait in its buffer (it drains them); None when
+        this cannot be done now (a worker job, a handshake step, a producer registered here
+        or on the TCP transport): the caller then writes through a producer. Without it each
+        answer went through a pull producer, a Cooperator turn and a drain wait."""
+        tcp_transport = self.transport
+        if (not _DIRECT or self._job is not None or not self._handshakeDone or self._appSendBuffer
+                or self._lostTLSConnection or self._aborted or self._producer is not None
+                or not isinstance(tcp_transport, tcp.Connection) or tcp_transport.producer is not None):
+            return None
+        self.write_bulk(parts[0] if len(parts) == 1 else b"".join(parts))
+        return idle_socket(tcp_transport) is not None
 
     def write_region(self, fd, position, size):
         """Read ``size`` bytes at ``position`` of ``fd`` and write them encrypted, the reading

@@ -81,6 +81,12 @@ class IBulkWriter(Interface):
     def flush_small_writes():
         """Hand ordinary writes held for aggregation to the transport underneath now."""
 
+    def write_now(parts):
+        """Write the byte ``parts`` after everything written before and hand them to the
+        kernel now: True when it took them all, False when some wait in the transport's
+        buffer (then wait for it to drain), None when this cannot be done now (then write
+        them through a producer)."""
+
     def write_region(fd, position, size):
         """Read up to ``size`` bytes at ``position`` of the descriptor ``fd`` and write them
         after everything written before, off the reactor thread; a Deferred firing with the
@@ -536,5 +542,22 @@ class TlsTransportLayer:
         return ChunkedSender(transport, parts, self.chunk_size, self.thread_min).start()
 
     def send_now(self, transport, parts):
-        """Always the Deferred: completion waits for the TCP buffer under TLS to drain."""
+        """As :meth:`send`, but a response of bytes only is encrypted and handed to TCP at
+        once (``IBulkWriter.write_now``): its byte count when the kernel took it all, else a
+        Deferred of the TCP buffer's drain. Regions, and a connection busy with a handshake
+        step, a region or a producer, go through :class:`ChunkedSender`."""
+        write_now = getattr(transport, "write_now", None)
+        if write_now is not None:
+            n = 0
+            for part in parts:
+                if type(part) is FileRegion:
+                    return self.send(transport, parts)
+                n += len(part)
+            done = write_now(parts)
+            if done:
+                return n
+            if done is not None:
+                d = wait_for_drain(_lowest_transport(transport))
+                d.addCallback(lambda _: n)
+                return d
         return self.send(transport, parts)
