@@ -57,14 +57,17 @@ AGGREGATE_BYTES = 64 * 1024
 _RECORD_PLAINTEXT = 16384
 _RECORD_OVERHEAD = 64
 
-#: Plaintext decrypted per hand-over to the application (and the TCP read size under TLS).
+#: Plaintext decrypted per hand-over to the application.
 READ_BYTES = 256 * 1024
+#: Ciphertext read per ``recv`` (a 1 MiB produce request in one or two reads: each read is a
+#: reactor turn, a copy into the memory BIO and a decryption loop).
+SOCKET_READ_BYTES = 1024 * 1024
 
 # Scratch buffers of the reactor thread, shared by every connection: what is read into them is
 # copied out (or sent) before anything else runs.
 _SEND_SCRATCH = bytearray(512 * 1024)
 _RECV_SCRATCH = bytearray(READ_BYTES)
-_SOCK_SCRATCH = bytearray(READ_BYTES)  # ciphertext read from a socket
+_SOCK_SCRATCH = bytearray(SOCKET_READ_BYTES)  # ciphertext read from a socket
 if _DIRECT:
     _SEND_PTR = _ffi.from_buffer(_SEND_SCRATCH)
     _RECV_PTR = _ffi.from_buffer(_RECV_SCRATCH)
