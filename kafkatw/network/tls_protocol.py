@@ -9,8 +9,9 @@ Python work costs several times what OpenSSL's encryption does. A region chunk i
 through one ``SSL_write`` (OpenSSL cuts the records) whose records are read out of the BIO into
 one reused buffer and sent on the socket at once when nothing is queued before them; a region
 of 1 MiB is read, encrypted and sent in a worker thread (``write_region``) while the reactor
-serves other connections; received records are decrypted into one reused buffer and handed
-over together. Handshake, shutdown and producers stay Twisted's. Listeners use
+serves other connections; a response of bytes only is encrypted and sent at once
+(``write_now``); received records are decrypted into one reused buffer and handed over
+together. Handshake, shutdown and producers stay Twisted's. Listeners use
 :func:`tls_factory`.
 """
 

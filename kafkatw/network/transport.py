@@ -3,7 +3,8 @@
 Owns ``ITransportLayer`` (everything a connection asks of its transport layer) and its two
 built-in implementations: plaintext (``os.sendfile`` from a pull producer on the TCP
 transport) and TLS (regions read and encrypted by the TLS transport in worker threads,
-``IBulkWriter.write_region``, or small rests in 256 KiB ``os.pread`` chunks). Which
+``IBulkWriter.write_region``, or small rests in 256 KiB ``os.pread`` chunks; answers of
+bytes only encrypted and sent at once, ``IBulkWriter.write_now``). Which
 layer a listener uses is chosen by ``kafkatw.network.listener`` through the plug-in registry
 (``kafkatw/plugins/transports.py`` names these two). It does not know where regions come
 from, nor anything about Kafka.
@@ -529,7 +530,8 @@ class PlaintextTransportLayer:
 @implementer(ITransportLayer)
 class TlsTransportLayer:
     """SSL / SASL_SSL: regions are read and encrypted in worker threads (``thread_min=None``:
-    on the reactor, 256 KiB chunks) and written through TLS."""
+    on the reactor, 256 KiB chunks) and written through TLS; answers of bytes only are
+    encrypted and sent at once (``IBulkWriter.write_now``)."""
 
     security_protocols = ("SSL", "SASL_SSL")
     batch_answers = False  # TLS coalesces in its own buffer
