@@ -128,6 +128,20 @@ class ClusterMetadataTests(unittest.SynchronousTestCase):
         self.assertNotIn("gone", self.meta._partition_states)
         self.assertIsNone(self.meta.partition_state("gone", 2))
 
+    def test_topic_partition_states_are_each_partition_state_in_one_list(self):
+        """Metadata's answer reads a topic's states in one call: the same states as one call
+        per partition, one list while the topic is unchanged, a new one when it grows."""
+        self.successResultOf(self.meta.create_topic("t", 3))
+        states = self.meta.topic_partition_states("t")
+        self.assertEqual(states, [self.meta.partition_state("t", p) for p in range(3)])
+        self.assertEqual([(s.leader, s.isr, s.replicas) for s in states], [(1, (1,), (1,))] * 3)
+        self.assertIs(self.meta.topic_partition_states("t"), states)
+        self.successResultOf(self.meta.create_partitions("t", 5))
+        grown = self.meta.topic_partition_states("t")
+        self.assertEqual(len(grown), 5)
+        self.assertEqual(len(states), 3)  # (the old list is not changed under a cached answer)
+        self.assertEqual(self.meta.topic_partition_states("unknown"), [])
+
     def test_deleted_topic_is_not_recovered_from_its_dirs(self):
         """A crash after a deletion is durable but before its directories are renamed: the
         next load does not bring the topic back; forgetting it (dirs gone) is persisted."""

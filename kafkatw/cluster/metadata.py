@@ -553,6 +553,16 @@ class ClusterMetadata:
         info = self.topics.get(topic)
         if info is None or not 0 <= partition < info.num_partitions:
             return None
+        return self.topic_partition_states(topic)[partition]
+
+    def topic_partition_states(self, topic):
+        """Every partition's state of ``topic`` (known) in partition order, one list while
+        the topic is unchanged (not to be modified): Metadata's answer of a topic reads them
+        all, 50,000 calls of :meth:`partition_state` were a third of the first answer's time.
+        An unknown topic has none."""
+        info = self.topics.get(topic)
+        if info is None:
+            return []
         memo = self._partition_states.get(topic)
         if memo is None or memo[0] is not info:
             if len(self._partition_states) > 2 * len(self.topics) + 16:
@@ -561,7 +571,7 @@ class ClusterMetadata:
             memo = self._partition_states[topic] = (info, [
                 PartitionState(leader=self.node_id, leader_epoch=epoch, isr=node, replicas=node)
                 for epoch in info.leader_epochs])
-        return memo[1][partition]
+        return memo[1]
 
     def topic_configs_loaded(self, topics):
         return defer.succeed(None)
