@@ -8,8 +8,8 @@ Partitions, for each count: topics of at most 2,000 partitions created with conf
 admin client (the slowest CreateTopics of a topic and the total), Metadata for every topic on
 one connection (median of 5, request sent to the last response byte received; the client's
 decoding not included), RSS and open descriptors, one record produced to every
-partition by confluent-kafka, a clean restart (start time to the first answered ApiVersions),
-a kill -9 and the start after it, and the descriptors after each; after the produce and each
+partition by confluent-kafka, a clean restart (start time to the first answered ApiVersions,
+the broker's CPU time by then, and the first Metadata for every topic after it), a kill -9 and the start after it, and the descriptors after each; after the produce and each
 start confluent-kafka consumers (one per topic, in turn) read every partition back from
 offset 0 (each must hold exactly its one record). The broker runs under
 ``ulimit -n`` = ``--limit`` (soft and hard).
@@ -31,7 +31,7 @@ import time
 from kafkatw.protocol import messages as m
 
 from bench.brokers import Tansu
-from bench.procstat import rss_bytes
+from bench.procstat import cpu_seconds, rss_bytes
 
 TOPIC_SIZE = 2000
 
@@ -249,7 +249,13 @@ def partitions_run(name, partitions, limit):
         if s.restartable:
             stop = s.stop()
             start = s.start()
-            say(name, label + ": clean stop, start", "%.1f s, %.1f s" % (stop, start))
+            say(name, label + ": clean stop, start", "%.1f s, %.1f s (the start's CPU %.1f s)"
+                % (stop, start, cpu_seconds(s.pid)))
+            t = time.monotonic()
+            with socket.create_connection((host, port)) as sock:
+                exchange(sock, 3, 12, metadata_body(None))  # (it builds each topic's answer)
+            say(name, label + ": first Metadata after start", "%.0f ms"
+                % ((time.monotonic() - t) * 1000))
             ms, answered = time_metadata(host, port, None)
             say(name, label + ": Metadata after start", "%.1f ms (%d partitions)" % (ms, answered))
             consumed(s, name, label + ": consume all after the clean start", topics, delivered)
