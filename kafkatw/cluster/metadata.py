@@ -557,9 +557,10 @@ class ClusterMetadata:
 
     def topic_partition_states(self, topic):
         """Every partition's state of ``topic`` (known) in partition order, one list while
-        the topic is unchanged (not to be modified): Metadata's answer of a topic reads them
-        all, 50,000 calls of :meth:`partition_state` were a third of the first answer's time.
-        An unknown topic has none."""
+        the topic is unchanged (not to be modified): Metadata checks its cached answer of a
+        topic against them all (one :meth:`partition_state` call each took 15-20 ms of every
+        Metadata for 50,000 partitions; the same list again compares at once). An unknown
+        topic has none."""
         info = self.topics.get(topic)
         if info is None:
             return []
