@@ -114,10 +114,11 @@ class Sender(threading.Thread):
     seconds (a request the broker parks, e.g. a JoinGroup waiting for its rebalance): then
     the connection is dropped and a new one opened."""
 
-    def __init__(self, broker, frames, count, seed, stop, patience=1.0):
+    def __init__(self, broker, frames, count, seed, stop, patience=1.0, mutated=True):
         super().__init__(daemon=True)
         self.broker, self.frames, self.count = broker, frames, count
         self.rng = random.Random(seed)
+        self.mutated = mutated  # False: each frame once, in order, as recorded or built
         self.stop_event = stop
         self.patience = patience
         self.sent = self.answered = self.closed = self.parked = self.connections = 0
@@ -147,9 +148,12 @@ class Sender(threading.Thread):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 sock.settimeout(self.patience)
                 self.connections += 1
-            _api_key, _version, frame = self.rng.choice(self.frames)
+            if self.mutated:
+                _api_key, _version, frame = self.rng.choice(self.frames)
+                data = bytearray(mutate(self.rng, frame))
+            else:
+                data = bytearray(self.frames[self.sent % len(self.frames)][2])
             corr = (corr + 1) & 0x7FFFFFFF
-            data = bytearray(mutate(self.rng, frame))
             if len(data) >= 8:
                 struct.pack_into(">i", data, 4, corr)
             try:
@@ -337,6 +341,44 @@ class MemoryProbe:
         return out
 
 
+class MallocProbe:
+    """Where the broker's RSS is held (``--malloc-stats``): the broker is started with
+    ``tests/memhook`` on ``PYTHONPATH``; each ``stats`` sends SIGUSR1 and reads what
+    ``tests/memhook/malloc_stats.py`` wrote: pymalloc's arenas, glibc's heap and arenas, and
+    the RSS after ``malloc_trim(0)``."""
+
+    def __init__(self, directory):
+        self.directory = directory
+        self.taken = 0
+
+    def environ(self):
+        path = os.environ.get("PYTHONPATH")
+        return {"PYTHONPATH": MemoryProbe.HOOK + (os.pathsep + path if path else ""),
+                "KAFKATW_MALLOC_STATS_DIR": self.directory,
+                "KAFKATW_TESTING_FORK_SERVER": "0"}
+
+    def stats(self, pid, timeout=60.0):
+        import signal
+        self.taken += 1
+        path = os.path.join(self.directory, "%d.json" % self.taken)
+        os.kill(pid, signal.SIGUSR1)
+        deadline = time.monotonic() + timeout
+        while not os.path.exists(path):
+            if time.monotonic() > deadline:
+                raise AssertionError("no malloc stats from the broker in %d s" % timeout)
+            time.sleep(0.1)
+        with open(path) as f:
+            return json.load(f)
+
+
+def live_kb(stats):
+    """Memory in use by objects, from a MallocProbe's stats: pymalloc's allocated blocks and
+    glibc's in-use bytes (what RSS is without the allocators' free memory)."""
+    if "glibc" not in stats or stats["pymalloc"]["allocated_blocks_bytes"] is None:
+        return None  # not glibc, or PYTHONMALLOC=malloc
+    return (stats["pymalloc"]["allocated_blocks_bytes"] + stats["glibc"]["in_use_bytes"]) // 1024
+
+
 def internal_topics(broker, bound=60.0):
     """Have the broker create ``__consumer_offsets`` and ``__transaction_state`` (the first
     FindCoordinator does) before the baseline: their 100 logs are the broker's, not the
@@ -354,6 +396,26 @@ def internal_topics(broker, bound=60.0):
                 time.sleep(0.1)
     finally:
         c.close()
+
+
+def warm_up(broker, frames, connections=8):
+    """Every seed frame once, unmutated (every advertised API at every version, the recorded
+    client traffic), then the clean-up: what a long-running broker has done once (modules
+    imported on first use, caches and allocator pools of every request path) before the
+    warm baseline. {"requests", "answered", "removed_by_clean_up"}."""
+    stop = threading.Event()
+    senders = [Sender(broker, frames[i::connections], len(frames[i::connections]), 0, stop,
+                      mutated=False) for i in range(connections)]
+    for s in senders:
+        s.start()
+    for s in senders:
+        s.join(120)
+    errors = [repr(s.error) for s in senders if s.error]
+    if errors:
+        raise AssertionError("warm-up: %s" % errors)
+    return {"requests": sum(s.sent for s in senders),
+            "answered": sum(s.answered for s in senders),
+            "removed_by_clean_up": clean_up(broker)}
 
 
 def topic_dirs(data_dir):
@@ -383,17 +445,25 @@ def bad_log_lines(path):
 
 
 def run(broker, requests, connections=8, seed=1, time_limit=None, janitor_interval=30.0,
-        sample_interval=60.0, memory=None):
+        sample_interval=60.0, memory=None, malloc=None, warm=True):
     """Fuzz ``broker`` with ``requests`` mutated requests; a summary dict. RSS is sampled every
-    ``sample_interval`` seconds; ``memory`` (a MemoryProbe) adds the tracemalloc growth."""
+    ``sample_interval`` seconds; ``memory`` (a MemoryProbe) adds the tracemalloc growth,
+    ``malloc`` (a MallocProbe) where the RSS is held. Two baselines: cold, once the internal
+    topics exist; warm, after ``warm_up`` (docs/reliability.md says why both)."""
     pid = broker.process.pid
     apis = advertised(broker)
     frames = seeds(apis)
     internal_topics(broker)
     time.sleep(0.5)  # let start-up work settle before the baseline
+    base_rss, base_fds = rss_kb(pid), fd_count(pid, broker.data_dir)
+    warmed = None
+    if warm:
+        warmed = warm_up(broker, frames)
+        time.sleep(0.5)
+        warmed["rss_kb"] = rss_kb(pid)
     if memory is not None:
         memory.snapshot(pid)
-    base_rss, base_fds = rss_kb(pid), fd_count(pid, broker.data_dir)
+    malloc_before = malloc.stats(pid) if malloc is not None else None
     stalls = StallLog(broker.log_path).mark()
     stop = threading.Event()
     control = Control(broker, stop)
@@ -438,6 +508,7 @@ def run(broker, requests, connections=8, seed=1, time_limit=None, janitor_interv
         rss_cleaned = rss_kb(pid)
         if memory is not None:
             snapshots = memory.growth(pid)
+    malloc_after = malloc.stats(pid) if malloc is not None and broker.running else None
     return {
         "requests": sum(s.sent for s in senders),
         "answered": sum(s.answered for s in senders),
@@ -453,12 +524,18 @@ def run(broker, requests, connections=8, seed=1, time_limit=None, janitor_interv
         "max_stall_ms": max(stalls.stalls() or [0]),
         "broker_running": broker.running,
         "rss_kb_before": base_rss,
+        "rss_kb_warm": warmed and warmed["rss_kb"],
+        "warm_up": warmed,
         "rss_kb_after": rss_after,
         "rss_kb_after_clean_up": rss_cleaned,
         "partition_dirs_at_end_of_clean_up": len(topic_dirs(broker.data_dir)),
         "rss_samples": samples,
         "removed_by_clean_up": removed,
         "tracemalloc_growth": snapshots,
+        "malloc_stats_before": malloc_before,
+        "malloc_stats_after": malloc_after,
+        "live_kb_growth": (live_kb(malloc_after) - live_kb(malloc_before)
+                           if malloc_before and malloc_after and live_kb(malloc_before) else None),
         "fds_before": base_fds,
         "fds_after": fds,
         "topics_deleted_by_janitor": janitor.deleted if janitor is not None else 0,
@@ -481,9 +558,19 @@ def main(argv=None):
     parser.add_argument("--tracemalloc", type=int, default=0, metavar="FRAMES",
                         help="trace the broker's allocations (this many frames each) and print "
                              "the largest growth from start to after the clean-up (slow)")
+    parser.add_argument("--malloc-stats", action="store_true",
+                        help="say where the broker's RSS is held (Python's and glibc's "
+                             "allocators) at the warm baseline and after the clean-up, and what "
+                             "malloc_trim(0) gives back (it trims at both)")
+    parser.add_argument("--no-warm-up", action="store_true",
+                        help="skip the warm-up and its baseline")
     args = parser.parse_args(argv)
     with contextlib.ExitStack() as stack:
-        memory = None
+        memory = malloc = None
+        if args.malloc_stats:
+            malloc = MallocProbe(stack.enter_context(tempfile.TemporaryDirectory(
+                prefix="fuzz-malloc-")))
+            os.environ.update(malloc.environ())
         if args.tracemalloc:
             # the snapshots (MBs each) go with the run: the summary holds what they showed
             memory = MemoryProbe(stack.enter_context(tempfile.TemporaryDirectory(
@@ -492,7 +579,8 @@ def main(argv=None):
         # tracing allocations slows the start a lot on a loaded machine
         with KafkaBroker(overrides=BROKER_PROPS, start_timeout=120 if memory else 30) as broker:
             summary = run(broker, args.requests, args.connections, args.seed, args.time_limit,
-                          args.janitor_interval, args.sample, memory)
+                          args.janitor_interval, args.sample, memory, malloc,
+                          warm=not args.no_warm_up)
             summary["seed"] = args.seed
     print(json.dumps(summary, indent=1))
     ok = (summary["broker_running"] and not summary["bad_log_lines"] and not summary["errors"]
