@@ -64,20 +64,38 @@ _STALL_LINE = re.compile(r"reactor stall: (\d+) ms")
 
 class StallLog:
     """Reads a broker's stall lines back from its log file (tests, benchmarks): ``mark()``
-    remembers the end of the file, ``stalls()`` lists the lateness of each stall logged since."""
+    remembers the end of the file, ``stalls()`` lists the lateness of each stall logged since.
+    twistd rotates its log file every 1 MB (``<path>.1`` is the newest rotated file): what
+    was written since the mark is read across the files rotated since, not only the last."""
 
     def __init__(self, path):
         self.path = path
         self.start = 0
+        self.rotated = 0
+
+    def _rotated(self):
+        n = 0
+        while os.path.exists("%s.%d" % (self.path, n + 1)):
+            n += 1
+        return n
 
     def mark(self):
+        self.rotated = self._rotated()
         self.start = os.path.getsize(self.path) if os.path.exists(self.path) else 0
         return self
 
     def text(self):
-        with open(self.path, encoding="utf-8", errors="replace") as f:
-            f.seek(self.start)
-            return f.read()
+        since = self._rotated() - self.rotated  # the marked file is now <path>.<since>
+        parts = []
+        for n in range(since, -1, -1):
+            name = "%s.%d" % (self.path, n) if n else self.path
+            if not os.path.exists(name):
+                continue
+            with open(name, encoding="utf-8", errors="replace") as f:
+                if n == since:
+                    f.seek(self.start)
+                parts.append(f.read())
+        return "".join(parts)
 
     def stalls(self):
         return [int(ms) for ms in _STALL_LINE.findall(self.text())]

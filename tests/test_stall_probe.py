@@ -1,5 +1,7 @@
 """The reactor stall probe on a task.Clock: what counts as a stall, what is logged."""
 
+import os
+
 from twisted.internet import task
 from twisted.logger import LogLevel, globalLogPublisher
 from twisted.trial import unittest
@@ -57,3 +59,35 @@ class StallLogTests(unittest.SynchronousTestCase):
 
     def test_a_missing_log_marks_its_start(self):
         self.assertEqual(StallLog(self.mktemp()).mark().start, 0)
+
+    def test_reads_across_the_files_rotated_since_the_mark(self):
+        """twistd renames <log> to <log>.1 (and .1 to .2, ...) every 1 MB: a long run's stalls
+        were read from the last file only (the million-request fuzz wrote ~600 files)."""
+        path = self.mktemp()
+
+        def line(ms):
+            return "2026-12-02T01:00:00+0000 [kafkatw.stall_probe#warn] reactor stall: %d ms\n" % ms
+
+        def rotate():
+            n = 0
+            while os.path.exists("%s.%d" % (path, n + 1)):
+                n += 1
+            for i in range(n, 0, -1):
+                os.rename("%s.%d" % (path, i), "%s.%d" % (path, i + 1))
+            os.rename(path, path + ".1")
+
+        with open(path, "w") as f:
+            f.write(line(900))
+        rotate()
+        with open(path, "w") as f:
+            f.write(line(800))
+        mark = StallLog(path).mark()
+        with open(path, "a") as f:
+            f.write(line(51))
+        rotate()
+        with open(path, "w") as f:
+            f.write(line(52))
+        rotate()
+        with open(path, "w") as f:
+            f.write(line(53))
+        self.assertEqual(mark.stalls(), [51, 52, 53])
