@@ -90,3 +90,19 @@ class WireFuzzTests(unittest.SynchronousTestCase):
         self.assertIsNotNone(s["live_kb_growth"])
         self.assertLess(s["live_kb_growth"], 512)
         self.assertEqual(s["malloc_stats_after"]["mappings"]["deleted_files"], 0)
+
+
+class LogCheckTests(unittest.SynchronousTestCase):
+    def test_bad_lines_are_found_in_rotated_files(self):
+        """twistd rotates the log every 1 MB: the million-request run's log is ~600 files,
+        and only the last was read for tracebacks."""
+        path = self.mktemp()
+        for name, text in ((path + ".2", "2026-12-02T01:00:00+0000 [x#critical] boom\n"),
+                           (path + ".1", "Traceback (most recent call last):\n"),
+                           (path, "2026-12-02T01:00:02+0000 [x#info] fine\n")):
+            with open(name, "w") as f:
+                f.write(text)
+        self.assertEqual(wire_fuzz.log_files(path), [path + ".2", path + ".1", path])
+        self.assertEqual(wire_fuzz.bad_log_lines(path),
+                         ["2026-12-02T01:00:00+0000 [x#critical] boom",
+                          "Traceback (most recent call last):"])

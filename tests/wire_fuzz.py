@@ -439,9 +439,21 @@ def fd_count(pid, data_dir):
     return n
 
 
+def log_files(path):
+    """``path`` and the files twistd rotated it to (every 1 MB), oldest first: a long run's
+    log is hundreds of files, and reading ``path`` alone checked only the last."""
+    n = 0
+    while os.path.exists("%s.%d" % (path, n + 1)):
+        n += 1
+    return ["%s.%d" % (path, i) for i in range(n, 0, -1)] + [path]
+
+
 def bad_log_lines(path):
-    with open(path, errors="replace") as f:
-        return [line.rstrip("\n") for line in f if any(b in line for b in BAD_LOG_MARKERS)]
+    out = []
+    for name in log_files(path):
+        with open(name, errors="replace") as f:
+            out.extend(line.rstrip("\n") for line in f if any(b in line for b in BAD_LOG_MARKERS))
+    return out
 
 
 def run(broker, requests, connections=8, seed=1, time_limit=None, janitor_interval=30.0,
@@ -540,6 +552,7 @@ def run(broker, requests, connections=8, seed=1, time_limit=None, janitor_interv
         "fds_after": fds,
         "topics_deleted_by_janitor": janitor.deleted if janitor is not None else 0,
         "partition_dirs_at_end": dirs_at_end,
+        "log_files": len(log_files(broker.log_path)),
         "bad_log_lines": bad_log_lines(broker.log_path)[:20],
         "errors": [repr(e) for e in [control.error, janitor and janitor.error] + [s.error for s in senders] if e],
     }
