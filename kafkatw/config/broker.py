@@ -68,25 +68,34 @@ _d("zookeeper.max.in.flight.requests", INT, 10, at_least(1), HIGH,
    "Requests the broker's ZooKeeper client keeps in flight.")
 
 
-class _NotSupported:
-    """A ZooKeeper client feature kafkatw's client lacks: false (Kafka's default) is accepted,
-    true refused rather than ignored (other ``zookeeper.*`` keys are ignored with a warning,
-    config/removed.py, but these would silently leave the connection or the znodes open)."""
+class _OnlyAccepted:
+    """A Kafka config naming a feature kafkatw lacks: ``accepted`` (Kafka's default, or unset)
+    is taken, any other value refused with ``reason`` rather than ignored. ``shown`` is the
+    valid value as the config listing prints it."""
 
-    def __init__(self, what):
-        self.what = what
+    def __init__(self, accepted, shown, reason):
+        self.accepted = accepted
+        self.shown = shown
+        self.reason = reason
 
     def __call__(self, name, value):
-        if value:
-            raise ConfigError.invalid(name, value, "kafkatw's ZooKeeper client has no %s" % self.what)
+        if value not in self.accepted:
+            raise ConfigError.invalid(name, value, self.reason)
 
     def __str__(self):
-        return "false"
+        return self.shown
 
 
-_d("zookeeper.ssl.client.enable", BOOLEAN, False, _NotSupported("TLS"), LOW,
+def _no_zk_client(what):
+    """A ZooKeeper client feature kafkatw's client lacks: false (Kafka's default) is accepted,
+    true refused (other ``zookeeper.*`` keys are ignored with a warning, config/removed.py, but
+    these would silently leave the connection or the znodes open)."""
+    return _OnlyAccepted((False,), "false", "kafkatw's ZooKeeper client has no %s" % what)
+
+
+_d("zookeeper.ssl.client.enable", BOOLEAN, False, _no_zk_client("TLS"), LOW,
    "Kafka's TLS to ZooKeeper; kafkatw's client speaks plain TCP, so only false is accepted.")
-_d("zookeeper.set.acl", BOOLEAN, False, _NotSupported("znode ACLs"), LOW,
+_d("zookeeper.set.acl", BOOLEAN, False, _no_zk_client("znode ACLs"), LOW,
    "Kafka's secure ACLs on the znodes it creates; kafkatw creates them open, so only false is "
    "accepted.")
 _d("controlled.shutdown.enable", BOOLEAN, True, None, MEDIUM,
@@ -112,22 +121,11 @@ _d("inter.broker.listener.name", STRING, None, None, MEDIUM,
 _d("security.inter.broker.protocol", STRING, "PLAINTEXT", OneOf(*SECURITY_PROTOCOLS), MEDIUM,
    "Security protocol between brokers when inter.broker.listener.name is not set.")
 
-
-class _NoControlPlane:
-    """Kafka sends the controller's requests (and AlterPartition, ControlledShutdown) on this
-    listener; kafkatw's go on the inter-broker listener, so a value is refused, not ignored."""
-
-    def __call__(self, name, value):
-        if not value:
-            return
-        raise ConfigError.invalid(name, value, "kafkatw has no separate control plane listener: "
-                                  "controller traffic uses inter.broker.listener.name")
-
-    def __str__(self):
-        return "null"
-
-
-_d("control.plane.listener.name", STRING, None, _NoControlPlane(), HIGH,
+# Kafka sends the controller's requests (and AlterPartition, ControlledShutdown) on this
+# listener; kafkatw's go on the inter-broker listener, so a value is refused, not ignored.
+_d("control.plane.listener.name", STRING, None,
+   _OnlyAccepted((None, ""), "null", "kafkatw has no separate control plane listener: "
+                 "controller traffic uses inter.broker.listener.name"), HIGH,
    "Kafka's listener for controller traffic; kafkatw's uses the inter-broker listener, so "
    "only unset is accepted.")
 _d("early.start.listeners", STRING, None, None, HIGH,
@@ -147,21 +145,11 @@ _d("socket.listen.backlog.size", INT, 50, at_least(1), MEDIUM,
 _d("queued.max.requests", INT, 500, at_least(1), HIGH,
    "Requests that may wait for the handlers before the network layer stops reading.")
 
-
-class _NoByteBound:
-    """queued.max.request.bytes: Kafka's memory pool for queued requests; kafkatw bounds them
-    by count only, so a bound is refused rather than ignored (-1, no bound, is accepted)."""
-
-    def __call__(self, name, value):
-        if value != -1:
-            raise ConfigError.invalid(name, value, "kafkatw bounds queued requests by count "
-                                      "(queued.max.requests), not by bytes; only -1 is accepted")
-
-    def __str__(self):
-        return "-1"
-
-
-_d("queued.max.request.bytes", LONG, -1, _NoByteBound(), MEDIUM,
+# Kafka's memory pool for queued requests; kafkatw bounds them by count only, so a bound is
+# refused rather than ignored (-1, no bound, is accepted).
+_d("queued.max.request.bytes", LONG, -1,
+   _OnlyAccepted((-1,), "-1", "kafkatw bounds queued requests by count (queued.max.requests), "
+                 "not by bytes; only -1 is accepted"), MEDIUM,
    "Kafka's bytes of queued requests allowed before no more are read; kafkatw has no such "
    "bound, so only -1 (no limit, Kafka's default) is accepted.")
 _d("num.network.threads", INT, 3, at_least(1), HIGH,
