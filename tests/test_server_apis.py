@@ -1,5 +1,6 @@
 """Tests for kafkatw.server.apis: dispatch, advertised versions, ApiVersions contents, error
-mapping of handler failures. Also holds the fakes the handler test modules share."""
+mapping of handler failures, a parked Join's handler slot. Also holds the fakes the handler
+test modules share."""
 
 import os
 
@@ -408,3 +409,39 @@ class ApiVersionsTests(ApisFixture, unittest.TestCase):
         self.assertTrue(mis_skips_tagged_fields("librdkafka", "2.1.1"))
         self.assertFalse(mis_skips_tagged_fields("librdkafka", "2.1.2"))
         self.assertFalse(mis_skips_tagged_fields("apache-kafka-java", "1.0"))
+
+
+class _WaitingGroupCoordinator:
+    """Answers every Join with the Deferred it is given."""
+
+    def __init__(self, wait):
+        self.wait = wait
+
+    def handle_join_group(self, *args):
+        return self.wait
+
+
+class GroupHandlerSlotTests(ApisFixture, unittest.TestCase):
+    def test_join_paused_on_another_wait_frees_its_handler_slot(self):
+        """A Join whose wait has fired but is paused on another Deferred (``called`` set, no
+        result yet) frees its slot as one not yet fired does (fails with ``if not d.called``)."""
+        inner = defer.Deferred()
+        outer = defer.succeed(None)
+        outer.addCallback(lambda _: inner)
+        self.assertTrue(outer.called)
+        self.apis = self.make_apis(group_coordinator=_WaitingGroupCoordinator(outer))
+        body = messages.JoinGroupRequest(group_id="g", session_timeout_ms=10000, rebalance_timeout_ms=10000,
+                                         member_id="", protocol_type="consumer", protocols=[])
+        request = self.request(body, 5)
+        released = []
+        request._on_local_complete = lambda req, now_ns: released.append(req)
+        answer = self.apis.handle(request)
+        self.assertEqual(released, [request])
+        self.assertNoResult(answer)
+        inner.callback(attr.make_class("JoinResult", [
+            "error", "generation_id", "protocol_type", "protocol_name", "leader_id", "skip_assignment",
+            "member_id", "members"])(0, 3, "consumer", "range", "m-1", False, "m-1", []))
+        body = self.successResultOf(answer).body
+        self.assertEqual((body.error_code, body.generation_id, body.member_id, body.leader),
+                         (0, 3, "m-1", "m-1"))
+        self.assertEqual(released, [request])
