@@ -1028,13 +1028,14 @@ class KafkaCluster:
 
     def state_change_log(self, lines=80):
         """The last ``lines`` lines of every broker's log (running or not) about controllers,
-        leaders and ISRs, in time order, each naming its broker: a failed wait's story."""
+        leaders and ISRs, in time order, each naming its broker: a failed wait's story. The
+        logs' times are whole seconds: lines of one second keep each broker's own order."""
         picked = []
         for broker_id, b in sorted(self.brokers.items()):
             for line in _read_lines(b.log_path):
                 if _STATE_CHANGE_LOGGERS.search(line):
                     picked.append((line[:24], broker_id, line))
-        picked.sort()
+        picked.sort(key=lambda p: p[0])  # stable: a second's lines stay in their file's order
         return "\n".join("[broker %d] %s" % (broker_id, line) for _, broker_id, line in picked[-lines:])
 
     def wait_for_brokers(self, ids, timeout=None):

@@ -2,7 +2,8 @@
 
 Every test starts real broker processes and talks to them with real clients (kafka-python,
 confluent-kafka); the crash test SIGKILLs the broker mid-stream and checks that every
-acknowledged record survives at its acknowledged offset.
+acknowledged record survives at its acknowledged offset. KafkaCluster's state change log is
+read from log files written here (no process).
 """
 
 import os
@@ -11,7 +12,7 @@ import time
 
 from twisted.trial import reporter, runner, unittest
 
-from kafkatw.testing import BrokerStartError, KafkaBroker, KafkaBrokerMixin, api_versions_ok
+from kafkatw.testing import BrokerStartError, KafkaBroker, KafkaBrokerMixin, KafkaCluster, api_versions_ok
 from tests.support import poll_until
 
 
@@ -170,6 +171,33 @@ class FailureMessageTests(unittest.SynchronousTestCase):
     def test_start_twice_is_refused(self):
         with KafkaBroker() as broker:
             self.assertRaises(RuntimeError, broker.start)
+
+
+class StateChangeLogTests(unittest.SynchronousTestCase):
+    def test_lines_in_time_order_each_brokers_own_order_within_a_second(self):
+        """The logs' times are whole seconds: a second's lines keep their file's order (the
+        controller's decision before the follower's reaction), not the order of their text."""
+        directory = self.mktemp()
+        os.makedirs(directory)
+        files = {
+            1: ["2026-12-02T01:00:01+0000 [kafkatw.server.partition#info] 1: leader of t-0",
+                "2026-12-02T01:00:01+0000 [kafkatw.service#info] not a state change",
+                "2026-12-02T01:00:02+0000 [kafkatw.server.alter_partition#info] 1: ISR asked"],
+            2: ["2026-12-02T01:00:00+0000 [kafkatw.server.replica_manager#info] 2: started",
+                "2026-12-02T01:00:01+0000 [kafkatw.server.partition#info] 2: became follower",
+                "2026-12-02T01:00:01+0000 [kafkatw.controller#info] 2: elected t-0 leader 1"]}
+        brokers = {}
+        for broker_id, lines in files.items():
+            path = os.path.join(directory, "broker-%d.log" % broker_id)
+            with open(path, "w") as f:
+                f.write("\n".join(lines) + "\n")
+            brokers[broker_id] = type("B", (), {"log_path": path})
+        cluster = type("C", (), {"brokers": brokers})
+        self.assertEqual(KafkaCluster.state_change_log(cluster).splitlines(), [
+            "[broker 2] " + files[2][0], "[broker 1] " + files[1][0], "[broker 2] " + files[2][1],
+            "[broker 2] " + files[2][2], "[broker 1] " + files[1][2]])
+        self.assertEqual(KafkaCluster.state_change_log(cluster, lines=2).splitlines(),
+                         ["[broker 2] " + files[2][2], "[broker 1] " + files[1][2]])
 
 
 class ZooKeeperStartFailureTests(unittest.SynchronousTestCase):
