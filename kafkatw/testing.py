@@ -1023,7 +1023,10 @@ class KafkaCluster:
             time.sleep(0.05)
         message = "timed out after %.0f s waiting for %s%s" % (timeout, what, " (%s)" % last if last else "")
         if explain is not None:
-            message += "\n" + explain()
+            try:
+                message += "\n" + explain()
+            except Exception as e:  # the story helps; the timeout is the failure, never hidden
+                message += "\n(explaining it failed: %r)" % (e,)
         raise AssertionError(message)
 
     def state_change_log(self, lines=80):

@@ -2,8 +2,8 @@
 
 Every test starts real broker processes and talks to them with real clients (kafka-python,
 confluent-kafka); the crash test SIGKILLs the broker mid-stream and checks that every
-acknowledged record survives at its acknowledged offset. KafkaCluster's state change log is
-read from log files written here (no process).
+acknowledged record survives at its acknowledged offset. KafkaCluster's state change log
+(read from log files written here) and its wait_for's timeout message need no process.
 """
 
 import os
@@ -173,7 +173,9 @@ class FailureMessageTests(unittest.SynchronousTestCase):
             self.assertRaises(RuntimeError, broker.start)
 
 
-class StateChangeLogTests(unittest.SynchronousTestCase):
+class ClusterHelperTests(unittest.SynchronousTestCase):
+    """KafkaCluster's helpers that need no process."""
+
     def test_lines_in_time_order_each_brokers_own_order_within_a_second(self):
         """The logs' times are whole seconds: a second's lines keep their file's order (the
         controller's decision before the follower's reaction), not the order of their text."""
@@ -198,6 +200,19 @@ class StateChangeLogTests(unittest.SynchronousTestCase):
             "[broker 2] " + files[2][2], "[broker 1] " + files[1][2]])
         self.assertEqual(KafkaCluster.state_change_log(cluster, lines=2).splitlines(),
                          ["[broker 2] " + files[2][2], "[broker 1] " + files[1][2]])
+
+    def test_a_timeout_is_reported_even_when_explaining_it_fails(self):
+        def explain():
+            raise ValueError("truncated answer")
+
+        with self.assertRaises(AssertionError) as cm:
+            KafkaCluster.wait_for(None, lambda: 0, 0.1, "the ISR", explain)
+        self.assertEqual(str(cm.exception), "timed out after 0 s waiting for the ISR (last answer: 0)\n"
+                                            "(explaining it failed: ValueError('truncated answer'))")
+        with self.assertRaises(AssertionError) as cm:
+            KafkaCluster.wait_for(None, lambda: 0, 0.1, "the ISR", lambda: "broker 1: []")
+        self.assertEqual(str(cm.exception), "timed out after 0 s waiting for the ISR (last answer: 0)\n"
+                                            "broker 1: []")
 
 
 class ZooKeeperStartFailureTests(unittest.SynchronousTestCase):
