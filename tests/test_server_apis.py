@@ -1,6 +1,6 @@
 """Tests for kafkatw.server.apis: dispatch, advertised versions, ApiVersions contents, error
-mapping of handler failures, a parked Join's handler slot. Also holds the fakes the handler
-test modules share."""
+mapping of handler failures, the handler slot of a parked Join or TxnOffsetCommit. Also holds
+the fakes the handler test modules share."""
 
 import os
 
@@ -411,8 +411,9 @@ class ApiVersionsTests(ApisFixture, unittest.TestCase):
         self.assertFalse(mis_skips_tagged_fields("apache-kafka-java", "1.0"))
 
 
-class _WaitingGroupCoordinator:
-    """Answers every Join with the Deferred it is given."""
+class _Waiting:
+    """A group and a transaction coordinator answering a Join, and the verification of a
+    TxnOffsetCommit, with the Deferred they are given."""
 
     def __init__(self, wait):
         self.wait = wait
@@ -420,22 +421,60 @@ class _WaitingGroupCoordinator:
     def handle_join_group(self, *args):
         return self.wait
 
+    def partition_for(self, group_id):
+        return 0
 
-class GroupHandlerSlotTests(ApisFixture, unittest.TestCase):
+    def verify_partitions(self, *args):
+        return self.wait
+
+    def handle_txn_commit_offsets(self, *args):
+        return defer.succeed({})
+
+
+def _paused():
+    """(a Deferred that has fired but is paused on another, that other)."""
+    inner = defer.Deferred()
+    outer = defer.succeed(None)
+    outer.addCallback(lambda _: inner)
+    return outer, inner
+
+
+class HandlerSlotTests(ApisFixture, unittest.TestCase):
+    """A wait that has fired but is paused on another Deferred (``called`` set, no result yet)
+    frees its handler slot as one not yet fired does (each fails with ``if not d.called``)."""
+
+    def handle(self, request):
+        released = []
+        request._on_local_complete = lambda req, now_ns: released.append(req)
+        return self.apis.handle(request), released
+
+    def test_txn_offset_commit_paused_on_another_wait_frees_its_handler_slot(self):
+        self.create_topic("t")
+        outer, inner = _paused()
+        waiting = _Waiting(outer)
+        self.apis = self.make_apis(group_coordinator=waiting, txn_coordinator=waiting)
+        P = messages.TxnOffsetCommitRequest
+        body = P(transactional_id="tx", group_id="g", producer_id=5, producer_epoch=0, topics=[
+            P.TxnOffsetCommitRequestTopic(name="t", partitions=[
+                P.TxnOffsetCommitRequestTopic.TxnOffsetCommitRequestPartition(
+                    partition_index=0, committed_offset=3)])])
+        request = self.request(body, 3)
+        answer, released = self.handle(request)
+        self.assertEqual(released, [request])
+        self.assertNoResult(answer)
+        inner.callback({("__consumer_offsets", 0): errors.NONE})
+        topics = self.successResultOf(answer).body.topics
+        self.assertEqual([(t.name, [(p.partition_index, p.error_code) for p in t.partitions]) for t in topics],
+                         [("t", [(0, errors.NONE)])])
+        self.assertEqual(released, [request])
+
     def test_join_paused_on_another_wait_frees_its_handler_slot(self):
-        """A Join whose wait has fired but is paused on another Deferred (``called`` set, no
-        result yet) frees its slot as one not yet fired does (fails with ``if not d.called``)."""
-        inner = defer.Deferred()
-        outer = defer.succeed(None)
-        outer.addCallback(lambda _: inner)
-        self.assertTrue(outer.called)
-        self.apis = self.make_apis(group_coordinator=_WaitingGroupCoordinator(outer))
+        outer, inner = _paused()
+        self.apis = self.make_apis(group_coordinator=_Waiting(outer))
         body = messages.JoinGroupRequest(group_id="g", session_timeout_ms=10000, rebalance_timeout_ms=10000,
                                          member_id="", protocol_type="consumer", protocols=[])
         request = self.request(body, 5)
-        released = []
-        request._on_local_complete = lambda req, now_ns: released.append(req)
-        answer = self.apis.handle(request)
+        answer, released = self.handle(request)
         self.assertEqual(released, [request])
         self.assertNoResult(answer)
         inner.callback(attr.make_class("JoinResult", [
