@@ -352,6 +352,99 @@ class ReplicaElectionTests(unittest.SynchronousTestCase):
         self.assertEqual(c.states[("t", 2)].isr, (1, 3))
 
 
+class StateWriteRetryTests(unittest.SynchronousTestCase):
+    """A partition state write that fails (its reply lost with the ZooKeeper connection) is
+    read again and retried: it left a dead leader in place until some later event."""
+
+    def setUp(self):
+        from twisted.internet import defer
+        from twisted.internet.task import Clock
+
+        from kafkatw.cluster.state import BrokerInfo
+        from kafkatw.controller.controller import KafkaController
+
+        self.sent, self.writes, self.reads = [], [], []
+        self.stored = {0: LeaderAndIsr(leader=2, leader_epoch=3, isr=[2, 1, 3], controller_epoch=4,
+                                       partition_epoch=9)}
+        self.fail_writes = 1
+        self.apply_failed = False
+        test = self
+
+        class Channel:
+            def send(self, broker_id, request, version):
+                test.sent.append((broker_id, type(request).__name__))
+                return defer.Deferred()
+
+            def remove_all_brokers(self):
+                pass
+
+        class Store:
+            def update_partition_states(self, epoch_zk_version, topic, states):
+                test.writes.append(dict(states))
+                out = {}
+                for p, s in states.items():
+                    if s.partition_epoch != test.stored[p].partition_epoch:
+                        out[p] = Failure(RuntimeError("BadVersion"))
+                        continue
+                    written = attr.evolve(s, partition_epoch=s.partition_epoch + 1)
+                    if test.fail_writes:
+                        test.fail_writes -= 1
+                        if test.apply_failed:
+                            test.stored[p] = written
+                        out[p] = Failure(RuntimeError("ConnectionLoss"))
+                        continue
+                    test.stored[p] = out[p] = written
+                return defer.succeed(out)
+
+            def partition_states(self, topic, partitions):
+                test.reads.append(sorted(partitions))
+                return defer.succeed({p: test.stored[p] for p in partitions})
+
+        from twisted.python.failure import Failure
+
+        self.clock = Clock()
+        c = self.controller = KafkaController(self.clock, Store(), 1, Channel(), "PLAINTEXT")
+        c.active, c.epoch, c.epoch_zk_version = True, 5, 7
+        c.live = {b: BrokerInfo(node_id=b, endpoints={"PLAINTEXT": ("h", 9000 + b)}, epoch=b) for b in (1, 3)}
+        c.assignments = {"t": {0: [2, 3, 1]}}
+        c.topic_ids = {"t": bytes(16)}
+        c.states = {("t", 0): self.stored[0]}
+
+    def test_a_lost_write_is_read_again_and_retried(self):
+        from kafkatw.controller.controller import STATE_WRITE_RETRY_S
+
+        d = self.controller._replicas_offline({2})
+        self.assertNoResult(d)  # waiting to retry, not giving up
+        self.assertEqual(len(self.writes), 1)
+        self.clock.advance(STATE_WRITE_RETRY_S)
+        self.assertEqual(self.successResultOf(d), [("t", 0)])
+        new = LeaderAndIsr(leader=3, leader_epoch=4, isr=[1, 3], controller_epoch=5, partition_epoch=9)
+        self.assertEqual(self.writes, [{0: new}, {0: new}])
+        self.assertEqual(self.reads, [[0]])
+        self.assertEqual(self.controller.states[("t", 0)], attr.evolve(new, partition_epoch=10))
+        self.flushLoggedErrors()
+
+    def test_a_lost_reply_of_an_applied_write_counts_as_written(self):
+        from kafkatw.controller.controller import STATE_WRITE_RETRY_S
+
+        self.apply_failed = True
+        d = self.controller._replicas_offline({2})
+        self.clock.advance(STATE_WRITE_RETRY_S)
+        self.assertEqual(self.successResultOf(d), [("t", 0)])  # the brokers are told
+        self.assertEqual(len(self.writes), 1)  # read back as done: not written twice
+        self.assertEqual(self.controller.states[("t", 0)].leader, 3)
+        self.assertEqual(self.controller.states[("t", 0)].partition_epoch, 10)
+
+    def test_retrying_stops_when_no_longer_controller(self):
+        from kafkatw.controller.controller import STATE_WRITE_RETRY_S
+
+        d = self.controller._replicas_offline({2})
+        self.controller._resign_locally()
+        self.clock.advance(STATE_WRITE_RETRY_S)
+        self.assertEqual(self.successResultOf(d), [])
+        self.assertEqual((len(self.writes), self.reads), (1, []))
+
+
 class TopicDeletionRetryTests(unittest.SynchronousTestCase):
     """Deletions a live broker keeps failing are retried in one round per back-off, however
     many topics are stuck (each topic's answers scheduled a round of all of them: the rounds

@@ -13,6 +13,7 @@ import copy
 
 import attr
 from twisted.internet import defer
+from twisted.internet.task import deferLater
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -36,6 +37,10 @@ log = Logger(namespace="kafkatw.controller")
 
 #: seconds before deletions a live broker failed (not for a failed log dir) are asked again
 DELETION_RETRY_S = 5.0
+#: seconds before the first new attempt at partition states whose write failed (a lost
+#: ZooKeeper reply, a zkVersion that moved): they are read and decided again, the wait
+#: doubling up to 2 s
+STATE_WRITE_RETRY_S = 0.1
 
 
 def _together(deferreds):
@@ -275,9 +280,12 @@ class KafkaController(ReplicaElections):
         for topic, states in creates.items():
             results = yield self.zk.create_partition_states(self.epoch_zk_version, topic, states)
             written += self._apply(topic, results, created=True)
-        for topic, states in updates.items():
-            results = yield self.zk.update_partition_states(self.epoch_zk_version, topic, states)
-            written += self._apply(topic, results)
+
+        def again(tp, state):
+            if state.leader != NO_LEADER and state.leader in live:
+                return None
+            return self._elect_leader(tp, state, live)
+        written += yield self._update_states(updates, again)
         return written
 
     @defer.inlineCallbacks
@@ -327,7 +335,8 @@ class KafkaController(ReplicaElections):
             if isinstance(outcome, Failure):
                 if outcome.check(ControllerMovedError):
                     outcome.raiseException()
-                log.warn("writing the state of {t}-{p} failed: {err}", t=topic, p=p, err=outcome.getErrorMessage())
+                log.warn("writing the state of {t}-{p} failed: {err}", t=topic, p=p,
+                         err="%s %s" % (outcome.type.__name__, outcome.getErrorMessage()))
                 continue
             self.states[(topic, p)] = outcome
             done.append((topic, p))
@@ -345,19 +354,72 @@ class KafkaController(ReplicaElections):
                 continue
             if not (set(self._replicas(tp)) & dead):
                 continue
-            new = election.without_replicas(state, dead, self.epoch)
-            if new is None:
-                continue
-            if new.leader == NO_LEADER:
-                elected = yield self._elect_leader(tp, new, set(self.live) - self.shutting_down)
-                if elected is not None:  # one leader epoch for the whole change
-                    new = attr.evolve(elected, leader_epoch=state.leader_epoch + 1)
-            updates.setdefault(tp[0], {})[tp[1]] = new
-        written = []
-        for topic, states in updates.items():
-            results = yield self.zk.update_partition_states(self.epoch_zk_version, topic, states)
-            written += self._apply(topic, results)
+            new = yield self._without_replicas(tp, state, dead)
+            if new is not None:
+                updates.setdefault(tp[0], {})[tp[1]] = new
+        written = yield self._update_states(
+            updates, lambda tp, state: self._without_replicas(tp, state, dead))
         return written
+
+    @defer.inlineCallbacks
+    def _without_replicas(self, tp, state, dead):
+        """The state of ``tp`` once ``dead`` are offline (a new leader if its leader died), or
+        None when they change nothing."""
+        new = election.without_replicas(state, dead, self.epoch)
+        if new is not None and new.leader == NO_LEADER:
+            elected = yield self._elect_leader(tp, new, set(self.live) - self.shutting_down)
+            if elected is not None:  # one leader epoch for the whole change
+                new = attr.evolve(elected, leader_epoch=state.leader_epoch + 1)
+        return new
+
+    @defer.inlineCallbacks
+    def _update_states(self, updates, decide):
+        """Write ``updates`` ({topic: {partition: new state}}); the partitions changed. A
+        partition whose write failed (its reply lost with the ZooKeeper connection, or its
+        zkVersion moved) is read again and ``decide(tp, state read)`` (a state, a Deferred of
+        one, or None when nothing is left to do) gives the next attempt, until none is left
+        or this broker is no longer controller, as Kafka's electLeaderForPartitions retries:
+        a failed write left the partition with its dead leader until some later event. A
+        state read that differs from the one known counts as changed (the lost reply's write
+        may have been applied)."""
+        written = []
+        while updates:
+            failed = {}
+            for topic, states in updates.items():
+                results = yield self.zk.update_partition_states(self.epoch_zk_version, topic, states)
+                written += self._apply(topic, results)
+                lost = [p for p, outcome in results.items() if isinstance(outcome, Failure)]
+                if lost:
+                    failed[topic] = lost
+            updates = {}
+            delay = STATE_WRITE_RETRY_S
+            while failed and self.active:
+                yield deferLater(self._reactor, delay, lambda: None)
+                delay = min(delay * 2, 2.0)
+                if not self.active:
+                    break
+                read = {}
+                try:
+                    for topic, parts in failed.items():
+                        read[topic] = yield self.zk.partition_states(topic, parts)
+                except Exception as e:
+                    log.warn("reading partition states again failed: {err!r}; retrying", err=e)
+                    continue
+                failed = {}
+                for topic, states in read.items():
+                    for p, state in states.items():
+                        tp = (topic, p)
+                        if tp[0] in self.deleting or topic not in self.assignments:
+                            continue
+                        if self.states.get(tp) != state:
+                            self.states[tp] = state
+                            written.append(tp)
+                        new = yield decide(tp, state)
+                        if new is not None:
+                            updates.setdefault(topic, {})[p] = new
+            if not self.active:
+                break
+        return sorted(set(written))
 
     # -- telling the brokers ---------------------------------------------------------------------
 
