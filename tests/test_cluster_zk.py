@@ -210,6 +210,28 @@ class StoreTests(unittest.TestCase):
         self.assertEqual((yield zk.partition_states("none", range(20))), {})
         self.assertEqual(most[0], 2)
 
+    @defer.inlineCallbacks
+    def test_start_makes_the_paths_again_after_a_session_expired_meanwhile(self):
+        """A session that expires while start() makes the persistent paths (a busy machine, a
+        short session timeout) does not fail the start: the paths are made again."""
+        from kazoo.client import KazooClient
+        from kazoo.exceptions import SessionExpiredError
+
+        hosts = self.connect.split("/", 1)[0]
+        expired = []
+
+        class Expiring(KazooClient):
+            def ensure_path(self, path, acl=None):
+                if not expired:
+                    expired.append(path)
+                    raise SessionExpiredError()
+                return super().ensure_path(path, acl)
+
+        zk = yield self.store(client=Expiring(hosts=hosts, timeout=4.0))
+        self.assertEqual(len(expired), 1)
+        for path in L.PERSISTENT_PATHS:
+            self.assertIsNotNone(zk._client.exists(zk._p(path)))
+
 
 def attr_evolve(state, **changes):
     import attr

@@ -152,6 +152,7 @@ class ZkClusterCoordinator:
 
         def connect():
             from kazoo.handlers.threading import KazooTimeoutError
+            from kazoo.retry import KazooRetry
 
             try:
                 client.start(timeout=timeout)
@@ -159,10 +160,14 @@ class ZkClusterCoordinator:
                 client.stop()
                 raise ConfigError("cannot connect to ZooKeeper at %s within %d ms"
                                   % (self.connect, int(timeout * 1000)), "zookeeper.connect") from None
+            # the paths are made again if the connection drops or the new session expires
+            # meanwhile (kazoo reconnects): a busy machine and a short session timeout made
+            # a broker's start fail on a SessionExpiredError here
+            retry = KazooRetry(max_tries=-1, deadline=timeout, ignore_expire=True)
             if root:
-                client.ensure_path(root)  # Kafka creates a missing chroot
+                retry(client.ensure_path, root)  # Kafka creates a missing chroot
             for path in L.PERSISTENT_PATHS:
-                client.ensure_path(root + path)
+                retry(client.ensure_path, root + path)
         return self._run_blocking(connect)
 
     def stop(self):
