@@ -445,6 +445,67 @@ class StateWriteRetryTests(unittest.SynchronousTestCase):
         self.assertEqual((len(self.writes), self.reads), (1, []))
 
 
+class ElectionRetryTests(unittest.SynchronousTestCase):
+    """An election whose store call fails (the connection dropped; the multi's outcome unknown)
+    moves the controller as Kafka's triggerControllerMove and is tried again: it left a
+    /controller naming a broker that did not act as controller."""
+
+    def setUp(self):
+        from twisted.internet import defer
+        from twisted.internet.task import Clock
+
+        from kafkatw.controller.controller import KafkaController
+
+        self.calls = []
+        self.controller_znode = [-1]
+        self.fail_elections = 1
+        test = self
+
+        class Channel:
+            def remove_all_brokers(self):
+                pass
+
+        class Store:
+            def get_controller_id(self, watch=None):
+                test.calls.append("get")
+                return defer.succeed(test.controller_znode[0])
+
+            def elect_controller(self, broker_id):
+                test.calls.append("elect")
+                test.controller_znode[0] = broker_id  # applied, whatever the reply says
+                if test.fail_elections:
+                    test.fail_elections -= 1
+                    return defer.fail(RuntimeError("ConnectionLoss"))
+                return defer.succeed((3, 7))
+
+            def resign_controller(self, broker_id):
+                test.calls.append("resign")
+                if test.controller_znode[0] == broker_id:
+                    test.controller_znode[0] = -1
+                return defer.succeed(None)
+
+        self.clock = Clock()
+        c = self.controller = KafkaController(self.clock, Store(), 1, Channel(), "PLAINTEXT")
+        c._on_failover = lambda: defer.succeed(None)
+
+    def test_a_failed_election_moves_the_controller_and_is_tried_again(self):
+        from kafkatw.controller.controller import ELECTION_RETRY_S
+
+        self.successResultOf(self.controller.startup())
+        self.assertEqual(self.calls, ["get", "elect", "resign"])
+        self.assertEqual((self.controller.active, self.controller_znode[0]), (False, -1))
+        self.clock.advance(ELECTION_RETRY_S)
+        self.assertEqual(self.calls, ["get", "elect", "resign", "get", "elect"])
+        self.assertEqual((self.controller.active, self.controller.epoch, self.controller.controller_id),
+                         (True, 3, 1))
+
+    def test_a_controller_znode_of_this_broker_not_acting_is_deleted(self):
+        self.controller_znode[0] = 1
+        self.successResultOf(self.controller.startup())
+        self.assertEqual(self.calls, ["get", "resign"])
+        self.assertEqual((self.controller.active, self.controller_znode[0]), (False, -1))
+
+
 class TopicDeletionRetryTests(unittest.SynchronousTestCase):
     """Deletions a live broker keeps failing are retried in one round per back-off, however
     many topics are stuck (each topic's answers scheduled a round of all of them: the rounds

@@ -37,6 +37,8 @@ log = Logger(namespace="kafkatw.controller")
 
 #: seconds before deletions a live broker failed (not for a failed log dir) are asked again
 DELETION_RETRY_S = 5.0
+#: seconds before an election that failed (not lost to another broker) is tried again
+ELECTION_RETRY_S = 1.0
 #: seconds before the first new attempt at partition states whose write failed (a lost
 #: ZooKeeper reply, a zkVersion that moved): they are read and decided again, the wait
 #: doubling up to 2 s
@@ -161,7 +163,39 @@ class KafkaController(ReplicaElections):
 
     @defer.inlineCallbacks
     def _elect(self):
+        """Kafka's elect(); a failure other than ControllerMovedError (the store's connection
+        dropped: a multi whose reply was lost may have made this broker controller without its
+        knowing) moves the controller as Kafka's triggerControllerMove does: resign, delete
+        ``/controller`` if it names this broker (every broker's watch then elects again), and
+        try again after ELECTION_RETRY_S. It left a ``/controller`` naming a broker that was
+        not acting as controller, and no broker ever became one."""
+        try:
+            yield self._elect_once()
+        except ControllerMovedError:
+            raise
+        except Exception as e:
+            log.warn("controller election on broker {id} failed: {err}; moving the controller, "
+                     "trying again in {s} s", id=self.broker_id, err="%s %s" % (type(e).__name__, e),
+                     s=ELECTION_RETRY_S)
+            self._resign_locally()
+            self._set_controller_id(-1)
+            try:
+                yield self.zk.resign_controller(self.broker_id)
+            except Exception:
+                pass  # still unreachable: the retry below deletes it (a stale /controller of ours)
+            if not self._stopped:
+                self._reactor.callLater(ELECTION_RETRY_S, self._controller_watch)
+
+    @defer.inlineCallbacks
+    def _elect_once(self):
         cid = yield self.zk.get_controller_id(watch=self._controller_watch)
+        if cid == self.broker_id and not self.active:
+            # ours but not acting (an election whose reply was lost): delete it, and the
+            # watch elects again
+            log.info("broker {id}: /controller names this broker, which is not acting as "
+                     "controller: deleting it", id=self.broker_id)
+            yield self.zk.resign_controller(self.broker_id)
+            return
         if cid != -1:
             if self.active and cid != self.broker_id:
                 self._resign_locally()
