@@ -232,6 +232,30 @@ class StoreTests(unittest.TestCase):
         for path in L.PERSISTENT_PATHS:
             self.assertIsNotNone(zk._client.exists(zk._p(path)))
 
+    @defer.inlineCallbacks
+    def test_a_read_whose_connection_dropped_is_sent_again(self):
+        """A read answered ConnectionLoss (the connection dropped, the session lives on) is sent
+        again: it failed the controller event that made it."""
+        from kazoo.client import KazooClient
+        from kazoo.exceptions import ConnectionLoss
+
+        hosts = self.connect.split("/", 1)[0]
+        lost = []
+
+        class Dropping(KazooClient):
+            def get_children_async(self, path, watch=None, include_data=False):
+                if not lost:
+                    lost.append(path)
+                    result = self.handler.async_result()
+                    result.set_exception(ConnectionLoss())
+                    return result
+                return super().get_children_async(path, watch, include_data)
+
+        zk = yield self.store(client=Dropping(hosts=hosts, timeout=4.0))
+        yield zk.register_broker(7, L.encode_broker(7, [("PLAINTEXT", "h", 9092)], {"PLAINTEXT": "PLAINTEXT"}))
+        self.assertEqual((yield zk.broker_ids()), [7])
+        self.assertEqual(len(lost), 1)
+
 
 def attr_evolve(state, **changes):
     import attr

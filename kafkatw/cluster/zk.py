@@ -8,7 +8,7 @@ broker's metadata decide what to read and write.
 """
 
 import attr
-from twisted.internet import defer
+from twisted.internet import defer, task
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
@@ -18,6 +18,9 @@ from kafkatw.cluster.interfaces import ControllerMovedError, IClusterCoordinator
 from kafkatw.config import ConfigError
 from kafkatw.protocol import errors
 from kafkatw.protocol.errors import KafkaError
+
+#: seconds between sends of a read whose connection dropped before its answer
+READ_RETRY_S = 0.1
 
 log = Logger(namespace="kafkatw.cluster.zk")
 
@@ -122,6 +125,25 @@ class ZkClusterCoordinator:
         self._connection_waiters.append((waiting, timer))
         return waiting.addCallback(send)
 
+    @defer.inlineCallbacks
+    def _read(self, call):
+        """``_run(call)`` of a read, sent again when the connection drops before its answer
+        (kazoo's ConnectionLoss; the session lives on and kazoo reconnects), as Kafka's
+        ZooKeeperClient retries requests until connected; for at most the connection timeout.
+        A lost read failed the controller event that made it (a broker failure never handled,
+        a partition left with a dead leader)."""
+        from kazoo.exceptions import ConnectionLoss
+
+        deadline = self._reactor.seconds() + self._connection_timeout
+        while True:
+            try:
+                result = yield self._run(call)
+                return result
+            except ConnectionLoss:
+                if self._reactor.seconds() >= deadline:
+                    raise
+                yield task.deferLater(self._reactor, READ_RETRY_S, lambda: None)
+
     def _not_connected(self, waiting):
         self._connection_waiters = [(d, t) for d, t in self._connection_waiters if d is not waiting]
         waiting.errback(KafkaError(errors.UNKNOWN_SERVER_ERROR,
@@ -185,7 +207,7 @@ class ZkClusterCoordinator:
         from kazoo.exceptions import NodeExistsError, NoNodeError
 
         try:
-            data, _ = yield self._run(lambda: self._client.get_async(self._p(L.CLUSTER_ID)))
+            data, _ = yield self._read(lambda: self._client.get_async(self._p(L.CLUSTER_ID)))
             return L.decode_cluster_id(data)
         except NoNodeError:
             pass
@@ -194,7 +216,7 @@ class ZkClusterCoordinator:
                 self._p(L.CLUSTER_ID), L.encode_cluster_id(proposed), makepath=True))
             return proposed
         except NodeExistsError:
-            data, _ = yield self._run(lambda: self._client.get_async(self._p(L.CLUSTER_ID)))
+            data, _ = yield self._read(lambda: self._client.get_async(self._p(L.CLUSTER_ID)))
             return L.decode_cluster_id(data)
 
     @defer.inlineCallbacks
@@ -213,7 +235,7 @@ class ZkClusterCoordinator:
 
     @defer.inlineCallbacks
     def broker_ids(self, watch=None):
-        children = yield self._run(lambda: self._client.get_children_async(
+        children = yield self._read(lambda: self._client.get_children_async(
             self._p(L.BROKER_IDS), watch=self._watch(watch)))
         return sorted(int(c) for c in children if c.isdigit())
 
@@ -222,7 +244,7 @@ class ZkClusterCoordinator:
         from kazoo.exceptions import NoNodeError
 
         try:
-            data, stat = yield self._run(lambda: self._client.get_async(self._p(L.broker_path(broker_id))))
+            data, stat = yield self._read(lambda: self._client.get_async(self._p(L.broker_path(broker_id))))
         except NoNodeError:
             return None
         return L.decode_broker(broker_id, data, stat.czxid)
@@ -233,11 +255,11 @@ class ZkClusterCoordinator:
     def get_controller_id(self, watch=None):
         from kazoo.exceptions import NoNodeError
 
-        stat = yield self._run(lambda: self._client.exists_async(self._p(L.CONTROLLER), watch=self._watch(watch)))
+        stat = yield self._read(lambda: self._client.exists_async(self._p(L.CONTROLLER), watch=self._watch(watch)))
         if stat is None:
             return -1
         try:
-            data, _ = yield self._run(lambda: self._client.get_async(self._p(L.CONTROLLER)))
+            data, _ = yield self._read(lambda: self._client.get_async(self._p(L.CONTROLLER)))
         except NoNodeError:
             return -1
         return L.decode_controller(data)
@@ -250,7 +272,7 @@ class ZkClusterCoordinator:
 
         client = self._client
         try:
-            data, stat = yield self._run(lambda: client.get_async(self._p(L.CONTROLLER_EPOCH)))
+            data, stat = yield self._read(lambda: client.get_async(self._p(L.CONTROLLER_EPOCH)))
             epoch, version = L.decode_controller_epoch(data), stat.version
         except NoNodeError:
             try:
@@ -258,7 +280,7 @@ class ZkClusterCoordinator:
                                                          L.encode_controller_epoch(0)))
             except NodeExistsError:
                 pass
-            data, stat = yield self._run(lambda: client.get_async(self._p(L.CONTROLLER_EPOCH)))
+            data, stat = yield self._read(lambda: client.get_async(self._p(L.CONTROLLER_EPOCH)))
             epoch, version = L.decode_controller_epoch(data), stat.version
         txn = client.transaction()
         txn.create(self._p(L.CONTROLLER), L.encode_controller(broker_id), ephemeral=True)
@@ -273,7 +295,7 @@ class ZkClusterCoordinator:
         from kazoo.exceptions import NoNodeError
 
         try:
-            data, stat = yield self._run(lambda: self._client.get_async(self._p(L.CONTROLLER)))
+            data, stat = yield self._read(lambda: self._client.get_async(self._p(L.CONTROLLER)))
         except NoNodeError:
             return
         if L.decode_controller(data) == broker_id:
@@ -306,7 +328,7 @@ class ZkClusterCoordinator:
 
     @defer.inlineCallbacks
     def topics(self, watch=None):
-        children = yield self._run(lambda: self._client.get_children_async(
+        children = yield self._read(lambda: self._client.get_children_async(
             self._p(L.TOPICS), watch=self._watch(watch)))
         return sorted(children)
 
@@ -315,7 +337,7 @@ class ZkClusterCoordinator:
         from kazoo.exceptions import NoNodeError
 
         try:
-            data, _ = yield self._run(lambda: self._client.get_async(
+            data, _ = yield self._read(lambda: self._client.get_async(
                 self._p(L.topic_path(topic)), watch=self._watch(watch)))
         except NoNodeError:
             return None
@@ -328,7 +350,7 @@ class ZkClusterCoordinator:
         from kazoo.exceptions import NoNodeError
 
         try:
-            data, _ = yield self._run(lambda: self._client.get_async(
+            data, _ = yield self._read(lambda: self._client.get_async(
                 self._p(L.topic_path(topic)), watch=self._watch(watch)))
         except NoNodeError:
             return None
@@ -350,11 +372,11 @@ class ZkClusterCoordinator:
         from kazoo.exceptions import NoNodeError
 
         path = self._p(L.REASSIGN_PARTITIONS)
-        stat = yield self._run(lambda: self._client.exists_async(path, watch=self._watch(watch)))
+        stat = yield self._read(lambda: self._client.exists_async(path, watch=self._watch(watch)))
         if stat is None:
             return {}
         try:
-            data, _ = yield self._run(lambda: self._client.get_async(path))
+            data, _ = yield self._read(lambda: self._client.get_async(path))
         except NoNodeError:
             return {}
         try:
@@ -389,7 +411,7 @@ class ZkClusterCoordinator:
         from kazoo.exceptions import NodeExistsError
 
         client = self._client
-        if (yield self._run(lambda: client.exists_async(self._p(L.delete_topic_path(topic))))) is not None:
+        if (yield self._read(lambda: client.exists_async(self._p(L.delete_topic_path(topic))))) is not None:
             # its deletion waits for a broker: nothing of it may be overwritten (AdminZkClient)
             raise KafkaError(errors.TOPIC_ALREADY_EXISTS, 'Topic "%s" is marked for deletion.' % (topic,))
         # Kafka's AdminZkClient: the config first (brokers read it when the topic appears)
@@ -405,7 +427,7 @@ class ZkClusterCoordinator:
         """The new partitions' assignment; a reassignment running in the topic keeps its adding
         and removing replicas (the write is conditional on the version read)."""
         path = self._p(L.topic_path(topic))
-        data, stat = yield self._run(lambda: self._client.get_async(path))
+        data, stat = yield self._read(lambda: self._client.get_async(path))
         adding, removing = L.decode_topic_reassignments(data)
         yield self._run(lambda: self._client.set_async(
             path, L.encode_topic_assignment(topic_id, assignment, adding, removing), version=stat.version))
@@ -426,7 +448,7 @@ class ZkClusterCoordinator:
     def partition_states(self, topic, partitions):
         from kazoo.exceptions import NoNodeError
 
-        pending = [(p, self._run(lambda p=p: self._client.get_async(self._p(L.partition_state_path(topic, p)))))
+        pending = [(p, self._read(lambda p=p: self._client.get_async(self._p(L.partition_state_path(topic, p)))))
                    for p in partitions]
         out = {}
         for p, d in pending:
@@ -482,7 +504,7 @@ class ZkClusterCoordinator:
         from kazoo.exceptions import NoNodeError
 
         try:
-            data, _ = yield self._run(lambda: self._client.get_async(self._p(L.topic_config_path(topic))))
+            data, _ = yield self._read(lambda: self._client.get_async(self._p(L.topic_config_path(topic))))
         except NoNodeError:
             return {}
         return L.decode_entity_config(data)
@@ -498,9 +520,9 @@ class ZkClusterCoordinator:
     def config_changes(self, watch=None, after=""):
         from kazoo.exceptions import NoNodeError
 
-        children = yield self._run(lambda: self._client.get_children_async(
+        children = yield self._read(lambda: self._client.get_children_async(
             self._p(L.CONFIG_CHANGES), watch=self._watch(watch)))
-        pending = [(name, self._run(lambda name=name: self._client.get_async(
+        pending = [(name, self._read(lambda name=name: self._client.get_async(
             self._p(L.CONFIG_CHANGES + "/" + name)))) for name in sorted(children) if name > after]
         out = []
         for name, d in pending:
@@ -522,11 +544,11 @@ class ZkClusterCoordinator:
     def _purge_notifications(self, parent, max_age_ms, now_ms):
         from kazoo.exceptions import NoNodeError
 
-        children = yield self._run(lambda: self._client.get_children_async(self._p(parent)))
+        children = yield self._read(lambda: self._client.get_children_async(self._p(parent)))
         purged = 0
         for name in sorted(children):
             path = self._p(parent + "/" + name)
-            stat = yield self._run(lambda path=path: self._client.exists_async(path))
+            stat = yield self._read(lambda path=path: self._client.exists_async(path))
             if stat is None:
                 continue
             if now_ms - stat.ctime <= max_age_ms:
@@ -545,7 +567,7 @@ class ZkClusterCoordinator:
         from kazoo.exceptions import NoNodeError
 
         try:
-            data, _ = yield self._run(lambda: self._client.get_async(self._p("/config/" + entity_path)))
+            data, _ = yield self._read(lambda: self._client.get_async(self._p("/config/" + entity_path)))
         except NoNodeError:
             return None
         return data
@@ -565,7 +587,7 @@ class ZkClusterCoordinator:
         @defer.inlineCallbacks
         def children(path):
             try:
-                found = yield self._run(lambda: self._client.get_children_async(self._p(path)))
+                found = yield self._read(lambda: self._client.get_children_async(self._p(path)))
             except NoNodeError:
                 found = []
             return sorted(found)
@@ -594,13 +616,13 @@ class ZkClusterCoordinator:
 
         root = L.acl_store_path(pattern_type)
         try:
-            types = yield self._run(lambda: self._client.get_children_async(self._p(root)))
+            types = yield self._read(lambda: self._client.get_children_async(self._p(root)))
         except NoNodeError:
             return []
         out = []
         for resource_type in sorted(types):
             try:
-                names = yield self._run(lambda t=resource_type: self._client.get_children_async(
+                names = yield self._read(lambda t=resource_type: self._client.get_children_async(
                     self._p("%s/%s" % (root, t))))
             except NoNodeError:
                 continue
@@ -616,7 +638,7 @@ class ZkClusterCoordinator:
         from kazoo.exceptions import NoNodeError
 
         try:
-            data, stat = yield self._run(lambda: self._client.get_async(
+            data, stat = yield self._read(lambda: self._client.get_async(
                 self._p(L.acl_resource_path(pattern_type, resource_type, name))))
         except NoNodeError:
             return None, -1
@@ -657,11 +679,11 @@ class ZkClusterCoordinator:
 
         path = L.acl_changes_path(pattern_type)
         yield self._run(lambda: self._client.ensure_path_async(self._p(path)))
-        children = yield self._run(lambda: self._client.get_children_async(self._p(path), watch=self._watch(watch)))
+        children = yield self._read(lambda: self._client.get_children_async(self._p(path), watch=self._watch(watch)))
         out = []
         for child in sorted(c for c in children if c > after):
             try:
-                data, _ = yield self._run(lambda c=child: self._client.get_async(self._p(path + "/" + c)))
+                data, _ = yield self._read(lambda c=child: self._client.get_async(self._p(path + "/" + c)))
             except NoNodeError:
                 continue
             out.append((child,) + L.decode_acl_change(pattern_type, data))
@@ -681,7 +703,7 @@ class ZkClusterCoordinator:
 
     @defer.inlineCallbacks
     def topics_to_delete(self, watch=None):
-        children = yield self._run(lambda: self._client.get_children_async(
+        children = yield self._read(lambda: self._client.get_children_async(
             self._p(L.DELETE_TOPICS), watch=self._watch(watch)))
         return sorted(children)
 
@@ -696,7 +718,7 @@ class ZkClusterCoordinator:
         @defer.inlineCallbacks
         def children(path):
             try:
-                found = yield self._run(lambda: client.get_children_async(p(path)))
+                found = yield self._read(lambda: client.get_children_async(p(path)))
             except NoNodeError:
                 found = None
             return found
@@ -709,7 +731,7 @@ class ZkClusterCoordinator:
             paths.append(L.partitions_path(topic) + "/" + partition)
         if partitions is not None:
             paths.append(L.partitions_path(topic))
-        if (yield self._run(lambda: client.exists_async(p(L.topic_path(topic))))) is not None:
+        if (yield self._read(lambda: client.exists_async(p(L.topic_path(topic))))) is not None:
             paths.append(L.topic_path(topic))
         if paths:
             def ops(txn):
@@ -731,7 +753,7 @@ class ZkClusterCoordinator:
 
     @defer.inlineCallbacks
     def log_dir_event_notifications(self, watch=None):
-        children = yield self._run(lambda: self._client.get_children_async(
+        children = yield self._read(lambda: self._client.get_children_async(
             self._p(L.LOG_DIR_EVENT_NOTIFICATION), watch=self._watch(watch)))
         return sorted(c for c in children if c.startswith(L.LOG_DIR_EVENT_PREFIX))
 
@@ -739,7 +761,7 @@ class ZkClusterCoordinator:
     def log_dir_event_brokers(self, names):
         from kazoo.exceptions import NoNodeError
 
-        pending = [self._run(lambda name=name: self._client.get_async(
+        pending = [self._read(lambda name=name: self._client.get_async(
             self._p(L.LOG_DIR_EVENT_NOTIFICATION + "/" + name))) for name in names]
         brokers = []
         for d in pending:
@@ -774,7 +796,7 @@ class ZkClusterCoordinator:
         client, path = self._client, self._p(L.PRODUCER_ID_BLOCK)
         for _ in range(100):
             try:
-                data, stat = yield self._run(lambda: client.get_async(path))
+                data, stat = yield self._read(lambda: client.get_async(path))
             except NoNodeError:
                 start, end = 0, size - 1
                 try:
