@@ -484,3 +484,40 @@ class HandlerSlotTests(ApisFixture, unittest.TestCase):
         self.assertEqual((body.error_code, body.generation_id, body.member_id, body.leader),
                          (0, 3, "m-1", "m-1"))
         self.assertEqual(released, [request])
+
+
+class OfflineDirLogsTests(ApisFixture, unittest.TestCase):
+    """Partitions added while a log dir fails: those whose log could not be made there are
+    offline (KAFKA_STORAGE_ERROR, the dir offline), the others serve; no listener traceback."""
+
+    def setUp(self):
+        from kafkatw.storage import LogManager
+        ApisFixture.setUp(self)
+        base = self.mktemp()
+        self.log_manager = LogManager([os.path.join(base, "d1"), os.path.join(base, "d2")],
+                                      reactor=self.clock)
+        self.log_manager.load_logs()
+        self.addCleanup(self.log_manager.shutdown)
+        self.apis = self.make_apis()
+
+    def test_added_partitions_on_a_failing_dir_are_offline_the_others_serve(self):
+        mgr = self.log_manager
+        d1, d2 = mgr.log_dirs
+        self.create_topic("t", 1)  # t-0 in d1: t-1 goes to d2, t-2 to d1
+        self.assertEqual(os.path.dirname(mgr.get_log("t", 0).dir), d1)
+        with open(os.path.join(d2, "t-1"), "w") as f:  # a file where t-1's directory goes
+            f.write("x")
+        info = self.successResultOf(self.metadata.create_partitions("t", 3))
+        self.assertEqual(info.num_partitions, 3)
+        self.assertEqual(self.metadata.topics["t"].num_partitions, 3)
+        self.assertEqual(mgr.offline_dirs, frozenset([d2]))
+        self.assertIsNone(mgr.get_log("t", 1))
+        self.assertEqual(os.path.dirname(mgr.get_log("t", 2).dir), d1)
+        # what the replica manager asks for a known partition without a log
+        e = self.assertRaises(KafkaError, mgr.get_or_create_log, "t", 1, info.topic_id, {},
+                              is_new=False)
+        self.assertEqual(e.code, errors.KAFKA_STORAGE_ERROR)
+        # the broker goes on: another partition lands in the online dir
+        self.successResultOf(self.metadata.create_partitions("t", 4))
+        self.assertEqual(os.path.dirname(mgr.get_log("t", 3).dir), d1)
+        self.assertEqual(self.flushLoggedErrors(), [])

@@ -258,6 +258,25 @@ class CreateLogsTest(ManagerBase):
         self.assertEqual(sorted(lg.partition for lg in mgr.all_logs()), [0, 1, 2])
         mgr.shutdown()
 
+    def test_no_log_is_made_in_a_dir_gone_offline_after_placement(self):
+        """A dir that fails while a batch waits for the thread pool gets none of its logs
+        (they are offline partitions); the logs placed in the other dir are made."""
+        mgr = self.make()
+        work = []
+        done = defer.Deferred()
+        mgr.run_blocking = lambda fn, *args: work.append((fn, args)) or done
+        d = mgr.create_logs("t", range(4), None, {})
+        d1, d2 = mgr.log_dirs
+        mgr.handle_dir_failure(d2, OSError(errno.EIO, "I/O error"))
+        fn, args = work[0]
+        done.callback(fn(*args))
+        self.assertEqual(self.failureResultOf(d, KafkaError).value.code, errors.KAFKA_STORAGE_ERROR)
+        self.assertEqual(os.listdir(d2), [])
+        self.assertEqual(sorted(os.listdir(d1)), ["t-0", "t-2"])
+        self.assertEqual(sorted(lg.partition for lg in mgr.all_logs()), [0, 2])
+        self.assertEqual(mgr._creating, {})
+        mgr.shutdown()
+
     def test_a_log_asked_for_before_its_batch_is_made_or_taken_from_the_thread(self):
         """``wait=False``: the answer comes at once; a partition asked for before the thread
         got to it is made on the reactor (the thread skips it), one the thread made is taken,

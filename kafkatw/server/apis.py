@@ -392,6 +392,16 @@ class KafkaApis:
         if event == TOPIC_DELETED:
             metadata_handler.forget_topic(self.metadata, info.name)
 
+    @staticmethod
+    def _logs_not_made(failure, topic):
+        """Logs whose dir failed (or every dir is offline) are offline partitions, as in
+        Kafka: they answer KAFKA_STORAGE_ERROR, the others serve; one line, no traceback (the
+        dir's failure was said where it happened)."""
+        failure.trap(KafkaError)
+        if failure.value.code != errors.KAFKA_STORAGE_ERROR:
+            return failure
+        log.error("some logs of {topic} are offline: {e}", topic=topic, e=failure.value)
+
     def _sync_logs(self, event, info):
         from kafkatw.cluster.metadata import TOPIC_CREATED, TOPIC_DELETED, TOPIC_PARTITIONS_ADDED
 
@@ -405,9 +415,10 @@ class KafkaApis:
             first = 0
             if event == TOPIC_PARTITIONS_ADDED and info.name in self.metadata.topics:
                 first = self.metadata.topics[info.name].num_partitions
-            return self.log_manager.create_logs(
+            d = self.log_manager.create_logs(
                 info.name, range(first, info.num_partitions), info.topic_id, info.configs,
                 wait=info.num_partitions - first <= _CREATE_LOGS_BEFORE_ANSWER)
+            return d.addErrback(self._logs_not_made, info.name)
         if event == TOPIC_DELETED:
             # the logs are forgotten at once, their directories renamed in the thread pool
             d = self.log_manager.delete_logs(info.name, range(info.num_partitions))

@@ -410,7 +410,10 @@ class LogManager:
         return None
 
     def _make_log(self, topic, partition, directory, topic_id, config):
-        """A new log (in any thread), or the OSError or KafkaError that stopped it."""
+        """A new log (in any thread), or the OSError or KafkaError that stopped it (none
+        is made in a dir that went offline after it was placed there)."""
+        if directory in self._offline_dirs:
+            return KafkaError(errors.KAFKA_STORAGE_ERROR, "log dir %s is offline" % (directory,))
         path = os.path.join(directory, "%s-%d" % (topic, partition))
         try:
             return UnifiedLog(path, config, topic, partition, topic_id=topic_id,
