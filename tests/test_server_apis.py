@@ -192,6 +192,9 @@ class FakeLogManager:
             self.delete_log(topic, p)
         return defer.succeed(None)
 
+    def forget_topic(self, topic):
+        self.forgotten = getattr(self, "forgotten", []) + [topic]
+
     def run_blocking(self, fn, *args):
         return defer.maybeDeferred(fn, *args)  # inline, as LogManager without a thread pool
 
@@ -486,9 +489,8 @@ class HandlerSlotTests(ApisFixture, unittest.TestCase):
         self.assertEqual(released, [request])
 
 
-class OfflineDirLogsTests(ApisFixture, unittest.TestCase):
-    """Partitions added while a log dir fails: those whose log could not be made there are
-    offline (KAFKA_STORAGE_ERROR, the dir offline), the others serve; no listener traceback."""
+class LogSyncTests(ApisFixture, unittest.TestCase):
+    """The metadata listener keeping a real LogManager in step with the topics."""
 
     def setUp(self):
         from kafkatw.storage import LogManager
@@ -501,6 +503,9 @@ class OfflineDirLogsTests(ApisFixture, unittest.TestCase):
         self.apis = self.make_apis()
 
     def test_added_partitions_on_a_failing_dir_are_offline_the_others_serve(self):
+        """Partitions added while a log dir fails: those whose log could not be made there
+        are offline (KAFKA_STORAGE_ERROR, the dir offline), the others serve; no listener
+        traceback."""
         mgr = self.log_manager
         d1, d2 = mgr.log_dirs
         self.create_topic("t", 1)  # t-0 in d1: t-1 goes to d2, t-2 to d1
@@ -521,3 +526,17 @@ class OfflineDirLogsTests(ApisFixture, unittest.TestCase):
         self.successResultOf(self.metadata.create_partitions("t", 4))
         self.assertEqual(os.path.dirname(mgr.get_log("t", 3).dir), d1)
         self.assertEqual(self.flushLoggedErrors(), [])
+
+    def test_a_deleted_topics_config_overrides_are_forgotten(self):
+        """Its overrides went with the topic from the metadata only; a partition of a topic
+        leaving this broker (delete_logs, as StopReplica) keeps them."""
+        mgr = self.log_manager
+        self.create_topic("kept", 2, {"retention.ms": "1234"})
+        self.create_topic("gone", 2, {"retention.ms": "5678"})
+        self.successResultOf(mgr.delete_logs("kept", [0]))
+        self.successResultOf(self.metadata.delete_topic("gone"))
+        self.assertEqual(mgr._overrides, {"kept": {"retention.ms": "1234"}})
+        self.assertEqual(mgr.get_or_create_log("kept", 0).config.retention_ms, 1234)
+        self.create_topic("gone", 1)  # a new topic of the name has its own (none)
+        self.assertEqual(mgr.get_log("gone", 0).config.retention_ms,
+                         mgr.default_config.retention_ms)

@@ -422,6 +422,7 @@ class KafkaApis:
         if event == TOPIC_DELETED:
             # the logs are forgotten at once, their directories renamed in the thread pool
             d = self.log_manager.delete_logs(info.name, range(info.num_partitions))
+            self.log_manager.forget_topic(info.name)
             d.addCallback(self._forget_deleted, info.topic_id)
             if self.replica_manager is not None:
                 for p in range(info.num_partitions):

@@ -714,6 +714,12 @@ class LogManager:
                 self._note_compaction(lg)
         return config
 
+    def forget_topic(self, topic):
+        """``topic`` is deleted from the metadata: its config overrides go (kept until then:
+        :meth:`delete_logs` of a partition leaving this broker is not the topic's end, other
+        partitions of it may move here later)."""
+        self._overrides.pop(topic, None)
+
     def update_broker_defaults(self, broker_defaults):
         self.broker_defaults.update(broker_defaults)
         self.default_config = LogConfig.from_props(self.broker_defaults, {})
