@@ -16,9 +16,6 @@ from kafkatw.storage.cleaner import LogCleaner
 
 from .test_storage_helpers import make_batch
 
-ALL_CHECKPOINTS = (checkpoint.RECOVERY_POINT_CHECKPOINT, checkpoint.LOG_START_OFFSET_CHECKPOINT,
-                   checkpoint.REPLICATION_OFFSET_CHECKPOINT)
-
 
 class ManagerBase(unittest.TestCase):
     def make(self, dirs=None, props=None):
@@ -133,72 +130,6 @@ class LoadTest(ManagerBase):
         recovered = [line for lg in mgr2.all_logs() for line in lg.recovery_log]
         self.assertEqual(len(recovered), len([s for s in a2.segments if s.base_offset >= rp]))
         mgr2.shutdown()
-
-    def written_checkpoints(self, mgr):
-        """[(dir name, checkpoint file name)] written by the three periodic checkpoints."""
-        written = []
-        real = checkpoint.write_offsets
-
-        def spy(path, offsets, sync=True):
-            written.append((os.path.basename(os.path.dirname(path)), os.path.basename(path)))
-            return real(path, offsets, sync)
-        self.patch(checkpoint, "write_offsets", spy)
-        for d in (mgr.checkpoint_recovery_offsets(), mgr.checkpoint_log_start_offsets(),
-                  mgr.checkpoint_high_watermarks()):
-            self.successResultOf(d)
-        self.patch(checkpoint, "write_offsets", real)
-        return sorted(written)
-
-    def test_checkpoints_after_a_start_write_only_what_changed_since_the_load(self):
-        """The files hold what the logs were loaded from: the first checkpoints after a
-        clean or an unclean start write nothing until a log of the dir changes, then that
-        dir's changed file only."""
-        mgr = self.make()
-        logs = [mgr.get_or_create_log(t, 0, None, {}) for t in ("a", "b", "c", "d")]
-        for lg in logs:
-            lg.append_as_leader(make_batch(2, timestamp=self.now()), 0)
-            lg.update_high_watermark(2)
-        mgr.shutdown()
-        mgr = self.make()  # after a clean shutdown: from the summaries
-        self.assertEqual(self.written_checkpoints(mgr), [])
-        a = mgr.get_log("a", 0)
-        self.assertEqual(a.high_watermark, 2)
-        a.append_as_leader(make_batch(2, timestamp=self.now()), 0)
-        a.update_high_watermark(4)
-        d = os.path.basename(os.path.dirname(a.dir))
-        self.assertEqual(self.written_checkpoints(mgr), [(d, checkpoint.REPLICATION_OFFSET_CHECKPOINT)])
-        self.successResultOf(mgr.flush_log(a))
-        self.assertEqual(self.written_checkpoints(mgr), [(d, checkpoint.RECOVERY_POINT_CHECKPOINT)])
-        self.assertEqual(self.written_checkpoints(mgr), [])
-        for lg in mgr.all_logs():
-            lg.close()  # no marker: an unclean stop, the files as the checkpoints left them
-        mgr = self.make()  # after an unclean stop: from the checkpoint files
-        self.assertEqual(sorted((lg.topic, lg.recovery_point, lg.high_watermark)
-                                for lg in mgr.all_logs()),
-                         [("a", 4, 4), ("b", 2, 2), ("c", 2, 2), ("d", 2, 2)])
-        self.assertEqual(self.written_checkpoints(mgr), [])
-        mgr.delete_log("b", 0)
-        e = os.path.basename(self.dirs[1])
-        self.assertEqual(self.written_checkpoints(mgr), sorted((e, n) for n in ALL_CHECKPOINTS))
-        mgr.shutdown()
-
-    def test_a_file_not_as_the_logs_say_is_written_at_the_first_checkpoint(self):
-        """After an unclean stop a file missing a log's entry (a crash before it was
-        written) is written again at once; the others are not."""
-        mgr = self.make()
-        a = mgr.get_or_create_log("a", 0, None, {})
-        a.append_as_leader(make_batch(2, timestamp=self.now()), 0)
-        a.update_high_watermark(2)
-        self.successResultOf(mgr.flush_log(a))
-        self.written_checkpoints(mgr)
-        b = mgr.get_or_create_log("b", 0, None, {})  # after the checkpoints: in no file
-        for lg in (a, b):
-            lg.close()
-        mgr = self.make()
-        da, db = (os.path.basename(os.path.dirname(mgr.get_log(t, 0).dir)) for t in "ab")
-        self.assertNotEqual(da, db)
-        self.assertEqual(self.written_checkpoints(mgr), sorted((db, n) for n in ALL_CHECKPOINTS))
-        mgr.shutdown()
 
     def test_delete_log(self):
         mgr = self.make(props={"log.segment.delete.delay.ms": "1000"})

@@ -238,9 +238,6 @@ class LogManager:
             rps, starts, hws = checkpoints
             return rps.get(tp, 0), starts.get(tp, 0), hws.get(tp)
         configs = {}  # topic -> its LogConfig, shared by its partitions (as update_log_config does)
-        #: (log, (recovery point, log start, high watermark) its dir's checkpoint files hold
-        #: for it, None where one holds nothing) of each log loaded here
-        loaded_logs = []
         with os.scandir(directory) as it:
             entries = sorted(it, key=lambda e: e.name)
         for entry in entries:
@@ -268,8 +265,6 @@ class LogManager:
             if found is not None:
                 topic, partition, summ = found
                 rp, start, hw = summ.recovery_point, summ.log_start_offset, summ.high_watermark
-                # (the clean shutdown wrote these in the checkpoint files too)
-                in_files = (rp, start, hw)
             else:
                 try:
                     topic, partition = parse_topic_partition(name)
@@ -277,8 +272,6 @@ class LogManager:
                     continue
                 summ = None
                 rp, start, hw = offsets((topic, partition))
-                tp = (topic, partition)
-                in_files = tuple(values.get(tp) for values in checkpoints)
             config = configs.get(topic)
             if config is None:
                 config = configs[topic] = self._config_for(topic)
@@ -288,13 +281,10 @@ class LogManager:
                             dir_failure_handler=self.handle_dir_failure,
                             scheduler=self._schedule, dir_exists=True, summary=summ)
             self._attach(lg)
-            loaded_logs.append((lg, in_files))
             loaded += 1
             deferred += not lg.is_loaded
             recovered += lg.recovered_segments
             truncated += lg.truncated_bytes
-        self._note_checkpointed(directory, loaded_logs, checkpoints if checkpoints else None,
-                                len(summaries) if clean else None)
         summary.remove(summary_path)  # true of these files only until they are written again
         if clean:
             os.unlink(marker)
@@ -310,31 +300,6 @@ class LogManager:
             log.info("recovered {dir} after an unclean stop: {n} log(s), {segments} segment(s) "
                      "recovered, {truncated} byte(s) truncated, in {ms} ms", dir=directory,
                      n=loaded, segments=recovered, truncated=truncated, ms=ms)
-
-    def _note_checkpointed(self, directory, loaded_logs, files, summarised):
-        """What ``directory``'s checkpoint files hold for the logs just loaded is what the
-        periodic checkpoints last saw, and a file holding what the loaded logs say is not
-        written again until one of them changes (50,000 entries were rewritten after every
-        start, and the recovery points without new data). ``files``: the three files as read,
-        None if unread: then every log came from the clean-shutdown summary, whose
-        ``summarised`` entries were written with the files (``summarised`` None: not a clean
-        shutdown, the files are unknown and written at the first checkpoint)."""
-        for i, (name, getter) in enumerate(_CHECKPOINTS):
-            values = {}
-            same = True
-            for lg, in_files in loaded_logs:
-                value = values[(lg.topic, lg.partition)] = getter(lg)
-                if in_files[i] != value:
-                    same = False
-            self._checkpointed[name][directory] = values
-            if files is not None:
-                same = same and len(files[i]) == len(values)
-            else:
-                same = same and summarised == len(values)
-            if same and os.path.exists(os.path.join(directory, name)):
-                self._checkpoint_dirty[name].discard(directory)
-        for lg, _ in loaded_logs:
-            self._offsets_changed.discard(lg)  # (seen above: a change after this adds it again)
 
     def _read_summaries(self, path):
         try:
