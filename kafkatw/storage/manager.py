@@ -23,7 +23,7 @@ from kafkatw.protocol.errors import KafkaError
 from . import checkpoint, descriptors, summary
 from .config import LogConfig
 from .log import DELETE_DIR_SUFFIX, FUTURE_DIR_SUFFIX, UnifiedLog, parse_topic_partition
-from .segment import LOG_SUFFIX
+from .segment import log_file
 
 log = Logger()
 
@@ -66,9 +66,8 @@ def _int(props, name, default):
 
 def _active_segment_as_summarised(path, summ):
     """One stat: the active segment's file has the size the summary gives it."""
-    try:  # (the name as segment.log_file makes it, without os.path.join: 50,000 at start)
-        return os.stat("%s%s%020d%s" % (path, os.sep, summ.active_base, LOG_SUFFIX)
-                       ).st_size == summ.active_size
+    try:
+        return os.stat(log_file(path, summ.active_base)).st_size == summ.active_size
     except OSError:
         return False
 

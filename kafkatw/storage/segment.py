@@ -28,20 +28,25 @@ def filename_prefix(offset):
     return "%020d" % offset
 
 
+def _segment_file(directory, offset, kind):
+    # (os.sep, not os.path.join: a start checks the active .log of each of 50,000 logs)
+    return "%s%s%020d%s" % (directory, os.sep, offset, kind)
+
+
 def log_file(directory, offset, suffix=""):
-    return os.path.join(directory, filename_prefix(offset) + LOG_SUFFIX + suffix)
+    return _segment_file(directory, offset, LOG_SUFFIX + suffix)
 
 
 def offset_index_file(directory, offset, suffix=""):
-    return os.path.join(directory, filename_prefix(offset) + INDEX_SUFFIX + suffix)
+    return _segment_file(directory, offset, INDEX_SUFFIX + suffix)
 
 
 def time_index_file(directory, offset, suffix=""):
-    return os.path.join(directory, filename_prefix(offset) + TIME_INDEX_SUFFIX + suffix)
+    return _segment_file(directory, offset, TIME_INDEX_SUFFIX + suffix)
 
 
 def txn_index_file(directory, offset, suffix=""):
-    return os.path.join(directory, filename_prefix(offset) + TXN_INDEX_SUFFIX + suffix)
+    return _segment_file(directory, offset, TXN_INDEX_SUFFIX + suffix)
 
 
 class LogSegment:
