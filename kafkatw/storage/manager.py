@@ -435,8 +435,7 @@ class LogManager:
         if (topic, p) in self._logs or directory in self._offline_dirs or self._shut_down:
             lg.close()  # (after shutdown: closed cleanly, as the others were)
             return False
-        if lg.config != config:
-            lg.update_config(config)
+        lg.update_config(config)  # (LogConfig has no __eq__: a "changed?" test was always true)
         self._attach(lg)
         return True
 
