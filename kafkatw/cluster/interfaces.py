@@ -124,6 +124,11 @@ class IClusterMetadata(IPartitionMetadata):
         """The partition's PartitionState (leader, epochs, ISR, replicas, offline replicas), or
         None if unknown: what Metadata answers."""
 
+    def topic_partition_states(topic):
+        """:meth:`partition_state` of each of the topic's partitions in partition order, one
+        list (not to be modified; empty if the topic is unknown): Metadata reads a topic's in
+        one call."""
+
     def metadata_ready():
         """A Deferred fired once this broker knows the cluster (cluster mode: the controller's
         first UpdateMetadata, bounded; fired at once where the metadata is local)."""

@@ -254,6 +254,12 @@ class ZkClusterMetadata:
     def partition_state(self, topic, partition):
         return self._states.get((topic, partition))
 
+    def topic_partition_states(self, topic):
+        info = self.topics.get(topic)
+        if info is None:
+            return []
+        return [self._states.get((topic, p)) for p in range(info.num_partitions)]
+
     def topic_configs_loaded(self, topics):
         """Read the configs of topics not known yet (LeaderAndIsr may name a topic before
         UpdateMetadata does): a Deferred."""

@@ -140,11 +140,7 @@ def topic_response(apis, request, info, include_ops, listed):
     answered as LEADER_NOT_AVAILABLE/LISTENER_NOT_FOUND, as Kafka's MetadataCache does for an
     endpoint missing on the listener)."""
     meta = apis.metadata
-    every = getattr(meta, "topic_partition_states", None)  # (the embedded store's, in one call)
-    if every is not None:
-        states = every(info.name)
-    else:
-        states = [meta.partition_state(info.name, p) for p in range(info.num_partitions)]
+    states = meta.topic_partition_states(info.name)
     if include_ops:
         return _topic_response(apis, request, info, include_ops, listed, states)
     # Topics change rarely and are asked for often (every client, every metadata.max.age.ms):
