@@ -217,6 +217,13 @@ class KafkaTlsProtocol(TLSMemoryBIOProtocol):
             # buffers the bytes behind those waiting, or tears the connection down
             self._twisted_write(bytes(view[sent:]))
 
+    def _bypass_ready(self):
+        """True when the SSL object may be written past Twisted's write now: the private
+        binding is there, no worker job owns it, the handshake is done with nothing waiting
+        for a step of it, and the connection is neither lost nor aborted."""
+        return (_DIRECT and self._job is None and self._handshakeDone and not self._appSendBuffer
+                and not self._lostTLSConnection and not self._aborted)
+
     def write_now(self, parts):
         """Encrypt the byte ``parts`` (a small response) after everything written before and
         hand the records to TCP now: True when the kernel took them all (the TCP transport
@@ -225,8 +232,7 @@ class KafkaTlsProtocol(TLSMemoryBIOProtocol):
         or on the TCP transport): the caller then writes through a producer. Without it each
         answer went through a pull producer, a Cooperator turn and a drain wait."""
         tcp_transport = self.transport
-        if (not _DIRECT or self._job is not None or not self._handshakeDone or self._appSendBuffer
-                or self._lostTLSConnection or self._aborted or self._producer is not None
+        if (not self._bypass_ready() or self._producer is not None
                 or not isinstance(tcp_transport, tcp.Connection) or tcp_transport.producer is not None):
             return None
         self.write_bulk(parts[0] if len(parts) == 1 else b"".join(parts))
@@ -237,8 +243,7 @@ class KafkaTlsProtocol(TLSMemoryBIOProtocol):
         and encryption in a worker thread; a Deferred firing with the plaintext bytes read
         (0: the file ended) once the records are handed to TCP, or None when the connection
         cannot hand its TLS state to a thread now (the caller writes synchronously)."""
-        if (not _DIRECT or self._job is not None or not self._handshakeDone or self._appSendBuffer
-                or self._lostTLSConnection or self._aborted or self.factory.run_in_thread is None):
+        if not self._bypass_ready() or self.factory.run_in_thread is None:
             return None
         self.flush_small_writes()
         factory = self.factory
