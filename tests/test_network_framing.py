@@ -133,6 +133,26 @@ class FrameDecoderTests(unittest.SynchronousTestCase):
         large.remember(bytearray(size))  # larger than the whole bound: never kept
         self.assertEqual(len(large), 0)
 
+    def test_frame_pool_bytes_bound_counts_what_it_holds(self):
+        """The byte bound evicts the oldest frames even below the frame bound, and counts only
+        what the pool still holds (a frame taken out no longer counts)."""
+        size = LARGE_FRAME + 100
+        pool = FramePool(max_frames=10, max_bytes=2 * size)
+        pool.remember(bytearray(size))
+        taken = pool.take(size)  # nothing else referred to it: out of the pool
+        self.assertEqual((len(taken), len(pool)), (size, 0))
+        kept = [bytearray(size) for _ in range(3)]
+        pool.remember(kept[0])
+        pool.remember(kept[1])
+        self.assertEqual(len(pool), 2)  # the taken frame's bytes are not counted any more
+        pool.remember(kept[2])
+        self.assertEqual(len(pool), 2)  # three would pass the byte bound: the oldest goes
+        ids = [id(frame) for frame in kept]
+        del kept[1:]  # the two the pool holds are free now, the evicted one is not
+        self.assertEqual(id(pool.take(size)), ids[1])
+        self.assertEqual(id(pool.take(size)), ids[2])
+        self.assertEqual(len(pool), 0)
+
     def test_small_frames_are_not_received_into(self):
         d = FrameDecoder(10 * LARGE_FRAME)
         d.feed(framed(b"x" * (LARGE_FRAME - 1))[:50])
