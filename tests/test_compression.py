@@ -195,18 +195,33 @@ class BoundedDecompressionTests(SynchronousTestCase):
     def test_zstd_bomb_refused_before_decompressing(self):
         # refused from its block headers (RLE blocks) or its declared size: this thread's
         # decompressor is never used
-        class NotToBeUsed:
-            def __getattr__(self, name):
-                raise AssertionError("the bomb was decompressed (%s)" % name)
-
-        compression._zstd_dctx()
-        self.patch(compression._local, "zstd", NotToBeUsed())
+        self.forbid_decompressing()
         for declared in (False, True):
             bomb = zstandard.ZstdCompressor(write_content_size=declared).compress(b"\0" * (256 << 20))
             self.assertLess(len(bomb), 64 * 1024)
             with self.assertRaises(CorruptRecordError) as caught:
                 decompress(ZSTD, bomb, max_size=64 << 20)
             self.assertIn("more than %d bytes" % (64 << 20), str(caught.exception))
+
+    def forbid_decompressing(self):
+        """This thread's zstd decompressor fails the test if anything uses it."""
+        class NotToBeUsed:
+            def __getattr__(self, name):
+                raise AssertionError("the bomb was decompressed (%s)" % name)
+
+        compression._zstd_dctx()
+        self.patch(compression._local, "zstd", NotToBeUsed())
+
+    def test_zstd_declared_size_beyond_the_bound_refused_before_decompressing(self):
+        """Compressed blocks (no RLE or raw block whose exact output would tell) under a
+        declared content size beyond the bound: refused from the frame header alone."""
+        self.forbid_decompressing()
+        data = bytes(range(256)) * (16 << 10)  # 4 MiB, compressed blocks
+        frame = zstandard.ZstdCompressor(write_content_size=True).compress(data)
+        self.assertEqual(zstandard.frame_content_size(frame), len(data))
+        with self.assertRaises(CorruptRecordError) as caught:
+            decompress(ZSTD, frame, max_size=1 << 20)
+        self.assertIn("more than %d bytes" % (1 << 20), str(caught.exception))
 
     def test_zstd_declared_size_beyond_its_blocks(self):
         out = bytearray(zstandard.ZstdCompressor().compress(b"abc" * 30000))
