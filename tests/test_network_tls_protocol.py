@@ -195,10 +195,7 @@ class TlsProtocolTests(unittest.TestCase):
         reading = threads.deferToThread(_handshake_then_read, self.port, self.cafile, len(expected), go)
         self.addCleanup(go.set)
         tls = yield self.connected()
-        for _ in range(3000):  # the handshake's last records (tickets) written out
-            if idle_socket(tls.transport) is not None:
-                break
-            yield _later(0.01)
+        yield self.idle(tls.transport)
         layer = TlsTransportLayer()
         tls.write(b"held")  # aggregated, not yet encrypted: must go first
         n = layer.send_now(tls, [b"ans", bytearray(b"wer-1")])
@@ -244,6 +241,17 @@ class TlsProtocolTests(unittest.TestCase):
                 return self.factory.transports[0]
             yield _later(0.01)
         self.fail("no TLS handshake within 30 s")
+
+    @defer.inlineCallbacks
+    def idle(self, tcp, producer_ok=False):
+        """Once the handshake's last records (session tickets) are written out: the TCP
+        connection's socket, nothing queued on it."""
+        for _ in range(3000):
+            sock = idle_socket(tcp, producer_ok)
+            if sock is not None:
+                return sock
+            yield _later(0.01)
+        self.fail("the TCP connection under TLS still had bytes queued after 30 s")
 
     def region_file(self, size):
         data = os.urandom(size)
@@ -292,10 +300,7 @@ class TlsProtocolTests(unittest.TestCase):
         self.tls_factory.run_in_thread = recording
         reading = threads.deferToThread(_read_all, self.port, self.cafile, len(data))
         tls = yield self.connected()
-        for _ in range(3000):  # the handshake's last records written out: the socket is idle
-            if idle_socket(tls.transport, producer_ok=True) is not None:
-                break
-            yield _later(0.01)
+        yield self.idle(tls.transport, producer_ok=True)
         self.assertEqual((yield tls.write_region(fd, 0, len(data))), len(data))
         [sock] = socks
         self.assertIsInstance(sock, socket.socket)
@@ -357,10 +362,7 @@ class TlsProtocolTests(unittest.TestCase):
         reading = threads.deferToThread(_read_all, self.port, self.cafile, 3)
         tls = yield self.connected()
         tcp = tls.transport
-        for _ in range(3000):  # the handshake's last records written out
-            if idle_socket(tcp) is not None:
-                break
-            yield _later(0.01)
+        yield self.idle(tcp)
         self.assertIs(idle_socket(tcp), tcp.getHandle())
         self.assertIsNone(idle_socket(tls))
         tls.write(b"end")
