@@ -27,10 +27,14 @@ from kafkatw.network.transport import IBulkWriter, TlsTransportLayer, idle_socke
 from kafkatw.tls_certs import make_test_pki
 
 
-def _read_all(port, cafile, expected):
+def _read_all(port, cafile, expected, go=None):
+    """Connect over TLS and read ``expected`` bytes (fewer if the server closes first); with
+    ``go`` (a threading.Event), only once it is set after the handshake."""
     ctx = ssl.create_default_context(cafile=cafile)
     with socket.create_connection(("127.0.0.1", port), timeout=30) as raw:
         with ctx.wrap_socket(raw, server_hostname="localhost") as s:
+            if go is not None and not go.wait(30):
+                return b""
             got = bytearray()
             while len(got) < expected:
                 chunk = s.recv(1 << 20)
@@ -53,22 +57,6 @@ class _Writer(protocol.Protocol):
 
     def connectionLost(self, reason):
         self.factory.lost.callback([reason])
-
-
-def _handshake_then_read(port, cafile, expected, go):
-    """As :func:`_read_all`, but reading only once ``go`` (a threading.Event) is set."""
-    ctx = ssl.create_default_context(cafile=cafile)
-    with socket.create_connection(("127.0.0.1", port), timeout=30) as raw:
-        with ctx.wrap_socket(raw, server_hostname="localhost") as s:
-            if not go.wait(30):
-                return b""
-            got = bytearray()
-            while len(got) < expected:
-                chunk = s.recv(1 << 20)
-                if not chunk:
-                    break
-                got += chunk
-            return bytes(got)
 
 
 def _send_and_close(port, cafile, data):
@@ -192,7 +180,7 @@ class TlsProtocolTests(unittest.TestCase):
         big = os.urandom(24 * 1024 * 1024)  # more than loopback's socket buffers take
         expected = b"held" + b"answer-1" + big + b"tail"
         go = threading.Event()
-        reading = threads.deferToThread(_handshake_then_read, self.port, self.cafile, len(expected), go)
+        reading = threads.deferToThread(_read_all, self.port, self.cafile, len(expected), go)
         self.addCleanup(go.set)
         tls = yield self.connected()
         yield self.idle(tls.transport)
