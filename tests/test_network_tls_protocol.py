@@ -93,6 +93,9 @@ class _FrameReader(protocol.Protocol):
             if len(self.factory.frames) == self.factory.expected:
                 self.transport.write(b"done")
 
+    def connectionLost(self, reason):
+        self.factory.lost.callback([reason])
+
 
 class TlsProtocolTests(unittest.TestCase):
     direct = True  # pyOpenSSL's private binding in use
@@ -431,6 +434,7 @@ class TlsProtocolTests(unittest.TestCase):
                     return c.recv(4)
 
         self.assertEqual((yield threads.deferToThread(exchange)), b"done")
+        yield self.factory.lost  # the client's close seen: nothing left in the reactor
         return frames
 
     @defer.inlineCallbacks
