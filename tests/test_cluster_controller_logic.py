@@ -499,6 +499,15 @@ class ElectionRetryTests(unittest.SynchronousTestCase):
         self.assertEqual((self.controller.active, self.controller.epoch, self.controller.controller_id),
                          (True, 3, 1))
 
+    def test_shutdown_cancels_the_pending_new_election(self):
+        """A broker stopped while its failed election waits to be tried again leaves no timer
+        behind (nor an election after its shutdown)."""
+        self.successResultOf(self.controller.startup())
+        self.assertEqual(len(self.clock.getDelayedCalls()), 1)
+        self.successResultOf(self.controller.shutdown())
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+        self.assertEqual(self.calls, ["get", "elect", "resign"])
+
     def test_a_controller_znode_of_this_broker_not_acting_is_deleted(self):
         self.controller_znode[0] = 1
         self.successResultOf(self.controller.startup())

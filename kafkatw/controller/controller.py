@@ -82,6 +82,8 @@ class KafkaController(ReplicaElections):
         #: the one pending retry round of deletions a live broker failed (a round retries
         #: every marked topic, so one timer, not one per topic per round)
         self._deletion_retry = None
+        #: the pending new attempt at an election that failed (cancelled at shutdown)
+        self._election_retry = None
         self.reassignments = PartitionReassignments(self)
         #: called with (controller_id) when the known controller changes (tests, metrics)
         self.on_controller_change = []
@@ -124,6 +126,9 @@ class KafkaController(ReplicaElections):
         was_active = self.active
         self._resign_locally()
         self._stopped = True
+        if self._election_retry is not None and self._election_retry.active():
+            self._election_retry.cancel()
+        self._election_retry = None
         if was_active:
             return self.zk.resign_controller(self.broker_id).addErrback(lambda f: None)
         return defer.succeed(None)
@@ -183,8 +188,12 @@ class KafkaController(ReplicaElections):
                 yield self.zk.resign_controller(self.broker_id)
             except Exception:
                 pass  # still unreachable: the retry below deletes it (a stale /controller of ours)
-            if not self._stopped:
-                self._reactor.callLater(ELECTION_RETRY_S, self._controller_watch)
+            if not self._stopped and self._election_retry is None:
+                self._election_retry = self._reactor.callLater(ELECTION_RETRY_S, self._retry_election)
+
+    def _retry_election(self):
+        self._election_retry = None
+        self._controller_watch()
 
     @defer.inlineCallbacks
     def _elect_once(self):
