@@ -45,8 +45,7 @@ class AlterPartitionManagerTests(unittest.TestCase):
         self.client = ScriptedClient()
         self.controller = (7, ("10.0.0.7", 9092))
         self.manager = AlterPartitionManager(self.client, 1, lambda: 42,
-                                             lambda: self.controller, self.clock,
-                                             retry_backoff_ms=100)
+                                             lambda: self.controller, self.clock)
         self.manager.start()
 
     def test_contract(self):

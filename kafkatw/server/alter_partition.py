@@ -18,6 +18,9 @@ log = Logger()
 
 #: v2: topic ids and plain ISR lists (what a ZooKeeper-mode controller of Kafka 3.x takes)
 ALTER_PARTITION_VERSION = 2
+#: seconds before a request that failed or was refused is sent again: a fixed wait
+#: (retry.backoff.ms is a client config, not a broker's)
+RETRY_BACKOFF_S = 0.1
 CONTROLLER_NODE_KEY = "controller"  # with the controller's id, the client's connection key
 
 
@@ -50,14 +53,12 @@ class AlterPartitionManager:
     (host, port))`` of the controller's inter-broker listener, or None when none is known;
     ``broker_epoch()`` this broker's epoch; ``clock`` a reactor (callLater)."""
 
-    def __init__(self, client, broker_id, broker_epoch, controller_endpoint, clock,
-                 retry_backoff_ms=100):
+    def __init__(self, client, broker_id, broker_epoch, controller_endpoint, clock):
         self.client = client
         self.broker_id = broker_id
         self.broker_epoch = broker_epoch
         self.controller_endpoint = controller_endpoint
         self.clock = clock
-        self.retry_backoff_ms = retry_backoff_ms
         self._unsent = {}  # (topic, partition) -> _Item
         self._inflight = None  # {(topic, partition): _Item} of the request on the wire
         self._retry = None
@@ -85,7 +86,6 @@ class AlterPartitionManager:
                 return None
             return cid, tuple(broker.endpoints[listener])
 
-        # retry.backoff.ms is a client config, not a broker's: the retry waits a fixed time
         return cls(client, metadata.node_id, broker_epoch, controller_endpoint, reactor)
 
     def start(self):
@@ -122,7 +122,7 @@ class AlterPartitionManager:
             def retry():
                 self._retry = None
                 self._maybe_send()
-            self._retry = self.clock.callLater(self.retry_backoff_ms / 1000.0, retry)
+            self._retry = self.clock.callLater(RETRY_BACKOFF_S, retry)
 
     def _maybe_send(self):
         if not self._running or self._inflight is not None or not self._unsent \
