@@ -490,6 +490,17 @@ class ListenerTests(SynchronousTestCase):
                                  "kafkatw bounds queued requests by count (queued.max.requests), not by "
                                  "bytes; only -1 is accepted")
 
+    def test_early_start_listeners_are_refused_not_ignored(self):
+        """Kafka's listeners named there accept before the authorizer has started; every
+        listener of kafkatw waits for it."""
+        props = {"listeners": "PLAINTEXT://:1"}
+        self.assertIsNone(KafkaConfig.from_properties(props)["early.start.listeners"])
+        e = self.assertRaises(ConfigError, KafkaConfig.from_properties,
+                              dict(props, **{"early.start.listeners": "PLAINTEXT"}))
+        self.assertEqual(str(e), "Invalid value PLAINTEXT for configuration early.start.listeners: "
+                                 "kafkatw starts no listener early: every listener accepts once the "
+                                 "authorizer has started")
+
     def test_a_control_plane_listener_is_refused_not_ignored(self):
         """Kafka would send the controller's requests there; kafkatw's take the inter-broker
         listener whatever it says."""

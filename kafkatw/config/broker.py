@@ -128,8 +128,13 @@ _d("control.plane.listener.name", STRING, None,
                  "controller traffic uses inter.broker.listener.name"), HIGH,
    "Kafka's listener for controller traffic; kafkatw's uses the inter-broker listener, so "
    "only unset is accepted.")
-_d("early.start.listeners", STRING, None, None, HIGH,
-   "Listeners that may start before authorizer initialisation.")
+# Kafka lets these listeners accept before the authorizer has started; every listener of
+# kafkatw waits for it, so a value is refused, not ignored.
+_d("early.start.listeners", STRING, None,
+   _OnlyAccepted((None, ""), "null", "kafkatw starts no listener early: every listener "
+                 "accepts once the authorizer has started"), HIGH,
+   "Kafka's listeners that may accept before the authorizer has started; every listener of "
+   "kafkatw waits for it, so only unset is accepted.")
 # Kafka's defaults are 102400 (and 65536 for replica.socket.receive.buffer.bytes). A fixed
 # SO_RCVBUF turns off Linux's receive autotuning: a 1 MB produce request then crosses in 100 KiB
 # windows, a reactor turn each (one broker, 1 MB acks=all batches: 51-61 MB/s against 78 MB/s
