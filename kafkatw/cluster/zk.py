@@ -182,14 +182,18 @@ class ZkClusterCoordinator:
                 client.stop()
                 raise ConfigError("cannot connect to ZooKeeper at %s within %d ms"
                                   % (self.connect, int(timeout * 1000)), "zookeeper.connect") from None
+
+            def make_paths():
+                if root:
+                    client.ensure_path(root)  # Kafka creates a missing chroot
+                for path in L.PERSISTENT_PATHS:
+                    client.ensure_path(root + path)
+
             # the paths are made again if the connection drops or the new session expires
-            # meanwhile (kazoo reconnects): a busy machine and a short session timeout made
-            # a broker's start fail on a SessionExpiredError here
-            retry = KazooRetry(max_tries=-1, deadline=timeout, ignore_expire=True)
-            if root:
-                retry(client.ensure_path, root)  # Kafka creates a missing chroot
-            for path in L.PERSISTENT_PATHS:
-                retry(client.ensure_path, root + path)
+            # meanwhile (kazoo reconnects), within the connection timeout for them all (a
+            # KazooRetry's deadline starts again at each call): a busy machine and a short
+            # session timeout made a broker's start fail on a SessionExpiredError here
+            KazooRetry(max_tries=-1, deadline=timeout, ignore_expire=True)(make_paths)
         return self._run_blocking(connect)
 
     def stop(self):
