@@ -75,7 +75,7 @@ class ReplicatedClusterTests(unittest.TestCase):
             if self.cluster.broker(b).running:
                 try:
                     views.append("broker %d: %r" % (b, [self.partition_state(p, b) for p in (0, 1)]))
-                except OSError as e:
+                except (OSError, ValueError) as e:  # a refused or half answer: its broker's line
                     views.append("broker %d: %s" % (b, e))
         return "\n".join(views + [self.cluster.state_change_log()])
 
