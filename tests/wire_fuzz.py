@@ -23,6 +23,7 @@ import contextlib
 import json
 import os
 import random
+import signal
 import socket
 import struct
 import sys
@@ -33,7 +34,7 @@ import time
 from kafkatw.protocol import messages as m
 from kafkatw.stall_probe import StallLog
 from kafkatw.testing import KafkaBroker
-from tests.support import API_VERSIONS, RawClient, api_versions_body, rss_kb
+from tests.support import API_VERSIONS, RawClient, api_versions_body, poll_until, rss_kb
 from tests.test_fuzz_decoders import CORPUS, INTS
 
 #: The broker the command line starts: the stall probe says where the reactor was held.
@@ -296,36 +297,49 @@ def clean_up(broker, bound=60.0):
         c.close()
 
 
-class MemoryProbe:
-    """``tracemalloc`` in the broker (``--tracemalloc``): the fuzzer's broker is started with
-    ``tests/memhook`` on ``PYTHONPATH`` (its ``sitecustomize`` dumps a snapshot on SIGUSR2,
-    never loaded by a shipped path); ``growth`` compares the first snapshot with the last."""
+class _Hook:
+    """What both probes share: the broker is started with ``tests/memhook`` on its
+    ``PYTHONPATH`` (its ``sitecustomize``, never loaded by a shipped path) and answers a signal
+    by writing ``<directory>/<n>.<suffix>``, which ``_ask`` waits for."""
 
     HOOK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "memhook")
 
-    def __init__(self, directory, frames=1):
-        self.directory, self.frames = directory, frames
+    def __init__(self, directory):
+        self.directory = directory
         self.taken = 0
 
-    def environ(self):
-        """What the broker's environment needs (no fork server: it would not inherit it)."""
+    def _environ(self, **extra):
+        """The broker's environment: the hook first on ``PYTHONPATH`` (once, when both probes
+        are used), no fork server (it would not inherit it), and ``extra``."""
         path = os.environ.get("PYTHONPATH")
-        return {"PYTHONPATH": self.HOOK + (os.pathsep + path if path else ""),
-                "KAFKATW_TRACEMALLOC_DIR": self.directory,
-                "KAFKATW_TRACEMALLOC_FRAMES": str(self.frames),
-                "KAFKATW_TESTING_FORK_SERVER": "0"}
+        if path and path.split(os.pathsep)[0] != self.HOOK:
+            path = self.HOOK + os.pathsep + path
+        return dict(extra, PYTHONPATH=path or self.HOOK, KAFKATW_TESTING_FORK_SERVER="0")
+
+    def _ask(self, pid, signum, suffix, timeout, what):
+        """Signal ``pid`` and wait for the file it writes; its path."""
+        self.taken += 1
+        path = os.path.join(self.directory, "%d.%s" % (self.taken, suffix))
+        os.kill(pid, signum)
+        poll_until(lambda: os.path.exists(path), timeout=timeout, interval=0.1,
+                   message="%s from the broker" % what)
+        return path
+
+
+class MemoryProbe(_Hook):
+    """``tracemalloc`` in the broker (``--tracemalloc``): its ``sitecustomize`` dumps a
+    snapshot on SIGUSR2; ``growth`` compares the first snapshot with the last."""
+
+    def __init__(self, directory, frames=1):
+        super().__init__(directory)
+        self.frames = frames
+
+    def environ(self):
+        return self._environ(KAFKATW_TRACEMALLOC_DIR=self.directory,
+                             KAFKATW_TRACEMALLOC_FRAMES=str(self.frames))
 
     def snapshot(self, pid, timeout=120.0):
-        import signal
-        self.taken += 1
-        path = os.path.join(self.directory, "%d.snap" % self.taken)
-        os.kill(pid, signal.SIGUSR2)
-        deadline = time.monotonic() + timeout
-        while not os.path.exists(path):
-            if time.monotonic() > deadline:
-                raise AssertionError("no tracemalloc snapshot from the broker in %d s" % timeout)
-            time.sleep(0.1)
-        return path
+        return self._ask(pid, signal.SIGUSR2, "snap", timeout, "a tracemalloc snapshot")
 
     def growth(self, pid, top=25):
         """The ``top`` largest differences, last snapshot against the first, as text lines."""
@@ -343,33 +357,16 @@ class MemoryProbe:
         return out
 
 
-class MallocProbe:
-    """Where the broker's RSS is held (``--malloc-stats``): the broker is started with
-    ``tests/memhook`` on ``PYTHONPATH``; each ``stats`` sends SIGUSR1 and reads what
-    ``tests/memhook/malloc_stats.py`` wrote: pymalloc's arenas, glibc's heap and arenas, and
-    the RSS after ``malloc_trim(0)``."""
-
-    def __init__(self, directory):
-        self.directory = directory
-        self.taken = 0
+class MallocProbe(_Hook):
+    """Where the broker's RSS is held (``--malloc-stats``): each ``stats`` sends SIGUSR1 and
+    reads what ``tests/memhook/malloc_stats.py`` wrote: pymalloc's arenas, glibc's heap and
+    arenas, and the RSS after ``malloc_trim(0)``."""
 
     def environ(self):
-        path = os.environ.get("PYTHONPATH")
-        return {"PYTHONPATH": MemoryProbe.HOOK + (os.pathsep + path if path else ""),
-                "KAFKATW_MALLOC_STATS_DIR": self.directory,
-                "KAFKATW_TESTING_FORK_SERVER": "0"}
+        return self._environ(KAFKATW_MALLOC_STATS_DIR=self.directory)
 
     def stats(self, pid, timeout=60.0):
-        import signal
-        self.taken += 1
-        path = os.path.join(self.directory, "%d.json" % self.taken)
-        os.kill(pid, signal.SIGUSR1)
-        deadline = time.monotonic() + timeout
-        while not os.path.exists(path):
-            if time.monotonic() > deadline:
-                raise AssertionError("no malloc stats from the broker in %d s" % timeout)
-            time.sleep(0.1)
-        with open(path) as f:
+        with open(self._ask(pid, signal.SIGUSR1, "json", timeout, "malloc stats")) as f:
             return json.load(f)
 
 
