@@ -409,6 +409,9 @@ def warm_up(broker, frames, connections=8):
         s.start()
     for s in senders:
         s.join(120)
+    if any(s.is_alive() for s in senders):
+        stop.set()  # else it would go on sending through the baseline and the run
+        raise AssertionError("warm-up: a sender still running after 120 s")
     errors = [repr(s.error) for s in senders if s.error]
     if errors:
         raise AssertionError("warm-up: %s" % errors)
