@@ -580,6 +580,11 @@ def main(argv=None):
     parser.add_argument("--no-warm-up", action="store_true",
                         help="skip the warm-up and its baseline")
     args = parser.parse_args(argv)
+    if args.malloc_stats and args.tracemalloc:
+        # tracemalloc hooks the allocator: sys._debugmallocstats() then says nothing of
+        # pymalloc, and live_kb_growth would be missing from the summary
+        parser.error("--malloc-stats cannot be used with --tracemalloc: tracing hides "
+                     "pymalloc's figures")
     with contextlib.ExitStack() as stack:
         memory = malloc = None
         if args.malloc_stats:
