@@ -11,7 +11,6 @@ import os
 import socket
 import struct
 import sys
-import threading
 import time
 
 from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition

@@ -10,7 +10,7 @@ from twisted.trial import unittest
 
 from kafkatw.protocol import errors, records
 from kafkatw.protocol.errors import KafkaError
-from kafkatw.storage import FetchIsolation, LogManager, UnifiedLog
+from kafkatw.storage import LogManager, UnifiedLog
 from kafkatw.storage import checkpoint
 from kafkatw.storage.cleaner import LogCleaner
 
