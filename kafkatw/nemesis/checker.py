@@ -27,22 +27,28 @@ class Verdict:
     divergent = attr.ib(factory=list)
     lagging = attr.ib(factory=list)
     consumer_anomalies = attr.ib(factory=list)
+    #: acknowledged without an offset (librdkafka's implicit acks), found where they belong
+    unplaced = attr.ib(default=0)
 
     @property
     def ok(self):
         return not (self.lost or self.duplicates or self.reordered or self.moved or self.divergent)
 
     def summary(self):
-        return ("%d acknowledged, %d read back: %d lost, %d duplicated, %d reordered, %d moved, "
+        return ("%d acknowledged (%d without an offset), %d read back: %d lost, %d duplicated, %d reordered, %d moved, "
                 "%d divergent replica offsets, %d lagging replicas, %d live-consumer anomalies"
-                % (self.acked, self.read, len(self.lost), len(self.duplicates), len(self.reordered),
+                % (self.acked, self.unplaced, self.read, len(self.lost), len(self.duplicates), len(self.reordered),
                    len(self.moved), len(self.divergent), len(self.lagging), len(self.consumer_anomalies)))
 
 
 def check_records(acked, final):
     """Compare acknowledgements with the final read.
 
-    :param acked: ``[(partition, offset, value)]`` every producer was told was written.
+    :param acked: ``[(partition, offset, value)]`` every producer was told was written. The
+        offset is None for a record librdkafka acknowledged implicitly: a request whose outcome
+        it did not learn (a timeout, a lost connection) followed by a later request of the same
+        producer and partition that succeeded, which proves the earlier one written. Such a
+        record must still be in its partition; where in it is not known to the producer.
     :param final: ``{partition: [(offset, value)]}`` read back from offset 0.
     ``lost`` are acknowledged values absent from the log; ``moved`` acknowledged at one offset
     but found at another; ``duplicates`` values found more than once; ``reordered`` a
@@ -67,7 +73,14 @@ def check_records(acked, final):
             last_seq[producer] = (seq, offset)
     for partition, offset, value in acked:
         found = where.get(value)
-        if found is None:
+        if offset is None:
+            verdict.unplaced += 1
+            if found is None:
+                verdict.lost.append("%r acknowledged in partition %d without an offset" % (value, partition))
+            elif found[0] != partition:
+                verdict.moved.append("%r acknowledged in partition %d without an offset, found at %d-%d"
+                                     % (value, partition, *found))
+        elif found is None:
             verdict.lost.append("%r acknowledged at %d-%d" % (value, partition, offset))
         elif found != (partition, offset):
             verdict.moved.append("%r acknowledged at %d-%d, found at %d-%d" % (value, partition, offset, *found))
