@@ -29,6 +29,9 @@ class Verdict:
     consumer_anomalies = attr.ib(factory=list)
     #: acknowledged without an offset (librdkafka's implicit acks), found where they belong
     unplaced = attr.ib(default=0)
+    #: values written again by their producer under a newer epoch of its id: not a broker
+    #: duplicate (see :func:`check_records`)
+    resent = attr.ib(factory=list)
 
     @property
     def ok(self):
@@ -36,12 +39,14 @@ class Verdict:
 
     def summary(self):
         return ("%d acknowledged (%d without an offset), %d read back: %d lost, %d duplicated, %d reordered, %d moved, "
-                "%d divergent replica offsets, %d lagging replicas, %d live-consumer anomalies"
+                "%d divergent replica offsets, %d lagging replicas, %d live-consumer anomalies, "
+                "%d re-sent under a new producer epoch"
                 % (self.acked, self.unplaced, self.read, len(self.lost), len(self.duplicates), len(self.reordered),
-                   len(self.moved), len(self.divergent), len(self.lagging), len(self.consumer_anomalies)))
+                   len(self.moved), len(self.divergent), len(self.lagging), len(self.consumer_anomalies),
+                   len(self.resent)))
 
 
-def check_records(acked, final):
+def check_records(acked, final, producers=None):
     """Compare acknowledgements with the final read.
 
     :param acked: ``[(partition, offset, value)]`` every producer was told was written. The
@@ -50,17 +55,33 @@ def check_records(acked, final):
         producer and partition that succeeded, which proves the earlier one written. Such a
         record must still be in its partition; where in it is not known to the producer.
     :param final: ``{partition: [(offset, value)]}`` read back from offset 0.
+    :param producers: ``{partition: {offset: (producer id, producer epoch)}}`` from the segment
+        files (:func:`read_producers`), or None. With it, a value found again in its partition
+        in a batch of the same producer id and a *newer epoch* is listed in ``resent``, not in
+        ``duplicates``: the broker deduplicates retries within one epoch (Kafka's guarantee);
+        librdkafka, bumping its epoch after an out-of-order answer on another partition,
+        renumbers every unacknowledged message, including ones whose earlier send was written
+        but not answered (a lost connection). Any broker would store those twice.
     ``lost`` are acknowledged values absent from the log; ``moved`` acknowledged at one offset
     but found at another; ``duplicates`` values found more than once; ``reordered`` a
     producer's sequence going backwards within a partition.
     """
     verdict = Verdict(acked=len(acked), read=sum(map(len, final.values())))
     where = {}
+    copies = {}  # value -> offsets of its re-sent copies
     for partition, records in sorted(final.items()):
         last_seq = {}
+        origin = (producers or {}).get(partition, {})
         for offset, value in records:
             if value in where:
-                verdict.duplicates.append("%r at %d-%d and %d-%d" % (value, *where[value], partition, offset))
+                first = where[value]
+                was, now = origin.get(first[1]), origin.get(offset)
+                if first[0] == partition and was and now and was[0] == now[0] and now[1] > was[1]:
+                    verdict.resent.append("%r at %d-%d (producer %d epoch %d), again at %d-%d (epoch %d)"
+                                          % (value, partition, first[1], was[0], was[1], partition, offset, now[1]))
+                    copies.setdefault(value, set()).add(offset)
+                    continue  # the copy is not the producer's sequence going backwards
+                verdict.duplicates.append("%r at %d-%d and %d-%d" % (value, *first, partition, offset))
             else:
                 where[value] = (partition, offset)
             parsed = parse_value(value)
@@ -82,7 +103,7 @@ def check_records(acked, final):
                                      % (value, partition, *found))
         elif found is None:
             verdict.lost.append("%r acknowledged at %d-%d" % (value, partition, offset))
-        elif found != (partition, offset):
+        elif found != (partition, offset) and offset not in copies.get(value, ()):
             verdict.moved.append("%r acknowledged at %d-%d, found at %d-%d" % (value, partition, offset, *found))
     return verdict
 
@@ -116,6 +137,38 @@ def read_batches(partition_dir):
         for _, header in iter_batch_headers(data, allow_partial_tail=True):
             batches.append((header.base_offset, header.last_offset, header.crc))
     return batches
+
+
+def read_producers(partition_dir):
+    """``{offset: (producer id, producer epoch)}`` of every record of an idempotent producer
+    in a partition directory's segment files (control batches left out)."""
+    producers = {}
+    names = sorted(n for n in os.listdir(partition_dir) if n.endswith(_LOG_SUFFIX))
+    for name in names:
+        with open(os.path.join(partition_dir, name), "rb") as f:
+            data = f.read()
+        for _, h in iter_batch_headers(data, allow_partial_tail=True):
+            if h.producer_id >= 0 and not h.is_control:
+                origin = (h.producer_id, h.producer_epoch)
+                for offset in range(h.base_offset, h.last_offset + 1):
+                    producers[offset] = origin
+    return producers
+
+
+def longest_replica_producers(data_dirs, topic, partitions):
+    """:func:`read_producers` of each partition from the replica with the most records (the
+    replicas hold the same batches wherever both have one, which ``check_data_dirs`` checks)."""
+    result = {}
+    for p in range(partitions):
+        best = {}
+        for _, data_dir in sorted(data_dirs.items()):
+            path = os.path.join(data_dir, "%s-%d" % (topic, p))
+            if os.path.isdir(path):
+                found = read_producers(path)
+                if len(found) > len(best):
+                    best = found
+        result[p] = best
+    return result
 
 
 def check_replicas(replica_batches):

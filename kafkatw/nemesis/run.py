@@ -58,7 +58,7 @@ class Report:
         if v is not None:
             lines.append("verdict: " + ("OK" if v.ok else "FAILED") + ": " + v.summary())
             for name in ("lost", "duplicates", "reordered", "moved", "divergent", "lagging",
-                         "consumer_anomalies"):
+                         "consumer_anomalies", "resent"):
                 items = getattr(v, name)
                 for line in items[:20]:
                     lines.append("  %s: %s" % (name, line))
@@ -112,13 +112,14 @@ def run(options, log=print):
         cluster.wait_for(lambda: _fully_replicated(cluster, options.topic, options.partitions, rf), 60,
                          "the full ISR after the last writes")
         final, report.ends = workload.read_back(cluster.bootstrap_servers, options.topic, options.partitions)
-        verdict = checker.check_records(acked, final)
-        for c in consumers:
-            verdict.consumer_anomalies += checker.consumer_anomalies(c.seen, final)
         for b in cluster.brokers.values():
             b.stop()  # a clean stop: every segment flushed before its files are read
-        verdict.divergent, verdict.lagging = checker.check_data_dirs(
-            {i: b.data_dir for i, b in cluster.brokers.items()}, options.topic, options.partitions)
+        data_dirs = {i: b.data_dir for i, b in cluster.brokers.items()}
+        verdict = checker.check_records(
+            acked, final, checker.longest_replica_producers(data_dirs, options.topic, options.partitions))
+        for c in consumers:
+            verdict.consumer_anomalies += checker.consumer_anomalies(c.seen, final)
+        verdict.divergent, verdict.lagging = checker.check_data_dirs(data_dirs, options.topic, options.partitions)
         report.verdict = verdict
         if not verdict.ok:
             cluster.keep_data = True  # the evidence: segment files and broker logs
