@@ -15,18 +15,25 @@ from bench.procstat import cpu_seconds
 from kafkatw.testing import KafkaCluster
 
 
-def produce(bootstrap, topic, messages, size, acks, idempotence=True):
+def produce(bootstrap, topic, messages, size, acks, idempotence=True, max_in_flight=None):
     """Seconds to produce ``messages`` values of ``size`` bytes and have every one acknowledged.
 
     An idempotent librdkafka producer keeps one ProduceRequest in flight per partition (it
     counts messages, not requests, against its window of 5: librdkafka PR #4989), so with
     ``idempotence`` each partition moves one batch per round trip; without it requests queue
-    up behind the one the broker is serving (one at a time per connection, as Kafka's muting)."""
+    up behind the one the broker is serving (one at a time per connection, as Kafka's muting).
+    While that one request waits, librdkafka 2.16's idempotent producer busy-polls (poll()
+    with a zero timeout, one broker thread at a time): CPU the brokers on this machine lose,
+    more the longer acks=all waits. ``max_in_flight``: librdkafka's
+    ``max.in.flight.requests.per.connection`` (its default if None)."""
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 50,
-                         "batch.size": 1000000, "enable.idempotence": idempotence and acks == "all",
-                         "queue.buffering.max.messages": 1000000, "compression.type": "none"})
+    conf = {"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 50,
+            "batch.size": 1000000, "enable.idempotence": idempotence and acks == "all",
+            "queue.buffering.max.messages": 1000000, "compression.type": "none"}
+    if max_in_flight is not None:
+        conf["max.in.flight.requests.per.connection"] = max_in_flight
+    producer = Producer(conf)
     value = b"x" * size
     errors = []
 
@@ -72,6 +79,10 @@ def main(argv=None):
     parser.add_argument("--partitions", type=int, default=3)
     parser.add_argument("--no-idempotence", dest="idempotence", action="store_false",
                         help="acks=all without idempotence (librdkafka then pipelines requests)")
+    parser.add_argument("--max-in-flight", type=int, default=None,
+                        help="max.in.flight.requests.per.connection for both topics (with "
+                             "--no-idempotence and 1: one request in flight per partition, as "
+                             "the idempotent producer has, without its busy wait)")
     args = parser.parse_args(argv)
     with KafkaCluster(brokers=3, overrides={"kafkatw.request.log.enable": "false",
                                             "log.segment.bytes": 1 << 30}) as cluster:
@@ -82,28 +93,35 @@ def main(argv=None):
         mb = args.messages * args.size / 1e6
         rates = {"rf1": [], "rf3": []}
         cpu = {"rf1": [], "rf3": []}  # broker CPU seconds (all three) per MB produced
+        # this process's CPU seconds per MB: the produce loop and librdkafka's threads (their
+        # busy wait shares the machine's CPUs with the brokers)
+        client_cpu = {"rf1": [], "rf3": []}
         pids = [b.process.pid for b in cluster.brokers.values()]
         loads = [os.getloadavg()[0]]  # the machine may be shared: the figures say how busy
         for r in range(args.rounds):
             for topic in ("rf1", "rf3"):
                 before = sum(cpu_seconds(pid) for pid in pids)
+                client_before = cpu_seconds()
                 seconds = produce(bootstrap, topic, args.messages, args.size, "all",
-                                  args.idempotence)
+                                  args.idempotence, args.max_in_flight)
+                client_used = cpu_seconds() - client_before
                 used = sum(cpu_seconds(pid) for pid in pids) - before
                 rates[topic].append(mb / seconds)
                 cpu[topic].append(used / mb)
+                client_cpu[topic].append(client_used / mb)
                 loads.append(os.getloadavg()[0])
-                print("round %d %s: %.1f MB/s, brokers %.3f CPU s/MB, load average %.1f"
-                      % (r + 1, topic, mb / seconds, used / mb, loads[-1]), file=sys.stderr)
+                print("round %d %s: %.1f MB/s, brokers %.3f CPU s/MB, producer %.3f CPU s/MB, "
+                      "load average %.1f" % (r + 1, topic, mb / seconds, used / mb,
+                                             client_used / mb, loads[-1]), file=sys.stderr)
     rf1, rf3 = statistics.median(rates["rf1"]), statistics.median(rates["rf3"])
-    print("| topic | MB/s per round | median MB/s | brokers' CPU s/MB (median) |")
-    print("|---|---|---:|---:|")
+    print("| topic | MB/s per round | median MB/s | brokers' CPU s/MB (median) "
+          "| producer CPU s/MB (median) |")
+    print("|---|---|---:|---:|---:|")
     for topic in ("rf1", "rf3"):
-        print("| %s | %s | %.1f | %.3f |" % ("RF 1, acks=all" if topic == "rf1" else
-                                           "RF 3, min ISR 2, acks=all",
-                                           " / ".join("%.1f" % x for x in rates[topic]),
-                                           statistics.median(rates[topic]),
-                                           statistics.median(cpu[topic])))
+        print("| %s | %s | %.1f | %.3f | %.3f |" % (
+            "RF 1, acks=all" if topic == "rf1" else "RF 3, min ISR 2, acks=all",
+            " / ".join("%.1f" % x for x in rates[topic]), statistics.median(rates[topic]),
+            statistics.median(cpu[topic]), statistics.median(client_cpu[topic])))
     print("\nRF 3 / RF 1: %.0f%%; 1-minute load average %.1f-%.1f during the run"
           % (100.0 * rf3 / rf1, min(loads), max(loads)))
 
