@@ -327,6 +327,22 @@ class FollowerFetchTests(ReplicationTestBase):
         self.assertEqual((data.error, data.high_watermark), (errors.NONE, 2))
         self.assertGreater(len(data.records), 0)
 
+    def test_acks_all_is_answered_in_the_turn_the_followers_fetch(self):
+        """No reactor turn between the leader's append and the acks=all answer while each
+        follower's fetch is answered within the call (as the fake client does): the parked
+        follower fetches complete on the append, each follower appends and sends its next
+        fetch at once, and that fetch moves the HW and completes the DelayedProduce. A turn
+        added anywhere in that chain delays every acks=all produce (bench.replication)."""
+        self.elect(1, [1, 2, 3])
+        self.pump(0.1)  # both followers' fetches parked at the leader
+        for i in range(3):
+            d = self.produce(1, [b"v%d" % i])
+            r = self.successResultOf(d)[(TOPIC, 0)]  # no clock advance in between
+            self.assertEqual((r.error_code, r.base_offset), (errors.NONE, i))
+            self.assertEqual([self.nodes[n].log().log_end_offset for n in (1, 2, 3)],
+                             [i + 1] * 3)
+            self.assertEqual(self.nodes[1].log().high_watermark, i + 1)
+
     def test_hw_waits_for_the_slowest_isr_member(self):
         self.elect(1, [1, 2, 3])
         self.pump(0.1)
