@@ -139,6 +139,28 @@ class CheckReplicasTests(unittest.SynchronousTestCase):
         self.assertIn("differ from broker 1's batch 1-1", divergent[0])
 
 
+class ProducerClientLogTests(unittest.SynchronousTestCase):
+    def test_a_producer_writes_librdkafka_s_account_to_its_file(self):
+        """A run's producers keep librdkafka's eos/msg debug log in the cluster folder: the one
+        account of why a value was sent twice (an epoch bump) or acknowledged without an offset."""
+        from kafkatw import testing
+        from kafkatw.nemesis import workload
+        from tests.support import poll_until
+
+        path = os.path.join(self.mktemp() + "-producer.log")
+        self.addCleanup(lambda: os.path.exists(path) and os.remove(path))
+        with testing.KafkaBroker() as broker:
+            worker = workload.ProducerWorker(0, broker.bootstrap_servers, "logged", 1, 200, log_path=path)
+            worker.start()
+            poll_until(lambda: len(worker.acked) >= 20, timeout=60, message="20 acknowledged values")
+            self.assertEqual(worker.stop(30), 0)
+        with open(path) as f:
+            text = f.read()
+        self.assertIn("PID{Id:", text)  # the idempotent producer id it was given
+        self.assertIn("delivered", text)
+        self.assertEqual(worker.conf["logger"].handlers, [])  # closed with the run
+
+
 class ShortNemesisRunTests(unittest.SynchronousTestCase):
     """The short form of ``python -m kafkatw.nemesis`` (the long one is in docs/cluster.md)."""
 

@@ -3,6 +3,7 @@ the schedule carried out, healing, the final read, a clean stop and the replicas
 Bounded: every wait has a deadline, and a run that cannot finish says where it stopped."""
 
 import collections
+import os
 import time
 
 import attr
@@ -87,7 +88,8 @@ def run(options, log=print):
         cluster.wait_for(lambda: _fully_replicated(cluster, options.topic, options.partitions, rf), 60,
                          "every partition of %s to have %d replicas in its ISR" % (options.topic, rf))
         bootstrap = cluster.bootstrap_servers
-        producers = [workload.ProducerWorker(i, bootstrap, options.topic, options.partitions, options.rate)
+        producers = [workload.ProducerWorker(i, bootstrap, options.topic, options.partitions, options.rate,
+                                             log_path=os.path.join(cluster.work_dir, "producer-%d.log" % i))
                      for i in range(options.producers)]
         consumers = [workload.ConsumerWorker(i, bootstrap, options.topic, options.partitions)
                      for i in range(options.consumers)]

@@ -2,6 +2,7 @@
 and read_committed consumers reading them back live, each in its own thread. It records what
 was acknowledged and what was seen; judging it is the checker's job."""
 
+import logging
 import threading
 import time
 
@@ -18,6 +19,17 @@ def parse_value(value):
         return None
 
 
+def _file_logger(index, path):
+    """A logger of its own (not propagated) writing one producer's client log to ``path``."""
+    logger = logging.getLogger("kafkatw.nemesis.producer-%d.%s" % (index, path))
+    logger.propagate = False
+    logger.setLevel(logging.DEBUG)
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+    logger.addHandler(handler)
+    return logger
+
+
 class ProducerWorker(threading.Thread):
     """One idempotent producer: ``rate`` values a second, spread round-robin over the partitions.
 
@@ -26,7 +38,7 @@ class ProducerWorker(threading.Thread):
     that is not a loss, and a later copy of it is not a duplicate the producer could avoid).
     """
 
-    def __init__(self, index, bootstrap, topic, partitions, rate, config=None):
+    def __init__(self, index, bootstrap, topic, partitions, rate, config=None, log_path=None):
         super().__init__(name="nemesis-producer-%d" % index, daemon=True)
         self.index = index
         self.topic = topic
@@ -39,6 +51,10 @@ class ProducerWorker(threading.Thread):
         conf = {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
                 "linger.ms": 5, "message.timeout.ms": 300000, "retry.backoff.ms": 100,
                 "client.id": "nemesis-producer-%d" % index, "log_level": 2}
+        if log_path is not None:
+            # librdkafka's own account of every send, error, drain and epoch bump: what a
+            # finding is explained from (a few thousand lines per minute)
+            conf.update({"debug": "eos,msg", "log_level": 7, "logger": _file_logger(index, log_path)})
         conf.update(config or {})
         self.conf = conf
         self.producer = None
@@ -73,7 +89,12 @@ class ProducerWorker(threading.Thread):
         self.join(30)
         if self.producer is None:
             return 0
-        return self.producer.flush(flush_timeout_s)
+        left = self.producer.flush(flush_timeout_s)
+        logger = self.conf.get("logger")
+        for handler in list(logger.handlers) if logger is not None else ():
+            logger.removeHandler(handler)
+            handler.close()
+        return left
 
 
 class ConsumerWorker(threading.Thread):
