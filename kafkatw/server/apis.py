@@ -345,9 +345,10 @@ class KafkaApis:
         of whose logs remain is forgotten. A Deferred, once renamed."""
         deleted = self.metadata.deleted_topic_ids
         stray = {}
-        for lg in self.log_manager.all_logs():
-            if lg.topic_id in deleted and not self.metadata.contains_topic(lg.topic):
-                stray.setdefault((lg.topic, lg.topic_id), []).append(lg.partition)
+        if deleted:  # (from what the log manager knows: no log is made for this)
+            for (topic, p), topic_id in self.log_manager.partition_topic_ids().items():
+                if topic_id in deleted and not self.metadata.contains_topic(topic):
+                    stray.setdefault((topic, topic_id), []).append(p)
         waits = []
         for (topic, _), partitions in sorted(stray.items()):
             log.info("deleting {n} log(s) of deleted topic {topic}", n=len(partitions), topic=topic)
@@ -373,7 +374,7 @@ class KafkaApis:
         unavailable = 0
         for info in list(self.metadata.topics.values()):
             for p in range(info.num_partitions):
-                if self.log_manager.get_log(info.name, p) is None:
+                if not self.log_manager.has_log(info.name, p):
                     try:
                         self.log_manager.get_or_create_log(info.name, p, info.topic_id,
                                                            info.configs, is_new=False)

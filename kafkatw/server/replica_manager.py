@@ -629,7 +629,14 @@ class ReplicaManager:
         # HW is the log end at once. The HW checkpoint lags (replica.high.watermark.checkpoint.
         # interval.ms); without this, records acknowledged before a crash stay invisible.
         # On a cluster the HW comes from the ISR once LeaderAndIsr says who leads.
-        for log_ in self.log_manager.all_logs():
+        lm = self.log_manager
+        # The logs not opened since a clean shutdown are opened only if this has work for
+        # them (from their summaries: a high watermark behind the end, or producer state).
+        for topic, p, summ in lm.unopened_summaries():
+            if (not self.cluster_mode and summ.high_watermark < summ.log_end_offset) or (
+                    summ.producer_snapshot and summ.log_end_offset > summ.log_start_offset):
+                lm.get_log(topic, p)
+        for log_ in lm.opened_logs():
             if not self.cluster_mode:
                 log_.maybe_increment_high_watermark(log_.log_end_offset)
             if log_.log_end_offset > log_.log_start_offset and not log_.is_offline \

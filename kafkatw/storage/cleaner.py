@@ -522,11 +522,10 @@ class LogCleaner:
 
     def _checkpoint_snapshot(self):
         by_dir = {d: {} for d in self._manager.online_dirs}
-        for lg in self._manager.all_logs():
-            key = (lg.topic, lg.partition)
-            d = os.path.dirname(lg.dir)
-            if key in self._checkpoints and not lg.is_offline and d in by_dir:
-                by_dir[d][key] = self._checkpoints[key]
+        for key, offset in self._checkpoints.items():
+            d = self._manager.log_dir_of(*key)  # (None: no log, or offline)
+            if d in by_dir:
+                by_dir[d][key] = offset
         return by_dir
 
     @staticmethod

@@ -68,6 +68,40 @@ def _summary_usable(summary, log_start_offset):
             and summary.active_size <= summary.size and summary.segment_count >= 1)
 
 
+def summary_may_delete(summary, log_start_offset, config, now_ms):
+    """Whether retention may delete a segment of a log not yet opened (a superset of
+    :meth:`UnifiedLog.delete_old_segments`' rules, decided from its summary)."""
+    if summary.first_base != summary.active_base and log_start_offset > summary.first_base:
+        return True
+    if not config.delete:
+        return False
+    if config.retention_ms >= 0 and now_ms - summary.first_largest_ts > config.retention_ms:
+        return True
+    return 0 <= config.retention_bytes <= summary.size
+
+
+def summary_offsets(summary):
+    """(log start, recovery point, high watermark) of a log made from ``summary`` (a usable
+    one: see :func:`summary_usable`), as it would report them without being opened."""
+    leo = summary.log_end_offset
+    start = max(summary.log_start_offset, summary.first_base)
+    return start, min(leo, summary.recovery_point), max(start, min(summary.high_watermark, leo))
+
+
+def summary_usable(summary):
+    """A log can be made from ``summary`` and its files left closed (see :class:`UnifiedLog`)."""
+    return _summary_usable(summary, summary.log_start_offset)
+
+
+def summary_retention_due_ms(summary, config):
+    """:meth:`UnifiedLog.retention_due_ms` of a log not yet opened, from its summary."""
+    if not config.delete or config.retention_ms < 0:
+        return None
+    if summary.first_base == summary.active_base and summary.active_size == 0:
+        return None
+    return summary.first_largest_ts + config.retention_ms + 1
+
+
 def _make_dir(directory):
     """Make ``directory``; True if this call made it (so it is empty), False if it was there."""
     try:
@@ -1123,26 +1157,14 @@ class UnifiedLog:
             return None
         summary = self._summary
         if summary is not None:
-            if summary.first_base == summary.active_base and summary.active_size == 0:
-                return None
-            return summary.first_largest_ts + config.retention_ms + 1
+            return summary_retention_due_ms(summary, config)
         first = self._segments[self._bases[0]]
         if len(self._bases) == 1 and first.size == 0:
             return None
         return first.largest_timestamp() + config.retention_ms + 1
 
     def _summary_may_delete(self, now_ms):
-        """Whether retention may delete a segment of a log not yet opened (a superset of
-        :meth:`delete_old_segments`' rules, decided from its summary)."""
-        summary, config = self._summary, self.config
-        if summary.first_base != summary.active_base \
-                and self._log_start_offset > summary.first_base:
-            return True
-        if not config.delete:
-            return False
-        if config.retention_ms >= 0 and now_ms - summary.first_largest_ts > config.retention_ms:
-            return True
-        return 0 <= config.retention_bytes <= summary.size
+        return summary_may_delete(self._summary, self._log_start_offset, self.config, now_ms)
 
     def _delete_segments(self, doomed, reason):
         if not doomed:

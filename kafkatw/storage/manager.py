@@ -1,6 +1,7 @@
-"""LogManager: the logs of every log dir. Loads them (recovery after an unclean stop), creates
-and deletes partitions, runs retention, flushes, checkpoints, delayed file deletes and the
-cleaner on the injected reactor, with blocking work in a thread pool; marks failing dirs offline.
+"""LogManager: the logs of every log dir. Loads them (recovery after an unclean stop; after a
+clean one a log object is made only when its partition is first used), creates and deletes
+partitions, runs retention, flushes, checkpoints, delayed file deletes and the cleaner on the
+injected reactor, with blocking work in a thread pool; marks failing dirs offline.
 """
 
 import ctypes
@@ -22,7 +23,8 @@ from kafkatw.protocol.errors import KafkaError
 
 from . import checkpoint, descriptors, summary
 from .config import LogConfig
-from .log import DELETE_DIR_SUFFIX, FUTURE_DIR_SUFFIX, UnifiedLog, parse_topic_partition
+from .log import (DELETE_DIR_SUFFIX, FUTURE_DIR_SUFFIX, UnifiedLog, parse_topic_partition,
+                  summary_may_delete, summary_offsets, summary_retention_due_ms, summary_usable)
 from .segment import log_file
 
 log = Logger()
@@ -84,6 +86,17 @@ class LogManager:
         self._reactor = reactor
         self._threadpool = threadpool
         self._logs = {}
+        #: {(topic, partition): (log dir, LogSummary)} of the logs a clean shutdown summarised
+        #: that no one has used since the start: the log object is made (:meth:`_open`) on first
+        #: use. 50,000 made at start were half of the start's CPU.
+        self._unopened = {}
+        #: the checkpoints have not yet taken the unopened logs' offsets in (the first tick does)
+        self._unopened_checkpointed = False
+        #: retention has not yet looked at the unopened logs with the configs of now (the first
+        #: tick, and the first after a config change, does)
+        self._unopened_retention = True
+        #: {topic: LogConfig} shared by the logs :meth:`_open` makes (as a load shares them)
+        self._open_configs = {}
         self._overrides = {t: dict(c) for t, c in (topic_overrides or {}).items() if c}
         self._offline_dirs = set()
         self._loops = []
@@ -255,6 +268,16 @@ class LogManager:
                 self._schedule(0, lambda p=path: _rmtree(p))
                 continue
             found = summaries.get(name)
+            if found is not None:
+                config = configs.get(found[0])
+                if config is None:
+                    config = configs[found[0]] = self._config_for(found[0])
+                if not config.compact and summary_usable(found[2]):
+                    # (a compacted log is made now: the cleaner reads its segments anyway)
+                    self._unopened[found[0], found[1]] = (directory, found[2])
+                    loaded += 1
+                    deferred += 1
+                    continue
             if found is not None and not _active_segment_as_summarised(path, found[2]):
                 # the files changed after the clean shutdown (copied in, appended to by a
                 # tool): offsets served from the summary would be wrong, so they decide
@@ -382,9 +405,91 @@ class LogManager:
 
     def get_log(self, topic, partition):
         lg = self._logs.get((topic, partition))
-        if lg is None and self._creating:
-            return self._take_created((topic, partition))
+        if lg is None:
+            if (topic, partition) in self._unopened:
+                return self._open((topic, partition))
+            if self._creating:
+                return self._take_created((topic, partition))
         return lg
+
+    def has_log(self, topic, partition):
+        """Whether ``topic``-``partition`` has a log here (made, being made, or not yet
+        opened since the start), without making it."""
+        key = (topic, partition)
+        return key in self._logs or key in self._unopened or key in self._creating
+
+    def _open(self, key):
+        """Make and attach the log of ``key`` from its clean-shutdown summary (its files stay
+        closed until read: see :class:`UnifiedLog`). The files are stat'ed first: changed
+        since the shutdown (copied in, appended to by a tool), they decide, not the summary.
+        On an offline dir, or if reading the files fails (which takes the dir offline), the
+        log is made from the summary and marked offline: it answers KAFKA_STORAGE_ERROR."""
+        directory, summ = self._unopened.pop(key)
+        topic, partition = key
+        path = "%s%s%s-%d" % (directory, os.sep, topic, partition)
+        config = self._open_configs.get(topic)
+        if config is None:
+            config = self._open_configs[topic] = self._config_for(topic)
+
+        def make(from_summary):
+            return UnifiedLog(path, config, topic, partition, clock=self.now_ms,
+                              recovery_point=summ.recovery_point,
+                              log_start_offset=summ.log_start_offset,
+                              high_watermark=summ.high_watermark, needs_recovery=False,
+                              dir_failure_handler=self.handle_dir_failure,
+                              scheduler=self._schedule, dir_exists=True,
+                              summary=summ if from_summary else None)
+        offline = directory in self._offline_dirs
+        if offline or _active_segment_as_summarised(path, summ):
+            lg = make(True)
+        else:
+            log.warn("{tp}: the active segment is not as the clean-shutdown summary says; "
+                     "loading it from its files", tp="%s-%d" % key)
+            try:
+                lg = make(False)
+            except (OSError, KafkaError) as e:
+                log.error("cannot load log {tp}: {e}", tp="%s-%d" % key, e=e)
+                if isinstance(e, OSError):
+                    self._take_dir_offline(directory, e)
+                lg = make(True)
+                offline = True
+        if offline:
+            lg.mark_offline()
+        self._attach(lg)
+        return lg
+
+    def _open_all(self):
+        for key in list(self._unopened):
+            if key in self._unopened:
+                self._open(key)
+
+    def unopened_summaries(self):
+        """[(topic, partition, LogSummary)] of the logs not opened since the start (their
+        offsets as the log would report them: see :func:`~kafkatw.storage.log.summary_offsets`)."""
+        return [(t, p, summ) for (t, p), (_, summ) in self._unopened.items()]
+
+    def opened_logs(self):
+        """The log objects made so far (:meth:`all_logs` without the unopened ones)."""
+        return list(self._logs.values())
+
+    def partition_topic_ids(self):
+        """{(topic, partition): topic id or None} of every log, opened or not."""
+        out = {tp: lg.topic_id for tp, lg in self._logs.items()}
+        for tp, (_, summ) in self._unopened.items():
+            out[tp] = summ.topic_id
+        return out
+
+    def log_dir_of(self, topic, partition):
+        """The log dir holding the log of ``topic``-``partition`` (opened or not), or None if
+        there is none or it is offline."""
+        key = (topic, partition)
+        lg = self._logs.get(key)
+        if lg is not None:
+            return None if lg.is_offline else self._dir_of(lg)
+        entry = self._unopened.get(key)
+        if entry is None or entry[0] in self._offline_dirs:
+            return None
+        return entry[0]
 
     def _take_created(self, key):
         """The log of ``key`` if :meth:`create_logs` is making it in the thread pool: made
@@ -457,6 +562,10 @@ class LogManager:
         return made
 
     def all_logs(self):
+        """Every log, made now if it was not (50,000 cost a second or two: the start and the
+        periodic tasks use :meth:`opened_logs` and :meth:`unopened_summaries`)."""
+        if self._unopened:
+            self._open_all()
         return list(self._logs.values())
 
     def _logs_per_dir(self, online):
@@ -474,6 +583,9 @@ class LogManager:
         for pending in self._creating.values():  # (only the reactor adds or removes entries)
             if pending.directory in counts:
                 counts[pending.directory] += 1
+        for d, _ in self._unopened.values():
+            if d in counts:
+                counts[d] += 1
         return counts
 
     @staticmethod
@@ -509,6 +621,7 @@ class LogManager:
                              % (topic, partition, ",".join(sorted(self._offline_dirs))))
         if overrides is not None:
             self._overrides[topic] = dict(overrides)
+            self._open_configs.pop(topic, None)
         directory = self._next_log_dir()
         path = os.path.join(directory, "%s-%d" % (topic, partition))
         try:
@@ -531,12 +644,13 @@ class LogManager:
         log dirs are chosen, and the logs attached, on the reactor."""
         if overrides is not None:
             self._overrides[topic] = dict(overrides)
+            self._open_configs.pop(topic, None)
         config = self._config_for(topic)
         online = self.online_dirs
         counts = self._logs_per_dir(online)
         plan = []
         for p in partitions:
-            if (topic, p) in self._logs or (topic, p) in self._creating:
+            if self.has_log(topic, p):
                 lg = self.get_or_create_log(topic, p, topic_id)  # sets a missing topic id
                 if overrides is not None:
                     lg.update_config(config)  # a log loaded before its topic was known
@@ -597,6 +711,8 @@ class LogManager:
         unattached = {lg.partition: lg for lg in
                       self._stop_creating([(topic, p) for p in partitions])}
         for p in partitions:
+            if (topic, p) in self._unopened:
+                self._open((topic, p))
             lg = self._logs.pop((topic, p), None) or unattached.get(p)
             if lg is None:
                 continue
@@ -635,6 +751,8 @@ class LogManager:
 
     def delete_log(self, topic, partition):
         """Rename the partition dir to ``<tp>.<uuid>-delete`` and remove it later."""
+        if (topic, partition) in self._unopened:
+            self._open((topic, partition))
         lg = self._logs.pop((topic, partition), None)
         if lg is None:
             return None
@@ -661,6 +779,7 @@ class LogManager:
     def create_future_log(self, topic, partition, directory):
         """An empty ``<tp>.<uuid>-future`` log in ``directory`` starting at the current log's
         start, the copy a replica move fills (Kafka's future log); not attached."""
+        self.get_log(topic, partition)  # (made if not opened yet)
         current = self._logs[(topic, partition)]
         name = "%s-%d.%s%s" % (topic, partition, uuid.uuid4().hex, FUTURE_DIR_SUFFIX)
         path = os.path.join(directory, name)
@@ -678,6 +797,7 @@ class LogManager:
         and leader epochs the current one's; the current log is deleted after
         ``file.delete.delay.ms`` (reads in flight keep their files). Call it when the future
         has caught up, in the same reactor turn as its last append."""
+        self.get_log(topic, partition)  # (made if not opened yet)
         current = self._logs[(topic, partition)]
         future.update_high_watermark(current.high_watermark)
         cache = future.leader_epoch_cache
@@ -705,25 +825,46 @@ class LogManager:
 
     def update_log_config(self, topic, overrides):
         self._overrides[topic] = dict(overrides or {})
-        config = self._config_for(topic)
+        config = self._open_configs[topic] = self._config_for(topic)
         for (t, _p), lg in self._logs.items():
             if t == topic:
                 lg.update_config(config)
                 self._note_compaction(lg)
+        self._config_changed(lambda t: t == topic)
         return config
+
+    def _config_changed(self, affected):
+        """The config of the topics ``affected(topic)`` is true of changed: their unopened logs
+        are opened if now compacted (the cleaner works on log objects), and retention looks at
+        the unopened ones again at its next tick."""
+        if not self._unopened:
+            return
+        self._unopened_retention = True
+        compact = {}
+        for key in list(self._unopened):
+            topic = key[0]
+            if not affected(topic):
+                continue
+            if topic not in compact:
+                compact[topic] = self._config_for(topic).compact
+            if compact[topic] and key in self._unopened:
+                self._open(key)
 
     def forget_topic(self, topic):
         """``topic`` is deleted from the metadata: its config overrides go (kept until then:
         :meth:`delete_logs` of a partition leaving this broker is not the topic's end, other
         partitions of it may move here later)."""
         self._overrides.pop(topic, None)
+        self._open_configs.pop(topic, None)
 
     def update_broker_defaults(self, broker_defaults):
         self.broker_defaults.update(broker_defaults)
+        self._open_configs.clear()
         self.default_config = LogConfig.from_props(self.broker_defaults, {})
         for lg in self._logs.values():
             lg.update_config(self._config_for(lg.topic))
             self._note_compaction(lg)
+        self._config_changed(lambda t: True)
 
     # -- background work ----------------------------------------------------------------
 
@@ -788,12 +929,18 @@ class LogManager:
         todo = set(self._retention_changed)
         self._retention_changed.clear()  # (every log holds this set)
         logs, heap, due_of = self._logs, self._retention_heap, self._retention_due
+        if self._unopened_retention:
+            todo.update(self._unopened_retention_pass(now))
         while heap and heap[0][0] <= now:
             due, _, tp = heapq.heappop(heap)
             live = due_of.get(tp)
             if live is None or live[0] != due:
                 continue  # (replaced by a sooner time, or its log went)
             del due_of[tp]
+            if live[1] is None:  # (an unopened log's time: made now, if still unopened)
+                if tp in self._unopened:
+                    todo.add(self._open(tp))
+                continue
             lg = logs.get(tp)
             if lg is not None and id(lg) == live[1]:
                 todo.add(lg)
@@ -820,6 +967,31 @@ class LogManager:
             heapq.heapify(heap)
         return total
 
+    def _unopened_retention_pass(self, now):
+        """Retention's look at the unopened logs, from their summaries (after the start or a
+        config change): those it may delete from are opened and returned, the others' times
+        from which retention.ms could delete go on the heap (as an opened log's do)."""
+        self._unopened_retention = False
+        opened, configs = [], {}
+        heap, due_of = self._retention_heap, self._retention_due
+        for tp, (d, summ) in list(self._unopened.items()):
+            if d in self._offline_dirs:
+                continue
+            config = configs.get(tp[0])
+            if config is None:
+                config = configs[tp[0]] = self._config_for(tp[0])
+            start = max(summ.log_start_offset, summ.first_base)
+            if summary_may_delete(summ, start, config, now):
+                opened.append(self._open(tp))
+                continue
+            due = summary_retention_due_ms(summ, config)
+            if due is not None and due > now:
+                current = due_of.get(tp)
+                if current is None or current[1] is not None or due < current[0]:
+                    due_of[tp] = (due, None)
+                    heapq.heappush(heap, (due, next(self._retention_seq), tp))
+        return opened
+
     def flush_dirty_logs(self):
         """Flush every log due by ``flush.ms`` in one piece of thread-pool work (see :meth:`flush_log`)."""
         now = self.now_ms()
@@ -840,6 +1012,9 @@ class LogManager:
         """Bring :attr:`_checkpointed` up to date with the logs that said their offsets
         changed (and those attached or removed): a tick looks at those only, so idle
         partitions cost it nothing until a file must be written."""
+        if not self._unopened_checkpointed:
+            self._unopened_checkpointed = True
+            self._checkpoint_unopened()
         changed = list(self._offsets_changed)
         self._offsets_changed.clear()
         for lg in changed:
@@ -853,6 +1028,22 @@ class LogManager:
                 if values.get(tp) != value:
                     values[tp] = value
                     self._checkpoint_dirty[name].add(d)
+
+    def _checkpoint_unopened(self):
+        """The unopened logs' offsets (from their summaries) into :attr:`_checkpointed`, once:
+        they change only after the log is opened, which tells the checkpoints as any log does."""
+        tables = [(self._checkpointed[name], i) for i, (name, _) in enumerate(_CHECKPOINTS)]
+        for tp, (d, summ) in self._unopened.items():
+            if d in self._offline_dirs:
+                continue
+            offsets = summary_offsets(summ)
+            for table, i in tables:
+                values = table.get(d)
+                if values is None:
+                    values = table[d] = {}
+                values[tp] = offsets[i]
+        for name, _ in _CHECKPOINTS:
+            self._checkpoint_dirty[name].update(d for d, _ in self._unopened.values())
 
     def _forget_log(self, lg):
         """``lg`` leaves :attr:`_logs` (deleted, or replaced by its future): what the
@@ -923,13 +1114,17 @@ class LogManager:
         for lg in self._logs.values():
             if not lg.is_offline:
                 by_dir.setdefault(self._dir_of(lg), []).append(lg)
+        unopened = {}
+        for tp, (d, summ) in self._unopened.items():
+            unopened.setdefault(d, []).append((tp, summ))
         for d in self.online_dirs:  # (a dir without logs gets its marker too)
-            self._shutdown_dir(d, by_dir.get(d, []))
+            self._shutdown_dir(d, by_dir.get(d, []), unopened.get(d, ()))
 
-    def _shutdown_dir(self, directory, logs):
+    def _shutdown_dir(self, directory, logs, unopened=()):
         """Close ``logs`` (all of ``directory``'s online ones) durably, then write the dir's
-        checkpoints, its clean-shutdown summary and, last, the clean-shutdown marker. An
-        error takes the dir offline: no marker, so the next start recovers it."""
+        checkpoints, its clean-shutdown summary and, last, the clean-shutdown marker; the
+        ``unopened`` logs ([(tp, LogSummary)]) go into them as their summaries say. An error
+        takes the dir offline: no marker, so the next start recovers it."""
         summaries = {}
         for lg, (e, found) in zip(logs, self._close_all(directory, logs)):
             if e is not None:
@@ -946,6 +1141,13 @@ class LogManager:
             found = summaries.get(tp)
             if found is not None and found.recovery_point != rp:
                 summaries[tp] = found._replace(recovery_point=rp)
+        for tp, summ in unopened:
+            start, rp, hw = summary_offsets(summ)
+            recovery[tp], starts[tp], hws[tp] = rp, start, hw
+            if (start, rp, hw) != (summ.log_start_offset, summ.recovery_point,
+                                   summ.high_watermark):
+                summ = summ._replace(log_start_offset=start, recovery_point=rp, high_watermark=hw)
+            summaries[tp] = summ
         d = directory
         try:
             checkpoint.write_offsets(os.path.join(d, checkpoint.RECOVERY_POINT_CHECKPOINT), recovery)
