@@ -175,6 +175,136 @@ class DeferredLoadTest(SummaryBase):
             os.path.join(self.dir, summary.LOG_SUMMARY_FILE)))
 
 
+class LogObjectsMadeOnUseTest(SummaryBase):
+    """After a clean shutdown no log object is made at start: only the partitions used get
+    one (50,000 made at start were half of the start's CPU)."""
+
+    def count_made(self):
+        made = []
+
+        class Counted(manager_module.UnifiedLog):
+            def __init__(self, *args, **kwargs):
+                made.append(args[2:4] if len(args) >= 4 else (kwargs["topic"],
+                                                               kwargs["partition"]))
+                super().__init__(*args, **kwargs)
+        self.patch(manager_module, "UnifiedLog", Counted)
+        return made
+
+    def checkpoints(self):
+        return [checkpoint.read_offsets(os.path.join(self.dir, name)) for name in (
+            checkpoint.RECOVERY_POINT_CHECKPOINT, checkpoint.LOG_START_OFFSET_CHECKPOINT,
+            checkpoint.REPLICATION_OFFSET_CHECKPOINT)]
+
+    def test_only_the_partitions_used_get_a_log_object(self):
+        self.fill().shutdown()
+        made = self.count_made()
+        mgr = self.make({"log.retention.ms": "60000"})
+        self.assertEqual(made, [])
+        self.assertEqual(mgr.opened_logs(), [])
+        self.assertEqual([mgr.has_log("t", p) for p in range(PARTITIONS + 1)],
+                         [True] * PARTITIONS + [False])
+        self.assertEqual(sorted((t, p, s.log_end_offset) for t, p, s in mgr.unopened_summaries()),
+                         [("t", p, p + 1) for p in range(PARTITIONS)])
+        self.assertEqual(mgr.partition_topic_ids(),
+                         {("t", p): b"\x05" * 16 for p in range(PARTITIONS)})
+        self.assertEqual(mgr.log_dir_of("t", 3), self.dir)
+        self.assertEqual(values(mgr.get_log("t", 2)), self.expected(2))
+        self.assertEqual(made, [("t", 2)])
+        self.assertIs(mgr.get_log("t", 2), mgr.opened_logs()[0])
+        # the periodic tasks work from the summaries: the checkpoints hold every log
+        self.clock.advance(60)
+        self.assertEqual(mgr.cleanup_logs(), 0)
+        mgr.checkpoint_recovery_offsets()
+        mgr.checkpoint_log_start_offsets()
+        mgr.checkpoint_high_watermarks()
+        everything = {("t", p): p + 1 for p in range(PARTITIONS)}
+        self.assertEqual(self.checkpoints(), [everything, {tp: 0 for tp in everything},
+                                              everything])
+        self.assertEqual(made, [("t", 2)])
+        mgr.shutdown()
+        self.assertEqual(made, [("t", 2)])
+        self.assertEqual(self.checkpoints(), [everything, {tp: 0 for tp in everything},
+                                              everything])
+        self.assertEqual(sorted(summary.read_summaries(
+            os.path.join(self.dir, summary.LOG_SUMMARY_FILE))),
+            ["t-%d" % p for p in range(PARTITIONS)])
+        # and the next start has every record, offset and topic id
+        del made[:]
+        mgr = self.make()
+        self.assertEqual(made, [])
+        for p in range(PARTITIONS):
+            lg = mgr.get_log("t", p)
+            self.assertEqual((values(lg), lg.high_watermark, lg.topic_id),
+                             (self.expected(p), p + 1, b"\x05" * 16))
+        self.assertEqual(len(made), PARTITIONS)
+        mgr.shutdown()
+
+    def test_retention_opens_an_unopened_log_when_its_time_comes(self):
+        props = {"log.retention.ms": "60000"}
+        self.fill(props).shutdown()
+        made = self.count_made()
+        mgr = self.make(props)
+        self.assertEqual(mgr.cleanup_logs(), 0)
+        self.assertEqual(made, [])
+        self.clock.advance(61)
+        self.assertEqual(mgr.cleanup_logs(), PARTITIONS)
+        self.assertEqual(sorted(made), [("t", p) for p in range(PARTITIONS)])
+        mgr.shutdown()
+
+    def test_a_new_retention_config_reaches_unopened_logs(self):
+        self.fill().shutdown()
+        made = self.count_made()
+        mgr = self.make()
+        self.assertEqual(mgr.cleanup_logs(), 0)
+        self.clock.advance(10)
+        mgr.update_log_config("t", {"retention.ms": "5000"})
+        self.assertEqual(made, [])
+        self.assertEqual(mgr.cleanup_logs(), PARTITIONS)
+        self.assertEqual([(lg.log_start_offset, lg.log_end_offset) for lg in sorted(
+            mgr.opened_logs(), key=lambda lg: lg.partition)],
+            [(p + 1, p + 1) for p in range(PARTITIONS)])
+        mgr.shutdown()
+
+    def test_a_topic_made_compacted_opens_its_logs_for_the_cleaner(self):
+        self.fill().shutdown()
+        made = self.count_made()
+        mgr = self.make()
+        mgr.update_log_config("t", {"cleanup.policy": "compact"})
+        self.assertEqual(len(made), PARTITIONS)
+        self.assertEqual(len(mgr.compacted_logs()), PARTITIONS)
+        mgr.shutdown()
+
+    def test_a_kill_after_a_start_that_opened_few_logs_recovers_every_log(self):
+        self.fill().shutdown()
+        mgr = self.make()
+        mgr.get_log("t", 1).append_as_leader(make_batch(1, values=[b"1/2"],
+                                                        timestamp=self.now()), 3)
+        mgr.checkpoint_recovery_offsets()
+        mgr.checkpoint_log_start_offsets()
+        mgr.checkpoint_high_watermarks()
+        # no shutdown: a kill -9
+        mgr2 = self.make()
+        for p in range(PARTITIONS):
+            lg = mgr2.get_log("t", p)
+            extra = [(2, b"1/2")] if p == 1 else []
+            self.assertEqual((values(lg), lg.high_watermark, lg.topic_id),
+                             (self.expected(p) + extra, p + 1, b"\x05" * 16))
+        mgr2.shutdown()
+
+    def test_an_unopened_log_on_a_dir_gone_offline_answers_storage_error(self):
+        from kafkatw.protocol import errors
+        from kafkatw.protocol.errors import KafkaError
+        self.fill().shutdown()
+        mgr = self.make()
+        mgr.handle_dir_failure(self.dir, OSError(5, "Input/output error"))
+        self.assertIsNone(mgr.log_dir_of("t", 0))
+        lg = mgr.get_log("t", 0)
+        with self.assertRaises(KafkaError) as e:
+            lg.read(0, 100)
+        self.assertEqual(e.exception.code, errors.KAFKA_STORAGE_ERROR)
+        mgr.shutdown()
+
+
 class RetentionTest(SummaryBase):
     def test_retention_opens_only_logs_with_something_to_delete(self):
         mgr = self.fill({"log.retention.ms": "60000"})

@@ -1036,7 +1036,8 @@ class LogManager:
         for tp, (d, summ) in self._unopened.items():
             if d in self._offline_dirs:
                 continue
-            offsets = summary_offsets(summ)
+            start, rp, hw = summary_offsets(summ)
+            offsets = (rp, start, hw)  # (in _CHECKPOINTS' order)
             for table, i in tables:
                 values = table.get(d)
                 if values is None:
