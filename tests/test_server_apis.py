@@ -201,6 +201,9 @@ class FakeLogManager:
     def get_log(self, topic, partition):
         return "log" if any(c[:2] == (topic, partition) for c in self.created) else None
 
+    def has_log(self, topic, partition):
+        return self.get_log(topic, partition) is not None
+
 
 class ApisFixture:
     """Mixin: a KafkaApis on a real metadata store and config, fake lower layers."""

@@ -193,6 +193,12 @@ class FakeLogManager:
     def all_logs(self):
         return list(self.logs.values())
 
+    def opened_logs(self):
+        return list(self.logs.values())
+
+    def unopened_summaries(self):
+        return []  # (every fake log is an object)
+
     def run_blocking(self, fn, *args):
         return defer.maybeDeferred(fn, *args)  # inline, as LogManager without a thread pool
 
