@@ -82,15 +82,10 @@ def summary_may_delete(summary, log_start_offset, config, now_ms):
 
 def summary_offsets(summary):
     """(log start, recovery point, high watermark) of a log made from ``summary`` (a usable
-    one: see :func:`summary_usable`), as it would report them without being opened."""
+    one: see :func:`~kafkatw.storage.summary.usable`), as it would report them unopened."""
     leo = summary.log_end_offset
     start = max(summary.log_start_offset, summary.first_base)
     return start, min(leo, summary.recovery_point), max(start, min(summary.high_watermark, leo))
-
-
-def summary_usable(summary):
-    """A log can be made from ``summary`` and its files left closed (see :class:`UnifiedLog`)."""
-    return _summary_usable(summary, summary.log_start_offset)
 
 
 def summary_retention_due_ms(summary, config):

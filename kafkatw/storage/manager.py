@@ -24,7 +24,7 @@ from kafkatw.protocol.errors import KafkaError
 from . import checkpoint, descriptors, summary
 from .config import LogConfig
 from .log import (DELETE_DIR_SUFFIX, FUTURE_DIR_SUFFIX, UnifiedLog, parse_topic_partition,
-                  summary_may_delete, summary_offsets, summary_retention_due_ms, summary_usable)
+                  summary_may_delete, summary_offsets, summary_retention_due_ms)
 from .segment import log_file
 
 log = Logger()
@@ -90,8 +90,6 @@ class LogManager:
         #: that no one has used since the start: the log object is made (:meth:`_open`) on first
         #: use. 50,000 made at start were half of the start's CPU.
         self._unopened = {}
-        #: the checkpoints have not yet taken the unopened logs' offsets in (the first tick does)
-        self._unopened_checkpointed = False
         #: retention has not yet looked at the unopened logs with the configs of now (the first
         #: tick, and the first after a config change, does)
         self._unopened_retention = True
@@ -272,7 +270,7 @@ class LogManager:
                 config = configs.get(found[0])
                 if config is None:
                     config = configs[found[0]] = self._config_for(found[0])
-                if not config.compact and summary_usable(found[2]):
+                if not config.compact:
                     # (a compacted log is made now: the cleaner reads its segments anyway)
                     self._unopened[found[0], found[1]] = (directory, found[2])
                     loaded += 1
@@ -1012,9 +1010,6 @@ class LogManager:
         """Bring :attr:`_checkpointed` up to date with the logs that said their offsets
         changed (and those attached or removed): a tick looks at those only, so idle
         partitions cost it nothing until a file must be written."""
-        if not self._unopened_checkpointed:
-            self._unopened_checkpointed = True
-            self._checkpoint_unopened()
         changed = list(self._offsets_changed)
         self._offsets_changed.clear()
         for lg in changed:
@@ -1028,23 +1023,6 @@ class LogManager:
                 if values.get(tp) != value:
                     values[tp] = value
                     self._checkpoint_dirty[name].add(d)
-
-    def _checkpoint_unopened(self):
-        """The unopened logs' offsets (from their summaries) into :attr:`_checkpointed`, once:
-        they change only after the log is opened, which tells the checkpoints as any log does."""
-        tables = [(self._checkpointed[name], i) for i, (name, _) in enumerate(_CHECKPOINTS)]
-        for tp, (d, summ) in self._unopened.items():
-            if d in self._offline_dirs:
-                continue
-            start, rp, hw = summary_offsets(summ)
-            offsets = (rp, start, hw)  # (in _CHECKPOINTS' order)
-            for table, i in tables:
-                values = table.get(d)
-                if values is None:
-                    values = table[d] = {}
-                values[tp] = offsets[i]
-        for name, _ in _CHECKPOINTS:
-            self._checkpoint_dirty[name].update(d for d, _ in self._unopened.values())
 
     def _forget_log(self, lg):
         """``lg`` leaves :attr:`_logs` (deleted, or replaced by its future): what the
@@ -1071,10 +1049,20 @@ class LogManager:
         dirty.difference_update(snapshot)
         if not snapshot:
             return defer.succeed(None)
+        # The unopened logs' offsets are their summaries' (they change only once a log is
+        # opened, which then tells the checkpoints as any log does): taken in by the thread,
+        # 50,000 of them held the reactor ~0.2 s.
+        unopened = list(self._unopened.items()) if self._unopened else ()
+        field = _CHECKPOINT_FIELDS[name]
 
         def work():
             failed = []
+            extra = _unopened_offsets(unopened, field, snapshot)
             for d, offsets in snapshot.items():
+                more = extra.get(d)
+                if more:
+                    more.update(offsets)
+                    offsets = more
                 try:
                     checkpoint.write_offsets(os.path.join(d, name), offsets)
                 except OSError as e:
@@ -1218,6 +1206,25 @@ _CHECKPOINTS = (
     (checkpoint.LOG_START_OFFSET_CHECKPOINT, lambda lg: lg.log_start_offset),
     (checkpoint.REPLICATION_OFFSET_CHECKPOINT, lambda lg: lg.high_watermark),
 )
+
+
+#: which of :func:`~kafkatw.storage.log.summary_offsets`' values each checkpoint holds
+_CHECKPOINT_FIELDS = {checkpoint.RECOVERY_POINT_CHECKPOINT: 1,
+                      checkpoint.LOG_START_OFFSET_CHECKPOINT: 0,
+                      checkpoint.REPLICATION_OFFSET_CHECKPOINT: 2}
+
+
+def _unopened_offsets(unopened, field, dirs):
+    """{dir: {tp: offset}} of the unopened logs (``[(tp, (dir, LogSummary))]``) in ``dirs``,
+    ``field`` of :func:`~kafkatw.storage.log.summary_offsets` (any thread)."""
+    out = {}
+    for tp, (d, summ) in unopened:
+        if d in dirs:
+            values = out.get(d)
+            if values is None:
+                values = out[d] = {}
+            values[tp] = summary_offsets(summ)[field]
+    return out
 
 
 def sync_filesystem(directory):
