@@ -249,8 +249,29 @@ class LogManager:
             return rps.get(tp, 0), starts.get(tp, 0), hws.get(tp)
         configs = {}  # topic -> its LogConfig, shared by its partitions (as update_log_config does)
         with os.scandir(directory) as it:
-            entries = sorted(it, key=lambda e: e.name)
-        for entry in entries:
+            entries = {e.name: e for e in it}
+        # A summarised partition of a topic that is not compacted keeps its summary until
+        # first used (:meth:`_open`); the other entries are looked at one by one below.
+        unopened, last_topic, compact = self._unopened, None, False
+        before = len(unopened)
+        for name, found in summaries.items():
+            entry = entries.get(name)
+            try:
+                if entry is None or not entry.is_dir():
+                    continue
+            except OSError:
+                continue
+            topic = found[0]
+            if topic != last_topic:  # (the summary is sorted: a topic's lines come together)
+                config = configs.get(topic)
+                if config is None:
+                    config = configs[topic] = self._config_for(topic)
+                last_topic, compact = topic, config.compact
+            if not compact:  # (a compacted log is made now: the cleaner reads it anyway)
+                unopened[topic, found[1]] = (directory, found[2])
+                del entries[name]
+        loaded = deferred = len(unopened) - before
+        for _, entry in sorted(entries.items()):
             name, path = entry.name, entry.path
             try:
                 if not entry.is_dir():  # follows symlinks, as os.path.isdir; no stat on most fs
@@ -266,16 +287,6 @@ class LogManager:
                 self._schedule(0, lambda p=path: _rmtree(p))
                 continue
             found = summaries.get(name)
-            if found is not None:
-                config = configs.get(found[0])
-                if config is None:
-                    config = configs[found[0]] = self._config_for(found[0])
-                if not config.compact:
-                    # (a compacted log is made now: the cleaner reads its segments anyway)
-                    self._unopened[found[0], found[1]] = (directory, found[2])
-                    loaded += 1
-                    deferred += 1
-                    continue
             if found is not None and not _active_segment_as_summarised(path, found[2]):
                 # the files changed after the clean shutdown (copied in, appended to by a
                 # tool): offsets served from the summary would be wrong, so they decide
