@@ -329,6 +329,7 @@ class ClusterMetadata:
     def _cross_check_partition_dirs(self):
         """Recover topics whose partition directories exist but the metadata file lost."""
         found = {}  # name -> (max partition, topic id or None)
+        valid = {}  # name -> is_valid_topic_name(name), asked once a topic, not once a partition
         for d in self.log_dirs:
             try:
                 entries = list(os.scandir(d))
@@ -344,7 +345,10 @@ class ClusterMetadata:
                 except OSError:
                     continue
                 name, partition = m.group(1), int(m.group(2))
-                if not is_valid_topic_name(name):
+                ok = valid.get(name)
+                if ok is None:
+                    ok = valid[name] = is_valid_topic_name(name)
+                if not ok:
                     continue  # "-delete", "-future", "-stray" and the like
                 prev = found.get(name, (-1, None))
                 # The first topic id found wins: once a topic has one, its other partitions'
