@@ -304,7 +304,7 @@ def fake_broker(partitions, groups=0):
         lookups.append((topic, partition))
         return by_tp.get((topic, partition))
 
-    log_manager = types.SimpleNamespace(all_logs=lambda: list(logs), offline_dirs=frozenset(),
+    log_manager = types.SimpleNamespace(log_views=lambda: list(logs), offline_dirs=frozenset(),
                                         online_dirs=["/d"], get_log=get_log, lookups=lookups)
     coordinator = types.SimpleNamespace(
         groups={"g%d" % g: types.SimpleNamespace(offsets={(lg.topic, lg.partition): types.SimpleNamespace(offset=4)

@@ -239,6 +239,23 @@ class LogObjectsMadeOnUseTest(SummaryBase):
         self.assertEqual(len(made), PARTITIONS)
         mgr.shutdown()
 
+    def test_listings_read_the_unopened_logs_summaries(self):
+        """A metrics scrape, DescribeLogDirs and the console list every log (log_views): the
+        unopened ones answer from their summaries, as the logs would, and none is made."""
+        self.fill().shutdown()
+        made = self.count_made()
+        mgr = self.make()
+        fields = ("topic", "partition", "dir", "size", "number_of_segments", "log_start_offset",
+                  "log_end_offset", "high_watermark", "topic_id", "is_offline")
+        views = sorted(mgr.log_views(), key=lambda v: v.partition)
+        listed = [tuple(getattr(v, f) for f in fields) for v in views]
+        self.assertEqual(made, [])
+        logs = [mgr.get_log("t", p) for p in range(PARTITIONS)]
+        self.assertEqual(listed, [tuple(getattr(lg, f) for f in fields) for lg in logs])
+        self.assertEqual([v[3] > 0 for v in listed], [True] * PARTITIONS)
+        self.assertEqual([v[6] for v in listed], [p + 1 for p in range(PARTITIONS)])
+        mgr.shutdown()
+
     def test_retention_opens_an_unopened_log_when_its_time_comes(self):
         props = {"log.retention.ms": "60000"}
         self.fill(props).shutdown()

@@ -41,7 +41,7 @@ def log_dirs(broker):
     offline = {os.path.abspath(d) for d in logs.offline_dirs}
     by_dir = {os.path.abspath(d): [0, 0] for d in broker.config.log_dirs}
     parents = {}  # a partition dir's parent, as given -> absolute
-    for lg in logs.all_logs():
+    for lg in logs.log_views():  # (an unopened log's from its summary)
         parent = os.path.dirname(lg.dir)
         absolute = parents.get(parent)
         if absolute is None:

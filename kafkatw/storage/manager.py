@@ -74,6 +74,44 @@ def _active_segment_as_summarised(path, summ):
         return False
 
 
+class UnopenedLogView:
+    """What a listing reads of a log not opened since the start, from its summary (the
+    attributes of :class:`UnifiedLog` of the same names)."""
+
+    __slots__ = ("topic", "partition", "dir", "_summary", "is_offline")
+
+    def __init__(self, topic, partition, directory, summ, is_offline):
+        self.topic = topic
+        self.partition = partition
+        self.dir = "%s%s%s-%d" % (directory, os.sep, topic, partition)
+        self._summary = summ
+        self.is_offline = is_offline
+
+    @property
+    def size(self):
+        return self._summary.size
+
+    @property
+    def number_of_segments(self):
+        return self._summary.segment_count
+
+    @property
+    def log_start_offset(self):
+        return summary_offsets(self._summary)[0]
+
+    @property
+    def log_end_offset(self):
+        return self._summary.log_end_offset
+
+    @property
+    def high_watermark(self):
+        return summary_offsets(self._summary)[2]
+
+    @property
+    def topic_id(self):
+        return self._summary.topic_id
+
+
 class LogManager:
     def __init__(self, log_dirs, broker_defaults=None, reactor=None, threadpool=None,
                  topic_overrides=None):
@@ -476,6 +514,17 @@ class LogManager:
         """[(topic, partition, LogSummary)] of the logs not opened since the start (their
         offsets as the log would report them: see :func:`~kafkatw.storage.log.summary_offsets`)."""
         return [(t, p, summ) for (t, p), (_, summ) in self._unopened.items()]
+
+    def log_views(self):
+        """Every log as what a listing reads of it (topic, partition, dir, size, offsets,
+        segments, offline): the made logs themselves and, for the unopened ones, a
+        :class:`UnopenedLogView` of their summary (a metrics scrape or DescribeLogDirs made
+        50,000 logs the first time)."""
+        views = list(self._logs.values())
+        offline = self._offline_dirs
+        for (topic, partition), (d, summ) in self._unopened.items():
+            views.append(UnopenedLogView(topic, partition, d, summ, d in offline))
+        return views
 
     def opened_logs(self):
         """The log objects made so far (:meth:`all_logs` without the unopened ones)."""

@@ -204,7 +204,7 @@ class DescribeLogDirs:
         by_dir = {d: {} for d in lm.log_dirs}
         # (log, offset lag, is future): a replica being moved has a second, future log
         # whose lag is how far its copy is behind (Kafka's getLogEndOffsetLag)
-        entries = [(lg, 0, False) for lg in lm.all_logs()]
+        entries = [(lg, 0, False) for lg in lm.log_views()]  # (none is made for this)
         mover = getattr(apis.replica_manager, "log_dir_mover", None)
         if mover is not None:
             entries += [(future, max(0, current.log_end_offset - future.log_end_offset), True)
