@@ -144,6 +144,24 @@ class DeferredLoadTest(SummaryBase):
         self.assertEqual(values(mgr.get_log("t", 2)), self.expected(2))
         mgr.shutdown()
 
+    def test_a_line_that_does_not_describe_a_log_is_left_out(self):
+        """Its partition loads from its files (offsets from the checkpoints), the others
+        from the summary."""
+        self.fill().shutdown()
+        path = os.path.join(self.dir, summary.LOG_SUMMARY_FILE)
+        found = summary.read_summaries(path)
+        t, p, s = found["t-3"]
+        found["t-3"] = (t, p, s._replace(active_base=s.log_end_offset + 1))  # past the end
+        summary.write_summaries(path, {(t, p): s for t, p, s in found.values()})
+        self.assertEqual(sorted(summary.read_summaries(path)),
+                         ["t-%d" % p for p in range(PARTITIONS) if p != 3])
+        mgr = self.make()
+        self.assertEqual([mgr.get_log("t", p).is_loaded for p in range(PARTITIONS)],
+                         [False, False, False, True, False, False])
+        self.assertEqual(values(mgr.get_log("t", 3)), self.expected(3))
+        self.assertEqual(mgr.get_log("t", 3).high_watermark, 4)
+        mgr.shutdown()
+
     def test_files_left_to_delete_make_the_next_start_read_the_files(self):
         props = {"log.segment.bytes": "200", "file.delete.delay.ms": "60000"}
         mgr = self.make(props)
