@@ -489,3 +489,49 @@ class CheckpointTickTest(SummaryBase):
         self.assertEqual(writes, [(checkpoint.RECOVERY_POINT_CHECKPOINT, expected_start)])
         mgr.shutdown()
 
+
+
+class LeftOutLogsTest(SummaryBase):
+    """The logs a clean-shutdown summary leaves out (compacted ones) get their offsets from
+    the checkpoint files, looked up there (read_offsets_of) rather than the files parsed."""
+
+    def test_read_offsets_of_finds_only_the_wanted_entries(self):
+        path = os.path.join(self.mktemp())
+        offsets = {("t", p): 10 * p for p in range(50)}
+        offsets[("t1", 2)] = 7  # ("t 1" is not "t1": names hold no spaces)
+        checkpoint.write_offsets(path, offsets)
+        self.assertEqual(checkpoint.read_offsets_of(path, [("t", 0), ("t", 49), ("t1", 2),
+                                                           ("t", 50), ("u", 1)]),
+                         {("t", 0): 0, ("t", 49): 490, ("t1", 2): 7})
+        self.assertEqual(checkpoint.read_offsets_of(path + ".none", [("t", 0)]), {})
+        with open(path) as f:
+            text = f.read()
+        with open(path, "w") as f:
+            f.write(text.replace("\nt 3 30\n", "\n"))  # one entry fewer than the count says
+        with self.assertRaises(checkpoint.CheckpointError):
+            checkpoint.read_offsets_of(path, [("t", 0)])
+        with open(path, "w") as f:
+            f.write(text.replace("\nt 3 30\n", "\nt 3 x\n"))
+        with self.assertRaises(checkpoint.CheckpointError):
+            checkpoint.read_offsets_of(path, [("t", 3)])
+
+    def test_a_compacted_log_loads_with_its_checkpointed_offsets_without_parsing_them_all(self):
+        mgr = self.fill()
+        c = mgr.get_or_create_log("c", 0, None, {"cleanup.policy": "compact"})
+        for i in range(3):
+            c.append_as_leader(make_batch(1, key=b"k%d" % i, timestamp=self.now()), 3)
+        c.update_high_watermark(2)
+        mgr.shutdown()
+        self.assertNotIn("c-0", summary.read_summaries(
+            os.path.join(self.dir, summary.LOG_SUMMARY_FILE)))
+        parsed = []
+        real = checkpoint.read_offsets
+        self.patch(checkpoint, "read_offsets", lambda path: parsed.append(path) or real(path))
+        mgr = LogManager([self.dir], {}, reactor=self.clock,
+                         topic_overrides={"c": {"cleanup.policy": "compact"}})
+        mgr.load_logs()
+        self.assertEqual(parsed, [])
+        self.assertEqual([lg.topic for lg in mgr.opened_logs()], ["c"])
+        c = mgr.get_log("c", 0)
+        self.assertEqual((c.log_end_offset, c.high_watermark, c.recovery_point), (3, 2, 3))
+        mgr.shutdown()

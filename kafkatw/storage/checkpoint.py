@@ -84,6 +84,40 @@ def write_offsets(path, offsets, sync=True):
     write_lines(path, lines, sync)
 
 
+def read_offsets_of(path, wanted):
+    """:func:`read_offsets` for the entries of ``wanted`` ((topic, partition)s) only, each
+    found in the text instead of every line parsed: a start after a clean shutdown wants a
+    few logs' offsets (those its summary leaves out) from files of 50,000 lines. The header
+    is checked as :func:`read_lines` does; a wanted entry's line must be well formed."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except FileNotFoundError:
+        return {}
+    head = text.split("\n", 2)
+    try:
+        found, count = int(head[0]), int(head[1])
+    except (IndexError, ValueError):
+        raise CheckpointError("malformed checkpoint file %s" % (path,))
+    if found != CURRENT_VERSION:
+        raise CheckpointError("unrecognised version %d in %s" % (found, path))
+    if text.count("\n") - 2 + (not text.endswith("\n")) != count:  # (a last line's newline)
+        raise CheckpointError("expected %d entries in %s" % (count, path))
+    out = {}
+    for topic, partition in wanted:
+        key = "\n%s %d " % (topic, partition)  # (names hold no spaces: one line matches)
+        at = text.find(key)
+        if at < 0:
+            continue
+        end = text.find("\n", at + 1)
+        value = text[at + len(key):end if end >= 0 else len(text)]
+        try:
+            out[(topic, partition)] = int(value)
+        except ValueError:
+            raise CheckpointError("malformed line %r in %s" % (key[1:] + value, path))
+    return out
+
+
 def read_offsets(path):
     out = {}
     for fields in read_lines(path):
