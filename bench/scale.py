@@ -3,6 +3,7 @@ them. ``make bench-scale`` or
 
     .venv/bin/python -m bench.scale [--partitions 1000 10000 50000] [--connections 1000 10000]
                                     [--limit 20000] [--tansu | --only-tansu]
+    .venv/bin/python -m bench.scale --start-only DATA_DIR [--rounds 3]
 
 Partitions, for each count: topics of at most 2,000 partitions created with confluent-kafka's
 admin client (the slowest CreateTopics of a topic and the total), Metadata for every topic on
@@ -18,11 +19,16 @@ Connections, for each count: that many connections each send ApiVersions and Met
 topic) and stay open; the broker's RSS before and after, then Metadata on a new connection
 (median and worst of 20) while they are open.
 
-``--tansu`` measures Tansu (memory storage) the same way where it can. Prints one line per
-figure; nothing is asserted.
+``--tansu`` measures Tansu (memory storage) the same way where it can. ``--start-only``
+starts kafkatw on a data dir a clean stop left (its topics created and produced to as a
+partitions run does, by a broker given that ``data_dir``) ``--rounds`` times: from spawning the process to ready (the first Metadata for
+every topic answered), the broker's CPU then, the first Metadata's time, the clean stop; which
+kafkatw runs is the one ``PYTHONPATH`` gives (an A/B against another worktree). Prints one
+line per figure; nothing is asserted.
 """
 
 import argparse
+import os
 import resource
 import socket
 import struct
@@ -273,6 +279,42 @@ def partitions_run(name, partitions, limit):
         s.close()
 
 
+def start_only(data_dir, limit, rounds):
+    """Clean starts of kafkatw on ``data_dir`` (see the module's doc)."""
+    import kafkatw
+    from kafkatw.testing import KafkaBroker
+
+    # (the broker, a twistd process, takes kafkatw from PYTHONPATH before the installed one)
+    where = os.environ.get("PYTHONPATH") or os.path.dirname(
+        os.path.dirname(os.path.abspath(kafkatw.__file__)))
+    for i in range(rounds):
+        b = KafkaBroker(data_dir=data_dir, keep_data=True, open_file_limit=limit,
+                        start_timeout=600, overrides={"kafkatw.request.log.enable": "false"})
+        t0 = time.monotonic()
+        b.start()
+        answered, cpu_answered = time.monotonic() - t0, cpu_seconds(b.process.pid)
+        host, port = b.bootstrap_servers.rsplit(":", 1)
+        with socket.create_connection((host, int(port))) as sock:
+            t = time.monotonic()
+            resp = decode(3, 12, exchange(sock, 3, 12, metadata_body(None)))
+            ready = time.monotonic()
+        cpu_ready = cpu_seconds(b.process.pid)
+        t = ready - t
+        with open(b.log_path) as f:
+            loaded = [ln.split("] ", 1)[-1].strip() for ln in f
+                      if "after a clean shutdown" in ln or "after an unclean stop" in ln]
+        stopped = time.monotonic()
+        b.stop(timeout=600)
+        label = "start %d (%s)" % (i + 1, where)
+        say("kafkatw", label + ": ApiVersions answered", "%.2f s (the broker's CPU %.2f s)"
+            % (answered, cpu_answered))
+        say("kafkatw", label + ": ready", "%.2f s (the broker's CPU %.2f s; first Metadata "
+            "%.0f ms, %d partitions)" % (ready - t0, cpu_ready, t * 1000,
+                                         sum(len(tp.partitions) for tp in resp.topics)))
+        say("kafkatw", label + ": clean stop", "%.1f s" % (time.monotonic() - stopped))
+        say("kafkatw", label + ": broker says", loaded[-1] if loaded else "?")
+
+
 def connections_run(name, count, limit):
     s = Subject(name, limit)
     s.start()
@@ -318,7 +360,13 @@ def main(argv=None):
     ap.add_argument("--limit", type=int, default=20000, help="the broker's ulimit -n")
     ap.add_argument("--tansu", action="store_true", help="Tansu too")
     ap.add_argument("--only-tansu", action="store_true")
+    ap.add_argument("--start-only", metavar="DATA_DIR",
+                    help="only clean starts of kafkatw on this data dir (see above)")
+    ap.add_argument("--rounds", type=int, default=1, help="starts for --start-only")
     a = ap.parse_args(argv)
+    if a.start_only:
+        start_only(a.start_only, a.limit, a.rounds)
+        return
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if max(a.connections or [0]) + 100 > soft:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
