@@ -332,6 +332,26 @@ class ProduceTests(Base):
         self.assertEqual(results[other].base_offset, 0)
         self.assertEqual(self.rm.producer_state(*tp).last_entry(5).last_seq, 0)
 
+    def test_a_rebuild_goes_on_from_a_log_start_moved_under_it(self):
+        """DeleteRecords (or retention) moving the log start past a rebuild's next read: the
+        rebuild goes on from the new start. It used to stop there and the state, missing every
+        producer after that point, was installed as complete (no deduplication for them)."""
+        tp = ("t", 0)
+        big = 600 * 1024  # two batches do not fit in one of the rebuild's 1 MiB reads
+        for pid in (5, 6, 7):
+            self.produce(tp, batch(payload=big, pid=pid, epoch=0, seq=0))
+        log_ = self.lm.get_log(*tp)
+        ps, start = self.rm._new_producer_state(log_)
+        self.assertEqual(start, 0)
+        steps = self.rm._rebuild_steps(ps, log_, start)
+        next(steps)  # the first read held batch 0 whole and batch 1 in part: pid 5 known
+        self.assertEqual(sorted(ps.producers), [5])
+        log_.log_start_offset = 2  # batches 0 and 1 deleted before the next read
+        for _ in steps:
+            pass
+        self.assertEqual(sorted(ps.producers), [5, 7])
+        self.assertEqual(ps.last_entry(7).last_seq, 0)
+
     def test_deleting_a_partition_answers_appends_waiting_for_its_rebuild(self):
         tp = ("t", 0)
         self.produce(tp, batch())

@@ -559,7 +559,12 @@ class ReplicaManager:
         while offset < log_.log_end_offset:
             try:
                 info = log_.read(offset, 1 << 20, FetchIsolation.LOG_END, True)
-            except KafkaError:
+            except KafkaError as e:
+                if e.code == errors.OFFSET_OUT_OF_RANGE and offset < log_.log_start_offset:
+                    # deleted under the rebuild (DeleteRecords, retention): what went is
+                    # gone, the rest still counts
+                    offset = log_.log_start_offset
+                    continue
                 break
             records = info.records
             data = records.read() if hasattr(records, "read") else bytes(records or b"")
