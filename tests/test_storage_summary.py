@@ -326,6 +326,34 @@ class LogObjectsMadeOnUseTest(SummaryBase):
                              (self.expected(p) + extra, p + 1, b"\x05" * 16))
         mgr2.shutdown()
 
+    def test_a_deleted_unopened_log_leaves_the_checkpoints(self):
+        """A partition deleted without ever being used since the start leaves the offset
+        checkpoints at their next write: a log of the same name made later (the topic made
+        again) must not load, after a kill -9, with the deleted one's log start and recovery
+        point (its records hidden, its unflushed tail not recovered)."""
+        mgr = self.fill()
+        mgr.get_log("t", 5).delete_records_before(4)
+        mgr.shutdown()
+        mgr = self.make()
+        mgr.checkpoint_recovery_offsets()
+        mgr.checkpoint_log_start_offsets()
+        mgr.checkpoint_high_watermarks()
+        mgr.delete_logs("t", [5])
+        self.clock.advance(120)  # (file.delete.delay.ms: the -delete dir goes)
+        mgr.checkpoint_recovery_offsets()
+        mgr.checkpoint_log_start_offsets()
+        mgr.checkpoint_high_watermarks()
+        kept = {("t", p): p + 1 for p in range(PARTITIONS - 1)}
+        self.assertEqual(self.checkpoints(), [kept, {tp: 0 for tp in kept}, kept])
+        # the topic made again, two records written, then a kill -9 before the next tick
+        lg = mgr.get_or_create_log("t", 5, b"\x06" * 16, {})
+        lg.append_as_leader(make_batch(2, values=[b"a", b"b"], timestamp=self.now()), 7)
+        lg.update_high_watermark(lg.log_end_offset)
+        mgr2 = self.make()
+        lg = mgr2.get_log("t", 5)
+        self.assertEqual((values(lg), lg.log_start_offset), ([(0, b"a"), (1, b"b")], 0))
+        mgr2.shutdown()
+
     def test_an_unopened_log_on_a_dir_gone_offline_answers_storage_error(self):
         from kafkatw.protocol import errors
         from kafkatw.protocol.errors import KafkaError

@@ -1116,8 +1116,11 @@ class LogManager:
         if self._retention_due.get(tp, (None, None))[1] == id(lg):
             del self._retention_due[tp]  # (its heap entry goes when its time comes)
         for name, _ in _CHECKPOINTS:
-            if self._checkpointed[name].get(d, {}).pop(tp, None) is not None:
-                self._checkpoint_dirty[name].add(d)
+            # (always: a log opened since the start only to be deleted was never collected,
+            # but the files list it from its summary; left there, a log of the same name
+            # made later loaded with its log start and recovery point after a kill -9)
+            self._checkpointed[name].get(d, {}).pop(tp, None)
+            self._checkpoint_dirty[name].add(d)
 
     def _write_checkpoints(self, name):
         """Write checkpoint ``name`` in each online dir whose entries changed since it was
