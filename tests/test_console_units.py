@@ -225,7 +225,7 @@ class TopicListTests(unittest.SynchronousTestCase):
             node_id=1, topics={"t": types.SimpleNamespace(name="t", is_internal=False, num_partitions=4)},
             partition_state=lambda topic, p: states[p])
         broker = types.SimpleNamespace(metadata=metadata, log_manager=types.SimpleNamespace(
-            get_log=lambda topic, p: log if p in (0, 1) else None))
+            log_view=lambda topic, p: log if p in (0, 1) else None))
         client = types.SimpleNamespace(authorize=lambda op, kind, names, key: defer.succeed(list(names)))
         (row,) = self.successResultOf(views.topic_list(client, broker))["topics"]
         self.assertEqual((row["partitions"], row["replicationFactor"], row["underReplicated"], row["offline"]),

@@ -300,12 +300,12 @@ def fake_broker(partitions, groups=0):
     by_tp = {(lg.topic, lg.partition): lg for lg in logs}
     lookups = []
 
-    def get_log(topic, partition):
+    def log_view(topic, partition):
         lookups.append((topic, partition))
         return by_tp.get((topic, partition))
 
     log_manager = types.SimpleNamespace(log_views=lambda: list(logs), offline_dirs=frozenset(),
-                                        online_dirs=["/d"], get_log=get_log, lookups=lookups)
+                                        online_dirs=["/d"], log_view=log_view, lookups=lookups)
     coordinator = types.SimpleNamespace(
         groups={"g%d" % g: types.SimpleNamespace(offsets={(lg.topic, lg.partition): types.SimpleNamespace(offset=4)
                                                           for lg in logs}) for g in range(groups)},
@@ -379,7 +379,7 @@ class SnapshotTests(unittest.SynchronousTestCase):
     def test_label_values_are_escaped(self):
         bulk = exporter.BulkText()
         group = types.SimpleNamespace(offsets={("t", 0): types.SimpleNamespace(offset=1)})
-        log_manager = types.SimpleNamespace(get_log=lambda topic, partition: _Log(topic, partition, end=3))
+        log_manager = types.SimpleNamespace(log_view=lambda topic, partition: _Log(topic, partition, end=3))
         bulk.add_groups(log_manager, [('a "quoted"\\group\n', group)])
         bulk.add_topics(['odd"topic'], ({'odd"topic': 5}, {}, {}))
         scraped = samples(bulk.text().decode())

@@ -274,6 +274,42 @@ class LogObjectsMadeOnUseTest(SummaryBase):
         self.assertEqual([v[6] for v in listed], [p + 1 for p in range(PARTITIONS)])
         mgr.shutdown()
 
+    def test_the_console_and_the_group_lag_metrics_make_no_log(self):
+        """The console's topic list and topic page, and the consumer lag of a metrics scrape
+        read a partition's log as a listing does (log_view): the topic list made every log of
+        every topic on the reactor, a scrape those of every committed offset."""
+        import types
+
+        from twisted.internet import defer
+
+        from kafkatw.console import views
+        from kafkatw.metrics import exporter
+
+        self.fill().shutdown()
+        made = self.count_made()
+        mgr = self.make()
+        metadata = types.SimpleNamespace(
+            node_id=0, partition_state=lambda topic, p: None,
+            topics={"t": types.SimpleNamespace(name="t", is_internal=False,
+                                               num_partitions=PARTITIONS)})
+        broker = types.SimpleNamespace(metadata=metadata, log_manager=mgr)
+        client = types.SimpleNamespace(
+            authorize=lambda op, kind, names, key: defer.succeed(list(names)))
+        (row,) = self.successResultOf(views.topic_list(client, broker))["topics"]
+        group = types.SimpleNamespace(offsets={("t", p): types.SimpleNamespace(offset=1)
+                                               for p in range(PARTITIONS)})
+        bulk = exporter.BulkText()
+        bulk.add_groups(mgr, [("g", group)])
+        self.assertEqual(made, [])
+        self.assertEqual(mgr.log_view("t", PARTITIONS), None)
+        sizes = sum(mgr.get_log("t", p).size for p in range(PARTITIONS))
+        self.assertEqual((row["sizeBytes"], row["records"]),
+                         (sizes, sum(p + 1 for p in range(PARTITIONS))))
+        self.assertEqual(bulk.groups, PARTITIONS)
+        self.assertIn(b'kafka_consumergroup_lag{consumergroup="g",topic="t",partition="5"} 5\n',
+                      bulk.text())
+        mgr.shutdown()
+
     def test_retention_opens_an_unopened_log_when_its_time_comes(self):
         props = {"log.retention.ms": "60000"}
         self.fill(props).shutdown()

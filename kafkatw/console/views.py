@@ -28,8 +28,9 @@ CONFIG_SOURCES = {0: "unknown", 1: "topic", 2: "dynamic broker", 3: "dynamic def
 
 
 def _log_of(broker, topic, partition):
+    """The log as a listing reads it (a log not opened since the start stays unopened)."""
     logs = broker.log_manager
-    return logs.get_log(topic, partition) if logs is not None else None
+    return logs.log_view(topic, partition) if logs is not None else None
 
 
 def log_dirs(broker):

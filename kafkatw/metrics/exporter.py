@@ -345,7 +345,7 @@ class BulkText:
         for group_id, group in groups:
             group_label = '{consumergroup="%s",topic="' % _label_value(group_id)
             for (topic, partition), committed in group.offsets.items():
-                lg = log_manager.get_log(topic, partition)
+                lg = log_manager.log_view(topic, partition)  # (none is made for this)
                 if lg is None:
                     continue
                 label = '%s%s",partition="%d"} ' % (group_label, _label_value(topic), partition)

@@ -546,6 +546,18 @@ class LogManager:
             views.append(UnopenedLogView(topic, partition, d, summ, d in offline))
         return views
 
+    def log_view(self, topic, partition):
+        """What a listing reads of one partition's log (:meth:`log_views`), or None: the
+        console's pages and a scrape's consumer lag ask per partition, and made every log."""
+        lg = self._logs.get((topic, partition))
+        if lg is not None:
+            return lg
+        entry = self._unopened.get((topic, partition))
+        if entry is not None:
+            d, summ = entry
+            return UnopenedLogView(topic, partition, d, summ, d in self._offline_dirs)
+        return self.get_log(topic, partition) if self._creating else None
+
     def opened_logs(self):
         """The log objects made so far (:meth:`all_logs` without the unopened ones)."""
         return list(self._logs.values())
