@@ -390,6 +390,29 @@ class LogObjectsMadeOnUseTest(SummaryBase):
         self.assertEqual((values(lg), lg.log_start_offset), ([(0, b"a"), (1, b"b")], 0))
         mgr2.shutdown()
 
+    def test_a_log_moved_to_another_dir_unused_leaves_the_first_dirs_checkpoints(self):
+        """AlterReplicaLogDirs of a partition not used since the start: once the future log
+        replaces it, the old dir's checkpoints stop listing it (a later move back would load
+        with them after a kill -9)."""
+        other = os.path.abspath(os.path.join(self.mktemp(), "e"))
+        self.fill().shutdown()
+        mgr = LogManager([self.dir, other], {}, reactor=self.clock)
+        mgr.load_logs()
+        for name in (checkpoint.RECOVERY_POINT_CHECKPOINT, checkpoint.LOG_START_OFFSET_CHECKPOINT,
+                     checkpoint.REPLICATION_OFFSET_CHECKPOINT):
+            mgr._write_checkpoints(name)
+        future = mgr.create_future_log("t", 0, other)
+        lg = mgr.get_log("t", 0)
+        future.append_as_follower(lg.read(0, 10 ** 6).records.read())
+        mgr.replace_current_with_future("t", 0, future)
+        self.assertEqual(mgr.log_dir_of("t", 0), other)
+        for name in (checkpoint.RECOVERY_POINT_CHECKPOINT, checkpoint.LOG_START_OFFSET_CHECKPOINT,
+                     checkpoint.REPLICATION_OFFSET_CHECKPOINT):
+            mgr._write_checkpoints(name)
+        kept = {("t", p): p + 1 for p in range(1, PARTITIONS)}
+        self.assertEqual(self.checkpoints(), [kept, {tp: 0 for tp in kept}, kept])
+        mgr.shutdown()
+
     def test_an_unopened_log_on_a_dir_gone_offline_answers_storage_error(self):
         from kafkatw.protocol import errors
         from kafkatw.protocol.errors import KafkaError
