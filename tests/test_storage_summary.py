@@ -413,6 +413,26 @@ class LogObjectsMadeOnUseTest(SummaryBase):
         self.assertEqual(self.checkpoints(), [kept, {tp: 0 for tp in kept}, kept])
         mgr.shutdown()
 
+    def test_a_start_and_clean_stop_touching_nothing_writes_the_same_files(self):
+        """The summary and offset checkpoints of logs never opened are written back as read,
+        byte for byte, however many clean restarts."""
+        self.fill().shutdown()
+        names = (summary.LOG_SUMMARY_FILE, checkpoint.RECOVERY_POINT_CHECKPOINT,
+                 checkpoint.LOG_START_OFFSET_CHECKPOINT, checkpoint.REPLICATION_OFFSET_CHECKPOINT)
+
+        def files():
+            out = []
+            for name in names:
+                with open(os.path.join(self.dir, name), "rb") as f:
+                    out.append(f.read())
+            return out
+        first = files()
+        for _ in range(2):
+            mgr = self.make()
+            self.assertEqual(mgr.opened_logs(), [])
+            mgr.shutdown()
+            self.assertEqual(files(), first)
+
     def test_an_unopened_log_on_a_dir_gone_offline_answers_storage_error(self):
         from kafkatw.protocol import errors
         from kafkatw.protocol.errors import KafkaError
