@@ -433,6 +433,37 @@ class LogObjectsMadeOnUseTest(SummaryBase):
             mgr.shutdown()
             self.assertEqual(files(), first)
 
+    def test_unopened_logs_of_a_dir_gone_offline_are_recovered_by_the_next_start(self):
+        """A dir failing while its logs are unopened gets no summary or marker at the clean
+        stop: the next start recovers them from their files, every record there; the other
+        dir's logs stay unopened."""
+        other = os.path.abspath(os.path.join(self.mktemp(), "e"))
+
+        def make():
+            mgr = LogManager([self.dir, other], {}, reactor=self.clock)
+            mgr.load_logs()
+            return mgr
+        mgr = make()
+        for p in range(PARTITIONS):
+            lg = mgr.get_or_create_log("t", p, b"\x05" * 16, {})
+            lg.append_as_leader(make_batch(p + 1, values=[b"%d/%d" % (p, i) for i in range(p + 1)],
+                                           timestamp=self.now()), 3)
+            lg.update_high_watermark(lg.log_end_offset)
+        mgr.shutdown()
+        mgr = make()
+        mgr.handle_dir_failure(other, OSError(5, "Input/output error"))
+        failed = sorted(v.partition for v in mgr.log_views() if v.is_offline)
+        self.assertEqual(len(failed), PARTITIONS // 2)
+        mgr.shutdown()
+        self.assertFalse(os.path.exists(os.path.join(other, checkpoint.CLEAN_SHUTDOWN_FILE)))
+        mgr = make()
+        self.assertEqual(sorted(p for _, p, _ in mgr.unopened_summaries()),
+                         sorted(set(range(PARTITIONS)) - set(failed)))
+        for p in range(PARTITIONS):
+            lg = mgr.get_log("t", p)
+            self.assertEqual((values(lg), lg.is_offline), (self.expected(p), False))
+        mgr.shutdown()
+
     def test_an_unopened_log_on_a_dir_gone_offline_answers_storage_error(self):
         from kafkatw.protocol import errors
         from kafkatw.protocol.errors import KafkaError
