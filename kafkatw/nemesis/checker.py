@@ -126,32 +126,31 @@ def consumer_anomalies(seen, final):
     return found
 
 
-def read_batches(partition_dir):
-    """``[(base_offset, last_offset, crc)]`` of every batch in a partition directory's segment
-    files, in offset order (a torn tail after a crash is left out, as log recovery would)."""
-    batches = []
+def _headers(partition_dir):
+    """Every batch header in a partition directory's segment files, in offset order (a torn
+    tail after a crash is left out, as log recovery would)."""
     names = sorted(n for n in os.listdir(partition_dir) if n.endswith(_LOG_SUFFIX))
     for name in names:
         with open(os.path.join(partition_dir, name), "rb") as f:
             data = f.read()
         for _, header in iter_batch_headers(data, allow_partial_tail=True):
-            batches.append((header.base_offset, header.last_offset, header.crc))
-    return batches
+            yield header
+
+
+def read_batches(partition_dir):
+    """``[(base_offset, last_offset, crc)]`` of every batch in a partition directory's segment
+    files, in offset order."""
+    return [(h.base_offset, h.last_offset, h.crc) for h in _headers(partition_dir)]
 
 
 def read_producers(partition_dir):
     """``{offset: (producer id, producer epoch)}`` of every record of an idempotent producer
     in a partition directory's segment files (control batches left out)."""
     producers = {}
-    names = sorted(n for n in os.listdir(partition_dir) if n.endswith(_LOG_SUFFIX))
-    for name in names:
-        with open(os.path.join(partition_dir, name), "rb") as f:
-            data = f.read()
-        for _, h in iter_batch_headers(data, allow_partial_tail=True):
-            if h.producer_id >= 0 and not h.is_control:
-                origin = (h.producer_id, h.producer_epoch)
-                for offset in range(h.base_offset, h.last_offset + 1):
-                    producers[offset] = origin
+    for h in _headers(partition_dir):
+        if h.producer_id >= 0 and not h.is_control:
+            producers.update(dict.fromkeys(range(h.base_offset, h.last_offset + 1),
+                                           (h.producer_id, h.producer_epoch)))
     return producers
 
 
