@@ -482,36 +482,35 @@ class ListenerTests(SynchronousTestCase):
                               {"inter.broker.listener.name": "SSL"})
         self.assertIn("inter.broker.listener.name", str(e))
 
+    def assertOnlyDefaultAccepted(self, props, key, default, value, message):
+        """``key`` left unset reads ``default``; set to ``value`` it stops the config with
+        exactly ``message`` (accepted but not honoured is refused)."""
+        self.assertEqual(KafkaConfig.from_properties(props)[key], default)
+        e = self.assertRaises(ConfigError, KafkaConfig.from_properties, dict(props, **{key: value}))
+        self.assertEqual(str(e), "Invalid value %s for configuration %s: %s" % (value, key, message))
+
     def test_a_bound_on_queued_request_bytes_is_refused_not_ignored(self):
         key = "queued.max.request.bytes"
         self.assertEqual(KafkaConfig.from_properties({key: "-1"})[key], -1)
-        e = self.assertRaises(ConfigError, KafkaConfig.from_properties, {key: "104857600"})
-        self.assertEqual(str(e), "Invalid value 104857600 for configuration queued.max.request.bytes: "
-                                 "kafkatw bounds queued requests by count (queued.max.requests), not by "
-                                 "bytes; only -1 is accepted")
+        self.assertOnlyDefaultAccepted({}, key, -1, "104857600",
+                                       "kafkatw bounds queued requests by count (queued.max.requests), "
+                                       "not by bytes; only -1 is accepted")
 
     def test_early_start_listeners_are_refused_not_ignored(self):
         """Kafka's listeners named there accept before the authorizer has started; every
         listener of kafkatw waits for it."""
-        props = {"listeners": "PLAINTEXT://:1"}
-        self.assertIsNone(KafkaConfig.from_properties(props)["early.start.listeners"])
-        e = self.assertRaises(ConfigError, KafkaConfig.from_properties,
-                              dict(props, **{"early.start.listeners": "PLAINTEXT"}))
-        self.assertEqual(str(e), "Invalid value PLAINTEXT for configuration early.start.listeners: "
-                                 "kafkatw starts no listener early: every listener accepts once the "
-                                 "authorizer has started")
+        self.assertOnlyDefaultAccepted({"listeners": "PLAINTEXT://:1"}, "early.start.listeners", None,
+                                       "PLAINTEXT", "kafkatw starts no listener early: every listener "
+                                       "accepts once the authorizer has started")
 
     def test_a_control_plane_listener_is_refused_not_ignored(self):
         """Kafka would send the controller's requests there; kafkatw's take the inter-broker
         listener whatever it says."""
         props = {"listeners": "PLAINTEXT://:1,CONTROL://:2",
                  "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROL:PLAINTEXT"}
-        self.assertIsNone(KafkaConfig.from_properties(props)["control.plane.listener.name"])
-        e = self.assertRaises(ConfigError, KafkaConfig.from_properties,
-                              dict(props, **{"control.plane.listener.name": "CONTROL"}))
-        self.assertEqual(str(e), "Invalid value CONTROL for configuration control.plane.listener.name: "
-                                 "kafkatw has no separate control plane listener: controller traffic "
-                                 "uses inter.broker.listener.name")
+        self.assertOnlyDefaultAccepted(props, "control.plane.listener.name", None, "CONTROL",
+                                       "kafkatw has no separate control plane listener: controller "
+                                       "traffic uses inter.broker.listener.name")
 
 
 class DerivedTests(SynchronousTestCase):
