@@ -57,22 +57,31 @@ def write_lines(path, lines, sync=True, version=CURRENT_VERSION):
         os.replace(tmp, path)
 
 
-def read_lines(path, version=CURRENT_VERSION):
-    """The entries of a :func:`write_lines` file split at spaces ([] if there is none)."""
+def _read_checked(path, version):
+    """``(text, count)`` of a :func:`write_lines` file whose header (version, entry count) is
+    well formed, or None if there is no file."""
     try:
         with open(path) as f:
             text = f.read()
     except FileNotFoundError:
-        return []
-    lines = text.split("\n")
+        return None
+    head = text.split("\n", 2)
     try:
-        found = int(lines[0])
-        count = int(lines[1])
+        found, count = int(head[0]), int(head[1])
     except (IndexError, ValueError):
         raise CheckpointError("malformed checkpoint file %s" % (path,))
     if found != version:
         raise CheckpointError("unrecognised version %d in %s" % (found, path))
-    entries = lines[2:2 + count]
+    return text, count
+
+
+def read_lines(path, version=CURRENT_VERSION):
+    """The entries of a :func:`write_lines` file split at spaces ([] if there is none)."""
+    checked = _read_checked(path, version)
+    if checked is None:
+        return []
+    text, count = checked
+    entries = text.split("\n")[2:2 + count]
     if len(entries) != count or any(not e.strip() for e in entries):
         raise CheckpointError("expected %d entries in %s" % (count, path))
     return [e.split() for e in entries]
@@ -89,18 +98,10 @@ def read_offsets_of(path, wanted):
     found in the text instead of every line parsed: a start after a clean shutdown wants a
     few logs' offsets (those its summary leaves out) from files of 50,000 lines. The header
     is checked as :func:`read_lines` does; a wanted entry's line must be well formed."""
-    try:
-        with open(path) as f:
-            text = f.read()
-    except FileNotFoundError:
+    checked = _read_checked(path, CURRENT_VERSION)
+    if checked is None:
         return {}
-    head = text.split("\n", 2)
-    try:
-        found, count = int(head[0]), int(head[1])
-    except (IndexError, ValueError):
-        raise CheckpointError("malformed checkpoint file %s" % (path,))
-    if found != CURRENT_VERSION:
-        raise CheckpointError("unrecognised version %d in %s" % (found, path))
+    text, count = checked
     if text.count("\n") - 2 + (not text.endswith("\n")) != count:  # (a last line's newline)
         raise CheckpointError("expected %d entries in %s" % (count, path))
     out = {}
