@@ -138,6 +138,24 @@ class CheckReplicasTests(unittest.SynchronousTestCase):
         self.assertTrue(divergent[0].startswith("t-1: broker 2 offsets 1-1 (crc "), divergent)
         self.assertIn("differ from broker 1's batch 1-1", divergent[0])
 
+    def test_producers_come_from_the_replica_the_others_are_compared_with(self):
+        """The longest replica (broker 2 here, holding a batch the others lack) gives the
+        producer ids and epochs check_records reads, from the same read of the files."""
+        root = tempfile.mkdtemp()
+        self.addCleanup(__import__("shutil").rmtree, root)
+        dirs = {b: os.path.join(root, "b%d" % b) for b in (1, 2)}
+        first = build_batch([Record(value=b"a")], base_offset=0, producer_id=5, producer_epoch=0, base_sequence=0)
+        later = build_batch([Record(value=b"b"), Record(value=b"c")], base_offset=1, producer_id=5,
+                            producer_epoch=1, base_sequence=0)
+        for b, batches in ((1, [first]), (2, [first, later])):
+            os.makedirs(os.path.join(dirs[b], "t-0"))
+            with open(os.path.join(dirs[b], "t-0", "%020d.log" % 0), "wb") as f:
+                f.write(b"".join(bytes(x) for x in batches))
+        producers = {}
+        self.assertEqual(checker.check_data_dirs(dirs, "t", 1, producers),
+                         ([], ["t-0: broker 1 ends at 1, broker 2 at 3"]))
+        self.assertEqual(producers, {0: {0: (5, 0), 1: (5, 1), 2: (5, 1)}})
+
 
 class ProducerClientLogTests(unittest.SynchronousTestCase):
     def test_a_producer_writes_librdkafka_s_account_to_its_file(self):

@@ -146,28 +146,27 @@ def read_batches(partition_dir):
 def read_producers(partition_dir):
     """``{offset: (producer id, producer epoch)}`` of every record of an idempotent producer
     in a partition directory's segment files (control batches left out)."""
+    return _producers(_headers(partition_dir))
+
+
+def _producers(headers):
     producers = {}
-    for h in _headers(partition_dir):
+    for h in headers:
         if h.producer_id >= 0 and not h.is_control:
             producers.update(dict.fromkeys(range(h.base_offset, h.last_offset + 1),
                                            (h.producer_id, h.producer_epoch)))
     return producers
 
 
-def longest_replica_producers(data_dirs, topic, partitions):
-    """:func:`read_producers` of each partition from the replica with the most records (the
-    replicas hold the same batches wherever both have one, which ``check_data_dirs`` checks)."""
-    result = {}
-    for p in range(partitions):
-        best = {}
-        for _, data_dir in sorted(data_dirs.items()):
-            path = os.path.join(data_dir, "%s-%d" % (topic, p))
-            if os.path.isdir(path):
-                found = read_producers(path)
-                if len(found) > len(best):
-                    best = found
-        result[p] = best
-    return result
+def _ends(replica_batches):
+    """{broker: log end} of ``{broker:`` :func:`read_batches` ``}``."""
+    return {b: (batches[-1][1] + 1 if batches else 0) for b, batches in replica_batches.items()}
+
+
+def _longest(ends):
+    """The broker id of the longest replica (``ends``: {broker: log end}), the lowest id of
+    equals."""
+    return max(sorted(ends), key=lambda b: ends[b])
 
 
 def check_replicas(replica_batches):
@@ -178,8 +177,8 @@ def check_replicas(replica_batches):
     divergent, lagging = [], []
     if not replica_batches:
         return divergent, lagging
-    ends = {b: (batches[-1][1] + 1 if batches else 0) for b, batches in replica_batches.items()}
-    reference_id = max(sorted(ends), key=lambda b: ends[b])
+    ends = _ends(replica_batches)
+    reference_id = _longest(ends)
     reference = {base: (last, crc) for base, last, crc in replica_batches[reference_id]}
     for broker, batches in sorted(replica_batches.items()):
         if broker == reference_id:
@@ -196,18 +195,23 @@ def check_replicas(replica_batches):
     return divergent, lagging
 
 
-def check_data_dirs(data_dirs, topic, partitions):
+def check_data_dirs(data_dirs, topic, partitions, producers=None):
     """Divergence and lag over every partition of ``topic`` whose directory exists in the
     brokers' ``data_dirs`` (``{broker id: path}``); returns ``(divergent, lagging)`` with the
-    partition named in each line."""
+    partition named in each line. Given a dict, ``producers`` gets ``{partition:``
+    :func:`read_producers` ``}`` of the longest replica (the one the others are compared with),
+    from the same read of the files."""
     divergent, lagging = [], []
     for p in range(partitions):
-        replicas = {}
+        replicas, headers = {}, {}
         for broker, data_dir in sorted(data_dirs.items()):
             path = os.path.join(data_dir, "%s-%d" % (topic, p))
             if os.path.isdir(path):
-                replicas[broker] = read_batches(path)
+                found = headers[broker] = list(_headers(path))
+                replicas[broker] = [(h.base_offset, h.last_offset, h.crc) for h in found]
         d, lag = check_replicas(replicas)
         divergent += ["%s-%d: %s" % (topic, p, line) for line in d]
         lagging += ["%s-%d: %s" % (topic, p, line) for line in lag]
+        if producers is not None:
+            producers[p] = _producers(headers[_longest(_ends(replicas))]) if replicas else {}
     return divergent, lagging

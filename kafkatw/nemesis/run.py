@@ -116,12 +116,13 @@ def run(options, log=print):
         final, report.ends = workload.read_back(cluster.bootstrap_servers, options.topic, options.partitions)
         for b in cluster.brokers.values():
             b.stop()  # a clean stop: every segment flushed before its files are read
-        data_dirs = {i: b.data_dir for i, b in cluster.brokers.items()}
-        verdict = checker.check_records(
-            acked, final, checker.longest_replica_producers(data_dirs, options.topic, options.partitions))
+        origins = {}  # {partition: {offset: (producer id, epoch)}}
+        divergent, lagging = checker.check_data_dirs({i: b.data_dir for i, b in cluster.brokers.items()},
+                                                     options.topic, options.partitions, origins)
+        verdict = checker.check_records(acked, final, origins)
+        verdict.divergent, verdict.lagging = divergent, lagging
         for c in consumers:
             verdict.consumer_anomalies += checker.consumer_anomalies(c.seen, final)
-        verdict.divergent, verdict.lagging = checker.check_data_dirs(data_dirs, options.topic, options.partitions)
         report.verdict = verdict
         if not verdict.ok:
             cluster.keep_data = True  # the evidence: segment files and broker logs

@@ -20,11 +20,10 @@ def parse_value(value):
 
 
 def _file_logger(index, path):
-    """A logger of its own (not propagated) writing one producer's client log to ``path``."""
-    logger = logging.getLogger("kafkatw.nemesis.producer-%d.%s" % (index, path))
-    logger.propagate = False
-    logger.setLevel(logging.DEBUG)
-    handler = logging.FileHandler(path)
+    """A logger of its own (not registered with ``logging``, not propagated) writing one
+    producer's client log to ``path``, opened on its first line."""
+    logger = logging.Logger("nemesis-producer-%d" % index, logging.DEBUG)
+    handler = logging.FileHandler(path, delay=True)
     handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
     logger.addHandler(handler)
     return logger
@@ -48,13 +47,15 @@ class ProducerWorker(threading.Thread):
         self.failed = []
         self.sent = 0
         self._halt = threading.Event()
+        self._log = None
         conf = {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
                 "linger.ms": 5, "message.timeout.ms": 300000, "retry.backoff.ms": 100,
                 "client.id": "nemesis-producer-%d" % index, "log_level": 2}
         if log_path is not None:
             # librdkafka's own account of every send, error, drain and epoch bump: what a
             # finding is explained from (a few thousand lines per minute)
-            conf.update({"debug": "eos,msg", "log_level": 7, "logger": _file_logger(index, log_path)})
+            self._log = _file_logger(index, log_path)
+            conf.update({"debug": "eos,msg", "log_level": 7, "logger": self._log})
         conf.update(config or {})
         self.conf = conf
         self.producer = None
@@ -87,12 +88,9 @@ class ProducerWorker(threading.Thread):
         """Stop producing and wait for the outstanding deliveries; returns how many are left."""
         self._halt.set()
         self.join(30)
-        if self.producer is None:
-            return 0
-        left = self.producer.flush(flush_timeout_s)
-        logger = self.conf.get("logger")
-        for handler in list(logger.handlers) if logger is not None else ():
-            logger.removeHandler(handler)
+        left = 0 if self.producer is None else self.producer.flush(flush_timeout_s)
+        for handler in list(self._log.handlers) if self._log is not None else ():
+            self._log.removeHandler(handler)
             handler.close()
         return left
 
@@ -109,6 +107,7 @@ class ConsumerWorker(threading.Thread):
         self.seen = {p: [] for p in range(partitions)}
         self.errors = []
         self._halt = threading.Event()
+        self._log = None
         conf = {"bootstrap.servers": bootstrap, "group.id": "nemesis-consumer-%d" % index,
                 "enable.auto.commit": False, "isolation.level": "read_committed",
                 "auto.offset.reset": "earliest", "client.id": "nemesis-consumer-%d" % index,
