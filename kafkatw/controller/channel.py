@@ -30,15 +30,19 @@ class _BrokerQueue:
         self.retry = None
 
 
+#: the wait before a request to a broker is sent again (a fixed 100 ms, as AlterPartition's
+#: retry: retry.backoff.ms is a client config, not a broker's)
+RETRY_BACKOFF_S = 0.1
+
+
 class ControllerChannelManager:
     """Queues per broker. ``client`` is a KafkaNetworkClient; ``listener_name`` the inter-broker
     listener whose endpoint each BrokerInfo names."""
 
-    def __init__(self, reactor, client, listener_name, retry_backoff_ms=100):
+    def __init__(self, reactor, client, listener_name):
         self._reactor = reactor
         self._client = client
         self._listener = listener_name
-        self._backoff = retry_backoff_ms / 1000.0
         self._brokers = {}
 
     def add_broker(self, info):
@@ -110,7 +114,7 @@ class ControllerChannelManager:
             return
         if not failure.check(NodeUnavailableError, RequestTimeoutError):
             log.failure("request to broker {id} failed", failure, id=broker_id)
-        q.retry = self._reactor.callLater(self._backoff, self._pump, broker_id, q)
+        q.retry = self._reactor.callLater(RETRY_BACKOFF_S, self._pump, broker_id, q)
 
 
 # -- request builders --------------------------------------------------------------------------
