@@ -309,12 +309,11 @@ class _Hook:
         self.taken = 0
 
     def _environ(self, **extra):
-        """The broker's environment: the hook first on ``PYTHONPATH`` (once, when both probes
-        are used), no fork server (it would not inherit it), and ``extra``."""
+        """The broker's environment: the hook first on ``PYTHONPATH`` (one probe a run: both
+        together are refused), no fork server (it would not inherit it), and ``extra``."""
         path = os.environ.get("PYTHONPATH")
-        if path and path.split(os.pathsep)[0] != self.HOOK:
-            path = self.HOOK + os.pathsep + path
-        return dict(extra, PYTHONPATH=path or self.HOOK, KAFKATW_TESTING_FORK_SERVER="0")
+        return dict(extra, PYTHONPATH=self.HOOK + (os.pathsep + path if path else ""),
+                    KAFKATW_TESTING_FORK_SERVER="0")
 
     def _ask(self, pid, signum, suffix, timeout, what):
         """Signal ``pid`` and wait for the file it writes; its path."""
