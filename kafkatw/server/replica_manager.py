@@ -38,6 +38,7 @@ from kafkatw.server.replication_quota import (
 )
 from kafkatw.purgatory import DelayedOperationPurgatory, TopicPartitionOperationKey
 from kafkatw.server.topic_stats import BrokerTopicStats
+from kafkatw.storage.log import summary_offsets
 from kafkatw.storage.offsets import (
     ORIGIN_CLIENT,
     UNKNOWN_OFFSET_METADATA,
@@ -638,8 +639,9 @@ class ReplicaManager:
         # The logs not opened since a clean shutdown are opened only if this has work for
         # them (from their summaries: a high watermark behind the end, or producer state).
         for topic, p, summ in lm.unopened_summaries():
-            if (not self.cluster_mode and summ.high_watermark < summ.log_end_offset) or (
-                    summ.producer_snapshot and summ.log_end_offset > summ.log_start_offset):
+            start, _, hw = summary_offsets(summ)  # (as the log would report them)
+            if (not self.cluster_mode and hw < summ.log_end_offset) or (
+                    summ.producer_snapshot and summ.log_end_offset > start):
                 lm.get_log(topic, p)
         for log_ in lm.opened_logs():
             if not self.cluster_mode:

@@ -82,38 +82,24 @@ class UnopenedLogView:
     """What a listing reads of a log not opened since the start, from its summary (the
     attributes of :class:`UnifiedLog` of the same names)."""
 
-    __slots__ = ("topic", "partition", "dir", "_summary", "is_offline")
+    __slots__ = ("topic", "partition", "dir", "size", "number_of_segments", "log_start_offset",
+                 "log_end_offset", "high_watermark", "topic_id", "is_offline")
 
     def __init__(self, topic, partition, directory, summ, is_offline):
         self.topic = topic
         self.partition = partition
-        self.dir = "%s%s%s-%d" % (directory, os.sep, topic, partition)
-        self._summary = summ
+        self.dir = _partition_dir(directory, topic, partition)
+        self.size = summ.size
+        self.number_of_segments = summ.segment_count
+        self.log_start_offset, _, self.high_watermark = summary_offsets(summ)
+        self.log_end_offset = summ.log_end_offset
+        self.topic_id = summ.topic_id
         self.is_offline = is_offline
 
-    @property
-    def size(self):
-        return self._summary.size
 
-    @property
-    def number_of_segments(self):
-        return self._summary.segment_count
-
-    @property
-    def log_start_offset(self):
-        return summary_offsets(self._summary)[0]
-
-    @property
-    def log_end_offset(self):
-        return self._summary.log_end_offset
-
-    @property
-    def high_watermark(self):
-        return summary_offsets(self._summary)[2]
-
-    @property
-    def topic_id(self):
-        return self._summary.topic_id
+def _partition_dir(directory, topic, partition):
+    """A partition's directory (joined without ``os.path.join``: 50,000 at a start)."""
+    return "%s%s%s-%d" % (directory, os.sep, topic, partition)
 
 
 class LogManager:
@@ -493,7 +479,7 @@ class LogManager:
         log is made from the summary and marked offline: it answers KAFKA_STORAGE_ERROR."""
         directory, summ = self._unopened.pop(key)
         topic, partition = key
-        path = "%s%s%s-%d" % (directory, os.sep, topic, partition)
+        path = _partition_dir(directory, topic, partition)
         config = self._open_configs.get(topic)
         if config is None:
             config = self._open_configs[topic] = self._config_for(topic)
