@@ -30,6 +30,7 @@ from .producer_state import SNAPSHOT_SUFFIX
 from .segment import (CLEANED_SUFFIX, DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, SWAP_SUFFIX,
                       TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, LogSegment)
 from .summary import LogSummary
+from .summary import usable as summary_usable
 from .txn_index import AbortedTxn
 from .validator import validate_and_assign
 
@@ -59,13 +60,6 @@ def parse_topic_partition(dirname):
 
 #: attributes a log made from a clean-shutdown summary sets when first used
 _DEFERRED = frozenset(("_segments", "_bases"))
-
-
-def _summary_usable(summary, log_start_offset):
-    """The summary agrees with the checkpointed log start (else the files decide)."""
-    return (summary.first_base <= summary.active_base <= summary.log_end_offset
-            and max(log_start_offset, summary.first_base) <= summary.log_end_offset
-            and summary.active_size <= summary.size and summary.segment_count >= 1)
 
 
 def summary_may_delete(summary, log_start_offset, config, now_ms):
@@ -248,7 +242,7 @@ class UnifiedLog:
         # (os.sep, not os.path.join: this runs for each of 50,000 logs at start)
         self._metadata_path = directory + os.sep + PARTITION_METADATA_FILE
         self._last_flush_ms = self._clock()
-        if summary is not None and _summary_usable(summary, log_start_offset):
+        if summary is not None and summary_usable(summary):  # (its log start is the one given)
             self._init_from_summary(summary, recovery_point, log_start_offset)
         else:
             self._init_from_files(topic_id, recovery_point, log_start_offset, needs_recovery,
