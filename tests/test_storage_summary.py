@@ -336,6 +336,34 @@ class LogObjectsMadeOnUseTest(SummaryBase):
             [(p + 1, p + 1) for p in range(PARTITIONS)])
         mgr.shutdown()
 
+    def test_a_topics_config_change_has_retention_look_at_that_topics_unopened_logs_only(self):
+        """Retention looks at every unopened log's summary once after the start; after one
+        topic's config change, at that topic's again, not at all 50,000 of them."""
+        mgr = self.fill()
+        mgr.get_or_create_log("u", 0, b"\x06" * 16, {})
+        mgr.shutdown()
+        mgr = self.make()
+        looked = []
+        real = manager_module.summary_may_delete
+
+        def spy(summ, *args):
+            looked.append(summ)
+            return real(summ, *args)
+        self.patch(manager_module, "summary_may_delete", spy)
+        mgr.cleanup_logs()
+        self.assertEqual(len(looked), PARTITIONS + 1)  # the start: every unopened log
+        del looked[:]
+        mgr.cleanup_logs()
+        self.assertEqual(looked, [])
+        mgr.update_log_config("u", {"retention.ms": "3600000"})
+        mgr.cleanup_logs()
+        self.assertEqual(len(looked), 1)  # u-0 only
+        del looked[:]
+        mgr.update_broker_defaults({"log.retention.ms": "7200000"})
+        mgr.cleanup_logs()
+        self.assertEqual(len(looked), PARTITIONS + 1)  # a default: every topic's
+        mgr.shutdown()
+
     def test_a_topic_made_compacted_opens_its_logs_for_the_cleaner(self):
         self.fill().shutdown()
         made = self.count_made()

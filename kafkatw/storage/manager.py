@@ -118,8 +118,9 @@ class LogManager:
         #: that no one has used since the start: the log object is made (:meth:`_open`) on first
         #: use. 50,000 made at start were half of the start's CPU.
         self._unopened = {}
-        #: retention has not yet looked at the unopened logs with the configs of now (the first
-        #: tick, and the first after a config change, does)
+        #: which unopened logs retention has yet to look at with the configs of now: True for
+        #: all (the first tick, and the first after a broker default changed), else the set of
+        #: topics whose config changed since its last look
         self._unopened_retention = True
         #: {topic: LogConfig} shared by the logs :meth:`_open` makes (as a load shares them)
         self._open_configs = {}
@@ -906,20 +907,23 @@ class LogManager:
             if t == topic:
                 lg.update_config(config)
                 self._note_compaction(lg)
-        self._config_changed(lambda t: t == topic)
+        self._config_changed(topic)
         return config
 
-    def _config_changed(self, affected):
-        """The config of the topics ``affected(topic)`` is true of changed: their unopened logs
-        are opened if now compacted (the cleaner works on log objects), and retention looks at
-        the unopened ones again at its next tick."""
+    def _config_changed(self, changed):
+        """The config of topic ``changed`` (None: of every topic) changed: its unopened logs are
+        opened if now compacted (the cleaner works on log objects), and retention looks at
+        them again at its next tick."""
         if not self._unopened:
             return
-        self._unopened_retention = True
+        if changed is None:
+            self._unopened_retention = True
+        elif self._unopened_retention is not True:
+            self._unopened_retention = (self._unopened_retention or set()) | {changed}
         compact = {}
         for key in list(self._unopened):
             topic = key[0]
-            if not affected(topic):
+            if changed is not None and topic != changed:
                 continue
             if topic not in compact:
                 compact[topic] = self._config_for(topic).compact
@@ -940,7 +944,7 @@ class LogManager:
         for lg in self._logs.values():
             lg.update_config(self._config_for(lg.topic))
             self._note_compaction(lg)
-        self._config_changed(lambda t: True)
+        self._config_changed(None)
 
     # -- background work ----------------------------------------------------------------
 
@@ -1044,14 +1048,16 @@ class LogManager:
         return total
 
     def _unopened_retention_pass(self, now):
-        """Retention's look at the unopened logs, from their summaries (after the start or a
-        config change): those it may delete from are opened and returned, the others' times
-        from which retention.ms could delete go on the heap (as an opened log's do)."""
+        """Retention's look at the unopened logs, from their summaries (all after the start or
+        a broker default's change, a topic's after its config changed): those it may delete
+        from are opened and returned, the others' times from which retention.ms could delete
+        go on the heap (as an opened log's do)."""
+        topics = None if self._unopened_retention is True else self._unopened_retention
         self._unopened_retention = False
         opened, configs = [], {}
         heap, due_of = self._retention_heap, self._retention_due
         for tp, (d, summ) in list(self._unopened.items()):
-            if d in self._offline_dirs:
+            if d in self._offline_dirs or (topics is not None and tp[0] not in topics):
                 continue
             config = configs.get(tp[0])
             if config is None:
