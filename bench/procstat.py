@@ -15,6 +15,24 @@ def cpu_seconds(pid="self"):
     return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
+def threads_cpu_seconds(prefix, pid="self"):
+    """utime + stime of the live threads of ``pid`` whose name starts with ``prefix`` (e.g.
+    librdkafka's ``rdk:broker``), summed."""
+    total = 0
+    for tid in os.listdir("/proc/%s/task" % pid):
+        try:
+            with open("/proc/%s/task/%s/comm" % (pid, tid)) as f:
+                if not f.read().startswith(prefix):
+                    continue
+            with open("/proc/%s/task/%s/stat" % (pid, tid)) as f:
+                data = f.read()
+        except FileNotFoundError:  # the thread ended meanwhile
+            continue
+        fields = data[data.rindex(")") + 2:].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / _TICKS
+
+
 def rss_bytes(pid="self"):
     with open("/proc/%s/status" % pid) as f:
         for line in f:

@@ -11,11 +11,12 @@ import statistics
 import sys
 import time
 
-from bench.procstat import cpu_seconds
+from bench.procstat import cpu_seconds, threads_cpu_seconds
 from kafkatw.testing import KafkaCluster
 
 
-def produce(bootstrap, topic, messages, size, acks, idempotence=True, max_in_flight=None):
+def produce(bootstrap, topic, messages, size, acks, idempotence=True, max_in_flight=None,
+            partitions=None, threads_cpu=None):
     """Seconds to produce ``messages`` values of ``size`` bytes and have every one acknowledged.
 
     An idempotent librdkafka producer keeps one ProduceRequest in flight per partition (it
@@ -25,7 +26,13 @@ def produce(bootstrap, topic, messages, size, acks, idempotence=True, max_in_fli
     While that one request waits, librdkafka 2.16's idempotent producer busy-polls (poll()
     with a zero timeout, one broker thread at a time): CPU the brokers on this machine lose,
     more the longer acks=all waits. ``max_in_flight``: librdkafka's
-    ``max.in.flight.requests.per.connection`` (its default if None)."""
+    ``max.in.flight.requests.per.connection`` (its default if None). ``partitions``: spread
+    the values evenly, value i to partition i mod ``partitions`` (None: librdkafka's sticky
+    partitioner, which sends every value of a ``2 * linger.ms`` window to one partition picked
+    at random: tens of thousands of values at this rate, so the partitions' shares differ by
+    chance and the run lasts as long as the largest share takes). ``threads_cpu``: a list to
+    which the CPU seconds of librdkafka's broker threads over the timed window are appended
+    (where its busy wait runs)."""
     from confluent_kafka import Producer
 
     conf = {"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 50,
@@ -46,11 +53,16 @@ def produce(bootstrap, topic, messages, size, acks, idempotence=True, max_in_fli
     producer.produce(topic, value=value, on_delivery=delivered)
     if producer.flush(60):
         raise RuntimeError("the warm-up record was not acknowledged")
+    broker_threads_before = threads_cpu_seconds("rdk:broker")
     start = time.monotonic()
     for i in range(messages):
         while True:
             try:
-                producer.produce(topic, value=value, on_delivery=delivered)
+                if partitions:
+                    producer.produce(topic, value=value, partition=i % partitions,
+                                     on_delivery=delivered)
+                else:
+                    producer.produce(topic, value=value, on_delivery=delivered)
                 break
             except BufferError:
                 producer.poll(0.01)
@@ -58,9 +70,20 @@ def produce(bootstrap, topic, messages, size, acks, idempotence=True, max_in_fli
             producer.poll(0)
     left = producer.flush(120)
     elapsed = time.monotonic() - start
+    if threads_cpu is not None:  # before the producer (and its threads) goes
+        threads_cpu.append(threads_cpu_seconds("rdk:broker") - broker_threads_before)
     if left or errors:
         raise RuntimeError("%d unacknowledged, %d failed (%s)" % (left, len(errors), errors[:1]))
     return elapsed
+
+
+def pin(pid, cpus):
+    """Every thread of ``pid`` (a JVM's and a broker's pool threads included) on ``cpus``."""
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            os.sched_setaffinity(int(tid), cpus)
+        except ProcessLookupError:  # a thread that ended meanwhile
+            pass
 
 
 def create(bootstrap, topic, partitions, rf, configs=None):
@@ -83,6 +106,18 @@ def main(argv=None):
                         help="max.in.flight.requests.per.connection for both topics (with "
                              "--no-idempotence and 1: one request in flight per partition, as "
                              "the idempotent producer has, without its busy wait)")
+    parser.add_argument("--split-cpus", action="store_true",
+                        help="brokers and ZooKeeper on CPU 0, this producer on CPU 1: clients and "
+                             "brokers on separate CPUs, as on separate machines, so the client's "
+                             "busy wait does not take the brokers' CPU")
+    parser.add_argument("--client-nice", type=int, default=0,
+                        help="run this producer at this niceness above the brokers' (e.g. 19): its "
+                             "busy wait then only takes CPU the brokers leave idle, as a client "
+                             "on another machine would")
+    parser.add_argument("--spread", action="store_true",
+                        help="value i to partition i mod --partitions instead of librdkafka's "
+                             "sticky partitioner (whose random 100 ms runs load the partitions "
+                             "unevenly)")
     args = parser.parse_args(argv)
     with KafkaCluster(brokers=3, overrides={"kafkatw.request.log.enable": "false",
                                             "log.segment.bytes": 1 << 30}) as cluster:
@@ -90,38 +125,50 @@ def main(argv=None):
         create(bootstrap, "rf1", args.partitions, 1)
         create(bootstrap, "rf3", args.partitions, 3, {"min.insync.replicas": "2"})
         time.sleep(2)  # leaders elected, followers fetching
+        if args.split_cpus:
+            for pid in [b.process.pid for b in cluster.brokers.values()] + [cluster.zookeeper.process.pid]:
+                pin(pid, {0})
+            os.sched_setaffinity(0, {1})  # librdkafka's threads start from this one
+        if args.client_nice:
+            os.nice(args.client_nice)  # this thread's, inherited by librdkafka's threads
         mb = args.messages * args.size / 1e6
         rates = {"rf1": [], "rf3": []}
         cpu = {"rf1": [], "rf3": []}  # broker CPU seconds (all three) per MB produced
         # this process's CPU seconds per MB: the produce loop and librdkafka's threads (their
         # busy wait shares the machine's CPUs with the brokers)
         client_cpu = {"rf1": [], "rf3": []}
+        spin_cpu = {"rf1": [], "rf3": []}  # of it, librdkafka's broker threads'
         pids = [b.process.pid for b in cluster.brokers.values()]
         loads = [os.getloadavg()[0]]  # the machine may be shared: the figures say how busy
         for r in range(args.rounds):
             for topic in ("rf1", "rf3"):
                 before = sum(cpu_seconds(pid) for pid in pids)
+                spin = []
                 client_before = cpu_seconds()
                 seconds = produce(bootstrap, topic, args.messages, args.size, "all",
-                                  args.idempotence, args.max_in_flight)
+                                  args.idempotence, args.max_in_flight,
+                                  args.partitions if args.spread else None, spin)
                 client_used = cpu_seconds() - client_before
                 used = sum(cpu_seconds(pid) for pid in pids) - before
                 rates[topic].append(mb / seconds)
                 cpu[topic].append(used / mb)
                 client_cpu[topic].append(client_used / mb)
+                spin_cpu[topic].append(spin[0] / mb)
                 loads.append(os.getloadavg()[0])
-                print("round %d %s: %.1f MB/s, brokers %.3f CPU s/MB, producer %.3f CPU s/MB, "
-                      "load average %.1f" % (r + 1, topic, mb / seconds, used / mb,
-                                             client_used / mb, loads[-1]), file=sys.stderr)
+                print("round %d %s: %.1f MB/s, brokers %.3f CPU s/MB, producer %.3f CPU s/MB "
+                      "(librdkafka's broker threads %.3f), load average %.1f"
+                      % (r + 1, topic, mb / seconds, used / mb, client_used / mb, spin[0] / mb,
+                         loads[-1]), file=sys.stderr)
     rf1, rf3 = statistics.median(rates["rf1"]), statistics.median(rates["rf3"])
     print("| topic | MB/s per round | median MB/s | brokers' CPU s/MB (median) "
-          "| producer CPU s/MB (median) |")
-    print("|---|---|---:|---:|---:|")
+          "| producer CPU s/MB (median) | of it librdkafka's broker threads |")
+    print("|---|---|---:|---:|---:|---:|")
     for topic in ("rf1", "rf3"):
-        print("| %s | %s | %.1f | %.3f | %.3f |" % (
+        print("| %s | %s | %.1f | %.3f | %.3f | %.3f |" % (
             "RF 1, acks=all" if topic == "rf1" else "RF 3, min ISR 2, acks=all",
             " / ".join("%.1f" % x for x in rates[topic]), statistics.median(rates[topic]),
-            statistics.median(cpu[topic]), statistics.median(client_cpu[topic])))
+            statistics.median(cpu[topic]), statistics.median(client_cpu[topic]),
+            statistics.median(spin_cpu[topic])))
     print("\nRF 3 / RF 1: %.0f%%; 1-minute load average %.1f-%.1f during the run"
           % (100.0 * rf3 / rf1, min(loads), max(loads)))
 
