@@ -784,3 +784,73 @@ class KeylessRecordsTests(SynchronousTestCase):
         struct.pack_into(">i", buf, 57, 2)  # 3 -> 2: bytes left over
         with self.assertRaises(InvalidRecordError):
             self.keyless(buf)
+
+
+class CheckRecordsWalkTests(SynchronousTestCase):
+    """check_records steps over canonical prefixes by table and leaves everything else to the
+    exact loop (``_walk_records``): the two must agree on every batch, good or bad, message
+    included. The batch sits before another one in the buffer, as in a produced record set, so
+    a walk that overruns reads real bytes rather than the buffer's end."""
+
+    def outcome(self, fn, buf, count):
+        h = read_batch_header(buf, 0)
+        h = h._replace(records_count=count)
+        try:
+            if fn is records.check_records:
+                fn(buf, 0, h, 1 << 20)
+            else:
+                body, p, end = records._records_span(buf, 0, h, 1 << 20)
+                fn(body, p, end, count)
+        except InvalidRecordError as e:
+            return str(e)
+        return None
+
+    def assertSameOutcome(self, buf, count):
+        exact = self.outcome(records._walk_records, buf, count)
+        self.assertEqual(self.outcome(records.check_records, buf, count), exact)
+        return exact
+
+    def test_same_sizes_lengths_and_counts(self):
+        tail = build_batch(as_records(SAMPLE))
+        for size in (0, 1, 50, 56, 57, 100, 120, 8100, 8180, 8200, 20000):
+            recs = [Record(key=None, value=b"v" * size, timestamp=1) for _ in range(5)]
+            buf = bytearray(build_batch(recs) + tail)
+            self.assertIsNone(self.assertSameOutcome(buf, 5), size)
+            self.assertIn("premature EOF", self.assertSameOutcome(buf, 6))
+            self.assertIn("records still remaining", self.assertSameOutcome(buf, 4))
+
+    def with_records(self, area, count):
+        """A batch header followed by ``area`` as its records (lengths fixed, CRC not)."""
+        buf = bytearray(build_batch([Record(key=None, value=b"abcd", timestamp=1)]))[:61] + area
+        struct.pack_into(">i", buf, 8, len(buf) - LOG_OVERHEAD)
+        struct.pack_into(">i", buf, 57, count)
+        return buf + build_batch(as_records(SAMPLE))
+
+    def test_prefixes_left_to_the_exact_walk(self):
+        body = b"\x00\x02\x00\x00\x08abcd\x00"  # a 10-byte record of value b"abcd"
+        self.assertIsNone(self.assertSameOutcome(self.with_records(b"\x14" + body, 1), 1))
+        # the same length in two bytes (not canonical, but valid)
+        self.assertIsNone(self.assertSameOutcome(self.with_records(b"\x94\x00" + body, 1), 1))
+        # and in three, before a canonical one
+        two = b"\x94\x80\x00" + body + b"\x14" + body
+        self.assertIsNone(self.assertSameOutcome(self.with_records(two, 2), 2))
+        # lengths that fit the batch exactly but are too short or negative for a record
+        self.assertIn("claims 1 bytes", self.assertSameOutcome(self.with_records(b"\x82\x00x", 1), 1))
+        self.assertIn("claims 1 bytes", self.assertSameOutcome(self.with_records(b"\x02x", 1), 1))
+        self.assertIn("claims -7 bytes",
+                      self.assertSameOutcome(self.with_records(b"\x0d" + b"x" * 6, 1), 1))
+        self.assertIn("claims -71 bytes",
+                      self.assertSameOutcome(self.with_records(b"\x8d\x01" + b"x" * 71, 1), 1))
+
+    @FUZZ
+    @given(st.lists(st.integers(min_value=0, max_value=9000), min_size=1, max_size=6),
+           st.integers(min_value=0, max_value=10 ** 6), st.integers(min_value=0, max_value=255),
+           st.integers(min_value=-2, max_value=2))
+    def test_corrupted_batches_agree(self, sizes, where, value, count_delta):
+        recs = [Record(key=None if i % 2 else b"k", value=b"x" * n, timestamp=1)
+                for i, n in enumerate(sizes)]
+        buf = bytearray(build_batch(recs) + build_batch(as_records(SAMPLE)))
+        h = read_batch_header(buf, 0)
+        span = h.batch_length + LOG_OVERHEAD - 61
+        buf[61 + where % span] = value
+        self.assertSameOutcome(buf, len(sizes) + count_delta)

@@ -514,12 +514,59 @@ def _check_all_read(p, end, count):
                                  "(%d bytes after %d records)" % (end - p, count))
 
 
+def _prefix_steps():
+    """The tables of :func:`check_records`' walk: ``FIRST[b]`` is what a record whose length
+    prefix starts with byte ``b`` adds to the position (prefix plus body) for a one-byte
+    prefix (b < 0x80), or the first byte's share of it for a two-byte one, and ``SECOND[b2]``
+    the second byte's share; ``_UNUSUAL`` (past any buffer) stands for everything the walk
+    leaves to the exact loop: a negative or too short length, a longer or non-canonical
+    prefix."""
+    first = []
+    for b in range(256):
+        if b & 1:  # zigzag: an odd low byte is a negative length
+            first.append(_UNUSUAL)
+        elif b < 0x80:
+            first.append(1 + (b >> 1) if b >> 1 >= MIN_RECORD_BODY else _UNUSUAL)
+        else:
+            first.append(2 + ((b & 0x7F) >> 1))
+    second = [b2 << 6 if 0 < b2 < 0x80 else _UNUSUAL for b2 in range(256)]
+    return tuple(first), tuple(second)
+
+
+_UNUSUAL = 1 << 40
+_FIRST, _SECOND = _prefix_steps()
+
+
 def check_records(buf, pos, header, max_size):
     """Kafka's walk over a produced batch's records (LogValidator's skipKeyValueIterator)
     reduced to framing: the (decompressed, at most ``max_size`` bytes) body holds exactly
-    ``records_count`` length-prefixed records. Raises CorruptRecordError / InvalidRecordError."""
+    ``records_count`` length-prefixed records. Raises CorruptRecordError / InvalidRecordError.
+
+    Records under 8 KiB with canonical prefixes (what clients write) are stepped over by two
+    table look-ups each, no check per record: a bad or unusual prefix sends the position past
+    the end for good, so one comparison after the walk tells whether every step was one; if
+    not, the exact loop (:func:`_walk_records`) walks the batch again and says what is wrong.
+    (A 100 B record took ~61 bytecodes, most of a many-record produce's work; now ~24.)"""
     body, p, end = _records_span(buf, pos, header, max_size)
     count = header.records_count
+    first, second = _FIRST, _SECOND
+    start = p
+    try:
+        for _ in range(count):
+            b = body[p]
+            if b < 0x80:
+                p += first[b]
+            else:
+                p += first[b] + second[body[p + 1]]
+    except IndexError:
+        p = -1
+    if p != end:
+        _walk_records(body, start, end, count)
+
+
+def _walk_records(body, p, end, count):
+    """check_records' exact walk, record by record: any prefix, and the error that names
+    what is wrong."""
     read_varint = _read_varint
     try:
         for i in range(count):
