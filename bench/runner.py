@@ -55,6 +55,7 @@ class Plan:
         self.rate_s = 2.0 if q else 4.0
         self.part_s = 1.5 if q else 3.0
         self.partition_counts = (1, 1000) if q else (1, 100, 1000)
+        self.consume_small_follows = True  # the 100 B produce keeps its topic for CONSUME_SMALL
 
     def workloads(self):
         w = [
@@ -64,6 +65,7 @@ class Plan:
             ("consume 1 KiB, raw Fetch loop (no record parsing)", self.consume_raw),
             ("produce 1 KiB acks=all", self.produce_acks_all),
             ("produce 100 B acks=1", self.produce_small),
+            (CONSUME_SMALL, self.consume_small),
             ("sync produce latency 100 B", self.sync_latency),
             ("end-to-end latency", self.e2e),
             ("request rate (8 procs, 1 msg/request)", self.request_rate),
@@ -109,9 +111,23 @@ class Plan:
 
     def produce_small(self, b, state):
         t = topic("p100")
+        kept = False
         try:
-            return per_gb(call("produce", bootstrap=b.bootstrap, broker_pid=b.pid, topic=t, acks=1,
-                               size=100, seconds=self.small_s))
+            r = per_gb(call("produce", bootstrap=b.bootstrap, broker_pid=b.pid, topic=t, acks=1,
+                            size=100, seconds=self.small_s))
+            if self.consume_small_follows:
+                state["small_topic"], kept = (t, r["messages"]), True
+            return r
+        finally:
+            if not kept:
+                self.delete(b, t)
+
+    def consume_small(self, b, state):
+        """The 100 B topic just produced, read back as ``consume`` reads the 1 KiB one."""
+        t, n = state.pop("small_topic")
+        try:
+            return per_gb(call("consume", bootstrap=b.bootstrap, broker_pid=b.pid, topic=t, expected=n,
+                               size=100))
         finally:
             self.delete(b, t)
 
@@ -180,6 +196,9 @@ class Plan:
         except Exception:
             pass
 
+
+#: Issue 23 item 3: 100 B records read back (the topic of "produce 100 B acks=1" of the same round).
+CONSUME_SMALL = "consume 100 B"
 
 #: Issue 23 item 5: compressed produce against the same workload uncompressed (compressible 1 KiB
 #: values in 64 KiB batches, acks=1, linger.ms 100 so that every codec's batches are full); CPU per
@@ -305,10 +324,15 @@ def run(quick=False, rounds=3, only=None, json_path=None, baseline=None):
     plan = Plan(quick)
     candidates = plan.workloads() + (plan.diagnostics() if only else [])
     workloads = [(n, f) for n, f in candidates if not only or any(o in n for o in only)]
-    if only and any("consume" in o for o in only):
+    names = [n for n, _ in workloads]
+    if any(n.startswith("consume 1 KiB") for n in names) and "produce 1 KiB acks=1" not in names:
         workloads.insert(0, ("produce 1 KiB acks=1", plan.produce_acks1))
+    plan.consume_small_follows = CONSUME_SMALL in names
+    if plan.consume_small_follows and "produce 100 B acks=1" not in names:
+        at = [n for n, _ in workloads].index(CONSUME_SMALL)
+        workloads.insert(at, ("produce 100 B acks=1", plan.produce_small))
     # the machine's append and sendfile ceilings (1 GiB each) frame the 1 KiB produce and consume rows
-    ceilings = any(n == "produce 1 KiB acks=1" or n.startswith("consume") for n, _ in workloads)
+    ceilings = any(n == "produce 1 KiB acks=1" or n.startswith("consume 1 KiB") for n, _ in workloads)
     kt = Kafkatw().start()
     ta = (Kafkatw(tree=baseline) if baseline else Tansu()).start()
     brokers = [kt, ta]
