@@ -33,6 +33,18 @@ def threads_cpu_seconds(prefix, pid="self"):
     return total / _TICKS
 
 
+def thread_schedstat():
+    """``(on-CPU s, runnable-but-waiting s)`` of the calling thread (``/proc/thread-self/schedstat``):
+    a thread that spent a window on the CPU or waiting for one was never idle, whatever its CPU
+    seconds say on a loaded machine; ``(0.0, 0.0)`` without schedstats."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            run_ns, wait_ns = f.read().split()[:2]
+    except (OSError, ValueError):
+        return 0.0, 0.0
+    return int(run_ns) / 1e9, int(wait_ns) / 1e9
+
+
 def rss_bytes(pid="self"):
     with open("/proc/%s/status" % pid) as f:
         for line in f:

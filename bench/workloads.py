@@ -16,14 +16,16 @@ import time
 from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from bench.procstat import cpu_seconds, rss_bytes
+from bench.procstat import cpu_seconds, rss_bytes, thread_schedstat
 
 KIB = 1024
 MIB = 1024 * 1024
 
 
 class Window:
-    """Wall time and CPU seconds of this process and the broker over a timed window."""
+    """Wall time and CPU seconds of this process and the broker over a timed window, and of
+    this process's Python thread its time on a CPU and waiting for one (``thread_busy_s``, the
+    sum, near ``elapsed_s``: the client's Python thread was the limit, not the broker)."""
 
     def __init__(self, broker_pid):
         self.broker_pid = broker_pid
@@ -31,6 +33,7 @@ class Window:
     def __enter__(self):
         self.c0 = cpu_seconds()
         self.b0 = cpu_seconds(self.broker_pid)
+        self.s0 = thread_schedstat()
         self.t0 = time.perf_counter()
         return self
 
@@ -38,10 +41,13 @@ class Window:
         self.elapsed = time.perf_counter() - self.t0
         self.client_cpu = cpu_seconds() - self.c0
         self.broker_cpu = cpu_seconds(self.broker_pid) - self.b0
+        s1 = thread_schedstat()
+        self.thread_cpu, self.thread_wait = s1[0] - self.s0[0], s1[1] - self.s0[1]
 
     def result(self, **values):
         values.update(elapsed_s=self.elapsed, client_cpu_s=self.client_cpu,
-                      broker_cpu_s=self.broker_cpu)
+                      broker_cpu_s=self.broker_cpu, thread_cpu_s=self.thread_cpu,
+                      thread_wait_s=self.thread_wait, thread_busy_s=self.thread_cpu + self.thread_wait)
         return values
 
 
