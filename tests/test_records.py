@@ -812,12 +812,13 @@ class CheckRecordsWalkTests(SynchronousTestCase):
 
     def test_same_sizes_lengths_and_counts(self):
         tail = build_batch(as_records(SAMPLE))
-        for size in (0, 1, 50, 56, 57, 100, 120, 8100, 8180, 8200, 20000):
-            recs = [Record(key=None, value=b"v" * size, timestamp=1) for _ in range(5)]
-            buf = bytearray(build_batch(recs) + tail)
-            self.assertIsNone(self.assertSameOutcome(buf, 5), size)
-            self.assertIn("premature EOF", self.assertSameOutcome(buf, 6))
-            self.assertIn("records still remaining", self.assertSameOutcome(buf, 4))
+        for codec in (0, 1, 3):  # none, gzip, lz4: a compressed batch is walked decompressed
+            for size in (0, 1, 50, 56, 57, 100, 120, 8100, 8180, 8200, 20000):
+                recs = [Record(key=None, value=b"v" * size, timestamp=1) for _ in range(5)]
+                buf = bytearray(build_batch(recs, compression=codec) + tail)
+                self.assertIsNone(self.assertSameOutcome(buf, 5), size)
+                self.assertIn("premature EOF", self.assertSameOutcome(buf, 6))
+                self.assertIn("records still remaining", self.assertSameOutcome(buf, 4))
 
     def with_records(self, area, count):
         """A batch header followed by ``area`` as its records (lengths fixed, CRC not)."""
