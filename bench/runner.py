@@ -226,9 +226,13 @@ HEADLINE = {
     "rss_delta_mb": ("RSS +1000 conns MB", False),
     "create_topic_s": ("create topic s", False),
     "compression_ratio": ("compression ratio (64 KiB sample)", True),
+    "thread_busy_share": ("client Python thread on or waiting for a CPU / window", False),
 }
+#: shown only for the rows of METRICS_OF that list them
+LISTED_ONLY = {"thread_busy_share"}
 METRICS_OF = {
-    "produce 100 B acks=1": ["msgs_s", "mb_s", "client_cpu_s_per_gb", "broker_cpu_s_per_gb"],
+    "produce 100 B acks=1": ["msgs_s", "mb_s", "client_cpu_s_per_gb", "broker_cpu_s_per_gb", "thread_busy_share"],
+    CONSUME_SMALL: ["mb_s", "client_cpu_s_per_gb", "broker_cpu_s_per_gb", "thread_busy_share"],
 }
 for _codec in COMPRESSED_CODECS:
     METRICS_OF[COMPRESSED_ROW % _codec] = ["mb_s", "client_cpu_s_per_gb", "broker_cpu_s_per_gb"] + (
@@ -262,7 +266,8 @@ def report(results, machine_rounds, idle_rss, out=sys.stdout, other="tansu"):
     for wl, per_broker in results.items():
         keys = METRICS_OF.get(wl)
         if keys is None:
-            keys = [k for k in HEADLINE if any(k in r for rs in per_broker.values() for r in rs if "error" not in r)]
+            keys = [k for k in HEADLINE if k not in LISTED_ONLY
+                    and any(k in r for rs in per_broker.values() for r in rs if "error" not in r)]
         for k in keys:
             cells = []
             meds = {}

@@ -47,7 +47,8 @@ class Window:
     def result(self, **values):
         values.update(elapsed_s=self.elapsed, client_cpu_s=self.client_cpu,
                       broker_cpu_s=self.broker_cpu, thread_cpu_s=self.thread_cpu,
-                      thread_wait_s=self.thread_wait, thread_busy_s=self.thread_cpu + self.thread_wait)
+                      thread_wait_s=self.thread_wait, thread_busy_s=self.thread_cpu + self.thread_wait,
+                      thread_busy_share=(self.thread_cpu + self.thread_wait) / self.elapsed)
         return values
 
 
