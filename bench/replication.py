@@ -2,7 +2,7 @@
 RF 1, on the same three brokers and ZooKeeper (``kafkatw.testing.KafkaCluster``), rounds
 interleaved so both see the same machine. Issue 19 asks RF 3 for at least 50% of RF 1.
 
-    .venv/bin/python -m bench.replication --messages 200000 --size 1024 --rounds 3
+    .venv/bin/python -m bench.replication --messages 400000 --size 1024 --rounds 3
 """
 
 import argparse
@@ -16,7 +16,7 @@ from kafkatw.testing import KafkaCluster
 
 
 def produce(bootstrap, topic, messages, size, acks, idempotence=True, max_in_flight=None,
-            partitions=None, threads_cpu=None):
+            sticky=False, threads_cpu=None):
     """Seconds to produce ``messages`` values of ``size`` bytes and have every one acknowledged.
 
     An idempotent librdkafka producer keeps one ProduceRequest in flight per partition (it
@@ -26,13 +26,16 @@ def produce(bootstrap, topic, messages, size, acks, idempotence=True, max_in_fli
     While that one request waits, librdkafka 2.16's idempotent producer busy-polls (poll()
     with a zero timeout, one broker thread at a time): CPU the brokers on this machine lose,
     more the longer acks=all waits. ``max_in_flight``: librdkafka's
-    ``max.in.flight.requests.per.connection`` (its default if None). ``partitions``: spread
-    the values evenly, value i to partition i mod ``partitions`` (None: librdkafka's sticky
-    partitioner, which sends every value of a ``2 * linger.ms`` window to one partition picked
-    at random: tens of thousands of values at this rate, so the partitions' shares differ by
-    chance and the run lasts as long as the largest share takes). ``threads_cpu``: a list to
-    which the CPU seconds of librdkafka's broker threads over the timed window are appended
-    (where its busy wait runs)."""
+    ``max.in.flight.requests.per.connection`` (its default if None).
+
+    ``sticky``: librdkafka's sticky partitioner (its default), which sends every keyless value
+    of a ``2 * linger.ms`` window to one partition picked at random: at this rate runs of tens
+    of thousands of values, so the partitions' shares differ by chance and an RF 3 round lasts
+    as long as its largest share takes to replicate, the other leaders idle meanwhile.
+    Otherwise each value goes to a random partition (``sticky.partitioning.linger.ms=0``), the
+    shares equal within a fraction of a percent. ``threads_cpu``: a list to which the CPU
+    seconds of librdkafka's broker threads over the timed window are appended (where its busy
+    wait runs)."""
     from confluent_kafka import Producer
 
     conf = {"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 50,
@@ -40,6 +43,8 @@ def produce(bootstrap, topic, messages, size, acks, idempotence=True, max_in_fli
             "queue.buffering.max.messages": 1000000, "compression.type": "none"}
     if max_in_flight is not None:
         conf["max.in.flight.requests.per.connection"] = max_in_flight
+    if not sticky:
+        conf["sticky.partitioning.linger.ms"] = 0
     producer = Producer(conf)
     value = b"x" * size
     errors = []
@@ -58,11 +63,7 @@ def produce(bootstrap, topic, messages, size, acks, idempotence=True, max_in_fli
     for i in range(messages):
         while True:
             try:
-                if partitions:
-                    producer.produce(topic, value=value, partition=i % partitions,
-                                     on_delivery=delivered)
-                else:
-                    producer.produce(topic, value=value, on_delivery=delivered)
+                producer.produce(topic, value=value, on_delivery=delivered)
                 break
             except BufferError:
                 producer.poll(0.01)
@@ -114,10 +115,10 @@ def main(argv=None):
                         help="run this producer at this niceness above the brokers' (e.g. 19): its "
                              "busy wait then only takes CPU the brokers leave idle, as a client "
                              "on another machine would")
-    parser.add_argument("--spread", action="store_true",
-                        help="value i to partition i mod --partitions instead of librdkafka's "
-                             "sticky partitioner (whose random 100 ms runs load the partitions "
-                             "unevenly)")
+    parser.add_argument("--sticky", action="store_true",
+                        help="librdkafka's sticky partitioner (its default; the bench's until "
+                             "session 9), whose random 100 ms runs load the partitions unevenly, "
+                             "instead of a random partition per value")
     args = parser.parse_args(argv)
     with KafkaCluster(brokers=3, overrides={"kafkatw.request.log.enable": "false",
                                             "log.segment.bytes": 1 << 30}) as cluster:
@@ -147,7 +148,7 @@ def main(argv=None):
                 client_before = cpu_seconds()
                 seconds = produce(bootstrap, topic, args.messages, args.size, "all",
                                   args.idempotence, args.max_in_flight,
-                                  args.partitions if args.spread else None, spin)
+                                  args.sticky, spin)
                 client_used = cpu_seconds() - client_before
                 used = sum(cpu_seconds(pid) for pid in pids) - before
                 rates[topic].append(mb / seconds)
