@@ -91,6 +91,14 @@ class DescriptorCache:
             self._shrink(self.capacity)
 
     def touch(self, owner):
+        # the common case without the lock: ``move_to_end`` of a present owner is one C call
+        # (atomic under the GIL, and owners hash by identity, so no Python code runs in it);
+        # the lock guards the compound insert-and-shrink
+        try:
+            self._open.move_to_end(owner)
+            return
+        except KeyError:
+            pass
         with self._lock:
             try:
                 self._open.move_to_end(owner)

@@ -114,6 +114,11 @@ class FileRecords:
         self._size += total
         return total
 
+    def batch_at(self, position, base_offset):
+        """A batch with this base offset starts at ``position`` (just appended): where the
+        next offset search may start."""
+        self._search_hint = (position, base_offset)
+
     def flush(self):
         desc = self._descriptor()
         os.fsync(desc.fd)

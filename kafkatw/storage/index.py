@@ -276,7 +276,14 @@ class _Index:
         """Slot of the largest entry whose field ``key_index`` is <= key, or -1."""
         self._ensure_open()
         lo, hi = 0, self._entries - 1
-        if hi < 0 or self._entry(0)[key_index] > key:
+        if hi < 0:
+            return -1
+        # a reader at the tail (a consumer or follower at the log end) asks for the last
+        # entry: one probe instead of the whole binary search (entries are sorted, so the
+        # search would land on the same slot)
+        if self._entry(hi)[key_index] <= key:
+            return hi
+        if self._entry(0)[key_index] > key:
             return -1
         while lo < hi:
             mid = (lo + hi + 1) // 2

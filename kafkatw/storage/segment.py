@@ -5,6 +5,7 @@ indexes to inactive. Which transactions were aborted is decided by the log, not 
 """
 
 import os
+import struct
 
 from kafkatw.protocol import records
 
@@ -20,6 +21,7 @@ TXN_INDEX_SUFFIX = ".txnindex"
 DELETED_SUFFIX = ".deleted"
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
+_BASE_OFFSET = struct.Struct(">q")  # a batch starts with its base offset
 
 _INT32_MAX = 2 ** 31 - 1
 
@@ -148,6 +150,11 @@ class LogSegment:
             self.offset_index.ensure_writable(len(batches))
             self.time_index.ensure_writable(len(batches))
         self.log.append(buf)
+        if batches:
+            # a reader at the tail (woken by this append) searches from here, not from the
+            # batch before it
+            first = batches[0][0]
+            self.log.batch_at(physical + first, _BASE_OFFSET.unpack_from(buf, first)[0])
         self._index_batches(physical, batches)
 
     def _index_batches(self, physical, batches):
