@@ -57,6 +57,7 @@ class FakeReplicaManager:
 
     config = None
     broker_epoch = -1
+    cluster_mode = False
 
     def __init__(self, metadata):
         self.metadata = metadata
@@ -101,7 +102,7 @@ class FakeReplicaManager:
             return self.fetch_result(params, fetch_infos)
         return [(tp, FakeFetchPartitionData(high_watermark=5)) for tp, _ in fetch_infos]
 
-    def read_from_log(self, params, fetch_infos):
+    def read_from_log(self, params, fetch_infos, found=None):
         raise NotImplementedError("the fake never parks a fetch")
 
     def get_partition_or_error(self, topic, partition, topic_id=None):

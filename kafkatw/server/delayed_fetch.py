@@ -10,6 +10,9 @@ from kafkatw.protocol import errors
 from kafkatw.purgatory import DelayedOperation
 from kafkatw.storage.offsets import UNKNOWN_OFFSET_METADATA, FetchIsolation
 
+UNKNOWN = -1  # LogOffsetMetadata's unknown segment base and position
+LOG_END, TXN_COMMITTED = FetchIsolation.LOG_END, FetchIsolation.TXN_COMMITTED
+
 log = Logger()
 
 
@@ -27,52 +30,72 @@ class DelayedFetch(DelayedOperation):
         self.params = params
         self.fetch_partition_status = list(fetch_partition_status)  # [(tp, FetchPartitionStatus)]
         self.replica_manager = replica_manager
+        # [(log, Partition or None)] per partition, from the try_complete that is completing
+        # this operation now: on_complete, called inside that call, reads without looking
+        # the partitions up again (nothing can change between the two)
+        self._found = None
 
     def try_complete(self):
         """Complete when (A-E) a partition is gone, not led here or its leader epoch moved,
         (F) the fetch offset is past the end or on an older segment than the end, (H) the
-        follower's log diverged, or (G) the bytes now available reach min_bytes."""
+        follower's log diverged, or (G) the bytes now available reach min_bytes.
+
+        Runs on every append to a watched partition: LogOffsetMetadata's position checks
+        (``message_offset_only``, ``on_older_segment``, ``on_same_segment``,
+        ``position_diff``) are inline here, on the fields."""
         rm = self.replica_manager
+        params = self.params
+        isolation = params.fetch_isolation
         accumulated = 0
+        found = []
         for (topic, partition), status in self.fetch_partition_status:
             fetch_offset = status.start_offset_metadata
             info = status.fetch_info
-            log_, error, _ = rm.fetch_log_or_error(self.params, topic, partition, info.topic_id,
-                                                   info.current_leader_epoch)
+            log_, error, part = rm.fetch_log_or_error(params, topic, partition, info.topic_id,
+                                                      info.current_leader_epoch)
             if error != errors.NONE:
                 return self.force_complete()  # cases A-E
-            if fetch_offset == UNKNOWN_OFFSET_METADATA:
+            found.append((log_, part))
+            offset = fetch_offset.message_offset
+            if offset == -1 and fetch_offset == UNKNOWN_OFFSET_METADATA:
                 continue
-            end = _end_offset_metadata(log_, self.params.fetch_isolation)
-            if fetch_offset.message_offset != end.message_offset:
-                if fetch_offset.message_offset > end.message_offset:
+            if isolation is LOG_END:
+                end = log_.log_end_offset_metadata
+            elif isolation is TXN_COMMITTED:
+                end = log_.last_stable_offset_metadata
+            else:
+                end = log_.high_watermark_metadata
+            end_offset = end.message_offset
+            if offset != end_offset:
+                if offset > end_offset:
                     return self.force_complete()  # case F: truncated leader
-                if fetch_offset.message_offset_only or end.message_offset_only:
+                base = fetch_offset.segment_base_offset
+                position = fetch_offset.relative_position_in_segment
+                end_base = end.segment_base_offset
+                end_position = end.relative_position_in_segment
+                if (base == UNKNOWN and position == UNKNOWN) or (end_base == UNKNOWN and end_position == UNKNOWN):
                     return self.force_complete()  # positions unknown: let a read decide
-                if fetch_offset.on_older_segment(end):
+                if base < end_base:
                     return self.force_complete()  # case F: the log rolled past us
                 # as Kafka: a throttled partition's bytes do not count towards a follower's
                 # min bytes (truncation, a roll or a divergence still answer at once)
-                if fetch_offset.on_same_segment(end) and not (
-                        self.params.replica_id >= 0
-                        and rm.should_leader_throttle(topic, partition, self.params.replica_id)):
-                    accumulated += min(end.position_diff(fetch_offset), info.max_bytes)
+                if base == end_base and not (
+                        params.replica_id >= 0
+                        and rm.should_leader_throttle(topic, partition, params.replica_id)):
+                    accumulated += min(end_position - position, info.max_bytes)
             if info.last_fetched_epoch >= 0 and rm.diverging_epoch(log_, info) is not None:
                 return self.force_complete()  # case H
-        if accumulated >= self.params.min_bytes:
-            return self.force_complete()  # case G
+        if accumulated >= params.min_bytes:
+            self._found = found
+            try:
+                return self.force_complete()  # case G
+            finally:
+                self._found = None
         return False
 
     def on_complete(self):
         fetch_infos = [(tp, status.fetch_info) for tp, status in self.fetch_partition_status]
-        results = self.replica_manager.read_from_log(self.params, fetch_infos)
+        results = self.replica_manager.read_from_log(self.params, fetch_infos, self._found)
         self.replica_manager.topic_stats.record_fetch(results)
         return [(tp, r.to_fetch_partition_data()) for tp, r in results]
 
-
-def _end_offset_metadata(log_, isolation):
-    if isolation == FetchIsolation.LOG_END:
-        return log_.log_end_offset_metadata
-    if isolation == FetchIsolation.TXN_COMMITTED:
-        return log_.last_stable_offset_metadata
-    return log_.high_watermark_metadata

@@ -83,8 +83,12 @@ def fetch_isolation_of(replica_id, isolation_level):
     return FetchIsolation.HIGH_WATERMARK
 
 
-@attr.s(slots=True, frozen=True)
+@attr.s(slots=True)
 class FetchParams:
+    """A Fetch request's read parameters (Kafka's FetchParams); not changed once made (not
+    frozen: a frozen attrs ``__init__`` sets each field through ``object.__setattr__``, and one
+    is made per Fetch)."""
+
     replica_id = attr.ib(default=CONSUMER_REPLICA_ID)
     max_wait_ms = attr.ib(default=0)
     min_bytes = attr.ib(default=1)
@@ -96,7 +100,7 @@ class FetchParams:
     fetch_isolation = attr.ib(init=False, eq=False, repr=False)  # of replica_id, isolation_level
 
     def __attrs_post_init__(self):
-        object.__setattr__(self, "fetch_isolation", fetch_isolation_of(self.replica_id, self.isolation_level))
+        self.fetch_isolation = fetch_isolation_of(self.replica_id, self.isolation_level)
 
     @property
     def is_from_follower(self):
@@ -1202,7 +1206,9 @@ class ReplicaManager:
         error_reading = False
         diverging = False
         for _, r in results:
-            bytes_readable += r.records_size
+            records = r.info.records
+            if records is not None:
+                bytes_readable += len(records)
             if r.error != errors.NONE or r.preferred_read_replica >= 0:
                 error_reading = True  # answered at once, as Kafka does with a preferred replica too
             if r.diverging_epoch is not None:
@@ -1218,15 +1224,19 @@ class ReplicaManager:
         self.fetch_purgatory.try_complete_else_watch(op, keys)
         return op
 
-    def read_from_log(self, params, fetch_infos):
+    def read_from_log(self, params, fetch_infos, found=None):
         """Read each partition in order; the request's byte budget shrinks by what each read
-        returned, and the first non-empty partition may exceed it by one whole batch."""
+        returned, and the first non-empty partition may exceed it by one whole batch.
+        ``found``: [(log, Partition or None)] per partition from a :meth:`fetch_log_or_error`
+        made in the same call (a DelayedFetch completing), else each is looked up here."""
         limit_bytes = params.max_bytes
         min_one_message = True
         results = []
-        for tp, info in fetch_infos:
-            r = self._read(params, tp[0], tp[1], info, limit_bytes, min_one_message)
-            size = r.records_size
+        for i, (tp, info) in enumerate(fetch_infos):
+            r = self._read(params, tp[0], tp[1], info, limit_bytes, min_one_message,
+                           None if found is None else found[i])
+            records = r.info.records  # r.records_size, inline
+            size = 0 if records is None else len(records)
             if size > 0:
                 min_one_message = False
             limit_bytes = max(0, limit_bytes - size)
@@ -1257,11 +1267,14 @@ class ReplicaManager:
             return (epoch, end_offset)
         return None
 
-    def _read(self, params, topic, partition, info, limit_bytes, min_one_message):
-        log_, error, part = self.fetch_log_or_error(params, topic, partition, info.topic_id,
-                                                    info.current_leader_epoch)
-        if error != errors.NONE:
-            return _error_read_result(error)
+    def _read(self, params, topic, partition, info, limit_bytes, min_one_message, found=None):
+        if found is None:
+            log_, error, part = self.fetch_log_or_error(params, topic, partition, info.topic_id,
+                                                        info.current_leader_epoch)
+            if error != errors.NONE:
+                return _error_read_result(error)
+        else:
+            log_, part = found
         try:
             # Offsets as of before the read (Kafka: appends racing the read don't matter).
             hw = log_.high_watermark

@@ -857,8 +857,11 @@ class UnifiedLog:
             return []
         start = info.fetch_offset_metadata.message_offset
         base = info.fetch_offset_metadata.segment_base_offset
-        i = bisect.bisect_right(self._bases, base)
-        upper = self._bases[i] if i < len(self._bases) else max_meta.message_offset
+        bases = self._bases
+        i = bisect.bisect_right(bases, base)
+        if i == len(bases) and bases[-1] == base and not self._segments[base].txn_index.entries:
+            return []  # a read of the active segment, which has no aborted transaction
+        upper = bases[i] if i < len(bases) else max_meta.message_offset
         upper = min(upper, max_meta.message_offset)
         return [(t.producer_id, t.first_offset)
                 for t in self.collect_aborted_transactions(start, upper)]

@@ -152,7 +152,9 @@ def handle(apis, request):
         max_bytes=fetch_max_bytes,
         isolation_level=body.isolation_level,
         replica_epoch=replica_epoch,
-        client_metadata=client_metadata_of(request, is_follower),
+        # only a cluster reads followers or names a preferred read replica (KIP-392)
+        client_metadata=client_metadata_of(request, is_follower)
+        if apis.replica_manager.cluster_mode else None,
     )
 
     def respond(results):
