@@ -12,12 +12,19 @@ as confluent-kafka 2.16 (librdkafka) sends it while a consumer waits at the log 
 session: session 0, epoch -1; topic id, read_committed, current leader epoch, max_wait_ms 500,
 min_bytes 1) parks in the fetch purgatory, then a one-record Produce (P, R, V as above, default
 one 8 B record) on the first connection appends and completes it; both responses are drained.
+``--wake --follower``: the Fetch is a follower's as the replica fetcher sends it instead (v15,
+ReplicaState replica id 1, read_uncommitted, last fetched epoch set, in an incremental fetch
+session: a full fetch opens it before measuring, each pair's Fetch is the session's next epoch).
+The broker is the embedded single-node one, so the follower bookkeeping of a cluster leader
+(``Partition.update_follower_fetch_state``, the HW it moves, the acks=all produce it completes)
+is not in it: it counts the park/wake/read/answer path of a follower's fetch only.
 
     python bench/per_request.py                      # µs of process CPU per request (best of 5)
     python bench/per_request.py --profile out.prof   # cProfile of N requests
     python bench/per_request.py --instructions       # valgrind: instructions per request
     python bench/per_request.py --instructions --tree /tmp/old   # the same for another tree
     python bench/per_request.py --wake --instructions            # per parked-Fetch + Produce pair
+    python bench/per_request.py --wake --follower --instructions # the same, a follower's Fetch
     python bench/per_request.py --bytecodes [--top 40]           # Python bytecodes per request
 
 ``--instructions`` runs this script twice under ``valgrind --tool=cachegrind --cache-sim=no``,
@@ -191,26 +198,66 @@ class Waker:
     broker's Produce on the first one completes it (the end-to-end latency path)."""
 
     OFFSET_MARK = 0x0123456789ABCDEF
+    EPOCH_MARK = struct.pack(">i", 0x7EA0C4D1)  # a follower's session epoch, set per pair
 
-    def __init__(self, broker, partitions):
+    def __init__(self, broker, partitions, follower=False):
         m = broker.messages
         self.broker = broker
         self.sock, self.conn = broker.connect()
         service = broker.service
         topic_id = service.metadata.topic_id(TOPIC)
         epoch = service.metadata.leader_epoch(TOPIC, 0)
-        F = m.FetchRequest
-        body = F(replica_id=-1, max_wait_ms=500, min_bytes=1, max_bytes=52428800, isolation_level=1,
-                 session_id=0, session_epoch=-1, rack_id="", forgotten_topics_data=[],
-                 topics=[F.FetchTopic(topic_id=topic_id, partitions=[F.FetchPartition(
-                     partition=p, current_leader_epoch=epoch, fetch_offset=self.OFFSET_MARK,
-                     last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1048576)
-                     for p in range(partitions)])])
-        frame = _frame(m, 1, 16, 9, body, client_id="rdkafka")
-        mark = struct.pack(">q", self.OFFSET_MARK)
-        # every partition's fetch_offset at the log end of the partition before each pair
-        self.pieces = frame.split(mark)
         self.logs = [service.log_manager.get_log(TOPIC, p) for p in range(partitions)]
+        F = m.FetchRequest
+
+        if follower:  # as kafkatw's replica fetcher (replica_fetcher.py) sends it
+            version, client_id, last_epoch, log_start = 15, "broker-1-fetcher-0", epoch, 0
+            top = dict(replica_state=F.ReplicaState(replica_id=1, replica_epoch=-1),
+                       max_bytes=10485760, isolation_level=0)
+        else:  # librdkafka's consumer
+            version, client_id, last_epoch, log_start = 16, "rdkafka", -1, -1
+            top = dict(replica_id=-1, max_bytes=52428800, isolation_level=1)
+
+        def frame(session_id, session_epoch):
+            body = F(max_wait_ms=500, min_bytes=1, session_id=session_id, session_epoch=session_epoch,
+                     rack_id="", forgotten_topics_data=[], topics=[F.FetchTopic(
+                         topic_id=topic_id, partitions=[F.FetchPartition(
+                             partition=p, current_leader_epoch=epoch, fetch_offset=self.OFFSET_MARK,
+                             last_fetched_epoch=last_epoch, log_start_offset=log_start,
+                             partition_max_bytes=1048576) for p in range(partitions)])], **top)
+            return _frame(m, 1, version, 9, body, client_id=client_id)
+
+        self.epoch = None
+        if follower:
+            # a full fetch (epoch 0) opens the session; its answer carries the session id
+            self.pieces = frame(0, 0).split(struct.pack(">q", self.OFFSET_MARK))
+            self.conn.dataReceived(self.fetch_frame())
+            session_id = self._session_id()
+            template = frame(session_id, struct.unpack(">i", self.EPOCH_MARK)[0])
+            self.epoch = 1
+        else:
+            template = frame(0, -1)
+        # every partition's fetch_offset at the log end of the partition before each pair
+        self.pieces = template.split(struct.pack(">q", self.OFFSET_MARK))
+
+    def _session_id(self):
+        """The session id of the first answer on this connection (FetchResponse v15: size,
+        correlation id, tagged fields, throttle time, error code, then the session id)."""
+        got = b""
+        deadline = time.monotonic() + 30
+        while len(got) < 15:
+            if time.monotonic() > deadline:
+                raise SystemExit("no answer to the follower's first Fetch in 30 s")
+            self.broker.reactor.iterate(0.01)
+            try:
+                got += self.sock.recv(1 << 20)
+            except BlockingIOError:
+                pass
+        error, session_id = struct.unpack_from(">hi", got, 13)
+        if error != 0 or session_id == 0:
+            raise SystemExit("the follower's first Fetch opened no session (error %d)" % error)
+        self.broker.drain(self.sock)
+        return session_id
 
     def fetch_frame(self):
         pieces = self.pieces
@@ -218,7 +265,11 @@ class Waker:
         for log_, piece in zip(self.logs, pieces[1:]):
             out.append(struct.pack(">q", log_.log_end_offset))
             out.append(piece)
-        return b"".join(out)
+        frame = b"".join(out)
+        if self.epoch is not None:
+            frame = frame.replace(self.EPOCH_MARK, struct.pack(">i", self.epoch))
+            self.epoch += 1
+        return frame
 
     def run(self, produce, n):
         broker = self.broker
@@ -269,7 +320,8 @@ def _count_instructions(args, n, tree):
     cmd = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
            sys.executable, os.path.abspath(__file__), "--count", str(n), "--warm", str(args.warm),
            "--partitions", str(args.partitions), "--records", str(args.records),
-           "--value-bytes", str(args.value_bytes), "--acls", str(args.acls)] + (["--wake"] if args.wake else [])
+           "--value-bytes", str(args.value_bytes), "--acls", str(args.acls)] + (["--wake"] if args.wake else []) \
+        + (["--follower"] if args.follower else [])
     out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          universal_newlines=True, check=True).stdout
     found = re.search(r"I\s+refs:\s+([\d,]+)", out)
@@ -287,6 +339,8 @@ def main():
     ap.add_argument("--value-bytes", type=int, default=None, help="default 100, with --wake 8")
     ap.add_argument("--wake", action="store_true",
                     help="per pair of a parked Fetch (second connection) and the Produce completing it")
+    ap.add_argument("--follower", action="store_true",
+                    help="with --wake: the parked Fetch is a follower's, in a fetch session")
     ap.add_argument("--warm", type=int, default=None, help="requests before measuring (default 500 / P + 5)")
     ap.add_argument("--profile", metavar="OUT", help="write a cProfile of the measured requests")
     ap.add_argument("--instructions", action="store_true", help="count instructions under valgrind")
@@ -318,7 +372,7 @@ def main():
     broker = InProcessBroker(args.partitions, args.acls)
     frame = broker.produce_frame(args.partitions, args.records, args.value_bytes)
     if args.wake:
-        broker.waker = Waker(broker, args.partitions)
+        broker.waker = Waker(broker, args.partitions, follower=args.follower)
         run = lambda n: broker.waker.run(frame, n)  # noqa: E731
     else:
         run = lambda n: broker.run(frame, n)  # noqa: E731

@@ -107,9 +107,10 @@ class FetchParams:
         return self.replica_id >= 0
 
 
-@attr.s(slots=True, frozen=True)
+@attr.s(slots=True)
 class PartitionData:
-    """One partition of a Fetch request."""
+    """One partition of a Fetch request; not changed once made (not frozen: one is made per
+    partition of every Fetch, see FetchParams)."""
 
     fetch_offset = attr.ib()
     log_start_offset = attr.ib(default=-1)
