@@ -25,15 +25,17 @@ class FetchPartitionStatus:
 
 
 class DelayedFetch(DelayedOperation):
-    def __init__(self, params, fetch_partition_status, replica_manager):
+    def __init__(self, params, fetch_partition_status, replica_manager, found=None):
         super().__init__(params.max_wait_ms)
         self.params = params
         self.fetch_partition_status = list(fetch_partition_status)  # [(tp, FetchPartitionStatus)]
         self.replica_manager = replica_manager
-        # [(log, Partition or None)] per partition, from the try_complete that is completing
-        # this operation now: on_complete, called inside that call, reads without looking
-        # the partitions up again (nothing can change between the two)
-        self._found = None
+        # [(log, Partition or None)] per partition as ReplicaManager.fetch_log_or_error found
+        # them in the current call, for the next try_complete or on_complete in that same call
+        # (nothing can change in between): ``found`` from the read that made this operation,
+        # for the check that parks it; then what the try_complete completing it found, for
+        # the read of on_complete
+        self._found = found
 
     def try_complete(self):
         """Complete when (A-E) a partition is gone, not led here or its leader epoch moved,
@@ -47,15 +49,24 @@ class DelayedFetch(DelayedOperation):
         params = self.params
         isolation = params.fetch_isolation
         accumulated = 0
-        found = []
+        known = self._found
+        if known is None:
+            found = []
+        else:  # looked up by the read that is parking this operation now
+            self._found = None
+            found = known
+            known = iter(known)
         for (topic, partition), status in self.fetch_partition_status:
             fetch_offset = status.start_offset_metadata
             info = status.fetch_info
-            log_, error, part = rm.fetch_log_or_error(params, topic, partition, info.topic_id,
-                                                      info.current_leader_epoch)
-            if error != errors.NONE:
-                return self.force_complete()  # cases A-E
-            found.append((log_, part))
+            if known is None:
+                log_, error, part = rm.fetch_log_or_error(params, topic, partition, info.topic_id,
+                                                          info.current_leader_epoch)
+                if error != errors.NONE:
+                    return self.force_complete()  # cases A-E
+                found.append((log_, part))
+            else:
+                log_, part = next(known)
             offset = fetch_offset.message_offset
             if offset == -1 and fetch_offset == UNKNOWN_OFFSET_METADATA:
                 continue
@@ -73,7 +84,8 @@ class DelayedFetch(DelayedOperation):
                 position = fetch_offset.relative_position_in_segment
                 end_base = end.segment_base_offset
                 end_position = end.relative_position_in_segment
-                if (base == UNKNOWN and position == UNKNOWN) or (end_base == UNKNOWN and end_position == UNKNOWN):
+                if (base == UNKNOWN and position == UNKNOWN) \
+                        or (end_base == UNKNOWN and end_position == UNKNOWN):
                     return self.force_complete()  # positions unknown: let a read decide
                 if base < end_base:
                     return self.force_complete()  # case F: the log rolled past us

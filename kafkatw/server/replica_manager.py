@@ -1202,7 +1202,18 @@ class ReplicaManager:
         """:meth:`fetch_messages` without a Deferred: the result list when answered at once,
         else the parked :class:`DelayedFetch` (its ``when_complete`` gets the list)."""
         fetch_infos = list(fetch_infos)
-        results = self.read_from_log(params, fetch_infos)
+        # each partition looked up once for the read and, if the fetch parks, for the check
+        # that parks it (both in this call: nothing can change between them); after an error
+        # the read looks each up again and reports it
+        found = []
+        for (topic, partition), info in fetch_infos:
+            log_, error, part = self.fetch_log_or_error(params, topic, partition, info.topic_id,
+                                                        info.current_leader_epoch)
+            if error != errors.NONE:
+                found = None
+                break
+            found.append((log_, part))
+        results = self.read_from_log(params, fetch_infos, found)
         bytes_readable = 0
         error_reading = False
         diverging = False
@@ -1220,7 +1231,7 @@ class ReplicaManager:
             return [(tp, r.to_fetch_partition_data()) for tp, r in results]
         status = [(tp, FetchPartitionStatus(r.info.fetch_offset_metadata, info))
                   for (tp, info), (_, r) in zip(fetch_infos, results)]
-        op = DelayedFetch(params, status, self)
+        op = DelayedFetch(params, status, self, found)
         keys = [TopicPartitionOperationKey(tp[0], tp[1]) for tp, _ in fetch_infos]
         self.fetch_purgatory.try_complete_else_watch(op, keys)
         return op
