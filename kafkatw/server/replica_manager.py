@@ -1244,9 +1244,10 @@ class ReplicaManager:
         limit_bytes = params.max_bytes
         min_one_message = True
         results = []
-        for i, (tp, info) in enumerate(fetch_infos):
+        found = iter(()) if found is None else iter(found)
+        for tp, info in fetch_infos:
             r = self._read(params, tp[0], tp[1], info, limit_bytes, min_one_message,
-                           None if found is None else found[i])
+                           next(found, None))
             records = r.info.records  # r.records_size, inline
             size = 0 if records is None else len(records)
             if size > 0:

@@ -589,7 +589,8 @@ class UnifiedLog:
 
     def fetch_high_watermark_metadata(self):
         meta = self._hw_metadata
-        if meta.message_offset_only:
+        if meta.segment_base_offset == -1 and meta.relative_position_in_segment == -1:
+            # message_offset_only, inline: every consumer read and parked-fetch check asks
             if meta.message_offset >= self.log_end_offset:
                 meta = self._leo_metadata
             else:
@@ -924,8 +925,9 @@ class UnifiedLog:
             segment = self._segments[bases[i]]
             if segment.base_offset < max_meta.segment_base_offset:
                 max_position = segment.size
-            elif segment.base_offset == max_meta.segment_base_offset \
-                    and not max_meta.message_offset_only:
+            elif segment.base_offset == max_meta.segment_base_offset and not (
+                    max_meta.segment_base_offset == -1
+                    and max_meta.relative_position_in_segment == -1):  # message_offset_only
                 max_position = max_meta.relative_position_in_segment
             else:
                 max_position = None
