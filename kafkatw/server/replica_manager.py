@@ -83,11 +83,15 @@ def fetch_isolation_of(replica_id, isolation_level):
     return FetchIsolation.HIGH_WATERMARK
 
 
-@attr.s(slots=True)
+_LOG_END, _HIGH_WATERMARK, _TXN_COMMITTED = (FetchIsolation.LOG_END, FetchIsolation.HIGH_WATERMARK,
+                                            FetchIsolation.TXN_COMMITTED)
+
+
+@attr.s(slots=True, init=False)
 class FetchParams:
     """A Fetch request's read parameters (Kafka's FetchParams); not changed once made (not
-    frozen: a frozen attrs ``__init__`` sets each field through ``object.__setattr__``, and one
-    is made per Fetch)."""
+    frozen, and its own ``__init__``: one is made per Fetch, and a frozen attrs ``__init__``
+    sets each field through ``object.__setattr__``, then calls a post-init hook)."""
 
     replica_id = attr.ib(default=CONSUMER_REPLICA_ID)
     max_wait_ms = attr.ib(default=0)
@@ -99,8 +103,23 @@ class FetchParams:
     hard_max_bytes_limit = attr.ib(default=False)  # Fetch v0-2: never hand out a cut first batch
     fetch_isolation = attr.ib(init=False, eq=False, repr=False)  # of replica_id, isolation_level
 
-    def __attrs_post_init__(self):
-        self.fetch_isolation = fetch_isolation_of(self.replica_id, self.isolation_level)
+    def __init__(self, replica_id=CONSUMER_REPLICA_ID, max_wait_ms=0, min_bytes=1, max_bytes=0x7FFFFFFF,
+                 isolation_level=READ_UNCOMMITTED, replica_epoch=-1, client_metadata=None,
+                 hard_max_bytes_limit=False):
+        self.replica_id = replica_id
+        self.max_wait_ms = max_wait_ms
+        self.min_bytes = min_bytes
+        self.max_bytes = max_bytes
+        self.isolation_level = isolation_level
+        self.replica_epoch = replica_epoch
+        self.client_metadata = client_metadata
+        self.hard_max_bytes_limit = hard_max_bytes_limit
+        # fetch_isolation_of, inline (enum members from plain names: an Enum class attribute
+        # read costs several times a global's)
+        if replica_id < 0 and replica_id != FUTURE_LOCAL_REPLICA_ID:
+            self.fetch_isolation = _TXN_COMMITTED if isolation_level == READ_COMMITTED else _HIGH_WATERMARK
+        else:
+            self.fetch_isolation = _LOG_END
 
     @property
     def is_from_follower(self):

@@ -806,8 +806,9 @@ class UnifiedLog:
     def read(self, start_offset, max_length, isolation=FetchIsolation.LOG_END,
              min_one_message=False):
         """FetchDataInfo for a fetch from ``start_offset``; no record byte is read."""
-        self._check_online()
-        self._check_log_start_offset(start_offset)
+        if self._offline or start_offset < self._log_start_offset:  # (every fetch reads here)
+            self._check_online()
+            self._check_log_start_offset(start_offset)
         try:
             if isolation is FetchIsolation.LOG_END:
                 max_meta = self._leo_metadata
