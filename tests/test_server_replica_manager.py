@@ -499,6 +499,25 @@ class FetchTests(Base):
         self.assertEqual(self.clock.getDelayedCalls(), [])
         self.assertEqual(self.rm.fetch_purgatory.num_delayed(), 0)
 
+    def test_one_look_up_to_park_and_one_to_wake(self):
+        """The read and the check that parks the fetch share one partition look-up; the
+        check that completes it on the append and the read answering it share another."""
+        calls = []
+        real = self.rm.fetch_log_or_error
+
+        def counting(params, topic, partition, *rest):
+            calls.append((topic, partition))
+            return real(params, topic, partition, *rest)
+
+        self.rm.fetch_log_or_error = counting
+        d = self.fetch([(("t", 0), self.pd(0))], max_wait=10000)
+        self.assertNoResult(d)
+        self.assertEqual(calls, [("t", 0)])
+        self.produce(("t", 0), batch())
+        (tp, data), = self.successResultOf(d)
+        self.assertEqual((tp, len(data.records), data.high_watermark), (("t", 0), BATCH, 1))
+        self.assertEqual(calls, [("t", 0), ("t", 0)])
+
     def test_min_bytes_accumulates_across_partitions(self):
         d = self.fetch([(("t", 0), self.pd(0)), (("t", 1), self.pd(0))], min_bytes=2 * BATCH)
         self.produce(("t", 0), batch())
