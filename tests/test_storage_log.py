@@ -188,6 +188,32 @@ class ReadTest(Base):
         self.assertEqual(leo.position_diff(hw), sizes[2])
         self.assertTrue(LogOffsetMetadata(5).message_offset_only)
 
+    def test_tail_read_after_an_append_reads_one_header(self):
+        """A reader at the log end woken by an append finds the appended batch with one header
+        read (the append says where it starts); after a truncation below it, a read finds
+        the right batch again."""
+        lg = self.open_log()
+        sizes = []
+        for n in (2, 3):
+            sizes.append(len(make_batch(n, 100)))
+            lg.append_as_leader(make_batch(n, 100), 0)
+        lg.read(0, 100000, FetchIsolation.LOG_END, True)  # the search hint at the first batch
+        lg.append_as_leader(make_batch(4, 100), 0)  # offsets 5-8
+        headers = []
+        file_records = lg.active_segment.log
+        real = file_records.read_header
+        file_records.read_header = lambda *a: headers.append(a[0]) or real(*a)
+        info = lg.read(5, 100000, FetchIsolation.LOG_END, True)
+        self.assertEqual(headers, [sizes[0] + sizes[1]])
+        self.assertEqual((info.fetch_offset_metadata.message_offset,
+                          info.fetch_offset_metadata.relative_position_in_segment, info.records.count),
+                         (5, sizes[0] + sizes[1], len(make_batch(4, 100))))
+        lg.truncate_to(2)
+        lg.append_as_leader(make_batch(1, 100), 0)  # offset 2, where the second batch was
+        info = lg.read(2, 100000, FetchIsolation.LOG_END, True)
+        self.assertEqual((info.fetch_offset_metadata.relative_position_in_segment, info.records.count),
+                         (sizes[0], len(make_batch(1, 100))))
+
     def test_lso_hook(self):
         lg = self.open_log()
         lg.append_as_leader(make_batch(2), 0)
