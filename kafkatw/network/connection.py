@@ -27,7 +27,7 @@ from zope.interface import implementer
 from kafkatw.network import socket_reader
 from kafkatw.network.framing import FrameDecoder, InvalidReceive
 from kafkatw.protocol.parts import FileRegion
-from kafkatw.network.mute import ChannelMute, ChannelMuteEvent
+from kafkatw.network.mute import ChannelMute, ChannelMuteEvent, ChannelMuteState
 from kafkatw.network.request import Request, RequestContext
 from kafkatw.network.wire import (
     API_VERSIONS_KEY,
@@ -42,6 +42,7 @@ _peek_header = HEADER_PREFIX.unpack_from
 RECV_BUFFER_SIZE = 1 << 20
 #: held responses are flushed mid-loop past this many bytes
 HELD_BYTES_MAX = 256 * 1024
+NOT_MUTED = ChannelMuteState.NOT_MUTED
 
 
 @implementer(IHandshakeListener)
@@ -240,14 +241,15 @@ class KafkaConnection(Protocol):
             self._processing = False
             if self._held:
                 self._flush_held()
-        if not self.mute.muted and self._held_drain is None:
+        if self.mute.state is NOT_MUTED and self._held_drain is None:
             if self._paused:
                 self._resume()
         elif not self.closing:
             self._pause()
 
     def _cut_frames(self):
-        while not self.mute.muted and not self.closing and self._held_drain is None:
+        # (``mute.muted`` inline: this loop runs per read)
+        while self.mute.state is NOT_MUTED and not self.closing and self._held_drain is None:
             try:
                 frame = self.decoder.next_frame()
             except InvalidReceive as e:
@@ -279,7 +281,7 @@ class KafkaConnection(Protocol):
         now = server.clock_ns()
         read_ns = None if self._arrivals is None else self._read_ns()
         api_key, api_version, correlation_id = _peek_header(frame, 0)  # (peek_header inline)
-        supported = server.api_versions()
+        supported = server.handler.api_versions()  # (the server's api_versions(), inline)
         rng = supported.get(api_key)
         if api_key == API_VERSIONS_KEY and rng is not None and not (rng[0] <= api_version <= rng[1]):
             # Kafka lets ApiVersions of any version through and answers UNSUPPORTED_VERSION
@@ -312,7 +314,8 @@ class KafkaConnection(Protocol):
         request = Request(header=header, api_key=api_key, api_version=api_version,
                           correlation_id=correlation_id, client_id=getattr(header, "client_id", None),
                           body=body, size=len(frame), context=self.context, start_ns=now, read_ns=read_ns)
-        self._received(request)
+        self.mute.request_received()  # (_received inline)
+        self.in_flight = request
         server.channel.send_request(request, self)
 
     def _received(self, request):
@@ -452,7 +455,9 @@ class KafkaConnection(Protocol):
         self.last_activity = server.reactor.seconds()
         server.request_completed(request, response)  # (_log_request, inline)
         self.in_flight = None
-        if self.mute.response_sent():  # RESPONSE_SENT, then maybe_unmute()
+        # RESPONSE_SENT, then maybe_unmute(); inside the frame loop (an answer given at once)
+        # the loop itself goes on
+        if self.mute.response_sent() and not self._processing:
             self._process_frames()
 
     def _log_request(self, request, response):

@@ -75,6 +75,7 @@ class MessagesWire:
         # (api_key, api_version) -> (header reader, header version, body reader, body class):
         # the generated readers themselves, no per-request version or buffer checks
         self._readers = {}
+        self._response_header_versions = {}  # (api_key, api_version) -> header version
 
     def api_name(self, api_key):
         name = self._api_names.get(api_key)
@@ -118,7 +119,11 @@ class MessagesWire:
         size = 4
         for p in parts:
             size += len(p)
-        if self._response_header_version(request.api_key, request.api_version):
+        key = (request.api_key, request.api_version)
+        hv = self._response_header_versions.get(key)
+        if hv is None:
+            hv = self._response_header_versions[key] = self._response_header_version(*key)
+        if hv:
             head = _SIZE_CORRELATION.pack(size + 1, request.correlation_id) + b"\x00"
         else:
             head = _SIZE_CORRELATION.pack(size, request.correlation_id)
