@@ -215,6 +215,10 @@ class KafkaApis:
         them first and carries its throttle time."""
         quotas = self.quotas
         if not quotas.enabled:
+            if self.authorizer is None:  # (_dispatch's first steps inline: the common case)
+                reg = self._handlers.get(request.api_key)
+                if reg is not None:
+                    return self._run_handler(reg, request)
             return self._dispatch(request)
         if request.api_key == 1:  # Fetch
             cap_fetch_size(quotas, request)
@@ -269,12 +273,12 @@ class KafkaApis:
             result = reg.handler.handle(self, request)
         except Exception:
             return self._on_failure(Failure(), request, reg.handler)
+        if type(result) is Response:  # first: Deferred is an ABC, its isinstance a Python call
+            return result
         if isinstance(result, defer.Deferred):
             result.addCallback(_as_response)
             result.addErrback(self._on_failure, request, reg.handler)
             return DeferredAnswer(result)
-        if type(result) is Response:
-            return result
         if hasattr(result, "when_complete"):
             return PendingResponse(self, request, reg.handler, result)
         return _as_response(result)

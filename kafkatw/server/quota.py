@@ -146,6 +146,9 @@ class QuotaManagers:
         # Kafka records nothing while no quota exists (the default callback without entities)
         self._custom = not isinstance(callback, DefaultQuotaCallback)
         self._count = 0
+        #: False while no quota can apply (the request path then skips quotas entirely); an
+        #: attribute, not a property: every request reads it
+        self.enabled = self._custom
         self.produce = ClientQuotaManager(ClientQuotaType.PRODUCE, callback, samples, window_seconds)
         self.fetch = ClientQuotaManager(ClientQuotaType.FETCH, callback, samples, window_seconds)
         self.request = ClientQuotaManager(ClientQuotaType.REQUEST, callback, samples, window_seconds,
@@ -156,14 +159,10 @@ class QuotaManagers:
                         ClientQuotaType.REQUEST: self.request,
                         ClientQuotaType.CONTROLLER_MUTATION: self.mutations}
 
-    @property
-    def enabled(self):
-        """False while no quota can apply (the request path then skips quotas entirely)."""
-        return self._custom or self._count > 0
-
     def _recount(self):
         if not self._custom:
             self._count = sum(len(self.callback.entities(t)) for t in ClientQuotaType)
+            self.enabled = self._count > 0
             if self._count == 0:
                 for manager in self.by_type.values():
                     manager.forget()

@@ -143,62 +143,78 @@ def handle(apis, request):
             except KafkaError as e:
                 results[tp] = _error(e.code, e.message)
 
-    def respond(appended):
-        for tp, pr in appended.items():
-            results[tp] = (pr.error_code, pr.base_offset, pr.log_append_time, pr.log_start_offset,
-                           list(pr.record_errors or []), pr.error_message)
-        if acks == 0:
-            if all(results[tp][0] == errors.NONE for tp in order):
-                return Response(None, noop=True)
-            log.info("closing connection {conn}: acks=0 produce failed: {errs}",
-                     conn=request.context.connection_id,
-                     errs={tp: errors.error_name(results[tp][0]) for tp in order if results[tp][0]})
-            return Response(None, close_connection=True)
-        return Response(build_response(version, order, results))
+    if slow:
+        return apis.run_blocking(recompress_all, slow).addCallback(
+            _recompressed, apis, request, results, order, entries, headers)
+    return _append(apis, request, results, order, entries, headers)
 
-    def append():
-        if body.transactional_id is not None and entries and apis.txn_coordinator is not None \
-                and apis.config_value("transaction.partition.verification.enable", True):
-            refused = apis.txn_coordinator.verify_produce(
-                apis.replica_manager, body.transactional_id, entries, headers)
-            if isinstance(refused, defer.Deferred):  # asked of the coordinator's broker
-                # waiting on another broker frees the handler slot: two brokers verifying
-                # with each other must not fill each other's num.io.threads
-                request.mark_api_local_complete()
-                return refused.addCallback(append_verified)
-            return append_verified(refused)
-        return append_verified({})
 
-    def append_verified(refused):
+# The steps after the checks are module functions with their state as arguments, not closures
+# made per request: no function objects and cells for the common synchronous produce.
+
+def _recompressed(done, apis, request, results, order, entries, headers):
+    # back on the reactor; the connection is muted meanwhile, so its requests stay in order
+    for tp, records in done:
+        if isinstance(records, rec.CorruptRecordError):
+            results[tp] = _error(errors.CORRUPT_MESSAGE, str(records))
+        elif isinstance(records, KafkaError):
+            results[tp] = _error(records.code, records.message)
+        else:
+            entries[tp] = records
+    return _append(apis, request, results, order, entries, headers)
+
+
+def _append(apis, request, results, order, entries, headers):
+    """Transaction verification (a transactional produce), then the append."""
+    body = request.body
+    if body.transactional_id is not None and entries and apis.txn_coordinator is not None \
+            and apis.config_value("transaction.partition.verification.enable", True):
+        refused = apis.txn_coordinator.verify_produce(
+            apis.replica_manager, body.transactional_id, entries, headers)
+        if isinstance(refused, defer.Deferred):  # asked of the coordinator's broker
+            # waiting on another broker frees the handler slot: two brokers verifying
+            # with each other must not fill each other's num.io.threads
+            request.mark_api_local_complete()
+            return refused.addCallback(
+                lambda refused: _append_verified(apis, request, results, order, entries, headers, refused))
+        return _append_verified(apis, request, results, order, entries, headers, refused)
+    return _append_verified(apis, request, results, order, entries, headers, None)
+
+
+def _append_verified(apis, request, results, order, entries, headers, refused):
+    if refused:
         for tp, code in refused.items():
             del entries[tp]
             headers.pop(tp, None)
             results[tp] = _error(code, "Transaction verification failed for %s-%d" % tp)
-        if not entries:
-            return respond({})
-        appended = apis.replica_manager.append_records_now(body.timeout_ms, acks, entries,
-                                                            batch_headers=headers)
-        if isinstance(appended, defer.Deferred):  # acks=all replication, or a producer state rebuild
-            # parked, as Kafka's DelayedProduce: the handler slot (num.io.threads) is free
-            # for other connections' requests meanwhile
-            request.mark_api_local_complete()
-            return appended.addCallback(respond)
-        return respond(appended)  # synchronous: the response without a Deferred
+    if not entries:
+        return _respond(request, results, order, {})
+    body = request.body
+    appended = apis.replica_manager.append_records_now(body.timeout_ms, body.acks, entries,
+                                                        batch_headers=headers)
+    if type(appended) is dict:  # (before isinstance: Deferred is an ABC, its check a Python call)
+        return _respond(request, results, order, appended)  # synchronous: no Deferred
+    if isinstance(appended, defer.Deferred):  # acks=all replication, or a producer state rebuild
+        # parked, as Kafka's DelayedProduce: the handler slot (num.io.threads) is free
+        # for other connections' requests meanwhile
+        request.mark_api_local_complete()
+        return appended.addCallback(lambda appended: _respond(request, results, order, appended))
+    return _respond(request, results, order, appended)
 
-    if not slow:
-        return append()
 
-    def recompressed(done):
-        # back on the reactor; the connection is muted meanwhile, so its requests stay in order
-        for tp, records in done:
-            if isinstance(records, rec.CorruptRecordError):
-                results[tp] = _error(errors.CORRUPT_MESSAGE, str(records))
-            elif isinstance(records, KafkaError):
-                results[tp] = _error(records.code, records.message)
-            else:
-                entries[tp] = records
-        return append()
-    return apis.run_blocking(recompress_all, slow).addCallback(recompressed)
+def _respond(request, results, order, appended):
+    """The Response of ``results`` with the replica manager's ``appended`` merged in."""
+    for tp, pr in appended.items():
+        results[tp] = (pr.error_code, pr.base_offset, pr.log_append_time, pr.log_start_offset,
+                       pr.record_errors or (), pr.error_message)
+    if request.body.acks == 0:
+        if all(results[tp][0] == errors.NONE for tp in order):
+            return Response(None, noop=True)
+        log.info("closing connection {conn}: acks=0 produce failed: {errs}",
+                 conn=request.context.connection_id,
+                 errs={tp: errors.error_name(results[tp][0]) for tp in order if results[tp][0]})
+        return Response(None, close_connection=True)
+    return Response(build_response(request.api_version, order, results))
 
 
 def _record_error(e):
