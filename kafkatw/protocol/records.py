@@ -502,8 +502,9 @@ def _records_span(buf, pos, header, max_size):
     slice, no copy) or the decompressed body of at most ``max_size`` bytes."""
     p = pos + RECORDS_OFFSET
     end = pos + header.batch_length + LOG_OVERHEAD
-    if header.compression:
-        body = _compression.decompress(header.compression, memoryview(buf)[p:end], max_size=max_size)
+    codec = header.attributes & COMPRESSION_CODEC_MASK  # (header.compression inline)
+    if codec:
+        body = _compression.decompress(codec, memoryview(buf)[p:end], max_size=max_size)
         return body, 0, len(body)
     return buf, p, min(end, len(buf))
 

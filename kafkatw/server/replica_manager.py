@@ -1106,9 +1106,11 @@ class ReplicaManager:
         else:
             part = None
             log_, error, epoch = self._leader_log(topic, partition, None)
-            isr = (self.node_id,)
+            isr = None  # this node alone; built for acks=all only
         if error != errors.NONE:
             return PartitionResponse(error)
+        if required_acks == -1 and isr is None:
+            isr = (self.node_id,)
         if required_acks == -1 and log_.config.min_insync_replicas > len(isr):
             min_isr = log_.config.min_insync_replicas
             # Kafka's Partition.appendRecordsToLeader: acks=all needs min.insync.replicas in sync
@@ -1187,7 +1189,7 @@ class ReplicaManager:
                         TopicPartitionOperationKey(topic, partition))
             else:
                 # Single node: the ISR is {us}, so the HW follows the log end at once.
-                log_.update_high_watermark(log_.log_end_offset)
+                log_.update_high_watermark(info.last_offset + 1)  # (the log end offset now)
             self.topic_stats.record_append(topic, info.last_offset - info.first_offset + 1, len(buf))
             return PartitionResponse(errors.NONE, info.first_offset, info.log_append_time,
                                      info.log_start_offset, last_offset=info.last_offset)

@@ -3,6 +3,8 @@
 may import because it imports nothing else of the broker. It validates values; it applies nothing.
 """
 
+from functools import cached_property
+
 from kafkatw.config.topic import TOPIC_CONFIG_DEF, topic_defaults
 from kafkatw.config.types import LIST, ConfigError, parse_type
 
@@ -62,15 +64,15 @@ class LogConfig:
         self.__dict__[attr_name] = value
         return value
 
-    @property
+    @cached_property  # (read per append; the values never change)
     def compact(self):
         return "compact" in self._values["cleanup.policy"]
 
-    @property
+    @cached_property  # (read per append; the values never change)
     def delete(self):
         return "delete" in self._values["cleanup.policy"]
 
-    @property
+    @cached_property  # (read per append; the values never change)
     def log_append_time(self):
         return self._values["message.timestamp.type"] == "LogAppendTime"
 

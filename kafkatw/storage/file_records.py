@@ -104,7 +104,11 @@ class FileRecords:
         view = memoryview(buf)
         total = len(view)
         written = 0
-        desc = self._descriptor()
+        desc = self._desc  # (_descriptor() inline for the common case: once per append)
+        if desc is None:
+            desc = self._descriptor()
+        else:
+            descriptors.cache.touch(self)
         fd = desc.fd
         while written < total:
             n = os.pwrite(fd, view[written:] if written else view, self._size + written)

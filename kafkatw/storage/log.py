@@ -720,7 +720,8 @@ class UnifiedLog:
         return self._append(buf, None, False, batch_headers)
 
     def _append(self, buf, leader_epoch, assign_offsets, batch_headers=None):
-        self._check_online()
+        if self._offline:  # (_check_online's test inline: once per append)
+            self._check_online()
         now = self._clock()
         config = self.config
         leo = self._leo_metadata.message_offset
@@ -737,7 +738,7 @@ class UnifiedLog:
             segment = self._segments[self._bases[-1]]
             if segment.should_roll(config, now, len(buf), info.last_offset, info.max_timestamp):
                 segment = self.roll(info.first_offset)
-            segment.append(buf, batches)
+            size = segment.append(buf, batches)
         except OSError as e:
             raise self._io_failed(e)
         if assign_offsets:
@@ -755,8 +756,7 @@ class UnifiedLog:
                 latest = self.leader_epoch_cache.latest_epoch()
                 if latest is None or epoch > latest:
                     self.leader_epoch_cache.assign(epoch, epochs[epoch], durable=False)
-        self._leo_metadata = LogOffsetMetadata(info.last_offset + 1, segment.base_offset,
-                                               segment.size)
+        self._leo_metadata = LogOffsetMetadata(info.last_offset + 1, segment.base_offset, size)
         self._unflushed_messages += info.record_count
         if self.retention_changed is not None:
             self.retention_changed.add(self)

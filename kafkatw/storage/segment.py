@@ -136,7 +136,7 @@ class LogSegment:
     # -- append -------------------------------------------------------------------------
 
     def append(self, buf, batches):
-        """Write ``buf`` (whole batches) and index it.
+        """Write ``buf`` (whole batches) and index it; returns the segment's new size.
 
         ``batches`` lists ``(position_in_buf, size, last_offset, max_timestamp)`` per batch.
         """
@@ -156,9 +156,11 @@ class LogSegment:
             first = batches[0][0]
             self.log.batch_at(physical + first, _BASE_OFFSET.unpack_from(buf, first)[0])
         self._index_batches(physical, batches)
+        return physical + len(buf)  # (what ``size`` reads now: the log's end offset metadata)
 
     def _index_batches(self, physical, batches):
-        max_ts, max_off = self._max_ts()
+        max_ts_and_offset = self._max_ts_and_offset  # (_max_ts() inline: once per append)
+        max_ts, max_off = self._max_ts() if max_ts_and_offset is None else max_ts_and_offset
         since = self._bytes_since_last_index_entry
         interval = self.index_interval_bytes
         for pos, size, last_offset, batch_max_ts in batches:
