@@ -2,6 +2,7 @@
 LogAppendInfo (Kafka's names). Pure data; no file access and no policy lives here.
 """
 
+import collections
 import enum
 
 import attr
@@ -76,16 +77,12 @@ class FetchDataInfo:
     aborted_transactions = attr.ib(default=None)
 
 
-@attr.s(slots=True)
-class LogAppendInfo:
-    """What an append did: offsets assigned, timestamps, counts (Kafka's LogAppendInfo)."""
+class LogAppendInfo(collections.namedtuple("LogAppendInfo", (
+        "first_offset", "last_offset", "max_timestamp", "offset_of_max_timestamp", "log_append_time",
+        "log_start_offset", "record_count", "valid_bytes", "leader_epoch"), defaults=(-1,))):
+    """What an append did: offsets assigned, timestamps, counts (Kafka's LogAppendInfo).
 
-    first_offset = attr.ib()
-    last_offset = attr.ib()
-    max_timestamp = attr.ib()
-    offset_of_max_timestamp = attr.ib()
-    log_append_time = attr.ib()
-    log_start_offset = attr.ib()
-    record_count = attr.ib()
-    valid_bytes = attr.ib()
-    leader_epoch = attr.ib(default=-1)
+    Immutable; a named tuple (not attrs) so that the validator builds one per append in C
+    (``tuple.__new__`` with the fields in this order), no Python ``__init__``."""
+
+    __slots__ = ()

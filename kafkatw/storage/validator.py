@@ -13,6 +13,7 @@ LOG_OVERHEAD = records.LOG_OVERHEAD
 MAX_DECOMPRESSED_BATCH_BYTES = compression.MAX_DECOMPRESSED_BATCH_BYTES
 validate_batch, check_records = records.validate_batch, records.check_records
 set_base_offset_and_epoch = records.set_base_offset_and_epoch
+_new_info = tuple.__new__
 
 
 def validate_and_assign(buf, config, now_ms, next_offset, leader_epoch=None,
@@ -103,17 +104,9 @@ def validate_and_assign(buf, config, now_ms, next_offset, leader_epoch=None,
         last_offset = batch_last
         expected_next = batch_last + 1
         pos += size
-    info = LogAppendInfo(
-        first_offset=first_offset,
-        last_offset=last_offset,
-        max_timestamp=max_ts,
-        offset_of_max_timestamp=offset_of_max_ts,
-        log_append_time=now_ms if log_append else -1,
-        log_start_offset=log_start_offset,
-        record_count=record_count,
-        valid_bytes=pos,
-        leader_epoch=leader_epoch if leader_epoch is not None else -1,
-    )
+    info = _new_info(LogAppendInfo, (  # (in C: LogAppendInfo's fields in order)
+        first_offset, last_offset, max_ts, offset_of_max_ts, now_ms if log_append else -1,
+        log_start_offset, record_count, pos, leader_epoch if leader_epoch is not None else -1))
     return info, batches
 
 
