@@ -615,8 +615,11 @@ class UnifiedLog:
             self._hw_metadata = self._leo_metadata
         elif offset != old:
             self._hw_metadata = LogOffsetMetadata(offset)
-        if offset != old:
-            self._note_offsets()
+        if offset != old:  # (_note_offsets inline: once per append)
+            if self.offsets_changed is not None:
+                self.offsets_changed.add(self)
+            if self.retention_changed is not None:
+                self.retention_changed.add(self)
         return offset
 
     def _note_offsets(self):

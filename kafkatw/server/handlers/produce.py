@@ -146,6 +146,8 @@ def handle(apis, request):
     if slow:
         return apis.run_blocking(recompress_all, slow).addCallback(
             _recompressed, apis, request, results, order, entries, headers)
+    if body.transactional_id is None:  # nothing to verify: straight to the append
+        return _append_verified(apis, request, results, order, entries, headers, None)
     return _append(apis, request, results, order, entries, headers)
 
 
