@@ -311,9 +311,9 @@ class KafkaConnection(Protocol):
                 # KIP-511: recorded on the channel, seen by this and later requests.
                 self.context = attr.evolve(self.context, client_software_name=name or "unknown",
                                            client_software_version=version or "unknown")
-        request = Request(header=header, api_key=api_key, api_version=api_version,
-                          correlation_id=correlation_id, client_id=getattr(header, "client_id", None),
-                          body=body, size=len(frame), context=self.context, start_ns=now, read_ns=read_ns)
+        # (positional, in Request's field order: no keyword matching per request)
+        request = Request(header, api_key, api_version, correlation_id,
+                          getattr(header, "client_id", None), body, len(frame), self.context, now, read_ns)
         self.mute.request_received()  # (_received inline)
         self.in_flight = request
         server.channel.send_request(request, self)

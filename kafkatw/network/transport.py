@@ -173,7 +173,7 @@ def idle_socket(transport, producer_ok=False):
     if (transport.producer is not None and not producer_ok) or transport._tempDataBuffer \
             or len(transport.dataBuffer) != transport.offset:
         return None
-    return transport.getHandle()
+    return transport.socket  # (what getHandle() returns, without the call)
 
 
 @implementer(IPullProducer)
