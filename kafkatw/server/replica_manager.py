@@ -1191,8 +1191,9 @@ class ReplicaManager:
                 # Single node: the ISR is {us}, so the HW follows the log end at once.
                 log_.update_high_watermark(info.last_offset + 1)  # (the log end offset now)
             self.topic_stats.record_append(topic, info.last_offset - info.first_offset + 1, len(buf))
+            # (positional, in field order: no record errors, no message)
             return PartitionResponse(errors.NONE, info.first_offset, info.log_append_time,
-                                     info.log_start_offset, last_offset=info.last_offset)
+                                     info.log_start_offset, [], None, info.last_offset)
         except KafkaError as e:
             return PartitionResponse(e.code, record_errors=list(getattr(e, "record_errors", None) or []),
                                      error_message=e.message)

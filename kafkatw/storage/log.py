@@ -746,7 +746,8 @@ class UnifiedLog:
             raise self._io_failed(e)
         if assign_offsets:
             if leader_epoch is not None:
-                self.leader_epoch_cache.assign(leader_epoch, info.first_offset, durable=False)
+                # (flush=True, durable=False positionally: a keyword call is a slower call)
+                self.leader_epoch_cache.assign(leader_epoch, info.first_offset, True, False)
         else:
             epochs = {}
             # Each batch's epoch: read back from the buffer (headers were not rewritten).

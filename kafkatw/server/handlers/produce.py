@@ -192,8 +192,8 @@ def _append_verified(apis, request, results, order, entries, headers, refused):
     if not entries:
         return _respond(request, results, order, {})
     body = request.body
-    appended = apis.replica_manager.append_records_now(body.timeout_ms, body.acks, entries,
-                                                        batch_headers=headers)
+    # (positional: internal_topics_allowed=False, batch_headers=headers)
+    appended = apis.replica_manager.append_records_now(body.timeout_ms, body.acks, entries, False, headers)
     if type(appended) is dict:  # (before isinstance: Deferred is an ABC, its check a Python call)
         return _respond(request, results, order, appended)  # synchronous: no Deferred
     if isinstance(appended, defer.Deferred):  # acks=all replication, or a producer state rebuild
