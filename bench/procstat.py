@@ -6,13 +6,18 @@ import os
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_seconds(pid="self"):
-    """utime + stime of ``pid`` in seconds (threads included)."""
-    with open("/proc/%s/stat" % pid) as f:
+def _cpu_ticks(stat_path):
+    """utime + stime, in clock ticks, of a ``/proc/.../stat`` file."""
+    with open(stat_path) as f:
         data = f.read()
     # the command name may hold spaces: fields start after the last ')'
     fields = data[data.rindex(")") + 2:].split()
-    return (int(fields[11]) + int(fields[12])) / _TICKS
+    return int(fields[11]) + int(fields[12])
+
+
+def cpu_seconds(pid="self"):
+    """utime + stime of ``pid`` in seconds (threads included)."""
+    return _cpu_ticks("/proc/%s/stat" % pid) / _TICKS
 
 
 def threads_cpu_seconds(prefix, pid="self"):
@@ -24,12 +29,9 @@ def threads_cpu_seconds(prefix, pid="self"):
             with open("/proc/%s/task/%s/comm" % (pid, tid)) as f:
                 if not f.read().startswith(prefix):
                     continue
-            with open("/proc/%s/task/%s/stat" % (pid, tid)) as f:
-                data = f.read()
+            total += _cpu_ticks("/proc/%s/task/%s/stat" % (pid, tid))
         except FileNotFoundError:  # the thread ended meanwhile
             continue
-        fields = data[data.rindex(")") + 2:].split()
-        total += int(fields[11]) + int(fields[12])
     return total / _TICKS
 
 
