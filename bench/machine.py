@@ -1,6 +1,7 @@
 """The machine's own ceilings, measured in the same run as the brokers: sendfile of a
 page-cached file over loopback into a Python ``recv_into`` loop (another process), and the
-raw append rate (``os.write`` of 1 MiB chunks into a fresh file on the brokers' filesystem).
+raw append rate (``os.write`` of 1 MiB chunks into a fresh file on the brokers' filesystem),
+and what a write into the page cache costs the writer's CPU, new pages against cached ones.
 """
 
 import multiprocessing
@@ -76,3 +77,26 @@ def append_rate(folder, size=3 << 30):
         os.close(fd)
         os.unlink(path)
     return {"mb_s": size / elapsed / 1e6, "elapsed_s": elapsed, "bytes": size}
+
+
+def page_cache_write_cost(folder, size=1 << 30):
+    """CPU seconds per GB that ``os.write`` of 1 MiB chunks costs the writer: into a fresh file
+    (the page cache grows: pages allocated, zeroed and, on a VM whose memory the host backs on
+    first touch or takes back through free page reporting, faulted in on the host), then over
+    the same, now cached, pages (a copy only). Every broker pays the first for each byte it
+    appends, so a replicated topic pays it once per replica."""
+    path = os.path.join(folder, "pagecache.bench")
+    chunk = os.urandom(MIB)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        costs = []
+        for _ in range(2):  # fresh pages, then the same pages again
+            os.lseek(fd, 0, os.SEEK_SET)
+            c0 = cpu_seconds()
+            for _ in range(size // MIB):
+                os.write(fd, chunk)
+            costs.append((cpu_seconds() - c0) / (size / 1e9))
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    return {"new_pages_cpu_s_per_gb": costs[0], "cached_pages_cpu_s_per_gb": costs[1]}

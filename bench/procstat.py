@@ -6,18 +6,30 @@ import os
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def _cpu_ticks(stat_path):
-    """utime + stime, in clock ticks, of a ``/proc/.../stat`` file."""
+def _user_system_ticks(stat_path):
+    """(utime, stime), in clock ticks, of a ``/proc/.../stat`` file."""
     with open(stat_path) as f:
         data = f.read()
     # the command name may hold spaces: fields start after the last ')'
     fields = data[data.rindex(")") + 2:].split()
-    return int(fields[11]) + int(fields[12])
+    return int(fields[11]), int(fields[12])
+
+
+def _cpu_ticks(stat_path):
+    """utime + stime, in clock ticks, of a ``/proc/.../stat`` file."""
+    return sum(_user_system_ticks(stat_path))
 
 
 def cpu_seconds(pid="self"):
     """utime + stime of ``pid`` in seconds (threads included)."""
     return _cpu_ticks("/proc/%s/stat" % pid) / _TICKS
+
+
+def user_system_seconds(pid="self"):
+    """``(utime, stime)`` of ``pid`` in seconds: the system share is where the kernel's copies
+    (page cache, sockets) and, on a VM, the host's first touch of guest memory land."""
+    user, system = _user_system_ticks("/proc/%s/stat" % pid)
+    return user / _TICKS, system / _TICKS
 
 
 def threads_cpu_seconds(prefix, pid="self"):

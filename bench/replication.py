@@ -9,9 +9,11 @@ import argparse
 import os
 import statistics
 import sys
+import tempfile
 import time
 
-from bench.procstat import cpu_seconds, threads_cpu_seconds
+from bench.machine import page_cache_write_cost
+from bench.procstat import cpu_seconds, threads_cpu_seconds, user_system_seconds
 from kafkatw.testing import KafkaCluster
 
 
@@ -120,6 +122,8 @@ def main(argv=None):
                              "session 9), whose random 100 ms runs load the partitions unevenly, "
                              "instead of a random partition per value")
     args = parser.parse_args(argv)
+    # what a broker's append costs the kernel here: each replica pays it for each byte
+    write_cost = [page_cache_write_cost(tempfile.gettempdir())]
     with KafkaCluster(brokers=3, overrides={"kafkatw.request.log.enable": "false",
                                             "log.segment.bytes": 1 << 30}) as cluster:
         bootstrap = cluster.bootstrap_servers
@@ -135,6 +139,7 @@ def main(argv=None):
         mb = args.messages * args.size / 1e6
         rates = {"rf1": [], "rf3": []}
         cpu = {"rf1": [], "rf3": []}  # broker CPU seconds (all three) per MB produced
+        system_cpu = {"rf1": [], "rf3": []}  # of it, in the kernel (copies, page cache growth)
         # this process's CPU seconds per MB: the produce loop and librdkafka's threads (their
         # busy wait shares the machine's CPUs with the brokers)
         client_cpu = {"rf1": [], "rf3": []}
@@ -143,35 +148,43 @@ def main(argv=None):
         loads = [os.getloadavg()[0]]  # the machine may be shared: the figures say how busy
         for r in range(args.rounds):
             for topic in ("rf1", "rf3"):
-                before = sum(cpu_seconds(pid) for pid in pids)
+                before = [user_system_seconds(pid) for pid in pids]
                 spin = []
                 client_before = cpu_seconds()
                 seconds = produce(bootstrap, topic, args.messages, args.size, "all",
                                   args.idempotence, args.max_in_flight,
                                   args.sticky, spin)
                 client_used = cpu_seconds() - client_before
-                used = sum(cpu_seconds(pid) for pid in pids) - before
+                after = [user_system_seconds(pid) for pid in pids]
+                system = sum(a[1] - b[1] for a, b in zip(after, before))
+                used = sum(a[0] - b[0] for a, b in zip(after, before)) + system
                 rates[topic].append(mb / seconds)
                 cpu[topic].append(used / mb)
+                system_cpu[topic].append(system / mb)
                 client_cpu[topic].append(client_used / mb)
                 spin_cpu[topic].append(spin[0] / mb)
                 loads.append(os.getloadavg()[0])
-                print("round %d %s: %.1f MB/s, brokers %.3f CPU s/MB, producer %.3f CPU s/MB "
-                      "(librdkafka's broker threads %.3f), load average %.1f"
-                      % (r + 1, topic, mb / seconds, used / mb, client_used / mb, spin[0] / mb,
-                         loads[-1]), file=sys.stderr)
+                print("round %d %s: %.1f MB/s, brokers %.3f CPU s/MB (system %.3f), producer %.3f "
+                      "CPU s/MB (librdkafka's broker threads %.3f), load average %.1f"
+                      % (r + 1, topic, mb / seconds, used / mb, system / mb, client_used / mb,
+                         spin[0] / mb, loads[-1]), file=sys.stderr)
+    write_cost.append(page_cache_write_cost(tempfile.gettempdir()))
     rf1, rf3 = statistics.median(rates["rf1"]), statistics.median(rates["rf3"])
-    print("| topic | MB/s per round | median MB/s | brokers' CPU s/MB (median) "
+    print("| topic | MB/s per round | median MB/s | brokers' CPU s/MB (median) | of it system "
           "| producer CPU s/MB (median) | of it librdkafka's broker threads |")
-    print("|---|---|---:|---:|---:|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|")
     for topic in ("rf1", "rf3"):
-        print("| %s | %s | %.1f | %.3f | %.3f | %.3f |" % (
+        print("| %s | %s | %.1f | %.3f | %.3f | %.3f | %.3f |" % (
             "RF 1, acks=all" if topic == "rf1" else "RF 3, min ISR 2, acks=all",
             " / ".join("%.1f" % x for x in rates[topic]), statistics.median(rates[topic]),
-            statistics.median(cpu[topic]), statistics.median(client_cpu[topic]),
-            statistics.median(spin_cpu[topic])))
+            statistics.median(cpu[topic]), statistics.median(system_cpu[topic]),
+            statistics.median(client_cpu[topic]), statistics.median(spin_cpu[topic])))
     print("\nRF 3 / RF 1: %.0f%%; 1-minute load average %.1f-%.1f during the run"
           % (100.0 * rf3 / rf1, min(loads), max(loads)))
+    print("page cache writes on this machine, before and after the run (CPU s/GB of os.write "
+          "into new pages / into cached pages): %.2f / %.2f, %.2f / %.2f"
+          % (write_cost[0]["new_pages_cpu_s_per_gb"], write_cost[0]["cached_pages_cpu_s_per_gb"],
+             write_cost[1]["new_pages_cpu_s_per_gb"], write_cost[1]["cached_pages_cpu_s_per_gb"]))
 
 
 if __name__ == "__main__":
