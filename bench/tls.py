@@ -16,7 +16,7 @@ import sys
 import time
 
 from bench import zero_copy
-from bench.procstat import cpu_seconds
+from bench.procstat import cpu_seconds, user_system_seconds
 
 MIB = 1024 * 1024
 _TICKS = os.sysconf("SC_CLK_TCK")
@@ -37,16 +37,19 @@ def thread_cpu(pid):
 
 
 def timed(pid, fn, *args):
-    """(bytes, seconds, process CPU, reactor-thread CPU) of ``fn(*args)``; the reactor thread
-    is the main thread (tid == pid)."""
+    """(bytes, seconds, process CPU, reactor-thread CPU, process system CPU) of ``fn(*args)``;
+    the reactor thread is the main thread (tid == pid). The system share holds the kernel's
+    copies, and for produce the page cache's growth (on a VM, the host's first touch of it)."""
     t0 = thread_cpu(pid)
     c0 = cpu_seconds(pid)
+    s0 = user_system_seconds(pid)[1]
     start = time.perf_counter()
     nbytes = fn(*args)
     elapsed = time.perf_counter() - start
     cpu = cpu_seconds(pid) - c0
+    system = user_system_seconds(pid)[1] - s0
     main = thread_cpu(pid).get(pid, 0.0) - t0.get(pid, 0.0)
-    return nbytes, elapsed, cpu, main
+    return nbytes, elapsed, cpu, main, system
 
 
 def ssl_produce(conf, total, value_size=64 * 1024):
@@ -104,17 +107,20 @@ def main(argv=None):
                 if "producer" in name:
                     produced += total // (64 * 1024)
     by_name = {}
-    for name, nbytes, elapsed, cpu, main_cpu in rows:
+    for name, nbytes, elapsed, cpu, main_cpu, system in rows:
         gb = nbytes / 1e9
-        by_name.setdefault(name, []).append((nbytes / elapsed / 1e6, cpu / gb, main_cpu / gb))
-    print("| workload | MB/s (median) | broker CPU s/GB per round | median | reactor thread s/GB (median) |")
-    print("|---|---:|---|---:|---:|")
+        by_name.setdefault(name, []).append((nbytes / elapsed / 1e6, cpu / gb, main_cpu / gb,
+                                             system / gb))
+    print("| workload | MB/s (median) | broker CPU s/GB per round | median | reactor thread s/GB (median) "
+          "| system s/GB (median) |")
+    print("|---|---:|---|---:|---:|---:|")
     for name, results in by_name.items():
-        print("| %s | %.0f | %s | %.2f | %.2f |" % (
-            name, statistics.median(r for r, _, _ in results),
-            " / ".join("%.2f" % c for _, c, _ in results),
-            statistics.median(c for _, c, _ in results),
-            statistics.median(t for _, _, t in results)))
+        print("| %s | %.0f | %s | %.2f | %.2f | %.2f |" % (
+            name, statistics.median(r[0] for r in results),
+            " / ".join("%.2f" % r[1] for r in results),
+            statistics.median(r[1] for r in results),
+            statistics.median(r[2] for r in results),
+            statistics.median(r[3] for r in results)))
     print()
     print("Load average at the end: %s. Machine: %s, %d CPUs, Python %s." % (
         " ".join("%.1f" % x for x in os.getloadavg()), platform.machine(), os.cpu_count(),
