@@ -4,10 +4,13 @@ watches answered on the reactor thread. Skips without ZooKeeper unless KAFKATW_R
 
 import atexit
 import json
+import logging
 import os
 import threading
 
+from kazoo.exceptions import BadVersionError
 from twisted.internet import defer, reactor
+from twisted.python.failure import Failure
 from twisted.trial import unittest
 
 from kafkatw import testing
@@ -36,7 +39,8 @@ def zookeeper():
     return _server
 
 
-class StoreTests(unittest.TestCase):
+class StoreTestCase(unittest.TestCase):
+    """Each test in its own chroot of the module's ZooKeeper; ``store()`` a started store."""
     timeout = 60
 
     def setUp(self):
@@ -49,6 +53,9 @@ class StoreTests(unittest.TestCase):
         yield zk.start()
         self.addCleanup(zk.stop)
         return zk
+
+
+class StoreTests(StoreTestCase):
 
     @defer.inlineCallbacks
     def test_election_bumps_the_epoch_and_old_epochs_cannot_write(self):
@@ -255,6 +262,161 @@ class StoreTests(unittest.TestCase):
         yield zk.register_broker(7, L.encode_broker(7, [("PLAINTEXT", "h", 9092)], {"PLAINTEXT": "PLAINTEXT"}))
         self.assertEqual((yield zk.broker_ids()), [7])
         self.assertEqual(len(lost), 1)
+
+
+def _losing_client(hosts, lose):
+    """A kazoo client that loses the answer of each request ``lose(request)`` picks (kazoo's
+    serialization tuples: Create2, SetData, Delete, Transaction...) while ``client.left`` > 0:
+    ZooKeeper gets and applies it, then the connection drops before the answer is handed on and
+    the caller gets ConnectionLoss (the session lives on; kazoo reconnects). ``client.lost``
+    lists the requests whose answer was lost."""
+    from kazoo.client import KazooClient
+    from kazoo.exceptions import ConnectionLoss
+    from kazoo.protocol.connection import _CONNECTION_DROP
+
+    class Losing(KazooClient):
+        left = 1
+
+        def _call(self, request, async_object):
+            if async_object is None or self.left <= 0 or not lose(request):
+                return super()._call(request, async_object)
+            self.left -= 1
+            sent = self.handler.async_result()
+
+            def answered(_):  # kazoo's thread: drop the connection, then lose the answer
+                self.lost.append(request)
+                KazooClient._call(self, _CONNECTION_DROP, None)
+                async_object.set_exception(ConnectionLoss())
+            sent.rawlink(answered)
+            return super()._call(request, sent)
+
+    quiet = logging.getLogger("tests.test_cluster_zk.kazoo")  # the drops' warnings are the test's doing
+    quiet.propagate = False
+    quiet.addHandler(logging.NullHandler())
+    client = Losing(hosts=hosts, timeout=4.0, logger=quiet)
+    client.lost = []
+    return client
+
+
+def _writes(kind, suffix):
+    """``lose`` for requests of type ``kind`` (a transaction: holding one) on a path ending in ``suffix``."""
+    def lose(request):
+        ops = request.operations if type(request).__name__ == "Transaction" else [request]
+        return any(type(op).__name__ == kind and op.path.endswith(suffix) for op in ops)
+    return lose
+
+
+class LostAnswerTests(StoreTestCase):
+    """Writes whose answer the connection lost (ZooKeeper applied them) are sent again, and each
+    kind tells its own first send from a conflict, as Kafka's KafkaZkClient does."""
+
+    def losing(self, lose, left=1):
+        client = _losing_client(self.connect.split("/", 1)[0], lose)
+        client.left = left
+        return self.store(client=client)
+
+    @defer.inlineCallbacks
+    def test_a_registration_whose_answer_was_lost_is_this_sessions_node(self):
+        a = yield self.losing(_writes("Create2", "/brokers/ids/5"))
+        epoch = yield a.register_broker(5, L.encode_broker(5, [("PLAINTEXT", "h", 1)], {"PLAINTEXT": "PLAINTEXT"}))
+        self.assertEqual(len(a._client.lost), 1)
+        b = yield self.store()
+        _, stat = yield b._run(lambda: b._client.get_async(b._p(L.broker_path(5))))
+        self.assertEqual((stat.czxid, stat.ephemeralOwner), (epoch, a._client.client_id[0]))
+        self.assertEqual(((yield b.get_broker(5)).epoch, (yield b.broker_ids())), (epoch, [5]))
+
+    @defer.inlineCallbacks
+    def test_a_registration_against_another_sessions_node_fails_also_after_a_lost_answer(self):
+        a = yield self.store()
+        epoch = yield a.register_broker(5, L.encode_broker(5, [("PLAINTEXT", "h", 1)], {"PLAINTEXT": "PLAINTEXT"}))
+        b = yield self.losing(_writes("Create2", "/brokers/ids/5"))
+        with self.assertRaises(KafkaError) as e:
+            yield b.register_broker(5, L.encode_broker(5, [("PLAINTEXT", "h", 2)], {"PLAINTEXT": "PLAINTEXT"}))
+        self.assertEqual(e.exception.code, errors.BROKER_ID_NOT_REGISTERED)
+        self.assertEqual(len(b._client.lost), 1)
+        info = yield b.get_broker(5)
+        self.assertEqual((info.epoch, info.endpoints), (epoch, {"PLAINTEXT": ("h", 1)}))
+
+    @defer.inlineCallbacks
+    def test_an_election_whose_answer_was_lost_is_won(self):
+        a = yield self.losing(_writes("Create", L.CONTROLLER))
+        self.assertEqual((yield a.elect_controller(1)), (1, 1))
+        self.assertEqual(len(a._client.lost), 1)
+        b = yield self.store()
+        self.assertIsNone((yield b.elect_controller(2)))
+        self.assertEqual((yield b.get_controller_id()), 1)
+
+    @defer.inlineCallbacks
+    def test_a_lost_conditional_partition_state_update_was_applied(self):
+        a = yield self.losing(_writes("SetData", "/partitions/0/state"), left=0)
+        _, epoch_zk_version = yield a.elect_controller(1)
+        yield a.create_topic("t", bytes(range(16)), {0: [1, 2]}, {})
+        state = LeaderAndIsr(leader=1, leader_epoch=0, isr=[1, 2], controller_epoch=1)
+        created = yield a.create_partition_states(epoch_zk_version, "t", {0: state})
+        a._client.left = 1
+        shrunk = attr_evolve(created[0], isr=[1], leader_epoch=1)
+        written = yield a.update_partition_states(epoch_zk_version, "t", {0: shrunk})
+        self.assertEqual(len(a._client.lost), 1)
+        self.assertFalse(isinstance(written[0], Failure), getattr(written[0], "getTraceback", lambda: "")())
+        self.assertEqual(written[0], attr_evolve(shrunk, partition_epoch=1))
+        self.assertEqual((yield a.partition_states("t", [0])), {0: written[0]})
+
+    @defer.inlineCallbacks
+    def test_a_lost_partition_state_update_still_meets_conflicts_and_the_epoch_fence(self):
+        """BadVersion after a lost answer is this write only if the state holds its bytes; a
+        deposed controller's resend is ControllerMovedError, whatever its first send did."""
+        a = yield self.losing(_writes("SetData", "/partitions/0/state"), left=0)
+        _, epoch_zk_version = yield a.elect_controller(1)
+        yield a.create_topic("t", bytes(range(16)), {0: [1, 2]}, {})
+        state = LeaderAndIsr(leader=1, leader_epoch=0, isr=[1, 2], controller_epoch=1)
+        created = yield a.create_partition_states(epoch_zk_version, "t", {0: state})
+        first = yield a.update_partition_states(epoch_zk_version, "t", {0: attr_evolve(created[0], isr=[1])})
+        a._client.left = 1  # a write at the version read before: its lost answer was BadVersion
+        stale = yield a.update_partition_states(epoch_zk_version, "t", {0: attr_evolve(created[0], isr=[2])})
+        self.assertEqual(len(a._client.lost), 1)
+        self.assertTrue(stale[0].check(BadVersionError))
+        yield a.resign_controller(1)
+        b = yield self.store()
+        yield b.elect_controller(2)
+        a._client.left = 1
+        moved = yield a.update_partition_states(epoch_zk_version, "t", {0: attr_evolve(first[0], isr=[2])})
+        self.assertEqual(len(a._client.lost), 2)
+        self.assertTrue(moved[0].check(ControllerMovedError))
+        self.assertEqual((yield b.partition_states("t", [0])), {0: first[0]})
+
+    @defer.inlineCallbacks
+    def test_a_deletion_whose_answer_was_lost_is_done(self):
+        a = yield self.losing(_writes("Delete", "/brokers/topics/t"), left=0)
+        _, epoch_zk_version = yield a.elect_controller(1)
+        yield a.create_topic("t", bytes(range(16)), {0: [1]}, {})
+        state = LeaderAndIsr(leader=1, leader_epoch=0, isr=[1], controller_epoch=1)
+        yield a.create_partition_states(epoch_zk_version, "t", {0: state})
+        yield a.mark_topic_for_deletion("t")
+        a._client.left = 1
+        yield a.delete_topic(epoch_zk_version, "t")
+        self.assertEqual(len(a._client.lost), 1)
+        self.assertEqual(((yield a.topics()), (yield a.topics_to_delete())), ([], []))
+        self.assertEqual((yield a.topic_configs("t")), {})
+
+    @defer.inlineCallbacks
+    def test_a_topic_creation_whose_answer_was_lost_is_not_an_existing_topic(self):
+        a = yield self.losing(_writes("Create", "/brokers/topics/t"))
+        yield a.create_topic("t", bytes(range(16)), {0: [1]}, {})
+        self.assertEqual(len(a._client.lost), 1)
+        self.assertEqual((yield a.topic_assignment("t")), (bytes(range(16)), {0: [1]}))
+        with self.assertRaises(KafkaError) as e:  # another topic id: another creation
+            yield a.create_topic("t", bytes(range(1, 17)), {0: [1]}, {})
+        self.assertEqual(e.exception.code, errors.TOPIC_ALREADY_EXISTS)
+
+    @defer.inlineCallbacks
+    def test_an_acl_write_whose_answer_was_lost_is_notified(self):
+        a = yield self.losing(_writes("SetData", "/kafka-acl/Topic/x"), left=0)
+        self.assertTrue((yield a.write_resource_acls("LITERAL", "Topic", "x", b"one", -1)))
+        a._client.left = 1
+        self.assertTrue((yield a.write_resource_acls("LITERAL", "Topic", "x", b"two", 0)))
+        self.assertEqual(len(a._client.lost), 1)
+        self.assertEqual((yield a.resource_acls("LITERAL", "Topic", "x")), (b"two", 1))
+        self.assertEqual([c[1:] for c in (yield a.acl_changes("LITERAL"))], [("Topic", "x")] * 2)
 
 
 def attr_evolve(state, **changes):

@@ -201,7 +201,8 @@ class IClusterCoordinator(Interface):
 
     def register_broker(broker_id, data):
         """Create the ephemeral ``/brokers/ids/<id>``: a Deferred of the broker epoch (its czxid).
-        Fails with KafkaError(NODE_EXISTS-like BROKER_ID_NOT_REGISTERED) if another session holds it."""
+        One this session holds already (a create resent after its answer was lost) is this
+        registration; fails with KafkaError(BROKER_ID_NOT_REGISTERED) if another session holds it."""
 
     def broker_ids(watch=None):
         """A Deferred of the registered broker ids (sorted); ``watch`` fires once on a change."""

@@ -19,8 +19,8 @@ from kafkatw.config import ConfigError
 from kafkatw.protocol import errors
 from kafkatw.protocol.errors import KafkaError
 
-#: seconds between sends of a read whose connection dropped before its answer
-READ_RETRY_S = 0.1
+#: seconds between sends of a request whose connection dropped before its answer
+RETRY_S = 0.1
 
 log = Logger(namespace="kafkatw.cluster.zk")
 
@@ -126,23 +126,83 @@ class ZkClusterCoordinator:
         return waiting.addCallback(send)
 
     @defer.inlineCallbacks
-    def _read(self, call):
-        """``_run(call)`` of a read, sent again when the connection drops before its answer
-        (kazoo's ConnectionLoss; the session lives on and kazoo reconnects), as Kafka's
-        ZooKeeperClient retries requests until connected; for at most the connection timeout.
-        A lost read failed the controller event that made it (a broker failure never handled,
-        a partition left with a dead leader)."""
+    def _request(self, call, applied=None):
+        """``_run(call)``, sent again when the connection drops before its answer (kazoo's
+        ConnectionLoss; the session lives on and kazoo reconnects), as Kafka's ZooKeeperClient
+        retries every request until connected; for at most the connection timeout. A lost read
+        failed the controller event that made it; a lost registration left a broker out of the
+        cluster.
+
+        A write whose answer was lost may have been applied, and its resend then meets its own
+        effect (NodeExists, BadVersion, NoNode). ``applied(outcome)`` decides on the resend's
+        outcome (its result or its Failure) for such a write: it gives what the write answers
+        when it applied (a first send that applied it) or the outcome as it is (a conflict),
+        as the checker of Kafka's conditionalUpdatePath. Without it the resend's outcome stands:
+        right for reads and for writes that may be done twice."""
         from kazoo.exceptions import ConnectionLoss
 
         deadline = self._reactor.seconds() + self._connection_timeout
+        lost = False
         while True:
             try:
                 result = yield self._run(call)
-                return result
             except ConnectionLoss:
                 if self._reactor.seconds() >= deadline:
                     raise
-                yield task.deferLater(self._reactor, READ_RETRY_S, lambda: None)
+                lost = True
+                yield task.deferLater(self._reactor, RETRY_S, lambda: None)
+                continue
+            except Exception:
+                if not (lost and applied is not None):
+                    raise
+                result = Failure()
+            if lost and applied is not None:
+                result = yield defer.maybeDeferred(applied, result)
+            return result
+
+    def _holds(self, path, data, answer):
+        """An ``applied`` check for a write that leaves ``path`` holding ``data``: when its
+        resend fails (NodeExists, BadVersion), the node read back with exactly those bytes was
+        written by the lost send; ``answer(stat)`` is then what the write answers."""
+        from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+        @defer.inlineCallbacks
+        def applied(outcome):
+            if isinstance(outcome, Failure) and outcome.check(BadVersionError, NodeExistsError):
+                try:
+                    now, stat = yield self._request(lambda: self._client.get_async(path))
+                except NoNodeError:
+                    now = None
+                if now == data:
+                    return answer(stat)
+            if isinstance(outcome, Failure):
+                outcome.raiseException()
+            return outcome
+        return applied
+
+    @staticmethod
+    def _gone(answer):
+        """An ``applied`` check for a delete: NoNode on its resend after a lost answer means the
+        node is gone as the delete wanted (by its first send); ``answer`` is then the result."""
+        from kazoo.exceptions import NoNodeError
+
+        def applied(outcome):
+            if isinstance(outcome, Failure) and outcome.check(NoNodeError):
+                return answer
+            return outcome
+        return applied
+
+    def _notify(self, prefix, data):
+        """A sequential znode ``prefix<n>`` (Kafka's createSequentialPersistentPath). A resend
+        after a lost answer may add a second one, harmless as in Kafka, which resends it the
+        same way: a change notification only makes brokers read the entity again, and the
+        controller takes log dir events as a set of brokers."""
+        return self._request(lambda: self._client.create_async(self._p(prefix), data, sequence=True, makepath=True))
+
+    def _session_id(self):
+        """The session's id, the ephemeralOwner of the znodes it creates (kazoo's; it keeps it
+        while it reconnects, when ``client_id`` is None)."""
+        return self._client._session_id
 
     def _not_connected(self, waiting):
         self._connection_waiters = [(d, t) for d, t in self._connection_waiters if d is not waiting]
@@ -211,35 +271,47 @@ class ZkClusterCoordinator:
         from kazoo.exceptions import NodeExistsError, NoNodeError
 
         try:
-            data, _ = yield self._read(lambda: self._client.get_async(self._p(L.CLUSTER_ID)))
+            data, _ = yield self._request(lambda: self._client.get_async(self._p(L.CLUSTER_ID)))
             return L.decode_cluster_id(data)
         except NoNodeError:
             pass
         try:
-            yield self._run(lambda: self._client.create_async(
+            yield self._request(lambda: self._client.create_async(
                 self._p(L.CLUSTER_ID), L.encode_cluster_id(proposed), makepath=True))
             return proposed
         except NodeExistsError:
-            data, _ = yield self._read(lambda: self._client.get_async(self._p(L.CLUSTER_ID)))
+            data, _ = yield self._request(lambda: self._client.get_async(self._p(L.CLUSTER_ID)))
             return L.decode_cluster_id(data)
 
     @defer.inlineCallbacks
     def register_broker(self, broker_id, data):
-        from kazoo.exceptions import NodeExistsError
+        """Kafka's checkedEphemeralCreate: a node already there that this session owns is this
+        registration (a create whose answer was lost and was sent again), and its czxid the
+        broker epoch; another session's node is an error."""
+        from kazoo.exceptions import NodeExistsError, NoNodeError
 
-        try:
-            _, stat = yield self._run(lambda: self._client.create_async(
-                self._p(L.broker_path(broker_id)), data, ephemeral=True, makepath=True,
-                include_data=True))
-        except NodeExistsError:
+        path = self._p(L.broker_path(broker_id))
+        while True:
+            try:
+                _, stat = yield self._request(lambda: self._client.create_async(
+                    path, data, ephemeral=True, makepath=True, include_data=True))
+                return stat.czxid
+            except NodeExistsError:
+                pass
+            try:
+                _, stat = yield self._request(lambda: self._client.get_async(path))
+            except NoNodeError:
+                continue  # gone while read (its session ended): create it again
+            if stat.ephemeralOwner == self._session_id():
+                return stat.czxid
             raise KafkaError(errors.BROKER_ID_NOT_REGISTERED,
-                             "Error while creating ephemeral at %s, node already exists and owner does "
-                             "not match current session" % (L.broker_path(broker_id),)) from None
-        return stat.czxid
+                             "Error while creating ephemeral at %s, node already exists and owner '0x%x' does "
+                             "not match current session '0x%x'"
+                             % (L.broker_path(broker_id), stat.ephemeralOwner, self._session_id()))
 
     @defer.inlineCallbacks
     def broker_ids(self, watch=None):
-        children = yield self._read(lambda: self._client.get_children_async(
+        children = yield self._request(lambda: self._client.get_children_async(
             self._p(L.BROKER_IDS), watch=self._watch(watch)))
         return sorted(int(c) for c in children if c.isdigit())
 
@@ -248,7 +320,7 @@ class ZkClusterCoordinator:
         from kazoo.exceptions import NoNodeError
 
         try:
-            data, stat = yield self._read(lambda: self._client.get_async(self._p(L.broker_path(broker_id))))
+            data, stat = yield self._request(lambda: self._client.get_async(self._p(L.broker_path(broker_id))))
         except NoNodeError:
             return None
         return L.decode_broker(broker_id, data, stat.czxid)
@@ -259,11 +331,11 @@ class ZkClusterCoordinator:
     def get_controller_id(self, watch=None):
         from kazoo.exceptions import NoNodeError
 
-        stat = yield self._read(lambda: self._client.exists_async(self._p(L.CONTROLLER), watch=self._watch(watch)))
+        stat = yield self._request(lambda: self._client.exists_async(self._p(L.CONTROLLER), watch=self._watch(watch)))
         if stat is None:
             return -1
         try:
-            data, _ = yield self._read(lambda: self._client.get_async(self._p(L.CONTROLLER)))
+            data, _ = yield self._request(lambda: self._client.get_async(self._p(L.CONTROLLER)))
         except NoNodeError:
             return -1
         return L.decode_controller(data)
@@ -271,68 +343,99 @@ class ZkClusterCoordinator:
     @defer.inlineCallbacks
     def elect_controller(self, broker_id):
         """Kafka's registerControllerAndIncrementControllerEpoch: read the epoch (creating it at
-        0), then create ``/controller`` and bump the epoch conditionally, in one multi."""
+        0), then create ``/controller`` and bump the epoch conditionally, in one multi. When the
+        multi fails, Kafka's checkControllerAndEpoch: a ``/controller`` of this session with
+        the epoch this multi wrote means a lost answer's first send made this broker controller."""
         from kazoo.exceptions import NodeExistsError, NoNodeError
 
         client = self._client
         try:
-            data, stat = yield self._read(lambda: client.get_async(self._p(L.CONTROLLER_EPOCH)))
+            data, stat = yield self._request(lambda: client.get_async(self._p(L.CONTROLLER_EPOCH)))
             epoch, version = L.decode_controller_epoch(data), stat.version
         except NoNodeError:
             try:
-                yield self._run(lambda: client.create_async(self._p(L.CONTROLLER_EPOCH),
-                                                         L.encode_controller_epoch(0)))
+                yield self._request(lambda: client.create_async(self._p(L.CONTROLLER_EPOCH),
+                                                                L.encode_controller_epoch(0)))
             except NodeExistsError:
-                pass
-            data, stat = yield self._read(lambda: client.get_async(self._p(L.CONTROLLER_EPOCH)))
+                pass  # another broker's, or this one's whose answer was lost
+            data, stat = yield self._request(lambda: client.get_async(self._p(L.CONTROLLER_EPOCH)))
             epoch, version = L.decode_controller_epoch(data), stat.version
-        txn = client.transaction()
-        txn.create(self._p(L.CONTROLLER), L.encode_controller(broker_id), ephemeral=True)
-        txn.set_data(self._p(L.CONTROLLER_EPOCH), L.encode_controller_epoch(epoch + 1), version=version)
-        results = yield self._run(lambda: txn.commit_async())
-        if any(isinstance(r, Exception) for r in results):
+
+        def multi():  # a kazoo transaction is committed once: a resend needs a new one
+            txn = client.transaction()
+            txn.create(self._p(L.CONTROLLER), L.encode_controller(broker_id), ephemeral=True)
+            txn.set_data(self._p(L.CONTROLLER_EPOCH), L.encode_controller_epoch(epoch + 1), version=version)
+            return txn.commit_async()
+        results = yield self._request(multi)
+        if not any(isinstance(r, Exception) for r in results):
+            return epoch + 1, results[1].version
+        try:
+            data, stat = yield self._request(lambda: client.get_async(self._p(L.CONTROLLER)))
+        except NoNodeError:
+            return None
+        if stat.ephemeralOwner != self._session_id() or L.decode_controller(data) != broker_id:
             return None  # another broker registered first, or bumped the epoch in between
-        return epoch + 1, results[1].version
+        data, stat = yield self._request(lambda: client.get_async(self._p(L.CONTROLLER_EPOCH)))
+        if L.decode_controller_epoch(data) != epoch + 1:
+            return None
+        return epoch + 1, stat.version
 
     @defer.inlineCallbacks
     def resign_controller(self, broker_id):
         from kazoo.exceptions import NoNodeError
 
         try:
-            data, stat = yield self._read(lambda: self._client.get_async(self._p(L.CONTROLLER)))
+            data, stat = yield self._request(lambda: self._client.get_async(self._p(L.CONTROLLER)))
         except NoNodeError:
             return
         if L.decode_controller(data) == broker_id:
             try:
-                yield self._run(lambda: self._client.delete_async(self._p(L.CONTROLLER), version=stat.version))
+                yield self._request(lambda: self._client.delete_async(self._p(L.CONTROLLER), version=stat.version))
             except Exception:
-                pass  # gone or replaced meanwhile: not ours to delete any more
+                pass  # gone (also by a resent delete's lost first send) or replaced: not ours any more
 
     def _check_epoch(self, txn, epoch_zk_version):
         txn.check(self._p(L.CONTROLLER_EPOCH), epoch_zk_version)
 
     @defer.inlineCallbacks
-    def _controller_multi(self, epoch_zk_version, add_ops):
+    def _controller_multi(self, epoch_zk_version, add_ops, applied=None):
         """One multi: the controller epoch check then ``add_ops(txn)``; the results of the
-        ops after the check. ControllerMovedError when the check fails."""
+        ops after the check. ControllerMovedError when the check fails, also on a resend after
+        a lost answer (whatever the first send did, this controller is deposed). When only an
+        op failed on such a resend, ``applied(error)`` decides: the ops' results if the first
+        send applied them, else it raises (given the error as a Failure: ``_holds`` fits)."""
         from kazoo.exceptions import BadVersionError, RolledBackError
 
-        txn = self._client.transaction()
-        self._check_epoch(txn, epoch_zk_version)
-        add_ops(txn)
-        results = yield self._run(lambda: txn.commit_async())
+        def multi():  # a kazoo transaction is committed once: a resend needs a new one
+            txn = self._client.transaction()
+            self._check_epoch(txn, epoch_zk_version)
+            add_ops(txn)
+            return txn.commit_async()
+
+        def first_error(results):
+            return next((r for r in results[1:] if isinstance(r, Exception) and not isinstance(r, RolledBackError)),
+                        None)
+
+        def resent(results):
+            if isinstance(results, Failure) or isinstance(results[0], BadVersionError):
+                return results
+            error = first_error(results)
+            if error is None:
+                return results
+            return defer.maybeDeferred(applied, Failure(error)).addCallback(lambda ops: [True] + list(ops))
+        results = yield self._request(multi, None if applied is None else resent)
         if isinstance(results[0], BadVersionError):
             raise ControllerMovedError("controller epoch zkVersion %d is no longer current" % epoch_zk_version)
-        for r in results[1:]:
-            if isinstance(r, Exception) and not isinstance(r, RolledBackError):
-                raise r
+        error = first_error(results)
+        if error is not None:
+            raise error
         return results[1:]
 
     # -- topics -------------------------------------------------------------------------------------
 
     @defer.inlineCallbacks
     def topics(self, watch=None):
-        children = yield self._read(lambda: self._client.get_children_async(
+        children = yield self._request(lambda: self._client.get_children_async(
             self._p(L.TOPICS), watch=self._watch(watch)))
         return sorted(children)
 
@@ -341,7 +444,7 @@ class ZkClusterCoordinator:
         from kazoo.exceptions import NoNodeError
 
         try:
-            data, _ = yield self._read(lambda: self._client.get_async(
+            data, _ = yield self._request(lambda: self._client.get_async(
                 self._p(L.topic_path(topic)), watch=self._watch(watch)))
         except NoNodeError:
             return None
@@ -354,7 +457,7 @@ class ZkClusterCoordinator:
         from kazoo.exceptions import NoNodeError
 
         try:
-            data, _ = yield self._read(lambda: self._client.get_async(
+            data, _ = yield self._request(lambda: self._client.get_async(
                 self._p(L.topic_path(topic)), watch=self._watch(watch)))
         except NoNodeError:
             return None
@@ -376,11 +479,11 @@ class ZkClusterCoordinator:
         from kazoo.exceptions import NoNodeError
 
         path = self._p(L.REASSIGN_PARTITIONS)
-        stat = yield self._read(lambda: self._client.exists_async(path, watch=self._watch(watch)))
+        stat = yield self._request(lambda: self._client.exists_async(path, watch=self._watch(watch)))
         if stat is None:
             return {}
         try:
-            data, _ = yield self._read(lambda: self._client.get_async(path))
+            data, _ = yield self._request(lambda: self._client.get_async(path))
         except NoNodeError:
             return {}
         try:
@@ -406,23 +509,25 @@ class ZkClusterCoordinator:
     def request_reassignment(self, targets):
         """Create ``/admin/reassign_partitions`` (a tool's request, as Kafka's old
         ``--zookeeper`` path); NodeExistsError while one is pending."""
-        data = L.encode_reassign_partitions(targets)
-        return self._run(lambda: self._client.create_async(self._p(L.REASSIGN_PARTITIONS), data,
-                                                           makepath=True))
+        path, data = self._p(L.REASSIGN_PARTITIONS), L.encode_reassign_partitions(targets)
+        return self._request(lambda: self._client.create_async(path, data, makepath=True),
+                             self._holds(path, data, lambda stat: path))
 
     @defer.inlineCallbacks
     def create_topic(self, topic, topic_id, assignment, configs):
         from kazoo.exceptions import NodeExistsError
 
         client = self._client
-        if (yield self._read(lambda: client.exists_async(self._p(L.delete_topic_path(topic))))) is not None:
+        if (yield self._request(lambda: client.exists_async(self._p(L.delete_topic_path(topic))))) is not None:
             # its deletion waits for a broker: nothing of it may be overwritten (AdminZkClient)
             raise KafkaError(errors.TOPIC_ALREADY_EXISTS, 'Topic "%s" is marked for deletion.' % (topic,))
         # Kafka's AdminZkClient: the config first (brokers read it when the topic appears)
         try:
             yield self._set_or_create(L.topic_config_path(topic), L.encode_entity_config(configs or {}))
-            yield self._run(lambda: client.create_async(
-                self._p(L.topic_path(topic)), L.encode_topic_assignment(topic_id, assignment), makepath=True))
+            # a lost answer's resend meets the node: the topic id in it tells whether it is this one
+            path, data = self._p(L.topic_path(topic)), L.encode_topic_assignment(topic_id, assignment)
+            yield self._request(lambda: client.create_async(path, data, makepath=True),
+                                self._holds(path, data, lambda stat: path))
         except NodeExistsError:
             raise KafkaError(errors.TOPIC_ALREADY_EXISTS, "Topic '%s' already exists." % (topic,)) from None
 
@@ -431,28 +536,30 @@ class ZkClusterCoordinator:
         """The new partitions' assignment; a reassignment running in the topic keeps its adding
         and removing replicas (the write is conditional on the version read)."""
         path = self._p(L.topic_path(topic))
-        data, stat = yield self._read(lambda: self._client.get_async(path))
+        data, stat = yield self._request(lambda: self._client.get_async(path))
         adding, removing = L.decode_topic_reassignments(data)
-        yield self._run(lambda: self._client.set_async(
-            path, L.encode_topic_assignment(topic_id, assignment, adding, removing), version=stat.version))
+        data = L.encode_topic_assignment(topic_id, assignment, adding, removing)
+        yield self._request(lambda: self._client.set_async(path, data, version=stat.version),
+                            self._holds(path, data, lambda stat: stat))
 
     @defer.inlineCallbacks
     def _set_or_create(self, path, data):
+        """Unconditional writes: a resend after a lost answer writes the same again."""
         from kazoo.exceptions import NodeExistsError, NoNodeError
 
         try:
-            yield self._run(lambda: self._client.set_async(self._p(path), data))
+            yield self._request(lambda: self._client.set_async(self._p(path), data))
         except NoNodeError:
             try:
-                yield self._run(lambda: self._client.create_async(self._p(path), data, makepath=True))
+                yield self._request(lambda: self._client.create_async(self._p(path), data, makepath=True))
             except NodeExistsError:
-                yield self._run(lambda: self._client.set_async(self._p(path), data))
+                yield self._request(lambda: self._client.set_async(self._p(path), data))
 
     @defer.inlineCallbacks
     def partition_states(self, topic, partitions):
         from kazoo.exceptions import NoNodeError
 
-        pending = [(p, self._read(lambda p=p: self._client.get_async(self._p(L.partition_state_path(topic, p)))))
+        pending = [(p, self._request(lambda p=p: self._client.get_async(self._p(L.partition_state_path(topic, p)))))
                    for p in partitions]
         out = {}
         for p, d in pending:
@@ -468,13 +575,17 @@ class ZkClusterCoordinator:
         """One multi per partition (Kafka's createTopicPartitionStatesRaw): the partition znode
         and its state, each behind the controller epoch check."""
         client = self._client
-        yield self._run(lambda: client.ensure_path_async(self._p(L.partitions_path(topic))))
+        yield self._request(lambda: client.ensure_path_async(self._p(L.partitions_path(topic))))
         pending = {}
         for p, state in states.items():
-            def ops(txn, p=p, state=state):
+            path, data = self._p(L.partition_state_path(topic, p)), L.encode_partition_state(state)
+
+            def ops(txn, p=p, path=path, data=data):
                 txn.create(self._p(L.partition_path(topic, p)), b"")
-                txn.create(self._p(L.partition_state_path(topic, p)), L.encode_partition_state(state))
-            pending[p] = self._controller_multi(epoch_zk_version, ops)
+                txn.create(path, data)
+            # a resend after a lost answer meets the znodes: they are this write's if the state holds its bytes
+            pending[p] = self._controller_multi(epoch_zk_version, ops,
+                                                self._holds(path, data, lambda stat, path=path: [path, path]))
         out = {}
         for p, d in pending.items():
             try:
@@ -488,10 +599,14 @@ class ZkClusterCoordinator:
     def update_partition_states(self, epoch_zk_version, topic, states):
         pending = {}
         for p, state in states.items():
-            def ops(txn, p=p, state=state):
-                txn.set_data(self._p(L.partition_state_path(topic, p)), L.encode_partition_state(state),
-                             version=state.partition_epoch)
-            pending[p] = self._controller_multi(epoch_zk_version, ops)
+            path, data = self._p(L.partition_state_path(topic, p)), L.encode_partition_state(state)
+
+            def ops(txn, path=path, data=data, version=state.partition_epoch):
+                txn.set_data(path, data, version=version)
+            # Kafka's conditionalUpdatePath checker (checkLeaderAndIsrZkData): after a lost answer,
+            # BadVersion with the state holding exactly this write's bytes (its leader and controller
+            # epochs) is this write, applied by the first send; anything else stays a conflict
+            pending[p] = self._controller_multi(epoch_zk_version, ops, self._holds(path, data, lambda stat: [stat]))
         out = {}
         for p, d in pending.items():
             try:
@@ -508,7 +623,7 @@ class ZkClusterCoordinator:
         from kazoo.exceptions import NoNodeError
 
         try:
-            data, _ = yield self._read(lambda: self._client.get_async(self._p(L.topic_config_path(topic))))
+            data, _ = yield self._request(lambda: self._client.get_async(self._p(L.topic_config_path(topic))))
         except NoNodeError:
             return {}
         return L.decode_entity_config(data)
@@ -516,17 +631,15 @@ class ZkClusterCoordinator:
     @defer.inlineCallbacks
     def set_topic_configs(self, topic, configs):
         yield self._set_or_create(L.topic_config_path(topic), L.encode_entity_config(configs))
-        yield self._run(lambda: self._client.create_async(
-            self._p(L.CONFIG_CHANGES + "/" + L.CONFIG_CHANGE_PREFIX), L.encode_config_change("topics", topic),
-            sequence=True, makepath=True))
+        yield self._notify(L.CONFIG_CHANGES + "/" + L.CONFIG_CHANGE_PREFIX, L.encode_config_change("topics", topic))
 
     @defer.inlineCallbacks
     def config_changes(self, watch=None, after=""):
         from kazoo.exceptions import NoNodeError
 
-        children = yield self._read(lambda: self._client.get_children_async(
+        children = yield self._request(lambda: self._client.get_children_async(
             self._p(L.CONFIG_CHANGES), watch=self._watch(watch)))
-        pending = [(name, self._read(lambda name=name: self._client.get_async(
+        pending = [(name, self._request(lambda name=name: self._client.get_async(
             self._p(L.CONFIG_CHANGES + "/" + name)))) for name in sorted(children) if name > after]
         out = []
         for name, d in pending:
@@ -548,17 +661,17 @@ class ZkClusterCoordinator:
     def _purge_notifications(self, parent, max_age_ms, now_ms):
         from kazoo.exceptions import NoNodeError
 
-        children = yield self._read(lambda: self._client.get_children_async(self._p(parent)))
+        children = yield self._request(lambda: self._client.get_children_async(self._p(parent)))
         purged = 0
         for name in sorted(children):
             path = self._p(parent + "/" + name)
-            stat = yield self._read(lambda path=path: self._client.exists_async(path))
+            stat = yield self._request(lambda path=path: self._client.exists_async(path))
             if stat is None:
                 continue
             if now_ms - stat.ctime <= max_age_ms:
                 break
             try:
-                yield self._run(lambda path=path: self._client.delete_async(path))
+                yield self._request(lambda path=path: self._client.delete_async(path))
                 purged += 1
             except NoNodeError:
                 pass
@@ -571,7 +684,7 @@ class ZkClusterCoordinator:
         from kazoo.exceptions import NoNodeError
 
         try:
-            data, _ = yield self._read(lambda: self._client.get_async(self._p("/config/" + entity_path)))
+            data, _ = yield self._request(lambda: self._client.get_async(self._p("/config/" + entity_path)))
         except NoNodeError:
             return None
         return data
@@ -580,9 +693,7 @@ class ZkClusterCoordinator:
     def set_entity_configs(self, entity_path, data):
         yield self._set_or_create("/config/" + entity_path, data)
         entity_type, _, name = entity_path.partition("/")
-        yield self._run(lambda: self._client.create_async(
-            self._p(L.CONFIG_CHANGES + "/" + L.CONFIG_CHANGE_PREFIX), L.encode_config_change(entity_type, name),
-            sequence=True, makepath=True))
+        yield self._notify(L.CONFIG_CHANGES + "/" + L.CONFIG_CHANGE_PREFIX, L.encode_config_change(entity_type, name))
 
     @defer.inlineCallbacks
     def quota_entities(self):
@@ -591,7 +702,7 @@ class ZkClusterCoordinator:
         @defer.inlineCallbacks
         def children(path):
             try:
-                found = yield self._read(lambda: self._client.get_children_async(self._p(path)))
+                found = yield self._request(lambda: self._client.get_children_async(self._p(path)))
             except NoNodeError:
                 found = []
             return sorted(found)
@@ -620,13 +731,13 @@ class ZkClusterCoordinator:
 
         root = L.acl_store_path(pattern_type)
         try:
-            types = yield self._read(lambda: self._client.get_children_async(self._p(root)))
+            types = yield self._request(lambda: self._client.get_children_async(self._p(root)))
         except NoNodeError:
             return []
         out = []
         for resource_type in sorted(types):
             try:
-                names = yield self._read(lambda t=resource_type: self._client.get_children_async(
+                names = yield self._request(lambda t=resource_type: self._client.get_children_async(
                     self._p("%s/%s" % (root, t))))
             except NoNodeError:
                 continue
@@ -642,7 +753,7 @@ class ZkClusterCoordinator:
         from kazoo.exceptions import NoNodeError
 
         try:
-            data, stat = yield self._read(lambda: self._client.get_async(
+            data, stat = yield self._request(lambda: self._client.get_async(
                 self._p(L.acl_resource_path(pattern_type, resource_type, name))))
         except NoNodeError:
             return None, -1
@@ -657,18 +768,22 @@ class ZkClusterCoordinator:
 
         path = self._p(L.acl_resource_path(pattern_type, resource_type, name))
         try:
+            # a lost answer's resend meets its own write: then the notification is still added
+            # (read again, the store would look changed already and no broker would hear of it)
             if expected_version < 0:
                 if data is not None:
-                    yield self._run(lambda: self._client.create_async(path, data, makepath=True))
+                    yield self._request(lambda: self._client.create_async(path, data, makepath=True),
+                                        self._holds(path, data, lambda stat: path))
             elif data is None:
-                yield self._run(lambda: self._client.delete_async(path, version=expected_version))
+                yield self._request(lambda: self._client.delete_async(path, version=expected_version),
+                                    self._gone(True))
             else:
-                yield self._run(lambda: self._client.set_async(path, data, version=expected_version))
+                yield self._request(lambda: self._client.set_async(path, data, version=expected_version),
+                                    self._holds(path, data, lambda stat: stat))
         except (BadVersionError, NodeExistsError, NoNodeError):
             return False
-        yield self._run(lambda: self._client.create_async(
-            self._p(L.acl_changes_path(pattern_type) + "/" + L.ACL_CHANGE_PREFIX),
-            L.encode_acl_change(pattern_type, resource_type, name), sequence=True, makepath=True))
+        yield self._notify(L.acl_changes_path(pattern_type) + "/" + L.ACL_CHANGE_PREFIX,
+                           L.encode_acl_change(pattern_type, resource_type, name))
         return True
 
     def purge_acl_changes(self, pattern_type, max_age_ms, now_ms):
@@ -682,12 +797,12 @@ class ZkClusterCoordinator:
         from kazoo.exceptions import NoNodeError
 
         path = L.acl_changes_path(pattern_type)
-        yield self._run(lambda: self._client.ensure_path_async(self._p(path)))
-        children = yield self._read(lambda: self._client.get_children_async(self._p(path), watch=self._watch(watch)))
+        yield self._request(lambda: self._client.ensure_path_async(self._p(path)))
+        children = yield self._request(lambda: self._client.get_children_async(self._p(path), watch=self._watch(watch)))
         out = []
         for child in sorted(c for c in children if c > after):
             try:
-                data, _ = yield self._read(lambda c=child: self._client.get_async(self._p(path + "/" + c)))
+                data, _ = yield self._request(lambda c=child: self._client.get_async(self._p(path + "/" + c)))
             except NoNodeError:
                 continue
             out.append((child,) + L.decode_acl_change(pattern_type, data))
@@ -700,14 +815,14 @@ class ZkClusterCoordinator:
         from kazoo.exceptions import NodeExistsError
 
         try:
-            yield self._run(lambda: self._client.create_async(self._p(L.delete_topic_path(topic)), b"",
+            yield self._request(lambda: self._client.create_async(self._p(L.delete_topic_path(topic)), b"",
                                                            makepath=True))
         except NodeExistsError:
             pass
 
     @defer.inlineCallbacks
     def topics_to_delete(self, watch=None):
-        children = yield self._read(lambda: self._client.get_children_async(
+        children = yield self._request(lambda: self._client.get_children_async(
             self._p(L.DELETE_TOPICS), watch=self._watch(watch)))
         return sorted(children)
 
@@ -722,7 +837,7 @@ class ZkClusterCoordinator:
         @defer.inlineCallbacks
         def children(path):
             try:
-                found = yield self._read(lambda: client.get_children_async(p(path)))
+                found = yield self._request(lambda: client.get_children_async(p(path)))
             except NoNodeError:
                 found = None
             return found
@@ -735,29 +850,30 @@ class ZkClusterCoordinator:
             paths.append(L.partitions_path(topic) + "/" + partition)
         if partitions is not None:
             paths.append(L.partitions_path(topic))
-        if (yield self._read(lambda: client.exists_async(p(L.topic_path(topic))))) is not None:
+        if (yield self._request(lambda: client.exists_async(p(L.topic_path(topic))))) is not None:
             paths.append(L.topic_path(topic))
         if paths:
             def ops(txn):
                 for path in paths:
                     txn.delete(p(path))
-            yield self._controller_multi(epoch_zk_version, ops)
+            # atomic, and only the controller deletes them: NoNode on a resend after a lost
+            # answer means the first send deleted them all
+            yield self._controller_multi(epoch_zk_version, ops, self._gone([True] * len(paths)))
         for path in (L.topic_config_path(topic), L.delete_topic_path(topic)):
             try:
-                yield self._run(lambda: client.delete_async(p(path)))
+                yield self._request(lambda: client.delete_async(p(path)))
             except NoNodeError:
                 pass
 
     # -- log dir failures ------------------------------------------------------------------------------
 
     def propagate_log_dir_event(self, broker_id):
-        return self._run(lambda: self._client.create_async(
-            self._p(L.LOG_DIR_EVENT_NOTIFICATION + "/" + L.LOG_DIR_EVENT_PREFIX),
-            L.encode_log_dir_event(broker_id), sequence=True, makepath=True))
+        return self._notify(L.LOG_DIR_EVENT_NOTIFICATION + "/" + L.LOG_DIR_EVENT_PREFIX,
+                            L.encode_log_dir_event(broker_id))
 
     @defer.inlineCallbacks
     def log_dir_event_notifications(self, watch=None):
-        children = yield self._read(lambda: self._client.get_children_async(
+        children = yield self._request(lambda: self._client.get_children_async(
             self._p(L.LOG_DIR_EVENT_NOTIFICATION), watch=self._watch(watch)))
         return sorted(c for c in children if c.startswith(L.LOG_DIR_EVENT_PREFIX))
 
@@ -765,7 +881,7 @@ class ZkClusterCoordinator:
     def log_dir_event_brokers(self, names):
         from kazoo.exceptions import NoNodeError
 
-        pending = [self._read(lambda name=name: self._client.get_async(
+        pending = [self._request(lambda name=name: self._client.get_async(
             self._p(L.LOG_DIR_EVENT_NOTIFICATION + "/" + name))) for name in names]
         brokers = []
         for d in pending:
@@ -788,23 +904,26 @@ class ZkClusterCoordinator:
             try:
                 yield self._controller_multi(epoch_zk_version, ops)
             except NoNodeError:
-                pass
+                pass  # handled meanwhile, or by a resend's lost first send
 
     # -- producer ids ----------------------------------------------------------------------------------
 
     @defer.inlineCallbacks
     def allocate_producer_id_block(self, broker_id, size):
-        """Kafka's ZkProducerIdManager.getNewProducerIdBlock: read, write conditionally, retry."""
+        """Kafka's ZkProducerIdManager.getNewProducerIdBlock: read, write conditionally, retry.
+        A write whose answer was lost meets its own effect when resent (NodeExists, BadVersion)
+        and takes the next block: the lost one is skipped, never handed out twice (the same
+        bytes could be another allocation of this broker's, so they prove nothing)."""
         from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
         client, path = self._client, self._p(L.PRODUCER_ID_BLOCK)
         for _ in range(100):
             try:
-                data, stat = yield self._read(lambda: client.get_async(path))
+                data, stat = yield self._request(lambda: client.get_async(path))
             except NoNodeError:
                 start, end = 0, size - 1
                 try:
-                    yield self._run(lambda: client.create_async(
+                    yield self._request(lambda: client.create_async(
                         path, L.encode_producer_id_block(broker_id, start, end)))
                     return start, end
                 except NodeExistsError:
@@ -813,7 +932,7 @@ class ZkClusterCoordinator:
             start = 0 if last is None else last[1] + 1
             end = start + size - 1
             try:
-                yield self._run(lambda: client.set_async(
+                yield self._request(lambda: client.set_async(
                     path, L.encode_producer_id_block(broker_id, start, end), version=stat.version))
                 return start, end
             except BadVersionError:
