@@ -1,0 +1,157 @@
+"""A broker whose ZooKeeper connection (not its session) is cut at registration time joins the
+cluster all the same: the create of ``/brokers/ids/<id>`` reaches ZooKeeper, its answer is
+lost with the connection, and the broker's resend finds the node its own session made (Kafka's
+checkedEphemeralCreate). A small proxy between the broker and ZooKeeper reads ZooKeeper's
+framing to cut exactly there. Skips without ZooKeeper unless KAFKATW_REQUIRE_ZOOKEEPER=1."""
+
+import os
+import re
+import socket
+import struct
+import threading
+
+from twisted.trial import unittest
+
+from kafkatw import testing
+
+#: ZooKeeper opcodes of the creates (create, create2, createContainer, createTTL)
+CREATE_OPS = (1, 15, 19, 21)
+
+
+class AnswerLosingProxy:
+    """Forwards ZooKeeper's protocol to ``target`` frame by frame. Armed with a path suffix, it
+    lets the next create of such a path through, swallows ZooKeeper's answer to it and closes
+    both sides (the session lives on; the client reconnects through the proxy). ``lost`` lists
+    the paths whose answer it swallowed."""
+
+    def __init__(self, target):
+        self.target = target
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(16)
+        self.port = self.listener.getsockname()[1]
+        self.armed = None
+        self.lost = []
+        self.lock = threading.Lock()
+        self.sockets = []
+        self.closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def lose_answer_to_create(self, suffix):
+        self.armed = suffix
+
+    def _accept(self):
+        while not self.closed:
+            try:
+                client, _ = self.listener.accept()
+                server = socket.create_connection(self.target, timeout=10)
+            except OSError:
+                if self.closed:
+                    return
+                continue
+            server.settimeout(None)
+            pair = {"client": client, "server": server, "lose_xid": None}
+            with self.lock:
+                self.sockets += [client, server]
+            threading.Thread(target=self._pump, args=(pair, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(pair, False), daemon=True).start()
+
+    @staticmethod
+    def _frames(sock):
+        """Length-prefixed frames as they arrive; ends when the socket does."""
+        buffered = b""
+        while True:
+            data = sock.recv(65536)
+            if not data:
+                return
+            buffered += data
+            while len(buffered) >= 4:
+                (size,) = struct.unpack(">i", buffered[:4])
+                if len(buffered) < 4 + size:
+                    break
+                yield buffered[:4 + size]
+                buffered = buffered[4 + size:]
+
+    def _pump(self, pair, upstream):
+        src, dst = (pair["client"], pair["server"]) if upstream else (pair["server"], pair["client"])
+        first = True  # the connect request/response has no request header
+        try:
+            for frame in self._frames(src):
+                if not first and upstream:
+                    xid, op = struct.unpack(">ii", frame[4:12])
+                    if op in CREATE_OPS and self.armed is not None:
+                        (length,) = struct.unpack(">i", frame[12:16])
+                        path = frame[16:16 + length].decode("utf-8")
+                        if path.endswith(self.armed):
+                            self.armed = None
+                            pair["lose_xid"] = (xid, path)
+                elif not first and pair["lose_xid"] is not None:
+                    (xid,) = struct.unpack(">i", frame[4:8])
+                    if xid == pair["lose_xid"][0]:
+                        self.lost.append(pair["lose_xid"][1])
+                        break  # the answer is lost with the connection
+                first = False
+                dst.sendall(frame)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
+    def close(self):
+        self.closed = True
+        self.listener.close()
+        with self.lock:
+            for s in self.sockets:
+                try:
+                    s.close()
+                except OSError:
+                    pass
+
+
+class ProxiedCluster(testing.KafkaCluster):
+    """The brokers reach ZooKeeper through ``proxy``."""
+
+    proxy = None
+
+    @property
+    def zookeeper_connect(self):
+        return "127.0.0.1:%d%s" % (self.proxy.port, self.chroot or "")
+
+
+class RegistrationAnswerLostTests(unittest.TestCase):
+    timeout = 180
+
+    def setUp(self):
+        if not testing.zookeeper_available():
+            if os.environ.get("KAFKATW_REQUIRE_ZOOKEEPER") == "1":
+                raise AssertionError("ZooKeeper is required (KAFKATW_REQUIRE_ZOOKEEPER=1) but java or "
+                                     "Debian's zookeeper package is missing")
+            raise unittest.SkipTest("ZooKeeper (Debian's zookeeper package) is not installed")
+
+    def test_a_broker_whose_registration_answer_was_lost_joins_with_its_nodes_epoch(self):
+        from kazoo.client import KazooClient
+
+        cluster = ProxiedCluster(brokers=1, session_timeout_ms=6000, topics=[("t", 1)])
+        self.addCleanup(cluster.close)
+        cluster.zookeeper.start()
+        cluster.proxy = AnswerLosingProxy((cluster.zookeeper.host, cluster.zookeeper.port))
+        self.addCleanup(cluster.proxy.close)
+        cluster.proxy.lose_answer_to_create("/brokers/ids/1")
+        cluster.start()  # every broker registered, a controller, the topic created
+
+        self.assertEqual(cluster.proxy.lost, ["/kafkatw/brokers/ids/1"])
+        brokers, controller, topics = cluster.metadata(topics=["t"])
+        self.assertEqual((sorted(brokers), controller), ([1], 1))
+        self.assertEqual(topics["t"][0][:2], (0, 1))  # no error, led by broker 1
+        logged = [int(m.group(1)) for line in open(cluster.broker(1).log_path, errors="replace")
+                  for m in [re.search(r"registered broker 1 at /brokers/ids/1 with broker epoch (\d+)", line)] if m]
+        zk = KazooClient(hosts=cluster.zookeeper.connect, timeout=6.0)
+        zk.start(timeout=30)
+        self.addCleanup(zk.close)
+        self.addCleanup(zk.stop)
+        _, stat = zk.get("/kafkatw/brokers/ids/1")
+        self.assertEqual(logged, [stat.czxid])  # one registration, the node's czxid as its epoch
