@@ -4,7 +4,6 @@ lost with the connection, and the broker's resend finds the node its own session
 checkedEphemeralCreate). A small proxy between the broker and ZooKeeper reads ZooKeeper's
 framing to cut exactly there. Skips without ZooKeeper unless KAFKATW_REQUIRE_ZOOKEEPER=1."""
 
-import os
 import re
 import socket
 import struct
@@ -13,6 +12,7 @@ import threading
 from twisted.trial import unittest
 
 from kafkatw import testing
+from tests.test_cluster_e2e import require_zookeeper, zk_read
 
 #: ZooKeeper opcodes of the creates (create, create2, createContainer, createTTL)
 CREATE_OPS = (1, 15, 19, 21)
@@ -125,21 +125,13 @@ class ProxiedCluster(testing.KafkaCluster):
 class RegistrationAnswerLostTests(unittest.TestCase):
     timeout = 180
 
-    def setUp(self):
-        if not testing.zookeeper_available():
-            if os.environ.get("KAFKATW_REQUIRE_ZOOKEEPER") == "1":
-                raise AssertionError("ZooKeeper is required (KAFKATW_REQUIRE_ZOOKEEPER=1) but java or "
-                                     "Debian's zookeeper package is missing")
-            raise unittest.SkipTest("ZooKeeper (Debian's zookeeper package) is not installed")
-
     def test_a_broker_whose_registration_answer_was_lost_joins_with_its_nodes_epoch(self):
-        from kazoo.client import KazooClient
-
+        require_zookeeper()
         cluster = ProxiedCluster(brokers=1, session_timeout_ms=6000, topics=[("t", 1)])
+        self.addCleanup(lambda: cluster.proxy and cluster.proxy.close())  # after the cluster's
         self.addCleanup(cluster.close)
         cluster.zookeeper.start()
         cluster.proxy = AnswerLosingProxy((cluster.zookeeper.host, cluster.zookeeper.port))
-        self.addCleanup(cluster.proxy.close)
         cluster.proxy.lose_answer_to_create("/brokers/ids/1")
         cluster.start()  # every broker registered, a controller, the topic created
 
@@ -147,11 +139,8 @@ class RegistrationAnswerLostTests(unittest.TestCase):
         brokers, controller, topics = cluster.metadata(topics=["t"])
         self.assertEqual((sorted(brokers), controller), ([1], 1))
         self.assertEqual(topics["t"][0][:2], (0, 1))  # no error, led by broker 1
-        logged = [int(m.group(1)) for line in open(cluster.broker(1).log_path, errors="replace")
-                  for m in [re.search(r"registered broker 1 at /brokers/ids/1 with broker epoch (\d+)", line)] if m]
-        zk = KazooClient(hosts=cluster.zookeeper.connect, timeout=6.0)
-        zk.start(timeout=30)
-        self.addCleanup(zk.close)
-        self.addCleanup(zk.stop)
-        _, stat = zk.get("/kafkatw/brokers/ids/1")
+        with open(cluster.broker(1).log_path, errors="replace") as f:
+            logged = [int(epoch) for epoch in re.findall(r"registered broker 1 at /brokers/ids/1 with broker "
+                                                         r"epoch (\d+)", f.read())]
+        _, stat = zk_read(cluster, "/brokers/ids/1")
         self.assertEqual(logged, [stat.czxid])  # one registration, the node's czxid as its epoch
