@@ -1,8 +1,9 @@
-"""A broker whose ZooKeeper connection (not its session) is cut at registration time joins the
-cluster all the same: the create of ``/brokers/ids/<id>`` reaches ZooKeeper, its answer is
-lost with the connection, and the broker's resend finds the node its own session made (Kafka's
-checkedEphemeralCreate). A small proxy between the broker and ZooKeeper reads ZooKeeper's
-framing to cut exactly there. Skips without ZooKeeper unless KAFKATW_REQUIRE_ZOOKEEPER=1."""
+"""A broker whose ZooKeeper connection (not its session) is cut at registration time, at start
+or registering again after its session expired, joins the cluster all the same: the create of
+``/brokers/ids/<id>`` reaches ZooKeeper, its answer is lost with the connection, and the
+broker's resend finds the node its own session made (Kafka's checkedEphemeralCreate). A small
+proxy between the broker and ZooKeeper reads ZooKeeper's framing to cut exactly there. Skips
+without ZooKeeper unless KAFKATW_REQUIRE_ZOOKEEPER=1."""
 
 import re
 import socket
@@ -125,9 +126,17 @@ class ProxiedCluster(testing.KafkaCluster):
 class RegistrationAnswerLostTests(unittest.TestCase):
     timeout = 180
 
-    def test_a_broker_whose_registration_answer_was_lost_joins_with_its_nodes_epoch(self):
+    def registrations(self, cluster):
+        """The broker epochs broker 1 logged registering, in order."""
+        with open(cluster.broker(1).log_path, errors="replace") as f:
+            return [int(epoch) for epoch in re.findall(r"registered broker 1 at /brokers/ids/1 with broker "
+                                                       r"epoch (\d+)", f.read())]
+
+    def test_registrations_whose_answer_was_lost_at_start_and_after_a_session_expiry(self):
+        from kazoo.exceptions import NoNodeError
+
         require_zookeeper()
-        cluster = ProxiedCluster(brokers=1, session_timeout_ms=6000, topics=[("t", 1)])
+        cluster = ProxiedCluster(brokers=1, session_timeout_ms=4000, topics=[("t", 1)])
         self.addCleanup(lambda: cluster.proxy and cluster.proxy.close())  # after the cluster's
         self.addCleanup(cluster.close)
         cluster.zookeeper.start()
@@ -139,8 +148,26 @@ class RegistrationAnswerLostTests(unittest.TestCase):
         brokers, controller, topics = cluster.metadata(topics=["t"])
         self.assertEqual((sorted(brokers), controller), ([1], 1))
         self.assertEqual(topics["t"][0][:2], (0, 1))  # no error, led by broker 1
-        with open(cluster.broker(1).log_path, errors="replace") as f:
-            logged = [int(epoch) for epoch in re.findall(r"registered broker 1 at /brokers/ids/1 with broker "
-                                                         r"epoch (\d+)", f.read())]
         _, stat = zk_read(cluster, "/brokers/ids/1")
-        self.assertEqual(logged, [stat.czxid])  # one registration, the node's czxid as its epoch
+        self.assertEqual(self.registrations(cluster), [stat.czxid])  # one, the node's czxid as its epoch
+
+        # the broker stopped until ZooKeeper expires its session (its node goes), then its
+        # registration in the new session loses its answer the same way (CI's leader-kill test)
+        cluster.broker(1).pause()
+        try:
+            def expired():
+                try:
+                    zk_read(cluster, "/brokers/ids/1")
+                except NoNodeError:
+                    return True
+                return False
+            cluster.wait_for(expired, 30, "the broker's session to expire")
+            cluster.proxy.lose_answer_to_create("/brokers/ids/1")
+        finally:
+            cluster.broker(1).resume()
+        cluster.wait_for(lambda: len(self.registrations(cluster)) == 2, 30, "broker 1 to register again")
+        self.assertEqual(cluster.proxy.lost, ["/kafkatw/brokers/ids/1"] * 2)
+        _, again = zk_read(cluster, "/brokers/ids/1")
+        self.assertEqual(self.registrations(cluster), [stat.czxid, again.czxid])
+        self.assertGreater(again.czxid, stat.czxid)
+        cluster.wait_for_brokers([1])
