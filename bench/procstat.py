@@ -59,6 +59,24 @@ def thread_schedstat():
     return int(run_ns) / 1e9, int(wait_ns) / 1e9
 
 
+def threads_schedstat(prefix, pid="self"):
+    """``{tid: (on-CPU s, runnable-but-waiting s)}`` of the live threads of ``pid`` whose name
+    starts with ``prefix`` (librdkafka's ``rdk:broker``: the thread that compresses a producer's
+    batches and sends them); ``{}`` without schedstats."""
+    out = {}
+    for tid in os.listdir("/proc/%s/task" % pid):
+        try:
+            with open("/proc/%s/task/%s/comm" % (pid, tid)) as f:
+                if not f.read().startswith(prefix):
+                    continue
+            with open("/proc/%s/task/%s/schedstat" % (pid, tid)) as f:
+                run_ns, wait_ns = f.read().split()[:2]
+        except (OSError, ValueError):  # ended meanwhile, or no schedstats
+            continue
+        out[tid] = (int(run_ns) / 1e9, int(wait_ns) / 1e9)
+    return out
+
+
 def rss_bytes(pid="self"):
     with open("/proc/%s/status" % pid) as f:
         for line in f:

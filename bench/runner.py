@@ -227,15 +227,17 @@ HEADLINE = {
     "create_topic_s": ("create topic s", False),
     "compression_ratio": ("compression ratio (64 KiB sample)", True),
     "thread_busy_share": ("client Python thread on or waiting for a CPU / window", False),
+    "rdk_busy_share": ("client librdkafka broker thread on or waiting for a CPU / window", False),
 }
 #: shown only for the rows of METRICS_OF that list them
-LISTED_ONLY = {"thread_busy_share"}
+LISTED_ONLY = {"thread_busy_share", "rdk_busy_share"}
 METRICS_OF = {
     "produce 100 B acks=1": ["msgs_s", "mb_s", "client_cpu_s_per_gb", "broker_cpu_s_per_gb", "thread_busy_share"],
     CONSUME_SMALL: ["mb_s", "client_cpu_s_per_gb", "broker_cpu_s_per_gb", "thread_busy_share"],
 }
 for _codec in COMPRESSED_CODECS:
-    METRICS_OF[COMPRESSED_ROW % _codec] = ["mb_s", "client_cpu_s_per_gb", "broker_cpu_s_per_gb"] + (
+    METRICS_OF[COMPRESSED_ROW % _codec] = ["mb_s", "client_cpu_s_per_gb", "broker_cpu_s_per_gb",
+                                           "rdk_busy_share"] + (
         ["compression_ratio"] if _codec != "none" else [])
     METRICS_OF[PACED_ROW % _codec] = ["mb_s", "broker_cpu_s_per_gb"]
 

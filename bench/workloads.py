@@ -16,7 +16,7 @@ import time
 from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from bench.procstat import cpu_seconds, rss_bytes, thread_schedstat
+from bench.procstat import cpu_seconds, rss_bytes, thread_schedstat, threads_schedstat
 
 KIB = 1024
 MIB = 1024 * 1024
@@ -25,15 +25,23 @@ MIB = 1024 * 1024
 class Window:
     """Wall time and CPU seconds of this process and the broker over a timed window, and of
     this process's Python thread its time on a CPU and waiting for one (``thread_busy_s``, the
-    sum, near ``elapsed_s``: the client's Python thread was the limit, not the broker)."""
+    sum, near ``elapsed_s``: the client's Python thread was the limit, not the broker).
 
-    def __init__(self, broker_pid):
+    With ``rdkafka``, the same of librdkafka's busiest broker thread (``rdk_busy_share``), the
+    one that compresses a producer's batches and writes them: near 1, it was never blocked on
+    the broker's answers (a CPU share on a loaded machine looks like waiting otherwise)."""
+
+    def __init__(self, broker_pid, rdkafka=False):
         self.broker_pid = broker_pid
+        self.rdkafka = rdkafka
+        self.r0 = self.rdk = None
 
     def __enter__(self):
         self.c0 = cpu_seconds()
         self.b0 = cpu_seconds(self.broker_pid)
         self.s0 = thread_schedstat()
+        if self.rdkafka:
+            self.r0 = threads_schedstat("rdk:broker")
         self.t0 = time.perf_counter()
         return self
 
@@ -43,12 +51,19 @@ class Window:
         self.broker_cpu = cpu_seconds(self.broker_pid) - self.b0
         s1 = thread_schedstat()
         self.thread_cpu, self.thread_wait = s1[0] - self.s0[0], s1[1] - self.s0[1]
+        if self.rdkafka:
+            deltas = [(run - self.r0.get(tid, (0.0, 0.0))[0], wait - self.r0.get(tid, (0.0, 0.0))[1])
+                      for tid, (run, wait) in threads_schedstat("rdk:broker").items()]
+            self.rdk = max(deltas) if deltas else None
 
     def result(self, **values):
         values.update(elapsed_s=self.elapsed, client_cpu_s=self.client_cpu,
                       broker_cpu_s=self.broker_cpu, thread_cpu_s=self.thread_cpu,
                       thread_wait_s=self.thread_wait, thread_busy_s=self.thread_cpu + self.thread_wait,
                       thread_busy_share=(self.thread_cpu + self.thread_wait) / self.elapsed)
+        if self.rdk is not None:
+            values.update(rdk_cpu_s=self.rdk[0], rdk_wait_s=self.rdk[1],
+                          rdk_busy_share=(self.rdk[0] + self.rdk[1]) / self.elapsed)
         return values
 
 
@@ -158,7 +173,7 @@ def produce(bootstrap, broker_pid, topic, acks=1, size=1024, seconds=5.0, max_by
     pp = p.produce
     poll = p.poll
     chunk = 64 if rate_mb_s else 1000
-    with Window(broker_pid) as w:
+    with Window(broker_pid, rdkafka=True) as w:
         start = time.perf_counter()
         deadline = start + seconds
         while sent < max_n:
