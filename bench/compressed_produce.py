@@ -1,13 +1,15 @@
 """The broker's CPU per GB of compressed produce with the client's cost taken out (issue 23
-item 5): ``python -m bench.compressed_produce [--batches 3000] [--rounds 3] [--baseline TREE]``.
+item 5): ``python -m bench.compressed_produce [--batches 3000] [--rounds 3] [--baseline TREE]
+[--tansu]``.
 
 librdkafka's own batches (1 KiB text values of ``bench.workloads.text_values``, 64 KiB batches,
 compression.type none, lz4, zstd) are captured once from a kafkatw log, then replayed as Produce
 v9 requests (acks=1, one batch each, 8 in flight on one connection) against each broker, rounds
 interleaved: CPU per GB of uncompressed values at the rate the broker takes them, whatever
 compressing costs the client (librdkafka's zstd made the client, not the broker, the limit in
-``make bench``'s rows, and a slow client sends part-full batches). Prints a Markdown table;
-asserts nothing.
+``make bench``'s rows, and a slow client sends part-full batches). ``--tansu`` replays the same
+requests to Tansu too: the broker's own cost per request against another broker's. Prints a
+Markdown table (with broker CPU µs per request); asserts nothing.
 """
 
 import argparse
@@ -19,7 +21,7 @@ import struct
 import sys
 import time
 
-from bench.brokers import Kafkatw
+from bench.brokers import Kafkatw, Tansu
 from bench.procstat import cpu_seconds
 from bench.scale import decode, frame, recv_exact
 from bench.workloads import create_topic, text_values
@@ -113,6 +115,7 @@ def main(argv=None):
     ap.add_argument("--batches", type=int, default=3000, help="Produce requests per trial")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--baseline", metavar="TREE", help="also run this kafkatw checkout (PYTHONPATH)")
+    ap.add_argument("--tansu", action="store_true", help="also run Tansu (memory storage)")
     a = ap.parse_args(argv)
     captured = {}
     for codec in CODECS:
@@ -126,6 +129,8 @@ def main(argv=None):
     brokers = [Kafkatw().start()]
     if a.baseline:
         brokers.append(Kafkatw(tree=a.baseline).start())
+    if a.tansu:
+        brokers.append(Tansu().start())
     results = {(b.name, c): [] for b in brokers for c in CODECS}
     try:
         for rnd in range(a.rounds):
@@ -140,17 +145,18 @@ def main(argv=None):
         for b in brokers:
             b.stop()
     print("| broker | codec | MB/s of values, median (min-max) | broker CPU s/GB, median (min-max) "
-          "| CPU / uncompressed |")
-    print("|---|---|---|---|---|")
+          "| broker CPU µs per request | CPU / uncompressed |")
+    print("|---|---|---|---|---|---|")
     for b in brokers:
         base = statistics.median(r["broker_cpu_s_per_gb"] for r in results[(b.name, "none")])
         for codec in CODECS:
             rs = results[(b.name, codec)]
             mb = [r["mb_s"] for r in rs]
             cpu = [r["broker_cpu_s_per_gb"] for r in rs]
-            print("| %s | %s | %.1f (%.1f-%.1f) | %.2f (%.2f-%.2f) | %.2fx |" % (
+            per_request = statistics.median(r["broker_cpu_s"] / r["requests"] * 1e6 for r in rs)
+            print("| %s | %s | %.1f (%.1f-%.1f) | %.2f (%.2f-%.2f) | %.0f | %.2fx |" % (
                 b.name, codec, statistics.median(mb), min(mb), max(mb), statistics.median(cpu),
-                min(cpu), max(cpu), statistics.median(cpu) / base))
+                min(cpu), max(cpu), per_request, statistics.median(cpu) / base))
     print("\nload average at the end: %.1f %.1f %.1f" % os.getloadavg())
 
 
