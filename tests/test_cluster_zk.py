@@ -347,6 +347,28 @@ class LostAnswerTests(StoreTestCase):
         self.assertEqual((yield b.get_controller_id()), 1)
 
     @defer.inlineCallbacks
+    def test_a_resignation_whose_answer_was_lost_leaves_the_next_controller(self):
+        """The delete of /controller applied, its answer lost, and another broker elected before
+        the resend: that broker's /controller (version 0 as every fresh one) stays; the resend is
+        fenced by the controller epoch, as Kafka's deleteController."""
+        a = yield self.losing(_writes("Delete", L.CONTROLLER), left=0)
+        yield a.elect_controller(1)
+        b = yield self.store()
+        won = []
+        run = a._run
+
+        def run_after_b_won(call):  # the resend waits for b's election
+            if a._client.lost and not won:
+                won.append(None)
+                return b.elect_controller(2).addCallback(lambda result: won.append(result) or run(call))
+            return run(call)
+        a._run = run_after_b_won
+        a._client.left = 1
+        yield a.resign_controller(1)
+        self.assertEqual((len(a._client.lost), won[1:]), (1, [(2, 2)]))
+        self.assertEqual((yield b.get_controller_id()), 2)
+
+    @defer.inlineCallbacks
     def test_a_lost_conditional_partition_state_update_was_applied(self):
         a = yield self.losing(_writes("SetData", "/partitions/0/state"), left=0)
         _, epoch_zk_version = yield a.elect_controller(1)

@@ -382,17 +382,28 @@ class ZkClusterCoordinator:
 
     @defer.inlineCallbacks
     def resign_controller(self, broker_id):
+        """Delete ``/controller`` if it names this broker, behind the controller epoch check as
+        Kafka's deleteController. The epoch's zkVersion is read before ``/controller``: a node
+        of this broker read after it is of that epoch. A fresh ``/controller`` is always version
+        0, so its version alone let a delete resent after a lost answer remove the node of the
+        broker elected meanwhile; that election moved the epoch, and the check fails."""
         from kazoo.exceptions import NoNodeError
 
+        epoch = yield self._request(lambda: self._client.exists_async(self._p(L.CONTROLLER_EPOCH)))
         try:
             data, stat = yield self._request(lambda: self._client.get_async(self._p(L.CONTROLLER)))
         except NoNodeError:
             return
         if L.decode_controller(data) == broker_id:
             try:
-                yield self._request(lambda: self._client.delete_async(self._p(L.CONTROLLER), version=stat.version))
+                if epoch is None:  # no election ever bumped it: nothing to fence against
+                    yield self._request(lambda: self._client.delete_async(self._p(L.CONTROLLER),
+                                                                          version=stat.version))
+                else:
+                    yield self._controller_multi(epoch.version, lambda txn: txn.delete(
+                        self._p(L.CONTROLLER), version=stat.version))
             except Exception:
-                pass  # gone (also by a resent delete's lost first send) or replaced: not ours any more
+                pass  # gone (also by a resent delete's lost first send), replaced, or the epoch moved
 
     def _check_epoch(self, txn, epoch_zk_version):
         txn.check(self._p(L.CONTROLLER_EPOCH), epoch_zk_version)
