@@ -269,8 +269,11 @@ class RequestPercentageTest(KafkaBrokerMixin, unittest.TestCase):
         free_count, free_throttles = self.flood("free", 2.0)
         limited_count, limited_throttles = self.flood("flooder", 2.0)
         self.assertEqual(max(free_throttles), 0)
-        # 0.5% of a handler thread is 5 ms a second: the flooder spends most of its time muted
-        self.assertGreater(sum(limited_throttles), 1000, limited_throttles)
+        # 0.5% of a handler thread is 5 ms a second: once the quota's window has filled, the
+        # flooder spends most of its time muted. How soon it fills depends on how fast the
+        # machine serves the unthrottled start (a loaded 2-CPU run gave 910 ms of 2 s), so the
+        # bound is a quarter of the flood, which an unthrottled client (0 ms) never reaches.
+        self.assertGreater(sum(limited_throttles), 500, limited_throttles)
         self.assertLess(limited_count * 2, free_count, (limited_count, free_count))
 
 
