@@ -288,11 +288,13 @@ def sync_latency(bootstrap, broker_pid, topic, count=2000, size=100):
     return w.result(**_percentiles(samples))
 
 
-def e2e_latency(bootstrap, broker_pid, topic, count=500, interval_s=0.010):
+def e2e_latency(bootstrap, broker_pid, topic, count=500, interval_s=0.010, keep_samples=False):
     """A consumer parked at the log end; ``count`` records ``interval_s`` apart; receive - send.
 
     The producer runs in its own process (``e2e_producer``) so it never holds this process's
     GIL when a record arrives; both stamp ``CLOCK_MONOTONIC``, which is system-wide.
+    ``keep_samples``: the result also holds each sample's ``[sent_ns, received_ns]`` and the
+    producer's pid (``bench.e2e_sched`` lines them up with the scheduler's events).
     """
     import subprocess
 
@@ -328,12 +330,15 @@ def e2e_latency(bootstrap, broker_pid, topic, count=500, interval_s=0.010):
             now = time.monotonic_ns()
             sent = struct.unpack(">q", m.value())[0]
             if sent:
-                samples.append((now - sent) / 1e6)
+                samples.append((sent, now))
         proc.communicate(timeout=60)
     c.close()
     if len(samples) < count:
         raise RuntimeError("received %d of %d" % (len(samples), count))
-    return w.result(**_percentiles(samples))
+    r = w.result(**_percentiles([(now - sent) / 1e6 for sent, now in samples]))
+    if keep_samples:
+        r.update(samples=samples, producer_pid=proc.pid)
+    return r
 
 
 def e2e_producer(bootstrap, topic, count, interval_s):
