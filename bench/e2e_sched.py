@@ -8,8 +8,9 @@ socket) and a broker thread waking a consumer thread (the Fetch answer is in the
 Each piece counts the threads of its own process only, split into
 
 - on a CPU (``sched_stat_runtime``);
-- stolen: current on a vCPU that did not run (the host ran something else: the guest's
-  paravirt steal accounting leaves that time out of ``sched_stat_runtime``);
+- stolen: running, or runnable behind a task, on a vCPU that did not run (the host ran
+  something else: the guest's paravirt steal accounting leaves that time out of
+  ``sched_stat_runtime``);
 - runnable, not running (woken or preempted), by what held the CPU it then ran on: nothing
   (the idle vCPU waking up), the broker, the clients, other processes.
 
@@ -40,6 +41,7 @@ _WAKING = re.compile(r"pid=(\d+) ")
 
 PARTS = ("on a CPU", "stolen by the host", "waiting: idle vCPU wake-up", "waiting behind the broker",
          "waiting behind the clients", "waiting behind other processes")
+STOLEN = -1  # Timeline.occupants' key for a vCPU's stolen time
 #: the hand-offs that cut a sample, and whose threads each piece counts
 SEGMENTS = (("producer: send to Produce in the broker's socket", ("producer",)),
             ("broker: to the Fetch answer in the consumer's socket", ("broker",)),
@@ -114,15 +116,17 @@ class Timeline:
         return None
 
     def occupants(self, cpu, t0, t1):
-        """{tid: ns} of what ran on ``cpu`` in [t0, t1] (tid 0: the vCPU was idle)."""
+        """{tid: ns} of what held ``cpu`` in [t0, t1] (tid 0: the vCPU was idle; STOLEN: the
+        host did not run it, whichever task was current)."""
         got = {}
-        for r0, r1, c, tid, _ in self.runs[self._from(self._run_t0, t0):]:
+        for r0, r1, c, tid, ran in self.runs[self._from(self._run_t0, t0):]:
             if r0 > t1:
                 break
             if c == cpu:
                 o = min(r1, t1) - max(r0, t0)
                 if o > 0:
-                    got[tid] = got.get(tid, 0) + o
+                    got[tid] = got.get(tid, 0) + o * ran
+                    got[STOLEN] = got.get(STOLEN, 0) + o * (1 - ran)
         return got
 
     def split(self, t0, t1, role, whose):
@@ -146,7 +150,8 @@ class Timeline:
             total = sum(held.values()) or 1
             for other, ns in held.items():
                 who = role(other)
-                key = ("waiting: idle vCPU wake-up" if other == 0 else
+                key = ("stolen by the host" if other == STOLEN else
+                       "waiting: idle vCPU wake-up" if other == 0 else
                        "waiting behind the broker" if who == "broker" else
                        "waiting behind the clients" if who else "waiting behind other processes")
                 parts[key] += (b - a) * ns / total / 1e6
