@@ -194,13 +194,13 @@ def report(samples, timeline, role, tail_ms, out=sys.stdout):
     out.write("|---|" + "---:|" * (len(SEGMENTS) + 1) + "\n")
     out.write("| all samples: median of the piece | " + " | ".join(
         "%.3f" % median([r[1][i][0] for r in rows]) for i in range(len(SEGMENTS))) + " | |\n")
-    whole = sum(r[0] for r in tail) or 1
+    whole = sum(r[0] for r in tail)
     sums = [sum(r[1][i][0] for r in tail) for i in range(len(SEGMENTS))]
     out.write("| > %g ms: sum of the piece | " % tail_ms + " | ".join("%.1f" % x for x in sums) + " | |\n")
-    attributed = sum(sum(p.values()) for r in tail for _, p in r[1]) or 1
+    attributed = sum(sum(p.values()) for r in tail for _, p in r[1])
     for k in PARTS:
         xs = [sum(r[1][i][1][k] for r in tail) for i in range(len(SEGMENTS))]
-        out.write("| - %s | " % k + " | ".join("%.1f" % x for x in xs) + " | %.0f%% |\n" % (100 * sum(xs) / attributed))
+        out.write("| - %s | " % k + " | ".join("%.1f" % x for x in xs) + " | %.0f%% |\n" % (100 * sum(xs) / (attributed or 1)))
     rest = [sums[i] - sum(sum(r[1][i][1].values()) for r in tail) for i in range(len(SEGMENTS))]
     out.write("| - the rest: asleep (a blocking call; the broker: a Fetch not there yet), or threads overlapping (< 0) | "
               + " | ".join("%.1f" % x for x in rest) + " | |\n")
