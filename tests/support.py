@@ -12,6 +12,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 import time
 import uuid
 
@@ -301,3 +302,71 @@ class ThrowawayVenv:
 
     def twistd(self):
         return [self.python, "-c", "import sys; from twisted.scripts.twistd import run; sys.argv[0] = 'twistd'; run()"]
+
+
+class LoopbackProxy:
+    """A loopback TCP proxy to ``target`` (settable after start, before the first connection),
+    each accepted connection relayed by two threads, ``relay(pair, upstream)`` of a subclass:
+    ``pair`` holds ``"client"`` and ``"server"`` sockets (and what the subclass keeps per
+    connection), ``upstream`` is the client-to-server direction. Tests cut, drop or hold
+    traffic there; ``close()`` ends every connection."""
+
+    def __init__(self, target=None):
+        self.target = target
+        self.listener = socket.socket()
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(64)
+        self.port = self.listener.getsockname()[1]
+        self.lock = threading.Lock()
+        self.pairs = []
+        self.closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def new_pair(self, client, server):
+        """The per-connection state ``relay`` gets; a subclass adds its own keys."""
+        return {"client": client, "server": server}
+
+    def relay(self, pair, upstream):
+        raise NotImplementedError
+
+    def _accept(self):
+        while not self.closed:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            try:
+                server = socket.create_connection(self.target, timeout=10)
+            except OSError:
+                client.close()
+                continue
+            server.settimeout(None)
+            pair = self.new_pair(client, server)
+            with self.lock:
+                self.pairs.append(pair)
+            for upstream in (True, False):
+                threading.Thread(target=self._run, args=(pair, upstream), daemon=True).start()
+
+    def _run(self, pair, upstream):
+        try:
+            self.relay(pair, upstream)
+        except OSError:
+            pass
+        for s in (pair["client"], pair["server"]):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
+    def close(self):
+        self.closed = True
+        self.listener.close()
+        with self.lock:
+            for pair in self.pairs:
+                for s in (pair["client"], pair["server"]):
+                    try:
+                        s.close()
+                    except OSError:
+                        pass

@@ -7,95 +7,49 @@ back; the producer retries and the broker answers the duplicates from its produc
 Then the broker restarts (clean and SIGKILL) under the same producer: sequences continue.
 """
 
-import socket
-import threading
 import time
 
 from twisted.trial import unittest
 
 from kafkatw.testing import KafkaBroker
-from tests.support import create_topic, poll_until, read_all, unique_name
+from tests.support import LoopbackProxy, create_topic, poll_until, read_all, unique_name
 
 
-class CuttingProxy:
+class CuttingProxy(LoopbackProxy):
     """Forwards loopback TCP to ``target``; every ``cut_every`` bytes from the client it lets the
     request through, swallows what comes back and closes both sides (an answer lost in flight)."""
 
     def __init__(self, cut_every=None, max_cuts=0):
-        self.listener = socket.socket()
-        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.listener.bind(("127.0.0.1", 0))
-        self.listener.listen(64)
-        self.port = self.listener.getsockname()[1]
-        self.target = None
         self.cut_every = cut_every
         self.max_cuts = max_cuts
         self.cuts = 0
         self.sent_since_cut = 0
-        self.lock = threading.Lock()
-        self.pairs = []
-        self.closed = False
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__()
 
-    def _accept(self):
-        while not self.closed:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
+    def new_pair(self, client, server):
+        return dict(super().new_pair(client, server), drop=False)
+
+    def relay(self, pair, upstream):
+        a, b = (pair["client"], pair["server"]) if upstream else (pair["server"], pair["client"])
+        while True:
+            data = a.recv(65536)
+            if not data:
                 return
-            try:
-                server = socket.create_connection(self.target, timeout=10)
-            except OSError:
-                client.close()
-                continue
-            pair = {"client": client, "server": server, "drop": False}
-            with self.lock:
-                self.pairs.append(pair)
-            threading.Thread(target=self._pump, args=(pair, "client", "server", True), daemon=True).start()
-            threading.Thread(target=self._pump, args=(pair, "server", "client", False), daemon=True).start()
-
-    def _pump(self, pair, src, dst, upstream):
-        a, b = pair[src], pair[dst]
-        a.settimeout(None)
-        try:
-            while True:
-                data = a.recv(65536)
-                if not data:
-                    break
-                if not upstream and pair["drop"]:
-                    continue  # the answer is lost
-                b.sendall(data)
-                if upstream and self.cut_every:
-                    cut = False
-                    with self.lock:
-                        self.sent_since_cut += len(data)
-                        if self.sent_since_cut >= self.cut_every and self.cuts < self.max_cuts:
-                            self.sent_since_cut = 0
-                            self.cuts += 1
-                            cut = True
-                    if cut:
-                        pair["drop"] = True
-                        time.sleep(0.05)  # the broker handles (appends) the request meanwhile
-                        break
-        except OSError:
-            pass
-        for s in (a, b):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            s.close()
-
-    def close(self):
-        self.closed = True
-        self.listener.close()
-        with self.lock:
-            for pair in self.pairs:
-                for s in (pair["client"], pair["server"]):
-                    try:
-                        s.close()
-                    except OSError:
-                        pass
+            if not upstream and pair["drop"]:
+                continue  # the answer is lost
+            b.sendall(data)
+            if upstream and self.cut_every:
+                cut = False
+                with self.lock:
+                    self.sent_since_cut += len(data)
+                    if self.sent_since_cut >= self.cut_every and self.cuts < self.max_cuts:
+                        self.sent_since_cut = 0
+                        self.cuts += 1
+                        cut = True
+                if cut:
+                    pair["drop"] = True
+                    time.sleep(0.05)  # the broker handles (appends) the request meanwhile
+                    return
 
 
 class IdempotentProducerTests(unittest.SynchronousTestCase):

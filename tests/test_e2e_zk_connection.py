@@ -6,56 +6,34 @@ proxy between the broker and ZooKeeper reads ZooKeeper's framing to cut exactly 
 without ZooKeeper unless KAFKATW_REQUIRE_ZOOKEEPER=1."""
 
 import re
-import socket
 import struct
-import threading
 
 from twisted.trial import unittest
 
 from kafkatw import testing
+from tests.support import LoopbackProxy
 from tests.test_cluster_e2e import require_zookeeper, zk_read
 
 #: ZooKeeper opcodes of the creates (create, create2, createContainer, createTTL)
 CREATE_OPS = (1, 15, 19, 21)
 
 
-class AnswerLosingProxy:
+class AnswerLosingProxy(LoopbackProxy):
     """Forwards ZooKeeper's protocol to ``target`` frame by frame. Armed with a path suffix, it
     lets the next create of such a path through, swallows ZooKeeper's answer to it and closes
     both sides (the session lives on; the client reconnects through the proxy). ``lost`` lists
     the paths whose answer it swallowed."""
 
     def __init__(self, target):
-        self.target = target
-        self.listener = socket.socket()
-        self.listener.bind(("127.0.0.1", 0))
-        self.listener.listen(16)
-        self.port = self.listener.getsockname()[1]
         self.armed = None
         self.lost = []
-        self.lock = threading.Lock()
-        self.sockets = []
-        self.closed = False
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__(target)
 
     def lose_answer_to_create(self, suffix):
         self.armed = suffix
 
-    def _accept(self):
-        while not self.closed:
-            try:
-                client, _ = self.listener.accept()
-                server = socket.create_connection(self.target, timeout=10)
-            except OSError:
-                if self.closed:
-                    return
-                continue
-            server.settimeout(None)
-            pair = {"client": client, "server": server, "lose_xid": None}
-            with self.lock:
-                self.sockets += [client, server]
-            threading.Thread(target=self._pump, args=(pair, True), daemon=True).start()
-            threading.Thread(target=self._pump, args=(pair, False), daemon=True).start()
+    def new_pair(self, client, server):
+        return dict(super().new_pair(client, server), lose_xid=None)
 
     @staticmethod
     def _frames(sock):
@@ -73,44 +51,25 @@ class AnswerLosingProxy:
                 yield buffered[:4 + size]
                 buffered = buffered[4 + size:]
 
-    def _pump(self, pair, upstream):
+    def relay(self, pair, upstream):
         src, dst = (pair["client"], pair["server"]) if upstream else (pair["server"], pair["client"])
         first = True  # the connect request/response has no request header
-        try:
-            for frame in self._frames(src):
-                if not first and upstream:
-                    xid, op = struct.unpack(">ii", frame[4:12])
-                    if op in CREATE_OPS and self.armed is not None:
-                        (length,) = struct.unpack(">i", frame[12:16])
-                        path = frame[16:16 + length].decode("utf-8")
-                        if path.endswith(self.armed):
-                            self.armed = None
-                            pair["lose_xid"] = (xid, path)
-                elif not first and pair["lose_xid"] is not None:
-                    (xid,) = struct.unpack(">i", frame[4:8])
-                    if xid == pair["lose_xid"][0]:
-                        self.lost.append(pair["lose_xid"][1])
-                        break  # the answer is lost with the connection
-                first = False
-                dst.sendall(frame)
-        except OSError:
-            pass
-        for s in (src, dst):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            s.close()
-
-    def close(self):
-        self.closed = True
-        self.listener.close()
-        with self.lock:
-            for s in self.sockets:
-                try:
-                    s.close()
-                except OSError:
-                    pass
+        for frame in self._frames(src):
+            if not first and upstream:
+                xid, op = struct.unpack(">ii", frame[4:12])
+                if op in CREATE_OPS and self.armed is not None:
+                    (length,) = struct.unpack(">i", frame[12:16])
+                    path = frame[16:16 + length].decode("utf-8")
+                    if path.endswith(self.armed):
+                        self.armed = None
+                        pair["lose_xid"] = (xid, path)
+            elif not first and pair["lose_xid"] is not None:
+                (xid,) = struct.unpack(">i", frame[4:8])
+                if xid == pair["lose_xid"][0]:
+                    self.lost.append(pair["lose_xid"][1])
+                    return  # the answer is lost with the connection
+            first = False
+            dst.sendall(frame)
 
 
 class ProxiedCluster(testing.KafkaCluster):
