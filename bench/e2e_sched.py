@@ -25,6 +25,7 @@ import bisect
 import os
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -158,7 +159,8 @@ class Timeline:
         return parts
 
     def segments(self, sent, received, role):
-        """[(ms, parts)] of ``SEGMENTS`` for one sample, or None if a hand-off is not seen
+        """``([(ms, parts)] of SEGMENTS, late)`` for one sample (``late``: the consumer's next
+        Fetch reached the broker after the Produce), or None if a hand-off is not seen
         (the Produce reaching a broker that was not asleep wakes nobody: then the producer's
         piece is empty and the broker's counts both processes' threads)."""
         delivered = self.first_waking(sent, received, role, "broker", "consumer")
@@ -174,8 +176,7 @@ class Timeline:
 
 
 def median(xs):
-    xs = sorted(xs)
-    return xs[len(xs) // 2] if xs else 0.0
+    return statistics.median(xs) if xs else 0.0
 
 
 def report(samples, timeline, role, tail_ms, out=sys.stdout):

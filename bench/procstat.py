@@ -32,19 +32,32 @@ def user_system_seconds(pid="self"):
     return user / _TICKS, system / _TICKS
 
 
-def threads_cpu_seconds(prefix, pid="self"):
-    """utime + stime of the live threads of ``pid`` whose name starts with ``prefix`` (e.g.
-    librdkafka's ``rdk:broker``), summed."""
-    total = 0
+def _threads(pid, prefix=""):
+    """The ids of the live threads of ``pid`` whose name starts with ``prefix``."""
     for tid in os.listdir("/proc/%s/task" % pid):
         try:
             with open("/proc/%s/task/%s/comm" % (pid, tid)) as f:
-                if not f.read().startswith(prefix):
-                    continue
-            total += _cpu_ticks("/proc/%s/task/%s/stat" % (pid, tid))
+                if f.read().startswith(prefix):
+                    yield tid
         except FileNotFoundError:  # the thread ended meanwhile
             continue
-    return total / _TICKS
+
+
+def threads_cpu_seconds(prefix, pid="self"):
+    """utime + stime of the live threads of ``pid`` whose name starts with ``prefix`` (e.g.
+    librdkafka's ``rdk:broker``), summed."""
+    return sum(threads_cpu(pid, prefix).values())
+
+
+def threads_cpu(pid="self", prefix=""):
+    """``{tid: utime + stime seconds}`` of the live threads of ``pid`` named ``prefix...``."""
+    out = {}
+    for tid in _threads(pid, prefix):
+        try:
+            out[int(tid)] = _cpu_ticks("/proc/%s/task/%s/stat" % (pid, tid)) / _TICKS
+        except FileNotFoundError:  # the thread ended meanwhile
+            continue
+    return out
 
 
 def thread_schedstat():
@@ -64,11 +77,8 @@ def threads_schedstat(prefix, pid="self"):
     starts with ``prefix`` (librdkafka's ``rdk:broker``: the thread that compresses a producer's
     batches and sends them); ``{}`` without schedstats."""
     out = {}
-    for tid in os.listdir("/proc/%s/task" % pid):
+    for tid in _threads(pid, prefix):
         try:
-            with open("/proc/%s/task/%s/comm" % (pid, tid)) as f:
-                if not f.read().startswith(prefix):
-                    continue
             with open("/proc/%s/task/%s/schedstat" % (pid, tid)) as f:
                 run_ns, wait_ns = f.read().split()[:2]
         except (OSError, ValueError):  # ended meanwhile, or no schedstats

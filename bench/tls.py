@@ -16,31 +16,16 @@ import sys
 import time
 
 from bench import zero_copy
-from bench.procstat import cpu_seconds, user_system_seconds
+from bench.procstat import cpu_seconds, threads_cpu, user_system_seconds
 
 MIB = 1024 * 1024
-_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def thread_cpu(pid):
-    """{thread id: utime + stime seconds} of every thread of ``pid``."""
-    out = {}
-    for tid in os.listdir("/proc/%d/task" % pid):
-        try:
-            with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
-                data = f.read()
-        except OSError:
-            continue
-        fields = data[data.rindex(")") + 2:].split()
-        out[int(tid)] = (int(fields[11]) + int(fields[12])) / _TICKS
-    return out
 
 
 def timed(pid, fn, *args):
     """(bytes, seconds, process CPU, reactor-thread CPU, process system CPU) of ``fn(*args)``;
     the reactor thread is the main thread (tid == pid). The system share holds the kernel's
     copies, and for produce the page cache's growth (on a VM, the host's first touch of it)."""
-    t0 = thread_cpu(pid)
+    t0 = threads_cpu(pid)
     c0 = cpu_seconds(pid)
     s0 = user_system_seconds(pid)[1]
     start = time.perf_counter()
@@ -48,7 +33,7 @@ def timed(pid, fn, *args):
     elapsed = time.perf_counter() - start
     cpu = cpu_seconds(pid) - c0
     system = user_system_seconds(pid)[1] - s0
-    main = thread_cpu(pid).get(pid, 0.0) - t0.get(pid, 0.0)
+    main = threads_cpu(pid).get(pid, 0.0) - t0.get(pid, 0.0)
     return nbytes, elapsed, cpu, main, system
 
 
