@@ -194,11 +194,11 @@ def _append_verified(apis, request, results, order, entries, headers, refused):
     body = request.body
     # (positional: internal_topics_allowed=False, batch_headers=headers)
     appended = apis.replica_manager.append_records_now(body.timeout_ms, body.acks, entries, False, headers)
-    if type(appended) is dict:  # (before isinstance: Deferred is an ABC, its check a Python call)
-        return _respond(request, results, order, appended)  # synchronous: no Deferred
-    if isinstance(appended, defer.Deferred):  # acks=all replication, or a producer state rebuild
-        # parked, as Kafka's DelayedProduce: the handler slot (num.io.threads) is free
-        # for other connections' requests meanwhile
+    # (the dict test first: Deferred is an ABC, its isinstance a Python call; a dict is the
+    # synchronous answer)
+    if type(appended) is not dict and isinstance(appended, defer.Deferred):
+        # acks=all replication, or a producer state rebuild: parked, as Kafka's DelayedProduce;
+        # the handler slot (num.io.threads) is free for other connections' requests meanwhile
         request.mark_api_local_complete()
         return appended.addCallback(lambda appended: _respond(request, results, order, appended))
     return _respond(request, results, order, appended)
