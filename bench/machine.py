@@ -63,19 +63,30 @@ def sendfile_rate(folder, size=1 << 30):
     return {"mb_s": size / elapsed / 1e6, "elapsed_s": elapsed, "sender_cpu_s": sender_cpu}
 
 
-def append_rate(folder, size=3 << 30):
-    """MB/s of os.write of 1 MiB chunks into a fresh file (page cache growth included)."""
-    path = os.path.join(folder, "append.bench")
+def _write_passes(folder, name, size, passes):
+    """``[(seconds, CPU seconds)]`` of each pass of ``os.write`` of 1 MiB chunks over the same
+    ``size`` bytes of a file made fresh for the first pass (its pages new to the page cache; a
+    later pass writes over them, cached)."""
+    path = os.path.join(folder, name)
     chunk = os.urandom(MIB)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        t0 = time.perf_counter()
-        for _ in range(size // MIB):
-            os.write(fd, chunk)
-        elapsed = time.perf_counter() - t0
+        out = []
+        for _ in range(passes):
+            os.lseek(fd, 0, os.SEEK_SET)
+            c0, t0 = cpu_seconds(), time.perf_counter()
+            for _ in range(size // MIB):
+                os.write(fd, chunk)
+            out.append((time.perf_counter() - t0, cpu_seconds() - c0))
     finally:
         os.close(fd)
         os.unlink(path)
+    return out
+
+
+def append_rate(folder, size=3 << 30):
+    """MB/s of os.write of 1 MiB chunks into a fresh file (page cache growth included)."""
+    [(elapsed, _)] = _write_passes(folder, "append.bench", size, 1)
     return {"mb_s": size / elapsed / 1e6, "elapsed_s": elapsed, "bytes": size}
 
 
@@ -85,18 +96,5 @@ def page_cache_write_cost(folder, size=1 << 30):
     first touch or takes back through free page reporting, faulted in on the host), then over
     the same, now cached, pages (a copy only). Every broker pays the first for each byte it
     appends, so a replicated topic pays it once per replica."""
-    path = os.path.join(folder, "pagecache.bench")
-    chunk = os.urandom(MIB)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        costs = []
-        for _ in range(2):  # fresh pages, then the same pages again
-            os.lseek(fd, 0, os.SEEK_SET)
-            c0 = cpu_seconds()
-            for _ in range(size // MIB):
-                os.write(fd, chunk)
-            costs.append((cpu_seconds() - c0) / (size / 1e9))
-    finally:
-        os.close(fd)
-        os.unlink(path)
-    return {"new_pages_cpu_s_per_gb": costs[0], "cached_pages_cpu_s_per_gb": costs[1]}
+    (_, new), (_, cached) = _write_passes(folder, "pagecache.bench", size, 2)
+    return {"new_pages_cpu_s_per_gb": new / (size / 1e9), "cached_pages_cpu_s_per_gb": cached / (size / 1e9)}
