@@ -56,6 +56,8 @@ class Plan:
         self.part_s = 1.5 if q else 3.0
         self.partition_counts = (1, 1000) if q else (1, 100, 1000)
         self.consume_small_follows = True  # the 100 B produce keeps its topic for CONSUME_SMALL
+        self.small_c_count = 2000000 if q else 6000000
+        self.consume_small_c_follows = True  # likewise for CONSUME_SMALL_C
 
     def workloads(self):
         w = [
@@ -66,6 +68,8 @@ class Plan:
             ("produce 1 KiB acks=all", self.produce_acks_all),
             ("produce 100 B acks=1", self.produce_small),
             (CONSUME_SMALL, self.consume_small),
+            (PRODUCE_SMALL_C, self.produce_small_c),
+            (CONSUME_SMALL_C, self.consume_small_c),
             ("sync produce latency 100 B", self.sync_latency),
             ("end-to-end latency", self.e2e),
             ("request rate (8 procs, 1 msg/request)", self.request_rate),
@@ -127,6 +131,29 @@ class Plan:
         t, n = state.pop("small_topic")
         try:
             return per_gb(call("consume", bootstrap=b.bootstrap, broker_pid=b.pid, topic=t, expected=n,
+                               size=100))
+        finally:
+            self.delete(b, t)
+
+    def produce_small_c(self, b, state):
+        """The 100 B produce sent by librdkafka's C benchmark client (bench.rdkafka_c): what the
+        brokers do when the client costs librdkafka's own CPU, not a Python loop's."""
+        t = topic("pc100")
+        try:
+            r = per_gb(call("produce_c", bootstrap=b.bootstrap, broker_pid=b.pid, topic=t, size=100,
+                            count=self.small_c_count))
+            if self.consume_small_c_follows:
+                state["small_c_topic"], t = (t, r["messages"]), None
+            return r
+        finally:
+            if t is not None:
+                self.delete(b, t)
+
+    def consume_small_c(self, b, state):
+        """The topic of PRODUCE_SMALL_C read back by the C client."""
+        t, n = state.pop("small_c_topic")
+        try:
+            return per_gb(call("consume_c", bootstrap=b.bootstrap, broker_pid=b.pid, topic=t, expected=n,
                                size=100))
         finally:
             self.delete(b, t)
@@ -199,6 +226,9 @@ class Plan:
 
 #: Issue 23 item 3: 100 B records read back (the topic of "produce 100 B acks=1" of the same round).
 CONSUME_SMALL = "consume 100 B"
+#: The same two with librdkafka's C benchmark client (the Python client limits the rows above).
+PRODUCE_SMALL_C = "produce 100 B acks=1, librdkafka C client"
+CONSUME_SMALL_C = "consume 100 B, librdkafka C client"
 
 #: Issue 23 item 5: compressed produce against the same workload uncompressed (compressible 1 KiB
 #: values in 64 KiB batches, acks=1, linger.ms 100 so that every codec's batches are full); CPU per
@@ -234,6 +264,8 @@ LISTED_ONLY = {"thread_busy_share", "rdk_busy_share"}
 METRICS_OF = {
     "produce 100 B acks=1": ["msgs_s", "mb_s", "client_cpu_s_per_gb", "broker_cpu_s_per_gb", "thread_busy_share"],
     CONSUME_SMALL: ["mb_s", "client_cpu_s_per_gb", "broker_cpu_s_per_gb", "thread_busy_share"],
+    PRODUCE_SMALL_C: ["msgs_s", "mb_s", "client_cpu_s_per_gb", "broker_cpu_s_per_gb"],
+    CONSUME_SMALL_C: ["msgs_s", "mb_s", "client_cpu_s_per_gb", "broker_cpu_s_per_gb"],
 }
 for _codec in COMPRESSED_CODECS:
     METRICS_OF[COMPRESSED_ROW % _codec] = ["mb_s", "client_cpu_s_per_gb", "broker_cpu_s_per_gb",
@@ -338,6 +370,10 @@ def run(quick=False, rounds=3, only=None, json_path=None, baseline=None):
     if plan.consume_small_follows and "produce 100 B acks=1" not in names:
         at = [n for n, _ in workloads].index(CONSUME_SMALL)
         workloads.insert(at, ("produce 100 B acks=1", plan.produce_small))
+    plan.consume_small_c_follows = CONSUME_SMALL_C in names
+    if plan.consume_small_c_follows and PRODUCE_SMALL_C not in [n for n, _ in workloads]:
+        at = [n for n, _ in workloads].index(CONSUME_SMALL_C)
+        workloads.insert(at, (PRODUCE_SMALL_C, plan.produce_small_c))
     # the machine's append and sendfile ceilings (1 GiB each) frame the 1 KiB produce and consume rows
     ceilings = any(n == "produce 1 KiB acks=1" or n.startswith("consume 1 KiB") for n, _ in workloads)
     kt = Kafkatw().start()
