@@ -55,9 +55,9 @@ class Plan:
         self.rate_s = 2.0 if q else 4.0
         self.part_s = 1.5 if q else 3.0
         self.partition_counts = (1, 1000) if q else (1, 100, 1000)
-        self.consume_small_follows = True  # the 100 B produce keeps its topic for CONSUME_SMALL
         self.small_c_count = 2000000 if q else 6000000
-        self.consume_small_c_follows = True  # likewise for CONSUME_SMALL_C
+        #: rows that read back the topic their producing row keeps for them (READS_BACK)
+        self.readers = set(READS_BACK)
 
     def workloads(self):
         w = [
@@ -114,47 +114,40 @@ class Plan:
             self.delete(b, t)
 
     def produce_small(self, b, state):
-        t = topic("p100")
-        kept = False
-        try:
-            r = per_gb(call("produce", bootstrap=b.bootstrap, broker_pid=b.pid, topic=t, acks=1,
-                            size=100, seconds=self.small_s))
-            if self.consume_small_follows:
-                state["small_topic"], kept = (t, r["messages"]), True
-            return r
-        finally:
-            if not kept:
-                self.delete(b, t)
+        return self._produce_kept(b, state, CONSUME_SMALL, "produce", "p100", acks=1, size=100,
+                                  seconds=self.small_s)
 
     def consume_small(self, b, state):
         """The 100 B topic just produced, read back as ``consume`` reads the 1 KiB one."""
-        t, n = state.pop("small_topic")
-        try:
-            return per_gb(call("consume", bootstrap=b.bootstrap, broker_pid=b.pid, topic=t, expected=n,
-                               size=100))
-        finally:
-            self.delete(b, t)
+        return self._consume_kept(b, state, CONSUME_SMALL, "consume", size=100)
 
     def produce_small_c(self, b, state):
         """The 100 B produce sent by librdkafka's C benchmark client (bench.rdkafka_c): what the
         brokers do when the client costs librdkafka's own CPU, not a Python loop's."""
-        t = topic("pc100")
+        return self._produce_kept(b, state, CONSUME_SMALL_C, "produce_c", "pc100", size=100,
+                                  count=self.small_c_count)
+
+    def consume_small_c(self, b, state):
+        """The topic of PRODUCE_SMALL_C read back by the C client."""
+        return self._consume_kept(b, state, CONSUME_SMALL_C, "consume_c", size=100)
+
+    def _produce_kept(self, b, state, reader, workload, prefix, **args):
+        """``workload`` on a fresh topic, kept in ``state`` for the row ``reader`` when the plan
+        runs it (deleted otherwise)."""
+        t = topic(prefix)
         try:
-            r = per_gb(call("produce_c", bootstrap=b.bootstrap, broker_pid=b.pid, topic=t, size=100,
-                            count=self.small_c_count))
-            if self.consume_small_c_follows:
-                state["small_c_topic"], t = (t, r["messages"]), None
+            r = per_gb(call(workload, bootstrap=b.bootstrap, broker_pid=b.pid, topic=t, **args))
+            if reader in self.readers:
+                state[reader], t = (t, r["messages"]), None
             return r
         finally:
             if t is not None:
                 self.delete(b, t)
 
-    def consume_small_c(self, b, state):
-        """The topic of PRODUCE_SMALL_C read back by the C client."""
-        t, n = state.pop("small_c_topic")
+    def _consume_kept(self, b, state, reader, workload, **args):
+        t, n = state.pop(reader)
         try:
-            return per_gb(call("consume_c", bootstrap=b.bootstrap, broker_pid=b.pid, topic=t, expected=n,
-                               size=100))
+            return per_gb(call(workload, bootstrap=b.bootstrap, broker_pid=b.pid, topic=t, expected=n, **args))
         finally:
             self.delete(b, t)
 
@@ -229,6 +222,8 @@ CONSUME_SMALL = "consume 100 B"
 #: The same two with librdkafka's C benchmark client (the Python client limits the rows above).
 PRODUCE_SMALL_C = "produce 100 B acks=1, librdkafka C client"
 CONSUME_SMALL_C = "consume 100 B, librdkafka C client"
+#: read-back row -> the row whose topic it reads
+READS_BACK = {CONSUME_SMALL: "produce 100 B acks=1", CONSUME_SMALL_C: PRODUCE_SMALL_C}
 
 #: Issue 23 item 5: compressed produce against the same workload uncompressed (compressible 1 KiB
 #: values in 64 KiB batches, acks=1, linger.ms 100 so that every codec's batches are full); CPU per
@@ -366,14 +361,12 @@ def run(quick=False, rounds=3, only=None, json_path=None, baseline=None):
     names = [n for n, _ in workloads]
     if any(n.startswith("consume 1 KiB") for n in names) and "produce 1 KiB acks=1" not in names:
         workloads.insert(0, ("produce 1 KiB acks=1", plan.produce_acks1))
-    plan.consume_small_follows = CONSUME_SMALL in names
-    if plan.consume_small_follows and "produce 100 B acks=1" not in names:
-        at = [n for n, _ in workloads].index(CONSUME_SMALL)
-        workloads.insert(at, ("produce 100 B acks=1", plan.produce_small))
-    plan.consume_small_c_follows = CONSUME_SMALL_C in names
-    if plan.consume_small_c_follows and PRODUCE_SMALL_C not in [n for n, _ in workloads]:
-        at = [n for n, _ in workloads].index(CONSUME_SMALL_C)
-        workloads.insert(at, (PRODUCE_SMALL_C, plan.produce_small_c))
+    plan.readers = {n for n in names if n in READS_BACK}
+    for reader in plan.readers:  # a read-back row brings the row that produces its topic
+        writer = READS_BACK[reader]
+        if writer not in [n for n, _ in workloads]:
+            at = [n for n, _ in workloads].index(reader)
+            workloads.insert(at, (writer, dict(plan.workloads())[writer]))
     # the machine's append and sendfile ceilings (1 GiB each) frame the 1 KiB produce and consume rows
     ceilings = any(n == "produce 1 KiB acks=1" or n.startswith("consume 1 KiB") for n, _ in workloads)
     kt = Kafkatw().start()
