@@ -26,6 +26,7 @@ is not in it: it counts the park/wake/read/answer path of a follower's fetch onl
     python bench/per_request.py --wake --instructions            # per parked-Fetch + Produce pair
     python bench/per_request.py --wake --follower --instructions # the same, a follower's Fetch
     python bench/per_request.py --bytecodes [--top 40]           # Python bytecodes per request
+    python bench/per_request.py --instructions --reactor broker  # through a reactor's poll (or epoll)
 
 ``--instructions`` runs this script twice under ``valgrind --tool=cachegrind --cache-sim=no``,
 after the same warm-up, with N requests and with none, and prints (I(N) - I(0)) / N (and / N / P
@@ -43,6 +44,7 @@ cProfile misleads here (it charges its own per-call cost to call-heavy code).
 import argparse
 import os
 import re
+import select
 import shutil
 import socket
 import struct
@@ -177,6 +179,23 @@ class InProcessBroker:
             if i % drain_every == 0:
                 self.drain()
         self.drain()
+
+    def run_through_reactor(self, frame, n):
+        """Each request sent on the client socket and answered before the next, the broker's
+        side run by the reactor's poll (``--reactor``): what ``run`` skips, the reactor's
+        dispatch of the ready socket and Twisted's ``doRead``, is in the count, and so is this
+        client's send, ``select`` and receive."""
+        sock, iterate = self.sock, self.reactor.iterate
+        sock.setblocking(True)
+        try:
+            for _ in range(n):
+                sock.sendall(frame)
+                while not select.select([sock], [], [], 0)[0]:
+                    iterate(0.05)
+                (size,) = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))
+                sock.recv(size, socket.MSG_WAITALL)
+        finally:
+            sock.setblocking(False)
 
     def stop(self):
         if self.waker is not None:
@@ -321,7 +340,7 @@ def _count_instructions(args, n, tree):
            sys.executable, os.path.abspath(__file__), "--count", str(n), "--warm", str(args.warm),
            "--partitions", str(args.partitions), "--records", str(args.records),
            "--value-bytes", str(args.value_bytes), "--acls", str(args.acls)] + (["--wake"] if args.wake else []) \
-        + (["--follower"] if args.follower else [])
+        + (["--follower"] if args.follower else []) + (["--reactor", args.reactor] if args.reactor else [])
     out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          universal_newlines=True, check=True).stdout
     found = re.search(r"I\s+refs:\s+([\d,]+)", out)
@@ -350,6 +369,9 @@ def main():
     ap.add_argument("--top", type=int, default=40, help="with --bytecodes: functions listed")
     ap.add_argument("--acls", type=int, default=0,
                     help="run with the ACL authorizer and this many ACLs (2 of them for this client)")
+    ap.add_argument("--reactor", choices=("epoll", "broker"),
+                    help="send each request over the socket and answer it through this reactor's "
+                         "poll: Twisted's epoll reactor, or the broker's (kafkatw.network.reactor)")
     ap.add_argument("--count", type=int, help=argparse.SUPPRESS)  # one valgrind child
     args = ap.parse_args()
     if args.value_bytes is None:
@@ -369,9 +391,18 @@ def main():
               "of %d B)" % (where, per, what, per / args.partitions, n, what, args.partitions,
                             args.records, args.value_bytes))
         return
+    if args.reactor:
+        if args.wake:
+            raise SystemExit("--reactor measures the one-request path; not with --wake")
+        from importlib import import_module
+
+        import_module({"epoll": "twisted.internet.epollreactor",
+                       "broker": "kafkatw.network.reactor"}[args.reactor]).install()
     broker = InProcessBroker(args.partitions, args.acls)
     frame = broker.produce_frame(args.partitions, args.records, args.value_bytes)
-    if args.wake:
+    if args.reactor:
+        run = lambda n: broker.run_through_reactor(frame, n)  # noqa: E731
+    elif args.wake:
         broker.waker = Waker(broker, args.partitions, follower=args.follower)
         run = lambda n: broker.waker.run(frame, n)  # noqa: E731
     else:

@@ -82,12 +82,24 @@ def import_twisted_tcp_without_tls():
             del loaded["OpenSSL"]
 
 
+def install_broker_reactor():
+    """Install ``kafkatw.network.reactor.BrokerReactor`` unless a reactor is installed already
+    (``twistd --reactor NAME``, trial). After :func:`import_twisted_tcp_without_tls`: the
+    reactor's modules are the ones that function imports first."""
+    if "twisted.internet.reactor" in sys.modules:
+        return
+    from kafkatw.network import reactor
+
+    reactor.install()
+
+
 def makeService(options, stderr=None):
     """Load the configuration and build the broker's service tree.
 
     A bad configuration writes one line to stderr and exits with status 2; no traceback.
     twistd calls this before it imports the reactor: without an SSL listener, the reactor
-    comes without pyOpenSSL (:func:`import_twisted_tcp_without_tls`).
+    comes without pyOpenSSL (:func:`import_twisted_tcp_without_tls`), and it is the broker's
+    (:func:`install_broker_reactor`) unless ``--reactor`` named one.
     """
     try:
         config = options.load_config()
@@ -95,6 +107,7 @@ def makeService(options, stderr=None):
         _fail(e, stderr)
     if not any(ep.security_protocol in TLS_PROTOCOLS for ep in config.listeners):
         import_twisted_tcp_without_tls()
+    install_broker_reactor()
     from kafkatw import service as broker_service  # imported late: nothing runs at import time
 
     try:
