@@ -8,17 +8,25 @@ The codec never reads a region; the transport decides how it reaches the wire
 import attr
 
 
-@attr.s(slots=True, frozen=True)
+@attr.s(slots=True, init=False, hash=True)
 class FileRegion:
     """``count`` bytes of an open file starting at ``position``.
 
     ``file`` is an object with ``fileno()``: an open file, or a :class:`LazyFile` whose
     descriptor is opened when the region's turn to be sent comes.
+
+    Not changed once made; not frozen, and its own ``__init__``: every fetch read makes one,
+    and a frozen attrs ``__init__`` sets each field through ``object.__setattr__``.
     """
 
     file = attr.ib()
     position = attr.ib()
     count = attr.ib()
+
+    def __init__(self, file, position, count):
+        self.file = file
+        self.position = position
+        self.count = count
 
     def __len__(self):
         return self.count

@@ -60,6 +60,7 @@ def parse_topic_partition(dirname):
 
 #: attributes a log made from a clean-shutdown summary sets when first used
 _DEFERRED = frozenset(("_segments", "_bases"))
+_new = tuple.__new__  # a named tuple built in C, fields in order (no Python __new__)
 
 
 def summary_may_delete(summary, log_start_offset, config, now_ms):
@@ -821,8 +822,8 @@ class UnifiedLog:
             else:
                 max_meta = self.last_stable_offset_metadata
                 info = self._local_read(start_offset, max_length, min_one_message, max_meta)
-                info.aborted_transactions = self._aborted_for_fetch(info, max_meta)
-                return info
+                return _new(FetchDataInfo, (info[0], info[1], info[2],
+                                            self._aborted_for_fetch(info, max_meta)))
             return self._local_read(start_offset, max_length, min_one_message, max_meta)
         except OSError as e:
             raise self._io_failed(e)
@@ -858,8 +859,7 @@ class UnifiedLog:
         """The aborted transactions a READ_COMMITTED fetch needs: those overlapping the offsets
         it returns (up to the next segment or the LSO; a few too many do no harm, the client
         applies an entry only to that producer's batches). An empty list when none."""
-        records = info.records
-        if records is None or len(records) == 0:
+        if info.records.count == 0:  # this log's reads are FileRegions (no __len__ call)
             return []
         start = info.fetch_offset_metadata.message_offset
         base = info.fetch_offset_metadata.segment_base_offset
@@ -911,7 +911,7 @@ class UnifiedLog:
         pos = metadata.relative_position_in_segment
         if pos < 0 or pos > seg.size:
             pos = seg.size
-        return FetchDataInfo(metadata, seg.log.slice(pos, 0))
+        return _new(FetchDataInfo, (metadata, seg.log.slice(pos, 0), False, None))
 
     def _local_read(self, start_offset, max_length, min_one_message, max_meta):
         end_offset = self._leo_metadata.message_offset

@@ -5,8 +5,6 @@ LogAppendInfo (Kafka's names). Pure data; no file access and no policy lives her
 import collections
 import enum
 
-import attr
-
 UNKNOWN_OFFSET = -1
 UNIFIED_LOG_UNKNOWN_OFFSET = -1
 
@@ -22,13 +20,16 @@ class FetchIsolation(enum.Enum):
     TXN_COMMITTED = 2
 
 
-@attr.s(slots=True, frozen=True)
-class LogOffsetMetadata:
-    """An offset plus, when known, the segment holding it and its byte position there."""
+class LogOffsetMetadata(collections.namedtuple("LogOffsetMetadata", (
+        "message_offset", "segment_base_offset", "relative_position_in_segment"),
+        defaults=(UNIFIED_LOG_UNKNOWN_OFFSET, UNKNOWN_OFFSET))):
+    """An offset plus, when known, the segment holding it and its byte position there.
 
-    message_offset = attr.ib()
-    segment_base_offset = attr.ib(default=UNIFIED_LOG_UNKNOWN_OFFSET)
-    relative_position_in_segment = attr.ib(default=UNKNOWN_OFFSET)
+    Immutable; a named tuple (not attrs) so that a read builds one in C (``tuple.__new__``
+    with the fields in this order): two are made per parked fetch woken by a produce, and a
+    frozen attrs ``__init__`` set each field through ``object.__setattr__``."""
+
+    __slots__ = ()
 
     @property
     def message_offset_only(self):
@@ -67,14 +68,16 @@ class LogOffsetMetadata:
 UNKNOWN_OFFSET_METADATA = LogOffsetMetadata(-1, 0, 0)
 
 
-@attr.s(slots=True)
-class FetchDataInfo:
-    """The result of a log read: where it starts and a FileRegion of whole (or a cut) batches."""
+class FetchDataInfo(collections.namedtuple("FetchDataInfo", (
+        "fetch_offset_metadata", "records", "first_entry_incomplete", "aborted_transactions"),
+        defaults=(False, None))):
+    """The result of a log read: where it starts and a FileRegion of whole (or a cut) batches;
+    ``aborted_transactions`` for a READ_COMMITTED read.
 
-    fetch_offset_metadata = attr.ib()
-    records = attr.ib()
-    first_entry_incomplete = attr.ib(default=False)
-    aborted_transactions = attr.ib(default=None)
+    Immutable; a named tuple the read path builds in C (``tuple.__new__(FetchDataInfo,
+    (metadata, records, first_entry_incomplete, aborted))``), as LogOffsetMetadata."""
+
+    __slots__ = ()
 
 
 class LogAppendInfo(collections.namedtuple("LogAppendInfo", (

@@ -14,6 +14,8 @@ from .index import OffsetIndex, TimeIndex
 from .offsets import FetchDataInfo, LogOffsetMetadata
 from .txn_index import TransactionIndex
 
+_new = tuple.__new__
+
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
@@ -190,14 +192,15 @@ class LogSegment:
         if found is None:
             return None
         position, header = found
-        metadata = LogOffsetMetadata(start_offset, self.base_offset, position)
+        # both value objects built in C (named tuples, fields in order: no Python __new__)
+        metadata = _new(LogOffsetMetadata, (start_offset, self.base_offset, position))
         batch_size = header.size_in_bytes
         adjusted = max(max_size, batch_size) if min_one_message else max_size
         if adjusted == 0 or max_position is None:
-            return FetchDataInfo(metadata, self.log.slice(position, 0))
+            return _new(FetchDataInfo, (metadata, self.log.slice(position, 0), False, None))
         fetch_size = max(0, min(max_position - position, adjusted))
-        return FetchDataInfo(metadata, self.log.slice(position, fetch_size),
-                             adjusted < batch_size)
+        return _new(FetchDataInfo, (metadata, self.log.slice(position, fetch_size),
+                                    adjusted < batch_size, None))
 
     def read_next_offset(self):
         """The offset after the last batch (scans from the last index entry)."""
