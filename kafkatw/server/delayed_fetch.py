@@ -3,7 +3,6 @@ changes state, or max wait expires (Kafka's DelayedFetch, cases A-H). It only de
 the reading is the replica manager's, done again on completion.
 """
 
-import attr
 from twisted.logger import Logger
 
 from kafkatw.protocol import errors
@@ -16,19 +15,15 @@ LOG_END, TXN_COMMITTED = FetchIsolation.LOG_END, FetchIsolation.TXN_COMMITTED
 log = Logger()
 
 
-@attr.s(slots=True, frozen=True)
-class FetchPartitionStatus:
-    """Where the first read of a partition started, and the partition's request fields."""
-
-    start_offset_metadata = attr.ib()
-    fetch_info = attr.ib()
-
-
 class DelayedFetch(DelayedOperation):
-    def __init__(self, params, fetch_partition_status, replica_manager, found=None):
+    def __init__(self, params, fetch_infos, start_offsets, replica_manager, found=None):
         super().__init__(params.max_wait_ms)
         self.params = params
-        self.fetch_partition_status = list(fetch_partition_status)  # [(tp, FetchPartitionStatus)]
+        # [((topic, partition), PartitionData)] as the fetch asked, read again by on_complete,
+        # and per partition the LogOffsetMetadata where its first read started (Kafka's
+        # FetchPartitionStatus: two parallel lists, no object per partition)
+        self.fetch_infos = fetch_infos
+        self.start_offsets = start_offsets
         self.replica_manager = replica_manager
         # [(log, Partition or None)] per partition as ReplicaManager.fetch_log_or_error found
         # them in the current call, for the next try_complete or on_complete in that same call
@@ -56,9 +51,7 @@ class DelayedFetch(DelayedOperation):
             self._found = None
             found = known
             known = iter(known)
-        for (topic, partition), status in self.fetch_partition_status:
-            fetch_offset = status.start_offset_metadata
-            info = status.fetch_info
+        for ((topic, partition), info), fetch_offset in zip(self.fetch_infos, self.start_offsets):
             if known is None:
                 log_, error, part = rm.fetch_log_or_error(params, topic, partition, info.topic_id,
                                                           info.current_leader_epoch)
@@ -106,8 +99,8 @@ class DelayedFetch(DelayedOperation):
         return False
 
     def on_complete(self):
-        fetch_infos = [(tp, status.fetch_info) for tp, status in self.fetch_partition_status]
-        results = self.replica_manager.read_from_log(self.params, fetch_infos, self._found)
-        self.replica_manager.topic_stats.record_fetch(results)
-        return [(tp, r.to_fetch_partition_data()) for tp, r in results]
+        rm = self.replica_manager
+        results = rm.read_from_log(self.params, self.fetch_infos, self._found)
+        rm.topic_stats.record_fetch(results)
+        return results
 

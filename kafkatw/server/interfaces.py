@@ -49,9 +49,10 @@ class IReplicaManager(Interface):
         else a pending answer whose ``when_complete(callback, errback)`` gets the list."""
 
     def read_from_log(params, fetch_infos, found=None):
-        """Read every partition now ([(tp, LogReadResult)]), the request's byte budget
-        shrinking by each read; what a parked fetch does when it completes (``found``: the
-        partitions' ``(log, Partition or None)`` its completing check just looked up)."""
+        """Read every partition now ([(tp, FetchPartitionData)], with where each read
+        started and its records' size), the request's byte budget shrinking by each read;
+        what a parked fetch does when it completes (``found``: the partitions' ``(log,
+        Partition or None)`` its completing check just looked up)."""
 
     def get_partition_or_error(topic, partition, topic_id=None):
         """``(log, NONE)`` for a partition led here (an ILog), else ``(None, error code)``:

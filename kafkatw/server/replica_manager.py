@@ -14,6 +14,8 @@ waits in the produce purgatory (``server.delayed_produce``).
 """
 
 
+import collections
+
 import attr
 from twisted.internet import defer, task
 from twisted.logger import Logger
@@ -23,7 +25,7 @@ from kafkatw.protocol import errors, records
 from kafkatw.protocol.errors import KafkaError
 from kafkatw.protocol.records import CONTROL_FLAG_MASK
 from kafkatw.server import replica_selector
-from kafkatw.server.delayed_fetch import DelayedFetch, FetchPartitionStatus
+from kafkatw.server.delayed_fetch import DelayedFetch
 from kafkatw.server.delayed_produce import DelayedProduce
 from kafkatw.server.interfaces import IReplicaManager
 from kafkatw.server.log_dir_mover import LogDirMover
@@ -42,7 +44,6 @@ from kafkatw.storage.log import summary_offsets
 from kafkatw.storage.offsets import (
     ORIGIN_CLIENT,
     UNKNOWN_OFFSET_METADATA,
-    FetchDataInfo,
     FetchIsolation,
 )
 from kafkatw.storage.producer_state import (
@@ -139,55 +140,32 @@ class PartitionData:
     topic_id = attr.ib(default=ZERO_UUID)
 
 
-@attr.s(slots=True)
-class FetchPartitionData:
-    """One partition of a Fetch response, before encoding."""
+class FetchPartitionData(collections.namedtuple("FetchPartitionData", (
+        "error", "high_watermark", "last_stable_offset", "log_start_offset", "records",
+        "aborted_transactions", "diverging_epoch", "preferred_read_replica", "error_message",
+        "fetch_offset_metadata", "records_size"),
+        defaults=(None, None, -1, None, UNKNOWN_OFFSET_METADATA, 0))):
+    """One partition's read, as the Fetch response carries it (Kafka's LogReadResult and
+    FetchPartitionData in one): ``records`` a FileRegion or bytes (b"" when empty),
+    ``diverging_epoch`` (epoch, end_offset) or None; ``fetch_offset_metadata`` where the read
+    started (a parked fetch compares the log end with it) and ``records_size`` len(records),
+    counted once by the read for the byte budget, min_bytes and the bytes-out counter.
 
-    error = attr.ib()
-    high_watermark = attr.ib()
-    last_stable_offset = attr.ib()
-    log_start_offset = attr.ib()
-    records = attr.ib()  # FileRegion / bytes-like; b"" when empty
-    aborted_transactions = attr.ib(default=None)
-    diverging_epoch = attr.ib(default=None)  # (epoch, end_offset) or None
-    preferred_read_replica = attr.ib(default=-1)
-    error_message = attr.ib(default=None)
+    A named tuple the read builds in C (``tuple.__new__`` with every field in this order):
+    one object per partition read instead of a LogReadResult, its FetchDataInfo kept and a
+    FetchPartitionData copied from both."""
+
+    __slots__ = ()
 
 
-@attr.s(slots=True)
-class LogReadResult:
-    info = attr.ib()  # FetchDataInfo
-    high_watermark = attr.ib(default=UNKNOWN_OFFSET)
-    leader_log_start_offset = attr.ib(default=UNKNOWN_OFFSET)
-    leader_log_end_offset = attr.ib(default=UNKNOWN_OFFSET)
-    last_stable_offset = attr.ib(default=UNKNOWN_OFFSET)
-    diverging_epoch = attr.ib(default=None)
-    error = attr.ib(default=errors.NONE)
-    error_message = attr.ib(default=None)
-    preferred_read_replica = attr.ib(default=-1)
-
-    @property
-    def records_size(self):
-        records = self.info.records
-        return 0 if records is None else len(records)
-
-    def to_fetch_partition_data(self):
-        return FetchPartitionData(
-            error=self.error,
-            high_watermark=self.high_watermark,
-            last_stable_offset=self.last_stable_offset,
-            log_start_offset=self.leader_log_start_offset,
-            records=self.info.records if self.info.records is not None else EMPTY_RECORDS,
-            aborted_transactions=self.info.aborted_transactions,
-            diverging_epoch=self.diverging_epoch,
-            preferred_read_replica=self.preferred_read_replica,
-            error_message=self.error_message,
-        )
+_new = tuple.__new__
 
 
 def _error_read_result(code, message=None):
-    return LogReadResult(FetchDataInfo(UNKNOWN_OFFSET_METADATA, EMPTY_RECORDS),
-                         error=code, error_message=message)
+    """Kafka's createLogReadResult(e): the offsets of an errored partition are unknown (-1)."""
+    return _new(FetchPartitionData, (code, UNKNOWN_OFFSET, UNKNOWN_OFFSET, UNKNOWN_OFFSET,
+                                     EMPTY_RECORDS, None, None, -1, message,
+                                     UNKNOWN_OFFSET_METADATA, 0))
 
 
 @attr.s(slots=True)
@@ -1240,9 +1218,7 @@ class ReplicaManager:
         error_reading = False
         diverging = False
         for _, r in results:
-            records = r.info.records
-            if records is not None:
-                bytes_readable += len(records)
+            bytes_readable += r.records_size
             if r.error != errors.NONE or r.preferred_read_replica >= 0:
                 error_reading = True  # answered at once, as Kafka does with a preferred replica too
             if r.diverging_epoch is not None:
@@ -1250,19 +1226,22 @@ class ReplicaManager:
         if (params.max_wait_ms <= 0 or not fetch_infos or bytes_readable >= params.min_bytes
                 or error_reading or diverging):
             self.topic_stats.record_fetch(results)
-            return [(tp, r.to_fetch_partition_data()) for tp, r in results]
-        status = [(tp, FetchPartitionStatus(r.info.fetch_offset_metadata, info))
-                  for (tp, info), (_, r) in zip(fetch_infos, results)]
-        op = DelayedFetch(params, status, self, found)
-        keys = [TopicPartitionOperationKey(tp[0], tp[1]) for tp, _ in fetch_infos]
+            return results
+        starts = []
+        keys = []
+        for tp, r in results:
+            starts.append(r.fetch_offset_metadata)
+            keys.append(_new(TopicPartitionOperationKey, tp))  # (topic, partition), in C
+        op = DelayedFetch(params, fetch_infos, starts, self, found)
         self.fetch_purgatory.try_complete_else_watch(op, keys)
         return op
 
     def read_from_log(self, params, fetch_infos, found=None):
-        """Read each partition in order; the request's byte budget shrinks by what each read
-        returned, and the first non-empty partition may exceed it by one whole batch.
-        ``found``: [(log, Partition or None)] per partition from a :meth:`fetch_log_or_error`
-        made in the same call (a DelayedFetch completing), else each is looked up here."""
+        """Read each partition in order ([(tp, FetchPartitionData)]); the request's byte
+        budget shrinks by what each read returned, and the first non-empty partition may
+        exceed it by one whole batch. ``found``: [(log, Partition or None)] per partition from
+        a :meth:`fetch_log_or_error` made in the same call (a DelayedFetch completing), else
+        each is looked up here."""
         limit_bytes = params.max_bytes
         min_one_message = True
         results = []
@@ -1270,8 +1249,7 @@ class ReplicaManager:
         for tp, info in fetch_infos:
             r = self._read(params, tp[0], tp[1], info, limit_bytes, min_one_message,
                            next(found, None))
-            records = r.info.records  # r.records_size, inline
-            size = 0 if records is None else len(records)
+            size = r.records_size
             if size > 0:
                 min_one_message = False
             limit_bytes = max(0, limit_bytes - size)
@@ -1315,19 +1293,18 @@ class ReplicaManager:
             hw = log_.high_watermark
             lso = log_.last_stable_offset
             log_start = log_.log_start_offset
-            leo = log_.log_end_offset
             if part is not None and part.is_leader:
                 preferred = replica_selector.preferred_read_replica(
                     self.replica_selector, self.metadata, part, params.client_metadata, info.fetch_offset,
                     self.now_ms())
                 if preferred >= 0:
-                    return LogReadResult(FetchDataInfo(UNKNOWN_OFFSET_METADATA, EMPTY_RECORDS), hw, log_start,
-                                         leo, lso, preferred_read_replica=preferred)
+                    return _new(FetchPartitionData, (errors.NONE, hw, lso, log_start, EMPTY_RECORDS, None,
+                                                     None, preferred, None, UNKNOWN_OFFSET_METADATA, 0))
             if info.last_fetched_epoch >= 0:
                 div = self.diverging_epoch(log_, info)
                 if div is not None:
-                    return LogReadResult(FetchDataInfo(UNKNOWN_OFFSET_METADATA, EMPTY_RECORDS),
-                                         hw, log_start, leo, lso, diverging_epoch=div)
+                    return _new(FetchPartitionData, (errors.NONE, hw, lso, log_start, EMPTY_RECORDS, None,
+                                                     div, -1, None, UNKNOWN_OFFSET_METADATA, 0))
             max_bytes = min(info.max_bytes, limit_bytes)
             # Kafka's shouldLeaderThrottle: an out-of-sync follower of a throttled partition
             # gets nothing while the leader's replication quota is used up
@@ -1336,21 +1313,28 @@ class ReplicaManager:
                 max_bytes = 0
             data = log_.read(info.fetch_offset, max_bytes, params.fetch_isolation,
                              min_one_message and max_bytes > 0)
+            records = data.records
+            aborted = data.aborted_transactions
+            if records is None:
+                records, size = EMPTY_RECORDS, 0
+            else:
+                size = len(records)
             if throttled:
-                self.leader_quota.record(0 if data.records is None else len(data.records))
+                self.leader_quota.record(size)
             if not params.hard_max_bytes_limit and data.first_entry_incomplete:
                 # v3+: a cut first batch is useless to the consumer; send nothing instead
-                data = FetchDataInfo(data.fetch_offset_metadata, EMPTY_RECORDS,
-                                     aborted_transactions=None if data.aborted_transactions is None
-                                     else [])
+                records, size = EMPTY_RECORDS, 0
+                if aborted is not None:
+                    aborted = []
             if params.replica_id >= 0 and self.cluster_mode:
                 # Kafka's updateFollowerFetchState, after the read: the follower has everything
                 # below its fetch offset (the HW answered is the one read before)
                 part = self._partitions.get((topic, partition))
                 if part is None or not part.update_follower_fetch_state(
                         params.replica_id, info.fetch_offset, info.log_start_offset):
-                    data = FetchDataInfo(data.fetch_offset_metadata, EMPTY_RECORDS)
-            return LogReadResult(data, hw, log_start, leo, lso)
+                    records, size, aborted = EMPTY_RECORDS, 0, None
+            return _new(FetchPartitionData, (errors.NONE, hw, lso, log_start, records, aborted, None, -1,
+                                             None, data.fetch_offset_metadata, size))
         except KafkaError as e:
             return _error_read_result(e.code, e.message)
         except OSError as e:

@@ -20,7 +20,7 @@ class BrokerTopicStats:
         self.bytes_in[topic] += nbytes
 
     def record_fetch(self, results):
-        """``results``: [((topic, partition), LogReadResult)] about to be answered."""
+        """``results``: [((topic, partition), FetchPartitionData)] about to be answered."""
         bytes_out = self.bytes_out
         for tp, r in results:
             size = r.records_size
