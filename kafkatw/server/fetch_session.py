@@ -37,23 +37,23 @@ def next_epoch(prev_epoch):
     return prev_epoch + 1
 
 
-@attr.s(slots=True, frozen=True)
-class TopicIdPartition:
-    topic_id = attr.ib()
-    topic = attr.ib()
-    partition = attr.ib()
+class TopicIdPartition(collections.namedtuple("TopicIdPartition", "topic_id topic partition")):
+    """A partition of a Fetch: its topic id (the zero uuid before v13), its name (None for an
+    unknown id) and index. A named tuple, hashed and compared in C, that the fetch handler
+    builds in C (``tuple.__new__``) for every partition of every Fetch."""
+
+    __slots__ = ()
 
     @property
     def topic_partition(self):
         return (self.topic, self.partition)
 
 
-@attr.s(slots=True, frozen=True)
-class FetchMetadata:
-    """A request's (session id, epoch)."""
+class FetchMetadata(collections.namedtuple("FetchMetadata", "session_id epoch",
+                                           defaults=(INVALID_SESSION_ID, FINAL_EPOCH))):
+    """A request's (session id, epoch); a named tuple, as TopicIdPartition."""
 
-    session_id = attr.ib(default=INVALID_SESSION_ID)
-    epoch = attr.ib(default=FINAL_EPOCH)
+    __slots__ = ()
 
     @property
     def is_full(self):

@@ -127,17 +127,14 @@ class FetchParams:
         return self.replica_id >= 0
 
 
-@attr.s(slots=True)
-class PartitionData:
-    """One partition of a Fetch request; not changed once made (not frozen: one is made per
-    partition of every Fetch, see FetchParams)."""
+class PartitionData(collections.namedtuple("PartitionData", (
+        "fetch_offset", "log_start_offset", "max_bytes", "current_leader_epoch",
+        "last_fetched_epoch", "topic_id"),
+        defaults=(-1, 1048576, NO_PARTITION_LEADER_EPOCH, -1, ZERO_UUID))):
+    """One partition of a Fetch request: a named tuple the fetch handler builds in C
+    (``tuple.__new__`` with every field in this order) for every partition of every Fetch."""
 
-    fetch_offset = attr.ib()
-    log_start_offset = attr.ib(default=-1)
-    max_bytes = attr.ib(default=1048576)
-    current_leader_epoch = attr.ib(default=NO_PARTITION_LEADER_EPOCH)
-    last_fetched_epoch = attr.ib(default=-1)
-    topic_id = attr.ib(default=ZERO_UUID)
+    __slots__ = ()
 
 
 class FetchPartitionData(collections.namedtuple("FetchPartitionData", (

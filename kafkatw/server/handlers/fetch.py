@@ -38,6 +38,7 @@ INVALID_LAST_STABLE_OFFSET = -1
 INVALID_LOG_START_OFFSET = -1
 DEFAULT_FETCH_MAX_BYTES = 55 * 1024 * 1024
 READ, TOPIC = AclOperation.READ, ResourceType.TOPIC
+_new = tuple.__new__  # a named tuple built in C, fields in order
 
 
 @attr.s(slots=True)
@@ -75,15 +76,10 @@ def decode_fetch_data(apis, request):
         else:
             topic_id, name = ZERO_UUID, t.topic
         for p in t.partitions:
-            key = TopicIdPartition(topic_id, name, p.partition)
-            fetch_data.append((key, PartitionData(
-                fetch_offset=p.fetch_offset,
-                log_start_offset=p.log_start_offset,
-                max_bytes=p.partition_max_bytes,
-                current_leader_epoch=p.current_leader_epoch,
-                last_fetched_epoch=p.last_fetched_epoch,
-                topic_id=topic_id,
-            )))
+            # both named tuples built in C, fields in order (no Python __new__ or __init__)
+            fetch_data.append((_new(TopicIdPartition, (topic_id, name, p.partition)), _new(PartitionData, (
+                p.fetch_offset, p.log_start_offset, p.partition_max_bytes, p.current_leader_epoch,
+                p.last_fetched_epoch, topic_id))))
     to_forget = []
     if version >= 7:
         for t in body.forgotten_topics_data:
@@ -93,7 +89,7 @@ def decode_fetch_data(apis, request):
                 topic_id, name = ZERO_UUID, t.topic
             for p in t.partitions:
                 to_forget.append(TopicIdPartition(topic_id, name, p))
-        metadata = FetchMetadata(body.session_id, body.session_epoch)
+        metadata = _new(FetchMetadata, (body.session_id, body.session_epoch))
     else:
         metadata = LEGACY
     return metadata, fetch_data, to_forget
@@ -114,7 +110,10 @@ def handle(apis, request):
     body = request.body
     version = request.api_version
     meta = apis.metadata
-    replica_id, replica_epoch = replica_of(request)
+    if version >= 15:  # replica_of, inline
+        replica_id, replica_epoch = body.replica_state.replica_id, body.replica_state.replica_epoch
+    else:
+        replica_id, replica_epoch = body.replica_id, -1
     is_follower = replica_id >= 0
     metadata, fetch_data, to_forget = decode_fetch_data(apis, request)
     # request-log summary (the fields seed 000's example 1 reads from kafka.request.logger),
@@ -128,54 +127,53 @@ def handle(apis, request):
         context = SessionlessFetchContext(fetch_data)
 
     interesting = []  # ((topic, partition), PartitionData)
-    keys = {}  # (topic, partition) -> TopicIdPartition
+    keys = []  # the TopicIdPartition of each, in the same order (the results come back in it)
     erroneous = []  # (TopicIdPartition, ErrorPartitionData)
     check_read = apis.authorizer is not None and not is_follower  # a follower: CLUSTER_ACTION, gated
     for key, data in context.partitions_to_fetch():
-        if key.topic is None:
+        topic = key.topic
+        if topic is None:
             erroneous.append((key, ErrorPartitionData(errors.UNKNOWN_TOPIC_ID)))
-        elif check_read and not apis.allowed(request, READ, TOPIC, key.topic):
+        elif check_read and not apis.allowed(request, READ, TOPIC, topic):
             erroneous.append((key, ErrorPartitionData(errors.TOPIC_AUTHORIZATION_FAILED)))
-        elif not meta.contains_partition(key.topic, key.partition):
+        elif not meta.contains_partition(topic, key.partition):
             erroneous.append((key, ErrorPartitionData(errors.UNKNOWN_TOPIC_OR_PARTITION)))
         else:
-            tp = (key.topic, key.partition)
-            keys[tp] = key
-            interesting.append((tp, data))
+            keys.append(key)
+            interesting.append(((topic, key.partition), data))
 
+    # the answer, made now or when a parked fetch completes (a partial, not a closure: a
+    # nested def makes a cell of every variable it captures on each call)
+    respond = partial(_respond, version, context, keys, erroneous)
+    if not interesting or context.error != errors.NONE:
+        return respond(())
     fetch_max_bytes = min(body.max_bytes, int(apis.config_value("fetch.max.bytes", DEFAULT_FETCH_MAX_BYTES)))
     fetch_min_bytes = min(body.min_bytes, fetch_max_bytes)
     params = FetchParams(
-        replica_id=replica_id,
-        max_wait_ms=body.max_wait_ms,
-        min_bytes=fetch_min_bytes,
-        max_bytes=fetch_max_bytes,
-        isolation_level=body.isolation_level,
-        replica_epoch=replica_epoch,
+        replica_id, body.max_wait_ms, fetch_min_bytes, fetch_max_bytes, body.isolation_level,
+        replica_epoch,
         # only a cluster reads followers or names a preferred read replica (KIP-392)
-        client_metadata=client_metadata_of(request, is_follower)
-        if apis.replica_manager.cluster_mode else None,
-    )
-
-    def respond(results):
-        updates = []
-        for tp, data in results:
-            key = keys.get(tp, tp) if not isinstance(tp, TopicIdPartition) else tp
-            updates.append((key, data))
-        updates.extend(erroneous)
-        response_data = context.update_and_generate_response_data(updates)
-        return Response(build_response(version, response_data.error, response_data.session_id,
-                                       response_data.partitions),
-                        summary=partial(_response_summary, response_data))
-
-    if not interesting or context.error != errors.NONE:
-        return respond([])
+        client_metadata_of(request, is_follower) if apis.replica_manager.cluster_mode else None)
     result = apis.replica_manager.fetch_messages_now(params, interesting)
     if type(result) is list:
         return respond(result)
     # Parked in the fetch purgatory: the wait is remoteTimeMs and holds no handler slot.
     request.mark_api_local_complete()
     return ParkedFetch(result, respond)
+
+
+def _respond(version, context, keys, erroneous, results):
+    """The Response of a Fetch: ``results`` ([((topic, partition), data)] in the order of
+    ``keys``, the partitions read) under their TopicIdPartition, then the ``erroneous``
+    ones, as the fetch session sends them."""
+    updates = []
+    for key, (_, data) in zip(keys, results):
+        updates.append((key, data))
+    updates += erroneous
+    response_data = context.update_and_generate_response_data(updates)
+    return Response(build_response(version, response_data.error, response_data.session_id,
+                                   response_data.partitions),
+                    summary=partial(_response_summary, response_data))
 
 
 def _request_summary(body, metadata, partitions, forgotten):
@@ -214,26 +212,6 @@ class ParkedFetch:
         self.operation.when_complete(completed, errback)
 
 
-def _partition_row(key, data):
-    """The PartitionData row of one partition's read result (or error)."""
-    records = data.records
-    if records is None or len(records) == 0:
-        records = b""
-    aborted = data.aborted_transactions
-    if aborted:
-        aborted = [a if type(a) is tuple else (a.producer_id, a.first_offset) for a in aborted]
-    diverging = data.diverging_epoch
-    if diverging is not None and type(diverging) is not tuple:
-        diverging = (diverging.epoch, diverging.end_offset)
-    replica = data.preferred_read_replica
-    # partition_index, error_code, high_watermark, last_stable_offset, log_start_offset,
-    # diverging_epoch, current_leader, snapshot_id, aborted_transactions,
-    # preferred_read_replica, records
-    return (key.partition, data.error, data.high_watermark, data.last_stable_offset,
-            data.log_start_offset, diverging, None, None, aborted, -1 if replica is None else replica,
-            records)
-
-
 def build_response(version, error, session_id, partitions):
     """The FetchResponse of [(TopicIdPartition, data)], consecutive partitions of a topic (by
     name before v13, by id from v13) grouped, as the generated row writer's rows: the records
@@ -248,7 +226,23 @@ def build_response(version, error, session_id, partitions):
             rows = []
             topics.append((key.topic or "", key.topic_id, rows))
             last = ident
-        rows.append(_partition_row(key, data))
+        # the partition's row, inline (a call per partition fewer)
+        records = data.records
+        if records is None or len(records) == 0:
+            records = b""
+        aborted = data.aborted_transactions
+        if aborted:
+            aborted = [a if type(a) is tuple else (a.producer_id, a.first_offset) for a in aborted]
+        diverging = data.diverging_epoch
+        if diverging is not None and type(diverging) is not tuple:
+            diverging = (diverging.epoch, diverging.end_offset)
+        replica = data.preferred_read_replica
+        # partition_index, error_code, high_watermark, last_stable_offset, log_start_offset,
+        # diverging_epoch, current_leader, snapshot_id, aborted_transactions,
+        # preferred_read_replica, records
+        rows.append((key.partition, data.error, data.high_watermark, data.last_stable_offset,
+                     data.log_start_offset, diverging, None, None, aborted,
+                     -1 if replica is None else replica, records))
     return FetchResponse.Rows(0, error, session_id, topics)
 
 
