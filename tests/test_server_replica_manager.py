@@ -70,6 +70,9 @@ class FakeLog:
     def last_stable_offset_metadata(self):
         return self.high_watermark_metadata
 
+    def fetch_offset_snapshot(self):
+        return self.log_start_offset, self.high_watermark, self.last_stable_offset
+
     @property
     def size(self):
         return sum(len(data) for _, data, _ in self.segments)
@@ -589,6 +592,21 @@ class FetchTests(Base):
             [(("t", 0), self.pd(5, last_fetched_epoch=1))], replica_id=2, min_bytes=1000))
         self.assertEqual(res[0][1].diverging_epoch, (0, 3))
         self.assertEqual(len(res[0][1].records), 0)
+
+    def test_divergence_completes_a_parked_follower_fetch(self):
+        """Case H: a parked follower's fetch completes once its last fetched epoch ends
+        before its fetch offset (asked when no bytes complete it), with the diverging epoch;
+        until then a check leaves it parked."""
+        log_ = self.lm.get_log("t", 0)
+        self.produce(("t", 0), batch(count=5))
+        d = self.fetch([(("t", 0), self.pd(5, last_fetched_epoch=0))], replica_id=2, min_bytes=1000)
+        key = TopicPartitionOperationKey("t", 0)
+        self.assertEqual(self.rm.fetch_purgatory.check_and_complete(key), 0)
+        self.assertNoResult(d)
+        log_.epochs = [(0, 0), (2, 3)]
+        self.assertEqual(self.rm.fetch_purgatory.check_and_complete(key), 1)
+        (_, data), = self.successResultOf(d)
+        self.assertEqual((data.error, data.diverging_epoch, len(data.records)), (errors.NONE, (0, 3), 0))
 
 
 class ListOffsetsTests(Base):

@@ -163,6 +163,8 @@ class ModelTest(unittest.TestCase):
         self.assertEqual(lg.log_end_offset, model.leo)
         self.assertEqual(lg.log_start_offset, model.log_start)
         self.assertEqual(lg.high_watermark, model.hw)
+        # no open transaction in the model: the LSO is the HW
+        self.assertEqual(lg.fetch_offset_snapshot(), (model.log_start, model.hw, model.hw))
         self.assertEqual([(s.base_offset, s.size) for s in lg.segments],
                          [(b, len(model.segs[b])) for b in sorted(model.segs)])
         meta = lg.log_end_offset_metadata

@@ -39,11 +39,15 @@ class DelayedFetch(DelayedOperation):
 
         Runs on every append to a watched partition: LogOffsetMetadata's position checks
         (``message_offset_only``, ``on_older_segment``, ``on_same_segment``,
-        ``position_diff``) are inline here, on the fields."""
+        ``position_diff``) are inline here, on the fields. Case H is asked last, only when
+        nothing else completes the fetch (completing reads again, and that read reports a
+        divergence itself), and not by the check that parks it: the read just before, in the
+        same call, found none (else it had answered at once)."""
         rm = self.replica_manager
         params = self.params
         isolation = params.fetch_isolation
         accumulated = 0
+        epoch_checks = None  # [(log, PartitionData)] of a follower's partitions, for case H
         known = self._found
         if known is None:
             found = []
@@ -88,14 +92,20 @@ class DelayedFetch(DelayedOperation):
                         params.replica_id >= 0
                         and rm.should_leader_throttle(topic, partition, params.replica_id)):
                     accumulated += min(end_position - position, info.max_bytes)
-            if info.last_fetched_epoch >= 0 and rm.diverging_epoch(log_, info) is not None:
-                return self.force_complete()  # case H
+            if info.last_fetched_epoch >= 0 and known is None:
+                if epoch_checks is None:
+                    epoch_checks = []
+                epoch_checks.append((log_, info))
         if accumulated >= params.min_bytes:
             self._found = found
             try:
                 return self.force_complete()  # case G
             finally:
                 self._found = None
+        if epoch_checks is not None:
+            for log_, info in epoch_checks:
+                if rm.diverging_epoch(log_, info) is not None:
+                    return self.force_complete()  # case H
         return False
 
     def on_complete(self):

@@ -1287,9 +1287,7 @@ class ReplicaManager:
             log_, part = found
         try:
             # Offsets as of before the read (Kafka: appends racing the read don't matter).
-            hw = log_.high_watermark
-            lso = log_.last_stable_offset
-            log_start = log_.log_start_offset
+            log_start, hw, lso = log_.fetch_offset_snapshot()
             if part is not None and part.is_leader:
                 preferred = replica_selector.preferred_read_replica(
                     self.replica_selector, self.metadata, part, params.client_metadata, info.fetch_offset,

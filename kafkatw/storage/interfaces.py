@@ -74,6 +74,10 @@ class ILog(Interface):
         """Record a transaction aborted by the marker at ``last_offset`` in the transaction
         index of the segment holding it (Kafka's LogSegment.updateTxnIndex, after the append)."""
 
+    def fetch_offset_snapshot():
+        """``(log_start_offset, high_watermark, last_stable_offset)`` in one call: what a
+        fetch answers, read before its records (Kafka's fetchOffsetSnapshot)."""
+
     def read(start_offset, max_length, isolation, min_one_message):
         """A FetchDataInfo for up to ``max_length`` bytes from ``start_offset`` below the bound
         of ``isolation`` (a FetchIsolation); ``min_one_message`` lets the first batch exceed

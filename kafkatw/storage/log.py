@@ -586,7 +586,10 @@ class UnifiedLog:
 
     @property
     def high_watermark_metadata(self):
-        return self.fetch_high_watermark_metadata()
+        meta = self._hw_metadata
+        if meta.segment_base_offset == -1 and meta.relative_position_in_segment == -1:
+            return self.fetch_high_watermark_metadata()  # its position, found now
+        return meta
 
     def fetch_high_watermark_metadata(self):
         meta = self._hw_metadata
@@ -649,7 +652,9 @@ class UnifiedLog:
     @property
     def last_stable_offset_metadata(self):
         fuo = self.first_unstable_offset
-        hw = self.fetch_high_watermark_metadata()
+        hw = self._hw_metadata
+        if hw.segment_base_offset == -1 and hw.relative_position_in_segment == -1:
+            hw = self.fetch_high_watermark_metadata()  # its position, found now
         if fuo is None:
             return hw
         offset = max(getattr(fuo, "message_offset", fuo), self._log_start_offset)
@@ -662,6 +667,13 @@ class UnifiedLog:
             return self._convert_to_offset_metadata(offset)
         except KafkaError:
             return LogOffsetMetadata(offset)
+
+    def fetch_offset_snapshot(self):
+        """``(log start offset, HW, LSO)`` in one call, as a fetch answers them (Kafka's
+        fetchOffsetSnapshot; three property reads were four calls per partition read)."""
+        hw = self._hw_metadata.message_offset
+        return (self._log_start_offset, hw,
+                hw if self.first_unstable_offset is None else self.last_stable_offset)
 
     def _reset_cached_metadata(self):
         hw = self._hw_metadata.message_offset
@@ -818,7 +830,9 @@ class UnifiedLog:
             if isolation is FetchIsolation.LOG_END:
                 max_meta = self._leo_metadata
             elif isolation is FetchIsolation.HIGH_WATERMARK:
-                max_meta = self.fetch_high_watermark_metadata()
+                max_meta = self._hw_metadata
+                if max_meta.segment_base_offset == -1 and max_meta.relative_position_in_segment == -1:
+                    max_meta = self.fetch_high_watermark_metadata()  # its position, found now
             else:
                 max_meta = self.last_stable_offset_metadata
                 info = self._local_read(start_offset, max_length, min_one_message, max_meta)
@@ -979,7 +993,7 @@ class UnifiedLog:
         return self.leader_epoch_cache.latest_epoch()
 
     def end_offset_for_epoch(self, epoch):
-        return self.leader_epoch_cache.end_offset_for(epoch, self.log_end_offset)
+        return self.leader_epoch_cache.end_offset_for(epoch, self._leo_metadata.message_offset)
 
     # -- log start, truncation, retention ----------------------------------------------------
 
