@@ -49,7 +49,7 @@ class DelayedOperation:
 
     @property
     def is_completed(self):
-        return self._completed
+        return self._completed  # (the purgatory reads the field: asked per check and append)
 
     def when_complete(self, callback, errback):
         """Call ``callback(result)`` or ``errback(failure)`` once the operation completes, from
@@ -165,7 +165,7 @@ class DelayedOperationPurgatory:
         timer. Returns True if it completed here."""
         if operation.try_complete():
             return True
-        if operation.is_completed:
+        if operation._completed:
             return True
         for key in watch_keys:
             self._watchers.setdefault(key, []).append(operation)
@@ -183,14 +183,14 @@ class DelayedOperationPurgatory:
             return 0
         completed = 0
         for op in list(ops):
-            if op.is_completed:
+            if op._completed:
                 continue
             if op.try_complete():
                 completed += 1
         # Operations may have been added (reentrantly) while we iterated: prune the live list.
         ops = self._watchers.get(key)
         if ops is not None:
-            live = [op for op in ops if not op.is_completed]
+            live = [op for op in ops if not op._completed]
             if live:
                 self._watchers[key] = live
             else:

@@ -67,11 +67,6 @@ def _unresolved(key):
     return key.topic is None and key.topic_id != ZERO_UUID
 
 
-def _records_size(data):
-    records = getattr(data, "records", None)
-    return 0 if records is None else len(records)
-
-
 class CachedPartition:
     """A partition of a session: the last request fields and the last response values sent."""
 
@@ -87,8 +82,11 @@ class CachedPartition:
 
     def maybe_update_response_data(self, resp, update):
         """Whether ``resp`` must be sent in an incremental response; with ``update`` remember
-        what is sent. Kafka's maybeUpdateResponseData plus the last stable offset."""
-        must = _records_size(resp) > 0
+        what is sent. Kafka's maybeUpdateResponseData plus the last stable offset. ``resp``
+        has the fields FetchContext.update_and_generate_response_data names (read directly:
+        asked for every partition of every incremental fetch)."""
+        records = resp.records
+        must = records is not None and len(records) > 0
         if self.high_watermark != resp.high_watermark:
             must = True
             if update:
@@ -97,16 +95,13 @@ class CachedPartition:
             must = True
             if update:
                 self.log_start_offset = resp.log_start_offset
-        lso = getattr(resp, "last_stable_offset", -1)
+        lso = resp.last_stable_offset
         if self.last_stable_offset != lso:
             must = True
             if update:
                 self.last_stable_offset = lso
-        if getattr(resp, "preferred_read_replica", -1) != -1:
-            must = True
-        if getattr(resp, "error", errors.NONE) != errors.NONE:
-            must = True
-        if getattr(resp, "diverging_epoch", None) is not None:
+        if resp.preferred_read_replica != -1 or resp.error != errors.NONE \
+                or resp.diverging_epoch is not None:
             must = True
         return must
 

@@ -1262,8 +1262,11 @@ class ReplicaManager:
         return led is not None and self.leader_quota.throttles(topic, partition, replica_id in led.isr)
 
     def should_leader_throttle(self, topic, partition, replica_id):
-        """Kafka's shouldLeaderThrottle: such a follower gets nothing of the partition now."""
-        return self._leader_throttles(topic, partition, replica_id) and self.leader_quota.is_quota_exceeded()
+        """Kafka's shouldLeaderThrottle: such a follower gets nothing of the partition now.
+        (No quota set, the common case, answers without the call below.)"""
+        quota = self.leader_quota
+        return not quota.unlimited and self._leader_throttles(topic, partition, replica_id) \
+            and quota.is_quota_exceeded()
 
     def diverging_epoch(self, log_, info):
         """(epoch, end_offset) if the follower's last fetched epoch ends before its fetch offset."""
@@ -1303,7 +1306,8 @@ class ReplicaManager:
             max_bytes = min(info.max_bytes, limit_bytes)
             # Kafka's shouldLeaderThrottle: an out-of-sync follower of a throttled partition
             # gets nothing while the leader's replication quota is used up
-            throttled = params.replica_id >= 0 and self._leader_throttles(topic, partition, params.replica_id)
+            throttled = params.replica_id >= 0 and not self.leader_quota.unlimited \
+                and self._leader_throttles(topic, partition, params.replica_id)
             if throttled and self.leader_quota.is_quota_exceeded():
                 max_bytes = 0
             data = log_.read(info.fetch_offset, max_bytes, params.fetch_isolation,

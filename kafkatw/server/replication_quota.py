@@ -52,14 +52,12 @@ class ReplicationQuotaManager:
         self._parsed = {}  # topic -> (config value, parsed)
         self.update_quota(rate)
 
-    @property
-    def unlimited(self):
-        return self.rate >= LONG_MAX
-
     def update_quota(self, rate):
         """A new rate, starting from an empty bucket: from now on no interval sends more than
         the rate allows (plus the one fetch that finds the bucket not yet negative)."""
         self.rate = rate
+        # an attribute, not a property: every follower read and parked-fetch check asks it
+        self.unlimited = rate >= LONG_MAX
         self._bucket = TokenBucket(1, self.window_ms)
         if not self.unlimited:
             self._bucket.record(rate * self.window_ms / 1000.0, rate, self._clock_ms())
