@@ -332,7 +332,10 @@ class OffsetIndex(_Index):
         slot = self._largest_lower_bound(target_offset - self.base_offset, 0)
         if slot < 0:
             return self.base_offset, 0
-        return self.entry(slot)
+        # the search just mapped the index and touched it in the descriptor cache: the slot
+        # is read without entry()'s second _ensure_open (every fetch read looks up here)
+        rel, pos = self._entry(slot)
+        return self.base_offset + rel, pos
 
     def append(self, offset, position):
         self._ensure_open()

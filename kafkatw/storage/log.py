@@ -836,8 +836,10 @@ class UnifiedLog:
             else:
                 max_meta = self.last_stable_offset_metadata
                 info = self._local_read(start_offset, max_length, min_one_message, max_meta)
+                # (an empty read, what a consumer at the LSO gets, has none: no call)
                 return _new(FetchDataInfo, (info[0], info[1], info[2],
-                                            self._aborted_for_fetch(info, max_meta)))
+                                            self._aborted_for_fetch(info, max_meta)
+                                            if info[1].count else []))
             return self._local_read(start_offset, max_length, min_one_message, max_meta)
         except OSError as e:
             raise self._io_failed(e)
@@ -872,9 +874,8 @@ class UnifiedLog:
     def _aborted_for_fetch(self, info, max_meta):
         """The aborted transactions a READ_COMMITTED fetch needs: those overlapping the offsets
         it returns (up to the next segment or the LSO; a few too many do no harm, the client
-        applies an entry only to that producer's batches). An empty list when none."""
-        if info.records.count == 0:  # this log's reads are FileRegions (no __len__ call)
-            return []
+        applies an entry only to that producer's batches). An empty list when none. Asked
+        for a read that returned records (a FileRegion, this log's reads)."""
         start = info.fetch_offset_metadata.message_offset
         base = info.fetch_offset_metadata.segment_base_offset
         bases = self._bases

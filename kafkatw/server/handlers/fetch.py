@@ -120,9 +120,9 @@ def handle(apis, request):
     # made only if the request log writes a line
     request.summary = partial(_request_summary, body, metadata, len(fetch_data), len(to_forget))
     if apis.fetch_manager is not None:
+        # positional: a keyword call to a Python function takes CPython 3.11's slow path
         context = apis.fetch_manager.new_context(metadata, fetch_data, to_forget, is_follower,
-                                                 uses_topic_ids=version >= 13,
-                                                 topic_name=meta.topic_name)
+                                                 version >= 13, meta.topic_name)
     else:
         context = SessionlessFetchContext(fetch_data)
 
@@ -171,9 +171,10 @@ def _respond(version, context, keys, erroneous, results):
         updates.append((key, data))
     updates += erroneous
     response_data = context.update_and_generate_response_data(updates)
+    # body, close_connection, throttle_time_ms, noop, summary (positional, as above)
     return Response(build_response(version, response_data.error, response_data.session_id,
                                    response_data.partitions),
-                    summary=partial(_response_summary, response_data))
+                    False, 0, False, partial(_response_summary, response_data))
 
 
 def _request_summary(body, metadata, partitions, forgotten):
