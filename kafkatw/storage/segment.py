@@ -180,8 +180,16 @@ class LogSegment:
 
     def translate_offset(self, offset, starting_position=0):
         """(position, BatchHeader) of the batch holding ``offset`` (or the first after it)."""
-        _, position = self.offset_index.lookup(offset)
-        return self.log.search_for_offset_from_position(offset, max(position, starting_position))
+        log = self.log
+        hint_position, hint_base = log.search_hint
+        if hint_base == offset and hint_position >= starting_position:
+            # the batch the last append (or search) found starts at ``offset``: what a reader
+            # at the tail asks for, found without the offset index (its look-up, a mapping
+            # check and a descriptor-cache touch); the scan below reads that one header
+            position = hint_position
+        else:
+            _, position = self.offset_index.lookup(offset)
+        return log.search_for_offset_from_position(offset, max(position, starting_position))
 
     def read(self, start_offset, max_size, max_position=None, min_one_message=False):
         """FetchDataInfo from ``start_offset``, or None if no batch at/after it is here."""
