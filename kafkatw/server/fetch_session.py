@@ -260,7 +260,7 @@ class FetchSessionCacheShard:
             self._evictable_by_all.discard(session)
             self._evictable_by_privileged.discard(session)
             self.num_partitions -= session.cached_size
-        session.cached_size = session.size
+        session.cached_size = len(session.partitions)  # (session.size)
         old = now - session.creation_ms > self.eviction_ms
         if not session.privileged or old:
             self._evictable_by_privileged.add(session)
@@ -450,9 +450,6 @@ class FetchManager:
         self._clock = clock
         self.cache = cache
 
-    def _now_ms(self):
-        return int(self._clock.seconds() * 1000)
-
     def new_context(self, metadata, fetch_data, to_forget, is_follower, uses_topic_ids=False,
                     topic_name=None):
         """``fetch_data``: list of (TopicIdPartition, PartitionData) in request order;
@@ -466,20 +463,22 @@ class FetchManager:
             if metadata.epoch == FINAL_EPOCH:
                 return SessionlessFetchContext(fetch_data)
             return FullFetchContext(self._clock, self.cache, fetch_data, uses_topic_ids, is_follower)
+        # (one-line helpers inline below: every incremental fetch, a follower's each time,
+        # comes through here)
         shard = self.cache.shard_for(metadata.session_id)
-        session = shard.get(metadata.session_id)
+        session = shard.sessions.get(metadata.session_id)
         if session is None:
             return SessionErrorContext(errors.FETCH_SESSION_ID_NOT_FOUND, metadata)
         if session.epoch != metadata.epoch:
             return SessionErrorContext(errors.INVALID_FETCH_SESSION_EPOCH, metadata)
         if session.uses_topic_ids != uses_topic_ids:
             return SessionErrorContext(errors.FETCH_SESSION_TOPIC_ID_ERROR, metadata)
-        if topic_name is not None:
+        if topic_name is not None and session.unresolved:
             session.resolve_names(topic_name)
         session.update(fetch_data, to_forget)
-        if session.is_empty():
+        if not session.partitions:
             shard.remove(session)
             return SessionlessFetchContext(fetch_data)
-        shard.touch(session, self._now_ms())
+        shard.touch(session, int(self._clock.seconds() * 1000))
         session.epoch = next_epoch(session.epoch)
         return IncrementalFetchContext(metadata, session)
