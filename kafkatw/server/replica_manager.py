@@ -149,8 +149,8 @@ class FetchPartitionData(collections.namedtuple("FetchPartitionData", (
     counted once by the read for the byte budget, min_bytes and the bytes-out counter.
 
     A named tuple the read builds in C (``tuple.__new__`` with every field in this order):
-    one object per partition read instead of a LogReadResult, its FetchDataInfo kept and a
-    FetchPartitionData copied from both."""
+    one object per partition read, where a LogReadResult held the log's FetchDataInfo and a
+    FetchPartitionData was then copied from both."""
 
     __slots__ = ()
 
