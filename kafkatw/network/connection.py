@@ -341,8 +341,7 @@ class KafkaConnection(Protocol):
         if request.throttle_time_ms > 0:
             self._start_throttle(request.throttle_time_ms)
         if response.noop:
-            request.response_complete_ns = request.response_dequeue_ns
-            self._completed(request, response)
+            self._written(0, request, response)  # nothing to send: complete now
             return
         if response.body is None:
             request.response_complete_ns = request.response_dequeue_ns
@@ -440,6 +439,8 @@ class KafkaConnection(Protocol):
         d.addErrback(lambda f: self.log.failure("after-send processing failed", f))
 
     def _written(self, nbytes, request, response):
+        """The response is fully written (or there was none): RESPONSE_SENT, maybe unmute.
+        (One call per response: the completion steps are here, not in a second method.)"""
         server = self.server
         server.metrics.bytes_out += nbytes
         request.response_complete_ns = server.clock_ns()
@@ -447,11 +448,6 @@ class KafkaConnection(Protocol):
             self._log_request(request, response)
             self.close("the handler asked to close the connection")
             return
-        self._completed(request, response)
-
-    def _completed(self, request, response):
-        """The response is fully written (or there was none): RESPONSE_SENT, maybe unmute."""
-        server = self.server
         self.last_activity = server.reactor.seconds()
         server.request_completed(request, response)  # (_log_request, inline)
         self.in_flight = None

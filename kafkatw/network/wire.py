@@ -60,6 +60,15 @@ class _ByApiKey(dict):
         return cls
 
 
+class _ApiNames(dict):
+    """api key -> API name; an unknown key reads as ``Unknown<key>`` (not stored)."""
+
+    __slots__ = ()
+
+    def __missing__(self, api_key):
+        return "Unknown%d" % api_key
+
+
 class MessagesWire:
     """The production seam over ``kafkatw.protocol.messages``."""
 
@@ -67,7 +76,8 @@ class MessagesWire:
         from kafkatw.protocol import messages
 
         self.messages = messages
-        self._api_names = dict(messages.API_NAMES)
+        # (read by subscript where every request completes: no api_name() call per request)
+        self.api_names = _ApiNames(messages.API_NAMES)
         self._requests = _ByApiKey(messages.REQUESTS)
         self._request_header = messages.RequestHeader
         self._request_header_version = messages.request_header_version
@@ -78,10 +88,7 @@ class MessagesWire:
         self._response_header_versions = {}  # (api_key, api_version) -> header version
 
     def api_name(self, api_key):
-        name = self._api_names.get(api_key)
-        if name is None:
-            name = "Unknown%d" % api_key
-        return name
+        return self.api_names[api_key]
 
     def decode_request(self, frame, api_key, api_version):
         """``(header, body)`` of a whole frame; raises on a malformed one."""
