@@ -214,6 +214,31 @@ class ProduceCompressionTypeTests(ApisFixture, unittest.TestCase):
         self.assertEqual(codec, 3)
         self.assertEqual([r.value for r in rec.decode_batch(buf, 0)[1]], [b"v0", b"v1", b"v2"])
 
+    def test_dynamic_broker_default_applies_to_the_next_produce(self):
+        """KafkaApis keeps the broker's compression.type per config: an update is seen."""
+        from zope.interface import implementer
+
+        from kafkatw.config.dynamic import IBrokerReconfigurable
+
+        @implementer(IBrokerReconfigurable)
+        class LogDefaults:  # what the log manager's DynamicLogConfig is in a broker
+            reconfigurable_configs = frozenset(["compression.type"])
+
+            def validate_reconfiguration(self, new_config):
+                pass
+
+            def reconfigure(self, old_config, new_config):
+                pass
+
+        self.apis.dynamic_config.add_reconfigurable(LogDefaults())
+        self.create_topic("t", 1)
+        self.apis.dynamic_config.update(dynamic_default={"compression.type": "gzip"})
+        self.call(produce([("t", 0, batch(3, compression=3))]), 9)
+        self.assertEqual(self.codec_of_append()[0], 1)
+        self.apis.dynamic_config.update(dynamic_default={"compression.type": "producer"})
+        self.call(produce([("t", 0, batch(3, compression=3))]), 9)
+        self.assertEqual(self.codec_of_append()[0], 3)
+
     def test_topic_producer_keeps_bytes(self):
         self.create_topic("t", 1, {"compression.type": "producer"})
         b = batch(2, compression=2)

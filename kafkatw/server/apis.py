@@ -42,6 +42,7 @@ from kafkatw.server.handlers import (
     topics,
     txn,
 )
+from kafkatw.server.handlers.recompress import PRODUCER
 from kafkatw.server.interfaces import IApiHandler
 
 log = Logger()
@@ -108,7 +109,7 @@ class KafkaApis:
                  log_manager=None, txn_coordinator=None, group_coordinator=None, supported_features=(),
                  finalized_features=(), finalized_features_epoch=-1, handlers=DEFAULT_HANDLERS,
                  dynamic_config=None, scram_credentials=None, quotas=None, authorizer=None):
-        self.config = config
+        self._config_changed(config)
         # the live config: AlterConfigs updates it, and each new one becomes self.config
         self.dynamic_config = dynamic_config if dynamic_config is not None else DynamicBrokerConfig(config)
         self.dynamic_config.add_config_listener(self._config_changed)
@@ -170,6 +171,9 @@ class KafkaApis:
 
     def _config_changed(self, config):
         self.config = config
+        # the broker's compression.type, read by every produce of a topic without an override
+        # (an attribute: no config_value and KafkaConfig.__getitem__ calls per request)
+        self.compression_type = self.config_value("compression.type", PRODUCER)
 
     def config_value(self, name, default=None):
         """A typed broker config value, or ``default`` when the config doesn't know the name."""

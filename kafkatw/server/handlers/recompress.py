@@ -31,7 +31,7 @@ def topic_compression(apis, topic):
     overrides = apis.metadata.topic_configs(topic)
     value = overrides.get("compression.type")
     if value is None:
-        value = apis.config_value("compression.type", PRODUCER)
+        value = apis.compression_type  # (the broker's, kept by KafkaApis per config)
     level = None
     level_config = LEVEL_CONFIGS.get(compression.CODEC_IDS.get(value))
     if level_config is not None:
