@@ -59,7 +59,7 @@ class ClusterMetadataTests(unittest.SynchronousTestCase):
         self.assertEqual(self.meta.leader("t1", 2), 1)
         self.assertIsNone(self.meta.leader("t1", 3))
         self.assertEqual(self.meta.leader_epoch("t1", 0), 0)
-        self.assertEqual(self.meta.leader_state("t1", 2), (info.topic_id, 1, 0))
+        self.assertEqual(self.meta.leader_state("t1", 2), (info.topic_id, 1, 0, False))
         self.assertIsNone(self.meta.leader_state("t1", 3))
         self.assertIsNone(self.meta.leader_state("t1", -1))
         self.assertIsNone(self.meta.leader_state("nope", 0))

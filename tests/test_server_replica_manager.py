@@ -239,7 +239,8 @@ class FakeMetadata:
     def leader_state(self, topic, p):
         if not self.contains_partition(topic, p):
             return None
-        return self.topic_id(topic), self.leader(topic, p), self.leader_epoch(topic, p)
+        return (self.topic_id(topic), self.leader(topic, p), self.leader_epoch(topic, p),
+                self.is_internal(topic))
 
     def topic_configs(self, topic):
         return {}
@@ -306,7 +307,13 @@ class ProduceTests(Base):
         self.assertEqual(self.produce(("t", 3), batch()).error_code, errors.UNKNOWN_TOPIC_OR_PARTITION)
         self.assertEqual(self.produce(("nope", 0), batch()).error_code, errors.UNKNOWN_TOPIC_OR_PARTITION)
         self.assertEqual(self.produce(("t", 0), batch(), acks=2).error_code, errors.INVALID_REQUIRED_ACKS)
-        self.assertEqual(self.produce(("__consumer_offsets", 0), batch()).error_code,
+        r = self.produce(("__consumer_offsets", 0), batch())
+        self.assertEqual((r.error_code, r.error_message), (errors.INVALID_TOPIC_EXCEPTION,
+                                                           "Cannot append to internal topic __consumer_offsets"))
+        # the internal topic's refusal comes before an unknown partition's, known topic or not
+        self.assertEqual(self.produce(("__consumer_offsets", 5), batch()).error_code,
+                         errors.INVALID_TOPIC_EXCEPTION)
+        self.assertEqual(self.produce(("__transaction_state", 0), batch()).error_code,
                          errors.INVALID_TOPIC_EXCEPTION)
         self.md.leaders[("t", 1)] = 2
         self.assertEqual(self.produce(("t", 1), batch()).error_code, errors.NOT_LEADER_OR_FOLLOWER)

@@ -35,7 +35,7 @@ class FakeMetadata:
 
     def leader_state(self, topic, partition):
         leader = self.leaders.get((topic, partition))
-        return None if leader is None else (b"id", leader, 7)
+        return None if leader is None else (b"id", leader, 7, False)
 
     def live_broker(self, node_id):
         return self.brokers.get(node_id)

@@ -23,8 +23,9 @@ class IPartitionMetadata(Interface):
         """The partition's leader epoch, or None if the partition is unknown."""
 
     def leader_state(topic, partition):
-        """``(topic_id, leader node id, leader_epoch)`` in one look-up, or None if the
-        partition is unknown: the hot path of every produce and fetch."""
+        """``(topic_id, leader node id, leader_epoch, is_internal)`` in one look-up, or None
+        if the partition is unknown: the hot path of every produce (which refuses internal
+        topics) and fetch."""
 
     def topic_configs(topic):
         """The topic-level config overrides (name -> str); ``{}`` for an unknown topic."""

@@ -520,12 +520,13 @@ class ClusterMetadata:
         return self.node_id if info is not None and 0 <= partition < info.num_partitions else None
 
     def leader_state(self, topic, partition):
-        """``(topic_id, leader, leader_epoch)`` of a partition in one look-up (what
-        :meth:`topic_id`, :meth:`leader` and :meth:`leader_epoch` answer), None if unknown."""
+        """``(topic_id, leader, leader_epoch, is_internal)`` of a partition in one look-up
+        (what :meth:`topic_id`, :meth:`leader`, :meth:`leader_epoch` and :meth:`is_internal`
+        answer), None if unknown."""
         info = self.topics.get(topic)
         if info is None or not 0 <= partition < info.num_partitions:
             return None
-        return info.topic_id, self.node_id, info.leader_epochs[partition]
+        return info.topic_id, self.node_id, info.leader_epochs[partition], info.is_internal
 
     def leader_epoch(self, topic, partition):
         info = self.topics.get(topic)

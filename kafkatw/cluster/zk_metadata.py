@@ -229,7 +229,8 @@ class ZkClusterMetadata:
         state = self._states.get((topic, partition))
         if state is None:
             return None
-        return self.topics[topic].topic_id, state.leader, state.leader_epoch
+        info = self.topics[topic]
+        return info.topic_id, state.leader, state.leader_epoch, info.is_internal
 
     def leader_epoch(self, topic, partition):
         state = self._states.get((topic, partition))

@@ -356,8 +356,11 @@ class ReplicaManager:
                 return None, error
         return log_, error
 
-    def _leader_log(self, topic, partition, topic_id):
-        """``(log, NONE, leader epoch)`` for a partition led here, else ``(None, error, None)``."""
+    def _leader_log(self, topic, partition, topic_id, internal_allowed=True):
+        """``(log, NONE, leader epoch)`` for a partition led here, else ``(None, error, None)``.
+
+        ``internal_allowed=False`` (a client's append on a single node): an internal topic is
+        INVALID_TOPIC_EXCEPTION first, answered by the same metadata look-up."""
         if self.cluster_mode:
             p, error = self.online_partition_or_error(topic, partition, topic_id)
             if p is None:
@@ -366,8 +369,12 @@ class ReplicaManager:
         md = self.metadata
         state = md.leader_state(topic, partition)
         if state is None:
+            if not internal_allowed and md.is_internal(topic):
+                return None, errors.INVALID_TOPIC_EXCEPTION, None
             return None, errors.UNKNOWN_TOPIC_OR_PARTITION, None
-        known_id, leader, current = state
+        known_id, leader, current, internal = state
+        if internal and not internal_allowed:
+            return None, errors.INVALID_TOPIC_EXCEPTION, None
         if topic_id is not None and topic_id != ZERO_UUID and known_id != topic_id:
             return None, errors.INCONSISTENT_TOPIC_ID, None
         if leader != md.node_id:
@@ -1071,18 +1078,21 @@ class ReplicaManager:
 
     def _append_to_local_log(self, topic, partition, buf, internal_topics_allowed, required_acks=1,
                              batch_headers=None, origin=ORIGIN_CLIENT):
-        if not internal_topics_allowed and self.metadata.is_internal(topic):
-            return PartitionResponse(errors.INVALID_TOPIC_EXCEPTION,
-                                     error_message="Cannot append to internal topic %s" % topic)
         if self.cluster_mode:
-            part, error = self.online_partition_or_error(topic, partition)
-            log_ = None if part is None else part.log
-            isr = () if part is None else part.isr
+            if not internal_topics_allowed and self.metadata.is_internal(topic):
+                error = errors.INVALID_TOPIC_EXCEPTION
+            else:
+                part, error = self.online_partition_or_error(topic, partition)
+                log_ = None if part is None else part.log
+                isr = () if part is None else part.isr
         else:
             part = None
-            log_, error, epoch = self._leader_log(topic, partition, None)
+            # (the internal-topic refusal comes first, from the leader's look-up: one call)
+            log_, error, epoch = self._leader_log(topic, partition, None, internal_topics_allowed)
             isr = None  # this node alone; built for acks=all only
         if error != errors.NONE:
+            if error == errors.INVALID_TOPIC_EXCEPTION:
+                return PartitionResponse(error, error_message="Cannot append to internal topic %s" % topic)
             return PartitionResponse(error)
         if required_acks == -1 and isr is None:
             isr = (self.node_id,)
