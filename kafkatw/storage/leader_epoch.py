@@ -6,6 +6,7 @@ import bisect
 import os
 
 from . import checkpoint
+from .lazy import loaded_on_use
 
 UNDEFINED_EPOCH = -1
 UNDEFINED_EPOCH_OFFSET = -1
@@ -15,6 +16,11 @@ class LeaderEpochFileCache:
     """Every change is written at once (fsynced when ``sync``, unless the caller says the
     change need not be durable yet); ``lazy``: the file is read on first use, not now (a log
     loaded from a clean-shutdown summary may never need it)."""
+
+    # the entries of a lazy cache, read when first used (not __getattr__: a class with one
+    # has every attribute read take the slow path)
+    _epochs = loaded_on_use(lambda cache, name: cache._read())
+    _offsets = loaded_on_use(lambda cache, name: cache._read())
 
     def __init__(self, path, sync=True, lazy=False, new=False):
         """``new``: there is no file yet (a partition being created)."""
@@ -36,13 +42,6 @@ class LeaderEpochFileCache:
                 offsets.append(offset)
         self._epochs = epochs      # ascending
         self._offsets = offsets    # start offsets, same order
-
-    def __getattr__(self, name):
-        # only for attributes not set yet: the entries of a lazy cache
-        if name in ("_epochs", "_offsets"):
-            self._read()
-            return self.__dict__[name]
-        raise AttributeError(name)
 
     def entries(self):
         return list(zip(self._epochs, self._offsets))

@@ -24,6 +24,7 @@ from .descriptors import is_resource_error
 from .config import LogConfig
 from .file_records import FileRecords
 from .interfaces import ILog
+from .lazy import loaded_on_use
 from .leader_epoch import LeaderEpochFileCache
 from .offsets import FetchDataInfo, FetchIsolation, LogOffsetMetadata
 from .producer_state import SNAPSHOT_SUFFIX
@@ -58,9 +59,15 @@ def parse_topic_partition(dirname):
     return topic, int(part)
 
 
-#: attributes a log made from a clean-shutdown summary sets when first used
-_DEFERRED = frozenset(("_segments", "_bases"))
 _new = tuple.__new__  # a named tuple built in C, fields in order (no Python __new__)
+
+
+def _load_deferred(log, name):
+    """The segments (``_segments``, ``_bases``) of a log made from a clean-shutdown summary,
+    opened when first read; any other log without them has none."""
+    if log.__dict__.get("_summary") is None:
+        raise AttributeError(name)
+    log._load_deferred()
 
 
 def summary_may_delete(summary, log_start_offset, config, now_ms):
@@ -211,6 +218,9 @@ class UnifiedLog:
     recovered_segments = 0  # segments scanned by recovery while loading
     truncated_bytes = 0  # bytes cut off torn or corrupt tails while loading
     _unflushed_messages = 0
+    # (not __getattr__: a class with one has every attribute read take the slow path)
+    _segments = loaded_on_use(_load_deferred)
+    _bases = loaded_on_use(_load_deferred)
     _summary = None
     #: None or a set the log adds itself to when its recovery point, log start or high
     #: watermark changes (the log manager's checkpoints look at those logs only)
@@ -304,13 +314,6 @@ class UnifiedLog:
         self._log_start_offset = max(log_start_offset, summary.first_base)
         self._recovery_point = min(leo, recovery_point)
         self._leo_metadata = LogOffsetMetadata(leo, summary.active_base, summary.active_size)
-
-    def __getattr__(self, name):
-        # Reached only for an attribute not set: the segments of a log made from a summary.
-        if name in _DEFERRED and self.__dict__.get("_summary") is not None:
-            self._load_deferred()
-            return self.__dict__[name]
-        raise AttributeError(name)
 
     def _load_deferred(self):
         """Open the segments of a log made from a summary, as a clean load does (leftover
