@@ -27,7 +27,7 @@ from zope.interface import implementer
 from kafkatw.network import socket_reader
 from kafkatw.network.framing import FrameDecoder, InvalidReceive
 from kafkatw.protocol.parts import FileRegion
-from kafkatw.network.mute import ChannelMute, ChannelMuteEvent, ChannelMuteState
+from kafkatw.network.mute import NOT_MUTED, ChannelMute, ChannelMuteEvent
 from kafkatw.network.request import Request, RequestContext
 from kafkatw.network.wire import (
     API_VERSIONS_KEY,
@@ -42,7 +42,6 @@ _peek_header = HEADER_PREFIX.unpack_from
 RECV_BUFFER_SIZE = 1 << 20
 #: held responses are flushed mid-loop past this many bytes
 HELD_BYTES_MAX = 256 * 1024
-NOT_MUTED = ChannelMuteState.NOT_MUTED
 
 
 @implementer(IHandshakeListener)

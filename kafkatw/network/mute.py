@@ -28,6 +28,10 @@ class ChannelMuteEvent(enum.Enum):
 
 S = ChannelMuteState
 E = ChannelMuteEvent
+# The states every request passes through, as module globals: a member read off its Enum
+# class goes through EnumType's __getattr__ hook (CPython's slow attribute path), a global
+# load is specialised.
+NOT_MUTED, MUTED, MUTED_AND_RESPONSE_PENDING = S.NOT_MUTED, S.MUTED, S.MUTED_AND_RESPONSE_PENDING
 
 _TRANSITIONS = {
     (S.MUTED, E.REQUEST_RECEIVED): S.MUTED_AND_RESPONSE_PENDING,
@@ -54,35 +58,35 @@ class ChannelMute:
     __slots__ = ("state",)
 
     def __init__(self):
-        self.state = S.NOT_MUTED
+        self.state = NOT_MUTED
 
     @property
     def muted(self):
-        return self.state is not S.NOT_MUTED
+        return self.state is not NOT_MUTED
 
     def mute(self):
-        if self.state is S.NOT_MUTED:
-            self.state = S.MUTED
+        if self.state is NOT_MUTED:
+            self.state = MUTED
 
     def maybe_unmute(self):
         """Unmute only from MUTED; return whether the channel is now NOT_MUTED."""
-        if self.state is S.MUTED:
-            self.state = S.NOT_MUTED
-        return self.state is S.NOT_MUTED
+        if self.state is MUTED:
+            self.state = NOT_MUTED
+        return self.state is NOT_MUTED
 
     def request_received(self):
         """:meth:`mute` then REQUEST_RECEIVED (what every request does), in one call."""
         state = self.state
-        if state is S.NOT_MUTED or state is S.MUTED:
-            self.state = S.MUTED_AND_RESPONSE_PENDING
+        if state is NOT_MUTED or state is MUTED:
+            self.state = MUTED_AND_RESPONSE_PENDING
         else:
             self.handle_event(E.REQUEST_RECEIVED)  # illegal from the other states: raises
 
     def response_sent(self):
         """RESPONSE_SENT then :meth:`maybe_unmute` (what every answer does), in one call;
         returns whether the channel is now NOT_MUTED."""
-        if self.state is S.MUTED_AND_RESPONSE_PENDING:
-            self.state = S.NOT_MUTED
+        if self.state is MUTED_AND_RESPONSE_PENDING:
+            self.state = NOT_MUTED
             return True
         self.handle_event(E.RESPONSE_SENT)
         return self.maybe_unmute()

@@ -60,6 +60,8 @@ def parse_topic_partition(dirname):
 
 
 _new = tuple.__new__  # a named tuple built in C, fields in order (no Python __new__)
+# (globals: a member read off its Enum class takes EnumType's slow __getattr__ path)
+_LOG_END, _HIGH_WATERMARK = FetchIsolation.LOG_END, FetchIsolation.HIGH_WATERMARK
 
 
 def _load_deferred(log, name):
@@ -831,9 +833,9 @@ class UnifiedLog:
             self._check_online()
             self._check_log_start_offset(start_offset)
         try:
-            if isolation is FetchIsolation.LOG_END:
+            if isolation is _LOG_END:
                 max_meta = self._leo_metadata
-            elif isolation is FetchIsolation.HIGH_WATERMARK:
+            elif isolation is _HIGH_WATERMARK:
                 max_meta = self._hw_metadata
                 if max_meta.segment_base_offset == -1 and max_meta.relative_position_in_segment == -1:
                     max_meta = self.fetch_high_watermark_metadata()  # its position, found now
