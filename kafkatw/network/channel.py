@@ -124,7 +124,8 @@ class RequestChannel:
         except Exception:
             result = defer.fail()
         if type(result) is not Response:
-            if isinstance(result, defer.Deferred):
+            # (the isinstance last: Deferred is an ABC, its isinstance a Python call)
+            if not hasattr(result, "when_complete") and isinstance(result, defer.Deferred):
                 result = DeferredAnswer(result)
             if hasattr(result, "when_complete"):
                 self._wait(request, connection, result)

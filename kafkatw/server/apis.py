@@ -277,14 +277,16 @@ class KafkaApis:
             result = reg.handler.handle(self, request)
         except Exception:
             return self._on_failure(Failure(), request, reg.handler)
-        if type(result) is Response:  # first: Deferred is an ABC, its isinstance a Python call
+        # a Response, then a parked operation, before the Deferred: Deferred is an ABC (an
+        # Awaitable), whose isinstance is a Python call
+        if type(result) is Response:
             return result
+        if hasattr(result, "when_complete"):
+            return PendingResponse(self, request, reg.handler, result)
         if isinstance(result, defer.Deferred):
             result.addCallback(_as_response)
             result.addErrback(self._on_failure, request, reg.handler)
             return DeferredAnswer(result)
-        if hasattr(result, "when_complete"):
-            return PendingResponse(self, request, reg.handler, result)
         return _as_response(result)
 
     # -- authorization ---------------------------------------------------------------------
