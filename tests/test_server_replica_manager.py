@@ -616,6 +616,48 @@ class FetchTests(Base):
         self.assertEqual((data.error, data.diverging_epoch, len(data.records)), (errors.NONE, (0, 3), 0))
 
 
+    def _throttle_followers(self):
+        """The leader's replication quota used up for every follower of every partition."""
+
+        class Exceeded:
+            unlimited = False
+
+            def is_quota_exceeded(self):
+                return True
+
+            def record(self, nbytes):
+                pass
+
+        self.rm.leader_quota = Exceeded()
+        self.rm._leader_throttles = lambda topic, partition, replica_id: True
+
+    def test_throttled_follower_behind_a_roll_waits(self):
+        """Kafka's DelayedFetch case F for a fetch on an older segment than the log end: a
+        follower the leader throttles is not answered at once (its read would be empty, and
+        it would ask again at once, over and over while the quota stays used up); it waits
+        max wait as a throttled partition on the same segment does."""
+        log_ = self.lm.get_log("t", 0)
+        self.produce(("t", 0), batch())
+        log_.roll()
+        self.produce(("t", 0), batch())
+        self._throttle_followers()
+        d = self.fetch([(("t", 0), self.pd(0))], replica_id=2, max_wait=500)
+        self.assertNoResult(d)
+        self.produce(("t", 0), batch())  # a check on the append: still throttled
+        self.assertNoResult(d)
+        self.clock.advance(0.5)
+        (_, data), = self.successResultOf(d)
+        self.assertEqual((data.error, len(data.records)), (errors.NONE, 0))
+
+    def test_unthrottled_follower_behind_a_roll_is_answered_at_once(self):
+        self.produce(("t", 0), batch())
+        d = self.fetch([(("t", 0), self.pd(1))], replica_id=2, min_bytes=1 << 20)
+        self.assertNoResult(d)
+        self.lm.get_log("t", 0).roll()
+        self.produce(("t", 0), batch())
+        (_, data), = self.successResultOf(d)
+        self.assertEqual(len(data.records), BATCH)
+
 class ListOffsetsTests(Base):
     def setUp(self):
         super().setUp()

@@ -34,7 +34,8 @@ class DelayedFetch(DelayedOperation):
 
     def try_complete(self):
         """Complete when (A-E) a partition is gone, not led here or its leader epoch moved,
-        (F) the fetch offset is past the end or on an older segment than the end, (H) the
+        (F) the fetch offset is past the end or on an older segment than the end (unless
+        the leader throttles this follower of the partition now), (H) the
         follower's log diverged, or (G) the bytes now available reach min_bytes.
 
         Runs on every append to a watched partition: LogOffsetMetadata's position checks
@@ -85,10 +86,15 @@ class DelayedFetch(DelayedOperation):
                         or (end_base == UNKNOWN and end_position == UNKNOWN):
                     return self.force_complete()  # positions unknown: let a read decide
                 if base < end_base:
-                    return self.force_complete()  # case F: the log rolled past us
+                    # case F: the log rolled past us; as Kafka, not for a follower the leader
+                    # throttles now (its read is empty: answered at once, it would ask again
+                    # at once while the quota stays used up)
+                    if not (params.replica_id >= 0
+                            and rm.should_leader_throttle(topic, partition, params.replica_id)):
+                        return self.force_complete()
                 # as Kafka: a throttled partition's bytes do not count towards a follower's
-                # min bytes (truncation, a roll or a divergence still answer at once)
-                if base == end_base and not (
+                # min bytes (truncation or a divergence still answer at once)
+                elif base == end_base and not (
                         params.replica_id >= 0
                         and rm.should_leader_throttle(topic, partition, params.replica_id)):
                     accumulated += min(end_position - position, info.max_bytes)
