@@ -311,6 +311,24 @@ class FollowerFetchTests(ReplicationTestBase):
             self.assertEqual([v for _, _, v in self.values(n)], [b"a", b"b", b"c"])
             self.assertEqual(self.nodes[n].log().leader_epoch_cache.entries(), [(0, 0)])
 
+    def test_a_follower_fetch_from_no_replica_of_the_partition_is_an_error(self):
+        """Kafka's followerReplicaOrThrow, before the read: a follower fetch from a broker
+        outside the partition's replicas gets UNKNOWN_LEADER_EPOCH when it names a leader
+        epoch (the leader does not know that (replica, epoch) yet: the follower backs off and
+        retries), NOT_LEADER_OR_FOLLOWER without one; no records, offsets unknown (-1)."""
+        self.elect(1, [1, 2], replicas=(1, 2))
+        self.produce(1, [b"a"], acks=1)
+        rm = self.nodes[1].rm
+        for epoch, error in ((0, errors.UNKNOWN_LEADER_EPOCH), (-1, errors.NOT_LEADER_OR_FOLLOWER)):
+            params = FetchParams(replica_id=3, max_wait_ms=0)
+            d = rm.fetch_messages(params, [((TOPIC, 0), PartitionData(0, current_leader_epoch=epoch))])
+            [(tp, data)] = self.successResultOf(d)
+            self.assertEqual((data.error, len(data.records), data.high_watermark), (error, 0, -1))
+        # the partition's replicas still read
+        d = rm.fetch_messages(FetchParams(replica_id=2, max_wait_ms=0), [((TOPIC, 0), PartitionData(0))])
+        [(tp, data)] = self.successResultOf(d)
+        self.assertEqual(data.error, errors.NONE)
+
     def test_consumer_parked_at_the_hw_is_answered_when_followers_move_it(self):
         self.elect(1, [1, 2, 3])
         for n in (2, 3):

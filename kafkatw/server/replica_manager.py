@@ -1299,6 +1299,19 @@ class ReplicaManager:
         else:
             log_, part = found
         try:
+            if params.replica_id >= 0 and self.cluster_mode:
+                # Kafka's followerReplicaOrThrow, before the read: a broker outside the
+                # partition's replicas reads nothing and is told so (UNKNOWN_LEADER_EPOCH
+                # when it names a leader epoch: not a known (replica, epoch) yet, it backs
+                # off and retries; NOT_LEADER_OR_FOLLOWER without one)
+                led = self._partitions.get((topic, partition))
+                if led is None or params.replica_id not in led.remote_replicas:
+                    return _error_read_result(
+                        errors.UNKNOWN_LEADER_EPOCH
+                        if info.current_leader_epoch != NO_PARTITION_LEADER_EPOCH
+                        else errors.NOT_LEADER_OR_FOLLOWER,
+                        "Replica %d is not recognized as a valid replica of %s-%d"
+                        % (params.replica_id, topic, partition))
             # Offsets as of before the read (Kafka: appends racing the read don't matter).
             log_start, hw, lso = log_.fetch_offset_snapshot()
             if part is not None and part.is_leader:
