@@ -600,6 +600,22 @@ class FetchTests(Base):
         self.assertEqual(res[0][1].diverging_epoch, (0, 3))
         self.assertEqual(len(res[0][1].records), 0)
 
+    def test_fetch_below_log_start_is_out_of_range_even_if_diverging(self):
+        """Kafka's Partition.readFromLocalLog: a fetch offset below the log start fails with
+        OFFSET_OUT_OF_RANGE whether or not the last fetched epoch diverges (the follower
+        then starts again at the log start, instead of truncating first)."""
+        log_ = self.lm.get_log("t", 0)
+        self.produce(("t", 0), batch(count=5))
+        log_.epochs = [(0, 0), (2, 1)]  # epoch 0 ends at 1, below the fetch offset: diverging
+        log_.delete_records_before(3)
+        res = self.successResultOf(self.fetch(
+            [(("t", 0), self.pd(2, last_fetched_epoch=0))], replica_id=2, min_bytes=1000))
+        self.assertEqual((res[0][1].error, res[0][1].diverging_epoch), (errors.OFFSET_OUT_OF_RANGE, None))
+        # at or above the log start the divergence is reported
+        res = self.successResultOf(self.fetch(
+            [(("t", 0), self.pd(3, last_fetched_epoch=0))], replica_id=2, min_bytes=1000))
+        self.assertEqual((res[0][1].error, res[0][1].diverging_epoch), (errors.NONE, (0, 1)))
+
     def test_divergence_completes_a_parked_follower_fetch(self):
         """Case H: a parked follower's fetch completes once its last fetched epoch ends
         before its fetch offset (asked when no bytes complete it), with the diverging epoch;

@@ -1321,7 +1321,9 @@ class ReplicaManager:
                 if preferred >= 0:
                     return _new(FetchPartitionData, (errors.NONE, hw, lso, log_start, EMPTY_RECORDS, None,
                                                      None, preferred, None, UNKNOWN_OFFSET_METADATA, 0))
-            if info.last_fetched_epoch >= 0:
+            # Kafka: a fetch offset below the log start is out of range whether or not the
+            # epochs diverge (the read below says so)
+            if info.last_fetched_epoch >= 0 and info.fetch_offset >= log_start:
                 div = self.diverging_epoch(log_, info)
                 if div is not None:
                     return _new(FetchPartitionData, (errors.NONE, hw, lso, log_start, EMPTY_RECORDS, None,
