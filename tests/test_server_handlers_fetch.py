@@ -49,6 +49,16 @@ class FetchTests(ApisFixture, unittest.TestCase):
         self.assertEqual((params.max_bytes, params.min_bytes, params.max_wait_ms, params.replica_id),
                          (100000, 1, 500, -1))
 
+    def test_a_partition_named_twice_is_read_and_answered_once(self):
+        """Kafka's FetchRequest.fetchData is a LinkedHashMap: a partition named twice is one
+        entry, where it was first named, with the fields of its last mention; it is read
+        once and has one row (not two reads of the same records, both counted against the
+        byte budget)."""
+        body = self.call(fetch_request([("t", [(0, 3), (1, 0)]), ("t", [(0, 4)])], 11), 11).body
+        self.assertEqual(self.parts(body), [("t", 0, 0, 5), ("t", 1, 0, 5)])
+        ((params, infos),) = self.replica_manager.fetches
+        self.assertEqual([(tp, d.fetch_offset) for tp, d in infos], [(("t", 0), 4), (("t", 1), 0)])
+
     def test_min_bytes_capped_by_max_bytes(self):
         self.call(fetch_request([("t", [(0, 0)])], 11, max_bytes=2000, min_bytes=5000), 11)
         params = self.replica_manager.fetches[0][0]

@@ -80,6 +80,13 @@ def decode_fetch_data(apis, request):
             fetch_data.append((_new(TopicIdPartition, (topic_id, name, p.partition)), _new(PartitionData, (
                 p.fetch_offset, p.log_start_offset, p.partition_max_bytes, p.current_leader_epoch,
                 p.last_fetched_epoch, topic_id))))
+    if len(fetch_data) > 1:
+        # Kafka's fetchData is a LinkedHashMap: a partition named twice is one entry, where
+        # it was first named, with its last mention's fields (what dict() of the pairs
+        # keeps, in C); read and answered once
+        unique = dict(fetch_data)
+        if len(unique) != len(fetch_data):
+            fetch_data = list(unique.items())
     to_forget = []
     if version >= 7:
         for t in body.forgotten_topics_data:
