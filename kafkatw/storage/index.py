@@ -35,7 +35,7 @@ class _Index:
     def __init__(self, path, base_offset, max_index_size):
         self.path = path
         self.base_offset = base_offset
-        size = self.ENTRY.size
+        size = self._entry_size = self.ENTRY.size  # (an instance's own: read per append)
         self._max_size = max(size, max_index_size - max_index_size % size)
         self._known = False  # _entries, _length and _allocated describe the file
         self._mmap = None
@@ -150,7 +150,7 @@ class _Index:
         # the active segment asks on every append: entries and max_entries inline
         if not self._known:
             self._load_state()
-        return self._entries >= self._max_size // self.ENTRY.size
+        return self._entries >= self._max_size // self._entry_size
 
     @property
     def size_in_bytes(self):
@@ -392,7 +392,7 @@ class TimeIndex(_Index):
         # Kafka keeps one slot for the final entry written when the segment rolls.
         if not self._known:
             self._load_state()
-        return self._entries >= self._max_size // self.ENTRY.size - 1
+        return self._entries >= self._max_size // self._entry_size - 1
 
     def lookup(self, target_timestamp):
         """(timestamp, offset) of the largest entry with timestamp <= target, or (-1, base)."""

@@ -111,8 +111,9 @@ class LeaderEpochFileCache:
         partitions cost a ~10 ms fsync on the reactor."""
         if epoch < 0:
             return False
-        if self._epochs and (epoch <= self._epochs[-1]):
-            if epoch == self._epochs[-1] or start_offset >= self._offsets[-1]:
+        epochs = self._epochs  # (loaded on use: a read of it is never specialised, so once)
+        if epochs and (epoch <= epochs[-1]):
+            if epoch == epochs[-1] or start_offset >= self._offsets[-1]:
                 return False
         # Remove entries that conflict (higher epoch or offset >= start_offset).
         while self._epochs and (self._epochs[-1] >= epoch or self._offsets[-1] >= start_offset):

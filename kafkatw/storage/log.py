@@ -242,6 +242,9 @@ class UnifiedLog:
         :class:`~kafkatw.storage.summary.LogSummary` a clean shutdown left; the log's files
         are then read on first use (see :meth:`_load_deferred`)."""
         self.dir = directory
+        # (the instance's own, not only the class default: CPython 3.11 specialises no read of
+        # an attribute the instance lacks, and every append and read tests this one)
+        self._offline = False
         if topic is None:
             topic, partition = parse_topic_partition(os.path.basename(directory))
         self.topic = topic
