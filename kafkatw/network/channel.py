@@ -39,6 +39,8 @@ class RequestChannel:
         self._blocked = collections.deque()  # connections waiting for room
         self.busy = 0  # handler slots in use
         self._dispatching = False
+        # made once: ``self._release`` read per request makes a bound method each time
+        self._release_hook = self._release
 
     @property
     def size(self):
@@ -117,7 +119,7 @@ class RequestChannel:
     def _handle(self, request, connection):
         self.busy += 1
         request.dequeue_ns = self.clock_ns()
-        request._on_local_complete = self._release
+        request._on_local_complete = self._release_hook
         # handle_now answers a Response when it can (no Deferred per request); see IRequestHandler
         try:
             result = self.handler.handle_now(request)
