@@ -54,7 +54,7 @@ class IndexTest(unittest.TestCase):
         idx = OffsetIndex(self.mktemp(), 0, 16)
         idx.append(1, 10)
         idx.append(2, 20)
-        self.assertTrue(idx.is_full)
+        self.assertTrue(idx.is_full())
         t = TimeIndex(self.mktemp(), 0, 120)
         t.maybe_append(1000, 3)
         t.maybe_append(1000, 5)  # not larger: ignored

@@ -145,9 +145,10 @@ class _Index:
     def max_entries(self):
         return self._max_size // self.ENTRY.size
 
-    @property
     def is_full(self):
-        # the active segment asks on every append: entries and max_entries inline
+        # the active segment asks on every append: entries and max_entries inline; a method,
+        # not a property (3.11 specialises no property read: each was a generic look-up and a
+        # frame made from C)
         if not self._known:
             self._load_state()
         return self._entries >= self._max_size // self._entry_size
@@ -387,7 +388,6 @@ class TimeIndex(_Index):
             return -1, self.base_offset
         return self.entry(self._entries - 1)
 
-    @property
     def is_full(self):
         # Kafka keeps one slot for the final entry written when the segment rolls.
         if not self._known:
@@ -403,7 +403,7 @@ class TimeIndex(_Index):
 
     def maybe_append(self, timestamp, offset, skip_full_check=False):
         self._ensure_open()
-        if not skip_full_check and self.is_full:
+        if not skip_full_check and self.is_full():
             raise IndexFullError("time index %s is full" % (self.path,))
         last_ts, last_off = self.last_entry
         if self._entries and offset < last_off:

@@ -132,7 +132,7 @@ class LogSegment:
                 waited = now_ms - (base if base >= 0 else self.created_ms)
             if waited > config.segment_ms - jitter:
                 return True
-        return (self.offset_index.is_full or self.time_index.is_full
+        return (self.offset_index.is_full() or self.time_index.is_full()
                 or not 0 <= max_offset - self.base_offset <= _INT32_MAX)
 
     # -- append -------------------------------------------------------------------------
