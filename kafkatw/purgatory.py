@@ -7,6 +7,7 @@ cannot race with an append.
 """
 
 import collections
+from heapq import heapify, heappop, heappush
 
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -44,8 +45,7 @@ class DelayedOperation:
         self._listener = None  # (callback, errback) of when_complete
         self._outcome = None  # (succeeded, result or Failure) once completed, for a late listener
         self._completed = False
-        self._timer = None
-        self._delayed_in = None  # the purgatory's set of timed operations, while in it
+        self._timed_in = None  # the purgatory whose timer will expire it, while it waits
 
     @property
     def is_completed(self):
@@ -64,8 +64,8 @@ class DelayedOperation:
         if self._completed:
             return False
         self._completed = True
-        if self._timer is not None or self._delayed_in is not None:
-            self._cancel_timer()
+        if self._timed_in is not None:
+            self._timed_in._untime(self)
         try:
             outcome = self._outcome = (True, self.on_complete())
         except Exception:
@@ -82,7 +82,8 @@ class DelayedOperation:
         ``on_complete``, its timer stops and its listener is never called."""
         self._completed = True
         self._listener = None
-        self._cancel_timer()
+        if self._timed_in is not None:
+            self._timed_in._untime(self)
 
     def _tell(self, outcome):
         # dropped once told: the listener's closures usually reach this operation back
@@ -107,19 +108,8 @@ class DelayedOperation:
         """Called after ``on_complete`` when completion came from the timer."""
 
     def _expire(self):
-        self._timer = None
         if self.force_complete():
             self.on_expiration()
-
-    def _cancel_timer(self):
-        if self._timer is not None:
-            if self._timer.active():
-                self._timer.cancel()
-            self._timer = None
-        delayed = self._delayed_in
-        if delayed is not None:
-            self._delayed_in = None
-            delayed.discard(self)
 
 
 class DelayedOperationPurgatory:
@@ -130,6 +120,12 @@ class DelayedOperationPurgatory:
     ``key``. Completed operations linger in other keys' watch lists until the next
     ``check_and_complete`` of that key or the next purge, which runs once the estimated number
     of watched operations exceeds the live delayed ones by ``purge_interval_requests``.
+
+    Expiry: one clock timer per purgatory, armed for the earliest deadline of a heap of
+    ``(deadline, seq, operation)`` (Kafka's SystemTimer serves all operations the same way),
+    not a DelayedCall per operation. An operation completed before its deadline leaves its
+    entry in the heap (skipped when popped); the timer is cancelled and the heap emptied as
+    soon as no timed operation is left, so nothing stays armed once nothing waits.
     """
 
     def __init__(self, name, clock, purge_interval_requests=1000, timer_enabled=True):
@@ -138,7 +134,11 @@ class DelayedOperationPurgatory:
         self.purge_interval_requests = purge_interval_requests
         self._timer_enabled = timer_enabled
         self._watchers = {}  # key -> list[DelayedOperation]
-        self._delayed = set()  # operations with a live timer
+        self._delayed = set()  # operations waiting on the timer (NumDelayedOperations)
+        self._deadlines = []  # heap of (deadline, seq, operation); completed ones skipped
+        self._seq = 0  # ties broken in arming order (an operation is never compared)
+        self._timer = None  # the clock's DelayedCall for self._timer_at, while armed
+        self._timer_at = None
         self._estimated_total_operations = 0
 
     # -- metrics ---------------------------------------------------------------------------
@@ -212,22 +212,74 @@ class DelayedOperationPurgatory:
         return purged
 
     def shutdown(self):
-        """Stop all timers (the operations stay incomplete)."""
-        for op in list(self._delayed):
-            op._cancel_timer()
+        """Stop the timer (the operations stay incomplete)."""
+        for op in self._delayed:
+            op._timed_in = None
         self._delayed.clear()
+        self._deadlines.clear()
+        self._disarm()
 
     # -- internals -------------------------------------------------------------------------
 
     def _arm(self, operation):
-        def expire():
-            self._delayed.discard(operation)
-            operation._expire()
-            self._maybe_purge()
-
-        operation._timer = self._clock.callLater(max(operation.delay_ms, 0) / 1000.0, expire)
+        deadline = self._clock.seconds() + max(operation.delay_ms, 0) / 1000.0
+        self._seq += 1
+        heappush(self._deadlines, (deadline, self._seq, operation))
         self._delayed.add(operation)
-        operation._delayed_in = self._delayed  # completion by other means takes it out
+        operation._timed_in = self  # completion by other means calls _untime
+        if self._timer_at is None or deadline < self._timer_at:
+            self._disarm()
+            self._timer_at = deadline
+            self._timer = self._clock.callLater(max(operation.delay_ms, 0) / 1000.0, self._expire_due)
+
+    def _untime(self, operation):
+        """``operation`` completed before its deadline: forget it; once none waits, the timer
+        goes and the heap is emptied (else its entry stays until popped)."""
+        operation._timed_in = None
+        delayed = self._delayed
+        delayed.discard(operation)
+        if not delayed:
+            self._deadlines.clear()
+            timer = self._timer  # (_disarm inline: one call fewer per parked fetch)
+            if timer is not None:
+                self._timer = self._timer_at = None
+                timer.cancel()
+        elif len(self._deadlines) > 64 + 4 * len(delayed):
+            # many completed early under a long deadline: keep the heap near the live size
+            heap = self._deadlines  # in place: the timer may be walking it
+            heap[:] = [e for e in heap if e[2]._timed_in is self]
+            heapify(heap)
+
+    def _disarm(self):
+        timer = self._timer
+        if timer is not None:
+            self._timer = self._timer_at = None
+            timer.cancel()
+
+    def _expire_due(self):
+        """The timer: expire every operation whose deadline has come, then re-arm for the next."""
+        # due from the deadline the timer was armed for, not only from the clock's reading,
+        # which may land a rounding error short of it
+        due = max(self._clock.seconds(), self._timer_at)
+        self._timer = self._timer_at = None
+        heap = self._deadlines
+        while heap and heap[0][0] <= due:
+            op = heappop(heap)[2]
+            if op._timed_in is self:
+                op._timed_in = None
+                self._delayed.discard(op)
+                op._expire()
+        # what expiring did may have armed a timer (an operation parked from a completion)
+        while heap and heap[0][2]._timed_in is not self:
+            heappop(heap)
+        if not self._delayed:
+            heap.clear()
+            self._disarm()
+        elif self._timer_at is None or heap[0][0] < self._timer_at:
+            self._disarm()
+            self._timer_at = heap[0][0]
+            self._timer = self._clock.callLater(max(self._timer_at - self._clock.seconds(), 0), self._expire_due)
+        self._maybe_purge()
 
     def _maybe_purge(self):
         if self._estimated_total_operations - self.num_delayed() > self.purge_interval_requests:

@@ -201,6 +201,71 @@ class PurgatoryTests(unittest.SynchronousTestCase):
         self.assertEqual(self.clock.getDelayedCalls(), [])
         self.assertEqual(self.p.num_delayed(), 0)
 
+    def test_one_timer_for_all_operations_each_expiring_at_its_deadline(self):
+        # one DelayedCall per purgatory, for the earliest deadline (as Kafka's SystemTimer)
+        late, early, mid = MockOp(300), MockOp(100), MockOp(200)
+        for op in (late, early, mid):
+            self.p.try_complete_else_watch(op, [K1])
+        self.assertEqual(len(self.clock.getDelayedCalls()), 1)
+        self.assertEqual(self.p.num_delayed(), 3)
+        self.clock.advance(0.0999)
+        self.assertEqual(early.expirations, 0)
+        self.clock.advance(0.0001)
+        self.assertEqual((early.expirations, mid.expirations, late.expirations), (1, 0, 0))
+        self.assertEqual(self.p.num_delayed(), 2)
+        mid.ready = True  # completed before its deadline: the timer stays for the late one
+        self.p.check_and_complete(K1)
+        self.assertEqual(mid.expirations, 0)
+        self.assertEqual(self.p.num_delayed(), 1)
+        self.assertEqual(len(self.clock.getDelayedCalls()), 1)
+        self.clock.advance(0.2)
+        self.assertEqual((mid.completions, late.expirations), (1, 1))
+        self.assertEqual(self.p.num_delayed(), 0)
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
+    def test_the_last_waiting_operation_completing_disarms_the_timer(self):
+        ops = [MockOp(500 + i) for i in range(3)]
+        for op in ops:
+            self.p.try_complete_else_watch(op, [K1, K2])
+        ops[0].force_complete()
+        ops[2].cancel()
+        self.assertEqual(len(self.clock.getDelayedCalls()), 1)
+        ops[1].force_complete()
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+        self.assertEqual(self.p.num_delayed(), 0)
+        self.clock.advance(1)
+        self.assertEqual([op.expirations for op in ops], [0, 0, 0])
+
+    def test_an_earlier_deadline_rearms_and_an_expiry_may_park_another(self):
+        first = MockOp(500)
+        self.p.try_complete_else_watch(first, [K1])
+        sooner = MockOp(50)
+        self.p.try_complete_else_watch(sooner, [K1])
+        [call] = self.clock.getDelayedCalls()
+        self.assertAlmostEqual(call.getTime(), 0.05)
+        parked = []
+        sooner.when_complete(lambda _: parked.append(self.p.try_complete_else_watch(MockOp(10), [K2])),
+                             lambda f: f)
+        self.clock.advance(0.05)
+        self.assertEqual((sooner.expirations, first.expirations), (1, 0))
+        self.assertEqual(self.p.num_delayed(), 2)
+        [call] = self.clock.getDelayedCalls()
+        self.assertAlmostEqual(call.getTime(), 0.06)
+        self.clock.advance(0.45)
+        self.assertEqual(first.expirations, 1)
+        self.assertEqual(self.p.num_delayed(), 0)
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
+    def test_early_completions_do_not_grow_the_heap_without_bound(self):
+        keep = MockOp(60000)
+        self.p.try_complete_else_watch(keep, [K1])
+        for _ in range(1000):
+            op = MockOp(30000)
+            self.p.try_complete_else_watch(op, [K2])
+            op.force_complete()
+        self.assertLess(len(self.p._deadlines), 100)
+        self.assertEqual(self.p.num_delayed(), 1)
+
     def test_when_complete_without_a_deferred(self):
         op = MockOp(500)
         got = []
