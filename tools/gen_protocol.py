@@ -553,6 +553,21 @@ class StructGen:
             self.em.ind -= 1
 
     # ---- reader ------------------------------------------------------------
+    def _read_default(self, f, target, depth=0):
+        """Set ``target`` to ``f``'s default. A struct's default is built field by field on a
+        bare ``_new`` object, not by calling its class: the ``__init__`` (keyword defaults,
+        a Python frame) ran once per request for a tagged struct absent from it, such as
+        Fetch v15+'s ``replica_state`` in every consumer's fetch."""
+        if not f.struct_name or f.is_array or f.raw_default == "null":
+            self.em("%s = %s" % (target, f.default_src()))
+            return
+        d = "_d%d" % depth
+        self.em("%s = _new(%s)" % (d, f.struct.alias))
+        for sub in f.struct.fields:
+            self._read_default(sub, "%s.%s" % (d, sub.attr), depth + 1)
+        self.em("%s.unknown_tagged_fields = {}" % d)
+        self.em("%s = %s" % (target, d))
+
     def gen_reader(self):
         em, sd, V = self.em, self.sd, self.V
         em("@staticmethod")
@@ -585,12 +600,12 @@ class StructGen:
                     em("else:")
                     em.ind += 1
                     for x in run:
-                        em("o.%s = %s" % (x.attr, x.default_src()))
+                        self._read_default(x, "o." + x.attr)
                     em.ind -= 1
                 i = j
                 continue
             if c_reg == "False":
-                em("o.%s = %s" % (f.attr, f.default_src()))
+                self._read_default(f, "o." + f.attr)
             else:
                 self._open(c_reg)
                 em("f = %r" % f.attr)
@@ -598,7 +613,9 @@ class StructGen:
                 self._close(c_reg)
                 if c_reg != "True":
                     em("else:")
-                    em("    o.%s = %s" % (f.attr, f.default_src()))
+                    em.ind += 1
+                    self._read_default(f, "o." + f.attr)
+                    em.ind -= 1
             i += 1
         if self.flex:
             tagged = sorted([f for f in fields if cond(f.tagged, V) != "False"], key=lambda f: f.tag)

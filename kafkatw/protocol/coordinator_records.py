@@ -681,7 +681,11 @@ class ConsumerGroupMemberMetadataValue(_Struct):
                     raise _bad_len(n, lb - pos)
                 o.server_assignor = str(buf[pos:pos + n], 'utf-8')
                 pos += n
-            o.classic_member_metadata = _S_ConsumerGroupMemberMetadataValue_ClassicMemberMetadata()
+            _d0 = _new(_S_ConsumerGroupMemberMetadataValue_ClassicMemberMetadata)
+            _d0.session_timeout_ms = 0
+            _d0.supported_protocols = []
+            _d0.unknown_tagged_fields = {}
+            o.classic_member_metadata = _d0
             f = '<tagged fields>'
             u = {}
             n = buf[pos]

@@ -735,7 +735,11 @@ class FetchSnapshotResponse(_Struct):
                 pos += 6
                 f = 'snapshot_id'
                 o.snapshot_id, pos = _S_FetchSnapshotResponse_SnapshotId._r1(buf, pos, v)
-                o.current_leader = _S_FetchSnapshotResponse_LeaderIdAndEpoch()
+                _d0 = _new(_S_FetchSnapshotResponse_LeaderIdAndEpoch)
+                _d0.leader_id = 0
+                _d0.leader_epoch = 0
+                _d0.unknown_tagged_fields = {}
+                o.current_leader = _d0
                 f = 'size'
                 o.size, o.position = _T5u(buf, pos)
                 pos += 16

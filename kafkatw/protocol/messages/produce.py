@@ -986,7 +986,11 @@ class ProduceResponse(_Struct):
                         pos += n
                 else:
                     o.error_message = None
-                o.current_leader = _S_ProduceResponse_LeaderIdAndEpoch()
+                _d0 = _new(_S_ProduceResponse_LeaderIdAndEpoch)
+                _d0.leader_id = -1
+                _d0.leader_epoch = -1
+                _d0.unknown_tagged_fields = {}
+                o.current_leader = _d0
                 o.unknown_tagged_fields = {}
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
@@ -1077,7 +1081,11 @@ class ProduceResponse(_Struct):
                         raise _bad_len(n, lb - pos)
                     o.error_message = str(buf[pos:pos + n], 'utf-8')
                     pos += n
-                o.current_leader = _S_ProduceResponse_LeaderIdAndEpoch()
+                _d0 = _new(_S_ProduceResponse_LeaderIdAndEpoch)
+                _d0.leader_id = -1
+                _d0.leader_epoch = -1
+                _d0.unknown_tagged_fields = {}
+                o.current_leader = _d0
                 f = '<tagged fields>'
                 u = {}
                 n = buf[pos]

@@ -373,7 +373,13 @@ class UpdateRaftVoterResponse(_Struct):
             f = 'throttle_time_ms'
             o.throttle_time_ms, o.error_code = _T3u(buf, pos)
             pos += 6
-            o.current_leader = _S_UpdateRaftVoterResponse_CurrentLeader()
+            _d0 = _new(_S_UpdateRaftVoterResponse_CurrentLeader)
+            _d0.leader_id = -1
+            _d0.leader_epoch = -1
+            _d0.host = ''
+            _d0.port = 0
+            _d0.unknown_tagged_fields = {}
+            o.current_leader = _d0
             f = '<tagged fields>'
             u = {}
             n = buf[pos]
