@@ -222,15 +222,18 @@ class DelayedOperationPurgatory:
     # -- internals -------------------------------------------------------------------------
 
     def _arm(self, operation):
-        deadline = self._clock.seconds() + max(operation.delay_ms, 0) / 1000.0
+        delay = max(operation.delay_ms, 0) / 1000.0
+        deadline = self._clock.seconds() + delay
         self._seq += 1
         heappush(self._deadlines, (deadline, self._seq, operation))
         self._delayed.add(operation)
         operation._timed_in = self  # completion by other means calls _untime
-        if self._timer_at is None or deadline < self._timer_at:
-            self._disarm()
+        timer_at = self._timer_at
+        if timer_at is None or deadline < timer_at:
+            if timer_at is not None:
+                self._disarm()
             self._timer_at = deadline
-            self._timer = self._clock.callLater(max(operation.delay_ms, 0) / 1000.0, self._expire_due)
+            self._timer = self._clock.callLater(delay, self._expire_due)
 
     def _untime(self, operation):
         """``operation`` completed before its deadline: forget it; once none waits, the timer
