@@ -202,7 +202,7 @@ class DelayedOperationPurgatory:
         purged = 0
         for key in list(self._watchers):
             ops = self._watchers[key]
-            live = [op for op in ops if not op.is_completed]
+            live = [op for op in ops if not op._completed]
             purged += len(ops) - len(live)
             if live:
                 self._watchers[key] = live
@@ -222,18 +222,13 @@ class DelayedOperationPurgatory:
     # -- internals -------------------------------------------------------------------------
 
     def _arm(self, operation):
-        delay = max(operation.delay_ms, 0) / 1000.0
-        deadline = self._clock.seconds() + delay
+        deadline = self._clock.seconds() + max(operation.delay_ms, 0) / 1000.0
         self._seq += 1
         heappush(self._deadlines, (deadline, self._seq, operation))
         self._delayed.add(operation)
         operation._timed_in = self  # completion by other means calls _untime
-        timer_at = self._timer_at
-        if timer_at is None or deadline < timer_at:
-            if timer_at is not None:
-                self._disarm()
-            self._timer_at = deadline
-            self._timer = self._clock.callLater(delay, self._expire_due)
+        if self._timer_at is None or deadline < self._timer_at:
+            self._set_timer(deadline)
 
     def _untime(self, operation):
         """``operation`` completed before its deadline: forget it; once none waits, the timer
@@ -243,15 +238,18 @@ class DelayedOperationPurgatory:
         delayed.discard(operation)
         if not delayed:
             self._deadlines.clear()
-            timer = self._timer  # (_disarm inline: one call fewer per parked fetch)
-            if timer is not None:
-                self._timer = self._timer_at = None
-                timer.cancel()
+            self._disarm()
         elif len(self._deadlines) > 64 + 4 * len(delayed):
             # many completed early under a long deadline: keep the heap near the live size
             heap = self._deadlines  # in place: the timer may be walking it
             heap[:] = [e for e in heap if e[2]._timed_in is self]
             heapify(heap)
+
+    def _set_timer(self, deadline):
+        """Arm the one timer for ``deadline``, in place of an armed one."""
+        self._disarm()
+        self._timer_at = deadline
+        self._timer = self._clock.callLater(max(deadline - self._clock.seconds(), 0), self._expire_due)
 
     def _disarm(self):
         timer = self._timer
@@ -279,9 +277,7 @@ class DelayedOperationPurgatory:
             heap.clear()
             self._disarm()
         elif self._timer_at is None or heap[0][0] < self._timer_at:
-            self._disarm()
-            self._timer_at = heap[0][0]
-            self._timer = self._clock.callLater(max(self._timer_at - self._clock.seconds(), 0), self._expire_due)
+            self._set_timer(heap[0][0])
         self._maybe_purge()
 
     def _maybe_purge(self):
