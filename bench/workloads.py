@@ -8,6 +8,7 @@ at its start and end. Topic creation and verification stay outside the window.
 import gc
 import json
 import os
+import resource
 import socket
 import struct
 import sys
@@ -22,6 +23,12 @@ KIB = 1024
 MIB = 1024 * 1024
 
 
+def _children_cpu():
+    """CPU seconds of the child processes this one has waited for."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 class Window:
     """Wall time and CPU seconds of this process and the broker over a timed window, and of
     this process's Python thread its time on a CPU and waiting for one (``thread_busy_s``, the
@@ -29,15 +36,19 @@ class Window:
 
     With ``rdkafka``, the same of librdkafka's busiest broker thread (``rdk_busy_share``), the
     one that compresses a producer's batches and writes them: near 1, it was never blocked on
-    the broker's answers (a CPU share on a loaded machine looks like waiting otherwise)."""
+    the broker's answers (a CPU share on a loaded machine looks like waiting otherwise).
 
-    def __init__(self, broker_pid, rdkafka=False):
+    With ``children``, the client is a child process this one waits for inside the window:
+    its CPU (``RUSAGE_CHILDREN``) is the client's."""
+
+    def __init__(self, broker_pid, rdkafka=False, children=False):
         self.broker_pid = broker_pid
         self.rdkafka = rdkafka
+        self.children = children
         self.r0 = self.rdk = None
 
     def __enter__(self):
-        self.c0 = cpu_seconds()
+        self.c0 = _children_cpu() if self.children else cpu_seconds()
         self.b0 = cpu_seconds(self.broker_pid)
         self.s0 = thread_schedstat()
         if self.rdkafka:
@@ -47,7 +58,7 @@ class Window:
 
     def __exit__(self, *exc):
         self.elapsed = time.perf_counter() - self.t0
-        self.client_cpu = cpu_seconds() - self.c0
+        self.client_cpu = (_children_cpu() if self.children else cpu_seconds()) - self.c0
         self.broker_cpu = cpu_seconds(self.broker_pid) - self.b0
         s1 = thread_schedstat()
         self.thread_cpu, self.thread_wait = s1[0] - self.s0[0], s1[1] - self.s0[1]
@@ -264,13 +275,6 @@ def fetch_raw(bootstrap, broker_pid, topic, expected, size=1024, max_bytes=16 * 
     return w.result(messages=expected, bytes=nbytes, mb_s=nbytes / w.elapsed / 1e6)
 
 
-def _children_cpu():
-    import resource
-
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
-
-
 def produce_c(bootstrap, broker_pid, topic, size=100, count=6000000):
     """``count`` values of ``size`` bytes sent by librdkafka's C benchmark client
     (:mod:`bench.rdkafka_c`), acks=1 and the settings of :func:`produce`; the client's CPU is
@@ -280,20 +284,16 @@ def produce_c(bootstrap, broker_pid, topic, size=100, count=6000000):
 
     rdkafka_c.binary()  # built outside the window
     create_topic(bootstrap, topic)
-    k0 = _children_cpu()
-    with Window(broker_pid) as w:
+    with Window(broker_pid, children=True) as w:
         r = rdkafka_c.produce(bootstrap, topic, count, size)
-    client = _children_cpu() - k0
     if r["failed"] or r["delivered"] != count:
         raise RuntimeError("sent %d: %d delivered, %d failed" % (count, r["delivered"], r["failed"]))
     # kept, not checked: Tansu lists a lower end offset than it has (3,000,000 delivered and
     # read back whole by consume_c, 2,994,089 listed); consume_c reads all ``count`` or fails
     (end,) = end_offsets(bootstrap, topic, 1)
     nbytes = count * size
-    res = w.result(messages=count, bytes=nbytes, mb_s=nbytes / r["ms"] / 1e3, msgs_s=count / r["ms"] * 1e3,
-                   log_end=end)
-    res["client_cpu_s"] = client
-    return res
+    return w.result(messages=count, bytes=nbytes, mb_s=nbytes / r["ms"] / 1e3, msgs_s=count / r["ms"] * 1e3,
+                    log_end=end)
 
 
 def consume_c(bootstrap, broker_pid, topic, expected, size=100):
@@ -302,17 +302,13 @@ def consume_c(bootstrap, broker_pid, topic, expected, size=100):
     from bench import rdkafka_c
 
     rdkafka_c.binary()
-    k0 = _children_cpu()
-    with Window(broker_pid) as w:
+    with Window(broker_pid, children=True) as w:
         r = rdkafka_c.consume(bootstrap, topic, expected, timeout=120)
-    client = _children_cpu() - k0
     if r["messages"] != expected:
         raise RuntimeError("consumed %d of %d" % (r["messages"], expected))
     nbytes = expected * size
-    res = w.result(messages=expected, bytes=nbytes, mb_s=nbytes / r["ms"] / 1e3,
-                   msgs_s=expected / r["ms"] * 1e3)
-    res["client_cpu_s"] = client
-    return res
+    return w.result(messages=expected, bytes=nbytes, mb_s=nbytes / r["ms"] / 1e3,
+                    msgs_s=expected / r["ms"] * 1e3)
 
 
 def _percentiles(samples_ms):
