@@ -117,10 +117,7 @@ def handle(apis, request):
     body = request.body
     version = request.api_version
     meta = apis.metadata
-    if version >= 15:  # replica_of, inline
-        replica_id, replica_epoch = body.replica_state.replica_id, body.replica_state.replica_epoch
-    else:
-        replica_id, replica_epoch = body.replica_id, -1
+    replica_id, replica_epoch = replica_of(request)
     is_follower = replica_id >= 0
     metadata, fetch_data, to_forget = decode_fetch_data(apis, request)
     # request-log summary (the fields seed 000's example 1 reads from kafka.request.logger),
