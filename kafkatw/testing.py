@@ -249,6 +249,12 @@ def _last_error(lines):
     return None
 
 
+def _keep_data_asked():
+    """``KAFKATW_TESTING_KEEP_DATA=1``: every broker and cluster keeps its work folder (logs,
+    data) after close, for a post-mortem of a test run."""
+    return os.environ.get("KAFKATW_TESTING_KEEP_DATA") == "1"
+
+
 def _read_lines(path, offset=0):
     """The lines of ``path`` from byte ``offset`` on (an appended log: one attempt's own lines)."""
     try:
@@ -270,7 +276,8 @@ class KafkaBroker:
     :param topics: topics to create at start: ``"name"``, ``("name", partitions)`` or
         ``("name", partitions, {"cleanup.policy": "compact"})``.
     :param data_dir: where logs live; a temporary folder (removed on close) by default.
-    :param keep_data: keep the temporary folder after close.
+    :param keep_data: keep the temporary folder after close (also when the environment has
+        ``KAFKATW_TESTING_KEEP_DATA=1``: a flaky test's logs survive the run).
     :param log_path: the broker's log file (default ``broker.log`` in the work folder).
     :param request_log: ``True`` (``request.log`` in the work folder) or a path: log every request.
     :param host: loopback address to listen on.
@@ -302,7 +309,7 @@ class KafkaBroker:
                          else os.path.abspath(data_dir))
         if self.work_dir is None:
             self.work_dir = tempfile.mkdtemp(prefix="kafkatw-run-")
-        self.keep_data = keep_data
+        self.keep_data = keep_data or _keep_data_asked()
         self.host = host
         self.start_timeout = start_timeout
         self.config_file = config_file and os.path.abspath(config_file)
@@ -917,7 +924,7 @@ class KafkaCluster:
                  session_timeout_ms=6000, chroot="/kafkatw", keep_data=False, start_timeout=60.0,
                  fork_server=True, listeners=("PLAINTEXT",)):
         self.work_dir = tempfile.mkdtemp(prefix="kafkatw-cluster-")
-        self.keep_data = keep_data
+        self.keep_data = keep_data or _keep_data_asked()
         self.zookeeper = ZooKeeperServer(os.path.join(self.work_dir, "zookeeper"))
         self.chroot = chroot
         self.start_timeout = start_timeout
@@ -1029,14 +1036,16 @@ class KafkaCluster:
                 message += "\n(explaining it failed: %r)" % (e,)
         raise AssertionError(message)
 
-    def state_change_log(self, lines=80):
+    def state_change_log(self, lines=80, containing=()):
         """The last ``lines`` lines of every broker's log (running or not) about controllers,
         leaders and ISRs, in time order, each naming its broker: a failed wait's story. The
-        logs' times are whole seconds: lines of one second keep each broker's own order."""
+        logs' times are whole seconds: lines of one second keep each broker's own order.
+        ``containing``: only the lines with one of these strings (a partition's name)."""
         picked = []
         for broker_id, b in sorted(self.brokers.items()):
             for line in _read_lines(b.log_path):
-                if _STATE_CHANGE_LOGGERS.search(line):
+                if _STATE_CHANGE_LOGGERS.search(line) and (
+                        not containing or any(c in line for c in containing)):
                     picked.append((line[:24], broker_id, line))
         picked.sort(key=lambda p: p[0])  # stable: a second's lines stay in their file's order
         return "\n".join("[broker %d] %s" % (broker_id, line) for _, broker_id, line in picked[-lines:])

@@ -67,7 +67,11 @@ def wait_full_isr(cluster_, topics, ids=(1, 2, 3), timeout=150):
     try:
         cluster_.wait_for(full, timeout, "full ISRs of %s" % (topics,))
     except AssertionError as e:
-        raise AssertionError("%s; short: %s" % (e, short[:10]))
+        # the story of the short partitions (and of the brokers coming and going) in every
+        # broker's log: why a replica stayed out
+        names = [s[0] for s in short[:10]] + ["brokers", "controlled shutdown"]
+        raise AssertionError("%s; short: %s\n%s" % (e, short[:10], cluster_.state_change_log(
+            lines=120, containing=names)))
 
 
 def offsets_leader(cluster_, group, broker_id=None):

@@ -56,9 +56,17 @@ def _produce(bootstrap, topic, values, partition=0):
         producer.close(timeout=5)
 
 
+def without_keep_data_env(case):
+    """The test checks folders are removed: KAFKATW_TESTING_KEEP_DATA unset while it runs."""
+    kept = os.environ.pop("KAFKATW_TESTING_KEEP_DATA", None)
+    if kept is not None:
+        case.addCleanup(os.environ.__setitem__, "KAFKATW_TESTING_KEEP_DATA", kept)
+
+
 class LifeCycleTests(unittest.SynchronousTestCase):
 
     def test_context_manager_starts_and_cleans_up(self):
+        without_keep_data_env(self)
         with KafkaBroker() as broker:
             host, port = _host_port(broker.bootstrap_servers)
             self.assertEqual(host, "127.0.0.1")
@@ -79,6 +87,20 @@ class LifeCycleTests(unittest.SynchronousTestCase):
         with broker:
             data_dir = broker.data_dir
         self.assertTrue(os.path.isdir(os.path.join(data_dir, "kept-0")))
+
+    def test_keep_data_asked_by_the_environment(self):
+        without_keep_data_env(self)
+        unkept = KafkaBroker()  # never started: only its folder exists
+        unkept.close()
+        self.assertFalse(unkept.keep_data)
+        self.assertFalse(os.path.exists(unkept.work_dir))
+        os.environ["KAFKATW_TESTING_KEEP_DATA"] = "1"
+        self.addCleanup(os.environ.pop, "KAFKATW_TESTING_KEEP_DATA", None)
+        broker = KafkaBroker()
+        self.addCleanup(__import__("shutil").rmtree, broker.work_dir, True)
+        self.assertTrue(broker.keep_data)
+        broker.close()
+        self.assertTrue(os.path.isdir(broker.work_dir))
 
     def test_given_data_dir_is_never_removed(self):
         data_dir = self.mktemp()
@@ -137,6 +159,7 @@ class LifeCycleTests(unittest.SynchronousTestCase):
 class FailureMessageTests(unittest.SynchronousTestCase):
 
     def test_bad_override_is_named(self):
+        without_keep_data_env(self)  # the folder's removal is checked
         broker = KafkaBroker(overrides={"num.partitions": "many"})
         with self.assertRaises(BrokerStartError) as cm:
             with broker:
@@ -200,6 +223,9 @@ class ClusterHelperTests(unittest.SynchronousTestCase):
             "[broker 2] " + files[2][2], "[broker 1] " + files[1][2]])
         self.assertEqual(KafkaCluster.state_change_log(cluster, lines=2).splitlines(),
                          ["[broker 2] " + files[2][2], "[broker 1] " + files[1][2]])
+        self.assertEqual(KafkaCluster.state_change_log(cluster, containing=["t-0", "ISR"]).splitlines(),
+                         ["[broker 1] " + files[1][0], "[broker 2] " + files[2][2],
+                          "[broker 1] " + files[1][2]])
 
     def test_a_timeout_is_reported_even_when_explaining_it_fails(self):
         def explain():
