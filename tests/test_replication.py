@@ -653,6 +653,31 @@ class TruncationTests(ReplicationTestBase):
         self.assertEqual(self.segment_bytes(1), self.segment_bytes(2))
         self.assertEqual(self.nodes[1].log().leader_epoch_cache.entries(), [(0, 0), (1, 2)])
 
+    def test_a_deposed_leader_that_wrote_nothing_in_its_epoch_follows_on(self):
+        """Broker 2 led epoch 1 from its log end 2 and appended nothing before broker 3 took
+        epoch 2: 3 has no epoch 1 and names the divergence (0, 2). Broker 2's cut at 2 removes
+        no record but must drop its empty epoch 1, or it names epoch 1 again on every fetch,
+        is answered the same divergence, never replicates and never rejoins the ISR (the
+        rolling-restart CI failure of session 11)."""
+        self.elect(1, [1, 2, 3])
+        d = self.produce(1, [b"a", b"b"])
+        self.pump_until(lambda: d.called)
+        self.pump_until(lambda: self.nodes[2].log().high_watermark == 2)
+        self.elect(2, [1, 2, 3])
+        self.assertEqual(self.nodes[2].log().leader_epoch_cache.entries(), [(0, 0), (1, 2)])
+        cuts = []
+        original = self.nodes[2].rm.truncate_follower
+        self.nodes[2].rm.truncate_follower = lambda *a, **kw: cuts.append(a) or original(*a, **kw)
+        self.elect(3, [1, 2, 3])
+        d = self.produce(3, [b"c"])
+        self.pump_until(lambda: d.called)
+        self.assertEqual(self.successResultOf(d)[(TOPIC, 0)].base_offset, 2)
+        self.pump_until(lambda: self.nodes[2].log().log_end_offset == 3)
+        self.assertEqual(self.values(2), [(0, 0, b"a"), (1, 0, b"b"), (2, 2, b"c")])
+        self.assertEqual(self.nodes[2].log().leader_epoch_cache.entries(), [(0, 0), (2, 2)])
+        self.assertEqual(cuts, [(TOPIC, 0, 2)])  # one divergence answered, not one per fetch
+        self.assertEqual(self.nodes[3].rm.get_partition(TOPIC, 0).isr, (1, 2, 3))
+
     def test_a_follower_behind_on_the_hw_keeps_what_the_new_leader_has(self):
         """Its HW lags its log end; the new leader has the same records: nothing is cut
         (truncating to the HW, as before KIP-101, would drop and fetch them again)."""

@@ -88,6 +88,22 @@ class AppendTest(Base):
         self.assertEqual(lg.end_offset_for_epoch(12), (-1, -1))
         self.assertEqual(lg.end_offset_for_epoch(-1), (-1, -1))
 
+    def test_truncating_at_the_log_end_drops_an_empty_epoch_at_its_end(self):
+        """A leader elected at its log end 5 (epoch 9 starts at 5), deposed before appending:
+        the new leader has no epoch 9 and names the divergence (7, 5). Truncating to 5 cuts
+        no record but must drop epoch 9, else the follower's next fetch names it again."""
+        lg = self.open_log()
+        lg.append_as_leader(make_batch(5), 7)
+        lg.leader_epoch_cache.assign(9, 5)
+        self.assertEqual(lg.latest_epoch(), 9)
+        self.assertFalse(lg.truncate_to(5))
+        self.assertEqual((lg.log_end_offset, lg.latest_epoch()), (5, 7))
+        self.assertEqual(lg.leader_epoch_cache.entries(), [(7, 0)])
+        self.assertFalse(lg.truncate_to(6))  # past the end: nothing to drop
+        self.assertEqual(lg.leader_epoch_cache.entries(), [(7, 0)])
+        lg.close()
+        self.assertEqual(self.open_log(path=self.path).leader_epoch_cache.entries(), [(7, 0)])
+
     def test_batch_headers_from_the_caller(self):
         lg = self.open_log()
         buf = make_batch(3) + make_batch(2)

@@ -1034,6 +1034,12 @@ class UnifiedLog:
         if target_offset < 0:
             raise ValueError("cannot truncate to a negative offset %d" % (target_offset,))
         if target_offset >= self.log_end_offset:
+            # nothing to cut, but the epoch cache may end in an epoch this broker started as
+            # leader at its log end and wrote nothing in, before another leader was elected:
+            # kept, it is the follower's last fetched epoch, which the new leader does not
+            # have, so every fetch is answered the same divergence (Kafka's truncateTo
+            # truncates the cache here too)
+            self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
             return False
         if target_offset < self._bases[0] or target_offset < self._log_start_offset:
             self.truncate_fully_and_start_at(target_offset)
