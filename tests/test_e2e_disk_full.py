@@ -10,6 +10,7 @@ without it these tests are skipped with that reason.
 
 import errno
 import os
+import shutil
 import subprocess
 import tempfile
 import time
@@ -157,6 +158,7 @@ class DiskFullTests(unittest.SynchronousTestCase):
     def test_one_dir_full_goes_offline_the_other_serves(self):
         fs = self.mount(4 * 1024)
         work = tempfile.mkdtemp(prefix="kafkatw-disk-full-")
+        self.addCleanup(shutil.rmtree, work, True)  # a given data dir: the broker keeps it
         d1, d2 = os.path.join(work, "d1"), os.path.join(fs.path, "d2")
         broker = KafkaBroker(overrides=dict(BROKER_PROPS, **{"log.dirs": "%s,%s" % (d1, d2)}),
                              data_dir=work)
@@ -221,6 +223,7 @@ class DiskFullTests(unittest.SynchronousTestCase):
         the last value of every key is there and no .cleaned file is left."""
         fs = self.mount(8 * 1024)
         work = tempfile.mkdtemp(prefix="kafkatw-disk-full-")
+        self.addCleanup(shutil.rmtree, work, True)  # a given data dir: the broker keeps it
         d1, d2 = os.path.join(work, "d1"), os.path.join(fs.path, "d2")
         never = 3600 * 1000
         broker = KafkaBroker(overrides=dict(BROKER_PROPS, **{
@@ -274,6 +277,7 @@ class DiskFullTests(unittest.SynchronousTestCase):
     def two_dir_broker(self, size_kb, **props):
         fs = self.mount(size_kb)
         work = tempfile.mkdtemp(prefix="kafkatw-disk-full-")
+        self.addCleanup(shutil.rmtree, work, True)  # a given data dir: the broker keeps it
         d1, d2 = os.path.join(work, "d1"), os.path.join(fs.path, "d2")
         broker = KafkaBroker(overrides=dict(BROKER_PROPS, **dict(props, **{
             "log.dirs": "%s,%s" % (d1, d2)})), data_dir=work)

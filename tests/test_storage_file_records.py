@@ -2,6 +2,7 @@
 the batches after the last one it found (the search hint), which truncation must forget."""
 
 import os
+import shutil
 import tempfile
 
 from twisted.trial import unittest
@@ -18,6 +19,7 @@ def batch(base_offset, n_records=1, value_size=10):
 class SearchTest(unittest.TestCase):
     def setUp(self):
         d = tempfile.mkdtemp(prefix="kafkatw-file-records-")
+        self.addCleanup(shutil.rmtree, d, True)
         self.records = FileRecords(os.path.join(d, "00000000000000000000.log"))
         self.addCleanup(self.records.close)
         self.positions = []
