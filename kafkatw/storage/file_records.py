@@ -68,7 +68,7 @@ class FileRecords:
             self._size = 0
         #: (position, base offset) of the batch the last append or offset search found: a
         #: true fact about the file until it is truncated at or below that position (the
-        #: segment's translate_offset reads it too)
+        #: segment's translate_offset reads it too, and its append sets it)
         self.search_hint = (-1, 0)
 
     def _descriptor(self):
@@ -118,11 +118,6 @@ class FileRecords:
             written += n
         self._size += total
         return total
-
-    def batch_at(self, position, base_offset):
-        """A batch with this base offset starts at ``position`` (just appended): where the
-        next offset search may start."""
-        self.search_hint = (position, base_offset)
 
     def flush(self):
         desc = self._descriptor()

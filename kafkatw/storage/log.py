@@ -731,19 +731,17 @@ class UnifiedLog:
 
     # -- append -------------------------------------------------------------------------
 
-    def append_as_leader(self, buf, leader_epoch, batch_headers=None):
-        """Validate the batches in ``buf``, assign offsets in place and write them.
-
-        ``batch_headers``: ``[(position, BatchHeader)]`` the caller already read from ``buf``
-        (the replica manager has, for producer state); each is used instead of a new read."""
-        return self._append(buf, leader_epoch, True, batch_headers)
-
     def append_as_follower(self, buf, batch_headers=None):
         """Write batches whose offsets the leader assigned (``batch_headers`` as for
         :meth:`append_as_leader`)."""
-        return self._append(buf, None, False, batch_headers)
+        return self._append(buf, None, batch_headers, False)
 
-    def _append(self, buf, leader_epoch, assign_offsets, batch_headers=None):
+    def _append(self, buf, leader_epoch, batch_headers=None, assign_offsets=True):
+        """Validate the batches in ``buf``, assign offsets in place (``assign_offsets``, a
+        leader's append) and write them.
+
+        ``batch_headers``: ``[(position, BatchHeader)]`` the caller already read from ``buf``
+        (the replica manager has, for producer state); each is used instead of a new read."""
         if self._offline:  # (_check_online's test inline: once per append)
             self._check_online()
         now = self._clock()
@@ -789,6 +787,10 @@ class UnifiedLog:
         if self._unflushed_messages >= config.flush_messages:
             self.flush()
         return info
+
+    # A leader's append is _append itself (its defaults), not a method calling it: one
+    # Python call less per produced partition.
+    append_as_leader = _append
 
     def roll(self, expected_next_offset=None):
         """Start a new active segment at max(expected, LEO)."""

@@ -121,7 +121,7 @@ class LogSegment:
         return 0 <= offset - self.base_offset <= _INT32_MAX
 
     def should_roll(self, config, now_ms, messages_size, max_offset, max_ts, jitter=0):
-        size = self.log.size_in_bytes()  # read once: this runs on every append
+        size = self.log._size  # (size_in_bytes() inline, read once: this runs on every append)
         if size > config.segment_bytes - messages_size:
             return True
         if size > 0:
@@ -142,7 +142,8 @@ class LogSegment:
 
         ``batches`` lists ``(position_in_buf, size, last_offset, max_timestamp)`` per batch.
         """
-        physical = self.log.size_in_bytes()
+        log = self.log
+        physical = log._size  # (size_in_bytes() inline: once per append)
         if physical == 0 and batches:
             self.rolling_based_timestamp = batches[0][3]
         if self._bytes_since_last_index_entry + len(buf) > self.index_interval_bytes:
@@ -151,12 +152,12 @@ class LogSegment:
             # anything is written
             self.offset_index.ensure_writable(len(batches))
             self.time_index.ensure_writable(len(batches))
-        self.log.append(buf)
+        log.append(buf)
         if batches:
             # a reader at the tail (woken by this append) searches from here, not from the
-            # batch before it
+            # batch before it (FileRecords.batch_at inline)
             first = batches[0][0]
-            self.log.batch_at(physical + first, _BASE_OFFSET.unpack_from(buf, first)[0])
+            log.search_hint = (physical + first, _BASE_OFFSET.unpack_from(buf, first)[0])
         self._index_batches(physical, batches)
         return physical + len(buf)  # (what ``size`` reads now: the log's end offset metadata)
 
