@@ -30,6 +30,11 @@ class IPartitionMetadata(Interface):
     def topic_configs(topic):
         """The topic-level config overrides (name -> str); ``{}`` for an unknown topic."""
 
+    def partition_configs(topic, partition):
+        """:meth:`topic_configs` if ``topic`` has partition ``partition`` (as
+        :meth:`contains_partition` answers), else None: a produce asks both for every
+        partition, in one look-up."""
+
     def is_internal(topic):
         """True for __consumer_offsets and __transaction_state (produce is refused there)."""
 

@@ -538,6 +538,10 @@ class ClusterMetadata:
         info = self.topics.get(topic)
         return {} if info is None else info.configs
 
+    def partition_configs(self, topic, partition):
+        info = self.topics.get(topic)
+        return info.configs if info is not None and 0 <= partition < info.num_partitions else None
+
     def is_internal(self, topic):
         info = self.topics.get(topic)
         return info.is_internal if info is not None else topic in INTERNAL_TOPICS

@@ -242,6 +242,9 @@ class ZkClusterMetadata:
         info = self.topics.get(topic)
         return self._configs.get(topic, {}) if info is None else info.configs
 
+    def partition_configs(self, topic, partition):
+        return self.topic_configs(topic) if (topic, partition) in self._states else None
+
     def is_internal(self, topic):
         info = self.topics.get(topic)
         return info.is_internal if info is not None else topic in INTERNAL_TOPICS

@@ -25,10 +25,10 @@ LEVEL_CONFIGS = {compression.GZIP: "compression.gzip.level", compression.LZ4: "c
                  compression.ZSTD: "compression.zstd.level"}
 
 
-def topic_compression(apis, topic):
-    """``(compression.type, level)`` of a topic: its overrides, else the broker's configs; the
-    level is the one of the codec ``compression.type`` names (None where it names none)."""
-    overrides = apis.metadata.topic_configs(topic)
+def topic_compression(apis, overrides):
+    """``(compression.type, level)`` of a topic with the config ``overrides`` (the
+    metadata's topic_configs): its overrides, else the broker's configs; the level is the one
+    of the codec ``compression.type`` names (None where it names none)."""
     value = overrides.get("compression.type")
     if value is None:
         value = apis.compression_type  # (the broker's, kept by KafkaApis per config)
