@@ -245,6 +245,9 @@ class FakeMetadata:
     def topic_configs(self, topic):
         return {}
 
+    def partition_configs(self, topic, p):
+        return self.topic_configs(topic) if self.contains_partition(topic, p) else None
+
     def is_internal(self, topic):
         return topic.startswith("__")
 
