@@ -3,8 +3,6 @@
 may import because it imports nothing else of the broker. It validates values; it applies nothing.
 """
 
-from functools import cached_property
-
 from kafkatw.config.topic import TOPIC_CONFIG_DEF, topic_defaults
 from kafkatw.config.types import LIST, ConfigError, parse_type
 
@@ -36,6 +34,21 @@ class LogConfig:
                 self._values[name] = _typed(name, value)
             else:
                 self._values[name] = value  # unknown topic configs are kept verbatim
+        # Every value an instance attribute now (immutable once built), not looked up by a
+        # __getattr__: a class with __getattr__ gets no specialised attribute read, and an
+        # append reads nine of these (validator, log, segment)
+        d = self.__dict__
+        for name, value in self._values.items():
+            attr_name = _ATTR_NAMES.get(name)
+            if attr_name is None:
+                attr_name = _attr_name(name)
+                if attr_name is None:
+                    continue
+            d[attr_name] = value
+        policy = self._values["cleanup.policy"]
+        self.compact = "compact" in policy
+        self.delete = "delete" in policy
+        self.log_append_time = self._values["message.timestamp.type"] == "LogAppendTime"
 
     @classmethod
     def from_props(cls, broker_defaults=None, overrides=None):
@@ -52,30 +65,6 @@ class LogConfig:
     def to_dict(self):
         return dict(self._values)
 
-    def __getattr__(self, attr_name):
-        if attr_name.startswith("_"):
-            raise AttributeError(attr_name)
-        name = attr_name.replace("_", ".")
-        try:
-            value = self._values[name]
-        except KeyError:
-            raise AttributeError(attr_name)
-        # immutable once built: later reads are plain attribute hits (several per append)
-        self.__dict__[attr_name] = value
-        return value
-
-    @cached_property  # (read per append; the values never change)
-    def compact(self):
-        return "compact" in self._values["cleanup.policy"]
-
-    @cached_property  # (read per append; the values never change)
-    def delete(self):
-        return "delete" in self._values["cleanup.policy"]
-
-    @cached_property  # (read per append; the values never change)
-    def log_append_time(self):
-        return self._values["message.timestamp.type"] == "LogAppendTime"
-
     @property
     def max_index_entries_offset(self):
         return self._values["segment.index.bytes"] // 8
@@ -85,3 +74,17 @@ class LogConfig:
 
     def __repr__(self):
         return "LogConfig(%r)" % (self._values,)
+
+
+def _attr_name(name):
+    """The attribute spelling of config ``name`` (dots as underscores), None for a name no
+    attribute spells (an underscore or leading dot in it, or a LogConfig method's)."""
+    if "_" in name or name.startswith("."):
+        return None
+    attr_name = name.replace(".", "_")
+    return None if hasattr(LogConfig, attr_name) or attr_name in _DERIVED else attr_name
+
+
+_DERIVED = ("compact", "delete", "log_append_time")  # set from the values in __init__
+_ATTR_NAMES = {key.name: _attr_name(key.name) for key in TOPIC_CONFIG_DEF}
+assert None not in _ATTR_NAMES.values()
