@@ -71,6 +71,9 @@ class LogSegment:
         self.rolling_based_timestamp = None
         self._bytes_since_last_index_entry = 0
         self._max_ts_and_offset = None  # lazily from the time index
+        #: True once should_roll found neither index full, until an entry is added to either
+        #: (or they are rebuilt, truncated, trimmed): an index fills only by its appends
+        self._indexes_have_room = False
 
     @classmethod
     def open(cls, directory, base_offset, config, created_ms=0, suffix="", new=False):
@@ -132,8 +135,11 @@ class LogSegment:
                 waited = now_ms - (base if base >= 0 else self.created_ms)
             if waited > config.segment_ms - jitter:
                 return True
-        return (self.offset_index.is_full() or self.time_index.is_full()
-                or not 0 <= max_offset - self.base_offset <= _INT32_MAX)
+        if not self._indexes_have_room:  # (asked of the indexes again only after an entry)
+            if self.offset_index.is_full() or self.time_index.is_full():
+                return True
+            self._indexes_have_room = True
+        return not 0 <= max_offset - self.base_offset <= _INT32_MAX
 
     # -- append -------------------------------------------------------------------------
 
@@ -170,6 +176,7 @@ class LogSegment:
             if batch_max_ts > max_ts:
                 max_ts, max_off = batch_max_ts, last_offset
             if since > interval:
+                self._indexes_have_room = False
                 self.offset_index.append(last_offset, physical + pos)
                 self.time_index.maybe_append(max_ts, max_off)
                 since = 0
@@ -245,6 +252,7 @@ class LogSegment:
 
         Returns the number of bytes truncated.
         """
+        self._indexes_have_room = False
         self.offset_index.reset()
         self.time_index.reset()
         self.txn_index.reset()  # the log rebuilds it from the markers (it knows the producers)
@@ -301,6 +309,7 @@ class LogSegment:
         if found is None:
             return 0
         position, _ = found
+        self._indexes_have_room = False
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
         self.txn_index.truncate_to(offset)
@@ -322,6 +331,7 @@ class LogSegment:
         return removed
 
     def on_become_inactive_segment(self):
+        self._indexes_have_room = False
         ts, off = self._max_ts()
         if ts >= 0:
             self.time_index.maybe_append(ts, off, skip_full_check=True)
@@ -336,6 +346,7 @@ class LogSegment:
         self.txn_index.flush()
 
     def close(self):
+        self._indexes_have_room = False
         if self._max_ts_and_offset is not None and self._max_ts_and_offset[0] >= 0:
             try:
                 self.time_index.maybe_append(*self._max_ts_and_offset, skip_full_check=True)
