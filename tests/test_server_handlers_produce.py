@@ -158,6 +158,31 @@ class ProduceTests(ApisFixture, unittest.TestCase):
         self.assertEqual(self.partitions(resp)[0][2], errors.INVALID_RECORD)
         self.assertEqual(self.replica_manager.appends, [])
 
+    def test_header_read_as_read_batch_header(self):
+        """validate_records unpacks the header itself: the same BatchHeader as
+        read_batch_header, and the same CorruptRecordError for a short header or a batch
+        length under the minimum."""
+        from kafkatw.server.handlers.produce import validate_records
+
+        good = batch(2)
+        self.assertEqual(validate_records(9, good), rec.read_batch_header(good, 0))
+        short = good[:rec.MAGIC_OFFSET + 5]
+        small = bytearray(good)
+        struct.pack_into(">i", small, rec.BATCH_LENGTH_OFFSET, rec.MIN_BATCH_LENGTH - 1)
+        for buf in (short, bytes(small)):
+            expected = self.assertRaises(rec.CorruptRecordError, rec.read_batch_header, buf, 0)
+            got = self.assertRaises(rec.CorruptRecordError, validate_records, 9, buf)
+            self.assertEqual(str(got), str(expected))
+
+    def test_default_compression_as_topic_compression(self):
+        """The handler skips topic_compression for a topic without a compression.type override
+        under the broker default 'producer': what topic_compression answers there."""
+        from kafkatw.server.handlers.recompress import PRODUCER, topic_compression
+
+        self.assertEqual(self.apis.compression_type, PRODUCER)
+        self.assertEqual(topic_compression(self.apis, {}), (PRODUCER, None))
+        self.assertEqual(topic_compression(self.apis, {"retention.ms": "1"}), (PRODUCER, None))
+
     def test_zstd_needs_v7(self):
         resp = self.call(produce([("t", 0, batch(compression=4))]), 6).body
         self.assertEqual(self.partitions(resp)[0][2], errors.UNSUPPORTED_COMPRESSION_TYPE)
