@@ -27,7 +27,7 @@ from zope.interface import implementer
 from kafkatw.network import socket_reader
 from kafkatw.network.framing import FrameDecoder, InvalidReceive
 from kafkatw.protocol.parts import FileRegion
-from kafkatw.network.mute import NOT_MUTED, ChannelMute, ChannelMuteEvent
+from kafkatw.network.mute import MUTED_AND_RESPONSE_PENDING, NOT_MUTED, ChannelMute, ChannelMuteEvent
 from kafkatw.network.request import Request, RequestContext
 from kafkatw.network.wire import (
     API_VERSIONS_KEY,
@@ -101,7 +101,7 @@ class KafkaConnection(Protocol):
             # for large produce requests (bytes are copied once into the frame either way)
             self.transport.bufferSize = RECV_BUFFER_SIZE
             # and the rest of a large request straight into its frame (one copy, the kernel's)
-            socket_reader.install(self.transport, self.decoder, self._bytes_in)
+            socket_reader.install(self.transport, self.decoder, self.dataReceived)
         host = self.transport.getHost()
         self.connection_id = "%s:%d-%s:%d-%d-%d" % (
             host.host, host.port, self.peer_host, self.peer_port, 0, server.next_connection_seq(self.endpoint))
@@ -200,20 +200,22 @@ class KafkaConnection(Protocol):
     # -- reading ------------------------------------------------------------
 
     def dataReceived(self, data):
+        """``data`` was read: feed the decoder, then cut and handle frames. ``socket_reader``
+        calls this with an ``int`` instead: that many bytes were received straight into the
+        decoder. (One method for both ways in: one call per read, not a feed and a count.)"""
         if self.closing:
             return
-        self.decoder.feed(data)
-        self._bytes_in(len(data))
-
-    def _bytes_in(self, n):
-        """``n`` more bytes are in the decoder (fed, or received straight into a frame)."""
-        if self.closing:
-            return
-        self.server.metrics.bytes_in += n
-        self.last_activity = self.server.reactor.seconds()
+        if type(data) is int:
+            n = data
+        else:
+            n = len(data)
+            self.decoder.feed(data)
+        server = self.server
+        server.metrics.bytes_in += n
+        self.last_activity = server.reactor.seconds()
         if self._arrivals is not None:
             self._bytes_read += n
-            self._arrivals.append((self._bytes_read, self.server.clock_ns()))
+            self._arrivals.append((self._bytes_read, server.clock_ns()))
         self._process_frames()
 
     def _pause(self):
@@ -230,37 +232,37 @@ class KafkaConnection(Protocol):
         """Cut and handle frames while not muted (at most one request outstanding).
 
         Reading stops (``pauseProducing``) only if a request is still outstanding when the
-        loop ends: a request answered synchronously costs no epoll change."""
+        loop ends: a request answered synchronously costs no epoll change. (The cutting loop
+        is here, not in a method of its own: it runs per read.)"""
         if self._processing:
             return
         self._processing = True
+        mute = self.mute
+        decoder = self.decoder
         try:
-            self._cut_frames()
+            # (``mute.muted`` inline)
+            while mute.state is NOT_MUTED and not self.closing and self._held_drain is None:
+                try:
+                    frame = decoder.next_frame()
+                except InvalidReceive as e:
+                    self.server.metrics.invalid_frames += 1
+                    self.close("invalid frame size {size} (socket.request.max.bytes={max_size})",
+                               size=e.size, max_size=e.max_size)
+                    break
+                if frame is None:
+                    break
+                self._handle_frame(frame)
+                if not decoder.buffered:
+                    break  # (no empty next_frame call after the last frame of a read)
         finally:
             self._processing = False
             if self._held:
                 self._flush_held()
-        if self.mute.state is NOT_MUTED and self._held_drain is None:
+        if mute.state is NOT_MUTED and self._held_drain is None:
             if self._paused:
                 self._resume()
         elif not self.closing:
             self._pause()
-
-    def _cut_frames(self):
-        # (``mute.muted`` inline: this loop runs per read)
-        while self.mute.state is NOT_MUTED and not self.closing and self._held_drain is None:
-            try:
-                frame = self.decoder.next_frame()
-            except InvalidReceive as e:
-                self.server.metrics.invalid_frames += 1
-                self.close("invalid frame size {size} (socket.request.max.bytes={max_size})",
-                           size=e.size, max_size=e.max_size)
-                return
-            if frame is None:
-                break
-            self._handle_frame(frame)
-            if not self.decoder.buffered:
-                break  # (no empty next_frame call after the last frame of a read)
 
     def _read_ns(self):
         """When the last byte of the frame just cut was read from the socket (None when no
@@ -313,7 +315,9 @@ class KafkaConnection(Protocol):
         # (positional, in Request's field order: no keyword matching per request)
         request = Request(header, api_key, api_version, correlation_id,
                           getattr(header, "client_id", None), body, len(frame), self.context, now, read_ns)
-        self.mute.request_received()  # (_received inline)
+        # (_received inline; the frame loop runs only NOT_MUTED, so mute() + REQUEST_RECEIVED
+        # is this one transition of the state machine, without its call)
+        self.mute.state = MUTED_AND_RESPONSE_PENDING
         self.in_flight = request
         server.channel.send_request(request, self)
 
@@ -451,8 +455,13 @@ class KafkaConnection(Protocol):
         server.request_completed(request, response)  # (_log_request, inline)
         self.in_flight = None
         # RESPONSE_SENT, then maybe_unmute(); inside the frame loop (an answer given at once)
-        # the loop itself goes on
-        if self.mute.response_sent() and not self._processing:
+        # the loop itself goes on. (mute.response_sent()'s common transition inline)
+        mute = self.mute
+        if mute.state is MUTED_AND_RESPONSE_PENDING:
+            mute.state = NOT_MUTED
+        elif not mute.response_sent():
+            return
+        if not self._processing:
             self._process_frames()
 
     def _log_request(self, request, response):
