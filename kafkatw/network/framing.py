@@ -183,11 +183,28 @@ class FrameDecoder:
                 return None
             chunk = self._chunks[0]
             offset = self._offset
-            if len(chunk) - offset >= 4:
+            n = len(chunk)
+            if n - offset >= 4:
                 need = _SIZE.unpack_from(chunk, offset)[0]
                 offset += 4
+                end = offset + need
+                if end <= n and MIN_HEADER_SIZE <= need <= self.max_size:
+                    # the common case, length and frame within the first chunk: cut at once
+                    # (no length state kept between the two; one copy)
+                    self.buffered -= need + 4
+                    self.last_was_large = need >= LARGE_FRAME
+                    if end == n:
+                        self._chunks.popleft()
+                        self._offset = 0
+                        if offset == 4:  # the chunk is this frame: copy it, drop the length
+                            frame = bytearray(chunk)
+                            del frame[:4]  # (a bytearray drops its head in place, no copy)
+                            return frame
+                    else:
+                        self._offset = end
+                    return bytearray(memoryview(chunk)[offset:end])
                 self.buffered -= 4
-                if offset == len(chunk):
+                if offset == n:
                     self._chunks.popleft()
                     offset = 0
                 self._offset = offset
