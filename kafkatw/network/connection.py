@@ -28,7 +28,7 @@ from kafkatw.network import socket_reader
 from kafkatw.network.framing import FrameDecoder, InvalidReceive
 from kafkatw.protocol.parts import FileRegion
 from kafkatw.network.mute import MUTED_AND_RESPONSE_PENDING, NOT_MUTED, ChannelMute, ChannelMuteEvent
-from kafkatw.network.request import Request, RequestContext
+from kafkatw.network.request import Request, RequestContext, new_request
 from kafkatw.network.wire import (
     API_VERSIONS_KEY,
     HEADER_PREFIX,
@@ -312,9 +312,8 @@ class KafkaConnection(Protocol):
                 # KIP-511: recorded on the channel, seen by this and later requests.
                 self.context = attr.evolve(self.context, client_software_name=name or "unknown",
                                            client_software_version=version or "unknown")
-        # (positional, in Request's field order: no keyword matching per request)
-        request = Request(header, api_key, api_version, correlation_id,
-                          getattr(header, "client_id", None), body, len(frame), self.context, now, read_ns)
+        request = new_request(header, api_key, api_version, correlation_id,
+                              getattr(header, "client_id", None), body, len(frame), self.context, now, read_ns)
         # (_received inline; the frame loop runs only NOT_MUTED, so mute() + REQUEST_RECEIVED
         # is this one transition of the state machine, without its call)
         self.mute.state = MUTED_AND_RESPONSE_PENDING

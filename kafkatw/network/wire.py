@@ -17,6 +17,8 @@ UNSUPPORTED_VERSION = 35
 _HDR = HEADER_PREFIX = struct.Struct(">hhi")
 _SIZE = struct.Struct(">i")
 _SIZE_CORRELATION = struct.Struct(">ii")
+#: header v1: the same and an empty tagged-field count, packed in one (no concatenation)
+_SIZE_CORRELATION_NO_TAGS = struct.Struct(">iiB")
 
 
 def peek_header(frame):
@@ -131,7 +133,7 @@ class MessagesWire:
         if hv is None:
             hv = self._response_header_versions[key] = self._response_header_version(*key)
         if hv:
-            head = _SIZE_CORRELATION.pack(size + 1, request.correlation_id) + b"\x00"
+            head = _SIZE_CORRELATION_NO_TAGS.pack(size + 1, request.correlation_id, 0)
         else:
             head = _SIZE_CORRELATION.pack(size, request.correlation_id)
         return [head, *parts]
