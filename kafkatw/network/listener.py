@@ -549,7 +549,9 @@ class SocketServer:
 
     def request_completed(self, request, response):
         api_name = self.wire.api_names[request.api_key]  # (api_name() without its call)
-        total_ms = max(0, (request.response_complete_ns or request.start_ns) - request.start_ns) / 1e6
+        # (a conditional, not max(0, ...): the builtin parses keywords, ~1.1k instructions more)
+        elapsed_ns = (request.response_complete_ns or request.start_ns) - request.start_ns
+        total_ms = elapsed_ns / 1e6 if elapsed_ns > 0 else 0.0
         # (metrics.record_request inline: the same counts, one call less per request)
         metrics = self.metrics
         metrics.requests_total[api_name] += 1
