@@ -160,12 +160,12 @@ class DelayedOperationPurgatory:
 
     # -- operations ------------------------------------------------------------------------
 
-    def try_complete_else_watch(self, operation, watch_keys):
+    def try_complete_else_watch(self, operation, watch_keys, try_first=True):
         """Complete ``operation`` now if it can, else watch it under ``watch_keys`` and arm its
-        timer. Returns True if it completed here."""
-        if operation.try_complete():
-            return True
-        if operation._completed:
+        timer. Returns True if it completed here. ``try_first`` False: the caller has just
+        found that it cannot complete (what ``try_complete`` would answer now), it is watched
+        without the try."""
+        if try_first and (operation.try_complete() or operation._completed):
             return True
         for key in watch_keys:
             self._watchers.setdefault(key, []).append(operation)

@@ -15,6 +15,7 @@ from kafkatw.protocol import errors
 from kafkatw.protocol.errors import KafkaError
 from kafkatw.protocol.records import iter_batch_headers, set_base_offset
 from kafkatw.purgatory import TopicPartitionOperationKey
+from kafkatw.server.delayed_fetch import DelayedFetch
 from kafkatw.server.replica_manager import (
     FetchParams,
     PartitionData,
@@ -167,6 +168,13 @@ class FakeLog:
                     n = min(max_pos - pos, limit)
                     return FetchDataInfo(meta, bytes(data[pos:pos + n]), limit < size)
         return FetchDataInfo(meta, b"")
+
+    def end_if_read_empty(self, start_offset, isolation):
+        """Log's: the metadata read() answers when it is empty at the end it may read to."""
+        if start_offset > self.log_end_offset or start_offset < self.log_start_offset:
+            return None
+        end = {FetchIsolation.LOG_END: self.log_end_offset}.get(isolation, self.high_watermark)
+        return self._metadata(start_offset) if start_offset == end else None
 
     def fetch_offset_by_timestamp(self, ts):
         if ts == -2:
@@ -530,6 +538,48 @@ class FetchTests(Base):
         (tp, data), = self.successResultOf(d)
         self.assertEqual((tp, len(data.records), data.high_watermark), (("t", 0), BATCH, 1))
         self.assertEqual(calls, [("t", 0), ("t", 0)])
+
+    def test_a_consumer_parked_at_the_end_is_not_read_nor_tried(self):
+        """A consumer's fetch at the end of every partition parks without the reads and the
+        parking check: its starts are what the reads answer (their fetch offset metadata),
+        and it wakes as a read-and-checked one does; a partition not at its end, or a
+        follower, reads and checks as before."""
+        self.produce(("t", 0), batch())
+        self.produce(("t", 1), batch())
+        reads, tries = [], []
+        real_read, real_try = self.rm.read_from_log, DelayedFetch.try_complete
+
+        def counting_read(params, infos, found=None):
+            reads.append([tp for tp, _ in infos])
+            return real_read(params, infos, found)
+
+        def counting_try(op):
+            tries.append(op)
+            return real_try(op)
+
+        self.rm.read_from_log = counting_read
+        self.patch(DelayedFetch, "try_complete", counting_try)
+        parts = [(("t", 0), self.pd(1)), (("t", 1), self.pd(1))]
+        params = FetchParams(replica_id=-1, max_wait_ms=10000, min_bytes=1, max_bytes=1 << 20)
+        op = self.rm.fetch_messages_now(params, parts)
+        self.assertIsInstance(op, DelayedFetch)
+        self.assertEqual((reads, tries), ([], []))
+        self.assertEqual(op.start_offsets,
+                         [r.fetch_offset_metadata for _, r in real_read(params, parts)])
+        got = []
+        op.when_complete(got.append, None)
+        self.produce(("t", 1), batch())
+        self.assertEqual([(tp, len(x.records)) for tp, x in got[0]], [(("t", 0), 0), (("t", 1), BATCH)])
+        self.assertEqual((reads, len(tries)), ([[("t", 0), ("t", 1)]], 1))
+        # one partition behind its end: read (and answered at once), then checked as before
+        del reads[:], tries[:]
+        d = self.fetch([(("t", 0), self.pd(1)), (("t", 1), self.pd(1))], max_wait=10000)
+        self.assertEqual([len(x.records) for _, x in self.successResultOf(d)], [0, BATCH])
+        self.assertEqual((len(reads), tries), (1, []))
+        d = self.fetch([(("t", 0), self.pd(1)), (("t", 1), self.pd(1))], max_wait=10000,
+                       min_bytes=1 << 20)
+        self.assertNoResult(d)
+        self.assertEqual((len(reads), len(tries)), (2, 1))
 
     def test_min_bytes_accumulates_across_partitions(self):
         d = self.fetch([(("t", 0), self.pd(0)), (("t", 1), self.pd(0))], min_bytes=2 * BATCH)

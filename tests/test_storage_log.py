@@ -230,6 +230,45 @@ class ReadTest(Base):
         self.assertEqual((info.fetch_offset_metadata.relative_position_in_segment, info.records.count),
                          (sizes[0], len(make_batch(1, 100))))
 
+    def test_end_if_read_empty_is_what_read_answers(self):
+        """end_if_read_empty (what a consumer's fetch parking at the end asks instead of a
+        read) names the end metadata exactly when read() is an empty read at that end, for
+        every isolation: below the log start, past the log end, between the LSO, HW and log
+        end, across a roll and offline."""
+        lg = self.open_log({"segment.bytes": 1000})
+        for n in (2, 3, 4, 2):
+            lg.append_as_leader(make_batch(n, 100), 0)
+        self.assertGreater(len(lg.segments), 1)
+        lg.update_high_watermark(9)
+        lg.first_unstable_offset = 5
+        lg.maybe_increment_log_start_offset(1)
+        ends = {FetchIsolation.LOG_END: 11, FetchIsolation.HIGH_WATERMARK: 9,
+                FetchIsolation.TXN_COMMITTED: 5}
+
+        def check():
+            answered = []
+            for isolation, end_offset in ends.items():
+                for offset in range(-1, 13):
+                    end = lg.end_if_read_empty(offset, isolation)
+                    try:
+                        info = lg.read(offset, 100000, isolation, True)
+                    except KafkaError:
+                        self.assertIsNone(end)
+                        continue
+                    at_end = offset == end_offset and info.records.count == 0
+                    self.assertEqual(end is not None, at_end, (isolation, offset))
+                    if end is not None:
+                        answered.append((isolation, offset))
+                        self.assertEqual(info.fetch_offset_metadata, end)
+                        self.assertEqual(info.aborted_transactions,
+                                         [] if isolation is FetchIsolation.TXN_COMMITTED else None)
+                        self.assertFalse(info.first_entry_incomplete)
+            return answered
+
+        self.assertEqual(sorted(check(), key=str), sorted(ends.items(), key=str))
+        lg.mark_offline()
+        self.assertEqual(check(), [])
+
     def test_lso_hook(self):
         lg = self.open_log()
         lg.append_as_leader(make_batch(2), 0)

@@ -1220,6 +1220,29 @@ class ReplicaManager:
                 found = None
                 break
             found.append((log_, part))
+        if params.replica_id < 0 and found and params.max_wait_ms > 0 and params.min_bytes > 0:
+            # A consumer's fetch at the end of every partition parks: each read would be empty
+            # at that end (Log.end_if_read_empty), and nothing else answers it now (no error,
+            # no preferred read replica: no Partition to read a follower of, no diverging
+            # epoch), so the reads are skipped, their starts are those ends, and the check
+            # that parks it is skipped too (every start at its end: no byte, no case F; case
+            # H is not asked when parking). A follower's read has side effects: read.
+            isolation = params.fetch_isolation
+            starts = []
+            keys = []
+            for (tp, info), (log_, part) in zip(fetch_infos, found):
+                if part is not None:
+                    break
+                end = log_.end_if_read_empty(info.fetch_offset, isolation)
+                if end is None or (info.last_fetched_epoch >= 0
+                                   and self.diverging_epoch(log_, info) is not None):
+                    break
+                starts.append(end)
+                keys.append(_new(TopicPartitionOperationKey, tp))  # (topic, partition), in C
+            else:
+                op = DelayedFetch(params, fetch_infos, starts, self)
+                self.fetch_purgatory.try_complete_else_watch(op, keys, False)
+                return op
         results = self.read_from_log(params, fetch_infos, found)
         bytes_readable = 0
         error_reading = False

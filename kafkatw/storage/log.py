@@ -840,20 +840,51 @@ class UnifiedLog:
         try:
             if isolation is _LOG_END:
                 max_meta = self._leo_metadata
+                aborted = None
             elif isolation is _HIGH_WATERMARK:
                 max_meta = self._hw_metadata
                 if max_meta.segment_base_offset == -1 and max_meta.relative_position_in_segment == -1:
                     max_meta = self.fetch_high_watermark_metadata()  # its position, found now
+                aborted = None
             else:
                 max_meta = self.last_stable_offset_metadata
-                info = self._local_read(start_offset, max_length, min_one_message, max_meta)
-                # (an empty read, what a consumer at the LSO gets, has none: no call)
-                return _new(FetchDataInfo, (info[0], info[1], info[2],
-                                            self._aborted_for_fetch(info, max_meta)
-                                            if info[1].count else []))
-            return self._local_read(start_offset, max_length, min_one_message, max_meta)
+                aborted = []  # (an empty read, what a consumer at the LSO gets, has none)
+            if start_offset == max_meta.message_offset \
+                    and self._bases[0] <= start_offset <= self._leo_metadata.message_offset:
+                # at the end this isolation may read (where a parked fetch reads): what
+                # _local_read answers once its checks pass (a segment holds the offset, not
+                # past the log end), without its call
+                return self._empty(max_meta, aborted)
+            if aborted is None:
+                return self._local_read(start_offset, max_length, min_one_message, max_meta)
+            info = self._local_read(start_offset, max_length, min_one_message, max_meta)
+            # (an empty read has no aborted transaction: no call)
+            return _new(FetchDataInfo, (info[0], info[1], info[2],
+                                        self._aborted_for_fetch(info, max_meta)
+                                        if info[1].count else aborted))
         except OSError as e:
             raise self._io_failed(e)
+
+    def end_if_read_empty(self, start_offset, isolation):
+        """The LogOffsetMetadata a read from ``start_offset`` with ``isolation`` answers when
+        it starts at the end that isolation may read to, with no error (the log online, the
+        offset in it): an empty read, :meth:`read`'s ``_empty`` of that end, which a fetch
+        parking there needs only the metadata of. None for any other read."""
+        if self._offline or start_offset < self._log_start_offset:
+            return None  # read raises
+        if isolation is _LOG_END:
+            end = self._leo_metadata
+        elif isolation is _HIGH_WATERMARK:
+            end = self._hw_metadata
+            if end.segment_base_offset == -1 and end.relative_position_in_segment == -1:
+                end = self.fetch_high_watermark_metadata()  # its position, found now
+        else:
+            end = self.last_stable_offset_metadata
+        # read's test for _empty(end), before any read
+        if start_offset == end.message_offset \
+                and self._bases[0] <= start_offset <= self._leo_metadata.message_offset:
+            return end
+        return None
 
     # -- transactions ---------------------------------------------------------------------
 
@@ -932,12 +963,12 @@ class UnifiedLog:
                 if base in rebuilt:  # the others kept their .txnindex
                     seg.txn_index.append(AbortedTxn(pid, first, header.base_offset, lso))
 
-    def _empty(self, metadata):
+    def _empty(self, metadata, aborted=None):
         seg = self._segments.get(metadata.segment_base_offset) or self.active_segment
         pos = metadata.relative_position_in_segment
         if pos < 0 or pos > seg.size:
             pos = seg.size
-        return _new(FetchDataInfo, (metadata, seg.log.slice(pos, 0), False, None))
+        return _new(FetchDataInfo, (metadata, seg.log.slice(pos, 0), False, aborted))
 
     def _local_read(self, start_offset, max_length, min_one_message, max_meta):
         end_offset = self._leo_metadata.message_offset
