@@ -4,16 +4,18 @@ in at the append, bytes out when a fetch is answered.
 Owns plain numbers only; exporting them (Prometheus names, rates) is ``kafkatw.metrics``' job.
 """
 
-import collections
+from kafkatw.network.metrics import Counts
 
 
 class BrokerTopicStats:
     """Counters by topic name; a deleted topic's counters go with it (Kafka's removeMetrics)."""
 
     def __init__(self):
-        self.messages_in = collections.Counter()
-        self.bytes_in = collections.Counter()
-        self.bytes_out = collections.Counter()
+        # Counts (0 for a topic never counted, as a Counter reads): bumped per append and
+        # per answered fetch, where a Counter's += costs twice a dict's
+        self.messages_in = Counts()
+        self.bytes_in = Counts()
+        self.bytes_out = Counts()
 
     def record_append(self, topic, messages, nbytes):
         self.messages_in[topic] += messages
