@@ -361,18 +361,3 @@ class HeldResponseTests(unittest.SynchronousTestCase):
         self.handler.release(2)  # answered outside any frame loop: sent at once, then 3
         self.assertEqual([cid for cid, _ in split_responses(self.tr.value())], [1, 2, 3])
         self.assertEqual(len(self.layer.calls), 3)
-
-
-class NewRequestTests(unittest.SynchronousTestCase):
-    def test_new_request_sets_every_field_as_the_attrs_init(self):
-        """new_request (the connection's per-request constructor, without type.__call__) sets
-        every field of Request, the ones it is not given at their attrs defaults."""
-        import attr
-
-        from kafkatw.network.request import Request, new_request
-
-        args = ("header", 0, 9, 7, "client", "body", 120, "context", 5, 3)
-        made = new_request(*args)
-        expected = Request(*args)
-        for field in attr.fields(Request):
-            self.assertEqual(getattr(made, field.name), getattr(expected, field.name), field.name)

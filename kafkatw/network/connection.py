@@ -27,8 +27,8 @@ from zope.interface import implementer
 from kafkatw.network import socket_reader
 from kafkatw.network.framing import FrameDecoder, InvalidReceive
 from kafkatw.protocol.parts import FileRegion
-from kafkatw.network.mute import MUTED_AND_RESPONSE_PENDING, NOT_MUTED, ChannelMute, ChannelMuteEvent
-from kafkatw.network.request import Request, RequestContext, new_request
+from kafkatw.network.mute import NOT_MUTED, ChannelMute, ChannelMuteEvent
+from kafkatw.network.request import Request, RequestContext
 from kafkatw.network.wire import (
     API_VERSIONS_KEY,
     HEADER_PREFIX,
@@ -312,11 +312,10 @@ class KafkaConnection(Protocol):
                 # KIP-511: recorded on the channel, seen by this and later requests.
                 self.context = attr.evolve(self.context, client_software_name=name or "unknown",
                                            client_software_version=version or "unknown")
-        request = new_request(header, api_key, api_version, correlation_id,
-                              getattr(header, "client_id", None), body, len(frame), self.context, now, read_ns)
-        # (_received inline; the frame loop runs only NOT_MUTED, so mute() + REQUEST_RECEIVED
-        # is this one transition of the state machine, without its call)
-        self.mute.state = MUTED_AND_RESPONSE_PENDING
+        # (positional, in Request's field order: no keyword matching per request)
+        request = Request(header, api_key, api_version, correlation_id,
+                          getattr(header, "client_id", None), body, len(frame), self.context, now, read_ns)
+        self.mute.request_received()  # (_received inline)
         self.in_flight = request
         server.channel.send_request(request, self)
 
@@ -454,13 +453,8 @@ class KafkaConnection(Protocol):
         server.request_completed(request, response)  # (_log_request, inline)
         self.in_flight = None
         # RESPONSE_SENT, then maybe_unmute(); inside the frame loop (an answer given at once)
-        # the loop itself goes on. (mute.response_sent()'s common transition inline)
-        mute = self.mute
-        if mute.state is MUTED_AND_RESPONSE_PENDING:
-            mute.state = NOT_MUTED
-        elif not mute.response_sent():
-            return
-        if not self._processing:
+        # the loop itself goes on
+        if self.mute.response_sent() and not self._processing:
             self._process_frames()
 
     def _log_request(self, request, response):

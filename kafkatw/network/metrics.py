@@ -77,7 +77,7 @@ class NetworkMetrics:
         self.expired_connections_killed = 0
 
     def record_request(self, api_name, total_time_ms, version=None, times=None):
-        """One completed request (``SocketServer.request_completed`` counts the same inline)."""
+        """One completed request."""
         self.requests_total[api_name] += 1
         self.request_time_ms_total[api_name] += total_time_ms
         if version is not None:

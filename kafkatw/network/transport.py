@@ -167,8 +167,7 @@ def idle_socket(transport, producer_ok=False):
     Anything but a TCP connection itself is None: a wrapper such as TLS forwards attribute
     reads to the TCP transport under it, whose socket must never see its plaintext.
     ``producer_ok``: a registered producer does not count (the TLS layer's own, whose writes
-    all reach the TCP buffer in order). ``PlaintextTransportLayer.send_now`` makes the same
-    checks inline: keep the two in step."""
+    all reach the TCP buffer in order)."""
     if not isinstance(transport, tcp.Connection) or not transport.connected or transport.disconnecting:
         return None
     if (transport.producer is not None and not producer_ok) or transport._tempDataBuffer \
@@ -508,12 +507,9 @@ class PlaintextTransportLayer:
         Byte parts to an idle socket (every small answer) go out in one ``sendmsg`` here,
         without a sender object and its Deferred; what the socket does not take, and any
         region, goes through :class:`PlaintextSender`."""
-        # (idle_socket(transport) inline, the same checks: this runs per response)
-        if not isinstance(transport, tcp.Connection) or not transport.connected or transport.disconnecting \
-                or transport.producer is not None or transport._tempDataBuffer \
-                or len(transport.dataBuffer) != transport.offset:
+        sock = idle_socket(transport)
+        if sock is None:
             return PlaintextSender(transport, parts).start_now()
-        sock = transport.socket
         n = 0
         for part in parts:
             if type(part) is FileRegion:
