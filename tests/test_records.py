@@ -217,6 +217,18 @@ class BatchHeaderTests(SynchronousTestCase):
         self.assertTrue(kp.validate_crc())
         self.assertEqual([r.offset for r in kp], [123456789012, 123456789013, 123456789014])
 
+    def test_set_base_offset_and_epoch_in_one_pack(self):
+        """The leader's rewrite in one pack: the same bytes as the two setters, at any
+        position, the batch length untouched."""
+        from kafkatw.protocol.records import set_base_offset_and_epoch
+
+        one = bytearray(b"xyz" + kp_batch(SAMPLE))
+        two = bytearray(one)
+        set_base_offset(two, 3, 77)
+        set_partition_leader_epoch(two, 3, 5)
+        set_base_offset_and_epoch(one, 3, 77, 5, read_batch_header(one, 3).batch_length)
+        self.assertEqual(one, two)
+
     def test_writers_on_memoryview_slice(self):
         a = kp_batch(SAMPLE)
         buf = bytearray(a + a)

@@ -159,9 +159,8 @@ class ProduceTests(ApisFixture, unittest.TestCase):
         self.assertEqual(self.replica_manager.appends, [])
 
     def test_header_read_as_read_batch_header(self):
-        """validate_records unpacks the header itself: the same BatchHeader as
-        read_batch_header, and the same CorruptRecordError for a short header or a batch
-        length under the minimum."""
+        """validate_records answers read_batch_header's BatchHeader, and its
+        CorruptRecordError for a short header or a batch length under the minimum."""
         from kafkatw.server.handlers.produce import validate_records
 
         good = batch(2)
@@ -175,8 +174,8 @@ class ProduceTests(ApisFixture, unittest.TestCase):
             self.assertEqual(str(got), str(expected))
 
     def test_default_compression_as_topic_compression(self):
-        """The handler skips topic_compression for a topic without a compression.type override
-        under the broker default 'producer': what topic_compression answers there."""
+        """A topic without a compression.type override under the broker default 'producer'
+        keeps what was produced: no codec, so no level."""
         from kafkatw.server.handlers.recompress import PRODUCER, topic_compression
 
         self.assertEqual(self.apis.compression_type, PRODUCER)

@@ -72,6 +72,9 @@ _HEADER = struct.Struct(">qiibIhiqqqhii")
 assert _HEADER.size == BATCH_HEADER_SIZE
 _INT64 = struct.Struct(">q")
 _INT32 = struct.Struct(">i")
+#: base offset, batch length, partition leader epoch: the leading fields, adjacent
+_OFFSET_LENGTH_EPOCH = struct.Struct(">qii")
+assert (BASE_OFFSET_OFFSET, BATCH_LENGTH_OFFSET, PARTITION_LEADER_EPOCH_OFFSET) == (0, 8, 12)
 _UINT32 = struct.Struct(">I")
 _INT16 = struct.Struct(">h")
 _LOG_OVERHEAD = struct.Struct(">qi")
@@ -294,11 +297,11 @@ def set_partition_leader_epoch(buf, pos, epoch):
     _INT32.pack_into(buf, pos + PARTITION_LEADER_EPOCH_OFFSET, epoch)
 
 
-def set_base_offset_and_epoch(buf, pos, offset, epoch):
+def set_base_offset_and_epoch(buf, pos, offset, epoch, batch_length):
     """Both rewrites of a leader's append (:func:`set_base_offset`, then
-    :func:`set_partition_leader_epoch`) in one call."""
-    _INT64.pack_into(buf, pos + BASE_OFFSET_OFFSET, offset)
-    _INT32.pack_into(buf, pos + PARTITION_LEADER_EPOCH_OFFSET, epoch)
+    :func:`set_partition_leader_epoch`) in one pack: the three leading fields, the batch's
+    ``batch_length`` (from its header) written back as it is."""
+    _OFFSET_LENGTH_EPOCH.pack_into(buf, pos, offset, batch_length, epoch)
 
 
 def set_log_append_time(buf, pos, ts):
@@ -603,10 +606,7 @@ def keyless_records(buf, pos, header, max_size):
     LogValidator.validateKey, for compacted topics), by the same framing walk as
     :func:`check_records` plus a look at each record's key length: no record is built (decoding
     a 30,000-record batch took ~0.3-1 s, the walk ~0.03 s). Raises like check_records."""
-    if header.attributes & COMPRESSION_CODEC_MASK:
-        body, p, end = _records_span(buf, pos, header, max_size)
-    else:  # _records_span's uncompressed case inline: the buffer itself
-        body, p, end = buf, pos + RECORDS_OFFSET, min(pos + header.batch_length + LOG_OVERHEAD, len(buf))
+    body, p, end = _records_span(buf, pos, header, max_size)
     count = header.records_count
     read_varint = _read_varint
     keyless = []

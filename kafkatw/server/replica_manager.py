@@ -1375,9 +1375,9 @@ class ReplicaManager:
                     aborted = []
             if params.replica_id >= 0 and self.cluster_mode:
                 # Kafka's updateFollowerFetchState, after the read: the follower has everything
-                # below its fetch offset (the HW answered is the one read before)
-                part = self._partitions.get((topic, partition))
-                if part is None or not part.update_follower_fetch_state(
+                # below its fetch offset (the HW answered is the one read before); ``led``,
+                # the partition checked before the read (nothing runs in between)
+                if not led.update_follower_fetch_state(
                         params.replica_id, info.fetch_offset, info.log_start_offset):
                     records, size, aborted = EMPTY_RECORDS, 0, None
             return _new(FetchPartitionData, (errors.NONE, hw, lso, log_start, records, aborted, None, -1,

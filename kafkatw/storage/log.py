@@ -838,32 +838,38 @@ class UnifiedLog:
             self._check_online()
             self._check_log_start_offset(start_offset)
         try:
-            if isolation is _LOG_END:
-                max_meta = self._leo_metadata
-                aborted = None
-            elif isolation is _HIGH_WATERMARK:
-                max_meta = self._hw_metadata
-                if max_meta.segment_base_offset == -1 and max_meta.relative_position_in_segment == -1:
-                    max_meta = self.fetch_high_watermark_metadata()  # its position, found now
-                aborted = None
-            else:
-                max_meta = self.last_stable_offset_metadata
-                aborted = []  # (an empty read, what a consumer at the LSO gets, has none)
-            if start_offset == max_meta.message_offset \
-                    and self._bases[0] <= start_offset <= self._leo_metadata.message_offset:
-                # at the end this isolation may read (where a parked fetch reads): what
-                # _local_read answers once its checks pass (a segment holds the offset, not
-                # past the log end), without its call
+            max_meta = self._read_end(isolation)
+            # (an empty read, what a consumer at the LSO gets, has no aborted transaction)
+            aborted = None if isolation is _LOG_END or isolation is _HIGH_WATERMARK else []
+            if self._at_read_end(start_offset, max_meta):
+                # where a parked fetch reads: what _local_read answers once its checks pass
+                # (a segment holds the offset, not past the log end), without its call
                 return self._empty(max_meta, aborted)
             if aborted is None:
                 return self._local_read(start_offset, max_length, min_one_message, max_meta)
             info = self._local_read(start_offset, max_length, min_one_message, max_meta)
-            # (an empty read has no aborted transaction: no call)
             return _new(FetchDataInfo, (info[0], info[1], info[2],
                                         self._aborted_for_fetch(info, max_meta)
                                         if info[1].count else aborted))
         except OSError as e:
             raise self._io_failed(e)
+
+    def _read_end(self, isolation):
+        """The LogOffsetMetadata of the end a read with ``isolation`` may reach."""
+        if isolation is _LOG_END:
+            return self._leo_metadata
+        if isolation is _HIGH_WATERMARK:
+            end = self._hw_metadata
+            if end.segment_base_offset == -1 and end.relative_position_in_segment == -1:
+                end = self.fetch_high_watermark_metadata()  # its position, found now
+            return end
+        return self.last_stable_offset_metadata
+
+    def _at_read_end(self, start_offset, end):
+        """A read from ``start_offset`` to ``end`` is empty and valid: it starts there, in
+        the log (at or past the first segment, not past the log end)."""
+        return start_offset == end.message_offset \
+            and self._bases[0] <= start_offset <= self._leo_metadata.message_offset
 
     def end_if_read_empty(self, start_offset, isolation):
         """The LogOffsetMetadata a read from ``start_offset`` with ``isolation`` answers when
@@ -872,19 +878,8 @@ class UnifiedLog:
         parking there needs only the metadata of. None for any other read."""
         if self._offline or start_offset < self._log_start_offset:
             return None  # read raises
-        if isolation is _LOG_END:
-            end = self._leo_metadata
-        elif isolation is _HIGH_WATERMARK:
-            end = self._hw_metadata
-            if end.segment_base_offset == -1 and end.relative_position_in_segment == -1:
-                end = self.fetch_high_watermark_metadata()  # its position, found now
-        else:
-            end = self.last_stable_offset_metadata
-        # read's test for _empty(end), before any read
-        if start_offset == end.message_offset \
-                and self._bases[0] <= start_offset <= self._leo_metadata.message_offset:
-            return end
-        return None
+        end = self._read_end(isolation)
+        return end if self._at_read_end(start_offset, end) else None
 
     # -- transactions ---------------------------------------------------------------------
 

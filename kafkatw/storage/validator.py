@@ -4,8 +4,6 @@ by their length prefixes only (decompressed, bounded; on compacted topics the wa
 each record's key length), nothing decoded or recompressed. Raises KafkaError with Kafka's codes.
 """
 
-import struct
-
 from kafkatw.protocol import compression, errors, records
 from kafkatw.protocol.errors import KafkaError
 
@@ -14,7 +12,7 @@ from .offsets import LogAppendInfo
 LOG_OVERHEAD = records.LOG_OVERHEAD
 MAX_DECOMPRESSED_BATCH_BYTES = compression.MAX_DECOMPRESSED_BATCH_BYTES
 validate_batch, check_records = records.validate_batch, records.check_records
-_OFFSET_LENGTH_EPOCH = struct.Struct(">qii")  # base offset, batch length, partition leader epoch
+set_base_offset_and_epoch = records.set_base_offset_and_epoch
 _new_info = tuple.__new__
 
 
@@ -82,9 +80,7 @@ def validate_and_assign(buf, config, now_ms, next_offset, leader_epoch=None,
         if assign_offsets:
             base = expected_next
             if leader_epoch is not None:
-                # set_base_offset_and_epoch in one C call: the three leading fields, the
-                # batch length (read from these bytes) written back as it is
-                _OFFSET_LENGTH_EPOCH.pack_into(buf, pos, base, header.batch_length, leader_epoch)
+                set_base_offset_and_epoch(buf, pos, base, leader_epoch, header.batch_length)
             else:
                 records.set_base_offset(buf, pos, base)
             if log_append:

@@ -37,8 +37,6 @@ WRITE, TOPIC, TRANSACTIONAL_ID = AclOperation.WRITE, ResourceType.TOPIC, Resourc
 MAGIC_OFFSET, MAGIC_VALUE_V2, LOG_OVERHEAD = rec.MAGIC_OFFSET, rec.MAGIC_VALUE_V2, rec.LOG_OVERHEAD
 COMPRESSION_CODEC_MASK, TRANSACTIONAL_FLAG_MASK = rec.COMPRESSION_CODEC_MASK, rec.TRANSACTIONAL_FLAG_MASK
 read_batch_header = rec.read_batch_header
-BATCH_HEADER_SIZE, MIN_BATCH_LENGTH, _HEADER = rec.BATCH_HEADER_SIZE, rec.MIN_BATCH_LENGTH, rec._HEADER
-BatchHeader, _new_header = rec.BatchHeader, tuple.__new__
 
 
 def validate_records(version, records):
@@ -54,14 +52,7 @@ def validate_records(version, records):
     if magic != MAGIC_VALUE_V2:
         raise KafkaError(errors.INVALID_RECORD, "Produce requests with version %d are only allowed to "
                          "contain record batches with magic version 2" % version)
-    if n >= BATCH_HEADER_SIZE:
-        # read_batch_header inline (magic 2 is known): the same header, or its error below
-        fields = _HEADER.unpack_from(records, 0)
-        header = _new_header(BatchHeader, fields) if fields[1] >= MIN_BATCH_LENGTH else None
-    else:
-        header = None
-    if header is None:
-        header = read_batch_header(records, 0)  # raises CorruptRecordError
+    header = read_batch_header(records, 0)
     if version < 7 and header.attributes & COMPRESSION_CODEC_MASK == ZSTD:
         raise KafkaError(errors.UNSUPPORTED_COMPRESSION_TYPE, "Produce requests with version %d are not "
                          "allowed to use ZStandard compression" % version)
@@ -137,12 +128,7 @@ def handle(apis, request):
                 continue
             try:
                 if compression_type is None:
-                    if overrides.get("compression.type") is None and apis.compression_type == PRODUCER:
-                        # what topic_compression answers then (PRODUCER names no codec, so
-                        # no level), without the call: the default of every topic
-                        compression_type = PRODUCER
-                    else:
-                        compression_type, level = topic_compression(apis, overrides)
+                    compression_type, level = topic_compression(apis, overrides)
                 if compression_type == PRODUCER:  # the default: stored as produced
                     entries[tp] = pd.records
                     headers[tp] = [(0, header)]  # the replica manager and log need not read it again
