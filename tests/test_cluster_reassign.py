@@ -11,6 +11,7 @@ import atexit
 import io
 import json
 import os
+import shutil
 import tempfile
 import time
 
@@ -108,6 +109,7 @@ class ReassignmentTests(unittest.SynchronousTestCase):
         self.cluster = cluster()
         self.bootstrap = self.cluster.broker(1).bootstrap_servers
         self.cli = Cli(self.bootstrap, tempfile.mkdtemp(prefix="reassign-"))
+        self.addCleanup(shutil.rmtree, self.cli.work_dir, True)
         self.client = KafkaClient(self.bootstrap)
         self.addCleanup(self.client.close)
 
