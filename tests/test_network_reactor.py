@@ -134,3 +134,26 @@ class InstalledTests(SynchronousTestCase):
                 broker.close()
             self.assertEqual(len(lines), 1, lines)
             self.assertIn("reactor class: kafkatw.network.reactor.BrokerReactor.", lines[0])
+
+
+class SignalTests(SynchronousTestCase):
+    def test_a_second_sigterm_while_stopping_is_ignored(self):
+        """Two SIGTERMs before the reactor runs the first one's stop, and a SIGINT after it:
+        one shutdown, no ReactorNotRunning in the log (Twisted's handler stops again)."""
+        import signal
+
+        reactor = BrokerReactor()
+        ran = []
+
+        def signals():
+            reactor.sigTerm(signal.SIGTERM)
+            reactor.sigTerm(signal.SIGTERM)
+            reactor.addSystemEventTrigger("during", "shutdown", lambda: reactor.sigInt(signal.SIGINT))
+            ran.append(True)
+
+        reactor.callWhenRunning(signals)
+        reactor.callLater(30, reactor.stop)  # (a bound, if the signals stopped nothing)
+        reactor.run(installSignalHandlers=False)
+        self.assertEqual(ran, [True])
+        self.assertEqual(self.flushLoggedErrors(), [])
+        self.assertEqual(reactor._exitSignal, signal.SIGINT)

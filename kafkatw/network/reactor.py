@@ -10,6 +10,11 @@ one-message Produce (docs/performance.md, "the reactor's share"). This reactor c
 ``_doReadOrWrite`` directly. The wrapper also logged an exception that escaped
 ``_doReadOrWrite`` and went on with the next ready socket; that is kept.
 
+A second SIGTERM or SIGINT during shutdown (a supervisor's repeat; the test fork server's
+``PR_SET_PDEATHSIG`` after a close already stopped the broker) is ignored, as a JVM ignores
+one while its shutdown hook runs: Twisted's handler calls ``stop()`` again, which raises
+``ReactorNotRunning`` into the log as an unhandled error.
+
 ``twistd kafka`` installs it when no reactor is installed yet (``kafkatw.tap.makeService``,
 which twistd runs before it imports one); ``twistd --reactor epoll kafka`` keeps Twisted's.
 """
@@ -50,6 +55,23 @@ class BrokerReactor(EPollReactor):
                 _log.failure("Unhandled error on {selectable!r}", selectable=selectable)
 
     doIteration = doPoll
+
+    def sigTerm(self, number, frame=None):
+        self._stop_on_signal("SIGTERM", number)
+
+    def sigInt(self, number, frame=None):
+        self._stop_on_signal("SIGINT", number)
+
+    def _stop_on_signal(self, name, number):
+        # (Twisted's sigTerm/sigInt, but the stop is checked when it runs: two signals may
+        # arrive before the reactor runs the first one's stop)
+        _log.info("Received {signal}, shutting down.", signal=name)
+        self.callFromThread(self._stop_unless_stopping)
+        self._exitSignal = number
+
+    def _stop_unless_stopping(self):
+        if not self._stopped:
+            self.stop()
 
 
 def install():
