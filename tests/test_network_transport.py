@@ -9,8 +9,15 @@ import tempfile
 from twisted.internet import defer, protocol, reactor
 from twisted.trial import unittest
 
-from kafkatw.network.transport import CHUNK_SIZE, ChunkedSender, PlaintextTransportLayer, TlsTransportLayer
-from kafkatw.protocol.parts import FileRegion
+from kafkatw.network.transport import (
+    CHUNK_SIZE,
+    SMALL_REGIONS_MAX,
+    ChunkedSender,
+    PlaintextTransportLayer,
+    TlsTransportLayer,
+    TransferError,
+)
+from kafkatw.protocol.parts import FileRegion, LazyFile
 
 
 class _Collector(protocol.Protocol):
@@ -87,8 +94,9 @@ class SendfileTests(unittest.TestCase):
 
 class _SendNow(protocol.Protocol):
     def connectionMade(self):
-        self.factory.result = PlaintextTransportLayer().send_now(self.transport, self.factory.parts)
         sock = self.transport.getHandle()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)  # takes the answer at once
+        self.factory.result = PlaintextTransportLayer().send_now(self.transport, self.factory.parts)
         self.factory.cork_after = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CORK)
 
 
@@ -104,30 +112,96 @@ class _Counting(protocol.Protocol):
             self.done.callback(self.data)
 
 
+class _Released(LazyFile):
+    """A region's file that notes ``region_done``."""
+
+    __slots__ = ("f", "released")
+
+    def __init__(self, f):
+        self.f = f
+        self.released = 0
+
+    def fileno(self):
+        return self.f.fileno()
+
+    def release(self):
+        self.released += 1
+
+
 class CorkTests(unittest.TestCase):
-    """Bytes + region + bytes of one response are corked into one segment, then uncorked."""
+    """Bytes + region + bytes of one response are corked into one segment, then uncorked; a
+    small answer's region is read into its one ``sendmsg`` instead."""
 
     timeout = 30
 
-    @defer.inlineCallbacks
-    def test_a_small_mixed_response_goes_at_once_and_leaves_the_socket_uncorked(self):
+    def _file(self, content):
         path = self.mktemp()
         with open(path, "wb") as f:
-            f.write(b"0123456789RECORDS")
+            f.write(content)
         f = open(path, "rb")
         self.addCleanup(f.close)
+        return f
+
+    @defer.inlineCallbacks
+    def _send_now(self, parts, expected_size):
         factory = protocol.ServerFactory.forProtocol(_SendNow)
-        factory.parts = [b"\x00\x00\x00\x10head", FileRegion(f, 10, 7), b"tail"]
+        factory.parts = parts
         port = reactor.listenTCP(0, factory, interface="127.0.0.1")
         self.addCleanup(port.stopListening)
-        client = _Counting(19)
+        client = _Counting(expected_size)
         conn = yield protocol.ClientCreator(reactor, lambda: client).connectTCP(
             "127.0.0.1", port.getHost().port)
         self.addCleanup(conn.transport.loseConnection)
         got = yield client.done
+        return factory, got
+
+    def _sendfile_calls(self):
+        calls = []
+        real = os.sendfile
+
+        def sendfile(*args):
+            calls.append(args)
+            return real(*args)
+
+        self.patch(os, "sendfile", sendfile)
+        return calls
+
+    @defer.inlineCallbacks
+    def test_a_mixed_response_goes_at_once_and_leaves_the_socket_uncorked(self):
+        records = os.urandom(SMALL_REGIONS_MAX + 7)  # too large to be read: sendfile
+        f = self._file(b"0123456789" + records)
+        sendfile_calls = self._sendfile_calls()
+        factory, got = yield self._send_now([b"head", FileRegion(f, 10, len(records)), b"tail"],
+                                            len(records) + 8)
+        self.assertEqual(got, b"head" + records + b"tail")
+        self.assertEqual(factory.result, len(records) + 8)  # all handed to the kernel at once
+        self.assertEqual(factory.cork_after, 0)
+        self.assertEqual(len(sendfile_calls), 1)
+
+    @defer.inlineCallbacks
+    def test_a_small_answer_has_its_region_read_into_one_send(self):
+        released = _Released(self._file(b"0123456789RECORDS"))
+        sendfile_calls = self._sendfile_calls()
+        factory, got = yield self._send_now([b"\x00\x00\x00\x10head", FileRegion(released, 10, 7), b"tail"], 19)
         self.assertEqual(got, b"\x00\x00\x00\x10headRECORDStail")
         self.assertEqual(factory.result, 19)  # all handed to the kernel at once
-        self.assertEqual(factory.cork_after, 0)
+        self.assertEqual(sendfile_calls, [])
+        self.assertEqual(released.released, 1)  # region_done: its descriptor may go
+
+    @defer.inlineCallbacks
+    def test_a_small_region_the_file_does_not_hold_fails_as_a_sent_one(self):
+        # the read falls short: the region goes to the sender, whose sendfile meets the end
+        f = self._file(b"0123456789")
+        factory = protocol.ServerFactory.forProtocol(_SendNow)
+        factory.parts = [b"head", FileRegion(f, 5, 100), b"tail"]
+        port = reactor.listenTCP(0, factory, interface="127.0.0.1")
+        self.addCleanup(port.stopListening)
+        client = _Collector()
+        yield protocol.ClientCreator(reactor, lambda: client).connectTCP("127.0.0.1", port.getHost().port)
+        yield client.done  # the connection is aborted
+        self.assertIsInstance(factory.result, defer.Deferred)
+        failure = yield self.assertFailure(factory.result, TransferError)
+        self.assertFalse(failure.disk_error)
 
 
 class _SendNowBytes(protocol.Protocol):
