@@ -240,8 +240,9 @@ class KafkaConnection(Protocol):
         mute = self.mute
         decoder = self.decoder
         try:
-            # (``mute.muted`` inline)
-            while mute.state is NOT_MUTED and not self.closing and self._held_drain is None:
+            # (``mute.muted`` inline; no next_frame call with nothing buffered: after the last
+            # frame of a read, or when an answer unmutes an idle connection)
+            while decoder.buffered and mute.state is NOT_MUTED and not self.closing and self._held_drain is None:
                 try:
                     frame = decoder.next_frame()
                 except InvalidReceive as e:
@@ -252,8 +253,6 @@ class KafkaConnection(Protocol):
                 if frame is None:
                     break
                 self._handle_frame(frame)
-                if not decoder.buffered:
-                    break  # (no empty next_frame call after the last frame of a read)
         finally:
             self._processing = False
             if self._held:
