@@ -61,7 +61,7 @@ class KafkaConnection(Protocol):
         self.closing = False
         self.closed = False
         self._paused = False
-        self.last_activity = 0.0
+        self.last_activity_ns = 0  # the last read or write (server.clock_ns), for idle expiry
         self._idle_call = None
         self._throttle_call = None
         self.in_flight = None  # the request being handled / answered
@@ -111,7 +111,7 @@ class KafkaConnection(Protocol):
             security_protocol=self.endpoint.security_protocol,
             client_address=(self.peer_host, self.peer_port),
         )
-        self.last_activity = server.reactor.seconds()
+        self.last_activity_ns = server.clock_ns()
         self._schedule_idle(server.settings.connections_max_idle_ms / 1000.0)
         self.authenticator = server.authenticator_for(self)
         server.connection_made(self)
@@ -191,7 +191,7 @@ class KafkaConnection(Protocol):
         if self.in_flight is not None:
             self._schedule_idle(idle_s)  # a request is being answered: not idle
             return
-        idle_for = self.server.reactor.seconds() - self.last_activity
+        idle_for = (self.server.clock_ns() - self.last_activity_ns) / 1e9
         if idle_for >= idle_s:
             self.close("idle for {idle_ms:.0f} ms (connections.max.idle.ms)", idle_ms=idle_for * 1000)
         else:
@@ -212,10 +212,10 @@ class KafkaConnection(Protocol):
             self.decoder.feed(data)
         server = self.server
         server.metrics.bytes_in += n
-        self.last_activity = server.reactor.seconds()
+        now = self.last_activity_ns = server.clock_ns()
         if self._arrivals is not None:
             self._bytes_read += n
-            self._arrivals.append((self._bytes_read, server.clock_ns()))
+            self._arrivals.append((self._bytes_read, now))
         self._process_frames()
 
     def _pause(self):
@@ -332,11 +332,14 @@ class KafkaConnection(Protocol):
     # -- writing ------------------------------------------------------------
 
     def send_response(self, request, response):
-        """Called by the request channel with the handler's response."""
+        """Called by the request channel with the handler's response, at once after it noted
+        ``request.api_remote_complete_ns``."""
         if self.closed or request is not self.in_flight:
             return  # connection gone: the response is dropped, as Kafka does
         server = self.server
-        request.response_dequeue_ns = server.clock_ns()
+        # no response queue (Kafka's between its handler and network threads): the answer is
+        # taken up when it completed, that reading's moment (no clock read of its own)
+        request.response_dequeue_ns = request.api_remote_complete_ns
         request.throttle_time_ms = response.throttle_time_ms or 0
         if request.throttle_time_ms > 0:
             self._start_throttle(request.throttle_time_ms)
@@ -448,7 +451,7 @@ class KafkaConnection(Protocol):
             self._log_request(request, response)
             self.close("the handler asked to close the connection")
             return
-        self.last_activity = server.reactor.seconds()
+        self.last_activity_ns = request.response_complete_ns
         server.request_completed(request, response)  # (_log_request, inline)
         self.in_flight = None
         # RESPONSE_SENT, then maybe_unmute(); inside the frame loop (an answer given at once)
