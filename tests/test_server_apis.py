@@ -6,6 +6,7 @@ import os
 
 import attr
 from twisted.internet import defer, task
+from twisted.python.failure import Failure
 from twisted.trial import unittest
 from zope.interface import implementer
 from zope.interface.verify import verifyObject
@@ -284,7 +285,57 @@ class NoErrorFieldHandler:
         return None  # an API without an error field: the connection closes
 
 
+class _Pending:
+    """A pending answer (the shape of a parked fetch): completed by the test."""
+
+    def __init__(self):
+        self.listener = None
+
+    def when_complete(self, callback, errback):
+        self.listener = (callback, errback)
+
+
+@implementer(IApiHandler)
+class PendingHandler:
+    API_KEY = 3
+    VERSIONS = (0, 12)
+
+    def __init__(self):
+        self.pending = _Pending()
+
+    def handle(self, apis, request):
+        return self.pending
+
+    def error_response(self, request, code, message):
+        from kafkatw.server.handlers import metadata
+
+        return metadata.error_response(request, code, message)
+
+
 class KafkaApisTests(ApisFixture, unittest.TestCase):
+    def test_pending_answer_gives_a_response_or_the_apis_error_answer(self):
+        topics = [messages.MetadataRequest.MetadataRequestTopic(name="a")]
+        for outcome in ("body", "response", "failure"):
+            handler = PendingHandler()
+            apis = self.make_apis(handlers=[handler])
+            d = apis.handle(self.request(messages.MetadataRequest(topics=topics), 12))
+            self.assertNoResult(d)
+            callback, errback = handler.pending.listener
+            body = messages.MetadataResponse(topics=[])
+            if outcome == "body":
+                callback(body)  # a bare body becomes a Response
+            elif outcome == "response":
+                callback(Response(body, throttle_time_ms=5))
+            else:
+                errback(Failure(KafkaError(errors.NOT_CONTROLLER, "x")))
+            resp = self.successResultOf(d)
+            self.assertIsInstance(resp, Response)
+            if outcome == "failure":
+                self.assertEqual(resp.body.topics[0].error_code, errors.NOT_CONTROLLER)
+            else:
+                self.assertIs(resp.body, body)
+                self.assertEqual(resp.throttle_time_ms, 5 if outcome == "response" else 0)
+
     def test_provides_interface(self):
         self.assertTrue(verifyObject(IRequestHandler, self.apis))
 

@@ -126,11 +126,12 @@ class RequestChannel:
         except Exception:
             result = defer.fail()
         if type(result) is not Response:
-            # (the isinstance last: Deferred is an ABC, its isinstance a Python call)
-            if not hasattr(result, "when_complete") and isinstance(result, defer.Deferred):
-                result = DeferredAnswer(result)
             if hasattr(result, "when_complete"):
                 self._wait(request, connection, result)
+                return
+            # (the isinstance last: Deferred is an ABC, its isinstance a Python call)
+            if isinstance(result, defer.Deferred):
+                self._wait(request, connection, DeferredAnswer(result))
                 return
         # answered synchronously: no Deferred, the slot is released before the write (what
         # _release does, inline; the caller's dispatch loop takes the next request)

@@ -459,7 +459,7 @@ class PendingResponse:
     errback)`` calls ``callback`` once with the :class:`Response` (a handler failure becomes the
     API's error response, as for a Deferred) or ``errback`` if even that failed."""
 
-    __slots__ = ("apis", "request", "handler", "pending")
+    __slots__ = ("apis", "request", "handler", "pending", "_callback", "_errback")
 
     def __init__(self, apis, request, handler, pending):
         self.apis = apis
@@ -468,18 +468,22 @@ class PendingResponse:
         self.pending = pending
 
     def when_complete(self, callback, errback):
-        def completed(result):
-            callback(_as_response(result))
+        # kept as fields, the handler's pending answer given bound methods: no closures and
+        # cells per parked request (the operation drops its listener once it has told it)
+        self._callback = callback
+        self._errback = errback
+        self.pending.when_complete(self._completed, self._failed)
 
-        def failed(failure):
-            try:
-                response = self.apis._on_failure(failure, self.request, self.handler)
-            except Exception:
-                errback(Failure())
-                return
-            callback(response)
+    def _completed(self, result):
+        self._callback(result if type(result) is Response else _as_response(result))
 
-        self.pending.when_complete(completed, failed)
+    def _failed(self, failure):
+        try:
+            response = self.apis._on_failure(failure, self.request, self.handler)
+        except Exception:
+            self._errback(Failure())
+            return
+        self._callback(response)
 
 
 def _as_response(result):
