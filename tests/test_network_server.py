@@ -7,7 +7,7 @@ import socket
 import struct
 import tempfile
 
-from twisted.internet import defer, protocol, reactor
+from twisted.internet import defer, protocol, reactor, task
 from twisted.trial import unittest
 
 from kafkatw.network.listener import SocketServer
@@ -114,6 +114,33 @@ class ServerTests(unittest.TestCase):
                 self.assertIn(k, e)
         self.assertEqual(server.metrics.requests_total["ApiVersions"], 2)
         self.assertEqual(server.metrics.requests_total["Fetch"], 1)
+
+    @defer.inlineCallbacks
+    def test_a_muted_connection_stops_reading_at_its_next_read_event(self):
+        # no epoll change when a request is parked; bytes that come meanwhile are not read
+        handler = ScriptedHandler(hold={1})
+        server = self.start(handler)
+        client = yield self.connect(server)
+        fetch = m.REQUESTS[1](replica_id=-1, max_wait_ms=2000, min_bytes=1)
+        client.transport.write(frame(1, 12, 1, fetch, "muted"))
+        yield handler.wait_calls(1)
+        [conn] = server.connections
+        self.assertTrue(conn.mute.muted)
+        self.assertFalse(conn._paused)
+        self.assertIn(conn.transport, reactor.getReaders())  # still registered for reading
+        client.transport.write(api_versions_frame(2))
+        for _ in range(500):
+            if conn._paused:
+                break
+            yield task.deferLater(reactor, 0.01, lambda: None)
+        self.assertTrue(conn._paused)
+        self.assertNotIn(conn.transport, reactor.getReaders())
+        self.assertEqual(conn.decoder.buffered, 0)  # the second request is still in the socket
+        self.assertEqual(len(handler.calls), 1)
+        handler.release(1)
+        got = yield client.wait_for(2)
+        self.assertEqual([cid for cid, _ in got], [1, 2])
+        self.assertFalse(conn._paused)
 
     @defer.inlineCallbacks
     def test_accepted_sockets_have_the_configured_buffer_sizes(self):

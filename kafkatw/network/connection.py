@@ -4,7 +4,8 @@ Owns what Kafka's Processor does for one channel (read a request, mute, write th
 response, unmute, idle expiry, request log line); the queue and handler concurrency are
 the request channel's, the bytes-on-the-wire the transport layer's.
 
-Mute means stop reading: ``transport.pauseProducing()``.  Frames that arrived with an
+Mute means stop reading: ``transport.pauseProducing()``, on plain TCP at the first read
+event while muted (``socket_reader``: nothing is read then either).  Frames that arrived with an
 earlier read wait unparsed in the :class:`FrameDecoder` until the connection unmutes,
 which happens only after the previous response is fully written (its transport-layer
 Deferred fired: last part handed over and the transport buffer drained), after a NoOp
@@ -48,6 +49,14 @@ HELD_BYTES_MAX = 256 * 1024
 class KafkaConnection(Protocol):
     log = Logger(namespace="kafkatw.network.connection")
 
+    # Instances keep 29 attributes (with Twisted's transport, factory and connected): CPython
+    # 3.11 shares the keys of at most that many among a class's instances (the first instance
+    # gets 30 - 1); one more gives every connection a dict of its own and unspecialised
+    # attribute reads (+3.6k instructions per request). Rare states are class defaults:
+    #: accepted while its listener waits out a connection creation rate (KIP-612): nothing
+    #: is read until the listener releases it, as if it were still in the accept backlog
+    waiting_for_accept = False
+
     def __init__(self, server, endpoint, peer_host, peer_port, transport_layer):
         self.server = server
         self.endpoint = endpoint
@@ -61,6 +70,9 @@ class KafkaConnection(Protocol):
         self.closing = False
         self.closed = False
         self._paused = False
+        # reads go through socket_reader, which stops them at the first read event while muted:
+        # a mute then changes nothing on the socket (see _process_frames)
+        self._mute_stops_reads = False
         self.last_activity_ns = 0  # the last read or write (server.clock_ns), for idle expiry
         self._idle_call = None
         self._throttle_call = None
@@ -76,9 +88,6 @@ class KafkaConnection(Protocol):
         self._held = None  # parts held in this loop, in order
         self._held_bytes = 0
         self._held_drain = None  # Deferred of a held send still draining
-        # accepted while its listener waits out a connection creation rate (KIP-612): nothing
-        # is read until the listener releases it, as if it were still in the accept backlog
-        self.waiting_for_accept = False
         self._handshake_done = False  # TLS only: handshakeCompleted was called
         # when each chunk still (partly) in the decoder was read: (bytes read up to its end, ns),
         # so a frame cut later (behind a request in flight) knows how long it waited; only the
@@ -101,7 +110,8 @@ class KafkaConnection(Protocol):
             # for large produce requests (bytes are copied once into the frame either way)
             self.transport.bufferSize = RECV_BUFFER_SIZE
             # and the rest of a large request straight into its frame (one copy, the kernel's)
-            socket_reader.install(self.transport, self.decoder, self.dataReceived)
+            self._mute_stops_reads = socket_reader.install(self.transport, self.decoder, self.dataReceived,
+                                                           self.mute, self._pause)
         host = self.transport.getHost()
         self.connection_id = "%s:%d-%s:%d-%d-%d" % (
             host.host, host.port, self.peer_host, self.peer_port, 0, server.next_connection_seq(self.endpoint))
@@ -232,7 +242,8 @@ class KafkaConnection(Protocol):
         """Cut and handle frames while not muted (at most one request outstanding).
 
         Reading stops (``pauseProducing``) only if a request is still outstanding when the
-        loop ends: a request answered synchronously costs no epoll change. (The cutting loop
+        loop ends: a request answered synchronously costs no epoll change; on plain TCP not
+        even then, but at the first read event while muted, if one comes. (The cutting loop
         is here, not in a method of its own: it runs per read.)"""
         if self._processing:
             return
@@ -260,7 +271,7 @@ class KafkaConnection(Protocol):
         if mute.state is NOT_MUTED and self._held_drain is None:
             if self._paused:
                 self._resume()
-        elif not self.closing:
+        elif not self.closing and (self._held_drain is not None or not self._mute_stops_reads):
             self._pause()
 
     def _read_ns(self):

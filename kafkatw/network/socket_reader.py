@@ -6,11 +6,17 @@ produce request or a follower's fetch answer. While the decoder waits for the re
 large frame (``FrameDecoder.receive_view``), this reads with ``recv_into`` into the frame
 itself; every other read is Twisted's own. A TLS transport decrypts into the frame itself
 when it offers ``receive_frames_into`` (``network.tls_protocol``).
+
+It also stops a muted connection's reading at the first read event while muted (nothing is
+read, as Kafka removes OP_READ), so that a request answered later (a parked fetch) whose
+client sends nothing meanwhile costs no epoll change to stop reading and one to resume.
 """
 
 import errno
 
 from twisted.internet import main, tcp
+
+from kafkatw.network.mute import NOT_MUTED
 
 _RETRY = (errno.EWOULDBLOCK, errno.EAGAIN, errno.EINTR)
 
@@ -25,15 +31,18 @@ def receive_into(sock, buf):
     return n if n else main.CONNECTION_DONE
 
 
-def install(transport, decoder, received_into):
+def install(transport, decoder, received_into, mute=None, pause=None):
     """Read large frames of ``decoder`` from ``transport``'s socket straight into them;
     ``received_into(n)`` is called after ``n`` bytes went into the decoder (as ``dataReceived``
-    after a read).
-    Returns False, changing nothing, when ``transport`` is not a plain TCP connection nor
-    one that receives frames itself."""
+    after a read). With ``mute`` (a ``ChannelMute``), a read event while it is muted reads
+    nothing and calls ``pause()``, which must stop reading.
+    Returns True when the reads of a plain TCP connection go through here (``mute`` is then
+    in force), else False: a transport that receives frames itself (TLS) was asked to, any
+    other was left as it was."""
     receive_frames_into = getattr(transport, "receive_frames_into", None)
     if receive_frames_into is not None:
-        return receive_frames_into(decoder, received_into)
+        receive_frames_into(decoder, received_into)
+        return False
     if not isinstance(transport, tcp.Connection):
         return False
     sock = transport.socket
@@ -41,6 +50,9 @@ def install(transport, decoder, received_into):
     length = bytearray(4)  # a next frame's length, read alone
 
     def doRead():
+        if mute is not None and mute.state is not NOT_MUTED:
+            pause()
+            return None
         view = decoder.receive_view()
         if view is not None:
             n = receive_into(sock, view)
