@@ -174,6 +174,8 @@ class KafkaApis:
         # the broker's compression.type, read by every produce of a topic without an override
         # (an attribute: no config_value and KafkaConfig.__getitem__ calls per request)
         self.compression_type = self.config_value("compression.type", PRODUCER)
+        # fetch.max.bytes, bounding every fetch (the same: an attribute read per request)
+        self.fetch_max_bytes = int(self.config_value("fetch.max.bytes", fetch.DEFAULT_FETCH_MAX_BYTES))
 
     def config_value(self, name, default=None):
         """A typed broker config value, or ``default`` when the config doesn't know the name."""

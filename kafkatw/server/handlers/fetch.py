@@ -151,7 +151,7 @@ def handle(apis, request):
     respond = partial(_respond, version, context, keys, erroneous)
     if not interesting or context.error != errors.NONE:
         return respond(())
-    fetch_max_bytes = min(body.max_bytes, int(apis.config_value("fetch.max.bytes", DEFAULT_FETCH_MAX_BYTES)))
+    fetch_max_bytes = min(body.max_bytes, apis.fetch_max_bytes)  # (the broker's, kept per config)
     fetch_min_bytes = min(body.min_bytes, fetch_max_bytes)
     params = FetchParams(
         replica_id, body.max_wait_ms, fetch_min_bytes, fetch_max_bytes, body.isolation_level,
