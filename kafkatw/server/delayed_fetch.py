@@ -97,7 +97,8 @@ class DelayedFetch(DelayedOperation):
                 elif base == end_base and not (
                         params.replica_id >= 0
                         and rm.should_leader_throttle(topic, partition, params.replica_id)):
-                    accumulated += min(end_position - position, info.max_bytes)
+                    available = end_position - position  # at most the partition's max bytes
+                    accumulated += available if available < info.max_bytes else info.max_bytes
             if info.last_fetched_epoch >= 0 and known is None:
                 if epoch_checks is None:
                     epoch_checks = []

@@ -154,8 +154,10 @@ class FileRecords:
         """A FileRegion of up to ``size`` bytes from ``position`` (clamped to the file end)."""
         if position < 0 or position > self._size:
             raise ValueError("slice position %d outside [0, %d]" % (position, self._size))
-        available = min(size, self._size - position)
-        return FileRegion(_RegionFile(self), position, max(0, available))
+        available = self._size - position  # (conditionals: min/max builtins parse keywords)
+        if size < available:
+            available = size if size > 0 else 0
+        return FileRegion(_RegionFile(self), position, available)
 
     def read(self, position, size):
         desc = self._descriptor()

@@ -197,7 +197,9 @@ class LogSegment:
             position = hint_position
         else:
             _, position = self.offset_index.lookup(offset)
-        return log.search_for_offset_from_position(offset, max(position, starting_position))
+            if position < starting_position:  # (not max(): the builtin parses keywords)
+                position = starting_position
+        return log.search_for_offset_from_position(offset, position)
 
     def read(self, start_offset, max_size, max_position=None, min_one_message=False):
         """FetchDataInfo from ``start_offset``, or None if no batch at/after it is here."""
@@ -211,10 +213,15 @@ class LogSegment:
         # both value objects built in C (named tuples, fields in order: no Python __new__)
         metadata = _new(LogOffsetMetadata, (start_offset, self.base_offset, position))
         batch_size = header.size_in_bytes
-        adjusted = max(max_size, batch_size) if min_one_message else max_size
+        # (conditionals, not min()/max(): each builtin call parses keywords, ~1k instructions)
+        adjusted = batch_size if min_one_message and batch_size > max_size else max_size
         if adjusted == 0 or max_position is None:
             return _new(FetchDataInfo, (metadata, self.log.slice(position, 0), False, None))
-        fetch_size = max(0, min(max_position - position, adjusted))
+        fetch_size = max_position - position
+        if fetch_size > adjusted:
+            fetch_size = adjusted
+        elif fetch_size < 0:
+            fetch_size = 0
         return _new(FetchDataInfo, (metadata, self.log.slice(position, fetch_size),
                                     adjusted < batch_size, None))
 

@@ -151,8 +151,14 @@ def handle(apis, request):
     respond = partial(_respond, version, context, keys, erroneous)
     if not interesting or context.error != errors.NONE:
         return respond(())
-    fetch_max_bytes = min(body.max_bytes, apis.fetch_max_bytes)  # (the broker's, kept per config)
-    fetch_min_bytes = min(body.min_bytes, fetch_max_bytes)
+    # the request's bounds within the broker's fetch.max.bytes (kept per config); min()
+    # as conditionals (the builtin parses keywords: ~1k instructions a call)
+    fetch_max_bytes = body.max_bytes
+    if apis.fetch_max_bytes < fetch_max_bytes:
+        fetch_max_bytes = apis.fetch_max_bytes
+    fetch_min_bytes = body.min_bytes
+    if fetch_max_bytes < fetch_min_bytes:
+        fetch_min_bytes = fetch_max_bytes
     params = FetchParams(
         replica_id, body.max_wait_ms, fetch_min_bytes, fetch_max_bytes, body.isolation_level,
         replica_epoch,
