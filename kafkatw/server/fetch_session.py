@@ -357,13 +357,17 @@ class SessionlessFetchContext(FetchContext):
     """Legacy (v0-6) fetches and full fetches at the final epoch: everything, no session."""
 
     def __init__(self, fetch_data):
-        self.fetch_data = list(fetch_data)
+        # a list is kept as given: new_context and the fetch handler pass their own, built
+        # for this request and not changed after (a copy per consumer Fetch fewer)
+        self.fetch_data = fetch_data if type(fetch_data) is list else list(fetch_data)
 
     def partitions_to_fetch(self):
-        return list(self.fetch_data)
+        return self.fetch_data  # (iterated by the handler, not changed)
 
     def update_and_generate_response_data(self, updates):
-        return FetchResponseData(errors.NONE, INVALID_SESSION_ID, list(updates))
+        # (the handler's list, made for this answer)
+        return FetchResponseData(errors.NONE, INVALID_SESSION_ID,
+                                 updates if type(updates) is list else list(updates))
 
 
 class FullFetchContext(FetchContext):
@@ -455,12 +459,14 @@ class FetchManager:
         """``fetch_data``: list of (TopicIdPartition, PartitionData) in request order;
         ``to_forget``: list of TopicIdPartition; ``topic_name(topic_id)``: the name now known
         for a topic id (or None), to resolve session partitions cached without one."""
-        fetch_data = list(fetch_data)
-        if metadata.is_full:
+        if type(fetch_data) is not list:  # (the handler's own list is not copied)
+            fetch_data = list(fetch_data)
+        epoch = metadata.epoch
+        if epoch == INITIAL_EPOCH or epoch == FINAL_EPOCH:  # metadata.is_full, without its call
             if metadata.session_id != INVALID_SESSION_ID:
                 # A full request names a session only to close it.
                 self.cache.remove(metadata.session_id)
-            if metadata.epoch == FINAL_EPOCH:
+            if epoch == FINAL_EPOCH:
                 return SessionlessFetchContext(fetch_data)
             return FullFetchContext(self._clock, self.cache, fetch_data, uses_topic_ids, is_follower)
         # (one-line helpers inline below: every incremental fetch, a follower's each time,
