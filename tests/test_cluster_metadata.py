@@ -118,6 +118,26 @@ class ClusterMetadataTests(unittest.SynchronousTestCase):
         with open(again.metadata_path) as f:
             self.assertEqual([t["name"] for t in json.load(f)["topics"]], ["lost"])
 
+    def test_published_version_moves_with_every_published_change(self):
+        """A parked fetch reuses its partition look-ups while this version is unchanged:
+        creating, growing, reconfiguring and deleting a topic each move it; queries do not."""
+        seen = [self.meta.published_version]
+
+        def moved():
+            self.assertGreater(self.meta.published_version, seen[-1])
+            seen.append(self.meta.published_version)
+
+        self.successResultOf(self.meta.create_topic("t", 1))
+        moved()
+        self.meta.leader_state("t", 0)
+        self.assertEqual(self.meta.published_version, seen[-1])
+        self.successResultOf(self.meta.create_partitions("t", 2))
+        moved()
+        self.successResultOf(self.meta.alter_topic_configs("t", {"retention.ms": "1000"}))
+        moved()
+        self.successResultOf(self.meta.delete_topic("t"))
+        moved()
+
     def test_deleted_topic_leaves_no_partition_states(self):
         """The memo of a deleted topic's partition states goes with it (a topic of thousands
         of partitions stayed until the memo outgrew its bound)."""

@@ -727,6 +727,69 @@ class FetchTests(Base):
         (_, data), = self.successResultOf(d)
         self.assertEqual(len(data.records), BATCH)
 
+class VersionedFakeMetadata(FakeMetadata):
+    @property
+    def published_version(self):
+        """Every published fact a look-up reads, as ClusterMetadata's counter moves with them."""
+        return (sorted(self.topics.items()), sorted(self.epochs.items()), sorted(self.leaders.items()))
+
+
+class VersionedFakeLogManager(FakeLogManager):
+    @property
+    def attached_version(self):
+        return sorted((key, id(lg)) for key, lg in self.logs.items())
+
+
+class VersionedLookupFetchTests(FetchTests):
+    """FetchTests again with versioned look-up sources (the embedded broker's): a parked
+    fetch reuses its park-time look-ups on wake while nothing they read changed, and every
+    case (a partition gone, a leader or epoch moved, a log replaced) still completes it."""
+
+    def setUp(self):
+        Base.setUp(self)
+        self.md = VersionedFakeMetadata(self.md.topics)
+        self.lm = VersionedFakeLogManager(self.lm.base_dir)
+        self.rm = ReplicaManager(self.lm, self.md, self.clock)
+        self.assertTrue(self.rm._lookups_versioned)
+        for p in range(3):
+            self.lm.get_or_create_log("t", p)
+
+    def count_look_ups(self):
+        calls = []
+        real = self.rm.fetch_log_or_error
+
+        def counting(params, topic, partition, *rest):
+            calls.append((topic, partition))
+            return real(params, topic, partition, *rest)
+
+        self.rm.fetch_log_or_error = counting
+        return calls
+
+    def test_one_look_up_to_park_and_one_to_wake(self):
+        """One look-up parks the fetch; its wake and read reuse it (versions unchanged)."""
+        calls = self.count_look_ups()
+        d = self.fetch([(("t", 0), self.pd(0))], max_wait=10000)
+        self.assertNoResult(d)
+        self.assertEqual(calls, [("t", 0)])
+        self.produce(("t", 0), batch())
+        (tp, data), = self.successResultOf(d)
+        self.assertEqual((tp, len(data.records), data.high_watermark), (("t", 0), BATCH, 1))
+        self.assertEqual(calls, [("t", 0)])
+
+    def test_a_replaced_log_is_looked_up_and_read_on_wake(self):
+        """A log replaced while the fetch waits (as by a move to another log dir) moves the
+        log manager's version: the wake looks the partition up again and reads the new log."""
+        calls = self.count_look_ups()
+        d = self.fetch([(("t", 0), self.pd(0))], max_wait=10000)
+        self.assertNoResult(d)
+        del self.lm.logs[("t", 0)]
+        self.lm.get_or_create_log("t", 0)  # a new log object
+        self.produce(("t", 0), batch())
+        (tp, data), = self.successResultOf(d)
+        self.assertEqual((tp, len(data.records), data.high_watermark), (("t", 0), BATCH, 1))
+        self.assertEqual(calls, [("t", 0), ("t", 0)])
+
+
 class ListOffsetsTests(Base):
     def setUp(self):
         super().setUp()

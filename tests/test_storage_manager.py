@@ -132,6 +132,18 @@ class LoadTest(ManagerBase):
         self.assertEqual(len(recovered), len([s for s in a2.segments if s.base_offset >= rp]))
         mgr2.shutdown()
 
+    def test_attached_version_moves_when_a_log_joins_or_leaves(self):
+        """A parked fetch reuses its partition look-ups while this version is unchanged."""
+        mgr = self.make()
+        before = mgr.attached_version
+        mgr.get_or_create_log("a", 0)
+        made = mgr.attached_version
+        self.assertGreater(made, before)
+        mgr.get_log("a", 0)
+        self.assertEqual(mgr.attached_version, made)
+        mgr.delete_log("a", 0)
+        self.assertGreater(mgr.attached_version, made)
+
     def test_delete_log(self):
         mgr = self.make(props={"log.segment.delete.delay.ms": "1000"})
         a = mgr.get_or_create_log("a", 3)

@@ -198,6 +198,9 @@ class ClusterMetadata:
         self.cluster_id = cluster_id
         self.rack = rack
         self.topics = {}  # name -> TopicInfo, published: durable and announced to listeners
+        #: bumped whenever :attr:`topics` changes (what leader_state answers may have): a
+        #: parked fetch reuses its look-ups while it and the log manager's are unchanged
+        self.published_version = 0
         #: name -> (TopicInfo, [PartitionState]): states made once per published TopicInfo
         #: (a new one replaces it on every change), so Metadata's reads are look-ups
         self._partition_states = {}
@@ -461,6 +464,7 @@ class ClusterMetadata:
     def _add(self, info):
         self.topics[info.name] = info
         self._by_id[info.topic_id] = info
+        self.published_version += 1
 
     # -- listeners --------------------------------------------------------------------
 
@@ -616,6 +620,7 @@ class ClusterMetadata:
         """Publish ``info`` in place of the topic of the same name and id."""
         self.topics[info.name] = info
         self._by_id[info.topic_id] = info
+        self.published_version += 1
 
     def assign_replicas(self, num_partitions, replication_factor, start_partition=0):
         """Every partition on this node (a replication factor above 1 is refused as Kafka does
@@ -659,6 +664,7 @@ class ClusterMetadata:
         def apply():
             self.topics.pop(name, None)
             self._by_id.pop(info.topic_id, None)
+            self.published_version += 1
             self._partition_states.pop(name, None)
             self.deleted_topic_ids = self.deleted_topic_ids | {info.topic_id}
             return self._notify(TOPIC_DELETED, info).addCallback(lambda _: info)

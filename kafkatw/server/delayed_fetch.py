@@ -16,7 +16,7 @@ log = Logger()
 
 
 class DelayedFetch(DelayedOperation):
-    def __init__(self, params, fetch_infos, start_offsets, replica_manager, found=None):
+    def __init__(self, params, fetch_infos, start_offsets, replica_manager, found=None, kept=None):
         super().__init__(params.max_wait_ms)
         self.params = params
         # [((topic, partition), PartitionData)] as the fetch asked, read again by on_complete,
@@ -31,6 +31,14 @@ class DelayedFetch(DelayedOperation):
         # for the check that parks it; then what the try_complete completing it found, for
         # the read of on_complete
         self._found = found
+        # ``kept``: the same look-ups, made when parking, for the checks on wake (Kafka's
+        # tryComplete looks each partition up again): valid while the look-ups' sources
+        # (published topics, attached logs) have the versions they had then, one comparison
+        # for all partitions instead of a look-up chain each
+        self._kept = kept
+        if kept is not None:
+            self._kept_versions = (replica_manager.metadata.published_version,
+                                   replica_manager.log_manager.attached_version)
 
     def try_complete(self):
         """Complete when (A-E) a partition is gone, not led here or its leader epoch moved,
@@ -50,10 +58,18 @@ class DelayedFetch(DelayedOperation):
         accumulated = 0
         epoch_checks = None  # [(log, PartitionData)] of a follower's partitions, for case H
         known = self._found
+        parking = known is not None  # looked up by the read that is parking it, in this call
+        if parking:
+            self._found = None
+        elif self._kept is not None:
+            if self._kept_versions == (rm.metadata.published_version,
+                                       rm.log_manager.attached_version):
+                known = self._kept  # nothing a look-up answers changed since parking
+            else:
+                self._kept = None  # looked up from now on (cases A-E)
         if known is None:
             found = []
-        else:  # looked up by the read that is parking this operation now
-            self._found = None
+        else:
             found = known
             known = iter(known)
         for ((topic, partition), info), fetch_offset in zip(self.fetch_infos, self.start_offsets):
@@ -99,7 +115,7 @@ class DelayedFetch(DelayedOperation):
                         and rm.should_leader_throttle(topic, partition, params.replica_id)):
                     available = end_position - position  # at most the partition's max bytes
                     accumulated += available if available < info.max_bytes else info.max_bytes
-            if info.last_fetched_epoch >= 0 and known is None:
+            if info.last_fetched_epoch >= 0 and not parking:
                 if epoch_checks is None:
                     epoch_checks = []
                 epoch_checks.append((log_, info))

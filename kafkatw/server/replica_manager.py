@@ -302,6 +302,12 @@ class ReplicaManager:
         if cluster_mode is None:
             cluster_mode = bool(_config_get(config, "zookeeper.connect", None))
         self.cluster_mode = cluster_mode
+        # embedded mode: what a partition look-up answers changes only with the metadata's
+        # published topics and the log manager's attached logs, each versioned, so a parked
+        # fetch reuses its look-ups on wake while both versions are unchanged (a cluster's
+        # Partitions change by LeaderAndIsr: looked up again)
+        self._lookups_versioned = not cluster_mode and hasattr(metadata, "published_version") \
+            and hasattr(log_manager, "attached_version")
         self.broker_epoch = -1  # this broker's registration epoch (set by the cluster wiring)
         self.controller_epoch = -1  # the newest controller epoch a LeaderAndIsr/StopReplica had
         self._partitions = {}  # (topic, partition) -> Partition (cluster mode)
@@ -1240,7 +1246,8 @@ class ReplicaManager:
                 starts.append(end)
                 keys.append(_new(TopicPartitionOperationKey, tp))  # (topic, partition), in C
             else:
-                op = DelayedFetch(params, fetch_infos, starts, self)
+                op = DelayedFetch(params, fetch_infos, starts, self, None,
+                                  found if self._lookups_versioned else None)
                 self.fetch_purgatory.try_complete_else_watch(op, keys, False)
                 return op
         results = self.read_from_log(params, fetch_infos, found)
@@ -1262,7 +1269,8 @@ class ReplicaManager:
         for tp, r in results:
             starts.append(r.fetch_offset_metadata)
             keys.append(_new(TopicPartitionOperationKey, tp))  # (topic, partition), in C
-        op = DelayedFetch(params, fetch_infos, starts, self, found)
+        op = DelayedFetch(params, fetch_infos, starts, self, found,
+                          found if self._lookups_versioned else None)
         self.fetch_purgatory.try_complete_else_watch(op, keys)
         return op
 

@@ -114,6 +114,9 @@ class LogManager:
         self._reactor = reactor
         self._threadpool = threadpool
         self._logs = {}
+        #: bumped whenever a log joins or leaves :attr:`_logs` (what get_log answers may
+        #: change): a parked fetch reuses its look-ups while it and the metadata's are unchanged
+        self.attached_version = 0
         #: {(topic, partition): (log dir, LogSummary)} of the logs a clean shutdown summarised
         #: that no one has used since the start: the log object is made (:meth:`_open`) on first
         #: use. 50,000 made at start were half of the start's CPU.
@@ -399,6 +402,7 @@ class LogManager:
         self._retention_changed.add(lg)
         self._note_compaction(lg)
         self._logs[(lg.topic, lg.partition)] = lg
+        self.attached_version += 1
 
     def _on_roll(self, lg, new_base):
         """Flush the segments before the new one in a thread (Kafka's flushUptoOffsetExclusive)."""
@@ -1112,6 +1116,7 @@ class LogManager:
         """``lg`` leaves :attr:`_logs` (deleted, or replaced by its future): what the
         checkpoints, retention and the cleaner keep about it goes (a running cleaning of it
         is not swapped in)."""
+        self.attached_version += 1
         if self.cleaner is not None:
             self.cleaner.abort(lg)
         d, tp = self._dir_of(lg), (lg.topic, lg.partition)
