@@ -565,7 +565,7 @@ class StructGen:
         self.em("%s = _new(%s)" % (d, f.struct.alias))
         for sub in f.struct.fields:
             self._read_default(sub, "%s.%s" % (d, sub.attr), depth + 1)
-        self.em("%s.unknown_tagged_fields = {}" % d)
+        self.em("%s.unknown_tagged_fields = _NO_TAGS" % d)
         self.em("%s = %s" % (target, d))
 
     def gen_reader(self):
@@ -620,11 +620,11 @@ class StructGen:
         if self.flex:
             tagged = sorted([f for f in fields if cond(f.tagged, V) != "False"], key=lambda f: f.tag)
             em("f = '<tagged fields>'")
-            em("u = {}")
             em("n = buf[pos]")
             em("pos += 1")
             em("if n:")
             em.ind += 1
+            em("o.unknown_tagged_fields = u = {}")
             em("if n >= 128:")
             em("    n, pos = _ruv(buf, pos - 1)")
             em("for _ in range(n):")
@@ -650,9 +650,11 @@ class StructGen:
             if tagged:
                 em.ind -= 1
             em.ind -= 2
-            em("o.unknown_tagged_fields = u")
+            # none (the common case): the shared empty mapping, no dict per decoded struct
+            em("else:")
+            em("    o.unknown_tagged_fields = _NO_TAGS")
         else:
-            em("o.unknown_tagged_fields = {}")
+            em("o.unknown_tagged_fields = _NO_TAGS")
         em.ind -= 1
         em("except _CATCH as e:")
         em("    raise _fail(e, f, _i) from None")
@@ -1152,6 +1154,7 @@ RUNTIME_IMPORTS = (
     ("kafkatw.protocol._runtime", (
         ("CATCH", "_CATCH"),
         ("MISSING", "_MISSING"),
+        ("NO_TAGS", "_NO_TAGS"),
         ("Struct", "_Struct"),
         ("absent", "_absent"),
         ("absent_field", "_absent_field"),

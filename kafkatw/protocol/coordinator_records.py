@@ -8,6 +8,7 @@ import struct as _struct
 from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
+    NO_TAGS as _NO_TAGS,
     Struct as _Struct,
     absent as _absent,
     absent_field as _absent_field,
@@ -124,7 +125,7 @@ class ConsumerGroupCurrentMemberAssignmentKey(_Struct):
                     raise _bad_len(n, lb - pos)
                 o.member_id = str(buf[pos:pos + n], 'utf-8')
                 pos += n
-            o.unknown_tagged_fields = {}
+            o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -238,10 +239,10 @@ class ConsumerGroupCurrentMemberAssignmentValue(_Struct):
                 _i = -1
                 o.partitions_pending_revocation = lst
             f = '<tagged fields>'
-            u = {}
             n = buf[pos]
             pos += 1
             if n:
+                o.unknown_tagged_fields = u = {}
                 if n >= 128:
                     n, pos = _ruv(buf, pos - 1)
                 for _ in range(n):
@@ -249,7 +250,8 @@ class ConsumerGroupCurrentMemberAssignmentValue(_Struct):
                     end = pos + size
                     u[tag] = bytes(buf[pos:end])
                     pos = end
-            o.unknown_tagged_fields = u
+            else:
+                o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -318,10 +320,10 @@ class ConsumerGroupCurrentMemberAssignmentValue(_Struct):
                     o.partitions = list(_unpack_from('>%di' % n, buf, pos))
                     pos += n * 4
                 f = '<tagged fields>'
-                u = {}
                 n = buf[pos]
                 pos += 1
                 if n:
+                    o.unknown_tagged_fields = u = {}
                     if n >= 128:
                         n, pos = _ruv(buf, pos - 1)
                     for _ in range(n):
@@ -329,7 +331,8 @@ class ConsumerGroupCurrentMemberAssignmentValue(_Struct):
                         end = pos + size
                         u[tag] = bytes(buf[pos:end])
                         pos = end
-                o.unknown_tagged_fields = u
+                else:
+                    o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -397,7 +400,7 @@ class ConsumerGroupMemberMetadataKey(_Struct):
                     raise _bad_len(n, lb - pos)
                 o.member_id = str(buf[pos:pos + n], 'utf-8')
                 pos += n
-            o.unknown_tagged_fields = {}
+            o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -684,13 +687,13 @@ class ConsumerGroupMemberMetadataValue(_Struct):
             _d0 = _new(_S_ConsumerGroupMemberMetadataValue_ClassicMemberMetadata)
             _d0.session_timeout_ms = 0
             _d0.supported_protocols = []
-            _d0.unknown_tagged_fields = {}
+            _d0.unknown_tagged_fields = _NO_TAGS
             o.classic_member_metadata = _d0
             f = '<tagged fields>'
-            u = {}
             n = buf[pos]
             pos += 1
             if n:
+                o.unknown_tagged_fields = u = {}
                 if n >= 128:
                     n, pos = _ruv(buf, pos - 1)
                 for _ in range(n):
@@ -709,7 +712,8 @@ class ConsumerGroupMemberMetadataValue(_Struct):
                     else:
                         u[tag] = bytes(buf[pos:end])
                         pos = end
-            o.unknown_tagged_fields = u
+            else:
+                o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -783,10 +787,10 @@ class ConsumerGroupMemberMetadataValue(_Struct):
                     _i = -1
                     o.supported_protocols = lst
                 f = '<tagged fields>'
-                u = {}
                 n = buf[pos]
                 pos += 1
                 if n:
+                    o.unknown_tagged_fields = u = {}
                     if n >= 128:
                         n, pos = _ruv(buf, pos - 1)
                     for _ in range(n):
@@ -794,7 +798,8 @@ class ConsumerGroupMemberMetadataValue(_Struct):
                         end = pos + size
                         u[tag] = bytes(buf[pos:end])
                         pos = end
-                o.unknown_tagged_fields = u
+                else:
+                    o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -887,10 +892,10 @@ class ConsumerGroupMemberMetadataValue(_Struct):
                     o.metadata = bytes(buf[pos:pos + n])
                     pos += n
                 f = '<tagged fields>'
-                u = {}
                 n = buf[pos]
                 pos += 1
                 if n:
+                    o.unknown_tagged_fields = u = {}
                     if n >= 128:
                         n, pos = _ruv(buf, pos - 1)
                     for _ in range(n):
@@ -898,7 +903,8 @@ class ConsumerGroupMemberMetadataValue(_Struct):
                         end = pos + size
                         u[tag] = bytes(buf[pos:end])
                         pos = end
-                o.unknown_tagged_fields = u
+                else:
+                    o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -947,7 +953,7 @@ class ConsumerGroupMetadataKey(_Struct):
                     raise _bad_len(n, lb - pos)
                 o.group_id = str(buf[pos:pos + n], 'utf-8')
                 pos += n
-            o.unknown_tagged_fields = {}
+            o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -987,10 +993,10 @@ class ConsumerGroupMetadataValue(_Struct):
             o.epoch, = _T2u(buf, pos)
             pos += 4
             f = '<tagged fields>'
-            u = {}
             n = buf[pos]
             pos += 1
             if n:
+                o.unknown_tagged_fields = u = {}
                 if n >= 128:
                     n, pos = _ruv(buf, pos - 1)
                 for _ in range(n):
@@ -998,7 +1004,8 @@ class ConsumerGroupMetadataValue(_Struct):
                     end = pos + size
                     u[tag] = bytes(buf[pos:end])
                     pos = end
-            o.unknown_tagged_fields = u
+            else:
+                o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -1046,7 +1053,7 @@ class ConsumerGroupPartitionMetadataKey(_Struct):
                     raise _bad_len(n, lb - pos)
                 o.group_id = str(buf[pos:pos + n], 'utf-8')
                 pos += n
-            o.unknown_tagged_fields = {}
+            o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -1115,10 +1122,10 @@ class ConsumerGroupPartitionMetadataValue(_Struct):
                 _i = -1
                 o.topics = lst
             f = '<tagged fields>'
-            u = {}
             n = buf[pos]
             pos += 1
             if n:
+                o.unknown_tagged_fields = u = {}
                 if n >= 128:
                     n, pos = _ruv(buf, pos - 1)
                 for _ in range(n):
@@ -1126,7 +1133,8 @@ class ConsumerGroupPartitionMetadataValue(_Struct):
                     end = pos + size
                     u[tag] = bytes(buf[pos:end])
                     pos = end
-            o.unknown_tagged_fields = u
+            else:
+                o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -1236,10 +1244,10 @@ class ConsumerGroupPartitionMetadataValue(_Struct):
                     _i = -1
                     o.partition_metadata = lst
                 f = '<tagged fields>'
-                u = {}
                 n = buf[pos]
                 pos += 1
                 if n:
+                    o.unknown_tagged_fields = u = {}
                     if n >= 128:
                         n, pos = _ruv(buf, pos - 1)
                     for _ in range(n):
@@ -1247,7 +1255,8 @@ class ConsumerGroupPartitionMetadataValue(_Struct):
                         end = pos + size
                         u[tag] = bytes(buf[pos:end])
                         pos = end
-                o.unknown_tagged_fields = u
+                else:
+                    o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -1340,10 +1349,10 @@ class ConsumerGroupPartitionMetadataValue(_Struct):
                     _i = -1
                     o.racks = lst
                 f = '<tagged fields>'
-                u = {}
                 n = buf[pos]
                 pos += 1
                 if n:
+                    o.unknown_tagged_fields = u = {}
                     if n >= 128:
                         n, pos = _ruv(buf, pos - 1)
                     for _ in range(n):
@@ -1351,7 +1360,8 @@ class ConsumerGroupPartitionMetadataValue(_Struct):
                         end = pos + size
                         u[tag] = bytes(buf[pos:end])
                         pos = end
-                o.unknown_tagged_fields = u
+                else:
+                    o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -1419,7 +1429,7 @@ class ConsumerGroupTargetAssignmentMemberKey(_Struct):
                     raise _bad_len(n, lb - pos)
                 o.member_id = str(buf[pos:pos + n], 'utf-8')
                 pos += n
-            o.unknown_tagged_fields = {}
+            o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -1488,10 +1498,10 @@ class ConsumerGroupTargetAssignmentMemberValue(_Struct):
                 _i = -1
                 o.topic_partitions = lst
             f = '<tagged fields>'
-            u = {}
             n = buf[pos]
             pos += 1
             if n:
+                o.unknown_tagged_fields = u = {}
                 if n >= 128:
                     n, pos = _ruv(buf, pos - 1)
                 for _ in range(n):
@@ -1499,7 +1509,8 @@ class ConsumerGroupTargetAssignmentMemberValue(_Struct):
                     end = pos + size
                     u[tag] = bytes(buf[pos:end])
                     pos = end
-            o.unknown_tagged_fields = u
+            else:
+                o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -1568,10 +1579,10 @@ class ConsumerGroupTargetAssignmentMemberValue(_Struct):
                     o.partitions = list(_unpack_from('>%di' % n, buf, pos))
                     pos += n * 4
                 f = '<tagged fields>'
-                u = {}
                 n = buf[pos]
                 pos += 1
                 if n:
+                    o.unknown_tagged_fields = u = {}
                     if n >= 128:
                         n, pos = _ruv(buf, pos - 1)
                     for _ in range(n):
@@ -1579,7 +1590,8 @@ class ConsumerGroupTargetAssignmentMemberValue(_Struct):
                         end = pos + size
                         u[tag] = bytes(buf[pos:end])
                         pos = end
-                o.unknown_tagged_fields = u
+                else:
+                    o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -1628,7 +1640,7 @@ class ConsumerGroupTargetAssignmentMetadataKey(_Struct):
                     raise _bad_len(n, lb - pos)
                 o.group_id = str(buf[pos:pos + n], 'utf-8')
                 pos += n
-            o.unknown_tagged_fields = {}
+            o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -1668,10 +1680,10 @@ class ConsumerGroupTargetAssignmentMetadataValue(_Struct):
             o.assignment_epoch, = _T2u(buf, pos)
             pos += 4
             f = '<tagged fields>'
-            u = {}
             n = buf[pos]
             pos += 1
             if n:
+                o.unknown_tagged_fields = u = {}
                 if n >= 128:
                     n, pos = _ruv(buf, pos - 1)
                 for _ in range(n):
@@ -1679,7 +1691,8 @@ class ConsumerGroupTargetAssignmentMetadataValue(_Struct):
                     end = pos + size
                     u[tag] = bytes(buf[pos:end])
                     pos = end
-            o.unknown_tagged_fields = u
+            else:
+                o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -1727,7 +1740,7 @@ class GroupMetadataKey(_Struct):
                     raise _bad_len(n, lb - pos)
                 o.group = str(buf[pos:pos + n], 'utf-8')
                 pos += n
-            o.unknown_tagged_fields = {}
+            o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -1853,7 +1866,7 @@ class GroupMetadataValue(_Struct):
                     lst.append(e)
                 _i = -1
                 o.members = lst
-            o.unknown_tagged_fields = {}
+            o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -1997,10 +2010,10 @@ class GroupMetadataValue(_Struct):
                 _i = -1
                 o.members = lst
             f = '<tagged fields>'
-            u = {}
             n = buf[pos]
             pos += 1
             if n:
+                o.unknown_tagged_fields = u = {}
                 if n >= 128:
                     n, pos = _ruv(buf, pos - 1)
                 for _ in range(n):
@@ -2008,7 +2021,8 @@ class GroupMetadataValue(_Struct):
                     end = pos + size
                     u[tag] = bytes(buf[pos:end])
                     pos = end
-            o.unknown_tagged_fields = u
+            else:
+                o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -2168,7 +2182,7 @@ class GroupMetadataValue(_Struct):
                         raise _bad_len(n, lb - pos)
                     o.assignment = bytes(buf[pos:pos + n])
                     pos += n
-                o.unknown_tagged_fields = {}
+                o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -2357,10 +2371,10 @@ class GroupMetadataValue(_Struct):
                     o.assignment = bytes(buf[pos:pos + n])
                     pos += n
                 f = '<tagged fields>'
-                u = {}
                 n = buf[pos]
                 pos += 1
                 if n:
+                    o.unknown_tagged_fields = u = {}
                     if n >= 128:
                         n, pos = _ruv(buf, pos - 1)
                     for _ in range(n):
@@ -2368,7 +2382,8 @@ class GroupMetadataValue(_Struct):
                         end = pos + size
                         u[tag] = bytes(buf[pos:end])
                         pos = end
-                o.unknown_tagged_fields = u
+                else:
+                    o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -2442,7 +2457,7 @@ class OffsetCommitKey(_Struct):
             f = 'partition'
             o.partition, = _T2u(buf, pos)
             pos += 4
-            o.unknown_tagged_fields = {}
+            o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -2522,7 +2537,7 @@ class OffsetCommitValue(_Struct):
                 pos += 8
             else:
                 o.expire_timestamp = -1
-            o.unknown_tagged_fields = {}
+            o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -2578,10 +2593,10 @@ class OffsetCommitValue(_Struct):
             pos += 8
             o.expire_timestamp = -1
             f = '<tagged fields>'
-            u = {}
             n = buf[pos]
             pos += 1
             if n:
+                o.unknown_tagged_fields = u = {}
                 if n >= 128:
                     n, pos = _ruv(buf, pos - 1)
                 for _ in range(n):
@@ -2589,7 +2604,8 @@ class OffsetCommitValue(_Struct):
                     end = pos + size
                     u[tag] = bytes(buf[pos:end])
                     pos = end
-            o.unknown_tagged_fields = u
+            else:
+                o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -2656,7 +2672,7 @@ class ShareGroupCurrentMemberAssignmentKey(_Struct):
                     raise _bad_len(n, lb - pos)
                 o.member_id = str(buf[pos:pos + n], 'utf-8')
                 pos += n
-            o.unknown_tagged_fields = {}
+            o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -2735,10 +2751,10 @@ class ShareGroupCurrentMemberAssignmentValue(_Struct):
                 _i = -1
                 o.assigned_partitions = lst
             f = '<tagged fields>'
-            u = {}
             n = buf[pos]
             pos += 1
             if n:
+                o.unknown_tagged_fields = u = {}
                 if n >= 128:
                     n, pos = _ruv(buf, pos - 1)
                 for _ in range(n):
@@ -2746,7 +2762,8 @@ class ShareGroupCurrentMemberAssignmentValue(_Struct):
                     end = pos + size
                     u[tag] = bytes(buf[pos:end])
                     pos = end
-            o.unknown_tagged_fields = u
+            else:
+                o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -2815,10 +2832,10 @@ class ShareGroupCurrentMemberAssignmentValue(_Struct):
                     o.partitions = list(_unpack_from('>%di' % n, buf, pos))
                     pos += n * 4
                 f = '<tagged fields>'
-                u = {}
                 n = buf[pos]
                 pos += 1
                 if n:
+                    o.unknown_tagged_fields = u = {}
                     if n >= 128:
                         n, pos = _ruv(buf, pos - 1)
                     for _ in range(n):
@@ -2826,7 +2843,8 @@ class ShareGroupCurrentMemberAssignmentValue(_Struct):
                         end = pos + size
                         u[tag] = bytes(buf[pos:end])
                         pos = end
-                o.unknown_tagged_fields = u
+                else:
+                    o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -2894,7 +2912,7 @@ class ShareGroupMemberMetadataKey(_Struct):
                     raise _bad_len(n, lb - pos)
                 o.member_id = str(buf[pos:pos + n], 'utf-8')
                 pos += n
-            o.unknown_tagged_fields = {}
+            o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -3071,10 +3089,10 @@ class ShareGroupMemberMetadataValue(_Struct):
                 _i = -1
                 o.subscribed_topic_names = lst
             f = '<tagged fields>'
-            u = {}
             n = buf[pos]
             pos += 1
             if n:
+                o.unknown_tagged_fields = u = {}
                 if n >= 128:
                     n, pos = _ruv(buf, pos - 1)
                 for _ in range(n):
@@ -3082,7 +3100,8 @@ class ShareGroupMemberMetadataValue(_Struct):
                     end = pos + size
                     u[tag] = bytes(buf[pos:end])
                     pos = end
-            o.unknown_tagged_fields = u
+            else:
+                o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -3130,7 +3149,7 @@ class ShareGroupMetadataKey(_Struct):
                     raise _bad_len(n, lb - pos)
                 o.group_id = str(buf[pos:pos + n], 'utf-8')
                 pos += n
-            o.unknown_tagged_fields = {}
+            o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -3170,10 +3189,10 @@ class ShareGroupMetadataValue(_Struct):
             o.epoch, = _T2u(buf, pos)
             pos += 4
             f = '<tagged fields>'
-            u = {}
             n = buf[pos]
             pos += 1
             if n:
+                o.unknown_tagged_fields = u = {}
                 if n >= 128:
                     n, pos = _ruv(buf, pos - 1)
                 for _ in range(n):
@@ -3181,7 +3200,8 @@ class ShareGroupMetadataValue(_Struct):
                     end = pos + size
                     u[tag] = bytes(buf[pos:end])
                     pos = end
-            o.unknown_tagged_fields = u
+            else:
+                o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -3229,7 +3249,7 @@ class ShareGroupPartitionMetadataKey(_Struct):
                     raise _bad_len(n, lb - pos)
                 o.group_id = str(buf[pos:pos + n], 'utf-8')
                 pos += n
-            o.unknown_tagged_fields = {}
+            o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -3298,10 +3318,10 @@ class ShareGroupPartitionMetadataValue(_Struct):
                 _i = -1
                 o.topics = lst
             f = '<tagged fields>'
-            u = {}
             n = buf[pos]
             pos += 1
             if n:
+                o.unknown_tagged_fields = u = {}
                 if n >= 128:
                     n, pos = _ruv(buf, pos - 1)
                 for _ in range(n):
@@ -3309,7 +3329,8 @@ class ShareGroupPartitionMetadataValue(_Struct):
                     end = pos + size
                     u[tag] = bytes(buf[pos:end])
                     pos = end
-            o.unknown_tagged_fields = u
+            else:
+                o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -3419,10 +3440,10 @@ class ShareGroupPartitionMetadataValue(_Struct):
                     _i = -1
                     o.partition_metadata = lst
                 f = '<tagged fields>'
-                u = {}
                 n = buf[pos]
                 pos += 1
                 if n:
+                    o.unknown_tagged_fields = u = {}
                     if n >= 128:
                         n, pos = _ruv(buf, pos - 1)
                     for _ in range(n):
@@ -3430,7 +3451,8 @@ class ShareGroupPartitionMetadataValue(_Struct):
                         end = pos + size
                         u[tag] = bytes(buf[pos:end])
                         pos = end
-                o.unknown_tagged_fields = u
+                else:
+                    o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -3523,10 +3545,10 @@ class ShareGroupPartitionMetadataValue(_Struct):
                     _i = -1
                     o.racks = lst
                 f = '<tagged fields>'
-                u = {}
                 n = buf[pos]
                 pos += 1
                 if n:
+                    o.unknown_tagged_fields = u = {}
                     if n >= 128:
                         n, pos = _ruv(buf, pos - 1)
                     for _ in range(n):
@@ -3534,7 +3556,8 @@ class ShareGroupPartitionMetadataValue(_Struct):
                         end = pos + size
                         u[tag] = bytes(buf[pos:end])
                         pos = end
-                o.unknown_tagged_fields = u
+                else:
+                    o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -3583,7 +3606,7 @@ class ShareGroupStatePartitionMetadataKey(_Struct):
                     raise _bad_len(n, lb - pos)
                 o.group_id = str(buf[pos:pos + n], 'utf-8')
                 pos += n
-            o.unknown_tagged_fields = {}
+            o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -3687,10 +3710,10 @@ class ShareGroupStatePartitionMetadataValue(_Struct):
                 _i = -1
                 o.deleting_topics = lst
             f = '<tagged fields>'
-            u = {}
             n = buf[pos]
             pos += 1
             if n:
+                o.unknown_tagged_fields = u = {}
                 if n >= 128:
                     n, pos = _ruv(buf, pos - 1)
                 for _ in range(n):
@@ -3698,7 +3721,8 @@ class ShareGroupStatePartitionMetadataValue(_Struct):
                     end = pos + size
                     u[tag] = bytes(buf[pos:end])
                     pos = end
-            o.unknown_tagged_fields = u
+            else:
+                o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -3797,10 +3821,10 @@ class ShareGroupStatePartitionMetadataValue(_Struct):
                     o.partitions = list(_unpack_from('>%di' % n, buf, pos))
                     pos += n * 4
                 f = '<tagged fields>'
-                u = {}
                 n = buf[pos]
                 pos += 1
                 if n:
+                    o.unknown_tagged_fields = u = {}
                     if n >= 128:
                         n, pos = _ruv(buf, pos - 1)
                     for _ in range(n):
@@ -3808,7 +3832,8 @@ class ShareGroupStatePartitionMetadataValue(_Struct):
                         end = pos + size
                         u[tag] = bytes(buf[pos:end])
                         pos = end
-                o.unknown_tagged_fields = u
+                else:
+                    o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -3878,10 +3903,10 @@ class ShareGroupStatePartitionMetadataValue(_Struct):
                     o.topic_name = str(buf[pos:pos + n], 'utf-8')
                     pos += n
                 f = '<tagged fields>'
-                u = {}
                 n = buf[pos]
                 pos += 1
                 if n:
+                    o.unknown_tagged_fields = u = {}
                     if n >= 128:
                         n, pos = _ruv(buf, pos - 1)
                     for _ in range(n):
@@ -3889,7 +3914,8 @@ class ShareGroupStatePartitionMetadataValue(_Struct):
                         end = pos + size
                         u[tag] = bytes(buf[pos:end])
                         pos = end
-                o.unknown_tagged_fields = u
+                else:
+                    o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -3957,7 +3983,7 @@ class ShareGroupTargetAssignmentMemberKey(_Struct):
                     raise _bad_len(n, lb - pos)
                 o.member_id = str(buf[pos:pos + n], 'utf-8')
                 pos += n
-            o.unknown_tagged_fields = {}
+            o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -4026,10 +4052,10 @@ class ShareGroupTargetAssignmentMemberValue(_Struct):
                 _i = -1
                 o.topic_partitions = lst
             f = '<tagged fields>'
-            u = {}
             n = buf[pos]
             pos += 1
             if n:
+                o.unknown_tagged_fields = u = {}
                 if n >= 128:
                     n, pos = _ruv(buf, pos - 1)
                 for _ in range(n):
@@ -4037,7 +4063,8 @@ class ShareGroupTargetAssignmentMemberValue(_Struct):
                     end = pos + size
                     u[tag] = bytes(buf[pos:end])
                     pos = end
-            o.unknown_tagged_fields = u
+            else:
+                o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -4106,10 +4133,10 @@ class ShareGroupTargetAssignmentMemberValue(_Struct):
                     o.partitions = list(_unpack_from('>%di' % n, buf, pos))
                     pos += n * 4
                 f = '<tagged fields>'
-                u = {}
                 n = buf[pos]
                 pos += 1
                 if n:
+                    o.unknown_tagged_fields = u = {}
                     if n >= 128:
                         n, pos = _ruv(buf, pos - 1)
                     for _ in range(n):
@@ -4117,7 +4144,8 @@ class ShareGroupTargetAssignmentMemberValue(_Struct):
                         end = pos + size
                         u[tag] = bytes(buf[pos:end])
                         pos = end
-                o.unknown_tagged_fields = u
+                else:
+                    o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -4166,7 +4194,7 @@ class ShareGroupTargetAssignmentMetadataKey(_Struct):
                     raise _bad_len(n, lb - pos)
                 o.group_id = str(buf[pos:pos + n], 'utf-8')
                 pos += n
-            o.unknown_tagged_fields = {}
+            o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -4206,10 +4234,10 @@ class ShareGroupTargetAssignmentMetadataValue(_Struct):
             o.assignment_epoch, = _T2u(buf, pos)
             pos += 4
             f = '<tagged fields>'
-            u = {}
             n = buf[pos]
             pos += 1
             if n:
+                o.unknown_tagged_fields = u = {}
                 if n >= 128:
                     n, pos = _ruv(buf, pos - 1)
                 for _ in range(n):
@@ -4217,7 +4245,8 @@ class ShareGroupTargetAssignmentMetadataValue(_Struct):
                     end = pos + size
                     u[tag] = bytes(buf[pos:end])
                     pos = end
-            o.unknown_tagged_fields = u
+            else:
+                o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -4265,7 +4294,7 @@ class TransactionLogKey(_Struct):
                     raise _bad_len(n, lb - pos)
                 o.transactional_id = str(buf[pos:pos + n], 'utf-8')
                 pos += n
-            o.unknown_tagged_fields = {}
+            o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -4357,7 +4386,7 @@ class TransactionLogValue(_Struct):
             o.transaction_last_update_timestamp_ms, o.transaction_start_timestamp_ms = _T7u(buf, pos)
             pos += 16
             o.client_transaction_version = 0
-            o.unknown_tagged_fields = {}
+            o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -4443,10 +4472,10 @@ class TransactionLogValue(_Struct):
             pos += 16
             o.client_transaction_version = 0
             f = '<tagged fields>'
-            u = {}
             n = buf[pos]
             pos += 1
             if n:
+                o.unknown_tagged_fields = u = {}
                 if n >= 128:
                     n, pos = _ruv(buf, pos - 1)
                 for _ in range(n):
@@ -4473,7 +4502,8 @@ class TransactionLogValue(_Struct):
                     else:
                         u[tag] = bytes(buf[pos:end])
                         pos = end
-            o.unknown_tagged_fields = u
+            else:
+                o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -4539,7 +4569,7 @@ class TransactionLogValue(_Struct):
                         raise _bad_len(n * 4, lb - pos)
                     o.partition_ids = list(_unpack_from('>%di' % n, buf, pos))
                     pos += n * 4
-                o.unknown_tagged_fields = {}
+                o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -4614,10 +4644,10 @@ class TransactionLogValue(_Struct):
                     o.partition_ids = list(_unpack_from('>%di' % n, buf, pos))
                     pos += n * 4
                 f = '<tagged fields>'
-                u = {}
                 n = buf[pos]
                 pos += 1
                 if n:
+                    o.unknown_tagged_fields = u = {}
                     if n >= 128:
                         n, pos = _ruv(buf, pos - 1)
                     for _ in range(n):
@@ -4625,7 +4655,8 @@ class TransactionLogValue(_Struct):
                         end = pos + size
                         u[tag] = bytes(buf[pos:end])
                         pos = end
-                o.unknown_tagged_fields = u
+                else:
+                    o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos

@@ -8,6 +8,7 @@ import struct as _struct
 
 from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
+    NO_TAGS as _NO_TAGS,
     Struct as _Struct,
     bad_len as _bad_len,
     new as _new,
@@ -102,7 +103,7 @@ class AddOffsetsToTxnRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 o.group_id = str(buf[pos:pos + n], 'utf-8')
                 pos += n
-            o.unknown_tagged_fields = {}
+            o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -181,10 +182,10 @@ class AddOffsetsToTxnRequest(_Struct):
                 o.group_id = str(buf[pos:pos + n], 'utf-8')
                 pos += n
             f = '<tagged fields>'
-            u = {}
             n = buf[pos]
             pos += 1
             if n:
+                o.unknown_tagged_fields = u = {}
                 if n >= 128:
                     n, pos = _ruv(buf, pos - 1)
                 for _ in range(n):
@@ -192,7 +193,8 @@ class AddOffsetsToTxnRequest(_Struct):
                     end = pos + size
                     u[tag] = bytes(buf[pos:end])
                     pos = end
-            o.unknown_tagged_fields = u
+            else:
+                o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -229,7 +231,7 @@ class AddOffsetsToTxnResponse(_Struct):
             f = 'throttle_time_ms'
             o.throttle_time_ms, o.error_code = _T1u(buf, pos)
             pos += 6
-            o.unknown_tagged_fields = {}
+            o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -252,10 +254,10 @@ class AddOffsetsToTxnResponse(_Struct):
             o.throttle_time_ms, o.error_code = _T1u(buf, pos)
             pos += 6
             f = '<tagged fields>'
-            u = {}
             n = buf[pos]
             pos += 1
             if n:
+                o.unknown_tagged_fields = u = {}
                 if n >= 128:
                     n, pos = _ruv(buf, pos - 1)
                 for _ in range(n):
@@ -263,7 +265,8 @@ class AddOffsetsToTxnResponse(_Struct):
                     end = pos + size
                     u[tag] = bytes(buf[pos:end])
                     pos = end
-            o.unknown_tagged_fields = u
+            else:
+                o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos

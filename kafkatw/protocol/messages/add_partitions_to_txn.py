@@ -9,6 +9,7 @@ import struct as _struct
 from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
+    NO_TAGS as _NO_TAGS,
     Struct as _Struct,
     absent as _absent,
     bad_len as _bad_len,
@@ -124,7 +125,7 @@ class AddPartitionsToTxnRequest(_Struct):
                     lst.append(e)
                 _i = -1
                 o.v3_and_below_topics = lst
-            o.unknown_tagged_fields = {}
+            o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -272,10 +273,10 @@ class AddPartitionsToTxnRequest(_Struct):
             else:
                 o.v3_and_below_topics = []
             f = '<tagged fields>'
-            u = {}
             n = buf[pos]
             pos += 1
             if n:
+                o.unknown_tagged_fields = u = {}
                 if n >= 128:
                     n, pos = _ruv(buf, pos - 1)
                 for _ in range(n):
@@ -283,7 +284,8 @@ class AddPartitionsToTxnRequest(_Struct):
                     end = pos + size
                     u[tag] = bytes(buf[pos:end])
                     pos = end
-            o.unknown_tagged_fields = u
+            else:
+                o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -349,7 +351,7 @@ class AddPartitionsToTxnRequest(_Struct):
                         raise _bad_len(n * 4, lb - pos)
                     o.partitions = list(_unpack_from('>%di' % n, buf, pos))
                     pos += n * 4
-                o.unknown_tagged_fields = {}
+                o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -424,10 +426,10 @@ class AddPartitionsToTxnRequest(_Struct):
                     o.partitions = list(_unpack_from('>%di' % n, buf, pos))
                     pos += n * 4
                 f = '<tagged fields>'
-                u = {}
                 n = buf[pos]
                 pos += 1
                 if n:
+                    o.unknown_tagged_fields = u = {}
                     if n >= 128:
                         n, pos = _ruv(buf, pos - 1)
                     for _ in range(n):
@@ -435,7 +437,8 @@ class AddPartitionsToTxnRequest(_Struct):
                         end = pos + size
                         u[tag] = bytes(buf[pos:end])
                         pos = end
-                o.unknown_tagged_fields = u
+                else:
+                    o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -489,7 +492,7 @@ class AddPartitionsToTxnRequest(_Struct):
                 o.producer_epoch = 0
                 o.verify_only = False
                 o.topics = []
-                o.unknown_tagged_fields = {}
+                o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -600,10 +603,10 @@ class AddPartitionsToTxnRequest(_Struct):
                 else:
                     o.topics = []
                 f = '<tagged fields>'
-                u = {}
                 n = buf[pos]
                 pos += 1
                 if n:
+                    o.unknown_tagged_fields = u = {}
                     if n >= 128:
                         n, pos = _ruv(buf, pos - 1)
                     for _ in range(n):
@@ -611,7 +614,8 @@ class AddPartitionsToTxnRequest(_Struct):
                         end = pos + size
                         u[tag] = bytes(buf[pos:end])
                         pos = end
-                o.unknown_tagged_fields = u
+                else:
+                    o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -679,7 +683,7 @@ class AddPartitionsToTxnResponse(_Struct):
                     lst.append(e)
                 _i = -1
                 o.results_by_topic_v3_and_below = lst
-            o.unknown_tagged_fields = {}
+            o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -790,10 +794,10 @@ class AddPartitionsToTxnResponse(_Struct):
             else:
                 o.results_by_topic_v3_and_below = []
             f = '<tagged fields>'
-            u = {}
             n = buf[pos]
             pos += 1
             if n:
+                o.unknown_tagged_fields = u = {}
                 if n >= 128:
                     n, pos = _ruv(buf, pos - 1)
                 for _ in range(n):
@@ -801,7 +805,8 @@ class AddPartitionsToTxnResponse(_Struct):
                     end = pos + size
                     u[tag] = bytes(buf[pos:end])
                     pos = end
-            o.unknown_tagged_fields = u
+            else:
+                o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -872,7 +877,7 @@ class AddPartitionsToTxnResponse(_Struct):
                         lst.append(e)
                     _i = -1
                     o.results_by_partition = lst
-                o.unknown_tagged_fields = {}
+                o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -952,10 +957,10 @@ class AddPartitionsToTxnResponse(_Struct):
                     _i = -1
                     o.results_by_partition = lst
                 f = '<tagged fields>'
-                u = {}
                 n = buf[pos]
                 pos += 1
                 if n:
+                    o.unknown_tagged_fields = u = {}
                     if n >= 128:
                         n, pos = _ruv(buf, pos - 1)
                     for _ in range(n):
@@ -963,7 +968,8 @@ class AddPartitionsToTxnResponse(_Struct):
                         end = pos + size
                         u[tag] = bytes(buf[pos:end])
                         pos = end
-                o.unknown_tagged_fields = u
+                else:
+                    o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -1000,7 +1006,7 @@ class AddPartitionsToTxnResponse(_Struct):
                 f = 'partition_index'
                 o.partition_index, o.partition_error_code = _T4u(buf, pos)
                 pos += 6
-                o.unknown_tagged_fields = {}
+                o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -1023,10 +1029,10 @@ class AddPartitionsToTxnResponse(_Struct):
                 o.partition_index, o.partition_error_code = _T4u(buf, pos)
                 pos += 6
                 f = '<tagged fields>'
-                u = {}
                 n = buf[pos]
                 pos += 1
                 if n:
+                    o.unknown_tagged_fields = u = {}
                     if n >= 128:
                         n, pos = _ruv(buf, pos - 1)
                     for _ in range(n):
@@ -1034,7 +1040,8 @@ class AddPartitionsToTxnResponse(_Struct):
                         end = pos + size
                         u[tag] = bytes(buf[pos:end])
                         pos = end
-                o.unknown_tagged_fields = u
+                else:
+                    o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -1073,7 +1080,7 @@ class AddPartitionsToTxnResponse(_Struct):
             try:
                 o.transactional_id = ''
                 o.topic_results = []
-                o.unknown_tagged_fields = {}
+                o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -1167,10 +1174,10 @@ class AddPartitionsToTxnResponse(_Struct):
                 else:
                     o.topic_results = []
                 f = '<tagged fields>'
-                u = {}
                 n = buf[pos]
                 pos += 1
                 if n:
+                    o.unknown_tagged_fields = u = {}
                     if n >= 128:
                         n, pos = _ruv(buf, pos - 1)
                     for _ in range(n):
@@ -1178,7 +1185,8 @@ class AddPartitionsToTxnResponse(_Struct):
                         end = pos + size
                         u[tag] = bytes(buf[pos:end])
                         pos = end
-                o.unknown_tagged_fields = u
+                else:
+                    o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos

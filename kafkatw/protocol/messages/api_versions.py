@@ -9,6 +9,7 @@ import struct as _struct
 from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
+    NO_TAGS as _NO_TAGS,
     Struct as _Struct,
     absent as _absent,
     bad_len as _bad_len,
@@ -74,7 +75,7 @@ class ApiVersionsRequest(_Struct):
         try:
             o.client_software_name = ''
             o.client_software_version = ''
-            o.unknown_tagged_fields = {}
+            o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -149,10 +150,10 @@ class ApiVersionsRequest(_Struct):
                 o.client_software_version = str(buf[pos:pos + n], 'utf-8')
                 pos += n
             f = '<tagged fields>'
-            u = {}
             n = buf[pos]
             pos += 1
             if n:
+                o.unknown_tagged_fields = u = {}
                 if n >= 128:
                     n, pos = _ruv(buf, pos - 1)
                 for _ in range(n):
@@ -160,7 +161,8 @@ class ApiVersionsRequest(_Struct):
                     end = pos + size
                     u[tag] = bytes(buf[pos:end])
                     pos = end
-            o.unknown_tagged_fields = u
+            else:
+                o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -241,7 +243,7 @@ class ApiVersionsResponse(_Struct):
             o.finalized_features_epoch = -1
             o.finalized_features = []
             o.zk_migration_ready = False
-            o.unknown_tagged_fields = {}
+            o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -342,10 +344,10 @@ class ApiVersionsResponse(_Struct):
             o.finalized_features = []
             o.zk_migration_ready = False
             f = '<tagged fields>'
-            u = {}
             n = buf[pos]
             pos += 1
             if n:
+                o.unknown_tagged_fields = u = {}
                 if n >= 128:
                     n, pos = _ruv(buf, pos - 1)
                 for _ in range(n):
@@ -416,7 +418,8 @@ class ApiVersionsResponse(_Struct):
                     else:
                         u[tag] = bytes(buf[pos:end])
                         pos = end
-            o.unknown_tagged_fields = u
+            else:
+                o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -454,7 +457,7 @@ class ApiVersionsResponse(_Struct):
                 f = 'api_key'
                 o.api_key, o.min_version, o.max_version = _T4u(buf, pos)
                 pos += 6
-                o.unknown_tagged_fields = {}
+                o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -477,10 +480,10 @@ class ApiVersionsResponse(_Struct):
                 o.api_key, o.min_version, o.max_version = _T4u(buf, pos)
                 pos += 6
                 f = '<tagged fields>'
-                u = {}
                 n = buf[pos]
                 pos += 1
                 if n:
+                    o.unknown_tagged_fields = u = {}
                     if n >= 128:
                         n, pos = _ruv(buf, pos - 1)
                     for _ in range(n):
@@ -488,7 +491,8 @@ class ApiVersionsResponse(_Struct):
                         end = pos + size
                         u[tag] = bytes(buf[pos:end])
                         pos = end
-                o.unknown_tagged_fields = u
+                else:
+                    o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -532,7 +536,7 @@ class ApiVersionsResponse(_Struct):
                 o.name = ''
                 o.min_version = 0
                 o.max_version = 0
-                o.unknown_tagged_fields = {}
+                o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -583,10 +587,10 @@ class ApiVersionsResponse(_Struct):
                 o.min_version, o.max_version = _T5u(buf, pos)
                 pos += 4
                 f = '<tagged fields>'
-                u = {}
                 n = buf[pos]
                 pos += 1
                 if n:
+                    o.unknown_tagged_fields = u = {}
                     if n >= 128:
                         n, pos = _ruv(buf, pos - 1)
                     for _ in range(n):
@@ -594,7 +598,8 @@ class ApiVersionsResponse(_Struct):
                         end = pos + size
                         u[tag] = bytes(buf[pos:end])
                         pos = end
-                o.unknown_tagged_fields = u
+                else:
+                    o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -638,7 +643,7 @@ class ApiVersionsResponse(_Struct):
                 o.name = ''
                 o.max_version_level = 0
                 o.min_version_level = 0
-                o.unknown_tagged_fields = {}
+                o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -689,10 +694,10 @@ class ApiVersionsResponse(_Struct):
                 o.max_version_level, o.min_version_level = _T5u(buf, pos)
                 pos += 4
                 f = '<tagged fields>'
-                u = {}
                 n = buf[pos]
                 pos += 1
                 if n:
+                    o.unknown_tagged_fields = u = {}
                     if n >= 128:
                         n, pos = _ruv(buf, pos - 1)
                     for _ in range(n):
@@ -700,7 +705,8 @@ class ApiVersionsResponse(_Struct):
                         end = pos + size
                         u[tag] = bytes(buf[pos:end])
                         pos = end
-                o.unknown_tagged_fields = u
+                else:
+                    o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos

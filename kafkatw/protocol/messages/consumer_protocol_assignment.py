@@ -7,6 +7,7 @@ by ``kafkatw.protocol.messages``.
 from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
+    NO_TAGS as _NO_TAGS,
     Struct as _Struct,
     bad_len as _bad_len,
     new as _new,
@@ -93,7 +94,7 @@ class ConsumerProtocolAssignment(_Struct):
                     raise _bad_len(n, lb - pos)
                 o.user_data = buf[pos:pos + n]
                 pos += n
-            o.unknown_tagged_fields = {}
+            o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -159,7 +160,7 @@ class ConsumerProtocolAssignment(_Struct):
                         raise _bad_len(n * 4, lb - pos)
                     o.partitions = list(_unpack_from('>%di' % n, buf, pos))
                     pos += n * 4
-                o.unknown_tagged_fields = {}
+                o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos

@@ -9,6 +9,7 @@ import struct as _struct
 from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
+    NO_TAGS as _NO_TAGS,
     Struct as _Struct,
     absent as _absent,
     bad_len as _bad_len,
@@ -105,7 +106,7 @@ class DeleteTopicsRequest(_Struct):
             f = 'timeout_ms'
             o.timeout_ms, = _T0u(buf, pos)
             pos += 4
-            o.unknown_tagged_fields = {}
+            o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -223,10 +224,10 @@ class DeleteTopicsRequest(_Struct):
             o.timeout_ms, = _T0u(buf, pos)
             pos += 4
             f = '<tagged fields>'
-            u = {}
             n = buf[pos]
             pos += 1
             if n:
+                o.unknown_tagged_fields = u = {}
                 if n >= 128:
                     n, pos = _ruv(buf, pos - 1)
                 for _ in range(n):
@@ -234,7 +235,8 @@ class DeleteTopicsRequest(_Struct):
                     end = pos + size
                     u[tag] = bytes(buf[pos:end])
                     pos = end
-            o.unknown_tagged_fields = u
+            else:
+                o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -272,7 +274,7 @@ class DeleteTopicsRequest(_Struct):
             try:
                 o.name = None
                 o.topic_id = _ZERO_UUID
-                o.unknown_tagged_fields = {}
+                o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -337,10 +339,10 @@ class DeleteTopicsRequest(_Struct):
                 else:
                     o.topic_id = _ZERO_UUID
                 f = '<tagged fields>'
-                u = {}
                 n = buf[pos]
                 pos += 1
                 if n:
+                    o.unknown_tagged_fields = u = {}
                     if n >= 128:
                         n, pos = _ruv(buf, pos - 1)
                     for _ in range(n):
@@ -348,7 +350,8 @@ class DeleteTopicsRequest(_Struct):
                         end = pos + size
                         u[tag] = bytes(buf[pos:end])
                         pos = end
-                o.unknown_tagged_fields = u
+                else:
+                    o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -412,7 +415,7 @@ class DeleteTopicsResponse(_Struct):
                     lst.append(e)
                 _i = -1
                 o.responses = lst
-            o.unknown_tagged_fields = {}
+            o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -468,10 +471,10 @@ class DeleteTopicsResponse(_Struct):
                 _i = -1
                 o.responses = lst
             f = '<tagged fields>'
-            u = {}
             n = buf[pos]
             pos += 1
             if n:
+                o.unknown_tagged_fields = u = {}
                 if n >= 128:
                     n, pos = _ruv(buf, pos - 1)
                 for _ in range(n):
@@ -479,7 +482,8 @@ class DeleteTopicsResponse(_Struct):
                     end = pos + size
                     u[tag] = bytes(buf[pos:end])
                     pos = end
-            o.unknown_tagged_fields = u
+            else:
+                o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -538,7 +542,7 @@ class DeleteTopicsResponse(_Struct):
                 o.error_code, = _T2u(buf, pos)
                 pos += 2
                 o.error_message = None
-                o.unknown_tagged_fields = {}
+                o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -633,10 +637,10 @@ class DeleteTopicsResponse(_Struct):
                 else:
                     o.error_message = None
                 f = '<tagged fields>'
-                u = {}
                 n = buf[pos]
                 pos += 1
                 if n:
+                    o.unknown_tagged_fields = u = {}
                     if n >= 128:
                         n, pos = _ruv(buf, pos - 1)
                     for _ in range(n):
@@ -644,7 +648,8 @@ class DeleteTopicsResponse(_Struct):
                         end = pos + size
                         u[tag] = bytes(buf[pos:end])
                         pos = end
-                o.unknown_tagged_fields = u
+                else:
+                    o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos

@@ -9,6 +9,7 @@ import struct as _struct
 from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
+    NO_TAGS as _NO_TAGS,
     Struct as _Struct,
     bad_len as _bad_len,
     new as _new,
@@ -93,7 +94,7 @@ class DescribeClientQuotasRequest(_Struct):
             f = 'strict'
             o.strict, = _T0u(buf, pos)
             pos += 1
-            o.unknown_tagged_fields = {}
+            o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -149,10 +150,10 @@ class DescribeClientQuotasRequest(_Struct):
             o.strict, = _T0u(buf, pos)
             pos += 1
             f = '<tagged fields>'
-            u = {}
             n = buf[pos]
             pos += 1
             if n:
+                o.unknown_tagged_fields = u = {}
                 if n >= 128:
                     n, pos = _ruv(buf, pos - 1)
                 for _ in range(n):
@@ -160,7 +161,8 @@ class DescribeClientQuotasRequest(_Struct):
                     end = pos + size
                     u[tag] = bytes(buf[pos:end])
                     pos = end
-            o.unknown_tagged_fields = u
+            else:
+                o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -232,7 +234,7 @@ class DescribeClientQuotasRequest(_Struct):
                         raise _bad_len(n, lb - pos)
                     o.match = str(buf[pos:pos + n], 'utf-8')
                     pos += n
-                o.unknown_tagged_fields = {}
+                o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -311,10 +313,10 @@ class DescribeClientQuotasRequest(_Struct):
                     o.match = str(buf[pos:pos + n], 'utf-8')
                     pos += n
                 f = '<tagged fields>'
-                u = {}
                 n = buf[pos]
                 pos += 1
                 if n:
+                    o.unknown_tagged_fields = u = {}
                     if n >= 128:
                         n, pos = _ruv(buf, pos - 1)
                     for _ in range(n):
@@ -322,7 +324,8 @@ class DescribeClientQuotasRequest(_Struct):
                         end = pos + size
                         u[tag] = bytes(buf[pos:end])
                         pos = end
-                o.unknown_tagged_fields = u
+                else:
+                    o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -403,7 +406,7 @@ class DescribeClientQuotasResponse(_Struct):
                     lst.append(e)
                 _i = -1
                 o.entries = lst
-            o.unknown_tagged_fields = {}
+            o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -487,10 +490,10 @@ class DescribeClientQuotasResponse(_Struct):
                 _i = -1
                 o.entries = lst
             f = '<tagged fields>'
-            u = {}
             n = buf[pos]
             pos += 1
             if n:
+                o.unknown_tagged_fields = u = {}
                 if n >= 128:
                     n, pos = _ruv(buf, pos - 1)
                 for _ in range(n):
@@ -498,7 +501,8 @@ class DescribeClientQuotasResponse(_Struct):
                     end = pos + size
                     u[tag] = bytes(buf[pos:end])
                     pos = end
-            o.unknown_tagged_fields = u
+            else:
+                o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -574,7 +578,7 @@ class DescribeClientQuotasResponse(_Struct):
                         lst.append(e)
                     _i = -1
                     o.values = lst
-                o.unknown_tagged_fields = {}
+                o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -659,10 +663,10 @@ class DescribeClientQuotasResponse(_Struct):
                     _i = -1
                     o.values = lst
                 f = '<tagged fields>'
-                u = {}
                 n = buf[pos]
                 pos += 1
                 if n:
+                    o.unknown_tagged_fields = u = {}
                     if n >= 128:
                         n, pos = _ruv(buf, pos - 1)
                     for _ in range(n):
@@ -670,7 +674,8 @@ class DescribeClientQuotasResponse(_Struct):
                         end = pos + size
                         u[tag] = bytes(buf[pos:end])
                         pos = end
-                o.unknown_tagged_fields = u
+                else:
+                    o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -737,7 +742,7 @@ class DescribeClientQuotasResponse(_Struct):
                         raise _bad_len(n, lb - pos)
                     o.entity_name = str(buf[pos:pos + n], 'utf-8')
                     pos += n
-                o.unknown_tagged_fields = {}
+                o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -812,10 +817,10 @@ class DescribeClientQuotasResponse(_Struct):
                     o.entity_name = str(buf[pos:pos + n], 'utf-8')
                     pos += n
                 f = '<tagged fields>'
-                u = {}
                 n = buf[pos]
                 pos += 1
                 if n:
+                    o.unknown_tagged_fields = u = {}
                     if n >= 128:
                         n, pos = _ruv(buf, pos - 1)
                     for _ in range(n):
@@ -823,7 +828,8 @@ class DescribeClientQuotasResponse(_Struct):
                         end = pos + size
                         u[tag] = bytes(buf[pos:end])
                         pos = end
-                o.unknown_tagged_fields = u
+                else:
+                    o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -877,7 +883,7 @@ class DescribeClientQuotasResponse(_Struct):
                 f = 'value'
                 o.value, = _T3u(buf, pos)
                 pos += 8
-                o.unknown_tagged_fields = {}
+                o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -928,10 +934,10 @@ class DescribeClientQuotasResponse(_Struct):
                 o.value, = _T3u(buf, pos)
                 pos += 8
                 f = '<tagged fields>'
-                u = {}
                 n = buf[pos]
                 pos += 1
                 if n:
+                    o.unknown_tagged_fields = u = {}
                     if n >= 128:
                         n, pos = _ruv(buf, pos - 1)
                     for _ in range(n):
@@ -939,7 +945,8 @@ class DescribeClientQuotasResponse(_Struct):
                         end = pos + size
                         u[tag] = bytes(buf[pos:end])
                         pos = end
-                o.unknown_tagged_fields = u
+                else:
+                    o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos

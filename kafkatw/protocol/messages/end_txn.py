@@ -8,6 +8,7 @@ import struct as _struct
 
 from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
+    NO_TAGS as _NO_TAGS,
     Struct as _Struct,
     bad_len as _bad_len,
     new as _new,
@@ -87,7 +88,7 @@ class EndTxnRequest(_Struct):
             f = 'producer_id'
             o.producer_id, o.producer_epoch, o.committed = _T0u(buf, pos)
             pos += 11
-            o.unknown_tagged_fields = {}
+            o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -138,10 +139,10 @@ class EndTxnRequest(_Struct):
             o.producer_id, o.producer_epoch, o.committed = _T0u(buf, pos)
             pos += 11
             f = '<tagged fields>'
-            u = {}
             n = buf[pos]
             pos += 1
             if n:
+                o.unknown_tagged_fields = u = {}
                 if n >= 128:
                     n, pos = _ruv(buf, pos - 1)
                 for _ in range(n):
@@ -149,7 +150,8 @@ class EndTxnRequest(_Struct):
                     end = pos + size
                     u[tag] = bytes(buf[pos:end])
                     pos = end
-            o.unknown_tagged_fields = u
+            else:
+                o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -192,7 +194,7 @@ class EndTxnResponse(_Struct):
             pos += 6
             o.producer_id = -1
             o.producer_epoch = -1
-            o.unknown_tagged_fields = {}
+            o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -224,10 +226,10 @@ class EndTxnResponse(_Struct):
                 o.producer_id = -1
                 o.producer_epoch = -1
             f = '<tagged fields>'
-            u = {}
             n = buf[pos]
             pos += 1
             if n:
+                o.unknown_tagged_fields = u = {}
                 if n >= 128:
                     n, pos = _ruv(buf, pos - 1)
                 for _ in range(n):
@@ -235,7 +237,8 @@ class EndTxnResponse(_Struct):
                     end = pos + size
                     u[tag] = bytes(buf[pos:end])
                     pos = end
-            o.unknown_tagged_fields = u
+            else:
+                o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos

@@ -9,6 +9,7 @@ import struct as _struct
 from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
+    NO_TAGS as _NO_TAGS,
     Struct as _Struct,
     absent as _absent,
     absent_field as _absent_field,
@@ -181,7 +182,7 @@ class FetchRequest(_Struct):
             _d0 = _new(_S_FetchRequest_ReplicaState)
             _d0.replica_id = -1
             _d0.replica_epoch = -1
-            _d0.unknown_tagged_fields = {}
+            _d0.unknown_tagged_fields = _NO_TAGS
             o.replica_state = _d0
             f = 'max_wait_ms'
             o.max_wait_ms, o.min_bytes = _T1u(buf, pos)
@@ -251,7 +252,7 @@ class FetchRequest(_Struct):
                     pos += n
             else:
                 o.rack_id = ''
-            o.unknown_tagged_fields = {}
+            o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -339,7 +340,7 @@ class FetchRequest(_Struct):
             _d0 = _new(_S_FetchRequest_ReplicaState)
             _d0.replica_id = -1
             _d0.replica_epoch = -1
-            _d0.unknown_tagged_fields = {}
+            _d0.unknown_tagged_fields = _NO_TAGS
             o.replica_state = _d0
             f = 'max_wait_ms'
             o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch = _T3u(buf, pos)
@@ -406,10 +407,10 @@ class FetchRequest(_Struct):
                 o.rack_id = str(buf[pos:pos + n], 'utf-8')
                 pos += n
             f = '<tagged fields>'
-            u = {}
             n = buf[pos]
             pos += 1
             if n:
+                o.unknown_tagged_fields = u = {}
                 if n >= 128:
                     n, pos = _ruv(buf, pos - 1)
                 for _ in range(n):
@@ -443,7 +444,8 @@ class FetchRequest(_Struct):
                     else:
                         u[tag] = bytes(buf[pos:end])
                         pos = end
-            o.unknown_tagged_fields = u
+            else:
+                o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -481,7 +483,7 @@ class FetchRequest(_Struct):
             try:
                 o.replica_id = -1
                 o.replica_epoch = -1
-                o.unknown_tagged_fields = {}
+                o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -514,10 +516,10 @@ class FetchRequest(_Struct):
                     o.replica_id = -1
                     o.replica_epoch = -1
                 f = '<tagged fields>'
-                u = {}
                 n = buf[pos]
                 pos += 1
                 if n:
+                    o.unknown_tagged_fields = u = {}
                     if n >= 128:
                         n, pos = _ruv(buf, pos - 1)
                     for _ in range(n):
@@ -525,7 +527,8 @@ class FetchRequest(_Struct):
                         end = pos + size
                         u[tag] = bytes(buf[pos:end])
                         pos = end
-                o.unknown_tagged_fields = u
+                else:
+                    o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -600,7 +603,7 @@ class FetchRequest(_Struct):
                         lst.append(e)
                     _i = -1
                     o.partitions = lst
-                o.unknown_tagged_fields = {}
+                o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -692,10 +695,10 @@ class FetchRequest(_Struct):
                     _i = -1
                     o.partitions = lst
                 f = '<tagged fields>'
-                u = {}
                 n = buf[pos]
                 pos += 1
                 if n:
+                    o.unknown_tagged_fields = u = {}
                     if n >= 128:
                         n, pos = _ruv(buf, pos - 1)
                     for _ in range(n):
@@ -703,7 +706,8 @@ class FetchRequest(_Struct):
                         end = pos + size
                         u[tag] = bytes(buf[pos:end])
                         pos = end
-                o.unknown_tagged_fields = u
+                else:
+                    o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -778,7 +782,7 @@ class FetchRequest(_Struct):
                 o.partition_max_bytes, = _T0u(buf, pos)
                 pos += 4
                 o.replica_directory_id = _ZERO_UUID
-                o.unknown_tagged_fields = {}
+                o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -807,10 +811,10 @@ class FetchRequest(_Struct):
                 pos += 32
                 o.replica_directory_id = _ZERO_UUID
                 f = '<tagged fields>'
-                u = {}
                 n = buf[pos]
                 pos += 1
                 if n:
+                    o.unknown_tagged_fields = u = {}
                     if n >= 128:
                         n, pos = _ruv(buf, pos - 1)
                     for _ in range(n):
@@ -825,7 +829,8 @@ class FetchRequest(_Struct):
                         else:
                             u[tag] = bytes(buf[pos:end])
                             pos = end
-                o.unknown_tagged_fields = u
+                else:
+                    o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -906,7 +911,7 @@ class FetchRequest(_Struct):
                         pos += n * 4
                 else:
                     o.partitions = []
-                o.unknown_tagged_fields = {}
+                o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -993,10 +998,10 @@ class FetchRequest(_Struct):
                     o.partitions = list(_unpack_from('>%di' % n, buf, pos))
                     pos += n * 4
                 f = '<tagged fields>'
-                u = {}
                 n = buf[pos]
                 pos += 1
                 if n:
+                    o.unknown_tagged_fields = u = {}
                     if n >= 128:
                         n, pos = _ruv(buf, pos - 1)
                     for _ in range(n):
@@ -1004,7 +1009,8 @@ class FetchRequest(_Struct):
                         end = pos + size
                         u[tag] = bytes(buf[pos:end])
                         pos = end
-                o.unknown_tagged_fields = u
+                else:
+                    o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -1089,7 +1095,7 @@ class FetchResponse(_Struct):
                 _i = -1
                 o.responses = lst
             o.node_endpoints = []
-            o.unknown_tagged_fields = {}
+            o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -1163,10 +1169,10 @@ class FetchResponse(_Struct):
                 o.responses = lst
             o.node_endpoints = []
             f = '<tagged fields>'
-            u = {}
             n = buf[pos]
             pos += 1
             if n:
+                o.unknown_tagged_fields = u = {}
                 if n >= 128:
                     n, pos = _ruv(buf, pos - 1)
                 for _ in range(n):
@@ -1200,7 +1206,8 @@ class FetchResponse(_Struct):
                     else:
                         u[tag] = bytes(buf[pos:end])
                         pos = end
-            o.unknown_tagged_fields = u
+            else:
+                o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -1274,7 +1281,7 @@ class FetchResponse(_Struct):
                         lst.append(e)
                     _i = -1
                     o.partitions = lst
-                o.unknown_tagged_fields = {}
+                o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -1366,10 +1373,10 @@ class FetchResponse(_Struct):
                     _i = -1
                     o.partitions = lst
                 f = '<tagged fields>'
-                u = {}
                 n = buf[pos]
                 pos += 1
                 if n:
+                    o.unknown_tagged_fields = u = {}
                     if n >= 128:
                         n, pos = _ruv(buf, pos - 1)
                     for _ in range(n):
@@ -1377,7 +1384,8 @@ class FetchResponse(_Struct):
                         end = pos + size
                         u[tag] = bytes(buf[pos:end])
                         pos = end
-                o.unknown_tagged_fields = u
+                else:
+                    o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -1481,17 +1489,17 @@ class FetchResponse(_Struct):
                 _d0 = _new(_S_FetchResponse_EpochEndOffset)
                 _d0.epoch = -1
                 _d0.end_offset = -1
-                _d0.unknown_tagged_fields = {}
+                _d0.unknown_tagged_fields = _NO_TAGS
                 o.diverging_epoch = _d0
                 _d0 = _new(_S_FetchResponse_LeaderIdAndEpoch)
                 _d0.leader_id = -1
                 _d0.leader_epoch = -1
-                _d0.unknown_tagged_fields = {}
+                _d0.unknown_tagged_fields = _NO_TAGS
                 o.current_leader = _d0
                 _d0 = _new(_S_FetchResponse_SnapshotId)
                 _d0.end_offset = -1
                 _d0.epoch = -1
-                _d0.unknown_tagged_fields = {}
+                _d0.unknown_tagged_fields = _NO_TAGS
                 o.snapshot_id = _d0
                 if v >= 4:
                     f = 'aborted_transactions'
@@ -1527,7 +1535,7 @@ class FetchResponse(_Struct):
                         raise _bad_len(n, lb - pos)
                     o.records = buf[pos:pos + n]
                     pos += n
-                o.unknown_tagged_fields = {}
+                o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -1596,17 +1604,17 @@ class FetchResponse(_Struct):
                 _d0 = _new(_S_FetchResponse_EpochEndOffset)
                 _d0.epoch = -1
                 _d0.end_offset = -1
-                _d0.unknown_tagged_fields = {}
+                _d0.unknown_tagged_fields = _NO_TAGS
                 o.diverging_epoch = _d0
                 _d0 = _new(_S_FetchResponse_LeaderIdAndEpoch)
                 _d0.leader_id = -1
                 _d0.leader_epoch = -1
-                _d0.unknown_tagged_fields = {}
+                _d0.unknown_tagged_fields = _NO_TAGS
                 o.current_leader = _d0
                 _d0 = _new(_S_FetchResponse_SnapshotId)
                 _d0.end_offset = -1
                 _d0.epoch = -1
-                _d0.unknown_tagged_fields = {}
+                _d0.unknown_tagged_fields = _NO_TAGS
                 o.snapshot_id = _d0
                 f = 'aborted_transactions'
                 n = buf[pos]
@@ -1651,10 +1659,10 @@ class FetchResponse(_Struct):
                     o.records = buf[pos:pos + n]
                     pos += n
                 f = '<tagged fields>'
-                u = {}
                 n = buf[pos]
                 pos += 1
                 if n:
+                    o.unknown_tagged_fields = u = {}
                     if n >= 128:
                         n, pos = _ruv(buf, pos - 1)
                     for _ in range(n):
@@ -1678,7 +1686,8 @@ class FetchResponse(_Struct):
                         else:
                             u[tag] = bytes(buf[pos:end])
                             pos = end
-                o.unknown_tagged_fields = u
+                else:
+                    o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -1717,7 +1726,7 @@ class FetchResponse(_Struct):
             try:
                 o.epoch = -1
                 o.end_offset = -1
-                o.unknown_tagged_fields = {}
+                o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -1740,10 +1749,10 @@ class FetchResponse(_Struct):
                 o.epoch, o.end_offset = _T4u(buf, pos)
                 pos += 12
                 f = '<tagged fields>'
-                u = {}
                 n = buf[pos]
                 pos += 1
                 if n:
+                    o.unknown_tagged_fields = u = {}
                     if n >= 128:
                         n, pos = _ruv(buf, pos - 1)
                     for _ in range(n):
@@ -1751,7 +1760,8 @@ class FetchResponse(_Struct):
                         end = pos + size
                         u[tag] = bytes(buf[pos:end])
                         pos = end
-                o.unknown_tagged_fields = u
+                else:
+                    o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -1790,7 +1800,7 @@ class FetchResponse(_Struct):
             try:
                 o.leader_id = -1
                 o.leader_epoch = -1
-                o.unknown_tagged_fields = {}
+                o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -1813,10 +1823,10 @@ class FetchResponse(_Struct):
                 o.leader_id, o.leader_epoch = _T1u(buf, pos)
                 pos += 8
                 f = '<tagged fields>'
-                u = {}
                 n = buf[pos]
                 pos += 1
                 if n:
+                    o.unknown_tagged_fields = u = {}
                     if n >= 128:
                         n, pos = _ruv(buf, pos - 1)
                     for _ in range(n):
@@ -1824,7 +1834,8 @@ class FetchResponse(_Struct):
                         end = pos + size
                         u[tag] = bytes(buf[pos:end])
                         pos = end
-                o.unknown_tagged_fields = u
+                else:
+                    o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -1861,7 +1872,7 @@ class FetchResponse(_Struct):
                 f = 'end_offset'
                 o.end_offset, o.epoch = _T12u(buf, pos)
                 pos += 12
-                o.unknown_tagged_fields = {}
+                o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -1884,10 +1895,10 @@ class FetchResponse(_Struct):
                 o.end_offset, o.epoch = _T12u(buf, pos)
                 pos += 12
                 f = '<tagged fields>'
-                u = {}
                 n = buf[pos]
                 pos += 1
                 if n:
+                    o.unknown_tagged_fields = u = {}
                     if n >= 128:
                         n, pos = _ruv(buf, pos - 1)
                     for _ in range(n):
@@ -1895,7 +1906,8 @@ class FetchResponse(_Struct):
                         end = pos + size
                         u[tag] = bytes(buf[pos:end])
                         pos = end
-                o.unknown_tagged_fields = u
+                else:
+                    o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -1942,7 +1954,7 @@ class FetchResponse(_Struct):
                 else:
                     o.producer_id = 0
                     o.first_offset = 0
-                o.unknown_tagged_fields = {}
+                o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -1965,10 +1977,10 @@ class FetchResponse(_Struct):
                 o.producer_id, o.first_offset = _T13u(buf, pos)
                 pos += 16
                 f = '<tagged fields>'
-                u = {}
                 n = buf[pos]
                 pos += 1
                 if n:
+                    o.unknown_tagged_fields = u = {}
                     if n >= 128:
                         n, pos = _ruv(buf, pos - 1)
                     for _ in range(n):
@@ -1976,7 +1988,8 @@ class FetchResponse(_Struct):
                         end = pos + size
                         u[tag] = bytes(buf[pos:end])
                         pos = end
-                o.unknown_tagged_fields = u
+                else:
+                    o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -2025,7 +2038,7 @@ class FetchResponse(_Struct):
                 o.host = ''
                 o.port = 0
                 o.rack = None
-                o.unknown_tagged_fields = {}
+                o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -2136,10 +2149,10 @@ class FetchResponse(_Struct):
                 else:
                     o.rack = None
                 f = '<tagged fields>'
-                u = {}
                 n = buf[pos]
                 pos += 1
                 if n:
+                    o.unknown_tagged_fields = u = {}
                     if n >= 128:
                         n, pos = _ruv(buf, pos - 1)
                     for _ in range(n):
@@ -2147,7 +2160,8 @@ class FetchResponse(_Struct):
                         end = pos + size
                         u[tag] = bytes(buf[pos:end])
                         pos = end
-                o.unknown_tagged_fields = u
+                else:
+                    o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos

@@ -8,6 +8,7 @@ import struct as _struct
 
 from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
+    NO_TAGS as _NO_TAGS,
     Struct as _Struct,
     absent as _absent,
     bad_len as _bad_len,
@@ -92,7 +93,7 @@ class InitProducerIdRequest(_Struct):
             pos += 4
             o.producer_id = -1
             o.producer_epoch = -1
-            o.unknown_tagged_fields = {}
+            o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -157,10 +158,10 @@ class InitProducerIdRequest(_Struct):
                 o.producer_id = -1
                 o.producer_epoch = -1
             f = '<tagged fields>'
-            u = {}
             n = buf[pos]
             pos += 1
             if n:
+                o.unknown_tagged_fields = u = {}
                 if n >= 128:
                     n, pos = _ruv(buf, pos - 1)
                 for _ in range(n):
@@ -168,7 +169,8 @@ class InitProducerIdRequest(_Struct):
                     end = pos + size
                     u[tag] = bytes(buf[pos:end])
                     pos = end
-            o.unknown_tagged_fields = u
+            else:
+                o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -209,7 +211,7 @@ class InitProducerIdResponse(_Struct):
             f = 'throttle_time_ms'
             o.throttle_time_ms, o.error_code, o.producer_id, o.producer_epoch = _T2u(buf, pos)
             pos += 16
-            o.unknown_tagged_fields = {}
+            o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -232,10 +234,10 @@ class InitProducerIdResponse(_Struct):
             o.throttle_time_ms, o.error_code, o.producer_id, o.producer_epoch = _T2u(buf, pos)
             pos += 16
             f = '<tagged fields>'
-            u = {}
             n = buf[pos]
             pos += 1
             if n:
+                o.unknown_tagged_fields = u = {}
                 if n >= 128:
                     n, pos = _ruv(buf, pos - 1)
                 for _ in range(n):
@@ -243,7 +245,8 @@ class InitProducerIdResponse(_Struct):
                     end = pos + size
                     u[tag] = bytes(buf[pos:end])
                     pos = end
-            o.unknown_tagged_fields = u
+            else:
+                o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos

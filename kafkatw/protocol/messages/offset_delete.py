@@ -9,6 +9,7 @@ import struct as _struct
 from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
+    NO_TAGS as _NO_TAGS,
     Struct as _Struct,
     bad_len as _bad_len,
     new as _new,
@@ -100,7 +101,7 @@ class OffsetDeleteRequest(_Struct):
                     lst.append(e)
                 _i = -1
                 o.topics = lst
-            o.unknown_tagged_fields = {}
+            o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -171,7 +172,7 @@ class OffsetDeleteRequest(_Struct):
                         lst.append(e)
                     _i = -1
                     o.partitions = lst
-                o.unknown_tagged_fields = {}
+                o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -206,7 +207,7 @@ class OffsetDeleteRequest(_Struct):
                 f = 'partition_index'
                 o.partition_index, = _T0u(buf, pos)
                 pos += 4
-                o.unknown_tagged_fields = {}
+                o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -268,7 +269,7 @@ class OffsetDeleteResponse(_Struct):
                     lst.append(e)
                 _i = -1
                 o.topics = lst
-            o.unknown_tagged_fields = {}
+            o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -339,7 +340,7 @@ class OffsetDeleteResponse(_Struct):
                         lst.append(e)
                     _i = -1
                     o.partitions = lst
-                o.unknown_tagged_fields = {}
+                o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -376,7 +377,7 @@ class OffsetDeleteResponse(_Struct):
                 f = 'partition_index'
                 o.partition_index, o.error_code = _T2u(buf, pos)
                 pos += 6
-                o.unknown_tagged_fields = {}
+                o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos

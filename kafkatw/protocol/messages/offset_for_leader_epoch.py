@@ -9,6 +9,7 @@ import struct as _struct
 from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
+    NO_TAGS as _NO_TAGS,
     Struct as _Struct,
     bad_len as _bad_len,
     new as _new,
@@ -99,7 +100,7 @@ class OffsetForLeaderEpochRequest(_Struct):
                     lst.append(e)
                 _i = -1
                 o.topics = lst
-            o.unknown_tagged_fields = {}
+            o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -155,10 +156,10 @@ class OffsetForLeaderEpochRequest(_Struct):
                 _i = -1
                 o.topics = lst
             f = '<tagged fields>'
-            u = {}
             n = buf[pos]
             pos += 1
             if n:
+                o.unknown_tagged_fields = u = {}
                 if n >= 128:
                     n, pos = _ruv(buf, pos - 1)
                 for _ in range(n):
@@ -166,7 +167,8 @@ class OffsetForLeaderEpochRequest(_Struct):
                     end = pos + size
                     u[tag] = bytes(buf[pos:end])
                     pos = end
-            o.unknown_tagged_fields = u
+            else:
+                o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -237,7 +239,7 @@ class OffsetForLeaderEpochRequest(_Struct):
                         lst.append(e)
                     _i = -1
                     o.partitions = lst
-                o.unknown_tagged_fields = {}
+                o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -317,10 +319,10 @@ class OffsetForLeaderEpochRequest(_Struct):
                     _i = -1
                     o.partitions = lst
                 f = '<tagged fields>'
-                u = {}
                 n = buf[pos]
                 pos += 1
                 if n:
+                    o.unknown_tagged_fields = u = {}
                     if n >= 128:
                         n, pos = _ruv(buf, pos - 1)
                     for _ in range(n):
@@ -328,7 +330,8 @@ class OffsetForLeaderEpochRequest(_Struct):
                         end = pos + size
                         u[tag] = bytes(buf[pos:end])
                         pos = end
-                o.unknown_tagged_fields = u
+                else:
+                    o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -379,7 +382,7 @@ class OffsetForLeaderEpochRequest(_Struct):
                 f = 'leader_epoch'
                 o.leader_epoch, = _T0u(buf, pos)
                 pos += 4
-                o.unknown_tagged_fields = {}
+                o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -402,10 +405,10 @@ class OffsetForLeaderEpochRequest(_Struct):
                 o.partition, o.current_leader_epoch, o.leader_epoch = _T1u(buf, pos)
                 pos += 12
                 f = '<tagged fields>'
-                u = {}
                 n = buf[pos]
                 pos += 1
                 if n:
+                    o.unknown_tagged_fields = u = {}
                     if n >= 128:
                         n, pos = _ruv(buf, pos - 1)
                     for _ in range(n):
@@ -413,7 +416,8 @@ class OffsetForLeaderEpochRequest(_Struct):
                         end = pos + size
                         u[tag] = bytes(buf[pos:end])
                         pos = end
-                o.unknown_tagged_fields = u
+                else:
+                    o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -477,7 +481,7 @@ class OffsetForLeaderEpochResponse(_Struct):
                     lst.append(e)
                 _i = -1
                 o.topics = lst
-            o.unknown_tagged_fields = {}
+            o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -533,10 +537,10 @@ class OffsetForLeaderEpochResponse(_Struct):
                 _i = -1
                 o.topics = lst
             f = '<tagged fields>'
-            u = {}
             n = buf[pos]
             pos += 1
             if n:
+                o.unknown_tagged_fields = u = {}
                 if n >= 128:
                     n, pos = _ruv(buf, pos - 1)
                 for _ in range(n):
@@ -544,7 +548,8 @@ class OffsetForLeaderEpochResponse(_Struct):
                     end = pos + size
                     u[tag] = bytes(buf[pos:end])
                     pos = end
-            o.unknown_tagged_fields = u
+            else:
+                o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -615,7 +620,7 @@ class OffsetForLeaderEpochResponse(_Struct):
                         lst.append(e)
                     _i = -1
                     o.partitions = lst
-                o.unknown_tagged_fields = {}
+                o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -695,10 +700,10 @@ class OffsetForLeaderEpochResponse(_Struct):
                     _i = -1
                     o.partitions = lst
                 f = '<tagged fields>'
-                u = {}
                 n = buf[pos]
                 pos += 1
                 if n:
+                    o.unknown_tagged_fields = u = {}
                     if n >= 128:
                         n, pos = _ruv(buf, pos - 1)
                     for _ in range(n):
@@ -706,7 +711,8 @@ class OffsetForLeaderEpochResponse(_Struct):
                         end = pos + size
                         u[tag] = bytes(buf[pos:end])
                         pos = end
-                o.unknown_tagged_fields = u
+                else:
+                    o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -759,7 +765,7 @@ class OffsetForLeaderEpochResponse(_Struct):
                 f = 'end_offset'
                 o.end_offset, = _T3u(buf, pos)
                 pos += 8
-                o.unknown_tagged_fields = {}
+                o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -782,10 +788,10 @@ class OffsetForLeaderEpochResponse(_Struct):
                 o.error_code, o.partition, o.leader_epoch, o.end_offset = _T4u(buf, pos)
                 pos += 18
                 f = '<tagged fields>'
-                u = {}
                 n = buf[pos]
                 pos += 1
                 if n:
+                    o.unknown_tagged_fields = u = {}
                     if n >= 128:
                         n, pos = _ruv(buf, pos - 1)
                     for _ in range(n):
@@ -793,7 +799,8 @@ class OffsetForLeaderEpochResponse(_Struct):
                         end = pos + size
                         u[tag] = bytes(buf[pos:end])
                         pos = end
-                o.unknown_tagged_fields = u
+                else:
+                    o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos

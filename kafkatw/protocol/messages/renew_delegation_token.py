@@ -8,6 +8,7 @@ import struct as _struct
 
 from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
+    NO_TAGS as _NO_TAGS,
     Struct as _Struct,
     bad_len as _bad_len,
     new as _new,
@@ -80,7 +81,7 @@ class RenewDelegationTokenRequest(_Struct):
             f = 'renew_period_ms'
             o.renew_period_ms, = _T0u(buf, pos)
             pos += 8
-            o.unknown_tagged_fields = {}
+            o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -130,10 +131,10 @@ class RenewDelegationTokenRequest(_Struct):
             o.renew_period_ms, = _T0u(buf, pos)
             pos += 8
             f = '<tagged fields>'
-            u = {}
             n = buf[pos]
             pos += 1
             if n:
+                o.unknown_tagged_fields = u = {}
                 if n >= 128:
                     n, pos = _ruv(buf, pos - 1)
                 for _ in range(n):
@@ -141,7 +142,8 @@ class RenewDelegationTokenRequest(_Struct):
                     end = pos + size
                     u[tag] = bytes(buf[pos:end])
                     pos = end
-            o.unknown_tagged_fields = u
+            else:
+                o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -180,7 +182,7 @@ class RenewDelegationTokenResponse(_Struct):
             f = 'error_code'
             o.error_code, o.expiry_timestamp_ms, o.throttle_time_ms = _T1u(buf, pos)
             pos += 14
-            o.unknown_tagged_fields = {}
+            o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -203,10 +205,10 @@ class RenewDelegationTokenResponse(_Struct):
             o.error_code, o.expiry_timestamp_ms, o.throttle_time_ms = _T1u(buf, pos)
             pos += 14
             f = '<tagged fields>'
-            u = {}
             n = buf[pos]
             pos += 1
             if n:
+                o.unknown_tagged_fields = u = {}
                 if n >= 128:
                     n, pos = _ruv(buf, pos - 1)
                 for _ in range(n):
@@ -214,7 +216,8 @@ class RenewDelegationTokenResponse(_Struct):
                     end = pos + size
                     u[tag] = bytes(buf[pos:end])
                     pos = end
-            o.unknown_tagged_fields = u
+            else:
+                o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos

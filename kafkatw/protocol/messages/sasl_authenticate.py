@@ -8,6 +8,7 @@ import struct as _struct
 
 from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
+    NO_TAGS as _NO_TAGS,
     Struct as _Struct,
     bad_len as _bad_len,
     new as _new,
@@ -76,7 +77,7 @@ class SaslAuthenticateRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 o.auth_bytes = bytes(buf[pos:pos + n])
                 pos += n
-            o.unknown_tagged_fields = {}
+            o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -122,10 +123,10 @@ class SaslAuthenticateRequest(_Struct):
                 o.auth_bytes = bytes(buf[pos:pos + n])
                 pos += n
             f = '<tagged fields>'
-            u = {}
             n = buf[pos]
             pos += 1
             if n:
+                o.unknown_tagged_fields = u = {}
                 if n >= 128:
                     n, pos = _ruv(buf, pos - 1)
                 for _ in range(n):
@@ -133,7 +134,8 @@ class SaslAuthenticateRequest(_Struct):
                     end = pos + size
                     u[tag] = bytes(buf[pos:end])
                     pos = end
-            o.unknown_tagged_fields = u
+            else:
+                o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -215,7 +217,7 @@ class SaslAuthenticateResponse(_Struct):
                 pos += 8
             else:
                 o.session_lifetime_ms = 0
-            o.unknown_tagged_fields = {}
+            o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -297,10 +299,10 @@ class SaslAuthenticateResponse(_Struct):
             o.session_lifetime_ms, = _T1u(buf, pos)
             pos += 8
             f = '<tagged fields>'
-            u = {}
             n = buf[pos]
             pos += 1
             if n:
+                o.unknown_tagged_fields = u = {}
                 if n >= 128:
                     n, pos = _ruv(buf, pos - 1)
                 for _ in range(n):
@@ -308,7 +310,8 @@ class SaslAuthenticateResponse(_Struct):
                     end = pos + size
                     u[tag] = bytes(buf[pos:end])
                     pos = end
-            o.unknown_tagged_fields = u
+            else:
+                o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos

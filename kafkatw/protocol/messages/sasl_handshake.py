@@ -9,6 +9,7 @@ import struct as _struct
 from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
+    NO_TAGS as _NO_TAGS,
     Struct as _Struct,
     bad_len as _bad_len,
     new as _new,
@@ -72,7 +73,7 @@ class SaslHandshakeRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 o.mechanism = str(buf[pos:pos + n], 'utf-8')
                 pos += n
-            o.unknown_tagged_fields = {}
+            o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -138,7 +139,7 @@ class SaslHandshakeResponse(_Struct):
                     lst.append(e)
                 _i = -1
                 o.mechanisms = lst
-            o.unknown_tagged_fields = {}
+            o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos

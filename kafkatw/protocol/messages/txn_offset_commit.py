@@ -9,6 +9,7 @@ import struct as _struct
 from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
+    NO_TAGS as _NO_TAGS,
     Struct as _Struct,
     absent as _absent,
     bad_len as _bad_len,
@@ -153,7 +154,7 @@ class TxnOffsetCommitRequest(_Struct):
                     lst.append(e)
                 _i = -1
                 o.topics = lst
-            o.unknown_tagged_fields = {}
+            o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -321,10 +322,10 @@ class TxnOffsetCommitRequest(_Struct):
                 _i = -1
                 o.topics = lst
             f = '<tagged fields>'
-            u = {}
             n = buf[pos]
             pos += 1
             if n:
+                o.unknown_tagged_fields = u = {}
                 if n >= 128:
                     n, pos = _ruv(buf, pos - 1)
                 for _ in range(n):
@@ -332,7 +333,8 @@ class TxnOffsetCommitRequest(_Struct):
                     end = pos + size
                     u[tag] = bytes(buf[pos:end])
                     pos = end
-            o.unknown_tagged_fields = u
+            else:
+                o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -403,7 +405,7 @@ class TxnOffsetCommitRequest(_Struct):
                         lst.append(e)
                     _i = -1
                     o.partitions = lst
-                o.unknown_tagged_fields = {}
+                o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -483,10 +485,10 @@ class TxnOffsetCommitRequest(_Struct):
                     _i = -1
                     o.partitions = lst
                 f = '<tagged fields>'
-                u = {}
                 n = buf[pos]
                 pos += 1
                 if n:
+                    o.unknown_tagged_fields = u = {}
                     if n >= 128:
                         n, pos = _ruv(buf, pos - 1)
                     for _ in range(n):
@@ -494,7 +496,8 @@ class TxnOffsetCommitRequest(_Struct):
                         end = pos + size
                         u[tag] = bytes(buf[pos:end])
                         pos = end
-                o.unknown_tagged_fields = u
+                else:
+                    o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -560,7 +563,7 @@ class TxnOffsetCommitRequest(_Struct):
                         raise _bad_len(n, lb - pos)
                     o.committed_metadata = str(buf[pos:pos + n], 'utf-8')
                     pos += n
-                o.unknown_tagged_fields = {}
+                o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -611,10 +614,10 @@ class TxnOffsetCommitRequest(_Struct):
                     o.committed_metadata = str(buf[pos:pos + n], 'utf-8')
                     pos += n
                 f = '<tagged fields>'
-                u = {}
                 n = buf[pos]
                 pos += 1
                 if n:
+                    o.unknown_tagged_fields = u = {}
                     if n >= 128:
                         n, pos = _ruv(buf, pos - 1)
                     for _ in range(n):
@@ -622,7 +625,8 @@ class TxnOffsetCommitRequest(_Struct):
                         end = pos + size
                         u[tag] = bytes(buf[pos:end])
                         pos = end
-                o.unknown_tagged_fields = u
+                else:
+                    o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -682,7 +686,7 @@ class TxnOffsetCommitResponse(_Struct):
                     lst.append(e)
                 _i = -1
                 o.topics = lst
-            o.unknown_tagged_fields = {}
+            o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -738,10 +742,10 @@ class TxnOffsetCommitResponse(_Struct):
                 _i = -1
                 o.topics = lst
             f = '<tagged fields>'
-            u = {}
             n = buf[pos]
             pos += 1
             if n:
+                o.unknown_tagged_fields = u = {}
                 if n >= 128:
                     n, pos = _ruv(buf, pos - 1)
                 for _ in range(n):
@@ -749,7 +753,8 @@ class TxnOffsetCommitResponse(_Struct):
                     end = pos + size
                     u[tag] = bytes(buf[pos:end])
                     pos = end
-            o.unknown_tagged_fields = u
+            else:
+                o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -820,7 +825,7 @@ class TxnOffsetCommitResponse(_Struct):
                         lst.append(e)
                     _i = -1
                     o.partitions = lst
-                o.unknown_tagged_fields = {}
+                o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -900,10 +905,10 @@ class TxnOffsetCommitResponse(_Struct):
                     _i = -1
                     o.partitions = lst
                 f = '<tagged fields>'
-                u = {}
                 n = buf[pos]
                 pos += 1
                 if n:
+                    o.unknown_tagged_fields = u = {}
                     if n >= 128:
                         n, pos = _ruv(buf, pos - 1)
                     for _ in range(n):
@@ -911,7 +916,8 @@ class TxnOffsetCommitResponse(_Struct):
                         end = pos + size
                         u[tag] = bytes(buf[pos:end])
                         pos = end
-                o.unknown_tagged_fields = u
+                else:
+                    o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -948,7 +954,7 @@ class TxnOffsetCommitResponse(_Struct):
                 f = 'partition_index'
                 o.partition_index, o.error_code = _T5u(buf, pos)
                 pos += 6
-                o.unknown_tagged_fields = {}
+                o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -971,10 +977,10 @@ class TxnOffsetCommitResponse(_Struct):
                 o.partition_index, o.error_code = _T5u(buf, pos)
                 pos += 6
                 f = '<tagged fields>'
-                u = {}
                 n = buf[pos]
                 pos += 1
                 if n:
+                    o.unknown_tagged_fields = u = {}
                     if n >= 128:
                         n, pos = _ruv(buf, pos - 1)
                     for _ in range(n):
@@ -982,7 +988,8 @@ class TxnOffsetCommitResponse(_Struct):
                         end = pos + size
                         u[tag] = bytes(buf[pos:end])
                         pos = end
-                o.unknown_tagged_fields = u
+                else:
+                    o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos

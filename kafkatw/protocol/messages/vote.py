@@ -9,6 +9,7 @@ import struct as _struct
 from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
+    NO_TAGS as _NO_TAGS,
     Struct as _Struct,
     absent as _absent,
     bad_len as _bad_len,
@@ -148,10 +149,10 @@ class VoteRequest(_Struct):
                 _i = -1
                 o.topics = lst
             f = '<tagged fields>'
-            u = {}
             n = buf[pos]
             pos += 1
             if n:
+                o.unknown_tagged_fields = u = {}
                 if n >= 128:
                     n, pos = _ruv(buf, pos - 1)
                 for _ in range(n):
@@ -159,7 +160,8 @@ class VoteRequest(_Struct):
                     end = pos + size
                     u[tag] = bytes(buf[pos:end])
                     pos = end
-            o.unknown_tagged_fields = u
+            else:
+                o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -257,10 +259,10 @@ class VoteRequest(_Struct):
                     _i = -1
                     o.partitions = lst
                 f = '<tagged fields>'
-                u = {}
                 n = buf[pos]
                 pos += 1
                 if n:
+                    o.unknown_tagged_fields = u = {}
                     if n >= 128:
                         n, pos = _ruv(buf, pos - 1)
                     for _ in range(n):
@@ -268,7 +270,8 @@ class VoteRequest(_Struct):
                         end = pos + size
                         u[tag] = bytes(buf[pos:end])
                         pos = end
-                o.unknown_tagged_fields = u
+                else:
+                    o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -333,10 +336,10 @@ class VoteRequest(_Struct):
                 o.last_offset_epoch, o.last_offset = _T3u(buf, pos)
                 pos += 12
                 f = '<tagged fields>'
-                u = {}
                 n = buf[pos]
                 pos += 1
                 if n:
+                    o.unknown_tagged_fields = u = {}
                     if n >= 128:
                         n, pos = _ruv(buf, pos - 1)
                     for _ in range(n):
@@ -344,7 +347,8 @@ class VoteRequest(_Struct):
                         end = pos + size
                         u[tag] = bytes(buf[pos:end])
                         pos = end
-                o.unknown_tagged_fields = u
+                else:
+                    o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -440,10 +444,10 @@ class VoteResponse(_Struct):
                 o.topics = lst
             o.node_endpoints = []
             f = '<tagged fields>'
-            u = {}
             n = buf[pos]
             pos += 1
             if n:
+                o.unknown_tagged_fields = u = {}
                 if n >= 128:
                     n, pos = _ruv(buf, pos - 1)
                 for _ in range(n):
@@ -477,7 +481,8 @@ class VoteResponse(_Struct):
                     else:
                         u[tag] = bytes(buf[pos:end])
                         pos = end
-            o.unknown_tagged_fields = u
+            else:
+                o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
             raise _fail(e, f, _i) from None
         return o, pos
@@ -575,10 +580,10 @@ class VoteResponse(_Struct):
                     _i = -1
                     o.partitions = lst
                 f = '<tagged fields>'
-                u = {}
                 n = buf[pos]
                 pos += 1
                 if n:
+                    o.unknown_tagged_fields = u = {}
                     if n >= 128:
                         n, pos = _ruv(buf, pos - 1)
                     for _ in range(n):
@@ -586,7 +591,8 @@ class VoteResponse(_Struct):
                         end = pos + size
                         u[tag] = bytes(buf[pos:end])
                         pos = end
-                o.unknown_tagged_fields = u
+                else:
+                    o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -634,10 +640,10 @@ class VoteResponse(_Struct):
                 o.partition_index, o.error_code, o.leader_id, o.leader_epoch, o.vote_granted = _T5u(buf, pos)
                 pos += 15
                 f = '<tagged fields>'
-                u = {}
                 n = buf[pos]
                 pos += 1
                 if n:
+                    o.unknown_tagged_fields = u = {}
                     if n >= 128:
                         n, pos = _ruv(buf, pos - 1)
                     for _ in range(n):
@@ -645,7 +651,8 @@ class VoteResponse(_Struct):
                         end = pos + size
                         u[tag] = bytes(buf[pos:end])
                         pos = end
-                o.unknown_tagged_fields = u
+                else:
+                    o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
@@ -742,10 +749,10 @@ class VoteResponse(_Struct):
                 else:
                     o.port = 0
                 f = '<tagged fields>'
-                u = {}
                 n = buf[pos]
                 pos += 1
                 if n:
+                    o.unknown_tagged_fields = u = {}
                     if n >= 128:
                         n, pos = _ruv(buf, pos - 1)
                     for _ in range(n):
@@ -753,7 +760,8 @@ class VoteResponse(_Struct):
                         end = pos + size
                         u[tag] = bytes(buf[pos:end])
                         pos = end
-                o.unknown_tagged_fields = u
+                else:
+                    o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
                 raise _fail(e, f, _i) from None
             return o, pos
