@@ -469,7 +469,7 @@ class StructGen:
             elif f.elem == "string":
                 em("for e in x:")
                 em.ind += 1
-                em("e = e.encode('utf-8')")
+                em("e = e.encode()")
                 self._len_prefix(fflex, buf, "len(e)", "h")
                 em("%s += e" % buf)
                 em.ind -= 1
@@ -500,7 +500,7 @@ class StructGen:
             em.ind -= 1
             em("else:")
             em.ind += 1
-            em("x = x.encode('utf-8')")
+            em("x = x.encode()")
             self._len_prefix(fflex, buf, "len(x)", "h")
             em("%s += x" % buf)
             em.ind -= 1
@@ -645,7 +645,7 @@ class StructGen:
             if tagged:
                 em("else:")
                 em.ind += 1
-            em("u[tag] = bytes(buf[pos:end])")
+            em("u[tag] = buf[pos:end].tobytes()")
             em("pos = end")
             if tagged:
                 em.ind -= 1
@@ -732,13 +732,13 @@ class StructGen:
                 if f.struct:
                     em("e, pos = %s._r%s(buf, pos, v)" % (f.struct.alias, self.suffix))
                 elif f.elem == "uuid":
-                    em("e = bytes(buf[pos:pos + 16])")
+                    em("e = buf[pos:pos + 16].tobytes()")
                     em("pos += 16")
                 else:
                     self._read_len(f, fflex, "h")
                     em("if n < 0 or n > lb - pos:")
                     em("    raise _bad_len(n, lb - pos)")
-                    em("e = str(buf[pos:pos + n], 'utf-8')")
+                    em("e = buf[pos:pos + n].tobytes().decode()")
                     em("pos += n")
                 em("lst.append(e)")
                 em.ind -= 1
@@ -776,12 +776,15 @@ class StructGen:
             em.ind += 1
             em("if n < -1 or n > lb - pos:")
             em("    raise _bad_len(n, lb - pos)")
+            # (the view's tobytes() and bytes.decode() (UTF-8, strict): ~600 instructions fewer
+            # per value than bytes(view) and str(view, 'utf-8'), whose arguments are parsed
+            # by the generic keyword parser)
             if f.type == "string":
-                em("%s = str(buf[pos:pos + n], 'utf-8')" % target)
+                em("%s = buf[pos:pos + n].tobytes().decode()" % target)
             elif f.type == "records" or f.zero_copy:
                 em("%s = buf[pos:pos + n]" % target)
             else:
-                em("%s = bytes(buf[pos:pos + n])" % target)
+                em("%s = buf[pos:pos + n].tobytes()" % target)
             em("pos += n")
             em.ind -= 1
         else:
@@ -1063,7 +1066,7 @@ class RowGen:
             elif f.elem == "string":
                 em("for e in x:")
                 em.ind += 1
-                em("e = e.encode('utf-8')")
+                em("e = e.encode()")
                 self.len_prefix(fflex, buf, "len(e)", "h")
                 em("%s += e" % buf)
                 em.ind -= 1
@@ -1080,7 +1083,7 @@ class RowGen:
             em("else:")
             em.ind += 1
             if f.type == "string":
-                em("x = x.encode('utf-8')")
+                em("x = x.encode()")
             self.len_prefix(fflex, buf, "len(x)", "h" if f.type == "string" else "i")
             em("%s += x" % buf)
             em.ind -= 1

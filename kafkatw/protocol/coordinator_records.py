@@ -87,14 +87,14 @@ class ConsumerGroupCurrentMemberAssignmentKey(_Struct):
         if x is None:
             raise _not_nullable(self, 'group_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
         x = self.member_id
         if x is None:
             raise _not_nullable(self, 'member_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
 
@@ -113,7 +113,7 @@ class ConsumerGroupCurrentMemberAssignmentKey(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = str(buf[pos:pos + n], 'utf-8')
+                o.group_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'member_id'
             n, = _ui16(buf, pos)
@@ -123,7 +123,7 @@ class ConsumerGroupCurrentMemberAssignmentKey(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.member_id = str(buf[pos:pos + n], 'utf-8')
+                o.member_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
@@ -248,7 +248,7 @@ class ConsumerGroupCurrentMemberAssignmentValue(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -329,7 +329,7 @@ class ConsumerGroupCurrentMemberAssignmentValue(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -362,14 +362,14 @@ class ConsumerGroupMemberMetadataKey(_Struct):
         if x is None:
             raise _not_nullable(self, 'group_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
         x = self.member_id
         if x is None:
             raise _not_nullable(self, 'member_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
 
@@ -388,7 +388,7 @@ class ConsumerGroupMemberMetadataKey(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = str(buf[pos:pos + n], 'utf-8')
+                o.group_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'member_id'
             n, = _ui16(buf, pos)
@@ -398,7 +398,7 @@ class ConsumerGroupMemberMetadataKey(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.member_id = str(buf[pos:pos + n], 'utf-8')
+                o.member_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
@@ -443,7 +443,7 @@ class ConsumerGroupMemberMetadataValue(_Struct):
         if x is None:
             buf += b'\x00'
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -454,7 +454,7 @@ class ConsumerGroupMemberMetadataValue(_Struct):
         if x is None:
             buf += b'\x00'
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -465,7 +465,7 @@ class ConsumerGroupMemberMetadataValue(_Struct):
         if x is None:
             raise _not_nullable(self, 'client_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -476,7 +476,7 @@ class ConsumerGroupMemberMetadataValue(_Struct):
         if x is None:
             raise _not_nullable(self, 'client_host', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -493,7 +493,7 @@ class ConsumerGroupMemberMetadataValue(_Struct):
             else:
                 buf += _wuv(n)
             for e in x:
-                e = e.encode('utf-8')
+                e = e.encode()
                 n = len(e) + 1
                 if n < 128:
                     buf.append(n)
@@ -504,7 +504,7 @@ class ConsumerGroupMemberMetadataValue(_Struct):
         if x is None:
             buf += b'\x00'
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -516,7 +516,7 @@ class ConsumerGroupMemberMetadataValue(_Struct):
         if x is None:
             buf += b'\x00'
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -560,7 +560,7 @@ class ConsumerGroupMemberMetadataValue(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.instance_id = str(buf[pos:pos + n], 'utf-8')
+                o.instance_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'rack_id'
             n = buf[pos]
@@ -577,7 +577,7 @@ class ConsumerGroupMemberMetadataValue(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.rack_id = str(buf[pos:pos + n], 'utf-8')
+                o.rack_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'client_id'
             n = buf[pos]
@@ -594,7 +594,7 @@ class ConsumerGroupMemberMetadataValue(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.client_id = str(buf[pos:pos + n], 'utf-8')
+                o.client_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'client_host'
             n = buf[pos]
@@ -611,7 +611,7 @@ class ConsumerGroupMemberMetadataValue(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.client_host = str(buf[pos:pos + n], 'utf-8')
+                o.client_host = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'subscribed_topic_names'
             n = buf[pos]
@@ -642,7 +642,7 @@ class ConsumerGroupMemberMetadataValue(_Struct):
                     n -= 1
                     if n < 0 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    e = str(buf[pos:pos + n], 'utf-8')
+                    e = buf[pos:pos + n].tobytes().decode()
                     pos += n
                     lst.append(e)
                 _i = -1
@@ -662,7 +662,7 @@ class ConsumerGroupMemberMetadataValue(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.subscribed_topic_regex = str(buf[pos:pos + n], 'utf-8')
+                o.subscribed_topic_regex = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'rebalance_timeout_ms'
             o.rebalance_timeout_ms, = _T2u(buf, pos)
@@ -682,7 +682,7 @@ class ConsumerGroupMemberMetadataValue(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.server_assignor = str(buf[pos:pos + n], 'utf-8')
+                o.server_assignor = buf[pos:pos + n].tobytes().decode()
                 pos += n
             _d0 = _new(_S_ConsumerGroupMemberMetadataValue_ClassicMemberMetadata)
             _d0.session_timeout_ms = 0
@@ -710,7 +710,7 @@ class ConsumerGroupMemberMetadataValue(_Struct):
                         if pos != end:
                             raise _tag_size(0, size, pos - end + size)
                     else:
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -796,7 +796,7 @@ class ConsumerGroupMemberMetadataValue(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -828,7 +828,7 @@ class ConsumerGroupMemberMetadataValue(_Struct):
             if x is None:
                 raise _not_nullable(self, 'name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -872,7 +872,7 @@ class ConsumerGroupMemberMetadataValue(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = str(buf[pos:pos + n], 'utf-8')
+                    o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'metadata'
                 n = buf[pos]
@@ -889,7 +889,7 @@ class ConsumerGroupMemberMetadataValue(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.metadata = bytes(buf[pos:pos + n])
+                    o.metadata = buf[pos:pos + n].tobytes()
                     pos += n
                 f = '<tagged fields>'
                 n = buf[pos]
@@ -901,7 +901,7 @@ class ConsumerGroupMemberMetadataValue(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -932,7 +932,7 @@ class ConsumerGroupMetadataKey(_Struct):
         if x is None:
             raise _not_nullable(self, 'group_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
 
@@ -951,7 +951,7 @@ class ConsumerGroupMetadataKey(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = str(buf[pos:pos + n], 'utf-8')
+                o.group_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
@@ -1002,7 +1002,7 @@ class ConsumerGroupMetadataValue(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -1032,7 +1032,7 @@ class ConsumerGroupPartitionMetadataKey(_Struct):
         if x is None:
             raise _not_nullable(self, 'group_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
 
@@ -1051,7 +1051,7 @@ class ConsumerGroupPartitionMetadataKey(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = str(buf[pos:pos + n], 'utf-8')
+                o.group_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
@@ -1131,7 +1131,7 @@ class ConsumerGroupPartitionMetadataValue(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -1167,7 +1167,7 @@ class ConsumerGroupPartitionMetadataValue(_Struct):
             if x is None:
                 raise _not_nullable(self, 'topic_name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -1216,7 +1216,7 @@ class ConsumerGroupPartitionMetadataValue(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic_name = str(buf[pos:pos + n], 'utf-8')
+                    o.topic_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'num_partitions'
                 o.num_partitions, = _T2u(buf, pos)
@@ -1253,7 +1253,7 @@ class ConsumerGroupPartitionMetadataValue(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -1292,7 +1292,7 @@ class ConsumerGroupPartitionMetadataValue(_Struct):
                 else:
                     buf += _wuv(n)
                 for e in x:
-                    e = e.encode('utf-8')
+                    e = e.encode()
                     n = len(e) + 1
                     if n < 128:
                         buf.append(n)
@@ -1343,7 +1343,7 @@ class ConsumerGroupPartitionMetadataValue(_Struct):
                         n -= 1
                         if n < 0 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        e = str(buf[pos:pos + n], 'utf-8')
+                        e = buf[pos:pos + n].tobytes().decode()
                         pos += n
                         lst.append(e)
                     _i = -1
@@ -1358,7 +1358,7 @@ class ConsumerGroupPartitionMetadataValue(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -1391,14 +1391,14 @@ class ConsumerGroupTargetAssignmentMemberKey(_Struct):
         if x is None:
             raise _not_nullable(self, 'group_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
         x = self.member_id
         if x is None:
             raise _not_nullable(self, 'member_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
 
@@ -1417,7 +1417,7 @@ class ConsumerGroupTargetAssignmentMemberKey(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = str(buf[pos:pos + n], 'utf-8')
+                o.group_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'member_id'
             n, = _ui16(buf, pos)
@@ -1427,7 +1427,7 @@ class ConsumerGroupTargetAssignmentMemberKey(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.member_id = str(buf[pos:pos + n], 'utf-8')
+                o.member_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
@@ -1507,7 +1507,7 @@ class ConsumerGroupTargetAssignmentMemberValue(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -1588,7 +1588,7 @@ class ConsumerGroupTargetAssignmentMemberValue(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -1619,7 +1619,7 @@ class ConsumerGroupTargetAssignmentMetadataKey(_Struct):
         if x is None:
             raise _not_nullable(self, 'group_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
 
@@ -1638,7 +1638,7 @@ class ConsumerGroupTargetAssignmentMetadataKey(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = str(buf[pos:pos + n], 'utf-8')
+                o.group_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
@@ -1689,7 +1689,7 @@ class ConsumerGroupTargetAssignmentMetadataValue(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -1719,7 +1719,7 @@ class GroupMetadataKey(_Struct):
         if x is None:
             raise _not_nullable(self, 'group', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
 
@@ -1738,7 +1738,7 @@ class GroupMetadataKey(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group = str(buf[pos:pos + n], 'utf-8')
+                o.group = buf[pos:pos + n].tobytes().decode()
                 pos += n
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
@@ -1777,7 +1777,7 @@ class GroupMetadataValue(_Struct):
         if x is None:
             raise _not_nullable(self, 'protocol_type', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
         buf += _T2p(self.generation)
@@ -1785,14 +1785,14 @@ class GroupMetadataValue(_Struct):
         if x is None:
             buf += b'\xff\xff'
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
         x = self.leader
         if x is None:
             buf += b'\xff\xff'
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
         if v >= 2:
@@ -1820,7 +1820,7 @@ class GroupMetadataValue(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.protocol_type = str(buf[pos:pos + n], 'utf-8')
+                o.protocol_type = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'generation'
             o.generation, = _T2u(buf, pos)
@@ -1833,7 +1833,7 @@ class GroupMetadataValue(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.protocol = str(buf[pos:pos + n], 'utf-8')
+                o.protocol = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'leader'
             n, = _ui16(buf, pos)
@@ -1843,7 +1843,7 @@ class GroupMetadataValue(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.leader = str(buf[pos:pos + n], 'utf-8')
+                o.leader = buf[pos:pos + n].tobytes().decode()
                 pos += n
             if v >= 2:
                 f = 'current_state_timestamp'
@@ -1876,7 +1876,7 @@ class GroupMetadataValue(_Struct):
         if x is None:
             raise _not_nullable(self, 'protocol_type', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -1888,7 +1888,7 @@ class GroupMetadataValue(_Struct):
         if x is None:
             buf += b'\x00'
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -1899,7 +1899,7 @@ class GroupMetadataValue(_Struct):
         if x is None:
             buf += b'\x00'
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -1945,7 +1945,7 @@ class GroupMetadataValue(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.protocol_type = str(buf[pos:pos + n], 'utf-8')
+                o.protocol_type = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'generation'
             o.generation, = _T2u(buf, pos)
@@ -1965,7 +1965,7 @@ class GroupMetadataValue(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.protocol = str(buf[pos:pos + n], 'utf-8')
+                o.protocol = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'leader'
             n = buf[pos]
@@ -1982,7 +1982,7 @@ class GroupMetadataValue(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.leader = str(buf[pos:pos + n], 'utf-8')
+                o.leader = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'current_state_timestamp'
             o.current_state_timestamp, = _T3u(buf, pos)
@@ -2019,7 +2019,7 @@ class GroupMetadataValue(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -2062,7 +2062,7 @@ class GroupMetadataValue(_Struct):
             if x is None:
                 raise _not_nullable(self, 'member_id', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             if v >= 3:
@@ -2070,21 +2070,21 @@ class GroupMetadataValue(_Struct):
                 if x is None:
                     buf += b'\xff\xff'
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     buf += _pi16(len(x))
                     buf += x
             x = self.client_id
             if x is None:
                 raise _not_nullable(self, 'client_id', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             x = self.client_host
             if x is None:
                 raise _not_nullable(self, 'client_host', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             if v >= 1:
@@ -2118,7 +2118,7 @@ class GroupMetadataValue(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.member_id = str(buf[pos:pos + n], 'utf-8')
+                    o.member_id = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 if v >= 3:
                     f = 'group_instance_id'
@@ -2129,7 +2129,7 @@ class GroupMetadataValue(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.group_instance_id = str(buf[pos:pos + n], 'utf-8')
+                        o.group_instance_id = buf[pos:pos + n].tobytes().decode()
                         pos += n
                 else:
                     o.group_instance_id = None
@@ -2141,7 +2141,7 @@ class GroupMetadataValue(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.client_id = str(buf[pos:pos + n], 'utf-8')
+                    o.client_id = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'client_host'
                 n, = _ui16(buf, pos)
@@ -2151,7 +2151,7 @@ class GroupMetadataValue(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.client_host = str(buf[pos:pos + n], 'utf-8')
+                    o.client_host = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 if v >= 1:
                     f = 'rebalance_timeout'
@@ -2170,7 +2170,7 @@ class GroupMetadataValue(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.subscription = bytes(buf[pos:pos + n])
+                    o.subscription = buf[pos:pos + n].tobytes()
                     pos += n
                 f = 'assignment'
                 n, = _ui32(buf, pos)
@@ -2180,7 +2180,7 @@ class GroupMetadataValue(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.assignment = bytes(buf[pos:pos + n])
+                    o.assignment = buf[pos:pos + n].tobytes()
                     pos += n
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -2192,7 +2192,7 @@ class GroupMetadataValue(_Struct):
             if x is None:
                 raise _not_nullable(self, 'member_id', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -2203,7 +2203,7 @@ class GroupMetadataValue(_Struct):
             if x is None:
                 buf += b'\x00'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -2214,7 +2214,7 @@ class GroupMetadataValue(_Struct):
             if x is None:
                 raise _not_nullable(self, 'client_id', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -2225,7 +2225,7 @@ class GroupMetadataValue(_Struct):
             if x is None:
                 raise _not_nullable(self, 'client_host', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -2280,7 +2280,7 @@ class GroupMetadataValue(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.member_id = str(buf[pos:pos + n], 'utf-8')
+                    o.member_id = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'group_instance_id'
                 n = buf[pos]
@@ -2297,7 +2297,7 @@ class GroupMetadataValue(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.group_instance_id = str(buf[pos:pos + n], 'utf-8')
+                    o.group_instance_id = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'client_id'
                 n = buf[pos]
@@ -2314,7 +2314,7 @@ class GroupMetadataValue(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.client_id = str(buf[pos:pos + n], 'utf-8')
+                    o.client_id = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'client_host'
                 n = buf[pos]
@@ -2331,7 +2331,7 @@ class GroupMetadataValue(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.client_host = str(buf[pos:pos + n], 'utf-8')
+                    o.client_host = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'rebalance_timeout'
                 o.rebalance_timeout, o.session_timeout = _T4u(buf, pos)
@@ -2351,7 +2351,7 @@ class GroupMetadataValue(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.subscription = bytes(buf[pos:pos + n])
+                    o.subscription = buf[pos:pos + n].tobytes()
                     pos += n
                 f = 'assignment'
                 n = buf[pos]
@@ -2368,7 +2368,7 @@ class GroupMetadataValue(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.assignment = bytes(buf[pos:pos + n])
+                    o.assignment = buf[pos:pos + n].tobytes()
                     pos += n
                 f = '<tagged fields>'
                 n = buf[pos]
@@ -2380,7 +2380,7 @@ class GroupMetadataValue(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -2415,14 +2415,14 @@ class OffsetCommitKey(_Struct):
         if x is None:
             raise _not_nullable(self, 'group', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
         x = self.topic
         if x is None:
             raise _not_nullable(self, 'topic', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
         buf += _T2p(self.partition)
@@ -2442,7 +2442,7 @@ class OffsetCommitKey(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group = str(buf[pos:pos + n], 'utf-8')
+                o.group = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'topic'
             n, = _ui16(buf, pos)
@@ -2452,7 +2452,7 @@ class OffsetCommitKey(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.topic = str(buf[pos:pos + n], 'utf-8')
+                o.topic = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'partition'
             o.partition, = _T2u(buf, pos)
@@ -2495,7 +2495,7 @@ class OffsetCommitValue(_Struct):
         if x is None:
             raise _not_nullable(self, 'metadata', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
         buf += _T3p(self.commit_timestamp)
@@ -2526,7 +2526,7 @@ class OffsetCommitValue(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.metadata = str(buf[pos:pos + n], 'utf-8')
+                o.metadata = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'commit_timestamp'
             o.commit_timestamp, = _T3u(buf, pos)
@@ -2548,7 +2548,7 @@ class OffsetCommitValue(_Struct):
         if x is None:
             raise _not_nullable(self, 'metadata', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -2586,7 +2586,7 @@ class OffsetCommitValue(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.metadata = str(buf[pos:pos + n], 'utf-8')
+                o.metadata = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'commit_timestamp'
             o.commit_timestamp, = _T3u(buf, pos)
@@ -2602,7 +2602,7 @@ class OffsetCommitValue(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -2634,14 +2634,14 @@ class ShareGroupCurrentMemberAssignmentKey(_Struct):
         if x is None:
             raise _not_nullable(self, 'group_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
         x = self.member_id
         if x is None:
             raise _not_nullable(self, 'member_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
 
@@ -2660,7 +2660,7 @@ class ShareGroupCurrentMemberAssignmentKey(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = str(buf[pos:pos + n], 'utf-8')
+                o.group_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'member_id'
             n, = _ui16(buf, pos)
@@ -2670,7 +2670,7 @@ class ShareGroupCurrentMemberAssignmentKey(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.member_id = str(buf[pos:pos + n], 'utf-8')
+                o.member_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
@@ -2760,7 +2760,7 @@ class ShareGroupCurrentMemberAssignmentValue(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -2841,7 +2841,7 @@ class ShareGroupCurrentMemberAssignmentValue(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -2874,14 +2874,14 @@ class ShareGroupMemberMetadataKey(_Struct):
         if x is None:
             raise _not_nullable(self, 'group_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
         x = self.member_id
         if x is None:
             raise _not_nullable(self, 'member_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
 
@@ -2900,7 +2900,7 @@ class ShareGroupMemberMetadataKey(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = str(buf[pos:pos + n], 'utf-8')
+                o.group_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'member_id'
             n, = _ui16(buf, pos)
@@ -2910,7 +2910,7 @@ class ShareGroupMemberMetadataKey(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.member_id = str(buf[pos:pos + n], 'utf-8')
+                o.member_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
@@ -2945,7 +2945,7 @@ class ShareGroupMemberMetadataValue(_Struct):
         if x is None:
             buf += b'\x00'
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -2956,7 +2956,7 @@ class ShareGroupMemberMetadataValue(_Struct):
         if x is None:
             raise _not_nullable(self, 'client_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -2967,7 +2967,7 @@ class ShareGroupMemberMetadataValue(_Struct):
         if x is None:
             raise _not_nullable(self, 'client_host', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -2984,7 +2984,7 @@ class ShareGroupMemberMetadataValue(_Struct):
             else:
                 buf += _wuv(n)
             for e in x:
-                e = e.encode('utf-8')
+                e = e.encode()
                 n = len(e) + 1
                 if n < 128:
                     buf.append(n)
@@ -3018,7 +3018,7 @@ class ShareGroupMemberMetadataValue(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.rack_id = str(buf[pos:pos + n], 'utf-8')
+                o.rack_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'client_id'
             n = buf[pos]
@@ -3035,7 +3035,7 @@ class ShareGroupMemberMetadataValue(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.client_id = str(buf[pos:pos + n], 'utf-8')
+                o.client_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'client_host'
             n = buf[pos]
@@ -3052,7 +3052,7 @@ class ShareGroupMemberMetadataValue(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.client_host = str(buf[pos:pos + n], 'utf-8')
+                o.client_host = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'subscribed_topic_names'
             n = buf[pos]
@@ -3083,7 +3083,7 @@ class ShareGroupMemberMetadataValue(_Struct):
                     n -= 1
                     if n < 0 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    e = str(buf[pos:pos + n], 'utf-8')
+                    e = buf[pos:pos + n].tobytes().decode()
                     pos += n
                     lst.append(e)
                 _i = -1
@@ -3098,7 +3098,7 @@ class ShareGroupMemberMetadataValue(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -3128,7 +3128,7 @@ class ShareGroupMetadataKey(_Struct):
         if x is None:
             raise _not_nullable(self, 'group_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
 
@@ -3147,7 +3147,7 @@ class ShareGroupMetadataKey(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = str(buf[pos:pos + n], 'utf-8')
+                o.group_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
@@ -3198,7 +3198,7 @@ class ShareGroupMetadataValue(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -3228,7 +3228,7 @@ class ShareGroupPartitionMetadataKey(_Struct):
         if x is None:
             raise _not_nullable(self, 'group_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
 
@@ -3247,7 +3247,7 @@ class ShareGroupPartitionMetadataKey(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = str(buf[pos:pos + n], 'utf-8')
+                o.group_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
@@ -3327,7 +3327,7 @@ class ShareGroupPartitionMetadataValue(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -3363,7 +3363,7 @@ class ShareGroupPartitionMetadataValue(_Struct):
             if x is None:
                 raise _not_nullable(self, 'topic_name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -3412,7 +3412,7 @@ class ShareGroupPartitionMetadataValue(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic_name = str(buf[pos:pos + n], 'utf-8')
+                    o.topic_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'num_partitions'
                 o.num_partitions, = _T2u(buf, pos)
@@ -3449,7 +3449,7 @@ class ShareGroupPartitionMetadataValue(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -3488,7 +3488,7 @@ class ShareGroupPartitionMetadataValue(_Struct):
                 else:
                     buf += _wuv(n)
                 for e in x:
-                    e = e.encode('utf-8')
+                    e = e.encode()
                     n = len(e) + 1
                     if n < 128:
                         buf.append(n)
@@ -3539,7 +3539,7 @@ class ShareGroupPartitionMetadataValue(_Struct):
                         n -= 1
                         if n < 0 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        e = str(buf[pos:pos + n], 'utf-8')
+                        e = buf[pos:pos + n].tobytes().decode()
                         pos += n
                         lst.append(e)
                     _i = -1
@@ -3554,7 +3554,7 @@ class ShareGroupPartitionMetadataValue(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -3585,7 +3585,7 @@ class ShareGroupStatePartitionMetadataKey(_Struct):
         if x is None:
             raise _not_nullable(self, 'group_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
 
@@ -3604,7 +3604,7 @@ class ShareGroupStatePartitionMetadataKey(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = str(buf[pos:pos + n], 'utf-8')
+                o.group_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
@@ -3719,7 +3719,7 @@ class ShareGroupStatePartitionMetadataValue(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -3753,7 +3753,7 @@ class ShareGroupStatePartitionMetadataValue(_Struct):
             if x is None:
                 raise _not_nullable(self, 'topic_name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -3800,7 +3800,7 @@ class ShareGroupStatePartitionMetadataValue(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic_name = str(buf[pos:pos + n], 'utf-8')
+                    o.topic_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'partitions'
                 n = buf[pos]
@@ -3830,7 +3830,7 @@ class ShareGroupStatePartitionMetadataValue(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -3863,7 +3863,7 @@ class ShareGroupStatePartitionMetadataValue(_Struct):
             if x is None:
                 raise _not_nullable(self, 'topic_name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -3900,7 +3900,7 @@ class ShareGroupStatePartitionMetadataValue(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic_name = str(buf[pos:pos + n], 'utf-8')
+                    o.topic_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = '<tagged fields>'
                 n = buf[pos]
@@ -3912,7 +3912,7 @@ class ShareGroupStatePartitionMetadataValue(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -3945,14 +3945,14 @@ class ShareGroupTargetAssignmentMemberKey(_Struct):
         if x is None:
             raise _not_nullable(self, 'group_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
         x = self.member_id
         if x is None:
             raise _not_nullable(self, 'member_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
 
@@ -3971,7 +3971,7 @@ class ShareGroupTargetAssignmentMemberKey(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = str(buf[pos:pos + n], 'utf-8')
+                o.group_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'member_id'
             n, = _ui16(buf, pos)
@@ -3981,7 +3981,7 @@ class ShareGroupTargetAssignmentMemberKey(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.member_id = str(buf[pos:pos + n], 'utf-8')
+                o.member_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
@@ -4061,7 +4061,7 @@ class ShareGroupTargetAssignmentMemberValue(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -4142,7 +4142,7 @@ class ShareGroupTargetAssignmentMemberValue(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -4173,7 +4173,7 @@ class ShareGroupTargetAssignmentMetadataKey(_Struct):
         if x is None:
             raise _not_nullable(self, 'group_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
 
@@ -4192,7 +4192,7 @@ class ShareGroupTargetAssignmentMetadataKey(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = str(buf[pos:pos + n], 'utf-8')
+                o.group_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
@@ -4243,7 +4243,7 @@ class ShareGroupTargetAssignmentMetadataValue(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -4273,7 +4273,7 @@ class TransactionLogKey(_Struct):
         if x is None:
             raise _not_nullable(self, 'transactional_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
 
@@ -4292,7 +4292,7 @@ class TransactionLogKey(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.transactional_id = str(buf[pos:pos + n], 'utf-8')
+                o.transactional_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
@@ -4500,7 +4500,7 @@ class TransactionLogValue(_Struct):
                         if pos != end:
                             raise _tag_size(2, size, pos - end + size)
                     else:
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -4531,7 +4531,7 @@ class TransactionLogValue(_Struct):
             if x is None:
                 raise _not_nullable(self, 'topic', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             x = self.partition_ids
@@ -4556,7 +4556,7 @@ class TransactionLogValue(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic = str(buf[pos:pos + n], 'utf-8')
+                    o.topic = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'partition_ids'
                 n, = _ui32(buf, pos)
@@ -4579,7 +4579,7 @@ class TransactionLogValue(_Struct):
             if x is None:
                 raise _not_nullable(self, 'topic', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -4623,7 +4623,7 @@ class TransactionLogValue(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic = str(buf[pos:pos + n], 'utf-8')
+                    o.topic = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'partition_ids'
                 n = buf[pos]
@@ -4653,7 +4653,7 @@ class TransactionLogValue(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS

@@ -61,7 +61,7 @@ class AddOffsetsToTxnRequest(_Struct):
         if x is None:
             raise _not_nullable(self, 'transactional_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
         buf += _T0p(self.producer_id, self.producer_epoch)
@@ -69,7 +69,7 @@ class AddOffsetsToTxnRequest(_Struct):
         if x is None:
             raise _not_nullable(self, 'group_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
 
@@ -88,7 +88,7 @@ class AddOffsetsToTxnRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.transactional_id = str(buf[pos:pos + n], 'utf-8')
+                o.transactional_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'producer_id'
             o.producer_id, o.producer_epoch = _T0u(buf, pos)
@@ -101,7 +101,7 @@ class AddOffsetsToTxnRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = str(buf[pos:pos + n], 'utf-8')
+                o.group_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
@@ -113,7 +113,7 @@ class AddOffsetsToTxnRequest(_Struct):
         if x is None:
             raise _not_nullable(self, 'transactional_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -125,7 +125,7 @@ class AddOffsetsToTxnRequest(_Struct):
         if x is None:
             raise _not_nullable(self, 'group_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -159,7 +159,7 @@ class AddOffsetsToTxnRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.transactional_id = str(buf[pos:pos + n], 'utf-8')
+                o.transactional_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'producer_id'
             o.producer_id, o.producer_epoch = _T0u(buf, pos)
@@ -179,7 +179,7 @@ class AddOffsetsToTxnRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = str(buf[pos:pos + n], 'utf-8')
+                o.group_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = '<tagged fields>'
             n = buf[pos]
@@ -191,7 +191,7 @@ class AddOffsetsToTxnRequest(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -263,7 +263,7 @@ class AddOffsetsToTxnResponse(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS

@@ -77,7 +77,7 @@ class AddPartitionsToTxnRequest(_Struct):
         if x is None:
             raise _not_nullable(self, 'v3_and_below_transactional_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
         buf += _T0p(self.v3_and_below_producer_id, self.v3_and_below_producer_epoch)
@@ -105,7 +105,7 @@ class AddPartitionsToTxnRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.v3_and_below_transactional_id = str(buf[pos:pos + n], 'utf-8')
+                o.v3_and_below_transactional_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'v3_and_below_producer_id'
             o.v3_and_below_producer_id, o.v3_and_below_producer_epoch = _T0u(buf, pos)
@@ -151,7 +151,7 @@ class AddPartitionsToTxnRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'v3_and_below_transactional_id', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -236,7 +236,7 @@ class AddPartitionsToTxnRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.v3_and_below_transactional_id = str(buf[pos:pos + n], 'utf-8')
+                    o.v3_and_below_transactional_id = buf[pos:pos + n].tobytes().decode()
                     pos += n
             else:
                 o.v3_and_below_transactional_id = ''
@@ -282,7 +282,7 @@ class AddPartitionsToTxnRequest(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -313,7 +313,7 @@ class AddPartitionsToTxnRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             x = self.partitions
@@ -338,7 +338,7 @@ class AddPartitionsToTxnRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = str(buf[pos:pos + n], 'utf-8')
+                    o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'partitions'
                 n, = _ui32(buf, pos)
@@ -361,7 +361,7 @@ class AddPartitionsToTxnRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -405,7 +405,7 @@ class AddPartitionsToTxnRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = str(buf[pos:pos + n], 'utf-8')
+                    o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'partitions'
                 n = buf[pos]
@@ -435,7 +435,7 @@ class AddPartitionsToTxnRequest(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -503,7 +503,7 @@ class AddPartitionsToTxnRequest(_Struct):
                 if x is None:
                     raise _not_nullable(self, 'transactional_id', v)
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     n = len(x) + 1
                     if n < 128:
                         buf.append(n)
@@ -565,7 +565,7 @@ class AddPartitionsToTxnRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.transactional_id = str(buf[pos:pos + n], 'utf-8')
+                        o.transactional_id = buf[pos:pos + n].tobytes().decode()
                         pos += n
                 else:
                     o.transactional_id = ''
@@ -612,7 +612,7 @@ class AddPartitionsToTxnRequest(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -803,7 +803,7 @@ class AddPartitionsToTxnResponse(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -834,7 +834,7 @@ class AddPartitionsToTxnResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             x = self.results_by_partition
@@ -860,7 +860,7 @@ class AddPartitionsToTxnResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = str(buf[pos:pos + n], 'utf-8')
+                    o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'results_by_partition'
                 n, = _ui32(buf, pos)
@@ -887,7 +887,7 @@ class AddPartitionsToTxnResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -932,7 +932,7 @@ class AddPartitionsToTxnResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = str(buf[pos:pos + n], 'utf-8')
+                    o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'results_by_partition'
                 n = buf[pos]
@@ -966,7 +966,7 @@ class AddPartitionsToTxnResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -1038,7 +1038,7 @@ class AddPartitionsToTxnResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -1091,7 +1091,7 @@ class AddPartitionsToTxnResponse(_Struct):
                 if x is None:
                     raise _not_nullable(self, 'transactional_id', v)
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     n = len(x) + 1
                     if n < 128:
                         buf.append(n)
@@ -1144,7 +1144,7 @@ class AddPartitionsToTxnResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.transactional_id = str(buf[pos:pos + n], 'utf-8')
+                        o.transactional_id = buf[pos:pos + n].tobytes().decode()
                         pos += n
                 else:
                     o.transactional_id = ''
@@ -1183,7 +1183,7 @@ class AddPartitionsToTxnResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS

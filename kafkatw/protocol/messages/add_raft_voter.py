@@ -65,7 +65,7 @@ class AddRaftVoterRequest(_Struct):
         if x is None:
             buf += b'\x00'
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -111,7 +111,7 @@ class AddRaftVoterRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.cluster_id = str(buf[pos:pos + n], 'utf-8')
+                o.cluster_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'timeout_ms'
             o.timeout_ms, o.voter_id, o.voter_directory_id = _T0u(buf, pos)
@@ -148,7 +148,7 @@ class AddRaftVoterRequest(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -181,7 +181,7 @@ class AddRaftVoterRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -192,7 +192,7 @@ class AddRaftVoterRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'host', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -227,7 +227,7 @@ class AddRaftVoterRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = str(buf[pos:pos + n], 'utf-8')
+                    o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'host'
                 n = buf[pos]
@@ -244,7 +244,7 @@ class AddRaftVoterRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.host = str(buf[pos:pos + n], 'utf-8')
+                    o.host = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'port'
                 o.port, = _T1u(buf, pos)
@@ -259,7 +259,7 @@ class AddRaftVoterRequest(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -295,7 +295,7 @@ class AddRaftVoterResponse(_Struct):
         if x is None:
             buf += b'\x00'
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -332,7 +332,7 @@ class AddRaftVoterResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.error_message = str(buf[pos:pos + n], 'utf-8')
+                o.error_message = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = '<tagged fields>'
             n = buf[pos]
@@ -344,7 +344,7 @@ class AddRaftVoterResponse(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS

@@ -159,7 +159,7 @@ class AlterClientQuotasRequest(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -332,7 +332,7 @@ class AlterClientQuotasRequest(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -364,14 +364,14 @@ class AlterClientQuotasRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'entity_type', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             x = self.entity_name
             if x is None:
                 buf += b'\xff\xff'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
 
@@ -390,7 +390,7 @@ class AlterClientQuotasRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.entity_type = str(buf[pos:pos + n], 'utf-8')
+                    o.entity_type = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'entity_name'
                 n, = _ui16(buf, pos)
@@ -400,7 +400,7 @@ class AlterClientQuotasRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.entity_name = str(buf[pos:pos + n], 'utf-8')
+                    o.entity_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -412,7 +412,7 @@ class AlterClientQuotasRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'entity_type', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -423,7 +423,7 @@ class AlterClientQuotasRequest(_Struct):
             if x is None:
                 buf += b'\x00'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -457,7 +457,7 @@ class AlterClientQuotasRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.entity_type = str(buf[pos:pos + n], 'utf-8')
+                    o.entity_type = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'entity_name'
                 n = buf[pos]
@@ -474,7 +474,7 @@ class AlterClientQuotasRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.entity_name = str(buf[pos:pos + n], 'utf-8')
+                    o.entity_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = '<tagged fields>'
                 n = buf[pos]
@@ -486,7 +486,7 @@ class AlterClientQuotasRequest(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -520,7 +520,7 @@ class AlterClientQuotasRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'key', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             buf += _T1p(self.value, self.remove)
@@ -540,7 +540,7 @@ class AlterClientQuotasRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.key = str(buf[pos:pos + n], 'utf-8')
+                    o.key = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'value'
                 o.value, o.remove = _T1u(buf, pos)
@@ -555,7 +555,7 @@ class AlterClientQuotasRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'key', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -590,7 +590,7 @@ class AlterClientQuotasRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.key = str(buf[pos:pos + n], 'utf-8')
+                    o.key = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'value'
                 o.value, o.remove = _T1u(buf, pos)
@@ -605,7 +605,7 @@ class AlterClientQuotasRequest(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -733,7 +733,7 @@ class AlterClientQuotasResponse(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -767,7 +767,7 @@ class AlterClientQuotasResponse(_Struct):
             if x is None:
                 buf += b'\xff\xff'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             x = self.entity
@@ -796,7 +796,7 @@ class AlterClientQuotasResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.error_message = str(buf[pos:pos + n], 'utf-8')
+                    o.error_message = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'entity'
                 n, = _ui32(buf, pos)
@@ -824,7 +824,7 @@ class AlterClientQuotasResponse(_Struct):
             if x is None:
                 buf += b'\x00'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -872,7 +872,7 @@ class AlterClientQuotasResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.error_message = str(buf[pos:pos + n], 'utf-8')
+                    o.error_message = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'entity'
                 n = buf[pos]
@@ -906,7 +906,7 @@ class AlterClientQuotasResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -938,14 +938,14 @@ class AlterClientQuotasResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'entity_type', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             x = self.entity_name
             if x is None:
                 buf += b'\xff\xff'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
 
@@ -964,7 +964,7 @@ class AlterClientQuotasResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.entity_type = str(buf[pos:pos + n], 'utf-8')
+                    o.entity_type = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'entity_name'
                 n, = _ui16(buf, pos)
@@ -974,7 +974,7 @@ class AlterClientQuotasResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.entity_name = str(buf[pos:pos + n], 'utf-8')
+                    o.entity_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -986,7 +986,7 @@ class AlterClientQuotasResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'entity_type', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -997,7 +997,7 @@ class AlterClientQuotasResponse(_Struct):
             if x is None:
                 buf += b'\x00'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -1031,7 +1031,7 @@ class AlterClientQuotasResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.entity_type = str(buf[pos:pos + n], 'utf-8')
+                    o.entity_type = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'entity_name'
                 n = buf[pos]
@@ -1048,7 +1048,7 @@ class AlterClientQuotasResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.entity_name = str(buf[pos:pos + n], 'utf-8')
+                    o.entity_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = '<tagged fields>'
                 n = buf[pos]
@@ -1060,7 +1060,7 @@ class AlterClientQuotasResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS

@@ -147,7 +147,7 @@ class AlterReplicaLogDirsRequest(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -178,7 +178,7 @@ class AlterReplicaLogDirsRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'path', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             x = self.topics
@@ -204,7 +204,7 @@ class AlterReplicaLogDirsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.path = str(buf[pos:pos + n], 'utf-8')
+                    o.path = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'topics'
                 n, = _ui32(buf, pos)
@@ -231,7 +231,7 @@ class AlterReplicaLogDirsRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'path', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -276,7 +276,7 @@ class AlterReplicaLogDirsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.path = str(buf[pos:pos + n], 'utf-8')
+                    o.path = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'topics'
                 n = buf[pos]
@@ -310,7 +310,7 @@ class AlterReplicaLogDirsRequest(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -342,7 +342,7 @@ class AlterReplicaLogDirsRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             x = self.partitions
@@ -367,7 +367,7 @@ class AlterReplicaLogDirsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = str(buf[pos:pos + n], 'utf-8')
+                    o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'partitions'
                 n, = _ui32(buf, pos)
@@ -390,7 +390,7 @@ class AlterReplicaLogDirsRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -434,7 +434,7 @@ class AlterReplicaLogDirsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = str(buf[pos:pos + n], 'utf-8')
+                    o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'partitions'
                 n = buf[pos]
@@ -464,7 +464,7 @@ class AlterReplicaLogDirsRequest(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -592,7 +592,7 @@ class AlterReplicaLogDirsResponse(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -623,7 +623,7 @@ class AlterReplicaLogDirsResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'topic_name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             x = self.partitions
@@ -649,7 +649,7 @@ class AlterReplicaLogDirsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic_name = str(buf[pos:pos + n], 'utf-8')
+                    o.topic_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'partitions'
                 n, = _ui32(buf, pos)
@@ -676,7 +676,7 @@ class AlterReplicaLogDirsResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'topic_name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -721,7 +721,7 @@ class AlterReplicaLogDirsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic_name = str(buf[pos:pos + n], 'utf-8')
+                    o.topic_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'partitions'
                 n = buf[pos]
@@ -755,7 +755,7 @@ class AlterReplicaLogDirsResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -827,7 +827,7 @@ class AlterReplicaLogDirsResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS

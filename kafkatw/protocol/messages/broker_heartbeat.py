@@ -125,7 +125,7 @@ class BrokerHeartbeatRequest(_Struct):
                                 raise _bad_len(n, lb - pos)
                             lst = []
                             for _i in range(n):
-                                e = bytes(buf[pos:pos + 16])
+                                e = buf[pos:pos + 16].tobytes()
                                 pos += 16
                                 lst.append(e)
                             _i = -1
@@ -133,7 +133,7 @@ class BrokerHeartbeatRequest(_Struct):
                         if pos != end:
                             raise _tag_size(0, size, pos - end + size)
                     else:
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -193,7 +193,7 @@ class BrokerHeartbeatResponse(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS

@@ -83,7 +83,7 @@ class BrokerRegistrationRequest(_Struct):
         if x is None:
             raise _not_nullable(self, 'cluster_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -117,7 +117,7 @@ class BrokerRegistrationRequest(_Struct):
         if x is None:
             buf += b'\x00'
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -173,7 +173,7 @@ class BrokerRegistrationRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.cluster_id = str(buf[pos:pos + n], 'utf-8')
+                o.cluster_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'incarnation_id'
             o.incarnation_id, = _T1u(buf, pos)
@@ -237,7 +237,7 @@ class BrokerRegistrationRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.rack = str(buf[pos:pos + n], 'utf-8')
+                o.rack = buf[pos:pos + n].tobytes().decode()
                 pos += n
             if v >= 1:
                 f = 'is_migrating_zk_broker'
@@ -264,7 +264,7 @@ class BrokerRegistrationRequest(_Struct):
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in range(n):
-                        e = bytes(buf[pos:pos + 16])
+                        e = buf[pos:pos + 16].tobytes()
                         pos += 16
                         lst.append(e)
                     _i = -1
@@ -287,7 +287,7 @@ class BrokerRegistrationRequest(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -322,7 +322,7 @@ class BrokerRegistrationRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -333,7 +333,7 @@ class BrokerRegistrationRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'host', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -368,7 +368,7 @@ class BrokerRegistrationRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = str(buf[pos:pos + n], 'utf-8')
+                    o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'host'
                 n = buf[pos]
@@ -385,7 +385,7 @@ class BrokerRegistrationRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.host = str(buf[pos:pos + n], 'utf-8')
+                    o.host = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'port'
                 o.port, o.security_protocol = _T4u(buf, pos)
@@ -400,7 +400,7 @@ class BrokerRegistrationRequest(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -434,7 +434,7 @@ class BrokerRegistrationRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -469,7 +469,7 @@ class BrokerRegistrationRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = str(buf[pos:pos + n], 'utf-8')
+                    o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'min_supported_version'
                 o.min_supported_version, o.max_supported_version = _T5u(buf, pos)
@@ -484,7 +484,7 @@ class BrokerRegistrationRequest(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -541,7 +541,7 @@ class BrokerRegistrationResponse(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS

@@ -71,7 +71,7 @@ class ConsumerGroupDescribeRequest(_Struct):
             else:
                 buf += _wuv(n)
             for e in x:
-                e = e.encode('utf-8')
+                e = e.encode()
                 n = len(e) + 1
                 if n < 128:
                     buf.append(n)
@@ -120,7 +120,7 @@ class ConsumerGroupDescribeRequest(_Struct):
                     n -= 1
                     if n < 0 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    e = str(buf[pos:pos + n], 'utf-8')
+                    e = buf[pos:pos + n].tobytes().decode()
                     pos += n
                     lst.append(e)
                 _i = -1
@@ -138,7 +138,7 @@ class ConsumerGroupDescribeRequest(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -225,7 +225,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -259,7 +259,7 @@ class ConsumerGroupDescribeResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'topic_name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -306,7 +306,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic_name = str(buf[pos:pos + n], 'utf-8')
+                    o.topic_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'partitions'
                 n = buf[pos]
@@ -336,7 +336,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -417,7 +417,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -464,7 +464,7 @@ class ConsumerGroupDescribeResponse(_Struct):
             if x is None:
                 buf += b'\x00'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -475,7 +475,7 @@ class ConsumerGroupDescribeResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'group_id', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -486,7 +486,7 @@ class ConsumerGroupDescribeResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'group_state', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -498,7 +498,7 @@ class ConsumerGroupDescribeResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'assignor_name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -547,7 +547,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.error_message = str(buf[pos:pos + n], 'utf-8')
+                    o.error_message = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'group_id'
                 n = buf[pos]
@@ -564,7 +564,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.group_id = str(buf[pos:pos + n], 'utf-8')
+                    o.group_id = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'group_state'
                 n = buf[pos]
@@ -581,7 +581,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.group_state = str(buf[pos:pos + n], 'utf-8')
+                    o.group_state = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'group_epoch'
                 o.group_epoch, o.assignment_epoch = _T4u(buf, pos)
@@ -601,7 +601,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.assignor_name = str(buf[pos:pos + n], 'utf-8')
+                    o.assignor_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'members'
                 n = buf[pos]
@@ -638,7 +638,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -686,7 +686,7 @@ class ConsumerGroupDescribeResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'member_id', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -697,7 +697,7 @@ class ConsumerGroupDescribeResponse(_Struct):
             if x is None:
                 buf += b'\x00'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -708,7 +708,7 @@ class ConsumerGroupDescribeResponse(_Struct):
             if x is None:
                 buf += b'\x00'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -720,7 +720,7 @@ class ConsumerGroupDescribeResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'client_id', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -731,7 +731,7 @@ class ConsumerGroupDescribeResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'client_host', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -748,7 +748,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                 else:
                     buf += _wuv(n)
                 for e in x:
-                    e = e.encode('utf-8')
+                    e = e.encode()
                     n = len(e) + 1
                     if n < 128:
                         buf.append(n)
@@ -759,7 +759,7 @@ class ConsumerGroupDescribeResponse(_Struct):
             if x is None:
                 buf += b'\x00'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -795,7 +795,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.member_id = str(buf[pos:pos + n], 'utf-8')
+                    o.member_id = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'instance_id'
                 n = buf[pos]
@@ -812,7 +812,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.instance_id = str(buf[pos:pos + n], 'utf-8')
+                    o.instance_id = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'rack_id'
                 n = buf[pos]
@@ -829,7 +829,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.rack_id = str(buf[pos:pos + n], 'utf-8')
+                    o.rack_id = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'member_epoch'
                 o.member_epoch, = _T1u(buf, pos)
@@ -849,7 +849,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.client_id = str(buf[pos:pos + n], 'utf-8')
+                    o.client_id = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'client_host'
                 n = buf[pos]
@@ -866,7 +866,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.client_host = str(buf[pos:pos + n], 'utf-8')
+                    o.client_host = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'subscribed_topic_names'
                 n = buf[pos]
@@ -897,7 +897,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                         n -= 1
                         if n < 0 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        e = str(buf[pos:pos + n], 'utf-8')
+                        e = buf[pos:pos + n].tobytes().decode()
                         pos += n
                         lst.append(e)
                     _i = -1
@@ -917,7 +917,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.subscribed_topic_regex = str(buf[pos:pos + n], 'utf-8')
+                    o.subscribed_topic_regex = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'assignment'
                 o.assignment, pos = _S_ConsumerGroupDescribeResponse_Assignment._r1(buf, pos, v)
@@ -933,7 +933,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS

@@ -81,7 +81,7 @@ class ConsumerGroupHeartbeatRequest(_Struct):
         if x is None:
             raise _not_nullable(self, 'group_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -92,7 +92,7 @@ class ConsumerGroupHeartbeatRequest(_Struct):
         if x is None:
             raise _not_nullable(self, 'member_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -104,7 +104,7 @@ class ConsumerGroupHeartbeatRequest(_Struct):
         if x is None:
             buf += b'\x00'
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -115,7 +115,7 @@ class ConsumerGroupHeartbeatRequest(_Struct):
         if x is None:
             buf += b'\x00'
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -133,7 +133,7 @@ class ConsumerGroupHeartbeatRequest(_Struct):
             else:
                 buf += _wuv(n)
             for e in x:
-                e = e.encode('utf-8')
+                e = e.encode()
                 n = len(e) + 1
                 if n < 128:
                     buf.append(n)
@@ -145,7 +145,7 @@ class ConsumerGroupHeartbeatRequest(_Struct):
             if x is None:
                 buf += b'\x00'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -159,7 +159,7 @@ class ConsumerGroupHeartbeatRequest(_Struct):
         if x is None:
             buf += b'\x00'
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -204,7 +204,7 @@ class ConsumerGroupHeartbeatRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = str(buf[pos:pos + n], 'utf-8')
+                o.group_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'member_id'
             n = buf[pos]
@@ -221,7 +221,7 @@ class ConsumerGroupHeartbeatRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.member_id = str(buf[pos:pos + n], 'utf-8')
+                o.member_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'member_epoch'
             o.member_epoch, = _T0u(buf, pos)
@@ -241,7 +241,7 @@ class ConsumerGroupHeartbeatRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.instance_id = str(buf[pos:pos + n], 'utf-8')
+                o.instance_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'rack_id'
             n = buf[pos]
@@ -258,7 +258,7 @@ class ConsumerGroupHeartbeatRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.rack_id = str(buf[pos:pos + n], 'utf-8')
+                o.rack_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'rebalance_timeout_ms'
             o.rebalance_timeout_ms, = _T0u(buf, pos)
@@ -292,7 +292,7 @@ class ConsumerGroupHeartbeatRequest(_Struct):
                     n -= 1
                     if n < 0 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    e = str(buf[pos:pos + n], 'utf-8')
+                    e = buf[pos:pos + n].tobytes().decode()
                     pos += n
                     lst.append(e)
                 _i = -1
@@ -313,7 +313,7 @@ class ConsumerGroupHeartbeatRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.subscribed_topic_regex = str(buf[pos:pos + n], 'utf-8')
+                    o.subscribed_topic_regex = buf[pos:pos + n].tobytes().decode()
                     pos += n
             else:
                 o.subscribed_topic_regex = None
@@ -332,7 +332,7 @@ class ConsumerGroupHeartbeatRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.server_assignor = str(buf[pos:pos + n], 'utf-8')
+                o.server_assignor = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'topic_partitions'
             n = buf[pos]
@@ -366,7 +366,7 @@ class ConsumerGroupHeartbeatRequest(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -447,7 +447,7 @@ class ConsumerGroupHeartbeatRequest(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -491,7 +491,7 @@ class ConsumerGroupHeartbeatResponse(_Struct):
         if x is None:
             buf += b'\x00'
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -502,7 +502,7 @@ class ConsumerGroupHeartbeatResponse(_Struct):
         if x is None:
             buf += b'\x00'
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -546,7 +546,7 @@ class ConsumerGroupHeartbeatResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.error_message = str(buf[pos:pos + n], 'utf-8')
+                o.error_message = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'member_id'
             n = buf[pos]
@@ -563,7 +563,7 @@ class ConsumerGroupHeartbeatResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.member_id = str(buf[pos:pos + n], 'utf-8')
+                o.member_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'member_epoch'
             o.member_epoch, o.heartbeat_interval_ms = _T3u(buf, pos)
@@ -585,7 +585,7 @@ class ConsumerGroupHeartbeatResponse(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -666,7 +666,7 @@ class ConsumerGroupHeartbeatResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -747,7 +747,7 @@ class ConsumerGroupHeartbeatResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS

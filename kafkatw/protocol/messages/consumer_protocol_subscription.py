@@ -65,7 +65,7 @@ class ConsumerProtocolSubscription(_Struct):
         else:
             buf += _pi32(len(x))
             for e in x:
-                e = e.encode('utf-8')
+                e = e.encode()
                 buf += _pi16(len(e))
                 buf += e
         x = self.user_data
@@ -89,7 +89,7 @@ class ConsumerProtocolSubscription(_Struct):
             if x is None:
                 buf += b'\xff\xff'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
 
@@ -115,7 +115,7 @@ class ConsumerProtocolSubscription(_Struct):
                     pos += 2
                     if n < 0 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    e = str(buf[pos:pos + n], 'utf-8')
+                    e = buf[pos:pos + n].tobytes().decode()
                     pos += n
                     lst.append(e)
                 _i = -1
@@ -163,7 +163,7 @@ class ConsumerProtocolSubscription(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.rack_id = str(buf[pos:pos + n], 'utf-8')
+                    o.rack_id = buf[pos:pos + n].tobytes().decode()
                     pos += n
             else:
                 o.rack_id = None
@@ -196,7 +196,7 @@ class ConsumerProtocolSubscription(_Struct):
                 if x is None:
                     raise _not_nullable(self, 'topic', v)
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     buf += _pi16(len(x))
                     buf += x
             else:
@@ -229,7 +229,7 @@ class ConsumerProtocolSubscription(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.topic = str(buf[pos:pos + n], 'utf-8')
+                        o.topic = buf[pos:pos + n].tobytes().decode()
                         pos += n
                 else:
                     o.topic = ''

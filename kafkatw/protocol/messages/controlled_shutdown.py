@@ -112,7 +112,7 @@ class ControlledShutdownRequest(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -239,7 +239,7 @@ class ControlledShutdownResponse(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -270,7 +270,7 @@ class ControlledShutdownResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'topic_name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             buf += _T0p(self.partition_index)
@@ -290,7 +290,7 @@ class ControlledShutdownResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic_name = str(buf[pos:pos + n], 'utf-8')
+                    o.topic_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'partition_index'
                 o.partition_index, = _T0u(buf, pos)
@@ -305,7 +305,7 @@ class ControlledShutdownResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'topic_name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -340,7 +340,7 @@ class ControlledShutdownResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic_name = str(buf[pos:pos + n], 'utf-8')
+                    o.topic_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'partition_index'
                 o.partition_index, = _T0u(buf, pos)
@@ -355,7 +355,7 @@ class ControlledShutdownResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS

@@ -155,7 +155,7 @@ class ControllerRegistrationRequest(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -190,7 +190,7 @@ class ControllerRegistrationRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -201,7 +201,7 @@ class ControllerRegistrationRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'host', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -236,7 +236,7 @@ class ControllerRegistrationRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = str(buf[pos:pos + n], 'utf-8')
+                    o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'host'
                 n = buf[pos]
@@ -253,7 +253,7 @@ class ControllerRegistrationRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.host = str(buf[pos:pos + n], 'utf-8')
+                    o.host = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'port'
                 o.port, o.security_protocol = _T1u(buf, pos)
@@ -268,7 +268,7 @@ class ControllerRegistrationRequest(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -302,7 +302,7 @@ class ControllerRegistrationRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -337,7 +337,7 @@ class ControllerRegistrationRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = str(buf[pos:pos + n], 'utf-8')
+                    o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'min_supported_version'
                 o.min_supported_version, o.max_supported_version = _T2u(buf, pos)
@@ -352,7 +352,7 @@ class ControllerRegistrationRequest(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -388,7 +388,7 @@ class ControllerRegistrationResponse(_Struct):
         if x is None:
             buf += b'\x00'
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -425,7 +425,7 @@ class ControllerRegistrationResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.error_message = str(buf[pos:pos + n], 'utf-8')
+                o.error_message = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = '<tagged fields>'
             n = buf[pos]
@@ -437,7 +437,7 @@ class ControllerRegistrationResponse(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS

@@ -150,7 +150,7 @@ class CreateAclsRequest(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -192,7 +192,7 @@ class CreateAclsRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'resource_name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             if v >= 1:
@@ -204,14 +204,14 @@ class CreateAclsRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'principal', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             x = self.host
             if x is None:
                 raise _not_nullable(self, 'host', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             buf += _T1p(self.operation, self.permission_type)
@@ -234,7 +234,7 @@ class CreateAclsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.resource_name = str(buf[pos:pos + n], 'utf-8')
+                    o.resource_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 if v >= 1:
                     f = 'resource_pattern_type'
@@ -250,7 +250,7 @@ class CreateAclsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.principal = str(buf[pos:pos + n], 'utf-8')
+                    o.principal = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'host'
                 n, = _ui16(buf, pos)
@@ -260,7 +260,7 @@ class CreateAclsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.host = str(buf[pos:pos + n], 'utf-8')
+                    o.host = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'operation'
                 o.operation, o.permission_type = _T1u(buf, pos)
@@ -276,7 +276,7 @@ class CreateAclsRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'resource_name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -288,7 +288,7 @@ class CreateAclsRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'principal', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -299,7 +299,7 @@ class CreateAclsRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'host', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -337,7 +337,7 @@ class CreateAclsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.resource_name = str(buf[pos:pos + n], 'utf-8')
+                    o.resource_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'resource_pattern_type'
                 o.resource_pattern_type, = _T0u(buf, pos)
@@ -357,7 +357,7 @@ class CreateAclsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.principal = str(buf[pos:pos + n], 'utf-8')
+                    o.principal = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'host'
                 n = buf[pos]
@@ -374,7 +374,7 @@ class CreateAclsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.host = str(buf[pos:pos + n], 'utf-8')
+                    o.host = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'operation'
                 o.operation, o.permission_type = _T1u(buf, pos)
@@ -389,7 +389,7 @@ class CreateAclsRequest(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -517,7 +517,7 @@ class CreateAclsResponse(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -549,7 +549,7 @@ class CreateAclsResponse(_Struct):
             if x is None:
                 buf += b'\xff\xff'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
 
@@ -571,7 +571,7 @@ class CreateAclsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.error_message = str(buf[pos:pos + n], 'utf-8')
+                    o.error_message = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -584,7 +584,7 @@ class CreateAclsResponse(_Struct):
             if x is None:
                 buf += b'\x00'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -621,7 +621,7 @@ class CreateAclsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.error_message = str(buf[pos:pos + n], 'utf-8')
+                    o.error_message = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = '<tagged fields>'
                 n = buf[pos]
@@ -633,7 +633,7 @@ class CreateAclsResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS

@@ -116,7 +116,7 @@ class CreateDelegationTokenRequest(_Struct):
             if x is None:
                 buf += b'\x00'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -131,7 +131,7 @@ class CreateDelegationTokenRequest(_Struct):
             if x is None:
                 buf += b'\x00'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -181,7 +181,7 @@ class CreateDelegationTokenRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.owner_principal_type = str(buf[pos:pos + n], 'utf-8')
+                    o.owner_principal_type = buf[pos:pos + n].tobytes().decode()
                     pos += n
             else:
                 o.owner_principal_type = ''
@@ -201,7 +201,7 @@ class CreateDelegationTokenRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.owner_principal_name = str(buf[pos:pos + n], 'utf-8')
+                    o.owner_principal_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
             else:
                 o.owner_principal_name = ''
@@ -240,7 +240,7 @@ class CreateDelegationTokenRequest(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -271,14 +271,14 @@ class CreateDelegationTokenRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'principal_type', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             x = self.principal_name
             if x is None:
                 raise _not_nullable(self, 'principal_name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
 
@@ -297,7 +297,7 @@ class CreateDelegationTokenRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.principal_type = str(buf[pos:pos + n], 'utf-8')
+                    o.principal_type = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'principal_name'
                 n, = _ui16(buf, pos)
@@ -307,7 +307,7 @@ class CreateDelegationTokenRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.principal_name = str(buf[pos:pos + n], 'utf-8')
+                    o.principal_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -319,7 +319,7 @@ class CreateDelegationTokenRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'principal_type', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -330,7 +330,7 @@ class CreateDelegationTokenRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'principal_name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -364,7 +364,7 @@ class CreateDelegationTokenRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.principal_type = str(buf[pos:pos + n], 'utf-8')
+                    o.principal_type = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'principal_name'
                 n = buf[pos]
@@ -381,7 +381,7 @@ class CreateDelegationTokenRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.principal_name = str(buf[pos:pos + n], 'utf-8')
+                    o.principal_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = '<tagged fields>'
                 n = buf[pos]
@@ -393,7 +393,7 @@ class CreateDelegationTokenRequest(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -445,14 +445,14 @@ class CreateDelegationTokenResponse(_Struct):
         if x is None:
             raise _not_nullable(self, 'principal_type', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
         x = self.principal_name
         if x is None:
             raise _not_nullable(self, 'principal_name', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
         if not (self.token_requester_principal_type == ''):
@@ -464,7 +464,7 @@ class CreateDelegationTokenResponse(_Struct):
         if x is None:
             raise _not_nullable(self, 'token_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
         x = self.hmac
@@ -493,7 +493,7 @@ class CreateDelegationTokenResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.principal_type = str(buf[pos:pos + n], 'utf-8')
+                o.principal_type = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'principal_name'
             n, = _ui16(buf, pos)
@@ -503,7 +503,7 @@ class CreateDelegationTokenResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.principal_name = str(buf[pos:pos + n], 'utf-8')
+                o.principal_name = buf[pos:pos + n].tobytes().decode()
                 pos += n
             o.token_requester_principal_type = ''
             o.token_requester_principal_name = ''
@@ -518,7 +518,7 @@ class CreateDelegationTokenResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.token_id = str(buf[pos:pos + n], 'utf-8')
+                o.token_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'hmac'
             n, = _ui32(buf, pos)
@@ -528,7 +528,7 @@ class CreateDelegationTokenResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.hmac = bytes(buf[pos:pos + n])
+                o.hmac = buf[pos:pos + n].tobytes()
                 pos += n
             f = 'throttle_time_ms'
             o.throttle_time_ms, = _T3u(buf, pos)
@@ -544,7 +544,7 @@ class CreateDelegationTokenResponse(_Struct):
         if x is None:
             raise _not_nullable(self, 'principal_type', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -555,7 +555,7 @@ class CreateDelegationTokenResponse(_Struct):
         if x is None:
             raise _not_nullable(self, 'principal_name', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -567,7 +567,7 @@ class CreateDelegationTokenResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'token_requester_principal_type', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -582,7 +582,7 @@ class CreateDelegationTokenResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'token_requester_principal_name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -597,7 +597,7 @@ class CreateDelegationTokenResponse(_Struct):
         if x is None:
             raise _not_nullable(self, 'token_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -645,7 +645,7 @@ class CreateDelegationTokenResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.principal_type = str(buf[pos:pos + n], 'utf-8')
+                o.principal_type = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'principal_name'
             n = buf[pos]
@@ -662,7 +662,7 @@ class CreateDelegationTokenResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.principal_name = str(buf[pos:pos + n], 'utf-8')
+                o.principal_name = buf[pos:pos + n].tobytes().decode()
                 pos += n
             if v >= 3:
                 f = 'token_requester_principal_type'
@@ -680,7 +680,7 @@ class CreateDelegationTokenResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.token_requester_principal_type = str(buf[pos:pos + n], 'utf-8')
+                    o.token_requester_principal_type = buf[pos:pos + n].tobytes().decode()
                     pos += n
             else:
                 o.token_requester_principal_type = ''
@@ -700,7 +700,7 @@ class CreateDelegationTokenResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.token_requester_principal_name = str(buf[pos:pos + n], 'utf-8')
+                    o.token_requester_principal_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
             else:
                 o.token_requester_principal_name = ''
@@ -722,7 +722,7 @@ class CreateDelegationTokenResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.token_id = str(buf[pos:pos + n], 'utf-8')
+                o.token_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'hmac'
             n = buf[pos]
@@ -739,7 +739,7 @@ class CreateDelegationTokenResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.hmac = bytes(buf[pos:pos + n])
+                o.hmac = buf[pos:pos + n].tobytes()
                 pos += n
             f = 'throttle_time_ms'
             o.throttle_time_ms, = _T3u(buf, pos)
@@ -754,7 +754,7 @@ class CreateDelegationTokenResponse(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS

@@ -55,7 +55,7 @@ class DefaultPrincipalData(_Struct):
         if x is None:
             raise _not_nullable(self, 'type', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -66,7 +66,7 @@ class DefaultPrincipalData(_Struct):
         if x is None:
             raise _not_nullable(self, 'name', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -101,7 +101,7 @@ class DefaultPrincipalData(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.type = str(buf[pos:pos + n], 'utf-8')
+                o.type = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'name'
             n = buf[pos]
@@ -118,7 +118,7 @@ class DefaultPrincipalData(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.name = str(buf[pos:pos + n], 'utf-8')
+                o.name = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'token_authenticated'
             o.token_authenticated, = _T0u(buf, pos)
@@ -133,7 +133,7 @@ class DefaultPrincipalData(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS

@@ -150,7 +150,7 @@ class DeleteAclsRequest(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -192,7 +192,7 @@ class DeleteAclsRequest(_Struct):
             if x is None:
                 buf += b'\xff\xff'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             if v >= 1:
@@ -204,14 +204,14 @@ class DeleteAclsRequest(_Struct):
             if x is None:
                 buf += b'\xff\xff'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             x = self.host_filter
             if x is None:
                 buf += b'\xff\xff'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             buf += _T1p(self.operation, self.permission_type)
@@ -234,7 +234,7 @@ class DeleteAclsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.resource_name_filter = str(buf[pos:pos + n], 'utf-8')
+                    o.resource_name_filter = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 if v >= 1:
                     f = 'pattern_type_filter'
@@ -250,7 +250,7 @@ class DeleteAclsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.principal_filter = str(buf[pos:pos + n], 'utf-8')
+                    o.principal_filter = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'host_filter'
                 n, = _ui16(buf, pos)
@@ -260,7 +260,7 @@ class DeleteAclsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.host_filter = str(buf[pos:pos + n], 'utf-8')
+                    o.host_filter = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'operation'
                 o.operation, o.permission_type = _T1u(buf, pos)
@@ -276,7 +276,7 @@ class DeleteAclsRequest(_Struct):
             if x is None:
                 buf += b'\x00'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -288,7 +288,7 @@ class DeleteAclsRequest(_Struct):
             if x is None:
                 buf += b'\x00'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -299,7 +299,7 @@ class DeleteAclsRequest(_Struct):
             if x is None:
                 buf += b'\x00'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -337,7 +337,7 @@ class DeleteAclsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.resource_name_filter = str(buf[pos:pos + n], 'utf-8')
+                    o.resource_name_filter = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'pattern_type_filter'
                 o.pattern_type_filter, = _T0u(buf, pos)
@@ -357,7 +357,7 @@ class DeleteAclsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.principal_filter = str(buf[pos:pos + n], 'utf-8')
+                    o.principal_filter = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'host_filter'
                 n = buf[pos]
@@ -374,7 +374,7 @@ class DeleteAclsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.host_filter = str(buf[pos:pos + n], 'utf-8')
+                    o.host_filter = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'operation'
                 o.operation, o.permission_type = _T1u(buf, pos)
@@ -389,7 +389,7 @@ class DeleteAclsRequest(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -517,7 +517,7 @@ class DeleteAclsResponse(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -551,7 +551,7 @@ class DeleteAclsResponse(_Struct):
             if x is None:
                 buf += b'\xff\xff'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             x = self.matching_acls
@@ -580,7 +580,7 @@ class DeleteAclsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.error_message = str(buf[pos:pos + n], 'utf-8')
+                    o.error_message = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'matching_acls'
                 n, = _ui32(buf, pos)
@@ -608,7 +608,7 @@ class DeleteAclsResponse(_Struct):
             if x is None:
                 buf += b'\x00'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -656,7 +656,7 @@ class DeleteAclsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.error_message = str(buf[pos:pos + n], 'utf-8')
+                    o.error_message = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'matching_acls'
                 n = buf[pos]
@@ -690,7 +690,7 @@ class DeleteAclsResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -737,7 +737,7 @@ class DeleteAclsResponse(_Struct):
             if x is None:
                 buf += b'\xff\xff'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             buf += _T0p(self.resource_type)
@@ -745,7 +745,7 @@ class DeleteAclsResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'resource_name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             if v >= 1:
@@ -757,14 +757,14 @@ class DeleteAclsResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'principal', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             x = self.host
             if x is None:
                 raise _not_nullable(self, 'host', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             buf += _T1p(self.operation, self.permission_type)
@@ -787,7 +787,7 @@ class DeleteAclsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.error_message = str(buf[pos:pos + n], 'utf-8')
+                    o.error_message = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'resource_type'
                 o.resource_type, = _T0u(buf, pos)
@@ -800,7 +800,7 @@ class DeleteAclsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.resource_name = str(buf[pos:pos + n], 'utf-8')
+                    o.resource_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 if v >= 1:
                     f = 'pattern_type'
@@ -816,7 +816,7 @@ class DeleteAclsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.principal = str(buf[pos:pos + n], 'utf-8')
+                    o.principal = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'host'
                 n, = _ui16(buf, pos)
@@ -826,7 +826,7 @@ class DeleteAclsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.host = str(buf[pos:pos + n], 'utf-8')
+                    o.host = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'operation'
                 o.operation, o.permission_type = _T1u(buf, pos)
@@ -842,7 +842,7 @@ class DeleteAclsResponse(_Struct):
             if x is None:
                 buf += b'\x00'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -854,7 +854,7 @@ class DeleteAclsResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'resource_name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -866,7 +866,7 @@ class DeleteAclsResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'principal', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -877,7 +877,7 @@ class DeleteAclsResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'host', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -915,7 +915,7 @@ class DeleteAclsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.error_message = str(buf[pos:pos + n], 'utf-8')
+                    o.error_message = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'resource_type'
                 o.resource_type, = _T0u(buf, pos)
@@ -935,7 +935,7 @@ class DeleteAclsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.resource_name = str(buf[pos:pos + n], 'utf-8')
+                    o.resource_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'pattern_type'
                 o.pattern_type, = _T0u(buf, pos)
@@ -955,7 +955,7 @@ class DeleteAclsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.principal = str(buf[pos:pos + n], 'utf-8')
+                    o.principal = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'host'
                 n = buf[pos]
@@ -972,7 +972,7 @@ class DeleteAclsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.host = str(buf[pos:pos + n], 'utf-8')
+                    o.host = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'operation'
                 o.operation, o.permission_type = _T1u(buf, pos)
@@ -987,7 +987,7 @@ class DeleteAclsResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS

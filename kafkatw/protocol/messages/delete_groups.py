@@ -60,7 +60,7 @@ class DeleteGroupsRequest(_Struct):
         else:
             buf += _pi32(len(x))
             for e in x:
-                e = e.encode('utf-8')
+                e = e.encode()
                 buf += _pi16(len(e))
                 buf += e
 
@@ -86,7 +86,7 @@ class DeleteGroupsRequest(_Struct):
                     pos += 2
                     if n < 0 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    e = str(buf[pos:pos + n], 'utf-8')
+                    e = buf[pos:pos + n].tobytes().decode()
                     pos += n
                     lst.append(e)
                 _i = -1
@@ -107,7 +107,7 @@ class DeleteGroupsRequest(_Struct):
             else:
                 buf += _wuv(n)
             for e in x:
-                e = e.encode('utf-8')
+                e = e.encode()
                 n = len(e) + 1
                 if n < 128:
                     buf.append(n)
@@ -155,7 +155,7 @@ class DeleteGroupsRequest(_Struct):
                     n -= 1
                     if n < 0 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    e = str(buf[pos:pos + n], 'utf-8')
+                    e = buf[pos:pos + n].tobytes().decode()
                     pos += n
                     lst.append(e)
                 _i = -1
@@ -170,7 +170,7 @@ class DeleteGroupsRequest(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -297,7 +297,7 @@ class DeleteGroupsResponse(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -328,7 +328,7 @@ class DeleteGroupsResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'group_id', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             buf += _T1p(self.error_code)
@@ -348,7 +348,7 @@ class DeleteGroupsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.group_id = str(buf[pos:pos + n], 'utf-8')
+                    o.group_id = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'error_code'
                 o.error_code, = _T1u(buf, pos)
@@ -363,7 +363,7 @@ class DeleteGroupsResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'group_id', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -398,7 +398,7 @@ class DeleteGroupsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.group_id = str(buf[pos:pos + n], 'utf-8')
+                    o.group_id = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'error_code'
                 o.error_code, = _T1u(buf, pos)
@@ -413,7 +413,7 @@ class DeleteGroupsResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS

@@ -70,7 +70,7 @@ class DeleteTopicsRequest(_Struct):
         else:
             buf += _pi32(len(x))
             for e in x:
-                e = e.encode('utf-8')
+                e = e.encode()
                 buf += _pi16(len(e))
                 buf += e
         buf += _T0p(self.timeout_ms)
@@ -98,7 +98,7 @@ class DeleteTopicsRequest(_Struct):
                     pos += 2
                     if n < 0 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    e = str(buf[pos:pos + n], 'utf-8')
+                    e = buf[pos:pos + n].tobytes().decode()
                     pos += n
                     lst.append(e)
                 _i = -1
@@ -138,7 +138,7 @@ class DeleteTopicsRequest(_Struct):
                 else:
                     buf += _wuv(n)
                 for e in x:
-                    e = e.encode('utf-8')
+                    e = e.encode()
                     n = len(e) + 1
                     if n < 128:
                         buf.append(n)
@@ -213,7 +213,7 @@ class DeleteTopicsRequest(_Struct):
                         n -= 1
                         if n < 0 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        e = str(buf[pos:pos + n], 'utf-8')
+                        e = buf[pos:pos + n].tobytes().decode()
                         pos += n
                         lst.append(e)
                     _i = -1
@@ -233,7 +233,7 @@ class DeleteTopicsRequest(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -285,7 +285,7 @@ class DeleteTopicsRequest(_Struct):
                 if x is None:
                     buf += b'\x00'
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     n = len(x) + 1
                     if n < 128:
                         buf.append(n)
@@ -328,7 +328,7 @@ class DeleteTopicsRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.name = str(buf[pos:pos + n], 'utf-8')
+                        o.name = buf[pos:pos + n].tobytes().decode()
                         pos += n
                 else:
                     o.name = None
@@ -348,7 +348,7 @@ class DeleteTopicsRequest(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -480,7 +480,7 @@ class DeleteTopicsResponse(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -515,7 +515,7 @@ class DeleteTopicsResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             buf += _T2p(self.error_code)
@@ -535,7 +535,7 @@ class DeleteTopicsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = str(buf[pos:pos + n], 'utf-8')
+                    o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 o.topic_id = _ZERO_UUID
                 f = 'error_code'
@@ -554,7 +554,7 @@ class DeleteTopicsResponse(_Struct):
                     raise _not_nullable(self, 'name', v)
                 buf += b'\x00'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -569,7 +569,7 @@ class DeleteTopicsResponse(_Struct):
                 if x is None:
                     buf += b'\x00'
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     n = len(x) + 1
                     if n < 128:
                         buf.append(n)
@@ -605,7 +605,7 @@ class DeleteTopicsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = str(buf[pos:pos + n], 'utf-8')
+                    o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 if v >= 6:
                     f = 'topic_id'
@@ -632,7 +632,7 @@ class DeleteTopicsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.error_message = str(buf[pos:pos + n], 'utf-8')
+                        o.error_message = buf[pos:pos + n].tobytes().decode()
                         pos += n
                 else:
                     o.error_message = None
@@ -646,7 +646,7 @@ class DeleteTopicsResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS

@@ -74,7 +74,7 @@ class DescribeAclsRequest(_Struct):
         if x is None:
             buf += b'\xff\xff'
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
         if v >= 1:
@@ -86,14 +86,14 @@ class DescribeAclsRequest(_Struct):
         if x is None:
             buf += b'\xff\xff'
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
         x = self.host_filter
         if x is None:
             buf += b'\xff\xff'
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
         buf += _T1p(self.operation, self.permission_type)
@@ -116,7 +116,7 @@ class DescribeAclsRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.resource_name_filter = str(buf[pos:pos + n], 'utf-8')
+                o.resource_name_filter = buf[pos:pos + n].tobytes().decode()
                 pos += n
             if v >= 1:
                 f = 'pattern_type_filter'
@@ -132,7 +132,7 @@ class DescribeAclsRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.principal_filter = str(buf[pos:pos + n], 'utf-8')
+                o.principal_filter = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'host_filter'
             n, = _ui16(buf, pos)
@@ -142,7 +142,7 @@ class DescribeAclsRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.host_filter = str(buf[pos:pos + n], 'utf-8')
+                o.host_filter = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'operation'
             o.operation, o.permission_type = _T1u(buf, pos)
@@ -158,7 +158,7 @@ class DescribeAclsRequest(_Struct):
         if x is None:
             buf += b'\x00'
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -170,7 +170,7 @@ class DescribeAclsRequest(_Struct):
         if x is None:
             buf += b'\x00'
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -181,7 +181,7 @@ class DescribeAclsRequest(_Struct):
         if x is None:
             buf += b'\x00'
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -219,7 +219,7 @@ class DescribeAclsRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.resource_name_filter = str(buf[pos:pos + n], 'utf-8')
+                o.resource_name_filter = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'pattern_type_filter'
             o.pattern_type_filter, = _T0u(buf, pos)
@@ -239,7 +239,7 @@ class DescribeAclsRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.principal_filter = str(buf[pos:pos + n], 'utf-8')
+                o.principal_filter = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'host_filter'
             n = buf[pos]
@@ -256,7 +256,7 @@ class DescribeAclsRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.host_filter = str(buf[pos:pos + n], 'utf-8')
+                o.host_filter = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'operation'
             o.operation, o.permission_type = _T1u(buf, pos)
@@ -271,7 +271,7 @@ class DescribeAclsRequest(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -308,7 +308,7 @@ class DescribeAclsResponse(_Struct):
         if x is None:
             buf += b'\xff\xff'
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
         x = self.resources
@@ -337,7 +337,7 @@ class DescribeAclsResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.error_message = str(buf[pos:pos + n], 'utf-8')
+                o.error_message = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'resources'
             n, = _ui32(buf, pos)
@@ -365,7 +365,7 @@ class DescribeAclsResponse(_Struct):
         if x is None:
             buf += b'\x00'
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -413,7 +413,7 @@ class DescribeAclsResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.error_message = str(buf[pos:pos + n], 'utf-8')
+                o.error_message = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'resources'
             n = buf[pos]
@@ -447,7 +447,7 @@ class DescribeAclsResponse(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -483,7 +483,7 @@ class DescribeAclsResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'resource_name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             if v >= 1:
@@ -517,7 +517,7 @@ class DescribeAclsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.resource_name = str(buf[pos:pos + n], 'utf-8')
+                    o.resource_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 if v >= 1:
                     f = 'pattern_type'
@@ -551,7 +551,7 @@ class DescribeAclsResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'resource_name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -600,7 +600,7 @@ class DescribeAclsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.resource_name = str(buf[pos:pos + n], 'utf-8')
+                    o.resource_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'pattern_type'
                 o.pattern_type, = _T0u(buf, pos)
@@ -637,7 +637,7 @@ class DescribeAclsResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -673,14 +673,14 @@ class DescribeAclsResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'principal', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             x = self.host
             if x is None:
                 raise _not_nullable(self, 'host', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             buf += _T1p(self.operation, self.permission_type)
@@ -700,7 +700,7 @@ class DescribeAclsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.principal = str(buf[pos:pos + n], 'utf-8')
+                    o.principal = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'host'
                 n, = _ui16(buf, pos)
@@ -710,7 +710,7 @@ class DescribeAclsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.host = str(buf[pos:pos + n], 'utf-8')
+                    o.host = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'operation'
                 o.operation, o.permission_type = _T1u(buf, pos)
@@ -725,7 +725,7 @@ class DescribeAclsResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'principal', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -736,7 +736,7 @@ class DescribeAclsResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'host', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -771,7 +771,7 @@ class DescribeAclsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.principal = str(buf[pos:pos + n], 'utf-8')
+                    o.principal = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'host'
                 n = buf[pos]
@@ -788,7 +788,7 @@ class DescribeAclsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.host = str(buf[pos:pos + n], 'utf-8')
+                    o.host = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'operation'
                 o.operation, o.permission_type = _T1u(buf, pos)
@@ -803,7 +803,7 @@ class DescribeAclsResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS

@@ -159,7 +159,7 @@ class DescribeClientQuotasRequest(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -192,7 +192,7 @@ class DescribeClientQuotasRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'entity_type', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             buf += _T1p(self.match_type)
@@ -200,7 +200,7 @@ class DescribeClientQuotasRequest(_Struct):
             if x is None:
                 buf += b'\xff\xff'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
 
@@ -219,7 +219,7 @@ class DescribeClientQuotasRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.entity_type = str(buf[pos:pos + n], 'utf-8')
+                    o.entity_type = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'match_type'
                 o.match_type, = _T1u(buf, pos)
@@ -232,7 +232,7 @@ class DescribeClientQuotasRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.match = str(buf[pos:pos + n], 'utf-8')
+                    o.match = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -244,7 +244,7 @@ class DescribeClientQuotasRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'entity_type', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -256,7 +256,7 @@ class DescribeClientQuotasRequest(_Struct):
             if x is None:
                 buf += b'\x00'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -290,7 +290,7 @@ class DescribeClientQuotasRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.entity_type = str(buf[pos:pos + n], 'utf-8')
+                    o.entity_type = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'match_type'
                 o.match_type, = _T1u(buf, pos)
@@ -310,7 +310,7 @@ class DescribeClientQuotasRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.match = str(buf[pos:pos + n], 'utf-8')
+                    o.match = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = '<tagged fields>'
                 n = buf[pos]
@@ -322,7 +322,7 @@ class DescribeClientQuotasRequest(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -360,7 +360,7 @@ class DescribeClientQuotasResponse(_Struct):
         if x is None:
             buf += b'\xff\xff'
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
         x = self.entries
@@ -389,7 +389,7 @@ class DescribeClientQuotasResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.error_message = str(buf[pos:pos + n], 'utf-8')
+                o.error_message = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'entries'
             n, = _ui32(buf, pos)
@@ -417,7 +417,7 @@ class DescribeClientQuotasResponse(_Struct):
         if x is None:
             buf += b'\x00'
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -465,7 +465,7 @@ class DescribeClientQuotasResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.error_message = str(buf[pos:pos + n], 'utf-8')
+                o.error_message = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'entries'
             n = buf[pos]
@@ -499,7 +499,7 @@ class DescribeClientQuotasResponse(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -672,7 +672,7 @@ class DescribeClientQuotasResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -704,14 +704,14 @@ class DescribeClientQuotasResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'entity_type', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             x = self.entity_name
             if x is None:
                 buf += b'\xff\xff'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
 
@@ -730,7 +730,7 @@ class DescribeClientQuotasResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.entity_type = str(buf[pos:pos + n], 'utf-8')
+                    o.entity_type = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'entity_name'
                 n, = _ui16(buf, pos)
@@ -740,7 +740,7 @@ class DescribeClientQuotasResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.entity_name = str(buf[pos:pos + n], 'utf-8')
+                    o.entity_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -752,7 +752,7 @@ class DescribeClientQuotasResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'entity_type', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -763,7 +763,7 @@ class DescribeClientQuotasResponse(_Struct):
             if x is None:
                 buf += b'\x00'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -797,7 +797,7 @@ class DescribeClientQuotasResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.entity_type = str(buf[pos:pos + n], 'utf-8')
+                    o.entity_type = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'entity_name'
                 n = buf[pos]
@@ -814,7 +814,7 @@ class DescribeClientQuotasResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.entity_name = str(buf[pos:pos + n], 'utf-8')
+                    o.entity_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = '<tagged fields>'
                 n = buf[pos]
@@ -826,7 +826,7 @@ class DescribeClientQuotasResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -858,7 +858,7 @@ class DescribeClientQuotasResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'key', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             buf += _T3p(self.value)
@@ -878,7 +878,7 @@ class DescribeClientQuotasResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.key = str(buf[pos:pos + n], 'utf-8')
+                    o.key = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'value'
                 o.value, = _T3u(buf, pos)
@@ -893,7 +893,7 @@ class DescribeClientQuotasResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'key', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -928,7 +928,7 @@ class DescribeClientQuotasResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.key = str(buf[pos:pos + n], 'utf-8')
+                    o.key = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'value'
                 o.value, = _T3u(buf, pos)
@@ -943,7 +943,7 @@ class DescribeClientQuotasResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS

@@ -184,7 +184,7 @@ class DescribeConfigsRequest(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -218,7 +218,7 @@ class DescribeConfigsRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'resource_name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             x = self.configuration_keys
@@ -227,7 +227,7 @@ class DescribeConfigsRequest(_Struct):
             else:
                 buf += _pi32(len(x))
                 for e in x:
-                    e = e.encode('utf-8')
+                    e = e.encode()
                     buf += _pi16(len(e))
                     buf += e
 
@@ -249,7 +249,7 @@ class DescribeConfigsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.resource_name = str(buf[pos:pos + n], 'utf-8')
+                    o.resource_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'configuration_keys'
                 n, = _ui32(buf, pos)
@@ -266,7 +266,7 @@ class DescribeConfigsRequest(_Struct):
                         pos += 2
                         if n < 0 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        e = str(buf[pos:pos + n], 'utf-8')
+                        e = buf[pos:pos + n].tobytes().decode()
                         pos += n
                         lst.append(e)
                     _i = -1
@@ -282,7 +282,7 @@ class DescribeConfigsRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'resource_name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -299,7 +299,7 @@ class DescribeConfigsRequest(_Struct):
                 else:
                     buf += _wuv(n)
                 for e in x:
-                    e = e.encode('utf-8')
+                    e = e.encode()
                     n = len(e) + 1
                     if n < 128:
                         buf.append(n)
@@ -336,7 +336,7 @@ class DescribeConfigsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.resource_name = str(buf[pos:pos + n], 'utf-8')
+                    o.resource_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'configuration_keys'
                 n = buf[pos]
@@ -367,7 +367,7 @@ class DescribeConfigsRequest(_Struct):
                         n -= 1
                         if n < 0 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        e = str(buf[pos:pos + n], 'utf-8')
+                        e = buf[pos:pos + n].tobytes().decode()
                         pos += n
                         lst.append(e)
                     _i = -1
@@ -382,7 +382,7 @@ class DescribeConfigsRequest(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -510,7 +510,7 @@ class DescribeConfigsResponse(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -548,7 +548,7 @@ class DescribeConfigsResponse(_Struct):
             if x is None:
                 buf += b'\xff\xff'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             buf += _T2p(self.resource_type)
@@ -556,7 +556,7 @@ class DescribeConfigsResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'resource_name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             x = self.configs
@@ -585,7 +585,7 @@ class DescribeConfigsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.error_message = str(buf[pos:pos + n], 'utf-8')
+                    o.error_message = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'resource_type'
                 o.resource_type, = _T2u(buf, pos)
@@ -598,7 +598,7 @@ class DescribeConfigsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.resource_name = str(buf[pos:pos + n], 'utf-8')
+                    o.resource_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'configs'
                 n, = _ui32(buf, pos)
@@ -626,7 +626,7 @@ class DescribeConfigsResponse(_Struct):
             if x is None:
                 buf += b'\x00'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -638,7 +638,7 @@ class DescribeConfigsResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'resource_name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -686,7 +686,7 @@ class DescribeConfigsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.error_message = str(buf[pos:pos + n], 'utf-8')
+                    o.error_message = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'resource_type'
                 o.resource_type, = _T2u(buf, pos)
@@ -706,7 +706,7 @@ class DescribeConfigsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.resource_name = str(buf[pos:pos + n], 'utf-8')
+                    o.resource_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'configs'
                 n = buf[pos]
@@ -740,7 +740,7 @@ class DescribeConfigsResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -786,14 +786,14 @@ class DescribeConfigsResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             x = self.value
             if x is None:
                 buf += b'\xff\xff'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             buf += _T0p(self.read_only)
@@ -820,7 +820,7 @@ class DescribeConfigsResponse(_Struct):
                 if x is None:
                     buf += b'\xff\xff'
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     buf += _pi16(len(x))
                     buf += x
 
@@ -839,7 +839,7 @@ class DescribeConfigsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = str(buf[pos:pos + n], 'utf-8')
+                    o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'value'
                 n, = _ui16(buf, pos)
@@ -849,7 +849,7 @@ class DescribeConfigsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.value = str(buf[pos:pos + n], 'utf-8')
+                    o.value = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'read_only'
                 o.read_only, = _T0u(buf, pos)
@@ -902,7 +902,7 @@ class DescribeConfigsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.documentation = str(buf[pos:pos + n], 'utf-8')
+                        o.documentation = buf[pos:pos + n].tobytes().decode()
                         pos += n
                 else:
                     o.documentation = ''
@@ -916,7 +916,7 @@ class DescribeConfigsResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -927,7 +927,7 @@ class DescribeConfigsResponse(_Struct):
             if x is None:
                 buf += b'\x00'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -954,7 +954,7 @@ class DescribeConfigsResponse(_Struct):
             if x is None:
                 buf += b'\x00'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -988,7 +988,7 @@ class DescribeConfigsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = str(buf[pos:pos + n], 'utf-8')
+                    o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'value'
                 n = buf[pos]
@@ -1005,7 +1005,7 @@ class DescribeConfigsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.value = str(buf[pos:pos + n], 'utf-8')
+                    o.value = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'read_only'
                 o.read_only, = _T0u(buf, pos)
@@ -1054,7 +1054,7 @@ class DescribeConfigsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.documentation = str(buf[pos:pos + n], 'utf-8')
+                    o.documentation = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = '<tagged fields>'
                 n = buf[pos]
@@ -1066,7 +1066,7 @@ class DescribeConfigsResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -1101,7 +1101,7 @@ class DescribeConfigsResponse(_Struct):
                 if x is None:
                     raise _not_nullable(self, 'name', v)
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     buf += _pi16(len(x))
                     buf += x
             else:
@@ -1112,7 +1112,7 @@ class DescribeConfigsResponse(_Struct):
                 if x is None:
                     buf += b'\xff\xff'
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     buf += _pi16(len(x))
                     buf += x
             else:
@@ -1140,7 +1140,7 @@ class DescribeConfigsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.name = str(buf[pos:pos + n], 'utf-8')
+                        o.name = buf[pos:pos + n].tobytes().decode()
                         pos += n
                 else:
                     o.name = ''
@@ -1153,7 +1153,7 @@ class DescribeConfigsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.value = str(buf[pos:pos + n], 'utf-8')
+                        o.value = buf[pos:pos + n].tobytes().decode()
                         pos += n
                 else:
                     o.value = ''
@@ -1173,7 +1173,7 @@ class DescribeConfigsResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -1184,7 +1184,7 @@ class DescribeConfigsResponse(_Struct):
             if x is None:
                 buf += b'\x00'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -1219,7 +1219,7 @@ class DescribeConfigsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = str(buf[pos:pos + n], 'utf-8')
+                    o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'value'
                 n = buf[pos]
@@ -1236,7 +1236,7 @@ class DescribeConfigsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.value = str(buf[pos:pos + n], 'utf-8')
+                    o.value = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'source'
                 o.source, = _T2u(buf, pos)
@@ -1251,7 +1251,7 @@ class DescribeConfigsResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS

@@ -148,7 +148,7 @@ class DescribeDelegationTokenRequest(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -179,14 +179,14 @@ class DescribeDelegationTokenRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'principal_type', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             x = self.principal_name
             if x is None:
                 raise _not_nullable(self, 'principal_name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
 
@@ -205,7 +205,7 @@ class DescribeDelegationTokenRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.principal_type = str(buf[pos:pos + n], 'utf-8')
+                    o.principal_type = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'principal_name'
                 n, = _ui16(buf, pos)
@@ -215,7 +215,7 @@ class DescribeDelegationTokenRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.principal_name = str(buf[pos:pos + n], 'utf-8')
+                    o.principal_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -227,7 +227,7 @@ class DescribeDelegationTokenRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'principal_type', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -238,7 +238,7 @@ class DescribeDelegationTokenRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'principal_name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -272,7 +272,7 @@ class DescribeDelegationTokenRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.principal_type = str(buf[pos:pos + n], 'utf-8')
+                    o.principal_type = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'principal_name'
                 n = buf[pos]
@@ -289,7 +289,7 @@ class DescribeDelegationTokenRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.principal_name = str(buf[pos:pos + n], 'utf-8')
+                    o.principal_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = '<tagged fields>'
                 n = buf[pos]
@@ -301,7 +301,7 @@ class DescribeDelegationTokenRequest(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -439,7 +439,7 @@ class DescribeDelegationTokenResponse(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -486,14 +486,14 @@ class DescribeDelegationTokenResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'principal_type', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             x = self.principal_name
             if x is None:
                 raise _not_nullable(self, 'principal_name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             if not (self.token_requester_principal_type == ''):
@@ -505,7 +505,7 @@ class DescribeDelegationTokenResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'token_id', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             x = self.hmac
@@ -537,7 +537,7 @@ class DescribeDelegationTokenResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.principal_type = str(buf[pos:pos + n], 'utf-8')
+                    o.principal_type = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'principal_name'
                 n, = _ui16(buf, pos)
@@ -547,7 +547,7 @@ class DescribeDelegationTokenResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.principal_name = str(buf[pos:pos + n], 'utf-8')
+                    o.principal_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 o.token_requester_principal_type = ''
                 o.token_requester_principal_name = ''
@@ -562,7 +562,7 @@ class DescribeDelegationTokenResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.token_id = str(buf[pos:pos + n], 'utf-8')
+                    o.token_id = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'hmac'
                 n, = _ui32(buf, pos)
@@ -572,7 +572,7 @@ class DescribeDelegationTokenResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.hmac = bytes(buf[pos:pos + n])
+                    o.hmac = buf[pos:pos + n].tobytes()
                     pos += n
                 f = 'renewers'
                 n, = _ui32(buf, pos)
@@ -599,7 +599,7 @@ class DescribeDelegationTokenResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'principal_type', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -610,7 +610,7 @@ class DescribeDelegationTokenResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'principal_name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -622,7 +622,7 @@ class DescribeDelegationTokenResponse(_Struct):
                 if x is None:
                     raise _not_nullable(self, 'token_requester_principal_type', v)
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     n = len(x) + 1
                     if n < 128:
                         buf.append(n)
@@ -637,7 +637,7 @@ class DescribeDelegationTokenResponse(_Struct):
                 if x is None:
                     raise _not_nullable(self, 'token_requester_principal_name', v)
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     n = len(x) + 1
                     if n < 128:
                         buf.append(n)
@@ -652,7 +652,7 @@ class DescribeDelegationTokenResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'token_id', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -707,7 +707,7 @@ class DescribeDelegationTokenResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.principal_type = str(buf[pos:pos + n], 'utf-8')
+                    o.principal_type = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'principal_name'
                 n = buf[pos]
@@ -724,7 +724,7 @@ class DescribeDelegationTokenResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.principal_name = str(buf[pos:pos + n], 'utf-8')
+                    o.principal_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 if v >= 3:
                     f = 'token_requester_principal_type'
@@ -742,7 +742,7 @@ class DescribeDelegationTokenResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.token_requester_principal_type = str(buf[pos:pos + n], 'utf-8')
+                        o.token_requester_principal_type = buf[pos:pos + n].tobytes().decode()
                         pos += n
                 else:
                     o.token_requester_principal_type = ''
@@ -762,7 +762,7 @@ class DescribeDelegationTokenResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.token_requester_principal_name = str(buf[pos:pos + n], 'utf-8')
+                        o.token_requester_principal_name = buf[pos:pos + n].tobytes().decode()
                         pos += n
                 else:
                     o.token_requester_principal_name = ''
@@ -784,7 +784,7 @@ class DescribeDelegationTokenResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.token_id = str(buf[pos:pos + n], 'utf-8')
+                    o.token_id = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'hmac'
                 n = buf[pos]
@@ -801,7 +801,7 @@ class DescribeDelegationTokenResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.hmac = bytes(buf[pos:pos + n])
+                    o.hmac = buf[pos:pos + n].tobytes()
                     pos += n
                 f = 'renewers'
                 n = buf[pos]
@@ -835,7 +835,7 @@ class DescribeDelegationTokenResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -867,14 +867,14 @@ class DescribeDelegationTokenResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'principal_type', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             x = self.principal_name
             if x is None:
                 raise _not_nullable(self, 'principal_name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
 
@@ -893,7 +893,7 @@ class DescribeDelegationTokenResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.principal_type = str(buf[pos:pos + n], 'utf-8')
+                    o.principal_type = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'principal_name'
                 n, = _ui16(buf, pos)
@@ -903,7 +903,7 @@ class DescribeDelegationTokenResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.principal_name = str(buf[pos:pos + n], 'utf-8')
+                    o.principal_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -915,7 +915,7 @@ class DescribeDelegationTokenResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'principal_type', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -926,7 +926,7 @@ class DescribeDelegationTokenResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'principal_name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -960,7 +960,7 @@ class DescribeDelegationTokenResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.principal_type = str(buf[pos:pos + n], 'utf-8')
+                    o.principal_type = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'principal_name'
                 n = buf[pos]
@@ -977,7 +977,7 @@ class DescribeDelegationTokenResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.principal_name = str(buf[pos:pos + n], 'utf-8')
+                    o.principal_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = '<tagged fields>'
                 n = buf[pos]
@@ -989,7 +989,7 @@ class DescribeDelegationTokenResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS

@@ -65,7 +65,7 @@ class DescribeGroupsRequest(_Struct):
         else:
             buf += _pi32(len(x))
             for e in x:
-                e = e.encode('utf-8')
+                e = e.encode()
                 buf += _pi16(len(e))
                 buf += e
         if v >= 3:
@@ -96,7 +96,7 @@ class DescribeGroupsRequest(_Struct):
                     pos += 2
                     if n < 0 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    e = str(buf[pos:pos + n], 'utf-8')
+                    e = buf[pos:pos + n].tobytes().decode()
                     pos += n
                     lst.append(e)
                 _i = -1
@@ -123,7 +123,7 @@ class DescribeGroupsRequest(_Struct):
             else:
                 buf += _wuv(n)
             for e in x:
-                e = e.encode('utf-8')
+                e = e.encode()
                 n = len(e) + 1
                 if n < 128:
                     buf.append(n)
@@ -172,7 +172,7 @@ class DescribeGroupsRequest(_Struct):
                     n -= 1
                     if n < 0 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    e = str(buf[pos:pos + n], 'utf-8')
+                    e = buf[pos:pos + n].tobytes().decode()
                     pos += n
                     lst.append(e)
                 _i = -1
@@ -190,7 +190,7 @@ class DescribeGroupsRequest(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -321,7 +321,7 @@ class DescribeGroupsResponse(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -363,28 +363,28 @@ class DescribeGroupsResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'group_id', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             x = self.group_state
             if x is None:
                 raise _not_nullable(self, 'group_state', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             x = self.protocol_type
             if x is None:
                 raise _not_nullable(self, 'protocol_type', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             x = self.protocol_data
             if x is None:
                 raise _not_nullable(self, 'protocol_data', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             x = self.members
@@ -418,7 +418,7 @@ class DescribeGroupsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.group_id = str(buf[pos:pos + n], 'utf-8')
+                    o.group_id = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'group_state'
                 n, = _ui16(buf, pos)
@@ -428,7 +428,7 @@ class DescribeGroupsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.group_state = str(buf[pos:pos + n], 'utf-8')
+                    o.group_state = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'protocol_type'
                 n, = _ui16(buf, pos)
@@ -438,7 +438,7 @@ class DescribeGroupsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.protocol_type = str(buf[pos:pos + n], 'utf-8')
+                    o.protocol_type = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'protocol_data'
                 n, = _ui16(buf, pos)
@@ -448,7 +448,7 @@ class DescribeGroupsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.protocol_data = str(buf[pos:pos + n], 'utf-8')
+                    o.protocol_data = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'members'
                 n, = _ui32(buf, pos)
@@ -482,7 +482,7 @@ class DescribeGroupsResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'group_id', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -493,7 +493,7 @@ class DescribeGroupsResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'group_state', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -504,7 +504,7 @@ class DescribeGroupsResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'protocol_type', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -515,7 +515,7 @@ class DescribeGroupsResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'protocol_data', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -564,7 +564,7 @@ class DescribeGroupsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.group_id = str(buf[pos:pos + n], 'utf-8')
+                    o.group_id = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'group_state'
                 n = buf[pos]
@@ -581,7 +581,7 @@ class DescribeGroupsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.group_state = str(buf[pos:pos + n], 'utf-8')
+                    o.group_state = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'protocol_type'
                 n = buf[pos]
@@ -598,7 +598,7 @@ class DescribeGroupsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.protocol_type = str(buf[pos:pos + n], 'utf-8')
+                    o.protocol_type = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'protocol_data'
                 n = buf[pos]
@@ -615,7 +615,7 @@ class DescribeGroupsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.protocol_data = str(buf[pos:pos + n], 'utf-8')
+                    o.protocol_data = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'members'
                 n = buf[pos]
@@ -652,7 +652,7 @@ class DescribeGroupsResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -692,7 +692,7 @@ class DescribeGroupsResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'member_id', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             if v >= 4:
@@ -700,21 +700,21 @@ class DescribeGroupsResponse(_Struct):
                 if x is None:
                     buf += b'\xff\xff'
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     buf += _pi16(len(x))
                     buf += x
             x = self.client_id
             if x is None:
                 raise _not_nullable(self, 'client_id', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             x = self.client_host
             if x is None:
                 raise _not_nullable(self, 'client_host', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             x = self.member_metadata
@@ -745,7 +745,7 @@ class DescribeGroupsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.member_id = str(buf[pos:pos + n], 'utf-8')
+                    o.member_id = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 if v >= 4:
                     f = 'group_instance_id'
@@ -756,7 +756,7 @@ class DescribeGroupsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.group_instance_id = str(buf[pos:pos + n], 'utf-8')
+                        o.group_instance_id = buf[pos:pos + n].tobytes().decode()
                         pos += n
                 else:
                     o.group_instance_id = None
@@ -768,7 +768,7 @@ class DescribeGroupsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.client_id = str(buf[pos:pos + n], 'utf-8')
+                    o.client_id = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'client_host'
                 n, = _ui16(buf, pos)
@@ -778,7 +778,7 @@ class DescribeGroupsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.client_host = str(buf[pos:pos + n], 'utf-8')
+                    o.client_host = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'member_metadata'
                 n, = _ui32(buf, pos)
@@ -788,7 +788,7 @@ class DescribeGroupsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.member_metadata = bytes(buf[pos:pos + n])
+                    o.member_metadata = buf[pos:pos + n].tobytes()
                     pos += n
                 f = 'member_assignment'
                 n, = _ui32(buf, pos)
@@ -798,7 +798,7 @@ class DescribeGroupsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.member_assignment = bytes(buf[pos:pos + n])
+                    o.member_assignment = buf[pos:pos + n].tobytes()
                     pos += n
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -810,7 +810,7 @@ class DescribeGroupsResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'member_id', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -821,7 +821,7 @@ class DescribeGroupsResponse(_Struct):
             if x is None:
                 buf += b'\x00'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -832,7 +832,7 @@ class DescribeGroupsResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'client_id', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -843,7 +843,7 @@ class DescribeGroupsResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'client_host', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -897,7 +897,7 @@ class DescribeGroupsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.member_id = str(buf[pos:pos + n], 'utf-8')
+                    o.member_id = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'group_instance_id'
                 n = buf[pos]
@@ -914,7 +914,7 @@ class DescribeGroupsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.group_instance_id = str(buf[pos:pos + n], 'utf-8')
+                    o.group_instance_id = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'client_id'
                 n = buf[pos]
@@ -931,7 +931,7 @@ class DescribeGroupsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.client_id = str(buf[pos:pos + n], 'utf-8')
+                    o.client_id = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'client_host'
                 n = buf[pos]
@@ -948,7 +948,7 @@ class DescribeGroupsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.client_host = str(buf[pos:pos + n], 'utf-8')
+                    o.client_host = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'member_metadata'
                 n = buf[pos]
@@ -965,7 +965,7 @@ class DescribeGroupsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.member_metadata = bytes(buf[pos:pos + n])
+                    o.member_metadata = buf[pos:pos + n].tobytes()
                     pos += n
                 f = 'member_assignment'
                 n = buf[pos]
@@ -982,7 +982,7 @@ class DescribeGroupsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.member_assignment = bytes(buf[pos:pos + n])
+                    o.member_assignment = buf[pos:pos + n].tobytes()
                     pos += n
                 f = '<tagged fields>'
                 n = buf[pos]
@@ -994,7 +994,7 @@ class DescribeGroupsResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS

@@ -151,7 +151,7 @@ class DescribeLogDirsRequest(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -182,7 +182,7 @@ class DescribeLogDirsRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'topic', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             x = self.partitions
@@ -207,7 +207,7 @@ class DescribeLogDirsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic = str(buf[pos:pos + n], 'utf-8')
+                    o.topic = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'partitions'
                 n, = _ui32(buf, pos)
@@ -230,7 +230,7 @@ class DescribeLogDirsRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'topic', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -274,7 +274,7 @@ class DescribeLogDirsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic = str(buf[pos:pos + n], 'utf-8')
+                    o.topic = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'partitions'
                 n = buf[pos]
@@ -304,7 +304,7 @@ class DescribeLogDirsRequest(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -443,7 +443,7 @@ class DescribeLogDirsResponse(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -481,7 +481,7 @@ class DescribeLogDirsResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'log_dir', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             x = self.topics
@@ -510,7 +510,7 @@ class DescribeLogDirsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.log_dir = str(buf[pos:pos + n], 'utf-8')
+                    o.log_dir = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'topics'
                 n, = _ui32(buf, pos)
@@ -540,7 +540,7 @@ class DescribeLogDirsResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'log_dir', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -590,7 +590,7 @@ class DescribeLogDirsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.log_dir = str(buf[pos:pos + n], 'utf-8')
+                    o.log_dir = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'topics'
                 n = buf[pos]
@@ -631,7 +631,7 @@ class DescribeLogDirsResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -663,7 +663,7 @@ class DescribeLogDirsResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             x = self.partitions
@@ -689,7 +689,7 @@ class DescribeLogDirsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = str(buf[pos:pos + n], 'utf-8')
+                    o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'partitions'
                 n, = _ui32(buf, pos)
@@ -716,7 +716,7 @@ class DescribeLogDirsResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -761,7 +761,7 @@ class DescribeLogDirsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = str(buf[pos:pos + n], 'utf-8')
+                    o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'partitions'
                 n = buf[pos]
@@ -795,7 +795,7 @@ class DescribeLogDirsResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -871,7 +871,7 @@ class DescribeLogDirsResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS

@@ -64,7 +64,7 @@ class DescribeTransactionsRequest(_Struct):
             else:
                 buf += _wuv(n)
             for e in x:
-                e = e.encode('utf-8')
+                e = e.encode()
                 n = len(e) + 1
                 if n < 128:
                     buf.append(n)
@@ -112,7 +112,7 @@ class DescribeTransactionsRequest(_Struct):
                     n -= 1
                     if n < 0 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    e = str(buf[pos:pos + n], 'utf-8')
+                    e = buf[pos:pos + n].tobytes().decode()
                     pos += n
                     lst.append(e)
                 _i = -1
@@ -127,7 +127,7 @@ class DescribeTransactionsRequest(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -214,7 +214,7 @@ class DescribeTransactionsResponse(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -258,7 +258,7 @@ class DescribeTransactionsResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'transactional_id', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -269,7 +269,7 @@ class DescribeTransactionsResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'transaction_state', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -318,7 +318,7 @@ class DescribeTransactionsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.transactional_id = str(buf[pos:pos + n], 'utf-8')
+                    o.transactional_id = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'transaction_state'
                 n = buf[pos]
@@ -335,7 +335,7 @@ class DescribeTransactionsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.transaction_state = str(buf[pos:pos + n], 'utf-8')
+                    o.transaction_state = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'transaction_timeout_ms'
                 o.transaction_timeout_ms, o.transaction_start_time_ms, o.producer_id, o.producer_epoch = _T2u(buf, pos)
@@ -372,7 +372,7 @@ class DescribeTransactionsResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -404,7 +404,7 @@ class DescribeTransactionsResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'topic', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -448,7 +448,7 @@ class DescribeTransactionsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic = str(buf[pos:pos + n], 'utf-8')
+                    o.topic = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'partitions'
                 n = buf[pos]
@@ -478,7 +478,7 @@ class DescribeTransactionsResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS

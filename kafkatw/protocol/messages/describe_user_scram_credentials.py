@@ -107,7 +107,7 @@ class DescribeUserScramCredentialsRequest(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -136,7 +136,7 @@ class DescribeUserScramCredentialsRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -170,7 +170,7 @@ class DescribeUserScramCredentialsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = str(buf[pos:pos + n], 'utf-8')
+                    o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = '<tagged fields>'
                 n = buf[pos]
@@ -182,7 +182,7 @@ class DescribeUserScramCredentialsRequest(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -220,7 +220,7 @@ class DescribeUserScramCredentialsResponse(_Struct):
         if x is None:
             buf += b'\x00'
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -268,7 +268,7 @@ class DescribeUserScramCredentialsResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.error_message = str(buf[pos:pos + n], 'utf-8')
+                o.error_message = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'results'
             n = buf[pos]
@@ -302,7 +302,7 @@ class DescribeUserScramCredentialsResponse(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -337,7 +337,7 @@ class DescribeUserScramCredentialsResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'user', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -349,7 +349,7 @@ class DescribeUserScramCredentialsResponse(_Struct):
             if x is None:
                 buf += b'\x00'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -394,7 +394,7 @@ class DescribeUserScramCredentialsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.user = str(buf[pos:pos + n], 'utf-8')
+                    o.user = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'error_code'
                 o.error_code, = _T1u(buf, pos)
@@ -414,7 +414,7 @@ class DescribeUserScramCredentialsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.error_message = str(buf[pos:pos + n], 'utf-8')
+                    o.error_message = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'credential_infos'
                 n = buf[pos]
@@ -448,7 +448,7 @@ class DescribeUserScramCredentialsResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -502,7 +502,7 @@ class DescribeUserScramCredentialsResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS

@@ -179,7 +179,7 @@ class ElectLeadersRequest(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -210,7 +210,7 @@ class ElectLeadersRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'topic', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             x = self.partitions
@@ -235,7 +235,7 @@ class ElectLeadersRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic = str(buf[pos:pos + n], 'utf-8')
+                    o.topic = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'partitions'
                 n, = _ui32(buf, pos)
@@ -258,7 +258,7 @@ class ElectLeadersRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'topic', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -302,7 +302,7 @@ class ElectLeadersRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic = str(buf[pos:pos + n], 'utf-8')
+                    o.topic = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'partitions'
                 n = buf[pos]
@@ -332,7 +332,7 @@ class ElectLeadersRequest(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -473,7 +473,7 @@ class ElectLeadersResponse(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -504,7 +504,7 @@ class ElectLeadersResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'topic', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             x = self.partition_result
@@ -530,7 +530,7 @@ class ElectLeadersResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic = str(buf[pos:pos + n], 'utf-8')
+                    o.topic = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'partition_result'
                 n, = _ui32(buf, pos)
@@ -557,7 +557,7 @@ class ElectLeadersResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'topic', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -602,7 +602,7 @@ class ElectLeadersResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic = str(buf[pos:pos + n], 'utf-8')
+                    o.topic = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'partition_result'
                 n = buf[pos]
@@ -636,7 +636,7 @@ class ElectLeadersResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -671,7 +671,7 @@ class ElectLeadersResponse(_Struct):
             if x is None:
                 buf += b'\xff\xff'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
 
@@ -693,7 +693,7 @@ class ElectLeadersResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.error_message = str(buf[pos:pos + n], 'utf-8')
+                    o.error_message = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -706,7 +706,7 @@ class ElectLeadersResponse(_Struct):
             if x is None:
                 buf += b'\x00'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -743,7 +743,7 @@ class ElectLeadersResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.error_message = str(buf[pos:pos + n], 'utf-8')
+                    o.error_message = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = '<tagged fields>'
                 n = buf[pos]
@@ -755,7 +755,7 @@ class ElectLeadersResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS

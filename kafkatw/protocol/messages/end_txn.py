@@ -63,7 +63,7 @@ class EndTxnRequest(_Struct):
         if x is None:
             raise _not_nullable(self, 'transactional_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
         buf += _T0p(self.producer_id, self.producer_epoch, self.committed)
@@ -83,7 +83,7 @@ class EndTxnRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.transactional_id = str(buf[pos:pos + n], 'utf-8')
+                o.transactional_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'producer_id'
             o.producer_id, o.producer_epoch, o.committed = _T0u(buf, pos)
@@ -98,7 +98,7 @@ class EndTxnRequest(_Struct):
         if x is None:
             raise _not_nullable(self, 'transactional_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -133,7 +133,7 @@ class EndTxnRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.transactional_id = str(buf[pos:pos + n], 'utf-8')
+                o.transactional_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'producer_id'
             o.producer_id, o.producer_epoch, o.committed = _T0u(buf, pos)
@@ -148,7 +148,7 @@ class EndTxnRequest(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -235,7 +235,7 @@ class EndTxnResponse(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS

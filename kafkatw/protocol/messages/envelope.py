@@ -125,7 +125,7 @@ class EnvelopeRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.request_principal = bytes(buf[pos:pos + n])
+                o.request_principal = buf[pos:pos + n].tobytes()
                 pos += n
             f = 'client_host_address'
             n = buf[pos]
@@ -142,7 +142,7 @@ class EnvelopeRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.client_host_address = bytes(buf[pos:pos + n])
+                o.client_host_address = buf[pos:pos + n].tobytes()
                 pos += n
             f = '<tagged fields>'
             n = buf[pos]
@@ -154,7 +154,7 @@ class EnvelopeRequest(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -235,7 +235,7 @@ class EnvelopeResponse(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS

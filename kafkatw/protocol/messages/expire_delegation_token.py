@@ -76,7 +76,7 @@ class ExpireDelegationTokenRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.hmac = bytes(buf[pos:pos + n])
+                o.hmac = buf[pos:pos + n].tobytes()
                 pos += n
             f = 'expiry_time_period_ms'
             o.expiry_time_period_ms, = _T0u(buf, pos)
@@ -125,7 +125,7 @@ class ExpireDelegationTokenRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.hmac = bytes(buf[pos:pos + n])
+                o.hmac = buf[pos:pos + n].tobytes()
                 pos += n
             f = 'expiry_time_period_ms'
             o.expiry_time_period_ms, = _T0u(buf, pos)
@@ -140,7 +140,7 @@ class ExpireDelegationTokenRequest(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -214,7 +214,7 @@ class ExpireDelegationTokenResponse(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS

@@ -164,7 +164,7 @@ class FetchRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'rack_id', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
 
@@ -248,7 +248,7 @@ class FetchRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.rack_id = str(buf[pos:pos + n], 'utf-8')
+                    o.rack_id = buf[pos:pos + n].tobytes().decode()
                     pos += n
             else:
                 o.rack_id = ''
@@ -292,7 +292,7 @@ class FetchRequest(_Struct):
         if x is None:
             raise _not_nullable(self, 'rack_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -306,7 +306,7 @@ class FetchRequest(_Struct):
             if x is None:
                 t += b'\x00'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     t.append(n)
@@ -404,7 +404,7 @@ class FetchRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.rack_id = str(buf[pos:pos + n], 'utf-8')
+                o.rack_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = '<tagged fields>'
             n = buf[pos]
@@ -432,7 +432,7 @@ class FetchRequest(_Struct):
                         else:
                             if n < -1 or n > lb - pos:
                                 raise _bad_len(n, lb - pos)
-                            o.cluster_id = str(buf[pos:pos + n], 'utf-8')
+                            o.cluster_id = buf[pos:pos + n].tobytes().decode()
                             pos += n
                         if pos != end:
                             raise _tag_size(0, size, pos - end + size)
@@ -442,7 +442,7 @@ class FetchRequest(_Struct):
                         if pos != end:
                             raise _tag_size(1, size, pos - end + size)
                     else:
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -525,7 +525,7 @@ class FetchRequest(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -559,7 +559,7 @@ class FetchRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'topic', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             x = self.partitions
@@ -585,7 +585,7 @@ class FetchRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic = str(buf[pos:pos + n], 'utf-8')
+                    o.topic = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 o.topic_id = _ZERO_UUID
                 f = 'partitions'
@@ -614,7 +614,7 @@ class FetchRequest(_Struct):
                 if x is None:
                     raise _not_nullable(self, 'topic', v)
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     n = len(x) + 1
                     if n < 128:
                         buf.append(n)
@@ -662,7 +662,7 @@ class FetchRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.topic = str(buf[pos:pos + n], 'utf-8')
+                        o.topic = buf[pos:pos + n].tobytes().decode()
                         pos += n
                 else:
                     o.topic = ''
@@ -704,7 +704,7 @@ class FetchRequest(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -827,7 +827,7 @@ class FetchRequest(_Struct):
                             if pos != end:
                                 raise _tag_size(0, size, pos - end + size)
                         else:
-                            u[tag] = bytes(buf[pos:end])
+                            u[tag] = buf[pos:end].tobytes()
                             pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -862,7 +862,7 @@ class FetchRequest(_Struct):
                 if x is None:
                     raise _not_nullable(self, 'topic', v)
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     buf += _pi16(len(x))
                     buf += x
             if v >= 7:
@@ -892,7 +892,7 @@ class FetchRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.topic = str(buf[pos:pos + n], 'utf-8')
+                        o.topic = buf[pos:pos + n].tobytes().decode()
                         pos += n
                 else:
                     o.topic = ''
@@ -922,7 +922,7 @@ class FetchRequest(_Struct):
                 if x is None:
                     raise _not_nullable(self, 'topic', v)
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     n = len(x) + 1
                     if n < 128:
                         buf.append(n)
@@ -969,7 +969,7 @@ class FetchRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.topic = str(buf[pos:pos + n], 'utf-8')
+                        o.topic = buf[pos:pos + n].tobytes().decode()
                         pos += n
                 else:
                     o.topic = ''
@@ -1007,7 +1007,7 @@ class FetchRequest(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -1204,7 +1204,7 @@ class FetchResponse(_Struct):
                         if pos != end:
                             raise _tag_size(0, size, pos - end + size)
                     else:
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -1237,7 +1237,7 @@ class FetchResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'topic', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             x = self.partitions
@@ -1263,7 +1263,7 @@ class FetchResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic = str(buf[pos:pos + n], 'utf-8')
+                    o.topic = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 o.topic_id = _ZERO_UUID
                 f = 'partitions'
@@ -1292,7 +1292,7 @@ class FetchResponse(_Struct):
                 if x is None:
                     raise _not_nullable(self, 'topic', v)
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     n = len(x) + 1
                     if n < 128:
                         buf.append(n)
@@ -1340,7 +1340,7 @@ class FetchResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.topic = str(buf[pos:pos + n], 'utf-8')
+                        o.topic = buf[pos:pos + n].tobytes().decode()
                         pos += n
                 else:
                     o.topic = ''
@@ -1382,7 +1382,7 @@ class FetchResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -1684,7 +1684,7 @@ class FetchResponse(_Struct):
                             if pos != end:
                                 raise _tag_size(2, size, pos - end + size)
                         else:
-                            u[tag] = bytes(buf[pos:end])
+                            u[tag] = buf[pos:end].tobytes()
                             pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -1758,7 +1758,7 @@ class FetchResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -1832,7 +1832,7 @@ class FetchResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -1904,7 +1904,7 @@ class FetchResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -1986,7 +1986,7 @@ class FetchResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -2054,7 +2054,7 @@ class FetchResponse(_Struct):
                 if x is None:
                     raise _not_nullable(self, 'host', v)
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     n = len(x) + 1
                     if n < 128:
                         buf.append(n)
@@ -2074,7 +2074,7 @@ class FetchResponse(_Struct):
                 if x is None:
                     buf += b'\x00'
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     n = len(x) + 1
                     if n < 128:
                         buf.append(n)
@@ -2118,7 +2118,7 @@ class FetchResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.host = str(buf[pos:pos + n], 'utf-8')
+                        o.host = buf[pos:pos + n].tobytes().decode()
                         pos += n
                 else:
                     o.host = ''
@@ -2144,7 +2144,7 @@ class FetchResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.rack = str(buf[pos:pos + n], 'utf-8')
+                        o.rack = buf[pos:pos + n].tobytes().decode()
                         pos += n
                 else:
                     o.rack = None
@@ -2158,7 +2158,7 @@ class FetchResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -2205,7 +2205,7 @@ def _rows_FetchResponse_v0(v, throttle_time_ms_1, error_code_1, session_id_1, re
             if x is None:
                 raise _null_field('FetchResponse.FetchableTopicResponse', 'topic', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             x = partitions_2
@@ -2266,7 +2266,7 @@ def _rows_FetchResponse_v1(v, throttle_time_ms_1, error_code_1, session_id_1, re
                 if x is None:
                     raise _null_field('FetchResponse.FetchableTopicResponse', 'topic', v)
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     buf += _pi16(len(x))
                     buf += x
                 x = partitions_2
@@ -2327,7 +2327,7 @@ def _rows_FetchResponse_v4(v, throttle_time_ms_1, error_code_1, session_id_1, re
                 if x is None:
                     raise _null_field('FetchResponse.FetchableTopicResponse', 'topic', v)
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     buf += _pi16(len(x))
                     buf += x
                 x = partitions_2
@@ -2398,7 +2398,7 @@ def _rows_FetchResponse_v5(v, throttle_time_ms_1, error_code_1, session_id_1, re
                 if x is None:
                     raise _null_field('FetchResponse.FetchableTopicResponse', 'topic', v)
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     buf += _pi16(len(x))
                     buf += x
                 x = partitions_2
@@ -2467,7 +2467,7 @@ def _rows_FetchResponse_v7(v, throttle_time_ms_1, error_code_1, session_id_1, re
                 if x is None:
                     raise _null_field('FetchResponse.FetchableTopicResponse', 'topic', v)
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     buf += _pi16(len(x))
                     buf += x
                 x = partitions_2
@@ -2536,7 +2536,7 @@ def _rows_FetchResponse_v11(v, throttle_time_ms_1, error_code_1, session_id_1, r
                 if x is None:
                     raise _null_field('FetchResponse.FetchableTopicResponse', 'topic', v)
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     buf += _pi16(len(x))
                     buf += x
                 x = partitions_2
@@ -2608,7 +2608,7 @@ def _rows_FetchResponse_v12(v, throttle_time_ms_1, error_code_1, session_id_1, r
                 if x is None:
                     raise _null_field('FetchResponse.FetchableTopicResponse', 'topic', v)
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     n = len(x) + 1
                     if n < 128:
                         buf.append(n)
@@ -2976,7 +2976,7 @@ def _rows_FetchResponse_v16(v, throttle_time_ms_1, error_code_1, session_id_1, r
                         if x is None:
                             raise _null_field('FetchResponse.NodeEndpoint', 'host', v)
                         else:
-                            x = x.encode('utf-8')
+                            x = x.encode()
                             n = len(x) + 1
                             if n < 128:
                                 t_1.append(n)
@@ -2991,7 +2991,7 @@ def _rows_FetchResponse_v16(v, throttle_time_ms_1, error_code_1, session_id_1, r
                             if x is None:
                                 t_1 += b'\x00'
                             else:
-                                x = x.encode('utf-8')
+                                x = x.encode()
                                 n = len(x) + 1
                                 if n < 128:
                                     t_1.append(n)

@@ -65,7 +65,7 @@ class FindCoordinatorRequest(_Struct):
         if x is None:
             raise _not_nullable(self, 'key', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
         if v >= 1:
@@ -91,7 +91,7 @@ class FindCoordinatorRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.key = str(buf[pos:pos + n], 'utf-8')
+                o.key = buf[pos:pos + n].tobytes().decode()
                 pos += n
             if v >= 1:
                 f = 'key_type'
@@ -111,7 +111,7 @@ class FindCoordinatorRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'key', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -133,7 +133,7 @@ class FindCoordinatorRequest(_Struct):
                 else:
                     buf += _wuv(n)
                 for e in x:
-                    e = e.encode('utf-8')
+                    e = e.encode()
                     n = len(e) + 1
                     if n < 128:
                         buf.append(n)
@@ -171,7 +171,7 @@ class FindCoordinatorRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.key = str(buf[pos:pos + n], 'utf-8')
+                    o.key = buf[pos:pos + n].tobytes().decode()
                     pos += n
             else:
                 o.key = ''
@@ -208,7 +208,7 @@ class FindCoordinatorRequest(_Struct):
                         n -= 1
                         if n < 0 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        e = str(buf[pos:pos + n], 'utf-8')
+                        e = buf[pos:pos + n].tobytes().decode()
                         pos += n
                         lst.append(e)
                     _i = -1
@@ -225,7 +225,7 @@ class FindCoordinatorRequest(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -271,7 +271,7 @@ class FindCoordinatorResponse(_Struct):
             if x is None:
                 buf += b'\xff\xff'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
         buf += _T1p(self.node_id)
@@ -279,7 +279,7 @@ class FindCoordinatorResponse(_Struct):
         if x is None:
             raise _not_nullable(self, 'host', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
         buf += _T1p(self.port)
@@ -311,7 +311,7 @@ class FindCoordinatorResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.error_message = str(buf[pos:pos + n], 'utf-8')
+                    o.error_message = buf[pos:pos + n].tobytes().decode()
                     pos += n
             else:
                 o.error_message = ''
@@ -326,7 +326,7 @@ class FindCoordinatorResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.host = str(buf[pos:pos + n], 'utf-8')
+                o.host = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'port'
             o.port, = _T1u(buf, pos)
@@ -349,7 +349,7 @@ class FindCoordinatorResponse(_Struct):
             if x is None:
                 buf += b'\x00'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -366,7 +366,7 @@ class FindCoordinatorResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'host', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -433,7 +433,7 @@ class FindCoordinatorResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.error_message = str(buf[pos:pos + n], 'utf-8')
+                    o.error_message = buf[pos:pos + n].tobytes().decode()
                     pos += n
             else:
                 o.error_message = ''
@@ -459,7 +459,7 @@ class FindCoordinatorResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.host = str(buf[pos:pos + n], 'utf-8')
+                    o.host = buf[pos:pos + n].tobytes().decode()
                     pos += n
             else:
                 o.host = ''
@@ -504,7 +504,7 @@ class FindCoordinatorResponse(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -574,7 +574,7 @@ class FindCoordinatorResponse(_Struct):
                 if x is None:
                     raise _not_nullable(self, 'key', v)
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     n = len(x) + 1
                     if n < 128:
                         buf.append(n)
@@ -594,7 +594,7 @@ class FindCoordinatorResponse(_Struct):
                 if x is None:
                     raise _not_nullable(self, 'host', v)
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     n = len(x) + 1
                     if n < 128:
                         buf.append(n)
@@ -616,7 +616,7 @@ class FindCoordinatorResponse(_Struct):
                 if x is None:
                     buf += b'\x00'
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     n = len(x) + 1
                     if n < 128:
                         buf.append(n)
@@ -651,7 +651,7 @@ class FindCoordinatorResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.key = str(buf[pos:pos + n], 'utf-8')
+                        o.key = buf[pos:pos + n].tobytes().decode()
                         pos += n
                 else:
                     o.key = ''
@@ -677,7 +677,7 @@ class FindCoordinatorResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.host = str(buf[pos:pos + n], 'utf-8')
+                        o.host = buf[pos:pos + n].tobytes().decode()
                         pos += n
                 else:
                     o.host = ''
@@ -704,7 +704,7 @@ class FindCoordinatorResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.error_message = str(buf[pos:pos + n], 'utf-8')
+                        o.error_message = buf[pos:pos + n].tobytes().decode()
                         pos += n
                 else:
                     o.error_message = ''
@@ -718,7 +718,7 @@ class FindCoordinatorResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS

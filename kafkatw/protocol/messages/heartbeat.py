@@ -64,7 +64,7 @@ class HeartbeatRequest(_Struct):
         if x is None:
             raise _not_nullable(self, 'group_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
         buf += _T0p(self.generation_id)
@@ -72,7 +72,7 @@ class HeartbeatRequest(_Struct):
         if x is None:
             raise _not_nullable(self, 'member_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
         if v >= 3:
@@ -80,7 +80,7 @@ class HeartbeatRequest(_Struct):
             if x is None:
                 buf += b'\xff\xff'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
         else:
@@ -102,7 +102,7 @@ class HeartbeatRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = str(buf[pos:pos + n], 'utf-8')
+                o.group_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'generation_id'
             o.generation_id, = _T0u(buf, pos)
@@ -115,7 +115,7 @@ class HeartbeatRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.member_id = str(buf[pos:pos + n], 'utf-8')
+                o.member_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             if v >= 3:
                 f = 'group_instance_id'
@@ -126,7 +126,7 @@ class HeartbeatRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.group_instance_id = str(buf[pos:pos + n], 'utf-8')
+                    o.group_instance_id = buf[pos:pos + n].tobytes().decode()
                     pos += n
             else:
                 o.group_instance_id = None
@@ -140,7 +140,7 @@ class HeartbeatRequest(_Struct):
         if x is None:
             raise _not_nullable(self, 'group_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -152,7 +152,7 @@ class HeartbeatRequest(_Struct):
         if x is None:
             raise _not_nullable(self, 'member_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -163,7 +163,7 @@ class HeartbeatRequest(_Struct):
         if x is None:
             buf += b'\x00'
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -197,7 +197,7 @@ class HeartbeatRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = str(buf[pos:pos + n], 'utf-8')
+                o.group_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'generation_id'
             o.generation_id, = _T0u(buf, pos)
@@ -217,7 +217,7 @@ class HeartbeatRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.member_id = str(buf[pos:pos + n], 'utf-8')
+                o.member_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'group_instance_id'
             n = buf[pos]
@@ -234,7 +234,7 @@ class HeartbeatRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_instance_id = str(buf[pos:pos + n], 'utf-8')
+                o.group_instance_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = '<tagged fields>'
             n = buf[pos]
@@ -246,7 +246,7 @@ class HeartbeatRequest(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -326,7 +326,7 @@ class HeartbeatResponse(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS

@@ -159,7 +159,7 @@ class IncrementalAlterConfigsRequest(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -193,7 +193,7 @@ class IncrementalAlterConfigsRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'resource_name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             x = self.configs
@@ -222,7 +222,7 @@ class IncrementalAlterConfigsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.resource_name = str(buf[pos:pos + n], 'utf-8')
+                    o.resource_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'configs'
                 n, = _ui32(buf, pos)
@@ -250,7 +250,7 @@ class IncrementalAlterConfigsRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'resource_name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -298,7 +298,7 @@ class IncrementalAlterConfigsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.resource_name = str(buf[pos:pos + n], 'utf-8')
+                    o.resource_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'configs'
                 n = buf[pos]
@@ -332,7 +332,7 @@ class IncrementalAlterConfigsRequest(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -366,7 +366,7 @@ class IncrementalAlterConfigsRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             buf += _T1p(self.config_operation)
@@ -374,7 +374,7 @@ class IncrementalAlterConfigsRequest(_Struct):
             if x is None:
                 buf += b'\xff\xff'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
 
@@ -393,7 +393,7 @@ class IncrementalAlterConfigsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = str(buf[pos:pos + n], 'utf-8')
+                    o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'config_operation'
                 o.config_operation, = _T1u(buf, pos)
@@ -406,7 +406,7 @@ class IncrementalAlterConfigsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.value = str(buf[pos:pos + n], 'utf-8')
+                    o.value = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -418,7 +418,7 @@ class IncrementalAlterConfigsRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -430,7 +430,7 @@ class IncrementalAlterConfigsRequest(_Struct):
             if x is None:
                 buf += b'\x00'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -464,7 +464,7 @@ class IncrementalAlterConfigsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = str(buf[pos:pos + n], 'utf-8')
+                    o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'config_operation'
                 o.config_operation, = _T1u(buf, pos)
@@ -484,7 +484,7 @@ class IncrementalAlterConfigsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.value = str(buf[pos:pos + n], 'utf-8')
+                    o.value = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = '<tagged fields>'
                 n = buf[pos]
@@ -496,7 +496,7 @@ class IncrementalAlterConfigsRequest(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -624,7 +624,7 @@ class IncrementalAlterConfigsResponse(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -660,7 +660,7 @@ class IncrementalAlterConfigsResponse(_Struct):
             if x is None:
                 buf += b'\xff\xff'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             buf += _T1p(self.resource_type)
@@ -668,7 +668,7 @@ class IncrementalAlterConfigsResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'resource_name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
 
@@ -690,7 +690,7 @@ class IncrementalAlterConfigsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.error_message = str(buf[pos:pos + n], 'utf-8')
+                    o.error_message = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'resource_type'
                 o.resource_type, = _T1u(buf, pos)
@@ -703,7 +703,7 @@ class IncrementalAlterConfigsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.resource_name = str(buf[pos:pos + n], 'utf-8')
+                    o.resource_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -716,7 +716,7 @@ class IncrementalAlterConfigsResponse(_Struct):
             if x is None:
                 buf += b'\x00'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -728,7 +728,7 @@ class IncrementalAlterConfigsResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'resource_name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -765,7 +765,7 @@ class IncrementalAlterConfigsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.error_message = str(buf[pos:pos + n], 'utf-8')
+                    o.error_message = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'resource_type'
                 o.resource_type, = _T1u(buf, pos)
@@ -785,7 +785,7 @@ class IncrementalAlterConfigsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.resource_name = str(buf[pos:pos + n], 'utf-8')
+                    o.resource_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = '<tagged fields>'
                 n = buf[pos]
@@ -797,7 +797,7 @@ class IncrementalAlterConfigsResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS

@@ -62,7 +62,7 @@ class InitProducerIdRequest(_Struct):
         if x is None:
             buf += b'\xff\xff'
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
         buf += _T0p(self.transaction_timeout_ms)
@@ -86,7 +86,7 @@ class InitProducerIdRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.transactional_id = str(buf[pos:pos + n], 'utf-8')
+                o.transactional_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'transaction_timeout_ms'
             o.transaction_timeout_ms, = _T0u(buf, pos)
@@ -103,7 +103,7 @@ class InitProducerIdRequest(_Struct):
         if x is None:
             buf += b'\x00'
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -145,7 +145,7 @@ class InitProducerIdRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.transactional_id = str(buf[pos:pos + n], 'utf-8')
+                o.transactional_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'transaction_timeout_ms'
             o.transaction_timeout_ms, = _T0u(buf, pos)
@@ -167,7 +167,7 @@ class InitProducerIdRequest(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -243,7 +243,7 @@ class InitProducerIdResponse(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS

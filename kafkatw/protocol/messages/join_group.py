@@ -79,7 +79,7 @@ class JoinGroupRequest(_Struct):
         if x is None:
             raise _not_nullable(self, 'group_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
         buf += _T0p(self.session_timeout_ms)
@@ -89,7 +89,7 @@ class JoinGroupRequest(_Struct):
         if x is None:
             raise _not_nullable(self, 'member_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
         if v >= 5:
@@ -97,7 +97,7 @@ class JoinGroupRequest(_Struct):
             if x is None:
                 buf += b'\xff\xff'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
         else:
@@ -107,7 +107,7 @@ class JoinGroupRequest(_Struct):
         if x is None:
             raise _not_nullable(self, 'protocol_type', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
         x = self.protocols
@@ -133,7 +133,7 @@ class JoinGroupRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = str(buf[pos:pos + n], 'utf-8')
+                o.group_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'session_timeout_ms'
             o.session_timeout_ms, = _T0u(buf, pos)
@@ -152,7 +152,7 @@ class JoinGroupRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.member_id = str(buf[pos:pos + n], 'utf-8')
+                o.member_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             if v >= 5:
                 f = 'group_instance_id'
@@ -163,7 +163,7 @@ class JoinGroupRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.group_instance_id = str(buf[pos:pos + n], 'utf-8')
+                    o.group_instance_id = buf[pos:pos + n].tobytes().decode()
                     pos += n
             else:
                 o.group_instance_id = None
@@ -175,7 +175,7 @@ class JoinGroupRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.protocol_type = str(buf[pos:pos + n], 'utf-8')
+                o.protocol_type = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'protocols'
             n, = _ui32(buf, pos)
@@ -203,7 +203,7 @@ class JoinGroupRequest(_Struct):
         if x is None:
             raise _not_nullable(self, 'group_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -215,7 +215,7 @@ class JoinGroupRequest(_Struct):
         if x is None:
             raise _not_nullable(self, 'member_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -226,7 +226,7 @@ class JoinGroupRequest(_Struct):
         if x is None:
             buf += b'\x00'
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -237,7 +237,7 @@ class JoinGroupRequest(_Struct):
         if x is None:
             raise _not_nullable(self, 'protocol_type', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -260,7 +260,7 @@ class JoinGroupRequest(_Struct):
             if x is None:
                 buf += b'\x00'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -294,7 +294,7 @@ class JoinGroupRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = str(buf[pos:pos + n], 'utf-8')
+                o.group_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'session_timeout_ms'
             o.session_timeout_ms, o.rebalance_timeout_ms = _T1u(buf, pos)
@@ -314,7 +314,7 @@ class JoinGroupRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.member_id = str(buf[pos:pos + n], 'utf-8')
+                o.member_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'group_instance_id'
             n = buf[pos]
@@ -331,7 +331,7 @@ class JoinGroupRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_instance_id = str(buf[pos:pos + n], 'utf-8')
+                o.group_instance_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'protocol_type'
             n = buf[pos]
@@ -348,7 +348,7 @@ class JoinGroupRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.protocol_type = str(buf[pos:pos + n], 'utf-8')
+                o.protocol_type = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'protocols'
             n = buf[pos]
@@ -388,7 +388,7 @@ class JoinGroupRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.reason = str(buf[pos:pos + n], 'utf-8')
+                    o.reason = buf[pos:pos + n].tobytes().decode()
                     pos += n
             else:
                 o.reason = None
@@ -402,7 +402,7 @@ class JoinGroupRequest(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -433,7 +433,7 @@ class JoinGroupRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             x = self.metadata
@@ -458,7 +458,7 @@ class JoinGroupRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = str(buf[pos:pos + n], 'utf-8')
+                    o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'metadata'
                 n, = _ui32(buf, pos)
@@ -468,7 +468,7 @@ class JoinGroupRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.metadata = bytes(buf[pos:pos + n])
+                    o.metadata = buf[pos:pos + n].tobytes()
                     pos += n
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -480,7 +480,7 @@ class JoinGroupRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -524,7 +524,7 @@ class JoinGroupRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = str(buf[pos:pos + n], 'utf-8')
+                    o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'metadata'
                 n = buf[pos]
@@ -541,7 +541,7 @@ class JoinGroupRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.metadata = bytes(buf[pos:pos + n])
+                    o.metadata = buf[pos:pos + n].tobytes()
                     pos += n
                 f = '<tagged fields>'
                 n = buf[pos]
@@ -553,7 +553,7 @@ class JoinGroupRequest(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -603,14 +603,14 @@ class JoinGroupResponse(_Struct):
         if x is None:
             raise _not_nullable(self, 'protocol_name', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
         x = self.leader
         if x is None:
             raise _not_nullable(self, 'leader', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
         if not (self.skip_assignment == False):
@@ -619,7 +619,7 @@ class JoinGroupResponse(_Struct):
         if x is None:
             raise _not_nullable(self, 'member_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
         x = self.members
@@ -655,7 +655,7 @@ class JoinGroupResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.protocol_name = str(buf[pos:pos + n], 'utf-8')
+                o.protocol_name = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'leader'
             n, = _ui16(buf, pos)
@@ -665,7 +665,7 @@ class JoinGroupResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.leader = str(buf[pos:pos + n], 'utf-8')
+                o.leader = buf[pos:pos + n].tobytes().decode()
                 pos += n
             o.skip_assignment = False
             f = 'member_id'
@@ -676,7 +676,7 @@ class JoinGroupResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.member_id = str(buf[pos:pos + n], 'utf-8')
+                o.member_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'members'
             n, = _ui32(buf, pos)
@@ -705,7 +705,7 @@ class JoinGroupResponse(_Struct):
             if x is None:
                 buf += b'\x00'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -718,7 +718,7 @@ class JoinGroupResponse(_Struct):
                 raise _not_nullable(self, 'protocol_name', v)
             buf += b'\x00'
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -729,7 +729,7 @@ class JoinGroupResponse(_Struct):
         if x is None:
             raise _not_nullable(self, 'leader', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -745,7 +745,7 @@ class JoinGroupResponse(_Struct):
         if x is None:
             raise _not_nullable(self, 'member_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -794,7 +794,7 @@ class JoinGroupResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.protocol_type = str(buf[pos:pos + n], 'utf-8')
+                    o.protocol_type = buf[pos:pos + n].tobytes().decode()
                     pos += n
             else:
                 o.protocol_type = None
@@ -815,7 +815,7 @@ class JoinGroupResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.protocol_name = str(buf[pos:pos + n], 'utf-8')
+                o.protocol_name = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'leader'
             n = buf[pos]
@@ -832,7 +832,7 @@ class JoinGroupResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.leader = str(buf[pos:pos + n], 'utf-8')
+                o.leader = buf[pos:pos + n].tobytes().decode()
                 pos += n
             if v >= 9:
                 f = 'skip_assignment'
@@ -855,7 +855,7 @@ class JoinGroupResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.member_id = str(buf[pos:pos + n], 'utf-8')
+                o.member_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'members'
             n = buf[pos]
@@ -889,7 +889,7 @@ class JoinGroupResponse(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -922,7 +922,7 @@ class JoinGroupResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'member_id', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             if v >= 5:
@@ -930,7 +930,7 @@ class JoinGroupResponse(_Struct):
                 if x is None:
                     buf += b'\xff\xff'
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     buf += _pi16(len(x))
                     buf += x
             x = self.metadata
@@ -955,7 +955,7 @@ class JoinGroupResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.member_id = str(buf[pos:pos + n], 'utf-8')
+                    o.member_id = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 if v >= 5:
                     f = 'group_instance_id'
@@ -966,7 +966,7 @@ class JoinGroupResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.group_instance_id = str(buf[pos:pos + n], 'utf-8')
+                        o.group_instance_id = buf[pos:pos + n].tobytes().decode()
                         pos += n
                 else:
                     o.group_instance_id = None
@@ -978,7 +978,7 @@ class JoinGroupResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.metadata = bytes(buf[pos:pos + n])
+                    o.metadata = buf[pos:pos + n].tobytes()
                     pos += n
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -990,7 +990,7 @@ class JoinGroupResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'member_id', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -1001,7 +1001,7 @@ class JoinGroupResponse(_Struct):
             if x is None:
                 buf += b'\x00'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -1045,7 +1045,7 @@ class JoinGroupResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.member_id = str(buf[pos:pos + n], 'utf-8')
+                    o.member_id = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'group_instance_id'
                 n = buf[pos]
@@ -1062,7 +1062,7 @@ class JoinGroupResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.group_instance_id = str(buf[pos:pos + n], 'utf-8')
+                    o.group_instance_id = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'metadata'
                 n = buf[pos]
@@ -1079,7 +1079,7 @@ class JoinGroupResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.metadata = bytes(buf[pos:pos + n])
+                    o.metadata = buf[pos:pos + n].tobytes()
                     pos += n
                 f = '<tagged fields>'
                 n = buf[pos]
@@ -1091,7 +1091,7 @@ class JoinGroupResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS

@@ -71,7 +71,7 @@ class KRaftVersionRecord(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS

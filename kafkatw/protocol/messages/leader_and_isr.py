@@ -323,7 +323,7 @@ class LeaderAndIsrRequest(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -375,7 +375,7 @@ class LeaderAndIsrRequest(_Struct):
                 if x is None:
                     raise _not_nullable(self, 'topic_name', v)
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     buf += _pi16(len(x))
                     buf += x
             buf += _T5p(self.partition_index, self.controller_epoch, self.leader, self.leader_epoch)
@@ -427,7 +427,7 @@ class LeaderAndIsrRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.topic_name = str(buf[pos:pos + n], 'utf-8')
+                        o.topic_name = buf[pos:pos + n].tobytes().decode()
                         pos += n
                 else:
                     o.topic_name = ''
@@ -658,7 +658,7 @@ class LeaderAndIsrRequest(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -693,7 +693,7 @@ class LeaderAndIsrRequest(_Struct):
                 if x is None:
                     raise _not_nullable(self, 'topic_name', v)
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     buf += _pi16(len(x))
                     buf += x
             else:
@@ -727,7 +727,7 @@ class LeaderAndIsrRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.topic_name = str(buf[pos:pos + n], 'utf-8')
+                        o.topic_name = buf[pos:pos + n].tobytes().decode()
                         pos += n
                 else:
                     o.topic_name = ''
@@ -760,7 +760,7 @@ class LeaderAndIsrRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'topic_name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -807,7 +807,7 @@ class LeaderAndIsrRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic_name = str(buf[pos:pos + n], 'utf-8')
+                    o.topic_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 if v >= 5:
                     f = 'topic_id'
@@ -847,7 +847,7 @@ class LeaderAndIsrRequest(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -882,7 +882,7 @@ class LeaderAndIsrRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'host_name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             buf += _T0p(self.port)
@@ -905,7 +905,7 @@ class LeaderAndIsrRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.host_name = str(buf[pos:pos + n], 'utf-8')
+                    o.host_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'port'
                 o.port, = _T0u(buf, pos)
@@ -921,7 +921,7 @@ class LeaderAndIsrRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'host_name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -959,7 +959,7 @@ class LeaderAndIsrRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.host_name = str(buf[pos:pos + n], 'utf-8')
+                    o.host_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'port'
                 o.port, = _T0u(buf, pos)
@@ -974,7 +974,7 @@ class LeaderAndIsrRequest(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -1154,7 +1154,7 @@ class LeaderAndIsrResponse(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -1187,7 +1187,7 @@ class LeaderAndIsrResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'topic_name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             buf += _T8p(self.partition_index, self.error_code)
@@ -1207,7 +1207,7 @@ class LeaderAndIsrResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic_name = str(buf[pos:pos + n], 'utf-8')
+                    o.topic_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'partition_index'
                 o.partition_index, o.error_code = _T8u(buf, pos)
@@ -1223,7 +1223,7 @@ class LeaderAndIsrResponse(_Struct):
                 if x is None:
                     raise _not_nullable(self, 'topic_name', v)
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     n = len(x) + 1
                     if n < 128:
                         buf.append(n)
@@ -1259,7 +1259,7 @@ class LeaderAndIsrResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.topic_name = str(buf[pos:pos + n], 'utf-8')
+                        o.topic_name = buf[pos:pos + n].tobytes().decode()
                         pos += n
                 else:
                     o.topic_name = ''
@@ -1276,7 +1276,7 @@ class LeaderAndIsrResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -1397,7 +1397,7 @@ class LeaderAndIsrResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS

@@ -65,7 +65,7 @@ class LeaveGroupRequest(_Struct):
         if x is None:
             raise _not_nullable(self, 'group_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
         if v <= 2:
@@ -73,7 +73,7 @@ class LeaveGroupRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'member_id', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
         else:
@@ -106,7 +106,7 @@ class LeaveGroupRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = str(buf[pos:pos + n], 'utf-8')
+                o.group_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             if v <= 2:
                 f = 'member_id'
@@ -117,7 +117,7 @@ class LeaveGroupRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.member_id = str(buf[pos:pos + n], 'utf-8')
+                    o.member_id = buf[pos:pos + n].tobytes().decode()
                     pos += n
             else:
                 o.member_id = ''
@@ -149,7 +149,7 @@ class LeaveGroupRequest(_Struct):
         if x is None:
             raise _not_nullable(self, 'group_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -196,7 +196,7 @@ class LeaveGroupRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = str(buf[pos:pos + n], 'utf-8')
+                o.group_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             o.member_id = ''
             f = 'members'
@@ -231,7 +231,7 @@ class LeaveGroupRequest(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -265,7 +265,7 @@ class LeaveGroupRequest(_Struct):
                 if x is None:
                     raise _not_nullable(self, 'member_id', v)
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     buf += _pi16(len(x))
                     buf += x
             else:
@@ -276,7 +276,7 @@ class LeaveGroupRequest(_Struct):
                 if x is None:
                     buf += b'\xff\xff'
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     buf += _pi16(len(x))
                     buf += x
             else:
@@ -299,7 +299,7 @@ class LeaveGroupRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.member_id = str(buf[pos:pos + n], 'utf-8')
+                        o.member_id = buf[pos:pos + n].tobytes().decode()
                         pos += n
                 else:
                     o.member_id = ''
@@ -312,7 +312,7 @@ class LeaveGroupRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.group_instance_id = str(buf[pos:pos + n], 'utf-8')
+                        o.group_instance_id = buf[pos:pos + n].tobytes().decode()
                         pos += n
                 else:
                     o.group_instance_id = None
@@ -327,7 +327,7 @@ class LeaveGroupRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'member_id', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -338,7 +338,7 @@ class LeaveGroupRequest(_Struct):
             if x is None:
                 buf += b'\x00'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -350,7 +350,7 @@ class LeaveGroupRequest(_Struct):
                 if x is None:
                     buf += b'\x00'
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     n = len(x) + 1
                     if n < 128:
                         buf.append(n)
@@ -384,7 +384,7 @@ class LeaveGroupRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.member_id = str(buf[pos:pos + n], 'utf-8')
+                    o.member_id = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'group_instance_id'
                 n = buf[pos]
@@ -401,7 +401,7 @@ class LeaveGroupRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.group_instance_id = str(buf[pos:pos + n], 'utf-8')
+                    o.group_instance_id = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 if v >= 5:
                     f = 'reason'
@@ -419,7 +419,7 @@ class LeaveGroupRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.reason = str(buf[pos:pos + n], 'utf-8')
+                        o.reason = buf[pos:pos + n].tobytes().decode()
                         pos += n
                 else:
                     o.reason = None
@@ -433,7 +433,7 @@ class LeaveGroupRequest(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -578,7 +578,7 @@ class LeaveGroupResponse(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -612,7 +612,7 @@ class LeaveGroupResponse(_Struct):
                 if x is None:
                     raise _not_nullable(self, 'member_id', v)
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     buf += _pi16(len(x))
                     buf += x
             else:
@@ -623,7 +623,7 @@ class LeaveGroupResponse(_Struct):
                 if x is None:
                     buf += b'\xff\xff'
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     buf += _pi16(len(x))
                     buf += x
             else:
@@ -651,7 +651,7 @@ class LeaveGroupResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.member_id = str(buf[pos:pos + n], 'utf-8')
+                        o.member_id = buf[pos:pos + n].tobytes().decode()
                         pos += n
                 else:
                     o.member_id = ''
@@ -664,7 +664,7 @@ class LeaveGroupResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.group_instance_id = str(buf[pos:pos + n], 'utf-8')
+                        o.group_instance_id = buf[pos:pos + n].tobytes().decode()
                         pos += n
                 else:
                     o.group_instance_id = ''
@@ -684,7 +684,7 @@ class LeaveGroupResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'member_id', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -695,7 +695,7 @@ class LeaveGroupResponse(_Struct):
             if x is None:
                 buf += b'\x00'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -730,7 +730,7 @@ class LeaveGroupResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.member_id = str(buf[pos:pos + n], 'utf-8')
+                    o.member_id = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'group_instance_id'
                 n = buf[pos]
@@ -747,7 +747,7 @@ class LeaveGroupResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.group_instance_id = str(buf[pos:pos + n], 'utf-8')
+                    o.group_instance_id = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'error_code'
                 o.error_code, = _T1u(buf, pos)
@@ -762,7 +762,7 @@ class LeaveGroupResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS

@@ -90,7 +90,7 @@ class ListGroupsRequest(_Struct):
                 else:
                     buf += _wuv(n)
                 for e in x:
-                    e = e.encode('utf-8')
+                    e = e.encode()
                     n = len(e) + 1
                     if n < 128:
                         buf.append(n)
@@ -111,7 +111,7 @@ class ListGroupsRequest(_Struct):
                 else:
                     buf += _wuv(n)
                 for e in x:
-                    e = e.encode('utf-8')
+                    e = e.encode()
                     n = len(e) + 1
                     if n < 128:
                         buf.append(n)
@@ -163,7 +163,7 @@ class ListGroupsRequest(_Struct):
                         n -= 1
                         if n < 0 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        e = str(buf[pos:pos + n], 'utf-8')
+                        e = buf[pos:pos + n].tobytes().decode()
                         pos += n
                         lst.append(e)
                     _i = -1
@@ -200,7 +200,7 @@ class ListGroupsRequest(_Struct):
                         n -= 1
                         if n < 0 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        e = str(buf[pos:pos + n], 'utf-8')
+                        e = buf[pos:pos + n].tobytes().decode()
                         pos += n
                         lst.append(e)
                     _i = -1
@@ -217,7 +217,7 @@ class ListGroupsRequest(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -354,7 +354,7 @@ class ListGroupsResponse(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -389,14 +389,14 @@ class ListGroupsResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'group_id', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             x = self.protocol_type
             if x is None:
                 raise _not_nullable(self, 'protocol_type', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
 
@@ -415,7 +415,7 @@ class ListGroupsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.group_id = str(buf[pos:pos + n], 'utf-8')
+                    o.group_id = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'protocol_type'
                 n, = _ui16(buf, pos)
@@ -425,7 +425,7 @@ class ListGroupsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.protocol_type = str(buf[pos:pos + n], 'utf-8')
+                    o.protocol_type = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 o.group_state = ''
                 o.group_type = ''
@@ -439,7 +439,7 @@ class ListGroupsResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'group_id', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -450,7 +450,7 @@ class ListGroupsResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'protocol_type', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -462,7 +462,7 @@ class ListGroupsResponse(_Struct):
                 if x is None:
                     raise _not_nullable(self, 'group_state', v)
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     n = len(x) + 1
                     if n < 128:
                         buf.append(n)
@@ -474,7 +474,7 @@ class ListGroupsResponse(_Struct):
                 if x is None:
                     raise _not_nullable(self, 'group_type', v)
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     n = len(x) + 1
                     if n < 128:
                         buf.append(n)
@@ -508,7 +508,7 @@ class ListGroupsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.group_id = str(buf[pos:pos + n], 'utf-8')
+                    o.group_id = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'protocol_type'
                 n = buf[pos]
@@ -525,7 +525,7 @@ class ListGroupsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.protocol_type = str(buf[pos:pos + n], 'utf-8')
+                    o.protocol_type = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 if v >= 4:
                     f = 'group_state'
@@ -543,7 +543,7 @@ class ListGroupsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.group_state = str(buf[pos:pos + n], 'utf-8')
+                        o.group_state = buf[pos:pos + n].tobytes().decode()
                         pos += n
                 else:
                     o.group_state = ''
@@ -563,7 +563,7 @@ class ListGroupsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.group_type = str(buf[pos:pos + n], 'utf-8')
+                        o.group_type = buf[pos:pos + n].tobytes().decode()
                         pos += n
                 else:
                     o.group_type = ''
@@ -577,7 +577,7 @@ class ListGroupsResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS

@@ -194,7 +194,7 @@ class ListOffsetsRequest(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -225,7 +225,7 @@ class ListOffsetsRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             x = self.partitions
@@ -251,7 +251,7 @@ class ListOffsetsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = str(buf[pos:pos + n], 'utf-8')
+                    o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'partitions'
                 n, = _ui32(buf, pos)
@@ -278,7 +278,7 @@ class ListOffsetsRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -323,7 +323,7 @@ class ListOffsetsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = str(buf[pos:pos + n], 'utf-8')
+                    o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'partitions'
                 n = buf[pos]
@@ -357,7 +357,7 @@ class ListOffsetsRequest(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -459,7 +459,7 @@ class ListOffsetsRequest(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -591,7 +591,7 @@ class ListOffsetsResponse(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -622,7 +622,7 @@ class ListOffsetsResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             x = self.partitions
@@ -648,7 +648,7 @@ class ListOffsetsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = str(buf[pos:pos + n], 'utf-8')
+                    o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'partitions'
                 n, = _ui32(buf, pos)
@@ -675,7 +675,7 @@ class ListOffsetsResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -720,7 +720,7 @@ class ListOffsetsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = str(buf[pos:pos + n], 'utf-8')
+                    o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'partitions'
                 n = buf[pos]
@@ -754,7 +754,7 @@ class ListOffsetsResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -890,7 +890,7 @@ class ListOffsetsResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS

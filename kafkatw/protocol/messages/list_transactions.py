@@ -67,7 +67,7 @@ class ListTransactionsRequest(_Struct):
             else:
                 buf += _wuv(n)
             for e in x:
-                e = e.encode('utf-8')
+                e = e.encode()
                 n = len(e) + 1
                 if n < 128:
                     buf.append(n)
@@ -130,7 +130,7 @@ class ListTransactionsRequest(_Struct):
                     n -= 1
                     if n < 0 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    e = str(buf[pos:pos + n], 'utf-8')
+                    e = buf[pos:pos + n].tobytes().decode()
                     pos += n
                     lst.append(e)
                 _i = -1
@@ -169,7 +169,7 @@ class ListTransactionsRequest(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -212,7 +212,7 @@ class ListTransactionsResponse(_Struct):
             else:
                 buf += _wuv(n)
             for e in x:
-                e = e.encode('utf-8')
+                e = e.encode()
                 n = len(e) + 1
                 if n < 128:
                     buf.append(n)
@@ -274,7 +274,7 @@ class ListTransactionsResponse(_Struct):
                     n -= 1
                     if n < 0 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    e = str(buf[pos:pos + n], 'utf-8')
+                    e = buf[pos:pos + n].tobytes().decode()
                     pos += n
                     lst.append(e)
                 _i = -1
@@ -311,7 +311,7 @@ class ListTransactionsResponse(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -344,7 +344,7 @@ class ListTransactionsResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'transactional_id', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -356,7 +356,7 @@ class ListTransactionsResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'transaction_state', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -390,7 +390,7 @@ class ListTransactionsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.transactional_id = str(buf[pos:pos + n], 'utf-8')
+                    o.transactional_id = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'producer_id'
                 o.producer_id, = _T0u(buf, pos)
@@ -410,7 +410,7 @@ class ListTransactionsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.transaction_state = str(buf[pos:pos + n], 'utf-8')
+                    o.transaction_state = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = '<tagged fields>'
                 n = buf[pos]
@@ -422,7 +422,7 @@ class ListTransactionsResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS

@@ -73,7 +73,7 @@ class OffsetFetchRequest(_Struct):
         if x is None:
             raise _not_nullable(self, 'group_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
         x = self.topics
@@ -105,7 +105,7 @@ class OffsetFetchRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = str(buf[pos:pos + n], 'utf-8')
+                o.group_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'topics'
             n, = _ui32(buf, pos)
@@ -137,7 +137,7 @@ class OffsetFetchRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'group_id', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -210,7 +210,7 @@ class OffsetFetchRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.group_id = str(buf[pos:pos + n], 'utf-8')
+                    o.group_id = buf[pos:pos + n].tobytes().decode()
                     pos += n
             else:
                 o.group_id = ''
@@ -280,7 +280,7 @@ class OffsetFetchRequest(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -311,7 +311,7 @@ class OffsetFetchRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             x = self.partition_indexes
@@ -336,7 +336,7 @@ class OffsetFetchRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = str(buf[pos:pos + n], 'utf-8')
+                    o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'partition_indexes'
                 n, = _ui32(buf, pos)
@@ -360,7 +360,7 @@ class OffsetFetchRequest(_Struct):
                 if x is None:
                     raise _not_nullable(self, 'name', v)
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     n = len(x) + 1
                     if n < 128:
                         buf.append(n)
@@ -412,7 +412,7 @@ class OffsetFetchRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.name = str(buf[pos:pos + n], 'utf-8')
+                        o.name = buf[pos:pos + n].tobytes().decode()
                         pos += n
                 else:
                     o.name = ''
@@ -447,7 +447,7 @@ class OffsetFetchRequest(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -506,7 +506,7 @@ class OffsetFetchRequest(_Struct):
                 if x is None:
                     raise _not_nullable(self, 'group_id', v)
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     n = len(x) + 1
                     if n < 128:
                         buf.append(n)
@@ -521,7 +521,7 @@ class OffsetFetchRequest(_Struct):
                 if x is None:
                     buf += b'\x00'
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     n = len(x) + 1
                     if n < 128:
                         buf.append(n)
@@ -573,7 +573,7 @@ class OffsetFetchRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.group_id = str(buf[pos:pos + n], 'utf-8')
+                        o.group_id = buf[pos:pos + n].tobytes().decode()
                         pos += n
                 else:
                     o.group_id = ''
@@ -593,7 +593,7 @@ class OffsetFetchRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.member_id = str(buf[pos:pos + n], 'utf-8')
+                        o.member_id = buf[pos:pos + n].tobytes().decode()
                         pos += n
                 else:
                     o.member_id = None
@@ -638,7 +638,7 @@ class OffsetFetchRequest(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -691,7 +691,7 @@ class OffsetFetchRequest(_Struct):
                 if x is None:
                     raise _not_nullable(self, 'name', v)
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     n = len(x) + 1
                     if n < 128:
                         buf.append(n)
@@ -743,7 +743,7 @@ class OffsetFetchRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.name = str(buf[pos:pos + n], 'utf-8')
+                        o.name = buf[pos:pos + n].tobytes().decode()
                         pos += n
                 else:
                     o.name = ''
@@ -778,7 +778,7 @@ class OffsetFetchRequest(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -980,7 +980,7 @@ class OffsetFetchResponse(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -1011,7 +1011,7 @@ class OffsetFetchResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             x = self.partitions
@@ -1037,7 +1037,7 @@ class OffsetFetchResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = str(buf[pos:pos + n], 'utf-8')
+                    o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'partitions'
                 n, = _ui32(buf, pos)
@@ -1065,7 +1065,7 @@ class OffsetFetchResponse(_Struct):
                 if x is None:
                     raise _not_nullable(self, 'name', v)
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     n = len(x) + 1
                     if n < 128:
                         buf.append(n)
@@ -1118,7 +1118,7 @@ class OffsetFetchResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.name = str(buf[pos:pos + n], 'utf-8')
+                        o.name = buf[pos:pos + n].tobytes().decode()
                         pos += n
                 else:
                     o.name = ''
@@ -1157,7 +1157,7 @@ class OffsetFetchResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -1198,7 +1198,7 @@ class OffsetFetchResponse(_Struct):
             if x is None:
                 buf += b'\xff\xff'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             buf += _T2p(self.error_code)
@@ -1227,7 +1227,7 @@ class OffsetFetchResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.metadata = str(buf[pos:pos + n], 'utf-8')
+                    o.metadata = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'error_code'
                 o.error_code, = _T2u(buf, pos)
@@ -1250,7 +1250,7 @@ class OffsetFetchResponse(_Struct):
                 if x is None:
                     buf += b'\x00'
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     n = len(x) + 1
                     if n < 128:
                         buf.append(n)
@@ -1301,7 +1301,7 @@ class OffsetFetchResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.metadata = str(buf[pos:pos + n], 'utf-8')
+                        o.metadata = buf[pos:pos + n].tobytes().decode()
                         pos += n
                 else:
                     o.metadata = ''
@@ -1321,7 +1321,7 @@ class OffsetFetchResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -1379,7 +1379,7 @@ class OffsetFetchResponse(_Struct):
                 if x is None:
                     raise _not_nullable(self, 'group_id', v)
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     n = len(x) + 1
                     if n < 128:
                         buf.append(n)
@@ -1437,7 +1437,7 @@ class OffsetFetchResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.group_id = str(buf[pos:pos + n], 'utf-8')
+                        o.group_id = buf[pos:pos + n].tobytes().decode()
                         pos += n
                 else:
                     o.group_id = ''
@@ -1482,7 +1482,7 @@ class OffsetFetchResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -1535,7 +1535,7 @@ class OffsetFetchResponse(_Struct):
                 if x is None:
                     raise _not_nullable(self, 'name', v)
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     n = len(x) + 1
                     if n < 128:
                         buf.append(n)
@@ -1588,7 +1588,7 @@ class OffsetFetchResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.name = str(buf[pos:pos + n], 'utf-8')
+                        o.name = buf[pos:pos + n].tobytes().decode()
                         pos += n
                 else:
                     o.name = ''
@@ -1627,7 +1627,7 @@ class OffsetFetchResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -1700,7 +1700,7 @@ class OffsetFetchResponse(_Struct):
                 if x is None:
                     buf += b'\x00'
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     n = len(x) + 1
                     if n < 128:
                         buf.append(n)
@@ -1751,7 +1751,7 @@ class OffsetFetchResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.metadata = str(buf[pos:pos + n], 'utf-8')
+                        o.metadata = buf[pos:pos + n].tobytes().decode()
                         pos += n
                 else:
                     o.metadata = ''
@@ -1771,7 +1771,7 @@ class OffsetFetchResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS

@@ -93,7 +93,7 @@ class ProduceRequest(_Struct):
             if x is None:
                 buf += b'\xff\xff'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
         else:
@@ -124,7 +124,7 @@ class ProduceRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.transactional_id = str(buf[pos:pos + n], 'utf-8')
+                    o.transactional_id = buf[pos:pos + n].tobytes().decode()
                     pos += n
             else:
                 o.transactional_id = None
@@ -156,7 +156,7 @@ class ProduceRequest(_Struct):
         if x is None:
             buf += b'\x00'
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -202,7 +202,7 @@ class ProduceRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.transactional_id = str(buf[pos:pos + n], 'utf-8')
+                o.transactional_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'acks'
             o.acks, o.timeout_ms = _T0u(buf, pos)
@@ -239,7 +239,7 @@ class ProduceRequest(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -270,7 +270,7 @@ class ProduceRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             x = self.partition_data
@@ -296,7 +296,7 @@ class ProduceRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = str(buf[pos:pos + n], 'utf-8')
+                    o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'partition_data'
                 n, = _ui32(buf, pos)
@@ -323,7 +323,7 @@ class ProduceRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -368,7 +368,7 @@ class ProduceRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = str(buf[pos:pos + n], 'utf-8')
+                    o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'partition_data'
                 n = buf[pos]
@@ -402,7 +402,7 @@ class ProduceRequest(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -531,7 +531,7 @@ class ProduceRequest(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -712,7 +712,7 @@ class ProduceResponse(_Struct):
                         if pos != end:
                             raise _tag_size(0, size, pos - end + size)
                     else:
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -743,7 +743,7 @@ class ProduceResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             x = self.partition_responses
@@ -769,7 +769,7 @@ class ProduceResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = str(buf[pos:pos + n], 'utf-8')
+                    o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'partition_responses'
                 n, = _ui32(buf, pos)
@@ -796,7 +796,7 @@ class ProduceResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -841,7 +841,7 @@ class ProduceResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = str(buf[pos:pos + n], 'utf-8')
+                    o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'partition_responses'
                 n = buf[pos]
@@ -875,7 +875,7 @@ class ProduceResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -933,7 +933,7 @@ class ProduceResponse(_Struct):
                 if x is None:
                     buf += b'\xff\xff'
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     buf += _pi16(len(x))
                     buf += x
             if not ((self.current_leader is not None and self.current_leader._is_default())):
@@ -988,7 +988,7 @@ class ProduceResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.error_message = str(buf[pos:pos + n], 'utf-8')
+                        o.error_message = buf[pos:pos + n].tobytes().decode()
                         pos += n
                 else:
                     o.error_message = None
@@ -1019,7 +1019,7 @@ class ProduceResponse(_Struct):
             if x is None:
                 buf += b'\x00'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -1085,7 +1085,7 @@ class ProduceResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.error_message = str(buf[pos:pos + n], 'utf-8')
+                    o.error_message = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 _d0 = _new(_S_ProduceResponse_LeaderIdAndEpoch)
                 _d0.leader_id = -1
@@ -1108,7 +1108,7 @@ class ProduceResponse(_Struct):
                             if pos != end:
                                 raise _tag_size(0, size, pos - end + size)
                         else:
-                            u[tag] = bytes(buf[pos:end])
+                            u[tag] = buf[pos:end].tobytes()
                             pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -1146,7 +1146,7 @@ class ProduceResponse(_Struct):
                 if x is None:
                     buf += b'\xff\xff'
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     buf += _pi16(len(x))
                     buf += x
             else:
@@ -1175,7 +1175,7 @@ class ProduceResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.batch_index_error_message = str(buf[pos:pos + n], 'utf-8')
+                        o.batch_index_error_message = buf[pos:pos + n].tobytes().decode()
                         pos += n
                 else:
                     o.batch_index_error_message = None
@@ -1190,7 +1190,7 @@ class ProduceResponse(_Struct):
             if x is None:
                 buf += b'\x00'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -1227,7 +1227,7 @@ class ProduceResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.batch_index_error_message = str(buf[pos:pos + n], 'utf-8')
+                    o.batch_index_error_message = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = '<tagged fields>'
                 n = buf[pos]
@@ -1239,7 +1239,7 @@ class ProduceResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -1323,7 +1323,7 @@ class ProduceResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -1391,7 +1391,7 @@ class ProduceResponse(_Struct):
                 if x is None:
                     raise _not_nullable(self, 'host', v)
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     n = len(x) + 1
                     if n < 128:
                         buf.append(n)
@@ -1411,7 +1411,7 @@ class ProduceResponse(_Struct):
                 if x is None:
                     buf += b'\x00'
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     n = len(x) + 1
                     if n < 128:
                         buf.append(n)
@@ -1455,7 +1455,7 @@ class ProduceResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.host = str(buf[pos:pos + n], 'utf-8')
+                        o.host = buf[pos:pos + n].tobytes().decode()
                         pos += n
                 else:
                     o.host = ''
@@ -1481,7 +1481,7 @@ class ProduceResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.rack = str(buf[pos:pos + n], 'utf-8')
+                        o.rack = buf[pos:pos + n].tobytes().decode()
                         pos += n
                 else:
                     o.rack = None
@@ -1495,7 +1495,7 @@ class ProduceResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -1534,7 +1534,7 @@ def _rows_ProduceResponse_v0(v, responses_1, throttle_time_ms_1, node_endpoints_
             if x is None:
                 raise _null_field('ProduceResponse.TopicProduceResponse', 'name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             x = partition_responses_2
@@ -1572,7 +1572,7 @@ def _rows_ProduceResponse_v1(v, responses_1, throttle_time_ms_1, node_endpoints_
             if x is None:
                 raise _null_field('ProduceResponse.TopicProduceResponse', 'name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             x = partition_responses_2
@@ -1611,7 +1611,7 @@ def _rows_ProduceResponse_v2(v, responses_1, throttle_time_ms_1, node_endpoints_
             if x is None:
                 raise _null_field('ProduceResponse.TopicProduceResponse', 'name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             x = partition_responses_2
@@ -1650,7 +1650,7 @@ def _rows_ProduceResponse_v5(v, responses_1, throttle_time_ms_1, node_endpoints_
             if x is None:
                 raise _null_field('ProduceResponse.TopicProduceResponse', 'name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             x = partition_responses_2
@@ -1689,7 +1689,7 @@ def _rows_ProduceResponse_v8(v, responses_1, throttle_time_ms_1, node_endpoints_
             if x is None:
                 raise _null_field('ProduceResponse.TopicProduceResponse', 'name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             x = partition_responses_2
@@ -1722,14 +1722,14 @@ def _rows_ProduceResponse_v8(v, responses_1, throttle_time_ms_1, node_endpoints_
                                     if x is None:
                                         buf += b'\xff\xff'
                                     else:
-                                        x = x.encode('utf-8')
+                                        x = x.encode()
                                         buf += _pi16(len(x))
                                         buf += x
                         x = error_message_3
                         if x is None:
                             buf += b'\xff\xff'
                         else:
-                            x = x.encode('utf-8')
+                            x = x.encode()
                             buf += _pi16(len(x))
                             buf += x
                         if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
@@ -1762,7 +1762,7 @@ def _rows_ProduceResponse_v9(v, responses_1, throttle_time_ms_1, node_endpoints_
             if x is None:
                 raise _null_field('ProduceResponse.TopicProduceResponse', 'name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -1807,7 +1807,7 @@ def _rows_ProduceResponse_v9(v, responses_1, throttle_time_ms_1, node_endpoints_
                                     if x is None:
                                         buf += b'\x00'
                                     else:
-                                        x = x.encode('utf-8')
+                                        x = x.encode()
                                         n = len(x) + 1
                                         if n < 128:
                                             buf.append(n)
@@ -1819,7 +1819,7 @@ def _rows_ProduceResponse_v9(v, responses_1, throttle_time_ms_1, node_endpoints_
                         if x is None:
                             buf += b'\x00'
                         else:
-                            x = x.encode('utf-8')
+                            x = x.encode()
                             n = len(x) + 1
                             if n < 128:
                                 buf.append(n)
@@ -1862,7 +1862,7 @@ def _rows_ProduceResponse_v10(v, responses_1, throttle_time_ms_1, node_endpoints
             if x is None:
                 raise _null_field('ProduceResponse.TopicProduceResponse', 'name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -1907,7 +1907,7 @@ def _rows_ProduceResponse_v10(v, responses_1, throttle_time_ms_1, node_endpoints
                                     if x is None:
                                         buf += b'\x00'
                                     else:
-                                        x = x.encode('utf-8')
+                                        x = x.encode()
                                         n = len(x) + 1
                                         if n < 128:
                                             buf.append(n)
@@ -1919,7 +1919,7 @@ def _rows_ProduceResponse_v10(v, responses_1, throttle_time_ms_1, node_endpoints
                         if x is None:
                             buf += b'\x00'
                         else:
-                            x = x.encode('utf-8')
+                            x = x.encode()
                             n = len(x) + 1
                             if n < 128:
                                 buf.append(n)
@@ -1971,7 +1971,7 @@ def _rows_ProduceResponse_v10(v, responses_1, throttle_time_ms_1, node_endpoints
                         if x is None:
                             raise _null_field('ProduceResponse.NodeEndpoint', 'host', v)
                         else:
-                            x = x.encode('utf-8')
+                            x = x.encode()
                             n = len(x) + 1
                             if n < 128:
                                 t_1.append(n)
@@ -1986,7 +1986,7 @@ def _rows_ProduceResponse_v10(v, responses_1, throttle_time_ms_1, node_endpoints
                             if x is None:
                                 t_1 += b'\x00'
                             else:
-                                x = x.encode('utf-8')
+                                x = x.encode()
                                 n = len(x) + 1
                                 if n < 128:
                                     t_1.append(n)

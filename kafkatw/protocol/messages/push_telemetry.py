@@ -99,7 +99,7 @@ class PushTelemetryRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.metrics = bytes(buf[pos:pos + n])
+                o.metrics = buf[pos:pos + n].tobytes()
                 pos += n
             f = '<tagged fields>'
             n = buf[pos]
@@ -111,7 +111,7 @@ class PushTelemetryRequest(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -165,7 +165,7 @@ class PushTelemetryResponse(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS

@@ -58,7 +58,7 @@ class RequestHeader(_Struct):
             if x is None:
                 buf += b'\xff\xff'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
 
@@ -81,7 +81,7 @@ class RequestHeader(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.client_id = str(buf[pos:pos + n], 'utf-8')
+                    o.client_id = buf[pos:pos + n].tobytes().decode()
                     pos += n
             else:
                 o.client_id = ''
@@ -96,7 +96,7 @@ class RequestHeader(_Struct):
         if x is None:
             buf += b'\xff\xff'
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
         if self.unknown_tagged_fields:
@@ -122,7 +122,7 @@ class RequestHeader(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.client_id = str(buf[pos:pos + n], 'utf-8')
+                o.client_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = '<tagged fields>'
             n = buf[pos]
@@ -134,7 +134,7 @@ class RequestHeader(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS

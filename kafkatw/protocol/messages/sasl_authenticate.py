@@ -75,7 +75,7 @@ class SaslAuthenticateRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.auth_bytes = bytes(buf[pos:pos + n])
+                o.auth_bytes = buf[pos:pos + n].tobytes()
                 pos += n
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
@@ -120,7 +120,7 @@ class SaslAuthenticateRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.auth_bytes = bytes(buf[pos:pos + n])
+                o.auth_bytes = buf[pos:pos + n].tobytes()
                 pos += n
             f = '<tagged fields>'
             n = buf[pos]
@@ -132,7 +132,7 @@ class SaslAuthenticateRequest(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -169,7 +169,7 @@ class SaslAuthenticateResponse(_Struct):
         if x is None:
             buf += b'\xff\xff'
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
         x = self.auth_bytes
@@ -199,7 +199,7 @@ class SaslAuthenticateResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.error_message = str(buf[pos:pos + n], 'utf-8')
+                o.error_message = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'auth_bytes'
             n, = _ui32(buf, pos)
@@ -209,7 +209,7 @@ class SaslAuthenticateResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.auth_bytes = bytes(buf[pos:pos + n])
+                o.auth_bytes = buf[pos:pos + n].tobytes()
                 pos += n
             if v >= 1:
                 f = 'session_lifetime_ms'
@@ -228,7 +228,7 @@ class SaslAuthenticateResponse(_Struct):
         if x is None:
             buf += b'\x00'
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -276,7 +276,7 @@ class SaslAuthenticateResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.error_message = str(buf[pos:pos + n], 'utf-8')
+                o.error_message = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'auth_bytes'
             n = buf[pos]
@@ -293,7 +293,7 @@ class SaslAuthenticateResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.auth_bytes = bytes(buf[pos:pos + n])
+                o.auth_bytes = buf[pos:pos + n].tobytes()
                 pos += n
             f = 'session_lifetime_ms'
             o.session_lifetime_ms, = _T1u(buf, pos)
@@ -308,7 +308,7 @@ class SaslAuthenticateResponse(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS

@@ -52,7 +52,7 @@ class SaslHandshakeRequest(_Struct):
         if x is None:
             raise _not_nullable(self, 'mechanism', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
 
@@ -71,7 +71,7 @@ class SaslHandshakeRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.mechanism = str(buf[pos:pos + n], 'utf-8')
+                o.mechanism = buf[pos:pos + n].tobytes().decode()
                 pos += n
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
@@ -105,7 +105,7 @@ class SaslHandshakeResponse(_Struct):
         else:
             buf += _pi32(len(x))
             for e in x:
-                e = e.encode('utf-8')
+                e = e.encode()
                 buf += _pi16(len(e))
                 buf += e
 
@@ -134,7 +134,7 @@ class SaslHandshakeResponse(_Struct):
                     pos += 2
                     if n < 0 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    e = str(buf[pos:pos + n], 'utf-8')
+                    e = buf[pos:pos + n].tobytes().decode()
                     pos += n
                     lst.append(e)
                 _i = -1

@@ -314,7 +314,7 @@ class StopReplicaRequest(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -346,7 +346,7 @@ class StopReplicaRequest(_Struct):
                 if x is None:
                     raise _not_nullable(self, 'topic_name', v)
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     buf += _pi16(len(x))
                     buf += x
             else:
@@ -374,7 +374,7 @@ class StopReplicaRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.topic_name = str(buf[pos:pos + n], 'utf-8')
+                        o.topic_name = buf[pos:pos + n].tobytes().decode()
                         pos += n
                 else:
                     o.topic_name = ''
@@ -418,7 +418,7 @@ class StopReplicaRequest(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -451,7 +451,7 @@ class StopReplicaRequest(_Struct):
                 if x is None:
                     raise _not_nullable(self, 'name', v)
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     buf += _pi16(len(x))
                     buf += x
             else:
@@ -484,7 +484,7 @@ class StopReplicaRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.name = str(buf[pos:pos + n], 'utf-8')
+                        o.name = buf[pos:pos + n].tobytes().decode()
                         pos += n
                 else:
                     o.name = ''
@@ -513,7 +513,7 @@ class StopReplicaRequest(_Struct):
                 if x is None:
                     raise _not_nullable(self, 'name', v)
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     n = len(x) + 1
                     if n < 128:
                         buf.append(n)
@@ -565,7 +565,7 @@ class StopReplicaRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.name = str(buf[pos:pos + n], 'utf-8')
+                        o.name = buf[pos:pos + n].tobytes().decode()
                         pos += n
                 else:
                     o.name = ''
@@ -600,7 +600,7 @@ class StopReplicaRequest(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -653,7 +653,7 @@ class StopReplicaRequest(_Struct):
                 if x is None:
                     raise _not_nullable(self, 'topic_name', v)
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     n = len(x) + 1
                     if n < 128:
                         buf.append(n)
@@ -706,7 +706,7 @@ class StopReplicaRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.topic_name = str(buf[pos:pos + n], 'utf-8')
+                        o.topic_name = buf[pos:pos + n].tobytes().decode()
                         pos += n
                 else:
                     o.topic_name = ''
@@ -745,7 +745,7 @@ class StopReplicaRequest(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -837,7 +837,7 @@ class StopReplicaRequest(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -965,7 +965,7 @@ class StopReplicaResponse(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -998,7 +998,7 @@ class StopReplicaResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'topic_name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             buf += _T6p(self.partition_index, self.error_code)
@@ -1018,7 +1018,7 @@ class StopReplicaResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic_name = str(buf[pos:pos + n], 'utf-8')
+                    o.topic_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'partition_index'
                 o.partition_index, o.error_code = _T6u(buf, pos)
@@ -1033,7 +1033,7 @@ class StopReplicaResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'topic_name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -1068,7 +1068,7 @@ class StopReplicaResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic_name = str(buf[pos:pos + n], 'utf-8')
+                    o.topic_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'partition_index'
                 o.partition_index, o.error_code = _T6u(buf, pos)
@@ -1083,7 +1083,7 @@ class StopReplicaResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS

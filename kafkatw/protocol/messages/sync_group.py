@@ -73,7 +73,7 @@ class SyncGroupRequest(_Struct):
         if x is None:
             raise _not_nullable(self, 'group_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
         buf += _T0p(self.generation_id)
@@ -81,7 +81,7 @@ class SyncGroupRequest(_Struct):
         if x is None:
             raise _not_nullable(self, 'member_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
         if v >= 3:
@@ -89,7 +89,7 @@ class SyncGroupRequest(_Struct):
             if x is None:
                 buf += b'\xff\xff'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
         else:
@@ -118,7 +118,7 @@ class SyncGroupRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = str(buf[pos:pos + n], 'utf-8')
+                o.group_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'generation_id'
             o.generation_id, = _T0u(buf, pos)
@@ -131,7 +131,7 @@ class SyncGroupRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.member_id = str(buf[pos:pos + n], 'utf-8')
+                o.member_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             if v >= 3:
                 f = 'group_instance_id'
@@ -142,7 +142,7 @@ class SyncGroupRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.group_instance_id = str(buf[pos:pos + n], 'utf-8')
+                    o.group_instance_id = buf[pos:pos + n].tobytes().decode()
                     pos += n
             else:
                 o.group_instance_id = None
@@ -173,7 +173,7 @@ class SyncGroupRequest(_Struct):
         if x is None:
             raise _not_nullable(self, 'group_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -185,7 +185,7 @@ class SyncGroupRequest(_Struct):
         if x is None:
             raise _not_nullable(self, 'member_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -196,7 +196,7 @@ class SyncGroupRequest(_Struct):
         if x is None:
             buf += b'\x00'
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -208,7 +208,7 @@ class SyncGroupRequest(_Struct):
             if x is None:
                 buf += b'\x00'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -220,7 +220,7 @@ class SyncGroupRequest(_Struct):
             if x is None:
                 buf += b'\x00'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -265,7 +265,7 @@ class SyncGroupRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = str(buf[pos:pos + n], 'utf-8')
+                o.group_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'generation_id'
             o.generation_id, = _T0u(buf, pos)
@@ -285,7 +285,7 @@ class SyncGroupRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.member_id = str(buf[pos:pos + n], 'utf-8')
+                o.member_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'group_instance_id'
             n = buf[pos]
@@ -302,7 +302,7 @@ class SyncGroupRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_instance_id = str(buf[pos:pos + n], 'utf-8')
+                o.group_instance_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             if v >= 5:
                 f = 'protocol_type'
@@ -320,7 +320,7 @@ class SyncGroupRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.protocol_type = str(buf[pos:pos + n], 'utf-8')
+                    o.protocol_type = buf[pos:pos + n].tobytes().decode()
                     pos += n
             else:
                 o.protocol_type = None
@@ -340,7 +340,7 @@ class SyncGroupRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.protocol_name = str(buf[pos:pos + n], 'utf-8')
+                    o.protocol_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
             else:
                 o.protocol_name = None
@@ -376,7 +376,7 @@ class SyncGroupRequest(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -407,7 +407,7 @@ class SyncGroupRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'member_id', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             x = self.assignment
@@ -432,7 +432,7 @@ class SyncGroupRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.member_id = str(buf[pos:pos + n], 'utf-8')
+                    o.member_id = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'assignment'
                 n, = _ui32(buf, pos)
@@ -442,7 +442,7 @@ class SyncGroupRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.assignment = bytes(buf[pos:pos + n])
+                    o.assignment = buf[pos:pos + n].tobytes()
                     pos += n
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -454,7 +454,7 @@ class SyncGroupRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'member_id', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -498,7 +498,7 @@ class SyncGroupRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.member_id = str(buf[pos:pos + n], 'utf-8')
+                    o.member_id = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'assignment'
                 n = buf[pos]
@@ -515,7 +515,7 @@ class SyncGroupRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.assignment = bytes(buf[pos:pos + n])
+                    o.assignment = buf[pos:pos + n].tobytes()
                     pos += n
                 f = '<tagged fields>'
                 n = buf[pos]
@@ -527,7 +527,7 @@ class SyncGroupRequest(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -598,7 +598,7 @@ class SyncGroupResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.assignment = bytes(buf[pos:pos + n])
+                o.assignment = buf[pos:pos + n].tobytes()
                 pos += n
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
@@ -612,7 +612,7 @@ class SyncGroupResponse(_Struct):
             if x is None:
                 buf += b'\x00'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -624,7 +624,7 @@ class SyncGroupResponse(_Struct):
             if x is None:
                 buf += b'\x00'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -672,7 +672,7 @@ class SyncGroupResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.protocol_type = str(buf[pos:pos + n], 'utf-8')
+                    o.protocol_type = buf[pos:pos + n].tobytes().decode()
                     pos += n
             else:
                 o.protocol_type = None
@@ -692,7 +692,7 @@ class SyncGroupResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.protocol_name = str(buf[pos:pos + n], 'utf-8')
+                    o.protocol_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
             else:
                 o.protocol_name = None
@@ -711,7 +711,7 @@ class SyncGroupResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.assignment = bytes(buf[pos:pos + n])
+                o.assignment = buf[pos:pos + n].tobytes()
                 pos += n
             f = '<tagged fields>'
             n = buf[pos]
@@ -723,7 +723,7 @@ class SyncGroupResponse(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS

@@ -81,14 +81,14 @@ class TxnOffsetCommitRequest(_Struct):
         if x is None:
             raise _not_nullable(self, 'transactional_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
         x = self.group_id
         if x is None:
             raise _not_nullable(self, 'group_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             buf += _pi16(len(x))
             buf += x
         buf += _T0p(self.producer_id, self.producer_epoch)
@@ -121,7 +121,7 @@ class TxnOffsetCommitRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.transactional_id = str(buf[pos:pos + n], 'utf-8')
+                o.transactional_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'group_id'
             n, = _ui16(buf, pos)
@@ -131,7 +131,7 @@ class TxnOffsetCommitRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = str(buf[pos:pos + n], 'utf-8')
+                o.group_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'producer_id'
             o.producer_id, o.producer_epoch = _T0u(buf, pos)
@@ -164,7 +164,7 @@ class TxnOffsetCommitRequest(_Struct):
         if x is None:
             raise _not_nullable(self, 'transactional_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -175,7 +175,7 @@ class TxnOffsetCommitRequest(_Struct):
         if x is None:
             raise _not_nullable(self, 'group_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -187,7 +187,7 @@ class TxnOffsetCommitRequest(_Struct):
         if x is None:
             raise _not_nullable(self, 'member_id', v)
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -198,7 +198,7 @@ class TxnOffsetCommitRequest(_Struct):
         if x is None:
             buf += b'\x00'
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -243,7 +243,7 @@ class TxnOffsetCommitRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.transactional_id = str(buf[pos:pos + n], 'utf-8')
+                o.transactional_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'group_id'
             n = buf[pos]
@@ -260,7 +260,7 @@ class TxnOffsetCommitRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = str(buf[pos:pos + n], 'utf-8')
+                o.group_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'producer_id'
             o.producer_id, o.producer_epoch, o.generation_id = _T1u(buf, pos)
@@ -280,7 +280,7 @@ class TxnOffsetCommitRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.member_id = str(buf[pos:pos + n], 'utf-8')
+                o.member_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'group_instance_id'
             n = buf[pos]
@@ -297,7 +297,7 @@ class TxnOffsetCommitRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_instance_id = str(buf[pos:pos + n], 'utf-8')
+                o.group_instance_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'topics'
             n = buf[pos]
@@ -331,7 +331,7 @@ class TxnOffsetCommitRequest(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -362,7 +362,7 @@ class TxnOffsetCommitRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             x = self.partitions
@@ -388,7 +388,7 @@ class TxnOffsetCommitRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = str(buf[pos:pos + n], 'utf-8')
+                    o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'partitions'
                 n, = _ui32(buf, pos)
@@ -415,7 +415,7 @@ class TxnOffsetCommitRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -460,7 +460,7 @@ class TxnOffsetCommitRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = str(buf[pos:pos + n], 'utf-8')
+                    o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'partitions'
                 n = buf[pos]
@@ -494,7 +494,7 @@ class TxnOffsetCommitRequest(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -533,7 +533,7 @@ class TxnOffsetCommitRequest(_Struct):
             if x is None:
                 buf += b'\xff\xff'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
 
@@ -561,7 +561,7 @@ class TxnOffsetCommitRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.committed_metadata = str(buf[pos:pos + n], 'utf-8')
+                    o.committed_metadata = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -574,7 +574,7 @@ class TxnOffsetCommitRequest(_Struct):
             if x is None:
                 buf += b'\x00'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -611,7 +611,7 @@ class TxnOffsetCommitRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.committed_metadata = str(buf[pos:pos + n], 'utf-8')
+                    o.committed_metadata = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = '<tagged fields>'
                 n = buf[pos]
@@ -623,7 +623,7 @@ class TxnOffsetCommitRequest(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -751,7 +751,7 @@ class TxnOffsetCommitResponse(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -782,7 +782,7 @@ class TxnOffsetCommitResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
             x = self.partitions
@@ -808,7 +808,7 @@ class TxnOffsetCommitResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = str(buf[pos:pos + n], 'utf-8')
+                    o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'partitions'
                 n, = _ui32(buf, pos)
@@ -835,7 +835,7 @@ class TxnOffsetCommitResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -880,7 +880,7 @@ class TxnOffsetCommitResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = str(buf[pos:pos + n], 'utf-8')
+                    o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'partitions'
                 n = buf[pos]
@@ -914,7 +914,7 @@ class TxnOffsetCommitResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -986,7 +986,7 @@ class TxnOffsetCommitResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS

@@ -131,7 +131,7 @@ class UpdateFeaturesRequest(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -166,7 +166,7 @@ class UpdateFeaturesRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'feature', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -211,7 +211,7 @@ class UpdateFeaturesRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.feature = str(buf[pos:pos + n], 'utf-8')
+                    o.feature = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'max_version_level'
                 o.max_version_level, = _T2u(buf, pos)
@@ -238,7 +238,7 @@ class UpdateFeaturesRequest(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -276,7 +276,7 @@ class UpdateFeaturesResponse(_Struct):
         if x is None:
             buf += b'\x00'
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -325,7 +325,7 @@ class UpdateFeaturesResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.error_message = str(buf[pos:pos + n], 'utf-8')
+                o.error_message = buf[pos:pos + n].tobytes().decode()
                 pos += n
             if v <= 1:
                 f = 'results'
@@ -362,7 +362,7 @@ class UpdateFeaturesResponse(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -395,7 +395,7 @@ class UpdateFeaturesResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'feature', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -407,7 +407,7 @@ class UpdateFeaturesResponse(_Struct):
             if x is None:
                 buf += b'\x00'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -441,7 +441,7 @@ class UpdateFeaturesResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.feature = str(buf[pos:pos + n], 'utf-8')
+                    o.feature = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'error_code'
                 o.error_code, = _T2u(buf, pos)
@@ -461,7 +461,7 @@ class UpdateFeaturesResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.error_message = str(buf[pos:pos + n], 'utf-8')
+                    o.error_message = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = '<tagged fields>'
                 n = buf[pos]
@@ -473,7 +473,7 @@ class UpdateFeaturesResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS

@@ -326,7 +326,7 @@ class UpdateMetadataRequest(_Struct):
                         if pos != end:
                             raise _tag_size(0, size, pos - end + size)
                     else:
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -372,7 +372,7 @@ class UpdateMetadataRequest(_Struct):
                 if x is None:
                     raise _not_nullable(self, 'topic_name', v)
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     buf += _pi16(len(x))
                     buf += x
             buf += _T5p(self.partition_index, self.controller_epoch, self.leader, self.leader_epoch)
@@ -413,7 +413,7 @@ class UpdateMetadataRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.topic_name = str(buf[pos:pos + n], 'utf-8')
+                        o.topic_name = buf[pos:pos + n].tobytes().decode()
                         pos += n
                 else:
                     o.topic_name = ''
@@ -580,7 +580,7 @@ class UpdateMetadataRequest(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -615,7 +615,7 @@ class UpdateMetadataRequest(_Struct):
                 if x is None:
                     raise _not_nullable(self, 'topic_name', v)
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     buf += _pi16(len(x))
                     buf += x
             else:
@@ -649,7 +649,7 @@ class UpdateMetadataRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.topic_name = str(buf[pos:pos + n], 'utf-8')
+                        o.topic_name = buf[pos:pos + n].tobytes().decode()
                         pos += n
                 else:
                     o.topic_name = ''
@@ -682,7 +682,7 @@ class UpdateMetadataRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'topic_name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -729,7 +729,7 @@ class UpdateMetadataRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic_name = str(buf[pos:pos + n], 'utf-8')
+                    o.topic_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 if v >= 7:
                     f = 'topic_id'
@@ -769,7 +769,7 @@ class UpdateMetadataRequest(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -809,7 +809,7 @@ class UpdateMetadataRequest(_Struct):
                 if x is None:
                     raise _not_nullable(self, 'v0_host', v)
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     buf += _pi16(len(x))
                     buf += x
             if v <= 0:
@@ -827,7 +827,7 @@ class UpdateMetadataRequest(_Struct):
                 if x is None:
                     buf += b'\xff\xff'
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     buf += _pi16(len(x))
                     buf += x
 
@@ -850,7 +850,7 @@ class UpdateMetadataRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.v0_host = str(buf[pos:pos + n], 'utf-8')
+                        o.v0_host = buf[pos:pos + n].tobytes().decode()
                         pos += n
                 else:
                     o.v0_host = ''
@@ -887,7 +887,7 @@ class UpdateMetadataRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.rack = str(buf[pos:pos + n], 'utf-8')
+                        o.rack = buf[pos:pos + n].tobytes().decode()
                         pos += n
                 else:
                     o.rack = ''
@@ -913,7 +913,7 @@ class UpdateMetadataRequest(_Struct):
             if x is None:
                 buf += b'\x00'
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -974,7 +974,7 @@ class UpdateMetadataRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.rack = str(buf[pos:pos + n], 'utf-8')
+                    o.rack = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = '<tagged fields>'
                 n = buf[pos]
@@ -986,7 +986,7 @@ class UpdateMetadataRequest(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -1028,7 +1028,7 @@ class UpdateMetadataRequest(_Struct):
                 if x is None:
                     raise _not_nullable(self, 'host', v)
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     buf += _pi16(len(x))
                     buf += x
             else:
@@ -1039,7 +1039,7 @@ class UpdateMetadataRequest(_Struct):
                 if x is None:
                     raise _not_nullable(self, 'listener', v)
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     buf += _pi16(len(x))
                     buf += x
             if v >= 1:
@@ -1070,7 +1070,7 @@ class UpdateMetadataRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.host = str(buf[pos:pos + n], 'utf-8')
+                        o.host = buf[pos:pos + n].tobytes().decode()
                         pos += n
                 else:
                     o.host = ''
@@ -1083,7 +1083,7 @@ class UpdateMetadataRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.listener = str(buf[pos:pos + n], 'utf-8')
+                        o.listener = buf[pos:pos + n].tobytes().decode()
                         pos += n
                 else:
                     o.listener = ''
@@ -1104,7 +1104,7 @@ class UpdateMetadataRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'host', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -1115,7 +1115,7 @@ class UpdateMetadataRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'listener', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -1153,7 +1153,7 @@ class UpdateMetadataRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.host = str(buf[pos:pos + n], 'utf-8')
+                    o.host = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'listener'
                 n = buf[pos]
@@ -1170,7 +1170,7 @@ class UpdateMetadataRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.listener = str(buf[pos:pos + n], 'utf-8')
+                    o.listener = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'security_protocol'
                 o.security_protocol, = _T7u(buf, pos)
@@ -1185,7 +1185,7 @@ class UpdateMetadataRequest(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -1256,7 +1256,7 @@ class UpdateMetadataResponse(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS

@@ -71,7 +71,7 @@ class VoteRequest(_Struct):
         if x is None:
             buf += b'\x00'
         else:
-            x = x.encode('utf-8')
+            x = x.encode()
             n = len(x) + 1
             if n < 128:
                 buf.append(n)
@@ -118,7 +118,7 @@ class VoteRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.cluster_id = str(buf[pos:pos + n], 'utf-8')
+                o.cluster_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             if v >= 1:
                 f = 'voter_id'
@@ -158,7 +158,7 @@ class VoteRequest(_Struct):
                 for _ in range(n):
                     tag, size, pos = _rtag(buf, pos)
                     end = pos + size
-                    u[tag] = bytes(buf[pos:end])
+                    u[tag] = buf[pos:end].tobytes()
                     pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -189,7 +189,7 @@ class VoteRequest(_Struct):
             if x is None:
                 raise _not_nullable(self, 'topic_name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -234,7 +234,7 @@ class VoteRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic_name = str(buf[pos:pos + n], 'utf-8')
+                    o.topic_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'partitions'
                 n = buf[pos]
@@ -268,7 +268,7 @@ class VoteRequest(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -345,7 +345,7 @@ class VoteRequest(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -479,7 +479,7 @@ class VoteResponse(_Struct):
                         if pos != end:
                             raise _tag_size(0, size, pos - end + size)
                     else:
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
             else:
                 o.unknown_tagged_fields = _NO_TAGS
@@ -510,7 +510,7 @@ class VoteResponse(_Struct):
             if x is None:
                 raise _not_nullable(self, 'topic_name', v)
             else:
-                x = x.encode('utf-8')
+                x = x.encode()
                 n = len(x) + 1
                 if n < 128:
                     buf.append(n)
@@ -555,7 +555,7 @@ class VoteResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic_name = str(buf[pos:pos + n], 'utf-8')
+                    o.topic_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'partitions'
                 n = buf[pos]
@@ -589,7 +589,7 @@ class VoteResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -649,7 +649,7 @@ class VoteResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
@@ -689,7 +689,7 @@ class VoteResponse(_Struct):
                 if x is None:
                     raise _not_nullable(self, 'host', v)
                 else:
-                    x = x.encode('utf-8')
+                    x = x.encode()
                     n = len(x) + 1
                     if n < 128:
                         buf.append(n)
@@ -738,7 +738,7 @@ class VoteResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.host = str(buf[pos:pos + n], 'utf-8')
+                        o.host = buf[pos:pos + n].tobytes().decode()
                         pos += n
                 else:
                     o.host = ''
@@ -758,7 +758,7 @@ class VoteResponse(_Struct):
                     for _ in range(n):
                         tag, size, pos = _rtag(buf, pos)
                         end = pos + size
-                        u[tag] = bytes(buf[pos:end])
+                        u[tag] = buf[pos:end].tobytes()
                         pos = end
                 else:
                     o.unknown_tagged_fields = _NO_TAGS
