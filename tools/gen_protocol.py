@@ -40,6 +40,8 @@ FIXED = {
     "uuid": ("16s", 16),
 }
 VARIABLE = ("string", "bytes", "records")
+#: bytes of a length read with a fixed-width run (see StructGen._next_length_code)
+FOLDED_SIZE = {"B": 1, "h": 2, "i": 4}
 
 
 # ---------------------------------------------------------------------------
@@ -304,6 +306,7 @@ class StructGen:
     def __init__(self, em, msg, sd, flex, V):
         self.em, self.msg, self.sd, self.flex, self.V = em, msg, sd, flex, V
         self.suffix = "1" if flex else "0"
+        self.len_read = False  # the reader's next length already unpacked into n
 
     # ---- writer ------------------------------------------------------------
     def gen_writer(self):
@@ -591,7 +594,14 @@ class StructGen:
                 self._open(c_reg)
                 em("f = %r" % run[0].attr)
                 targets = ", ".join("o." + x.attr for x in run)
-                if len(run) == 1:
+                folded = self._next_length_code(fields, j) if c_reg == "True" else None
+                if folded:
+                    # the next field's length (or the tagged-field count) in the same unpack
+                    fmt += folded
+                    size += FOLDED_SIZE[folded]
+                    targets += ", n"
+                    self.len_read = True
+                elif len(run) == 1:
                     targets += ","
                 em("%s = %s(buf, pos)" % (targets, em.struct(fmt) + "u"))
                 em("pos += %d" % size)
@@ -620,8 +630,11 @@ class StructGen:
         if self.flex:
             tagged = sorted([f for f in fields if cond(f.tagged, V) != "False"], key=lambda f: f.tag)
             em("f = '<tagged fields>'")
-            em("n = buf[pos]")
-            em("pos += 1")
+            if self.len_read:
+                self.len_read = False  # the count's first byte: read by the last run's unpack
+            else:
+                em("n = buf[pos]")
+                em("pos += 1")
             em("if n:")
             em.ind += 1
             em("o.unknown_tagged_fields = u = {}")
@@ -655,6 +668,7 @@ class StructGen:
             em("    o.unknown_tagged_fields = _NO_TAGS")
         else:
             em("o.unknown_tagged_fields = _NO_TAGS")
+        assert not self.len_read, (self.msg.name, sd.name)
         em.ind -= 1
         em("except _CATCH as e:")
         em("    raise _fail(e, f, _i) from None")
@@ -662,20 +676,41 @@ class StructGen:
         em.ind -= 1
         em("")
 
+    def _next_length_code(self, fields, j):
+        """The ``struct`` code of what the reader reads right after a fixed-width run ending
+        before ``fields[j]`` when it is a length or the tagged-field count that the run's
+        unpack can read too (``B``: a compact length's or the count's first byte, ``h``/``i``:
+        a classic length), else ``None``. Fields absent from the variant read nothing."""
+        V = self.V
+        while j < len(fields) and cond(fields[j].regular, V) == "False":
+            j += 1
+        if j == len(fields):
+            return "B" if self.flex else None
+        g = fields[j]
+        if cond(g.regular, V) != "True" or not (g.is_array or g.type in VARIABLE):
+            return None
+        if g.is_array and not g.struct and g.elem not in FIXED and g.elem != "string":
+            return None
+        fflex = field_flexible(g, self.msg, intersect(V, g.regular), self.flex)
+        if fflex == "True":
+            return "B"
+        if fflex == "False":
+            return "h" if g.type == "string" else "i"
+        return None
+
     def _read_len(self, f, fflex, classic_code):
-        """Emit code leaving the length (or -1 for null) in n."""
+        """Emit code leaving the length (or -1 for null) in n; when ``len_read`` is set the
+        preceding run's unpack has read its first byte (compact) or all of it (classic)."""
         em = self.em
+        if self.len_read:
+            self.len_read = False
+            if fflex == "True":
+                self._compact_len_rest()
+            return
         if fflex == "True":
             em("n = buf[pos]")
             em("pos += 1")
-            em("if n >= 128:")
-            # two-byte lengths (128 B to 16 KiB: record sets, long strings) without a call
-            em("    if buf[pos] < 128:")
-            em("        n = (n & 127) | (buf[pos] << 7)")
-            em("        pos += 1")
-            em("    else:")
-            em("        n, pos = _ruv(buf, pos - 1)")
-            em("n -= 1")
+            self._compact_len_rest()
         elif fflex == "False":
             if classic_code == "h":
                 em("n, = _ui16(buf, pos)")
@@ -692,6 +727,18 @@ class StructGen:
             em.ind += 1
             self._read_len(f, "False", classic_code)
             em.ind -= 1
+
+    def _compact_len_rest(self):
+        """The rest of a compact length whose first byte is in n (pos after it)."""
+        em = self.em
+        em("if n >= 128:")
+        # two-byte lengths (128 B to 16 KiB: record sets, long strings) without a call
+        em("    if buf[pos] < 128:")
+        em("        n = (n & 127) | (buf[pos] << 7)")
+        em("        pos += 1")
+        em("    else:")
+        em("        n, pos = _ruv(buf, pos - 1)")
+        em("n -= 1")
 
     def _null_read(self, f, target):
         """Emit: if n == -1 (null) handle; leaves an open else block? No: emits full if/elif."""

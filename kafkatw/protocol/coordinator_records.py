@@ -46,22 +46,42 @@ __all__ = ["ProtocolDecodeError", "UnsupportedVersionError", "ALL_RECORDS"]
 
 _T0u = _struct.Struct('>iib').unpack_from
 _T0p = _struct.Struct('>iib').pack
-_T1u = _struct.Struct('>16s').unpack_from
-_T1p = _struct.Struct('>16s').pack
-_T2u = _struct.Struct('>i').unpack_from
-_T2p = _struct.Struct('>i').pack
-_T3u = _struct.Struct('>q').unpack_from
-_T3p = _struct.Struct('>q').pack
-_T4u = _struct.Struct('>ii').unpack_from
-_T4p = _struct.Struct('>ii').pack
-_T5u = _struct.Struct('>qi').unpack_from
-_T5p = _struct.Struct('>qi').pack
-_T6u = _struct.Struct('>hib').unpack_from
-_T6p = _struct.Struct('>hib').pack
-_T7u = _struct.Struct('>qq').unpack_from
-_T7p = _struct.Struct('>qq').pack
-_T8u = _struct.Struct('>h').unpack_from
-_T8p = _struct.Struct('>h').pack
+_T1u = _struct.Struct('>iibB').unpack_from
+_T1p = _struct.Struct('>iibB').pack
+_T2u = _struct.Struct('>16s').unpack_from
+_T2p = _struct.Struct('>16s').pack
+_T3u = _struct.Struct('>16sB').unpack_from
+_T3p = _struct.Struct('>16sB').pack
+_T4u = _struct.Struct('>i').unpack_from
+_T4p = _struct.Struct('>i').pack
+_T5u = _struct.Struct('>iB').unpack_from
+_T5p = _struct.Struct('>iB').pack
+_T6u = _struct.Struct('>q').unpack_from
+_T6p = _struct.Struct('>q').pack
+_T7u = _struct.Struct('>ih').unpack_from
+_T7p = _struct.Struct('>ih').pack
+_T8u = _struct.Struct('>qB').unpack_from
+_T8p = _struct.Struct('>qB').pack
+_T9u = _struct.Struct('>ii').unpack_from
+_T9p = _struct.Struct('>ii').pack
+_T10u = _struct.Struct('>iiB').unpack_from
+_T10p = _struct.Struct('>iiB').pack
+_T11u = _struct.Struct('>qi').unpack_from
+_T11p = _struct.Struct('>qi').pack
+_T12u = _struct.Struct('>qiB').unpack_from
+_T12p = _struct.Struct('>qiB').pack
+_T13u = _struct.Struct('>hib').unpack_from
+_T13p = _struct.Struct('>hib').pack
+_T14u = _struct.Struct('>qq').unpack_from
+_T14p = _struct.Struct('>qq').pack
+_T15u = _struct.Struct('>hibi').unpack_from
+_T15p = _struct.Struct('>hibi').pack
+_T16u = _struct.Struct('>h').unpack_from
+_T16p = _struct.Struct('>h').pack
+_T17u = _struct.Struct('>hibB').unpack_from
+_T17p = _struct.Struct('>hibB').pack
+_T18u = _struct.Struct('>qqB').unpack_from
+_T18p = _struct.Struct('>qqB').pack
 
 
 class ConsumerGroupCurrentMemberAssignmentKey(_Struct):
@@ -192,11 +212,9 @@ class ConsumerGroupCurrentMemberAssignmentValue(_Struct):
         _i = -1
         try:
             f = 'member_epoch'
-            o.member_epoch, o.previous_member_epoch, o.state = _T0u(buf, pos)
-            pos += 9
+            o.member_epoch, o.previous_member_epoch, o.state, n = _T1u(buf, pos)
+            pos += 10
             f = 'assigned_partitions'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -275,7 +293,7 @@ class ConsumerGroupCurrentMemberAssignmentValue(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T1p(self.topic_id)
+            buf += _T2p(self.topic_id)
             x = self.partitions
             if x is None:
                 raise _not_nullable(self, 'partitions', v)
@@ -299,11 +317,9 @@ class ConsumerGroupCurrentMemberAssignmentValue(_Struct):
             _i = -1
             try:
                 f = 'topic_id'
-                o.topic_id, = _T1u(buf, pos)
-                pos += 16
+                o.topic_id, n = _T3u(buf, pos)
+                pos += 17
                 f = 'partitions'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -511,7 +527,7 @@ class ConsumerGroupMemberMetadataValue(_Struct):
             else:
                 buf += _wuv(n)
             buf += x
-        buf += _T2p(self.rebalance_timeout_ms)
+        buf += _T4p(self.rebalance_timeout_ms)
         x = self.server_assignor
         if x is None:
             buf += b'\x00'
@@ -665,11 +681,9 @@ class ConsumerGroupMemberMetadataValue(_Struct):
                 o.subscribed_topic_regex = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'rebalance_timeout_ms'
-            o.rebalance_timeout_ms, = _T2u(buf, pos)
-            pos += 4
+            o.rebalance_timeout_ms, n = _T5u(buf, pos)
+            pos += 5
             f = 'server_assignor'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -737,7 +751,7 @@ class ConsumerGroupMemberMetadataValue(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T2p(self.session_timeout_ms)
+            buf += _T4p(self.session_timeout_ms)
             x = self.supported_protocols
             if x is None:
                 raise _not_nullable(self, 'supported_protocols', v)
@@ -762,11 +776,9 @@ class ConsumerGroupMemberMetadataValue(_Struct):
             _i = -1
             try:
                 f = 'session_timeout_ms'
-                o.session_timeout_ms, = _T2u(buf, pos)
-                pos += 4
+                o.session_timeout_ms, n = _T5u(buf, pos)
+                pos += 5
                 f = 'supported_protocols'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -976,7 +988,7 @@ class ConsumerGroupMetadataValue(_Struct):
             and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
-        buf += _T2p(self.epoch)
+        buf += _T4p(self.epoch)
         if self.unknown_tagged_fields:
             _write_tags(buf, [], self.unknown_tagged_fields)
         else:
@@ -990,11 +1002,9 @@ class ConsumerGroupMetadataValue(_Struct):
         _i = -1
         try:
             f = 'epoch'
-            o.epoch, = _T2u(buf, pos)
-            pos += 4
+            o.epoch, n = _T5u(buf, pos)
+            pos += 5
             f = '<tagged fields>'
-            n = buf[pos]
-            pos += 1
             if n:
                 o.unknown_tagged_fields = u = {}
                 if n >= 128:
@@ -1162,7 +1172,7 @@ class ConsumerGroupPartitionMetadataValue(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T1p(self.topic_id)
+            buf += _T2p(self.topic_id)
             x = self.topic_name
             if x is None:
                 raise _not_nullable(self, 'topic_name', v)
@@ -1174,7 +1184,7 @@ class ConsumerGroupPartitionMetadataValue(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T2p(self.num_partitions)
+            buf += _T4p(self.num_partitions)
             x = self.partition_metadata
             if x is None:
                 raise _not_nullable(self, 'partition_metadata', v)
@@ -1199,11 +1209,9 @@ class ConsumerGroupPartitionMetadataValue(_Struct):
             _i = -1
             try:
                 f = 'topic_id'
-                o.topic_id, = _T1u(buf, pos)
-                pos += 16
+                o.topic_id, n = _T3u(buf, pos)
+                pos += 17
                 f = 'topic_name'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -1219,11 +1227,9 @@ class ConsumerGroupPartitionMetadataValue(_Struct):
                     o.topic_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'num_partitions'
-                o.num_partitions, = _T2u(buf, pos)
-                pos += 4
+                o.num_partitions, n = _T5u(buf, pos)
+                pos += 5
                 f = 'partition_metadata'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -1281,7 +1287,7 @@ class ConsumerGroupPartitionMetadataValue(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T2p(self.partition)
+            buf += _T4p(self.partition)
             x = self.racks
             if x is None:
                 raise _not_nullable(self, 'racks', v)
@@ -1312,11 +1318,9 @@ class ConsumerGroupPartitionMetadataValue(_Struct):
             _i = -1
             try:
                 f = 'partition'
-                o.partition, = _T2u(buf, pos)
-                pos += 4
+                o.partition, n = _T5u(buf, pos)
+                pos += 5
                 f = 'racks'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -1534,7 +1538,7 @@ class ConsumerGroupTargetAssignmentMemberValue(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T1p(self.topic_id)
+            buf += _T2p(self.topic_id)
             x = self.partitions
             if x is None:
                 raise _not_nullable(self, 'partitions', v)
@@ -1558,11 +1562,9 @@ class ConsumerGroupTargetAssignmentMemberValue(_Struct):
             _i = -1
             try:
                 f = 'topic_id'
-                o.topic_id, = _T1u(buf, pos)
-                pos += 16
+                o.topic_id, n = _T3u(buf, pos)
+                pos += 17
                 f = 'partitions'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -1663,7 +1665,7 @@ class ConsumerGroupTargetAssignmentMetadataValue(_Struct):
             and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
-        buf += _T2p(self.assignment_epoch)
+        buf += _T4p(self.assignment_epoch)
         if self.unknown_tagged_fields:
             _write_tags(buf, [], self.unknown_tagged_fields)
         else:
@@ -1677,11 +1679,9 @@ class ConsumerGroupTargetAssignmentMetadataValue(_Struct):
         _i = -1
         try:
             f = 'assignment_epoch'
-            o.assignment_epoch, = _T2u(buf, pos)
-            pos += 4
+            o.assignment_epoch, n = _T5u(buf, pos)
+            pos += 5
             f = '<tagged fields>'
-            n = buf[pos]
-            pos += 1
             if n:
                 o.unknown_tagged_fields = u = {}
                 if n >= 128:
@@ -1780,7 +1780,7 @@ class GroupMetadataValue(_Struct):
             x = x.encode()
             buf += _pi16(len(x))
             buf += x
-        buf += _T2p(self.generation)
+        buf += _T4p(self.generation)
         x = self.protocol
         if x is None:
             buf += b'\xff\xff'
@@ -1796,7 +1796,7 @@ class GroupMetadataValue(_Struct):
             buf += _pi16(len(x))
             buf += x
         if v >= 2:
-            buf += _T3p(self.current_state_timestamp)
+            buf += _T6p(self.current_state_timestamp)
         x = self.members
         if x is None:
             raise _not_nullable(self, 'members', v)
@@ -1823,11 +1823,9 @@ class GroupMetadataValue(_Struct):
                 o.protocol_type = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'generation'
-            o.generation, = _T2u(buf, pos)
-            pos += 4
+            o.generation, n = _T7u(buf, pos)
+            pos += 6
             f = 'protocol'
-            n, = _ui16(buf, pos)
-            pos += 2
             if n == -1:
                 o.protocol = None
             else:
@@ -1847,7 +1845,7 @@ class GroupMetadataValue(_Struct):
                 pos += n
             if v >= 2:
                 f = 'current_state_timestamp'
-                o.current_state_timestamp, = _T3u(buf, pos)
+                o.current_state_timestamp, = _T6u(buf, pos)
                 pos += 8
             else:
                 o.current_state_timestamp = -1
@@ -1883,7 +1881,7 @@ class GroupMetadataValue(_Struct):
             else:
                 buf += _wuv(n)
             buf += x
-        buf += _T2p(self.generation)
+        buf += _T4p(self.generation)
         x = self.protocol
         if x is None:
             buf += b'\x00'
@@ -1906,7 +1904,7 @@ class GroupMetadataValue(_Struct):
             else:
                 buf += _wuv(n)
             buf += x
-        buf += _T3p(self.current_state_timestamp)
+        buf += _T6p(self.current_state_timestamp)
         x = self.members
         if x is None:
             raise _not_nullable(self, 'members', v)
@@ -1948,11 +1946,9 @@ class GroupMetadataValue(_Struct):
                 o.protocol_type = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'generation'
-            o.generation, = _T2u(buf, pos)
-            pos += 4
+            o.generation, n = _T5u(buf, pos)
+            pos += 5
             f = 'protocol'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -1985,11 +1981,9 @@ class GroupMetadataValue(_Struct):
                 o.leader = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'current_state_timestamp'
-            o.current_state_timestamp, = _T3u(buf, pos)
-            pos += 8
+            o.current_state_timestamp, n = _T8u(buf, pos)
+            pos += 9
             f = 'members'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -2088,8 +2082,8 @@ class GroupMetadataValue(_Struct):
                 buf += _pi16(len(x))
                 buf += x
             if v >= 1:
-                buf += _T2p(self.rebalance_timeout)
-            buf += _T2p(self.session_timeout)
+                buf += _T4p(self.rebalance_timeout)
+            buf += _T4p(self.session_timeout)
             x = self.subscription
             if x is None:
                 raise _not_nullable(self, 'subscription', v)
@@ -2155,16 +2149,14 @@ class GroupMetadataValue(_Struct):
                     pos += n
                 if v >= 1:
                     f = 'rebalance_timeout'
-                    o.rebalance_timeout, = _T2u(buf, pos)
+                    o.rebalance_timeout, = _T4u(buf, pos)
                     pos += 4
                 else:
                     o.rebalance_timeout = -1
                 f = 'session_timeout'
-                o.session_timeout, = _T2u(buf, pos)
-                pos += 4
+                o.session_timeout, n = _T9u(buf, pos)
+                pos += 8
                 f = 'subscription'
-                n, = _ui32(buf, pos)
-                pos += 4
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
@@ -2232,7 +2224,7 @@ class GroupMetadataValue(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T4p(self.rebalance_timeout, self.session_timeout)
+            buf += _T9p(self.rebalance_timeout, self.session_timeout)
             x = self.subscription
             if x is None:
                 raise _not_nullable(self, 'subscription', v)
@@ -2334,11 +2326,9 @@ class GroupMetadataValue(_Struct):
                     o.client_host = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'rebalance_timeout'
-                o.rebalance_timeout, o.session_timeout = _T4u(buf, pos)
-                pos += 8
+                o.rebalance_timeout, o.session_timeout, n = _T10u(buf, pos)
+                pos += 9
                 f = 'subscription'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -2425,7 +2415,7 @@ class OffsetCommitKey(_Struct):
             x = x.encode()
             buf += _pi16(len(x))
             buf += x
-        buf += _T2p(self.partition)
+        buf += _T4p(self.partition)
 
     @staticmethod
     def _r0(buf, pos, v):
@@ -2455,7 +2445,7 @@ class OffsetCommitKey(_Struct):
                 o.topic = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'partition'
-            o.partition, = _T2u(buf, pos)
+            o.partition, = _T4u(buf, pos)
             pos += 4
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
@@ -2488,9 +2478,9 @@ class OffsetCommitValue(_Struct):
             and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
-        buf += _T3p(self.offset)
+        buf += _T6p(self.offset)
         if v >= 3:
-            buf += _T2p(self.leader_epoch)
+            buf += _T4p(self.leader_epoch)
         x = self.metadata
         if x is None:
             raise _not_nullable(self, 'metadata', v)
@@ -2498,9 +2488,9 @@ class OffsetCommitValue(_Struct):
             x = x.encode()
             buf += _pi16(len(x))
             buf += x
-        buf += _T3p(self.commit_timestamp)
+        buf += _T6p(self.commit_timestamp)
         if v >= 1 and v <= 1:
-            buf += _T3p(self.expire_timestamp)
+            buf += _T6p(self.expire_timestamp)
 
     @staticmethod
     def _r0(buf, pos, v):
@@ -2510,11 +2500,11 @@ class OffsetCommitValue(_Struct):
         _i = -1
         try:
             f = 'offset'
-            o.offset, = _T3u(buf, pos)
+            o.offset, = _T6u(buf, pos)
             pos += 8
             if v >= 3:
                 f = 'leader_epoch'
-                o.leader_epoch, = _T2u(buf, pos)
+                o.leader_epoch, = _T4u(buf, pos)
                 pos += 4
             else:
                 o.leader_epoch = -1
@@ -2529,11 +2519,11 @@ class OffsetCommitValue(_Struct):
                 o.metadata = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'commit_timestamp'
-            o.commit_timestamp, = _T3u(buf, pos)
+            o.commit_timestamp, = _T6u(buf, pos)
             pos += 8
             if v >= 1 and v <= 1:
                 f = 'expire_timestamp'
-                o.expire_timestamp, = _T3u(buf, pos)
+                o.expire_timestamp, = _T6u(buf, pos)
                 pos += 8
             else:
                 o.expire_timestamp = -1
@@ -2543,7 +2533,7 @@ class OffsetCommitValue(_Struct):
         return o, pos
 
     def _w1(self, buf, parts, v):
-        buf += _T5p(self.offset, self.leader_epoch)
+        buf += _T11p(self.offset, self.leader_epoch)
         x = self.metadata
         if x is None:
             raise _not_nullable(self, 'metadata', v)
@@ -2555,7 +2545,7 @@ class OffsetCommitValue(_Struct):
             else:
                 buf += _wuv(n)
             buf += x
-        buf += _T3p(self.commit_timestamp)
+        buf += _T6p(self.commit_timestamp)
         if self.unknown_tagged_fields:
             _write_tags(buf, [], self.unknown_tagged_fields)
         else:
@@ -2569,11 +2559,9 @@ class OffsetCommitValue(_Struct):
         _i = -1
         try:
             f = 'offset'
-            o.offset, o.leader_epoch = _T5u(buf, pos)
-            pos += 12
+            o.offset, o.leader_epoch, n = _T12u(buf, pos)
+            pos += 13
             f = 'metadata'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -2589,12 +2577,10 @@ class OffsetCommitValue(_Struct):
                 o.metadata = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'commit_timestamp'
-            o.commit_timestamp, = _T3u(buf, pos)
-            pos += 8
+            o.commit_timestamp, n = _T8u(buf, pos)
+            pos += 9
             o.expire_timestamp = -1
             f = '<tagged fields>'
-            n = buf[pos]
-            pos += 1
             if n:
                 o.unknown_tagged_fields = u = {}
                 if n >= 128:
@@ -2726,11 +2712,9 @@ class ShareGroupCurrentMemberAssignmentValue(_Struct):
         _i = -1
         try:
             f = 'member_epoch'
-            o.member_epoch, o.previous_member_epoch, o.state = _T0u(buf, pos)
-            pos += 9
+            o.member_epoch, o.previous_member_epoch, o.state, n = _T1u(buf, pos)
+            pos += 10
             f = 'assigned_partitions'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -2787,7 +2771,7 @@ class ShareGroupCurrentMemberAssignmentValue(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T1p(self.topic_id)
+            buf += _T2p(self.topic_id)
             x = self.partitions
             if x is None:
                 raise _not_nullable(self, 'partitions', v)
@@ -2811,11 +2795,9 @@ class ShareGroupCurrentMemberAssignmentValue(_Struct):
             _i = -1
             try:
                 f = 'topic_id'
-                o.topic_id, = _T1u(buf, pos)
-                pos += 16
+                o.topic_id, n = _T3u(buf, pos)
+                pos += 17
                 f = 'partitions'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -3172,7 +3154,7 @@ class ShareGroupMetadataValue(_Struct):
             and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
-        buf += _T2p(self.epoch)
+        buf += _T4p(self.epoch)
         if self.unknown_tagged_fields:
             _write_tags(buf, [], self.unknown_tagged_fields)
         else:
@@ -3186,11 +3168,9 @@ class ShareGroupMetadataValue(_Struct):
         _i = -1
         try:
             f = 'epoch'
-            o.epoch, = _T2u(buf, pos)
-            pos += 4
+            o.epoch, n = _T5u(buf, pos)
+            pos += 5
             f = '<tagged fields>'
-            n = buf[pos]
-            pos += 1
             if n:
                 o.unknown_tagged_fields = u = {}
                 if n >= 128:
@@ -3358,7 +3338,7 @@ class ShareGroupPartitionMetadataValue(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T1p(self.topic_id)
+            buf += _T2p(self.topic_id)
             x = self.topic_name
             if x is None:
                 raise _not_nullable(self, 'topic_name', v)
@@ -3370,7 +3350,7 @@ class ShareGroupPartitionMetadataValue(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T2p(self.num_partitions)
+            buf += _T4p(self.num_partitions)
             x = self.partition_metadata
             if x is None:
                 raise _not_nullable(self, 'partition_metadata', v)
@@ -3395,11 +3375,9 @@ class ShareGroupPartitionMetadataValue(_Struct):
             _i = -1
             try:
                 f = 'topic_id'
-                o.topic_id, = _T1u(buf, pos)
-                pos += 16
+                o.topic_id, n = _T3u(buf, pos)
+                pos += 17
                 f = 'topic_name'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -3415,11 +3393,9 @@ class ShareGroupPartitionMetadataValue(_Struct):
                     o.topic_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'num_partitions'
-                o.num_partitions, = _T2u(buf, pos)
-                pos += 4
+                o.num_partitions, n = _T5u(buf, pos)
+                pos += 5
                 f = 'partition_metadata'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -3477,7 +3453,7 @@ class ShareGroupPartitionMetadataValue(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T2p(self.partition)
+            buf += _T4p(self.partition)
             x = self.racks
             if x is None:
                 raise _not_nullable(self, 'racks', v)
@@ -3508,11 +3484,9 @@ class ShareGroupPartitionMetadataValue(_Struct):
             _i = -1
             try:
                 f = 'partition'
-                o.partition, = _T2u(buf, pos)
-                pos += 4
+                o.partition, n = _T5u(buf, pos)
+                pos += 5
                 f = 'racks'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -3748,7 +3722,7 @@ class ShareGroupStatePartitionMetadataValue(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T1p(self.topic_id)
+            buf += _T2p(self.topic_id)
             x = self.topic_name
             if x is None:
                 raise _not_nullable(self, 'topic_name', v)
@@ -3783,11 +3757,9 @@ class ShareGroupStatePartitionMetadataValue(_Struct):
             _i = -1
             try:
                 f = 'topic_id'
-                o.topic_id, = _T1u(buf, pos)
-                pos += 16
+                o.topic_id, n = _T3u(buf, pos)
+                pos += 17
                 f = 'topic_name'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -3858,7 +3830,7 @@ class ShareGroupStatePartitionMetadataValue(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T1p(self.topic_id)
+            buf += _T2p(self.topic_id)
             x = self.topic_name
             if x is None:
                 raise _not_nullable(self, 'topic_name', v)
@@ -3883,11 +3855,9 @@ class ShareGroupStatePartitionMetadataValue(_Struct):
             _i = -1
             try:
                 f = 'topic_id'
-                o.topic_id, = _T1u(buf, pos)
-                pos += 16
+                o.topic_id, n = _T3u(buf, pos)
+                pos += 17
                 f = 'topic_name'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -4088,7 +4058,7 @@ class ShareGroupTargetAssignmentMemberValue(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T1p(self.topic_id)
+            buf += _T2p(self.topic_id)
             x = self.partitions
             if x is None:
                 raise _not_nullable(self, 'partitions', v)
@@ -4112,11 +4082,9 @@ class ShareGroupTargetAssignmentMemberValue(_Struct):
             _i = -1
             try:
                 f = 'topic_id'
-                o.topic_id, = _T1u(buf, pos)
-                pos += 16
+                o.topic_id, n = _T3u(buf, pos)
+                pos += 17
                 f = 'partitions'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -4217,7 +4185,7 @@ class ShareGroupTargetAssignmentMetadataValue(_Struct):
             and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
-        buf += _T2p(self.assignment_epoch)
+        buf += _T4p(self.assignment_epoch)
         if self.unknown_tagged_fields:
             _write_tags(buf, [], self.unknown_tagged_fields)
         else:
@@ -4231,11 +4199,9 @@ class ShareGroupTargetAssignmentMetadataValue(_Struct):
         _i = -1
         try:
             f = 'assignment_epoch'
-            o.assignment_epoch, = _T2u(buf, pos)
-            pos += 4
+            o.assignment_epoch, n = _T5u(buf, pos)
+            pos += 5
             f = '<tagged fields>'
-            n = buf[pos]
-            pos += 1
             if n:
                 o.unknown_tagged_fields = u = {}
                 if n >= 128:
@@ -4335,12 +4301,12 @@ class TransactionLogValue(_Struct):
             and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
-        buf += _T3p(self.producer_id)
+        buf += _T6p(self.producer_id)
         if not (self.previous_producer_id == -1):
             raise _absent(self, 'previous_producer_id', v)
         if not (self.next_producer_id == -1):
             raise _absent(self, 'next_producer_id', v)
-        buf += _T6p(self.producer_epoch, self.transaction_timeout_ms, self.transaction_status)
+        buf += _T13p(self.producer_epoch, self.transaction_timeout_ms, self.transaction_status)
         x = self.transaction_partitions
         if x is None:
             buf += b'\xff\xff\xff\xff'
@@ -4348,7 +4314,7 @@ class TransactionLogValue(_Struct):
             buf += _pi32(len(x))
             for e in x:
                 e._w0(buf, parts, v)
-        buf += _T7p(self.transaction_last_update_timestamp_ms, self.transaction_start_timestamp_ms)
+        buf += _T14p(self.transaction_last_update_timestamp_ms, self.transaction_start_timestamp_ms)
         if not (self.client_transaction_version == 0):
             raise _absent(self, 'client_transaction_version', v)
 
@@ -4360,16 +4326,14 @@ class TransactionLogValue(_Struct):
         _i = -1
         try:
             f = 'producer_id'
-            o.producer_id, = _T3u(buf, pos)
+            o.producer_id, = _T6u(buf, pos)
             pos += 8
             o.previous_producer_id = -1
             o.next_producer_id = -1
             f = 'producer_epoch'
-            o.producer_epoch, o.transaction_timeout_ms, o.transaction_status = _T6u(buf, pos)
-            pos += 7
+            o.producer_epoch, o.transaction_timeout_ms, o.transaction_status, n = _T15u(buf, pos)
+            pos += 11
             f = 'transaction_partitions'
-            n, = _ui32(buf, pos)
-            pos += 4
             if n == -1:
                 o.transaction_partitions = None
             else:
@@ -4383,7 +4347,7 @@ class TransactionLogValue(_Struct):
                 _i = -1
                 o.transaction_partitions = lst
             f = 'transaction_last_update_timestamp_ms'
-            o.transaction_last_update_timestamp_ms, o.transaction_start_timestamp_ms = _T7u(buf, pos)
+            o.transaction_last_update_timestamp_ms, o.transaction_start_timestamp_ms = _T14u(buf, pos)
             pos += 16
             o.client_transaction_version = 0
             o.unknown_tagged_fields = _NO_TAGS
@@ -4392,12 +4356,12 @@ class TransactionLogValue(_Struct):
         return o, pos
 
     def _w1(self, buf, parts, v):
-        buf += _T3p(self.producer_id)
+        buf += _T6p(self.producer_id)
         if not (self.previous_producer_id == -1):
             raise _absent(self, 'previous_producer_id', v)
         if not (self.next_producer_id == -1):
             raise _absent(self, 'next_producer_id', v)
-        buf += _T6p(self.producer_epoch, self.transaction_timeout_ms, self.transaction_status)
+        buf += _T13p(self.producer_epoch, self.transaction_timeout_ms, self.transaction_status)
         x = self.transaction_partitions
         if x is None:
             buf += b'\x00'
@@ -4409,21 +4373,21 @@ class TransactionLogValue(_Struct):
                 buf += _wuv(n)
             for e in x:
                 e._w1(buf, parts, v)
-        buf += _T7p(self.transaction_last_update_timestamp_ms, self.transaction_start_timestamp_ms)
+        buf += _T14p(self.transaction_last_update_timestamp_ms, self.transaction_start_timestamp_ms)
         if not (self.client_transaction_version == 0):
             raise _absent(self, 'client_transaction_version', v)
         tags = []
         if not (self.previous_producer_id == -1):
             t = bytearray()
-            t += _T3p(self.previous_producer_id)
+            t += _T6p(self.previous_producer_id)
             tags.append((0, bytes(t)))
         if not (self.next_producer_id == -1):
             t = bytearray()
-            t += _T3p(self.next_producer_id)
+            t += _T6p(self.next_producer_id)
             tags.append((1, bytes(t)))
         if not (self.client_transaction_version == 0):
             t = bytearray()
-            t += _T8p(self.client_transaction_version)
+            t += _T16p(self.client_transaction_version)
             tags.append((2, bytes(t)))
         if tags or self.unknown_tagged_fields:
             _write_tags(buf, tags, self.unknown_tagged_fields)
@@ -4438,16 +4402,14 @@ class TransactionLogValue(_Struct):
         _i = -1
         try:
             f = 'producer_id'
-            o.producer_id, = _T3u(buf, pos)
+            o.producer_id, = _T6u(buf, pos)
             pos += 8
             o.previous_producer_id = -1
             o.next_producer_id = -1
             f = 'producer_epoch'
-            o.producer_epoch, o.transaction_timeout_ms, o.transaction_status = _T6u(buf, pos)
-            pos += 7
+            o.producer_epoch, o.transaction_timeout_ms, o.transaction_status, n = _T17u(buf, pos)
+            pos += 8
             f = 'transaction_partitions'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -4468,12 +4430,10 @@ class TransactionLogValue(_Struct):
                 _i = -1
                 o.transaction_partitions = lst
             f = 'transaction_last_update_timestamp_ms'
-            o.transaction_last_update_timestamp_ms, o.transaction_start_timestamp_ms = _T7u(buf, pos)
-            pos += 16
+            o.transaction_last_update_timestamp_ms, o.transaction_start_timestamp_ms, n = _T18u(buf, pos)
+            pos += 17
             o.client_transaction_version = 0
             f = '<tagged fields>'
-            n = buf[pos]
-            pos += 1
             if n:
                 o.unknown_tagged_fields = u = {}
                 if n >= 128:
@@ -4483,19 +4443,19 @@ class TransactionLogValue(_Struct):
                     end = pos + size
                     if tag == 0:
                         f = 'previous_producer_id'
-                        o.previous_producer_id, = _T3u(buf, pos)
+                        o.previous_producer_id, = _T6u(buf, pos)
                         pos += 8
                         if pos != end:
                             raise _tag_size(0, size, pos - end + size)
                     elif tag == 1:
                         f = 'next_producer_id'
-                        o.next_producer_id, = _T3u(buf, pos)
+                        o.next_producer_id, = _T6u(buf, pos)
                         pos += 8
                         if pos != end:
                             raise _tag_size(1, size, pos - end + size)
                     elif tag == 2:
                         f = 'client_transaction_version'
-                        o.client_transaction_version, = _T8u(buf, pos)
+                        o.client_transaction_version, = _T16u(buf, pos)
                         pos += 2
                         if pos != end:
                             raise _tag_size(2, size, pos - end + size)

@@ -30,8 +30,14 @@ __all__ = ["AddOffsetsToTxnRequest", "AddOffsetsToTxnResponse"]
 
 _T0u = _struct.Struct('>qh').unpack_from
 _T0p = _struct.Struct('>qh').pack
-_T1u = _struct.Struct('>ih').unpack_from
-_T1p = _struct.Struct('>ih').pack
+_T1u = _struct.Struct('>qhh').unpack_from
+_T1p = _struct.Struct('>qhh').pack
+_T2u = _struct.Struct('>qhB').unpack_from
+_T2p = _struct.Struct('>qhB').pack
+_T3u = _struct.Struct('>ih').unpack_from
+_T3p = _struct.Struct('>ih').pack
+_T4u = _struct.Struct('>ihB').unpack_from
+_T4p = _struct.Struct('>ihB').pack
 
 
 class AddOffsetsToTxnRequest(_Struct):
@@ -91,11 +97,9 @@ class AddOffsetsToTxnRequest(_Struct):
                 o.transactional_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'producer_id'
-            o.producer_id, o.producer_epoch = _T0u(buf, pos)
-            pos += 10
+            o.producer_id, o.producer_epoch, n = _T1u(buf, pos)
+            pos += 12
             f = 'group_id'
-            n, = _ui16(buf, pos)
-            pos += 2
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
@@ -162,11 +166,9 @@ class AddOffsetsToTxnRequest(_Struct):
                 o.transactional_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'producer_id'
-            o.producer_id, o.producer_epoch = _T0u(buf, pos)
-            pos += 10
+            o.producer_id, o.producer_epoch, n = _T2u(buf, pos)
+            pos += 11
             f = 'group_id'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -219,7 +221,7 @@ class AddOffsetsToTxnResponse(_Struct):
             and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
-        buf += _T1p(self.throttle_time_ms, self.error_code)
+        buf += _T3p(self.throttle_time_ms, self.error_code)
 
     @staticmethod
     def _r0(buf, pos, v):
@@ -229,7 +231,7 @@ class AddOffsetsToTxnResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, o.error_code = _T1u(buf, pos)
+            o.throttle_time_ms, o.error_code = _T3u(buf, pos)
             pos += 6
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
@@ -237,7 +239,7 @@ class AddOffsetsToTxnResponse(_Struct):
         return o, pos
 
     def _w1(self, buf, parts, v):
-        buf += _T1p(self.throttle_time_ms, self.error_code)
+        buf += _T3p(self.throttle_time_ms, self.error_code)
         if self.unknown_tagged_fields:
             _write_tags(buf, [], self.unknown_tagged_fields)
         else:
@@ -251,11 +253,9 @@ class AddOffsetsToTxnResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, o.error_code = _T1u(buf, pos)
-            pos += 6
+            o.throttle_time_ms, o.error_code, n = _T4u(buf, pos)
+            pos += 7
             f = '<tagged fields>'
-            n = buf[pos]
-            pos += 1
             if n:
                 o.unknown_tagged_fields = u = {}
                 if n >= 128:

@@ -36,14 +36,20 @@ __all__ = ["AddPartitionsToTxnRequest", "AddPartitionsToTxnResponse"]
 
 _T0u = _struct.Struct('>qh').unpack_from
 _T0p = _struct.Struct('>qh').pack
-_T1u = _struct.Struct('>qh?').unpack_from
-_T1p = _struct.Struct('>qh?').pack
-_T2u = _struct.Struct('>i').unpack_from
-_T2p = _struct.Struct('>i').pack
-_T3u = _struct.Struct('>h').unpack_from
-_T3p = _struct.Struct('>h').pack
-_T4u = _struct.Struct('>ih').unpack_from
-_T4p = _struct.Struct('>ih').pack
+_T1u = _struct.Struct('>qhi').unpack_from
+_T1p = _struct.Struct('>qhi').pack
+_T2u = _struct.Struct('>qh?').unpack_from
+_T2p = _struct.Struct('>qh?').pack
+_T3u = _struct.Struct('>i').unpack_from
+_T3p = _struct.Struct('>i').pack
+_T4u = _struct.Struct('>ii').unpack_from
+_T4p = _struct.Struct('>ii').pack
+_T5u = _struct.Struct('>h').unpack_from
+_T5p = _struct.Struct('>h').pack
+_T6u = _struct.Struct('>ih').unpack_from
+_T6p = _struct.Struct('>ih').pack
+_T7u = _struct.Struct('>ihB').unpack_from
+_T7p = _struct.Struct('>ihB').pack
 
 
 class AddPartitionsToTxnRequest(_Struct):
@@ -108,11 +114,9 @@ class AddPartitionsToTxnRequest(_Struct):
                 o.v3_and_below_transactional_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'v3_and_below_producer_id'
-            o.v3_and_below_producer_id, o.v3_and_below_producer_epoch = _T0u(buf, pos)
-            pos += 10
+            o.v3_and_below_producer_id, o.v3_and_below_producer_epoch, n = _T1u(buf, pos)
+            pos += 14
             f = 'v3_and_below_topics'
-            n, = _ui32(buf, pos)
-            pos += 4
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
@@ -514,7 +518,7 @@ class AddPartitionsToTxnRequest(_Struct):
                 if not (self.transactional_id == ''):
                     raise _absent(self, 'transactional_id', v)
             if v >= 4:
-                buf += _T1p(self.producer_id, self.producer_epoch, self.verify_only)
+                buf += _T2p(self.producer_id, self.producer_epoch, self.verify_only)
             else:
                 if not (self.producer_id == 0):
                     raise _absent(self, 'producer_id', v)
@@ -571,7 +575,7 @@ class AddPartitionsToTxnRequest(_Struct):
                     o.transactional_id = ''
                 if v >= 4:
                     f = 'producer_id'
-                    o.producer_id, o.producer_epoch, o.verify_only = _T1u(buf, pos)
+                    o.producer_id, o.producer_epoch, o.verify_only = _T2u(buf, pos)
                     pos += 11
                 else:
                     o.producer_id = 0
@@ -645,7 +649,7 @@ class AddPartitionsToTxnResponse(_Struct):
             and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
-        buf += _T2p(self.throttle_time_ms)
+        buf += _T3p(self.throttle_time_ms)
         if not (self.results_by_transaction == []):
             raise _absent(self, 'results_by_transaction', v)
         x = self.results_by_topic_v3_and_below
@@ -664,13 +668,11 @@ class AddPartitionsToTxnResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, = _T2u(buf, pos)
-            pos += 4
+            o.throttle_time_ms, n = _T4u(buf, pos)
+            pos += 8
             o.error_code = 0
             o.results_by_transaction = []
             f = 'results_by_topic_v3_and_below'
-            n, = _ui32(buf, pos)
-            pos += 4
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
@@ -689,9 +691,9 @@ class AddPartitionsToTxnResponse(_Struct):
         return o, pos
 
     def _w1(self, buf, parts, v):
-        buf += _T2p(self.throttle_time_ms)
+        buf += _T3p(self.throttle_time_ms)
         if v >= 4:
-            buf += _T3p(self.error_code)
+            buf += _T5p(self.error_code)
         if v >= 4:
             x = self.results_by_transaction
             if x is None:
@@ -735,11 +737,11 @@ class AddPartitionsToTxnResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, = _T2u(buf, pos)
+            o.throttle_time_ms, = _T3u(buf, pos)
             pos += 4
             if v >= 4:
                 f = 'error_code'
-                o.error_code, = _T3u(buf, pos)
+                o.error_code, = _T5u(buf, pos)
                 pos += 2
             else:
                 o.error_code = 0
@@ -994,7 +996,7 @@ class AddPartitionsToTxnResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T4p(self.partition_index, self.partition_error_code)
+            buf += _T6p(self.partition_index, self.partition_error_code)
 
         @staticmethod
         def _r0(buf, pos, v):
@@ -1004,7 +1006,7 @@ class AddPartitionsToTxnResponse(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.partition_error_code = _T4u(buf, pos)
+                o.partition_index, o.partition_error_code = _T6u(buf, pos)
                 pos += 6
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -1012,7 +1014,7 @@ class AddPartitionsToTxnResponse(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T4p(self.partition_index, self.partition_error_code)
+            buf += _T6p(self.partition_index, self.partition_error_code)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -1026,11 +1028,9 @@ class AddPartitionsToTxnResponse(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.partition_error_code = _T4u(buf, pos)
-                pos += 6
+                o.partition_index, o.partition_error_code, n = _T7u(buf, pos)
+                pos += 7
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:

@@ -30,10 +30,16 @@ __all__ = ["AddRaftVoterRequest", "AddRaftVoterResponse"]
 
 _T0u = _struct.Struct('>ii16s').unpack_from
 _T0p = _struct.Struct('>ii16s').pack
-_T1u = _struct.Struct('>H').unpack_from
-_T1p = _struct.Struct('>H').pack
-_T2u = _struct.Struct('>ih').unpack_from
-_T2p = _struct.Struct('>ih').pack
+_T1u = _struct.Struct('>ii16sB').unpack_from
+_T1p = _struct.Struct('>ii16sB').pack
+_T2u = _struct.Struct('>H').unpack_from
+_T2p = _struct.Struct('>H').pack
+_T3u = _struct.Struct('>HB').unpack_from
+_T3p = _struct.Struct('>HB').pack
+_T4u = _struct.Struct('>ih').unpack_from
+_T4p = _struct.Struct('>ih').pack
+_T5u = _struct.Struct('>ihB').unpack_from
+_T5p = _struct.Struct('>ihB').pack
 
 
 class AddRaftVoterRequest(_Struct):
@@ -114,11 +120,9 @@ class AddRaftVoterRequest(_Struct):
                 o.cluster_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'timeout_ms'
-            o.timeout_ms, o.voter_id, o.voter_directory_id = _T0u(buf, pos)
-            pos += 24
+            o.timeout_ms, o.voter_id, o.voter_directory_id, n = _T1u(buf, pos)
+            pos += 25
             f = 'listeners'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -199,7 +203,7 @@ class AddRaftVoterRequest(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T1p(self.port)
+            buf += _T2p(self.port)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -247,11 +251,9 @@ class AddRaftVoterRequest(_Struct):
                     o.host = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'port'
-                o.port, = _T1u(buf, pos)
-                pos += 2
+                o.port, n = _T3u(buf, pos)
+                pos += 3
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:
@@ -290,7 +292,7 @@ class AddRaftVoterResponse(_Struct):
             and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
-        buf += _T2p(self.throttle_time_ms, self.error_code)
+        buf += _T4p(self.throttle_time_ms, self.error_code)
         x = self.error_message
         if x is None:
             buf += b'\x00'
@@ -315,11 +317,9 @@ class AddRaftVoterResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, o.error_code = _T2u(buf, pos)
-            pos += 6
+            o.throttle_time_ms, o.error_code, n = _T5u(buf, pos)
+            pos += 7
             f = 'error_message'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)

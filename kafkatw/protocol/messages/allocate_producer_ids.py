@@ -24,8 +24,12 @@ __all__ = ["AllocateProducerIdsRequest", "AllocateProducerIdsResponse"]
 
 _T0u = _struct.Struct('>iq').unpack_from
 _T0p = _struct.Struct('>iq').pack
-_T1u = _struct.Struct('>ihqi').unpack_from
-_T1p = _struct.Struct('>ihqi').pack
+_T1u = _struct.Struct('>iqB').unpack_from
+_T1p = _struct.Struct('>iqB').pack
+_T2u = _struct.Struct('>ihqi').unpack_from
+_T2p = _struct.Struct('>ihqi').pack
+_T3u = _struct.Struct('>ihqiB').unpack_from
+_T3p = _struct.Struct('>ihqiB').pack
 
 
 class AllocateProducerIdsRequest(_Struct):
@@ -61,11 +65,9 @@ class AllocateProducerIdsRequest(_Struct):
         _i = -1
         try:
             f = 'broker_id'
-            o.broker_id, o.broker_epoch = _T0u(buf, pos)
-            pos += 12
+            o.broker_id, o.broker_epoch, n = _T1u(buf, pos)
+            pos += 13
             f = '<tagged fields>'
-            n = buf[pos]
-            pos += 1
             if n:
                 o.unknown_tagged_fields = u = {}
                 if n >= 128:
@@ -105,7 +107,7 @@ class AllocateProducerIdsResponse(_Struct):
             and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
-        buf += _T1p(self.throttle_time_ms, self.error_code, self.producer_id_start, self.producer_id_len)
+        buf += _T2p(self.throttle_time_ms, self.error_code, self.producer_id_start, self.producer_id_len)
         if self.unknown_tagged_fields:
             _write_tags(buf, [], self.unknown_tagged_fields)
         else:
@@ -119,11 +121,9 @@ class AllocateProducerIdsResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, o.error_code, o.producer_id_start, o.producer_id_len = _T1u(buf, pos)
-            pos += 18
+            o.throttle_time_ms, o.error_code, o.producer_id_start, o.producer_id_len, n = _T3u(buf, pos)
+            pos += 19
             f = '<tagged fields>'
-            n = buf[pos]
-            pos += 1
             if n:
                 o.unknown_tagged_fields = u = {}
                 if n >= 128:

@@ -33,12 +33,24 @@ __all__ = ["AlterClientQuotasRequest", "AlterClientQuotasResponse"]
 
 _T0u = _struct.Struct('>?').unpack_from
 _T0p = _struct.Struct('>?').pack
-_T1u = _struct.Struct('>d?').unpack_from
-_T1p = _struct.Struct('>d?').pack
-_T2u = _struct.Struct('>i').unpack_from
-_T2p = _struct.Struct('>i').pack
-_T3u = _struct.Struct('>h').unpack_from
-_T3p = _struct.Struct('>h').pack
+_T1u = _struct.Struct('>?B').unpack_from
+_T1p = _struct.Struct('>?B').pack
+_T2u = _struct.Struct('>d?').unpack_from
+_T2p = _struct.Struct('>d?').pack
+_T3u = _struct.Struct('>d?B').unpack_from
+_T3p = _struct.Struct('>d?B').pack
+_T4u = _struct.Struct('>i').unpack_from
+_T4p = _struct.Struct('>i').pack
+_T5u = _struct.Struct('>ii').unpack_from
+_T5p = _struct.Struct('>ii').pack
+_T6u = _struct.Struct('>iB').unpack_from
+_T6p = _struct.Struct('>iB').pack
+_T7u = _struct.Struct('>h').unpack_from
+_T7p = _struct.Struct('>h').pack
+_T8u = _struct.Struct('>hh').unpack_from
+_T8p = _struct.Struct('>hh').pack
+_T9u = _struct.Struct('>hB').unpack_from
+_T9p = _struct.Struct('>hB').pack
 
 
 class AlterClientQuotasRequest(_Struct):
@@ -147,11 +159,9 @@ class AlterClientQuotasRequest(_Struct):
                 _i = -1
                 o.entries = lst
             f = 'validate_only'
-            o.validate_only, = _T0u(buf, pos)
-            pos += 1
+            o.validate_only, n = _T1u(buf, pos)
+            pos += 2
             f = '<tagged fields>'
-            n = buf[pos]
-            pos += 1
             if n:
                 o.unknown_tagged_fields = u = {}
                 if n >= 128:
@@ -523,7 +533,7 @@ class AlterClientQuotasRequest(_Struct):
                 x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
-            buf += _T1p(self.value, self.remove)
+            buf += _T2p(self.value, self.remove)
 
         @staticmethod
         def _r0(buf, pos, v):
@@ -543,7 +553,7 @@ class AlterClientQuotasRequest(_Struct):
                     o.key = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'value'
-                o.value, o.remove = _T1u(buf, pos)
+                o.value, o.remove = _T2u(buf, pos)
                 pos += 9
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -562,7 +572,7 @@ class AlterClientQuotasRequest(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T1p(self.value, self.remove)
+            buf += _T2p(self.value, self.remove)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -593,11 +603,9 @@ class AlterClientQuotasRequest(_Struct):
                     o.key = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'value'
-                o.value, o.remove = _T1u(buf, pos)
-                pos += 9
+                o.value, o.remove, n = _T3u(buf, pos)
+                pos += 10
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:
@@ -634,7 +642,7 @@ class AlterClientQuotasResponse(_Struct):
             and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
-        buf += _T2p(self.throttle_time_ms)
+        buf += _T4p(self.throttle_time_ms)
         x = self.entries
         if x is None:
             raise _not_nullable(self, 'entries', v)
@@ -651,11 +659,9 @@ class AlterClientQuotasResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, = _T2u(buf, pos)
-            pos += 4
+            o.throttle_time_ms, n = _T5u(buf, pos)
+            pos += 8
             f = 'entries'
-            n, = _ui32(buf, pos)
-            pos += 4
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
@@ -674,7 +680,7 @@ class AlterClientQuotasResponse(_Struct):
         return o, pos
 
     def _w1(self, buf, parts, v):
-        buf += _T2p(self.throttle_time_ms)
+        buf += _T4p(self.throttle_time_ms)
         x = self.entries
         if x is None:
             raise _not_nullable(self, 'entries', v)
@@ -699,11 +705,9 @@ class AlterClientQuotasResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, = _T2u(buf, pos)
-            pos += 4
+            o.throttle_time_ms, n = _T6u(buf, pos)
+            pos += 5
             f = 'entries'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -762,7 +766,7 @@ class AlterClientQuotasResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T3p(self.error_code)
+            buf += _T7p(self.error_code)
             x = self.error_message
             if x is None:
                 buf += b'\xff\xff'
@@ -786,11 +790,9 @@ class AlterClientQuotasResponse(_Struct):
             _i = -1
             try:
                 f = 'error_code'
-                o.error_code, = _T3u(buf, pos)
-                pos += 2
+                o.error_code, n = _T8u(buf, pos)
+                pos += 4
                 f = 'error_message'
-                n, = _ui16(buf, pos)
-                pos += 2
                 if n == -1:
                     o.error_message = None
                 else:
@@ -819,7 +821,7 @@ class AlterClientQuotasResponse(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T3p(self.error_code)
+            buf += _T7p(self.error_code)
             x = self.error_message
             if x is None:
                 buf += b'\x00'
@@ -855,11 +857,9 @@ class AlterClientQuotasResponse(_Struct):
             _i = -1
             try:
                 f = 'error_code'
-                o.error_code, = _T3u(buf, pos)
-                pos += 2
+                o.error_code, n = _T9u(buf, pos)
+                pos += 3
                 f = 'error_message'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)

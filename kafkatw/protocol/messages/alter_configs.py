@@ -33,12 +33,26 @@ __all__ = ["AlterConfigsRequest", "AlterConfigsResponse"]
 
 _T0u = _struct.Struct('>?').unpack_from
 _T0p = _struct.Struct('>?').pack
-_T1u = _struct.Struct('>b').unpack_from
-_T1p = _struct.Struct('>b').pack
-_T2u = _struct.Struct('>i').unpack_from
-_T2p = _struct.Struct('>i').pack
-_T3u = _struct.Struct('>h').unpack_from
-_T3p = _struct.Struct('>h').pack
+_T1u = _struct.Struct('>?B').unpack_from
+_T1p = _struct.Struct('>?B').pack
+_T2u = _struct.Struct('>b').unpack_from
+_T2p = _struct.Struct('>b').pack
+_T3u = _struct.Struct('>bh').unpack_from
+_T3p = _struct.Struct('>bh').pack
+_T4u = _struct.Struct('>bB').unpack_from
+_T4p = _struct.Struct('>bB').pack
+_T5u = _struct.Struct('>i').unpack_from
+_T5p = _struct.Struct('>i').pack
+_T6u = _struct.Struct('>ii').unpack_from
+_T6p = _struct.Struct('>ii').pack
+_T7u = _struct.Struct('>iB').unpack_from
+_T7p = _struct.Struct('>iB').pack
+_T8u = _struct.Struct('>h').unpack_from
+_T8p = _struct.Struct('>h').pack
+_T9u = _struct.Struct('>hh').unpack_from
+_T9p = _struct.Struct('>hh').pack
+_T10u = _struct.Struct('>hB').unpack_from
+_T10p = _struct.Struct('>hB').pack
 
 
 class AlterConfigsRequest(_Struct):
@@ -147,11 +161,9 @@ class AlterConfigsRequest(_Struct):
                 _i = -1
                 o.resources = lst
             f = 'validate_only'
-            o.validate_only, = _T0u(buf, pos)
-            pos += 1
+            o.validate_only, n = _T1u(buf, pos)
+            pos += 2
             f = '<tagged fields>'
-            n = buf[pos]
-            pos += 1
             if n:
                 o.unknown_tagged_fields = u = {}
                 if n >= 128:
@@ -188,7 +200,7 @@ class AlterConfigsRequest(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T1p(self.resource_type)
+            buf += _T2p(self.resource_type)
             x = self.resource_name
             if x is None:
                 raise _not_nullable(self, 'resource_name', v)
@@ -212,11 +224,9 @@ class AlterConfigsRequest(_Struct):
             _i = -1
             try:
                 f = 'resource_type'
-                o.resource_type, = _T1u(buf, pos)
-                pos += 1
+                o.resource_type, n = _T3u(buf, pos)
+                pos += 3
                 f = 'resource_name'
-                n, = _ui16(buf, pos)
-                pos += 2
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
@@ -245,7 +255,7 @@ class AlterConfigsRequest(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T1p(self.resource_type)
+            buf += _T2p(self.resource_type)
             x = self.resource_name
             if x is None:
                 raise _not_nullable(self, 'resource_name', v)
@@ -281,11 +291,9 @@ class AlterConfigsRequest(_Struct):
             _i = -1
             try:
                 f = 'resource_type'
-                o.resource_type, = _T1u(buf, pos)
-                pos += 1
+                o.resource_type, n = _T4u(buf, pos)
+                pos += 2
                 f = 'resource_name'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -515,7 +523,7 @@ class AlterConfigsResponse(_Struct):
             and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
-        buf += _T2p(self.throttle_time_ms)
+        buf += _T5p(self.throttle_time_ms)
         x = self.responses
         if x is None:
             raise _not_nullable(self, 'responses', v)
@@ -532,11 +540,9 @@ class AlterConfigsResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, = _T2u(buf, pos)
-            pos += 4
+            o.throttle_time_ms, n = _T6u(buf, pos)
+            pos += 8
             f = 'responses'
-            n, = _ui32(buf, pos)
-            pos += 4
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
@@ -555,7 +561,7 @@ class AlterConfigsResponse(_Struct):
         return o, pos
 
     def _w1(self, buf, parts, v):
-        buf += _T2p(self.throttle_time_ms)
+        buf += _T5p(self.throttle_time_ms)
         x = self.responses
         if x is None:
             raise _not_nullable(self, 'responses', v)
@@ -580,11 +586,9 @@ class AlterConfigsResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, = _T2u(buf, pos)
-            pos += 4
+            o.throttle_time_ms, n = _T7u(buf, pos)
+            pos += 5
             f = 'responses'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -645,7 +649,7 @@ class AlterConfigsResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T3p(self.error_code)
+            buf += _T8p(self.error_code)
             x = self.error_message
             if x is None:
                 buf += b'\xff\xff'
@@ -653,7 +657,7 @@ class AlterConfigsResponse(_Struct):
                 x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
-            buf += _T1p(self.resource_type)
+            buf += _T2p(self.resource_type)
             x = self.resource_name
             if x is None:
                 raise _not_nullable(self, 'resource_name', v)
@@ -670,11 +674,9 @@ class AlterConfigsResponse(_Struct):
             _i = -1
             try:
                 f = 'error_code'
-                o.error_code, = _T3u(buf, pos)
-                pos += 2
+                o.error_code, n = _T9u(buf, pos)
+                pos += 4
                 f = 'error_message'
-                n, = _ui16(buf, pos)
-                pos += 2
                 if n == -1:
                     o.error_message = None
                 else:
@@ -683,11 +685,9 @@ class AlterConfigsResponse(_Struct):
                     o.error_message = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'resource_type'
-                o.resource_type, = _T1u(buf, pos)
-                pos += 1
+                o.resource_type, n = _T3u(buf, pos)
+                pos += 3
                 f = 'resource_name'
-                n, = _ui16(buf, pos)
-                pos += 2
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
@@ -701,7 +701,7 @@ class AlterConfigsResponse(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T3p(self.error_code)
+            buf += _T8p(self.error_code)
             x = self.error_message
             if x is None:
                 buf += b'\x00'
@@ -713,7 +713,7 @@ class AlterConfigsResponse(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T1p(self.resource_type)
+            buf += _T2p(self.resource_type)
             x = self.resource_name
             if x is None:
                 raise _not_nullable(self, 'resource_name', v)
@@ -738,11 +738,9 @@ class AlterConfigsResponse(_Struct):
             _i = -1
             try:
                 f = 'error_code'
-                o.error_code, = _T3u(buf, pos)
-                pos += 2
+                o.error_code, n = _T10u(buf, pos)
+                pos += 3
                 f = 'error_message'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -758,11 +756,9 @@ class AlterConfigsResponse(_Struct):
                     o.error_message = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'resource_type'
-                o.resource_type, = _T1u(buf, pos)
-                pos += 1
+                o.resource_type, n = _T4u(buf, pos)
+                pos += 2
                 f = 'resource_name'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)

@@ -33,18 +33,26 @@ __all__ = ["AlterPartitionRequest", "AlterPartitionResponse"]
 
 _T0u = _struct.Struct('>iq').unpack_from
 _T0p = _struct.Struct('>iq').pack
-_T1u = _struct.Struct('>16s').unpack_from
-_T1p = _struct.Struct('>16s').pack
-_T2u = _struct.Struct('>ii').unpack_from
-_T2p = _struct.Struct('>ii').pack
-_T3u = _struct.Struct('>b').unpack_from
-_T3p = _struct.Struct('>b').pack
-_T4u = _struct.Struct('>i').unpack_from
-_T4p = _struct.Struct('>i').pack
-_T5u = _struct.Struct('>ih').unpack_from
-_T5p = _struct.Struct('>ih').pack
-_T6u = _struct.Struct('>ihii').unpack_from
-_T6p = _struct.Struct('>ihii').pack
+_T1u = _struct.Struct('>iqB').unpack_from
+_T1p = _struct.Struct('>iqB').pack
+_T2u = _struct.Struct('>16s').unpack_from
+_T2p = _struct.Struct('>16s').pack
+_T3u = _struct.Struct('>ii').unpack_from
+_T3p = _struct.Struct('>ii').pack
+_T4u = _struct.Struct('>b').unpack_from
+_T4p = _struct.Struct('>b').pack
+_T5u = _struct.Struct('>i').unpack_from
+_T5p = _struct.Struct('>i').pack
+_T6u = _struct.Struct('>iB').unpack_from
+_T6p = _struct.Struct('>iB').pack
+_T7u = _struct.Struct('>ih').unpack_from
+_T7p = _struct.Struct('>ih').pack
+_T8u = _struct.Struct('>ihB').unpack_from
+_T8p = _struct.Struct('>ihB').pack
+_T9u = _struct.Struct('>ihii').unpack_from
+_T9p = _struct.Struct('>ihii').pack
+_T10u = _struct.Struct('>ihiiB').unpack_from
+_T10p = _struct.Struct('>ihiiB').pack
 
 
 class AlterPartitionRequest(_Struct):
@@ -93,11 +101,9 @@ class AlterPartitionRequest(_Struct):
         _i = -1
         try:
             f = 'broker_id'
-            o.broker_id, o.broker_epoch = _T0u(buf, pos)
-            pos += 12
+            o.broker_id, o.broker_epoch, n = _T1u(buf, pos)
+            pos += 13
             f = 'topics'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -169,7 +175,7 @@ class AlterPartitionRequest(_Struct):
                         buf += _wuv(n)
                     buf += x
             if v >= 2:
-                buf += _T1p(self.topic_id)
+                buf += _T2p(self.topic_id)
             x = self.partitions
             if x is None:
                 raise _not_nullable(self, 'partitions', v)
@@ -215,7 +221,7 @@ class AlterPartitionRequest(_Struct):
                     o.topic_name = ''
                 if v >= 2:
                     f = 'topic_id'
-                    o.topic_id, = _T1u(buf, pos)
+                    o.topic_id, = _T2u(buf, pos)
                     pos += 16
                 else:
                     o.topic_id = _ZERO_UUID
@@ -287,7 +293,7 @@ class AlterPartitionRequest(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T2p(self.partition_index, self.leader_epoch)
+            buf += _T3p(self.partition_index, self.leader_epoch)
             if v <= 2:
                 x = self.new_isr
                 if x is None:
@@ -318,11 +324,11 @@ class AlterPartitionRequest(_Struct):
                 if not (self.new_isr_with_epochs == []):
                     raise _absent(self, 'new_isr_with_epochs', v)
             if v >= 1:
-                buf += _T3p(self.leader_recovery_state)
+                buf += _T4p(self.leader_recovery_state)
             else:
                 if not (self.leader_recovery_state == 0):
                     raise _absent(self, 'leader_recovery_state', v)
-            buf += _T4p(self.partition_epoch)
+            buf += _T5p(self.partition_epoch)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -336,7 +342,7 @@ class AlterPartitionRequest(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.leader_epoch = _T2u(buf, pos)
+                o.partition_index, o.leader_epoch = _T3u(buf, pos)
                 pos += 8
                 if v <= 2:
                     f = 'new_isr'
@@ -386,16 +392,14 @@ class AlterPartitionRequest(_Struct):
                     o.new_isr_with_epochs = []
                 if v >= 1:
                     f = 'leader_recovery_state'
-                    o.leader_recovery_state, = _T3u(buf, pos)
+                    o.leader_recovery_state, = _T4u(buf, pos)
                     pos += 1
                 else:
                     o.leader_recovery_state = 0
                 f = 'partition_epoch'
-                o.partition_epoch, = _T4u(buf, pos)
-                pos += 4
+                o.partition_epoch, n = _T6u(buf, pos)
+                pos += 5
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:
@@ -498,7 +502,7 @@ class AlterPartitionResponse(_Struct):
             and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
-        buf += _T5p(self.throttle_time_ms, self.error_code)
+        buf += _T7p(self.throttle_time_ms, self.error_code)
         x = self.topics
         if x is None:
             raise _not_nullable(self, 'topics', v)
@@ -523,11 +527,9 @@ class AlterPartitionResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, o.error_code = _T5u(buf, pos)
-            pos += 6
+            o.throttle_time_ms, o.error_code, n = _T8u(buf, pos)
+            pos += 7
             f = 'topics'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -599,7 +601,7 @@ class AlterPartitionResponse(_Struct):
                         buf += _wuv(n)
                     buf += x
             if v >= 2:
-                buf += _T1p(self.topic_id)
+                buf += _T2p(self.topic_id)
             x = self.partitions
             if x is None:
                 raise _not_nullable(self, 'partitions', v)
@@ -645,7 +647,7 @@ class AlterPartitionResponse(_Struct):
                     o.topic_name = ''
                 if v >= 2:
                     f = 'topic_id'
-                    o.topic_id, = _T1u(buf, pos)
+                    o.topic_id, = _T2u(buf, pos)
                     pos += 16
                 else:
                     o.topic_id = _ZERO_UUID
@@ -719,7 +721,7 @@ class AlterPartitionResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T6p(self.partition_index, self.error_code, self.leader_id, self.leader_epoch)
+            buf += _T9p(self.partition_index, self.error_code, self.leader_id, self.leader_epoch)
             x = self.isr
             if x is None:
                 raise _not_nullable(self, 'isr', v)
@@ -731,8 +733,8 @@ class AlterPartitionResponse(_Struct):
                     buf += _wuv(n)
                 buf += _pack('>%di' % len(x), *x)
             if v >= 1:
-                buf += _T3p(self.leader_recovery_state)
-            buf += _T4p(self.partition_epoch)
+                buf += _T4p(self.leader_recovery_state)
+            buf += _T5p(self.partition_epoch)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -746,11 +748,9 @@ class AlterPartitionResponse(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.error_code, o.leader_id, o.leader_epoch = _T6u(buf, pos)
-                pos += 14
+                o.partition_index, o.error_code, o.leader_id, o.leader_epoch, n = _T10u(buf, pos)
+                pos += 15
                 f = 'isr'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -768,16 +768,14 @@ class AlterPartitionResponse(_Struct):
                     pos += n * 4
                 if v >= 1:
                     f = 'leader_recovery_state'
-                    o.leader_recovery_state, = _T3u(buf, pos)
+                    o.leader_recovery_state, = _T4u(buf, pos)
                     pos += 1
                 else:
                     o.leader_recovery_state = 0
                 f = 'partition_epoch'
-                o.partition_epoch, = _T4u(buf, pos)
-                pos += 4
+                o.partition_epoch, n = _T6u(buf, pos)
+                pos += 5
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:

@@ -35,8 +35,14 @@ __all__ = ["AlterReplicaLogDirsRequest", "AlterReplicaLogDirsResponse"]
 
 _T0u = _struct.Struct('>i').unpack_from
 _T0p = _struct.Struct('>i').pack
-_T1u = _struct.Struct('>ih').unpack_from
-_T1p = _struct.Struct('>ih').pack
+_T1u = _struct.Struct('>ii').unpack_from
+_T1p = _struct.Struct('>ii').pack
+_T2u = _struct.Struct('>iB').unpack_from
+_T2p = _struct.Struct('>iB').pack
+_T3u = _struct.Struct('>ih').unpack_from
+_T3p = _struct.Struct('>ih').pack
+_T4u = _struct.Struct('>ihB').unpack_from
+_T4p = _struct.Struct('>ihB').pack
 
 
 class AlterReplicaLogDirsRequest(_Struct):
@@ -510,11 +516,9 @@ class AlterReplicaLogDirsResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, = _T0u(buf, pos)
-            pos += 4
+            o.throttle_time_ms, n = _T1u(buf, pos)
+            pos += 8
             f = 'results'
-            n, = _ui32(buf, pos)
-            pos += 4
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
@@ -558,11 +562,9 @@ class AlterReplicaLogDirsResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, = _T0u(buf, pos)
-            pos += 4
+            o.throttle_time_ms, n = _T2u(buf, pos)
+            pos += 5
             f = 'results'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -783,7 +785,7 @@ class AlterReplicaLogDirsResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T1p(self.partition_index, self.error_code)
+            buf += _T3p(self.partition_index, self.error_code)
 
         @staticmethod
         def _r0(buf, pos, v):
@@ -793,7 +795,7 @@ class AlterReplicaLogDirsResponse(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.error_code = _T1u(buf, pos)
+                o.partition_index, o.error_code = _T3u(buf, pos)
                 pos += 6
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -801,7 +803,7 @@ class AlterReplicaLogDirsResponse(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T1p(self.partition_index, self.error_code)
+            buf += _T3p(self.partition_index, self.error_code)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -815,11 +817,9 @@ class AlterReplicaLogDirsResponse(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.error_code = _T1u(buf, pos)
-                pos += 6
+                o.partition_index, o.error_code, n = _T4u(buf, pos)
+                pos += 7
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:

@@ -29,12 +29,20 @@ __all__ = ["AlterUserScramCredentialsRequest", "AlterUserScramCredentialsRespons
 
 _T0u = _struct.Struct('>b').unpack_from
 _T0p = _struct.Struct('>b').pack
-_T1u = _struct.Struct('>bi').unpack_from
-_T1p = _struct.Struct('>bi').pack
-_T2u = _struct.Struct('>i').unpack_from
-_T2p = _struct.Struct('>i').pack
-_T3u = _struct.Struct('>h').unpack_from
-_T3p = _struct.Struct('>h').pack
+_T1u = _struct.Struct('>bB').unpack_from
+_T1p = _struct.Struct('>bB').pack
+_T2u = _struct.Struct('>bi').unpack_from
+_T2p = _struct.Struct('>bi').pack
+_T3u = _struct.Struct('>biB').unpack_from
+_T3p = _struct.Struct('>biB').pack
+_T4u = _struct.Struct('>i').unpack_from
+_T4p = _struct.Struct('>i').pack
+_T5u = _struct.Struct('>iB').unpack_from
+_T5p = _struct.Struct('>iB').pack
+_T6u = _struct.Struct('>h').unpack_from
+_T6p = _struct.Struct('>h').pack
+_T7u = _struct.Struct('>hB').unpack_from
+_T7p = _struct.Struct('>hB').pack
 
 
 class AlterUserScramCredentialsRequest(_Struct):
@@ -213,11 +221,9 @@ class AlterUserScramCredentialsRequest(_Struct):
                     o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'mechanism'
-                o.mechanism, = _T0u(buf, pos)
-                pos += 1
+                o.mechanism, n = _T1u(buf, pos)
+                pos += 2
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:
@@ -270,7 +276,7 @@ class AlterUserScramCredentialsRequest(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T1p(self.mechanism, self.iterations)
+            buf += _T2p(self.mechanism, self.iterations)
             x = self.salt
             if x is None:
                 raise _not_nullable(self, 'salt', v)
@@ -321,11 +327,9 @@ class AlterUserScramCredentialsRequest(_Struct):
                     o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'mechanism'
-                o.mechanism, o.iterations = _T1u(buf, pos)
-                pos += 5
+                o.mechanism, o.iterations, n = _T3u(buf, pos)
+                pos += 6
                 f = 'salt'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -396,7 +400,7 @@ class AlterUserScramCredentialsResponse(_Struct):
             and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
-        buf += _T2p(self.throttle_time_ms)
+        buf += _T4p(self.throttle_time_ms)
         x = self.results
         if x is None:
             raise _not_nullable(self, 'results', v)
@@ -421,11 +425,9 @@ class AlterUserScramCredentialsResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, = _T2u(buf, pos)
-            pos += 4
+            o.throttle_time_ms, n = _T5u(buf, pos)
+            pos += 5
             f = 'results'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -495,7 +497,7 @@ class AlterUserScramCredentialsResponse(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T3p(self.error_code)
+            buf += _T6p(self.error_code)
             x = self.error_message
             if x is None:
                 buf += b'\x00'
@@ -537,11 +539,9 @@ class AlterUserScramCredentialsResponse(_Struct):
                     o.user = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'error_code'
-                o.error_code, = _T3u(buf, pos)
-                pos += 2
+                o.error_code, n = _T7u(buf, pos)
+                pos += 3
                 f = 'error_message'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)

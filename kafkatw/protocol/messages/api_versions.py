@@ -17,7 +17,6 @@ from kafkatw.protocol._runtime import (
     not_nullable as _not_nullable,
     pi32 as _pi32,
     tag_size as _tag_size,
-    ui32 as _ui32,
 )
 from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
@@ -35,14 +34,24 @@ _T0u = _struct.Struct('>h').unpack_from
 _T0p = _struct.Struct('>h').pack
 _T1u = _struct.Struct('>i').unpack_from
 _T1p = _struct.Struct('>i').pack
-_T2u = _struct.Struct('>q').unpack_from
-_T2p = _struct.Struct('>q').pack
-_T3u = _struct.Struct('>?').unpack_from
-_T3p = _struct.Struct('>?').pack
-_T4u = _struct.Struct('>hhh').unpack_from
-_T4p = _struct.Struct('>hhh').pack
-_T5u = _struct.Struct('>hh').unpack_from
-_T5p = _struct.Struct('>hh').pack
+_T2u = _struct.Struct('>hi').unpack_from
+_T2p = _struct.Struct('>hi').pack
+_T3u = _struct.Struct('>q').unpack_from
+_T3p = _struct.Struct('>q').pack
+_T4u = _struct.Struct('>?').unpack_from
+_T4p = _struct.Struct('>?').pack
+_T5u = _struct.Struct('>hB').unpack_from
+_T5p = _struct.Struct('>hB').pack
+_T6u = _struct.Struct('>iB').unpack_from
+_T6p = _struct.Struct('>iB').pack
+_T7u = _struct.Struct('>hhh').unpack_from
+_T7p = _struct.Struct('>hhh').pack
+_T8u = _struct.Struct('>hhhB').unpack_from
+_T8p = _struct.Struct('>hhhB').pack
+_T9u = _struct.Struct('>hh').unpack_from
+_T9p = _struct.Struct('>hh').pack
+_T10u = _struct.Struct('>hhB').unpack_from
+_T10p = _struct.Struct('>hhB').pack
 
 
 class ApiVersionsRequest(_Struct):
@@ -216,11 +225,9 @@ class ApiVersionsResponse(_Struct):
         _i = -1
         try:
             f = 'error_code'
-            o.error_code, = _T0u(buf, pos)
-            pos += 2
+            o.error_code, n = _T2u(buf, pos)
+            pos += 6
             f = 'api_keys'
-            n, = _ui32(buf, pos)
-            pos += 4
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
@@ -279,7 +286,7 @@ class ApiVersionsResponse(_Struct):
             tags.append((0, bytes(t)))
         if not (self.finalized_features_epoch == -1):
             t = bytearray()
-            t += _T2p(self.finalized_features_epoch)
+            t += _T3p(self.finalized_features_epoch)
             tags.append((1, bytes(t)))
         if not (self.finalized_features == []):
             t = bytearray()
@@ -297,7 +304,7 @@ class ApiVersionsResponse(_Struct):
             tags.append((2, bytes(t)))
         if not (self.zk_migration_ready == False):
             t = bytearray()
-            t += _T3p(self.zk_migration_ready)
+            t += _T4p(self.zk_migration_ready)
             tags.append((3, bytes(t)))
         if tags or self.unknown_tagged_fields:
             _write_tags(buf, tags, self.unknown_tagged_fields)
@@ -312,11 +319,9 @@ class ApiVersionsResponse(_Struct):
         _i = -1
         try:
             f = 'error_code'
-            o.error_code, = _T0u(buf, pos)
-            pos += 2
+            o.error_code, n = _T5u(buf, pos)
+            pos += 3
             f = 'api_keys'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -337,15 +342,13 @@ class ApiVersionsResponse(_Struct):
                 _i = -1
                 o.api_keys = lst
             f = 'throttle_time_ms'
-            o.throttle_time_ms, = _T1u(buf, pos)
-            pos += 4
+            o.throttle_time_ms, n = _T6u(buf, pos)
+            pos += 5
             o.supported_features = []
             o.finalized_features_epoch = -1
             o.finalized_features = []
             o.zk_migration_ready = False
             f = '<tagged fields>'
-            n = buf[pos]
-            pos += 1
             if n:
                 o.unknown_tagged_fields = u = {}
                 if n >= 128:
@@ -380,7 +383,7 @@ class ApiVersionsResponse(_Struct):
                             raise _tag_size(0, size, pos - end + size)
                     elif tag == 1:
                         f = 'finalized_features_epoch'
-                        o.finalized_features_epoch, = _T2u(buf, pos)
+                        o.finalized_features_epoch, = _T3u(buf, pos)
                         pos += 8
                         if pos != end:
                             raise _tag_size(1, size, pos - end + size)
@@ -411,7 +414,7 @@ class ApiVersionsResponse(_Struct):
                             raise _tag_size(2, size, pos - end + size)
                     elif tag == 3:
                         f = 'zk_migration_ready'
-                        o.zk_migration_ready, = _T3u(buf, pos)
+                        o.zk_migration_ready, = _T4u(buf, pos)
                         pos += 1
                         if pos != end:
                             raise _tag_size(3, size, pos - end + size)
@@ -445,7 +448,7 @@ class ApiVersionsResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T4p(self.api_key, self.min_version, self.max_version)
+            buf += _T7p(self.api_key, self.min_version, self.max_version)
 
         @staticmethod
         def _r0(buf, pos, v):
@@ -455,7 +458,7 @@ class ApiVersionsResponse(_Struct):
             _i = -1
             try:
                 f = 'api_key'
-                o.api_key, o.min_version, o.max_version = _T4u(buf, pos)
+                o.api_key, o.min_version, o.max_version = _T7u(buf, pos)
                 pos += 6
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -463,7 +466,7 @@ class ApiVersionsResponse(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T4p(self.api_key, self.min_version, self.max_version)
+            buf += _T7p(self.api_key, self.min_version, self.max_version)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -477,11 +480,9 @@ class ApiVersionsResponse(_Struct):
             _i = -1
             try:
                 f = 'api_key'
-                o.api_key, o.min_version, o.max_version = _T4u(buf, pos)
-                pos += 6
+                o.api_key, o.min_version, o.max_version, n = _T8u(buf, pos)
+                pos += 7
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:
@@ -553,7 +554,7 @@ class ApiVersionsResponse(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T5p(self.min_version, self.max_version)
+            buf += _T9p(self.min_version, self.max_version)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -584,11 +585,9 @@ class ApiVersionsResponse(_Struct):
                     o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'min_version'
-                o.min_version, o.max_version = _T5u(buf, pos)
-                pos += 4
+                o.min_version, o.max_version, n = _T10u(buf, pos)
+                pos += 5
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:
@@ -660,7 +659,7 @@ class ApiVersionsResponse(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T5p(self.max_version_level, self.min_version_level)
+            buf += _T9p(self.max_version_level, self.min_version_level)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -691,11 +690,9 @@ class ApiVersionsResponse(_Struct):
                     o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'max_version_level'
-                o.max_version_level, o.min_version_level = _T5u(buf, pos)
-                pos += 4
+                o.max_version_level, o.min_version_level, n = _T10u(buf, pos)
+                pos += 5
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:

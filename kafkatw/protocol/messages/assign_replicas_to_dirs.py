@@ -30,12 +30,20 @@ __all__ = ["AssignReplicasToDirsRequest", "AssignReplicasToDirsResponse"]
 
 _T0u = _struct.Struct('>iq').unpack_from
 _T0p = _struct.Struct('>iq').pack
-_T1u = _struct.Struct('>16s').unpack_from
-_T1p = _struct.Struct('>16s').pack
-_T2u = _struct.Struct('>i').unpack_from
-_T2p = _struct.Struct('>i').pack
-_T3u = _struct.Struct('>ih').unpack_from
-_T3p = _struct.Struct('>ih').pack
+_T1u = _struct.Struct('>iqB').unpack_from
+_T1p = _struct.Struct('>iqB').pack
+_T2u = _struct.Struct('>16s').unpack_from
+_T2p = _struct.Struct('>16s').pack
+_T3u = _struct.Struct('>16sB').unpack_from
+_T3p = _struct.Struct('>16sB').pack
+_T4u = _struct.Struct('>i').unpack_from
+_T4p = _struct.Struct('>i').pack
+_T5u = _struct.Struct('>iB').unpack_from
+_T5p = _struct.Struct('>iB').pack
+_T6u = _struct.Struct('>ih').unpack_from
+_T6p = _struct.Struct('>ih').pack
+_T7u = _struct.Struct('>ihB').unpack_from
+_T7p = _struct.Struct('>ihB').pack
 
 
 class AssignReplicasToDirsRequest(_Struct):
@@ -84,11 +92,9 @@ class AssignReplicasToDirsRequest(_Struct):
         _i = -1
         try:
             f = 'broker_id'
-            o.broker_id, o.broker_epoch = _T0u(buf, pos)
-            pos += 12
+            o.broker_id, o.broker_epoch, n = _T1u(buf, pos)
+            pos += 13
             f = 'directories'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -145,7 +151,7 @@ class AssignReplicasToDirsRequest(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T1p(self.id)
+            buf += _T2p(self.id)
             x = self.topics
             if x is None:
                 raise _not_nullable(self, 'topics', v)
@@ -170,11 +176,9 @@ class AssignReplicasToDirsRequest(_Struct):
             _i = -1
             try:
                 f = 'id'
-                o.id, = _T1u(buf, pos)
-                pos += 16
+                o.id, n = _T3u(buf, pos)
+                pos += 17
                 f = 'topics'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -232,7 +236,7 @@ class AssignReplicasToDirsRequest(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T1p(self.topic_id)
+            buf += _T2p(self.topic_id)
             x = self.partitions
             if x is None:
                 raise _not_nullable(self, 'partitions', v)
@@ -257,11 +261,9 @@ class AssignReplicasToDirsRequest(_Struct):
             _i = -1
             try:
                 f = 'topic_id'
-                o.topic_id, = _T1u(buf, pos)
-                pos += 16
+                o.topic_id, n = _T3u(buf, pos)
+                pos += 17
                 f = 'partitions'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -317,7 +319,7 @@ class AssignReplicasToDirsRequest(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T2p(self.partition_index)
+            buf += _T4p(self.partition_index)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -331,11 +333,9 @@ class AssignReplicasToDirsRequest(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, = _T2u(buf, pos)
-                pos += 4
+                o.partition_index, n = _T5u(buf, pos)
+                pos += 5
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:
@@ -374,7 +374,7 @@ class AssignReplicasToDirsResponse(_Struct):
             and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
-        buf += _T3p(self.throttle_time_ms, self.error_code)
+        buf += _T6p(self.throttle_time_ms, self.error_code)
         x = self.directories
         if x is None:
             raise _not_nullable(self, 'directories', v)
@@ -399,11 +399,9 @@ class AssignReplicasToDirsResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, o.error_code = _T3u(buf, pos)
-            pos += 6
+            o.throttle_time_ms, o.error_code, n = _T7u(buf, pos)
+            pos += 7
             f = 'directories'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -460,7 +458,7 @@ class AssignReplicasToDirsResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T1p(self.id)
+            buf += _T2p(self.id)
             x = self.topics
             if x is None:
                 raise _not_nullable(self, 'topics', v)
@@ -485,11 +483,9 @@ class AssignReplicasToDirsResponse(_Struct):
             _i = -1
             try:
                 f = 'id'
-                o.id, = _T1u(buf, pos)
-                pos += 16
+                o.id, n = _T3u(buf, pos)
+                pos += 17
                 f = 'topics'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -547,7 +543,7 @@ class AssignReplicasToDirsResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T1p(self.topic_id)
+            buf += _T2p(self.topic_id)
             x = self.partitions
             if x is None:
                 raise _not_nullable(self, 'partitions', v)
@@ -572,11 +568,9 @@ class AssignReplicasToDirsResponse(_Struct):
             _i = -1
             try:
                 f = 'topic_id'
-                o.topic_id, = _T1u(buf, pos)
-                pos += 16
+                o.topic_id, n = _T3u(buf, pos)
+                pos += 17
                 f = 'partitions'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -634,7 +628,7 @@ class AssignReplicasToDirsResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T3p(self.partition_index, self.error_code)
+            buf += _T6p(self.partition_index, self.error_code)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -648,11 +642,9 @@ class AssignReplicasToDirsResponse(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.error_code = _T3u(buf, pos)
-                pos += 6
+                o.partition_index, o.error_code, n = _T7u(buf, pos)
+                pos += 7
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:

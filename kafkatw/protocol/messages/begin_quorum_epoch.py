@@ -36,16 +36,28 @@ __all__ = ["BeginQuorumEpochRequest", "BeginQuorumEpochResponse"]
 
 _T0u = _struct.Struct('>i').unpack_from
 _T0p = _struct.Struct('>i').pack
-_T1u = _struct.Struct('>ii').unpack_from
-_T1p = _struct.Struct('>ii').pack
-_T2u = _struct.Struct('>i16sii').unpack_from
-_T2p = _struct.Struct('>i16sii').pack
-_T3u = _struct.Struct('>H').unpack_from
-_T3p = _struct.Struct('>H').pack
-_T4u = _struct.Struct('>h').unpack_from
-_T4p = _struct.Struct('>h').pack
-_T5u = _struct.Struct('>ihii').unpack_from
-_T5p = _struct.Struct('>ihii').pack
+_T1u = _struct.Struct('>iB').unpack_from
+_T1p = _struct.Struct('>iB').pack
+_T2u = _struct.Struct('>ii').unpack_from
+_T2p = _struct.Struct('>ii').pack
+_T3u = _struct.Struct('>i16sii').unpack_from
+_T3p = _struct.Struct('>i16sii').pack
+_T4u = _struct.Struct('>i16siiB').unpack_from
+_T4p = _struct.Struct('>i16siiB').pack
+_T5u = _struct.Struct('>H').unpack_from
+_T5p = _struct.Struct('>H').pack
+_T6u = _struct.Struct('>HB').unpack_from
+_T6p = _struct.Struct('>HB').pack
+_T7u = _struct.Struct('>h').unpack_from
+_T7p = _struct.Struct('>h').pack
+_T8u = _struct.Struct('>hi').unpack_from
+_T8p = _struct.Struct('>hi').pack
+_T9u = _struct.Struct('>hB').unpack_from
+_T9p = _struct.Struct('>hB').pack
+_T10u = _struct.Struct('>ihii').unpack_from
+_T10p = _struct.Struct('>ihii').pack
+_T11u = _struct.Struct('>ihiiB').unpack_from
+_T11p = _struct.Struct('>ihiiB').pack
 
 
 class BeginQuorumEpochRequest(_Struct):
@@ -190,11 +202,9 @@ class BeginQuorumEpochRequest(_Struct):
                 o.cluster_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'voter_id'
-            o.voter_id, = _T0u(buf, pos)
-            pos += 4
+            o.voter_id, n = _T1u(buf, pos)
+            pos += 5
             f = 'topics'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -442,7 +452,7 @@ class BeginQuorumEpochRequest(_Struct):
 
         def _w0(self, buf, parts, v):
             buf += _T0p(self.partition_index)
-            buf += _T1p(self.leader_id, self.leader_epoch)
+            buf += _T2p(self.leader_id, self.leader_epoch)
 
         @staticmethod
         def _r0(buf, pos, v):
@@ -456,7 +466,7 @@ class BeginQuorumEpochRequest(_Struct):
                 pos += 4
                 o.voter_directory_id = _ZERO_UUID
                 f = 'leader_id'
-                o.leader_id, o.leader_epoch = _T1u(buf, pos)
+                o.leader_id, o.leader_epoch = _T2u(buf, pos)
                 pos += 8
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -464,7 +474,7 @@ class BeginQuorumEpochRequest(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T2p(self.partition_index, self.voter_directory_id, self.leader_id, self.leader_epoch)
+            buf += _T3p(self.partition_index, self.voter_directory_id, self.leader_id, self.leader_epoch)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -478,11 +488,9 @@ class BeginQuorumEpochRequest(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.voter_directory_id, o.leader_id, o.leader_epoch = _T2u(buf, pos)
-                pos += 28
+                o.partition_index, o.voter_directory_id, o.leader_id, o.leader_epoch, n = _T4u(buf, pos)
+                pos += 29
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:
@@ -565,7 +573,7 @@ class BeginQuorumEpochRequest(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T3p(self.port)
+            buf += _T5p(self.port)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -613,11 +621,9 @@ class BeginQuorumEpochRequest(_Struct):
                     o.host = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'port'
-                o.port, = _T3u(buf, pos)
-                pos += 2
+                o.port, n = _T6u(buf, pos)
+                pos += 3
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:
@@ -656,7 +662,7 @@ class BeginQuorumEpochResponse(_Struct):
             and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
-        buf += _T4p(self.error_code)
+        buf += _T7p(self.error_code)
         x = self.topics
         if x is None:
             raise _not_nullable(self, 'topics', v)
@@ -675,11 +681,9 @@ class BeginQuorumEpochResponse(_Struct):
         _i = -1
         try:
             f = 'error_code'
-            o.error_code, = _T4u(buf, pos)
-            pos += 2
+            o.error_code, n = _T8u(buf, pos)
+            pos += 6
             f = 'topics'
-            n, = _ui32(buf, pos)
-            pos += 4
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
@@ -699,7 +703,7 @@ class BeginQuorumEpochResponse(_Struct):
         return o, pos
 
     def _w1(self, buf, parts, v):
-        buf += _T4p(self.error_code)
+        buf += _T7p(self.error_code)
         x = self.topics
         if x is None:
             raise _not_nullable(self, 'topics', v)
@@ -739,11 +743,9 @@ class BeginQuorumEpochResponse(_Struct):
         _i = -1
         try:
             f = 'error_code'
-            o.error_code, = _T4u(buf, pos)
-            pos += 2
+            o.error_code, n = _T9u(buf, pos)
+            pos += 3
             f = 'topics'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -995,7 +997,7 @@ class BeginQuorumEpochResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T5p(self.partition_index, self.error_code, self.leader_id, self.leader_epoch)
+            buf += _T10p(self.partition_index, self.error_code, self.leader_id, self.leader_epoch)
 
         @staticmethod
         def _r0(buf, pos, v):
@@ -1005,7 +1007,7 @@ class BeginQuorumEpochResponse(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.error_code, o.leader_id, o.leader_epoch = _T5u(buf, pos)
+                o.partition_index, o.error_code, o.leader_id, o.leader_epoch = _T10u(buf, pos)
                 pos += 14
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -1013,7 +1015,7 @@ class BeginQuorumEpochResponse(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T5p(self.partition_index, self.error_code, self.leader_id, self.leader_epoch)
+            buf += _T10p(self.partition_index, self.error_code, self.leader_id, self.leader_epoch)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -1027,11 +1029,9 @@ class BeginQuorumEpochResponse(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.error_code, o.leader_id, o.leader_epoch = _T5u(buf, pos)
-                pos += 14
+                o.partition_index, o.error_code, o.leader_id, o.leader_epoch, n = _T11u(buf, pos)
+                pos += 15
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:
@@ -1104,7 +1104,7 @@ class BeginQuorumEpochResponse(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T3p(self.port)
+            buf += _T5p(self.port)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -1118,11 +1118,9 @@ class BeginQuorumEpochResponse(_Struct):
             _i = -1
             try:
                 f = 'node_id'
-                o.node_id, = _T0u(buf, pos)
-                pos += 4
+                o.node_id, n = _T1u(buf, pos)
+                pos += 5
                 f = 'host'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -1138,11 +1136,9 @@ class BeginQuorumEpochResponse(_Struct):
                     o.host = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'port'
-                o.port, = _T3u(buf, pos)
-                pos += 2
+                o.port, n = _T6u(buf, pos)
+                pos += 3
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:

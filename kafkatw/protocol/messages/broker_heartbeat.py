@@ -31,8 +31,12 @@ __all__ = ["BrokerHeartbeatRequest", "BrokerHeartbeatResponse"]
 
 _T0u = _struct.Struct('>iqq??').unpack_from
 _T0p = _struct.Struct('>iqq??').pack
-_T1u = _struct.Struct('>ih???').unpack_from
-_T1p = _struct.Struct('>ih???').pack
+_T1u = _struct.Struct('>iqq??B').unpack_from
+_T1p = _struct.Struct('>iqq??B').pack
+_T2u = _struct.Struct('>ih???').unpack_from
+_T2p = _struct.Struct('>ih???').pack
+_T3u = _struct.Struct('>ih???B').unpack_from
+_T3p = _struct.Struct('>ih???B').pack
 
 
 class BrokerHeartbeatRequest(_Struct):
@@ -93,12 +97,10 @@ class BrokerHeartbeatRequest(_Struct):
         _i = -1
         try:
             f = 'broker_id'
-            o.broker_id, o.broker_epoch, o.current_metadata_offset, o.want_fence, o.want_shut_down = _T0u(buf, pos)
-            pos += 22
+            o.broker_id, o.broker_epoch, o.current_metadata_offset, o.want_fence, o.want_shut_down, n = _T1u(buf, pos)
+            pos += 23
             o.offline_log_dirs = []
             f = '<tagged fields>'
-            n = buf[pos]
-            pos += 1
             if n:
                 o.unknown_tagged_fields = u = {}
                 if n >= 128:
@@ -167,7 +169,7 @@ class BrokerHeartbeatResponse(_Struct):
             and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
-        buf += _T1p(self.throttle_time_ms, self.error_code, self.is_caught_up, self.is_fenced, self.should_shut_down)
+        buf += _T2p(self.throttle_time_ms, self.error_code, self.is_caught_up, self.is_fenced, self.should_shut_down)
         if self.unknown_tagged_fields:
             _write_tags(buf, [], self.unknown_tagged_fields)
         else:
@@ -181,11 +183,9 @@ class BrokerHeartbeatResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, o.error_code, o.is_caught_up, o.is_fenced, o.should_shut_down = _T1u(buf, pos)
-            pos += 9
+            o.throttle_time_ms, o.error_code, o.is_caught_up, o.is_fenced, o.should_shut_down, n = _T3u(buf, pos)
+            pos += 10
             f = '<tagged fields>'
-            n = buf[pos]
-            pos += 1
             if n:
                 o.unknown_tagged_fields = u = {}
                 if n >= 128:

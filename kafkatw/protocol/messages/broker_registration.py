@@ -37,12 +37,22 @@ _T2u = _struct.Struct('>?').unpack_from
 _T2p = _struct.Struct('>?').pack
 _T3u = _struct.Struct('>q').unpack_from
 _T3p = _struct.Struct('>q').pack
-_T4u = _struct.Struct('>Hh').unpack_from
-_T4p = _struct.Struct('>Hh').pack
-_T5u = _struct.Struct('>hh').unpack_from
-_T5p = _struct.Struct('>hh').pack
-_T6u = _struct.Struct('>ihq').unpack_from
-_T6p = _struct.Struct('>ihq').pack
+_T4u = _struct.Struct('>iB').unpack_from
+_T4p = _struct.Struct('>iB').pack
+_T5u = _struct.Struct('>16sB').unpack_from
+_T5p = _struct.Struct('>16sB').pack
+_T6u = _struct.Struct('>Hh').unpack_from
+_T6p = _struct.Struct('>Hh').pack
+_T7u = _struct.Struct('>HhB').unpack_from
+_T7p = _struct.Struct('>HhB').pack
+_T8u = _struct.Struct('>hh').unpack_from
+_T8p = _struct.Struct('>hh').pack
+_T9u = _struct.Struct('>hhB').unpack_from
+_T9p = _struct.Struct('>hhB').pack
+_T10u = _struct.Struct('>ihq').unpack_from
+_T10p = _struct.Struct('>ihq').pack
+_T11u = _struct.Struct('>ihqB').unpack_from
+_T11p = _struct.Struct('>ihqB').pack
 
 
 class BrokerRegistrationRequest(_Struct):
@@ -156,11 +166,9 @@ class BrokerRegistrationRequest(_Struct):
         _i = -1
         try:
             f = 'broker_id'
-            o.broker_id, = _T0u(buf, pos)
-            pos += 4
+            o.broker_id, n = _T4u(buf, pos)
+            pos += 5
             f = 'cluster_id'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -176,11 +184,9 @@ class BrokerRegistrationRequest(_Struct):
                 o.cluster_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'incarnation_id'
-            o.incarnation_id, = _T1u(buf, pos)
-            pos += 16
+            o.incarnation_id, n = _T5u(buf, pos)
+            pos += 17
             f = 'listeners'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -340,7 +346,7 @@ class BrokerRegistrationRequest(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T4p(self.port, self.security_protocol)
+            buf += _T6p(self.port, self.security_protocol)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -388,11 +394,9 @@ class BrokerRegistrationRequest(_Struct):
                     o.host = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'port'
-                o.port, o.security_protocol = _T4u(buf, pos)
-                pos += 4
+                o.port, o.security_protocol, n = _T7u(buf, pos)
+                pos += 5
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:
@@ -441,7 +445,7 @@ class BrokerRegistrationRequest(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T5p(self.min_supported_version, self.max_supported_version)
+            buf += _T8p(self.min_supported_version, self.max_supported_version)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -472,11 +476,9 @@ class BrokerRegistrationRequest(_Struct):
                     o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'min_supported_version'
-                o.min_supported_version, o.max_supported_version = _T5u(buf, pos)
-                pos += 4
+                o.min_supported_version, o.max_supported_version, n = _T9u(buf, pos)
+                pos += 5
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:
@@ -515,7 +517,7 @@ class BrokerRegistrationResponse(_Struct):
             and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
-        buf += _T6p(self.throttle_time_ms, self.error_code, self.broker_epoch)
+        buf += _T10p(self.throttle_time_ms, self.error_code, self.broker_epoch)
         if self.unknown_tagged_fields:
             _write_tags(buf, [], self.unknown_tagged_fields)
         else:
@@ -529,11 +531,9 @@ class BrokerRegistrationResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, o.error_code, o.broker_epoch = _T6u(buf, pos)
-            pos += 14
+            o.throttle_time_ms, o.error_code, o.broker_epoch, n = _T11u(buf, pos)
+            pos += 15
             f = '<tagged fields>'
-            n = buf[pos]
-            pos += 1
             if n:
                 o.unknown_tagged_fields = u = {}
                 if n >= 128:

@@ -32,14 +32,24 @@ __all__ = ["ConsumerGroupDescribeRequest", "ConsumerGroupDescribeResponse"]
 
 _T0u = _struct.Struct('>?').unpack_from
 _T0p = _struct.Struct('>?').pack
-_T1u = _struct.Struct('>i').unpack_from
-_T1p = _struct.Struct('>i').pack
-_T2u = _struct.Struct('>16s').unpack_from
-_T2p = _struct.Struct('>16s').pack
-_T3u = _struct.Struct('>h').unpack_from
-_T3p = _struct.Struct('>h').pack
-_T4u = _struct.Struct('>ii').unpack_from
-_T4p = _struct.Struct('>ii').pack
+_T1u = _struct.Struct('>?B').unpack_from
+_T1p = _struct.Struct('>?B').pack
+_T2u = _struct.Struct('>i').unpack_from
+_T2p = _struct.Struct('>i').pack
+_T3u = _struct.Struct('>iB').unpack_from
+_T3p = _struct.Struct('>iB').pack
+_T4u = _struct.Struct('>16s').unpack_from
+_T4p = _struct.Struct('>16s').pack
+_T5u = _struct.Struct('>16sB').unpack_from
+_T5p = _struct.Struct('>16sB').pack
+_T6u = _struct.Struct('>h').unpack_from
+_T6p = _struct.Struct('>h').pack
+_T7u = _struct.Struct('>ii').unpack_from
+_T7p = _struct.Struct('>ii').pack
+_T8u = _struct.Struct('>hB').unpack_from
+_T8p = _struct.Struct('>hB').pack
+_T9u = _struct.Struct('>iiB').unpack_from
+_T9p = _struct.Struct('>iiB').pack
 
 
 class ConsumerGroupDescribeRequest(_Struct):
@@ -126,11 +136,9 @@ class ConsumerGroupDescribeRequest(_Struct):
                 _i = -1
                 o.group_ids = lst
             f = 'include_authorized_operations'
-            o.include_authorized_operations, = _T0u(buf, pos)
-            pos += 1
+            o.include_authorized_operations, n = _T1u(buf, pos)
+            pos += 2
             f = '<tagged fields>'
-            n = buf[pos]
-            pos += 1
             if n:
                 o.unknown_tagged_fields = u = {}
                 if n >= 128:
@@ -166,7 +174,7 @@ class ConsumerGroupDescribeResponse(_Struct):
             and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
-        buf += _T1p(self.throttle_time_ms)
+        buf += _T2p(self.throttle_time_ms)
         x = self.groups
         if x is None:
             raise _not_nullable(self, 'groups', v)
@@ -191,11 +199,9 @@ class ConsumerGroupDescribeResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, = _T1u(buf, pos)
-            pos += 4
+            o.throttle_time_ms, n = _T3u(buf, pos)
+            pos += 5
             f = 'groups'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -254,7 +260,7 @@ class ConsumerGroupDescribeResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T2p(self.topic_id)
+            buf += _T4p(self.topic_id)
             x = self.topic_name
             if x is None:
                 raise _not_nullable(self, 'topic_name', v)
@@ -289,11 +295,9 @@ class ConsumerGroupDescribeResponse(_Struct):
             _i = -1
             try:
                 f = 'topic_id'
-                o.topic_id, = _T2u(buf, pos)
-                pos += 16
+                o.topic_id, n = _T5u(buf, pos)
+                pos += 17
                 f = 'topic_name'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -459,7 +463,7 @@ class ConsumerGroupDescribeResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T3p(self.error_code)
+            buf += _T6p(self.error_code)
             x = self.error_message
             if x is None:
                 buf += b'\x00'
@@ -493,7 +497,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T4p(self.group_epoch, self.assignment_epoch)
+            buf += _T7p(self.group_epoch, self.assignment_epoch)
             x = self.assignor_name
             if x is None:
                 raise _not_nullable(self, 'assignor_name', v)
@@ -516,7 +520,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                     buf += _wuv(n)
                 for e in x:
                     e._w1(buf, parts, v)
-            buf += _T1p(self.authorized_operations)
+            buf += _T2p(self.authorized_operations)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -530,11 +534,9 @@ class ConsumerGroupDescribeResponse(_Struct):
             _i = -1
             try:
                 f = 'error_code'
-                o.error_code, = _T3u(buf, pos)
-                pos += 2
+                o.error_code, n = _T8u(buf, pos)
+                pos += 3
                 f = 'error_message'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -584,11 +586,9 @@ class ConsumerGroupDescribeResponse(_Struct):
                     o.group_state = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'group_epoch'
-                o.group_epoch, o.assignment_epoch = _T4u(buf, pos)
-                pos += 8
+                o.group_epoch, o.assignment_epoch, n = _T9u(buf, pos)
+                pos += 9
                 f = 'assignor_name'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -626,11 +626,9 @@ class ConsumerGroupDescribeResponse(_Struct):
                     _i = -1
                     o.members = lst
                 f = 'authorized_operations'
-                o.authorized_operations, = _T1u(buf, pos)
-                pos += 4
+                o.authorized_operations, n = _T3u(buf, pos)
+                pos += 5
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:
@@ -715,7 +713,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T1p(self.member_epoch)
+            buf += _T2p(self.member_epoch)
             x = self.client_id
             if x is None:
                 raise _not_nullable(self, 'client_id', v)
@@ -832,11 +830,9 @@ class ConsumerGroupDescribeResponse(_Struct):
                     o.rack_id = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'member_epoch'
-                o.member_epoch, = _T1u(buf, pos)
-                pos += 4
+                o.member_epoch, n = _T3u(buf, pos)
+                pos += 5
                 f = 'client_id'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)

@@ -34,12 +34,18 @@ __all__ = ["ConsumerGroupHeartbeatRequest", "ConsumerGroupHeartbeatResponse"]
 
 _T0u = _struct.Struct('>i').unpack_from
 _T0p = _struct.Struct('>i').pack
-_T1u = _struct.Struct('>16s').unpack_from
-_T1p = _struct.Struct('>16s').pack
-_T2u = _struct.Struct('>ih').unpack_from
-_T2p = _struct.Struct('>ih').pack
-_T3u = _struct.Struct('>ii').unpack_from
-_T3p = _struct.Struct('>ii').pack
+_T1u = _struct.Struct('>iB').unpack_from
+_T1p = _struct.Struct('>iB').pack
+_T2u = _struct.Struct('>16s').unpack_from
+_T2p = _struct.Struct('>16s').pack
+_T3u = _struct.Struct('>16sB').unpack_from
+_T3p = _struct.Struct('>16sB').pack
+_T4u = _struct.Struct('>ih').unpack_from
+_T4p = _struct.Struct('>ih').pack
+_T5u = _struct.Struct('>ii').unpack_from
+_T5p = _struct.Struct('>ii').pack
+_T6u = _struct.Struct('>ihB').unpack_from
+_T6p = _struct.Struct('>ihB').pack
 
 
 class ConsumerGroupHeartbeatRequest(_Struct):
@@ -224,11 +230,9 @@ class ConsumerGroupHeartbeatRequest(_Struct):
                 o.member_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'member_epoch'
-            o.member_epoch, = _T0u(buf, pos)
-            pos += 4
+            o.member_epoch, n = _T1u(buf, pos)
+            pos += 5
             f = 'instance_id'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -261,11 +265,9 @@ class ConsumerGroupHeartbeatRequest(_Struct):
                 o.rack_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'rebalance_timeout_ms'
-            o.rebalance_timeout_ms, = _T0u(buf, pos)
-            pos += 4
+            o.rebalance_timeout_ms, n = _T1u(buf, pos)
+            pos += 5
             f = 'subscribed_topic_names'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -393,7 +395,7 @@ class ConsumerGroupHeartbeatRequest(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T1p(self.topic_id)
+            buf += _T2p(self.topic_id)
             x = self.partitions
             if x is None:
                 raise _not_nullable(self, 'partitions', v)
@@ -417,11 +419,9 @@ class ConsumerGroupHeartbeatRequest(_Struct):
             _i = -1
             try:
                 f = 'topic_id'
-                o.topic_id, = _T1u(buf, pos)
-                pos += 16
+                o.topic_id, n = _T3u(buf, pos)
+                pos += 17
                 f = 'partitions'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -486,7 +486,7 @@ class ConsumerGroupHeartbeatResponse(_Struct):
             and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
-        buf += _T2p(self.throttle_time_ms, self.error_code)
+        buf += _T4p(self.throttle_time_ms, self.error_code)
         x = self.error_message
         if x is None:
             buf += b'\x00'
@@ -509,7 +509,7 @@ class ConsumerGroupHeartbeatResponse(_Struct):
             else:
                 buf += _wuv(n)
             buf += x
-        buf += _T3p(self.member_epoch, self.heartbeat_interval_ms)
+        buf += _T5p(self.member_epoch, self.heartbeat_interval_ms)
         x = self.assignment
         if x is None:
             buf += b'\xff'
@@ -529,11 +529,9 @@ class ConsumerGroupHeartbeatResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, o.error_code = _T2u(buf, pos)
-            pos += 6
+            o.throttle_time_ms, o.error_code, n = _T6u(buf, pos)
+            pos += 7
             f = 'error_message'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -566,7 +564,7 @@ class ConsumerGroupHeartbeatResponse(_Struct):
                 o.member_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'member_epoch'
-            o.member_epoch, o.heartbeat_interval_ms = _T3u(buf, pos)
+            o.member_epoch, o.heartbeat_interval_ms = _T5u(buf, pos)
             pos += 8
             f = 'assignment'
             n, = _ui8(buf, pos)
@@ -612,7 +610,7 @@ class ConsumerGroupHeartbeatResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T1p(self.topic_id)
+            buf += _T2p(self.topic_id)
             x = self.partitions
             if x is None:
                 raise _not_nullable(self, 'partitions', v)
@@ -636,11 +634,9 @@ class ConsumerGroupHeartbeatResponse(_Struct):
             _i = -1
             try:
                 f = 'topic_id'
-                o.topic_id, = _T1u(buf, pos)
-                pos += 16
+                o.topic_id, n = _T3u(buf, pos)
+                pos += 17
                 f = 'partitions'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)

@@ -17,7 +17,6 @@ from kafkatw.protocol._runtime import (
     pi16 as _pi16,
     pi32 as _pi32,
     ui16 as _ui16,
-    ui32 as _ui32,
 )
 from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
@@ -37,8 +36,16 @@ _T1u = _struct.Struct('>q').unpack_from
 _T1p = _struct.Struct('>q').pack
 _T2u = _struct.Struct('>iq').unpack_from
 _T2p = _struct.Struct('>iq').pack
-_T3u = _struct.Struct('>h').unpack_from
-_T3p = _struct.Struct('>h').pack
+_T3u = _struct.Struct('>iqB').unpack_from
+_T3p = _struct.Struct('>iqB').pack
+_T4u = _struct.Struct('>h').unpack_from
+_T4p = _struct.Struct('>h').pack
+_T5u = _struct.Struct('>hi').unpack_from
+_T5p = _struct.Struct('>hi').pack
+_T6u = _struct.Struct('>hB').unpack_from
+_T6p = _struct.Struct('>hB').pack
+_T7u = _struct.Struct('>iB').unpack_from
+_T7p = _struct.Struct('>iB').pack
 
 
 class ControlledShutdownRequest(_Struct):
@@ -100,11 +107,9 @@ class ControlledShutdownRequest(_Struct):
         _i = -1
         try:
             f = 'broker_id'
-            o.broker_id, o.broker_epoch = _T2u(buf, pos)
-            pos += 12
+            o.broker_id, o.broker_epoch, n = _T3u(buf, pos)
+            pos += 13
             f = '<tagged fields>'
-            n = buf[pos]
-            pos += 1
             if n:
                 o.unknown_tagged_fields = u = {}
                 if n >= 128:
@@ -140,7 +145,7 @@ class ControlledShutdownResponse(_Struct):
             and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
-        buf += _T3p(self.error_code)
+        buf += _T4p(self.error_code)
         x = self.remaining_partitions
         if x is None:
             raise _not_nullable(self, 'remaining_partitions', v)
@@ -157,11 +162,9 @@ class ControlledShutdownResponse(_Struct):
         _i = -1
         try:
             f = 'error_code'
-            o.error_code, = _T3u(buf, pos)
-            pos += 2
+            o.error_code, n = _T5u(buf, pos)
+            pos += 6
             f = 'remaining_partitions'
-            n, = _ui32(buf, pos)
-            pos += 4
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
@@ -180,7 +183,7 @@ class ControlledShutdownResponse(_Struct):
         return o, pos
 
     def _w1(self, buf, parts, v):
-        buf += _T3p(self.error_code)
+        buf += _T4p(self.error_code)
         x = self.remaining_partitions
         if x is None:
             raise _not_nullable(self, 'remaining_partitions', v)
@@ -205,11 +208,9 @@ class ControlledShutdownResponse(_Struct):
         _i = -1
         try:
             f = 'error_code'
-            o.error_code, = _T3u(buf, pos)
-            pos += 2
+            o.error_code, n = _T6u(buf, pos)
+            pos += 3
             f = 'remaining_partitions'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -343,11 +344,9 @@ class ControlledShutdownResponse(_Struct):
                     o.topic_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'partition_index'
-                o.partition_index, = _T0u(buf, pos)
-                pos += 4
+                o.partition_index, n = _T7u(buf, pos)
+                pos += 5
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:

@@ -30,12 +30,20 @@ __all__ = ["ControllerRegistrationRequest", "ControllerRegistrationResponse"]
 
 _T0u = _struct.Struct('>i16s?').unpack_from
 _T0p = _struct.Struct('>i16s?').pack
-_T1u = _struct.Struct('>Hh').unpack_from
-_T1p = _struct.Struct('>Hh').pack
-_T2u = _struct.Struct('>hh').unpack_from
-_T2p = _struct.Struct('>hh').pack
-_T3u = _struct.Struct('>ih').unpack_from
-_T3p = _struct.Struct('>ih').pack
+_T1u = _struct.Struct('>i16s?B').unpack_from
+_T1p = _struct.Struct('>i16s?B').pack
+_T2u = _struct.Struct('>Hh').unpack_from
+_T2p = _struct.Struct('>Hh').pack
+_T3u = _struct.Struct('>HhB').unpack_from
+_T3p = _struct.Struct('>HhB').pack
+_T4u = _struct.Struct('>hh').unpack_from
+_T4p = _struct.Struct('>hh').pack
+_T5u = _struct.Struct('>hhB').unpack_from
+_T5p = _struct.Struct('>hhB').pack
+_T6u = _struct.Struct('>ih').unpack_from
+_T6p = _struct.Struct('>ih').pack
+_T7u = _struct.Struct('>ihB').unpack_from
+_T7p = _struct.Struct('>ihB').pack
 
 
 class ControllerRegistrationRequest(_Struct):
@@ -99,11 +107,9 @@ class ControllerRegistrationRequest(_Struct):
         _i = -1
         try:
             f = 'controller_id'
-            o.controller_id, o.incarnation_id, o.zk_migration_ready = _T0u(buf, pos)
-            pos += 21
+            o.controller_id, o.incarnation_id, o.zk_migration_ready, n = _T1u(buf, pos)
+            pos += 22
             f = 'listeners'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -208,7 +214,7 @@ class ControllerRegistrationRequest(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T1p(self.port, self.security_protocol)
+            buf += _T2p(self.port, self.security_protocol)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -256,11 +262,9 @@ class ControllerRegistrationRequest(_Struct):
                     o.host = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'port'
-                o.port, o.security_protocol = _T1u(buf, pos)
-                pos += 4
+                o.port, o.security_protocol, n = _T3u(buf, pos)
+                pos += 5
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:
@@ -309,7 +313,7 @@ class ControllerRegistrationRequest(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T2p(self.min_supported_version, self.max_supported_version)
+            buf += _T4p(self.min_supported_version, self.max_supported_version)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -340,11 +344,9 @@ class ControllerRegistrationRequest(_Struct):
                     o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'min_supported_version'
-                o.min_supported_version, o.max_supported_version = _T2u(buf, pos)
-                pos += 4
+                o.min_supported_version, o.max_supported_version, n = _T5u(buf, pos)
+                pos += 5
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:
@@ -383,7 +385,7 @@ class ControllerRegistrationResponse(_Struct):
             and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
-        buf += _T3p(self.throttle_time_ms, self.error_code)
+        buf += _T6p(self.throttle_time_ms, self.error_code)
         x = self.error_message
         if x is None:
             buf += b'\x00'
@@ -408,11 +410,9 @@ class ControllerRegistrationResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, o.error_code = _T3u(buf, pos)
-            pos += 6
+            o.throttle_time_ms, o.error_code, n = _T7u(buf, pos)
+            pos += 7
             f = 'error_message'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)

@@ -36,10 +36,24 @@ _T0u = _struct.Struct('>b').unpack_from
 _T0p = _struct.Struct('>b').pack
 _T1u = _struct.Struct('>bb').unpack_from
 _T1p = _struct.Struct('>bb').pack
-_T2u = _struct.Struct('>i').unpack_from
-_T2p = _struct.Struct('>i').pack
-_T3u = _struct.Struct('>h').unpack_from
-_T3p = _struct.Struct('>h').pack
+_T2u = _struct.Struct('>bh').unpack_from
+_T2p = _struct.Struct('>bh').pack
+_T3u = _struct.Struct('>bB').unpack_from
+_T3p = _struct.Struct('>bB').pack
+_T4u = _struct.Struct('>bbB').unpack_from
+_T4p = _struct.Struct('>bbB').pack
+_T5u = _struct.Struct('>i').unpack_from
+_T5p = _struct.Struct('>i').pack
+_T6u = _struct.Struct('>ii').unpack_from
+_T6p = _struct.Struct('>ii').pack
+_T7u = _struct.Struct('>iB').unpack_from
+_T7p = _struct.Struct('>iB').pack
+_T8u = _struct.Struct('>h').unpack_from
+_T8p = _struct.Struct('>h').pack
+_T9u = _struct.Struct('>hh').unpack_from
+_T9p = _struct.Struct('>hh').pack
+_T10u = _struct.Struct('>hB').unpack_from
+_T10p = _struct.Struct('>hB').pack
 
 
 class CreateAclsRequest(_Struct):
@@ -224,11 +238,9 @@ class CreateAclsRequest(_Struct):
             _i = -1
             try:
                 f = 'resource_type'
-                o.resource_type, = _T0u(buf, pos)
-                pos += 1
+                o.resource_type, n = _T2u(buf, pos)
+                pos += 3
                 f = 'resource_name'
-                n, = _ui16(buf, pos)
-                pos += 2
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
@@ -320,11 +332,9 @@ class CreateAclsRequest(_Struct):
             _i = -1
             try:
                 f = 'resource_type'
-                o.resource_type, = _T0u(buf, pos)
-                pos += 1
+                o.resource_type, n = _T3u(buf, pos)
+                pos += 2
                 f = 'resource_name'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -340,11 +350,9 @@ class CreateAclsRequest(_Struct):
                     o.resource_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'resource_pattern_type'
-                o.resource_pattern_type, = _T0u(buf, pos)
-                pos += 1
+                o.resource_pattern_type, n = _T3u(buf, pos)
+                pos += 2
                 f = 'principal'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -377,11 +385,9 @@ class CreateAclsRequest(_Struct):
                     o.host = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'operation'
-                o.operation, o.permission_type = _T1u(buf, pos)
-                pos += 2
+                o.operation, o.permission_type, n = _T4u(buf, pos)
+                pos += 3
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:
@@ -418,7 +424,7 @@ class CreateAclsResponse(_Struct):
             and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
-        buf += _T2p(self.throttle_time_ms)
+        buf += _T5p(self.throttle_time_ms)
         x = self.results
         if x is None:
             raise _not_nullable(self, 'results', v)
@@ -435,11 +441,9 @@ class CreateAclsResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, = _T2u(buf, pos)
-            pos += 4
+            o.throttle_time_ms, n = _T6u(buf, pos)
+            pos += 8
             f = 'results'
-            n, = _ui32(buf, pos)
-            pos += 4
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
@@ -458,7 +462,7 @@ class CreateAclsResponse(_Struct):
         return o, pos
 
     def _w1(self, buf, parts, v):
-        buf += _T2p(self.throttle_time_ms)
+        buf += _T5p(self.throttle_time_ms)
         x = self.results
         if x is None:
             raise _not_nullable(self, 'results', v)
@@ -483,11 +487,9 @@ class CreateAclsResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, = _T2u(buf, pos)
-            pos += 4
+            o.throttle_time_ms, n = _T7u(buf, pos)
+            pos += 5
             f = 'results'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -544,7 +546,7 @@ class CreateAclsResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T3p(self.error_code)
+            buf += _T8p(self.error_code)
             x = self.error_message
             if x is None:
                 buf += b'\xff\xff'
@@ -561,11 +563,9 @@ class CreateAclsResponse(_Struct):
             _i = -1
             try:
                 f = 'error_code'
-                o.error_code, = _T3u(buf, pos)
-                pos += 2
+                o.error_code, n = _T9u(buf, pos)
+                pos += 4
                 f = 'error_message'
-                n, = _ui16(buf, pos)
-                pos += 2
                 if n == -1:
                     o.error_message = None
                 else:
@@ -579,7 +579,7 @@ class CreateAclsResponse(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T3p(self.error_code)
+            buf += _T8p(self.error_code)
             x = self.error_message
             if x is None:
                 buf += b'\x00'
@@ -604,11 +604,9 @@ class CreateAclsResponse(_Struct):
             _i = -1
             try:
                 f = 'error_code'
-                o.error_code, = _T3u(buf, pos)
-                pos += 2
+                o.error_code, n = _T10u(buf, pos)
+                pos += 3
                 f = 'error_message'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)

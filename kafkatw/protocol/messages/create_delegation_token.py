@@ -34,12 +34,24 @@ __all__ = ["CreateDelegationTokenRequest", "CreateDelegationTokenResponse"]
 
 _T0u = _struct.Struct('>q').unpack_from
 _T0p = _struct.Struct('>q').pack
-_T1u = _struct.Struct('>h').unpack_from
-_T1p = _struct.Struct('>h').pack
-_T2u = _struct.Struct('>qqq').unpack_from
-_T2p = _struct.Struct('>qqq').pack
-_T3u = _struct.Struct('>i').unpack_from
-_T3p = _struct.Struct('>i').pack
+_T1u = _struct.Struct('>qB').unpack_from
+_T1p = _struct.Struct('>qB').pack
+_T2u = _struct.Struct('>h').unpack_from
+_T2p = _struct.Struct('>h').pack
+_T3u = _struct.Struct('>qqq').unpack_from
+_T3p = _struct.Struct('>qqq').pack
+_T4u = _struct.Struct('>i').unpack_from
+_T4p = _struct.Struct('>i').pack
+_T5u = _struct.Struct('>hh').unpack_from
+_T5p = _struct.Struct('>hh').pack
+_T6u = _struct.Struct('>qqqh').unpack_from
+_T6p = _struct.Struct('>qqqh').pack
+_T7u = _struct.Struct('>hB').unpack_from
+_T7p = _struct.Struct('>hB').pack
+_T8u = _struct.Struct('>qqqB').unpack_from
+_T8p = _struct.Struct('>qqqB').pack
+_T9u = _struct.Struct('>iB').unpack_from
+_T9p = _struct.Struct('>iB').pack
 
 
 class CreateDelegationTokenRequest(_Struct):
@@ -228,11 +240,9 @@ class CreateDelegationTokenRequest(_Struct):
                 _i = -1
                 o.renewers = lst
             f = 'max_lifetime_ms'
-            o.max_lifetime_ms, = _T0u(buf, pos)
-            pos += 8
+            o.max_lifetime_ms, n = _T1u(buf, pos)
+            pos += 9
             f = '<tagged fields>'
-            n = buf[pos]
-            pos += 1
             if n:
                 o.unknown_tagged_fields = u = {}
                 if n >= 128:
@@ -440,7 +450,7 @@ class CreateDelegationTokenResponse(_Struct):
             and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
-        buf += _T1p(self.error_code)
+        buf += _T2p(self.error_code)
         x = self.principal_type
         if x is None:
             raise _not_nullable(self, 'principal_type', v)
@@ -459,7 +469,7 @@ class CreateDelegationTokenResponse(_Struct):
             raise _absent(self, 'token_requester_principal_type', v)
         if not (self.token_requester_principal_name == ''):
             raise _absent(self, 'token_requester_principal_name', v)
-        buf += _T2p(self.issue_timestamp_ms, self.expiry_timestamp_ms, self.max_timestamp_ms)
+        buf += _T3p(self.issue_timestamp_ms, self.expiry_timestamp_ms, self.max_timestamp_ms)
         x = self.token_id
         if x is None:
             raise _not_nullable(self, 'token_id', v)
@@ -473,7 +483,7 @@ class CreateDelegationTokenResponse(_Struct):
         else:
             buf += _pi32(len(x))
             buf += x
-        buf += _T3p(self.throttle_time_ms)
+        buf += _T4p(self.throttle_time_ms)
 
     @staticmethod
     def _r0(buf, pos, v):
@@ -483,11 +493,9 @@ class CreateDelegationTokenResponse(_Struct):
         _i = -1
         try:
             f = 'error_code'
-            o.error_code, = _T1u(buf, pos)
-            pos += 2
+            o.error_code, n = _T5u(buf, pos)
+            pos += 4
             f = 'principal_type'
-            n, = _ui16(buf, pos)
-            pos += 2
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
@@ -508,11 +516,9 @@ class CreateDelegationTokenResponse(_Struct):
             o.token_requester_principal_type = ''
             o.token_requester_principal_name = ''
             f = 'issue_timestamp_ms'
-            o.issue_timestamp_ms, o.expiry_timestamp_ms, o.max_timestamp_ms = _T2u(buf, pos)
-            pos += 24
+            o.issue_timestamp_ms, o.expiry_timestamp_ms, o.max_timestamp_ms, n = _T6u(buf, pos)
+            pos += 26
             f = 'token_id'
-            n, = _ui16(buf, pos)
-            pos += 2
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
@@ -531,7 +537,7 @@ class CreateDelegationTokenResponse(_Struct):
                 o.hmac = buf[pos:pos + n].tobytes()
                 pos += n
             f = 'throttle_time_ms'
-            o.throttle_time_ms, = _T3u(buf, pos)
+            o.throttle_time_ms, = _T4u(buf, pos)
             pos += 4
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
@@ -539,7 +545,7 @@ class CreateDelegationTokenResponse(_Struct):
         return o, pos
 
     def _w1(self, buf, parts, v):
-        buf += _T1p(self.error_code)
+        buf += _T2p(self.error_code)
         x = self.principal_type
         if x is None:
             raise _not_nullable(self, 'principal_type', v)
@@ -592,7 +598,7 @@ class CreateDelegationTokenResponse(_Struct):
         else:
             if not (self.token_requester_principal_name == ''):
                 raise _absent(self, 'token_requester_principal_name', v)
-        buf += _T2p(self.issue_timestamp_ms, self.expiry_timestamp_ms, self.max_timestamp_ms)
+        buf += _T3p(self.issue_timestamp_ms, self.expiry_timestamp_ms, self.max_timestamp_ms)
         x = self.token_id
         if x is None:
             raise _not_nullable(self, 'token_id', v)
@@ -614,7 +620,7 @@ class CreateDelegationTokenResponse(_Struct):
             else:
                 buf += _wuv(n)
             buf += x
-        buf += _T3p(self.throttle_time_ms)
+        buf += _T4p(self.throttle_time_ms)
         if self.unknown_tagged_fields:
             _write_tags(buf, [], self.unknown_tagged_fields)
         else:
@@ -628,11 +634,9 @@ class CreateDelegationTokenResponse(_Struct):
         _i = -1
         try:
             f = 'error_code'
-            o.error_code, = _T1u(buf, pos)
-            pos += 2
+            o.error_code, n = _T7u(buf, pos)
+            pos += 3
             f = 'principal_type'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -705,11 +709,9 @@ class CreateDelegationTokenResponse(_Struct):
             else:
                 o.token_requester_principal_name = ''
             f = 'issue_timestamp_ms'
-            o.issue_timestamp_ms, o.expiry_timestamp_ms, o.max_timestamp_ms = _T2u(buf, pos)
-            pos += 24
+            o.issue_timestamp_ms, o.expiry_timestamp_ms, o.max_timestamp_ms, n = _T8u(buf, pos)
+            pos += 25
             f = 'token_id'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -742,11 +744,9 @@ class CreateDelegationTokenResponse(_Struct):
                 o.hmac = buf[pos:pos + n].tobytes()
                 pos += n
             f = 'throttle_time_ms'
-            o.throttle_time_ms, = _T3u(buf, pos)
-            pos += 4
+            o.throttle_time_ms, n = _T9u(buf, pos)
+            pos += 5
             f = '<tagged fields>'
-            n = buf[pos]
-            pos += 1
             if n:
                 o.unknown_tagged_fields = u = {}
                 if n >= 128:

@@ -35,10 +35,20 @@ __all__ = ["CreatePartitionsRequest", "CreatePartitionsResponse"]
 
 _T0u = _struct.Struct('>i?').unpack_from
 _T0p = _struct.Struct('>i?').pack
-_T1u = _struct.Struct('>i').unpack_from
-_T1p = _struct.Struct('>i').pack
-_T2u = _struct.Struct('>h').unpack_from
-_T2p = _struct.Struct('>h').pack
+_T1u = _struct.Struct('>i?B').unpack_from
+_T1p = _struct.Struct('>i?B').pack
+_T2u = _struct.Struct('>i').unpack_from
+_T2p = _struct.Struct('>i').pack
+_T3u = _struct.Struct('>ii').unpack_from
+_T3p = _struct.Struct('>ii').pack
+_T4u = _struct.Struct('>iB').unpack_from
+_T4p = _struct.Struct('>iB').pack
+_T5u = _struct.Struct('>h').unpack_from
+_T5p = _struct.Struct('>h').pack
+_T6u = _struct.Struct('>hh').unpack_from
+_T6p = _struct.Struct('>hh').pack
+_T7u = _struct.Struct('>hB').unpack_from
+_T7p = _struct.Struct('>hB').pack
 
 
 class CreatePartitionsRequest(_Struct):
@@ -149,11 +159,9 @@ class CreatePartitionsRequest(_Struct):
                 _i = -1
                 o.topics = lst
             f = 'timeout_ms'
-            o.timeout_ms, o.validate_only = _T0u(buf, pos)
-            pos += 5
+            o.timeout_ms, o.validate_only, n = _T1u(buf, pos)
+            pos += 6
             f = '<tagged fields>'
-            n = buf[pos]
-            pos += 1
             if n:
                 o.unknown_tagged_fields = u = {}
                 if n >= 128:
@@ -197,7 +205,7 @@ class CreatePartitionsRequest(_Struct):
                 x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
-            buf += _T1p(self.count)
+            buf += _T2p(self.count)
             x = self.assignments
             if x is None:
                 buf += b'\xff\xff\xff\xff'
@@ -224,11 +232,9 @@ class CreatePartitionsRequest(_Struct):
                     o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'count'
-                o.count, = _T1u(buf, pos)
-                pos += 4
+                o.count, n = _T3u(buf, pos)
+                pos += 8
                 f = 'assignments'
-                n, = _ui32(buf, pos)
-                pos += 4
                 if n == -1:
                     o.assignments = None
                 else:
@@ -258,7 +264,7 @@ class CreatePartitionsRequest(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T1p(self.count)
+            buf += _T2p(self.count)
             x = self.assignments
             if x is None:
                 buf += b'\x00'
@@ -300,11 +306,9 @@ class CreatePartitionsRequest(_Struct):
                     o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'count'
-                o.count, = _T1u(buf, pos)
-                pos += 4
+                o.count, n = _T4u(buf, pos)
+                pos += 5
                 f = 'assignments'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -470,7 +474,7 @@ class CreatePartitionsResponse(_Struct):
             and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
-        buf += _T1p(self.throttle_time_ms)
+        buf += _T2p(self.throttle_time_ms)
         x = self.results
         if x is None:
             raise _not_nullable(self, 'results', v)
@@ -487,11 +491,9 @@ class CreatePartitionsResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, = _T1u(buf, pos)
-            pos += 4
+            o.throttle_time_ms, n = _T3u(buf, pos)
+            pos += 8
             f = 'results'
-            n, = _ui32(buf, pos)
-            pos += 4
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
@@ -510,7 +512,7 @@ class CreatePartitionsResponse(_Struct):
         return o, pos
 
     def _w1(self, buf, parts, v):
-        buf += _T1p(self.throttle_time_ms)
+        buf += _T2p(self.throttle_time_ms)
         x = self.results
         if x is None:
             raise _not_nullable(self, 'results', v)
@@ -535,11 +537,9 @@ class CreatePartitionsResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, = _T1u(buf, pos)
-            pos += 4
+            o.throttle_time_ms, n = _T4u(buf, pos)
+            pos += 5
             f = 'results'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -605,7 +605,7 @@ class CreatePartitionsResponse(_Struct):
                 x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
-            buf += _T2p(self.error_code)
+            buf += _T5p(self.error_code)
             x = self.error_message
             if x is None:
                 buf += b'\xff\xff'
@@ -632,11 +632,9 @@ class CreatePartitionsResponse(_Struct):
                     o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'error_code'
-                o.error_code, = _T2u(buf, pos)
-                pos += 2
+                o.error_code, n = _T6u(buf, pos)
+                pos += 4
                 f = 'error_message'
-                n, = _ui16(buf, pos)
-                pos += 2
                 if n == -1:
                     o.error_message = None
                 else:
@@ -661,7 +659,7 @@ class CreatePartitionsResponse(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T2p(self.error_code)
+            buf += _T5p(self.error_code)
             x = self.error_message
             if x is None:
                 buf += b'\x00'
@@ -703,11 +701,9 @@ class CreatePartitionsResponse(_Struct):
                     o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'error_code'
-                o.error_code, = _T2u(buf, pos)
-                pos += 2
+                o.error_code, n = _T7u(buf, pos)
+                pos += 3
                 f = 'error_message'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)

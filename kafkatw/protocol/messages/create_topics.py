@@ -42,14 +42,28 @@ _T1u = _struct.Struct('>?').unpack_from
 _T1p = _struct.Struct('>?').pack
 _T2u = _struct.Struct('>i?').unpack_from
 _T2p = _struct.Struct('>i?').pack
-_T3u = _struct.Struct('>ih').unpack_from
-_T3p = _struct.Struct('>ih').pack
-_T4u = _struct.Struct('>h').unpack_from
-_T4p = _struct.Struct('>h').pack
-_T5u = _struct.Struct('>16s').unpack_from
-_T5p = _struct.Struct('>16s').pack
-_T6u = _struct.Struct('>?b?').unpack_from
-_T6p = _struct.Struct('>?b?').pack
+_T3u = _struct.Struct('>i?B').unpack_from
+_T3p = _struct.Struct('>i?B').pack
+_T4u = _struct.Struct('>ih').unpack_from
+_T4p = _struct.Struct('>ih').pack
+_T5u = _struct.Struct('>ihi').unpack_from
+_T5p = _struct.Struct('>ihi').pack
+_T6u = _struct.Struct('>ihB').unpack_from
+_T6p = _struct.Struct('>ihB').pack
+_T7u = _struct.Struct('>ii').unpack_from
+_T7p = _struct.Struct('>ii').pack
+_T8u = _struct.Struct('>iB').unpack_from
+_T8p = _struct.Struct('>iB').pack
+_T9u = _struct.Struct('>h').unpack_from
+_T9p = _struct.Struct('>h').pack
+_T10u = _struct.Struct('>16s').unpack_from
+_T10p = _struct.Struct('>16s').pack
+_T11u = _struct.Struct('>hB').unpack_from
+_T11p = _struct.Struct('>hB').pack
+_T12u = _struct.Struct('>?b?').unpack_from
+_T12p = _struct.Struct('>?b?').pack
+_T13u = _struct.Struct('>?b?B').unpack_from
+_T13p = _struct.Struct('>?b?B').pack
 
 
 class CreateTopicsRequest(_Struct):
@@ -171,11 +185,9 @@ class CreateTopicsRequest(_Struct):
                 _i = -1
                 o.topics = lst
             f = 'timeout_ms'
-            o.timeout_ms, o.validate_only = _T2u(buf, pos)
-            pos += 5
+            o.timeout_ms, o.validate_only, n = _T3u(buf, pos)
+            pos += 6
             f = '<tagged fields>'
-            n = buf[pos]
-            pos += 1
             if n:
                 o.unknown_tagged_fields = u = {}
                 if n >= 128:
@@ -223,7 +235,7 @@ class CreateTopicsRequest(_Struct):
                 x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
-            buf += _T3p(self.num_partitions, self.replication_factor)
+            buf += _T4p(self.num_partitions, self.replication_factor)
             x = self.assignments
             if x is None:
                 raise _not_nullable(self, 'assignments', v)
@@ -257,11 +269,9 @@ class CreateTopicsRequest(_Struct):
                     o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'num_partitions'
-                o.num_partitions, o.replication_factor = _T3u(buf, pos)
-                pos += 6
+                o.num_partitions, o.replication_factor, n = _T5u(buf, pos)
+                pos += 10
                 f = 'assignments'
-                n, = _ui32(buf, pos)
-                pos += 4
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
@@ -306,7 +316,7 @@ class CreateTopicsRequest(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T3p(self.num_partitions, self.replication_factor)
+            buf += _T4p(self.num_partitions, self.replication_factor)
             x = self.assignments
             if x is None:
                 raise _not_nullable(self, 'assignments', v)
@@ -359,11 +369,9 @@ class CreateTopicsRequest(_Struct):
                     o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'num_partitions'
-                o.num_partitions, o.replication_factor = _T3u(buf, pos)
-                pos += 6
+                o.num_partitions, o.replication_factor, n = _T6u(buf, pos)
+                pos += 7
                 f = 'assignments'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -459,11 +467,9 @@ class CreateTopicsRequest(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, = _T0u(buf, pos)
-                pos += 4
+                o.partition_index, n = _T7u(buf, pos)
+                pos += 8
                 f = 'broker_ids'
-                n, = _ui32(buf, pos)
-                pos += 4
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
@@ -502,11 +508,9 @@ class CreateTopicsRequest(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, = _T0u(buf, pos)
-                pos += 4
+                o.partition_index, n = _T8u(buf, pos)
+                pos += 5
                 f = 'broker_ids'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -784,11 +788,9 @@ class CreateTopicsResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, = _T0u(buf, pos)
-            pos += 4
+            o.throttle_time_ms, n = _T8u(buf, pos)
+            pos += 5
             f = 'topics'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -864,7 +866,7 @@ class CreateTopicsResponse(_Struct):
                 x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
-            buf += _T4p(self.error_code)
+            buf += _T9p(self.error_code)
             if v >= 1:
                 x = self.error_message
                 if x is None:
@@ -893,7 +895,7 @@ class CreateTopicsResponse(_Struct):
                     pos += n
                 o.topic_id = _ZERO_UUID
                 f = 'error_code'
-                o.error_code, = _T4u(buf, pos)
+                o.error_code, = _T9u(buf, pos)
                 pos += 2
                 if v >= 1:
                     f = 'error_message'
@@ -930,8 +932,8 @@ class CreateTopicsResponse(_Struct):
                     buf += _wuv(n)
                 buf += x
             if v >= 7:
-                buf += _T5p(self.topic_id)
-            buf += _T4p(self.error_code)
+                buf += _T10p(self.topic_id)
+            buf += _T9p(self.error_code)
             x = self.error_message
             if x is None:
                 buf += b'\x00'
@@ -943,7 +945,7 @@ class CreateTopicsResponse(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T3p(self.num_partitions, self.replication_factor)
+            buf += _T4p(self.num_partitions, self.replication_factor)
             x = self.configs
             if x is None:
                 buf += b'\x00'
@@ -958,7 +960,7 @@ class CreateTopicsResponse(_Struct):
             tags = []
             if not (self.topic_config_error_code == 0):
                 t = bytearray()
-                t += _T4p(self.topic_config_error_code)
+                t += _T9p(self.topic_config_error_code)
                 tags.append((0, bytes(t)))
             if tags or self.unknown_tagged_fields:
                 _write_tags(buf, tags, self.unknown_tagged_fields)
@@ -991,16 +993,14 @@ class CreateTopicsResponse(_Struct):
                     pos += n
                 if v >= 7:
                     f = 'topic_id'
-                    o.topic_id, = _T5u(buf, pos)
+                    o.topic_id, = _T10u(buf, pos)
                     pos += 16
                 else:
                     o.topic_id = _ZERO_UUID
                 f = 'error_code'
-                o.error_code, = _T4u(buf, pos)
-                pos += 2
+                o.error_code, n = _T11u(buf, pos)
+                pos += 3
                 f = 'error_message'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -1017,11 +1017,9 @@ class CreateTopicsResponse(_Struct):
                     pos += n
                 o.topic_config_error_code = 0
                 f = 'num_partitions'
-                o.num_partitions, o.replication_factor = _T3u(buf, pos)
-                pos += 6
+                o.num_partitions, o.replication_factor, n = _T6u(buf, pos)
+                pos += 7
                 f = 'configs'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -1053,7 +1051,7 @@ class CreateTopicsResponse(_Struct):
                         end = pos + size
                         if tag == 0:
                             f = 'topic_config_error_code'
-                            o.topic_config_error_code, = _T4u(buf, pos)
+                            o.topic_config_error_code, = _T9u(buf, pos)
                             pos += 2
                             if pos != end:
                                 raise _tag_size(0, size, pos - end + size)
@@ -1141,7 +1139,7 @@ class CreateTopicsResponse(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T6p(self.read_only, self.config_source, self.is_sensitive)
+            buf += _T12p(self.read_only, self.config_source, self.is_sensitive)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -1189,11 +1187,9 @@ class CreateTopicsResponse(_Struct):
                     o.value = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'read_only'
-                o.read_only, o.config_source, o.is_sensitive = _T6u(buf, pos)
-                pos += 3
+                o.read_only, o.config_source, o.is_sensitive, n = _T13u(buf, pos)
+                pos += 4
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:

@@ -28,6 +28,8 @@ __all__ = ["DefaultPrincipalData"]
 
 _T0u = _struct.Struct('>?').unpack_from
 _T0p = _struct.Struct('>?').pack
+_T1u = _struct.Struct('>?B').unpack_from
+_T1p = _struct.Struct('>?B').pack
 
 
 class DefaultPrincipalData(_Struct):
@@ -121,11 +123,9 @@ class DefaultPrincipalData(_Struct):
                 o.name = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'token_authenticated'
-            o.token_authenticated, = _T0u(buf, pos)
-            pos += 1
+            o.token_authenticated, n = _T1u(buf, pos)
+            pos += 2
             f = '<tagged fields>'
-            n = buf[pos]
-            pos += 1
             if n:
                 o.unknown_tagged_fields = u = {}
                 if n >= 128:

@@ -33,8 +33,14 @@ __all__ = ["DeleteGroupsRequest", "DeleteGroupsResponse"]
 
 _T0u = _struct.Struct('>i').unpack_from
 _T0p = _struct.Struct('>i').pack
-_T1u = _struct.Struct('>h').unpack_from
-_T1p = _struct.Struct('>h').pack
+_T1u = _struct.Struct('>ii').unpack_from
+_T1p = _struct.Struct('>ii').pack
+_T2u = _struct.Struct('>iB').unpack_from
+_T2p = _struct.Struct('>iB').pack
+_T3u = _struct.Struct('>h').unpack_from
+_T3p = _struct.Struct('>h').pack
+_T4u = _struct.Struct('>hB').unpack_from
+_T4p = _struct.Struct('>hB').pack
 
 
 class DeleteGroupsRequest(_Struct):
@@ -215,11 +221,9 @@ class DeleteGroupsResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, = _T0u(buf, pos)
-            pos += 4
+            o.throttle_time_ms, n = _T1u(buf, pos)
+            pos += 8
             f = 'results'
-            n, = _ui32(buf, pos)
-            pos += 4
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
@@ -263,11 +267,9 @@ class DeleteGroupsResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, = _T0u(buf, pos)
-            pos += 4
+            o.throttle_time_ms, n = _T2u(buf, pos)
+            pos += 5
             f = 'results'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -331,7 +333,7 @@ class DeleteGroupsResponse(_Struct):
                 x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
-            buf += _T1p(self.error_code)
+            buf += _T3p(self.error_code)
 
         @staticmethod
         def _r0(buf, pos, v):
@@ -351,7 +353,7 @@ class DeleteGroupsResponse(_Struct):
                     o.group_id = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'error_code'
-                o.error_code, = _T1u(buf, pos)
+                o.error_code, = _T3u(buf, pos)
                 pos += 2
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -370,7 +372,7 @@ class DeleteGroupsResponse(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T1p(self.error_code)
+            buf += _T3p(self.error_code)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -401,11 +403,9 @@ class DeleteGroupsResponse(_Struct):
                     o.group_id = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'error_code'
-                o.error_code, = _T1u(buf, pos)
-                pos += 2
+                o.error_code, n = _T4u(buf, pos)
+                pos += 3
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:

@@ -33,10 +33,18 @@ __all__ = ["DeleteRecordsRequest", "DeleteRecordsResponse"]
 
 _T0u = _struct.Struct('>i').unpack_from
 _T0p = _struct.Struct('>i').pack
-_T1u = _struct.Struct('>iq').unpack_from
-_T1p = _struct.Struct('>iq').pack
-_T2u = _struct.Struct('>iqh').unpack_from
-_T2p = _struct.Struct('>iqh').pack
+_T1u = _struct.Struct('>iB').unpack_from
+_T1p = _struct.Struct('>iB').pack
+_T2u = _struct.Struct('>iq').unpack_from
+_T2p = _struct.Struct('>iq').pack
+_T3u = _struct.Struct('>iqB').unpack_from
+_T3p = _struct.Struct('>iqB').pack
+_T4u = _struct.Struct('>ii').unpack_from
+_T4p = _struct.Struct('>ii').pack
+_T5u = _struct.Struct('>iqh').unpack_from
+_T5p = _struct.Struct('>iqh').pack
+_T6u = _struct.Struct('>iqhB').unpack_from
+_T6p = _struct.Struct('>iqhB').pack
 
 
 class DeleteRecordsRequest(_Struct):
@@ -145,11 +153,9 @@ class DeleteRecordsRequest(_Struct):
                 _i = -1
                 o.topics = lst
             f = 'timeout_ms'
-            o.timeout_ms, = _T0u(buf, pos)
-            pos += 4
+            o.timeout_ms, n = _T1u(buf, pos)
+            pos += 5
             f = '<tagged fields>'
-            n = buf[pos]
-            pos += 1
             if n:
                 o.unknown_tagged_fields = u = {}
                 if n >= 128:
@@ -348,7 +354,7 @@ class DeleteRecordsRequest(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T1p(self.partition_index, self.offset)
+            buf += _T2p(self.partition_index, self.offset)
 
         @staticmethod
         def _r0(buf, pos, v):
@@ -358,7 +364,7 @@ class DeleteRecordsRequest(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.offset = _T1u(buf, pos)
+                o.partition_index, o.offset = _T2u(buf, pos)
                 pos += 12
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -366,7 +372,7 @@ class DeleteRecordsRequest(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T1p(self.partition_index, self.offset)
+            buf += _T2p(self.partition_index, self.offset)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -380,11 +386,9 @@ class DeleteRecordsRequest(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.offset = _T1u(buf, pos)
-                pos += 12
+                o.partition_index, o.offset, n = _T3u(buf, pos)
+                pos += 13
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:
@@ -438,11 +442,9 @@ class DeleteRecordsResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, = _T0u(buf, pos)
-            pos += 4
+            o.throttle_time_ms, n = _T4u(buf, pos)
+            pos += 8
             f = 'topics'
-            n, = _ui32(buf, pos)
-            pos += 4
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
@@ -486,11 +488,9 @@ class DeleteRecordsResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, = _T0u(buf, pos)
-            pos += 4
+            o.throttle_time_ms, n = _T1u(buf, pos)
+            pos += 5
             f = 'topics'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -713,7 +713,7 @@ class DeleteRecordsResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T2p(self.partition_index, self.low_watermark, self.error_code)
+            buf += _T5p(self.partition_index, self.low_watermark, self.error_code)
 
         @staticmethod
         def _r0(buf, pos, v):
@@ -723,7 +723,7 @@ class DeleteRecordsResponse(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.low_watermark, o.error_code = _T2u(buf, pos)
+                o.partition_index, o.low_watermark, o.error_code = _T5u(buf, pos)
                 pos += 14
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -731,7 +731,7 @@ class DeleteRecordsResponse(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T2p(self.partition_index, self.low_watermark, self.error_code)
+            buf += _T5p(self.partition_index, self.low_watermark, self.error_code)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -745,11 +745,9 @@ class DeleteRecordsResponse(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.low_watermark, o.error_code = _T2u(buf, pos)
-                pos += 14
+                o.partition_index, o.low_watermark, o.error_code, n = _T6u(buf, pos)
+                pos += 15
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:

@@ -30,10 +30,16 @@ __all__ = ["DeleteShareGroupStateRequest", "DeleteShareGroupStateResponse"]
 
 _T0u = _struct.Struct('>16s').unpack_from
 _T0p = _struct.Struct('>16s').pack
-_T1u = _struct.Struct('>i').unpack_from
-_T1p = _struct.Struct('>i').pack
-_T2u = _struct.Struct('>ih').unpack_from
-_T2p = _struct.Struct('>ih').pack
+_T1u = _struct.Struct('>16sB').unpack_from
+_T1p = _struct.Struct('>16sB').pack
+_T2u = _struct.Struct('>i').unpack_from
+_T2p = _struct.Struct('>i').pack
+_T3u = _struct.Struct('>iB').unpack_from
+_T3p = _struct.Struct('>iB').pack
+_T4u = _struct.Struct('>ih').unpack_from
+_T4p = _struct.Struct('>ih').pack
+_T5u = _struct.Struct('>ihB').unpack_from
+_T5p = _struct.Struct('>ihB').pack
 
 
 class DeleteShareGroupStateRequest(_Struct):
@@ -190,11 +196,9 @@ class DeleteShareGroupStateRequest(_Struct):
             _i = -1
             try:
                 f = 'topic_id'
-                o.topic_id, = _T0u(buf, pos)
-                pos += 16
+                o.topic_id, n = _T1u(buf, pos)
+                pos += 17
                 f = 'partitions'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -250,7 +254,7 @@ class DeleteShareGroupStateRequest(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T1p(self.partition)
+            buf += _T2p(self.partition)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -264,11 +268,9 @@ class DeleteShareGroupStateRequest(_Struct):
             _i = -1
             try:
                 f = 'partition'
-                o.partition, = _T1u(buf, pos)
-                pos += 4
+                o.partition, n = _T3u(buf, pos)
+                pos += 5
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:
@@ -410,11 +412,9 @@ class DeleteShareGroupStateResponse(_Struct):
             _i = -1
             try:
                 f = 'topic_id'
-                o.topic_id, = _T0u(buf, pos)
-                pos += 16
+                o.topic_id, n = _T1u(buf, pos)
+                pos += 17
                 f = 'partitions'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -474,7 +474,7 @@ class DeleteShareGroupStateResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T2p(self.partition, self.error_code)
+            buf += _T4p(self.partition, self.error_code)
             x = self.error_message
             if x is None:
                 buf += b'\x00'
@@ -499,11 +499,9 @@ class DeleteShareGroupStateResponse(_Struct):
             _i = -1
             try:
                 f = 'partition'
-                o.partition, o.error_code = _T2u(buf, pos)
-                pos += 6
+                o.partition, o.error_code, n = _T5u(buf, pos)
+                pos += 7
                 f = 'error_message'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)

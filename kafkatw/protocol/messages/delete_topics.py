@@ -35,10 +35,12 @@ __all__ = ["DeleteTopicsRequest", "DeleteTopicsResponse"]
 
 _T0u = _struct.Struct('>i').unpack_from
 _T0p = _struct.Struct('>i').pack
-_T1u = _struct.Struct('>16s').unpack_from
-_T1p = _struct.Struct('>16s').pack
-_T2u = _struct.Struct('>h').unpack_from
-_T2p = _struct.Struct('>h').pack
+_T1u = _struct.Struct('>iB').unpack_from
+_T1p = _struct.Struct('>iB').pack
+_T2u = _struct.Struct('>16s').unpack_from
+_T2p = _struct.Struct('>16s').pack
+_T3u = _struct.Struct('>h').unpack_from
+_T3p = _struct.Struct('>h').pack
 
 
 class DeleteTopicsRequest(_Struct):
@@ -221,11 +223,9 @@ class DeleteTopicsRequest(_Struct):
             else:
                 o.topic_names = []
             f = 'timeout_ms'
-            o.timeout_ms, = _T0u(buf, pos)
-            pos += 4
+            o.timeout_ms, n = _T1u(buf, pos)
+            pos += 5
             f = '<tagged fields>'
-            n = buf[pos]
-            pos += 1
             if n:
                 o.unknown_tagged_fields = u = {}
                 if n >= 128:
@@ -296,7 +296,7 @@ class DeleteTopicsRequest(_Struct):
                 if not (self.name is None):
                     raise _absent(self, 'name', v)
             if v >= 6:
-                buf += _T1p(self.topic_id)
+                buf += _T2p(self.topic_id)
             else:
                 if not (self.topic_id == _ZERO_UUID):
                     raise _absent(self, 'topic_id', v)
@@ -334,7 +334,7 @@ class DeleteTopicsRequest(_Struct):
                     o.name = None
                 if v >= 6:
                     f = 'topic_id'
-                    o.topic_id, = _T1u(buf, pos)
+                    o.topic_id, = _T2u(buf, pos)
                     pos += 16
                 else:
                     o.topic_id = _ZERO_UUID
@@ -446,11 +446,9 @@ class DeleteTopicsResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, = _T0u(buf, pos)
-            pos += 4
+            o.throttle_time_ms, n = _T1u(buf, pos)
+            pos += 5
             f = 'responses'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -518,7 +516,7 @@ class DeleteTopicsResponse(_Struct):
                 x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
-            buf += _T2p(self.error_code)
+            buf += _T3p(self.error_code)
 
         @staticmethod
         def _r0(buf, pos, v):
@@ -539,7 +537,7 @@ class DeleteTopicsResponse(_Struct):
                     pos += n
                 o.topic_id = _ZERO_UUID
                 f = 'error_code'
-                o.error_code, = _T2u(buf, pos)
+                o.error_code, = _T3u(buf, pos)
                 pos += 2
                 o.error_message = None
                 o.unknown_tagged_fields = _NO_TAGS
@@ -562,8 +560,8 @@ class DeleteTopicsResponse(_Struct):
                     buf += _wuv(n)
                 buf += x
             if v >= 6:
-                buf += _T1p(self.topic_id)
-            buf += _T2p(self.error_code)
+                buf += _T2p(self.topic_id)
+            buf += _T3p(self.error_code)
             if v >= 5:
                 x = self.error_message
                 if x is None:
@@ -609,12 +607,12 @@ class DeleteTopicsResponse(_Struct):
                     pos += n
                 if v >= 6:
                     f = 'topic_id'
-                    o.topic_id, = _T1u(buf, pos)
+                    o.topic_id, = _T2u(buf, pos)
                     pos += 16
                 else:
                     o.topic_id = _ZERO_UUID
                 f = 'error_code'
-                o.error_code, = _T2u(buf, pos)
+                o.error_code, = _T3u(buf, pos)
                 pos += 2
                 if v >= 5:
                     f = 'error_message'

@@ -36,8 +36,18 @@ _T0u = _struct.Struct('>b').unpack_from
 _T0p = _struct.Struct('>b').pack
 _T1u = _struct.Struct('>bb').unpack_from
 _T1p = _struct.Struct('>bb').pack
-_T2u = _struct.Struct('>ih').unpack_from
-_T2p = _struct.Struct('>ih').pack
+_T2u = _struct.Struct('>bh').unpack_from
+_T2p = _struct.Struct('>bh').pack
+_T3u = _struct.Struct('>bB').unpack_from
+_T3p = _struct.Struct('>bB').pack
+_T4u = _struct.Struct('>bbB').unpack_from
+_T4p = _struct.Struct('>bbB').pack
+_T5u = _struct.Struct('>ih').unpack_from
+_T5p = _struct.Struct('>ih').pack
+_T6u = _struct.Struct('>ihh').unpack_from
+_T6p = _struct.Struct('>ihh').pack
+_T7u = _struct.Struct('>ihB').unpack_from
+_T7p = _struct.Struct('>ihB').pack
 
 
 class DescribeAclsRequest(_Struct):
@@ -106,11 +116,9 @@ class DescribeAclsRequest(_Struct):
         _i = -1
         try:
             f = 'resource_type_filter'
-            o.resource_type_filter, = _T0u(buf, pos)
-            pos += 1
+            o.resource_type_filter, n = _T2u(buf, pos)
+            pos += 3
             f = 'resource_name_filter'
-            n, = _ui16(buf, pos)
-            pos += 2
             if n == -1:
                 o.resource_name_filter = None
             else:
@@ -202,11 +210,9 @@ class DescribeAclsRequest(_Struct):
         _i = -1
         try:
             f = 'resource_type_filter'
-            o.resource_type_filter, = _T0u(buf, pos)
-            pos += 1
+            o.resource_type_filter, n = _T3u(buf, pos)
+            pos += 2
             f = 'resource_name_filter'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -222,11 +228,9 @@ class DescribeAclsRequest(_Struct):
                 o.resource_name_filter = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'pattern_type_filter'
-            o.pattern_type_filter, = _T0u(buf, pos)
-            pos += 1
+            o.pattern_type_filter, n = _T3u(buf, pos)
+            pos += 2
             f = 'principal_filter'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -259,11 +263,9 @@ class DescribeAclsRequest(_Struct):
                 o.host_filter = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'operation'
-            o.operation, o.permission_type = _T1u(buf, pos)
-            pos += 2
+            o.operation, o.permission_type, n = _T4u(buf, pos)
+            pos += 3
             f = '<tagged fields>'
-            n = buf[pos]
-            pos += 1
             if n:
                 o.unknown_tagged_fields = u = {}
                 if n >= 128:
@@ -303,7 +305,7 @@ class DescribeAclsResponse(_Struct):
             and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
-        buf += _T2p(self.throttle_time_ms, self.error_code)
+        buf += _T5p(self.throttle_time_ms, self.error_code)
         x = self.error_message
         if x is None:
             buf += b'\xff\xff'
@@ -327,11 +329,9 @@ class DescribeAclsResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, o.error_code = _T2u(buf, pos)
-            pos += 6
+            o.throttle_time_ms, o.error_code, n = _T6u(buf, pos)
+            pos += 8
             f = 'error_message'
-            n, = _ui16(buf, pos)
-            pos += 2
             if n == -1:
                 o.error_message = None
             else:
@@ -360,7 +360,7 @@ class DescribeAclsResponse(_Struct):
         return o, pos
 
     def _w1(self, buf, parts, v):
-        buf += _T2p(self.throttle_time_ms, self.error_code)
+        buf += _T5p(self.throttle_time_ms, self.error_code)
         x = self.error_message
         if x is None:
             buf += b'\x00'
@@ -396,11 +396,9 @@ class DescribeAclsResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, o.error_code = _T2u(buf, pos)
-            pos += 6
+            o.throttle_time_ms, o.error_code, n = _T7u(buf, pos)
+            pos += 7
             f = 'error_message'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -507,11 +505,9 @@ class DescribeAclsResponse(_Struct):
             _i = -1
             try:
                 f = 'resource_type'
-                o.resource_type, = _T0u(buf, pos)
-                pos += 1
+                o.resource_type, n = _T2u(buf, pos)
+                pos += 3
                 f = 'resource_name'
-                n, = _ui16(buf, pos)
-                pos += 2
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
@@ -583,11 +579,9 @@ class DescribeAclsResponse(_Struct):
             _i = -1
             try:
                 f = 'resource_type'
-                o.resource_type, = _T0u(buf, pos)
-                pos += 1
+                o.resource_type, n = _T3u(buf, pos)
+                pos += 2
                 f = 'resource_name'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -603,11 +597,9 @@ class DescribeAclsResponse(_Struct):
                     o.resource_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'pattern_type'
-                o.pattern_type, = _T0u(buf, pos)
-                pos += 1
+                o.pattern_type, n = _T3u(buf, pos)
+                pos += 2
                 f = 'acls'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -791,11 +783,9 @@ class DescribeAclsResponse(_Struct):
                     o.host = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'operation'
-                o.operation, o.permission_type = _T1u(buf, pos)
-                pos += 2
+                o.operation, o.permission_type, n = _T4u(buf, pos)
+                pos += 3
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:

@@ -33,12 +33,24 @@ __all__ = ["DescribeClientQuotasRequest", "DescribeClientQuotasResponse"]
 
 _T0u = _struct.Struct('>?').unpack_from
 _T0p = _struct.Struct('>?').pack
-_T1u = _struct.Struct('>b').unpack_from
-_T1p = _struct.Struct('>b').pack
-_T2u = _struct.Struct('>ih').unpack_from
-_T2p = _struct.Struct('>ih').pack
-_T3u = _struct.Struct('>d').unpack_from
-_T3p = _struct.Struct('>d').pack
+_T1u = _struct.Struct('>?B').unpack_from
+_T1p = _struct.Struct('>?B').pack
+_T2u = _struct.Struct('>b').unpack_from
+_T2p = _struct.Struct('>b').pack
+_T3u = _struct.Struct('>bh').unpack_from
+_T3p = _struct.Struct('>bh').pack
+_T4u = _struct.Struct('>bB').unpack_from
+_T4p = _struct.Struct('>bB').pack
+_T5u = _struct.Struct('>ih').unpack_from
+_T5p = _struct.Struct('>ih').pack
+_T6u = _struct.Struct('>ihh').unpack_from
+_T6p = _struct.Struct('>ihh').pack
+_T7u = _struct.Struct('>ihB').unpack_from
+_T7p = _struct.Struct('>ihB').pack
+_T8u = _struct.Struct('>d').unpack_from
+_T8p = _struct.Struct('>d').pack
+_T9u = _struct.Struct('>dB').unpack_from
+_T9p = _struct.Struct('>dB').pack
 
 
 class DescribeClientQuotasRequest(_Struct):
@@ -147,11 +159,9 @@ class DescribeClientQuotasRequest(_Struct):
                 _i = -1
                 o.components = lst
             f = 'strict'
-            o.strict, = _T0u(buf, pos)
-            pos += 1
+            o.strict, n = _T1u(buf, pos)
+            pos += 2
             f = '<tagged fields>'
-            n = buf[pos]
-            pos += 1
             if n:
                 o.unknown_tagged_fields = u = {}
                 if n >= 128:
@@ -195,7 +205,7 @@ class DescribeClientQuotasRequest(_Struct):
                 x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
-            buf += _T1p(self.match_type)
+            buf += _T2p(self.match_type)
             x = self.match
             if x is None:
                 buf += b'\xff\xff'
@@ -222,11 +232,9 @@ class DescribeClientQuotasRequest(_Struct):
                     o.entity_type = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'match_type'
-                o.match_type, = _T1u(buf, pos)
-                pos += 1
+                o.match_type, n = _T3u(buf, pos)
+                pos += 3
                 f = 'match'
-                n, = _ui16(buf, pos)
-                pos += 2
                 if n == -1:
                     o.match = None
                 else:
@@ -251,7 +259,7 @@ class DescribeClientQuotasRequest(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T1p(self.match_type)
+            buf += _T2p(self.match_type)
             x = self.match
             if x is None:
                 buf += b'\x00'
@@ -293,11 +301,9 @@ class DescribeClientQuotasRequest(_Struct):
                     o.entity_type = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'match_type'
-                o.match_type, = _T1u(buf, pos)
-                pos += 1
+                o.match_type, n = _T4u(buf, pos)
+                pos += 2
                 f = 'match'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -355,7 +361,7 @@ class DescribeClientQuotasResponse(_Struct):
             and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
-        buf += _T2p(self.throttle_time_ms, self.error_code)
+        buf += _T5p(self.throttle_time_ms, self.error_code)
         x = self.error_message
         if x is None:
             buf += b'\xff\xff'
@@ -379,11 +385,9 @@ class DescribeClientQuotasResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, o.error_code = _T2u(buf, pos)
-            pos += 6
+            o.throttle_time_ms, o.error_code, n = _T6u(buf, pos)
+            pos += 8
             f = 'error_message'
-            n, = _ui16(buf, pos)
-            pos += 2
             if n == -1:
                 o.error_message = None
             else:
@@ -412,7 +416,7 @@ class DescribeClientQuotasResponse(_Struct):
         return o, pos
 
     def _w1(self, buf, parts, v):
-        buf += _T2p(self.throttle_time_ms, self.error_code)
+        buf += _T5p(self.throttle_time_ms, self.error_code)
         x = self.error_message
         if x is None:
             buf += b'\x00'
@@ -448,11 +452,9 @@ class DescribeClientQuotasResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, o.error_code = _T2u(buf, pos)
-            pos += 6
+            o.throttle_time_ms, o.error_code, n = _T7u(buf, pos)
+            pos += 7
             f = 'error_message'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -861,7 +863,7 @@ class DescribeClientQuotasResponse(_Struct):
                 x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
-            buf += _T3p(self.value)
+            buf += _T8p(self.value)
 
         @staticmethod
         def _r0(buf, pos, v):
@@ -881,7 +883,7 @@ class DescribeClientQuotasResponse(_Struct):
                     o.key = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'value'
-                o.value, = _T3u(buf, pos)
+                o.value, = _T8u(buf, pos)
                 pos += 8
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -900,7 +902,7 @@ class DescribeClientQuotasResponse(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T3p(self.value)
+            buf += _T8p(self.value)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -931,11 +933,9 @@ class DescribeClientQuotasResponse(_Struct):
                     o.key = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'value'
-                o.value, = _T3u(buf, pos)
-                pos += 8
+                o.value, n = _T9u(buf, pos)
+                pos += 9
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:

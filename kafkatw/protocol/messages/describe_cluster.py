@@ -36,6 +36,10 @@ _T2u = _struct.Struct('>ih').unpack_from
 _T2p = _struct.Struct('>ih').pack
 _T3u = _struct.Struct('>i').unpack_from
 _T3p = _struct.Struct('>i').pack
+_T4u = _struct.Struct('>ihB').unpack_from
+_T4p = _struct.Struct('>ihB').pack
+_T5u = _struct.Struct('>iB').unpack_from
+_T5p = _struct.Struct('>iB').pack
 
 
 class DescribeClusterRequest(_Struct):
@@ -188,11 +192,9 @@ class DescribeClusterResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, o.error_code = _T2u(buf, pos)
-            pos += 6
+            o.throttle_time_ms, o.error_code, n = _T4u(buf, pos)
+            pos += 7
             f = 'error_message'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -231,11 +233,9 @@ class DescribeClusterResponse(_Struct):
                 o.cluster_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'controller_id'
-            o.controller_id, = _T3u(buf, pos)
-            pos += 4
+            o.controller_id, n = _T5u(buf, pos)
+            pos += 5
             f = 'brokers'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -256,11 +256,9 @@ class DescribeClusterResponse(_Struct):
                 _i = -1
                 o.brokers = lst
             f = 'cluster_authorized_operations'
-            o.cluster_authorized_operations, = _T3u(buf, pos)
-            pos += 4
+            o.cluster_authorized_operations, n = _T5u(buf, pos)
+            pos += 5
             f = '<tagged fields>'
-            n = buf[pos]
-            pos += 1
             if n:
                 o.unknown_tagged_fields = u = {}
                 if n >= 128:
@@ -336,11 +334,9 @@ class DescribeClusterResponse(_Struct):
             _i = -1
             try:
                 f = 'broker_id'
-                o.broker_id, = _T3u(buf, pos)
-                pos += 4
+                o.broker_id, n = _T5u(buf, pos)
+                pos += 5
                 f = 'host'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -356,11 +352,9 @@ class DescribeClusterResponse(_Struct):
                     o.host = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'port'
-                o.port, = _T3u(buf, pos)
-                pos += 4
+                o.port, n = _T5u(buf, pos)
+                pos += 5
                 f = 'rack'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)

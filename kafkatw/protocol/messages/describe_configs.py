@@ -36,14 +36,30 @@ _T0u = _struct.Struct('>?').unpack_from
 _T0p = _struct.Struct('>?').pack
 _T1u = _struct.Struct('>??').unpack_from
 _T1p = _struct.Struct('>??').pack
-_T2u = _struct.Struct('>b').unpack_from
-_T2p = _struct.Struct('>b').pack
-_T3u = _struct.Struct('>i').unpack_from
-_T3p = _struct.Struct('>i').pack
-_T4u = _struct.Struct('>h').unpack_from
-_T4p = _struct.Struct('>h').pack
-_T5u = _struct.Struct('>b?').unpack_from
-_T5p = _struct.Struct('>b?').pack
+_T2u = _struct.Struct('>??B').unpack_from
+_T2p = _struct.Struct('>??B').pack
+_T3u = _struct.Struct('>b').unpack_from
+_T3p = _struct.Struct('>b').pack
+_T4u = _struct.Struct('>bh').unpack_from
+_T4p = _struct.Struct('>bh').pack
+_T5u = _struct.Struct('>bB').unpack_from
+_T5p = _struct.Struct('>bB').pack
+_T6u = _struct.Struct('>i').unpack_from
+_T6p = _struct.Struct('>i').pack
+_T7u = _struct.Struct('>ii').unpack_from
+_T7p = _struct.Struct('>ii').pack
+_T8u = _struct.Struct('>iB').unpack_from
+_T8p = _struct.Struct('>iB').pack
+_T9u = _struct.Struct('>h').unpack_from
+_T9p = _struct.Struct('>h').pack
+_T10u = _struct.Struct('>hh').unpack_from
+_T10p = _struct.Struct('>hh').pack
+_T11u = _struct.Struct('>hB').unpack_from
+_T11p = _struct.Struct('>hB').pack
+_T12u = _struct.Struct('>b?').unpack_from
+_T12p = _struct.Struct('>b?').pack
+_T13u = _struct.Struct('>b?B').unpack_from
+_T13p = _struct.Struct('>b?B').pack
 
 
 class DescribeConfigsRequest(_Struct):
@@ -172,11 +188,9 @@ class DescribeConfigsRequest(_Struct):
                 _i = -1
                 o.resources = lst
             f = 'include_synonyms'
-            o.include_synonyms, o.include_documentation = _T1u(buf, pos)
-            pos += 2
+            o.include_synonyms, o.include_documentation, n = _T2u(buf, pos)
+            pos += 3
             f = '<tagged fields>'
-            n = buf[pos]
-            pos += 1
             if n:
                 o.unknown_tagged_fields = u = {}
                 if n >= 128:
@@ -213,7 +227,7 @@ class DescribeConfigsRequest(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T2p(self.resource_type)
+            buf += _T3p(self.resource_type)
             x = self.resource_name
             if x is None:
                 raise _not_nullable(self, 'resource_name', v)
@@ -239,11 +253,9 @@ class DescribeConfigsRequest(_Struct):
             _i = -1
             try:
                 f = 'resource_type'
-                o.resource_type, = _T2u(buf, pos)
-                pos += 1
+                o.resource_type, n = _T4u(buf, pos)
+                pos += 3
                 f = 'resource_name'
-                n, = _ui16(buf, pos)
-                pos += 2
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
@@ -277,7 +289,7 @@ class DescribeConfigsRequest(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T2p(self.resource_type)
+            buf += _T3p(self.resource_type)
             x = self.resource_name
             if x is None:
                 raise _not_nullable(self, 'resource_name', v)
@@ -319,11 +331,9 @@ class DescribeConfigsRequest(_Struct):
             _i = -1
             try:
                 f = 'resource_type'
-                o.resource_type, = _T2u(buf, pos)
-                pos += 1
+                o.resource_type, n = _T5u(buf, pos)
+                pos += 2
                 f = 'resource_name'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -411,7 +421,7 @@ class DescribeConfigsResponse(_Struct):
             and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
-        buf += _T3p(self.throttle_time_ms)
+        buf += _T6p(self.throttle_time_ms)
         x = self.results
         if x is None:
             raise _not_nullable(self, 'results', v)
@@ -428,11 +438,9 @@ class DescribeConfigsResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, = _T3u(buf, pos)
-            pos += 4
+            o.throttle_time_ms, n = _T7u(buf, pos)
+            pos += 8
             f = 'results'
-            n, = _ui32(buf, pos)
-            pos += 4
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
@@ -451,7 +459,7 @@ class DescribeConfigsResponse(_Struct):
         return o, pos
 
     def _w1(self, buf, parts, v):
-        buf += _T3p(self.throttle_time_ms)
+        buf += _T6p(self.throttle_time_ms)
         x = self.results
         if x is None:
             raise _not_nullable(self, 'results', v)
@@ -476,11 +484,9 @@ class DescribeConfigsResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, = _T3u(buf, pos)
-            pos += 4
+            o.throttle_time_ms, n = _T8u(buf, pos)
+            pos += 5
             f = 'results'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -543,7 +549,7 @@ class DescribeConfigsResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T4p(self.error_code)
+            buf += _T9p(self.error_code)
             x = self.error_message
             if x is None:
                 buf += b'\xff\xff'
@@ -551,7 +557,7 @@ class DescribeConfigsResponse(_Struct):
                 x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
-            buf += _T2p(self.resource_type)
+            buf += _T3p(self.resource_type)
             x = self.resource_name
             if x is None:
                 raise _not_nullable(self, 'resource_name', v)
@@ -575,11 +581,9 @@ class DescribeConfigsResponse(_Struct):
             _i = -1
             try:
                 f = 'error_code'
-                o.error_code, = _T4u(buf, pos)
-                pos += 2
+                o.error_code, n = _T10u(buf, pos)
+                pos += 4
                 f = 'error_message'
-                n, = _ui16(buf, pos)
-                pos += 2
                 if n == -1:
                     o.error_message = None
                 else:
@@ -588,11 +592,9 @@ class DescribeConfigsResponse(_Struct):
                     o.error_message = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'resource_type'
-                o.resource_type, = _T2u(buf, pos)
-                pos += 1
+                o.resource_type, n = _T4u(buf, pos)
+                pos += 3
                 f = 'resource_name'
-                n, = _ui16(buf, pos)
-                pos += 2
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
@@ -621,7 +623,7 @@ class DescribeConfigsResponse(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T4p(self.error_code)
+            buf += _T9p(self.error_code)
             x = self.error_message
             if x is None:
                 buf += b'\x00'
@@ -633,7 +635,7 @@ class DescribeConfigsResponse(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T2p(self.resource_type)
+            buf += _T3p(self.resource_type)
             x = self.resource_name
             if x is None:
                 raise _not_nullable(self, 'resource_name', v)
@@ -669,11 +671,9 @@ class DescribeConfigsResponse(_Struct):
             _i = -1
             try:
                 f = 'error_code'
-                o.error_code, = _T4u(buf, pos)
-                pos += 2
+                o.error_code, n = _T11u(buf, pos)
+                pos += 3
                 f = 'error_message'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -689,11 +689,9 @@ class DescribeConfigsResponse(_Struct):
                     o.error_message = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'resource_type'
-                o.resource_type, = _T2u(buf, pos)
-                pos += 1
+                o.resource_type, n = _T5u(buf, pos)
+                pos += 2
                 f = 'resource_name'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -803,7 +801,7 @@ class DescribeConfigsResponse(_Struct):
                 if not (self.is_default == False):
                     raise _absent(self, 'is_default', v)
             if v >= 1:
-                buf += _T2p(self.config_source)
+                buf += _T3p(self.config_source)
             buf += _T0p(self.is_sensitive)
             if v >= 1:
                 x = self.synonyms
@@ -814,7 +812,7 @@ class DescribeConfigsResponse(_Struct):
                     for e in x:
                         e._w0(buf, parts, v)
             if v >= 3:
-                buf += _T2p(self.config_type)
+                buf += _T3p(self.config_type)
             if v >= 3:
                 x = self.documentation
                 if x is None:
@@ -862,7 +860,7 @@ class DescribeConfigsResponse(_Struct):
                     o.is_default = False
                 if v >= 1:
                     f = 'config_source'
-                    o.config_source, = _T2u(buf, pos)
+                    o.config_source, = _T3u(buf, pos)
                     pos += 1
                 else:
                     o.config_source = -1
@@ -889,7 +887,7 @@ class DescribeConfigsResponse(_Struct):
                     o.synonyms = []
                 if v >= 3:
                     f = 'config_type'
-                    o.config_type, = _T2u(buf, pos)
+                    o.config_type, = _T3u(buf, pos)
                     pos += 1
                 else:
                     o.config_type = 0
@@ -937,7 +935,7 @@ class DescribeConfigsResponse(_Struct):
             buf += _T0p(self.read_only)
             if not (self.is_default == False):
                 raise _absent(self, 'is_default', v)
-            buf += _T5p(self.config_source, self.is_sensitive)
+            buf += _T12p(self.config_source, self.is_sensitive)
             x = self.synonyms
             if x is None:
                 raise _not_nullable(self, 'synonyms', v)
@@ -949,7 +947,7 @@ class DescribeConfigsResponse(_Struct):
                     buf += _wuv(n)
                 for e in x:
                     e._w1(buf, parts, v)
-            buf += _T2p(self.config_type)
+            buf += _T3p(self.config_type)
             x = self.documentation
             if x is None:
                 buf += b'\x00'
@@ -1012,11 +1010,9 @@ class DescribeConfigsResponse(_Struct):
                 pos += 1
                 o.is_default = False
                 f = 'config_source'
-                o.config_source, o.is_sensitive = _T5u(buf, pos)
-                pos += 2
+                o.config_source, o.is_sensitive, n = _T13u(buf, pos)
+                pos += 3
                 f = 'synonyms'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -1037,11 +1033,9 @@ class DescribeConfigsResponse(_Struct):
                     _i = -1
                     o.synonyms = lst
                 f = 'config_type'
-                o.config_type, = _T2u(buf, pos)
-                pos += 1
+                o.config_type, n = _T5u(buf, pos)
+                pos += 2
                 f = 'documentation'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -1119,7 +1113,7 @@ class DescribeConfigsResponse(_Struct):
                 if not (self.value == ''):
                     raise _absent(self, 'value', v)
             if v >= 1:
-                buf += _T2p(self.source)
+                buf += _T3p(self.source)
             else:
                 if not (self.source == 0):
                     raise _absent(self, 'source', v)
@@ -1159,7 +1153,7 @@ class DescribeConfigsResponse(_Struct):
                     o.value = ''
                 if v >= 1:
                     f = 'source'
-                    o.source, = _T2u(buf, pos)
+                    o.source, = _T3u(buf, pos)
                     pos += 1
                 else:
                     o.source = 0
@@ -1191,7 +1185,7 @@ class DescribeConfigsResponse(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T2p(self.source)
+            buf += _T3p(self.source)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -1239,11 +1233,9 @@ class DescribeConfigsResponse(_Struct):
                     o.value = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'source'
-                o.source, = _T2u(buf, pos)
-                pos += 1
+                o.source, n = _T5u(buf, pos)
+                pos += 2
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:

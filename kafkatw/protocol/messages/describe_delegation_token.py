@@ -36,8 +36,18 @@ _T0u = _struct.Struct('>h').unpack_from
 _T0p = _struct.Struct('>h').pack
 _T1u = _struct.Struct('>i').unpack_from
 _T1p = _struct.Struct('>i').pack
-_T2u = _struct.Struct('>qqq').unpack_from
-_T2p = _struct.Struct('>qqq').pack
+_T2u = _struct.Struct('>hi').unpack_from
+_T2p = _struct.Struct('>hi').pack
+_T3u = _struct.Struct('>hB').unpack_from
+_T3p = _struct.Struct('>hB').pack
+_T4u = _struct.Struct('>iB').unpack_from
+_T4p = _struct.Struct('>iB').pack
+_T5u = _struct.Struct('>qqq').unpack_from
+_T5p = _struct.Struct('>qqq').pack
+_T6u = _struct.Struct('>qqqh').unpack_from
+_T6p = _struct.Struct('>qqqh').pack
+_T7u = _struct.Struct('>qqqB').unpack_from
+_T7p = _struct.Struct('>qqqB').pack
 
 
 class DescribeDelegationTokenRequest(_Struct):
@@ -350,11 +360,9 @@ class DescribeDelegationTokenResponse(_Struct):
         _i = -1
         try:
             f = 'error_code'
-            o.error_code, = _T0u(buf, pos)
-            pos += 2
+            o.error_code, n = _T2u(buf, pos)
+            pos += 6
             f = 'tokens'
-            n, = _ui32(buf, pos)
-            pos += 4
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
@@ -402,11 +410,9 @@ class DescribeDelegationTokenResponse(_Struct):
         _i = -1
         try:
             f = 'error_code'
-            o.error_code, = _T0u(buf, pos)
-            pos += 2
+            o.error_code, n = _T3u(buf, pos)
+            pos += 3
             f = 'tokens'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -427,11 +433,9 @@ class DescribeDelegationTokenResponse(_Struct):
                 _i = -1
                 o.tokens = lst
             f = 'throttle_time_ms'
-            o.throttle_time_ms, = _T1u(buf, pos)
-            pos += 4
+            o.throttle_time_ms, n = _T4u(buf, pos)
+            pos += 5
             f = '<tagged fields>'
-            n = buf[pos]
-            pos += 1
             if n:
                 o.unknown_tagged_fields = u = {}
                 if n >= 128:
@@ -500,7 +504,7 @@ class DescribeDelegationTokenResponse(_Struct):
                 raise _absent(self, 'token_requester_principal_type', v)
             if not (self.token_requester_principal_name == ''):
                 raise _absent(self, 'token_requester_principal_name', v)
-            buf += _T2p(self.issue_timestamp, self.expiry_timestamp, self.max_timestamp)
+            buf += _T5p(self.issue_timestamp, self.expiry_timestamp, self.max_timestamp)
             x = self.token_id
             if x is None:
                 raise _not_nullable(self, 'token_id', v)
@@ -552,11 +556,9 @@ class DescribeDelegationTokenResponse(_Struct):
                 o.token_requester_principal_type = ''
                 o.token_requester_principal_name = ''
                 f = 'issue_timestamp'
-                o.issue_timestamp, o.expiry_timestamp, o.max_timestamp = _T2u(buf, pos)
-                pos += 24
+                o.issue_timestamp, o.expiry_timestamp, o.max_timestamp, n = _T6u(buf, pos)
+                pos += 26
                 f = 'token_id'
-                n, = _ui16(buf, pos)
-                pos += 2
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
@@ -647,7 +649,7 @@ class DescribeDelegationTokenResponse(_Struct):
             else:
                 if not (self.token_requester_principal_name == ''):
                     raise _absent(self, 'token_requester_principal_name', v)
-            buf += _T2p(self.issue_timestamp, self.expiry_timestamp, self.max_timestamp)
+            buf += _T5p(self.issue_timestamp, self.expiry_timestamp, self.max_timestamp)
             x = self.token_id
             if x is None:
                 raise _not_nullable(self, 'token_id', v)
@@ -767,11 +769,9 @@ class DescribeDelegationTokenResponse(_Struct):
                 else:
                     o.token_requester_principal_name = ''
                 f = 'issue_timestamp'
-                o.issue_timestamp, o.expiry_timestamp, o.max_timestamp = _T2u(buf, pos)
-                pos += 24
+                o.issue_timestamp, o.expiry_timestamp, o.max_timestamp, n = _T7u(buf, pos)
+                pos += 25
                 f = 'token_id'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)

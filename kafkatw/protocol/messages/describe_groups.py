@@ -34,10 +34,18 @@ __all__ = ["DescribeGroupsRequest", "DescribeGroupsResponse"]
 
 _T0u = _struct.Struct('>?').unpack_from
 _T0p = _struct.Struct('>?').pack
-_T1u = _struct.Struct('>i').unpack_from
-_T1p = _struct.Struct('>i').pack
-_T2u = _struct.Struct('>h').unpack_from
-_T2p = _struct.Struct('>h').pack
+_T1u = _struct.Struct('>?B').unpack_from
+_T1p = _struct.Struct('>?B').pack
+_T2u = _struct.Struct('>i').unpack_from
+_T2p = _struct.Struct('>i').pack
+_T3u = _struct.Struct('>iB').unpack_from
+_T3p = _struct.Struct('>iB').pack
+_T4u = _struct.Struct('>h').unpack_from
+_T4p = _struct.Struct('>h').pack
+_T5u = _struct.Struct('>hh').unpack_from
+_T5p = _struct.Struct('>hh').pack
+_T6u = _struct.Struct('>hB').unpack_from
+_T6p = _struct.Struct('>hB').pack
 
 
 class DescribeGroupsRequest(_Struct):
@@ -178,11 +186,9 @@ class DescribeGroupsRequest(_Struct):
                 _i = -1
                 o.groups = lst
             f = 'include_authorized_operations'
-            o.include_authorized_operations, = _T0u(buf, pos)
-            pos += 1
+            o.include_authorized_operations, n = _T1u(buf, pos)
+            pos += 2
             f = '<tagged fields>'
-            n = buf[pos]
-            pos += 1
             if n:
                 o.unknown_tagged_fields = u = {}
                 if n >= 128:
@@ -219,7 +225,7 @@ class DescribeGroupsResponse(_Struct):
 
     def _w0(self, buf, parts, v):
         if v >= 1:
-            buf += _T1p(self.throttle_time_ms)
+            buf += _T2p(self.throttle_time_ms)
         x = self.groups
         if x is None:
             raise _not_nullable(self, 'groups', v)
@@ -237,7 +243,7 @@ class DescribeGroupsResponse(_Struct):
         try:
             if v >= 1:
                 f = 'throttle_time_ms'
-                o.throttle_time_ms, = _T1u(buf, pos)
+                o.throttle_time_ms, = _T2u(buf, pos)
                 pos += 4
             else:
                 o.throttle_time_ms = 0
@@ -262,7 +268,7 @@ class DescribeGroupsResponse(_Struct):
         return o, pos
 
     def _w1(self, buf, parts, v):
-        buf += _T1p(self.throttle_time_ms)
+        buf += _T2p(self.throttle_time_ms)
         x = self.groups
         if x is None:
             raise _not_nullable(self, 'groups', v)
@@ -287,11 +293,9 @@ class DescribeGroupsResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, = _T1u(buf, pos)
-            pos += 4
+            o.throttle_time_ms, n = _T3u(buf, pos)
+            pos += 5
             f = 'groups'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -358,7 +362,7 @@ class DescribeGroupsResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T2p(self.error_code)
+            buf += _T4p(self.error_code)
             x = self.group_id
             if x is None:
                 raise _not_nullable(self, 'group_id', v)
@@ -395,7 +399,7 @@ class DescribeGroupsResponse(_Struct):
                 for e in x:
                     e._w0(buf, parts, v)
             if v >= 3:
-                buf += _T1p(self.authorized_operations)
+                buf += _T2p(self.authorized_operations)
             else:
                 if not (self.authorized_operations == -2147483648):
                     raise _absent(self, 'authorized_operations', v)
@@ -408,11 +412,9 @@ class DescribeGroupsResponse(_Struct):
             _i = -1
             try:
                 f = 'error_code'
-                o.error_code, = _T2u(buf, pos)
-                pos += 2
+                o.error_code, n = _T5u(buf, pos)
+                pos += 4
                 f = 'group_id'
-                n, = _ui16(buf, pos)
-                pos += 2
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
@@ -467,7 +469,7 @@ class DescribeGroupsResponse(_Struct):
                     o.members = lst
                 if v >= 3:
                     f = 'authorized_operations'
-                    o.authorized_operations, = _T1u(buf, pos)
+                    o.authorized_operations, = _T2u(buf, pos)
                     pos += 4
                 else:
                     o.authorized_operations = -2147483648
@@ -477,7 +479,7 @@ class DescribeGroupsResponse(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T2p(self.error_code)
+            buf += _T4p(self.error_code)
             x = self.group_id
             if x is None:
                 raise _not_nullable(self, 'group_id', v)
@@ -533,7 +535,7 @@ class DescribeGroupsResponse(_Struct):
                     buf += _wuv(n)
                 for e in x:
                     e._w1(buf, parts, v)
-            buf += _T1p(self.authorized_operations)
+            buf += _T2p(self.authorized_operations)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -547,11 +549,9 @@ class DescribeGroupsResponse(_Struct):
             _i = -1
             try:
                 f = 'error_code'
-                o.error_code, = _T2u(buf, pos)
-                pos += 2
+                o.error_code, n = _T6u(buf, pos)
+                pos += 3
                 f = 'group_id'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -640,11 +640,9 @@ class DescribeGroupsResponse(_Struct):
                     _i = -1
                     o.members = lst
                 f = 'authorized_operations'
-                o.authorized_operations, = _T1u(buf, pos)
-                pos += 4
+                o.authorized_operations, n = _T3u(buf, pos)
+                pos += 5
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:

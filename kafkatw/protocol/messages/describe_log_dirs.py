@@ -35,12 +35,20 @@ __all__ = ["DescribeLogDirsRequest", "DescribeLogDirsResponse"]
 
 _T0u = _struct.Struct('>i').unpack_from
 _T0p = _struct.Struct('>i').pack
-_T1u = _struct.Struct('>h').unpack_from
-_T1p = _struct.Struct('>h').pack
-_T2u = _struct.Struct('>qq').unpack_from
-_T2p = _struct.Struct('>qq').pack
-_T3u = _struct.Struct('>iqq?').unpack_from
-_T3p = _struct.Struct('>iqq?').pack
+_T1u = _struct.Struct('>ii').unpack_from
+_T1p = _struct.Struct('>ii').pack
+_T2u = _struct.Struct('>h').unpack_from
+_T2p = _struct.Struct('>h').pack
+_T3u = _struct.Struct('>hh').unpack_from
+_T3p = _struct.Struct('>hh').pack
+_T4u = _struct.Struct('>qq').unpack_from
+_T4p = _struct.Struct('>qq').pack
+_T5u = _struct.Struct('>hB').unpack_from
+_T5p = _struct.Struct('>hB').pack
+_T6u = _struct.Struct('>iqq?').unpack_from
+_T6p = _struct.Struct('>iqq?').pack
+_T7u = _struct.Struct('>iqq?B').unpack_from
+_T7p = _struct.Struct('>iqq?B').pack
 
 
 class DescribeLogDirsRequest(_Struct):
@@ -352,12 +360,10 @@ class DescribeLogDirsResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, = _T0u(buf, pos)
-            pos += 4
+            o.throttle_time_ms, n = _T1u(buf, pos)
+            pos += 8
             o.error_code = 0
             f = 'results'
-            n, = _ui32(buf, pos)
-            pos += 4
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
@@ -378,7 +384,7 @@ class DescribeLogDirsResponse(_Struct):
     def _w1(self, buf, parts, v):
         buf += _T0p(self.throttle_time_ms)
         if v >= 3:
-            buf += _T1p(self.error_code)
+            buf += _T2p(self.error_code)
         x = self.results
         if x is None:
             raise _not_nullable(self, 'results', v)
@@ -407,7 +413,7 @@ class DescribeLogDirsResponse(_Struct):
             pos += 4
             if v >= 3:
                 f = 'error_code'
-                o.error_code, = _T1u(buf, pos)
+                o.error_code, = _T2u(buf, pos)
                 pos += 2
             else:
                 o.error_code = 0
@@ -476,7 +482,7 @@ class DescribeLogDirsResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T1p(self.error_code)
+            buf += _T2p(self.error_code)
             x = self.log_dir
             if x is None:
                 raise _not_nullable(self, 'log_dir', v)
@@ -500,11 +506,9 @@ class DescribeLogDirsResponse(_Struct):
             _i = -1
             try:
                 f = 'error_code'
-                o.error_code, = _T1u(buf, pos)
-                pos += 2
+                o.error_code, n = _T3u(buf, pos)
+                pos += 4
                 f = 'log_dir'
-                n, = _ui16(buf, pos)
-                pos += 2
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
@@ -535,7 +539,7 @@ class DescribeLogDirsResponse(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T1p(self.error_code)
+            buf += _T2p(self.error_code)
             x = self.log_dir
             if x is None:
                 raise _not_nullable(self, 'log_dir', v)
@@ -559,7 +563,7 @@ class DescribeLogDirsResponse(_Struct):
                 for e in x:
                     e._w1(buf, parts, v)
             if v >= 4:
-                buf += _T2p(self.total_bytes, self.usable_bytes)
+                buf += _T4p(self.total_bytes, self.usable_bytes)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -573,11 +577,9 @@ class DescribeLogDirsResponse(_Struct):
             _i = -1
             try:
                 f = 'error_code'
-                o.error_code, = _T1u(buf, pos)
-                pos += 2
+                o.error_code, n = _T5u(buf, pos)
+                pos += 3
                 f = 'log_dir'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -616,7 +618,7 @@ class DescribeLogDirsResponse(_Struct):
                     o.topics = lst
                 if v >= 4:
                     f = 'total_bytes'
-                    o.total_bytes, o.usable_bytes = _T2u(buf, pos)
+                    o.total_bytes, o.usable_bytes = _T4u(buf, pos)
                     pos += 16
                 else:
                     o.total_bytes = -1
@@ -827,7 +829,7 @@ class DescribeLogDirsResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T3p(self.partition_index, self.partition_size, self.offset_lag, self.is_future_key)
+            buf += _T6p(self.partition_index, self.partition_size, self.offset_lag, self.is_future_key)
 
         @staticmethod
         def _r0(buf, pos, v):
@@ -837,7 +839,7 @@ class DescribeLogDirsResponse(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.partition_size, o.offset_lag, o.is_future_key = _T3u(buf, pos)
+                o.partition_index, o.partition_size, o.offset_lag, o.is_future_key = _T6u(buf, pos)
                 pos += 21
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -845,7 +847,7 @@ class DescribeLogDirsResponse(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T3p(self.partition_index, self.partition_size, self.offset_lag, self.is_future_key)
+            buf += _T6p(self.partition_index, self.partition_size, self.offset_lag, self.is_future_key)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -859,11 +861,9 @@ class DescribeLogDirsResponse(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.partition_size, o.offset_lag, o.is_future_key = _T3u(buf, pos)
-                pos += 21
+                o.partition_index, o.partition_size, o.offset_lag, o.is_future_key, n = _T7u(buf, pos)
+                pos += 22
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:

@@ -31,10 +31,16 @@ __all__ = ["DescribeProducersRequest", "DescribeProducersResponse"]
 
 _T0u = _struct.Struct('>i').unpack_from
 _T0p = _struct.Struct('>i').pack
-_T1u = _struct.Struct('>ih').unpack_from
-_T1p = _struct.Struct('>ih').pack
-_T2u = _struct.Struct('>qiiqiq').unpack_from
-_T2p = _struct.Struct('>qiiqiq').pack
+_T1u = _struct.Struct('>iB').unpack_from
+_T1p = _struct.Struct('>iB').pack
+_T2u = _struct.Struct('>ih').unpack_from
+_T2p = _struct.Struct('>ih').pack
+_T3u = _struct.Struct('>ihB').unpack_from
+_T3p = _struct.Struct('>ihB').pack
+_T4u = _struct.Struct('>qiiqiq').unpack_from
+_T4p = _struct.Struct('>qiiqiq').pack
+_T5u = _struct.Struct('>qiiqiqB').unpack_from
+_T5p = _struct.Struct('>qiiqiqB').pack
 
 
 class DescribeProducersRequest(_Struct):
@@ -268,11 +274,9 @@ class DescribeProducersResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, = _T0u(buf, pos)
-            pos += 4
+            o.throttle_time_ms, n = _T1u(buf, pos)
+            pos += 5
             f = 'topics'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -444,7 +448,7 @@ class DescribeProducersResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T1p(self.partition_index, self.error_code)
+            buf += _T2p(self.partition_index, self.error_code)
             x = self.error_message
             if x is None:
                 buf += b'\x00'
@@ -480,11 +484,9 @@ class DescribeProducersResponse(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.error_code = _T1u(buf, pos)
-                pos += 6
+                o.partition_index, o.error_code, n = _T3u(buf, pos)
+                pos += 7
                 f = 'error_message'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -567,7 +569,7 @@ class DescribeProducersResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T2p(self.producer_id, self.producer_epoch, self.last_sequence, self.last_timestamp, self.coordinator_epoch, self.current_txn_start_offset)
+            buf += _T4p(self.producer_id, self.producer_epoch, self.last_sequence, self.last_timestamp, self.coordinator_epoch, self.current_txn_start_offset)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -581,11 +583,9 @@ class DescribeProducersResponse(_Struct):
             _i = -1
             try:
                 f = 'producer_id'
-                o.producer_id, o.producer_epoch, o.last_sequence, o.last_timestamp, o.coordinator_epoch, o.current_txn_start_offset = _T2u(buf, pos)
-                pos += 36
+                o.producer_id, o.producer_epoch, o.last_sequence, o.last_timestamp, o.coordinator_epoch, o.current_txn_start_offset, n = _T5u(buf, pos)
+                pos += 37
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:

@@ -31,20 +31,24 @@ __all__ = ["DescribeQuorumRequest", "DescribeQuorumResponse"]
 
 _T0u = _struct.Struct('>i').unpack_from
 _T0p = _struct.Struct('>i').pack
-_T1u = _struct.Struct('>h').unpack_from
-_T1p = _struct.Struct('>h').pack
-_T2u = _struct.Struct('>16s').unpack_from
-_T2p = _struct.Struct('>16s').pack
-_T3u = _struct.Struct('>q').unpack_from
-_T3p = _struct.Struct('>q').pack
-_T4u = _struct.Struct('>qq').unpack_from
-_T4p = _struct.Struct('>qq').pack
-_T5u = _struct.Struct('>ih').unpack_from
-_T5p = _struct.Struct('>ih').pack
-_T6u = _struct.Struct('>iiq').unpack_from
-_T6p = _struct.Struct('>iiq').pack
-_T7u = _struct.Struct('>H').unpack_from
-_T7p = _struct.Struct('>H').pack
+_T1u = _struct.Struct('>iB').unpack_from
+_T1p = _struct.Struct('>iB').pack
+_T2u = _struct.Struct('>h').unpack_from
+_T2p = _struct.Struct('>h').pack
+_T3u = _struct.Struct('>16s').unpack_from
+_T3p = _struct.Struct('>16s').pack
+_T4u = _struct.Struct('>q').unpack_from
+_T4p = _struct.Struct('>q').pack
+_T5u = _struct.Struct('>qq').unpack_from
+_T5p = _struct.Struct('>qq').pack
+_T6u = _struct.Struct('>ih').unpack_from
+_T6p = _struct.Struct('>ih').pack
+_T7u = _struct.Struct('>iiq').unpack_from
+_T7p = _struct.Struct('>iiq').pack
+_T8u = _struct.Struct('>iiqB').unpack_from
+_T8p = _struct.Struct('>iiqB').pack
+_T9u = _struct.Struct('>H').unpack_from
+_T9p = _struct.Struct('>H').pack
 
 
 class DescribeQuorumRequest(_Struct):
@@ -269,11 +273,9 @@ class DescribeQuorumRequest(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, = _T0u(buf, pos)
-                pos += 4
+                o.partition_index, n = _T1u(buf, pos)
+                pos += 5
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:
@@ -314,7 +316,7 @@ class DescribeQuorumResponse(_Struct):
             and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
-        buf += _T1p(self.error_code)
+        buf += _T2p(self.error_code)
         if v >= 2:
             x = self.error_message
             if x is None:
@@ -366,7 +368,7 @@ class DescribeQuorumResponse(_Struct):
         _i = -1
         try:
             f = 'error_code'
-            o.error_code, = _T1u(buf, pos)
+            o.error_code, = _T2u(buf, pos)
             pos += 2
             if v >= 2:
                 f = 'error_message'
@@ -480,13 +482,13 @@ class DescribeQuorumResponse(_Struct):
         def _w1(self, buf, parts, v):
             buf += _T0p(self.replica_id)
             if v >= 2:
-                buf += _T2p(self.replica_directory_id)
+                buf += _T3p(self.replica_directory_id)
             else:
                 if not (self.replica_directory_id == _ZERO_UUID):
                     raise _absent(self, 'replica_directory_id', v)
-            buf += _T3p(self.log_end_offset)
+            buf += _T4p(self.log_end_offset)
             if v >= 1:
-                buf += _T4p(self.last_fetch_timestamp, self.last_caught_up_timestamp)
+                buf += _T5p(self.last_fetch_timestamp, self.last_caught_up_timestamp)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -504,16 +506,16 @@ class DescribeQuorumResponse(_Struct):
                 pos += 4
                 if v >= 2:
                     f = 'replica_directory_id'
-                    o.replica_directory_id, = _T2u(buf, pos)
+                    o.replica_directory_id, = _T3u(buf, pos)
                     pos += 16
                 else:
                     o.replica_directory_id = _ZERO_UUID
                 f = 'log_end_offset'
-                o.log_end_offset, = _T3u(buf, pos)
+                o.log_end_offset, = _T4u(buf, pos)
                 pos += 8
                 if v >= 1:
                     f = 'last_fetch_timestamp'
-                    o.last_fetch_timestamp, o.last_caught_up_timestamp = _T4u(buf, pos)
+                    o.last_fetch_timestamp, o.last_caught_up_timestamp = _T5u(buf, pos)
                     pos += 16
                 else:
                     o.last_fetch_timestamp = -1
@@ -679,7 +681,7 @@ class DescribeQuorumResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T5p(self.partition_index, self.error_code)
+            buf += _T6p(self.partition_index, self.error_code)
             if v >= 2:
                 x = self.error_message
                 if x is None:
@@ -692,7 +694,7 @@ class DescribeQuorumResponse(_Struct):
                     else:
                         buf += _wuv(n)
                     buf += x
-            buf += _T6p(self.leader_id, self.leader_epoch, self.high_watermark)
+            buf += _T7p(self.leader_id, self.leader_epoch, self.high_watermark)
             x = self.current_voters
             if x is None:
                 raise _not_nullable(self, 'current_voters', v)
@@ -728,7 +730,7 @@ class DescribeQuorumResponse(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.error_code = _T5u(buf, pos)
+                o.partition_index, o.error_code = _T6u(buf, pos)
                 pos += 6
                 if v >= 2:
                     f = 'error_message'
@@ -751,11 +753,9 @@ class DescribeQuorumResponse(_Struct):
                 else:
                     o.error_message = ''
                 f = 'leader_id'
-                o.leader_id, o.leader_epoch, o.high_watermark = _T6u(buf, pos)
-                pos += 16
+                o.leader_id, o.leader_epoch, o.high_watermark, n = _T8u(buf, pos)
+                pos += 17
                 f = 'current_voters'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -969,7 +969,7 @@ class DescribeQuorumResponse(_Struct):
                 if not (self.host == ''):
                     raise _absent(self, 'host', v)
             if v >= 2:
-                buf += _T7p(self.port)
+                buf += _T9p(self.port)
             else:
                 if not (self.port == 0):
                     raise _absent(self, 'port', v)
@@ -1027,7 +1027,7 @@ class DescribeQuorumResponse(_Struct):
                     o.host = ''
                 if v >= 2:
                     f = 'port'
-                    o.port, = _T7u(buf, pos)
+                    o.port, = _T9u(buf, pos)
                     pos += 2
                 else:
                     o.port = 0

@@ -33,12 +33,20 @@ __all__ = ["DescribeTopicPartitionsRequest", "DescribeTopicPartitionsResponse"]
 
 _T0u = _struct.Struct('>i').unpack_from
 _T0p = _struct.Struct('>i').pack
-_T1u = _struct.Struct('>h').unpack_from
-_T1p = _struct.Struct('>h').pack
-_T2u = _struct.Struct('>16s?').unpack_from
-_T2p = _struct.Struct('>16s?').pack
-_T3u = _struct.Struct('>hiii').unpack_from
-_T3p = _struct.Struct('>hiii').pack
+_T1u = _struct.Struct('>iB').unpack_from
+_T1p = _struct.Struct('>iB').pack
+_T2u = _struct.Struct('>h').unpack_from
+_T2p = _struct.Struct('>h').pack
+_T3u = _struct.Struct('>16s?').unpack_from
+_T3p = _struct.Struct('>16s?').pack
+_T4u = _struct.Struct('>hB').unpack_from
+_T4p = _struct.Struct('>hB').pack
+_T5u = _struct.Struct('>16s?B').unpack_from
+_T5p = _struct.Struct('>16s?B').pack
+_T6u = _struct.Struct('>hiii').unpack_from
+_T6p = _struct.Struct('>hiii').pack
+_T7u = _struct.Struct('>hiiiB').unpack_from
+_T7p = _struct.Struct('>hiiiB').pack
 
 
 class DescribeTopicPartitionsRequest(_Struct):
@@ -279,11 +287,9 @@ class DescribeTopicPartitionsRequest(_Struct):
                     o.topic_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'partition_index'
-                o.partition_index, = _T0u(buf, pos)
-                pos += 4
+                o.partition_index, n = _T1u(buf, pos)
+                pos += 5
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:
@@ -353,11 +359,9 @@ class DescribeTopicPartitionsResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, = _T0u(buf, pos)
-            pos += 4
+            o.throttle_time_ms, n = _T1u(buf, pos)
+            pos += 5
             f = 'topics'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -429,7 +433,7 @@ class DescribeTopicPartitionsResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T1p(self.error_code)
+            buf += _T2p(self.error_code)
             x = self.name
             if x is None:
                 buf += b'\x00'
@@ -441,7 +445,7 @@ class DescribeTopicPartitionsResponse(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T2p(self.topic_id, self.is_internal)
+            buf += _T3p(self.topic_id, self.is_internal)
             x = self.partitions
             if x is None:
                 raise _not_nullable(self, 'partitions', v)
@@ -467,11 +471,9 @@ class DescribeTopicPartitionsResponse(_Struct):
             _i = -1
             try:
                 f = 'error_code'
-                o.error_code, = _T1u(buf, pos)
-                pos += 2
+                o.error_code, n = _T4u(buf, pos)
+                pos += 3
                 f = 'name'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -487,11 +489,9 @@ class DescribeTopicPartitionsResponse(_Struct):
                     o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'topic_id'
-                o.topic_id, o.is_internal = _T2u(buf, pos)
-                pos += 17
+                o.topic_id, o.is_internal, n = _T5u(buf, pos)
+                pos += 18
                 f = 'partitions'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -512,11 +512,9 @@ class DescribeTopicPartitionsResponse(_Struct):
                     _i = -1
                     o.partitions = lst
                 f = 'topic_authorized_operations'
-                o.topic_authorized_operations, = _T0u(buf, pos)
-                pos += 4
+                o.topic_authorized_operations, n = _T1u(buf, pos)
+                pos += 5
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:
@@ -566,7 +564,7 @@ class DescribeTopicPartitionsResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T3p(self.error_code, self.partition_index, self.leader_id, self.leader_epoch)
+            buf += _T6p(self.error_code, self.partition_index, self.leader_id, self.leader_epoch)
             x = self.replica_nodes
             if x is None:
                 raise _not_nullable(self, 'replica_nodes', v)
@@ -630,11 +628,9 @@ class DescribeTopicPartitionsResponse(_Struct):
             _i = -1
             try:
                 f = 'error_code'
-                o.error_code, o.partition_index, o.leader_id, o.leader_epoch = _T3u(buf, pos)
-                pos += 14
+                o.error_code, o.partition_index, o.leader_id, o.leader_epoch, n = _T7u(buf, pos)
+                pos += 15
                 f = 'replica_nodes'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -802,11 +798,9 @@ class DescribeTopicPartitionsResponse(_Struct):
                     o.topic_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'partition_index'
-                o.partition_index, = _T0u(buf, pos)
-                pos += 4
+                o.partition_index, n = _T1u(buf, pos)
+                pos += 5
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:

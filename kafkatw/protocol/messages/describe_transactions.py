@@ -31,10 +31,16 @@ __all__ = ["DescribeTransactionsRequest", "DescribeTransactionsResponse"]
 
 _T0u = _struct.Struct('>i').unpack_from
 _T0p = _struct.Struct('>i').pack
-_T1u = _struct.Struct('>h').unpack_from
-_T1p = _struct.Struct('>h').pack
-_T2u = _struct.Struct('>iqqh').unpack_from
-_T2p = _struct.Struct('>iqqh').pack
+_T1u = _struct.Struct('>iB').unpack_from
+_T1p = _struct.Struct('>iB').pack
+_T2u = _struct.Struct('>h').unpack_from
+_T2p = _struct.Struct('>h').pack
+_T3u = _struct.Struct('>iqqh').unpack_from
+_T3p = _struct.Struct('>iqqh').pack
+_T4u = _struct.Struct('>hB').unpack_from
+_T4p = _struct.Struct('>hB').pack
+_T5u = _struct.Struct('>iqqhB').unpack_from
+_T5p = _struct.Struct('>iqqhB').pack
 
 
 class DescribeTransactionsRequest(_Struct):
@@ -180,11 +186,9 @@ class DescribeTransactionsResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, = _T0u(buf, pos)
-            pos += 4
+            o.throttle_time_ms, n = _T1u(buf, pos)
+            pos += 5
             f = 'transaction_states'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -253,7 +257,7 @@ class DescribeTransactionsResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T1p(self.error_code)
+            buf += _T2p(self.error_code)
             x = self.transactional_id
             if x is None:
                 raise _not_nullable(self, 'transactional_id', v)
@@ -276,7 +280,7 @@ class DescribeTransactionsResponse(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T2p(self.transaction_timeout_ms, self.transaction_start_time_ms, self.producer_id, self.producer_epoch)
+            buf += _T3p(self.transaction_timeout_ms, self.transaction_start_time_ms, self.producer_id, self.producer_epoch)
             x = self.topics
             if x is None:
                 raise _not_nullable(self, 'topics', v)
@@ -301,11 +305,9 @@ class DescribeTransactionsResponse(_Struct):
             _i = -1
             try:
                 f = 'error_code'
-                o.error_code, = _T1u(buf, pos)
-                pos += 2
+                o.error_code, n = _T4u(buf, pos)
+                pos += 3
                 f = 'transactional_id'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -338,11 +340,9 @@ class DescribeTransactionsResponse(_Struct):
                     o.transaction_state = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'transaction_timeout_ms'
-                o.transaction_timeout_ms, o.transaction_start_time_ms, o.producer_id, o.producer_epoch = _T2u(buf, pos)
-                pos += 22
+                o.transaction_timeout_ms, o.transaction_start_time_ms, o.producer_id, o.producer_epoch, n = _T5u(buf, pos)
+                pos += 23
                 f = 'topics'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)

@@ -29,10 +29,16 @@ __all__ = ["DescribeUserScramCredentialsRequest", "DescribeUserScramCredentialsR
 
 _T0u = _struct.Struct('>ih').unpack_from
 _T0p = _struct.Struct('>ih').pack
-_T1u = _struct.Struct('>h').unpack_from
-_T1p = _struct.Struct('>h').pack
-_T2u = _struct.Struct('>bi').unpack_from
-_T2p = _struct.Struct('>bi').pack
+_T1u = _struct.Struct('>ihB').unpack_from
+_T1p = _struct.Struct('>ihB').pack
+_T2u = _struct.Struct('>h').unpack_from
+_T2p = _struct.Struct('>h').pack
+_T3u = _struct.Struct('>hB').unpack_from
+_T3p = _struct.Struct('>hB').pack
+_T4u = _struct.Struct('>bi').unpack_from
+_T4p = _struct.Struct('>bi').pack
+_T5u = _struct.Struct('>biB').unpack_from
+_T5p = _struct.Struct('>biB').pack
 
 
 class DescribeUserScramCredentialsRequest(_Struct):
@@ -251,11 +257,9 @@ class DescribeUserScramCredentialsResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, o.error_code = _T0u(buf, pos)
-            pos += 6
+            o.throttle_time_ms, o.error_code, n = _T1u(buf, pos)
+            pos += 7
             f = 'error_message'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -344,7 +348,7 @@ class DescribeUserScramCredentialsResponse(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T1p(self.error_code)
+            buf += _T2p(self.error_code)
             x = self.error_message
             if x is None:
                 buf += b'\x00'
@@ -397,11 +401,9 @@ class DescribeUserScramCredentialsResponse(_Struct):
                     o.user = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'error_code'
-                o.error_code, = _T1u(buf, pos)
-                pos += 2
+                o.error_code, n = _T3u(buf, pos)
+                pos += 3
                 f = 'error_message'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -476,7 +478,7 @@ class DescribeUserScramCredentialsResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T2p(self.mechanism, self.iterations)
+            buf += _T4p(self.mechanism, self.iterations)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -490,11 +492,9 @@ class DescribeUserScramCredentialsResponse(_Struct):
             _i = -1
             try:
                 f = 'mechanism'
-                o.mechanism, o.iterations = _T2u(buf, pos)
-                pos += 5
+                o.mechanism, o.iterations, n = _T5u(buf, pos)
+                pos += 6
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:

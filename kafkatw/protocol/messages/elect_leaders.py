@@ -38,10 +38,18 @@ _T0u = _struct.Struct('>b').unpack_from
 _T0p = _struct.Struct('>b').pack
 _T1u = _struct.Struct('>i').unpack_from
 _T1p = _struct.Struct('>i').pack
-_T2u = _struct.Struct('>h').unpack_from
-_T2p = _struct.Struct('>h').pack
-_T3u = _struct.Struct('>ih').unpack_from
-_T3p = _struct.Struct('>ih').pack
+_T2u = _struct.Struct('>bB').unpack_from
+_T2p = _struct.Struct('>bB').pack
+_T3u = _struct.Struct('>iB').unpack_from
+_T3p = _struct.Struct('>iB').pack
+_T4u = _struct.Struct('>h').unpack_from
+_T4p = _struct.Struct('>h').pack
+_T5u = _struct.Struct('>ih').unpack_from
+_T5p = _struct.Struct('>ih').pack
+_T6u = _struct.Struct('>ihB').unpack_from
+_T6p = _struct.Struct('>ihB').pack
+_T7u = _struct.Struct('>ihh').unpack_from
+_T7p = _struct.Struct('>ihh').pack
 
 
 class ElectLeadersRequest(_Struct):
@@ -142,11 +150,9 @@ class ElectLeadersRequest(_Struct):
         _i = -1
         try:
             f = 'election_type'
-            o.election_type, = _T0u(buf, pos)
-            pos += 1
+            o.election_type, n = _T2u(buf, pos)
+            pos += 2
             f = 'topic_partitions'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -167,11 +173,9 @@ class ElectLeadersRequest(_Struct):
                 _i = -1
                 o.topic_partitions = lst
             f = 'timeout_ms'
-            o.timeout_ms, = _T1u(buf, pos)
-            pos += 4
+            o.timeout_ms, n = _T3u(buf, pos)
+            pos += 5
             f = '<tagged fields>'
-            n = buf[pos]
-            pos += 1
             if n:
                 o.unknown_tagged_fields = u = {}
                 if n >= 128:
@@ -365,7 +369,7 @@ class ElectLeadersResponse(_Struct):
     def _w0(self, buf, parts, v):
         buf += _T1p(self.throttle_time_ms)
         if v >= 1:
-            buf += _T2p(self.error_code)
+            buf += _T4p(self.error_code)
         else:
             if not (self.error_code == 0):
                 raise _absent(self, 'error_code', v)
@@ -389,7 +393,7 @@ class ElectLeadersResponse(_Struct):
             pos += 4
             if v >= 1:
                 f = 'error_code'
-                o.error_code, = _T2u(buf, pos)
+                o.error_code, = _T4u(buf, pos)
                 pos += 2
             else:
                 o.error_code = 0
@@ -414,7 +418,7 @@ class ElectLeadersResponse(_Struct):
         return o, pos
 
     def _w1(self, buf, parts, v):
-        buf += _T3p(self.throttle_time_ms, self.error_code)
+        buf += _T5p(self.throttle_time_ms, self.error_code)
         x = self.replica_election_results
         if x is None:
             raise _not_nullable(self, 'replica_election_results', v)
@@ -439,11 +443,9 @@ class ElectLeadersResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, o.error_code = _T3u(buf, pos)
-            pos += 6
+            o.throttle_time_ms, o.error_code, n = _T6u(buf, pos)
+            pos += 7
             f = 'replica_election_results'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -666,7 +668,7 @@ class ElectLeadersResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T3p(self.partition_id, self.error_code)
+            buf += _T5p(self.partition_id, self.error_code)
             x = self.error_message
             if x is None:
                 buf += b'\xff\xff'
@@ -683,11 +685,9 @@ class ElectLeadersResponse(_Struct):
             _i = -1
             try:
                 f = 'partition_id'
-                o.partition_id, o.error_code = _T3u(buf, pos)
-                pos += 6
+                o.partition_id, o.error_code, n = _T7u(buf, pos)
+                pos += 8
                 f = 'error_message'
-                n, = _ui16(buf, pos)
-                pos += 2
                 if n == -1:
                     o.error_message = None
                 else:
@@ -701,7 +701,7 @@ class ElectLeadersResponse(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T3p(self.partition_id, self.error_code)
+            buf += _T5p(self.partition_id, self.error_code)
             x = self.error_message
             if x is None:
                 buf += b'\x00'
@@ -726,11 +726,9 @@ class ElectLeadersResponse(_Struct):
             _i = -1
             try:
                 f = 'partition_id'
-                o.partition_id, o.error_code = _T3u(buf, pos)
-                pos += 6
+                o.partition_id, o.error_code, n = _T6u(buf, pos)
+                pos += 7
                 f = 'error_message'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)

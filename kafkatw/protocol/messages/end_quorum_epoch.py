@@ -38,16 +38,32 @@ __all__ = ["EndQuorumEpochRequest", "EndQuorumEpochResponse"]
 
 _T0u = _struct.Struct('>iii').unpack_from
 _T0p = _struct.Struct('>iii').pack
-_T1u = _struct.Struct('>i16s').unpack_from
-_T1p = _struct.Struct('>i16s').pack
-_T2u = _struct.Struct('>H').unpack_from
-_T2p = _struct.Struct('>H').pack
-_T3u = _struct.Struct('>h').unpack_from
-_T3p = _struct.Struct('>h').pack
-_T4u = _struct.Struct('>ihii').unpack_from
-_T4p = _struct.Struct('>ihii').pack
-_T5u = _struct.Struct('>i').unpack_from
-_T5p = _struct.Struct('>i').pack
+_T1u = _struct.Struct('>iiii').unpack_from
+_T1p = _struct.Struct('>iiii').pack
+_T2u = _struct.Struct('>iiiB').unpack_from
+_T2p = _struct.Struct('>iiiB').pack
+_T3u = _struct.Struct('>i16s').unpack_from
+_T3p = _struct.Struct('>i16s').pack
+_T4u = _struct.Struct('>i16sB').unpack_from
+_T4p = _struct.Struct('>i16sB').pack
+_T5u = _struct.Struct('>H').unpack_from
+_T5p = _struct.Struct('>H').pack
+_T6u = _struct.Struct('>HB').unpack_from
+_T6p = _struct.Struct('>HB').pack
+_T7u = _struct.Struct('>h').unpack_from
+_T7p = _struct.Struct('>h').pack
+_T8u = _struct.Struct('>hi').unpack_from
+_T8p = _struct.Struct('>hi').pack
+_T9u = _struct.Struct('>hB').unpack_from
+_T9p = _struct.Struct('>hB').pack
+_T10u = _struct.Struct('>ihii').unpack_from
+_T10p = _struct.Struct('>ihii').pack
+_T11u = _struct.Struct('>ihiiB').unpack_from
+_T11p = _struct.Struct('>ihiiB').pack
+_T12u = _struct.Struct('>i').unpack_from
+_T12p = _struct.Struct('>i').pack
+_T13u = _struct.Struct('>iB').unpack_from
+_T13p = _struct.Struct('>iB').pack
 
 
 class EndQuorumEpochRequest(_Struct):
@@ -454,11 +470,9 @@ class EndQuorumEpochRequest(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.leader_id, o.leader_epoch = _T0u(buf, pos)
-                pos += 12
+                o.partition_index, o.leader_id, o.leader_epoch, n = _T1u(buf, pos)
+                pos += 16
                 f = 'preferred_successors'
-                n, = _ui32(buf, pos)
-                pos += 4
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
@@ -499,12 +513,10 @@ class EndQuorumEpochRequest(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.leader_id, o.leader_epoch = _T0u(buf, pos)
-                pos += 12
+                o.partition_index, o.leader_id, o.leader_epoch, n = _T2u(buf, pos)
+                pos += 13
                 o.preferred_successors = []
                 f = 'preferred_candidates'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -582,7 +594,7 @@ class EndQuorumEpochRequest(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T1p(self.candidate_id, self.candidate_directory_id)
+            buf += _T3p(self.candidate_id, self.candidate_directory_id)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -596,11 +608,9 @@ class EndQuorumEpochRequest(_Struct):
             _i = -1
             try:
                 f = 'candidate_id'
-                o.candidate_id, o.candidate_directory_id = _T1u(buf, pos)
-                pos += 20
+                o.candidate_id, o.candidate_directory_id, n = _T4u(buf, pos)
+                pos += 21
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:
@@ -683,7 +693,7 @@ class EndQuorumEpochRequest(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T2p(self.port)
+            buf += _T5p(self.port)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -731,11 +741,9 @@ class EndQuorumEpochRequest(_Struct):
                     o.host = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'port'
-                o.port, = _T2u(buf, pos)
-                pos += 2
+                o.port, n = _T6u(buf, pos)
+                pos += 3
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:
@@ -774,7 +782,7 @@ class EndQuorumEpochResponse(_Struct):
             and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
-        buf += _T3p(self.error_code)
+        buf += _T7p(self.error_code)
         x = self.topics
         if x is None:
             raise _not_nullable(self, 'topics', v)
@@ -793,11 +801,9 @@ class EndQuorumEpochResponse(_Struct):
         _i = -1
         try:
             f = 'error_code'
-            o.error_code, = _T3u(buf, pos)
-            pos += 2
+            o.error_code, n = _T8u(buf, pos)
+            pos += 6
             f = 'topics'
-            n, = _ui32(buf, pos)
-            pos += 4
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
@@ -817,7 +823,7 @@ class EndQuorumEpochResponse(_Struct):
         return o, pos
 
     def _w1(self, buf, parts, v):
-        buf += _T3p(self.error_code)
+        buf += _T7p(self.error_code)
         x = self.topics
         if x is None:
             raise _not_nullable(self, 'topics', v)
@@ -857,11 +863,9 @@ class EndQuorumEpochResponse(_Struct):
         _i = -1
         try:
             f = 'error_code'
-            o.error_code, = _T3u(buf, pos)
-            pos += 2
+            o.error_code, n = _T9u(buf, pos)
+            pos += 3
             f = 'topics'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -1113,7 +1117,7 @@ class EndQuorumEpochResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T4p(self.partition_index, self.error_code, self.leader_id, self.leader_epoch)
+            buf += _T10p(self.partition_index, self.error_code, self.leader_id, self.leader_epoch)
 
         @staticmethod
         def _r0(buf, pos, v):
@@ -1123,7 +1127,7 @@ class EndQuorumEpochResponse(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.error_code, o.leader_id, o.leader_epoch = _T4u(buf, pos)
+                o.partition_index, o.error_code, o.leader_id, o.leader_epoch = _T10u(buf, pos)
                 pos += 14
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -1131,7 +1135,7 @@ class EndQuorumEpochResponse(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T4p(self.partition_index, self.error_code, self.leader_id, self.leader_epoch)
+            buf += _T10p(self.partition_index, self.error_code, self.leader_id, self.leader_epoch)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -1145,11 +1149,9 @@ class EndQuorumEpochResponse(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.error_code, o.leader_id, o.leader_epoch = _T4u(buf, pos)
-                pos += 14
+                o.partition_index, o.error_code, o.leader_id, o.leader_epoch, n = _T11u(buf, pos)
+                pos += 15
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:
@@ -1210,7 +1212,7 @@ class EndQuorumEpochResponse(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T5p(self.node_id)
+            buf += _T12p(self.node_id)
             x = self.host
             if x is None:
                 raise _not_nullable(self, 'host', v)
@@ -1222,7 +1224,7 @@ class EndQuorumEpochResponse(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T2p(self.port)
+            buf += _T5p(self.port)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -1236,11 +1238,9 @@ class EndQuorumEpochResponse(_Struct):
             _i = -1
             try:
                 f = 'node_id'
-                o.node_id, = _T5u(buf, pos)
-                pos += 4
+                o.node_id, n = _T13u(buf, pos)
+                pos += 5
                 f = 'host'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -1256,11 +1256,9 @@ class EndQuorumEpochResponse(_Struct):
                     o.host = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'port'
-                o.port, = _T2u(buf, pos)
-                pos += 2
+                o.port, n = _T6u(buf, pos)
+                pos += 3
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:

@@ -30,10 +30,12 @@ __all__ = ["EndTxnRequest", "EndTxnResponse"]
 
 _T0u = _struct.Struct('>qh?').unpack_from
 _T0p = _struct.Struct('>qh?').pack
-_T1u = _struct.Struct('>ih').unpack_from
-_T1p = _struct.Struct('>ih').pack
-_T2u = _struct.Struct('>qh').unpack_from
-_T2p = _struct.Struct('>qh').pack
+_T1u = _struct.Struct('>qh?B').unpack_from
+_T1p = _struct.Struct('>qh?B').pack
+_T2u = _struct.Struct('>ih').unpack_from
+_T2p = _struct.Struct('>ih').pack
+_T3u = _struct.Struct('>qh').unpack_from
+_T3p = _struct.Struct('>qh').pack
 
 
 class EndTxnRequest(_Struct):
@@ -136,11 +138,9 @@ class EndTxnRequest(_Struct):
                 o.transactional_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'producer_id'
-            o.producer_id, o.producer_epoch, o.committed = _T0u(buf, pos)
-            pos += 11
+            o.producer_id, o.producer_epoch, o.committed, n = _T1u(buf, pos)
+            pos += 12
             f = '<tagged fields>'
-            n = buf[pos]
-            pos += 1
             if n:
                 o.unknown_tagged_fields = u = {}
                 if n >= 128:
@@ -180,7 +180,7 @@ class EndTxnResponse(_Struct):
             and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
-        buf += _T1p(self.throttle_time_ms, self.error_code)
+        buf += _T2p(self.throttle_time_ms, self.error_code)
 
     @staticmethod
     def _r0(buf, pos, v):
@@ -190,7 +190,7 @@ class EndTxnResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, o.error_code = _T1u(buf, pos)
+            o.throttle_time_ms, o.error_code = _T2u(buf, pos)
             pos += 6
             o.producer_id = -1
             o.producer_epoch = -1
@@ -200,9 +200,9 @@ class EndTxnResponse(_Struct):
         return o, pos
 
     def _w1(self, buf, parts, v):
-        buf += _T1p(self.throttle_time_ms, self.error_code)
+        buf += _T2p(self.throttle_time_ms, self.error_code)
         if v >= 5:
-            buf += _T2p(self.producer_id, self.producer_epoch)
+            buf += _T3p(self.producer_id, self.producer_epoch)
         if self.unknown_tagged_fields:
             _write_tags(buf, [], self.unknown_tagged_fields)
         else:
@@ -216,11 +216,11 @@ class EndTxnResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, o.error_code = _T1u(buf, pos)
+            o.throttle_time_ms, o.error_code = _T2u(buf, pos)
             pos += 6
             if v >= 5:
                 f = 'producer_id'
-                o.producer_id, o.producer_epoch = _T2u(buf, pos)
+                o.producer_id, o.producer_epoch = _T3u(buf, pos)
                 pos += 10
             else:
                 o.producer_id = -1

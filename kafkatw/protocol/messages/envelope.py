@@ -28,6 +28,8 @@ __all__ = ["EnvelopeRequest", "EnvelopeResponse"]
 
 _T0u = _struct.Struct('>h').unpack_from
 _T0p = _struct.Struct('>h').pack
+_T1u = _struct.Struct('>hB').unpack_from
+_T1p = _struct.Struct('>hB').pack
 
 
 class EnvelopeRequest(_Struct):
@@ -223,11 +225,9 @@ class EnvelopeResponse(_Struct):
                 o.response_data = buf[pos:pos + n]
                 pos += n
             f = 'error_code'
-            o.error_code, = _T0u(buf, pos)
-            pos += 2
+            o.error_code, n = _T1u(buf, pos)
+            pos += 3
             f = '<tagged fields>'
-            n = buf[pos]
-            pos += 1
             if n:
                 o.unknown_tagged_fields = u = {}
                 if n >= 128:

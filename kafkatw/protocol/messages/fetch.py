@@ -50,46 +50,64 @@ _T2u = _struct.Struct('>b').unpack_from
 _T2p = _struct.Struct('>b').pack
 _T3u = _struct.Struct('>iiibii').unpack_from
 _T3p = _struct.Struct('>iiibii').pack
-_T4u = _struct.Struct('>iq').unpack_from
-_T4p = _struct.Struct('>iq').pack
-_T5u = _struct.Struct('>16s').unpack_from
-_T5p = _struct.Struct('>16s').pack
-_T6u = _struct.Struct('>q').unpack_from
-_T6p = _struct.Struct('>q').pack
-_T7u = _struct.Struct('>iiqiqi').unpack_from
-_T7p = _struct.Struct('>iiqiqi').pack
-_T8u = _struct.Struct('>hi').unpack_from
-_T8p = _struct.Struct('>hi').pack
-_T9u = _struct.Struct('>ihi').unpack_from
-_T9p = _struct.Struct('>ihi').pack
-_T10u = _struct.Struct('>ihq').unpack_from
-_T10p = _struct.Struct('>ihq').pack
-_T11u = _struct.Struct('>ihqqq').unpack_from
-_T11p = _struct.Struct('>ihqqq').pack
-_T12u = _struct.Struct('>qi').unpack_from
-_T12p = _struct.Struct('>qi').pack
-_T13u = _struct.Struct('>qq').unpack_from
-_T13p = _struct.Struct('>qq').pack
-_T14u = _struct.Struct('>i4s').unpack_from
-_T14p = _struct.Struct('>i4s').pack
-_T15u = _struct.Struct('>ihqq').unpack_from
-_T15p = _struct.Struct('>ihqq').pack
-_T16u = _struct.Struct('>ihi4s').unpack_from
-_T16p = _struct.Struct('>ihi4s').pack
-_T17u = _struct.Struct('>ihi2s').unpack_from
-_T17p = _struct.Struct('>ihi2s').pack
-_T18u = _struct.Struct('>qq1s').unpack_from
-_T18p = _struct.Struct('>qq1s').pack
-_T19u = _struct.Struct('>iq1s').unpack_from
-_T19p = _struct.Struct('>iq1s').pack
-_T20u = _struct.Struct('>ii1s').unpack_from
-_T20p = _struct.Struct('>ii1s').pack
-_T21u = _struct.Struct('>qi1s').unpack_from
-_T21p = _struct.Struct('>qi1s').pack
-_T22u = _struct.Struct('>16s2s').unpack_from
-_T22p = _struct.Struct('>16s2s').pack
-_T23u = _struct.Struct('>i2s').unpack_from
-_T23p = _struct.Struct('>i2s').pack
+_T4u = _struct.Struct('>iiibiiB').unpack_from
+_T4p = _struct.Struct('>iiibiiB').pack
+_T5u = _struct.Struct('>iq').unpack_from
+_T5p = _struct.Struct('>iq').pack
+_T6u = _struct.Struct('>16s').unpack_from
+_T6p = _struct.Struct('>16s').pack
+_T7u = _struct.Struct('>q').unpack_from
+_T7p = _struct.Struct('>q').pack
+_T8u = _struct.Struct('>iiqiqi').unpack_from
+_T8p = _struct.Struct('>iiqiqi').pack
+_T9u = _struct.Struct('>iiqiqiB').unpack_from
+_T9p = _struct.Struct('>iiqiqiB').pack
+_T10u = _struct.Struct('>hi').unpack_from
+_T10p = _struct.Struct('>hi').pack
+_T11u = _struct.Struct('>ihi').unpack_from
+_T11p = _struct.Struct('>ihi').pack
+_T12u = _struct.Struct('>ihiB').unpack_from
+_T12p = _struct.Struct('>ihiB').pack
+_T13u = _struct.Struct('>ihq').unpack_from
+_T13p = _struct.Struct('>ihq').pack
+_T14u = _struct.Struct('>ihqqq').unpack_from
+_T14p = _struct.Struct('>ihqqq').pack
+_T15u = _struct.Struct('>ihqqqB').unpack_from
+_T15p = _struct.Struct('>ihqqqB').pack
+_T16u = _struct.Struct('>iB').unpack_from
+_T16p = _struct.Struct('>iB').pack
+_T17u = _struct.Struct('>iqB').unpack_from
+_T17p = _struct.Struct('>iqB').pack
+_T18u = _struct.Struct('>iiB').unpack_from
+_T18p = _struct.Struct('>iiB').pack
+_T19u = _struct.Struct('>qi').unpack_from
+_T19p = _struct.Struct('>qi').pack
+_T20u = _struct.Struct('>qiB').unpack_from
+_T20p = _struct.Struct('>qiB').pack
+_T21u = _struct.Struct('>qq').unpack_from
+_T21p = _struct.Struct('>qq').pack
+_T22u = _struct.Struct('>qqB').unpack_from
+_T22p = _struct.Struct('>qqB').pack
+_T23u = _struct.Struct('>i4s').unpack_from
+_T23p = _struct.Struct('>i4s').pack
+_T24u = _struct.Struct('>ihqq').unpack_from
+_T24p = _struct.Struct('>ihqq').pack
+_T25u = _struct.Struct('>ihi4s').unpack_from
+_T25p = _struct.Struct('>ihi4s').pack
+_T26u = _struct.Struct('>ihi2s').unpack_from
+_T26p = _struct.Struct('>ihi2s').pack
+_T27u = _struct.Struct('>qq1s').unpack_from
+_T27p = _struct.Struct('>qq1s').pack
+_T28u = _struct.Struct('>iq1s').unpack_from
+_T28p = _struct.Struct('>iq1s').pack
+_T29u = _struct.Struct('>ii1s').unpack_from
+_T29p = _struct.Struct('>ii1s').pack
+_T30u = _struct.Struct('>qi1s').unpack_from
+_T30p = _struct.Struct('>qi1s').pack
+_T31u = _struct.Struct('>16s2s').unpack_from
+_T31p = _struct.Struct('>16s2s').pack
+_T32u = _struct.Struct('>i2s').unpack_from
+_T32p = _struct.Struct('>i2s').pack
 
 
 class FetchRequest(_Struct):
@@ -343,11 +361,9 @@ class FetchRequest(_Struct):
             _d0.unknown_tagged_fields = _NO_TAGS
             o.replica_state = _d0
             f = 'max_wait_ms'
-            o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch = _T3u(buf, pos)
-            pos += 21
+            o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch, n = _T4u(buf, pos)
+            pos += 22
             f = 'topics'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -490,7 +506,7 @@ class FetchRequest(_Struct):
 
         def _w1(self, buf, parts, v):
             if v >= 15:
-                buf += _T4p(self.replica_id, self.replica_epoch)
+                buf += _T5p(self.replica_id, self.replica_epoch)
             else:
                 if not (self.replica_id == -1):
                     raise _absent(self, 'replica_id', v)
@@ -510,7 +526,7 @@ class FetchRequest(_Struct):
             try:
                 if v >= 15:
                     f = 'replica_id'
-                    o.replica_id, o.replica_epoch = _T4u(buf, pos)
+                    o.replica_id, o.replica_epoch = _T5u(buf, pos)
                     pos += 12
                 else:
                     o.replica_id = -1
@@ -622,7 +638,7 @@ class FetchRequest(_Struct):
                         buf += _wuv(n)
                     buf += x
             if v >= 13:
-                buf += _T5p(self.topic_id)
+                buf += _T6p(self.topic_id)
             x = self.partitions
             if x is None:
                 raise _not_nullable(self, 'partitions', v)
@@ -668,7 +684,7 @@ class FetchRequest(_Struct):
                     o.topic = ''
                 if v >= 13:
                     f = 'topic_id'
-                    o.topic_id, = _T5u(buf, pos)
+                    o.topic_id, = _T6u(buf, pos)
                     pos += 16
                 else:
                     o.topic_id = _ZERO_UUID
@@ -745,11 +761,11 @@ class FetchRequest(_Struct):
             buf += _T0p(self.partition)
             if v >= 9:
                 buf += _T0p(self.current_leader_epoch)
-            buf += _T6p(self.fetch_offset)
+            buf += _T7p(self.fetch_offset)
             if not (self.last_fetched_epoch == -1):
                 raise _absent(self, 'last_fetched_epoch', v)
             if v >= 5:
-                buf += _T6p(self.log_start_offset)
+                buf += _T7p(self.log_start_offset)
             buf += _T0p(self.partition_max_bytes)
 
         @staticmethod
@@ -769,12 +785,12 @@ class FetchRequest(_Struct):
                 else:
                     o.current_leader_epoch = -1
                 f = 'fetch_offset'
-                o.fetch_offset, = _T6u(buf, pos)
+                o.fetch_offset, = _T7u(buf, pos)
                 pos += 8
                 o.last_fetched_epoch = -1
                 if v >= 5:
                     f = 'log_start_offset'
-                    o.log_start_offset, = _T6u(buf, pos)
+                    o.log_start_offset, = _T7u(buf, pos)
                     pos += 8
                 else:
                     o.log_start_offset = -1
@@ -788,11 +804,11 @@ class FetchRequest(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T7p(self.partition, self.current_leader_epoch, self.fetch_offset, self.last_fetched_epoch, self.log_start_offset, self.partition_max_bytes)
+            buf += _T8p(self.partition, self.current_leader_epoch, self.fetch_offset, self.last_fetched_epoch, self.log_start_offset, self.partition_max_bytes)
             tags = []
             if (v >= 17) and not (self.replica_directory_id == _ZERO_UUID):
                 t = bytearray()
-                t += _T5p(self.replica_directory_id)
+                t += _T6p(self.replica_directory_id)
                 tags.append((0, bytes(t)))
             if tags or self.unknown_tagged_fields:
                 _write_tags(buf, tags, self.unknown_tagged_fields)
@@ -807,12 +823,10 @@ class FetchRequest(_Struct):
             _i = -1
             try:
                 f = 'partition'
-                o.partition, o.current_leader_epoch, o.fetch_offset, o.last_fetched_epoch, o.log_start_offset, o.partition_max_bytes = _T7u(buf, pos)
-                pos += 32
+                o.partition, o.current_leader_epoch, o.fetch_offset, o.last_fetched_epoch, o.log_start_offset, o.partition_max_bytes, n = _T9u(buf, pos)
+                pos += 33
                 o.replica_directory_id = _ZERO_UUID
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:
@@ -822,7 +836,7 @@ class FetchRequest(_Struct):
                         end = pos + size
                         if tag == 0 and (v >= 17):
                             f = 'replica_directory_id'
-                            o.replica_directory_id, = _T5u(buf, pos)
+                            o.replica_directory_id, = _T6u(buf, pos)
                             pos += 16
                             if pos != end:
                                 raise _tag_size(0, size, pos - end + size)
@@ -930,7 +944,7 @@ class FetchRequest(_Struct):
                         buf += _wuv(n)
                     buf += x
             if v >= 13:
-                buf += _T5p(self.topic_id)
+                buf += _T6p(self.topic_id)
             x = self.partitions
             if x is None:
                 raise _not_nullable(self, 'partitions', v)
@@ -975,7 +989,7 @@ class FetchRequest(_Struct):
                     o.topic = ''
                 if v >= 13:
                     f = 'topic_id'
-                    o.topic_id, = _T5u(buf, pos)
+                    o.topic_id, = _T6u(buf, pos)
                     pos += 16
                 else:
                     o.topic_id = _ZERO_UUID
@@ -1045,7 +1059,7 @@ class FetchResponse(_Struct):
         if v >= 1:
             buf += _T0p(self.throttle_time_ms)
         if v >= 7:
-            buf += _T8p(self.error_code, self.session_id)
+            buf += _T10p(self.error_code, self.session_id)
         else:
             if not (self.session_id == 0):
                 raise _absent(self, 'session_id', v)
@@ -1074,7 +1088,7 @@ class FetchResponse(_Struct):
                 o.throttle_time_ms = 0
             if v >= 7:
                 f = 'error_code'
-                o.error_code, o.session_id = _T8u(buf, pos)
+                o.error_code, o.session_id = _T10u(buf, pos)
                 pos += 6
             else:
                 o.error_code = 0
@@ -1101,7 +1115,7 @@ class FetchResponse(_Struct):
         return o, pos
 
     def _w1(self, buf, parts, v):
-        buf += _T9p(self.throttle_time_ms, self.error_code, self.session_id)
+        buf += _T11p(self.throttle_time_ms, self.error_code, self.session_id)
         x = self.responses
         if x is None:
             raise _not_nullable(self, 'responses', v)
@@ -1143,11 +1157,9 @@ class FetchResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, o.error_code, o.session_id = _T9u(buf, pos)
-            pos += 10
+            o.throttle_time_ms, o.error_code, o.session_id, n = _T12u(buf, pos)
+            pos += 11
             f = 'responses'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -1300,7 +1312,7 @@ class FetchResponse(_Struct):
                         buf += _wuv(n)
                     buf += x
             if v >= 13:
-                buf += _T5p(self.topic_id)
+                buf += _T6p(self.topic_id)
             x = self.partitions
             if x is None:
                 raise _not_nullable(self, 'partitions', v)
@@ -1346,7 +1358,7 @@ class FetchResponse(_Struct):
                     o.topic = ''
                 if v >= 13:
                     f = 'topic_id'
-                    o.topic_id, = _T5u(buf, pos)
+                    o.topic_id, = _T6u(buf, pos)
                     pos += 16
                 else:
                     o.topic_id = _ZERO_UUID
@@ -1428,11 +1440,11 @@ class FetchResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T10p(self.partition_index, self.error_code, self.high_watermark)
+            buf += _T13p(self.partition_index, self.error_code, self.high_watermark)
             if v >= 4:
-                buf += _T6p(self.last_stable_offset)
+                buf += _T7p(self.last_stable_offset)
             if v >= 5:
-                buf += _T6p(self.log_start_offset)
+                buf += _T7p(self.log_start_offset)
             if not ((self.diverging_epoch is not None and self.diverging_epoch._is_default())):
                 raise _absent(self, 'diverging_epoch', v)
             if not ((self.current_leader is not None and self.current_leader._is_default())):
@@ -1472,17 +1484,17 @@ class FetchResponse(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.error_code, o.high_watermark = _T10u(buf, pos)
+                o.partition_index, o.error_code, o.high_watermark = _T13u(buf, pos)
                 pos += 14
                 if v >= 4:
                     f = 'last_stable_offset'
-                    o.last_stable_offset, = _T6u(buf, pos)
+                    o.last_stable_offset, = _T7u(buf, pos)
                     pos += 8
                 else:
                     o.last_stable_offset = -1
                 if v >= 5:
                     f = 'log_start_offset'
-                    o.log_start_offset, = _T6u(buf, pos)
+                    o.log_start_offset, = _T7u(buf, pos)
                     pos += 8
                 else:
                     o.log_start_offset = -1
@@ -1541,7 +1553,7 @@ class FetchResponse(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T11p(self.partition_index, self.error_code, self.high_watermark, self.last_stable_offset, self.log_start_offset)
+            buf += _T14p(self.partition_index, self.error_code, self.high_watermark, self.last_stable_offset, self.log_start_offset)
             x = self.aborted_transactions
             if x is None:
                 buf += b'\x00'
@@ -1599,8 +1611,8 @@ class FetchResponse(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset, o.log_start_offset = _T11u(buf, pos)
-                pos += 30
+                o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset, o.log_start_offset, n = _T15u(buf, pos)
+                pos += 31
                 _d0 = _new(_S_FetchResponse_EpochEndOffset)
                 _d0.epoch = -1
                 _d0.end_offset = -1
@@ -1617,8 +1629,6 @@ class FetchResponse(_Struct):
                 _d0.unknown_tagged_fields = _NO_TAGS
                 o.snapshot_id = _d0
                 f = 'aborted_transactions'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -1639,11 +1649,9 @@ class FetchResponse(_Struct):
                     _i = -1
                     o.aborted_transactions = lst
                 f = 'preferred_read_replica'
-                o.preferred_read_replica, = _T0u(buf, pos)
-                pos += 4
+                o.preferred_read_replica, n = _T16u(buf, pos)
+                pos += 5
                 f = 'records'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -1732,7 +1740,7 @@ class FetchResponse(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T4p(self.epoch, self.end_offset)
+            buf += _T5p(self.epoch, self.end_offset)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -1746,11 +1754,9 @@ class FetchResponse(_Struct):
             _i = -1
             try:
                 f = 'epoch'
-                o.epoch, o.end_offset = _T4u(buf, pos)
-                pos += 12
+                o.epoch, o.end_offset, n = _T17u(buf, pos)
+                pos += 13
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:
@@ -1820,11 +1826,9 @@ class FetchResponse(_Struct):
             _i = -1
             try:
                 f = 'leader_id'
-                o.leader_id, o.leader_epoch = _T1u(buf, pos)
-                pos += 8
+                o.leader_id, o.leader_epoch, n = _T18u(buf, pos)
+                pos += 9
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:
@@ -1860,7 +1864,7 @@ class FetchResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T12p(self.end_offset, self.epoch)
+            buf += _T19p(self.end_offset, self.epoch)
 
         @staticmethod
         def _r0(buf, pos, v):
@@ -1870,7 +1874,7 @@ class FetchResponse(_Struct):
             _i = -1
             try:
                 f = 'end_offset'
-                o.end_offset, o.epoch = _T12u(buf, pos)
+                o.end_offset, o.epoch = _T19u(buf, pos)
                 pos += 12
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -1878,7 +1882,7 @@ class FetchResponse(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T12p(self.end_offset, self.epoch)
+            buf += _T19p(self.end_offset, self.epoch)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -1892,11 +1896,9 @@ class FetchResponse(_Struct):
             _i = -1
             try:
                 f = 'end_offset'
-                o.end_offset, o.epoch = _T12u(buf, pos)
-                pos += 12
+                o.end_offset, o.epoch, n = _T20u(buf, pos)
+                pos += 13
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:
@@ -1933,7 +1935,7 @@ class FetchResponse(_Struct):
 
         def _w0(self, buf, parts, v):
             if v >= 4:
-                buf += _T13p(self.producer_id, self.first_offset)
+                buf += _T21p(self.producer_id, self.first_offset)
             else:
                 if not (self.producer_id == 0):
                     raise _absent(self, 'producer_id', v)
@@ -1949,7 +1951,7 @@ class FetchResponse(_Struct):
             try:
                 if v >= 4:
                     f = 'producer_id'
-                    o.producer_id, o.first_offset = _T13u(buf, pos)
+                    o.producer_id, o.first_offset = _T21u(buf, pos)
                     pos += 16
                 else:
                     o.producer_id = 0
@@ -1960,7 +1962,7 @@ class FetchResponse(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T13p(self.producer_id, self.first_offset)
+            buf += _T21p(self.producer_id, self.first_offset)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -1974,11 +1976,9 @@ class FetchResponse(_Struct):
             _i = -1
             try:
                 f = 'producer_id'
-                o.producer_id, o.first_offset = _T13u(buf, pos)
-                pos += 16
+                o.producer_id, o.first_offset, n = _T22u(buf, pos)
+                pos += 17
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:
@@ -2217,7 +2217,7 @@ def _rows_FetchResponse_v0(v, throttle_time_ms_1, error_code_1, session_id_1, re
             else:
                 buf += _pi32(len(x))
                 for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
-                    buf += _T10p(partition_index_3, error_code_3, high_watermark_3)
+                    buf += _T13p(partition_index_3, error_code_3, high_watermark_3)
                     if not ((diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1))):
                         raise _absent_field('FetchResponse.PartitionData', 'diverging_epoch', v)
                     if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
@@ -2248,7 +2248,7 @@ def _rows_FetchResponse_v1(v, throttle_time_ms_1, error_code_1, session_id_1, re
     buf = bytearray()
     parts = []
     if session_id_1 == 0 and (node_endpoints_1 is not None and not node_endpoints_1) and (responses_1 is not None and not responses_1):
-        buf += _T14p(throttle_time_ms_1, b'\x00\x00\x00\x00')
+        buf += _T23p(throttle_time_ms_1, b'\x00\x00\x00\x00')
     else:
         buf += _T0p(throttle_time_ms_1)
         if not (session_id_1 == 0):
@@ -2278,7 +2278,7 @@ def _rows_FetchResponse_v1(v, throttle_time_ms_1, error_code_1, session_id_1, re
                 else:
                     buf += _pi32(len(x))
                     for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
-                        buf += _T10p(partition_index_3, error_code_3, high_watermark_3)
+                        buf += _T13p(partition_index_3, error_code_3, high_watermark_3)
                         if not ((diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1))):
                             raise _absent_field('FetchResponse.PartitionData', 'diverging_epoch', v)
                         if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
@@ -2309,7 +2309,7 @@ def _rows_FetchResponse_v4(v, throttle_time_ms_1, error_code_1, session_id_1, re
     buf = bytearray()
     parts = []
     if session_id_1 == 0 and (node_endpoints_1 is not None and not node_endpoints_1) and (responses_1 is not None and not responses_1):
-        buf += _T14p(throttle_time_ms_1, b'\x00\x00\x00\x00')
+        buf += _T23p(throttle_time_ms_1, b'\x00\x00\x00\x00')
     else:
         buf += _T0p(throttle_time_ms_1)
         if not (session_id_1 == 0):
@@ -2339,7 +2339,7 @@ def _rows_FetchResponse_v4(v, throttle_time_ms_1, error_code_1, session_id_1, re
                 else:
                     buf += _pi32(len(x))
                     for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
-                        buf += _T15p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3)
+                        buf += _T24p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3)
                         if not ((diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1))):
                             raise _absent_field('FetchResponse.PartitionData', 'diverging_epoch', v)
                         if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
@@ -2355,7 +2355,7 @@ def _rows_FetchResponse_v4(v, throttle_time_ms_1, error_code_1, session_id_1, re
                         else:
                             buf += _pi32(len(x))
                             for producer_id_4, first_offset_4 in x:
-                                buf += _T13p(producer_id_4, first_offset_4)
+                                buf += _T21p(producer_id_4, first_offset_4)
                         if not (preferred_read_replica_3 == -1):
                             raise _absent_field('FetchResponse.PartitionData', 'preferred_read_replica', v)
                         x = records_3
@@ -2380,7 +2380,7 @@ def _rows_FetchResponse_v5(v, throttle_time_ms_1, error_code_1, session_id_1, re
     buf = bytearray()
     parts = []
     if session_id_1 == 0 and (node_endpoints_1 is not None and not node_endpoints_1) and (responses_1 is not None and not responses_1):
-        buf += _T14p(throttle_time_ms_1, b'\x00\x00\x00\x00')
+        buf += _T23p(throttle_time_ms_1, b'\x00\x00\x00\x00')
     else:
         buf += _T0p(throttle_time_ms_1)
         if not (session_id_1 == 0):
@@ -2410,7 +2410,7 @@ def _rows_FetchResponse_v5(v, throttle_time_ms_1, error_code_1, session_id_1, re
                 else:
                     buf += _pi32(len(x))
                     for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
-                        buf += _T11p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
+                        buf += _T14p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
                         if not ((diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1))):
                             raise _absent_field('FetchResponse.PartitionData', 'diverging_epoch', v)
                         if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
@@ -2426,7 +2426,7 @@ def _rows_FetchResponse_v5(v, throttle_time_ms_1, error_code_1, session_id_1, re
                         else:
                             buf += _pi32(len(x))
                             for producer_id_4, first_offset_4 in x:
-                                buf += _T13p(producer_id_4, first_offset_4)
+                                buf += _T21p(producer_id_4, first_offset_4)
                         if not (preferred_read_replica_3 == -1):
                             raise _absent_field('FetchResponse.PartitionData', 'preferred_read_replica', v)
                         x = records_3
@@ -2451,9 +2451,9 @@ def _rows_FetchResponse_v7(v, throttle_time_ms_1, error_code_1, session_id_1, re
     buf = bytearray()
     parts = []
     if (node_endpoints_1 is not None and not node_endpoints_1) and (responses_1 is not None and not responses_1):
-        buf += _T16p(throttle_time_ms_1, error_code_1, session_id_1, b'\x00\x00\x00\x00')
+        buf += _T25p(throttle_time_ms_1, error_code_1, session_id_1, b'\x00\x00\x00\x00')
     else:
-        buf += _T9p(throttle_time_ms_1, error_code_1, session_id_1)
+        buf += _T11p(throttle_time_ms_1, error_code_1, session_id_1)
         x = responses_1
         if not x:
             if x is None:
@@ -2479,7 +2479,7 @@ def _rows_FetchResponse_v7(v, throttle_time_ms_1, error_code_1, session_id_1, re
                 else:
                     buf += _pi32(len(x))
                     for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
-                        buf += _T11p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
+                        buf += _T14p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
                         if not ((diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1))):
                             raise _absent_field('FetchResponse.PartitionData', 'diverging_epoch', v)
                         if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
@@ -2495,7 +2495,7 @@ def _rows_FetchResponse_v7(v, throttle_time_ms_1, error_code_1, session_id_1, re
                         else:
                             buf += _pi32(len(x))
                             for producer_id_4, first_offset_4 in x:
-                                buf += _T13p(producer_id_4, first_offset_4)
+                                buf += _T21p(producer_id_4, first_offset_4)
                         if not (preferred_read_replica_3 == -1):
                             raise _absent_field('FetchResponse.PartitionData', 'preferred_read_replica', v)
                         x = records_3
@@ -2520,9 +2520,9 @@ def _rows_FetchResponse_v11(v, throttle_time_ms_1, error_code_1, session_id_1, r
     buf = bytearray()
     parts = []
     if (node_endpoints_1 is not None and not node_endpoints_1) and (responses_1 is not None and not responses_1):
-        buf += _T16p(throttle_time_ms_1, error_code_1, session_id_1, b'\x00\x00\x00\x00')
+        buf += _T25p(throttle_time_ms_1, error_code_1, session_id_1, b'\x00\x00\x00\x00')
     else:
-        buf += _T9p(throttle_time_ms_1, error_code_1, session_id_1)
+        buf += _T11p(throttle_time_ms_1, error_code_1, session_id_1)
         x = responses_1
         if not x:
             if x is None:
@@ -2548,7 +2548,7 @@ def _rows_FetchResponse_v11(v, throttle_time_ms_1, error_code_1, session_id_1, r
                 else:
                     buf += _pi32(len(x))
                     for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
-                        buf += _T11p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
+                        buf += _T14p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
                         if not ((diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1))):
                             raise _absent_field('FetchResponse.PartitionData', 'diverging_epoch', v)
                         if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
@@ -2564,7 +2564,7 @@ def _rows_FetchResponse_v11(v, throttle_time_ms_1, error_code_1, session_id_1, r
                         else:
                             buf += _pi32(len(x))
                             for producer_id_4, first_offset_4 in x:
-                                buf += _T13p(producer_id_4, first_offset_4)
+                                buf += _T21p(producer_id_4, first_offset_4)
                         buf += _T0p(preferred_read_replica_3)
                         x = records_3
                         if x is None:
@@ -2588,9 +2588,9 @@ def _rows_FetchResponse_v12(v, throttle_time_ms_1, error_code_1, session_id_1, r
     buf = bytearray()
     parts = []
     if (node_endpoints_1 is not None and not node_endpoints_1) and (responses_1 is not None and not responses_1):
-        buf += _T17p(throttle_time_ms_1, error_code_1, session_id_1, b'\x01\x00')
+        buf += _T26p(throttle_time_ms_1, error_code_1, session_id_1, b'\x01\x00')
     else:
-        buf += _T9p(throttle_time_ms_1, error_code_1, session_id_1)
+        buf += _T11p(throttle_time_ms_1, error_code_1, session_id_1)
         x = responses_1
         if not x:
             if x is None:
@@ -2628,7 +2628,7 @@ def _rows_FetchResponse_v12(v, throttle_time_ms_1, error_code_1, session_id_1, r
                     else:
                         buf += _wuv(n)
                     for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
-                        buf += _T11p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
+                        buf += _T14p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
                         x = aborted_transactions_3
                         if not x:
                             if x is None:
@@ -2643,9 +2643,9 @@ def _rows_FetchResponse_v12(v, throttle_time_ms_1, error_code_1, session_id_1, r
                                 buf += _wuv(n)
                             for producer_id_4, first_offset_4 in x:
                                 if True:
-                                    buf += _T18p(producer_id_4, first_offset_4, b'\x00')
+                                    buf += _T27p(producer_id_4, first_offset_4, b'\x00')
                                 else:
-                                    buf += _T13p(producer_id_4, first_offset_4)
+                                    buf += _T21p(producer_id_4, first_offset_4)
                                     buf.append(0)
                         buf += _T0p(preferred_read_replica_3)
                         x = records_3
@@ -2677,9 +2677,9 @@ def _rows_FetchResponse_v12(v, throttle_time_ms_1, error_code_1, session_id_1, r
                                     diverging_epoch_3 = (-1, -1,)
                                 epoch_4, end_offset_4 = diverging_epoch_3
                                 if True:
-                                    t_3 += _T19p(epoch_4, end_offset_4, b'\x00')
+                                    t_3 += _T28p(epoch_4, end_offset_4, b'\x00')
                                 else:
-                                    t_3 += _T4p(epoch_4, end_offset_4)
+                                    t_3 += _T5p(epoch_4, end_offset_4)
                                     t_3.append(0)
                                 tags_3.append((0, bytes(t_3)))
                             if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
@@ -2688,7 +2688,7 @@ def _rows_FetchResponse_v12(v, throttle_time_ms_1, error_code_1, session_id_1, r
                                     current_leader_3 = (-1, -1,)
                                 leader_id_4, leader_epoch_4 = current_leader_3
                                 if True:
-                                    t_3 += _T20p(leader_id_4, leader_epoch_4, b'\x00')
+                                    t_3 += _T29p(leader_id_4, leader_epoch_4, b'\x00')
                                 else:
                                     t_3 += _T1p(leader_id_4, leader_epoch_4)
                                     t_3.append(0)
@@ -2699,9 +2699,9 @@ def _rows_FetchResponse_v12(v, throttle_time_ms_1, error_code_1, session_id_1, r
                                     snapshot_id_3 = (-1, -1,)
                                 end_offset_4, epoch_4 = snapshot_id_3
                                 if True:
-                                    t_3 += _T21p(end_offset_4, epoch_4, b'\x00')
+                                    t_3 += _T30p(end_offset_4, epoch_4, b'\x00')
                                 else:
-                                    t_3 += _T12p(end_offset_4, epoch_4)
+                                    t_3 += _T19p(end_offset_4, epoch_4)
                                     t_3.append(0)
                                 tags_3.append((2, bytes(t_3)))
                             _write_tags(buf, tags_3, None)
@@ -2718,9 +2718,9 @@ def _rows_FetchResponse_v13(v, throttle_time_ms_1, error_code_1, session_id_1, r
     buf = bytearray()
     parts = []
     if (node_endpoints_1 is not None and not node_endpoints_1) and (responses_1 is not None and not responses_1):
-        buf += _T17p(throttle_time_ms_1, error_code_1, session_id_1, b'\x01\x00')
+        buf += _T26p(throttle_time_ms_1, error_code_1, session_id_1, b'\x01\x00')
     else:
-        buf += _T9p(throttle_time_ms_1, error_code_1, session_id_1)
+        buf += _T11p(throttle_time_ms_1, error_code_1, session_id_1)
         x = responses_1
         if not x:
             if x is None:
@@ -2735,9 +2735,9 @@ def _rows_FetchResponse_v13(v, throttle_time_ms_1, error_code_1, session_id_1, r
                 buf += _wuv(n)
             for topic_2, topic_id_2, partitions_2 in x:
                 if (partitions_2 is not None and not partitions_2):
-                    buf += _T22p(topic_id_2, b'\x01\x00')
+                    buf += _T31p(topic_id_2, b'\x01\x00')
                 else:
-                    buf += _T5p(topic_id_2)
+                    buf += _T6p(topic_id_2)
                     x = partitions_2
                     if not x:
                         if x is None:
@@ -2751,7 +2751,7 @@ def _rows_FetchResponse_v13(v, throttle_time_ms_1, error_code_1, session_id_1, r
                         else:
                             buf += _wuv(n)
                         for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
-                            buf += _T11p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
+                            buf += _T14p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
                             x = aborted_transactions_3
                             if not x:
                                 if x is None:
@@ -2766,9 +2766,9 @@ def _rows_FetchResponse_v13(v, throttle_time_ms_1, error_code_1, session_id_1, r
                                     buf += _wuv(n)
                                 for producer_id_4, first_offset_4 in x:
                                     if True:
-                                        buf += _T18p(producer_id_4, first_offset_4, b'\x00')
+                                        buf += _T27p(producer_id_4, first_offset_4, b'\x00')
                                     else:
-                                        buf += _T13p(producer_id_4, first_offset_4)
+                                        buf += _T21p(producer_id_4, first_offset_4)
                                         buf.append(0)
                             buf += _T0p(preferred_read_replica_3)
                             x = records_3
@@ -2800,9 +2800,9 @@ def _rows_FetchResponse_v13(v, throttle_time_ms_1, error_code_1, session_id_1, r
                                         diverging_epoch_3 = (-1, -1,)
                                     epoch_4, end_offset_4 = diverging_epoch_3
                                     if True:
-                                        t_3 += _T19p(epoch_4, end_offset_4, b'\x00')
+                                        t_3 += _T28p(epoch_4, end_offset_4, b'\x00')
                                     else:
-                                        t_3 += _T4p(epoch_4, end_offset_4)
+                                        t_3 += _T5p(epoch_4, end_offset_4)
                                         t_3.append(0)
                                     tags_3.append((0, bytes(t_3)))
                                 if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
@@ -2811,7 +2811,7 @@ def _rows_FetchResponse_v13(v, throttle_time_ms_1, error_code_1, session_id_1, r
                                         current_leader_3 = (-1, -1,)
                                     leader_id_4, leader_epoch_4 = current_leader_3
                                     if True:
-                                        t_3 += _T20p(leader_id_4, leader_epoch_4, b'\x00')
+                                        t_3 += _T29p(leader_id_4, leader_epoch_4, b'\x00')
                                     else:
                                         t_3 += _T1p(leader_id_4, leader_epoch_4)
                                         t_3.append(0)
@@ -2822,9 +2822,9 @@ def _rows_FetchResponse_v13(v, throttle_time_ms_1, error_code_1, session_id_1, r
                                         snapshot_id_3 = (-1, -1,)
                                     end_offset_4, epoch_4 = snapshot_id_3
                                     if True:
-                                        t_3 += _T21p(end_offset_4, epoch_4, b'\x00')
+                                        t_3 += _T30p(end_offset_4, epoch_4, b'\x00')
                                     else:
-                                        t_3 += _T12p(end_offset_4, epoch_4)
+                                        t_3 += _T19p(end_offset_4, epoch_4)
                                         t_3.append(0)
                                     tags_3.append((2, bytes(t_3)))
                                 _write_tags(buf, tags_3, None)
@@ -2841,9 +2841,9 @@ def _rows_FetchResponse_v16(v, throttle_time_ms_1, error_code_1, session_id_1, r
     buf = bytearray()
     parts = []
     if (responses_1 is not None and not responses_1) and (node_endpoints_1 is not None and not node_endpoints_1):
-        buf += _T17p(throttle_time_ms_1, error_code_1, session_id_1, b'\x01\x00')
+        buf += _T26p(throttle_time_ms_1, error_code_1, session_id_1, b'\x01\x00')
     else:
-        buf += _T9p(throttle_time_ms_1, error_code_1, session_id_1)
+        buf += _T11p(throttle_time_ms_1, error_code_1, session_id_1)
         x = responses_1
         if not x:
             if x is None:
@@ -2858,9 +2858,9 @@ def _rows_FetchResponse_v16(v, throttle_time_ms_1, error_code_1, session_id_1, r
                 buf += _wuv(n)
             for topic_2, topic_id_2, partitions_2 in x:
                 if (partitions_2 is not None and not partitions_2):
-                    buf += _T22p(topic_id_2, b'\x01\x00')
+                    buf += _T31p(topic_id_2, b'\x01\x00')
                 else:
-                    buf += _T5p(topic_id_2)
+                    buf += _T6p(topic_id_2)
                     x = partitions_2
                     if not x:
                         if x is None:
@@ -2874,7 +2874,7 @@ def _rows_FetchResponse_v16(v, throttle_time_ms_1, error_code_1, session_id_1, r
                         else:
                             buf += _wuv(n)
                         for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
-                            buf += _T11p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
+                            buf += _T14p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
                             x = aborted_transactions_3
                             if not x:
                                 if x is None:
@@ -2889,9 +2889,9 @@ def _rows_FetchResponse_v16(v, throttle_time_ms_1, error_code_1, session_id_1, r
                                     buf += _wuv(n)
                                 for producer_id_4, first_offset_4 in x:
                                     if True:
-                                        buf += _T18p(producer_id_4, first_offset_4, b'\x00')
+                                        buf += _T27p(producer_id_4, first_offset_4, b'\x00')
                                     else:
-                                        buf += _T13p(producer_id_4, first_offset_4)
+                                        buf += _T21p(producer_id_4, first_offset_4)
                                         buf.append(0)
                             buf += _T0p(preferred_read_replica_3)
                             x = records_3
@@ -2923,9 +2923,9 @@ def _rows_FetchResponse_v16(v, throttle_time_ms_1, error_code_1, session_id_1, r
                                         diverging_epoch_3 = (-1, -1,)
                                     epoch_4, end_offset_4 = diverging_epoch_3
                                     if True:
-                                        t_3 += _T19p(epoch_4, end_offset_4, b'\x00')
+                                        t_3 += _T28p(epoch_4, end_offset_4, b'\x00')
                                     else:
-                                        t_3 += _T4p(epoch_4, end_offset_4)
+                                        t_3 += _T5p(epoch_4, end_offset_4)
                                         t_3.append(0)
                                     tags_3.append((0, bytes(t_3)))
                                 if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
@@ -2934,7 +2934,7 @@ def _rows_FetchResponse_v16(v, throttle_time_ms_1, error_code_1, session_id_1, r
                                         current_leader_3 = (-1, -1,)
                                     leader_id_4, leader_epoch_4 = current_leader_3
                                     if True:
-                                        t_3 += _T20p(leader_id_4, leader_epoch_4, b'\x00')
+                                        t_3 += _T29p(leader_id_4, leader_epoch_4, b'\x00')
                                     else:
                                         t_3 += _T1p(leader_id_4, leader_epoch_4)
                                         t_3.append(0)
@@ -2945,9 +2945,9 @@ def _rows_FetchResponse_v16(v, throttle_time_ms_1, error_code_1, session_id_1, r
                                         snapshot_id_3 = (-1, -1,)
                                     end_offset_4, epoch_4 = snapshot_id_3
                                     if True:
-                                        t_3 += _T21p(end_offset_4, epoch_4, b'\x00')
+                                        t_3 += _T30p(end_offset_4, epoch_4, b'\x00')
                                     else:
-                                        t_3 += _T12p(end_offset_4, epoch_4)
+                                        t_3 += _T19p(end_offset_4, epoch_4)
                                         t_3.append(0)
                                     tags_3.append((2, bytes(t_3)))
                                 _write_tags(buf, tags_3, None)
@@ -2984,7 +2984,7 @@ def _rows_FetchResponse_v16(v, throttle_time_ms_1, error_code_1, session_id_1, r
                                 t_1 += _wuv(n)
                             t_1 += x
                         if rack_2 is None:
-                            t_1 += _T23p(port_2, b'\x00\x00')
+                            t_1 += _T32p(port_2, b'\x00\x00')
                         else:
                             t_1 += _T0p(port_2)
                             x = rack_2

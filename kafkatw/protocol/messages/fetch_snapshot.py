@@ -35,20 +35,30 @@ __all__ = ["FetchSnapshotRequest", "FetchSnapshotResponse"]
 
 _T0u = _struct.Struct('>ii').unpack_from
 _T0p = _struct.Struct('>ii').pack
-_T1u = _struct.Struct('>q').unpack_from
-_T1p = _struct.Struct('>q').pack
-_T2u = _struct.Struct('>16s').unpack_from
-_T2p = _struct.Struct('>16s').pack
-_T3u = _struct.Struct('>qi').unpack_from
-_T3p = _struct.Struct('>qi').pack
-_T4u = _struct.Struct('>ih').unpack_from
-_T4p = _struct.Struct('>ih').pack
-_T5u = _struct.Struct('>qq').unpack_from
-_T5p = _struct.Struct('>qq').pack
-_T6u = _struct.Struct('>i').unpack_from
-_T6p = _struct.Struct('>i').pack
-_T7u = _struct.Struct('>H').unpack_from
-_T7p = _struct.Struct('>H').pack
+_T1u = _struct.Struct('>iiB').unpack_from
+_T1p = _struct.Struct('>iiB').pack
+_T2u = _struct.Struct('>q').unpack_from
+_T2p = _struct.Struct('>q').pack
+_T3u = _struct.Struct('>16s').unpack_from
+_T3p = _struct.Struct('>16s').pack
+_T4u = _struct.Struct('>qB').unpack_from
+_T4p = _struct.Struct('>qB').pack
+_T5u = _struct.Struct('>qi').unpack_from
+_T5p = _struct.Struct('>qi').pack
+_T6u = _struct.Struct('>qiB').unpack_from
+_T6p = _struct.Struct('>qiB').pack
+_T7u = _struct.Struct('>ih').unpack_from
+_T7p = _struct.Struct('>ih').pack
+_T8u = _struct.Struct('>ihB').unpack_from
+_T8p = _struct.Struct('>ihB').pack
+_T9u = _struct.Struct('>qq').unpack_from
+_T9p = _struct.Struct('>qq').pack
+_T10u = _struct.Struct('>qqB').unpack_from
+_T10p = _struct.Struct('>qqB').pack
+_T11u = _struct.Struct('>i').unpack_from
+_T11p = _struct.Struct('>i').pack
+_T12u = _struct.Struct('>H').unpack_from
+_T12p = _struct.Struct('>H').pack
 
 
 class FetchSnapshotRequest(_Struct):
@@ -115,11 +125,9 @@ class FetchSnapshotRequest(_Struct):
         try:
             o.cluster_id = None
             f = 'replica_id'
-            o.replica_id, o.max_bytes = _T0u(buf, pos)
-            pos += 8
+            o.replica_id, o.max_bytes, n = _T1u(buf, pos)
+            pos += 9
             f = 'topics'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -316,11 +324,11 @@ class FetchSnapshotRequest(_Struct):
         def _w1(self, buf, parts, v):
             buf += _T0p(self.partition, self.current_leader_epoch)
             self.snapshot_id._w1(buf, parts, v)
-            buf += _T1p(self.position)
+            buf += _T2p(self.position)
             tags = []
             if (v >= 1) and not (self.replica_directory_id == _ZERO_UUID):
                 t = bytearray()
-                t += _T2p(self.replica_directory_id)
+                t += _T3p(self.replica_directory_id)
                 tags.append((0, bytes(t)))
             if tags or self.unknown_tagged_fields:
                 _write_tags(buf, tags, self.unknown_tagged_fields)
@@ -340,12 +348,10 @@ class FetchSnapshotRequest(_Struct):
                 f = 'snapshot_id'
                 o.snapshot_id, pos = _S_FetchSnapshotRequest_SnapshotId._r1(buf, pos, v)
                 f = 'position'
-                o.position, = _T1u(buf, pos)
-                pos += 8
+                o.position, n = _T4u(buf, pos)
+                pos += 9
                 o.replica_directory_id = _ZERO_UUID
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:
@@ -355,7 +361,7 @@ class FetchSnapshotRequest(_Struct):
                         end = pos + size
                         if tag == 0 and (v >= 1):
                             f = 'replica_directory_id'
-                            o.replica_directory_id, = _T2u(buf, pos)
+                            o.replica_directory_id, = _T3u(buf, pos)
                             pos += 16
                             if pos != end:
                                 raise _tag_size(0, size, pos - end + size)
@@ -388,7 +394,7 @@ class FetchSnapshotRequest(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T3p(self.end_offset, self.epoch)
+            buf += _T5p(self.end_offset, self.epoch)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -402,11 +408,9 @@ class FetchSnapshotRequest(_Struct):
             _i = -1
             try:
                 f = 'end_offset'
-                o.end_offset, o.epoch = _T3u(buf, pos)
-                pos += 12
+                o.end_offset, o.epoch, n = _T6u(buf, pos)
+                pos += 13
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:
@@ -447,7 +451,7 @@ class FetchSnapshotResponse(_Struct):
             and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
-        buf += _T4p(self.throttle_time_ms, self.error_code)
+        buf += _T7p(self.throttle_time_ms, self.error_code)
         x = self.topics
         if x is None:
             raise _not_nullable(self, 'topics', v)
@@ -489,11 +493,9 @@ class FetchSnapshotResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, o.error_code = _T4u(buf, pos)
-            pos += 6
+            o.throttle_time_ms, o.error_code, n = _T8u(buf, pos)
+            pos += 7
             f = 'topics'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -698,9 +700,9 @@ class FetchSnapshotResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T4p(self.index, self.error_code)
+            buf += _T7p(self.index, self.error_code)
             self.snapshot_id._w1(buf, parts, v)
-            buf += _T5p(self.size, self.position)
+            buf += _T9p(self.size, self.position)
             x = self.unaligned_records
             if x is None:
                 raise _not_nullable(self, 'unaligned_records', v)
@@ -738,7 +740,7 @@ class FetchSnapshotResponse(_Struct):
             _i = -1
             try:
                 f = 'index'
-                o.index, o.error_code = _T4u(buf, pos)
+                o.index, o.error_code = _T7u(buf, pos)
                 pos += 6
                 f = 'snapshot_id'
                 o.snapshot_id, pos = _S_FetchSnapshotResponse_SnapshotId._r1(buf, pos, v)
@@ -748,11 +750,9 @@ class FetchSnapshotResponse(_Struct):
                 _d0.unknown_tagged_fields = _NO_TAGS
                 o.current_leader = _d0
                 f = 'size'
-                o.size, o.position = _T5u(buf, pos)
-                pos += 16
+                o.size, o.position, n = _T10u(buf, pos)
+                pos += 17
                 f = 'unaligned_records'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -811,7 +811,7 @@ class FetchSnapshotResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T3p(self.end_offset, self.epoch)
+            buf += _T5p(self.end_offset, self.epoch)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -825,11 +825,9 @@ class FetchSnapshotResponse(_Struct):
             _i = -1
             try:
                 f = 'end_offset'
-                o.end_offset, o.epoch = _T3u(buf, pos)
-                pos += 12
+                o.end_offset, o.epoch, n = _T6u(buf, pos)
+                pos += 13
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:
@@ -879,11 +877,9 @@ class FetchSnapshotResponse(_Struct):
             _i = -1
             try:
                 f = 'leader_id'
-                o.leader_id, o.leader_epoch = _T0u(buf, pos)
-                pos += 8
+                o.leader_id, o.leader_epoch, n = _T1u(buf, pos)
+                pos += 9
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:
@@ -922,7 +918,7 @@ class FetchSnapshotResponse(_Struct):
 
         def _w1(self, buf, parts, v):
             if v >= 1:
-                buf += _T6p(self.node_id)
+                buf += _T11p(self.node_id)
             else:
                 if not (self.node_id == 0):
                     raise _absent(self, 'node_id', v)
@@ -942,7 +938,7 @@ class FetchSnapshotResponse(_Struct):
                 if not (self.host == ''):
                     raise _absent(self, 'host', v)
             if v >= 1:
-                buf += _T7p(self.port)
+                buf += _T12p(self.port)
             else:
                 if not (self.port == 0):
                     raise _absent(self, 'port', v)
@@ -960,7 +956,7 @@ class FetchSnapshotResponse(_Struct):
             try:
                 if v >= 1:
                     f = 'node_id'
-                    o.node_id, = _T6u(buf, pos)
+                    o.node_id, = _T11u(buf, pos)
                     pos += 4
                 else:
                     o.node_id = 0
@@ -986,7 +982,7 @@ class FetchSnapshotResponse(_Struct):
                     o.host = ''
                 if v >= 1:
                     f = 'port'
-                    o.port, = _T7u(buf, pos)
+                    o.port, = _T12u(buf, pos)
                     pos += 2
                 else:
                     o.port = 0

@@ -316,11 +316,9 @@ class FindCoordinatorResponse(_Struct):
             else:
                 o.error_message = ''
             f = 'node_id'
-            o.node_id, = _T1u(buf, pos)
-            pos += 4
+            o.node_id, n = _T3u(buf, pos)
+            pos += 6
             f = 'host'
-            n, = _ui16(buf, pos)
-            pos += 2
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:

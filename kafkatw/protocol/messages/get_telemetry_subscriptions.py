@@ -32,10 +32,16 @@ __all__ = ["GetTelemetrySubscriptionsRequest", "GetTelemetrySubscriptionsRespons
 
 _T0u = _struct.Struct('>16s').unpack_from
 _T0p = _struct.Struct('>16s').pack
-_T1u = _struct.Struct('>ih16si').unpack_from
-_T1p = _struct.Struct('>ih16si').pack
-_T2u = _struct.Struct('>ii?').unpack_from
-_T2p = _struct.Struct('>ii?').pack
+_T1u = _struct.Struct('>16sB').unpack_from
+_T1p = _struct.Struct('>16sB').pack
+_T2u = _struct.Struct('>ih16si').unpack_from
+_T2p = _struct.Struct('>ih16si').pack
+_T3u = _struct.Struct('>ii?').unpack_from
+_T3p = _struct.Struct('>ii?').pack
+_T4u = _struct.Struct('>ih16siB').unpack_from
+_T4p = _struct.Struct('>ih16siB').pack
+_T5u = _struct.Struct('>ii?B').unpack_from
+_T5p = _struct.Struct('>ii?B').pack
 
 
 class GetTelemetrySubscriptionsRequest(_Struct):
@@ -69,11 +75,9 @@ class GetTelemetrySubscriptionsRequest(_Struct):
         _i = -1
         try:
             f = 'client_instance_id'
-            o.client_instance_id, = _T0u(buf, pos)
-            pos += 16
+            o.client_instance_id, n = _T1u(buf, pos)
+            pos += 17
             f = '<tagged fields>'
-            n = buf[pos]
-            pos += 1
             if n:
                 o.unknown_tagged_fields = u = {}
                 if n >= 128:
@@ -123,7 +127,7 @@ class GetTelemetrySubscriptionsResponse(_Struct):
             and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
-        buf += _T1p(self.throttle_time_ms, self.error_code, self.client_instance_id, self.subscription_id)
+        buf += _T2p(self.throttle_time_ms, self.error_code, self.client_instance_id, self.subscription_id)
         x = self.accepted_compression_types
         if x is None:
             raise _not_nullable(self, 'accepted_compression_types', v)
@@ -134,7 +138,7 @@ class GetTelemetrySubscriptionsResponse(_Struct):
             else:
                 buf += _wuv(n)
             buf += _pack('>%db' % len(x), *x)
-        buf += _T2p(self.push_interval_ms, self.telemetry_max_bytes, self.delta_temporality)
+        buf += _T3p(self.push_interval_ms, self.telemetry_max_bytes, self.delta_temporality)
         x = self.requested_metrics
         if x is None:
             raise _not_nullable(self, 'requested_metrics', v)
@@ -165,11 +169,9 @@ class GetTelemetrySubscriptionsResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, o.error_code, o.client_instance_id, o.subscription_id = _T1u(buf, pos)
-            pos += 26
+            o.throttle_time_ms, o.error_code, o.client_instance_id, o.subscription_id, n = _T4u(buf, pos)
+            pos += 27
             f = 'accepted_compression_types'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -186,11 +188,9 @@ class GetTelemetrySubscriptionsResponse(_Struct):
                 o.accepted_compression_types = list(_unpack_from('>%db' % n, buf, pos))
                 pos += n * 1
             f = 'push_interval_ms'
-            o.push_interval_ms, o.telemetry_max_bytes, o.delta_temporality = _T2u(buf, pos)
-            pos += 9
+            o.push_interval_ms, o.telemetry_max_bytes, o.delta_temporality, n = _T5u(buf, pos)
+            pos += 10
             f = 'requested_metrics'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)

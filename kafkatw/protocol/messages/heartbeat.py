@@ -31,10 +31,14 @@ __all__ = ["HeartbeatRequest", "HeartbeatResponse"]
 
 _T0u = _struct.Struct('>i').unpack_from
 _T0p = _struct.Struct('>i').pack
-_T1u = _struct.Struct('>h').unpack_from
-_T1p = _struct.Struct('>h').pack
-_T2u = _struct.Struct('>ih').unpack_from
-_T2p = _struct.Struct('>ih').pack
+_T1u = _struct.Struct('>ih').unpack_from
+_T1p = _struct.Struct('>ih').pack
+_T2u = _struct.Struct('>iB').unpack_from
+_T2p = _struct.Struct('>iB').pack
+_T3u = _struct.Struct('>h').unpack_from
+_T3p = _struct.Struct('>h').pack
+_T4u = _struct.Struct('>ihB').unpack_from
+_T4p = _struct.Struct('>ihB').pack
 
 
 class HeartbeatRequest(_Struct):
@@ -105,11 +109,9 @@ class HeartbeatRequest(_Struct):
                 o.group_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'generation_id'
-            o.generation_id, = _T0u(buf, pos)
-            pos += 4
+            o.generation_id, n = _T1u(buf, pos)
+            pos += 6
             f = 'member_id'
-            n, = _ui16(buf, pos)
-            pos += 2
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
@@ -200,11 +202,9 @@ class HeartbeatRequest(_Struct):
                 o.group_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'generation_id'
-            o.generation_id, = _T0u(buf, pos)
-            pos += 4
+            o.generation_id, n = _T2u(buf, pos)
+            pos += 5
             f = 'member_id'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -276,7 +276,7 @@ class HeartbeatResponse(_Struct):
     def _w0(self, buf, parts, v):
         if v >= 1:
             buf += _T0p(self.throttle_time_ms)
-        buf += _T1p(self.error_code)
+        buf += _T3p(self.error_code)
 
     @staticmethod
     def _r0(buf, pos, v):
@@ -292,7 +292,7 @@ class HeartbeatResponse(_Struct):
             else:
                 o.throttle_time_ms = 0
             f = 'error_code'
-            o.error_code, = _T1u(buf, pos)
+            o.error_code, = _T3u(buf, pos)
             pos += 2
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
@@ -300,7 +300,7 @@ class HeartbeatResponse(_Struct):
         return o, pos
 
     def _w1(self, buf, parts, v):
-        buf += _T2p(self.throttle_time_ms, self.error_code)
+        buf += _T1p(self.throttle_time_ms, self.error_code)
         if self.unknown_tagged_fields:
             _write_tags(buf, [], self.unknown_tagged_fields)
         else:
@@ -314,11 +314,9 @@ class HeartbeatResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, o.error_code = _T2u(buf, pos)
-            pos += 6
+            o.throttle_time_ms, o.error_code, n = _T4u(buf, pos)
+            pos += 7
             f = '<tagged fields>'
-            n = buf[pos]
-            pos += 1
             if n:
                 o.unknown_tagged_fields = u = {}
                 if n >= 128:

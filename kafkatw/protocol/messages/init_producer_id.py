@@ -33,6 +33,8 @@ _T1u = _struct.Struct('>qh').unpack_from
 _T1p = _struct.Struct('>qh').pack
 _T2u = _struct.Struct('>ihqh').unpack_from
 _T2p = _struct.Struct('>ihqh').pack
+_T3u = _struct.Struct('>ihqhB').unpack_from
+_T3p = _struct.Struct('>ihqhB').pack
 
 
 class InitProducerIdRequest(_Struct):
@@ -231,11 +233,9 @@ class InitProducerIdResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, o.error_code, o.producer_id, o.producer_epoch = _T2u(buf, pos)
-            pos += 16
+            o.throttle_time_ms, o.error_code, o.producer_id, o.producer_epoch, n = _T3u(buf, pos)
+            pos += 17
             f = '<tagged fields>'
-            n = buf[pos]
-            pos += 1
             if n:
                 o.unknown_tagged_fields = u = {}
                 if n >= 128:

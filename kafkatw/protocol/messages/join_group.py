@@ -36,12 +36,16 @@ _T0u = _struct.Struct('>i').unpack_from
 _T0p = _struct.Struct('>i').pack
 _T1u = _struct.Struct('>ii').unpack_from
 _T1p = _struct.Struct('>ii').pack
-_T2u = _struct.Struct('>hi').unpack_from
-_T2p = _struct.Struct('>hi').pack
-_T3u = _struct.Struct('>ihi').unpack_from
-_T3p = _struct.Struct('>ihi').pack
-_T4u = _struct.Struct('>?').unpack_from
-_T4p = _struct.Struct('>?').pack
+_T2u = _struct.Struct('>iiB').unpack_from
+_T2p = _struct.Struct('>iiB').pack
+_T3u = _struct.Struct('>hi').unpack_from
+_T3p = _struct.Struct('>hi').pack
+_T4u = _struct.Struct('>hih').unpack_from
+_T4p = _struct.Struct('>hih').pack
+_T5u = _struct.Struct('>ihi').unpack_from
+_T5p = _struct.Struct('>ihi').pack
+_T6u = _struct.Struct('>?').unpack_from
+_T6p = _struct.Struct('>?').pack
 
 
 class JoinGroupRequest(_Struct):
@@ -297,11 +301,9 @@ class JoinGroupRequest(_Struct):
                 o.group_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'session_timeout_ms'
-            o.session_timeout_ms, o.rebalance_timeout_ms = _T1u(buf, pos)
-            pos += 8
+            o.session_timeout_ms, o.rebalance_timeout_ms, n = _T2u(buf, pos)
+            pos += 9
             f = 'member_id'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -598,7 +600,7 @@ class JoinGroupResponse(_Struct):
     def _w0(self, buf, parts, v):
         if v >= 2:
             buf += _T0p(self.throttle_time_ms)
-        buf += _T2p(self.error_code, self.generation_id)
+        buf += _T3p(self.error_code, self.generation_id)
         x = self.protocol_name
         if x is None:
             raise _not_nullable(self, 'protocol_name', v)
@@ -644,12 +646,10 @@ class JoinGroupResponse(_Struct):
             else:
                 o.throttle_time_ms = 0
             f = 'error_code'
-            o.error_code, o.generation_id = _T2u(buf, pos)
-            pos += 6
+            o.error_code, o.generation_id, n = _T4u(buf, pos)
+            pos += 8
             o.protocol_type = None
             f = 'protocol_name'
-            n, = _ui16(buf, pos)
-            pos += 2
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
@@ -699,7 +699,7 @@ class JoinGroupResponse(_Struct):
         return o, pos
 
     def _w1(self, buf, parts, v):
-        buf += _T3p(self.throttle_time_ms, self.error_code, self.generation_id)
+        buf += _T5p(self.throttle_time_ms, self.error_code, self.generation_id)
         if v >= 7:
             x = self.protocol_type
             if x is None:
@@ -737,7 +737,7 @@ class JoinGroupResponse(_Struct):
                 buf += _wuv(n)
             buf += x
         if v >= 9:
-            buf += _T4p(self.skip_assignment)
+            buf += _T6p(self.skip_assignment)
         else:
             if not (self.skip_assignment == False):
                 raise _absent(self, 'skip_assignment', v)
@@ -776,7 +776,7 @@ class JoinGroupResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, o.error_code, o.generation_id = _T3u(buf, pos)
+            o.throttle_time_ms, o.error_code, o.generation_id = _T5u(buf, pos)
             pos += 10
             if v >= 7:
                 f = 'protocol_type'
@@ -836,7 +836,7 @@ class JoinGroupResponse(_Struct):
                 pos += n
             if v >= 9:
                 f = 'skip_assignment'
-                o.skip_assignment, = _T4u(buf, pos)
+                o.skip_assignment, = _T6u(buf, pos)
                 pos += 1
             else:
                 o.skip_assignment = False

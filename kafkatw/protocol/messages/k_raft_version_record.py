@@ -24,6 +24,8 @@ __all__ = ["KRaftVersionRecord"]
 
 _T0u = _struct.Struct('>hh').unpack_from
 _T0p = _struct.Struct('>hh').pack
+_T1u = _struct.Struct('>hhB').unpack_from
+_T1p = _struct.Struct('>hhB').pack
 
 
 class KRaftVersionRecord(_Struct):
@@ -59,11 +61,9 @@ class KRaftVersionRecord(_Struct):
         _i = -1
         try:
             f = 'version'
-            o.version, o.k_raft_version = _T0u(buf, pos)
-            pos += 4
+            o.version, o.k_raft_version, n = _T1u(buf, pos)
+            pos += 5
             f = '<tagged fields>'
-            n = buf[pos]
-            pos += 1
             if n:
                 o.unknown_tagged_fields = u = {}
                 if n >= 128:

@@ -47,12 +47,24 @@ _T4u = _struct.Struct('>b').unpack_from
 _T4p = _struct.Struct('>b').pack
 _T5u = _struct.Struct('>iiii').unpack_from
 _T5p = _struct.Struct('>iiii').pack
-_T6u = _struct.Struct('>16s').unpack_from
-_T6p = _struct.Struct('>16s').pack
-_T7u = _struct.Struct('>h').unpack_from
-_T7p = _struct.Struct('>h').pack
-_T8u = _struct.Struct('>ih').unpack_from
-_T8p = _struct.Struct('>ih').pack
+_T6u = _struct.Struct('>iiiii').unpack_from
+_T6p = _struct.Struct('>iiiii').pack
+_T7u = _struct.Struct('>ii').unpack_from
+_T7p = _struct.Struct('>ii').pack
+_T8u = _struct.Struct('>iiiiB').unpack_from
+_T8p = _struct.Struct('>iiiiB').pack
+_T9u = _struct.Struct('>iB').unpack_from
+_T9p = _struct.Struct('>iB').pack
+_T10u = _struct.Struct('>16s').unpack_from
+_T10p = _struct.Struct('>16s').pack
+_T11u = _struct.Struct('>ih').unpack_from
+_T11p = _struct.Struct('>ih').pack
+_T12u = _struct.Struct('>h').unpack_from
+_T12p = _struct.Struct('>h').pack
+_T13u = _struct.Struct('>hi').unpack_from
+_T13p = _struct.Struct('>hi').pack
+_T14u = _struct.Struct('>ihB').unpack_from
+_T14p = _struct.Struct('>ihB').pack
 
 
 class LeaderAndIsrRequest(_Struct):
@@ -432,11 +444,9 @@ class LeaderAndIsrRequest(_Struct):
                 else:
                     o.topic_name = ''
                 f = 'partition_index'
-                o.partition_index, o.controller_epoch, o.leader, o.leader_epoch = _T5u(buf, pos)
-                pos += 16
+                o.partition_index, o.controller_epoch, o.leader, o.leader_epoch, n = _T6u(buf, pos)
+                pos += 20
                 f = 'isr'
-                n, = _ui32(buf, pos)
-                pos += 4
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
@@ -446,11 +456,9 @@ class LeaderAndIsrRequest(_Struct):
                     o.isr = list(_unpack_from('>%di' % n, buf, pos))
                     pos += n * 4
                 f = 'partition_epoch'
-                o.partition_epoch, = _T0u(buf, pos)
-                pos += 4
+                o.partition_epoch, n = _T7u(buf, pos)
+                pos += 8
                 f = 'replicas'
-                n, = _ui32(buf, pos)
-                pos += 4
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
@@ -562,11 +570,9 @@ class LeaderAndIsrRequest(_Struct):
             try:
                 o.topic_name = ''
                 f = 'partition_index'
-                o.partition_index, o.controller_epoch, o.leader, o.leader_epoch = _T5u(buf, pos)
-                pos += 16
+                o.partition_index, o.controller_epoch, o.leader, o.leader_epoch, n = _T8u(buf, pos)
+                pos += 17
                 f = 'isr'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -583,11 +589,9 @@ class LeaderAndIsrRequest(_Struct):
                     o.isr = list(_unpack_from('>%di' % n, buf, pos))
                     pos += n * 4
                 f = 'partition_epoch'
-                o.partition_epoch, = _T0u(buf, pos)
-                pos += 4
+                o.partition_epoch, n = _T9u(buf, pos)
+                pos += 5
                 f = 'replicas'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -768,7 +772,7 @@ class LeaderAndIsrRequest(_Struct):
                     buf += _wuv(n)
                 buf += x
             if v >= 5:
-                buf += _T6p(self.topic_id)
+                buf += _T10p(self.topic_id)
             x = self.partition_states
             if x is None:
                 raise _not_nullable(self, 'partition_states', v)
@@ -811,7 +815,7 @@ class LeaderAndIsrRequest(_Struct):
                     pos += n
                 if v >= 5:
                     f = 'topic_id'
-                    o.topic_id, = _T6u(buf, pos)
+                    o.topic_id, = _T10u(buf, pos)
                     pos += 16
                 else:
                     o.topic_id = _ZERO_UUID
@@ -895,11 +899,9 @@ class LeaderAndIsrRequest(_Struct):
             _i = -1
             try:
                 f = 'broker_id'
-                o.broker_id, = _T0u(buf, pos)
-                pos += 4
+                o.broker_id, n = _T11u(buf, pos)
+                pos += 6
                 f = 'host_name'
-                n, = _ui16(buf, pos)
-                pos += 2
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
@@ -942,11 +944,9 @@ class LeaderAndIsrRequest(_Struct):
             _i = -1
             try:
                 f = 'broker_id'
-                o.broker_id, = _T0u(buf, pos)
-                pos += 4
+                o.broker_id, n = _T9u(buf, pos)
+                pos += 5
                 f = 'host_name'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -962,11 +962,9 @@ class LeaderAndIsrRequest(_Struct):
                     o.host_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'port'
-                o.port, = _T0u(buf, pos)
-                pos += 4
+                o.port, n = _T9u(buf, pos)
+                pos += 5
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:
@@ -1005,7 +1003,7 @@ class LeaderAndIsrResponse(_Struct):
             and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
-        buf += _T7p(self.error_code)
+        buf += _T12p(self.error_code)
         x = self.partition_errors
         if x is None:
             raise _not_nullable(self, 'partition_errors', v)
@@ -1024,11 +1022,9 @@ class LeaderAndIsrResponse(_Struct):
         _i = -1
         try:
             f = 'error_code'
-            o.error_code, = _T7u(buf, pos)
-            pos += 2
+            o.error_code, n = _T13u(buf, pos)
+            pos += 6
             f = 'partition_errors'
-            n, = _ui32(buf, pos)
-            pos += 4
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
@@ -1048,7 +1044,7 @@ class LeaderAndIsrResponse(_Struct):
         return o, pos
 
     def _w1(self, buf, parts, v):
-        buf += _T7p(self.error_code)
+        buf += _T12p(self.error_code)
         if v <= 4:
             x = self.partition_errors
             if x is None:
@@ -1092,7 +1088,7 @@ class LeaderAndIsrResponse(_Struct):
         _i = -1
         try:
             f = 'error_code'
-            o.error_code, = _T7u(buf, pos)
+            o.error_code, = _T12u(buf, pos)
             pos += 2
             if v <= 4:
                 f = 'partition_errors'
@@ -1190,7 +1186,7 @@ class LeaderAndIsrResponse(_Struct):
                 x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
-            buf += _T8p(self.partition_index, self.error_code)
+            buf += _T11p(self.partition_index, self.error_code)
 
         @staticmethod
         def _r0(buf, pos, v):
@@ -1210,7 +1206,7 @@ class LeaderAndIsrResponse(_Struct):
                     o.topic_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'partition_index'
-                o.partition_index, o.error_code = _T8u(buf, pos)
+                o.partition_index, o.error_code = _T11u(buf, pos)
                 pos += 6
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -1230,7 +1226,7 @@ class LeaderAndIsrResponse(_Struct):
                     else:
                         buf += _wuv(n)
                     buf += x
-            buf += _T8p(self.partition_index, self.error_code)
+            buf += _T11p(self.partition_index, self.error_code)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -1264,11 +1260,9 @@ class LeaderAndIsrResponse(_Struct):
                 else:
                     o.topic_name = ''
                 f = 'partition_index'
-                o.partition_index, o.error_code = _T8u(buf, pos)
-                pos += 6
+                o.partition_index, o.error_code, n = _T14u(buf, pos)
+                pos += 7
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:
@@ -1325,7 +1319,7 @@ class LeaderAndIsrResponse(_Struct):
 
         def _w1(self, buf, parts, v):
             if v >= 5:
-                buf += _T6p(self.topic_id)
+                buf += _T10p(self.topic_id)
             else:
                 if not (self.topic_id == _ZERO_UUID):
                     raise _absent(self, 'topic_id', v)
@@ -1358,7 +1352,7 @@ class LeaderAndIsrResponse(_Struct):
             try:
                 if v >= 5:
                     f = 'topic_id'
-                    o.topic_id, = _T6u(buf, pos)
+                    o.topic_id, = _T10u(buf, pos)
                     pos += 16
                 else:
                     o.topic_id = _ZERO_UUID

@@ -31,10 +31,12 @@ __all__ = ["LeaderChangeMessage"]
 
 _T0u = _struct.Struct('>hi').unpack_from
 _T0p = _struct.Struct('>hi').pack
-_T1u = _struct.Struct('>i').unpack_from
-_T1p = _struct.Struct('>i').pack
-_T2u = _struct.Struct('>16s').unpack_from
-_T2p = _struct.Struct('>16s').pack
+_T1u = _struct.Struct('>hiB').unpack_from
+_T1p = _struct.Struct('>hiB').pack
+_T2u = _struct.Struct('>i').unpack_from
+_T2p = _struct.Struct('>i').pack
+_T3u = _struct.Struct('>16s').unpack_from
+_T3p = _struct.Struct('>16s').pack
 
 
 class LeaderChangeMessage(_Struct):
@@ -96,11 +98,9 @@ class LeaderChangeMessage(_Struct):
         _i = -1
         try:
             f = 'version'
-            o.version, o.leader_id = _T0u(buf, pos)
-            pos += 6
+            o.version, o.leader_id, n = _T1u(buf, pos)
+            pos += 7
             f = 'voters'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -179,9 +179,9 @@ class LeaderChangeMessage(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T1p(self.voter_id)
+            buf += _T2p(self.voter_id)
             if v >= 1:
-                buf += _T2p(self.voter_directory_id)
+                buf += _T3p(self.voter_directory_id)
             else:
                 if not (self.voter_directory_id == _ZERO_UUID):
                     raise _absent(self, 'voter_directory_id', v)
@@ -198,11 +198,11 @@ class LeaderChangeMessage(_Struct):
             _i = -1
             try:
                 f = 'voter_id'
-                o.voter_id, = _T1u(buf, pos)
+                o.voter_id, = _T2u(buf, pos)
                 pos += 4
                 if v >= 1:
                     f = 'voter_directory_id'
-                    o.voter_directory_id, = _T2u(buf, pos)
+                    o.voter_directory_id, = _T3u(buf, pos)
                     pos += 16
                 else:
                     o.voter_directory_id = _ZERO_UUID

@@ -38,6 +38,10 @@ _T1u = _struct.Struct('>h').unpack_from
 _T1p = _struct.Struct('>h').pack
 _T2u = _struct.Struct('>ih').unpack_from
 _T2p = _struct.Struct('>ih').pack
+_T3u = _struct.Struct('>ihB').unpack_from
+_T3p = _struct.Struct('>ihB').pack
+_T4u = _struct.Struct('>hB').unpack_from
+_T4p = _struct.Struct('>hB').pack
 
 
 class LeaveGroupRequest(_Struct):
@@ -544,11 +548,9 @@ class LeaveGroupResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, o.error_code = _T2u(buf, pos)
-            pos += 6
+            o.throttle_time_ms, o.error_code, n = _T3u(buf, pos)
+            pos += 7
             f = 'members'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -750,11 +752,9 @@ class LeaveGroupResponse(_Struct):
                     o.group_instance_id = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'error_code'
-                o.error_code, = _T1u(buf, pos)
-                pos += 2
+                o.error_code, n = _T4u(buf, pos)
+                pos += 3
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:

@@ -29,6 +29,8 @@ __all__ = ["ListClientMetricsResourcesRequest", "ListClientMetricsResourcesRespo
 
 _T0u = _struct.Struct('>ih').unpack_from
 _T0p = _struct.Struct('>ih').pack
+_T1u = _struct.Struct('>ihB').unpack_from
+_T1p = _struct.Struct('>ihB').pack
 
 
 class ListClientMetricsResourcesRequest(_Struct):
@@ -123,11 +125,9 @@ class ListClientMetricsResourcesResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, o.error_code = _T0u(buf, pos)
-            pos += 6
+            o.throttle_time_ms, o.error_code, n = _T1u(buf, pos)
+            pos += 7
             f = 'client_metrics_resources'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)

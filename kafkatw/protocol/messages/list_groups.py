@@ -18,7 +18,6 @@ from kafkatw.protocol._runtime import (
     pi16 as _pi16,
     pi32 as _pi32,
     ui16 as _ui16,
-    ui32 as _ui32,
 )
 from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
@@ -36,8 +35,12 @@ _T0u = _struct.Struct('>i').unpack_from
 _T0p = _struct.Struct('>i').pack
 _T1u = _struct.Struct('>h').unpack_from
 _T1p = _struct.Struct('>h').pack
-_T2u = _struct.Struct('>ih').unpack_from
-_T2p = _struct.Struct('>ih').pack
+_T2u = _struct.Struct('>hi').unpack_from
+_T2p = _struct.Struct('>hi').pack
+_T3u = _struct.Struct('>ih').unpack_from
+_T3p = _struct.Struct('>ih').pack
+_T4u = _struct.Struct('>ihB').unpack_from
+_T4p = _struct.Struct('>ihB').pack
 
 
 class ListGroupsRequest(_Struct):
@@ -272,11 +275,9 @@ class ListGroupsResponse(_Struct):
             else:
                 o.throttle_time_ms = 0
             f = 'error_code'
-            o.error_code, = _T1u(buf, pos)
-            pos += 2
+            o.error_code, n = _T2u(buf, pos)
+            pos += 6
             f = 'groups'
-            n, = _ui32(buf, pos)
-            pos += 4
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
@@ -295,7 +296,7 @@ class ListGroupsResponse(_Struct):
         return o, pos
 
     def _w1(self, buf, parts, v):
-        buf += _T2p(self.throttle_time_ms, self.error_code)
+        buf += _T3p(self.throttle_time_ms, self.error_code)
         x = self.groups
         if x is None:
             raise _not_nullable(self, 'groups', v)
@@ -320,11 +321,9 @@ class ListGroupsResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, o.error_code = _T2u(buf, pos)
-            pos += 6
+            o.throttle_time_ms, o.error_code, n = _T4u(buf, pos)
+            pos += 7
             f = 'groups'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)

@@ -40,16 +40,24 @@ _T1u = _struct.Struct('>b').unpack_from
 _T1p = _struct.Struct('>b').pack
 _T2u = _struct.Struct('>ib').unpack_from
 _T2p = _struct.Struct('>ib').pack
-_T3u = _struct.Struct('>q').unpack_from
-_T3p = _struct.Struct('>q').pack
-_T4u = _struct.Struct('>iiq').unpack_from
-_T4p = _struct.Struct('>iiq').pack
-_T5u = _struct.Struct('>ih').unpack_from
-_T5p = _struct.Struct('>ih').pack
-_T6u = _struct.Struct('>qq').unpack_from
-_T6p = _struct.Struct('>qq').pack
-_T7u = _struct.Struct('>qqi').unpack_from
-_T7p = _struct.Struct('>qqi').pack
+_T3u = _struct.Struct('>ibB').unpack_from
+_T3p = _struct.Struct('>ibB').pack
+_T4u = _struct.Struct('>q').unpack_from
+_T4p = _struct.Struct('>q').pack
+_T5u = _struct.Struct('>iiq').unpack_from
+_T5p = _struct.Struct('>iiq').pack
+_T6u = _struct.Struct('>iiqB').unpack_from
+_T6p = _struct.Struct('>iiqB').pack
+_T7u = _struct.Struct('>iB').unpack_from
+_T7p = _struct.Struct('>iB').pack
+_T8u = _struct.Struct('>ih').unpack_from
+_T8p = _struct.Struct('>ih').pack
+_T9u = _struct.Struct('>qq').unpack_from
+_T9p = _struct.Struct('>qq').pack
+_T10u = _struct.Struct('>qqi').unpack_from
+_T10p = _struct.Struct('>qqi').pack
+_T11u = _struct.Struct('>qqiB').unpack_from
+_T11p = _struct.Struct('>qqiB').pack
 
 
 class ListOffsetsRequest(_Struct):
@@ -154,11 +162,9 @@ class ListOffsetsRequest(_Struct):
         _i = -1
         try:
             f = 'replica_id'
-            o.replica_id, o.isolation_level = _T2u(buf, pos)
-            pos += 5
+            o.replica_id, o.isolation_level, n = _T3u(buf, pos)
+            pos += 6
             f = 'topics'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -392,7 +398,7 @@ class ListOffsetsRequest(_Struct):
             buf += _T0p(self.partition_index)
             if v >= 4:
                 buf += _T0p(self.current_leader_epoch)
-            buf += _T3p(self.timestamp)
+            buf += _T4p(self.timestamp)
             if v <= 0:
                 buf += _T0p(self.max_num_offsets)
             else:
@@ -416,7 +422,7 @@ class ListOffsetsRequest(_Struct):
                 else:
                     o.current_leader_epoch = -1
                 f = 'timestamp'
-                o.timestamp, = _T3u(buf, pos)
+                o.timestamp, = _T4u(buf, pos)
                 pos += 8
                 if v <= 0:
                     f = 'max_num_offsets'
@@ -430,7 +436,7 @@ class ListOffsetsRequest(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T4p(self.partition_index, self.current_leader_epoch, self.timestamp)
+            buf += _T5p(self.partition_index, self.current_leader_epoch, self.timestamp)
             if not (self.max_num_offsets == 1):
                 raise _absent(self, 'max_num_offsets', v)
             if self.unknown_tagged_fields:
@@ -446,12 +452,10 @@ class ListOffsetsRequest(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.current_leader_epoch, o.timestamp = _T4u(buf, pos)
-                pos += 16
+                o.partition_index, o.current_leader_epoch, o.timestamp, n = _T6u(buf, pos)
+                pos += 17
                 o.max_num_offsets = 1
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:
@@ -557,11 +561,9 @@ class ListOffsetsResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, = _T0u(buf, pos)
-            pos += 4
+            o.throttle_time_ms, n = _T7u(buf, pos)
+            pos += 5
             f = 'topics'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -790,7 +792,7 @@ class ListOffsetsResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T5p(self.partition_index, self.error_code)
+            buf += _T8p(self.partition_index, self.error_code)
             if v <= 0:
                 x = self.old_style_offsets
                 if x is None:
@@ -802,7 +804,7 @@ class ListOffsetsResponse(_Struct):
                 if not (self.old_style_offsets == []):
                     raise _absent(self, 'old_style_offsets', v)
             if v >= 1:
-                buf += _T6p(self.timestamp, self.offset)
+                buf += _T9p(self.timestamp, self.offset)
             else:
                 if not (self.timestamp == -1):
                     raise _absent(self, 'timestamp', v)
@@ -822,7 +824,7 @@ class ListOffsetsResponse(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.error_code = _T5u(buf, pos)
+                o.partition_index, o.error_code = _T8u(buf, pos)
                 pos += 6
                 if v <= 0:
                     f = 'old_style_offsets'
@@ -840,7 +842,7 @@ class ListOffsetsResponse(_Struct):
                     o.old_style_offsets = []
                 if v >= 1:
                     f = 'timestamp'
-                    o.timestamp, o.offset = _T6u(buf, pos)
+                    o.timestamp, o.offset = _T9u(buf, pos)
                     pos += 16
                 else:
                     o.timestamp = -1
@@ -857,10 +859,10 @@ class ListOffsetsResponse(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T5p(self.partition_index, self.error_code)
+            buf += _T8p(self.partition_index, self.error_code)
             if not (self.old_style_offsets == []):
                 raise _absent(self, 'old_style_offsets', v)
-            buf += _T7p(self.timestamp, self.offset, self.leader_epoch)
+            buf += _T10p(self.timestamp, self.offset, self.leader_epoch)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -874,15 +876,13 @@ class ListOffsetsResponse(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.error_code = _T5u(buf, pos)
+                o.partition_index, o.error_code = _T8u(buf, pos)
                 pos += 6
                 o.old_style_offsets = []
                 f = 'timestamp'
-                o.timestamp, o.offset, o.leader_epoch = _T7u(buf, pos)
-                pos += 20
+                o.timestamp, o.offset, o.leader_epoch, n = _T11u(buf, pos)
+                pos += 21
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:

@@ -31,8 +31,12 @@ __all__ = ["ListPartitionReassignmentsRequest", "ListPartitionReassignmentsRespo
 
 _T0u = _struct.Struct('>i').unpack_from
 _T0p = _struct.Struct('>i').pack
-_T1u = _struct.Struct('>ih').unpack_from
-_T1p = _struct.Struct('>ih').pack
+_T1u = _struct.Struct('>iB').unpack_from
+_T1p = _struct.Struct('>iB').pack
+_T2u = _struct.Struct('>ih').unpack_from
+_T2p = _struct.Struct('>ih').pack
+_T3u = _struct.Struct('>ihB').unpack_from
+_T3p = _struct.Struct('>ihB').pack
 
 
 class ListPartitionReassignmentsRequest(_Struct):
@@ -79,11 +83,9 @@ class ListPartitionReassignmentsRequest(_Struct):
         _i = -1
         try:
             f = 'timeout_ms'
-            o.timeout_ms, = _T0u(buf, pos)
-            pos += 4
+            o.timeout_ms, n = _T1u(buf, pos)
+            pos += 5
             f = 'topics'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -251,7 +253,7 @@ class ListPartitionReassignmentsResponse(_Struct):
             and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
-        buf += _T1p(self.throttle_time_ms, self.error_code)
+        buf += _T2p(self.throttle_time_ms, self.error_code)
         x = self.error_message
         if x is None:
             buf += b'\x00'
@@ -287,11 +289,9 @@ class ListPartitionReassignmentsResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, o.error_code = _T1u(buf, pos)
-            pos += 6
+            o.throttle_time_ms, o.error_code, n = _T3u(buf, pos)
+            pos += 7
             f = 'error_message'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -524,11 +524,9 @@ class ListPartitionReassignmentsResponse(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, = _T0u(buf, pos)
-                pos += 4
+                o.partition_index, n = _T1u(buf, pos)
+                pos += 5
                 f = 'replicas'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)

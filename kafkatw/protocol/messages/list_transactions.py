@@ -34,6 +34,10 @@ _T0u = _struct.Struct('>q').unpack_from
 _T0p = _struct.Struct('>q').pack
 _T1u = _struct.Struct('>ih').unpack_from
 _T1p = _struct.Struct('>ih').pack
+_T2u = _struct.Struct('>ihB').unpack_from
+_T2p = _struct.Struct('>ihB').pack
+_T3u = _struct.Struct('>qB').unpack_from
+_T3p = _struct.Struct('>qB').pack
 
 
 class ListTransactionsRequest(_Struct):
@@ -243,11 +247,9 @@ class ListTransactionsResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, o.error_code = _T1u(buf, pos)
-            pos += 6
+            o.throttle_time_ms, o.error_code, n = _T2u(buf, pos)
+            pos += 7
             f = 'unknown_state_filters'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -393,11 +395,9 @@ class ListTransactionsResponse(_Struct):
                     o.transactional_id = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'producer_id'
-                o.producer_id, = _T0u(buf, pos)
-                pos += 8
+                o.producer_id, n = _T3u(buf, pos)
+                pos += 9
                 f = 'transaction_state'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)

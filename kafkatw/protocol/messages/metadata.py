@@ -39,16 +39,28 @@ _T0u = _struct.Struct('>?').unpack_from
 _T0p = _struct.Struct('>?').pack
 _T1u = _struct.Struct('>??').unpack_from
 _T1p = _struct.Struct('>??').pack
-_T2u = _struct.Struct('>16s').unpack_from
-_T2p = _struct.Struct('>16s').pack
-_T3u = _struct.Struct('>i').unpack_from
-_T3p = _struct.Struct('>i').pack
-_T4u = _struct.Struct('>h').unpack_from
-_T4p = _struct.Struct('>h').pack
-_T5u = _struct.Struct('>hii').unpack_from
-_T5p = _struct.Struct('>hii').pack
-_T6u = _struct.Struct('>hiii').unpack_from
-_T6p = _struct.Struct('>hiii').pack
+_T2u = _struct.Struct('>?B').unpack_from
+_T2p = _struct.Struct('>?B').pack
+_T3u = _struct.Struct('>16s').unpack_from
+_T3p = _struct.Struct('>16s').pack
+_T4u = _struct.Struct('>i').unpack_from
+_T4p = _struct.Struct('>i').pack
+_T5u = _struct.Struct('>iB').unpack_from
+_T5p = _struct.Struct('>iB').pack
+_T6u = _struct.Struct('>ih').unpack_from
+_T6p = _struct.Struct('>ih').pack
+_T7u = _struct.Struct('>h').unpack_from
+_T7p = _struct.Struct('>h').pack
+_T8u = _struct.Struct('>hh').unpack_from
+_T8p = _struct.Struct('>hh').pack
+_T9u = _struct.Struct('>hB').unpack_from
+_T9p = _struct.Struct('>hB').pack
+_T10u = _struct.Struct('>hii').unpack_from
+_T10p = _struct.Struct('>hii').pack
+_T11u = _struct.Struct('>hiii').unpack_from
+_T11p = _struct.Struct('>hiii').pack
+_T12u = _struct.Struct('>hiiiB').unpack_from
+_T12p = _struct.Struct('>hiiiB').pack
 
 
 class MetadataRequest(_Struct):
@@ -201,11 +213,9 @@ class MetadataRequest(_Struct):
             else:
                 o.include_cluster_authorized_operations = False
             f = 'include_topic_authorized_operations'
-            o.include_topic_authorized_operations, = _T0u(buf, pos)
-            pos += 1
+            o.include_topic_authorized_operations, n = _T2u(buf, pos)
+            pos += 2
             f = '<tagged fields>'
-            n = buf[pos]
-            pos += 1
             if n:
                 o.unknown_tagged_fields = u = {}
                 if n >= 128:
@@ -273,7 +283,7 @@ class MetadataRequest(_Struct):
 
         def _w1(self, buf, parts, v):
             if v >= 10:
-                buf += _T2p(self.topic_id)
+                buf += _T3p(self.topic_id)
             x = self.name
             if x is None:
                 if not (v >= 10):
@@ -301,7 +311,7 @@ class MetadataRequest(_Struct):
             try:
                 if v >= 10:
                     f = 'topic_id'
-                    o.topic_id, = _T2u(buf, pos)
+                    o.topic_id, = _T3u(buf, pos)
                     pos += 16
                 else:
                     o.topic_id = _ZERO_UUID
@@ -372,7 +382,7 @@ class MetadataResponse(_Struct):
 
     def _w0(self, buf, parts, v):
         if v >= 3:
-            buf += _T3p(self.throttle_time_ms)
+            buf += _T4p(self.throttle_time_ms)
         x = self.brokers
         if x is None:
             raise _not_nullable(self, 'brokers', v)
@@ -389,7 +399,7 @@ class MetadataResponse(_Struct):
                 buf += _pi16(len(x))
                 buf += x
         if v >= 1:
-            buf += _T3p(self.controller_id)
+            buf += _T4p(self.controller_id)
         x = self.topics
         if x is None:
             raise _not_nullable(self, 'topics', v)
@@ -398,7 +408,7 @@ class MetadataResponse(_Struct):
             for e in x:
                 e._w0(buf, parts, v)
         if v >= 8:
-            buf += _T3p(self.cluster_authorized_operations)
+            buf += _T4p(self.cluster_authorized_operations)
         else:
             if not (self.cluster_authorized_operations == -2147483648):
                 raise _absent(self, 'cluster_authorized_operations', v)
@@ -412,7 +422,7 @@ class MetadataResponse(_Struct):
         try:
             if v >= 3:
                 f = 'throttle_time_ms'
-                o.throttle_time_ms, = _T3u(buf, pos)
+                o.throttle_time_ms, = _T4u(buf, pos)
                 pos += 4
             else:
                 o.throttle_time_ms = 0
@@ -446,7 +456,7 @@ class MetadataResponse(_Struct):
                 o.cluster_id = None
             if v >= 1:
                 f = 'controller_id'
-                o.controller_id, = _T3u(buf, pos)
+                o.controller_id, = _T4u(buf, pos)
                 pos += 4
             else:
                 o.controller_id = -1
@@ -467,7 +477,7 @@ class MetadataResponse(_Struct):
                 o.topics = lst
             if v >= 8:
                 f = 'cluster_authorized_operations'
-                o.cluster_authorized_operations, = _T3u(buf, pos)
+                o.cluster_authorized_operations, = _T4u(buf, pos)
                 pos += 4
             else:
                 o.cluster_authorized_operations = -2147483648
@@ -477,7 +487,7 @@ class MetadataResponse(_Struct):
         return o, pos
 
     def _w1(self, buf, parts, v):
-        buf += _T3p(self.throttle_time_ms)
+        buf += _T4p(self.throttle_time_ms)
         x = self.brokers
         if x is None:
             raise _not_nullable(self, 'brokers', v)
@@ -500,7 +510,7 @@ class MetadataResponse(_Struct):
             else:
                 buf += _wuv(n)
             buf += x
-        buf += _T3p(self.controller_id)
+        buf += _T4p(self.controller_id)
         x = self.topics
         if x is None:
             raise _not_nullable(self, 'topics', v)
@@ -513,7 +523,7 @@ class MetadataResponse(_Struct):
             for e in x:
                 e._w1(buf, parts, v)
         if v <= 10:
-            buf += _T3p(self.cluster_authorized_operations)
+            buf += _T4p(self.cluster_authorized_operations)
         else:
             if not (self.cluster_authorized_operations == -2147483648):
                 raise _absent(self, 'cluster_authorized_operations', v)
@@ -530,11 +540,9 @@ class MetadataResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, = _T3u(buf, pos)
-            pos += 4
+            o.throttle_time_ms, n = _T5u(buf, pos)
+            pos += 5
             f = 'brokers'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -572,11 +580,9 @@ class MetadataResponse(_Struct):
                 o.cluster_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'controller_id'
-            o.controller_id, = _T3u(buf, pos)
-            pos += 4
+            o.controller_id, n = _T5u(buf, pos)
+            pos += 5
             f = 'topics'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -598,7 +604,7 @@ class MetadataResponse(_Struct):
                 o.topics = lst
             if v <= 10:
                 f = 'cluster_authorized_operations'
-                o.cluster_authorized_operations, = _T3u(buf, pos)
+                o.cluster_authorized_operations, = _T4u(buf, pos)
                 pos += 4
             else:
                 o.cluster_authorized_operations = -2147483648
@@ -643,7 +649,7 @@ class MetadataResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T3p(self.node_id)
+            buf += _T4p(self.node_id)
             x = self.host
             if x is None:
                 raise _not_nullable(self, 'host', v)
@@ -651,7 +657,7 @@ class MetadataResponse(_Struct):
                 x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
-            buf += _T3p(self.port)
+            buf += _T4p(self.port)
             if v >= 1:
                 x = self.rack
                 if x is None:
@@ -669,11 +675,9 @@ class MetadataResponse(_Struct):
             _i = -1
             try:
                 f = 'node_id'
-                o.node_id, = _T3u(buf, pos)
-                pos += 4
+                o.node_id, n = _T6u(buf, pos)
+                pos += 6
                 f = 'host'
-                n, = _ui16(buf, pos)
-                pos += 2
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
@@ -682,7 +686,7 @@ class MetadataResponse(_Struct):
                     o.host = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'port'
-                o.port, = _T3u(buf, pos)
+                o.port, = _T4u(buf, pos)
                 pos += 4
                 if v >= 1:
                     f = 'rack'
@@ -703,7 +707,7 @@ class MetadataResponse(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T3p(self.node_id)
+            buf += _T4p(self.node_id)
             x = self.host
             if x is None:
                 raise _not_nullable(self, 'host', v)
@@ -715,7 +719,7 @@ class MetadataResponse(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T3p(self.port)
+            buf += _T4p(self.port)
             x = self.rack
             if x is None:
                 buf += b'\x00'
@@ -740,11 +744,9 @@ class MetadataResponse(_Struct):
             _i = -1
             try:
                 f = 'node_id'
-                o.node_id, = _T3u(buf, pos)
-                pos += 4
+                o.node_id, n = _T5u(buf, pos)
+                pos += 5
                 f = 'host'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -760,11 +762,9 @@ class MetadataResponse(_Struct):
                     o.host = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'port'
-                o.port, = _T3u(buf, pos)
-                pos += 4
+                o.port, n = _T5u(buf, pos)
+                pos += 5
                 f = 'rack'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -825,7 +825,7 @@ class MetadataResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T4p(self.error_code)
+            buf += _T7p(self.error_code)
             x = self.name
             if x is None:
                 raise _not_nullable(self, 'name', v)
@@ -843,7 +843,7 @@ class MetadataResponse(_Struct):
                 for e in x:
                     e._w0(buf, parts, v)
             if v >= 8:
-                buf += _T3p(self.topic_authorized_operations)
+                buf += _T4p(self.topic_authorized_operations)
             else:
                 if not (self.topic_authorized_operations == -2147483648):
                     raise _absent(self, 'topic_authorized_operations', v)
@@ -856,11 +856,9 @@ class MetadataResponse(_Struct):
             _i = -1
             try:
                 f = 'error_code'
-                o.error_code, = _T4u(buf, pos)
-                pos += 2
+                o.error_code, n = _T8u(buf, pos)
+                pos += 4
                 f = 'name'
-                n, = _ui16(buf, pos)
-                pos += 2
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
@@ -892,7 +890,7 @@ class MetadataResponse(_Struct):
                     o.partitions = lst
                 if v >= 8:
                     f = 'topic_authorized_operations'
-                    o.topic_authorized_operations, = _T3u(buf, pos)
+                    o.topic_authorized_operations, = _T4u(buf, pos)
                     pos += 4
                 else:
                     o.topic_authorized_operations = -2147483648
@@ -902,7 +900,7 @@ class MetadataResponse(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T4p(self.error_code)
+            buf += _T7p(self.error_code)
             x = self.name
             if x is None:
                 if not (v >= 12):
@@ -917,7 +915,7 @@ class MetadataResponse(_Struct):
                     buf += _wuv(n)
                 buf += x
             if v >= 10:
-                buf += _T2p(self.topic_id)
+                buf += _T3p(self.topic_id)
             buf += _T0p(self.is_internal)
             x = self.partitions
             if x is None:
@@ -930,7 +928,7 @@ class MetadataResponse(_Struct):
                     buf += _wuv(n)
                 for e in x:
                     e._w1(buf, parts, v)
-            buf += _T3p(self.topic_authorized_operations)
+            buf += _T4p(self.topic_authorized_operations)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -944,11 +942,9 @@ class MetadataResponse(_Struct):
             _i = -1
             try:
                 f = 'error_code'
-                o.error_code, = _T4u(buf, pos)
-                pos += 2
+                o.error_code, n = _T9u(buf, pos)
+                pos += 3
                 f = 'name'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -967,16 +963,14 @@ class MetadataResponse(_Struct):
                     pos += n
                 if v >= 10:
                     f = 'topic_id'
-                    o.topic_id, = _T2u(buf, pos)
+                    o.topic_id, = _T3u(buf, pos)
                     pos += 16
                 else:
                     o.topic_id = _ZERO_UUID
                 f = 'is_internal'
-                o.is_internal, = _T0u(buf, pos)
-                pos += 1
+                o.is_internal, n = _T2u(buf, pos)
+                pos += 2
                 f = 'partitions'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -997,11 +991,9 @@ class MetadataResponse(_Struct):
                     _i = -1
                     o.partitions = lst
                 f = 'topic_authorized_operations'
-                o.topic_authorized_operations, = _T3u(buf, pos)
-                pos += 4
+                o.topic_authorized_operations, n = _T5u(buf, pos)
+                pos += 5
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:
@@ -1047,9 +1039,9 @@ class MetadataResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T5p(self.error_code, self.partition_index, self.leader_id)
+            buf += _T10p(self.error_code, self.partition_index, self.leader_id)
             if v >= 7:
-                buf += _T3p(self.leader_epoch)
+                buf += _T4p(self.leader_epoch)
             x = self.replica_nodes
             if x is None:
                 raise _not_nullable(self, 'replica_nodes', v)
@@ -1078,11 +1070,11 @@ class MetadataResponse(_Struct):
             _i = -1
             try:
                 f = 'error_code'
-                o.error_code, o.partition_index, o.leader_id = _T5u(buf, pos)
+                o.error_code, o.partition_index, o.leader_id = _T10u(buf, pos)
                 pos += 10
                 if v >= 7:
                     f = 'leader_epoch'
-                    o.leader_epoch, = _T3u(buf, pos)
+                    o.leader_epoch, = _T4u(buf, pos)
                     pos += 4
                 else:
                     o.leader_epoch = -1
@@ -1128,7 +1120,7 @@ class MetadataResponse(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T6p(self.error_code, self.partition_index, self.leader_id, self.leader_epoch)
+            buf += _T11p(self.error_code, self.partition_index, self.leader_id, self.leader_epoch)
             x = self.replica_nodes
             if x is None:
                 raise _not_nullable(self, 'replica_nodes', v)
@@ -1172,11 +1164,9 @@ class MetadataResponse(_Struct):
             _i = -1
             try:
                 f = 'error_code'
-                o.error_code, o.partition_index, o.leader_id, o.leader_epoch = _T6u(buf, pos)
-                pos += 14
+                o.error_code, o.partition_index, o.leader_id, o.leader_epoch, n = _T12u(buf, pos)
+                pos += 15
                 f = 'replica_nodes'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)

@@ -36,12 +36,18 @@ _T0u = _struct.Struct('>i').unpack_from
 _T0p = _struct.Struct('>i').pack
 _T1u = _struct.Struct('>q').unpack_from
 _T1p = _struct.Struct('>q').pack
-_T2u = _struct.Struct('>iq').unpack_from
-_T2p = _struct.Struct('>iq').pack
-_T3u = _struct.Struct('>iqi').unpack_from
-_T3p = _struct.Struct('>iqi').pack
-_T4u = _struct.Struct('>ih').unpack_from
-_T4p = _struct.Struct('>ih').pack
+_T2u = _struct.Struct('>iB').unpack_from
+_T2p = _struct.Struct('>iB').pack
+_T3u = _struct.Struct('>iq').unpack_from
+_T3p = _struct.Struct('>iq').pack
+_T4u = _struct.Struct('>iqi').unpack_from
+_T4p = _struct.Struct('>iqi').pack
+_T5u = _struct.Struct('>iqiB').unpack_from
+_T5p = _struct.Struct('>iqiB').pack
+_T6u = _struct.Struct('>ih').unpack_from
+_T6p = _struct.Struct('>ih').pack
+_T7u = _struct.Struct('>ihB').unpack_from
+_T7p = _struct.Struct('>ihB').pack
 
 
 class OffsetCommitRequest(_Struct):
@@ -260,11 +266,9 @@ class OffsetCommitRequest(_Struct):
                 o.group_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'generation_id_or_member_epoch'
-            o.generation_id_or_member_epoch, = _T0u(buf, pos)
-            pos += 4
+            o.generation_id_or_member_epoch, n = _T2u(buf, pos)
+            pos += 5
             f = 'member_id'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -526,7 +530,7 @@ class OffsetCommitRequest(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T2p(self.partition_index, self.committed_offset)
+            buf += _T3p(self.partition_index, self.committed_offset)
             if v >= 6:
                 buf += _T0p(self.committed_leader_epoch)
             if v >= 1 and v <= 1:
@@ -550,7 +554,7 @@ class OffsetCommitRequest(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.committed_offset = _T2u(buf, pos)
+                o.partition_index, o.committed_offset = _T3u(buf, pos)
                 pos += 12
                 if v >= 6:
                     f = 'committed_leader_epoch'
@@ -580,7 +584,7 @@ class OffsetCommitRequest(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T3p(self.partition_index, self.committed_offset, self.committed_leader_epoch)
+            buf += _T4p(self.partition_index, self.committed_offset, self.committed_leader_epoch)
             if not (self.commit_timestamp == -1):
                 raise _absent(self, 'commit_timestamp', v)
             x = self.committed_metadata
@@ -607,12 +611,10 @@ class OffsetCommitRequest(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.committed_offset, o.committed_leader_epoch = _T3u(buf, pos)
-                pos += 16
+                o.partition_index, o.committed_offset, o.committed_leader_epoch, n = _T5u(buf, pos)
+                pos += 17
                 o.commit_timestamp = -1
                 f = 'committed_metadata'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -735,11 +737,9 @@ class OffsetCommitResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, = _T0u(buf, pos)
-            pos += 4
+            o.throttle_time_ms, n = _T2u(buf, pos)
+            pos += 5
             f = 'topics'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -960,7 +960,7 @@ class OffsetCommitResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T4p(self.partition_index, self.error_code)
+            buf += _T6p(self.partition_index, self.error_code)
 
         @staticmethod
         def _r0(buf, pos, v):
@@ -970,7 +970,7 @@ class OffsetCommitResponse(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.error_code = _T4u(buf, pos)
+                o.partition_index, o.error_code = _T6u(buf, pos)
                 pos += 6
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -978,7 +978,7 @@ class OffsetCommitResponse(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T4p(self.partition_index, self.error_code)
+            buf += _T6p(self.partition_index, self.error_code)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -992,11 +992,9 @@ class OffsetCommitResponse(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.error_code = _T4u(buf, pos)
-                pos += 6
+                o.partition_index, o.error_code, n = _T7u(buf, pos)
+                pos += 7
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:

@@ -31,8 +31,10 @@ _T0u = _struct.Struct('>i').unpack_from
 _T0p = _struct.Struct('>i').pack
 _T1u = _struct.Struct('>hi').unpack_from
 _T1p = _struct.Struct('>hi').pack
-_T2u = _struct.Struct('>ih').unpack_from
-_T2p = _struct.Struct('>ih').pack
+_T2u = _struct.Struct('>hii').unpack_from
+_T2p = _struct.Struct('>hii').pack
+_T3u = _struct.Struct('>ih').unpack_from
+_T3p = _struct.Struct('>ih').pack
 
 
 class OffsetDeleteRequest(_Struct):
@@ -252,11 +254,9 @@ class OffsetDeleteResponse(_Struct):
         _i = -1
         try:
             f = 'error_code'
-            o.error_code, o.throttle_time_ms = _T1u(buf, pos)
-            pos += 6
+            o.error_code, o.throttle_time_ms, n = _T2u(buf, pos)
+            pos += 10
             f = 'topics'
-            n, = _ui32(buf, pos)
-            pos += 4
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
@@ -365,7 +365,7 @@ class OffsetDeleteResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T2p(self.partition_index, self.error_code)
+            buf += _T3p(self.partition_index, self.error_code)
 
         @staticmethod
         def _r0(buf, pos, v):
@@ -375,7 +375,7 @@ class OffsetDeleteResponse(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.error_code = _T2u(buf, pos)
+                o.partition_index, o.error_code = _T3u(buf, pos)
                 pos += 6
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:

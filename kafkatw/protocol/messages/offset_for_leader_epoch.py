@@ -33,14 +33,20 @@ __all__ = ["OffsetForLeaderEpochRequest", "OffsetForLeaderEpochResponse"]
 
 _T0u = _struct.Struct('>i').unpack_from
 _T0p = _struct.Struct('>i').pack
-_T1u = _struct.Struct('>iii').unpack_from
-_T1p = _struct.Struct('>iii').pack
-_T2u = _struct.Struct('>hi').unpack_from
-_T2p = _struct.Struct('>hi').pack
-_T3u = _struct.Struct('>q').unpack_from
-_T3p = _struct.Struct('>q').pack
-_T4u = _struct.Struct('>hiiq').unpack_from
-_T4p = _struct.Struct('>hiiq').pack
+_T1u = _struct.Struct('>iB').unpack_from
+_T1p = _struct.Struct('>iB').pack
+_T2u = _struct.Struct('>iii').unpack_from
+_T2p = _struct.Struct('>iii').pack
+_T3u = _struct.Struct('>iiiB').unpack_from
+_T3p = _struct.Struct('>iiiB').pack
+_T4u = _struct.Struct('>hi').unpack_from
+_T4p = _struct.Struct('>hi').pack
+_T5u = _struct.Struct('>q').unpack_from
+_T5p = _struct.Struct('>q').pack
+_T6u = _struct.Struct('>hiiq').unpack_from
+_T6p = _struct.Struct('>hiiq').pack
+_T7u = _struct.Struct('>hiiqB').unpack_from
+_T7p = _struct.Struct('>hiiqB').pack
 
 
 class OffsetForLeaderEpochRequest(_Struct):
@@ -131,11 +137,9 @@ class OffsetForLeaderEpochRequest(_Struct):
         _i = -1
         try:
             f = 'replica_id'
-            o.replica_id, = _T0u(buf, pos)
-            pos += 4
+            o.replica_id, n = _T1u(buf, pos)
+            pos += 5
             f = 'topics'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -388,7 +392,7 @@ class OffsetForLeaderEpochRequest(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T1p(self.partition, self.current_leader_epoch, self.leader_epoch)
+            buf += _T2p(self.partition, self.current_leader_epoch, self.leader_epoch)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -402,11 +406,9 @@ class OffsetForLeaderEpochRequest(_Struct):
             _i = -1
             try:
                 f = 'partition'
-                o.partition, o.current_leader_epoch, o.leader_epoch = _T1u(buf, pos)
-                pos += 12
+                o.partition, o.current_leader_epoch, o.leader_epoch, n = _T3u(buf, pos)
+                pos += 13
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:
@@ -512,11 +514,9 @@ class OffsetForLeaderEpochResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, = _T0u(buf, pos)
-            pos += 4
+            o.throttle_time_ms, n = _T1u(buf, pos)
+            pos += 5
             f = 'topics'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -741,10 +741,10 @@ class OffsetForLeaderEpochResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T2p(self.error_code, self.partition)
+            buf += _T4p(self.error_code, self.partition)
             if v >= 1:
                 buf += _T0p(self.leader_epoch)
-            buf += _T3p(self.end_offset)
+            buf += _T5p(self.end_offset)
 
         @staticmethod
         def _r0(buf, pos, v):
@@ -754,7 +754,7 @@ class OffsetForLeaderEpochResponse(_Struct):
             _i = -1
             try:
                 f = 'error_code'
-                o.error_code, o.partition = _T2u(buf, pos)
+                o.error_code, o.partition = _T4u(buf, pos)
                 pos += 6
                 if v >= 1:
                     f = 'leader_epoch'
@@ -763,7 +763,7 @@ class OffsetForLeaderEpochResponse(_Struct):
                 else:
                     o.leader_epoch = -1
                 f = 'end_offset'
-                o.end_offset, = _T3u(buf, pos)
+                o.end_offset, = _T5u(buf, pos)
                 pos += 8
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -771,7 +771,7 @@ class OffsetForLeaderEpochResponse(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T4p(self.error_code, self.partition, self.leader_epoch, self.end_offset)
+            buf += _T6p(self.error_code, self.partition, self.leader_epoch, self.end_offset)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -785,11 +785,9 @@ class OffsetForLeaderEpochResponse(_Struct):
             _i = -1
             try:
                 f = 'error_code'
-                o.error_code, o.partition, o.leader_epoch, o.end_offset = _T4u(buf, pos)
-                pos += 18
+                o.error_code, o.partition, o.leader_epoch, o.end_offset, n = _T7u(buf, pos)
+                pos += 19
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:

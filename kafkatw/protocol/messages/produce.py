@@ -41,28 +41,36 @@ __all__ = ["ProduceRequest", "ProduceResponse"]
 
 _T0u = _struct.Struct('>hi').unpack_from
 _T0p = _struct.Struct('>hi').pack
-_T1u = _struct.Struct('>i').unpack_from
-_T1p = _struct.Struct('>i').pack
-_T2u = _struct.Struct('>ihq').unpack_from
-_T2p = _struct.Struct('>ihq').pack
-_T3u = _struct.Struct('>q').unpack_from
-_T3p = _struct.Struct('>q').pack
-_T4u = _struct.Struct('>ihqqq').unpack_from
-_T4p = _struct.Struct('>ihqqq').pack
-_T5u = _struct.Struct('>ii').unpack_from
-_T5p = _struct.Struct('>ii').pack
-_T6u = _struct.Struct('>ihqq').unpack_from
-_T6p = _struct.Struct('>ihqq').pack
-_T7u = _struct.Struct('>ihqqq6s').unpack_from
-_T7p = _struct.Struct('>ihqqq6s').pack
-_T8u = _struct.Struct('>i2s').unpack_from
-_T8p = _struct.Struct('>i2s').pack
-_T9u = _struct.Struct('>ihqqq3s').unpack_from
-_T9p = _struct.Struct('>ihqqq3s').pack
-_T10u = _struct.Struct('>i1s').unpack_from
-_T10p = _struct.Struct('>i1s').pack
-_T11u = _struct.Struct('>ii1s').unpack_from
-_T11p = _struct.Struct('>ii1s').pack
+_T1u = _struct.Struct('>hii').unpack_from
+_T1p = _struct.Struct('>hii').pack
+_T2u = _struct.Struct('>hiB').unpack_from
+_T2p = _struct.Struct('>hiB').pack
+_T3u = _struct.Struct('>i').unpack_from
+_T3p = _struct.Struct('>i').pack
+_T4u = _struct.Struct('>ii').unpack_from
+_T4p = _struct.Struct('>ii').pack
+_T5u = _struct.Struct('>iB').unpack_from
+_T5p = _struct.Struct('>iB').pack
+_T6u = _struct.Struct('>ihq').unpack_from
+_T6p = _struct.Struct('>ihq').pack
+_T7u = _struct.Struct('>q').unpack_from
+_T7p = _struct.Struct('>q').pack
+_T8u = _struct.Struct('>ihqqq').unpack_from
+_T8p = _struct.Struct('>ihqqq').pack
+_T9u = _struct.Struct('>ihqqqB').unpack_from
+_T9p = _struct.Struct('>ihqqqB').pack
+_T10u = _struct.Struct('>ihqq').unpack_from
+_T10p = _struct.Struct('>ihqq').pack
+_T11u = _struct.Struct('>ihqqq6s').unpack_from
+_T11p = _struct.Struct('>ihqqq6s').pack
+_T12u = _struct.Struct('>i2s').unpack_from
+_T12p = _struct.Struct('>i2s').pack
+_T13u = _struct.Struct('>ihqqq3s').unpack_from
+_T13p = _struct.Struct('>ihqqq3s').pack
+_T14u = _struct.Struct('>i1s').unpack_from
+_T14p = _struct.Struct('>i1s').pack
+_T15u = _struct.Struct('>ii1s').unpack_from
+_T15p = _struct.Struct('>ii1s').pack
 
 
 class ProduceRequest(_Struct):
@@ -129,11 +137,9 @@ class ProduceRequest(_Struct):
             else:
                 o.transactional_id = None
             f = 'acks'
-            o.acks, o.timeout_ms = _T0u(buf, pos)
-            pos += 6
+            o.acks, o.timeout_ms, n = _T1u(buf, pos)
+            pos += 10
             f = 'topic_data'
-            n, = _ui32(buf, pos)
-            pos += 4
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
@@ -205,11 +211,9 @@ class ProduceRequest(_Struct):
                 o.transactional_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'acks'
-            o.acks, o.timeout_ms = _T0u(buf, pos)
-            pos += 6
+            o.acks, o.timeout_ms, n = _T2u(buf, pos)
+            pos += 7
             f = 'topic_data'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -430,7 +434,7 @@ class ProduceRequest(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T1p(self.index)
+            buf += _T3p(self.index)
             x = self.records
             if x is None:
                 buf += b'\xff\xff\xff\xff'
@@ -451,11 +455,9 @@ class ProduceRequest(_Struct):
             _i = -1
             try:
                 f = 'index'
-                o.index, = _T1u(buf, pos)
-                pos += 4
+                o.index, n = _T4u(buf, pos)
+                pos += 8
                 f = 'records'
-                n, = _ui32(buf, pos)
-                pos += 4
                 if n == -1:
                     o.records = None
                 else:
@@ -469,7 +471,7 @@ class ProduceRequest(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T1p(self.index)
+            buf += _T3p(self.index)
             x = self.records
             if x is None:
                 buf += b'\x00'
@@ -502,11 +504,9 @@ class ProduceRequest(_Struct):
             _i = -1
             try:
                 f = 'index'
-                o.index, = _T1u(buf, pos)
-                pos += 4
+                o.index, n = _T5u(buf, pos)
+                pos += 5
                 f = 'records'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -570,7 +570,7 @@ class ProduceResponse(_Struct):
             for e in x:
                 e._w0(buf, parts, v)
         if v >= 1:
-            buf += _T1p(self.throttle_time_ms)
+            buf += _T3p(self.throttle_time_ms)
         if not (self.node_endpoints == []):
             raise _absent(self, 'node_endpoints', v)
 
@@ -598,7 +598,7 @@ class ProduceResponse(_Struct):
                 o.responses = lst
             if v >= 1:
                 f = 'throttle_time_ms'
-                o.throttle_time_ms, = _T1u(buf, pos)
+                o.throttle_time_ms, = _T3u(buf, pos)
                 pos += 4
             else:
                 o.throttle_time_ms = 0
@@ -620,7 +620,7 @@ class ProduceResponse(_Struct):
                 buf += _wuv(n)
             for e in x:
                 e._w1(buf, parts, v)
-        buf += _T1p(self.throttle_time_ms)
+        buf += _T3p(self.throttle_time_ms)
         if (not (v >= 10)) and not (self.node_endpoints == []):
             raise _absent(self, 'node_endpoints', v)
         tags = []
@@ -673,12 +673,10 @@ class ProduceResponse(_Struct):
                 _i = -1
                 o.responses = lst
             f = 'throttle_time_ms'
-            o.throttle_time_ms, = _T1u(buf, pos)
-            pos += 4
+            o.throttle_time_ms, n = _T5u(buf, pos)
+            pos += 5
             o.node_endpoints = []
             f = '<tagged fields>'
-            n = buf[pos]
-            pos += 1
             if n:
                 o.unknown_tagged_fields = u = {}
                 if n >= 128:
@@ -915,11 +913,11 @@ class ProduceResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T2p(self.index, self.error_code, self.base_offset)
+            buf += _T6p(self.index, self.error_code, self.base_offset)
             if v >= 2:
-                buf += _T3p(self.log_append_time_ms)
+                buf += _T7p(self.log_append_time_ms)
             if v >= 5:
-                buf += _T3p(self.log_start_offset)
+                buf += _T7p(self.log_start_offset)
             if v >= 8:
                 x = self.record_errors
                 if x is None:
@@ -947,17 +945,17 @@ class ProduceResponse(_Struct):
             _i = -1
             try:
                 f = 'index'
-                o.index, o.error_code, o.base_offset = _T2u(buf, pos)
+                o.index, o.error_code, o.base_offset = _T6u(buf, pos)
                 pos += 14
                 if v >= 2:
                     f = 'log_append_time_ms'
-                    o.log_append_time_ms, = _T3u(buf, pos)
+                    o.log_append_time_ms, = _T7u(buf, pos)
                     pos += 8
                 else:
                     o.log_append_time_ms = -1
                 if v >= 5:
                     f = 'log_start_offset'
-                    o.log_start_offset, = _T3u(buf, pos)
+                    o.log_start_offset, = _T7u(buf, pos)
                     pos += 8
                 else:
                     o.log_start_offset = -1
@@ -1003,7 +1001,7 @@ class ProduceResponse(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T4p(self.index, self.error_code, self.base_offset, self.log_append_time_ms, self.log_start_offset)
+            buf += _T8p(self.index, self.error_code, self.base_offset, self.log_append_time_ms, self.log_start_offset)
             x = self.record_errors
             if x is None:
                 raise _not_nullable(self, 'record_errors', v)
@@ -1046,11 +1044,9 @@ class ProduceResponse(_Struct):
             _i = -1
             try:
                 f = 'index'
-                o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset = _T4u(buf, pos)
-                pos += 30
+                o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset, n = _T9u(buf, pos)
+                pos += 31
                 f = 'record_errors'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -1137,7 +1133,7 @@ class ProduceResponse(_Struct):
 
         def _w0(self, buf, parts, v):
             if v >= 8:
-                buf += _T1p(self.batch_index)
+                buf += _T3p(self.batch_index)
             else:
                 if not (self.batch_index == 0):
                     raise _absent(self, 'batch_index', v)
@@ -1162,7 +1158,7 @@ class ProduceResponse(_Struct):
             try:
                 if v >= 8:
                     f = 'batch_index'
-                    o.batch_index, = _T1u(buf, pos)
+                    o.batch_index, = _T3u(buf, pos)
                     pos += 4
                 else:
                     o.batch_index = 0
@@ -1185,7 +1181,7 @@ class ProduceResponse(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T1p(self.batch_index)
+            buf += _T3p(self.batch_index)
             x = self.batch_index_error_message
             if x is None:
                 buf += b'\x00'
@@ -1210,11 +1206,9 @@ class ProduceResponse(_Struct):
             _i = -1
             try:
                 f = 'batch_index'
-                o.batch_index, = _T1u(buf, pos)
-                pos += 4
+                o.batch_index, n = _T5u(buf, pos)
+                pos += 5
                 f = 'batch_index_error_message'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -1288,7 +1282,7 @@ class ProduceResponse(_Struct):
 
         def _w1(self, buf, parts, v):
             if v >= 10:
-                buf += _T5p(self.leader_id, self.leader_epoch)
+                buf += _T4p(self.leader_id, self.leader_epoch)
             else:
                 if not (self.leader_id == -1):
                     raise _absent(self, 'leader_id', v)
@@ -1308,7 +1302,7 @@ class ProduceResponse(_Struct):
             try:
                 if v >= 10:
                     f = 'leader_id'
-                    o.leader_id, o.leader_epoch = _T5u(buf, pos)
+                    o.leader_id, o.leader_epoch = _T4u(buf, pos)
                     pos += 8
                 else:
                     o.leader_id = -1
@@ -1382,7 +1376,7 @@ class ProduceResponse(_Struct):
 
         def _w1(self, buf, parts, v):
             if v >= 10:
-                buf += _T1p(self.node_id)
+                buf += _T3p(self.node_id)
             else:
                 if not (self.node_id == 0):
                     raise _absent(self, 'node_id', v)
@@ -1402,7 +1396,7 @@ class ProduceResponse(_Struct):
                 if not (self.host == ''):
                     raise _absent(self, 'host', v)
             if v >= 10:
-                buf += _T1p(self.port)
+                buf += _T3p(self.port)
             else:
                 if not (self.port == 0):
                     raise _absent(self, 'port', v)
@@ -1435,7 +1429,7 @@ class ProduceResponse(_Struct):
             try:
                 if v >= 10:
                     f = 'node_id'
-                    o.node_id, = _T1u(buf, pos)
+                    o.node_id, = _T3u(buf, pos)
                     pos += 4
                 else:
                     o.node_id = 0
@@ -1461,7 +1455,7 @@ class ProduceResponse(_Struct):
                     o.host = ''
                 if v >= 10:
                     f = 'port'
-                    o.port, = _T1u(buf, pos)
+                    o.port, = _T3u(buf, pos)
                     pos += 4
                 else:
                     o.port = 0
@@ -1546,7 +1540,7 @@ def _rows_ProduceResponse_v0(v, responses_1, throttle_time_ms_1, node_endpoints_
             else:
                 buf += _pi32(len(x))
                 for index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, record_errors_3, error_message_3, current_leader_3 in x:
-                    buf += _T2p(index_3, error_code_3, base_offset_3)
+                    buf += _T6p(index_3, error_code_3, base_offset_3)
                     if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
                         raise _absent_field('ProduceResponse.PartitionProduceResponse', 'current_leader', v)
     if not ((node_endpoints_1 is not None and not node_endpoints_1)):
@@ -1584,10 +1578,10 @@ def _rows_ProduceResponse_v1(v, responses_1, throttle_time_ms_1, node_endpoints_
             else:
                 buf += _pi32(len(x))
                 for index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, record_errors_3, error_message_3, current_leader_3 in x:
-                    buf += _T2p(index_3, error_code_3, base_offset_3)
+                    buf += _T6p(index_3, error_code_3, base_offset_3)
                     if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
                         raise _absent_field('ProduceResponse.PartitionProduceResponse', 'current_leader', v)
-    buf += _T1p(throttle_time_ms_1)
+    buf += _T3p(throttle_time_ms_1)
     if not ((node_endpoints_1 is not None and not node_endpoints_1)):
         raise _absent_field('ProduceResponse', 'node_endpoints', v)
     if buf or not parts:
@@ -1623,10 +1617,10 @@ def _rows_ProduceResponse_v2(v, responses_1, throttle_time_ms_1, node_endpoints_
             else:
                 buf += _pi32(len(x))
                 for index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, record_errors_3, error_message_3, current_leader_3 in x:
-                    buf += _T6p(index_3, error_code_3, base_offset_3, log_append_time_ms_3)
+                    buf += _T10p(index_3, error_code_3, base_offset_3, log_append_time_ms_3)
                     if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
                         raise _absent_field('ProduceResponse.PartitionProduceResponse', 'current_leader', v)
-    buf += _T1p(throttle_time_ms_1)
+    buf += _T3p(throttle_time_ms_1)
     if not ((node_endpoints_1 is not None and not node_endpoints_1)):
         raise _absent_field('ProduceResponse', 'node_endpoints', v)
     if buf or not parts:
@@ -1662,10 +1656,10 @@ def _rows_ProduceResponse_v5(v, responses_1, throttle_time_ms_1, node_endpoints_
             else:
                 buf += _pi32(len(x))
                 for index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, record_errors_3, error_message_3, current_leader_3 in x:
-                    buf += _T4p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3)
+                    buf += _T8p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3)
                     if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
                         raise _absent_field('ProduceResponse.PartitionProduceResponse', 'current_leader', v)
-    buf += _T1p(throttle_time_ms_1)
+    buf += _T3p(throttle_time_ms_1)
     if not ((node_endpoints_1 is not None and not node_endpoints_1)):
         raise _absent_field('ProduceResponse', 'node_endpoints', v)
     if buf or not parts:
@@ -1702,9 +1696,9 @@ def _rows_ProduceResponse_v8(v, responses_1, throttle_time_ms_1, node_endpoints_
                 buf += _pi32(len(x))
                 for index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, record_errors_3, error_message_3, current_leader_3 in x:
                     if (current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1)) and (record_errors_3 is not None and not record_errors_3) and error_message_3 is None:
-                        buf += _T7p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, b'\x00\x00\x00\x00\xff\xff')
+                        buf += _T11p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, b'\x00\x00\x00\x00\xff\xff')
                     else:
-                        buf += _T4p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3)
+                        buf += _T8p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3)
                         x = record_errors_3
                         if not x:
                             if x is None:
@@ -1715,9 +1709,9 @@ def _rows_ProduceResponse_v8(v, responses_1, throttle_time_ms_1, node_endpoints_
                             buf += _pi32(len(x))
                             for batch_index_4, batch_index_error_message_4 in x:
                                 if batch_index_error_message_4 is None:
-                                    buf += _T8p(batch_index_4, b'\xff\xff')
+                                    buf += _T12p(batch_index_4, b'\xff\xff')
                                 else:
-                                    buf += _T1p(batch_index_4)
+                                    buf += _T3p(batch_index_4)
                                     x = batch_index_error_message_4
                                     if x is None:
                                         buf += b'\xff\xff'
@@ -1734,7 +1728,7 @@ def _rows_ProduceResponse_v8(v, responses_1, throttle_time_ms_1, node_endpoints_
                             buf += x
                         if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
                             raise _absent_field('ProduceResponse.PartitionProduceResponse', 'current_leader', v)
-    buf += _T1p(throttle_time_ms_1)
+    buf += _T3p(throttle_time_ms_1)
     if not ((node_endpoints_1 is not None and not node_endpoints_1)):
         raise _absent_field('ProduceResponse', 'node_endpoints', v)
     if buf or not parts:
@@ -1783,9 +1777,9 @@ def _rows_ProduceResponse_v9(v, responses_1, throttle_time_ms_1, node_endpoints_
                     buf += _wuv(n)
                 for index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, record_errors_3, error_message_3, current_leader_3 in x:
                     if (current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1)) and (record_errors_3 is not None and not record_errors_3) and error_message_3 is None:
-                        buf += _T9p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, b'\x01\x00\x00')
+                        buf += _T13p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, b'\x01\x00\x00')
                     else:
-                        buf += _T4p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3)
+                        buf += _T8p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3)
                         x = record_errors_3
                         if not x:
                             if x is None:
@@ -1800,9 +1794,9 @@ def _rows_ProduceResponse_v9(v, responses_1, throttle_time_ms_1, node_endpoints_
                                 buf += _wuv(n)
                             for batch_index_4, batch_index_error_message_4 in x:
                                 if batch_index_error_message_4 is None:
-                                    buf += _T8p(batch_index_4, b'\x00\x00')
+                                    buf += _T12p(batch_index_4, b'\x00\x00')
                                 else:
-                                    buf += _T1p(batch_index_4)
+                                    buf += _T3p(batch_index_4)
                                     x = batch_index_error_message_4
                                     if x is None:
                                         buf += b'\x00'
@@ -1831,9 +1825,9 @@ def _rows_ProduceResponse_v9(v, responses_1, throttle_time_ms_1, node_endpoints_
                         buf.append(0)
             buf.append(0)
     if (node_endpoints_1 is not None and not node_endpoints_1):
-        buf += _T10p(throttle_time_ms_1, b'\x00')
+        buf += _T14p(throttle_time_ms_1, b'\x00')
     else:
-        buf += _T1p(throttle_time_ms_1)
+        buf += _T3p(throttle_time_ms_1)
         if not ((node_endpoints_1 is not None and not node_endpoints_1)):
             raise _absent_field('ProduceResponse', 'node_endpoints', v)
         buf.append(0)
@@ -1883,9 +1877,9 @@ def _rows_ProduceResponse_v10(v, responses_1, throttle_time_ms_1, node_endpoints
                     buf += _wuv(n)
                 for index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, record_errors_3, error_message_3, current_leader_3 in x:
                     if (record_errors_3 is not None and not record_errors_3) and error_message_3 is None and (current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1)):
-                        buf += _T9p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, b'\x01\x00\x00')
+                        buf += _T13p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, b'\x01\x00\x00')
                     else:
-                        buf += _T4p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3)
+                        buf += _T8p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3)
                         x = record_errors_3
                         if not x:
                             if x is None:
@@ -1900,9 +1894,9 @@ def _rows_ProduceResponse_v10(v, responses_1, throttle_time_ms_1, node_endpoints
                                 buf += _wuv(n)
                             for batch_index_4, batch_index_error_message_4 in x:
                                 if batch_index_error_message_4 is None:
-                                    buf += _T8p(batch_index_4, b'\x00\x00')
+                                    buf += _T12p(batch_index_4, b'\x00\x00')
                                 else:
-                                    buf += _T1p(batch_index_4)
+                                    buf += _T3p(batch_index_4)
                                     x = batch_index_error_message_4
                                     if x is None:
                                         buf += b'\x00'
@@ -1936,17 +1930,17 @@ def _rows_ProduceResponse_v10(v, responses_1, throttle_time_ms_1, node_endpoints
                                     current_leader_3 = (-1, -1,)
                                 leader_id_4, leader_epoch_4 = current_leader_3
                                 if True:
-                                    t_3 += _T11p(leader_id_4, leader_epoch_4, b'\x00')
+                                    t_3 += _T15p(leader_id_4, leader_epoch_4, b'\x00')
                                 else:
-                                    t_3 += _T5p(leader_id_4, leader_epoch_4)
+                                    t_3 += _T4p(leader_id_4, leader_epoch_4)
                                     t_3.append(0)
                                 tags_3.append((0, bytes(t_3)))
                             _write_tags(buf, tags_3, None)
             buf.append(0)
     if (node_endpoints_1 is not None and not node_endpoints_1):
-        buf += _T10p(throttle_time_ms_1, b'\x00')
+        buf += _T14p(throttle_time_ms_1, b'\x00')
     else:
-        buf += _T1p(throttle_time_ms_1)
+        buf += _T3p(throttle_time_ms_1)
         if (node_endpoints_1 is not None and not node_endpoints_1):
             buf.append(0)
         else:
@@ -1966,7 +1960,7 @@ def _rows_ProduceResponse_v10(v, responses_1, throttle_time_ms_1, node_endpoints
                     else:
                         t_1 += _wuv(n)
                     for node_id_2, host_2, port_2, rack_2 in x:
-                        t_1 += _T1p(node_id_2)
+                        t_1 += _T3p(node_id_2)
                         x = host_2
                         if x is None:
                             raise _null_field('ProduceResponse.NodeEndpoint', 'host', v)
@@ -1979,9 +1973,9 @@ def _rows_ProduceResponse_v10(v, responses_1, throttle_time_ms_1, node_endpoints
                                 t_1 += _wuv(n)
                             t_1 += x
                         if rack_2 is None:
-                            t_1 += _T8p(port_2, b'\x00\x00')
+                            t_1 += _T12p(port_2, b'\x00\x00')
                         else:
-                            t_1 += _T1p(port_2)
+                            t_1 += _T3p(port_2)
                             x = rack_2
                             if x is None:
                                 t_1 += b'\x00'

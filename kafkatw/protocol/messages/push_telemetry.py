@@ -29,8 +29,12 @@ __all__ = ["PushTelemetryRequest", "PushTelemetryResponse"]
 
 _T0u = _struct.Struct('>16si?b').unpack_from
 _T0p = _struct.Struct('>16si?b').pack
-_T1u = _struct.Struct('>ih').unpack_from
-_T1p = _struct.Struct('>ih').pack
+_T1u = _struct.Struct('>16si?bB').unpack_from
+_T1p = _struct.Struct('>16si?bB').pack
+_T2u = _struct.Struct('>ih').unpack_from
+_T2p = _struct.Struct('>ih').pack
+_T3u = _struct.Struct('>ihB').unpack_from
+_T3p = _struct.Struct('>ihB').pack
 
 
 class PushTelemetryRequest(_Struct):
@@ -82,11 +86,9 @@ class PushTelemetryRequest(_Struct):
         _i = -1
         try:
             f = 'client_instance_id'
-            o.client_instance_id, o.subscription_id, o.terminating, o.compression_type = _T0u(buf, pos)
-            pos += 22
+            o.client_instance_id, o.subscription_id, o.terminating, o.compression_type, n = _T1u(buf, pos)
+            pos += 23
             f = 'metrics'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -139,7 +141,7 @@ class PushTelemetryResponse(_Struct):
             and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
-        buf += _T1p(self.throttle_time_ms, self.error_code)
+        buf += _T2p(self.throttle_time_ms, self.error_code)
         if self.unknown_tagged_fields:
             _write_tags(buf, [], self.unknown_tagged_fields)
         else:
@@ -153,11 +155,9 @@ class PushTelemetryResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, o.error_code = _T1u(buf, pos)
-            pos += 6
+            o.throttle_time_ms, o.error_code, n = _T3u(buf, pos)
+            pos += 7
             f = '<tagged fields>'
-            n = buf[pos]
-            pos += 1
             if n:
                 o.unknown_tagged_fields = u = {}
                 if n >= 128:

@@ -30,14 +30,24 @@ __all__ = ["ReadShareGroupStateRequest", "ReadShareGroupStateResponse"]
 
 _T0u = _struct.Struct('>16s').unpack_from
 _T0p = _struct.Struct('>16s').pack
-_T1u = _struct.Struct('>ii').unpack_from
-_T1p = _struct.Struct('>ii').pack
-_T2u = _struct.Struct('>ih').unpack_from
-_T2p = _struct.Struct('>ih').pack
-_T3u = _struct.Struct('>iq').unpack_from
-_T3p = _struct.Struct('>iq').pack
-_T4u = _struct.Struct('>qqbh').unpack_from
-_T4p = _struct.Struct('>qqbh').pack
+_T1u = _struct.Struct('>16sB').unpack_from
+_T1p = _struct.Struct('>16sB').pack
+_T2u = _struct.Struct('>ii').unpack_from
+_T2p = _struct.Struct('>ii').pack
+_T3u = _struct.Struct('>iiB').unpack_from
+_T3p = _struct.Struct('>iiB').pack
+_T4u = _struct.Struct('>ih').unpack_from
+_T4p = _struct.Struct('>ih').pack
+_T5u = _struct.Struct('>iq').unpack_from
+_T5p = _struct.Struct('>iq').pack
+_T6u = _struct.Struct('>ihB').unpack_from
+_T6p = _struct.Struct('>ihB').pack
+_T7u = _struct.Struct('>iqB').unpack_from
+_T7p = _struct.Struct('>iqB').pack
+_T8u = _struct.Struct('>qqbh').unpack_from
+_T8p = _struct.Struct('>qqbh').pack
+_T9u = _struct.Struct('>qqbhB').unpack_from
+_T9p = _struct.Struct('>qqbhB').pack
 
 
 class ReadShareGroupStateRequest(_Struct):
@@ -194,11 +204,9 @@ class ReadShareGroupStateRequest(_Struct):
             _i = -1
             try:
                 f = 'topic_id'
-                o.topic_id, = _T0u(buf, pos)
-                pos += 16
+                o.topic_id, n = _T1u(buf, pos)
+                pos += 17
                 f = 'partitions'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -256,7 +264,7 @@ class ReadShareGroupStateRequest(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T1p(self.partition, self.leader_epoch)
+            buf += _T2p(self.partition, self.leader_epoch)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -270,11 +278,9 @@ class ReadShareGroupStateRequest(_Struct):
             _i = -1
             try:
                 f = 'partition'
-                o.partition, o.leader_epoch = _T1u(buf, pos)
-                pos += 8
+                o.partition, o.leader_epoch, n = _T3u(buf, pos)
+                pos += 9
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:
@@ -416,11 +422,9 @@ class ReadShareGroupStateResponse(_Struct):
             _i = -1
             try:
                 f = 'topic_id'
-                o.topic_id, = _T0u(buf, pos)
-                pos += 16
+                o.topic_id, n = _T1u(buf, pos)
+                pos += 17
                 f = 'partitions'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -486,7 +490,7 @@ class ReadShareGroupStateResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T2p(self.partition, self.error_code)
+            buf += _T4p(self.partition, self.error_code)
             x = self.error_message
             if x is None:
                 buf += b'\x00'
@@ -498,7 +502,7 @@ class ReadShareGroupStateResponse(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T3p(self.state_epoch, self.start_offset)
+            buf += _T5p(self.state_epoch, self.start_offset)
             x = self.state_batches
             if x is None:
                 raise _not_nullable(self, 'state_batches', v)
@@ -523,11 +527,9 @@ class ReadShareGroupStateResponse(_Struct):
             _i = -1
             try:
                 f = 'partition'
-                o.partition, o.error_code = _T2u(buf, pos)
-                pos += 6
+                o.partition, o.error_code, n = _T6u(buf, pos)
+                pos += 7
                 f = 'error_message'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -543,11 +545,9 @@ class ReadShareGroupStateResponse(_Struct):
                     o.error_message = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'state_epoch'
-                o.state_epoch, o.start_offset = _T3u(buf, pos)
-                pos += 12
+                o.state_epoch, o.start_offset, n = _T7u(buf, pos)
+                pos += 13
                 f = 'state_batches'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -609,7 +609,7 @@ class ReadShareGroupStateResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T4p(self.first_offset, self.last_offset, self.delivery_state, self.delivery_count)
+            buf += _T8p(self.first_offset, self.last_offset, self.delivery_state, self.delivery_count)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -623,11 +623,9 @@ class ReadShareGroupStateResponse(_Struct):
             _i = -1
             try:
                 f = 'first_offset'
-                o.first_offset, o.last_offset, o.delivery_state, o.delivery_count = _T4u(buf, pos)
-                pos += 19
+                o.first_offset, o.last_offset, o.delivery_state, o.delivery_count, n = _T9u(buf, pos)
+                pos += 20
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:

@@ -30,12 +30,20 @@ __all__ = ["ReadShareGroupStateSummaryRequest", "ReadShareGroupStateSummaryRespo
 
 _T0u = _struct.Struct('>16s').unpack_from
 _T0p = _struct.Struct('>16s').pack
-_T1u = _struct.Struct('>ii').unpack_from
-_T1p = _struct.Struct('>ii').pack
-_T2u = _struct.Struct('>ih').unpack_from
-_T2p = _struct.Struct('>ih').pack
-_T3u = _struct.Struct('>iq').unpack_from
-_T3p = _struct.Struct('>iq').pack
+_T1u = _struct.Struct('>16sB').unpack_from
+_T1p = _struct.Struct('>16sB').pack
+_T2u = _struct.Struct('>ii').unpack_from
+_T2p = _struct.Struct('>ii').pack
+_T3u = _struct.Struct('>iiB').unpack_from
+_T3p = _struct.Struct('>iiB').pack
+_T4u = _struct.Struct('>ih').unpack_from
+_T4p = _struct.Struct('>ih').pack
+_T5u = _struct.Struct('>iq').unpack_from
+_T5p = _struct.Struct('>iq').pack
+_T6u = _struct.Struct('>ihB').unpack_from
+_T6p = _struct.Struct('>ihB').pack
+_T7u = _struct.Struct('>iqB').unpack_from
+_T7p = _struct.Struct('>iqB').pack
 
 
 class ReadShareGroupStateSummaryRequest(_Struct):
@@ -192,11 +200,9 @@ class ReadShareGroupStateSummaryRequest(_Struct):
             _i = -1
             try:
                 f = 'topic_id'
-                o.topic_id, = _T0u(buf, pos)
-                pos += 16
+                o.topic_id, n = _T1u(buf, pos)
+                pos += 17
                 f = 'partitions'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -254,7 +260,7 @@ class ReadShareGroupStateSummaryRequest(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T1p(self.partition, self.leader_epoch)
+            buf += _T2p(self.partition, self.leader_epoch)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -268,11 +274,9 @@ class ReadShareGroupStateSummaryRequest(_Struct):
             _i = -1
             try:
                 f = 'partition'
-                o.partition, o.leader_epoch = _T1u(buf, pos)
-                pos += 8
+                o.partition, o.leader_epoch, n = _T3u(buf, pos)
+                pos += 9
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:
@@ -414,11 +418,9 @@ class ReadShareGroupStateSummaryResponse(_Struct):
             _i = -1
             try:
                 f = 'topic_id'
-                o.topic_id, = _T0u(buf, pos)
-                pos += 16
+                o.topic_id, n = _T1u(buf, pos)
+                pos += 17
                 f = 'partitions'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -482,7 +484,7 @@ class ReadShareGroupStateSummaryResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T2p(self.partition, self.error_code)
+            buf += _T4p(self.partition, self.error_code)
             x = self.error_message
             if x is None:
                 buf += b'\x00'
@@ -494,7 +496,7 @@ class ReadShareGroupStateSummaryResponse(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T3p(self.state_epoch, self.start_offset)
+            buf += _T5p(self.state_epoch, self.start_offset)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -508,11 +510,9 @@ class ReadShareGroupStateSummaryResponse(_Struct):
             _i = -1
             try:
                 f = 'partition'
-                o.partition, o.error_code = _T2u(buf, pos)
-                pos += 6
+                o.partition, o.error_code, n = _T6u(buf, pos)
+                pos += 7
                 f = 'error_message'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -528,11 +528,9 @@ class ReadShareGroupStateSummaryResponse(_Struct):
                     o.error_message = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'state_epoch'
-                o.state_epoch, o.start_offset = _T3u(buf, pos)
-                pos += 12
+                o.state_epoch, o.start_offset, n = _T7u(buf, pos)
+                pos += 13
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:

@@ -27,8 +27,12 @@ __all__ = ["RemoveRaftVoterRequest", "RemoveRaftVoterResponse"]
 
 _T0u = _struct.Struct('>i16s').unpack_from
 _T0p = _struct.Struct('>i16s').pack
-_T1u = _struct.Struct('>ih').unpack_from
-_T1p = _struct.Struct('>ih').pack
+_T1u = _struct.Struct('>i16sB').unpack_from
+_T1p = _struct.Struct('>i16sB').pack
+_T2u = _struct.Struct('>ih').unpack_from
+_T2p = _struct.Struct('>ih').pack
+_T3u = _struct.Struct('>ihB').unpack_from
+_T3p = _struct.Struct('>ihB').pack
 
 
 class RemoveRaftVoterRequest(_Struct):
@@ -94,11 +98,9 @@ class RemoveRaftVoterRequest(_Struct):
                 o.cluster_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'voter_id'
-            o.voter_id, o.voter_directory_id = _T0u(buf, pos)
-            pos += 20
+            o.voter_id, o.voter_directory_id, n = _T1u(buf, pos)
+            pos += 21
             f = '<tagged fields>'
-            n = buf[pos]
-            pos += 1
             if n:
                 o.unknown_tagged_fields = u = {}
                 if n >= 128:
@@ -136,7 +138,7 @@ class RemoveRaftVoterResponse(_Struct):
             and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
-        buf += _T1p(self.throttle_time_ms, self.error_code)
+        buf += _T2p(self.throttle_time_ms, self.error_code)
         x = self.error_message
         if x is None:
             buf += b'\x00'
@@ -161,11 +163,9 @@ class RemoveRaftVoterResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, o.error_code = _T1u(buf, pos)
-            pos += 6
+            o.throttle_time_ms, o.error_code, n = _T3u(buf, pos)
+            pos += 7
             f = 'error_message'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)

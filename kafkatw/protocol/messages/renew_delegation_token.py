@@ -30,8 +30,12 @@ __all__ = ["RenewDelegationTokenRequest", "RenewDelegationTokenResponse"]
 
 _T0u = _struct.Struct('>q').unpack_from
 _T0p = _struct.Struct('>q').pack
-_T1u = _struct.Struct('>hqi').unpack_from
-_T1p = _struct.Struct('>hqi').pack
+_T1u = _struct.Struct('>qB').unpack_from
+_T1p = _struct.Struct('>qB').pack
+_T2u = _struct.Struct('>hqi').unpack_from
+_T2p = _struct.Struct('>hqi').pack
+_T3u = _struct.Struct('>hqiB').unpack_from
+_T3p = _struct.Struct('>hqiB').pack
 
 
 class RenewDelegationTokenRequest(_Struct):
@@ -128,11 +132,9 @@ class RenewDelegationTokenRequest(_Struct):
                 o.hmac = buf[pos:pos + n].tobytes()
                 pos += n
             f = 'renew_period_ms'
-            o.renew_period_ms, = _T0u(buf, pos)
-            pos += 8
+            o.renew_period_ms, n = _T1u(buf, pos)
+            pos += 9
             f = '<tagged fields>'
-            n = buf[pos]
-            pos += 1
             if n:
                 o.unknown_tagged_fields = u = {}
                 if n >= 128:
@@ -170,7 +172,7 @@ class RenewDelegationTokenResponse(_Struct):
             and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
-        buf += _T1p(self.error_code, self.expiry_timestamp_ms, self.throttle_time_ms)
+        buf += _T2p(self.error_code, self.expiry_timestamp_ms, self.throttle_time_ms)
 
     @staticmethod
     def _r0(buf, pos, v):
@@ -180,7 +182,7 @@ class RenewDelegationTokenResponse(_Struct):
         _i = -1
         try:
             f = 'error_code'
-            o.error_code, o.expiry_timestamp_ms, o.throttle_time_ms = _T1u(buf, pos)
+            o.error_code, o.expiry_timestamp_ms, o.throttle_time_ms = _T2u(buf, pos)
             pos += 14
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
@@ -188,7 +190,7 @@ class RenewDelegationTokenResponse(_Struct):
         return o, pos
 
     def _w1(self, buf, parts, v):
-        buf += _T1p(self.error_code, self.expiry_timestamp_ms, self.throttle_time_ms)
+        buf += _T2p(self.error_code, self.expiry_timestamp_ms, self.throttle_time_ms)
         if self.unknown_tagged_fields:
             _write_tags(buf, [], self.unknown_tagged_fields)
         else:
@@ -202,11 +204,9 @@ class RenewDelegationTokenResponse(_Struct):
         _i = -1
         try:
             f = 'error_code'
-            o.error_code, o.expiry_timestamp_ms, o.throttle_time_ms = _T1u(buf, pos)
-            pos += 14
+            o.error_code, o.expiry_timestamp_ms, o.throttle_time_ms, n = _T3u(buf, pos)
+            pos += 15
             f = '<tagged fields>'
-            n = buf[pos]
-            pos += 1
             if n:
                 o.unknown_tagged_fields = u = {}
                 if n >= 128:

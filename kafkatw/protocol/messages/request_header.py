@@ -27,6 +27,8 @@ __all__ = ["RequestHeader"]
 
 _T0u = _struct.Struct('>hhi').unpack_from
 _T0p = _struct.Struct('>hhi').pack
+_T1u = _struct.Struct('>hhih').unpack_from
+_T1p = _struct.Struct('>hhih').pack
 
 
 class RequestHeader(_Struct):
@@ -112,11 +114,9 @@ class RequestHeader(_Struct):
         _i = -1
         try:
             f = 'request_api_key'
-            o.request_api_key, o.request_api_version, o.correlation_id = _T0u(buf, pos)
-            pos += 8
+            o.request_api_key, o.request_api_version, o.correlation_id, n = _T1u(buf, pos)
+            pos += 10
             f = 'client_id'
-            n, = _ui16(buf, pos)
-            pos += 2
             if n == -1:
                 o.client_id = None
             else:

@@ -24,6 +24,8 @@ __all__ = ["ResponseHeader"]
 
 _T0u = _struct.Struct('>i').unpack_from
 _T0p = _struct.Struct('>i').pack
+_T1u = _struct.Struct('>iB').unpack_from
+_T1p = _struct.Struct('>iB').pack
 
 
 class ResponseHeader(_Struct):
@@ -75,11 +77,9 @@ class ResponseHeader(_Struct):
         _i = -1
         try:
             f = 'correlation_id'
-            o.correlation_id, = _T0u(buf, pos)
-            pos += 4
+            o.correlation_id, n = _T1u(buf, pos)
+            pos += 5
             f = '<tagged fields>'
-            n = buf[pos]
-            pos += 1
             if n:
                 o.unknown_tagged_fields = u = {}
                 if n >= 128:

@@ -15,7 +15,6 @@ from kafkatw.protocol._runtime import (
     not_nullable as _not_nullable,
     pi16 as _pi16,
     pi32 as _pi32,
-    ui16 as _ui16,
     ui32 as _ui32,
 )
 from kafkatw.protocol.codec import (
@@ -34,6 +33,12 @@ _T0u = _struct.Struct('>h').unpack_from
 _T0p = _struct.Struct('>h').pack
 _T1u = _struct.Struct('>q').unpack_from
 _T1p = _struct.Struct('>q').pack
+_T2u = _struct.Struct('>hh').unpack_from
+_T2p = _struct.Struct('>hh').pack
+_T3u = _struct.Struct('>hB').unpack_from
+_T3p = _struct.Struct('>hB').pack
+_T4u = _struct.Struct('>qB').unpack_from
+_T4p = _struct.Struct('>qB').pack
 
 
 class SaslAuthenticateRequest(_Struct):
@@ -189,11 +194,9 @@ class SaslAuthenticateResponse(_Struct):
         _i = -1
         try:
             f = 'error_code'
-            o.error_code, = _T0u(buf, pos)
-            pos += 2
+            o.error_code, n = _T2u(buf, pos)
+            pos += 4
             f = 'error_message'
-            n, = _ui16(buf, pos)
-            pos += 2
             if n == -1:
                 o.error_message = None
             else:
@@ -259,11 +262,9 @@ class SaslAuthenticateResponse(_Struct):
         _i = -1
         try:
             f = 'error_code'
-            o.error_code, = _T0u(buf, pos)
-            pos += 2
+            o.error_code, n = _T3u(buf, pos)
+            pos += 3
             f = 'error_message'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -296,11 +297,9 @@ class SaslAuthenticateResponse(_Struct):
                 o.auth_bytes = buf[pos:pos + n].tobytes()
                 pos += n
             f = 'session_lifetime_ms'
-            o.session_lifetime_ms, = _T1u(buf, pos)
-            pos += 8
+            o.session_lifetime_ms, n = _T4u(buf, pos)
+            pos += 9
             f = '<tagged fields>'
-            n = buf[pos]
-            pos += 1
             if n:
                 o.unknown_tagged_fields = u = {}
                 if n >= 128:

@@ -17,7 +17,6 @@ from kafkatw.protocol._runtime import (
     pi16 as _pi16,
     pi32 as _pi32,
     ui16 as _ui16,
-    ui32 as _ui32,
 )
 from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
@@ -29,6 +28,8 @@ __all__ = ["SaslHandshakeRequest", "SaslHandshakeResponse"]
 
 _T0u = _struct.Struct('>h').unpack_from
 _T0p = _struct.Struct('>h').pack
+_T1u = _struct.Struct('>hi').unpack_from
+_T1p = _struct.Struct('>hi').pack
 
 
 class SaslHandshakeRequest(_Struct):
@@ -117,11 +118,9 @@ class SaslHandshakeResponse(_Struct):
         _i = -1
         try:
             f = 'error_code'
-            o.error_code, = _T0u(buf, pos)
-            pos += 2
+            o.error_code, n = _T1u(buf, pos)
+            pos += 6
             f = 'mechanisms'
-            n, = _ui32(buf, pos)
-            pos += 4
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:

@@ -32,14 +32,24 @@ __all__ = ["ShareAcknowledgeRequest", "ShareAcknowledgeResponse"]
 
 _T0u = _struct.Struct('>i').unpack_from
 _T0p = _struct.Struct('>i').pack
-_T1u = _struct.Struct('>16s').unpack_from
-_T1p = _struct.Struct('>16s').pack
-_T2u = _struct.Struct('>qq').unpack_from
-_T2p = _struct.Struct('>qq').pack
-_T3u = _struct.Struct('>ih').unpack_from
-_T3p = _struct.Struct('>ih').pack
-_T4u = _struct.Struct('>ii').unpack_from
-_T4p = _struct.Struct('>ii').pack
+_T1u = _struct.Struct('>iB').unpack_from
+_T1p = _struct.Struct('>iB').pack
+_T2u = _struct.Struct('>16s').unpack_from
+_T2p = _struct.Struct('>16s').pack
+_T3u = _struct.Struct('>16sB').unpack_from
+_T3p = _struct.Struct('>16sB').pack
+_T4u = _struct.Struct('>qq').unpack_from
+_T4p = _struct.Struct('>qq').pack
+_T5u = _struct.Struct('>qqB').unpack_from
+_T5p = _struct.Struct('>qqB').pack
+_T6u = _struct.Struct('>ih').unpack_from
+_T6p = _struct.Struct('>ih').pack
+_T7u = _struct.Struct('>ihB').unpack_from
+_T7p = _struct.Struct('>ihB').pack
+_T8u = _struct.Struct('>ii').unpack_from
+_T8p = _struct.Struct('>ii').pack
+_T9u = _struct.Struct('>iiB').unpack_from
+_T9p = _struct.Struct('>iiB').pack
 
 
 class ShareAcknowledgeRequest(_Struct):
@@ -146,11 +156,9 @@ class ShareAcknowledgeRequest(_Struct):
                 o.member_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'share_session_epoch'
-            o.share_session_epoch, = _T0u(buf, pos)
-            pos += 4
+            o.share_session_epoch, n = _T1u(buf, pos)
+            pos += 5
             f = 'topics'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -207,7 +215,7 @@ class ShareAcknowledgeRequest(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T1p(self.topic_id)
+            buf += _T2p(self.topic_id)
             x = self.partitions
             if x is None:
                 raise _not_nullable(self, 'partitions', v)
@@ -232,11 +240,9 @@ class ShareAcknowledgeRequest(_Struct):
             _i = -1
             try:
                 f = 'topic_id'
-                o.topic_id, = _T1u(buf, pos)
-                pos += 16
+                o.topic_id, n = _T3u(buf, pos)
+                pos += 17
                 f = 'partitions'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -319,11 +325,9 @@ class ShareAcknowledgeRequest(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, = _T0u(buf, pos)
-                pos += 4
+                o.partition_index, n = _T1u(buf, pos)
+                pos += 5
                 f = 'acknowledgement_batches'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -383,7 +387,7 @@ class ShareAcknowledgeRequest(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T2p(self.first_offset, self.last_offset)
+            buf += _T4p(self.first_offset, self.last_offset)
             x = self.acknowledge_types
             if x is None:
                 raise _not_nullable(self, 'acknowledge_types', v)
@@ -407,11 +411,9 @@ class ShareAcknowledgeRequest(_Struct):
             _i = -1
             try:
                 f = 'first_offset'
-                o.first_offset, o.last_offset = _T2u(buf, pos)
-                pos += 16
+                o.first_offset, o.last_offset, n = _T5u(buf, pos)
+                pos += 17
                 f = 'acknowledge_types'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -472,7 +474,7 @@ class ShareAcknowledgeResponse(_Struct):
             and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
-        buf += _T3p(self.throttle_time_ms, self.error_code)
+        buf += _T6p(self.throttle_time_ms, self.error_code)
         x = self.error_message
         if x is None:
             buf += b'\x00'
@@ -519,11 +521,9 @@ class ShareAcknowledgeResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, o.error_code = _T3u(buf, pos)
-            pos += 6
+            o.throttle_time_ms, o.error_code, n = _T7u(buf, pos)
+            pos += 7
             f = 'error_message'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -619,7 +619,7 @@ class ShareAcknowledgeResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T1p(self.topic_id)
+            buf += _T2p(self.topic_id)
             x = self.partitions
             if x is None:
                 raise _not_nullable(self, 'partitions', v)
@@ -644,11 +644,9 @@ class ShareAcknowledgeResponse(_Struct):
             _i = -1
             try:
                 f = 'topic_id'
-                o.topic_id, = _T1u(buf, pos)
-                pos += 16
+                o.topic_id, n = _T3u(buf, pos)
+                pos += 17
                 f = 'partitions'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -710,7 +708,7 @@ class ShareAcknowledgeResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T3p(self.partition_index, self.error_code)
+            buf += _T6p(self.partition_index, self.error_code)
             x = self.error_message
             if x is None:
                 buf += b'\x00'
@@ -736,11 +734,9 @@ class ShareAcknowledgeResponse(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.error_code = _T3u(buf, pos)
-                pos += 6
+                o.partition_index, o.error_code, n = _T7u(buf, pos)
+                pos += 7
                 f = 'error_message'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -795,7 +791,7 @@ class ShareAcknowledgeResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T4p(self.leader_id, self.leader_epoch)
+            buf += _T8p(self.leader_id, self.leader_epoch)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -809,11 +805,9 @@ class ShareAcknowledgeResponse(_Struct):
             _i = -1
             try:
                 f = 'leader_id'
-                o.leader_id, o.leader_epoch = _T4u(buf, pos)
-                pos += 8
+                o.leader_id, o.leader_epoch, n = _T9u(buf, pos)
+                pos += 9
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:
@@ -890,11 +884,9 @@ class ShareAcknowledgeResponse(_Struct):
             _i = -1
             try:
                 f = 'node_id'
-                o.node_id, = _T0u(buf, pos)
-                pos += 4
+                o.node_id, n = _T1u(buf, pos)
+                pos += 5
                 f = 'host'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -910,11 +902,9 @@ class ShareAcknowledgeResponse(_Struct):
                     o.host = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'port'
-                o.port, = _T0u(buf, pos)
-                pos += 4
+                o.port, n = _T1u(buf, pos)
+                pos += 5
                 f = 'rack'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)

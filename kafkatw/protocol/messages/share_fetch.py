@@ -35,20 +35,36 @@ __all__ = ["ShareFetchRequest", "ShareFetchResponse"]
 
 _T0u = _struct.Struct('>iiii').unpack_from
 _T0p = _struct.Struct('>iiii').pack
-_T1u = _struct.Struct('>16s').unpack_from
-_T1p = _struct.Struct('>16s').pack
-_T2u = _struct.Struct('>ii').unpack_from
-_T2p = _struct.Struct('>ii').pack
-_T3u = _struct.Struct('>qq').unpack_from
-_T3p = _struct.Struct('>qq').pack
-_T4u = _struct.Struct('>ih').unpack_from
-_T4p = _struct.Struct('>ih').pack
-_T5u = _struct.Struct('>h').unpack_from
-_T5p = _struct.Struct('>h').pack
-_T6u = _struct.Struct('>qqh').unpack_from
-_T6p = _struct.Struct('>qqh').pack
-_T7u = _struct.Struct('>i').unpack_from
-_T7p = _struct.Struct('>i').pack
+_T1u = _struct.Struct('>iiiiB').unpack_from
+_T1p = _struct.Struct('>iiiiB').pack
+_T2u = _struct.Struct('>16s').unpack_from
+_T2p = _struct.Struct('>16s').pack
+_T3u = _struct.Struct('>16sB').unpack_from
+_T3p = _struct.Struct('>16sB').pack
+_T4u = _struct.Struct('>ii').unpack_from
+_T4p = _struct.Struct('>ii').pack
+_T5u = _struct.Struct('>iiB').unpack_from
+_T5p = _struct.Struct('>iiB').pack
+_T6u = _struct.Struct('>qq').unpack_from
+_T6p = _struct.Struct('>qq').pack
+_T7u = _struct.Struct('>qqB').unpack_from
+_T7p = _struct.Struct('>qqB').pack
+_T8u = _struct.Struct('>ih').unpack_from
+_T8p = _struct.Struct('>ih').pack
+_T9u = _struct.Struct('>ihB').unpack_from
+_T9p = _struct.Struct('>ihB').pack
+_T10u = _struct.Struct('>h').unpack_from
+_T10p = _struct.Struct('>h').pack
+_T11u = _struct.Struct('>hB').unpack_from
+_T11p = _struct.Struct('>hB').pack
+_T12u = _struct.Struct('>qqh').unpack_from
+_T12p = _struct.Struct('>qqh').pack
+_T13u = _struct.Struct('>qqhB').unpack_from
+_T13p = _struct.Struct('>qqhB').pack
+_T14u = _struct.Struct('>i').unpack_from
+_T14p = _struct.Struct('>i').pack
+_T15u = _struct.Struct('>iB').unpack_from
+_T15p = _struct.Struct('>iB').pack
 
 
 class ShareFetchRequest(_Struct):
@@ -174,11 +190,9 @@ class ShareFetchRequest(_Struct):
                 o.member_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'share_session_epoch'
-            o.share_session_epoch, o.max_wait_ms, o.min_bytes, o.max_bytes = _T0u(buf, pos)
-            pos += 16
+            o.share_session_epoch, o.max_wait_ms, o.min_bytes, o.max_bytes, n = _T1u(buf, pos)
+            pos += 17
             f = 'topics'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -257,7 +271,7 @@ class ShareFetchRequest(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T1p(self.topic_id)
+            buf += _T2p(self.topic_id)
             x = self.partitions
             if x is None:
                 raise _not_nullable(self, 'partitions', v)
@@ -282,11 +296,9 @@ class ShareFetchRequest(_Struct):
             _i = -1
             try:
                 f = 'topic_id'
-                o.topic_id, = _T1u(buf, pos)
-                pos += 16
+                o.topic_id, n = _T3u(buf, pos)
+                pos += 17
                 f = 'partitions'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -346,7 +358,7 @@ class ShareFetchRequest(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T2p(self.partition_index, self.partition_max_bytes)
+            buf += _T4p(self.partition_index, self.partition_max_bytes)
             x = self.acknowledgement_batches
             if x is None:
                 raise _not_nullable(self, 'acknowledgement_batches', v)
@@ -371,11 +383,9 @@ class ShareFetchRequest(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.partition_max_bytes = _T2u(buf, pos)
-                pos += 8
+                o.partition_index, o.partition_max_bytes, n = _T5u(buf, pos)
+                pos += 9
                 f = 'acknowledgement_batches'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -435,7 +445,7 @@ class ShareFetchRequest(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T3p(self.first_offset, self.last_offset)
+            buf += _T6p(self.first_offset, self.last_offset)
             x = self.acknowledge_types
             if x is None:
                 raise _not_nullable(self, 'acknowledge_types', v)
@@ -459,11 +469,9 @@ class ShareFetchRequest(_Struct):
             _i = -1
             try:
                 f = 'first_offset'
-                o.first_offset, o.last_offset = _T3u(buf, pos)
-                pos += 16
+                o.first_offset, o.last_offset, n = _T7u(buf, pos)
+                pos += 17
                 f = 'acknowledge_types'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -517,7 +525,7 @@ class ShareFetchRequest(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T1p(self.topic_id)
+            buf += _T2p(self.topic_id)
             x = self.partitions
             if x is None:
                 raise _not_nullable(self, 'partitions', v)
@@ -541,11 +549,9 @@ class ShareFetchRequest(_Struct):
             _i = -1
             try:
                 f = 'topic_id'
-                o.topic_id, = _T1u(buf, pos)
-                pos += 16
+                o.topic_id, n = _T3u(buf, pos)
+                pos += 17
                 f = 'partitions'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -606,7 +612,7 @@ class ShareFetchResponse(_Struct):
             and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
-        buf += _T4p(self.throttle_time_ms, self.error_code)
+        buf += _T8p(self.throttle_time_ms, self.error_code)
         x = self.error_message
         if x is None:
             buf += b'\x00'
@@ -653,11 +659,9 @@ class ShareFetchResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, o.error_code = _T4u(buf, pos)
-            pos += 6
+            o.throttle_time_ms, o.error_code, n = _T9u(buf, pos)
+            pos += 7
             f = 'error_message'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -753,7 +757,7 @@ class ShareFetchResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T1p(self.topic_id)
+            buf += _T2p(self.topic_id)
             x = self.partitions
             if x is None:
                 raise _not_nullable(self, 'partitions', v)
@@ -778,11 +782,9 @@ class ShareFetchResponse(_Struct):
             _i = -1
             try:
                 f = 'topic_id'
-                o.topic_id, = _T1u(buf, pos)
-                pos += 16
+                o.topic_id, n = _T3u(buf, pos)
+                pos += 17
                 f = 'partitions'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -852,7 +854,7 @@ class ShareFetchResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T4p(self.partition_index, self.error_code)
+            buf += _T8p(self.partition_index, self.error_code)
             x = self.error_message
             if x is None:
                 buf += b'\x00'
@@ -864,7 +866,7 @@ class ShareFetchResponse(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T5p(self.acknowledge_error_code)
+            buf += _T10p(self.acknowledge_error_code)
             x = self.acknowledge_error_message
             if x is None:
                 buf += b'\x00'
@@ -920,11 +922,9 @@ class ShareFetchResponse(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.error_code = _T4u(buf, pos)
-                pos += 6
+                o.partition_index, o.error_code, n = _T9u(buf, pos)
+                pos += 7
                 f = 'error_message'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -940,11 +940,9 @@ class ShareFetchResponse(_Struct):
                     o.error_message = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'acknowledge_error_code'
-                o.acknowledge_error_code, = _T5u(buf, pos)
-                pos += 2
+                o.acknowledge_error_code, n = _T11u(buf, pos)
+                pos += 3
                 f = 'acknowledge_error_message'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -1038,7 +1036,7 @@ class ShareFetchResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T2p(self.leader_id, self.leader_epoch)
+            buf += _T4p(self.leader_id, self.leader_epoch)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -1052,11 +1050,9 @@ class ShareFetchResponse(_Struct):
             _i = -1
             try:
                 f = 'leader_id'
-                o.leader_id, o.leader_epoch = _T2u(buf, pos)
-                pos += 8
+                o.leader_id, o.leader_epoch, n = _T5u(buf, pos)
+                pos += 9
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:
@@ -1094,7 +1090,7 @@ class ShareFetchResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T6p(self.first_offset, self.last_offset, self.delivery_count)
+            buf += _T12p(self.first_offset, self.last_offset, self.delivery_count)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -1108,11 +1104,9 @@ class ShareFetchResponse(_Struct):
             _i = -1
             try:
                 f = 'first_offset'
-                o.first_offset, o.last_offset, o.delivery_count = _T6u(buf, pos)
-                pos += 18
+                o.first_offset, o.last_offset, o.delivery_count, n = _T13u(buf, pos)
+                pos += 19
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:
@@ -1152,7 +1146,7 @@ class ShareFetchResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T7p(self.node_id)
+            buf += _T14p(self.node_id)
             x = self.host
             if x is None:
                 raise _not_nullable(self, 'host', v)
@@ -1164,7 +1158,7 @@ class ShareFetchResponse(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T7p(self.port)
+            buf += _T14p(self.port)
             x = self.rack
             if x is None:
                 buf += b'\x00'
@@ -1189,11 +1183,9 @@ class ShareFetchResponse(_Struct):
             _i = -1
             try:
                 f = 'node_id'
-                o.node_id, = _T7u(buf, pos)
-                pos += 4
+                o.node_id, n = _T15u(buf, pos)
+                pos += 5
                 f = 'host'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -1209,11 +1201,9 @@ class ShareFetchResponse(_Struct):
                     o.host = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'port'
-                o.port, = _T7u(buf, pos)
-                pos += 4
+                o.port, n = _T15u(buf, pos)
+                pos += 5
                 f = 'rack'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)

@@ -33,12 +33,18 @@ __all__ = ["ShareGroupHeartbeatRequest", "ShareGroupHeartbeatResponse"]
 
 _T0u = _struct.Struct('>i').unpack_from
 _T0p = _struct.Struct('>i').pack
-_T1u = _struct.Struct('>ih').unpack_from
-_T1p = _struct.Struct('>ih').pack
-_T2u = _struct.Struct('>ii').unpack_from
-_T2p = _struct.Struct('>ii').pack
-_T3u = _struct.Struct('>16s').unpack_from
-_T3p = _struct.Struct('>16s').pack
+_T1u = _struct.Struct('>iB').unpack_from
+_T1p = _struct.Struct('>iB').pack
+_T2u = _struct.Struct('>ih').unpack_from
+_T2p = _struct.Struct('>ih').pack
+_T3u = _struct.Struct('>ii').unpack_from
+_T3p = _struct.Struct('>ii').pack
+_T4u = _struct.Struct('>ihB').unpack_from
+_T4p = _struct.Struct('>ihB').pack
+_T5u = _struct.Struct('>16s').unpack_from
+_T5p = _struct.Struct('>16s').pack
+_T6u = _struct.Struct('>16sB').unpack_from
+_T6p = _struct.Struct('>16sB').pack
 
 
 class ShareGroupHeartbeatRequest(_Struct):
@@ -164,11 +170,9 @@ class ShareGroupHeartbeatRequest(_Struct):
                 o.member_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'member_epoch'
-            o.member_epoch, = _T0u(buf, pos)
-            pos += 4
+            o.member_epoch, n = _T1u(buf, pos)
+            pos += 5
             f = 'rack_id'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -265,7 +269,7 @@ class ShareGroupHeartbeatResponse(_Struct):
             and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
-        buf += _T1p(self.throttle_time_ms, self.error_code)
+        buf += _T2p(self.throttle_time_ms, self.error_code)
         x = self.error_message
         if x is None:
             buf += b'\x00'
@@ -288,7 +292,7 @@ class ShareGroupHeartbeatResponse(_Struct):
             else:
                 buf += _wuv(n)
             buf += x
-        buf += _T2p(self.member_epoch, self.heartbeat_interval_ms)
+        buf += _T3p(self.member_epoch, self.heartbeat_interval_ms)
         x = self.assignment
         if x is None:
             buf += b'\xff'
@@ -308,11 +312,9 @@ class ShareGroupHeartbeatResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, o.error_code = _T1u(buf, pos)
-            pos += 6
+            o.throttle_time_ms, o.error_code, n = _T4u(buf, pos)
+            pos += 7
             f = 'error_message'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -345,7 +347,7 @@ class ShareGroupHeartbeatResponse(_Struct):
                 o.member_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'member_epoch'
-            o.member_epoch, o.heartbeat_interval_ms = _T2u(buf, pos)
+            o.member_epoch, o.heartbeat_interval_ms = _T3u(buf, pos)
             pos += 8
             f = 'assignment'
             n, = _ui8(buf, pos)
@@ -391,7 +393,7 @@ class ShareGroupHeartbeatResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T3p(self.topic_id)
+            buf += _T5p(self.topic_id)
             x = self.partitions
             if x is None:
                 raise _not_nullable(self, 'partitions', v)
@@ -415,11 +417,9 @@ class ShareGroupHeartbeatResponse(_Struct):
             _i = -1
             try:
                 f = 'topic_id'
-                o.topic_id, = _T3u(buf, pos)
-                pos += 16
+                o.topic_id, n = _T6u(buf, pos)
+                pos += 17
                 f = 'partitions'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)

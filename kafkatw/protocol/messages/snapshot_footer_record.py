@@ -24,6 +24,8 @@ __all__ = ["SnapshotFooterRecord"]
 
 _T0u = _struct.Struct('>h').unpack_from
 _T0p = _struct.Struct('>h').pack
+_T1u = _struct.Struct('>hB').unpack_from
+_T1p = _struct.Struct('>hB').pack
 
 
 class SnapshotFooterRecord(_Struct):
@@ -57,11 +59,9 @@ class SnapshotFooterRecord(_Struct):
         _i = -1
         try:
             f = 'version'
-            o.version, = _T0u(buf, pos)
-            pos += 2
+            o.version, n = _T1u(buf, pos)
+            pos += 3
             f = '<tagged fields>'
-            n = buf[pos]
-            pos += 1
             if n:
                 o.unknown_tagged_fields = u = {}
                 if n >= 128:

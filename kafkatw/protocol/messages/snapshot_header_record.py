@@ -24,6 +24,8 @@ __all__ = ["SnapshotHeaderRecord"]
 
 _T0u = _struct.Struct('>hq').unpack_from
 _T0p = _struct.Struct('>hq').pack
+_T1u = _struct.Struct('>hqB').unpack_from
+_T1p = _struct.Struct('>hqB').pack
 
 
 class SnapshotHeaderRecord(_Struct):
@@ -59,11 +61,9 @@ class SnapshotHeaderRecord(_Struct):
         _i = -1
         try:
             f = 'version'
-            o.version, o.last_contained_log_timestamp = _T0u(buf, pos)
-            pos += 10
+            o.version, o.last_contained_log_timestamp, n = _T1u(buf, pos)
+            pos += 11
             f = '<tagged fields>'
-            n = buf[pos]
-            pos += 1
             if n:
                 o.unknown_tagged_fields = u = {}
                 if n >= 128:

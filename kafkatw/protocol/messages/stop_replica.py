@@ -46,8 +46,14 @@ _T4u = _struct.Struct('>ii?').unpack_from
 _T4p = _struct.Struct('>ii?').pack
 _T5u = _struct.Struct('>h').unpack_from
 _T5p = _struct.Struct('>h').pack
-_T6u = _struct.Struct('>ih').unpack_from
-_T6p = _struct.Struct('>ih').pack
+_T6u = _struct.Struct('>hi').unpack_from
+_T6p = _struct.Struct('>hi').pack
+_T7u = _struct.Struct('>hB').unpack_from
+_T7p = _struct.Struct('>hB').pack
+_T8u = _struct.Struct('>ih').unpack_from
+_T8p = _struct.Struct('>ih').pack
+_T9u = _struct.Struct('>ihB').unpack_from
+_T9p = _struct.Struct('>ihB').pack
 
 
 class StopReplicaRequest(_Struct):
@@ -883,11 +889,9 @@ class StopReplicaResponse(_Struct):
         _i = -1
         try:
             f = 'error_code'
-            o.error_code, = _T5u(buf, pos)
-            pos += 2
+            o.error_code, n = _T6u(buf, pos)
+            pos += 6
             f = 'partition_errors'
-            n, = _ui32(buf, pos)
-            pos += 4
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
@@ -931,11 +935,9 @@ class StopReplicaResponse(_Struct):
         _i = -1
         try:
             f = 'error_code'
-            o.error_code, = _T5u(buf, pos)
-            pos += 2
+            o.error_code, n = _T7u(buf, pos)
+            pos += 3
             f = 'partition_errors'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -1001,7 +1003,7 @@ class StopReplicaResponse(_Struct):
                 x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
-            buf += _T6p(self.partition_index, self.error_code)
+            buf += _T8p(self.partition_index, self.error_code)
 
         @staticmethod
         def _r0(buf, pos, v):
@@ -1021,7 +1023,7 @@ class StopReplicaResponse(_Struct):
                     o.topic_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'partition_index'
-                o.partition_index, o.error_code = _T6u(buf, pos)
+                o.partition_index, o.error_code = _T8u(buf, pos)
                 pos += 6
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -1040,7 +1042,7 @@ class StopReplicaResponse(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T6p(self.partition_index, self.error_code)
+            buf += _T8p(self.partition_index, self.error_code)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -1071,11 +1073,9 @@ class StopReplicaResponse(_Struct):
                     o.topic_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'partition_index'
-                o.partition_index, o.error_code = _T6u(buf, pos)
-                pos += 6
+                o.partition_index, o.error_code, n = _T9u(buf, pos)
+                pos += 7
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:

@@ -34,10 +34,14 @@ __all__ = ["SyncGroupRequest", "SyncGroupResponse"]
 
 _T0u = _struct.Struct('>i').unpack_from
 _T0p = _struct.Struct('>i').pack
-_T1u = _struct.Struct('>h').unpack_from
-_T1p = _struct.Struct('>h').pack
-_T2u = _struct.Struct('>ih').unpack_from
-_T2p = _struct.Struct('>ih').pack
+_T1u = _struct.Struct('>ih').unpack_from
+_T1p = _struct.Struct('>ih').pack
+_T2u = _struct.Struct('>iB').unpack_from
+_T2p = _struct.Struct('>iB').pack
+_T3u = _struct.Struct('>h').unpack_from
+_T3p = _struct.Struct('>h').pack
+_T4u = _struct.Struct('>hi').unpack_from
+_T4p = _struct.Struct('>hi').pack
 
 
 class SyncGroupRequest(_Struct):
@@ -121,11 +125,9 @@ class SyncGroupRequest(_Struct):
                 o.group_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'generation_id'
-            o.generation_id, = _T0u(buf, pos)
-            pos += 4
+            o.generation_id, n = _T1u(buf, pos)
+            pos += 6
             f = 'member_id'
-            n, = _ui16(buf, pos)
-            pos += 2
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
@@ -268,11 +270,9 @@ class SyncGroupRequest(_Struct):
                 o.group_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'generation_id'
-            o.generation_id, = _T0u(buf, pos)
-            pos += 4
+            o.generation_id, n = _T2u(buf, pos)
+            pos += 5
             f = 'member_id'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -564,7 +564,7 @@ class SyncGroupResponse(_Struct):
     def _w0(self, buf, parts, v):
         if v >= 1:
             buf += _T0p(self.throttle_time_ms)
-        buf += _T1p(self.error_code)
+        buf += _T3p(self.error_code)
         x = self.assignment
         if x is None:
             raise _not_nullable(self, 'assignment', v)
@@ -586,13 +586,11 @@ class SyncGroupResponse(_Struct):
             else:
                 o.throttle_time_ms = 0
             f = 'error_code'
-            o.error_code, = _T1u(buf, pos)
-            pos += 2
+            o.error_code, n = _T4u(buf, pos)
+            pos += 6
             o.protocol_type = None
             o.protocol_name = None
             f = 'assignment'
-            n, = _ui32(buf, pos)
-            pos += 4
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
@@ -606,7 +604,7 @@ class SyncGroupResponse(_Struct):
         return o, pos
 
     def _w1(self, buf, parts, v):
-        buf += _T2p(self.throttle_time_ms, self.error_code)
+        buf += _T1p(self.throttle_time_ms, self.error_code)
         if v >= 5:
             x = self.protocol_type
             if x is None:
@@ -654,7 +652,7 @@ class SyncGroupResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, o.error_code = _T2u(buf, pos)
+            o.throttle_time_ms, o.error_code = _T1u(buf, pos)
             pos += 6
             if v >= 5:
                 f = 'protocol_type'

@@ -36,14 +36,24 @@ _T0u = _struct.Struct('>qh').unpack_from
 _T0p = _struct.Struct('>qh').pack
 _T1u = _struct.Struct('>qhi').unpack_from
 _T1p = _struct.Struct('>qhi').pack
-_T2u = _struct.Struct('>iq').unpack_from
-_T2p = _struct.Struct('>iq').pack
-_T3u = _struct.Struct('>i').unpack_from
-_T3p = _struct.Struct('>i').pack
-_T4u = _struct.Struct('>iqi').unpack_from
-_T4p = _struct.Struct('>iqi').pack
-_T5u = _struct.Struct('>ih').unpack_from
-_T5p = _struct.Struct('>ih').pack
+_T2u = _struct.Struct('>qhiB').unpack_from
+_T2p = _struct.Struct('>qhiB').pack
+_T3u = _struct.Struct('>iq').unpack_from
+_T3p = _struct.Struct('>iq').pack
+_T4u = _struct.Struct('>i').unpack_from
+_T4p = _struct.Struct('>i').pack
+_T5u = _struct.Struct('>iqi').unpack_from
+_T5p = _struct.Struct('>iqi').pack
+_T6u = _struct.Struct('>iqiB').unpack_from
+_T6p = _struct.Struct('>iqiB').pack
+_T7u = _struct.Struct('>ii').unpack_from
+_T7p = _struct.Struct('>ii').pack
+_T8u = _struct.Struct('>iB').unpack_from
+_T8p = _struct.Struct('>iB').pack
+_T9u = _struct.Struct('>ih').unpack_from
+_T9p = _struct.Struct('>ih').pack
+_T10u = _struct.Struct('>ihB').unpack_from
+_T10p = _struct.Struct('>ihB').pack
 
 
 class TxnOffsetCommitRequest(_Struct):
@@ -134,14 +144,12 @@ class TxnOffsetCommitRequest(_Struct):
                 o.group_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'producer_id'
-            o.producer_id, o.producer_epoch = _T0u(buf, pos)
-            pos += 10
+            o.producer_id, o.producer_epoch, n = _T1u(buf, pos)
+            pos += 14
             o.generation_id = -1
             o.member_id = ''
             o.group_instance_id = None
             f = 'topics'
-            n, = _ui32(buf, pos)
-            pos += 4
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
@@ -263,11 +271,9 @@ class TxnOffsetCommitRequest(_Struct):
                 o.group_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'producer_id'
-            o.producer_id, o.producer_epoch, o.generation_id = _T1u(buf, pos)
-            pos += 14
+            o.producer_id, o.producer_epoch, o.generation_id, n = _T2u(buf, pos)
+            pos += 15
             f = 'member_id'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -526,9 +532,9 @@ class TxnOffsetCommitRequest(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T2p(self.partition_index, self.committed_offset)
+            buf += _T3p(self.partition_index, self.committed_offset)
             if v >= 2:
-                buf += _T3p(self.committed_leader_epoch)
+                buf += _T4p(self.committed_leader_epoch)
             x = self.committed_metadata
             if x is None:
                 buf += b'\xff\xff'
@@ -545,11 +551,11 @@ class TxnOffsetCommitRequest(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.committed_offset = _T2u(buf, pos)
+                o.partition_index, o.committed_offset = _T3u(buf, pos)
                 pos += 12
                 if v >= 2:
                     f = 'committed_leader_epoch'
-                    o.committed_leader_epoch, = _T3u(buf, pos)
+                    o.committed_leader_epoch, = _T4u(buf, pos)
                     pos += 4
                 else:
                     o.committed_leader_epoch = -1
@@ -569,7 +575,7 @@ class TxnOffsetCommitRequest(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T4p(self.partition_index, self.committed_offset, self.committed_leader_epoch)
+            buf += _T5p(self.partition_index, self.committed_offset, self.committed_leader_epoch)
             x = self.committed_metadata
             if x is None:
                 buf += b'\x00'
@@ -594,11 +600,9 @@ class TxnOffsetCommitRequest(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.committed_offset, o.committed_leader_epoch = _T4u(buf, pos)
-                pos += 16
+                o.partition_index, o.committed_offset, o.committed_leader_epoch, n = _T6u(buf, pos)
+                pos += 17
                 f = 'committed_metadata'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -652,7 +656,7 @@ class TxnOffsetCommitResponse(_Struct):
             and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
-        buf += _T3p(self.throttle_time_ms)
+        buf += _T4p(self.throttle_time_ms)
         x = self.topics
         if x is None:
             raise _not_nullable(self, 'topics', v)
@@ -669,11 +673,9 @@ class TxnOffsetCommitResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, = _T3u(buf, pos)
-            pos += 4
+            o.throttle_time_ms, n = _T7u(buf, pos)
+            pos += 8
             f = 'topics'
-            n, = _ui32(buf, pos)
-            pos += 4
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
@@ -692,7 +694,7 @@ class TxnOffsetCommitResponse(_Struct):
         return o, pos
 
     def _w1(self, buf, parts, v):
-        buf += _T3p(self.throttle_time_ms)
+        buf += _T4p(self.throttle_time_ms)
         x = self.topics
         if x is None:
             raise _not_nullable(self, 'topics', v)
@@ -717,11 +719,9 @@ class TxnOffsetCommitResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, = _T3u(buf, pos)
-            pos += 4
+            o.throttle_time_ms, n = _T8u(buf, pos)
+            pos += 5
             f = 'topics'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -942,7 +942,7 @@ class TxnOffsetCommitResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T5p(self.partition_index, self.error_code)
+            buf += _T9p(self.partition_index, self.error_code)
 
         @staticmethod
         def _r0(buf, pos, v):
@@ -952,7 +952,7 @@ class TxnOffsetCommitResponse(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.error_code = _T5u(buf, pos)
+                o.partition_index, o.error_code = _T9u(buf, pos)
                 pos += 6
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -960,7 +960,7 @@ class TxnOffsetCommitResponse(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T5p(self.partition_index, self.error_code)
+            buf += _T9p(self.partition_index, self.error_code)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -974,11 +974,9 @@ class TxnOffsetCommitResponse(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.error_code = _T5u(buf, pos)
-                pos += 6
+                o.partition_index, o.error_code, n = _T10u(buf, pos)
+                pos += 7
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:

@@ -26,8 +26,12 @@ __all__ = ["UnregisterBrokerRequest", "UnregisterBrokerResponse"]
 
 _T0u = _struct.Struct('>i').unpack_from
 _T0p = _struct.Struct('>i').pack
-_T1u = _struct.Struct('>ih').unpack_from
-_T1p = _struct.Struct('>ih').pack
+_T1u = _struct.Struct('>iB').unpack_from
+_T1p = _struct.Struct('>iB').pack
+_T2u = _struct.Struct('>ih').unpack_from
+_T2p = _struct.Struct('>ih').pack
+_T3u = _struct.Struct('>ihB').unpack_from
+_T3p = _struct.Struct('>ihB').pack
 
 
 class UnregisterBrokerRequest(_Struct):
@@ -61,11 +65,9 @@ class UnregisterBrokerRequest(_Struct):
         _i = -1
         try:
             f = 'broker_id'
-            o.broker_id, = _T0u(buf, pos)
-            pos += 4
+            o.broker_id, n = _T1u(buf, pos)
+            pos += 5
             f = '<tagged fields>'
-            n = buf[pos]
-            pos += 1
             if n:
                 o.unknown_tagged_fields = u = {}
                 if n >= 128:
@@ -103,7 +105,7 @@ class UnregisterBrokerResponse(_Struct):
             and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
-        buf += _T1p(self.throttle_time_ms, self.error_code)
+        buf += _T2p(self.throttle_time_ms, self.error_code)
         x = self.error_message
         if x is None:
             buf += b'\x00'
@@ -128,11 +130,9 @@ class UnregisterBrokerResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, o.error_code = _T1u(buf, pos)
-            pos += 6
+            o.throttle_time_ms, o.error_code, n = _T3u(buf, pos)
+            pos += 7
             f = 'error_message'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)

@@ -32,12 +32,18 @@ _T0u = _struct.Struct('>i').unpack_from
 _T0p = _struct.Struct('>i').pack
 _T1u = _struct.Struct('>?').unpack_from
 _T1p = _struct.Struct('>?').pack
-_T2u = _struct.Struct('>h').unpack_from
-_T2p = _struct.Struct('>h').pack
-_T3u = _struct.Struct('>b').unpack_from
-_T3p = _struct.Struct('>b').pack
-_T4u = _struct.Struct('>ih').unpack_from
-_T4p = _struct.Struct('>ih').pack
+_T2u = _struct.Struct('>iB').unpack_from
+_T2p = _struct.Struct('>iB').pack
+_T3u = _struct.Struct('>h').unpack_from
+_T3p = _struct.Struct('>h').pack
+_T4u = _struct.Struct('>b').unpack_from
+_T4p = _struct.Struct('>b').pack
+_T5u = _struct.Struct('>ih').unpack_from
+_T5p = _struct.Struct('>ih').pack
+_T6u = _struct.Struct('>ihB').unpack_from
+_T6p = _struct.Struct('>ihB').pack
+_T7u = _struct.Struct('>hB').unpack_from
+_T7p = _struct.Struct('>hB').pack
 
 
 class UpdateFeaturesRequest(_Struct):
@@ -91,11 +97,9 @@ class UpdateFeaturesRequest(_Struct):
         _i = -1
         try:
             f = 'timeout_ms'
-            o.timeout_ms, = _T0u(buf, pos)
-            pos += 4
+            o.timeout_ms, n = _T2u(buf, pos)
+            pos += 5
             f = 'feature_updates'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -173,14 +177,14 @@ class UpdateFeaturesRequest(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T2p(self.max_version_level)
+            buf += _T3p(self.max_version_level)
             if v <= 0:
                 buf += _T1p(self.allow_downgrade)
             else:
                 if not (self.allow_downgrade == False):
                     raise _absent(self, 'allow_downgrade', v)
             if v >= 1:
-                buf += _T3p(self.upgrade_type)
+                buf += _T4p(self.upgrade_type)
             else:
                 if not (self.upgrade_type == 1):
                     raise _absent(self, 'upgrade_type', v)
@@ -214,7 +218,7 @@ class UpdateFeaturesRequest(_Struct):
                     o.feature = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'max_version_level'
-                o.max_version_level, = _T2u(buf, pos)
+                o.max_version_level, = _T3u(buf, pos)
                 pos += 2
                 if v <= 0:
                     f = 'allow_downgrade'
@@ -224,7 +228,7 @@ class UpdateFeaturesRequest(_Struct):
                     o.allow_downgrade = False
                 if v >= 1:
                     f = 'upgrade_type'
-                    o.upgrade_type, = _T3u(buf, pos)
+                    o.upgrade_type, = _T4u(buf, pos)
                     pos += 1
                 else:
                     o.upgrade_type = 1
@@ -271,7 +275,7 @@ class UpdateFeaturesResponse(_Struct):
             and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
-        buf += _T4p(self.throttle_time_ms, self.error_code)
+        buf += _T5p(self.throttle_time_ms, self.error_code)
         x = self.error_message
         if x is None:
             buf += b'\x00'
@@ -308,11 +312,9 @@ class UpdateFeaturesResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, o.error_code = _T4u(buf, pos)
-            pos += 6
+            o.throttle_time_ms, o.error_code, n = _T6u(buf, pos)
+            pos += 7
             f = 'error_message'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -402,7 +404,7 @@ class UpdateFeaturesResponse(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T2p(self.error_code)
+            buf += _T3p(self.error_code)
             x = self.error_message
             if x is None:
                 buf += b'\x00'
@@ -444,11 +446,9 @@ class UpdateFeaturesResponse(_Struct):
                     o.feature = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'error_code'
-                o.error_code, = _T2u(buf, pos)
-                pos += 2
+                o.error_code, n = _T7u(buf, pos)
+                pos += 3
                 f = 'error_message'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)

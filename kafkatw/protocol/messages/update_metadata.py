@@ -46,12 +46,24 @@ _T3u = _struct.Struct('>iq').unpack_from
 _T3p = _struct.Struct('>iq').pack
 _T4u = _struct.Struct('>b').unpack_from
 _T4p = _struct.Struct('>b').pack
-_T5u = _struct.Struct('>iiii').unpack_from
-_T5p = _struct.Struct('>iiii').pack
-_T6u = _struct.Struct('>16s').unpack_from
-_T6p = _struct.Struct('>16s').pack
-_T7u = _struct.Struct('>h').unpack_from
-_T7p = _struct.Struct('>h').pack
+_T5u = _struct.Struct('>iqB').unpack_from
+_T5p = _struct.Struct('>iqB').pack
+_T6u = _struct.Struct('>iiii').unpack_from
+_T6p = _struct.Struct('>iiii').pack
+_T7u = _struct.Struct('>iiiii').unpack_from
+_T7p = _struct.Struct('>iiiii').pack
+_T8u = _struct.Struct('>ii').unpack_from
+_T8p = _struct.Struct('>ii').pack
+_T9u = _struct.Struct('>iiiiB').unpack_from
+_T9p = _struct.Struct('>iiiiB').pack
+_T10u = _struct.Struct('>iB').unpack_from
+_T10p = _struct.Struct('>iB').pack
+_T11u = _struct.Struct('>16s').unpack_from
+_T11p = _struct.Struct('>16s').pack
+_T12u = _struct.Struct('>h').unpack_from
+_T12p = _struct.Struct('>h').pack
+_T13u = _struct.Struct('>hB').unpack_from
+_T13p = _struct.Struct('>hB').pack
 
 
 class UpdateMetadataRequest(_Struct):
@@ -262,12 +274,10 @@ class UpdateMetadataRequest(_Struct):
                 o.is_k_raft_controller = False
             o.type = 0
             f = 'controller_epoch'
-            o.controller_epoch, o.broker_epoch = _T3u(buf, pos)
-            pos += 12
+            o.controller_epoch, o.broker_epoch, n = _T5u(buf, pos)
+            pos += 13
             o.ungrouped_partition_states = []
             f = 'topic_states'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -375,7 +385,7 @@ class UpdateMetadataRequest(_Struct):
                     x = x.encode()
                     buf += _pi16(len(x))
                     buf += x
-            buf += _T5p(self.partition_index, self.controller_epoch, self.leader, self.leader_epoch)
+            buf += _T6p(self.partition_index, self.controller_epoch, self.leader, self.leader_epoch)
             x = self.isr
             if x is None:
                 raise _not_nullable(self, 'isr', v)
@@ -418,11 +428,9 @@ class UpdateMetadataRequest(_Struct):
                 else:
                     o.topic_name = ''
                 f = 'partition_index'
-                o.partition_index, o.controller_epoch, o.leader, o.leader_epoch = _T5u(buf, pos)
-                pos += 16
+                o.partition_index, o.controller_epoch, o.leader, o.leader_epoch, n = _T7u(buf, pos)
+                pos += 20
                 f = 'isr'
-                n, = _ui32(buf, pos)
-                pos += 4
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
@@ -432,11 +440,9 @@ class UpdateMetadataRequest(_Struct):
                     o.isr = list(_unpack_from('>%di' % n, buf, pos))
                     pos += n * 4
                 f = 'zk_version'
-                o.zk_version, = _T0u(buf, pos)
-                pos += 4
+                o.zk_version, n = _T8u(buf, pos)
+                pos += 8
                 f = 'replicas'
-                n, = _ui32(buf, pos)
-                pos += 4
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
@@ -465,7 +471,7 @@ class UpdateMetadataRequest(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T5p(self.partition_index, self.controller_epoch, self.leader, self.leader_epoch)
+            buf += _T6p(self.partition_index, self.controller_epoch, self.leader, self.leader_epoch)
             x = self.isr
             if x is None:
                 raise _not_nullable(self, 'isr', v)
@@ -511,11 +517,9 @@ class UpdateMetadataRequest(_Struct):
             try:
                 o.topic_name = ''
                 f = 'partition_index'
-                o.partition_index, o.controller_epoch, o.leader, o.leader_epoch = _T5u(buf, pos)
-                pos += 16
+                o.partition_index, o.controller_epoch, o.leader, o.leader_epoch, n = _T9u(buf, pos)
+                pos += 17
                 f = 'isr'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -532,11 +536,9 @@ class UpdateMetadataRequest(_Struct):
                     o.isr = list(_unpack_from('>%di' % n, buf, pos))
                     pos += n * 4
                 f = 'zk_version'
-                o.zk_version, = _T0u(buf, pos)
-                pos += 4
+                o.zk_version, n = _T10u(buf, pos)
+                pos += 5
                 f = 'replicas'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -690,7 +692,7 @@ class UpdateMetadataRequest(_Struct):
                     buf += _wuv(n)
                 buf += x
             if v >= 7:
-                buf += _T6p(self.topic_id)
+                buf += _T11p(self.topic_id)
             x = self.partition_states
             if x is None:
                 raise _not_nullable(self, 'partition_states', v)
@@ -733,7 +735,7 @@ class UpdateMetadataRequest(_Struct):
                     pos += n
                 if v >= 7:
                     f = 'topic_id'
-                    o.topic_id, = _T6u(buf, pos)
+                    o.topic_id, = _T11u(buf, pos)
                     pos += 16
                 else:
                     o.topic_id = _ZERO_UUID
@@ -933,13 +935,11 @@ class UpdateMetadataRequest(_Struct):
             _i = -1
             try:
                 f = 'id'
-                o.id, = _T0u(buf, pos)
-                pos += 4
+                o.id, n = _T10u(buf, pos)
+                pos += 5
                 o.v0_host = ''
                 o.v0_port = 0
                 f = 'endpoints'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -1043,7 +1043,7 @@ class UpdateMetadataRequest(_Struct):
                     buf += _pi16(len(x))
                     buf += x
             if v >= 1:
-                buf += _T7p(self.security_protocol)
+                buf += _T12p(self.security_protocol)
             else:
                 if not (self.security_protocol == 0):
                     raise _absent(self, 'security_protocol', v)
@@ -1089,7 +1089,7 @@ class UpdateMetadataRequest(_Struct):
                     o.listener = ''
                 if v >= 1:
                     f = 'security_protocol'
-                    o.security_protocol, = _T7u(buf, pos)
+                    o.security_protocol, = _T12u(buf, pos)
                     pos += 2
                 else:
                     o.security_protocol = 0
@@ -1122,7 +1122,7 @@ class UpdateMetadataRequest(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T7p(self.security_protocol)
+            buf += _T12p(self.security_protocol)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -1136,11 +1136,9 @@ class UpdateMetadataRequest(_Struct):
             _i = -1
             try:
                 f = 'port'
-                o.port, = _T0u(buf, pos)
-                pos += 4
+                o.port, n = _T10u(buf, pos)
+                pos += 5
                 f = 'host'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -1173,11 +1171,9 @@ class UpdateMetadataRequest(_Struct):
                     o.listener = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'security_protocol'
-                o.security_protocol, = _T7u(buf, pos)
-                pos += 2
+                o.security_protocol, n = _T13u(buf, pos)
+                pos += 3
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:
@@ -1212,7 +1208,7 @@ class UpdateMetadataResponse(_Struct):
             and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
-        buf += _T7p(self.error_code)
+        buf += _T12p(self.error_code)
 
     @staticmethod
     def _r0(buf, pos, v):
@@ -1222,7 +1218,7 @@ class UpdateMetadataResponse(_Struct):
         _i = -1
         try:
             f = 'error_code'
-            o.error_code, = _T7u(buf, pos)
+            o.error_code, = _T12u(buf, pos)
             pos += 2
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
@@ -1230,7 +1226,7 @@ class UpdateMetadataResponse(_Struct):
         return o, pos
 
     def _w1(self, buf, parts, v):
-        buf += _T7p(self.error_code)
+        buf += _T12p(self.error_code)
         if self.unknown_tagged_fields:
             _write_tags(buf, [], self.unknown_tagged_fields)
         else:
@@ -1244,11 +1240,9 @@ class UpdateMetadataResponse(_Struct):
         _i = -1
         try:
             f = 'error_code'
-            o.error_code, = _T7u(buf, pos)
-            pos += 2
+            o.error_code, n = _T13u(buf, pos)
+            pos += 3
             f = '<tagged fields>'
-            n = buf[pos]
-            pos += 1
             if n:
                 o.unknown_tagged_fields = u = {}
                 if n >= 128:

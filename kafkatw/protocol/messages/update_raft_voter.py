@@ -31,16 +31,28 @@ __all__ = ["UpdateRaftVoterRequest", "UpdateRaftVoterResponse"]
 
 _T0u = _struct.Struct('>ii16s').unpack_from
 _T0p = _struct.Struct('>ii16s').pack
-_T1u = _struct.Struct('>H').unpack_from
-_T1p = _struct.Struct('>H').pack
-_T2u = _struct.Struct('>hh').unpack_from
-_T2p = _struct.Struct('>hh').pack
-_T3u = _struct.Struct('>ih').unpack_from
-_T3p = _struct.Struct('>ih').pack
-_T4u = _struct.Struct('>ii').unpack_from
-_T4p = _struct.Struct('>ii').pack
-_T5u = _struct.Struct('>i').unpack_from
-_T5p = _struct.Struct('>i').pack
+_T1u = _struct.Struct('>ii16sB').unpack_from
+_T1p = _struct.Struct('>ii16sB').pack
+_T2u = _struct.Struct('>H').unpack_from
+_T2p = _struct.Struct('>H').pack
+_T3u = _struct.Struct('>HB').unpack_from
+_T3p = _struct.Struct('>HB').pack
+_T4u = _struct.Struct('>hh').unpack_from
+_T4p = _struct.Struct('>hh').pack
+_T5u = _struct.Struct('>hhB').unpack_from
+_T5p = _struct.Struct('>hhB').pack
+_T6u = _struct.Struct('>ih').unpack_from
+_T6p = _struct.Struct('>ih').pack
+_T7u = _struct.Struct('>ihB').unpack_from
+_T7p = _struct.Struct('>ihB').pack
+_T8u = _struct.Struct('>ii').unpack_from
+_T8p = _struct.Struct('>ii').pack
+_T9u = _struct.Struct('>i').unpack_from
+_T9p = _struct.Struct('>i').pack
+_T10u = _struct.Struct('>iiB').unpack_from
+_T10p = _struct.Struct('>iiB').pack
+_T11u = _struct.Struct('>iB').unpack_from
+_T11p = _struct.Struct('>iB').pack
 
 
 class UpdateRaftVoterRequest(_Struct):
@@ -124,11 +136,9 @@ class UpdateRaftVoterRequest(_Struct):
                 o.cluster_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'current_leader_epoch'
-            o.current_leader_epoch, o.voter_id, o.voter_directory_id = _T0u(buf, pos)
-            pos += 24
+            o.current_leader_epoch, o.voter_id, o.voter_directory_id, n = _T1u(buf, pos)
+            pos += 25
             f = 'listeners'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -211,7 +221,7 @@ class UpdateRaftVoterRequest(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T1p(self.port)
+            buf += _T2p(self.port)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -259,11 +269,9 @@ class UpdateRaftVoterRequest(_Struct):
                     o.host = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'port'
-                o.port, = _T1u(buf, pos)
-                pos += 2
+                o.port, n = _T3u(buf, pos)
+                pos += 3
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:
@@ -299,7 +307,7 @@ class UpdateRaftVoterRequest(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T2p(self.min_supported_version, self.max_supported_version)
+            buf += _T4p(self.min_supported_version, self.max_supported_version)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -313,11 +321,9 @@ class UpdateRaftVoterRequest(_Struct):
             _i = -1
             try:
                 f = 'min_supported_version'
-                o.min_supported_version, o.max_supported_version = _T2u(buf, pos)
-                pos += 4
+                o.min_supported_version, o.max_supported_version, n = _T5u(buf, pos)
+                pos += 5
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:
@@ -356,7 +362,7 @@ class UpdateRaftVoterResponse(_Struct):
             and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
-        buf += _T3p(self.throttle_time_ms, self.error_code)
+        buf += _T6p(self.throttle_time_ms, self.error_code)
         tags = []
         if not ((self.current_leader is not None and self.current_leader._is_default())):
             t = bytearray()
@@ -375,8 +381,8 @@ class UpdateRaftVoterResponse(_Struct):
         _i = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, o.error_code = _T3u(buf, pos)
-            pos += 6
+            o.throttle_time_ms, o.error_code, n = _T7u(buf, pos)
+            pos += 7
             _d0 = _new(_S_UpdateRaftVoterResponse_CurrentLeader)
             _d0.leader_id = -1
             _d0.leader_epoch = -1
@@ -385,8 +391,6 @@ class UpdateRaftVoterResponse(_Struct):
             _d0.unknown_tagged_fields = _NO_TAGS
             o.current_leader = _d0
             f = '<tagged fields>'
-            n = buf[pos]
-            pos += 1
             if n:
                 o.unknown_tagged_fields = u = {}
                 if n >= 128:
@@ -431,7 +435,7 @@ class UpdateRaftVoterResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T4p(self.leader_id, self.leader_epoch)
+            buf += _T8p(self.leader_id, self.leader_epoch)
             x = self.host
             if x is None:
                 raise _not_nullable(self, 'host', v)
@@ -443,7 +447,7 @@ class UpdateRaftVoterResponse(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T5p(self.port)
+            buf += _T9p(self.port)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -457,11 +461,9 @@ class UpdateRaftVoterResponse(_Struct):
             _i = -1
             try:
                 f = 'leader_id'
-                o.leader_id, o.leader_epoch = _T4u(buf, pos)
-                pos += 8
+                o.leader_id, o.leader_epoch, n = _T10u(buf, pos)
+                pos += 9
                 f = 'host'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -477,11 +479,9 @@ class UpdateRaftVoterResponse(_Struct):
                     o.host = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'port'
-                o.port, = _T5u(buf, pos)
-                pos += 4
+                o.port, n = _T11u(buf, pos)
+                pos += 5
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:

@@ -38,12 +38,18 @@ _T2u = _struct.Struct('>16s16s').unpack_from
 _T2p = _struct.Struct('>16s16s').pack
 _T3u = _struct.Struct('>iq').unpack_from
 _T3p = _struct.Struct('>iq').pack
-_T4u = _struct.Struct('>h').unpack_from
-_T4p = _struct.Struct('>h').pack
-_T5u = _struct.Struct('>ihii?').unpack_from
-_T5p = _struct.Struct('>ihii?').pack
-_T6u = _struct.Struct('>H').unpack_from
-_T6p = _struct.Struct('>H').pack
+_T4u = _struct.Struct('>iqB').unpack_from
+_T4p = _struct.Struct('>iqB').pack
+_T5u = _struct.Struct('>h').unpack_from
+_T5p = _struct.Struct('>h').pack
+_T6u = _struct.Struct('>hB').unpack_from
+_T6p = _struct.Struct('>hB').pack
+_T7u = _struct.Struct('>ihii?').unpack_from
+_T7p = _struct.Struct('>ihii?').pack
+_T8u = _struct.Struct('>ihii?B').unpack_from
+_T8p = _struct.Struct('>ihii?B').pack
+_T9u = _struct.Struct('>H').unpack_from
+_T9p = _struct.Struct('>H').pack
 
 
 class VoteRequest(_Struct):
@@ -333,11 +339,9 @@ class VoteRequest(_Struct):
                     o.candidate_directory_id = _ZERO_UUID
                     o.voter_directory_id = _ZERO_UUID
                 f = 'last_offset_epoch'
-                o.last_offset_epoch, o.last_offset = _T3u(buf, pos)
-                pos += 12
+                o.last_offset_epoch, o.last_offset, n = _T4u(buf, pos)
+                pos += 13
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:
@@ -376,7 +380,7 @@ class VoteResponse(_Struct):
             and not self.unknown_tagged_fields)
 
     def _w1(self, buf, parts, v):
-        buf += _T4p(self.error_code)
+        buf += _T5p(self.error_code)
         x = self.topics
         if x is None:
             raise _not_nullable(self, 'topics', v)
@@ -418,11 +422,9 @@ class VoteResponse(_Struct):
         _i = -1
         try:
             f = 'error_code'
-            o.error_code, = _T4u(buf, pos)
-            pos += 2
+            o.error_code, n = _T6u(buf, pos)
+            pos += 3
             f = 'topics'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -623,7 +625,7 @@ class VoteResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T5p(self.partition_index, self.error_code, self.leader_id, self.leader_epoch, self.vote_granted)
+            buf += _T7p(self.partition_index, self.error_code, self.leader_id, self.leader_epoch, self.vote_granted)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -637,11 +639,9 @@ class VoteResponse(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.error_code, o.leader_id, o.leader_epoch, o.vote_granted = _T5u(buf, pos)
-                pos += 15
+                o.partition_index, o.error_code, o.leader_id, o.leader_epoch, o.vote_granted, n = _T8u(buf, pos)
+                pos += 16
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:
@@ -700,7 +700,7 @@ class VoteResponse(_Struct):
                 if not (self.host == ''):
                     raise _absent(self, 'host', v)
             if v >= 1:
-                buf += _T6p(self.port)
+                buf += _T9p(self.port)
             else:
                 if not (self.port == 0):
                     raise _absent(self, 'port', v)
@@ -744,7 +744,7 @@ class VoteResponse(_Struct):
                     o.host = ''
                 if v >= 1:
                     f = 'port'
-                    o.port, = _T6u(buf, pos)
+                    o.port, = _T9u(buf, pos)
                     pos += 2
                 else:
                     o.port = 0

@@ -30,12 +30,20 @@ __all__ = ["VotersRecord"]
 
 _T0u = _struct.Struct('>h').unpack_from
 _T0p = _struct.Struct('>h').pack
-_T1u = _struct.Struct('>i16s').unpack_from
-_T1p = _struct.Struct('>i16s').pack
-_T2u = _struct.Struct('>H').unpack_from
-_T2p = _struct.Struct('>H').pack
-_T3u = _struct.Struct('>hh').unpack_from
-_T3p = _struct.Struct('>hh').pack
+_T1u = _struct.Struct('>hB').unpack_from
+_T1p = _struct.Struct('>hB').pack
+_T2u = _struct.Struct('>i16s').unpack_from
+_T2p = _struct.Struct('>i16s').pack
+_T3u = _struct.Struct('>i16sB').unpack_from
+_T3p = _struct.Struct('>i16sB').pack
+_T4u = _struct.Struct('>H').unpack_from
+_T4p = _struct.Struct('>H').pack
+_T5u = _struct.Struct('>HB').unpack_from
+_T5p = _struct.Struct('>HB').pack
+_T6u = _struct.Struct('>hh').unpack_from
+_T6p = _struct.Struct('>hh').pack
+_T7u = _struct.Struct('>hhB').unpack_from
+_T7p = _struct.Struct('>hhB').pack
 
 
 class VotersRecord(_Struct):
@@ -82,11 +90,9 @@ class VotersRecord(_Struct):
         _i = -1
         try:
             f = 'version'
-            o.version, = _T0u(buf, pos)
-            pos += 2
+            o.version, n = _T1u(buf, pos)
+            pos += 3
             f = 'voters'
-            n = buf[pos]
-            pos += 1
             if n >= 128:
                 if buf[pos] < 128:
                     n = (n & 127) | (buf[pos] << 7)
@@ -147,7 +153,7 @@ class VotersRecord(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T1p(self.voter_id, self.voter_directory_id)
+            buf += _T2p(self.voter_id, self.voter_directory_id)
             x = self.endpoints
             if x is None:
                 raise _not_nullable(self, 'endpoints', v)
@@ -173,11 +179,9 @@ class VotersRecord(_Struct):
             _i = -1
             try:
                 f = 'voter_id'
-                o.voter_id, o.voter_directory_id = _T1u(buf, pos)
-                pos += 20
+                o.voter_id, o.voter_directory_id, n = _T3u(buf, pos)
+                pos += 21
                 f = 'endpoints'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -261,7 +265,7 @@ class VotersRecord(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T2p(self.port)
+            buf += _T4p(self.port)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -309,11 +313,9 @@ class VotersRecord(_Struct):
                     o.host = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'port'
-                o.port, = _T2u(buf, pos)
-                pos += 2
+                o.port, n = _T5u(buf, pos)
+                pos += 3
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:
@@ -349,7 +351,7 @@ class VotersRecord(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T3p(self.min_supported_version, self.max_supported_version)
+            buf += _T6p(self.min_supported_version, self.max_supported_version)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -363,11 +365,9 @@ class VotersRecord(_Struct):
             _i = -1
             try:
                 f = 'min_supported_version'
-                o.min_supported_version, o.max_supported_version = _T3u(buf, pos)
-                pos += 4
+                o.min_supported_version, o.max_supported_version, n = _T7u(buf, pos)
+                pos += 5
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:

@@ -30,12 +30,20 @@ __all__ = ["WriteShareGroupStateRequest", "WriteShareGroupStateResponse"]
 
 _T0u = _struct.Struct('>16s').unpack_from
 _T0p = _struct.Struct('>16s').pack
-_T1u = _struct.Struct('>iiiq').unpack_from
-_T1p = _struct.Struct('>iiiq').pack
-_T2u = _struct.Struct('>qqbh').unpack_from
-_T2p = _struct.Struct('>qqbh').pack
-_T3u = _struct.Struct('>ih').unpack_from
-_T3p = _struct.Struct('>ih').pack
+_T1u = _struct.Struct('>16sB').unpack_from
+_T1p = _struct.Struct('>16sB').pack
+_T2u = _struct.Struct('>iiiq').unpack_from
+_T2p = _struct.Struct('>iiiq').pack
+_T3u = _struct.Struct('>iiiqB').unpack_from
+_T3p = _struct.Struct('>iiiqB').pack
+_T4u = _struct.Struct('>qqbh').unpack_from
+_T4p = _struct.Struct('>qqbh').pack
+_T5u = _struct.Struct('>qqbhB').unpack_from
+_T5p = _struct.Struct('>qqbhB').pack
+_T6u = _struct.Struct('>ih').unpack_from
+_T6p = _struct.Struct('>ih').pack
+_T7u = _struct.Struct('>ihB').unpack_from
+_T7p = _struct.Struct('>ihB').pack
 
 
 class WriteShareGroupStateRequest(_Struct):
@@ -192,11 +200,9 @@ class WriteShareGroupStateRequest(_Struct):
             _i = -1
             try:
                 f = 'topic_id'
-                o.topic_id, = _T0u(buf, pos)
-                pos += 16
+                o.topic_id, n = _T1u(buf, pos)
+                pos += 17
                 f = 'partitions'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -260,7 +266,7 @@ class WriteShareGroupStateRequest(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T1p(self.partition, self.state_epoch, self.leader_epoch, self.start_offset)
+            buf += _T2p(self.partition, self.state_epoch, self.leader_epoch, self.start_offset)
             x = self.state_batches
             if x is None:
                 raise _not_nullable(self, 'state_batches', v)
@@ -285,11 +291,9 @@ class WriteShareGroupStateRequest(_Struct):
             _i = -1
             try:
                 f = 'partition'
-                o.partition, o.state_epoch, o.leader_epoch, o.start_offset = _T1u(buf, pos)
-                pos += 20
+                o.partition, o.state_epoch, o.leader_epoch, o.start_offset, n = _T3u(buf, pos)
+                pos += 21
                 f = 'state_batches'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -351,7 +355,7 @@ class WriteShareGroupStateRequest(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T2p(self.first_offset, self.last_offset, self.delivery_state, self.delivery_count)
+            buf += _T4p(self.first_offset, self.last_offset, self.delivery_state, self.delivery_count)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -365,11 +369,9 @@ class WriteShareGroupStateRequest(_Struct):
             _i = -1
             try:
                 f = 'first_offset'
-                o.first_offset, o.last_offset, o.delivery_state, o.delivery_count = _T2u(buf, pos)
-                pos += 19
+                o.first_offset, o.last_offset, o.delivery_state, o.delivery_count, n = _T5u(buf, pos)
+                pos += 20
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:
@@ -511,11 +513,9 @@ class WriteShareGroupStateResponse(_Struct):
             _i = -1
             try:
                 f = 'topic_id'
-                o.topic_id, = _T0u(buf, pos)
-                pos += 16
+                o.topic_id, n = _T1u(buf, pos)
+                pos += 17
                 f = 'partitions'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -575,7 +575,7 @@ class WriteShareGroupStateResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T3p(self.partition, self.error_code)
+            buf += _T6p(self.partition, self.error_code)
             x = self.error_message
             if x is None:
                 buf += b'\x00'
@@ -600,11 +600,9 @@ class WriteShareGroupStateResponse(_Struct):
             _i = -1
             try:
                 f = 'partition'
-                o.partition, o.error_code = _T3u(buf, pos)
-                pos += 6
+                o.partition, o.error_code, n = _T7u(buf, pos)
+                pos += 7
                 f = 'error_message'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)

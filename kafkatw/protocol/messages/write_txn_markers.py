@@ -37,10 +37,22 @@ _T0u = _struct.Struct('>qh?').unpack_from
 _T0p = _struct.Struct('>qh?').pack
 _T1u = _struct.Struct('>i').unpack_from
 _T1p = _struct.Struct('>i').pack
-_T2u = _struct.Struct('>q').unpack_from
-_T2p = _struct.Struct('>q').pack
-_T3u = _struct.Struct('>ih').unpack_from
-_T3p = _struct.Struct('>ih').pack
+_T2u = _struct.Struct('>qh?i').unpack_from
+_T2p = _struct.Struct('>qh?i').pack
+_T3u = _struct.Struct('>qh?B').unpack_from
+_T3p = _struct.Struct('>qh?B').pack
+_T4u = _struct.Struct('>iB').unpack_from
+_T4p = _struct.Struct('>iB').pack
+_T5u = _struct.Struct('>q').unpack_from
+_T5p = _struct.Struct('>q').pack
+_T6u = _struct.Struct('>qi').unpack_from
+_T6p = _struct.Struct('>qi').pack
+_T7u = _struct.Struct('>qB').unpack_from
+_T7p = _struct.Struct('>qB').pack
+_T8u = _struct.Struct('>ih').unpack_from
+_T8p = _struct.Struct('>ih').pack
+_T9u = _struct.Struct('>ihB').unpack_from
+_T9p = _struct.Struct('>ihB').pack
 
 
 class WriteTxnMarkersRequest(_Struct):
@@ -202,11 +214,9 @@ class WriteTxnMarkersRequest(_Struct):
             _i = -1
             try:
                 f = 'producer_id'
-                o.producer_id, o.producer_epoch, o.transaction_result = _T0u(buf, pos)
-                pos += 11
+                o.producer_id, o.producer_epoch, o.transaction_result, n = _T2u(buf, pos)
+                pos += 15
                 f = 'topics'
-                n, = _ui32(buf, pos)
-                pos += 4
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
@@ -254,11 +264,9 @@ class WriteTxnMarkersRequest(_Struct):
             _i = -1
             try:
                 f = 'producer_id'
-                o.producer_id, o.producer_epoch, o.transaction_result = _T0u(buf, pos)
-                pos += 11
+                o.producer_id, o.producer_epoch, o.transaction_result, n = _T3u(buf, pos)
+                pos += 12
                 f = 'topics'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -279,11 +287,9 @@ class WriteTxnMarkersRequest(_Struct):
                     _i = -1
                     o.topics = lst
                 f = 'coordinator_epoch'
-                o.coordinator_epoch, = _T1u(buf, pos)
-                pos += 4
+                o.coordinator_epoch, n = _T4u(buf, pos)
+                pos += 5
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:
@@ -590,7 +596,7 @@ class WriteTxnMarkersResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T2p(self.producer_id)
+            buf += _T5p(self.producer_id)
             x = self.topics
             if x is None:
                 raise _not_nullable(self, 'topics', v)
@@ -607,11 +613,9 @@ class WriteTxnMarkersResponse(_Struct):
             _i = -1
             try:
                 f = 'producer_id'
-                o.producer_id, = _T2u(buf, pos)
-                pos += 8
+                o.producer_id, n = _T6u(buf, pos)
+                pos += 12
                 f = 'topics'
-                n, = _ui32(buf, pos)
-                pos += 4
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
@@ -630,7 +634,7 @@ class WriteTxnMarkersResponse(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T2p(self.producer_id)
+            buf += _T5p(self.producer_id)
             x = self.topics
             if x is None:
                 raise _not_nullable(self, 'topics', v)
@@ -655,11 +659,9 @@ class WriteTxnMarkersResponse(_Struct):
             _i = -1
             try:
                 f = 'producer_id'
-                o.producer_id, = _T2u(buf, pos)
-                pos += 8
+                o.producer_id, n = _T7u(buf, pos)
+                pos += 9
                 f = 'topics'
-                n = buf[pos]
-                pos += 1
                 if n >= 128:
                     if buf[pos] < 128:
                         n = (n & 127) | (buf[pos] << 7)
@@ -881,7 +883,7 @@ class WriteTxnMarkersResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T3p(self.partition_index, self.error_code)
+            buf += _T8p(self.partition_index, self.error_code)
 
         @staticmethod
         def _r0(buf, pos, v):
@@ -891,7 +893,7 @@ class WriteTxnMarkersResponse(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.error_code = _T3u(buf, pos)
+                o.partition_index, o.error_code = _T8u(buf, pos)
                 pos += 6
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -899,7 +901,7 @@ class WriteTxnMarkersResponse(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T3p(self.partition_index, self.error_code)
+            buf += _T8p(self.partition_index, self.error_code)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -913,11 +915,9 @@ class WriteTxnMarkersResponse(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.error_code = _T3u(buf, pos)
-                pos += 6
+                o.partition_index, o.error_code, n = _T9u(buf, pos)
+                pos += 7
                 f = '<tagged fields>'
-                n = buf[pos]
-                pos += 1
                 if n:
                     o.unknown_tagged_fields = u = {}
                     if n >= 128:
