@@ -394,6 +394,27 @@ class WireFormatTests(SynchronousTestCase):
         self.assertIn("timeout_ms", str(err).replace("acks", "timeout_ms"))
         self.assertIsInstance(err, ValueError)
 
+    def test_nested_structs_read_inline_name_their_path(self):
+        # the message's reader reads its nested structs inline: an error names the element
+        # being read at each depth, and none once that depth is done
+        req = produce(b"x" * 40)
+        topic = req.topic_data[0]
+        topic.partition_data.append(m.ProduceRequest.PartitionProduceData(index=1, records=b"y" * 20))
+        req.topic_data.append(m.ProduceRequest.TopicProduceData(name="other", partition_data=[]))
+        data = req.encode_bytes(9)
+        cases = {
+            data.index(b"y" * 20) + 5: "topic_data[0].partition_data[1].records: length 20 exceeds remaining 5 bytes",
+            data.index(b"other") + 2: "topic_data[1].name: length 5 exceeds remaining 2 bytes",
+            len(data) - 1: "<tagged fields>: truncated input",
+        }
+        for cut, expected in cases.items():
+            err = self.assertRaises(ProtocolDecodeError, m.ProduceRequest.decode, data[:cut], 9)
+            self.assertTrue(str(err).startswith("ProduceRequest v9: " + expected), str(err))
+        # a nested class decoded on its own reads with its own reader
+        part = m.ProduceRequest.PartitionProduceData(index=3, records=b"z")
+        self.assertEqual(m.ProduceRequest.PartitionProduceData.decode(part.encode_bytes(9), 9), part)
+        self.assertEqual(m.ProduceRequest.decode(data, 9), req)
+
     def test_bad_utf8_and_negative_length(self):
         err = self.assertRaises(ProtocolDecodeError, m.FindCoordinatorRequest.decode, b"\x00\x02\xff\xfe", 0)
         self.assertIn("key", str(err))

@@ -571,8 +571,26 @@ class StructGen:
         self.em("%s.unknown_tagged_fields = _NO_TAGS" % d)
         self.em("%s = %s" % (target, d))
 
+    # Names of a reader's variables at nesting depth d: the struct being read, the field and
+    # array index being read (for the error's path), the list being built. A nested struct
+    # read in a regular position is read inline by its parent's reader (no call, frame and
+    # (obj, pos) tuple per element), one depth further.
+    def _o(self):
+        return "o%d" % self.d if self.d else "o"
+
+    def _f(self, d=None):
+        d = self.d if d is None else d
+        return "f%d" % d if d else "f"
+
+    def _ix(self, d=None):
+        d = self.d if d is None else d
+        return "_i%d" % d if d else "_i"
+
+    def _lst(self):
+        return "lst%d" % self.d if self.d else "lst"
+
     def gen_reader(self):
-        em, sd, V = self.em, self.sd, self.V
+        em, sd = self.em, self.sd
         em("@staticmethod")
         em("def _r%s(buf, pos, v):" % self.suffix)
         em.ind += 1
@@ -580,8 +598,34 @@ class StructGen:
         em("lb = len(buf)")
         em("f = ''")
         em("_i = -1")
+        nested_names_at = len(em.lines)
         em("try:")
         em.ind += 1
+        self.d = self.max_d = 0
+        # nested structs inline in the message's own reader only (what a request decodes); a
+        # nested class's reader (decode_from on it, a tagged struct field) calls its children's
+        self.calls_nested = sd is not self.msg.root
+        self._read_struct(sd)
+        em.ind -= 1
+        if self.max_d:
+            # the nested depths' field names: None where no struct of that depth is being read
+            ind = "    " * em.ind
+            em.lines[nested_names_at:nested_names_at] = [
+                "%s%s = None; %s = -1" % (ind, self._f(d), self._ix(d)) for d in range(1, self.max_d + 1)]
+            levels = ", ".join("%s, %s" % (self._f(d), self._ix(d)) for d in range(self.max_d + 1))
+            em("except _CATCH as e:")
+            em("    raise _fail_in(e, %s) from None" % levels)
+        else:
+            em("except _CATCH as e:")
+            em("    raise _fail(e, f, _i) from None")
+        em("return o, pos")
+        em.ind -= 1
+        em("")
+
+    def _read_struct(self, sd):
+        """The reads of ``sd``'s fields into the object at the current depth."""
+        em, V = self.em, self.V
+        o, fv = self._o(), self._f()
         fields = sd.fields
         i = 0
         while i < len(fields):
@@ -592,8 +636,8 @@ class StructGen:
                 fmt = ">" + "".join(FIXED[x.base][0] for x in run)
                 size = sum(FIXED[x.base][1] for x in run)
                 self._open(c_reg)
-                em("f = %r" % run[0].attr)
-                targets = ", ".join("o." + x.attr for x in run)
+                em("%s = %r" % (fv, run[0].attr))
+                targets = ", ".join(o + "." + x.attr for x in run)
                 folded = self._next_length_code(fields, j) if c_reg == "True" else None
                 if folded:
                     # the next field's length (or the tagged-field count) in the same unpack
@@ -610,26 +654,26 @@ class StructGen:
                     em("else:")
                     em.ind += 1
                     for x in run:
-                        self._read_default(x, "o." + x.attr)
+                        self._read_default(x, o + "." + x.attr)
                     em.ind -= 1
                 i = j
                 continue
             if c_reg == "False":
-                self._read_default(f, "o." + f.attr)
+                self._read_default(f, o + "." + f.attr)
             else:
                 self._open(c_reg)
-                em("f = %r" % f.attr)
-                self._narrowed(f.regular, self.read_value, f, "o." + f.attr)
+                em("%s = %r" % (fv, f.attr))
+                self._narrowed(f.regular, self.read_value, f, o + "." + f.attr)
                 self._close(c_reg)
                 if c_reg != "True":
                     em("else:")
                     em.ind += 1
-                    self._read_default(f, "o." + f.attr)
+                    self._read_default(f, o + "." + f.attr)
                     em.ind -= 1
             i += 1
         if self.flex:
             tagged = sorted([f for f in fields if cond(f.tagged, V) != "False"], key=lambda f: f.tag)
-            em("f = '<tagged fields>'")
+            em("%s = '<tagged fields>'" % fv)
             if self.len_read:
                 self.len_read = False  # the count's first byte: read by the last run's unpack
             else:
@@ -637,7 +681,7 @@ class StructGen:
                 em("pos += 1")
             em("if n:")
             em.ind += 1
-            em("o.unknown_tagged_fields = u = {}")
+            em("%s.unknown_tagged_fields = u = {}" % o)
             em("if n >= 128:")
             em("    n, pos = _ruv(buf, pos - 1)")
             em("for _ in range(n):")
@@ -649,8 +693,11 @@ class StructGen:
                 c = cond(f.tagged, V)
                 em("%s tag == %d%s:" % (kw, f.tag, "" if c == "True" else " and (%s)" % c))
                 em.ind += 1
-                em("f = %r" % f.attr)
-                self._narrowed(f.tagged, self.read_value, f, "o." + f.attr)
+                em("%s = %r" % (fv, f.attr))
+                # (not inline: a nested struct's own tag loop would reuse u, tag, size, end)
+                saved, self.calls_nested = self.calls_nested, True
+                self._narrowed(f.tagged, self.read_value, f, o + "." + f.attr)
+                self.calls_nested = saved
                 em("if pos != end:")
                 em("    raise _tag_size(%d, size, pos - end + size)" % f.tag)
                 em.ind -= 1
@@ -665,16 +712,20 @@ class StructGen:
             em.ind -= 2
             # none (the common case): the shared empty mapping, no dict per decoded struct
             em("else:")
-            em("    o.unknown_tagged_fields = _NO_TAGS")
+            em("    %s.unknown_tagged_fields = _NO_TAGS" % o)
         else:
-            em("o.unknown_tagged_fields = _NO_TAGS")
+            em("%s.unknown_tagged_fields = _NO_TAGS" % o)
         assert not self.len_read, (self.msg.name, sd.name)
-        em.ind -= 1
-        em("except _CATCH as e:")
-        em("    raise _fail(e, f, _i) from None")
-        em("return o, pos")
-        em.ind -= 1
-        em("")
+
+    def _inline(self, sd):
+        """Read a nested struct of ``sd`` inline into ``o<d+1>`` (the caller stores it)."""
+        em = self.em
+        self.d += 1
+        self.max_d = max(self.max_d, self.d)
+        assert self.d < 16, (self.msg.name, sd.name, "recursive struct?")
+        em("%s = _new(%s)" % (self._o(), sd.alias))
+        self._read_struct(sd)
+        self.d -= 1
 
     def _next_length_code(self, fields, j):
         """The ``struct`` code of what the reader reads right after a fixed-width run ending
@@ -765,7 +816,8 @@ class StructGen:
             self._null_read(f, target)
             em("else:")
             em.ind += 1
-            em("_i = -1")
+            ix, lst = self._ix(), self._lst()
+            em("%s = -1" % ix)
             if f.struct or f.elem in ("string", "uuid"):
                 minsize = 16 if f.elem == "uuid" else 1
                 if f.struct and not self.flex and not self._has_mandatory_bytes(f.struct):
@@ -773,10 +825,16 @@ class StructGen:
                 else:
                     em("if n < 0 or n * %d > lb - pos:" % minsize)
                 em("    raise _bad_len(n, lb - pos)")
-                em("lst = []")
-                em("for _i in range(n):")
+                em("%s = []" % lst)
+                inline = f.struct and not self.calls_nested
+                if inline:
+                    em("%s = ''" % self._f(self.d + 1))
+                em("for %s in range(n):" % ix)
                 em.ind += 1
-                if f.struct:
+                if inline:
+                    self._inline(f.struct)
+                    em("%s.append(o%d)" % (lst, self.d + 1))
+                elif f.struct:
                     em("e, pos = %s._r%s(buf, pos, v)" % (f.struct.alias, self.suffix))
                 elif f.elem == "uuid":
                     em("e = buf[pos:pos + 16].tobytes()")
@@ -787,10 +845,13 @@ class StructGen:
                     em("    raise _bad_len(n, lb - pos)")
                     em("e = buf[pos:pos + n].tobytes().decode()")
                     em("pos += n")
-                em("lst.append(e)")
+                if not inline:
+                    em("%s.append(e)" % lst)
                 em.ind -= 1
-                em("_i = -1")
-                em("%s = lst" % target)
+                if inline:
+                    em("%s = None" % self._f(self.d + 1))
+                em("%s = -1" % ix)
+                em("%s = %s" % (target, lst))
             else:
                 code, size = FIXED[f.elem]
                 em("if n < 0 or n * %d > lb - pos:" % size)
@@ -800,7 +861,12 @@ class StructGen:
             em.ind -= 1
         elif f.struct:
             cn = cond(f.nullable, V)
-            if cn == "False":
+            if cn == "False" and not self.calls_nested:
+                em("%s = ''" % self._f(self.d + 1))
+                self._inline(f.struct)
+                em("%s = None" % self._f(self.d + 1))
+                em("%s = o%d" % (target, self.d + 1))
+            elif cn == "False":
                 em("%s, pos = %s._r%s(buf, pos, v)" % (target, f.struct.alias, self.suffix))
             else:
                 em("n, = _ui8(buf, pos)")
@@ -1228,6 +1294,7 @@ RUNTIME_IMPORTS = (
         ("ZERO_UUID", "_ZERO_UUID"),
         ("emit_records", "_emit_records"),
         ("fail", "_fail"),
+        ("fail_in", "_fail_in"),
         ("read_tag_header", "_rtag"),
         ("read_uvarint", "_ruv"),
         ("records_size", "_records_size"),

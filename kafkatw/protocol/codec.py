@@ -43,6 +43,21 @@ def fail(exc, field, index):
     return DecodeFailure(str(exc), [name])
 
 
+def fail_in(exc, *levels):
+    """:func:`fail` for a reader that reads nested structs inline: ``levels`` are the
+    ``(field, index)`` of each depth from the outermost, the field ``None`` from the first
+    depth not being read; the path gets the innermost first, as nested readers append it."""
+    depth = 0
+    while depth + 1 < len(levels) // 2 and levels[2 * depth + 2] is not None:
+        depth += 1
+    exc = fail(exc, levels[2 * depth], levels[2 * depth + 1])
+    while depth:
+        depth -= 1
+        field, index = levels[2 * depth], levels[2 * depth + 1]
+        exc.path.append(field if index < 0 else "%s[%d]" % (field, index))
+    return exc
+
+
 def decode_error(cls_name, version, exc):
     """Turn a :class:`DecodeFailure` into the public :class:`ProtocolDecodeError`."""
     path = ".".join(reversed([p for p in exc.path if p]))

@@ -32,6 +32,7 @@ from kafkatw.protocol.codec import (
     ZERO_UUID as _ZERO_UUID,
     emit_records as _emit_records,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     records_size as _records_size,
@@ -48,10 +49,10 @@ _T0u = _struct.Struct('>iib').unpack_from
 _T0p = _struct.Struct('>iib').pack
 _T1u = _struct.Struct('>iibB').unpack_from
 _T1p = _struct.Struct('>iibB').pack
-_T2u = _struct.Struct('>16s').unpack_from
-_T2p = _struct.Struct('>16s').pack
-_T3u = _struct.Struct('>16sB').unpack_from
-_T3p = _struct.Struct('>16sB').pack
+_T2u = _struct.Struct('>16sB').unpack_from
+_T2p = _struct.Struct('>16sB').pack
+_T3u = _struct.Struct('>16s').unpack_from
+_T3p = _struct.Struct('>16s').pack
 _T4u = _struct.Struct('>i').unpack_from
 _T4p = _struct.Struct('>i').pack
 _T5u = _struct.Struct('>iB').unpack_from
@@ -60,10 +61,10 @@ _T6u = _struct.Struct('>q').unpack_from
 _T6p = _struct.Struct('>q').pack
 _T7u = _struct.Struct('>ih').unpack_from
 _T7p = _struct.Struct('>ih').pack
-_T8u = _struct.Struct('>qB').unpack_from
-_T8p = _struct.Struct('>qB').pack
-_T9u = _struct.Struct('>ii').unpack_from
-_T9p = _struct.Struct('>ii').pack
+_T8u = _struct.Struct('>ii').unpack_from
+_T8p = _struct.Struct('>ii').pack
+_T9u = _struct.Struct('>qB').unpack_from
+_T9p = _struct.Struct('>qB').pack
 _T10u = _struct.Struct('>iiB').unpack_from
 _T10p = _struct.Struct('>iiB').pack
 _T11u = _struct.Struct('>qi').unpack_from
@@ -210,6 +211,7 @@ class ConsumerGroupCurrentMemberAssignmentValue(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             f = 'member_epoch'
             o.member_epoch, o.previous_member_epoch, o.state, n = _T1u(buf, pos)
@@ -229,9 +231,44 @@ class ConsumerGroupCurrentMemberAssignmentValue(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_ConsumerGroupCurrentMemberAssignmentValue_TopicPartitions._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_ConsumerGroupCurrentMemberAssignmentValue_TopicPartitions)
+                    f1 = 'topic_id'
+                    o1.topic_id, n = _T2u(buf, pos)
+                    pos += 17
+                    f1 = 'partitions'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 4 > lb - pos:
+                            raise _bad_len(n * 4, lb - pos)
+                        o1.partitions = list(_unpack_from('>%di' % n, buf, pos))
+                        pos += n * 4
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.assigned_partitions = lst
             f = 'partitions_pending_revocation'
@@ -251,9 +288,44 @@ class ConsumerGroupCurrentMemberAssignmentValue(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_ConsumerGroupCurrentMemberAssignmentValue_TopicPartitions._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_ConsumerGroupCurrentMemberAssignmentValue_TopicPartitions)
+                    f1 = 'topic_id'
+                    o1.topic_id, n = _T2u(buf, pos)
+                    pos += 17
+                    f1 = 'partitions'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 4 > lb - pos:
+                            raise _bad_len(n * 4, lb - pos)
+                        o1.partitions = list(_unpack_from('>%di' % n, buf, pos))
+                        pos += n * 4
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.partitions_pending_revocation = lst
             f = '<tagged fields>'
@@ -271,7 +343,7 @@ class ConsumerGroupCurrentMemberAssignmentValue(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     class TopicPartitions(_Struct):
@@ -293,7 +365,7 @@ class ConsumerGroupCurrentMemberAssignmentValue(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T2p(self.topic_id)
+            buf += _T3p(self.topic_id)
             x = self.partitions
             if x is None:
                 raise _not_nullable(self, 'partitions', v)
@@ -317,7 +389,7 @@ class ConsumerGroupCurrentMemberAssignmentValue(_Struct):
             _i = -1
             try:
                 f = 'topic_id'
-                o.topic_id, n = _T3u(buf, pos)
+                o.topic_id, n = _T2u(buf, pos)
                 pos += 17
                 f = 'partitions'
                 if n >= 128:
@@ -1108,6 +1180,8 @@ class ConsumerGroupPartitionMetadataValue(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'topics'
             n = buf[pos]
@@ -1126,9 +1200,117 @@ class ConsumerGroupPartitionMetadataValue(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_ConsumerGroupPartitionMetadataValue_TopicMetadata._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_ConsumerGroupPartitionMetadataValue_TopicMetadata)
+                    f1 = 'topic_id'
+                    o1.topic_id, n = _T2u(buf, pos)
+                    pos += 17
+                    f1 = 'topic_name'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'num_partitions'
+                    o1.num_partitions, n = _T5u(buf, pos)
+                    pos += 5
+                    f1 = 'partition_metadata'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_ConsumerGroupPartitionMetadataValue_PartitionMetadata)
+                            f2 = 'partition'
+                            o2.partition, n = _T5u(buf, pos)
+                            pos += 5
+                            f2 = 'racks'
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                _i2 = -1
+                                if n < 0 or n * 1 > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                lst2 = []
+                                for _i2 in range(n):
+                                    n = buf[pos]
+                                    pos += 1
+                                    if n >= 128:
+                                        if buf[pos] < 128:
+                                            n = (n & 127) | (buf[pos] << 7)
+                                            pos += 1
+                                        else:
+                                            n, pos = _ruv(buf, pos - 1)
+                                    n -= 1
+                                    if n < 0 or n > lb - pos:
+                                        raise _bad_len(n, lb - pos)
+                                    e = buf[pos:pos + n].tobytes().decode()
+                                    pos += n
+                                    lst2.append(e)
+                                _i2 = -1
+                                o2.racks = lst2
+                            f2 = '<tagged fields>'
+                            n = buf[pos]
+                            pos += 1
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partition_metadata = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             f = '<tagged fields>'
@@ -1146,7 +1328,7 @@ class ConsumerGroupPartitionMetadataValue(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     class TopicMetadata(_Struct):
@@ -1172,7 +1354,7 @@ class ConsumerGroupPartitionMetadataValue(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T2p(self.topic_id)
+            buf += _T3p(self.topic_id)
             x = self.topic_name
             if x is None:
                 raise _not_nullable(self, 'topic_name', v)
@@ -1209,7 +1391,7 @@ class ConsumerGroupPartitionMetadataValue(_Struct):
             _i = -1
             try:
                 f = 'topic_id'
-                o.topic_id, n = _T3u(buf, pos)
+                o.topic_id, n = _T2u(buf, pos)
                 pos += 17
                 f = 'topic_name'
                 if n >= 128:
@@ -1478,6 +1660,7 @@ class ConsumerGroupTargetAssignmentMemberValue(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             f = 'topic_partitions'
             n = buf[pos]
@@ -1496,9 +1679,44 @@ class ConsumerGroupTargetAssignmentMemberValue(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_ConsumerGroupTargetAssignmentMemberValue_TopicPartition._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_ConsumerGroupTargetAssignmentMemberValue_TopicPartition)
+                    f1 = 'topic_id'
+                    o1.topic_id, n = _T2u(buf, pos)
+                    pos += 17
+                    f1 = 'partitions'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 4 > lb - pos:
+                            raise _bad_len(n * 4, lb - pos)
+                        o1.partitions = list(_unpack_from('>%di' % n, buf, pos))
+                        pos += n * 4
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topic_partitions = lst
             f = '<tagged fields>'
@@ -1516,7 +1734,7 @@ class ConsumerGroupTargetAssignmentMemberValue(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     class TopicPartition(_Struct):
@@ -1538,7 +1756,7 @@ class ConsumerGroupTargetAssignmentMemberValue(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T2p(self.topic_id)
+            buf += _T3p(self.topic_id)
             x = self.partitions
             if x is None:
                 raise _not_nullable(self, 'partitions', v)
@@ -1562,7 +1780,7 @@ class ConsumerGroupTargetAssignmentMemberValue(_Struct):
             _i = -1
             try:
                 f = 'topic_id'
-                o.topic_id, n = _T3u(buf, pos)
+                o.topic_id, n = _T2u(buf, pos)
                 pos += 17
                 f = 'partitions'
                 if n >= 128:
@@ -1811,6 +2029,7 @@ class GroupMetadataValue(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             f = 'protocol_type'
             n, = _ui16(buf, pos)
@@ -1859,14 +2078,87 @@ class GroupMetadataValue(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_GroupMetadataValue_MemberMetadata._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_GroupMetadataValue_MemberMetadata)
+                    f1 = 'member_id'
+                    n, = _ui16(buf, pos)
+                    pos += 2
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.member_id = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    if v >= 3:
+                        f1 = 'group_instance_id'
+                        n, = _ui16(buf, pos)
+                        pos += 2
+                        if n == -1:
+                            o1.group_instance_id = None
+                        else:
+                            if n < -1 or n > lb - pos:
+                                raise _bad_len(n, lb - pos)
+                            o1.group_instance_id = buf[pos:pos + n].tobytes().decode()
+                            pos += n
+                    else:
+                        o1.group_instance_id = None
+                    f1 = 'client_id'
+                    n, = _ui16(buf, pos)
+                    pos += 2
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.client_id = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'client_host'
+                    n, = _ui16(buf, pos)
+                    pos += 2
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.client_host = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    if v >= 1:
+                        f1 = 'rebalance_timeout'
+                        o1.rebalance_timeout, = _T4u(buf, pos)
+                        pos += 4
+                    else:
+                        o1.rebalance_timeout = -1
+                    f1 = 'session_timeout'
+                    o1.session_timeout, n = _T8u(buf, pos)
+                    pos += 8
+                    f1 = 'subscription'
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.subscription = buf[pos:pos + n].tobytes()
+                        pos += n
+                    f1 = 'assignment'
+                    n, = _ui32(buf, pos)
+                    pos += 4
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.assignment = buf[pos:pos + n].tobytes()
+                        pos += n
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.members = lst
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
@@ -1927,6 +2219,7 @@ class GroupMetadataValue(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             f = 'protocol_type'
             n = buf[pos]
@@ -1981,7 +2274,7 @@ class GroupMetadataValue(_Struct):
                 o.leader = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'current_state_timestamp'
-            o.current_state_timestamp, n = _T8u(buf, pos)
+            o.current_state_timestamp, n = _T9u(buf, pos)
             pos += 9
             f = 'members'
             if n >= 128:
@@ -1998,9 +2291,128 @@ class GroupMetadataValue(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_GroupMetadataValue_MemberMetadata._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_GroupMetadataValue_MemberMetadata)
+                    f1 = 'member_id'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.member_id = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'group_instance_id'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        o1.group_instance_id = None
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.group_instance_id = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'client_id'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.client_id = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'client_host'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.client_host = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'rebalance_timeout'
+                    o1.rebalance_timeout, o1.session_timeout, n = _T10u(buf, pos)
+                    pos += 9
+                    f1 = 'subscription'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.subscription = buf[pos:pos + n].tobytes()
+                        pos += n
+                    f1 = 'assignment'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.assignment = buf[pos:pos + n].tobytes()
+                        pos += n
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.members = lst
             f = '<tagged fields>'
@@ -2018,7 +2430,7 @@ class GroupMetadataValue(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     class MemberMetadata(_Struct):
@@ -2154,7 +2566,7 @@ class GroupMetadataValue(_Struct):
                 else:
                     o.rebalance_timeout = -1
                 f = 'session_timeout'
-                o.session_timeout, n = _T9u(buf, pos)
+                o.session_timeout, n = _T8u(buf, pos)
                 pos += 8
                 f = 'subscription'
                 if n == -1:
@@ -2224,7 +2636,7 @@ class GroupMetadataValue(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T9p(self.rebalance_timeout, self.session_timeout)
+            buf += _T8p(self.rebalance_timeout, self.session_timeout)
             x = self.subscription
             if x is None:
                 raise _not_nullable(self, 'subscription', v)
@@ -2577,7 +2989,7 @@ class OffsetCommitValue(_Struct):
                 o.metadata = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'commit_timestamp'
-            o.commit_timestamp, n = _T8u(buf, pos)
+            o.commit_timestamp, n = _T9u(buf, pos)
             pos += 9
             o.expire_timestamp = -1
             f = '<tagged fields>'
@@ -2710,6 +3122,7 @@ class ShareGroupCurrentMemberAssignmentValue(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             f = 'member_epoch'
             o.member_epoch, o.previous_member_epoch, o.state, n = _T1u(buf, pos)
@@ -2729,9 +3142,44 @@ class ShareGroupCurrentMemberAssignmentValue(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_ShareGroupCurrentMemberAssignmentValue_TopicPartitions._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_ShareGroupCurrentMemberAssignmentValue_TopicPartitions)
+                    f1 = 'topic_id'
+                    o1.topic_id, n = _T2u(buf, pos)
+                    pos += 17
+                    f1 = 'partitions'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 4 > lb - pos:
+                            raise _bad_len(n * 4, lb - pos)
+                        o1.partitions = list(_unpack_from('>%di' % n, buf, pos))
+                        pos += n * 4
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.assigned_partitions = lst
             f = '<tagged fields>'
@@ -2749,7 +3197,7 @@ class ShareGroupCurrentMemberAssignmentValue(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     class TopicPartitions(_Struct):
@@ -2771,7 +3219,7 @@ class ShareGroupCurrentMemberAssignmentValue(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T2p(self.topic_id)
+            buf += _T3p(self.topic_id)
             x = self.partitions
             if x is None:
                 raise _not_nullable(self, 'partitions', v)
@@ -2795,7 +3243,7 @@ class ShareGroupCurrentMemberAssignmentValue(_Struct):
             _i = -1
             try:
                 f = 'topic_id'
-                o.topic_id, n = _T3u(buf, pos)
+                o.topic_id, n = _T2u(buf, pos)
                 pos += 17
                 f = 'partitions'
                 if n >= 128:
@@ -3274,6 +3722,8 @@ class ShareGroupPartitionMetadataValue(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'topics'
             n = buf[pos]
@@ -3292,9 +3742,117 @@ class ShareGroupPartitionMetadataValue(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_ShareGroupPartitionMetadataValue_TopicMetadata._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_ShareGroupPartitionMetadataValue_TopicMetadata)
+                    f1 = 'topic_id'
+                    o1.topic_id, n = _T2u(buf, pos)
+                    pos += 17
+                    f1 = 'topic_name'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'num_partitions'
+                    o1.num_partitions, n = _T5u(buf, pos)
+                    pos += 5
+                    f1 = 'partition_metadata'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_ShareGroupPartitionMetadataValue_PartitionMetadata)
+                            f2 = 'partition'
+                            o2.partition, n = _T5u(buf, pos)
+                            pos += 5
+                            f2 = 'racks'
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                _i2 = -1
+                                if n < 0 or n * 1 > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                lst2 = []
+                                for _i2 in range(n):
+                                    n = buf[pos]
+                                    pos += 1
+                                    if n >= 128:
+                                        if buf[pos] < 128:
+                                            n = (n & 127) | (buf[pos] << 7)
+                                            pos += 1
+                                        else:
+                                            n, pos = _ruv(buf, pos - 1)
+                                    n -= 1
+                                    if n < 0 or n > lb - pos:
+                                        raise _bad_len(n, lb - pos)
+                                    e = buf[pos:pos + n].tobytes().decode()
+                                    pos += n
+                                    lst2.append(e)
+                                _i2 = -1
+                                o2.racks = lst2
+                            f2 = '<tagged fields>'
+                            n = buf[pos]
+                            pos += 1
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partition_metadata = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             f = '<tagged fields>'
@@ -3312,7 +3870,7 @@ class ShareGroupPartitionMetadataValue(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     class TopicMetadata(_Struct):
@@ -3338,7 +3896,7 @@ class ShareGroupPartitionMetadataValue(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T2p(self.topic_id)
+            buf += _T3p(self.topic_id)
             x = self.topic_name
             if x is None:
                 raise _not_nullable(self, 'topic_name', v)
@@ -3375,7 +3933,7 @@ class ShareGroupPartitionMetadataValue(_Struct):
             _i = -1
             try:
                 f = 'topic_id'
-                o.topic_id, n = _T3u(buf, pos)
+                o.topic_id, n = _T2u(buf, pos)
                 pos += 17
                 f = 'topic_name'
                 if n >= 128:
@@ -3638,6 +4196,7 @@ class ShareGroupStatePartitionMetadataValue(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             f = 'initialized_topics'
             n = buf[pos]
@@ -3656,9 +4215,61 @@ class ShareGroupStatePartitionMetadataValue(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_ShareGroupStatePartitionMetadataValue_TopicPartitionsInfo._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_ShareGroupStatePartitionMetadataValue_TopicPartitionsInfo)
+                    f1 = 'topic_id'
+                    o1.topic_id, n = _T2u(buf, pos)
+                    pos += 17
+                    f1 = 'topic_name'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'partitions'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 4 > lb - pos:
+                            raise _bad_len(n * 4, lb - pos)
+                        o1.partitions = list(_unpack_from('>%di' % n, buf, pos))
+                        pos += n * 4
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.initialized_topics = lst
             f = 'deleting_topics'
@@ -3678,9 +4289,43 @@ class ShareGroupStatePartitionMetadataValue(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_ShareGroupStatePartitionMetadataValue_TopicInfo._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_ShareGroupStatePartitionMetadataValue_TopicInfo)
+                    f1 = 'topic_id'
+                    o1.topic_id, n = _T2u(buf, pos)
+                    pos += 17
+                    f1 = 'topic_name'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.deleting_topics = lst
             f = '<tagged fields>'
@@ -3698,7 +4343,7 @@ class ShareGroupStatePartitionMetadataValue(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     class TopicPartitionsInfo(_Struct):
@@ -3722,7 +4367,7 @@ class ShareGroupStatePartitionMetadataValue(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T2p(self.topic_id)
+            buf += _T3p(self.topic_id)
             x = self.topic_name
             if x is None:
                 raise _not_nullable(self, 'topic_name', v)
@@ -3757,7 +4402,7 @@ class ShareGroupStatePartitionMetadataValue(_Struct):
             _i = -1
             try:
                 f = 'topic_id'
-                o.topic_id, n = _T3u(buf, pos)
+                o.topic_id, n = _T2u(buf, pos)
                 pos += 17
                 f = 'topic_name'
                 if n >= 128:
@@ -3830,7 +4475,7 @@ class ShareGroupStatePartitionMetadataValue(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T2p(self.topic_id)
+            buf += _T3p(self.topic_id)
             x = self.topic_name
             if x is None:
                 raise _not_nullable(self, 'topic_name', v)
@@ -3855,7 +4500,7 @@ class ShareGroupStatePartitionMetadataValue(_Struct):
             _i = -1
             try:
                 f = 'topic_id'
-                o.topic_id, n = _T3u(buf, pos)
+                o.topic_id, n = _T2u(buf, pos)
                 pos += 17
                 f = 'topic_name'
                 if n >= 128:
@@ -3998,6 +4643,7 @@ class ShareGroupTargetAssignmentMemberValue(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             f = 'topic_partitions'
             n = buf[pos]
@@ -4016,9 +4662,44 @@ class ShareGroupTargetAssignmentMemberValue(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_ShareGroupTargetAssignmentMemberValue_TopicPartition._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_ShareGroupTargetAssignmentMemberValue_TopicPartition)
+                    f1 = 'topic_id'
+                    o1.topic_id, n = _T2u(buf, pos)
+                    pos += 17
+                    f1 = 'partitions'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 4 > lb - pos:
+                            raise _bad_len(n * 4, lb - pos)
+                        o1.partitions = list(_unpack_from('>%di' % n, buf, pos))
+                        pos += n * 4
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topic_partitions = lst
             f = '<tagged fields>'
@@ -4036,7 +4717,7 @@ class ShareGroupTargetAssignmentMemberValue(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     class TopicPartition(_Struct):
@@ -4058,7 +4739,7 @@ class ShareGroupTargetAssignmentMemberValue(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T2p(self.topic_id)
+            buf += _T3p(self.topic_id)
             x = self.partitions
             if x is None:
                 raise _not_nullable(self, 'partitions', v)
@@ -4082,7 +4763,7 @@ class ShareGroupTargetAssignmentMemberValue(_Struct):
             _i = -1
             try:
                 f = 'topic_id'
-                o.topic_id, n = _T3u(buf, pos)
+                o.topic_id, n = _T2u(buf, pos)
                 pos += 17
                 f = 'partitions'
                 if n >= 128:
@@ -4324,6 +5005,7 @@ class TransactionLogValue(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             f = 'producer_id'
             o.producer_id, = _T6u(buf, pos)
@@ -4341,9 +5023,33 @@ class TransactionLogValue(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_TransactionLogValue_PartitionsSchema._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_TransactionLogValue_PartitionsSchema)
+                    f1 = 'topic'
+                    n, = _ui16(buf, pos)
+                    pos += 2
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.topic = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'partition_ids'
+                    n, = _ui32(buf, pos)
+                    pos += 4
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 4 > lb - pos:
+                            raise _bad_len(n * 4, lb - pos)
+                        o1.partition_ids = list(_unpack_from('>%di' % n, buf, pos))
+                        pos += n * 4
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.transaction_partitions = lst
             f = 'transaction_last_update_timestamp_ms'
@@ -4352,7 +5058,7 @@ class TransactionLogValue(_Struct):
             o.client_transaction_version = 0
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
@@ -4400,6 +5106,7 @@ class TransactionLogValue(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             f = 'producer_id'
             o.producer_id, = _T6u(buf, pos)
@@ -4424,9 +5131,60 @@ class TransactionLogValue(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_TransactionLogValue_PartitionsSchema._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_TransactionLogValue_PartitionsSchema)
+                    f1 = 'topic'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.topic = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'partition_ids'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 4 > lb - pos:
+                            raise _bad_len(n * 4, lb - pos)
+                        o1.partition_ids = list(_unpack_from('>%di' % n, buf, pos))
+                        pos += n * 4
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.transaction_partitions = lst
             f = 'transaction_last_update_timestamp_ms'
@@ -4465,7 +5223,7 @@ class TransactionLogValue(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     class PartitionsSchema(_Struct):

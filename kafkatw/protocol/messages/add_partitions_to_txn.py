@@ -25,6 +25,7 @@ from kafkatw.protocol._runtime import (
 from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     write_tags as _write_tags,
@@ -38,18 +39,20 @@ _T0u = _struct.Struct('>qh').unpack_from
 _T0p = _struct.Struct('>qh').pack
 _T1u = _struct.Struct('>qhi').unpack_from
 _T1p = _struct.Struct('>qhi').pack
-_T2u = _struct.Struct('>qh?').unpack_from
-_T2p = _struct.Struct('>qh?').pack
-_T3u = _struct.Struct('>i').unpack_from
-_T3p = _struct.Struct('>i').pack
-_T4u = _struct.Struct('>ii').unpack_from
-_T4p = _struct.Struct('>ii').pack
-_T5u = _struct.Struct('>h').unpack_from
-_T5p = _struct.Struct('>h').pack
+_T2u = _struct.Struct('>qh?B').unpack_from
+_T2p = _struct.Struct('>qh?B').pack
+_T3u = _struct.Struct('>qh?').unpack_from
+_T3p = _struct.Struct('>qh?').pack
+_T4u = _struct.Struct('>i').unpack_from
+_T4p = _struct.Struct('>i').pack
+_T5u = _struct.Struct('>ii').unpack_from
+_T5p = _struct.Struct('>ii').pack
 _T6u = _struct.Struct('>ih').unpack_from
 _T6p = _struct.Struct('>ih').pack
-_T7u = _struct.Struct('>ihB').unpack_from
-_T7p = _struct.Struct('>ihB').pack
+_T7u = _struct.Struct('>h').unpack_from
+_T7p = _struct.Struct('>h').pack
+_T8u = _struct.Struct('>ihB').unpack_from
+_T8p = _struct.Struct('>ihB').pack
 
 
 class AddPartitionsToTxnRequest(_Struct):
@@ -101,6 +104,7 @@ class AddPartitionsToTxnRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             o.transactions = []
             f = 'v3_and_below_transactional_id'
@@ -124,14 +128,38 @@ class AddPartitionsToTxnRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic)
+                    f1 = 'name'
+                    n, = _ui16(buf, pos)
+                    pos += 2
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'partitions'
+                    n, = _ui32(buf, pos)
+                    pos += 4
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 4 > lb - pos:
+                            raise _bad_len(n * 4, lb - pos)
+                        o1.partitions = list(_unpack_from('>%di' % n, buf, pos))
+                        pos += n * 4
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.v3_and_below_topics = lst
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
@@ -198,6 +226,8 @@ class AddPartitionsToTxnRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             if v >= 4:
                 f = 'transactions'
@@ -217,9 +247,116 @@ class AddPartitionsToTxnRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
+                    f1 = ''
                     for _i in range(n):
-                        e, pos = _S_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction._r1(buf, pos, v)
-                        lst.append(e)
+                        o1 = _new(_S_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction)
+                        f1 = 'transactional_id'
+                        n = buf[pos]
+                        pos += 1
+                        if n >= 128:
+                            if buf[pos] < 128:
+                                n = (n & 127) | (buf[pos] << 7)
+                                pos += 1
+                            else:
+                                n, pos = _ruv(buf, pos - 1)
+                        n -= 1
+                        if n == -1:
+                            raise _DecodeFailure('null value for non-nullable field', [])
+                        else:
+                            if n < -1 or n > lb - pos:
+                                raise _bad_len(n, lb - pos)
+                            o1.transactional_id = buf[pos:pos + n].tobytes().decode()
+                            pos += n
+                        f1 = 'producer_id'
+                        o1.producer_id, o1.producer_epoch, o1.verify_only, n = _T2u(buf, pos)
+                        pos += 12
+                        f1 = 'topics'
+                        if n >= 128:
+                            if buf[pos] < 128:
+                                n = (n & 127) | (buf[pos] << 7)
+                                pos += 1
+                            else:
+                                n, pos = _ruv(buf, pos - 1)
+                        n -= 1
+                        if n == -1:
+                            raise _DecodeFailure('null value for non-nullable field', [])
+                        else:
+                            _i1 = -1
+                            if n < 0 or n * 1 > lb - pos:
+                                raise _bad_len(n, lb - pos)
+                            lst1 = []
+                            f2 = ''
+                            for _i1 in range(n):
+                                o2 = _new(_S_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic)
+                                f2 = 'name'
+                                n = buf[pos]
+                                pos += 1
+                                if n >= 128:
+                                    if buf[pos] < 128:
+                                        n = (n & 127) | (buf[pos] << 7)
+                                        pos += 1
+                                    else:
+                                        n, pos = _ruv(buf, pos - 1)
+                                n -= 1
+                                if n == -1:
+                                    raise _DecodeFailure('null value for non-nullable field', [])
+                                else:
+                                    if n < -1 or n > lb - pos:
+                                        raise _bad_len(n, lb - pos)
+                                    o2.name = buf[pos:pos + n].tobytes().decode()
+                                    pos += n
+                                f2 = 'partitions'
+                                n = buf[pos]
+                                pos += 1
+                                if n >= 128:
+                                    if buf[pos] < 128:
+                                        n = (n & 127) | (buf[pos] << 7)
+                                        pos += 1
+                                    else:
+                                        n, pos = _ruv(buf, pos - 1)
+                                n -= 1
+                                if n == -1:
+                                    raise _DecodeFailure('null value for non-nullable field', [])
+                                else:
+                                    _i2 = -1
+                                    if n < 0 or n * 4 > lb - pos:
+                                        raise _bad_len(n * 4, lb - pos)
+                                    o2.partitions = list(_unpack_from('>%di' % n, buf, pos))
+                                    pos += n * 4
+                                f2 = '<tagged fields>'
+                                n = buf[pos]
+                                pos += 1
+                                if n:
+                                    o2.unknown_tagged_fields = u = {}
+                                    if n >= 128:
+                                        n, pos = _ruv(buf, pos - 1)
+                                    for _ in range(n):
+                                        tag, size, pos = _rtag(buf, pos)
+                                        end = pos + size
+                                        u[tag] = buf[pos:end].tobytes()
+                                        pos = end
+                                else:
+                                    o2.unknown_tagged_fields = _NO_TAGS
+                                lst1.append(o2)
+                            f2 = None
+                            _i1 = -1
+                            o1.topics = lst1
+                        f1 = '<tagged fields>'
+                        n = buf[pos]
+                        pos += 1
+                        if n:
+                            o1.unknown_tagged_fields = u = {}
+                            if n >= 128:
+                                n, pos = _ruv(buf, pos - 1)
+                            for _ in range(n):
+                                tag, size, pos = _rtag(buf, pos)
+                                end = pos + size
+                                u[tag] = buf[pos:end].tobytes()
+                                pos = end
+                        else:
+                            o1.unknown_tagged_fields = _NO_TAGS
+                        lst.append(o1)
+                    f1 = None
                     _i = -1
                     o.transactions = lst
             else:
@@ -269,9 +406,60 @@ class AddPartitionsToTxnRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
+                    f1 = ''
                     for _i in range(n):
-                        e, pos = _S_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic._r1(buf, pos, v)
-                        lst.append(e)
+                        o1 = _new(_S_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic)
+                        f1 = 'name'
+                        n = buf[pos]
+                        pos += 1
+                        if n >= 128:
+                            if buf[pos] < 128:
+                                n = (n & 127) | (buf[pos] << 7)
+                                pos += 1
+                            else:
+                                n, pos = _ruv(buf, pos - 1)
+                        n -= 1
+                        if n == -1:
+                            raise _DecodeFailure('null value for non-nullable field', [])
+                        else:
+                            if n < -1 or n > lb - pos:
+                                raise _bad_len(n, lb - pos)
+                            o1.name = buf[pos:pos + n].tobytes().decode()
+                            pos += n
+                        f1 = 'partitions'
+                        n = buf[pos]
+                        pos += 1
+                        if n >= 128:
+                            if buf[pos] < 128:
+                                n = (n & 127) | (buf[pos] << 7)
+                                pos += 1
+                            else:
+                                n, pos = _ruv(buf, pos - 1)
+                        n -= 1
+                        if n == -1:
+                            raise _DecodeFailure('null value for non-nullable field', [])
+                        else:
+                            _i1 = -1
+                            if n < 0 or n * 4 > lb - pos:
+                                raise _bad_len(n * 4, lb - pos)
+                            o1.partitions = list(_unpack_from('>%di' % n, buf, pos))
+                            pos += n * 4
+                        f1 = '<tagged fields>'
+                        n = buf[pos]
+                        pos += 1
+                        if n:
+                            o1.unknown_tagged_fields = u = {}
+                            if n >= 128:
+                                n, pos = _ruv(buf, pos - 1)
+                            for _ in range(n):
+                                tag, size, pos = _rtag(buf, pos)
+                                end = pos + size
+                                u[tag] = buf[pos:end].tobytes()
+                                pos = end
+                        else:
+                            o1.unknown_tagged_fields = _NO_TAGS
+                        lst.append(o1)
+                    f1 = None
                     _i = -1
                     o.v3_and_below_topics = lst
             else:
@@ -291,7 +479,7 @@ class AddPartitionsToTxnRequest(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     class AddPartitionsToTxnTopic(_Struct):
@@ -518,7 +706,7 @@ class AddPartitionsToTxnRequest(_Struct):
                 if not (self.transactional_id == ''):
                     raise _absent(self, 'transactional_id', v)
             if v >= 4:
-                buf += _T2p(self.producer_id, self.producer_epoch, self.verify_only)
+                buf += _T3p(self.producer_id, self.producer_epoch, self.verify_only)
             else:
                 if not (self.producer_id == 0):
                     raise _absent(self, 'producer_id', v)
@@ -575,7 +763,7 @@ class AddPartitionsToTxnRequest(_Struct):
                     o.transactional_id = ''
                 if v >= 4:
                     f = 'producer_id'
-                    o.producer_id, o.producer_epoch, o.verify_only = _T2u(buf, pos)
+                    o.producer_id, o.producer_epoch, o.verify_only = _T3u(buf, pos)
                     pos += 11
                 else:
                     o.producer_id = 0
@@ -649,7 +837,7 @@ class AddPartitionsToTxnResponse(_Struct):
             and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
-        buf += _T3p(self.throttle_time_ms)
+        buf += _T4p(self.throttle_time_ms)
         if not (self.results_by_transaction == []):
             raise _absent(self, 'results_by_transaction', v)
         x = self.results_by_topic_v3_and_below
@@ -666,9 +854,11 @@ class AddPartitionsToTxnResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, n = _T4u(buf, pos)
+            o.throttle_time_ms, n = _T5u(buf, pos)
             pos += 8
             o.error_code = 0
             o.results_by_transaction = []
@@ -680,20 +870,54 @@ class AddPartitionsToTxnResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult)
+                    f1 = 'name'
+                    n, = _ui16(buf, pos)
+                    pos += 2
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'results_by_partition'
+                    n, = _ui32(buf, pos)
+                    pos += 4
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult)
+                            f2 = 'partition_index'
+                            o2.partition_index, o2.partition_error_code = _T6u(buf, pos)
+                            pos += 6
+                            o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.results_by_partition = lst1
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.results_by_topic_v3_and_below = lst
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
-        buf += _T3p(self.throttle_time_ms)
+        buf += _T4p(self.throttle_time_ms)
         if v >= 4:
-            buf += _T5p(self.error_code)
+            buf += _T7p(self.error_code)
         if v >= 4:
             x = self.results_by_transaction
             if x is None:
@@ -735,13 +959,16 @@ class AddPartitionsToTxnResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
+        f3 = None; _i3 = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, = _T3u(buf, pos)
+            o.throttle_time_ms, = _T4u(buf, pos)
             pos += 4
             if v >= 4:
                 f = 'error_code'
-                o.error_code, = _T5u(buf, pos)
+                o.error_code, = _T7u(buf, pos)
                 pos += 2
             else:
                 o.error_code = 0
@@ -763,9 +990,136 @@ class AddPartitionsToTxnResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
+                    f1 = ''
                     for _i in range(n):
-                        e, pos = _S_AddPartitionsToTxnResponse_AddPartitionsToTxnResult._r1(buf, pos, v)
-                        lst.append(e)
+                        o1 = _new(_S_AddPartitionsToTxnResponse_AddPartitionsToTxnResult)
+                        f1 = 'transactional_id'
+                        n = buf[pos]
+                        pos += 1
+                        if n >= 128:
+                            if buf[pos] < 128:
+                                n = (n & 127) | (buf[pos] << 7)
+                                pos += 1
+                            else:
+                                n, pos = _ruv(buf, pos - 1)
+                        n -= 1
+                        if n == -1:
+                            raise _DecodeFailure('null value for non-nullable field', [])
+                        else:
+                            if n < -1 or n > lb - pos:
+                                raise _bad_len(n, lb - pos)
+                            o1.transactional_id = buf[pos:pos + n].tobytes().decode()
+                            pos += n
+                        f1 = 'topic_results'
+                        n = buf[pos]
+                        pos += 1
+                        if n >= 128:
+                            if buf[pos] < 128:
+                                n = (n & 127) | (buf[pos] << 7)
+                                pos += 1
+                            else:
+                                n, pos = _ruv(buf, pos - 1)
+                        n -= 1
+                        if n == -1:
+                            raise _DecodeFailure('null value for non-nullable field', [])
+                        else:
+                            _i1 = -1
+                            if n < 0 or n * 1 > lb - pos:
+                                raise _bad_len(n, lb - pos)
+                            lst1 = []
+                            f2 = ''
+                            for _i1 in range(n):
+                                o2 = _new(_S_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult)
+                                f2 = 'name'
+                                n = buf[pos]
+                                pos += 1
+                                if n >= 128:
+                                    if buf[pos] < 128:
+                                        n = (n & 127) | (buf[pos] << 7)
+                                        pos += 1
+                                    else:
+                                        n, pos = _ruv(buf, pos - 1)
+                                n -= 1
+                                if n == -1:
+                                    raise _DecodeFailure('null value for non-nullable field', [])
+                                else:
+                                    if n < -1 or n > lb - pos:
+                                        raise _bad_len(n, lb - pos)
+                                    o2.name = buf[pos:pos + n].tobytes().decode()
+                                    pos += n
+                                f2 = 'results_by_partition'
+                                n = buf[pos]
+                                pos += 1
+                                if n >= 128:
+                                    if buf[pos] < 128:
+                                        n = (n & 127) | (buf[pos] << 7)
+                                        pos += 1
+                                    else:
+                                        n, pos = _ruv(buf, pos - 1)
+                                n -= 1
+                                if n == -1:
+                                    raise _DecodeFailure('null value for non-nullable field', [])
+                                else:
+                                    _i2 = -1
+                                    if n < 0 or n * 1 > lb - pos:
+                                        raise _bad_len(n, lb - pos)
+                                    lst2 = []
+                                    f3 = ''
+                                    for _i2 in range(n):
+                                        o3 = _new(_S_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult)
+                                        f3 = 'partition_index'
+                                        o3.partition_index, o3.partition_error_code, n = _T8u(buf, pos)
+                                        pos += 7
+                                        f3 = '<tagged fields>'
+                                        if n:
+                                            o3.unknown_tagged_fields = u = {}
+                                            if n >= 128:
+                                                n, pos = _ruv(buf, pos - 1)
+                                            for _ in range(n):
+                                                tag, size, pos = _rtag(buf, pos)
+                                                end = pos + size
+                                                u[tag] = buf[pos:end].tobytes()
+                                                pos = end
+                                        else:
+                                            o3.unknown_tagged_fields = _NO_TAGS
+                                        lst2.append(o3)
+                                    f3 = None
+                                    _i2 = -1
+                                    o2.results_by_partition = lst2
+                                f2 = '<tagged fields>'
+                                n = buf[pos]
+                                pos += 1
+                                if n:
+                                    o2.unknown_tagged_fields = u = {}
+                                    if n >= 128:
+                                        n, pos = _ruv(buf, pos - 1)
+                                    for _ in range(n):
+                                        tag, size, pos = _rtag(buf, pos)
+                                        end = pos + size
+                                        u[tag] = buf[pos:end].tobytes()
+                                        pos = end
+                                else:
+                                    o2.unknown_tagged_fields = _NO_TAGS
+                                lst1.append(o2)
+                            f2 = None
+                            _i1 = -1
+                            o1.topic_results = lst1
+                        f1 = '<tagged fields>'
+                        n = buf[pos]
+                        pos += 1
+                        if n:
+                            o1.unknown_tagged_fields = u = {}
+                            if n >= 128:
+                                n, pos = _ruv(buf, pos - 1)
+                            for _ in range(n):
+                                tag, size, pos = _rtag(buf, pos)
+                                end = pos + size
+                                u[tag] = buf[pos:end].tobytes()
+                                pos = end
+                        else:
+                            o1.unknown_tagged_fields = _NO_TAGS
+                        lst.append(o1)
+                    f1 = None
                     _i = -1
                     o.results_by_transaction = lst
             else:
@@ -788,9 +1142,81 @@ class AddPartitionsToTxnResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
+                    f1 = ''
                     for _i in range(n):
-                        e, pos = _S_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult._r1(buf, pos, v)
-                        lst.append(e)
+                        o1 = _new(_S_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult)
+                        f1 = 'name'
+                        n = buf[pos]
+                        pos += 1
+                        if n >= 128:
+                            if buf[pos] < 128:
+                                n = (n & 127) | (buf[pos] << 7)
+                                pos += 1
+                            else:
+                                n, pos = _ruv(buf, pos - 1)
+                        n -= 1
+                        if n == -1:
+                            raise _DecodeFailure('null value for non-nullable field', [])
+                        else:
+                            if n < -1 or n > lb - pos:
+                                raise _bad_len(n, lb - pos)
+                            o1.name = buf[pos:pos + n].tobytes().decode()
+                            pos += n
+                        f1 = 'results_by_partition'
+                        n = buf[pos]
+                        pos += 1
+                        if n >= 128:
+                            if buf[pos] < 128:
+                                n = (n & 127) | (buf[pos] << 7)
+                                pos += 1
+                            else:
+                                n, pos = _ruv(buf, pos - 1)
+                        n -= 1
+                        if n == -1:
+                            raise _DecodeFailure('null value for non-nullable field', [])
+                        else:
+                            _i1 = -1
+                            if n < 0 or n * 1 > lb - pos:
+                                raise _bad_len(n, lb - pos)
+                            lst1 = []
+                            f2 = ''
+                            for _i1 in range(n):
+                                o2 = _new(_S_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult)
+                                f2 = 'partition_index'
+                                o2.partition_index, o2.partition_error_code, n = _T8u(buf, pos)
+                                pos += 7
+                                f2 = '<tagged fields>'
+                                if n:
+                                    o2.unknown_tagged_fields = u = {}
+                                    if n >= 128:
+                                        n, pos = _ruv(buf, pos - 1)
+                                    for _ in range(n):
+                                        tag, size, pos = _rtag(buf, pos)
+                                        end = pos + size
+                                        u[tag] = buf[pos:end].tobytes()
+                                        pos = end
+                                else:
+                                    o2.unknown_tagged_fields = _NO_TAGS
+                                lst1.append(o2)
+                            f2 = None
+                            _i1 = -1
+                            o1.results_by_partition = lst1
+                        f1 = '<tagged fields>'
+                        n = buf[pos]
+                        pos += 1
+                        if n:
+                            o1.unknown_tagged_fields = u = {}
+                            if n >= 128:
+                                n, pos = _ruv(buf, pos - 1)
+                            for _ in range(n):
+                                tag, size, pos = _rtag(buf, pos)
+                                end = pos + size
+                                u[tag] = buf[pos:end].tobytes()
+                                pos = end
+                        else:
+                            o1.unknown_tagged_fields = _NO_TAGS
+                        lst.append(o1)
+                    f1 = None
                     _i = -1
                     o.results_by_topic_v3_and_below = lst
             else:
@@ -810,7 +1236,7 @@ class AddPartitionsToTxnResponse(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2, f3, _i3) from None
         return o, pos
 
     class AddPartitionsToTxnTopicResult(_Struct):
@@ -1028,7 +1454,7 @@ class AddPartitionsToTxnResponse(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.partition_error_code, n = _T7u(buf, pos)
+                o.partition_index, o.partition_error_code, n = _T8u(buf, pos)
                 pos += 7
                 f = '<tagged fields>'
                 if n:

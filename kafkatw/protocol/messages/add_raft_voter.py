@@ -19,6 +19,7 @@ from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
     ZERO_UUID as _ZERO_UUID,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     write_tags as _write_tags,
@@ -32,10 +33,10 @@ _T0u = _struct.Struct('>ii16s').unpack_from
 _T0p = _struct.Struct('>ii16s').pack
 _T1u = _struct.Struct('>ii16sB').unpack_from
 _T1p = _struct.Struct('>ii16sB').pack
-_T2u = _struct.Struct('>H').unpack_from
-_T2p = _struct.Struct('>H').pack
-_T3u = _struct.Struct('>HB').unpack_from
-_T3p = _struct.Struct('>HB').pack
+_T2u = _struct.Struct('>HB').unpack_from
+_T2p = _struct.Struct('>HB').pack
+_T3u = _struct.Struct('>H').unpack_from
+_T3p = _struct.Struct('>H').pack
 _T4u = _struct.Struct('>ih').unpack_from
 _T4p = _struct.Struct('>ih').pack
 _T5u = _struct.Struct('>ihB').unpack_from
@@ -101,6 +102,7 @@ class AddRaftVoterRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             f = 'cluster_id'
             n = buf[pos]
@@ -137,9 +139,60 @@ class AddRaftVoterRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_AddRaftVoterRequest_Listener._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_AddRaftVoterRequest_Listener)
+                    f1 = 'name'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'host'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.host = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'port'
+                    o1.port, n = _T2u(buf, pos)
+                    pos += 3
+                    f1 = '<tagged fields>'
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.listeners = lst
             f = '<tagged fields>'
@@ -157,7 +210,7 @@ class AddRaftVoterRequest(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     class Listener(_Struct):
@@ -203,7 +256,7 @@ class AddRaftVoterRequest(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T2p(self.port)
+            buf += _T3p(self.port)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -251,7 +304,7 @@ class AddRaftVoterRequest(_Struct):
                     o.host = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'port'
-                o.port, n = _T3u(buf, pos)
+                o.port, n = _T2u(buf, pos)
                 pos += 3
                 f = '<tagged fields>'
                 if n:

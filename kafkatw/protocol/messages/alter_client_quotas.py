@@ -22,6 +22,7 @@ from kafkatw.protocol._runtime import (
 from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     write_tags as _write_tags,
@@ -33,24 +34,24 @@ __all__ = ["AlterClientQuotasRequest", "AlterClientQuotasResponse"]
 
 _T0u = _struct.Struct('>?').unpack_from
 _T0p = _struct.Struct('>?').pack
-_T1u = _struct.Struct('>?B').unpack_from
-_T1p = _struct.Struct('>?B').pack
-_T2u = _struct.Struct('>d?').unpack_from
-_T2p = _struct.Struct('>d?').pack
-_T3u = _struct.Struct('>d?B').unpack_from
-_T3p = _struct.Struct('>d?B').pack
+_T1u = _struct.Struct('>d?').unpack_from
+_T1p = _struct.Struct('>d?').pack
+_T2u = _struct.Struct('>d?B').unpack_from
+_T2p = _struct.Struct('>d?B').pack
+_T3u = _struct.Struct('>?B').unpack_from
+_T3p = _struct.Struct('>?B').pack
 _T4u = _struct.Struct('>i').unpack_from
 _T4p = _struct.Struct('>i').pack
 _T5u = _struct.Struct('>ii').unpack_from
 _T5p = _struct.Struct('>ii').pack
-_T6u = _struct.Struct('>iB').unpack_from
-_T6p = _struct.Struct('>iB').pack
-_T7u = _struct.Struct('>h').unpack_from
-_T7p = _struct.Struct('>h').pack
-_T8u = _struct.Struct('>hh').unpack_from
-_T8p = _struct.Struct('>hh').pack
-_T9u = _struct.Struct('>hB').unpack_from
-_T9p = _struct.Struct('>hB').pack
+_T6u = _struct.Struct('>hh').unpack_from
+_T6p = _struct.Struct('>hh').pack
+_T7u = _struct.Struct('>iB').unpack_from
+_T7p = _struct.Struct('>iB').pack
+_T8u = _struct.Struct('>hB').unpack_from
+_T8p = _struct.Struct('>hB').pack
+_T9u = _struct.Struct('>h').unpack_from
+_T9p = _struct.Struct('>h').pack
 
 
 class AlterClientQuotasRequest(_Struct):
@@ -87,6 +88,8 @@ class AlterClientQuotasRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'entries'
             n, = _ui32(buf, pos)
@@ -98,9 +101,81 @@ class AlterClientQuotasRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_AlterClientQuotasRequest_EntryData._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_AlterClientQuotasRequest_EntryData)
+                    f1 = 'entity'
+                    n, = _ui32(buf, pos)
+                    pos += 4
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_AlterClientQuotasRequest_EntityData)
+                            f2 = 'entity_type'
+                            n, = _ui16(buf, pos)
+                            pos += 2
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.entity_type = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'entity_name'
+                            n, = _ui16(buf, pos)
+                            pos += 2
+                            if n == -1:
+                                o2.entity_name = None
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.entity_name = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.entity = lst1
+                    f1 = 'ops'
+                    n, = _ui32(buf, pos)
+                    pos += 4
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_AlterClientQuotasRequest_OpData)
+                            f2 = 'key'
+                            n, = _ui16(buf, pos)
+                            pos += 2
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.key = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'value'
+                            o2.value, o2.remove = _T1u(buf, pos)
+                            pos += 9
+                            o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.ops = lst1
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.entries = lst
             f = 'validate_only'
@@ -108,7 +183,7 @@ class AlterClientQuotasRequest(_Struct):
             pos += 1
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
@@ -135,6 +210,8 @@ class AlterClientQuotasRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'entries'
             n = buf[pos]
@@ -153,13 +230,157 @@ class AlterClientQuotasRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_AlterClientQuotasRequest_EntryData._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_AlterClientQuotasRequest_EntryData)
+                    f1 = 'entity'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_AlterClientQuotasRequest_EntityData)
+                            f2 = 'entity_type'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.entity_type = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'entity_name'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                o2.entity_name = None
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.entity_name = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = '<tagged fields>'
+                            n = buf[pos]
+                            pos += 1
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.entity = lst1
+                    f1 = 'ops'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_AlterClientQuotasRequest_OpData)
+                            f2 = 'key'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.key = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'value'
+                            o2.value, o2.remove, n = _T2u(buf, pos)
+                            pos += 10
+                            f2 = '<tagged fields>'
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.ops = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.entries = lst
             f = 'validate_only'
-            o.validate_only, n = _T1u(buf, pos)
+            o.validate_only, n = _T3u(buf, pos)
             pos += 2
             f = '<tagged fields>'
             if n:
@@ -174,7 +395,7 @@ class AlterClientQuotasRequest(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     class EntryData(_Struct):
@@ -533,7 +754,7 @@ class AlterClientQuotasRequest(_Struct):
                 x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
-            buf += _T2p(self.value, self.remove)
+            buf += _T1p(self.value, self.remove)
 
         @staticmethod
         def _r0(buf, pos, v):
@@ -553,7 +774,7 @@ class AlterClientQuotasRequest(_Struct):
                     o.key = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'value'
-                o.value, o.remove = _T2u(buf, pos)
+                o.value, o.remove = _T1u(buf, pos)
                 pos += 9
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -572,7 +793,7 @@ class AlterClientQuotasRequest(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T2p(self.value, self.remove)
+            buf += _T1p(self.value, self.remove)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -603,7 +824,7 @@ class AlterClientQuotasRequest(_Struct):
                     o.key = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'value'
-                o.value, o.remove, n = _T3u(buf, pos)
+                o.value, o.remove, n = _T2u(buf, pos)
                 pos += 10
                 f = '<tagged fields>'
                 if n:
@@ -657,6 +878,8 @@ class AlterClientQuotasResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'throttle_time_ms'
             o.throttle_time_ms, n = _T5u(buf, pos)
@@ -669,14 +892,66 @@ class AlterClientQuotasResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_AlterClientQuotasResponse_EntryData._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_AlterClientQuotasResponse_EntryData)
+                    f1 = 'error_code'
+                    o1.error_code, n = _T6u(buf, pos)
+                    pos += 4
+                    f1 = 'error_message'
+                    if n == -1:
+                        o1.error_message = None
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.error_message = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'entity'
+                    n, = _ui32(buf, pos)
+                    pos += 4
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_AlterClientQuotasResponse_EntityData)
+                            f2 = 'entity_type'
+                            n, = _ui16(buf, pos)
+                            pos += 2
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.entity_type = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'entity_name'
+                            n, = _ui16(buf, pos)
+                            pos += 2
+                            if n == -1:
+                                o2.entity_name = None
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.entity_name = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.entity = lst1
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.entries = lst
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
@@ -703,9 +978,11 @@ class AlterClientQuotasResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, n = _T6u(buf, pos)
+            o.throttle_time_ms, n = _T7u(buf, pos)
             pos += 5
             f = 'entries'
             if n >= 128:
@@ -722,9 +999,115 @@ class AlterClientQuotasResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_AlterClientQuotasResponse_EntryData._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_AlterClientQuotasResponse_EntryData)
+                    f1 = 'error_code'
+                    o1.error_code, n = _T8u(buf, pos)
+                    pos += 3
+                    f1 = 'error_message'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        o1.error_message = None
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.error_message = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'entity'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_AlterClientQuotasResponse_EntityData)
+                            f2 = 'entity_type'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.entity_type = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'entity_name'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                o2.entity_name = None
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.entity_name = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = '<tagged fields>'
+                            n = buf[pos]
+                            pos += 1
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.entity = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.entries = lst
             f = '<tagged fields>'
@@ -742,7 +1125,7 @@ class AlterClientQuotasResponse(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     class EntryData(_Struct):
@@ -766,7 +1149,7 @@ class AlterClientQuotasResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T7p(self.error_code)
+            buf += _T9p(self.error_code)
             x = self.error_message
             if x is None:
                 buf += b'\xff\xff'
@@ -790,7 +1173,7 @@ class AlterClientQuotasResponse(_Struct):
             _i = -1
             try:
                 f = 'error_code'
-                o.error_code, n = _T8u(buf, pos)
+                o.error_code, n = _T6u(buf, pos)
                 pos += 4
                 f = 'error_message'
                 if n == -1:
@@ -821,7 +1204,7 @@ class AlterClientQuotasResponse(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T7p(self.error_code)
+            buf += _T9p(self.error_code)
             x = self.error_message
             if x is None:
                 buf += b'\x00'
@@ -857,7 +1240,7 @@ class AlterClientQuotasResponse(_Struct):
             _i = -1
             try:
                 f = 'error_code'
-                o.error_code, n = _T9u(buf, pos)
+                o.error_code, n = _T8u(buf, pos)
                 pos += 3
                 f = 'error_message'
                 if n >= 128:

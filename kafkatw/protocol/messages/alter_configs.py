@@ -22,6 +22,7 @@ from kafkatw.protocol._runtime import (
 from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     write_tags as _write_tags,
@@ -33,26 +34,26 @@ __all__ = ["AlterConfigsRequest", "AlterConfigsResponse"]
 
 _T0u = _struct.Struct('>?').unpack_from
 _T0p = _struct.Struct('>?').pack
-_T1u = _struct.Struct('>?B').unpack_from
-_T1p = _struct.Struct('>?B').pack
-_T2u = _struct.Struct('>b').unpack_from
-_T2p = _struct.Struct('>b').pack
-_T3u = _struct.Struct('>bh').unpack_from
-_T3p = _struct.Struct('>bh').pack
-_T4u = _struct.Struct('>bB').unpack_from
-_T4p = _struct.Struct('>bB').pack
+_T1u = _struct.Struct('>bh').unpack_from
+_T1p = _struct.Struct('>bh').pack
+_T2u = _struct.Struct('>bB').unpack_from
+_T2p = _struct.Struct('>bB').pack
+_T3u = _struct.Struct('>?B').unpack_from
+_T3p = _struct.Struct('>?B').pack
+_T4u = _struct.Struct('>b').unpack_from
+_T4p = _struct.Struct('>b').pack
 _T5u = _struct.Struct('>i').unpack_from
 _T5p = _struct.Struct('>i').pack
 _T6u = _struct.Struct('>ii').unpack_from
 _T6p = _struct.Struct('>ii').pack
-_T7u = _struct.Struct('>iB').unpack_from
-_T7p = _struct.Struct('>iB').pack
-_T8u = _struct.Struct('>h').unpack_from
-_T8p = _struct.Struct('>h').pack
-_T9u = _struct.Struct('>hh').unpack_from
-_T9p = _struct.Struct('>hh').pack
-_T10u = _struct.Struct('>hB').unpack_from
-_T10p = _struct.Struct('>hB').pack
+_T7u = _struct.Struct('>hh').unpack_from
+_T7p = _struct.Struct('>hh').pack
+_T8u = _struct.Struct('>iB').unpack_from
+_T8p = _struct.Struct('>iB').pack
+_T9u = _struct.Struct('>hB').unpack_from
+_T9p = _struct.Struct('>hB').pack
+_T10u = _struct.Struct('>h').unpack_from
+_T10p = _struct.Struct('>h').pack
 
 
 class AlterConfigsRequest(_Struct):
@@ -89,6 +90,8 @@ class AlterConfigsRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'resources'
             n, = _ui32(buf, pos)
@@ -100,9 +103,61 @@ class AlterConfigsRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_AlterConfigsRequest_AlterConfigsResource._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_AlterConfigsRequest_AlterConfigsResource)
+                    f1 = 'resource_type'
+                    o1.resource_type, n = _T1u(buf, pos)
+                    pos += 3
+                    f1 = 'resource_name'
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.resource_name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'configs'
+                    n, = _ui32(buf, pos)
+                    pos += 4
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_AlterConfigsRequest_AlterableConfig)
+                            f2 = 'name'
+                            n, = _ui16(buf, pos)
+                            pos += 2
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.name = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'value'
+                            n, = _ui16(buf, pos)
+                            pos += 2
+                            if n == -1:
+                                o2.value = None
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.value = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.configs = lst1
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.resources = lst
             f = 'validate_only'
@@ -110,7 +165,7 @@ class AlterConfigsRequest(_Struct):
             pos += 1
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
@@ -137,6 +192,8 @@ class AlterConfigsRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'resources'
             n = buf[pos]
@@ -155,13 +212,119 @@ class AlterConfigsRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_AlterConfigsRequest_AlterConfigsResource._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_AlterConfigsRequest_AlterConfigsResource)
+                    f1 = 'resource_type'
+                    o1.resource_type, n = _T2u(buf, pos)
+                    pos += 2
+                    f1 = 'resource_name'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.resource_name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'configs'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_AlterConfigsRequest_AlterableConfig)
+                            f2 = 'name'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.name = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'value'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                o2.value = None
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.value = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = '<tagged fields>'
+                            n = buf[pos]
+                            pos += 1
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.configs = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.resources = lst
             f = 'validate_only'
-            o.validate_only, n = _T1u(buf, pos)
+            o.validate_only, n = _T3u(buf, pos)
             pos += 2
             f = '<tagged fields>'
             if n:
@@ -176,7 +339,7 @@ class AlterConfigsRequest(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     class AlterConfigsResource(_Struct):
@@ -200,7 +363,7 @@ class AlterConfigsRequest(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T2p(self.resource_type)
+            buf += _T4p(self.resource_type)
             x = self.resource_name
             if x is None:
                 raise _not_nullable(self, 'resource_name', v)
@@ -224,7 +387,7 @@ class AlterConfigsRequest(_Struct):
             _i = -1
             try:
                 f = 'resource_type'
-                o.resource_type, n = _T3u(buf, pos)
+                o.resource_type, n = _T1u(buf, pos)
                 pos += 3
                 f = 'resource_name'
                 if n == -1:
@@ -255,7 +418,7 @@ class AlterConfigsRequest(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T2p(self.resource_type)
+            buf += _T4p(self.resource_type)
             x = self.resource_name
             if x is None:
                 raise _not_nullable(self, 'resource_name', v)
@@ -291,7 +454,7 @@ class AlterConfigsRequest(_Struct):
             _i = -1
             try:
                 f = 'resource_type'
-                o.resource_type, n = _T4u(buf, pos)
+                o.resource_type, n = _T2u(buf, pos)
                 pos += 2
                 f = 'resource_name'
                 if n >= 128:
@@ -538,6 +701,7 @@ class AlterConfigsResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             f = 'throttle_time_ms'
             o.throttle_time_ms, n = _T6u(buf, pos)
@@ -550,14 +714,39 @@ class AlterConfigsResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_AlterConfigsResponse_AlterConfigsResourceResponse._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_AlterConfigsResponse_AlterConfigsResourceResponse)
+                    f1 = 'error_code'
+                    o1.error_code, n = _T7u(buf, pos)
+                    pos += 4
+                    f1 = 'error_message'
+                    if n == -1:
+                        o1.error_message = None
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.error_message = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'resource_type'
+                    o1.resource_type, n = _T1u(buf, pos)
+                    pos += 3
+                    f1 = 'resource_name'
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.resource_name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.responses = lst
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
@@ -584,9 +773,10 @@ class AlterConfigsResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, n = _T7u(buf, pos)
+            o.throttle_time_ms, n = _T8u(buf, pos)
             pos += 5
             f = 'responses'
             if n >= 128:
@@ -603,9 +793,61 @@ class AlterConfigsResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_AlterConfigsResponse_AlterConfigsResourceResponse._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_AlterConfigsResponse_AlterConfigsResourceResponse)
+                    f1 = 'error_code'
+                    o1.error_code, n = _T9u(buf, pos)
+                    pos += 3
+                    f1 = 'error_message'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        o1.error_message = None
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.error_message = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'resource_type'
+                    o1.resource_type, n = _T2u(buf, pos)
+                    pos += 2
+                    f1 = 'resource_name'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.resource_name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.responses = lst
             f = '<tagged fields>'
@@ -623,7 +865,7 @@ class AlterConfigsResponse(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     class AlterConfigsResourceResponse(_Struct):
@@ -649,7 +891,7 @@ class AlterConfigsResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T8p(self.error_code)
+            buf += _T10p(self.error_code)
             x = self.error_message
             if x is None:
                 buf += b'\xff\xff'
@@ -657,7 +899,7 @@ class AlterConfigsResponse(_Struct):
                 x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
-            buf += _T2p(self.resource_type)
+            buf += _T4p(self.resource_type)
             x = self.resource_name
             if x is None:
                 raise _not_nullable(self, 'resource_name', v)
@@ -674,7 +916,7 @@ class AlterConfigsResponse(_Struct):
             _i = -1
             try:
                 f = 'error_code'
-                o.error_code, n = _T9u(buf, pos)
+                o.error_code, n = _T7u(buf, pos)
                 pos += 4
                 f = 'error_message'
                 if n == -1:
@@ -685,7 +927,7 @@ class AlterConfigsResponse(_Struct):
                     o.error_message = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'resource_type'
-                o.resource_type, n = _T3u(buf, pos)
+                o.resource_type, n = _T1u(buf, pos)
                 pos += 3
                 f = 'resource_name'
                 if n == -1:
@@ -701,7 +943,7 @@ class AlterConfigsResponse(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T8p(self.error_code)
+            buf += _T10p(self.error_code)
             x = self.error_message
             if x is None:
                 buf += b'\x00'
@@ -713,7 +955,7 @@ class AlterConfigsResponse(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T2p(self.resource_type)
+            buf += _T4p(self.resource_type)
             x = self.resource_name
             if x is None:
                 raise _not_nullable(self, 'resource_name', v)
@@ -738,7 +980,7 @@ class AlterConfigsResponse(_Struct):
             _i = -1
             try:
                 f = 'error_code'
-                o.error_code, n = _T10u(buf, pos)
+                o.error_code, n = _T9u(buf, pos)
                 pos += 3
                 f = 'error_message'
                 if n >= 128:
@@ -756,7 +998,7 @@ class AlterConfigsResponse(_Struct):
                     o.error_message = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'resource_type'
-                o.resource_type, n = _T4u(buf, pos)
+                o.resource_type, n = _T2u(buf, pos)
                 pos += 2
                 f = 'resource_name'
                 if n >= 128:

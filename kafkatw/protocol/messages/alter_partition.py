@@ -22,6 +22,7 @@ from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
     ZERO_UUID as _ZERO_UUID,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     write_tags as _write_tags,
@@ -41,18 +42,18 @@ _T3u = _struct.Struct('>ii').unpack_from
 _T3p = _struct.Struct('>ii').pack
 _T4u = _struct.Struct('>b').unpack_from
 _T4p = _struct.Struct('>b').pack
-_T5u = _struct.Struct('>i').unpack_from
-_T5p = _struct.Struct('>i').pack
-_T6u = _struct.Struct('>iB').unpack_from
-_T6p = _struct.Struct('>iB').pack
+_T5u = _struct.Struct('>iB').unpack_from
+_T5p = _struct.Struct('>iB').pack
+_T6u = _struct.Struct('>i').unpack_from
+_T6p = _struct.Struct('>i').pack
 _T7u = _struct.Struct('>ih').unpack_from
 _T7p = _struct.Struct('>ih').pack
 _T8u = _struct.Struct('>ihB').unpack_from
 _T8p = _struct.Struct('>ihB').pack
-_T9u = _struct.Struct('>ihii').unpack_from
-_T9p = _struct.Struct('>ihii').pack
-_T10u = _struct.Struct('>ihiiB').unpack_from
-_T10p = _struct.Struct('>ihiiB').pack
+_T9u = _struct.Struct('>ihiiB').unpack_from
+_T9p = _struct.Struct('>ihiiB').pack
+_T10u = _struct.Struct('>ihii').unpack_from
+_T10p = _struct.Struct('>ihii').pack
 
 
 class AlterPartitionRequest(_Struct):
@@ -99,6 +100,9 @@ class AlterPartitionRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
+        f3 = None; _i3 = -1
         try:
             f = 'broker_id'
             o.broker_id, o.broker_epoch, n = _T1u(buf, pos)
@@ -118,9 +122,162 @@ class AlterPartitionRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_AlterPartitionRequest_TopicData._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_AlterPartitionRequest_TopicData)
+                    if v <= 1:
+                        f1 = 'topic_name'
+                        n = buf[pos]
+                        pos += 1
+                        if n >= 128:
+                            if buf[pos] < 128:
+                                n = (n & 127) | (buf[pos] << 7)
+                                pos += 1
+                            else:
+                                n, pos = _ruv(buf, pos - 1)
+                        n -= 1
+                        if n == -1:
+                            raise _DecodeFailure('null value for non-nullable field', [])
+                        else:
+                            if n < -1 or n > lb - pos:
+                                raise _bad_len(n, lb - pos)
+                            o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                            pos += n
+                    else:
+                        o1.topic_name = ''
+                    if v >= 2:
+                        f1 = 'topic_id'
+                        o1.topic_id, = _T2u(buf, pos)
+                        pos += 16
+                    else:
+                        o1.topic_id = _ZERO_UUID
+                    f1 = 'partitions'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_AlterPartitionRequest_PartitionData)
+                            f2 = 'partition_index'
+                            o2.partition_index, o2.leader_epoch = _T3u(buf, pos)
+                            pos += 8
+                            if v <= 2:
+                                f2 = 'new_isr'
+                                n = buf[pos]
+                                pos += 1
+                                if n >= 128:
+                                    if buf[pos] < 128:
+                                        n = (n & 127) | (buf[pos] << 7)
+                                        pos += 1
+                                    else:
+                                        n, pos = _ruv(buf, pos - 1)
+                                n -= 1
+                                if n == -1:
+                                    raise _DecodeFailure('null value for non-nullable field', [])
+                                else:
+                                    _i2 = -1
+                                    if n < 0 or n * 4 > lb - pos:
+                                        raise _bad_len(n * 4, lb - pos)
+                                    o2.new_isr = list(_unpack_from('>%di' % n, buf, pos))
+                                    pos += n * 4
+                            else:
+                                o2.new_isr = []
+                            if v >= 3:
+                                f2 = 'new_isr_with_epochs'
+                                n = buf[pos]
+                                pos += 1
+                                if n >= 128:
+                                    if buf[pos] < 128:
+                                        n = (n & 127) | (buf[pos] << 7)
+                                        pos += 1
+                                    else:
+                                        n, pos = _ruv(buf, pos - 1)
+                                n -= 1
+                                if n == -1:
+                                    raise _DecodeFailure('null value for non-nullable field', [])
+                                else:
+                                    _i2 = -1
+                                    if n < 0 or n * 1 > lb - pos:
+                                        raise _bad_len(n, lb - pos)
+                                    lst2 = []
+                                    f3 = ''
+                                    for _i2 in range(n):
+                                        o3 = _new(_S_AlterPartitionRequest_BrokerState)
+                                        f3 = 'broker_id'
+                                        o3.broker_id, o3.broker_epoch, n = _T1u(buf, pos)
+                                        pos += 13
+                                        f3 = '<tagged fields>'
+                                        if n:
+                                            o3.unknown_tagged_fields = u = {}
+                                            if n >= 128:
+                                                n, pos = _ruv(buf, pos - 1)
+                                            for _ in range(n):
+                                                tag, size, pos = _rtag(buf, pos)
+                                                end = pos + size
+                                                u[tag] = buf[pos:end].tobytes()
+                                                pos = end
+                                        else:
+                                            o3.unknown_tagged_fields = _NO_TAGS
+                                        lst2.append(o3)
+                                    f3 = None
+                                    _i2 = -1
+                                    o2.new_isr_with_epochs = lst2
+                            else:
+                                o2.new_isr_with_epochs = []
+                            if v >= 1:
+                                f2 = 'leader_recovery_state'
+                                o2.leader_recovery_state, = _T4u(buf, pos)
+                                pos += 1
+                            else:
+                                o2.leader_recovery_state = 0
+                            f2 = 'partition_epoch'
+                            o2.partition_epoch, n = _T5u(buf, pos)
+                            pos += 5
+                            f2 = '<tagged fields>'
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partitions = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             f = '<tagged fields>'
@@ -138,7 +295,7 @@ class AlterPartitionRequest(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2, f3, _i3) from None
         return o, pos
 
     class TopicData(_Struct):
@@ -328,7 +485,7 @@ class AlterPartitionRequest(_Struct):
             else:
                 if not (self.leader_recovery_state == 0):
                     raise _absent(self, 'leader_recovery_state', v)
-            buf += _T5p(self.partition_epoch)
+            buf += _T6p(self.partition_epoch)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -397,7 +554,7 @@ class AlterPartitionRequest(_Struct):
                 else:
                     o.leader_recovery_state = 0
                 f = 'partition_epoch'
-                o.partition_epoch, n = _T6u(buf, pos)
+                o.partition_epoch, n = _T5u(buf, pos)
                 pos += 5
                 f = '<tagged fields>'
                 if n:
@@ -525,6 +682,8 @@ class AlterPartitionResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'throttle_time_ms'
             o.throttle_time_ms, o.error_code, n = _T8u(buf, pos)
@@ -544,9 +703,115 @@ class AlterPartitionResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_AlterPartitionResponse_TopicData._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_AlterPartitionResponse_TopicData)
+                    if v <= 1:
+                        f1 = 'topic_name'
+                        n = buf[pos]
+                        pos += 1
+                        if n >= 128:
+                            if buf[pos] < 128:
+                                n = (n & 127) | (buf[pos] << 7)
+                                pos += 1
+                            else:
+                                n, pos = _ruv(buf, pos - 1)
+                        n -= 1
+                        if n == -1:
+                            raise _DecodeFailure('null value for non-nullable field', [])
+                        else:
+                            if n < -1 or n > lb - pos:
+                                raise _bad_len(n, lb - pos)
+                            o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                            pos += n
+                    else:
+                        o1.topic_name = ''
+                    if v >= 2:
+                        f1 = 'topic_id'
+                        o1.topic_id, = _T2u(buf, pos)
+                        pos += 16
+                    else:
+                        o1.topic_id = _ZERO_UUID
+                    f1 = 'partitions'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_AlterPartitionResponse_PartitionData)
+                            f2 = 'partition_index'
+                            o2.partition_index, o2.error_code, o2.leader_id, o2.leader_epoch, n = _T9u(buf, pos)
+                            pos += 15
+                            f2 = 'isr'
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                _i2 = -1
+                                if n < 0 or n * 4 > lb - pos:
+                                    raise _bad_len(n * 4, lb - pos)
+                                o2.isr = list(_unpack_from('>%di' % n, buf, pos))
+                                pos += n * 4
+                            if v >= 1:
+                                f2 = 'leader_recovery_state'
+                                o2.leader_recovery_state, = _T4u(buf, pos)
+                                pos += 1
+                            else:
+                                o2.leader_recovery_state = 0
+                            f2 = 'partition_epoch'
+                            o2.partition_epoch, n = _T5u(buf, pos)
+                            pos += 5
+                            f2 = '<tagged fields>'
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partitions = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             f = '<tagged fields>'
@@ -564,7 +829,7 @@ class AlterPartitionResponse(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     class TopicData(_Struct):
@@ -721,7 +986,7 @@ class AlterPartitionResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T9p(self.partition_index, self.error_code, self.leader_id, self.leader_epoch)
+            buf += _T10p(self.partition_index, self.error_code, self.leader_id, self.leader_epoch)
             x = self.isr
             if x is None:
                 raise _not_nullable(self, 'isr', v)
@@ -734,7 +999,7 @@ class AlterPartitionResponse(_Struct):
                 buf += _pack('>%di' % len(x), *x)
             if v >= 1:
                 buf += _T4p(self.leader_recovery_state)
-            buf += _T5p(self.partition_epoch)
+            buf += _T6p(self.partition_epoch)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -748,7 +1013,7 @@ class AlterPartitionResponse(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.error_code, o.leader_id, o.leader_epoch, n = _T10u(buf, pos)
+                o.partition_index, o.error_code, o.leader_id, o.leader_epoch, n = _T9u(buf, pos)
                 pos += 15
                 f = 'isr'
                 if n >= 128:
@@ -773,7 +1038,7 @@ class AlterPartitionResponse(_Struct):
                 else:
                     o.leader_recovery_state = 0
                 f = 'partition_epoch'
-                o.partition_epoch, n = _T6u(buf, pos)
+                o.partition_epoch, n = _T5u(buf, pos)
                 pos += 5
                 f = '<tagged fields>'
                 if n:

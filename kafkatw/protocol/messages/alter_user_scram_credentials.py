@@ -18,6 +18,7 @@ from kafkatw.protocol._runtime import (
 from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     write_tags as _write_tags,
@@ -27,22 +28,22 @@ from kafkatw.protocol.codec import (
 __all__ = ["AlterUserScramCredentialsRequest", "AlterUserScramCredentialsResponse"]
 
 
-_T0u = _struct.Struct('>b').unpack_from
-_T0p = _struct.Struct('>b').pack
-_T1u = _struct.Struct('>bB').unpack_from
-_T1p = _struct.Struct('>bB').pack
-_T2u = _struct.Struct('>bi').unpack_from
-_T2p = _struct.Struct('>bi').pack
-_T3u = _struct.Struct('>biB').unpack_from
-_T3p = _struct.Struct('>biB').pack
+_T0u = _struct.Struct('>bB').unpack_from
+_T0p = _struct.Struct('>bB').pack
+_T1u = _struct.Struct('>biB').unpack_from
+_T1p = _struct.Struct('>biB').pack
+_T2u = _struct.Struct('>b').unpack_from
+_T2p = _struct.Struct('>b').pack
+_T3u = _struct.Struct('>bi').unpack_from
+_T3p = _struct.Struct('>bi').pack
 _T4u = _struct.Struct('>i').unpack_from
 _T4p = _struct.Struct('>i').pack
 _T5u = _struct.Struct('>iB').unpack_from
 _T5p = _struct.Struct('>iB').pack
-_T6u = _struct.Struct('>h').unpack_from
-_T6p = _struct.Struct('>h').pack
-_T7u = _struct.Struct('>hB').unpack_from
-_T7p = _struct.Struct('>hB').pack
+_T6u = _struct.Struct('>hB').unpack_from
+_T6p = _struct.Struct('>hB').pack
+_T7u = _struct.Struct('>h').unpack_from
+_T7p = _struct.Struct('>h').pack
 
 
 class AlterUserScramCredentialsRequest(_Struct):
@@ -97,6 +98,7 @@ class AlterUserScramCredentialsRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             f = 'deletions'
             n = buf[pos]
@@ -115,9 +117,43 @@ class AlterUserScramCredentialsRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_AlterUserScramCredentialsRequest_ScramCredentialDeletion._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_AlterUserScramCredentialsRequest_ScramCredentialDeletion)
+                    f1 = 'name'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'mechanism'
+                    o1.mechanism, n = _T0u(buf, pos)
+                    pos += 2
+                    f1 = '<tagged fields>'
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.deletions = lst
             f = 'upsertions'
@@ -137,9 +173,77 @@ class AlterUserScramCredentialsRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_AlterUserScramCredentialsRequest_ScramCredentialUpsertion._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_AlterUserScramCredentialsRequest_ScramCredentialUpsertion)
+                    f1 = 'name'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'mechanism'
+                    o1.mechanism, o1.iterations, n = _T1u(buf, pos)
+                    pos += 6
+                    f1 = 'salt'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.salt = buf[pos:pos + n].tobytes()
+                        pos += n
+                    f1 = 'salted_password'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.salted_password = buf[pos:pos + n].tobytes()
+                        pos += n
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.upsertions = lst
             f = '<tagged fields>'
@@ -157,7 +261,7 @@ class AlterUserScramCredentialsRequest(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     class ScramCredentialDeletion(_Struct):
@@ -190,7 +294,7 @@ class AlterUserScramCredentialsRequest(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T0p(self.mechanism)
+            buf += _T2p(self.mechanism)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -221,7 +325,7 @@ class AlterUserScramCredentialsRequest(_Struct):
                     o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'mechanism'
-                o.mechanism, n = _T1u(buf, pos)
+                o.mechanism, n = _T0u(buf, pos)
                 pos += 2
                 f = '<tagged fields>'
                 if n:
@@ -276,7 +380,7 @@ class AlterUserScramCredentialsRequest(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T2p(self.mechanism, self.iterations)
+            buf += _T3p(self.mechanism, self.iterations)
             x = self.salt
             if x is None:
                 raise _not_nullable(self, 'salt', v)
@@ -327,7 +431,7 @@ class AlterUserScramCredentialsRequest(_Struct):
                     o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'mechanism'
-                o.mechanism, o.iterations, n = _T3u(buf, pos)
+                o.mechanism, o.iterations, n = _T1u(buf, pos)
                 pos += 6
                 f = 'salt'
                 if n >= 128:
@@ -423,6 +527,7 @@ class AlterUserScramCredentialsResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             f = 'throttle_time_ms'
             o.throttle_time_ms, n = _T5u(buf, pos)
@@ -442,9 +547,60 @@ class AlterUserScramCredentialsResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_AlterUserScramCredentialsResponse_AlterUserScramCredentialsResult._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_AlterUserScramCredentialsResponse_AlterUserScramCredentialsResult)
+                    f1 = 'user'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.user = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'error_code'
+                    o1.error_code, n = _T6u(buf, pos)
+                    pos += 3
+                    f1 = 'error_message'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        o1.error_message = None
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.error_message = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.results = lst
             f = '<tagged fields>'
@@ -462,7 +618,7 @@ class AlterUserScramCredentialsResponse(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     class AlterUserScramCredentialsResult(_Struct):
@@ -497,7 +653,7 @@ class AlterUserScramCredentialsResponse(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T6p(self.error_code)
+            buf += _T7p(self.error_code)
             x = self.error_message
             if x is None:
                 buf += b'\x00'
@@ -539,7 +695,7 @@ class AlterUserScramCredentialsResponse(_Struct):
                     o.user = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'error_code'
-                o.error_code, n = _T7u(buf, pos)
+                o.error_code, n = _T6u(buf, pos)
                 pos += 3
                 f = 'error_message'
                 if n >= 128:

@@ -21,6 +21,7 @@ from kafkatw.protocol._runtime import (
 from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     write_tags as _write_tags,
@@ -36,18 +37,18 @@ _T1u = _struct.Struct('>i').unpack_from
 _T1p = _struct.Struct('>i').pack
 _T2u = _struct.Struct('>hi').unpack_from
 _T2p = _struct.Struct('>hi').pack
-_T3u = _struct.Struct('>q').unpack_from
-_T3p = _struct.Struct('>q').pack
-_T4u = _struct.Struct('>?').unpack_from
-_T4p = _struct.Struct('>?').pack
-_T5u = _struct.Struct('>hB').unpack_from
-_T5p = _struct.Struct('>hB').pack
-_T6u = _struct.Struct('>iB').unpack_from
-_T6p = _struct.Struct('>iB').pack
-_T7u = _struct.Struct('>hhh').unpack_from
-_T7p = _struct.Struct('>hhh').pack
-_T8u = _struct.Struct('>hhhB').unpack_from
-_T8p = _struct.Struct('>hhhB').pack
+_T3u = _struct.Struct('>hhh').unpack_from
+_T3p = _struct.Struct('>hhh').pack
+_T4u = _struct.Struct('>q').unpack_from
+_T4p = _struct.Struct('>q').pack
+_T5u = _struct.Struct('>?').unpack_from
+_T5p = _struct.Struct('>?').pack
+_T6u = _struct.Struct('>hB').unpack_from
+_T6p = _struct.Struct('>hB').pack
+_T7u = _struct.Struct('>hhhB').unpack_from
+_T7p = _struct.Struct('>hhhB').pack
+_T8u = _struct.Struct('>iB').unpack_from
+_T8p = _struct.Struct('>iB').pack
 _T9u = _struct.Struct('>hh').unpack_from
 _T9p = _struct.Struct('>hh').pack
 _T10u = _struct.Struct('>hhB').unpack_from
@@ -223,6 +224,7 @@ class ApiVersionsResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             f = 'error_code'
             o.error_code, n = _T2u(buf, pos)
@@ -235,9 +237,15 @@ class ApiVersionsResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_ApiVersionsResponse_ApiVersion._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_ApiVersionsResponse_ApiVersion)
+                    f1 = 'api_key'
+                    o1.api_key, o1.min_version, o1.max_version = _T3u(buf, pos)
+                    pos += 6
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.api_keys = lst
             if v >= 1:
@@ -252,7 +260,7 @@ class ApiVersionsResponse(_Struct):
             o.zk_migration_ready = False
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
@@ -286,7 +294,7 @@ class ApiVersionsResponse(_Struct):
             tags.append((0, bytes(t)))
         if not (self.finalized_features_epoch == -1):
             t = bytearray()
-            t += _T3p(self.finalized_features_epoch)
+            t += _T4p(self.finalized_features_epoch)
             tags.append((1, bytes(t)))
         if not (self.finalized_features == []):
             t = bytearray()
@@ -304,7 +312,7 @@ class ApiVersionsResponse(_Struct):
             tags.append((2, bytes(t)))
         if not (self.zk_migration_ready == False):
             t = bytearray()
-            t += _T4p(self.zk_migration_ready)
+            t += _T5p(self.zk_migration_ready)
             tags.append((3, bytes(t)))
         if tags or self.unknown_tagged_fields:
             _write_tags(buf, tags, self.unknown_tagged_fields)
@@ -317,9 +325,10 @@ class ApiVersionsResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             f = 'error_code'
-            o.error_code, n = _T5u(buf, pos)
+            o.error_code, n = _T6u(buf, pos)
             pos += 3
             f = 'api_keys'
             if n >= 128:
@@ -336,13 +345,30 @@ class ApiVersionsResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_ApiVersionsResponse_ApiVersion._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_ApiVersionsResponse_ApiVersion)
+                    f1 = 'api_key'
+                    o1.api_key, o1.min_version, o1.max_version, n = _T7u(buf, pos)
+                    pos += 7
+                    f1 = '<tagged fields>'
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.api_keys = lst
             f = 'throttle_time_ms'
-            o.throttle_time_ms, n = _T6u(buf, pos)
+            o.throttle_time_ms, n = _T8u(buf, pos)
             pos += 5
             o.supported_features = []
             o.finalized_features_epoch = -1
@@ -383,7 +409,7 @@ class ApiVersionsResponse(_Struct):
                             raise _tag_size(0, size, pos - end + size)
                     elif tag == 1:
                         f = 'finalized_features_epoch'
-                        o.finalized_features_epoch, = _T3u(buf, pos)
+                        o.finalized_features_epoch, = _T4u(buf, pos)
                         pos += 8
                         if pos != end:
                             raise _tag_size(1, size, pos - end + size)
@@ -414,7 +440,7 @@ class ApiVersionsResponse(_Struct):
                             raise _tag_size(2, size, pos - end + size)
                     elif tag == 3:
                         f = 'zk_migration_ready'
-                        o.zk_migration_ready, = _T4u(buf, pos)
+                        o.zk_migration_ready, = _T5u(buf, pos)
                         pos += 1
                         if pos != end:
                             raise _tag_size(3, size, pos - end + size)
@@ -424,7 +450,7 @@ class ApiVersionsResponse(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     class ApiVersion(_Struct):
@@ -448,7 +474,7 @@ class ApiVersionsResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T7p(self.api_key, self.min_version, self.max_version)
+            buf += _T3p(self.api_key, self.min_version, self.max_version)
 
         @staticmethod
         def _r0(buf, pos, v):
@@ -458,7 +484,7 @@ class ApiVersionsResponse(_Struct):
             _i = -1
             try:
                 f = 'api_key'
-                o.api_key, o.min_version, o.max_version = _T7u(buf, pos)
+                o.api_key, o.min_version, o.max_version = _T3u(buf, pos)
                 pos += 6
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -466,7 +492,7 @@ class ApiVersionsResponse(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T7p(self.api_key, self.min_version, self.max_version)
+            buf += _T3p(self.api_key, self.min_version, self.max_version)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -480,7 +506,7 @@ class ApiVersionsResponse(_Struct):
             _i = -1
             try:
                 f = 'api_key'
-                o.api_key, o.min_version, o.max_version, n = _T8u(buf, pos)
+                o.api_key, o.min_version, o.max_version, n = _T7u(buf, pos)
                 pos += 7
                 f = '<tagged fields>'
                 if n:

@@ -19,6 +19,7 @@ from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
     ZERO_UUID as _ZERO_UUID,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     write_tags as _write_tags,
@@ -32,14 +33,14 @@ _T0u = _struct.Struct('>iq').unpack_from
 _T0p = _struct.Struct('>iq').pack
 _T1u = _struct.Struct('>iqB').unpack_from
 _T1p = _struct.Struct('>iqB').pack
-_T2u = _struct.Struct('>16s').unpack_from
-_T2p = _struct.Struct('>16s').pack
-_T3u = _struct.Struct('>16sB').unpack_from
-_T3p = _struct.Struct('>16sB').pack
-_T4u = _struct.Struct('>i').unpack_from
-_T4p = _struct.Struct('>i').pack
-_T5u = _struct.Struct('>iB').unpack_from
-_T5p = _struct.Struct('>iB').pack
+_T2u = _struct.Struct('>16sB').unpack_from
+_T2p = _struct.Struct('>16sB').pack
+_T3u = _struct.Struct('>iB').unpack_from
+_T3p = _struct.Struct('>iB').pack
+_T4u = _struct.Struct('>16s').unpack_from
+_T4p = _struct.Struct('>16s').pack
+_T5u = _struct.Struct('>i').unpack_from
+_T5p = _struct.Struct('>i').pack
 _T6u = _struct.Struct('>ih').unpack_from
 _T6p = _struct.Struct('>ih').pack
 _T7u = _struct.Struct('>ihB').unpack_from
@@ -90,6 +91,9 @@ class AssignReplicasToDirsRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
+        f3 = None; _i3 = -1
         try:
             f = 'broker_id'
             o.broker_id, o.broker_epoch, n = _T1u(buf, pos)
@@ -109,9 +113,104 @@ class AssignReplicasToDirsRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_AssignReplicasToDirsRequest_DirectoryData._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_AssignReplicasToDirsRequest_DirectoryData)
+                    f1 = 'id'
+                    o1.id, n = _T2u(buf, pos)
+                    pos += 17
+                    f1 = 'topics'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_AssignReplicasToDirsRequest_TopicData)
+                            f2 = 'topic_id'
+                            o2.topic_id, n = _T2u(buf, pos)
+                            pos += 17
+                            f2 = 'partitions'
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                _i2 = -1
+                                if n < 0 or n * 1 > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                lst2 = []
+                                f3 = ''
+                                for _i2 in range(n):
+                                    o3 = _new(_S_AssignReplicasToDirsRequest_PartitionData)
+                                    f3 = 'partition_index'
+                                    o3.partition_index, n = _T3u(buf, pos)
+                                    pos += 5
+                                    f3 = '<tagged fields>'
+                                    if n:
+                                        o3.unknown_tagged_fields = u = {}
+                                        if n >= 128:
+                                            n, pos = _ruv(buf, pos - 1)
+                                        for _ in range(n):
+                                            tag, size, pos = _rtag(buf, pos)
+                                            end = pos + size
+                                            u[tag] = buf[pos:end].tobytes()
+                                            pos = end
+                                    else:
+                                        o3.unknown_tagged_fields = _NO_TAGS
+                                    lst2.append(o3)
+                                f3 = None
+                                _i2 = -1
+                                o2.partitions = lst2
+                            f2 = '<tagged fields>'
+                            n = buf[pos]
+                            pos += 1
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.topics = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.directories = lst
             f = '<tagged fields>'
@@ -129,7 +228,7 @@ class AssignReplicasToDirsRequest(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2, f3, _i3) from None
         return o, pos
 
     class DirectoryData(_Struct):
@@ -151,7 +250,7 @@ class AssignReplicasToDirsRequest(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T2p(self.id)
+            buf += _T4p(self.id)
             x = self.topics
             if x is None:
                 raise _not_nullable(self, 'topics', v)
@@ -176,7 +275,7 @@ class AssignReplicasToDirsRequest(_Struct):
             _i = -1
             try:
                 f = 'id'
-                o.id, n = _T3u(buf, pos)
+                o.id, n = _T2u(buf, pos)
                 pos += 17
                 f = 'topics'
                 if n >= 128:
@@ -236,7 +335,7 @@ class AssignReplicasToDirsRequest(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T2p(self.topic_id)
+            buf += _T4p(self.topic_id)
             x = self.partitions
             if x is None:
                 raise _not_nullable(self, 'partitions', v)
@@ -261,7 +360,7 @@ class AssignReplicasToDirsRequest(_Struct):
             _i = -1
             try:
                 f = 'topic_id'
-                o.topic_id, n = _T3u(buf, pos)
+                o.topic_id, n = _T2u(buf, pos)
                 pos += 17
                 f = 'partitions'
                 if n >= 128:
@@ -319,7 +418,7 @@ class AssignReplicasToDirsRequest(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T4p(self.partition_index)
+            buf += _T5p(self.partition_index)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -333,7 +432,7 @@ class AssignReplicasToDirsRequest(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, n = _T5u(buf, pos)
+                o.partition_index, n = _T3u(buf, pos)
                 pos += 5
                 f = '<tagged fields>'
                 if n:
@@ -397,6 +496,9 @@ class AssignReplicasToDirsResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
+        f3 = None; _i3 = -1
         try:
             f = 'throttle_time_ms'
             o.throttle_time_ms, o.error_code, n = _T7u(buf, pos)
@@ -416,9 +518,104 @@ class AssignReplicasToDirsResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_AssignReplicasToDirsResponse_DirectoryData._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_AssignReplicasToDirsResponse_DirectoryData)
+                    f1 = 'id'
+                    o1.id, n = _T2u(buf, pos)
+                    pos += 17
+                    f1 = 'topics'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_AssignReplicasToDirsResponse_TopicData)
+                            f2 = 'topic_id'
+                            o2.topic_id, n = _T2u(buf, pos)
+                            pos += 17
+                            f2 = 'partitions'
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                _i2 = -1
+                                if n < 0 or n * 1 > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                lst2 = []
+                                f3 = ''
+                                for _i2 in range(n):
+                                    o3 = _new(_S_AssignReplicasToDirsResponse_PartitionData)
+                                    f3 = 'partition_index'
+                                    o3.partition_index, o3.error_code, n = _T7u(buf, pos)
+                                    pos += 7
+                                    f3 = '<tagged fields>'
+                                    if n:
+                                        o3.unknown_tagged_fields = u = {}
+                                        if n >= 128:
+                                            n, pos = _ruv(buf, pos - 1)
+                                        for _ in range(n):
+                                            tag, size, pos = _rtag(buf, pos)
+                                            end = pos + size
+                                            u[tag] = buf[pos:end].tobytes()
+                                            pos = end
+                                    else:
+                                        o3.unknown_tagged_fields = _NO_TAGS
+                                    lst2.append(o3)
+                                f3 = None
+                                _i2 = -1
+                                o2.partitions = lst2
+                            f2 = '<tagged fields>'
+                            n = buf[pos]
+                            pos += 1
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.topics = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.directories = lst
             f = '<tagged fields>'
@@ -436,7 +633,7 @@ class AssignReplicasToDirsResponse(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2, f3, _i3) from None
         return o, pos
 
     class DirectoryData(_Struct):
@@ -458,7 +655,7 @@ class AssignReplicasToDirsResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T2p(self.id)
+            buf += _T4p(self.id)
             x = self.topics
             if x is None:
                 raise _not_nullable(self, 'topics', v)
@@ -483,7 +680,7 @@ class AssignReplicasToDirsResponse(_Struct):
             _i = -1
             try:
                 f = 'id'
-                o.id, n = _T3u(buf, pos)
+                o.id, n = _T2u(buf, pos)
                 pos += 17
                 f = 'topics'
                 if n >= 128:
@@ -543,7 +740,7 @@ class AssignReplicasToDirsResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T2p(self.topic_id)
+            buf += _T4p(self.topic_id)
             x = self.partitions
             if x is None:
                 raise _not_nullable(self, 'partitions', v)
@@ -568,7 +765,7 @@ class AssignReplicasToDirsResponse(_Struct):
             _i = -1
             try:
                 f = 'topic_id'
-                o.topic_id, n = _T3u(buf, pos)
+                o.topic_id, n = _T2u(buf, pos)
                 pos += 17
                 f = 'partitions'
                 if n >= 128:

@@ -25,6 +25,7 @@ from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
     ZERO_UUID as _ZERO_UUID,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     write_tags as _write_tags,
@@ -36,26 +37,26 @@ __all__ = ["BeginQuorumEpochRequest", "BeginQuorumEpochResponse"]
 
 _T0u = _struct.Struct('>i').unpack_from
 _T0p = _struct.Struct('>i').pack
-_T1u = _struct.Struct('>iB').unpack_from
-_T1p = _struct.Struct('>iB').pack
-_T2u = _struct.Struct('>ii').unpack_from
-_T2p = _struct.Struct('>ii').pack
-_T3u = _struct.Struct('>i16sii').unpack_from
-_T3p = _struct.Struct('>i16sii').pack
-_T4u = _struct.Struct('>i16siiB').unpack_from
-_T4p = _struct.Struct('>i16siiB').pack
-_T5u = _struct.Struct('>H').unpack_from
-_T5p = _struct.Struct('>H').pack
-_T6u = _struct.Struct('>HB').unpack_from
-_T6p = _struct.Struct('>HB').pack
+_T1u = _struct.Struct('>ii').unpack_from
+_T1p = _struct.Struct('>ii').pack
+_T2u = _struct.Struct('>iB').unpack_from
+_T2p = _struct.Struct('>iB').pack
+_T3u = _struct.Struct('>i16siiB').unpack_from
+_T3p = _struct.Struct('>i16siiB').pack
+_T4u = _struct.Struct('>HB').unpack_from
+_T4p = _struct.Struct('>HB').pack
+_T5u = _struct.Struct('>i16sii').unpack_from
+_T5p = _struct.Struct('>i16sii').pack
+_T6u = _struct.Struct('>H').unpack_from
+_T6p = _struct.Struct('>H').pack
 _T7u = _struct.Struct('>h').unpack_from
 _T7p = _struct.Struct('>h').pack
 _T8u = _struct.Struct('>hi').unpack_from
 _T8p = _struct.Struct('>hi').pack
-_T9u = _struct.Struct('>hB').unpack_from
-_T9p = _struct.Struct('>hB').pack
-_T10u = _struct.Struct('>ihii').unpack_from
-_T10p = _struct.Struct('>ihii').pack
+_T9u = _struct.Struct('>ihii').unpack_from
+_T9p = _struct.Struct('>ihii').pack
+_T10u = _struct.Struct('>hB').unpack_from
+_T10p = _struct.Struct('>hB').pack
 _T11u = _struct.Struct('>ihiiB').unpack_from
 _T11p = _struct.Struct('>ihiiB').pack
 
@@ -104,6 +105,8 @@ class BeginQuorumEpochRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'cluster_id'
             n, = _ui16(buf, pos)
@@ -126,15 +129,53 @@ class BeginQuorumEpochRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_BeginQuorumEpochRequest_TopicData._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_BeginQuorumEpochRequest_TopicData)
+                    f1 = 'topic_name'
+                    n, = _ui16(buf, pos)
+                    pos += 2
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'partitions'
+                    n, = _ui32(buf, pos)
+                    pos += 4
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_BeginQuorumEpochRequest_PartitionData)
+                            f2 = 'partition_index'
+                            o2.partition_index, = _T0u(buf, pos)
+                            pos += 4
+                            o2.voter_directory_id = _ZERO_UUID
+                            f2 = 'leader_id'
+                            o2.leader_id, o2.leader_epoch = _T1u(buf, pos)
+                            pos += 8
+                            o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partitions = lst1
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             o.leader_endpoints = []
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
@@ -183,6 +224,8 @@ class BeginQuorumEpochRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'cluster_id'
             n = buf[pos]
@@ -202,7 +245,7 @@ class BeginQuorumEpochRequest(_Struct):
                 o.cluster_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'voter_id'
-            o.voter_id, n = _T1u(buf, pos)
+            o.voter_id, n = _T2u(buf, pos)
             pos += 5
             f = 'topics'
             if n >= 128:
@@ -219,9 +262,81 @@ class BeginQuorumEpochRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_BeginQuorumEpochRequest_TopicData._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_BeginQuorumEpochRequest_TopicData)
+                    f1 = 'topic_name'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'partitions'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_BeginQuorumEpochRequest_PartitionData)
+                            f2 = 'partition_index'
+                            o2.partition_index, o2.voter_directory_id, o2.leader_id, o2.leader_epoch, n = _T3u(buf, pos)
+                            pos += 29
+                            f2 = '<tagged fields>'
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partitions = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             f = 'leader_endpoints'
@@ -241,9 +356,60 @@ class BeginQuorumEpochRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_BeginQuorumEpochRequest_LeaderEndpoint._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_BeginQuorumEpochRequest_LeaderEndpoint)
+                    f1 = 'name'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'host'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.host = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'port'
+                    o1.port, n = _T4u(buf, pos)
+                    pos += 3
+                    f1 = '<tagged fields>'
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.leader_endpoints = lst
             f = '<tagged fields>'
@@ -261,7 +427,7 @@ class BeginQuorumEpochRequest(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     class TopicData(_Struct):
@@ -452,7 +618,7 @@ class BeginQuorumEpochRequest(_Struct):
 
         def _w0(self, buf, parts, v):
             buf += _T0p(self.partition_index)
-            buf += _T2p(self.leader_id, self.leader_epoch)
+            buf += _T1p(self.leader_id, self.leader_epoch)
 
         @staticmethod
         def _r0(buf, pos, v):
@@ -466,7 +632,7 @@ class BeginQuorumEpochRequest(_Struct):
                 pos += 4
                 o.voter_directory_id = _ZERO_UUID
                 f = 'leader_id'
-                o.leader_id, o.leader_epoch = _T2u(buf, pos)
+                o.leader_id, o.leader_epoch = _T1u(buf, pos)
                 pos += 8
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -474,7 +640,7 @@ class BeginQuorumEpochRequest(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T3p(self.partition_index, self.voter_directory_id, self.leader_id, self.leader_epoch)
+            buf += _T5p(self.partition_index, self.voter_directory_id, self.leader_id, self.leader_epoch)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -488,7 +654,7 @@ class BeginQuorumEpochRequest(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.voter_directory_id, o.leader_id, o.leader_epoch, n = _T4u(buf, pos)
+                o.partition_index, o.voter_directory_id, o.leader_id, o.leader_epoch, n = _T3u(buf, pos)
                 pos += 29
                 f = '<tagged fields>'
                 if n:
@@ -573,7 +739,7 @@ class BeginQuorumEpochRequest(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T5p(self.port)
+            buf += _T6p(self.port)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -621,7 +787,7 @@ class BeginQuorumEpochRequest(_Struct):
                     o.host = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'port'
-                o.port, n = _T6u(buf, pos)
+                o.port, n = _T4u(buf, pos)
                 pos += 3
                 f = '<tagged fields>'
                 if n:
@@ -679,6 +845,8 @@ class BeginQuorumEpochResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'error_code'
             o.error_code, n = _T8u(buf, pos)
@@ -691,15 +859,49 @@ class BeginQuorumEpochResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_BeginQuorumEpochResponse_TopicData._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_BeginQuorumEpochResponse_TopicData)
+                    f1 = 'topic_name'
+                    n, = _ui16(buf, pos)
+                    pos += 2
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'partitions'
+                    n, = _ui32(buf, pos)
+                    pos += 4
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_BeginQuorumEpochResponse_PartitionData)
+                            f2 = 'partition_index'
+                            o2.partition_index, o2.error_code, o2.leader_id, o2.leader_epoch = _T9u(buf, pos)
+                            pos += 14
+                            o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partitions = lst1
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             o.node_endpoints = []
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
@@ -741,9 +943,11 @@ class BeginQuorumEpochResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'error_code'
-            o.error_code, n = _T9u(buf, pos)
+            o.error_code, n = _T10u(buf, pos)
             pos += 3
             f = 'topics'
             if n >= 128:
@@ -760,9 +964,81 @@ class BeginQuorumEpochResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_BeginQuorumEpochResponse_TopicData._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_BeginQuorumEpochResponse_TopicData)
+                    f1 = 'topic_name'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'partitions'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_BeginQuorumEpochResponse_PartitionData)
+                            f2 = 'partition_index'
+                            o2.partition_index, o2.error_code, o2.leader_id, o2.leader_epoch, n = _T11u(buf, pos)
+                            pos += 15
+                            f2 = '<tagged fields>'
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partitions = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             o.node_endpoints = []
@@ -807,7 +1083,7 @@ class BeginQuorumEpochResponse(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     class TopicData(_Struct):
@@ -997,7 +1273,7 @@ class BeginQuorumEpochResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T10p(self.partition_index, self.error_code, self.leader_id, self.leader_epoch)
+            buf += _T9p(self.partition_index, self.error_code, self.leader_id, self.leader_epoch)
 
         @staticmethod
         def _r0(buf, pos, v):
@@ -1007,7 +1283,7 @@ class BeginQuorumEpochResponse(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.error_code, o.leader_id, o.leader_epoch = _T10u(buf, pos)
+                o.partition_index, o.error_code, o.leader_id, o.leader_epoch = _T9u(buf, pos)
                 pos += 14
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -1015,7 +1291,7 @@ class BeginQuorumEpochResponse(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T10p(self.partition_index, self.error_code, self.leader_id, self.leader_epoch)
+            buf += _T9p(self.partition_index, self.error_code, self.leader_id, self.leader_epoch)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -1104,7 +1380,7 @@ class BeginQuorumEpochResponse(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T5p(self.port)
+            buf += _T6p(self.port)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -1118,7 +1394,7 @@ class BeginQuorumEpochResponse(_Struct):
             _i = -1
             try:
                 f = 'node_id'
-                o.node_id, n = _T1u(buf, pos)
+                o.node_id, n = _T2u(buf, pos)
                 pos += 5
                 f = 'host'
                 if n >= 128:
@@ -1136,7 +1412,7 @@ class BeginQuorumEpochResponse(_Struct):
                     o.host = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'port'
-                o.port, n = _T6u(buf, pos)
+                o.port, n = _T4u(buf, pos)
                 pos += 3
                 f = '<tagged fields>'
                 if n:

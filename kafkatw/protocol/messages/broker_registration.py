@@ -20,6 +20,7 @@ from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
     ZERO_UUID as _ZERO_UUID,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     write_tags as _write_tags,
@@ -41,14 +42,14 @@ _T4u = _struct.Struct('>iB').unpack_from
 _T4p = _struct.Struct('>iB').pack
 _T5u = _struct.Struct('>16sB').unpack_from
 _T5p = _struct.Struct('>16sB').pack
-_T6u = _struct.Struct('>Hh').unpack_from
-_T6p = _struct.Struct('>Hh').pack
-_T7u = _struct.Struct('>HhB').unpack_from
-_T7p = _struct.Struct('>HhB').pack
-_T8u = _struct.Struct('>hh').unpack_from
-_T8p = _struct.Struct('>hh').pack
-_T9u = _struct.Struct('>hhB').unpack_from
-_T9p = _struct.Struct('>hhB').pack
+_T6u = _struct.Struct('>HhB').unpack_from
+_T6p = _struct.Struct('>HhB').pack
+_T7u = _struct.Struct('>hhB').unpack_from
+_T7p = _struct.Struct('>hhB').pack
+_T8u = _struct.Struct('>Hh').unpack_from
+_T8p = _struct.Struct('>Hh').pack
+_T9u = _struct.Struct('>hh').unpack_from
+_T9p = _struct.Struct('>hh').pack
 _T10u = _struct.Struct('>ihq').unpack_from
 _T10p = _struct.Struct('>ihq').pack
 _T11u = _struct.Struct('>ihqB').unpack_from
@@ -164,6 +165,7 @@ class BrokerRegistrationRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             f = 'broker_id'
             o.broker_id, n = _T4u(buf, pos)
@@ -201,9 +203,60 @@ class BrokerRegistrationRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_BrokerRegistrationRequest_Listener._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_BrokerRegistrationRequest_Listener)
+                    f1 = 'name'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'host'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.host = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'port'
+                    o1.port, o1.security_protocol, n = _T6u(buf, pos)
+                    pos += 5
+                    f1 = '<tagged fields>'
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.listeners = lst
             f = 'features'
@@ -223,9 +276,43 @@ class BrokerRegistrationRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_BrokerRegistrationRequest_Feature._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_BrokerRegistrationRequest_Feature)
+                    f1 = 'name'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'min_supported_version'
+                    o1.min_supported_version, o1.max_supported_version, n = _T7u(buf, pos)
+                    pos += 5
+                    f1 = '<tagged fields>'
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.features = lst
             f = 'rack'
@@ -298,7 +385,7 @@ class BrokerRegistrationRequest(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     class Listener(_Struct):
@@ -346,7 +433,7 @@ class BrokerRegistrationRequest(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T6p(self.port, self.security_protocol)
+            buf += _T8p(self.port, self.security_protocol)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -394,7 +481,7 @@ class BrokerRegistrationRequest(_Struct):
                     o.host = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'port'
-                o.port, o.security_protocol, n = _T7u(buf, pos)
+                o.port, o.security_protocol, n = _T6u(buf, pos)
                 pos += 5
                 f = '<tagged fields>'
                 if n:
@@ -445,7 +532,7 @@ class BrokerRegistrationRequest(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T8p(self.min_supported_version, self.max_supported_version)
+            buf += _T9p(self.min_supported_version, self.max_supported_version)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -476,7 +563,7 @@ class BrokerRegistrationRequest(_Struct):
                     o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'min_supported_version'
-                o.min_supported_version, o.max_supported_version, n = _T9u(buf, pos)
+                o.min_supported_version, o.max_supported_version, n = _T7u(buf, pos)
                 pos += 5
                 f = '<tagged fields>'
                 if n:

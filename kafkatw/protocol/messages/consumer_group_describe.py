@@ -21,6 +21,7 @@ from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
     ZERO_UUID as _ZERO_UUID,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     write_tags as _write_tags,
@@ -38,18 +39,18 @@ _T2u = _struct.Struct('>i').unpack_from
 _T2p = _struct.Struct('>i').pack
 _T3u = _struct.Struct('>iB').unpack_from
 _T3p = _struct.Struct('>iB').pack
-_T4u = _struct.Struct('>16s').unpack_from
-_T4p = _struct.Struct('>16s').pack
-_T5u = _struct.Struct('>16sB').unpack_from
-_T5p = _struct.Struct('>16sB').pack
-_T6u = _struct.Struct('>h').unpack_from
-_T6p = _struct.Struct('>h').pack
-_T7u = _struct.Struct('>ii').unpack_from
-_T7p = _struct.Struct('>ii').pack
-_T8u = _struct.Struct('>hB').unpack_from
-_T8p = _struct.Struct('>hB').pack
-_T9u = _struct.Struct('>iiB').unpack_from
-_T9p = _struct.Struct('>iiB').pack
+_T4u = _struct.Struct('>hB').unpack_from
+_T4p = _struct.Struct('>hB').pack
+_T5u = _struct.Struct('>iiB').unpack_from
+_T5p = _struct.Struct('>iiB').pack
+_T6u = _struct.Struct('>16sB').unpack_from
+_T6p = _struct.Struct('>16sB').pack
+_T7u = _struct.Struct('>16s').unpack_from
+_T7p = _struct.Struct('>16s').pack
+_T8u = _struct.Struct('>h').unpack_from
+_T8p = _struct.Struct('>h').pack
+_T9u = _struct.Struct('>ii').unpack_from
+_T9p = _struct.Struct('>ii').pack
 
 
 class ConsumerGroupDescribeRequest(_Struct):
@@ -197,6 +198,10 @@ class ConsumerGroupDescribeResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
+        f3 = None; _i3 = -1
+        f4 = None; _i4 = -1
         try:
             f = 'throttle_time_ms'
             o.throttle_time_ms, n = _T3u(buf, pos)
@@ -216,9 +221,457 @@ class ConsumerGroupDescribeResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_ConsumerGroupDescribeResponse_DescribedGroup._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_ConsumerGroupDescribeResponse_DescribedGroup)
+                    f1 = 'error_code'
+                    o1.error_code, n = _T4u(buf, pos)
+                    pos += 3
+                    f1 = 'error_message'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        o1.error_message = None
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.error_message = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'group_id'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.group_id = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'group_state'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.group_state = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'group_epoch'
+                    o1.group_epoch, o1.assignment_epoch, n = _T5u(buf, pos)
+                    pos += 9
+                    f1 = 'assignor_name'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.assignor_name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'members'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_ConsumerGroupDescribeResponse_Member)
+                            f2 = 'member_id'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.member_id = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'instance_id'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                o2.instance_id = None
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.instance_id = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'rack_id'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                o2.rack_id = None
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.rack_id = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'member_epoch'
+                            o2.member_epoch, n = _T3u(buf, pos)
+                            pos += 5
+                            f2 = 'client_id'
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.client_id = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'client_host'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.client_host = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'subscribed_topic_names'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                _i2 = -1
+                                if n < 0 or n * 1 > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                lst2 = []
+                                for _i2 in range(n):
+                                    n = buf[pos]
+                                    pos += 1
+                                    if n >= 128:
+                                        if buf[pos] < 128:
+                                            n = (n & 127) | (buf[pos] << 7)
+                                            pos += 1
+                                        else:
+                                            n, pos = _ruv(buf, pos - 1)
+                                    n -= 1
+                                    if n < 0 or n > lb - pos:
+                                        raise _bad_len(n, lb - pos)
+                                    e = buf[pos:pos + n].tobytes().decode()
+                                    pos += n
+                                    lst2.append(e)
+                                _i2 = -1
+                                o2.subscribed_topic_names = lst2
+                            f2 = 'subscribed_topic_regex'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                o2.subscribed_topic_regex = None
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.subscribed_topic_regex = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'assignment'
+                            f3 = ''
+                            o3 = _new(_S_ConsumerGroupDescribeResponse_Assignment)
+                            f3 = 'topic_partitions'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                _i3 = -1
+                                if n < 0 or n * 1 > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                lst3 = []
+                                f4 = ''
+                                for _i3 in range(n):
+                                    o4 = _new(_S_ConsumerGroupDescribeResponse_TopicPartitions)
+                                    f4 = 'topic_id'
+                                    o4.topic_id, n = _T6u(buf, pos)
+                                    pos += 17
+                                    f4 = 'topic_name'
+                                    if n >= 128:
+                                        if buf[pos] < 128:
+                                            n = (n & 127) | (buf[pos] << 7)
+                                            pos += 1
+                                        else:
+                                            n, pos = _ruv(buf, pos - 1)
+                                    n -= 1
+                                    if n == -1:
+                                        raise _DecodeFailure('null value for non-nullable field', [])
+                                    else:
+                                        if n < -1 or n > lb - pos:
+                                            raise _bad_len(n, lb - pos)
+                                        o4.topic_name = buf[pos:pos + n].tobytes().decode()
+                                        pos += n
+                                    f4 = 'partitions'
+                                    n = buf[pos]
+                                    pos += 1
+                                    if n >= 128:
+                                        if buf[pos] < 128:
+                                            n = (n & 127) | (buf[pos] << 7)
+                                            pos += 1
+                                        else:
+                                            n, pos = _ruv(buf, pos - 1)
+                                    n -= 1
+                                    if n == -1:
+                                        raise _DecodeFailure('null value for non-nullable field', [])
+                                    else:
+                                        _i4 = -1
+                                        if n < 0 or n * 4 > lb - pos:
+                                            raise _bad_len(n * 4, lb - pos)
+                                        o4.partitions = list(_unpack_from('>%di' % n, buf, pos))
+                                        pos += n * 4
+                                    f4 = '<tagged fields>'
+                                    n = buf[pos]
+                                    pos += 1
+                                    if n:
+                                        o4.unknown_tagged_fields = u = {}
+                                        if n >= 128:
+                                            n, pos = _ruv(buf, pos - 1)
+                                        for _ in range(n):
+                                            tag, size, pos = _rtag(buf, pos)
+                                            end = pos + size
+                                            u[tag] = buf[pos:end].tobytes()
+                                            pos = end
+                                    else:
+                                        o4.unknown_tagged_fields = _NO_TAGS
+                                    lst3.append(o4)
+                                f4 = None
+                                _i3 = -1
+                                o3.topic_partitions = lst3
+                            f3 = '<tagged fields>'
+                            n = buf[pos]
+                            pos += 1
+                            if n:
+                                o3.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o3.unknown_tagged_fields = _NO_TAGS
+                            f3 = None
+                            o2.assignment = o3
+                            f2 = 'target_assignment'
+                            f3 = ''
+                            o3 = _new(_S_ConsumerGroupDescribeResponse_Assignment)
+                            f3 = 'topic_partitions'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                _i3 = -1
+                                if n < 0 or n * 1 > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                lst3 = []
+                                f4 = ''
+                                for _i3 in range(n):
+                                    o4 = _new(_S_ConsumerGroupDescribeResponse_TopicPartitions)
+                                    f4 = 'topic_id'
+                                    o4.topic_id, n = _T6u(buf, pos)
+                                    pos += 17
+                                    f4 = 'topic_name'
+                                    if n >= 128:
+                                        if buf[pos] < 128:
+                                            n = (n & 127) | (buf[pos] << 7)
+                                            pos += 1
+                                        else:
+                                            n, pos = _ruv(buf, pos - 1)
+                                    n -= 1
+                                    if n == -1:
+                                        raise _DecodeFailure('null value for non-nullable field', [])
+                                    else:
+                                        if n < -1 or n > lb - pos:
+                                            raise _bad_len(n, lb - pos)
+                                        o4.topic_name = buf[pos:pos + n].tobytes().decode()
+                                        pos += n
+                                    f4 = 'partitions'
+                                    n = buf[pos]
+                                    pos += 1
+                                    if n >= 128:
+                                        if buf[pos] < 128:
+                                            n = (n & 127) | (buf[pos] << 7)
+                                            pos += 1
+                                        else:
+                                            n, pos = _ruv(buf, pos - 1)
+                                    n -= 1
+                                    if n == -1:
+                                        raise _DecodeFailure('null value for non-nullable field', [])
+                                    else:
+                                        _i4 = -1
+                                        if n < 0 or n * 4 > lb - pos:
+                                            raise _bad_len(n * 4, lb - pos)
+                                        o4.partitions = list(_unpack_from('>%di' % n, buf, pos))
+                                        pos += n * 4
+                                    f4 = '<tagged fields>'
+                                    n = buf[pos]
+                                    pos += 1
+                                    if n:
+                                        o4.unknown_tagged_fields = u = {}
+                                        if n >= 128:
+                                            n, pos = _ruv(buf, pos - 1)
+                                        for _ in range(n):
+                                            tag, size, pos = _rtag(buf, pos)
+                                            end = pos + size
+                                            u[tag] = buf[pos:end].tobytes()
+                                            pos = end
+                                    else:
+                                        o4.unknown_tagged_fields = _NO_TAGS
+                                    lst3.append(o4)
+                                f4 = None
+                                _i3 = -1
+                                o3.topic_partitions = lst3
+                            f3 = '<tagged fields>'
+                            n = buf[pos]
+                            pos += 1
+                            if n:
+                                o3.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o3.unknown_tagged_fields = _NO_TAGS
+                            f3 = None
+                            o2.target_assignment = o3
+                            f2 = '<tagged fields>'
+                            n = buf[pos]
+                            pos += 1
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.members = lst1
+                    f1 = 'authorized_operations'
+                    o1.authorized_operations, n = _T3u(buf, pos)
+                    pos += 5
+                    f1 = '<tagged fields>'
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.groups = lst
             f = '<tagged fields>'
@@ -236,7 +689,7 @@ class ConsumerGroupDescribeResponse(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2, f3, _i3, f4, _i4) from None
         return o, pos
 
     class TopicPartitions(_Struct):
@@ -260,7 +713,7 @@ class ConsumerGroupDescribeResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T4p(self.topic_id)
+            buf += _T7p(self.topic_id)
             x = self.topic_name
             if x is None:
                 raise _not_nullable(self, 'topic_name', v)
@@ -295,7 +748,7 @@ class ConsumerGroupDescribeResponse(_Struct):
             _i = -1
             try:
                 f = 'topic_id'
-                o.topic_id, n = _T5u(buf, pos)
+                o.topic_id, n = _T6u(buf, pos)
                 pos += 17
                 f = 'topic_name'
                 if n >= 128:
@@ -463,7 +916,7 @@ class ConsumerGroupDescribeResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T6p(self.error_code)
+            buf += _T8p(self.error_code)
             x = self.error_message
             if x is None:
                 buf += b'\x00'
@@ -497,7 +950,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T7p(self.group_epoch, self.assignment_epoch)
+            buf += _T9p(self.group_epoch, self.assignment_epoch)
             x = self.assignor_name
             if x is None:
                 raise _not_nullable(self, 'assignor_name', v)
@@ -534,7 +987,7 @@ class ConsumerGroupDescribeResponse(_Struct):
             _i = -1
             try:
                 f = 'error_code'
-                o.error_code, n = _T8u(buf, pos)
+                o.error_code, n = _T4u(buf, pos)
                 pos += 3
                 f = 'error_message'
                 if n >= 128:
@@ -586,7 +1039,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                     o.group_state = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'group_epoch'
-                o.group_epoch, o.assignment_epoch, n = _T9u(buf, pos)
+                o.group_epoch, o.assignment_epoch, n = _T5u(buf, pos)
                 pos += 9
                 f = 'assignor_name'
                 if n >= 128:

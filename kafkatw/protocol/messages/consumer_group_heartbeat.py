@@ -23,6 +23,7 @@ from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
     ZERO_UUID as _ZERO_UUID,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     write_tags as _write_tags,
@@ -36,10 +37,10 @@ _T0u = _struct.Struct('>i').unpack_from
 _T0p = _struct.Struct('>i').pack
 _T1u = _struct.Struct('>iB').unpack_from
 _T1p = _struct.Struct('>iB').pack
-_T2u = _struct.Struct('>16s').unpack_from
-_T2p = _struct.Struct('>16s').pack
-_T3u = _struct.Struct('>16sB').unpack_from
-_T3p = _struct.Struct('>16sB').pack
+_T2u = _struct.Struct('>16sB').unpack_from
+_T2p = _struct.Struct('>16sB').pack
+_T3u = _struct.Struct('>16s').unpack_from
+_T3p = _struct.Struct('>16s').pack
 _T4u = _struct.Struct('>ih').unpack_from
 _T4p = _struct.Struct('>ih').pack
 _T5u = _struct.Struct('>ii').unpack_from
@@ -194,6 +195,7 @@ class ConsumerGroupHeartbeatRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             f = 'group_id'
             n = buf[pos]
@@ -353,9 +355,44 @@ class ConsumerGroupHeartbeatRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_ConsumerGroupHeartbeatRequest_TopicPartitions._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_ConsumerGroupHeartbeatRequest_TopicPartitions)
+                    f1 = 'topic_id'
+                    o1.topic_id, n = _T2u(buf, pos)
+                    pos += 17
+                    f1 = 'partitions'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 4 > lb - pos:
+                            raise _bad_len(n * 4, lb - pos)
+                        o1.partitions = list(_unpack_from('>%di' % n, buf, pos))
+                        pos += n * 4
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topic_partitions = lst
             f = '<tagged fields>'
@@ -373,7 +410,7 @@ class ConsumerGroupHeartbeatRequest(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     class TopicPartitions(_Struct):
@@ -395,7 +432,7 @@ class ConsumerGroupHeartbeatRequest(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T2p(self.topic_id)
+            buf += _T3p(self.topic_id)
             x = self.partitions
             if x is None:
                 raise _not_nullable(self, 'partitions', v)
@@ -419,7 +456,7 @@ class ConsumerGroupHeartbeatRequest(_Struct):
             _i = -1
             try:
                 f = 'topic_id'
-                o.topic_id, n = _T3u(buf, pos)
+                o.topic_id, n = _T2u(buf, pos)
                 pos += 17
                 f = 'partitions'
                 if n >= 128:
@@ -610,7 +647,7 @@ class ConsumerGroupHeartbeatResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T2p(self.topic_id)
+            buf += _T3p(self.topic_id)
             x = self.partitions
             if x is None:
                 raise _not_nullable(self, 'partitions', v)
@@ -634,7 +671,7 @@ class ConsumerGroupHeartbeatResponse(_Struct):
             _i = -1
             try:
                 f = 'topic_id'
-                o.topic_id, n = _T3u(buf, pos)
+                o.topic_id, n = _T2u(buf, pos)
                 pos += 17
                 f = 'partitions'
                 if n >= 128:

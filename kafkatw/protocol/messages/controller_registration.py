@@ -19,6 +19,7 @@ from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
     ZERO_UUID as _ZERO_UUID,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     write_tags as _write_tags,
@@ -32,14 +33,14 @@ _T0u = _struct.Struct('>i16s?').unpack_from
 _T0p = _struct.Struct('>i16s?').pack
 _T1u = _struct.Struct('>i16s?B').unpack_from
 _T1p = _struct.Struct('>i16s?B').pack
-_T2u = _struct.Struct('>Hh').unpack_from
-_T2p = _struct.Struct('>Hh').pack
-_T3u = _struct.Struct('>HhB').unpack_from
-_T3p = _struct.Struct('>HhB').pack
-_T4u = _struct.Struct('>hh').unpack_from
-_T4p = _struct.Struct('>hh').pack
-_T5u = _struct.Struct('>hhB').unpack_from
-_T5p = _struct.Struct('>hhB').pack
+_T2u = _struct.Struct('>HhB').unpack_from
+_T2p = _struct.Struct('>HhB').pack
+_T3u = _struct.Struct('>hhB').unpack_from
+_T3p = _struct.Struct('>hhB').pack
+_T4u = _struct.Struct('>Hh').unpack_from
+_T4p = _struct.Struct('>Hh').pack
+_T5u = _struct.Struct('>hh').unpack_from
+_T5p = _struct.Struct('>hh').pack
 _T6u = _struct.Struct('>ih').unpack_from
 _T6p = _struct.Struct('>ih').pack
 _T7u = _struct.Struct('>ihB').unpack_from
@@ -105,6 +106,7 @@ class ControllerRegistrationRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             f = 'controller_id'
             o.controller_id, o.incarnation_id, o.zk_migration_ready, n = _T1u(buf, pos)
@@ -124,9 +126,60 @@ class ControllerRegistrationRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_ControllerRegistrationRequest_Listener._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_ControllerRegistrationRequest_Listener)
+                    f1 = 'name'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'host'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.host = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'port'
+                    o1.port, o1.security_protocol, n = _T2u(buf, pos)
+                    pos += 5
+                    f1 = '<tagged fields>'
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.listeners = lst
             f = 'features'
@@ -146,9 +199,43 @@ class ControllerRegistrationRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_ControllerRegistrationRequest_Feature._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_ControllerRegistrationRequest_Feature)
+                    f1 = 'name'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'min_supported_version'
+                    o1.min_supported_version, o1.max_supported_version, n = _T3u(buf, pos)
+                    pos += 5
+                    f1 = '<tagged fields>'
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.features = lst
             f = '<tagged fields>'
@@ -166,7 +253,7 @@ class ControllerRegistrationRequest(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     class Listener(_Struct):
@@ -214,7 +301,7 @@ class ControllerRegistrationRequest(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T2p(self.port, self.security_protocol)
+            buf += _T4p(self.port, self.security_protocol)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -262,7 +349,7 @@ class ControllerRegistrationRequest(_Struct):
                     o.host = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'port'
-                o.port, o.security_protocol, n = _T3u(buf, pos)
+                o.port, o.security_protocol, n = _T2u(buf, pos)
                 pos += 5
                 f = '<tagged fields>'
                 if n:
@@ -313,7 +400,7 @@ class ControllerRegistrationRequest(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T4p(self.min_supported_version, self.max_supported_version)
+            buf += _T5p(self.min_supported_version, self.max_supported_version)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -344,7 +431,7 @@ class ControllerRegistrationRequest(_Struct):
                     o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'min_supported_version'
-                o.min_supported_version, o.max_supported_version, n = _T5u(buf, pos)
+                o.min_supported_version, o.max_supported_version, n = _T3u(buf, pos)
                 pos += 5
                 f = '<tagged fields>'
                 if n:

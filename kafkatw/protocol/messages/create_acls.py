@@ -23,6 +23,7 @@ from kafkatw.protocol._runtime import (
 from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     write_tags as _write_tags,
@@ -32,12 +33,12 @@ from kafkatw.protocol.codec import (
 __all__ = ["CreateAclsRequest", "CreateAclsResponse"]
 
 
-_T0u = _struct.Struct('>b').unpack_from
-_T0p = _struct.Struct('>b').pack
-_T1u = _struct.Struct('>bb').unpack_from
-_T1p = _struct.Struct('>bb').pack
-_T2u = _struct.Struct('>bh').unpack_from
-_T2p = _struct.Struct('>bh').pack
+_T0u = _struct.Struct('>bh').unpack_from
+_T0p = _struct.Struct('>bh').pack
+_T1u = _struct.Struct('>b').unpack_from
+_T1p = _struct.Struct('>b').pack
+_T2u = _struct.Struct('>bb').unpack_from
+_T2p = _struct.Struct('>bb').pack
 _T3u = _struct.Struct('>bB').unpack_from
 _T3p = _struct.Struct('>bB').pack
 _T4u = _struct.Struct('>bbB').unpack_from
@@ -46,14 +47,14 @@ _T5u = _struct.Struct('>i').unpack_from
 _T5p = _struct.Struct('>i').pack
 _T6u = _struct.Struct('>ii').unpack_from
 _T6p = _struct.Struct('>ii').pack
-_T7u = _struct.Struct('>iB').unpack_from
-_T7p = _struct.Struct('>iB').pack
-_T8u = _struct.Struct('>h').unpack_from
-_T8p = _struct.Struct('>h').pack
-_T9u = _struct.Struct('>hh').unpack_from
-_T9p = _struct.Struct('>hh').pack
-_T10u = _struct.Struct('>hB').unpack_from
-_T10p = _struct.Struct('>hB').pack
+_T7u = _struct.Struct('>hh').unpack_from
+_T7p = _struct.Struct('>hh').pack
+_T8u = _struct.Struct('>iB').unpack_from
+_T8p = _struct.Struct('>iB').pack
+_T9u = _struct.Struct('>hB').unpack_from
+_T9p = _struct.Struct('>hB').pack
+_T10u = _struct.Struct('>h').unpack_from
+_T10p = _struct.Struct('>h').pack
 
 
 class CreateAclsRequest(_Struct):
@@ -87,6 +88,7 @@ class CreateAclsRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             f = 'creations'
             n, = _ui32(buf, pos)
@@ -98,14 +100,57 @@ class CreateAclsRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_CreateAclsRequest_AclCreation._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_CreateAclsRequest_AclCreation)
+                    f1 = 'resource_type'
+                    o1.resource_type, n = _T0u(buf, pos)
+                    pos += 3
+                    f1 = 'resource_name'
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.resource_name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    if v >= 1:
+                        f1 = 'resource_pattern_type'
+                        o1.resource_pattern_type, = _T1u(buf, pos)
+                        pos += 1
+                    else:
+                        o1.resource_pattern_type = 3
+                    f1 = 'principal'
+                    n, = _ui16(buf, pos)
+                    pos += 2
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.principal = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'host'
+                    n, = _ui16(buf, pos)
+                    pos += 2
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.host = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'operation'
+                    o1.operation, o1.permission_type = _T2u(buf, pos)
+                    pos += 2
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.creations = lst
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
@@ -131,6 +176,7 @@ class CreateAclsRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             f = 'creations'
             n = buf[pos]
@@ -149,9 +195,79 @@ class CreateAclsRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_CreateAclsRequest_AclCreation._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_CreateAclsRequest_AclCreation)
+                    f1 = 'resource_type'
+                    o1.resource_type, n = _T3u(buf, pos)
+                    pos += 2
+                    f1 = 'resource_name'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.resource_name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'resource_pattern_type'
+                    o1.resource_pattern_type, n = _T3u(buf, pos)
+                    pos += 2
+                    f1 = 'principal'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.principal = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'host'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.host = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'operation'
+                    o1.operation, o1.permission_type, n = _T4u(buf, pos)
+                    pos += 3
+                    f1 = '<tagged fields>'
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.creations = lst
             f = '<tagged fields>'
@@ -169,7 +285,7 @@ class CreateAclsRequest(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     class AclCreation(_Struct):
@@ -201,7 +317,7 @@ class CreateAclsRequest(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T0p(self.resource_type)
+            buf += _T1p(self.resource_type)
             x = self.resource_name
             if x is None:
                 raise _not_nullable(self, 'resource_name', v)
@@ -210,7 +326,7 @@ class CreateAclsRequest(_Struct):
                 buf += _pi16(len(x))
                 buf += x
             if v >= 1:
-                buf += _T0p(self.resource_pattern_type)
+                buf += _T1p(self.resource_pattern_type)
             else:
                 if not (self.resource_pattern_type == 3):
                     raise _absent(self, 'resource_pattern_type', v)
@@ -228,7 +344,7 @@ class CreateAclsRequest(_Struct):
                 x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
-            buf += _T1p(self.operation, self.permission_type)
+            buf += _T2p(self.operation, self.permission_type)
 
         @staticmethod
         def _r0(buf, pos, v):
@@ -238,7 +354,7 @@ class CreateAclsRequest(_Struct):
             _i = -1
             try:
                 f = 'resource_type'
-                o.resource_type, n = _T2u(buf, pos)
+                o.resource_type, n = _T0u(buf, pos)
                 pos += 3
                 f = 'resource_name'
                 if n == -1:
@@ -250,7 +366,7 @@ class CreateAclsRequest(_Struct):
                     pos += n
                 if v >= 1:
                     f = 'resource_pattern_type'
-                    o.resource_pattern_type, = _T0u(buf, pos)
+                    o.resource_pattern_type, = _T1u(buf, pos)
                     pos += 1
                 else:
                     o.resource_pattern_type = 3
@@ -275,7 +391,7 @@ class CreateAclsRequest(_Struct):
                     o.host = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'operation'
-                o.operation, o.permission_type = _T1u(buf, pos)
+                o.operation, o.permission_type = _T2u(buf, pos)
                 pos += 2
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -283,7 +399,7 @@ class CreateAclsRequest(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T0p(self.resource_type)
+            buf += _T1p(self.resource_type)
             x = self.resource_name
             if x is None:
                 raise _not_nullable(self, 'resource_name', v)
@@ -295,7 +411,7 @@ class CreateAclsRequest(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T0p(self.resource_pattern_type)
+            buf += _T1p(self.resource_pattern_type)
             x = self.principal
             if x is None:
                 raise _not_nullable(self, 'principal', v)
@@ -318,7 +434,7 @@ class CreateAclsRequest(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T1p(self.operation, self.permission_type)
+            buf += _T2p(self.operation, self.permission_type)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -439,6 +555,7 @@ class CreateAclsResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             f = 'throttle_time_ms'
             o.throttle_time_ms, n = _T6u(buf, pos)
@@ -451,14 +568,28 @@ class CreateAclsResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_CreateAclsResponse_AclCreationResult._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_CreateAclsResponse_AclCreationResult)
+                    f1 = 'error_code'
+                    o1.error_code, n = _T7u(buf, pos)
+                    pos += 4
+                    f1 = 'error_message'
+                    if n == -1:
+                        o1.error_message = None
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.error_message = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.results = lst
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
@@ -485,9 +616,10 @@ class CreateAclsResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, n = _T7u(buf, pos)
+            o.throttle_time_ms, n = _T8u(buf, pos)
             pos += 5
             f = 'results'
             if n >= 128:
@@ -504,9 +636,43 @@ class CreateAclsResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_CreateAclsResponse_AclCreationResult._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_CreateAclsResponse_AclCreationResult)
+                    f1 = 'error_code'
+                    o1.error_code, n = _T9u(buf, pos)
+                    pos += 3
+                    f1 = 'error_message'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        o1.error_message = None
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.error_message = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.results = lst
             f = '<tagged fields>'
@@ -524,7 +690,7 @@ class CreateAclsResponse(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     class AclCreationResult(_Struct):
@@ -546,7 +712,7 @@ class CreateAclsResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T8p(self.error_code)
+            buf += _T10p(self.error_code)
             x = self.error_message
             if x is None:
                 buf += b'\xff\xff'
@@ -563,7 +729,7 @@ class CreateAclsResponse(_Struct):
             _i = -1
             try:
                 f = 'error_code'
-                o.error_code, n = _T9u(buf, pos)
+                o.error_code, n = _T7u(buf, pos)
                 pos += 4
                 f = 'error_message'
                 if n == -1:
@@ -579,7 +745,7 @@ class CreateAclsResponse(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T8p(self.error_code)
+            buf += _T10p(self.error_code)
             x = self.error_message
             if x is None:
                 buf += b'\x00'
@@ -604,7 +770,7 @@ class CreateAclsResponse(_Struct):
             _i = -1
             try:
                 f = 'error_code'
-                o.error_code, n = _T10u(buf, pos)
+                o.error_code, n = _T9u(buf, pos)
                 pos += 3
                 f = 'error_message'
                 if n >= 128:

@@ -24,6 +24,7 @@ from kafkatw.protocol._runtime import (
 from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     write_tags as _write_tags,
@@ -35,20 +36,20 @@ __all__ = ["CreatePartitionsRequest", "CreatePartitionsResponse"]
 
 _T0u = _struct.Struct('>i?').unpack_from
 _T0p = _struct.Struct('>i?').pack
-_T1u = _struct.Struct('>i?B').unpack_from
-_T1p = _struct.Struct('>i?B').pack
-_T2u = _struct.Struct('>i').unpack_from
-_T2p = _struct.Struct('>i').pack
-_T3u = _struct.Struct('>ii').unpack_from
-_T3p = _struct.Struct('>ii').pack
-_T4u = _struct.Struct('>iB').unpack_from
-_T4p = _struct.Struct('>iB').pack
-_T5u = _struct.Struct('>h').unpack_from
-_T5p = _struct.Struct('>h').pack
-_T6u = _struct.Struct('>hh').unpack_from
-_T6p = _struct.Struct('>hh').pack
-_T7u = _struct.Struct('>hB').unpack_from
-_T7p = _struct.Struct('>hB').pack
+_T1u = _struct.Struct('>ii').unpack_from
+_T1p = _struct.Struct('>ii').pack
+_T2u = _struct.Struct('>iB').unpack_from
+_T2p = _struct.Struct('>iB').pack
+_T3u = _struct.Struct('>i?B').unpack_from
+_T3p = _struct.Struct('>i?B').pack
+_T4u = _struct.Struct('>i').unpack_from
+_T4p = _struct.Struct('>i').pack
+_T5u = _struct.Struct('>hh').unpack_from
+_T5p = _struct.Struct('>hh').pack
+_T6u = _struct.Struct('>hB').unpack_from
+_T6p = _struct.Struct('>hB').pack
+_T7u = _struct.Struct('>h').unpack_from
+_T7p = _struct.Struct('>h').pack
 
 
 class CreatePartitionsRequest(_Struct):
@@ -87,6 +88,8 @@ class CreatePartitionsRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'topics'
             n, = _ui32(buf, pos)
@@ -98,9 +101,52 @@ class CreatePartitionsRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_CreatePartitionsRequest_CreatePartitionsTopic._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_CreatePartitionsRequest_CreatePartitionsTopic)
+                    f1 = 'name'
+                    n, = _ui16(buf, pos)
+                    pos += 2
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'count'
+                    o1.count, n = _T1u(buf, pos)
+                    pos += 8
+                    f1 = 'assignments'
+                    if n == -1:
+                        o1.assignments = None
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_CreatePartitionsRequest_CreatePartitionsAssignment)
+                            f2 = 'broker_ids'
+                            n, = _ui32(buf, pos)
+                            pos += 4
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                _i2 = -1
+                                if n < 0 or n * 4 > lb - pos:
+                                    raise _bad_len(n * 4, lb - pos)
+                                o2.broker_ids = list(_unpack_from('>%di' % n, buf, pos))
+                                pos += n * 4
+                            o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.assignments = lst1
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             f = 'timeout_ms'
@@ -108,7 +154,7 @@ class CreatePartitionsRequest(_Struct):
             pos += 5
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
@@ -135,6 +181,8 @@ class CreatePartitionsRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'topics'
             n = buf[pos]
@@ -153,13 +201,103 @@ class CreatePartitionsRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_CreatePartitionsRequest_CreatePartitionsTopic._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_CreatePartitionsRequest_CreatePartitionsTopic)
+                    f1 = 'name'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'count'
+                    o1.count, n = _T2u(buf, pos)
+                    pos += 5
+                    f1 = 'assignments'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        o1.assignments = None
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_CreatePartitionsRequest_CreatePartitionsAssignment)
+                            f2 = 'broker_ids'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                _i2 = -1
+                                if n < 0 or n * 4 > lb - pos:
+                                    raise _bad_len(n * 4, lb - pos)
+                                o2.broker_ids = list(_unpack_from('>%di' % n, buf, pos))
+                                pos += n * 4
+                            f2 = '<tagged fields>'
+                            n = buf[pos]
+                            pos += 1
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.assignments = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             f = 'timeout_ms'
-            o.timeout_ms, o.validate_only, n = _T1u(buf, pos)
+            o.timeout_ms, o.validate_only, n = _T3u(buf, pos)
             pos += 6
             f = '<tagged fields>'
             if n:
@@ -174,7 +312,7 @@ class CreatePartitionsRequest(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     class CreatePartitionsTopic(_Struct):
@@ -205,7 +343,7 @@ class CreatePartitionsRequest(_Struct):
                 x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
-            buf += _T2p(self.count)
+            buf += _T4p(self.count)
             x = self.assignments
             if x is None:
                 buf += b'\xff\xff\xff\xff'
@@ -232,7 +370,7 @@ class CreatePartitionsRequest(_Struct):
                     o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'count'
-                o.count, n = _T3u(buf, pos)
+                o.count, n = _T1u(buf, pos)
                 pos += 8
                 f = 'assignments'
                 if n == -1:
@@ -264,7 +402,7 @@ class CreatePartitionsRequest(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T2p(self.count)
+            buf += _T4p(self.count)
             x = self.assignments
             if x is None:
                 buf += b'\x00'
@@ -306,7 +444,7 @@ class CreatePartitionsRequest(_Struct):
                     o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'count'
-                o.count, n = _T4u(buf, pos)
+                o.count, n = _T2u(buf, pos)
                 pos += 5
                 f = 'assignments'
                 if n >= 128:
@@ -474,7 +612,7 @@ class CreatePartitionsResponse(_Struct):
             and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
-        buf += _T2p(self.throttle_time_ms)
+        buf += _T4p(self.throttle_time_ms)
         x = self.results
         if x is None:
             raise _not_nullable(self, 'results', v)
@@ -489,9 +627,10 @@ class CreatePartitionsResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, n = _T3u(buf, pos)
+            o.throttle_time_ms, n = _T1u(buf, pos)
             pos += 8
             f = 'results'
             if n == -1:
@@ -501,18 +640,42 @@ class CreatePartitionsResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_CreatePartitionsResponse_CreatePartitionsTopicResult._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_CreatePartitionsResponse_CreatePartitionsTopicResult)
+                    f1 = 'name'
+                    n, = _ui16(buf, pos)
+                    pos += 2
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'error_code'
+                    o1.error_code, n = _T5u(buf, pos)
+                    pos += 4
+                    f1 = 'error_message'
+                    if n == -1:
+                        o1.error_message = None
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.error_message = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.results = lst
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
-        buf += _T2p(self.throttle_time_ms)
+        buf += _T4p(self.throttle_time_ms)
         x = self.results
         if x is None:
             raise _not_nullable(self, 'results', v)
@@ -535,9 +698,10 @@ class CreatePartitionsResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, n = _T4u(buf, pos)
+            o.throttle_time_ms, n = _T2u(buf, pos)
             pos += 5
             f = 'results'
             if n >= 128:
@@ -554,9 +718,60 @@ class CreatePartitionsResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_CreatePartitionsResponse_CreatePartitionsTopicResult._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_CreatePartitionsResponse_CreatePartitionsTopicResult)
+                    f1 = 'name'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'error_code'
+                    o1.error_code, n = _T6u(buf, pos)
+                    pos += 3
+                    f1 = 'error_message'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        o1.error_message = None
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.error_message = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.results = lst
             f = '<tagged fields>'
@@ -574,7 +789,7 @@ class CreatePartitionsResponse(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     class CreatePartitionsTopicResult(_Struct):
@@ -605,7 +820,7 @@ class CreatePartitionsResponse(_Struct):
                 x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
-            buf += _T5p(self.error_code)
+            buf += _T7p(self.error_code)
             x = self.error_message
             if x is None:
                 buf += b'\xff\xff'
@@ -632,7 +847,7 @@ class CreatePartitionsResponse(_Struct):
                     o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'error_code'
-                o.error_code, n = _T6u(buf, pos)
+                o.error_code, n = _T5u(buf, pos)
                 pos += 4
                 f = 'error_message'
                 if n == -1:
@@ -659,7 +874,7 @@ class CreatePartitionsResponse(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T5p(self.error_code)
+            buf += _T7p(self.error_code)
             x = self.error_message
             if x is None:
                 buf += b'\x00'
@@ -701,7 +916,7 @@ class CreatePartitionsResponse(_Struct):
                     o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'error_code'
-                o.error_code, n = _T7u(buf, pos)
+                o.error_code, n = _T6u(buf, pos)
                 pos += 3
                 f = 'error_message'
                 if n >= 128:

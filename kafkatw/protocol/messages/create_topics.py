@@ -27,6 +27,7 @@ from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
     ZERO_UUID as _ZERO_UUID,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     write_tags as _write_tags,
@@ -40,30 +41,30 @@ _T0u = _struct.Struct('>i').unpack_from
 _T0p = _struct.Struct('>i').pack
 _T1u = _struct.Struct('>?').unpack_from
 _T1p = _struct.Struct('>?').pack
-_T2u = _struct.Struct('>i?').unpack_from
-_T2p = _struct.Struct('>i?').pack
-_T3u = _struct.Struct('>i?B').unpack_from
-_T3p = _struct.Struct('>i?B').pack
-_T4u = _struct.Struct('>ih').unpack_from
-_T4p = _struct.Struct('>ih').pack
-_T5u = _struct.Struct('>ihi').unpack_from
-_T5p = _struct.Struct('>ihi').pack
-_T6u = _struct.Struct('>ihB').unpack_from
-_T6p = _struct.Struct('>ihB').pack
-_T7u = _struct.Struct('>ii').unpack_from
-_T7p = _struct.Struct('>ii').pack
-_T8u = _struct.Struct('>iB').unpack_from
-_T8p = _struct.Struct('>iB').pack
+_T2u = _struct.Struct('>ihi').unpack_from
+_T2p = _struct.Struct('>ihi').pack
+_T3u = _struct.Struct('>ii').unpack_from
+_T3p = _struct.Struct('>ii').pack
+_T4u = _struct.Struct('>i?').unpack_from
+_T4p = _struct.Struct('>i?').pack
+_T5u = _struct.Struct('>ihB').unpack_from
+_T5p = _struct.Struct('>ihB').pack
+_T6u = _struct.Struct('>iB').unpack_from
+_T6p = _struct.Struct('>iB').pack
+_T7u = _struct.Struct('>i?B').unpack_from
+_T7p = _struct.Struct('>i?B').pack
+_T8u = _struct.Struct('>ih').unpack_from
+_T8p = _struct.Struct('>ih').pack
 _T9u = _struct.Struct('>h').unpack_from
 _T9p = _struct.Struct('>h').pack
 _T10u = _struct.Struct('>16s').unpack_from
 _T10p = _struct.Struct('>16s').pack
 _T11u = _struct.Struct('>hB').unpack_from
 _T11p = _struct.Struct('>hB').pack
-_T12u = _struct.Struct('>?b?').unpack_from
-_T12p = _struct.Struct('>?b?').pack
-_T13u = _struct.Struct('>?b?B').unpack_from
-_T13p = _struct.Struct('>?b?B').pack
+_T12u = _struct.Struct('>?b?B').unpack_from
+_T12p = _struct.Struct('>?b?B').pack
+_T13u = _struct.Struct('>?b?').unpack_from
+_T13p = _struct.Struct('>?b?').pack
 
 
 class CreateTopicsRequest(_Struct):
@@ -107,6 +108,8 @@ class CreateTopicsRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'topics'
             n, = _ui32(buf, pos)
@@ -118,9 +121,91 @@ class CreateTopicsRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_CreateTopicsRequest_CreatableTopic._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_CreateTopicsRequest_CreatableTopic)
+                    f1 = 'name'
+                    n, = _ui16(buf, pos)
+                    pos += 2
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'num_partitions'
+                    o1.num_partitions, o1.replication_factor, n = _T2u(buf, pos)
+                    pos += 10
+                    f1 = 'assignments'
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_CreateTopicsRequest_CreatableReplicaAssignment)
+                            f2 = 'partition_index'
+                            o2.partition_index, n = _T3u(buf, pos)
+                            pos += 8
+                            f2 = 'broker_ids'
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                _i2 = -1
+                                if n < 0 or n * 4 > lb - pos:
+                                    raise _bad_len(n * 4, lb - pos)
+                                o2.broker_ids = list(_unpack_from('>%di' % n, buf, pos))
+                                pos += n * 4
+                            o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.assignments = lst1
+                    f1 = 'configs'
+                    n, = _ui32(buf, pos)
+                    pos += 4
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_CreateTopicsRequest_CreatableTopicConfig)
+                            f2 = 'name'
+                            n, = _ui16(buf, pos)
+                            pos += 2
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.name = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'value'
+                            n, = _ui16(buf, pos)
+                            pos += 2
+                            if n == -1:
+                                o2.value = None
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.value = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.configs = lst1
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             f = 'timeout_ms'
@@ -134,7 +219,7 @@ class CreateTopicsRequest(_Struct):
                 o.validate_only = False
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
@@ -149,7 +234,7 @@ class CreateTopicsRequest(_Struct):
                 buf += _wuv(n)
             for e in x:
                 e._w1(buf, parts, v)
-        buf += _T2p(self.timeout_ms, self.validate_only)
+        buf += _T4p(self.timeout_ms, self.validate_only)
         if self.unknown_tagged_fields:
             _write_tags(buf, [], self.unknown_tagged_fields)
         else:
@@ -161,6 +246,8 @@ class CreateTopicsRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'topics'
             n = buf[pos]
@@ -179,13 +266,176 @@ class CreateTopicsRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_CreateTopicsRequest_CreatableTopic._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_CreateTopicsRequest_CreatableTopic)
+                    f1 = 'name'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'num_partitions'
+                    o1.num_partitions, o1.replication_factor, n = _T5u(buf, pos)
+                    pos += 7
+                    f1 = 'assignments'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_CreateTopicsRequest_CreatableReplicaAssignment)
+                            f2 = 'partition_index'
+                            o2.partition_index, n = _T6u(buf, pos)
+                            pos += 5
+                            f2 = 'broker_ids'
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                _i2 = -1
+                                if n < 0 or n * 4 > lb - pos:
+                                    raise _bad_len(n * 4, lb - pos)
+                                o2.broker_ids = list(_unpack_from('>%di' % n, buf, pos))
+                                pos += n * 4
+                            f2 = '<tagged fields>'
+                            n = buf[pos]
+                            pos += 1
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.assignments = lst1
+                    f1 = 'configs'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_CreateTopicsRequest_CreatableTopicConfig)
+                            f2 = 'name'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.name = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'value'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                o2.value = None
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.value = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = '<tagged fields>'
+                            n = buf[pos]
+                            pos += 1
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.configs = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             f = 'timeout_ms'
-            o.timeout_ms, o.validate_only, n = _T3u(buf, pos)
+            o.timeout_ms, o.validate_only, n = _T7u(buf, pos)
             pos += 6
             f = '<tagged fields>'
             if n:
@@ -200,7 +450,7 @@ class CreateTopicsRequest(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     class CreatableTopic(_Struct):
@@ -235,7 +485,7 @@ class CreateTopicsRequest(_Struct):
                 x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
-            buf += _T4p(self.num_partitions, self.replication_factor)
+            buf += _T8p(self.num_partitions, self.replication_factor)
             x = self.assignments
             if x is None:
                 raise _not_nullable(self, 'assignments', v)
@@ -269,7 +519,7 @@ class CreateTopicsRequest(_Struct):
                     o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'num_partitions'
-                o.num_partitions, o.replication_factor, n = _T5u(buf, pos)
+                o.num_partitions, o.replication_factor, n = _T2u(buf, pos)
                 pos += 10
                 f = 'assignments'
                 if n == -1:
@@ -316,7 +566,7 @@ class CreateTopicsRequest(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T4p(self.num_partitions, self.replication_factor)
+            buf += _T8p(self.num_partitions, self.replication_factor)
             x = self.assignments
             if x is None:
                 raise _not_nullable(self, 'assignments', v)
@@ -369,7 +619,7 @@ class CreateTopicsRequest(_Struct):
                     o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'num_partitions'
-                o.num_partitions, o.replication_factor, n = _T6u(buf, pos)
+                o.num_partitions, o.replication_factor, n = _T5u(buf, pos)
                 pos += 7
                 f = 'assignments'
                 if n >= 128:
@@ -467,7 +717,7 @@ class CreateTopicsRequest(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, n = _T7u(buf, pos)
+                o.partition_index, n = _T3u(buf, pos)
                 pos += 8
                 f = 'broker_ids'
                 if n == -1:
@@ -508,7 +758,7 @@ class CreateTopicsRequest(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, n = _T8u(buf, pos)
+                o.partition_index, n = _T6u(buf, pos)
                 pos += 5
                 f = 'broker_ids'
                 if n >= 128:
@@ -735,6 +985,7 @@ class CreateTopicsResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             if v >= 2:
                 f = 'throttle_time_ms'
@@ -752,14 +1003,48 @@ class CreateTopicsResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_CreateTopicsResponse_CreatableTopicResult._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_CreateTopicsResponse_CreatableTopicResult)
+                    f1 = 'name'
+                    n, = _ui16(buf, pos)
+                    pos += 2
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    o1.topic_id = _ZERO_UUID
+                    f1 = 'error_code'
+                    o1.error_code, = _T9u(buf, pos)
+                    pos += 2
+                    if v >= 1:
+                        f1 = 'error_message'
+                        n, = _ui16(buf, pos)
+                        pos += 2
+                        if n == -1:
+                            o1.error_message = None
+                        else:
+                            if n < -1 or n > lb - pos:
+                                raise _bad_len(n, lb - pos)
+                            o1.error_message = buf[pos:pos + n].tobytes().decode()
+                            pos += n
+                    else:
+                        o1.error_message = ''
+                    o1.topic_config_error_code = 0
+                    o1.num_partitions = -1
+                    o1.replication_factor = -1
+                    o1.configs = []
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
@@ -786,9 +1071,11 @@ class CreateTopicsResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, n = _T8u(buf, pos)
+            o.throttle_time_ms, n = _T6u(buf, pos)
             pos += 5
             f = 'topics'
             if n >= 128:
@@ -805,9 +1092,148 @@ class CreateTopicsResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_CreateTopicsResponse_CreatableTopicResult._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_CreateTopicsResponse_CreatableTopicResult)
+                    f1 = 'name'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    if v >= 7:
+                        f1 = 'topic_id'
+                        o1.topic_id, = _T10u(buf, pos)
+                        pos += 16
+                    else:
+                        o1.topic_id = _ZERO_UUID
+                    f1 = 'error_code'
+                    o1.error_code, n = _T11u(buf, pos)
+                    pos += 3
+                    f1 = 'error_message'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        o1.error_message = None
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.error_message = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    o1.topic_config_error_code = 0
+                    f1 = 'num_partitions'
+                    o1.num_partitions, o1.replication_factor, n = _T5u(buf, pos)
+                    pos += 7
+                    f1 = 'configs'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        o1.configs = None
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_CreateTopicsResponse_CreatableTopicConfigs)
+                            f2 = 'name'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.name = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'value'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                o2.value = None
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.value = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'read_only'
+                            o2.read_only, o2.config_source, o2.is_sensitive, n = _T12u(buf, pos)
+                            pos += 4
+                            f2 = '<tagged fields>'
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.configs = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            if tag == 0:
+                                f1 = 'topic_config_error_code'
+                                o1.topic_config_error_code, = _T9u(buf, pos)
+                                pos += 2
+                                if pos != end:
+                                    raise _tag_size(0, size, pos - end + size)
+                            else:
+                                u[tag] = buf[pos:end].tobytes()
+                                pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             f = '<tagged fields>'
@@ -825,7 +1251,7 @@ class CreateTopicsResponse(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     class CreatableTopicResult(_Struct):
@@ -945,7 +1371,7 @@ class CreateTopicsResponse(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T4p(self.num_partitions, self.replication_factor)
+            buf += _T8p(self.num_partitions, self.replication_factor)
             x = self.configs
             if x is None:
                 buf += b'\x00'
@@ -1017,7 +1443,7 @@ class CreateTopicsResponse(_Struct):
                     pos += n
                 o.topic_config_error_code = 0
                 f = 'num_partitions'
-                o.num_partitions, o.replication_factor, n = _T6u(buf, pos)
+                o.num_partitions, o.replication_factor, n = _T5u(buf, pos)
                 pos += 7
                 f = 'configs'
                 if n >= 128:
@@ -1139,7 +1565,7 @@ class CreateTopicsResponse(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T12p(self.read_only, self.config_source, self.is_sensitive)
+            buf += _T13p(self.read_only, self.config_source, self.is_sensitive)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -1187,7 +1613,7 @@ class CreateTopicsResponse(_Struct):
                     o.value = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'read_only'
-                o.read_only, o.config_source, o.is_sensitive, n = _T13u(buf, pos)
+                o.read_only, o.config_source, o.is_sensitive, n = _T12u(buf, pos)
                 pos += 4
                 f = '<tagged fields>'
                 if n:

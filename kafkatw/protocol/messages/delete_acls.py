@@ -23,6 +23,7 @@ from kafkatw.protocol._runtime import (
 from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     write_tags as _write_tags,
@@ -32,12 +33,12 @@ from kafkatw.protocol.codec import (
 __all__ = ["DeleteAclsRequest", "DeleteAclsResponse"]
 
 
-_T0u = _struct.Struct('>b').unpack_from
-_T0p = _struct.Struct('>b').pack
-_T1u = _struct.Struct('>bb').unpack_from
-_T1p = _struct.Struct('>bb').pack
-_T2u = _struct.Struct('>bh').unpack_from
-_T2p = _struct.Struct('>bh').pack
+_T0u = _struct.Struct('>bh').unpack_from
+_T0p = _struct.Struct('>bh').pack
+_T1u = _struct.Struct('>b').unpack_from
+_T1p = _struct.Struct('>b').pack
+_T2u = _struct.Struct('>bb').unpack_from
+_T2p = _struct.Struct('>bb').pack
 _T3u = _struct.Struct('>bB').unpack_from
 _T3p = _struct.Struct('>bB').pack
 _T4u = _struct.Struct('>bbB').unpack_from
@@ -46,14 +47,14 @@ _T5u = _struct.Struct('>i').unpack_from
 _T5p = _struct.Struct('>i').pack
 _T6u = _struct.Struct('>ii').unpack_from
 _T6p = _struct.Struct('>ii').pack
-_T7u = _struct.Struct('>iB').unpack_from
-_T7p = _struct.Struct('>iB').pack
-_T8u = _struct.Struct('>h').unpack_from
-_T8p = _struct.Struct('>h').pack
-_T9u = _struct.Struct('>hh').unpack_from
-_T9p = _struct.Struct('>hh').pack
-_T10u = _struct.Struct('>hB').unpack_from
-_T10p = _struct.Struct('>hB').pack
+_T7u = _struct.Struct('>hh').unpack_from
+_T7p = _struct.Struct('>hh').pack
+_T8u = _struct.Struct('>iB').unpack_from
+_T8p = _struct.Struct('>iB').pack
+_T9u = _struct.Struct('>hB').unpack_from
+_T9p = _struct.Struct('>hB').pack
+_T10u = _struct.Struct('>h').unpack_from
+_T10p = _struct.Struct('>h').pack
 
 
 class DeleteAclsRequest(_Struct):
@@ -87,6 +88,7 @@ class DeleteAclsRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             f = 'filters'
             n, = _ui32(buf, pos)
@@ -98,14 +100,57 @@ class DeleteAclsRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_DeleteAclsRequest_DeleteAclsFilter._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_DeleteAclsRequest_DeleteAclsFilter)
+                    f1 = 'resource_type_filter'
+                    o1.resource_type_filter, n = _T0u(buf, pos)
+                    pos += 3
+                    f1 = 'resource_name_filter'
+                    if n == -1:
+                        o1.resource_name_filter = None
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.resource_name_filter = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    if v >= 1:
+                        f1 = 'pattern_type_filter'
+                        o1.pattern_type_filter, = _T1u(buf, pos)
+                        pos += 1
+                    else:
+                        o1.pattern_type_filter = 3
+                    f1 = 'principal_filter'
+                    n, = _ui16(buf, pos)
+                    pos += 2
+                    if n == -1:
+                        o1.principal_filter = None
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.principal_filter = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'host_filter'
+                    n, = _ui16(buf, pos)
+                    pos += 2
+                    if n == -1:
+                        o1.host_filter = None
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.host_filter = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'operation'
+                    o1.operation, o1.permission_type = _T2u(buf, pos)
+                    pos += 2
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.filters = lst
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
@@ -131,6 +176,7 @@ class DeleteAclsRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             f = 'filters'
             n = buf[pos]
@@ -149,9 +195,79 @@ class DeleteAclsRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_DeleteAclsRequest_DeleteAclsFilter._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_DeleteAclsRequest_DeleteAclsFilter)
+                    f1 = 'resource_type_filter'
+                    o1.resource_type_filter, n = _T3u(buf, pos)
+                    pos += 2
+                    f1 = 'resource_name_filter'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        o1.resource_name_filter = None
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.resource_name_filter = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'pattern_type_filter'
+                    o1.pattern_type_filter, n = _T3u(buf, pos)
+                    pos += 2
+                    f1 = 'principal_filter'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        o1.principal_filter = None
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.principal_filter = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'host_filter'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        o1.host_filter = None
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.host_filter = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'operation'
+                    o1.operation, o1.permission_type, n = _T4u(buf, pos)
+                    pos += 3
+                    f1 = '<tagged fields>'
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.filters = lst
             f = '<tagged fields>'
@@ -169,7 +285,7 @@ class DeleteAclsRequest(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     class DeleteAclsFilter(_Struct):
@@ -201,7 +317,7 @@ class DeleteAclsRequest(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T0p(self.resource_type_filter)
+            buf += _T1p(self.resource_type_filter)
             x = self.resource_name_filter
             if x is None:
                 buf += b'\xff\xff'
@@ -210,7 +326,7 @@ class DeleteAclsRequest(_Struct):
                 buf += _pi16(len(x))
                 buf += x
             if v >= 1:
-                buf += _T0p(self.pattern_type_filter)
+                buf += _T1p(self.pattern_type_filter)
             else:
                 if not (self.pattern_type_filter == 3):
                     raise _absent(self, 'pattern_type_filter', v)
@@ -228,7 +344,7 @@ class DeleteAclsRequest(_Struct):
                 x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
-            buf += _T1p(self.operation, self.permission_type)
+            buf += _T2p(self.operation, self.permission_type)
 
         @staticmethod
         def _r0(buf, pos, v):
@@ -238,7 +354,7 @@ class DeleteAclsRequest(_Struct):
             _i = -1
             try:
                 f = 'resource_type_filter'
-                o.resource_type_filter, n = _T2u(buf, pos)
+                o.resource_type_filter, n = _T0u(buf, pos)
                 pos += 3
                 f = 'resource_name_filter'
                 if n == -1:
@@ -250,7 +366,7 @@ class DeleteAclsRequest(_Struct):
                     pos += n
                 if v >= 1:
                     f = 'pattern_type_filter'
-                    o.pattern_type_filter, = _T0u(buf, pos)
+                    o.pattern_type_filter, = _T1u(buf, pos)
                     pos += 1
                 else:
                     o.pattern_type_filter = 3
@@ -275,7 +391,7 @@ class DeleteAclsRequest(_Struct):
                     o.host_filter = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'operation'
-                o.operation, o.permission_type = _T1u(buf, pos)
+                o.operation, o.permission_type = _T2u(buf, pos)
                 pos += 2
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -283,7 +399,7 @@ class DeleteAclsRequest(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T0p(self.resource_type_filter)
+            buf += _T1p(self.resource_type_filter)
             x = self.resource_name_filter
             if x is None:
                 buf += b'\x00'
@@ -295,7 +411,7 @@ class DeleteAclsRequest(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T0p(self.pattern_type_filter)
+            buf += _T1p(self.pattern_type_filter)
             x = self.principal_filter
             if x is None:
                 buf += b'\x00'
@@ -318,7 +434,7 @@ class DeleteAclsRequest(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T1p(self.operation, self.permission_type)
+            buf += _T2p(self.operation, self.permission_type)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -439,6 +555,8 @@ class DeleteAclsResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'throttle_time_ms'
             o.throttle_time_ms, n = _T6u(buf, pos)
@@ -451,14 +569,97 @@ class DeleteAclsResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_DeleteAclsResponse_DeleteAclsFilterResult._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_DeleteAclsResponse_DeleteAclsFilterResult)
+                    f1 = 'error_code'
+                    o1.error_code, n = _T7u(buf, pos)
+                    pos += 4
+                    f1 = 'error_message'
+                    if n == -1:
+                        o1.error_message = None
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.error_message = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'matching_acls'
+                    n, = _ui32(buf, pos)
+                    pos += 4
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_DeleteAclsResponse_DeleteAclsMatchingAcl)
+                            f2 = 'error_code'
+                            o2.error_code, n = _T7u(buf, pos)
+                            pos += 4
+                            f2 = 'error_message'
+                            if n == -1:
+                                o2.error_message = None
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.error_message = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'resource_type'
+                            o2.resource_type, n = _T0u(buf, pos)
+                            pos += 3
+                            f2 = 'resource_name'
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.resource_name = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            if v >= 1:
+                                f2 = 'pattern_type'
+                                o2.pattern_type, = _T1u(buf, pos)
+                                pos += 1
+                            else:
+                                o2.pattern_type = 3
+                            f2 = 'principal'
+                            n, = _ui16(buf, pos)
+                            pos += 2
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.principal = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'host'
+                            n, = _ui16(buf, pos)
+                            pos += 2
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.host = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'operation'
+                            o2.operation, o2.permission_type = _T2u(buf, pos)
+                            pos += 2
+                            o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.matching_acls = lst1
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.filter_results = lst
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
@@ -485,9 +686,11 @@ class DeleteAclsResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, n = _T7u(buf, pos)
+            o.throttle_time_ms, n = _T8u(buf, pos)
             pos += 5
             f = 'filter_results'
             if n >= 128:
@@ -504,9 +707,153 @@ class DeleteAclsResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_DeleteAclsResponse_DeleteAclsFilterResult._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_DeleteAclsResponse_DeleteAclsFilterResult)
+                    f1 = 'error_code'
+                    o1.error_code, n = _T9u(buf, pos)
+                    pos += 3
+                    f1 = 'error_message'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        o1.error_message = None
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.error_message = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'matching_acls'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_DeleteAclsResponse_DeleteAclsMatchingAcl)
+                            f2 = 'error_code'
+                            o2.error_code, n = _T9u(buf, pos)
+                            pos += 3
+                            f2 = 'error_message'
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                o2.error_message = None
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.error_message = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'resource_type'
+                            o2.resource_type, n = _T3u(buf, pos)
+                            pos += 2
+                            f2 = 'resource_name'
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.resource_name = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'pattern_type'
+                            o2.pattern_type, n = _T3u(buf, pos)
+                            pos += 2
+                            f2 = 'principal'
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.principal = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'host'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.host = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'operation'
+                            o2.operation, o2.permission_type, n = _T4u(buf, pos)
+                            pos += 3
+                            f2 = '<tagged fields>'
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.matching_acls = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.filter_results = lst
             f = '<tagged fields>'
@@ -524,7 +871,7 @@ class DeleteAclsResponse(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     class DeleteAclsFilterResult(_Struct):
@@ -548,7 +895,7 @@ class DeleteAclsResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T8p(self.error_code)
+            buf += _T10p(self.error_code)
             x = self.error_message
             if x is None:
                 buf += b'\xff\xff'
@@ -572,7 +919,7 @@ class DeleteAclsResponse(_Struct):
             _i = -1
             try:
                 f = 'error_code'
-                o.error_code, n = _T9u(buf, pos)
+                o.error_code, n = _T7u(buf, pos)
                 pos += 4
                 f = 'error_message'
                 if n == -1:
@@ -603,7 +950,7 @@ class DeleteAclsResponse(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T8p(self.error_code)
+            buf += _T10p(self.error_code)
             x = self.error_message
             if x is None:
                 buf += b'\x00'
@@ -639,7 +986,7 @@ class DeleteAclsResponse(_Struct):
             _i = -1
             try:
                 f = 'error_code'
-                o.error_code, n = _T10u(buf, pos)
+                o.error_code, n = _T9u(buf, pos)
                 pos += 3
                 f = 'error_message'
                 if n >= 128:
@@ -730,7 +1077,7 @@ class DeleteAclsResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T8p(self.error_code)
+            buf += _T10p(self.error_code)
             x = self.error_message
             if x is None:
                 buf += b'\xff\xff'
@@ -738,7 +1085,7 @@ class DeleteAclsResponse(_Struct):
                 x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
-            buf += _T0p(self.resource_type)
+            buf += _T1p(self.resource_type)
             x = self.resource_name
             if x is None:
                 raise _not_nullable(self, 'resource_name', v)
@@ -747,7 +1094,7 @@ class DeleteAclsResponse(_Struct):
                 buf += _pi16(len(x))
                 buf += x
             if v >= 1:
-                buf += _T0p(self.pattern_type)
+                buf += _T1p(self.pattern_type)
             else:
                 if not (self.pattern_type == 3):
                     raise _absent(self, 'pattern_type', v)
@@ -765,7 +1112,7 @@ class DeleteAclsResponse(_Struct):
                 x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
-            buf += _T1p(self.operation, self.permission_type)
+            buf += _T2p(self.operation, self.permission_type)
 
         @staticmethod
         def _r0(buf, pos, v):
@@ -775,7 +1122,7 @@ class DeleteAclsResponse(_Struct):
             _i = -1
             try:
                 f = 'error_code'
-                o.error_code, n = _T9u(buf, pos)
+                o.error_code, n = _T7u(buf, pos)
                 pos += 4
                 f = 'error_message'
                 if n == -1:
@@ -786,7 +1133,7 @@ class DeleteAclsResponse(_Struct):
                     o.error_message = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'resource_type'
-                o.resource_type, n = _T2u(buf, pos)
+                o.resource_type, n = _T0u(buf, pos)
                 pos += 3
                 f = 'resource_name'
                 if n == -1:
@@ -798,7 +1145,7 @@ class DeleteAclsResponse(_Struct):
                     pos += n
                 if v >= 1:
                     f = 'pattern_type'
-                    o.pattern_type, = _T0u(buf, pos)
+                    o.pattern_type, = _T1u(buf, pos)
                     pos += 1
                 else:
                     o.pattern_type = 3
@@ -823,7 +1170,7 @@ class DeleteAclsResponse(_Struct):
                     o.host = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'operation'
-                o.operation, o.permission_type = _T1u(buf, pos)
+                o.operation, o.permission_type = _T2u(buf, pos)
                 pos += 2
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -831,7 +1178,7 @@ class DeleteAclsResponse(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T8p(self.error_code)
+            buf += _T10p(self.error_code)
             x = self.error_message
             if x is None:
                 buf += b'\x00'
@@ -843,7 +1190,7 @@ class DeleteAclsResponse(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T0p(self.resource_type)
+            buf += _T1p(self.resource_type)
             x = self.resource_name
             if x is None:
                 raise _not_nullable(self, 'resource_name', v)
@@ -855,7 +1202,7 @@ class DeleteAclsResponse(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T0p(self.pattern_type)
+            buf += _T1p(self.pattern_type)
             x = self.principal
             if x is None:
                 raise _not_nullable(self, 'principal', v)
@@ -878,7 +1225,7 @@ class DeleteAclsResponse(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T1p(self.operation, self.permission_type)
+            buf += _T2p(self.operation, self.permission_type)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -892,7 +1239,7 @@ class DeleteAclsResponse(_Struct):
             _i = -1
             try:
                 f = 'error_code'
-                o.error_code, n = _T10u(buf, pos)
+                o.error_code, n = _T9u(buf, pos)
                 pos += 3
                 f = 'error_message'
                 if n >= 128:

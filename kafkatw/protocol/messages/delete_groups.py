@@ -22,6 +22,7 @@ from kafkatw.protocol._runtime import (
 from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     write_tags as _write_tags,
@@ -35,10 +36,10 @@ _T0u = _struct.Struct('>i').unpack_from
 _T0p = _struct.Struct('>i').pack
 _T1u = _struct.Struct('>ii').unpack_from
 _T1p = _struct.Struct('>ii').pack
-_T2u = _struct.Struct('>iB').unpack_from
-_T2p = _struct.Struct('>iB').pack
-_T3u = _struct.Struct('>h').unpack_from
-_T3p = _struct.Struct('>h').pack
+_T2u = _struct.Struct('>h').unpack_from
+_T2p = _struct.Struct('>h').pack
+_T3u = _struct.Struct('>iB').unpack_from
+_T3p = _struct.Struct('>iB').pack
 _T4u = _struct.Struct('>hB').unpack_from
 _T4p = _struct.Struct('>hB').pack
 
@@ -219,6 +220,7 @@ class DeleteGroupsResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             f = 'throttle_time_ms'
             o.throttle_time_ms, n = _T1u(buf, pos)
@@ -231,14 +233,30 @@ class DeleteGroupsResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_DeleteGroupsResponse_DeletableGroupResult._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_DeleteGroupsResponse_DeletableGroupResult)
+                    f1 = 'group_id'
+                    n, = _ui16(buf, pos)
+                    pos += 2
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.group_id = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'error_code'
+                    o1.error_code, = _T2u(buf, pos)
+                    pos += 2
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.results = lst
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
@@ -265,9 +283,10 @@ class DeleteGroupsResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, n = _T2u(buf, pos)
+            o.throttle_time_ms, n = _T3u(buf, pos)
             pos += 5
             f = 'results'
             if n >= 128:
@@ -284,9 +303,43 @@ class DeleteGroupsResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_DeleteGroupsResponse_DeletableGroupResult._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_DeleteGroupsResponse_DeletableGroupResult)
+                    f1 = 'group_id'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.group_id = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'error_code'
+                    o1.error_code, n = _T4u(buf, pos)
+                    pos += 3
+                    f1 = '<tagged fields>'
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.results = lst
             f = '<tagged fields>'
@@ -304,7 +357,7 @@ class DeleteGroupsResponse(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     class DeletableGroupResult(_Struct):
@@ -333,7 +386,7 @@ class DeleteGroupsResponse(_Struct):
                 x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
-            buf += _T3p(self.error_code)
+            buf += _T2p(self.error_code)
 
         @staticmethod
         def _r0(buf, pos, v):
@@ -353,7 +406,7 @@ class DeleteGroupsResponse(_Struct):
                     o.group_id = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'error_code'
-                o.error_code, = _T3u(buf, pos)
+                o.error_code, = _T2u(buf, pos)
                 pos += 2
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -372,7 +425,7 @@ class DeleteGroupsResponse(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T3p(self.error_code)
+            buf += _T2p(self.error_code)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:

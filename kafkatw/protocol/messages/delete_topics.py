@@ -24,6 +24,7 @@ from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
     ZERO_UUID as _ZERO_UUID,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     write_tags as _write_tags,
@@ -35,12 +36,14 @@ __all__ = ["DeleteTopicsRequest", "DeleteTopicsResponse"]
 
 _T0u = _struct.Struct('>i').unpack_from
 _T0p = _struct.Struct('>i').pack
-_T1u = _struct.Struct('>iB').unpack_from
-_T1p = _struct.Struct('>iB').pack
-_T2u = _struct.Struct('>16s').unpack_from
-_T2p = _struct.Struct('>16s').pack
-_T3u = _struct.Struct('>h').unpack_from
-_T3p = _struct.Struct('>h').pack
+_T1u = _struct.Struct('>16sB').unpack_from
+_T1p = _struct.Struct('>16sB').pack
+_T2u = _struct.Struct('>iB').unpack_from
+_T2p = _struct.Struct('>iB').pack
+_T3u = _struct.Struct('>16s').unpack_from
+_T3p = _struct.Struct('>16s').pack
+_T4u = _struct.Struct('>h').unpack_from
+_T4p = _struct.Struct('>h').pack
 
 
 class DeleteTopicsRequest(_Struct):
@@ -159,6 +162,7 @@ class DeleteTopicsRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             if v >= 6:
                 f = 'topics'
@@ -178,9 +182,43 @@ class DeleteTopicsRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
+                    f1 = ''
                     for _i in range(n):
-                        e, pos = _S_DeleteTopicsRequest_DeleteTopicState._r1(buf, pos, v)
-                        lst.append(e)
+                        o1 = _new(_S_DeleteTopicsRequest_DeleteTopicState)
+                        f1 = 'name'
+                        n = buf[pos]
+                        pos += 1
+                        if n >= 128:
+                            if buf[pos] < 128:
+                                n = (n & 127) | (buf[pos] << 7)
+                                pos += 1
+                            else:
+                                n, pos = _ruv(buf, pos - 1)
+                        n -= 1
+                        if n == -1:
+                            o1.name = None
+                        else:
+                            if n < -1 or n > lb - pos:
+                                raise _bad_len(n, lb - pos)
+                            o1.name = buf[pos:pos + n].tobytes().decode()
+                            pos += n
+                        f1 = 'topic_id'
+                        o1.topic_id, n = _T1u(buf, pos)
+                        pos += 17
+                        f1 = '<tagged fields>'
+                        if n:
+                            o1.unknown_tagged_fields = u = {}
+                            if n >= 128:
+                                n, pos = _ruv(buf, pos - 1)
+                            for _ in range(n):
+                                tag, size, pos = _rtag(buf, pos)
+                                end = pos + size
+                                u[tag] = buf[pos:end].tobytes()
+                                pos = end
+                        else:
+                            o1.unknown_tagged_fields = _NO_TAGS
+                        lst.append(o1)
+                    f1 = None
                     _i = -1
                     o.topics = lst
             else:
@@ -223,7 +261,7 @@ class DeleteTopicsRequest(_Struct):
             else:
                 o.topic_names = []
             f = 'timeout_ms'
-            o.timeout_ms, n = _T1u(buf, pos)
+            o.timeout_ms, n = _T2u(buf, pos)
             pos += 5
             f = '<tagged fields>'
             if n:
@@ -238,7 +276,7 @@ class DeleteTopicsRequest(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     class DeleteTopicState(_Struct):
@@ -296,7 +334,7 @@ class DeleteTopicsRequest(_Struct):
                 if not (self.name is None):
                     raise _absent(self, 'name', v)
             if v >= 6:
-                buf += _T2p(self.topic_id)
+                buf += _T3p(self.topic_id)
             else:
                 if not (self.topic_id == _ZERO_UUID):
                     raise _absent(self, 'topic_id', v)
@@ -334,7 +372,7 @@ class DeleteTopicsRequest(_Struct):
                     o.name = None
                 if v >= 6:
                     f = 'topic_id'
-                    o.topic_id, = _T2u(buf, pos)
+                    o.topic_id, = _T3u(buf, pos)
                     pos += 16
                 else:
                     o.topic_id = _ZERO_UUID
@@ -393,6 +431,7 @@ class DeleteTopicsResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             if v >= 1:
                 f = 'throttle_time_ms'
@@ -410,14 +449,32 @@ class DeleteTopicsResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_DeleteTopicsResponse_DeletableTopicResult._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_DeleteTopicsResponse_DeletableTopicResult)
+                    f1 = 'name'
+                    n, = _ui16(buf, pos)
+                    pos += 2
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    o1.topic_id = _ZERO_UUID
+                    f1 = 'error_code'
+                    o1.error_code, = _T4u(buf, pos)
+                    pos += 2
+                    o1.error_message = None
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.responses = lst
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
@@ -444,9 +501,10 @@ class DeleteTopicsResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, n = _T1u(buf, pos)
+            o.throttle_time_ms, n = _T2u(buf, pos)
             pos += 5
             f = 'responses'
             if n >= 128:
@@ -463,9 +521,73 @@ class DeleteTopicsResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_DeleteTopicsResponse_DeletableTopicResult._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_DeleteTopicsResponse_DeletableTopicResult)
+                    f1 = 'name'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        if not (v >= 6):
+                            raise _DecodeFailure('null value for non-nullable field', [])
+                        o1.name = None
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    if v >= 6:
+                        f1 = 'topic_id'
+                        o1.topic_id, = _T3u(buf, pos)
+                        pos += 16
+                    else:
+                        o1.topic_id = _ZERO_UUID
+                    f1 = 'error_code'
+                    o1.error_code, = _T4u(buf, pos)
+                    pos += 2
+                    if v >= 5:
+                        f1 = 'error_message'
+                        n = buf[pos]
+                        pos += 1
+                        if n >= 128:
+                            if buf[pos] < 128:
+                                n = (n & 127) | (buf[pos] << 7)
+                                pos += 1
+                            else:
+                                n, pos = _ruv(buf, pos - 1)
+                        n -= 1
+                        if n == -1:
+                            o1.error_message = None
+                        else:
+                            if n < -1 or n > lb - pos:
+                                raise _bad_len(n, lb - pos)
+                            o1.error_message = buf[pos:pos + n].tobytes().decode()
+                            pos += n
+                    else:
+                        o1.error_message = None
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.responses = lst
             f = '<tagged fields>'
@@ -483,7 +605,7 @@ class DeleteTopicsResponse(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     class DeletableTopicResult(_Struct):
@@ -516,7 +638,7 @@ class DeleteTopicsResponse(_Struct):
                 x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
-            buf += _T3p(self.error_code)
+            buf += _T4p(self.error_code)
 
         @staticmethod
         def _r0(buf, pos, v):
@@ -537,7 +659,7 @@ class DeleteTopicsResponse(_Struct):
                     pos += n
                 o.topic_id = _ZERO_UUID
                 f = 'error_code'
-                o.error_code, = _T3u(buf, pos)
+                o.error_code, = _T4u(buf, pos)
                 pos += 2
                 o.error_message = None
                 o.unknown_tagged_fields = _NO_TAGS
@@ -560,8 +682,8 @@ class DeleteTopicsResponse(_Struct):
                     buf += _wuv(n)
                 buf += x
             if v >= 6:
-                buf += _T2p(self.topic_id)
-            buf += _T3p(self.error_code)
+                buf += _T3p(self.topic_id)
+            buf += _T4p(self.error_code)
             if v >= 5:
                 x = self.error_message
                 if x is None:
@@ -607,12 +729,12 @@ class DeleteTopicsResponse(_Struct):
                     pos += n
                 if v >= 6:
                     f = 'topic_id'
-                    o.topic_id, = _T2u(buf, pos)
+                    o.topic_id, = _T3u(buf, pos)
                     pos += 16
                 else:
                     o.topic_id = _ZERO_UUID
                 f = 'error_code'
-                o.error_code, = _T3u(buf, pos)
+                o.error_code, = _T4u(buf, pos)
                 pos += 2
                 if v >= 5:
                     f = 'error_message'

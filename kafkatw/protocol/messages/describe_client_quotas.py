@@ -22,6 +22,7 @@ from kafkatw.protocol._runtime import (
 from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     write_tags as _write_tags,
@@ -33,22 +34,22 @@ __all__ = ["DescribeClientQuotasRequest", "DescribeClientQuotasResponse"]
 
 _T0u = _struct.Struct('>?').unpack_from
 _T0p = _struct.Struct('>?').pack
-_T1u = _struct.Struct('>?B').unpack_from
-_T1p = _struct.Struct('>?B').pack
-_T2u = _struct.Struct('>b').unpack_from
-_T2p = _struct.Struct('>b').pack
-_T3u = _struct.Struct('>bh').unpack_from
-_T3p = _struct.Struct('>bh').pack
-_T4u = _struct.Struct('>bB').unpack_from
-_T4p = _struct.Struct('>bB').pack
+_T1u = _struct.Struct('>bh').unpack_from
+_T1p = _struct.Struct('>bh').pack
+_T2u = _struct.Struct('>bB').unpack_from
+_T2p = _struct.Struct('>bB').pack
+_T3u = _struct.Struct('>?B').unpack_from
+_T3p = _struct.Struct('>?B').pack
+_T4u = _struct.Struct('>b').unpack_from
+_T4p = _struct.Struct('>b').pack
 _T5u = _struct.Struct('>ih').unpack_from
 _T5p = _struct.Struct('>ih').pack
 _T6u = _struct.Struct('>ihh').unpack_from
 _T6p = _struct.Struct('>ihh').pack
-_T7u = _struct.Struct('>ihB').unpack_from
-_T7p = _struct.Struct('>ihB').pack
-_T8u = _struct.Struct('>d').unpack_from
-_T8p = _struct.Struct('>d').pack
+_T7u = _struct.Struct('>d').unpack_from
+_T7p = _struct.Struct('>d').pack
+_T8u = _struct.Struct('>ihB').unpack_from
+_T8p = _struct.Struct('>ihB').pack
 _T9u = _struct.Struct('>dB').unpack_from
 _T9p = _struct.Struct('>dB').pack
 
@@ -87,6 +88,7 @@ class DescribeClientQuotasRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             f = 'components'
             n, = _ui32(buf, pos)
@@ -98,9 +100,33 @@ class DescribeClientQuotasRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_DescribeClientQuotasRequest_ComponentData._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_DescribeClientQuotasRequest_ComponentData)
+                    f1 = 'entity_type'
+                    n, = _ui16(buf, pos)
+                    pos += 2
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.entity_type = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'match_type'
+                    o1.match_type, n = _T1u(buf, pos)
+                    pos += 3
+                    f1 = 'match'
+                    if n == -1:
+                        o1.match = None
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.match = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.components = lst
             f = 'strict'
@@ -108,7 +134,7 @@ class DescribeClientQuotasRequest(_Struct):
             pos += 1
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
@@ -135,6 +161,7 @@ class DescribeClientQuotasRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             f = 'components'
             n = buf[pos]
@@ -153,13 +180,64 @@ class DescribeClientQuotasRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_DescribeClientQuotasRequest_ComponentData._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_DescribeClientQuotasRequest_ComponentData)
+                    f1 = 'entity_type'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.entity_type = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'match_type'
+                    o1.match_type, n = _T2u(buf, pos)
+                    pos += 2
+                    f1 = 'match'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        o1.match = None
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.match = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.components = lst
             f = 'strict'
-            o.strict, n = _T1u(buf, pos)
+            o.strict, n = _T3u(buf, pos)
             pos += 2
             f = '<tagged fields>'
             if n:
@@ -174,7 +252,7 @@ class DescribeClientQuotasRequest(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     class ComponentData(_Struct):
@@ -205,7 +283,7 @@ class DescribeClientQuotasRequest(_Struct):
                 x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
-            buf += _T2p(self.match_type)
+            buf += _T4p(self.match_type)
             x = self.match
             if x is None:
                 buf += b'\xff\xff'
@@ -232,7 +310,7 @@ class DescribeClientQuotasRequest(_Struct):
                     o.entity_type = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'match_type'
-                o.match_type, n = _T3u(buf, pos)
+                o.match_type, n = _T1u(buf, pos)
                 pos += 3
                 f = 'match'
                 if n == -1:
@@ -259,7 +337,7 @@ class DescribeClientQuotasRequest(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T2p(self.match_type)
+            buf += _T4p(self.match_type)
             x = self.match
             if x is None:
                 buf += b'\x00'
@@ -301,7 +379,7 @@ class DescribeClientQuotasRequest(_Struct):
                     o.entity_type = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'match_type'
-                o.match_type, n = _T4u(buf, pos)
+                o.match_type, n = _T2u(buf, pos)
                 pos += 2
                 f = 'match'
                 if n >= 128:
@@ -383,6 +461,8 @@ class DescribeClientQuotasResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'throttle_time_ms'
             o.throttle_time_ms, o.error_code, n = _T6u(buf, pos)
@@ -405,14 +485,86 @@ class DescribeClientQuotasResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_DescribeClientQuotasResponse_EntryData._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_DescribeClientQuotasResponse_EntryData)
+                    f1 = 'entity'
+                    n, = _ui32(buf, pos)
+                    pos += 4
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_DescribeClientQuotasResponse_EntityData)
+                            f2 = 'entity_type'
+                            n, = _ui16(buf, pos)
+                            pos += 2
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.entity_type = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'entity_name'
+                            n, = _ui16(buf, pos)
+                            pos += 2
+                            if n == -1:
+                                o2.entity_name = None
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.entity_name = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.entity = lst1
+                    f1 = 'values'
+                    n, = _ui32(buf, pos)
+                    pos += 4
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_DescribeClientQuotasResponse_ValueData)
+                            f2 = 'key'
+                            n, = _ui16(buf, pos)
+                            pos += 2
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.key = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'value'
+                            o2.value, = _T7u(buf, pos)
+                            pos += 8
+                            o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.values = lst1
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.entries = lst
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
@@ -450,9 +602,11 @@ class DescribeClientQuotasResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, o.error_code, n = _T7u(buf, pos)
+            o.throttle_time_ms, o.error_code, n = _T8u(buf, pos)
             pos += 7
             f = 'error_message'
             if n >= 128:
@@ -486,9 +640,153 @@ class DescribeClientQuotasResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_DescribeClientQuotasResponse_EntryData._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_DescribeClientQuotasResponse_EntryData)
+                    f1 = 'entity'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_DescribeClientQuotasResponse_EntityData)
+                            f2 = 'entity_type'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.entity_type = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'entity_name'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                o2.entity_name = None
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.entity_name = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = '<tagged fields>'
+                            n = buf[pos]
+                            pos += 1
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.entity = lst1
+                    f1 = 'values'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_DescribeClientQuotasResponse_ValueData)
+                            f2 = 'key'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.key = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'value'
+                            o2.value, n = _T9u(buf, pos)
+                            pos += 9
+                            f2 = '<tagged fields>'
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.values = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.entries = lst
             f = '<tagged fields>'
@@ -506,7 +804,7 @@ class DescribeClientQuotasResponse(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     class EntryData(_Struct):
@@ -863,7 +1161,7 @@ class DescribeClientQuotasResponse(_Struct):
                 x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
-            buf += _T8p(self.value)
+            buf += _T7p(self.value)
 
         @staticmethod
         def _r0(buf, pos, v):
@@ -883,7 +1181,7 @@ class DescribeClientQuotasResponse(_Struct):
                     o.key = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'value'
-                o.value, = _T8u(buf, pos)
+                o.value, = _T7u(buf, pos)
                 pos += 8
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -902,7 +1200,7 @@ class DescribeClientQuotasResponse(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T8p(self.value)
+            buf += _T7p(self.value)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:

@@ -23,6 +23,7 @@ from kafkatw.protocol._runtime import (
 from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     write_tags as _write_tags,
@@ -34,32 +35,32 @@ __all__ = ["DescribeConfigsRequest", "DescribeConfigsResponse"]
 
 _T0u = _struct.Struct('>?').unpack_from
 _T0p = _struct.Struct('>?').pack
-_T1u = _struct.Struct('>??').unpack_from
-_T1p = _struct.Struct('>??').pack
-_T2u = _struct.Struct('>??B').unpack_from
-_T2p = _struct.Struct('>??B').pack
-_T3u = _struct.Struct('>b').unpack_from
-_T3p = _struct.Struct('>b').pack
-_T4u = _struct.Struct('>bh').unpack_from
-_T4p = _struct.Struct('>bh').pack
-_T5u = _struct.Struct('>bB').unpack_from
-_T5p = _struct.Struct('>bB').pack
+_T1u = _struct.Struct('>bh').unpack_from
+_T1p = _struct.Struct('>bh').pack
+_T2u = _struct.Struct('>??').unpack_from
+_T2p = _struct.Struct('>??').pack
+_T3u = _struct.Struct('>bB').unpack_from
+_T3p = _struct.Struct('>bB').pack
+_T4u = _struct.Struct('>??B').unpack_from
+_T4p = _struct.Struct('>??B').pack
+_T5u = _struct.Struct('>b').unpack_from
+_T5p = _struct.Struct('>b').pack
 _T6u = _struct.Struct('>i').unpack_from
 _T6p = _struct.Struct('>i').pack
 _T7u = _struct.Struct('>ii').unpack_from
 _T7p = _struct.Struct('>ii').pack
-_T8u = _struct.Struct('>iB').unpack_from
-_T8p = _struct.Struct('>iB').pack
-_T9u = _struct.Struct('>h').unpack_from
-_T9p = _struct.Struct('>h').pack
-_T10u = _struct.Struct('>hh').unpack_from
-_T10p = _struct.Struct('>hh').pack
-_T11u = _struct.Struct('>hB').unpack_from
-_T11p = _struct.Struct('>hB').pack
-_T12u = _struct.Struct('>b?').unpack_from
-_T12p = _struct.Struct('>b?').pack
-_T13u = _struct.Struct('>b?B').unpack_from
-_T13p = _struct.Struct('>b?B').pack
+_T8u = _struct.Struct('>hh').unpack_from
+_T8p = _struct.Struct('>hh').pack
+_T9u = _struct.Struct('>iB').unpack_from
+_T9p = _struct.Struct('>iB').pack
+_T10u = _struct.Struct('>hB').unpack_from
+_T10p = _struct.Struct('>hB').pack
+_T11u = _struct.Struct('>b?B').unpack_from
+_T11p = _struct.Struct('>b?B').pack
+_T12u = _struct.Struct('>h').unpack_from
+_T12p = _struct.Struct('>h').pack
+_T13u = _struct.Struct('>b?').unpack_from
+_T13p = _struct.Struct('>b?').pack
 
 
 class DescribeConfigsRequest(_Struct):
@@ -107,6 +108,7 @@ class DescribeConfigsRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             f = 'resources'
             n, = _ui32(buf, pos)
@@ -118,9 +120,43 @@ class DescribeConfigsRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_DescribeConfigsRequest_DescribeConfigsResource._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_DescribeConfigsRequest_DescribeConfigsResource)
+                    f1 = 'resource_type'
+                    o1.resource_type, n = _T1u(buf, pos)
+                    pos += 3
+                    f1 = 'resource_name'
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.resource_name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'configuration_keys'
+                    n, = _ui32(buf, pos)
+                    pos += 4
+                    if n == -1:
+                        o1.configuration_keys = None
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        for _i1 in range(n):
+                            n, = _ui16(buf, pos)
+                            pos += 2
+                            if n < 0 or n > lb - pos:
+                                raise _bad_len(n, lb - pos)
+                            e = buf[pos:pos + n].tobytes().decode()
+                            pos += n
+                            lst1.append(e)
+                        _i1 = -1
+                        o1.configuration_keys = lst1
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.resources = lst
             if v >= 1:
@@ -137,7 +173,7 @@ class DescribeConfigsRequest(_Struct):
                 o.include_documentation = False
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
@@ -152,7 +188,7 @@ class DescribeConfigsRequest(_Struct):
                 buf += _wuv(n)
             for e in x:
                 e._w1(buf, parts, v)
-        buf += _T1p(self.include_synonyms, self.include_documentation)
+        buf += _T2p(self.include_synonyms, self.include_documentation)
         if self.unknown_tagged_fields:
             _write_tags(buf, [], self.unknown_tagged_fields)
         else:
@@ -164,6 +200,7 @@ class DescribeConfigsRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             f = 'resources'
             n = buf[pos]
@@ -182,13 +219,81 @@ class DescribeConfigsRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_DescribeConfigsRequest_DescribeConfigsResource._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_DescribeConfigsRequest_DescribeConfigsResource)
+                    f1 = 'resource_type'
+                    o1.resource_type, n = _T3u(buf, pos)
+                    pos += 2
+                    f1 = 'resource_name'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.resource_name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'configuration_keys'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        o1.configuration_keys = None
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        for _i1 in range(n):
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n < 0 or n > lb - pos:
+                                raise _bad_len(n, lb - pos)
+                            e = buf[pos:pos + n].tobytes().decode()
+                            pos += n
+                            lst1.append(e)
+                        _i1 = -1
+                        o1.configuration_keys = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.resources = lst
             f = 'include_synonyms'
-            o.include_synonyms, o.include_documentation, n = _T2u(buf, pos)
+            o.include_synonyms, o.include_documentation, n = _T4u(buf, pos)
             pos += 3
             f = '<tagged fields>'
             if n:
@@ -203,7 +308,7 @@ class DescribeConfigsRequest(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     class DescribeConfigsResource(_Struct):
@@ -227,7 +332,7 @@ class DescribeConfigsRequest(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T3p(self.resource_type)
+            buf += _T5p(self.resource_type)
             x = self.resource_name
             if x is None:
                 raise _not_nullable(self, 'resource_name', v)
@@ -253,7 +358,7 @@ class DescribeConfigsRequest(_Struct):
             _i = -1
             try:
                 f = 'resource_type'
-                o.resource_type, n = _T4u(buf, pos)
+                o.resource_type, n = _T1u(buf, pos)
                 pos += 3
                 f = 'resource_name'
                 if n == -1:
@@ -289,7 +394,7 @@ class DescribeConfigsRequest(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T3p(self.resource_type)
+            buf += _T5p(self.resource_type)
             x = self.resource_name
             if x is None:
                 raise _not_nullable(self, 'resource_name', v)
@@ -331,7 +436,7 @@ class DescribeConfigsRequest(_Struct):
             _i = -1
             try:
                 f = 'resource_type'
-                o.resource_type, n = _T5u(buf, pos)
+                o.resource_type, n = _T3u(buf, pos)
                 pos += 2
                 f = 'resource_name'
                 if n >= 128:
@@ -436,6 +541,9 @@ class DescribeConfigsResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
+        f3 = None; _i3 = -1
         try:
             f = 'throttle_time_ms'
             o.throttle_time_ms, n = _T7u(buf, pos)
@@ -448,14 +556,158 @@ class DescribeConfigsResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_DescribeConfigsResponse_DescribeConfigsResult._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_DescribeConfigsResponse_DescribeConfigsResult)
+                    f1 = 'error_code'
+                    o1.error_code, n = _T8u(buf, pos)
+                    pos += 4
+                    f1 = 'error_message'
+                    if n == -1:
+                        o1.error_message = None
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.error_message = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'resource_type'
+                    o1.resource_type, n = _T1u(buf, pos)
+                    pos += 3
+                    f1 = 'resource_name'
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.resource_name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'configs'
+                    n, = _ui32(buf, pos)
+                    pos += 4
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_DescribeConfigsResponse_DescribeConfigsResourceResult)
+                            f2 = 'name'
+                            n, = _ui16(buf, pos)
+                            pos += 2
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.name = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'value'
+                            n, = _ui16(buf, pos)
+                            pos += 2
+                            if n == -1:
+                                o2.value = None
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.value = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'read_only'
+                            o2.read_only, = _T0u(buf, pos)
+                            pos += 1
+                            if v <= 0:
+                                f2 = 'is_default'
+                                o2.is_default, = _T0u(buf, pos)
+                                pos += 1
+                            else:
+                                o2.is_default = False
+                            if v >= 1:
+                                f2 = 'config_source'
+                                o2.config_source, = _T5u(buf, pos)
+                                pos += 1
+                            else:
+                                o2.config_source = -1
+                            f2 = 'is_sensitive'
+                            o2.is_sensitive, = _T0u(buf, pos)
+                            pos += 1
+                            if v >= 1:
+                                f2 = 'synonyms'
+                                n, = _ui32(buf, pos)
+                                pos += 4
+                                if n == -1:
+                                    raise _DecodeFailure('null value for non-nullable field', [])
+                                else:
+                                    _i2 = -1
+                                    if n < 0 or n * 1 > lb - pos:
+                                        raise _bad_len(n, lb - pos)
+                                    lst2 = []
+                                    f3 = ''
+                                    for _i2 in range(n):
+                                        o3 = _new(_S_DescribeConfigsResponse_DescribeConfigsSynonym)
+                                        f3 = 'name'
+                                        n, = _ui16(buf, pos)
+                                        pos += 2
+                                        if n == -1:
+                                            raise _DecodeFailure('null value for non-nullable field', [])
+                                        else:
+                                            if n < -1 or n > lb - pos:
+                                                raise _bad_len(n, lb - pos)
+                                            o3.name = buf[pos:pos + n].tobytes().decode()
+                                            pos += n
+                                        f3 = 'value'
+                                        n, = _ui16(buf, pos)
+                                        pos += 2
+                                        if n == -1:
+                                            o3.value = None
+                                        else:
+                                            if n < -1 or n > lb - pos:
+                                                raise _bad_len(n, lb - pos)
+                                            o3.value = buf[pos:pos + n].tobytes().decode()
+                                            pos += n
+                                        f3 = 'source'
+                                        o3.source, = _T5u(buf, pos)
+                                        pos += 1
+                                        o3.unknown_tagged_fields = _NO_TAGS
+                                        lst2.append(o3)
+                                    f3 = None
+                                    _i2 = -1
+                                    o2.synonyms = lst2
+                            else:
+                                o2.synonyms = []
+                            if v >= 3:
+                                f2 = 'config_type'
+                                o2.config_type, = _T5u(buf, pos)
+                                pos += 1
+                            else:
+                                o2.config_type = 0
+                            if v >= 3:
+                                f2 = 'documentation'
+                                n, = _ui16(buf, pos)
+                                pos += 2
+                                if n == -1:
+                                    o2.documentation = None
+                                else:
+                                    if n < -1 or n > lb - pos:
+                                        raise _bad_len(n, lb - pos)
+                                    o2.documentation = buf[pos:pos + n].tobytes().decode()
+                                    pos += n
+                            else:
+                                o2.documentation = ''
+                            o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.configs = lst1
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.results = lst
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2, f3, _i3) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
@@ -482,9 +734,12 @@ class DescribeConfigsResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
+        f3 = None; _i3 = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, n = _T8u(buf, pos)
+            o.throttle_time_ms, n = _T9u(buf, pos)
             pos += 5
             f = 'results'
             if n >= 128:
@@ -501,9 +756,229 @@ class DescribeConfigsResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_DescribeConfigsResponse_DescribeConfigsResult._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_DescribeConfigsResponse_DescribeConfigsResult)
+                    f1 = 'error_code'
+                    o1.error_code, n = _T10u(buf, pos)
+                    pos += 3
+                    f1 = 'error_message'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        o1.error_message = None
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.error_message = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'resource_type'
+                    o1.resource_type, n = _T3u(buf, pos)
+                    pos += 2
+                    f1 = 'resource_name'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.resource_name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'configs'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_DescribeConfigsResponse_DescribeConfigsResourceResult)
+                            f2 = 'name'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.name = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'value'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                o2.value = None
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.value = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'read_only'
+                            o2.read_only, = _T0u(buf, pos)
+                            pos += 1
+                            o2.is_default = False
+                            f2 = 'config_source'
+                            o2.config_source, o2.is_sensitive, n = _T11u(buf, pos)
+                            pos += 3
+                            f2 = 'synonyms'
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                _i2 = -1
+                                if n < 0 or n * 1 > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                lst2 = []
+                                f3 = ''
+                                for _i2 in range(n):
+                                    o3 = _new(_S_DescribeConfigsResponse_DescribeConfigsSynonym)
+                                    f3 = 'name'
+                                    n = buf[pos]
+                                    pos += 1
+                                    if n >= 128:
+                                        if buf[pos] < 128:
+                                            n = (n & 127) | (buf[pos] << 7)
+                                            pos += 1
+                                        else:
+                                            n, pos = _ruv(buf, pos - 1)
+                                    n -= 1
+                                    if n == -1:
+                                        raise _DecodeFailure('null value for non-nullable field', [])
+                                    else:
+                                        if n < -1 or n > lb - pos:
+                                            raise _bad_len(n, lb - pos)
+                                        o3.name = buf[pos:pos + n].tobytes().decode()
+                                        pos += n
+                                    f3 = 'value'
+                                    n = buf[pos]
+                                    pos += 1
+                                    if n >= 128:
+                                        if buf[pos] < 128:
+                                            n = (n & 127) | (buf[pos] << 7)
+                                            pos += 1
+                                        else:
+                                            n, pos = _ruv(buf, pos - 1)
+                                    n -= 1
+                                    if n == -1:
+                                        o3.value = None
+                                    else:
+                                        if n < -1 or n > lb - pos:
+                                            raise _bad_len(n, lb - pos)
+                                        o3.value = buf[pos:pos + n].tobytes().decode()
+                                        pos += n
+                                    f3 = 'source'
+                                    o3.source, n = _T3u(buf, pos)
+                                    pos += 2
+                                    f3 = '<tagged fields>'
+                                    if n:
+                                        o3.unknown_tagged_fields = u = {}
+                                        if n >= 128:
+                                            n, pos = _ruv(buf, pos - 1)
+                                        for _ in range(n):
+                                            tag, size, pos = _rtag(buf, pos)
+                                            end = pos + size
+                                            u[tag] = buf[pos:end].tobytes()
+                                            pos = end
+                                    else:
+                                        o3.unknown_tagged_fields = _NO_TAGS
+                                    lst2.append(o3)
+                                f3 = None
+                                _i2 = -1
+                                o2.synonyms = lst2
+                            f2 = 'config_type'
+                            o2.config_type, n = _T3u(buf, pos)
+                            pos += 2
+                            f2 = 'documentation'
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                o2.documentation = None
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.documentation = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = '<tagged fields>'
+                            n = buf[pos]
+                            pos += 1
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.configs = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.results = lst
             f = '<tagged fields>'
@@ -521,7 +996,7 @@ class DescribeConfigsResponse(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2, f3, _i3) from None
         return o, pos
 
     class DescribeConfigsResult(_Struct):
@@ -549,7 +1024,7 @@ class DescribeConfigsResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T9p(self.error_code)
+            buf += _T12p(self.error_code)
             x = self.error_message
             if x is None:
                 buf += b'\xff\xff'
@@ -557,7 +1032,7 @@ class DescribeConfigsResponse(_Struct):
                 x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
-            buf += _T3p(self.resource_type)
+            buf += _T5p(self.resource_type)
             x = self.resource_name
             if x is None:
                 raise _not_nullable(self, 'resource_name', v)
@@ -581,7 +1056,7 @@ class DescribeConfigsResponse(_Struct):
             _i = -1
             try:
                 f = 'error_code'
-                o.error_code, n = _T10u(buf, pos)
+                o.error_code, n = _T8u(buf, pos)
                 pos += 4
                 f = 'error_message'
                 if n == -1:
@@ -592,7 +1067,7 @@ class DescribeConfigsResponse(_Struct):
                     o.error_message = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'resource_type'
-                o.resource_type, n = _T4u(buf, pos)
+                o.resource_type, n = _T1u(buf, pos)
                 pos += 3
                 f = 'resource_name'
                 if n == -1:
@@ -623,7 +1098,7 @@ class DescribeConfigsResponse(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T9p(self.error_code)
+            buf += _T12p(self.error_code)
             x = self.error_message
             if x is None:
                 buf += b'\x00'
@@ -635,7 +1110,7 @@ class DescribeConfigsResponse(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T3p(self.resource_type)
+            buf += _T5p(self.resource_type)
             x = self.resource_name
             if x is None:
                 raise _not_nullable(self, 'resource_name', v)
@@ -671,7 +1146,7 @@ class DescribeConfigsResponse(_Struct):
             _i = -1
             try:
                 f = 'error_code'
-                o.error_code, n = _T11u(buf, pos)
+                o.error_code, n = _T10u(buf, pos)
                 pos += 3
                 f = 'error_message'
                 if n >= 128:
@@ -689,7 +1164,7 @@ class DescribeConfigsResponse(_Struct):
                     o.error_message = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'resource_type'
-                o.resource_type, n = _T5u(buf, pos)
+                o.resource_type, n = _T3u(buf, pos)
                 pos += 2
                 f = 'resource_name'
                 if n >= 128:
@@ -801,7 +1276,7 @@ class DescribeConfigsResponse(_Struct):
                 if not (self.is_default == False):
                     raise _absent(self, 'is_default', v)
             if v >= 1:
-                buf += _T3p(self.config_source)
+                buf += _T5p(self.config_source)
             buf += _T0p(self.is_sensitive)
             if v >= 1:
                 x = self.synonyms
@@ -812,7 +1287,7 @@ class DescribeConfigsResponse(_Struct):
                     for e in x:
                         e._w0(buf, parts, v)
             if v >= 3:
-                buf += _T3p(self.config_type)
+                buf += _T5p(self.config_type)
             if v >= 3:
                 x = self.documentation
                 if x is None:
@@ -860,7 +1335,7 @@ class DescribeConfigsResponse(_Struct):
                     o.is_default = False
                 if v >= 1:
                     f = 'config_source'
-                    o.config_source, = _T3u(buf, pos)
+                    o.config_source, = _T5u(buf, pos)
                     pos += 1
                 else:
                     o.config_source = -1
@@ -887,7 +1362,7 @@ class DescribeConfigsResponse(_Struct):
                     o.synonyms = []
                 if v >= 3:
                     f = 'config_type'
-                    o.config_type, = _T3u(buf, pos)
+                    o.config_type, = _T5u(buf, pos)
                     pos += 1
                 else:
                     o.config_type = 0
@@ -935,7 +1410,7 @@ class DescribeConfigsResponse(_Struct):
             buf += _T0p(self.read_only)
             if not (self.is_default == False):
                 raise _absent(self, 'is_default', v)
-            buf += _T12p(self.config_source, self.is_sensitive)
+            buf += _T13p(self.config_source, self.is_sensitive)
             x = self.synonyms
             if x is None:
                 raise _not_nullable(self, 'synonyms', v)
@@ -947,7 +1422,7 @@ class DescribeConfigsResponse(_Struct):
                     buf += _wuv(n)
                 for e in x:
                     e._w1(buf, parts, v)
-            buf += _T3p(self.config_type)
+            buf += _T5p(self.config_type)
             x = self.documentation
             if x is None:
                 buf += b'\x00'
@@ -1010,7 +1485,7 @@ class DescribeConfigsResponse(_Struct):
                 pos += 1
                 o.is_default = False
                 f = 'config_source'
-                o.config_source, o.is_sensitive, n = _T13u(buf, pos)
+                o.config_source, o.is_sensitive, n = _T11u(buf, pos)
                 pos += 3
                 f = 'synonyms'
                 if n >= 128:
@@ -1033,7 +1508,7 @@ class DescribeConfigsResponse(_Struct):
                     _i = -1
                     o.synonyms = lst
                 f = 'config_type'
-                o.config_type, n = _T5u(buf, pos)
+                o.config_type, n = _T3u(buf, pos)
                 pos += 2
                 f = 'documentation'
                 if n >= 128:
@@ -1113,7 +1588,7 @@ class DescribeConfigsResponse(_Struct):
                 if not (self.value == ''):
                     raise _absent(self, 'value', v)
             if v >= 1:
-                buf += _T3p(self.source)
+                buf += _T5p(self.source)
             else:
                 if not (self.source == 0):
                     raise _absent(self, 'source', v)
@@ -1153,7 +1628,7 @@ class DescribeConfigsResponse(_Struct):
                     o.value = ''
                 if v >= 1:
                     f = 'source'
-                    o.source, = _T3u(buf, pos)
+                    o.source, = _T5u(buf, pos)
                     pos += 1
                 else:
                     o.source = 0
@@ -1185,7 +1660,7 @@ class DescribeConfigsResponse(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T3p(self.source)
+            buf += _T5p(self.source)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -1233,7 +1708,7 @@ class DescribeConfigsResponse(_Struct):
                     o.value = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'source'
-                o.source, n = _T5u(buf, pos)
+                o.source, n = _T3u(buf, pos)
                 pos += 2
                 f = '<tagged fields>'
                 if n:

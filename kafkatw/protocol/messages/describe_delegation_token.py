@@ -23,6 +23,7 @@ from kafkatw.protocol._runtime import (
 from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     write_tags as _write_tags,
@@ -38,16 +39,16 @@ _T1u = _struct.Struct('>i').unpack_from
 _T1p = _struct.Struct('>i').pack
 _T2u = _struct.Struct('>hi').unpack_from
 _T2p = _struct.Struct('>hi').pack
-_T3u = _struct.Struct('>hB').unpack_from
-_T3p = _struct.Struct('>hB').pack
-_T4u = _struct.Struct('>iB').unpack_from
-_T4p = _struct.Struct('>iB').pack
-_T5u = _struct.Struct('>qqq').unpack_from
-_T5p = _struct.Struct('>qqq').pack
-_T6u = _struct.Struct('>qqqh').unpack_from
-_T6p = _struct.Struct('>qqqh').pack
-_T7u = _struct.Struct('>qqqB').unpack_from
-_T7p = _struct.Struct('>qqqB').pack
+_T3u = _struct.Struct('>qqqh').unpack_from
+_T3p = _struct.Struct('>qqqh').pack
+_T4u = _struct.Struct('>hB').unpack_from
+_T4p = _struct.Struct('>hB').pack
+_T5u = _struct.Struct('>qqqB').unpack_from
+_T5p = _struct.Struct('>qqqB').pack
+_T6u = _struct.Struct('>iB').unpack_from
+_T6p = _struct.Struct('>iB').pack
+_T7u = _struct.Struct('>qqq').unpack_from
+_T7p = _struct.Struct('>qqq').pack
 
 
 class DescribeDelegationTokenRequest(_Struct):
@@ -81,6 +82,7 @@ class DescribeDelegationTokenRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             f = 'owners'
             n, = _ui32(buf, pos)
@@ -92,14 +94,37 @@ class DescribeDelegationTokenRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_DescribeDelegationTokenRequest_DescribeDelegationTokenOwner._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_DescribeDelegationTokenRequest_DescribeDelegationTokenOwner)
+                    f1 = 'principal_type'
+                    n, = _ui16(buf, pos)
+                    pos += 2
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.principal_type = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'principal_name'
+                    n, = _ui16(buf, pos)
+                    pos += 2
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.principal_name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.owners = lst
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
@@ -125,6 +150,7 @@ class DescribeDelegationTokenRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             f = 'owners'
             n = buf[pos]
@@ -143,9 +169,59 @@ class DescribeDelegationTokenRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_DescribeDelegationTokenRequest_DescribeDelegationTokenOwner._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_DescribeDelegationTokenRequest_DescribeDelegationTokenOwner)
+                    f1 = 'principal_type'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.principal_type = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'principal_name'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.principal_name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.owners = lst
             f = '<tagged fields>'
@@ -163,7 +239,7 @@ class DescribeDelegationTokenRequest(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     class DescribeDelegationTokenOwner(_Struct):
@@ -358,6 +434,8 @@ class DescribeDelegationTokenResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'error_code'
             o.error_code, n = _T2u(buf, pos)
@@ -370,9 +448,93 @@ class DescribeDelegationTokenResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_DescribeDelegationTokenResponse_DescribedDelegationToken._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_DescribeDelegationTokenResponse_DescribedDelegationToken)
+                    f1 = 'principal_type'
+                    n, = _ui16(buf, pos)
+                    pos += 2
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.principal_type = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'principal_name'
+                    n, = _ui16(buf, pos)
+                    pos += 2
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.principal_name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    o1.token_requester_principal_type = ''
+                    o1.token_requester_principal_name = ''
+                    f1 = 'issue_timestamp'
+                    o1.issue_timestamp, o1.expiry_timestamp, o1.max_timestamp, n = _T3u(buf, pos)
+                    pos += 26
+                    f1 = 'token_id'
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.token_id = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'hmac'
+                    n, = _ui32(buf, pos)
+                    pos += 4
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.hmac = buf[pos:pos + n].tobytes()
+                        pos += n
+                    f1 = 'renewers'
+                    n, = _ui32(buf, pos)
+                    pos += 4
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_DescribeDelegationTokenResponse_DescribedDelegationTokenRenewer)
+                            f2 = 'principal_type'
+                            n, = _ui16(buf, pos)
+                            pos += 2
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.principal_type = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'principal_name'
+                            n, = _ui16(buf, pos)
+                            pos += 2
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.principal_name = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.renewers = lst1
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.tokens = lst
             f = 'throttle_time_ms'
@@ -380,7 +542,7 @@ class DescribeDelegationTokenResponse(_Struct):
             pos += 4
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
@@ -408,9 +570,11 @@ class DescribeDelegationTokenResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'error_code'
-            o.error_code, n = _T3u(buf, pos)
+            o.error_code, n = _T4u(buf, pos)
             pos += 3
             f = 'tokens'
             if n >= 128:
@@ -427,13 +591,210 @@ class DescribeDelegationTokenResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_DescribeDelegationTokenResponse_DescribedDelegationToken._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_DescribeDelegationTokenResponse_DescribedDelegationToken)
+                    f1 = 'principal_type'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.principal_type = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'principal_name'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.principal_name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    if v >= 3:
+                        f1 = 'token_requester_principal_type'
+                        n = buf[pos]
+                        pos += 1
+                        if n >= 128:
+                            if buf[pos] < 128:
+                                n = (n & 127) | (buf[pos] << 7)
+                                pos += 1
+                            else:
+                                n, pos = _ruv(buf, pos - 1)
+                        n -= 1
+                        if n == -1:
+                            raise _DecodeFailure('null value for non-nullable field', [])
+                        else:
+                            if n < -1 or n > lb - pos:
+                                raise _bad_len(n, lb - pos)
+                            o1.token_requester_principal_type = buf[pos:pos + n].tobytes().decode()
+                            pos += n
+                    else:
+                        o1.token_requester_principal_type = ''
+                    if v >= 3:
+                        f1 = 'token_requester_principal_name'
+                        n = buf[pos]
+                        pos += 1
+                        if n >= 128:
+                            if buf[pos] < 128:
+                                n = (n & 127) | (buf[pos] << 7)
+                                pos += 1
+                            else:
+                                n, pos = _ruv(buf, pos - 1)
+                        n -= 1
+                        if n == -1:
+                            raise _DecodeFailure('null value for non-nullable field', [])
+                        else:
+                            if n < -1 or n > lb - pos:
+                                raise _bad_len(n, lb - pos)
+                            o1.token_requester_principal_name = buf[pos:pos + n].tobytes().decode()
+                            pos += n
+                    else:
+                        o1.token_requester_principal_name = ''
+                    f1 = 'issue_timestamp'
+                    o1.issue_timestamp, o1.expiry_timestamp, o1.max_timestamp, n = _T5u(buf, pos)
+                    pos += 25
+                    f1 = 'token_id'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.token_id = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'hmac'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.hmac = buf[pos:pos + n].tobytes()
+                        pos += n
+                    f1 = 'renewers'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_DescribeDelegationTokenResponse_DescribedDelegationTokenRenewer)
+                            f2 = 'principal_type'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.principal_type = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'principal_name'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.principal_name = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = '<tagged fields>'
+                            n = buf[pos]
+                            pos += 1
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.renewers = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.tokens = lst
             f = 'throttle_time_ms'
-            o.throttle_time_ms, n = _T4u(buf, pos)
+            o.throttle_time_ms, n = _T6u(buf, pos)
             pos += 5
             f = '<tagged fields>'
             if n:
@@ -448,7 +809,7 @@ class DescribeDelegationTokenResponse(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     class DescribedDelegationToken(_Struct):
@@ -504,7 +865,7 @@ class DescribeDelegationTokenResponse(_Struct):
                 raise _absent(self, 'token_requester_principal_type', v)
             if not (self.token_requester_principal_name == ''):
                 raise _absent(self, 'token_requester_principal_name', v)
-            buf += _T5p(self.issue_timestamp, self.expiry_timestamp, self.max_timestamp)
+            buf += _T7p(self.issue_timestamp, self.expiry_timestamp, self.max_timestamp)
             x = self.token_id
             if x is None:
                 raise _not_nullable(self, 'token_id', v)
@@ -556,7 +917,7 @@ class DescribeDelegationTokenResponse(_Struct):
                 o.token_requester_principal_type = ''
                 o.token_requester_principal_name = ''
                 f = 'issue_timestamp'
-                o.issue_timestamp, o.expiry_timestamp, o.max_timestamp, n = _T6u(buf, pos)
+                o.issue_timestamp, o.expiry_timestamp, o.max_timestamp, n = _T3u(buf, pos)
                 pos += 26
                 f = 'token_id'
                 if n == -1:
@@ -649,7 +1010,7 @@ class DescribeDelegationTokenResponse(_Struct):
             else:
                 if not (self.token_requester_principal_name == ''):
                     raise _absent(self, 'token_requester_principal_name', v)
-            buf += _T5p(self.issue_timestamp, self.expiry_timestamp, self.max_timestamp)
+            buf += _T7p(self.issue_timestamp, self.expiry_timestamp, self.max_timestamp)
             x = self.token_id
             if x is None:
                 raise _not_nullable(self, 'token_id', v)
@@ -769,7 +1130,7 @@ class DescribeDelegationTokenResponse(_Struct):
                 else:
                     o.token_requester_principal_name = ''
                 f = 'issue_timestamp'
-                o.issue_timestamp, o.expiry_timestamp, o.max_timestamp, n = _T7u(buf, pos)
+                o.issue_timestamp, o.expiry_timestamp, o.max_timestamp, n = _T5u(buf, pos)
                 pos += 25
                 f = 'token_id'
                 if n >= 128:

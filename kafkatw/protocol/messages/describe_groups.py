@@ -23,6 +23,7 @@ from kafkatw.protocol._runtime import (
 from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     write_tags as _write_tags,
@@ -38,14 +39,14 @@ _T1u = _struct.Struct('>?B').unpack_from
 _T1p = _struct.Struct('>?B').pack
 _T2u = _struct.Struct('>i').unpack_from
 _T2p = _struct.Struct('>i').pack
-_T3u = _struct.Struct('>iB').unpack_from
-_T3p = _struct.Struct('>iB').pack
-_T4u = _struct.Struct('>h').unpack_from
-_T4p = _struct.Struct('>h').pack
-_T5u = _struct.Struct('>hh').unpack_from
-_T5p = _struct.Struct('>hh').pack
-_T6u = _struct.Struct('>hB').unpack_from
-_T6p = _struct.Struct('>hB').pack
+_T3u = _struct.Struct('>hh').unpack_from
+_T3p = _struct.Struct('>hh').pack
+_T4u = _struct.Struct('>iB').unpack_from
+_T4p = _struct.Struct('>iB').pack
+_T5u = _struct.Struct('>hB').unpack_from
+_T5p = _struct.Struct('>hB').pack
+_T6u = _struct.Struct('>h').unpack_from
+_T6p = _struct.Struct('>h').pack
 
 
 class DescribeGroupsRequest(_Struct):
@@ -240,6 +241,8 @@ class DescribeGroupsResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             if v >= 1:
                 f = 'throttle_time_ms'
@@ -257,14 +260,145 @@ class DescribeGroupsResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_DescribeGroupsResponse_DescribedGroup._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_DescribeGroupsResponse_DescribedGroup)
+                    f1 = 'error_code'
+                    o1.error_code, n = _T3u(buf, pos)
+                    pos += 4
+                    f1 = 'group_id'
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.group_id = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'group_state'
+                    n, = _ui16(buf, pos)
+                    pos += 2
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.group_state = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'protocol_type'
+                    n, = _ui16(buf, pos)
+                    pos += 2
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.protocol_type = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'protocol_data'
+                    n, = _ui16(buf, pos)
+                    pos += 2
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.protocol_data = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'members'
+                    n, = _ui32(buf, pos)
+                    pos += 4
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_DescribeGroupsResponse_DescribedGroupMember)
+                            f2 = 'member_id'
+                            n, = _ui16(buf, pos)
+                            pos += 2
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.member_id = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            if v >= 4:
+                                f2 = 'group_instance_id'
+                                n, = _ui16(buf, pos)
+                                pos += 2
+                                if n == -1:
+                                    o2.group_instance_id = None
+                                else:
+                                    if n < -1 or n > lb - pos:
+                                        raise _bad_len(n, lb - pos)
+                                    o2.group_instance_id = buf[pos:pos + n].tobytes().decode()
+                                    pos += n
+                            else:
+                                o2.group_instance_id = None
+                            f2 = 'client_id'
+                            n, = _ui16(buf, pos)
+                            pos += 2
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.client_id = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'client_host'
+                            n, = _ui16(buf, pos)
+                            pos += 2
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.client_host = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'member_metadata'
+                            n, = _ui32(buf, pos)
+                            pos += 4
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.member_metadata = buf[pos:pos + n].tobytes()
+                                pos += n
+                            f2 = 'member_assignment'
+                            n, = _ui32(buf, pos)
+                            pos += 4
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.member_assignment = buf[pos:pos + n].tobytes()
+                                pos += n
+                            o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.members = lst1
+                    if v >= 3:
+                        f1 = 'authorized_operations'
+                        o1.authorized_operations, = _T2u(buf, pos)
+                        pos += 4
+                    else:
+                        o1.authorized_operations = -2147483648
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.groups = lst
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
@@ -291,9 +425,11 @@ class DescribeGroupsResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, n = _T3u(buf, pos)
+            o.throttle_time_ms, n = _T4u(buf, pos)
             pos += 5
             f = 'groups'
             if n >= 128:
@@ -310,9 +446,235 @@ class DescribeGroupsResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_DescribeGroupsResponse_DescribedGroup._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_DescribeGroupsResponse_DescribedGroup)
+                    f1 = 'error_code'
+                    o1.error_code, n = _T5u(buf, pos)
+                    pos += 3
+                    f1 = 'group_id'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.group_id = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'group_state'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.group_state = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'protocol_type'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.protocol_type = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'protocol_data'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.protocol_data = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'members'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_DescribeGroupsResponse_DescribedGroupMember)
+                            f2 = 'member_id'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.member_id = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'group_instance_id'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                o2.group_instance_id = None
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.group_instance_id = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'client_id'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.client_id = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'client_host'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.client_host = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'member_metadata'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.member_metadata = buf[pos:pos + n].tobytes()
+                                pos += n
+                            f2 = 'member_assignment'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.member_assignment = buf[pos:pos + n].tobytes()
+                                pos += n
+                            f2 = '<tagged fields>'
+                            n = buf[pos]
+                            pos += 1
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.members = lst1
+                    f1 = 'authorized_operations'
+                    o1.authorized_operations, n = _T4u(buf, pos)
+                    pos += 5
+                    f1 = '<tagged fields>'
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.groups = lst
             f = '<tagged fields>'
@@ -330,7 +692,7 @@ class DescribeGroupsResponse(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     class DescribedGroup(_Struct):
@@ -362,7 +724,7 @@ class DescribeGroupsResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T4p(self.error_code)
+            buf += _T6p(self.error_code)
             x = self.group_id
             if x is None:
                 raise _not_nullable(self, 'group_id', v)
@@ -412,7 +774,7 @@ class DescribeGroupsResponse(_Struct):
             _i = -1
             try:
                 f = 'error_code'
-                o.error_code, n = _T5u(buf, pos)
+                o.error_code, n = _T3u(buf, pos)
                 pos += 4
                 f = 'group_id'
                 if n == -1:
@@ -479,7 +841,7 @@ class DescribeGroupsResponse(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T4p(self.error_code)
+            buf += _T6p(self.error_code)
             x = self.group_id
             if x is None:
                 raise _not_nullable(self, 'group_id', v)
@@ -549,7 +911,7 @@ class DescribeGroupsResponse(_Struct):
             _i = -1
             try:
                 f = 'error_code'
-                o.error_code, n = _T6u(buf, pos)
+                o.error_code, n = _T5u(buf, pos)
                 pos += 3
                 f = 'group_id'
                 if n >= 128:
@@ -640,7 +1002,7 @@ class DescribeGroupsResponse(_Struct):
                     _i = -1
                     o.members = lst
                 f = 'authorized_operations'
-                o.authorized_operations, n = _T3u(buf, pos)
+                o.authorized_operations, n = _T4u(buf, pos)
                 pos += 5
                 f = '<tagged fields>'
                 if n:

@@ -24,6 +24,7 @@ from kafkatw.protocol._runtime import (
 from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     write_tags as _write_tags,
@@ -37,18 +38,18 @@ _T0u = _struct.Struct('>i').unpack_from
 _T0p = _struct.Struct('>i').pack
 _T1u = _struct.Struct('>ii').unpack_from
 _T1p = _struct.Struct('>ii').pack
-_T2u = _struct.Struct('>h').unpack_from
-_T2p = _struct.Struct('>h').pack
-_T3u = _struct.Struct('>hh').unpack_from
-_T3p = _struct.Struct('>hh').pack
-_T4u = _struct.Struct('>qq').unpack_from
-_T4p = _struct.Struct('>qq').pack
+_T2u = _struct.Struct('>hh').unpack_from
+_T2p = _struct.Struct('>hh').pack
+_T3u = _struct.Struct('>iqq?').unpack_from
+_T3p = _struct.Struct('>iqq?').pack
+_T4u = _struct.Struct('>h').unpack_from
+_T4p = _struct.Struct('>h').pack
 _T5u = _struct.Struct('>hB').unpack_from
 _T5p = _struct.Struct('>hB').pack
-_T6u = _struct.Struct('>iqq?').unpack_from
-_T6p = _struct.Struct('>iqq?').pack
-_T7u = _struct.Struct('>iqq?B').unpack_from
-_T7p = _struct.Struct('>iqq?B').pack
+_T6u = _struct.Struct('>iqq?B').unpack_from
+_T6p = _struct.Struct('>iqq?B').pack
+_T7u = _struct.Struct('>qq').unpack_from
+_T7p = _struct.Struct('>qq').pack
 
 
 class DescribeLogDirsRequest(_Struct):
@@ -82,6 +83,7 @@ class DescribeLogDirsRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             f = 'topics'
             n, = _ui32(buf, pos)
@@ -93,14 +95,38 @@ class DescribeLogDirsRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_DescribeLogDirsRequest_DescribableLogDirTopic._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_DescribeLogDirsRequest_DescribableLogDirTopic)
+                    f1 = 'topic'
+                    n, = _ui16(buf, pos)
+                    pos += 2
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.topic = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'partitions'
+                    n, = _ui32(buf, pos)
+                    pos += 4
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 4 > lb - pos:
+                            raise _bad_len(n * 4, lb - pos)
+                        o1.partitions = list(_unpack_from('>%di' % n, buf, pos))
+                        pos += n * 4
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
@@ -126,6 +152,7 @@ class DescribeLogDirsRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             f = 'topics'
             n = buf[pos]
@@ -144,9 +171,60 @@ class DescribeLogDirsRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_DescribeLogDirsRequest_DescribableLogDirTopic._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_DescribeLogDirsRequest_DescribableLogDirTopic)
+                    f1 = 'topic'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.topic = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'partitions'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 4 > lb - pos:
+                            raise _bad_len(n * 4, lb - pos)
+                        o1.partitions = list(_unpack_from('>%di' % n, buf, pos))
+                        pos += n * 4
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             f = '<tagged fields>'
@@ -164,7 +242,7 @@ class DescribeLogDirsRequest(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     class DescribableLogDirTopic(_Struct):
@@ -358,6 +436,9 @@ class DescribeLogDirsResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
+        f3 = None; _i3 = -1
         try:
             f = 'throttle_time_ms'
             o.throttle_time_ms, n = _T1u(buf, pos)
@@ -371,20 +452,85 @@ class DescribeLogDirsResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_DescribeLogDirsResponse_DescribeLogDirsResult._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_DescribeLogDirsResponse_DescribeLogDirsResult)
+                    f1 = 'error_code'
+                    o1.error_code, n = _T2u(buf, pos)
+                    pos += 4
+                    f1 = 'log_dir'
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.log_dir = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'topics'
+                    n, = _ui32(buf, pos)
+                    pos += 4
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_DescribeLogDirsResponse_DescribeLogDirsTopic)
+                            f2 = 'name'
+                            n, = _ui16(buf, pos)
+                            pos += 2
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.name = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'partitions'
+                            n, = _ui32(buf, pos)
+                            pos += 4
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                _i2 = -1
+                                if n < 0 or n * 1 > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                lst2 = []
+                                f3 = ''
+                                for _i2 in range(n):
+                                    o3 = _new(_S_DescribeLogDirsResponse_DescribeLogDirsPartition)
+                                    f3 = 'partition_index'
+                                    o3.partition_index, o3.partition_size, o3.offset_lag, o3.is_future_key = _T3u(buf, pos)
+                                    pos += 21
+                                    o3.unknown_tagged_fields = _NO_TAGS
+                                    lst2.append(o3)
+                                f3 = None
+                                _i2 = -1
+                                o2.partitions = lst2
+                            o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.topics = lst1
+                    o1.total_bytes = -1
+                    o1.usable_bytes = -1
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.results = lst
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2, f3, _i3) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
         buf += _T0p(self.throttle_time_ms)
         if v >= 3:
-            buf += _T2p(self.error_code)
+            buf += _T4p(self.error_code)
         x = self.results
         if x is None:
             raise _not_nullable(self, 'results', v)
@@ -407,13 +553,16 @@ class DescribeLogDirsResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
+        f3 = None; _i3 = -1
         try:
             f = 'throttle_time_ms'
             o.throttle_time_ms, = _T0u(buf, pos)
             pos += 4
             if v >= 3:
                 f = 'error_code'
-                o.error_code, = _T2u(buf, pos)
+                o.error_code, = _T4u(buf, pos)
                 pos += 2
             else:
                 o.error_code = 0
@@ -434,9 +583,144 @@ class DescribeLogDirsResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_DescribeLogDirsResponse_DescribeLogDirsResult._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_DescribeLogDirsResponse_DescribeLogDirsResult)
+                    f1 = 'error_code'
+                    o1.error_code, n = _T5u(buf, pos)
+                    pos += 3
+                    f1 = 'log_dir'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.log_dir = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'topics'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_DescribeLogDirsResponse_DescribeLogDirsTopic)
+                            f2 = 'name'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.name = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'partitions'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                _i2 = -1
+                                if n < 0 or n * 1 > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                lst2 = []
+                                f3 = ''
+                                for _i2 in range(n):
+                                    o3 = _new(_S_DescribeLogDirsResponse_DescribeLogDirsPartition)
+                                    f3 = 'partition_index'
+                                    o3.partition_index, o3.partition_size, o3.offset_lag, o3.is_future_key, n = _T6u(buf, pos)
+                                    pos += 22
+                                    f3 = '<tagged fields>'
+                                    if n:
+                                        o3.unknown_tagged_fields = u = {}
+                                        if n >= 128:
+                                            n, pos = _ruv(buf, pos - 1)
+                                        for _ in range(n):
+                                            tag, size, pos = _rtag(buf, pos)
+                                            end = pos + size
+                                            u[tag] = buf[pos:end].tobytes()
+                                            pos = end
+                                    else:
+                                        o3.unknown_tagged_fields = _NO_TAGS
+                                    lst2.append(o3)
+                                f3 = None
+                                _i2 = -1
+                                o2.partitions = lst2
+                            f2 = '<tagged fields>'
+                            n = buf[pos]
+                            pos += 1
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.topics = lst1
+                    if v >= 4:
+                        f1 = 'total_bytes'
+                        o1.total_bytes, o1.usable_bytes = _T7u(buf, pos)
+                        pos += 16
+                    else:
+                        o1.total_bytes = -1
+                        o1.usable_bytes = -1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.results = lst
             f = '<tagged fields>'
@@ -454,7 +738,7 @@ class DescribeLogDirsResponse(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2, f3, _i3) from None
         return o, pos
 
     class DescribeLogDirsResult(_Struct):
@@ -482,7 +766,7 @@ class DescribeLogDirsResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T2p(self.error_code)
+            buf += _T4p(self.error_code)
             x = self.log_dir
             if x is None:
                 raise _not_nullable(self, 'log_dir', v)
@@ -506,7 +790,7 @@ class DescribeLogDirsResponse(_Struct):
             _i = -1
             try:
                 f = 'error_code'
-                o.error_code, n = _T3u(buf, pos)
+                o.error_code, n = _T2u(buf, pos)
                 pos += 4
                 f = 'log_dir'
                 if n == -1:
@@ -539,7 +823,7 @@ class DescribeLogDirsResponse(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T2p(self.error_code)
+            buf += _T4p(self.error_code)
             x = self.log_dir
             if x is None:
                 raise _not_nullable(self, 'log_dir', v)
@@ -563,7 +847,7 @@ class DescribeLogDirsResponse(_Struct):
                 for e in x:
                     e._w1(buf, parts, v)
             if v >= 4:
-                buf += _T4p(self.total_bytes, self.usable_bytes)
+                buf += _T7p(self.total_bytes, self.usable_bytes)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -618,7 +902,7 @@ class DescribeLogDirsResponse(_Struct):
                     o.topics = lst
                 if v >= 4:
                     f = 'total_bytes'
-                    o.total_bytes, o.usable_bytes = _T4u(buf, pos)
+                    o.total_bytes, o.usable_bytes = _T7u(buf, pos)
                     pos += 16
                 else:
                     o.total_bytes = -1
@@ -829,7 +1113,7 @@ class DescribeLogDirsResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T6p(self.partition_index, self.partition_size, self.offset_lag, self.is_future_key)
+            buf += _T3p(self.partition_index, self.partition_size, self.offset_lag, self.is_future_key)
 
         @staticmethod
         def _r0(buf, pos, v):
@@ -839,7 +1123,7 @@ class DescribeLogDirsResponse(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.partition_size, o.offset_lag, o.is_future_key = _T6u(buf, pos)
+                o.partition_index, o.partition_size, o.offset_lag, o.is_future_key = _T3u(buf, pos)
                 pos += 21
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -847,7 +1131,7 @@ class DescribeLogDirsResponse(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T6p(self.partition_index, self.partition_size, self.offset_lag, self.is_future_key)
+            buf += _T3p(self.partition_index, self.partition_size, self.offset_lag, self.is_future_key)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -861,7 +1145,7 @@ class DescribeLogDirsResponse(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.partition_size, o.offset_lag, o.is_future_key, n = _T7u(buf, pos)
+                o.partition_index, o.partition_size, o.offset_lag, o.is_future_key, n = _T6u(buf, pos)
                 pos += 22
                 f = '<tagged fields>'
                 if n:

@@ -20,6 +20,7 @@ from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
     ZERO_UUID as _ZERO_UUID,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     write_tags as _write_tags,
@@ -29,26 +30,28 @@ from kafkatw.protocol.codec import (
 __all__ = ["DescribeQuorumRequest", "DescribeQuorumResponse"]
 
 
-_T0u = _struct.Struct('>i').unpack_from
-_T0p = _struct.Struct('>i').pack
-_T1u = _struct.Struct('>iB').unpack_from
-_T1p = _struct.Struct('>iB').pack
+_T0u = _struct.Struct('>iB').unpack_from
+_T0p = _struct.Struct('>iB').pack
+_T1u = _struct.Struct('>i').unpack_from
+_T1p = _struct.Struct('>i').pack
 _T2u = _struct.Struct('>h').unpack_from
 _T2p = _struct.Struct('>h').pack
-_T3u = _struct.Struct('>16s').unpack_from
-_T3p = _struct.Struct('>16s').pack
-_T4u = _struct.Struct('>q').unpack_from
-_T4p = _struct.Struct('>q').pack
-_T5u = _struct.Struct('>qq').unpack_from
-_T5p = _struct.Struct('>qq').pack
-_T6u = _struct.Struct('>ih').unpack_from
-_T6p = _struct.Struct('>ih').pack
-_T7u = _struct.Struct('>iiq').unpack_from
-_T7p = _struct.Struct('>iiq').pack
-_T8u = _struct.Struct('>iiqB').unpack_from
-_T8p = _struct.Struct('>iiqB').pack
-_T9u = _struct.Struct('>H').unpack_from
-_T9p = _struct.Struct('>H').pack
+_T3u = _struct.Struct('>ih').unpack_from
+_T3p = _struct.Struct('>ih').pack
+_T4u = _struct.Struct('>iiqB').unpack_from
+_T4p = _struct.Struct('>iiqB').pack
+_T5u = _struct.Struct('>16s').unpack_from
+_T5p = _struct.Struct('>16s').pack
+_T6u = _struct.Struct('>q').unpack_from
+_T6p = _struct.Struct('>q').pack
+_T7u = _struct.Struct('>qq').unpack_from
+_T7p = _struct.Struct('>qq').pack
+_T8u = _struct.Struct('>HB').unpack_from
+_T8p = _struct.Struct('>HB').pack
+_T9u = _struct.Struct('>iiq').unpack_from
+_T9p = _struct.Struct('>iiq').pack
+_T10u = _struct.Struct('>H').unpack_from
+_T10p = _struct.Struct('>H').pack
 
 
 class DescribeQuorumRequest(_Struct):
@@ -90,6 +93,8 @@ class DescribeQuorumRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'topics'
             n = buf[pos]
@@ -108,9 +113,81 @@ class DescribeQuorumRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_DescribeQuorumRequest_TopicData._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_DescribeQuorumRequest_TopicData)
+                    f1 = 'topic_name'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'partitions'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_DescribeQuorumRequest_PartitionData)
+                            f2 = 'partition_index'
+                            o2.partition_index, n = _T0u(buf, pos)
+                            pos += 5
+                            f2 = '<tagged fields>'
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partitions = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             f = '<tagged fields>'
@@ -128,7 +205,7 @@ class DescribeQuorumRequest(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     class TopicData(_Struct):
@@ -259,7 +336,7 @@ class DescribeQuorumRequest(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T0p(self.partition_index)
+            buf += _T1p(self.partition_index)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -273,7 +350,7 @@ class DescribeQuorumRequest(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, n = _T1u(buf, pos)
+                o.partition_index, n = _T0u(buf, pos)
                 pos += 5
                 f = '<tagged fields>'
                 if n:
@@ -366,6 +443,9 @@ class DescribeQuorumResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
+        f3 = None; _i3 = -1
         try:
             f = 'error_code'
             o.error_code, = _T2u(buf, pos)
@@ -407,9 +487,218 @@ class DescribeQuorumResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_DescribeQuorumResponse_TopicData._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_DescribeQuorumResponse_TopicData)
+                    f1 = 'topic_name'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'partitions'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_DescribeQuorumResponse_PartitionData)
+                            f2 = 'partition_index'
+                            o2.partition_index, o2.error_code = _T3u(buf, pos)
+                            pos += 6
+                            if v >= 2:
+                                f2 = 'error_message'
+                                n = buf[pos]
+                                pos += 1
+                                if n >= 128:
+                                    if buf[pos] < 128:
+                                        n = (n & 127) | (buf[pos] << 7)
+                                        pos += 1
+                                    else:
+                                        n, pos = _ruv(buf, pos - 1)
+                                n -= 1
+                                if n == -1:
+                                    o2.error_message = None
+                                else:
+                                    if n < -1 or n > lb - pos:
+                                        raise _bad_len(n, lb - pos)
+                                    o2.error_message = buf[pos:pos + n].tobytes().decode()
+                                    pos += n
+                            else:
+                                o2.error_message = ''
+                            f2 = 'leader_id'
+                            o2.leader_id, o2.leader_epoch, o2.high_watermark, n = _T4u(buf, pos)
+                            pos += 17
+                            f2 = 'current_voters'
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                _i2 = -1
+                                if n < 0 or n * 1 > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                lst2 = []
+                                f3 = ''
+                                for _i2 in range(n):
+                                    o3 = _new(_S_DescribeQuorumResponse_ReplicaState)
+                                    f3 = 'replica_id'
+                                    o3.replica_id, = _T1u(buf, pos)
+                                    pos += 4
+                                    if v >= 2:
+                                        f3 = 'replica_directory_id'
+                                        o3.replica_directory_id, = _T5u(buf, pos)
+                                        pos += 16
+                                    else:
+                                        o3.replica_directory_id = _ZERO_UUID
+                                    f3 = 'log_end_offset'
+                                    o3.log_end_offset, = _T6u(buf, pos)
+                                    pos += 8
+                                    if v >= 1:
+                                        f3 = 'last_fetch_timestamp'
+                                        o3.last_fetch_timestamp, o3.last_caught_up_timestamp = _T7u(buf, pos)
+                                        pos += 16
+                                    else:
+                                        o3.last_fetch_timestamp = -1
+                                        o3.last_caught_up_timestamp = -1
+                                    f3 = '<tagged fields>'
+                                    n = buf[pos]
+                                    pos += 1
+                                    if n:
+                                        o3.unknown_tagged_fields = u = {}
+                                        if n >= 128:
+                                            n, pos = _ruv(buf, pos - 1)
+                                        for _ in range(n):
+                                            tag, size, pos = _rtag(buf, pos)
+                                            end = pos + size
+                                            u[tag] = buf[pos:end].tobytes()
+                                            pos = end
+                                    else:
+                                        o3.unknown_tagged_fields = _NO_TAGS
+                                    lst2.append(o3)
+                                f3 = None
+                                _i2 = -1
+                                o2.current_voters = lst2
+                            f2 = 'observers'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                _i2 = -1
+                                if n < 0 or n * 1 > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                lst2 = []
+                                f3 = ''
+                                for _i2 in range(n):
+                                    o3 = _new(_S_DescribeQuorumResponse_ReplicaState)
+                                    f3 = 'replica_id'
+                                    o3.replica_id, = _T1u(buf, pos)
+                                    pos += 4
+                                    if v >= 2:
+                                        f3 = 'replica_directory_id'
+                                        o3.replica_directory_id, = _T5u(buf, pos)
+                                        pos += 16
+                                    else:
+                                        o3.replica_directory_id = _ZERO_UUID
+                                    f3 = 'log_end_offset'
+                                    o3.log_end_offset, = _T6u(buf, pos)
+                                    pos += 8
+                                    if v >= 1:
+                                        f3 = 'last_fetch_timestamp'
+                                        o3.last_fetch_timestamp, o3.last_caught_up_timestamp = _T7u(buf, pos)
+                                        pos += 16
+                                    else:
+                                        o3.last_fetch_timestamp = -1
+                                        o3.last_caught_up_timestamp = -1
+                                    f3 = '<tagged fields>'
+                                    n = buf[pos]
+                                    pos += 1
+                                    if n:
+                                        o3.unknown_tagged_fields = u = {}
+                                        if n >= 128:
+                                            n, pos = _ruv(buf, pos - 1)
+                                        for _ in range(n):
+                                            tag, size, pos = _rtag(buf, pos)
+                                            end = pos + size
+                                            u[tag] = buf[pos:end].tobytes()
+                                            pos = end
+                                    else:
+                                        o3.unknown_tagged_fields = _NO_TAGS
+                                    lst2.append(o3)
+                                f3 = None
+                                _i2 = -1
+                                o2.observers = lst2
+                            f2 = '<tagged fields>'
+                            n = buf[pos]
+                            pos += 1
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partitions = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             if v >= 2:
@@ -430,9 +719,99 @@ class DescribeQuorumResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
+                    f1 = ''
                     for _i in range(n):
-                        e, pos = _S_DescribeQuorumResponse_Node._r1(buf, pos, v)
-                        lst.append(e)
+                        o1 = _new(_S_DescribeQuorumResponse_Node)
+                        f1 = 'node_id'
+                        o1.node_id, n = _T0u(buf, pos)
+                        pos += 5
+                        f1 = 'listeners'
+                        if n >= 128:
+                            if buf[pos] < 128:
+                                n = (n & 127) | (buf[pos] << 7)
+                                pos += 1
+                            else:
+                                n, pos = _ruv(buf, pos - 1)
+                        n -= 1
+                        if n == -1:
+                            raise _DecodeFailure('null value for non-nullable field', [])
+                        else:
+                            _i1 = -1
+                            if n < 0 or n * 1 > lb - pos:
+                                raise _bad_len(n, lb - pos)
+                            lst1 = []
+                            f2 = ''
+                            for _i1 in range(n):
+                                o2 = _new(_S_DescribeQuorumResponse_Listener)
+                                f2 = 'name'
+                                n = buf[pos]
+                                pos += 1
+                                if n >= 128:
+                                    if buf[pos] < 128:
+                                        n = (n & 127) | (buf[pos] << 7)
+                                        pos += 1
+                                    else:
+                                        n, pos = _ruv(buf, pos - 1)
+                                n -= 1
+                                if n == -1:
+                                    raise _DecodeFailure('null value for non-nullable field', [])
+                                else:
+                                    if n < -1 or n > lb - pos:
+                                        raise _bad_len(n, lb - pos)
+                                    o2.name = buf[pos:pos + n].tobytes().decode()
+                                    pos += n
+                                f2 = 'host'
+                                n = buf[pos]
+                                pos += 1
+                                if n >= 128:
+                                    if buf[pos] < 128:
+                                        n = (n & 127) | (buf[pos] << 7)
+                                        pos += 1
+                                    else:
+                                        n, pos = _ruv(buf, pos - 1)
+                                n -= 1
+                                if n == -1:
+                                    raise _DecodeFailure('null value for non-nullable field', [])
+                                else:
+                                    if n < -1 or n > lb - pos:
+                                        raise _bad_len(n, lb - pos)
+                                    o2.host = buf[pos:pos + n].tobytes().decode()
+                                    pos += n
+                                f2 = 'port'
+                                o2.port, n = _T8u(buf, pos)
+                                pos += 3
+                                f2 = '<tagged fields>'
+                                if n:
+                                    o2.unknown_tagged_fields = u = {}
+                                    if n >= 128:
+                                        n, pos = _ruv(buf, pos - 1)
+                                    for _ in range(n):
+                                        tag, size, pos = _rtag(buf, pos)
+                                        end = pos + size
+                                        u[tag] = buf[pos:end].tobytes()
+                                        pos = end
+                                else:
+                                    o2.unknown_tagged_fields = _NO_TAGS
+                                lst1.append(o2)
+                            f2 = None
+                            _i1 = -1
+                            o1.listeners = lst1
+                        f1 = '<tagged fields>'
+                        n = buf[pos]
+                        pos += 1
+                        if n:
+                            o1.unknown_tagged_fields = u = {}
+                            if n >= 128:
+                                n, pos = _ruv(buf, pos - 1)
+                            for _ in range(n):
+                                tag, size, pos = _rtag(buf, pos)
+                                end = pos + size
+                                u[tag] = buf[pos:end].tobytes()
+                                pos = end
+                        else:
+                            o1.unknown_tagged_fields = _NO_TAGS
+                        lst.append(o1)
+                    f1 = None
                     _i = -1
                     o.nodes = lst
             else:
@@ -452,7 +831,7 @@ class DescribeQuorumResponse(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2, f3, _i3) from None
         return o, pos
 
     class ReplicaState(_Struct):
@@ -480,15 +859,15 @@ class DescribeQuorumResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T0p(self.replica_id)
+            buf += _T1p(self.replica_id)
             if v >= 2:
-                buf += _T3p(self.replica_directory_id)
+                buf += _T5p(self.replica_directory_id)
             else:
                 if not (self.replica_directory_id == _ZERO_UUID):
                     raise _absent(self, 'replica_directory_id', v)
-            buf += _T4p(self.log_end_offset)
+            buf += _T6p(self.log_end_offset)
             if v >= 1:
-                buf += _T5p(self.last_fetch_timestamp, self.last_caught_up_timestamp)
+                buf += _T7p(self.last_fetch_timestamp, self.last_caught_up_timestamp)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -502,20 +881,20 @@ class DescribeQuorumResponse(_Struct):
             _i = -1
             try:
                 f = 'replica_id'
-                o.replica_id, = _T0u(buf, pos)
+                o.replica_id, = _T1u(buf, pos)
                 pos += 4
                 if v >= 2:
                     f = 'replica_directory_id'
-                    o.replica_directory_id, = _T3u(buf, pos)
+                    o.replica_directory_id, = _T5u(buf, pos)
                     pos += 16
                 else:
                     o.replica_directory_id = _ZERO_UUID
                 f = 'log_end_offset'
-                o.log_end_offset, = _T4u(buf, pos)
+                o.log_end_offset, = _T6u(buf, pos)
                 pos += 8
                 if v >= 1:
                     f = 'last_fetch_timestamp'
-                    o.last_fetch_timestamp, o.last_caught_up_timestamp = _T5u(buf, pos)
+                    o.last_fetch_timestamp, o.last_caught_up_timestamp = _T7u(buf, pos)
                     pos += 16
                 else:
                     o.last_fetch_timestamp = -1
@@ -681,7 +1060,7 @@ class DescribeQuorumResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T6p(self.partition_index, self.error_code)
+            buf += _T3p(self.partition_index, self.error_code)
             if v >= 2:
                 x = self.error_message
                 if x is None:
@@ -694,7 +1073,7 @@ class DescribeQuorumResponse(_Struct):
                     else:
                         buf += _wuv(n)
                     buf += x
-            buf += _T7p(self.leader_id, self.leader_epoch, self.high_watermark)
+            buf += _T9p(self.leader_id, self.leader_epoch, self.high_watermark)
             x = self.current_voters
             if x is None:
                 raise _not_nullable(self, 'current_voters', v)
@@ -730,7 +1109,7 @@ class DescribeQuorumResponse(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.error_code = _T6u(buf, pos)
+                o.partition_index, o.error_code = _T3u(buf, pos)
                 pos += 6
                 if v >= 2:
                     f = 'error_message'
@@ -753,7 +1132,7 @@ class DescribeQuorumResponse(_Struct):
                 else:
                     o.error_message = ''
                 f = 'leader_id'
-                o.leader_id, o.leader_epoch, o.high_watermark, n = _T8u(buf, pos)
+                o.leader_id, o.leader_epoch, o.high_watermark, n = _T4u(buf, pos)
                 pos += 17
                 f = 'current_voters'
                 if n >= 128:
@@ -836,7 +1215,7 @@ class DescribeQuorumResponse(_Struct):
 
         def _w1(self, buf, parts, v):
             if v >= 2:
-                buf += _T0p(self.node_id)
+                buf += _T1p(self.node_id)
             else:
                 if not (self.node_id == 0):
                     raise _absent(self, 'node_id', v)
@@ -869,7 +1248,7 @@ class DescribeQuorumResponse(_Struct):
             try:
                 if v >= 2:
                     f = 'node_id'
-                    o.node_id, = _T0u(buf, pos)
+                    o.node_id, = _T1u(buf, pos)
                     pos += 4
                 else:
                     o.node_id = 0
@@ -969,7 +1348,7 @@ class DescribeQuorumResponse(_Struct):
                 if not (self.host == ''):
                     raise _absent(self, 'host', v)
             if v >= 2:
-                buf += _T9p(self.port)
+                buf += _T10p(self.port)
             else:
                 if not (self.port == 0):
                     raise _absent(self, 'port', v)
@@ -1027,7 +1406,7 @@ class DescribeQuorumResponse(_Struct):
                     o.host = ''
                 if v >= 2:
                     f = 'port'
-                    o.port, = _T9u(buf, pos)
+                    o.port, = _T10u(buf, pos)
                     pos += 2
                 else:
                     o.port = 0

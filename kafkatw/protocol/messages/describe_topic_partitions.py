@@ -22,6 +22,7 @@ from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
     ZERO_UUID as _ZERO_UUID,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     write_tags as _write_tags,
@@ -35,18 +36,18 @@ _T0u = _struct.Struct('>i').unpack_from
 _T0p = _struct.Struct('>i').pack
 _T1u = _struct.Struct('>iB').unpack_from
 _T1p = _struct.Struct('>iB').pack
-_T2u = _struct.Struct('>h').unpack_from
-_T2p = _struct.Struct('>h').pack
-_T3u = _struct.Struct('>16s?').unpack_from
-_T3p = _struct.Struct('>16s?').pack
-_T4u = _struct.Struct('>hB').unpack_from
-_T4p = _struct.Struct('>hB').pack
-_T5u = _struct.Struct('>16s?B').unpack_from
-_T5p = _struct.Struct('>16s?B').pack
-_T6u = _struct.Struct('>hiii').unpack_from
-_T6p = _struct.Struct('>hiii').pack
-_T7u = _struct.Struct('>hiiiB').unpack_from
-_T7p = _struct.Struct('>hiiiB').pack
+_T2u = _struct.Struct('>hB').unpack_from
+_T2p = _struct.Struct('>hB').pack
+_T3u = _struct.Struct('>16s?B').unpack_from
+_T3p = _struct.Struct('>16s?B').pack
+_T4u = _struct.Struct('>hiiiB').unpack_from
+_T4p = _struct.Struct('>hiiiB').pack
+_T5u = _struct.Struct('>h').unpack_from
+_T5p = _struct.Struct('>h').pack
+_T6u = _struct.Struct('>16s?').unpack_from
+_T6p = _struct.Struct('>16s?').pack
+_T7u = _struct.Struct('>hiii').unpack_from
+_T7p = _struct.Struct('>hiii').pack
 
 
 class DescribeTopicPartitionsRequest(_Struct):
@@ -99,6 +100,7 @@ class DescribeTopicPartitionsRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             f = 'topics'
             n = buf[pos]
@@ -117,9 +119,42 @@ class DescribeTopicPartitionsRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_DescribeTopicPartitionsRequest_TopicRequest._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_DescribeTopicPartitionsRequest_TopicRequest)
+                    f1 = 'name'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             f = 'response_partition_limit'
@@ -147,7 +182,7 @@ class DescribeTopicPartitionsRequest(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     class TopicRequest(_Struct):
@@ -357,6 +392,8 @@ class DescribeTopicPartitionsResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'throttle_time_ms'
             o.throttle_time_ms, n = _T1u(buf, pos)
@@ -376,9 +413,174 @@ class DescribeTopicPartitionsResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponseTopic._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponseTopic)
+                    f1 = 'error_code'
+                    o1.error_code, n = _T2u(buf, pos)
+                    pos += 3
+                    f1 = 'name'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        o1.name = None
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'topic_id'
+                    o1.topic_id, o1.is_internal, n = _T3u(buf, pos)
+                    pos += 18
+                    f1 = 'partitions'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponsePartition)
+                            f2 = 'error_code'
+                            o2.error_code, o2.partition_index, o2.leader_id, o2.leader_epoch, n = _T4u(buf, pos)
+                            pos += 15
+                            f2 = 'replica_nodes'
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                _i2 = -1
+                                if n < 0 or n * 4 > lb - pos:
+                                    raise _bad_len(n * 4, lb - pos)
+                                o2.replica_nodes = list(_unpack_from('>%di' % n, buf, pos))
+                                pos += n * 4
+                            f2 = 'isr_nodes'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                _i2 = -1
+                                if n < 0 or n * 4 > lb - pos:
+                                    raise _bad_len(n * 4, lb - pos)
+                                o2.isr_nodes = list(_unpack_from('>%di' % n, buf, pos))
+                                pos += n * 4
+                            f2 = 'eligible_leader_replicas'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                o2.eligible_leader_replicas = None
+                            else:
+                                _i2 = -1
+                                if n < 0 or n * 4 > lb - pos:
+                                    raise _bad_len(n * 4, lb - pos)
+                                o2.eligible_leader_replicas = list(_unpack_from('>%di' % n, buf, pos))
+                                pos += n * 4
+                            f2 = 'last_known_elr'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                o2.last_known_elr = None
+                            else:
+                                _i2 = -1
+                                if n < 0 or n * 4 > lb - pos:
+                                    raise _bad_len(n * 4, lb - pos)
+                                o2.last_known_elr = list(_unpack_from('>%di' % n, buf, pos))
+                                pos += n * 4
+                            f2 = 'offline_replicas'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                _i2 = -1
+                                if n < 0 or n * 4 > lb - pos:
+                                    raise _bad_len(n * 4, lb - pos)
+                                o2.offline_replicas = list(_unpack_from('>%di' % n, buf, pos))
+                                pos += n * 4
+                            f2 = '<tagged fields>'
+                            n = buf[pos]
+                            pos += 1
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partitions = lst1
+                    f1 = 'topic_authorized_operations'
+                    o1.topic_authorized_operations, n = _T1u(buf, pos)
+                    pos += 5
+                    f1 = '<tagged fields>'
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             f = 'next_cursor'
@@ -403,7 +605,7 @@ class DescribeTopicPartitionsResponse(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     class DescribeTopicPartitionsResponseTopic(_Struct):
@@ -433,7 +635,7 @@ class DescribeTopicPartitionsResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T2p(self.error_code)
+            buf += _T5p(self.error_code)
             x = self.name
             if x is None:
                 buf += b'\x00'
@@ -445,7 +647,7 @@ class DescribeTopicPartitionsResponse(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T3p(self.topic_id, self.is_internal)
+            buf += _T6p(self.topic_id, self.is_internal)
             x = self.partitions
             if x is None:
                 raise _not_nullable(self, 'partitions', v)
@@ -471,7 +673,7 @@ class DescribeTopicPartitionsResponse(_Struct):
             _i = -1
             try:
                 f = 'error_code'
-                o.error_code, n = _T4u(buf, pos)
+                o.error_code, n = _T2u(buf, pos)
                 pos += 3
                 f = 'name'
                 if n >= 128:
@@ -489,7 +691,7 @@ class DescribeTopicPartitionsResponse(_Struct):
                     o.name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'topic_id'
-                o.topic_id, o.is_internal, n = _T5u(buf, pos)
+                o.topic_id, o.is_internal, n = _T3u(buf, pos)
                 pos += 18
                 f = 'partitions'
                 if n >= 128:
@@ -564,7 +766,7 @@ class DescribeTopicPartitionsResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T6p(self.error_code, self.partition_index, self.leader_id, self.leader_epoch)
+            buf += _T7p(self.error_code, self.partition_index, self.leader_id, self.leader_epoch)
             x = self.replica_nodes
             if x is None:
                 raise _not_nullable(self, 'replica_nodes', v)
@@ -628,7 +830,7 @@ class DescribeTopicPartitionsResponse(_Struct):
             _i = -1
             try:
                 f = 'error_code'
-                o.error_code, o.partition_index, o.leader_id, o.leader_epoch, n = _T7u(buf, pos)
+                o.error_code, o.partition_index, o.leader_id, o.leader_epoch, n = _T4u(buf, pos)
                 pos += 15
                 f = 'replica_nodes'
                 if n >= 128:

@@ -20,6 +20,7 @@ from kafkatw.protocol._runtime import (
 from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     write_tags as _write_tags,
@@ -33,14 +34,14 @@ _T0u = _struct.Struct('>i').unpack_from
 _T0p = _struct.Struct('>i').pack
 _T1u = _struct.Struct('>iB').unpack_from
 _T1p = _struct.Struct('>iB').pack
-_T2u = _struct.Struct('>h').unpack_from
-_T2p = _struct.Struct('>h').pack
-_T3u = _struct.Struct('>iqqh').unpack_from
-_T3p = _struct.Struct('>iqqh').pack
-_T4u = _struct.Struct('>hB').unpack_from
-_T4p = _struct.Struct('>hB').pack
-_T5u = _struct.Struct('>iqqhB').unpack_from
-_T5p = _struct.Struct('>iqqhB').pack
+_T2u = _struct.Struct('>hB').unpack_from
+_T2p = _struct.Struct('>hB').pack
+_T3u = _struct.Struct('>iqqhB').unpack_from
+_T3p = _struct.Struct('>iqqhB').pack
+_T4u = _struct.Struct('>h').unpack_from
+_T4p = _struct.Struct('>h').pack
+_T5u = _struct.Struct('>iqqh').unpack_from
+_T5p = _struct.Struct('>iqqh').pack
 
 
 class DescribeTransactionsRequest(_Struct):
@@ -184,6 +185,8 @@ class DescribeTransactionsResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'throttle_time_ms'
             o.throttle_time_ms, n = _T1u(buf, pos)
@@ -203,9 +206,134 @@ class DescribeTransactionsResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_DescribeTransactionsResponse_TransactionState._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_DescribeTransactionsResponse_TransactionState)
+                    f1 = 'error_code'
+                    o1.error_code, n = _T2u(buf, pos)
+                    pos += 3
+                    f1 = 'transactional_id'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.transactional_id = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'transaction_state'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.transaction_state = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'transaction_timeout_ms'
+                    o1.transaction_timeout_ms, o1.transaction_start_time_ms, o1.producer_id, o1.producer_epoch, n = _T3u(buf, pos)
+                    pos += 23
+                    f1 = 'topics'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_DescribeTransactionsResponse_TopicData)
+                            f2 = 'topic'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.topic = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'partitions'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                _i2 = -1
+                                if n < 0 or n * 4 > lb - pos:
+                                    raise _bad_len(n * 4, lb - pos)
+                                o2.partitions = list(_unpack_from('>%di' % n, buf, pos))
+                                pos += n * 4
+                            f2 = '<tagged fields>'
+                            n = buf[pos]
+                            pos += 1
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.topics = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.transaction_states = lst
             f = '<tagged fields>'
@@ -223,7 +351,7 @@ class DescribeTransactionsResponse(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     class TransactionState(_Struct):
@@ -257,7 +385,7 @@ class DescribeTransactionsResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T2p(self.error_code)
+            buf += _T4p(self.error_code)
             x = self.transactional_id
             if x is None:
                 raise _not_nullable(self, 'transactional_id', v)
@@ -280,7 +408,7 @@ class DescribeTransactionsResponse(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T3p(self.transaction_timeout_ms, self.transaction_start_time_ms, self.producer_id, self.producer_epoch)
+            buf += _T5p(self.transaction_timeout_ms, self.transaction_start_time_ms, self.producer_id, self.producer_epoch)
             x = self.topics
             if x is None:
                 raise _not_nullable(self, 'topics', v)
@@ -305,7 +433,7 @@ class DescribeTransactionsResponse(_Struct):
             _i = -1
             try:
                 f = 'error_code'
-                o.error_code, n = _T4u(buf, pos)
+                o.error_code, n = _T2u(buf, pos)
                 pos += 3
                 f = 'transactional_id'
                 if n >= 128:
@@ -340,7 +468,7 @@ class DescribeTransactionsResponse(_Struct):
                     o.transaction_state = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'transaction_timeout_ms'
-                o.transaction_timeout_ms, o.transaction_start_time_ms, o.producer_id, o.producer_epoch, n = _T5u(buf, pos)
+                o.transaction_timeout_ms, o.transaction_start_time_ms, o.producer_id, o.producer_epoch, n = _T3u(buf, pos)
                 pos += 23
                 f = 'topics'
                 if n >= 128:

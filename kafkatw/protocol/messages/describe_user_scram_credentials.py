@@ -18,6 +18,7 @@ from kafkatw.protocol._runtime import (
 from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     write_tags as _write_tags,
@@ -31,14 +32,14 @@ _T0u = _struct.Struct('>ih').unpack_from
 _T0p = _struct.Struct('>ih').pack
 _T1u = _struct.Struct('>ihB').unpack_from
 _T1p = _struct.Struct('>ihB').pack
-_T2u = _struct.Struct('>h').unpack_from
-_T2p = _struct.Struct('>h').pack
-_T3u = _struct.Struct('>hB').unpack_from
-_T3p = _struct.Struct('>hB').pack
-_T4u = _struct.Struct('>bi').unpack_from
-_T4p = _struct.Struct('>bi').pack
-_T5u = _struct.Struct('>biB').unpack_from
-_T5p = _struct.Struct('>biB').pack
+_T2u = _struct.Struct('>hB').unpack_from
+_T2p = _struct.Struct('>hB').pack
+_T3u = _struct.Struct('>biB').unpack_from
+_T3p = _struct.Struct('>biB').pack
+_T4u = _struct.Struct('>h').unpack_from
+_T4p = _struct.Struct('>h').pack
+_T5u = _struct.Struct('>bi').unpack_from
+_T5p = _struct.Struct('>bi').pack
 
 
 class DescribeUserScramCredentialsRequest(_Struct):
@@ -80,6 +81,7 @@ class DescribeUserScramCredentialsRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             f = 'users'
             n = buf[pos]
@@ -98,9 +100,42 @@ class DescribeUserScramCredentialsRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_DescribeUserScramCredentialsRequest_UserName._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_DescribeUserScramCredentialsRequest_UserName)
+                    f1 = 'name'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.users = lst
             f = '<tagged fields>'
@@ -118,7 +153,7 @@ class DescribeUserScramCredentialsRequest(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     class UserName(_Struct):
@@ -255,6 +290,8 @@ class DescribeUserScramCredentialsResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'throttle_time_ms'
             o.throttle_time_ms, o.error_code, n = _T1u(buf, pos)
@@ -291,9 +328,99 @@ class DescribeUserScramCredentialsResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_DescribeUserScramCredentialsResponse_DescribeUserScramCredentialsResult._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_DescribeUserScramCredentialsResponse_DescribeUserScramCredentialsResult)
+                    f1 = 'user'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.user = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'error_code'
+                    o1.error_code, n = _T2u(buf, pos)
+                    pos += 3
+                    f1 = 'error_message'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        o1.error_message = None
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.error_message = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'credential_infos'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_DescribeUserScramCredentialsResponse_CredentialInfo)
+                            f2 = 'mechanism'
+                            o2.mechanism, o2.iterations, n = _T3u(buf, pos)
+                            pos += 6
+                            f2 = '<tagged fields>'
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.credential_infos = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.results = lst
             f = '<tagged fields>'
@@ -311,7 +438,7 @@ class DescribeUserScramCredentialsResponse(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     class DescribeUserScramCredentialsResult(_Struct):
@@ -348,7 +475,7 @@ class DescribeUserScramCredentialsResponse(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T2p(self.error_code)
+            buf += _T4p(self.error_code)
             x = self.error_message
             if x is None:
                 buf += b'\x00'
@@ -401,7 +528,7 @@ class DescribeUserScramCredentialsResponse(_Struct):
                     o.user = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'error_code'
-                o.error_code, n = _T3u(buf, pos)
+                o.error_code, n = _T2u(buf, pos)
                 pos += 3
                 f = 'error_message'
                 if n >= 128:
@@ -478,7 +605,7 @@ class DescribeUserScramCredentialsResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T4p(self.mechanism, self.iterations)
+            buf += _T5p(self.mechanism, self.iterations)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -492,7 +619,7 @@ class DescribeUserScramCredentialsResponse(_Struct):
             _i = -1
             try:
                 f = 'mechanism'
-                o.mechanism, o.iterations, n = _T5u(buf, pos)
+                o.mechanism, o.iterations, n = _T3u(buf, pos)
                 pos += 6
                 f = '<tagged fields>'
                 if n:

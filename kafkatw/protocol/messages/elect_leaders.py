@@ -25,6 +25,7 @@ from kafkatw.protocol._runtime import (
 from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     write_tags as _write_tags,
@@ -44,12 +45,12 @@ _T3u = _struct.Struct('>iB').unpack_from
 _T3p = _struct.Struct('>iB').pack
 _T4u = _struct.Struct('>h').unpack_from
 _T4p = _struct.Struct('>h').pack
-_T5u = _struct.Struct('>ih').unpack_from
-_T5p = _struct.Struct('>ih').pack
-_T6u = _struct.Struct('>ihB').unpack_from
-_T6p = _struct.Struct('>ihB').pack
-_T7u = _struct.Struct('>ihh').unpack_from
-_T7p = _struct.Struct('>ihh').pack
+_T5u = _struct.Struct('>ihh').unpack_from
+_T5p = _struct.Struct('>ihh').pack
+_T6u = _struct.Struct('>ih').unpack_from
+_T6p = _struct.Struct('>ih').pack
+_T7u = _struct.Struct('>ihB').unpack_from
+_T7p = _struct.Struct('>ihB').pack
 
 
 class ElectLeadersRequest(_Struct):
@@ -93,6 +94,7 @@ class ElectLeadersRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             if v >= 1:
                 f = 'election_type'
@@ -110,9 +112,33 @@ class ElectLeadersRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_ElectLeadersRequest_TopicPartitions._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_ElectLeadersRequest_TopicPartitions)
+                    f1 = 'topic'
+                    n, = _ui16(buf, pos)
+                    pos += 2
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.topic = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'partitions'
+                    n, = _ui32(buf, pos)
+                    pos += 4
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 4 > lb - pos:
+                            raise _bad_len(n * 4, lb - pos)
+                        o1.partitions = list(_unpack_from('>%di' % n, buf, pos))
+                        pos += n * 4
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topic_partitions = lst
             f = 'timeout_ms'
@@ -120,7 +146,7 @@ class ElectLeadersRequest(_Struct):
             pos += 4
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
@@ -148,6 +174,7 @@ class ElectLeadersRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             f = 'election_type'
             o.election_type, n = _T2u(buf, pos)
@@ -167,9 +194,60 @@ class ElectLeadersRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_ElectLeadersRequest_TopicPartitions._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_ElectLeadersRequest_TopicPartitions)
+                    f1 = 'topic'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.topic = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'partitions'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 4 > lb - pos:
+                            raise _bad_len(n * 4, lb - pos)
+                        o1.partitions = list(_unpack_from('>%di' % n, buf, pos))
+                        pos += n * 4
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topic_partitions = lst
             f = 'timeout_ms'
@@ -188,7 +266,7 @@ class ElectLeadersRequest(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     class TopicPartitions(_Struct):
@@ -387,6 +465,8 @@ class ElectLeadersResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'throttle_time_ms'
             o.throttle_time_ms, = _T1u(buf, pos)
@@ -407,18 +487,60 @@ class ElectLeadersResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_ElectLeadersResponse_ReplicaElectionResult._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_ElectLeadersResponse_ReplicaElectionResult)
+                    f1 = 'topic'
+                    n, = _ui16(buf, pos)
+                    pos += 2
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.topic = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'partition_result'
+                    n, = _ui32(buf, pos)
+                    pos += 4
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_ElectLeadersResponse_PartitionResult)
+                            f2 = 'partition_id'
+                            o2.partition_id, o2.error_code, n = _T5u(buf, pos)
+                            pos += 8
+                            f2 = 'error_message'
+                            if n == -1:
+                                o2.error_message = None
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.error_message = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partition_result = lst1
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.replica_election_results = lst
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
-        buf += _T5p(self.throttle_time_ms, self.error_code)
+        buf += _T6p(self.throttle_time_ms, self.error_code)
         x = self.replica_election_results
         if x is None:
             raise _not_nullable(self, 'replica_election_results', v)
@@ -441,9 +563,11 @@ class ElectLeadersResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, o.error_code, n = _T6u(buf, pos)
+            o.throttle_time_ms, o.error_code, n = _T7u(buf, pos)
             pos += 7
             f = 'replica_election_results'
             if n >= 128:
@@ -460,9 +584,98 @@ class ElectLeadersResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_ElectLeadersResponse_ReplicaElectionResult._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_ElectLeadersResponse_ReplicaElectionResult)
+                    f1 = 'topic'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.topic = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'partition_result'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_ElectLeadersResponse_PartitionResult)
+                            f2 = 'partition_id'
+                            o2.partition_id, o2.error_code, n = _T7u(buf, pos)
+                            pos += 7
+                            f2 = 'error_message'
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                o2.error_message = None
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.error_message = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = '<tagged fields>'
+                            n = buf[pos]
+                            pos += 1
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partition_result = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.replica_election_results = lst
             f = '<tagged fields>'
@@ -480,7 +693,7 @@ class ElectLeadersResponse(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     class ReplicaElectionResult(_Struct):
@@ -668,7 +881,7 @@ class ElectLeadersResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T5p(self.partition_id, self.error_code)
+            buf += _T6p(self.partition_id, self.error_code)
             x = self.error_message
             if x is None:
                 buf += b'\xff\xff'
@@ -685,7 +898,7 @@ class ElectLeadersResponse(_Struct):
             _i = -1
             try:
                 f = 'partition_id'
-                o.partition_id, o.error_code, n = _T7u(buf, pos)
+                o.partition_id, o.error_code, n = _T5u(buf, pos)
                 pos += 8
                 f = 'error_message'
                 if n == -1:
@@ -701,7 +914,7 @@ class ElectLeadersResponse(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T5p(self.partition_id, self.error_code)
+            buf += _T6p(self.partition_id, self.error_code)
             x = self.error_message
             if x is None:
                 buf += b'\x00'
@@ -726,7 +939,7 @@ class ElectLeadersResponse(_Struct):
             _i = -1
             try:
                 f = 'partition_id'
-                o.partition_id, o.error_code, n = _T6u(buf, pos)
+                o.partition_id, o.error_code, n = _T7u(buf, pos)
                 pos += 7
                 f = 'error_message'
                 if n >= 128:

@@ -27,6 +27,7 @@ from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
     ZERO_UUID as _ZERO_UUID,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     write_tags as _write_tags,
@@ -36,28 +37,28 @@ from kafkatw.protocol.codec import (
 __all__ = ["EndQuorumEpochRequest", "EndQuorumEpochResponse"]
 
 
-_T0u = _struct.Struct('>iii').unpack_from
-_T0p = _struct.Struct('>iii').pack
-_T1u = _struct.Struct('>iiii').unpack_from
-_T1p = _struct.Struct('>iiii').pack
-_T2u = _struct.Struct('>iiiB').unpack_from
-_T2p = _struct.Struct('>iiiB').pack
-_T3u = _struct.Struct('>i16s').unpack_from
-_T3p = _struct.Struct('>i16s').pack
-_T4u = _struct.Struct('>i16sB').unpack_from
-_T4p = _struct.Struct('>i16sB').pack
-_T5u = _struct.Struct('>H').unpack_from
-_T5p = _struct.Struct('>H').pack
-_T6u = _struct.Struct('>HB').unpack_from
-_T6p = _struct.Struct('>HB').pack
+_T0u = _struct.Struct('>iiii').unpack_from
+_T0p = _struct.Struct('>iiii').pack
+_T1u = _struct.Struct('>iiiB').unpack_from
+_T1p = _struct.Struct('>iiiB').pack
+_T2u = _struct.Struct('>i16sB').unpack_from
+_T2p = _struct.Struct('>i16sB').pack
+_T3u = _struct.Struct('>HB').unpack_from
+_T3p = _struct.Struct('>HB').pack
+_T4u = _struct.Struct('>iii').unpack_from
+_T4p = _struct.Struct('>iii').pack
+_T5u = _struct.Struct('>i16s').unpack_from
+_T5p = _struct.Struct('>i16s').pack
+_T6u = _struct.Struct('>H').unpack_from
+_T6p = _struct.Struct('>H').pack
 _T7u = _struct.Struct('>h').unpack_from
 _T7p = _struct.Struct('>h').pack
 _T8u = _struct.Struct('>hi').unpack_from
 _T8p = _struct.Struct('>hi').pack
-_T9u = _struct.Struct('>hB').unpack_from
-_T9p = _struct.Struct('>hB').pack
-_T10u = _struct.Struct('>ihii').unpack_from
-_T10p = _struct.Struct('>ihii').pack
+_T9u = _struct.Struct('>ihii').unpack_from
+_T9p = _struct.Struct('>ihii').pack
+_T10u = _struct.Struct('>hB').unpack_from
+_T10p = _struct.Struct('>hB').pack
 _T11u = _struct.Struct('>ihiiB').unpack_from
 _T11p = _struct.Struct('>ihiiB').pack
 _T12u = _struct.Struct('>i').unpack_from
@@ -108,6 +109,8 @@ class EndQuorumEpochRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'cluster_id'
             n, = _ui16(buf, pos)
@@ -129,15 +132,59 @@ class EndQuorumEpochRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_EndQuorumEpochRequest_TopicData._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_EndQuorumEpochRequest_TopicData)
+                    f1 = 'topic_name'
+                    n, = _ui16(buf, pos)
+                    pos += 2
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'partitions'
+                    n, = _ui32(buf, pos)
+                    pos += 4
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_EndQuorumEpochRequest_PartitionData)
+                            f2 = 'partition_index'
+                            o2.partition_index, o2.leader_id, o2.leader_epoch, n = _T0u(buf, pos)
+                            pos += 16
+                            f2 = 'preferred_successors'
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                _i2 = -1
+                                if n < 0 or n * 4 > lb - pos:
+                                    raise _bad_len(n * 4, lb - pos)
+                                o2.preferred_successors = list(_unpack_from('>%di' % n, buf, pos))
+                                pos += n * 4
+                            o2.preferred_candidates = []
+                            o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partitions = lst1
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             o.leader_endpoints = []
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
@@ -185,6 +232,9 @@ class EndQuorumEpochRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
+        f3 = None; _i3 = -1
         try:
             f = 'cluster_id'
             n = buf[pos]
@@ -220,9 +270,121 @@ class EndQuorumEpochRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_EndQuorumEpochRequest_TopicData._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_EndQuorumEpochRequest_TopicData)
+                    f1 = 'topic_name'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'partitions'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_EndQuorumEpochRequest_PartitionData)
+                            f2 = 'partition_index'
+                            o2.partition_index, o2.leader_id, o2.leader_epoch, n = _T1u(buf, pos)
+                            pos += 13
+                            o2.preferred_successors = []
+                            f2 = 'preferred_candidates'
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                _i2 = -1
+                                if n < 0 or n * 1 > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                lst2 = []
+                                f3 = ''
+                                for _i2 in range(n):
+                                    o3 = _new(_S_EndQuorumEpochRequest_ReplicaInfo)
+                                    f3 = 'candidate_id'
+                                    o3.candidate_id, o3.candidate_directory_id, n = _T2u(buf, pos)
+                                    pos += 21
+                                    f3 = '<tagged fields>'
+                                    if n:
+                                        o3.unknown_tagged_fields = u = {}
+                                        if n >= 128:
+                                            n, pos = _ruv(buf, pos - 1)
+                                        for _ in range(n):
+                                            tag, size, pos = _rtag(buf, pos)
+                                            end = pos + size
+                                            u[tag] = buf[pos:end].tobytes()
+                                            pos = end
+                                    else:
+                                        o3.unknown_tagged_fields = _NO_TAGS
+                                    lst2.append(o3)
+                                f3 = None
+                                _i2 = -1
+                                o2.preferred_candidates = lst2
+                            f2 = '<tagged fields>'
+                            n = buf[pos]
+                            pos += 1
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partitions = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             f = 'leader_endpoints'
@@ -242,9 +404,60 @@ class EndQuorumEpochRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_EndQuorumEpochRequest_LeaderEndpoint._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_EndQuorumEpochRequest_LeaderEndpoint)
+                    f1 = 'name'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'host'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.host = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'port'
+                    o1.port, n = _T3u(buf, pos)
+                    pos += 3
+                    f1 = '<tagged fields>'
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.leader_endpoints = lst
             f = '<tagged fields>'
@@ -262,7 +475,7 @@ class EndQuorumEpochRequest(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2, f3, _i3) from None
         return o, pos
 
     class TopicData(_Struct):
@@ -454,7 +667,7 @@ class EndQuorumEpochRequest(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T0p(self.partition_index, self.leader_id, self.leader_epoch)
+            buf += _T4p(self.partition_index, self.leader_id, self.leader_epoch)
             x = self.preferred_successors
             if x is None:
                 raise _not_nullable(self, 'preferred_successors', v)
@@ -470,7 +683,7 @@ class EndQuorumEpochRequest(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.leader_id, o.leader_epoch, n = _T1u(buf, pos)
+                o.partition_index, o.leader_id, o.leader_epoch, n = _T0u(buf, pos)
                 pos += 16
                 f = 'preferred_successors'
                 if n == -1:
@@ -488,7 +701,7 @@ class EndQuorumEpochRequest(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T0p(self.partition_index, self.leader_id, self.leader_epoch)
+            buf += _T4p(self.partition_index, self.leader_id, self.leader_epoch)
             x = self.preferred_candidates
             if x is None:
                 raise _not_nullable(self, 'preferred_candidates', v)
@@ -513,7 +726,7 @@ class EndQuorumEpochRequest(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.leader_id, o.leader_epoch, n = _T2u(buf, pos)
+                o.partition_index, o.leader_id, o.leader_epoch, n = _T1u(buf, pos)
                 pos += 13
                 o.preferred_successors = []
                 f = 'preferred_candidates'
@@ -594,7 +807,7 @@ class EndQuorumEpochRequest(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T3p(self.candidate_id, self.candidate_directory_id)
+            buf += _T5p(self.candidate_id, self.candidate_directory_id)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -608,7 +821,7 @@ class EndQuorumEpochRequest(_Struct):
             _i = -1
             try:
                 f = 'candidate_id'
-                o.candidate_id, o.candidate_directory_id, n = _T4u(buf, pos)
+                o.candidate_id, o.candidate_directory_id, n = _T2u(buf, pos)
                 pos += 21
                 f = '<tagged fields>'
                 if n:
@@ -693,7 +906,7 @@ class EndQuorumEpochRequest(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T5p(self.port)
+            buf += _T6p(self.port)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -741,7 +954,7 @@ class EndQuorumEpochRequest(_Struct):
                     o.host = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'port'
-                o.port, n = _T6u(buf, pos)
+                o.port, n = _T3u(buf, pos)
                 pos += 3
                 f = '<tagged fields>'
                 if n:
@@ -799,6 +1012,8 @@ class EndQuorumEpochResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'error_code'
             o.error_code, n = _T8u(buf, pos)
@@ -811,15 +1026,49 @@ class EndQuorumEpochResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_EndQuorumEpochResponse_TopicData._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_EndQuorumEpochResponse_TopicData)
+                    f1 = 'topic_name'
+                    n, = _ui16(buf, pos)
+                    pos += 2
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'partitions'
+                    n, = _ui32(buf, pos)
+                    pos += 4
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_EndQuorumEpochResponse_PartitionData)
+                            f2 = 'partition_index'
+                            o2.partition_index, o2.error_code, o2.leader_id, o2.leader_epoch = _T9u(buf, pos)
+                            pos += 14
+                            o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partitions = lst1
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             o.node_endpoints = []
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
@@ -861,9 +1110,11 @@ class EndQuorumEpochResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'error_code'
-            o.error_code, n = _T9u(buf, pos)
+            o.error_code, n = _T10u(buf, pos)
             pos += 3
             f = 'topics'
             if n >= 128:
@@ -880,9 +1131,81 @@ class EndQuorumEpochResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_EndQuorumEpochResponse_TopicData._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_EndQuorumEpochResponse_TopicData)
+                    f1 = 'topic_name'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'partitions'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_EndQuorumEpochResponse_PartitionData)
+                            f2 = 'partition_index'
+                            o2.partition_index, o2.error_code, o2.leader_id, o2.leader_epoch, n = _T11u(buf, pos)
+                            pos += 15
+                            f2 = '<tagged fields>'
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partitions = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             o.node_endpoints = []
@@ -927,7 +1250,7 @@ class EndQuorumEpochResponse(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     class TopicData(_Struct):
@@ -1117,7 +1440,7 @@ class EndQuorumEpochResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T10p(self.partition_index, self.error_code, self.leader_id, self.leader_epoch)
+            buf += _T9p(self.partition_index, self.error_code, self.leader_id, self.leader_epoch)
 
         @staticmethod
         def _r0(buf, pos, v):
@@ -1127,7 +1450,7 @@ class EndQuorumEpochResponse(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.error_code, o.leader_id, o.leader_epoch = _T10u(buf, pos)
+                o.partition_index, o.error_code, o.leader_id, o.leader_epoch = _T9u(buf, pos)
                 pos += 14
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -1135,7 +1458,7 @@ class EndQuorumEpochResponse(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T10p(self.partition_index, self.error_code, self.leader_id, self.leader_epoch)
+            buf += _T9p(self.partition_index, self.error_code, self.leader_id, self.leader_epoch)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -1224,7 +1547,7 @@ class EndQuorumEpochResponse(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T5p(self.port)
+            buf += _T6p(self.port)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -1256,7 +1579,7 @@ class EndQuorumEpochResponse(_Struct):
                     o.host = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'port'
-                o.port, n = _T6u(buf, pos)
+                o.port, n = _T3u(buf, pos)
                 pos += 3
                 f = '<tagged fields>'
                 if n:

@@ -31,6 +31,7 @@ from kafkatw.protocol.codec import (
     ZERO_UUID as _ZERO_UUID,
     emit_records as _emit_records,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     records_size as _records_size,
@@ -48,46 +49,46 @@ _T1u = _struct.Struct('>ii').unpack_from
 _T1p = _struct.Struct('>ii').pack
 _T2u = _struct.Struct('>b').unpack_from
 _T2p = _struct.Struct('>b').pack
-_T3u = _struct.Struct('>iiibii').unpack_from
-_T3p = _struct.Struct('>iiibii').pack
-_T4u = _struct.Struct('>iiibiiB').unpack_from
-_T4p = _struct.Struct('>iiibiiB').pack
-_T5u = _struct.Struct('>iq').unpack_from
-_T5p = _struct.Struct('>iq').pack
+_T3u = _struct.Struct('>q').unpack_from
+_T3p = _struct.Struct('>q').pack
+_T4u = _struct.Struct('>iiibii').unpack_from
+_T4p = _struct.Struct('>iiibii').pack
+_T5u = _struct.Struct('>iiibiiB').unpack_from
+_T5p = _struct.Struct('>iiibiiB').pack
 _T6u = _struct.Struct('>16s').unpack_from
 _T6p = _struct.Struct('>16s').pack
-_T7u = _struct.Struct('>q').unpack_from
-_T7p = _struct.Struct('>q').pack
-_T8u = _struct.Struct('>iiqiqi').unpack_from
-_T8p = _struct.Struct('>iiqiqi').pack
-_T9u = _struct.Struct('>iiqiqiB').unpack_from
-_T9p = _struct.Struct('>iiqiqiB').pack
+_T7u = _struct.Struct('>iiqiqiB').unpack_from
+_T7p = _struct.Struct('>iiqiqiB').pack
+_T8u = _struct.Struct('>iq').unpack_from
+_T8p = _struct.Struct('>iq').pack
+_T9u = _struct.Struct('>iiqiqi').unpack_from
+_T9p = _struct.Struct('>iiqiqi').pack
 _T10u = _struct.Struct('>hi').unpack_from
 _T10p = _struct.Struct('>hi').pack
-_T11u = _struct.Struct('>ihi').unpack_from
-_T11p = _struct.Struct('>ihi').pack
-_T12u = _struct.Struct('>ihiB').unpack_from
-_T12p = _struct.Struct('>ihiB').pack
-_T13u = _struct.Struct('>ihq').unpack_from
-_T13p = _struct.Struct('>ihq').pack
-_T14u = _struct.Struct('>ihqqq').unpack_from
-_T14p = _struct.Struct('>ihqqq').pack
+_T11u = _struct.Struct('>ihq').unpack_from
+_T11p = _struct.Struct('>ihq').pack
+_T12u = _struct.Struct('>qq').unpack_from
+_T12p = _struct.Struct('>qq').pack
+_T13u = _struct.Struct('>ihi').unpack_from
+_T13p = _struct.Struct('>ihi').pack
+_T14u = _struct.Struct('>ihiB').unpack_from
+_T14p = _struct.Struct('>ihiB').pack
 _T15u = _struct.Struct('>ihqqqB').unpack_from
 _T15p = _struct.Struct('>ihqqqB').pack
-_T16u = _struct.Struct('>iB').unpack_from
-_T16p = _struct.Struct('>iB').pack
-_T17u = _struct.Struct('>iqB').unpack_from
-_T17p = _struct.Struct('>iqB').pack
-_T18u = _struct.Struct('>iiB').unpack_from
-_T18p = _struct.Struct('>iiB').pack
-_T19u = _struct.Struct('>qi').unpack_from
-_T19p = _struct.Struct('>qi').pack
-_T20u = _struct.Struct('>qiB').unpack_from
-_T20p = _struct.Struct('>qiB').pack
-_T21u = _struct.Struct('>qq').unpack_from
-_T21p = _struct.Struct('>qq').pack
-_T22u = _struct.Struct('>qqB').unpack_from
-_T22p = _struct.Struct('>qqB').pack
+_T16u = _struct.Struct('>qqB').unpack_from
+_T16p = _struct.Struct('>qqB').pack
+_T17u = _struct.Struct('>iB').unpack_from
+_T17p = _struct.Struct('>iB').pack
+_T18u = _struct.Struct('>ihqqq').unpack_from
+_T18p = _struct.Struct('>ihqqq').pack
+_T19u = _struct.Struct('>iqB').unpack_from
+_T19p = _struct.Struct('>iqB').pack
+_T20u = _struct.Struct('>iiB').unpack_from
+_T20p = _struct.Struct('>iiB').pack
+_T21u = _struct.Struct('>qi').unpack_from
+_T21p = _struct.Struct('>qi').pack
+_T22u = _struct.Struct('>qiB').unpack_from
+_T22p = _struct.Struct('>qiB').pack
 _T23u = _struct.Struct('>i4s').unpack_from
 _T23p = _struct.Struct('>i4s').pack
 _T24u = _struct.Struct('>ihqq').unpack_from
@@ -192,6 +193,8 @@ class FetchRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             o.cluster_id = None
             f = 'replica_id'
@@ -234,9 +237,64 @@ class FetchRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_FetchRequest_FetchTopic._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_FetchRequest_FetchTopic)
+                    f1 = 'topic'
+                    n, = _ui16(buf, pos)
+                    pos += 2
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.topic = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    o1.topic_id = _ZERO_UUID
+                    f1 = 'partitions'
+                    n, = _ui32(buf, pos)
+                    pos += 4
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_FetchRequest_FetchPartition)
+                            f2 = 'partition'
+                            o2.partition, = _T0u(buf, pos)
+                            pos += 4
+                            if v >= 9:
+                                f2 = 'current_leader_epoch'
+                                o2.current_leader_epoch, = _T0u(buf, pos)
+                                pos += 4
+                            else:
+                                o2.current_leader_epoch = -1
+                            f2 = 'fetch_offset'
+                            o2.fetch_offset, = _T3u(buf, pos)
+                            pos += 8
+                            o2.last_fetched_epoch = -1
+                            if v >= 5:
+                                f2 = 'log_start_offset'
+                                o2.log_start_offset, = _T3u(buf, pos)
+                                pos += 8
+                            else:
+                                o2.log_start_offset = -1
+                            f2 = 'partition_max_bytes'
+                            o2.partition_max_bytes, = _T0u(buf, pos)
+                            pos += 4
+                            o2.replica_directory_id = _ZERO_UUID
+                            o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partitions = lst1
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             if v >= 7:
@@ -250,9 +308,34 @@ class FetchRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
+                    f1 = ''
                     for _i in range(n):
-                        e, pos = _S_FetchRequest_ForgottenTopic._r0(buf, pos, v)
-                        lst.append(e)
+                        o1 = _new(_S_FetchRequest_ForgottenTopic)
+                        f1 = 'topic'
+                        n, = _ui16(buf, pos)
+                        pos += 2
+                        if n == -1:
+                            raise _DecodeFailure('null value for non-nullable field', [])
+                        else:
+                            if n < -1 or n > lb - pos:
+                                raise _bad_len(n, lb - pos)
+                            o1.topic = buf[pos:pos + n].tobytes().decode()
+                            pos += n
+                        o1.topic_id = _ZERO_UUID
+                        f1 = 'partitions'
+                        n, = _ui32(buf, pos)
+                        pos += 4
+                        if n == -1:
+                            raise _DecodeFailure('null value for non-nullable field', [])
+                        else:
+                            _i1 = -1
+                            if n < 0 or n * 4 > lb - pos:
+                                raise _bad_len(n * 4, lb - pos)
+                            o1.partitions = list(_unpack_from('>%di' % n, buf, pos))
+                            pos += n * 4
+                        o1.unknown_tagged_fields = _NO_TAGS
+                        lst.append(o1)
+                    f1 = None
                     _i = -1
                     o.forgotten_topics_data = lst
             else:
@@ -272,7 +355,7 @@ class FetchRequest(_Struct):
                 o.rack_id = ''
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
@@ -283,7 +366,7 @@ class FetchRequest(_Struct):
                 raise _absent(self, 'replica_id', v)
         if (not (v >= 15)) and not ((self.replica_state is not None and self.replica_state._is_default())):
             raise _absent(self, 'replica_state', v)
-        buf += _T3p(self.max_wait_ms, self.min_bytes, self.max_bytes, self.isolation_level, self.session_id, self.session_epoch)
+        buf += _T4p(self.max_wait_ms, self.min_bytes, self.max_bytes, self.isolation_level, self.session_id, self.session_epoch)
         x = self.topics
         if x is None:
             raise _not_nullable(self, 'topics', v)
@@ -347,6 +430,8 @@ class FetchRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             o.cluster_id = None
             if v <= 14:
@@ -361,7 +446,7 @@ class FetchRequest(_Struct):
             _d0.unknown_tagged_fields = _NO_TAGS
             o.replica_state = _d0
             f = 'max_wait_ms'
-            o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch, n = _T4u(buf, pos)
+            o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch, n = _T5u(buf, pos)
             pos += 22
             f = 'topics'
             if n >= 128:
@@ -378,9 +463,98 @@ class FetchRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_FetchRequest_FetchTopic._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_FetchRequest_FetchTopic)
+                    if v <= 12:
+                        f1 = 'topic'
+                        n = buf[pos]
+                        pos += 1
+                        if n >= 128:
+                            if buf[pos] < 128:
+                                n = (n & 127) | (buf[pos] << 7)
+                                pos += 1
+                            else:
+                                n, pos = _ruv(buf, pos - 1)
+                        n -= 1
+                        if n == -1:
+                            raise _DecodeFailure('null value for non-nullable field', [])
+                        else:
+                            if n < -1 or n > lb - pos:
+                                raise _bad_len(n, lb - pos)
+                            o1.topic = buf[pos:pos + n].tobytes().decode()
+                            pos += n
+                    else:
+                        o1.topic = ''
+                    if v >= 13:
+                        f1 = 'topic_id'
+                        o1.topic_id, = _T6u(buf, pos)
+                        pos += 16
+                    else:
+                        o1.topic_id = _ZERO_UUID
+                    f1 = 'partitions'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_FetchRequest_FetchPartition)
+                            f2 = 'partition'
+                            o2.partition, o2.current_leader_epoch, o2.fetch_offset, o2.last_fetched_epoch, o2.log_start_offset, o2.partition_max_bytes, n = _T7u(buf, pos)
+                            pos += 33
+                            o2.replica_directory_id = _ZERO_UUID
+                            f2 = '<tagged fields>'
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    if tag == 0 and (v >= 17):
+                                        f2 = 'replica_directory_id'
+                                        o2.replica_directory_id, = _T6u(buf, pos)
+                                        pos += 16
+                                        if pos != end:
+                                            raise _tag_size(0, size, pos - end + size)
+                                    else:
+                                        u[tag] = buf[pos:end].tobytes()
+                                        pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partitions = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             f = 'forgotten_topics_data'
@@ -400,9 +574,69 @@ class FetchRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_FetchRequest_ForgottenTopic._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_FetchRequest_ForgottenTopic)
+                    if v <= 12:
+                        f1 = 'topic'
+                        n = buf[pos]
+                        pos += 1
+                        if n >= 128:
+                            if buf[pos] < 128:
+                                n = (n & 127) | (buf[pos] << 7)
+                                pos += 1
+                            else:
+                                n, pos = _ruv(buf, pos - 1)
+                        n -= 1
+                        if n == -1:
+                            raise _DecodeFailure('null value for non-nullable field', [])
+                        else:
+                            if n < -1 or n > lb - pos:
+                                raise _bad_len(n, lb - pos)
+                            o1.topic = buf[pos:pos + n].tobytes().decode()
+                            pos += n
+                    else:
+                        o1.topic = ''
+                    if v >= 13:
+                        f1 = 'topic_id'
+                        o1.topic_id, = _T6u(buf, pos)
+                        pos += 16
+                    else:
+                        o1.topic_id = _ZERO_UUID
+                    f1 = 'partitions'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 4 > lb - pos:
+                            raise _bad_len(n * 4, lb - pos)
+                        o1.partitions = list(_unpack_from('>%di' % n, buf, pos))
+                        pos += n * 4
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.forgotten_topics_data = lst
             f = 'rack_id'
@@ -463,7 +697,7 @@ class FetchRequest(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     class ReplicaState(_Struct):
@@ -506,7 +740,7 @@ class FetchRequest(_Struct):
 
         def _w1(self, buf, parts, v):
             if v >= 15:
-                buf += _T5p(self.replica_id, self.replica_epoch)
+                buf += _T8p(self.replica_id, self.replica_epoch)
             else:
                 if not (self.replica_id == -1):
                     raise _absent(self, 'replica_id', v)
@@ -526,7 +760,7 @@ class FetchRequest(_Struct):
             try:
                 if v >= 15:
                     f = 'replica_id'
-                    o.replica_id, o.replica_epoch = _T5u(buf, pos)
+                    o.replica_id, o.replica_epoch = _T8u(buf, pos)
                     pos += 12
                 else:
                     o.replica_id = -1
@@ -761,11 +995,11 @@ class FetchRequest(_Struct):
             buf += _T0p(self.partition)
             if v >= 9:
                 buf += _T0p(self.current_leader_epoch)
-            buf += _T7p(self.fetch_offset)
+            buf += _T3p(self.fetch_offset)
             if not (self.last_fetched_epoch == -1):
                 raise _absent(self, 'last_fetched_epoch', v)
             if v >= 5:
-                buf += _T7p(self.log_start_offset)
+                buf += _T3p(self.log_start_offset)
             buf += _T0p(self.partition_max_bytes)
 
         @staticmethod
@@ -785,12 +1019,12 @@ class FetchRequest(_Struct):
                 else:
                     o.current_leader_epoch = -1
                 f = 'fetch_offset'
-                o.fetch_offset, = _T7u(buf, pos)
+                o.fetch_offset, = _T3u(buf, pos)
                 pos += 8
                 o.last_fetched_epoch = -1
                 if v >= 5:
                     f = 'log_start_offset'
-                    o.log_start_offset, = _T7u(buf, pos)
+                    o.log_start_offset, = _T3u(buf, pos)
                     pos += 8
                 else:
                     o.log_start_offset = -1
@@ -804,7 +1038,7 @@ class FetchRequest(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T8p(self.partition, self.current_leader_epoch, self.fetch_offset, self.last_fetched_epoch, self.log_start_offset, self.partition_max_bytes)
+            buf += _T9p(self.partition, self.current_leader_epoch, self.fetch_offset, self.last_fetched_epoch, self.log_start_offset, self.partition_max_bytes)
             tags = []
             if (v >= 17) and not (self.replica_directory_id == _ZERO_UUID):
                 t = bytearray()
@@ -823,7 +1057,7 @@ class FetchRequest(_Struct):
             _i = -1
             try:
                 f = 'partition'
-                o.partition, o.current_leader_epoch, o.fetch_offset, o.last_fetched_epoch, o.log_start_offset, o.partition_max_bytes, n = _T9u(buf, pos)
+                o.partition, o.current_leader_epoch, o.fetch_offset, o.last_fetched_epoch, o.log_start_offset, o.partition_max_bytes, n = _T7u(buf, pos)
                 pos += 33
                 o.replica_directory_id = _ZERO_UUID
                 f = '<tagged fields>'
@@ -1079,6 +1313,9 @@ class FetchResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
+        f3 = None; _i3 = -1
         try:
             if v >= 1:
                 f = 'throttle_time_ms'
@@ -1103,19 +1340,121 @@ class FetchResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_FetchResponse_FetchableTopicResponse._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_FetchResponse_FetchableTopicResponse)
+                    f1 = 'topic'
+                    n, = _ui16(buf, pos)
+                    pos += 2
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.topic = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    o1.topic_id = _ZERO_UUID
+                    f1 = 'partitions'
+                    n, = _ui32(buf, pos)
+                    pos += 4
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_FetchResponse_PartitionData)
+                            f2 = 'partition_index'
+                            o2.partition_index, o2.error_code, o2.high_watermark = _T11u(buf, pos)
+                            pos += 14
+                            if v >= 4:
+                                f2 = 'last_stable_offset'
+                                o2.last_stable_offset, = _T3u(buf, pos)
+                                pos += 8
+                            else:
+                                o2.last_stable_offset = -1
+                            if v >= 5:
+                                f2 = 'log_start_offset'
+                                o2.log_start_offset, = _T3u(buf, pos)
+                                pos += 8
+                            else:
+                                o2.log_start_offset = -1
+                            _d0 = _new(_S_FetchResponse_EpochEndOffset)
+                            _d0.epoch = -1
+                            _d0.end_offset = -1
+                            _d0.unknown_tagged_fields = _NO_TAGS
+                            o2.diverging_epoch = _d0
+                            _d0 = _new(_S_FetchResponse_LeaderIdAndEpoch)
+                            _d0.leader_id = -1
+                            _d0.leader_epoch = -1
+                            _d0.unknown_tagged_fields = _NO_TAGS
+                            o2.current_leader = _d0
+                            _d0 = _new(_S_FetchResponse_SnapshotId)
+                            _d0.end_offset = -1
+                            _d0.epoch = -1
+                            _d0.unknown_tagged_fields = _NO_TAGS
+                            o2.snapshot_id = _d0
+                            if v >= 4:
+                                f2 = 'aborted_transactions'
+                                n, = _ui32(buf, pos)
+                                pos += 4
+                                if n == -1:
+                                    o2.aborted_transactions = None
+                                else:
+                                    _i2 = -1
+                                    if n < 0 or n * 1 > lb - pos:
+                                        raise _bad_len(n, lb - pos)
+                                    lst2 = []
+                                    f3 = ''
+                                    for _i2 in range(n):
+                                        o3 = _new(_S_FetchResponse_AbortedTransaction)
+                                        f3 = 'producer_id'
+                                        o3.producer_id, o3.first_offset = _T12u(buf, pos)
+                                        pos += 16
+                                        o3.unknown_tagged_fields = _NO_TAGS
+                                        lst2.append(o3)
+                                    f3 = None
+                                    _i2 = -1
+                                    o2.aborted_transactions = lst2
+                            else:
+                                o2.aborted_transactions = []
+                            if v >= 11:
+                                f2 = 'preferred_read_replica'
+                                o2.preferred_read_replica, = _T0u(buf, pos)
+                                pos += 4
+                            else:
+                                o2.preferred_read_replica = -1
+                            f2 = 'records'
+                            n, = _ui32(buf, pos)
+                            pos += 4
+                            if n == -1:
+                                o2.records = None
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.records = buf[pos:pos + n]
+                                pos += n
+                            o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partitions = lst1
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.responses = lst
             o.node_endpoints = []
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2, f3, _i3) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
-        buf += _T11p(self.throttle_time_ms, self.error_code, self.session_id)
+        buf += _T13p(self.throttle_time_ms, self.error_code, self.session_id)
         x = self.responses
         if x is None:
             raise _not_nullable(self, 'responses', v)
@@ -1155,9 +1494,12 @@ class FetchResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
+        f3 = None; _i3 = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, o.error_code, o.session_id, n = _T12u(buf, pos)
+            o.throttle_time_ms, o.error_code, o.session_id, n = _T14u(buf, pos)
             pos += 11
             f = 'responses'
             if n >= 128:
@@ -1174,9 +1516,178 @@ class FetchResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_FetchResponse_FetchableTopicResponse._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_FetchResponse_FetchableTopicResponse)
+                    if v <= 12:
+                        f1 = 'topic'
+                        n = buf[pos]
+                        pos += 1
+                        if n >= 128:
+                            if buf[pos] < 128:
+                                n = (n & 127) | (buf[pos] << 7)
+                                pos += 1
+                            else:
+                                n, pos = _ruv(buf, pos - 1)
+                        n -= 1
+                        if n == -1:
+                            raise _DecodeFailure('null value for non-nullable field', [])
+                        else:
+                            if n < -1 or n > lb - pos:
+                                raise _bad_len(n, lb - pos)
+                            o1.topic = buf[pos:pos + n].tobytes().decode()
+                            pos += n
+                    else:
+                        o1.topic = ''
+                    if v >= 13:
+                        f1 = 'topic_id'
+                        o1.topic_id, = _T6u(buf, pos)
+                        pos += 16
+                    else:
+                        o1.topic_id = _ZERO_UUID
+                    f1 = 'partitions'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_FetchResponse_PartitionData)
+                            f2 = 'partition_index'
+                            o2.partition_index, o2.error_code, o2.high_watermark, o2.last_stable_offset, o2.log_start_offset, n = _T15u(buf, pos)
+                            pos += 31
+                            _d0 = _new(_S_FetchResponse_EpochEndOffset)
+                            _d0.epoch = -1
+                            _d0.end_offset = -1
+                            _d0.unknown_tagged_fields = _NO_TAGS
+                            o2.diverging_epoch = _d0
+                            _d0 = _new(_S_FetchResponse_LeaderIdAndEpoch)
+                            _d0.leader_id = -1
+                            _d0.leader_epoch = -1
+                            _d0.unknown_tagged_fields = _NO_TAGS
+                            o2.current_leader = _d0
+                            _d0 = _new(_S_FetchResponse_SnapshotId)
+                            _d0.end_offset = -1
+                            _d0.epoch = -1
+                            _d0.unknown_tagged_fields = _NO_TAGS
+                            o2.snapshot_id = _d0
+                            f2 = 'aborted_transactions'
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                o2.aborted_transactions = None
+                            else:
+                                _i2 = -1
+                                if n < 0 or n * 1 > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                lst2 = []
+                                f3 = ''
+                                for _i2 in range(n):
+                                    o3 = _new(_S_FetchResponse_AbortedTransaction)
+                                    f3 = 'producer_id'
+                                    o3.producer_id, o3.first_offset, n = _T16u(buf, pos)
+                                    pos += 17
+                                    f3 = '<tagged fields>'
+                                    if n:
+                                        o3.unknown_tagged_fields = u = {}
+                                        if n >= 128:
+                                            n, pos = _ruv(buf, pos - 1)
+                                        for _ in range(n):
+                                            tag, size, pos = _rtag(buf, pos)
+                                            end = pos + size
+                                            u[tag] = buf[pos:end].tobytes()
+                                            pos = end
+                                    else:
+                                        o3.unknown_tagged_fields = _NO_TAGS
+                                    lst2.append(o3)
+                                f3 = None
+                                _i2 = -1
+                                o2.aborted_transactions = lst2
+                            f2 = 'preferred_read_replica'
+                            o2.preferred_read_replica, n = _T17u(buf, pos)
+                            pos += 5
+                            f2 = 'records'
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                o2.records = None
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.records = buf[pos:pos + n]
+                                pos += n
+                            f2 = '<tagged fields>'
+                            n = buf[pos]
+                            pos += 1
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    if tag == 0:
+                                        f2 = 'diverging_epoch'
+                                        o2.diverging_epoch, pos = _S_FetchResponse_EpochEndOffset._r1(buf, pos, v)
+                                        if pos != end:
+                                            raise _tag_size(0, size, pos - end + size)
+                                    elif tag == 1:
+                                        f2 = 'current_leader'
+                                        o2.current_leader, pos = _S_FetchResponse_LeaderIdAndEpoch._r1(buf, pos, v)
+                                        if pos != end:
+                                            raise _tag_size(1, size, pos - end + size)
+                                    elif tag == 2:
+                                        f2 = 'snapshot_id'
+                                        o2.snapshot_id, pos = _S_FetchResponse_SnapshotId._r1(buf, pos, v)
+                                        if pos != end:
+                                            raise _tag_size(2, size, pos - end + size)
+                                    else:
+                                        u[tag] = buf[pos:end].tobytes()
+                                        pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partitions = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.responses = lst
             o.node_endpoints = []
@@ -1221,7 +1732,7 @@ class FetchResponse(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2, f3, _i3) from None
         return o, pos
 
     class FetchableTopicResponse(_Struct):
@@ -1440,11 +1951,11 @@ class FetchResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T13p(self.partition_index, self.error_code, self.high_watermark)
+            buf += _T11p(self.partition_index, self.error_code, self.high_watermark)
             if v >= 4:
-                buf += _T7p(self.last_stable_offset)
+                buf += _T3p(self.last_stable_offset)
             if v >= 5:
-                buf += _T7p(self.log_start_offset)
+                buf += _T3p(self.log_start_offset)
             if not ((self.diverging_epoch is not None and self.diverging_epoch._is_default())):
                 raise _absent(self, 'diverging_epoch', v)
             if not ((self.current_leader is not None and self.current_leader._is_default())):
@@ -1484,17 +1995,17 @@ class FetchResponse(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.error_code, o.high_watermark = _T13u(buf, pos)
+                o.partition_index, o.error_code, o.high_watermark = _T11u(buf, pos)
                 pos += 14
                 if v >= 4:
                     f = 'last_stable_offset'
-                    o.last_stable_offset, = _T7u(buf, pos)
+                    o.last_stable_offset, = _T3u(buf, pos)
                     pos += 8
                 else:
                     o.last_stable_offset = -1
                 if v >= 5:
                     f = 'log_start_offset'
-                    o.log_start_offset, = _T7u(buf, pos)
+                    o.log_start_offset, = _T3u(buf, pos)
                     pos += 8
                 else:
                     o.log_start_offset = -1
@@ -1553,7 +2064,7 @@ class FetchResponse(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T14p(self.partition_index, self.error_code, self.high_watermark, self.last_stable_offset, self.log_start_offset)
+            buf += _T18p(self.partition_index, self.error_code, self.high_watermark, self.last_stable_offset, self.log_start_offset)
             x = self.aborted_transactions
             if x is None:
                 buf += b'\x00'
@@ -1649,7 +2160,7 @@ class FetchResponse(_Struct):
                     _i = -1
                     o.aborted_transactions = lst
                 f = 'preferred_read_replica'
-                o.preferred_read_replica, n = _T16u(buf, pos)
+                o.preferred_read_replica, n = _T17u(buf, pos)
                 pos += 5
                 f = 'records'
                 if n >= 128:
@@ -1740,7 +2251,7 @@ class FetchResponse(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T5p(self.epoch, self.end_offset)
+            buf += _T8p(self.epoch, self.end_offset)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -1754,7 +2265,7 @@ class FetchResponse(_Struct):
             _i = -1
             try:
                 f = 'epoch'
-                o.epoch, o.end_offset, n = _T17u(buf, pos)
+                o.epoch, o.end_offset, n = _T19u(buf, pos)
                 pos += 13
                 f = '<tagged fields>'
                 if n:
@@ -1826,7 +2337,7 @@ class FetchResponse(_Struct):
             _i = -1
             try:
                 f = 'leader_id'
-                o.leader_id, o.leader_epoch, n = _T18u(buf, pos)
+                o.leader_id, o.leader_epoch, n = _T20u(buf, pos)
                 pos += 9
                 f = '<tagged fields>'
                 if n:
@@ -1864,7 +2375,7 @@ class FetchResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T19p(self.end_offset, self.epoch)
+            buf += _T21p(self.end_offset, self.epoch)
 
         @staticmethod
         def _r0(buf, pos, v):
@@ -1874,7 +2385,7 @@ class FetchResponse(_Struct):
             _i = -1
             try:
                 f = 'end_offset'
-                o.end_offset, o.epoch = _T19u(buf, pos)
+                o.end_offset, o.epoch = _T21u(buf, pos)
                 pos += 12
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -1882,7 +2393,7 @@ class FetchResponse(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T19p(self.end_offset, self.epoch)
+            buf += _T21p(self.end_offset, self.epoch)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -1896,7 +2407,7 @@ class FetchResponse(_Struct):
             _i = -1
             try:
                 f = 'end_offset'
-                o.end_offset, o.epoch, n = _T20u(buf, pos)
+                o.end_offset, o.epoch, n = _T22u(buf, pos)
                 pos += 13
                 f = '<tagged fields>'
                 if n:
@@ -1935,7 +2446,7 @@ class FetchResponse(_Struct):
 
         def _w0(self, buf, parts, v):
             if v >= 4:
-                buf += _T21p(self.producer_id, self.first_offset)
+                buf += _T12p(self.producer_id, self.first_offset)
             else:
                 if not (self.producer_id == 0):
                     raise _absent(self, 'producer_id', v)
@@ -1951,7 +2462,7 @@ class FetchResponse(_Struct):
             try:
                 if v >= 4:
                     f = 'producer_id'
-                    o.producer_id, o.first_offset = _T21u(buf, pos)
+                    o.producer_id, o.first_offset = _T12u(buf, pos)
                     pos += 16
                 else:
                     o.producer_id = 0
@@ -1962,7 +2473,7 @@ class FetchResponse(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T21p(self.producer_id, self.first_offset)
+            buf += _T12p(self.producer_id, self.first_offset)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -1976,7 +2487,7 @@ class FetchResponse(_Struct):
             _i = -1
             try:
                 f = 'producer_id'
-                o.producer_id, o.first_offset, n = _T22u(buf, pos)
+                o.producer_id, o.first_offset, n = _T16u(buf, pos)
                 pos += 17
                 f = '<tagged fields>'
                 if n:
@@ -2217,7 +2728,7 @@ def _rows_FetchResponse_v0(v, throttle_time_ms_1, error_code_1, session_id_1, re
             else:
                 buf += _pi32(len(x))
                 for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
-                    buf += _T13p(partition_index_3, error_code_3, high_watermark_3)
+                    buf += _T11p(partition_index_3, error_code_3, high_watermark_3)
                     if not ((diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1))):
                         raise _absent_field('FetchResponse.PartitionData', 'diverging_epoch', v)
                     if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
@@ -2278,7 +2789,7 @@ def _rows_FetchResponse_v1(v, throttle_time_ms_1, error_code_1, session_id_1, re
                 else:
                     buf += _pi32(len(x))
                     for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
-                        buf += _T13p(partition_index_3, error_code_3, high_watermark_3)
+                        buf += _T11p(partition_index_3, error_code_3, high_watermark_3)
                         if not ((diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1))):
                             raise _absent_field('FetchResponse.PartitionData', 'diverging_epoch', v)
                         if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
@@ -2355,7 +2866,7 @@ def _rows_FetchResponse_v4(v, throttle_time_ms_1, error_code_1, session_id_1, re
                         else:
                             buf += _pi32(len(x))
                             for producer_id_4, first_offset_4 in x:
-                                buf += _T21p(producer_id_4, first_offset_4)
+                                buf += _T12p(producer_id_4, first_offset_4)
                         if not (preferred_read_replica_3 == -1):
                             raise _absent_field('FetchResponse.PartitionData', 'preferred_read_replica', v)
                         x = records_3
@@ -2410,7 +2921,7 @@ def _rows_FetchResponse_v5(v, throttle_time_ms_1, error_code_1, session_id_1, re
                 else:
                     buf += _pi32(len(x))
                     for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
-                        buf += _T14p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
+                        buf += _T18p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
                         if not ((diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1))):
                             raise _absent_field('FetchResponse.PartitionData', 'diverging_epoch', v)
                         if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
@@ -2426,7 +2937,7 @@ def _rows_FetchResponse_v5(v, throttle_time_ms_1, error_code_1, session_id_1, re
                         else:
                             buf += _pi32(len(x))
                             for producer_id_4, first_offset_4 in x:
-                                buf += _T21p(producer_id_4, first_offset_4)
+                                buf += _T12p(producer_id_4, first_offset_4)
                         if not (preferred_read_replica_3 == -1):
                             raise _absent_field('FetchResponse.PartitionData', 'preferred_read_replica', v)
                         x = records_3
@@ -2453,7 +2964,7 @@ def _rows_FetchResponse_v7(v, throttle_time_ms_1, error_code_1, session_id_1, re
     if (node_endpoints_1 is not None and not node_endpoints_1) and (responses_1 is not None and not responses_1):
         buf += _T25p(throttle_time_ms_1, error_code_1, session_id_1, b'\x00\x00\x00\x00')
     else:
-        buf += _T11p(throttle_time_ms_1, error_code_1, session_id_1)
+        buf += _T13p(throttle_time_ms_1, error_code_1, session_id_1)
         x = responses_1
         if not x:
             if x is None:
@@ -2479,7 +2990,7 @@ def _rows_FetchResponse_v7(v, throttle_time_ms_1, error_code_1, session_id_1, re
                 else:
                     buf += _pi32(len(x))
                     for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
-                        buf += _T14p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
+                        buf += _T18p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
                         if not ((diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1))):
                             raise _absent_field('FetchResponse.PartitionData', 'diverging_epoch', v)
                         if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
@@ -2495,7 +3006,7 @@ def _rows_FetchResponse_v7(v, throttle_time_ms_1, error_code_1, session_id_1, re
                         else:
                             buf += _pi32(len(x))
                             for producer_id_4, first_offset_4 in x:
-                                buf += _T21p(producer_id_4, first_offset_4)
+                                buf += _T12p(producer_id_4, first_offset_4)
                         if not (preferred_read_replica_3 == -1):
                             raise _absent_field('FetchResponse.PartitionData', 'preferred_read_replica', v)
                         x = records_3
@@ -2522,7 +3033,7 @@ def _rows_FetchResponse_v11(v, throttle_time_ms_1, error_code_1, session_id_1, r
     if (node_endpoints_1 is not None and not node_endpoints_1) and (responses_1 is not None and not responses_1):
         buf += _T25p(throttle_time_ms_1, error_code_1, session_id_1, b'\x00\x00\x00\x00')
     else:
-        buf += _T11p(throttle_time_ms_1, error_code_1, session_id_1)
+        buf += _T13p(throttle_time_ms_1, error_code_1, session_id_1)
         x = responses_1
         if not x:
             if x is None:
@@ -2548,7 +3059,7 @@ def _rows_FetchResponse_v11(v, throttle_time_ms_1, error_code_1, session_id_1, r
                 else:
                     buf += _pi32(len(x))
                     for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
-                        buf += _T14p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
+                        buf += _T18p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
                         if not ((diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1))):
                             raise _absent_field('FetchResponse.PartitionData', 'diverging_epoch', v)
                         if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
@@ -2564,7 +3075,7 @@ def _rows_FetchResponse_v11(v, throttle_time_ms_1, error_code_1, session_id_1, r
                         else:
                             buf += _pi32(len(x))
                             for producer_id_4, first_offset_4 in x:
-                                buf += _T21p(producer_id_4, first_offset_4)
+                                buf += _T12p(producer_id_4, first_offset_4)
                         buf += _T0p(preferred_read_replica_3)
                         x = records_3
                         if x is None:
@@ -2590,7 +3101,7 @@ def _rows_FetchResponse_v12(v, throttle_time_ms_1, error_code_1, session_id_1, r
     if (node_endpoints_1 is not None and not node_endpoints_1) and (responses_1 is not None and not responses_1):
         buf += _T26p(throttle_time_ms_1, error_code_1, session_id_1, b'\x01\x00')
     else:
-        buf += _T11p(throttle_time_ms_1, error_code_1, session_id_1)
+        buf += _T13p(throttle_time_ms_1, error_code_1, session_id_1)
         x = responses_1
         if not x:
             if x is None:
@@ -2628,7 +3139,7 @@ def _rows_FetchResponse_v12(v, throttle_time_ms_1, error_code_1, session_id_1, r
                     else:
                         buf += _wuv(n)
                     for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
-                        buf += _T14p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
+                        buf += _T18p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
                         x = aborted_transactions_3
                         if not x:
                             if x is None:
@@ -2645,7 +3156,7 @@ def _rows_FetchResponse_v12(v, throttle_time_ms_1, error_code_1, session_id_1, r
                                 if True:
                                     buf += _T27p(producer_id_4, first_offset_4, b'\x00')
                                 else:
-                                    buf += _T21p(producer_id_4, first_offset_4)
+                                    buf += _T12p(producer_id_4, first_offset_4)
                                     buf.append(0)
                         buf += _T0p(preferred_read_replica_3)
                         x = records_3
@@ -2679,7 +3190,7 @@ def _rows_FetchResponse_v12(v, throttle_time_ms_1, error_code_1, session_id_1, r
                                 if True:
                                     t_3 += _T28p(epoch_4, end_offset_4, b'\x00')
                                 else:
-                                    t_3 += _T5p(epoch_4, end_offset_4)
+                                    t_3 += _T8p(epoch_4, end_offset_4)
                                     t_3.append(0)
                                 tags_3.append((0, bytes(t_3)))
                             if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
@@ -2701,7 +3212,7 @@ def _rows_FetchResponse_v12(v, throttle_time_ms_1, error_code_1, session_id_1, r
                                 if True:
                                     t_3 += _T30p(end_offset_4, epoch_4, b'\x00')
                                 else:
-                                    t_3 += _T19p(end_offset_4, epoch_4)
+                                    t_3 += _T21p(end_offset_4, epoch_4)
                                     t_3.append(0)
                                 tags_3.append((2, bytes(t_3)))
                             _write_tags(buf, tags_3, None)
@@ -2720,7 +3231,7 @@ def _rows_FetchResponse_v13(v, throttle_time_ms_1, error_code_1, session_id_1, r
     if (node_endpoints_1 is not None and not node_endpoints_1) and (responses_1 is not None and not responses_1):
         buf += _T26p(throttle_time_ms_1, error_code_1, session_id_1, b'\x01\x00')
     else:
-        buf += _T11p(throttle_time_ms_1, error_code_1, session_id_1)
+        buf += _T13p(throttle_time_ms_1, error_code_1, session_id_1)
         x = responses_1
         if not x:
             if x is None:
@@ -2751,7 +3262,7 @@ def _rows_FetchResponse_v13(v, throttle_time_ms_1, error_code_1, session_id_1, r
                         else:
                             buf += _wuv(n)
                         for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
-                            buf += _T14p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
+                            buf += _T18p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
                             x = aborted_transactions_3
                             if not x:
                                 if x is None:
@@ -2768,7 +3279,7 @@ def _rows_FetchResponse_v13(v, throttle_time_ms_1, error_code_1, session_id_1, r
                                     if True:
                                         buf += _T27p(producer_id_4, first_offset_4, b'\x00')
                                     else:
-                                        buf += _T21p(producer_id_4, first_offset_4)
+                                        buf += _T12p(producer_id_4, first_offset_4)
                                         buf.append(0)
                             buf += _T0p(preferred_read_replica_3)
                             x = records_3
@@ -2802,7 +3313,7 @@ def _rows_FetchResponse_v13(v, throttle_time_ms_1, error_code_1, session_id_1, r
                                     if True:
                                         t_3 += _T28p(epoch_4, end_offset_4, b'\x00')
                                     else:
-                                        t_3 += _T5p(epoch_4, end_offset_4)
+                                        t_3 += _T8p(epoch_4, end_offset_4)
                                         t_3.append(0)
                                     tags_3.append((0, bytes(t_3)))
                                 if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
@@ -2824,7 +3335,7 @@ def _rows_FetchResponse_v13(v, throttle_time_ms_1, error_code_1, session_id_1, r
                                     if True:
                                         t_3 += _T30p(end_offset_4, epoch_4, b'\x00')
                                     else:
-                                        t_3 += _T19p(end_offset_4, epoch_4)
+                                        t_3 += _T21p(end_offset_4, epoch_4)
                                         t_3.append(0)
                                     tags_3.append((2, bytes(t_3)))
                                 _write_tags(buf, tags_3, None)
@@ -2843,7 +3354,7 @@ def _rows_FetchResponse_v16(v, throttle_time_ms_1, error_code_1, session_id_1, r
     if (responses_1 is not None and not responses_1) and (node_endpoints_1 is not None and not node_endpoints_1):
         buf += _T26p(throttle_time_ms_1, error_code_1, session_id_1, b'\x01\x00')
     else:
-        buf += _T11p(throttle_time_ms_1, error_code_1, session_id_1)
+        buf += _T13p(throttle_time_ms_1, error_code_1, session_id_1)
         x = responses_1
         if not x:
             if x is None:
@@ -2874,7 +3385,7 @@ def _rows_FetchResponse_v16(v, throttle_time_ms_1, error_code_1, session_id_1, r
                         else:
                             buf += _wuv(n)
                         for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
-                            buf += _T14p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
+                            buf += _T18p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
                             x = aborted_transactions_3
                             if not x:
                                 if x is None:
@@ -2891,7 +3402,7 @@ def _rows_FetchResponse_v16(v, throttle_time_ms_1, error_code_1, session_id_1, r
                                     if True:
                                         buf += _T27p(producer_id_4, first_offset_4, b'\x00')
                                     else:
-                                        buf += _T21p(producer_id_4, first_offset_4)
+                                        buf += _T12p(producer_id_4, first_offset_4)
                                         buf.append(0)
                             buf += _T0p(preferred_read_replica_3)
                             x = records_3
@@ -2925,7 +3436,7 @@ def _rows_FetchResponse_v16(v, throttle_time_ms_1, error_code_1, session_id_1, r
                                     if True:
                                         t_3 += _T28p(epoch_4, end_offset_4, b'\x00')
                                     else:
-                                        t_3 += _T5p(epoch_4, end_offset_4)
+                                        t_3 += _T8p(epoch_4, end_offset_4)
                                         t_3.append(0)
                                     tags_3.append((0, bytes(t_3)))
                                 if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
@@ -2947,7 +3458,7 @@ def _rows_FetchResponse_v16(v, throttle_time_ms_1, error_code_1, session_id_1, r
                                     if True:
                                         t_3 += _T30p(end_offset_4, epoch_4, b'\x00')
                                     else:
-                                        t_3 += _T19p(end_offset_4, epoch_4)
+                                        t_3 += _T21p(end_offset_4, epoch_4)
                                         t_3.append(0)
                                     tags_3.append((2, bytes(t_3)))
                                 _write_tags(buf, tags_3, None)

@@ -22,6 +22,7 @@ from kafkatw.protocol.codec import (
     ZERO_UUID as _ZERO_UUID,
     emit_records as _emit_records,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     records_size as _records_size,
@@ -37,24 +38,24 @@ _T0u = _struct.Struct('>ii').unpack_from
 _T0p = _struct.Struct('>ii').pack
 _T1u = _struct.Struct('>iiB').unpack_from
 _T1p = _struct.Struct('>iiB').pack
-_T2u = _struct.Struct('>q').unpack_from
-_T2p = _struct.Struct('>q').pack
-_T3u = _struct.Struct('>16s').unpack_from
-_T3p = _struct.Struct('>16s').pack
-_T4u = _struct.Struct('>qB').unpack_from
-_T4p = _struct.Struct('>qB').pack
-_T5u = _struct.Struct('>qi').unpack_from
-_T5p = _struct.Struct('>qi').pack
-_T6u = _struct.Struct('>qiB').unpack_from
-_T6p = _struct.Struct('>qiB').pack
+_T2u = _struct.Struct('>qiB').unpack_from
+_T2p = _struct.Struct('>qiB').pack
+_T3u = _struct.Struct('>qB').unpack_from
+_T3p = _struct.Struct('>qB').pack
+_T4u = _struct.Struct('>16s').unpack_from
+_T4p = _struct.Struct('>16s').pack
+_T5u = _struct.Struct('>q').unpack_from
+_T5p = _struct.Struct('>q').pack
+_T6u = _struct.Struct('>qi').unpack_from
+_T6p = _struct.Struct('>qi').pack
 _T7u = _struct.Struct('>ih').unpack_from
 _T7p = _struct.Struct('>ih').pack
 _T8u = _struct.Struct('>ihB').unpack_from
 _T8p = _struct.Struct('>ihB').pack
-_T9u = _struct.Struct('>qq').unpack_from
-_T9p = _struct.Struct('>qq').pack
-_T10u = _struct.Struct('>qqB').unpack_from
-_T10p = _struct.Struct('>qqB').pack
+_T9u = _struct.Struct('>qqB').unpack_from
+_T9p = _struct.Struct('>qqB').pack
+_T10u = _struct.Struct('>qq').unpack_from
+_T10p = _struct.Struct('>qq').pack
 _T11u = _struct.Struct('>i').unpack_from
 _T11p = _struct.Struct('>i').pack
 _T12u = _struct.Struct('>H').unpack_from
@@ -122,6 +123,9 @@ class FetchSnapshotRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
+        f3 = None; _i3 = -1
         try:
             o.cluster_id = None
             f = 'replica_id'
@@ -142,9 +146,112 @@ class FetchSnapshotRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_FetchSnapshotRequest_TopicSnapshot._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_FetchSnapshotRequest_TopicSnapshot)
+                    f1 = 'name'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'partitions'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_FetchSnapshotRequest_PartitionSnapshot)
+                            f2 = 'partition'
+                            o2.partition, o2.current_leader_epoch = _T0u(buf, pos)
+                            pos += 8
+                            f2 = 'snapshot_id'
+                            f3 = ''
+                            o3 = _new(_S_FetchSnapshotRequest_SnapshotId)
+                            f3 = 'end_offset'
+                            o3.end_offset, o3.epoch, n = _T2u(buf, pos)
+                            pos += 13
+                            f3 = '<tagged fields>'
+                            if n:
+                                o3.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o3.unknown_tagged_fields = _NO_TAGS
+                            f3 = None
+                            o2.snapshot_id = o3
+                            f2 = 'position'
+                            o2.position, n = _T3u(buf, pos)
+                            pos += 9
+                            o2.replica_directory_id = _ZERO_UUID
+                            f2 = '<tagged fields>'
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    if tag == 0 and (v >= 1):
+                                        f2 = 'replica_directory_id'
+                                        o2.replica_directory_id, = _T4u(buf, pos)
+                                        pos += 16
+                                        if pos != end:
+                                            raise _tag_size(0, size, pos - end + size)
+                                    else:
+                                        u[tag] = buf[pos:end].tobytes()
+                                        pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partitions = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             f = '<tagged fields>'
@@ -183,7 +290,7 @@ class FetchSnapshotRequest(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2, f3, _i3) from None
         return o, pos
 
     class TopicSnapshot(_Struct):
@@ -324,11 +431,11 @@ class FetchSnapshotRequest(_Struct):
         def _w1(self, buf, parts, v):
             buf += _T0p(self.partition, self.current_leader_epoch)
             self.snapshot_id._w1(buf, parts, v)
-            buf += _T2p(self.position)
+            buf += _T5p(self.position)
             tags = []
             if (v >= 1) and not (self.replica_directory_id == _ZERO_UUID):
                 t = bytearray()
-                t += _T3p(self.replica_directory_id)
+                t += _T4p(self.replica_directory_id)
                 tags.append((0, bytes(t)))
             if tags or self.unknown_tagged_fields:
                 _write_tags(buf, tags, self.unknown_tagged_fields)
@@ -348,7 +455,7 @@ class FetchSnapshotRequest(_Struct):
                 f = 'snapshot_id'
                 o.snapshot_id, pos = _S_FetchSnapshotRequest_SnapshotId._r1(buf, pos, v)
                 f = 'position'
-                o.position, n = _T4u(buf, pos)
+                o.position, n = _T3u(buf, pos)
                 pos += 9
                 o.replica_directory_id = _ZERO_UUID
                 f = '<tagged fields>'
@@ -361,7 +468,7 @@ class FetchSnapshotRequest(_Struct):
                         end = pos + size
                         if tag == 0 and (v >= 1):
                             f = 'replica_directory_id'
-                            o.replica_directory_id, = _T3u(buf, pos)
+                            o.replica_directory_id, = _T4u(buf, pos)
                             pos += 16
                             if pos != end:
                                 raise _tag_size(0, size, pos - end + size)
@@ -394,7 +501,7 @@ class FetchSnapshotRequest(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T5p(self.end_offset, self.epoch)
+            buf += _T6p(self.end_offset, self.epoch)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -408,7 +515,7 @@ class FetchSnapshotRequest(_Struct):
             _i = -1
             try:
                 f = 'end_offset'
-                o.end_offset, o.epoch, n = _T6u(buf, pos)
+                o.end_offset, o.epoch, n = _T2u(buf, pos)
                 pos += 13
                 f = '<tagged fields>'
                 if n:
@@ -491,6 +598,9 @@ class FetchSnapshotResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
+        f3 = None; _i3 = -1
         try:
             f = 'throttle_time_ms'
             o.throttle_time_ms, o.error_code, n = _T8u(buf, pos)
@@ -510,9 +620,132 @@ class FetchSnapshotResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_FetchSnapshotResponse_TopicSnapshot._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_FetchSnapshotResponse_TopicSnapshot)
+                    f1 = 'name'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'partitions'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_FetchSnapshotResponse_PartitionSnapshot)
+                            f2 = 'index'
+                            o2.index, o2.error_code = _T7u(buf, pos)
+                            pos += 6
+                            f2 = 'snapshot_id'
+                            f3 = ''
+                            o3 = _new(_S_FetchSnapshotResponse_SnapshotId)
+                            f3 = 'end_offset'
+                            o3.end_offset, o3.epoch, n = _T2u(buf, pos)
+                            pos += 13
+                            f3 = '<tagged fields>'
+                            if n:
+                                o3.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o3.unknown_tagged_fields = _NO_TAGS
+                            f3 = None
+                            o2.snapshot_id = o3
+                            _d0 = _new(_S_FetchSnapshotResponse_LeaderIdAndEpoch)
+                            _d0.leader_id = 0
+                            _d0.leader_epoch = 0
+                            _d0.unknown_tagged_fields = _NO_TAGS
+                            o2.current_leader = _d0
+                            f2 = 'size'
+                            o2.size, o2.position, n = _T9u(buf, pos)
+                            pos += 17
+                            f2 = 'unaligned_records'
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.unaligned_records = buf[pos:pos + n]
+                                pos += n
+                            f2 = '<tagged fields>'
+                            n = buf[pos]
+                            pos += 1
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    if tag == 0:
+                                        f2 = 'current_leader'
+                                        o2.current_leader, pos = _S_FetchSnapshotResponse_LeaderIdAndEpoch._r1(buf, pos, v)
+                                        if pos != end:
+                                            raise _tag_size(0, size, pos - end + size)
+                                    else:
+                                        u[tag] = buf[pos:end].tobytes()
+                                        pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partitions = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             o.node_endpoints = []
@@ -557,7 +790,7 @@ class FetchSnapshotResponse(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2, f3, _i3) from None
         return o, pos
 
     class TopicSnapshot(_Struct):
@@ -702,7 +935,7 @@ class FetchSnapshotResponse(_Struct):
         def _w1(self, buf, parts, v):
             buf += _T7p(self.index, self.error_code)
             self.snapshot_id._w1(buf, parts, v)
-            buf += _T9p(self.size, self.position)
+            buf += _T10p(self.size, self.position)
             x = self.unaligned_records
             if x is None:
                 raise _not_nullable(self, 'unaligned_records', v)
@@ -750,7 +983,7 @@ class FetchSnapshotResponse(_Struct):
                 _d0.unknown_tagged_fields = _NO_TAGS
                 o.current_leader = _d0
                 f = 'size'
-                o.size, o.position, n = _T10u(buf, pos)
+                o.size, o.position, n = _T9u(buf, pos)
                 pos += 17
                 f = 'unaligned_records'
                 if n >= 128:
@@ -811,7 +1044,7 @@ class FetchSnapshotResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T5p(self.end_offset, self.epoch)
+            buf += _T6p(self.end_offset, self.epoch)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -825,7 +1058,7 @@ class FetchSnapshotResponse(_Struct):
             _i = -1
             try:
                 f = 'end_offset'
-                o.end_offset, o.epoch, n = _T6u(buf, pos)
+                o.end_offset, o.epoch, n = _T2u(buf, pos)
                 pos += 13
                 f = '<tagged fields>'
                 if n:

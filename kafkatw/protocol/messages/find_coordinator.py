@@ -21,6 +21,7 @@ from kafkatw.protocol._runtime import (
 from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     write_tags as _write_tags,
@@ -38,6 +39,10 @@ _T2u = _struct.Struct('>h').unpack_from
 _T2p = _struct.Struct('>h').pack
 _T3u = _struct.Struct('>ih').unpack_from
 _T3p = _struct.Struct('>ih').pack
+_T4u = _struct.Struct('>iB').unpack_from
+_T4p = _struct.Struct('>iB').pack
+_T5u = _struct.Struct('>ihB').unpack_from
+_T5p = _struct.Struct('>ihB').pack
 
 
 class FindCoordinatorRequest(_Struct):
@@ -405,6 +410,7 @@ class FindCoordinatorResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             f = 'throttle_time_ms'
             o.throttle_time_ms, = _T1u(buf, pos)
@@ -485,9 +491,78 @@ class FindCoordinatorResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
+                    f1 = ''
                     for _i in range(n):
-                        e, pos = _S_FindCoordinatorResponse_Coordinator._r1(buf, pos, v)
-                        lst.append(e)
+                        o1 = _new(_S_FindCoordinatorResponse_Coordinator)
+                        f1 = 'key'
+                        n = buf[pos]
+                        pos += 1
+                        if n >= 128:
+                            if buf[pos] < 128:
+                                n = (n & 127) | (buf[pos] << 7)
+                                pos += 1
+                            else:
+                                n, pos = _ruv(buf, pos - 1)
+                        n -= 1
+                        if n == -1:
+                            raise _DecodeFailure('null value for non-nullable field', [])
+                        else:
+                            if n < -1 or n > lb - pos:
+                                raise _bad_len(n, lb - pos)
+                            o1.key = buf[pos:pos + n].tobytes().decode()
+                            pos += n
+                        f1 = 'node_id'
+                        o1.node_id, n = _T4u(buf, pos)
+                        pos += 5
+                        f1 = 'host'
+                        if n >= 128:
+                            if buf[pos] < 128:
+                                n = (n & 127) | (buf[pos] << 7)
+                                pos += 1
+                            else:
+                                n, pos = _ruv(buf, pos - 1)
+                        n -= 1
+                        if n == -1:
+                            raise _DecodeFailure('null value for non-nullable field', [])
+                        else:
+                            if n < -1 or n > lb - pos:
+                                raise _bad_len(n, lb - pos)
+                            o1.host = buf[pos:pos + n].tobytes().decode()
+                            pos += n
+                        f1 = 'port'
+                        o1.port, o1.error_code, n = _T5u(buf, pos)
+                        pos += 7
+                        f1 = 'error_message'
+                        if n >= 128:
+                            if buf[pos] < 128:
+                                n = (n & 127) | (buf[pos] << 7)
+                                pos += 1
+                            else:
+                                n, pos = _ruv(buf, pos - 1)
+                        n -= 1
+                        if n == -1:
+                            o1.error_message = None
+                        else:
+                            if n < -1 or n > lb - pos:
+                                raise _bad_len(n, lb - pos)
+                            o1.error_message = buf[pos:pos + n].tobytes().decode()
+                            pos += n
+                        f1 = '<tagged fields>'
+                        n = buf[pos]
+                        pos += 1
+                        if n:
+                            o1.unknown_tagged_fields = u = {}
+                            if n >= 128:
+                                n, pos = _ruv(buf, pos - 1)
+                            for _ in range(n):
+                                tag, size, pos = _rtag(buf, pos)
+                                end = pos + size
+                                u[tag] = buf[pos:end].tobytes()
+                                pos = end
+                        else:
+                            o1.unknown_tagged_fields = _NO_TAGS
+                        lst.append(o1)
+                    f1 = None
                     _i = -1
                     o.coordinators = lst
             else:
@@ -507,7 +582,7 @@ class FindCoordinatorResponse(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     class Coordinator(_Struct):

@@ -19,6 +19,7 @@ from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
     ZERO_UUID as _ZERO_UUID,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     write_tags as _write_tags,
@@ -28,18 +29,18 @@ from kafkatw.protocol.codec import (
 __all__ = ["InitializeShareGroupStateRequest", "InitializeShareGroupStateResponse"]
 
 
-_T0u = _struct.Struct('>16s').unpack_from
-_T0p = _struct.Struct('>16s').pack
-_T1u = _struct.Struct('>16sB').unpack_from
-_T1p = _struct.Struct('>16sB').pack
-_T2u = _struct.Struct('>iiq').unpack_from
-_T2p = _struct.Struct('>iiq').pack
-_T3u = _struct.Struct('>iiqB').unpack_from
-_T3p = _struct.Struct('>iiqB').pack
-_T4u = _struct.Struct('>ih').unpack_from
-_T4p = _struct.Struct('>ih').pack
-_T5u = _struct.Struct('>ihB').unpack_from
-_T5p = _struct.Struct('>ihB').pack
+_T0u = _struct.Struct('>16sB').unpack_from
+_T0p = _struct.Struct('>16sB').pack
+_T1u = _struct.Struct('>iiqB').unpack_from
+_T1p = _struct.Struct('>iiqB').pack
+_T2u = _struct.Struct('>16s').unpack_from
+_T2p = _struct.Struct('>16s').pack
+_T3u = _struct.Struct('>iiq').unpack_from
+_T3p = _struct.Struct('>iiq').pack
+_T4u = _struct.Struct('>ihB').unpack_from
+_T4p = _struct.Struct('>ihB').pack
+_T5u = _struct.Struct('>ih').unpack_from
+_T5p = _struct.Struct('>ih').pack
 
 
 class InitializeShareGroupStateRequest(_Struct):
@@ -94,6 +95,8 @@ class InitializeShareGroupStateRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'group_id'
             n = buf[pos]
@@ -129,9 +132,65 @@ class InitializeShareGroupStateRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_InitializeShareGroupStateRequest_InitializeStateData._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_InitializeShareGroupStateRequest_InitializeStateData)
+                    f1 = 'topic_id'
+                    o1.topic_id, n = _T0u(buf, pos)
+                    pos += 17
+                    f1 = 'partitions'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_InitializeShareGroupStateRequest_PartitionData)
+                            f2 = 'partition'
+                            o2.partition, o2.state_epoch, o2.start_offset, n = _T1u(buf, pos)
+                            pos += 17
+                            f2 = '<tagged fields>'
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partitions = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             f = '<tagged fields>'
@@ -149,7 +208,7 @@ class InitializeShareGroupStateRequest(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     class InitializeStateData(_Struct):
@@ -171,7 +230,7 @@ class InitializeShareGroupStateRequest(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T0p(self.topic_id)
+            buf += _T2p(self.topic_id)
             x = self.partitions
             if x is None:
                 raise _not_nullable(self, 'partitions', v)
@@ -196,7 +255,7 @@ class InitializeShareGroupStateRequest(_Struct):
             _i = -1
             try:
                 f = 'topic_id'
-                o.topic_id, n = _T1u(buf, pos)
+                o.topic_id, n = _T0u(buf, pos)
                 pos += 17
                 f = 'partitions'
                 if n >= 128:
@@ -258,7 +317,7 @@ class InitializeShareGroupStateRequest(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T2p(self.partition, self.state_epoch, self.start_offset)
+            buf += _T3p(self.partition, self.state_epoch, self.start_offset)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -272,7 +331,7 @@ class InitializeShareGroupStateRequest(_Struct):
             _i = -1
             try:
                 f = 'partition'
-                o.partition, o.state_epoch, o.start_offset, n = _T3u(buf, pos)
+                o.partition, o.state_epoch, o.start_offset, n = _T1u(buf, pos)
                 pos += 17
                 f = '<tagged fields>'
                 if n:
@@ -331,6 +390,8 @@ class InitializeShareGroupStateResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'results'
             n = buf[pos]
@@ -349,9 +410,82 @@ class InitializeShareGroupStateResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_InitializeShareGroupStateResponse_InitializeStateResult._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_InitializeShareGroupStateResponse_InitializeStateResult)
+                    f1 = 'topic_id'
+                    o1.topic_id, n = _T0u(buf, pos)
+                    pos += 17
+                    f1 = 'partitions'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_InitializeShareGroupStateResponse_PartitionResult)
+                            f2 = 'partition'
+                            o2.partition, o2.error_code, n = _T4u(buf, pos)
+                            pos += 7
+                            f2 = 'error_message'
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                o2.error_message = None
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.error_message = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = '<tagged fields>'
+                            n = buf[pos]
+                            pos += 1
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partitions = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.results = lst
             f = '<tagged fields>'
@@ -369,7 +503,7 @@ class InitializeShareGroupStateResponse(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     class InitializeStateResult(_Struct):
@@ -391,7 +525,7 @@ class InitializeShareGroupStateResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T0p(self.topic_id)
+            buf += _T2p(self.topic_id)
             x = self.partitions
             if x is None:
                 raise _not_nullable(self, 'partitions', v)
@@ -416,7 +550,7 @@ class InitializeShareGroupStateResponse(_Struct):
             _i = -1
             try:
                 f = 'topic_id'
-                o.topic_id, n = _T1u(buf, pos)
+                o.topic_id, n = _T0u(buf, pos)
                 pos += 17
                 f = 'partitions'
                 if n >= 128:
@@ -478,7 +612,7 @@ class InitializeShareGroupStateResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T4p(self.partition, self.error_code)
+            buf += _T5p(self.partition, self.error_code)
             x = self.error_message
             if x is None:
                 buf += b'\x00'
@@ -503,7 +637,7 @@ class InitializeShareGroupStateResponse(_Struct):
             _i = -1
             try:
                 f = 'partition'
-                o.partition, o.error_code, n = _T5u(buf, pos)
+                o.partition, o.error_code, n = _T4u(buf, pos)
                 pos += 7
                 f = 'error_message'
                 if n >= 128:

@@ -26,6 +26,7 @@ from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
     ZERO_UUID as _ZERO_UUID,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     write_tags as _write_tags,
@@ -39,32 +40,34 @@ _T0u = _struct.Struct('>i').unpack_from
 _T0p = _struct.Struct('>i').pack
 _T1u = _struct.Struct('>q').unpack_from
 _T1p = _struct.Struct('>q').pack
-_T2u = _struct.Struct('>?').unpack_from
-_T2p = _struct.Struct('>?').pack
-_T3u = _struct.Struct('>iq').unpack_from
-_T3p = _struct.Struct('>iq').pack
-_T4u = _struct.Struct('>b').unpack_from
-_T4p = _struct.Struct('>b').pack
-_T5u = _struct.Struct('>iiii').unpack_from
-_T5p = _struct.Struct('>iiii').pack
-_T6u = _struct.Struct('>iiiii').unpack_from
-_T6p = _struct.Struct('>iiiii').pack
-_T7u = _struct.Struct('>ii').unpack_from
-_T7p = _struct.Struct('>ii').pack
-_T8u = _struct.Struct('>iiiiB').unpack_from
-_T8p = _struct.Struct('>iiiiB').pack
-_T9u = _struct.Struct('>iB').unpack_from
-_T9p = _struct.Struct('>iB').pack
-_T10u = _struct.Struct('>16s').unpack_from
-_T10p = _struct.Struct('>16s').pack
-_T11u = _struct.Struct('>ih').unpack_from
-_T11p = _struct.Struct('>ih').pack
+_T2u = _struct.Struct('>iiiii').unpack_from
+_T2p = _struct.Struct('>iiiii').pack
+_T3u = _struct.Struct('>ii').unpack_from
+_T3p = _struct.Struct('>ii').pack
+_T4u = _struct.Struct('>?').unpack_from
+_T4p = _struct.Struct('>?').pack
+_T5u = _struct.Struct('>ih').unpack_from
+_T5p = _struct.Struct('>ih').pack
+_T6u = _struct.Struct('>iq').unpack_from
+_T6p = _struct.Struct('>iq').pack
+_T7u = _struct.Struct('>b').unpack_from
+_T7p = _struct.Struct('>b').pack
+_T8u = _struct.Struct('>16s').unpack_from
+_T8p = _struct.Struct('>16s').pack
+_T9u = _struct.Struct('>iiiiB').unpack_from
+_T9p = _struct.Struct('>iiiiB').pack
+_T10u = _struct.Struct('>iB').unpack_from
+_T10p = _struct.Struct('>iB').pack
+_T11u = _struct.Struct('>iiii').unpack_from
+_T11p = _struct.Struct('>iiii').pack
 _T12u = _struct.Struct('>h').unpack_from
 _T12p = _struct.Struct('>h').pack
 _T13u = _struct.Struct('>hi').unpack_from
 _T13p = _struct.Struct('>hi').pack
 _T14u = _struct.Struct('>ihB').unpack_from
 _T14p = _struct.Struct('>ihB').pack
+_T15u = _struct.Struct('>16sB').unpack_from
+_T15p = _struct.Struct('>16sB').pack
 
 
 class LeaderAndIsrRequest(_Struct):
@@ -142,6 +145,8 @@ class LeaderAndIsrRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'controller_id'
             o.controller_id, = _T0u(buf, pos)
@@ -168,9 +173,55 @@ class LeaderAndIsrRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
+                    f1 = ''
                     for _i in range(n):
-                        e, pos = _S_LeaderAndIsrRequest_LeaderAndIsrPartitionState._r0(buf, pos, v)
-                        lst.append(e)
+                        o1 = _new(_S_LeaderAndIsrRequest_LeaderAndIsrPartitionState)
+                        f1 = 'topic_name'
+                        n, = _ui16(buf, pos)
+                        pos += 2
+                        if n == -1:
+                            raise _DecodeFailure('null value for non-nullable field', [])
+                        else:
+                            if n < -1 or n > lb - pos:
+                                raise _bad_len(n, lb - pos)
+                            o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                            pos += n
+                        f1 = 'partition_index'
+                        o1.partition_index, o1.controller_epoch, o1.leader, o1.leader_epoch, n = _T2u(buf, pos)
+                        pos += 20
+                        f1 = 'isr'
+                        if n == -1:
+                            raise _DecodeFailure('null value for non-nullable field', [])
+                        else:
+                            _i1 = -1
+                            if n < 0 or n * 4 > lb - pos:
+                                raise _bad_len(n * 4, lb - pos)
+                            o1.isr = list(_unpack_from('>%di' % n, buf, pos))
+                            pos += n * 4
+                        f1 = 'partition_epoch'
+                        o1.partition_epoch, n = _T3u(buf, pos)
+                        pos += 8
+                        f1 = 'replicas'
+                        if n == -1:
+                            raise _DecodeFailure('null value for non-nullable field', [])
+                        else:
+                            _i1 = -1
+                            if n < 0 or n * 4 > lb - pos:
+                                raise _bad_len(n * 4, lb - pos)
+                            o1.replicas = list(_unpack_from('>%di' % n, buf, pos))
+                            pos += n * 4
+                        o1.adding_replicas = []
+                        o1.removing_replicas = []
+                        if v >= 1:
+                            f1 = 'is_new'
+                            o1.is_new, = _T4u(buf, pos)
+                            pos += 1
+                        else:
+                            o1.is_new = False
+                        o1.leader_recovery_state = 0
+                        o1.unknown_tagged_fields = _NO_TAGS
+                        lst.append(o1)
+                    f1 = None
                     _i = -1
                     o.ungrouped_partition_states = lst
             else:
@@ -186,9 +237,98 @@ class LeaderAndIsrRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
+                    f1 = ''
                     for _i in range(n):
-                        e, pos = _S_LeaderAndIsrRequest_LeaderAndIsrTopicState._r0(buf, pos, v)
-                        lst.append(e)
+                        o1 = _new(_S_LeaderAndIsrRequest_LeaderAndIsrTopicState)
+                        f1 = 'topic_name'
+                        n, = _ui16(buf, pos)
+                        pos += 2
+                        if n == -1:
+                            raise _DecodeFailure('null value for non-nullable field', [])
+                        else:
+                            if n < -1 or n > lb - pos:
+                                raise _bad_len(n, lb - pos)
+                            o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                            pos += n
+                        o1.topic_id = _ZERO_UUID
+                        f1 = 'partition_states'
+                        n, = _ui32(buf, pos)
+                        pos += 4
+                        if n == -1:
+                            raise _DecodeFailure('null value for non-nullable field', [])
+                        else:
+                            _i1 = -1
+                            if n < 0 or n * 1 > lb - pos:
+                                raise _bad_len(n, lb - pos)
+                            lst1 = []
+                            f2 = ''
+                            for _i1 in range(n):
+                                o2 = _new(_S_LeaderAndIsrRequest_LeaderAndIsrPartitionState)
+                                o2.topic_name = ''
+                                f2 = 'partition_index'
+                                o2.partition_index, o2.controller_epoch, o2.leader, o2.leader_epoch, n = _T2u(buf, pos)
+                                pos += 20
+                                f2 = 'isr'
+                                if n == -1:
+                                    raise _DecodeFailure('null value for non-nullable field', [])
+                                else:
+                                    _i2 = -1
+                                    if n < 0 or n * 4 > lb - pos:
+                                        raise _bad_len(n * 4, lb - pos)
+                                    o2.isr = list(_unpack_from('>%di' % n, buf, pos))
+                                    pos += n * 4
+                                f2 = 'partition_epoch'
+                                o2.partition_epoch, n = _T3u(buf, pos)
+                                pos += 8
+                                f2 = 'replicas'
+                                if n == -1:
+                                    raise _DecodeFailure('null value for non-nullable field', [])
+                                else:
+                                    _i2 = -1
+                                    if n < 0 or n * 4 > lb - pos:
+                                        raise _bad_len(n * 4, lb - pos)
+                                    o2.replicas = list(_unpack_from('>%di' % n, buf, pos))
+                                    pos += n * 4
+                                if v >= 3:
+                                    f2 = 'adding_replicas'
+                                    n, = _ui32(buf, pos)
+                                    pos += 4
+                                    if n == -1:
+                                        raise _DecodeFailure('null value for non-nullable field', [])
+                                    else:
+                                        _i2 = -1
+                                        if n < 0 or n * 4 > lb - pos:
+                                            raise _bad_len(n * 4, lb - pos)
+                                        o2.adding_replicas = list(_unpack_from('>%di' % n, buf, pos))
+                                        pos += n * 4
+                                else:
+                                    o2.adding_replicas = []
+                                if v >= 3:
+                                    f2 = 'removing_replicas'
+                                    n, = _ui32(buf, pos)
+                                    pos += 4
+                                    if n == -1:
+                                        raise _DecodeFailure('null value for non-nullable field', [])
+                                    else:
+                                        _i2 = -1
+                                        if n < 0 or n * 4 > lb - pos:
+                                            raise _bad_len(n * 4, lb - pos)
+                                        o2.removing_replicas = list(_unpack_from('>%di' % n, buf, pos))
+                                        pos += n * 4
+                                else:
+                                    o2.removing_replicas = []
+                                f2 = 'is_new'
+                                o2.is_new, = _T4u(buf, pos)
+                                pos += 1
+                                o2.leader_recovery_state = 0
+                                o2.unknown_tagged_fields = _NO_TAGS
+                                lst1.append(o2)
+                            f2 = None
+                            _i1 = -1
+                            o1.partition_states = lst1
+                        o1.unknown_tagged_fields = _NO_TAGS
+                        lst.append(o1)
+                    f1 = None
                     _i = -1
                     o.topic_states = lst
             else:
@@ -203,26 +343,43 @@ class LeaderAndIsrRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_LeaderAndIsrRequest_LeaderAndIsrLiveLeader._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_LeaderAndIsrRequest_LeaderAndIsrLiveLeader)
+                    f1 = 'broker_id'
+                    o1.broker_id, n = _T5u(buf, pos)
+                    pos += 6
+                    f1 = 'host_name'
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.host_name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'port'
+                    o1.port, = _T0u(buf, pos)
+                    pos += 4
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.live_leaders = lst
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
         buf += _T0p(self.controller_id)
         if v >= 7:
-            buf += _T2p(self.is_k_raft_controller)
+            buf += _T4p(self.is_k_raft_controller)
         else:
             if not (self.is_k_raft_controller == False):
                 raise _absent(self, 'is_k_raft_controller', v)
-        buf += _T3p(self.controller_epoch, self.broker_epoch)
+        buf += _T6p(self.controller_epoch, self.broker_epoch)
         if v >= 5:
-            buf += _T4p(self.type)
+            buf += _T7p(self.type)
         else:
             if not (self.type == 0):
                 raise _absent(self, 'type', v)
@@ -261,22 +418,24 @@ class LeaderAndIsrRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'controller_id'
             o.controller_id, = _T0u(buf, pos)
             pos += 4
             if v >= 7:
                 f = 'is_k_raft_controller'
-                o.is_k_raft_controller, = _T2u(buf, pos)
+                o.is_k_raft_controller, = _T4u(buf, pos)
                 pos += 1
             else:
                 o.is_k_raft_controller = False
             f = 'controller_epoch'
-            o.controller_epoch, o.broker_epoch = _T3u(buf, pos)
+            o.controller_epoch, o.broker_epoch = _T6u(buf, pos)
             pos += 12
             if v >= 5:
                 f = 'type'
-                o.type, = _T4u(buf, pos)
+                o.type, = _T7u(buf, pos)
                 pos += 1
             else:
                 o.type = 0
@@ -298,9 +457,170 @@ class LeaderAndIsrRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_LeaderAndIsrRequest_LeaderAndIsrTopicState._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_LeaderAndIsrRequest_LeaderAndIsrTopicState)
+                    f1 = 'topic_name'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    if v >= 5:
+                        f1 = 'topic_id'
+                        o1.topic_id, = _T8u(buf, pos)
+                        pos += 16
+                    else:
+                        o1.topic_id = _ZERO_UUID
+                    f1 = 'partition_states'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_LeaderAndIsrRequest_LeaderAndIsrPartitionState)
+                            o2.topic_name = ''
+                            f2 = 'partition_index'
+                            o2.partition_index, o2.controller_epoch, o2.leader, o2.leader_epoch, n = _T9u(buf, pos)
+                            pos += 17
+                            f2 = 'isr'
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                _i2 = -1
+                                if n < 0 or n * 4 > lb - pos:
+                                    raise _bad_len(n * 4, lb - pos)
+                                o2.isr = list(_unpack_from('>%di' % n, buf, pos))
+                                pos += n * 4
+                            f2 = 'partition_epoch'
+                            o2.partition_epoch, n = _T10u(buf, pos)
+                            pos += 5
+                            f2 = 'replicas'
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                _i2 = -1
+                                if n < 0 or n * 4 > lb - pos:
+                                    raise _bad_len(n * 4, lb - pos)
+                                o2.replicas = list(_unpack_from('>%di' % n, buf, pos))
+                                pos += n * 4
+                            f2 = 'adding_replicas'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                _i2 = -1
+                                if n < 0 or n * 4 > lb - pos:
+                                    raise _bad_len(n * 4, lb - pos)
+                                o2.adding_replicas = list(_unpack_from('>%di' % n, buf, pos))
+                                pos += n * 4
+                            f2 = 'removing_replicas'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                _i2 = -1
+                                if n < 0 or n * 4 > lb - pos:
+                                    raise _bad_len(n * 4, lb - pos)
+                                o2.removing_replicas = list(_unpack_from('>%di' % n, buf, pos))
+                                pos += n * 4
+                            f2 = 'is_new'
+                            o2.is_new, = _T4u(buf, pos)
+                            pos += 1
+                            if v >= 6:
+                                f2 = 'leader_recovery_state'
+                                o2.leader_recovery_state, = _T7u(buf, pos)
+                                pos += 1
+                            else:
+                                o2.leader_recovery_state = 0
+                            f2 = '<tagged fields>'
+                            n = buf[pos]
+                            pos += 1
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partition_states = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topic_states = lst
             f = 'live_leaders'
@@ -320,9 +640,44 @@ class LeaderAndIsrRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_LeaderAndIsrRequest_LeaderAndIsrLiveLeader._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_LeaderAndIsrRequest_LeaderAndIsrLiveLeader)
+                    f1 = 'broker_id'
+                    o1.broker_id, n = _T10u(buf, pos)
+                    pos += 5
+                    f1 = 'host_name'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.host_name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'port'
+                    o1.port, n = _T10u(buf, pos)
+                    pos += 5
+                    f1 = '<tagged fields>'
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.live_leaders = lst
             f = '<tagged fields>'
@@ -340,7 +695,7 @@ class LeaderAndIsrRequest(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     class LeaderAndIsrPartitionState(_Struct):
@@ -390,7 +745,7 @@ class LeaderAndIsrRequest(_Struct):
                     x = x.encode()
                     buf += _pi16(len(x))
                     buf += x
-            buf += _T5p(self.partition_index, self.controller_epoch, self.leader, self.leader_epoch)
+            buf += _T11p(self.partition_index, self.controller_epoch, self.leader, self.leader_epoch)
             x = self.isr
             if x is None:
                 raise _not_nullable(self, 'isr', v)
@@ -419,7 +774,7 @@ class LeaderAndIsrRequest(_Struct):
                     buf += _pi32(len(x))
                     buf += _pack('>%di' % len(x), *x)
             if v >= 1:
-                buf += _T2p(self.is_new)
+                buf += _T4p(self.is_new)
             if not (self.leader_recovery_state == 0):
                 raise _absent(self, 'leader_recovery_state', v)
 
@@ -444,7 +799,7 @@ class LeaderAndIsrRequest(_Struct):
                 else:
                     o.topic_name = ''
                 f = 'partition_index'
-                o.partition_index, o.controller_epoch, o.leader, o.leader_epoch, n = _T6u(buf, pos)
+                o.partition_index, o.controller_epoch, o.leader, o.leader_epoch, n = _T2u(buf, pos)
                 pos += 20
                 f = 'isr'
                 if n == -1:
@@ -456,7 +811,7 @@ class LeaderAndIsrRequest(_Struct):
                     o.isr = list(_unpack_from('>%di' % n, buf, pos))
                     pos += n * 4
                 f = 'partition_epoch'
-                o.partition_epoch, n = _T7u(buf, pos)
+                o.partition_epoch, n = _T3u(buf, pos)
                 pos += 8
                 f = 'replicas'
                 if n == -1:
@@ -497,7 +852,7 @@ class LeaderAndIsrRequest(_Struct):
                     o.removing_replicas = []
                 if v >= 1:
                     f = 'is_new'
-                    o.is_new, = _T2u(buf, pos)
+                    o.is_new, = _T4u(buf, pos)
                     pos += 1
                 else:
                     o.is_new = False
@@ -508,7 +863,7 @@ class LeaderAndIsrRequest(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T5p(self.partition_index, self.controller_epoch, self.leader, self.leader_epoch)
+            buf += _T11p(self.partition_index, self.controller_epoch, self.leader, self.leader_epoch)
             x = self.isr
             if x is None:
                 raise _not_nullable(self, 'isr', v)
@@ -550,9 +905,9 @@ class LeaderAndIsrRequest(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += _pack('>%di' % len(x), *x)
-            buf += _T2p(self.is_new)
+            buf += _T4p(self.is_new)
             if v >= 6:
-                buf += _T4p(self.leader_recovery_state)
+                buf += _T7p(self.leader_recovery_state)
             else:
                 if not (self.leader_recovery_state == 0):
                     raise _absent(self, 'leader_recovery_state', v)
@@ -570,7 +925,7 @@ class LeaderAndIsrRequest(_Struct):
             try:
                 o.topic_name = ''
                 f = 'partition_index'
-                o.partition_index, o.controller_epoch, o.leader, o.leader_epoch, n = _T8u(buf, pos)
+                o.partition_index, o.controller_epoch, o.leader, o.leader_epoch, n = _T9u(buf, pos)
                 pos += 17
                 f = 'isr'
                 if n >= 128:
@@ -589,7 +944,7 @@ class LeaderAndIsrRequest(_Struct):
                     o.isr = list(_unpack_from('>%di' % n, buf, pos))
                     pos += n * 4
                 f = 'partition_epoch'
-                o.partition_epoch, n = _T9u(buf, pos)
+                o.partition_epoch, n = _T10u(buf, pos)
                 pos += 5
                 f = 'replicas'
                 if n >= 128:
@@ -644,11 +999,11 @@ class LeaderAndIsrRequest(_Struct):
                     o.removing_replicas = list(_unpack_from('>%di' % n, buf, pos))
                     pos += n * 4
                 f = 'is_new'
-                o.is_new, = _T2u(buf, pos)
+                o.is_new, = _T4u(buf, pos)
                 pos += 1
                 if v >= 6:
                     f = 'leader_recovery_state'
-                    o.leader_recovery_state, = _T4u(buf, pos)
+                    o.leader_recovery_state, = _T7u(buf, pos)
                     pos += 1
                 else:
                     o.leader_recovery_state = 0
@@ -772,7 +1127,7 @@ class LeaderAndIsrRequest(_Struct):
                     buf += _wuv(n)
                 buf += x
             if v >= 5:
-                buf += _T10p(self.topic_id)
+                buf += _T8p(self.topic_id)
             x = self.partition_states
             if x is None:
                 raise _not_nullable(self, 'partition_states', v)
@@ -815,7 +1170,7 @@ class LeaderAndIsrRequest(_Struct):
                     pos += n
                 if v >= 5:
                     f = 'topic_id'
-                    o.topic_id, = _T10u(buf, pos)
+                    o.topic_id, = _T8u(buf, pos)
                     pos += 16
                 else:
                     o.topic_id = _ZERO_UUID
@@ -899,7 +1254,7 @@ class LeaderAndIsrRequest(_Struct):
             _i = -1
             try:
                 f = 'broker_id'
-                o.broker_id, n = _T11u(buf, pos)
+                o.broker_id, n = _T5u(buf, pos)
                 pos += 6
                 f = 'host_name'
                 if n == -1:
@@ -944,7 +1299,7 @@ class LeaderAndIsrRequest(_Struct):
             _i = -1
             try:
                 f = 'broker_id'
-                o.broker_id, n = _T9u(buf, pos)
+                o.broker_id, n = _T10u(buf, pos)
                 pos += 5
                 f = 'host_name'
                 if n >= 128:
@@ -962,7 +1317,7 @@ class LeaderAndIsrRequest(_Struct):
                     o.host_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'port'
-                o.port, n = _T9u(buf, pos)
+                o.port, n = _T10u(buf, pos)
                 pos += 5
                 f = '<tagged fields>'
                 if n:
@@ -1020,6 +1375,7 @@ class LeaderAndIsrResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             f = 'error_code'
             o.error_code, n = _T13u(buf, pos)
@@ -1032,15 +1388,31 @@ class LeaderAndIsrResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_LeaderAndIsrResponse_LeaderAndIsrPartitionError._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_LeaderAndIsrResponse_LeaderAndIsrPartitionError)
+                    f1 = 'topic_name'
+                    n, = _ui16(buf, pos)
+                    pos += 2
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'partition_index'
+                    o1.partition_index, o1.error_code = _T5u(buf, pos)
+                    pos += 6
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.partition_errors = lst
             o.topics = []
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
@@ -1086,6 +1458,8 @@ class LeaderAndIsrResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'error_code'
             o.error_code, = _T12u(buf, pos)
@@ -1108,9 +1482,43 @@ class LeaderAndIsrResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
+                    f1 = ''
                     for _i in range(n):
-                        e, pos = _S_LeaderAndIsrResponse_LeaderAndIsrPartitionError._r1(buf, pos, v)
-                        lst.append(e)
+                        o1 = _new(_S_LeaderAndIsrResponse_LeaderAndIsrPartitionError)
+                        f1 = 'topic_name'
+                        n = buf[pos]
+                        pos += 1
+                        if n >= 128:
+                            if buf[pos] < 128:
+                                n = (n & 127) | (buf[pos] << 7)
+                                pos += 1
+                            else:
+                                n, pos = _ruv(buf, pos - 1)
+                        n -= 1
+                        if n == -1:
+                            raise _DecodeFailure('null value for non-nullable field', [])
+                        else:
+                            if n < -1 or n > lb - pos:
+                                raise _bad_len(n, lb - pos)
+                            o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                            pos += n
+                        f1 = 'partition_index'
+                        o1.partition_index, o1.error_code, n = _T14u(buf, pos)
+                        pos += 7
+                        f1 = '<tagged fields>'
+                        if n:
+                            o1.unknown_tagged_fields = u = {}
+                            if n >= 128:
+                                n, pos = _ruv(buf, pos - 1)
+                            for _ in range(n):
+                                tag, size, pos = _rtag(buf, pos)
+                                end = pos + size
+                                u[tag] = buf[pos:end].tobytes()
+                                pos = end
+                        else:
+                            o1.unknown_tagged_fields = _NO_TAGS
+                        lst.append(o1)
+                    f1 = None
                     _i = -1
                     o.partition_errors = lst
             else:
@@ -1133,9 +1541,66 @@ class LeaderAndIsrResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
+                    f1 = ''
                     for _i in range(n):
-                        e, pos = _S_LeaderAndIsrResponse_LeaderAndIsrTopicError._r1(buf, pos, v)
-                        lst.append(e)
+                        o1 = _new(_S_LeaderAndIsrResponse_LeaderAndIsrTopicError)
+                        f1 = 'topic_id'
+                        o1.topic_id, n = _T15u(buf, pos)
+                        pos += 17
+                        f1 = 'partition_errors'
+                        if n >= 128:
+                            if buf[pos] < 128:
+                                n = (n & 127) | (buf[pos] << 7)
+                                pos += 1
+                            else:
+                                n, pos = _ruv(buf, pos - 1)
+                        n -= 1
+                        if n == -1:
+                            raise _DecodeFailure('null value for non-nullable field', [])
+                        else:
+                            _i1 = -1
+                            if n < 0 or n * 1 > lb - pos:
+                                raise _bad_len(n, lb - pos)
+                            lst1 = []
+                            f2 = ''
+                            for _i1 in range(n):
+                                o2 = _new(_S_LeaderAndIsrResponse_LeaderAndIsrPartitionError)
+                                o2.topic_name = ''
+                                f2 = 'partition_index'
+                                o2.partition_index, o2.error_code, n = _T14u(buf, pos)
+                                pos += 7
+                                f2 = '<tagged fields>'
+                                if n:
+                                    o2.unknown_tagged_fields = u = {}
+                                    if n >= 128:
+                                        n, pos = _ruv(buf, pos - 1)
+                                    for _ in range(n):
+                                        tag, size, pos = _rtag(buf, pos)
+                                        end = pos + size
+                                        u[tag] = buf[pos:end].tobytes()
+                                        pos = end
+                                else:
+                                    o2.unknown_tagged_fields = _NO_TAGS
+                                lst1.append(o2)
+                            f2 = None
+                            _i1 = -1
+                            o1.partition_errors = lst1
+                        f1 = '<tagged fields>'
+                        n = buf[pos]
+                        pos += 1
+                        if n:
+                            o1.unknown_tagged_fields = u = {}
+                            if n >= 128:
+                                n, pos = _ruv(buf, pos - 1)
+                            for _ in range(n):
+                                tag, size, pos = _rtag(buf, pos)
+                                end = pos + size
+                                u[tag] = buf[pos:end].tobytes()
+                                pos = end
+                        else:
+                            o1.unknown_tagged_fields = _NO_TAGS
+                        lst.append(o1)
+                    f1 = None
                     _i = -1
                     o.topics = lst
             else:
@@ -1155,7 +1620,7 @@ class LeaderAndIsrResponse(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     class LeaderAndIsrPartitionError(_Struct):
@@ -1186,7 +1651,7 @@ class LeaderAndIsrResponse(_Struct):
                 x = x.encode()
                 buf += _pi16(len(x))
                 buf += x
-            buf += _T11p(self.partition_index, self.error_code)
+            buf += _T5p(self.partition_index, self.error_code)
 
         @staticmethod
         def _r0(buf, pos, v):
@@ -1206,7 +1671,7 @@ class LeaderAndIsrResponse(_Struct):
                     o.topic_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'partition_index'
-                o.partition_index, o.error_code = _T11u(buf, pos)
+                o.partition_index, o.error_code = _T5u(buf, pos)
                 pos += 6
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -1226,7 +1691,7 @@ class LeaderAndIsrResponse(_Struct):
                     else:
                         buf += _wuv(n)
                     buf += x
-            buf += _T11p(self.partition_index, self.error_code)
+            buf += _T5p(self.partition_index, self.error_code)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -1319,7 +1784,7 @@ class LeaderAndIsrResponse(_Struct):
 
         def _w1(self, buf, parts, v):
             if v >= 5:
-                buf += _T10p(self.topic_id)
+                buf += _T8p(self.topic_id)
             else:
                 if not (self.topic_id == _ZERO_UUID):
                     raise _absent(self, 'topic_id', v)
@@ -1352,7 +1817,7 @@ class LeaderAndIsrResponse(_Struct):
             try:
                 if v >= 5:
                     f = 'topic_id'
-                    o.topic_id, = _T10u(buf, pos)
+                    o.topic_id, = _T8u(buf, pos)
                     pos += 16
                 else:
                     o.topic_id = _ZERO_UUID

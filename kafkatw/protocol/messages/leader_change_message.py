@@ -20,6 +20,7 @@ from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
     ZERO_UUID as _ZERO_UUID,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     write_tags as _write_tags,
@@ -96,6 +97,7 @@ class LeaderChangeMessage(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             f = 'version'
             o.version, o.leader_id, n = _T1u(buf, pos)
@@ -115,9 +117,34 @@ class LeaderChangeMessage(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_LeaderChangeMessage_Voter._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_LeaderChangeMessage_Voter)
+                    f1 = 'voter_id'
+                    o1.voter_id, = _T2u(buf, pos)
+                    pos += 4
+                    if v >= 1:
+                        f1 = 'voter_directory_id'
+                        o1.voter_directory_id, = _T3u(buf, pos)
+                        pos += 16
+                    else:
+                        o1.voter_directory_id = _ZERO_UUID
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.voters = lst
             f = 'granting_voters'
@@ -137,9 +164,34 @@ class LeaderChangeMessage(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_LeaderChangeMessage_Voter._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_LeaderChangeMessage_Voter)
+                    f1 = 'voter_id'
+                    o1.voter_id, = _T2u(buf, pos)
+                    pos += 4
+                    if v >= 1:
+                        f1 = 'voter_directory_id'
+                        o1.voter_directory_id, = _T3u(buf, pos)
+                        pos += 16
+                    else:
+                        o1.voter_directory_id = _ZERO_UUID
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.granting_voters = lst
             f = '<tagged fields>'
@@ -157,7 +209,7 @@ class LeaderChangeMessage(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     class Voter(_Struct):

@@ -23,6 +23,7 @@ from kafkatw.protocol._runtime import (
 from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     write_tags as _write_tags,
@@ -101,6 +102,7 @@ class LeaveGroupRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             f = 'group_id'
             n, = _ui16(buf, pos)
@@ -136,16 +138,40 @@ class LeaveGroupRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
+                    f1 = ''
                     for _i in range(n):
-                        e, pos = _S_LeaveGroupRequest_MemberIdentity._r0(buf, pos, v)
-                        lst.append(e)
+                        o1 = _new(_S_LeaveGroupRequest_MemberIdentity)
+                        f1 = 'member_id'
+                        n, = _ui16(buf, pos)
+                        pos += 2
+                        if n == -1:
+                            raise _DecodeFailure('null value for non-nullable field', [])
+                        else:
+                            if n < -1 or n > lb - pos:
+                                raise _bad_len(n, lb - pos)
+                            o1.member_id = buf[pos:pos + n].tobytes().decode()
+                            pos += n
+                        f1 = 'group_instance_id'
+                        n, = _ui16(buf, pos)
+                        pos += 2
+                        if n == -1:
+                            o1.group_instance_id = None
+                        else:
+                            if n < -1 or n > lb - pos:
+                                raise _bad_len(n, lb - pos)
+                            o1.group_instance_id = buf[pos:pos + n].tobytes().decode()
+                            pos += n
+                        o1.reason = None
+                        o1.unknown_tagged_fields = _NO_TAGS
+                        lst.append(o1)
+                    f1 = None
                     _i = -1
                     o.members = lst
             else:
                 o.members = []
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
@@ -184,6 +210,7 @@ class LeaveGroupRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             f = 'group_id'
             n = buf[pos]
@@ -220,9 +247,79 @@ class LeaveGroupRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_LeaveGroupRequest_MemberIdentity._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_LeaveGroupRequest_MemberIdentity)
+                    f1 = 'member_id'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.member_id = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'group_instance_id'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        o1.group_instance_id = None
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.group_instance_id = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    if v >= 5:
+                        f1 = 'reason'
+                        n = buf[pos]
+                        pos += 1
+                        if n >= 128:
+                            if buf[pos] < 128:
+                                n = (n & 127) | (buf[pos] << 7)
+                                pos += 1
+                            else:
+                                n, pos = _ruv(buf, pos - 1)
+                        n -= 1
+                        if n == -1:
+                            o1.reason = None
+                        else:
+                            if n < -1 or n > lb - pos:
+                                raise _bad_len(n, lb - pos)
+                            o1.reason = buf[pos:pos + n].tobytes().decode()
+                            pos += n
+                    else:
+                        o1.reason = None
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.members = lst
             f = '<tagged fields>'
@@ -240,7 +337,7 @@ class LeaveGroupRequest(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     class MemberIdentity(_Struct):
@@ -489,6 +586,7 @@ class LeaveGroupResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             if v >= 1:
                 f = 'throttle_time_ms'
@@ -510,16 +608,42 @@ class LeaveGroupResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
+                    f1 = ''
                     for _i in range(n):
-                        e, pos = _S_LeaveGroupResponse_MemberResponse._r0(buf, pos, v)
-                        lst.append(e)
+                        o1 = _new(_S_LeaveGroupResponse_MemberResponse)
+                        f1 = 'member_id'
+                        n, = _ui16(buf, pos)
+                        pos += 2
+                        if n == -1:
+                            raise _DecodeFailure('null value for non-nullable field', [])
+                        else:
+                            if n < -1 or n > lb - pos:
+                                raise _bad_len(n, lb - pos)
+                            o1.member_id = buf[pos:pos + n].tobytes().decode()
+                            pos += n
+                        f1 = 'group_instance_id'
+                        n, = _ui16(buf, pos)
+                        pos += 2
+                        if n == -1:
+                            o1.group_instance_id = None
+                        else:
+                            if n < -1 or n > lb - pos:
+                                raise _bad_len(n, lb - pos)
+                            o1.group_instance_id = buf[pos:pos + n].tobytes().decode()
+                            pos += n
+                        f1 = 'error_code'
+                        o1.error_code, = _T1u(buf, pos)
+                        pos += 2
+                        o1.unknown_tagged_fields = _NO_TAGS
+                        lst.append(o1)
+                    f1 = None
                     _i = -1
                     o.members = lst
             else:
                 o.members = []
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
@@ -546,6 +670,7 @@ class LeaveGroupResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             f = 'throttle_time_ms'
             o.throttle_time_ms, o.error_code, n = _T3u(buf, pos)
@@ -565,9 +690,60 @@ class LeaveGroupResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_LeaveGroupResponse_MemberResponse._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_LeaveGroupResponse_MemberResponse)
+                    f1 = 'member_id'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.member_id = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'group_instance_id'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        o1.group_instance_id = None
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.group_instance_id = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'error_code'
+                    o1.error_code, n = _T4u(buf, pos)
+                    pos += 3
+                    f1 = '<tagged fields>'
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.members = lst
             f = '<tagged fields>'
@@ -585,7 +761,7 @@ class LeaveGroupResponse(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     class MemberResponse(_Struct):

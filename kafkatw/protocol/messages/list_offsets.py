@@ -25,6 +25,7 @@ from kafkatw.protocol._runtime import (
 from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     write_tags as _write_tags,
@@ -38,26 +39,26 @@ _T0u = _struct.Struct('>i').unpack_from
 _T0p = _struct.Struct('>i').pack
 _T1u = _struct.Struct('>b').unpack_from
 _T1p = _struct.Struct('>b').pack
-_T2u = _struct.Struct('>ib').unpack_from
-_T2p = _struct.Struct('>ib').pack
-_T3u = _struct.Struct('>ibB').unpack_from
-_T3p = _struct.Struct('>ibB').pack
-_T4u = _struct.Struct('>q').unpack_from
-_T4p = _struct.Struct('>q').pack
-_T5u = _struct.Struct('>iiq').unpack_from
-_T5p = _struct.Struct('>iiq').pack
-_T6u = _struct.Struct('>iiqB').unpack_from
-_T6p = _struct.Struct('>iiqB').pack
-_T7u = _struct.Struct('>iB').unpack_from
-_T7p = _struct.Struct('>iB').pack
-_T8u = _struct.Struct('>ih').unpack_from
-_T8p = _struct.Struct('>ih').pack
-_T9u = _struct.Struct('>qq').unpack_from
-_T9p = _struct.Struct('>qq').pack
-_T10u = _struct.Struct('>qqi').unpack_from
-_T10p = _struct.Struct('>qqi').pack
-_T11u = _struct.Struct('>qqiB').unpack_from
-_T11p = _struct.Struct('>qqiB').pack
+_T2u = _struct.Struct('>q').unpack_from
+_T2p = _struct.Struct('>q').pack
+_T3u = _struct.Struct('>ib').unpack_from
+_T3p = _struct.Struct('>ib').pack
+_T4u = _struct.Struct('>ibB').unpack_from
+_T4p = _struct.Struct('>ibB').pack
+_T5u = _struct.Struct('>iiqB').unpack_from
+_T5p = _struct.Struct('>iiqB').pack
+_T6u = _struct.Struct('>iiq').unpack_from
+_T6p = _struct.Struct('>iiq').pack
+_T7u = _struct.Struct('>ih').unpack_from
+_T7p = _struct.Struct('>ih').pack
+_T8u = _struct.Struct('>qq').unpack_from
+_T8p = _struct.Struct('>qq').pack
+_T9u = _struct.Struct('>iB').unpack_from
+_T9p = _struct.Struct('>iB').pack
+_T10u = _struct.Struct('>qqiB').unpack_from
+_T10p = _struct.Struct('>qqiB').pack
+_T11u = _struct.Struct('>qqi').unpack_from
+_T11p = _struct.Struct('>qqi').pack
 
 
 class ListOffsetsRequest(_Struct):
@@ -103,6 +104,8 @@ class ListOffsetsRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'replica_id'
             o.replica_id, = _T0u(buf, pos)
@@ -123,19 +126,68 @@ class ListOffsetsRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_ListOffsetsRequest_ListOffsetsTopic._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_ListOffsetsRequest_ListOffsetsTopic)
+                    f1 = 'name'
+                    n, = _ui16(buf, pos)
+                    pos += 2
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'partitions'
+                    n, = _ui32(buf, pos)
+                    pos += 4
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_ListOffsetsRequest_ListOffsetsPartition)
+                            f2 = 'partition_index'
+                            o2.partition_index, = _T0u(buf, pos)
+                            pos += 4
+                            if v >= 4:
+                                f2 = 'current_leader_epoch'
+                                o2.current_leader_epoch, = _T0u(buf, pos)
+                                pos += 4
+                            else:
+                                o2.current_leader_epoch = -1
+                            f2 = 'timestamp'
+                            o2.timestamp, = _T2u(buf, pos)
+                            pos += 8
+                            if v <= 0:
+                                f2 = 'max_num_offsets'
+                                o2.max_num_offsets, = _T0u(buf, pos)
+                                pos += 4
+                            else:
+                                o2.max_num_offsets = 1
+                            o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partitions = lst1
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             o.timeout_ms = 0
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
-        buf += _T2p(self.replica_id, self.isolation_level)
+        buf += _T3p(self.replica_id, self.isolation_level)
         x = self.topics
         if x is None:
             raise _not_nullable(self, 'topics', v)
@@ -160,9 +212,11 @@ class ListOffsetsRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'replica_id'
-            o.replica_id, o.isolation_level, n = _T3u(buf, pos)
+            o.replica_id, o.isolation_level, n = _T4u(buf, pos)
             pos += 6
             f = 'topics'
             if n >= 128:
@@ -179,9 +233,82 @@ class ListOffsetsRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_ListOffsetsRequest_ListOffsetsTopic._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_ListOffsetsRequest_ListOffsetsTopic)
+                    f1 = 'name'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'partitions'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_ListOffsetsRequest_ListOffsetsPartition)
+                            f2 = 'partition_index'
+                            o2.partition_index, o2.current_leader_epoch, o2.timestamp, n = _T5u(buf, pos)
+                            pos += 17
+                            o2.max_num_offsets = 1
+                            f2 = '<tagged fields>'
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partitions = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             if v >= 10:
@@ -205,7 +332,7 @@ class ListOffsetsRequest(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     class ListOffsetsTopic(_Struct):
@@ -398,7 +525,7 @@ class ListOffsetsRequest(_Struct):
             buf += _T0p(self.partition_index)
             if v >= 4:
                 buf += _T0p(self.current_leader_epoch)
-            buf += _T4p(self.timestamp)
+            buf += _T2p(self.timestamp)
             if v <= 0:
                 buf += _T0p(self.max_num_offsets)
             else:
@@ -422,7 +549,7 @@ class ListOffsetsRequest(_Struct):
                 else:
                     o.current_leader_epoch = -1
                 f = 'timestamp'
-                o.timestamp, = _T4u(buf, pos)
+                o.timestamp, = _T2u(buf, pos)
                 pos += 8
                 if v <= 0:
                     f = 'max_num_offsets'
@@ -436,7 +563,7 @@ class ListOffsetsRequest(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T5p(self.partition_index, self.current_leader_epoch, self.timestamp)
+            buf += _T6p(self.partition_index, self.current_leader_epoch, self.timestamp)
             if not (self.max_num_offsets == 1):
                 raise _absent(self, 'max_num_offsets', v)
             if self.unknown_tagged_fields:
@@ -452,7 +579,7 @@ class ListOffsetsRequest(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.current_leader_epoch, o.timestamp, n = _T6u(buf, pos)
+                o.partition_index, o.current_leader_epoch, o.timestamp, n = _T5u(buf, pos)
                 pos += 17
                 o.max_num_offsets = 1
                 f = '<tagged fields>'
@@ -508,6 +635,8 @@ class ListOffsetsResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             if v >= 2:
                 f = 'throttle_time_ms'
@@ -525,14 +654,75 @@ class ListOffsetsResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_ListOffsetsResponse_ListOffsetsTopicResponse._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_ListOffsetsResponse_ListOffsetsTopicResponse)
+                    f1 = 'name'
+                    n, = _ui16(buf, pos)
+                    pos += 2
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'partitions'
+                    n, = _ui32(buf, pos)
+                    pos += 4
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_ListOffsetsResponse_ListOffsetsPartitionResponse)
+                            f2 = 'partition_index'
+                            o2.partition_index, o2.error_code = _T7u(buf, pos)
+                            pos += 6
+                            if v <= 0:
+                                f2 = 'old_style_offsets'
+                                n, = _ui32(buf, pos)
+                                pos += 4
+                                if n == -1:
+                                    raise _DecodeFailure('null value for non-nullable field', [])
+                                else:
+                                    _i2 = -1
+                                    if n < 0 or n * 8 > lb - pos:
+                                        raise _bad_len(n * 8, lb - pos)
+                                    o2.old_style_offsets = list(_unpack_from('>%dq' % n, buf, pos))
+                                    pos += n * 8
+                            else:
+                                o2.old_style_offsets = []
+                            if v >= 1:
+                                f2 = 'timestamp'
+                                o2.timestamp, o2.offset = _T8u(buf, pos)
+                                pos += 16
+                            else:
+                                o2.timestamp = -1
+                                o2.offset = -1
+                            if v >= 4:
+                                f2 = 'leader_epoch'
+                                o2.leader_epoch, = _T0u(buf, pos)
+                                pos += 4
+                            else:
+                                o2.leader_epoch = -1
+                            o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partitions = lst1
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
@@ -559,9 +749,11 @@ class ListOffsetsResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, n = _T7u(buf, pos)
+            o.throttle_time_ms, n = _T9u(buf, pos)
             pos += 5
             f = 'topics'
             if n >= 128:
@@ -578,9 +770,85 @@ class ListOffsetsResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_ListOffsetsResponse_ListOffsetsTopicResponse._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_ListOffsetsResponse_ListOffsetsTopicResponse)
+                    f1 = 'name'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'partitions'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_ListOffsetsResponse_ListOffsetsPartitionResponse)
+                            f2 = 'partition_index'
+                            o2.partition_index, o2.error_code = _T7u(buf, pos)
+                            pos += 6
+                            o2.old_style_offsets = []
+                            f2 = 'timestamp'
+                            o2.timestamp, o2.offset, o2.leader_epoch, n = _T10u(buf, pos)
+                            pos += 21
+                            f2 = '<tagged fields>'
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partitions = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             f = '<tagged fields>'
@@ -598,7 +866,7 @@ class ListOffsetsResponse(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     class ListOffsetsTopicResponse(_Struct):
@@ -792,7 +1060,7 @@ class ListOffsetsResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T8p(self.partition_index, self.error_code)
+            buf += _T7p(self.partition_index, self.error_code)
             if v <= 0:
                 x = self.old_style_offsets
                 if x is None:
@@ -804,7 +1072,7 @@ class ListOffsetsResponse(_Struct):
                 if not (self.old_style_offsets == []):
                     raise _absent(self, 'old_style_offsets', v)
             if v >= 1:
-                buf += _T9p(self.timestamp, self.offset)
+                buf += _T8p(self.timestamp, self.offset)
             else:
                 if not (self.timestamp == -1):
                     raise _absent(self, 'timestamp', v)
@@ -824,7 +1092,7 @@ class ListOffsetsResponse(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.error_code = _T8u(buf, pos)
+                o.partition_index, o.error_code = _T7u(buf, pos)
                 pos += 6
                 if v <= 0:
                     f = 'old_style_offsets'
@@ -842,7 +1110,7 @@ class ListOffsetsResponse(_Struct):
                     o.old_style_offsets = []
                 if v >= 1:
                     f = 'timestamp'
-                    o.timestamp, o.offset = _T9u(buf, pos)
+                    o.timestamp, o.offset = _T8u(buf, pos)
                     pos += 16
                 else:
                     o.timestamp = -1
@@ -859,10 +1127,10 @@ class ListOffsetsResponse(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T8p(self.partition_index, self.error_code)
+            buf += _T7p(self.partition_index, self.error_code)
             if not (self.old_style_offsets == []):
                 raise _absent(self, 'old_style_offsets', v)
-            buf += _T10p(self.timestamp, self.offset, self.leader_epoch)
+            buf += _T11p(self.timestamp, self.offset, self.leader_epoch)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -876,11 +1144,11 @@ class ListOffsetsResponse(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.error_code = _T8u(buf, pos)
+                o.partition_index, o.error_code = _T7u(buf, pos)
                 pos += 6
                 o.old_style_offsets = []
                 f = 'timestamp'
-                o.timestamp, o.offset, o.leader_epoch, n = _T11u(buf, pos)
+                o.timestamp, o.offset, o.leader_epoch, n = _T10u(buf, pos)
                 pos += 21
                 f = '<tagged fields>'
                 if n:

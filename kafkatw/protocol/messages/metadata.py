@@ -26,6 +26,7 @@ from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
     ZERO_UUID as _ZERO_UUID,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     write_tags as _write_tags,
@@ -39,28 +40,28 @@ _T0u = _struct.Struct('>?').unpack_from
 _T0p = _struct.Struct('>?').pack
 _T1u = _struct.Struct('>??').unpack_from
 _T1p = _struct.Struct('>??').pack
-_T2u = _struct.Struct('>?B').unpack_from
-_T2p = _struct.Struct('>?B').pack
-_T3u = _struct.Struct('>16s').unpack_from
-_T3p = _struct.Struct('>16s').pack
+_T2u = _struct.Struct('>16s').unpack_from
+_T2p = _struct.Struct('>16s').pack
+_T3u = _struct.Struct('>?B').unpack_from
+_T3p = _struct.Struct('>?B').pack
 _T4u = _struct.Struct('>i').unpack_from
 _T4p = _struct.Struct('>i').pack
-_T5u = _struct.Struct('>iB').unpack_from
-_T5p = _struct.Struct('>iB').pack
-_T6u = _struct.Struct('>ih').unpack_from
-_T6p = _struct.Struct('>ih').pack
-_T7u = _struct.Struct('>h').unpack_from
-_T7p = _struct.Struct('>h').pack
-_T8u = _struct.Struct('>hh').unpack_from
-_T8p = _struct.Struct('>hh').pack
+_T5u = _struct.Struct('>ih').unpack_from
+_T5p = _struct.Struct('>ih').pack
+_T6u = _struct.Struct('>hh').unpack_from
+_T6p = _struct.Struct('>hh').pack
+_T7u = _struct.Struct('>hii').unpack_from
+_T7p = _struct.Struct('>hii').pack
+_T8u = _struct.Struct('>iB').unpack_from
+_T8p = _struct.Struct('>iB').pack
 _T9u = _struct.Struct('>hB').unpack_from
 _T9p = _struct.Struct('>hB').pack
-_T10u = _struct.Struct('>hii').unpack_from
-_T10p = _struct.Struct('>hii').pack
-_T11u = _struct.Struct('>hiii').unpack_from
-_T11p = _struct.Struct('>hiii').pack
-_T12u = _struct.Struct('>hiiiB').unpack_from
-_T12p = _struct.Struct('>hiiiB').pack
+_T10u = _struct.Struct('>hiiiB').unpack_from
+_T10p = _struct.Struct('>hiiiB').pack
+_T11u = _struct.Struct('>h').unpack_from
+_T11p = _struct.Struct('>h').pack
+_T12u = _struct.Struct('>hiii').unpack_from
+_T12p = _struct.Struct('>hiii').pack
 
 
 class MetadataRequest(_Struct):
@@ -114,6 +115,7 @@ class MetadataRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             f = 'topics'
             n, = _ui32(buf, pos)
@@ -127,9 +129,23 @@ class MetadataRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_MetadataRequest_MetadataRequestTopic._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_MetadataRequest_MetadataRequestTopic)
+                    o1.topic_id = _ZERO_UUID
+                    f1 = 'name'
+                    n, = _ui16(buf, pos)
+                    pos += 2
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             if v >= 4:
@@ -147,7 +163,7 @@ class MetadataRequest(_Struct):
                 o.include_topic_authorized_operations = False
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
@@ -180,6 +196,7 @@ class MetadataRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             f = 'topics'
             n = buf[pos]
@@ -198,9 +215,50 @@ class MetadataRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_MetadataRequest_MetadataRequestTopic._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_MetadataRequest_MetadataRequestTopic)
+                    if v >= 10:
+                        f1 = 'topic_id'
+                        o1.topic_id, = _T2u(buf, pos)
+                        pos += 16
+                    else:
+                        o1.topic_id = _ZERO_UUID
+                    f1 = 'name'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        if not (v >= 10):
+                            raise _DecodeFailure('null value for non-nullable field', [])
+                        o1.name = None
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             f = 'allow_auto_topic_creation'
@@ -213,7 +271,7 @@ class MetadataRequest(_Struct):
             else:
                 o.include_cluster_authorized_operations = False
             f = 'include_topic_authorized_operations'
-            o.include_topic_authorized_operations, n = _T2u(buf, pos)
+            o.include_topic_authorized_operations, n = _T3u(buf, pos)
             pos += 2
             f = '<tagged fields>'
             if n:
@@ -228,7 +286,7 @@ class MetadataRequest(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     class MetadataRequestTopic(_Struct):
@@ -283,7 +341,7 @@ class MetadataRequest(_Struct):
 
         def _w1(self, buf, parts, v):
             if v >= 10:
-                buf += _T3p(self.topic_id)
+                buf += _T2p(self.topic_id)
             x = self.name
             if x is None:
                 if not (v >= 10):
@@ -311,7 +369,7 @@ class MetadataRequest(_Struct):
             try:
                 if v >= 10:
                     f = 'topic_id'
-                    o.topic_id, = _T3u(buf, pos)
+                    o.topic_id, = _T2u(buf, pos)
                     pos += 16
                 else:
                     o.topic_id = _ZERO_UUID
@@ -419,6 +477,8 @@ class MetadataResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             if v >= 3:
                 f = 'throttle_time_ms'
@@ -436,9 +496,39 @@ class MetadataResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_MetadataResponse_MetadataResponseBroker._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_MetadataResponse_MetadataResponseBroker)
+                    f1 = 'node_id'
+                    o1.node_id, n = _T5u(buf, pos)
+                    pos += 6
+                    f1 = 'host'
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.host = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'port'
+                    o1.port, = _T4u(buf, pos)
+                    pos += 4
+                    if v >= 1:
+                        f1 = 'rack'
+                        n, = _ui16(buf, pos)
+                        pos += 2
+                        if n == -1:
+                            o1.rack = None
+                        else:
+                            if n < -1 or n > lb - pos:
+                                raise _bad_len(n, lb - pos)
+                            o1.rack = buf[pos:pos + n].tobytes().decode()
+                            pos += n
+                    else:
+                        o1.rack = None
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.brokers = lst
             if v >= 2:
@@ -470,9 +560,99 @@ class MetadataResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_MetadataResponse_MetadataResponseTopic._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_MetadataResponse_MetadataResponseTopic)
+                    f1 = 'error_code'
+                    o1.error_code, n = _T6u(buf, pos)
+                    pos += 4
+                    f1 = 'name'
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    o1.topic_id = _ZERO_UUID
+                    if v >= 1:
+                        f1 = 'is_internal'
+                        o1.is_internal, = _T0u(buf, pos)
+                        pos += 1
+                    else:
+                        o1.is_internal = False
+                    f1 = 'partitions'
+                    n, = _ui32(buf, pos)
+                    pos += 4
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_MetadataResponse_MetadataResponsePartition)
+                            f2 = 'error_code'
+                            o2.error_code, o2.partition_index, o2.leader_id = _T7u(buf, pos)
+                            pos += 10
+                            if v >= 7:
+                                f2 = 'leader_epoch'
+                                o2.leader_epoch, = _T4u(buf, pos)
+                                pos += 4
+                            else:
+                                o2.leader_epoch = -1
+                            f2 = 'replica_nodes'
+                            n, = _ui32(buf, pos)
+                            pos += 4
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                _i2 = -1
+                                if n < 0 or n * 4 > lb - pos:
+                                    raise _bad_len(n * 4, lb - pos)
+                                o2.replica_nodes = list(_unpack_from('>%di' % n, buf, pos))
+                                pos += n * 4
+                            f2 = 'isr_nodes'
+                            n, = _ui32(buf, pos)
+                            pos += 4
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                _i2 = -1
+                                if n < 0 or n * 4 > lb - pos:
+                                    raise _bad_len(n * 4, lb - pos)
+                                o2.isr_nodes = list(_unpack_from('>%di' % n, buf, pos))
+                                pos += n * 4
+                            if v >= 5:
+                                f2 = 'offline_replicas'
+                                n, = _ui32(buf, pos)
+                                pos += 4
+                                if n == -1:
+                                    raise _DecodeFailure('null value for non-nullable field', [])
+                                else:
+                                    _i2 = -1
+                                    if n < 0 or n * 4 > lb - pos:
+                                        raise _bad_len(n * 4, lb - pos)
+                                    o2.offline_replicas = list(_unpack_from('>%di' % n, buf, pos))
+                                    pos += n * 4
+                            else:
+                                o2.offline_replicas = []
+                            o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partitions = lst1
+                    if v >= 8:
+                        f1 = 'topic_authorized_operations'
+                        o1.topic_authorized_operations, = _T4u(buf, pos)
+                        pos += 4
+                    else:
+                        o1.topic_authorized_operations = -2147483648
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             if v >= 8:
@@ -483,7 +663,7 @@ class MetadataResponse(_Struct):
                 o.cluster_authorized_operations = -2147483648
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
@@ -538,9 +718,11 @@ class MetadataResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, n = _T5u(buf, pos)
+            o.throttle_time_ms, n = _T8u(buf, pos)
             pos += 5
             f = 'brokers'
             if n >= 128:
@@ -557,9 +739,61 @@ class MetadataResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_MetadataResponse_MetadataResponseBroker._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_MetadataResponse_MetadataResponseBroker)
+                    f1 = 'node_id'
+                    o1.node_id, n = _T8u(buf, pos)
+                    pos += 5
+                    f1 = 'host'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.host = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'port'
+                    o1.port, n = _T8u(buf, pos)
+                    pos += 5
+                    f1 = 'rack'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        o1.rack = None
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.rack = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.brokers = lst
             f = 'cluster_id'
@@ -580,7 +814,7 @@ class MetadataResponse(_Struct):
                 o.cluster_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'controller_id'
-            o.controller_id, n = _T5u(buf, pos)
+            o.controller_id, n = _T8u(buf, pos)
             pos += 5
             f = 'topics'
             if n >= 128:
@@ -597,9 +831,146 @@ class MetadataResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_MetadataResponse_MetadataResponseTopic._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_MetadataResponse_MetadataResponseTopic)
+                    f1 = 'error_code'
+                    o1.error_code, n = _T9u(buf, pos)
+                    pos += 3
+                    f1 = 'name'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        if not (v >= 12):
+                            raise _DecodeFailure('null value for non-nullable field', [])
+                        o1.name = None
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    if v >= 10:
+                        f1 = 'topic_id'
+                        o1.topic_id, = _T2u(buf, pos)
+                        pos += 16
+                    else:
+                        o1.topic_id = _ZERO_UUID
+                    f1 = 'is_internal'
+                    o1.is_internal, n = _T3u(buf, pos)
+                    pos += 2
+                    f1 = 'partitions'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_MetadataResponse_MetadataResponsePartition)
+                            f2 = 'error_code'
+                            o2.error_code, o2.partition_index, o2.leader_id, o2.leader_epoch, n = _T10u(buf, pos)
+                            pos += 15
+                            f2 = 'replica_nodes'
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                _i2 = -1
+                                if n < 0 or n * 4 > lb - pos:
+                                    raise _bad_len(n * 4, lb - pos)
+                                o2.replica_nodes = list(_unpack_from('>%di' % n, buf, pos))
+                                pos += n * 4
+                            f2 = 'isr_nodes'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                _i2 = -1
+                                if n < 0 or n * 4 > lb - pos:
+                                    raise _bad_len(n * 4, lb - pos)
+                                o2.isr_nodes = list(_unpack_from('>%di' % n, buf, pos))
+                                pos += n * 4
+                            f2 = 'offline_replicas'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                _i2 = -1
+                                if n < 0 or n * 4 > lb - pos:
+                                    raise _bad_len(n * 4, lb - pos)
+                                o2.offline_replicas = list(_unpack_from('>%di' % n, buf, pos))
+                                pos += n * 4
+                            f2 = '<tagged fields>'
+                            n = buf[pos]
+                            pos += 1
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partitions = lst1
+                    f1 = 'topic_authorized_operations'
+                    o1.topic_authorized_operations, n = _T8u(buf, pos)
+                    pos += 5
+                    f1 = '<tagged fields>'
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             if v <= 10:
@@ -623,7 +994,7 @@ class MetadataResponse(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     class MetadataResponseBroker(_Struct):
@@ -675,7 +1046,7 @@ class MetadataResponse(_Struct):
             _i = -1
             try:
                 f = 'node_id'
-                o.node_id, n = _T6u(buf, pos)
+                o.node_id, n = _T5u(buf, pos)
                 pos += 6
                 f = 'host'
                 if n == -1:
@@ -744,7 +1115,7 @@ class MetadataResponse(_Struct):
             _i = -1
             try:
                 f = 'node_id'
-                o.node_id, n = _T5u(buf, pos)
+                o.node_id, n = _T8u(buf, pos)
                 pos += 5
                 f = 'host'
                 if n >= 128:
@@ -762,7 +1133,7 @@ class MetadataResponse(_Struct):
                     o.host = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'port'
-                o.port, n = _T5u(buf, pos)
+                o.port, n = _T8u(buf, pos)
                 pos += 5
                 f = 'rack'
                 if n >= 128:
@@ -825,7 +1196,7 @@ class MetadataResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T7p(self.error_code)
+            buf += _T11p(self.error_code)
             x = self.name
             if x is None:
                 raise _not_nullable(self, 'name', v)
@@ -856,7 +1227,7 @@ class MetadataResponse(_Struct):
             _i = -1
             try:
                 f = 'error_code'
-                o.error_code, n = _T8u(buf, pos)
+                o.error_code, n = _T6u(buf, pos)
                 pos += 4
                 f = 'name'
                 if n == -1:
@@ -900,7 +1271,7 @@ class MetadataResponse(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T7p(self.error_code)
+            buf += _T11p(self.error_code)
             x = self.name
             if x is None:
                 if not (v >= 12):
@@ -915,7 +1286,7 @@ class MetadataResponse(_Struct):
                     buf += _wuv(n)
                 buf += x
             if v >= 10:
-                buf += _T3p(self.topic_id)
+                buf += _T2p(self.topic_id)
             buf += _T0p(self.is_internal)
             x = self.partitions
             if x is None:
@@ -963,12 +1334,12 @@ class MetadataResponse(_Struct):
                     pos += n
                 if v >= 10:
                     f = 'topic_id'
-                    o.topic_id, = _T3u(buf, pos)
+                    o.topic_id, = _T2u(buf, pos)
                     pos += 16
                 else:
                     o.topic_id = _ZERO_UUID
                 f = 'is_internal'
-                o.is_internal, n = _T2u(buf, pos)
+                o.is_internal, n = _T3u(buf, pos)
                 pos += 2
                 f = 'partitions'
                 if n >= 128:
@@ -991,7 +1362,7 @@ class MetadataResponse(_Struct):
                     _i = -1
                     o.partitions = lst
                 f = 'topic_authorized_operations'
-                o.topic_authorized_operations, n = _T5u(buf, pos)
+                o.topic_authorized_operations, n = _T8u(buf, pos)
                 pos += 5
                 f = '<tagged fields>'
                 if n:
@@ -1039,7 +1410,7 @@ class MetadataResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T10p(self.error_code, self.partition_index, self.leader_id)
+            buf += _T7p(self.error_code, self.partition_index, self.leader_id)
             if v >= 7:
                 buf += _T4p(self.leader_epoch)
             x = self.replica_nodes
@@ -1070,7 +1441,7 @@ class MetadataResponse(_Struct):
             _i = -1
             try:
                 f = 'error_code'
-                o.error_code, o.partition_index, o.leader_id = _T10u(buf, pos)
+                o.error_code, o.partition_index, o.leader_id = _T7u(buf, pos)
                 pos += 10
                 if v >= 7:
                     f = 'leader_epoch'
@@ -1120,7 +1491,7 @@ class MetadataResponse(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T11p(self.error_code, self.partition_index, self.leader_id, self.leader_epoch)
+            buf += _T12p(self.error_code, self.partition_index, self.leader_id, self.leader_epoch)
             x = self.replica_nodes
             if x is None:
                 raise _not_nullable(self, 'replica_nodes', v)
@@ -1164,7 +1535,7 @@ class MetadataResponse(_Struct):
             _i = -1
             try:
                 f = 'error_code'
-                o.error_code, o.partition_index, o.leader_id, o.leader_epoch, n = _T12u(buf, pos)
+                o.error_code, o.partition_index, o.leader_id, o.leader_epoch, n = _T10u(buf, pos)
                 pos += 15
                 f = 'replica_nodes'
                 if n >= 128:

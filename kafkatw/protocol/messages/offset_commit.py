@@ -23,6 +23,7 @@ from kafkatw.protocol._runtime import (
 from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     write_tags as _write_tags,
@@ -36,14 +37,14 @@ _T0u = _struct.Struct('>i').unpack_from
 _T0p = _struct.Struct('>i').pack
 _T1u = _struct.Struct('>q').unpack_from
 _T1p = _struct.Struct('>q').pack
-_T2u = _struct.Struct('>iB').unpack_from
-_T2p = _struct.Struct('>iB').pack
-_T3u = _struct.Struct('>iq').unpack_from
-_T3p = _struct.Struct('>iq').pack
-_T4u = _struct.Struct('>iqi').unpack_from
-_T4p = _struct.Struct('>iqi').pack
-_T5u = _struct.Struct('>iqiB').unpack_from
-_T5p = _struct.Struct('>iqiB').pack
+_T2u = _struct.Struct('>iq').unpack_from
+_T2p = _struct.Struct('>iq').pack
+_T3u = _struct.Struct('>iB').unpack_from
+_T3p = _struct.Struct('>iB').pack
+_T4u = _struct.Struct('>iqiB').unpack_from
+_T4p = _struct.Struct('>iqiB').pack
+_T5u = _struct.Struct('>iqi').unpack_from
+_T5p = _struct.Struct('>iqi').pack
 _T6u = _struct.Struct('>ih').unpack_from
 _T6p = _struct.Struct('>ih').pack
 _T7u = _struct.Struct('>ihB').unpack_from
@@ -121,6 +122,8 @@ class OffsetCommitRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'group_id'
             n, = _ui16(buf, pos)
@@ -180,14 +183,70 @@ class OffsetCommitRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_OffsetCommitRequest_OffsetCommitRequestTopic._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_OffsetCommitRequest_OffsetCommitRequestTopic)
+                    f1 = 'name'
+                    n, = _ui16(buf, pos)
+                    pos += 2
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'partitions'
+                    n, = _ui32(buf, pos)
+                    pos += 4
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_OffsetCommitRequest_OffsetCommitRequestPartition)
+                            f2 = 'partition_index'
+                            o2.partition_index, o2.committed_offset = _T2u(buf, pos)
+                            pos += 12
+                            if v >= 6:
+                                f2 = 'committed_leader_epoch'
+                                o2.committed_leader_epoch, = _T0u(buf, pos)
+                                pos += 4
+                            else:
+                                o2.committed_leader_epoch = -1
+                            if v >= 1 and v <= 1:
+                                f2 = 'commit_timestamp'
+                                o2.commit_timestamp, = _T1u(buf, pos)
+                                pos += 8
+                            else:
+                                o2.commit_timestamp = -1
+                            f2 = 'committed_metadata'
+                            n, = _ui16(buf, pos)
+                            pos += 2
+                            if n == -1:
+                                o2.committed_metadata = None
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.committed_metadata = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partitions = lst1
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
@@ -247,6 +306,8 @@ class OffsetCommitRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'group_id'
             n = buf[pos]
@@ -266,7 +327,7 @@ class OffsetCommitRequest(_Struct):
                 o.group_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'generation_id_or_member_epoch'
-            o.generation_id_or_member_epoch, n = _T2u(buf, pos)
+            o.generation_id_or_member_epoch, n = _T3u(buf, pos)
             pos += 5
             f = 'member_id'
             if n >= 128:
@@ -318,9 +379,99 @@ class OffsetCommitRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_OffsetCommitRequest_OffsetCommitRequestTopic._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_OffsetCommitRequest_OffsetCommitRequestTopic)
+                    f1 = 'name'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'partitions'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_OffsetCommitRequest_OffsetCommitRequestPartition)
+                            f2 = 'partition_index'
+                            o2.partition_index, o2.committed_offset, o2.committed_leader_epoch, n = _T4u(buf, pos)
+                            pos += 17
+                            o2.commit_timestamp = -1
+                            f2 = 'committed_metadata'
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                o2.committed_metadata = None
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.committed_metadata = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = '<tagged fields>'
+                            n = buf[pos]
+                            pos += 1
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partitions = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             f = '<tagged fields>'
@@ -338,7 +489,7 @@ class OffsetCommitRequest(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     class OffsetCommitRequestTopic(_Struct):
@@ -530,7 +681,7 @@ class OffsetCommitRequest(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T3p(self.partition_index, self.committed_offset)
+            buf += _T2p(self.partition_index, self.committed_offset)
             if v >= 6:
                 buf += _T0p(self.committed_leader_epoch)
             if v >= 1 and v <= 1:
@@ -554,7 +705,7 @@ class OffsetCommitRequest(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.committed_offset = _T3u(buf, pos)
+                o.partition_index, o.committed_offset = _T2u(buf, pos)
                 pos += 12
                 if v >= 6:
                     f = 'committed_leader_epoch'
@@ -584,7 +735,7 @@ class OffsetCommitRequest(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T4p(self.partition_index, self.committed_offset, self.committed_leader_epoch)
+            buf += _T5p(self.partition_index, self.committed_offset, self.committed_leader_epoch)
             if not (self.commit_timestamp == -1):
                 raise _absent(self, 'commit_timestamp', v)
             x = self.committed_metadata
@@ -611,7 +762,7 @@ class OffsetCommitRequest(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.committed_offset, o.committed_leader_epoch, n = _T5u(buf, pos)
+                o.partition_index, o.committed_offset, o.committed_leader_epoch, n = _T4u(buf, pos)
                 pos += 17
                 o.commit_timestamp = -1
                 f = 'committed_metadata'
@@ -684,6 +835,8 @@ class OffsetCommitResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             if v >= 3:
                 f = 'throttle_time_ms'
@@ -701,14 +854,48 @@ class OffsetCommitResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_OffsetCommitResponse_OffsetCommitResponseTopic._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_OffsetCommitResponse_OffsetCommitResponseTopic)
+                    f1 = 'name'
+                    n, = _ui16(buf, pos)
+                    pos += 2
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'partitions'
+                    n, = _ui32(buf, pos)
+                    pos += 4
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_OffsetCommitResponse_OffsetCommitResponsePartition)
+                            f2 = 'partition_index'
+                            o2.partition_index, o2.error_code = _T6u(buf, pos)
+                            pos += 6
+                            o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partitions = lst1
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
@@ -735,9 +922,11 @@ class OffsetCommitResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, n = _T2u(buf, pos)
+            o.throttle_time_ms, n = _T3u(buf, pos)
             pos += 5
             f = 'topics'
             if n >= 128:
@@ -754,9 +943,81 @@ class OffsetCommitResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_OffsetCommitResponse_OffsetCommitResponseTopic._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_OffsetCommitResponse_OffsetCommitResponseTopic)
+                    f1 = 'name'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'partitions'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_OffsetCommitResponse_OffsetCommitResponsePartition)
+                            f2 = 'partition_index'
+                            o2.partition_index, o2.error_code, n = _T7u(buf, pos)
+                            pos += 7
+                            f2 = '<tagged fields>'
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partitions = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             f = '<tagged fields>'
@@ -774,7 +1035,7 @@ class OffsetCommitResponse(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     class OffsetCommitResponseTopic(_Struct):

@@ -22,6 +22,7 @@ from kafkatw.protocol._runtime import (
 from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
     fail as _fail,
+    fail_in as _fail_in,
 )
 
 __all__ = ["OffsetDeleteRequest", "OffsetDeleteResponse"]
@@ -77,6 +78,8 @@ class OffsetDeleteRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'group_id'
             n, = _ui16(buf, pos)
@@ -98,14 +101,48 @@ class OffsetDeleteRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_OffsetDeleteRequest_OffsetDeleteRequestTopic._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_OffsetDeleteRequest_OffsetDeleteRequestTopic)
+                    f1 = 'name'
+                    n, = _ui16(buf, pos)
+                    pos += 2
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'partitions'
+                    n, = _ui32(buf, pos)
+                    pos += 4
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_OffsetDeleteRequest_OffsetDeleteRequestPartition)
+                            f2 = 'partition_index'
+                            o2.partition_index, = _T0u(buf, pos)
+                            pos += 4
+                            o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partitions = lst1
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     class OffsetDeleteRequestTopic(_Struct):
@@ -252,6 +289,8 @@ class OffsetDeleteResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'error_code'
             o.error_code, o.throttle_time_ms, n = _T2u(buf, pos)
@@ -264,14 +303,48 @@ class OffsetDeleteResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_OffsetDeleteResponse_OffsetDeleteResponseTopic._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_OffsetDeleteResponse_OffsetDeleteResponseTopic)
+                    f1 = 'name'
+                    n, = _ui16(buf, pos)
+                    pos += 2
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'partitions'
+                    n, = _ui32(buf, pos)
+                    pos += 4
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_OffsetDeleteResponse_OffsetDeleteResponsePartition)
+                            f2 = 'partition_index'
+                            o2.partition_index, o2.error_code = _T3u(buf, pos)
+                            pos += 6
+                            o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partitions = lst1
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     class OffsetDeleteResponseTopic(_Struct):

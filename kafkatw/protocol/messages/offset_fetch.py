@@ -25,6 +25,7 @@ from kafkatw.protocol._runtime import (
 from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     write_tags as _write_tags,
@@ -42,8 +43,12 @@ _T2u = _struct.Struct('>h').unpack_from
 _T2p = _struct.Struct('>h').pack
 _T3u = _struct.Struct('>iq').unpack_from
 _T3p = _struct.Struct('>iq').pack
-_T4u = _struct.Struct('>iqi').unpack_from
-_T4p = _struct.Struct('>iqi').pack
+_T4u = _struct.Struct('>iqiB').unpack_from
+_T4p = _struct.Struct('>iqiB').pack
+_T5u = _struct.Struct('>hB').unpack_from
+_T5p = _struct.Struct('>hB').pack
+_T6u = _struct.Struct('>iqi').unpack_from
+_T6p = _struct.Struct('>iqi').pack
 
 
 class OffsetFetchRequest(_Struct):
@@ -96,6 +101,7 @@ class OffsetFetchRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             f = 'group_id'
             n, = _ui16(buf, pos)
@@ -119,16 +125,40 @@ class OffsetFetchRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_OffsetFetchRequest_OffsetFetchRequestTopic._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_OffsetFetchRequest_OffsetFetchRequestTopic)
+                    f1 = 'name'
+                    n, = _ui16(buf, pos)
+                    pos += 2
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'partition_indexes'
+                    n, = _ui32(buf, pos)
+                    pos += 4
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 4 > lb - pos:
+                            raise _bad_len(n * 4, lb - pos)
+                        o1.partition_indexes = list(_unpack_from('>%di' % n, buf, pos))
+                        pos += n * 4
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             o.groups = []
             o.require_stable = False
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
@@ -193,6 +223,8 @@ class OffsetFetchRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             if v <= 7:
                 f = 'group_id'
@@ -232,9 +264,60 @@ class OffsetFetchRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
+                    f1 = ''
                     for _i in range(n):
-                        e, pos = _S_OffsetFetchRequest_OffsetFetchRequestTopic._r1(buf, pos, v)
-                        lst.append(e)
+                        o1 = _new(_S_OffsetFetchRequest_OffsetFetchRequestTopic)
+                        f1 = 'name'
+                        n = buf[pos]
+                        pos += 1
+                        if n >= 128:
+                            if buf[pos] < 128:
+                                n = (n & 127) | (buf[pos] << 7)
+                                pos += 1
+                            else:
+                                n, pos = _ruv(buf, pos - 1)
+                        n -= 1
+                        if n == -1:
+                            raise _DecodeFailure('null value for non-nullable field', [])
+                        else:
+                            if n < -1 or n > lb - pos:
+                                raise _bad_len(n, lb - pos)
+                            o1.name = buf[pos:pos + n].tobytes().decode()
+                            pos += n
+                        f1 = 'partition_indexes'
+                        n = buf[pos]
+                        pos += 1
+                        if n >= 128:
+                            if buf[pos] < 128:
+                                n = (n & 127) | (buf[pos] << 7)
+                                pos += 1
+                            else:
+                                n, pos = _ruv(buf, pos - 1)
+                        n -= 1
+                        if n == -1:
+                            raise _DecodeFailure('null value for non-nullable field', [])
+                        else:
+                            _i1 = -1
+                            if n < 0 or n * 4 > lb - pos:
+                                raise _bad_len(n * 4, lb - pos)
+                            o1.partition_indexes = list(_unpack_from('>%di' % n, buf, pos))
+                            pos += n * 4
+                        f1 = '<tagged fields>'
+                        n = buf[pos]
+                        pos += 1
+                        if n:
+                            o1.unknown_tagged_fields = u = {}
+                            if n >= 128:
+                                n, pos = _ruv(buf, pos - 1)
+                            for _ in range(n):
+                                tag, size, pos = _rtag(buf, pos)
+                                end = pos + size
+                                u[tag] = buf[pos:end].tobytes()
+                                pos = end
+                        else:
+                            o1.unknown_tagged_fields = _NO_TAGS
+                        lst.append(o1)
+                    f1 = None
                     _i = -1
                     o.topics = lst
             else:
@@ -257,9 +340,141 @@ class OffsetFetchRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
+                    f1 = ''
                     for _i in range(n):
-                        e, pos = _S_OffsetFetchRequest_OffsetFetchRequestGroup._r1(buf, pos, v)
-                        lst.append(e)
+                        o1 = _new(_S_OffsetFetchRequest_OffsetFetchRequestGroup)
+                        f1 = 'group_id'
+                        n = buf[pos]
+                        pos += 1
+                        if n >= 128:
+                            if buf[pos] < 128:
+                                n = (n & 127) | (buf[pos] << 7)
+                                pos += 1
+                            else:
+                                n, pos = _ruv(buf, pos - 1)
+                        n -= 1
+                        if n == -1:
+                            raise _DecodeFailure('null value for non-nullable field', [])
+                        else:
+                            if n < -1 or n > lb - pos:
+                                raise _bad_len(n, lb - pos)
+                            o1.group_id = buf[pos:pos + n].tobytes().decode()
+                            pos += n
+                        if v >= 9:
+                            f1 = 'member_id'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                o1.member_id = None
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o1.member_id = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                        else:
+                            o1.member_id = None
+                        if v >= 9:
+                            f1 = 'member_epoch'
+                            o1.member_epoch, = _T1u(buf, pos)
+                            pos += 4
+                        else:
+                            o1.member_epoch = -1
+                        f1 = 'topics'
+                        n = buf[pos]
+                        pos += 1
+                        if n >= 128:
+                            if buf[pos] < 128:
+                                n = (n & 127) | (buf[pos] << 7)
+                                pos += 1
+                            else:
+                                n, pos = _ruv(buf, pos - 1)
+                        n -= 1
+                        if n == -1:
+                            o1.topics = None
+                        else:
+                            _i1 = -1
+                            if n < 0 or n * 1 > lb - pos:
+                                raise _bad_len(n, lb - pos)
+                            lst1 = []
+                            f2 = ''
+                            for _i1 in range(n):
+                                o2 = _new(_S_OffsetFetchRequest_OffsetFetchRequestTopics)
+                                f2 = 'name'
+                                n = buf[pos]
+                                pos += 1
+                                if n >= 128:
+                                    if buf[pos] < 128:
+                                        n = (n & 127) | (buf[pos] << 7)
+                                        pos += 1
+                                    else:
+                                        n, pos = _ruv(buf, pos - 1)
+                                n -= 1
+                                if n == -1:
+                                    raise _DecodeFailure('null value for non-nullable field', [])
+                                else:
+                                    if n < -1 or n > lb - pos:
+                                        raise _bad_len(n, lb - pos)
+                                    o2.name = buf[pos:pos + n].tobytes().decode()
+                                    pos += n
+                                f2 = 'partition_indexes'
+                                n = buf[pos]
+                                pos += 1
+                                if n >= 128:
+                                    if buf[pos] < 128:
+                                        n = (n & 127) | (buf[pos] << 7)
+                                        pos += 1
+                                    else:
+                                        n, pos = _ruv(buf, pos - 1)
+                                n -= 1
+                                if n == -1:
+                                    raise _DecodeFailure('null value for non-nullable field', [])
+                                else:
+                                    _i2 = -1
+                                    if n < 0 or n * 4 > lb - pos:
+                                        raise _bad_len(n * 4, lb - pos)
+                                    o2.partition_indexes = list(_unpack_from('>%di' % n, buf, pos))
+                                    pos += n * 4
+                                f2 = '<tagged fields>'
+                                n = buf[pos]
+                                pos += 1
+                                if n:
+                                    o2.unknown_tagged_fields = u = {}
+                                    if n >= 128:
+                                        n, pos = _ruv(buf, pos - 1)
+                                    for _ in range(n):
+                                        tag, size, pos = _rtag(buf, pos)
+                                        end = pos + size
+                                        u[tag] = buf[pos:end].tobytes()
+                                        pos = end
+                                else:
+                                    o2.unknown_tagged_fields = _NO_TAGS
+                                lst1.append(o2)
+                            f2 = None
+                            _i1 = -1
+                            o1.topics = lst1
+                        f1 = '<tagged fields>'
+                        n = buf[pos]
+                        pos += 1
+                        if n:
+                            o1.unknown_tagged_fields = u = {}
+                            if n >= 128:
+                                n, pos = _ruv(buf, pos - 1)
+                            for _ in range(n):
+                                tag, size, pos = _rtag(buf, pos)
+                                end = pos + size
+                                u[tag] = buf[pos:end].tobytes()
+                                pos = end
+                        else:
+                            o1.unknown_tagged_fields = _NO_TAGS
+                        lst.append(o1)
+                    f1 = None
                     _i = -1
                     o.groups = lst
             else:
@@ -285,7 +500,7 @@ class OffsetFetchRequest(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     class OffsetFetchRequestTopic(_Struct):
@@ -831,6 +1046,8 @@ class OffsetFetchResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             if v >= 3:
                 f = 'throttle_time_ms'
@@ -848,9 +1065,62 @@ class OffsetFetchResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_OffsetFetchResponse_OffsetFetchResponseTopic._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_OffsetFetchResponse_OffsetFetchResponseTopic)
+                    f1 = 'name'
+                    n, = _ui16(buf, pos)
+                    pos += 2
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'partitions'
+                    n, = _ui32(buf, pos)
+                    pos += 4
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_OffsetFetchResponse_OffsetFetchResponsePartition)
+                            f2 = 'partition_index'
+                            o2.partition_index, o2.committed_offset = _T3u(buf, pos)
+                            pos += 12
+                            if v >= 5:
+                                f2 = 'committed_leader_epoch'
+                                o2.committed_leader_epoch, = _T1u(buf, pos)
+                                pos += 4
+                            else:
+                                o2.committed_leader_epoch = -1
+                            f2 = 'metadata'
+                            n, = _ui16(buf, pos)
+                            pos += 2
+                            if n == -1:
+                                o2.metadata = None
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.metadata = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'error_code'
+                            o2.error_code, = _T2u(buf, pos)
+                            pos += 2
+                            o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partitions = lst1
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             if v >= 2:
@@ -862,7 +1132,7 @@ class OffsetFetchResponse(_Struct):
             o.groups = []
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
@@ -910,6 +1180,9 @@ class OffsetFetchResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
+        f3 = None; _i3 = -1
         try:
             f = 'throttle_time_ms'
             o.throttle_time_ms, = _T1u(buf, pos)
@@ -932,9 +1205,99 @@ class OffsetFetchResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
+                    f1 = ''
                     for _i in range(n):
-                        e, pos = _S_OffsetFetchResponse_OffsetFetchResponseTopic._r1(buf, pos, v)
-                        lst.append(e)
+                        o1 = _new(_S_OffsetFetchResponse_OffsetFetchResponseTopic)
+                        f1 = 'name'
+                        n = buf[pos]
+                        pos += 1
+                        if n >= 128:
+                            if buf[pos] < 128:
+                                n = (n & 127) | (buf[pos] << 7)
+                                pos += 1
+                            else:
+                                n, pos = _ruv(buf, pos - 1)
+                        n -= 1
+                        if n == -1:
+                            raise _DecodeFailure('null value for non-nullable field', [])
+                        else:
+                            if n < -1 or n > lb - pos:
+                                raise _bad_len(n, lb - pos)
+                            o1.name = buf[pos:pos + n].tobytes().decode()
+                            pos += n
+                        f1 = 'partitions'
+                        n = buf[pos]
+                        pos += 1
+                        if n >= 128:
+                            if buf[pos] < 128:
+                                n = (n & 127) | (buf[pos] << 7)
+                                pos += 1
+                            else:
+                                n, pos = _ruv(buf, pos - 1)
+                        n -= 1
+                        if n == -1:
+                            raise _DecodeFailure('null value for non-nullable field', [])
+                        else:
+                            _i1 = -1
+                            if n < 0 or n * 1 > lb - pos:
+                                raise _bad_len(n, lb - pos)
+                            lst1 = []
+                            f2 = ''
+                            for _i1 in range(n):
+                                o2 = _new(_S_OffsetFetchResponse_OffsetFetchResponsePartition)
+                                f2 = 'partition_index'
+                                o2.partition_index, o2.committed_offset, o2.committed_leader_epoch, n = _T4u(buf, pos)
+                                pos += 17
+                                f2 = 'metadata'
+                                if n >= 128:
+                                    if buf[pos] < 128:
+                                        n = (n & 127) | (buf[pos] << 7)
+                                        pos += 1
+                                    else:
+                                        n, pos = _ruv(buf, pos - 1)
+                                n -= 1
+                                if n == -1:
+                                    o2.metadata = None
+                                else:
+                                    if n < -1 or n > lb - pos:
+                                        raise _bad_len(n, lb - pos)
+                                    o2.metadata = buf[pos:pos + n].tobytes().decode()
+                                    pos += n
+                                f2 = 'error_code'
+                                o2.error_code, n = _T5u(buf, pos)
+                                pos += 3
+                                f2 = '<tagged fields>'
+                                if n:
+                                    o2.unknown_tagged_fields = u = {}
+                                    if n >= 128:
+                                        n, pos = _ruv(buf, pos - 1)
+                                    for _ in range(n):
+                                        tag, size, pos = _rtag(buf, pos)
+                                        end = pos + size
+                                        u[tag] = buf[pos:end].tobytes()
+                                        pos = end
+                                else:
+                                    o2.unknown_tagged_fields = _NO_TAGS
+                                lst1.append(o2)
+                            f2 = None
+                            _i1 = -1
+                            o1.partitions = lst1
+                        f1 = '<tagged fields>'
+                        n = buf[pos]
+                        pos += 1
+                        if n:
+                            o1.unknown_tagged_fields = u = {}
+                            if n >= 128:
+                                n, pos = _ruv(buf, pos - 1)
+                            for _ in range(n):
+                                tag, size, pos = _rtag(buf, pos)
+                                end = pos + size
+                                u[tag] = buf[pos:end].tobytes()
+                                pos = end
+                        else:
+                            o1.unknown_tagged_fields = _NO_TAGS
+                        lst.append(o1)
+                    f1 = None
                     _i = -1
                     o.topics = lst
             else:
@@ -963,9 +1326,155 @@ class OffsetFetchResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
+                    f1 = ''
                     for _i in range(n):
-                        e, pos = _S_OffsetFetchResponse_OffsetFetchResponseGroup._r1(buf, pos, v)
-                        lst.append(e)
+                        o1 = _new(_S_OffsetFetchResponse_OffsetFetchResponseGroup)
+                        f1 = 'group_id'
+                        n = buf[pos]
+                        pos += 1
+                        if n >= 128:
+                            if buf[pos] < 128:
+                                n = (n & 127) | (buf[pos] << 7)
+                                pos += 1
+                            else:
+                                n, pos = _ruv(buf, pos - 1)
+                        n -= 1
+                        if n == -1:
+                            raise _DecodeFailure('null value for non-nullable field', [])
+                        else:
+                            if n < -1 or n > lb - pos:
+                                raise _bad_len(n, lb - pos)
+                            o1.group_id = buf[pos:pos + n].tobytes().decode()
+                            pos += n
+                        f1 = 'topics'
+                        n = buf[pos]
+                        pos += 1
+                        if n >= 128:
+                            if buf[pos] < 128:
+                                n = (n & 127) | (buf[pos] << 7)
+                                pos += 1
+                            else:
+                                n, pos = _ruv(buf, pos - 1)
+                        n -= 1
+                        if n == -1:
+                            raise _DecodeFailure('null value for non-nullable field', [])
+                        else:
+                            _i1 = -1
+                            if n < 0 or n * 1 > lb - pos:
+                                raise _bad_len(n, lb - pos)
+                            lst1 = []
+                            f2 = ''
+                            for _i1 in range(n):
+                                o2 = _new(_S_OffsetFetchResponse_OffsetFetchResponseTopics)
+                                f2 = 'name'
+                                n = buf[pos]
+                                pos += 1
+                                if n >= 128:
+                                    if buf[pos] < 128:
+                                        n = (n & 127) | (buf[pos] << 7)
+                                        pos += 1
+                                    else:
+                                        n, pos = _ruv(buf, pos - 1)
+                                n -= 1
+                                if n == -1:
+                                    raise _DecodeFailure('null value for non-nullable field', [])
+                                else:
+                                    if n < -1 or n > lb - pos:
+                                        raise _bad_len(n, lb - pos)
+                                    o2.name = buf[pos:pos + n].tobytes().decode()
+                                    pos += n
+                                f2 = 'partitions'
+                                n = buf[pos]
+                                pos += 1
+                                if n >= 128:
+                                    if buf[pos] < 128:
+                                        n = (n & 127) | (buf[pos] << 7)
+                                        pos += 1
+                                    else:
+                                        n, pos = _ruv(buf, pos - 1)
+                                n -= 1
+                                if n == -1:
+                                    raise _DecodeFailure('null value for non-nullable field', [])
+                                else:
+                                    _i2 = -1
+                                    if n < 0 or n * 1 > lb - pos:
+                                        raise _bad_len(n, lb - pos)
+                                    lst2 = []
+                                    f3 = ''
+                                    for _i2 in range(n):
+                                        o3 = _new(_S_OffsetFetchResponse_OffsetFetchResponsePartitions)
+                                        f3 = 'partition_index'
+                                        o3.partition_index, o3.committed_offset, o3.committed_leader_epoch, n = _T4u(buf, pos)
+                                        pos += 17
+                                        f3 = 'metadata'
+                                        if n >= 128:
+                                            if buf[pos] < 128:
+                                                n = (n & 127) | (buf[pos] << 7)
+                                                pos += 1
+                                            else:
+                                                n, pos = _ruv(buf, pos - 1)
+                                        n -= 1
+                                        if n == -1:
+                                            o3.metadata = None
+                                        else:
+                                            if n < -1 or n > lb - pos:
+                                                raise _bad_len(n, lb - pos)
+                                            o3.metadata = buf[pos:pos + n].tobytes().decode()
+                                            pos += n
+                                        f3 = 'error_code'
+                                        o3.error_code, n = _T5u(buf, pos)
+                                        pos += 3
+                                        f3 = '<tagged fields>'
+                                        if n:
+                                            o3.unknown_tagged_fields = u = {}
+                                            if n >= 128:
+                                                n, pos = _ruv(buf, pos - 1)
+                                            for _ in range(n):
+                                                tag, size, pos = _rtag(buf, pos)
+                                                end = pos + size
+                                                u[tag] = buf[pos:end].tobytes()
+                                                pos = end
+                                        else:
+                                            o3.unknown_tagged_fields = _NO_TAGS
+                                        lst2.append(o3)
+                                    f3 = None
+                                    _i2 = -1
+                                    o2.partitions = lst2
+                                f2 = '<tagged fields>'
+                                n = buf[pos]
+                                pos += 1
+                                if n:
+                                    o2.unknown_tagged_fields = u = {}
+                                    if n >= 128:
+                                        n, pos = _ruv(buf, pos - 1)
+                                    for _ in range(n):
+                                        tag, size, pos = _rtag(buf, pos)
+                                        end = pos + size
+                                        u[tag] = buf[pos:end].tobytes()
+                                        pos = end
+                                else:
+                                    o2.unknown_tagged_fields = _NO_TAGS
+                                lst1.append(o2)
+                            f2 = None
+                            _i1 = -1
+                            o1.topics = lst1
+                        f1 = 'error_code'
+                        o1.error_code, n = _T5u(buf, pos)
+                        pos += 3
+                        f1 = '<tagged fields>'
+                        if n:
+                            o1.unknown_tagged_fields = u = {}
+                            if n >= 128:
+                                n, pos = _ruv(buf, pos - 1)
+                            for _ in range(n):
+                                tag, size, pos = _rtag(buf, pos)
+                                end = pos + size
+                                u[tag] = buf[pos:end].tobytes()
+                                pos = end
+                        else:
+                            o1.unknown_tagged_fields = _NO_TAGS
+                        lst.append(o1)
+                    f1 = None
                     _i = -1
                     o.groups = lst
             else:
@@ -985,7 +1494,7 @@ class OffsetFetchResponse(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2, f3, _i3) from None
         return o, pos
 
     class OffsetFetchResponseTopic(_Struct):
@@ -1239,7 +1748,7 @@ class OffsetFetchResponse(_Struct):
 
         def _w1(self, buf, parts, v):
             if v <= 7:
-                buf += _T4p(self.partition_index, self.committed_offset, self.committed_leader_epoch)
+                buf += _T6p(self.partition_index, self.committed_offset, self.committed_leader_epoch)
             else:
                 if not (self.partition_index == 0):
                     raise _absent(self, 'partition_index', v)
@@ -1279,7 +1788,7 @@ class OffsetFetchResponse(_Struct):
             try:
                 if v <= 7:
                     f = 'partition_index'
-                    o.partition_index, o.committed_offset, o.committed_leader_epoch = _T4u(buf, pos)
+                    o.partition_index, o.committed_offset, o.committed_leader_epoch = _T6u(buf, pos)
                     pos += 16
                 else:
                     o.partition_index = 0
@@ -1689,7 +2198,7 @@ class OffsetFetchResponse(_Struct):
 
         def _w1(self, buf, parts, v):
             if v >= 8:
-                buf += _T4p(self.partition_index, self.committed_offset, self.committed_leader_epoch)
+                buf += _T6p(self.partition_index, self.committed_offset, self.committed_leader_epoch)
             else:
                 if not (self.partition_index == 0):
                     raise _absent(self, 'partition_index', v)
@@ -1729,7 +2238,7 @@ class OffsetFetchResponse(_Struct):
             try:
                 if v >= 8:
                     f = 'partition_index'
-                    o.partition_index, o.committed_offset, o.committed_leader_epoch = _T4u(buf, pos)
+                    o.partition_index, o.committed_offset, o.committed_leader_epoch = _T6u(buf, pos)
                     pos += 16
                 else:
                     o.partition_index = 0

@@ -22,6 +22,7 @@ from kafkatw.protocol._runtime import (
 from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     write_tags as _write_tags,
@@ -35,18 +36,18 @@ _T0u = _struct.Struct('>i').unpack_from
 _T0p = _struct.Struct('>i').pack
 _T1u = _struct.Struct('>iB').unpack_from
 _T1p = _struct.Struct('>iB').pack
-_T2u = _struct.Struct('>iii').unpack_from
-_T2p = _struct.Struct('>iii').pack
-_T3u = _struct.Struct('>iiiB').unpack_from
-_T3p = _struct.Struct('>iiiB').pack
+_T2u = _struct.Struct('>iiiB').unpack_from
+_T2p = _struct.Struct('>iiiB').pack
+_T3u = _struct.Struct('>iii').unpack_from
+_T3p = _struct.Struct('>iii').pack
 _T4u = _struct.Struct('>hi').unpack_from
 _T4p = _struct.Struct('>hi').pack
 _T5u = _struct.Struct('>q').unpack_from
 _T5p = _struct.Struct('>q').pack
-_T6u = _struct.Struct('>hiiq').unpack_from
-_T6p = _struct.Struct('>hiiq').pack
-_T7u = _struct.Struct('>hiiqB').unpack_from
-_T7p = _struct.Struct('>hiiqB').pack
+_T6u = _struct.Struct('>hiiqB').unpack_from
+_T6p = _struct.Struct('>hiiqB').pack
+_T7u = _struct.Struct('>hiiq').unpack_from
+_T7p = _struct.Struct('>hiiq').pack
 
 
 class OffsetForLeaderEpochRequest(_Struct):
@@ -84,6 +85,8 @@ class OffsetForLeaderEpochRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             if v >= 3:
                 f = 'replica_id'
@@ -101,14 +104,57 @@ class OffsetForLeaderEpochRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_OffsetForLeaderEpochRequest_OffsetForLeaderTopic._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_OffsetForLeaderEpochRequest_OffsetForLeaderTopic)
+                    f1 = 'topic'
+                    n, = _ui16(buf, pos)
+                    pos += 2
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.topic = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'partitions'
+                    n, = _ui32(buf, pos)
+                    pos += 4
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_OffsetForLeaderEpochRequest_OffsetForLeaderPartition)
+                            f2 = 'partition'
+                            o2.partition, = _T0u(buf, pos)
+                            pos += 4
+                            if v >= 2:
+                                f2 = 'current_leader_epoch'
+                                o2.current_leader_epoch, = _T0u(buf, pos)
+                                pos += 4
+                            else:
+                                o2.current_leader_epoch = -1
+                            f2 = 'leader_epoch'
+                            o2.leader_epoch, = _T0u(buf, pos)
+                            pos += 4
+                            o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partitions = lst1
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
@@ -135,6 +181,8 @@ class OffsetForLeaderEpochRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'replica_id'
             o.replica_id, n = _T1u(buf, pos)
@@ -154,9 +202,81 @@ class OffsetForLeaderEpochRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_OffsetForLeaderEpochRequest_OffsetForLeaderTopic._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_OffsetForLeaderEpochRequest_OffsetForLeaderTopic)
+                    f1 = 'topic'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.topic = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'partitions'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_OffsetForLeaderEpochRequest_OffsetForLeaderPartition)
+                            f2 = 'partition'
+                            o2.partition, o2.current_leader_epoch, o2.leader_epoch, n = _T2u(buf, pos)
+                            pos += 13
+                            f2 = '<tagged fields>'
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partitions = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             f = '<tagged fields>'
@@ -174,7 +294,7 @@ class OffsetForLeaderEpochRequest(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     class OffsetForLeaderTopic(_Struct):
@@ -392,7 +512,7 @@ class OffsetForLeaderEpochRequest(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T2p(self.partition, self.current_leader_epoch, self.leader_epoch)
+            buf += _T3p(self.partition, self.current_leader_epoch, self.leader_epoch)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -406,7 +526,7 @@ class OffsetForLeaderEpochRequest(_Struct):
             _i = -1
             try:
                 f = 'partition'
-                o.partition, o.current_leader_epoch, o.leader_epoch, n = _T3u(buf, pos)
+                o.partition, o.current_leader_epoch, o.leader_epoch, n = _T2u(buf, pos)
                 pos += 13
                 f = '<tagged fields>'
                 if n:
@@ -461,6 +581,8 @@ class OffsetForLeaderEpochResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             if v >= 2:
                 f = 'throttle_time_ms'
@@ -478,14 +600,57 @@ class OffsetForLeaderEpochResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult)
+                    f1 = 'topic'
+                    n, = _ui16(buf, pos)
+                    pos += 2
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.topic = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'partitions'
+                    n, = _ui32(buf, pos)
+                    pos += 4
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_OffsetForLeaderEpochResponse_EpochEndOffset)
+                            f2 = 'error_code'
+                            o2.error_code, o2.partition = _T4u(buf, pos)
+                            pos += 6
+                            if v >= 1:
+                                f2 = 'leader_epoch'
+                                o2.leader_epoch, = _T0u(buf, pos)
+                                pos += 4
+                            else:
+                                o2.leader_epoch = -1
+                            f2 = 'end_offset'
+                            o2.end_offset, = _T5u(buf, pos)
+                            pos += 8
+                            o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partitions = lst1
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
@@ -512,6 +677,8 @@ class OffsetForLeaderEpochResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'throttle_time_ms'
             o.throttle_time_ms, n = _T1u(buf, pos)
@@ -531,9 +698,81 @@ class OffsetForLeaderEpochResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult)
+                    f1 = 'topic'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.topic = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'partitions'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_OffsetForLeaderEpochResponse_EpochEndOffset)
+                            f2 = 'error_code'
+                            o2.error_code, o2.partition, o2.leader_epoch, o2.end_offset, n = _T6u(buf, pos)
+                            pos += 19
+                            f2 = '<tagged fields>'
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partitions = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             f = '<tagged fields>'
@@ -551,7 +790,7 @@ class OffsetForLeaderEpochResponse(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     class OffsetForLeaderTopicResult(_Struct):
@@ -771,7 +1010,7 @@ class OffsetForLeaderEpochResponse(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T6p(self.error_code, self.partition, self.leader_epoch, self.end_offset)
+            buf += _T7p(self.error_code, self.partition, self.leader_epoch, self.end_offset)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -785,7 +1024,7 @@ class OffsetForLeaderEpochResponse(_Struct):
             _i = -1
             try:
                 f = 'error_code'
-                o.error_code, o.partition, o.leader_epoch, o.end_offset, n = _T7u(buf, pos)
+                o.error_code, o.partition, o.leader_epoch, o.end_offset, n = _T6u(buf, pos)
                 pos += 19
                 f = '<tagged fields>'
                 if n:

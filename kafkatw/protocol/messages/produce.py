@@ -28,6 +28,7 @@ from kafkatw.protocol.codec import (
     UnsupportedVersionError,
     emit_records as _emit_records,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     records_size as _records_size,
@@ -43,34 +44,36 @@ _T0u = _struct.Struct('>hi').unpack_from
 _T0p = _struct.Struct('>hi').pack
 _T1u = _struct.Struct('>hii').unpack_from
 _T1p = _struct.Struct('>hii').pack
-_T2u = _struct.Struct('>hiB').unpack_from
-_T2p = _struct.Struct('>hiB').pack
-_T3u = _struct.Struct('>i').unpack_from
-_T3p = _struct.Struct('>i').pack
-_T4u = _struct.Struct('>ii').unpack_from
-_T4p = _struct.Struct('>ii').pack
-_T5u = _struct.Struct('>iB').unpack_from
-_T5p = _struct.Struct('>iB').pack
+_T2u = _struct.Struct('>ii').unpack_from
+_T2p = _struct.Struct('>ii').pack
+_T3u = _struct.Struct('>hiB').unpack_from
+_T3p = _struct.Struct('>hiB').pack
+_T4u = _struct.Struct('>iB').unpack_from
+_T4p = _struct.Struct('>iB').pack
+_T5u = _struct.Struct('>i').unpack_from
+_T5p = _struct.Struct('>i').pack
 _T6u = _struct.Struct('>ihq').unpack_from
 _T6p = _struct.Struct('>ihq').pack
 _T7u = _struct.Struct('>q').unpack_from
 _T7p = _struct.Struct('>q').pack
-_T8u = _struct.Struct('>ihqqq').unpack_from
-_T8p = _struct.Struct('>ihqqq').pack
+_T8u = _struct.Struct('>ih').unpack_from
+_T8p = _struct.Struct('>ih').pack
 _T9u = _struct.Struct('>ihqqqB').unpack_from
 _T9p = _struct.Struct('>ihqqqB').pack
-_T10u = _struct.Struct('>ihqq').unpack_from
-_T10p = _struct.Struct('>ihqq').pack
-_T11u = _struct.Struct('>ihqqq6s').unpack_from
-_T11p = _struct.Struct('>ihqqq6s').pack
-_T12u = _struct.Struct('>i2s').unpack_from
-_T12p = _struct.Struct('>i2s').pack
-_T13u = _struct.Struct('>ihqqq3s').unpack_from
-_T13p = _struct.Struct('>ihqqq3s').pack
-_T14u = _struct.Struct('>i1s').unpack_from
-_T14p = _struct.Struct('>i1s').pack
-_T15u = _struct.Struct('>ii1s').unpack_from
-_T15p = _struct.Struct('>ii1s').pack
+_T10u = _struct.Struct('>ihqqq').unpack_from
+_T10p = _struct.Struct('>ihqqq').pack
+_T11u = _struct.Struct('>ihqq').unpack_from
+_T11p = _struct.Struct('>ihqq').pack
+_T12u = _struct.Struct('>ihqqq6s').unpack_from
+_T12p = _struct.Struct('>ihqqq6s').pack
+_T13u = _struct.Struct('>i2s').unpack_from
+_T13p = _struct.Struct('>i2s').pack
+_T14u = _struct.Struct('>ihqqq3s').unpack_from
+_T14p = _struct.Struct('>ihqqq3s').pack
+_T15u = _struct.Struct('>i1s').unpack_from
+_T15p = _struct.Struct('>i1s').pack
+_T16u = _struct.Struct('>ii1s').unpack_from
+_T16p = _struct.Struct('>ii1s').pack
 
 
 class ProduceRequest(_Struct):
@@ -122,6 +125,8 @@ class ProduceRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             if v >= 3:
                 f = 'transactional_id'
@@ -147,14 +152,56 @@ class ProduceRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_ProduceRequest_TopicProduceData._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_ProduceRequest_TopicProduceData)
+                    f1 = 'name'
+                    n, = _ui16(buf, pos)
+                    pos += 2
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'partition_data'
+                    n, = _ui32(buf, pos)
+                    pos += 4
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_ProduceRequest_PartitionProduceData)
+                            f2 = 'index'
+                            o2.index, n = _T2u(buf, pos)
+                            pos += 8
+                            f2 = 'records'
+                            if n == -1:
+                                o2.records = None
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.records = buf[pos:pos + n]
+                                pos += n
+                            o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partition_data = lst1
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topic_data = lst
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
@@ -192,6 +239,8 @@ class ProduceRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'transactional_id'
             n = buf[pos]
@@ -211,7 +260,7 @@ class ProduceRequest(_Struct):
                 o.transactional_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'acks'
-            o.acks, o.timeout_ms, n = _T2u(buf, pos)
+            o.acks, o.timeout_ms, n = _T3u(buf, pos)
             pos += 7
             f = 'topic_data'
             if n >= 128:
@@ -228,9 +277,98 @@ class ProduceRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_ProduceRequest_TopicProduceData._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_ProduceRequest_TopicProduceData)
+                    f1 = 'name'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'partition_data'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_ProduceRequest_PartitionProduceData)
+                            f2 = 'index'
+                            o2.index, n = _T4u(buf, pos)
+                            pos += 5
+                            f2 = 'records'
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                o2.records = None
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.records = buf[pos:pos + n]
+                                pos += n
+                            f2 = '<tagged fields>'
+                            n = buf[pos]
+                            pos += 1
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partition_data = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topic_data = lst
             f = '<tagged fields>'
@@ -248,7 +386,7 @@ class ProduceRequest(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     class TopicProduceData(_Struct):
@@ -434,7 +572,7 @@ class ProduceRequest(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T3p(self.index)
+            buf += _T5p(self.index)
             x = self.records
             if x is None:
                 buf += b'\xff\xff\xff\xff'
@@ -455,7 +593,7 @@ class ProduceRequest(_Struct):
             _i = -1
             try:
                 f = 'index'
-                o.index, n = _T4u(buf, pos)
+                o.index, n = _T2u(buf, pos)
                 pos += 8
                 f = 'records'
                 if n == -1:
@@ -471,7 +609,7 @@ class ProduceRequest(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T3p(self.index)
+            buf += _T5p(self.index)
             x = self.records
             if x is None:
                 buf += b'\x00'
@@ -504,7 +642,7 @@ class ProduceRequest(_Struct):
             _i = -1
             try:
                 f = 'index'
-                o.index, n = _T5u(buf, pos)
+                o.index, n = _T4u(buf, pos)
                 pos += 5
                 f = 'records'
                 if n >= 128:
@@ -570,7 +708,7 @@ class ProduceResponse(_Struct):
             for e in x:
                 e._w0(buf, parts, v)
         if v >= 1:
-            buf += _T3p(self.throttle_time_ms)
+            buf += _T5p(self.throttle_time_ms)
         if not (self.node_endpoints == []):
             raise _absent(self, 'node_endpoints', v)
 
@@ -580,6 +718,9 @@ class ProduceResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
+        f3 = None; _i3 = -1
         try:
             f = 'responses'
             n, = _ui32(buf, pos)
@@ -591,21 +732,117 @@ class ProduceResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_ProduceResponse_TopicProduceResponse._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_ProduceResponse_TopicProduceResponse)
+                    f1 = 'name'
+                    n, = _ui16(buf, pos)
+                    pos += 2
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'partition_responses'
+                    n, = _ui32(buf, pos)
+                    pos += 4
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_ProduceResponse_PartitionProduceResponse)
+                            f2 = 'index'
+                            o2.index, o2.error_code, o2.base_offset = _T6u(buf, pos)
+                            pos += 14
+                            if v >= 2:
+                                f2 = 'log_append_time_ms'
+                                o2.log_append_time_ms, = _T7u(buf, pos)
+                                pos += 8
+                            else:
+                                o2.log_append_time_ms = -1
+                            if v >= 5:
+                                f2 = 'log_start_offset'
+                                o2.log_start_offset, = _T7u(buf, pos)
+                                pos += 8
+                            else:
+                                o2.log_start_offset = -1
+                            if v >= 8:
+                                f2 = 'record_errors'
+                                n, = _ui32(buf, pos)
+                                pos += 4
+                                if n == -1:
+                                    raise _DecodeFailure('null value for non-nullable field', [])
+                                else:
+                                    _i2 = -1
+                                    if n < 0 or n * 1 > lb - pos:
+                                        raise _bad_len(n, lb - pos)
+                                    lst2 = []
+                                    f3 = ''
+                                    for _i2 in range(n):
+                                        o3 = _new(_S_ProduceResponse_BatchIndexAndErrorMessage)
+                                        f3 = 'batch_index'
+                                        o3.batch_index, n = _T8u(buf, pos)
+                                        pos += 6
+                                        f3 = 'batch_index_error_message'
+                                        if n == -1:
+                                            o3.batch_index_error_message = None
+                                        else:
+                                            if n < -1 or n > lb - pos:
+                                                raise _bad_len(n, lb - pos)
+                                            o3.batch_index_error_message = buf[pos:pos + n].tobytes().decode()
+                                            pos += n
+                                        o3.unknown_tagged_fields = _NO_TAGS
+                                        lst2.append(o3)
+                                    f3 = None
+                                    _i2 = -1
+                                    o2.record_errors = lst2
+                            else:
+                                o2.record_errors = []
+                            if v >= 8:
+                                f2 = 'error_message'
+                                n, = _ui16(buf, pos)
+                                pos += 2
+                                if n == -1:
+                                    o2.error_message = None
+                                else:
+                                    if n < -1 or n > lb - pos:
+                                        raise _bad_len(n, lb - pos)
+                                    o2.error_message = buf[pos:pos + n].tobytes().decode()
+                                    pos += n
+                            else:
+                                o2.error_message = None
+                            _d0 = _new(_S_ProduceResponse_LeaderIdAndEpoch)
+                            _d0.leader_id = -1
+                            _d0.leader_epoch = -1
+                            _d0.unknown_tagged_fields = _NO_TAGS
+                            o2.current_leader = _d0
+                            o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partition_responses = lst1
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.responses = lst
             if v >= 1:
                 f = 'throttle_time_ms'
-                o.throttle_time_ms, = _T3u(buf, pos)
+                o.throttle_time_ms, = _T5u(buf, pos)
                 pos += 4
             else:
                 o.throttle_time_ms = 0
             o.node_endpoints = []
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2, f3, _i3) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
@@ -620,7 +857,7 @@ class ProduceResponse(_Struct):
                 buf += _wuv(n)
             for e in x:
                 e._w1(buf, parts, v)
-        buf += _T3p(self.throttle_time_ms)
+        buf += _T5p(self.throttle_time_ms)
         if (not (v >= 10)) and not (self.node_endpoints == []):
             raise _absent(self, 'node_endpoints', v)
         tags = []
@@ -649,6 +886,9 @@ class ProduceResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
+        f3 = None; _i3 = -1
         try:
             f = 'responses'
             n = buf[pos]
@@ -667,13 +907,169 @@ class ProduceResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_ProduceResponse_TopicProduceResponse._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_ProduceResponse_TopicProduceResponse)
+                    f1 = 'name'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'partition_responses'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_ProduceResponse_PartitionProduceResponse)
+                            f2 = 'index'
+                            o2.index, o2.error_code, o2.base_offset, o2.log_append_time_ms, o2.log_start_offset, n = _T9u(buf, pos)
+                            pos += 31
+                            f2 = 'record_errors'
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                _i2 = -1
+                                if n < 0 or n * 1 > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                lst2 = []
+                                f3 = ''
+                                for _i2 in range(n):
+                                    o3 = _new(_S_ProduceResponse_BatchIndexAndErrorMessage)
+                                    f3 = 'batch_index'
+                                    o3.batch_index, n = _T4u(buf, pos)
+                                    pos += 5
+                                    f3 = 'batch_index_error_message'
+                                    if n >= 128:
+                                        if buf[pos] < 128:
+                                            n = (n & 127) | (buf[pos] << 7)
+                                            pos += 1
+                                        else:
+                                            n, pos = _ruv(buf, pos - 1)
+                                    n -= 1
+                                    if n == -1:
+                                        o3.batch_index_error_message = None
+                                    else:
+                                        if n < -1 or n > lb - pos:
+                                            raise _bad_len(n, lb - pos)
+                                        o3.batch_index_error_message = buf[pos:pos + n].tobytes().decode()
+                                        pos += n
+                                    f3 = '<tagged fields>'
+                                    n = buf[pos]
+                                    pos += 1
+                                    if n:
+                                        o3.unknown_tagged_fields = u = {}
+                                        if n >= 128:
+                                            n, pos = _ruv(buf, pos - 1)
+                                        for _ in range(n):
+                                            tag, size, pos = _rtag(buf, pos)
+                                            end = pos + size
+                                            u[tag] = buf[pos:end].tobytes()
+                                            pos = end
+                                    else:
+                                        o3.unknown_tagged_fields = _NO_TAGS
+                                    lst2.append(o3)
+                                f3 = None
+                                _i2 = -1
+                                o2.record_errors = lst2
+                            f2 = 'error_message'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                o2.error_message = None
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.error_message = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            _d0 = _new(_S_ProduceResponse_LeaderIdAndEpoch)
+                            _d0.leader_id = -1
+                            _d0.leader_epoch = -1
+                            _d0.unknown_tagged_fields = _NO_TAGS
+                            o2.current_leader = _d0
+                            f2 = '<tagged fields>'
+                            n = buf[pos]
+                            pos += 1
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    if tag == 0 and (v >= 10):
+                                        f2 = 'current_leader'
+                                        o2.current_leader, pos = _S_ProduceResponse_LeaderIdAndEpoch._r1(buf, pos, v)
+                                        if pos != end:
+                                            raise _tag_size(0, size, pos - end + size)
+                                    else:
+                                        u[tag] = buf[pos:end].tobytes()
+                                        pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partition_responses = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.responses = lst
             f = 'throttle_time_ms'
-            o.throttle_time_ms, n = _T5u(buf, pos)
+            o.throttle_time_ms, n = _T4u(buf, pos)
             pos += 5
             o.node_endpoints = []
             f = '<tagged fields>'
@@ -715,7 +1111,7 @@ class ProduceResponse(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2, f3, _i3) from None
         return o, pos
 
     class TopicProduceResponse(_Struct):
@@ -1001,7 +1397,7 @@ class ProduceResponse(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T8p(self.index, self.error_code, self.base_offset, self.log_append_time_ms, self.log_start_offset)
+            buf += _T10p(self.index, self.error_code, self.base_offset, self.log_append_time_ms, self.log_start_offset)
             x = self.record_errors
             if x is None:
                 raise _not_nullable(self, 'record_errors', v)
@@ -1133,7 +1529,7 @@ class ProduceResponse(_Struct):
 
         def _w0(self, buf, parts, v):
             if v >= 8:
-                buf += _T3p(self.batch_index)
+                buf += _T5p(self.batch_index)
             else:
                 if not (self.batch_index == 0):
                     raise _absent(self, 'batch_index', v)
@@ -1158,7 +1554,7 @@ class ProduceResponse(_Struct):
             try:
                 if v >= 8:
                     f = 'batch_index'
-                    o.batch_index, = _T3u(buf, pos)
+                    o.batch_index, = _T5u(buf, pos)
                     pos += 4
                 else:
                     o.batch_index = 0
@@ -1181,7 +1577,7 @@ class ProduceResponse(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T3p(self.batch_index)
+            buf += _T5p(self.batch_index)
             x = self.batch_index_error_message
             if x is None:
                 buf += b'\x00'
@@ -1206,7 +1602,7 @@ class ProduceResponse(_Struct):
             _i = -1
             try:
                 f = 'batch_index'
-                o.batch_index, n = _T5u(buf, pos)
+                o.batch_index, n = _T4u(buf, pos)
                 pos += 5
                 f = 'batch_index_error_message'
                 if n >= 128:
@@ -1282,7 +1678,7 @@ class ProduceResponse(_Struct):
 
         def _w1(self, buf, parts, v):
             if v >= 10:
-                buf += _T4p(self.leader_id, self.leader_epoch)
+                buf += _T2p(self.leader_id, self.leader_epoch)
             else:
                 if not (self.leader_id == -1):
                     raise _absent(self, 'leader_id', v)
@@ -1302,7 +1698,7 @@ class ProduceResponse(_Struct):
             try:
                 if v >= 10:
                     f = 'leader_id'
-                    o.leader_id, o.leader_epoch = _T4u(buf, pos)
+                    o.leader_id, o.leader_epoch = _T2u(buf, pos)
                     pos += 8
                 else:
                     o.leader_id = -1
@@ -1376,7 +1772,7 @@ class ProduceResponse(_Struct):
 
         def _w1(self, buf, parts, v):
             if v >= 10:
-                buf += _T3p(self.node_id)
+                buf += _T5p(self.node_id)
             else:
                 if not (self.node_id == 0):
                     raise _absent(self, 'node_id', v)
@@ -1396,7 +1792,7 @@ class ProduceResponse(_Struct):
                 if not (self.host == ''):
                     raise _absent(self, 'host', v)
             if v >= 10:
-                buf += _T3p(self.port)
+                buf += _T5p(self.port)
             else:
                 if not (self.port == 0):
                     raise _absent(self, 'port', v)
@@ -1429,7 +1825,7 @@ class ProduceResponse(_Struct):
             try:
                 if v >= 10:
                     f = 'node_id'
-                    o.node_id, = _T3u(buf, pos)
+                    o.node_id, = _T5u(buf, pos)
                     pos += 4
                 else:
                     o.node_id = 0
@@ -1455,7 +1851,7 @@ class ProduceResponse(_Struct):
                     o.host = ''
                 if v >= 10:
                     f = 'port'
-                    o.port, = _T3u(buf, pos)
+                    o.port, = _T5u(buf, pos)
                     pos += 4
                 else:
                     o.port = 0
@@ -1581,7 +1977,7 @@ def _rows_ProduceResponse_v1(v, responses_1, throttle_time_ms_1, node_endpoints_
                     buf += _T6p(index_3, error_code_3, base_offset_3)
                     if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
                         raise _absent_field('ProduceResponse.PartitionProduceResponse', 'current_leader', v)
-    buf += _T3p(throttle_time_ms_1)
+    buf += _T5p(throttle_time_ms_1)
     if not ((node_endpoints_1 is not None and not node_endpoints_1)):
         raise _absent_field('ProduceResponse', 'node_endpoints', v)
     if buf or not parts:
@@ -1617,10 +2013,10 @@ def _rows_ProduceResponse_v2(v, responses_1, throttle_time_ms_1, node_endpoints_
             else:
                 buf += _pi32(len(x))
                 for index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, record_errors_3, error_message_3, current_leader_3 in x:
-                    buf += _T10p(index_3, error_code_3, base_offset_3, log_append_time_ms_3)
+                    buf += _T11p(index_3, error_code_3, base_offset_3, log_append_time_ms_3)
                     if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
                         raise _absent_field('ProduceResponse.PartitionProduceResponse', 'current_leader', v)
-    buf += _T3p(throttle_time_ms_1)
+    buf += _T5p(throttle_time_ms_1)
     if not ((node_endpoints_1 is not None and not node_endpoints_1)):
         raise _absent_field('ProduceResponse', 'node_endpoints', v)
     if buf or not parts:
@@ -1656,10 +2052,10 @@ def _rows_ProduceResponse_v5(v, responses_1, throttle_time_ms_1, node_endpoints_
             else:
                 buf += _pi32(len(x))
                 for index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, record_errors_3, error_message_3, current_leader_3 in x:
-                    buf += _T8p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3)
+                    buf += _T10p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3)
                     if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
                         raise _absent_field('ProduceResponse.PartitionProduceResponse', 'current_leader', v)
-    buf += _T3p(throttle_time_ms_1)
+    buf += _T5p(throttle_time_ms_1)
     if not ((node_endpoints_1 is not None and not node_endpoints_1)):
         raise _absent_field('ProduceResponse', 'node_endpoints', v)
     if buf or not parts:
@@ -1696,9 +2092,9 @@ def _rows_ProduceResponse_v8(v, responses_1, throttle_time_ms_1, node_endpoints_
                 buf += _pi32(len(x))
                 for index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, record_errors_3, error_message_3, current_leader_3 in x:
                     if (current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1)) and (record_errors_3 is not None and not record_errors_3) and error_message_3 is None:
-                        buf += _T11p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, b'\x00\x00\x00\x00\xff\xff')
+                        buf += _T12p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, b'\x00\x00\x00\x00\xff\xff')
                     else:
-                        buf += _T8p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3)
+                        buf += _T10p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3)
                         x = record_errors_3
                         if not x:
                             if x is None:
@@ -1709,9 +2105,9 @@ def _rows_ProduceResponse_v8(v, responses_1, throttle_time_ms_1, node_endpoints_
                             buf += _pi32(len(x))
                             for batch_index_4, batch_index_error_message_4 in x:
                                 if batch_index_error_message_4 is None:
-                                    buf += _T12p(batch_index_4, b'\xff\xff')
+                                    buf += _T13p(batch_index_4, b'\xff\xff')
                                 else:
-                                    buf += _T3p(batch_index_4)
+                                    buf += _T5p(batch_index_4)
                                     x = batch_index_error_message_4
                                     if x is None:
                                         buf += b'\xff\xff'
@@ -1728,7 +2124,7 @@ def _rows_ProduceResponse_v8(v, responses_1, throttle_time_ms_1, node_endpoints_
                             buf += x
                         if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
                             raise _absent_field('ProduceResponse.PartitionProduceResponse', 'current_leader', v)
-    buf += _T3p(throttle_time_ms_1)
+    buf += _T5p(throttle_time_ms_1)
     if not ((node_endpoints_1 is not None and not node_endpoints_1)):
         raise _absent_field('ProduceResponse', 'node_endpoints', v)
     if buf or not parts:
@@ -1777,9 +2173,9 @@ def _rows_ProduceResponse_v9(v, responses_1, throttle_time_ms_1, node_endpoints_
                     buf += _wuv(n)
                 for index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, record_errors_3, error_message_3, current_leader_3 in x:
                     if (current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1)) and (record_errors_3 is not None and not record_errors_3) and error_message_3 is None:
-                        buf += _T13p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, b'\x01\x00\x00')
+                        buf += _T14p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, b'\x01\x00\x00')
                     else:
-                        buf += _T8p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3)
+                        buf += _T10p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3)
                         x = record_errors_3
                         if not x:
                             if x is None:
@@ -1794,9 +2190,9 @@ def _rows_ProduceResponse_v9(v, responses_1, throttle_time_ms_1, node_endpoints_
                                 buf += _wuv(n)
                             for batch_index_4, batch_index_error_message_4 in x:
                                 if batch_index_error_message_4 is None:
-                                    buf += _T12p(batch_index_4, b'\x00\x00')
+                                    buf += _T13p(batch_index_4, b'\x00\x00')
                                 else:
-                                    buf += _T3p(batch_index_4)
+                                    buf += _T5p(batch_index_4)
                                     x = batch_index_error_message_4
                                     if x is None:
                                         buf += b'\x00'
@@ -1825,9 +2221,9 @@ def _rows_ProduceResponse_v9(v, responses_1, throttle_time_ms_1, node_endpoints_
                         buf.append(0)
             buf.append(0)
     if (node_endpoints_1 is not None and not node_endpoints_1):
-        buf += _T14p(throttle_time_ms_1, b'\x00')
+        buf += _T15p(throttle_time_ms_1, b'\x00')
     else:
-        buf += _T3p(throttle_time_ms_1)
+        buf += _T5p(throttle_time_ms_1)
         if not ((node_endpoints_1 is not None and not node_endpoints_1)):
             raise _absent_field('ProduceResponse', 'node_endpoints', v)
         buf.append(0)
@@ -1877,9 +2273,9 @@ def _rows_ProduceResponse_v10(v, responses_1, throttle_time_ms_1, node_endpoints
                     buf += _wuv(n)
                 for index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, record_errors_3, error_message_3, current_leader_3 in x:
                     if (record_errors_3 is not None and not record_errors_3) and error_message_3 is None and (current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1)):
-                        buf += _T13p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, b'\x01\x00\x00')
+                        buf += _T14p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, b'\x01\x00\x00')
                     else:
-                        buf += _T8p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3)
+                        buf += _T10p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3)
                         x = record_errors_3
                         if not x:
                             if x is None:
@@ -1894,9 +2290,9 @@ def _rows_ProduceResponse_v10(v, responses_1, throttle_time_ms_1, node_endpoints
                                 buf += _wuv(n)
                             for batch_index_4, batch_index_error_message_4 in x:
                                 if batch_index_error_message_4 is None:
-                                    buf += _T12p(batch_index_4, b'\x00\x00')
+                                    buf += _T13p(batch_index_4, b'\x00\x00')
                                 else:
-                                    buf += _T3p(batch_index_4)
+                                    buf += _T5p(batch_index_4)
                                     x = batch_index_error_message_4
                                     if x is None:
                                         buf += b'\x00'
@@ -1930,17 +2326,17 @@ def _rows_ProduceResponse_v10(v, responses_1, throttle_time_ms_1, node_endpoints
                                     current_leader_3 = (-1, -1,)
                                 leader_id_4, leader_epoch_4 = current_leader_3
                                 if True:
-                                    t_3 += _T15p(leader_id_4, leader_epoch_4, b'\x00')
+                                    t_3 += _T16p(leader_id_4, leader_epoch_4, b'\x00')
                                 else:
-                                    t_3 += _T4p(leader_id_4, leader_epoch_4)
+                                    t_3 += _T2p(leader_id_4, leader_epoch_4)
                                     t_3.append(0)
                                 tags_3.append((0, bytes(t_3)))
                             _write_tags(buf, tags_3, None)
             buf.append(0)
     if (node_endpoints_1 is not None and not node_endpoints_1):
-        buf += _T14p(throttle_time_ms_1, b'\x00')
+        buf += _T15p(throttle_time_ms_1, b'\x00')
     else:
-        buf += _T3p(throttle_time_ms_1)
+        buf += _T5p(throttle_time_ms_1)
         if (node_endpoints_1 is not None and not node_endpoints_1):
             buf.append(0)
         else:
@@ -1960,7 +2356,7 @@ def _rows_ProduceResponse_v10(v, responses_1, throttle_time_ms_1, node_endpoints
                     else:
                         t_1 += _wuv(n)
                     for node_id_2, host_2, port_2, rack_2 in x:
-                        t_1 += _T3p(node_id_2)
+                        t_1 += _T5p(node_id_2)
                         x = host_2
                         if x is None:
                             raise _null_field('ProduceResponse.NodeEndpoint', 'host', v)
@@ -1973,9 +2369,9 @@ def _rows_ProduceResponse_v10(v, responses_1, throttle_time_ms_1, node_endpoints
                                 t_1 += _wuv(n)
                             t_1 += x
                         if rack_2 is None:
-                            t_1 += _T12p(port_2, b'\x00\x00')
+                            t_1 += _T13p(port_2, b'\x00\x00')
                         else:
-                            t_1 += _T3p(port_2)
+                            t_1 += _T5p(port_2)
                             x = rack_2
                             if x is None:
                                 t_1 += b'\x00'

@@ -19,6 +19,7 @@ from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
     ZERO_UUID as _ZERO_UUID,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     write_tags as _write_tags,
@@ -28,26 +29,26 @@ from kafkatw.protocol.codec import (
 __all__ = ["ReadShareGroupStateRequest", "ReadShareGroupStateResponse"]
 
 
-_T0u = _struct.Struct('>16s').unpack_from
-_T0p = _struct.Struct('>16s').pack
-_T1u = _struct.Struct('>16sB').unpack_from
-_T1p = _struct.Struct('>16sB').pack
-_T2u = _struct.Struct('>ii').unpack_from
-_T2p = _struct.Struct('>ii').pack
-_T3u = _struct.Struct('>iiB').unpack_from
-_T3p = _struct.Struct('>iiB').pack
-_T4u = _struct.Struct('>ih').unpack_from
-_T4p = _struct.Struct('>ih').pack
-_T5u = _struct.Struct('>iq').unpack_from
-_T5p = _struct.Struct('>iq').pack
-_T6u = _struct.Struct('>ihB').unpack_from
-_T6p = _struct.Struct('>ihB').pack
-_T7u = _struct.Struct('>iqB').unpack_from
-_T7p = _struct.Struct('>iqB').pack
-_T8u = _struct.Struct('>qqbh').unpack_from
-_T8p = _struct.Struct('>qqbh').pack
-_T9u = _struct.Struct('>qqbhB').unpack_from
-_T9p = _struct.Struct('>qqbhB').pack
+_T0u = _struct.Struct('>16sB').unpack_from
+_T0p = _struct.Struct('>16sB').pack
+_T1u = _struct.Struct('>iiB').unpack_from
+_T1p = _struct.Struct('>iiB').pack
+_T2u = _struct.Struct('>16s').unpack_from
+_T2p = _struct.Struct('>16s').pack
+_T3u = _struct.Struct('>ii').unpack_from
+_T3p = _struct.Struct('>ii').pack
+_T4u = _struct.Struct('>ihB').unpack_from
+_T4p = _struct.Struct('>ihB').pack
+_T5u = _struct.Struct('>iqB').unpack_from
+_T5p = _struct.Struct('>iqB').pack
+_T6u = _struct.Struct('>qqbhB').unpack_from
+_T6p = _struct.Struct('>qqbhB').pack
+_T7u = _struct.Struct('>ih').unpack_from
+_T7p = _struct.Struct('>ih').pack
+_T8u = _struct.Struct('>iq').unpack_from
+_T8p = _struct.Struct('>iq').pack
+_T9u = _struct.Struct('>qqbh').unpack_from
+_T9p = _struct.Struct('>qqbh').pack
 
 
 class ReadShareGroupStateRequest(_Struct):
@@ -102,6 +103,8 @@ class ReadShareGroupStateRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'group_id'
             n = buf[pos]
@@ -137,9 +140,65 @@ class ReadShareGroupStateRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_ReadShareGroupStateRequest_ReadStateData._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_ReadShareGroupStateRequest_ReadStateData)
+                    f1 = 'topic_id'
+                    o1.topic_id, n = _T0u(buf, pos)
+                    pos += 17
+                    f1 = 'partitions'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_ReadShareGroupStateRequest_PartitionData)
+                            f2 = 'partition'
+                            o2.partition, o2.leader_epoch, n = _T1u(buf, pos)
+                            pos += 9
+                            f2 = '<tagged fields>'
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partitions = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             f = '<tagged fields>'
@@ -157,7 +216,7 @@ class ReadShareGroupStateRequest(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     class ReadStateData(_Struct):
@@ -179,7 +238,7 @@ class ReadShareGroupStateRequest(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T0p(self.topic_id)
+            buf += _T2p(self.topic_id)
             x = self.partitions
             if x is None:
                 raise _not_nullable(self, 'partitions', v)
@@ -204,7 +263,7 @@ class ReadShareGroupStateRequest(_Struct):
             _i = -1
             try:
                 f = 'topic_id'
-                o.topic_id, n = _T1u(buf, pos)
+                o.topic_id, n = _T0u(buf, pos)
                 pos += 17
                 f = 'partitions'
                 if n >= 128:
@@ -264,7 +323,7 @@ class ReadShareGroupStateRequest(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T2p(self.partition, self.leader_epoch)
+            buf += _T3p(self.partition, self.leader_epoch)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -278,7 +337,7 @@ class ReadShareGroupStateRequest(_Struct):
             _i = -1
             try:
                 f = 'partition'
-                o.partition, o.leader_epoch, n = _T3u(buf, pos)
+                o.partition, o.leader_epoch, n = _T1u(buf, pos)
                 pos += 9
                 f = '<tagged fields>'
                 if n:
@@ -337,6 +396,9 @@ class ReadShareGroupStateResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
+        f3 = None; _i3 = -1
         try:
             f = 'results'
             n = buf[pos]
@@ -355,9 +417,122 @@ class ReadShareGroupStateResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_ReadShareGroupStateResponse_ReadStateResult._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_ReadShareGroupStateResponse_ReadStateResult)
+                    f1 = 'topic_id'
+                    o1.topic_id, n = _T0u(buf, pos)
+                    pos += 17
+                    f1 = 'partitions'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_ReadShareGroupStateResponse_PartitionResult)
+                            f2 = 'partition'
+                            o2.partition, o2.error_code, n = _T4u(buf, pos)
+                            pos += 7
+                            f2 = 'error_message'
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                o2.error_message = None
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.error_message = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'state_epoch'
+                            o2.state_epoch, o2.start_offset, n = _T5u(buf, pos)
+                            pos += 13
+                            f2 = 'state_batches'
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                _i2 = -1
+                                if n < 0 or n * 1 > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                lst2 = []
+                                f3 = ''
+                                for _i2 in range(n):
+                                    o3 = _new(_S_ReadShareGroupStateResponse_StateBatch)
+                                    f3 = 'first_offset'
+                                    o3.first_offset, o3.last_offset, o3.delivery_state, o3.delivery_count, n = _T6u(buf, pos)
+                                    pos += 20
+                                    f3 = '<tagged fields>'
+                                    if n:
+                                        o3.unknown_tagged_fields = u = {}
+                                        if n >= 128:
+                                            n, pos = _ruv(buf, pos - 1)
+                                        for _ in range(n):
+                                            tag, size, pos = _rtag(buf, pos)
+                                            end = pos + size
+                                            u[tag] = buf[pos:end].tobytes()
+                                            pos = end
+                                    else:
+                                        o3.unknown_tagged_fields = _NO_TAGS
+                                    lst2.append(o3)
+                                f3 = None
+                                _i2 = -1
+                                o2.state_batches = lst2
+                            f2 = '<tagged fields>'
+                            n = buf[pos]
+                            pos += 1
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partitions = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.results = lst
             f = '<tagged fields>'
@@ -375,7 +550,7 @@ class ReadShareGroupStateResponse(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2, f3, _i3) from None
         return o, pos
 
     class ReadStateResult(_Struct):
@@ -397,7 +572,7 @@ class ReadShareGroupStateResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T0p(self.topic_id)
+            buf += _T2p(self.topic_id)
             x = self.partitions
             if x is None:
                 raise _not_nullable(self, 'partitions', v)
@@ -422,7 +597,7 @@ class ReadShareGroupStateResponse(_Struct):
             _i = -1
             try:
                 f = 'topic_id'
-                o.topic_id, n = _T1u(buf, pos)
+                o.topic_id, n = _T0u(buf, pos)
                 pos += 17
                 f = 'partitions'
                 if n >= 128:
@@ -490,7 +665,7 @@ class ReadShareGroupStateResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T4p(self.partition, self.error_code)
+            buf += _T7p(self.partition, self.error_code)
             x = self.error_message
             if x is None:
                 buf += b'\x00'
@@ -502,7 +677,7 @@ class ReadShareGroupStateResponse(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T5p(self.state_epoch, self.start_offset)
+            buf += _T8p(self.state_epoch, self.start_offset)
             x = self.state_batches
             if x is None:
                 raise _not_nullable(self, 'state_batches', v)
@@ -527,7 +702,7 @@ class ReadShareGroupStateResponse(_Struct):
             _i = -1
             try:
                 f = 'partition'
-                o.partition, o.error_code, n = _T6u(buf, pos)
+                o.partition, o.error_code, n = _T4u(buf, pos)
                 pos += 7
                 f = 'error_message'
                 if n >= 128:
@@ -545,7 +720,7 @@ class ReadShareGroupStateResponse(_Struct):
                     o.error_message = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'state_epoch'
-                o.state_epoch, o.start_offset, n = _T7u(buf, pos)
+                o.state_epoch, o.start_offset, n = _T5u(buf, pos)
                 pos += 13
                 f = 'state_batches'
                 if n >= 128:
@@ -609,7 +784,7 @@ class ReadShareGroupStateResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T8p(self.first_offset, self.last_offset, self.delivery_state, self.delivery_count)
+            buf += _T9p(self.first_offset, self.last_offset, self.delivery_state, self.delivery_count)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -623,7 +798,7 @@ class ReadShareGroupStateResponse(_Struct):
             _i = -1
             try:
                 f = 'first_offset'
-                o.first_offset, o.last_offset, o.delivery_state, o.delivery_count, n = _T9u(buf, pos)
+                o.first_offset, o.last_offset, o.delivery_state, o.delivery_count, n = _T6u(buf, pos)
                 pos += 20
                 f = '<tagged fields>'
                 if n:

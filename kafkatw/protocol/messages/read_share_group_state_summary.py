@@ -19,6 +19,7 @@ from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
     ZERO_UUID as _ZERO_UUID,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     write_tags as _write_tags,
@@ -28,22 +29,22 @@ from kafkatw.protocol.codec import (
 __all__ = ["ReadShareGroupStateSummaryRequest", "ReadShareGroupStateSummaryResponse"]
 
 
-_T0u = _struct.Struct('>16s').unpack_from
-_T0p = _struct.Struct('>16s').pack
-_T1u = _struct.Struct('>16sB').unpack_from
-_T1p = _struct.Struct('>16sB').pack
-_T2u = _struct.Struct('>ii').unpack_from
-_T2p = _struct.Struct('>ii').pack
-_T3u = _struct.Struct('>iiB').unpack_from
-_T3p = _struct.Struct('>iiB').pack
-_T4u = _struct.Struct('>ih').unpack_from
-_T4p = _struct.Struct('>ih').pack
-_T5u = _struct.Struct('>iq').unpack_from
-_T5p = _struct.Struct('>iq').pack
-_T6u = _struct.Struct('>ihB').unpack_from
-_T6p = _struct.Struct('>ihB').pack
-_T7u = _struct.Struct('>iqB').unpack_from
-_T7p = _struct.Struct('>iqB').pack
+_T0u = _struct.Struct('>16sB').unpack_from
+_T0p = _struct.Struct('>16sB').pack
+_T1u = _struct.Struct('>iiB').unpack_from
+_T1p = _struct.Struct('>iiB').pack
+_T2u = _struct.Struct('>16s').unpack_from
+_T2p = _struct.Struct('>16s').pack
+_T3u = _struct.Struct('>ii').unpack_from
+_T3p = _struct.Struct('>ii').pack
+_T4u = _struct.Struct('>ihB').unpack_from
+_T4p = _struct.Struct('>ihB').pack
+_T5u = _struct.Struct('>iqB').unpack_from
+_T5p = _struct.Struct('>iqB').pack
+_T6u = _struct.Struct('>ih').unpack_from
+_T6p = _struct.Struct('>ih').pack
+_T7u = _struct.Struct('>iq').unpack_from
+_T7p = _struct.Struct('>iq').pack
 
 
 class ReadShareGroupStateSummaryRequest(_Struct):
@@ -98,6 +99,8 @@ class ReadShareGroupStateSummaryRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'group_id'
             n = buf[pos]
@@ -133,9 +136,65 @@ class ReadShareGroupStateSummaryRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_ReadShareGroupStateSummaryRequest_ReadStateSummaryData._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_ReadShareGroupStateSummaryRequest_ReadStateSummaryData)
+                    f1 = 'topic_id'
+                    o1.topic_id, n = _T0u(buf, pos)
+                    pos += 17
+                    f1 = 'partitions'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_ReadShareGroupStateSummaryRequest_PartitionData)
+                            f2 = 'partition'
+                            o2.partition, o2.leader_epoch, n = _T1u(buf, pos)
+                            pos += 9
+                            f2 = '<tagged fields>'
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partitions = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             f = '<tagged fields>'
@@ -153,7 +212,7 @@ class ReadShareGroupStateSummaryRequest(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     class ReadStateSummaryData(_Struct):
@@ -175,7 +234,7 @@ class ReadShareGroupStateSummaryRequest(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T0p(self.topic_id)
+            buf += _T2p(self.topic_id)
             x = self.partitions
             if x is None:
                 raise _not_nullable(self, 'partitions', v)
@@ -200,7 +259,7 @@ class ReadShareGroupStateSummaryRequest(_Struct):
             _i = -1
             try:
                 f = 'topic_id'
-                o.topic_id, n = _T1u(buf, pos)
+                o.topic_id, n = _T0u(buf, pos)
                 pos += 17
                 f = 'partitions'
                 if n >= 128:
@@ -260,7 +319,7 @@ class ReadShareGroupStateSummaryRequest(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T2p(self.partition, self.leader_epoch)
+            buf += _T3p(self.partition, self.leader_epoch)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -274,7 +333,7 @@ class ReadShareGroupStateSummaryRequest(_Struct):
             _i = -1
             try:
                 f = 'partition'
-                o.partition, o.leader_epoch, n = _T3u(buf, pos)
+                o.partition, o.leader_epoch, n = _T1u(buf, pos)
                 pos += 9
                 f = '<tagged fields>'
                 if n:
@@ -333,6 +392,8 @@ class ReadShareGroupStateSummaryResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'results'
             n = buf[pos]
@@ -351,9 +412,83 @@ class ReadShareGroupStateSummaryResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_ReadShareGroupStateSummaryResponse_ReadStateSummaryResult._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_ReadShareGroupStateSummaryResponse_ReadStateSummaryResult)
+                    f1 = 'topic_id'
+                    o1.topic_id, n = _T0u(buf, pos)
+                    pos += 17
+                    f1 = 'partitions'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_ReadShareGroupStateSummaryResponse_PartitionResult)
+                            f2 = 'partition'
+                            o2.partition, o2.error_code, n = _T4u(buf, pos)
+                            pos += 7
+                            f2 = 'error_message'
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                o2.error_message = None
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.error_message = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'state_epoch'
+                            o2.state_epoch, o2.start_offset, n = _T5u(buf, pos)
+                            pos += 13
+                            f2 = '<tagged fields>'
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partitions = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.results = lst
             f = '<tagged fields>'
@@ -371,7 +506,7 @@ class ReadShareGroupStateSummaryResponse(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     class ReadStateSummaryResult(_Struct):
@@ -393,7 +528,7 @@ class ReadShareGroupStateSummaryResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T0p(self.topic_id)
+            buf += _T2p(self.topic_id)
             x = self.partitions
             if x is None:
                 raise _not_nullable(self, 'partitions', v)
@@ -418,7 +553,7 @@ class ReadShareGroupStateSummaryResponse(_Struct):
             _i = -1
             try:
                 f = 'topic_id'
-                o.topic_id, n = _T1u(buf, pos)
+                o.topic_id, n = _T0u(buf, pos)
                 pos += 17
                 f = 'partitions'
                 if n >= 128:
@@ -484,7 +619,7 @@ class ReadShareGroupStateSummaryResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T4p(self.partition, self.error_code)
+            buf += _T6p(self.partition, self.error_code)
             x = self.error_message
             if x is None:
                 buf += b'\x00'
@@ -496,7 +631,7 @@ class ReadShareGroupStateSummaryResponse(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T5p(self.state_epoch, self.start_offset)
+            buf += _T7p(self.state_epoch, self.start_offset)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -510,7 +645,7 @@ class ReadShareGroupStateSummaryResponse(_Struct):
             _i = -1
             try:
                 f = 'partition'
-                o.partition, o.error_code, n = _T6u(buf, pos)
+                o.partition, o.error_code, n = _T4u(buf, pos)
                 pos += 7
                 f = 'error_message'
                 if n >= 128:
@@ -528,7 +663,7 @@ class ReadShareGroupStateSummaryResponse(_Struct):
                     o.error_message = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'state_epoch'
-                o.state_epoch, o.start_offset, n = _T7u(buf, pos)
+                o.state_epoch, o.start_offset, n = _T5u(buf, pos)
                 pos += 13
                 f = '<tagged fields>'
                 if n:

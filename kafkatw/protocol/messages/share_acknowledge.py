@@ -21,6 +21,7 @@ from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
     ZERO_UUID as _ZERO_UUID,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     write_tags as _write_tags,
@@ -34,22 +35,22 @@ _T0u = _struct.Struct('>i').unpack_from
 _T0p = _struct.Struct('>i').pack
 _T1u = _struct.Struct('>iB').unpack_from
 _T1p = _struct.Struct('>iB').pack
-_T2u = _struct.Struct('>16s').unpack_from
-_T2p = _struct.Struct('>16s').pack
-_T3u = _struct.Struct('>16sB').unpack_from
-_T3p = _struct.Struct('>16sB').pack
-_T4u = _struct.Struct('>qq').unpack_from
-_T4p = _struct.Struct('>qq').pack
-_T5u = _struct.Struct('>qqB').unpack_from
-_T5p = _struct.Struct('>qqB').pack
+_T2u = _struct.Struct('>16sB').unpack_from
+_T2p = _struct.Struct('>16sB').pack
+_T3u = _struct.Struct('>qqB').unpack_from
+_T3p = _struct.Struct('>qqB').pack
+_T4u = _struct.Struct('>16s').unpack_from
+_T4p = _struct.Struct('>16s').pack
+_T5u = _struct.Struct('>qq').unpack_from
+_T5p = _struct.Struct('>qq').pack
 _T6u = _struct.Struct('>ih').unpack_from
 _T6p = _struct.Struct('>ih').pack
 _T7u = _struct.Struct('>ihB').unpack_from
 _T7p = _struct.Struct('>ihB').pack
-_T8u = _struct.Struct('>ii').unpack_from
-_T8p = _struct.Struct('>ii').pack
-_T9u = _struct.Struct('>iiB').unpack_from
-_T9p = _struct.Struct('>iiB').pack
+_T8u = _struct.Struct('>iiB').unpack_from
+_T8p = _struct.Struct('>iiB').pack
+_T9u = _struct.Struct('>ii').unpack_from
+_T9p = _struct.Struct('>ii').pack
 
 
 class ShareAcknowledgeRequest(_Struct):
@@ -120,6 +121,9 @@ class ShareAcknowledgeRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
+        f3 = None; _i3 = -1
         try:
             f = 'group_id'
             n = buf[pos]
@@ -173,9 +177,122 @@ class ShareAcknowledgeRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_ShareAcknowledgeRequest_AcknowledgeTopic._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_ShareAcknowledgeRequest_AcknowledgeTopic)
+                    f1 = 'topic_id'
+                    o1.topic_id, n = _T2u(buf, pos)
+                    pos += 17
+                    f1 = 'partitions'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_ShareAcknowledgeRequest_AcknowledgePartition)
+                            f2 = 'partition_index'
+                            o2.partition_index, n = _T1u(buf, pos)
+                            pos += 5
+                            f2 = 'acknowledgement_batches'
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                _i2 = -1
+                                if n < 0 or n * 1 > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                lst2 = []
+                                f3 = ''
+                                for _i2 in range(n):
+                                    o3 = _new(_S_ShareAcknowledgeRequest_AcknowledgementBatch)
+                                    f3 = 'first_offset'
+                                    o3.first_offset, o3.last_offset, n = _T3u(buf, pos)
+                                    pos += 17
+                                    f3 = 'acknowledge_types'
+                                    if n >= 128:
+                                        if buf[pos] < 128:
+                                            n = (n & 127) | (buf[pos] << 7)
+                                            pos += 1
+                                        else:
+                                            n, pos = _ruv(buf, pos - 1)
+                                    n -= 1
+                                    if n == -1:
+                                        raise _DecodeFailure('null value for non-nullable field', [])
+                                    else:
+                                        _i3 = -1
+                                        if n < 0 or n * 1 > lb - pos:
+                                            raise _bad_len(n * 1, lb - pos)
+                                        o3.acknowledge_types = list(_unpack_from('>%db' % n, buf, pos))
+                                        pos += n * 1
+                                    f3 = '<tagged fields>'
+                                    n = buf[pos]
+                                    pos += 1
+                                    if n:
+                                        o3.unknown_tagged_fields = u = {}
+                                        if n >= 128:
+                                            n, pos = _ruv(buf, pos - 1)
+                                        for _ in range(n):
+                                            tag, size, pos = _rtag(buf, pos)
+                                            end = pos + size
+                                            u[tag] = buf[pos:end].tobytes()
+                                            pos = end
+                                    else:
+                                        o3.unknown_tagged_fields = _NO_TAGS
+                                    lst2.append(o3)
+                                f3 = None
+                                _i2 = -1
+                                o2.acknowledgement_batches = lst2
+                            f2 = '<tagged fields>'
+                            n = buf[pos]
+                            pos += 1
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partitions = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             f = '<tagged fields>'
@@ -193,7 +310,7 @@ class ShareAcknowledgeRequest(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2, f3, _i3) from None
         return o, pos
 
     class AcknowledgeTopic(_Struct):
@@ -215,7 +332,7 @@ class ShareAcknowledgeRequest(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T2p(self.topic_id)
+            buf += _T4p(self.topic_id)
             x = self.partitions
             if x is None:
                 raise _not_nullable(self, 'partitions', v)
@@ -240,7 +357,7 @@ class ShareAcknowledgeRequest(_Struct):
             _i = -1
             try:
                 f = 'topic_id'
-                o.topic_id, n = _T3u(buf, pos)
+                o.topic_id, n = _T2u(buf, pos)
                 pos += 17
                 f = 'partitions'
                 if n >= 128:
@@ -387,7 +504,7 @@ class ShareAcknowledgeRequest(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T4p(self.first_offset, self.last_offset)
+            buf += _T5p(self.first_offset, self.last_offset)
             x = self.acknowledge_types
             if x is None:
                 raise _not_nullable(self, 'acknowledge_types', v)
@@ -411,7 +528,7 @@ class ShareAcknowledgeRequest(_Struct):
             _i = -1
             try:
                 f = 'first_offset'
-                o.first_offset, o.last_offset, n = _T5u(buf, pos)
+                o.first_offset, o.last_offset, n = _T3u(buf, pos)
                 pos += 17
                 f = 'acknowledge_types'
                 if n >= 128:
@@ -519,6 +636,9 @@ class ShareAcknowledgeResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
+        f3 = None; _i3 = -1
         try:
             f = 'throttle_time_ms'
             o.throttle_time_ms, o.error_code, n = _T7u(buf, pos)
@@ -555,9 +675,102 @@ class ShareAcknowledgeResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse)
+                    f1 = 'topic_id'
+                    o1.topic_id, n = _T2u(buf, pos)
+                    pos += 17
+                    f1 = 'partitions'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_ShareAcknowledgeResponse_PartitionData)
+                            f2 = 'partition_index'
+                            o2.partition_index, o2.error_code, n = _T7u(buf, pos)
+                            pos += 7
+                            f2 = 'error_message'
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                o2.error_message = None
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.error_message = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'current_leader'
+                            f3 = ''
+                            o3 = _new(_S_ShareAcknowledgeResponse_LeaderIdAndEpoch)
+                            f3 = 'leader_id'
+                            o3.leader_id, o3.leader_epoch, n = _T8u(buf, pos)
+                            pos += 9
+                            f3 = '<tagged fields>'
+                            if n:
+                                o3.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o3.unknown_tagged_fields = _NO_TAGS
+                            f3 = None
+                            o2.current_leader = o3
+                            f2 = '<tagged fields>'
+                            n = buf[pos]
+                            pos += 1
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partitions = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.responses = lst
             f = 'node_endpoints'
@@ -577,9 +790,61 @@ class ShareAcknowledgeResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_ShareAcknowledgeResponse_NodeEndpoint._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_ShareAcknowledgeResponse_NodeEndpoint)
+                    f1 = 'node_id'
+                    o1.node_id, n = _T1u(buf, pos)
+                    pos += 5
+                    f1 = 'host'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.host = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'port'
+                    o1.port, n = _T1u(buf, pos)
+                    pos += 5
+                    f1 = 'rack'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        o1.rack = None
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.rack = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.node_endpoints = lst
             f = '<tagged fields>'
@@ -597,7 +862,7 @@ class ShareAcknowledgeResponse(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2, f3, _i3) from None
         return o, pos
 
     class ShareAcknowledgeTopicResponse(_Struct):
@@ -619,7 +884,7 @@ class ShareAcknowledgeResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T2p(self.topic_id)
+            buf += _T4p(self.topic_id)
             x = self.partitions
             if x is None:
                 raise _not_nullable(self, 'partitions', v)
@@ -644,7 +909,7 @@ class ShareAcknowledgeResponse(_Struct):
             _i = -1
             try:
                 f = 'topic_id'
-                o.topic_id, n = _T3u(buf, pos)
+                o.topic_id, n = _T2u(buf, pos)
                 pos += 17
                 f = 'partitions'
                 if n >= 128:
@@ -791,7 +1056,7 @@ class ShareAcknowledgeResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T8p(self.leader_id, self.leader_epoch)
+            buf += _T9p(self.leader_id, self.leader_epoch)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -805,7 +1070,7 @@ class ShareAcknowledgeResponse(_Struct):
             _i = -1
             try:
                 f = 'leader_id'
-                o.leader_id, o.leader_epoch, n = _T9u(buf, pos)
+                o.leader_id, o.leader_epoch, n = _T8u(buf, pos)
                 pos += 9
                 f = '<tagged fields>'
                 if n:

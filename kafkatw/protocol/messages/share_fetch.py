@@ -22,6 +22,7 @@ from kafkatw.protocol.codec import (
     ZERO_UUID as _ZERO_UUID,
     emit_records as _emit_records,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     records_size as _records_size,
@@ -37,34 +38,34 @@ _T0u = _struct.Struct('>iiii').unpack_from
 _T0p = _struct.Struct('>iiii').pack
 _T1u = _struct.Struct('>iiiiB').unpack_from
 _T1p = _struct.Struct('>iiiiB').pack
-_T2u = _struct.Struct('>16s').unpack_from
-_T2p = _struct.Struct('>16s').pack
-_T3u = _struct.Struct('>16sB').unpack_from
-_T3p = _struct.Struct('>16sB').pack
-_T4u = _struct.Struct('>ii').unpack_from
-_T4p = _struct.Struct('>ii').pack
-_T5u = _struct.Struct('>iiB').unpack_from
-_T5p = _struct.Struct('>iiB').pack
-_T6u = _struct.Struct('>qq').unpack_from
-_T6p = _struct.Struct('>qq').pack
-_T7u = _struct.Struct('>qqB').unpack_from
-_T7p = _struct.Struct('>qqB').pack
+_T2u = _struct.Struct('>16sB').unpack_from
+_T2p = _struct.Struct('>16sB').pack
+_T3u = _struct.Struct('>iiB').unpack_from
+_T3p = _struct.Struct('>iiB').pack
+_T4u = _struct.Struct('>qqB').unpack_from
+_T4p = _struct.Struct('>qqB').pack
+_T5u = _struct.Struct('>16s').unpack_from
+_T5p = _struct.Struct('>16s').pack
+_T6u = _struct.Struct('>ii').unpack_from
+_T6p = _struct.Struct('>ii').pack
+_T7u = _struct.Struct('>qq').unpack_from
+_T7p = _struct.Struct('>qq').pack
 _T8u = _struct.Struct('>ih').unpack_from
 _T8p = _struct.Struct('>ih').pack
 _T9u = _struct.Struct('>ihB').unpack_from
 _T9p = _struct.Struct('>ihB').pack
-_T10u = _struct.Struct('>h').unpack_from
-_T10p = _struct.Struct('>h').pack
-_T11u = _struct.Struct('>hB').unpack_from
-_T11p = _struct.Struct('>hB').pack
-_T12u = _struct.Struct('>qqh').unpack_from
-_T12p = _struct.Struct('>qqh').pack
-_T13u = _struct.Struct('>qqhB').unpack_from
-_T13p = _struct.Struct('>qqhB').pack
-_T14u = _struct.Struct('>i').unpack_from
-_T14p = _struct.Struct('>i').pack
-_T15u = _struct.Struct('>iB').unpack_from
-_T15p = _struct.Struct('>iB').pack
+_T10u = _struct.Struct('>hB').unpack_from
+_T10p = _struct.Struct('>hB').pack
+_T11u = _struct.Struct('>qqhB').unpack_from
+_T11p = _struct.Struct('>qqhB').pack
+_T12u = _struct.Struct('>iB').unpack_from
+_T12p = _struct.Struct('>iB').pack
+_T13u = _struct.Struct('>h').unpack_from
+_T13p = _struct.Struct('>h').pack
+_T14u = _struct.Struct('>qqh').unpack_from
+_T14p = _struct.Struct('>qqh').pack
+_T15u = _struct.Struct('>i').unpack_from
+_T15p = _struct.Struct('>i').pack
 
 
 class ShareFetchRequest(_Struct):
@@ -154,6 +155,9 @@ class ShareFetchRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
+        f3 = None; _i3 = -1
         try:
             f = 'group_id'
             n = buf[pos]
@@ -207,9 +211,122 @@ class ShareFetchRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_ShareFetchRequest_FetchTopic._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_ShareFetchRequest_FetchTopic)
+                    f1 = 'topic_id'
+                    o1.topic_id, n = _T2u(buf, pos)
+                    pos += 17
+                    f1 = 'partitions'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_ShareFetchRequest_FetchPartition)
+                            f2 = 'partition_index'
+                            o2.partition_index, o2.partition_max_bytes, n = _T3u(buf, pos)
+                            pos += 9
+                            f2 = 'acknowledgement_batches'
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                _i2 = -1
+                                if n < 0 or n * 1 > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                lst2 = []
+                                f3 = ''
+                                for _i2 in range(n):
+                                    o3 = _new(_S_ShareFetchRequest_AcknowledgementBatch)
+                                    f3 = 'first_offset'
+                                    o3.first_offset, o3.last_offset, n = _T4u(buf, pos)
+                                    pos += 17
+                                    f3 = 'acknowledge_types'
+                                    if n >= 128:
+                                        if buf[pos] < 128:
+                                            n = (n & 127) | (buf[pos] << 7)
+                                            pos += 1
+                                        else:
+                                            n, pos = _ruv(buf, pos - 1)
+                                    n -= 1
+                                    if n == -1:
+                                        raise _DecodeFailure('null value for non-nullable field', [])
+                                    else:
+                                        _i3 = -1
+                                        if n < 0 or n * 1 > lb - pos:
+                                            raise _bad_len(n * 1, lb - pos)
+                                        o3.acknowledge_types = list(_unpack_from('>%db' % n, buf, pos))
+                                        pos += n * 1
+                                    f3 = '<tagged fields>'
+                                    n = buf[pos]
+                                    pos += 1
+                                    if n:
+                                        o3.unknown_tagged_fields = u = {}
+                                        if n >= 128:
+                                            n, pos = _ruv(buf, pos - 1)
+                                        for _ in range(n):
+                                            tag, size, pos = _rtag(buf, pos)
+                                            end = pos + size
+                                            u[tag] = buf[pos:end].tobytes()
+                                            pos = end
+                                    else:
+                                        o3.unknown_tagged_fields = _NO_TAGS
+                                    lst2.append(o3)
+                                f3 = None
+                                _i2 = -1
+                                o2.acknowledgement_batches = lst2
+                            f2 = '<tagged fields>'
+                            n = buf[pos]
+                            pos += 1
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partitions = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             f = 'forgotten_topics_data'
@@ -229,9 +346,44 @@ class ShareFetchRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_ShareFetchRequest_ForgottenTopic._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_ShareFetchRequest_ForgottenTopic)
+                    f1 = 'topic_id'
+                    o1.topic_id, n = _T2u(buf, pos)
+                    pos += 17
+                    f1 = 'partitions'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 4 > lb - pos:
+                            raise _bad_len(n * 4, lb - pos)
+                        o1.partitions = list(_unpack_from('>%di' % n, buf, pos))
+                        pos += n * 4
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.forgotten_topics_data = lst
             f = '<tagged fields>'
@@ -249,7 +401,7 @@ class ShareFetchRequest(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2, f3, _i3) from None
         return o, pos
 
     class FetchTopic(_Struct):
@@ -271,7 +423,7 @@ class ShareFetchRequest(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T2p(self.topic_id)
+            buf += _T5p(self.topic_id)
             x = self.partitions
             if x is None:
                 raise _not_nullable(self, 'partitions', v)
@@ -296,7 +448,7 @@ class ShareFetchRequest(_Struct):
             _i = -1
             try:
                 f = 'topic_id'
-                o.topic_id, n = _T3u(buf, pos)
+                o.topic_id, n = _T2u(buf, pos)
                 pos += 17
                 f = 'partitions'
                 if n >= 128:
@@ -358,7 +510,7 @@ class ShareFetchRequest(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T4p(self.partition_index, self.partition_max_bytes)
+            buf += _T6p(self.partition_index, self.partition_max_bytes)
             x = self.acknowledgement_batches
             if x is None:
                 raise _not_nullable(self, 'acknowledgement_batches', v)
@@ -383,7 +535,7 @@ class ShareFetchRequest(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.partition_max_bytes, n = _T5u(buf, pos)
+                o.partition_index, o.partition_max_bytes, n = _T3u(buf, pos)
                 pos += 9
                 f = 'acknowledgement_batches'
                 if n >= 128:
@@ -445,7 +597,7 @@ class ShareFetchRequest(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T6p(self.first_offset, self.last_offset)
+            buf += _T7p(self.first_offset, self.last_offset)
             x = self.acknowledge_types
             if x is None:
                 raise _not_nullable(self, 'acknowledge_types', v)
@@ -469,7 +621,7 @@ class ShareFetchRequest(_Struct):
             _i = -1
             try:
                 f = 'first_offset'
-                o.first_offset, o.last_offset, n = _T7u(buf, pos)
+                o.first_offset, o.last_offset, n = _T4u(buf, pos)
                 pos += 17
                 f = 'acknowledge_types'
                 if n >= 128:
@@ -525,7 +677,7 @@ class ShareFetchRequest(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T2p(self.topic_id)
+            buf += _T5p(self.topic_id)
             x = self.partitions
             if x is None:
                 raise _not_nullable(self, 'partitions', v)
@@ -549,7 +701,7 @@ class ShareFetchRequest(_Struct):
             _i = -1
             try:
                 f = 'topic_id'
-                o.topic_id, n = _T3u(buf, pos)
+                o.topic_id, n = _T2u(buf, pos)
                 pos += 17
                 f = 'partitions'
                 if n >= 128:
@@ -657,6 +809,9 @@ class ShareFetchResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
+        f3 = None; _i3 = -1
         try:
             f = 'throttle_time_ms'
             o.throttle_time_ms, o.error_code, n = _T9u(buf, pos)
@@ -693,9 +848,176 @@ class ShareFetchResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_ShareFetchResponse_ShareFetchableTopicResponse._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_ShareFetchResponse_ShareFetchableTopicResponse)
+                    f1 = 'topic_id'
+                    o1.topic_id, n = _T2u(buf, pos)
+                    pos += 17
+                    f1 = 'partitions'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_ShareFetchResponse_PartitionData)
+                            f2 = 'partition_index'
+                            o2.partition_index, o2.error_code, n = _T9u(buf, pos)
+                            pos += 7
+                            f2 = 'error_message'
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                o2.error_message = None
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.error_message = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'acknowledge_error_code'
+                            o2.acknowledge_error_code, n = _T10u(buf, pos)
+                            pos += 3
+                            f2 = 'acknowledge_error_message'
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                o2.acknowledge_error_message = None
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.acknowledge_error_message = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'current_leader'
+                            f3 = ''
+                            o3 = _new(_S_ShareFetchResponse_LeaderIdAndEpoch)
+                            f3 = 'leader_id'
+                            o3.leader_id, o3.leader_epoch, n = _T3u(buf, pos)
+                            pos += 9
+                            f3 = '<tagged fields>'
+                            if n:
+                                o3.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o3.unknown_tagged_fields = _NO_TAGS
+                            f3 = None
+                            o2.current_leader = o3
+                            f2 = 'records'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                o2.records = None
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.records = buf[pos:pos + n]
+                                pos += n
+                            f2 = 'acquired_records'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                _i2 = -1
+                                if n < 0 or n * 1 > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                lst2 = []
+                                f3 = ''
+                                for _i2 in range(n):
+                                    o3 = _new(_S_ShareFetchResponse_AcquiredRecords)
+                                    f3 = 'first_offset'
+                                    o3.first_offset, o3.last_offset, o3.delivery_count, n = _T11u(buf, pos)
+                                    pos += 19
+                                    f3 = '<tagged fields>'
+                                    if n:
+                                        o3.unknown_tagged_fields = u = {}
+                                        if n >= 128:
+                                            n, pos = _ruv(buf, pos - 1)
+                                        for _ in range(n):
+                                            tag, size, pos = _rtag(buf, pos)
+                                            end = pos + size
+                                            u[tag] = buf[pos:end].tobytes()
+                                            pos = end
+                                    else:
+                                        o3.unknown_tagged_fields = _NO_TAGS
+                                    lst2.append(o3)
+                                f3 = None
+                                _i2 = -1
+                                o2.acquired_records = lst2
+                            f2 = '<tagged fields>'
+                            n = buf[pos]
+                            pos += 1
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partitions = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.responses = lst
             f = 'node_endpoints'
@@ -715,9 +1037,61 @@ class ShareFetchResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_ShareFetchResponse_NodeEndpoint._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_ShareFetchResponse_NodeEndpoint)
+                    f1 = 'node_id'
+                    o1.node_id, n = _T12u(buf, pos)
+                    pos += 5
+                    f1 = 'host'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.host = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'port'
+                    o1.port, n = _T12u(buf, pos)
+                    pos += 5
+                    f1 = 'rack'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        o1.rack = None
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.rack = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.node_endpoints = lst
             f = '<tagged fields>'
@@ -735,7 +1109,7 @@ class ShareFetchResponse(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2, f3, _i3) from None
         return o, pos
 
     class ShareFetchableTopicResponse(_Struct):
@@ -757,7 +1131,7 @@ class ShareFetchResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T2p(self.topic_id)
+            buf += _T5p(self.topic_id)
             x = self.partitions
             if x is None:
                 raise _not_nullable(self, 'partitions', v)
@@ -782,7 +1156,7 @@ class ShareFetchResponse(_Struct):
             _i = -1
             try:
                 f = 'topic_id'
-                o.topic_id, n = _T3u(buf, pos)
+                o.topic_id, n = _T2u(buf, pos)
                 pos += 17
                 f = 'partitions'
                 if n >= 128:
@@ -866,7 +1240,7 @@ class ShareFetchResponse(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T10p(self.acknowledge_error_code)
+            buf += _T13p(self.acknowledge_error_code)
             x = self.acknowledge_error_message
             if x is None:
                 buf += b'\x00'
@@ -940,7 +1314,7 @@ class ShareFetchResponse(_Struct):
                     o.error_message = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'acknowledge_error_code'
-                o.acknowledge_error_code, n = _T11u(buf, pos)
+                o.acknowledge_error_code, n = _T10u(buf, pos)
                 pos += 3
                 f = 'acknowledge_error_message'
                 if n >= 128:
@@ -1036,7 +1410,7 @@ class ShareFetchResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T4p(self.leader_id, self.leader_epoch)
+            buf += _T6p(self.leader_id, self.leader_epoch)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -1050,7 +1424,7 @@ class ShareFetchResponse(_Struct):
             _i = -1
             try:
                 f = 'leader_id'
-                o.leader_id, o.leader_epoch, n = _T5u(buf, pos)
+                o.leader_id, o.leader_epoch, n = _T3u(buf, pos)
                 pos += 9
                 f = '<tagged fields>'
                 if n:
@@ -1090,7 +1464,7 @@ class ShareFetchResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T12p(self.first_offset, self.last_offset, self.delivery_count)
+            buf += _T14p(self.first_offset, self.last_offset, self.delivery_count)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -1104,7 +1478,7 @@ class ShareFetchResponse(_Struct):
             _i = -1
             try:
                 f = 'first_offset'
-                o.first_offset, o.last_offset, o.delivery_count, n = _T13u(buf, pos)
+                o.first_offset, o.last_offset, o.delivery_count, n = _T11u(buf, pos)
                 pos += 19
                 f = '<tagged fields>'
                 if n:
@@ -1146,7 +1520,7 @@ class ShareFetchResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T14p(self.node_id)
+            buf += _T15p(self.node_id)
             x = self.host
             if x is None:
                 raise _not_nullable(self, 'host', v)
@@ -1158,7 +1532,7 @@ class ShareFetchResponse(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T14p(self.port)
+            buf += _T15p(self.port)
             x = self.rack
             if x is None:
                 buf += b'\x00'
@@ -1183,7 +1557,7 @@ class ShareFetchResponse(_Struct):
             _i = -1
             try:
                 f = 'node_id'
-                o.node_id, n = _T15u(buf, pos)
+                o.node_id, n = _T12u(buf, pos)
                 pos += 5
                 f = 'host'
                 if n >= 128:
@@ -1201,7 +1575,7 @@ class ShareFetchResponse(_Struct):
                     o.host = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'port'
-                o.port, n = _T15u(buf, pos)
+                o.port, n = _T12u(buf, pos)
                 pos += 5
                 f = 'rack'
                 if n >= 128:

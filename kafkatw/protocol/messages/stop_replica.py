@@ -25,6 +25,7 @@ from kafkatw.protocol._runtime import (
 from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     write_tags as _write_tags,
@@ -42,18 +43,20 @@ _T2u = _struct.Struct('>?').unpack_from
 _T2p = _struct.Struct('>?').pack
 _T3u = _struct.Struct('>iq').unpack_from
 _T3p = _struct.Struct('>iq').pack
-_T4u = _struct.Struct('>ii?').unpack_from
-_T4p = _struct.Struct('>ii?').pack
-_T5u = _struct.Struct('>h').unpack_from
-_T5p = _struct.Struct('>h').pack
-_T6u = _struct.Struct('>hi').unpack_from
-_T6p = _struct.Struct('>hi').pack
-_T7u = _struct.Struct('>hB').unpack_from
-_T7p = _struct.Struct('>hB').pack
+_T4u = _struct.Struct('>ii?B').unpack_from
+_T4p = _struct.Struct('>ii?B').pack
+_T5u = _struct.Struct('>ii?').unpack_from
+_T5p = _struct.Struct('>ii?').pack
+_T6u = _struct.Struct('>h').unpack_from
+_T6p = _struct.Struct('>h').pack
+_T7u = _struct.Struct('>hi').unpack_from
+_T7p = _struct.Struct('>hi').pack
 _T8u = _struct.Struct('>ih').unpack_from
 _T8p = _struct.Struct('>ih').pack
-_T9u = _struct.Struct('>ihB').unpack_from
-_T9p = _struct.Struct('>ihB').pack
+_T9u = _struct.Struct('>hB').unpack_from
+_T9p = _struct.Struct('>hB').pack
+_T10u = _struct.Struct('>ihB').unpack_from
+_T10p = _struct.Struct('>ihB').pack
 
 
 class StopReplicaRequest(_Struct):
@@ -125,6 +128,7 @@ class StopReplicaRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             f = 'controller_id'
             o.controller_id, = _T0u(buf, pos)
@@ -153,9 +157,25 @@ class StopReplicaRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
+                    f1 = ''
                     for _i in range(n):
-                        e, pos = _S_StopReplicaRequest_StopReplicaPartitionV0._r0(buf, pos, v)
-                        lst.append(e)
+                        o1 = _new(_S_StopReplicaRequest_StopReplicaPartitionV0)
+                        f1 = 'topic_name'
+                        n, = _ui16(buf, pos)
+                        pos += 2
+                        if n == -1:
+                            raise _DecodeFailure('null value for non-nullable field', [])
+                        else:
+                            if n < -1 or n > lb - pos:
+                                raise _bad_len(n, lb - pos)
+                            o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                            pos += n
+                        f1 = 'partition_index'
+                        o1.partition_index, = _T0u(buf, pos)
+                        pos += 4
+                        o1.unknown_tagged_fields = _NO_TAGS
+                        lst.append(o1)
+                    f1 = None
                     _i = -1
                     o.ungrouped_partitions = lst
             else:
@@ -171,9 +191,33 @@ class StopReplicaRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
+                    f1 = ''
                     for _i in range(n):
-                        e, pos = _S_StopReplicaRequest_StopReplicaTopicV1._r0(buf, pos, v)
-                        lst.append(e)
+                        o1 = _new(_S_StopReplicaRequest_StopReplicaTopicV1)
+                        f1 = 'name'
+                        n, = _ui16(buf, pos)
+                        pos += 2
+                        if n == -1:
+                            raise _DecodeFailure('null value for non-nullable field', [])
+                        else:
+                            if n < -1 or n > lb - pos:
+                                raise _bad_len(n, lb - pos)
+                            o1.name = buf[pos:pos + n].tobytes().decode()
+                            pos += n
+                        f1 = 'partition_indexes'
+                        n, = _ui32(buf, pos)
+                        pos += 4
+                        if n == -1:
+                            raise _DecodeFailure('null value for non-nullable field', [])
+                        else:
+                            _i1 = -1
+                            if n < 0 or n * 4 > lb - pos:
+                                raise _bad_len(n * 4, lb - pos)
+                            o1.partition_indexes = list(_unpack_from('>%di' % n, buf, pos))
+                            pos += n * 4
+                        o1.unknown_tagged_fields = _NO_TAGS
+                        lst.append(o1)
+                    f1 = None
                     _i = -1
                     o.topics = lst
             else:
@@ -181,7 +225,7 @@ class StopReplicaRequest(_Struct):
             o.topic_states = []
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
@@ -240,6 +284,8 @@ class StopReplicaRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'controller_id'
             o.controller_id, = _T0u(buf, pos)
@@ -278,9 +324,60 @@ class StopReplicaRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
+                    f1 = ''
                     for _i in range(n):
-                        e, pos = _S_StopReplicaRequest_StopReplicaTopicV1._r1(buf, pos, v)
-                        lst.append(e)
+                        o1 = _new(_S_StopReplicaRequest_StopReplicaTopicV1)
+                        f1 = 'name'
+                        n = buf[pos]
+                        pos += 1
+                        if n >= 128:
+                            if buf[pos] < 128:
+                                n = (n & 127) | (buf[pos] << 7)
+                                pos += 1
+                            else:
+                                n, pos = _ruv(buf, pos - 1)
+                        n -= 1
+                        if n == -1:
+                            raise _DecodeFailure('null value for non-nullable field', [])
+                        else:
+                            if n < -1 or n > lb - pos:
+                                raise _bad_len(n, lb - pos)
+                            o1.name = buf[pos:pos + n].tobytes().decode()
+                            pos += n
+                        f1 = 'partition_indexes'
+                        n = buf[pos]
+                        pos += 1
+                        if n >= 128:
+                            if buf[pos] < 128:
+                                n = (n & 127) | (buf[pos] << 7)
+                                pos += 1
+                            else:
+                                n, pos = _ruv(buf, pos - 1)
+                        n -= 1
+                        if n == -1:
+                            raise _DecodeFailure('null value for non-nullable field', [])
+                        else:
+                            _i1 = -1
+                            if n < 0 or n * 4 > lb - pos:
+                                raise _bad_len(n * 4, lb - pos)
+                            o1.partition_indexes = list(_unpack_from('>%di' % n, buf, pos))
+                            pos += n * 4
+                        f1 = '<tagged fields>'
+                        n = buf[pos]
+                        pos += 1
+                        if n:
+                            o1.unknown_tagged_fields = u = {}
+                            if n >= 128:
+                                n, pos = _ruv(buf, pos - 1)
+                            for _ in range(n):
+                                tag, size, pos = _rtag(buf, pos)
+                                end = pos + size
+                                u[tag] = buf[pos:end].tobytes()
+                                pos = end
+                        else:
+                            o1.unknown_tagged_fields = _NO_TAGS
+                        lst.append(o1)
+                    f1 = None
                     _i = -1
                     o.topics = lst
             else:
@@ -303,9 +400,81 @@ class StopReplicaRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
+                    f1 = ''
                     for _i in range(n):
-                        e, pos = _S_StopReplicaRequest_StopReplicaTopicState._r1(buf, pos, v)
-                        lst.append(e)
+                        o1 = _new(_S_StopReplicaRequest_StopReplicaTopicState)
+                        f1 = 'topic_name'
+                        n = buf[pos]
+                        pos += 1
+                        if n >= 128:
+                            if buf[pos] < 128:
+                                n = (n & 127) | (buf[pos] << 7)
+                                pos += 1
+                            else:
+                                n, pos = _ruv(buf, pos - 1)
+                        n -= 1
+                        if n == -1:
+                            raise _DecodeFailure('null value for non-nullable field', [])
+                        else:
+                            if n < -1 or n > lb - pos:
+                                raise _bad_len(n, lb - pos)
+                            o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                            pos += n
+                        f1 = 'partition_states'
+                        n = buf[pos]
+                        pos += 1
+                        if n >= 128:
+                            if buf[pos] < 128:
+                                n = (n & 127) | (buf[pos] << 7)
+                                pos += 1
+                            else:
+                                n, pos = _ruv(buf, pos - 1)
+                        n -= 1
+                        if n == -1:
+                            raise _DecodeFailure('null value for non-nullable field', [])
+                        else:
+                            _i1 = -1
+                            if n < 0 or n * 1 > lb - pos:
+                                raise _bad_len(n, lb - pos)
+                            lst1 = []
+                            f2 = ''
+                            for _i1 in range(n):
+                                o2 = _new(_S_StopReplicaRequest_StopReplicaPartitionState)
+                                f2 = 'partition_index'
+                                o2.partition_index, o2.leader_epoch, o2.delete_partition, n = _T4u(buf, pos)
+                                pos += 10
+                                f2 = '<tagged fields>'
+                                if n:
+                                    o2.unknown_tagged_fields = u = {}
+                                    if n >= 128:
+                                        n, pos = _ruv(buf, pos - 1)
+                                    for _ in range(n):
+                                        tag, size, pos = _rtag(buf, pos)
+                                        end = pos + size
+                                        u[tag] = buf[pos:end].tobytes()
+                                        pos = end
+                                else:
+                                    o2.unknown_tagged_fields = _NO_TAGS
+                                lst1.append(o2)
+                            f2 = None
+                            _i1 = -1
+                            o1.partition_states = lst1
+                        f1 = '<tagged fields>'
+                        n = buf[pos]
+                        pos += 1
+                        if n:
+                            o1.unknown_tagged_fields = u = {}
+                            if n >= 128:
+                                n, pos = _ruv(buf, pos - 1)
+                            for _ in range(n):
+                                tag, size, pos = _rtag(buf, pos)
+                                end = pos + size
+                                u[tag] = buf[pos:end].tobytes()
+                                pos = end
+                        else:
+                            o1.unknown_tagged_fields = _NO_TAGS
+                        lst.append(o1)
+                    f1 = None
                     _i = -1
                     o.topic_states = lst
             else:
@@ -325,7 +494,7 @@ class StopReplicaRequest(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     class StopReplicaPartitionV0(_Struct):
@@ -805,7 +974,7 @@ class StopReplicaRequest(_Struct):
 
         def _w1(self, buf, parts, v):
             if v >= 3:
-                buf += _T4p(self.partition_index, self.leader_epoch, self.delete_partition)
+                buf += _T5p(self.partition_index, self.leader_epoch, self.delete_partition)
             else:
                 if not (self.partition_index == 0):
                     raise _absent(self, 'partition_index', v)
@@ -827,7 +996,7 @@ class StopReplicaRequest(_Struct):
             try:
                 if v >= 3:
                     f = 'partition_index'
-                    o.partition_index, o.leader_epoch, o.delete_partition = _T4u(buf, pos)
+                    o.partition_index, o.leader_epoch, o.delete_partition = _T5u(buf, pos)
                     pos += 9
                 else:
                     o.partition_index = 0
@@ -872,7 +1041,7 @@ class StopReplicaResponse(_Struct):
             and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
-        buf += _T5p(self.error_code)
+        buf += _T6p(self.error_code)
         x = self.partition_errors
         if x is None:
             raise _not_nullable(self, 'partition_errors', v)
@@ -887,9 +1056,10 @@ class StopReplicaResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             f = 'error_code'
-            o.error_code, n = _T6u(buf, pos)
+            o.error_code, n = _T7u(buf, pos)
             pos += 6
             f = 'partition_errors'
             if n == -1:
@@ -899,18 +1069,34 @@ class StopReplicaResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_StopReplicaResponse_StopReplicaPartitionError._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_StopReplicaResponse_StopReplicaPartitionError)
+                    f1 = 'topic_name'
+                    n, = _ui16(buf, pos)
+                    pos += 2
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'partition_index'
+                    o1.partition_index, o1.error_code = _T8u(buf, pos)
+                    pos += 6
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.partition_errors = lst
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
-        buf += _T5p(self.error_code)
+        buf += _T6p(self.error_code)
         x = self.partition_errors
         if x is None:
             raise _not_nullable(self, 'partition_errors', v)
@@ -933,9 +1119,10 @@ class StopReplicaResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             f = 'error_code'
-            o.error_code, n = _T7u(buf, pos)
+            o.error_code, n = _T9u(buf, pos)
             pos += 3
             f = 'partition_errors'
             if n >= 128:
@@ -952,9 +1139,43 @@ class StopReplicaResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_StopReplicaResponse_StopReplicaPartitionError._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_StopReplicaResponse_StopReplicaPartitionError)
+                    f1 = 'topic_name'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'partition_index'
+                    o1.partition_index, o1.error_code, n = _T10u(buf, pos)
+                    pos += 7
+                    f1 = '<tagged fields>'
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.partition_errors = lst
             f = '<tagged fields>'
@@ -972,7 +1193,7 @@ class StopReplicaResponse(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     class StopReplicaPartitionError(_Struct):
@@ -1073,7 +1294,7 @@ class StopReplicaResponse(_Struct):
                     o.topic_name = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'partition_index'
-                o.partition_index, o.error_code, n = _T9u(buf, pos)
+                o.partition_index, o.error_code, n = _T10u(buf, pos)
                 pos += 7
                 f = '<tagged fields>'
                 if n:

@@ -23,6 +23,7 @@ from kafkatw.protocol._runtime import (
 from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     write_tags as _write_tags,
@@ -36,22 +37,22 @@ _T0u = _struct.Struct('>qh').unpack_from
 _T0p = _struct.Struct('>qh').pack
 _T1u = _struct.Struct('>qhi').unpack_from
 _T1p = _struct.Struct('>qhi').pack
-_T2u = _struct.Struct('>qhiB').unpack_from
-_T2p = _struct.Struct('>qhiB').pack
-_T3u = _struct.Struct('>iq').unpack_from
-_T3p = _struct.Struct('>iq').pack
-_T4u = _struct.Struct('>i').unpack_from
-_T4p = _struct.Struct('>i').pack
-_T5u = _struct.Struct('>iqi').unpack_from
-_T5p = _struct.Struct('>iqi').pack
-_T6u = _struct.Struct('>iqiB').unpack_from
-_T6p = _struct.Struct('>iqiB').pack
+_T2u = _struct.Struct('>iq').unpack_from
+_T2p = _struct.Struct('>iq').pack
+_T3u = _struct.Struct('>i').unpack_from
+_T3p = _struct.Struct('>i').pack
+_T4u = _struct.Struct('>qhiB').unpack_from
+_T4p = _struct.Struct('>qhiB').pack
+_T5u = _struct.Struct('>iqiB').unpack_from
+_T5p = _struct.Struct('>iqiB').pack
+_T6u = _struct.Struct('>iqi').unpack_from
+_T6p = _struct.Struct('>iqi').pack
 _T7u = _struct.Struct('>ii').unpack_from
 _T7p = _struct.Struct('>ii').pack
-_T8u = _struct.Struct('>iB').unpack_from
-_T8p = _struct.Struct('>iB').pack
-_T9u = _struct.Struct('>ih').unpack_from
-_T9p = _struct.Struct('>ih').pack
+_T8u = _struct.Struct('>ih').unpack_from
+_T8p = _struct.Struct('>ih').pack
+_T9u = _struct.Struct('>iB').unpack_from
+_T9p = _struct.Struct('>iB').pack
 _T10u = _struct.Struct('>ihB').unpack_from
 _T10p = _struct.Struct('>ihB').pack
 
@@ -122,6 +123,8 @@ class TxnOffsetCommitRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'transactional_id'
             n, = _ui16(buf, pos)
@@ -157,14 +160,64 @@ class TxnOffsetCommitRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic)
+                    f1 = 'name'
+                    n, = _ui16(buf, pos)
+                    pos += 2
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'partitions'
+                    n, = _ui32(buf, pos)
+                    pos += 4
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition)
+                            f2 = 'partition_index'
+                            o2.partition_index, o2.committed_offset = _T2u(buf, pos)
+                            pos += 12
+                            if v >= 2:
+                                f2 = 'committed_leader_epoch'
+                                o2.committed_leader_epoch, = _T3u(buf, pos)
+                                pos += 4
+                            else:
+                                o2.committed_leader_epoch = -1
+                            f2 = 'committed_metadata'
+                            n, = _ui16(buf, pos)
+                            pos += 2
+                            if n == -1:
+                                o2.committed_metadata = None
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.committed_metadata = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partitions = lst1
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
@@ -235,6 +288,8 @@ class TxnOffsetCommitRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'transactional_id'
             n = buf[pos]
@@ -271,7 +326,7 @@ class TxnOffsetCommitRequest(_Struct):
                 o.group_id = buf[pos:pos + n].tobytes().decode()
                 pos += n
             f = 'producer_id'
-            o.producer_id, o.producer_epoch, o.generation_id, n = _T2u(buf, pos)
+            o.producer_id, o.producer_epoch, o.generation_id, n = _T4u(buf, pos)
             pos += 15
             f = 'member_id'
             if n >= 128:
@@ -322,9 +377,98 @@ class TxnOffsetCommitRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic)
+                    f1 = 'name'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'partitions'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition)
+                            f2 = 'partition_index'
+                            o2.partition_index, o2.committed_offset, o2.committed_leader_epoch, n = _T5u(buf, pos)
+                            pos += 17
+                            f2 = 'committed_metadata'
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                o2.committed_metadata = None
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.committed_metadata = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = '<tagged fields>'
+                            n = buf[pos]
+                            pos += 1
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partitions = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             f = '<tagged fields>'
@@ -342,7 +486,7 @@ class TxnOffsetCommitRequest(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     class TxnOffsetCommitRequestTopic(_Struct):
@@ -532,9 +676,9 @@ class TxnOffsetCommitRequest(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T3p(self.partition_index, self.committed_offset)
+            buf += _T2p(self.partition_index, self.committed_offset)
             if v >= 2:
-                buf += _T4p(self.committed_leader_epoch)
+                buf += _T3p(self.committed_leader_epoch)
             x = self.committed_metadata
             if x is None:
                 buf += b'\xff\xff'
@@ -551,11 +695,11 @@ class TxnOffsetCommitRequest(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.committed_offset = _T3u(buf, pos)
+                o.partition_index, o.committed_offset = _T2u(buf, pos)
                 pos += 12
                 if v >= 2:
                     f = 'committed_leader_epoch'
-                    o.committed_leader_epoch, = _T4u(buf, pos)
+                    o.committed_leader_epoch, = _T3u(buf, pos)
                     pos += 4
                 else:
                     o.committed_leader_epoch = -1
@@ -575,7 +719,7 @@ class TxnOffsetCommitRequest(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T5p(self.partition_index, self.committed_offset, self.committed_leader_epoch)
+            buf += _T6p(self.partition_index, self.committed_offset, self.committed_leader_epoch)
             x = self.committed_metadata
             if x is None:
                 buf += b'\x00'
@@ -600,7 +744,7 @@ class TxnOffsetCommitRequest(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.committed_offset, o.committed_leader_epoch, n = _T6u(buf, pos)
+                o.partition_index, o.committed_offset, o.committed_leader_epoch, n = _T5u(buf, pos)
                 pos += 17
                 f = 'committed_metadata'
                 if n >= 128:
@@ -656,7 +800,7 @@ class TxnOffsetCommitResponse(_Struct):
             and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
-        buf += _T4p(self.throttle_time_ms)
+        buf += _T3p(self.throttle_time_ms)
         x = self.topics
         if x is None:
             raise _not_nullable(self, 'topics', v)
@@ -671,6 +815,8 @@ class TxnOffsetCommitResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'throttle_time_ms'
             o.throttle_time_ms, n = _T7u(buf, pos)
@@ -683,18 +829,52 @@ class TxnOffsetCommitResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic)
+                    f1 = 'name'
+                    n, = _ui16(buf, pos)
+                    pos += 2
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'partitions'
+                    n, = _ui32(buf, pos)
+                    pos += 4
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition)
+                            f2 = 'partition_index'
+                            o2.partition_index, o2.error_code = _T8u(buf, pos)
+                            pos += 6
+                            o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partitions = lst1
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
-        buf += _T4p(self.throttle_time_ms)
+        buf += _T3p(self.throttle_time_ms)
         x = self.topics
         if x is None:
             raise _not_nullable(self, 'topics', v)
@@ -717,9 +897,11 @@ class TxnOffsetCommitResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'throttle_time_ms'
-            o.throttle_time_ms, n = _T8u(buf, pos)
+            o.throttle_time_ms, n = _T9u(buf, pos)
             pos += 5
             f = 'topics'
             if n >= 128:
@@ -736,9 +918,81 @@ class TxnOffsetCommitResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic)
+                    f1 = 'name'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'partitions'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition)
+                            f2 = 'partition_index'
+                            o2.partition_index, o2.error_code, n = _T10u(buf, pos)
+                            pos += 7
+                            f2 = '<tagged fields>'
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partitions = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             f = '<tagged fields>'
@@ -756,7 +1010,7 @@ class TxnOffsetCommitResponse(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     class TxnOffsetCommitResponseTopic(_Struct):
@@ -942,7 +1196,7 @@ class TxnOffsetCommitResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T9p(self.partition_index, self.error_code)
+            buf += _T8p(self.partition_index, self.error_code)
 
         @staticmethod
         def _r0(buf, pos, v):
@@ -952,7 +1206,7 @@ class TxnOffsetCommitResponse(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.error_code = _T9u(buf, pos)
+                o.partition_index, o.error_code = _T8u(buf, pos)
                 pos += 6
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -960,7 +1214,7 @@ class TxnOffsetCommitResponse(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T9p(self.partition_index, self.error_code)
+            buf += _T8p(self.partition_index, self.error_code)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:

@@ -19,6 +19,7 @@ from kafkatw.protocol._runtime import (
 from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     write_tags as _write_tags,
@@ -95,6 +96,7 @@ class UpdateFeaturesRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             f = 'timeout_ms'
             o.timeout_ms, n = _T2u(buf, pos)
@@ -114,9 +116,57 @@ class UpdateFeaturesRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_UpdateFeaturesRequest_FeatureUpdateKey._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_UpdateFeaturesRequest_FeatureUpdateKey)
+                    f1 = 'feature'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.feature = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'max_version_level'
+                    o1.max_version_level, = _T3u(buf, pos)
+                    pos += 2
+                    if v <= 0:
+                        f1 = 'allow_downgrade'
+                        o1.allow_downgrade, = _T1u(buf, pos)
+                        pos += 1
+                    else:
+                        o1.allow_downgrade = False
+                    if v >= 1:
+                        f1 = 'upgrade_type'
+                        o1.upgrade_type, = _T4u(buf, pos)
+                        pos += 1
+                    else:
+                        o1.upgrade_type = 1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.feature_updates = lst
             if v >= 1:
@@ -140,7 +190,7 @@ class UpdateFeaturesRequest(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     class FeatureUpdateKey(_Struct):
@@ -310,6 +360,7 @@ class UpdateFeaturesResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             f = 'throttle_time_ms'
             o.throttle_time_ms, o.error_code, n = _T6u(buf, pos)
@@ -347,9 +398,60 @@ class UpdateFeaturesResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
+                    f1 = ''
                     for _i in range(n):
-                        e, pos = _S_UpdateFeaturesResponse_UpdatableFeatureResult._r1(buf, pos, v)
-                        lst.append(e)
+                        o1 = _new(_S_UpdateFeaturesResponse_UpdatableFeatureResult)
+                        f1 = 'feature'
+                        n = buf[pos]
+                        pos += 1
+                        if n >= 128:
+                            if buf[pos] < 128:
+                                n = (n & 127) | (buf[pos] << 7)
+                                pos += 1
+                            else:
+                                n, pos = _ruv(buf, pos - 1)
+                        n -= 1
+                        if n == -1:
+                            raise _DecodeFailure('null value for non-nullable field', [])
+                        else:
+                            if n < -1 or n > lb - pos:
+                                raise _bad_len(n, lb - pos)
+                            o1.feature = buf[pos:pos + n].tobytes().decode()
+                            pos += n
+                        f1 = 'error_code'
+                        o1.error_code, n = _T7u(buf, pos)
+                        pos += 3
+                        f1 = 'error_message'
+                        if n >= 128:
+                            if buf[pos] < 128:
+                                n = (n & 127) | (buf[pos] << 7)
+                                pos += 1
+                            else:
+                                n, pos = _ruv(buf, pos - 1)
+                        n -= 1
+                        if n == -1:
+                            o1.error_message = None
+                        else:
+                            if n < -1 or n > lb - pos:
+                                raise _bad_len(n, lb - pos)
+                            o1.error_message = buf[pos:pos + n].tobytes().decode()
+                            pos += n
+                        f1 = '<tagged fields>'
+                        n = buf[pos]
+                        pos += 1
+                        if n:
+                            o1.unknown_tagged_fields = u = {}
+                            if n >= 128:
+                                n, pos = _ruv(buf, pos - 1)
+                            for _ in range(n):
+                                tag, size, pos = _rtag(buf, pos)
+                                end = pos + size
+                                u[tag] = buf[pos:end].tobytes()
+                                pos = end
+                        else:
+                            o1.unknown_tagged_fields = _NO_TAGS
+                        lst.append(o1)
+                    f1 = None
                     _i = -1
                     o.results = lst
             else:
@@ -369,7 +471,7 @@ class UpdateFeaturesResponse(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     class UpdatableFeatureResult(_Struct):

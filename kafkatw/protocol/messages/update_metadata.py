@@ -27,6 +27,7 @@ from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
     ZERO_UUID as _ZERO_UUID,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     write_tags as _write_tags,
@@ -40,30 +41,32 @@ _T0u = _struct.Struct('>i').unpack_from
 _T0p = _struct.Struct('>i').pack
 _T1u = _struct.Struct('>q').unpack_from
 _T1p = _struct.Struct('>q').pack
-_T2u = _struct.Struct('>?').unpack_from
-_T2p = _struct.Struct('>?').pack
-_T3u = _struct.Struct('>iq').unpack_from
-_T3p = _struct.Struct('>iq').pack
-_T4u = _struct.Struct('>b').unpack_from
-_T4p = _struct.Struct('>b').pack
-_T5u = _struct.Struct('>iqB').unpack_from
-_T5p = _struct.Struct('>iqB').pack
-_T6u = _struct.Struct('>iiii').unpack_from
-_T6p = _struct.Struct('>iiii').pack
-_T7u = _struct.Struct('>iiiii').unpack_from
-_T7p = _struct.Struct('>iiiii').pack
-_T8u = _struct.Struct('>ii').unpack_from
-_T8p = _struct.Struct('>ii').pack
-_T9u = _struct.Struct('>iiiiB').unpack_from
-_T9p = _struct.Struct('>iiiiB').pack
-_T10u = _struct.Struct('>iB').unpack_from
-_T10p = _struct.Struct('>iB').pack
-_T11u = _struct.Struct('>16s').unpack_from
-_T11p = _struct.Struct('>16s').pack
-_T12u = _struct.Struct('>h').unpack_from
-_T12p = _struct.Struct('>h').pack
+_T2u = _struct.Struct('>iiiii').unpack_from
+_T2p = _struct.Struct('>iiiii').pack
+_T3u = _struct.Struct('>ii').unpack_from
+_T3p = _struct.Struct('>ii').pack
+_T4u = _struct.Struct('>ih').unpack_from
+_T4p = _struct.Struct('>ih').pack
+_T5u = _struct.Struct('>h').unpack_from
+_T5p = _struct.Struct('>h').pack
+_T6u = _struct.Struct('>?').unpack_from
+_T6p = _struct.Struct('>?').pack
+_T7u = _struct.Struct('>iq').unpack_from
+_T7p = _struct.Struct('>iq').pack
+_T8u = _struct.Struct('>b').unpack_from
+_T8p = _struct.Struct('>b').pack
+_T9u = _struct.Struct('>iqB').unpack_from
+_T9p = _struct.Struct('>iqB').pack
+_T10u = _struct.Struct('>16s').unpack_from
+_T10p = _struct.Struct('>16s').pack
+_T11u = _struct.Struct('>iiiiB').unpack_from
+_T11p = _struct.Struct('>iiiiB').pack
+_T12u = _struct.Struct('>iB').unpack_from
+_T12p = _struct.Struct('>iB').pack
 _T13u = _struct.Struct('>hB').unpack_from
 _T13p = _struct.Struct('>hB').pack
+_T14u = _struct.Struct('>iiii').unpack_from
+_T14p = _struct.Struct('>iiii').pack
 
 
 class UpdateMetadataRequest(_Struct):
@@ -141,6 +144,8 @@ class UpdateMetadataRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'controller_id'
             o.controller_id, = _T0u(buf, pos)
@@ -167,9 +172,60 @@ class UpdateMetadataRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
+                    f1 = ''
                     for _i in range(n):
-                        e, pos = _S_UpdateMetadataRequest_UpdateMetadataPartitionState._r0(buf, pos, v)
-                        lst.append(e)
+                        o1 = _new(_S_UpdateMetadataRequest_UpdateMetadataPartitionState)
+                        f1 = 'topic_name'
+                        n, = _ui16(buf, pos)
+                        pos += 2
+                        if n == -1:
+                            raise _DecodeFailure('null value for non-nullable field', [])
+                        else:
+                            if n < -1 or n > lb - pos:
+                                raise _bad_len(n, lb - pos)
+                            o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                            pos += n
+                        f1 = 'partition_index'
+                        o1.partition_index, o1.controller_epoch, o1.leader, o1.leader_epoch, n = _T2u(buf, pos)
+                        pos += 20
+                        f1 = 'isr'
+                        if n == -1:
+                            raise _DecodeFailure('null value for non-nullable field', [])
+                        else:
+                            _i1 = -1
+                            if n < 0 or n * 4 > lb - pos:
+                                raise _bad_len(n * 4, lb - pos)
+                            o1.isr = list(_unpack_from('>%di' % n, buf, pos))
+                            pos += n * 4
+                        f1 = 'zk_version'
+                        o1.zk_version, n = _T3u(buf, pos)
+                        pos += 8
+                        f1 = 'replicas'
+                        if n == -1:
+                            raise _DecodeFailure('null value for non-nullable field', [])
+                        else:
+                            _i1 = -1
+                            if n < 0 or n * 4 > lb - pos:
+                                raise _bad_len(n * 4, lb - pos)
+                            o1.replicas = list(_unpack_from('>%di' % n, buf, pos))
+                            pos += n * 4
+                        if v >= 4:
+                            f1 = 'offline_replicas'
+                            n, = _ui32(buf, pos)
+                            pos += 4
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                _i1 = -1
+                                if n < 0 or n * 4 > lb - pos:
+                                    raise _bad_len(n * 4, lb - pos)
+                                o1.offline_replicas = list(_unpack_from('>%di' % n, buf, pos))
+                                pos += n * 4
+                        else:
+                            o1.offline_replicas = []
+                        o1.unknown_tagged_fields = _NO_TAGS
+                        lst.append(o1)
+                    f1 = None
                     _i = -1
                     o.ungrouped_partition_states = lst
             else:
@@ -185,9 +241,77 @@ class UpdateMetadataRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
+                    f1 = ''
                     for _i in range(n):
-                        e, pos = _S_UpdateMetadataRequest_UpdateMetadataTopicState._r0(buf, pos, v)
-                        lst.append(e)
+                        o1 = _new(_S_UpdateMetadataRequest_UpdateMetadataTopicState)
+                        f1 = 'topic_name'
+                        n, = _ui16(buf, pos)
+                        pos += 2
+                        if n == -1:
+                            raise _DecodeFailure('null value for non-nullable field', [])
+                        else:
+                            if n < -1 or n > lb - pos:
+                                raise _bad_len(n, lb - pos)
+                            o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                            pos += n
+                        o1.topic_id = _ZERO_UUID
+                        f1 = 'partition_states'
+                        n, = _ui32(buf, pos)
+                        pos += 4
+                        if n == -1:
+                            raise _DecodeFailure('null value for non-nullable field', [])
+                        else:
+                            _i1 = -1
+                            if n < 0 or n * 1 > lb - pos:
+                                raise _bad_len(n, lb - pos)
+                            lst1 = []
+                            f2 = ''
+                            for _i1 in range(n):
+                                o2 = _new(_S_UpdateMetadataRequest_UpdateMetadataPartitionState)
+                                o2.topic_name = ''
+                                f2 = 'partition_index'
+                                o2.partition_index, o2.controller_epoch, o2.leader, o2.leader_epoch, n = _T2u(buf, pos)
+                                pos += 20
+                                f2 = 'isr'
+                                if n == -1:
+                                    raise _DecodeFailure('null value for non-nullable field', [])
+                                else:
+                                    _i2 = -1
+                                    if n < 0 or n * 4 > lb - pos:
+                                        raise _bad_len(n * 4, lb - pos)
+                                    o2.isr = list(_unpack_from('>%di' % n, buf, pos))
+                                    pos += n * 4
+                                f2 = 'zk_version'
+                                o2.zk_version, n = _T3u(buf, pos)
+                                pos += 8
+                                f2 = 'replicas'
+                                if n == -1:
+                                    raise _DecodeFailure('null value for non-nullable field', [])
+                                else:
+                                    _i2 = -1
+                                    if n < 0 or n * 4 > lb - pos:
+                                        raise _bad_len(n * 4, lb - pos)
+                                    o2.replicas = list(_unpack_from('>%di' % n, buf, pos))
+                                    pos += n * 4
+                                f2 = 'offline_replicas'
+                                n, = _ui32(buf, pos)
+                                pos += 4
+                                if n == -1:
+                                    raise _DecodeFailure('null value for non-nullable field', [])
+                                else:
+                                    _i2 = -1
+                                    if n < 0 or n * 4 > lb - pos:
+                                        raise _bad_len(n * 4, lb - pos)
+                                    o2.offline_replicas = list(_unpack_from('>%di' % n, buf, pos))
+                                    pos += n * 4
+                                o2.unknown_tagged_fields = _NO_TAGS
+                                lst1.append(o2)
+                            f2 = None
+                            _i1 = -1
+                            o1.partition_states = lst1
+                        o1.unknown_tagged_fields = _NO_TAGS
+                        lst.append(o1)
+                    f1 = None
                     _i = -1
                     o.topic_states = lst
             else:
@@ -202,26 +326,112 @@ class UpdateMetadataRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_UpdateMetadataRequest_UpdateMetadataBroker._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_UpdateMetadataRequest_UpdateMetadataBroker)
+                    f1 = 'id'
+                    o1.id, = _T0u(buf, pos)
+                    pos += 4
+                    if v <= 0:
+                        f1 = 'v0_host'
+                        n, = _ui16(buf, pos)
+                        pos += 2
+                        if n == -1:
+                            raise _DecodeFailure('null value for non-nullable field', [])
+                        else:
+                            if n < -1 or n > lb - pos:
+                                raise _bad_len(n, lb - pos)
+                            o1.v0_host = buf[pos:pos + n].tobytes().decode()
+                            pos += n
+                    else:
+                        o1.v0_host = ''
+                    if v <= 0:
+                        f1 = 'v0_port'
+                        o1.v0_port, = _T0u(buf, pos)
+                        pos += 4
+                    else:
+                        o1.v0_port = 0
+                    if v >= 1:
+                        f1 = 'endpoints'
+                        n, = _ui32(buf, pos)
+                        pos += 4
+                        if n == -1:
+                            raise _DecodeFailure('null value for non-nullable field', [])
+                        else:
+                            _i1 = -1
+                            if n < 0 or n * 1 > lb - pos:
+                                raise _bad_len(n, lb - pos)
+                            lst1 = []
+                            f2 = ''
+                            for _i1 in range(n):
+                                o2 = _new(_S_UpdateMetadataRequest_UpdateMetadataEndpoint)
+                                f2 = 'port'
+                                o2.port, n = _T4u(buf, pos)
+                                pos += 6
+                                f2 = 'host'
+                                if n == -1:
+                                    raise _DecodeFailure('null value for non-nullable field', [])
+                                else:
+                                    if n < -1 or n > lb - pos:
+                                        raise _bad_len(n, lb - pos)
+                                    o2.host = buf[pos:pos + n].tobytes().decode()
+                                    pos += n
+                                if v >= 3:
+                                    f2 = 'listener'
+                                    n, = _ui16(buf, pos)
+                                    pos += 2
+                                    if n == -1:
+                                        raise _DecodeFailure('null value for non-nullable field', [])
+                                    else:
+                                        if n < -1 or n > lb - pos:
+                                            raise _bad_len(n, lb - pos)
+                                        o2.listener = buf[pos:pos + n].tobytes().decode()
+                                        pos += n
+                                else:
+                                    o2.listener = ''
+                                f2 = 'security_protocol'
+                                o2.security_protocol, = _T5u(buf, pos)
+                                pos += 2
+                                o2.unknown_tagged_fields = _NO_TAGS
+                                lst1.append(o2)
+                            f2 = None
+                            _i1 = -1
+                            o1.endpoints = lst1
+                    else:
+                        o1.endpoints = []
+                    if v >= 2:
+                        f1 = 'rack'
+                        n, = _ui16(buf, pos)
+                        pos += 2
+                        if n == -1:
+                            o1.rack = None
+                        else:
+                            if n < -1 or n > lb - pos:
+                                raise _bad_len(n, lb - pos)
+                            o1.rack = buf[pos:pos + n].tobytes().decode()
+                            pos += n
+                    else:
+                        o1.rack = ''
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.live_brokers = lst
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
         buf += _T0p(self.controller_id)
         if v >= 8:
-            buf += _T2p(self.is_k_raft_controller)
+            buf += _T6p(self.is_k_raft_controller)
         else:
             if not (self.is_k_raft_controller == False):
                 raise _absent(self, 'is_k_raft_controller', v)
         if (not (v >= 8)) and not (self.type == 0):
             raise _absent(self, 'type', v)
-        buf += _T3p(self.controller_epoch, self.broker_epoch)
+        buf += _T7p(self.controller_epoch, self.broker_epoch)
         if not (self.ungrouped_partition_states == []):
             raise _absent(self, 'ungrouped_partition_states', v)
         x = self.topic_states
@@ -249,7 +459,7 @@ class UpdateMetadataRequest(_Struct):
         tags = []
         if (v >= 8) and not (self.type == 0):
             t = bytearray()
-            t += _T4p(self.type)
+            t += _T8p(self.type)
             tags.append((0, bytes(t)))
         if tags or self.unknown_tagged_fields:
             _write_tags(buf, tags, self.unknown_tagged_fields)
@@ -262,19 +472,21 @@ class UpdateMetadataRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'controller_id'
             o.controller_id, = _T0u(buf, pos)
             pos += 4
             if v >= 8:
                 f = 'is_k_raft_controller'
-                o.is_k_raft_controller, = _T2u(buf, pos)
+                o.is_k_raft_controller, = _T6u(buf, pos)
                 pos += 1
             else:
                 o.is_k_raft_controller = False
             o.type = 0
             f = 'controller_epoch'
-            o.controller_epoch, o.broker_epoch, n = _T5u(buf, pos)
+            o.controller_epoch, o.broker_epoch, n = _T9u(buf, pos)
             pos += 13
             o.ungrouped_partition_states = []
             f = 'topic_states'
@@ -292,9 +504,143 @@ class UpdateMetadataRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_UpdateMetadataRequest_UpdateMetadataTopicState._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_UpdateMetadataRequest_UpdateMetadataTopicState)
+                    f1 = 'topic_name'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    if v >= 7:
+                        f1 = 'topic_id'
+                        o1.topic_id, = _T10u(buf, pos)
+                        pos += 16
+                    else:
+                        o1.topic_id = _ZERO_UUID
+                    f1 = 'partition_states'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_UpdateMetadataRequest_UpdateMetadataPartitionState)
+                            o2.topic_name = ''
+                            f2 = 'partition_index'
+                            o2.partition_index, o2.controller_epoch, o2.leader, o2.leader_epoch, n = _T11u(buf, pos)
+                            pos += 17
+                            f2 = 'isr'
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                _i2 = -1
+                                if n < 0 or n * 4 > lb - pos:
+                                    raise _bad_len(n * 4, lb - pos)
+                                o2.isr = list(_unpack_from('>%di' % n, buf, pos))
+                                pos += n * 4
+                            f2 = 'zk_version'
+                            o2.zk_version, n = _T12u(buf, pos)
+                            pos += 5
+                            f2 = 'replicas'
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                _i2 = -1
+                                if n < 0 or n * 4 > lb - pos:
+                                    raise _bad_len(n * 4, lb - pos)
+                                o2.replicas = list(_unpack_from('>%di' % n, buf, pos))
+                                pos += n * 4
+                            f2 = 'offline_replicas'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                _i2 = -1
+                                if n < 0 or n * 4 > lb - pos:
+                                    raise _bad_len(n * 4, lb - pos)
+                                o2.offline_replicas = list(_unpack_from('>%di' % n, buf, pos))
+                                pos += n * 4
+                            f2 = '<tagged fields>'
+                            n = buf[pos]
+                            pos += 1
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partition_states = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topic_states = lst
             f = 'live_brokers'
@@ -314,9 +660,119 @@ class UpdateMetadataRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_UpdateMetadataRequest_UpdateMetadataBroker._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_UpdateMetadataRequest_UpdateMetadataBroker)
+                    f1 = 'id'
+                    o1.id, n = _T12u(buf, pos)
+                    pos += 5
+                    o1.v0_host = ''
+                    o1.v0_port = 0
+                    f1 = 'endpoints'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_UpdateMetadataRequest_UpdateMetadataEndpoint)
+                            f2 = 'port'
+                            o2.port, n = _T12u(buf, pos)
+                            pos += 5
+                            f2 = 'host'
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.host = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'listener'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.listener = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'security_protocol'
+                            o2.security_protocol, n = _T13u(buf, pos)
+                            pos += 3
+                            f2 = '<tagged fields>'
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.endpoints = lst1
+                    f1 = 'rack'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        o1.rack = None
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.rack = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.live_brokers = lst
             f = '<tagged fields>'
@@ -331,7 +787,7 @@ class UpdateMetadataRequest(_Struct):
                     end = pos + size
                     if tag == 0 and (v >= 8):
                         f = 'type'
-                        o.type, = _T4u(buf, pos)
+                        o.type, = _T8u(buf, pos)
                         pos += 1
                         if pos != end:
                             raise _tag_size(0, size, pos - end + size)
@@ -341,7 +797,7 @@ class UpdateMetadataRequest(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     class UpdateMetadataPartitionState(_Struct):
@@ -385,7 +841,7 @@ class UpdateMetadataRequest(_Struct):
                     x = x.encode()
                     buf += _pi16(len(x))
                     buf += x
-            buf += _T6p(self.partition_index, self.controller_epoch, self.leader, self.leader_epoch)
+            buf += _T14p(self.partition_index, self.controller_epoch, self.leader, self.leader_epoch)
             x = self.isr
             if x is None:
                 raise _not_nullable(self, 'isr', v)
@@ -428,7 +884,7 @@ class UpdateMetadataRequest(_Struct):
                 else:
                     o.topic_name = ''
                 f = 'partition_index'
-                o.partition_index, o.controller_epoch, o.leader, o.leader_epoch, n = _T7u(buf, pos)
+                o.partition_index, o.controller_epoch, o.leader, o.leader_epoch, n = _T2u(buf, pos)
                 pos += 20
                 f = 'isr'
                 if n == -1:
@@ -440,7 +896,7 @@ class UpdateMetadataRequest(_Struct):
                     o.isr = list(_unpack_from('>%di' % n, buf, pos))
                     pos += n * 4
                 f = 'zk_version'
-                o.zk_version, n = _T8u(buf, pos)
+                o.zk_version, n = _T3u(buf, pos)
                 pos += 8
                 f = 'replicas'
                 if n == -1:
@@ -471,7 +927,7 @@ class UpdateMetadataRequest(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T6p(self.partition_index, self.controller_epoch, self.leader, self.leader_epoch)
+            buf += _T14p(self.partition_index, self.controller_epoch, self.leader, self.leader_epoch)
             x = self.isr
             if x is None:
                 raise _not_nullable(self, 'isr', v)
@@ -517,7 +973,7 @@ class UpdateMetadataRequest(_Struct):
             try:
                 o.topic_name = ''
                 f = 'partition_index'
-                o.partition_index, o.controller_epoch, o.leader, o.leader_epoch, n = _T9u(buf, pos)
+                o.partition_index, o.controller_epoch, o.leader, o.leader_epoch, n = _T11u(buf, pos)
                 pos += 17
                 f = 'isr'
                 if n >= 128:
@@ -536,7 +992,7 @@ class UpdateMetadataRequest(_Struct):
                     o.isr = list(_unpack_from('>%di' % n, buf, pos))
                     pos += n * 4
                 f = 'zk_version'
-                o.zk_version, n = _T10u(buf, pos)
+                o.zk_version, n = _T12u(buf, pos)
                 pos += 5
                 f = 'replicas'
                 if n >= 128:
@@ -692,7 +1148,7 @@ class UpdateMetadataRequest(_Struct):
                     buf += _wuv(n)
                 buf += x
             if v >= 7:
-                buf += _T11p(self.topic_id)
+                buf += _T10p(self.topic_id)
             x = self.partition_states
             if x is None:
                 raise _not_nullable(self, 'partition_states', v)
@@ -735,7 +1191,7 @@ class UpdateMetadataRequest(_Struct):
                     pos += n
                 if v >= 7:
                     f = 'topic_id'
-                    o.topic_id, = _T11u(buf, pos)
+                    o.topic_id, = _T10u(buf, pos)
                     pos += 16
                 else:
                     o.topic_id = _ZERO_UUID
@@ -935,7 +1391,7 @@ class UpdateMetadataRequest(_Struct):
             _i = -1
             try:
                 f = 'id'
-                o.id, n = _T10u(buf, pos)
+                o.id, n = _T12u(buf, pos)
                 pos += 5
                 o.v0_host = ''
                 o.v0_port = 0
@@ -1043,7 +1499,7 @@ class UpdateMetadataRequest(_Struct):
                     buf += _pi16(len(x))
                     buf += x
             if v >= 1:
-                buf += _T12p(self.security_protocol)
+                buf += _T5p(self.security_protocol)
             else:
                 if not (self.security_protocol == 0):
                     raise _absent(self, 'security_protocol', v)
@@ -1089,7 +1545,7 @@ class UpdateMetadataRequest(_Struct):
                     o.listener = ''
                 if v >= 1:
                     f = 'security_protocol'
-                    o.security_protocol, = _T12u(buf, pos)
+                    o.security_protocol, = _T5u(buf, pos)
                     pos += 2
                 else:
                     o.security_protocol = 0
@@ -1122,7 +1578,7 @@ class UpdateMetadataRequest(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T12p(self.security_protocol)
+            buf += _T5p(self.security_protocol)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -1136,7 +1592,7 @@ class UpdateMetadataRequest(_Struct):
             _i = -1
             try:
                 f = 'port'
-                o.port, n = _T10u(buf, pos)
+                o.port, n = _T12u(buf, pos)
                 pos += 5
                 f = 'host'
                 if n >= 128:
@@ -1208,7 +1664,7 @@ class UpdateMetadataResponse(_Struct):
             and not self.unknown_tagged_fields)
 
     def _w0(self, buf, parts, v):
-        buf += _T12p(self.error_code)
+        buf += _T5p(self.error_code)
 
     @staticmethod
     def _r0(buf, pos, v):
@@ -1218,7 +1674,7 @@ class UpdateMetadataResponse(_Struct):
         _i = -1
         try:
             f = 'error_code'
-            o.error_code, = _T12u(buf, pos)
+            o.error_code, = _T5u(buf, pos)
             pos += 2
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
@@ -1226,7 +1682,7 @@ class UpdateMetadataResponse(_Struct):
         return o, pos
 
     def _w1(self, buf, parts, v):
-        buf += _T12p(self.error_code)
+        buf += _T5p(self.error_code)
         if self.unknown_tagged_fields:
             _write_tags(buf, [], self.unknown_tagged_fields)
         else:

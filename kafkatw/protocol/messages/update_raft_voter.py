@@ -20,6 +20,7 @@ from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
     ZERO_UUID as _ZERO_UUID,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     write_tags as _write_tags,
@@ -33,14 +34,14 @@ _T0u = _struct.Struct('>ii16s').unpack_from
 _T0p = _struct.Struct('>ii16s').pack
 _T1u = _struct.Struct('>ii16sB').unpack_from
 _T1p = _struct.Struct('>ii16sB').pack
-_T2u = _struct.Struct('>H').unpack_from
-_T2p = _struct.Struct('>H').pack
-_T3u = _struct.Struct('>HB').unpack_from
-_T3p = _struct.Struct('>HB').pack
-_T4u = _struct.Struct('>hh').unpack_from
-_T4p = _struct.Struct('>hh').pack
-_T5u = _struct.Struct('>hhB').unpack_from
-_T5p = _struct.Struct('>hhB').pack
+_T2u = _struct.Struct('>HB').unpack_from
+_T2p = _struct.Struct('>HB').pack
+_T3u = _struct.Struct('>hhB').unpack_from
+_T3p = _struct.Struct('>hhB').pack
+_T4u = _struct.Struct('>H').unpack_from
+_T4p = _struct.Struct('>H').pack
+_T5u = _struct.Struct('>hh').unpack_from
+_T5p = _struct.Struct('>hh').pack
 _T6u = _struct.Struct('>ih').unpack_from
 _T6p = _struct.Struct('>ih').pack
 _T7u = _struct.Struct('>ihB').unpack_from
@@ -117,6 +118,7 @@ class UpdateRaftVoterRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
         try:
             f = 'cluster_id'
             n = buf[pos]
@@ -153,13 +155,82 @@ class UpdateRaftVoterRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_UpdateRaftVoterRequest_Listener._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_UpdateRaftVoterRequest_Listener)
+                    f1 = 'name'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'host'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.host = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'port'
+                    o1.port, n = _T2u(buf, pos)
+                    pos += 3
+                    f1 = '<tagged fields>'
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.listeners = lst
             f = 'k_raft_version_feature'
-            o.k_raft_version_feature, pos = _S_UpdateRaftVoterRequest_KRaftVersionFeature._r1(buf, pos, v)
+            f1 = ''
+            o1 = _new(_S_UpdateRaftVoterRequest_KRaftVersionFeature)
+            f1 = 'min_supported_version'
+            o1.min_supported_version, o1.max_supported_version, n = _T3u(buf, pos)
+            pos += 5
+            f1 = '<tagged fields>'
+            if n:
+                o1.unknown_tagged_fields = u = {}
+                if n >= 128:
+                    n, pos = _ruv(buf, pos - 1)
+                for _ in range(n):
+                    tag, size, pos = _rtag(buf, pos)
+                    end = pos + size
+                    u[tag] = buf[pos:end].tobytes()
+                    pos = end
+            else:
+                o1.unknown_tagged_fields = _NO_TAGS
+            f1 = None
+            o.k_raft_version_feature = o1
             f = '<tagged fields>'
             n = buf[pos]
             pos += 1
@@ -175,7 +246,7 @@ class UpdateRaftVoterRequest(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1) from None
         return o, pos
 
     class Listener(_Struct):
@@ -221,7 +292,7 @@ class UpdateRaftVoterRequest(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T2p(self.port)
+            buf += _T4p(self.port)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -269,7 +340,7 @@ class UpdateRaftVoterRequest(_Struct):
                     o.host = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'port'
-                o.port, n = _T3u(buf, pos)
+                o.port, n = _T2u(buf, pos)
                 pos += 3
                 f = '<tagged fields>'
                 if n:
@@ -307,7 +378,7 @@ class UpdateRaftVoterRequest(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T4p(self.min_supported_version, self.max_supported_version)
+            buf += _T5p(self.min_supported_version, self.max_supported_version)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -321,7 +392,7 @@ class UpdateRaftVoterRequest(_Struct):
             _i = -1
             try:
                 f = 'min_supported_version'
-                o.min_supported_version, o.max_supported_version, n = _T5u(buf, pos)
+                o.min_supported_version, o.max_supported_version, n = _T3u(buf, pos)
                 pos += 5
                 f = '<tagged fields>'
                 if n:

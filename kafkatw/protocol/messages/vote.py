@@ -21,6 +21,7 @@ from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
     ZERO_UUID as _ZERO_UUID,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     write_tags as _write_tags,
@@ -36,18 +37,18 @@ _T1u = _struct.Struct('>iii').unpack_from
 _T1p = _struct.Struct('>iii').pack
 _T2u = _struct.Struct('>16s16s').unpack_from
 _T2p = _struct.Struct('>16s16s').pack
-_T3u = _struct.Struct('>iq').unpack_from
-_T3p = _struct.Struct('>iq').pack
-_T4u = _struct.Struct('>iqB').unpack_from
-_T4p = _struct.Struct('>iqB').pack
+_T3u = _struct.Struct('>iqB').unpack_from
+_T3p = _struct.Struct('>iqB').pack
+_T4u = _struct.Struct('>iq').unpack_from
+_T4p = _struct.Struct('>iq').pack
 _T5u = _struct.Struct('>h').unpack_from
 _T5p = _struct.Struct('>h').pack
 _T6u = _struct.Struct('>hB').unpack_from
 _T6p = _struct.Struct('>hB').pack
-_T7u = _struct.Struct('>ihii?').unpack_from
-_T7p = _struct.Struct('>ihii?').pack
-_T8u = _struct.Struct('>ihii?B').unpack_from
-_T8p = _struct.Struct('>ihii?B').pack
+_T7u = _struct.Struct('>ihii?B').unpack_from
+_T7p = _struct.Struct('>ihii?B').pack
+_T8u = _struct.Struct('>ihii?').unpack_from
+_T8p = _struct.Struct('>ihii?').pack
 _T9u = _struct.Struct('>H').unpack_from
 _T9p = _struct.Struct('>H').pack
 
@@ -108,6 +109,8 @@ class VoteRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'cluster_id'
             n = buf[pos]
@@ -149,9 +152,91 @@ class VoteRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_VoteRequest_TopicData._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_VoteRequest_TopicData)
+                    f1 = 'topic_name'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'partitions'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_VoteRequest_PartitionData)
+                            f2 = 'partition_index'
+                            o2.partition_index, o2.candidate_epoch, o2.candidate_id = _T1u(buf, pos)
+                            pos += 12
+                            if v >= 1:
+                                f2 = 'candidate_directory_id'
+                                o2.candidate_directory_id, o2.voter_directory_id = _T2u(buf, pos)
+                                pos += 32
+                            else:
+                                o2.candidate_directory_id = _ZERO_UUID
+                                o2.voter_directory_id = _ZERO_UUID
+                            f2 = 'last_offset_epoch'
+                            o2.last_offset_epoch, o2.last_offset, n = _T3u(buf, pos)
+                            pos += 13
+                            f2 = '<tagged fields>'
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partitions = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             f = '<tagged fields>'
@@ -169,7 +254,7 @@ class VoteRequest(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     class TopicData(_Struct):
@@ -315,7 +400,7 @@ class VoteRequest(_Struct):
             buf += _T1p(self.partition_index, self.candidate_epoch, self.candidate_id)
             if v >= 1:
                 buf += _T2p(self.candidate_directory_id, self.voter_directory_id)
-            buf += _T3p(self.last_offset_epoch, self.last_offset)
+            buf += _T4p(self.last_offset_epoch, self.last_offset)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -339,7 +424,7 @@ class VoteRequest(_Struct):
                     o.candidate_directory_id = _ZERO_UUID
                     o.voter_directory_id = _ZERO_UUID
                 f = 'last_offset_epoch'
-                o.last_offset_epoch, o.last_offset, n = _T4u(buf, pos)
+                o.last_offset_epoch, o.last_offset, n = _T3u(buf, pos)
                 pos += 13
                 f = '<tagged fields>'
                 if n:
@@ -420,6 +505,8 @@ class VoteResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'error_code'
             o.error_code, n = _T6u(buf, pos)
@@ -439,9 +526,81 @@ class VoteResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_VoteResponse_TopicData._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_VoteResponse_TopicData)
+                    f1 = 'topic_name'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        if n < -1 or n > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                        pos += n
+                    f1 = 'partitions'
+                    n = buf[pos]
+                    pos += 1
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_VoteResponse_PartitionData)
+                            f2 = 'partition_index'
+                            o2.partition_index, o2.error_code, o2.leader_id, o2.leader_epoch, o2.vote_granted, n = _T7u(buf, pos)
+                            pos += 16
+                            f2 = '<tagged fields>'
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partitions = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             o.node_endpoints = []
@@ -486,7 +645,7 @@ class VoteResponse(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     class TopicData(_Struct):
@@ -625,7 +784,7 @@ class VoteResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T7p(self.partition_index, self.error_code, self.leader_id, self.leader_epoch, self.vote_granted)
+            buf += _T8p(self.partition_index, self.error_code, self.leader_id, self.leader_epoch, self.vote_granted)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -639,7 +798,7 @@ class VoteResponse(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.error_code, o.leader_id, o.leader_epoch, o.vote_granted, n = _T8u(buf, pos)
+                o.partition_index, o.error_code, o.leader_id, o.leader_epoch, o.vote_granted, n = _T7u(buf, pos)
                 pos += 16
                 f = '<tagged fields>'
                 if n:

@@ -19,6 +19,7 @@ from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
     ZERO_UUID as _ZERO_UUID,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     write_tags as _write_tags,
@@ -32,18 +33,18 @@ _T0u = _struct.Struct('>h').unpack_from
 _T0p = _struct.Struct('>h').pack
 _T1u = _struct.Struct('>hB').unpack_from
 _T1p = _struct.Struct('>hB').pack
-_T2u = _struct.Struct('>i16s').unpack_from
-_T2p = _struct.Struct('>i16s').pack
-_T3u = _struct.Struct('>i16sB').unpack_from
-_T3p = _struct.Struct('>i16sB').pack
-_T4u = _struct.Struct('>H').unpack_from
-_T4p = _struct.Struct('>H').pack
-_T5u = _struct.Struct('>HB').unpack_from
-_T5p = _struct.Struct('>HB').pack
-_T6u = _struct.Struct('>hh').unpack_from
-_T6p = _struct.Struct('>hh').pack
-_T7u = _struct.Struct('>hhB').unpack_from
-_T7p = _struct.Struct('>hhB').pack
+_T2u = _struct.Struct('>i16sB').unpack_from
+_T2p = _struct.Struct('>i16sB').pack
+_T3u = _struct.Struct('>HB').unpack_from
+_T3p = _struct.Struct('>HB').pack
+_T4u = _struct.Struct('>hhB').unpack_from
+_T4p = _struct.Struct('>hhB').pack
+_T5u = _struct.Struct('>i16s').unpack_from
+_T5p = _struct.Struct('>i16s').pack
+_T6u = _struct.Struct('>H').unpack_from
+_T6p = _struct.Struct('>H').pack
+_T7u = _struct.Struct('>hh').unpack_from
+_T7p = _struct.Struct('>hh').pack
 
 
 class VotersRecord(_Struct):
@@ -88,6 +89,8 @@ class VotersRecord(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'version'
             o.version, n = _T1u(buf, pos)
@@ -107,9 +110,119 @@ class VotersRecord(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_VotersRecord_Voter._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_VotersRecord_Voter)
+                    f1 = 'voter_id'
+                    o1.voter_id, o1.voter_directory_id, n = _T2u(buf, pos)
+                    pos += 21
+                    f1 = 'endpoints'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_VotersRecord_Endpoint)
+                            f2 = 'name'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.name = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'host'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.host = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'port'
+                            o2.port, n = _T3u(buf, pos)
+                            pos += 3
+                            f2 = '<tagged fields>'
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.endpoints = lst1
+                    f1 = 'k_raft_version_feature'
+                    f2 = ''
+                    o2 = _new(_S_VotersRecord_KRaftVersionFeature)
+                    f2 = 'min_supported_version'
+                    o2.min_supported_version, o2.max_supported_version, n = _T4u(buf, pos)
+                    pos += 5
+                    f2 = '<tagged fields>'
+                    if n:
+                        o2.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o2.unknown_tagged_fields = _NO_TAGS
+                    f2 = None
+                    o1.k_raft_version_feature = o2
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.voters = lst
             f = '<tagged fields>'
@@ -127,7 +240,7 @@ class VotersRecord(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     class Voter(_Struct):
@@ -153,7 +266,7 @@ class VotersRecord(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T2p(self.voter_id, self.voter_directory_id)
+            buf += _T5p(self.voter_id, self.voter_directory_id)
             x = self.endpoints
             if x is None:
                 raise _not_nullable(self, 'endpoints', v)
@@ -179,7 +292,7 @@ class VotersRecord(_Struct):
             _i = -1
             try:
                 f = 'voter_id'
-                o.voter_id, o.voter_directory_id, n = _T3u(buf, pos)
+                o.voter_id, o.voter_directory_id, n = _T2u(buf, pos)
                 pos += 21
                 f = 'endpoints'
                 if n >= 128:
@@ -265,7 +378,7 @@ class VotersRecord(_Struct):
                 else:
                     buf += _wuv(n)
                 buf += x
-            buf += _T4p(self.port)
+            buf += _T6p(self.port)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -313,7 +426,7 @@ class VotersRecord(_Struct):
                     o.host = buf[pos:pos + n].tobytes().decode()
                     pos += n
                 f = 'port'
-                o.port, n = _T5u(buf, pos)
+                o.port, n = _T3u(buf, pos)
                 pos += 3
                 f = '<tagged fields>'
                 if n:
@@ -351,7 +464,7 @@ class VotersRecord(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T6p(self.min_supported_version, self.max_supported_version)
+            buf += _T7p(self.min_supported_version, self.max_supported_version)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -365,7 +478,7 @@ class VotersRecord(_Struct):
             _i = -1
             try:
                 f = 'min_supported_version'
-                o.min_supported_version, o.max_supported_version, n = _T7u(buf, pos)
+                o.min_supported_version, o.max_supported_version, n = _T4u(buf, pos)
                 pos += 5
                 f = '<tagged fields>'
                 if n:

@@ -19,6 +19,7 @@ from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
     ZERO_UUID as _ZERO_UUID,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     write_tags as _write_tags,
@@ -28,22 +29,22 @@ from kafkatw.protocol.codec import (
 __all__ = ["WriteShareGroupStateRequest", "WriteShareGroupStateResponse"]
 
 
-_T0u = _struct.Struct('>16s').unpack_from
-_T0p = _struct.Struct('>16s').pack
-_T1u = _struct.Struct('>16sB').unpack_from
-_T1p = _struct.Struct('>16sB').pack
-_T2u = _struct.Struct('>iiiq').unpack_from
-_T2p = _struct.Struct('>iiiq').pack
-_T3u = _struct.Struct('>iiiqB').unpack_from
-_T3p = _struct.Struct('>iiiqB').pack
-_T4u = _struct.Struct('>qqbh').unpack_from
-_T4p = _struct.Struct('>qqbh').pack
-_T5u = _struct.Struct('>qqbhB').unpack_from
-_T5p = _struct.Struct('>qqbhB').pack
-_T6u = _struct.Struct('>ih').unpack_from
-_T6p = _struct.Struct('>ih').pack
-_T7u = _struct.Struct('>ihB').unpack_from
-_T7p = _struct.Struct('>ihB').pack
+_T0u = _struct.Struct('>16sB').unpack_from
+_T0p = _struct.Struct('>16sB').pack
+_T1u = _struct.Struct('>iiiqB').unpack_from
+_T1p = _struct.Struct('>iiiqB').pack
+_T2u = _struct.Struct('>qqbhB').unpack_from
+_T2p = _struct.Struct('>qqbhB').pack
+_T3u = _struct.Struct('>16s').unpack_from
+_T3p = _struct.Struct('>16s').pack
+_T4u = _struct.Struct('>iiiq').unpack_from
+_T4p = _struct.Struct('>iiiq').pack
+_T5u = _struct.Struct('>qqbh').unpack_from
+_T5p = _struct.Struct('>qqbh').pack
+_T6u = _struct.Struct('>ihB').unpack_from
+_T6p = _struct.Struct('>ihB').pack
+_T7u = _struct.Struct('>ih').unpack_from
+_T7p = _struct.Struct('>ih').pack
 
 
 class WriteShareGroupStateRequest(_Struct):
@@ -98,6 +99,9 @@ class WriteShareGroupStateRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
+        f3 = None; _i3 = -1
         try:
             f = 'group_id'
             n = buf[pos]
@@ -133,9 +137,104 @@ class WriteShareGroupStateRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_WriteShareGroupStateRequest_WriteStateData._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_WriteShareGroupStateRequest_WriteStateData)
+                    f1 = 'topic_id'
+                    o1.topic_id, n = _T0u(buf, pos)
+                    pos += 17
+                    f1 = 'partitions'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_WriteShareGroupStateRequest_PartitionData)
+                            f2 = 'partition'
+                            o2.partition, o2.state_epoch, o2.leader_epoch, o2.start_offset, n = _T1u(buf, pos)
+                            pos += 21
+                            f2 = 'state_batches'
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                _i2 = -1
+                                if n < 0 or n * 1 > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                lst2 = []
+                                f3 = ''
+                                for _i2 in range(n):
+                                    o3 = _new(_S_WriteShareGroupStateRequest_StateBatch)
+                                    f3 = 'first_offset'
+                                    o3.first_offset, o3.last_offset, o3.delivery_state, o3.delivery_count, n = _T2u(buf, pos)
+                                    pos += 20
+                                    f3 = '<tagged fields>'
+                                    if n:
+                                        o3.unknown_tagged_fields = u = {}
+                                        if n >= 128:
+                                            n, pos = _ruv(buf, pos - 1)
+                                        for _ in range(n):
+                                            tag, size, pos = _rtag(buf, pos)
+                                            end = pos + size
+                                            u[tag] = buf[pos:end].tobytes()
+                                            pos = end
+                                    else:
+                                        o3.unknown_tagged_fields = _NO_TAGS
+                                    lst2.append(o3)
+                                f3 = None
+                                _i2 = -1
+                                o2.state_batches = lst2
+                            f2 = '<tagged fields>'
+                            n = buf[pos]
+                            pos += 1
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partitions = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.topics = lst
             f = '<tagged fields>'
@@ -153,7 +252,7 @@ class WriteShareGroupStateRequest(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2, f3, _i3) from None
         return o, pos
 
     class WriteStateData(_Struct):
@@ -175,7 +274,7 @@ class WriteShareGroupStateRequest(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T0p(self.topic_id)
+            buf += _T3p(self.topic_id)
             x = self.partitions
             if x is None:
                 raise _not_nullable(self, 'partitions', v)
@@ -200,7 +299,7 @@ class WriteShareGroupStateRequest(_Struct):
             _i = -1
             try:
                 f = 'topic_id'
-                o.topic_id, n = _T1u(buf, pos)
+                o.topic_id, n = _T0u(buf, pos)
                 pos += 17
                 f = 'partitions'
                 if n >= 128:
@@ -266,7 +365,7 @@ class WriteShareGroupStateRequest(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T2p(self.partition, self.state_epoch, self.leader_epoch, self.start_offset)
+            buf += _T4p(self.partition, self.state_epoch, self.leader_epoch, self.start_offset)
             x = self.state_batches
             if x is None:
                 raise _not_nullable(self, 'state_batches', v)
@@ -291,7 +390,7 @@ class WriteShareGroupStateRequest(_Struct):
             _i = -1
             try:
                 f = 'partition'
-                o.partition, o.state_epoch, o.leader_epoch, o.start_offset, n = _T3u(buf, pos)
+                o.partition, o.state_epoch, o.leader_epoch, o.start_offset, n = _T1u(buf, pos)
                 pos += 21
                 f = 'state_batches'
                 if n >= 128:
@@ -355,7 +454,7 @@ class WriteShareGroupStateRequest(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T4p(self.first_offset, self.last_offset, self.delivery_state, self.delivery_count)
+            buf += _T5p(self.first_offset, self.last_offset, self.delivery_state, self.delivery_count)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -369,7 +468,7 @@ class WriteShareGroupStateRequest(_Struct):
             _i = -1
             try:
                 f = 'first_offset'
-                o.first_offset, o.last_offset, o.delivery_state, o.delivery_count, n = _T5u(buf, pos)
+                o.first_offset, o.last_offset, o.delivery_state, o.delivery_count, n = _T2u(buf, pos)
                 pos += 20
                 f = '<tagged fields>'
                 if n:
@@ -428,6 +527,8 @@ class WriteShareGroupStateResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'results'
             n = buf[pos]
@@ -446,9 +547,82 @@ class WriteShareGroupStateResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_WriteShareGroupStateResponse_WriteStateResult._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_WriteShareGroupStateResponse_WriteStateResult)
+                    f1 = 'topic_id'
+                    o1.topic_id, n = _T0u(buf, pos)
+                    pos += 17
+                    f1 = 'partitions'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_WriteShareGroupStateResponse_PartitionResult)
+                            f2 = 'partition'
+                            o2.partition, o2.error_code, n = _T6u(buf, pos)
+                            pos += 7
+                            f2 = 'error_message'
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                o2.error_message = None
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.error_message = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = '<tagged fields>'
+                            n = buf[pos]
+                            pos += 1
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.partitions = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.results = lst
             f = '<tagged fields>'
@@ -466,7 +640,7 @@ class WriteShareGroupStateResponse(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     class WriteStateResult(_Struct):
@@ -488,7 +662,7 @@ class WriteShareGroupStateResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T0p(self.topic_id)
+            buf += _T3p(self.topic_id)
             x = self.partitions
             if x is None:
                 raise _not_nullable(self, 'partitions', v)
@@ -513,7 +687,7 @@ class WriteShareGroupStateResponse(_Struct):
             _i = -1
             try:
                 f = 'topic_id'
-                o.topic_id, n = _T1u(buf, pos)
+                o.topic_id, n = _T0u(buf, pos)
                 pos += 17
                 f = 'partitions'
                 if n >= 128:
@@ -575,7 +749,7 @@ class WriteShareGroupStateResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w1(self, buf, parts, v):
-            buf += _T6p(self.partition, self.error_code)
+            buf += _T7p(self.partition, self.error_code)
             x = self.error_message
             if x is None:
                 buf += b'\x00'
@@ -600,7 +774,7 @@ class WriteShareGroupStateResponse(_Struct):
             _i = -1
             try:
                 f = 'partition'
-                o.partition, o.error_code, n = _T7u(buf, pos)
+                o.partition, o.error_code, n = _T6u(buf, pos)
                 pos += 7
                 f = 'error_message'
                 if n >= 128:

@@ -24,6 +24,7 @@ from kafkatw.protocol._runtime import (
 from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
     fail as _fail,
+    fail_in as _fail_in,
     read_tag_header as _rtag,
     read_uvarint as _ruv,
     write_tags as _write_tags,
@@ -33,26 +34,26 @@ from kafkatw.protocol.codec import (
 __all__ = ["WriteTxnMarkersRequest", "WriteTxnMarkersResponse"]
 
 
-_T0u = _struct.Struct('>qh?').unpack_from
-_T0p = _struct.Struct('>qh?').pack
+_T0u = _struct.Struct('>qh?i').unpack_from
+_T0p = _struct.Struct('>qh?i').pack
 _T1u = _struct.Struct('>i').unpack_from
 _T1p = _struct.Struct('>i').pack
-_T2u = _struct.Struct('>qh?i').unpack_from
-_T2p = _struct.Struct('>qh?i').pack
-_T3u = _struct.Struct('>qh?B').unpack_from
-_T3p = _struct.Struct('>qh?B').pack
-_T4u = _struct.Struct('>iB').unpack_from
-_T4p = _struct.Struct('>iB').pack
-_T5u = _struct.Struct('>q').unpack_from
-_T5p = _struct.Struct('>q').pack
-_T6u = _struct.Struct('>qi').unpack_from
-_T6p = _struct.Struct('>qi').pack
+_T2u = _struct.Struct('>qh?B').unpack_from
+_T2p = _struct.Struct('>qh?B').pack
+_T3u = _struct.Struct('>iB').unpack_from
+_T3p = _struct.Struct('>iB').pack
+_T4u = _struct.Struct('>qh?').unpack_from
+_T4p = _struct.Struct('>qh?').pack
+_T5u = _struct.Struct('>qi').unpack_from
+_T5p = _struct.Struct('>qi').pack
+_T6u = _struct.Struct('>ih').unpack_from
+_T6p = _struct.Struct('>ih').pack
 _T7u = _struct.Struct('>qB').unpack_from
 _T7p = _struct.Struct('>qB').pack
-_T8u = _struct.Struct('>ih').unpack_from
-_T8p = _struct.Struct('>ih').pack
-_T9u = _struct.Struct('>ihB').unpack_from
-_T9p = _struct.Struct('>ihB').pack
+_T8u = _struct.Struct('>ihB').unpack_from
+_T8p = _struct.Struct('>ihB').pack
+_T9u = _struct.Struct('>q').unpack_from
+_T9p = _struct.Struct('>q').pack
 
 
 class WriteTxnMarkersRequest(_Struct):
@@ -86,6 +87,8 @@ class WriteTxnMarkersRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'markers'
             n, = _ui32(buf, pos)
@@ -97,14 +100,60 @@ class WriteTxnMarkersRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_WriteTxnMarkersRequest_WritableTxnMarker._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_WriteTxnMarkersRequest_WritableTxnMarker)
+                    f1 = 'producer_id'
+                    o1.producer_id, o1.producer_epoch, o1.transaction_result, n = _T0u(buf, pos)
+                    pos += 15
+                    f1 = 'topics'
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_WriteTxnMarkersRequest_WritableTxnMarkerTopic)
+                            f2 = 'name'
+                            n, = _ui16(buf, pos)
+                            pos += 2
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.name = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'partition_indexes'
+                            n, = _ui32(buf, pos)
+                            pos += 4
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                _i2 = -1
+                                if n < 0 or n * 4 > lb - pos:
+                                    raise _bad_len(n * 4, lb - pos)
+                                o2.partition_indexes = list(_unpack_from('>%di' % n, buf, pos))
+                                pos += n * 4
+                            o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.topics = lst1
+                    f1 = 'coordinator_epoch'
+                    o1.coordinator_epoch, = _T1u(buf, pos)
+                    pos += 4
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.markers = lst
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
@@ -130,6 +179,8 @@ class WriteTxnMarkersRequest(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
         try:
             f = 'markers'
             n = buf[pos]
@@ -148,9 +199,100 @@ class WriteTxnMarkersRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_WriteTxnMarkersRequest_WritableTxnMarker._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_WriteTxnMarkersRequest_WritableTxnMarker)
+                    f1 = 'producer_id'
+                    o1.producer_id, o1.producer_epoch, o1.transaction_result, n = _T2u(buf, pos)
+                    pos += 12
+                    f1 = 'topics'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_WriteTxnMarkersRequest_WritableTxnMarkerTopic)
+                            f2 = 'name'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.name = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'partition_indexes'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                _i2 = -1
+                                if n < 0 or n * 4 > lb - pos:
+                                    raise _bad_len(n * 4, lb - pos)
+                                o2.partition_indexes = list(_unpack_from('>%di' % n, buf, pos))
+                                pos += n * 4
+                            f2 = '<tagged fields>'
+                            n = buf[pos]
+                            pos += 1
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.topics = lst1
+                    f1 = 'coordinator_epoch'
+                    o1.coordinator_epoch, n = _T3u(buf, pos)
+                    pos += 5
+                    f1 = '<tagged fields>'
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.markers = lst
             f = '<tagged fields>'
@@ -168,7 +310,7 @@ class WriteTxnMarkersRequest(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2) from None
         return o, pos
 
     class WritableTxnMarker(_Struct):
@@ -196,7 +338,7 @@ class WriteTxnMarkersRequest(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T0p(self.producer_id, self.producer_epoch, self.transaction_result)
+            buf += _T4p(self.producer_id, self.producer_epoch, self.transaction_result)
             x = self.topics
             if x is None:
                 raise _not_nullable(self, 'topics', v)
@@ -214,7 +356,7 @@ class WriteTxnMarkersRequest(_Struct):
             _i = -1
             try:
                 f = 'producer_id'
-                o.producer_id, o.producer_epoch, o.transaction_result, n = _T2u(buf, pos)
+                o.producer_id, o.producer_epoch, o.transaction_result, n = _T0u(buf, pos)
                 pos += 15
                 f = 'topics'
                 if n == -1:
@@ -238,7 +380,7 @@ class WriteTxnMarkersRequest(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T0p(self.producer_id, self.producer_epoch, self.transaction_result)
+            buf += _T4p(self.producer_id, self.producer_epoch, self.transaction_result)
             x = self.topics
             if x is None:
                 raise _not_nullable(self, 'topics', v)
@@ -264,7 +406,7 @@ class WriteTxnMarkersRequest(_Struct):
             _i = -1
             try:
                 f = 'producer_id'
-                o.producer_id, o.producer_epoch, o.transaction_result, n = _T3u(buf, pos)
+                o.producer_id, o.producer_epoch, o.transaction_result, n = _T2u(buf, pos)
                 pos += 12
                 f = 'topics'
                 if n >= 128:
@@ -287,7 +429,7 @@ class WriteTxnMarkersRequest(_Struct):
                     _i = -1
                     o.topics = lst
                 f = 'coordinator_epoch'
-                o.coordinator_epoch, n = _T4u(buf, pos)
+                o.coordinator_epoch, n = _T3u(buf, pos)
                 pos += 5
                 f = '<tagged fields>'
                 if n:
@@ -492,6 +634,9 @@ class WriteTxnMarkersResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
+        f3 = None; _i3 = -1
         try:
             f = 'markers'
             n, = _ui32(buf, pos)
@@ -503,14 +648,67 @@ class WriteTxnMarkersResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_WriteTxnMarkersResponse_WritableTxnMarkerResult._r0(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_WriteTxnMarkersResponse_WritableTxnMarkerResult)
+                    f1 = 'producer_id'
+                    o1.producer_id, n = _T5u(buf, pos)
+                    pos += 12
+                    f1 = 'topics'
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult)
+                            f2 = 'name'
+                            n, = _ui16(buf, pos)
+                            pos += 2
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.name = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'partitions'
+                            n, = _ui32(buf, pos)
+                            pos += 4
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                _i2 = -1
+                                if n < 0 or n * 1 > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                lst2 = []
+                                f3 = ''
+                                for _i2 in range(n):
+                                    o3 = _new(_S_WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult)
+                                    f3 = 'partition_index'
+                                    o3.partition_index, o3.error_code = _T6u(buf, pos)
+                                    pos += 6
+                                    o3.unknown_tagged_fields = _NO_TAGS
+                                    lst2.append(o3)
+                                f3 = None
+                                _i2 = -1
+                                o2.partitions = lst2
+                            o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.topics = lst1
+                    o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.markers = lst
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2, f3, _i3) from None
         return o, pos
 
     def _w1(self, buf, parts, v):
@@ -536,6 +734,9 @@ class WriteTxnMarkersResponse(_Struct):
         lb = len(buf)
         f = ''
         _i = -1
+        f1 = None; _i1 = -1
+        f2 = None; _i2 = -1
+        f3 = None; _i3 = -1
         try:
             f = 'markers'
             n = buf[pos]
@@ -554,9 +755,120 @@ class WriteTxnMarkersResponse(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
+                f1 = ''
                 for _i in range(n):
-                    e, pos = _S_WriteTxnMarkersResponse_WritableTxnMarkerResult._r1(buf, pos, v)
-                    lst.append(e)
+                    o1 = _new(_S_WriteTxnMarkersResponse_WritableTxnMarkerResult)
+                    f1 = 'producer_id'
+                    o1.producer_id, n = _T7u(buf, pos)
+                    pos += 9
+                    f1 = 'topics'
+                    if n >= 128:
+                        if buf[pos] < 128:
+                            n = (n & 127) | (buf[pos] << 7)
+                            pos += 1
+                        else:
+                            n, pos = _ruv(buf, pos - 1)
+                    n -= 1
+                    if n == -1:
+                        raise _DecodeFailure('null value for non-nullable field', [])
+                    else:
+                        _i1 = -1
+                        if n < 0 or n * 1 > lb - pos:
+                            raise _bad_len(n, lb - pos)
+                        lst1 = []
+                        f2 = ''
+                        for _i1 in range(n):
+                            o2 = _new(_S_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult)
+                            f2 = 'name'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                if n < -1 or n > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                o2.name = buf[pos:pos + n].tobytes().decode()
+                                pos += n
+                            f2 = 'partitions'
+                            n = buf[pos]
+                            pos += 1
+                            if n >= 128:
+                                if buf[pos] < 128:
+                                    n = (n & 127) | (buf[pos] << 7)
+                                    pos += 1
+                                else:
+                                    n, pos = _ruv(buf, pos - 1)
+                            n -= 1
+                            if n == -1:
+                                raise _DecodeFailure('null value for non-nullable field', [])
+                            else:
+                                _i2 = -1
+                                if n < 0 or n * 1 > lb - pos:
+                                    raise _bad_len(n, lb - pos)
+                                lst2 = []
+                                f3 = ''
+                                for _i2 in range(n):
+                                    o3 = _new(_S_WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult)
+                                    f3 = 'partition_index'
+                                    o3.partition_index, o3.error_code, n = _T8u(buf, pos)
+                                    pos += 7
+                                    f3 = '<tagged fields>'
+                                    if n:
+                                        o3.unknown_tagged_fields = u = {}
+                                        if n >= 128:
+                                            n, pos = _ruv(buf, pos - 1)
+                                        for _ in range(n):
+                                            tag, size, pos = _rtag(buf, pos)
+                                            end = pos + size
+                                            u[tag] = buf[pos:end].tobytes()
+                                            pos = end
+                                    else:
+                                        o3.unknown_tagged_fields = _NO_TAGS
+                                    lst2.append(o3)
+                                f3 = None
+                                _i2 = -1
+                                o2.partitions = lst2
+                            f2 = '<tagged fields>'
+                            n = buf[pos]
+                            pos += 1
+                            if n:
+                                o2.unknown_tagged_fields = u = {}
+                                if n >= 128:
+                                    n, pos = _ruv(buf, pos - 1)
+                                for _ in range(n):
+                                    tag, size, pos = _rtag(buf, pos)
+                                    end = pos + size
+                                    u[tag] = buf[pos:end].tobytes()
+                                    pos = end
+                            else:
+                                o2.unknown_tagged_fields = _NO_TAGS
+                            lst1.append(o2)
+                        f2 = None
+                        _i1 = -1
+                        o1.topics = lst1
+                    f1 = '<tagged fields>'
+                    n = buf[pos]
+                    pos += 1
+                    if n:
+                        o1.unknown_tagged_fields = u = {}
+                        if n >= 128:
+                            n, pos = _ruv(buf, pos - 1)
+                        for _ in range(n):
+                            tag, size, pos = _rtag(buf, pos)
+                            end = pos + size
+                            u[tag] = buf[pos:end].tobytes()
+                            pos = end
+                    else:
+                        o1.unknown_tagged_fields = _NO_TAGS
+                    lst.append(o1)
+                f1 = None
                 _i = -1
                 o.markers = lst
             f = '<tagged fields>'
@@ -574,7 +886,7 @@ class WriteTxnMarkersResponse(_Struct):
             else:
                 o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
-            raise _fail(e, f, _i) from None
+            raise _fail_in(e, f, _i, f1, _i1, f2, _i2, f3, _i3) from None
         return o, pos
 
     class WritableTxnMarkerResult(_Struct):
@@ -596,7 +908,7 @@ class WriteTxnMarkersResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T5p(self.producer_id)
+            buf += _T9p(self.producer_id)
             x = self.topics
             if x is None:
                 raise _not_nullable(self, 'topics', v)
@@ -613,7 +925,7 @@ class WriteTxnMarkersResponse(_Struct):
             _i = -1
             try:
                 f = 'producer_id'
-                o.producer_id, n = _T6u(buf, pos)
+                o.producer_id, n = _T5u(buf, pos)
                 pos += 12
                 f = 'topics'
                 if n == -1:
@@ -634,7 +946,7 @@ class WriteTxnMarkersResponse(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T5p(self.producer_id)
+            buf += _T9p(self.producer_id)
             x = self.topics
             if x is None:
                 raise _not_nullable(self, 'topics', v)
@@ -883,7 +1195,7 @@ class WriteTxnMarkersResponse(_Struct):
             and not self.unknown_tagged_fields)
 
         def _w0(self, buf, parts, v):
-            buf += _T8p(self.partition_index, self.error_code)
+            buf += _T6p(self.partition_index, self.error_code)
 
         @staticmethod
         def _r0(buf, pos, v):
@@ -893,7 +1205,7 @@ class WriteTxnMarkersResponse(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.error_code = _T8u(buf, pos)
+                o.partition_index, o.error_code = _T6u(buf, pos)
                 pos += 6
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -901,7 +1213,7 @@ class WriteTxnMarkersResponse(_Struct):
             return o, pos
 
         def _w1(self, buf, parts, v):
-            buf += _T8p(self.partition_index, self.error_code)
+            buf += _T6p(self.partition_index, self.error_code)
             if self.unknown_tagged_fields:
                 _write_tags(buf, [], self.unknown_tagged_fields)
             else:
@@ -915,7 +1227,7 @@ class WriteTxnMarkersResponse(_Struct):
             _i = -1
             try:
                 f = 'partition_index'
-                o.partition_index, o.error_code, n = _T9u(buf, pos)
+                o.partition_index, o.error_code, n = _T8u(buf, pos)
                 pos += 7
                 f = '<tagged fields>'
                 if n:
