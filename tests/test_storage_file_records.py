@@ -87,3 +87,45 @@ class SearchTest(unittest.TestCase):
         self.records.truncate_to(self.positions[50])
         self.assertEqual(self.search(21), (self.positions[10], 20))
         self.assertIsNone(self.search(100))
+
+
+class AppendTest(unittest.TestCase):
+    """An append writes the buffer it is given (bytes, bytearray or a memoryview of part of
+    one) in one pwrite, and the rest after a short write."""
+
+    def setUp(self):
+        d = tempfile.mkdtemp(prefix="kafkatw-file-records-")
+        self.addCleanup(shutil.rmtree, d, True)
+        self.records = FileRecords(os.path.join(d, "00000000000000000000.log"))
+        self.addCleanup(self.records.close)
+
+    def test_buffers_of_every_kind_are_written_at_the_end(self):
+        one, two, three = batch(0), batch(1), batch(2)
+        outer = bytearray(b"xx" + two + b"yy")
+        for buf in (one, memoryview(outer)[2:2 + len(two)], bytearray(three)):
+            self.assertEqual(self.records.append(buf), len(buf))
+        self.assertEqual(self.records.size_in_bytes(), len(one) + len(two) + len(three))
+        self.assertEqual(self.records.read(0, self.records.size_in_bytes()), one + two + three)
+
+    def test_a_short_write_is_followed_by_the_rest(self):
+        real = os.pwrite
+        calls = []
+
+        def short(fd, data, offset):
+            calls.append((bytes(data), offset))
+            return real(fd, bytes(data)[:5], offset)
+
+        self.patch(os, "pwrite", short)
+        data = batch(0)
+        self.records.append(data)
+        self.assertEqual(self.records.size_in_bytes(), len(data))
+        self.assertEqual(calls[0], (bytes(data), 0))
+        self.assertEqual(calls[1], (bytes(data)[5:], 5))
+        self.assertEqual(len(calls), (len(data) + 4) // 5)
+        self.patch(os, "pwrite", real)
+        self.assertEqual(self.records.read(0, len(data)), data)
+
+    def test_a_write_of_nothing_raises(self):
+        self.patch(os, "pwrite", lambda fd, data, offset: 0)
+        self.assertRaises(OSError, self.records.append, batch(0))
+        self.assertEqual(self.records.size_in_bytes(), 0)

@@ -258,7 +258,9 @@ def validate_batch(buf, pos, header, allow_empty=False):
     if end - pos > available:
         raise CorruptRecordError(
             "record batch of %d bytes but only %d available" % (header.size_in_bytes, available))
-    crc = _crc32c.crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET:end])
+    # (a produced batch is a memoryview already: sliced as it is, no second view made)
+    view = buf if type(buf) is memoryview else memoryview(buf)
+    crc = _crc32c.crc32c(view[pos + ATTRIBUTES_OFFSET:end])
     if crc != header.crc:
         raise CorruptRecordError(
             "record batch is corrupt (stored crc = %d, computed crc = %d)" % (header.crc, crc))

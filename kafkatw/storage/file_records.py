@@ -102,19 +102,19 @@ class FileRecords:
 
     def append(self, buf):
         """Write all of ``buf`` at the end (one pwrite unless the kernel writes short)."""
-        view = memoryview(buf)
-        total = len(view)
-        written = 0
+        total = len(buf)
         desc = self._desc  # (_descriptor() inline for the common case: once per append)
         if desc is None:
             desc = self._descriptor()
         else:
             descriptors.cache.touch(self)
         fd = desc.fd
+        # ``buf`` itself (no memoryview made per append); a view of the rest after a short write
+        written = n = os.pwrite(fd, buf, self._size) if total else 0
         while written < total:
-            n = os.pwrite(fd, view[written:] if written else view, self._size + written)
             if n <= 0:
                 raise OSError("short write to %s" % (self.path,))
+            n = os.pwrite(fd, memoryview(buf)[written:], self._size + written)
             written += n
         self._size += total
         return total
