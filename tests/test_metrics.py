@@ -409,3 +409,20 @@ class HealthRulesTests(unittest.SynchronousTestCase):
         self.assertEqual(health(broker)[0], True)
         broker.socket_server.listening = lambda: {"PLAINTEXT": False}
         self.assertEqual(health(broker)[0], False)
+
+
+class TopicStatsTests(unittest.SynchronousTestCase):
+    def test_counts_per_topic_and_their_views(self):
+        stats = BrokerTopicStats()
+        stats.record_append("a", 3, 300)
+        stats.record_append("a", 2, 150)
+        stats.record_append("b", 1, 70)
+        fetched = types.SimpleNamespace(records_size=90)
+        stats.record_fetch([(("a", 0), fetched), (("c", 1), fetched),
+                            (("b", 0), types.SimpleNamespace(records_size=0))])
+        self.assertEqual(stats.messages_in, {"a": 5, "b": 1})
+        self.assertEqual(stats.bytes_in, {"a": 450, "b": 70})
+        self.assertEqual(stats.bytes_out, {"a": 90, "c": 90})  # only topics with bytes answered
+        self.assertEqual(stats.messages_in["never"], 0)
+        stats.remove("a")
+        self.assertEqual((stats.messages_in, stats.bytes_out), ({"b": 1}, {"c": 90}))
