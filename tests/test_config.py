@@ -711,6 +711,20 @@ class OneTopicTableTests(SynchronousTestCase):
         self.assertEqual(config.topic_defaults()["retention.ms"], -1)
         self.assertEqual(LogConfig.from_props(config.values()).retention_ms, -1)
 
+    def test_log_config_values_as_attributes(self):
+        """Every value of the table is an attribute in Python spelling (a slot: see LogConfig),
+        an unknown config one too where a name can spell it, kept verbatim."""
+        from kafkatw.storage import LogConfig
+
+        config = LogConfig({"segment.bytes": "2048", "cleanup.policy": "compact,delete",
+                            "custom.thing": "x", "odd_name": 1})
+        for key in TOPIC_CONFIG_DEF:
+            self.assertEqual(getattr(config, key.name.replace(".", "_")), config.get(key.name))
+        self.assertEqual(config.segment_bytes, 2048)
+        self.assertEqual((config.compact, config.delete, config.log_append_time), (True, True, False))
+        self.assertEqual((config.custom_thing, config.get("odd_name")), ("x", 1))
+        self.assertEqual(vars(config), {"custom_thing": "x"})
+
     def test_log_config_validates_with_the_table(self):
         from kafkatw.storage import LogConfig
 

@@ -24,8 +24,29 @@ def _typed(name, value):
     return tuple(typed) if key.type == LIST else typed
 
 
+def _spelling(name):
+    """The attribute spelling of config ``name`` (dots as underscores), None for a name no
+    attribute spells (an underscore or leading dot in it)."""
+    if "_" in name or name.startswith("."):
+        return None
+    return name.replace(".", "_")
+
+
+_DERIVED = ("compact", "delete", "log_append_time")  # set from the values in __init__
+#: The attributes of the table's configs: slots of LogConfig (below)
+_KNOWN_ATTRS = tuple(_spelling(key.name) for key in TOPIC_CONFIG_DEF)
+assert None not in _KNOWN_ATTRS
+
+
 class LogConfig:
     """Resolved topic config; attribute access in Python spelling (``config.segment_bytes``)."""
+
+    # Every value of the table a slot, and unknown topic configs in the instance's __dict__:
+    # CPython 3.11 specialises an attribute read of a slot, but none of an instance whose
+    # values live in a materialised __dict__ (more than 30 attributes, or set through
+    # __dict__), and an append reads nine of these (validator, log, segment). No
+    # __getattr__ either: a class with one gets no specialised attribute read at all.
+    __slots__ = _KNOWN_ATTRS + _DERIVED + ("_values", "__dict__")
 
     def __init__(self, values=None):
         self._values = {key.name: _typed(key.name, key.default) for key in TOPIC_CONFIG_DEF}
@@ -34,17 +55,14 @@ class LogConfig:
                 self._values[name] = _typed(name, value)
             else:
                 self._values[name] = value  # unknown topic configs are kept verbatim
-        # Every value an instance attribute now (immutable once built), not looked up by a
-        # __getattr__: a class with __getattr__ gets no specialised attribute read, and an
-        # append reads nine of these (validator, log, segment)
-        d = self.__dict__
+        # (immutable once built)
         for name, value in self._values.items():
             attr_name = _ATTR_NAMES.get(name)
             if attr_name is None:
                 attr_name = _attr_name(name)
                 if attr_name is None:
                     continue
-            d[attr_name] = value
+            setattr(self, attr_name, value)
         policy = self._values["cleanup.policy"]
         self.compact = "compact" in policy
         self.delete = "delete" in policy
@@ -77,14 +95,11 @@ class LogConfig:
 
 
 def _attr_name(name):
-    """The attribute spelling of config ``name`` (dots as underscores), None for a name no
-    attribute spells (an underscore or leading dot in it, or a LogConfig method's)."""
-    if "_" in name or name.startswith("."):
-        return None
-    attr_name = name.replace(".", "_")
-    return None if hasattr(LogConfig, attr_name) or attr_name in _DERIVED else attr_name
+    """The attribute spelling of an unknown config ``name``, None for a name no attribute
+    spells (an underscore or leading dot in it, or a LogConfig method's or slot's)."""
+    attr_name = _spelling(name)
+    return None if attr_name is None or hasattr(LogConfig, attr_name) else attr_name
 
 
-_DERIVED = ("compact", "delete", "log_append_time")  # set from the values in __init__
-_ATTR_NAMES = {key.name: _attr_name(key.name) for key in TOPIC_CONFIG_DEF}
+_ATTR_NAMES = {key.name: attr for key, attr in zip(TOPIC_CONFIG_DEF, _KNOWN_ATTRS)}
 assert None not in _ATTR_NAMES.values()
