@@ -8,7 +8,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from kafkatw.protocol import errors, records
 from kafkatw.protocol.records import (
-    BATCH_HEADER_SIZE, LOG_OVERHEAD, CorruptRecordError, InvalidRecordError,
+    BATCH_HEADER_SIZE, LOG_OVERHEAD, BatchHeader, CorruptRecordError, InvalidRecordError,
     iter_batch_headers, read_batch_header, set_base_offset, set_log_append_time,
     set_partition_leader_epoch, validate_batch, verify_crc,
 )
@@ -68,6 +68,22 @@ class BatchHeaderTests(SynchronousTestCase):
         self.assertEqual(h.crc, KpBatch(buf).crc)
         self.assertTrue(verify_crc(buf, 0, h))
         self.assertIs(validate_batch(buf, 0, h), h)
+
+    def test_header_read_is_the_header_made_from_its_fields(self):
+        """read_batch_header fills each field from its place on the wire: the same header as
+        the constructor makes from the unpacked fields in BATCH_HEADER field order."""
+        buf = kp_batch(SAMPLE, producer=(77, 3, 10))
+        h = read_batch_header(buf)
+        fields = records._HEADER.unpack_from(buf, 0)
+        self.assertEqual(h.fields(), fields)
+        self.assertEqual(h, BatchHeader(*fields))
+        self.assertEqual(hash(h), hash(BatchHeader(*fields)))
+        self.assertEqual(h, BatchHeader(**dict(zip(records._BATCH_HEADER_FIELDS, fields))))
+        changed = h._replace(records_count=9)
+        self.assertEqual((changed.records_count, changed.producer_id, h.records_count), (9, 77, 3))
+        self.assertNotEqual(changed, h)
+        self.assertIn("producer_id=77", repr(h))
+        self.assertRaises(AttributeError, setattr, h, "other", 1)  # slots only
 
     def test_buffer_kinds(self):
         buf = kp_batch(SAMPLE)

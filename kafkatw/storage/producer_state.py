@@ -248,7 +248,7 @@ class ProducerStateManager:
         from :attr:`map_end_offset` on), skipping those already reflected."""
         n = 0
         for h in headers:
-            if type(h) is tuple:  # (pos, header) pairs from iter_batch_headers (a header is a named tuple)
+            if type(h) is tuple:  # (pos, header) pairs from iter_batch_headers
                 h = h[1]
             if h.next_offset <= self.map_end_offset:
                 continue
