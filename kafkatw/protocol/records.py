@@ -289,15 +289,13 @@ def ensure_valid(buf, pos, header):
 def validate_batch(buf, pos, header, allow_empty=False):
     """The checks Kafka's produce path makes on a v2 batch before looking at its records.
 
-    Structure and CRC problems raise :class:`CorruptRecordError`; a well-formed batch with an
-    inconsistent record count raises :class:`InvalidRecordError`.
+    ``header`` is :func:`read_batch_header`'s of ``buf`` at ``pos``, which refused a magic
+    other than 2 and a length below the minimum already. Structure and CRC problems raise
+    :class:`CorruptRecordError`; a well-formed batch with an inconsistent record count raises
+    :class:`InvalidRecordError`.
     """
     # (properties and helpers inline: this runs for every produced batch)
-    if header.magic != MAGIC_VALUE_V2:
-        raise CorruptRecordError("unsupported record batch magic %d" % (header.magic,))
     batch_length = header.batch_length
-    if batch_length < MIN_BATCH_LENGTH:
-        raise CorruptRecordError("record batch length %d too small" % (batch_length,))
     available = len(buf) - pos
     end = pos + LOG_OVERHEAD + batch_length
     if end - pos > available:
@@ -315,12 +313,12 @@ def validate_batch(buf, pos, header, allow_empty=False):
     if count == 0:
         if not allow_empty:
             raise InvalidRecordError("invalid reported count for record batch: 0")
+        if header.last_offset_delta < 0:  # (with records, the count check below implies it)
+            raise InvalidRecordError("negative last offset delta %d" % (header.last_offset_delta,))
     elif header.last_offset_delta + 1 != count:
         raise InvalidRecordError(
             "inconsistent batch offset range [%d, %d] and count of records %d"
             % (header.base_offset, header.last_offset, count))
-    if header.last_offset_delta < 0:
-        raise InvalidRecordError("negative last offset delta %d" % (header.last_offset_delta,))
     codec = header.attributes & COMPRESSION_CODEC_MASK
     if codec == 0 and count > 0:
         # Each uncompressed record takes at least 7 bytes (length + 6 single-byte fields).
@@ -556,7 +554,7 @@ def _records_span(buf, pos, header, max_size):
     if codec:
         body = _compression.decompress(codec, memoryview(buf)[p:end], max_size=max_size)
         return body, 0, len(body)
-    return buf, p, min(end, len(buf))
+    return buf, p, end if end <= len(buf) else len(buf)
 
 
 def _check_all_read(p, end, count):
@@ -602,7 +600,9 @@ def check_records(buf, pos, header, max_size):
     if header.attributes & COMPRESSION_CODEC_MASK:
         body, p, end = _records_span(buf, pos, header, max_size)
     else:  # _records_span's uncompressed case inline: the buffer itself
-        body, p, end = buf, pos + RECORDS_OFFSET, min(pos + header.batch_length + LOG_OVERHEAD, len(buf))
+        body, p, end = buf, pos + RECORDS_OFFSET, pos + header.batch_length + LOG_OVERHEAD
+        if end > len(body):  # (not min(): a builtin call parsing its keywords, ~1k)
+            end = len(body)
     count = header.records_count
     first, second = _FIRST, _SECOND
     start = p
