@@ -121,6 +121,19 @@ class AppendTest(Base):
                               list(records.iter_batch_headers(bytes(bad))))
         self.assertEqual(e.code, errors.CORRUPT_MESSAGE)
 
+    def test_append_info_has_every_field(self):
+        """The validator fills its LogAppendInfo field by field: every one is set, and it is
+        the constructor's with the same values."""
+        from kafkatw.storage.offsets import LogAppendInfo
+
+        lg = self.open_log()
+        lg.append_as_leader(make_batch(2), 3)
+        buf = make_batch(3)
+        info = lg.append_as_leader(buf, 4)
+        self.assertEqual(info, LogAppendInfo(2, 4, info.max_timestamp, 4, -1, 0, 3, len(buf), 4))
+        self.assertNotEqual(info, LogAppendInfo(2, 4, info.max_timestamp, 4, -1, 0, 3, len(buf)))
+        self.assertIn("record_count=3", repr(info))
+
     def test_log_append_time(self):
         lg = self.open_log({"message.timestamp.type": "LogAppendTime"})
         self.clock.now = 5_000_000
