@@ -212,7 +212,7 @@ class KafkajsProducerTests(KafkajsTestCase):
             got = read_partition(self.broker, topic, p, per_partition[p])
             self.assertEqual([(r.offset, r.key, r.value, r.headers) for _, r in got],
                              [(n,) + expected_record(i) for n, i in enumerate(range(p, COUNT, 3))])
-            batches[p] = sorted({h.base_offset: h for h, _ in got}.values())
+            batches[p] = sorted({h.base_offset: h for h, _ in got}.values(), key=lambda h: h.base_offset)
             codec = compression.GZIP if codec_name == "gzip" else compression.NONE
             self.assertEqual({h.compression for h in batches[p]}, {codec})
             self.assertEqual(len(batches[p]), COUNT // SEND)  # one batch per send and partition
