@@ -201,6 +201,11 @@ class FakeLogManager:
     def get_log(self, topic, partition):
         return self.logs.get((topic, partition))
 
+    @property
+    def attached_version(self):
+        """Moves whenever a log joins, leaves or is replaced, as LogManager's counter does."""
+        return sorted((key, id(lg)) for key, lg in self.logs.items())
+
     def all_logs(self):
         return list(self.logs.values())
 
@@ -231,6 +236,11 @@ class FakeMetadata:
     node_id = attr.ib(default=1)
     epochs = attr.ib(factory=dict)
     leaders = attr.ib(factory=dict)
+
+    @property
+    def published_version(self):
+        """Every published fact a look-up reads, as ClusterMetadata's counter moves with them."""
+        return (sorted(self.topics.items()), sorted(self.epochs.items()), sorted(self.leaders.items()))
 
     def contains_partition(self, topic, p):
         return topic in self.topics and 0 <= p < self.topics[topic]
@@ -520,25 +530,6 @@ class FetchTests(Base):
         self.assertEqual(self.clock.getDelayedCalls(), [])
         self.assertEqual(self.rm.fetch_purgatory.num_delayed(), 0)
 
-    def test_one_look_up_to_park_and_one_to_wake(self):
-        """The read and the check that parks the fetch share one partition look-up; the
-        check that completes it on the append and the read answering it share another."""
-        calls = []
-        real = self.rm.fetch_log_or_error
-
-        def counting(params, topic, partition, *rest):
-            calls.append((topic, partition))
-            return real(params, topic, partition, *rest)
-
-        self.rm.fetch_log_or_error = counting
-        d = self.fetch([(("t", 0), self.pd(0))], max_wait=10000)
-        self.assertNoResult(d)
-        self.assertEqual(calls, [("t", 0)])
-        self.produce(("t", 0), batch())
-        (tp, data), = self.successResultOf(d)
-        self.assertEqual((tp, len(data.records), data.high_watermark), (("t", 0), BATCH, 1))
-        self.assertEqual(calls, [("t", 0), ("t", 0)])
-
     def test_a_consumer_parked_at_the_end_is_not_read_nor_tried(self):
         """A consumer's fetch at the end of every partition parks without the reads and the
         parking check: its starts are what the reads answer (their fetch offset metadata),
@@ -727,32 +718,7 @@ class FetchTests(Base):
         (_, data), = self.successResultOf(d)
         self.assertEqual(len(data.records), BATCH)
 
-class VersionedFakeMetadata(FakeMetadata):
-    @property
-    def published_version(self):
-        """Every published fact a look-up reads, as ClusterMetadata's counter moves with them."""
-        return (sorted(self.topics.items()), sorted(self.epochs.items()), sorted(self.leaders.items()))
-
-
-class VersionedFakeLogManager(FakeLogManager):
-    @property
-    def attached_version(self):
-        return sorted((key, id(lg)) for key, lg in self.logs.items())
-
-
-class VersionedLookupFetchTests(FetchTests):
-    """FetchTests again with versioned look-up sources (the embedded broker's): a parked
-    fetch reuses its park-time look-ups on wake while nothing they read changed, and every
-    case (a partition gone, a leader or epoch moved, a log replaced) still completes it."""
-
-    def setUp(self):
-        Base.setUp(self)
-        self.md = VersionedFakeMetadata(self.md.topics)
-        self.lm = VersionedFakeLogManager(self.lm.base_dir)
-        self.rm = ReplicaManager(self.lm, self.md, self.clock)
-        self.assertTrue(self.rm._lookups_versioned)
-        for p in range(3):
-            self.lm.get_or_create_log("t", p)
+    # -- a parked fetch's look-ups (versioned sources, as the embedded broker's) ----------
 
     def count_look_ups(self):
         calls = []

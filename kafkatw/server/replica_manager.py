@@ -303,11 +303,11 @@ class ReplicaManager:
             cluster_mode = bool(_config_get(config, "zookeeper.connect", None))
         self.cluster_mode = cluster_mode
         # embedded mode: what a partition look-up answers changes only with the metadata's
-        # published topics and the log manager's attached logs, each versioned, so a parked
-        # fetch reuses its look-ups on wake while both versions are unchanged (a cluster's
-        # Partitions change by LeaderAndIsr: looked up again)
-        self._lookups_versioned = not cluster_mode and hasattr(metadata, "published_version") \
-            and hasattr(log_manager, "attached_version")
+        # published topics and the log manager's attached logs, each versioned
+        # (ClusterMetadata.published_version, LogManager.attached_version: embedded mode
+        # needs both), so a parked fetch reuses its look-ups on wake while both versions are
+        # unchanged (a cluster's Partitions change by LeaderAndIsr: looked up again)
+        self._lookups_versioned = not cluster_mode
         self.broker_epoch = -1  # this broker's registration epoch (set by the cluster wiring)
         self.controller_epoch = -1  # the newest controller epoch a LeaderAndIsr/StopReplica had
         self._partitions = {}  # (topic, partition) -> Partition (cluster mode)

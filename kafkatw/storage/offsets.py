@@ -85,9 +85,8 @@ class LogAppendInfo:
 
     Not to be changed once made. A class with slots, not a named tuple: CPython 3.11
     specialises the read of a slot but not of a named tuple's field (~200 instructions a
-    read), and an append's is read a dozen times (the log, the replica manager). The
-    validator fills a bare instance (no Python ``__init__`` call per append); the constructor
-    is for the others."""
+    read), and an append's is read a dozen times (the log, the replica manager). Made only
+    through its constructor, the validator's included."""
 
     __slots__ = ("first_offset", "last_offset", "max_timestamp", "offset_of_max_timestamp",
                  "log_append_time", "log_start_offset", "record_count", "valid_bytes",

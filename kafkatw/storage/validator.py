@@ -13,7 +13,6 @@ LOG_OVERHEAD = records.LOG_OVERHEAD
 MAX_DECOMPRESSED_BATCH_BYTES = compression.MAX_DECOMPRESSED_BATCH_BYTES
 validate_batch, check_records = records.validate_batch, records.check_records
 set_base_offset_and_epoch = records.set_base_offset_and_epoch
-_new_object = object.__new__
 
 
 def validate_and_assign(buf, config, now_ms, next_offset, leader_epoch=None,
@@ -104,16 +103,9 @@ def validate_and_assign(buf, config, now_ms, next_offset, leader_epoch=None,
         last_offset = batch_last
         expected_next = batch_last + 1
         pos += size
-    info = _new_object(LogAppendInfo)  # (filled here: no Python __init__ call per append)
-    info.first_offset = first_offset
-    info.last_offset = last_offset
-    info.max_timestamp = max_ts
-    info.offset_of_max_timestamp = offset_of_max_ts
-    info.log_append_time = now_ms if log_append else -1
-    info.log_start_offset = log_start_offset
-    info.record_count = record_count
-    info.valid_bytes = pos
-    info.leader_epoch = leader_epoch if leader_epoch is not None else -1
+    info = LogAppendInfo(first_offset, last_offset, max_ts, offset_of_max_ts,
+                         now_ms if log_append else -1, log_start_offset, record_count, pos,
+                         leader_epoch if leader_epoch is not None else -1)
     return info, batches
 
 
