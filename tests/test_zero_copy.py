@@ -289,3 +289,23 @@ class ServiceTransferFailureTests(unittest.SynchronousTestCase):
         err = OSError(5, "Input/output error")
         service._on_transfer_failure(FileRegion(broken, 0, 10), err)
         self.assertEqual(calls, [(os.path.abspath(log_dir), err)])
+
+
+class TracedCallsTests(unittest.SynchronousTestCase):
+    """strace -f prints a call another thread interrupts in two halves; both are counted once."""
+
+    def test_unfinished_and_resumed_halves_are_joined(self):
+        lines = [
+            "30778 preadv2(3</d/t-0/0.log>,  <unfinished ...>\n",
+            "30777 preadv2(3</d/t-0/0.log>,  <unfinished ...>\n",
+            "30778 <... preadv2 resumed>[...], 1, 0, 0) = 1048576\n",
+            "30776 pread64(3</d/t-0/0.log>, \"\"..., 61, 0) = 61\n",
+            "30777 <... preadv2 resumed>[...], 1, 1048576, 0) = 524288\n",
+            "30776 read(5<socket:[1]>, \"\"..., 4) = 4\n",
+        ]
+        from tests.tls_support import traced_calls
+
+        calls = traced_calls(lines)
+        self.assertEqual([(name, result) for name, _, _, result in calls],
+                         [("preadv2", 1048576), ("pread64", 61), ("preadv2", 524288)])
+        self.assertEqual({path for _, path, _, _ in calls}, {"/d/t-0/0.log"})

@@ -229,20 +229,40 @@ class Strace:
     def calls(self, path_suffix=".log"):
         """``[(syscall, path, args, result)]`` on file descriptors whose path ends with
         ``path_suffix`` (for sendfile: the input file), in order."""
-        out = []
         with open(self.output, errors="replace") as f:
-            for line in f:
-                m = _CALL.match(line)
-                if m is None:
-                    continue
-                _, name, _, first_path, rest, result = m.groups()
-                path = first_path
-                if name == "sendfile":
-                    m2 = re.match(r"\d+<([^>]*)>", rest)
-                    path = m2.group(1) if m2 else ""
-                if path.endswith(path_suffix):
-                    out.append((name, path, rest, int(result)))
-        return out
+            return traced_calls(f, path_suffix)
+
+
+_UNFINISHED = " <unfinished ...>"
+_PID = re.compile(r"^(?:\[pid\s+)?(\d+)")
+_RESUMED = re.compile(r"^(?:\[pid\s+)?(\d+)\]?\s+<\.\.\. \w+ resumed>(.*)$")
+
+
+def traced_calls(lines, path_suffix=".log"):
+    """The calls of ``Strace.calls`` from strace's output lines. With ``-f``, a call that another
+    thread interrupts is printed in two halves (``<unfinished ...>``, then ``<... name
+    resumed>``); the halves are joined, so no call of a busy worker thread goes uncounted."""
+    out = []
+    pending = {}
+    for line in lines:
+        line = line.rstrip("\n")
+        if line.endswith(_UNFINISHED):
+            pending[_PID.match(line).group(1)] = line[:-len(_UNFINISHED)]
+            continue
+        resumed = _RESUMED.match(line)
+        if resumed is not None:
+            line = pending.pop(resumed.group(1), "") + resumed.group(2)
+        m = _CALL.match(line)
+        if m is None:
+            continue
+        _, name, _, first_path, rest, result = m.groups()
+        path = first_path
+        if name == "sendfile":
+            m2 = re.match(r"\d+<([^>]*)>", rest)
+            path = m2.group(1) if m2 else ""
+        if path.endswith(path_suffix):
+            out.append((name, path, rest, int(result)))
+    return out
 
 
 def pread_size(args):
