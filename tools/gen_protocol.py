@@ -42,6 +42,8 @@ FIXED = {
 VARIABLE = ("string", "bytes", "records")
 #: bytes of a length read with a fixed-width run (see StructGen._next_length_code)
 FOLDED_SIZE = {"B": 1, "h": 2, "i": 4}
+#: len(_runtime.RANGES): array lengths a reader loops over without making a range
+CACHED_RANGES = 256
 
 
 # ---------------------------------------------------------------------------
@@ -829,7 +831,7 @@ class StructGen:
                 inline = f.struct and not self.calls_nested
                 if inline:
                     em("%s = ''" % self._f(self.d + 1))
-                em("for %s in range(n):" % ix)
+                em("for %s in _RANGES[n] if n < %d else range(n):" % (ix, CACHED_RANGES))
                 em.ind += 1
                 if inline:
                     self._inline(f.struct)
@@ -1271,6 +1273,7 @@ RUNTIME_IMPORTS = (
         ("CATCH", "_CATCH"),
         ("MISSING", "_MISSING"),
         ("NO_TAGS", "_NO_TAGS"),
+        ("RANGES", "_RANGES"),
         ("Struct", "_Struct"),
         ("absent", "_absent"),
         ("absent_field", "_absent_field"),

@@ -28,6 +28,11 @@ MISSING = object()
 #: read-only empty mapping instead of a new dict per struct; it equals ``{}``, is false, and a
 #: caller that wants to add tags assigns a dict of its own (a constructed struct has its own)
 NO_TAGS = _types.MappingProxyType({})
+#: ``range(n)`` made once for the array lengths of most messages: a reader loops over
+#: ``RANGES[n]`` for ``n < len(RANGES)`` instead of making a range per array (``range(n)``
+#: is ~950 instructions, most of a one-element array's loop; a range is immutable and each
+#: loop makes its own iterator)
+RANGES = tuple(range(n) for n in range(256))
 
 
 def bad_len(n, remaining):

@@ -9,6 +9,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     absent as _absent,
     absent_field as _absent_field,
@@ -232,7 +233,7 @@ class ConsumerGroupCurrentMemberAssignmentValue(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_ConsumerGroupCurrentMemberAssignmentValue_TopicPartitions)
                     f1 = 'topic_id'
                     o1.topic_id, n = _T2u(buf, pos)
@@ -289,7 +290,7 @@ class ConsumerGroupCurrentMemberAssignmentValue(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_ConsumerGroupCurrentMemberAssignmentValue_TopicPartitions)
                     f1 = 'topic_id'
                     o1.topic_id, n = _T2u(buf, pos)
@@ -718,7 +719,7 @@ class ConsumerGroupMemberMetadataValue(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     n = buf[pos]
                     pos += 1
                     if n >= 128:
@@ -865,7 +866,7 @@ class ConsumerGroupMemberMetadataValue(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_ConsumerGroupMemberMetadataValue_ClassicProtocol._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -1201,7 +1202,7 @@ class ConsumerGroupPartitionMetadataValue(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_ConsumerGroupPartitionMetadataValue_TopicMetadata)
                     f1 = 'topic_id'
                     o1.topic_id, n = _T2u(buf, pos)
@@ -1240,7 +1241,7 @@ class ConsumerGroupPartitionMetadataValue(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_ConsumerGroupPartitionMetadataValue_PartitionMetadata)
                             f2 = 'partition'
                             o2.partition, n = _T5u(buf, pos)
@@ -1260,7 +1261,7 @@ class ConsumerGroupPartitionMetadataValue(_Struct):
                                 if n < 0 or n * 1 > lb - pos:
                                     raise _bad_len(n, lb - pos)
                                 lst2 = []
-                                for _i2 in range(n):
+                                for _i2 in _RANGES[n] if n < 256 else range(n):
                                     n = buf[pos]
                                     pos += 1
                                     if n >= 128:
@@ -1426,7 +1427,7 @@ class ConsumerGroupPartitionMetadataValue(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_ConsumerGroupPartitionMetadataValue_PartitionMetadata._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -1517,7 +1518,7 @@ class ConsumerGroupPartitionMetadataValue(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         n = buf[pos]
                         pos += 1
                         if n >= 128:
@@ -1680,7 +1681,7 @@ class ConsumerGroupTargetAssignmentMemberValue(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_ConsumerGroupTargetAssignmentMemberValue_TopicPartition)
                     f1 = 'topic_id'
                     o1.topic_id, n = _T2u(buf, pos)
@@ -2079,7 +2080,7 @@ class GroupMetadataValue(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_GroupMetadataValue_MemberMetadata)
                     f1 = 'member_id'
                     n, = _ui16(buf, pos)
@@ -2292,7 +2293,7 @@ class GroupMetadataValue(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_GroupMetadataValue_MemberMetadata)
                     f1 = 'member_id'
                     n = buf[pos]
@@ -3143,7 +3144,7 @@ class ShareGroupCurrentMemberAssignmentValue(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_ShareGroupCurrentMemberAssignmentValue_TopicPartitions)
                     f1 = 'topic_id'
                     o1.topic_id, n = _T2u(buf, pos)
@@ -3501,7 +3502,7 @@ class ShareGroupMemberMetadataValue(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     n = buf[pos]
                     pos += 1
                     if n >= 128:
@@ -3743,7 +3744,7 @@ class ShareGroupPartitionMetadataValue(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_ShareGroupPartitionMetadataValue_TopicMetadata)
                     f1 = 'topic_id'
                     o1.topic_id, n = _T2u(buf, pos)
@@ -3782,7 +3783,7 @@ class ShareGroupPartitionMetadataValue(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_ShareGroupPartitionMetadataValue_PartitionMetadata)
                             f2 = 'partition'
                             o2.partition, n = _T5u(buf, pos)
@@ -3802,7 +3803,7 @@ class ShareGroupPartitionMetadataValue(_Struct):
                                 if n < 0 or n * 1 > lb - pos:
                                     raise _bad_len(n, lb - pos)
                                 lst2 = []
-                                for _i2 in range(n):
+                                for _i2 in _RANGES[n] if n < 256 else range(n):
                                     n = buf[pos]
                                     pos += 1
                                     if n >= 128:
@@ -3968,7 +3969,7 @@ class ShareGroupPartitionMetadataValue(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_ShareGroupPartitionMetadataValue_PartitionMetadata._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -4059,7 +4060,7 @@ class ShareGroupPartitionMetadataValue(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         n = buf[pos]
                         pos += 1
                         if n >= 128:
@@ -4216,7 +4217,7 @@ class ShareGroupStatePartitionMetadataValue(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_ShareGroupStatePartitionMetadataValue_TopicPartitionsInfo)
                     f1 = 'topic_id'
                     o1.topic_id, n = _T2u(buf, pos)
@@ -4290,7 +4291,7 @@ class ShareGroupStatePartitionMetadataValue(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_ShareGroupStatePartitionMetadataValue_TopicInfo)
                     f1 = 'topic_id'
                     o1.topic_id, n = _T2u(buf, pos)
@@ -4663,7 +4664,7 @@ class ShareGroupTargetAssignmentMemberValue(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_ShareGroupTargetAssignmentMemberValue_TopicPartition)
                     f1 = 'topic_id'
                     o1.topic_id, n = _T2u(buf, pos)
@@ -5024,7 +5025,7 @@ class TransactionLogValue(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_TransactionLogValue_PartitionsSchema)
                     f1 = 'topic'
                     n, = _ui16(buf, pos)
@@ -5132,7 +5133,7 @@ class TransactionLogValue(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_TransactionLogValue_PartitionsSchema)
                     f1 = 'topic'
                     n = buf[pos]

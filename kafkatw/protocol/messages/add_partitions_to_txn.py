@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     absent as _absent,
     bad_len as _bad_len,
@@ -129,7 +130,7 @@ class AddPartitionsToTxnRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic)
                     f1 = 'name'
                     n, = _ui16(buf, pos)
@@ -248,7 +249,7 @@ class AddPartitionsToTxnRequest(_Struct):
                         raise _bad_len(n, lb - pos)
                     lst = []
                     f1 = ''
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         o1 = _new(_S_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction)
                         f1 = 'transactional_id'
                         n = buf[pos]
@@ -286,7 +287,7 @@ class AddPartitionsToTxnRequest(_Struct):
                                 raise _bad_len(n, lb - pos)
                             lst1 = []
                             f2 = ''
-                            for _i1 in range(n):
+                            for _i1 in _RANGES[n] if n < 256 else range(n):
                                 o2 = _new(_S_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic)
                                 f2 = 'name'
                                 n = buf[pos]
@@ -407,7 +408,7 @@ class AddPartitionsToTxnRequest(_Struct):
                         raise _bad_len(n, lb - pos)
                     lst = []
                     f1 = ''
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         o1 = _new(_S_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic)
                         f1 = 'name'
                         n = buf[pos]
@@ -787,7 +788,7 @@ class AddPartitionsToTxnRequest(_Struct):
                         if n < 0 or n * 1 > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst = []
-                        for _i in range(n):
+                        for _i in _RANGES[n] if n < 256 else range(n):
                             e, pos = _S_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic._r1(buf, pos, v)
                             lst.append(e)
                         _i = -1
@@ -871,7 +872,7 @@ class AddPartitionsToTxnResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult)
                     f1 = 'name'
                     n, = _ui16(buf, pos)
@@ -894,7 +895,7 @@ class AddPartitionsToTxnResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult)
                             f2 = 'partition_index'
                             o2.partition_index, o2.partition_error_code = _T6u(buf, pos)
@@ -991,7 +992,7 @@ class AddPartitionsToTxnResponse(_Struct):
                         raise _bad_len(n, lb - pos)
                     lst = []
                     f1 = ''
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         o1 = _new(_S_AddPartitionsToTxnResponse_AddPartitionsToTxnResult)
                         f1 = 'transactional_id'
                         n = buf[pos]
@@ -1028,7 +1029,7 @@ class AddPartitionsToTxnResponse(_Struct):
                                 raise _bad_len(n, lb - pos)
                             lst1 = []
                             f2 = ''
-                            for _i1 in range(n):
+                            for _i1 in _RANGES[n] if n < 256 else range(n):
                                 o2 = _new(_S_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult)
                                 f2 = 'name'
                                 n = buf[pos]
@@ -1065,7 +1066,7 @@ class AddPartitionsToTxnResponse(_Struct):
                                         raise _bad_len(n, lb - pos)
                                     lst2 = []
                                     f3 = ''
-                                    for _i2 in range(n):
+                                    for _i2 in _RANGES[n] if n < 256 else range(n):
                                         o3 = _new(_S_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult)
                                         f3 = 'partition_index'
                                         o3.partition_index, o3.partition_error_code, n = _T8u(buf, pos)
@@ -1143,7 +1144,7 @@ class AddPartitionsToTxnResponse(_Struct):
                         raise _bad_len(n, lb - pos)
                     lst = []
                     f1 = ''
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         o1 = _new(_S_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult)
                         f1 = 'name'
                         n = buf[pos]
@@ -1180,7 +1181,7 @@ class AddPartitionsToTxnResponse(_Struct):
                                 raise _bad_len(n, lb - pos)
                             lst1 = []
                             f2 = ''
-                            for _i1 in range(n):
+                            for _i1 in _RANGES[n] if n < 256 else range(n):
                                 o2 = _new(_S_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult)
                                 f2 = 'partition_index'
                                 o2.partition_index, o2.partition_error_code, n = _T8u(buf, pos)
@@ -1300,7 +1301,7 @@ class AddPartitionsToTxnResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult._r0(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -1379,7 +1380,7 @@ class AddPartitionsToTxnResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -1592,7 +1593,7 @@ class AddPartitionsToTxnResponse(_Struct):
                         if n < 0 or n * 1 > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst = []
-                        for _i in range(n):
+                        for _i in _RANGES[n] if n < 256 else range(n):
                             e, pos = _S_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult._r1(buf, pos, v)
                             lst.append(e)
                         _i = -1

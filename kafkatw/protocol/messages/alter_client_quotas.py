@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     bad_len as _bad_len,
     new as _new,
@@ -102,7 +103,7 @@ class AlterClientQuotasRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_AlterClientQuotasRequest_EntryData)
                     f1 = 'entity'
                     n, = _ui32(buf, pos)
@@ -115,7 +116,7 @@ class AlterClientQuotasRequest(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_AlterClientQuotasRequest_EntityData)
                             f2 = 'entity_type'
                             n, = _ui16(buf, pos)
@@ -153,7 +154,7 @@ class AlterClientQuotasRequest(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_AlterClientQuotasRequest_OpData)
                             f2 = 'key'
                             n, = _ui16(buf, pos)
@@ -231,7 +232,7 @@ class AlterClientQuotasRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_AlterClientQuotasRequest_EntryData)
                     f1 = 'entity'
                     n = buf[pos]
@@ -251,7 +252,7 @@ class AlterClientQuotasRequest(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_AlterClientQuotasRequest_EntityData)
                             f2 = 'entity_type'
                             n = buf[pos]
@@ -323,7 +324,7 @@ class AlterClientQuotasRequest(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_AlterClientQuotasRequest_OpData)
                             f2 = 'key'
                             n = buf[pos]
@@ -449,7 +450,7 @@ class AlterClientQuotasRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_AlterClientQuotasRequest_EntityData._r0(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -464,7 +465,7 @@ class AlterClientQuotasRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_AlterClientQuotasRequest_OpData._r0(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -526,7 +527,7 @@ class AlterClientQuotasRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_AlterClientQuotasRequest_EntityData._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -548,7 +549,7 @@ class AlterClientQuotasRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_AlterClientQuotasRequest_OpData._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -893,7 +894,7 @@ class AlterClientQuotasResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_AlterClientQuotasResponse_EntryData)
                     f1 = 'error_code'
                     o1.error_code, n = _T6u(buf, pos)
@@ -917,7 +918,7 @@ class AlterClientQuotasResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_AlterClientQuotasResponse_EntityData)
                             f2 = 'entity_type'
                             n, = _ui16(buf, pos)
@@ -1000,7 +1001,7 @@ class AlterClientQuotasResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_AlterClientQuotasResponse_EntryData)
                     f1 = 'error_code'
                     o1.error_code, n = _T8u(buf, pos)
@@ -1038,7 +1039,7 @@ class AlterClientQuotasResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_AlterClientQuotasResponse_EntityData)
                             f2 = 'entity_type'
                             n = buf[pos]
@@ -1193,7 +1194,7 @@ class AlterClientQuotasResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_AlterClientQuotasResponse_EntityData._r0(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -1274,7 +1275,7 @@ class AlterClientQuotasResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_AlterClientQuotasResponse_EntityData._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1

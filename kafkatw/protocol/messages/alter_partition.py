@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     absent as _absent,
     bad_len as _bad_len,
@@ -123,7 +124,7 @@ class AlterPartitionRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_AlterPartitionRequest_TopicData)
                     if v <= 1:
                         f1 = 'topic_name'
@@ -169,7 +170,7 @@ class AlterPartitionRequest(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_AlterPartitionRequest_PartitionData)
                             f2 = 'partition_index'
                             o2.partition_index, o2.leader_epoch = _T3u(buf, pos)
@@ -214,7 +215,7 @@ class AlterPartitionRequest(_Struct):
                                         raise _bad_len(n, lb - pos)
                                     lst2 = []
                                     f3 = ''
-                                    for _i2 in range(n):
+                                    for _i2 in _RANGES[n] if n < 256 else range(n):
                                         o3 = _new(_S_AlterPartitionRequest_BrokerState)
                                         f3 = 'broker_id'
                                         o3.broker_id, o3.broker_epoch, n = _T1u(buf, pos)
@@ -399,7 +400,7 @@ class AlterPartitionRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_AlterPartitionRequest_PartitionData._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -540,7 +541,7 @@ class AlterPartitionRequest(_Struct):
                         if n < 0 or n * 1 > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst = []
-                        for _i in range(n):
+                        for _i in _RANGES[n] if n < 256 else range(n):
                             e, pos = _S_AlterPartitionRequest_BrokerState._r1(buf, pos, v)
                             lst.append(e)
                         _i = -1
@@ -704,7 +705,7 @@ class AlterPartitionResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_AlterPartitionResponse_TopicData)
                     if v <= 1:
                         f1 = 'topic_name'
@@ -750,7 +751,7 @@ class AlterPartitionResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_AlterPartitionResponse_PartitionData)
                             f2 = 'partition_index'
                             o2.partition_index, o2.error_code, o2.leader_id, o2.leader_epoch, n = _T9u(buf, pos)
@@ -933,7 +934,7 @@ class AlterPartitionResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_AlterPartitionResponse_PartitionData._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1

@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     bad_len as _bad_len,
     new as _new,
@@ -104,7 +105,7 @@ class AlterPartitionReassignmentsRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_AlterPartitionReassignmentsRequest_ReassignableTopic)
                     f1 = 'name'
                     n = buf[pos]
@@ -141,7 +142,7 @@ class AlterPartitionReassignmentsRequest(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_AlterPartitionReassignmentsRequest_ReassignablePartition)
                             f2 = 'partition_index'
                             o2.partition_index, n = _T1u(buf, pos)
@@ -303,7 +304,7 @@ class AlterPartitionReassignmentsRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_AlterPartitionReassignmentsRequest_ReassignablePartition._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -504,7 +505,7 @@ class AlterPartitionReassignmentsResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_AlterPartitionReassignmentsResponse_ReassignableTopicResponse)
                     f1 = 'name'
                     n = buf[pos]
@@ -541,7 +542,7 @@ class AlterPartitionReassignmentsResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_AlterPartitionReassignmentsResponse_ReassignablePartitionResponse)
                             f2 = 'partition_index'
                             o2.partition_index, o2.error_code, n = _T3u(buf, pos)
@@ -702,7 +703,7 @@ class AlterPartitionReassignmentsResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_AlterPartitionReassignmentsResponse_ReassignablePartitionResponse._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1

@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     bad_len as _bad_len,
     new as _new,
@@ -91,7 +92,7 @@ class AlterReplicaLogDirsRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_AlterReplicaLogDirsRequest_AlterReplicaLogDir)
                     f1 = 'path'
                     n, = _ui16(buf, pos)
@@ -114,7 +115,7 @@ class AlterReplicaLogDirsRequest(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_AlterReplicaLogDirsRequest_AlterReplicaLogDirTopic)
                             f2 = 'name'
                             n, = _ui16(buf, pos)
@@ -196,7 +197,7 @@ class AlterReplicaLogDirsRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_AlterReplicaLogDirsRequest_AlterReplicaLogDir)
                     f1 = 'path'
                     n = buf[pos]
@@ -233,7 +234,7 @@ class AlterReplicaLogDirsRequest(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_AlterReplicaLogDirsRequest_AlterReplicaLogDirTopic)
                             f2 = 'name'
                             n = buf[pos]
@@ -385,7 +386,7 @@ class AlterReplicaLogDirsRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_AlterReplicaLogDirsRequest_AlterReplicaLogDirTopic._r0(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -464,7 +465,7 @@ class AlterReplicaLogDirsRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_AlterReplicaLogDirsRequest_AlterReplicaLogDirTopic._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -692,7 +693,7 @@ class AlterReplicaLogDirsResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult)
                     f1 = 'topic_name'
                     n, = _ui16(buf, pos)
@@ -715,7 +716,7 @@ class AlterReplicaLogDirsResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_AlterReplicaLogDirsResponse_AlterReplicaLogDirPartitionResult)
                             f2 = 'partition_index'
                             o2.partition_index, o2.error_code = _T2u(buf, pos)
@@ -781,7 +782,7 @@ class AlterReplicaLogDirsResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult)
                     f1 = 'topic_name'
                     n = buf[pos]
@@ -818,7 +819,7 @@ class AlterReplicaLogDirsResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_AlterReplicaLogDirsResponse_AlterReplicaLogDirPartitionResult)
                             f2 = 'partition_index'
                             o2.partition_index, o2.error_code, n = _T4u(buf, pos)
@@ -936,7 +937,7 @@ class AlterReplicaLogDirsResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_AlterReplicaLogDirsResponse_AlterReplicaLogDirPartitionResult._r0(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -1015,7 +1016,7 @@ class AlterReplicaLogDirsResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_AlterReplicaLogDirsResponse_AlterReplicaLogDirPartitionResult._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1

@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     bad_len as _bad_len,
     new as _new,
@@ -118,7 +119,7 @@ class AlterUserScramCredentialsRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_AlterUserScramCredentialsRequest_ScramCredentialDeletion)
                     f1 = 'name'
                     n = buf[pos]
@@ -174,7 +175,7 @@ class AlterUserScramCredentialsRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_AlterUserScramCredentialsRequest_ScramCredentialUpsertion)
                     f1 = 'name'
                     n = buf[pos]
@@ -548,7 +549,7 @@ class AlterUserScramCredentialsResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_AlterUserScramCredentialsResponse_AlterUserScramCredentialsResult)
                     f1 = 'user'
                     n = buf[pos]

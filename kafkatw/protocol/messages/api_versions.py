@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     absent as _absent,
     bad_len as _bad_len,
@@ -238,7 +239,7 @@ class ApiVersionsResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_ApiVersionsResponse_ApiVersion)
                     f1 = 'api_key'
                     o1.api_key, o1.min_version, o1.max_version = _T3u(buf, pos)
@@ -346,7 +347,7 @@ class ApiVersionsResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_ApiVersionsResponse_ApiVersion)
                     f1 = 'api_key'
                     o1.api_key, o1.min_version, o1.max_version, n = _T7u(buf, pos)
@@ -400,7 +401,7 @@ class ApiVersionsResponse(_Struct):
                             if n < 0 or n * 1 > lb - pos:
                                 raise _bad_len(n, lb - pos)
                             lst = []
-                            for _i in range(n):
+                            for _i in _RANGES[n] if n < 256 else range(n):
                                 e, pos = _S_ApiVersionsResponse_SupportedFeatureKey._r1(buf, pos, v)
                                 lst.append(e)
                             _i = -1
@@ -431,7 +432,7 @@ class ApiVersionsResponse(_Struct):
                             if n < 0 or n * 1 > lb - pos:
                                 raise _bad_len(n, lb - pos)
                             lst = []
-                            for _i in range(n):
+                            for _i in _RANGES[n] if n < 256 else range(n):
                                 e, pos = _S_ApiVersionsResponse_FinalizedFeatureKey._r1(buf, pos, v)
                                 lst.append(e)
                             _i = -1

@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     bad_len as _bad_len,
     new as _new,
@@ -114,7 +115,7 @@ class AssignReplicasToDirsRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_AssignReplicasToDirsRequest_DirectoryData)
                     f1 = 'id'
                     o1.id, n = _T2u(buf, pos)
@@ -135,7 +136,7 @@ class AssignReplicasToDirsRequest(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_AssignReplicasToDirsRequest_TopicData)
                             f2 = 'topic_id'
                             o2.topic_id, n = _T2u(buf, pos)
@@ -156,7 +157,7 @@ class AssignReplicasToDirsRequest(_Struct):
                                     raise _bad_len(n, lb - pos)
                                 lst2 = []
                                 f3 = ''
-                                for _i2 in range(n):
+                                for _i2 in _RANGES[n] if n < 256 else range(n):
                                     o3 = _new(_S_AssignReplicasToDirsRequest_PartitionData)
                                     f3 = 'partition_index'
                                     o3.partition_index, n = _T3u(buf, pos)
@@ -292,7 +293,7 @@ class AssignReplicasToDirsRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_AssignReplicasToDirsRequest_TopicData._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -377,7 +378,7 @@ class AssignReplicasToDirsRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_AssignReplicasToDirsRequest_PartitionData._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -519,7 +520,7 @@ class AssignReplicasToDirsResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_AssignReplicasToDirsResponse_DirectoryData)
                     f1 = 'id'
                     o1.id, n = _T2u(buf, pos)
@@ -540,7 +541,7 @@ class AssignReplicasToDirsResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_AssignReplicasToDirsResponse_TopicData)
                             f2 = 'topic_id'
                             o2.topic_id, n = _T2u(buf, pos)
@@ -561,7 +562,7 @@ class AssignReplicasToDirsResponse(_Struct):
                                     raise _bad_len(n, lb - pos)
                                 lst2 = []
                                 f3 = ''
-                                for _i2 in range(n):
+                                for _i2 in _RANGES[n] if n < 256 else range(n):
                                     o3 = _new(_S_AssignReplicasToDirsResponse_PartitionData)
                                     f3 = 'partition_index'
                                     o3.partition_index, o3.error_code, n = _T7u(buf, pos)
@@ -697,7 +698,7 @@ class AssignReplicasToDirsResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_AssignReplicasToDirsResponse_TopicData._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -782,7 +783,7 @@ class AssignReplicasToDirsResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_AssignReplicasToDirsResponse_PartitionData._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1

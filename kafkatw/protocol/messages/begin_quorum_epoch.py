@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     absent as _absent,
     bad_len as _bad_len,
@@ -130,7 +131,7 @@ class BeginQuorumEpochRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_BeginQuorumEpochRequest_TopicData)
                     f1 = 'topic_name'
                     n, = _ui16(buf, pos)
@@ -153,7 +154,7 @@ class BeginQuorumEpochRequest(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_BeginQuorumEpochRequest_PartitionData)
                             f2 = 'partition_index'
                             o2.partition_index, = _T0u(buf, pos)
@@ -263,7 +264,7 @@ class BeginQuorumEpochRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_BeginQuorumEpochRequest_TopicData)
                     f1 = 'topic_name'
                     n = buf[pos]
@@ -300,7 +301,7 @@ class BeginQuorumEpochRequest(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_BeginQuorumEpochRequest_PartitionData)
                             f2 = 'partition_index'
                             o2.partition_index, o2.voter_directory_id, o2.leader_id, o2.leader_epoch, n = _T3u(buf, pos)
@@ -357,7 +358,7 @@ class BeginQuorumEpochRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_BeginQuorumEpochRequest_LeaderEndpoint)
                     f1 = 'name'
                     n = buf[pos]
@@ -491,7 +492,7 @@ class BeginQuorumEpochRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_BeginQuorumEpochRequest_PartitionData._r0(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -570,7 +571,7 @@ class BeginQuorumEpochRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_BeginQuorumEpochRequest_PartitionData._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -860,7 +861,7 @@ class BeginQuorumEpochResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_BeginQuorumEpochResponse_TopicData)
                     f1 = 'topic_name'
                     n, = _ui16(buf, pos)
@@ -883,7 +884,7 @@ class BeginQuorumEpochResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_BeginQuorumEpochResponse_PartitionData)
                             f2 = 'partition_index'
                             o2.partition_index, o2.error_code, o2.leader_id, o2.leader_epoch = _T9u(buf, pos)
@@ -965,7 +966,7 @@ class BeginQuorumEpochResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_BeginQuorumEpochResponse_TopicData)
                     f1 = 'topic_name'
                     n = buf[pos]
@@ -1002,7 +1003,7 @@ class BeginQuorumEpochResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_BeginQuorumEpochResponse_PartitionData)
                             f2 = 'partition_index'
                             o2.partition_index, o2.error_code, o2.leader_id, o2.leader_epoch, n = _T11u(buf, pos)
@@ -1070,7 +1071,7 @@ class BeginQuorumEpochResponse(_Struct):
                             if n < 0 or n * 1 > lb - pos:
                                 raise _bad_len(n, lb - pos)
                             lst = []
-                            for _i in range(n):
+                            for _i in _RANGES[n] if n < 256 else range(n):
                                 e, pos = _S_BeginQuorumEpochResponse_NodeEndpoint._r1(buf, pos, v)
                                 lst.append(e)
                             _i = -1
@@ -1147,7 +1148,7 @@ class BeginQuorumEpochResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_BeginQuorumEpochResponse_PartitionData._r0(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -1226,7 +1227,7 @@ class BeginQuorumEpochResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_BeginQuorumEpochResponse_PartitionData._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1

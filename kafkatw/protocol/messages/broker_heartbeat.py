@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     absent as _absent,
     bad_len as _bad_len,
@@ -126,7 +127,7 @@ class BrokerHeartbeatRequest(_Struct):
                             if n < 0 or n * 16 > lb - pos:
                                 raise _bad_len(n, lb - pos)
                             lst = []
-                            for _i in range(n):
+                            for _i in _RANGES[n] if n < 256 else range(n):
                                 e = buf[pos:pos + 16].tobytes()
                                 pos += 16
                                 lst.append(e)

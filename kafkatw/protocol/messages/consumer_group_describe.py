@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     bad_len as _bad_len,
     new as _new,
@@ -119,7 +120,7 @@ class ConsumerGroupDescribeRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     n = buf[pos]
                     pos += 1
                     if n >= 128:
@@ -222,7 +223,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_ConsumerGroupDescribeResponse_DescribedGroup)
                     f1 = 'error_code'
                     o1.error_code, n = _T4u(buf, pos)
@@ -312,7 +313,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_ConsumerGroupDescribeResponse_Member)
                             f2 = 'member_id'
                             n = buf[pos]
@@ -417,7 +418,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                                 if n < 0 or n * 1 > lb - pos:
                                     raise _bad_len(n, lb - pos)
                                 lst2 = []
-                                for _i2 in range(n):
+                                for _i2 in _RANGES[n] if n < 256 else range(n):
                                     n = buf[pos]
                                     pos += 1
                                     if n >= 128:
@@ -472,7 +473,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                                     raise _bad_len(n, lb - pos)
                                 lst3 = []
                                 f4 = ''
-                                for _i3 in range(n):
+                                for _i3 in _RANGES[n] if n < 256 else range(n):
                                     o4 = _new(_S_ConsumerGroupDescribeResponse_TopicPartitions)
                                     f4 = 'topic_id'
                                     o4.topic_id, n = _T6u(buf, pos)
@@ -565,7 +566,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                                     raise _bad_len(n, lb - pos)
                                 lst3 = []
                                 f4 = ''
-                                for _i3 in range(n):
+                                for _i3 in _RANGES[n] if n < 256 else range(n):
                                     o4 = _new(_S_ConsumerGroupDescribeResponse_TopicPartitions)
                                     f4 = 'topic_id'
                                     o4.topic_id, n = _T6u(buf, pos)
@@ -859,7 +860,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_ConsumerGroupDescribeResponse_TopicPartitions._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -1073,7 +1074,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_ConsumerGroupDescribeResponse_Member._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -1334,7 +1335,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         n = buf[pos]
                         pos += 1
                         if n >= 128:

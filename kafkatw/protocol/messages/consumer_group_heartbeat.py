@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     absent as _absent,
     bad_len as _bad_len,
@@ -284,7 +285,7 @@ class ConsumerGroupHeartbeatRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     n = buf[pos]
                     pos += 1
                     if n >= 128:
@@ -356,7 +357,7 @@ class ConsumerGroupHeartbeatRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_ConsumerGroupHeartbeatRequest_TopicPartitions)
                     f1 = 'topic_id'
                     o1.topic_id, n = _T2u(buf, pos)
@@ -765,7 +766,7 @@ class ConsumerGroupHeartbeatResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_ConsumerGroupHeartbeatResponse_TopicPartitions._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1

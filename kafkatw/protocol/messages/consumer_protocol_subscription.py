@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     absent as _absent,
     bad_len as _bad_len,
@@ -112,7 +113,7 @@ class ConsumerProtocolSubscription(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     n, = _ui16(buf, pos)
                     pos += 2
                     if n < 0 or n > lb - pos:
@@ -144,7 +145,7 @@ class ConsumerProtocolSubscription(_Struct):
                         raise _bad_len(n, lb - pos)
                     lst = []
                     f1 = ''
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         o1 = _new(_S_ConsumerProtocolSubscription_TopicPartition)
                         f1 = 'topic'
                         n, = _ui16(buf, pos)

@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     bad_len as _bad_len,
     new as _new,
@@ -175,7 +176,7 @@ class ControlledShutdownResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_ControlledShutdownResponse_RemainingPartition)
                     f1 = 'topic_name'
                     n, = _ui16(buf, pos)
@@ -245,7 +246,7 @@ class ControlledShutdownResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_ControlledShutdownResponse_RemainingPartition)
                     f1 = 'topic_name'
                     n = buf[pos]

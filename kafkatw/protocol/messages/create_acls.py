@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     absent as _absent,
     bad_len as _bad_len,
@@ -101,7 +102,7 @@ class CreateAclsRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_CreateAclsRequest_AclCreation)
                     f1 = 'resource_type'
                     o1.resource_type, n = _T0u(buf, pos)
@@ -196,7 +197,7 @@ class CreateAclsRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_CreateAclsRequest_AclCreation)
                     f1 = 'resource_type'
                     o1.resource_type, n = _T3u(buf, pos)
@@ -569,7 +570,7 @@ class CreateAclsResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_CreateAclsResponse_AclCreationResult)
                     f1 = 'error_code'
                     o1.error_code, n = _T7u(buf, pos)
@@ -637,7 +638,7 @@ class CreateAclsResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_CreateAclsResponse_AclCreationResult)
                     f1 = 'error_code'
                     o1.error_code, n = _T9u(buf, pos)

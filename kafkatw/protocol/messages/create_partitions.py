@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     bad_len as _bad_len,
     new as _new,
@@ -102,7 +103,7 @@ class CreatePartitionsRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_CreatePartitionsRequest_CreatePartitionsTopic)
                     f1 = 'name'
                     n, = _ui16(buf, pos)
@@ -126,7 +127,7 @@ class CreatePartitionsRequest(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_CreatePartitionsRequest_CreatePartitionsAssignment)
                             f2 = 'broker_ids'
                             n, = _ui32(buf, pos)
@@ -202,7 +203,7 @@ class CreatePartitionsRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_CreatePartitionsRequest_CreatePartitionsTopic)
                     f1 = 'name'
                     n = buf[pos]
@@ -240,7 +241,7 @@ class CreatePartitionsRequest(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_CreatePartitionsRequest_CreatePartitionsAssignment)
                             f2 = 'broker_ids'
                             n = buf[pos]
@@ -380,7 +381,7 @@ class CreatePartitionsRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_CreatePartitionsRequest_CreatePartitionsAssignment._r0(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -461,7 +462,7 @@ class CreatePartitionsRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_CreatePartitionsRequest_CreatePartitionsAssignment._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -641,7 +642,7 @@ class CreatePartitionsResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_CreatePartitionsResponse_CreatePartitionsTopicResult)
                     f1 = 'name'
                     n, = _ui16(buf, pos)
@@ -719,7 +720,7 @@ class CreatePartitionsResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_CreatePartitionsResponse_CreatePartitionsTopicResult)
                     f1 = 'name'
                     n = buf[pos]

@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     absent as _absent,
     bad_len as _bad_len,
@@ -122,7 +123,7 @@ class CreateTopicsRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_CreateTopicsRequest_CreatableTopic)
                     f1 = 'name'
                     n, = _ui16(buf, pos)
@@ -146,7 +147,7 @@ class CreateTopicsRequest(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_CreateTopicsRequest_CreatableReplicaAssignment)
                             f2 = 'partition_index'
                             o2.partition_index, n = _T3u(buf, pos)
@@ -176,7 +177,7 @@ class CreateTopicsRequest(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_CreateTopicsRequest_CreatableTopicConfig)
                             f2 = 'name'
                             n, = _ui16(buf, pos)
@@ -267,7 +268,7 @@ class CreateTopicsRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_CreateTopicsRequest_CreatableTopic)
                     f1 = 'name'
                     n = buf[pos]
@@ -305,7 +306,7 @@ class CreateTopicsRequest(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_CreateTopicsRequest_CreatableReplicaAssignment)
                             f2 = 'partition_index'
                             o2.partition_index, n = _T6u(buf, pos)
@@ -362,7 +363,7 @@ class CreateTopicsRequest(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_CreateTopicsRequest_CreatableTopicConfig)
                             f2 = 'name'
                             n = buf[pos]
@@ -529,7 +530,7 @@ class CreateTopicsRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_CreateTopicsRequest_CreatableReplicaAssignment._r0(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -544,7 +545,7 @@ class CreateTopicsRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_CreateTopicsRequest_CreatableTopicConfig._r0(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -636,7 +637,7 @@ class CreateTopicsRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_CreateTopicsRequest_CreatableReplicaAssignment._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -658,7 +659,7 @@ class CreateTopicsRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_CreateTopicsRequest_CreatableTopicConfig._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -1004,7 +1005,7 @@ class CreateTopicsResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_CreateTopicsResponse_CreatableTopicResult)
                     f1 = 'name'
                     n, = _ui16(buf, pos)
@@ -1093,7 +1094,7 @@ class CreateTopicsResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_CreateTopicsResponse_CreatableTopicResult)
                     f1 = 'name'
                     n = buf[pos]
@@ -1156,7 +1157,7 @@ class CreateTopicsResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_CreateTopicsResponse_CreatableTopicConfigs)
                             f2 = 'name'
                             n = buf[pos]
@@ -1460,7 +1461,7 @@ class CreateTopicsResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_CreateTopicsResponse_CreatableTopicConfigs._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1

@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     absent as _absent,
     bad_len as _bad_len,
@@ -101,7 +102,7 @@ class DeleteAclsRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_DeleteAclsRequest_DeleteAclsFilter)
                     f1 = 'resource_type_filter'
                     o1.resource_type_filter, n = _T0u(buf, pos)
@@ -196,7 +197,7 @@ class DeleteAclsRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_DeleteAclsRequest_DeleteAclsFilter)
                     f1 = 'resource_type_filter'
                     o1.resource_type_filter, n = _T3u(buf, pos)
@@ -570,7 +571,7 @@ class DeleteAclsResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_DeleteAclsResponse_DeleteAclsFilterResult)
                     f1 = 'error_code'
                     o1.error_code, n = _T7u(buf, pos)
@@ -594,7 +595,7 @@ class DeleteAclsResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_DeleteAclsResponse_DeleteAclsMatchingAcl)
                             f2 = 'error_code'
                             o2.error_code, n = _T7u(buf, pos)
@@ -708,7 +709,7 @@ class DeleteAclsResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_DeleteAclsResponse_DeleteAclsFilterResult)
                     f1 = 'error_code'
                     o1.error_code, n = _T9u(buf, pos)
@@ -746,7 +747,7 @@ class DeleteAclsResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_DeleteAclsResponse_DeleteAclsMatchingAcl)
                             f2 = 'error_code'
                             o2.error_code, n = _T9u(buf, pos)
@@ -939,7 +940,7 @@ class DeleteAclsResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_DeleteAclsResponse_DeleteAclsMatchingAcl._r0(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -1020,7 +1021,7 @@ class DeleteAclsResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_DeleteAclsResponse_DeleteAclsMatchingAcl._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1

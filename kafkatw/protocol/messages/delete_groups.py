@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     bad_len as _bad_len,
     new as _new,
@@ -88,7 +89,7 @@ class DeleteGroupsRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     n, = _ui16(buf, pos)
                     pos += 2
                     if n < 0 or n > lb - pos:
@@ -150,7 +151,7 @@ class DeleteGroupsRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     n = buf[pos]
                     pos += 1
                     if n >= 128:
@@ -234,7 +235,7 @@ class DeleteGroupsResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_DeleteGroupsResponse_DeletableGroupResult)
                     f1 = 'group_id'
                     n, = _ui16(buf, pos)
@@ -304,7 +305,7 @@ class DeleteGroupsResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_DeleteGroupsResponse_DeletableGroupResult)
                     f1 = 'group_id'
                     n = buf[pos]

@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     bad_len as _bad_len,
     new as _new,
@@ -96,7 +97,7 @@ class DeleteRecordsRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_DeleteRecordsRequest_DeleteRecordsTopic)
                     f1 = 'name'
                     n, = _ui16(buf, pos)
@@ -119,7 +120,7 @@ class DeleteRecordsRequest(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_DeleteRecordsRequest_DeleteRecordsPartition)
                             f2 = 'partition_index'
                             o2.partition_index, o2.offset = _T1u(buf, pos)
@@ -187,7 +188,7 @@ class DeleteRecordsRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_DeleteRecordsRequest_DeleteRecordsTopic)
                     f1 = 'name'
                     n = buf[pos]
@@ -224,7 +225,7 @@ class DeleteRecordsRequest(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_DeleteRecordsRequest_DeleteRecordsPartition)
                             f2 = 'partition_index'
                             o2.partition_index, o2.offset, n = _T2u(buf, pos)
@@ -343,7 +344,7 @@ class DeleteRecordsRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_DeleteRecordsRequest_DeleteRecordsPartition._r0(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -422,7 +423,7 @@ class DeleteRecordsRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_DeleteRecordsRequest_DeleteRecordsPartition._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -566,7 +567,7 @@ class DeleteRecordsResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_DeleteRecordsResponse_DeleteRecordsTopicResult)
                     f1 = 'name'
                     n, = _ui16(buf, pos)
@@ -589,7 +590,7 @@ class DeleteRecordsResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_DeleteRecordsResponse_DeleteRecordsPartitionResult)
                             f2 = 'partition_index'
                             o2.partition_index, o2.low_watermark, o2.error_code = _T5u(buf, pos)
@@ -655,7 +656,7 @@ class DeleteRecordsResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_DeleteRecordsResponse_DeleteRecordsTopicResult)
                     f1 = 'name'
                     n = buf[pos]
@@ -692,7 +693,7 @@ class DeleteRecordsResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_DeleteRecordsResponse_DeleteRecordsPartitionResult)
                             f2 = 'partition_index'
                             o2.partition_index, o2.low_watermark, o2.error_code, n = _T6u(buf, pos)
@@ -810,7 +811,7 @@ class DeleteRecordsResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_DeleteRecordsResponse_DeleteRecordsPartitionResult._r0(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -889,7 +890,7 @@ class DeleteRecordsResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_DeleteRecordsResponse_DeleteRecordsPartitionResult._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1

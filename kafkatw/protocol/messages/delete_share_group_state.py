@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     bad_len as _bad_len,
     new as _new,
@@ -133,7 +134,7 @@ class DeleteShareGroupStateRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_DeleteShareGroupStateRequest_DeleteStateData)
                     f1 = 'topic_id'
                     o1.topic_id, n = _T0u(buf, pos)
@@ -154,7 +155,7 @@ class DeleteShareGroupStateRequest(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_DeleteShareGroupStateRequest_PartitionData)
                             f2 = 'partition'
                             o2.partition, n = _T1u(buf, pos)
@@ -272,7 +273,7 @@ class DeleteShareGroupStateRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_DeleteShareGroupStateRequest_PartitionData._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -407,7 +408,7 @@ class DeleteShareGroupStateResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_DeleteShareGroupStateResponse_DeleteStateResult)
                     f1 = 'topic_id'
                     o1.topic_id, n = _T0u(buf, pos)
@@ -428,7 +429,7 @@ class DeleteShareGroupStateResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_DeleteShareGroupStateResponse_PartitionResult)
                             f2 = 'partition'
                             o2.partition, o2.error_code, n = _T4u(buf, pos)
@@ -563,7 +564,7 @@ class DeleteShareGroupStateResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_DeleteShareGroupStateResponse_PartitionResult._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1

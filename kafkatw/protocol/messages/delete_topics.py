@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     absent as _absent,
     bad_len as _bad_len,
@@ -98,7 +99,7 @@ class DeleteTopicsRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     n, = _ui16(buf, pos)
                     pos += 2
                     if n < 0 or n > lb - pos:
@@ -183,7 +184,7 @@ class DeleteTopicsRequest(_Struct):
                         raise _bad_len(n, lb - pos)
                     lst = []
                     f1 = ''
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         o1 = _new(_S_DeleteTopicsRequest_DeleteTopicState)
                         f1 = 'name'
                         n = buf[pos]
@@ -241,7 +242,7 @@ class DeleteTopicsRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         n = buf[pos]
                         pos += 1
                         if n >= 128:
@@ -450,7 +451,7 @@ class DeleteTopicsResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_DeleteTopicsResponse_DeletableTopicResult)
                     f1 = 'name'
                     n, = _ui16(buf, pos)
@@ -522,7 +523,7 @@ class DeleteTopicsResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_DeleteTopicsResponse_DeletableTopicResult)
                     f1 = 'name'
                     n = buf[pos]

@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     absent as _absent,
     bad_len as _bad_len,
@@ -353,7 +354,7 @@ class DescribeAclsResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_DescribeAclsResponse_DescribeAclsResource)
                     f1 = 'resource_type'
                     o1.resource_type, n = _T2u(buf, pos)
@@ -383,7 +384,7 @@ class DescribeAclsResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_DescribeAclsResponse_AclDescription)
                             f2 = 'principal'
                             n, = _ui16(buf, pos)
@@ -497,7 +498,7 @@ class DescribeAclsResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_DescribeAclsResponse_DescribeAclsResource)
                     f1 = 'resource_type'
                     o1.resource_type, n = _T3u(buf, pos)
@@ -536,7 +537,7 @@ class DescribeAclsResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_DescribeAclsResponse_AclDescription)
                             f2 = 'principal'
                             n = buf[pos]
@@ -705,7 +706,7 @@ class DescribeAclsResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_DescribeAclsResponse_AclDescription._r0(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -788,7 +789,7 @@ class DescribeAclsResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_DescribeAclsResponse_AclDescription._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1

@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     bad_len as _bad_len,
     new as _new,
@@ -101,7 +102,7 @@ class DescribeClientQuotasRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_DescribeClientQuotasRequest_ComponentData)
                     f1 = 'entity_type'
                     n, = _ui16(buf, pos)
@@ -181,7 +182,7 @@ class DescribeClientQuotasRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_DescribeClientQuotasRequest_ComponentData)
                     f1 = 'entity_type'
                     n = buf[pos]
@@ -486,7 +487,7 @@ class DescribeClientQuotasResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_DescribeClientQuotasResponse_EntryData)
                     f1 = 'entity'
                     n, = _ui32(buf, pos)
@@ -499,7 +500,7 @@ class DescribeClientQuotasResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_DescribeClientQuotasResponse_EntityData)
                             f2 = 'entity_type'
                             n, = _ui16(buf, pos)
@@ -537,7 +538,7 @@ class DescribeClientQuotasResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_DescribeClientQuotasResponse_ValueData)
                             f2 = 'key'
                             n, = _ui16(buf, pos)
@@ -641,7 +642,7 @@ class DescribeClientQuotasResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_DescribeClientQuotasResponse_EntryData)
                     f1 = 'entity'
                     n = buf[pos]
@@ -661,7 +662,7 @@ class DescribeClientQuotasResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_DescribeClientQuotasResponse_EntityData)
                             f2 = 'entity_type'
                             n = buf[pos]
@@ -733,7 +734,7 @@ class DescribeClientQuotasResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_DescribeClientQuotasResponse_ValueData)
                             f2 = 'key'
                             n = buf[pos]
@@ -858,7 +859,7 @@ class DescribeClientQuotasResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_DescribeClientQuotasResponse_EntityData._r0(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -873,7 +874,7 @@ class DescribeClientQuotasResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_DescribeClientQuotasResponse_ValueData._r0(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -935,7 +936,7 @@ class DescribeClientQuotasResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_DescribeClientQuotasResponse_EntityData._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -957,7 +958,7 @@ class DescribeClientQuotasResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_DescribeClientQuotasResponse_ValueData._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1

@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     absent as _absent,
     bad_len as _bad_len,
@@ -121,7 +122,7 @@ class DescribeConfigsRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_DescribeConfigsRequest_DescribeConfigsResource)
                     f1 = 'resource_type'
                     o1.resource_type, n = _T1u(buf, pos)
@@ -144,7 +145,7 @@ class DescribeConfigsRequest(_Struct):
                         if n < 0 or n * 1 > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst1 = []
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             n, = _ui16(buf, pos)
                             pos += 2
                             if n < 0 or n > lb - pos:
@@ -220,7 +221,7 @@ class DescribeConfigsRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_DescribeConfigsRequest_DescribeConfigsResource)
                     f1 = 'resource_type'
                     o1.resource_type, n = _T3u(buf, pos)
@@ -257,7 +258,7 @@ class DescribeConfigsRequest(_Struct):
                         if n < 0 or n * 1 > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst1 = []
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             n = buf[pos]
                             pos += 1
                             if n >= 128:
@@ -378,7 +379,7 @@ class DescribeConfigsRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         n, = _ui16(buf, pos)
                         pos += 2
                         if n < 0 or n > lb - pos:
@@ -470,7 +471,7 @@ class DescribeConfigsRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         n = buf[pos]
                         pos += 1
                         if n >= 128:
@@ -557,7 +558,7 @@ class DescribeConfigsResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_DescribeConfigsResponse_DescribeConfigsResult)
                     f1 = 'error_code'
                     o1.error_code, n = _T8u(buf, pos)
@@ -592,7 +593,7 @@ class DescribeConfigsResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_DescribeConfigsResponse_DescribeConfigsResourceResult)
                             f2 = 'name'
                             n, = _ui16(buf, pos)
@@ -644,7 +645,7 @@ class DescribeConfigsResponse(_Struct):
                                         raise _bad_len(n, lb - pos)
                                     lst2 = []
                                     f3 = ''
-                                    for _i2 in range(n):
+                                    for _i2 in _RANGES[n] if n < 256 else range(n):
                                         o3 = _new(_S_DescribeConfigsResponse_DescribeConfigsSynonym)
                                         f3 = 'name'
                                         n, = _ui16(buf, pos)
@@ -757,7 +758,7 @@ class DescribeConfigsResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_DescribeConfigsResponse_DescribeConfigsResult)
                     f1 = 'error_code'
                     o1.error_code, n = _T10u(buf, pos)
@@ -813,7 +814,7 @@ class DescribeConfigsResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_DescribeConfigsResponse_DescribeConfigsResourceResult)
                             f2 = 'name'
                             n = buf[pos]
@@ -872,7 +873,7 @@ class DescribeConfigsResponse(_Struct):
                                     raise _bad_len(n, lb - pos)
                                 lst2 = []
                                 f3 = ''
-                                for _i2 in range(n):
+                                for _i2 in _RANGES[n] if n < 256 else range(n):
                                     o3 = _new(_S_DescribeConfigsResponse_DescribeConfigsSynonym)
                                     f3 = 'name'
                                     n = buf[pos]
@@ -1087,7 +1088,7 @@ class DescribeConfigsResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_DescribeConfigsResponse_DescribeConfigsResourceResult._r0(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -1198,7 +1199,7 @@ class DescribeConfigsResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_DescribeConfigsResponse_DescribeConfigsResourceResult._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -1353,7 +1354,7 @@ class DescribeConfigsResponse(_Struct):
                         if n < 0 or n * 1 > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst = []
-                        for _i in range(n):
+                        for _i in _RANGES[n] if n < 256 else range(n):
                             e, pos = _S_DescribeConfigsResponse_DescribeConfigsSynonym._r0(buf, pos, v)
                             lst.append(e)
                         _i = -1
@@ -1502,7 +1503,7 @@ class DescribeConfigsResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_DescribeConfigsResponse_DescribeConfigsSynonym._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1

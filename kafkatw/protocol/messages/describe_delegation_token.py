@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     absent as _absent,
     bad_len as _bad_len,
@@ -95,7 +96,7 @@ class DescribeDelegationTokenRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_DescribeDelegationTokenRequest_DescribeDelegationTokenOwner)
                     f1 = 'principal_type'
                     n, = _ui16(buf, pos)
@@ -170,7 +171,7 @@ class DescribeDelegationTokenRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_DescribeDelegationTokenRequest_DescribeDelegationTokenOwner)
                     f1 = 'principal_type'
                     n = buf[pos]
@@ -449,7 +450,7 @@ class DescribeDelegationTokenResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_DescribeDelegationTokenResponse_DescribedDelegationToken)
                     f1 = 'principal_type'
                     n, = _ui16(buf, pos)
@@ -505,7 +506,7 @@ class DescribeDelegationTokenResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_DescribeDelegationTokenResponse_DescribedDelegationTokenRenewer)
                             f2 = 'principal_type'
                             n, = _ui16(buf, pos)
@@ -592,7 +593,7 @@ class DescribeDelegationTokenResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_DescribeDelegationTokenResponse_DescribedDelegationToken)
                     f1 = 'principal_type'
                     n = buf[pos]
@@ -721,7 +722,7 @@ class DescribeDelegationTokenResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_DescribeDelegationTokenResponse_DescribedDelegationTokenRenewer)
                             f2 = 'principal_type'
                             n = buf[pos]
@@ -947,7 +948,7 @@ class DescribeDelegationTokenResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_DescribeDelegationTokenResponse_DescribedDelegationTokenRenewer._r0(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -1181,7 +1182,7 @@ class DescribeDelegationTokenResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_DescribeDelegationTokenResponse_DescribedDelegationTokenRenewer._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1

@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     absent as _absent,
     bad_len as _bad_len,
@@ -100,7 +101,7 @@ class DescribeGroupsRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     n, = _ui16(buf, pos)
                     pos += 2
                     if n < 0 or n > lb - pos:
@@ -169,7 +170,7 @@ class DescribeGroupsRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     n = buf[pos]
                     pos += 1
                     if n >= 128:
@@ -261,7 +262,7 @@ class DescribeGroupsResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_DescribeGroupsResponse_DescribedGroup)
                     f1 = 'error_code'
                     o1.error_code, n = _T3u(buf, pos)
@@ -315,7 +316,7 @@ class DescribeGroupsResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_DescribeGroupsResponse_DescribedGroupMember)
                             f2 = 'member_id'
                             n, = _ui16(buf, pos)
@@ -447,7 +448,7 @@ class DescribeGroupsResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_DescribeGroupsResponse_DescribedGroup)
                     f1 = 'error_code'
                     o1.error_code, n = _T5u(buf, pos)
@@ -536,7 +537,7 @@ class DescribeGroupsResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_DescribeGroupsResponse_DescribedGroupMember)
                             f2 = 'member_id'
                             n = buf[pos]
@@ -824,7 +825,7 @@ class DescribeGroupsResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_DescribeGroupsResponse_DescribedGroupMember._r0(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -996,7 +997,7 @@ class DescribeGroupsResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_DescribeGroupsResponse_DescribedGroupMember._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1

@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     bad_len as _bad_len,
     new as _new,
@@ -96,7 +97,7 @@ class DescribeLogDirsRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_DescribeLogDirsRequest_DescribableLogDirTopic)
                     f1 = 'topic'
                     n, = _ui16(buf, pos)
@@ -172,7 +173,7 @@ class DescribeLogDirsRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_DescribeLogDirsRequest_DescribableLogDirTopic)
                     f1 = 'topic'
                     n = buf[pos]
@@ -453,7 +454,7 @@ class DescribeLogDirsResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_DescribeLogDirsResponse_DescribeLogDirsResult)
                     f1 = 'error_code'
                     o1.error_code, n = _T2u(buf, pos)
@@ -477,7 +478,7 @@ class DescribeLogDirsResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_DescribeLogDirsResponse_DescribeLogDirsTopic)
                             f2 = 'name'
                             n, = _ui16(buf, pos)
@@ -500,7 +501,7 @@ class DescribeLogDirsResponse(_Struct):
                                     raise _bad_len(n, lb - pos)
                                 lst2 = []
                                 f3 = ''
-                                for _i2 in range(n):
+                                for _i2 in _RANGES[n] if n < 256 else range(n):
                                     o3 = _new(_S_DescribeLogDirsResponse_DescribeLogDirsPartition)
                                     f3 = 'partition_index'
                                     o3.partition_index, o3.partition_size, o3.offset_lag, o3.is_future_key = _T3u(buf, pos)
@@ -584,7 +585,7 @@ class DescribeLogDirsResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_DescribeLogDirsResponse_DescribeLogDirsResult)
                     f1 = 'error_code'
                     o1.error_code, n = _T5u(buf, pos)
@@ -622,7 +623,7 @@ class DescribeLogDirsResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_DescribeLogDirsResponse_DescribeLogDirsTopic)
                             f2 = 'name'
                             n = buf[pos]
@@ -659,7 +660,7 @@ class DescribeLogDirsResponse(_Struct):
                                     raise _bad_len(n, lb - pos)
                                 lst2 = []
                                 f3 = ''
-                                for _i2 in range(n):
+                                for _i2 in _RANGES[n] if n < 256 else range(n):
                                     o3 = _new(_S_DescribeLogDirsResponse_DescribeLogDirsPartition)
                                     f3 = 'partition_index'
                                     o3.partition_index, o3.partition_size, o3.offset_lag, o3.is_future_key, n = _T6u(buf, pos)
@@ -810,7 +811,7 @@ class DescribeLogDirsResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_DescribeLogDirsResponse_DescribeLogDirsTopic._r0(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -895,7 +896,7 @@ class DescribeLogDirsResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_DescribeLogDirsResponse_DescribeLogDirsTopic._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -987,7 +988,7 @@ class DescribeLogDirsResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_DescribeLogDirsResponse_DescribeLogDirsPartition._r0(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -1066,7 +1067,7 @@ class DescribeLogDirsResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_DescribeLogDirsResponse_DescribeLogDirsPartition._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1

@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     bad_len as _bad_len,
     new as _new,
@@ -103,7 +104,7 @@ class DescribeProducersRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_DescribeProducersRequest_TopicRequest)
                     f1 = 'name'
                     n = buf[pos]
@@ -348,7 +349,7 @@ class DescribeProducersResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_DescribeProducersResponse_TopicResponse)
                     f1 = 'name'
                     n = buf[pos]
@@ -385,7 +386,7 @@ class DescribeProducersResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_DescribeProducersResponse_PartitionResponse)
                             f2 = 'partition_index'
                             o2.partition_index, o2.error_code, n = _T2u(buf, pos)
@@ -423,7 +424,7 @@ class DescribeProducersResponse(_Struct):
                                     raise _bad_len(n, lb - pos)
                                 lst2 = []
                                 f3 = ''
-                                for _i2 in range(n):
+                                for _i2 in _RANGES[n] if n < 256 else range(n):
                                     o3 = _new(_S_DescribeProducersResponse_ProducerState)
                                     f3 = 'producer_id'
                                     o3.producer_id, o3.producer_epoch, o3.last_sequence, o3.last_timestamp, o3.coordinator_epoch, o3.current_txn_start_offset, n = _T3u(buf, pos)
@@ -585,7 +586,7 @@ class DescribeProducersResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_DescribeProducersResponse_PartitionResponse._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -702,7 +703,7 @@ class DescribeProducersResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_DescribeProducersResponse_ProducerState._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1

@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     absent as _absent,
     bad_len as _bad_len,
@@ -114,7 +115,7 @@ class DescribeQuorumRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_DescribeQuorumRequest_TopicData)
                     f1 = 'topic_name'
                     n = buf[pos]
@@ -151,7 +152,7 @@ class DescribeQuorumRequest(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_DescribeQuorumRequest_PartitionData)
                             f2 = 'partition_index'
                             o2.partition_index, n = _T0u(buf, pos)
@@ -295,7 +296,7 @@ class DescribeQuorumRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_DescribeQuorumRequest_PartitionData._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -488,7 +489,7 @@ class DescribeQuorumResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_DescribeQuorumResponse_TopicData)
                     f1 = 'topic_name'
                     n = buf[pos]
@@ -525,7 +526,7 @@ class DescribeQuorumResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_DescribeQuorumResponse_PartitionData)
                             f2 = 'partition_index'
                             o2.partition_index, o2.error_code = _T3u(buf, pos)
@@ -569,7 +570,7 @@ class DescribeQuorumResponse(_Struct):
                                     raise _bad_len(n, lb - pos)
                                 lst2 = []
                                 f3 = ''
-                                for _i2 in range(n):
+                                for _i2 in _RANGES[n] if n < 256 else range(n):
                                     o3 = _new(_S_DescribeQuorumResponse_ReplicaState)
                                     f3 = 'replica_id'
                                     o3.replica_id, = _T1u(buf, pos)
@@ -626,7 +627,7 @@ class DescribeQuorumResponse(_Struct):
                                     raise _bad_len(n, lb - pos)
                                 lst2 = []
                                 f3 = ''
-                                for _i2 in range(n):
+                                for _i2 in _RANGES[n] if n < 256 else range(n):
                                     o3 = _new(_S_DescribeQuorumResponse_ReplicaState)
                                     f3 = 'replica_id'
                                     o3.replica_id, = _T1u(buf, pos)
@@ -720,7 +721,7 @@ class DescribeQuorumResponse(_Struct):
                         raise _bad_len(n, lb - pos)
                     lst = []
                     f1 = ''
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         o1 = _new(_S_DescribeQuorumResponse_Node)
                         f1 = 'node_id'
                         o1.node_id, n = _T0u(buf, pos)
@@ -741,7 +742,7 @@ class DescribeQuorumResponse(_Struct):
                                 raise _bad_len(n, lb - pos)
                             lst1 = []
                             f2 = ''
-                            for _i1 in range(n):
+                            for _i1 in _RANGES[n] if n < 256 else range(n):
                                 o2 = _new(_S_DescribeQuorumResponse_Listener)
                                 f2 = 'name'
                                 n = buf[pos]
@@ -1005,7 +1006,7 @@ class DescribeQuorumResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_DescribeQuorumResponse_PartitionData._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -1149,7 +1150,7 @@ class DescribeQuorumResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_DescribeQuorumResponse_ReplicaState._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -1171,7 +1172,7 @@ class DescribeQuorumResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_DescribeQuorumResponse_ReplicaState._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -1270,7 +1271,7 @@ class DescribeQuorumResponse(_Struct):
                         if n < 0 or n * 1 > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst = []
-                        for _i in range(n):
+                        for _i in _RANGES[n] if n < 256 else range(n):
                             e, pos = _S_DescribeQuorumResponse_Listener._r1(buf, pos, v)
                             lst.append(e)
                         _i = -1

@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     bad_len as _bad_len,
     new as _new,
@@ -120,7 +121,7 @@ class DescribeTopicPartitionsRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_DescribeTopicPartitionsRequest_TopicRequest)
                     f1 = 'name'
                     n = buf[pos]
@@ -414,7 +415,7 @@ class DescribeTopicPartitionsResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponseTopic)
                     f1 = 'error_code'
                     o1.error_code, n = _T2u(buf, pos)
@@ -453,7 +454,7 @@ class DescribeTopicPartitionsResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponsePartition)
                             f2 = 'error_code'
                             o2.error_code, o2.partition_index, o2.leader_id, o2.leader_epoch, n = _T4u(buf, pos)
@@ -708,7 +709,7 @@ class DescribeTopicPartitionsResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponsePartition._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1

@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     bad_len as _bad_len,
     new as _new,
@@ -107,7 +108,7 @@ class DescribeTransactionsRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     n = buf[pos]
                     pos += 1
                     if n >= 128:
@@ -207,7 +208,7 @@ class DescribeTransactionsResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_DescribeTransactionsResponse_TransactionState)
                     f1 = 'error_code'
                     o1.error_code, n = _T2u(buf, pos)
@@ -263,7 +264,7 @@ class DescribeTransactionsResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_DescribeTransactionsResponse_TopicData)
                             f2 = 'topic'
                             n = buf[pos]
@@ -485,7 +486,7 @@ class DescribeTransactionsResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_DescribeTransactionsResponse_TopicData._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1

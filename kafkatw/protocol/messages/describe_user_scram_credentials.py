@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     bad_len as _bad_len,
     new as _new,
@@ -101,7 +102,7 @@ class DescribeUserScramCredentialsRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_DescribeUserScramCredentialsRequest_UserName)
                     f1 = 'name'
                     n = buf[pos]
@@ -329,7 +330,7 @@ class DescribeUserScramCredentialsResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_DescribeUserScramCredentialsResponse_DescribeUserScramCredentialsResult)
                     f1 = 'user'
                     n = buf[pos]
@@ -384,7 +385,7 @@ class DescribeUserScramCredentialsResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_DescribeUserScramCredentialsResponse_CredentialInfo)
                             f2 = 'mechanism'
                             o2.mechanism, o2.iterations, n = _T3u(buf, pos)
@@ -562,7 +563,7 @@ class DescribeUserScramCredentialsResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_DescribeUserScramCredentialsResponse_CredentialInfo._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1

@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     absent as _absent,
     bad_len as _bad_len,
@@ -113,7 +114,7 @@ class ElectLeadersRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_ElectLeadersRequest_TopicPartitions)
                     f1 = 'topic'
                     n, = _ui16(buf, pos)
@@ -195,7 +196,7 @@ class ElectLeadersRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_ElectLeadersRequest_TopicPartitions)
                     f1 = 'topic'
                     n = buf[pos]
@@ -488,7 +489,7 @@ class ElectLeadersResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_ElectLeadersResponse_ReplicaElectionResult)
                     f1 = 'topic'
                     n, = _ui16(buf, pos)
@@ -511,7 +512,7 @@ class ElectLeadersResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_ElectLeadersResponse_PartitionResult)
                             f2 = 'partition_id'
                             o2.partition_id, o2.error_code, n = _T5u(buf, pos)
@@ -585,7 +586,7 @@ class ElectLeadersResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_ElectLeadersResponse_ReplicaElectionResult)
                     f1 = 'topic'
                     n = buf[pos]
@@ -622,7 +623,7 @@ class ElectLeadersResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_ElectLeadersResponse_PartitionResult)
                             f2 = 'partition_id'
                             o2.partition_id, o2.error_code, n = _T7u(buf, pos)
@@ -757,7 +758,7 @@ class ElectLeadersResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_ElectLeadersResponse_PartitionResult._r0(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -836,7 +837,7 @@ class ElectLeadersResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_ElectLeadersResponse_PartitionResult._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1

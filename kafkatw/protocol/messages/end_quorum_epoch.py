@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     absent as _absent,
     bad_len as _bad_len,
@@ -133,7 +134,7 @@ class EndQuorumEpochRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_EndQuorumEpochRequest_TopicData)
                     f1 = 'topic_name'
                     n, = _ui16(buf, pos)
@@ -156,7 +157,7 @@ class EndQuorumEpochRequest(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_EndQuorumEpochRequest_PartitionData)
                             f2 = 'partition_index'
                             o2.partition_index, o2.leader_id, o2.leader_epoch, n = _T0u(buf, pos)
@@ -271,7 +272,7 @@ class EndQuorumEpochRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_EndQuorumEpochRequest_TopicData)
                     f1 = 'topic_name'
                     n = buf[pos]
@@ -308,7 +309,7 @@ class EndQuorumEpochRequest(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_EndQuorumEpochRequest_PartitionData)
                             f2 = 'partition_index'
                             o2.partition_index, o2.leader_id, o2.leader_epoch, n = _T1u(buf, pos)
@@ -330,7 +331,7 @@ class EndQuorumEpochRequest(_Struct):
                                     raise _bad_len(n, lb - pos)
                                 lst2 = []
                                 f3 = ''
-                                for _i2 in range(n):
+                                for _i2 in _RANGES[n] if n < 256 else range(n):
                                     o3 = _new(_S_EndQuorumEpochRequest_ReplicaInfo)
                                     f3 = 'candidate_id'
                                     o3.candidate_id, o3.candidate_directory_id, n = _T2u(buf, pos)
@@ -405,7 +406,7 @@ class EndQuorumEpochRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_EndQuorumEpochRequest_LeaderEndpoint)
                     f1 = 'name'
                     n = buf[pos]
@@ -539,7 +540,7 @@ class EndQuorumEpochRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_EndQuorumEpochRequest_PartitionData._r0(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -618,7 +619,7 @@ class EndQuorumEpochRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_EndQuorumEpochRequest_PartitionData._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -744,7 +745,7 @@ class EndQuorumEpochRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_EndQuorumEpochRequest_ReplicaInfo._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -1027,7 +1028,7 @@ class EndQuorumEpochResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_EndQuorumEpochResponse_TopicData)
                     f1 = 'topic_name'
                     n, = _ui16(buf, pos)
@@ -1050,7 +1051,7 @@ class EndQuorumEpochResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_EndQuorumEpochResponse_PartitionData)
                             f2 = 'partition_index'
                             o2.partition_index, o2.error_code, o2.leader_id, o2.leader_epoch = _T9u(buf, pos)
@@ -1132,7 +1133,7 @@ class EndQuorumEpochResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_EndQuorumEpochResponse_TopicData)
                     f1 = 'topic_name'
                     n = buf[pos]
@@ -1169,7 +1170,7 @@ class EndQuorumEpochResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_EndQuorumEpochResponse_PartitionData)
                             f2 = 'partition_index'
                             o2.partition_index, o2.error_code, o2.leader_id, o2.leader_epoch, n = _T11u(buf, pos)
@@ -1237,7 +1238,7 @@ class EndQuorumEpochResponse(_Struct):
                             if n < 0 or n * 1 > lb - pos:
                                 raise _bad_len(n, lb - pos)
                             lst = []
-                            for _i in range(n):
+                            for _i in _RANGES[n] if n < 256 else range(n):
                                 e, pos = _S_EndQuorumEpochResponse_NodeEndpoint._r1(buf, pos, v)
                                 lst.append(e)
                             _i = -1
@@ -1314,7 +1315,7 @@ class EndQuorumEpochResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_EndQuorumEpochResponse_PartitionData._r0(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -1393,7 +1394,7 @@ class EndQuorumEpochResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_EndQuorumEpochResponse_PartitionData._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1

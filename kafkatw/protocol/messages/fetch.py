@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     absent as _absent,
     absent_field as _absent_field,
@@ -238,7 +239,7 @@ class FetchRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_FetchRequest_FetchTopic)
                     f1 = 'topic'
                     n, = _ui16(buf, pos)
@@ -262,7 +263,7 @@ class FetchRequest(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_FetchRequest_FetchPartition)
                             f2 = 'partition'
                             o2.partition, = _T0u(buf, pos)
@@ -309,7 +310,7 @@ class FetchRequest(_Struct):
                         raise _bad_len(n, lb - pos)
                     lst = []
                     f1 = ''
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         o1 = _new(_S_FetchRequest_ForgottenTopic)
                         f1 = 'topic'
                         n, = _ui16(buf, pos)
@@ -464,7 +465,7 @@ class FetchRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_FetchRequest_FetchTopic)
                     if v <= 12:
                         f1 = 'topic'
@@ -510,7 +511,7 @@ class FetchRequest(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_FetchRequest_FetchPartition)
                             f2 = 'partition'
                             o2.partition, o2.current_leader_epoch, o2.fetch_offset, o2.last_fetched_epoch, o2.log_start_offset, o2.partition_max_bytes, n = _T7u(buf, pos)
@@ -575,7 +576,7 @@ class FetchRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_FetchRequest_ForgottenTopic)
                     if v <= 12:
                         f1 = 'topic'
@@ -848,7 +849,7 @@ class FetchRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_FetchRequest_FetchPartition._r0(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -939,7 +940,7 @@ class FetchRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_FetchRequest_FetchPartition._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -1341,7 +1342,7 @@ class FetchResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_FetchResponse_FetchableTopicResponse)
                     f1 = 'topic'
                     n, = _ui16(buf, pos)
@@ -1365,7 +1366,7 @@ class FetchResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_FetchResponse_PartitionData)
                             f2 = 'partition_index'
                             o2.partition_index, o2.error_code, o2.high_watermark = _T11u(buf, pos)
@@ -1409,7 +1410,7 @@ class FetchResponse(_Struct):
                                         raise _bad_len(n, lb - pos)
                                     lst2 = []
                                     f3 = ''
-                                    for _i2 in range(n):
+                                    for _i2 in _RANGES[n] if n < 256 else range(n):
                                         o3 = _new(_S_FetchResponse_AbortedTransaction)
                                         f3 = 'producer_id'
                                         o3.producer_id, o3.first_offset = _T12u(buf, pos)
@@ -1517,7 +1518,7 @@ class FetchResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_FetchResponse_FetchableTopicResponse)
                     if v <= 12:
                         f1 = 'topic'
@@ -1563,7 +1564,7 @@ class FetchResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_FetchResponse_PartitionData)
                             f2 = 'partition_index'
                             o2.partition_index, o2.error_code, o2.high_watermark, o2.last_stable_offset, o2.log_start_offset, n = _T15u(buf, pos)
@@ -1599,7 +1600,7 @@ class FetchResponse(_Struct):
                                     raise _bad_len(n, lb - pos)
                                 lst2 = []
                                 f3 = ''
-                                for _i2 in range(n):
+                                for _i2 in _RANGES[n] if n < 256 else range(n):
                                     o3 = _new(_S_FetchResponse_AbortedTransaction)
                                     f3 = 'producer_id'
                                     o3.producer_id, o3.first_offset, n = _T16u(buf, pos)
@@ -1719,7 +1720,7 @@ class FetchResponse(_Struct):
                             if n < 0 or n * 1 > lb - pos:
                                 raise _bad_len(n, lb - pos)
                             lst = []
-                            for _i in range(n):
+                            for _i in _RANGES[n] if n < 256 else range(n):
                                 e, pos = _S_FetchResponse_NodeEndpoint._r1(buf, pos, v)
                                 lst.append(e)
                             _i = -1
@@ -1799,7 +1800,7 @@ class FetchResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_FetchResponse_PartitionData._r0(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -1890,7 +1891,7 @@ class FetchResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_FetchResponse_PartitionData._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -2035,7 +2036,7 @@ class FetchResponse(_Struct):
                         if n < 0 or n * 1 > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst = []
-                        for _i in range(n):
+                        for _i in _RANGES[n] if n < 256 else range(n):
                             e, pos = _S_FetchResponse_AbortedTransaction._r0(buf, pos, v)
                             lst.append(e)
                         _i = -1
@@ -2154,7 +2155,7 @@ class FetchResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_FetchResponse_AbortedTransaction._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1

@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     absent as _absent,
     bad_len as _bad_len,
@@ -147,7 +148,7 @@ class FetchSnapshotRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_FetchSnapshotRequest_TopicSnapshot)
                     f1 = 'name'
                     n = buf[pos]
@@ -184,7 +185,7 @@ class FetchSnapshotRequest(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_FetchSnapshotRequest_PartitionSnapshot)
                             f2 = 'partition'
                             o2.partition, o2.current_leader_epoch = _T0u(buf, pos)
@@ -380,7 +381,7 @@ class FetchSnapshotRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_FetchSnapshotRequest_PartitionSnapshot._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -621,7 +622,7 @@ class FetchSnapshotResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_FetchSnapshotResponse_TopicSnapshot)
                     f1 = 'name'
                     n = buf[pos]
@@ -658,7 +659,7 @@ class FetchSnapshotResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_FetchSnapshotResponse_PartitionSnapshot)
                             f2 = 'index'
                             o2.index, o2.error_code = _T7u(buf, pos)
@@ -777,7 +778,7 @@ class FetchSnapshotResponse(_Struct):
                             if n < 0 or n * 1 > lb - pos:
                                 raise _bad_len(n, lb - pos)
                             lst = []
-                            for _i in range(n):
+                            for _i in _RANGES[n] if n < 256 else range(n):
                                 e, pos = _S_FetchSnapshotResponse_NodeEndpoint._r1(buf, pos, v)
                                 lst.append(e)
                             _i = -1
@@ -880,7 +881,7 @@ class FetchSnapshotResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_FetchSnapshotResponse_PartitionSnapshot._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1

@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     bad_len as _bad_len,
     new as _new,
@@ -104,7 +105,7 @@ class IncrementalAlterConfigsRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_IncrementalAlterConfigsRequest_AlterConfigsResource)
                     f1 = 'resource_type'
                     o1.resource_type, n = _T1u(buf, pos)
@@ -128,7 +129,7 @@ class IncrementalAlterConfigsRequest(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_IncrementalAlterConfigsRequest_AlterableConfig)
                             f2 = 'name'
                             n, = _ui16(buf, pos)
@@ -214,7 +215,7 @@ class IncrementalAlterConfigsRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_IncrementalAlterConfigsRequest_AlterConfigsResource)
                     f1 = 'resource_type'
                     o1.resource_type, n = _T2u(buf, pos)
@@ -252,7 +253,7 @@ class IncrementalAlterConfigsRequest(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_IncrementalAlterConfigsRequest_AlterableConfig)
                             f2 = 'name'
                             n = buf[pos]
@@ -409,7 +410,7 @@ class IncrementalAlterConfigsRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_IncrementalAlterConfigsRequest_AlterableConfig._r0(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -490,7 +491,7 @@ class IncrementalAlterConfigsRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_IncrementalAlterConfigsRequest_AlterableConfig._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -723,7 +724,7 @@ class IncrementalAlterConfigsResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse)
                     f1 = 'error_code'
                     o1.error_code, n = _T7u(buf, pos)
@@ -802,7 +803,7 @@ class IncrementalAlterConfigsResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse)
                     f1 = 'error_code'
                     o1.error_code, n = _T9u(buf, pos)

@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     bad_len as _bad_len,
     new as _new,
@@ -133,7 +134,7 @@ class InitializeShareGroupStateRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_InitializeShareGroupStateRequest_InitializeStateData)
                     f1 = 'topic_id'
                     o1.topic_id, n = _T0u(buf, pos)
@@ -154,7 +155,7 @@ class InitializeShareGroupStateRequest(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_InitializeShareGroupStateRequest_PartitionData)
                             f2 = 'partition'
                             o2.partition, o2.state_epoch, o2.start_offset, n = _T1u(buf, pos)
@@ -272,7 +273,7 @@ class InitializeShareGroupStateRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_InitializeShareGroupStateRequest_PartitionData._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -411,7 +412,7 @@ class InitializeShareGroupStateResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_InitializeShareGroupStateResponse_InitializeStateResult)
                     f1 = 'topic_id'
                     o1.topic_id, n = _T0u(buf, pos)
@@ -432,7 +433,7 @@ class InitializeShareGroupStateResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_InitializeShareGroupStateResponse_PartitionResult)
                             f2 = 'partition'
                             o2.partition, o2.error_code, n = _T4u(buf, pos)
@@ -567,7 +568,7 @@ class InitializeShareGroupStateResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_InitializeShareGroupStateResponse_PartitionResult._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1

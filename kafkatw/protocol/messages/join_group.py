@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     absent as _absent,
     bad_len as _bad_len,
@@ -194,7 +195,7 @@ class JoinGroupRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_JoinGroupRequest_JoinGroupRequestProtocol)
                     f1 = 'name'
                     n, = _ui16(buf, pos)
@@ -396,7 +397,7 @@ class JoinGroupRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_JoinGroupRequest_JoinGroupRequestProtocol)
                     f1 = 'name'
                     n = buf[pos]
@@ -766,7 +767,7 @@ class JoinGroupResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_JoinGroupResponse_JoinGroupResponseMember)
                     f1 = 'member_id'
                     n, = _ui16(buf, pos)
@@ -989,7 +990,7 @@ class JoinGroupResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_JoinGroupResponse_JoinGroupResponseMember)
                     f1 = 'member_id'
                     n = buf[pos]

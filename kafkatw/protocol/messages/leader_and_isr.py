@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     absent as _absent,
     bad_len as _bad_len,
@@ -174,7 +175,7 @@ class LeaderAndIsrRequest(_Struct):
                         raise _bad_len(n, lb - pos)
                     lst = []
                     f1 = ''
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         o1 = _new(_S_LeaderAndIsrRequest_LeaderAndIsrPartitionState)
                         f1 = 'topic_name'
                         n, = _ui16(buf, pos)
@@ -238,7 +239,7 @@ class LeaderAndIsrRequest(_Struct):
                         raise _bad_len(n, lb - pos)
                     lst = []
                     f1 = ''
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         o1 = _new(_S_LeaderAndIsrRequest_LeaderAndIsrTopicState)
                         f1 = 'topic_name'
                         n, = _ui16(buf, pos)
@@ -262,7 +263,7 @@ class LeaderAndIsrRequest(_Struct):
                                 raise _bad_len(n, lb - pos)
                             lst1 = []
                             f2 = ''
-                            for _i1 in range(n):
+                            for _i1 in _RANGES[n] if n < 256 else range(n):
                                 o2 = _new(_S_LeaderAndIsrRequest_LeaderAndIsrPartitionState)
                                 o2.topic_name = ''
                                 f2 = 'partition_index'
@@ -344,7 +345,7 @@ class LeaderAndIsrRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_LeaderAndIsrRequest_LeaderAndIsrLiveLeader)
                     f1 = 'broker_id'
                     o1.broker_id, n = _T5u(buf, pos)
@@ -458,7 +459,7 @@ class LeaderAndIsrRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_LeaderAndIsrRequest_LeaderAndIsrTopicState)
                     f1 = 'topic_name'
                     n = buf[pos]
@@ -501,7 +502,7 @@ class LeaderAndIsrRequest(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_LeaderAndIsrRequest_LeaderAndIsrPartitionState)
                             o2.topic_name = ''
                             f2 = 'partition_index'
@@ -641,7 +642,7 @@ class LeaderAndIsrRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_LeaderAndIsrRequest_LeaderAndIsrLiveLeader)
                     f1 = 'broker_id'
                     o1.broker_id, n = _T10u(buf, pos)
@@ -1102,7 +1103,7 @@ class LeaderAndIsrRequest(_Struct):
                         if n < 0 or n * 1 > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst = []
-                        for _i in range(n):
+                        for _i in _RANGES[n] if n < 256 else range(n):
                             e, pos = _S_LeaderAndIsrRequest_LeaderAndIsrPartitionState._r0(buf, pos, v)
                             lst.append(e)
                         _i = -1
@@ -1191,7 +1192,7 @@ class LeaderAndIsrRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_LeaderAndIsrRequest_LeaderAndIsrPartitionState._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -1389,7 +1390,7 @@ class LeaderAndIsrResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_LeaderAndIsrResponse_LeaderAndIsrPartitionError)
                     f1 = 'topic_name'
                     n, = _ui16(buf, pos)
@@ -1483,7 +1484,7 @@ class LeaderAndIsrResponse(_Struct):
                         raise _bad_len(n, lb - pos)
                     lst = []
                     f1 = ''
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         o1 = _new(_S_LeaderAndIsrResponse_LeaderAndIsrPartitionError)
                         f1 = 'topic_name'
                         n = buf[pos]
@@ -1542,7 +1543,7 @@ class LeaderAndIsrResponse(_Struct):
                         raise _bad_len(n, lb - pos)
                     lst = []
                     f1 = ''
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         o1 = _new(_S_LeaderAndIsrResponse_LeaderAndIsrTopicError)
                         f1 = 'topic_id'
                         o1.topic_id, n = _T15u(buf, pos)
@@ -1563,7 +1564,7 @@ class LeaderAndIsrResponse(_Struct):
                                 raise _bad_len(n, lb - pos)
                             lst1 = []
                             f2 = ''
-                            for _i1 in range(n):
+                            for _i1 in _RANGES[n] if n < 256 else range(n):
                                 o2 = _new(_S_LeaderAndIsrResponse_LeaderAndIsrPartitionError)
                                 o2.topic_name = ''
                                 f2 = 'partition_index'
@@ -1839,7 +1840,7 @@ class LeaderAndIsrResponse(_Struct):
                         if n < 0 or n * 1 > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst = []
-                        for _i in range(n):
+                        for _i in _RANGES[n] if n < 256 else range(n):
                             e, pos = _S_LeaderAndIsrResponse_LeaderAndIsrPartitionError._r1(buf, pos, v)
                             lst.append(e)
                         _i = -1

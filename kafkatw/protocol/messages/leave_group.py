@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     absent as _absent,
     bad_len as _bad_len,
@@ -139,7 +140,7 @@ class LeaveGroupRequest(_Struct):
                         raise _bad_len(n, lb - pos)
                     lst = []
                     f1 = ''
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         o1 = _new(_S_LeaveGroupRequest_MemberIdentity)
                         f1 = 'member_id'
                         n, = _ui16(buf, pos)
@@ -248,7 +249,7 @@ class LeaveGroupRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_LeaveGroupRequest_MemberIdentity)
                     f1 = 'member_id'
                     n = buf[pos]
@@ -609,7 +610,7 @@ class LeaveGroupResponse(_Struct):
                         raise _bad_len(n, lb - pos)
                     lst = []
                     f1 = ''
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         o1 = _new(_S_LeaveGroupResponse_MemberResponse)
                         f1 = 'member_id'
                         n, = _ui16(buf, pos)
@@ -691,7 +692,7 @@ class LeaveGroupResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_LeaveGroupResponse_MemberResponse)
                     f1 = 'member_id'
                     n = buf[pos]

@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     absent as _absent,
     bad_len as _bad_len,
@@ -155,7 +156,7 @@ class ListGroupsRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         n = buf[pos]
                         pos += 1
                         if n >= 128:
@@ -192,7 +193,7 @@ class ListGroupsRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         n = buf[pos]
                         pos += 1
                         if n >= 128:
@@ -288,7 +289,7 @@ class ListGroupsResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_ListGroupsResponse_ListedGroup)
                     f1 = 'group_id'
                     n, = _ui16(buf, pos)
@@ -367,7 +368,7 @@ class ListGroupsResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_ListGroupsResponse_ListedGroup)
                     f1 = 'group_id'
                     n = buf[pos]

@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     absent as _absent,
     bad_len as _bad_len,
@@ -127,7 +128,7 @@ class ListOffsetsRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_ListOffsetsRequest_ListOffsetsTopic)
                     f1 = 'name'
                     n, = _ui16(buf, pos)
@@ -150,7 +151,7 @@ class ListOffsetsRequest(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_ListOffsetsRequest_ListOffsetsPartition)
                             f2 = 'partition_index'
                             o2.partition_index, = _T0u(buf, pos)
@@ -234,7 +235,7 @@ class ListOffsetsRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_ListOffsetsRequest_ListOffsetsTopic)
                     f1 = 'name'
                     n = buf[pos]
@@ -271,7 +272,7 @@ class ListOffsetsRequest(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_ListOffsetsRequest_ListOffsetsPartition)
                             f2 = 'partition_index'
                             o2.partition_index, o2.current_leader_epoch, o2.timestamp, n = _T5u(buf, pos)
@@ -396,7 +397,7 @@ class ListOffsetsRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_ListOffsetsRequest_ListOffsetsPartition._r0(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -475,7 +476,7 @@ class ListOffsetsRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_ListOffsetsRequest_ListOffsetsPartition._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -655,7 +656,7 @@ class ListOffsetsResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_ListOffsetsResponse_ListOffsetsTopicResponse)
                     f1 = 'name'
                     n, = _ui16(buf, pos)
@@ -678,7 +679,7 @@ class ListOffsetsResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_ListOffsetsResponse_ListOffsetsPartitionResponse)
                             f2 = 'partition_index'
                             o2.partition_index, o2.error_code = _T7u(buf, pos)
@@ -771,7 +772,7 @@ class ListOffsetsResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_ListOffsetsResponse_ListOffsetsTopicResponse)
                     f1 = 'name'
                     n = buf[pos]
@@ -808,7 +809,7 @@ class ListOffsetsResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_ListOffsetsResponse_ListOffsetsPartitionResponse)
                             f2 = 'partition_index'
                             o2.partition_index, o2.error_code = _T7u(buf, pos)
@@ -930,7 +931,7 @@ class ListOffsetsResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_ListOffsetsResponse_ListOffsetsPartitionResponse._r0(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -1009,7 +1010,7 @@ class ListOffsetsResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_ListOffsetsResponse_ListOffsetsPartitionResponse._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1

@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     bad_len as _bad_len,
     new as _new,
@@ -103,7 +104,7 @@ class ListPartitionReassignmentsRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_ListPartitionReassignmentsRequest_ListPartitionReassignmentsTopics)
                     f1 = 'name'
                     n = buf[pos]
@@ -379,7 +380,7 @@ class ListPartitionReassignmentsResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_ListPartitionReassignmentsResponse_OngoingTopicReassignment)
                     f1 = 'name'
                     n = buf[pos]
@@ -416,7 +417,7 @@ class ListPartitionReassignmentsResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_ListPartitionReassignmentsResponse_OngoingPartitionReassignment)
                             f2 = 'partition_index'
                             o2.partition_index, n = _T1u(buf, pos)
@@ -614,7 +615,7 @@ class ListPartitionReassignmentsResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_ListPartitionReassignmentsResponse_OngoingPartitionReassignment._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1

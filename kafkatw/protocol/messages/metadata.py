@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     absent as _absent,
     bad_len as _bad_len,
@@ -130,7 +131,7 @@ class MetadataRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_MetadataRequest_MetadataRequestTopic)
                     o1.topic_id = _ZERO_UUID
                     f1 = 'name'
@@ -216,7 +217,7 @@ class MetadataRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_MetadataRequest_MetadataRequestTopic)
                     if v >= 10:
                         f1 = 'topic_id'
@@ -497,7 +498,7 @@ class MetadataResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_MetadataResponse_MetadataResponseBroker)
                     f1 = 'node_id'
                     o1.node_id, n = _T5u(buf, pos)
@@ -561,7 +562,7 @@ class MetadataResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_MetadataResponse_MetadataResponseTopic)
                     f1 = 'error_code'
                     o1.error_code, n = _T6u(buf, pos)
@@ -592,7 +593,7 @@ class MetadataResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_MetadataResponse_MetadataResponsePartition)
                             f2 = 'error_code'
                             o2.error_code, o2.partition_index, o2.leader_id = _T7u(buf, pos)
@@ -740,7 +741,7 @@ class MetadataResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_MetadataResponse_MetadataResponseBroker)
                     f1 = 'node_id'
                     o1.node_id, n = _T8u(buf, pos)
@@ -832,7 +833,7 @@ class MetadataResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_MetadataResponse_MetadataResponseTopic)
                     f1 = 'error_code'
                     o1.error_code, n = _T9u(buf, pos)
@@ -879,7 +880,7 @@ class MetadataResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_MetadataResponse_MetadataResponsePartition)
                             f2 = 'error_code'
                             o2.error_code, o2.partition_index, o2.leader_id, o2.leader_epoch, n = _T10u(buf, pos)
@@ -1254,7 +1255,7 @@ class MetadataResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_MetadataResponse_MetadataResponsePartition._r0(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -1356,7 +1357,7 @@ class MetadataResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_MetadataResponse_MetadataResponsePartition._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1

@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     absent as _absent,
     bad_len as _bad_len,
@@ -184,7 +185,7 @@ class OffsetCommitRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_OffsetCommitRequest_OffsetCommitRequestTopic)
                     f1 = 'name'
                     n, = _ui16(buf, pos)
@@ -207,7 +208,7 @@ class OffsetCommitRequest(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_OffsetCommitRequest_OffsetCommitRequestPartition)
                             f2 = 'partition_index'
                             o2.partition_index, o2.committed_offset = _T2u(buf, pos)
@@ -380,7 +381,7 @@ class OffsetCommitRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_OffsetCommitRequest_OffsetCommitRequestTopic)
                     f1 = 'name'
                     n = buf[pos]
@@ -417,7 +418,7 @@ class OffsetCommitRequest(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_OffsetCommitRequest_OffsetCommitRequestPartition)
                             f2 = 'partition_index'
                             o2.partition_index, o2.committed_offset, o2.committed_leader_epoch, n = _T4u(buf, pos)
@@ -553,7 +554,7 @@ class OffsetCommitRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_OffsetCommitRequest_OffsetCommitRequestPartition._r0(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -632,7 +633,7 @@ class OffsetCommitRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_OffsetCommitRequest_OffsetCommitRequestPartition._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -855,7 +856,7 @@ class OffsetCommitResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_OffsetCommitResponse_OffsetCommitResponseTopic)
                     f1 = 'name'
                     n, = _ui16(buf, pos)
@@ -878,7 +879,7 @@ class OffsetCommitResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_OffsetCommitResponse_OffsetCommitResponsePartition)
                             f2 = 'partition_index'
                             o2.partition_index, o2.error_code = _T6u(buf, pos)
@@ -944,7 +945,7 @@ class OffsetCommitResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_OffsetCommitResponse_OffsetCommitResponseTopic)
                     f1 = 'name'
                     n = buf[pos]
@@ -981,7 +982,7 @@ class OffsetCommitResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_OffsetCommitResponse_OffsetCommitResponsePartition)
                             f2 = 'partition_index'
                             o2.partition_index, o2.error_code, n = _T7u(buf, pos)
@@ -1099,7 +1100,7 @@ class OffsetCommitResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_OffsetCommitResponse_OffsetCommitResponsePartition._r0(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -1178,7 +1179,7 @@ class OffsetCommitResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_OffsetCommitResponse_OffsetCommitResponsePartition._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1

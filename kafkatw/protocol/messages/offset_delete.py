@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     bad_len as _bad_len,
     new as _new,
@@ -102,7 +103,7 @@ class OffsetDeleteRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_OffsetDeleteRequest_OffsetDeleteRequestTopic)
                     f1 = 'name'
                     n, = _ui16(buf, pos)
@@ -125,7 +126,7 @@ class OffsetDeleteRequest(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_OffsetDeleteRequest_OffsetDeleteRequestPartition)
                             f2 = 'partition_index'
                             o2.partition_index, = _T0u(buf, pos)
@@ -206,7 +207,7 @@ class OffsetDeleteRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_OffsetDeleteRequest_OffsetDeleteRequestPartition._r0(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -304,7 +305,7 @@ class OffsetDeleteResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_OffsetDeleteResponse_OffsetDeleteResponseTopic)
                     f1 = 'name'
                     n, = _ui16(buf, pos)
@@ -327,7 +328,7 @@ class OffsetDeleteResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_OffsetDeleteResponse_OffsetDeleteResponsePartition)
                             f2 = 'partition_index'
                             o2.partition_index, o2.error_code = _T3u(buf, pos)
@@ -408,7 +409,7 @@ class OffsetDeleteResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_OffsetDeleteResponse_OffsetDeleteResponsePartition._r0(buf, pos, v)
                         lst.append(e)
                     _i = -1

@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     absent as _absent,
     bad_len as _bad_len,
@@ -126,7 +127,7 @@ class OffsetFetchRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_OffsetFetchRequest_OffsetFetchRequestTopic)
                     f1 = 'name'
                     n, = _ui16(buf, pos)
@@ -265,7 +266,7 @@ class OffsetFetchRequest(_Struct):
                         raise _bad_len(n, lb - pos)
                     lst = []
                     f1 = ''
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         o1 = _new(_S_OffsetFetchRequest_OffsetFetchRequestTopic)
                         f1 = 'name'
                         n = buf[pos]
@@ -341,7 +342,7 @@ class OffsetFetchRequest(_Struct):
                         raise _bad_len(n, lb - pos)
                     lst = []
                     f1 = ''
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         o1 = _new(_S_OffsetFetchRequest_OffsetFetchRequestGroup)
                         f1 = 'group_id'
                         n = buf[pos]
@@ -404,7 +405,7 @@ class OffsetFetchRequest(_Struct):
                                 raise _bad_len(n, lb - pos)
                             lst1 = []
                             f2 = ''
-                            for _i1 in range(n):
+                            for _i1 in _RANGES[n] if n < 256 else range(n):
                                 o2 = _new(_S_OffsetFetchRequest_OffsetFetchRequestTopics)
                                 f2 = 'name'
                                 n = buf[pos]
@@ -836,7 +837,7 @@ class OffsetFetchRequest(_Struct):
                         if n < 0 or n * 1 > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst = []
-                        for _i in range(n):
+                        for _i in _RANGES[n] if n < 256 else range(n):
                             e, pos = _S_OffsetFetchRequest_OffsetFetchRequestTopics._r1(buf, pos, v)
                             lst.append(e)
                         _i = -1
@@ -1066,7 +1067,7 @@ class OffsetFetchResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_OffsetFetchResponse_OffsetFetchResponseTopic)
                     f1 = 'name'
                     n, = _ui16(buf, pos)
@@ -1089,7 +1090,7 @@ class OffsetFetchResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_OffsetFetchResponse_OffsetFetchResponsePartition)
                             f2 = 'partition_index'
                             o2.partition_index, o2.committed_offset = _T3u(buf, pos)
@@ -1206,7 +1207,7 @@ class OffsetFetchResponse(_Struct):
                         raise _bad_len(n, lb - pos)
                     lst = []
                     f1 = ''
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         o1 = _new(_S_OffsetFetchResponse_OffsetFetchResponseTopic)
                         f1 = 'name'
                         n = buf[pos]
@@ -1243,7 +1244,7 @@ class OffsetFetchResponse(_Struct):
                                 raise _bad_len(n, lb - pos)
                             lst1 = []
                             f2 = ''
-                            for _i1 in range(n):
+                            for _i1 in _RANGES[n] if n < 256 else range(n):
                                 o2 = _new(_S_OffsetFetchResponse_OffsetFetchResponsePartition)
                                 f2 = 'partition_index'
                                 o2.partition_index, o2.committed_offset, o2.committed_leader_epoch, n = _T4u(buf, pos)
@@ -1327,7 +1328,7 @@ class OffsetFetchResponse(_Struct):
                         raise _bad_len(n, lb - pos)
                     lst = []
                     f1 = ''
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         o1 = _new(_S_OffsetFetchResponse_OffsetFetchResponseGroup)
                         f1 = 'group_id'
                         n = buf[pos]
@@ -1364,7 +1365,7 @@ class OffsetFetchResponse(_Struct):
                                 raise _bad_len(n, lb - pos)
                             lst1 = []
                             f2 = ''
-                            for _i1 in range(n):
+                            for _i1 in _RANGES[n] if n < 256 else range(n):
                                 o2 = _new(_S_OffsetFetchResponse_OffsetFetchResponseTopics)
                                 f2 = 'name'
                                 n = buf[pos]
@@ -1401,7 +1402,7 @@ class OffsetFetchResponse(_Struct):
                                         raise _bad_len(n, lb - pos)
                                     lst2 = []
                                     f3 = ''
-                                    for _i2 in range(n):
+                                    for _i2 in _RANGES[n] if n < 256 else range(n):
                                         o3 = _new(_S_OffsetFetchResponse_OffsetFetchResponsePartitions)
                                         f3 = 'partition_index'
                                         o3.partition_index, o3.committed_offset, o3.committed_leader_epoch, n = _T4u(buf, pos)
@@ -1558,7 +1559,7 @@ class OffsetFetchResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_OffsetFetchResponse_OffsetFetchResponsePartition._r0(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -1649,7 +1650,7 @@ class OffsetFetchResponse(_Struct):
                         if n < 0 or n * 1 > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst = []
-                        for _i in range(n):
+                        for _i in _RANGES[n] if n < 256 else range(n):
                             e, pos = _S_OffsetFetchResponse_OffsetFetchResponsePartition._r1(buf, pos, v)
                             lst.append(e)
                         _i = -1
@@ -1968,7 +1969,7 @@ class OffsetFetchResponse(_Struct):
                         if n < 0 or n * 1 > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst = []
-                        for _i in range(n):
+                        for _i in _RANGES[n] if n < 256 else range(n):
                             e, pos = _S_OffsetFetchResponse_OffsetFetchResponseTopics._r1(buf, pos, v)
                             lst.append(e)
                         _i = -1
@@ -2119,7 +2120,7 @@ class OffsetFetchResponse(_Struct):
                         if n < 0 or n * 1 > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst = []
-                        for _i in range(n):
+                        for _i in _RANGES[n] if n < 256 else range(n):
                             e, pos = _S_OffsetFetchResponse_OffsetFetchResponsePartitions._r1(buf, pos, v)
                             lst.append(e)
                         _i = -1

@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     bad_len as _bad_len,
     new as _new,
@@ -105,7 +106,7 @@ class OffsetForLeaderEpochRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_OffsetForLeaderEpochRequest_OffsetForLeaderTopic)
                     f1 = 'topic'
                     n, = _ui16(buf, pos)
@@ -128,7 +129,7 @@ class OffsetForLeaderEpochRequest(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_OffsetForLeaderEpochRequest_OffsetForLeaderPartition)
                             f2 = 'partition'
                             o2.partition, = _T0u(buf, pos)
@@ -203,7 +204,7 @@ class OffsetForLeaderEpochRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_OffsetForLeaderEpochRequest_OffsetForLeaderTopic)
                     f1 = 'topic'
                     n = buf[pos]
@@ -240,7 +241,7 @@ class OffsetForLeaderEpochRequest(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_OffsetForLeaderEpochRequest_OffsetForLeaderPartition)
                             f2 = 'partition'
                             o2.partition, o2.current_leader_epoch, o2.leader_epoch, n = _T2u(buf, pos)
@@ -358,7 +359,7 @@ class OffsetForLeaderEpochRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_OffsetForLeaderEpochRequest_OffsetForLeaderPartition._r0(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -437,7 +438,7 @@ class OffsetForLeaderEpochRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_OffsetForLeaderEpochRequest_OffsetForLeaderPartition._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -601,7 +602,7 @@ class OffsetForLeaderEpochResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult)
                     f1 = 'topic'
                     n, = _ui16(buf, pos)
@@ -624,7 +625,7 @@ class OffsetForLeaderEpochResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_OffsetForLeaderEpochResponse_EpochEndOffset)
                             f2 = 'error_code'
                             o2.error_code, o2.partition = _T4u(buf, pos)
@@ -699,7 +700,7 @@ class OffsetForLeaderEpochResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult)
                     f1 = 'topic'
                     n = buf[pos]
@@ -736,7 +737,7 @@ class OffsetForLeaderEpochResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_OffsetForLeaderEpochResponse_EpochEndOffset)
                             f2 = 'error_code'
                             o2.error_code, o2.partition, o2.leader_epoch, o2.end_offset, n = _T6u(buf, pos)
@@ -854,7 +855,7 @@ class OffsetForLeaderEpochResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_OffsetForLeaderEpochResponse_EpochEndOffset._r0(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -933,7 +934,7 @@ class OffsetForLeaderEpochResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_OffsetForLeaderEpochResponse_EpochEndOffset._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1

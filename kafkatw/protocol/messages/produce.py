@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     absent as _absent,
     absent_field as _absent_field,
@@ -153,7 +154,7 @@ class ProduceRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_ProduceRequest_TopicProduceData)
                     f1 = 'name'
                     n, = _ui16(buf, pos)
@@ -176,7 +177,7 @@ class ProduceRequest(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_ProduceRequest_PartitionProduceData)
                             f2 = 'index'
                             o2.index, n = _T2u(buf, pos)
@@ -278,7 +279,7 @@ class ProduceRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_ProduceRequest_TopicProduceData)
                     f1 = 'name'
                     n = buf[pos]
@@ -315,7 +316,7 @@ class ProduceRequest(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_ProduceRequest_PartitionProduceData)
                             f2 = 'index'
                             o2.index, n = _T4u(buf, pos)
@@ -450,7 +451,7 @@ class ProduceRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_ProduceRequest_PartitionProduceData._r0(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -529,7 +530,7 @@ class ProduceRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_ProduceRequest_PartitionProduceData._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -733,7 +734,7 @@ class ProduceResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_ProduceResponse_TopicProduceResponse)
                     f1 = 'name'
                     n, = _ui16(buf, pos)
@@ -756,7 +757,7 @@ class ProduceResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_ProduceResponse_PartitionProduceResponse)
                             f2 = 'index'
                             o2.index, o2.error_code, o2.base_offset = _T6u(buf, pos)
@@ -785,7 +786,7 @@ class ProduceResponse(_Struct):
                                         raise _bad_len(n, lb - pos)
                                     lst2 = []
                                     f3 = ''
-                                    for _i2 in range(n):
+                                    for _i2 in _RANGES[n] if n < 256 else range(n):
                                         o3 = _new(_S_ProduceResponse_BatchIndexAndErrorMessage)
                                         f3 = 'batch_index'
                                         o3.batch_index, n = _T8u(buf, pos)
@@ -908,7 +909,7 @@ class ProduceResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_ProduceResponse_TopicProduceResponse)
                     f1 = 'name'
                     n = buf[pos]
@@ -945,7 +946,7 @@ class ProduceResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_ProduceResponse_PartitionProduceResponse)
                             f2 = 'index'
                             o2.index, o2.error_code, o2.base_offset, o2.log_append_time_ms, o2.log_start_offset, n = _T9u(buf, pos)
@@ -966,7 +967,7 @@ class ProduceResponse(_Struct):
                                     raise _bad_len(n, lb - pos)
                                 lst2 = []
                                 f3 = ''
-                                for _i2 in range(n):
+                                for _i2 in _RANGES[n] if n < 256 else range(n):
                                     o3 = _new(_S_ProduceResponse_BatchIndexAndErrorMessage)
                                     f3 = 'batch_index'
                                     o3.batch_index, n = _T4u(buf, pos)
@@ -1098,7 +1099,7 @@ class ProduceResponse(_Struct):
                             if n < 0 or n * 1 > lb - pos:
                                 raise _bad_len(n, lb - pos)
                             lst = []
-                            for _i in range(n):
+                            for _i in _RANGES[n] if n < 256 else range(n):
                                 e, pos = _S_ProduceResponse_NodeEndpoint._r1(buf, pos, v)
                                 lst.append(e)
                             _i = -1
@@ -1175,7 +1176,7 @@ class ProduceResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_ProduceResponse_PartitionProduceResponse._r0(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -1254,7 +1255,7 @@ class ProduceResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_ProduceResponse_PartitionProduceResponse._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -1366,7 +1367,7 @@ class ProduceResponse(_Struct):
                         if n < 0 or n * 1 > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst = []
-                        for _i in range(n):
+                        for _i in _RANGES[n] if n < 256 else range(n):
                             e, pos = _S_ProduceResponse_BatchIndexAndErrorMessage._r0(buf, pos, v)
                             lst.append(e)
                         _i = -1
@@ -1457,7 +1458,7 @@ class ProduceResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_ProduceResponse_BatchIndexAndErrorMessage._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1

@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     bad_len as _bad_len,
     new as _new,
@@ -141,7 +142,7 @@ class ReadShareGroupStateRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_ReadShareGroupStateRequest_ReadStateData)
                     f1 = 'topic_id'
                     o1.topic_id, n = _T0u(buf, pos)
@@ -162,7 +163,7 @@ class ReadShareGroupStateRequest(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_ReadShareGroupStateRequest_PartitionData)
                             f2 = 'partition'
                             o2.partition, o2.leader_epoch, n = _T1u(buf, pos)
@@ -280,7 +281,7 @@ class ReadShareGroupStateRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_ReadShareGroupStateRequest_PartitionData._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -418,7 +419,7 @@ class ReadShareGroupStateResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_ReadShareGroupStateResponse_ReadStateResult)
                     f1 = 'topic_id'
                     o1.topic_id, n = _T0u(buf, pos)
@@ -439,7 +440,7 @@ class ReadShareGroupStateResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_ReadShareGroupStateResponse_PartitionResult)
                             f2 = 'partition'
                             o2.partition, o2.error_code, n = _T4u(buf, pos)
@@ -478,7 +479,7 @@ class ReadShareGroupStateResponse(_Struct):
                                     raise _bad_len(n, lb - pos)
                                 lst2 = []
                                 f3 = ''
-                                for _i2 in range(n):
+                                for _i2 in _RANGES[n] if n < 256 else range(n):
                                     o3 = _new(_S_ReadShareGroupStateResponse_StateBatch)
                                     f3 = 'first_offset'
                                     o3.first_offset, o3.last_offset, o3.delivery_state, o3.delivery_count, n = _T6u(buf, pos)
@@ -614,7 +615,7 @@ class ReadShareGroupStateResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_ReadShareGroupStateResponse_PartitionResult._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -737,7 +738,7 @@ class ReadShareGroupStateResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_ReadShareGroupStateResponse_StateBatch._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1

@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     bad_len as _bad_len,
     new as _new,
@@ -137,7 +138,7 @@ class ReadShareGroupStateSummaryRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_ReadShareGroupStateSummaryRequest_ReadStateSummaryData)
                     f1 = 'topic_id'
                     o1.topic_id, n = _T0u(buf, pos)
@@ -158,7 +159,7 @@ class ReadShareGroupStateSummaryRequest(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_ReadShareGroupStateSummaryRequest_PartitionData)
                             f2 = 'partition'
                             o2.partition, o2.leader_epoch, n = _T1u(buf, pos)
@@ -276,7 +277,7 @@ class ReadShareGroupStateSummaryRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_ReadShareGroupStateSummaryRequest_PartitionData._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -413,7 +414,7 @@ class ReadShareGroupStateSummaryResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_ReadShareGroupStateSummaryResponse_ReadStateSummaryResult)
                     f1 = 'topic_id'
                     o1.topic_id, n = _T0u(buf, pos)
@@ -434,7 +435,7 @@ class ReadShareGroupStateSummaryResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_ReadShareGroupStateSummaryResponse_PartitionResult)
                             f2 = 'partition'
                             o2.partition, o2.error_code, n = _T4u(buf, pos)
@@ -570,7 +571,7 @@ class ReadShareGroupStateSummaryResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_ReadShareGroupStateSummaryResponse_PartitionResult._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1

@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     bad_len as _bad_len,
     new as _new,
@@ -178,7 +179,7 @@ class ShareAcknowledgeRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_ShareAcknowledgeRequest_AcknowledgeTopic)
                     f1 = 'topic_id'
                     o1.topic_id, n = _T2u(buf, pos)
@@ -199,7 +200,7 @@ class ShareAcknowledgeRequest(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_ShareAcknowledgeRequest_AcknowledgePartition)
                             f2 = 'partition_index'
                             o2.partition_index, n = _T1u(buf, pos)
@@ -220,7 +221,7 @@ class ShareAcknowledgeRequest(_Struct):
                                     raise _bad_len(n, lb - pos)
                                 lst2 = []
                                 f3 = ''
-                                for _i2 in range(n):
+                                for _i2 in _RANGES[n] if n < 256 else range(n):
                                     o3 = _new(_S_ShareAcknowledgeRequest_AcknowledgementBatch)
                                     f3 = 'first_offset'
                                     o3.first_offset, o3.last_offset, n = _T3u(buf, pos)
@@ -374,7 +375,7 @@ class ShareAcknowledgeRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_ShareAcknowledgeRequest_AcknowledgePartition._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -459,7 +460,7 @@ class ShareAcknowledgeRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_ShareAcknowledgeRequest_AcknowledgementBatch._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -676,7 +677,7 @@ class ShareAcknowledgeResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse)
                     f1 = 'topic_id'
                     o1.topic_id, n = _T2u(buf, pos)
@@ -697,7 +698,7 @@ class ShareAcknowledgeResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_ShareAcknowledgeResponse_PartitionData)
                             f2 = 'partition_index'
                             o2.partition_index, o2.error_code, n = _T7u(buf, pos)
@@ -791,7 +792,7 @@ class ShareAcknowledgeResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_ShareAcknowledgeResponse_NodeEndpoint)
                     f1 = 'node_id'
                     o1.node_id, n = _T1u(buf, pos)
@@ -926,7 +927,7 @@ class ShareAcknowledgeResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_ShareAcknowledgeResponse_PartitionData._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1

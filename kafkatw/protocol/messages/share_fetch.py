@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     bad_len as _bad_len,
     new as _new,
@@ -212,7 +213,7 @@ class ShareFetchRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_ShareFetchRequest_FetchTopic)
                     f1 = 'topic_id'
                     o1.topic_id, n = _T2u(buf, pos)
@@ -233,7 +234,7 @@ class ShareFetchRequest(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_ShareFetchRequest_FetchPartition)
                             f2 = 'partition_index'
                             o2.partition_index, o2.partition_max_bytes, n = _T3u(buf, pos)
@@ -254,7 +255,7 @@ class ShareFetchRequest(_Struct):
                                     raise _bad_len(n, lb - pos)
                                 lst2 = []
                                 f3 = ''
-                                for _i2 in range(n):
+                                for _i2 in _RANGES[n] if n < 256 else range(n):
                                     o3 = _new(_S_ShareFetchRequest_AcknowledgementBatch)
                                     f3 = 'first_offset'
                                     o3.first_offset, o3.last_offset, n = _T4u(buf, pos)
@@ -347,7 +348,7 @@ class ShareFetchRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_ShareFetchRequest_ForgottenTopic)
                     f1 = 'topic_id'
                     o1.topic_id, n = _T2u(buf, pos)
@@ -465,7 +466,7 @@ class ShareFetchRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_ShareFetchRequest_FetchPartition._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -552,7 +553,7 @@ class ShareFetchRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_ShareFetchRequest_AcknowledgementBatch._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -849,7 +850,7 @@ class ShareFetchResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_ShareFetchResponse_ShareFetchableTopicResponse)
                     f1 = 'topic_id'
                     o1.topic_id, n = _T2u(buf, pos)
@@ -870,7 +871,7 @@ class ShareFetchResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_ShareFetchResponse_PartitionData)
                             f2 = 'partition_index'
                             o2.partition_index, o2.error_code, n = _T9u(buf, pos)
@@ -963,7 +964,7 @@ class ShareFetchResponse(_Struct):
                                     raise _bad_len(n, lb - pos)
                                 lst2 = []
                                 f3 = ''
-                                for _i2 in range(n):
+                                for _i2 in _RANGES[n] if n < 256 else range(n):
                                     o3 = _new(_S_ShareFetchResponse_AcquiredRecords)
                                     f3 = 'first_offset'
                                     o3.first_offset, o3.last_offset, o3.delivery_count, n = _T11u(buf, pos)
@@ -1038,7 +1039,7 @@ class ShareFetchResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_ShareFetchResponse_NodeEndpoint)
                     f1 = 'node_id'
                     o1.node_id, n = _T12u(buf, pos)
@@ -1173,7 +1174,7 @@ class ShareFetchResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_ShareFetchResponse_PartitionData._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -1367,7 +1368,7 @@ class ShareFetchResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_ShareFetchResponse_AcquiredRecords._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1

@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     bad_len as _bad_len,
     new as _new,
@@ -204,7 +205,7 @@ class ShareGroupHeartbeatRequest(_Struct):
                 if n < 0 or n * 1 > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     n = buf[pos]
                     pos += 1
                     if n >= 128:
@@ -511,7 +512,7 @@ class ShareGroupHeartbeatResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_ShareGroupHeartbeatResponse_TopicPartitions._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1

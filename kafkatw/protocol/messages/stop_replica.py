@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     absent as _absent,
     bad_len as _bad_len,
@@ -158,7 +159,7 @@ class StopReplicaRequest(_Struct):
                         raise _bad_len(n, lb - pos)
                     lst = []
                     f1 = ''
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         o1 = _new(_S_StopReplicaRequest_StopReplicaPartitionV0)
                         f1 = 'topic_name'
                         n, = _ui16(buf, pos)
@@ -192,7 +193,7 @@ class StopReplicaRequest(_Struct):
                         raise _bad_len(n, lb - pos)
                     lst = []
                     f1 = ''
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         o1 = _new(_S_StopReplicaRequest_StopReplicaTopicV1)
                         f1 = 'name'
                         n, = _ui16(buf, pos)
@@ -325,7 +326,7 @@ class StopReplicaRequest(_Struct):
                         raise _bad_len(n, lb - pos)
                     lst = []
                     f1 = ''
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         o1 = _new(_S_StopReplicaRequest_StopReplicaTopicV1)
                         f1 = 'name'
                         n = buf[pos]
@@ -401,7 +402,7 @@ class StopReplicaRequest(_Struct):
                         raise _bad_len(n, lb - pos)
                     lst = []
                     f1 = ''
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         o1 = _new(_S_StopReplicaRequest_StopReplicaTopicState)
                         f1 = 'topic_name'
                         n = buf[pos]
@@ -438,7 +439,7 @@ class StopReplicaRequest(_Struct):
                                 raise _bad_len(n, lb - pos)
                             lst1 = []
                             f2 = ''
-                            for _i1 in range(n):
+                            for _i1 in _RANGES[n] if n < 256 else range(n):
                                 o2 = _new(_S_StopReplicaRequest_StopReplicaPartitionState)
                                 f2 = 'partition_index'
                                 o2.partition_index, o2.leader_epoch, o2.delete_partition, n = _T4u(buf, pos)
@@ -903,7 +904,7 @@ class StopReplicaRequest(_Struct):
                         if n < 0 or n * 1 > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst = []
-                        for _i in range(n):
+                        for _i in _RANGES[n] if n < 256 else range(n):
                             e, pos = _S_StopReplicaRequest_StopReplicaPartitionState._r1(buf, pos, v)
                             lst.append(e)
                         _i = -1
@@ -1070,7 +1071,7 @@ class StopReplicaResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_StopReplicaResponse_StopReplicaPartitionError)
                     f1 = 'topic_name'
                     n, = _ui16(buf, pos)
@@ -1140,7 +1141,7 @@ class StopReplicaResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_StopReplicaResponse_StopReplicaPartitionError)
                     f1 = 'topic_name'
                     n = buf[pos]

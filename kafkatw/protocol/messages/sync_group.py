@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     absent as _absent,
     bad_len as _bad_len,
@@ -163,7 +164,7 @@ class SyncGroupRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_SyncGroupRequest_SyncGroupRequestAssignment)
                     f1 = 'member_id'
                     n, = _ui16(buf, pos)
@@ -388,7 +389,7 @@ class SyncGroupRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_SyncGroupRequest_SyncGroupRequestAssignment)
                     f1 = 'member_id'
                     n = buf[pos]

@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     absent as _absent,
     bad_len as _bad_len,
@@ -161,7 +162,7 @@ class TxnOffsetCommitRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic)
                     f1 = 'name'
                     n, = _ui16(buf, pos)
@@ -184,7 +185,7 @@ class TxnOffsetCommitRequest(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition)
                             f2 = 'partition_index'
                             o2.partition_index, o2.committed_offset = _T2u(buf, pos)
@@ -378,7 +379,7 @@ class TxnOffsetCommitRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic)
                     f1 = 'name'
                     n = buf[pos]
@@ -415,7 +416,7 @@ class TxnOffsetCommitRequest(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition)
                             f2 = 'partition_index'
                             o2.partition_index, o2.committed_offset, o2.committed_leader_epoch, n = _T5u(buf, pos)
@@ -550,7 +551,7 @@ class TxnOffsetCommitRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition._r0(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -629,7 +630,7 @@ class TxnOffsetCommitRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -830,7 +831,7 @@ class TxnOffsetCommitResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic)
                     f1 = 'name'
                     n, = _ui16(buf, pos)
@@ -853,7 +854,7 @@ class TxnOffsetCommitResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition)
                             f2 = 'partition_index'
                             o2.partition_index, o2.error_code = _T8u(buf, pos)
@@ -919,7 +920,7 @@ class TxnOffsetCommitResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic)
                     f1 = 'name'
                     n = buf[pos]
@@ -956,7 +957,7 @@ class TxnOffsetCommitResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition)
                             f2 = 'partition_index'
                             o2.partition_index, o2.error_code, n = _T10u(buf, pos)
@@ -1074,7 +1075,7 @@ class TxnOffsetCommitResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition._r0(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -1153,7 +1154,7 @@ class TxnOffsetCommitResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1

@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     absent as _absent,
     bad_len as _bad_len,
@@ -173,7 +174,7 @@ class UpdateMetadataRequest(_Struct):
                         raise _bad_len(n, lb - pos)
                     lst = []
                     f1 = ''
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         o1 = _new(_S_UpdateMetadataRequest_UpdateMetadataPartitionState)
                         f1 = 'topic_name'
                         n, = _ui16(buf, pos)
@@ -242,7 +243,7 @@ class UpdateMetadataRequest(_Struct):
                         raise _bad_len(n, lb - pos)
                     lst = []
                     f1 = ''
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         o1 = _new(_S_UpdateMetadataRequest_UpdateMetadataTopicState)
                         f1 = 'topic_name'
                         n, = _ui16(buf, pos)
@@ -266,7 +267,7 @@ class UpdateMetadataRequest(_Struct):
                                 raise _bad_len(n, lb - pos)
                             lst1 = []
                             f2 = ''
-                            for _i1 in range(n):
+                            for _i1 in _RANGES[n] if n < 256 else range(n):
                                 o2 = _new(_S_UpdateMetadataRequest_UpdateMetadataPartitionState)
                                 o2.topic_name = ''
                                 f2 = 'partition_index'
@@ -327,7 +328,7 @@ class UpdateMetadataRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_UpdateMetadataRequest_UpdateMetadataBroker)
                     f1 = 'id'
                     o1.id, = _T0u(buf, pos)
@@ -363,7 +364,7 @@ class UpdateMetadataRequest(_Struct):
                                 raise _bad_len(n, lb - pos)
                             lst1 = []
                             f2 = ''
-                            for _i1 in range(n):
+                            for _i1 in _RANGES[n] if n < 256 else range(n):
                                 o2 = _new(_S_UpdateMetadataRequest_UpdateMetadataEndpoint)
                                 f2 = 'port'
                                 o2.port, n = _T4u(buf, pos)
@@ -505,7 +506,7 @@ class UpdateMetadataRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_UpdateMetadataRequest_UpdateMetadataTopicState)
                     f1 = 'topic_name'
                     n = buf[pos]
@@ -548,7 +549,7 @@ class UpdateMetadataRequest(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_UpdateMetadataRequest_UpdateMetadataPartitionState)
                             o2.topic_name = ''
                             f2 = 'partition_index'
@@ -661,7 +662,7 @@ class UpdateMetadataRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_UpdateMetadataRequest_UpdateMetadataBroker)
                     f1 = 'id'
                     o1.id, n = _T12u(buf, pos)
@@ -684,7 +685,7 @@ class UpdateMetadataRequest(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_UpdateMetadataRequest_UpdateMetadataEndpoint)
                             f2 = 'port'
                             o2.port, n = _T12u(buf, pos)
@@ -1123,7 +1124,7 @@ class UpdateMetadataRequest(_Struct):
                         if n < 0 or n * 1 > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst = []
-                        for _i in range(n):
+                        for _i in _RANGES[n] if n < 256 else range(n):
                             e, pos = _S_UpdateMetadataRequest_UpdateMetadataPartitionState._r0(buf, pos, v)
                             lst.append(e)
                         _i = -1
@@ -1212,7 +1213,7 @@ class UpdateMetadataRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_UpdateMetadataRequest_UpdateMetadataPartitionState._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -1329,7 +1330,7 @@ class UpdateMetadataRequest(_Struct):
                         if n < 0 or n * 1 > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst = []
-                        for _i in range(n):
+                        for _i in _RANGES[n] if n < 256 else range(n):
                             e, pos = _S_UpdateMetadataRequest_UpdateMetadataEndpoint._r0(buf, pos, v)
                             lst.append(e)
                         _i = -1
@@ -1410,7 +1411,7 @@ class UpdateMetadataRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_UpdateMetadataRequest_UpdateMetadataEndpoint._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1

@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     absent as _absent,
     bad_len as _bad_len,
@@ -153,7 +154,7 @@ class VoteRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_VoteRequest_TopicData)
                     f1 = 'topic_name'
                     n = buf[pos]
@@ -190,7 +191,7 @@ class VoteRequest(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_VoteRequest_PartitionData)
                             f2 = 'partition_index'
                             o2.partition_index, o2.candidate_epoch, o2.candidate_id = _T1u(buf, pos)
@@ -344,7 +345,7 @@ class VoteRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_VoteRequest_PartitionData._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -527,7 +528,7 @@ class VoteResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_VoteResponse_TopicData)
                     f1 = 'topic_name'
                     n = buf[pos]
@@ -564,7 +565,7 @@ class VoteResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_VoteResponse_PartitionData)
                             f2 = 'partition_index'
                             o2.partition_index, o2.error_code, o2.leader_id, o2.leader_epoch, o2.vote_granted, n = _T7u(buf, pos)
@@ -632,7 +633,7 @@ class VoteResponse(_Struct):
                             if n < 0 or n * 1 > lb - pos:
                                 raise _bad_len(n, lb - pos)
                             lst = []
-                            for _i in range(n):
+                            for _i in _RANGES[n] if n < 256 else range(n):
                                 e, pos = _S_VoteResponse_NodeEndpoint._r1(buf, pos, v)
                                 lst.append(e)
                             _i = -1
@@ -735,7 +736,7 @@ class VoteResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_VoteResponse_PartitionData._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1

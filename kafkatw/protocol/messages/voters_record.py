@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     bad_len as _bad_len,
     new as _new,
@@ -111,7 +112,7 @@ class VotersRecord(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_VotersRecord_Voter)
                     f1 = 'voter_id'
                     o1.voter_id, o1.voter_directory_id, n = _T2u(buf, pos)
@@ -132,7 +133,7 @@ class VotersRecord(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_VotersRecord_Endpoint)
                             f2 = 'name'
                             n = buf[pos]
@@ -309,7 +310,7 @@ class VotersRecord(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_VotersRecord_Endpoint._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1

@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     bad_len as _bad_len,
     new as _new,
@@ -138,7 +139,7 @@ class WriteShareGroupStateRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_WriteShareGroupStateRequest_WriteStateData)
                     f1 = 'topic_id'
                     o1.topic_id, n = _T0u(buf, pos)
@@ -159,7 +160,7 @@ class WriteShareGroupStateRequest(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_WriteShareGroupStateRequest_PartitionData)
                             f2 = 'partition'
                             o2.partition, o2.state_epoch, o2.leader_epoch, o2.start_offset, n = _T1u(buf, pos)
@@ -180,7 +181,7 @@ class WriteShareGroupStateRequest(_Struct):
                                     raise _bad_len(n, lb - pos)
                                 lst2 = []
                                 f3 = ''
-                                for _i2 in range(n):
+                                for _i2 in _RANGES[n] if n < 256 else range(n):
                                     o3 = _new(_S_WriteShareGroupStateRequest_StateBatch)
                                     f3 = 'first_offset'
                                     o3.first_offset, o3.last_offset, o3.delivery_state, o3.delivery_count, n = _T2u(buf, pos)
@@ -316,7 +317,7 @@ class WriteShareGroupStateRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_WriteShareGroupStateRequest_PartitionData._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -407,7 +408,7 @@ class WriteShareGroupStateRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_WriteShareGroupStateRequest_StateBatch._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -548,7 +549,7 @@ class WriteShareGroupStateResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_WriteShareGroupStateResponse_WriteStateResult)
                     f1 = 'topic_id'
                     o1.topic_id, n = _T0u(buf, pos)
@@ -569,7 +570,7 @@ class WriteShareGroupStateResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_WriteShareGroupStateResponse_PartitionResult)
                             f2 = 'partition'
                             o2.partition, o2.error_code, n = _T6u(buf, pos)
@@ -704,7 +705,7 @@ class WriteShareGroupStateResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_WriteShareGroupStateResponse_PartitionResult._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1

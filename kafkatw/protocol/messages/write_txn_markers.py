@@ -10,6 +10,7 @@ from kafkatw.protocol._runtime import (
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
+    RANGES as _RANGES,
     Struct as _Struct,
     bad_len as _bad_len,
     new as _new,
@@ -101,7 +102,7 @@ class WriteTxnMarkersRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_WriteTxnMarkersRequest_WritableTxnMarker)
                     f1 = 'producer_id'
                     o1.producer_id, o1.producer_epoch, o1.transaction_result, n = _T0u(buf, pos)
@@ -115,7 +116,7 @@ class WriteTxnMarkersRequest(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_WriteTxnMarkersRequest_WritableTxnMarkerTopic)
                             f2 = 'name'
                             n, = _ui16(buf, pos)
@@ -200,7 +201,7 @@ class WriteTxnMarkersRequest(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_WriteTxnMarkersRequest_WritableTxnMarker)
                     f1 = 'producer_id'
                     o1.producer_id, o1.producer_epoch, o1.transaction_result, n = _T2u(buf, pos)
@@ -221,7 +222,7 @@ class WriteTxnMarkersRequest(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_WriteTxnMarkersRequest_WritableTxnMarkerTopic)
                             f2 = 'name'
                             n = buf[pos]
@@ -366,7 +367,7 @@ class WriteTxnMarkersRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_WriteTxnMarkersRequest_WritableTxnMarkerTopic._r0(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -423,7 +424,7 @@ class WriteTxnMarkersRequest(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_WriteTxnMarkersRequest_WritableTxnMarkerTopic._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -649,7 +650,7 @@ class WriteTxnMarkersResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_WriteTxnMarkersResponse_WritableTxnMarkerResult)
                     f1 = 'producer_id'
                     o1.producer_id, n = _T5u(buf, pos)
@@ -663,7 +664,7 @@ class WriteTxnMarkersResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult)
                             f2 = 'name'
                             n, = _ui16(buf, pos)
@@ -686,7 +687,7 @@ class WriteTxnMarkersResponse(_Struct):
                                     raise _bad_len(n, lb - pos)
                                 lst2 = []
                                 f3 = ''
-                                for _i2 in range(n):
+                                for _i2 in _RANGES[n] if n < 256 else range(n):
                                     o3 = _new(_S_WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult)
                                     f3 = 'partition_index'
                                     o3.partition_index, o3.error_code = _T6u(buf, pos)
@@ -756,7 +757,7 @@ class WriteTxnMarkersResponse(_Struct):
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
-                for _i in range(n):
+                for _i in _RANGES[n] if n < 256 else range(n):
                     o1 = _new(_S_WriteTxnMarkersResponse_WritableTxnMarkerResult)
                     f1 = 'producer_id'
                     o1.producer_id, n = _T7u(buf, pos)
@@ -777,7 +778,7 @@ class WriteTxnMarkersResponse(_Struct):
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
-                        for _i1 in range(n):
+                        for _i1 in _RANGES[n] if n < 256 else range(n):
                             o2 = _new(_S_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult)
                             f2 = 'name'
                             n = buf[pos]
@@ -814,7 +815,7 @@ class WriteTxnMarkersResponse(_Struct):
                                     raise _bad_len(n, lb - pos)
                                 lst2 = []
                                 f3 = ''
-                                for _i2 in range(n):
+                                for _i2 in _RANGES[n] if n < 256 else range(n):
                                     o3 = _new(_S_WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult)
                                     f3 = 'partition_index'
                                     o3.partition_index, o3.error_code, n = _T8u(buf, pos)
@@ -935,7 +936,7 @@ class WriteTxnMarkersResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult._r0(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -988,7 +989,7 @@ class WriteTxnMarkersResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -1073,7 +1074,7 @@ class WriteTxnMarkersResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult._r0(buf, pos, v)
                         lst.append(e)
                     _i = -1
@@ -1152,7 +1153,7 @@ class WriteTxnMarkersResponse(_Struct):
                     if n < 0 or n * 1 > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
-                    for _i in range(n):
+                    for _i in _RANGES[n] if n < 256 else range(n):
                         e, pos = _S_WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult._r1(buf, pos, v)
                         lst.append(e)
                     _i = -1
