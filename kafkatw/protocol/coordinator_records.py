@@ -135,7 +135,7 @@ class ConsumerGroupCurrentMemberAssignmentKey(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = buf[pos:pos + n].tobytes().decode()
+                o.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'member_id'
             n, = _ui16(buf, pos)
@@ -145,7 +145,7 @@ class ConsumerGroupCurrentMemberAssignmentKey(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.member_id = buf[pos:pos + n].tobytes().decode()
+                o.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
@@ -477,7 +477,7 @@ class ConsumerGroupMemberMetadataKey(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = buf[pos:pos + n].tobytes().decode()
+                o.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'member_id'
             n, = _ui16(buf, pos)
@@ -487,7 +487,7 @@ class ConsumerGroupMemberMetadataKey(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.member_id = buf[pos:pos + n].tobytes().decode()
+                o.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
@@ -649,7 +649,7 @@ class ConsumerGroupMemberMetadataValue(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.instance_id = buf[pos:pos + n].tobytes().decode()
+                o.instance_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'rack_id'
             n = buf[pos]
@@ -666,7 +666,7 @@ class ConsumerGroupMemberMetadataValue(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.rack_id = buf[pos:pos + n].tobytes().decode()
+                o.rack_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'client_id'
             n = buf[pos]
@@ -683,7 +683,7 @@ class ConsumerGroupMemberMetadataValue(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.client_id = buf[pos:pos + n].tobytes().decode()
+                o.client_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'client_host'
             n = buf[pos]
@@ -700,7 +700,7 @@ class ConsumerGroupMemberMetadataValue(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.client_host = buf[pos:pos + n].tobytes().decode()
+                o.client_host = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'subscribed_topic_names'
             n = buf[pos]
@@ -751,7 +751,7 @@ class ConsumerGroupMemberMetadataValue(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.subscribed_topic_regex = buf[pos:pos + n].tobytes().decode()
+                o.subscribed_topic_regex = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'rebalance_timeout_ms'
             o.rebalance_timeout_ms, n = _T5u(buf, pos)
@@ -769,7 +769,7 @@ class ConsumerGroupMemberMetadataValue(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.server_assignor = buf[pos:pos + n].tobytes().decode()
+                o.server_assignor = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             _d0 = _new(_S_ConsumerGroupMemberMetadataValue_ClassicMemberMetadata)
             _d0.session_timeout_ms = 0
@@ -957,7 +957,7 @@ class ConsumerGroupMemberMetadataValue(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'metadata'
                 n = buf[pos]
@@ -1036,7 +1036,7 @@ class ConsumerGroupMetadataKey(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = buf[pos:pos + n].tobytes().decode()
+                o.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
@@ -1134,7 +1134,7 @@ class ConsumerGroupPartitionMetadataKey(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = buf[pos:pos + n].tobytes().decode()
+                o.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
@@ -1220,7 +1220,7 @@ class ConsumerGroupPartitionMetadataValue(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                        o1.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'num_partitions'
                     o1.num_partitions, n = _T5u(buf, pos)
@@ -1407,7 +1407,7 @@ class ConsumerGroupPartitionMetadataValue(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic_name = buf[pos:pos + n].tobytes().decode()
+                    o.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'num_partitions'
                 o.num_partitions, n = _T5u(buf, pos)
@@ -1604,7 +1604,7 @@ class ConsumerGroupTargetAssignmentMemberKey(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = buf[pos:pos + n].tobytes().decode()
+                o.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'member_id'
             n, = _ui16(buf, pos)
@@ -1614,7 +1614,7 @@ class ConsumerGroupTargetAssignmentMemberKey(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.member_id = buf[pos:pos + n].tobytes().decode()
+                o.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
@@ -1859,7 +1859,7 @@ class ConsumerGroupTargetAssignmentMetadataKey(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = buf[pos:pos + n].tobytes().decode()
+                o.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
@@ -1957,7 +1957,7 @@ class GroupMetadataKey(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group = buf[pos:pos + n].tobytes().decode()
+                o.group = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
@@ -2040,7 +2040,7 @@ class GroupMetadataValue(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.protocol_type = buf[pos:pos + n].tobytes().decode()
+                o.protocol_type = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'generation'
             o.generation, n = _T7u(buf, pos)
@@ -2051,7 +2051,7 @@ class GroupMetadataValue(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.protocol = buf[pos:pos + n].tobytes().decode()
+                o.protocol = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'leader'
             n, = _ui16(buf, pos)
@@ -2061,7 +2061,7 @@ class GroupMetadataValue(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.leader = buf[pos:pos + n].tobytes().decode()
+                o.leader = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             if v >= 2:
                 f = 'current_state_timestamp'
@@ -2090,7 +2090,7 @@ class GroupMetadataValue(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.member_id = buf[pos:pos + n].tobytes().decode()
+                        o1.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     if v >= 3:
                         f1 = 'group_instance_id'
@@ -2101,7 +2101,7 @@ class GroupMetadataValue(_Struct):
                         else:
                             if n < -1 or n > lb - pos:
                                 raise _bad_len(n, lb - pos)
-                            o1.group_instance_id = buf[pos:pos + n].tobytes().decode()
+                            o1.group_instance_id = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
                     else:
                         o1.group_instance_id = None
@@ -2113,7 +2113,7 @@ class GroupMetadataValue(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.client_id = buf[pos:pos + n].tobytes().decode()
+                        o1.client_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'client_host'
                     n, = _ui16(buf, pos)
@@ -2123,7 +2123,7 @@ class GroupMetadataValue(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.client_host = buf[pos:pos + n].tobytes().decode()
+                        o1.client_host = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     if v >= 1:
                         f1 = 'rebalance_timeout'
@@ -2237,7 +2237,7 @@ class GroupMetadataValue(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.protocol_type = buf[pos:pos + n].tobytes().decode()
+                o.protocol_type = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'generation'
             o.generation, n = _T5u(buf, pos)
@@ -2255,7 +2255,7 @@ class GroupMetadataValue(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.protocol = buf[pos:pos + n].tobytes().decode()
+                o.protocol = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'leader'
             n = buf[pos]
@@ -2272,7 +2272,7 @@ class GroupMetadataValue(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.leader = buf[pos:pos + n].tobytes().decode()
+                o.leader = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'current_state_timestamp'
             o.current_state_timestamp, n = _T9u(buf, pos)
@@ -2310,7 +2310,7 @@ class GroupMetadataValue(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.member_id = buf[pos:pos + n].tobytes().decode()
+                        o1.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'group_instance_id'
                     n = buf[pos]
@@ -2327,7 +2327,7 @@ class GroupMetadataValue(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.group_instance_id = buf[pos:pos + n].tobytes().decode()
+                        o1.group_instance_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'client_id'
                     n = buf[pos]
@@ -2344,7 +2344,7 @@ class GroupMetadataValue(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.client_id = buf[pos:pos + n].tobytes().decode()
+                        o1.client_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'client_host'
                     n = buf[pos]
@@ -2361,7 +2361,7 @@ class GroupMetadataValue(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.client_host = buf[pos:pos + n].tobytes().decode()
+                        o1.client_host = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'rebalance_timeout'
                     o1.rebalance_timeout, o1.session_timeout, n = _T10u(buf, pos)
@@ -2525,7 +2525,7 @@ class GroupMetadataValue(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.member_id = buf[pos:pos + n].tobytes().decode()
+                    o.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 if v >= 3:
                     f = 'group_instance_id'
@@ -2536,7 +2536,7 @@ class GroupMetadataValue(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.group_instance_id = buf[pos:pos + n].tobytes().decode()
+                        o.group_instance_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.group_instance_id = None
@@ -2548,7 +2548,7 @@ class GroupMetadataValue(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.client_id = buf[pos:pos + n].tobytes().decode()
+                    o.client_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'client_host'
                 n, = _ui16(buf, pos)
@@ -2558,7 +2558,7 @@ class GroupMetadataValue(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.client_host = buf[pos:pos + n].tobytes().decode()
+                    o.client_host = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 if v >= 1:
                     f = 'rebalance_timeout'
@@ -2685,7 +2685,7 @@ class GroupMetadataValue(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.member_id = buf[pos:pos + n].tobytes().decode()
+                    o.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'group_instance_id'
                 n = buf[pos]
@@ -2702,7 +2702,7 @@ class GroupMetadataValue(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.group_instance_id = buf[pos:pos + n].tobytes().decode()
+                    o.group_instance_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'client_id'
                 n = buf[pos]
@@ -2719,7 +2719,7 @@ class GroupMetadataValue(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.client_id = buf[pos:pos + n].tobytes().decode()
+                    o.client_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'client_host'
                 n = buf[pos]
@@ -2736,7 +2736,7 @@ class GroupMetadataValue(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.client_host = buf[pos:pos + n].tobytes().decode()
+                    o.client_host = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'rebalance_timeout'
                 o.rebalance_timeout, o.session_timeout, n = _T10u(buf, pos)
@@ -2845,7 +2845,7 @@ class OffsetCommitKey(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group = buf[pos:pos + n].tobytes().decode()
+                o.group = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'topic'
             n, = _ui16(buf, pos)
@@ -2855,7 +2855,7 @@ class OffsetCommitKey(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.topic = buf[pos:pos + n].tobytes().decode()
+                o.topic = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'partition'
             o.partition, = _T4u(buf, pos)
@@ -2929,7 +2929,7 @@ class OffsetCommitValue(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.metadata = buf[pos:pos + n].tobytes().decode()
+                o.metadata = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'commit_timestamp'
             o.commit_timestamp, = _T6u(buf, pos)
@@ -2987,7 +2987,7 @@ class OffsetCommitValue(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.metadata = buf[pos:pos + n].tobytes().decode()
+                o.metadata = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'commit_timestamp'
             o.commit_timestamp, n = _T9u(buf, pos)
@@ -3059,7 +3059,7 @@ class ShareGroupCurrentMemberAssignmentKey(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = buf[pos:pos + n].tobytes().decode()
+                o.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'member_id'
             n, = _ui16(buf, pos)
@@ -3069,7 +3069,7 @@ class ShareGroupCurrentMemberAssignmentKey(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.member_id = buf[pos:pos + n].tobytes().decode()
+                o.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
@@ -3331,7 +3331,7 @@ class ShareGroupMemberMetadataKey(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = buf[pos:pos + n].tobytes().decode()
+                o.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'member_id'
             n, = _ui16(buf, pos)
@@ -3341,7 +3341,7 @@ class ShareGroupMemberMetadataKey(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.member_id = buf[pos:pos + n].tobytes().decode()
+                o.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
@@ -3449,7 +3449,7 @@ class ShareGroupMemberMetadataValue(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.rack_id = buf[pos:pos + n].tobytes().decode()
+                o.rack_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'client_id'
             n = buf[pos]
@@ -3466,7 +3466,7 @@ class ShareGroupMemberMetadataValue(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.client_id = buf[pos:pos + n].tobytes().decode()
+                o.client_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'client_host'
             n = buf[pos]
@@ -3483,7 +3483,7 @@ class ShareGroupMemberMetadataValue(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.client_host = buf[pos:pos + n].tobytes().decode()
+                o.client_host = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'subscribed_topic_names'
             n = buf[pos]
@@ -3578,7 +3578,7 @@ class ShareGroupMetadataKey(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = buf[pos:pos + n].tobytes().decode()
+                o.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
@@ -3676,7 +3676,7 @@ class ShareGroupPartitionMetadataKey(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = buf[pos:pos + n].tobytes().decode()
+                o.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
@@ -3762,7 +3762,7 @@ class ShareGroupPartitionMetadataValue(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                        o1.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'num_partitions'
                     o1.num_partitions, n = _T5u(buf, pos)
@@ -3949,7 +3949,7 @@ class ShareGroupPartitionMetadataValue(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic_name = buf[pos:pos + n].tobytes().decode()
+                    o.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'num_partitions'
                 o.num_partitions, n = _T5u(buf, pos)
@@ -4137,7 +4137,7 @@ class ShareGroupStatePartitionMetadataKey(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = buf[pos:pos + n].tobytes().decode()
+                o.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
@@ -4235,7 +4235,7 @@ class ShareGroupStatePartitionMetadataValue(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                        o1.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'partitions'
                     n = buf[pos]
@@ -4309,7 +4309,7 @@ class ShareGroupStatePartitionMetadataValue(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                        o1.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = '<tagged fields>'
                     n = buf[pos]
@@ -4418,7 +4418,7 @@ class ShareGroupStatePartitionMetadataValue(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic_name = buf[pos:pos + n].tobytes().decode()
+                    o.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'partitions'
                 n = buf[pos]
@@ -4516,7 +4516,7 @@ class ShareGroupStatePartitionMetadataValue(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic_name = buf[pos:pos + n].tobytes().decode()
+                    o.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = '<tagged fields>'
                 n = buf[pos]
@@ -4587,7 +4587,7 @@ class ShareGroupTargetAssignmentMemberKey(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = buf[pos:pos + n].tobytes().decode()
+                o.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'member_id'
             n, = _ui16(buf, pos)
@@ -4597,7 +4597,7 @@ class ShareGroupTargetAssignmentMemberKey(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.member_id = buf[pos:pos + n].tobytes().decode()
+                o.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
@@ -4842,7 +4842,7 @@ class ShareGroupTargetAssignmentMetadataKey(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = buf[pos:pos + n].tobytes().decode()
+                o.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
@@ -4940,7 +4940,7 @@ class TransactionLogKey(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.transactional_id = buf[pos:pos + n].tobytes().decode()
+                o.transactional_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
@@ -5035,7 +5035,7 @@ class TransactionLogValue(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.topic = buf[pos:pos + n].tobytes().decode()
+                        o1.topic = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'partition_ids'
                     n, = _ui32(buf, pos)
@@ -5150,7 +5150,7 @@ class TransactionLogValue(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.topic = buf[pos:pos + n].tobytes().decode()
+                        o1.topic = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'partition_ids'
                     n = buf[pos]
@@ -5275,7 +5275,7 @@ class TransactionLogValue(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic = buf[pos:pos + n].tobytes().decode()
+                    o.topic = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'partition_ids'
                 n, = _ui32(buf, pos)
@@ -5342,7 +5342,7 @@ class TransactionLogValue(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic = buf[pos:pos + n].tobytes().decode()
+                    o.topic = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'partition_ids'
                 n = buf[pos]

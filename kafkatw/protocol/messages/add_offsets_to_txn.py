@@ -94,7 +94,7 @@ class AddOffsetsToTxnRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.transactional_id = buf[pos:pos + n].tobytes().decode()
+                o.transactional_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'producer_id'
             o.producer_id, o.producer_epoch, n = _T1u(buf, pos)
@@ -105,7 +105,7 @@ class AddOffsetsToTxnRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = buf[pos:pos + n].tobytes().decode()
+                o.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:
@@ -163,7 +163,7 @@ class AddOffsetsToTxnRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.transactional_id = buf[pos:pos + n].tobytes().decode()
+                o.transactional_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'producer_id'
             o.producer_id, o.producer_epoch, n = _T2u(buf, pos)
@@ -181,7 +181,7 @@ class AddOffsetsToTxnRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = buf[pos:pos + n].tobytes().decode()
+                o.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = '<tagged fields>'
             n = buf[pos]

@@ -116,7 +116,7 @@ class AddPartitionsToTxnRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.v3_and_below_transactional_id = buf[pos:pos + n].tobytes().decode()
+                o.v3_and_below_transactional_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'v3_and_below_producer_id'
             o.v3_and_below_producer_id, o.v3_and_below_producer_epoch, n = _T1u(buf, pos)
@@ -140,7 +140,7 @@ class AddPartitionsToTxnRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'partitions'
                     n, = _ui32(buf, pos)
@@ -266,7 +266,7 @@ class AddPartitionsToTxnRequest(_Struct):
                         else:
                             if n < -1 or n > lb - pos:
                                 raise _bad_len(n, lb - pos)
-                            o1.transactional_id = buf[pos:pos + n].tobytes().decode()
+                            o1.transactional_id = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
                         f1 = 'producer_id'
                         o1.producer_id, o1.producer_epoch, o1.verify_only, n = _T2u(buf, pos)
@@ -304,7 +304,7 @@ class AddPartitionsToTxnRequest(_Struct):
                                 else:
                                     if n < -1 or n > lb - pos:
                                         raise _bad_len(n, lb - pos)
-                                    o2.name = buf[pos:pos + n].tobytes().decode()
+                                    o2.name = buf[pos:pos + n].tobytes().decode() if n else ''
                                     pos += n
                                 f2 = 'partitions'
                                 n = buf[pos]
@@ -378,7 +378,7 @@ class AddPartitionsToTxnRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.v3_and_below_transactional_id = buf[pos:pos + n].tobytes().decode()
+                    o.v3_and_below_transactional_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
             else:
                 o.v3_and_below_transactional_id = ''
@@ -425,7 +425,7 @@ class AddPartitionsToTxnRequest(_Struct):
                         else:
                             if n < -1 or n > lb - pos:
                                 raise _bad_len(n, lb - pos)
-                            o1.name = buf[pos:pos + n].tobytes().decode()
+                            o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
                         f1 = 'partitions'
                         n = buf[pos]
@@ -531,7 +531,7 @@ class AddPartitionsToTxnRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'partitions'
                 n, = _ui32(buf, pos)
@@ -598,7 +598,7 @@ class AddPartitionsToTxnRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'partitions'
                 n = buf[pos]
@@ -758,7 +758,7 @@ class AddPartitionsToTxnRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.transactional_id = buf[pos:pos + n].tobytes().decode()
+                        o.transactional_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.transactional_id = ''
@@ -882,7 +882,7 @@ class AddPartitionsToTxnResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'results_by_partition'
                     n, = _ui32(buf, pos)
@@ -1009,7 +1009,7 @@ class AddPartitionsToTxnResponse(_Struct):
                         else:
                             if n < -1 or n > lb - pos:
                                 raise _bad_len(n, lb - pos)
-                            o1.transactional_id = buf[pos:pos + n].tobytes().decode()
+                            o1.transactional_id = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
                         f1 = 'topic_results'
                         n = buf[pos]
@@ -1046,7 +1046,7 @@ class AddPartitionsToTxnResponse(_Struct):
                                 else:
                                     if n < -1 or n > lb - pos:
                                         raise _bad_len(n, lb - pos)
-                                    o2.name = buf[pos:pos + n].tobytes().decode()
+                                    o2.name = buf[pos:pos + n].tobytes().decode() if n else ''
                                     pos += n
                                 f2 = 'results_by_partition'
                                 n = buf[pos]
@@ -1161,7 +1161,7 @@ class AddPartitionsToTxnResponse(_Struct):
                         else:
                             if n < -1 or n > lb - pos:
                                 raise _bad_len(n, lb - pos)
-                            o1.name = buf[pos:pos + n].tobytes().decode()
+                            o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
                         f1 = 'results_by_partition'
                         n = buf[pos]
@@ -1289,7 +1289,7 @@ class AddPartitionsToTxnResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'results_by_partition'
                 n, = _ui32(buf, pos)
@@ -1361,7 +1361,7 @@ class AddPartitionsToTxnResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'results_by_partition'
                 n = buf[pos]
@@ -1571,7 +1571,7 @@ class AddPartitionsToTxnResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.transactional_id = buf[pos:pos + n].tobytes().decode()
+                        o.transactional_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.transactional_id = ''

@@ -120,7 +120,7 @@ class AddRaftVoterRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.cluster_id = buf[pos:pos + n].tobytes().decode()
+                o.cluster_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'timeout_ms'
             o.timeout_ms, o.voter_id, o.voter_directory_id, n = _T1u(buf, pos)
@@ -158,7 +158,7 @@ class AddRaftVoterRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'host'
                     n = buf[pos]
@@ -175,7 +175,7 @@ class AddRaftVoterRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.host = buf[pos:pos + n].tobytes().decode()
+                        o1.host = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'port'
                     o1.port, n = _T2u(buf, pos)
@@ -285,7 +285,7 @@ class AddRaftVoterRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'host'
                 n = buf[pos]
@@ -302,7 +302,7 @@ class AddRaftVoterRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.host = buf[pos:pos + n].tobytes().decode()
+                    o.host = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'port'
                 o.port, n = _T2u(buf, pos)
@@ -386,7 +386,7 @@ class AddRaftVoterResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.error_message = buf[pos:pos + n].tobytes().decode()
+                o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = '<tagged fields>'
             n = buf[pos]

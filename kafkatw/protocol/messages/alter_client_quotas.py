@@ -126,7 +126,7 @@ class AlterClientQuotasRequest(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.entity_type = buf[pos:pos + n].tobytes().decode()
+                                o2.entity_type = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'entity_name'
                             n, = _ui16(buf, pos)
@@ -136,7 +136,7 @@ class AlterClientQuotasRequest(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.entity_name = buf[pos:pos + n].tobytes().decode()
+                                o2.entity_name = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             o2.unknown_tagged_fields = _NO_TAGS
                             lst1.append(o2)
@@ -164,7 +164,7 @@ class AlterClientQuotasRequest(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.key = buf[pos:pos + n].tobytes().decode()
+                                o2.key = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'value'
                             o2.value, o2.remove = _T1u(buf, pos)
@@ -269,7 +269,7 @@ class AlterClientQuotasRequest(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.entity_type = buf[pos:pos + n].tobytes().decode()
+                                o2.entity_type = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'entity_name'
                             n = buf[pos]
@@ -286,7 +286,7 @@ class AlterClientQuotasRequest(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.entity_name = buf[pos:pos + n].tobytes().decode()
+                                o2.entity_name = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = '<tagged fields>'
                             n = buf[pos]
@@ -341,7 +341,7 @@ class AlterClientQuotasRequest(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.key = buf[pos:pos + n].tobytes().decode()
+                                o2.key = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'value'
                             o2.value, o2.remove, n = _T2u(buf, pos)
@@ -622,7 +622,7 @@ class AlterClientQuotasRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.entity_type = buf[pos:pos + n].tobytes().decode()
+                    o.entity_type = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'entity_name'
                 n, = _ui16(buf, pos)
@@ -632,7 +632,7 @@ class AlterClientQuotasRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.entity_name = buf[pos:pos + n].tobytes().decode()
+                    o.entity_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -689,7 +689,7 @@ class AlterClientQuotasRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.entity_type = buf[pos:pos + n].tobytes().decode()
+                    o.entity_type = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'entity_name'
                 n = buf[pos]
@@ -706,7 +706,7 @@ class AlterClientQuotasRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.entity_name = buf[pos:pos + n].tobytes().decode()
+                    o.entity_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = '<tagged fields>'
                 n = buf[pos]
@@ -772,7 +772,7 @@ class AlterClientQuotasRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.key = buf[pos:pos + n].tobytes().decode()
+                    o.key = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'value'
                 o.value, o.remove = _T1u(buf, pos)
@@ -822,7 +822,7 @@ class AlterClientQuotasRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.key = buf[pos:pos + n].tobytes().decode()
+                    o.key = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'value'
                 o.value, o.remove, n = _T2u(buf, pos)
@@ -905,7 +905,7 @@ class AlterClientQuotasResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.error_message = buf[pos:pos + n].tobytes().decode()
+                        o1.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'entity'
                     n, = _ui32(buf, pos)
@@ -928,7 +928,7 @@ class AlterClientQuotasResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.entity_type = buf[pos:pos + n].tobytes().decode()
+                                o2.entity_type = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'entity_name'
                             n, = _ui16(buf, pos)
@@ -938,7 +938,7 @@ class AlterClientQuotasResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.entity_name = buf[pos:pos + n].tobytes().decode()
+                                o2.entity_name = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             o2.unknown_tagged_fields = _NO_TAGS
                             lst1.append(o2)
@@ -1019,7 +1019,7 @@ class AlterClientQuotasResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.error_message = buf[pos:pos + n].tobytes().decode()
+                        o1.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'entity'
                     n = buf[pos]
@@ -1056,7 +1056,7 @@ class AlterClientQuotasResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.entity_type = buf[pos:pos + n].tobytes().decode()
+                                o2.entity_type = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'entity_name'
                             n = buf[pos]
@@ -1073,7 +1073,7 @@ class AlterClientQuotasResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.entity_name = buf[pos:pos + n].tobytes().decode()
+                                o2.entity_name = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = '<tagged fields>'
                             n = buf[pos]
@@ -1182,7 +1182,7 @@ class AlterClientQuotasResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.error_message = buf[pos:pos + n].tobytes().decode()
+                    o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'entity'
                 n, = _ui32(buf, pos)
@@ -1256,7 +1256,7 @@ class AlterClientQuotasResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.error_message = buf[pos:pos + n].tobytes().decode()
+                    o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'entity'
                 n = buf[pos]
@@ -1348,7 +1348,7 @@ class AlterClientQuotasResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.entity_type = buf[pos:pos + n].tobytes().decode()
+                    o.entity_type = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'entity_name'
                 n, = _ui16(buf, pos)
@@ -1358,7 +1358,7 @@ class AlterClientQuotasResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.entity_name = buf[pos:pos + n].tobytes().decode()
+                    o.entity_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -1415,7 +1415,7 @@ class AlterClientQuotasResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.entity_type = buf[pos:pos + n].tobytes().decode()
+                    o.entity_type = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'entity_name'
                 n = buf[pos]
@@ -1432,7 +1432,7 @@ class AlterClientQuotasResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.entity_name = buf[pos:pos + n].tobytes().decode()
+                    o.entity_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = '<tagged fields>'
                 n = buf[pos]

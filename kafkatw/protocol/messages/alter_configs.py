@@ -116,7 +116,7 @@ class AlterConfigsRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.resource_name = buf[pos:pos + n].tobytes().decode()
+                        o1.resource_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'configs'
                     n, = _ui32(buf, pos)
@@ -139,7 +139,7 @@ class AlterConfigsRequest(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.name = buf[pos:pos + n].tobytes().decode()
+                                o2.name = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'value'
                             n, = _ui16(buf, pos)
@@ -149,7 +149,7 @@ class AlterConfigsRequest(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.value = buf[pos:pos + n].tobytes().decode()
+                                o2.value = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             o2.unknown_tagged_fields = _NO_TAGS
                             lst1.append(o2)
@@ -232,7 +232,7 @@ class AlterConfigsRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.resource_name = buf[pos:pos + n].tobytes().decode()
+                        o1.resource_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'configs'
                     n = buf[pos]
@@ -269,7 +269,7 @@ class AlterConfigsRequest(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.name = buf[pos:pos + n].tobytes().decode()
+                                o2.name = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'value'
                             n = buf[pos]
@@ -286,7 +286,7 @@ class AlterConfigsRequest(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.value = buf[pos:pos + n].tobytes().decode()
+                                o2.value = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = '<tagged fields>'
                             n = buf[pos]
@@ -396,7 +396,7 @@ class AlterConfigsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.resource_name = buf[pos:pos + n].tobytes().decode()
+                    o.resource_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'configs'
                 n, = _ui32(buf, pos)
@@ -470,7 +470,7 @@ class AlterConfigsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.resource_name = buf[pos:pos + n].tobytes().decode()
+                    o.resource_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'configs'
                 n = buf[pos]
@@ -562,7 +562,7 @@ class AlterConfigsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'value'
                 n, = _ui16(buf, pos)
@@ -572,7 +572,7 @@ class AlterConfigsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.value = buf[pos:pos + n].tobytes().decode()
+                    o.value = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -629,7 +629,7 @@ class AlterConfigsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'value'
                 n = buf[pos]
@@ -646,7 +646,7 @@ class AlterConfigsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.value = buf[pos:pos + n].tobytes().decode()
+                    o.value = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = '<tagged fields>'
                 n = buf[pos]
@@ -727,7 +727,7 @@ class AlterConfigsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.error_message = buf[pos:pos + n].tobytes().decode()
+                        o1.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'resource_type'
                     o1.resource_type, n = _T1u(buf, pos)
@@ -738,7 +738,7 @@ class AlterConfigsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.resource_name = buf[pos:pos + n].tobytes().decode()
+                        o1.resource_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     o1.unknown_tagged_fields = _NO_TAGS
                     lst.append(o1)
@@ -813,7 +813,7 @@ class AlterConfigsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.error_message = buf[pos:pos + n].tobytes().decode()
+                        o1.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'resource_type'
                     o1.resource_type, n = _T2u(buf, pos)
@@ -831,7 +831,7 @@ class AlterConfigsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.resource_name = buf[pos:pos + n].tobytes().decode()
+                        o1.resource_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = '<tagged fields>'
                     n = buf[pos]
@@ -925,7 +925,7 @@ class AlterConfigsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.error_message = buf[pos:pos + n].tobytes().decode()
+                    o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'resource_type'
                 o.resource_type, n = _T1u(buf, pos)
@@ -936,7 +936,7 @@ class AlterConfigsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.resource_name = buf[pos:pos + n].tobytes().decode()
+                    o.resource_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -996,7 +996,7 @@ class AlterConfigsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.error_message = buf[pos:pos + n].tobytes().decode()
+                    o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'resource_type'
                 o.resource_type, n = _T2u(buf, pos)
@@ -1014,7 +1014,7 @@ class AlterConfigsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.resource_name = buf[pos:pos + n].tobytes().decode()
+                    o.resource_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = '<tagged fields>'
                 n = buf[pos]

@@ -142,7 +142,7 @@ class AlterPartitionRequest(_Struct):
                         else:
                             if n < -1 or n > lb - pos:
                                 raise _bad_len(n, lb - pos)
-                            o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                            o1.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
                     else:
                         o1.topic_name = ''
@@ -373,7 +373,7 @@ class AlterPartitionRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.topic_name = buf[pos:pos + n].tobytes().decode()
+                        o.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.topic_name = ''
@@ -723,7 +723,7 @@ class AlterPartitionResponse(_Struct):
                         else:
                             if n < -1 or n > lb - pos:
                                 raise _bad_len(n, lb - pos)
-                            o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                            o1.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
                     else:
                         o1.topic_name = ''
@@ -907,7 +907,7 @@ class AlterPartitionResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.topic_name = buf[pos:pos + n].tobytes().decode()
+                        o.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.topic_name = ''

@@ -102,7 +102,7 @@ class AlterReplicaLogDirsRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.path = buf[pos:pos + n].tobytes().decode()
+                        o1.path = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'topics'
                     n, = _ui32(buf, pos)
@@ -125,7 +125,7 @@ class AlterReplicaLogDirsRequest(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.name = buf[pos:pos + n].tobytes().decode()
+                                o2.name = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'partitions'
                             n, = _ui32(buf, pos)
@@ -214,7 +214,7 @@ class AlterReplicaLogDirsRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.path = buf[pos:pos + n].tobytes().decode()
+                        o1.path = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'topics'
                     n = buf[pos]
@@ -251,7 +251,7 @@ class AlterReplicaLogDirsRequest(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.name = buf[pos:pos + n].tobytes().decode()
+                                o2.name = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'partitions'
                             n = buf[pos]
@@ -374,7 +374,7 @@ class AlterReplicaLogDirsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.path = buf[pos:pos + n].tobytes().decode()
+                    o.path = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'topics'
                 n, = _ui32(buf, pos)
@@ -446,7 +446,7 @@ class AlterReplicaLogDirsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.path = buf[pos:pos + n].tobytes().decode()
+                    o.path = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'topics'
                 n = buf[pos]
@@ -537,7 +537,7 @@ class AlterReplicaLogDirsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'partitions'
                 n, = _ui32(buf, pos)
@@ -604,7 +604,7 @@ class AlterReplicaLogDirsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'partitions'
                 n = buf[pos]
@@ -703,7 +703,7 @@ class AlterReplicaLogDirsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                        o1.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'partitions'
                     n, = _ui32(buf, pos)
@@ -799,7 +799,7 @@ class AlterReplicaLogDirsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                        o1.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'partitions'
                     n = buf[pos]
@@ -925,7 +925,7 @@ class AlterReplicaLogDirsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic_name = buf[pos:pos + n].tobytes().decode()
+                    o.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'partitions'
                 n, = _ui32(buf, pos)
@@ -997,7 +997,7 @@ class AlterReplicaLogDirsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic_name = buf[pos:pos + n].tobytes().decode()
+                    o.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'partitions'
                 n = buf[pos]

@@ -136,7 +136,7 @@ class AlterUserScramCredentialsRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'mechanism'
                     o1.mechanism, n = _T0u(buf, pos)
@@ -192,7 +192,7 @@ class AlterUserScramCredentialsRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'mechanism'
                     o1.mechanism, o1.iterations, n = _T1u(buf, pos)
@@ -323,7 +323,7 @@ class AlterUserScramCredentialsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'mechanism'
                 o.mechanism, n = _T0u(buf, pos)
@@ -429,7 +429,7 @@ class AlterUserScramCredentialsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'mechanism'
                 o.mechanism, o.iterations, n = _T1u(buf, pos)
@@ -566,7 +566,7 @@ class AlterUserScramCredentialsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.user = buf[pos:pos + n].tobytes().decode()
+                        o1.user = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'error_code'
                     o1.error_code, n = _T6u(buf, pos)
@@ -584,7 +584,7 @@ class AlterUserScramCredentialsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.error_message = buf[pos:pos + n].tobytes().decode()
+                        o1.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = '<tagged fields>'
                     n = buf[pos]
@@ -693,7 +693,7 @@ class AlterUserScramCredentialsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.user = buf[pos:pos + n].tobytes().decode()
+                    o.user = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'error_code'
                 o.error_code, n = _T6u(buf, pos)
@@ -711,7 +711,7 @@ class AlterUserScramCredentialsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.error_message = buf[pos:pos + n].tobytes().decode()
+                    o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = '<tagged fields>'
                 n = buf[pos]

@@ -141,7 +141,7 @@ class ApiVersionsRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.client_software_name = buf[pos:pos + n].tobytes().decode()
+                o.client_software_name = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'client_software_version'
             n = buf[pos]
@@ -158,7 +158,7 @@ class ApiVersionsRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.client_software_version = buf[pos:pos + n].tobytes().decode()
+                o.client_software_version = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = '<tagged fields>'
             n = buf[pos]
@@ -609,7 +609,7 @@ class ApiVersionsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'min_version'
                 o.min_version, o.max_version, n = _T10u(buf, pos)
@@ -714,7 +714,7 @@ class ApiVersionsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'max_version_level'
                 o.max_version_level, o.min_version_level, n = _T10u(buf, pos)

@@ -117,7 +117,7 @@ class BeginQuorumEpochRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.cluster_id = buf[pos:pos + n].tobytes().decode()
+                o.cluster_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             o.voter_id = -1
             f = 'topics'
@@ -141,7 +141,7 @@ class BeginQuorumEpochRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                        o1.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'partitions'
                     n, = _ui32(buf, pos)
@@ -243,7 +243,7 @@ class BeginQuorumEpochRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.cluster_id = buf[pos:pos + n].tobytes().decode()
+                o.cluster_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'voter_id'
             o.voter_id, n = _T2u(buf, pos)
@@ -281,7 +281,7 @@ class BeginQuorumEpochRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                        o1.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'partitions'
                     n = buf[pos]
@@ -375,7 +375,7 @@ class BeginQuorumEpochRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'host'
                     n = buf[pos]
@@ -392,7 +392,7 @@ class BeginQuorumEpochRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.host = buf[pos:pos + n].tobytes().decode()
+                        o1.host = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'port'
                     o1.port, n = _T4u(buf, pos)
@@ -480,7 +480,7 @@ class BeginQuorumEpochRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic_name = buf[pos:pos + n].tobytes().decode()
+                    o.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'partitions'
                 n, = _ui32(buf, pos)
@@ -552,7 +552,7 @@ class BeginQuorumEpochRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic_name = buf[pos:pos + n].tobytes().decode()
+                    o.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'partitions'
                 n = buf[pos]
@@ -768,7 +768,7 @@ class BeginQuorumEpochRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'host'
                 n = buf[pos]
@@ -785,7 +785,7 @@ class BeginQuorumEpochRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.host = buf[pos:pos + n].tobytes().decode()
+                    o.host = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'port'
                 o.port, n = _T4u(buf, pos)
@@ -871,7 +871,7 @@ class BeginQuorumEpochResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                        o1.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'partitions'
                     n, = _ui32(buf, pos)
@@ -983,7 +983,7 @@ class BeginQuorumEpochResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                        o1.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'partitions'
                     n = buf[pos]
@@ -1136,7 +1136,7 @@ class BeginQuorumEpochResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic_name = buf[pos:pos + n].tobytes().decode()
+                    o.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'partitions'
                 n, = _ui32(buf, pos)
@@ -1208,7 +1208,7 @@ class BeginQuorumEpochResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic_name = buf[pos:pos + n].tobytes().decode()
+                    o.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'partitions'
                 n = buf[pos]
@@ -1410,7 +1410,7 @@ class BeginQuorumEpochResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.host = buf[pos:pos + n].tobytes().decode()
+                    o.host = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'port'
                 o.port, n = _T4u(buf, pos)

@@ -184,7 +184,7 @@ class BrokerRegistrationRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.cluster_id = buf[pos:pos + n].tobytes().decode()
+                o.cluster_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'incarnation_id'
             o.incarnation_id, n = _T5u(buf, pos)
@@ -222,7 +222,7 @@ class BrokerRegistrationRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'host'
                     n = buf[pos]
@@ -239,7 +239,7 @@ class BrokerRegistrationRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.host = buf[pos:pos + n].tobytes().decode()
+                        o1.host = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'port'
                     o1.port, o1.security_protocol, n = _T6u(buf, pos)
@@ -295,7 +295,7 @@ class BrokerRegistrationRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'min_supported_version'
                     o1.min_supported_version, o1.max_supported_version, n = _T7u(buf, pos)
@@ -331,7 +331,7 @@ class BrokerRegistrationRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.rack = buf[pos:pos + n].tobytes().decode()
+                o.rack = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             if v >= 1:
                 f = 'is_migrating_zk_broker'
@@ -462,7 +462,7 @@ class BrokerRegistrationRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'host'
                 n = buf[pos]
@@ -479,7 +479,7 @@ class BrokerRegistrationRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.host = buf[pos:pos + n].tobytes().decode()
+                    o.host = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'port'
                 o.port, o.security_protocol, n = _T6u(buf, pos)
@@ -561,7 +561,7 @@ class BrokerRegistrationRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'min_supported_version'
                 o.min_supported_version, o.max_supported_version, n = _T7u(buf, pos)

@@ -241,7 +241,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.error_message = buf[pos:pos + n].tobytes().decode()
+                        o1.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'group_id'
                     n = buf[pos]
@@ -258,7 +258,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.group_id = buf[pos:pos + n].tobytes().decode()
+                        o1.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'group_state'
                     n = buf[pos]
@@ -275,7 +275,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.group_state = buf[pos:pos + n].tobytes().decode()
+                        o1.group_state = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'group_epoch'
                     o1.group_epoch, o1.assignment_epoch, n = _T5u(buf, pos)
@@ -293,7 +293,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.assignor_name = buf[pos:pos + n].tobytes().decode()
+                        o1.assignor_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'members'
                     n = buf[pos]
@@ -330,7 +330,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.member_id = buf[pos:pos + n].tobytes().decode()
+                                o2.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'instance_id'
                             n = buf[pos]
@@ -347,7 +347,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.instance_id = buf[pos:pos + n].tobytes().decode()
+                                o2.instance_id = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'rack_id'
                             n = buf[pos]
@@ -364,7 +364,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.rack_id = buf[pos:pos + n].tobytes().decode()
+                                o2.rack_id = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'member_epoch'
                             o2.member_epoch, n = _T3u(buf, pos)
@@ -382,7 +382,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.client_id = buf[pos:pos + n].tobytes().decode()
+                                o2.client_id = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'client_host'
                             n = buf[pos]
@@ -399,7 +399,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.client_host = buf[pos:pos + n].tobytes().decode()
+                                o2.client_host = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'subscribed_topic_names'
                             n = buf[pos]
@@ -450,7 +450,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.subscribed_topic_regex = buf[pos:pos + n].tobytes().decode()
+                                o2.subscribed_topic_regex = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'assignment'
                             f3 = ''
@@ -491,7 +491,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                                     else:
                                         if n < -1 or n > lb - pos:
                                             raise _bad_len(n, lb - pos)
-                                        o4.topic_name = buf[pos:pos + n].tobytes().decode()
+                                        o4.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                                         pos += n
                                     f4 = 'partitions'
                                     n = buf[pos]
@@ -584,7 +584,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                                     else:
                                         if n < -1 or n > lb - pos:
                                             raise _bad_len(n, lb - pos)
-                                        o4.topic_name = buf[pos:pos + n].tobytes().decode()
+                                        o4.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                                         pos += n
                                     f4 = 'partitions'
                                     n = buf[pos]
@@ -764,7 +764,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic_name = buf[pos:pos + n].tobytes().decode()
+                    o.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'partitions'
                 n = buf[pos]
@@ -1003,7 +1003,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.error_message = buf[pos:pos + n].tobytes().decode()
+                    o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'group_id'
                 n = buf[pos]
@@ -1020,7 +1020,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.group_id = buf[pos:pos + n].tobytes().decode()
+                    o.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'group_state'
                 n = buf[pos]
@@ -1037,7 +1037,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.group_state = buf[pos:pos + n].tobytes().decode()
+                    o.group_state = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'group_epoch'
                 o.group_epoch, o.assignment_epoch, n = _T5u(buf, pos)
@@ -1055,7 +1055,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.assignor_name = buf[pos:pos + n].tobytes().decode()
+                    o.assignor_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'members'
                 n = buf[pos]
@@ -1247,7 +1247,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.member_id = buf[pos:pos + n].tobytes().decode()
+                    o.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'instance_id'
                 n = buf[pos]
@@ -1264,7 +1264,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.instance_id = buf[pos:pos + n].tobytes().decode()
+                    o.instance_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'rack_id'
                 n = buf[pos]
@@ -1281,7 +1281,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.rack_id = buf[pos:pos + n].tobytes().decode()
+                    o.rack_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'member_epoch'
                 o.member_epoch, n = _T3u(buf, pos)
@@ -1299,7 +1299,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.client_id = buf[pos:pos + n].tobytes().decode()
+                    o.client_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'client_host'
                 n = buf[pos]
@@ -1316,7 +1316,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.client_host = buf[pos:pos + n].tobytes().decode()
+                    o.client_host = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'subscribed_topic_names'
                 n = buf[pos]
@@ -1367,7 +1367,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.subscribed_topic_regex = buf[pos:pos + n].tobytes().decode()
+                    o.subscribed_topic_regex = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'assignment'
                 o.assignment, pos = _S_ConsumerGroupDescribeResponse_Assignment._r1(buf, pos, v)

@@ -213,7 +213,7 @@ class ConsumerGroupHeartbeatRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = buf[pos:pos + n].tobytes().decode()
+                o.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'member_id'
             n = buf[pos]
@@ -230,7 +230,7 @@ class ConsumerGroupHeartbeatRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.member_id = buf[pos:pos + n].tobytes().decode()
+                o.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'member_epoch'
             o.member_epoch, n = _T1u(buf, pos)
@@ -248,7 +248,7 @@ class ConsumerGroupHeartbeatRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.instance_id = buf[pos:pos + n].tobytes().decode()
+                o.instance_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'rack_id'
             n = buf[pos]
@@ -265,7 +265,7 @@ class ConsumerGroupHeartbeatRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.rack_id = buf[pos:pos + n].tobytes().decode()
+                o.rack_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'rebalance_timeout_ms'
             o.rebalance_timeout_ms, n = _T1u(buf, pos)
@@ -318,7 +318,7 @@ class ConsumerGroupHeartbeatRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.subscribed_topic_regex = buf[pos:pos + n].tobytes().decode()
+                    o.subscribed_topic_regex = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
             else:
                 o.subscribed_topic_regex = None
@@ -337,7 +337,7 @@ class ConsumerGroupHeartbeatRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.server_assignor = buf[pos:pos + n].tobytes().decode()
+                o.server_assignor = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'topic_partitions'
             n = buf[pos]
@@ -582,7 +582,7 @@ class ConsumerGroupHeartbeatResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.error_message = buf[pos:pos + n].tobytes().decode()
+                o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'member_id'
             n = buf[pos]
@@ -599,7 +599,7 @@ class ConsumerGroupHeartbeatResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.member_id = buf[pos:pos + n].tobytes().decode()
+                o.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'member_epoch'
             o.member_epoch, o.heartbeat_interval_ms = _T5u(buf, pos)

@@ -93,7 +93,7 @@ class ConsumerProtocolAssignment(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.topic = buf[pos:pos + n].tobytes().decode()
+                        o1.topic = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'partitions'
                     n, = _ui32(buf, pos)
@@ -174,7 +174,7 @@ class ConsumerProtocolAssignment(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic = buf[pos:pos + n].tobytes().decode()
+                    o.topic = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'partitions'
                 n, = _ui32(buf, pos)

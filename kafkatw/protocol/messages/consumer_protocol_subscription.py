@@ -155,7 +155,7 @@ class ConsumerProtocolSubscription(_Struct):
                         else:
                             if n < -1 or n > lb - pos:
                                 raise _bad_len(n, lb - pos)
-                            o1.topic = buf[pos:pos + n].tobytes().decode()
+                            o1.topic = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
                         f1 = 'partitions'
                         n, = _ui32(buf, pos)
@@ -190,7 +190,7 @@ class ConsumerProtocolSubscription(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.rack_id = buf[pos:pos + n].tobytes().decode()
+                    o.rack_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
             else:
                 o.rack_id = None
@@ -256,7 +256,7 @@ class ConsumerProtocolSubscription(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.topic = buf[pos:pos + n].tobytes().decode()
+                        o.topic = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.topic = ''

@@ -186,7 +186,7 @@ class ControlledShutdownResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                        o1.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'partition_index'
                     o1.partition_index, = _T0u(buf, pos)
@@ -263,7 +263,7 @@ class ControlledShutdownResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                        o1.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'partition_index'
                     o1.partition_index, n = _T7u(buf, pos)
@@ -345,7 +345,7 @@ class ControlledShutdownResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic_name = buf[pos:pos + n].tobytes().decode()
+                    o.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'partition_index'
                 o.partition_index, = _T0u(buf, pos)
@@ -395,7 +395,7 @@ class ControlledShutdownResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic_name = buf[pos:pos + n].tobytes().decode()
+                    o.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'partition_index'
                 o.partition_index, n = _T7u(buf, pos)

@@ -113,7 +113,7 @@ class CreateAclsRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.resource_name = buf[pos:pos + n].tobytes().decode()
+                        o1.resource_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     if v >= 1:
                         f1 = 'resource_pattern_type'
@@ -129,7 +129,7 @@ class CreateAclsRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.principal = buf[pos:pos + n].tobytes().decode()
+                        o1.principal = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'host'
                     n, = _ui16(buf, pos)
@@ -139,7 +139,7 @@ class CreateAclsRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.host = buf[pos:pos + n].tobytes().decode()
+                        o1.host = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'operation'
                     o1.operation, o1.permission_type = _T2u(buf, pos)
@@ -215,7 +215,7 @@ class CreateAclsRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.resource_name = buf[pos:pos + n].tobytes().decode()
+                        o1.resource_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'resource_pattern_type'
                     o1.resource_pattern_type, n = _T3u(buf, pos)
@@ -233,7 +233,7 @@ class CreateAclsRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.principal = buf[pos:pos + n].tobytes().decode()
+                        o1.principal = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'host'
                     n = buf[pos]
@@ -250,7 +250,7 @@ class CreateAclsRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.host = buf[pos:pos + n].tobytes().decode()
+                        o1.host = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'operation'
                     o1.operation, o1.permission_type, n = _T4u(buf, pos)
@@ -363,7 +363,7 @@ class CreateAclsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.resource_name = buf[pos:pos + n].tobytes().decode()
+                    o.resource_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 if v >= 1:
                     f = 'resource_pattern_type'
@@ -379,7 +379,7 @@ class CreateAclsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.principal = buf[pos:pos + n].tobytes().decode()
+                    o.principal = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'host'
                 n, = _ui16(buf, pos)
@@ -389,7 +389,7 @@ class CreateAclsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.host = buf[pos:pos + n].tobytes().decode()
+                    o.host = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'operation'
                 o.operation, o.permission_type = _T2u(buf, pos)
@@ -464,7 +464,7 @@ class CreateAclsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.resource_name = buf[pos:pos + n].tobytes().decode()
+                    o.resource_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'resource_pattern_type'
                 o.resource_pattern_type, n = _T3u(buf, pos)
@@ -482,7 +482,7 @@ class CreateAclsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.principal = buf[pos:pos + n].tobytes().decode()
+                    o.principal = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'host'
                 n = buf[pos]
@@ -499,7 +499,7 @@ class CreateAclsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.host = buf[pos:pos + n].tobytes().decode()
+                    o.host = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'operation'
                 o.operation, o.permission_type, n = _T4u(buf, pos)
@@ -581,7 +581,7 @@ class CreateAclsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.error_message = buf[pos:pos + n].tobytes().decode()
+                        o1.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     o1.unknown_tagged_fields = _NO_TAGS
                     lst.append(o1)
@@ -656,7 +656,7 @@ class CreateAclsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.error_message = buf[pos:pos + n].tobytes().decode()
+                        o1.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = '<tagged fields>'
                     n = buf[pos]
@@ -738,7 +738,7 @@ class CreateAclsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.error_message = buf[pos:pos + n].tobytes().decode()
+                    o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -786,7 +786,7 @@ class CreateAclsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.error_message = buf[pos:pos + n].tobytes().decode()
+                    o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = '<tagged fields>'
                 n = buf[pos]

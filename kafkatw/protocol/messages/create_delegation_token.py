@@ -123,7 +123,7 @@ class CreateDelegationTokenRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.principal_type = buf[pos:pos + n].tobytes().decode()
+                        o1.principal_type = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'principal_name'
                     n, = _ui16(buf, pos)
@@ -133,7 +133,7 @@ class CreateDelegationTokenRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.principal_name = buf[pos:pos + n].tobytes().decode()
+                        o1.principal_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     o1.unknown_tagged_fields = _NO_TAGS
                     lst.append(o1)
@@ -220,7 +220,7 @@ class CreateDelegationTokenRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.owner_principal_type = buf[pos:pos + n].tobytes().decode()
+                    o.owner_principal_type = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
             else:
                 o.owner_principal_type = ''
@@ -240,7 +240,7 @@ class CreateDelegationTokenRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.owner_principal_name = buf[pos:pos + n].tobytes().decode()
+                    o.owner_principal_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
             else:
                 o.owner_principal_name = ''
@@ -279,7 +279,7 @@ class CreateDelegationTokenRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.principal_type = buf[pos:pos + n].tobytes().decode()
+                        o1.principal_type = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'principal_name'
                     n = buf[pos]
@@ -296,7 +296,7 @@ class CreateDelegationTokenRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.principal_name = buf[pos:pos + n].tobytes().decode()
+                        o1.principal_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = '<tagged fields>'
                     n = buf[pos]
@@ -384,7 +384,7 @@ class CreateDelegationTokenRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.principal_type = buf[pos:pos + n].tobytes().decode()
+                    o.principal_type = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'principal_name'
                 n, = _ui16(buf, pos)
@@ -394,7 +394,7 @@ class CreateDelegationTokenRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.principal_name = buf[pos:pos + n].tobytes().decode()
+                    o.principal_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -451,7 +451,7 @@ class CreateDelegationTokenRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.principal_type = buf[pos:pos + n].tobytes().decode()
+                    o.principal_type = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'principal_name'
                 n = buf[pos]
@@ -468,7 +468,7 @@ class CreateDelegationTokenRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.principal_name = buf[pos:pos + n].tobytes().decode()
+                    o.principal_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = '<tagged fields>'
                 n = buf[pos]
@@ -578,7 +578,7 @@ class CreateDelegationTokenResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.principal_type = buf[pos:pos + n].tobytes().decode()
+                o.principal_type = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'principal_name'
             n, = _ui16(buf, pos)
@@ -588,7 +588,7 @@ class CreateDelegationTokenResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.principal_name = buf[pos:pos + n].tobytes().decode()
+                o.principal_name = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             o.token_requester_principal_type = ''
             o.token_requester_principal_name = ''
@@ -601,7 +601,7 @@ class CreateDelegationTokenResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.token_id = buf[pos:pos + n].tobytes().decode()
+                o.token_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'hmac'
             n, = _ui32(buf, pos)
@@ -726,7 +726,7 @@ class CreateDelegationTokenResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.principal_type = buf[pos:pos + n].tobytes().decode()
+                o.principal_type = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'principal_name'
             n = buf[pos]
@@ -743,7 +743,7 @@ class CreateDelegationTokenResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.principal_name = buf[pos:pos + n].tobytes().decode()
+                o.principal_name = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             if v >= 3:
                 f = 'token_requester_principal_type'
@@ -761,7 +761,7 @@ class CreateDelegationTokenResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.token_requester_principal_type = buf[pos:pos + n].tobytes().decode()
+                    o.token_requester_principal_type = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
             else:
                 o.token_requester_principal_type = ''
@@ -781,7 +781,7 @@ class CreateDelegationTokenResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.token_requester_principal_name = buf[pos:pos + n].tobytes().decode()
+                    o.token_requester_principal_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
             else:
                 o.token_requester_principal_name = ''
@@ -801,7 +801,7 @@ class CreateDelegationTokenResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.token_id = buf[pos:pos + n].tobytes().decode()
+                o.token_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'hmac'
             n = buf[pos]

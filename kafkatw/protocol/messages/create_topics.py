@@ -133,7 +133,7 @@ class CreateTopicsRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'num_partitions'
                     o1.num_partitions, o1.replication_factor, n = _T2u(buf, pos)
@@ -187,7 +187,7 @@ class CreateTopicsRequest(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.name = buf[pos:pos + n].tobytes().decode()
+                                o2.name = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'value'
                             n, = _ui16(buf, pos)
@@ -197,7 +197,7 @@ class CreateTopicsRequest(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.value = buf[pos:pos + n].tobytes().decode()
+                                o2.value = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             o2.unknown_tagged_fields = _NO_TAGS
                             lst1.append(o2)
@@ -285,7 +285,7 @@ class CreateTopicsRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'num_partitions'
                     o1.num_partitions, o1.replication_factor, n = _T5u(buf, pos)
@@ -380,7 +380,7 @@ class CreateTopicsRequest(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.name = buf[pos:pos + n].tobytes().decode()
+                                o2.name = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'value'
                             n = buf[pos]
@@ -397,7 +397,7 @@ class CreateTopicsRequest(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.value = buf[pos:pos + n].tobytes().decode()
+                                o2.value = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = '<tagged fields>'
                             n = buf[pos]
@@ -517,7 +517,7 @@ class CreateTopicsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'num_partitions'
                 o.num_partitions, o.replication_factor, n = _T2u(buf, pos)
@@ -617,7 +617,7 @@ class CreateTopicsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'num_partitions'
                 o.num_partitions, o.replication_factor, n = _T5u(buf, pos)
@@ -845,7 +845,7 @@ class CreateTopicsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'value'
                 n, = _ui16(buf, pos)
@@ -855,7 +855,7 @@ class CreateTopicsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.value = buf[pos:pos + n].tobytes().decode()
+                    o.value = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -912,7 +912,7 @@ class CreateTopicsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'value'
                 n = buf[pos]
@@ -929,7 +929,7 @@ class CreateTopicsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.value = buf[pos:pos + n].tobytes().decode()
+                    o.value = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = '<tagged fields>'
                 n = buf[pos]
@@ -1015,7 +1015,7 @@ class CreateTopicsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     o1.topic_id = _ZERO_UUID
                     f1 = 'error_code'
@@ -1030,7 +1030,7 @@ class CreateTopicsResponse(_Struct):
                         else:
                             if n < -1 or n > lb - pos:
                                 raise _bad_len(n, lb - pos)
-                            o1.error_message = buf[pos:pos + n].tobytes().decode()
+                            o1.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
                     else:
                         o1.error_message = ''
@@ -1111,7 +1111,7 @@ class CreateTopicsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     if v >= 7:
                         f1 = 'topic_id'
@@ -1135,7 +1135,7 @@ class CreateTopicsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.error_message = buf[pos:pos + n].tobytes().decode()
+                        o1.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     o1.topic_config_error_code = 0
                     f1 = 'num_partitions'
@@ -1174,7 +1174,7 @@ class CreateTopicsResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.name = buf[pos:pos + n].tobytes().decode()
+                                o2.name = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'value'
                             n = buf[pos]
@@ -1191,7 +1191,7 @@ class CreateTopicsResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.value = buf[pos:pos + n].tobytes().decode()
+                                o2.value = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'read_only'
                             o2.read_only, o2.config_source, o2.is_sensitive, n = _T12u(buf, pos)
@@ -1318,7 +1318,7 @@ class CreateTopicsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 o.topic_id = _ZERO_UUID
                 f = 'error_code'
@@ -1333,7 +1333,7 @@ class CreateTopicsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.error_message = buf[pos:pos + n].tobytes().decode()
+                        o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.error_message = ''
@@ -1416,7 +1416,7 @@ class CreateTopicsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 if v >= 7:
                     f = 'topic_id'
@@ -1440,7 +1440,7 @@ class CreateTopicsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.error_message = buf[pos:pos + n].tobytes().decode()
+                    o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 o.topic_config_error_code = 0
                 f = 'num_partitions'
@@ -1594,7 +1594,7 @@ class CreateTopicsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'value'
                 n = buf[pos]
@@ -1611,7 +1611,7 @@ class CreateTopicsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.value = buf[pos:pos + n].tobytes().decode()
+                    o.value = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'read_only'
                 o.read_only, o.config_source, o.is_sensitive, n = _T12u(buf, pos)

@@ -103,7 +103,7 @@ class DefaultPrincipalData(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.type = buf[pos:pos + n].tobytes().decode()
+                o.type = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'name'
             n = buf[pos]
@@ -120,7 +120,7 @@ class DefaultPrincipalData(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.name = buf[pos:pos + n].tobytes().decode()
+                o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'token_authenticated'
             o.token_authenticated, n = _T1u(buf, pos)

@@ -113,7 +113,7 @@ class DeleteAclsRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.resource_name_filter = buf[pos:pos + n].tobytes().decode()
+                        o1.resource_name_filter = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     if v >= 1:
                         f1 = 'pattern_type_filter'
@@ -129,7 +129,7 @@ class DeleteAclsRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.principal_filter = buf[pos:pos + n].tobytes().decode()
+                        o1.principal_filter = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'host_filter'
                     n, = _ui16(buf, pos)
@@ -139,7 +139,7 @@ class DeleteAclsRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.host_filter = buf[pos:pos + n].tobytes().decode()
+                        o1.host_filter = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'operation'
                     o1.operation, o1.permission_type = _T2u(buf, pos)
@@ -215,7 +215,7 @@ class DeleteAclsRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.resource_name_filter = buf[pos:pos + n].tobytes().decode()
+                        o1.resource_name_filter = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'pattern_type_filter'
                     o1.pattern_type_filter, n = _T3u(buf, pos)
@@ -233,7 +233,7 @@ class DeleteAclsRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.principal_filter = buf[pos:pos + n].tobytes().decode()
+                        o1.principal_filter = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'host_filter'
                     n = buf[pos]
@@ -250,7 +250,7 @@ class DeleteAclsRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.host_filter = buf[pos:pos + n].tobytes().decode()
+                        o1.host_filter = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'operation'
                     o1.operation, o1.permission_type, n = _T4u(buf, pos)
@@ -363,7 +363,7 @@ class DeleteAclsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.resource_name_filter = buf[pos:pos + n].tobytes().decode()
+                    o.resource_name_filter = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 if v >= 1:
                     f = 'pattern_type_filter'
@@ -379,7 +379,7 @@ class DeleteAclsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.principal_filter = buf[pos:pos + n].tobytes().decode()
+                    o.principal_filter = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'host_filter'
                 n, = _ui16(buf, pos)
@@ -389,7 +389,7 @@ class DeleteAclsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.host_filter = buf[pos:pos + n].tobytes().decode()
+                    o.host_filter = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'operation'
                 o.operation, o.permission_type = _T2u(buf, pos)
@@ -464,7 +464,7 @@ class DeleteAclsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.resource_name_filter = buf[pos:pos + n].tobytes().decode()
+                    o.resource_name_filter = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'pattern_type_filter'
                 o.pattern_type_filter, n = _T3u(buf, pos)
@@ -482,7 +482,7 @@ class DeleteAclsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.principal_filter = buf[pos:pos + n].tobytes().decode()
+                    o.principal_filter = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'host_filter'
                 n = buf[pos]
@@ -499,7 +499,7 @@ class DeleteAclsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.host_filter = buf[pos:pos + n].tobytes().decode()
+                    o.host_filter = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'operation'
                 o.operation, o.permission_type, n = _T4u(buf, pos)
@@ -582,7 +582,7 @@ class DeleteAclsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.error_message = buf[pos:pos + n].tobytes().decode()
+                        o1.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'matching_acls'
                     n, = _ui32(buf, pos)
@@ -606,7 +606,7 @@ class DeleteAclsResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.error_message = buf[pos:pos + n].tobytes().decode()
+                                o2.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'resource_type'
                             o2.resource_type, n = _T0u(buf, pos)
@@ -617,7 +617,7 @@ class DeleteAclsResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.resource_name = buf[pos:pos + n].tobytes().decode()
+                                o2.resource_name = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             if v >= 1:
                                 f2 = 'pattern_type'
@@ -633,7 +633,7 @@ class DeleteAclsResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.principal = buf[pos:pos + n].tobytes().decode()
+                                o2.principal = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'host'
                             n, = _ui16(buf, pos)
@@ -643,7 +643,7 @@ class DeleteAclsResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.host = buf[pos:pos + n].tobytes().decode()
+                                o2.host = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'operation'
                             o2.operation, o2.permission_type = _T2u(buf, pos)
@@ -727,7 +727,7 @@ class DeleteAclsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.error_message = buf[pos:pos + n].tobytes().decode()
+                        o1.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'matching_acls'
                     n = buf[pos]
@@ -765,7 +765,7 @@ class DeleteAclsResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.error_message = buf[pos:pos + n].tobytes().decode()
+                                o2.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'resource_type'
                             o2.resource_type, n = _T3u(buf, pos)
@@ -783,7 +783,7 @@ class DeleteAclsResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.resource_name = buf[pos:pos + n].tobytes().decode()
+                                o2.resource_name = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'pattern_type'
                             o2.pattern_type, n = _T3u(buf, pos)
@@ -801,7 +801,7 @@ class DeleteAclsResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.principal = buf[pos:pos + n].tobytes().decode()
+                                o2.principal = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'host'
                             n = buf[pos]
@@ -818,7 +818,7 @@ class DeleteAclsResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.host = buf[pos:pos + n].tobytes().decode()
+                                o2.host = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'operation'
                             o2.operation, o2.permission_type, n = _T4u(buf, pos)
@@ -928,7 +928,7 @@ class DeleteAclsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.error_message = buf[pos:pos + n].tobytes().decode()
+                    o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'matching_acls'
                 n, = _ui32(buf, pos)
@@ -1002,7 +1002,7 @@ class DeleteAclsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.error_message = buf[pos:pos + n].tobytes().decode()
+                    o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'matching_acls'
                 n = buf[pos]
@@ -1131,7 +1131,7 @@ class DeleteAclsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.error_message = buf[pos:pos + n].tobytes().decode()
+                    o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'resource_type'
                 o.resource_type, n = _T0u(buf, pos)
@@ -1142,7 +1142,7 @@ class DeleteAclsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.resource_name = buf[pos:pos + n].tobytes().decode()
+                    o.resource_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 if v >= 1:
                     f = 'pattern_type'
@@ -1158,7 +1158,7 @@ class DeleteAclsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.principal = buf[pos:pos + n].tobytes().decode()
+                    o.principal = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'host'
                 n, = _ui16(buf, pos)
@@ -1168,7 +1168,7 @@ class DeleteAclsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.host = buf[pos:pos + n].tobytes().decode()
+                    o.host = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'operation'
                 o.operation, o.permission_type = _T2u(buf, pos)
@@ -1255,7 +1255,7 @@ class DeleteAclsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.error_message = buf[pos:pos + n].tobytes().decode()
+                    o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'resource_type'
                 o.resource_type, n = _T3u(buf, pos)
@@ -1273,7 +1273,7 @@ class DeleteAclsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.resource_name = buf[pos:pos + n].tobytes().decode()
+                    o.resource_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'pattern_type'
                 o.pattern_type, n = _T3u(buf, pos)
@@ -1291,7 +1291,7 @@ class DeleteAclsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.principal = buf[pos:pos + n].tobytes().decode()
+                    o.principal = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'host'
                 n = buf[pos]
@@ -1308,7 +1308,7 @@ class DeleteAclsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.host = buf[pos:pos + n].tobytes().decode()
+                    o.host = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'operation'
                 o.operation, o.permission_type, n = _T4u(buf, pos)

@@ -245,7 +245,7 @@ class DeleteGroupsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.group_id = buf[pos:pos + n].tobytes().decode()
+                        o1.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'error_code'
                     o1.error_code, = _T2u(buf, pos)
@@ -322,7 +322,7 @@ class DeleteGroupsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.group_id = buf[pos:pos + n].tobytes().decode()
+                        o1.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'error_code'
                     o1.error_code, n = _T4u(buf, pos)
@@ -404,7 +404,7 @@ class DeleteGroupsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.group_id = buf[pos:pos + n].tobytes().decode()
+                    o.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'error_code'
                 o.error_code, = _T2u(buf, pos)
@@ -454,7 +454,7 @@ class DeleteGroupsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.group_id = buf[pos:pos + n].tobytes().decode()
+                    o.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'error_code'
                 o.error_code, n = _T4u(buf, pos)

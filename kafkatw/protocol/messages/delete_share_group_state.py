@@ -114,7 +114,7 @@ class DeleteShareGroupStateRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = buf[pos:pos + n].tobytes().decode()
+                o.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'topics'
             n = buf[pos]
@@ -447,7 +447,7 @@ class DeleteShareGroupStateResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.error_message = buf[pos:pos + n].tobytes().decode()
+                                o2.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = '<tagged fields>'
                             n = buf[pos]
@@ -649,7 +649,7 @@ class DeleteShareGroupStateResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.error_message = buf[pos:pos + n].tobytes().decode()
+                    o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = '<tagged fields>'
                 n = buf[pos]

@@ -201,7 +201,7 @@ class DeleteTopicsRequest(_Struct):
                         else:
                             if n < -1 or n > lb - pos:
                                 raise _bad_len(n, lb - pos)
-                            o1.name = buf[pos:pos + n].tobytes().decode()
+                            o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
                         f1 = 'topic_id'
                         o1.topic_id, n = _T1u(buf, pos)
@@ -367,7 +367,7 @@ class DeleteTopicsRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.name = buf[pos:pos + n].tobytes().decode()
+                        o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.name = None
@@ -461,7 +461,7 @@ class DeleteTopicsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     o1.topic_id = _ZERO_UUID
                     f1 = 'error_code'
@@ -542,7 +542,7 @@ class DeleteTopicsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     if v >= 6:
                         f1 = 'topic_id'
@@ -569,7 +569,7 @@ class DeleteTopicsResponse(_Struct):
                         else:
                             if n < -1 or n > lb - pos:
                                 raise _bad_len(n, lb - pos)
-                            o1.error_message = buf[pos:pos + n].tobytes().decode()
+                            o1.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
                     else:
                         o1.error_message = None
@@ -656,7 +656,7 @@ class DeleteTopicsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 o.topic_id = _ZERO_UUID
                 f = 'error_code'
@@ -726,7 +726,7 @@ class DeleteTopicsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 if v >= 6:
                     f = 'topic_id'
@@ -753,7 +753,7 @@ class DeleteTopicsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.error_message = buf[pos:pos + n].tobytes().decode()
+                        o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.error_message = None

@@ -126,7 +126,7 @@ class DescribeAclsRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.resource_name_filter = buf[pos:pos + n].tobytes().decode()
+                o.resource_name_filter = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             if v >= 1:
                 f = 'pattern_type_filter'
@@ -142,7 +142,7 @@ class DescribeAclsRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.principal_filter = buf[pos:pos + n].tobytes().decode()
+                o.principal_filter = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'host_filter'
             n, = _ui16(buf, pos)
@@ -152,7 +152,7 @@ class DescribeAclsRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.host_filter = buf[pos:pos + n].tobytes().decode()
+                o.host_filter = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'operation'
             o.operation, o.permission_type = _T1u(buf, pos)
@@ -227,7 +227,7 @@ class DescribeAclsRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.resource_name_filter = buf[pos:pos + n].tobytes().decode()
+                o.resource_name_filter = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'pattern_type_filter'
             o.pattern_type_filter, n = _T3u(buf, pos)
@@ -245,7 +245,7 @@ class DescribeAclsRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.principal_filter = buf[pos:pos + n].tobytes().decode()
+                o.principal_filter = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'host_filter'
             n = buf[pos]
@@ -262,7 +262,7 @@ class DescribeAclsRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.host_filter = buf[pos:pos + n].tobytes().decode()
+                o.host_filter = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'operation'
             o.operation, o.permission_type, n = _T4u(buf, pos)
@@ -341,7 +341,7 @@ class DescribeAclsResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.error_message = buf[pos:pos + n].tobytes().decode()
+                o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'resources'
             n, = _ui32(buf, pos)
@@ -365,7 +365,7 @@ class DescribeAclsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.resource_name = buf[pos:pos + n].tobytes().decode()
+                        o1.resource_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     if v >= 1:
                         f1 = 'pattern_type'
@@ -394,7 +394,7 @@ class DescribeAclsResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.principal = buf[pos:pos + n].tobytes().decode()
+                                o2.principal = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'host'
                             n, = _ui16(buf, pos)
@@ -404,7 +404,7 @@ class DescribeAclsResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.host = buf[pos:pos + n].tobytes().decode()
+                                o2.host = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'operation'
                             o2.operation, o2.permission_type = _T1u(buf, pos)
@@ -478,7 +478,7 @@ class DescribeAclsResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.error_message = buf[pos:pos + n].tobytes().decode()
+                o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'resources'
             n = buf[pos]
@@ -516,7 +516,7 @@ class DescribeAclsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.resource_name = buf[pos:pos + n].tobytes().decode()
+                        o1.resource_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'pattern_type'
                     o1.pattern_type, n = _T3u(buf, pos)
@@ -554,7 +554,7 @@ class DescribeAclsResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.principal = buf[pos:pos + n].tobytes().decode()
+                                o2.principal = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'host'
                             n = buf[pos]
@@ -571,7 +571,7 @@ class DescribeAclsResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.host = buf[pos:pos + n].tobytes().decode()
+                                o2.host = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'operation'
                             o2.operation, o2.permission_type, n = _T4u(buf, pos)
@@ -688,7 +688,7 @@ class DescribeAclsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.resource_name = buf[pos:pos + n].tobytes().decode()
+                    o.resource_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 if v >= 1:
                     f = 'pattern_type'
@@ -769,7 +769,7 @@ class DescribeAclsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.resource_name = buf[pos:pos + n].tobytes().decode()
+                    o.resource_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'pattern_type'
                 o.pattern_type, n = _T3u(buf, pos)
@@ -867,7 +867,7 @@ class DescribeAclsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.principal = buf[pos:pos + n].tobytes().decode()
+                    o.principal = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'host'
                 n, = _ui16(buf, pos)
@@ -877,7 +877,7 @@ class DescribeAclsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.host = buf[pos:pos + n].tobytes().decode()
+                    o.host = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'operation'
                 o.operation, o.permission_type = _T1u(buf, pos)
@@ -938,7 +938,7 @@ class DescribeAclsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.principal = buf[pos:pos + n].tobytes().decode()
+                    o.principal = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'host'
                 n = buf[pos]
@@ -955,7 +955,7 @@ class DescribeAclsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.host = buf[pos:pos + n].tobytes().decode()
+                    o.host = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'operation'
                 o.operation, o.permission_type, n = _T4u(buf, pos)

@@ -112,7 +112,7 @@ class DescribeClientQuotasRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.entity_type = buf[pos:pos + n].tobytes().decode()
+                        o1.entity_type = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'match_type'
                     o1.match_type, n = _T1u(buf, pos)
@@ -123,7 +123,7 @@ class DescribeClientQuotasRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.match = buf[pos:pos + n].tobytes().decode()
+                        o1.match = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     o1.unknown_tagged_fields = _NO_TAGS
                     lst.append(o1)
@@ -199,7 +199,7 @@ class DescribeClientQuotasRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.entity_type = buf[pos:pos + n].tobytes().decode()
+                        o1.entity_type = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'match_type'
                     o1.match_type, n = _T2u(buf, pos)
@@ -217,7 +217,7 @@ class DescribeClientQuotasRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.match = buf[pos:pos + n].tobytes().decode()
+                        o1.match = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = '<tagged fields>'
                     n = buf[pos]
@@ -308,7 +308,7 @@ class DescribeClientQuotasRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.entity_type = buf[pos:pos + n].tobytes().decode()
+                    o.entity_type = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'match_type'
                 o.match_type, n = _T1u(buf, pos)
@@ -319,7 +319,7 @@ class DescribeClientQuotasRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.match = buf[pos:pos + n].tobytes().decode()
+                    o.match = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -377,7 +377,7 @@ class DescribeClientQuotasRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.entity_type = buf[pos:pos + n].tobytes().decode()
+                    o.entity_type = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'match_type'
                 o.match_type, n = _T2u(buf, pos)
@@ -395,7 +395,7 @@ class DescribeClientQuotasRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.match = buf[pos:pos + n].tobytes().decode()
+                    o.match = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = '<tagged fields>'
                 n = buf[pos]
@@ -474,7 +474,7 @@ class DescribeClientQuotasResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.error_message = buf[pos:pos + n].tobytes().decode()
+                o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'entries'
             n, = _ui32(buf, pos)
@@ -510,7 +510,7 @@ class DescribeClientQuotasResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.entity_type = buf[pos:pos + n].tobytes().decode()
+                                o2.entity_type = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'entity_name'
                             n, = _ui16(buf, pos)
@@ -520,7 +520,7 @@ class DescribeClientQuotasResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.entity_name = buf[pos:pos + n].tobytes().decode()
+                                o2.entity_name = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             o2.unknown_tagged_fields = _NO_TAGS
                             lst1.append(o2)
@@ -548,7 +548,7 @@ class DescribeClientQuotasResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.key = buf[pos:pos + n].tobytes().decode()
+                                o2.key = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'value'
                             o2.value, = _T7u(buf, pos)
@@ -622,7 +622,7 @@ class DescribeClientQuotasResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.error_message = buf[pos:pos + n].tobytes().decode()
+                o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'entries'
             n = buf[pos]
@@ -679,7 +679,7 @@ class DescribeClientQuotasResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.entity_type = buf[pos:pos + n].tobytes().decode()
+                                o2.entity_type = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'entity_name'
                             n = buf[pos]
@@ -696,7 +696,7 @@ class DescribeClientQuotasResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.entity_name = buf[pos:pos + n].tobytes().decode()
+                                o2.entity_name = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = '<tagged fields>'
                             n = buf[pos]
@@ -751,7 +751,7 @@ class DescribeClientQuotasResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.key = buf[pos:pos + n].tobytes().decode()
+                                o2.key = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'value'
                             o2.value, n = _T9u(buf, pos)
@@ -1031,7 +1031,7 @@ class DescribeClientQuotasResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.entity_type = buf[pos:pos + n].tobytes().decode()
+                    o.entity_type = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'entity_name'
                 n, = _ui16(buf, pos)
@@ -1041,7 +1041,7 @@ class DescribeClientQuotasResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.entity_name = buf[pos:pos + n].tobytes().decode()
+                    o.entity_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -1098,7 +1098,7 @@ class DescribeClientQuotasResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.entity_type = buf[pos:pos + n].tobytes().decode()
+                    o.entity_type = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'entity_name'
                 n = buf[pos]
@@ -1115,7 +1115,7 @@ class DescribeClientQuotasResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.entity_name = buf[pos:pos + n].tobytes().decode()
+                    o.entity_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = '<tagged fields>'
                 n = buf[pos]
@@ -1179,7 +1179,7 @@ class DescribeClientQuotasResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.key = buf[pos:pos + n].tobytes().decode()
+                    o.key = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'value'
                 o.value, = _T7u(buf, pos)
@@ -1229,7 +1229,7 @@ class DescribeClientQuotasResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.key = buf[pos:pos + n].tobytes().decode()
+                    o.key = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'value'
                 o.value, n = _T9u(buf, pos)

@@ -210,7 +210,7 @@ class DescribeClusterResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.error_message = buf[pos:pos + n].tobytes().decode()
+                o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             if v >= 1:
                 f = 'endpoint_type'
@@ -233,7 +233,7 @@ class DescribeClusterResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.cluster_id = buf[pos:pos + n].tobytes().decode()
+                o.cluster_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'controller_id'
             o.controller_id, n = _T5u(buf, pos)
@@ -272,7 +272,7 @@ class DescribeClusterResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.host = buf[pos:pos + n].tobytes().decode()
+                        o1.host = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'port'
                     o1.port, n = _T5u(buf, pos)
@@ -290,7 +290,7 @@ class DescribeClusterResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.rack = buf[pos:pos + n].tobytes().decode()
+                        o1.rack = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = '<tagged fields>'
                     n = buf[pos]
@@ -404,7 +404,7 @@ class DescribeClusterResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.host = buf[pos:pos + n].tobytes().decode()
+                    o.host = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'port'
                 o.port, n = _T5u(buf, pos)
@@ -422,7 +422,7 @@ class DescribeClusterResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.rack = buf[pos:pos + n].tobytes().decode()
+                    o.rack = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = '<tagged fields>'
                 n = buf[pos]

@@ -133,7 +133,7 @@ class DescribeConfigsRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.resource_name = buf[pos:pos + n].tobytes().decode()
+                        o1.resource_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'configuration_keys'
                     n, = _ui32(buf, pos)
@@ -239,7 +239,7 @@ class DescribeConfigsRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.resource_name = buf[pos:pos + n].tobytes().decode()
+                        o1.resource_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'configuration_keys'
                     n = buf[pos]
@@ -367,7 +367,7 @@ class DescribeConfigsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.resource_name = buf[pos:pos + n].tobytes().decode()
+                    o.resource_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'configuration_keys'
                 n, = _ui32(buf, pos)
@@ -452,7 +452,7 @@ class DescribeConfigsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.resource_name = buf[pos:pos + n].tobytes().decode()
+                    o.resource_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'configuration_keys'
                 n = buf[pos]
@@ -569,7 +569,7 @@ class DescribeConfigsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.error_message = buf[pos:pos + n].tobytes().decode()
+                        o1.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'resource_type'
                     o1.resource_type, n = _T1u(buf, pos)
@@ -580,7 +580,7 @@ class DescribeConfigsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.resource_name = buf[pos:pos + n].tobytes().decode()
+                        o1.resource_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'configs'
                     n, = _ui32(buf, pos)
@@ -603,7 +603,7 @@ class DescribeConfigsResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.name = buf[pos:pos + n].tobytes().decode()
+                                o2.name = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'value'
                             n, = _ui16(buf, pos)
@@ -613,7 +613,7 @@ class DescribeConfigsResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.value = buf[pos:pos + n].tobytes().decode()
+                                o2.value = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'read_only'
                             o2.read_only, = _T0u(buf, pos)
@@ -655,7 +655,7 @@ class DescribeConfigsResponse(_Struct):
                                         else:
                                             if n < -1 or n > lb - pos:
                                                 raise _bad_len(n, lb - pos)
-                                            o3.name = buf[pos:pos + n].tobytes().decode()
+                                            o3.name = buf[pos:pos + n].tobytes().decode() if n else ''
                                             pos += n
                                         f3 = 'value'
                                         n, = _ui16(buf, pos)
@@ -665,7 +665,7 @@ class DescribeConfigsResponse(_Struct):
                                         else:
                                             if n < -1 or n > lb - pos:
                                                 raise _bad_len(n, lb - pos)
-                                            o3.value = buf[pos:pos + n].tobytes().decode()
+                                            o3.value = buf[pos:pos + n].tobytes().decode() if n else ''
                                             pos += n
                                         f3 = 'source'
                                         o3.source, = _T5u(buf, pos)
@@ -692,7 +692,7 @@ class DescribeConfigsResponse(_Struct):
                                 else:
                                     if n < -1 or n > lb - pos:
                                         raise _bad_len(n, lb - pos)
-                                    o2.documentation = buf[pos:pos + n].tobytes().decode()
+                                    o2.documentation = buf[pos:pos + n].tobytes().decode() if n else ''
                                     pos += n
                             else:
                                 o2.documentation = ''
@@ -776,7 +776,7 @@ class DescribeConfigsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.error_message = buf[pos:pos + n].tobytes().decode()
+                        o1.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'resource_type'
                     o1.resource_type, n = _T3u(buf, pos)
@@ -794,7 +794,7 @@ class DescribeConfigsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.resource_name = buf[pos:pos + n].tobytes().decode()
+                        o1.resource_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'configs'
                     n = buf[pos]
@@ -831,7 +831,7 @@ class DescribeConfigsResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.name = buf[pos:pos + n].tobytes().decode()
+                                o2.name = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'value'
                             n = buf[pos]
@@ -848,7 +848,7 @@ class DescribeConfigsResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.value = buf[pos:pos + n].tobytes().decode()
+                                o2.value = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'read_only'
                             o2.read_only, = _T0u(buf, pos)
@@ -890,7 +890,7 @@ class DescribeConfigsResponse(_Struct):
                                     else:
                                         if n < -1 or n > lb - pos:
                                             raise _bad_len(n, lb - pos)
-                                        o3.name = buf[pos:pos + n].tobytes().decode()
+                                        o3.name = buf[pos:pos + n].tobytes().decode() if n else ''
                                         pos += n
                                     f3 = 'value'
                                     n = buf[pos]
@@ -907,7 +907,7 @@ class DescribeConfigsResponse(_Struct):
                                     else:
                                         if n < -1 or n > lb - pos:
                                             raise _bad_len(n, lb - pos)
-                                        o3.value = buf[pos:pos + n].tobytes().decode()
+                                        o3.value = buf[pos:pos + n].tobytes().decode() if n else ''
                                         pos += n
                                     f3 = 'source'
                                     o3.source, n = _T3u(buf, pos)
@@ -944,7 +944,7 @@ class DescribeConfigsResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.documentation = buf[pos:pos + n].tobytes().decode()
+                                o2.documentation = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = '<tagged fields>'
                             n = buf[pos]
@@ -1065,7 +1065,7 @@ class DescribeConfigsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.error_message = buf[pos:pos + n].tobytes().decode()
+                    o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'resource_type'
                 o.resource_type, n = _T1u(buf, pos)
@@ -1076,7 +1076,7 @@ class DescribeConfigsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.resource_name = buf[pos:pos + n].tobytes().decode()
+                    o.resource_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'configs'
                 n, = _ui32(buf, pos)
@@ -1162,7 +1162,7 @@ class DescribeConfigsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.error_message = buf[pos:pos + n].tobytes().decode()
+                    o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'resource_type'
                 o.resource_type, n = _T3u(buf, pos)
@@ -1180,7 +1180,7 @@ class DescribeConfigsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.resource_name = buf[pos:pos + n].tobytes().decode()
+                    o.resource_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'configs'
                 n = buf[pos]
@@ -1313,7 +1313,7 @@ class DescribeConfigsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'value'
                 n, = _ui16(buf, pos)
@@ -1323,7 +1323,7 @@ class DescribeConfigsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.value = buf[pos:pos + n].tobytes().decode()
+                    o.value = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'read_only'
                 o.read_only, = _T0u(buf, pos)
@@ -1376,7 +1376,7 @@ class DescribeConfigsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.documentation = buf[pos:pos + n].tobytes().decode()
+                        o.documentation = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.documentation = ''
@@ -1462,7 +1462,7 @@ class DescribeConfigsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'value'
                 n = buf[pos]
@@ -1479,7 +1479,7 @@ class DescribeConfigsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.value = buf[pos:pos + n].tobytes().decode()
+                    o.value = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'read_only'
                 o.read_only, = _T0u(buf, pos)
@@ -1524,7 +1524,7 @@ class DescribeConfigsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.documentation = buf[pos:pos + n].tobytes().decode()
+                    o.documentation = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = '<tagged fields>'
                 n = buf[pos]
@@ -1610,7 +1610,7 @@ class DescribeConfigsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.name = buf[pos:pos + n].tobytes().decode()
+                        o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.name = ''
@@ -1623,7 +1623,7 @@ class DescribeConfigsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.value = buf[pos:pos + n].tobytes().decode()
+                        o.value = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.value = ''
@@ -1689,7 +1689,7 @@ class DescribeConfigsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'value'
                 n = buf[pos]
@@ -1706,7 +1706,7 @@ class DescribeConfigsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.value = buf[pos:pos + n].tobytes().decode()
+                    o.value = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'source'
                 o.source, n = _T3u(buf, pos)

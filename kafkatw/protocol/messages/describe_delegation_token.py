@@ -106,7 +106,7 @@ class DescribeDelegationTokenRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.principal_type = buf[pos:pos + n].tobytes().decode()
+                        o1.principal_type = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'principal_name'
                     n, = _ui16(buf, pos)
@@ -116,7 +116,7 @@ class DescribeDelegationTokenRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.principal_name = buf[pos:pos + n].tobytes().decode()
+                        o1.principal_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     o1.unknown_tagged_fields = _NO_TAGS
                     lst.append(o1)
@@ -188,7 +188,7 @@ class DescribeDelegationTokenRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.principal_type = buf[pos:pos + n].tobytes().decode()
+                        o1.principal_type = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'principal_name'
                     n = buf[pos]
@@ -205,7 +205,7 @@ class DescribeDelegationTokenRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.principal_name = buf[pos:pos + n].tobytes().decode()
+                        o1.principal_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = '<tagged fields>'
                     n = buf[pos]
@@ -292,7 +292,7 @@ class DescribeDelegationTokenRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.principal_type = buf[pos:pos + n].tobytes().decode()
+                    o.principal_type = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'principal_name'
                 n, = _ui16(buf, pos)
@@ -302,7 +302,7 @@ class DescribeDelegationTokenRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.principal_name = buf[pos:pos + n].tobytes().decode()
+                    o.principal_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -359,7 +359,7 @@ class DescribeDelegationTokenRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.principal_type = buf[pos:pos + n].tobytes().decode()
+                    o.principal_type = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'principal_name'
                 n = buf[pos]
@@ -376,7 +376,7 @@ class DescribeDelegationTokenRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.principal_name = buf[pos:pos + n].tobytes().decode()
+                    o.principal_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = '<tagged fields>'
                 n = buf[pos]
@@ -460,7 +460,7 @@ class DescribeDelegationTokenResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.principal_type = buf[pos:pos + n].tobytes().decode()
+                        o1.principal_type = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'principal_name'
                     n, = _ui16(buf, pos)
@@ -470,7 +470,7 @@ class DescribeDelegationTokenResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.principal_name = buf[pos:pos + n].tobytes().decode()
+                        o1.principal_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     o1.token_requester_principal_type = ''
                     o1.token_requester_principal_name = ''
@@ -483,7 +483,7 @@ class DescribeDelegationTokenResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.token_id = buf[pos:pos + n].tobytes().decode()
+                        o1.token_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'hmac'
                     n, = _ui32(buf, pos)
@@ -516,7 +516,7 @@ class DescribeDelegationTokenResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.principal_type = buf[pos:pos + n].tobytes().decode()
+                                o2.principal_type = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'principal_name'
                             n, = _ui16(buf, pos)
@@ -526,7 +526,7 @@ class DescribeDelegationTokenResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.principal_name = buf[pos:pos + n].tobytes().decode()
+                                o2.principal_name = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             o2.unknown_tagged_fields = _NO_TAGS
                             lst1.append(o2)
@@ -610,7 +610,7 @@ class DescribeDelegationTokenResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.principal_type = buf[pos:pos + n].tobytes().decode()
+                        o1.principal_type = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'principal_name'
                     n = buf[pos]
@@ -627,7 +627,7 @@ class DescribeDelegationTokenResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.principal_name = buf[pos:pos + n].tobytes().decode()
+                        o1.principal_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     if v >= 3:
                         f1 = 'token_requester_principal_type'
@@ -645,7 +645,7 @@ class DescribeDelegationTokenResponse(_Struct):
                         else:
                             if n < -1 or n > lb - pos:
                                 raise _bad_len(n, lb - pos)
-                            o1.token_requester_principal_type = buf[pos:pos + n].tobytes().decode()
+                            o1.token_requester_principal_type = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
                     else:
                         o1.token_requester_principal_type = ''
@@ -665,7 +665,7 @@ class DescribeDelegationTokenResponse(_Struct):
                         else:
                             if n < -1 or n > lb - pos:
                                 raise _bad_len(n, lb - pos)
-                            o1.token_requester_principal_name = buf[pos:pos + n].tobytes().decode()
+                            o1.token_requester_principal_name = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
                     else:
                         o1.token_requester_principal_name = ''
@@ -685,7 +685,7 @@ class DescribeDelegationTokenResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.token_id = buf[pos:pos + n].tobytes().decode()
+                        o1.token_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'hmac'
                     n = buf[pos]
@@ -739,7 +739,7 @@ class DescribeDelegationTokenResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.principal_type = buf[pos:pos + n].tobytes().decode()
+                                o2.principal_type = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'principal_name'
                             n = buf[pos]
@@ -756,7 +756,7 @@ class DescribeDelegationTokenResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.principal_name = buf[pos:pos + n].tobytes().decode()
+                                o2.principal_name = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = '<tagged fields>'
                             n = buf[pos]
@@ -903,7 +903,7 @@ class DescribeDelegationTokenResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.principal_type = buf[pos:pos + n].tobytes().decode()
+                    o.principal_type = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'principal_name'
                 n, = _ui16(buf, pos)
@@ -913,7 +913,7 @@ class DescribeDelegationTokenResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.principal_name = buf[pos:pos + n].tobytes().decode()
+                    o.principal_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 o.token_requester_principal_type = ''
                 o.token_requester_principal_name = ''
@@ -926,7 +926,7 @@ class DescribeDelegationTokenResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.token_id = buf[pos:pos + n].tobytes().decode()
+                    o.token_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'hmac'
                 n, = _ui32(buf, pos)
@@ -1071,7 +1071,7 @@ class DescribeDelegationTokenResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.principal_type = buf[pos:pos + n].tobytes().decode()
+                    o.principal_type = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'principal_name'
                 n = buf[pos]
@@ -1088,7 +1088,7 @@ class DescribeDelegationTokenResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.principal_name = buf[pos:pos + n].tobytes().decode()
+                    o.principal_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 if v >= 3:
                     f = 'token_requester_principal_type'
@@ -1106,7 +1106,7 @@ class DescribeDelegationTokenResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.token_requester_principal_type = buf[pos:pos + n].tobytes().decode()
+                        o.token_requester_principal_type = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.token_requester_principal_type = ''
@@ -1126,7 +1126,7 @@ class DescribeDelegationTokenResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.token_requester_principal_name = buf[pos:pos + n].tobytes().decode()
+                        o.token_requester_principal_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.token_requester_principal_name = ''
@@ -1146,7 +1146,7 @@ class DescribeDelegationTokenResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.token_id = buf[pos:pos + n].tobytes().decode()
+                    o.token_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'hmac'
                 n = buf[pos]
@@ -1255,7 +1255,7 @@ class DescribeDelegationTokenResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.principal_type = buf[pos:pos + n].tobytes().decode()
+                    o.principal_type = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'principal_name'
                 n, = _ui16(buf, pos)
@@ -1265,7 +1265,7 @@ class DescribeDelegationTokenResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.principal_name = buf[pos:pos + n].tobytes().decode()
+                    o.principal_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -1322,7 +1322,7 @@ class DescribeDelegationTokenResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.principal_type = buf[pos:pos + n].tobytes().decode()
+                    o.principal_type = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'principal_name'
                 n = buf[pos]
@@ -1339,7 +1339,7 @@ class DescribeDelegationTokenResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.principal_name = buf[pos:pos + n].tobytes().decode()
+                    o.principal_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = '<tagged fields>'
                 n = buf[pos]

@@ -273,7 +273,7 @@ class DescribeGroupsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.group_id = buf[pos:pos + n].tobytes().decode()
+                        o1.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'group_state'
                     n, = _ui16(buf, pos)
@@ -283,7 +283,7 @@ class DescribeGroupsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.group_state = buf[pos:pos + n].tobytes().decode()
+                        o1.group_state = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'protocol_type'
                     n, = _ui16(buf, pos)
@@ -293,7 +293,7 @@ class DescribeGroupsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.protocol_type = buf[pos:pos + n].tobytes().decode()
+                        o1.protocol_type = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'protocol_data'
                     n, = _ui16(buf, pos)
@@ -303,7 +303,7 @@ class DescribeGroupsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.protocol_data = buf[pos:pos + n].tobytes().decode()
+                        o1.protocol_data = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'members'
                     n, = _ui32(buf, pos)
@@ -326,7 +326,7 @@ class DescribeGroupsResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.member_id = buf[pos:pos + n].tobytes().decode()
+                                o2.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             if v >= 4:
                                 f2 = 'group_instance_id'
@@ -337,7 +337,7 @@ class DescribeGroupsResponse(_Struct):
                                 else:
                                     if n < -1 or n > lb - pos:
                                         raise _bad_len(n, lb - pos)
-                                    o2.group_instance_id = buf[pos:pos + n].tobytes().decode()
+                                    o2.group_instance_id = buf[pos:pos + n].tobytes().decode() if n else ''
                                     pos += n
                             else:
                                 o2.group_instance_id = None
@@ -349,7 +349,7 @@ class DescribeGroupsResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.client_id = buf[pos:pos + n].tobytes().decode()
+                                o2.client_id = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'client_host'
                             n, = _ui16(buf, pos)
@@ -359,7 +359,7 @@ class DescribeGroupsResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.client_host = buf[pos:pos + n].tobytes().decode()
+                                o2.client_host = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'member_metadata'
                             n, = _ui32(buf, pos)
@@ -466,7 +466,7 @@ class DescribeGroupsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.group_id = buf[pos:pos + n].tobytes().decode()
+                        o1.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'group_state'
                     n = buf[pos]
@@ -483,7 +483,7 @@ class DescribeGroupsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.group_state = buf[pos:pos + n].tobytes().decode()
+                        o1.group_state = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'protocol_type'
                     n = buf[pos]
@@ -500,7 +500,7 @@ class DescribeGroupsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.protocol_type = buf[pos:pos + n].tobytes().decode()
+                        o1.protocol_type = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'protocol_data'
                     n = buf[pos]
@@ -517,7 +517,7 @@ class DescribeGroupsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.protocol_data = buf[pos:pos + n].tobytes().decode()
+                        o1.protocol_data = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'members'
                     n = buf[pos]
@@ -554,7 +554,7 @@ class DescribeGroupsResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.member_id = buf[pos:pos + n].tobytes().decode()
+                                o2.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'group_instance_id'
                             n = buf[pos]
@@ -571,7 +571,7 @@ class DescribeGroupsResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.group_instance_id = buf[pos:pos + n].tobytes().decode()
+                                o2.group_instance_id = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'client_id'
                             n = buf[pos]
@@ -588,7 +588,7 @@ class DescribeGroupsResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.client_id = buf[pos:pos + n].tobytes().decode()
+                                o2.client_id = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'client_host'
                             n = buf[pos]
@@ -605,7 +605,7 @@ class DescribeGroupsResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.client_host = buf[pos:pos + n].tobytes().decode()
+                                o2.client_host = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'member_metadata'
                             n = buf[pos]
@@ -783,7 +783,7 @@ class DescribeGroupsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.group_id = buf[pos:pos + n].tobytes().decode()
+                    o.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'group_state'
                 n, = _ui16(buf, pos)
@@ -793,7 +793,7 @@ class DescribeGroupsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.group_state = buf[pos:pos + n].tobytes().decode()
+                    o.group_state = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'protocol_type'
                 n, = _ui16(buf, pos)
@@ -803,7 +803,7 @@ class DescribeGroupsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.protocol_type = buf[pos:pos + n].tobytes().decode()
+                    o.protocol_type = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'protocol_data'
                 n, = _ui16(buf, pos)
@@ -813,7 +813,7 @@ class DescribeGroupsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.protocol_data = buf[pos:pos + n].tobytes().decode()
+                    o.protocol_data = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'members'
                 n, = _ui32(buf, pos)
@@ -927,7 +927,7 @@ class DescribeGroupsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.group_id = buf[pos:pos + n].tobytes().decode()
+                    o.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'group_state'
                 n = buf[pos]
@@ -944,7 +944,7 @@ class DescribeGroupsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.group_state = buf[pos:pos + n].tobytes().decode()
+                    o.group_state = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'protocol_type'
                 n = buf[pos]
@@ -961,7 +961,7 @@ class DescribeGroupsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.protocol_type = buf[pos:pos + n].tobytes().decode()
+                    o.protocol_type = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'protocol_data'
                 n = buf[pos]
@@ -978,7 +978,7 @@ class DescribeGroupsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.protocol_data = buf[pos:pos + n].tobytes().decode()
+                    o.protocol_data = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'members'
                 n = buf[pos]
@@ -1106,7 +1106,7 @@ class DescribeGroupsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.member_id = buf[pos:pos + n].tobytes().decode()
+                    o.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 if v >= 4:
                     f = 'group_instance_id'
@@ -1117,7 +1117,7 @@ class DescribeGroupsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.group_instance_id = buf[pos:pos + n].tobytes().decode()
+                        o.group_instance_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.group_instance_id = None
@@ -1129,7 +1129,7 @@ class DescribeGroupsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.client_id = buf[pos:pos + n].tobytes().decode()
+                    o.client_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'client_host'
                 n, = _ui16(buf, pos)
@@ -1139,7 +1139,7 @@ class DescribeGroupsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.client_host = buf[pos:pos + n].tobytes().decode()
+                    o.client_host = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'member_metadata'
                 n, = _ui32(buf, pos)
@@ -1258,7 +1258,7 @@ class DescribeGroupsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.member_id = buf[pos:pos + n].tobytes().decode()
+                    o.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'group_instance_id'
                 n = buf[pos]
@@ -1275,7 +1275,7 @@ class DescribeGroupsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.group_instance_id = buf[pos:pos + n].tobytes().decode()
+                    o.group_instance_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'client_id'
                 n = buf[pos]
@@ -1292,7 +1292,7 @@ class DescribeGroupsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.client_id = buf[pos:pos + n].tobytes().decode()
+                    o.client_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'client_host'
                 n = buf[pos]
@@ -1309,7 +1309,7 @@ class DescribeGroupsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.client_host = buf[pos:pos + n].tobytes().decode()
+                    o.client_host = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'member_metadata'
                 n = buf[pos]

@@ -107,7 +107,7 @@ class DescribeLogDirsRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.topic = buf[pos:pos + n].tobytes().decode()
+                        o1.topic = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'partitions'
                     n, = _ui32(buf, pos)
@@ -190,7 +190,7 @@ class DescribeLogDirsRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.topic = buf[pos:pos + n].tobytes().decode()
+                        o1.topic = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'partitions'
                     n = buf[pos]
@@ -294,7 +294,7 @@ class DescribeLogDirsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic = buf[pos:pos + n].tobytes().decode()
+                    o.topic = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'partitions'
                 n, = _ui32(buf, pos)
@@ -361,7 +361,7 @@ class DescribeLogDirsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic = buf[pos:pos + n].tobytes().decode()
+                    o.topic = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'partitions'
                 n = buf[pos]
@@ -465,7 +465,7 @@ class DescribeLogDirsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.log_dir = buf[pos:pos + n].tobytes().decode()
+                        o1.log_dir = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'topics'
                     n, = _ui32(buf, pos)
@@ -488,7 +488,7 @@ class DescribeLogDirsResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.name = buf[pos:pos + n].tobytes().decode()
+                                o2.name = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'partitions'
                             n, = _ui32(buf, pos)
@@ -603,7 +603,7 @@ class DescribeLogDirsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.log_dir = buf[pos:pos + n].tobytes().decode()
+                        o1.log_dir = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'topics'
                     n = buf[pos]
@@ -640,7 +640,7 @@ class DescribeLogDirsResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.name = buf[pos:pos + n].tobytes().decode()
+                                o2.name = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'partitions'
                             n = buf[pos]
@@ -799,7 +799,7 @@ class DescribeLogDirsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.log_dir = buf[pos:pos + n].tobytes().decode()
+                    o.log_dir = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'topics'
                 n, = _ui32(buf, pos)
@@ -877,7 +877,7 @@ class DescribeLogDirsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.log_dir = buf[pos:pos + n].tobytes().decode()
+                    o.log_dir = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'topics'
                 n = buf[pos]
@@ -976,7 +976,7 @@ class DescribeLogDirsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'partitions'
                 n, = _ui32(buf, pos)
@@ -1048,7 +1048,7 @@ class DescribeLogDirsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'partitions'
                 n = buf[pos]

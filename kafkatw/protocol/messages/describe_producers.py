@@ -121,7 +121,7 @@ class DescribeProducersRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'partition_indexes'
                     n = buf[pos]
@@ -244,7 +244,7 @@ class DescribeProducersRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'partition_indexes'
                 n = buf[pos]
@@ -366,7 +366,7 @@ class DescribeProducersResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'partitions'
                     n = buf[pos]
@@ -404,7 +404,7 @@ class DescribeProducersResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.error_message = buf[pos:pos + n].tobytes().decode()
+                                o2.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'active_producers'
                             n = buf[pos]
@@ -567,7 +567,7 @@ class DescribeProducersResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'partitions'
                 n = buf[pos]
@@ -684,7 +684,7 @@ class DescribeProducersResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.error_message = buf[pos:pos + n].tobytes().decode()
+                    o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'active_producers'
                 n = buf[pos]

@@ -132,7 +132,7 @@ class DescribeQuorumRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                        o1.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'partitions'
                     n = buf[pos]
@@ -277,7 +277,7 @@ class DescribeQuorumRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic_name = buf[pos:pos + n].tobytes().decode()
+                    o.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'partitions'
                 n = buf[pos]
@@ -467,7 +467,7 @@ class DescribeQuorumResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.error_message = buf[pos:pos + n].tobytes().decode()
+                    o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
             else:
                 o.error_message = ''
@@ -506,7 +506,7 @@ class DescribeQuorumResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                        o1.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'partitions'
                     n = buf[pos]
@@ -547,7 +547,7 @@ class DescribeQuorumResponse(_Struct):
                                 else:
                                     if n < -1 or n > lb - pos:
                                         raise _bad_len(n, lb - pos)
-                                    o2.error_message = buf[pos:pos + n].tobytes().decode()
+                                    o2.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                                     pos += n
                             else:
                                 o2.error_message = ''
@@ -759,7 +759,7 @@ class DescribeQuorumResponse(_Struct):
                                 else:
                                     if n < -1 or n > lb - pos:
                                         raise _bad_len(n, lb - pos)
-                                    o2.name = buf[pos:pos + n].tobytes().decode()
+                                    o2.name = buf[pos:pos + n].tobytes().decode() if n else ''
                                     pos += n
                                 f2 = 'host'
                                 n = buf[pos]
@@ -776,7 +776,7 @@ class DescribeQuorumResponse(_Struct):
                                 else:
                                     if n < -1 or n > lb - pos:
                                         raise _bad_len(n, lb - pos)
-                                    o2.host = buf[pos:pos + n].tobytes().decode()
+                                    o2.host = buf[pos:pos + n].tobytes().decode() if n else ''
                                     pos += n
                                 f2 = 'port'
                                 o2.port, n = _T8u(buf, pos)
@@ -987,7 +987,7 @@ class DescribeQuorumResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic_name = buf[pos:pos + n].tobytes().decode()
+                    o.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'partitions'
                 n = buf[pos]
@@ -1128,7 +1128,7 @@ class DescribeQuorumResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.error_message = buf[pos:pos + n].tobytes().decode()
+                        o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.error_message = ''
@@ -1381,7 +1381,7 @@ class DescribeQuorumResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.name = buf[pos:pos + n].tobytes().decode()
+                        o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.name = ''
@@ -1401,7 +1401,7 @@ class DescribeQuorumResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.host = buf[pos:pos + n].tobytes().decode()
+                        o.host = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.host = ''

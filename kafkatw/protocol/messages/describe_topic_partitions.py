@@ -138,7 +138,7 @@ class DescribeTopicPartitionsRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = '<tagged fields>'
                     n = buf[pos]
@@ -241,7 +241,7 @@ class DescribeTopicPartitionsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = '<tagged fields>'
                 n = buf[pos]
@@ -320,7 +320,7 @@ class DescribeTopicPartitionsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic_name = buf[pos:pos + n].tobytes().decode()
+                    o.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'partition_index'
                 o.partition_index, n = _T1u(buf, pos)
@@ -433,7 +433,7 @@ class DescribeTopicPartitionsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'topic_id'
                     o1.topic_id, o1.is_internal, n = _T3u(buf, pos)
@@ -689,7 +689,7 @@ class DescribeTopicPartitionsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'topic_id'
                 o.topic_id, o.is_internal, n = _T3u(buf, pos)
@@ -998,7 +998,7 @@ class DescribeTopicPartitionsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic_name = buf[pos:pos + n].tobytes().decode()
+                    o.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'partition_index'
                 o.partition_index, n = _T1u(buf, pos)

@@ -226,7 +226,7 @@ class DescribeTransactionsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.transactional_id = buf[pos:pos + n].tobytes().decode()
+                        o1.transactional_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'transaction_state'
                     n = buf[pos]
@@ -243,7 +243,7 @@ class DescribeTransactionsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.transaction_state = buf[pos:pos + n].tobytes().decode()
+                        o1.transaction_state = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'transaction_timeout_ms'
                     o1.transaction_timeout_ms, o1.transaction_start_time_ms, o1.producer_id, o1.producer_epoch, n = _T3u(buf, pos)
@@ -281,7 +281,7 @@ class DescribeTransactionsResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.topic = buf[pos:pos + n].tobytes().decode()
+                                o2.topic = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'partitions'
                             n = buf[pos]
@@ -449,7 +449,7 @@ class DescribeTransactionsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.transactional_id = buf[pos:pos + n].tobytes().decode()
+                    o.transactional_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'transaction_state'
                 n = buf[pos]
@@ -466,7 +466,7 @@ class DescribeTransactionsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.transaction_state = buf[pos:pos + n].tobytes().decode()
+                    o.transaction_state = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'transaction_timeout_ms'
                 o.transaction_timeout_ms, o.transaction_start_time_ms, o.producer_id, o.producer_epoch, n = _T3u(buf, pos)
@@ -577,7 +577,7 @@ class DescribeTransactionsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic = buf[pos:pos + n].tobytes().decode()
+                    o.topic = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'partitions'
                 n = buf[pos]

@@ -119,7 +119,7 @@ class DescribeUserScramCredentialsRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = '<tagged fields>'
                     n = buf[pos]
@@ -212,7 +212,7 @@ class DescribeUserScramCredentialsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = '<tagged fields>'
                 n = buf[pos]
@@ -310,7 +310,7 @@ class DescribeUserScramCredentialsResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.error_message = buf[pos:pos + n].tobytes().decode()
+                o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'results'
             n = buf[pos]
@@ -347,7 +347,7 @@ class DescribeUserScramCredentialsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.user = buf[pos:pos + n].tobytes().decode()
+                        o1.user = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'error_code'
                     o1.error_code, n = _T2u(buf, pos)
@@ -365,7 +365,7 @@ class DescribeUserScramCredentialsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.error_message = buf[pos:pos + n].tobytes().decode()
+                        o1.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'credential_infos'
                     n = buf[pos]
@@ -526,7 +526,7 @@ class DescribeUserScramCredentialsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.user = buf[pos:pos + n].tobytes().decode()
+                    o.user = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'error_code'
                 o.error_code, n = _T2u(buf, pos)
@@ -544,7 +544,7 @@ class DescribeUserScramCredentialsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.error_message = buf[pos:pos + n].tobytes().decode()
+                    o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'credential_infos'
                 n = buf[pos]

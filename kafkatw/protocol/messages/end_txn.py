@@ -85,7 +85,7 @@ class EndTxnRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.transactional_id = buf[pos:pos + n].tobytes().decode()
+                o.transactional_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'producer_id'
             o.producer_id, o.producer_epoch, o.committed = _T0u(buf, pos)
@@ -135,7 +135,7 @@ class EndTxnRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.transactional_id = buf[pos:pos + n].tobytes().decode()
+                o.transactional_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'producer_id'
             o.producer_id, o.producer_epoch, o.committed, n = _T1u(buf, pos)

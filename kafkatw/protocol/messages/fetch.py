@@ -249,7 +249,7 @@ class FetchRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.topic = buf[pos:pos + n].tobytes().decode()
+                        o1.topic = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     o1.topic_id = _ZERO_UUID
                     f1 = 'partitions'
@@ -320,7 +320,7 @@ class FetchRequest(_Struct):
                         else:
                             if n < -1 or n > lb - pos:
                                 raise _bad_len(n, lb - pos)
-                            o1.topic = buf[pos:pos + n].tobytes().decode()
+                            o1.topic = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
                         o1.topic_id = _ZERO_UUID
                         f1 = 'partitions'
@@ -350,7 +350,7 @@ class FetchRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.rack_id = buf[pos:pos + n].tobytes().decode()
+                    o.rack_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
             else:
                 o.rack_id = ''
@@ -483,7 +483,7 @@ class FetchRequest(_Struct):
                         else:
                             if n < -1 or n > lb - pos:
                                 raise _bad_len(n, lb - pos)
-                            o1.topic = buf[pos:pos + n].tobytes().decode()
+                            o1.topic = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
                     else:
                         o1.topic = ''
@@ -594,7 +594,7 @@ class FetchRequest(_Struct):
                         else:
                             if n < -1 or n > lb - pos:
                                 raise _bad_len(n, lb - pos)
-                            o1.topic = buf[pos:pos + n].tobytes().decode()
+                            o1.topic = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
                     else:
                         o1.topic = ''
@@ -655,7 +655,7 @@ class FetchRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.rack_id = buf[pos:pos + n].tobytes().decode()
+                o.rack_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = '<tagged fields>'
             n = buf[pos]
@@ -683,7 +683,7 @@ class FetchRequest(_Struct):
                         else:
                             if n < -1 or n > lb - pos:
                                 raise _bad_len(n, lb - pos)
-                            o.cluster_id = buf[pos:pos + n].tobytes().decode()
+                            o.cluster_id = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
                         if pos != end:
                             raise _tag_size(0, size, pos - end + size)
@@ -836,7 +836,7 @@ class FetchRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic = buf[pos:pos + n].tobytes().decode()
+                    o.topic = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 o.topic_id = _ZERO_UUID
                 f = 'partitions'
@@ -913,7 +913,7 @@ class FetchRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.topic = buf[pos:pos + n].tobytes().decode()
+                        o.topic = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.topic = ''
@@ -1141,7 +1141,7 @@ class FetchRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.topic = buf[pos:pos + n].tobytes().decode()
+                        o.topic = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.topic = ''
@@ -1218,7 +1218,7 @@ class FetchRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.topic = buf[pos:pos + n].tobytes().decode()
+                        o.topic = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.topic = ''
@@ -1352,7 +1352,7 @@ class FetchResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.topic = buf[pos:pos + n].tobytes().decode()
+                        o1.topic = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     o1.topic_id = _ZERO_UUID
                     f1 = 'partitions'
@@ -1536,7 +1536,7 @@ class FetchResponse(_Struct):
                         else:
                             if n < -1 or n > lb - pos:
                                 raise _bad_len(n, lb - pos)
-                            o1.topic = buf[pos:pos + n].tobytes().decode()
+                            o1.topic = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
                     else:
                         o1.topic = ''
@@ -1787,7 +1787,7 @@ class FetchResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic = buf[pos:pos + n].tobytes().decode()
+                    o.topic = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 o.topic_id = _ZERO_UUID
                 f = 'partitions'
@@ -1864,7 +1864,7 @@ class FetchResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.topic = buf[pos:pos + n].tobytes().decode()
+                        o.topic = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.topic = ''
@@ -2630,7 +2630,7 @@ class FetchResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.host = buf[pos:pos + n].tobytes().decode()
+                        o.host = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.host = ''
@@ -2656,7 +2656,7 @@ class FetchResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.rack = buf[pos:pos + n].tobytes().decode()
+                        o.rack = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.rack = None

@@ -165,7 +165,7 @@ class FetchSnapshotRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'partitions'
                     n = buf[pos]
@@ -281,7 +281,7 @@ class FetchSnapshotRequest(_Struct):
                         else:
                             if n < -1 or n > lb - pos:
                                 raise _bad_len(n, lb - pos)
-                            o.cluster_id = buf[pos:pos + n].tobytes().decode()
+                            o.cluster_id = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
                         if pos != end:
                             raise _tag_size(0, size, pos - end + size)
@@ -362,7 +362,7 @@ class FetchSnapshotRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'partitions'
                 n = buf[pos]
@@ -639,7 +639,7 @@ class FetchSnapshotResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'partitions'
                     n = buf[pos]
@@ -862,7 +862,7 @@ class FetchSnapshotResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'partitions'
                 n = buf[pos]
@@ -1210,7 +1210,7 @@ class FetchSnapshotResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.host = buf[pos:pos + n].tobytes().decode()
+                        o.host = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.host = ''

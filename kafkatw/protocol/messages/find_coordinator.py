@@ -97,7 +97,7 @@ class FindCoordinatorRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.key = buf[pos:pos + n].tobytes().decode()
+                o.key = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             if v >= 1:
                 f = 'key_type'
@@ -177,7 +177,7 @@ class FindCoordinatorRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.key = buf[pos:pos + n].tobytes().decode()
+                    o.key = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
             else:
                 o.key = ''
@@ -317,7 +317,7 @@ class FindCoordinatorResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.error_message = buf[pos:pos + n].tobytes().decode()
+                    o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
             else:
                 o.error_message = ''
@@ -330,7 +330,7 @@ class FindCoordinatorResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.host = buf[pos:pos + n].tobytes().decode()
+                o.host = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'port'
             o.port, = _T1u(buf, pos)
@@ -438,7 +438,7 @@ class FindCoordinatorResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.error_message = buf[pos:pos + n].tobytes().decode()
+                    o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
             else:
                 o.error_message = ''
@@ -464,7 +464,7 @@ class FindCoordinatorResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.host = buf[pos:pos + n].tobytes().decode()
+                    o.host = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
             else:
                 o.host = ''
@@ -510,7 +510,7 @@ class FindCoordinatorResponse(_Struct):
                         else:
                             if n < -1 or n > lb - pos:
                                 raise _bad_len(n, lb - pos)
-                            o1.key = buf[pos:pos + n].tobytes().decode()
+                            o1.key = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
                         f1 = 'node_id'
                         o1.node_id, n = _T4u(buf, pos)
@@ -528,7 +528,7 @@ class FindCoordinatorResponse(_Struct):
                         else:
                             if n < -1 or n > lb - pos:
                                 raise _bad_len(n, lb - pos)
-                            o1.host = buf[pos:pos + n].tobytes().decode()
+                            o1.host = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
                         f1 = 'port'
                         o1.port, o1.error_code, n = _T5u(buf, pos)
@@ -546,7 +546,7 @@ class FindCoordinatorResponse(_Struct):
                         else:
                             if n < -1 or n > lb - pos:
                                 raise _bad_len(n, lb - pos)
-                            o1.error_message = buf[pos:pos + n].tobytes().decode()
+                            o1.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
                         f1 = '<tagged fields>'
                         n = buf[pos]
@@ -725,7 +725,7 @@ class FindCoordinatorResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.key = buf[pos:pos + n].tobytes().decode()
+                        o.key = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.key = ''
@@ -751,7 +751,7 @@ class FindCoordinatorResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.host = buf[pos:pos + n].tobytes().decode()
+                        o.host = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.host = ''
@@ -778,7 +778,7 @@ class FindCoordinatorResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.error_message = buf[pos:pos + n].tobytes().decode()
+                        o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.error_message = ''

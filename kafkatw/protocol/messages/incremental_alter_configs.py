@@ -116,7 +116,7 @@ class IncrementalAlterConfigsRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.resource_name = buf[pos:pos + n].tobytes().decode()
+                        o1.resource_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'configs'
                     n, = _ui32(buf, pos)
@@ -139,7 +139,7 @@ class IncrementalAlterConfigsRequest(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.name = buf[pos:pos + n].tobytes().decode()
+                                o2.name = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'config_operation'
                             o2.config_operation, n = _T1u(buf, pos)
@@ -150,7 +150,7 @@ class IncrementalAlterConfigsRequest(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.value = buf[pos:pos + n].tobytes().decode()
+                                o2.value = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             o2.unknown_tagged_fields = _NO_TAGS
                             lst1.append(o2)
@@ -233,7 +233,7 @@ class IncrementalAlterConfigsRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.resource_name = buf[pos:pos + n].tobytes().decode()
+                        o1.resource_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'configs'
                     n = buf[pos]
@@ -270,7 +270,7 @@ class IncrementalAlterConfigsRequest(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.name = buf[pos:pos + n].tobytes().decode()
+                                o2.name = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'config_operation'
                             o2.config_operation, n = _T2u(buf, pos)
@@ -288,7 +288,7 @@ class IncrementalAlterConfigsRequest(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.value = buf[pos:pos + n].tobytes().decode()
+                                o2.value = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = '<tagged fields>'
                             n = buf[pos]
@@ -398,7 +398,7 @@ class IncrementalAlterConfigsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.resource_name = buf[pos:pos + n].tobytes().decode()
+                    o.resource_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'configs'
                 n, = _ui32(buf, pos)
@@ -472,7 +472,7 @@ class IncrementalAlterConfigsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.resource_name = buf[pos:pos + n].tobytes().decode()
+                    o.resource_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'configs'
                 n = buf[pos]
@@ -567,7 +567,7 @@ class IncrementalAlterConfigsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'config_operation'
                 o.config_operation, n = _T1u(buf, pos)
@@ -578,7 +578,7 @@ class IncrementalAlterConfigsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.value = buf[pos:pos + n].tobytes().decode()
+                    o.value = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -636,7 +636,7 @@ class IncrementalAlterConfigsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'config_operation'
                 o.config_operation, n = _T2u(buf, pos)
@@ -654,7 +654,7 @@ class IncrementalAlterConfigsRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.value = buf[pos:pos + n].tobytes().decode()
+                    o.value = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = '<tagged fields>'
                 n = buf[pos]
@@ -735,7 +735,7 @@ class IncrementalAlterConfigsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.error_message = buf[pos:pos + n].tobytes().decode()
+                        o1.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'resource_type'
                     o1.resource_type, n = _T1u(buf, pos)
@@ -746,7 +746,7 @@ class IncrementalAlterConfigsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.resource_name = buf[pos:pos + n].tobytes().decode()
+                        o1.resource_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     o1.unknown_tagged_fields = _NO_TAGS
                     lst.append(o1)
@@ -821,7 +821,7 @@ class IncrementalAlterConfigsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.error_message = buf[pos:pos + n].tobytes().decode()
+                        o1.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'resource_type'
                     o1.resource_type, n = _T2u(buf, pos)
@@ -839,7 +839,7 @@ class IncrementalAlterConfigsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.resource_name = buf[pos:pos + n].tobytes().decode()
+                        o1.resource_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = '<tagged fields>'
                     n = buf[pos]
@@ -933,7 +933,7 @@ class IncrementalAlterConfigsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.error_message = buf[pos:pos + n].tobytes().decode()
+                    o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'resource_type'
                 o.resource_type, n = _T1u(buf, pos)
@@ -944,7 +944,7 @@ class IncrementalAlterConfigsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.resource_name = buf[pos:pos + n].tobytes().decode()
+                    o.resource_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -1004,7 +1004,7 @@ class IncrementalAlterConfigsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.error_message = buf[pos:pos + n].tobytes().decode()
+                    o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'resource_type'
                 o.resource_type, n = _T2u(buf, pos)
@@ -1022,7 +1022,7 @@ class IncrementalAlterConfigsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.resource_name = buf[pos:pos + n].tobytes().decode()
+                    o.resource_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = '<tagged fields>'
                 n = buf[pos]

@@ -88,7 +88,7 @@ class InitProducerIdRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.transactional_id = buf[pos:pos + n].tobytes().decode()
+                o.transactional_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'transaction_timeout_ms'
             o.transaction_timeout_ms, = _T0u(buf, pos)
@@ -147,7 +147,7 @@ class InitProducerIdRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.transactional_id = buf[pos:pos + n].tobytes().decode()
+                o.transactional_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'transaction_timeout_ms'
             o.transaction_timeout_ms, = _T0u(buf, pos)

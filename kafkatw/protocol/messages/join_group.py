@@ -140,7 +140,7 @@ class JoinGroupRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = buf[pos:pos + n].tobytes().decode()
+                o.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'session_timeout_ms'
             o.session_timeout_ms, = _T0u(buf, pos)
@@ -159,7 +159,7 @@ class JoinGroupRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.member_id = buf[pos:pos + n].tobytes().decode()
+                o.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             if v >= 5:
                 f = 'group_instance_id'
@@ -170,7 +170,7 @@ class JoinGroupRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.group_instance_id = buf[pos:pos + n].tobytes().decode()
+                    o.group_instance_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
             else:
                 o.group_instance_id = None
@@ -182,7 +182,7 @@ class JoinGroupRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.protocol_type = buf[pos:pos + n].tobytes().decode()
+                o.protocol_type = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'protocols'
             n, = _ui32(buf, pos)
@@ -205,7 +205,7 @@ class JoinGroupRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'metadata'
                     n, = _ui32(buf, pos)
@@ -325,7 +325,7 @@ class JoinGroupRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = buf[pos:pos + n].tobytes().decode()
+                o.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'session_timeout_ms'
             o.session_timeout_ms, o.rebalance_timeout_ms, n = _T2u(buf, pos)
@@ -343,7 +343,7 @@ class JoinGroupRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.member_id = buf[pos:pos + n].tobytes().decode()
+                o.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'group_instance_id'
             n = buf[pos]
@@ -360,7 +360,7 @@ class JoinGroupRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_instance_id = buf[pos:pos + n].tobytes().decode()
+                o.group_instance_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'protocol_type'
             n = buf[pos]
@@ -377,7 +377,7 @@ class JoinGroupRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.protocol_type = buf[pos:pos + n].tobytes().decode()
+                o.protocol_type = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'protocols'
             n = buf[pos]
@@ -414,7 +414,7 @@ class JoinGroupRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'metadata'
                     n = buf[pos]
@@ -467,7 +467,7 @@ class JoinGroupRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.reason = buf[pos:pos + n].tobytes().decode()
+                    o.reason = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
             else:
                 o.reason = None
@@ -537,7 +537,7 @@ class JoinGroupRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'metadata'
                 n, = _ui32(buf, pos)
@@ -603,7 +603,7 @@ class JoinGroupRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'metadata'
                 n = buf[pos]
@@ -733,7 +733,7 @@ class JoinGroupResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.protocol_name = buf[pos:pos + n].tobytes().decode()
+                o.protocol_name = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'leader'
             n, = _ui16(buf, pos)
@@ -743,7 +743,7 @@ class JoinGroupResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.leader = buf[pos:pos + n].tobytes().decode()
+                o.leader = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             o.skip_assignment = False
             f = 'member_id'
@@ -754,7 +754,7 @@ class JoinGroupResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.member_id = buf[pos:pos + n].tobytes().decode()
+                o.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'members'
             n, = _ui32(buf, pos)
@@ -777,7 +777,7 @@ class JoinGroupResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.member_id = buf[pos:pos + n].tobytes().decode()
+                        o1.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     if v >= 5:
                         f1 = 'group_instance_id'
@@ -788,7 +788,7 @@ class JoinGroupResponse(_Struct):
                         else:
                             if n < -1 or n > lb - pos:
                                 raise _bad_len(n, lb - pos)
-                            o1.group_instance_id = buf[pos:pos + n].tobytes().decode()
+                            o1.group_instance_id = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
                     else:
                         o1.group_instance_id = None
@@ -909,7 +909,7 @@ class JoinGroupResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.protocol_type = buf[pos:pos + n].tobytes().decode()
+                    o.protocol_type = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
             else:
                 o.protocol_type = None
@@ -930,7 +930,7 @@ class JoinGroupResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.protocol_name = buf[pos:pos + n].tobytes().decode()
+                o.protocol_name = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'leader'
             n = buf[pos]
@@ -947,7 +947,7 @@ class JoinGroupResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.leader = buf[pos:pos + n].tobytes().decode()
+                o.leader = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             if v >= 9:
                 f = 'skip_assignment'
@@ -970,7 +970,7 @@ class JoinGroupResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.member_id = buf[pos:pos + n].tobytes().decode()
+                o.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'members'
             n = buf[pos]
@@ -1007,7 +1007,7 @@ class JoinGroupResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.member_id = buf[pos:pos + n].tobytes().decode()
+                        o1.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'group_instance_id'
                     n = buf[pos]
@@ -1024,7 +1024,7 @@ class JoinGroupResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.group_instance_id = buf[pos:pos + n].tobytes().decode()
+                        o1.group_instance_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'metadata'
                     n = buf[pos]
@@ -1137,7 +1137,7 @@ class JoinGroupResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.member_id = buf[pos:pos + n].tobytes().decode()
+                    o.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 if v >= 5:
                     f = 'group_instance_id'
@@ -1148,7 +1148,7 @@ class JoinGroupResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.group_instance_id = buf[pos:pos + n].tobytes().decode()
+                        o.group_instance_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.group_instance_id = None
@@ -1227,7 +1227,7 @@ class JoinGroupResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.member_id = buf[pos:pos + n].tobytes().decode()
+                    o.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'group_instance_id'
                 n = buf[pos]
@@ -1244,7 +1244,7 @@ class JoinGroupResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.group_instance_id = buf[pos:pos + n].tobytes().decode()
+                    o.group_instance_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'metadata'
                 n = buf[pos]

@@ -185,7 +185,7 @@ class LeaderAndIsrRequest(_Struct):
                         else:
                             if n < -1 or n > lb - pos:
                                 raise _bad_len(n, lb - pos)
-                            o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                            o1.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
                         f1 = 'partition_index'
                         o1.partition_index, o1.controller_epoch, o1.leader, o1.leader_epoch, n = _T2u(buf, pos)
@@ -249,7 +249,7 @@ class LeaderAndIsrRequest(_Struct):
                         else:
                             if n < -1 or n > lb - pos:
                                 raise _bad_len(n, lb - pos)
-                            o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                            o1.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
                         o1.topic_id = _ZERO_UUID
                         f1 = 'partition_states'
@@ -356,7 +356,7 @@ class LeaderAndIsrRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.host_name = buf[pos:pos + n].tobytes().decode()
+                        o1.host_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'port'
                     o1.port, = _T0u(buf, pos)
@@ -476,7 +476,7 @@ class LeaderAndIsrRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                        o1.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     if v >= 5:
                         f1 = 'topic_id'
@@ -660,7 +660,7 @@ class LeaderAndIsrRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.host_name = buf[pos:pos + n].tobytes().decode()
+                        o1.host_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'port'
                     o1.port, n = _T10u(buf, pos)
@@ -795,7 +795,7 @@ class LeaderAndIsrRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.topic_name = buf[pos:pos + n].tobytes().decode()
+                        o.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.topic_name = ''
@@ -1087,7 +1087,7 @@ class LeaderAndIsrRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.topic_name = buf[pos:pos + n].tobytes().decode()
+                        o.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.topic_name = ''
@@ -1167,7 +1167,7 @@ class LeaderAndIsrRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic_name = buf[pos:pos + n].tobytes().decode()
+                    o.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 if v >= 5:
                     f = 'topic_id'
@@ -1263,7 +1263,7 @@ class LeaderAndIsrRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.host_name = buf[pos:pos + n].tobytes().decode()
+                    o.host_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'port'
                 o.port, = _T0u(buf, pos)
@@ -1315,7 +1315,7 @@ class LeaderAndIsrRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.host_name = buf[pos:pos + n].tobytes().decode()
+                    o.host_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'port'
                 o.port, n = _T10u(buf, pos)
@@ -1400,7 +1400,7 @@ class LeaderAndIsrResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                        o1.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'partition_index'
                     o1.partition_index, o1.error_code = _T5u(buf, pos)
@@ -1501,7 +1501,7 @@ class LeaderAndIsrResponse(_Struct):
                         else:
                             if n < -1 or n > lb - pos:
                                 raise _bad_len(n, lb - pos)
-                            o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                            o1.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
                         f1 = 'partition_index'
                         o1.partition_index, o1.error_code, n = _T14u(buf, pos)
@@ -1669,7 +1669,7 @@ class LeaderAndIsrResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic_name = buf[pos:pos + n].tobytes().decode()
+                    o.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'partition_index'
                 o.partition_index, o.error_code = _T5u(buf, pos)
@@ -1721,7 +1721,7 @@ class LeaderAndIsrResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.topic_name = buf[pos:pos + n].tobytes().decode()
+                        o.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.topic_name = ''

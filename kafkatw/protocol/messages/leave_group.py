@@ -113,7 +113,7 @@ class LeaveGroupRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = buf[pos:pos + n].tobytes().decode()
+                o.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             if v <= 2:
                 f = 'member_id'
@@ -124,7 +124,7 @@ class LeaveGroupRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.member_id = buf[pos:pos + n].tobytes().decode()
+                    o.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
             else:
                 o.member_id = ''
@@ -150,7 +150,7 @@ class LeaveGroupRequest(_Struct):
                         else:
                             if n < -1 or n > lb - pos:
                                 raise _bad_len(n, lb - pos)
-                            o1.member_id = buf[pos:pos + n].tobytes().decode()
+                            o1.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
                         f1 = 'group_instance_id'
                         n, = _ui16(buf, pos)
@@ -160,7 +160,7 @@ class LeaveGroupRequest(_Struct):
                         else:
                             if n < -1 or n > lb - pos:
                                 raise _bad_len(n, lb - pos)
-                            o1.group_instance_id = buf[pos:pos + n].tobytes().decode()
+                            o1.group_instance_id = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
                         o1.reason = None
                         o1.unknown_tagged_fields = _NO_TAGS
@@ -228,7 +228,7 @@ class LeaveGroupRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = buf[pos:pos + n].tobytes().decode()
+                o.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             o.member_id = ''
             f = 'members'
@@ -266,7 +266,7 @@ class LeaveGroupRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.member_id = buf[pos:pos + n].tobytes().decode()
+                        o1.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'group_instance_id'
                     n = buf[pos]
@@ -283,7 +283,7 @@ class LeaveGroupRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.group_instance_id = buf[pos:pos + n].tobytes().decode()
+                        o1.group_instance_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     if v >= 5:
                         f1 = 'reason'
@@ -301,7 +301,7 @@ class LeaveGroupRequest(_Struct):
                         else:
                             if n < -1 or n > lb - pos:
                                 raise _bad_len(n, lb - pos)
-                            o1.reason = buf[pos:pos + n].tobytes().decode()
+                            o1.reason = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
                     else:
                         o1.reason = None
@@ -401,7 +401,7 @@ class LeaveGroupRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.member_id = buf[pos:pos + n].tobytes().decode()
+                        o.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.member_id = ''
@@ -414,7 +414,7 @@ class LeaveGroupRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.group_instance_id = buf[pos:pos + n].tobytes().decode()
+                        o.group_instance_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.group_instance_id = None
@@ -486,7 +486,7 @@ class LeaveGroupRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.member_id = buf[pos:pos + n].tobytes().decode()
+                    o.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'group_instance_id'
                 n = buf[pos]
@@ -503,7 +503,7 @@ class LeaveGroupRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.group_instance_id = buf[pos:pos + n].tobytes().decode()
+                    o.group_instance_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 if v >= 5:
                     f = 'reason'
@@ -521,7 +521,7 @@ class LeaveGroupRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.reason = buf[pos:pos + n].tobytes().decode()
+                        o.reason = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.reason = None
@@ -620,7 +620,7 @@ class LeaveGroupResponse(_Struct):
                         else:
                             if n < -1 or n > lb - pos:
                                 raise _bad_len(n, lb - pos)
-                            o1.member_id = buf[pos:pos + n].tobytes().decode()
+                            o1.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
                         f1 = 'group_instance_id'
                         n, = _ui16(buf, pos)
@@ -630,7 +630,7 @@ class LeaveGroupResponse(_Struct):
                         else:
                             if n < -1 or n > lb - pos:
                                 raise _bad_len(n, lb - pos)
-                            o1.group_instance_id = buf[pos:pos + n].tobytes().decode()
+                            o1.group_instance_id = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
                         f1 = 'error_code'
                         o1.error_code, = _T1u(buf, pos)
@@ -709,7 +709,7 @@ class LeaveGroupResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.member_id = buf[pos:pos + n].tobytes().decode()
+                        o1.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'group_instance_id'
                     n = buf[pos]
@@ -726,7 +726,7 @@ class LeaveGroupResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.group_instance_id = buf[pos:pos + n].tobytes().decode()
+                        o1.group_instance_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'error_code'
                     o1.error_code, n = _T4u(buf, pos)
@@ -830,7 +830,7 @@ class LeaveGroupResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.member_id = buf[pos:pos + n].tobytes().decode()
+                        o.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.member_id = ''
@@ -843,7 +843,7 @@ class LeaveGroupResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.group_instance_id = buf[pos:pos + n].tobytes().decode()
+                        o.group_instance_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.group_instance_id = ''
@@ -909,7 +909,7 @@ class LeaveGroupResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.member_id = buf[pos:pos + n].tobytes().decode()
+                    o.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'group_instance_id'
                 n = buf[pos]
@@ -926,7 +926,7 @@ class LeaveGroupResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.group_instance_id = buf[pos:pos + n].tobytes().decode()
+                    o.group_instance_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'error_code'
                 o.error_code, n = _T4u(buf, pos)

@@ -299,7 +299,7 @@ class ListGroupsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.group_id = buf[pos:pos + n].tobytes().decode()
+                        o1.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'protocol_type'
                     n, = _ui16(buf, pos)
@@ -309,7 +309,7 @@ class ListGroupsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.protocol_type = buf[pos:pos + n].tobytes().decode()
+                        o1.protocol_type = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     o1.group_state = ''
                     o1.group_type = ''
@@ -385,7 +385,7 @@ class ListGroupsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.group_id = buf[pos:pos + n].tobytes().decode()
+                        o1.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'protocol_type'
                     n = buf[pos]
@@ -402,7 +402,7 @@ class ListGroupsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.protocol_type = buf[pos:pos + n].tobytes().decode()
+                        o1.protocol_type = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     if v >= 4:
                         f1 = 'group_state'
@@ -420,7 +420,7 @@ class ListGroupsResponse(_Struct):
                         else:
                             if n < -1 or n > lb - pos:
                                 raise _bad_len(n, lb - pos)
-                            o1.group_state = buf[pos:pos + n].tobytes().decode()
+                            o1.group_state = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
                     else:
                         o1.group_state = ''
@@ -440,7 +440,7 @@ class ListGroupsResponse(_Struct):
                         else:
                             if n < -1 or n > lb - pos:
                                 raise _bad_len(n, lb - pos)
-                            o1.group_type = buf[pos:pos + n].tobytes().decode()
+                            o1.group_type = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
                     else:
                         o1.group_type = ''
@@ -533,7 +533,7 @@ class ListGroupsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.group_id = buf[pos:pos + n].tobytes().decode()
+                    o.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'protocol_type'
                 n, = _ui16(buf, pos)
@@ -543,7 +543,7 @@ class ListGroupsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.protocol_type = buf[pos:pos + n].tobytes().decode()
+                    o.protocol_type = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 o.group_state = ''
                 o.group_type = ''
@@ -626,7 +626,7 @@ class ListGroupsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.group_id = buf[pos:pos + n].tobytes().decode()
+                    o.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'protocol_type'
                 n = buf[pos]
@@ -643,7 +643,7 @@ class ListGroupsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.protocol_type = buf[pos:pos + n].tobytes().decode()
+                    o.protocol_type = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 if v >= 4:
                     f = 'group_state'
@@ -661,7 +661,7 @@ class ListGroupsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.group_state = buf[pos:pos + n].tobytes().decode()
+                        o.group_state = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.group_state = ''
@@ -681,7 +681,7 @@ class ListGroupsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.group_type = buf[pos:pos + n].tobytes().decode()
+                        o.group_type = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.group_type = ''

@@ -319,7 +319,7 @@ class ListTransactionsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.transactional_id = buf[pos:pos + n].tobytes().decode()
+                        o1.transactional_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'producer_id'
                     o1.producer_id, n = _T3u(buf, pos)
@@ -337,7 +337,7 @@ class ListTransactionsResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.transaction_state = buf[pos:pos + n].tobytes().decode()
+                        o1.transaction_state = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = '<tagged fields>'
                     n = buf[pos]
@@ -446,7 +446,7 @@ class ListTransactionsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.transactional_id = buf[pos:pos + n].tobytes().decode()
+                    o.transactional_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'producer_id'
                 o.producer_id, n = _T3u(buf, pos)
@@ -464,7 +464,7 @@ class ListTransactionsResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.transaction_state = buf[pos:pos + n].tobytes().decode()
+                    o.transaction_state = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = '<tagged fields>'
                 n = buf[pos]

@@ -142,7 +142,7 @@ class MetadataRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     o1.unknown_tagged_fields = _NO_TAGS
                     lst.append(o1)
@@ -242,7 +242,7 @@ class MetadataRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = '<tagged fields>'
                     n = buf[pos]
@@ -333,7 +333,7 @@ class MetadataRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -391,7 +391,7 @@ class MetadataRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = '<tagged fields>'
                 n = buf[pos]
@@ -509,7 +509,7 @@ class MetadataResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.host = buf[pos:pos + n].tobytes().decode()
+                        o1.host = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'port'
                     o1.port, = _T4u(buf, pos)
@@ -523,7 +523,7 @@ class MetadataResponse(_Struct):
                         else:
                             if n < -1 or n > lb - pos:
                                 raise _bad_len(n, lb - pos)
-                            o1.rack = buf[pos:pos + n].tobytes().decode()
+                            o1.rack = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
                     else:
                         o1.rack = None
@@ -541,7 +541,7 @@ class MetadataResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.cluster_id = buf[pos:pos + n].tobytes().decode()
+                    o.cluster_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
             else:
                 o.cluster_id = None
@@ -573,7 +573,7 @@ class MetadataResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     o1.topic_id = _ZERO_UUID
                     if v >= 1:
@@ -759,7 +759,7 @@ class MetadataResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.host = buf[pos:pos + n].tobytes().decode()
+                        o1.host = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'port'
                     o1.port, n = _T8u(buf, pos)
@@ -777,7 +777,7 @@ class MetadataResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.rack = buf[pos:pos + n].tobytes().decode()
+                        o1.rack = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = '<tagged fields>'
                     n = buf[pos]
@@ -812,7 +812,7 @@ class MetadataResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.cluster_id = buf[pos:pos + n].tobytes().decode()
+                o.cluster_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'controller_id'
             o.controller_id, n = _T8u(buf, pos)
@@ -853,7 +853,7 @@ class MetadataResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     if v >= 10:
                         f1 = 'topic_id'
@@ -1055,7 +1055,7 @@ class MetadataResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.host = buf[pos:pos + n].tobytes().decode()
+                    o.host = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'port'
                 o.port, = _T4u(buf, pos)
@@ -1069,7 +1069,7 @@ class MetadataResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.rack = buf[pos:pos + n].tobytes().decode()
+                        o.rack = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.rack = None
@@ -1131,7 +1131,7 @@ class MetadataResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.host = buf[pos:pos + n].tobytes().decode()
+                    o.host = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'port'
                 o.port, n = _T8u(buf, pos)
@@ -1149,7 +1149,7 @@ class MetadataResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.rack = buf[pos:pos + n].tobytes().decode()
+                    o.rack = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = '<tagged fields>'
                 n = buf[pos]
@@ -1236,7 +1236,7 @@ class MetadataResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 o.topic_id = _ZERO_UUID
                 if v >= 1:
@@ -1331,7 +1331,7 @@ class MetadataResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 if v >= 10:
                     f = 'topic_id'

@@ -134,7 +134,7 @@ class OffsetCommitRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = buf[pos:pos + n].tobytes().decode()
+                o.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             if v >= 1:
                 f = 'generation_id_or_member_epoch'
@@ -151,7 +151,7 @@ class OffsetCommitRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.member_id = buf[pos:pos + n].tobytes().decode()
+                    o.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
             else:
                 o.member_id = ''
@@ -164,7 +164,7 @@ class OffsetCommitRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.group_instance_id = buf[pos:pos + n].tobytes().decode()
+                    o.group_instance_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
             else:
                 o.group_instance_id = None
@@ -195,7 +195,7 @@ class OffsetCommitRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'partitions'
                     n, = _ui32(buf, pos)
@@ -233,7 +233,7 @@ class OffsetCommitRequest(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.committed_metadata = buf[pos:pos + n].tobytes().decode()
+                                o2.committed_metadata = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             o2.unknown_tagged_fields = _NO_TAGS
                             lst1.append(o2)
@@ -325,7 +325,7 @@ class OffsetCommitRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = buf[pos:pos + n].tobytes().decode()
+                o.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'generation_id_or_member_epoch'
             o.generation_id_or_member_epoch, n = _T3u(buf, pos)
@@ -343,7 +343,7 @@ class OffsetCommitRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.member_id = buf[pos:pos + n].tobytes().decode()
+                o.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'group_instance_id'
             n = buf[pos]
@@ -360,7 +360,7 @@ class OffsetCommitRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_instance_id = buf[pos:pos + n].tobytes().decode()
+                o.group_instance_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             o.retention_time_ms = -1
             f = 'topics'
@@ -398,7 +398,7 @@ class OffsetCommitRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'partitions'
                     n = buf[pos]
@@ -437,7 +437,7 @@ class OffsetCommitRequest(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.committed_metadata = buf[pos:pos + n].tobytes().decode()
+                                o2.committed_metadata = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = '<tagged fields>'
                             n = buf[pos]
@@ -542,7 +542,7 @@ class OffsetCommitRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'partitions'
                 n, = _ui32(buf, pos)
@@ -614,7 +614,7 @@ class OffsetCommitRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'partitions'
                 n = buf[pos]
@@ -728,7 +728,7 @@ class OffsetCommitRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.committed_metadata = buf[pos:pos + n].tobytes().decode()
+                    o.committed_metadata = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 o.unknown_tagged_fields = _NO_TAGS
             except _CATCH as e:
@@ -779,7 +779,7 @@ class OffsetCommitRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.committed_metadata = buf[pos:pos + n].tobytes().decode()
+                    o.committed_metadata = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = '<tagged fields>'
                 n = buf[pos]
@@ -866,7 +866,7 @@ class OffsetCommitResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'partitions'
                     n, = _ui32(buf, pos)
@@ -962,7 +962,7 @@ class OffsetCommitResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'partitions'
                     n = buf[pos]
@@ -1088,7 +1088,7 @@ class OffsetCommitResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'partitions'
                 n, = _ui32(buf, pos)
@@ -1160,7 +1160,7 @@ class OffsetCommitResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'partitions'
                 n = buf[pos]

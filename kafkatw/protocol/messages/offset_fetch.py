@@ -112,7 +112,7 @@ class OffsetFetchRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = buf[pos:pos + n].tobytes().decode()
+                o.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'topics'
             n, = _ui32(buf, pos)
@@ -137,7 +137,7 @@ class OffsetFetchRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'partition_indexes'
                     n, = _ui32(buf, pos)
@@ -243,7 +243,7 @@ class OffsetFetchRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.group_id = buf[pos:pos + n].tobytes().decode()
+                    o.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
             else:
                 o.group_id = ''
@@ -283,7 +283,7 @@ class OffsetFetchRequest(_Struct):
                         else:
                             if n < -1 or n > lb - pos:
                                 raise _bad_len(n, lb - pos)
-                            o1.name = buf[pos:pos + n].tobytes().decode()
+                            o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
                         f1 = 'partition_indexes'
                         n = buf[pos]
@@ -359,7 +359,7 @@ class OffsetFetchRequest(_Struct):
                         else:
                             if n < -1 or n > lb - pos:
                                 raise _bad_len(n, lb - pos)
-                            o1.group_id = buf[pos:pos + n].tobytes().decode()
+                            o1.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
                         if v >= 9:
                             f1 = 'member_id'
@@ -377,7 +377,7 @@ class OffsetFetchRequest(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o1.member_id = buf[pos:pos + n].tobytes().decode()
+                                o1.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                         else:
                             o1.member_id = None
@@ -422,7 +422,7 @@ class OffsetFetchRequest(_Struct):
                                 else:
                                     if n < -1 or n > lb - pos:
                                         raise _bad_len(n, lb - pos)
-                                    o2.name = buf[pos:pos + n].tobytes().decode()
+                                    o2.name = buf[pos:pos + n].tobytes().decode() if n else ''
                                     pos += n
                                 f2 = 'partition_indexes'
                                 n = buf[pos]
@@ -552,7 +552,7 @@ class OffsetFetchRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'partition_indexes'
                 n, = _ui32(buf, pos)
@@ -628,7 +628,7 @@ class OffsetFetchRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.name = buf[pos:pos + n].tobytes().decode()
+                        o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.name = ''
@@ -789,7 +789,7 @@ class OffsetFetchRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.group_id = buf[pos:pos + n].tobytes().decode()
+                        o.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.group_id = ''
@@ -809,7 +809,7 @@ class OffsetFetchRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.member_id = buf[pos:pos + n].tobytes().decode()
+                        o.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.member_id = None
@@ -959,7 +959,7 @@ class OffsetFetchRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.name = buf[pos:pos + n].tobytes().decode()
+                        o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.name = ''
@@ -1077,7 +1077,7 @@ class OffsetFetchResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'partitions'
                     n, = _ui32(buf, pos)
@@ -1109,7 +1109,7 @@ class OffsetFetchResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.metadata = buf[pos:pos + n].tobytes().decode()
+                                o2.metadata = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'error_code'
                             o2.error_code, = _T2u(buf, pos)
@@ -1224,7 +1224,7 @@ class OffsetFetchResponse(_Struct):
                         else:
                             if n < -1 or n > lb - pos:
                                 raise _bad_len(n, lb - pos)
-                            o1.name = buf[pos:pos + n].tobytes().decode()
+                            o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
                         f1 = 'partitions'
                         n = buf[pos]
@@ -1262,7 +1262,7 @@ class OffsetFetchResponse(_Struct):
                                 else:
                                     if n < -1 or n > lb - pos:
                                         raise _bad_len(n, lb - pos)
-                                    o2.metadata = buf[pos:pos + n].tobytes().decode()
+                                    o2.metadata = buf[pos:pos + n].tobytes().decode() if n else ''
                                     pos += n
                                 f2 = 'error_code'
                                 o2.error_code, n = _T5u(buf, pos)
@@ -1345,7 +1345,7 @@ class OffsetFetchResponse(_Struct):
                         else:
                             if n < -1 or n > lb - pos:
                                 raise _bad_len(n, lb - pos)
-                            o1.group_id = buf[pos:pos + n].tobytes().decode()
+                            o1.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
                         f1 = 'topics'
                         n = buf[pos]
@@ -1382,7 +1382,7 @@ class OffsetFetchResponse(_Struct):
                                 else:
                                     if n < -1 or n > lb - pos:
                                         raise _bad_len(n, lb - pos)
-                                    o2.name = buf[pos:pos + n].tobytes().decode()
+                                    o2.name = buf[pos:pos + n].tobytes().decode() if n else ''
                                     pos += n
                                 f2 = 'partitions'
                                 n = buf[pos]
@@ -1420,7 +1420,7 @@ class OffsetFetchResponse(_Struct):
                                         else:
                                             if n < -1 or n > lb - pos:
                                                 raise _bad_len(n, lb - pos)
-                                            o3.metadata = buf[pos:pos + n].tobytes().decode()
+                                            o3.metadata = buf[pos:pos + n].tobytes().decode() if n else ''
                                             pos += n
                                         f3 = 'error_code'
                                         o3.error_code, n = _T5u(buf, pos)
@@ -1547,7 +1547,7 @@ class OffsetFetchResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'partitions'
                 n, = _ui32(buf, pos)
@@ -1628,7 +1628,7 @@ class OffsetFetchResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.name = buf[pos:pos + n].tobytes().decode()
+                        o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.name = ''
@@ -1737,7 +1737,7 @@ class OffsetFetchResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.metadata = buf[pos:pos + n].tobytes().decode()
+                    o.metadata = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'error_code'
                 o.error_code, = _T2u(buf, pos)
@@ -1811,7 +1811,7 @@ class OffsetFetchResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.metadata = buf[pos:pos + n].tobytes().decode()
+                        o.metadata = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.metadata = ''
@@ -1947,7 +1947,7 @@ class OffsetFetchResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.group_id = buf[pos:pos + n].tobytes().decode()
+                        o.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.group_id = ''
@@ -2098,7 +2098,7 @@ class OffsetFetchResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.name = buf[pos:pos + n].tobytes().decode()
+                        o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.name = ''
@@ -2261,7 +2261,7 @@ class OffsetFetchResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.metadata = buf[pos:pos + n].tobytes().decode()
+                        o.metadata = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.metadata = ''

@@ -116,7 +116,7 @@ class OffsetForLeaderEpochRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.topic = buf[pos:pos + n].tobytes().decode()
+                        o1.topic = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'partitions'
                     n, = _ui32(buf, pos)
@@ -221,7 +221,7 @@ class OffsetForLeaderEpochRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.topic = buf[pos:pos + n].tobytes().decode()
+                        o1.topic = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'partitions'
                     n = buf[pos]
@@ -347,7 +347,7 @@ class OffsetForLeaderEpochRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic = buf[pos:pos + n].tobytes().decode()
+                    o.topic = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'partitions'
                 n, = _ui32(buf, pos)
@@ -419,7 +419,7 @@ class OffsetForLeaderEpochRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic = buf[pos:pos + n].tobytes().decode()
+                    o.topic = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'partitions'
                 n = buf[pos]
@@ -612,7 +612,7 @@ class OffsetForLeaderEpochResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.topic = buf[pos:pos + n].tobytes().decode()
+                        o1.topic = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'partitions'
                     n, = _ui32(buf, pos)
@@ -717,7 +717,7 @@ class OffsetForLeaderEpochResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.topic = buf[pos:pos + n].tobytes().decode()
+                        o1.topic = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'partitions'
                     n = buf[pos]
@@ -843,7 +843,7 @@ class OffsetForLeaderEpochResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic = buf[pos:pos + n].tobytes().decode()
+                    o.topic = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'partitions'
                 n, = _ui32(buf, pos)
@@ -915,7 +915,7 @@ class OffsetForLeaderEpochResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic = buf[pos:pos + n].tobytes().decode()
+                    o.topic = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'partitions'
                 n = buf[pos]

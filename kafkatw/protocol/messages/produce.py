@@ -138,7 +138,7 @@ class ProduceRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.transactional_id = buf[pos:pos + n].tobytes().decode()
+                    o.transactional_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
             else:
                 o.transactional_id = None
@@ -164,7 +164,7 @@ class ProduceRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'partition_data'
                     n, = _ui32(buf, pos)
@@ -258,7 +258,7 @@ class ProduceRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.transactional_id = buf[pos:pos + n].tobytes().decode()
+                o.transactional_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'acks'
             o.acks, o.timeout_ms, n = _T3u(buf, pos)
@@ -296,7 +296,7 @@ class ProduceRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'partition_data'
                     n = buf[pos]
@@ -439,7 +439,7 @@ class ProduceRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'partition_data'
                 n, = _ui32(buf, pos)
@@ -511,7 +511,7 @@ class ProduceRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'partition_data'
                 n = buf[pos]
@@ -744,7 +744,7 @@ class ProduceResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'partition_responses'
                     n, = _ui32(buf, pos)
@@ -797,7 +797,7 @@ class ProduceResponse(_Struct):
                                         else:
                                             if n < -1 or n > lb - pos:
                                                 raise _bad_len(n, lb - pos)
-                                            o3.batch_index_error_message = buf[pos:pos + n].tobytes().decode()
+                                            o3.batch_index_error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                                             pos += n
                                         o3.unknown_tagged_fields = _NO_TAGS
                                         lst2.append(o3)
@@ -815,7 +815,7 @@ class ProduceResponse(_Struct):
                                 else:
                                     if n < -1 or n > lb - pos:
                                         raise _bad_len(n, lb - pos)
-                                    o2.error_message = buf[pos:pos + n].tobytes().decode()
+                                    o2.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                                     pos += n
                             else:
                                 o2.error_message = None
@@ -926,7 +926,7 @@ class ProduceResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.name = buf[pos:pos + n].tobytes().decode()
+                        o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'partition_responses'
                     n = buf[pos]
@@ -985,7 +985,7 @@ class ProduceResponse(_Struct):
                                     else:
                                         if n < -1 or n > lb - pos:
                                             raise _bad_len(n, lb - pos)
-                                        o3.batch_index_error_message = buf[pos:pos + n].tobytes().decode()
+                                        o3.batch_index_error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                                         pos += n
                                     f3 = '<tagged fields>'
                                     n = buf[pos]
@@ -1020,7 +1020,7 @@ class ProduceResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.error_message = buf[pos:pos + n].tobytes().decode()
+                                o2.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             _d0 = _new(_S_ProduceResponse_LeaderIdAndEpoch)
                             _d0.leader_id = -1
@@ -1164,7 +1164,7 @@ class ProduceResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'partition_responses'
                 n, = _ui32(buf, pos)
@@ -1236,7 +1236,7 @@ class ProduceResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'partition_responses'
                 n = buf[pos]
@@ -1383,7 +1383,7 @@ class ProduceResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.error_message = buf[pos:pos + n].tobytes().decode()
+                        o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.error_message = None
@@ -1478,7 +1478,7 @@ class ProduceResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.error_message = buf[pos:pos + n].tobytes().decode()
+                    o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 _d0 = _new(_S_ProduceResponse_LeaderIdAndEpoch)
                 _d0.leader_id = -1
@@ -1568,7 +1568,7 @@ class ProduceResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.batch_index_error_message = buf[pos:pos + n].tobytes().decode()
+                        o.batch_index_error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.batch_index_error_message = None
@@ -1618,7 +1618,7 @@ class ProduceResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.batch_index_error_message = buf[pos:pos + n].tobytes().decode()
+                    o.batch_index_error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = '<tagged fields>'
                 n = buf[pos]
@@ -1846,7 +1846,7 @@ class ProduceResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.host = buf[pos:pos + n].tobytes().decode()
+                        o.host = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.host = ''
@@ -1872,7 +1872,7 @@ class ProduceResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.rack = buf[pos:pos + n].tobytes().decode()
+                        o.rack = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.rack = None

@@ -118,7 +118,7 @@ class ReadShareGroupStateSummaryRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = buf[pos:pos + n].tobytes().decode()
+                o.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'topics'
             n = buf[pos]
@@ -453,7 +453,7 @@ class ReadShareGroupStateSummaryResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.error_message = buf[pos:pos + n].tobytes().decode()
+                                o2.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'state_epoch'
                             o2.state_epoch, o2.start_offset, n = _T5u(buf, pos)
@@ -661,7 +661,7 @@ class ReadShareGroupStateSummaryResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.error_message = buf[pos:pos + n].tobytes().decode()
+                    o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'state_epoch'
                 o.state_epoch, o.start_offset, n = _T5u(buf, pos)

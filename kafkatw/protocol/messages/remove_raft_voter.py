@@ -95,7 +95,7 @@ class RemoveRaftVoterRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.cluster_id = buf[pos:pos + n].tobytes().decode()
+                o.cluster_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'voter_id'
             o.voter_id, o.voter_directory_id, n = _T1u(buf, pos)
@@ -178,7 +178,7 @@ class RemoveRaftVoterResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.error_message = buf[pos:pos + n].tobytes().decode()
+                o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = '<tagged fields>'
             n = buf[pos]

@@ -83,7 +83,7 @@ class RequestHeader(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.client_id = buf[pos:pos + n].tobytes().decode()
+                    o.client_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
             else:
                 o.client_id = ''
@@ -122,7 +122,7 @@ class RequestHeader(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.client_id = buf[pos:pos + n].tobytes().decode()
+                o.client_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = '<tagged fields>'
             n = buf[pos]

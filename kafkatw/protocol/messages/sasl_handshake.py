@@ -73,7 +73,7 @@ class SaslHandshakeRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.mechanism = buf[pos:pos + n].tobytes().decode()
+                o.mechanism = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             o.unknown_tagged_fields = _NO_TAGS
         except _CATCH as e:

@@ -141,7 +141,7 @@ class ShareAcknowledgeRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = buf[pos:pos + n].tobytes().decode()
+                o.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'member_id'
             n = buf[pos]
@@ -158,7 +158,7 @@ class ShareAcknowledgeRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.member_id = buf[pos:pos + n].tobytes().decode()
+                o.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'share_session_epoch'
             o.share_session_epoch, n = _T1u(buf, pos)
@@ -657,7 +657,7 @@ class ShareAcknowledgeResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.error_message = buf[pos:pos + n].tobytes().decode()
+                o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'responses'
             n = buf[pos]
@@ -716,7 +716,7 @@ class ShareAcknowledgeResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.error_message = buf[pos:pos + n].tobytes().decode()
+                                o2.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'current_leader'
                             f3 = ''
@@ -810,7 +810,7 @@ class ShareAcknowledgeResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.host = buf[pos:pos + n].tobytes().decode()
+                        o1.host = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'port'
                     o1.port, n = _T1u(buf, pos)
@@ -828,7 +828,7 @@ class ShareAcknowledgeResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.rack = buf[pos:pos + n].tobytes().decode()
+                        o1.rack = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = '<tagged fields>'
                     n = buf[pos]
@@ -1015,7 +1015,7 @@ class ShareAcknowledgeResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.error_message = buf[pos:pos + n].tobytes().decode()
+                    o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'current_leader'
                 o.current_leader, pos = _S_ShareAcknowledgeResponse_LeaderIdAndEpoch._r1(buf, pos, v)
@@ -1165,7 +1165,7 @@ class ShareAcknowledgeResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.host = buf[pos:pos + n].tobytes().decode()
+                    o.host = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'port'
                 o.port, n = _T1u(buf, pos)
@@ -1183,7 +1183,7 @@ class ShareAcknowledgeResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.rack = buf[pos:pos + n].tobytes().decode()
+                    o.rack = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = '<tagged fields>'
                 n = buf[pos]

@@ -175,7 +175,7 @@ class ShareFetchRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = buf[pos:pos + n].tobytes().decode()
+                o.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'member_id'
             n = buf[pos]
@@ -192,7 +192,7 @@ class ShareFetchRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.member_id = buf[pos:pos + n].tobytes().decode()
+                o.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'share_session_epoch'
             o.share_session_epoch, o.max_wait_ms, o.min_bytes, o.max_bytes, n = _T1u(buf, pos)
@@ -830,7 +830,7 @@ class ShareFetchResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.error_message = buf[pos:pos + n].tobytes().decode()
+                o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'responses'
             n = buf[pos]
@@ -889,7 +889,7 @@ class ShareFetchResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.error_message = buf[pos:pos + n].tobytes().decode()
+                                o2.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'acknowledge_error_code'
                             o2.acknowledge_error_code, n = _T10u(buf, pos)
@@ -907,7 +907,7 @@ class ShareFetchResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.acknowledge_error_message = buf[pos:pos + n].tobytes().decode()
+                                o2.acknowledge_error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'current_leader'
                             f3 = ''
@@ -1057,7 +1057,7 @@ class ShareFetchResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.host = buf[pos:pos + n].tobytes().decode()
+                        o1.host = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'port'
                     o1.port, n = _T12u(buf, pos)
@@ -1075,7 +1075,7 @@ class ShareFetchResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.rack = buf[pos:pos + n].tobytes().decode()
+                        o1.rack = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = '<tagged fields>'
                     n = buf[pos]
@@ -1312,7 +1312,7 @@ class ShareFetchResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.error_message = buf[pos:pos + n].tobytes().decode()
+                    o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'acknowledge_error_code'
                 o.acknowledge_error_code, n = _T10u(buf, pos)
@@ -1330,7 +1330,7 @@ class ShareFetchResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.acknowledge_error_message = buf[pos:pos + n].tobytes().decode()
+                    o.acknowledge_error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'current_leader'
                 o.current_leader, pos = _S_ShareFetchResponse_LeaderIdAndEpoch._r1(buf, pos, v)
@@ -1573,7 +1573,7 @@ class ShareFetchResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.host = buf[pos:pos + n].tobytes().decode()
+                    o.host = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'port'
                 o.port, n = _T12u(buf, pos)
@@ -1591,7 +1591,7 @@ class ShareFetchResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.rack = buf[pos:pos + n].tobytes().decode()
+                    o.rack = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = '<tagged fields>'
                 n = buf[pos]

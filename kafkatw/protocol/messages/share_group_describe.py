@@ -241,7 +241,7 @@ class ShareGroupDescribeResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.error_message = buf[pos:pos + n].tobytes().decode()
+                        o1.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'group_id'
                     n = buf[pos]
@@ -258,7 +258,7 @@ class ShareGroupDescribeResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.group_id = buf[pos:pos + n].tobytes().decode()
+                        o1.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'group_state'
                     n = buf[pos]
@@ -275,7 +275,7 @@ class ShareGroupDescribeResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.group_state = buf[pos:pos + n].tobytes().decode()
+                        o1.group_state = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'group_epoch'
                     o1.group_epoch, o1.assignment_epoch, n = _T5u(buf, pos)
@@ -293,7 +293,7 @@ class ShareGroupDescribeResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.assignor_name = buf[pos:pos + n].tobytes().decode()
+                        o1.assignor_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'members'
                     n = buf[pos]
@@ -330,7 +330,7 @@ class ShareGroupDescribeResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.member_id = buf[pos:pos + n].tobytes().decode()
+                                o2.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'rack_id'
                             n = buf[pos]
@@ -347,7 +347,7 @@ class ShareGroupDescribeResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.rack_id = buf[pos:pos + n].tobytes().decode()
+                                o2.rack_id = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'member_epoch'
                             o2.member_epoch, n = _T3u(buf, pos)
@@ -365,7 +365,7 @@ class ShareGroupDescribeResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.client_id = buf[pos:pos + n].tobytes().decode()
+                                o2.client_id = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'client_host'
                             n = buf[pos]
@@ -382,7 +382,7 @@ class ShareGroupDescribeResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.client_host = buf[pos:pos + n].tobytes().decode()
+                                o2.client_host = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'subscribed_topic_names'
                             n = buf[pos]
@@ -457,7 +457,7 @@ class ShareGroupDescribeResponse(_Struct):
                                     else:
                                         if n < -1 or n > lb - pos:
                                             raise _bad_len(n, lb - pos)
-                                        o4.topic_name = buf[pos:pos + n].tobytes().decode()
+                                        o4.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                                         pos += n
                                     f4 = 'partitions'
                                     n = buf[pos]
@@ -637,7 +637,7 @@ class ShareGroupDescribeResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic_name = buf[pos:pos + n].tobytes().decode()
+                    o.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'partitions'
                 n = buf[pos]
@@ -876,7 +876,7 @@ class ShareGroupDescribeResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.error_message = buf[pos:pos + n].tobytes().decode()
+                    o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'group_id'
                 n = buf[pos]
@@ -893,7 +893,7 @@ class ShareGroupDescribeResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.group_id = buf[pos:pos + n].tobytes().decode()
+                    o.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'group_state'
                 n = buf[pos]
@@ -910,7 +910,7 @@ class ShareGroupDescribeResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.group_state = buf[pos:pos + n].tobytes().decode()
+                    o.group_state = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'group_epoch'
                 o.group_epoch, o.assignment_epoch, n = _T5u(buf, pos)
@@ -928,7 +928,7 @@ class ShareGroupDescribeResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.assignor_name = buf[pos:pos + n].tobytes().decode()
+                    o.assignor_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'members'
                 n = buf[pos]
@@ -1091,7 +1091,7 @@ class ShareGroupDescribeResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.member_id = buf[pos:pos + n].tobytes().decode()
+                    o.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'rack_id'
                 n = buf[pos]
@@ -1108,7 +1108,7 @@ class ShareGroupDescribeResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.rack_id = buf[pos:pos + n].tobytes().decode()
+                    o.rack_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'member_epoch'
                 o.member_epoch, n = _T3u(buf, pos)
@@ -1126,7 +1126,7 @@ class ShareGroupDescribeResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.client_id = buf[pos:pos + n].tobytes().decode()
+                    o.client_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'client_host'
                 n = buf[pos]
@@ -1143,7 +1143,7 @@ class ShareGroupDescribeResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.client_host = buf[pos:pos + n].tobytes().decode()
+                    o.client_host = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'subscribed_topic_names'
                 n = buf[pos]

@@ -151,7 +151,7 @@ class ShareGroupHeartbeatRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = buf[pos:pos + n].tobytes().decode()
+                o.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'member_id'
             n = buf[pos]
@@ -168,7 +168,7 @@ class ShareGroupHeartbeatRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.member_id = buf[pos:pos + n].tobytes().decode()
+                o.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'member_epoch'
             o.member_epoch, n = _T1u(buf, pos)
@@ -186,7 +186,7 @@ class ShareGroupHeartbeatRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.rack_id = buf[pos:pos + n].tobytes().decode()
+                o.rack_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'subscribed_topic_names'
             n = buf[pos]
@@ -328,7 +328,7 @@ class ShareGroupHeartbeatResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.error_message = buf[pos:pos + n].tobytes().decode()
+                o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'member_id'
             n = buf[pos]
@@ -345,7 +345,7 @@ class ShareGroupHeartbeatResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.member_id = buf[pos:pos + n].tobytes().decode()
+                o.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'member_epoch'
             o.member_epoch, o.heartbeat_interval_ms = _T3u(buf, pos)

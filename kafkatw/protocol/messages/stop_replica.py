@@ -169,7 +169,7 @@ class StopReplicaRequest(_Struct):
                         else:
                             if n < -1 or n > lb - pos:
                                 raise _bad_len(n, lb - pos)
-                            o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                            o1.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
                         f1 = 'partition_index'
                         o1.partition_index, = _T0u(buf, pos)
@@ -203,7 +203,7 @@ class StopReplicaRequest(_Struct):
                         else:
                             if n < -1 or n > lb - pos:
                                 raise _bad_len(n, lb - pos)
-                            o1.name = buf[pos:pos + n].tobytes().decode()
+                            o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
                         f1 = 'partition_indexes'
                         n, = _ui32(buf, pos)
@@ -343,7 +343,7 @@ class StopReplicaRequest(_Struct):
                         else:
                             if n < -1 or n > lb - pos:
                                 raise _bad_len(n, lb - pos)
-                            o1.name = buf[pos:pos + n].tobytes().decode()
+                            o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
                         f1 = 'partition_indexes'
                         n = buf[pos]
@@ -419,7 +419,7 @@ class StopReplicaRequest(_Struct):
                         else:
                             if n < -1 or n > lb - pos:
                                 raise _bad_len(n, lb - pos)
-                            o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                            o1.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
                         f1 = 'partition_states'
                         n = buf[pos]
@@ -550,7 +550,7 @@ class StopReplicaRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.topic_name = buf[pos:pos + n].tobytes().decode()
+                        o.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.topic_name = ''
@@ -660,7 +660,7 @@ class StopReplicaRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.name = buf[pos:pos + n].tobytes().decode()
+                        o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.name = ''
@@ -741,7 +741,7 @@ class StopReplicaRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.name = buf[pos:pos + n].tobytes().decode()
+                        o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.name = ''
@@ -882,7 +882,7 @@ class StopReplicaRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.topic_name = buf[pos:pos + n].tobytes().decode()
+                        o.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.topic_name = ''
@@ -1081,7 +1081,7 @@ class StopReplicaResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                        o1.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'partition_index'
                     o1.partition_index, o1.error_code = _T8u(buf, pos)
@@ -1158,7 +1158,7 @@ class StopReplicaResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                        o1.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'partition_index'
                     o1.partition_index, o1.error_code, n = _T10u(buf, pos)
@@ -1242,7 +1242,7 @@ class StopReplicaResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic_name = buf[pos:pos + n].tobytes().decode()
+                    o.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'partition_index'
                 o.partition_index, o.error_code = _T8u(buf, pos)
@@ -1292,7 +1292,7 @@ class StopReplicaResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic_name = buf[pos:pos + n].tobytes().decode()
+                    o.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'partition_index'
                 o.partition_index, o.error_code, n = _T10u(buf, pos)

@@ -125,7 +125,7 @@ class SyncGroupRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = buf[pos:pos + n].tobytes().decode()
+                o.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'generation_id'
             o.generation_id, n = _T1u(buf, pos)
@@ -136,7 +136,7 @@ class SyncGroupRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.member_id = buf[pos:pos + n].tobytes().decode()
+                o.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             if v >= 3:
                 f = 'group_instance_id'
@@ -147,7 +147,7 @@ class SyncGroupRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.group_instance_id = buf[pos:pos + n].tobytes().decode()
+                    o.group_instance_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
             else:
                 o.group_instance_id = None
@@ -174,7 +174,7 @@ class SyncGroupRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.member_id = buf[pos:pos + n].tobytes().decode()
+                        o1.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'assignment'
                     n, = _ui32(buf, pos)
@@ -294,7 +294,7 @@ class SyncGroupRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_id = buf[pos:pos + n].tobytes().decode()
+                o.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'generation_id'
             o.generation_id, n = _T2u(buf, pos)
@@ -312,7 +312,7 @@ class SyncGroupRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.member_id = buf[pos:pos + n].tobytes().decode()
+                o.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             f = 'group_instance_id'
             n = buf[pos]
@@ -329,7 +329,7 @@ class SyncGroupRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.group_instance_id = buf[pos:pos + n].tobytes().decode()
+                o.group_instance_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             if v >= 5:
                 f = 'protocol_type'
@@ -347,7 +347,7 @@ class SyncGroupRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.protocol_type = buf[pos:pos + n].tobytes().decode()
+                    o.protocol_type = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
             else:
                 o.protocol_type = None
@@ -367,7 +367,7 @@ class SyncGroupRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.protocol_name = buf[pos:pos + n].tobytes().decode()
+                    o.protocol_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
             else:
                 o.protocol_name = None
@@ -406,7 +406,7 @@ class SyncGroupRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.member_id = buf[pos:pos + n].tobytes().decode()
+                        o1.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'assignment'
                     n = buf[pos]
@@ -509,7 +509,7 @@ class SyncGroupRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.member_id = buf[pos:pos + n].tobytes().decode()
+                    o.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'assignment'
                 n, = _ui32(buf, pos)
@@ -575,7 +575,7 @@ class SyncGroupRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.member_id = buf[pos:pos + n].tobytes().decode()
+                    o.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'assignment'
                 n = buf[pos]
@@ -747,7 +747,7 @@ class SyncGroupResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.protocol_type = buf[pos:pos + n].tobytes().decode()
+                    o.protocol_type = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
             else:
                 o.protocol_type = None
@@ -767,7 +767,7 @@ class SyncGroupResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.protocol_name = buf[pos:pos + n].tobytes().decode()
+                    o.protocol_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
             else:
                 o.protocol_name = None

@@ -135,7 +135,7 @@ class UpdateFeaturesRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.feature = buf[pos:pos + n].tobytes().decode()
+                        o1.feature = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'max_version_level'
                     o1.max_version_level, = _T3u(buf, pos)
@@ -266,7 +266,7 @@ class UpdateFeaturesRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.feature = buf[pos:pos + n].tobytes().decode()
+                    o.feature = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'max_version_level'
                 o.max_version_level, = _T3u(buf, pos)
@@ -379,7 +379,7 @@ class UpdateFeaturesResponse(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.error_message = buf[pos:pos + n].tobytes().decode()
+                o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             if v <= 1:
                 f = 'results'
@@ -417,7 +417,7 @@ class UpdateFeaturesResponse(_Struct):
                         else:
                             if n < -1 or n > lb - pos:
                                 raise _bad_len(n, lb - pos)
-                            o1.feature = buf[pos:pos + n].tobytes().decode()
+                            o1.feature = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
                         f1 = 'error_code'
                         o1.error_code, n = _T7u(buf, pos)
@@ -435,7 +435,7 @@ class UpdateFeaturesResponse(_Struct):
                         else:
                             if n < -1 or n > lb - pos:
                                 raise _bad_len(n, lb - pos)
-                            o1.error_message = buf[pos:pos + n].tobytes().decode()
+                            o1.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
                         f1 = '<tagged fields>'
                         n = buf[pos]
@@ -546,7 +546,7 @@ class UpdateFeaturesResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.feature = buf[pos:pos + n].tobytes().decode()
+                    o.feature = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'error_code'
                 o.error_code, n = _T7u(buf, pos)
@@ -564,7 +564,7 @@ class UpdateFeaturesResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.error_message = buf[pos:pos + n].tobytes().decode()
+                    o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = '<tagged fields>'
                 n = buf[pos]

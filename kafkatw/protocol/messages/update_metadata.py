@@ -184,7 +184,7 @@ class UpdateMetadataRequest(_Struct):
                         else:
                             if n < -1 or n > lb - pos:
                                 raise _bad_len(n, lb - pos)
-                            o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                            o1.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
                         f1 = 'partition_index'
                         o1.partition_index, o1.controller_epoch, o1.leader, o1.leader_epoch, n = _T2u(buf, pos)
@@ -253,7 +253,7 @@ class UpdateMetadataRequest(_Struct):
                         else:
                             if n < -1 or n > lb - pos:
                                 raise _bad_len(n, lb - pos)
-                            o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                            o1.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
                         o1.topic_id = _ZERO_UUID
                         f1 = 'partition_states'
@@ -342,7 +342,7 @@ class UpdateMetadataRequest(_Struct):
                         else:
                             if n < -1 or n > lb - pos:
                                 raise _bad_len(n, lb - pos)
-                            o1.v0_host = buf[pos:pos + n].tobytes().decode()
+                            o1.v0_host = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
                     else:
                         o1.v0_host = ''
@@ -375,7 +375,7 @@ class UpdateMetadataRequest(_Struct):
                                 else:
                                     if n < -1 or n > lb - pos:
                                         raise _bad_len(n, lb - pos)
-                                    o2.host = buf[pos:pos + n].tobytes().decode()
+                                    o2.host = buf[pos:pos + n].tobytes().decode() if n else ''
                                     pos += n
                                 if v >= 3:
                                     f2 = 'listener'
@@ -386,7 +386,7 @@ class UpdateMetadataRequest(_Struct):
                                     else:
                                         if n < -1 or n > lb - pos:
                                             raise _bad_len(n, lb - pos)
-                                        o2.listener = buf[pos:pos + n].tobytes().decode()
+                                        o2.listener = buf[pos:pos + n].tobytes().decode() if n else ''
                                         pos += n
                                 else:
                                     o2.listener = ''
@@ -409,7 +409,7 @@ class UpdateMetadataRequest(_Struct):
                         else:
                             if n < -1 or n > lb - pos:
                                 raise _bad_len(n, lb - pos)
-                            o1.rack = buf[pos:pos + n].tobytes().decode()
+                            o1.rack = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
                     else:
                         o1.rack = ''
@@ -523,7 +523,7 @@ class UpdateMetadataRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                        o1.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     if v >= 7:
                         f1 = 'topic_id'
@@ -703,7 +703,7 @@ class UpdateMetadataRequest(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.host = buf[pos:pos + n].tobytes().decode()
+                                o2.host = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'listener'
                             n = buf[pos]
@@ -720,7 +720,7 @@ class UpdateMetadataRequest(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.listener = buf[pos:pos + n].tobytes().decode()
+                                o2.listener = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'security_protocol'
                             o2.security_protocol, n = _T13u(buf, pos)
@@ -756,7 +756,7 @@ class UpdateMetadataRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.rack = buf[pos:pos + n].tobytes().decode()
+                        o1.rack = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = '<tagged fields>'
                     n = buf[pos]
@@ -880,7 +880,7 @@ class UpdateMetadataRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.topic_name = buf[pos:pos + n].tobytes().decode()
+                        o.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.topic_name = ''
@@ -1108,7 +1108,7 @@ class UpdateMetadataRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.topic_name = buf[pos:pos + n].tobytes().decode()
+                        o.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.topic_name = ''
@@ -1188,7 +1188,7 @@ class UpdateMetadataRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic_name = buf[pos:pos + n].tobytes().decode()
+                    o.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 if v >= 7:
                     f = 'topic_id'
@@ -1309,7 +1309,7 @@ class UpdateMetadataRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.v0_host = buf[pos:pos + n].tobytes().decode()
+                        o.v0_host = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.v0_host = ''
@@ -1346,7 +1346,7 @@ class UpdateMetadataRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.rack = buf[pos:pos + n].tobytes().decode()
+                        o.rack = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.rack = ''
@@ -1431,7 +1431,7 @@ class UpdateMetadataRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.rack = buf[pos:pos + n].tobytes().decode()
+                    o.rack = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = '<tagged fields>'
                 n = buf[pos]
@@ -1527,7 +1527,7 @@ class UpdateMetadataRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.host = buf[pos:pos + n].tobytes().decode()
+                        o.host = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.host = ''
@@ -1540,7 +1540,7 @@ class UpdateMetadataRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.listener = buf[pos:pos + n].tobytes().decode()
+                        o.listener = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.listener = ''
@@ -1608,7 +1608,7 @@ class UpdateMetadataRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.host = buf[pos:pos + n].tobytes().decode()
+                    o.host = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'listener'
                 n = buf[pos]
@@ -1625,7 +1625,7 @@ class UpdateMetadataRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.listener = buf[pos:pos + n].tobytes().decode()
+                    o.listener = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'security_protocol'
                 o.security_protocol, n = _T13u(buf, pos)

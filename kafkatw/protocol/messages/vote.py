@@ -128,7 +128,7 @@ class VoteRequest(_Struct):
             else:
                 if n < -1 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
-                o.cluster_id = buf[pos:pos + n].tobytes().decode()
+                o.cluster_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
             if v >= 1:
                 f = 'voter_id'
@@ -171,7 +171,7 @@ class VoteRequest(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                        o1.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'partitions'
                     n = buf[pos]
@@ -326,7 +326,7 @@ class VoteRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic_name = buf[pos:pos + n].tobytes().decode()
+                    o.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'partitions'
                 n = buf[pos]
@@ -545,7 +545,7 @@ class VoteResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o1.topic_name = buf[pos:pos + n].tobytes().decode()
+                        o1.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                     f1 = 'partitions'
                     n = buf[pos]
@@ -717,7 +717,7 @@ class VoteResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.topic_name = buf[pos:pos + n].tobytes().decode()
+                    o.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'partitions'
                 n = buf[pos]
@@ -898,7 +898,7 @@ class VoteResponse(_Struct):
                     else:
                         if n < -1 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
-                        o.host = buf[pos:pos + n].tobytes().decode()
+                        o.host = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
                 else:
                     o.host = ''

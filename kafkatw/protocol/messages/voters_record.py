@@ -150,7 +150,7 @@ class VotersRecord(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.name = buf[pos:pos + n].tobytes().decode()
+                                o2.name = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'host'
                             n = buf[pos]
@@ -167,7 +167,7 @@ class VotersRecord(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.host = buf[pos:pos + n].tobytes().decode()
+                                o2.host = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'port'
                             o2.port, n = _T3u(buf, pos)
@@ -407,7 +407,7 @@ class VotersRecord(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'host'
                 n = buf[pos]
@@ -424,7 +424,7 @@ class VotersRecord(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.host = buf[pos:pos + n].tobytes().decode()
+                    o.host = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'port'
                 o.port, n = _T3u(buf, pos)

@@ -126,7 +126,7 @@ class WriteTxnMarkersRequest(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.name = buf[pos:pos + n].tobytes().decode()
+                                o2.name = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'partition_indexes'
                             n, = _ui32(buf, pos)
@@ -239,7 +239,7 @@ class WriteTxnMarkersRequest(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.name = buf[pos:pos + n].tobytes().decode()
+                                o2.name = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'partition_indexes'
                             n = buf[pos]
@@ -497,7 +497,7 @@ class WriteTxnMarkersRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'partition_indexes'
                 n, = _ui32(buf, pos)
@@ -564,7 +564,7 @@ class WriteTxnMarkersRequest(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'partition_indexes'
                 n = buf[pos]
@@ -674,7 +674,7 @@ class WriteTxnMarkersResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.name = buf[pos:pos + n].tobytes().decode()
+                                o2.name = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'partitions'
                             n, = _ui32(buf, pos)
@@ -795,7 +795,7 @@ class WriteTxnMarkersResponse(_Struct):
                             else:
                                 if n < -1 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
-                                o2.name = buf[pos:pos + n].tobytes().decode()
+                                o2.name = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
                             f2 = 'partitions'
                             n = buf[pos]
@@ -1062,7 +1062,7 @@ class WriteTxnMarkersResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'partitions'
                 n, = _ui32(buf, pos)
@@ -1134,7 +1134,7 @@ class WriteTxnMarkersResponse(_Struct):
                 else:
                     if n < -1 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
-                    o.name = buf[pos:pos + n].tobytes().decode()
+                    o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
                 f = 'partitions'
                 n = buf[pos]
