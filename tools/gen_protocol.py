@@ -825,7 +825,7 @@ class StructGen:
                 if f.struct and not self.flex and not self._has_mandatory_bytes(f.struct):
                     em("if n < 0:")
                 else:
-                    em("if n < 0 or n * %d > lb - pos:" % minsize)
+                    em("if %s:" % self._too_long(fflex, minsize))
                 em("    raise _bad_len(n, lb - pos)")
                 em("%s = []" % lst)
                 inline = f.struct and not self.calls_nested
@@ -856,7 +856,7 @@ class StructGen:
                 em("%s = %s" % (target, lst))
             else:
                 code, size = FIXED[f.elem]
-                em("if n < 0 or n * %d > lb - pos:" % size)
+                em("if %s:" % self._too_long(fflex, size))
                 em("    raise _bad_len(n * %d, lb - pos)" % size)
                 em("%s = list(_unpack_from('>%%d%s' %% n, buf, pos))" % (target, code))
                 em("pos += n * %d" % size)
@@ -889,7 +889,7 @@ class StructGen:
             self._null_read(f, target)
             em("else:")
             em.ind += 1
-            em("if n < -1 or n > lb - pos:")
+            em("if %s:" % ("n > lb - pos" if fflex == "True" else "n < -1 or n > lb - pos"))
             em("    raise _bad_len(n, lb - pos)")
             # (the view's tobytes() and bytes.decode() (UTF-8, strict): ~600 instructions fewer
             # per value than bytes(view) and str(view, 'utf-8'), whose arguments are parsed
@@ -906,6 +906,14 @@ class StructGen:
             em.ind -= 1
         else:
             raise AssertionError(f.type)
+
+    @staticmethod
+    def _too_long(fflex, size):
+        """The test of an array length n, read past its null branch, that is negative or
+        longer than the bytes left: a compact length is then >= 0 (an unsigned varint
+        minus one, -1 being null), so only a classic one is tested for a negative value."""
+        fits = "n > lb - pos" if size == 1 else "n * %d > lb - pos" % size
+        return fits if fflex == "True" else "n < 0 or " + fits
 
     def _has_mandatory_bytes(self, sd):
         for f in sd.fields:

@@ -229,7 +229,7 @@ class ConsumerGroupCurrentMemberAssignmentValue(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -250,7 +250,7 @@ class ConsumerGroupCurrentMemberAssignmentValue(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i1 = -1
-                        if n < 0 or n * 4 > lb - pos:
+                        if n * 4 > lb - pos:
                             raise _bad_len(n * 4, lb - pos)
                         o1.partitions = list(_unpack_from('>%di' % n, buf, pos))
                         pos += n * 4
@@ -286,7 +286,7 @@ class ConsumerGroupCurrentMemberAssignmentValue(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -307,7 +307,7 @@ class ConsumerGroupCurrentMemberAssignmentValue(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i1 = -1
-                        if n < 0 or n * 4 > lb - pos:
+                        if n * 4 > lb - pos:
                             raise _bad_len(n * 4, lb - pos)
                         o1.partitions = list(_unpack_from('>%di' % n, buf, pos))
                         pos += n * 4
@@ -404,7 +404,7 @@ class ConsumerGroupCurrentMemberAssignmentValue(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 4 > lb - pos:
+                    if n * 4 > lb - pos:
                         raise _bad_len(n * 4, lb - pos)
                     o.partitions = list(_unpack_from('>%di' % n, buf, pos))
                     pos += n * 4
@@ -647,7 +647,7 @@ class ConsumerGroupMemberMetadataValue(_Struct):
             if n == -1:
                 o.instance_id = None
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.instance_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
@@ -664,7 +664,7 @@ class ConsumerGroupMemberMetadataValue(_Struct):
             if n == -1:
                 o.rack_id = None
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.rack_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
@@ -681,7 +681,7 @@ class ConsumerGroupMemberMetadataValue(_Struct):
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.client_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
@@ -698,7 +698,7 @@ class ConsumerGroupMemberMetadataValue(_Struct):
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.client_host = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
@@ -716,7 +716,7 @@ class ConsumerGroupMemberMetadataValue(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 for _i in _RANGES[n] if n < 256 else range(n):
@@ -749,7 +749,7 @@ class ConsumerGroupMemberMetadataValue(_Struct):
             if n == -1:
                 o.subscribed_topic_regex = None
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.subscribed_topic_regex = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
@@ -767,7 +767,7 @@ class ConsumerGroupMemberMetadataValue(_Struct):
             if n == -1:
                 o.server_assignor = None
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.server_assignor = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
@@ -863,7 +863,7 @@ class ConsumerGroupMemberMetadataValue(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -955,7 +955,7 @@ class ConsumerGroupMemberMetadataValue(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -972,7 +972,7 @@ class ConsumerGroupMemberMetadataValue(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.metadata = buf[pos:pos + n].tobytes()
                     pos += n
@@ -1198,7 +1198,7 @@ class ConsumerGroupPartitionMetadataValue(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -1218,7 +1218,7 @@ class ConsumerGroupPartitionMetadataValue(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -1237,7 +1237,7 @@ class ConsumerGroupPartitionMetadataValue(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i1 = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
@@ -1258,7 +1258,7 @@ class ConsumerGroupPartitionMetadataValue(_Struct):
                                 raise _DecodeFailure('null value for non-nullable field', [])
                             else:
                                 _i2 = -1
-                                if n < 0 or n * 1 > lb - pos:
+                                if n > lb - pos:
                                     raise _bad_len(n, lb - pos)
                                 lst2 = []
                                 for _i2 in _RANGES[n] if n < 256 else range(n):
@@ -1405,7 +1405,7 @@ class ConsumerGroupPartitionMetadataValue(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -1424,7 +1424,7 @@ class ConsumerGroupPartitionMetadataValue(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -1515,7 +1515,7 @@ class ConsumerGroupPartitionMetadataValue(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -1677,7 +1677,7 @@ class ConsumerGroupTargetAssignmentMemberValue(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -1698,7 +1698,7 @@ class ConsumerGroupTargetAssignmentMemberValue(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i1 = -1
-                        if n < 0 or n * 4 > lb - pos:
+                        if n * 4 > lb - pos:
                             raise _bad_len(n * 4, lb - pos)
                         o1.partitions = list(_unpack_from('>%di' % n, buf, pos))
                         pos += n * 4
@@ -1795,7 +1795,7 @@ class ConsumerGroupTargetAssignmentMemberValue(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 4 > lb - pos:
+                    if n * 4 > lb - pos:
                         raise _bad_len(n * 4, lb - pos)
                     o.partitions = list(_unpack_from('>%di' % n, buf, pos))
                     pos += n * 4
@@ -2076,7 +2076,7 @@ class GroupMetadataValue(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n < 0 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -2235,7 +2235,7 @@ class GroupMetadataValue(_Struct):
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.protocol_type = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
@@ -2253,7 +2253,7 @@ class GroupMetadataValue(_Struct):
             if n == -1:
                 o.protocol = None
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.protocol = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
@@ -2270,7 +2270,7 @@ class GroupMetadataValue(_Struct):
             if n == -1:
                 o.leader = None
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.leader = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
@@ -2289,7 +2289,7 @@ class GroupMetadataValue(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -2308,7 +2308,7 @@ class GroupMetadataValue(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -2325,7 +2325,7 @@ class GroupMetadataValue(_Struct):
                     if n == -1:
                         o1.group_instance_id = None
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.group_instance_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -2342,7 +2342,7 @@ class GroupMetadataValue(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.client_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -2359,7 +2359,7 @@ class GroupMetadataValue(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.client_host = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -2377,7 +2377,7 @@ class GroupMetadataValue(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.subscription = buf[pos:pos + n].tobytes()
                         pos += n
@@ -2394,7 +2394,7 @@ class GroupMetadataValue(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.assignment = buf[pos:pos + n].tobytes()
                         pos += n
@@ -2683,7 +2683,7 @@ class GroupMetadataValue(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -2700,7 +2700,7 @@ class GroupMetadataValue(_Struct):
                 if n == -1:
                     o.group_instance_id = None
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.group_instance_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -2717,7 +2717,7 @@ class GroupMetadataValue(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.client_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -2734,7 +2734,7 @@ class GroupMetadataValue(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.client_host = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -2752,7 +2752,7 @@ class GroupMetadataValue(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.subscription = buf[pos:pos + n].tobytes()
                     pos += n
@@ -2769,7 +2769,7 @@ class GroupMetadataValue(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.assignment = buf[pos:pos + n].tobytes()
                     pos += n
@@ -2985,7 +2985,7 @@ class OffsetCommitValue(_Struct):
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.metadata = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
@@ -3140,7 +3140,7 @@ class ShareGroupCurrentMemberAssignmentValue(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -3161,7 +3161,7 @@ class ShareGroupCurrentMemberAssignmentValue(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i1 = -1
-                        if n < 0 or n * 4 > lb - pos:
+                        if n * 4 > lb - pos:
                             raise _bad_len(n * 4, lb - pos)
                         o1.partitions = list(_unpack_from('>%di' % n, buf, pos))
                         pos += n * 4
@@ -3258,7 +3258,7 @@ class ShareGroupCurrentMemberAssignmentValue(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 4 > lb - pos:
+                    if n * 4 > lb - pos:
                         raise _bad_len(n * 4, lb - pos)
                     o.partitions = list(_unpack_from('>%di' % n, buf, pos))
                     pos += n * 4
@@ -3447,7 +3447,7 @@ class ShareGroupMemberMetadataValue(_Struct):
             if n == -1:
                 o.rack_id = None
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.rack_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
@@ -3464,7 +3464,7 @@ class ShareGroupMemberMetadataValue(_Struct):
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.client_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
@@ -3481,7 +3481,7 @@ class ShareGroupMemberMetadataValue(_Struct):
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.client_host = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
@@ -3499,7 +3499,7 @@ class ShareGroupMemberMetadataValue(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 for _i in _RANGES[n] if n < 256 else range(n):
@@ -3740,7 +3740,7 @@ class ShareGroupPartitionMetadataValue(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -3760,7 +3760,7 @@ class ShareGroupPartitionMetadataValue(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -3779,7 +3779,7 @@ class ShareGroupPartitionMetadataValue(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i1 = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
@@ -3800,7 +3800,7 @@ class ShareGroupPartitionMetadataValue(_Struct):
                                 raise _DecodeFailure('null value for non-nullable field', [])
                             else:
                                 _i2 = -1
-                                if n < 0 or n * 1 > lb - pos:
+                                if n > lb - pos:
                                     raise _bad_len(n, lb - pos)
                                 lst2 = []
                                 for _i2 in _RANGES[n] if n < 256 else range(n):
@@ -3947,7 +3947,7 @@ class ShareGroupPartitionMetadataValue(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -3966,7 +3966,7 @@ class ShareGroupPartitionMetadataValue(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -4057,7 +4057,7 @@ class ShareGroupPartitionMetadataValue(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -4213,7 +4213,7 @@ class ShareGroupStatePartitionMetadataValue(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -4233,7 +4233,7 @@ class ShareGroupStatePartitionMetadataValue(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -4251,7 +4251,7 @@ class ShareGroupStatePartitionMetadataValue(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i1 = -1
-                        if n < 0 or n * 4 > lb - pos:
+                        if n * 4 > lb - pos:
                             raise _bad_len(n * 4, lb - pos)
                         o1.partitions = list(_unpack_from('>%di' % n, buf, pos))
                         pos += n * 4
@@ -4287,7 +4287,7 @@ class ShareGroupStatePartitionMetadataValue(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -4307,7 +4307,7 @@ class ShareGroupStatePartitionMetadataValue(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -4416,7 +4416,7 @@ class ShareGroupStatePartitionMetadataValue(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -4434,7 +4434,7 @@ class ShareGroupStatePartitionMetadataValue(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 4 > lb - pos:
+                    if n * 4 > lb - pos:
                         raise _bad_len(n * 4, lb - pos)
                     o.partitions = list(_unpack_from('>%di' % n, buf, pos))
                     pos += n * 4
@@ -4514,7 +4514,7 @@ class ShareGroupStatePartitionMetadataValue(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -4660,7 +4660,7 @@ class ShareGroupTargetAssignmentMemberValue(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -4681,7 +4681,7 @@ class ShareGroupTargetAssignmentMemberValue(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i1 = -1
-                        if n < 0 or n * 4 > lb - pos:
+                        if n * 4 > lb - pos:
                             raise _bad_len(n * 4, lb - pos)
                         o1.partitions = list(_unpack_from('>%di' % n, buf, pos))
                         pos += n * 4
@@ -4778,7 +4778,7 @@ class ShareGroupTargetAssignmentMemberValue(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 4 > lb - pos:
+                    if n * 4 > lb - pos:
                         raise _bad_len(n * 4, lb - pos)
                     o.partitions = list(_unpack_from('>%di' % n, buf, pos))
                     pos += n * 4
@@ -5021,7 +5021,7 @@ class TransactionLogValue(_Struct):
                 o.transaction_partitions = None
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n < 0 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -5129,7 +5129,7 @@ class TransactionLogValue(_Struct):
                 o.transaction_partitions = None
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -5148,7 +5148,7 @@ class TransactionLogValue(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.topic = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -5166,7 +5166,7 @@ class TransactionLogValue(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i1 = -1
-                        if n < 0 or n * 4 > lb - pos:
+                        if n * 4 > lb - pos:
                             raise _bad_len(n * 4, lb - pos)
                         o1.partition_ids = list(_unpack_from('>%di' % n, buf, pos))
                         pos += n * 4
@@ -5340,7 +5340,7 @@ class TransactionLogValue(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.topic = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -5358,7 +5358,7 @@ class TransactionLogValue(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 4 > lb - pos:
+                    if n * 4 > lb - pos:
                         raise _bad_len(n * 4, lb - pos)
                     o.partition_ids = list(_unpack_from('>%di' % n, buf, pos))
                     pos += n * 4

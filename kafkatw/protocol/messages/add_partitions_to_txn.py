@@ -126,7 +126,7 @@ class AddPartitionsToTxnRequest(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n < 0 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -245,7 +245,7 @@ class AddPartitionsToTxnRequest(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     f1 = ''
@@ -264,7 +264,7 @@ class AddPartitionsToTxnRequest(_Struct):
                         if n == -1:
                             raise _DecodeFailure('null value for non-nullable field', [])
                         else:
-                            if n < -1 or n > lb - pos:
+                            if n > lb - pos:
                                 raise _bad_len(n, lb - pos)
                             o1.transactional_id = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
@@ -283,7 +283,7 @@ class AddPartitionsToTxnRequest(_Struct):
                             raise _DecodeFailure('null value for non-nullable field', [])
                         else:
                             _i1 = -1
-                            if n < 0 or n * 1 > lb - pos:
+                            if n > lb - pos:
                                 raise _bad_len(n, lb - pos)
                             lst1 = []
                             f2 = ''
@@ -302,7 +302,7 @@ class AddPartitionsToTxnRequest(_Struct):
                                 if n == -1:
                                     raise _DecodeFailure('null value for non-nullable field', [])
                                 else:
-                                    if n < -1 or n > lb - pos:
+                                    if n > lb - pos:
                                         raise _bad_len(n, lb - pos)
                                     o2.name = buf[pos:pos + n].tobytes().decode() if n else ''
                                     pos += n
@@ -320,7 +320,7 @@ class AddPartitionsToTxnRequest(_Struct):
                                     raise _DecodeFailure('null value for non-nullable field', [])
                                 else:
                                     _i2 = -1
-                                    if n < 0 or n * 4 > lb - pos:
+                                    if n * 4 > lb - pos:
                                         raise _bad_len(n * 4, lb - pos)
                                     o2.partitions = list(_unpack_from('>%di' % n, buf, pos))
                                     pos += n * 4
@@ -376,7 +376,7 @@ class AddPartitionsToTxnRequest(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.v3_and_below_transactional_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -404,7 +404,7 @@ class AddPartitionsToTxnRequest(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     f1 = ''
@@ -423,7 +423,7 @@ class AddPartitionsToTxnRequest(_Struct):
                         if n == -1:
                             raise _DecodeFailure('null value for non-nullable field', [])
                         else:
-                            if n < -1 or n > lb - pos:
+                            if n > lb - pos:
                                 raise _bad_len(n, lb - pos)
                             o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
@@ -441,7 +441,7 @@ class AddPartitionsToTxnRequest(_Struct):
                             raise _DecodeFailure('null value for non-nullable field', [])
                         else:
                             _i1 = -1
-                            if n < 0 or n * 4 > lb - pos:
+                            if n * 4 > lb - pos:
                                 raise _bad_len(n * 4, lb - pos)
                             o1.partitions = list(_unpack_from('>%di' % n, buf, pos))
                             pos += n * 4
@@ -596,7 +596,7 @@ class AddPartitionsToTxnRequest(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -614,7 +614,7 @@ class AddPartitionsToTxnRequest(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 4 > lb - pos:
+                    if n * 4 > lb - pos:
                         raise _bad_len(n * 4, lb - pos)
                     o.partitions = list(_unpack_from('>%di' % n, buf, pos))
                     pos += n * 4
@@ -756,7 +756,7 @@ class AddPartitionsToTxnRequest(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o.transactional_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -785,7 +785,7 @@ class AddPartitionsToTxnRequest(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst = []
                         for _i in _RANGES[n] if n < 256 else range(n):
@@ -868,7 +868,7 @@ class AddPartitionsToTxnResponse(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n < 0 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -891,7 +891,7 @@ class AddPartitionsToTxnResponse(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i1 = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n < 0 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
@@ -988,7 +988,7 @@ class AddPartitionsToTxnResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     f1 = ''
@@ -1007,7 +1007,7 @@ class AddPartitionsToTxnResponse(_Struct):
                         if n == -1:
                             raise _DecodeFailure('null value for non-nullable field', [])
                         else:
-                            if n < -1 or n > lb - pos:
+                            if n > lb - pos:
                                 raise _bad_len(n, lb - pos)
                             o1.transactional_id = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
@@ -1025,7 +1025,7 @@ class AddPartitionsToTxnResponse(_Struct):
                             raise _DecodeFailure('null value for non-nullable field', [])
                         else:
                             _i1 = -1
-                            if n < 0 or n * 1 > lb - pos:
+                            if n > lb - pos:
                                 raise _bad_len(n, lb - pos)
                             lst1 = []
                             f2 = ''
@@ -1044,7 +1044,7 @@ class AddPartitionsToTxnResponse(_Struct):
                                 if n == -1:
                                     raise _DecodeFailure('null value for non-nullable field', [])
                                 else:
-                                    if n < -1 or n > lb - pos:
+                                    if n > lb - pos:
                                         raise _bad_len(n, lb - pos)
                                     o2.name = buf[pos:pos + n].tobytes().decode() if n else ''
                                     pos += n
@@ -1062,7 +1062,7 @@ class AddPartitionsToTxnResponse(_Struct):
                                     raise _DecodeFailure('null value for non-nullable field', [])
                                 else:
                                     _i2 = -1
-                                    if n < 0 or n * 1 > lb - pos:
+                                    if n > lb - pos:
                                         raise _bad_len(n, lb - pos)
                                     lst2 = []
                                     f3 = ''
@@ -1140,7 +1140,7 @@ class AddPartitionsToTxnResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     f1 = ''
@@ -1159,7 +1159,7 @@ class AddPartitionsToTxnResponse(_Struct):
                         if n == -1:
                             raise _DecodeFailure('null value for non-nullable field', [])
                         else:
-                            if n < -1 or n > lb - pos:
+                            if n > lb - pos:
                                 raise _bad_len(n, lb - pos)
                             o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
@@ -1177,7 +1177,7 @@ class AddPartitionsToTxnResponse(_Struct):
                             raise _DecodeFailure('null value for non-nullable field', [])
                         else:
                             _i1 = -1
-                            if n < 0 or n * 1 > lb - pos:
+                            if n > lb - pos:
                                 raise _bad_len(n, lb - pos)
                             lst1 = []
                             f2 = ''
@@ -1298,7 +1298,7 @@ class AddPartitionsToTxnResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n < 0 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -1359,7 +1359,7 @@ class AddPartitionsToTxnResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -1377,7 +1377,7 @@ class AddPartitionsToTxnResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -1569,7 +1569,7 @@ class AddPartitionsToTxnResponse(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o.transactional_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -1590,7 +1590,7 @@ class AddPartitionsToTxnResponse(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst = []
                         for _i in _RANGES[n] if n < 256 else range(n):

@@ -120,7 +120,7 @@ class AlterPartitionRequest(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -140,7 +140,7 @@ class AlterPartitionRequest(_Struct):
                         if n == -1:
                             raise _DecodeFailure('null value for non-nullable field', [])
                         else:
-                            if n < -1 or n > lb - pos:
+                            if n > lb - pos:
                                 raise _bad_len(n, lb - pos)
                             o1.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
@@ -166,7 +166,7 @@ class AlterPartitionRequest(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i1 = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
@@ -190,7 +190,7 @@ class AlterPartitionRequest(_Struct):
                                     raise _DecodeFailure('null value for non-nullable field', [])
                                 else:
                                     _i2 = -1
-                                    if n < 0 or n * 4 > lb - pos:
+                                    if n * 4 > lb - pos:
                                         raise _bad_len(n * 4, lb - pos)
                                     o2.new_isr = list(_unpack_from('>%di' % n, buf, pos))
                                     pos += n * 4
@@ -211,7 +211,7 @@ class AlterPartitionRequest(_Struct):
                                     raise _DecodeFailure('null value for non-nullable field', [])
                                 else:
                                     _i2 = -1
-                                    if n < 0 or n * 1 > lb - pos:
+                                    if n > lb - pos:
                                         raise _bad_len(n, lb - pos)
                                     lst2 = []
                                     f3 = ''
@@ -371,7 +371,7 @@ class AlterPartitionRequest(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -397,7 +397,7 @@ class AlterPartitionRequest(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -517,7 +517,7 @@ class AlterPartitionRequest(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i = -1
-                        if n < 0 or n * 4 > lb - pos:
+                        if n * 4 > lb - pos:
                             raise _bad_len(n * 4, lb - pos)
                         o.new_isr = list(_unpack_from('>%di' % n, buf, pos))
                         pos += n * 4
@@ -538,7 +538,7 @@ class AlterPartitionRequest(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst = []
                         for _i in _RANGES[n] if n < 256 else range(n):
@@ -701,7 +701,7 @@ class AlterPartitionResponse(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -721,7 +721,7 @@ class AlterPartitionResponse(_Struct):
                         if n == -1:
                             raise _DecodeFailure('null value for non-nullable field', [])
                         else:
-                            if n < -1 or n > lb - pos:
+                            if n > lb - pos:
                                 raise _bad_len(n, lb - pos)
                             o1.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
@@ -747,7 +747,7 @@ class AlterPartitionResponse(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i1 = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
@@ -768,7 +768,7 @@ class AlterPartitionResponse(_Struct):
                                 raise _DecodeFailure('null value for non-nullable field', [])
                             else:
                                 _i2 = -1
-                                if n < 0 or n * 4 > lb - pos:
+                                if n * 4 > lb - pos:
                                     raise _bad_len(n * 4, lb - pos)
                                 o2.isr = list(_unpack_from('>%di' % n, buf, pos))
                                 pos += n * 4
@@ -905,7 +905,7 @@ class AlterPartitionResponse(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -931,7 +931,7 @@ class AlterPartitionResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -1028,7 +1028,7 @@ class AlterPartitionResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 4 > lb - pos:
+                    if n * 4 > lb - pos:
                         raise _bad_len(n * 4, lb - pos)
                     o.isr = list(_unpack_from('>%di' % n, buf, pos))
                     pos += n * 4

@@ -115,7 +115,7 @@ class AlterUserScramCredentialsRequest(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -134,7 +134,7 @@ class AlterUserScramCredentialsRequest(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -171,7 +171,7 @@ class AlterUserScramCredentialsRequest(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -190,7 +190,7 @@ class AlterUserScramCredentialsRequest(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -208,7 +208,7 @@ class AlterUserScramCredentialsRequest(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.salt = buf[pos:pos + n].tobytes()
                         pos += n
@@ -225,7 +225,7 @@ class AlterUserScramCredentialsRequest(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.salted_password = buf[pos:pos + n].tobytes()
                         pos += n
@@ -321,7 +321,7 @@ class AlterUserScramCredentialsRequest(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -427,7 +427,7 @@ class AlterUserScramCredentialsRequest(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -445,7 +445,7 @@ class AlterUserScramCredentialsRequest(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.salt = buf[pos:pos + n].tobytes()
                     pos += n
@@ -462,7 +462,7 @@ class AlterUserScramCredentialsRequest(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.salted_password = buf[pos:pos + n].tobytes()
                     pos += n
@@ -545,7 +545,7 @@ class AlterUserScramCredentialsResponse(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -564,7 +564,7 @@ class AlterUserScramCredentialsResponse(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.user = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -582,7 +582,7 @@ class AlterUserScramCredentialsResponse(_Struct):
                     if n == -1:
                         o1.error_message = None
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -691,7 +691,7 @@ class AlterUserScramCredentialsResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.user = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -709,7 +709,7 @@ class AlterUserScramCredentialsResponse(_Struct):
                 if n == -1:
                     o.error_message = None
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n

@@ -139,7 +139,7 @@ class ApiVersionsRequest(_Struct):
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.client_software_name = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
@@ -156,7 +156,7 @@ class ApiVersionsRequest(_Struct):
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.client_software_version = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
@@ -235,7 +235,7 @@ class ApiVersionsResponse(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n < 0 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -343,7 +343,7 @@ class ApiVersionsResponse(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -398,7 +398,7 @@ class ApiVersionsResponse(_Struct):
                             raise _DecodeFailure('null value for non-nullable field', [])
                         else:
                             _i = -1
-                            if n < 0 or n * 1 > lb - pos:
+                            if n > lb - pos:
                                 raise _bad_len(n, lb - pos)
                             lst = []
                             for _i in _RANGES[n] if n < 256 else range(n):
@@ -429,7 +429,7 @@ class ApiVersionsResponse(_Struct):
                             raise _DecodeFailure('null value for non-nullable field', [])
                         else:
                             _i = -1
-                            if n < 0 or n * 1 > lb - pos:
+                            if n > lb - pos:
                                 raise _bad_len(n, lb - pos)
                             lst = []
                             for _i in _RANGES[n] if n < 256 else range(n):
@@ -607,7 +607,7 @@ class ApiVersionsResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -712,7 +712,7 @@ class ApiVersionsResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n

@@ -127,7 +127,7 @@ class BeginQuorumEpochRequest(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n < 0 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -150,7 +150,7 @@ class BeginQuorumEpochRequest(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i1 = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n < 0 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
@@ -241,7 +241,7 @@ class BeginQuorumEpochRequest(_Struct):
             if n == -1:
                 o.cluster_id = None
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.cluster_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
@@ -260,7 +260,7 @@ class BeginQuorumEpochRequest(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -279,7 +279,7 @@ class BeginQuorumEpochRequest(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -297,7 +297,7 @@ class BeginQuorumEpochRequest(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i1 = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
@@ -354,7 +354,7 @@ class BeginQuorumEpochRequest(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -373,7 +373,7 @@ class BeginQuorumEpochRequest(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -390,7 +390,7 @@ class BeginQuorumEpochRequest(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.host = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -489,7 +489,7 @@ class BeginQuorumEpochRequest(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n < 0 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -550,7 +550,7 @@ class BeginQuorumEpochRequest(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -568,7 +568,7 @@ class BeginQuorumEpochRequest(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -766,7 +766,7 @@ class BeginQuorumEpochRequest(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -783,7 +783,7 @@ class BeginQuorumEpochRequest(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.host = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -857,7 +857,7 @@ class BeginQuorumEpochResponse(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n < 0 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -880,7 +880,7 @@ class BeginQuorumEpochResponse(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i1 = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n < 0 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
@@ -962,7 +962,7 @@ class BeginQuorumEpochResponse(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -981,7 +981,7 @@ class BeginQuorumEpochResponse(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -999,7 +999,7 @@ class BeginQuorumEpochResponse(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i1 = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
@@ -1068,7 +1068,7 @@ class BeginQuorumEpochResponse(_Struct):
                             raise _DecodeFailure('null value for non-nullable field', [])
                         else:
                             _i = -1
-                            if n < 0 or n * 1 > lb - pos:
+                            if n > lb - pos:
                                 raise _bad_len(n, lb - pos)
                             lst = []
                             for _i in _RANGES[n] if n < 256 else range(n):
@@ -1145,7 +1145,7 @@ class BeginQuorumEpochResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n < 0 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -1206,7 +1206,7 @@ class BeginQuorumEpochResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -1224,7 +1224,7 @@ class BeginQuorumEpochResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -1408,7 +1408,7 @@ class BeginQuorumEpochResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.host = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n

@@ -124,7 +124,7 @@ class BrokerHeartbeatRequest(_Struct):
                             raise _DecodeFailure('null value for non-nullable field', [])
                         else:
                             _i = -1
-                            if n < 0 or n * 16 > lb - pos:
+                            if n * 16 > lb - pos:
                                 raise _bad_len(n, lb - pos)
                             lst = []
                             for _i in _RANGES[n] if n < 256 else range(n):

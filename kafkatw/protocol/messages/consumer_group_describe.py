@@ -117,7 +117,7 @@ class ConsumerGroupDescribeRequest(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 for _i in _RANGES[n] if n < 256 else range(n):
@@ -219,7 +219,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -239,7 +239,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                     if n == -1:
                         o1.error_message = None
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -256,7 +256,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -273,7 +273,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.group_state = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -291,7 +291,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.assignor_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -309,7 +309,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i1 = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
@@ -328,7 +328,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                             if n == -1:
                                 raise _DecodeFailure('null value for non-nullable field', [])
                             else:
-                                if n < -1 or n > lb - pos:
+                                if n > lb - pos:
                                     raise _bad_len(n, lb - pos)
                                 o2.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
@@ -345,7 +345,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                             if n == -1:
                                 o2.instance_id = None
                             else:
-                                if n < -1 or n > lb - pos:
+                                if n > lb - pos:
                                     raise _bad_len(n, lb - pos)
                                 o2.instance_id = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
@@ -362,7 +362,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                             if n == -1:
                                 o2.rack_id = None
                             else:
-                                if n < -1 or n > lb - pos:
+                                if n > lb - pos:
                                     raise _bad_len(n, lb - pos)
                                 o2.rack_id = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
@@ -380,7 +380,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                             if n == -1:
                                 raise _DecodeFailure('null value for non-nullable field', [])
                             else:
-                                if n < -1 or n > lb - pos:
+                                if n > lb - pos:
                                     raise _bad_len(n, lb - pos)
                                 o2.client_id = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
@@ -397,7 +397,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                             if n == -1:
                                 raise _DecodeFailure('null value for non-nullable field', [])
                             else:
-                                if n < -1 or n > lb - pos:
+                                if n > lb - pos:
                                     raise _bad_len(n, lb - pos)
                                 o2.client_host = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
@@ -415,7 +415,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                                 raise _DecodeFailure('null value for non-nullable field', [])
                             else:
                                 _i2 = -1
-                                if n < 0 or n * 1 > lb - pos:
+                                if n > lb - pos:
                                     raise _bad_len(n, lb - pos)
                                 lst2 = []
                                 for _i2 in _RANGES[n] if n < 256 else range(n):
@@ -448,7 +448,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                             if n == -1:
                                 o2.subscribed_topic_regex = None
                             else:
-                                if n < -1 or n > lb - pos:
+                                if n > lb - pos:
                                     raise _bad_len(n, lb - pos)
                                 o2.subscribed_topic_regex = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
@@ -469,7 +469,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                                 raise _DecodeFailure('null value for non-nullable field', [])
                             else:
                                 _i3 = -1
-                                if n < 0 or n * 1 > lb - pos:
+                                if n > lb - pos:
                                     raise _bad_len(n, lb - pos)
                                 lst3 = []
                                 f4 = ''
@@ -489,7 +489,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                                     if n == -1:
                                         raise _DecodeFailure('null value for non-nullable field', [])
                                     else:
-                                        if n < -1 or n > lb - pos:
+                                        if n > lb - pos:
                                             raise _bad_len(n, lb - pos)
                                         o4.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                                         pos += n
@@ -507,7 +507,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                                         raise _DecodeFailure('null value for non-nullable field', [])
                                     else:
                                         _i4 = -1
-                                        if n < 0 or n * 4 > lb - pos:
+                                        if n * 4 > lb - pos:
                                             raise _bad_len(n * 4, lb - pos)
                                         o4.partitions = list(_unpack_from('>%di' % n, buf, pos))
                                         pos += n * 4
@@ -562,7 +562,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                                 raise _DecodeFailure('null value for non-nullable field', [])
                             else:
                                 _i3 = -1
-                                if n < 0 or n * 1 > lb - pos:
+                                if n > lb - pos:
                                     raise _bad_len(n, lb - pos)
                                 lst3 = []
                                 f4 = ''
@@ -582,7 +582,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                                     if n == -1:
                                         raise _DecodeFailure('null value for non-nullable field', [])
                                     else:
-                                        if n < -1 or n > lb - pos:
+                                        if n > lb - pos:
                                             raise _bad_len(n, lb - pos)
                                         o4.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                                         pos += n
@@ -600,7 +600,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                                         raise _DecodeFailure('null value for non-nullable field', [])
                                     else:
                                         _i4 = -1
-                                        if n < 0 or n * 4 > lb - pos:
+                                        if n * 4 > lb - pos:
                                             raise _bad_len(n * 4, lb - pos)
                                         o4.partitions = list(_unpack_from('>%di' % n, buf, pos))
                                         pos += n * 4
@@ -762,7 +762,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -780,7 +780,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 4 > lb - pos:
+                    if n * 4 > lb - pos:
                         raise _bad_len(n * 4, lb - pos)
                     o.partitions = list(_unpack_from('>%di' % n, buf, pos))
                     pos += n * 4
@@ -857,7 +857,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -1001,7 +1001,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                 if n == -1:
                     o.error_message = None
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -1018,7 +1018,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -1035,7 +1035,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.group_state = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -1053,7 +1053,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.assignor_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -1071,7 +1071,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -1245,7 +1245,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -1262,7 +1262,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                 if n == -1:
                     o.instance_id = None
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.instance_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -1279,7 +1279,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                 if n == -1:
                     o.rack_id = None
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.rack_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -1297,7 +1297,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.client_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -1314,7 +1314,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.client_host = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -1332,7 +1332,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -1365,7 +1365,7 @@ class ConsumerGroupDescribeResponse(_Struct):
                 if n == -1:
                     o.subscribed_topic_regex = None
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.subscribed_topic_regex = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n

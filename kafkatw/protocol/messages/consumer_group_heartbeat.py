@@ -211,7 +211,7 @@ class ConsumerGroupHeartbeatRequest(_Struct):
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
@@ -228,7 +228,7 @@ class ConsumerGroupHeartbeatRequest(_Struct):
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
@@ -246,7 +246,7 @@ class ConsumerGroupHeartbeatRequest(_Struct):
             if n == -1:
                 o.instance_id = None
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.instance_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
@@ -263,7 +263,7 @@ class ConsumerGroupHeartbeatRequest(_Struct):
             if n == -1:
                 o.rack_id = None
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.rack_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
@@ -282,7 +282,7 @@ class ConsumerGroupHeartbeatRequest(_Struct):
                 o.subscribed_topic_names = None
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 for _i in _RANGES[n] if n < 256 else range(n):
@@ -316,7 +316,7 @@ class ConsumerGroupHeartbeatRequest(_Struct):
                 if n == -1:
                     o.subscribed_topic_regex = None
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.subscribed_topic_regex = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -335,7 +335,7 @@ class ConsumerGroupHeartbeatRequest(_Struct):
             if n == -1:
                 o.server_assignor = None
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.server_assignor = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
@@ -353,7 +353,7 @@ class ConsumerGroupHeartbeatRequest(_Struct):
                 o.topic_partitions = None
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -374,7 +374,7 @@ class ConsumerGroupHeartbeatRequest(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i1 = -1
-                        if n < 0 or n * 4 > lb - pos:
+                        if n * 4 > lb - pos:
                             raise _bad_len(n * 4, lb - pos)
                         o1.partitions = list(_unpack_from('>%di' % n, buf, pos))
                         pos += n * 4
@@ -471,7 +471,7 @@ class ConsumerGroupHeartbeatRequest(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 4 > lb - pos:
+                    if n * 4 > lb - pos:
                         raise _bad_len(n * 4, lb - pos)
                     o.partitions = list(_unpack_from('>%di' % n, buf, pos))
                     pos += n * 4
@@ -580,7 +580,7 @@ class ConsumerGroupHeartbeatResponse(_Struct):
             if n == -1:
                 o.error_message = None
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
@@ -597,7 +597,7 @@ class ConsumerGroupHeartbeatResponse(_Struct):
             if n == -1:
                 o.member_id = None
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
@@ -686,7 +686,7 @@ class ConsumerGroupHeartbeatResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 4 > lb - pos:
+                    if n * 4 > lb - pos:
                         raise _bad_len(n * 4, lb - pos)
                     o.partitions = list(_unpack_from('>%di' % n, buf, pos))
                     pos += n * 4
@@ -763,7 +763,7 @@ class ConsumerGroupHeartbeatResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):

@@ -109,7 +109,7 @@ class CreateDelegationTokenRequest(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n < 0 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -218,7 +218,7 @@ class CreateDelegationTokenRequest(_Struct):
                 if n == -1:
                     o.owner_principal_type = None
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.owner_principal_type = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -238,7 +238,7 @@ class CreateDelegationTokenRequest(_Struct):
                 if n == -1:
                     o.owner_principal_name = None
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.owner_principal_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -258,7 +258,7 @@ class CreateDelegationTokenRequest(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -277,7 +277,7 @@ class CreateDelegationTokenRequest(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.principal_type = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -294,7 +294,7 @@ class CreateDelegationTokenRequest(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.principal_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -449,7 +449,7 @@ class CreateDelegationTokenRequest(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.principal_type = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -466,7 +466,7 @@ class CreateDelegationTokenRequest(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.principal_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -724,7 +724,7 @@ class CreateDelegationTokenResponse(_Struct):
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.principal_type = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
@@ -741,7 +741,7 @@ class CreateDelegationTokenResponse(_Struct):
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.principal_name = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
@@ -759,7 +759,7 @@ class CreateDelegationTokenResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.token_requester_principal_type = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -779,7 +779,7 @@ class CreateDelegationTokenResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.token_requester_principal_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -799,7 +799,7 @@ class CreateDelegationTokenResponse(_Struct):
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.token_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
@@ -816,7 +816,7 @@ class CreateDelegationTokenResponse(_Struct):
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.hmac = buf[pos:pos + n].tobytes()
                 pos += n

@@ -99,7 +99,7 @@ class CreatePartitionsRequest(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n < 0 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -123,7 +123,7 @@ class CreatePartitionsRequest(_Struct):
                         o1.assignments = None
                     else:
                         _i1 = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n < 0 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
@@ -199,7 +199,7 @@ class CreatePartitionsRequest(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -218,7 +218,7 @@ class CreatePartitionsRequest(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -237,7 +237,7 @@ class CreatePartitionsRequest(_Struct):
                         o1.assignments = None
                     else:
                         _i1 = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
@@ -257,7 +257,7 @@ class CreatePartitionsRequest(_Struct):
                                 raise _DecodeFailure('null value for non-nullable field', [])
                             else:
                                 _i2 = -1
-                                if n < 0 or n * 4 > lb - pos:
+                                if n * 4 > lb - pos:
                                     raise _bad_len(n * 4, lb - pos)
                                 o2.broker_ids = list(_unpack_from('>%di' % n, buf, pos))
                                 pos += n * 4
@@ -378,7 +378,7 @@ class CreatePartitionsRequest(_Struct):
                     o.assignments = None
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n < 0 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -440,7 +440,7 @@ class CreatePartitionsRequest(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -459,7 +459,7 @@ class CreatePartitionsRequest(_Struct):
                     o.assignments = None
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -570,7 +570,7 @@ class CreatePartitionsRequest(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 4 > lb - pos:
+                    if n * 4 > lb - pos:
                         raise _bad_len(n * 4, lb - pos)
                     o.broker_ids = list(_unpack_from('>%di' % n, buf, pos))
                     pos += n * 4
@@ -638,7 +638,7 @@ class CreatePartitionsResponse(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n < 0 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -716,7 +716,7 @@ class CreatePartitionsResponse(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -735,7 +735,7 @@ class CreatePartitionsResponse(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -753,7 +753,7 @@ class CreatePartitionsResponse(_Struct):
                     if n == -1:
                         o1.error_message = None
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -912,7 +912,7 @@ class CreatePartitionsResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -930,7 +930,7 @@ class CreatePartitionsResponse(_Struct):
                 if n == -1:
                     o.error_message = None
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n

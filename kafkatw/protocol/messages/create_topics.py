@@ -119,7 +119,7 @@ class CreateTopicsRequest(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n < 0 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -143,7 +143,7 @@ class CreateTopicsRequest(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i1 = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n < 0 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
@@ -173,7 +173,7 @@ class CreateTopicsRequest(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i1 = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n < 0 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
@@ -264,7 +264,7 @@ class CreateTopicsRequest(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -283,7 +283,7 @@ class CreateTopicsRequest(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -302,7 +302,7 @@ class CreateTopicsRequest(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i1 = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
@@ -323,7 +323,7 @@ class CreateTopicsRequest(_Struct):
                                 raise _DecodeFailure('null value for non-nullable field', [])
                             else:
                                 _i2 = -1
-                                if n < 0 or n * 4 > lb - pos:
+                                if n * 4 > lb - pos:
                                     raise _bad_len(n * 4, lb - pos)
                                 o2.broker_ids = list(_unpack_from('>%di' % n, buf, pos))
                                 pos += n * 4
@@ -359,7 +359,7 @@ class CreateTopicsRequest(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i1 = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
@@ -378,7 +378,7 @@ class CreateTopicsRequest(_Struct):
                             if n == -1:
                                 raise _DecodeFailure('null value for non-nullable field', [])
                             else:
-                                if n < -1 or n > lb - pos:
+                                if n > lb - pos:
                                     raise _bad_len(n, lb - pos)
                                 o2.name = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
@@ -395,7 +395,7 @@ class CreateTopicsRequest(_Struct):
                             if n == -1:
                                 o2.value = None
                             else:
-                                if n < -1 or n > lb - pos:
+                                if n > lb - pos:
                                     raise _bad_len(n, lb - pos)
                                 o2.value = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
@@ -527,7 +527,7 @@ class CreateTopicsRequest(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n < 0 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -542,7 +542,7 @@ class CreateTopicsRequest(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n < 0 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -615,7 +615,7 @@ class CreateTopicsRequest(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -634,7 +634,7 @@ class CreateTopicsRequest(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -656,7 +656,7 @@ class CreateTopicsRequest(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -773,7 +773,7 @@ class CreateTopicsRequest(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 4 > lb - pos:
+                    if n * 4 > lb - pos:
                         raise _bad_len(n * 4, lb - pos)
                     o.broker_ids = list(_unpack_from('>%di' % n, buf, pos))
                     pos += n * 4
@@ -910,7 +910,7 @@ class CreateTopicsRequest(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -927,7 +927,7 @@ class CreateTopicsRequest(_Struct):
                 if n == -1:
                     o.value = None
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.value = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -1001,7 +1001,7 @@ class CreateTopicsResponse(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n < 0 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -1090,7 +1090,7 @@ class CreateTopicsResponse(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -1109,7 +1109,7 @@ class CreateTopicsResponse(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -1133,7 +1133,7 @@ class CreateTopicsResponse(_Struct):
                     if n == -1:
                         o1.error_message = None
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -1153,7 +1153,7 @@ class CreateTopicsResponse(_Struct):
                         o1.configs = None
                     else:
                         _i1 = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
@@ -1172,7 +1172,7 @@ class CreateTopicsResponse(_Struct):
                             if n == -1:
                                 raise _DecodeFailure('null value for non-nullable field', [])
                             else:
-                                if n < -1 or n > lb - pos:
+                                if n > lb - pos:
                                     raise _bad_len(n, lb - pos)
                                 o2.name = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
@@ -1189,7 +1189,7 @@ class CreateTopicsResponse(_Struct):
                             if n == -1:
                                 o2.value = None
                             else:
-                                if n < -1 or n > lb - pos:
+                                if n > lb - pos:
                                     raise _bad_len(n, lb - pos)
                                 o2.value = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
@@ -1414,7 +1414,7 @@ class CreateTopicsResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -1438,7 +1438,7 @@ class CreateTopicsResponse(_Struct):
                 if n == -1:
                     o.error_message = None
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -1458,7 +1458,7 @@ class CreateTopicsResponse(_Struct):
                     o.configs = None
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -1592,7 +1592,7 @@ class CreateTopicsResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -1609,7 +1609,7 @@ class CreateTopicsResponse(_Struct):
                 if n == -1:
                     o.value = None
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.value = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n

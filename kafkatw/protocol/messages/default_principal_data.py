@@ -101,7 +101,7 @@ class DefaultPrincipalData(_Struct):
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.type = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
@@ -118,7 +118,7 @@ class DefaultPrincipalData(_Struct):
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n

@@ -93,7 +93,7 @@ class DeleteRecordsRequest(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n < 0 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -116,7 +116,7 @@ class DeleteRecordsRequest(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i1 = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n < 0 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
@@ -184,7 +184,7 @@ class DeleteRecordsRequest(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -203,7 +203,7 @@ class DeleteRecordsRequest(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -221,7 +221,7 @@ class DeleteRecordsRequest(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i1 = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
@@ -341,7 +341,7 @@ class DeleteRecordsRequest(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n < 0 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -402,7 +402,7 @@ class DeleteRecordsRequest(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -420,7 +420,7 @@ class DeleteRecordsRequest(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -563,7 +563,7 @@ class DeleteRecordsResponse(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n < 0 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -586,7 +586,7 @@ class DeleteRecordsResponse(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i1 = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n < 0 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
@@ -652,7 +652,7 @@ class DeleteRecordsResponse(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -671,7 +671,7 @@ class DeleteRecordsResponse(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -689,7 +689,7 @@ class DeleteRecordsResponse(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i1 = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
@@ -808,7 +808,7 @@ class DeleteRecordsResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n < 0 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -869,7 +869,7 @@ class DeleteRecordsResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -887,7 +887,7 @@ class DeleteRecordsResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):

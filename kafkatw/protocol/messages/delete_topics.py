@@ -96,7 +96,7 @@ class DeleteTopicsRequest(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n < 0 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 for _i in _RANGES[n] if n < 256 else range(n):
@@ -180,7 +180,7 @@ class DeleteTopicsRequest(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     f1 = ''
@@ -199,7 +199,7 @@ class DeleteTopicsRequest(_Struct):
                         if n == -1:
                             o1.name = None
                         else:
-                            if n < -1 or n > lb - pos:
+                            if n > lb - pos:
                                 raise _bad_len(n, lb - pos)
                             o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
@@ -239,7 +239,7 @@ class DeleteTopicsRequest(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -365,7 +365,7 @@ class DeleteTopicsRequest(_Struct):
                     if n == -1:
                         o.name = None
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -447,7 +447,7 @@ class DeleteTopicsResponse(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n < 0 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -519,7 +519,7 @@ class DeleteTopicsResponse(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -540,7 +540,7 @@ class DeleteTopicsResponse(_Struct):
                             raise _DecodeFailure('null value for non-nullable field', [])
                         o1.name = None
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -567,7 +567,7 @@ class DeleteTopicsResponse(_Struct):
                         if n == -1:
                             o1.error_message = None
                         else:
-                            if n < -1 or n > lb - pos:
+                            if n > lb - pos:
                                 raise _bad_len(n, lb - pos)
                             o1.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
@@ -724,7 +724,7 @@ class DeleteTopicsResponse(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     o.name = None
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -751,7 +751,7 @@ class DeleteTopicsResponse(_Struct):
                     if n == -1:
                         o.error_message = None
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n

@@ -225,7 +225,7 @@ class DescribeAclsRequest(_Struct):
             if n == -1:
                 o.resource_name_filter = None
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.resource_name_filter = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
@@ -243,7 +243,7 @@ class DescribeAclsRequest(_Struct):
             if n == -1:
                 o.principal_filter = None
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.principal_filter = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
@@ -260,7 +260,7 @@ class DescribeAclsRequest(_Struct):
             if n == -1:
                 o.host_filter = None
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.host_filter = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
@@ -350,7 +350,7 @@ class DescribeAclsResponse(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n < 0 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -380,7 +380,7 @@ class DescribeAclsResponse(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i1 = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n < 0 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
@@ -476,7 +476,7 @@ class DescribeAclsResponse(_Struct):
             if n == -1:
                 o.error_message = None
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
@@ -494,7 +494,7 @@ class DescribeAclsResponse(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -514,7 +514,7 @@ class DescribeAclsResponse(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.resource_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -533,7 +533,7 @@ class DescribeAclsResponse(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i1 = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
@@ -552,7 +552,7 @@ class DescribeAclsResponse(_Struct):
                             if n == -1:
                                 raise _DecodeFailure('null value for non-nullable field', [])
                             else:
-                                if n < -1 or n > lb - pos:
+                                if n > lb - pos:
                                     raise _bad_len(n, lb - pos)
                                 o2.principal = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
@@ -569,7 +569,7 @@ class DescribeAclsResponse(_Struct):
                             if n == -1:
                                 raise _DecodeFailure('null value for non-nullable field', [])
                             else:
-                                if n < -1 or n > lb - pos:
+                                if n > lb - pos:
                                     raise _bad_len(n, lb - pos)
                                 o2.host = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
@@ -703,7 +703,7 @@ class DescribeAclsResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n < 0 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -767,7 +767,7 @@ class DescribeAclsResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.resource_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -786,7 +786,7 @@ class DescribeAclsResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -936,7 +936,7 @@ class DescribeAclsResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.principal = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -953,7 +953,7 @@ class DescribeAclsResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.host = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n

@@ -208,7 +208,7 @@ class DescribeClusterResponse(_Struct):
             if n == -1:
                 o.error_message = None
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
@@ -231,7 +231,7 @@ class DescribeClusterResponse(_Struct):
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.cluster_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
@@ -250,7 +250,7 @@ class DescribeClusterResponse(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -270,7 +270,7 @@ class DescribeClusterResponse(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.host = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -288,7 +288,7 @@ class DescribeClusterResponse(_Struct):
                     if n == -1:
                         o1.rack = None
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.rack = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -402,7 +402,7 @@ class DescribeClusterResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.host = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -420,7 +420,7 @@ class DescribeClusterResponse(_Struct):
                 if n == -1:
                     o.rack = None
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.rack = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n

@@ -118,7 +118,7 @@ class DescribeConfigsRequest(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n < 0 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -142,7 +142,7 @@ class DescribeConfigsRequest(_Struct):
                         o1.configuration_keys = None
                     else:
                         _i1 = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n < 0 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         for _i1 in _RANGES[n] if n < 256 else range(n):
@@ -217,7 +217,7 @@ class DescribeConfigsRequest(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -237,7 +237,7 @@ class DescribeConfigsRequest(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.resource_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -255,7 +255,7 @@ class DescribeConfigsRequest(_Struct):
                         o1.configuration_keys = None
                     else:
                         _i1 = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         for _i1 in _RANGES[n] if n < 256 else range(n):
@@ -376,7 +376,7 @@ class DescribeConfigsRequest(_Struct):
                     o.configuration_keys = None
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n < 0 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -450,7 +450,7 @@ class DescribeConfigsRequest(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.resource_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -468,7 +468,7 @@ class DescribeConfigsRequest(_Struct):
                     o.configuration_keys = None
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -554,7 +554,7 @@ class DescribeConfigsResponse(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n < 0 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -589,7 +589,7 @@ class DescribeConfigsResponse(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i1 = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n < 0 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
@@ -641,7 +641,7 @@ class DescribeConfigsResponse(_Struct):
                                     raise _DecodeFailure('null value for non-nullable field', [])
                                 else:
                                     _i2 = -1
-                                    if n < 0 or n * 1 > lb - pos:
+                                    if n < 0 or n > lb - pos:
                                         raise _bad_len(n, lb - pos)
                                     lst2 = []
                                     f3 = ''
@@ -754,7 +754,7 @@ class DescribeConfigsResponse(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -774,7 +774,7 @@ class DescribeConfigsResponse(_Struct):
                     if n == -1:
                         o1.error_message = None
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -792,7 +792,7 @@ class DescribeConfigsResponse(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.resource_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -810,7 +810,7 @@ class DescribeConfigsResponse(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i1 = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
@@ -829,7 +829,7 @@ class DescribeConfigsResponse(_Struct):
                             if n == -1:
                                 raise _DecodeFailure('null value for non-nullable field', [])
                             else:
-                                if n < -1 or n > lb - pos:
+                                if n > lb - pos:
                                     raise _bad_len(n, lb - pos)
                                 o2.name = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
@@ -846,7 +846,7 @@ class DescribeConfigsResponse(_Struct):
                             if n == -1:
                                 o2.value = None
                             else:
-                                if n < -1 or n > lb - pos:
+                                if n > lb - pos:
                                     raise _bad_len(n, lb - pos)
                                 o2.value = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
@@ -869,7 +869,7 @@ class DescribeConfigsResponse(_Struct):
                                 raise _DecodeFailure('null value for non-nullable field', [])
                             else:
                                 _i2 = -1
-                                if n < 0 or n * 1 > lb - pos:
+                                if n > lb - pos:
                                     raise _bad_len(n, lb - pos)
                                 lst2 = []
                                 f3 = ''
@@ -888,7 +888,7 @@ class DescribeConfigsResponse(_Struct):
                                     if n == -1:
                                         raise _DecodeFailure('null value for non-nullable field', [])
                                     else:
-                                        if n < -1 or n > lb - pos:
+                                        if n > lb - pos:
                                             raise _bad_len(n, lb - pos)
                                         o3.name = buf[pos:pos + n].tobytes().decode() if n else ''
                                         pos += n
@@ -905,7 +905,7 @@ class DescribeConfigsResponse(_Struct):
                                     if n == -1:
                                         o3.value = None
                                     else:
-                                        if n < -1 or n > lb - pos:
+                                        if n > lb - pos:
                                             raise _bad_len(n, lb - pos)
                                         o3.value = buf[pos:pos + n].tobytes().decode() if n else ''
                                         pos += n
@@ -942,7 +942,7 @@ class DescribeConfigsResponse(_Struct):
                             if n == -1:
                                 o2.documentation = None
                             else:
-                                if n < -1 or n > lb - pos:
+                                if n > lb - pos:
                                     raise _bad_len(n, lb - pos)
                                 o2.documentation = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
@@ -1085,7 +1085,7 @@ class DescribeConfigsResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n < 0 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -1160,7 +1160,7 @@ class DescribeConfigsResponse(_Struct):
                 if n == -1:
                     o.error_message = None
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -1178,7 +1178,7 @@ class DescribeConfigsResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.resource_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -1196,7 +1196,7 @@ class DescribeConfigsResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -1351,7 +1351,7 @@ class DescribeConfigsResponse(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n < 0 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst = []
                         for _i in _RANGES[n] if n < 256 else range(n):
@@ -1460,7 +1460,7 @@ class DescribeConfigsResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -1477,7 +1477,7 @@ class DescribeConfigsResponse(_Struct):
                 if n == -1:
                     o.value = None
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.value = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -1500,7 +1500,7 @@ class DescribeConfigsResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -1522,7 +1522,7 @@ class DescribeConfigsResponse(_Struct):
                 if n == -1:
                     o.documentation = None
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.documentation = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -1687,7 +1687,7 @@ class DescribeConfigsResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -1704,7 +1704,7 @@ class DescribeConfigsResponse(_Struct):
                 if n == -1:
                     o.value = None
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.value = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n

@@ -92,7 +92,7 @@ class DescribeDelegationTokenRequest(_Struct):
                 o.owners = None
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n < 0 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -167,7 +167,7 @@ class DescribeDelegationTokenRequest(_Struct):
                 o.owners = None
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -186,7 +186,7 @@ class DescribeDelegationTokenRequest(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.principal_type = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -203,7 +203,7 @@ class DescribeDelegationTokenRequest(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.principal_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -357,7 +357,7 @@ class DescribeDelegationTokenRequest(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.principal_type = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -374,7 +374,7 @@ class DescribeDelegationTokenRequest(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.principal_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -446,7 +446,7 @@ class DescribeDelegationTokenResponse(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n < 0 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -502,7 +502,7 @@ class DescribeDelegationTokenResponse(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i1 = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n < 0 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
@@ -589,7 +589,7 @@ class DescribeDelegationTokenResponse(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -608,7 +608,7 @@ class DescribeDelegationTokenResponse(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.principal_type = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -625,7 +625,7 @@ class DescribeDelegationTokenResponse(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.principal_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -643,7 +643,7 @@ class DescribeDelegationTokenResponse(_Struct):
                         if n == -1:
                             raise _DecodeFailure('null value for non-nullable field', [])
                         else:
-                            if n < -1 or n > lb - pos:
+                            if n > lb - pos:
                                 raise _bad_len(n, lb - pos)
                             o1.token_requester_principal_type = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
@@ -663,7 +663,7 @@ class DescribeDelegationTokenResponse(_Struct):
                         if n == -1:
                             raise _DecodeFailure('null value for non-nullable field', [])
                         else:
-                            if n < -1 or n > lb - pos:
+                            if n > lb - pos:
                                 raise _bad_len(n, lb - pos)
                             o1.token_requester_principal_name = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
@@ -683,7 +683,7 @@ class DescribeDelegationTokenResponse(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.token_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -700,7 +700,7 @@ class DescribeDelegationTokenResponse(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.hmac = buf[pos:pos + n].tobytes()
                         pos += n
@@ -718,7 +718,7 @@ class DescribeDelegationTokenResponse(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i1 = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
@@ -737,7 +737,7 @@ class DescribeDelegationTokenResponse(_Struct):
                             if n == -1:
                                 raise _DecodeFailure('null value for non-nullable field', [])
                             else:
-                                if n < -1 or n > lb - pos:
+                                if n > lb - pos:
                                     raise _bad_len(n, lb - pos)
                                 o2.principal_type = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
@@ -754,7 +754,7 @@ class DescribeDelegationTokenResponse(_Struct):
                             if n == -1:
                                 raise _DecodeFailure('null value for non-nullable field', [])
                             else:
-                                if n < -1 or n > lb - pos:
+                                if n > lb - pos:
                                     raise _bad_len(n, lb - pos)
                                 o2.principal_name = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
@@ -945,7 +945,7 @@ class DescribeDelegationTokenResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n < 0 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -1069,7 +1069,7 @@ class DescribeDelegationTokenResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.principal_type = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -1086,7 +1086,7 @@ class DescribeDelegationTokenResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.principal_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -1104,7 +1104,7 @@ class DescribeDelegationTokenResponse(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o.token_requester_principal_type = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -1124,7 +1124,7 @@ class DescribeDelegationTokenResponse(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o.token_requester_principal_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -1144,7 +1144,7 @@ class DescribeDelegationTokenResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.token_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -1161,7 +1161,7 @@ class DescribeDelegationTokenResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.hmac = buf[pos:pos + n].tobytes()
                     pos += n
@@ -1179,7 +1179,7 @@ class DescribeDelegationTokenResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -1320,7 +1320,7 @@ class DescribeDelegationTokenResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.principal_type = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -1337,7 +1337,7 @@ class DescribeDelegationTokenResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.principal_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n

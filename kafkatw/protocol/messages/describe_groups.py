@@ -98,7 +98,7 @@ class DescribeGroupsRequest(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n < 0 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 for _i in _RANGES[n] if n < 256 else range(n):
@@ -167,7 +167,7 @@ class DescribeGroupsRequest(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 for _i in _RANGES[n] if n < 256 else range(n):
@@ -258,7 +258,7 @@ class DescribeGroupsResponse(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n < 0 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -312,7 +312,7 @@ class DescribeGroupsResponse(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i1 = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n < 0 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
@@ -444,7 +444,7 @@ class DescribeGroupsResponse(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -464,7 +464,7 @@ class DescribeGroupsResponse(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -481,7 +481,7 @@ class DescribeGroupsResponse(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.group_state = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -498,7 +498,7 @@ class DescribeGroupsResponse(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.protocol_type = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -515,7 +515,7 @@ class DescribeGroupsResponse(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.protocol_data = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -533,7 +533,7 @@ class DescribeGroupsResponse(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i1 = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
@@ -552,7 +552,7 @@ class DescribeGroupsResponse(_Struct):
                             if n == -1:
                                 raise _DecodeFailure('null value for non-nullable field', [])
                             else:
-                                if n < -1 or n > lb - pos:
+                                if n > lb - pos:
                                     raise _bad_len(n, lb - pos)
                                 o2.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
@@ -569,7 +569,7 @@ class DescribeGroupsResponse(_Struct):
                             if n == -1:
                                 o2.group_instance_id = None
                             else:
-                                if n < -1 or n > lb - pos:
+                                if n > lb - pos:
                                     raise _bad_len(n, lb - pos)
                                 o2.group_instance_id = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
@@ -586,7 +586,7 @@ class DescribeGroupsResponse(_Struct):
                             if n == -1:
                                 raise _DecodeFailure('null value for non-nullable field', [])
                             else:
-                                if n < -1 or n > lb - pos:
+                                if n > lb - pos:
                                     raise _bad_len(n, lb - pos)
                                 o2.client_id = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
@@ -603,7 +603,7 @@ class DescribeGroupsResponse(_Struct):
                             if n == -1:
                                 raise _DecodeFailure('null value for non-nullable field', [])
                             else:
-                                if n < -1 or n > lb - pos:
+                                if n > lb - pos:
                                     raise _bad_len(n, lb - pos)
                                 o2.client_host = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
@@ -620,7 +620,7 @@ class DescribeGroupsResponse(_Struct):
                             if n == -1:
                                 raise _DecodeFailure('null value for non-nullable field', [])
                             else:
-                                if n < -1 or n > lb - pos:
+                                if n > lb - pos:
                                     raise _bad_len(n, lb - pos)
                                 o2.member_metadata = buf[pos:pos + n].tobytes()
                                 pos += n
@@ -637,7 +637,7 @@ class DescribeGroupsResponse(_Struct):
                             if n == -1:
                                 raise _DecodeFailure('null value for non-nullable field', [])
                             else:
-                                if n < -1 or n > lb - pos:
+                                if n > lb - pos:
                                     raise _bad_len(n, lb - pos)
                                 o2.member_assignment = buf[pos:pos + n].tobytes()
                                 pos += n
@@ -822,7 +822,7 @@ class DescribeGroupsResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n < 0 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -925,7 +925,7 @@ class DescribeGroupsResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -942,7 +942,7 @@ class DescribeGroupsResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.group_state = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -959,7 +959,7 @@ class DescribeGroupsResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.protocol_type = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -976,7 +976,7 @@ class DescribeGroupsResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.protocol_data = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -994,7 +994,7 @@ class DescribeGroupsResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -1256,7 +1256,7 @@ class DescribeGroupsResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -1273,7 +1273,7 @@ class DescribeGroupsResponse(_Struct):
                 if n == -1:
                     o.group_instance_id = None
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.group_instance_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -1290,7 +1290,7 @@ class DescribeGroupsResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.client_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -1307,7 +1307,7 @@ class DescribeGroupsResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.client_host = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -1324,7 +1324,7 @@ class DescribeGroupsResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.member_metadata = buf[pos:pos + n].tobytes()
                     pos += n
@@ -1341,7 +1341,7 @@ class DescribeGroupsResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.member_assignment = buf[pos:pos + n].tobytes()
                     pos += n

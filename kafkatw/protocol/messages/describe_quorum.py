@@ -111,7 +111,7 @@ class DescribeQuorumRequest(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -130,7 +130,7 @@ class DescribeQuorumRequest(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -148,7 +148,7 @@ class DescribeQuorumRequest(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i1 = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
@@ -275,7 +275,7 @@ class DescribeQuorumRequest(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -293,7 +293,7 @@ class DescribeQuorumRequest(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -465,7 +465,7 @@ class DescribeQuorumResponse(_Struct):
                 if n == -1:
                     o.error_message = None
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -485,7 +485,7 @@ class DescribeQuorumResponse(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -504,7 +504,7 @@ class DescribeQuorumResponse(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -522,7 +522,7 @@ class DescribeQuorumResponse(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i1 = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
@@ -545,7 +545,7 @@ class DescribeQuorumResponse(_Struct):
                                 if n == -1:
                                     o2.error_message = None
                                 else:
-                                    if n < -1 or n > lb - pos:
+                                    if n > lb - pos:
                                         raise _bad_len(n, lb - pos)
                                     o2.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                                     pos += n
@@ -566,7 +566,7 @@ class DescribeQuorumResponse(_Struct):
                                 raise _DecodeFailure('null value for non-nullable field', [])
                             else:
                                 _i2 = -1
-                                if n < 0 or n * 1 > lb - pos:
+                                if n > lb - pos:
                                     raise _bad_len(n, lb - pos)
                                 lst2 = []
                                 f3 = ''
@@ -623,7 +623,7 @@ class DescribeQuorumResponse(_Struct):
                                 raise _DecodeFailure('null value for non-nullable field', [])
                             else:
                                 _i2 = -1
-                                if n < 0 or n * 1 > lb - pos:
+                                if n > lb - pos:
                                     raise _bad_len(n, lb - pos)
                                 lst2 = []
                                 f3 = ''
@@ -717,7 +717,7 @@ class DescribeQuorumResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     f1 = ''
@@ -738,7 +738,7 @@ class DescribeQuorumResponse(_Struct):
                             raise _DecodeFailure('null value for non-nullable field', [])
                         else:
                             _i1 = -1
-                            if n < 0 or n * 1 > lb - pos:
+                            if n > lb - pos:
                                 raise _bad_len(n, lb - pos)
                             lst1 = []
                             f2 = ''
@@ -757,7 +757,7 @@ class DescribeQuorumResponse(_Struct):
                                 if n == -1:
                                     raise _DecodeFailure('null value for non-nullable field', [])
                                 else:
-                                    if n < -1 or n > lb - pos:
+                                    if n > lb - pos:
                                         raise _bad_len(n, lb - pos)
                                     o2.name = buf[pos:pos + n].tobytes().decode() if n else ''
                                     pos += n
@@ -774,7 +774,7 @@ class DescribeQuorumResponse(_Struct):
                                 if n == -1:
                                     raise _DecodeFailure('null value for non-nullable field', [])
                                 else:
-                                    if n < -1 or n > lb - pos:
+                                    if n > lb - pos:
                                         raise _bad_len(n, lb - pos)
                                     o2.host = buf[pos:pos + n].tobytes().decode() if n else ''
                                     pos += n
@@ -985,7 +985,7 @@ class DescribeQuorumResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -1003,7 +1003,7 @@ class DescribeQuorumResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -1126,7 +1126,7 @@ class DescribeQuorumResponse(_Struct):
                     if n == -1:
                         o.error_message = None
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -1147,7 +1147,7 @@ class DescribeQuorumResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -1169,7 +1169,7 @@ class DescribeQuorumResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -1268,7 +1268,7 @@ class DescribeQuorumResponse(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst = []
                         for _i in _RANGES[n] if n < 256 else range(n):
@@ -1379,7 +1379,7 @@ class DescribeQuorumResponse(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -1399,7 +1399,7 @@ class DescribeQuorumResponse(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o.host = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n

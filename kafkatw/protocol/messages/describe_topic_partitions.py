@@ -117,7 +117,7 @@ class DescribeTopicPartitionsRequest(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -136,7 +136,7 @@ class DescribeTopicPartitionsRequest(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -239,7 +239,7 @@ class DescribeTopicPartitionsRequest(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -318,7 +318,7 @@ class DescribeTopicPartitionsRequest(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -411,7 +411,7 @@ class DescribeTopicPartitionsResponse(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -431,7 +431,7 @@ class DescribeTopicPartitionsResponse(_Struct):
                     if n == -1:
                         o1.name = None
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -450,7 +450,7 @@ class DescribeTopicPartitionsResponse(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i1 = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
@@ -471,7 +471,7 @@ class DescribeTopicPartitionsResponse(_Struct):
                                 raise _DecodeFailure('null value for non-nullable field', [])
                             else:
                                 _i2 = -1
-                                if n < 0 or n * 4 > lb - pos:
+                                if n * 4 > lb - pos:
                                     raise _bad_len(n * 4, lb - pos)
                                 o2.replica_nodes = list(_unpack_from('>%di' % n, buf, pos))
                                 pos += n * 4
@@ -489,7 +489,7 @@ class DescribeTopicPartitionsResponse(_Struct):
                                 raise _DecodeFailure('null value for non-nullable field', [])
                             else:
                                 _i2 = -1
-                                if n < 0 or n * 4 > lb - pos:
+                                if n * 4 > lb - pos:
                                     raise _bad_len(n * 4, lb - pos)
                                 o2.isr_nodes = list(_unpack_from('>%di' % n, buf, pos))
                                 pos += n * 4
@@ -507,7 +507,7 @@ class DescribeTopicPartitionsResponse(_Struct):
                                 o2.eligible_leader_replicas = None
                             else:
                                 _i2 = -1
-                                if n < 0 or n * 4 > lb - pos:
+                                if n * 4 > lb - pos:
                                     raise _bad_len(n * 4, lb - pos)
                                 o2.eligible_leader_replicas = list(_unpack_from('>%di' % n, buf, pos))
                                 pos += n * 4
@@ -525,7 +525,7 @@ class DescribeTopicPartitionsResponse(_Struct):
                                 o2.last_known_elr = None
                             else:
                                 _i2 = -1
-                                if n < 0 or n * 4 > lb - pos:
+                                if n * 4 > lb - pos:
                                     raise _bad_len(n * 4, lb - pos)
                                 o2.last_known_elr = list(_unpack_from('>%di' % n, buf, pos))
                                 pos += n * 4
@@ -543,7 +543,7 @@ class DescribeTopicPartitionsResponse(_Struct):
                                 raise _DecodeFailure('null value for non-nullable field', [])
                             else:
                                 _i2 = -1
-                                if n < 0 or n * 4 > lb - pos:
+                                if n * 4 > lb - pos:
                                     raise _bad_len(n * 4, lb - pos)
                                 o2.offline_replicas = list(_unpack_from('>%di' % n, buf, pos))
                                 pos += n * 4
@@ -687,7 +687,7 @@ class DescribeTopicPartitionsResponse(_Struct):
                 if n == -1:
                     o.name = None
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -706,7 +706,7 @@ class DescribeTopicPartitionsResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -845,7 +845,7 @@ class DescribeTopicPartitionsResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 4 > lb - pos:
+                    if n * 4 > lb - pos:
                         raise _bad_len(n * 4, lb - pos)
                     o.replica_nodes = list(_unpack_from('>%di' % n, buf, pos))
                     pos += n * 4
@@ -863,7 +863,7 @@ class DescribeTopicPartitionsResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 4 > lb - pos:
+                    if n * 4 > lb - pos:
                         raise _bad_len(n * 4, lb - pos)
                     o.isr_nodes = list(_unpack_from('>%di' % n, buf, pos))
                     pos += n * 4
@@ -881,7 +881,7 @@ class DescribeTopicPartitionsResponse(_Struct):
                     o.eligible_leader_replicas = None
                 else:
                     _i = -1
-                    if n < 0 or n * 4 > lb - pos:
+                    if n * 4 > lb - pos:
                         raise _bad_len(n * 4, lb - pos)
                     o.eligible_leader_replicas = list(_unpack_from('>%di' % n, buf, pos))
                     pos += n * 4
@@ -899,7 +899,7 @@ class DescribeTopicPartitionsResponse(_Struct):
                     o.last_known_elr = None
                 else:
                     _i = -1
-                    if n < 0 or n * 4 > lb - pos:
+                    if n * 4 > lb - pos:
                         raise _bad_len(n * 4, lb - pos)
                     o.last_known_elr = list(_unpack_from('>%di' % n, buf, pos))
                     pos += n * 4
@@ -917,7 +917,7 @@ class DescribeTopicPartitionsResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 4 > lb - pos:
+                    if n * 4 > lb - pos:
                         raise _bad_len(n * 4, lb - pos)
                     o.offline_replicas = list(_unpack_from('>%di' % n, buf, pos))
                     pos += n * 4
@@ -996,7 +996,7 @@ class DescribeTopicPartitionsResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n

@@ -105,7 +105,7 @@ class DescribeTransactionsRequest(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 for _i in _RANGES[n] if n < 256 else range(n):
@@ -204,7 +204,7 @@ class DescribeTransactionsResponse(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -224,7 +224,7 @@ class DescribeTransactionsResponse(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.transactional_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -241,7 +241,7 @@ class DescribeTransactionsResponse(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.transaction_state = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -260,7 +260,7 @@ class DescribeTransactionsResponse(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i1 = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
@@ -279,7 +279,7 @@ class DescribeTransactionsResponse(_Struct):
                             if n == -1:
                                 raise _DecodeFailure('null value for non-nullable field', [])
                             else:
-                                if n < -1 or n > lb - pos:
+                                if n > lb - pos:
                                     raise _bad_len(n, lb - pos)
                                 o2.topic = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
@@ -297,7 +297,7 @@ class DescribeTransactionsResponse(_Struct):
                                 raise _DecodeFailure('null value for non-nullable field', [])
                             else:
                                 _i2 = -1
-                                if n < 0 or n * 4 > lb - pos:
+                                if n * 4 > lb - pos:
                                     raise _bad_len(n * 4, lb - pos)
                                 o2.partitions = list(_unpack_from('>%di' % n, buf, pos))
                                 pos += n * 4
@@ -447,7 +447,7 @@ class DescribeTransactionsResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.transactional_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -464,7 +464,7 @@ class DescribeTransactionsResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.transaction_state = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -483,7 +483,7 @@ class DescribeTransactionsResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -575,7 +575,7 @@ class DescribeTransactionsResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.topic = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -593,7 +593,7 @@ class DescribeTransactionsResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 4 > lb - pos:
+                    if n * 4 > lb - pos:
                         raise _bad_len(n * 4, lb - pos)
                     o.partitions = list(_unpack_from('>%di' % n, buf, pos))
                     pos += n * 4

@@ -98,7 +98,7 @@ class DescribeUserScramCredentialsRequest(_Struct):
                 o.users = None
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -117,7 +117,7 @@ class DescribeUserScramCredentialsRequest(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -210,7 +210,7 @@ class DescribeUserScramCredentialsRequest(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -308,7 +308,7 @@ class DescribeUserScramCredentialsResponse(_Struct):
             if n == -1:
                 o.error_message = None
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
@@ -326,7 +326,7 @@ class DescribeUserScramCredentialsResponse(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -345,7 +345,7 @@ class DescribeUserScramCredentialsResponse(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.user = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -363,7 +363,7 @@ class DescribeUserScramCredentialsResponse(_Struct):
                     if n == -1:
                         o1.error_message = None
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -381,7 +381,7 @@ class DescribeUserScramCredentialsResponse(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i1 = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
@@ -524,7 +524,7 @@ class DescribeUserScramCredentialsResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.user = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -542,7 +542,7 @@ class DescribeUserScramCredentialsResponse(_Struct):
                 if n == -1:
                     o.error_message = None
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -560,7 +560,7 @@ class DescribeUserScramCredentialsResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):

@@ -133,7 +133,7 @@ class EndTxnRequest(_Struct):
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.transactional_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n

@@ -108,7 +108,7 @@ class EnvelopeRequest(_Struct):
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.request_data = buf[pos:pos + n]
                 pos += n
@@ -125,7 +125,7 @@ class EnvelopeRequest(_Struct):
             if n == -1:
                 o.request_principal = None
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.request_principal = buf[pos:pos + n].tobytes()
                 pos += n
@@ -142,7 +142,7 @@ class EnvelopeRequest(_Struct):
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.client_host_address = buf[pos:pos + n].tobytes()
                 pos += n
@@ -220,7 +220,7 @@ class EnvelopeResponse(_Struct):
             if n == -1:
                 o.response_data = None
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.response_data = buf[pos:pos + n]
                 pos += n

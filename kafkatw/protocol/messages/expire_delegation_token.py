@@ -127,7 +127,7 @@ class ExpireDelegationTokenRequest(_Struct):
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.hmac = buf[pos:pos + n].tobytes()
                 pos += n

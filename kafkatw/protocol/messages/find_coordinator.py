@@ -175,7 +175,7 @@ class FindCoordinatorRequest(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.key = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -199,7 +199,7 @@ class FindCoordinatorRequest(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -436,7 +436,7 @@ class FindCoordinatorResponse(_Struct):
                 if n == -1:
                     o.error_message = None
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -462,7 +462,7 @@ class FindCoordinatorResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.host = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -489,7 +489,7 @@ class FindCoordinatorResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     f1 = ''
@@ -508,7 +508,7 @@ class FindCoordinatorResponse(_Struct):
                         if n == -1:
                             raise _DecodeFailure('null value for non-nullable field', [])
                         else:
-                            if n < -1 or n > lb - pos:
+                            if n > lb - pos:
                                 raise _bad_len(n, lb - pos)
                             o1.key = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
@@ -526,7 +526,7 @@ class FindCoordinatorResponse(_Struct):
                         if n == -1:
                             raise _DecodeFailure('null value for non-nullable field', [])
                         else:
-                            if n < -1 or n > lb - pos:
+                            if n > lb - pos:
                                 raise _bad_len(n, lb - pos)
                             o1.host = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
@@ -544,7 +544,7 @@ class FindCoordinatorResponse(_Struct):
                         if n == -1:
                             o1.error_message = None
                         else:
-                            if n < -1 or n > lb - pos:
+                            if n > lb - pos:
                                 raise _bad_len(n, lb - pos)
                             o1.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
@@ -723,7 +723,7 @@ class FindCoordinatorResponse(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o.key = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -749,7 +749,7 @@ class FindCoordinatorResponse(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o.host = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -776,7 +776,7 @@ class FindCoordinatorResponse(_Struct):
                     if n == -1:
                         o.error_message = None
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n

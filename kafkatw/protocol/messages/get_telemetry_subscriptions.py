@@ -184,7 +184,7 @@ class GetTelemetrySubscriptionsResponse(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n * 1, lb - pos)
                 o.accepted_compression_types = list(_unpack_from('>%db' % n, buf, pos))
                 pos += n * 1
@@ -203,7 +203,7 @@ class GetTelemetrySubscriptionsResponse(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 for _i in _RANGES[n] if n < 256 else range(n):

@@ -101,7 +101,7 @@ class IncrementalAlterConfigsRequest(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n < 0 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -125,7 +125,7 @@ class IncrementalAlterConfigsRequest(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i1 = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n < 0 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
@@ -211,7 +211,7 @@ class IncrementalAlterConfigsRequest(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -231,7 +231,7 @@ class IncrementalAlterConfigsRequest(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.resource_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -249,7 +249,7 @@ class IncrementalAlterConfigsRequest(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i1 = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
@@ -268,7 +268,7 @@ class IncrementalAlterConfigsRequest(_Struct):
                             if n == -1:
                                 raise _DecodeFailure('null value for non-nullable field', [])
                             else:
-                                if n < -1 or n > lb - pos:
+                                if n > lb - pos:
                                     raise _bad_len(n, lb - pos)
                                 o2.name = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
@@ -286,7 +286,7 @@ class IncrementalAlterConfigsRequest(_Struct):
                             if n == -1:
                                 o2.value = None
                             else:
-                                if n < -1 or n > lb - pos:
+                                if n > lb - pos:
                                     raise _bad_len(n, lb - pos)
                                 o2.value = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
@@ -407,7 +407,7 @@ class IncrementalAlterConfigsRequest(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n < 0 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -470,7 +470,7 @@ class IncrementalAlterConfigsRequest(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.resource_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -488,7 +488,7 @@ class IncrementalAlterConfigsRequest(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -634,7 +634,7 @@ class IncrementalAlterConfigsRequest(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -652,7 +652,7 @@ class IncrementalAlterConfigsRequest(_Struct):
                 if n == -1:
                     o.value = None
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.value = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -720,7 +720,7 @@ class IncrementalAlterConfigsResponse(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n < 0 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -799,7 +799,7 @@ class IncrementalAlterConfigsResponse(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -819,7 +819,7 @@ class IncrementalAlterConfigsResponse(_Struct):
                     if n == -1:
                         o1.error_message = None
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -837,7 +837,7 @@ class IncrementalAlterConfigsResponse(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.resource_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -1002,7 +1002,7 @@ class IncrementalAlterConfigsResponse(_Struct):
                 if n == -1:
                     o.error_message = None
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -1020,7 +1020,7 @@ class IncrementalAlterConfigsResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.resource_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n

@@ -145,7 +145,7 @@ class InitProducerIdRequest(_Struct):
             if n == -1:
                 o.transactional_id = None
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.transactional_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n

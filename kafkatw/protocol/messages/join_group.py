@@ -191,7 +191,7 @@ class JoinGroupRequest(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n < 0 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -323,7 +323,7 @@ class JoinGroupRequest(_Struct):
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
@@ -341,7 +341,7 @@ class JoinGroupRequest(_Struct):
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
@@ -358,7 +358,7 @@ class JoinGroupRequest(_Struct):
             if n == -1:
                 o.group_instance_id = None
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.group_instance_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
@@ -375,7 +375,7 @@ class JoinGroupRequest(_Struct):
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.protocol_type = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
@@ -393,7 +393,7 @@ class JoinGroupRequest(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -412,7 +412,7 @@ class JoinGroupRequest(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -429,7 +429,7 @@ class JoinGroupRequest(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.metadata = buf[pos:pos + n].tobytes()
                         pos += n
@@ -465,7 +465,7 @@ class JoinGroupRequest(_Struct):
                 if n == -1:
                     o.reason = None
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.reason = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -601,7 +601,7 @@ class JoinGroupRequest(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -618,7 +618,7 @@ class JoinGroupRequest(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.metadata = buf[pos:pos + n].tobytes()
                     pos += n
@@ -763,7 +763,7 @@ class JoinGroupResponse(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n < 0 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -907,7 +907,7 @@ class JoinGroupResponse(_Struct):
                 if n == -1:
                     o.protocol_type = None
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.protocol_type = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -928,7 +928,7 @@ class JoinGroupResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 o.protocol_name = None
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.protocol_name = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
@@ -945,7 +945,7 @@ class JoinGroupResponse(_Struct):
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.leader = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
@@ -968,7 +968,7 @@ class JoinGroupResponse(_Struct):
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
@@ -986,7 +986,7 @@ class JoinGroupResponse(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -1005,7 +1005,7 @@ class JoinGroupResponse(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -1022,7 +1022,7 @@ class JoinGroupResponse(_Struct):
                     if n == -1:
                         o1.group_instance_id = None
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.group_instance_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -1039,7 +1039,7 @@ class JoinGroupResponse(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.metadata = buf[pos:pos + n].tobytes()
                         pos += n
@@ -1225,7 +1225,7 @@ class JoinGroupResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -1242,7 +1242,7 @@ class JoinGroupResponse(_Struct):
                 if n == -1:
                     o.group_instance_id = None
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.group_instance_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -1259,7 +1259,7 @@ class JoinGroupResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.metadata = buf[pos:pos + n].tobytes()
                     pos += n

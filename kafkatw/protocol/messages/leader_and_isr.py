@@ -171,7 +171,7 @@ class LeaderAndIsrRequest(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n < 0 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     f1 = ''
@@ -235,7 +235,7 @@ class LeaderAndIsrRequest(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n < 0 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     f1 = ''
@@ -259,7 +259,7 @@ class LeaderAndIsrRequest(_Struct):
                             raise _DecodeFailure('null value for non-nullable field', [])
                         else:
                             _i1 = -1
-                            if n < 0 or n * 1 > lb - pos:
+                            if n < 0 or n > lb - pos:
                                 raise _bad_len(n, lb - pos)
                             lst1 = []
                             f2 = ''
@@ -341,7 +341,7 @@ class LeaderAndIsrRequest(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n < 0 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -455,7 +455,7 @@ class LeaderAndIsrRequest(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -474,7 +474,7 @@ class LeaderAndIsrRequest(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -498,7 +498,7 @@ class LeaderAndIsrRequest(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i1 = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
@@ -520,7 +520,7 @@ class LeaderAndIsrRequest(_Struct):
                                 raise _DecodeFailure('null value for non-nullable field', [])
                             else:
                                 _i2 = -1
-                                if n < 0 or n * 4 > lb - pos:
+                                if n * 4 > lb - pos:
                                     raise _bad_len(n * 4, lb - pos)
                                 o2.isr = list(_unpack_from('>%di' % n, buf, pos))
                                 pos += n * 4
@@ -539,7 +539,7 @@ class LeaderAndIsrRequest(_Struct):
                                 raise _DecodeFailure('null value for non-nullable field', [])
                             else:
                                 _i2 = -1
-                                if n < 0 or n * 4 > lb - pos:
+                                if n * 4 > lb - pos:
                                     raise _bad_len(n * 4, lb - pos)
                                 o2.replicas = list(_unpack_from('>%di' % n, buf, pos))
                                 pos += n * 4
@@ -557,7 +557,7 @@ class LeaderAndIsrRequest(_Struct):
                                 raise _DecodeFailure('null value for non-nullable field', [])
                             else:
                                 _i2 = -1
-                                if n < 0 or n * 4 > lb - pos:
+                                if n * 4 > lb - pos:
                                     raise _bad_len(n * 4, lb - pos)
                                 o2.adding_replicas = list(_unpack_from('>%di' % n, buf, pos))
                                 pos += n * 4
@@ -575,7 +575,7 @@ class LeaderAndIsrRequest(_Struct):
                                 raise _DecodeFailure('null value for non-nullable field', [])
                             else:
                                 _i2 = -1
-                                if n < 0 or n * 4 > lb - pos:
+                                if n * 4 > lb - pos:
                                     raise _bad_len(n * 4, lb - pos)
                                 o2.removing_replicas = list(_unpack_from('>%di' % n, buf, pos))
                                 pos += n * 4
@@ -638,7 +638,7 @@ class LeaderAndIsrRequest(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -658,7 +658,7 @@ class LeaderAndIsrRequest(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.host_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -940,7 +940,7 @@ class LeaderAndIsrRequest(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 4 > lb - pos:
+                    if n * 4 > lb - pos:
                         raise _bad_len(n * 4, lb - pos)
                     o.isr = list(_unpack_from('>%di' % n, buf, pos))
                     pos += n * 4
@@ -959,7 +959,7 @@ class LeaderAndIsrRequest(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 4 > lb - pos:
+                    if n * 4 > lb - pos:
                         raise _bad_len(n * 4, lb - pos)
                     o.replicas = list(_unpack_from('>%di' % n, buf, pos))
                     pos += n * 4
@@ -977,7 +977,7 @@ class LeaderAndIsrRequest(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 4 > lb - pos:
+                    if n * 4 > lb - pos:
                         raise _bad_len(n * 4, lb - pos)
                     o.adding_replicas = list(_unpack_from('>%di' % n, buf, pos))
                     pos += n * 4
@@ -995,7 +995,7 @@ class LeaderAndIsrRequest(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 4 > lb - pos:
+                    if n * 4 > lb - pos:
                         raise _bad_len(n * 4, lb - pos)
                     o.removing_replicas = list(_unpack_from('>%di' % n, buf, pos))
                     pos += n * 4
@@ -1100,7 +1100,7 @@ class LeaderAndIsrRequest(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n < 0 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst = []
                         for _i in _RANGES[n] if n < 256 else range(n):
@@ -1165,7 +1165,7 @@ class LeaderAndIsrRequest(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -1189,7 +1189,7 @@ class LeaderAndIsrRequest(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -1313,7 +1313,7 @@ class LeaderAndIsrRequest(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.host_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -1386,7 +1386,7 @@ class LeaderAndIsrResponse(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n < 0 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -1480,7 +1480,7 @@ class LeaderAndIsrResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     f1 = ''
@@ -1499,7 +1499,7 @@ class LeaderAndIsrResponse(_Struct):
                         if n == -1:
                             raise _DecodeFailure('null value for non-nullable field', [])
                         else:
-                            if n < -1 or n > lb - pos:
+                            if n > lb - pos:
                                 raise _bad_len(n, lb - pos)
                             o1.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
@@ -1539,7 +1539,7 @@ class LeaderAndIsrResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     f1 = ''
@@ -1560,7 +1560,7 @@ class LeaderAndIsrResponse(_Struct):
                             raise _DecodeFailure('null value for non-nullable field', [])
                         else:
                             _i1 = -1
-                            if n < 0 or n * 1 > lb - pos:
+                            if n > lb - pos:
                                 raise _bad_len(n, lb - pos)
                             lst1 = []
                             f2 = ''
@@ -1719,7 +1719,7 @@ class LeaderAndIsrResponse(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -1837,7 +1837,7 @@ class LeaderAndIsrResponse(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst = []
                         for _i in _RANGES[n] if n < 256 else range(n):

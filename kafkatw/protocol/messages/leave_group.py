@@ -136,7 +136,7 @@ class LeaveGroupRequest(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n < 0 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     f1 = ''
@@ -226,7 +226,7 @@ class LeaveGroupRequest(_Struct):
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
@@ -245,7 +245,7 @@ class LeaveGroupRequest(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -264,7 +264,7 @@ class LeaveGroupRequest(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -281,7 +281,7 @@ class LeaveGroupRequest(_Struct):
                     if n == -1:
                         o1.group_instance_id = None
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.group_instance_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -299,7 +299,7 @@ class LeaveGroupRequest(_Struct):
                         if n == -1:
                             o1.reason = None
                         else:
-                            if n < -1 or n > lb - pos:
+                            if n > lb - pos:
                                 raise _bad_len(n, lb - pos)
                             o1.reason = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
@@ -484,7 +484,7 @@ class LeaveGroupRequest(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -501,7 +501,7 @@ class LeaveGroupRequest(_Struct):
                 if n == -1:
                     o.group_instance_id = None
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.group_instance_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -519,7 +519,7 @@ class LeaveGroupRequest(_Struct):
                     if n == -1:
                         o.reason = None
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o.reason = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -606,7 +606,7 @@ class LeaveGroupResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n < 0 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     f1 = ''
@@ -688,7 +688,7 @@ class LeaveGroupResponse(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -707,7 +707,7 @@ class LeaveGroupResponse(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -724,7 +724,7 @@ class LeaveGroupResponse(_Struct):
                     if n == -1:
                         o1.group_instance_id = None
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.group_instance_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -907,7 +907,7 @@ class LeaveGroupResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -924,7 +924,7 @@ class LeaveGroupResponse(_Struct):
                 if n == -1:
                     o.group_instance_id = None
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.group_instance_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n

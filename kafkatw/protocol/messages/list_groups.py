@@ -153,7 +153,7 @@ class ListGroupsRequest(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -190,7 +190,7 @@ class ListGroupsRequest(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -285,7 +285,7 @@ class ListGroupsResponse(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n < 0 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -364,7 +364,7 @@ class ListGroupsResponse(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -383,7 +383,7 @@ class ListGroupsResponse(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -400,7 +400,7 @@ class ListGroupsResponse(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.protocol_type = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -418,7 +418,7 @@ class ListGroupsResponse(_Struct):
                         if n == -1:
                             raise _DecodeFailure('null value for non-nullable field', [])
                         else:
-                            if n < -1 or n > lb - pos:
+                            if n > lb - pos:
                                 raise _bad_len(n, lb - pos)
                             o1.group_state = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
@@ -438,7 +438,7 @@ class ListGroupsResponse(_Struct):
                         if n == -1:
                             raise _DecodeFailure('null value for non-nullable field', [])
                         else:
-                            if n < -1 or n > lb - pos:
+                            if n > lb - pos:
                                 raise _bad_len(n, lb - pos)
                             o1.group_type = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
@@ -624,7 +624,7 @@ class ListGroupsResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -641,7 +641,7 @@ class ListGroupsResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.protocol_type = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -659,7 +659,7 @@ class ListGroupsResponse(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o.group_state = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -679,7 +679,7 @@ class ListGroupsResponse(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o.group_type = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n

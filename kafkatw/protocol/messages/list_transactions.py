@@ -121,7 +121,7 @@ class ListTransactionsRequest(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 for _i in _RANGES[n] if n < 256 else range(n):
@@ -155,7 +155,7 @@ class ListTransactionsRequest(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 8 > lb - pos:
+                if n * 8 > lb - pos:
                     raise _bad_len(n * 8, lb - pos)
                 o.producer_id_filters = list(_unpack_from('>%dq' % n, buf, pos))
                 pos += n * 8
@@ -264,7 +264,7 @@ class ListTransactionsResponse(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 for _i in _RANGES[n] if n < 256 else range(n):
@@ -298,7 +298,7 @@ class ListTransactionsResponse(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -317,7 +317,7 @@ class ListTransactionsResponse(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.transactional_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -335,7 +335,7 @@ class ListTransactionsResponse(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.transaction_state = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -444,7 +444,7 @@ class ListTransactionsResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.transactional_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -462,7 +462,7 @@ class ListTransactionsResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.transaction_state = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n

@@ -127,7 +127,7 @@ class MetadataRequest(_Struct):
                 o.topics = None
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n < 0 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -213,7 +213,7 @@ class MetadataRequest(_Struct):
                 o.topics = None
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -240,7 +240,7 @@ class MetadataRequest(_Struct):
                             raise _DecodeFailure('null value for non-nullable field', [])
                         o1.name = None
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -389,7 +389,7 @@ class MetadataRequest(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     o.name = None
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -494,7 +494,7 @@ class MetadataResponse(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n < 0 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -558,7 +558,7 @@ class MetadataResponse(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n < 0 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -589,7 +589,7 @@ class MetadataResponse(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i1 = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n < 0 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
@@ -737,7 +737,7 @@ class MetadataResponse(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -757,7 +757,7 @@ class MetadataResponse(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.host = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -775,7 +775,7 @@ class MetadataResponse(_Struct):
                     if n == -1:
                         o1.rack = None
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.rack = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -810,7 +810,7 @@ class MetadataResponse(_Struct):
             if n == -1:
                 o.cluster_id = None
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.cluster_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
@@ -829,7 +829,7 @@ class MetadataResponse(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -851,7 +851,7 @@ class MetadataResponse(_Struct):
                             raise _DecodeFailure('null value for non-nullable field', [])
                         o1.name = None
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -876,7 +876,7 @@ class MetadataResponse(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i1 = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
@@ -897,7 +897,7 @@ class MetadataResponse(_Struct):
                                 raise _DecodeFailure('null value for non-nullable field', [])
                             else:
                                 _i2 = -1
-                                if n < 0 or n * 4 > lb - pos:
+                                if n * 4 > lb - pos:
                                     raise _bad_len(n * 4, lb - pos)
                                 o2.replica_nodes = list(_unpack_from('>%di' % n, buf, pos))
                                 pos += n * 4
@@ -915,7 +915,7 @@ class MetadataResponse(_Struct):
                                 raise _DecodeFailure('null value for non-nullable field', [])
                             else:
                                 _i2 = -1
-                                if n < 0 or n * 4 > lb - pos:
+                                if n * 4 > lb - pos:
                                     raise _bad_len(n * 4, lb - pos)
                                 o2.isr_nodes = list(_unpack_from('>%di' % n, buf, pos))
                                 pos += n * 4
@@ -933,7 +933,7 @@ class MetadataResponse(_Struct):
                                 raise _DecodeFailure('null value for non-nullable field', [])
                             else:
                                 _i2 = -1
-                                if n < 0 or n * 4 > lb - pos:
+                                if n * 4 > lb - pos:
                                     raise _bad_len(n * 4, lb - pos)
                                 o2.offline_replicas = list(_unpack_from('>%di' % n, buf, pos))
                                 pos += n * 4
@@ -1129,7 +1129,7 @@ class MetadataResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.host = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -1147,7 +1147,7 @@ class MetadataResponse(_Struct):
                 if n == -1:
                     o.rack = None
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.rack = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -1252,7 +1252,7 @@ class MetadataResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n < 0 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -1329,7 +1329,7 @@ class MetadataResponse(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     o.name = None
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -1354,7 +1354,7 @@ class MetadataResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -1550,7 +1550,7 @@ class MetadataResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 4 > lb - pos:
+                    if n * 4 > lb - pos:
                         raise _bad_len(n * 4, lb - pos)
                     o.replica_nodes = list(_unpack_from('>%di' % n, buf, pos))
                     pos += n * 4
@@ -1568,7 +1568,7 @@ class MetadataResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 4 > lb - pos:
+                    if n * 4 > lb - pos:
                         raise _bad_len(n * 4, lb - pos)
                     o.isr_nodes = list(_unpack_from('>%di' % n, buf, pos))
                     pos += n * 4
@@ -1586,7 +1586,7 @@ class MetadataResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 4 > lb - pos:
+                    if n * 4 > lb - pos:
                         raise _bad_len(n * 4, lb - pos)
                     o.offline_replicas = list(_unpack_from('>%di' % n, buf, pos))
                     pos += n * 4

@@ -123,7 +123,7 @@ class OffsetFetchRequest(_Struct):
                 o.topics = None
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n < 0 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -241,7 +241,7 @@ class OffsetFetchRequest(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -262,7 +262,7 @@ class OffsetFetchRequest(_Struct):
                     o.topics = None
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     f1 = ''
@@ -281,7 +281,7 @@ class OffsetFetchRequest(_Struct):
                         if n == -1:
                             raise _DecodeFailure('null value for non-nullable field', [])
                         else:
-                            if n < -1 or n > lb - pos:
+                            if n > lb - pos:
                                 raise _bad_len(n, lb - pos)
                             o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
@@ -299,7 +299,7 @@ class OffsetFetchRequest(_Struct):
                             raise _DecodeFailure('null value for non-nullable field', [])
                         else:
                             _i1 = -1
-                            if n < 0 or n * 4 > lb - pos:
+                            if n * 4 > lb - pos:
                                 raise _bad_len(n * 4, lb - pos)
                             o1.partition_indexes = list(_unpack_from('>%di' % n, buf, pos))
                             pos += n * 4
@@ -338,7 +338,7 @@ class OffsetFetchRequest(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     f1 = ''
@@ -357,7 +357,7 @@ class OffsetFetchRequest(_Struct):
                         if n == -1:
                             raise _DecodeFailure('null value for non-nullable field', [])
                         else:
-                            if n < -1 or n > lb - pos:
+                            if n > lb - pos:
                                 raise _bad_len(n, lb - pos)
                             o1.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
@@ -375,7 +375,7 @@ class OffsetFetchRequest(_Struct):
                             if n == -1:
                                 o1.member_id = None
                             else:
-                                if n < -1 or n > lb - pos:
+                                if n > lb - pos:
                                     raise _bad_len(n, lb - pos)
                                 o1.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
@@ -401,7 +401,7 @@ class OffsetFetchRequest(_Struct):
                             o1.topics = None
                         else:
                             _i1 = -1
-                            if n < 0 or n * 1 > lb - pos:
+                            if n > lb - pos:
                                 raise _bad_len(n, lb - pos)
                             lst1 = []
                             f2 = ''
@@ -420,7 +420,7 @@ class OffsetFetchRequest(_Struct):
                                 if n == -1:
                                     raise _DecodeFailure('null value for non-nullable field', [])
                                 else:
-                                    if n < -1 or n > lb - pos:
+                                    if n > lb - pos:
                                         raise _bad_len(n, lb - pos)
                                     o2.name = buf[pos:pos + n].tobytes().decode() if n else ''
                                     pos += n
@@ -438,7 +438,7 @@ class OffsetFetchRequest(_Struct):
                                     raise _DecodeFailure('null value for non-nullable field', [])
                                 else:
                                     _i2 = -1
-                                    if n < 0 or n * 4 > lb - pos:
+                                    if n * 4 > lb - pos:
                                         raise _bad_len(n * 4, lb - pos)
                                     o2.partition_indexes = list(_unpack_from('>%di' % n, buf, pos))
                                     pos += n * 4
@@ -626,7 +626,7 @@ class OffsetFetchRequest(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -647,7 +647,7 @@ class OffsetFetchRequest(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i = -1
-                        if n < 0 or n * 4 > lb - pos:
+                        if n * 4 > lb - pos:
                             raise _bad_len(n * 4, lb - pos)
                         o.partition_indexes = list(_unpack_from('>%di' % n, buf, pos))
                         pos += n * 4
@@ -787,7 +787,7 @@ class OffsetFetchRequest(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -807,7 +807,7 @@ class OffsetFetchRequest(_Struct):
                     if n == -1:
                         o.member_id = None
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -834,7 +834,7 @@ class OffsetFetchRequest(_Struct):
                         o.topics = None
                     else:
                         _i = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst = []
                         for _i in _RANGES[n] if n < 256 else range(n):
@@ -957,7 +957,7 @@ class OffsetFetchRequest(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -978,7 +978,7 @@ class OffsetFetchRequest(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i = -1
-                        if n < 0 or n * 4 > lb - pos:
+                        if n * 4 > lb - pos:
                             raise _bad_len(n * 4, lb - pos)
                         o.partition_indexes = list(_unpack_from('>%di' % n, buf, pos))
                         pos += n * 4
@@ -1063,7 +1063,7 @@ class OffsetFetchResponse(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n < 0 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -1086,7 +1086,7 @@ class OffsetFetchResponse(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i1 = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n < 0 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
@@ -1203,7 +1203,7 @@ class OffsetFetchResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     f1 = ''
@@ -1222,7 +1222,7 @@ class OffsetFetchResponse(_Struct):
                         if n == -1:
                             raise _DecodeFailure('null value for non-nullable field', [])
                         else:
-                            if n < -1 or n > lb - pos:
+                            if n > lb - pos:
                                 raise _bad_len(n, lb - pos)
                             o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
@@ -1240,7 +1240,7 @@ class OffsetFetchResponse(_Struct):
                             raise _DecodeFailure('null value for non-nullable field', [])
                         else:
                             _i1 = -1
-                            if n < 0 or n * 1 > lb - pos:
+                            if n > lb - pos:
                                 raise _bad_len(n, lb - pos)
                             lst1 = []
                             f2 = ''
@@ -1260,7 +1260,7 @@ class OffsetFetchResponse(_Struct):
                                 if n == -1:
                                     o2.metadata = None
                                 else:
-                                    if n < -1 or n > lb - pos:
+                                    if n > lb - pos:
                                         raise _bad_len(n, lb - pos)
                                     o2.metadata = buf[pos:pos + n].tobytes().decode() if n else ''
                                     pos += n
@@ -1324,7 +1324,7 @@ class OffsetFetchResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     f1 = ''
@@ -1343,7 +1343,7 @@ class OffsetFetchResponse(_Struct):
                         if n == -1:
                             raise _DecodeFailure('null value for non-nullable field', [])
                         else:
-                            if n < -1 or n > lb - pos:
+                            if n > lb - pos:
                                 raise _bad_len(n, lb - pos)
                             o1.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
@@ -1361,7 +1361,7 @@ class OffsetFetchResponse(_Struct):
                             raise _DecodeFailure('null value for non-nullable field', [])
                         else:
                             _i1 = -1
-                            if n < 0 or n * 1 > lb - pos:
+                            if n > lb - pos:
                                 raise _bad_len(n, lb - pos)
                             lst1 = []
                             f2 = ''
@@ -1380,7 +1380,7 @@ class OffsetFetchResponse(_Struct):
                                 if n == -1:
                                     raise _DecodeFailure('null value for non-nullable field', [])
                                 else:
-                                    if n < -1 or n > lb - pos:
+                                    if n > lb - pos:
                                         raise _bad_len(n, lb - pos)
                                     o2.name = buf[pos:pos + n].tobytes().decode() if n else ''
                                     pos += n
@@ -1398,7 +1398,7 @@ class OffsetFetchResponse(_Struct):
                                     raise _DecodeFailure('null value for non-nullable field', [])
                                 else:
                                     _i2 = -1
-                                    if n < 0 or n * 1 > lb - pos:
+                                    if n > lb - pos:
                                         raise _bad_len(n, lb - pos)
                                     lst2 = []
                                     f3 = ''
@@ -1418,7 +1418,7 @@ class OffsetFetchResponse(_Struct):
                                         if n == -1:
                                             o3.metadata = None
                                         else:
-                                            if n < -1 or n > lb - pos:
+                                            if n > lb - pos:
                                                 raise _bad_len(n, lb - pos)
                                             o3.metadata = buf[pos:pos + n].tobytes().decode() if n else ''
                                             pos += n
@@ -1556,7 +1556,7 @@ class OffsetFetchResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n < 0 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -1626,7 +1626,7 @@ class OffsetFetchResponse(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -1647,7 +1647,7 @@ class OffsetFetchResponse(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst = []
                         for _i in _RANGES[n] if n < 256 else range(n):
@@ -1809,7 +1809,7 @@ class OffsetFetchResponse(_Struct):
                     if n == -1:
                         o.metadata = None
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o.metadata = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -1945,7 +1945,7 @@ class OffsetFetchResponse(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -1966,7 +1966,7 @@ class OffsetFetchResponse(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst = []
                         for _i in _RANGES[n] if n < 256 else range(n):
@@ -2096,7 +2096,7 @@ class OffsetFetchResponse(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -2117,7 +2117,7 @@ class OffsetFetchResponse(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst = []
                         for _i in _RANGES[n] if n < 256 else range(n):
@@ -2259,7 +2259,7 @@ class OffsetFetchResponse(_Struct):
                     if n == -1:
                         o.metadata = None
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o.metadata = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n

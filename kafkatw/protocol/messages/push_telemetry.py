@@ -99,7 +99,7 @@ class PushTelemetryRequest(_Struct):
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.metrics = buf[pos:pos + n].tobytes()
                 pos += n

@@ -93,7 +93,7 @@ class RemoveRaftVoterRequest(_Struct):
             if n == -1:
                 o.cluster_id = None
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.cluster_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
@@ -176,7 +176,7 @@ class RemoveRaftVoterResponse(_Struct):
             if n == -1:
                 o.error_message = None
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n

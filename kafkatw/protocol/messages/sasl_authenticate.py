@@ -123,7 +123,7 @@ class SaslAuthenticateRequest(_Struct):
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.auth_bytes = buf[pos:pos + n].tobytes()
                 pos += n
@@ -275,7 +275,7 @@ class SaslAuthenticateResponse(_Struct):
             if n == -1:
                 o.error_message = None
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
@@ -292,7 +292,7 @@ class SaslAuthenticateResponse(_Struct):
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.auth_bytes = buf[pos:pos + n].tobytes()
                 pos += n

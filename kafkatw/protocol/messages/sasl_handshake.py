@@ -126,7 +126,7 @@ class SaslHandshakeResponse(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n < 0 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 for _i in _RANGES[n] if n < 256 else range(n):

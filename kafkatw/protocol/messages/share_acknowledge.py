@@ -139,7 +139,7 @@ class ShareAcknowledgeRequest(_Struct):
             if n == -1:
                 o.group_id = None
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
@@ -156,7 +156,7 @@ class ShareAcknowledgeRequest(_Struct):
             if n == -1:
                 o.member_id = None
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
@@ -175,7 +175,7 @@ class ShareAcknowledgeRequest(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -196,7 +196,7 @@ class ShareAcknowledgeRequest(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i1 = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
@@ -217,7 +217,7 @@ class ShareAcknowledgeRequest(_Struct):
                                 raise _DecodeFailure('null value for non-nullable field', [])
                             else:
                                 _i2 = -1
-                                if n < 0 or n * 1 > lb - pos:
+                                if n > lb - pos:
                                     raise _bad_len(n, lb - pos)
                                 lst2 = []
                                 f3 = ''
@@ -238,7 +238,7 @@ class ShareAcknowledgeRequest(_Struct):
                                         raise _DecodeFailure('null value for non-nullable field', [])
                                     else:
                                         _i3 = -1
-                                        if n < 0 or n * 1 > lb - pos:
+                                        if n > lb - pos:
                                             raise _bad_len(n * 1, lb - pos)
                                         o3.acknowledge_types = list(_unpack_from('>%db' % n, buf, pos))
                                         pos += n * 1
@@ -372,7 +372,7 @@ class ShareAcknowledgeRequest(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -457,7 +457,7 @@ class ShareAcknowledgeRequest(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -543,7 +543,7 @@ class ShareAcknowledgeRequest(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n * 1, lb - pos)
                     o.acknowledge_types = list(_unpack_from('>%db' % n, buf, pos))
                     pos += n * 1
@@ -655,7 +655,7 @@ class ShareAcknowledgeResponse(_Struct):
             if n == -1:
                 o.error_message = None
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
@@ -673,7 +673,7 @@ class ShareAcknowledgeResponse(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -694,7 +694,7 @@ class ShareAcknowledgeResponse(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i1 = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
@@ -714,7 +714,7 @@ class ShareAcknowledgeResponse(_Struct):
                             if n == -1:
                                 o2.error_message = None
                             else:
-                                if n < -1 or n > lb - pos:
+                                if n > lb - pos:
                                     raise _bad_len(n, lb - pos)
                                 o2.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
@@ -788,7 +788,7 @@ class ShareAcknowledgeResponse(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -808,7 +808,7 @@ class ShareAcknowledgeResponse(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.host = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -826,7 +826,7 @@ class ShareAcknowledgeResponse(_Struct):
                     if n == -1:
                         o1.rack = None
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.rack = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -924,7 +924,7 @@ class ShareAcknowledgeResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -1013,7 +1013,7 @@ class ShareAcknowledgeResponse(_Struct):
                 if n == -1:
                     o.error_message = None
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -1163,7 +1163,7 @@ class ShareAcknowledgeResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.host = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -1181,7 +1181,7 @@ class ShareAcknowledgeResponse(_Struct):
                 if n == -1:
                     o.rack = None
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.rack = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n

@@ -117,7 +117,7 @@ class ShareGroupDescribeRequest(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 for _i in _RANGES[n] if n < 256 else range(n):
@@ -219,7 +219,7 @@ class ShareGroupDescribeResponse(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -239,7 +239,7 @@ class ShareGroupDescribeResponse(_Struct):
                     if n == -1:
                         o1.error_message = None
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -256,7 +256,7 @@ class ShareGroupDescribeResponse(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -273,7 +273,7 @@ class ShareGroupDescribeResponse(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.group_state = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -291,7 +291,7 @@ class ShareGroupDescribeResponse(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.assignor_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -309,7 +309,7 @@ class ShareGroupDescribeResponse(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i1 = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
@@ -328,7 +328,7 @@ class ShareGroupDescribeResponse(_Struct):
                             if n == -1:
                                 raise _DecodeFailure('null value for non-nullable field', [])
                             else:
-                                if n < -1 or n > lb - pos:
+                                if n > lb - pos:
                                     raise _bad_len(n, lb - pos)
                                 o2.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
@@ -345,7 +345,7 @@ class ShareGroupDescribeResponse(_Struct):
                             if n == -1:
                                 o2.rack_id = None
                             else:
-                                if n < -1 or n > lb - pos:
+                                if n > lb - pos:
                                     raise _bad_len(n, lb - pos)
                                 o2.rack_id = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
@@ -363,7 +363,7 @@ class ShareGroupDescribeResponse(_Struct):
                             if n == -1:
                                 raise _DecodeFailure('null value for non-nullable field', [])
                             else:
-                                if n < -1 or n > lb - pos:
+                                if n > lb - pos:
                                     raise _bad_len(n, lb - pos)
                                 o2.client_id = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
@@ -380,7 +380,7 @@ class ShareGroupDescribeResponse(_Struct):
                             if n == -1:
                                 raise _DecodeFailure('null value for non-nullable field', [])
                             else:
-                                if n < -1 or n > lb - pos:
+                                if n > lb - pos:
                                     raise _bad_len(n, lb - pos)
                                 o2.client_host = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
@@ -398,7 +398,7 @@ class ShareGroupDescribeResponse(_Struct):
                                 raise _DecodeFailure('null value for non-nullable field', [])
                             else:
                                 _i2 = -1
-                                if n < 0 or n * 1 > lb - pos:
+                                if n > lb - pos:
                                     raise _bad_len(n, lb - pos)
                                 lst2 = []
                                 for _i2 in _RANGES[n] if n < 256 else range(n):
@@ -435,7 +435,7 @@ class ShareGroupDescribeResponse(_Struct):
                                 raise _DecodeFailure('null value for non-nullable field', [])
                             else:
                                 _i3 = -1
-                                if n < 0 or n * 1 > lb - pos:
+                                if n > lb - pos:
                                     raise _bad_len(n, lb - pos)
                                 lst3 = []
                                 f4 = ''
@@ -455,7 +455,7 @@ class ShareGroupDescribeResponse(_Struct):
                                     if n == -1:
                                         raise _DecodeFailure('null value for non-nullable field', [])
                                     else:
-                                        if n < -1 or n > lb - pos:
+                                        if n > lb - pos:
                                             raise _bad_len(n, lb - pos)
                                         o4.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                                         pos += n
@@ -473,7 +473,7 @@ class ShareGroupDescribeResponse(_Struct):
                                         raise _DecodeFailure('null value for non-nullable field', [])
                                     else:
                                         _i4 = -1
-                                        if n < 0 or n * 4 > lb - pos:
+                                        if n * 4 > lb - pos:
                                             raise _bad_len(n * 4, lb - pos)
                                         o4.partitions = list(_unpack_from('>%di' % n, buf, pos))
                                         pos += n * 4
@@ -635,7 +635,7 @@ class ShareGroupDescribeResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -653,7 +653,7 @@ class ShareGroupDescribeResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 4 > lb - pos:
+                    if n * 4 > lb - pos:
                         raise _bad_len(n * 4, lb - pos)
                     o.partitions = list(_unpack_from('>%di' % n, buf, pos))
                     pos += n * 4
@@ -730,7 +730,7 @@ class ShareGroupDescribeResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -874,7 +874,7 @@ class ShareGroupDescribeResponse(_Struct):
                 if n == -1:
                     o.error_message = None
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -891,7 +891,7 @@ class ShareGroupDescribeResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -908,7 +908,7 @@ class ShareGroupDescribeResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.group_state = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -926,7 +926,7 @@ class ShareGroupDescribeResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.assignor_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -944,7 +944,7 @@ class ShareGroupDescribeResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -1089,7 +1089,7 @@ class ShareGroupDescribeResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -1106,7 +1106,7 @@ class ShareGroupDescribeResponse(_Struct):
                 if n == -1:
                     o.rack_id = None
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.rack_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -1124,7 +1124,7 @@ class ShareGroupDescribeResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.client_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -1141,7 +1141,7 @@ class ShareGroupDescribeResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.client_host = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -1159,7 +1159,7 @@ class ShareGroupDescribeResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):

@@ -155,7 +155,7 @@ class StopReplicaRequest(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n < 0 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     f1 = ''
@@ -189,7 +189,7 @@ class StopReplicaRequest(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n < 0 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     f1 = ''
@@ -322,7 +322,7 @@ class StopReplicaRequest(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     f1 = ''
@@ -341,7 +341,7 @@ class StopReplicaRequest(_Struct):
                         if n == -1:
                             raise _DecodeFailure('null value for non-nullable field', [])
                         else:
-                            if n < -1 or n > lb - pos:
+                            if n > lb - pos:
                                 raise _bad_len(n, lb - pos)
                             o1.name = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
@@ -359,7 +359,7 @@ class StopReplicaRequest(_Struct):
                             raise _DecodeFailure('null value for non-nullable field', [])
                         else:
                             _i1 = -1
-                            if n < 0 or n * 4 > lb - pos:
+                            if n * 4 > lb - pos:
                                 raise _bad_len(n * 4, lb - pos)
                             o1.partition_indexes = list(_unpack_from('>%di' % n, buf, pos))
                             pos += n * 4
@@ -398,7 +398,7 @@ class StopReplicaRequest(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     f1 = ''
@@ -417,7 +417,7 @@ class StopReplicaRequest(_Struct):
                         if n == -1:
                             raise _DecodeFailure('null value for non-nullable field', [])
                         else:
-                            if n < -1 or n > lb - pos:
+                            if n > lb - pos:
                                 raise _bad_len(n, lb - pos)
                             o1.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
@@ -435,7 +435,7 @@ class StopReplicaRequest(_Struct):
                             raise _DecodeFailure('null value for non-nullable field', [])
                         else:
                             _i1 = -1
-                            if n < 0 or n * 1 > lb - pos:
+                            if n > lb - pos:
                                 raise _bad_len(n, lb - pos)
                             lst1 = []
                             f2 = ''
@@ -739,7 +739,7 @@ class StopReplicaRequest(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -760,7 +760,7 @@ class StopReplicaRequest(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i = -1
-                        if n < 0 or n * 4 > lb - pos:
+                        if n * 4 > lb - pos:
                             raise _bad_len(n * 4, lb - pos)
                         o.partition_indexes = list(_unpack_from('>%di' % n, buf, pos))
                         pos += n * 4
@@ -880,7 +880,7 @@ class StopReplicaRequest(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -901,7 +901,7 @@ class StopReplicaRequest(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst = []
                         for _i in _RANGES[n] if n < 256 else range(n):
@@ -1067,7 +1067,7 @@ class StopReplicaResponse(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n < 0 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -1137,7 +1137,7 @@ class StopReplicaResponse(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -1156,7 +1156,7 @@ class StopReplicaResponse(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -1290,7 +1290,7 @@ class StopReplicaResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n

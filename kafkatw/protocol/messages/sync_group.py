@@ -160,7 +160,7 @@ class SyncGroupRequest(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n < 0 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -292,7 +292,7 @@ class SyncGroupRequest(_Struct):
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.group_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
@@ -310,7 +310,7 @@ class SyncGroupRequest(_Struct):
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
@@ -327,7 +327,7 @@ class SyncGroupRequest(_Struct):
             if n == -1:
                 o.group_instance_id = None
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.group_instance_id = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
@@ -345,7 +345,7 @@ class SyncGroupRequest(_Struct):
                 if n == -1:
                     o.protocol_type = None
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.protocol_type = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -365,7 +365,7 @@ class SyncGroupRequest(_Struct):
                 if n == -1:
                     o.protocol_name = None
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.protocol_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -385,7 +385,7 @@ class SyncGroupRequest(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -404,7 +404,7 @@ class SyncGroupRequest(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -421,7 +421,7 @@ class SyncGroupRequest(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.assignment = buf[pos:pos + n].tobytes()
                         pos += n
@@ -573,7 +573,7 @@ class SyncGroupRequest(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.member_id = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -590,7 +590,7 @@ class SyncGroupRequest(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.assignment = buf[pos:pos + n].tobytes()
                     pos += n
@@ -745,7 +745,7 @@ class SyncGroupResponse(_Struct):
                 if n == -1:
                     o.protocol_type = None
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.protocol_type = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -765,7 +765,7 @@ class SyncGroupResponse(_Struct):
                 if n == -1:
                     o.protocol_name = None
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.protocol_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -784,7 +784,7 @@ class SyncGroupResponse(_Struct):
             if n == -1:
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.assignment = buf[pos:pos + n].tobytes()
                 pos += n

@@ -114,7 +114,7 @@ class UpdateFeaturesRequest(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -133,7 +133,7 @@ class UpdateFeaturesRequest(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.feature = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -264,7 +264,7 @@ class UpdateFeaturesRequest(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.feature = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -377,7 +377,7 @@ class UpdateFeaturesResponse(_Struct):
             if n == -1:
                 o.error_message = None
             else:
-                if n < -1 or n > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                 pos += n
@@ -396,7 +396,7 @@ class UpdateFeaturesResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     f1 = ''
@@ -415,7 +415,7 @@ class UpdateFeaturesResponse(_Struct):
                         if n == -1:
                             raise _DecodeFailure('null value for non-nullable field', [])
                         else:
-                            if n < -1 or n > lb - pos:
+                            if n > lb - pos:
                                 raise _bad_len(n, lb - pos)
                             o1.feature = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
@@ -433,7 +433,7 @@ class UpdateFeaturesResponse(_Struct):
                         if n == -1:
                             o1.error_message = None
                         else:
-                            if n < -1 or n > lb - pos:
+                            if n > lb - pos:
                                 raise _bad_len(n, lb - pos)
                             o1.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                             pos += n
@@ -544,7 +544,7 @@ class UpdateFeaturesResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.feature = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -562,7 +562,7 @@ class UpdateFeaturesResponse(_Struct):
                 if n == -1:
                     o.error_message = None
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.error_message = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n

@@ -170,7 +170,7 @@ class UpdateMetadataRequest(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n < 0 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     f1 = ''
@@ -239,7 +239,7 @@ class UpdateMetadataRequest(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n < 0 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     f1 = ''
@@ -263,7 +263,7 @@ class UpdateMetadataRequest(_Struct):
                             raise _DecodeFailure('null value for non-nullable field', [])
                         else:
                             _i1 = -1
-                            if n < 0 or n * 1 > lb - pos:
+                            if n < 0 or n > lb - pos:
                                 raise _bad_len(n, lb - pos)
                             lst1 = []
                             f2 = ''
@@ -324,7 +324,7 @@ class UpdateMetadataRequest(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n < 0 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -360,7 +360,7 @@ class UpdateMetadataRequest(_Struct):
                             raise _DecodeFailure('null value for non-nullable field', [])
                         else:
                             _i1 = -1
-                            if n < 0 or n * 1 > lb - pos:
+                            if n < 0 or n > lb - pos:
                                 raise _bad_len(n, lb - pos)
                             lst1 = []
                             f2 = ''
@@ -502,7 +502,7 @@ class UpdateMetadataRequest(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -521,7 +521,7 @@ class UpdateMetadataRequest(_Struct):
                     if n == -1:
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -545,7 +545,7 @@ class UpdateMetadataRequest(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i1 = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
@@ -567,7 +567,7 @@ class UpdateMetadataRequest(_Struct):
                                 raise _DecodeFailure('null value for non-nullable field', [])
                             else:
                                 _i2 = -1
-                                if n < 0 or n * 4 > lb - pos:
+                                if n * 4 > lb - pos:
                                     raise _bad_len(n * 4, lb - pos)
                                 o2.isr = list(_unpack_from('>%di' % n, buf, pos))
                                 pos += n * 4
@@ -586,7 +586,7 @@ class UpdateMetadataRequest(_Struct):
                                 raise _DecodeFailure('null value for non-nullable field', [])
                             else:
                                 _i2 = -1
-                                if n < 0 or n * 4 > lb - pos:
+                                if n * 4 > lb - pos:
                                     raise _bad_len(n * 4, lb - pos)
                                 o2.replicas = list(_unpack_from('>%di' % n, buf, pos))
                                 pos += n * 4
@@ -604,7 +604,7 @@ class UpdateMetadataRequest(_Struct):
                                 raise _DecodeFailure('null value for non-nullable field', [])
                             else:
                                 _i2 = -1
-                                if n < 0 or n * 4 > lb - pos:
+                                if n * 4 > lb - pos:
                                     raise _bad_len(n * 4, lb - pos)
                                 o2.offline_replicas = list(_unpack_from('>%di' % n, buf, pos))
                                 pos += n * 4
@@ -658,7 +658,7 @@ class UpdateMetadataRequest(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -681,7 +681,7 @@ class UpdateMetadataRequest(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i1 = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
@@ -701,7 +701,7 @@ class UpdateMetadataRequest(_Struct):
                             if n == -1:
                                 raise _DecodeFailure('null value for non-nullable field', [])
                             else:
-                                if n < -1 or n > lb - pos:
+                                if n > lb - pos:
                                     raise _bad_len(n, lb - pos)
                                 o2.host = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
@@ -718,7 +718,7 @@ class UpdateMetadataRequest(_Struct):
                             if n == -1:
                                 raise _DecodeFailure('null value for non-nullable field', [])
                             else:
-                                if n < -1 or n > lb - pos:
+                                if n > lb - pos:
                                     raise _bad_len(n, lb - pos)
                                 o2.listener = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
@@ -754,7 +754,7 @@ class UpdateMetadataRequest(_Struct):
                     if n == -1:
                         o1.rack = None
                     else:
-                        if n < -1 or n > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         o1.rack = buf[pos:pos + n].tobytes().decode() if n else ''
                         pos += n
@@ -988,7 +988,7 @@ class UpdateMetadataRequest(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 4 > lb - pos:
+                    if n * 4 > lb - pos:
                         raise _bad_len(n * 4, lb - pos)
                     o.isr = list(_unpack_from('>%di' % n, buf, pos))
                     pos += n * 4
@@ -1007,7 +1007,7 @@ class UpdateMetadataRequest(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 4 > lb - pos:
+                    if n * 4 > lb - pos:
                         raise _bad_len(n * 4, lb - pos)
                     o.replicas = list(_unpack_from('>%di' % n, buf, pos))
                     pos += n * 4
@@ -1025,7 +1025,7 @@ class UpdateMetadataRequest(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 4 > lb - pos:
+                    if n * 4 > lb - pos:
                         raise _bad_len(n * 4, lb - pos)
                     o.offline_replicas = list(_unpack_from('>%di' % n, buf, pos))
                     pos += n * 4
@@ -1121,7 +1121,7 @@ class UpdateMetadataRequest(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n < 0 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst = []
                         for _i in _RANGES[n] if n < 256 else range(n):
@@ -1186,7 +1186,7 @@ class UpdateMetadataRequest(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.topic_name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -1210,7 +1210,7 @@ class UpdateMetadataRequest(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -1327,7 +1327,7 @@ class UpdateMetadataRequest(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n < 0 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst = []
                         for _i in _RANGES[n] if n < 256 else range(n):
@@ -1408,7 +1408,7 @@ class UpdateMetadataRequest(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -1429,7 +1429,7 @@ class UpdateMetadataRequest(_Struct):
                 if n == -1:
                     o.rack = None
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.rack = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -1606,7 +1606,7 @@ class UpdateMetadataRequest(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.host = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -1623,7 +1623,7 @@ class UpdateMetadataRequest(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.listener = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n

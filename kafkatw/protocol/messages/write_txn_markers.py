@@ -98,7 +98,7 @@ class WriteTxnMarkersRequest(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n < 0 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -112,7 +112,7 @@ class WriteTxnMarkersRequest(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i1 = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n < 0 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
@@ -197,7 +197,7 @@ class WriteTxnMarkersRequest(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -218,7 +218,7 @@ class WriteTxnMarkersRequest(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i1 = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
@@ -237,7 +237,7 @@ class WriteTxnMarkersRequest(_Struct):
                             if n == -1:
                                 raise _DecodeFailure('null value for non-nullable field', [])
                             else:
-                                if n < -1 or n > lb - pos:
+                                if n > lb - pos:
                                     raise _bad_len(n, lb - pos)
                                 o2.name = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
@@ -255,7 +255,7 @@ class WriteTxnMarkersRequest(_Struct):
                                 raise _DecodeFailure('null value for non-nullable field', [])
                             else:
                                 _i2 = -1
-                                if n < 0 or n * 4 > lb - pos:
+                                if n * 4 > lb - pos:
                                     raise _bad_len(n * 4, lb - pos)
                                 o2.partition_indexes = list(_unpack_from('>%di' % n, buf, pos))
                                 pos += n * 4
@@ -364,7 +364,7 @@ class WriteTxnMarkersRequest(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n < 0 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -421,7 +421,7 @@ class WriteTxnMarkersRequest(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -562,7 +562,7 @@ class WriteTxnMarkersRequest(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -580,7 +580,7 @@ class WriteTxnMarkersRequest(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 4 > lb - pos:
+                    if n * 4 > lb - pos:
                         raise _bad_len(n * 4, lb - pos)
                     o.partition_indexes = list(_unpack_from('>%di' % n, buf, pos))
                     pos += n * 4
@@ -646,7 +646,7 @@ class WriteTxnMarkersResponse(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n < 0 or n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -660,7 +660,7 @@ class WriteTxnMarkersResponse(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i1 = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n < 0 or n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
@@ -683,7 +683,7 @@ class WriteTxnMarkersResponse(_Struct):
                                 raise _DecodeFailure('null value for non-nullable field', [])
                             else:
                                 _i2 = -1
-                                if n < 0 or n * 1 > lb - pos:
+                                if n < 0 or n > lb - pos:
                                     raise _bad_len(n, lb - pos)
                                 lst2 = []
                                 f3 = ''
@@ -753,7 +753,7 @@ class WriteTxnMarkersResponse(_Struct):
                 raise _DecodeFailure('null value for non-nullable field', [])
             else:
                 _i = -1
-                if n < 0 or n * 1 > lb - pos:
+                if n > lb - pos:
                     raise _bad_len(n, lb - pos)
                 lst = []
                 f1 = ''
@@ -774,7 +774,7 @@ class WriteTxnMarkersResponse(_Struct):
                         raise _DecodeFailure('null value for non-nullable field', [])
                     else:
                         _i1 = -1
-                        if n < 0 or n * 1 > lb - pos:
+                        if n > lb - pos:
                             raise _bad_len(n, lb - pos)
                         lst1 = []
                         f2 = ''
@@ -793,7 +793,7 @@ class WriteTxnMarkersResponse(_Struct):
                             if n == -1:
                                 raise _DecodeFailure('null value for non-nullable field', [])
                             else:
-                                if n < -1 or n > lb - pos:
+                                if n > lb - pos:
                                     raise _bad_len(n, lb - pos)
                                 o2.name = buf[pos:pos + n].tobytes().decode() if n else ''
                                 pos += n
@@ -811,7 +811,7 @@ class WriteTxnMarkersResponse(_Struct):
                                 raise _DecodeFailure('null value for non-nullable field', [])
                             else:
                                 _i2 = -1
-                                if n < 0 or n * 1 > lb - pos:
+                                if n > lb - pos:
                                     raise _bad_len(n, lb - pos)
                                 lst2 = []
                                 f3 = ''
@@ -933,7 +933,7 @@ class WriteTxnMarkersResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n < 0 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -986,7 +986,7 @@ class WriteTxnMarkersResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -1071,7 +1071,7 @@ class WriteTxnMarkersResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n < 0 or n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
@@ -1132,7 +1132,7 @@ class WriteTxnMarkersResponse(_Struct):
                 if n == -1:
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
-                    if n < -1 or n > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     o.name = buf[pos:pos + n].tobytes().decode() if n else ''
                     pos += n
@@ -1150,7 +1150,7 @@ class WriteTxnMarkersResponse(_Struct):
                     raise _DecodeFailure('null value for non-nullable field', [])
                 else:
                     _i = -1
-                    if n < 0 or n * 1 > lb - pos:
+                    if n > lb - pos:
                         raise _bad_len(n, lb - pos)
                     lst = []
                     for _i in _RANGES[n] if n < 256 else range(n):
