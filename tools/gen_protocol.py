@@ -1049,6 +1049,11 @@ class RowGen:
                         self.write_tail(sd, names, k, buf, parts, qual)
                         em.ind -= 1
                         return
+                    folded = self.folded_run(fields, j, k)
+                    if folded:
+                        self.write_folded(fields, names, i, j, *folded, buf, parts, qual)
+                        i = folded[1]
+                        continue
                     em("%s += %sp(%s)" % (buf, em.struct(fmt), args))
                     i = j
                     continue
@@ -1059,6 +1064,64 @@ class RowGen:
             i += 1
         assert k is None, (qual, "a default tail is written with the fixed run before it")
         self.write_tail(sd, names, len(fields), buf, parts, qual)
+
+    def fixed_end(self, fields, j):
+        """The end of the fixed-width run of regular fields starting at ``j``."""
+        while (j < len(fields) and _has(fields[j].regular, self.v) and fields[j].base in FIXED
+               and not fields[j].is_array):
+            j += 1
+        return j
+
+    def folded_run(self, fields, j, k):
+        """``(j', m)`` when ``fields[j']``, the next field written in place after a fixed run
+        ending at ``j``, is an array of structs whose empty or null encoding is one byte and
+        ``fields[j' + 1:m]`` another fixed run (not the one a default tail joins): an empty
+        array is then written with both runs in one pack (FetchResponse's partition: no
+        aborted transactions between its offsets and the preferred read replica, one pack
+        and one bytearray concatenation instead of three); else ``None``."""
+        v = self.v
+        if j == k or not self.flex:
+            return None
+        # (fields written elsewhere or not at all in between: tagged ones, ignorable absent ones)
+        while j < len(fields) and not _has(fields[j].regular, v) and (
+                _has(fields[j].tagged, v) or (not _has(fields[j].versions, v) and fields[j].ignorable)):
+            j += 1
+        if j >= len(fields):
+            return None
+        f = fields[j]
+        if not (_has(f.regular, v) and f.is_array and f.struct and self.fflex(f)):
+            return None
+        m = self.fixed_end(fields, j + 1)
+        if m == j + 1 or m == k:
+            return None
+        return j, m
+
+    def write_folded(self, fields, names, i, run_end, j, m, buf, parts, qual):
+        """Fixed runs ``fields[i:run_end]`` and ``fields[j + 1:m]`` around the array
+        ``fields[j]``: one pack with its one-byte length when it is empty or null, else each
+        as it is."""
+        em = self.em
+        f = fields[j]
+        fmt1 = ">" + "".join(FIXED[x.base][0] for x in fields[i:run_end])
+        fmt2 = ">" + "".join(FIXED[x.base][0] for x in fields[j + 1:m])
+        args1, args2 = ", ".join(names[i:run_end]), ", ".join(names[j + 1:m])
+        em("x = %s" % names[j])
+        em("if not x:")
+        em.ind += 1
+        if _has(f.nullable, self.v):
+            count = "0 if x is None else 1"
+        else:
+            em("if x is None:")
+            em("    raise _null_field(%r, %r, v)" % (qual, f.attr))
+            count = "1"
+        em("%s += %sp(%s, %s, %s)" % (buf, em.struct(fmt1 + "B" + fmt2[1:]), args1, count, args2))
+        em.ind -= 1
+        em("else:")
+        em.ind += 1
+        em("%s += %sp(%s)" % (buf, em.struct(fmt1), args1))
+        self.write_items(f, buf, parts)
+        em("%s += %sp(%s)" % (buf, em.struct(fmt2), args2))
+        em.ind -= 1
 
     def default_tail(self, fields):
         """``(k, bytes)``: ``fields[k:]`` hold no fixed-width, struct or records field present
@@ -1175,28 +1238,7 @@ class RowGen:
             em.ind -= 1
             em("else:")
             em.ind += 1
-            self.len_prefix(fflex, buf, "len(x)", "i")
-            if f.struct:
-                sub = self.names(f.struct)
-                em("for %s in x:" % (", ".join(sub) + ("," if len(sub) == 1 else "")))
-                em.ind += 1
-                self.write_struct(f.struct, sub, buf, parts)
-                em.ind -= 1
-                self.depth -= 1
-            elif f.elem == "uuid":
-                em("for e in x:")
-                em("    %s += e" % buf)
-            elif f.elem in FIXED:
-                em("%s += _pack('>%%d%s' %% len(x), *x)" % (buf, FIXED[f.elem][0]))
-            elif f.elem == "string":
-                em("for e in x:")
-                em.ind += 1
-                em("e = e.encode()")
-                self.len_prefix(fflex, buf, "len(e)", "h")
-                em("%s += e" % buf)
-                em.ind -= 1
-            else:
-                raise AssertionError(f.type)
+            self.write_items(f, buf, parts)
             em.ind -= 1
         elif f.type in FIXED:
             em("%s += %sp(x)" % (buf, em.struct(">" + FIXED[f.type][0])))
@@ -1229,6 +1271,33 @@ class RowGen:
             em.ind += 1
             self.len_prefix(fflex, buf, "_records_size(x)", "i")
             em("_emit_records(%s, %s, x)" % (buf, parts))
+            em.ind -= 1
+        else:
+            raise AssertionError(f.type)
+
+    def write_items(self, f, buf, parts):
+        """The length and the elements of the non-empty array in ``x``."""
+        em = self.em
+        fflex = self.fflex(f)
+        self.len_prefix(fflex, buf, "len(x)", "i")
+        if f.struct:
+            sub = self.names(f.struct)
+            em("for %s in x:" % (", ".join(sub) + ("," if len(sub) == 1 else "")))
+            em.ind += 1
+            self.write_struct(f.struct, sub, buf, parts)
+            em.ind -= 1
+            self.depth -= 1
+        elif f.elem == "uuid":
+            em("for e in x:")
+            em("    %s += e" % buf)
+        elif f.elem in FIXED:
+            em("%s += _pack('>%%d%s' %% len(x), *x)" % (buf, FIXED[f.elem][0]))
+        elif f.elem == "string":
+            em("for e in x:")
+            em.ind += 1
+            em("e = e.encode()")
+            self.len_prefix(fflex, buf, "len(e)", "h")
+            em("%s += e" % buf)
             em.ind -= 1
         else:
             raise AssertionError(f.type)

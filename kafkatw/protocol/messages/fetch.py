@@ -98,18 +98,20 @@ _T25u = _struct.Struct('>ihi4s').unpack_from
 _T25p = _struct.Struct('>ihi4s').pack
 _T26u = _struct.Struct('>ihi2s').unpack_from
 _T26p = _struct.Struct('>ihi2s').pack
-_T27u = _struct.Struct('>qq1s').unpack_from
-_T27p = _struct.Struct('>qq1s').pack
-_T28u = _struct.Struct('>iq1s').unpack_from
-_T28p = _struct.Struct('>iq1s').pack
-_T29u = _struct.Struct('>ii1s').unpack_from
-_T29p = _struct.Struct('>ii1s').pack
-_T30u = _struct.Struct('>qi1s').unpack_from
-_T30p = _struct.Struct('>qi1s').pack
-_T31u = _struct.Struct('>16s2s').unpack_from
-_T31p = _struct.Struct('>16s2s').pack
-_T32u = _struct.Struct('>i2s').unpack_from
-_T32p = _struct.Struct('>i2s').pack
+_T27u = _struct.Struct('>ihqqqBi').unpack_from
+_T27p = _struct.Struct('>ihqqqBi').pack
+_T28u = _struct.Struct('>qq1s').unpack_from
+_T28p = _struct.Struct('>qq1s').pack
+_T29u = _struct.Struct('>iq1s').unpack_from
+_T29p = _struct.Struct('>iq1s').pack
+_T30u = _struct.Struct('>ii1s').unpack_from
+_T30p = _struct.Struct('>ii1s').pack
+_T31u = _struct.Struct('>qi1s').unpack_from
+_T31p = _struct.Struct('>qi1s').pack
+_T32u = _struct.Struct('>16s2s').unpack_from
+_T32p = _struct.Struct('>16s2s').pack
+_T33u = _struct.Struct('>i2s').unpack_from
+_T33p = _struct.Struct('>i2s').pack
 
 
 class FetchRequest(_Struct):
@@ -3140,14 +3142,11 @@ def _rows_FetchResponse_v12(v, throttle_time_ms_1, error_code_1, session_id_1, r
                     else:
                         buf += _wuv(n)
                     for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
-                        buf += _T18p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
                         x = aborted_transactions_3
                         if not x:
-                            if x is None:
-                                buf += b'\x00'
-                            else:
-                                buf += b'\x01'
+                            buf += _T27p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, 0 if x is None else 1, preferred_read_replica_3)
                         else:
+                            buf += _T18p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
                             n = len(x) + 1
                             if n < 128:
                                 buf.append(n)
@@ -3155,11 +3154,11 @@ def _rows_FetchResponse_v12(v, throttle_time_ms_1, error_code_1, session_id_1, r
                                 buf += _wuv(n)
                             for producer_id_4, first_offset_4 in x:
                                 if True:
-                                    buf += _T27p(producer_id_4, first_offset_4, b'\x00')
+                                    buf += _T28p(producer_id_4, first_offset_4, b'\x00')
                                 else:
                                     buf += _T12p(producer_id_4, first_offset_4)
                                     buf.append(0)
-                        buf += _T0p(preferred_read_replica_3)
+                            buf += _T0p(preferred_read_replica_3)
                         x = records_3
                         if x is None:
                             buf += b'\x00'
@@ -3189,7 +3188,7 @@ def _rows_FetchResponse_v12(v, throttle_time_ms_1, error_code_1, session_id_1, r
                                     diverging_epoch_3 = (-1, -1,)
                                 epoch_4, end_offset_4 = diverging_epoch_3
                                 if True:
-                                    t_3 += _T28p(epoch_4, end_offset_4, b'\x00')
+                                    t_3 += _T29p(epoch_4, end_offset_4, b'\x00')
                                 else:
                                     t_3 += _T8p(epoch_4, end_offset_4)
                                     t_3.append(0)
@@ -3200,7 +3199,7 @@ def _rows_FetchResponse_v12(v, throttle_time_ms_1, error_code_1, session_id_1, r
                                     current_leader_3 = (-1, -1,)
                                 leader_id_4, leader_epoch_4 = current_leader_3
                                 if True:
-                                    t_3 += _T29p(leader_id_4, leader_epoch_4, b'\x00')
+                                    t_3 += _T30p(leader_id_4, leader_epoch_4, b'\x00')
                                 else:
                                     t_3 += _T1p(leader_id_4, leader_epoch_4)
                                     t_3.append(0)
@@ -3211,7 +3210,7 @@ def _rows_FetchResponse_v12(v, throttle_time_ms_1, error_code_1, session_id_1, r
                                     snapshot_id_3 = (-1, -1,)
                                 end_offset_4, epoch_4 = snapshot_id_3
                                 if True:
-                                    t_3 += _T30p(end_offset_4, epoch_4, b'\x00')
+                                    t_3 += _T31p(end_offset_4, epoch_4, b'\x00')
                                 else:
                                     t_3 += _T21p(end_offset_4, epoch_4)
                                     t_3.append(0)
@@ -3247,7 +3246,7 @@ def _rows_FetchResponse_v13(v, throttle_time_ms_1, error_code_1, session_id_1, r
                 buf += _wuv(n)
             for topic_2, topic_id_2, partitions_2 in x:
                 if (partitions_2 is not None and not partitions_2):
-                    buf += _T31p(topic_id_2, b'\x01\x00')
+                    buf += _T32p(topic_id_2, b'\x01\x00')
                 else:
                     buf += _T6p(topic_id_2)
                     x = partitions_2
@@ -3263,14 +3262,11 @@ def _rows_FetchResponse_v13(v, throttle_time_ms_1, error_code_1, session_id_1, r
                         else:
                             buf += _wuv(n)
                         for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
-                            buf += _T18p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
                             x = aborted_transactions_3
                             if not x:
-                                if x is None:
-                                    buf += b'\x00'
-                                else:
-                                    buf += b'\x01'
+                                buf += _T27p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, 0 if x is None else 1, preferred_read_replica_3)
                             else:
+                                buf += _T18p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
                                 n = len(x) + 1
                                 if n < 128:
                                     buf.append(n)
@@ -3278,11 +3274,11 @@ def _rows_FetchResponse_v13(v, throttle_time_ms_1, error_code_1, session_id_1, r
                                     buf += _wuv(n)
                                 for producer_id_4, first_offset_4 in x:
                                     if True:
-                                        buf += _T27p(producer_id_4, first_offset_4, b'\x00')
+                                        buf += _T28p(producer_id_4, first_offset_4, b'\x00')
                                     else:
                                         buf += _T12p(producer_id_4, first_offset_4)
                                         buf.append(0)
-                            buf += _T0p(preferred_read_replica_3)
+                                buf += _T0p(preferred_read_replica_3)
                             x = records_3
                             if x is None:
                                 buf += b'\x00'
@@ -3312,7 +3308,7 @@ def _rows_FetchResponse_v13(v, throttle_time_ms_1, error_code_1, session_id_1, r
                                         diverging_epoch_3 = (-1, -1,)
                                     epoch_4, end_offset_4 = diverging_epoch_3
                                     if True:
-                                        t_3 += _T28p(epoch_4, end_offset_4, b'\x00')
+                                        t_3 += _T29p(epoch_4, end_offset_4, b'\x00')
                                     else:
                                         t_3 += _T8p(epoch_4, end_offset_4)
                                         t_3.append(0)
@@ -3323,7 +3319,7 @@ def _rows_FetchResponse_v13(v, throttle_time_ms_1, error_code_1, session_id_1, r
                                         current_leader_3 = (-1, -1,)
                                     leader_id_4, leader_epoch_4 = current_leader_3
                                     if True:
-                                        t_3 += _T29p(leader_id_4, leader_epoch_4, b'\x00')
+                                        t_3 += _T30p(leader_id_4, leader_epoch_4, b'\x00')
                                     else:
                                         t_3 += _T1p(leader_id_4, leader_epoch_4)
                                         t_3.append(0)
@@ -3334,7 +3330,7 @@ def _rows_FetchResponse_v13(v, throttle_time_ms_1, error_code_1, session_id_1, r
                                         snapshot_id_3 = (-1, -1,)
                                     end_offset_4, epoch_4 = snapshot_id_3
                                     if True:
-                                        t_3 += _T30p(end_offset_4, epoch_4, b'\x00')
+                                        t_3 += _T31p(end_offset_4, epoch_4, b'\x00')
                                     else:
                                         t_3 += _T21p(end_offset_4, epoch_4)
                                         t_3.append(0)
@@ -3370,7 +3366,7 @@ def _rows_FetchResponse_v16(v, throttle_time_ms_1, error_code_1, session_id_1, r
                 buf += _wuv(n)
             for topic_2, topic_id_2, partitions_2 in x:
                 if (partitions_2 is not None and not partitions_2):
-                    buf += _T31p(topic_id_2, b'\x01\x00')
+                    buf += _T32p(topic_id_2, b'\x01\x00')
                 else:
                     buf += _T6p(topic_id_2)
                     x = partitions_2
@@ -3386,14 +3382,11 @@ def _rows_FetchResponse_v16(v, throttle_time_ms_1, error_code_1, session_id_1, r
                         else:
                             buf += _wuv(n)
                         for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
-                            buf += _T18p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
                             x = aborted_transactions_3
                             if not x:
-                                if x is None:
-                                    buf += b'\x00'
-                                else:
-                                    buf += b'\x01'
+                                buf += _T27p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, 0 if x is None else 1, preferred_read_replica_3)
                             else:
+                                buf += _T18p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
                                 n = len(x) + 1
                                 if n < 128:
                                     buf.append(n)
@@ -3401,11 +3394,11 @@ def _rows_FetchResponse_v16(v, throttle_time_ms_1, error_code_1, session_id_1, r
                                     buf += _wuv(n)
                                 for producer_id_4, first_offset_4 in x:
                                     if True:
-                                        buf += _T27p(producer_id_4, first_offset_4, b'\x00')
+                                        buf += _T28p(producer_id_4, first_offset_4, b'\x00')
                                     else:
                                         buf += _T12p(producer_id_4, first_offset_4)
                                         buf.append(0)
-                            buf += _T0p(preferred_read_replica_3)
+                                buf += _T0p(preferred_read_replica_3)
                             x = records_3
                             if x is None:
                                 buf += b'\x00'
@@ -3435,7 +3428,7 @@ def _rows_FetchResponse_v16(v, throttle_time_ms_1, error_code_1, session_id_1, r
                                         diverging_epoch_3 = (-1, -1,)
                                     epoch_4, end_offset_4 = diverging_epoch_3
                                     if True:
-                                        t_3 += _T28p(epoch_4, end_offset_4, b'\x00')
+                                        t_3 += _T29p(epoch_4, end_offset_4, b'\x00')
                                     else:
                                         t_3 += _T8p(epoch_4, end_offset_4)
                                         t_3.append(0)
@@ -3446,7 +3439,7 @@ def _rows_FetchResponse_v16(v, throttle_time_ms_1, error_code_1, session_id_1, r
                                         current_leader_3 = (-1, -1,)
                                     leader_id_4, leader_epoch_4 = current_leader_3
                                     if True:
-                                        t_3 += _T29p(leader_id_4, leader_epoch_4, b'\x00')
+                                        t_3 += _T30p(leader_id_4, leader_epoch_4, b'\x00')
                                     else:
                                         t_3 += _T1p(leader_id_4, leader_epoch_4)
                                         t_3.append(0)
@@ -3457,7 +3450,7 @@ def _rows_FetchResponse_v16(v, throttle_time_ms_1, error_code_1, session_id_1, r
                                         snapshot_id_3 = (-1, -1,)
                                     end_offset_4, epoch_4 = snapshot_id_3
                                     if True:
-                                        t_3 += _T30p(end_offset_4, epoch_4, b'\x00')
+                                        t_3 += _T31p(end_offset_4, epoch_4, b'\x00')
                                     else:
                                         t_3 += _T21p(end_offset_4, epoch_4)
                                         t_3.append(0)
@@ -3496,7 +3489,7 @@ def _rows_FetchResponse_v16(v, throttle_time_ms_1, error_code_1, session_id_1, r
                                 t_1 += _wuv(n)
                             t_1 += x
                         if rack_2 is None:
-                            t_1 += _T32p(port_2, b'\x00\x00')
+                            t_1 += _T33p(port_2, b'\x00\x00')
                         else:
                             t_1 += _T0p(port_2)
                             x = rack_2
