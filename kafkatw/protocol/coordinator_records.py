@@ -6,6 +6,7 @@ or ``__transaction_state`` are an int16 version followed by the class encoded at
 import struct as _struct
 
 from kafkatw.protocol._runtime import (
+    BYTES as _BYTES,
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
@@ -20,6 +21,7 @@ from kafkatw.protocol._runtime import (
     pack as _pack,
     pi16 as _pi16,
     pi32 as _pi32,
+    join as _join,
     tag_size as _tag_size,
     ui8 as _ui8,
     ui16 as _ui16,
@@ -28,6 +30,7 @@ from kafkatw.protocol._runtime import (
 )
 from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
+    LARGE_PART as _LARGE_PART,
     ProtocolDecodeError,
     UnsupportedVersionError,
     ZERO_UUID as _ZERO_UUID,

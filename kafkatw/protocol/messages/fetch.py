@@ -7,6 +7,7 @@ by ``kafkatw.protocol.messages``.
 import struct as _struct
 
 from kafkatw.protocol._runtime import (
+    BYTES as _BYTES,
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
@@ -21,6 +22,7 @@ from kafkatw.protocol._runtime import (
     pack as _pack,
     pi16 as _pi16,
     pi32 as _pi32,
+    join as _join,
     tag_size as _tag_size,
     ui16 as _ui16,
     ui32 as _ui32,
@@ -28,6 +30,7 @@ from kafkatw.protocol._runtime import (
 )
 from kafkatw.protocol.codec import (
     DecodeFailure as _DecodeFailure,
+    LARGE_PART as _LARGE_PART,
     UnsupportedVersionError,
     ZERO_UUID as _ZERO_UUID,
     emit_records as _emit_records,
@@ -2702,7 +2705,7 @@ _S_FetchResponse_NodeEndpoint = FetchResponse.NodeEndpoint
 
 
 def _rows_FetchResponse_v0(v, throttle_time_ms_1, error_code_1, session_id_1, responses_1, node_endpoints_1):
-    buf = bytearray()
+    buf = []
     parts = []
     if not (session_id_1 == 0):
         raise _absent_field('FetchResponse', 'session_id', v)
@@ -2711,27 +2714,27 @@ def _rows_FetchResponse_v0(v, throttle_time_ms_1, error_code_1, session_id_1, re
         if x is None:
             raise _null_field('FetchResponse', 'responses', v)
         else:
-            buf += b'\x00\x00\x00\x00'
+            buf.append(b'\x00\x00\x00\x00')
     else:
-        buf += _pi32(len(x))
+        buf.append(_pi32(len(x)))
         for topic_2, topic_id_2, partitions_2 in x:
             x = topic_2
             if x is None:
                 raise _null_field('FetchResponse.FetchableTopicResponse', 'topic', v)
             else:
                 x = x.encode()
-                buf += _pi16(len(x))
-                buf += x
+                buf.append(_pi16(len(x)))
+                buf.append(x)
             x = partitions_2
             if not x:
                 if x is None:
                     raise _null_field('FetchResponse.FetchableTopicResponse', 'partitions', v)
                 else:
-                    buf += b'\x00\x00\x00\x00'
+                    buf.append(b'\x00\x00\x00\x00')
             else:
-                buf += _pi32(len(x))
+                buf.append(_pi32(len(x)))
                 for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
-                    buf += _T11p(partition_index_3, error_code_3, high_watermark_3)
+                    buf.append(_T11p(partition_index_3, error_code_3, high_watermark_3))
                     if not ((diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1))):
                         raise _absent_field('FetchResponse.PartitionData', 'diverging_epoch', v)
                     if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
@@ -2742,29 +2745,36 @@ def _rows_FetchResponse_v0(v, throttle_time_ms_1, error_code_1, session_id_1, re
                         raise _absent_field('FetchResponse.PartitionData', 'preferred_read_replica', v)
                     x = records_3
                     if x is None:
-                        buf += b'\xff\xff\xff\xff'
+                        buf.append(b'\xff\xff\xff\xff')
                     elif type(x) is _FileRegion:
-                        buf += _pi32(x.count)
-                        parts.append(bytes(buf))
+                        buf.append(_pi32(x.count))
+                        parts.append(_join(buf))
                         del buf[:]
                         parts.append(x)
                     else:
-                        buf += _pi32(_records_size(x))
-                        _emit_records(buf, parts, x)
+                        buf.append(_pi32(_records_size(x)))
+                        if type(x) is not list and len(x) < _LARGE_PART:
+                            buf.append(x)
+                        else:
+                            tb = bytearray(_join(buf))
+                            del buf[:]
+                            _emit_records(tb, parts, x)
+                            if tb:
+                                buf.append(tb)
     if not ((node_endpoints_1 is not None and not node_endpoints_1)):
         raise _absent_field('FetchResponse', 'node_endpoints', v)
     if buf or not parts:
-        parts.append(bytes(buf))
+        parts.append(_join(buf))
     return parts
 
 
 def _rows_FetchResponse_v1(v, throttle_time_ms_1, error_code_1, session_id_1, responses_1, node_endpoints_1):
-    buf = bytearray()
+    buf = []
     parts = []
     if session_id_1 == 0 and (node_endpoints_1 is not None and not node_endpoints_1) and (responses_1 is not None and not responses_1):
-        buf += _T23p(throttle_time_ms_1, b'\x00\x00\x00\x00')
+        buf.append(_T23p(throttle_time_ms_1, b'\x00\x00\x00\x00'))
     else:
-        buf += _T0p(throttle_time_ms_1)
+        buf.append(_T0p(throttle_time_ms_1))
         if not (session_id_1 == 0):
             raise _absent_field('FetchResponse', 'session_id', v)
         x = responses_1
@@ -2772,27 +2782,27 @@ def _rows_FetchResponse_v1(v, throttle_time_ms_1, error_code_1, session_id_1, re
             if x is None:
                 raise _null_field('FetchResponse', 'responses', v)
             else:
-                buf += b'\x00\x00\x00\x00'
+                buf.append(b'\x00\x00\x00\x00')
         else:
-            buf += _pi32(len(x))
+            buf.append(_pi32(len(x)))
             for topic_2, topic_id_2, partitions_2 in x:
                 x = topic_2
                 if x is None:
                     raise _null_field('FetchResponse.FetchableTopicResponse', 'topic', v)
                 else:
                     x = x.encode()
-                    buf += _pi16(len(x))
-                    buf += x
+                    buf.append(_pi16(len(x)))
+                    buf.append(x)
                 x = partitions_2
                 if not x:
                     if x is None:
                         raise _null_field('FetchResponse.FetchableTopicResponse', 'partitions', v)
                     else:
-                        buf += b'\x00\x00\x00\x00'
+                        buf.append(b'\x00\x00\x00\x00')
                 else:
-                    buf += _pi32(len(x))
+                    buf.append(_pi32(len(x)))
                     for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
-                        buf += _T11p(partition_index_3, error_code_3, high_watermark_3)
+                        buf.append(_T11p(partition_index_3, error_code_3, high_watermark_3))
                         if not ((diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1))):
                             raise _absent_field('FetchResponse.PartitionData', 'diverging_epoch', v)
                         if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
@@ -2803,29 +2813,36 @@ def _rows_FetchResponse_v1(v, throttle_time_ms_1, error_code_1, session_id_1, re
                             raise _absent_field('FetchResponse.PartitionData', 'preferred_read_replica', v)
                         x = records_3
                         if x is None:
-                            buf += b'\xff\xff\xff\xff'
+                            buf.append(b'\xff\xff\xff\xff')
                         elif type(x) is _FileRegion:
-                            buf += _pi32(x.count)
-                            parts.append(bytes(buf))
+                            buf.append(_pi32(x.count))
+                            parts.append(_join(buf))
                             del buf[:]
                             parts.append(x)
                         else:
-                            buf += _pi32(_records_size(x))
-                            _emit_records(buf, parts, x)
+                            buf.append(_pi32(_records_size(x)))
+                            if type(x) is not list and len(x) < _LARGE_PART:
+                                buf.append(x)
+                            else:
+                                tb = bytearray(_join(buf))
+                                del buf[:]
+                                _emit_records(tb, parts, x)
+                                if tb:
+                                    buf.append(tb)
         if not ((node_endpoints_1 is not None and not node_endpoints_1)):
             raise _absent_field('FetchResponse', 'node_endpoints', v)
     if buf or not parts:
-        parts.append(bytes(buf))
+        parts.append(_join(buf))
     return parts
 
 
 def _rows_FetchResponse_v4(v, throttle_time_ms_1, error_code_1, session_id_1, responses_1, node_endpoints_1):
-    buf = bytearray()
+    buf = []
     parts = []
     if session_id_1 == 0 and (node_endpoints_1 is not None and not node_endpoints_1) and (responses_1 is not None and not responses_1):
-        buf += _T23p(throttle_time_ms_1, b'\x00\x00\x00\x00')
+        buf.append(_T23p(throttle_time_ms_1, b'\x00\x00\x00\x00'))
     else:
-        buf += _T0p(throttle_time_ms_1)
+        buf.append(_T0p(throttle_time_ms_1))
         if not (session_id_1 == 0):
             raise _absent_field('FetchResponse', 'session_id', v)
         x = responses_1
@@ -2833,27 +2850,27 @@ def _rows_FetchResponse_v4(v, throttle_time_ms_1, error_code_1, session_id_1, re
             if x is None:
                 raise _null_field('FetchResponse', 'responses', v)
             else:
-                buf += b'\x00\x00\x00\x00'
+                buf.append(b'\x00\x00\x00\x00')
         else:
-            buf += _pi32(len(x))
+            buf.append(_pi32(len(x)))
             for topic_2, topic_id_2, partitions_2 in x:
                 x = topic_2
                 if x is None:
                     raise _null_field('FetchResponse.FetchableTopicResponse', 'topic', v)
                 else:
                     x = x.encode()
-                    buf += _pi16(len(x))
-                    buf += x
+                    buf.append(_pi16(len(x)))
+                    buf.append(x)
                 x = partitions_2
                 if not x:
                     if x is None:
                         raise _null_field('FetchResponse.FetchableTopicResponse', 'partitions', v)
                     else:
-                        buf += b'\x00\x00\x00\x00'
+                        buf.append(b'\x00\x00\x00\x00')
                 else:
-                    buf += _pi32(len(x))
+                    buf.append(_pi32(len(x)))
                     for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
-                        buf += _T24p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3)
+                        buf.append(_T24p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3))
                         if not ((diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1))):
                             raise _absent_field('FetchResponse.PartitionData', 'diverging_epoch', v)
                         if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
@@ -2863,40 +2880,47 @@ def _rows_FetchResponse_v4(v, throttle_time_ms_1, error_code_1, session_id_1, re
                         x = aborted_transactions_3
                         if not x:
                             if x is None:
-                                buf += b'\xff\xff\xff\xff'
+                                buf.append(b'\xff\xff\xff\xff')
                             else:
-                                buf += b'\x00\x00\x00\x00'
+                                buf.append(b'\x00\x00\x00\x00')
                         else:
-                            buf += _pi32(len(x))
+                            buf.append(_pi32(len(x)))
                             for producer_id_4, first_offset_4 in x:
-                                buf += _T12p(producer_id_4, first_offset_4)
+                                buf.append(_T12p(producer_id_4, first_offset_4))
                         if not (preferred_read_replica_3 == -1):
                             raise _absent_field('FetchResponse.PartitionData', 'preferred_read_replica', v)
                         x = records_3
                         if x is None:
-                            buf += b'\xff\xff\xff\xff'
+                            buf.append(b'\xff\xff\xff\xff')
                         elif type(x) is _FileRegion:
-                            buf += _pi32(x.count)
-                            parts.append(bytes(buf))
+                            buf.append(_pi32(x.count))
+                            parts.append(_join(buf))
                             del buf[:]
                             parts.append(x)
                         else:
-                            buf += _pi32(_records_size(x))
-                            _emit_records(buf, parts, x)
+                            buf.append(_pi32(_records_size(x)))
+                            if type(x) is not list and len(x) < _LARGE_PART:
+                                buf.append(x)
+                            else:
+                                tb = bytearray(_join(buf))
+                                del buf[:]
+                                _emit_records(tb, parts, x)
+                                if tb:
+                                    buf.append(tb)
         if not ((node_endpoints_1 is not None and not node_endpoints_1)):
             raise _absent_field('FetchResponse', 'node_endpoints', v)
     if buf or not parts:
-        parts.append(bytes(buf))
+        parts.append(_join(buf))
     return parts
 
 
 def _rows_FetchResponse_v5(v, throttle_time_ms_1, error_code_1, session_id_1, responses_1, node_endpoints_1):
-    buf = bytearray()
+    buf = []
     parts = []
     if session_id_1 == 0 and (node_endpoints_1 is not None and not node_endpoints_1) and (responses_1 is not None and not responses_1):
-        buf += _T23p(throttle_time_ms_1, b'\x00\x00\x00\x00')
+        buf.append(_T23p(throttle_time_ms_1, b'\x00\x00\x00\x00'))
     else:
-        buf += _T0p(throttle_time_ms_1)
+        buf.append(_T0p(throttle_time_ms_1))
         if not (session_id_1 == 0):
             raise _absent_field('FetchResponse', 'session_id', v)
         x = responses_1
@@ -2904,27 +2928,27 @@ def _rows_FetchResponse_v5(v, throttle_time_ms_1, error_code_1, session_id_1, re
             if x is None:
                 raise _null_field('FetchResponse', 'responses', v)
             else:
-                buf += b'\x00\x00\x00\x00'
+                buf.append(b'\x00\x00\x00\x00')
         else:
-            buf += _pi32(len(x))
+            buf.append(_pi32(len(x)))
             for topic_2, topic_id_2, partitions_2 in x:
                 x = topic_2
                 if x is None:
                     raise _null_field('FetchResponse.FetchableTopicResponse', 'topic', v)
                 else:
                     x = x.encode()
-                    buf += _pi16(len(x))
-                    buf += x
+                    buf.append(_pi16(len(x)))
+                    buf.append(x)
                 x = partitions_2
                 if not x:
                     if x is None:
                         raise _null_field('FetchResponse.FetchableTopicResponse', 'partitions', v)
                     else:
-                        buf += b'\x00\x00\x00\x00'
+                        buf.append(b'\x00\x00\x00\x00')
                 else:
-                    buf += _pi32(len(x))
+                    buf.append(_pi32(len(x)))
                     for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
-                        buf += _T18p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
+                        buf.append(_T18p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3))
                         if not ((diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1))):
                             raise _absent_field('FetchResponse.PartitionData', 'diverging_epoch', v)
                         if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
@@ -2934,66 +2958,73 @@ def _rows_FetchResponse_v5(v, throttle_time_ms_1, error_code_1, session_id_1, re
                         x = aborted_transactions_3
                         if not x:
                             if x is None:
-                                buf += b'\xff\xff\xff\xff'
+                                buf.append(b'\xff\xff\xff\xff')
                             else:
-                                buf += b'\x00\x00\x00\x00'
+                                buf.append(b'\x00\x00\x00\x00')
                         else:
-                            buf += _pi32(len(x))
+                            buf.append(_pi32(len(x)))
                             for producer_id_4, first_offset_4 in x:
-                                buf += _T12p(producer_id_4, first_offset_4)
+                                buf.append(_T12p(producer_id_4, first_offset_4))
                         if not (preferred_read_replica_3 == -1):
                             raise _absent_field('FetchResponse.PartitionData', 'preferred_read_replica', v)
                         x = records_3
                         if x is None:
-                            buf += b'\xff\xff\xff\xff'
+                            buf.append(b'\xff\xff\xff\xff')
                         elif type(x) is _FileRegion:
-                            buf += _pi32(x.count)
-                            parts.append(bytes(buf))
+                            buf.append(_pi32(x.count))
+                            parts.append(_join(buf))
                             del buf[:]
                             parts.append(x)
                         else:
-                            buf += _pi32(_records_size(x))
-                            _emit_records(buf, parts, x)
+                            buf.append(_pi32(_records_size(x)))
+                            if type(x) is not list and len(x) < _LARGE_PART:
+                                buf.append(x)
+                            else:
+                                tb = bytearray(_join(buf))
+                                del buf[:]
+                                _emit_records(tb, parts, x)
+                                if tb:
+                                    buf.append(tb)
         if not ((node_endpoints_1 is not None and not node_endpoints_1)):
             raise _absent_field('FetchResponse', 'node_endpoints', v)
     if buf or not parts:
-        parts.append(bytes(buf))
+        parts.append(_join(buf))
     return parts
 
 
 def _rows_FetchResponse_v7(v, throttle_time_ms_1, error_code_1, session_id_1, responses_1, node_endpoints_1):
-    buf = bytearray()
+    buf = []
     parts = []
     if (node_endpoints_1 is not None and not node_endpoints_1) and (responses_1 is not None and not responses_1):
-        buf += _T25p(throttle_time_ms_1, error_code_1, session_id_1, b'\x00\x00\x00\x00')
+        buf.append(_T25p(throttle_time_ms_1, error_code_1, session_id_1, b'\x00\x00\x00\x00'))
     else:
-        buf += _T13p(throttle_time_ms_1, error_code_1, session_id_1)
+        buf.append(_T13p(throttle_time_ms_1, error_code_1, session_id_1))
         x = responses_1
         if not x:
             if x is None:
                 raise _null_field('FetchResponse', 'responses', v)
             else:
-                buf += b'\x00\x00\x00\x00'
+                buf.append(b'\x00\x00\x00\x00')
         else:
-            buf += _pi32(len(x))
+            buf.append(_pi32(len(x)))
             for topic_2, topic_id_2, partitions_2 in x:
                 x = topic_2
                 if x is None:
                     raise _null_field('FetchResponse.FetchableTopicResponse', 'topic', v)
                 else:
                     x = x.encode()
-                    buf += _pi16(len(x))
-                    buf += x
+                    buf.append(_pi16(len(x)))
+                    buf.append(x)
                 x = partitions_2
                 if not x:
                     if x is None:
                         raise _null_field('FetchResponse.FetchableTopicResponse', 'partitions', v)
                     else:
-                        buf += b'\x00\x00\x00\x00'
+                        buf.append(b'\x00\x00\x00\x00')
                 else:
-                    buf += _pi32(len(x))
+                    buf.append(_pi32(len(x)))
                     for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
-                        buf += _T18p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
+                        buf.append(_T18p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3))
                         if not ((diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1))):
                             raise _absent_field('FetchResponse.PartitionData', 'diverging_epoch', v)
                         if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
@@ -3003,66 +3034,73 @@ def _rows_FetchResponse_v7(v, throttle_time_ms_1, error_code_1, session_id_1, re
                         x = aborted_transactions_3
                         if not x:
                             if x is None:
-                                buf += b'\xff\xff\xff\xff'
+                                buf.append(b'\xff\xff\xff\xff')
                             else:
-                                buf += b'\x00\x00\x00\x00'
+                                buf.append(b'\x00\x00\x00\x00')
                         else:
-                            buf += _pi32(len(x))
+                            buf.append(_pi32(len(x)))
                             for producer_id_4, first_offset_4 in x:
-                                buf += _T12p(producer_id_4, first_offset_4)
+                                buf.append(_T12p(producer_id_4, first_offset_4))
                         if not (preferred_read_replica_3 == -1):
                             raise _absent_field('FetchResponse.PartitionData', 'preferred_read_replica', v)
                         x = records_3
                         if x is None:
-                            buf += b'\xff\xff\xff\xff'
+                            buf.append(b'\xff\xff\xff\xff')
                         elif type(x) is _FileRegion:
-                            buf += _pi32(x.count)
-                            parts.append(bytes(buf))
+                            buf.append(_pi32(x.count))
+                            parts.append(_join(buf))
                             del buf[:]
                             parts.append(x)
                         else:
-                            buf += _pi32(_records_size(x))
-                            _emit_records(buf, parts, x)
+                            buf.append(_pi32(_records_size(x)))
+                            if type(x) is not list and len(x) < _LARGE_PART:
+                                buf.append(x)
+                            else:
+                                tb = bytearray(_join(buf))
+                                del buf[:]
+                                _emit_records(tb, parts, x)
+                                if tb:
+                                    buf.append(tb)
         if not ((node_endpoints_1 is not None and not node_endpoints_1)):
             raise _absent_field('FetchResponse', 'node_endpoints', v)
     if buf or not parts:
-        parts.append(bytes(buf))
+        parts.append(_join(buf))
     return parts
 
 
 def _rows_FetchResponse_v11(v, throttle_time_ms_1, error_code_1, session_id_1, responses_1, node_endpoints_1):
-    buf = bytearray()
+    buf = []
     parts = []
     if (node_endpoints_1 is not None and not node_endpoints_1) and (responses_1 is not None and not responses_1):
-        buf += _T25p(throttle_time_ms_1, error_code_1, session_id_1, b'\x00\x00\x00\x00')
+        buf.append(_T25p(throttle_time_ms_1, error_code_1, session_id_1, b'\x00\x00\x00\x00'))
     else:
-        buf += _T13p(throttle_time_ms_1, error_code_1, session_id_1)
+        buf.append(_T13p(throttle_time_ms_1, error_code_1, session_id_1))
         x = responses_1
         if not x:
             if x is None:
                 raise _null_field('FetchResponse', 'responses', v)
             else:
-                buf += b'\x00\x00\x00\x00'
+                buf.append(b'\x00\x00\x00\x00')
         else:
-            buf += _pi32(len(x))
+            buf.append(_pi32(len(x)))
             for topic_2, topic_id_2, partitions_2 in x:
                 x = topic_2
                 if x is None:
                     raise _null_field('FetchResponse.FetchableTopicResponse', 'topic', v)
                 else:
                     x = x.encode()
-                    buf += _pi16(len(x))
-                    buf += x
+                    buf.append(_pi16(len(x)))
+                    buf.append(x)
                 x = partitions_2
                 if not x:
                     if x is None:
                         raise _null_field('FetchResponse.FetchableTopicResponse', 'partitions', v)
                     else:
-                        buf += b'\x00\x00\x00\x00'
+                        buf.append(b'\x00\x00\x00\x00')
                 else:
-                    buf += _pi32(len(x))
+                    buf.append(_pi32(len(x)))
                     for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
-                        buf += _T18p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
+                        buf.append(_T18p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3))
                         if not ((diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1))):
                             raise _absent_field('FetchResponse.PartitionData', 'diverging_epoch', v)
                         if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
@@ -3072,51 +3110,58 @@ def _rows_FetchResponse_v11(v, throttle_time_ms_1, error_code_1, session_id_1, r
                         x = aborted_transactions_3
                         if not x:
                             if x is None:
-                                buf += b'\xff\xff\xff\xff'
+                                buf.append(b'\xff\xff\xff\xff')
                             else:
-                                buf += b'\x00\x00\x00\x00'
+                                buf.append(b'\x00\x00\x00\x00')
                         else:
-                            buf += _pi32(len(x))
+                            buf.append(_pi32(len(x)))
                             for producer_id_4, first_offset_4 in x:
-                                buf += _T12p(producer_id_4, first_offset_4)
-                        buf += _T0p(preferred_read_replica_3)
+                                buf.append(_T12p(producer_id_4, first_offset_4))
+                        buf.append(_T0p(preferred_read_replica_3))
                         x = records_3
                         if x is None:
-                            buf += b'\xff\xff\xff\xff'
+                            buf.append(b'\xff\xff\xff\xff')
                         elif type(x) is _FileRegion:
-                            buf += _pi32(x.count)
-                            parts.append(bytes(buf))
+                            buf.append(_pi32(x.count))
+                            parts.append(_join(buf))
                             del buf[:]
                             parts.append(x)
                         else:
-                            buf += _pi32(_records_size(x))
-                            _emit_records(buf, parts, x)
+                            buf.append(_pi32(_records_size(x)))
+                            if type(x) is not list and len(x) < _LARGE_PART:
+                                buf.append(x)
+                            else:
+                                tb = bytearray(_join(buf))
+                                del buf[:]
+                                _emit_records(tb, parts, x)
+                                if tb:
+                                    buf.append(tb)
         if not ((node_endpoints_1 is not None and not node_endpoints_1)):
             raise _absent_field('FetchResponse', 'node_endpoints', v)
     if buf or not parts:
-        parts.append(bytes(buf))
+        parts.append(_join(buf))
     return parts
 
 
 def _rows_FetchResponse_v12(v, throttle_time_ms_1, error_code_1, session_id_1, responses_1, node_endpoints_1):
-    buf = bytearray()
+    buf = []
     parts = []
     if (node_endpoints_1 is not None and not node_endpoints_1) and (responses_1 is not None and not responses_1):
-        buf += _T26p(throttle_time_ms_1, error_code_1, session_id_1, b'\x01\x00')
+        buf.append(_T26p(throttle_time_ms_1, error_code_1, session_id_1, b'\x01\x00'))
     else:
-        buf += _T13p(throttle_time_ms_1, error_code_1, session_id_1)
+        buf.append(_T13p(throttle_time_ms_1, error_code_1, session_id_1))
         x = responses_1
         if not x:
             if x is None:
                 raise _null_field('FetchResponse', 'responses', v)
             else:
-                buf += b'\x01'
+                buf.append(b'\x01')
         else:
             n = len(x) + 1
             if n < 128:
-                buf.append(n)
+                buf.append(_BYTES[n])
             else:
-                buf += _wuv(n)
+                buf.append(_wuv(n))
             for topic_2, topic_id_2, partitions_2 in x:
                 x = topic_2
                 if x is None:
@@ -3125,358 +3170,385 @@ def _rows_FetchResponse_v12(v, throttle_time_ms_1, error_code_1, session_id_1, r
                     x = x.encode()
                     n = len(x) + 1
                     if n < 128:
-                        buf.append(n)
+                        buf.append(_BYTES[n])
                     else:
-                        buf += _wuv(n)
-                    buf += x
+                        buf.append(_wuv(n))
+                    buf.append(x)
                 x = partitions_2
                 if not x:
                     if x is None:
                         raise _null_field('FetchResponse.FetchableTopicResponse', 'partitions', v)
                     else:
-                        buf += b'\x01'
+                        buf.append(b'\x01')
                 else:
                     n = len(x) + 1
                     if n < 128:
-                        buf.append(n)
+                        buf.append(_BYTES[n])
                     else:
-                        buf += _wuv(n)
+                        buf.append(_wuv(n))
                     for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
                         x = aborted_transactions_3
                         if not x:
-                            buf += _T27p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, 0 if x is None else 1, preferred_read_replica_3)
+                            buf.append(_T27p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, 0 if x is None else 1, preferred_read_replica_3))
                         else:
-                            buf += _T18p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
+                            buf.append(_T18p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3))
                             n = len(x) + 1
                             if n < 128:
-                                buf.append(n)
+                                buf.append(_BYTES[n])
                             else:
-                                buf += _wuv(n)
+                                buf.append(_wuv(n))
                             for producer_id_4, first_offset_4 in x:
                                 if True:
-                                    buf += _T28p(producer_id_4, first_offset_4, b'\x00')
+                                    buf.append(_T28p(producer_id_4, first_offset_4, b'\x00'))
                                 else:
-                                    buf += _T12p(producer_id_4, first_offset_4)
-                                    buf.append(0)
-                            buf += _T0p(preferred_read_replica_3)
+                                    buf.append(_T12p(producer_id_4, first_offset_4))
+                                    buf.append(b'\x00')
+                            buf.append(_T0p(preferred_read_replica_3))
                         x = records_3
                         if x is None:
-                            buf += b'\x00'
+                            buf.append(b'\x00')
                         elif type(x) is _FileRegion:
                             n = x.count + 1
                             if n < 128:
-                                buf.append(n)
+                                buf.append(_BYTES[n])
                             else:
-                                buf += _wuv(n)
-                            parts.append(bytes(buf))
+                                buf.append(_wuv(n))
+                            parts.append(_join(buf))
                             del buf[:]
                             parts.append(x)
                         else:
                             n = _records_size(x) + 1
                             if n < 128:
-                                buf.append(n)
+                                buf.append(_BYTES[n])
                             else:
-                                buf += _wuv(n)
-                            _emit_records(buf, parts, x)
+                                buf.append(_wuv(n))
+                            if type(x) is not list and len(x) < _LARGE_PART:
+                                buf.append(x)
+                            else:
+                                tb = bytearray(_join(buf))
+                                del buf[:]
+                                _emit_records(tb, parts, x)
+                                if tb:
+                                    buf.append(tb)
                         if (diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1)) and (current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1)) and (snapshot_id_3 is None or (snapshot_id_3[0] == -1 and snapshot_id_3[1] == -1)):
-                            buf.append(0)
+                            buf.append(b'\x00')
                         else:
                             tags_3 = []
                             if not ((diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1))):
-                                t_3 = bytearray()
+                                t_3 = []
                                 if diverging_epoch_3 is None:
                                     diverging_epoch_3 = (-1, -1,)
                                 epoch_4, end_offset_4 = diverging_epoch_3
                                 if True:
-                                    t_3 += _T29p(epoch_4, end_offset_4, b'\x00')
+                                    t_3.append(_T29p(epoch_4, end_offset_4, b'\x00'))
                                 else:
-                                    t_3 += _T8p(epoch_4, end_offset_4)
-                                    t_3.append(0)
-                                tags_3.append((0, bytes(t_3)))
+                                    t_3.append(_T8p(epoch_4, end_offset_4))
+                                    t_3.append(b'\x00')
+                                tags_3.append((0, _join(t_3)))
                             if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
-                                t_3 = bytearray()
+                                t_3 = []
                                 if current_leader_3 is None:
                                     current_leader_3 = (-1, -1,)
                                 leader_id_4, leader_epoch_4 = current_leader_3
                                 if True:
-                                    t_3 += _T30p(leader_id_4, leader_epoch_4, b'\x00')
+                                    t_3.append(_T30p(leader_id_4, leader_epoch_4, b'\x00'))
                                 else:
-                                    t_3 += _T1p(leader_id_4, leader_epoch_4)
-                                    t_3.append(0)
-                                tags_3.append((1, bytes(t_3)))
+                                    t_3.append(_T1p(leader_id_4, leader_epoch_4))
+                                    t_3.append(b'\x00')
+                                tags_3.append((1, _join(t_3)))
                             if not ((snapshot_id_3 is None or (snapshot_id_3[0] == -1 and snapshot_id_3[1] == -1))):
-                                t_3 = bytearray()
+                                t_3 = []
                                 if snapshot_id_3 is None:
                                     snapshot_id_3 = (-1, -1,)
                                 end_offset_4, epoch_4 = snapshot_id_3
                                 if True:
-                                    t_3 += _T31p(end_offset_4, epoch_4, b'\x00')
+                                    t_3.append(_T31p(end_offset_4, epoch_4, b'\x00'))
                                 else:
-                                    t_3 += _T21p(end_offset_4, epoch_4)
-                                    t_3.append(0)
-                                tags_3.append((2, bytes(t_3)))
-                            _write_tags(buf, tags_3, None)
-                buf.append(0)
+                                    t_3.append(_T21p(end_offset_4, epoch_4))
+                                    t_3.append(b'\x00')
+                                tags_3.append((2, _join(t_3)))
+                            tb = bytearray()
+                            _write_tags(tb, tags_3, None)
+                            buf.append(tb)
+                buf.append(b'\x00')
         if not ((node_endpoints_1 is not None and not node_endpoints_1)):
             raise _absent_field('FetchResponse', 'node_endpoints', v)
-        buf.append(0)
+        buf.append(b'\x00')
     if buf or not parts:
-        parts.append(bytes(buf))
+        parts.append(_join(buf))
     return parts
 
 
 def _rows_FetchResponse_v13(v, throttle_time_ms_1, error_code_1, session_id_1, responses_1, node_endpoints_1):
-    buf = bytearray()
+    buf = []
     parts = []
     if (node_endpoints_1 is not None and not node_endpoints_1) and (responses_1 is not None and not responses_1):
-        buf += _T26p(throttle_time_ms_1, error_code_1, session_id_1, b'\x01\x00')
+        buf.append(_T26p(throttle_time_ms_1, error_code_1, session_id_1, b'\x01\x00'))
     else:
-        buf += _T13p(throttle_time_ms_1, error_code_1, session_id_1)
+        buf.append(_T13p(throttle_time_ms_1, error_code_1, session_id_1))
         x = responses_1
         if not x:
             if x is None:
                 raise _null_field('FetchResponse', 'responses', v)
             else:
-                buf += b'\x01'
+                buf.append(b'\x01')
         else:
             n = len(x) + 1
             if n < 128:
-                buf.append(n)
+                buf.append(_BYTES[n])
             else:
-                buf += _wuv(n)
+                buf.append(_wuv(n))
             for topic_2, topic_id_2, partitions_2 in x:
                 if (partitions_2 is not None and not partitions_2):
-                    buf += _T32p(topic_id_2, b'\x01\x00')
+                    buf.append(_T32p(topic_id_2, b'\x01\x00'))
                 else:
-                    buf += _T6p(topic_id_2)
+                    buf.append(_T6p(topic_id_2))
                     x = partitions_2
                     if not x:
                         if x is None:
                             raise _null_field('FetchResponse.FetchableTopicResponse', 'partitions', v)
                         else:
-                            buf += b'\x01'
+                            buf.append(b'\x01')
                     else:
                         n = len(x) + 1
                         if n < 128:
-                            buf.append(n)
+                            buf.append(_BYTES[n])
                         else:
-                            buf += _wuv(n)
+                            buf.append(_wuv(n))
                         for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
                             x = aborted_transactions_3
                             if not x:
-                                buf += _T27p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, 0 if x is None else 1, preferred_read_replica_3)
+                                buf.append(_T27p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, 0 if x is None else 1, preferred_read_replica_3))
                             else:
-                                buf += _T18p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
+                                buf.append(_T18p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3))
                                 n = len(x) + 1
                                 if n < 128:
-                                    buf.append(n)
+                                    buf.append(_BYTES[n])
                                 else:
-                                    buf += _wuv(n)
+                                    buf.append(_wuv(n))
                                 for producer_id_4, first_offset_4 in x:
                                     if True:
-                                        buf += _T28p(producer_id_4, first_offset_4, b'\x00')
+                                        buf.append(_T28p(producer_id_4, first_offset_4, b'\x00'))
                                     else:
-                                        buf += _T12p(producer_id_4, first_offset_4)
-                                        buf.append(0)
-                                buf += _T0p(preferred_read_replica_3)
+                                        buf.append(_T12p(producer_id_4, first_offset_4))
+                                        buf.append(b'\x00')
+                                buf.append(_T0p(preferred_read_replica_3))
                             x = records_3
                             if x is None:
-                                buf += b'\x00'
+                                buf.append(b'\x00')
                             elif type(x) is _FileRegion:
                                 n = x.count + 1
                                 if n < 128:
-                                    buf.append(n)
+                                    buf.append(_BYTES[n])
                                 else:
-                                    buf += _wuv(n)
-                                parts.append(bytes(buf))
+                                    buf.append(_wuv(n))
+                                parts.append(_join(buf))
                                 del buf[:]
                                 parts.append(x)
                             else:
                                 n = _records_size(x) + 1
                                 if n < 128:
-                                    buf.append(n)
+                                    buf.append(_BYTES[n])
                                 else:
-                                    buf += _wuv(n)
-                                _emit_records(buf, parts, x)
+                                    buf.append(_wuv(n))
+                                if type(x) is not list and len(x) < _LARGE_PART:
+                                    buf.append(x)
+                                else:
+                                    tb = bytearray(_join(buf))
+                                    del buf[:]
+                                    _emit_records(tb, parts, x)
+                                    if tb:
+                                        buf.append(tb)
                             if (diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1)) and (current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1)) and (snapshot_id_3 is None or (snapshot_id_3[0] == -1 and snapshot_id_3[1] == -1)):
-                                buf.append(0)
+                                buf.append(b'\x00')
                             else:
                                 tags_3 = []
                                 if not ((diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1))):
-                                    t_3 = bytearray()
+                                    t_3 = []
                                     if diverging_epoch_3 is None:
                                         diverging_epoch_3 = (-1, -1,)
                                     epoch_4, end_offset_4 = diverging_epoch_3
                                     if True:
-                                        t_3 += _T29p(epoch_4, end_offset_4, b'\x00')
+                                        t_3.append(_T29p(epoch_4, end_offset_4, b'\x00'))
                                     else:
-                                        t_3 += _T8p(epoch_4, end_offset_4)
-                                        t_3.append(0)
-                                    tags_3.append((0, bytes(t_3)))
+                                        t_3.append(_T8p(epoch_4, end_offset_4))
+                                        t_3.append(b'\x00')
+                                    tags_3.append((0, _join(t_3)))
                                 if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
-                                    t_3 = bytearray()
+                                    t_3 = []
                                     if current_leader_3 is None:
                                         current_leader_3 = (-1, -1,)
                                     leader_id_4, leader_epoch_4 = current_leader_3
                                     if True:
-                                        t_3 += _T30p(leader_id_4, leader_epoch_4, b'\x00')
+                                        t_3.append(_T30p(leader_id_4, leader_epoch_4, b'\x00'))
                                     else:
-                                        t_3 += _T1p(leader_id_4, leader_epoch_4)
-                                        t_3.append(0)
-                                    tags_3.append((1, bytes(t_3)))
+                                        t_3.append(_T1p(leader_id_4, leader_epoch_4))
+                                        t_3.append(b'\x00')
+                                    tags_3.append((1, _join(t_3)))
                                 if not ((snapshot_id_3 is None or (snapshot_id_3[0] == -1 and snapshot_id_3[1] == -1))):
-                                    t_3 = bytearray()
+                                    t_3 = []
                                     if snapshot_id_3 is None:
                                         snapshot_id_3 = (-1, -1,)
                                     end_offset_4, epoch_4 = snapshot_id_3
                                     if True:
-                                        t_3 += _T31p(end_offset_4, epoch_4, b'\x00')
+                                        t_3.append(_T31p(end_offset_4, epoch_4, b'\x00'))
                                     else:
-                                        t_3 += _T21p(end_offset_4, epoch_4)
-                                        t_3.append(0)
-                                    tags_3.append((2, bytes(t_3)))
-                                _write_tags(buf, tags_3, None)
-                    buf.append(0)
+                                        t_3.append(_T21p(end_offset_4, epoch_4))
+                                        t_3.append(b'\x00')
+                                    tags_3.append((2, _join(t_3)))
+                                tb = bytearray()
+                                _write_tags(tb, tags_3, None)
+                                buf.append(tb)
+                    buf.append(b'\x00')
         if not ((node_endpoints_1 is not None and not node_endpoints_1)):
             raise _absent_field('FetchResponse', 'node_endpoints', v)
-        buf.append(0)
+        buf.append(b'\x00')
     if buf or not parts:
-        parts.append(bytes(buf))
+        parts.append(_join(buf))
     return parts
 
 
 def _rows_FetchResponse_v16(v, throttle_time_ms_1, error_code_1, session_id_1, responses_1, node_endpoints_1):
-    buf = bytearray()
+    buf = []
     parts = []
     if (responses_1 is not None and not responses_1) and (node_endpoints_1 is not None and not node_endpoints_1):
-        buf += _T26p(throttle_time_ms_1, error_code_1, session_id_1, b'\x01\x00')
+        buf.append(_T26p(throttle_time_ms_1, error_code_1, session_id_1, b'\x01\x00'))
     else:
-        buf += _T13p(throttle_time_ms_1, error_code_1, session_id_1)
+        buf.append(_T13p(throttle_time_ms_1, error_code_1, session_id_1))
         x = responses_1
         if not x:
             if x is None:
                 raise _null_field('FetchResponse', 'responses', v)
             else:
-                buf += b'\x01'
+                buf.append(b'\x01')
         else:
             n = len(x) + 1
             if n < 128:
-                buf.append(n)
+                buf.append(_BYTES[n])
             else:
-                buf += _wuv(n)
+                buf.append(_wuv(n))
             for topic_2, topic_id_2, partitions_2 in x:
                 if (partitions_2 is not None and not partitions_2):
-                    buf += _T32p(topic_id_2, b'\x01\x00')
+                    buf.append(_T32p(topic_id_2, b'\x01\x00'))
                 else:
-                    buf += _T6p(topic_id_2)
+                    buf.append(_T6p(topic_id_2))
                     x = partitions_2
                     if not x:
                         if x is None:
                             raise _null_field('FetchResponse.FetchableTopicResponse', 'partitions', v)
                         else:
-                            buf += b'\x01'
+                            buf.append(b'\x01')
                     else:
                         n = len(x) + 1
                         if n < 128:
-                            buf.append(n)
+                            buf.append(_BYTES[n])
                         else:
-                            buf += _wuv(n)
+                            buf.append(_wuv(n))
                         for partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, diverging_epoch_3, current_leader_3, snapshot_id_3, aborted_transactions_3, preferred_read_replica_3, records_3 in x:
                             x = aborted_transactions_3
                             if not x:
-                                buf += _T27p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, 0 if x is None else 1, preferred_read_replica_3)
+                                buf.append(_T27p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3, 0 if x is None else 1, preferred_read_replica_3))
                             else:
-                                buf += _T18p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3)
+                                buf.append(_T18p(partition_index_3, error_code_3, high_watermark_3, last_stable_offset_3, log_start_offset_3))
                                 n = len(x) + 1
                                 if n < 128:
-                                    buf.append(n)
+                                    buf.append(_BYTES[n])
                                 else:
-                                    buf += _wuv(n)
+                                    buf.append(_wuv(n))
                                 for producer_id_4, first_offset_4 in x:
                                     if True:
-                                        buf += _T28p(producer_id_4, first_offset_4, b'\x00')
+                                        buf.append(_T28p(producer_id_4, first_offset_4, b'\x00'))
                                     else:
-                                        buf += _T12p(producer_id_4, first_offset_4)
-                                        buf.append(0)
-                                buf += _T0p(preferred_read_replica_3)
+                                        buf.append(_T12p(producer_id_4, first_offset_4))
+                                        buf.append(b'\x00')
+                                buf.append(_T0p(preferred_read_replica_3))
                             x = records_3
                             if x is None:
-                                buf += b'\x00'
+                                buf.append(b'\x00')
                             elif type(x) is _FileRegion:
                                 n = x.count + 1
                                 if n < 128:
-                                    buf.append(n)
+                                    buf.append(_BYTES[n])
                                 else:
-                                    buf += _wuv(n)
-                                parts.append(bytes(buf))
+                                    buf.append(_wuv(n))
+                                parts.append(_join(buf))
                                 del buf[:]
                                 parts.append(x)
                             else:
                                 n = _records_size(x) + 1
                                 if n < 128:
-                                    buf.append(n)
+                                    buf.append(_BYTES[n])
                                 else:
-                                    buf += _wuv(n)
-                                _emit_records(buf, parts, x)
+                                    buf.append(_wuv(n))
+                                if type(x) is not list and len(x) < _LARGE_PART:
+                                    buf.append(x)
+                                else:
+                                    tb = bytearray(_join(buf))
+                                    del buf[:]
+                                    _emit_records(tb, parts, x)
+                                    if tb:
+                                        buf.append(tb)
                             if (diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1)) and (current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1)) and (snapshot_id_3 is None or (snapshot_id_3[0] == -1 and snapshot_id_3[1] == -1)):
-                                buf.append(0)
+                                buf.append(b'\x00')
                             else:
                                 tags_3 = []
                                 if not ((diverging_epoch_3 is None or (diverging_epoch_3[0] == -1 and diverging_epoch_3[1] == -1))):
-                                    t_3 = bytearray()
+                                    t_3 = []
                                     if diverging_epoch_3 is None:
                                         diverging_epoch_3 = (-1, -1,)
                                     epoch_4, end_offset_4 = diverging_epoch_3
                                     if True:
-                                        t_3 += _T29p(epoch_4, end_offset_4, b'\x00')
+                                        t_3.append(_T29p(epoch_4, end_offset_4, b'\x00'))
                                     else:
-                                        t_3 += _T8p(epoch_4, end_offset_4)
-                                        t_3.append(0)
-                                    tags_3.append((0, bytes(t_3)))
+                                        t_3.append(_T8p(epoch_4, end_offset_4))
+                                        t_3.append(b'\x00')
+                                    tags_3.append((0, _join(t_3)))
                                 if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
-                                    t_3 = bytearray()
+                                    t_3 = []
                                     if current_leader_3 is None:
                                         current_leader_3 = (-1, -1,)
                                     leader_id_4, leader_epoch_4 = current_leader_3
                                     if True:
-                                        t_3 += _T30p(leader_id_4, leader_epoch_4, b'\x00')
+                                        t_3.append(_T30p(leader_id_4, leader_epoch_4, b'\x00'))
                                     else:
-                                        t_3 += _T1p(leader_id_4, leader_epoch_4)
-                                        t_3.append(0)
-                                    tags_3.append((1, bytes(t_3)))
+                                        t_3.append(_T1p(leader_id_4, leader_epoch_4))
+                                        t_3.append(b'\x00')
+                                    tags_3.append((1, _join(t_3)))
                                 if not ((snapshot_id_3 is None or (snapshot_id_3[0] == -1 and snapshot_id_3[1] == -1))):
-                                    t_3 = bytearray()
+                                    t_3 = []
                                     if snapshot_id_3 is None:
                                         snapshot_id_3 = (-1, -1,)
                                     end_offset_4, epoch_4 = snapshot_id_3
                                     if True:
-                                        t_3 += _T31p(end_offset_4, epoch_4, b'\x00')
+                                        t_3.append(_T31p(end_offset_4, epoch_4, b'\x00'))
                                     else:
-                                        t_3 += _T21p(end_offset_4, epoch_4)
-                                        t_3.append(0)
-                                    tags_3.append((2, bytes(t_3)))
-                                _write_tags(buf, tags_3, None)
-                    buf.append(0)
+                                        t_3.append(_T21p(end_offset_4, epoch_4))
+                                        t_3.append(b'\x00')
+                                    tags_3.append((2, _join(t_3)))
+                                tb = bytearray()
+                                _write_tags(tb, tags_3, None)
+                                buf.append(tb)
+                    buf.append(b'\x00')
         if (node_endpoints_1 is not None and not node_endpoints_1):
-            buf.append(0)
+            buf.append(b'\x00')
         else:
             tags_1 = []
             if not ((node_endpoints_1 is not None and not node_endpoints_1)):
-                t_1 = bytearray()
+                t_1 = []
                 x = node_endpoints_1
                 if not x:
                     if x is None:
                         raise _null_field('FetchResponse', 'node_endpoints', v)
                     else:
-                        t_1 += b'\x01'
+                        t_1.append(b'\x01')
                 else:
                     n = len(x) + 1
                     if n < 128:
-                        t_1.append(n)
+                        t_1.append(_BYTES[n])
                     else:
-                        t_1 += _wuv(n)
+                        t_1.append(_wuv(n))
                     for node_id_2, host_2, port_2, rack_2 in x:
-                        t_1 += _T0p(node_id_2)
+                        t_1.append(_T0p(node_id_2))
                         x = host_2
                         if x is None:
                             raise _null_field('FetchResponse.NodeEndpoint', 'host', v)
@@ -3484,30 +3556,32 @@ def _rows_FetchResponse_v16(v, throttle_time_ms_1, error_code_1, session_id_1, r
                             x = x.encode()
                             n = len(x) + 1
                             if n < 128:
-                                t_1.append(n)
+                                t_1.append(_BYTES[n])
                             else:
-                                t_1 += _wuv(n)
-                            t_1 += x
+                                t_1.append(_wuv(n))
+                            t_1.append(x)
                         if rack_2 is None:
-                            t_1 += _T33p(port_2, b'\x00\x00')
+                            t_1.append(_T33p(port_2, b'\x00\x00'))
                         else:
-                            t_1 += _T0p(port_2)
+                            t_1.append(_T0p(port_2))
                             x = rack_2
                             if x is None:
-                                t_1 += b'\x00'
+                                t_1.append(b'\x00')
                             else:
                                 x = x.encode()
                                 n = len(x) + 1
                                 if n < 128:
-                                    t_1.append(n)
+                                    t_1.append(_BYTES[n])
                                 else:
-                                    t_1 += _wuv(n)
-                                t_1 += x
-                            t_1.append(0)
-                tags_1.append((0, bytes(t_1)))
-            _write_tags(buf, tags_1, None)
+                                    t_1.append(_wuv(n))
+                                t_1.append(x)
+                            t_1.append(b'\x00')
+                tags_1.append((0, _join(t_1)))
+            tb = bytearray()
+            _write_tags(tb, tags_1, None)
+            buf.append(tb)
     if buf or not parts:
-        parts.append(bytes(buf))
+        parts.append(_join(buf))
     return parts
 
 

@@ -7,6 +7,7 @@ by ``kafkatw.protocol.messages``.
 import struct as _struct
 
 from kafkatw.protocol._runtime import (
+    BYTES as _BYTES,
     CATCH as _CATCH,
     MISSING as _MISSING,
     NO_TAGS as _NO_TAGS,
@@ -20,6 +21,7 @@ from kafkatw.protocol._runtime import (
     null_field as _null_field,
     pi16 as _pi16,
     pi32 as _pi32,
+    join as _join,
     tag_size as _tag_size,
     ui16 as _ui16,
     ui32 as _ui32,
@@ -1910,244 +1912,244 @@ _S_ProduceResponse_NodeEndpoint = ProduceResponse.NodeEndpoint
 
 
 def _rows_ProduceResponse_v0(v, responses_1, throttle_time_ms_1, node_endpoints_1):
-    buf = bytearray()
+    buf = []
     parts = []
     x = responses_1
     if not x:
         if x is None:
             raise _null_field('ProduceResponse', 'responses', v)
         else:
-            buf += b'\x00\x00\x00\x00'
+            buf.append(b'\x00\x00\x00\x00')
     else:
-        buf += _pi32(len(x))
+        buf.append(_pi32(len(x)))
         for name_2, partition_responses_2 in x:
             x = name_2
             if x is None:
                 raise _null_field('ProduceResponse.TopicProduceResponse', 'name', v)
             else:
                 x = x.encode()
-                buf += _pi16(len(x))
-                buf += x
+                buf.append(_pi16(len(x)))
+                buf.append(x)
             x = partition_responses_2
             if not x:
                 if x is None:
                     raise _null_field('ProduceResponse.TopicProduceResponse', 'partition_responses', v)
                 else:
-                    buf += b'\x00\x00\x00\x00'
+                    buf.append(b'\x00\x00\x00\x00')
             else:
-                buf += _pi32(len(x))
+                buf.append(_pi32(len(x)))
                 for index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, record_errors_3, error_message_3, current_leader_3 in x:
-                    buf += _T6p(index_3, error_code_3, base_offset_3)
+                    buf.append(_T6p(index_3, error_code_3, base_offset_3))
                     if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
                         raise _absent_field('ProduceResponse.PartitionProduceResponse', 'current_leader', v)
     if not ((node_endpoints_1 is not None and not node_endpoints_1)):
         raise _absent_field('ProduceResponse', 'node_endpoints', v)
     if buf or not parts:
-        parts.append(bytes(buf))
+        parts.append(_join(buf))
     return parts
 
 
 def _rows_ProduceResponse_v1(v, responses_1, throttle_time_ms_1, node_endpoints_1):
-    buf = bytearray()
+    buf = []
     parts = []
     x = responses_1
     if not x:
         if x is None:
             raise _null_field('ProduceResponse', 'responses', v)
         else:
-            buf += b'\x00\x00\x00\x00'
+            buf.append(b'\x00\x00\x00\x00')
     else:
-        buf += _pi32(len(x))
+        buf.append(_pi32(len(x)))
         for name_2, partition_responses_2 in x:
             x = name_2
             if x is None:
                 raise _null_field('ProduceResponse.TopicProduceResponse', 'name', v)
             else:
                 x = x.encode()
-                buf += _pi16(len(x))
-                buf += x
+                buf.append(_pi16(len(x)))
+                buf.append(x)
             x = partition_responses_2
             if not x:
                 if x is None:
                     raise _null_field('ProduceResponse.TopicProduceResponse', 'partition_responses', v)
                 else:
-                    buf += b'\x00\x00\x00\x00'
+                    buf.append(b'\x00\x00\x00\x00')
             else:
-                buf += _pi32(len(x))
+                buf.append(_pi32(len(x)))
                 for index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, record_errors_3, error_message_3, current_leader_3 in x:
-                    buf += _T6p(index_3, error_code_3, base_offset_3)
+                    buf.append(_T6p(index_3, error_code_3, base_offset_3))
                     if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
                         raise _absent_field('ProduceResponse.PartitionProduceResponse', 'current_leader', v)
-    buf += _T5p(throttle_time_ms_1)
+    buf.append(_T5p(throttle_time_ms_1))
     if not ((node_endpoints_1 is not None and not node_endpoints_1)):
         raise _absent_field('ProduceResponse', 'node_endpoints', v)
     if buf or not parts:
-        parts.append(bytes(buf))
+        parts.append(_join(buf))
     return parts
 
 
 def _rows_ProduceResponse_v2(v, responses_1, throttle_time_ms_1, node_endpoints_1):
-    buf = bytearray()
+    buf = []
     parts = []
     x = responses_1
     if not x:
         if x is None:
             raise _null_field('ProduceResponse', 'responses', v)
         else:
-            buf += b'\x00\x00\x00\x00'
+            buf.append(b'\x00\x00\x00\x00')
     else:
-        buf += _pi32(len(x))
+        buf.append(_pi32(len(x)))
         for name_2, partition_responses_2 in x:
             x = name_2
             if x is None:
                 raise _null_field('ProduceResponse.TopicProduceResponse', 'name', v)
             else:
                 x = x.encode()
-                buf += _pi16(len(x))
-                buf += x
+                buf.append(_pi16(len(x)))
+                buf.append(x)
             x = partition_responses_2
             if not x:
                 if x is None:
                     raise _null_field('ProduceResponse.TopicProduceResponse', 'partition_responses', v)
                 else:
-                    buf += b'\x00\x00\x00\x00'
+                    buf.append(b'\x00\x00\x00\x00')
             else:
-                buf += _pi32(len(x))
+                buf.append(_pi32(len(x)))
                 for index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, record_errors_3, error_message_3, current_leader_3 in x:
-                    buf += _T11p(index_3, error_code_3, base_offset_3, log_append_time_ms_3)
+                    buf.append(_T11p(index_3, error_code_3, base_offset_3, log_append_time_ms_3))
                     if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
                         raise _absent_field('ProduceResponse.PartitionProduceResponse', 'current_leader', v)
-    buf += _T5p(throttle_time_ms_1)
+    buf.append(_T5p(throttle_time_ms_1))
     if not ((node_endpoints_1 is not None and not node_endpoints_1)):
         raise _absent_field('ProduceResponse', 'node_endpoints', v)
     if buf or not parts:
-        parts.append(bytes(buf))
+        parts.append(_join(buf))
     return parts
 
 
 def _rows_ProduceResponse_v5(v, responses_1, throttle_time_ms_1, node_endpoints_1):
-    buf = bytearray()
+    buf = []
     parts = []
     x = responses_1
     if not x:
         if x is None:
             raise _null_field('ProduceResponse', 'responses', v)
         else:
-            buf += b'\x00\x00\x00\x00'
+            buf.append(b'\x00\x00\x00\x00')
     else:
-        buf += _pi32(len(x))
+        buf.append(_pi32(len(x)))
         for name_2, partition_responses_2 in x:
             x = name_2
             if x is None:
                 raise _null_field('ProduceResponse.TopicProduceResponse', 'name', v)
             else:
                 x = x.encode()
-                buf += _pi16(len(x))
-                buf += x
+                buf.append(_pi16(len(x)))
+                buf.append(x)
             x = partition_responses_2
             if not x:
                 if x is None:
                     raise _null_field('ProduceResponse.TopicProduceResponse', 'partition_responses', v)
                 else:
-                    buf += b'\x00\x00\x00\x00'
+                    buf.append(b'\x00\x00\x00\x00')
             else:
-                buf += _pi32(len(x))
+                buf.append(_pi32(len(x)))
                 for index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, record_errors_3, error_message_3, current_leader_3 in x:
-                    buf += _T10p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3)
+                    buf.append(_T10p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3))
                     if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
                         raise _absent_field('ProduceResponse.PartitionProduceResponse', 'current_leader', v)
-    buf += _T5p(throttle_time_ms_1)
+    buf.append(_T5p(throttle_time_ms_1))
     if not ((node_endpoints_1 is not None and not node_endpoints_1)):
         raise _absent_field('ProduceResponse', 'node_endpoints', v)
     if buf or not parts:
-        parts.append(bytes(buf))
+        parts.append(_join(buf))
     return parts
 
 
 def _rows_ProduceResponse_v8(v, responses_1, throttle_time_ms_1, node_endpoints_1):
-    buf = bytearray()
+    buf = []
     parts = []
     x = responses_1
     if not x:
         if x is None:
             raise _null_field('ProduceResponse', 'responses', v)
         else:
-            buf += b'\x00\x00\x00\x00'
+            buf.append(b'\x00\x00\x00\x00')
     else:
-        buf += _pi32(len(x))
+        buf.append(_pi32(len(x)))
         for name_2, partition_responses_2 in x:
             x = name_2
             if x is None:
                 raise _null_field('ProduceResponse.TopicProduceResponse', 'name', v)
             else:
                 x = x.encode()
-                buf += _pi16(len(x))
-                buf += x
+                buf.append(_pi16(len(x)))
+                buf.append(x)
             x = partition_responses_2
             if not x:
                 if x is None:
                     raise _null_field('ProduceResponse.TopicProduceResponse', 'partition_responses', v)
                 else:
-                    buf += b'\x00\x00\x00\x00'
+                    buf.append(b'\x00\x00\x00\x00')
             else:
-                buf += _pi32(len(x))
+                buf.append(_pi32(len(x)))
                 for index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, record_errors_3, error_message_3, current_leader_3 in x:
                     if (current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1)) and (record_errors_3 is not None and not record_errors_3) and error_message_3 is None:
-                        buf += _T12p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, b'\x00\x00\x00\x00\xff\xff')
+                        buf.append(_T12p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, b'\x00\x00\x00\x00\xff\xff'))
                     else:
-                        buf += _T10p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3)
+                        buf.append(_T10p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3))
                         x = record_errors_3
                         if not x:
                             if x is None:
                                 raise _null_field('ProduceResponse.PartitionProduceResponse', 'record_errors', v)
                             else:
-                                buf += b'\x00\x00\x00\x00'
+                                buf.append(b'\x00\x00\x00\x00')
                         else:
-                            buf += _pi32(len(x))
+                            buf.append(_pi32(len(x)))
                             for batch_index_4, batch_index_error_message_4 in x:
                                 if batch_index_error_message_4 is None:
-                                    buf += _T13p(batch_index_4, b'\xff\xff')
+                                    buf.append(_T13p(batch_index_4, b'\xff\xff'))
                                 else:
-                                    buf += _T5p(batch_index_4)
+                                    buf.append(_T5p(batch_index_4))
                                     x = batch_index_error_message_4
                                     if x is None:
-                                        buf += b'\xff\xff'
+                                        buf.append(b'\xff\xff')
                                     else:
                                         x = x.encode()
-                                        buf += _pi16(len(x))
-                                        buf += x
+                                        buf.append(_pi16(len(x)))
+                                        buf.append(x)
                         x = error_message_3
                         if x is None:
-                            buf += b'\xff\xff'
+                            buf.append(b'\xff\xff')
                         else:
                             x = x.encode()
-                            buf += _pi16(len(x))
-                            buf += x
+                            buf.append(_pi16(len(x)))
+                            buf.append(x)
                         if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
                             raise _absent_field('ProduceResponse.PartitionProduceResponse', 'current_leader', v)
-    buf += _T5p(throttle_time_ms_1)
+    buf.append(_T5p(throttle_time_ms_1))
     if not ((node_endpoints_1 is not None and not node_endpoints_1)):
         raise _absent_field('ProduceResponse', 'node_endpoints', v)
     if buf or not parts:
-        parts.append(bytes(buf))
+        parts.append(_join(buf))
     return parts
 
 
 def _rows_ProduceResponse_v9(v, responses_1, throttle_time_ms_1, node_endpoints_1):
-    buf = bytearray()
+    buf = []
     parts = []
     x = responses_1
     if not x:
         if x is None:
             raise _null_field('ProduceResponse', 'responses', v)
         else:
-            buf += b'\x01'
+            buf.append(b'\x01')
     else:
         n = len(x) + 1
         if n < 128:
-            buf.append(n)
+            buf.append(_BYTES[n])
         else:
-            buf += _wuv(n)
+            buf.append(_wuv(n))
         for name_2, partition_responses_2 in x:
             x = name_2
             if x is None:
@@ -2156,98 +2158,98 @@ def _rows_ProduceResponse_v9(v, responses_1, throttle_time_ms_1, node_endpoints_
                 x = x.encode()
                 n = len(x) + 1
                 if n < 128:
-                    buf.append(n)
+                    buf.append(_BYTES[n])
                 else:
-                    buf += _wuv(n)
-                buf += x
+                    buf.append(_wuv(n))
+                buf.append(x)
             x = partition_responses_2
             if not x:
                 if x is None:
                     raise _null_field('ProduceResponse.TopicProduceResponse', 'partition_responses', v)
                 else:
-                    buf += b'\x01'
+                    buf.append(b'\x01')
             else:
                 n = len(x) + 1
                 if n < 128:
-                    buf.append(n)
+                    buf.append(_BYTES[n])
                 else:
-                    buf += _wuv(n)
+                    buf.append(_wuv(n))
                 for index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, record_errors_3, error_message_3, current_leader_3 in x:
                     if (current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1)) and (record_errors_3 is not None and not record_errors_3) and error_message_3 is None:
-                        buf += _T14p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, b'\x01\x00\x00')
+                        buf.append(_T14p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, b'\x01\x00\x00'))
                     else:
-                        buf += _T10p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3)
+                        buf.append(_T10p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3))
                         x = record_errors_3
                         if not x:
                             if x is None:
                                 raise _null_field('ProduceResponse.PartitionProduceResponse', 'record_errors', v)
                             else:
-                                buf += b'\x01'
+                                buf.append(b'\x01')
                         else:
                             n = len(x) + 1
                             if n < 128:
-                                buf.append(n)
+                                buf.append(_BYTES[n])
                             else:
-                                buf += _wuv(n)
+                                buf.append(_wuv(n))
                             for batch_index_4, batch_index_error_message_4 in x:
                                 if batch_index_error_message_4 is None:
-                                    buf += _T13p(batch_index_4, b'\x00\x00')
+                                    buf.append(_T13p(batch_index_4, b'\x00\x00'))
                                 else:
-                                    buf += _T5p(batch_index_4)
+                                    buf.append(_T5p(batch_index_4))
                                     x = batch_index_error_message_4
                                     if x is None:
-                                        buf += b'\x00'
+                                        buf.append(b'\x00')
                                     else:
                                         x = x.encode()
                                         n = len(x) + 1
                                         if n < 128:
-                                            buf.append(n)
+                                            buf.append(_BYTES[n])
                                         else:
-                                            buf += _wuv(n)
-                                        buf += x
-                                    buf.append(0)
+                                            buf.append(_wuv(n))
+                                        buf.append(x)
+                                    buf.append(b'\x00')
                         x = error_message_3
                         if x is None:
-                            buf += b'\x00'
+                            buf.append(b'\x00')
                         else:
                             x = x.encode()
                             n = len(x) + 1
                             if n < 128:
-                                buf.append(n)
+                                buf.append(_BYTES[n])
                             else:
-                                buf += _wuv(n)
-                            buf += x
+                                buf.append(_wuv(n))
+                            buf.append(x)
                         if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
                             raise _absent_field('ProduceResponse.PartitionProduceResponse', 'current_leader', v)
-                        buf.append(0)
-            buf.append(0)
+                        buf.append(b'\x00')
+            buf.append(b'\x00')
     if (node_endpoints_1 is not None and not node_endpoints_1):
-        buf += _T15p(throttle_time_ms_1, b'\x00')
+        buf.append(_T15p(throttle_time_ms_1, b'\x00'))
     else:
-        buf += _T5p(throttle_time_ms_1)
+        buf.append(_T5p(throttle_time_ms_1))
         if not ((node_endpoints_1 is not None and not node_endpoints_1)):
             raise _absent_field('ProduceResponse', 'node_endpoints', v)
-        buf.append(0)
+        buf.append(b'\x00')
     if buf or not parts:
-        parts.append(bytes(buf))
+        parts.append(_join(buf))
     return parts
 
 
 def _rows_ProduceResponse_v10(v, responses_1, throttle_time_ms_1, node_endpoints_1):
-    buf = bytearray()
+    buf = []
     parts = []
     x = responses_1
     if not x:
         if x is None:
             raise _null_field('ProduceResponse', 'responses', v)
         else:
-            buf += b'\x01'
+            buf.append(b'\x01')
     else:
         n = len(x) + 1
         if n < 128:
-            buf.append(n)
+            buf.append(_BYTES[n])
         else:
-            buf += _wuv(n)
+            buf.append(_wuv(n))
         for name_2, partition_responses_2 in x:
             x = name_2
             if x is None:
@@ -2256,108 +2258,110 @@ def _rows_ProduceResponse_v10(v, responses_1, throttle_time_ms_1, node_endpoints
                 x = x.encode()
                 n = len(x) + 1
                 if n < 128:
-                    buf.append(n)
+                    buf.append(_BYTES[n])
                 else:
-                    buf += _wuv(n)
-                buf += x
+                    buf.append(_wuv(n))
+                buf.append(x)
             x = partition_responses_2
             if not x:
                 if x is None:
                     raise _null_field('ProduceResponse.TopicProduceResponse', 'partition_responses', v)
                 else:
-                    buf += b'\x01'
+                    buf.append(b'\x01')
             else:
                 n = len(x) + 1
                 if n < 128:
-                    buf.append(n)
+                    buf.append(_BYTES[n])
                 else:
-                    buf += _wuv(n)
+                    buf.append(_wuv(n))
                 for index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, record_errors_3, error_message_3, current_leader_3 in x:
                     if (record_errors_3 is not None and not record_errors_3) and error_message_3 is None and (current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1)):
-                        buf += _T14p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, b'\x01\x00\x00')
+                        buf.append(_T14p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3, b'\x01\x00\x00'))
                     else:
-                        buf += _T10p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3)
+                        buf.append(_T10p(index_3, error_code_3, base_offset_3, log_append_time_ms_3, log_start_offset_3))
                         x = record_errors_3
                         if not x:
                             if x is None:
                                 raise _null_field('ProduceResponse.PartitionProduceResponse', 'record_errors', v)
                             else:
-                                buf += b'\x01'
+                                buf.append(b'\x01')
                         else:
                             n = len(x) + 1
                             if n < 128:
-                                buf.append(n)
+                                buf.append(_BYTES[n])
                             else:
-                                buf += _wuv(n)
+                                buf.append(_wuv(n))
                             for batch_index_4, batch_index_error_message_4 in x:
                                 if batch_index_error_message_4 is None:
-                                    buf += _T13p(batch_index_4, b'\x00\x00')
+                                    buf.append(_T13p(batch_index_4, b'\x00\x00'))
                                 else:
-                                    buf += _T5p(batch_index_4)
+                                    buf.append(_T5p(batch_index_4))
                                     x = batch_index_error_message_4
                                     if x is None:
-                                        buf += b'\x00'
+                                        buf.append(b'\x00')
                                     else:
                                         x = x.encode()
                                         n = len(x) + 1
                                         if n < 128:
-                                            buf.append(n)
+                                            buf.append(_BYTES[n])
                                         else:
-                                            buf += _wuv(n)
-                                        buf += x
-                                    buf.append(0)
+                                            buf.append(_wuv(n))
+                                        buf.append(x)
+                                    buf.append(b'\x00')
                         x = error_message_3
                         if x is None:
-                            buf += b'\x00'
+                            buf.append(b'\x00')
                         else:
                             x = x.encode()
                             n = len(x) + 1
                             if n < 128:
-                                buf.append(n)
+                                buf.append(_BYTES[n])
                             else:
-                                buf += _wuv(n)
-                            buf += x
+                                buf.append(_wuv(n))
+                            buf.append(x)
                         if (current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1)):
-                            buf.append(0)
+                            buf.append(b'\x00')
                         else:
                             tags_3 = []
                             if not ((current_leader_3 is None or (current_leader_3[0] == -1 and current_leader_3[1] == -1))):
-                                t_3 = bytearray()
+                                t_3 = []
                                 if current_leader_3 is None:
                                     current_leader_3 = (-1, -1,)
                                 leader_id_4, leader_epoch_4 = current_leader_3
                                 if True:
-                                    t_3 += _T16p(leader_id_4, leader_epoch_4, b'\x00')
+                                    t_3.append(_T16p(leader_id_4, leader_epoch_4, b'\x00'))
                                 else:
-                                    t_3 += _T2p(leader_id_4, leader_epoch_4)
-                                    t_3.append(0)
-                                tags_3.append((0, bytes(t_3)))
-                            _write_tags(buf, tags_3, None)
-            buf.append(0)
+                                    t_3.append(_T2p(leader_id_4, leader_epoch_4))
+                                    t_3.append(b'\x00')
+                                tags_3.append((0, _join(t_3)))
+                            tb = bytearray()
+                            _write_tags(tb, tags_3, None)
+                            buf.append(tb)
+            buf.append(b'\x00')
     if (node_endpoints_1 is not None and not node_endpoints_1):
-        buf += _T15p(throttle_time_ms_1, b'\x00')
+        buf.append(_T15p(throttle_time_ms_1, b'\x00'))
     else:
-        buf += _T5p(throttle_time_ms_1)
+        buf.append(_T5p(throttle_time_ms_1))
         if (node_endpoints_1 is not None and not node_endpoints_1):
-            buf.append(0)
+            buf.append(b'\x00')
         else:
             tags_1 = []
             if not ((node_endpoints_1 is not None and not node_endpoints_1)):
-                t_1 = bytearray()
+                t_1 = []
                 x = node_endpoints_1
                 if not x:
                     if x is None:
                         raise _null_field('ProduceResponse', 'node_endpoints', v)
                     else:
-                        t_1 += b'\x01'
+                        t_1.append(b'\x01')
                 else:
                     n = len(x) + 1
                     if n < 128:
-                        t_1.append(n)
+                        t_1.append(_BYTES[n])
                     else:
-                        t_1 += _wuv(n)
+                        t_1.append(_wuv(n))
                     for node_id_2, host_2, port_2, rack_2 in x:
-                        t_1 += _T5p(node_id_2)
+                        t_1.append(_T5p(node_id_2))
                         x = host_2
                         if x is None:
                             raise _null_field('ProduceResponse.NodeEndpoint', 'host', v)
@@ -2365,30 +2369,32 @@ def _rows_ProduceResponse_v10(v, responses_1, throttle_time_ms_1, node_endpoints
                             x = x.encode()
                             n = len(x) + 1
                             if n < 128:
-                                t_1.append(n)
+                                t_1.append(_BYTES[n])
                             else:
-                                t_1 += _wuv(n)
-                            t_1 += x
+                                t_1.append(_wuv(n))
+                            t_1.append(x)
                         if rack_2 is None:
-                            t_1 += _T13p(port_2, b'\x00\x00')
+                            t_1.append(_T13p(port_2, b'\x00\x00'))
                         else:
-                            t_1 += _T5p(port_2)
+                            t_1.append(_T5p(port_2))
                             x = rack_2
                             if x is None:
-                                t_1 += b'\x00'
+                                t_1.append(b'\x00')
                             else:
                                 x = x.encode()
                                 n = len(x) + 1
                                 if n < 128:
-                                    t_1.append(n)
+                                    t_1.append(_BYTES[n])
                                 else:
-                                    t_1 += _wuv(n)
-                                t_1 += x
-                            t_1.append(0)
-                tags_1.append((0, bytes(t_1)))
-            _write_tags(buf, tags_1, None)
+                                    t_1.append(_wuv(n))
+                                t_1.append(x)
+                            t_1.append(b'\x00')
+                tags_1.append((0, _join(t_1)))
+            tb = bytearray()
+            _write_tags(tb, tags_1, None)
+            buf.append(tb)
     if buf or not parts:
-        parts.append(bytes(buf))
+        parts.append(_join(buf))
     return parts
 
 
