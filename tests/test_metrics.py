@@ -426,3 +426,19 @@ class TopicStatsTests(unittest.SynchronousTestCase):
         self.assertEqual(stats.messages_in["never"], 0)
         stats.remove("a")
         self.assertEqual((stats.messages_in, stats.bytes_out), ({"b": 1}, {"c": 90}))
+
+
+class NetworkMetricsTests(unittest.SynchronousTestCase):
+    def test_request_counts_per_api_and_version_and_time_totals(self):
+        metrics = NetworkMetrics()
+        metrics.record_request("Produce", 3.0, 9)
+        metrics.record_request("Produce", 1.5, 9)
+        metrics.record_request("Produce", 0.5, 7)
+        metrics.record_request("Fetch", 2.0)  # no version: counted per API only
+        self.assertEqual(metrics.requests_total, {"Produce": 3, "Fetch": 1})
+        self.assertEqual(metrics.requests_by_version, {("Produce", 9): 2, ("Produce", 7): 1})
+        self.assertEqual(metrics.request_time_ms_total, {"Produce": 5.0, "Fetch": 2.0})
+        self.assertEqual((metrics.requests_total["Metadata"], metrics.request_time_ms_total["Metadata"]), (0, 0))
+        snap = metrics.snapshot()
+        self.assertEqual((snap["requests_total"], snap["request_time_ms_total"]),
+                         ({"Produce": 3, "Fetch": 1}, {"Produce": 5.0, "Fetch": 2.0}))

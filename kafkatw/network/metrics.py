@@ -47,6 +47,16 @@ class Counts(dict):
         return 0
 
 
+class _ApiRequests:
+    """One API's completed requests: a count per version and the sum of their totalTimeMs."""
+
+    __slots__ = ("versions", "time_ms")
+
+    def __init__(self):
+        self.versions = Counts()  # version (None when not given) -> completed requests
+        self.time_ms = 0
+
+
 class NetworkMetrics:
     """Request queue size, per-API request counts and times, connections, bytes.
 
@@ -55,9 +65,9 @@ class NetworkMetrics:
 
     def __init__(self, request_times=False):
         self.request_queue_size = 0
-        self.requests_total = Counts()  # api name -> completed requests
-        self.requests_by_version = Counts()  # (api name, version) -> completed
-        self.request_time_ms_total = Counts()  # api name -> sum of totalTimeMs
+        # api name -> _ApiRequests: a request bumps one count and one sum, found with one look-up
+        # (the per-API, per-version and time totals are read from them when asked)
+        self._by_api = {}
         self.request_times = RequestTimeHistograms() if request_times else None
         self.connections = collections.Counter()  # listener name -> open connections
         self.connections_created = collections.Counter()
@@ -76,12 +86,30 @@ class NetworkMetrics:
         self.failed_reauthentication = collections.Counter()
         self.expired_connections_killed = 0
 
+    @property
+    def requests_total(self):
+        """api name -> completed requests (its versions' counts summed when read)."""
+        return Counts({api: sum(entry.versions.values()) for api, entry in self._by_api.items()})
+
+    @property
+    def requests_by_version(self):
+        """(api name, version) -> completed requests (those recorded with a version)."""
+        return Counts({(api, version): n for api, entry in self._by_api.items()
+                       for version, n in entry.versions.items() if version is not None})
+
+    @property
+    def request_time_ms_total(self):
+        """api name -> sum of totalTimeMs."""
+        return Counts({api: entry.time_ms for api, entry in self._by_api.items()})
+
     def record_request(self, api_name, total_time_ms, version=None, times=None):
         """One completed request."""
-        self.requests_total[api_name] += 1
-        self.request_time_ms_total[api_name] += total_time_ms
-        if version is not None:
-            self.requests_by_version[(api_name, version)] += 1
+        try:
+            entry = self._by_api[api_name]
+        except KeyError:
+            entry = self._by_api[api_name] = _ApiRequests()
+        entry.versions[version] += 1
+        entry.time_ms += total_time_ms
         if times is not None and self.request_times is not None:
             self.request_times.observe(api_name, times)
 
