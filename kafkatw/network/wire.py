@@ -84,20 +84,21 @@ class MessagesWire:
         self._request_header = messages.RequestHeader
         self._request_header_version = messages.request_header_version
         self._response_header_version = messages.response_header_version
-        # (api_key, api_version) -> (header reader, header version, body reader, body class):
-        # the generated readers themselves, no per-request version or buffer checks
+        # api_key -> {api_version: (header reader, header version, body reader, body class)}:
+        # the generated readers themselves, no per-request version or buffer checks (nested
+        # dicts: a (key, version) tuple made and hashed per look-up costs ~0.5k instructions)
         self._readers = {}
-        self._response_header_versions = {}  # (api_key, api_version) -> header version
+        self._response_header_versions = {}  # api_key -> {api_version: header version}
 
     def api_name(self, api_key):
         return self.api_names[api_key]
 
     def decode_request(self, frame, api_key, api_version):
         """``(header, body)`` of a whole frame; raises on a malformed one."""
-        readers = self._readers.get((api_key, api_version))
-        if readers is None:
-            readers = self._readers_of(api_key, api_version)
-        read_header, hv, read_body, cls = readers
+        try:
+            read_header, hv, read_body, cls = self._readers[api_key][api_version]
+        except KeyError:
+            read_header, hv, read_body, cls = self._readers_of(api_key, api_version)
         view = memoryview(frame)
         try:
             header, pos = read_header(view, 0, hv)
@@ -115,8 +116,13 @@ class MessagesWire:
         cls = self._requests[api_key]
         hv = self._request_header_version(api_key, api_version)
         readers = (self._request_header.reader(hv), hv, cls.reader(api_version), cls)
-        self._readers[(api_key, api_version)] = readers
+        self._readers.setdefault(api_key, {})[api_version] = readers
         return readers
+
+    def _response_header_version_of(self, api_key, api_version):
+        hv = self._response_header_version(api_key, api_version)
+        self._response_header_versions.setdefault(api_key, {})[api_version] = hv
+        return hv
 
     def encode_response(self, request, body):
         """Size prefix, response header and body as a list of parts.
@@ -128,10 +134,10 @@ class MessagesWire:
         size = 4
         for p in parts:
             size += len(p)
-        key = (request.api_key, request.api_version)
-        hv = self._response_header_versions.get(key)
-        if hv is None:
-            hv = self._response_header_versions[key] = self._response_header_version(*key)
+        try:
+            hv = self._response_header_versions[request.api_key][request.api_version]
+        except KeyError:
+            hv = self._response_header_version_of(request.api_key, request.api_version)
         if hv:
             head = _SIZE_CORRELATION_NO_TAGS.pack(size + 1, request.correlation_id, 0)
         else:
