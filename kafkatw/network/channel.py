@@ -114,7 +114,8 @@ class RequestChannel:
         if request.api_local_complete_ns is None:
             request.api_local_complete_ns = now_ns if now_ns is not None else self.clock_ns()
         self.busy -= 1
-        self._dispatch()
+        if not self._dispatching:  # (else the dispatch under way takes the next request)
+            self._dispatch()
 
     def _handle(self, request, connection):
         self.busy += 1
@@ -153,7 +154,8 @@ class RequestChannel:
 
         def answered(response):
             now = request.api_remote_complete_ns = self.clock_ns()
-            request.mark_api_local_complete(now)
+            if request._on_local_complete is not None:  # (a parked request has released its slot)
+                request.mark_api_local_complete(now)
             try:
                 connection.send_response(request, response)
             except Exception:

@@ -466,8 +466,9 @@ class KafkaConnection(Protocol):
         server.request_completed(request, response)  # (_log_request, inline)
         self.in_flight = None
         # RESPONSE_SENT, then maybe_unmute(); inside the frame loop (an answer given at once)
-        # the loop itself goes on
-        if self.mute.response_sent() and not self._processing:
+        # the loop itself goes on; with nothing buffered and reading not paused (a parked
+        # fetch's answer, as a rule) the loop would have nothing to do
+        if self.mute.response_sent() and not self._processing and (self.decoder.buffered or self._paused):
             self._process_frames()
 
     def _log_request(self, request, response):
