@@ -143,5 +143,7 @@ class Registration(unittest.TestCase):
 
     def test_declared_handler_is_served(self):
         apis = KafkaApis(config=None, metadata=None, handlers=())
+        versions = apis.api_versions()  # the network layer keeps this dict
         apis.register(NoErrorFieldHandler())
         self.assertEqual(apis.api_versions(), {3: (0, 12)})
+        self.assertIs(apis.api_versions(), versions)  # kept current in place

@@ -226,7 +226,7 @@ class KafkaConnection(Protocol):
         if self._arrivals is not None:
             self._bytes_read += n
             self._arrivals.append((self._bytes_read, now))
-        self._process_frames()
+        self._process_frames(now)
 
     def _pause(self):
         if not self._paused:
@@ -238,8 +238,11 @@ class KafkaConnection(Protocol):
             self._paused = False
             self.transport.resumeProducing()
 
-    def _process_frames(self):
+    def _process_frames(self, now=None):
         """Cut and handle frames while not muted (at most one request outstanding).
+
+        ``now``: the clock's reading of the read that calls this, the moment the first frame
+        it cuts is taken up; a later frame of the loop (after an answer) reads the clock.
 
         Reading stops (``pauseProducing``) only if a request is still outstanding when the
         loop ends: a request answered synchronously costs no epoll change; on plain TCP not
@@ -263,7 +266,8 @@ class KafkaConnection(Protocol):
                     break
                 if frame is None:
                     break
-                self._handle_frame(frame)
+                self._handle_frame(frame, now)
+                now = None
         finally:
             self._processing = False
             if self._held:
@@ -285,15 +289,15 @@ class KafkaConnection(Protocol):
             arrivals.popleft()
         return arrivals[0][1]
 
-    def _handle_frame(self, frame):
+    def _handle_frame(self, frame, now):
         if self.authenticator is not None and self.authenticator.intercept(frame):
             return  # SASL: answered (or refused) before any request reaches the channel
         server = self.server
-        now = server.clock_ns()
+        if now is None:
+            now = server.clock_ns()
         read_ns = None if self._arrivals is None else self._read_ns()
         api_key, api_version, correlation_id = _peek_header(frame, 0)  # (peek_header inline)
-        supported = server.handler.api_versions()  # (the server's api_versions(), inline)
-        rng = supported.get(api_key)
+        rng = server.supported_versions.get(api_key)  # (the server's api_versions(), no call)
         if api_key == API_VERSIONS_KEY and rng is not None and not (rng[0] <= api_version <= rng[1]):
             # Kafka lets ApiVersions of any version through and answers UNSUPPORTED_VERSION
             # in a v0 body, so the client can negotiate down.

@@ -14,7 +14,9 @@ class IRequestHandler(Interface):
         """Return ``{api_key: (min_version, max_version)}`` this broker supports.
 
         The network layer uses it to reject unknown APIs/versions before decoding the
-        body, and to answer an ApiVersions request of an unsupported version.
+        body, and to answer an ApiVersions request of an unsupported version. It asks once
+        and keeps the dict: return the same one every time, updated in place if what is
+        served changes.
         """
 
     def handle(request):

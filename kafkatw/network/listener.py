@@ -308,7 +308,8 @@ class SocketServer:
         self.factories = {}
         self.held = False  # no listener accepts until a start-up Deferred fires (hold_accepting_until)
         self.connections = set()
-        self._api_versions = None
+        #: the handler's {api_key: (lo, hi)}, the one dict it keeps current (read per request)
+        self.supported_versions = handler.api_versions()
         #: Kafka's startProcessingRequests: a cluster-mode broker binds its listeners (to
         #: advertise their ports) but accepts nobody until it is registered
         self.accepting_enabled = True
@@ -448,7 +449,7 @@ class SocketServer:
     # -- used by connections ------------------------------------------------
 
     def api_versions(self):
-        return self.handler.api_versions()
+        return self.supported_versions
 
     def authenticator_for(self, conn):
         """A SASL authenticator for a new connection on a SASL listener, else None."""

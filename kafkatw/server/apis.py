@@ -130,7 +130,7 @@ class KafkaApis:
         self.finalized_features = list(finalized_features)
         self.finalized_features_epoch = finalized_features_epoch
         self._handlers = {}
-        self._api_versions = None
+        self._api_versions = {}  # api key -> (lo, hi): one dict, kept current (see api_versions)
         for handler in handlers:
             self.register(handler)
         if log_manager is not None and metadata is not None:
@@ -157,15 +157,13 @@ class KafkaApis:
         if lo > hi:
             raise ValueError("no version of API %d can be served" % handler.API_KEY)
         self._handlers[handler.API_KEY] = _Registered(handler, (lo, hi))
-        self._api_versions = None
+        self._api_versions[handler.API_KEY] = (lo, hi)
 
     def api_versions(self):
-        """``{api_key: (lo, hi)}``; built once per registration (the network layer asks per
-        request). Treat it as read-only."""
-        versions = self._api_versions
-        if versions is None:
-            versions = self._api_versions = {key: reg.versions for key, reg in self._handlers.items()}
-        return versions
+        """``{api_key: (lo, hi)}``: the same dict on every call, updated in place by
+        :meth:`register` (the network layer keeps it and reads it per request). Treat it as
+        read-only."""
+        return self._api_versions
 
     # -- config access -------------------------------------------------------------------
 
