@@ -107,6 +107,19 @@ class MuteOrderingTests(unittest.SynchronousTestCase):
         self.assertTrue(tr.disconnecting)
         self.flushLoggedErrors(RuntimeError)
 
+    def test_parked_request_failing_later_closes(self):
+        handler = ScriptedHandler(hold={1})
+        h = Harness(handler, auto_drain=True)
+        proto, tr = h.connect()
+        proto.dataReceived(api_versions_frame(1) + api_versions_frame(2))
+        self.assertFalse(tr.disconnecting)
+        _, d = handler.pending.pop(1)
+        d.errback(RuntimeError("boom"))
+        self.assertTrue(tr.disconnecting)
+        self.assertEqual(tr.value(), b"")
+        self.assertEqual([r.correlation_id for r in handler.calls], [1])  # the next one unread
+        self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
+
 
 class HeaderCheckTests(unittest.SynchronousTestCase):
     def test_unsupported_api_versions_version_answer_bytes(self):
