@@ -217,10 +217,10 @@ class ReadTest(Base):
         self.assertEqual(leo.position_diff(hw), sizes[2])
         self.assertTrue(LogOffsetMetadata(5).message_offset_only)
 
-    def test_tail_read_after_an_append_reads_one_header(self):
-        """A reader at the log end woken by an append finds the appended batch with one header
-        read (the append says where it starts); after a truncation below it, a read finds
-        the right batch again."""
+    def test_tail_read_after_an_append_reads_no_header(self):
+        """A reader at the log end woken by an append finds the appended batch without reading
+        a header (the append says where it starts and its size); after a truncation below it,
+        a read finds the right batch again."""
         lg = self.open_log()
         sizes = []
         for n in (2, 3):
@@ -233,10 +233,17 @@ class ReadTest(Base):
         real = file_records.read_header
         file_records.read_header = lambda *a: headers.append(a[0]) or real(*a)
         info = lg.read(5, 100000, FetchIsolation.LOG_END, True)
-        self.assertEqual(headers, [sizes[0] + sizes[1]])
+        self.assertEqual(headers, [])
         self.assertEqual((info.fetch_offset_metadata.message_offset,
                           info.fetch_offset_metadata.relative_position_in_segment, info.records.count),
                          (5, sizes[0] + sizes[1], len(make_batch(4, 100))))
+        # the hint's size bounds the batch as its header would: whole with minOneMessage, cut
+        # (and said so) without
+        whole = lg.read(5, 10, FetchIsolation.LOG_END, True)
+        cut = lg.read(5, 10, FetchIsolation.LOG_END, False)
+        self.assertEqual(headers, [])
+        self.assertEqual((whole.records.count, whole.first_entry_incomplete, cut.records.count,
+                          cut.first_entry_incomplete), (len(make_batch(4, 100)), False, 10, True))
         lg.truncate_to(2)
         lg.append_as_leader(make_batch(1, 100), 0)  # offset 2, where the second batch was
         info = lg.read(2, 100000, FetchIsolation.LOG_END, True)

@@ -66,10 +66,10 @@ class FileRecords:
             os.close(descriptors.cache.open_retrying(
                 lambda: os.open(path, os.O_RDWR | os.O_CREAT, 0o644)))
             self._size = 0
-        #: (position, base offset) of the batch the last append or offset search found: a
-        #: true fact about the file until it is truncated at or below that position (the
+        #: (position, base offset, size) of the batch the last append or offset search found:
+        #: a true fact about the file until it is truncated below that batch's end (the
         #: segment's translate_offset reads it too, and its append sets it)
-        self.search_hint = (-1, 0)
+        self.search_hint = (-1, 0, 0)
 
     def _descriptor(self):
         """The open descriptor (opened now if the cache dropped it); hold the returned object
@@ -128,8 +128,9 @@ class FileRecords:
         if size > self._size or size < 0:
             raise ValueError("cannot truncate %s of %d bytes to %d" % (self.path, self._size, size))
         removed = self._size - size
-        if self.search_hint[0] >= size:
-            self.search_hint = (-1, 0)
+        hint_position, _, hint_size = self.search_hint
+        if hint_position + hint_size > size:
+            self.search_hint = (-1, 0, 0)
         if removed or os.stat(self.path).st_size != size:
             os.truncate(self.path, size)
         self._size = size
@@ -193,12 +194,12 @@ class FileRecords:
         Every batch before one whose base offset is <= target ends below target, so the scan
         may begin at the last found batch instead of ``start_position`` when that is later.
         """
-        hint_position, hint_base = self.search_hint
+        hint_position, hint_base, _ = self.search_hint
         if hint_position > start_position and hint_base <= target_offset:
             start_position = hint_position
         for position, header in self.batches_from(start_position):
             if header.last_offset >= target_offset:
-                self.search_hint = (position, header.base_offset)
+                self.search_hint = (position, header.base_offset, header.size_in_bytes)
                 return position, header
         return None
 

@@ -163,7 +163,8 @@ class LogSegment:
             # a reader at the tail (woken by this append) searches from here, not from the
             # batch before it (FileRecords.batch_at inline)
             first = batches[0][0]
-            log.search_hint = (physical + first, _BASE_OFFSET.unpack_from(buf, first)[0])
+            log.search_hint = (physical + first, _BASE_OFFSET.unpack_from(buf, first)[0],
+                               batches[0][1])
         self._index_batches(physical, batches)
         return physical + len(buf)  # (what ``size`` reads now: the log's end offset metadata)
 
@@ -187,19 +188,19 @@ class LogSegment:
     # -- read ---------------------------------------------------------------------------
 
     def translate_offset(self, offset, starting_position=0):
-        """(position, BatchHeader) of the batch holding ``offset`` (or the first after it)."""
+        """(position, size) of the batch holding ``offset`` (or the first after it), or None."""
         log = self.log
-        hint_position, hint_base = log.search_hint
+        hint_position, hint_base, hint_size = log.search_hint
         if hint_base == offset and hint_position >= starting_position:
             # the batch the last append (or search) found starts at ``offset``: what a reader
-            # at the tail asks for, found without the offset index (its look-up, a mapping
-            # check and a descriptor-cache touch); the scan below reads that one header
-            position = hint_position
-        else:
-            _, position = self.offset_index.lookup(offset)
-            if position < starting_position:  # (not max(): the builtin parses keywords)
-                position = starting_position
-        return log.search_for_offset_from_position(offset, position)
+            # at the tail asks for, found without the offset index and, its size known, without
+            # reading its header (a pread, the header's object and a descriptor-cache touch)
+            return hint_position, hint_size
+        _, position = self.offset_index.lookup(offset)
+        if position < starting_position:  # (not max(): the builtin parses keywords)
+            position = starting_position
+        found = log.search_for_offset_from_position(offset, position)
+        return None if found is None else (found[0], found[1].size_in_bytes)
 
     def read(self, start_offset, max_size, max_position=None, min_one_message=False):
         """FetchDataInfo from ``start_offset``, or None if no batch at/after it is here."""
@@ -209,10 +210,9 @@ class LogSegment:
         found = self.translate_offset(start_offset)
         if found is None:
             return None
-        position, header = found
+        position, batch_size = found
         # both value objects built in C (named tuples, fields in order: no Python __new__)
         metadata = _new(LogOffsetMetadata, (start_offset, self.base_offset, position))
-        batch_size = header.size_in_bytes
         # (conditionals, not min()/max(): each builtin call parses keywords, ~1k instructions)
         adjusted = batch_size if min_one_message and batch_size > max_size else max_size
         if adjusted == 0 or max_position is None:
