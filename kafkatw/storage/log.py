@@ -779,8 +779,7 @@ class UnifiedLog:
                 latest = self.leader_epoch_cache.latest_epoch()
                 if latest is None or epoch > latest:
                     self.leader_epoch_cache.assign(epoch, epochs[epoch], durable=False)
-        # (in C: LogOffsetMetadata's fields in order)
-        self._leo_metadata = _new(LogOffsetMetadata, (info.last_offset + 1, segment.base_offset, size))
+        self._leo_metadata = LogOffsetMetadata(info.last_offset + 1, segment.base_offset, size)
         self._unflushed_messages += info.record_count
         if self.retention_changed is not None:
             self.retention_changed.add(self)

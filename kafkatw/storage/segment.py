@@ -211,8 +211,7 @@ class LogSegment:
         if found is None:
             return None
         position, batch_size = found
-        # both value objects built in C (named tuples, fields in order: no Python __new__)
-        metadata = _new(LogOffsetMetadata, (start_offset, self.base_offset, position))
+        metadata = LogOffsetMetadata(start_offset, self.base_offset, position)
         # (conditionals, not min()/max(): each builtin call parses keywords, ~1k instructions)
         adjusted = batch_size if min_one_message and batch_size > max_size else max_size
         if adjusted == 0 or max_position is None:
