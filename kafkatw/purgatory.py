@@ -77,6 +77,14 @@ class DelayedOperation:
             log.failure("completing {op} failed", outcome[1], op=type(self).__name__)
         return True
 
+    def result(self):
+        """What completing gave (``on_complete``'s result, or its exception raised); for a
+        caller that saw the operation complete (``try_complete_else_watch`` True)."""
+        succeeded, value = self._outcome
+        if not succeeded:
+            value.raiseException()
+        return value
+
     def cancel(self):
         """Give up on the operation (its client went away): it completes without
         ``on_complete``, its timer stops and its listener is never called."""

@@ -1,6 +1,7 @@
 """DelayedFetch: a Fetch parked in the purgatory until enough bytes accumulate, a partition
 changes state, or max wait expires (Kafka's DelayedFetch, cases A-H). It only decides *when*;
-the reading is the replica manager's, done again on completion.
+the reading is the replica manager's, done again on completion, and the answer the fetch
+handler's (``respond``).
 """
 
 from twisted.logger import Logger
@@ -39,6 +40,9 @@ class DelayedFetch(DelayedOperation):
         if kept is not None:
             self._kept_versions = (replica_manager.metadata.published_version,
                                    replica_manager.log_manager.attached_version)
+        # the fetch handler's answer maker: completing gives respond(results), the Response
+        # (a failure there fails the operation); None: the results themselves
+        self.respond = None
 
     def try_complete(self):
         """Complete when (A-E) a partition is gone, not led here or its leader epoch moved,
@@ -135,5 +139,6 @@ class DelayedFetch(DelayedOperation):
         rm = self.replica_manager
         results = rm.read_from_log(self.params, self.fetch_infos, self._found)
         rm.topic_stats.record_fetch(results)
-        return results
+        respond = self.respond
+        return results if respond is None else respond(results)
 

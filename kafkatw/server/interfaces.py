@@ -46,7 +46,9 @@ class IReplicaManager(Interface):
 
     def fetch_messages_now(params, fetch_infos):
         """:meth:`fetch_messages` for the fetch path: the list itself when answered at once,
-        else a pending answer whose ``when_complete(callback, errback)`` gets the list."""
+        else a pending answer whose ``when_complete(callback, errback)`` gets the list, or
+        ``respond(list)`` once its ``respond`` (None) is set to that function (the fetch
+        handler's answer, made when the fetch completes)."""
 
     def read_from_log(params, fetch_infos, found=None):
         """Read every partition now ([(tp, FetchPartitionData)], with where each read

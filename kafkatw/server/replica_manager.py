@@ -1271,7 +1271,10 @@ class ReplicaManager:
             keys.append(_new(TopicPartitionOperationKey, tp))  # (topic, partition), in C
         op = DelayedFetch(params, fetch_infos, starts, self, found,
                           found if self._lookups_versioned else None)
-        self.fetch_purgatory.try_complete_else_watch(op, keys)
+        if self.fetch_purgatory.try_complete_else_watch(op, keys):
+            # completed by the check that would park it (a cluster: a partition moved since
+            # the read): answered now, as a read that does not wait
+            return op.result()
         return op
 
     def read_from_log(self, params, fetch_infos, found=None):

@@ -8,7 +8,6 @@ from functools import partial
 
 import attr
 from twisted.logger import Logger
-from twisted.python.failure import Failure
 from zope.interface import moduleProvides
 
 from kafkatw.network.request import Response
@@ -167,9 +166,12 @@ def handle(apis, request):
     result = apis.replica_manager.fetch_messages_now(params, interesting)
     if type(result) is list:
         return respond(result)
-    # Parked in the fetch purgatory: the wait is remoteTimeMs and holds no handler slot.
+    # Parked in the fetch purgatory: the wait is remoteTimeMs and holds no handler slot. The
+    # DelayedFetch is the pending answer (``when_complete``, what KafkaApis and the request
+    # channel call): it completes with ``respond``'s Response, no wrapper or closure between.
     request.mark_api_local_complete()
-    return ParkedFetch(result, respond)
+    result.respond = respond
+    return result
 
 
 def _respond(version, context, keys, erroneous, results):
@@ -196,31 +198,6 @@ def _request_summary(body, metadata, partitions, forgotten):
 def _response_summary(response_data):
     return {"errorCode": response_data.error, "sessionId": response_data.session_id,
             "partitions": len(response_data.partitions)}
-
-
-class ParkedFetch:
-    """The answer to a Fetch parked in the purgatory: ``when_complete`` (what KafkaApis and the
-    request channel call) goes to the DelayedFetch, and its results become the Response, with
-    no Deferred in between."""
-
-    __slots__ = ("operation", "respond")
-
-    def __init__(self, operation, respond):
-        self.operation = operation
-        self.respond = respond
-
-    def when_complete(self, callback, errback):
-        respond = self.respond
-
-        def completed(results):
-            try:
-                response = respond(results)
-            except Exception:
-                errback(Failure())
-                return
-            callback(response)
-
-        self.operation.when_complete(completed, errback)
 
 
 def build_response(version, error, session_id, partitions):
