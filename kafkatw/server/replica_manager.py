@@ -23,6 +23,7 @@ from zope.interface import implementer
 
 from kafkatw.protocol import errors, records
 from kafkatw.protocol.errors import KafkaError
+from kafkatw.protocol.parts import FileRegion
 from kafkatw.protocol.records import CONTROL_FLAG_MASK
 from kafkatw.server import replica_selector
 from kafkatw.server.delayed_fetch import DelayedFetch
@@ -1375,15 +1376,16 @@ class ReplicaManager:
                 max_bytes = 0
             data = log_.read(info.fetch_offset, max_bytes, params.fetch_isolation,
                              min_one_message and max_bytes > 0)
-            records = data.records
-            aborted = data.aborted_transactions
+            # (FetchDataInfo unpacked: one step for its four fields, each a named-tuple read)
+            start, records, first_entry_incomplete, aborted = data
             if records is None:
                 records, size = EMPTY_RECORDS, 0
             else:
-                size = len(records)
+                # (a FileRegion's count, not len(): its __len__ is a Python call)
+                size = records.count if type(records) is FileRegion else len(records)
             if throttled:
                 self.leader_quota.record(size)
-            if not params.hard_max_bytes_limit and data.first_entry_incomplete:
+            if not params.hard_max_bytes_limit and first_entry_incomplete:
                 # v3+: a cut first batch is useless to the consumer; send nothing instead
                 records, size = EMPTY_RECORDS, 0
                 if aborted is not None:
@@ -1396,7 +1398,7 @@ class ReplicaManager:
                         params.replica_id, info.fetch_offset, info.log_start_offset):
                     records, size, aborted = EMPTY_RECORDS, 0, None
             return _new(FetchPartitionData, (errors.NONE, hw, lso, log_start, records, aborted, None, -1,
-                                             None, data.fetch_offset_metadata, size))
+                                             None, start, size))
         except KafkaError as e:
             return _error_read_result(e.code, e.message)
         except OSError as e:

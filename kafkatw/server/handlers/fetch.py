@@ -13,6 +13,7 @@ from zope.interface import moduleProvides
 from kafkatw.network.request import Response
 from kafkatw.protocol import errors
 from kafkatw.protocol.messages import FetchResponse
+from kafkatw.protocol.parts import FileRegion
 from kafkatw.security.authorizer import AclOperation, ResourceType
 from kafkatw.server.fetch_session import (
     LEGACY,
@@ -216,7 +217,8 @@ def build_response(version, error, session_id, partitions):
             last = ident
         # the partition's row, inline (a call per partition fewer)
         records = data.records
-        if records is None or len(records) == 0:
+        # (a FileRegion's count, not len(): its __len__ is a Python call)
+        if records is None or (records.count if type(records) is FileRegion else len(records)) == 0:
             records = b""
         aborted = data.aborted_transactions
         if aborted:
