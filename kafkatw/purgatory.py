@@ -181,7 +181,9 @@ class DelayedOperationPurgatory:
             self._estimated_total_operations += 1
         if self._timer_enabled:
             self._arm(operation)
-        self._maybe_purge()
+        # (_maybe_purge inline: every parked operation comes through here)
+        if self._estimated_total_operations - len(self._delayed) > self.purge_interval_requests:
+            self.purge_completed()
         return False
 
     def check_and_complete(self, key):
@@ -198,6 +200,9 @@ class DelayedOperationPurgatory:
         # Operations may have been added (reentrantly) while we iterated: prune the live list.
         ops = self._watchers.get(key)
         if ops is not None:
+            if len(ops) == 1 and ops[0]._completed:
+                del self._watchers[key]  # the one watched completed (no list made)
+                return completed
             live = [op for op in ops if not op._completed]
             if live:
                 self._watchers[key] = live
