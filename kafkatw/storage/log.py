@@ -840,10 +840,8 @@ class UnifiedLog:
             max_meta = self._read_end(isolation)
             # (an empty read, what a consumer at the LSO gets, has no aborted transaction)
             aborted = None if isolation is _LOG_END or isolation is _HIGH_WATERMARK else []
-            if self._at_read_end(start_offset, max_meta):
-                # where a parked fetch reads: what _local_read answers once its checks pass
-                # (a segment holds the offset, not past the log end), without its call
-                return self._empty(max_meta, aborted)
+            # (a read at that end, once _local_read's checks pass, is its _empty(max_meta):
+            # no test of its own here, a consumer's parking fetch does not read at all)
             if aborted is None:
                 return self._local_read(start_offset, max_length, min_one_message, max_meta)
             info = self._local_read(start_offset, max_length, min_one_message, max_meta)
@@ -857,11 +855,11 @@ class UnifiedLog:
         """The LogOffsetMetadata of the end a read with ``isolation`` may reach."""
         if isolation is _LOG_END:
             return self._leo_metadata
-        if isolation is _HIGH_WATERMARK:
-            end = self._hw_metadata
-            if end.segment_base_offset == -1 and end.relative_position_in_segment == -1:
-                end = self.fetch_high_watermark_metadata()  # its position, found now
-            return end
+        end = self._hw_metadata
+        if end.segment_base_offset == -1 and end.relative_position_in_segment == -1:
+            end = self.fetch_high_watermark_metadata()  # its position, found now
+        if isolation is _HIGH_WATERMARK or self.first_unstable_offset is None:
+            return end  # (no open transaction: the LSO is the HW, without the property's call)
         return self.last_stable_offset_metadata
 
     def _at_read_end(self, start_offset, end):
@@ -966,7 +964,7 @@ class UnifiedLog:
 
     def _local_read(self, start_offset, max_length, min_one_message, max_meta):
         end_offset = self._leo_metadata.message_offset
-        i = self._floor_index(start_offset)
+        i = bisect.bisect_right(self._bases, start_offset) - 1  # (_floor_index inline)
         if start_offset > end_offset or i < 0:
             raise KafkaError(errors.OFFSET_OUT_OF_RANGE,
                              "Received request for offset %d for partition %s-%d, but we only "
