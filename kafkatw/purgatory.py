@@ -238,12 +238,17 @@ class DelayedOperationPurgatory:
         # (conditionals, not max(): the builtin parses its arguments as keywords, ~1k
         # instructions a call, here on every parked operation)
         delay_ms = operation.delay_ms
-        deadline = self._clock.seconds() + (delay_ms / 1000.0 if delay_ms > 0 else 0.0)
+        delay = delay_ms / 1000.0 if delay_ms > 0 else 0.0
+        deadline = self._clock.seconds() + delay
         self._seq += 1
         heappush(self._deadlines, (deadline, self._seq, operation))
         self._delayed.add(operation)
         operation._timed_in = self  # completion by other means calls _untime
-        if self._timer_at is None or deadline < self._timer_at:
+        if self._timer_at is None:
+            # nothing armed: _set_timer without its call and second clock reading
+            self._timer_at = deadline
+            self._timer = self._clock.callLater(delay, self._expire_due)
+        elif deadline < self._timer_at:
             self._set_timer(deadline)
 
     def _untime(self, operation):
@@ -254,7 +259,10 @@ class DelayedOperationPurgatory:
         delayed.discard(operation)
         if not delayed:
             self._deadlines.clear()
-            self._disarm()
+            timer = self._timer  # (_disarm inline: the last waiting operation completed)
+            if timer is not None:
+                self._timer = self._timer_at = None
+                timer.cancel()
         elif len(self._deadlines) > 64 + 4 * len(delayed):
             # many completed early under a long deadline: keep the heap near the live size
             heap = self._deadlines  # in place: the timer may be walking it
