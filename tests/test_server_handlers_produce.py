@@ -57,7 +57,10 @@ class ProduceTests(ApisFixture, unittest.TestCase):
                                     ("t", 1): (errors.INVALID_RECORD, -1, -1, -1, [(0, "no key")], "bad")}),
             ([("t", 0)], {("t", 0): (errors.NOT_ENOUGH_REPLICAS, -1, -1, -1, [], "isr")}),
         ]
-        for order, results in cases:
+        from kafkatw.server.replica_manager import PartitionResponse
+
+        for order, rows in cases:
+            results = {tp: PartitionResponse(*row) for tp, row in rows.items()}
             grouped = {}
             for topic, partition in order:
                 grouped.setdefault(topic, []).append(partition)
@@ -69,14 +72,14 @@ class ProduceTests(ApisFixture, unittest.TestCase):
                                  list(grouped.items()))
                 for t in got.responses:
                     for p in t.partition_responses:
-                        code, base, append_time, log_start, record_errors, message = results[(t.name, p.index)]
+                        code, base, append_time, log_start, record_errors, message = rows[(t.name, p.index)]
                         self.assertEqual((p.error_code, p.base_offset), (code, base))
                         self.assertEqual(p.log_append_time_ms, append_time if version >= 2 else -1)
                         self.assertEqual(p.log_start_offset, log_start if version >= 5 else -1)
                         self.assertEqual([(e.batch_index, e.batch_index_error_message) for e in p.record_errors],
                                          record_errors if version >= 8 else [])
                         self.assertEqual(p.error_message, message if version >= 8 else None)
-        body = build_response(9, *cases[0])
+        body = build_response(9, cases[0][0], {tp: PartitionResponse(*row) for tp, row in cases[0][1].items()})
         body.throttle_time_ms = 25  # the quota hook's field
         self.assertEqual(ProduceResponse.decode(body.encode_bytes(9), 9).throttle_time_ms, 25)
 

@@ -24,6 +24,7 @@ from kafkatw.server.handlers.recompress import (
     topic_compression,
 )
 from kafkatw.server.interfaces import IApiHandler
+from kafkatw.server.replica_manager import PartitionResponse
 
 moduleProvides(IApiHandler)
 
@@ -66,13 +67,15 @@ def validate_records(version, records):
 
 
 def _error(code, message=None):
-    return (code, -1, -1, -1, [], message)
+    # (a PartitionResponse as the replica manager's: the appended ones join ``results`` as
+    # they are, no tuple copied from each)
+    return PartitionResponse(code, -1, -1, -1, [], message)
 
 
 def handle(apis, request):
     body = request.body
     version = request.api_version
-    results = {}  # (topic, partition) -> (error, base_offset, log_append_time, log_start, record_errors, msg)
+    results = {}  # (topic, partition) -> PartitionResponse
     order = []  # (topic, partition) in request order
     entries = {}
     headers = {}  # (topic, partition) -> [(0, header)] when the batch goes on as produced
@@ -207,15 +210,14 @@ def _append_verified(apis, request, results, order, entries, headers, refused):
 
 def _respond(request, results, order, appended):
     """The Response of ``results`` with the replica manager's ``appended`` merged in."""
-    for tp, pr in appended.items():
-        results[tp] = (pr.error_code, pr.base_offset, pr.log_append_time, pr.log_start_offset,
-                       pr.record_errors or (), pr.error_message)
+    results.update(appended)
     if request.body.acks == 0:
-        if all(results[tp][0] == errors.NONE for tp in order):
+        if all(results[tp].error_code == errors.NONE for tp in order):
             return Response(None, noop=True)
         log.info("closing connection {conn}: acks=0 produce failed: {errs}",
                  conn=request.context.connection_id,
-                 errs={tp: errors.error_name(results[tp][0]) for tp in order if results[tp][0]})
+                 errs={tp: errors.error_name(results[tp].error_code) for tp in order
+                       if results[tp].error_code})
         return Response(None, close_connection=True)
     return Response(build_response(request.api_version, order, results))
 
@@ -228,8 +230,9 @@ def _record_error(e):
 
 
 def build_response(version, order, results):
-    """The ProduceResponse of ``results`` in request order, each topic's partitions under its
-    first appearance, as the generated row writer's rows (no message objects per request)."""
+    """The ProduceResponse of ``results`` ({tp: PartitionResponse}) in request order, each
+    topic's partitions under its first appearance, as the generated row writer's rows (no
+    message objects per request)."""
     topics = {}
     out = []
     has_errors = version >= 8  # record_errors and error_message exist from v8
@@ -238,15 +241,18 @@ def build_response(version, order, results):
         if rows is None:
             rows = topics[tp[0]] = []
             out.append((tp[0], rows))
-        code, base_offset, append_time, log_start, record_errors, message = results[tp]
+        pr = results[tp]
         if has_errors:
+            record_errors = pr.record_errors
             if record_errors:
                 record_errors = [_record_error(e) for e in record_errors]
+            message = pr.error_message
         else:
             record_errors, message = (), None
         # index, error_code, base_offset, log_append_time_ms, log_start_offset, record_errors,
         # error_message, current_leader (a single node leads everything: the default)
-        rows.append((tp[1], code, base_offset, append_time, log_start, record_errors, message, None))
+        rows.append((tp[1], pr.error_code, pr.base_offset, pr.log_append_time, pr.log_start_offset,
+                     record_errors, message, None))
     return ProduceResponse.Rows(out)
 
 
