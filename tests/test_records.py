@@ -236,13 +236,13 @@ class BatchHeaderTests(SynchronousTestCase):
     def test_set_base_offset_and_epoch_in_one_pack(self):
         """The leader's rewrite in one pack: the same bytes as the two setters, at any
         position, the batch length untouched."""
-        from kafkatw.protocol.records import set_base_offset_and_epoch
+        from kafkatw.protocol.records import set_base_offset_length_and_epoch
 
         one = bytearray(b"xyz" + kp_batch(SAMPLE))
         two = bytearray(one)
         set_base_offset(two, 3, 77)
         set_partition_leader_epoch(two, 3, 5)
-        set_base_offset_and_epoch(one, 3, 77, 5, read_batch_header(one, 3).batch_length)
+        set_base_offset_length_and_epoch(one, 3, 77, read_batch_header(one, 3).batch_length, 5)
         self.assertEqual(one, two)
 
     def test_writers_on_memoryview_slice(self):

@@ -336,11 +336,12 @@ def set_partition_leader_epoch(buf, pos, epoch):
     _INT32.pack_into(buf, pos + PARTITION_LEADER_EPOCH_OFFSET, epoch)
 
 
-def set_base_offset_and_epoch(buf, pos, offset, epoch, batch_length):
-    """Both rewrites of a leader's append (:func:`set_base_offset`, then
-    :func:`set_partition_leader_epoch`) in one pack: the three leading fields, the batch's
-    ``batch_length`` (from its header) written back as it is."""
-    _OFFSET_LENGTH_EPOCH.pack_into(buf, pos, offset, batch_length, epoch)
+#: ``set_base_offset_length_and_epoch(buf, pos, offset, batch_length, epoch)``: both rewrites
+#: of a leader's append (:func:`set_base_offset`, then :func:`set_partition_leader_epoch`) in
+#: one pack of the three leading fields, the batch's ``batch_length`` (from its header) written
+#: back as it is. The struct's own ``pack_into``, not a Python function around it (a frame per
+#: produced batch), hence the fields in their wire order.
+set_base_offset_length_and_epoch = _OFFSET_LENGTH_EPOCH.pack_into
 
 
 def set_log_append_time(buf, pos, ts):

@@ -1024,7 +1024,8 @@ class ReplicaManager:
             if resp.error_code == errors.NONE:
                 appended.append(tp)
         purgatory = self.fetch_purgatory
-        if appended and purgatory.watching():
+        # (its watch lists read, not its watching() call: any parked fetch at all, per produce)
+        if appended and purgatory._watchers:
             for topic, partition in appended:
                 purgatory.check_and_complete(TopicPartitionOperationKey(topic, partition))
         if waiting is None:

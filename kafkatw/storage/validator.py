@@ -12,7 +12,7 @@ from .offsets import LogAppendInfo
 LOG_OVERHEAD = records.LOG_OVERHEAD
 MAX_DECOMPRESSED_BATCH_BYTES = compression.MAX_DECOMPRESSED_BATCH_BYTES
 validate_batch, check_records = records.validate_batch, records.check_records
-set_base_offset_and_epoch = records.set_base_offset_and_epoch
+set_base_offset_length_and_epoch = records.set_base_offset_length_and_epoch
 
 
 def validate_and_assign(buf, config, now_ms, next_offset, leader_epoch=None,
@@ -79,7 +79,7 @@ def validate_and_assign(buf, config, now_ms, next_offset, leader_epoch=None,
         if assign_offsets:
             base = expected_next
             if leader_epoch is not None:
-                set_base_offset_and_epoch(buf, pos, base, leader_epoch, header.batch_length)
+                set_base_offset_length_and_epoch(buf, pos, base, header.batch_length, leader_epoch)
             else:
                 records.set_base_offset(buf, pos, base)
             if log_append:
