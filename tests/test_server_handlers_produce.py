@@ -8,6 +8,7 @@ from twisted.trial import unittest
 
 from kafkatw.protocol import errors
 from kafkatw.protocol import records as rec
+from kafkatw.protocol.errors import KafkaError
 from kafkatw.protocol.messages import ProduceRequest, ProduceResponse
 from tests.test_server_apis import ApisFixture, FakePartitionResponse
 
@@ -175,6 +176,21 @@ class ProduceTests(ApisFixture, unittest.TestCase):
             expected = self.assertRaises(rec.CorruptRecordError, rec.read_batch_header, buf, 0)
             got = self.assertRaises(rec.CorruptRecordError, validate_records, 9, buf)
             self.assertEqual(str(got), str(expected))
+
+    def test_magic_checked_first(self):
+        """A batch whose magic byte is not 2 is INVALID_RECORD for its version, whether or
+        not a whole v2 header would fit; fewer bytes than reach the magic are corrupt."""
+        from kafkatw.server.handlers.produce import validate_records
+
+        good = batch(2)
+        for cut in (rec.MAGIC_OFFSET + 1, rec.BATCH_HEADER_SIZE - 1, len(good)):
+            legacy = bytearray(good[:cut])
+            legacy[rec.MAGIC_OFFSET] = 1
+            got = self.assertRaises(KafkaError, validate_records, 9, bytes(legacy))
+            self.assertEqual((got.code, got.message), (errors.INVALID_RECORD, (
+                "Produce requests with version 9 are only allowed to contain record batches "
+                "with magic version 2")))
+        self.assertRaises(rec.CorruptRecordError, validate_records, 9, good[:rec.MAGIC_OFFSET])
 
     def test_default_compression_as_topic_compression(self):
         """A topic without a compression.type override under the broker default 'producer'

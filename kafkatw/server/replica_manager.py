@@ -1013,8 +1013,8 @@ class ReplicaManager:
         waiting = None
         known = batch_headers or {}
         for tp, buf in entries.items():
-            resp = self._append_to_local_log(tp[0], tp[1], buf, internal_topics_allowed,
-                                             required_acks, known.get(tp), origin)
+            resp = self._append_to_local_log(tp, buf, internal_topics_allowed, required_acks,
+                                             known.get(tp), origin)
             if resp is _LOADING:
                 if waiting is None:
                     waiting = {}
@@ -1084,8 +1084,9 @@ class ReplicaManager:
             return results
         return defer.gatherResults(loads).addCallback(append)
 
-    def _append_to_local_log(self, topic, partition, buf, internal_topics_allowed, required_acks=1,
+    def _append_to_local_log(self, tp, buf, internal_topics_allowed, required_acks=1,
                              batch_headers=None, origin=ORIGIN_CLIENT):
+        topic, partition = tp  # (the entries' key: no (topic, partition) tuple made again)
         if self.cluster_mode:
             if not internal_topics_allowed and self.metadata.is_internal(topic):
                 error = errors.INVALID_TOPIC_EXCEPTION
@@ -1172,8 +1173,8 @@ class ReplicaManager:
                         ps.update(h, offset, offset + n - 1, ts)
                     offset += n
                 log_.first_unstable_offset = ps.first_unstable_offset()
-            elif (topic, partition) in self._producer_states:
-                self._producer_states[(topic, partition)].map_end_offset = info.last_offset + 1
+            elif tp in self._producer_states:
+                self._producer_states[tp].map_end_offset = info.last_offset + 1
             if part is not None:
                 # the HW moves once the ISR's followers have fetched this far (or now, when
                 # the leader is the ISR)
@@ -1184,9 +1185,10 @@ class ReplicaManager:
                 # Single node: the ISR is {us}, so the HW follows the log end at once.
                 log_.update_high_watermark(info.last_offset + 1)  # (the log end offset now)
             self.topic_stats.record_append(topic, info.last_offset - info.first_offset + 1, len(buf))
-            # (positional, in field order: no record errors, no message)
+            # (positional, in field order: no record errors (an empty tuple: nothing is added
+            # to them), no message)
             return PartitionResponse(errors.NONE, info.first_offset, info.log_append_time,
-                                     info.log_start_offset, [], None, info.last_offset)
+                                     info.log_start_offset, (), None, info.last_offset)
         except KafkaError as e:
             return PartitionResponse(e.code, record_errors=list(getattr(e, "record_errors", None) or []),
                                      error_message=e.message)

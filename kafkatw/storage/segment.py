@@ -139,7 +139,10 @@ class LogSegment:
             if self.offset_index.is_full() or self.time_index.is_full():
                 return True
             self._indexes_have_room = True
-        return not 0 <= max_offset - self.base_offset <= _INT32_MAX
+        relative = max_offset - self.base_offset  # (two tests, not a chained comparison:
+        if relative < 0 or relative > _INT32_MAX:  # each then has a specialised compare-and-jump)
+            return True
+        return False
 
     # -- append -------------------------------------------------------------------------
 

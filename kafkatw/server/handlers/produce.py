@@ -49,11 +49,16 @@ def validate_records(version, records):
     if n == 0:
         raise KafkaError(errors.INVALID_RECORD, "Produce requests with version %d must have at least "
                          "one record batch per partition" % version)
-    magic = records[MAGIC_OFFSET] if n > MAGIC_OFFSET else rec.read_magic(records, 0)  # (raises)
-    if magic != MAGIC_VALUE_V2:
-        raise KafkaError(errors.INVALID_RECORD, "Produce requests with version %d are only allowed to "
-                         "contain record batches with magic version 2" % version)
-    header = read_batch_header(records, 0)
+    try:
+        header = read_batch_header(records, 0)
+    except rec.CorruptRecordError:
+        # a batch whose magic is not 2 is refused for that first (a v2 batch read above
+        # has a magic of 2: its byte is looked at only when the read failed)
+        magic = records[MAGIC_OFFSET] if n > MAGIC_OFFSET else rec.read_magic(records, 0)  # (raises)
+        if magic != MAGIC_VALUE_V2:
+            raise KafkaError(errors.INVALID_RECORD, "Produce requests with version %d are only "
+                             "allowed to contain record batches with magic version 2" % version)
+        raise
     if version < 7 and header.attributes & COMPRESSION_CODEC_MASK == ZSTD:
         raise KafkaError(errors.UNSUPPORTED_COMPRESSION_TYPE, "Produce requests with version %d are not "
                          "allowed to use ZStandard compression" % version)

@@ -23,6 +23,8 @@ def target_codec(compression_type, source_codec):
 #: The level config of each codec that has one (KIP-390).
 LEVEL_CONFIGS = {compression.GZIP: "compression.gzip.level", compression.LZ4: "compression.lz4.level",
                  compression.ZSTD: "compression.zstd.level"}
+#: The same by ``compression.type`` value ("gzip", "lz4", "zstd"): one look-up per produced topic.
+_LEVEL_CONFIG_OF_TYPE = {compression.CODEC_NAMES[codec]: config for codec, config in LEVEL_CONFIGS.items()}
 
 
 def topic_compression(apis, overrides):
@@ -33,7 +35,7 @@ def topic_compression(apis, overrides):
     if value is None:
         value = apis.compression_type  # (the broker's, kept by KafkaApis per config)
     level = None
-    level_config = LEVEL_CONFIGS.get(compression.CODEC_IDS.get(value))
+    level_config = _LEVEL_CONFIG_OF_TYPE.get(value)
     if level_config is not None:
         level = overrides.get(level_config)
         level = apis.config_value(level_config) if level is None else int(level)
