@@ -1026,8 +1026,10 @@ class ReplicaManager:
         purgatory = self.fetch_purgatory
         # (its watch lists read, not its watching() call: any parked fetch at all, per produce)
         if appended and purgatory._watchers:
-            for topic, partition in appended:
-                purgatory.check_and_complete(TopicPartitionOperationKey(topic, partition))
+            for tp in appended:
+                # (the key built in C from the entries' (topic, partition): no named tuple
+                # __new__ frame per appended partition a fetch may wait on)
+                purgatory.check_and_complete(_new(TopicPartitionOperationKey, tp))
         if waiting is None:
             if required_acks == -1 and self.cluster_mode:
                 return self._maybe_delay_produce(timeout_ms, results)
