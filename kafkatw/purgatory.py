@@ -141,7 +141,9 @@ class DelayedOperationPurgatory:
         self._clock = clock
         self.purge_interval_requests = purge_interval_requests
         self._timer_enabled = timer_enabled
-        self._watchers = {}  # key -> list[DelayedOperation]
+        #: key -> list[DelayedOperation]; others only read it (a produce asks whether any
+        #: fetch is parked at all, per produce, without a call)
+        self.watch_lists = {}
         self._delayed = set()  # operations waiting on the timer (NumDelayedOperations)
         self._deadlines = []  # heap of (deadline, seq, operation); completed ones skipped
         self._seq = 0  # ties broken in arming order (an operation is never compared)
@@ -153,18 +155,18 @@ class DelayedOperationPurgatory:
 
     def watched(self):
         """Number of entries in all watch lists (Kafka's PurgatorySize; may count completed ops)."""
-        return sum(len(ops) for ops in self._watchers.values())
+        return sum(len(ops) for ops in self.watch_lists.values())
 
     def num_delayed(self):
         """Number of operations waiting on a timer (Kafka's NumDelayedOperations)."""
         return len(self._delayed)
 
     def watched_keys(self):
-        return list(self._watchers)
+        return list(self.watch_lists)
 
     def watching(self):
         """True if any key has operations watched (a produce checks this before building keys)."""
-        return bool(self._watchers)
+        return bool(self.watch_lists)
 
     # -- operations ------------------------------------------------------------------------
 
@@ -176,7 +178,7 @@ class DelayedOperationPurgatory:
         if try_first and (operation.try_complete() or operation._completed):
             return True
         for key in watch_keys:
-            self._watchers.setdefault(key, []).append(operation)
+            self.watch_lists.setdefault(key, []).append(operation)
         if watch_keys:
             self._estimated_total_operations += 1
         if self._timer_enabled:
@@ -188,7 +190,7 @@ class DelayedOperationPurgatory:
 
     def check_and_complete(self, key):
         """Retry the operations watched under ``key``; returns how many completed now."""
-        ops = self._watchers.get(key)
+        ops = self.watch_lists.get(key)
         if not ops:
             return 0
         completed = 0
@@ -198,29 +200,29 @@ class DelayedOperationPurgatory:
             if op.try_complete():
                 completed += 1
         # Operations may have been added (reentrantly) while we iterated: prune the live list.
-        ops = self._watchers.get(key)
+        ops = self.watch_lists.get(key)
         if ops is not None:
             if len(ops) == 1 and ops[0]._completed:
-                del self._watchers[key]  # the one watched completed (no list made)
+                del self.watch_lists[key]  # the one watched completed (no list made)
                 return completed
             live = [op for op in ops if not op._completed]
             if live:
-                self._watchers[key] = live
+                self.watch_lists[key] = live
             else:
-                del self._watchers[key]
+                del self.watch_lists[key]
         return completed
 
     def purge_completed(self):
         """Drop completed operations from every watch list; returns how many were dropped."""
         purged = 0
-        for key in list(self._watchers):
-            ops = self._watchers[key]
+        for key in list(self.watch_lists):
+            ops = self.watch_lists[key]
             live = [op for op in ops if not op._completed]
             purged += len(ops) - len(live)
             if live:
-                self._watchers[key] = live
+                self.watch_lists[key] = live
             else:
-                del self._watchers[key]
+                del self.watch_lists[key]
         self._estimated_total_operations = self.num_delayed()
         return purged
 

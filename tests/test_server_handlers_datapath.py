@@ -134,7 +134,7 @@ class DataPathTests(unittest.TestCase):
         gc.disable()
         self.addCleanup(gc.enable)
         d = self.fetch(topic_id, 0, 0, max_wait_ms=10000)
-        (ops,) = self.replica_manager.fetch_purgatory._watchers.values()
+        (ops,) = self.replica_manager.fetch_purgatory.watch_lists.values()
         ref = weakref.ref(ops[0])
         del ops
         self.produce("t", 0, [b"x"])

@@ -1024,8 +1024,8 @@ class ReplicaManager:
             if resp.error_code == errors.NONE:
                 appended.append(tp)
         purgatory = self.fetch_purgatory
-        # (its watch lists read, not its watching() call: any parked fetch at all, per produce)
-        if appended and purgatory._watchers:
+        # (its watch lists read, not its watching() call: any fetch parked at all, per produce)
+        if appended and purgatory.watch_lists:
             for tp in appended:
                 # (the key built in C from the entries' (topic, partition): no named tuple
                 # __new__ frame per appended partition a fetch may wait on)
