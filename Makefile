@@ -8,7 +8,7 @@ CONFIG ?= etc/server.properties
 
 .PHONY: install compile run test codec bench bench-scale fuzz screenshots clean
 
-$(STAMP): setup.cfg pyproject.toml
+$(STAMP): setup.cfg setup.py pyproject.toml kafkatw/protocol/_recwalk.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip setuptools wheel
 	$(BIN)/python -m pip install -q -e '.[test]'

@@ -23,7 +23,7 @@ from tests.support import ThrowawayVenv
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: What a source distribution needs to build: the project files and the two package trees.
-PROJECT_FILES = ("setup.cfg", "pyproject.toml", "README.md", "MANIFEST.in")
+PROJECT_FILES = ("setup.cfg", "setup.py", "pyproject.toml", "README.md", "MANIFEST.in")
 PROJECT_TREES = ("kafkatw", "twisted", "etc", "docs")
 DROP_IN = "twisted/plugins/kafkatw_plugin.py"
 
@@ -38,7 +38,7 @@ def copy_project(target):
         shutil.copy(os.path.join(ROOT, name), target)
     for name in PROJECT_TREES:
         shutil.copytree(os.path.join(ROOT, name), os.path.join(target, name),
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "dropin.cache"))
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.so", "dropin.cache"))
 
 
 class Dists:
@@ -99,6 +99,9 @@ class ArchiveTests(unittest.SynchronousTestCase):
         self.assertEqual(sorted(n for n in names if n.startswith("kafkatw/console/static/")),
                          ["kafkatw/console/static/console.css", "kafkatw/console/static/console.js",
                           "kafkatw/console/static/index.html"])
+        # the optional compiled record walk, built with the wheel (a C compiler is here)
+        self.assertEqual(len([n for n in names if n.startswith("kafkatw/protocol/_recwalk.")
+                              and n.endswith(".so")]), 1)
 
     def test_sdist_carries_the_drop_in(self):
         with tarfile.open(dists().sdist) as t:
@@ -106,6 +109,8 @@ class ArchiveTests(unittest.SynchronousTestCase):
         self.assertEqual([n for n in names if n.startswith("twisted/")], ["twisted/plugins", DROP_IN])
         self.assertIn("kafkatw/__main__.py", names)
         self.assertIn("kafkatw/console/static/console.js", names)
+        self.assertIn("kafkatw/protocol/_recwalk.c", names)  # built where the sdist is installed
+        self.assertIn("setup.py", names)
         for extra in ("etc/server.properties", "etc/kafkatw.service", "etc/grafana-dashboard.json",
                       "docs/operations.md"):
             self.assertIn(extra, names)
@@ -139,6 +144,10 @@ class InstalledTests(unittest.SynchronousTestCase):
     def test_sdist(self):
         venv = self.check_twistd_lists_kafka("sdist", lambda v: v.purelib)
         self.assertTrue(os.path.exists(os.path.join(venv.purelib, DROP_IN)))
+        # installing from source compiles the record walk, and the records module uses it
+        used = run([venv.python, "-c", "from kafkatw.protocol import _recwalk, records; "
+                    "print(records.step_records is _recwalk.step_records)"], cwd=self.cwd)
+        self.assertEqual(used.strip(), "True")
 
     def test_editable(self):
         # a current setuptools: the package dir named "." gives a static .pth of the project root

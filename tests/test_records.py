@@ -1,10 +1,11 @@
 """Tests for kafkatw.protocol.records: v2 batch headers, CRC, in-place writers."""
 
+import os
 import struct
 
 from kafka.record.default_records import DefaultRecordBatch as KpBatch
 from kafka.record.memory_records import MemoryRecordsBuilder as KpBuilder
-from twisted.trial.unittest import SynchronousTestCase
+from twisted.trial.unittest import SkipTest, SynchronousTestCase
 
 from kafkatw.protocol import errors, records
 from kafkatw.protocol.records import (
@@ -883,3 +884,45 @@ class CheckRecordsWalkTests(SynchronousTestCase):
         span = h.batch_length + LOG_OVERHEAD - 61
         buf[61 + where % span] = value
         self.assertSameOutcome(buf, len(sizes) + count_delta)
+
+
+class CheckRecordsPurePythonWalkTests(CheckRecordsWalkTests):
+    """The same agreement with check_records on its pure-Python step (what runs where the
+    compiled ``_recwalk`` is not built, or with ``KAFKATW_PURE_PYTHON=1``)."""
+
+    def setUp(self):
+        self.patch(records, "step_records", records.step_records_py)
+
+
+class CompiledWalkTests(SynchronousTestCase):
+    """The compiled step is built by ``pip install`` here (a C compiler is part of the test
+    machine) and is what check_records uses; it answers as the Python step does."""
+
+    def test_built_and_used(self):
+        if os.environ.get("KAFKATW_PURE_PYTHON"):
+            raise SkipTest("KAFKATW_PURE_PYTHON is set: the pure-Python walk is in use")
+        from kafkatw.protocol import _recwalk
+
+        self.assertIs(records.step_records, _recwalk.step_records)
+        self.assertEqual(_recwalk.MIN_RECORD_BODY, records.MIN_RECORD_BODY)
+
+    def test_same_end_as_the_python_step(self):
+        from kafkatw.protocol import _recwalk
+
+        recs = [Record(key=None, value=b"v" * n, timestamp=1) for n in (0, 1, 56, 57, 120, 8100)]
+        buf = bytes(build_batch(recs))
+        end = len(buf)
+        for step in (_recwalk.step_records, records.step_records_py):
+            self.assertEqual(step(buf, 61, end, 6), end)
+            self.assertEqual(step(memoryview(buf), 61, end, 6), end)
+            self.assertEqual(step(bytearray(buf), 61, end, 6), end)
+            self.assertNotEqual(step(buf, 61, end, 7), end)  # one record too many
+            self.assertNotEqual(step(buf, 61, end, 5), end)  # one too few
+        # an end inside the last record, a count past the buffer, a start past it: no reads
+        # outside the buffer, and not the end
+        self.assertEqual(_recwalk.step_records(buf, 61, end - 1, 6), -1)
+        self.assertEqual(_recwalk.step_records(buf, 61, end + 100, 7), -1)
+        self.assertEqual(_recwalk.step_records(buf, end + 5, end, 1), -1)
+        self.assertEqual(_recwalk.step_records(buf, 61, end, 0), 61)
+        with self.assertRaises(TypeError):
+            _recwalk.step_records("text", 0, 4, 1)
