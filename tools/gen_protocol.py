@@ -1030,10 +1030,7 @@ class RowGen:
         while i < len(fields):
             f = fields[i]
             if _has(f.regular, v):
-                j = i
-                while (j < len(fields) and _has(fields[j].regular, v) and fields[j].base in FIXED
-                       and not fields[j].is_array):
-                    j += 1
+                j = self.fixed_end(fields, i)
                 if j > i:
                     fmt = ">" + "".join(FIXED[x.base][0] for x in fields[i:j])
                     args = ", ".join(names[i:j])
@@ -1051,7 +1048,7 @@ class RowGen:
                         return
                     folded = self.folded_run(fields, j, k)
                     if folded:
-                        self.write_folded(fields, names, i, j, *folded, buf, parts, qual)
+                        self.write_folded(fields, names, fmt, args, *folded, buf, parts, qual)
                         i = folded[1]
                         continue
                     em("%s.append(%sp(%s))" % (buf, em.struct(fmt), args))
@@ -1096,15 +1093,14 @@ class RowGen:
             return None
         return j, m
 
-    def write_folded(self, fields, names, i, run_end, j, m, buf, parts, qual):
-        """Fixed runs ``fields[i:run_end]`` and ``fields[j + 1:m]`` around the array
-        ``fields[j]``: one pack with its one-byte length when it is empty or null, else each
-        as it is."""
+    def write_folded(self, fields, names, fmt1, args1, j, m, buf, parts, qual):
+        """The fixed run just ahead (its struct format ``fmt1`` and arguments ``args1``) and
+        ``fields[j + 1:m]`` around the array ``fields[j]``: one pack with its one-byte length
+        when it is empty or null, else each as it is."""
         em = self.em
         f = fields[j]
-        fmt1 = ">" + "".join(FIXED[x.base][0] for x in fields[i:run_end])
         fmt2 = ">" + "".join(FIXED[x.base][0] for x in fields[j + 1:m])
-        args1, args2 = ", ".join(names[i:run_end]), ", ".join(names[j + 1:m])
+        args2 = ", ".join(names[j + 1:m])
         em("x = %s" % names[j])
         em("if not x:")
         em.ind += 1
