@@ -141,8 +141,8 @@ class DelayedOperationPurgatory:
         self._clock = clock
         self.purge_interval_requests = purge_interval_requests
         self._timer_enabled = timer_enabled
-        #: key -> list[DelayedOperation]; others only read it (a produce asks whether any
-        #: fetch is parked at all, per produce, without a call)
+        #: key -> list[DelayedOperation]; others only read it (non-empty: something is
+        #: watched, what a produce asks before building keys)
         self.watch_lists = {}
         self._delayed = set()  # operations waiting on the timer (NumDelayedOperations)
         self._deadlines = []  # heap of (deadline, seq, operation); completed ones skipped
@@ -163,10 +163,6 @@ class DelayedOperationPurgatory:
 
     def watched_keys(self):
         return list(self.watch_lists)
-
-    def watching(self):
-        """True if any key has operations watched (a produce checks this before building keys)."""
-        return bool(self.watch_lists)
 
     # -- operations ------------------------------------------------------------------------
 

@@ -58,11 +58,11 @@ class PurgatoryTests(unittest.SynchronousTestCase):
 
     def test_watch_then_check_and_complete(self):
         op = MockOp(500)
-        self.assertFalse(self.p.watching())
+        self.assertFalse(self.p.watch_lists)
         self.assertFalse(self.p.try_complete_else_watch(op, [K1, K2]))
         self.assertFalse(op.is_completed)
         self.assertEqual(self.p.watched(), 2)
-        self.assertTrue(self.p.watching())
+        self.assertTrue(self.p.watch_lists)
         self.assertEqual(self.p.num_delayed(), 1)
         self.assertEqual(self.p.check_and_complete(K1), 0)
         op.ready = True
@@ -72,10 +72,10 @@ class PurgatoryTests(unittest.SynchronousTestCase):
         self.assertEqual(self.clock.getDelayedCalls(), [])
         self.assertEqual(self.p.num_delayed(), 0)
         self.assertEqual(self.p.watched(), 1)
-        self.assertTrue(self.p.watching())  # a stale entry still counts until its key is checked
+        self.assertTrue(self.p.watch_lists)  # a stale entry still counts until its key is checked
         self.assertEqual(self.p.check_and_complete(K2), 0)
         self.assertEqual(self.p.watched(), 0)
-        self.assertFalse(self.p.watching())
+        self.assertFalse(self.p.watch_lists)
         self.assertEqual(op.completions, 1)
         self.assertEqual(op.expirations, 0)
 

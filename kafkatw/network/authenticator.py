@@ -89,7 +89,7 @@ class SaslServerAuthenticator:
             self._fail_closed("unexpected {api} request during SASL {phase}", api=server.wire.api_name(api_key),
                               phase="authentication" if self.state == AUTHENTICATE else "handshake")
             return
-        rng = server.api_versions().get(api_key)
+        rng = server.supported_versions.get(api_key)
         if rng is None or not rng[0] <= api_version <= rng[1]:
             self._fail_closed("unsupported {api} version {version}", api=server.wire.api_name(api_key),
                               version=api_version)

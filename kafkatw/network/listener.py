@@ -448,9 +448,6 @@ class SocketServer:
 
     # -- used by connections ------------------------------------------------
 
-    def api_versions(self):
-        return self.supported_versions
-
     def authenticator_for(self, conn):
         """A SASL authenticator for a new connection on a SASL listener, else None."""
         listener = self.sasl_listeners.get(conn.endpoint.listener_name)

@@ -1024,7 +1024,7 @@ class ReplicaManager:
             if resp.error_code == errors.NONE:
                 appended.append(tp)
         purgatory = self.fetch_purgatory
-        # (its watch lists read, not its watching() call: any fetch parked at all, per produce)
+        # (its watch lists non-empty: any fetch parked at all, asked per produce)
         if appended and purgatory.watch_lists:
             for tp in appended:
                 # (the key built in C from the entries' (topic, partition): no named tuple
