@@ -125,6 +125,22 @@ class DataPathTests(unittest.TestCase):
         self.assertEqual((part.error_code, part.high_watermark), (0, 1))
         self.assertGreater(len(part.records), 0)
 
+    def test_a_fetch_its_parking_check_completes_is_answered_at_once(self):
+        """The check that would park a fetch (Kafka's tryCompleteElseWatch) may complete it (in
+        a cluster: a partition moved since the read); its answer is then the Response at once,
+        with what the completion read."""
+        from kafkatw.server.delayed_fetch import DelayedFetch
+
+        topic_id = self.create("t", 1)
+        self.produce("t", 0, [b"x"])
+        self.patch(DelayedFetch, "try_complete", DelayedFetch.force_complete)
+        d = self.fetch(topic_id, 0, 0, max_wait_ms=10000, min_bytes=1 << 20)  # fewer bytes: parks
+        part = self.successResultOf(d).body.responses[0].partitions[0]
+        self.assertEqual((part.error_code, part.high_watermark), (0, 1))
+        self.assertGreater(len(part.records), 0)
+        purgatory = self.replica_manager.fetch_purgatory
+        self.assertEqual((purgatory.num_delayed(), purgatory.watch_lists), (0, {}))
+
     def test_a_woken_fetch_is_freed_without_the_cyclic_gc(self):
         # no completed fetch may be cyclic garbage: its collections stalled the end-to-end path
         import gc
