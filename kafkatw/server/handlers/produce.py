@@ -74,7 +74,7 @@ def validate_records(version, records):
 def _error(code, message=None):
     # (a PartitionResponse as the replica manager's: the appended ones join ``results`` as
     # they are, no tuple copied from each)
-    return PartitionResponse(code, -1, -1, -1, [], message)
+    return PartitionResponse(code, error_message=message)  # (offsets -1, no record errors)
 
 
 def handle(apis, request):
