@@ -17,6 +17,7 @@ from kafkatw.network.interfaces import IRequestHandler
 from kafkatw.network.request import Request, RequestContext, Response
 from kafkatw.protocol import errors, messages
 from kafkatw.protocol.errors import KafkaError
+from kafkatw.protocol.parts import FileRegion
 from kafkatw.server.apis import KafkaApis
 from kafkatw.server.interfaces import IApiHandler, IReplicaManager
 from kafkatw.server.replica_manager import ReplicaManager
@@ -43,6 +44,15 @@ class FakeFetchPartitionData:
     aborted_transactions = attr.ib(default=None)
     diverging_epoch = attr.ib(default=None)
     preferred_read_replica = attr.ib(default=-1)
+    records_size = attr.ib()
+
+    @records_size.default
+    def _records_size(self):
+        # what the read counts: the records' bytes (a region's count)
+        records = self.records
+        if records is None:
+            return 0
+        return records.count if isinstance(records, FileRegion) else len(records)
 
 
 @attr.s

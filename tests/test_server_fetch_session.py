@@ -40,6 +40,8 @@ class Resp:
     error = attr.ib(default=errors.NONE)
     diverging_epoch = attr.ib(default=None)
     preferred_read_replica = attr.ib(default=-1)
+    # what the read counts: the records' bytes
+    records_size = attr.ib(default=attr.Factory(lambda r: len(r.records or b""), takes_self=True))
 
 
 TID = b"\x01" * 16

@@ -164,7 +164,9 @@ class FetchResponseRowsTests(unittest.TestCase):
         def data(records=b"", aborted=None, diverging=None, replica=-1, error=0, hw=7):
             return FetchPartitionData(error=error, high_watermark=hw, last_stable_offset=hw - 1,
                                       log_start_offset=2, records=records, aborted_transactions=aborted,
-                                      diverging_epoch=diverging, preferred_read_replica=replica)
+                                      diverging_epoch=diverging, preferred_read_replica=replica,
+                                      records_size=0 if records is None else (  # as the read counts
+                                          records.count if type(records) is FileRegion else len(records)))
 
         big = FileRegion(f, 10, 200)
         partitions = [

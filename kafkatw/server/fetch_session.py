@@ -14,7 +14,6 @@ import attr
 from twisted.logger import Logger
 
 from kafkatw.protocol import errors
-from kafkatw.protocol.parts import FileRegion
 
 log = Logger()
 
@@ -86,10 +85,7 @@ class CachedPartition:
         what is sent. Kafka's maybeUpdateResponseData plus the last stable offset. ``resp``
         has the fields FetchContext.update_and_generate_response_data names (read directly:
         asked for every partition of every incremental fetch)."""
-        records = resp.records
-        # (a FileRegion's count, not len(): its __len__ is a Python call)
-        must = records is not None and (
-            records.count if type(records) is FileRegion else len(records)) > 0
+        must = resp.records_size > 0  # (the read counted its records' bytes)
         if self.high_watermark != resp.high_watermark:
             must = True
             if update:
@@ -333,7 +329,8 @@ class FetchContext:
 
     def update_and_generate_response_data(self, updates):
         """``updates``: list of (TopicIdPartition, data with high_watermark, log_start_offset,
-        last_stable_offset, records, error, diverging_epoch, preferred_read_replica)."""
+        last_stable_offset, records, records_size, error, diverging_epoch,
+        preferred_read_replica)."""
         raise NotImplementedError
 
     def get_throttled_response(self):

@@ -13,7 +13,6 @@ from zope.interface import moduleProvides
 from kafkatw.network.request import Response
 from kafkatw.protocol import errors
 from kafkatw.protocol.messages import FetchResponse
-from kafkatw.protocol.parts import FileRegion
 from kafkatw.security.authorizer import AclOperation, ResourceType
 from kafkatw.server.fetch_session import (
     LEGACY,
@@ -53,6 +52,7 @@ class ErrorPartitionData:
     aborted_transactions = attr.ib(default=None)
     diverging_epoch = attr.ib(default=None)
     preferred_read_replica = attr.ib(default=-1)
+    records_size = attr.ib(default=0)
 
 
 def replica_of(request):
@@ -216,10 +216,7 @@ def build_response(version, error, session_id, partitions):
             topics.append((key.topic or "", key.topic_id, rows))
             last = ident
         # the partition's row, inline (a call per partition fewer)
-        records = data.records
-        # (a FileRegion's count, not len(): its __len__ is a Python call)
-        if records is None or (records.count if type(records) is FileRegion else len(records)) == 0:
-            records = b""
+        records = data.records if data.records_size else b""  # (the read counted its bytes)
         aborted = data.aborted_transactions
         if aborted:
             aborted = [a if type(a) is tuple else (a.producer_id, a.first_offset) for a in aborted]
